@@ -1,0 +1,1 @@
+// conv kernels (placeholder until the op family lands)

@@ -1,0 +1,1 @@
+// convert kernels (placeholder until the op family lands)

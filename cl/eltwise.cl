@@ -1,0 +1,1 @@
+// eltwise kernels (placeholder until the op family lands)

@@ -1,0 +1,1 @@
+// im2col kernels (placeholder until the op family lands)

@@ -1,0 +1,1 @@
+// norm kernels (placeholder until the op family lands)

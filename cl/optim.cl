@@ -1,0 +1,1 @@
+// optim kernels (placeholder until the op family lands)

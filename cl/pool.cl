@@ -1,0 +1,1 @@
+// pool kernels (placeholder until the op family lands)

@@ -1,0 +1,1 @@
+// softmax kernels (placeholder until the op family lands)

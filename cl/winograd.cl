@@ -1,0 +1,1 @@
+// winograd kernels (placeholder until the op family lands)

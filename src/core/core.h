@@ -1,0 +1,81 @@
+/* Core utilities shared by every layer of the library. No OpenCL here. */
+#ifndef CLG_CORE_H
+#define CLG_CORE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "clgrad.h"
+
+#define CLG_INTERNAL __attribute__((visibility("hidden")))
+#define CLG_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#define CLG_UNUSED(x) ((void)(x))
+#define CLG_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define CLG_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define CLG_CEIL_DIV(a, b) (((a) + (b)-1) / (b))
+#define CLG_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+#define CLG_ERR_LEN 8192
+
+/* ---- errors ----
+ * An error buffer lives on each context (or thread-locally when there is
+ * none). clg_err_set() formats the detail, records it, and returns st so a
+ * caller can write `return clg_err_set(ctx, CLG_ERR_IO, "open %s: %s", ...)`. */
+typedef struct clg_err {
+    char msg[CLG_ERR_LEN];
+} clg_err;
+
+/* err may be NULL: the thread-local buffer is used. */
+CLG_INTERNAL clg_status clg_err_setv(clg_err *err, clg_status st, const char *fmt, va_list ap);
+CLG_INTERNAL clg_status clg_err_set(clg_err *err, clg_status st, const char *fmt, ...) CLG_PRINTF(3, 4);
+/* Thread-local buffer used when no handle exists. */
+CLG_INTERNAL clg_err *clg_err_tls(void);
+
+/* ---- logging (stderr) ---- */
+extern CLG_INTERNAL int clg_log_level; /* 0 quiet, 1 info, 2 debug */
+CLG_INTERNAL void clg_log(int level, const char *fmt, ...) CLG_PRINTF(2, 3);
+
+/* ---- hashing ---- */
+/* 64-bit FNV-1a; chain by passing the previous value as seed. */
+#define CLG_HASH_SEED 0xcbf29ce484222325ULL
+CLG_INTERNAL uint64_t clg_hash64(const void *data, size_t len, uint64_t seed);
+CLG_INTERNAL uint64_t clg_hash_str(const char *s, uint64_t seed);
+/* CRC-32 (IEEE 802.3, as zlib's crc32). */
+CLG_INTERNAL uint32_t clg_crc32(uint32_t crc, const void *data, size_t len);
+
+/* ---- files ---- */
+/* Reads a whole file into a malloc'd buffer with a trailing NUL (not
+ * counted in *len). */
+CLG_INTERNAL clg_status clg_file_read(clg_err *err, const char *path, char **out, size_t *len);
+/* Writes data atomically: temp file in the same directory, fsync, rename.
+ * On failure the destination is untouched. */
+CLG_INTERNAL clg_status clg_file_write_atomic(clg_err *err, const char *path, const void *data, size_t len);
+/* mkdir -p. */
+CLG_INTERNAL clg_status clg_mkdirs(clg_err *err, const char *path);
+
+/* ---- time ---- */
+CLG_INTERNAL double clg_now_sec(void);
+
+/* ---- random numbers (PCG32, reproducible across platforms) ---- */
+typedef struct clg_rng {
+    uint64_t state;
+    uint64_t inc;
+} clg_rng;
+CLG_INTERNAL void clg_rng_seed(clg_rng *r, uint64_t seed, uint64_t stream);
+CLG_INTERNAL uint32_t clg_rng_u32(clg_rng *r);
+CLG_INTERNAL float clg_rng_uniform(clg_rng *r); /* [0,1) */
+CLG_INTERNAL float clg_rng_normal(clg_rng *r);  /* N(0,1), Box-Muller */
+
+/* ---- small JSON writer (appends into a growable string) ---- */
+typedef struct clg_sbuf {
+    char *data;
+    size_t len, cap;
+    int oom;
+} clg_sbuf;
+CLG_INTERNAL void clg_sbuf_printf(clg_sbuf *b, const char *fmt, ...) CLG_PRINTF(2, 3);
+CLG_INTERNAL void clg_sbuf_json_str(clg_sbuf *b, const char *s); /* quoted + escaped */
+CLG_INTERNAL void clg_sbuf_free(clg_sbuf *b);
+
+#endif

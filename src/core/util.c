@@ -1,0 +1,259 @@
+/* Hashing, CRC, files, time, random numbers and a small string builder. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core.h"
+
+// ---- hashing ----
+
+uint64_t clg_hash64(const void *data, size_t len, uint64_t seed)
+{
+    const unsigned char *p = data;
+    uint64_t h = seed;
+    for (size_t i = 0; i < len; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+uint64_t clg_hash_str(const char *s, uint64_t seed)
+{
+    /* include the terminator so ("ab","c") and ("a","bc") differ */
+    return clg_hash64(s ? s : "", (s ? strlen(s) : 0) + 1, seed);
+}
+
+static uint32_t crc_table[256];
+static int crc_ready;
+
+static void crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[i] = c;
+    }
+    crc_ready = 1;
+}
+
+uint32_t clg_crc32(uint32_t crc, const void *data, size_t len)
+{
+    if (!crc_ready)
+        crc_init(); /* idempotent; a benign race writes identical values */
+    const unsigned char *p = data;
+    crc = ~crc;
+    for (size_t i = 0; i < len; i++)
+        crc = crc_table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
+    return ~crc;
+}
+
+// ---- files ----
+
+clg_status clg_file_read(clg_err *err, const char *path, char **out, size_t *len)
+{
+    *out = NULL;
+    if (len)
+        *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return clg_err_set(err, errno == ENOENT ? CLG_ERR_NOT_FOUND : CLG_ERR_IO, "cannot open '%s': %s",
+                           path, strerror(errno));
+    if (fseek(f, 0, SEEK_END) != 0) {
+        fclose(f);
+        return clg_err_set(err, CLG_ERR_IO, "cannot seek '%s': %s", path, strerror(errno));
+    }
+    long n = ftell(f);
+    if (n < 0) {
+        fclose(f);
+        return clg_err_set(err, CLG_ERR_IO, "cannot size '%s': %s", path, strerror(errno));
+    }
+    rewind(f);
+    char *buf = malloc((size_t)n + 1);
+    if (!buf) {
+        fclose(f);
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "no memory to read '%s' (%ld bytes)", path, n);
+    }
+    size_t got = fread(buf, 1, (size_t)n, f);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad || got != (size_t)n) {
+        free(buf);
+        return clg_err_set(err, CLG_ERR_IO, "short read on '%s'", path);
+    }
+    buf[n] = 0;
+    *out = buf;
+    if (len)
+        *len = (size_t)n;
+    return CLG_OK;
+}
+
+clg_status clg_file_write_atomic(clg_err *err, const char *path, const void *data, size_t len)
+{
+    size_t pl = strlen(path);
+    char *tmp = malloc(pl + 32);
+    if (!tmp)
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "no memory");
+    snprintf(tmp, pl + 32, "%s.tmp.XXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        clg_status st = clg_err_set(err, CLG_ERR_IO, "cannot create temporary file for '%s': %s", path,
+                                    strerror(errno));
+        free(tmp);
+        return st;
+    }
+    const char *p = data;
+    size_t left = len;
+    while (left > 0) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            goto fail;
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    if (fchmod(fd, 0644) != 0 || fsync(fd) != 0)
+        goto fail;
+    if (close(fd) != 0) {
+        fd = -1;
+        goto fail;
+    }
+    fd = -1;
+    if (rename(tmp, path) != 0)
+        goto fail;
+    free(tmp);
+    return CLG_OK;
+fail:;
+    int e = errno;
+    if (fd >= 0)
+        close(fd);
+    unlink(tmp);
+    free(tmp);
+    return clg_err_set(err, CLG_ERR_IO, "cannot write '%s': %s", path, strerror(e));
+}
+
+clg_status clg_mkdirs(clg_err *err, const char *path)
+{
+    char buf[4096];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof buf)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "bad directory path '%s'", path);
+    memcpy(buf, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] == '/' || buf[i] == 0) {
+            char c = buf[i];
+            buf[i] = 0;
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+                return clg_err_set(err, CLG_ERR_IO, "cannot create directory '%s': %s", buf, strerror(errno));
+            buf[i] = c;
+        }
+    }
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return clg_err_set(err, CLG_ERR_IO, "'%s' is not a directory", path);
+    return CLG_OK;
+}
+
+// ---- time ----
+
+double clg_now_sec(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// ---- random numbers: PCG32 (O'Neill), XSH-RR variant ----
+
+void clg_rng_seed(clg_rng *r, uint64_t seed, uint64_t stream)
+{
+    r->state = 0;
+    r->inc = (stream << 1u) | 1u;
+    clg_rng_u32(r);
+    r->state += seed;
+    clg_rng_u32(r);
+}
+
+uint32_t clg_rng_u32(clg_rng *r)
+{
+    uint64_t old = r->state;
+    r->state = old * 6364136223846793005ULL + r->inc;
+    uint32_t xs = (uint32_t)(((old >> 18u) ^ old) >> 27u);
+    uint32_t rot = (uint32_t)(old >> 59u);
+    return (xs >> rot) | (xs << ((-rot) & 31));
+}
+
+float clg_rng_uniform(clg_rng *r) { return (float)(clg_rng_u32(r) >> 8) * (1.0f / 16777216.0f); }
+
+float clg_rng_normal(clg_rng *r)
+{
+    float u1 = clg_rng_uniform(r), u2 = clg_rng_uniform(r);
+    if (u1 < 1e-7f)
+        u1 = 1e-7f;
+    return sqrtf(-2.0f * logf(u1)) * cosf(6.28318530718f * u2);
+}
+
+// ---- string builder ----
+
+void clg_sbuf_printf(clg_sbuf *b, const char *fmt, ...)
+{
+    if (b->oom)
+        return;
+    for (;;) {
+        size_t room = b->cap - b->len;
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->data ? b->data + b->len : NULL, room, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->oom = 1;
+            return;
+        }
+        if ((size_t)n < room) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t ncap = (b->cap ? b->cap * 2 : 256) + (size_t)n;
+        char *nd = realloc(b->data, ncap);
+        if (!nd) {
+            b->oom = 1;
+            return;
+        }
+        b->data = nd;
+        b->cap = ncap;
+    }
+}
+
+void clg_sbuf_json_str(clg_sbuf *b, const char *s)
+{
+    clg_sbuf_printf(b, "\"");
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        if (*p == '"' || *p == '\\')
+            clg_sbuf_printf(b, "\\%c", *p);
+        else if (*p < 0x20)
+            clg_sbuf_printf(b, "\\u%04x", *p);
+        else
+            clg_sbuf_printf(b, "%c", *p);
+    }
+    clg_sbuf_printf(b, "\"");
+}
+
+void clg_sbuf_free(clg_sbuf *b)
+{
+    free(b->data);
+    b->data = NULL;
+    b->len = b->cap = 0;
+    b->oom = 0;
+}

@@ -1,0 +1,430 @@
+/* Platform/device enumeration, selection, and the context that owns them. */
+#define _POSIX_C_SOURCE 200809L
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
+#include <strings.h>
+
+#include "device.h"
+
+// ---- enumeration ----
+
+static void info_str(cl_device_id d, cl_device_info what, char *dst, size_t n)
+{
+    /* query the full string, then truncate: a short buffer is an error */
+    dst[0] = 0;
+    size_t len = 0;
+    if (clGetDeviceInfo(d, what, 0, NULL, &len) != CL_SUCCESS || len == 0)
+        return;
+    char *tmp = malloc(len + 1);
+    if (!tmp)
+        return;
+    if (clGetDeviceInfo(d, what, len, tmp, NULL) == CL_SUCCESS) {
+        tmp[len] = 0;
+        snprintf(dst, n, "%s", tmp);
+    }
+    free(tmp);
+    size_t l = strlen(dst); /* trim padding some drivers add */
+    while (l > 0 && isspace((unsigned char)dst[l - 1]))
+        dst[--l] = 0;
+}
+
+static void fill_info(cl_platform_id p, cl_device_id d, int pi, int di, clg_device_info *o)
+{
+    memset(o, 0, sizeof *o);
+    info_str(d, CL_DEVICE_NAME, o->name, sizeof o->name);
+    info_str(d, CL_DEVICE_VENDOR, o->vendor, sizeof o->vendor);
+    info_str(d, CL_DRIVER_VERSION, o->driver_version, sizeof o->driver_version);
+    info_str(d, CL_DEVICE_VERSION, o->device_version, sizeof o->device_version);
+    info_str(d, CL_DEVICE_OPENCL_C_VERSION, o->opencl_c_version, sizeof o->opencl_c_version);
+    if (clGetPlatformInfo(p, CL_PLATFORM_NAME, sizeof o->platform, o->platform, NULL) != CL_SUCCESS)
+        o->platform[0] = 0;
+    o->platform[sizeof o->platform - 1] = 0;
+    cl_device_type t = 0;
+    clGetDeviceInfo(d, CL_DEVICE_TYPE, sizeof t, &t, NULL);
+    o->type = (t & CL_DEVICE_TYPE_GPU)           ? CLG_DEVICE_GPU
+              : (t & CL_DEVICE_TYPE_CPU)         ? CLG_DEVICE_CPU
+              : (t & CL_DEVICE_TYPE_ACCELERATOR) ? CLG_DEVICE_ACCELERATOR
+                                                 : CLG_DEVICE_OTHER;
+    o->platform_index = pi;
+    o->device_index = di;
+    cl_uint u = 0;
+    clGetDeviceInfo(d, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof u, &u, NULL);
+    o->compute_units = u;
+    u = 0;
+    clGetDeviceInfo(d, CL_DEVICE_MAX_CLOCK_FREQUENCY, sizeof u, &u, NULL);
+    o->max_clock_mhz = u;
+    cl_ulong ul = 0;
+    clGetDeviceInfo(d, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof ul, &ul, NULL);
+    o->global_mem_bytes = ul;
+    ul = 0;
+    clGetDeviceInfo(d, CL_DEVICE_LOCAL_MEM_SIZE, sizeof ul, &ul, NULL);
+    o->local_mem_bytes = ul;
+    ul = 0;
+    clGetDeviceInfo(d, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof ul, &ul, NULL);
+    o->max_alloc_bytes = ul;
+    size_t wg = 0;
+    clGetDeviceInfo(d, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof wg, &wg, NULL);
+    o->max_work_group_size = wg;
+    size_t elen = 0;
+    if (clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, 0, NULL, &elen) == CL_SUCCESS && elen > 0) {
+        char *ext = malloc(elen + 1);
+        if (ext && clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, elen, ext, NULL) == CL_SUCCESS) {
+            ext[elen] = 0;
+            o->has_fp16 = strstr(ext, "cl_khr_fp16") != NULL;
+            o->has_fp64 = strstr(ext, "cl_khr_fp64") != NULL;
+        }
+        free(ext);
+    }
+}
+
+clg_status clg_enumerate(clg_err *err, clg_device_info **infos_out, cl_platform_id **plats_out,
+                         cl_device_id **ids_out, int *count)
+{
+    *infos_out = NULL;
+    *plats_out = NULL;
+    *ids_out = NULL;
+    *count = 0;
+    cl_uint np = 0;
+    cl_int e = clGetPlatformIDs(0, NULL, &np);
+    if (e == -1001 /* CL_PLATFORM_NOT_FOUND_KHR */ || (e == CL_SUCCESS && np == 0))
+        return clg_err_set(err, CLG_ERR_NO_DEVICE,
+                           "no OpenCL platform found: install an OpenCL driver (ICD), e.g. "
+                           "'apt-get install pocl-opencl-icd' for CPUs");
+    if (e != CL_SUCCESS)
+        return clg_cl_fail(err, e, "clGetPlatformIDs", __FILE__, __LINE__);
+    cl_platform_id *plats = calloc(np, sizeof *plats);
+    if (!plats)
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "no memory");
+    e = clGetPlatformIDs(np, plats, NULL);
+    if (e != CL_SUCCESS) {
+        free(plats);
+        return clg_cl_fail(err, e, "clGetPlatformIDs", __FILE__, __LINE__);
+    }
+    clg_device_info *infos = NULL;
+    cl_platform_id *dplats = NULL;
+    cl_device_id *ids = NULL;
+    int n = 0;
+    for (cl_uint pi = 0; pi < np; pi++) {
+        cl_uint nd = 0;
+        e = clGetDeviceIDs(plats[pi], CL_DEVICE_TYPE_ALL, 0, NULL, &nd);
+        if (e == CL_DEVICE_NOT_FOUND || nd == 0)
+            continue;
+        if (e != CL_SUCCESS) {
+            clg_log(1, "warning: platform %u does not answer (%s); skipped", pi, clg_cl_errname(e));
+            continue;
+        }
+        cl_device_id *d = calloc(nd, sizeof *d);
+        clg_device_info *ni = realloc(infos, (size_t)(n + (int)nd) * sizeof *ni);
+        if (ni)
+            infos = ni;
+        cl_device_id *nids = realloc(ids, (size_t)(n + (int)nd) * sizeof *nids);
+        if (nids)
+            ids = nids;
+        cl_platform_id *npl = realloc(dplats, (size_t)(n + (int)nd) * sizeof *npl);
+        if (npl)
+            dplats = npl;
+        if (!d || !ni || !nids || !npl) {
+            free(d);
+            free(infos);
+            free(ids);
+            free(dplats);
+            free(plats);
+            return clg_err_set(err, CLG_ERR_HOST_OOM, "no memory");
+        }
+        e = clGetDeviceIDs(plats[pi], CL_DEVICE_TYPE_ALL, nd, d, NULL);
+        if (e != CL_SUCCESS) {
+            clg_log(1, "warning: platform %u does not list its devices (%s); skipped", pi, clg_cl_errname(e));
+            free(d);
+            continue;
+        }
+        for (cl_uint di = 0; di < nd; di++) {
+            fill_info(plats[pi], d[di], (int)pi, (int)di, &infos[n]);
+            ids[n] = d[di];
+            dplats[n] = plats[pi];
+            n++;
+        }
+        free(d);
+    }
+    free(plats);
+    if (n == 0) {
+        free(infos);
+        free(ids);
+        free(dplats);
+        return clg_err_set(err, CLG_ERR_NO_DEVICE, "no OpenCL device found on %u platform(s)", np);
+    }
+    *infos_out = infos;
+    *plats_out = dplats;
+    *ids_out = ids;
+    *count = n;
+    return CLG_OK;
+}
+
+// ---- selection ----
+
+static int ci_contains(const char *hay, const char *needle)
+{
+    size_t nl = strlen(needle);
+    for (const char *h = hay; *h; h++)
+        if (strncasecmp(h, needle, nl) == 0)
+            return 1;
+    return nl == 0;
+}
+
+clg_status clg_select_devices(clg_err *err, const char *selector, const clg_device_info *infos, int count,
+                              int *sel, int max, int *nsel)
+{
+    *nsel = 0;
+    const char *s = selector && *selector ? selector : "all";
+    int type_mask = 0;
+    if (strcasecmp(s, "all") == 0)
+        type_mask = ~0;
+    else if (strcasecmp(s, "gpu") == 0)
+        type_mask = CLG_DEVICE_GPU;
+    else if (strcasecmp(s, "cpu") == 0)
+        type_mask = CLG_DEVICE_CPU;
+    else if (strcasecmp(s, "accelerator") == 0)
+        type_mask = CLG_DEVICE_ACCELERATOR;
+    if (type_mask) {
+        for (int i = 0; i < count && *nsel < max; i++)
+            if (infos[i].type & type_mask)
+                sel[(*nsel)++] = i;
+        if (*nsel == 0)
+            return clg_err_set(err, CLG_ERR_NO_DEVICE, "device selector '%s' matches none of the %d device(s)", s,
+                               count);
+        return CLG_OK;
+    }
+    if (isdigit((unsigned char)s[0])) {
+        const char *p = s;
+        while (*p) {
+            char *end = NULL;
+            long v = strtol(p, &end, 10);
+            if (end == p || (*end != ',' && *end != 0))
+                return clg_err_set(err, CLG_ERR_INVALID_ARG,
+                                   "bad device selector '%s': expected all|gpu|cpu|accelerator, an index "
+                                   "list like 0,1, or name:SUBSTRING",
+                                   s);
+            if (v < 0 || v >= count)
+                return clg_err_set(err, CLG_ERR_NO_DEVICE, "device index %ld out of range (%d device(s): 0..%d)", v,
+                                   count, count - 1);
+            for (int k = 0; k < *nsel; k++)
+                if (sel[k] == (int)v)
+                    return clg_err_set(err, CLG_ERR_INVALID_ARG, "device index %ld listed twice in '%s'", v, s);
+            if (*nsel >= max)
+                return clg_err_set(err, CLG_ERR_INVALID_ARG, "too many devices in '%s'", s);
+            sel[(*nsel)++] = (int)v;
+            p = *end ? end + 1 : end;
+        }
+        return CLG_OK;
+    }
+    const char *sub = strncasecmp(s, "name:", 5) == 0 ? s + 5 : s;
+    if (sub == s && strchr(s, ':'))
+        return clg_err_set(err, CLG_ERR_INVALID_ARG,
+                           "bad device selector '%s': expected all|gpu|cpu|accelerator, an index list like 0,1, "
+                           "or name:SUBSTRING",
+                           s);
+    for (int i = 0; i < count && *nsel < max; i++)
+        if (ci_contains(infos[i].name, sub) || ci_contains(infos[i].vendor, sub))
+            sel[(*nsel)++] = i;
+    if (*nsel == 0)
+        return clg_err_set(err, CLG_ERR_NO_DEVICE, "no device name matches '%s' (%d device(s) present)", sub, count);
+    return CLG_OK;
+}
+
+// ---- context ----
+
+void clg_ctx_params_init(clg_ctx_params *p)
+{
+    if (!p)
+        return;
+    memset(p, 0, sizeof *p);
+    p->devices = NULL;
+    p->use_cache = 1;
+}
+
+static void default_cache_dir(char *dst, size_t n)
+{
+    const char *e = getenv("CLGRAD_CACHE_DIR");
+    if (e && *e) {
+        snprintf(dst, n, "%s", e);
+        return;
+    }
+    e = getenv("XDG_CACHE_HOME");
+    if (e && *e) {
+        snprintf(dst, n, "%s/clgrad", e);
+        return;
+    }
+    e = getenv("HOME");
+    snprintf(dst, n, "%s/.cache/clgrad", e && *e ? e : "/tmp");
+}
+
+#define CLG_MAX_DEVICES 64
+
+clg_status clg_ctx_create(const clg_ctx_params *params, clg_ctx **out)
+{
+    if (!out)
+        return clg_err_set(NULL, CLG_ERR_INVALID_ARG, "clg_ctx_create: out is NULL");
+    *out = NULL;
+    clg_ctx_params defaults;
+    clg_ctx_params_init(&defaults);
+    const clg_ctx_params *p = params ? params : &defaults;
+    if (p->verbose > clg_log_level)
+        clg_log_level = p->verbose;
+
+    clg_device_info *infos = NULL;
+    cl_platform_id *plats = NULL;
+    cl_device_id *ids = NULL;
+    int count = 0;
+    clg_status st = clg_enumerate(NULL, &infos, &plats, &ids, &count);
+    if (st != CLG_OK)
+        return st;
+    const char *selector = p->devices;
+    if (!selector) {
+        const char *e = getenv("CLGRAD_DEVICES");
+        selector = e && *e ? e : "all";
+    }
+    int sel[CLG_MAX_DEVICES], nsel = 0;
+    st = clg_select_devices(NULL, selector, infos, count, sel, CLG_MAX_DEVICES, &nsel);
+    if (st != CLG_OK)
+        goto out_free;
+
+    clg_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx || !(ctx->devs = calloc((size_t)nsel, sizeof *ctx->devs))) {
+        free(ctx);
+        st = clg_err_set(NULL, CLG_ERR_HOST_OOM, "no memory for context");
+        goto out_free;
+    }
+    const char *cache_env = getenv("CLGRAD_CACHE");
+    ctx->use_cache = p->use_cache && !(cache_env && strcmp(cache_env, "0") == 0);
+    if (p->cache_dir && *p->cache_dir)
+        snprintf(ctx->cache_dir, sizeof ctx->cache_dir, "%s", p->cache_dir);
+    else
+        default_cache_dir(ctx->cache_dir, sizeof ctx->cache_dir);
+    const char *kd = p->kernel_dir ? p->kernel_dir : getenv("CLGRAD_KERNEL_DIR");
+    if (kd && *kd)
+        snprintf(ctx->kernel_dir, sizeof ctx->kernel_dir, "%s", kd);
+
+    for (int k = 0; k < nsel; k++) {
+        clg_device *d = &ctx->devs[k];
+        int i = sel[k];
+        d->ctx = ctx;
+        d->index = k;
+        d->platform = plats[i];
+        d->id = ids[i];
+        d->info = infos[i];
+        d->pool.fail_after = -1;
+        d->pool.cache_limit = (uint64_t)1 << 40;
+        ctx->ndev = k + 1;
+        cl_int e = CL_SUCCESS;
+        cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)plats[i], 0};
+        d->cl = clCreateContext(props, 1, &d->id, NULL, NULL, &e);
+        if (e != CL_SUCCESS) {
+            st = clg_cl_fail(NULL, e, "clCreateContext", __FILE__, __LINE__);
+            clg_ctx_destroy(ctx);
+            goto out_free;
+        }
+        d->queue = clCreateCommandQueue(d->cl, d->id, CL_QUEUE_PROFILING_ENABLE, &e);
+        if (e != CL_SUCCESS) {
+            st = clg_cl_fail(NULL, e, "clCreateCommandQueue", __FILE__, __LINE__);
+            clg_ctx_destroy(ctx);
+            goto out_free;
+        }
+        size_t elen = 0;
+        if (clGetDeviceInfo(d->id, CL_DEVICE_EXTENSIONS, 0, NULL, &elen) == CL_SUCCESS &&
+            (d->extensions = calloc(elen + 1, 1)) != NULL)
+            clGetDeviceInfo(d->id, CL_DEVICE_EXTENSIONS, elen, d->extensions, NULL);
+        clg_log(1, "device %d: %s (%s, %s)", k, d->info.name, d->info.platform, d->info.driver_version);
+    }
+    *out = ctx;
+    st = CLG_OK;
+out_free:
+    free(infos);
+    free(plats);
+    free(ids);
+    return st;
+}
+
+void clg_ctx_destroy(clg_ctx *ctx)
+{
+    if (!ctx)
+        return;
+    if (ctx->tune_db && ctx->tune_db_free)
+        ctx->tune_db_free(ctx->tune_db);
+    for (int k = 0; k < ctx->ndev; k++) {
+        clg_device *d = &ctx->devs[k];
+        if (d->queue)
+            clFinish(d->queue);
+        for (int i = 0; i < d->nprogs; i++) {
+            clg_program_entry *pe = &d->progs[i];
+            for (int j = 0; j < pe->nkernels; j++) {
+                clReleaseKernel(pe->kernels[j].kernel);
+                free(pe->kernels[j].name);
+            }
+            free(pe->kernels);
+            if (pe->program)
+                clReleaseProgram(pe->program);
+            free(pe->name);
+            free(pe->options);
+        }
+        free(d->progs);
+        clg_pool_trim(d);
+        free(d->pool.free_blocks);
+        if (d->queue)
+            clReleaseCommandQueue(d->queue);
+        if (d->cl)
+            clReleaseContext(d->cl);
+        free(d->extensions);
+    }
+    free(ctx->devs);
+    free(ctx);
+}
+
+const char *clg_last_error(const clg_ctx *ctx)
+{
+    return ctx ? ctx->err.msg : clg_err_tls()->msg;
+}
+
+int clg_device_count(const clg_ctx *ctx) { return ctx ? ctx->ndev : 0; }
+
+clg_status clg_device_info_get(const clg_ctx *ctx, int index, clg_device_info *out)
+{
+    if (!ctx || !out)
+        return clg_err_set(NULL, CLG_ERR_INVALID_ARG, "clg_device_info_get: NULL argument");
+    if (index < 0 || index >= ctx->ndev)
+        return clg_err_set((clg_err *)&ctx->err, CLG_ERR_INVALID_ARG, "device index %d out of range (0..%d)", index,
+                           ctx->ndev - 1);
+    *out = ctx->devs[index].info;
+    return CLG_OK;
+}
+
+clg_status clg_pool_stats_get(const clg_ctx *ctx, int device, clg_pool_stats *out)
+{
+    if (!ctx || !out)
+        return clg_err_set(NULL, CLG_ERR_INVALID_ARG, "clg_pool_stats_get: NULL argument");
+    if (device < 0 || device >= ctx->ndev)
+        return clg_err_set((clg_err *)&ctx->err, CLG_ERR_INVALID_ARG, "device index %d out of range (0..%d)",
+                           device, ctx->ndev - 1);
+    *out = ctx->devs[device].pool.stats;
+    return CLG_OK;
+}
+
+// ---- events ----
+
+double clg_event_ms(cl_event ev)
+{
+    cl_ulong a = 0, b = 0;
+    if (clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof a, &a, NULL) != CL_SUCCESS ||
+        clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof b, &b, NULL) != CL_SUCCESS)
+        return -1.0;
+    return (double)(b - a) * 1e-6;
+}
+
+double clg_event_span_ms(cl_event first, cl_event last)
+{
+    cl_ulong a = 0, b = 0;
+    if (clGetEventProfilingInfo(first, CL_PROFILING_COMMAND_START, sizeof a, &a, NULL) != CL_SUCCESS ||
+        clGetEventProfilingInfo(last, CL_PROFILING_COMMAND_END, sizeof b, &b, NULL) != CL_SUCCESS)
+        return -1.0;
+    return (double)(b - a) * 1e-6;
+}

@@ -1,0 +1,145 @@
+/* Device layer: platforms/devices, one context + in-order queue per device,
+ * program JIT with an on-disk binary cache, buffer pool, OpenCL errors. */
+#ifndef CLG_DEVICE_H
+#define CLG_DEVICE_H
+
+#define CL_TARGET_OPENCL_VERSION 120
+#define CL_USE_DEPRECATED_OPENCL_1_2_APIS
+#include <CL/cl.h>
+
+#include "core/core.h"
+
+typedef struct clg_device clg_device;
+
+// ---- OpenCL errors ----
+
+CLG_INTERNAL const char *clg_cl_errname(cl_int e);
+/* Records "what failed: CL_NAME (code) at file:line" on err and returns the
+ * mapped status (allocation failures -> CLG_ERR_DEVICE_OOM). */
+CLG_INTERNAL clg_status clg_cl_fail(clg_err *err, cl_int e, const char *what, const char *file, int line);
+
+/* Evaluates an OpenCL call returning cl_int; on error records it on
+ * errp (clg_err *) and returns the mapped status from the function. */
+#define CLG_CL_CHECK(errp, call)                                                   \
+    do {                                                                           \
+        cl_int clg_e_ = (call);                                                    \
+        if (clg_e_ != CL_SUCCESS)                                                  \
+            return clg_cl_fail((errp), clg_e_, #call, __FILE__, __LINE__);         \
+    } while (0)
+
+/* Propagates a failing clg_status. */
+#define CLG_TRY(expr)                         \
+    do {                                      \
+        clg_status clg_s_ = (expr);           \
+        if (clg_s_ != CLG_OK)                 \
+            return clg_s_;                    \
+    } while (0)
+
+// ---- buffer pool ----
+
+typedef struct clg_pool_block {
+    cl_mem mem;
+    size_t size; /* size class, bytes */
+} clg_pool_block;
+
+typedef struct clg_pool {
+    clg_pool_block *free_blocks; /* released, reusable */
+    int nfree, capfree;
+    clg_pool_stats stats;
+    long fail_after; /* fault injection: fail the allocation after this many more succeed (-1 off) */
+    uint64_t cache_limit; /* bytes kept cached at most */
+} clg_pool;
+
+/* Rounds a request up to its size class (>= 256 bytes, 4 classes per octave). */
+CLG_INTERNAL size_t clg_pool_class(size_t bytes);
+/* Allocates a device buffer of at least `bytes` (read-write). Served from the
+ * pool when a released block of the same class exists. */
+CLG_INTERNAL clg_status clg_buf_alloc(clg_device *dev, size_t bytes, cl_mem *out);
+/* Returns a buffer obtained from clg_buf_alloc to the pool. NULL is a no-op. */
+CLG_INTERNAL void clg_buf_release(clg_device *dev, cl_mem mem);
+/* Frees every cached (released) block. */
+CLG_INTERNAL void clg_pool_trim(clg_device *dev);
+
+// ---- programs ----
+
+typedef struct clg_kernel_entry {
+    char *name;
+    cl_kernel kernel;
+} clg_kernel_entry;
+
+typedef struct clg_program_entry {
+    uint64_t key; /* hash(program name, options) */
+    char *name;
+    char *options;
+    cl_program program;
+    clg_kernel_entry *kernels;
+    int nkernels, capkernels;
+} clg_program_entry;
+
+/* Source of an embedded program ("gemm" -> cl/gemm.cl), or NULL. */
+CLG_INTERNAL const char *clg_embedded_source(const char *program);
+/* Names of every embedded program, NULL-terminated. */
+CLG_INTERNAL const char *const *clg_embedded_names(void);
+
+/* Builds (or fetches from memory/disk cache) the program `program` with
+ * build options `options` for dev. The returned program is borrowed. */
+CLG_INTERNAL clg_status clg_program_get(clg_device *dev, const char *program, const char *options,
+                                        cl_program *out);
+/* Kernel `kernel` of that program; borrowed, cached per device. A kernel
+ * object is not thread-safe: one thread per context. */
+CLG_INTERNAL clg_status clg_kernel_get(clg_device *dev, const char *program, const char *options,
+                                       const char *kernel, cl_kernel *out);
+
+// ---- devices and context ----
+
+struct clg_device {
+    clg_ctx *ctx; /* owner (borrowed) */
+    int index;    /* index in ctx->devs */
+    cl_platform_id platform;
+    cl_device_id id;
+    cl_context cl;
+    cl_command_queue queue;
+    clg_device_info info;
+    char *extensions;
+    clg_program_entry *progs;
+    int nprogs, capprogs;
+    clg_pool pool;
+};
+
+typedef struct clg_program_stats {
+    int built;        /* compiled from source */
+    int cache_loaded; /* loaded from the on-disk binary cache */
+    int cache_rejected; /* corrupt/foreign entries ignored */
+    double build_seconds; /* total time in clBuildProgram (both kinds) */
+} clg_program_stats;
+
+struct clg_ctx {
+    clg_err err;
+    clg_device *devs;
+    int ndev;
+    int use_cache;
+    char cache_dir[1024];
+    char kernel_dir[1024];
+    clg_program_stats prog_stats;
+    /* module slots, owned by their modules (freed in clg_ctx_destroy via hooks) */
+    void *tune_db;
+    void (*tune_db_free)(void *);
+};
+
+/* Error buffer of the device's context. */
+static inline clg_err *clg_dev_err(clg_device *dev) { return dev ? &dev->ctx->err : NULL; }
+
+/* Enumerates every device of every platform (in platform order) into infos
+ * (malloc'd). Platforms that fail to answer are skipped with a warning. */
+CLG_INTERNAL clg_status clg_enumerate(clg_err *err, clg_device_info **infos, cl_platform_id **plats,
+                                      cl_device_id **ids, int *count);
+/* Selects indices from the enumerated list by selector (see clg_ctx_params).
+ * sel[] receives up to max indices; *nsel their count. */
+CLG_INTERNAL clg_status clg_select_devices(clg_err *err, const char *selector, const clg_device_info *infos,
+                                           int count, int *sel, int max, int *nsel);
+/* Milliseconds between CL_PROFILING_COMMAND_START and _END of ev. */
+CLG_INTERNAL double clg_event_ms(cl_event ev);
+/* Milliseconds between the start of a and the end of b. */
+CLG_INTERNAL double clg_event_span_ms(cl_event a, cl_event b);
+
+#endif

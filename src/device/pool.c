@@ -1,0 +1,112 @@
+/* Device buffer pool: released blocks are kept per size class and reused. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "device.h"
+
+size_t clg_pool_class(size_t bytes)
+{
+    if (bytes <= 256)
+        return 256;
+    /* 4 classes per power of two: 1, 1.25, 1.5, 1.75 x 2^k */
+    int hb = 63 - __builtin_clzll((unsigned long long)bytes);
+    size_t base = (size_t)1 << hb;
+    size_t step = base / 4;
+    size_t c = base;
+    while (c < bytes)
+        c += step;
+    return c;
+}
+
+static void update_peak(clg_pool *p)
+{
+    if (p->stats.bytes_in_use > p->stats.peak_bytes)
+        p->stats.peak_bytes = p->stats.bytes_in_use;
+}
+
+clg_status clg_buf_alloc(clg_device *dev, size_t bytes, cl_mem *out)
+{
+    *out = NULL;
+    clg_pool *p = &dev->pool;
+    size_t cls = clg_pool_class(bytes ? bytes : 1);
+    for (int i = p->nfree - 1; i >= 0; i--) {
+        if (p->free_blocks[i].size == cls) {
+            *out = p->free_blocks[i].mem;
+            p->free_blocks[i] = p->free_blocks[--p->nfree];
+            p->stats.bytes_cached -= cls;
+            p->stats.bytes_in_use += cls;
+            p->stats.hits++;
+            update_peak(p);
+            return CLG_OK;
+        }
+    }
+    if (p->fail_after == 0) {
+        p->stats.failures++;
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_DEVICE_OOM,
+                           "cannot allocate %zu bytes on %s: CL_MEM_OBJECT_ALLOCATION_FAILURE (injected)", bytes,
+                           dev->info.name);
+    }
+    if (p->fail_after > 0)
+        p->fail_after--;
+    if (dev->info.max_alloc_bytes && cls > dev->info.max_alloc_bytes) {
+        p->stats.failures++;
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_DEVICE_OOM,
+                           "cannot allocate %zu bytes on %s: larger than its maximum allocation of %llu bytes", bytes,
+                           dev->info.name, (unsigned long long)dev->info.max_alloc_bytes);
+    }
+    for (int attempt = 0; attempt < 2; attempt++) {
+        cl_int e = CL_SUCCESS;
+        cl_mem m = clCreateBuffer(dev->cl, CL_MEM_READ_WRITE, cls, NULL, &e);
+        if (e == CL_SUCCESS) {
+            *out = m;
+            p->stats.misses++;
+            p->stats.bytes_in_use += cls;
+            update_peak(p);
+            return CLG_OK;
+        }
+        if ((e == CL_MEM_OBJECT_ALLOCATION_FAILURE || e == CL_OUT_OF_RESOURCES) && attempt == 0 && p->nfree > 0) {
+            clg_pool_trim(dev); /* give cached blocks back and retry once */
+            continue;
+        }
+        p->stats.failures++;
+        return clg_cl_fail(clg_dev_err(dev), e, "clCreateBuffer", __FILE__, __LINE__);
+    }
+    return CLG_ERR_INTERNAL;
+}
+
+void clg_buf_release(clg_device *dev, cl_mem mem)
+{
+    if (!mem)
+        return;
+    clg_pool *p = &dev->pool;
+    size_t size = 0;
+    clGetMemObjectInfo(mem, CL_MEM_SIZE, sizeof size, &size, NULL);
+    p->stats.bytes_in_use -= CLG_MIN(size, p->stats.bytes_in_use);
+    if (p->stats.bytes_cached + size > p->cache_limit) {
+        clReleaseMemObject(mem);
+        return;
+    }
+    if (p->nfree == p->capfree) {
+        int nc = p->capfree ? p->capfree * 2 : 32;
+        clg_pool_block *nb = realloc(p->free_blocks, (size_t)nc * sizeof *nb);
+        if (!nb) {
+            clReleaseMemObject(mem);
+            return;
+        }
+        p->free_blocks = nb;
+        p->capfree = nc;
+    }
+    p->free_blocks[p->nfree].mem = mem;
+    p->free_blocks[p->nfree].size = size;
+    p->nfree++;
+    p->stats.bytes_cached += size;
+}
+
+void clg_pool_trim(clg_device *dev)
+{
+    clg_pool *p = &dev->pool;
+    for (int i = 0; i < p->nfree; i++)
+        clReleaseMemObject(p->free_blocks[i].mem);
+    p->nfree = 0;
+    p->stats.bytes_cached = 0;
+}

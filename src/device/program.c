@@ -1,0 +1,301 @@
+/* Kernel JIT: embedded (or overridden) sources, in-memory program/kernel
+ * cache per device, and an on-disk program binary cache.
+ *
+ * Cache file: <cache_dir>/<key:016x>.clbin
+ *   "CLGBIN\0\0" | u32 format | u32 reserved | u64 key | u64 payload_len |
+ *   u32 crc32(payload) | u32 reserved | payload (program binary)
+ * key = hash(format, source, options, device name, driver version,
+ *            platform version). Anything that fails to check is ignored and
+ * rebuilt from source; writes are atomic (temp file + rename). */
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+#include <string.h>
+
+#include "device.h"
+
+#define CACHE_FORMAT 1u
+#define CACHE_MAGIC "CLGBIN\0\0"
+#define HEADER_BYTES 40
+
+static char *xstrdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+static void put_u32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put_u64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint32_t get_u32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+static uint64_t get_u64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static uint64_t cache_key(clg_device *dev, const char *src, const char *options)
+{
+    char plat_ver[256] = {0};
+    clGetPlatformInfo(dev->platform, CL_PLATFORM_VERSION, sizeof plat_ver - 1, plat_ver, NULL);
+    uint32_t fmt = CACHE_FORMAT;
+    uint64_t h = clg_hash64(&fmt, sizeof fmt, CLG_HASH_SEED);
+    h = clg_hash_str(src, h);
+    h = clg_hash_str(options, h);
+    h = clg_hash_str(dev->info.name, h);
+    h = clg_hash_str(dev->info.driver_version, h);
+    h = clg_hash_str(plat_ver, h);
+    return h;
+}
+
+static void cache_path(clg_device *dev, uint64_t key, char *dst, size_t n)
+{
+    snprintf(dst, n, "%s/%016llx.clbin", dev->ctx->cache_dir, (unsigned long long)key);
+}
+
+/* Fetches a program's source: CLGRAD_KERNEL_DIR/<name>.cl when set, else
+ * the embedded copy. *owned is set when the caller must free it. */
+static clg_status load_source(clg_device *dev, const char *name, const char **src, char **owned)
+{
+    *owned = NULL;
+    *src = NULL;
+    if (dev->ctx->kernel_dir[0]) {
+        char path[1200];
+        snprintf(path, sizeof path, "%s/%s.cl", dev->ctx->kernel_dir, name);
+        clg_status st = clg_file_read(clg_dev_err(dev), path, owned, NULL);
+        if (st == CLG_OK) {
+            *src = *owned;
+            return CLG_OK;
+        }
+        if (st != CLG_ERR_NOT_FOUND)
+            return st;
+    }
+    *src = clg_embedded_source(name);
+    if (!*src)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_NOT_FOUND, "no kernel program named '%s'", name);
+    return CLG_OK;
+}
+
+static char *build_log(clg_device *dev, cl_program prog)
+{
+    size_t n = 0;
+    if (clGetProgramBuildInfo(prog, dev->id, CL_PROGRAM_BUILD_LOG, 0, NULL, &n) != CL_SUCCESS)
+        return NULL;
+    char *log = calloc(n + 1, 1);
+    if (log && clGetProgramBuildInfo(prog, dev->id, CL_PROGRAM_BUILD_LOG, n, log, NULL) != CL_SUCCESS) {
+        free(log);
+        return NULL;
+    }
+    return log;
+}
+
+/* Tries the on-disk cache; returns a built program or NULL. */
+static cl_program cache_load(clg_device *dev, uint64_t key, const char *options)
+{
+    clg_ctx *ctx = dev->ctx;
+    char path[1200];
+    cache_path(dev, key, path, sizeof path);
+    char *data = NULL;
+    size_t len = 0;
+    clg_err scratch;
+    if (clg_file_read(&scratch, path, &data, &len) != CLG_OK)
+        return NULL;
+    const unsigned char *u = (const unsigned char *)data;
+    cl_program prog = NULL;
+    if (len < HEADER_BYTES || memcmp(u, CACHE_MAGIC, 8) != 0 || get_u32(u + 8) != CACHE_FORMAT ||
+        get_u64(u + 16) != key || get_u64(u + 24) != len - HEADER_BYTES ||
+        get_u32(u + 32) != clg_crc32(0, u + HEADER_BYTES, len - HEADER_BYTES)) {
+        clg_log(1, "program cache: ignoring corrupt or foreign entry %s", path);
+        ctx->prog_stats.cache_rejected++;
+        goto done;
+    }
+    size_t blen = len - HEADER_BYTES;
+    const unsigned char *bin = u + HEADER_BYTES;
+    cl_int bstatus = CL_SUCCESS, e = CL_SUCCESS;
+    prog = clCreateProgramWithBinary(dev->cl, 1, &dev->id, &blen, &bin, &bstatus, &e);
+    if (e != CL_SUCCESS || bstatus != CL_SUCCESS) {
+        if (prog)
+            clReleaseProgram(prog);
+        prog = NULL;
+        ctx->prog_stats.cache_rejected++;
+        goto done;
+    }
+    double t0 = clg_now_sec();
+    e = clBuildProgram(prog, 1, &dev->id, options, NULL, NULL);
+    ctx->prog_stats.build_seconds += clg_now_sec() - t0;
+    if (e != CL_SUCCESS) {
+        clReleaseProgram(prog);
+        prog = NULL;
+        ctx->prog_stats.cache_rejected++;
+        goto done;
+    }
+    ctx->prog_stats.cache_loaded++;
+done:
+    free(data);
+    return prog;
+}
+
+static void cache_store(clg_device *dev, uint64_t key, cl_program prog)
+{
+    size_t blen = 0;
+    if (clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof blen, &blen, NULL) != CL_SUCCESS || blen == 0)
+        return;
+    unsigned char *buf = malloc(HEADER_BYTES + blen);
+    if (!buf)
+        return;
+    unsigned char *bin = buf + HEADER_BYTES;
+    if (clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) != CL_SUCCESS) {
+        free(buf);
+        return;
+    }
+    memset(buf, 0, HEADER_BYTES);
+    memcpy(buf, CACHE_MAGIC, 8);
+    put_u32(buf + 8, CACHE_FORMAT);
+    put_u64(buf + 16, key);
+    put_u64(buf + 24, blen);
+    put_u32(buf + 32, clg_crc32(0, bin, blen));
+    char path[1200];
+    cache_path(dev, key, path, sizeof path);
+    clg_err scratch;
+    if (clg_mkdirs(&scratch, dev->ctx->cache_dir) != CLG_OK ||
+        clg_file_write_atomic(&scratch, path, buf, HEADER_BYTES + blen) != CLG_OK)
+        clg_log(1, "program cache disabled for this entry: %s", scratch.msg);
+    free(buf);
+}
+
+static clg_status build_from_source(clg_device *dev, const char *name, const char *src, const char *options,
+                                    cl_program *out)
+{
+    cl_int e = CL_SUCCESS;
+    cl_program prog = clCreateProgramWithSource(dev->cl, 1, &src, NULL, &e);
+    if (e != CL_SUCCESS)
+        return clg_cl_fail(clg_dev_err(dev), e, "clCreateProgramWithSource", __FILE__, __LINE__);
+    double t0 = clg_now_sec();
+    e = clBuildProgram(prog, 1, &dev->id, options, NULL, NULL);
+    double dt = clg_now_sec() - t0;
+    dev->ctx->prog_stats.build_seconds += dt;
+    if (e != CL_SUCCESS) {
+        char *log = build_log(dev, prog);
+        clg_status st = clg_err_set(clg_dev_err(dev), CLG_ERR_BUILD,
+                                    "building kernel program '%s' (options '%s') on %s failed: %s\n%s", name,
+                                    options ? options : "", dev->info.name, clg_cl_errname(e),
+                                    log ? log : "(no build log)");
+        free(log);
+        clReleaseProgram(prog);
+        return st;
+    }
+    dev->ctx->prog_stats.built++;
+    clg_log(2, "built program '%s' [%s] in %.2f s", name, options ? options : "", dt);
+    *out = prog;
+    return CLG_OK;
+}
+
+clg_status clg_program_get(clg_device *dev, const char *name, const char *options, cl_program *out)
+{
+    if (!dev || !name || !out)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG, "clg_program_get: NULL argument");
+    *out = NULL;
+    const char *opts = options ? options : "";
+    uint64_t mkey = clg_hash_str(opts, clg_hash_str(name, CLG_HASH_SEED));
+    for (int i = 0; i < dev->nprogs; i++) {
+        clg_program_entry *pe = &dev->progs[i];
+        if (pe->key == mkey && strcmp(pe->name, name) == 0 && strcmp(pe->options, opts) == 0) {
+            *out = pe->program;
+            return CLG_OK;
+        }
+    }
+    if (dev->nprogs == dev->capprogs) {
+        int nc = dev->capprogs ? dev->capprogs * 2 : 16;
+        clg_program_entry *np = realloc(dev->progs, (size_t)nc * sizeof *np);
+        if (!np)
+            return clg_err_set(clg_dev_err(dev), CLG_ERR_HOST_OOM, "no memory");
+        dev->progs = np;
+        dev->capprogs = nc;
+    }
+    const char *src = NULL;
+    char *owned = NULL;
+    CLG_TRY(load_source(dev, name, &src, &owned));
+    uint64_t dkey = cache_key(dev, src, opts);
+    cl_program prog = dev->ctx->use_cache ? cache_load(dev, dkey, opts) : NULL;
+    if (!prog) {
+        clg_status st = build_from_source(dev, name, src, opts, &prog);
+        if (st != CLG_OK) {
+            free(owned);
+            return st;
+        }
+        if (dev->ctx->use_cache)
+            cache_store(dev, dkey, prog);
+    }
+    free(owned);
+    clg_program_entry *pe = &dev->progs[dev->nprogs];
+    memset(pe, 0, sizeof *pe);
+    pe->key = mkey;
+    pe->name = xstrdup(name);
+    pe->options = xstrdup(opts);
+    pe->program = prog;
+    if (!pe->name || !pe->options) {
+        free(pe->name);
+        free(pe->options);
+        clReleaseProgram(prog);
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_HOST_OOM, "no memory");
+    }
+    dev->nprogs++;
+    *out = prog;
+    return CLG_OK;
+}
+
+clg_status clg_kernel_get(clg_device *dev, const char *program, const char *options, const char *kernel,
+                          cl_kernel *out)
+{
+    cl_program prog = NULL;
+    CLG_TRY(clg_program_get(dev, program, options, &prog));
+    clg_program_entry *pe = NULL;
+    for (int i = 0; i < dev->nprogs; i++)
+        if (dev->progs[i].program == prog)
+            pe = &dev->progs[i];
+    for (int j = 0; j < pe->nkernels; j++)
+        if (strcmp(pe->kernels[j].name, kernel) == 0) {
+            *out = pe->kernels[j].kernel;
+            return CLG_OK;
+        }
+    if (pe->nkernels == pe->capkernels) {
+        int nc = pe->capkernels ? pe->capkernels * 2 : 8;
+        clg_kernel_entry *nk = realloc(pe->kernels, (size_t)nc * sizeof *nk);
+        if (!nk)
+            return clg_err_set(clg_dev_err(dev), CLG_ERR_HOST_OOM, "no memory");
+        pe->kernels = nk;
+        pe->capkernels = nc;
+    }
+    cl_int e = CL_SUCCESS;
+    cl_kernel k = clCreateKernel(prog, kernel, &e);
+    if (e != CL_SUCCESS)
+        return clg_err_set(clg_dev_err(dev), e == CL_INVALID_KERNEL_NAME ? CLG_ERR_NOT_FOUND : CLG_ERR_OPENCL,
+                           "clCreateKernel('%s' in program '%s') failed: %s", kernel, program, clg_cl_errname(e));
+    char *nm = xstrdup(kernel);
+    if (!nm) {
+        clReleaseKernel(k);
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_HOST_OOM, "no memory");
+    }
+    pe->kernels[pe->nkernels].name = nm;
+    pe->kernels[pe->nkernels].kernel = k;
+    pe->nkernels++;
+    *out = k;
+    return CLG_OK;
+}

@@ -1,0 +1,115 @@
+#define _POSIX_C_SOURCE 200809L
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+uint64_t tu_seed(void)
+{
+    static uint64_t seed;
+    static int have;
+    if (!have) {
+        const char *e = getenv("CLGRAD_TEST_SEED");
+        seed = e ? strtoull(e, NULL, 10) : ((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16));
+        have = 1;
+        fprintf(stderr, "test seed: %llu (set CLGRAD_TEST_SEED to repeat)\n", (unsigned long long)seed);
+    }
+    return seed;
+}
+
+void tu_rng(clg_rng *r, uint64_t stream) { clg_rng_seed(r, tu_seed(), stream); }
+
+clg_ctx *tu_ctx_cache(const char *devices, const char *cache_dir)
+{
+    clg_ctx_params p;
+    clg_ctx_params_init(&p);
+    p.devices = devices;
+    p.cache_dir = cache_dir;
+    clg_ctx *ctx = NULL;
+    clg_status st = clg_ctx_create(&p, &ctx);
+    if (st == CLG_ERR_NO_DEVICE) {
+        fprintf(stderr, "skip: %s\n", clg_last_error(NULL));
+        exit(TU_SKIP);
+    }
+    if (st != CLG_OK) {
+        fprintf(stderr, "context creation failed: %s\n", clg_last_error(NULL));
+        exit(1);
+    }
+    return ctx;
+}
+
+clg_ctx *tu_ctx(const char *devices) { return tu_ctx_cache(devices, NULL); }
+
+void tu_fill(float *x, size_t n, float lo, float hi, clg_rng *r)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = lo + (hi - lo) * clg_rng_uniform(r);
+}
+
+void tu_poison(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = NAN;
+}
+
+cl_mem tu_upload(clg_device *dev, const float *host, size_t n)
+{
+    cl_mem m = NULL;
+    ck_assert_int_eq(clg_buf_alloc(dev, n * sizeof(float) + 4, &m), CLG_OK);
+    float *tmp = NULL;
+    if (!host) {
+        tmp = malloc((n + 1) * sizeof(float));
+        tu_poison(tmp, n + 1);
+        host = tmp;
+    }
+    ck_assert_int_eq(clEnqueueWriteBuffer(dev->queue, m, CL_TRUE, 0, n * sizeof(float), host, 0, NULL, NULL),
+                     CL_SUCCESS);
+    free(tmp);
+    return m;
+}
+
+void tu_download(clg_device *dev, cl_mem m, float *host, size_t n)
+{
+    ck_assert_int_eq(clEnqueueReadBuffer(dev->queue, m, CL_TRUE, 0, n * sizeof(float), host, 0, NULL, NULL),
+                     CL_SUCCESS);
+}
+
+double tu_max_err(const float *got, const double *ref, size_t n, double atol)
+{
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - ref[i]) / (fabs(ref[i]) + atol);
+        if (isnan(got[i]) || isinf(got[i]))
+            return INFINITY;
+        if (e > worst)
+            worst = e;
+    }
+    return worst;
+}
+
+void tu_gemm_ref(int ta, int tb, int M, int N, int K, double alpha, const float *A, int lda, const float *B, int ldb,
+                 double beta, double *C, int ldc)
+{
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double acc = 0;
+            for (int k = 0; k < K; k++) {
+                double a = ta ? A[(size_t)k * lda + m] : A[(size_t)m * lda + k];
+                double b = tb ? B[(size_t)n * ldb + k] : B[(size_t)k * ldb + n];
+                acc += a * b;
+            }
+            C[(size_t)m * ldc + n] = alpha * acc + (beta != 0 ? beta * C[(size_t)m * ldc + n] : 0);
+        }
+}
+
+int tu_run(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,45 @@
+/* clgrad: command-line trainer and benchmark driver. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const cli_cmd commands[] = {
+    {"devices", cmd_devices, "list OpenCL platforms and devices"},
+    {"selfcheck", cmd_selfcheck, "run a GEMM self-check on every selected device"},
+    {"train", cmd_train, "train a model on a dataset"},
+    {"eval", cmd_eval, "evaluate trained weights on a dataset"},
+    {"predict", cmd_predict, "classify an image or IDX file"},
+    {"bench", cmd_bench, "benchmark gemm, conv or training"},
+    {"tune", cmd_tune, "auto-tune kernels for a device"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: clgrad COMMAND [OPTIONS]   (clgrad COMMAND --help for its options)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\n  --version  print the library version\n\nexit codes: 0 ok, 1 failure, 2 usage error\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return CLI_USAGE;
+    }
+    if (cli_is_help(argv[1]) || strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return CLI_OK;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("clgrad %s\n", clg_version_string());
+        return CLI_OK;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(argv[1], commands[i].name) == 0)
+            return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "clgrad: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return CLI_USAGE;
+}

@@ -1,0 +1,100 @@
+/* Shared helpers for the clgrad command-line program. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "clgrad %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n(see 'clgrad %s --help')\n", cmd);
+    va_end(ap);
+    return CLI_USAGE;
+}
+
+int cli_fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "clgrad: ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return CLI_FAIL;
+}
+
+int cli_is_help(const char *arg) { return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0; }
+
+int cli_opt_str(int argc, char **argv, int *i, const char *name, const char **out)
+{
+    const char *a = argv[*i];
+    size_t n = strlen(name);
+    if (strncmp(a, name, n) != 0)
+        return 0;
+    if (a[n] == '=') {
+        *out = a + n + 1;
+        return 1;
+    }
+    if (a[n] != 0)
+        return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "clgrad: option %s needs a value\n", name);
+        return -1;
+    }
+    *out = argv[++*i];
+    return 1;
+}
+
+int cli_opt_int(int argc, char **argv, int *i, const char *name, long lo, long hi, long *out)
+{
+    const char *v = NULL;
+    int r = cli_opt_str(argc, argv, i, name, &v);
+    if (r != 1)
+        return r;
+    char *end = NULL;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "clgrad: option %s wants an integer in [%ld, %ld], got '%s'\n", name, lo, hi, v);
+        return -1;
+    }
+    *out = x;
+    return 1;
+}
+
+int cli_opt_double(int argc, char **argv, int *i, const char *name, double *out)
+{
+    const char *v = NULL;
+    int r = cli_opt_str(argc, argv, i, name, &v);
+    if (r != 1)
+        return r;
+    char *end = NULL;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v || *end) {
+        fprintf(stderr, "clgrad: option %s wants a number, got '%s'\n", name, v);
+        return -1;
+    }
+    *out = x;
+    return 1;
+}
+
+clg_ctx *cli_ctx_open(const char *devices, int verbose)
+{
+    clg_ctx_params p;
+    clg_ctx_params_init(&p);
+    p.devices = devices;
+    p.verbose = verbose;
+    clg_ctx *ctx = NULL;
+    clg_status st = clg_ctx_create(&p, &ctx);
+    if (st != CLG_OK) {
+        fprintf(stderr, "clgrad: %s: %s\n", clg_status_string(st), clg_last_error(NULL));
+        return NULL;
+    }
+    return ctx;
+}

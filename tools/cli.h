@@ -1,0 +1,54 @@
+/* Shared helpers for the clgrad command-line program. */
+#ifndef CLG_CLI_H
+#define CLG_CLI_H
+
+#include <stdio.h>
+
+#include "clgrad.h"
+
+/* Exit codes. */
+#define CLI_OK 0
+#define CLI_FAIL 1
+#define CLI_USAGE 2
+
+typedef int (*cli_cmd_fn)(int argc, char **argv);
+
+/* A subcommand: argv[0] is the subcommand's name. */
+typedef struct cli_cmd {
+    const char *name;
+    cli_cmd_fn fn;
+    const char *summary;
+} cli_cmd;
+
+/* Prints "clgrad CMD: message" and a hint to stderr; returns CLI_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prints "clgrad: message" to stderr; returns CLI_FAIL. */
+int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Option parsing: at argv[*i] == name, consumes the value into *out.
+ * Returns 1 when consumed, 0 when argv[*i] is not this option, -1 on a
+ * bad/missing value (message printed). Accepts "--name value" and
+ * "--name=value". */
+int cli_opt_str(int argc, char **argv, int *i, const char *name, const char **out);
+int cli_opt_int(int argc, char **argv, int *i, const char *name, long lo, long hi, long *out);
+int cli_opt_double(int argc, char **argv, int *i, const char *name, double *out);
+int cli_is_help(const char *arg);
+
+/* Creates a context for a --devices selector (NULL: default); prints the
+ * error and returns NULL on failure. */
+clg_ctx *cli_ctx_open(const char *devices, int verbose);
+
+/* Subcommands (each in its own file). */
+int cmd_devices(int argc, char **argv);
+int cmd_selfcheck(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_tune(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_predict(int argc, char **argv);
+/* bench targets (cmd_bench dispatches) */
+int bench_gemm(int argc, char **argv);
+int bench_conv(int argc, char **argv);
+int bench_train(int argc, char **argv);
+
+#endif
