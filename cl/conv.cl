@@ -1,1 +1,145 @@
-// conv kernels (placeholder until the op family lands)
+// Direct convolution kernels (any shape, meant for depthwise / small cases)
+// and the bias gradient reduction. NCHW fp32; see src/ops/conv.c.
+
+#define CONV_WG 64
+
+// One work-item per output element: gws = (P*Q, K, N).
+__kernel void direct_fwd(__global const float *x, const int offx, const int C, const int H, const int W,
+                         const int K, const int R, const int S, const int P, const int Q,
+                         const int pad_h, const int pad_w, const int stride_h, const int stride_w,
+                         const int dil_h, const int dil_w, const int groups,
+                         __global const float *wt, const int offw, __global const float *bias, const int offb,
+                         const int has_bias, const int relu, __global float *y, const int offy)
+{
+    const int pq = get_global_id(0);
+    const int k = get_global_id(1);
+    const int n = get_global_id(2);
+    if (pq >= P * Q || k >= K)
+        return;
+    const int Cg = C / groups, Kg = K / groups;
+    const int g = k / Kg;
+    const int p = pq / Q, q = pq - (pq / Q) * Q;
+    const int h0 = p * stride_h - pad_h, w0 = q * stride_w - pad_w;
+    float acc = 0.0f;
+    for (int c = 0; c < Cg; c++) {
+        __global const float *xc = x + offx + (n * C + g * Cg + c) * H * W;
+        __global const float *wc = wt + offw + (k * Cg + c) * R * S;
+        for (int r = 0; r < R; r++) {
+            const int h = h0 + r * dil_h;
+            if (h < 0 || h >= H)
+                continue;
+            for (int s = 0; s < S; s++) {
+                const int w = w0 + s * dil_w;
+                if (w < 0 || w >= W)
+                    continue;
+                acc = fma(xc[h * W + w], wc[r * S + s], acc);
+            }
+        }
+    }
+    if (has_bias)
+        acc += bias[offb + k];
+    if (relu)
+        acc = fmax(acc, 0.0f);
+    y[offy + (n * K + k) * P * Q + pq] = acc;
+}
+
+// One work-item per input-gradient element: gws = (H*W, C, N).
+__kernel void direct_bwd_data(__global const float *dy, const int offdy, const int C, const int H, const int W,
+                              const int K, const int R, const int S, const int P, const int Q,
+                              const int pad_h, const int pad_w, const int stride_h, const int stride_w,
+                              const int dil_h, const int dil_w, const int groups,
+                              __global const float *wt, const int offw, __global float *dx, const int offdx)
+{
+    const int hw = get_global_id(0);
+    const int c = get_global_id(1);
+    const int n = get_global_id(2);
+    if (hw >= H * W || c >= C)
+        return;
+    const int Cg = C / groups, Kg = K / groups;
+    const int g = c / Cg, cl = c - g * Cg;
+    const int h = hw / W, w = hw - (hw / W) * W;
+    float acc = 0.0f;
+    for (int kk = 0; kk < Kg; kk++) {
+        const int k = g * Kg + kk;
+        __global const float *dyk = dy + offdy + (n * K + k) * P * Q;
+        __global const float *wk = wt + offw + (k * Cg + cl) * R * S;
+        for (int r = 0; r < R; r++) {
+            const int hh = h + pad_h - r * dil_h;
+            if (hh < 0 || hh % stride_h != 0)
+                continue;
+            const int p = hh / stride_h;
+            if (p >= P)
+                continue;
+            for (int s = 0; s < S; s++) {
+                const int ww = w + pad_w - s * dil_w;
+                if (ww < 0 || ww % stride_w != 0)
+                    continue;
+                const int q = ww / stride_w;
+                if (q >= Q)
+                    continue;
+                acc = fma(dyk[p * Q + q], wk[r * S + s], acc);
+            }
+        }
+    }
+    dx[offdx + (n * C + c) * H * W + hw] = acc;
+}
+
+static void wg_reduce_store(__local float *red, float acc, const float beta, __global float *dst)
+{
+    const int lid = get_local_id(0);
+    red[lid] = acc;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int st = CONV_WG / 2; st > 0; st >>= 1) {
+        if (lid < st)
+            red[lid] += red[lid + st];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0)
+        *dst = beta == 0.0f ? red[0] : fma(beta, *dst, red[0]);
+}
+
+// One work-group of CONV_WG per filter-gradient element (k, c, r, s):
+// gws = (CONV_WG * K*Cg*R*S), lws = (CONV_WG).
+__kernel __attribute__((reqd_work_group_size(CONV_WG, 1, 1)))
+void direct_bwd_filter(__global const float *x, const int offx, __global const float *dy, const int offdy,
+                       const int N, const int C, const int H, const int W,
+                       const int K, const int R, const int S, const int P, const int Q,
+                       const int pad_h, const int pad_w, const int stride_h, const int stride_w,
+                       const int dil_h, const int dil_w, const int groups, const float beta,
+                       __global float *dw, const int offdw)
+{
+    __local float red[CONV_WG];
+    const int idx = get_group_id(0);
+    const int Cg = C / groups, Kg = K / groups;
+    const int s = idx % S;
+    const int r = (idx / S) % R;
+    const int c = (idx / (R * S)) % Cg;
+    const int k = idx / (R * S * Cg);
+    const int g = k / Kg;
+    const int PQ = P * Q;
+    float acc = 0.0f;
+    for (int i = get_local_id(0); i < N * PQ; i += CONV_WG) {
+        const int n = i / PQ, pq = i - (i / PQ) * PQ;
+        const int p = pq / Q, q = pq - (pq / Q) * Q;
+        const int h = p * stride_h - pad_h + r * dil_h;
+        const int w = q * stride_w - pad_w + s * dil_w;
+        if (h >= 0 && h < H && w >= 0 && w < W)
+            acc = fma(dy[offdy + (n * K + k) * PQ + pq], x[offx + ((n * C + g * Cg + c) * H + h) * W + w], acc);
+    }
+    wg_reduce_store(red, acc, beta, dw + offdw + idx);
+}
+
+// db[k] = beta*db[k] + sum_{n,i} dy[n,k,i]: one work-group per k.
+__kernel __attribute__((reqd_work_group_size(CONV_WG, 1, 1)))
+void bias_grad(__global const float *dy, const int offdy, const int N, const int K, const int PQ,
+               const float beta, __global float *db, const int offdb)
+{
+    __local float red[CONV_WG];
+    const int k = get_group_id(0);
+    float acc = 0.0f;
+    for (int i = get_local_id(0); i < N * PQ; i += CONV_WG) {
+        const int n = i / PQ, j = i - (i / PQ) * PQ;
+        acc += dy[offdy + (n * K + k) * PQ + j];
+    }
+    wg_reduce_store(red, acc, beta, db + offdb + k);
+}

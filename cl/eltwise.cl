@@ -1,1 +1,146 @@
-// eltwise kernels (placeholder until the op family lands)
+// Element-wise kernels: activations (forward/backward), residual add,
+// inverted dropout, strided row copies (concat/flatten), column sums (bias
+// gradients). One element per work-item, no branches that depend on data
+// beyond select()s, so the CPU back-ends vectorize across work-items.
+// Offsets and counts are in elements (uint); see src/ops/nn.h.
+
+#define SQRT1_2 0.70710678118654752f
+#define INV_SQRT_2PI 0.39894228040143268f
+
+// ---- activations ----
+// fwd: y = f(x).  bwd: dx = dy * f'(.) computed from y where f' is a
+// function of the output (relu, leaky with alpha > 0, sigmoid, tanh), from
+// x for gelu.
+#define ACT_KERNELS(NAME, FWD, BWD)                                                                    \
+    __kernel void act_##NAME##_fwd(const uint n, const float alpha, __global const float *x,          \
+                                   const uint ox, __global float *y, const uint oy)                    \
+    {                                                                                                  \
+        const uint i = get_global_id(0);                                                               \
+        if (i >= n)                                                                                    \
+            return;                                                                                    \
+        const float v = x[ox + i];                                                                     \
+        y[oy + i] = (FWD);                                                                             \
+    }                                                                                                  \
+    __kernel void act_##NAME##_bwd(const uint n, const float alpha, __global const float *x,          \
+                                   const uint ox, __global const float *y, const uint oy,              \
+                                   __global const float *dy, const uint ody, __global float *dx,       \
+                                   const uint odx)                                                     \
+    {                                                                                                  \
+        const uint i = get_global_id(0);                                                               \
+        if (i >= n)                                                                                    \
+            return;                                                                                    \
+        const float g = dy[ody + i];                                                                   \
+        dx[odx + i] = (BWD);                                                                           \
+    }
+
+ACT_KERNELS(relu, fmax(v, 0.0f), select(0.0f, g, y[oy + i] > 0.0f))
+ACT_KERNELS(leaky, select(alpha * v, v, v > 0.0f), select(alpha * g, g, y[oy + i] > 0.0f))
+ACT_KERNELS(sigmoid, 1.0f / (1.0f + exp(-v)), g * y[oy + i] * (1.0f - y[oy + i]))
+ACT_KERNELS(tanh, tanh(v), g * (1.0f - y[oy + i] * y[oy + i]))
+ACT_KERNELS(gelu, 0.5f * v * (1.0f + erf(v * SQRT1_2)),
+            g * (0.5f * (1.0f + erf(x[ox + i] * SQRT1_2)) +
+                 x[ox + i] * INV_SQRT_2PI * exp(-0.5f * x[ox + i] * x[ox + i])))
+
+// ---- residual add ----
+// y = a + b
+__kernel void add2(const uint n, __global const float *a, const uint oa, __global const float *b, const uint ob,
+                   __global float *y, const uint oy)
+{
+    const uint i = get_global_id(0);
+    if (i >= n)
+        return;
+    y[oy + i] = a[oa + i] + b[ob + i];
+}
+
+// y += a
+__kernel void add_acc(const uint n, __global const float *a, const uint oa, __global float *y, const uint oy)
+{
+    const uint i = get_global_id(0);
+    if (i >= n)
+        return;
+    y[oy + i] += a[oa + i];
+}
+
+// ---- inverted dropout ----
+// The keep decision for element i is a pure function of (seed, step,
+// base + i): backward recomputes it, and a batch split across devices
+// (base = first element of the share) draws the same mask as one device.
+inline uint clg_mix32(uint h)
+{
+    h ^= h >> 16;
+    h *= 0x7feb352du;
+    h ^= h >> 15;
+    h *= 0x846ca68bu;
+    h ^= h >> 16;
+    return h;
+}
+
+inline float clg_dropout_scale(const uint seed, const uint step, const uint idx, const float p, const float inv_keep)
+{
+    const uint h = clg_mix32(idx ^ clg_mix32(seed ^ clg_mix32(step + 0x9e3779b9u)));
+    const float u = (float)(h >> 8) * (1.0f / 16777216.0f); // [0, 1)
+    return select(0.0f, inv_keep, u >= p);
+}
+
+// y = x * mask / (1 - p)  (also dx = dy * mask / (1 - p))
+__kernel void dropout(const uint n, const uint seed, const uint step, const uint base, const float p,
+                      const float inv_keep, __global const float *x, const uint ox, __global float *y, const uint oy)
+{
+    const uint i = get_global_id(0);
+    if (i >= n)
+        return;
+    y[oy + i] = x[ox + i] * clg_dropout_scale(seed, step, base + i, p, inv_keep);
+}
+
+// ---- strided rows copy (concat, flatten) ----
+// dst[od + r*sd + i] = src[os + r*ss + i], i < len, r < rows
+__kernel void copy_rows(const uint len, const uint rows, __global const float *src, const uint os, const uint ss,
+                        __global float *dst, const uint od, const uint sd)
+{
+    const uint i = get_global_id(0);
+    const uint r = get_global_id(1);
+    if (i >= len || r >= rows)
+        return;
+    dst[od + r * sd + i] = src[os + r * ss + i];
+}
+
+// ---- column sums (dense bias gradient) ----
+// y[j] = sum_r x[r*cols + j]   (overwrites y)
+__kernel void colsum(const uint rows, const uint cols, __global const float *x, const uint ox, __global float *y,
+                     const uint oy)
+{
+    const uint j = get_global_id(0);
+    if (j >= cols)
+        return;
+    float s = 0.0f;
+    for (uint r = 0; r < rows; r++)
+        s += x[ox + r * cols + j];
+    y[oy + j] = s;
+}
+
+// ---- plane sums (conv bias gradient fallback) ----
+// One work-group of 64 per channel c: y[c] = sum_{n, i < hw} x[n*C*hw + c*hw + i]
+#define PS_WG 64
+__kernel __attribute__((reqd_work_group_size(PS_WG, 1, 1))) void
+plane_sum(const uint N, const uint C, const uint hw, __global const float *x, const uint ox, __global float *y,
+          const uint oy)
+{
+    __local float part[PS_WG];
+    const uint c = get_group_id(0);
+    const uint lid = get_local_id(0);
+    float s = 0.0f;
+    for (uint n = 0; n < N; n++) {
+        __global const float *p = x + ox + ((size_t)n * C + c) * hw;
+        for (uint i = lid; i < hw; i += PS_WG)
+            s += p[i];
+    }
+    part[lid] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint w = PS_WG / 2; w > 0; w >>= 1) {
+        if (lid < w)
+            part[lid] += part[lid + w];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0)
+        y[oy + c] = part[0];
+}

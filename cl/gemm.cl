@@ -1,6 +1,26 @@
-// GEMM kernels. Row-major; see src/ops/gemm.h for the argument contract.
-// Reference kernel: one work-item per C element, guarded for any M, N, K.
-// TA/TB select op(A)/op(B) at run time through kernel arguments.
+// GEMM kernels. Row-major; see src/ops/gemm.h for the argument contract:
+// C = act(alpha * op(A) * op(B) + beta * C + bias).
+//
+// Always compiled (no options):
+//   gemm_ref      one work-item per C element, guarded for any M, N, K; the
+//                 correctness fallback. TA/TB are run-time arguments.
+//   gemm_pack     copies op(A) (or op(B)^T) into zero-padded panels:
+//                 dst[b][p][k][j] = X(row p*P+j, col k), P rows per panel,
+//                 Kp (>= K) columns; rows >= R and columns >= K are zero.
+//                 With kmaj the element (r, k) is X[k*ld + r], else X[r*ld + k].
+//   gemm_reduce   split-K: sums KS partial products and applies the epilogue.
+//   gemm_epilogue bias + ReLU in place (after a backend without epilogue).
+// With -D GEMM_CPU (MR, NV, VW): gemm_cpu, the CPU-friendly family: no
+//   barriers, each work-item owns an MR x (NV*VW) register tile of floatVW
+//   vectors, reads a packed B panel contiguously and broadcasts packed A.
+// With -D GEMM_TILED (MWG NWG KWG MDIMC NDIMC VWM VWN PADA PADB): gemm_tiled,
+//   the GPU-style family: a work-group tile MWG x NWG staged KWG deep in
+//   __local memory, each work-item an (MWG/MDIMC) x (NWG/NDIMC) register tile.
+// Both families read packed operands (so any M, N, K is safe: padding is
+// zero) and guard every store to C.
+
+#define GEMM_CAT_(a, b) a##b
+#define GEMM_CAT(a, b) GEMM_CAT_(a, b)
 
 __kernel void gemm_ref(const int M, const int N, const int K, const float alpha, const float beta,
                        const int ta, const int tb,
@@ -14,23 +34,296 @@ __kernel void gemm_ref(const int M, const int N, const int K, const float alpha,
     const int b = get_global_id(2);
     if (m >= M || n >= N)
         return;
-    __global const float *a = A + offA + b * strideA;
-    __global const float *bb = B + offB + b * strideB;
-    __global float *c = C + offC + b * strideC;
+    __global const float *a = A + offA + (size_t)b * strideA;
+    __global const float *bb = B + offB + (size_t)b * strideB;
+    __global float *c = C + offC + (size_t)b * strideC;
     float acc = 0.0f;
     for (int k = 0; k < K; k++) {
-        float av = ta ? a[k * lda + m] : a[m * lda + k];
-        float bv = tb ? bb[n * ldb + k] : bb[k * ldb + n];
+        float av = ta ? a[(size_t)k * lda + m] : a[(size_t)m * lda + k];
+        float bv = tb ? bb[(size_t)n * ldb + k] : bb[(size_t)k * ldb + n];
         acc = fma(av, bv, acc);
     }
     float v = alpha * acc;
     if (beta != 0.0f)
-        v += beta * c[m * ldc + n];
+        v += beta * c[(size_t)m * ldc + n];
     if (bias_mode == 1)
         v += bias[offBias + m];
     else if (bias_mode == 2)
         v += bias[offBias + n];
     if (relu)
         v = fmax(v, 0.0f);
-    c[m * ldc + n] = v;
+    c[(size_t)m * ldc + n] = v;
 }
+
+// Scalar epilogue shared by the guarded paths. beta == 0 never reads C.
+inline float gemm_epi(float acc, const float alpha, const float beta, __global const float *cp,
+                      __global const float *bias, const int bias_mode, const int m, const int n, const int relu)
+{
+    float v = alpha * acc;
+    if (beta != 0.0f)
+        v += beta * *cp;
+    if (bias_mode == 1)
+        v += bias[m];
+    else if (bias_mode == 2)
+        v += bias[n];
+    return relu ? fmax(v, 0.0f) : v;
+}
+
+// gws: (Kp, R panels, batch). Each work-item writes one k-row of one panel.
+__kernel void gemm_pack(const int R, const int K, const int Kp, const int kmaj,
+                        __global const float *X, const int off, const int ld, const int stride,
+                        const int P, __global float *D, const int dstride)
+{
+    const int k = get_global_id(0);
+    const int p = get_global_id(1);
+    const int b = get_global_id(2);
+    if (k >= Kp)
+        return;
+    __global const float *x = X + off + (size_t)b * stride;
+    __global float *d = D + (size_t)b * dstride + ((size_t)p * Kp + k) * P;
+    const int r0 = p * P;
+    if (k < K && r0 + P <= R) {
+        if (kmaj) {
+            __global const float *s = x + (size_t)k * ld + r0;
+            for (int j = 0; j < P; j++)
+                d[j] = s[j];
+        } else {
+            __global const float *s = x + (size_t)r0 * ld + k;
+            for (int j = 0; j < P; j++)
+                d[j] = s[(size_t)j * ld];
+        }
+    } else {
+        for (int j = 0; j < P; j++) {
+            const int r = r0 + j;
+            float v = 0.0f;
+            if (k < K && r < R)
+                v = kmaj ? x[(size_t)k * ld + r] : x[(size_t)r * ld + k];
+            d[j] = v;
+        }
+    }
+}
+
+// gws: (N, M, batch). W holds KS partial products per batch entry, each
+// Mp x Np (row-major, leading dimension Np).
+__kernel void gemm_reduce(const int M, const int N, const int KS, const int Mp, const int Np,
+                          __global const float *W, const float alpha, const float beta,
+                          __global float *C, const int offC, const int ldc, const int strideC,
+                          __global const float *bias, const int offBias, const int bias_mode, const int relu)
+{
+    const int n = get_global_id(0);
+    const int m = get_global_id(1);
+    const int b = get_global_id(2);
+    if (m >= M || n >= N)
+        return;
+    __global const float *w = W + (size_t)b * KS * Mp * Np + (size_t)m * Np + n;
+    float acc = 0.0f;
+    for (int s = 0; s < KS; s++)
+        acc += w[(size_t)s * Mp * Np];
+    __global float *cp = C + offC + (size_t)b * strideC + (size_t)m * ldc + n;
+    *cp = gemm_epi(acc, alpha, beta, cp, bias + offBias, bias_mode, m, n, relu);
+}
+
+// gws: (N, M, batch). C = act(C + bias), in place.
+__kernel void gemm_epilogue(const int M, const int N, __global float *C, const int offC, const int ldc,
+                            const int strideC, __global const float *bias, const int offBias, const int bias_mode,
+                            const int relu)
+{
+    const int n = get_global_id(0);
+    const int m = get_global_id(1);
+    const int b = get_global_id(2);
+    if (m >= M || n >= N)
+        return;
+    __global float *cp = C + offC + (size_t)b * strideC + (size_t)m * ldc + n;
+    *cp = gemm_epi(*cp, 1.0f, 0.0f, cp, bias + offBias, bias_mode, m, n, relu);
+}
+
+#ifdef GEMM_CPU
+#ifndef MR
+#define MR 8
+#endif
+#ifndef NV
+#define NV 2
+#endif
+#ifndef VW
+#define VW 16
+#endif
+#define NR (NV * VW)
+#define VEC GEMM_CAT(float, VW)
+#define VLOAD GEMM_CAT(vload, VW)
+#define VSTORE GEMM_CAT(vstore, VW)
+
+// gws: (Mt rounded up to the work-group size, Nt, batch * KS); lws (WGS, 1, 1).
+// Ap: per batch entry apStride floats, panels of MR rows x K; Bp likewise
+// with NR columns. Work-item (mt, nt, b*KS+s) computes rows mt*MR.., columns
+// nt*NR.. over k in [s*kchunk, min(K, (s+1)*kchunk)). With KS > 1 it writes
+// the raw sum into W (see gemm_reduce), else it applies the epilogue to C.
+__kernel void gemm_cpu(const int M, const int N, const int K, const int Mt, const float alpha, const float beta,
+                       __global const float *Ap, const int apStride, __global const float *Bp, const int bpStride,
+                       __global float *C, const int offC, const int ldc, const int strideC,
+                       __global const float *bias, const int offBias, const int bias_mode, const int relu,
+                       const int KS, const int kchunk, __global float *W)
+{
+    const int mt = get_global_id(0);
+    const int nt = get_global_id(1);
+    const int bs = get_global_id(2);
+    if (mt >= Mt)
+        return;
+    const int b = bs / KS, s = bs % KS;
+    const int k0 = s * kchunk;
+    const int k1 = min(K, k0 + kchunk);
+    __global const float *a = Ap + (size_t)b * apStride + (size_t)mt * K * MR + (size_t)k0 * MR;
+    __global const float *bp = Bp + (size_t)b * bpStride + (size_t)nt * K * NR + (size_t)k0 * NR;
+
+    VEC acc[MR][NV];
+#pragma unroll
+    for (int i = 0; i < MR; i++)
+#pragma unroll
+        for (int v = 0; v < NV; v++)
+            acc[i][v] = (VEC)(0.0f);
+
+    for (int k = k0; k < k1; k++) {
+        VEC bv[NV];
+#pragma unroll
+        for (int v = 0; v < NV; v++)
+            bv[v] = VLOAD(v, bp);
+#pragma unroll
+        for (int i = 0; i < MR; i++) {
+            const VEC av = (VEC)(a[i]);
+#pragma unroll
+            for (int v = 0; v < NV; v++)
+                acc[i][v] = fma(av, bv[v], acc[i][v]);
+        }
+        a += MR;
+        bp += NR;
+    }
+
+    const int m0 = mt * MR, n0 = nt * NR;
+    if (KS > 1) {
+        const int Np = get_global_size(1) * NR;
+        const int Mp = Mt * MR;
+        __global float *w = W + ((size_t)bs * Mp + m0) * Np + n0;
+#pragma unroll
+        for (int i = 0; i < MR; i++)
+#pragma unroll
+            for (int v = 0; v < NV; v++)
+                VSTORE(acc[i][v], v, w + (size_t)i * Np);
+        return;
+    }
+    __global float *c = C + offC + (size_t)b * strideC;
+    __global const float *bi = bias + offBias;
+#pragma unroll
+    for (int i = 0; i < MR; i++) {
+        const int m = m0 + i;
+        if (m < M) {
+            __global float *crow = c + (size_t)m * ldc;
+            const float brow = bias_mode == 1 ? bi[m] : 0.0f;
+#pragma unroll
+            for (int v = 0; v < NV; v++) {
+                const int n = n0 + v * VW;
+                if (n + VW <= N) {
+                    VEC r = alpha * acc[i][v];
+                    if (beta != 0.0f)
+                        r = fma((VEC)(beta), VLOAD(0, crow + n), r);
+                    if (bias_mode == 1)
+                        r += (VEC)(brow);
+                    else if (bias_mode == 2)
+                        r += VLOAD(0, bi + n);
+                    if (relu)
+                        r = fmax(r, (VEC)(0.0f));
+                    VSTORE(r, 0, crow + n);
+                } else if (n < N) {
+                    float t[VW];
+                    VSTORE(acc[i][v], 0, t);
+                    for (int j = 0; j < VW && n + j < N; j++)
+                        crow[n + j] = gemm_epi(t[j], alpha, beta, crow + n + j, bi, bias_mode, m, n + j, relu);
+                }
+            }
+        }
+    }
+}
+#endif /* GEMM_CPU */
+
+#ifdef GEMM_TILED
+#define MWI (MWG / MDIMC)
+#define NWI (NWG / NDIMC)
+#define VECM GEMM_CAT(float, VWM)
+#define VECN GEMM_CAT(float, VWN)
+#define VLOADM GEMM_CAT(vload, VWM)
+#define VLOADN GEMM_CAT(vload, VWN)
+#define VSTOREM GEMM_CAT(vstore, VWM)
+#define VSTOREN GEMM_CAT(vstore, VWN)
+
+// gws: (Mp/MWG*MDIMC, Np/NWG*NDIMC, batch); lws (MDIMC, NDIMC, 1).
+// Ap: panels of MWG rows x Kp (Kp a multiple of KWG), Bp: NWG columns x Kp.
+// Work-item (tm, tn) owns rows (i/VWM)*MDIMC*VWM + tm*VWM + i%VWM of the
+// work-group tile (strided, so neighbours read neighbouring local words).
+__kernel __attribute__((reqd_work_group_size(MDIMC, NDIMC, 1)))
+void gemm_tiled(const int M, const int N, const int Kp, const float alpha, const float beta,
+                __global const float *Ap, const int apStride, __global const float *Bp, const int bpStride,
+                __global float *C, const int offC, const int ldc, const int strideC,
+                __global const float *bias, const int offBias, const int bias_mode, const int relu)
+{
+    __local float Al[KWG][MWG + PADA];
+    __local float Bl[KWG][NWG + PADB];
+    const int tm = get_local_id(0), tn = get_local_id(1);
+    const int mb = get_group_id(0), nb = get_group_id(1);
+    const int b = get_global_id(2);
+    const int tid = tn * MDIMC + tm;
+    __global const float *ap = Ap + (size_t)b * apStride + (size_t)mb * Kp * MWG;
+    __global const float *bp = Bp + (size_t)b * bpStride + (size_t)nb * Kp * NWG;
+
+    float acc[MWI][NWI];
+#pragma unroll
+    for (int i = 0; i < MWI; i++)
+#pragma unroll
+        for (int j = 0; j < NWI; j++)
+            acc[i][j] = 0.0f;
+
+    for (int k0 = 0; k0 < Kp; k0 += KWG) {
+        for (int idx = tid; idx < KWG * MWG / VWM; idx += MDIMC * NDIMC) {
+            const int e = idx * VWM;
+            VSTOREM(VLOADM(idx, ap), 0, &Al[e / MWG][e % MWG]);
+        }
+        for (int idx = tid; idx < KWG * NWG / VWN; idx += MDIMC * NDIMC) {
+            const int e = idx * VWN;
+            VSTOREN(VLOADN(idx, bp), 0, &Bl[e / NWG][e % NWG]);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll 4
+        for (int kk = 0; kk < KWG; kk++) {
+            float ar[MWI], br[NWI];
+#pragma unroll
+            for (int w = 0; w < MWI / VWM; w++)
+                VSTOREM(VLOADM(0, &Al[kk][(w * MDIMC + tm) * VWM]), w, ar);
+#pragma unroll
+            for (int w = 0; w < NWI / VWN; w++)
+                VSTOREN(VLOADN(0, &Bl[kk][(w * NDIMC + tn) * VWN]), w, br);
+#pragma unroll
+            for (int i = 0; i < MWI; i++)
+#pragma unroll
+                for (int j = 0; j < NWI; j++)
+                    acc[i][j] = fma(ar[i], br[j], acc[i][j]);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        ap += KWG * MWG;
+        bp += KWG * NWG;
+    }
+
+    __global float *c = C + offC + (size_t)b * strideC;
+    __global const float *bi = bias + offBias;
+#pragma unroll
+    for (int i = 0; i < MWI; i++) {
+        const int m = mb * MWG + (i / VWM) * MDIMC * VWM + tm * VWM + i % VWM;
+        if (m < M) {
+#pragma unroll
+            for (int j = 0; j < NWI; j++) {
+                const int n = nb * NWG + (j / VWN) * NDIMC * VWN + tn * VWN + j % VWN;
+                if (n < N) {
+                    __global float *cp = c + (size_t)m * ldc + n;
+                    *cp = gemm_epi(acc[i][j], alpha, beta, cp, bi, bias_mode, m, n, relu);
+                }
+            }
+        }
+    }
+}
+#endif /* GEMM_TILED */

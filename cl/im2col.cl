@@ -1,1 +1,78 @@
-// im2col kernels (placeholder until the op family lands)
+// im2col / col2im and a channel-packing copy for convolution (NCHW, fp32).
+// Launch geometry and argument meaning: src/ops/conv.c.
+// Column matrix element (b, crs, pq) lives at col[offcol + b*bstride + crs*ld + pq]
+// where crs = (c*R + r)*S + s indexes the filter window of one group and
+// pq = p*Q + q the output position.
+
+__kernel void im2col(__global const float *x, const int offx, const int C, const int H, const int W,
+                     const int c0, const int Cg, const int R, const int S, const int P, const int Q,
+                     const int pad_h, const int pad_w, const int stride_h, const int stride_w,
+                     const int dil_h, const int dil_w,
+                     __global float *col, const int offcol, const int bstride, const int ld)
+{
+    const int pq = get_global_id(0);
+    const int crs = get_global_id(1);
+    const int b = get_global_id(2);
+    if (pq >= P * Q || crs >= Cg * R * S)
+        return;
+    const int s = crs % S;
+    const int r = (crs / S) % R;
+    const int c = crs / (R * S);
+    const int p = pq / Q, q = pq - (pq / Q) * Q;
+    const int h = p * stride_h - pad_h + r * dil_h;
+    const int w = q * stride_w - pad_w + s * dil_w;
+    float v = 0.0f;
+    if (h >= 0 && h < H && w >= 0 && w < W)
+        v = x[offx + ((b * C + c0 + c) * H + h) * W + w];
+    col[offcol + b * bstride + crs * ld + pq] = v;
+}
+
+// Gathers the column gradient back to the image (overwrites dx channels
+// c0 .. c0+Cg-1): every input pixel sums the column entries that read it.
+__kernel void col2im(__global const float *col, const int offcol, const int bstride, const int ld,
+                     const int C, const int H, const int W, const int c0, const int Cg,
+                     const int R, const int S, const int P, const int Q,
+                     const int pad_h, const int pad_w, const int stride_h, const int stride_w,
+                     const int dil_h, const int dil_w,
+                     __global float *dx, const int offdx)
+{
+    const int hw = get_global_id(0);
+    const int c = get_global_id(1);
+    const int b = get_global_id(2);
+    if (hw >= H * W || c >= Cg)
+        return;
+    const int h = hw / W, w = hw - (hw / W) * W;
+    __global const float *cb = col + offcol + b * bstride;
+    float acc = 0.0f;
+    for (int r = 0; r < R; r++) {
+        const int hh = h + pad_h - r * dil_h;
+        if (hh < 0 || hh % stride_h != 0)
+            continue;
+        const int p = hh / stride_h;
+        if (p >= P)
+            continue;
+        for (int s = 0; s < S; s++) {
+            const int ww = w + pad_w - s * dil_w;
+            if (ww < 0 || ww % stride_w != 0)
+                continue;
+            const int q = ww / stride_w;
+            if (q >= Q)
+                continue;
+            acc += cb[((c * R + r) * S + s) * ld + p * Q + q];
+        }
+    }
+    dx[offdx + ((b * C + c0 + c) * H + h) * W + w] = acc;
+}
+
+// dst[c*ld + b*HW + i] = src[offsrc + (b*Ctot + c0 + c)*HW + i]: gathers one
+// channel group of a batch chunk into a (Cg) x (nb*HW) matrix.
+__kernel void pack_chw(__global const float *src, const int offsrc, const int Ctot, const int c0, const int Cg,
+                       const int HW, __global float *dst, const int offdst, const int ld)
+{
+    const int i = get_global_id(0);
+    const int c = get_global_id(1);
+    const int b = get_global_id(2);
+    if (i >= HW || c >= Cg)
+        return;
+    dst[offdst + c * ld + b * HW + i] = src[offsrc + (b * Ctot + c0 + c) * HW + i];
+}

@@ -1,1 +1,87 @@
-// optim kernels (placeholder until the op family lands)
+// Optimizer kernels: SGD (momentum, Nesterov, weight decay), Adam/AdamW,
+// squared-norm partial sums (gradient clipping, fp16 overflow checks) and a
+// few small vector helpers used by the network (gradient summation).
+// Every kernel is 1-D over n elements; gscale multiplies the raw gradient
+// (clipping factor / inverse loss scale).
+
+__kernel void sgd_step(__global float *w, __global const float *g, __global float *m, const int n, const float lr,
+                       const float momentum, const float wd, const int nesterov, const float gscale)
+{
+    int i = get_global_id(0);
+    if (i >= n)
+        return;
+    float wi = w[i];
+    float gi = g[i] * gscale + wd * wi;
+    if (momentum != 0.0f) {
+        float v = momentum * m[i] + gi;
+        m[i] = v;
+        gi = nesterov ? gi + momentum * v : v;
+    }
+    w[i] = wi - lr * gi;
+}
+
+// Adam (decoupled == 0: L2 added to the gradient) and AdamW (decoupled == 1:
+// w -= lr * wd * w). bc1 = 1 - beta1^t, bc2 = 1 - beta2^t.
+__kernel void adam_step(__global float *w, __global const float *g, __global float *m, __global float *v,
+                        const int n, const float lr, const float beta1, const float beta2, const float eps,
+                        const float wd, const int decoupled, const float bc1, const float bc2, const float gscale)
+{
+    int i = get_global_id(0);
+    if (i >= n)
+        return;
+    float wi = w[i];
+    float gi = g[i] * gscale;
+    if (decoupled)
+        wi -= lr * wd * wi;
+    else
+        gi += wd * wi;
+    float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+    float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    float denom = sqrt(vi / bc2) + eps;
+    w[i] = wi - lr * (mi / bc1) / denom;
+}
+
+// partial[out_off + group] = sum over this group's strided share of x[i]^2.
+// Work-group size must be WG (a power of two).
+#ifndef WG
+#define WG 256
+#endif
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void sumsq_partial(__global const float *x, const int n,
+                                                                           __global float *partial,
+                                                                           const int out_off)
+{
+    __local float acc[WG];
+    int lid = get_local_id(0);
+    float s = 0.0f;
+    for (int i = get_global_id(0); i < n; i += get_global_size(0)) {
+        float v = x[i];
+        s += v * v;
+    }
+    acc[lid] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int st = WG / 2; st > 0; st >>= 1) {
+        if (lid < st)
+            acc[lid] += acc[lid + st];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0)
+        partial[out_off + get_group_id(0)] = acc[0];
+}
+
+// y += a * x
+__kernel void axpy_f32(__global float *y, __global const float *x, const float a, const int n)
+{
+    int i = get_global_id(0);
+    if (i < n)
+        y[i] += a * x[i];
+}
+
+// y = v
+__kernel void fill_f32(__global float *y, const float v, const int n)
+{
+    int i = get_global_id(0);
+    if (i < n)
+        y[i] = v;
+}

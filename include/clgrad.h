@@ -175,6 +175,143 @@ CLG_API clg_status clg_pool_stats_get(const clg_ctx *ctx, int device, clg_pool_s
  * (may be NULL) receives the worst relative error seen. */
 CLG_API clg_status clg_selfcheck(clg_ctx *ctx, double *max_rel_err);
 
+/* ======================================================================
+ * Models and training (owner: trainer)
+ *
+ * A model is built from a model file (or its text), instantiated on one
+ * device of a context. Images are NCHW float arrays of the model's input
+ * shape; labels are int32 class indices.
+ *
+ *   clg_model *m;
+ *   clg_model_params mp;
+ *   clg_model_params_init(&mp);
+ *   clg_model_create_file(ctx, "models/lenet5.cfg", &mp, &m);
+ *   clg_model_load_weights(m, "lenet5.safetensors");
+ *   clg_model_predict(m, images, n, probs);   // probs: n * classes floats
+ *   clg_model_destroy(m);
+ * ====================================================================== */
+typedef struct clg_model clg_model;
+
+typedef struct clg_model_params {
+    int device;         /* device index in the context (default 0) */
+    int batch;          /* largest batch per call; 0: the model file's [net] batch */
+    uint64_t seed;      /* weight initialisation seed (default 1) */
+    /* Training settings used by clg_model_train_step; NULL / negative:
+     * the model file's [net] values. */
+    const char *optimizer; /* "sgd", "adam", "adamw" */
+    double learning_rate;
+    double momentum;
+    double weight_decay;
+} clg_model_params;
+
+typedef struct clg_metrics {
+    int64_t step;       /* optimizer steps taken */
+    double loss;        /* mean loss of the last train step / predict-with-labels call */
+    double accuracy;    /* fraction correct of the same */
+    int samples;        /* samples in that call */
+} clg_metrics;
+
+CLG_API void clg_model_params_init(clg_model_params *p);
+/* Builds a model from a file or from model text (source_name may be NULL).
+ * Errors (with line numbers) through clg_last_error(ctx). */
+CLG_API clg_status clg_model_create_file(clg_ctx *ctx, const char *path, const clg_model_params *p, clg_model **out);
+CLG_API clg_status clg_model_create_string(clg_ctx *ctx, const char *text, const char *source_name,
+                                           const clg_model_params *p, clg_model **out);
+/* NULL is a no-op. */
+CLG_API void clg_model_destroy(clg_model *m);
+/* Input shape, classes and the largest batch per call. */
+CLG_API void clg_model_shape(const clg_model *m, int *channels, int *height, int *width, int *classes, int *batch);
+/* Writes the layer table (name, type, output shape, params, MFLOPs) into
+ * buf (NUL-terminated, truncated to cap). Returns the full length. */
+CLG_API size_t clg_model_summary(const clg_model *m, char *buf, size_t cap);
+/* Weights (and normalization, when present) from / to a checkpoint file
+ * (safetensors layout). A checkpoint of another model is rejected. */
+CLG_API clg_status clg_model_load_weights(clg_model *m, const char *path);
+CLG_API clg_status clg_model_save_weights(clg_model *m, const char *path);
+/* Inference on n images (any n >= 1; split into batches). probs receives
+ * n * classes floats (softmax probabilities, or the raw outputs of a
+ * model without a softmax layer). Input normalization loaded with the
+ * weights is applied. */
+CLG_API clg_status clg_model_predict(clg_model *m, const float *images, int n, float *probs);
+/* One training step (forward, backward, optimizer) on n <= batch images. */
+CLG_API clg_status clg_model_train_step(clg_model *m, const float *images, const int32_t *labels, int n);
+CLG_API clg_status clg_model_metrics(const clg_model *m, clg_metrics *out);
+
+/* Whole training runs (what `clgrad train` does). */
+typedef struct clg_train_params {
+    const char *model;          /* model file (required) */
+    const char *data;           /* "fashion-mnist", "mnist", "cifar10" or a path (required) */
+    int device;                 /* device index in the context (default 0) */
+    int epochs;                 /* 0: [net] epochs */
+    int batch;                  /* 0: [net] batch */
+    double learning_rate;       /* < 0: [net] */
+    const char *optimizer;      /* NULL: [net] */
+    const char *schedule;       /* "none", "step", "cosine"; NULL: [net] */
+    long warmup;                /* linear warm-up steps; < 0: [net] */
+    double momentum;            /* < 0: [net] */
+    double weight_decay;        /* < 0: [net] */
+    double clip_norm;           /* < 0: [net]; 0 off */
+    const char *precision;      /* "fp32" (default) or "fp16" */
+    const char *checkpoint_dir; /* NULL: no checkpoints */
+    int resume;                 /* continue from checkpoint_dir/last.safetensors */
+    uint64_t seed;              /* default 1 */
+    const char *log_csv;        /* CSV per epoch; an SVG plot is written next to it */
+    int64_t max_steps;          /* stop after this many optimizer steps in total; 0: no limit */
+    long limit_train;           /* use only the first N training samples; 0: all */
+    long limit_test;            /* likewise for the test set; 0: all; < 0: no evaluation */
+    int progress;               /* progress on stderr: 0 off, 1 on */
+    const char *save_weights;   /* also write the final weights here (may be NULL) */
+} clg_train_params;
+
+typedef struct clg_train_report {
+    int epochs_done;
+    int64_t steps;
+    double train_loss, train_accuracy; /* last epoch (or partial epoch) */
+    double test_loss, test_accuracy;   /* last evaluation (-1 when none) */
+    double images_per_s;               /* training throughput over the run */
+    double seconds;
+} clg_train_report;
+
+CLG_API void clg_train_params_init(clg_train_params *p);
+CLG_API clg_status clg_train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_report *out);
+
+/* Evaluation of a model on a dataset ("fashion-mnist", ... or a path; the
+ * test split). limit > 0 uses only the first limit samples. */
+typedef struct clg_eval_report {
+    int samples;
+    int classes;
+    double loss, accuracy;
+    int64_t *confusion; /* classes x classes, row = true class, column = predicted; malloc'd */
+} clg_eval_report;
+CLG_API clg_status clg_model_evaluate(clg_model *m, const char *data, long limit, clg_eval_report *out);
+CLG_API void clg_eval_report_free(clg_eval_report *r);
+/* Predicts every image of an IDX images file or a PGM image (resized
+ * images are not supported: the shape must match the model input).
+ * *probs (n * classes floats) is malloc'd: release with clg_free. */
+CLG_API clg_status clg_model_predict_file(clg_model *m, const char *path, float **probs, int *n);
+CLG_API void clg_free(void *p);
+
+/* Training throughput on synthetic data (what `clgrad bench train` does). */
+typedef struct clg_bench_train_params {
+    const char *model; /* model file */
+    int device;        /* device index (default 0) */
+    int batch;         /* default 128 */
+    int steps;         /* timed steps (default 20) */
+    int warmup;        /* untimed steps first (default 3) */
+    uint64_t seed;
+} clg_bench_train_params;
+typedef struct clg_bench_train_report {
+    double images_per_s;  /* batch * steps / time of the timed steps */
+    double ms_per_step;   /* mean */
+    double ms_per_step_median;
+    double seconds;
+    int devices;          /* devices used */
+} clg_bench_train_report;
+CLG_API void clg_bench_train_params_init(clg_bench_train_params *p);
+CLG_API clg_status clg_bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_bench_train_report *out);
+
+/* ====================================================================== */
+
 #ifdef __cplusplus
 }
 #endif

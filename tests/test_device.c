@@ -1,11 +1,157 @@
+/* device: enumeration, selectors, per-device context/queue, info queries. */
+#include <string.h>
+
 #include "testutil.h"
-START_TEST(placeholder) { ck_assert_int_eq(1, 1); }
+
+static clg_device_info *infos;
+static cl_platform_id *plats;
+static cl_device_id *ids;
+static int count;
+
+static void setup(void)
+{
+    clg_err e;
+    clg_status st = clg_enumerate(&e, &infos, &plats, &ids, &count);
+    if (st == CLG_ERR_NO_DEVICE) {
+        fprintf(stderr, "skip: %s\n", e.msg);
+        exit(TU_SKIP);
+    }
+    ck_assert_int_eq(st, CLG_OK);
+}
+
+static void teardown(void)
+{
+    free(infos);
+    free(plats);
+    free(ids);
+}
+
+START_TEST(enumerate_fills_info)
+{
+    ck_assert_int_ge(count, 1);
+    for (int i = 0; i < count; i++) {
+        ck_assert_uint_gt(strlen(infos[i].name), 0);
+        ck_assert_uint_gt(strlen(infos[i].platform), 0);
+        ck_assert_uint_gt(infos[i].compute_units, 0);
+        ck_assert_uint_gt(infos[i].global_mem_bytes, 0);
+        ck_assert_uint_gt(infos[i].max_work_group_size, 0);
+        ck_assert_ptr_nonnull(strstr(infos[i].opencl_c_version, "OpenCL C"));
+        ck_assert_ptr_nonnull(strstr(infos[i].device_version, "OpenCL"));
+    }
+}
 END_TEST
+
+START_TEST(selectors)
+{
+    clg_err e;
+    int sel[16], n = 0;
+    ck_assert_int_eq(clg_select_devices(&e, "all", infos, count, sel, 16, &n), CLG_OK);
+    ck_assert_int_eq(n, count);
+    ck_assert_int_eq(clg_select_devices(&e, NULL, infos, count, sel, 16, &n), CLG_OK);
+    ck_assert_int_eq(n, count);
+    ck_assert_int_eq(clg_select_devices(&e, "0", infos, count, sel, 16, &n), CLG_OK);
+    ck_assert_int_eq(n, 1);
+    ck_assert_int_eq(sel[0], 0);
+    /* by type: every device of that type, nothing else */
+    int ncpu = 0;
+    for (int i = 0; i < count; i++)
+        ncpu += infos[i].type == CLG_DEVICE_CPU;
+    clg_status st = clg_select_devices(&e, "cpu", infos, count, sel, 16, &n);
+    if (ncpu) {
+        ck_assert_int_eq(st, CLG_OK);
+        ck_assert_int_eq(n, ncpu);
+    } else {
+        ck_assert_int_eq(st, CLG_ERR_NO_DEVICE);
+    }
+    /* by name substring, case-insensitive */
+    char sub[8] = {0};
+    for (int i = 0; i < 4 && infos[0].name[i]; i++)
+        sub[i] = (char)((infos[0].name[i] >= 'a' && infos[0].name[i] <= 'z') ? infos[0].name[i] - 32 : infos[0].name[i]);
+    char byname[32];
+    snprintf(byname, sizeof byname, "name:%s", sub);
+    ck_assert_int_eq(clg_select_devices(&e, byname, infos, count, sel, 16, &n), CLG_OK);
+    ck_assert_int_ge(n, 1);
+    /* errors say what is wrong */
+    ck_assert_int_eq(clg_select_devices(&e, "name:no-such-device-xyz", infos, count, sel, 16, &n),
+                     CLG_ERR_NO_DEVICE);
+    ck_assert_ptr_nonnull(strstr(e.msg, "no-such-device-xyz"));
+    ck_assert_int_eq(clg_select_devices(&e, "99", infos, count, sel, 16, &n), CLG_ERR_NO_DEVICE);
+    ck_assert_ptr_nonnull(strstr(e.msg, "out of range"));
+    ck_assert_int_eq(clg_select_devices(&e, "0,x", infos, count, sel, 16, &n), CLG_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(e.msg, "0,x"));
+    ck_assert_int_eq(clg_select_devices(&e, "0,0", infos, count, sel, 16, &n), CLG_ERR_INVALID_ARG);
+    ck_assert_int_eq(clg_select_devices(&e, "bogus:1", infos, count, sel, 16, &n), CLG_ERR_INVALID_ARG);
+}
+END_TEST
+
+START_TEST(two_devices)
+{
+    if (count < 2) {
+        fprintf(stderr, "skip two_devices: %d device(s); run with POCL_DEVICES=\"pthread pthread\"\n", count);
+        return;
+    }
+    clg_ctx *ctx = tu_ctx("0,1");
+    ck_assert_int_eq(clg_device_count(ctx), 2);
+    for (int i = 0; i < 2; i++) {
+        clg_device *d = &ctx->devs[i];
+        ck_assert_ptr_nonnull(d->cl);
+        ck_assert_ptr_nonnull(d->queue);
+        cl_command_queue_properties props = 0;
+        ck_assert_int_eq(clGetCommandQueueInfo(d->queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL), CL_SUCCESS);
+        ck_assert(props & CL_QUEUE_PROFILING_ENABLE);
+        ck_assert(!(props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE));
+    }
+    ck_assert_ptr_ne(ctx->devs[0].cl, ctx->devs[1].cl);
+    /* the self-check runs a GEMM on each device against a double reference */
+    double worst = -1;
+    ck_assert_int_eq(clg_selfcheck(ctx, &worst), CLG_OK);
+    ck_assert(worst >= 0 && worst < 1e-5);
+    clg_ctx_destroy(ctx);
+}
+END_TEST
+
+START_TEST(public_info_api)
+{
+    clg_ctx *ctx = tu_ctx("all");
+    clg_device_info info;
+    ck_assert_int_eq(clg_device_info_get(ctx, 0, &info), CLG_OK);
+    ck_assert_str_eq(info.name, infos[0].name);
+    ck_assert_int_eq(clg_device_info_get(ctx, clg_device_count(ctx), &info), CLG_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(clg_last_error(ctx), "out of range"));
+    ck_assert_int_eq(clg_device_info_get(NULL, 0, &info), CLG_ERR_INVALID_ARG);
+    clg_pool_stats ps;
+    ck_assert_int_eq(clg_pool_stats_get(ctx, 0, &ps), CLG_OK);
+    ck_assert_int_eq(clg_pool_stats_get(ctx, -1, &ps), CLG_ERR_INVALID_ARG);
+    clg_ctx_destroy(ctx);
+    clg_ctx_destroy(NULL); /* no-op */
+    ck_assert_int_eq(clg_device_count(NULL), 0);
+}
+END_TEST
+
+START_TEST(bad_selector_context)
+{
+    clg_ctx_params p;
+    clg_ctx_params_init(&p);
+    p.devices = "name:definitely-not-a-device";
+    clg_ctx *ctx = (clg_ctx *)0x1;
+    ck_assert_int_eq(clg_ctx_create(&p, &ctx), CLG_ERR_NO_DEVICE);
+    ck_assert_ptr_null(ctx);
+    ck_assert_ptr_nonnull(strstr(clg_last_error(NULL), "definitely-not-a-device"));
+    ck_assert_int_eq(clg_ctx_create(&p, NULL), CLG_ERR_INVALID_ARG);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("device");
     TCase *tc = tcase_create("device");
-    tcase_add_test(tc, placeholder);
+    tcase_add_unchecked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, enumerate_fills_info);
+    tcase_add_test(tc, selectors);
+    tcase_add_test(tc, two_devices);
+    tcase_add_test(tc, public_info_api);
+    tcase_add_test(tc, bad_selector_context);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -108,6 +108,8 @@ void tu_gemm_ref(int ta, int tb, int M, int N, int K, double alpha, const float 
 int tu_run(Suite *s)
 {
     SRunner *sr = srunner_create(s);
+    /* OpenCL runtimes keep threads that do not survive fork(): run in-process */
+    srunner_set_fork_status(sr, CK_NOFORK);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

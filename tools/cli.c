@@ -84,8 +84,10 @@ int cli_opt_double(int argc, char **argv, int *i, const char *name, double *out)
     return 1;
 }
 
-clg_ctx *cli_ctx_open(const char *devices, int verbose)
+clg_ctx *cli_ctx_open(const char *devices, int verbose, int *rc)
 {
+    if (rc)
+        *rc = CLI_OK;
     clg_ctx_params p;
     clg_ctx_params_init(&p);
     p.devices = devices;
@@ -94,6 +96,8 @@ clg_ctx *cli_ctx_open(const char *devices, int verbose)
     clg_status st = clg_ctx_create(&p, &ctx);
     if (st != CLG_OK) {
         fprintf(stderr, "clgrad: %s: %s\n", clg_status_string(st), clg_last_error(NULL));
+        if (rc)
+            *rc = st == CLG_ERR_INVALID_ARG ? CLI_USAGE : CLI_FAIL;
         return NULL;
     }
     return ctx;

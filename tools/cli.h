@@ -35,8 +35,9 @@ int cli_opt_double(int argc, char **argv, int *i, const char *name, double *out)
 int cli_is_help(const char *arg);
 
 /* Creates a context for a --devices selector (NULL: default); prints the
- * error and returns NULL on failure. */
-clg_ctx *cli_ctx_open(const char *devices, int verbose);
+ * error and returns NULL on failure, with *rc (may be NULL) set to the exit
+ * code: CLI_USAGE for a malformed selector, else CLI_FAIL. */
+clg_ctx *cli_ctx_open(const char *devices, int verbose, int *rc);
 
 /* Subcommands (each in its own file). */
 int cmd_devices(int argc, char **argv);

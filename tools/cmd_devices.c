@@ -52,9 +52,10 @@ int cmd_devices(int argc, char **argv)
         } else
             return cli_usage_error("devices", "unknown option '%s'", argv[i]);
     }
-    clg_ctx *ctx = cli_ctx_open(sel, 0);
+    int rc = CLI_OK;
+    clg_ctx *ctx = cli_ctx_open(sel, 0, &rc);
     if (!ctx)
-        return CLI_FAIL;
+        return rc;
     int n = clg_device_count(ctx);
     if (json)
         printf("[");
@@ -120,13 +121,14 @@ int cmd_selfcheck(int argc, char **argv)
         } else
             return cli_usage_error("selfcheck", "unknown option '%s'", argv[i]);
     }
-    clg_ctx *ctx = cli_ctx_open(sel, 0);
+    int rc = CLI_OK;
+    clg_ctx *ctx = cli_ctx_open(sel, 0, &rc);
     if (!ctx)
-        return CLI_FAIL;
+        return rc;
     double worst = 0;
     clg_status st = clg_selfcheck(ctx, &worst);
     if (st != CLG_OK) {
-        int rc = cli_fail("self-check: %s", clg_last_error(ctx));
+        rc = cli_fail("self-check: %s", clg_last_error(ctx));
         clg_ctx_destroy(ctx);
         return rc;
     }

@@ -1,11 +1,188 @@
-/* clgrad train (placeholder until its issue lands) */
+/* clgrad train MODEL --data SPEC [options]: trains a model (public API only). */
 #include <stdio.h>
+#include <string.h>
 
 #include "cli.h"
 
+static void help(FILE *f)
+{
+    fprintf(f,
+            "usage: clgrad train MODEL --data fashion-mnist|mnist|cifar10|PATH [options]\n"
+            "\n"
+            "Trains MODEL (a model file, e.g. models/vgg-s.cfg) and evaluates it on the test\n"
+            "split after every epoch. Defaults come from the model file's [net] section.\n"
+            "\n"
+            "  --data SPEC          dataset: fashion-mnist, mnist, cifar10, a directory or an IDX file\n"
+            "  --epochs N           epochs to train\n"
+            "  --batch N            batch size\n"
+            "  --lr X               learning rate\n"
+            "  --optimizer NAME     sgd, adam or adamw\n"
+            "  --momentum X         SGD momentum\n"
+            "  --weight-decay X     weight decay (L2 for sgd/adam, decoupled for adamw)\n"
+            "  --schedule NAME      none, step or cosine\n"
+            "  --warmup N           linear learning-rate warm-up over N steps\n"
+            "  --clip-norm X        clip gradients to global L2 norm X (0: off)\n"
+            "  --devices SEL        device selector (all, gpu, cpu, 0,1, name:TEXT); trains on the first\n"
+            "  --precision P        fp32 (default) or fp16 (not supported yet)\n"
+            "  --checkpoint DIR     save DIR/last.safetensors after every epoch and at the end\n"
+            "  --resume             continue from DIR/last.safetensors (same batch and --epochs)\n"
+            "  --seed N             seed for weights and shuffling (default 1)\n"
+            "  --log FILE.csv       per-epoch CSV log; an SVG plot is written next to it\n"
+            "  --steps N            stop after N optimizer steps in total (checkpoint saved)\n"
+            "  --limit-train N      use only the first N training samples\n"
+            "  --limit-test N       evaluate on only the first N test samples\n"
+            "  --no-eval            skip the per-epoch test evaluation\n"
+            "  --save FILE          write the final weights to FILE (safetensors layout)\n"
+            "  --quiet              no layer table and no progress\n"
+            "  --verbose            debug logging\n"
+            "\n"
+            "exit codes: 0 ok, 1 failure (bad model file, missing data, ...), 2 usage error\n");
+}
+
 int cmd_train(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    return cli_fail("'train' is not implemented yet");
+    clg_train_params p;
+    clg_train_params_init(&p);
+    p.progress = 1;
+    const char *devices = NULL;
+    int verbose = 0;
+    long v;
+    double d;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r;
+        if (cli_is_help(a)) {
+            help(stdout);
+            return CLI_OK;
+        }
+#define OPT(call)                   \
+    if ((r = (call)) != 0) {        \
+        if (r < 0)                  \
+            return CLI_USAGE;       \
+        continue;                   \
+    }
+        OPT(cli_opt_str(argc, argv, &i, "--data", &p.data));
+        if ((r = cli_opt_int(argc, argv, &i, "--epochs", 1, 1000000, &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            p.epochs = (int)v;
+            continue;
+        }
+        if ((r = cli_opt_int(argc, argv, &i, "--batch", 1, 1 << 20, &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            p.batch = (int)v;
+            continue;
+        }
+        if ((r = cli_opt_double(argc, argv, &i, "--lr", &d)) != 0) {
+            if (r < 0 || d < 0)
+                return r < 0 ? CLI_USAGE : cli_usage_error("train", "--lr must be >= 0");
+            p.learning_rate = d;
+            continue;
+        }
+        OPT(cli_opt_str(argc, argv, &i, "--optimizer", &p.optimizer));
+        if ((r = cli_opt_double(argc, argv, &i, "--momentum", &d)) != 0) {
+            if (r < 0 || d < 0 || d >= 1)
+                return r < 0 ? CLI_USAGE : cli_usage_error("train", "--momentum must be in [0, 1)");
+            p.momentum = d;
+            continue;
+        }
+        if ((r = cli_opt_double(argc, argv, &i, "--weight-decay", &d)) != 0) {
+            if (r < 0 || d < 0)
+                return r < 0 ? CLI_USAGE : cli_usage_error("train", "--weight-decay must be >= 0");
+            p.weight_decay = d;
+            continue;
+        }
+        OPT(cli_opt_str(argc, argv, &i, "--schedule", &p.schedule));
+        if ((r = cli_opt_int(argc, argv, &i, "--warmup", 0, 1L << 40, &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            p.warmup = v;
+            continue;
+        }
+        if ((r = cli_opt_double(argc, argv, &i, "--clip-norm", &d)) != 0) {
+            if (r < 0 || d < 0)
+                return r < 0 ? CLI_USAGE : cli_usage_error("train", "--clip-norm must be >= 0");
+            p.clip_norm = d;
+            continue;
+        }
+        OPT(cli_opt_str(argc, argv, &i, "--devices", &devices));
+        OPT(cli_opt_str(argc, argv, &i, "--precision", &p.precision));
+        OPT(cli_opt_str(argc, argv, &i, "--checkpoint", &p.checkpoint_dir));
+        if (strcmp(a, "--resume") == 0) {
+            p.resume = 1;
+            continue;
+        }
+        if ((r = cli_opt_int(argc, argv, &i, "--seed", 0, 0x7fffffffffffffffL, &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            p.seed = (uint64_t)v;
+            continue;
+        }
+        OPT(cli_opt_str(argc, argv, &i, "--log", &p.log_csv));
+        if ((r = cli_opt_int(argc, argv, &i, "--steps", 1, 0x7fffffffffffffffL, &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            p.max_steps = v;
+            continue;
+        }
+        if ((r = cli_opt_int(argc, argv, &i, "--limit-train", 1, 0x7fffffff, &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            p.limit_train = v;
+            continue;
+        }
+        if ((r = cli_opt_int(argc, argv, &i, "--limit-test", 1, 0x7fffffff, &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            p.limit_test = v;
+            continue;
+        }
+        if (strcmp(a, "--no-eval") == 0) {
+            p.limit_test = -1;
+            continue;
+        }
+        OPT(cli_opt_str(argc, argv, &i, "--save", &p.save_weights));
+        if (strcmp(a, "--quiet") == 0) {
+            p.progress = 0;
+            continue;
+        }
+        if (strcmp(a, "--verbose") == 0) {
+            verbose = 2;
+            continue;
+        }
+#undef OPT
+        if (a[0] == '-' && a[1])
+            return cli_usage_error("train", "unknown option '%s'", a);
+        if (p.model)
+            return cli_usage_error("train", "more than one model file ('%s' and '%s')", p.model, a);
+        p.model = a;
+    }
+    if (!p.model)
+        return cli_usage_error("train", "missing MODEL (a model file such as models/lenet5.cfg)");
+    if (!p.data)
+        return cli_usage_error("train", "missing --data (fashion-mnist, mnist, cifar10 or a path)");
+    if (p.precision && strcmp(p.precision, "fp32") != 0 && strcmp(p.precision, "fp16") != 0)
+        return cli_usage_error("train", "--precision must be fp32 or fp16, got '%s'", p.precision);
+    clg_ctx *ctx = cli_ctx_open(devices, verbose);
+    if (!ctx)
+        return CLI_FAIL;
+    if (clg_device_count(ctx) > 1 && p.progress)
+        fprintf(stderr, "note: %d devices selected; training runs on device 0 (multi-device data parallelism is not "
+                        "implemented yet)\n",
+                clg_device_count(ctx));
+    clg_train_report rep;
+    clg_status st = clg_train_run(ctx, &p, &rep);
+    if (st != CLG_OK) {
+        int code = cli_fail("train: %s", clg_last_error(ctx));
+        clg_ctx_destroy(ctx);
+        return code;
+    }
+    printf("trained %d epoch(s), %lld steps in %.1f s (%.0f images/s)\n", rep.epochs_done, (long long)rep.steps,
+           rep.seconds, rep.images_per_s);
+    printf("train loss %.4f accuracy %.2f%%\n", rep.train_loss, 100 * rep.train_accuracy);
+    if (rep.test_accuracy >= 0)
+        printf("test loss %.4f accuracy %.2f%%\n", rep.test_loss, 100 * rep.test_accuracy);
+    clg_ctx_destroy(ctx);
+    return CLI_OK;
 }

@@ -6,12 +6,13 @@ import os
 import sys
 
 
-def c_string(text):
-    out = []
-    for line in text.splitlines(True):
-        esc = line.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-        out.append('    "' + esc + '"')
-    return "\n".join(out) if out else '    ""'
+def c_bytes(text):
+    # A byte array, not a string literal: ISO C caps literal length at 4095.
+    data = list(text.encode("utf-8")) + [0]
+    rows = []
+    for i in range(0, len(data), 24):
+        rows.append("    " + ", ".join(str(b) for b in data[i:i + 24]) + ",")
+    return "{\n" + "\n".join(rows) + "\n}"
 
 
 def main():
@@ -23,7 +24,7 @@ def main():
         name = os.path.splitext(os.path.basename(path))[0]
         with open(path, encoding="utf-8") as f:
             text = f.read()
-        parts.append("static const char src_%d[] =\n%s;\n" % (i, c_string(text)))
+        parts.append("static const char src_%d[] = %s;\n" % (i, c_bytes(text)))
         names.append(name)
     parts.append("static const char *const names[] = {%s NULL};" %
                  "".join('"%s", ' % n for n in names))

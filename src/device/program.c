@@ -207,6 +207,32 @@ static clg_status build_from_source(clg_device *dev, const char *name, const cha
     return CLG_OK;
 }
 
+/* Some drivers crash on malformed options (PoCL 3.1 on a bare "-D"):
+ * catch the common mistakes before the driver sees them. */
+static clg_status check_options(clg_device *dev, const char *name, const char *opts)
+{
+    const char *p = opts;
+    while (*p) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (!*p)
+            break;
+        const char *tok = p;
+        while (*p && *p != ' ' && *p != '\t')
+            p++;
+        size_t len = (size_t)(p - tok);
+        if ((len == 2 && (strncmp(tok, "-D", 2) == 0 || strncmp(tok, "-I", 2) == 0))) {
+            while (*p == ' ' || *p == '\t')
+                p++;
+            if (!*p || *p == '-')
+                return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG,
+                                   "build options for program '%s' ('%s'): '%.2s' without an argument", name, opts,
+                                   tok);
+        }
+    }
+    return CLG_OK;
+}
+
 clg_status clg_program_get(clg_device *dev, const char *name, const char *options, cl_program *out)
 {
     if (!dev || !name || !out)
@@ -229,6 +255,7 @@ clg_status clg_program_get(clg_device *dev, const char *name, const char *option
         dev->progs = np;
         dev->capprogs = nc;
     }
+    CLG_TRY(check_options(dev, name, opts));
     const char *src = NULL;
     char *owned = NULL;
     CLG_TRY(load_source(dev, name, &src, &owned));

@@ -44,7 +44,12 @@ typedef struct clg_conv_cache {
     uint64_t built_version[CLG_CONV_ALGO_COUNT];
     cl_mem transformed[CLG_CONV_ALGO_COUNT];
     clg_conv_algo chosen[3]; /* per pass, resolved from AUTO; 0 = not chosen yet */
+    /* (added) backward-data filter transforms (flipped/transposed filters) */
+    uint64_t built_version_bwd[CLG_CONV_ALGO_COUNT];
+    cl_mem transformed_bwd[CLG_CONV_ALGO_COUNT];
 } clg_conv_cache;
+/* A zero-initialised clg_conv_cache is empty; transforms count as built only
+ * while transformed[a] != NULL and built_version[a] == weights_version. */
 CLG_INTERNAL void clg_conv_cache_free(clg_device *dev, clg_conv_cache *c);
 
 /* y = act(conv(x, w) + bias); bias may be NULL; relu 0/1. */

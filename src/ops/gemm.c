@@ -1,7 +1,17 @@
-/* GEMM launcher: argument checks and backend choice. */
+/* GEMM launcher: argument checks, backend choice (own kernels, CLBlast,
+ * reference), parameter sets of the own kernels and their packing. */
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "clg_config.h"
 #include "gemm.h"
+#include "tune.h"
+
+#if CLG_HAVE_CLBLAST
+#include <clblast_c.h>
+#endif
 
 void clg_gemm_args_init(clg_gemm_args *a)
 {
@@ -14,67 +24,777 @@ void clg_gemm_args_init(clg_gemm_args *a)
 static clg_status check_args(clg_device *dev, const clg_gemm_args *a)
 {
     clg_err *err = clg_dev_err(dev);
-    if (a->M < 0 || a->N < 0 || a->K < 0)
-        return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm: negative size M=%d N=%d K=%d", a->M, a->N, a->K);
+    if (a->M < 0 || a->N < 0 || a->K < 0 || a->batch < 0)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm: negative size M=%d N=%d K=%d batch=%d", a->M, a->N,
+                           a->K, a->batch);
     if (!a->A || !a->B || !a->C)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm: NULL buffer");
-    int rowsA = a->ta ? a->K : a->M, colsA = a->ta ? a->M : a->K;
-    int rowsB = a->tb ? a->N : a->K, colsB = a->tb ? a->K : a->N;
-    (void)rowsA;
-    (void)rowsB;
+    int colsA = a->ta ? a->M : a->K;
+    int colsB = a->tb ? a->K : a->N;
     if (a->lda < CLG_MAX(1, colsA) || a->ldb < CLG_MAX(1, colsB) || a->ldc < CLG_MAX(1, a->N))
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm: leading dimension too small (lda=%d ldb=%d ldc=%d)",
                            a->lda, a->ldb, a->ldc);
     if (a->bias_mode != CLG_BIAS_NONE && !a->bias)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm: bias mode set without a bias buffer");
+    if (a->bias_mode < CLG_BIAS_NONE || a->bias_mode > CLG_BIAS_COL)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm: unknown bias mode %d", (int)a->bias_mode);
+    /* The kernels take offsets, strides and leading dimensions as int. */
+    int batch = a->batch > 0 ? a->batch : 1;
+    size_t lim = (size_t)INT_MAX;
+    if (a->offA > lim || a->offB > lim || a->offC > lim || a->offBias > lim || a->strideA > lim ||
+        a->strideB > lim || a->strideC > lim ||
+        (size_t)(a->ta ? a->K : a->M) * (size_t)a->lda > lim || (size_t)(a->tb ? a->N : a->K) * (size_t)a->ldb > lim ||
+        (size_t)a->M * (size_t)a->ldc > lim || (size_t)(batch - 1) * a->strideC + a->offC > lim ||
+        (size_t)(batch - 1) * a->strideA + a->offA > lim || (size_t)(batch - 1) * a->strideB + a->offB > lim)
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "gemm: operands beyond 2^31 elements are not supported");
     return CLG_OK;
 }
 
-static clg_status gemm_ref(clg_device *dev, const clg_gemm_args *a, cl_event *ev)
+/* ---- kernel arguments ---- */
+
+typedef struct kargs {
+    cl_kernel k;
+    cl_uint i;
+    cl_int e;
+} kargs;
+
+static void ka_int(kargs *a, int v)
+{
+    if (a->e == CL_SUCCESS)
+        a->e = clSetKernelArg(a->k, a->i, sizeof v, &v);
+    a->i++;
+}
+static void ka_flt(kargs *a, float v)
+{
+    if (a->e == CL_SUCCESS)
+        a->e = clSetKernelArg(a->k, a->i, sizeof v, &v);
+    a->i++;
+}
+static void ka_mem(kargs *a, cl_mem v)
+{
+    if (a->e == CL_SUCCESS)
+        a->e = clSetKernelArg(a->k, a->i, sizeof v, &v);
+    a->i++;
+}
+
+/* Events: the first enqueued kernel goes to *first (when asked), the last to
+ * *last. ev_slot returns where the next kernel's event should go. */
+typedef struct evs {
+    cl_event *first, *last;
+    cl_event tmp;
+    int n;
+} evs;
+
+static clg_status enqueue(clg_device *dev, cl_kernel k, cl_uint dims, const size_t *gws, const size_t *lws,
+                          evs *ev, const char *what)
+{
+    cl_event e = NULL;
+    cl_int rc = clEnqueueNDRangeKernel(dev->queue, k, dims, NULL, gws, lws, 0, NULL, &e);
+    if (rc != CL_SUCCESS)
+        return clg_cl_fail(clg_dev_err(dev), rc, what, __FILE__, __LINE__);
+    if (ev->n == 0 && ev->first) {
+        *ev->first = e;
+        clRetainEvent(e);
+    }
+    ev->n++;
+    if (ev->tmp)
+        clReleaseEvent(ev->tmp);
+    ev->tmp = e;
+    return CLG_OK;
+}
+
+/* Hands the last event to the caller (or drops it). */
+static void ev_finish(evs *ev, clg_status st)
+{
+    if (st == CLG_OK && ev->last) {
+        *ev->last = ev->tmp;
+        ev->tmp = NULL;
+    }
+    if (ev->tmp)
+        clReleaseEvent(ev->tmp);
+    ev->tmp = NULL;
+    if (st != CLG_OK && ev->first && *ev->first) {
+        clReleaseEvent(*ev->first);
+        *ev->first = NULL;
+    }
+}
+
+/* ---- reference backend ---- */
+
+static clg_status gemm_ref(clg_device *dev, const clg_gemm_args *a, evs *ev)
 {
     cl_kernel k;
     CLG_TRY(clg_kernel_get(dev, "gemm", "", "gemm_ref", &k));
     int batch = a->batch > 0 ? a->batch : 1;
-    int offA = (int)a->offA, offB = (int)a->offB, offC = (int)a->offC, offBias = (int)a->offBias;
-    int sA = (int)a->strideA, sB = (int)a->strideB, sC = (int)a->strideC;
-    int bm = (int)a->bias_mode;
-    cl_mem bias = a->bias ? a->bias : a->C;
-    int i = 0;
-    clg_err *err = clg_dev_err(dev);
-    CLG_CL_CHECK(err, clSetKernelArg(k, i++, sizeof(int), &a->M));
-    CLG_CL_CHECK(err, clSetKernelArg(k, i++, sizeof(int), &a->N));
-    CLG_CL_CHECK(err, clSetKernelArg(k, i++, sizeof(int), &a->K));
-    CLG_CL_CHECK(err, clSetKernelArg(k, i++, sizeof(float), &a->alpha));
-    CLG_CL_CHECK(err, clSetKernelArg(k, i++, sizeof(float), &a->beta));
-    CLG_CL_CHECK(err, clSetKernelArg(k, i++, sizeof(int), &a->ta));
-    CLG_CL_CHECK(err, clSetKernelArg(k, i++, sizeof(int), &a->tb));
-    CLG_CL_CHECK(err, clSetKernelArg(k, i++, sizeof(cl_mem), &a->A));
-    CLG_CL_CHECK(err, clSetKernelArg(k, i++, sizeof(int), &offA));
-    CLG_CL_CHECK(err, clSetKernelArg(k, i++, sizeof(int), &a->lda));
-    CLG_CL_CHECK(err, clSetKernelArg(k, i++, sizeof(int), &sA));
-    CLG_CL_CHECK(err, clSetKernelArg(k, i++, sizeof(cl_mem), &a->B));
-    CLG_CL_CHECK(err, clSetKernelArg(k, i++, sizeof(int), &offB));
-    CLG_CL_CHECK(err, clSetKernelArg(k, i++, sizeof(int), &a->ldb));
-    CLG_CL_CHECK(err, clSetKernelArg(k, i++, sizeof(int), &sB));
-    CLG_CL_CHECK(err, clSetKernelArg(k, i++, sizeof(cl_mem), &a->C));
-    CLG_CL_CHECK(err, clSetKernelArg(k, i++, sizeof(int), &offC));
-    CLG_CL_CHECK(err, clSetKernelArg(k, i++, sizeof(int), &a->ldc));
-    CLG_CL_CHECK(err, clSetKernelArg(k, i++, sizeof(int), &sC));
-    CLG_CL_CHECK(err, clSetKernelArg(k, i++, sizeof(cl_mem), &bias));
-    CLG_CL_CHECK(err, clSetKernelArg(k, i++, sizeof(int), &offBias));
-    CLG_CL_CHECK(err, clSetKernelArg(k, i++, sizeof(int), &bm));
-    CLG_CL_CHECK(err, clSetKernelArg(k, i++, sizeof(int), &a->relu));
+    kargs g = {k, 0, CL_SUCCESS};
+    ka_int(&g, a->M);
+    ka_int(&g, a->N);
+    ka_int(&g, a->K);
+    ka_flt(&g, a->alpha);
+    ka_flt(&g, a->beta);
+    ka_int(&g, a->ta);
+    ka_int(&g, a->tb);
+    ka_mem(&g, a->A);
+    ka_int(&g, (int)a->offA);
+    ka_int(&g, a->lda);
+    ka_int(&g, (int)a->strideA);
+    ka_mem(&g, a->B);
+    ka_int(&g, (int)a->offB);
+    ka_int(&g, a->ldb);
+    ka_int(&g, (int)a->strideB);
+    ka_mem(&g, a->C);
+    ka_int(&g, (int)a->offC);
+    ka_int(&g, a->ldc);
+    ka_int(&g, (int)a->strideC);
+    ka_mem(&g, a->bias ? a->bias : a->C);
+    ka_int(&g, (int)a->offBias);
+    ka_int(&g, (int)a->bias_mode);
+    ka_int(&g, a->relu);
+    if (g.e != CL_SUCCESS)
+        return clg_cl_fail(clg_dev_err(dev), g.e, "clSetKernelArg(gemm_ref)", __FILE__, __LINE__);
     size_t gws[3] = {(size_t)a->N, (size_t)a->M, (size_t)batch};
-    CLG_CL_CHECK(err, clEnqueueNDRangeKernel(dev->queue, k, 3, NULL, gws, NULL, 0, NULL, ev));
+    return enqueue(dev, k, 3, gws, NULL, ev, "clEnqueueNDRangeKernel(gemm_ref)");
+}
+
+/* ---- parameter sets ---- */
+
+static int has_word(const char *s, const char *w)
+{
+    char a[256], b[64];
+    size_t i;
+    for (i = 0; s[i] && i + 1 < sizeof a; i++)
+        a[i] = (char)(s[i] >= 'A' && s[i] <= 'Z' ? s[i] + 32 : s[i]);
+    a[i] = 0;
+    for (i = 0; w[i] && i + 1 < sizeof b; i++)
+        b[i] = w[i];
+    b[i] = 0;
+    return strstr(a, b) != NULL;
+}
+
+void clg_gemm_params_default(const clg_device *dev, clg_gemm_params *p)
+{
+    memset(p, 0, sizeof *p);
+    if (dev->info.type & CLG_DEVICE_CPU) {
+        p->family = CLG_GEMM_FAM_CPU;
+        p->MR = 8;
+        p->NV = 2;
+        p->VW = 16;
+        p->WGS = 1;
+        p->KS = 0;
+        return;
+    }
+    p->family = CLG_GEMM_FAM_TILED;
+    p->MWG = 64;
+    p->NWG = 64;
+    p->KWG = 16;
+    p->MDIMC = 16;
+    p->NDIMC = 16;
+    p->VWM = 2;
+    p->VWN = 2;
+    p->PADA = 1;
+    p->PADB = 1;
+    if (has_word(dev->info.vendor, "intel") || dev->info.max_work_group_size < 256 ||
+        dev->info.local_mem_bytes < 16384) {
+        p->MWG = p->NWG = 32;
+        p->MDIMC = p->NDIMC = 8;
+    } else if (has_word(dev->info.vendor, "nvidia") || has_word(dev->info.vendor, "advanced micro") ||
+               has_word(dev->info.vendor, "amd")) {
+        p->MWG = p->NWG = 64;
+        p->MDIMC = p->NDIMC = 16;
+        p->VWM = p->VWN = 4; /* 4 x 4 per work-item, float4 local reads */
+    }
+}
+
+static int pow2_in(int v, int lo, int hi)
+{
+    return v >= lo && v <= hi && (v & (v - 1)) == 0;
+}
+
+clg_status clg_gemm_params_check(clg_device *dev, const clg_gemm_params *p)
+{
+    clg_err *err = clg_dev_err(dev);
+    size_t maxwg = dev->info.max_work_group_size ? dev->info.max_work_group_size : 1;
+    switch (p->family) {
+    case CLG_GEMM_FAM_REF:
+        return CLG_OK;
+    case CLG_GEMM_FAM_CPU:
+        if (p->MR < 1 || p->MR > 16 || p->NV < 1 || p->NV > 8 || !(p->VW == 4 || p->VW == 8 || p->VW == 16) ||
+            p->MR * p->NV > 64 || p->WGS < 1 || (size_t)p->WGS > maxwg || p->KS < 0 || p->KS > 64)
+            return clg_err_set(err, CLG_ERR_INVALID_ARG,
+                               "gemm: invalid CPU kernel parameters MR=%d NV=%d VW=%d WGS=%d KS=%d", p->MR, p->NV,
+                               p->VW, p->WGS, p->KS);
+        return CLG_OK;
+    case CLG_GEMM_FAM_TILED: {
+        if (p->MDIMC < 1 || p->NDIMC < 1 || !pow2_in(p->VWM, 2, 8) || !pow2_in(p->VWN, 2, 8) || p->KWG < 1 ||
+            p->MWG < 1 || p->NWG < 1 || p->MWG % (p->MDIMC * p->VWM) || p->NWG % (p->NDIMC * p->VWN) ||
+            p->PADA < 0 || p->PADA > 8 || p->PADB < 0 || p->PADB > 8 || p->MWG > 256 || p->NWG > 256 ||
+            p->KWG > 64 || (size_t)p->MDIMC * (size_t)p->NDIMC > maxwg ||
+            (p->MWG / p->MDIMC) * (p->NWG / p->NDIMC) > 256)
+            return clg_err_set(err, CLG_ERR_INVALID_ARG,
+                               "gemm: invalid tiled kernel parameters MWG=%d NWG=%d KWG=%d MDIMC=%d NDIMC=%d "
+                               "VWM=%d VWN=%d PADA=%d PADB=%d",
+                               p->MWG, p->NWG, p->KWG, p->MDIMC, p->NDIMC, p->VWM, p->VWN, p->PADA, p->PADB);
+        uint64_t lmem = 4ull * (uint64_t)p->KWG * (uint64_t)(p->MWG + p->PADA + p->NWG + p->PADB);
+        if (dev->info.local_mem_bytes && lmem > dev->info.local_mem_bytes)
+            return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm: tiled kernel needs %llu bytes of local memory, %s has %llu",
+                               (unsigned long long)lmem, dev->info.name,
+                               (unsigned long long)dev->info.local_mem_bytes);
+        return CLG_OK;
+    }
+    default:
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm: unknown kernel family %d", p->family);
+    }
+}
+
+void clg_gemm_params_options(const clg_gemm_params *p, char *buf, size_t len)
+{
+    if (p->family == CLG_GEMM_FAM_CPU)
+        snprintf(buf, len, "-D GEMM_CPU -D MR=%d -D NV=%d -D VW=%d", p->MR, p->NV, p->VW);
+    else if (p->family == CLG_GEMM_FAM_TILED)
+        snprintf(buf, len,
+                 "-D GEMM_TILED -D MWG=%d -D NWG=%d -D KWG=%d -D MDIMC=%d -D NDIMC=%d -D VWM=%d -D VWN=%d "
+                 "-D PADA=%d -D PADB=%d",
+                 p->MWG, p->NWG, p->KWG, p->MDIMC, p->NDIMC, p->VWM, p->VWN, p->PADA, p->PADB);
+    else
+        snprintf(buf, len, "%s", "");
+}
+
+void clg_gemm_params_str(const clg_gemm_params *p, char *buf, size_t len)
+{
+    if (p->family == CLG_GEMM_FAM_CPU)
+        snprintf(buf, len, "cpu MR=%d NV=%d VW=%d WGS=%d KS=%d", p->MR, p->NV, p->VW, p->WGS, p->KS);
+    else if (p->family == CLG_GEMM_FAM_TILED)
+        snprintf(buf, len, "tiled MWG=%d NWG=%d KWG=%d MDIMC=%d NDIMC=%d VWM=%d VWN=%d PADA=%d PADB=%d", p->MWG,
+                 p->NWG, p->KWG, p->MDIMC, p->NDIMC, p->VWM, p->VWN, p->PADA, p->PADB);
+    else
+        snprintf(buf, len, "ref");
+}
+
+#define PARAM_FIELDS(X)                                                                                     \
+    X(family) X(MR) X(NV) X(VW) X(WGS) X(KS) X(MWG) X(NWG) X(KWG) X(MDIMC) X(NDIMC) X(VWM) X(VWN) X(PADA) \
+        X(PADB)
+
+void clg_gemm_params_to_entry(const clg_gemm_params *p, clg_tune_entry *e)
+{
+#define X(f) clg_tune_set(e, #f, p->f);
+    if (p->family == CLG_GEMM_FAM_CPU) {
+        X(family) X(MR) X(NV) X(VW) X(WGS) X(KS)
+    } else {
+        PARAM_FIELDS(X)
+    }
+#undef X
+}
+
+int clg_gemm_params_from_entry(const clg_tune_entry *e, clg_gemm_params *p)
+{
+    if (!e || clg_tune_param(e, "family", -1) < 0)
+        return 0;
+    memset(p, 0, sizeof *p);
+#define X(f) p->f = (int)clg_tune_param(e, #f, 0);
+    PARAM_FIELDS(X)
+#undef X
+    return 1;
+}
+
+static int bucket(int x)
+{
+    int b = 0;
+    for (long lim = 8; x > lim && b < 5; lim *= 4)
+        b++;
+    return b;
+}
+
+void clg_gemm_class(int M, int N, int K, char *buf, size_t len)
+{
+    snprintf(buf, len, "M%dN%dK%d", bucket(M), bucket(N), bucket(K));
+}
+
+void clg_gemm_params_for(clg_device *dev, int M, int N, int K, clg_gemm_params *p)
+{
+    char cls[32], key[64];
+    clg_gemm_class(M, N, K, cls, sizeof cls);
+    snprintf(key, sizeof key, "gemm/%s", cls);
+    const clg_tune_entry *e = clg_tune_find(dev, key);
+    if (e && clg_gemm_params_from_entry(e, p) && clg_gemm_params_check(dev, p) == CLG_OK)
+        return;
+    /* nearest tuned class */
+    clg_tune_dev *d = clg_tune_dev_get(dev);
+    int best = INT_MAX;
+    const clg_tune_entry *be = NULL;
+    int bm = bucket(M), bn = bucket(N), bk = bucket(K);
+    for (int i = 0; d && i < d->n; i++) {
+        int m, n, k;
+        if (sscanf(d->e[i].key, "gemm/M%dN%dK%d", &m, &n, &k) != 3)
+            continue;
+        int dist = abs(m - bm) + abs(n - bn) + abs(k - bk);
+        if (dist < best) {
+            best = dist;
+            be = &d->e[i];
+        }
+    }
+    if (be && clg_gemm_params_from_entry(be, p) && clg_gemm_params_check(dev, p) == CLG_OK)
+        return;
+    clg_gemm_params_default(dev, p);
+}
+
+/* ---- own backend ---- */
+
+typedef struct scratch {
+    cl_mem m[3];
+} scratch;
+
+static void scratch_release(clg_device *dev, scratch *s)
+{
+    for (int i = 0; i < 3; i++)
+        clg_buf_release(dev, s->m[i]);
+}
+
+/* Packs op(X) for one operand: R rows (M or N) x K, P rows per panel. With
+ * shared (stride 0 and batch > 1) the operand is packed once. */
+static clg_status pack(clg_device *dev, cl_kernel k, int R, int K, int Kp, int kmaj, cl_mem X, size_t off, int ld,
+                       size_t stride, int batch, int P, cl_mem D, int dstride, evs *ev)
+{
+    kargs g = {k, 0, CL_SUCCESS};
+    ka_int(&g, R);
+    ka_int(&g, K);
+    ka_int(&g, Kp);
+    ka_int(&g, kmaj);
+    ka_mem(&g, X);
+    ka_int(&g, (int)off);
+    ka_int(&g, ld);
+    ka_int(&g, (int)stride);
+    ka_int(&g, P);
+    ka_mem(&g, D);
+    ka_int(&g, dstride);
+    if (g.e != CL_SUCCESS)
+        return clg_cl_fail(clg_dev_err(dev), g.e, "clSetKernelArg(gemm_pack)", __FILE__, __LINE__);
+    size_t gws[3] = {(size_t)Kp, (size_t)CLG_CEIL_DIV(R, P), (size_t)batch};
+    return enqueue(dev, k, 3, gws, NULL, ev, "clEnqueueNDRangeKernel(gemm_pack)");
+}
+
+/* Split-K factor for the CPU family when not fixed: enough independent
+ * work-items for every compute unit when the tile grid is small. */
+static int auto_ks(const clg_device *dev, int tiles, int K)
+{
+    int cu = (int)CLG_MAX(1u, dev->info.compute_units);
+    if (tiles >= 4 * cu || K < 512)
+        return 1;
+    int ks = CLG_CEIL_DIV(8 * cu, tiles);
+    ks = CLG_MIN(ks, K / 256);
+    return CLG_MAX(1, CLG_MIN(ks, 64));
+}
+
+static clg_status gemm_own(clg_device *dev, const clg_gemm_args *a, const clg_gemm_params *p, evs *ev)
+{
+    if (p->family == CLG_GEMM_FAM_REF)
+        return gemm_ref(dev, a, ev);
+    CLG_TRY(clg_gemm_params_check(dev, p));
+    clg_err *err = clg_dev_err(dev);
+    char opts[256];
+    clg_gemm_params_options(p, opts, sizeof opts);
+    cl_kernel kpack, kmain;
+    CLG_TRY(clg_kernel_get(dev, "gemm", "", "gemm_pack", &kpack));
+    int cpu = p->family == CLG_GEMM_FAM_CPU;
+    CLG_TRY(clg_kernel_get(dev, "gemm", opts, cpu ? "gemm_cpu" : "gemm_tiled", &kmain));
+
+    const int M = a->M, N = a->N, K = a->K;
+    const int batch = a->batch > 0 ? a->batch : 1;
+    const int PA = cpu ? p->MR : p->MWG, PB = cpu ? p->NV * p->VW : p->NWG;
+    const int Kp = cpu ? K : CLG_CEIL_DIV(K, p->KWG) * p->KWG;
+    const int Mt = CLG_CEIL_DIV(M, PA), Nt = CLG_CEIL_DIV(N, PB);
+    const int shareA = batch > 1 && a->strideA == 0, shareB = batch > 1 && a->strideB == 0;
+    const size_t panA = (size_t)Mt * PA * Kp, panB = (size_t)Nt * PB * Kp;
+    if (panA > INT_MAX || panB > INT_MAX)
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "gemm: packed operand beyond 2^31 elements (M=%d N=%d K=%d)",
+                           M, N, K);
+    const int bA = shareA ? 1 : batch, bB = shareB ? 1 : batch;
+    const int apStride = shareA ? 0 : (int)panA, bpStride = shareB ? 0 : (int)panB;
+    int KS = 1, kchunk = K;
+    if (cpu) {
+        KS = p->KS > 0 ? p->KS : auto_ks(dev, Mt * Nt * batch, K);
+        KS = CLG_MIN(KS, K);
+        if (KS > 1) {
+            kchunk = CLG_CEIL_DIV(K, KS);
+            KS = CLG_CEIL_DIV(K, kchunk);
+        } else {
+            KS = 1;
+        }
+    }
+
+    scratch s = {{NULL, NULL, NULL}};
+    clg_status st = CLG_OK;
+    if ((st = clg_buf_alloc(dev, sizeof(float) * CLG_MAX((size_t)1, panA * bA), &s.m[0])) != CLG_OK ||
+        (st = clg_buf_alloc(dev, sizeof(float) * CLG_MAX((size_t)1, panB * bB), &s.m[1])) != CLG_OK)
+        goto out;
+    if (KS > 1 && (st = clg_buf_alloc(dev, sizeof(float) * (size_t)batch * KS * Mt * PA * Nt * PB, &s.m[2])) != CLG_OK)
+        goto out;
+    if (Kp > 0) {
+        if ((st = pack(dev, kpack, M, K, Kp, a->ta, a->A, a->offA, a->lda, a->strideA, bA, PA, s.m[0], apStride,
+                       ev)) != CLG_OK ||
+            (st = pack(dev, kpack, N, K, Kp, !a->tb, a->B, a->offB, a->ldb, a->strideB, bB, PB, s.m[1], bpStride,
+                       ev)) != CLG_OK)
+            goto out;
+    }
+    kargs g = {kmain, 0, CL_SUCCESS};
+    ka_int(&g, M);
+    ka_int(&g, N);
+    ka_int(&g, Kp);
+    if (cpu)
+        ka_int(&g, Mt);
+    ka_flt(&g, a->alpha);
+    ka_flt(&g, a->beta);
+    ka_mem(&g, s.m[0]);
+    ka_int(&g, apStride);
+    ka_mem(&g, s.m[1]);
+    ka_int(&g, bpStride);
+    ka_mem(&g, a->C);
+    ka_int(&g, (int)a->offC);
+    ka_int(&g, a->ldc);
+    ka_int(&g, (int)a->strideC);
+    ka_mem(&g, a->bias ? a->bias : a->C);
+    ka_int(&g, (int)a->offBias);
+    ka_int(&g, (int)a->bias_mode);
+    ka_int(&g, a->relu);
+    if (cpu) {
+        ka_int(&g, KS);
+        ka_int(&g, kchunk);
+        ka_mem(&g, s.m[2] ? s.m[2] : s.m[0]);
+    }
+    if (g.e != CL_SUCCESS) {
+        st = clg_cl_fail(err, g.e, "clSetKernelArg(gemm main kernel)", __FILE__, __LINE__);
+        goto out;
+    }
+    if (cpu) {
+        size_t gws[3] = {(size_t)CLG_CEIL_DIV(Mt, p->WGS) * p->WGS, (size_t)Nt, (size_t)batch * KS};
+        size_t lws[3] = {(size_t)p->WGS, 1, 1};
+        if ((st = enqueue(dev, kmain, 3, gws, lws, ev, "clEnqueueNDRangeKernel(gemm_cpu)")) != CLG_OK)
+            goto out;
+    } else {
+        size_t gws[3] = {(size_t)Mt * p->MDIMC, (size_t)Nt * p->NDIMC, (size_t)batch};
+        size_t lws[3] = {(size_t)p->MDIMC, (size_t)p->NDIMC, 1};
+        if ((st = enqueue(dev, kmain, 3, gws, lws, ev, "clEnqueueNDRangeKernel(gemm_tiled)")) != CLG_OK)
+            goto out;
+    }
+    if (KS > 1) {
+        cl_kernel kred;
+        if ((st = clg_kernel_get(dev, "gemm", "", "gemm_reduce", &kred)) != CLG_OK)
+            goto out;
+        kargs r = {kred, 0, CL_SUCCESS};
+        ka_int(&r, M);
+        ka_int(&r, N);
+        ka_int(&r, KS);
+        ka_int(&r, Mt * PA);
+        ka_int(&r, Nt * PB);
+        ka_mem(&r, s.m[2]);
+        ka_flt(&r, a->alpha);
+        ka_flt(&r, a->beta);
+        ka_mem(&r, a->C);
+        ka_int(&r, (int)a->offC);
+        ka_int(&r, a->ldc);
+        ka_int(&r, (int)a->strideC);
+        ka_mem(&r, a->bias ? a->bias : a->C);
+        ka_int(&r, (int)a->offBias);
+        ka_int(&r, (int)a->bias_mode);
+        ka_int(&r, a->relu);
+        if (r.e != CL_SUCCESS) {
+            st = clg_cl_fail(err, r.e, "clSetKernelArg(gemm_reduce)", __FILE__, __LINE__);
+            goto out;
+        }
+        size_t gws[3] = {(size_t)N, (size_t)M, (size_t)batch};
+        st = enqueue(dev, kred, 3, gws, NULL, ev, "clEnqueueNDRangeKernel(gemm_reduce)");
+    }
+out:
+    /* In-order queue: a block handed out again is only used by commands
+     * enqueued after ours. */
+    scratch_release(dev, &s);
+    return st;
+}
+
+/* ---- CLBlast backend ---- */
+
+int clg_gemm_have_clblast(void) { return CLG_HAVE_CLBLAST; }
+
+static clg_status gemm_epilogue(clg_device *dev, const clg_gemm_args *a, evs *ev)
+{
+    cl_kernel k;
+    CLG_TRY(clg_kernel_get(dev, "gemm", "", "gemm_epilogue", &k));
+    kargs g = {k, 0, CL_SUCCESS};
+    ka_int(&g, a->M);
+    ka_int(&g, a->N);
+    ka_mem(&g, a->C);
+    ka_int(&g, (int)a->offC);
+    ka_int(&g, a->ldc);
+    ka_int(&g, (int)a->strideC);
+    ka_mem(&g, a->bias ? a->bias : a->C);
+    ka_int(&g, (int)a->offBias);
+    ka_int(&g, (int)a->bias_mode);
+    ka_int(&g, a->relu);
+    if (g.e != CL_SUCCESS)
+        return clg_cl_fail(clg_dev_err(dev), g.e, "clSetKernelArg(gemm_epilogue)", __FILE__, __LINE__);
+    size_t gws[3] = {(size_t)a->N, (size_t)a->M, (size_t)(a->batch > 0 ? a->batch : 1)};
+    return enqueue(dev, k, 3, gws, NULL, ev, "clEnqueueNDRangeKernel(gemm_epilogue)");
+}
+
+static clg_status gemm_clblast(clg_device *dev, const clg_gemm_args *a, evs *ev)
+{
+#if CLG_HAVE_CLBLAST
+    clg_err *err = clg_dev_err(dev);
+    int batch = a->batch > 0 ? a->batch : 1;
+    cl_event marker = NULL, e = NULL;
+    if (ev->first) {
+        cl_int rc = clEnqueueMarkerWithWaitList(dev->queue, 0, NULL, &marker);
+        if (rc != CL_SUCCESS)
+            return clg_cl_fail(err, rc, "clEnqueueMarkerWithWaitList", __FILE__, __LINE__);
+        *ev->first = marker;
+        ev->n++;
+    }
+    CLBlastTranspose ta = a->ta ? CLBlastTransposeYes : CLBlastTransposeNo;
+    CLBlastTranspose tb = a->tb ? CLBlastTransposeYes : CLBlastTransposeNo;
+    CLBlastStatusCode s;
+    if (batch > 1)
+        s = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, ta, tb, (size_t)a->M, (size_t)a->N, (size_t)a->K,
+                                       a->alpha, a->A, a->offA, (size_t)a->lda, a->strideA, a->B, a->offB,
+                                       (size_t)a->ldb, a->strideB, a->beta, a->C, a->offC, (size_t)a->ldc, a->strideC,
+                                       (size_t)batch, &dev->queue, &e);
+    else
+        s = CLBlastSgemm(CLBlastLayoutRowMajor, ta, tb, (size_t)a->M, (size_t)a->N, (size_t)a->K, a->alpha, a->A,
+                         a->offA, (size_t)a->lda, a->B, a->offB, (size_t)a->ldb, a->beta, a->C, a->offC,
+                         (size_t)a->ldc, &dev->queue, &e);
+    if (s != CLBlastSuccess)
+        return clg_err_set(err, s == CLBlastOpenCLOutOfResources || s == (CLBlastStatusCode)CL_MEM_OBJECT_ALLOCATION_FAILURE
+                                    ? CLG_ERR_DEVICE_OOM
+                                    : CLG_ERR_OPENCL,
+                           "CLBlast sgemm%s failed with status %d on %s (M=%d N=%d K=%d)",
+                           batch > 1 ? "StridedBatched" : "", (int)s, dev->info.name, a->M, a->N, a->K);
+    if (ev->tmp)
+        clReleaseEvent(ev->tmp);
+    ev->tmp = e;
+    ev->n++;
+    if (a->bias_mode != CLG_BIAS_NONE || a->relu)
+        CLG_TRY(gemm_epilogue(dev, a, ev));
     return CLG_OK;
+#else
+    (void)ev;
+    return clg_err_set(clg_dev_err(dev), CLG_ERR_UNSUPPORTED, "gemm: clgrad was built without CLBlast (M=%d N=%d K=%d)",
+                       a->M, a->N, a->K);
+#endif
+}
+
+/* ---- backend choice ---- */
+
+int clg_gemm_backend_parse(const char *s)
+{
+    if (!s)
+        return -1;
+    if (strcmp(s, "auto") == 0)
+        return CLG_GEMM_AUTO;
+    if (strcmp(s, "own") == 0)
+        return CLG_GEMM_OWN;
+    if (strcmp(s, "clblast") == 0)
+        return CLG_GEMM_CLBLAST;
+    if (strcmp(s, "ref") == 0)
+        return CLG_GEMM_REF;
+    return -1;
+}
+
+const char *clg_gemm_backend_name(clg_gemm_backend b)
+{
+    switch (b) {
+    case CLG_GEMM_AUTO: return "auto";
+    case CLG_GEMM_OWN: return "own";
+    case CLG_GEMM_CLBLAST: return "clblast";
+    case CLG_GEMM_REF: return "ref";
+    }
+    return "?";
+}
+
+clg_status clg_gemm_set_backend(clg_ctx *ctx, clg_gemm_backend b)
+{
+    if ((int)b < CLG_GEMM_AUTO || (int)b > CLG_GEMM_REF)
+        return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG, "gemm: unknown backend %d", (int)b);
+    if (b == CLG_GEMM_CLBLAST && !CLG_HAVE_CLBLAST)
+        return clg_err_set(&ctx->err, CLG_ERR_UNSUPPORTED, "gemm backend 'clblast': clgrad was built without CLBlast");
+    clg_tune_db *db = clg_tune_db_get(ctx);
+    if (!db)
+        return clg_err_set(&ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    db->gemm_backend = (int)b + 1;
+    return CLG_OK;
+}
+
+clg_gemm_backend clg_gemm_get_backend(clg_ctx *ctx)
+{
+    clg_tune_db *db = clg_tune_db_get(ctx);
+    if (!db)
+        return CLG_GEMM_AUTO;
+    if (db->gemm_backend == 0) { /* not set yet: environment */
+        int b = clg_gemm_backend_parse(getenv("CLGRAD_GEMM_BACKEND"));
+        if (b == CLG_GEMM_CLBLAST && !CLG_HAVE_CLBLAST)
+            b = CLG_GEMM_AUTO;
+        db->gemm_backend = (b < 0 ? CLG_GEMM_AUTO : b) + 1;
+        const char *m = getenv("CLGRAD_GEMM_AUTO_MEASURE");
+        if (m && strcmp(m, "0") == 0)
+            db->auto_measure = 0;
+    }
+    return (clg_gemm_backend)(db->gemm_backend - 1);
+}
+
+static clg_status run_backend(clg_device *dev, const clg_gemm_args *a, clg_gemm_backend b, const clg_gemm_params *p,
+                              evs *ev)
+{
+    if (b == CLG_GEMM_REF)
+        return gemm_ref(dev, a, ev);
+    if (b == CLG_GEMM_CLBLAST && a->K > 0)
+        return gemm_clblast(dev, a, ev);
+    clg_gemm_params q;
+    if (!p) {
+        clg_gemm_params_for(dev, a->M, a->N, a->K, &q);
+        p = &q;
+    }
+    return gemm_own(dev, a, p, ev);
+}
+
+clg_status clg_gemm_time(clg_device *dev, const clg_gemm_args *shape, clg_gemm_backend b, const clg_gemm_params *p,
+                         int reps, double *ms)
+{
+    clg_err *err = clg_dev_err(dev);
+    clg_gemm_args a = *shape;
+    int batch = a.batch > 0 ? a.batch : 1;
+    a.lda = a.ta ? a.M : a.K;
+    a.ldb = a.tb ? a.K : a.N;
+    a.ldc = a.N;
+    a.offA = a.offB = a.offC = a.offBias = 0;
+    a.strideA = (size_t)a.M * a.K;
+    a.strideB = (size_t)a.K * a.N;
+    a.strideC = (size_t)a.M * a.N;
+    a.lda = CLG_MAX(a.lda, 1);
+    a.ldb = CLG_MAX(a.ldb, 1);
+    a.ldc = CLG_MAX(a.ldc, 1);
+    scratch s = {{NULL, NULL, NULL}};
+    cl_mem bias = NULL;
+    clg_status st;
+    size_t n[3] = {a.strideA * batch, a.strideB * batch, a.strideC * batch};
+    for (int i = 0; i < 3; i++) {
+        if ((st = clg_buf_alloc(dev, sizeof(float) * CLG_MAX(n[i], (size_t)1), &s.m[i])) != CLG_OK)
+            goto out;
+        float zero = 0.0f;
+        cl_int rc = clEnqueueFillBuffer(dev->queue, s.m[i], &zero, sizeof zero, 0, sizeof(float) * CLG_MAX(n[i], (size_t)1), 0, NULL, NULL);
+        if (rc != CL_SUCCESS) {
+            st = clg_cl_fail(err, rc, "clEnqueueFillBuffer", __FILE__, __LINE__);
+            goto out;
+        }
+    }
+    if (a.bias_mode != CLG_BIAS_NONE) {
+        size_t nb = (size_t)CLG_MAX(a.M, a.N);
+        if ((st = clg_buf_alloc(dev, sizeof(float) * nb, &bias)) != CLG_OK)
+            goto out;
+        float zero = 0.0f;
+        cl_int rc = clEnqueueFillBuffer(dev->queue, bias, &zero, sizeof zero, 0, sizeof(float) * nb, 0, NULL, NULL);
+        if (rc != CL_SUCCESS) {
+            st = clg_cl_fail(err, rc, "clEnqueueFillBuffer", __FILE__, __LINE__);
+            goto out;
+        }
+    }
+    a.A = s.m[0];
+    a.B = s.m[1];
+    a.C = s.m[2];
+    a.bias = bias;
+    reps = CLG_MAX(1, CLG_MIN(reps, 64));
+    double t[64];
+    for (int r = -1; r < reps; r++) {
+        cl_event e0 = NULL, e1 = NULL;
+        evs ev = {&e0, &e1, NULL, 0};
+        st = run_backend(dev, &a, b, p, &ev);
+        ev_finish(&ev, st);
+        if (st != CLG_OK)
+            goto out;
+        cl_int rc = clFinish(dev->queue);
+        double dt = (e0 && e1) ? clg_event_span_ms(e0, e1) : 0.0;
+        if (e0)
+            clReleaseEvent(e0);
+        if (e1)
+            clReleaseEvent(e1);
+        if (rc != CL_SUCCESS) {
+            st = clg_cl_fail(err, rc, "clFinish", __FILE__, __LINE__);
+            goto out;
+        }
+        if (r >= 0)
+            t[r] = dt;
+    }
+    for (int i = 1; i < reps; i++) /* insertion sort for the median */
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            double x = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = x;
+        }
+    *ms = t[reps / 2];
+out:
+    scratch_release(dev, &s);
+    clg_buf_release(dev, bias);
+    return st;
+}
+
+/* AUTO: the context default, else the faster of own/CLBlast for the shape
+ * class (stored in the tuning db; measured once for large enough shapes). */
+static clg_gemm_backend resolve(clg_device *dev, const clg_gemm_args *a, clg_gemm_backend b)
+{
+    if (b == CLG_GEMM_AUTO)
+        b = clg_gemm_get_backend(dev->ctx);
+    if (b != CLG_GEMM_AUTO)
+        return b;
+    if (!CLG_HAVE_CLBLAST)
+        return CLG_GEMM_OWN;
+    char cls[32], key[64];
+    clg_gemm_class(a->M, a->N, a->K, cls, sizeof cls);
+    snprintf(key, sizeof key, "gemm-auto/%s", cls);
+    const clg_tune_entry *e = clg_tune_find(dev, key);
+    if (e)
+        return strcmp(e->backend, "clblast") == 0 ? CLG_GEMM_CLBLAST : CLG_GEMM_OWN;
+    clg_tune_db *db = clg_tune_db_get(dev->ctx);
+    double flops = 2.0 * a->M * a->N * a->K * (a->batch > 0 ? a->batch : 1);
+    if (!db || !db->auto_measure || flops < 2e8 || flops > 2e11)
+        return CLG_GEMM_OWN;
+    /* measure once (errors are kept out of the caller's way) */
+    clg_err saved = dev->ctx->err;
+    double t_own = 0, t_cb = 0;
+    clg_status s1 = clg_gemm_time(dev, a, CLG_GEMM_OWN, NULL, 3, &t_own);
+    clg_status s2 = s1 == CLG_OK ? clg_gemm_time(dev, a, CLG_GEMM_CLBLAST, NULL, 3, &t_cb) : s1;
+    dev->ctx->err = saved;
+    if (s1 != CLG_OK)
+        return CLG_GEMM_OWN;
+    clg_tune_entry ne;
+    memset(&ne, 0, sizeof ne);
+    snprintf(ne.key, sizeof ne.key, "%s", key);
+    int cb = s2 == CLG_OK && t_cb > 0 && t_cb < t_own;
+    snprintf(ne.backend, sizeof ne.backend, "%s", cb ? "clblast" : "own");
+    clg_tune_set(&ne, "own_ms", t_own);
+    if (s2 == CLG_OK)
+        clg_tune_set(&ne, "clblast_ms", t_cb);
+    clg_log(1, "gemm auto %s on %s: own %.3f ms, clblast %.3f ms -> %s", cls, dev->info.name, t_own, t_cb,
+            ne.backend);
+    if (clg_tune_put(dev, &ne) == CLG_OK && clg_tune_save(dev) != CLG_OK)
+        clg_log(1, "could not save the tuning database: %s", dev->ctx->err.msg);
+    dev->ctx->err = saved;
+    return cb ? CLG_GEMM_CLBLAST : CLG_GEMM_OWN;
+}
+
+clg_status clg_gemm_run(clg_device *dev, const clg_gemm_args *a, clg_gemm_backend backend, const clg_gemm_params *p,
+                        cl_event *first, cl_event *last)
+{
+    if (first)
+        *first = NULL;
+    if (last)
+        *last = NULL;
+    CLG_TRY(check_args(dev, a));
+    if (a->M == 0 || a->N == 0)
+        return CLG_OK;
+    clg_gemm_backend b = resolve(dev, a, backend);
+    evs ev = {first, last, NULL, 0};
+    clg_status st = run_backend(dev, a, b, p, &ev);
+    ev_finish(&ev, st);
+    return st;
 }
 
 clg_status clg_gemm(clg_device *dev, const clg_gemm_args *a, cl_event *ev)
 {
-    if (ev)
-        *ev = NULL;
-    CLG_TRY(check_args(dev, a));
-    if (a->M == 0 || a->N == 0 || (a->batch > 0 ? a->batch : 1) == 0)
-        return CLG_OK;
-    return gemm_ref(dev, a, ev);
+    return clg_gemm_run(dev, a, a->backend, NULL, NULL, ev);
 }

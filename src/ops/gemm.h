@@ -11,7 +11,8 @@
 typedef enum clg_gemm_backend {
     CLG_GEMM_AUTO = 0,
     CLG_GEMM_OWN = 1,
-    CLG_GEMM_CLBLAST = 2
+    CLG_GEMM_CLBLAST = 2,
+    CLG_GEMM_REF = 3 /* the slow reference kernel (tests, debugging) */
 } clg_gemm_backend;
 
 typedef enum clg_bias_mode {
@@ -42,10 +43,68 @@ typedef struct clg_gemm_args {
     clg_gemm_backend backend;
 } clg_gemm_args;
 
+/* Kernel parameters of the own backend (one compiled variant each). */
+typedef enum clg_gemm_family {
+    CLG_GEMM_FAM_REF = 0,   /* gemm_ref */
+    CLG_GEMM_FAM_CPU = 1,   /* gemm_cpu: packed panels, register tile, no barriers */
+    CLG_GEMM_FAM_TILED = 2  /* gemm_tiled: local-memory work-group tile */
+} clg_gemm_family;
+
+typedef struct clg_gemm_params {
+    int family;
+    /* CPU family: MR rows x NV*VW columns per work-item, WGS work-items per
+     * work-group, KS split-K factor (0: chosen per shape). */
+    int MR, NV, VW, WGS, KS;
+    /* tiled family */
+    int MWG, NWG, KWG, MDIMC, NDIMC, VWM, VWN, PADA, PADB;
+} clg_gemm_params;
+
 /* Fills defaults: alpha 1, beta 0, batch 1, backend auto. */
 CLG_INTERNAL void clg_gemm_args_init(clg_gemm_args *a);
 /* Enqueues the GEMM on dev's queue. ev (may be NULL) receives an event for
  * the last kernel of the product, to release by the caller. */
 CLG_INTERNAL clg_status clg_gemm(clg_device *dev, const clg_gemm_args *a, cl_event *ev);
+
+/* Same as clg_gemm with an explicit backend (AUTO resolves as in clg_gemm)
+ * and, for the own backend, explicit parameters (NULL: tuned or default).
+ * first/last (may be NULL) receive events bracketing the device work (for
+ * timing; release both; first may equal last with its own reference). */
+CLG_INTERNAL clg_status clg_gemm_run(clg_device *dev, const clg_gemm_args *a, clg_gemm_backend backend,
+                                     const clg_gemm_params *p, cl_event *first, cl_event *last);
+
+/* Shipped defaults for the device (by type and vendor). */
+CLG_INTERNAL void clg_gemm_params_default(const clg_device *dev, clg_gemm_params *p);
+/* Parameters for a shape: tuned entry of the shape class, else the nearest
+ * tuned class of the device, else the defaults. */
+CLG_INTERNAL void clg_gemm_params_for(clg_device *dev, int M, int N, int K, clg_gemm_params *p);
+/* CLG_OK when p can be built and run on dev (else the reason on dev's err). */
+CLG_INTERNAL clg_status clg_gemm_params_check(clg_device *dev, const clg_gemm_params *p);
+/* Build options of a parameter set ("" for the reference family). */
+CLG_INTERNAL void clg_gemm_params_options(const clg_gemm_params *p, char *buf, size_t len);
+/* Human-readable one-line description. */
+CLG_INTERNAL void clg_gemm_params_str(const clg_gemm_params *p, char *buf, size_t len);
+/* Conversion to/from tuning-database entries. */
+struct clg_tune_entry;
+CLG_INTERNAL void clg_gemm_params_to_entry(const clg_gemm_params *p, struct clg_tune_entry *e);
+CLG_INTERNAL int clg_gemm_params_from_entry(const struct clg_tune_entry *e, clg_gemm_params *p);
+
+/* Shape class of a product ("M3N4K2": log4-sized buckets 0..5 per dim). */
+CLG_INTERNAL void clg_gemm_class(int M, int N, int K, char *buf, size_t len);
+
+/* Context-wide backend used when args->backend is AUTO (default AUTO:
+ * the faster of own/CLBlast per shape class when CLBlast is built in,
+ * measured once and stored in the tuning database). CLGRAD_GEMM_BACKEND
+ * (own|clblast|auto|ref) overrides the initial value. */
+CLG_INTERNAL clg_status clg_gemm_set_backend(clg_ctx *ctx, clg_gemm_backend b);
+CLG_INTERNAL clg_gemm_backend clg_gemm_get_backend(clg_ctx *ctx);
+/* "own", "clblast", "auto", "ref" -> backend; -1 when unknown. */
+CLG_INTERNAL int clg_gemm_backend_parse(const char *s);
+CLG_INTERNAL const char *clg_gemm_backend_name(clg_gemm_backend b);
+/* 1 when the CLBlast backend is compiled in. */
+CLG_INTERNAL int clg_gemm_have_clblast(void);
+/* Times backend b on this shape (scratch operands, median of reps runs
+ * after a warm-up) in ms; own uses p (NULL: chosen). */
+CLG_INTERNAL clg_status clg_gemm_time(clg_device *dev, const clg_gemm_args *shape, clg_gemm_backend b,
+                                      const clg_gemm_params *p, int reps, double *ms);
 
 #endif

@@ -1,0 +1,676 @@
+/* Checkpoints in the safetensors layout, with CRC-32 per tensor. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/checkpoint.h"
+#include "io/json.h"
+
+static const struct {
+    const char *name;
+    size_t size;
+} dtypes[] = {
+    [CLG_CKPT_F32] = {"F32", 4}, [CLG_CKPT_F16] = {"F16", 2}, [CLG_CKPT_I32] = {"I32", 4},
+    [CLG_CKPT_I64] = {"I64", 8}, [CLG_CKPT_U8] = {"U8", 1},
+};
+#define N_DTYPES ((int)CLG_ARRAY_LEN(dtypes))
+
+const char *clg_ckpt_dtype_name(clg_ckpt_dtype dt)
+{
+    return (int)dt >= 0 && (int)dt < N_DTYPES ? dtypes[dt].name : "?";
+}
+
+size_t clg_ckpt_dtype_size(clg_ckpt_dtype dt) { return (int)dt >= 0 && (int)dt < N_DTYPES ? dtypes[dt].size : 0; }
+
+static int host_is_le(void)
+{
+    const uint16_t one = 1;
+    return *(const uint8_t *)&one == 1;
+}
+
+static char *xstrdup(const char *s)
+{
+    size_t n = strlen(s);
+    char *d = malloc(n + 1);
+    if (d)
+        memcpy(d, s, n + 1);
+    return d;
+}
+
+clg_status clg_ckpt_create(clg_err *err, clg_ckpt **out)
+{
+    *out = calloc(1, sizeof **out);
+    if (!*out)
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "checkpoint: out of memory");
+    return CLG_OK;
+}
+
+void clg_ckpt_free(clg_ckpt *ck)
+{
+    if (!ck)
+        return;
+    for (int i = 0; i < ck->nt; i++) {
+        free(ck->t[i].name);
+        free(ck->t[i].data);
+    }
+    for (int i = 0; i < ck->nmeta; i++) {
+        free(ck->meta[i].key);
+        free(ck->meta[i].value);
+    }
+    free(ck->t);
+    free(ck->meta);
+    free(ck);
+}
+
+/* numel and nbytes with overflow checks: 0 on overflow. */
+static int shape_size(int ndim, const int64_t *shape, size_t esize, size_t *numel, size_t *nbytes)
+{
+    uint64_t n = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0)
+            return 0;
+        uint64_t d = (uint64_t)shape[i];
+        if (d != 0 && n > UINT64_MAX / d)
+            return 0;
+        n *= d;
+    }
+    if (esize && n > UINT64_MAX / esize)
+        return 0;
+    if (n * esize > (uint64_t)SIZE_MAX)
+        return 0;
+    *numel = (size_t)n;
+    *nbytes = (size_t)(n * esize);
+    return 1;
+}
+
+const clg_ckpt_tensor *clg_ckpt_find(const clg_ckpt *ck, const char *name)
+{
+    for (int i = 0; i < ck->nt; i++)
+        if (strcmp(ck->t[i].name, name) == 0)
+            return &ck->t[i];
+    return NULL;
+}
+
+clg_status clg_ckpt_add(clg_err *err, clg_ckpt *ck, const char *name, clg_ckpt_dtype dtype, int ndim,
+                        const int64_t *shape, const void *data, void **out_data)
+{
+    if (out_data)
+        *out_data = NULL;
+    if (!name || !*name || strcmp(name, "__metadata__") == 0)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "checkpoint: invalid tensor name '%s'", name ? name : "(null)");
+    if ((int)dtype < 0 || (int)dtype >= N_DTYPES)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "checkpoint: tensor '%s': unknown dtype %d", name, (int)dtype);
+    if (ndim < 0 || ndim > CLG_CKPT_MAX_DIMS)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "checkpoint: tensor '%s': %d dimensions (0 to %d)", name, ndim,
+                           CLG_CKPT_MAX_DIMS);
+    if (clg_ckpt_find(ck, name))
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "checkpoint: duplicate tensor name '%s'", name);
+    size_t numel, nbytes;
+    if (!shape_size(ndim, shape, dtypes[dtype].size, &numel, &nbytes))
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "checkpoint: tensor '%s': bad or overflowing shape", name);
+    if (ck->nt == ck->cap_t) {
+        int nc = ck->cap_t ? ck->cap_t * 2 : 16;
+        clg_ckpt_tensor *nt = realloc(ck->t, sizeof *nt * (size_t)nc);
+        if (!nt)
+            return clg_err_set(err, CLG_ERR_HOST_OOM, "checkpoint: out of memory");
+        ck->t = nt;
+        ck->cap_t = nc;
+    }
+    clg_ckpt_tensor *t = &ck->t[ck->nt];
+    memset(t, 0, sizeof *t);
+    t->name = xstrdup(name);
+    t->data = data ? malloc(nbytes ? nbytes : 1) : calloc(nbytes ? nbytes : 1, 1);
+    if (!t->name || !t->data) {
+        free(t->name);
+        free(t->data);
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "checkpoint: no memory for tensor '%s' (%zu bytes)", name, nbytes);
+    }
+    if (data && nbytes)
+        memcpy(t->data, data, nbytes);
+    t->dtype = dtype;
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; i++)
+        t->shape[i] = shape[i];
+    t->numel = numel;
+    t->nbytes = nbytes;
+    ck->nt++;
+    if (out_data)
+        *out_data = t->data;
+    return CLG_OK;
+}
+
+clg_status clg_ckpt_add_f32(clg_err *err, clg_ckpt *ck, const char *name, int ndim, const int *shape,
+                            const float *data)
+{
+    int64_t s[CLG_CKPT_MAX_DIMS];
+    if (ndim < 0 || ndim > CLG_CKPT_MAX_DIMS)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "checkpoint: tensor '%s': %d dimensions (0 to %d)", name, ndim,
+                           CLG_CKPT_MAX_DIMS);
+    for (int i = 0; i < ndim; i++)
+        s[i] = shape[i];
+    return clg_ckpt_add(err, ck, name, CLG_CKPT_F32, ndim, s, data, NULL);
+}
+
+// ---- metadata ----
+
+static clg_ckpt_meta *meta_find(const clg_ckpt *ck, const char *key)
+{
+    for (int i = 0; i < ck->nmeta; i++)
+        if (strcmp(ck->meta[i].key, key) == 0)
+            return &ck->meta[i];
+    return NULL;
+}
+
+clg_status clg_ckpt_set_meta(clg_err *err, clg_ckpt *ck, const char *key, const char *value)
+{
+    if (!key || !*key || !value)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "checkpoint: metadata key/value missing");
+    char *v = xstrdup(value);
+    if (!v)
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "checkpoint: out of memory");
+    clg_ckpt_meta *m = meta_find(ck, key);
+    if (m) {
+        free(m->value);
+        m->value = v;
+        return CLG_OK;
+    }
+    if (ck->nmeta == ck->cap_meta) {
+        int nc = ck->cap_meta ? ck->cap_meta * 2 : 16;
+        clg_ckpt_meta *nm = realloc(ck->meta, sizeof *nm * (size_t)nc);
+        if (!nm) {
+            free(v);
+            return clg_err_set(err, CLG_ERR_HOST_OOM, "checkpoint: out of memory");
+        }
+        ck->meta = nm;
+        ck->cap_meta = nc;
+    }
+    char *k = xstrdup(key);
+    if (!k) {
+        free(v);
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "checkpoint: out of memory");
+    }
+    ck->meta[ck->nmeta].key = k;
+    ck->meta[ck->nmeta].value = v;
+    ck->nmeta++;
+    return CLG_OK;
+}
+
+clg_status clg_ckpt_set_meta_i64(clg_err *err, clg_ckpt *ck, const char *key, int64_t v)
+{
+    char b[32];
+    snprintf(b, sizeof b, "%" PRId64, v);
+    return clg_ckpt_set_meta(err, ck, key, b);
+}
+
+clg_status clg_ckpt_set_meta_f64(clg_err *err, clg_ckpt *ck, const char *key, double v)
+{
+    char b[40];
+    snprintf(b, sizeof b, "%.17g", v);
+    return clg_ckpt_set_meta(err, ck, key, b);
+}
+
+clg_status clg_ckpt_set_rng(clg_err *err, clg_ckpt *ck, const char *key, const clg_rng *r)
+{
+    char b[40];
+    snprintf(b, sizeof b, "%016" PRIx64 ":%016" PRIx64, r->state, r->inc);
+    return clg_ckpt_set_meta(err, ck, key, b);
+}
+
+const char *clg_ckpt_get_meta(const clg_ckpt *ck, const char *key)
+{
+    const clg_ckpt_meta *m = meta_find(ck, key);
+    return m ? m->value : NULL;
+}
+
+clg_status clg_ckpt_get_meta_i64(clg_err *err, const clg_ckpt *ck, const char *key, int64_t *out)
+{
+    const char *v = clg_ckpt_get_meta(ck, key);
+    if (!v)
+        return clg_err_set(err, CLG_ERR_FORMAT, "checkpoint has no metadata '%s'", key);
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (end == v || *end || errno == ERANGE)
+        return clg_err_set(err, CLG_ERR_FORMAT, "checkpoint metadata '%s' = '%s' is not an integer", key, v);
+    *out = x;
+    return CLG_OK;
+}
+
+clg_status clg_ckpt_get_meta_f64(clg_err *err, const clg_ckpt *ck, const char *key, double *out)
+{
+    const char *v = clg_ckpt_get_meta(ck, key);
+    if (!v)
+        return clg_err_set(err, CLG_ERR_FORMAT, "checkpoint has no metadata '%s'", key);
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (end == v || *end)
+        return clg_err_set(err, CLG_ERR_FORMAT, "checkpoint metadata '%s' = '%s' is not a number", key, v);
+    *out = x;
+    return CLG_OK;
+}
+
+static int parse_hex64(const char *s, size_t n, uint64_t *out)
+{
+    if (n != 16)
+        return 0;
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0)
+            return 0;
+        v = (v << 4) | (uint64_t)d;
+    }
+    *out = v;
+    return 1;
+}
+
+clg_status clg_ckpt_get_rng(clg_err *err, const clg_ckpt *ck, const char *key, clg_rng *out)
+{
+    const char *v = clg_ckpt_get_meta(ck, key);
+    if (!v)
+        return clg_err_set(err, CLG_ERR_FORMAT, "checkpoint has no metadata '%s'", key);
+    const char *colon = strchr(v, ':');
+    clg_rng r;
+    if (!colon || !parse_hex64(v, (size_t)(colon - v), &r.state) || !parse_hex64(colon + 1, strlen(colon + 1), &r.inc) ||
+        !(r.inc & 1))
+        return clg_err_set(err, CLG_ERR_FORMAT, "checkpoint metadata '%s' = '%s' is not an rng state (hex:hex)", key,
+                           v);
+    *out = r;
+    return CLG_OK;
+}
+
+static void fmt_shape(char *b, size_t cap, int ndim, const int64_t *s64, const int *s32)
+{
+    size_t n = 0;
+    n += (size_t)snprintf(b + n, cap - n, "[");
+    for (int i = 0; i < ndim && n < cap; i++)
+        n += (size_t)snprintf(b + n, cap - n, "%s%lld", i ? "," : "", s64 ? (long long)s64[i] : (long long)s32[i]);
+    if (n < cap)
+        snprintf(b + n, cap - n, "]");
+}
+
+clg_status clg_ckpt_get_f32(clg_err *err, const clg_ckpt *ck, const char *name, int ndim, const int *shape,
+                            size_t numel, float *dst)
+{
+    const clg_ckpt_tensor *t = clg_ckpt_find(ck, name);
+    if (!t)
+        return clg_err_set(err, CLG_ERR_NOT_FOUND, "checkpoint has no tensor '%s' (from another model?)", name);
+    if (t->dtype != CLG_CKPT_F32)
+        return clg_err_set(err, CLG_ERR_SHAPE, "checkpoint tensor '%s' has dtype %s, expected F32", name,
+                           clg_ckpt_dtype_name(t->dtype));
+    int same = t->numel == numel;
+    if (same && ndim > 0) {
+        same = t->ndim == ndim;
+        for (int i = 0; same && i < ndim; i++)
+            same = t->shape[i] == shape[i];
+    }
+    if (!same) {
+        char a[160], b[160];
+        fmt_shape(a, sizeof a, t->ndim, t->shape, NULL);
+        if (ndim > 0)
+            fmt_shape(b, sizeof b, ndim, NULL, shape);
+        else
+            snprintf(b, sizeof b, "%zu elements", numel);
+        return clg_err_set(err, CLG_ERR_SHAPE,
+                           "checkpoint tensor '%s' has shape %s, the model expects %s (checkpoint from another model?)",
+                           name, a, b);
+    }
+    memcpy(dst, t->data, t->nbytes);
+    return CLG_OK;
+}
+
+// ---- serialization ----
+
+clg_status clg_ckpt_serialize(clg_err *err, clg_ckpt *ck, void **buf, size_t *len)
+{
+    *buf = NULL;
+    *len = 0;
+    if (!host_is_le())
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "checkpoints need a little-endian host");
+    clg_status st = clg_ckpt_set_meta(err, ck, CLG_CKPT_KEY_FORMAT, CLG_CKPT_FORMAT);
+    if (st != CLG_OK)
+        return st;
+    for (int i = 0; i < ck->nt; i++) {
+        char key[512], val[16];
+        const clg_ckpt_tensor *t = &ck->t[i];
+        if (snprintf(key, sizeof key, "crc32.%s", t->name) >= (int)sizeof key)
+            return clg_err_set(err, CLG_ERR_INVALID_ARG, "checkpoint: tensor name '%.64s...' too long", t->name);
+        snprintf(val, sizeof val, "%08" PRIx32, clg_crc32(0, t->data, t->nbytes));
+        st = clg_ckpt_set_meta(err, ck, key, val);
+        if (st != CLG_OK)
+            return st;
+    }
+    clg_sbuf h = {0};
+    clg_sbuf_printf(&h, "{\"__metadata__\":{");
+    for (int i = 0; i < ck->nmeta; i++) {
+        if (i)
+            clg_sbuf_printf(&h, ",");
+        clg_sbuf_json_str(&h, ck->meta[i].key);
+        clg_sbuf_printf(&h, ":");
+        clg_sbuf_json_str(&h, ck->meta[i].value);
+    }
+    clg_sbuf_printf(&h, "}");
+    uint64_t off = 0;
+    for (int i = 0; i < ck->nt; i++) {
+        const clg_ckpt_tensor *t = &ck->t[i];
+        clg_sbuf_printf(&h, ",");
+        clg_sbuf_json_str(&h, t->name);
+        clg_sbuf_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[", dtypes[t->dtype].name);
+        for (int d = 0; d < t->ndim; d++)
+            clg_sbuf_printf(&h, "%s%lld", d ? "," : "", (long long)t->shape[d]);
+        clg_sbuf_printf(&h, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", off, off + t->nbytes);
+        off += t->nbytes;
+    }
+    clg_sbuf_printf(&h, "}");
+    while (!h.oom && h.len % 8 != 0)
+        clg_sbuf_printf(&h, " ");
+    if (h.oom) {
+        clg_sbuf_free(&h);
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "checkpoint: out of memory building the header");
+    }
+    size_t total = 8 + h.len + (size_t)off;
+    uint8_t *b = malloc(total);
+    if (!b) {
+        clg_sbuf_free(&h);
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "checkpoint: no memory for %zu bytes", total);
+    }
+    uint64_t hl = h.len;
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)(hl >> (8 * i));
+    memcpy(b + 8, h.data, h.len);
+    uint8_t *p = b + 8 + h.len;
+    for (int i = 0; i < ck->nt; i++) {
+        const clg_ckpt_tensor *t = &ck->t[i];
+        if (t->nbytes)
+            memcpy(p, t->data, t->nbytes);
+        p += t->nbytes;
+    }
+    clg_sbuf_free(&h);
+    *buf = b;
+    *len = total;
+    return CLG_OK;
+}
+
+clg_status clg_ckpt_save(clg_err *err, clg_ckpt *ck, const char *path)
+{
+    void *buf = NULL;
+    size_t len = 0;
+    clg_status st = clg_ckpt_serialize(err, ck, &buf, &len);
+    if (st != CLG_OK)
+        return st;
+    st = clg_file_write_atomic(err, path, buf, len);
+    free(buf);
+    return st;
+}
+
+static clg_ckpt_dtype dtype_from_name(const char *s, int *ok)
+{
+    for (int i = 0; i < N_DTYPES; i++)
+        if (strcmp(s, dtypes[i].name) == 0) {
+            *ok = 1;
+            return (clg_ckpt_dtype)i;
+        }
+    *ok = 0;
+    return CLG_CKPT_F32;
+}
+
+typedef struct span {
+    uint64_t b, e;
+    int idx;
+} span;
+
+static int span_cmp(const void *a, const void *b)
+{
+    const span *x = a, *y = b;
+    if (x->b != y->b)
+        return x->b < y->b ? -1 : 1;
+    if (x->e != y->e)
+        return x->e < y->e ? -1 : 1;
+    return x->idx - y->idx;
+}
+
+#define PERR(st, ...) (clg_err_set(err, st, __VA_ARGS__), st)
+
+clg_status clg_ckpt_parse(clg_err *err, const void *data, size_t len, const char *source, clg_ckpt **out)
+{
+    *out = NULL;
+    const char *src = source ? source : "<memory>";
+    const uint8_t *b = data;
+    if (!host_is_le())
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "checkpoints need a little-endian host");
+    if (len < 8)
+        return clg_err_set(err, CLG_ERR_FORMAT,
+                           "checkpoint '%s' is truncated: %zu bytes, less than the 8-byte header length", src, len);
+    uint64_t hl = 0;
+    for (int i = 0; i < 8; i++)
+        hl |= (uint64_t)b[i] << (8 * i);
+    if (hl > CLG_CKPT_MAX_HEADER)
+        return clg_err_set(err, CLG_ERR_FORMAT,
+                           "checkpoint '%s': header length %" PRIu64 " exceeds the %u-byte limit (corrupt file?)", src,
+                           hl, CLG_CKPT_MAX_HEADER);
+    if (hl > len - 8)
+        return clg_err_set(err, CLG_ERR_FORMAT,
+                           "checkpoint '%s' is truncated: header length %" PRIu64 " but only %zu bytes follow", src,
+                           hl, len - 8);
+    if (hl < 2)
+        return clg_err_set(err, CLG_ERR_FORMAT, "checkpoint '%s': header length %" PRIu64 " is too small", src, hl);
+    const char *htext = (const char *)b + 8;
+    const uint8_t *dbase = b + 8 + hl;
+    uint64_t dlen = len - 8 - hl;
+    char what[600];
+    snprintf(what, sizeof what, "checkpoint '%s' header", src);
+    clg_json *j = NULL;
+    clg_status st = clg_json_parse(err, htext, (size_t)hl, what, &j);
+    if (st != CLG_OK)
+        return st;
+    clg_ckpt *ck = NULL;
+    span *spans = NULL;
+    if (j->type != CLG_JSON_OBJ) {
+        st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': header is a JSON %s, expected an object", src,
+                  clg_json_type_name(j->type));
+        goto done;
+    }
+    st = clg_ckpt_create(err, &ck);
+    if (st != CLG_OK)
+        goto done;
+    /* duplicate keys */
+    for (int i = 0; i < j->n; i++)
+        for (int k = 0; k < i; k++)
+            if (j->key_lens[i] == j->key_lens[k] && memcmp(j->keys[i], j->keys[k], j->key_lens[i]) == 0) {
+                st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': header has key '%s' twice", src, j->keys[i]);
+                goto done;
+            }
+    spans = calloc((size_t)j->n + 1, sizeof *spans);
+    if (!spans) {
+        st = PERR(CLG_ERR_HOST_OOM, "checkpoint '%s': out of memory", src);
+        goto done;
+    }
+    int ns = 0;
+    for (int i = 0; i < j->n; i++) {
+        const char *name = j->keys[i];
+        const clg_json *v = &j->items[i];
+        if (strlen(name) != j->key_lens[i]) {
+            st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': header key with an embedded NUL", src);
+            goto done;
+        }
+        if (strcmp(name, "__metadata__") == 0) {
+            if (v->type != CLG_JSON_OBJ) {
+                st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': __metadata__ is a %s, expected an object", src,
+                          clg_json_type_name(v->type));
+                goto done;
+            }
+            for (int m = 0; m < v->n; m++) {
+                if (v->items[m].type != CLG_JSON_STR || strlen(v->items[m].str) != v->items[m].len ||
+                    strlen(v->keys[m]) != v->key_lens[m]) {
+                    st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': metadata '%s' is not a plain string", src,
+                              v->keys[m]);
+                    goto done;
+                }
+                if (meta_find(ck, v->keys[m])) {
+                    st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': metadata key '%s' appears twice", src, v->keys[m]);
+                    goto done;
+                }
+                st = clg_ckpt_set_meta(err, ck, v->keys[m], v->items[m].str);
+                if (st != CLG_OK)
+                    goto done;
+            }
+            continue;
+        }
+        if (v->type != CLG_JSON_OBJ) {
+            st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': tensor '%s': entry is a %s, expected an object", src, name,
+                      clg_json_type_name(v->type));
+            goto done;
+        }
+        const clg_json *jd = clg_json_get(v, "dtype"), *js = clg_json_get(v, "shape"),
+                       *jo = clg_json_get(v, "data_offsets");
+        if (!jd || jd->type != CLG_JSON_STR) {
+            st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': tensor '%s': missing or non-string \"dtype\"", src, name);
+            goto done;
+        }
+        int ok;
+        clg_ckpt_dtype dt = dtype_from_name(jd->str, &ok);
+        if (!ok) {
+            st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': tensor '%s': unsupported dtype '%s' (F32, F16, I32, I64, U8)",
+                      src, name, jd->str);
+            goto done;
+        }
+        if (!js || js->type != CLG_JSON_ARR) {
+            st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': tensor '%s': missing or non-array \"shape\"", src, name);
+            goto done;
+        }
+        if (js->n > CLG_CKPT_MAX_DIMS) {
+            st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': tensor '%s': %d dimensions (at most %d)", src, name, js->n,
+                      CLG_CKPT_MAX_DIMS);
+            goto done;
+        }
+        int64_t shape[CLG_CKPT_MAX_DIMS];
+        for (int d = 0; d < js->n; d++) {
+            uint64_t x;
+            if (!clg_json_u64(&js->items[d], &x) || x > (uint64_t)INT64_MAX) {
+                st = PERR(CLG_ERR_FORMAT,
+                          "checkpoint '%s': tensor '%s': shape entry %d is not a non-negative 64-bit integer", src,
+                          name, d);
+                goto done;
+            }
+            shape[d] = (int64_t)x;
+        }
+        size_t numel, nbytes;
+        if (!shape_size(js->n, shape, dtypes[dt].size, &numel, &nbytes)) {
+            st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': tensor '%s': shape x dtype size overflows", src, name);
+            goto done;
+        }
+        uint64_t ob, oe;
+        if (!jo || jo->type != CLG_JSON_ARR || jo->n != 2 || !clg_json_u64(&jo->items[0], &ob) ||
+            !clg_json_u64(&jo->items[1], &oe)) {
+            st = PERR(CLG_ERR_FORMAT,
+                      "checkpoint '%s': tensor '%s': \"data_offsets\" must be [begin, end] of non-negative integers",
+                      src, name);
+            goto done;
+        }
+        if (ob > oe || oe > dlen) {
+            st = PERR(CLG_ERR_FORMAT,
+                      "checkpoint '%s': tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
+                      "] out of range (data section is %" PRIu64 " bytes)",
+                      src, name, ob, oe, dlen);
+            goto done;
+        }
+        if (oe - ob != (uint64_t)nbytes) {
+            st = PERR(CLG_ERR_FORMAT,
+                      "checkpoint '%s': tensor '%s': data_offsets span %" PRIu64 " bytes but shape x %s needs %zu",
+                      src, name, oe - ob, dtypes[dt].name, nbytes);
+            goto done;
+        }
+        void *dst = NULL;
+        st = clg_ckpt_add(err, ck, name, dt, js->n, shape, dbase + ob, &dst);
+        if (st != CLG_OK)
+            goto done;
+        spans[ns].b = ob;
+        spans[ns].e = oe;
+        spans[ns].idx = ck->nt - 1;
+        ns++;
+    }
+    /* contiguous, non-overlapping, covering the data section */
+    qsort(spans, (size_t)ns, sizeof *spans, span_cmp);
+    uint64_t pos = 0;
+    for (int i = 0; i < ns; i++) {
+        if (spans[i].b < pos) {
+            st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': tensor '%s' overlaps tensor '%s'", src,
+                      ck->t[spans[i].idx].name, ck->t[spans[i - 1].idx].name);
+            goto done;
+        }
+        if (spans[i].b > pos) {
+            st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': gap of %" PRIu64 " bytes before tensor '%s'", src,
+                      spans[i].b - pos, ck->t[spans[i].idx].name);
+            goto done;
+        }
+        pos = spans[i].e;
+    }
+    if (pos != dlen) {
+        st = PERR(CLG_ERR_FORMAT,
+                  "checkpoint '%s': %" PRIu64 " bytes after the last tensor (data section %" PRIu64
+                  " bytes, tensors cover %" PRIu64 ")",
+                  src, dlen - pos, dlen, pos);
+        goto done;
+    }
+    /* CRC per tensor */
+    int strict = clg_ckpt_get_meta(ck, CLG_CKPT_KEY_FORMAT) != NULL;
+    for (int i = 0; i < ck->nt; i++) {
+        const clg_ckpt_tensor *t = &ck->t[i];
+        char key[512];
+        snprintf(key, sizeof key, "crc32.%s", t->name);
+        const char *want = clg_ckpt_get_meta(ck, key);
+        if (!want) {
+            if (strict) {
+                st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': tensor '%s' has no CRC-32 entry '%s'", src, t->name, key);
+                goto done;
+            }
+            continue;
+        }
+        char *end;
+        errno = 0;
+        unsigned long w = strtoul(want, &end, 16);
+        if (end == want || *end || errno == ERANGE || w > 0xffffffffUL) {
+            st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': metadata '%s' = '%s' is not a hex CRC-32", src, key, want);
+            goto done;
+        }
+        uint32_t got = clg_crc32(0, t->data, t->nbytes);
+        if (got != (uint32_t)w) {
+            st = PERR(CLG_ERR_CHECKSUM,
+                      "checkpoint '%s': tensor '%s' is corrupted: CRC-32 %08" PRIx32 ", header says %08lx", src,
+                      t->name, got, w);
+            goto done;
+        }
+    }
+    for (int i = 0; i < ck->nmeta; i++) {
+        const char *k = ck->meta[i].key;
+        if (strncmp(k, "crc32.", 6) == 0 && !clg_ckpt_find(ck, k + 6)) {
+            st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': metadata '%s' names a tensor that is not in the file", src, k);
+            goto done;
+        }
+    }
+done:
+    free(spans);
+    clg_json_free(j);
+    if (st != CLG_OK) {
+        clg_ckpt_free(ck);
+        return st;
+    }
+    *out = ck;
+    return CLG_OK;
+}
+
+clg_status clg_ckpt_load(clg_err *err, const char *path, clg_ckpt **out)
+{
+    *out = NULL;
+    char *buf = NULL;
+    size_t len = 0;
+    clg_status st = clg_file_read(err, path, &buf, &len);
+    if (st != CLG_OK)
+        return st;
+    st = clg_ckpt_parse(err, buf, len, path, out);
+    free(buf);
+    return st;
+}

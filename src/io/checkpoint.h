@@ -1,0 +1,132 @@
+/* Checkpoints in the safetensors layout:
+ *
+ *   u64 little-endian N | N bytes of JSON header (space-padded to a
+ *   multiple of 8) | raw little-endian tensor bytes
+ *
+ *   header = {"__metadata__": {"key": "value", ...},
+ *             "name": {"dtype": "F32", "shape": [..], "data_offsets": [b, e]},
+ *             ...}
+ *
+ * data_offsets are relative to the first byte after the header; tensors are
+ * contiguous and non-overlapping, covering the data section exactly.
+ * Metadata values are strings. clg_ckpt_save adds "crc32.<tensor>" (8 hex
+ * digits, CRC-32 of the tensor bytes) for every tensor and "format" =
+ * CLG_CKPT_FORMAT; clg_ckpt_load checks every CRC it finds and requires
+ * one per tensor when the format key is present.
+ *
+ * A checkpoint object is an in-memory list of named tensors plus string
+ * metadata. The trainer decides what goes in; the conventional keys are
+ * below. */
+#ifndef CLG_IO_CHECKPOINT_H
+#define CLG_IO_CHECKPOINT_H
+
+#include "core/core.h"
+
+#define CLG_CKPT_FORMAT "clgrad-ckpt-1"
+#define CLG_CKPT_MAX_DIMS 8
+/* Header larger than this is rejected as corrupt. */
+#define CLG_CKPT_MAX_HEADER (100u * 1024u * 1024u)
+
+/* Conventional metadata keys. */
+#define CLG_CKPT_KEY_FORMAT "format"       /* CLG_CKPT_FORMAT */
+#define CLG_CKPT_KEY_MODEL "model"         /* model file text */
+#define CLG_CKPT_KEY_STEP "step"           /* decimal */
+#define CLG_CKPT_KEY_EPOCH "epoch"         /* decimal */
+#define CLG_CKPT_KEY_RNG "rng"             /* clg_ckpt_set_rng format */
+#define CLG_CKPT_KEY_OPTIMIZER "optimizer" /* "sgd", "adam", ... */
+/* Optimizer hyper-parameters: "optimizer.lr", "optimizer.momentum", ...
+ * Optimizer state tensors: e.g. "opt.m.<param>", "opt.v.<param>". */
+
+typedef enum clg_ckpt_dtype {
+    CLG_CKPT_F32 = 0,
+    CLG_CKPT_F16 = 1,
+    CLG_CKPT_I32 = 2,
+    CLG_CKPT_I64 = 3,
+    CLG_CKPT_U8 = 4,
+} clg_ckpt_dtype;
+
+typedef struct clg_ckpt_tensor {
+    char *name;
+    clg_ckpt_dtype dtype;
+    int ndim;                           /* 0 (scalar) .. CLG_CKPT_MAX_DIMS */
+    int64_t shape[CLG_CKPT_MAX_DIMS];
+    size_t numel;
+    size_t nbytes;                      /* numel * dtype size */
+    void *data;                         /* owned, nbytes (little-endian; big-endian hosts are rejected) */
+} clg_ckpt_tensor;
+
+typedef struct clg_ckpt_meta {
+    char *key;
+    char *value;
+} clg_ckpt_meta;
+
+typedef struct clg_ckpt {
+    clg_ckpt_tensor *t;  /* in insertion (or file) order */
+    int nt, cap_t;
+    clg_ckpt_meta *meta; /* in insertion (or file) order */
+    int nmeta, cap_meta;
+} clg_ckpt;
+
+/* "F32", ... ; element size in bytes. */
+CLG_INTERNAL const char *clg_ckpt_dtype_name(clg_ckpt_dtype dt);
+CLG_INTERNAL size_t clg_ckpt_dtype_size(clg_ckpt_dtype dt);
+
+/* ---- building ---- */
+CLG_INTERNAL clg_status clg_ckpt_create(clg_err *err, clg_ckpt **out);
+/* NULL is a no-op. */
+CLG_INTERNAL void clg_ckpt_free(clg_ckpt *ck);
+
+/* Adds a tensor, copying nbytes = prod(shape) * size(dtype) from data
+ * (data NULL: zero-filled). Names must be unique, non-empty and not
+ * "__metadata__". *out_data (may be NULL) receives the owned buffer, so a
+ * caller can fill it in place (e.g. clEnqueueReadBuffer into it). */
+CLG_INTERNAL clg_status clg_ckpt_add(clg_err *err, clg_ckpt *ck, const char *name, clg_ckpt_dtype dtype, int ndim,
+                                     const int64_t *shape, const void *data, void **out_data);
+/* Convenience: f32 tensor with int dims. */
+CLG_INTERNAL clg_status clg_ckpt_add_f32(clg_err *err, clg_ckpt *ck, const char *name, int ndim, const int *shape,
+                                         const float *data);
+
+/* Sets (or replaces) a metadata string. */
+CLG_INTERNAL clg_status clg_ckpt_set_meta(clg_err *err, clg_ckpt *ck, const char *key, const char *value);
+CLG_INTERNAL clg_status clg_ckpt_set_meta_i64(clg_err *err, clg_ckpt *ck, const char *key, int64_t v);
+/* Doubles are written with %.17g so they read back bitwise. */
+CLG_INTERNAL clg_status clg_ckpt_set_meta_f64(clg_err *err, clg_ckpt *ck, const char *key, double v);
+/* rng as "<state hex>:<inc hex>" (16 hex digits each). */
+CLG_INTERNAL clg_status clg_ckpt_set_rng(clg_err *err, clg_ckpt *ck, const char *key, const clg_rng *r);
+
+/* ---- reading ---- */
+/* NULL when absent. */
+CLG_INTERNAL const char *clg_ckpt_get_meta(const clg_ckpt *ck, const char *key);
+/* Missing key or malformed value: CLG_ERR_FORMAT naming the key. */
+CLG_INTERNAL clg_status clg_ckpt_get_meta_i64(clg_err *err, const clg_ckpt *ck, const char *key, int64_t *out);
+CLG_INTERNAL clg_status clg_ckpt_get_meta_f64(clg_err *err, const clg_ckpt *ck, const char *key, double *out);
+CLG_INTERNAL clg_status clg_ckpt_get_rng(clg_err *err, const clg_ckpt *ck, const char *key, clg_rng *out);
+
+/* NULL when absent. */
+CLG_INTERNAL const clg_ckpt_tensor *clg_ckpt_find(const clg_ckpt *ck, const char *name);
+/* Copies tensor `name` into dst after checking it exists, is F32 and has
+ * exactly the expected numel (and, when ndim > 0, the expected shape):
+ * CLG_ERR_NOT_FOUND / CLG_ERR_SHAPE with a message naming the tensor and
+ * both shapes ("checkpoint tensor 'conv1.weight' has shape [32,1,3,3],
+ * the model expects [64,1,3,3]"). ndim 0: only numel is checked. */
+CLG_INTERNAL clg_status clg_ckpt_get_f32(clg_err *err, const clg_ckpt *ck, const char *name, int ndim,
+                                         const int *shape, size_t numel, float *dst);
+
+/* ---- files ---- */
+/* Serializes (adding format + crc32.* metadata to ck) and writes path
+ * atomically (temp file in the same directory, fsync, rename): on failure
+ * an earlier file at path is left untouched. */
+CLG_INTERNAL clg_status clg_ckpt_save(clg_err *err, clg_ckpt *ck, const char *path);
+/* Reads and validates path: header length vs file size, header size cap,
+ * JSON syntax, known dtypes, shape * dtype overflow, offsets in range,
+ * contiguous and non-overlapping, CRC per tensor. Errors name the file and
+ * the tensor. */
+CLG_INTERNAL clg_status clg_ckpt_load(clg_err *err, const char *path, clg_ckpt **out);
+
+/* In-memory forms of save/load (save's metadata additions included).
+ * *buf is malloc'd. source names the data in messages. */
+CLG_INTERNAL clg_status clg_ckpt_serialize(clg_err *err, clg_ckpt *ck, void **buf, size_t *len);
+CLG_INTERNAL clg_status clg_ckpt_parse(clg_err *err, const void *buf, size_t len, const char *source,
+                                       clg_ckpt **out);
+
+#endif

@@ -1,0 +1,55 @@
+/* [activation]: type=relu|leaky|sigmoid|tanh|gelu, alpha=0.01 (leaky). */
+#include <stdlib.h>
+
+#include "model/layers.h"
+
+typedef struct {
+    clg_act act;
+    float alpha;
+} act_priv;
+
+static clg_status act_configure(clg_layer *l, clg_err *err, const clg_cfg *cfg, clg_cfg_section *sec)
+{
+    CLG_TRY(clg_layer_priv(l, err, sizeof(act_priv)));
+    act_priv *p = l->priv;
+    return clg_layer_read_act(err, cfg, sec, "type", NULL, 0, &p->act, &p->alpha);
+}
+
+static clg_status act_setup(clg_layer *l, clg_err *err)
+{
+    CLG_TRY(clg_layer_check_nin(l, err, 1, 1));
+    for (int d = 0; d < 4; d++)
+        l->out_shape[d] = l->in_shape[0][d];
+    l->nparams = 0;
+    l->flops = (double)l->in_shape[0][0] * l->in_shape[0][1] * l->in_shape[0][2] * l->in_shape[0][3];
+    return CLG_OK;
+}
+
+static clg_status act_init(clg_layer *l, clg_device *dev, clg_rng *rng) { return CLG_OK; }
+
+static clg_status act_forward(clg_layer *l, clg_device *dev, const clg_tensor *in, int nin, clg_tensor *out,
+                              int training)
+{
+    act_priv *p = l->priv;
+    return clg_nn_act_forward(dev, p->act, p->alpha, clg_tensor_numel(&in[0]), in[0].mem, in[0].off, out->mem,
+                              out->off);
+}
+
+static clg_status act_backward(clg_layer *l, clg_device *dev, const clg_tensor *in, int nin, const clg_tensor *out,
+                               const clg_tensor *dout, clg_tensor *din)
+{
+    act_priv *p = l->priv;
+    if (!din[0].mem)
+        return CLG_OK;
+    return clg_nn_act_backward(dev, p->act, p->alpha, clg_tensor_numel(&in[0]), in[0].mem, in[0].off, out->mem,
+                               out->off, dout->mem, dout->off, din[0].mem, din[0].off);
+}
+
+const clg_layer_ops clg_layer_activation_ops = {
+    .type = "activation",
+    .configure = act_configure,
+    .setup = act_setup,
+    .init = act_init,
+    .forward = act_forward,
+    .backward = act_backward,
+};

@@ -1,0 +1,81 @@
+/* [dropout]: p=0.5, inverted dropout (training: y = x * keep / (1 - p);
+ * inference: y = x). The mask is a hash of (seed, step, element index)
+ * computed in the kernel; see clg_layer_set_rng in layers.h. */
+#include <stdlib.h>
+
+#include "model/layers.h"
+
+typedef struct {
+    float p;
+    uint32_t seed, step, sample_base;
+} dropout_priv;
+
+static clg_status dropout_configure(clg_layer *l, clg_err *err, const clg_cfg *cfg, clg_cfg_section *sec)
+{
+    CLG_TRY(clg_layer_priv(l, err, sizeof(dropout_priv)));
+    dropout_priv *p = l->priv;
+    double prob = 0.5;
+    CLG_TRY(clg_cfg_float(err, cfg, sec, "p", 0.5, 0.0, 0.99, &prob));
+    p->p = (float)prob;
+    return CLG_OK;
+}
+
+void clg_layer_set_rng(clg_layer *l, uint32_t seed, uint32_t step, uint32_t sample_base)
+{
+    if (!l || l->ops != &clg_layer_dropout_ops || !l->priv)
+        return;
+    dropout_priv *p = l->priv;
+    p->seed = seed;
+    p->step = step;
+    p->sample_base = sample_base;
+}
+
+static clg_status dropout_setup(clg_layer *l, clg_err *err)
+{
+    CLG_TRY(clg_layer_check_nin(l, err, 1, 1));
+    for (int d = 0; d < 4; d++)
+        l->out_shape[d] = l->in_shape[0][d];
+    l->nparams = 0;
+    l->flops = (double)l->in_shape[0][0] * l->in_shape[0][1] * l->in_shape[0][2] * l->in_shape[0][3];
+    return CLG_OK;
+}
+
+static clg_status dropout_init(clg_layer *l, clg_device *dev, clg_rng *rng) { return CLG_OK; }
+
+static uint32_t base_index(const dropout_priv *p, const clg_tensor *x)
+{
+    return (uint32_t)((uint64_t)p->sample_base * (uint64_t)x->c * (uint64_t)x->h * (uint64_t)x->w);
+}
+
+static clg_status dropout_forward(clg_layer *l, clg_device *dev, const clg_tensor *in, int nin, clg_tensor *out,
+                                  int training)
+{
+    dropout_priv *p = l->priv;
+    size_t n = clg_tensor_numel(&in[0]);
+    if (!training || p->p == 0.0f)
+        return clg_nn_copy(dev, n, in[0].mem, in[0].off, out->mem, out->off);
+    return clg_nn_dropout(dev, n, p->p, p->seed, p->step, base_index(p, &in[0]), in[0].mem, in[0].off, out->mem,
+                          out->off);
+}
+
+static clg_status dropout_backward(clg_layer *l, clg_device *dev, const clg_tensor *in, int nin,
+                                   const clg_tensor *out, const clg_tensor *dout, clg_tensor *din)
+{
+    dropout_priv *p = l->priv;
+    if (!din[0].mem)
+        return CLG_OK;
+    size_t n = clg_tensor_numel(&in[0]);
+    if (p->p == 0.0f)
+        return clg_nn_copy(dev, n, dout->mem, dout->off, din[0].mem, din[0].off);
+    return clg_nn_dropout(dev, n, p->p, p->seed, p->step, base_index(p, &in[0]), dout->mem, dout->off, din[0].mem,
+                          din[0].off);
+}
+
+const clg_layer_ops clg_layer_dropout_ops = {
+    .type = "dropout",
+    .configure = dropout_configure,
+    .setup = dropout_setup,
+    .init = dropout_init,
+    .forward = dropout_forward,
+    .backward = dropout_backward,
+};

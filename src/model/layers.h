@@ -1,0 +1,93 @@
+/* Layer modules (one src/model/layer_<type>.c each) and helpers they share.
+ *
+ * Section types and keys (see README "Model files"):
+ *   [convolutional] / [conv]  filters, size | size_h+size_w, stride=1, pad=0,
+ *                             dilation=1, groups=1, bias=1, activation=linear,
+ *                             alpha=0.01 (leaky), algo=auto|im2col|winograd|
+ *                             winograd4|direct|fft
+ *   [dense] / [connected]     units, bias=1, activation=linear, alpha=0.01
+ *   [maxpool] [avgpool]       size, stride=size, pad=0 (pad <= size/2)
+ *   [gap]                     global average pooling -> (N, C, 1, 1)
+ *   [activation]              type=relu|leaky|sigmoid|tanh|gelu, alpha=0.01
+ *   [batchnorm]               eps=1e-5, momentum=0.1
+ *   [dropout]                 p=0.5
+ *   [flatten] [add] [concat]
+ *   [softmax]                 softmax + cross-entropy (int32 labels)
+ *   [mse]                     mean squared error (float targets like the input)
+ *
+ * Activations: relu is fused into the conv/GEMM epilogue; the others run a
+ * separate kernel in place on the output. GELU layers inside dense/conv keep
+ * their pre-activation (a private buffer) for backward.
+ *
+ * Randomness: dropout draws its mask from a counter-based hash of
+ * (seed, step, element index); see clg_layer_set_rng. */
+#ifndef CLG_MODEL_LAYERS_H
+#define CLG_MODEL_LAYERS_H
+
+#include "model/layer.h"
+#include "ops/nn.h"
+
+extern CLG_INTERNAL const clg_layer_ops clg_layer_conv_ops;
+extern CLG_INTERNAL const clg_layer_ops clg_layer_dense_ops;
+extern CLG_INTERNAL const clg_layer_ops clg_layer_maxpool_ops;
+extern CLG_INTERNAL const clg_layer_ops clg_layer_avgpool_ops;
+extern CLG_INTERNAL const clg_layer_ops clg_layer_gap_ops;
+extern CLG_INTERNAL const clg_layer_ops clg_layer_activation_ops;
+extern CLG_INTERNAL const clg_layer_ops clg_layer_batchnorm_ops;
+extern CLG_INTERNAL const clg_layer_ops clg_layer_dropout_ops;
+extern CLG_INTERNAL const clg_layer_ops clg_layer_flatten_ops;
+extern CLG_INTERNAL const clg_layer_ops clg_layer_add_ops;
+extern CLG_INTERNAL const clg_layer_ops clg_layer_concat_ops;
+extern CLG_INTERNAL const clg_layer_ops clg_layer_softmax_ops;
+extern CLG_INTERNAL const clg_layer_ops clg_layer_mse_ops;
+
+/* ---- for the trainer ---- */
+
+/* Dropout randomness for the next forward/backward pair: the keep mask of
+ * element i of this replica's share is hash(seed, step, sample_base *
+ * (C*H*W) + i), so a batch split across devices (sample_base = index of the
+ * share's first sample in the global batch) draws the same masks as one
+ * device, and backward (same step) recomputes forward's mask. Call it on
+ * every layer before each training forward: a no-op for other types. */
+CLG_INTERNAL void clg_layer_set_rng(clg_layer *l, uint32_t seed, uint32_t step, uint32_t sample_base);
+
+/* ---- for tests ---- */
+
+/* Builds a layer of `type` from "key=value key=value ..." (whitespace
+ * separated) with nin inputs of the given shapes (N, C, H, W): configure
+ * (through the model-file parser, unknown keys rejected) and setup. The
+ * caller owns l: clg_layer_free(l, dev) when done. */
+CLG_INTERNAL clg_status clg_layer_create_for_test(clg_err *err, const char *type, const char *keys, int nin,
+                                                  const int (*in_shape)[4], clg_layer *l);
+/* destroy + release params (dev may be NULL before init). */
+CLG_INTERNAL void clg_layer_free(clg_layer *l, clg_device *dev);
+
+/* ---- helpers shared by the layer modules ---- */
+
+/* Declares params[idx] (shape d[0..ndim)). */
+CLG_INTERNAL void clg_layer_param_def(clg_layer *l, int idx, const char *name, int trainable, int ndim, int d0,
+                                      int d1, int d2, int d3);
+/* Allocates value (and grad when trainable) for every declared param. */
+CLG_INTERNAL clg_status clg_layer_alloc_params(clg_layer *l, clg_device *dev);
+/* Fills a param from host floats (numel). */
+CLG_INTERNAL clg_status clg_layer_param_upload(clg_device *dev, clg_param *p, const float *host);
+/* value ~ N(0, std^2) drawn on the host from rng; or a constant. */
+CLG_INTERNAL clg_status clg_layer_param_normal(clg_device *dev, clg_param *p, double std, clg_rng *rng);
+CLG_INTERNAL clg_status clg_layer_param_const(clg_device *dev, clg_param *p, float v);
+/* He-normal for relu-like activations (relu, leaky, gelu), Glorot-normal
+ * otherwise. */
+CLG_INTERNAL double clg_layer_init_std(clg_act act, int fan_in, int fan_out);
+/* Reads `activation` (default linear) and `alpha` (0.01). */
+CLG_INTERNAL clg_status clg_layer_read_act(clg_err *err, const clg_cfg *cfg, clg_cfg_section *sec, const char *key,
+                                           const char *def, int allow_linear, clg_act *act, float *alpha);
+/* Required integer key in [lo, hi]; error names the file and line. */
+CLG_INTERNAL clg_status clg_layer_req_int(clg_err *err, const clg_cfg *cfg, clg_cfg_section *sec, const char *key,
+                                          long lo, long hi, long *out);
+/* Grows a private scratch buffer to at least bytes. */
+CLG_INTERNAL clg_status clg_layer_scratch(clg_device *dev, cl_mem *m, size_t *cap, size_t bytes);
+/* Checks nin against [lo, hi]; error names the layer. */
+CLG_INTERNAL clg_status clg_layer_check_nin(clg_layer *l, clg_err *err, int lo, int hi);
+/* Allocates zeroed priv of size bytes. */
+CLG_INTERNAL clg_status clg_layer_priv(clg_layer *l, clg_err *err, size_t bytes);
+
+#endif

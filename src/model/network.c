@@ -1,0 +1,697 @@
+/* Network: model file -> layer graph, shape inference, layer table,
+ * liveness-planned activation memory, per-device replicas, forward and
+ * backward passes. */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/layers.h"
+#include "model/network.h"
+
+void clg_hparams_defaults(clg_hparams *h)
+{
+    memset(h, 0, sizeof *h);
+    h->learning_rate = 0.01;
+    h->momentum = 0.9;
+    h->weight_decay = 0;
+    h->nesterov = 0;
+    h->optimizer = CLG_OPT_SGD;
+    h->beta1 = 0.9;
+    h->beta2 = 0.999;
+    h->epsilon = 1e-8;
+    h->schedule = CLG_SCHED_NONE;
+    h->step_size = 1;
+    h->gamma = 0.1;
+    h->warmup = 0;
+    h->epochs = 10;
+    h->clip_norm = 0;
+}
+
+static const char *const opt_names[] = {"sgd", "adam", "adamw", NULL};
+static const char *const sched_names[] = {"none", "step", "cosine", NULL};
+
+static clg_status parse_net_section(clg_err *err, clg_net *net, clg_cfg_section *s)
+{
+    const clg_cfg *cfg = net->cfg;
+    long v;
+    double d;
+    int e;
+    CLG_TRY(clg_cfg_int(err, cfg, s, "channels", -1, 1, 65536, &v));
+    net->in_c = (int)v;
+    CLG_TRY(clg_cfg_int(err, cfg, s, "height", -1, 1, 1 << 20, &v));
+    net->in_h = (int)v;
+    CLG_TRY(clg_cfg_int(err, cfg, s, "width", -1, 1, 1 << 20, &v));
+    net->in_w = (int)v;
+    if (net->in_c < 0 || net->in_h < 0 || net->in_w < 0)
+        return clg_err_set(err, CLG_ERR_FORMAT, "%s:%d: [net] needs channels, height and width (the input shape)",
+                           net->source, s->line);
+    CLG_TRY(clg_cfg_int(err, cfg, s, "classes", 0, 0, 1 << 24, &v));
+    net->classes = (int)v;
+    CLG_TRY(clg_cfg_int(err, cfg, s, "batch", 64, 1, 1 << 20, &v));
+    net->batch = (int)v;
+    clg_hparams *h = &net->hp;
+    clg_hparams_defaults(h);
+    CLG_TRY(clg_cfg_float(err, cfg, s, "learning_rate", h->learning_rate, 0, 1e3, &h->learning_rate));
+    CLG_TRY(clg_cfg_float(err, cfg, s, "momentum", h->momentum, 0, 0.999999, &h->momentum));
+    CLG_TRY(clg_cfg_int(err, cfg, s, "nesterov", 0, 0, 1, &v));
+    h->nesterov = (int)v;
+    CLG_TRY(clg_cfg_float(err, cfg, s, "weight_decay", 0, 0, 1, &h->weight_decay));
+    CLG_TRY(clg_cfg_enum(err, cfg, s, "optimizer", "sgd", opt_names, &e));
+    h->optimizer = e;
+    CLG_TRY(clg_cfg_float(err, cfg, s, "beta1", h->beta1, 0, 0.999999, &h->beta1));
+    CLG_TRY(clg_cfg_float(err, cfg, s, "beta2", h->beta2, 0, 0.99999999, &h->beta2));
+    CLG_TRY(clg_cfg_float(err, cfg, s, "epsilon", h->epsilon, 0, 1, &h->epsilon));
+    CLG_TRY(clg_cfg_enum(err, cfg, s, "schedule", "none", sched_names, &e));
+    h->schedule = e;
+    CLG_TRY(clg_cfg_float(err, cfg, s, "step_size", h->step_size, 1e-9, 1e9, &h->step_size));
+    CLG_TRY(clg_cfg_float(err, cfg, s, "gamma", h->gamma, 0, 1, &h->gamma));
+    CLG_TRY(clg_cfg_int(err, cfg, s, "warmup", 0, 0, LONG_MAX, &v));
+    h->warmup = v;
+    CLG_TRY(clg_cfg_int(err, cfg, s, "epochs", h->epochs, 1, 1000000, &v));
+    h->epochs = (int)v;
+    CLG_TRY(clg_cfg_float(err, cfg, s, "clip_norm", 0, 0, 1e9, &d));
+    h->clip_norm = d;
+    return clg_cfg_check_unused(err, cfg, s);
+}
+
+int clg_net_find(const clg_net *net, const char *name)
+{
+    for (int i = 0; i < net->nlayers; i++)
+        if (strcmp(net->proto[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+        s[--n] = 0;
+    return s;
+}
+
+/* Resolves the `input` key of layer idx into l->inputs. */
+static clg_status parse_inputs(clg_err *err, clg_net *net, clg_cfg_section *s, clg_layer *l, int idx)
+{
+    const char *spec = NULL;
+    CLG_TRY(clg_cfg_str(err, net->cfg, s, "input", "", &spec));
+    const clg_cfg_kv *kv = clg_cfg_find(s, "input");
+    int line = kv ? kv->line : s->line;
+    if (!spec[0]) {
+        l->nin = 1;
+        l->inputs[0] = idx - 1; /* -1: network input for the first layer */
+        return CLG_OK;
+    }
+    char buf[512];
+    if (strlen(spec) >= sizeof buf)
+        return clg_err_set(err, CLG_ERR_FORMAT, "%s:%d: input list too long", net->source, line);
+    strcpy(buf, spec);
+    l->nin = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *t = trim(tok);
+        if (l->nin >= CLG_MAX_INPUTS)
+            return clg_err_set(err, CLG_ERR_FORMAT, "%s:%d: layer '%s' has more than %d inputs", net->source, line,
+                               l->name, CLG_MAX_INPUTS);
+        int src;
+        char *end = NULL;
+        errno = 0;
+        long x = strtol(t, &end, 10);
+        if (!*t)
+            return clg_err_set(err, CLG_ERR_FORMAT, "%s:%d: empty entry in input list '%s'", net->source, line, spec);
+        if (end != t && *end == 0 && !errno) {
+            src = x < 0 ? (int)(idx + x) : (int)x;
+            if (x < 0 && idx + x < -1)
+                return clg_err_set(err, CLG_ERR_FORMAT,
+                                   "%s:%d: input %ld of layer '%s' points before the network input (layer %d)",
+                                   net->source, line, x, l->name, idx);
+            if (x >= 0 && x >= idx)
+                return clg_err_set(err, CLG_ERR_FORMAT,
+                                   "%s:%d: input %ld of layer '%s' (layer %d) is not an earlier layer", net->source,
+                                   line, x, l->name, idx);
+        } else if (strcmp(t, "data") == 0 || strcmp(t, "input") == 0) {
+            src = -1;
+        } else {
+            src = -2;
+            for (int j = 0; j < idx; j++)
+                if (strcmp(net->proto[j].name, t) == 0)
+                    src = j;
+            if (src == -2)
+                return clg_err_set(err, CLG_ERR_FORMAT, "%s:%d: layer '%s' reads unknown input '%s' (no earlier layer has that name)",
+                                   net->source, line, l->name, t);
+        }
+        if (src >= 0 && net->proto[src].is_loss)
+            return clg_err_set(err, CLG_ERR_FORMAT, "%s:%d: layer '%s' reads the output of loss layer '%s'",
+                               net->source, line, l->name, net->proto[src].name);
+        l->inputs[l->nin++] = src;
+    }
+    return CLG_OK;
+}
+
+/* Prefixes err's message with the layer's location unless it names the source already. */
+static clg_status layer_fail(clg_err *err, clg_status st, const clg_net *net, const clg_layer *l, const char *what)
+{
+    clg_err *e = err ? err : clg_err_tls();
+    if (strncmp(e->msg, net->source, strlen(net->source)) == 0)
+        return st;
+    char tmp[CLG_ERR_LEN];
+    snprintf(tmp, sizeof tmp, "%s", e->msg);
+    return clg_err_set(err, st, "%s:%d: layer '%s' (%s): %s: %s", net->source, l->line, l->name, l->ops->type, what,
+                       tmp);
+}
+
+/* Configures + sets up one set of layer instances for `batch` samples. */
+static clg_status instantiate(clg_err *err, clg_net *net, clg_layer *layers, int batch, int first_time)
+{
+    clg_cfg *cfg = net->cfg;
+    for (int i = 0; i < net->nlayers; i++) {
+        clg_cfg_section *s = &cfg->sec[i + 1];
+        clg_layer *l = &layers[i];
+        memset(l, 0, sizeof *l);
+        l->ops = clg_layer_lookup(s->name);
+        if (!l->ops) {
+            char known[1024] = "";
+            const char *const *names = clg_layer_type_names();
+            for (int k = 0; names && names[k]; k++) {
+                if (k)
+                    strncat(known, ", ", sizeof known - strlen(known) - 1);
+                strncat(known, names[k], sizeof known - strlen(known) - 1);
+            }
+            return clg_err_set(err, CLG_ERR_FORMAT, "%s:%d: unknown section type [%s] (known: net, %s)", net->source,
+                               s->line, s->name, known);
+        }
+        l->line = s->line;
+        l->index = i;
+        const char *name = NULL;
+        CLG_TRY(clg_cfg_str(err, cfg, s, "name", "", &name));
+        if (name[0]) {
+            if (strlen(name) >= sizeof l->name)
+                return clg_err_set(err, CLG_ERR_FORMAT, "%s:%d: layer name '%s' is too long (max %zu)", net->source,
+                                   s->line, name, sizeof l->name - 1);
+            if (strcmp(name, "data") == 0 || strcmp(name, "input") == 0 || strchr(name, ','))
+                return clg_err_set(err, CLG_ERR_FORMAT, "%s:%d: '%s' is not a valid layer name", net->source,
+                                   s->line, name);
+            for (int j = 0; j < i; j++)
+                if (strcmp(layers[j].name, name) == 0)
+                    return clg_err_set(err, CLG_ERR_FORMAT, "%s:%d: layer name '%s' is already used by line %d",
+                                       net->source, s->line, name, layers[j].line);
+            strcpy(l->name, name);
+        } else {
+            snprintf(l->name, sizeof l->name, "%s%d", s->name, i);
+        }
+        /* parse_inputs resolves names through net->proto (same names in every instance) */
+        CLG_TRY(parse_inputs(err, net, s, l, i));
+        for (int k = 0; k < l->nin; k++) {
+            int src = l->inputs[k];
+            if (src < 0) {
+                l->in_shape[k][0] = batch;
+                l->in_shape[k][1] = net->in_c;
+                l->in_shape[k][2] = net->in_h;
+                l->in_shape[k][3] = net->in_w;
+            } else {
+                memcpy(l->in_shape[k], layers[src].out_shape, sizeof l->in_shape[k]);
+            }
+        }
+        clg_status st = l->ops->configure(l, err, cfg, s);
+        if (st != CLG_OK)
+            return layer_fail(err, st, net, l, "configure");
+        if (first_time)
+            CLG_TRY(clg_cfg_check_unused(err, cfg, s));
+        st = l->ops->setup(l, err);
+        if (st != CLG_OK)
+            return layer_fail(err, st, net, l, "shapes");
+        for (int k = 0; k < 4; k++)
+            if (l->out_shape[k] <= 0)
+                return clg_err_set(err, CLG_ERR_SHAPE,
+                                   "%s:%d: layer '%s' (%s) gives an empty output shape %dx%dx%dx%d", net->source,
+                                   s->line, l->name, l->ops->type, l->out_shape[0], l->out_shape[1], l->out_shape[2],
+                                   l->out_shape[3]);
+    }
+    return CLG_OK;
+}
+
+static void destroy_layers(clg_layer *layers, int n, clg_device *dev)
+{
+    if (!layers)
+        return;
+    for (int i = 0; i < n; i++)
+        clg_layer_free(&layers[i], dev);
+}
+
+clg_status clg_net_build(clg_err *err, const char *text, const char *source_name, int batch, clg_net **out)
+{
+    *out = NULL;
+    if (!text)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "model text is NULL");
+    clg_net *net = calloc(1, sizeof *net);
+    if (!net)
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory building a network");
+    snprintf(net->source, sizeof net->source, "%s", source_name ? source_name : "<string>");
+    net->text = strdup(text);
+    clg_status st = net->text ? CLG_OK : clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    if (st == CLG_OK)
+        st = clg_cfg_parse(err, text, net->source, &net->cfg);
+    if (st == CLG_OK && (net->cfg->nsec == 0 || strcmp(net->cfg->sec[0].name, "net") != 0))
+        st = clg_err_set(err, CLG_ERR_FORMAT, "%s:%d: the first section must be [net] (input shape and training settings)",
+                         net->source, net->cfg->nsec ? net->cfg->sec[0].line : 1);
+    if (st == CLG_OK)
+        st = parse_net_section(err, net, &net->cfg->sec[0]);
+    if (st == CLG_OK && net->cfg->nsec < 2)
+        st = clg_err_set(err, CLG_ERR_FORMAT, "%s: the model has no layers after [net]", net->source);
+    if (st == CLG_OK) {
+        if (batch > 0)
+            net->batch = batch;
+        net->nlayers = net->cfg->nsec - 1;
+        net->proto = calloc((size_t)net->nlayers, sizeof *net->proto);
+        if (!net->proto)
+            st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    }
+    if (st == CLG_OK)
+        st = instantiate(err, net, net->proto, net->batch, 1);
+    if (st == CLG_OK) {
+        net->loss_index = -1;
+        for (int i = 0; i < net->nlayers; i++) {
+            clg_layer *l = &net->proto[i];
+            if (l->is_loss && i != net->nlayers - 1) {
+                st = clg_err_set(err, CLG_ERR_FORMAT, "%s:%d: loss layer '%s' must be the last layer", net->source,
+                                 l->line, l->name);
+                break;
+            }
+            if (l->is_loss)
+                net->loss_index = i;
+            for (int p = 0; p < l->nparams; p++)
+                if (l->params[p].trainable)
+                    net->nparams += l->params[p].numel;
+            net->flops += l->flops / CLG_MAX(1, net->batch);
+        }
+    }
+    if (st == CLG_OK) {
+        const clg_layer *last = &net->proto[net->nlayers - 1];
+        if (net->classes == 0)
+            net->classes = last->out_shape[1];
+        else if (net->classes != last->out_shape[1] && last->is_loss)
+            st = clg_err_set(err, CLG_ERR_SHAPE, "%s:%d: [net] classes = %d but the last layer '%s' has %d outputs",
+                             net->source, net->cfg->sec[0].line, net->classes, last->name, last->out_shape[1]);
+    }
+    if (st != CLG_OK) {
+        clg_net_free(net);
+        return st;
+    }
+    *out = net;
+    return CLG_OK;
+}
+
+clg_status clg_net_load(clg_err *err, const char *path, int batch, clg_net **out)
+{
+    *out = NULL;
+    char *text = NULL;
+    size_t len = 0;
+    CLG_TRY(clg_file_read(err, path, &text, &len));
+    if (strlen(text) != len) {
+        free(text);
+        return clg_err_set(err, CLG_ERR_FORMAT, "%s: model file contains a NUL byte (not a text file?)", path);
+    }
+    clg_status st = clg_net_build(err, text, path, batch, out);
+    free(text);
+    return st;
+}
+
+void clg_net_free(clg_net *net)
+{
+    if (!net)
+        return;
+    for (int i = 0; i < net->nrep; i++)
+        clg_replica_free(net->rep[i]);
+    free(net->rep);
+    destroy_layers(net->proto, net->nlayers, NULL);
+    free(net->proto);
+    clg_cfg_free(net->cfg);
+    free(net->text);
+    free(net);
+}
+
+static void human(char *dst, size_t n, double v)
+{
+    if (v >= 1e9)
+        snprintf(dst, n, "%.2fG", v / 1e9);
+    else if (v >= 1e6)
+        snprintf(dst, n, "%.2fM", v / 1e6);
+    else if (v >= 1e3)
+        snprintf(dst, n, "%.1fk", v / 1e3);
+    else
+        snprintf(dst, n, "%.0f", v);
+}
+
+void clg_net_print(const clg_net *net, FILE *f)
+{
+    fprintf(f, "%-3s %-14s %-14s %-16s %-18s %10s %10s\n", "#", "name", "type", "input", "output (CxHxW)", "params",
+            "MFLOPs");
+    fprintf(f, "%-3s %-14s %-14s %-16s %-18s %10s %10s\n", "", "data", "input", "", "", "", "");
+    for (int i = 0; i < net->nlayers; i++) {
+        const clg_layer *l = &net->proto[i];
+        char ins[64] = "", shape[48], params[16];
+        for (int k = 0; k < l->nin; k++) {
+            char one[16];
+            if (l->inputs[k] < 0)
+                snprintf(one, sizeof one, "%sdata", k ? "," : "");
+            else
+                snprintf(one, sizeof one, "%s%d", k ? "," : "", l->inputs[k]);
+            strncat(ins, one, sizeof ins - strlen(ins) - 1);
+        }
+        snprintf(shape, sizeof shape, "%dx%dx%d", l->out_shape[1], l->out_shape[2], l->out_shape[3]);
+        size_t np = 0;
+        for (int p = 0; p < l->nparams; p++)
+            if (l->params[p].trainable)
+                np += l->params[p].numel;
+        human(params, sizeof params, (double)np);
+        fprintf(f, "%-3d %-14.14s %-14.14s %-16.16s %-18s %10s %10.3f\n", i, l->name, l->ops->type, ins, shape, params,
+                l->flops / CLG_MAX(1, l->in_shape[0][0]) / 1e6);
+    }
+    char params[16];
+    human(params, sizeof params, (double)net->nparams);
+    fprintf(f, "input %dx%dx%d, %d layers, %s trainable parameters, %.3f MFLOPs per sample (forward)\n", net->in_c,
+            net->in_h, net->in_w, net->nlayers, params, net->flops / 1e6);
+}
+
+// ---- memory planning ----
+
+typedef struct plan_item {
+    int start, end; /* inclusive step interval */
+    size_t bytes;
+    clg_tensor *t;
+    int slot;
+} plan_item;
+
+static int cmp_item(const void *a, const void *b)
+{
+    const plan_item *x = a, *y = b;
+    if (x->start != y->start)
+        return x->start < y->start ? -1 : 1;
+    if (x->bytes != y->bytes)
+        return x->bytes > y->bytes ? -1 : 1;
+    return 0;
+}
+
+/* Steps: forward of layer i = i; backward of layer i = 2L-1-i. Forward
+ * activations live until their own layer's backward (every layer's backward
+ * may read its output and its inputs); output gradients live from the first
+ * consumer's backward to their own layer's backward. */
+static clg_status plan_memory(clg_replica *r)
+{
+    clg_err *err = clg_dev_err(r->dev);
+    int L = r->nlayers;
+    plan_item *it = calloc((size_t)2 * L, sizeof *it);
+    int *last_consumer = malloc((size_t)L * sizeof(int));
+    if (!it || !last_consumer) {
+        free(it);
+        free(last_consumer);
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory planning activations");
+    }
+    for (int i = 0; i < L; i++)
+        last_consumer[i] = -1;
+    for (int j = 0; j < L; j++)
+        for (int k = 0; k < r->layers[j].nin; k++) {
+            int s = r->layers[j].inputs[k];
+            if (s >= 0 && j > last_consumer[s])
+                last_consumer[s] = j;
+        }
+    int n = 0;
+    r->naive_bytes = 0;
+    for (int i = 0; i < L; i++) {
+        clg_layer *l = &r->layers[i];
+        clg_tensor *a = &r->act[i];
+        a->n = r->batch;
+        a->c = l->out_shape[1];
+        a->h = l->out_shape[2];
+        a->w = l->out_shape[3];
+        size_t bytes = clg_tensor_numel(a) * sizeof(float);
+        it[n++] = (plan_item){i, 2 * L - 1 - i, bytes, a, -1};
+        r->naive_bytes += bytes;
+        clg_tensor *g = &r->dact[i];
+        *g = *a;
+        g->mem = NULL;
+        if (last_consumer[i] >= 0 && !l->is_loss) {
+            it[n++] = (plan_item){2 * L - 1 - last_consumer[i], 2 * L - 1 - i, bytes, g, -1};
+            r->naive_bytes += bytes;
+        }
+    }
+    qsort(it, (size_t)n, sizeof *it, cmp_item);
+    int *slot_end = calloc((size_t)n, sizeof(int));
+    r->slot_bytes = calloc((size_t)n, sizeof(size_t));
+    r->slots = calloc((size_t)n, sizeof(cl_mem));
+    if (!slot_end || !r->slot_bytes || !r->slots) {
+        free(it);
+        free(last_consumer);
+        free(slot_end);
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory planning activations");
+    }
+    r->nslots = 0;
+    for (int a = 0; a < n; a++) {
+        /* best fit among free slots: smallest slot >= bytes, else the largest free one */
+        int best = -1;
+        for (int s = 0; s < r->nslots; s++) {
+            if (slot_end[s] >= it[a].start)
+                continue;
+            if (best < 0) {
+                best = s;
+                continue;
+            }
+            int fits = r->slot_bytes[s] >= it[a].bytes, bfits = r->slot_bytes[best] >= it[a].bytes;
+            if ((fits && (!bfits || r->slot_bytes[s] < r->slot_bytes[best])) ||
+                (!fits && !bfits && r->slot_bytes[s] > r->slot_bytes[best]))
+                best = s;
+        }
+        if (best < 0)
+            best = r->nslots++;
+        if (r->slot_bytes[best] < it[a].bytes)
+            r->slot_bytes[best] = it[a].bytes;
+        slot_end[best] = it[a].end;
+        it[a].slot = best;
+    }
+    r->planned_bytes = 0;
+    clg_status st = CLG_OK;
+    for (int s = 0; s < r->nslots && st == CLG_OK; s++) {
+        r->planned_bytes += r->slot_bytes[s];
+        st = clg_buf_alloc(r->dev, r->slot_bytes[s], &r->slots[s]);
+    }
+    if (st == CLG_OK)
+        for (int a = 0; a < n; a++) {
+            it[a].t->mem = r->slots[it[a].slot];
+            it[a].t->off = 0;
+        }
+    free(it);
+    free(last_consumer);
+    free(slot_end);
+    return st;
+}
+
+clg_status clg_replica_create(clg_net *net, clg_device *dev, uint64_t seed, clg_replica **out)
+{
+    *out = NULL;
+    clg_err *err = clg_dev_err(dev);
+    clg_replica *r = calloc(1, sizeof *r);
+    if (!r)
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory creating a replica");
+    r->net = net;
+    r->dev = dev;
+    r->nlayers = net->nlayers;
+    r->batch = net->batch;
+    r->loss_index = net->loss_index;
+    r->layers = calloc((size_t)net->nlayers, sizeof *r->layers);
+    r->act = calloc((size_t)net->nlayers, sizeof *r->act);
+    r->dact = calloc((size_t)net->nlayers, sizeof *r->dact);
+    clg_status st = (r->layers && r->act && r->dact) ? CLG_OK : clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    if (st == CLG_OK)
+        st = instantiate(err, net, r->layers, r->batch, 0);
+    clg_rng rng;
+    clg_rng_seed(&rng, seed, 0x6e6574ULL);
+    for (int i = 0; i < r->nlayers && st == CLG_OK; i++) {
+        clg_layer *l = &r->layers[i];
+        st = l->ops->init(l, dev, &rng);
+        if (st != CLG_OK)
+            st = layer_fail(err, st, net, l, "init");
+    }
+    if (st == CLG_OK)
+        st = plan_memory(r);
+    r->input.n = r->batch;
+    r->input.c = net->in_c;
+    r->input.h = net->in_h;
+    r->input.w = net->in_w;
+    if (st != CLG_OK) {
+        clg_replica_free(r);
+        return st;
+    }
+    clg_log(2, "replica on device %d: activations %.2f MiB planned vs %.2f MiB naive (%d buffers)", dev->index,
+            r->planned_bytes / 1048576.0, r->naive_bytes / 1048576.0, r->nslots);
+    *out = r;
+    return CLG_OK;
+}
+
+void clg_replica_free(clg_replica *r)
+{
+    if (!r)
+        return;
+    if (r->dev)
+        clFinish(r->dev->queue);
+    destroy_layers(r->layers, r->nlayers, r->dev);
+    free(r->layers);
+    for (int s = 0; s < r->nslots; s++)
+        clg_buf_release(r->dev, r->slots[s]);
+    for (int k = 0; k < CLG_MAX_INPUTS; k++)
+        clg_buf_release(r->dev, r->scratch[k]);
+    free(r->slots);
+    free(r->slot_bytes);
+    free(r->act);
+    free(r->dact);
+    free(r);
+}
+
+void clg_replica_set_input(clg_replica *r, cl_mem buf, size_t off)
+{
+    r->input.mem = buf;
+    r->input.off = off;
+}
+
+void clg_replica_set_labels(clg_replica *r, cl_mem labels, size_t off, float grad_scale)
+{
+    if (r->loss_index < 0)
+        return;
+    clg_layer *l = &r->layers[r->loss_index];
+    l->loss.labels = labels;
+    l->loss.labels_off = off;
+    l->loss.grad_scale = grad_scale;
+}
+
+static clg_tensor with_n(const clg_tensor *t, int n)
+{
+    clg_tensor x = *t;
+    x.n = n;
+    return x;
+}
+
+clg_status clg_replica_forward(clg_replica *r, int n, int training)
+{
+    clg_err *err = clg_dev_err(r->dev);
+    if (n <= 0 || n > r->batch)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "forward: batch %d outside [1, %d]", n, r->batch);
+    if (!r->input.mem)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "forward: no input set");
+    for (int i = 0; i < r->nlayers; i++) {
+        clg_layer *l = &r->layers[i];
+        clg_tensor in[CLG_MAX_INPUTS];
+        for (int k = 0; k < l->nin; k++)
+            in[k] = with_n(l->inputs[k] < 0 ? &r->input : &r->act[l->inputs[k]], n);
+        clg_tensor o = with_n(&r->act[i], n);
+        clg_status st = l->ops->forward(l, r->dev, in, l->nin, &o, training);
+        if (st != CLG_OK)
+            return layer_fail(err, st, r->net, l, "forward");
+    }
+    return CLG_OK;
+}
+
+static clg_status add_kernel(clg_device *dev, cl_mem y, cl_mem x, size_t n)
+{
+    cl_kernel k;
+    CLG_TRY(clg_kernel_get(dev, "optim", "", "axpy_f32", &k));
+    clg_err *err = clg_dev_err(dev);
+    int nn = (int)n;
+    float a = 1.0f;
+    CLG_CL_CHECK(err, clSetKernelArg(k, 0, sizeof(cl_mem), &y));
+    CLG_CL_CHECK(err, clSetKernelArg(k, 1, sizeof(cl_mem), &x));
+    CLG_CL_CHECK(err, clSetKernelArg(k, 2, sizeof(float), &a));
+    CLG_CL_CHECK(err, clSetKernelArg(k, 3, sizeof(int), &nn));
+    size_t local = 64, global = CLG_CEIL_DIV(n, local) * local;
+    CLG_CL_CHECK(err, clEnqueueNDRangeKernel(dev->queue, k, 1, NULL, &global, &local, 0, NULL, NULL));
+    return CLG_OK;
+}
+
+clg_status clg_replica_backward(clg_replica *r, int n)
+{
+    clg_err *err = clg_dev_err(r->dev);
+    int L = r->nlayers;
+    if (n <= 0 || n > r->batch)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "backward: batch %d outside [1, %d]", n, r->batch);
+    if (r->loss_index < 0)
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "%s: the model has no loss layer (softmax or mse) to train",
+                           r->net->source);
+    char *written = calloc((size_t)L, 1);
+    if (!written)
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    clg_status st = CLG_OK;
+    for (int i = L - 1; i >= 0 && st == CLG_OK; i--) {
+        clg_layer *l = &r->layers[i];
+        clg_tensor in[CLG_MAX_INPUTS], din[CLG_MAX_INPUTS];
+        int pending[CLG_MAX_INPUTS]; /* din[k] went to scratch; add into dact[src] after */
+        for (int k = 0; k < l->nin; k++) {
+            int src = l->inputs[k];
+            pending[k] = 0;
+            in[k] = with_n(src < 0 ? &r->input : &r->act[src], n);
+            if (src < 0) {
+                din[k] = in[k];
+                din[k].mem = NULL;
+                continue;
+            }
+            din[k] = with_n(&r->dact[src], n);
+            if (written[src]) {
+                size_t bytes = clg_tensor_numel(&r->dact[src]) * sizeof(float);
+                if (r->scratch_bytes[k] < bytes) {
+                    clg_buf_release(r->dev, r->scratch[k]);
+                    r->scratch[k] = NULL;
+                    r->scratch_bytes[k] = 0;
+                    st = clg_buf_alloc(r->dev, bytes, &r->scratch[k]);
+                    if (st != CLG_OK)
+                        break;
+                    r->scratch_bytes[k] = bytes;
+                }
+                din[k].mem = r->scratch[k];
+                din[k].off = 0;
+                pending[k] = 1;
+            }
+            written[src] = 1;
+        }
+        if (st != CLG_OK)
+            break;
+        clg_tensor o = with_n(&r->act[i], n);
+        clg_tensor dout = with_n(&r->dact[i], n);
+        st = l->ops->backward(l, r->dev, in, l->nin, &o, &dout, din);
+        if (st != CLG_OK) {
+            st = layer_fail(err, st, r->net, l, "backward");
+            break;
+        }
+        for (int k = 0; k < l->nin && st == CLG_OK; k++)
+            if (pending[k])
+                st = add_kernel(r->dev, r->dact[l->inputs[k]].mem, r->scratch[k], clg_tensor_numel(&din[k]));
+    }
+    free(written);
+    return st;
+}
+
+const clg_tensor *clg_replica_output(const clg_replica *r) { return &r->act[r->nlayers - 1]; }
+
+clg_status clg_replica_params(clg_replica *r, int trainable_only, clg_param_ref **refs, int *n)
+{
+    int cnt = 0;
+    for (int i = 0; i < r->nlayers; i++)
+        for (int p = 0; p < r->layers[i].nparams; p++)
+            if (!trainable_only || r->layers[i].params[p].trainable)
+                cnt++;
+    *refs = calloc((size_t)CLG_MAX(cnt, 1), sizeof **refs);
+    if (!*refs)
+        return clg_err_set(clg_dev_err(r->dev), CLG_ERR_HOST_OOM, "out of memory");
+    *n = 0;
+    for (int i = 0; i < r->nlayers; i++)
+        for (int p = 0; p < r->layers[i].nparams; p++)
+            if (!trainable_only || r->layers[i].params[p].trainable)
+                (*refs)[(*n)++] = (clg_param_ref){&r->layers[i], &r->layers[i].params[p]};
+    return CLG_OK;
+}
+
+void clg_replica_params_changed(clg_replica *r)
+{
+    for (int i = 0; i < r->nlayers; i++)
+        if (r->layers[i].ops->params_changed)
+            r->layers[i].ops->params_changed(&r->layers[i]);
+}

@@ -1,0 +1,120 @@
+/* Networks: a graph of layers built from a model file, shape inference, a
+ * printed layer table, liveness-planned activation memory, and one replica
+ * per device (layers + parameters + activations on that device).
+ *
+ * The [net] section (first section of a model file) holds:
+ *   channels, height, width   input shape (required)
+ *   classes                   number of classes (default: the last layer's C)
+ *   batch                     batch size (default 64)
+ *   training defaults, overridable on the command line:
+ *   learning_rate (0.01) momentum (0.9) nesterov (0|1, 0) weight_decay (0)
+ *   optimizer (sgd|adam|adamw, sgd) beta1 (0.9) beta2 (0.999) epsilon (1e-8)
+ *   schedule (none|step|cosine, none) step_size (epochs, 1) gamma (0.1)
+ *   warmup (steps of linear warm-up, 0) epochs (10) clip_norm (0 = off)
+ *
+ * Every other section is a layer; its generic keys are
+ *   name    unique name (default "<type><index>")
+ *   input   comma list of producers: layer names, relative indices (-1 is
+ *           the previous layer), absolute indices (0-based), or "data" for
+ *           the network input. Default: the previous layer (the first layer
+ *           reads the network input). */
+#ifndef CLG_MODEL_NETWORK_H
+#define CLG_MODEL_NETWORK_H
+
+#include "model/layer.h"
+
+typedef struct clg_hparams {
+    double learning_rate, momentum, weight_decay;
+    int nesterov;
+    int optimizer; /* CLG_OPT_* */
+    double beta1, beta2, epsilon;
+    int schedule;  /* CLG_SCHED_* */
+    double step_size, gamma;
+    long warmup;
+    int epochs;
+    double clip_norm;
+} clg_hparams;
+
+enum { CLG_OPT_SGD = 0, CLG_OPT_ADAM = 1, CLG_OPT_ADAMW = 2 };
+enum { CLG_SCHED_NONE = 0, CLG_SCHED_STEP = 1, CLG_SCHED_COSINE = 2 };
+
+CLG_INTERNAL void clg_hparams_defaults(clg_hparams *h);
+
+typedef struct clg_net clg_net;
+
+/* Per-device instance of a network. The phases of a training step are
+ * separate calls so several replicas can run side by side:
+ * set_input -> forward -> backward -> (gradient hand-off: params[].grad)
+ * -> optimizer. */
+typedef struct clg_replica {
+    clg_net *net;
+    clg_device *dev;
+    clg_layer *layers; /* nlayers, own instances (own parameters) */
+    int nlayers;
+    int batch;          /* planned (maximum) batch */
+    clg_tensor *act;    /* per layer output, N = batch */
+    clg_tensor *dact;   /* per layer output gradient (mem NULL: none) */
+    cl_mem *slots;      /* planned arena: one buffer per slot */
+    size_t *slot_bytes;
+    int nslots;
+    cl_mem scratch[CLG_MAX_INPUTS]; /* gradient summation (lazily allocated) */
+    size_t scratch_bytes[CLG_MAX_INPUTS];
+    clg_tensor input;   /* network input (borrowed buffer), N = batch */
+    int loss_index;     /* index of the loss layer, or -1 */
+    uint64_t planned_bytes, naive_bytes;
+} clg_replica;
+
+struct clg_net {
+    clg_cfg *cfg;      /* owned */
+    char *text;        /* model file text, owned */
+    char source[256];  /* file name or "<string>" */
+    int in_c, in_h, in_w, classes, batch;
+    clg_hparams hp;
+    int nlayers;
+    clg_layer *proto;  /* device-less instances: shapes, names, flops */
+    int loss_index;
+    uint64_t nparams;  /* trainable scalars */
+    double flops;      /* forward FLOPs per sample */
+    clg_replica **rep;
+    int nrep;
+};
+
+/* Parses text and infers shapes for a batch of `batch` (0: [net] batch).
+ * Errors name the file and line. */
+CLG_INTERNAL clg_status clg_net_build(clg_err *err, const char *text, const char *source_name, int batch,
+                                      clg_net **out);
+CLG_INTERNAL clg_status clg_net_load(clg_err *err, const char *path, int batch, clg_net **out);
+CLG_INTERNAL void clg_net_free(clg_net *net);
+/* Prints the layer table (name, type, output shape, params, MFLOPs). */
+CLG_INTERNAL void clg_net_print(const clg_net *net, FILE *f);
+/* Index of a layer by name, -1 when absent. */
+CLG_INTERNAL int clg_net_find(const clg_net *net, const char *name);
+
+/* Instantiates the network on dev, initialising parameters from rng (the
+ * same seed on every device gives identical replicas), and plans and
+ * allocates activation memory for `batch` samples. */
+CLG_INTERNAL clg_status clg_replica_create(clg_net *net, clg_device *dev, uint64_t seed, clg_replica **out);
+CLG_INTERNAL void clg_replica_free(clg_replica *r);
+/* Points the network input at buf (N x C x H x W floats at offset off). */
+CLG_INTERNAL void clg_replica_set_input(clg_replica *r, cl_mem buf, size_t off);
+/* Points the loss layer at labels (int32 per sample). */
+CLG_INTERNAL void clg_replica_set_labels(clg_replica *r, cl_mem labels, size_t off, float grad_scale);
+/* Forward pass over n <= batch samples. */
+CLG_INTERNAL clg_status clg_replica_forward(clg_replica *r, int n, int training);
+/* Backward pass (after a training forward over the same n samples). Every
+ * trainable param's grad receives this batch's gradient. */
+CLG_INTERNAL clg_status clg_replica_backward(clg_replica *r, int n);
+/* Output tensor of the last layer (probabilities for softmax). */
+CLG_INTERNAL const clg_tensor *clg_replica_output(const clg_replica *r);
+
+/* Visits every parameter in a fixed order (layer order, then param order). */
+typedef struct clg_param_ref {
+    clg_layer *layer;
+    clg_param *param;
+} clg_param_ref;
+/* Fills refs (malloc'd) with every parameter; trainable_only selects. */
+CLG_INTERNAL clg_status clg_replica_params(clg_replica *r, int trainable_only, clg_param_ref **refs, int *n);
+/* Tells layers that parameters changed (after an optimizer step / load). */
+CLG_INTERNAL void clg_replica_params_changed(clg_replica *r);
+
+#endif

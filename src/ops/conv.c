@@ -1,0 +1,663 @@
+/* Convolution: shape helpers, im2col + GEMM and direct paths, dispatch. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "clg_config.h"
+#include "conv_impl.h"
+
+static const char *const algo_names[CLG_CONV_ALGO_COUNT] = {"auto", "im2col", "winograd", "winograd4", "direct", "fft"};
+
+const char *clg_conv_algo_name(clg_conv_algo algo)
+{
+    return (unsigned)algo < CLG_CONV_ALGO_COUNT ? algo_names[algo] : "unknown";
+}
+
+clg_status clg_conv_algo_parse(clg_err *err, const char *name, clg_conv_algo *out)
+{
+    for (int i = 0; name && i < CLG_CONV_ALGO_COUNT; i++)
+        if (strcmp(name, algo_names[i]) == 0) {
+            *out = (clg_conv_algo)i;
+            return CLG_OK;
+        }
+    return clg_err_set(err, CLG_ERR_INVALID_ARG,
+                       "unknown convolution algorithm '%s' (auto, im2col, winograd, winograd4, direct, fft)",
+                       name ? name : "(null)");
+}
+
+static int out_dim(int in, int pad, int k, int dil, int stride)
+{
+    if (in <= 0 || pad < 0 || k <= 0 || dil <= 0 || stride <= 0)
+        return 0;
+    long span = (long)in + 2L * pad - (long)dil * (k - 1) - 1;
+    if (span < 0)
+        return 0;
+    return (int)(span / stride + 1);
+}
+
+int clg_conv_out_h(const clg_conv_shape *s) { return out_dim(s->H, s->pad_h, s->R, s->dil_h, s->stride_h); }
+int clg_conv_out_w(const clg_conv_shape *s) { return out_dim(s->W, s->pad_w, s->S, s->dil_w, s->stride_w); }
+
+clg_status clg_conv_check(clg_err *err, const clg_conv_shape *s)
+{
+    if (!s)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "conv: NULL shape");
+#define CLG_CONV_POS(f)                                                                                  \
+    if (s->f <= 0)                                                                                       \
+        return clg_err_set(err, CLG_ERR_SHAPE, "conv: " #f " must be positive (got %d)", s->f);
+    CLG_CONV_POS(N) CLG_CONV_POS(C) CLG_CONV_POS(H) CLG_CONV_POS(W) CLG_CONV_POS(K) CLG_CONV_POS(R)
+    CLG_CONV_POS(S) CLG_CONV_POS(stride_h) CLG_CONV_POS(stride_w) CLG_CONV_POS(dil_h) CLG_CONV_POS(dil_w)
+    CLG_CONV_POS(groups)
+#undef CLG_CONV_POS
+    if (s->pad_h < 0 || s->pad_w < 0)
+        return clg_err_set(err, CLG_ERR_SHAPE, "conv: padding must be >= 0 (pad_h=%d pad_w=%d)", s->pad_h, s->pad_w);
+    if (s->C % s->groups != 0)
+        return clg_err_set(err, CLG_ERR_SHAPE, "conv: C=%d is not divisible by groups=%d", s->C, s->groups);
+    if (s->K % s->groups != 0)
+        return clg_err_set(err, CLG_ERR_SHAPE, "conv: K=%d is not divisible by groups=%d", s->K, s->groups);
+    int P = clg_conv_out_h(s), Q = clg_conv_out_w(s);
+    if (P <= 0)
+        return clg_err_set(err, CLG_ERR_SHAPE, "conv: H=%d with pad_h=%d is smaller than the dilated window (R=%d, dil_h=%d)",
+                           s->H, s->pad_h, s->R, s->dil_h);
+    if (Q <= 0)
+        return clg_err_set(err, CLG_ERR_SHAPE, "conv: W=%d with pad_w=%d is smaller than the dilated window (S=%d, dil_w=%d)",
+                           s->W, s->pad_w, s->S, s->dil_w);
+    double nx = (double)s->N * s->C * s->H * s->W, ny = (double)s->N * s->K * P * Q;
+    double nw = (double)s->K * (s->C / s->groups) * s->R * s->S;
+    if (nx >= INT_MAX || ny >= INT_MAX || nw >= INT_MAX)
+        return clg_err_set(err, CLG_ERR_SHAPE, "conv: tensor too large for 32-bit indexing (x %.0f, y %.0f, w %.0f elements)",
+                           nx, ny, nw);
+    return CLG_OK;
+}
+
+int clg_conv_algo_supported(clg_conv_algo algo, const clg_conv_shape *s, clg_conv_pass pass)
+{
+    if (clg_conv_check(clg_err_tls(), s) != CLG_OK)
+        return 0;
+    int wino = s->R == 3 && s->S == 3 && s->stride_h == 1 && s->stride_w == 1 && s->dil_h == 1 && s->dil_w == 1 &&
+               s->groups == 1;
+    switch (algo) {
+    case CLG_CONV_AUTO:
+    case CLG_CONV_IM2COL:
+    case CLG_CONV_DIRECT:
+        return 1;
+    case CLG_CONV_WINOGRAD:
+        return wino && (pass != CLG_CONV_BWD_DATA || (s->pad_h <= 2 && s->pad_w <= 2));
+    case CLG_CONV_WINOGRAD4:
+        return wino && (pass == CLG_CONV_FWD || (pass == CLG_CONV_BWD_DATA && s->pad_h <= 2 && s->pad_w <= 2));
+    case CLG_CONV_FFT:
+        return pass == CLG_CONV_FWD && clg_conv_fft_available() && s->stride_h == 1 && s->stride_w == 1 &&
+               s->dil_h == 1 && s->dil_w == 1 && s->R >= 2 && s->S >= 2;
+    default:
+        return 0;
+    }
+}
+
+void clg_conv_cache_free(clg_device *dev, clg_conv_cache *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < CLG_CONV_ALGO_COUNT; i++) {
+        clg_buf_release(dev, c->transformed[i]);
+        clg_buf_release(dev, c->transformed_bwd[i]);
+    }
+    memset(c, 0, sizeof *c);
+}
+
+size_t clg_conv_ws_floats(clg_device *dev)
+{
+    size_t lim = (size_t)64 << 20; /* 256 MiB */
+    if (dev && dev->info.max_alloc_bytes > 0 && dev->info.max_alloc_bytes / 4 < lim)
+        lim = (size_t)(dev->info.max_alloc_bytes / 4);
+    return lim;
+}
+
+clg_status clg_conv_enqueue(clg_device *dev, cl_kernel k, cl_uint dims, const size_t *gws, const size_t *lws)
+{
+    for (cl_uint i = 0; i < dims; i++)
+        if (gws[i] == 0)
+            return CLG_OK;
+    CLG_CL_CHECK(clg_dev_err(dev), clEnqueueNDRangeKernel(dev->queue, k, dims, NULL, gws, lws, 0, NULL, NULL));
+    return CLG_OK;
+}
+
+static clg_status ka_done(clg_device *dev, clg_kargs *a, const char *kernel)
+{
+    if (a->e != CL_SUCCESS)
+        return clg_cl_fail(clg_dev_err(dev), a->e, kernel, __FILE__, __LINE__);
+    return CLG_OK;
+}
+
+/* ---- im2col + GEMM ---- */
+
+static int is_plain_1x1(const clg_conv_shape *s)
+{
+    return s->R == 1 && s->S == 1 && s->stride_h == 1 && s->stride_w == 1 && s->pad_h == 0 && s->pad_w == 0;
+}
+
+/* Images per chunk so that per_image * nb floats fit the workspace limit. */
+static int chunk_images(clg_device *dev, int N, size_t per_image)
+{
+    size_t lim = clg_conv_ws_floats(dev);
+    size_t nb = per_image ? lim / per_image : (size_t)N;
+    if (nb < 1)
+        nb = 1;
+    return nb > (size_t)N ? N : (int)nb;
+}
+
+static clg_status launch_im2col(clg_device *dev, const clg_conv_shape *s, int nb, cl_mem x, size_t offx, int c0,
+                                cl_mem col, int bstride, int ld)
+{
+    cl_kernel k;
+    CLG_TRY(clg_kernel_get(dev, "im2col", "", "im2col", &k));
+    int Cg = s->C / s->groups, P = clg_conv_out_h(s), Q = clg_conv_out_w(s);
+    clg_kargs a = {k, 0, CL_SUCCESS};
+    clg_ka_mem(&a, x);
+    clg_ka_int(&a, (int)offx);
+    clg_ka_int(&a, s->C);
+    clg_ka_int(&a, s->H);
+    clg_ka_int(&a, s->W);
+    clg_ka_int(&a, c0);
+    clg_ka_int(&a, Cg);
+    clg_ka_int(&a, s->R);
+    clg_ka_int(&a, s->S);
+    clg_ka_int(&a, P);
+    clg_ka_int(&a, Q);
+    clg_ka_int(&a, s->pad_h);
+    clg_ka_int(&a, s->pad_w);
+    clg_ka_int(&a, s->stride_h);
+    clg_ka_int(&a, s->stride_w);
+    clg_ka_int(&a, s->dil_h);
+    clg_ka_int(&a, s->dil_w);
+    clg_ka_mem(&a, col);
+    clg_ka_int(&a, 0);
+    clg_ka_int(&a, bstride);
+    clg_ka_int(&a, ld);
+    CLG_TRY(ka_done(dev, &a, "im2col args"));
+    size_t gws[3] = {(size_t)P * Q, (size_t)Cg * s->R * s->S, (size_t)nb};
+    return clg_conv_enqueue(dev, k, 3, gws, NULL);
+}
+
+static clg_status im2col_fwd(clg_device *dev, const clg_conv_shape *s, cl_mem x, size_t offx, cl_mem w, size_t offw,
+                             cl_mem bias, size_t offb, int relu, cl_mem y, size_t offy)
+{
+    int P = clg_conv_out_h(s), Q = clg_conv_out_w(s), PQ = P * Q, HW = s->H * s->W;
+    int Cg = s->C / s->groups, Kg = s->K / s->groups, CRS = Cg * s->R * s->S;
+    clg_gemm_args g;
+    clg_gemm_args_init(&g);
+    g.M = Kg;
+    g.N = PQ;
+    g.K = CRS;
+    g.lda = CRS;
+    g.ldb = PQ;
+    g.ldc = PQ;
+    g.strideA = 0;
+    g.strideC = (size_t)s->K * PQ;
+    g.bias = bias;
+    g.bias_mode = bias ? CLG_BIAS_ROW : CLG_BIAS_NONE;
+    g.relu = relu;
+    if (is_plain_1x1(s)) {
+        g.batch = s->N;
+        g.strideB = (size_t)s->C * HW;
+        for (int gr = 0; gr < s->groups; gr++) {
+            g.A = w;
+            g.offA = offw + (size_t)gr * Kg * CRS;
+            g.B = x;
+            g.offB = offx + (size_t)gr * Cg * HW;
+            g.C = y;
+            g.offC = offy + (size_t)gr * Kg * PQ;
+            g.offBias = offb + (size_t)gr * Kg;
+            CLG_TRY(clg_gemm(dev, &g, NULL));
+        }
+        return CLG_OK;
+    }
+    int nb = chunk_images(dev, s->N, (size_t)CRS * PQ);
+    cl_mem col = NULL;
+    CLG_TRY(clg_buf_alloc(dev, sizeof(float) * (size_t)nb * CRS * PQ, &col));
+    clg_status st = CLG_OK;
+    for (int n0 = 0; n0 < s->N && st == CLG_OK; n0 += nb) {
+        int nbc = CLG_MIN(nb, s->N - n0);
+        for (int gr = 0; gr < s->groups && st == CLG_OK; gr++) {
+            st = launch_im2col(dev, s, nbc, x, offx + (size_t)n0 * s->C * HW, gr * Cg, col, CRS * PQ, PQ);
+            if (st != CLG_OK)
+                break;
+            g.batch = nbc;
+            g.A = w;
+            g.offA = offw + (size_t)gr * Kg * CRS;
+            g.B = col;
+            g.offB = 0;
+            g.strideB = (size_t)CRS * PQ;
+            g.C = y;
+            g.offC = offy + ((size_t)n0 * s->K + (size_t)gr * Kg) * PQ;
+            g.offBias = offb + (size_t)gr * Kg;
+            st = clg_gemm(dev, &g, NULL);
+        }
+    }
+    clg_buf_release(dev, col);
+    return st;
+}
+
+static clg_status im2col_bwd_data(clg_device *dev, const clg_conv_shape *s, cl_mem dy, size_t offdy, cl_mem w,
+                                  size_t offw, cl_mem dx, size_t offdx)
+{
+    int P = clg_conv_out_h(s), Q = clg_conv_out_w(s), PQ = P * Q, HW = s->H * s->W;
+    int Cg = s->C / s->groups, Kg = s->K / s->groups, CRS = Cg * s->R * s->S;
+    clg_gemm_args g;
+    clg_gemm_args_init(&g);
+    g.ta = 1; /* W_g stored Kg x CRS */
+    g.M = CRS;
+    g.N = PQ;
+    g.K = Kg;
+    g.lda = CRS;
+    g.ldb = PQ;
+    g.strideA = 0;
+    g.strideB = (size_t)s->K * PQ;
+    if (is_plain_1x1(s)) {
+        g.batch = s->N;
+        g.ldc = HW;
+        g.strideC = (size_t)s->C * HW;
+        for (int gr = 0; gr < s->groups; gr++) {
+            g.A = w;
+            g.offA = offw + (size_t)gr * Kg * CRS;
+            g.B = dy;
+            g.offB = offdy + (size_t)gr * Kg * PQ;
+            g.C = dx;
+            g.offC = offdx + (size_t)gr * Cg * HW;
+            CLG_TRY(clg_gemm(dev, &g, NULL));
+        }
+        return CLG_OK;
+    }
+    cl_kernel k;
+    CLG_TRY(clg_kernel_get(dev, "im2col", "", "col2im", &k));
+    int nb = chunk_images(dev, s->N, (size_t)CRS * PQ);
+    cl_mem col = NULL;
+    CLG_TRY(clg_buf_alloc(dev, sizeof(float) * (size_t)nb * CRS * PQ, &col));
+    clg_status st = CLG_OK;
+    for (int n0 = 0; n0 < s->N && st == CLG_OK; n0 += nb) {
+        int nbc = CLG_MIN(nb, s->N - n0);
+        for (int gr = 0; gr < s->groups && st == CLG_OK; gr++) {
+            g.batch = nbc;
+            g.A = w;
+            g.offA = offw + (size_t)gr * Kg * CRS;
+            g.B = dy;
+            g.offB = offdy + ((size_t)n0 * s->K + (size_t)gr * Kg) * PQ;
+            g.C = col;
+            g.offC = 0;
+            g.ldc = PQ;
+            g.strideC = (size_t)CRS * PQ;
+            if ((st = clg_gemm(dev, &g, NULL)) != CLG_OK)
+                break;
+            clg_kargs a = {k, 0, CL_SUCCESS};
+            clg_ka_mem(&a, col);
+            clg_ka_int(&a, 0);
+            clg_ka_int(&a, CRS * PQ);
+            clg_ka_int(&a, PQ);
+            clg_ka_int(&a, s->C);
+            clg_ka_int(&a, s->H);
+            clg_ka_int(&a, s->W);
+            clg_ka_int(&a, gr * Cg);
+            clg_ka_int(&a, Cg);
+            clg_ka_int(&a, s->R);
+            clg_ka_int(&a, s->S);
+            clg_ka_int(&a, P);
+            clg_ka_int(&a, Q);
+            clg_ka_int(&a, s->pad_h);
+            clg_ka_int(&a, s->pad_w);
+            clg_ka_int(&a, s->stride_h);
+            clg_ka_int(&a, s->stride_w);
+            clg_ka_int(&a, s->dil_h);
+            clg_ka_int(&a, s->dil_w);
+            clg_ka_mem(&a, dx);
+            clg_ka_int(&a, (int)(offdx + (size_t)n0 * s->C * HW));
+            if ((st = ka_done(dev, &a, "col2im args")) != CLG_OK)
+                break;
+            size_t gws[3] = {(size_t)HW, (size_t)Cg, (size_t)nbc};
+            st = clg_conv_enqueue(dev, k, 3, gws, NULL);
+        }
+    }
+    clg_buf_release(dev, col);
+    return st;
+}
+
+static clg_status im2col_bwd_filter(clg_device *dev, const clg_conv_shape *s, cl_mem x, size_t offx, cl_mem dy,
+                                    size_t offdy, float beta, cl_mem dw, size_t offdw)
+{
+    int P = clg_conv_out_h(s), Q = clg_conv_out_w(s), PQ = P * Q, HW = s->H * s->W;
+    int Cg = s->C / s->groups, Kg = s->K / s->groups, CRS = Cg * s->R * s->S;
+    cl_kernel kp;
+    CLG_TRY(clg_kernel_get(dev, "im2col", "", "pack_chw", &kp));
+    int nb = chunk_images(dev, s->N, (size_t)CLG_MAX(CRS, Kg) * PQ);
+    cl_mem col = NULL, dyp = NULL;
+    clg_status st = clg_buf_alloc(dev, sizeof(float) * (size_t)nb * CRS * PQ, &col);
+    if (st == CLG_OK)
+        st = clg_buf_alloc(dev, sizeof(float) * (size_t)nb * Kg * PQ, &dyp);
+    clg_gemm_args g;
+    clg_gemm_args_init(&g);
+    g.tb = 1; /* col stored CRS x (nb*PQ) */
+    g.M = Kg;
+    g.N = CRS;
+    g.ldc = CRS;
+    for (int n0 = 0; n0 < s->N && st == CLG_OK; n0 += nb) {
+        int nbc = CLG_MIN(nb, s->N - n0), ld = nbc * PQ;
+        for (int gr = 0; gr < s->groups && st == CLG_OK; gr++) {
+            st = launch_im2col(dev, s, nbc, x, offx + (size_t)n0 * s->C * HW, gr * Cg, col, PQ, ld);
+            if (st != CLG_OK)
+                break;
+            clg_kargs a = {kp, 0, CL_SUCCESS};
+            clg_ka_mem(&a, dy);
+            clg_ka_int(&a, (int)(offdy + (size_t)n0 * s->K * PQ));
+            clg_ka_int(&a, s->K);
+            clg_ka_int(&a, gr * Kg);
+            clg_ka_int(&a, Kg);
+            clg_ka_int(&a, PQ);
+            clg_ka_mem(&a, dyp);
+            clg_ka_int(&a, 0);
+            clg_ka_int(&a, ld);
+            if ((st = ka_done(dev, &a, "pack_chw args")) != CLG_OK)
+                break;
+            size_t gws[3] = {(size_t)PQ, (size_t)Kg, (size_t)nbc};
+            if ((st = clg_conv_enqueue(dev, kp, 3, gws, NULL)) != CLG_OK)
+                break;
+            g.K = ld;
+            g.A = dyp;
+            g.offA = 0;
+            g.lda = ld;
+            g.B = col;
+            g.offB = 0;
+            g.ldb = ld;
+            g.C = dw;
+            g.offC = offdw + (size_t)gr * Kg * CRS;
+            g.beta = n0 == 0 ? beta : 1.0f;
+            st = clg_gemm(dev, &g, NULL);
+        }
+    }
+    clg_buf_release(dev, col);
+    clg_buf_release(dev, dyp);
+    return st;
+}
+
+/* ---- direct kernels ---- */
+
+static void ka_geometry(clg_kargs *a, const clg_conv_shape *s)
+{
+    clg_ka_int(a, s->C);
+    clg_ka_int(a, s->H);
+    clg_ka_int(a, s->W);
+    clg_ka_int(a, s->K);
+    clg_ka_int(a, s->R);
+    clg_ka_int(a, s->S);
+    clg_ka_int(a, clg_conv_out_h(s));
+    clg_ka_int(a, clg_conv_out_w(s));
+    clg_ka_int(a, s->pad_h);
+    clg_ka_int(a, s->pad_w);
+    clg_ka_int(a, s->stride_h);
+    clg_ka_int(a, s->stride_w);
+    clg_ka_int(a, s->dil_h);
+    clg_ka_int(a, s->dil_w);
+    clg_ka_int(a, s->groups);
+}
+
+static clg_status direct_fwd(clg_device *dev, const clg_conv_shape *s, cl_mem x, size_t offx, cl_mem w, size_t offw,
+                             cl_mem bias, size_t offb, int relu, cl_mem y, size_t offy)
+{
+    cl_kernel k;
+    CLG_TRY(clg_kernel_get(dev, "conv", "", "direct_fwd", &k));
+    clg_kargs a = {k, 0, CL_SUCCESS};
+    clg_ka_mem(&a, x);
+    clg_ka_int(&a, (int)offx);
+    ka_geometry(&a, s);
+    clg_ka_mem(&a, w);
+    clg_ka_int(&a, (int)offw);
+    clg_ka_mem(&a, bias ? bias : w);
+    clg_ka_int(&a, (int)offb);
+    clg_ka_int(&a, bias != NULL);
+    clg_ka_int(&a, relu);
+    clg_ka_mem(&a, y);
+    clg_ka_int(&a, (int)offy);
+    CLG_TRY(ka_done(dev, &a, "direct_fwd args"));
+    size_t gws[3] = {(size_t)clg_conv_out_h(s) * clg_conv_out_w(s), (size_t)s->K, (size_t)s->N};
+    return clg_conv_enqueue(dev, k, 3, gws, NULL);
+}
+
+static clg_status direct_bwd_data(clg_device *dev, const clg_conv_shape *s, cl_mem dy, size_t offdy, cl_mem w,
+                                  size_t offw, cl_mem dx, size_t offdx)
+{
+    cl_kernel k;
+    CLG_TRY(clg_kernel_get(dev, "conv", "", "direct_bwd_data", &k));
+    clg_kargs a = {k, 0, CL_SUCCESS};
+    clg_ka_mem(&a, dy);
+    clg_ka_int(&a, (int)offdy);
+    ka_geometry(&a, s);
+    clg_ka_mem(&a, w);
+    clg_ka_int(&a, (int)offw);
+    clg_ka_mem(&a, dx);
+    clg_ka_int(&a, (int)offdx);
+    CLG_TRY(ka_done(dev, &a, "direct_bwd_data args"));
+    size_t gws[3] = {(size_t)s->H * s->W, (size_t)s->C, (size_t)s->N};
+    return clg_conv_enqueue(dev, k, 3, gws, NULL);
+}
+
+#define CONV_WG 64 /* matches cl/conv.cl */
+
+static clg_status direct_bwd_filter(clg_device *dev, const clg_conv_shape *s, cl_mem x, size_t offx, cl_mem dy,
+                                    size_t offdy, float beta, cl_mem dw, size_t offdw)
+{
+    cl_kernel k;
+    CLG_TRY(clg_kernel_get(dev, "conv", "", "direct_bwd_filter", &k));
+    clg_kargs a = {k, 0, CL_SUCCESS};
+    clg_ka_mem(&a, x);
+    clg_ka_int(&a, (int)offx);
+    clg_ka_mem(&a, dy);
+    clg_ka_int(&a, (int)offdy);
+    clg_ka_int(&a, s->N);
+    ka_geometry(&a, s);
+    clg_ka_float(&a, beta);
+    clg_ka_mem(&a, dw);
+    clg_ka_int(&a, (int)offdw);
+    CLG_TRY(ka_done(dev, &a, "direct_bwd_filter args"));
+    size_t nw = (size_t)s->K * (s->C / s->groups) * s->R * s->S;
+    size_t gws[1] = {nw * CONV_WG}, lws[1] = {CONV_WG};
+    return clg_conv_enqueue(dev, k, 1, gws, lws);
+}
+
+static clg_status bias_grad(clg_device *dev, const clg_conv_shape *s, cl_mem dy, size_t offdy, float beta, cl_mem db,
+                            size_t offdb)
+{
+    cl_kernel k;
+    CLG_TRY(clg_kernel_get(dev, "conv", "", "bias_grad", &k));
+    clg_kargs a = {k, 0, CL_SUCCESS};
+    clg_ka_mem(&a, dy);
+    clg_ka_int(&a, (int)offdy);
+    clg_ka_int(&a, s->N);
+    clg_ka_int(&a, s->K);
+    clg_ka_int(&a, clg_conv_out_h(s) * clg_conv_out_w(s));
+    clg_ka_float(&a, beta);
+    clg_ka_mem(&a, db);
+    clg_ka_int(&a, (int)offdb);
+    CLG_TRY(ka_done(dev, &a, "bias_grad args"));
+    size_t gws[1] = {(size_t)s->K * CONV_WG}, lws[1] = {CONV_WG};
+    return clg_conv_enqueue(dev, k, 1, gws, lws);
+}
+
+/* ---- dispatch ---- */
+
+clg_status clg_conv_run(clg_device *dev, const clg_conv_shape *s, clg_conv_algo algo, clg_conv_pass pass,
+                        clg_conv_cache *cache, const clg_conv_io *io)
+{
+    switch (pass) {
+    case CLG_CONV_FWD:
+        switch (algo) {
+        case CLG_CONV_IM2COL:
+            return im2col_fwd(dev, s, io->x, io->offx, io->w, io->offw, io->bias, io->offb, io->relu, io->y, io->offy);
+        case CLG_CONV_DIRECT:
+            return direct_fwd(dev, s, io->x, io->offx, io->w, io->offw, io->bias, io->offb, io->relu, io->y, io->offy);
+        case CLG_CONV_WINOGRAD:
+        case CLG_CONV_WINOGRAD4:
+            return clg_conv_wino_fwd(dev, s, algo == CLG_CONV_WINOGRAD ? 2 : 4, cache, io->x, io->offx, io->w,
+                                     io->offw, io->bias, io->offb, io->relu, io->y, io->offy);
+        case CLG_CONV_FFT:
+            return clg_conv_fft_fwd(dev, s, io->x, io->offx, io->w, io->offw, io->bias, io->offb, io->relu, io->y,
+                                    io->offy);
+        default:
+            break;
+        }
+        break;
+    case CLG_CONV_BWD_DATA:
+        switch (algo) {
+        case CLG_CONV_IM2COL:
+            return im2col_bwd_data(dev, s, io->dy, io->offdy, io->w, io->offw, io->dx, io->offdx);
+        case CLG_CONV_DIRECT:
+            return direct_bwd_data(dev, s, io->dy, io->offdy, io->w, io->offw, io->dx, io->offdx);
+        case CLG_CONV_WINOGRAD:
+        case CLG_CONV_WINOGRAD4:
+            return clg_conv_wino_bwd_data(dev, s, algo == CLG_CONV_WINOGRAD ? 2 : 4, cache, io->dy, io->offdy, io->w,
+                                          io->offw, io->dx, io->offdx);
+        default:
+            break;
+        }
+        break;
+    case CLG_CONV_BWD_FILTER: {
+        clg_status st;
+        switch (algo) {
+        case CLG_CONV_IM2COL:
+            st = im2col_bwd_filter(dev, s, io->x, io->offx, io->dy, io->offdy, io->beta, io->dw, io->offdw);
+            break;
+        case CLG_CONV_DIRECT:
+            st = direct_bwd_filter(dev, s, io->x, io->offx, io->dy, io->offdy, io->beta, io->dw, io->offdw);
+            break;
+        case CLG_CONV_WINOGRAD:
+            st = clg_conv_wino_bwd_filter(dev, s, io->x, io->offx, io->dy, io->offdy, io->beta, io->dw, io->offdw);
+            break;
+        default:
+            st = CLG_ERR_UNSUPPORTED;
+            break;
+        }
+        if (st == CLG_ERR_UNSUPPORTED)
+            break;
+        CLG_TRY(st);
+        if (io->db)
+            CLG_TRY(bias_grad(dev, s, io->dy, io->offdy, io->beta, io->db, io->offdb));
+        return CLG_OK;
+    }
+    }
+    return clg_err_set(clg_dev_err(dev), CLG_ERR_UNSUPPORTED, "conv: algorithm '%s' has no %s pass",
+                       clg_conv_algo_name(algo),
+                       pass == CLG_CONV_FWD ? "forward" : pass == CLG_CONV_BWD_DATA ? "backward-data" : "backward-filter");
+}
+
+static const char *pass_name(clg_conv_pass p)
+{
+    return p == CLG_CONV_FWD ? "forward" : p == CLG_CONV_BWD_DATA ? "backward-data" : "backward-filter";
+}
+
+static clg_status check_off(clg_device *dev, const char *what, cl_mem m, size_t off, size_t numel)
+{
+    if (!m)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG, "conv: NULL %s buffer", what);
+    if (off > (size_t)INT_MAX - numel)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG,
+                           "conv: %s offset %zu + %zu elements exceeds 32-bit indexing", what, off, numel);
+    return CLG_OK;
+}
+
+static clg_status resolve(clg_device *dev, const clg_conv_shape *s, clg_conv_algo algo, clg_conv_pass pass,
+                          clg_conv_cache *cache, const clg_conv_io *io, clg_conv_algo *out)
+{
+    if ((unsigned)algo >= CLG_CONV_ALGO_COUNT)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG, "conv: bad algorithm id %d", (int)algo);
+    if (algo != CLG_CONV_AUTO) {
+        if (!clg_conv_algo_supported(algo, s, pass))
+            return clg_err_set(clg_dev_err(dev), CLG_ERR_UNSUPPORTED,
+                               "conv: algorithm '%s' cannot run the %s pass of this shape (R=%d S=%d stride %dx%d "
+                               "dilation %dx%d groups %d pad %dx%d)",
+                               clg_conv_algo_name(algo), pass_name(pass), s->R, s->S, s->stride_h, s->stride_w,
+                               s->dil_h, s->dil_w, s->groups, s->pad_h, s->pad_w);
+        *out = algo;
+        return CLG_OK;
+    }
+    if (cache && cache->chosen[pass] != CLG_CONV_AUTO && clg_conv_algo_supported(cache->chosen[pass], s, pass)) {
+        *out = cache->chosen[pass];
+        return CLG_OK;
+    }
+    CLG_TRY(clg_conv_auto_pick(dev, s, pass, io, out));
+    if (cache)
+        cache->chosen[pass] = *out;
+    return CLG_OK;
+}
+
+clg_status clg_conv_forward(clg_device *dev, const clg_conv_shape *s, clg_conv_algo algo, clg_conv_cache *cache,
+                            cl_mem x, size_t offx, cl_mem w, size_t offw, cl_mem bias, size_t offb, int relu, cl_mem y,
+                            size_t offy)
+{
+    clg_err *err = clg_dev_err(dev);
+    CLG_TRY(clg_conv_check(err, s));
+    size_t P = (size_t)clg_conv_out_h(s), Q = (size_t)clg_conv_out_w(s);
+    CLG_TRY(check_off(dev, "x", x, offx, (size_t)s->N * s->C * s->H * s->W));
+    CLG_TRY(check_off(dev, "w", w, offw, (size_t)s->K * (s->C / s->groups) * s->R * s->S));
+    CLG_TRY(check_off(dev, "y", y, offy, (size_t)s->N * s->K * P * Q));
+    if (bias)
+        CLG_TRY(check_off(dev, "bias", bias, offb, (size_t)s->K));
+    clg_conv_io io;
+    memset(&io, 0, sizeof io);
+    io.x = x;
+    io.offx = offx;
+    io.w = w;
+    io.offw = offw;
+    io.bias = bias;
+    io.offb = offb;
+    io.relu = relu;
+    io.y = y;
+    io.offy = offy;
+    clg_conv_algo a;
+    CLG_TRY(resolve(dev, s, algo, CLG_CONV_FWD, cache, &io, &a));
+    return clg_conv_run(dev, s, a, CLG_CONV_FWD, cache, &io);
+}
+
+clg_status clg_conv_backward_data(clg_device *dev, const clg_conv_shape *s, clg_conv_algo algo, clg_conv_cache *cache,
+                                  cl_mem dy, size_t offdy, cl_mem w, size_t offw, cl_mem dx, size_t offdx)
+{
+    clg_err *err = clg_dev_err(dev);
+    CLG_TRY(clg_conv_check(err, s));
+    size_t P = (size_t)clg_conv_out_h(s), Q = (size_t)clg_conv_out_w(s);
+    CLG_TRY(check_off(dev, "dy", dy, offdy, (size_t)s->N * s->K * P * Q));
+    CLG_TRY(check_off(dev, "w", w, offw, (size_t)s->K * (s->C / s->groups) * s->R * s->S));
+    CLG_TRY(check_off(dev, "dx", dx, offdx, (size_t)s->N * s->C * s->H * s->W));
+    clg_conv_io io;
+    memset(&io, 0, sizeof io);
+    io.dy = dy;
+    io.offdy = offdy;
+    io.w = w;
+    io.offw = offw;
+    io.dx = dx;
+    io.offdx = offdx;
+    clg_conv_algo a;
+    CLG_TRY(resolve(dev, s, algo, CLG_CONV_BWD_DATA, cache, &io, &a));
+    return clg_conv_run(dev, s, a, CLG_CONV_BWD_DATA, cache, &io);
+}
+
+clg_status clg_conv_backward_filter(clg_device *dev, const clg_conv_shape *s, clg_conv_algo algo, cl_mem x,
+                                    size_t offx, cl_mem dy, size_t offdy, float beta, cl_mem dw, size_t offdw,
+                                    cl_mem db, size_t offdb)
+{
+    clg_err *err = clg_dev_err(dev);
+    CLG_TRY(clg_conv_check(err, s));
+    size_t P = (size_t)clg_conv_out_h(s), Q = (size_t)clg_conv_out_w(s);
+    CLG_TRY(check_off(dev, "x", x, offx, (size_t)s->N * s->C * s->H * s->W));
+    CLG_TRY(check_off(dev, "dy", dy, offdy, (size_t)s->N * s->K * P * Q));
+    CLG_TRY(check_off(dev, "dw", dw, offdw, (size_t)s->K * (s->C / s->groups) * s->R * s->S));
+    if (db)
+        CLG_TRY(check_off(dev, "db", db, offdb, (size_t)s->K));
+    clg_conv_io io;
+    memset(&io, 0, sizeof io);
+    io.x = x;
+    io.offx = offx;
+    io.dy = dy;
+    io.offdy = offdy;
+    io.beta = beta;
+    io.dw = dw;
+    io.offdw = offdw;
+    io.db = db;
+    io.offdb = offdb;
+    clg_conv_algo a;
+    CLG_TRY(resolve(dev, s, algo, CLG_CONV_BWD_FILTER, NULL, &io, &a));
+    return clg_conv_run(dev, s, a, CLG_CONV_BWD_FILTER, NULL, &io);
+}

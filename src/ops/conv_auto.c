@@ -1,0 +1,237 @@
+/* Algorithm choice for CLG_CONV_AUTO: measure every eligible algorithm once
+ * per (device, shape, pass), keep the fastest in memory and in
+ * <cache_dir>/conv-algos-<devicehash>.json (one entry per line). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conv_impl.h"
+
+typedef struct algo_entry {
+    uint64_t devhash;
+    char key[160];
+    clg_conv_algo algo;
+    double ms;
+} algo_entry;
+
+typedef struct loaded_file {
+    uint64_t devhash;
+    char path[1100];
+} loaded_file;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static algo_entry *g_entries;
+static int g_nentries, g_capentries;
+static loaded_file *g_files;
+static int g_nfiles, g_capfiles;
+
+/* F(4x4,3x3) joins the automatic choice only when its measured fp32 error is
+ * within tolerance (see tests/conv and the report); off by default. */
+static int wino4_in_auto(void)
+{
+    const char *e = getenv("CLGRAD_CONV_WINO4_AUTO");
+    return e && *e == '1';
+}
+
+static uint64_t device_hash(clg_device *dev)
+{
+    uint64_t h = clg_hash_str(dev->info.name, CLG_HASH_SEED);
+    h = clg_hash_str(dev->info.vendor, h);
+    h = clg_hash_str(dev->info.platform, h);
+    h = clg_hash_str(dev->info.driver_version, h);
+    return h;
+}
+
+static const char *pass_tag(clg_conv_pass p) { return p == CLG_CONV_FWD ? "fwd" : p == CLG_CONV_BWD_DATA ? "bwd-data" : "bwd-filter"; }
+
+static void shape_key(char *dst, size_t n, const clg_conv_shape *s, clg_conv_pass pass)
+{
+    snprintf(dst, n, "%s:n%d,c%d,h%d,w%d,k%d,r%d,s%d,p%dx%d,u%dx%d,d%dx%d,g%d", pass_tag(pass), s->N, s->C, s->H, s->W,
+             s->K, s->R, s->S, s->pad_h, s->pad_w, s->stride_h, s->stride_w, s->dil_h, s->dil_w, s->groups);
+}
+
+static int table_find(uint64_t devhash, const char *key)
+{
+    for (int i = 0; i < g_nentries; i++)
+        if (g_entries[i].devhash == devhash && strcmp(g_entries[i].key, key) == 0)
+            return i;
+    return -1;
+}
+
+static int table_put(uint64_t devhash, const char *key, clg_conv_algo algo, double ms)
+{
+    int i = table_find(devhash, key);
+    if (i < 0) {
+        if (g_nentries == g_capentries) {
+            int nc = g_capentries ? 2 * g_capentries : 32;
+            algo_entry *ne = realloc(g_entries, (size_t)nc * sizeof *ne);
+            if (!ne)
+                return -1;
+            g_entries = ne;
+            g_capentries = nc;
+        }
+        i = g_nentries++;
+        g_entries[i].devhash = devhash;
+        snprintf(g_entries[i].key, sizeof g_entries[i].key, "%s", key);
+    }
+    g_entries[i].algo = algo;
+    g_entries[i].ms = ms;
+    return i;
+}
+
+static void file_path(clg_device *dev, uint64_t devhash, char *dst, size_t n)
+{
+    snprintf(dst, n, "%s/conv-algos-%016llx.json", dev->ctx->cache_dir, (unsigned long long)devhash);
+}
+
+/* Loads the file once per (device hash, path); malformed lines are ignored. */
+static void file_load(clg_device *dev, uint64_t devhash)
+{
+    char path[1100];
+    file_path(dev, devhash, path, sizeof path);
+    for (int i = 0; i < g_nfiles; i++)
+        if (g_files[i].devhash == devhash && strcmp(g_files[i].path, path) == 0)
+            return;
+    if (g_nfiles == g_capfiles) {
+        int nc = g_capfiles ? 2 * g_capfiles : 4;
+        loaded_file *nf = realloc(g_files, (size_t)nc * sizeof *nf);
+        if (!nf)
+            return;
+        g_files = nf;
+        g_capfiles = nc;
+    }
+    g_files[g_nfiles].devhash = devhash;
+    snprintf(g_files[g_nfiles].path, sizeof g_files[g_nfiles].path, "%s", path);
+    g_nfiles++;
+    if (!dev->ctx->use_cache)
+        return;
+    char *text = NULL;
+    size_t len = 0;
+    clg_err scratch;
+    if (clg_file_read(&scratch, path, &text, &len) != CLG_OK)
+        return;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        char key[160], algo[32];
+        double ms = 0;
+        if (sscanf(line, " {\"key\": \"%159[^\"]\", \"algo\": \"%31[^\"]\", \"ms\": %lf", key, algo, &ms) != 3)
+            continue;
+        clg_conv_algo a;
+        if (clg_conv_algo_parse(&scratch, algo, &a) != CLG_OK || a == CLG_CONV_AUTO)
+            continue;
+        if (table_find(devhash, key) < 0)
+            table_put(devhash, key, a, ms);
+    }
+    free(text);
+}
+
+static void file_save(clg_device *dev, uint64_t devhash)
+{
+    if (!dev->ctx->use_cache)
+        return;
+    char path[1100];
+    file_path(dev, devhash, path, sizeof path);
+    clg_sbuf b = {0};
+    clg_sbuf_printf(&b, "{\"format\": \"clgrad-conv-algos\", \"version\": 1, \"device\": ");
+    clg_sbuf_json_str(&b, dev->info.name);
+    clg_sbuf_printf(&b, ", \"entries\": [\n");
+    int first = 1;
+    for (int i = 0; i < g_nentries; i++) {
+        if (g_entries[i].devhash != devhash)
+            continue;
+        clg_sbuf_printf(&b, "%s {\"key\": \"%s\", \"algo\": \"%s\", \"ms\": %.4f}\n", first ? "" : ",",
+                        g_entries[i].key, clg_conv_algo_name(g_entries[i].algo), g_entries[i].ms);
+        first = 0;
+    }
+    clg_sbuf_printf(&b, "]}\n");
+    clg_err scratch;
+    if (!b.oom && clg_mkdirs(&scratch, dev->ctx->cache_dir) == CLG_OK)
+        clg_file_write_atomic(&scratch, path, b.data, b.len);
+    clg_sbuf_free(&b);
+}
+
+/* Time of one run of algo (ms, wall clock around a finished queue), or < 0 on failure. */
+static double time_algo(clg_device *dev, const clg_conv_shape *s, clg_conv_algo algo, clg_conv_pass pass,
+                        const clg_conv_io *io)
+{
+    double best = -1;
+    for (int rep = 0; rep < 3; rep++) { /* rep 0 warms up (kernel builds) */
+        double t0 = clg_now_sec();
+        if (clg_conv_run(dev, s, algo, pass, NULL, io) != CLG_OK || clFinish(dev->queue) != CL_SUCCESS)
+            return -1;
+        double ms = (clg_now_sec() - t0) * 1e3;
+        if (rep > 0 && (best < 0 || ms < best))
+            best = ms;
+    }
+    return best;
+}
+
+static int candidate(clg_conv_algo a, const clg_conv_shape *s, clg_conv_pass pass)
+{
+    if (!clg_conv_algo_supported(a, s, pass))
+        return 0;
+    if (a == CLG_CONV_WINOGRAD4 && !wino4_in_auto())
+        return 0;
+    if (a == CLG_CONV_DIRECT) {
+        /* direct is meant for depthwise / small problems: skip measuring it on big dense ones */
+        double macs = (double)s->N * s->K * clg_conv_out_h(s) * clg_conv_out_w(s) * (s->C / s->groups) * s->R * s->S;
+        return (s->groups > 1 && s->groups == s->C) || macs <= 2e7;
+    }
+    return 1;
+}
+
+clg_status clg_conv_auto_pick(clg_device *dev, const clg_conv_shape *s, clg_conv_pass pass, const clg_conv_io *io,
+                              clg_conv_algo *out)
+{
+    char key[160];
+    shape_key(key, sizeof key, s, pass);
+    uint64_t dh = device_hash(dev);
+    pthread_mutex_lock(&g_lock);
+    file_load(dev, dh);
+    int i = table_find(dh, key);
+    if (i >= 0 && clg_conv_algo_supported(g_entries[i].algo, s, pass)) {
+        *out = g_entries[i].algo;
+        pthread_mutex_unlock(&g_lock);
+        return CLG_OK;
+    }
+    pthread_mutex_unlock(&g_lock);
+
+    /* Measure into scratch outputs so the caller's buffers stay untouched. */
+    size_t P = (size_t)clg_conv_out_h(s), Q = (size_t)clg_conv_out_w(s);
+    size_t nout = pass == CLG_CONV_FWD       ? (size_t)s->N * s->K * P * Q
+                  : pass == CLG_CONV_BWD_DATA ? (size_t)s->N * s->C * s->H * s->W
+                                              : (size_t)s->K * (s->C / s->groups) * s->R * s->S;
+    cl_mem scratch = NULL;
+    CLG_TRY(clg_buf_alloc(dev, sizeof(float) * nout, &scratch));
+    clg_conv_io mio = *io;
+    mio.y = mio.dx = mio.dw = scratch;
+    mio.offy = mio.offdx = mio.offdw = 0;
+    mio.db = NULL;
+    mio.beta = 0.0f;
+    clg_conv_algo best = CLG_CONV_IM2COL;
+    double best_ms = -1;
+    char saved[CLG_ERR_LEN];
+    snprintf(saved, sizeof saved, "%s", clg_dev_err(dev)->msg);
+    for (int a = 1; a < CLG_CONV_ALGO_COUNT; a++) {
+        if (!candidate((clg_conv_algo)a, s, pass))
+            continue;
+        double ms = time_algo(dev, s, (clg_conv_algo)a, pass, &mio);
+        clg_log(2, "conv auto %s: %s %.3f ms", key, clg_conv_algo_name((clg_conv_algo)a), ms);
+        if (ms >= 0 && (best_ms < 0 || ms < best_ms)) {
+            best_ms = ms;
+            best = (clg_conv_algo)a;
+        }
+    }
+    snprintf(clg_dev_err(dev)->msg, sizeof clg_dev_err(dev)->msg, "%s", saved);
+    clg_buf_release(dev, scratch);
+    if (best_ms < 0)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_INTERNAL,
+                           "conv auto: no algorithm could run the %s pass of %s", pass_tag(pass), key);
+    clg_log(1, "conv auto %s: chose %s (%.3f ms)", key, clg_conv_algo_name(best), best_ms);
+    pthread_mutex_lock(&g_lock);
+    if (table_put(dh, key, best, best_ms) >= 0)
+        file_save(dev, dh);
+    pthread_mutex_unlock(&g_lock);
+    *out = best;
+    return CLG_OK;
+}

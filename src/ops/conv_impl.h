@@ -1,0 +1,72 @@
+/* Internals shared by the convolution sources (conv*.c). */
+#ifndef CLG_OPS_CONV_IMPL_H
+#define CLG_OPS_CONV_IMPL_H
+
+#include <limits.h>
+
+#include "conv.h"
+#include "gemm.h"
+
+/* Kernel-argument setter that remembers the first failure. */
+typedef struct clg_kargs {
+    cl_kernel k;
+    cl_uint i;
+    cl_int e;
+} clg_kargs;
+
+static inline void clg_ka_int(clg_kargs *a, int v)
+{
+    if (a->e == CL_SUCCESS)
+        a->e = clSetKernelArg(a->k, a->i, sizeof v, &v);
+    a->i++;
+}
+static inline void clg_ka_float(clg_kargs *a, float v)
+{
+    if (a->e == CL_SUCCESS)
+        a->e = clSetKernelArg(a->k, a->i, sizeof v, &v);
+    a->i++;
+}
+static inline void clg_ka_mem(clg_kargs *a, cl_mem v)
+{
+    if (a->e == CL_SUCCESS)
+        a->e = clSetKernelArg(a->k, a->i, sizeof v, &v);
+    a->i++;
+}
+
+/* Largest workspace buffer a launcher allocates, in floats. */
+CLG_INTERNAL size_t clg_conv_ws_floats(clg_device *dev);
+/* Enqueues k over gws (dims 1..3), local size lws (NULL: runtime's choice). */
+CLG_INTERNAL clg_status clg_conv_enqueue(clg_device *dev, cl_kernel k, cl_uint dims, const size_t *gws,
+                                         const size_t *lws);
+
+/* Per-algorithm launchers (shape already checked, algo supported). */
+CLG_INTERNAL clg_status clg_conv_wino_fwd(clg_device *dev, const clg_conv_shape *s, int m, clg_conv_cache *cache,
+                                          cl_mem x, size_t offx, cl_mem w, size_t offw, cl_mem bias, size_t offb,
+                                          int relu, cl_mem y, size_t offy);
+CLG_INTERNAL clg_status clg_conv_wino_bwd_data(clg_device *dev, const clg_conv_shape *s, int m,
+                                               clg_conv_cache *cache, cl_mem dy, size_t offdy, cl_mem w,
+                                               size_t offw, cl_mem dx, size_t offdx);
+CLG_INTERNAL clg_status clg_conv_wino_bwd_filter(clg_device *dev, const clg_conv_shape *s, cl_mem x, size_t offx,
+                                                 cl_mem dy, size_t offdy, float beta, cl_mem dw, size_t offdw);
+/* FFT forward (only when CLG_HAVE_CLFFT). */
+CLG_INTERNAL clg_status clg_conv_fft_fwd(clg_device *dev, const clg_conv_shape *s, cl_mem x, size_t offx, cl_mem w,
+                                         size_t offw, cl_mem bias, size_t offb, int relu, cl_mem y, size_t offy);
+CLG_INTERNAL int clg_conv_fft_available(void);
+
+/* Runs one concrete algorithm for one pass. The buffers not used by the
+ * pass may be NULL. */
+typedef struct clg_conv_io {
+    cl_mem x, w, bias, y, dy, dx, dw, db;
+    size_t offx, offw, offb, offy, offdy, offdx, offdw, offdb;
+    int relu;
+    float beta;
+} clg_conv_io;
+CLG_INTERNAL clg_status clg_conv_run(clg_device *dev, const clg_conv_shape *s, clg_conv_algo algo,
+                                     clg_conv_pass pass, clg_conv_cache *cache, const clg_conv_io *io);
+
+/* Resolves CLG_CONV_AUTO: looks the (device, shape, pass) up in the
+ * measurement cache, measuring the eligible algorithms on a miss. */
+CLG_INTERNAL clg_status clg_conv_auto_pick(clg_device *dev, const clg_conv_shape *s, clg_conv_pass pass,
+                                           const clg_conv_io *io, clg_conv_algo *out);
+
+#endif

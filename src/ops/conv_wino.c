@@ -1,0 +1,266 @@
+/* Winograd convolution (3x3, stride 1), separate-transform design:
+ * transform kernels in cl/winograd.cl + one batched GEMM over the
+ * alpha*alpha transform points (clg_gemm). */
+#include <string.h>
+
+#include "conv_impl.h"
+
+static const char *wino_opts(int m) { return m == 4 ? "-D WM=4" : "-D WM=2"; }
+
+static clg_status filter_transform(clg_device *dev, int m, cl_mem w, size_t offw, int Kout, int Cin, int flip,
+                                   cl_mem U)
+{
+    cl_kernel k;
+    CLG_TRY(clg_kernel_get(dev, "winograd", wino_opts(m), "wino_filter", &k));
+    clg_kargs a = {k, 0, CL_SUCCESS};
+    clg_ka_mem(&a, w);
+    clg_ka_int(&a, (int)offw);
+    clg_ka_int(&a, Kout);
+    clg_ka_int(&a, Cin);
+    clg_ka_int(&a, flip);
+    clg_ka_mem(&a, U);
+    clg_ka_int(&a, 0);
+    if (a.e != CL_SUCCESS)
+        return clg_cl_fail(clg_dev_err(dev), a.e, "wino_filter args", __FILE__, __LINE__);
+    size_t gws[2] = {(size_t)Cin, (size_t)Kout};
+    return clg_conv_enqueue(dev, k, 2, gws, NULL);
+}
+
+/* Transformed filters for (m, flip): from the layer cache when current,
+ * else rebuilt there; without a cache into a temporary (*tmp set). */
+static clg_status filters_get(clg_device *dev, int m, clg_conv_cache *cache, clg_conv_algo algo, cl_mem w,
+                              size_t offw, int Kout, int Cin, int flip, cl_mem *U, int *tmp)
+{
+    int A = m + 2;
+    size_t bytes = sizeof(float) * (size_t)A * A * Kout * Cin;
+    *tmp = 0;
+    if (!cache) {
+        CLG_TRY(clg_buf_alloc(dev, bytes, U));
+        *tmp = 1;
+        clg_status st = filter_transform(dev, m, w, offw, Kout, Cin, flip, *U);
+        if (st != CLG_OK) {
+            clg_buf_release(dev, *U);
+            *U = NULL;
+            *tmp = 0;
+        }
+        return st;
+    }
+    cl_mem *slot = flip ? &cache->transformed_bwd[algo] : &cache->transformed[algo];
+    uint64_t *ver = flip ? &cache->built_version_bwd[algo] : &cache->built_version[algo];
+    if (*slot && *ver == cache->weights_version) {
+        *U = *slot;
+        return CLG_OK;
+    }
+    if (!*slot)
+        CLG_TRY(clg_buf_alloc(dev, bytes, slot));
+    clg_status st = filter_transform(dev, m, w, offw, Kout, Cin, flip, *slot);
+    if (st != CLG_OK) {
+        clg_buf_release(dev, *slot);
+        *slot = NULL;
+        return st;
+    }
+    *ver = cache->weights_version;
+    *U = *slot;
+    return CLG_OK;
+}
+
+static clg_status launch_input(clg_device *dev, int m, cl_mem x, size_t offx, int C, int H, int W, int pad_h,
+                               int pad_w, int TH, int TW, int ntiles, cl_mem V)
+{
+    cl_kernel k;
+    CLG_TRY(clg_kernel_get(dev, "winograd", wino_opts(m), "wino_input", &k));
+    clg_kargs a = {k, 0, CL_SUCCESS};
+    clg_ka_mem(&a, x);
+    clg_ka_int(&a, (int)offx);
+    clg_ka_int(&a, C);
+    clg_ka_int(&a, H);
+    clg_ka_int(&a, W);
+    clg_ka_int(&a, pad_h);
+    clg_ka_int(&a, pad_w);
+    clg_ka_int(&a, TH);
+    clg_ka_int(&a, TW);
+    clg_ka_int(&a, ntiles);
+    clg_ka_mem(&a, V);
+    clg_ka_int(&a, ntiles);
+    if (a.e != CL_SUCCESS)
+        return clg_cl_fail(clg_dev_err(dev), a.e, "wino_input args", __FILE__, __LINE__);
+    size_t gws[2] = {(size_t)ntiles, (size_t)C};
+    return clg_conv_enqueue(dev, k, 2, gws, NULL);
+}
+
+/* y (N, Kout, P, Q) = conv3x3(x (N, Cin, H, W), U) with padding pad, P = H + 2 pad - 2. */
+static clg_status wino_conv(clg_device *dev, int m, int N, int Cin, int H, int W, int Kout, int pad_h, int pad_w,
+                            cl_mem U, cl_mem x, size_t offx, cl_mem bias, size_t offb, int relu, cl_mem y, size_t offy)
+{
+    int A = m + 2, A2 = A * A;
+    int P = H + 2 * pad_h - 2, Q = W + 2 * pad_w - 2;
+    int TH = CLG_CEIL_DIV(P, m), TW = CLG_CEIL_DIV(Q, m), TI = TH * TW;
+    size_t per_image = (size_t)A2 * TI * CLG_MAX(Cin, Kout);
+    size_t lim = clg_conv_ws_floats(dev);
+    int nb = (int)CLG_MIN((size_t)N, CLG_MAX((size_t)1, lim / per_image));
+    cl_kernel ko;
+    CLG_TRY(clg_kernel_get(dev, "winograd", wino_opts(m), "wino_output", &ko));
+    cl_mem V = NULL, M = NULL;
+    clg_status st = clg_buf_alloc(dev, sizeof(float) * (size_t)nb * A2 * TI * Cin, &V);
+    if (st == CLG_OK)
+        st = clg_buf_alloc(dev, sizeof(float) * (size_t)nb * A2 * TI * Kout, &M);
+    for (int n0 = 0; n0 < N && st == CLG_OK; n0 += nb) {
+        int nbc = CLG_MIN(nb, N - n0), T = nbc * TI;
+        st = launch_input(dev, m, x, offx + (size_t)n0 * Cin * H * W, Cin, H, W, pad_h, pad_w, TH, TW, T, V);
+        if (st != CLG_OK)
+            break;
+        clg_gemm_args g;
+        clg_gemm_args_init(&g);
+        g.M = Kout;
+        g.N = T;
+        g.K = Cin;
+        g.A = U;
+        g.lda = Cin;
+        g.strideA = (size_t)Kout * Cin;
+        g.B = V;
+        g.ldb = T;
+        g.strideB = (size_t)Cin * T;
+        g.C = M;
+        g.ldc = T;
+        g.strideC = (size_t)Kout * T;
+        g.batch = A2;
+        if ((st = clg_gemm(dev, &g, NULL)) != CLG_OK)
+            break;
+        clg_kargs a = {ko, 0, CL_SUCCESS};
+        clg_ka_mem(&a, M);
+        clg_ka_int(&a, T);
+        clg_ka_int(&a, Kout);
+        clg_ka_int(&a, P);
+        clg_ka_int(&a, Q);
+        clg_ka_int(&a, TH);
+        clg_ka_int(&a, TW);
+        clg_ka_int(&a, T);
+        clg_ka_mem(&a, bias ? bias : M);
+        clg_ka_int(&a, (int)offb);
+        clg_ka_int(&a, bias != NULL);
+        clg_ka_int(&a, relu);
+        clg_ka_mem(&a, y);
+        clg_ka_int(&a, (int)(offy + (size_t)n0 * Kout * P * Q));
+        if (a.e != CL_SUCCESS) {
+            st = clg_cl_fail(clg_dev_err(dev), a.e, "wino_output args", __FILE__, __LINE__);
+            break;
+        }
+        size_t gws[2] = {(size_t)T, (size_t)Kout};
+        st = clg_conv_enqueue(dev, ko, 2, gws, NULL);
+    }
+    clg_buf_release(dev, V);
+    clg_buf_release(dev, M);
+    return st;
+}
+
+clg_status clg_conv_wino_fwd(clg_device *dev, const clg_conv_shape *s, int m, clg_conv_cache *cache, cl_mem x,
+                             size_t offx, cl_mem w, size_t offw, cl_mem bias, size_t offb, int relu, cl_mem y,
+                             size_t offy)
+{
+    clg_conv_algo algo = m == 4 ? CLG_CONV_WINOGRAD4 : CLG_CONV_WINOGRAD;
+    cl_mem U = NULL;
+    int tmp = 0;
+    CLG_TRY(filters_get(dev, m, cache, algo, w, offw, s->K, s->C, 0, &U, &tmp));
+    clg_status st = wino_conv(dev, m, s->N, s->C, s->H, s->W, s->K, s->pad_h, s->pad_w, U, x, offx, bias, offb, relu,
+                              y, offy);
+    if (tmp)
+        clg_buf_release(dev, U);
+    return st;
+}
+
+clg_status clg_conv_wino_bwd_data(clg_device *dev, const clg_conv_shape *s, int m, clg_conv_cache *cache, cl_mem dy,
+                                  size_t offdy, cl_mem w, size_t offw, cl_mem dx, size_t offdx)
+{
+    /* dx = conv3x3(dy, rot180(w)^T) with padding 2 - pad. */
+    clg_conv_algo algo = m == 4 ? CLG_CONV_WINOGRAD4 : CLG_CONV_WINOGRAD;
+    int P = clg_conv_out_h(s), Q = clg_conv_out_w(s);
+    cl_mem U = NULL;
+    int tmp = 0;
+    CLG_TRY(filters_get(dev, m, cache, algo, w, offw, s->C, s->K, 1, &U, &tmp));
+    clg_status st =
+        wino_conv(dev, m, s->N, s->K, P, Q, s->C, 2 - s->pad_h, 2 - s->pad_w, U, dy, offdy, NULL, 0, 0, dx, offdx);
+    if (tmp)
+        clg_buf_release(dev, U);
+    return st;
+}
+
+clg_status clg_conv_wino_bwd_filter(clg_device *dev, const clg_conv_shape *s, cl_mem x, size_t offx, cl_mem dy,
+                                    size_t offdy, float beta, cl_mem dw, size_t offdw)
+{
+    /* F(3x3, 2x2): dy in 2x2 tiles, x in the matching 4x4 patches. */
+    int P = clg_conv_out_h(s), Q = clg_conv_out_w(s);
+    int C = s->C, K = s->K, H = s->H, W = s->W;
+    int TH = CLG_CEIL_DIV(P, 2), TW = CLG_CEIL_DIV(Q, 2), TI = TH * TW;
+    size_t per_image = (size_t)16 * TI * CLG_MAX(C, K);
+    size_t lim = clg_conv_ws_floats(dev);
+    int nb = (int)CLG_MIN((size_t)s->N, CLG_MAX((size_t)1, lim / per_image));
+    cl_kernel kd, ko;
+    CLG_TRY(clg_kernel_get(dev, "winograd", "-D WM=2", "wino_bf_dy", &kd));
+    CLG_TRY(clg_kernel_get(dev, "winograd", "-D WM=2", "wino_bf_out", &ko));
+    cl_mem V = NULL, Ud = NULL, Mf = NULL;
+    clg_status st = clg_buf_alloc(dev, sizeof(float) * (size_t)nb * 16 * TI * C, &V);
+    if (st == CLG_OK)
+        st = clg_buf_alloc(dev, sizeof(float) * (size_t)nb * 16 * TI * K, &Ud);
+    if (st == CLG_OK)
+        st = clg_buf_alloc(dev, sizeof(float) * (size_t)16 * K * C, &Mf);
+    for (int n0 = 0; n0 < s->N && st == CLG_OK; n0 += nb) {
+        int nbc = CLG_MIN(nb, s->N - n0), T = nbc * TI;
+        st = launch_input(dev, 2, x, offx + (size_t)n0 * C * H * W, C, H, W, s->pad_h, s->pad_w, TH, TW, T, V);
+        if (st != CLG_OK)
+            break;
+        clg_kargs a = {kd, 0, CL_SUCCESS};
+        clg_ka_mem(&a, dy);
+        clg_ka_int(&a, (int)(offdy + (size_t)n0 * K * P * Q));
+        clg_ka_int(&a, K);
+        clg_ka_int(&a, P);
+        clg_ka_int(&a, Q);
+        clg_ka_int(&a, TH);
+        clg_ka_int(&a, TW);
+        clg_ka_int(&a, T);
+        clg_ka_mem(&a, Ud);
+        clg_ka_int(&a, T);
+        if (a.e != CL_SUCCESS) {
+            st = clg_cl_fail(clg_dev_err(dev), a.e, "wino_bf_dy args", __FILE__, __LINE__);
+            break;
+        }
+        size_t gws[2] = {(size_t)T, (size_t)K};
+        if ((st = clg_conv_enqueue(dev, kd, 2, gws, NULL)) != CLG_OK)
+            break;
+        clg_gemm_args g;
+        clg_gemm_args_init(&g);
+        g.tb = 1;
+        g.M = K;
+        g.N = C;
+        g.K = T;
+        g.A = Ud;
+        g.lda = T;
+        g.strideA = (size_t)K * T;
+        g.B = V;
+        g.ldb = T;
+        g.strideB = (size_t)C * T;
+        g.C = Mf;
+        g.ldc = C;
+        g.strideC = (size_t)K * C;
+        g.batch = 16;
+        g.beta = n0 == 0 ? 0.0f : 1.0f;
+        st = clg_gemm(dev, &g, NULL);
+    }
+    if (st == CLG_OK) {
+        clg_kargs a = {ko, 0, CL_SUCCESS};
+        clg_ka_mem(&a, Mf);
+        clg_ka_int(&a, K);
+        clg_ka_int(&a, C);
+        clg_ka_float(&a, beta);
+        clg_ka_mem(&a, dw);
+        clg_ka_int(&a, (int)offdw);
+        if (a.e != CL_SUCCESS)
+            st = clg_cl_fail(clg_dev_err(dev), a.e, "wino_bf_out args", __FILE__, __LINE__);
+        size_t gws[2] = {(size_t)C, (size_t)K};
+        if (st == CLG_OK)
+            st = clg_conv_enqueue(dev, ko, 2, gws, NULL);
+    }
+    clg_buf_release(dev, V);
+    clg_buf_release(dev, Ud);
+    clg_buf_release(dev, Mf);
+    return st;
+}

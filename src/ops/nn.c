@@ -1,0 +1,609 @@
+/* Host launchers for the network ops (see nn.h). */
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+
+#include "nn.h"
+
+/* Work-group size for 1-D element-wise kernels (global size rounded up). */
+#define EW_WG 64
+/* Must match SM_WG (softmax.cl), PS_WG (eltwise.cl), BN_WG (norm.cl). */
+#define SM_WG 64
+#define PS_WG 64
+#define BN_WG 128
+
+static const char *const act_names[] = {"linear", "relu", "leaky", "sigmoid", "tanh", "gelu", NULL};
+const char *const *clg_act_names(void) { return act_names; }
+
+/* ---- helpers ---- */
+
+#define ARG(v) sizeof(v), (const void *)&(v)
+
+/* setargs(dev, k, count, size0, ptr0, size1, ptr1, ...) */
+static clg_status setargs(clg_device *dev, cl_kernel k, int count, ...)
+{
+    va_list ap;
+    va_start(ap, count);
+    for (int i = 0; i < count; i++) {
+        size_t sz = va_arg(ap, size_t);
+        const void *p = va_arg(ap, const void *);
+        cl_int e = clSetKernelArg(k, (cl_uint)i, sz, p);
+        if (e != CL_SUCCESS) {
+            va_end(ap);
+            return clg_cl_fail(clg_dev_err(dev), e, "clSetKernelArg", __FILE__, __LINE__);
+        }
+    }
+    va_end(ap);
+    return CLG_OK;
+}
+
+/* Every count/offset handed to a kernel must fit a uint. */
+static clg_status u32(clg_device *dev, const char *what, size_t v, cl_uint *out)
+{
+    if (v > 0xffffffffu)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_UNSUPPORTED,
+                           "%s: %zu elements exceed the 2^32 limit of the element-wise kernels", what, v);
+    *out = (cl_uint)v;
+    return CLG_OK;
+}
+
+static clg_status kget(clg_device *dev, const char *prog, const char *name, cl_kernel *k)
+{
+    return clg_kernel_get(dev, prog, "", name, k);
+}
+
+static clg_status run1(clg_device *dev, cl_kernel k, size_t n, size_t wg)
+{
+    if (n == 0)
+        return CLG_OK;
+    size_t g = CLG_CEIL_DIV(n, wg) * wg;
+    CLG_CL_CHECK(clg_dev_err(dev), clEnqueueNDRangeKernel(dev->queue, k, 1, NULL, &g, &wg, 0, NULL, NULL));
+    return CLG_OK;
+}
+
+static clg_status run2(clg_device *dev, cl_kernel k, size_t n0, size_t n1, size_t wg0)
+{
+    if (n0 == 0 || n1 == 0)
+        return CLG_OK;
+    size_t g[2] = {CLG_CEIL_DIV(n0, wg0) * wg0, n1};
+    size_t l[2] = {wg0, 1};
+    CLG_CL_CHECK(clg_dev_err(dev), clEnqueueNDRangeKernel(dev->queue, k, 2, NULL, g, l, 0, NULL, NULL));
+    return CLG_OK;
+}
+
+/* Work-groups of wg, ngroups of them. */
+static clg_status run_groups(clg_device *dev, cl_kernel k, size_t ngroups, size_t wg)
+{
+    if (ngroups == 0)
+        return CLG_OK;
+    size_t g = ngroups * wg;
+    CLG_CL_CHECK(clg_dev_err(dev), clEnqueueNDRangeKernel(dev->queue, k, 1, NULL, &g, &wg, 0, NULL, NULL));
+    return CLG_OK;
+}
+
+static clg_status check_mem(clg_device *dev, const char *op, cl_mem m, const char *which)
+{
+    if (!m)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG, "%s: NULL buffer '%s'", op, which);
+    return CLG_OK;
+}
+
+/* Checks that n elements from off fit in 32 bits. */
+static clg_status range(clg_device *dev, const char *op, size_t off, size_t n, cl_uint *o)
+{
+    cl_uint dummy;
+    CLG_TRY(u32(dev, op, off + n, &dummy));
+    *o = (cl_uint)off;
+    return CLG_OK;
+}
+
+/* ---- activations ---- */
+
+clg_status clg_nn_act_forward(clg_device *dev, clg_act act, float alpha, size_t n, cl_mem x, size_t ox, cl_mem y,
+                              size_t oy)
+{
+    if (act < 0 || act >= CLG_ACT_COUNT)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG, "activation: unknown type %d", (int)act);
+    CLG_TRY(check_mem(dev, "activation", x, "x"));
+    CLG_TRY(check_mem(dev, "activation", y, "y"));
+    if (act == CLG_ACT_LINEAR)
+        return (x == y && ox == oy) ? CLG_OK : clg_nn_copy(dev, n, x, ox, y, oy);
+    cl_uint un, uox, uoy;
+    CLG_TRY(u32(dev, "activation", n, &un));
+    CLG_TRY(range(dev, "activation", ox, n, &uox));
+    CLG_TRY(range(dev, "activation", oy, n, &uoy));
+    char name[32];
+    snprintf(name, sizeof name, "act_%s_fwd", act_names[act]);
+    cl_kernel k;
+    CLG_TRY(kget(dev, "eltwise", name, &k));
+    cl_float a = alpha;
+    CLG_TRY(setargs(dev, k, 6, ARG(un), ARG(a), ARG(x), ARG(uox), ARG(y), ARG(uoy)));
+    return run1(dev, k, n, EW_WG);
+}
+
+clg_status clg_nn_act_backward(clg_device *dev, clg_act act, float alpha, size_t n, cl_mem x, size_t ox, cl_mem y,
+                               size_t oy, cl_mem dy, size_t ody, cl_mem dx, size_t odx)
+{
+    if (act < 0 || act >= CLG_ACT_COUNT)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG, "activation: unknown type %d", (int)act);
+    CLG_TRY(check_mem(dev, "activation backward", dy, "dy"));
+    CLG_TRY(check_mem(dev, "activation backward", dx, "dx"));
+    if (act == CLG_ACT_LINEAR)
+        return (dx == dy && odx == ody) ? CLG_OK : clg_nn_copy(dev, n, dy, ody, dx, odx);
+    if (act == CLG_ACT_GELU)
+        CLG_TRY(check_mem(dev, "gelu backward", x, "x (forward input)"));
+    else
+        CLG_TRY(check_mem(dev, "activation backward", y, "y (forward output)"));
+    if (!x) {
+        x = y;
+        ox = oy;
+    }
+    if (!y) {
+        y = x;
+        oy = ox;
+    }
+    cl_uint un, uox, uoy, uody, uodx;
+    CLG_TRY(u32(dev, "activation backward", n, &un));
+    CLG_TRY(range(dev, "activation backward", ox, n, &uox));
+    CLG_TRY(range(dev, "activation backward", oy, n, &uoy));
+    CLG_TRY(range(dev, "activation backward", ody, n, &uody));
+    CLG_TRY(range(dev, "activation backward", odx, n, &uodx));
+    char name[32];
+    snprintf(name, sizeof name, "act_%s_bwd", act_names[act]);
+    cl_kernel k;
+    CLG_TRY(kget(dev, "eltwise", name, &k));
+    cl_float a = alpha;
+    CLG_TRY(setargs(dev, k, 10, ARG(un), ARG(a), ARG(x), ARG(uox), ARG(y), ARG(uoy), ARG(dy), ARG(uody), ARG(dx),
+                    ARG(uodx)));
+    return run1(dev, k, n, EW_WG);
+}
+
+/* ---- add, copies, dropout, sums ---- */
+
+clg_status clg_nn_add(clg_device *dev, size_t n, cl_mem a, size_t oa, cl_mem b, size_t ob, cl_mem y, size_t oy)
+{
+    CLG_TRY(check_mem(dev, "add", a, "a"));
+    CLG_TRY(check_mem(dev, "add", b, "b"));
+    CLG_TRY(check_mem(dev, "add", y, "y"));
+    cl_uint un, uoa, uob, uoy;
+    CLG_TRY(u32(dev, "add", n, &un));
+    CLG_TRY(range(dev, "add", oa, n, &uoa));
+    CLG_TRY(range(dev, "add", ob, n, &uob));
+    CLG_TRY(range(dev, "add", oy, n, &uoy));
+    cl_kernel k;
+    CLG_TRY(kget(dev, "eltwise", "add2", &k));
+    CLG_TRY(setargs(dev, k, 7, ARG(un), ARG(a), ARG(uoa), ARG(b), ARG(uob), ARG(y), ARG(uoy)));
+    return run1(dev, k, n, EW_WG);
+}
+
+clg_status clg_nn_add_acc(clg_device *dev, size_t n, cl_mem a, size_t oa, cl_mem y, size_t oy)
+{
+    CLG_TRY(check_mem(dev, "add", a, "a"));
+    CLG_TRY(check_mem(dev, "add", y, "y"));
+    cl_uint un, uoa, uoy;
+    CLG_TRY(u32(dev, "add", n, &un));
+    CLG_TRY(range(dev, "add", oa, n, &uoa));
+    CLG_TRY(range(dev, "add", oy, n, &uoy));
+    cl_kernel k;
+    CLG_TRY(kget(dev, "eltwise", "add_acc", &k));
+    CLG_TRY(setargs(dev, k, 5, ARG(un), ARG(a), ARG(uoa), ARG(y), ARG(uoy)));
+    return run1(dev, k, n, EW_WG);
+}
+
+clg_status clg_nn_copy(clg_device *dev, size_t n, cl_mem src, size_t os, cl_mem dst, size_t od)
+{
+    CLG_TRY(check_mem(dev, "copy", src, "src"));
+    CLG_TRY(check_mem(dev, "copy", dst, "dst"));
+    if (n == 0 || (src == dst && os == od))
+        return CLG_OK;
+    CLG_CL_CHECK(clg_dev_err(dev), clEnqueueCopyBuffer(dev->queue, src, dst, os * sizeof(float), od * sizeof(float),
+                                                       n * sizeof(float), 0, NULL, NULL));
+    return CLG_OK;
+}
+
+clg_status clg_nn_copy_rows(clg_device *dev, size_t len, size_t rows, cl_mem src, size_t os, size_t ss, cl_mem dst,
+                            size_t od, size_t sd)
+{
+    CLG_TRY(check_mem(dev, "copy rows", src, "src"));
+    CLG_TRY(check_mem(dev, "copy rows", dst, "dst"));
+    if (len == 0 || rows == 0)
+        return CLG_OK;
+    cl_uint ul, ur, uos, uss, uod, usd;
+    CLG_TRY(u32(dev, "copy rows", len, &ul));
+    CLG_TRY(u32(dev, "copy rows", rows, &ur));
+    CLG_TRY(range(dev, "copy rows", os, (rows - 1) * ss + len, &uos));
+    CLG_TRY(range(dev, "copy rows", od, (rows - 1) * sd + len, &uod));
+    CLG_TRY(u32(dev, "copy rows", ss, &uss));
+    CLG_TRY(u32(dev, "copy rows", sd, &usd));
+    cl_kernel k;
+    CLG_TRY(kget(dev, "eltwise", "copy_rows", &k));
+    CLG_TRY(setargs(dev, k, 8, ARG(ul), ARG(ur), ARG(src), ARG(uos), ARG(uss), ARG(dst), ARG(uod), ARG(usd)));
+    return run2(dev, k, len, rows, EW_WG);
+}
+
+static uint32_t mix32(uint32_t h)
+{
+    h ^= h >> 16;
+    h *= 0x7feb352du;
+    h ^= h >> 15;
+    h *= 0x846ca68bu;
+    h ^= h >> 16;
+    return h;
+}
+
+float clg_nn_dropout_scale_host(uint32_t seed, uint32_t step, uint32_t idx, float p)
+{
+    uint32_t h = mix32(idx ^ mix32(seed ^ mix32(step + 0x9e3779b9u)));
+    float u = (float)(h >> 8) * (1.0f / 16777216.0f);
+    return u >= p ? 1.0f / (1.0f - p) : 0.0f;
+}
+
+clg_status clg_nn_dropout(clg_device *dev, size_t n, float p, uint32_t seed, uint32_t step, uint32_t base, cl_mem x,
+                          size_t ox, cl_mem y, size_t oy)
+{
+    if (!(p >= 0.0f && p < 1.0f))
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG, "dropout: p=%g outside [0, 1)", (double)p);
+    CLG_TRY(check_mem(dev, "dropout", x, "x"));
+    CLG_TRY(check_mem(dev, "dropout", y, "y"));
+    cl_uint un, uox, uoy;
+    CLG_TRY(u32(dev, "dropout", n, &un));
+    CLG_TRY(range(dev, "dropout", ox, n, &uox));
+    CLG_TRY(range(dev, "dropout", oy, n, &uoy));
+    cl_kernel k;
+    CLG_TRY(kget(dev, "eltwise", "dropout", &k));
+    cl_uint s = seed, st = step, b = base;
+    cl_float fp = p, inv = 1.0f / (1.0f - p);
+    CLG_TRY(setargs(dev, k, 10, ARG(un), ARG(s), ARG(st), ARG(b), ARG(fp), ARG(inv), ARG(x), ARG(uox), ARG(y),
+                    ARG(uoy)));
+    return run1(dev, k, n, EW_WG);
+}
+
+clg_status clg_nn_colsum(clg_device *dev, size_t rows, size_t cols, cl_mem x, size_t ox, cl_mem y, size_t oy)
+{
+    CLG_TRY(check_mem(dev, "column sum", x, "x"));
+    CLG_TRY(check_mem(dev, "column sum", y, "y"));
+    cl_uint ur, uc, uox, uoy;
+    CLG_TRY(u32(dev, "column sum", rows, &ur));
+    CLG_TRY(u32(dev, "column sum", cols, &uc));
+    CLG_TRY(range(dev, "column sum", ox, rows * cols, &uox));
+    CLG_TRY(range(dev, "column sum", oy, cols, &uoy));
+    cl_kernel k;
+    CLG_TRY(kget(dev, "eltwise", "colsum", &k));
+    CLG_TRY(setargs(dev, k, 6, ARG(ur), ARG(uc), ARG(x), ARG(uox), ARG(y), ARG(uoy)));
+    return run1(dev, k, cols, EW_WG);
+}
+
+clg_status clg_nn_plane_sum(clg_device *dev, int N, int C, size_t hw, cl_mem x, size_t ox, cl_mem y, size_t oy)
+{
+    CLG_TRY(check_mem(dev, "plane sum", x, "x"));
+    CLG_TRY(check_mem(dev, "plane sum", y, "y"));
+    if (N < 0 || C < 0)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG, "plane sum: negative shape N=%d C=%d", N, C);
+    cl_uint un = (cl_uint)N, uc = (cl_uint)C, uhw, uox, uoy;
+    CLG_TRY(u32(dev, "plane sum", hw, &uhw));
+    CLG_TRY(range(dev, "plane sum", ox, (size_t)N * C * hw, &uox));
+    CLG_TRY(range(dev, "plane sum", oy, (size_t)C, &uoy));
+    cl_kernel k;
+    CLG_TRY(kget(dev, "eltwise", "plane_sum", &k));
+    CLG_TRY(setargs(dev, k, 7, ARG(un), ARG(uc), ARG(uhw), ARG(x), ARG(uox), ARG(y), ARG(uoy)));
+    return run_groups(dev, k, (size_t)C, PS_WG);
+}
+
+/* ---- pooling ---- */
+
+int clg_pool_out_h(const clg_pool_shape *s)
+{
+    if (s->kh <= 0 || s->sh <= 0 || s->ph < 0)
+        return 0;
+    int span = s->H + 2 * s->ph - s->kh;
+    return span < 0 ? 0 : span / s->sh + 1;
+}
+
+int clg_pool_out_w(const clg_pool_shape *s)
+{
+    if (s->kw <= 0 || s->sw <= 0 || s->pw < 0)
+        return 0;
+    int span = s->W + 2 * s->pw - s->kw;
+    return span < 0 ? 0 : span / s->sw + 1;
+}
+
+static clg_status pool_args(clg_device *dev, cl_kernel k, const clg_pool_shape *s, cl_uint planes)
+{
+    int P = clg_pool_out_h(s), Q = clg_pool_out_w(s);
+    cl_uint v[11] = {planes,        (cl_uint)s->H,  (cl_uint)s->W,  (cl_uint)P,     (cl_uint)Q,    (cl_uint)s->kh,
+                     (cl_uint)s->kw, (cl_uint)s->sh, (cl_uint)s->sw, (cl_uint)s->ph, (cl_uint)s->pw};
+    for (int i = 0; i < 11; i++)
+        CLG_CL_CHECK(clg_dev_err(dev), clSetKernelArg(k, (cl_uint)i, sizeof(cl_uint), &v[i]));
+    return CLG_OK;
+}
+
+static clg_status pool_check(clg_device *dev, const clg_pool_shape *s, cl_uint *planes)
+{
+    if (s->N < 0 || s->C <= 0 || s->H <= 0 || s->W <= 0 || clg_pool_out_h(s) <= 0 || clg_pool_out_w(s) <= 0 ||
+        s->ph * 2 > s->kh || s->pw * 2 > s->kw)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE,
+                           "pool: window %dx%d stride %dx%d pad %dx%d does not fit input %dx%dx%d (padding must be "
+                           "at most half the window)",
+                           s->kh, s->kw, s->sh, s->sw, s->ph, s->pw, s->C, s->H, s->W);
+    return u32(dev, "pool", (size_t)s->N * s->C, planes);
+}
+
+clg_status clg_nn_pool_forward(clg_device *dev, int is_max, const clg_pool_shape *s, cl_mem x, size_t ox, cl_mem y,
+                               size_t oy)
+{
+    CLG_TRY(check_mem(dev, "pool", x, "x"));
+    CLG_TRY(check_mem(dev, "pool", y, "y"));
+    cl_uint planes, uox, uoy;
+    CLG_TRY(pool_check(dev, s, &planes));
+    size_t nout = (size_t)planes * clg_pool_out_h(s) * clg_pool_out_w(s);
+    CLG_TRY(range(dev, "pool", ox, (size_t)planes * s->H * s->W, &uox));
+    CLG_TRY(range(dev, "pool", oy, nout, &uoy));
+    cl_kernel k;
+    CLG_TRY(kget(dev, "pool", is_max ? "maxpool_fwd" : "avgpool_fwd", &k));
+    CLG_TRY(pool_args(dev, k, s, planes));
+    CLG_CL_CHECK(clg_dev_err(dev), clSetKernelArg(k, 11, sizeof(cl_mem), &x));
+    CLG_CL_CHECK(clg_dev_err(dev), clSetKernelArg(k, 12, sizeof(cl_uint), &uox));
+    CLG_CL_CHECK(clg_dev_err(dev), clSetKernelArg(k, 13, sizeof(cl_mem), &y));
+    CLG_CL_CHECK(clg_dev_err(dev), clSetKernelArg(k, 14, sizeof(cl_uint), &uoy));
+    return run1(dev, k, nout, EW_WG);
+}
+
+clg_status clg_nn_pool_backward(clg_device *dev, int is_max, const clg_pool_shape *s, cl_mem x, size_t ox, cl_mem dy,
+                                size_t ody, cl_mem dx, size_t odx)
+{
+    if (is_max)
+        CLG_TRY(check_mem(dev, "maxpool backward", x, "x"));
+    CLG_TRY(check_mem(dev, "pool backward", dy, "dy"));
+    CLG_TRY(check_mem(dev, "pool backward", dx, "dx"));
+    cl_uint planes, uox = 0, uody, uodx;
+    CLG_TRY(pool_check(dev, s, &planes));
+    size_t nin = (size_t)planes * s->H * s->W;
+    size_t nout = (size_t)planes * clg_pool_out_h(s) * clg_pool_out_w(s);
+    if (is_max)
+        CLG_TRY(range(dev, "pool backward", ox, nin, &uox));
+    CLG_TRY(range(dev, "pool backward", ody, nout, &uody));
+    CLG_TRY(range(dev, "pool backward", odx, nin, &uodx));
+    cl_kernel k;
+    CLG_TRY(kget(dev, "pool", is_max ? "maxpool_bwd" : "avgpool_bwd", &k));
+    CLG_TRY(pool_args(dev, k, s, planes));
+    cl_uint a = 11;
+    clg_err *err = clg_dev_err(dev);
+    if (is_max) {
+        CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_mem), &x));
+        CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_uint), &uox));
+    }
+    CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_mem), &dy));
+    CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_uint), &uody));
+    CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_mem), &dx));
+    CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_uint), &uodx));
+    return run1(dev, k, nin, EW_WG);
+}
+
+clg_status clg_nn_gap_forward(clg_device *dev, size_t planes, size_t hw, cl_mem x, size_t ox, cl_mem y, size_t oy)
+{
+    CLG_TRY(check_mem(dev, "global avgpool", x, "x"));
+    CLG_TRY(check_mem(dev, "global avgpool", y, "y"));
+    cl_uint up, uhw, uox, uoy;
+    CLG_TRY(u32(dev, "global avgpool", planes, &up));
+    CLG_TRY(u32(dev, "global avgpool", hw, &uhw));
+    CLG_TRY(range(dev, "global avgpool", ox, planes * hw, &uox));
+    CLG_TRY(range(dev, "global avgpool", oy, planes, &uoy));
+    cl_kernel k;
+    CLG_TRY(kget(dev, "pool", "gap_fwd", &k));
+    CLG_TRY(setargs(dev, k, 6, ARG(up), ARG(uhw), ARG(x), ARG(uox), ARG(y), ARG(uoy)));
+    return run1(dev, k, planes, EW_WG);
+}
+
+clg_status clg_nn_gap_backward(clg_device *dev, size_t planes, size_t hw, cl_mem dy, size_t ody, cl_mem dx,
+                               size_t odx)
+{
+    CLG_TRY(check_mem(dev, "global avgpool backward", dy, "dy"));
+    CLG_TRY(check_mem(dev, "global avgpool backward", dx, "dx"));
+    cl_uint up, uhw, uody, uodx;
+    CLG_TRY(u32(dev, "global avgpool backward", planes, &up));
+    CLG_TRY(u32(dev, "global avgpool backward", hw, &uhw));
+    CLG_TRY(range(dev, "global avgpool backward", ody, planes, &uody));
+    CLG_TRY(range(dev, "global avgpool backward", odx, planes * hw, &uodx));
+    cl_kernel k;
+    CLG_TRY(kget(dev, "pool", "gap_bwd", &k));
+    CLG_TRY(setargs(dev, k, 6, ARG(up), ARG(uhw), ARG(dy), ARG(uody), ARG(dx), ARG(uodx)));
+    return run1(dev, k, planes * hw, EW_WG);
+}
+
+/* ---- losses ---- */
+
+clg_status clg_nn_softmax_xent_forward(clg_device *dev, int N, int C, cl_mem x, size_t ox, cl_mem p, size_t op,
+                                       cl_mem labels, size_t ol, cl_mem loss, cl_mem correct)
+{
+    const char *o = "softmax cross-entropy";
+    CLG_TRY(check_mem(dev, o, x, "x"));
+    CLG_TRY(check_mem(dev, o, p, "p"));
+    CLG_TRY(check_mem(dev, o, labels, "labels"));
+    CLG_TRY(check_mem(dev, o, loss, "loss"));
+    CLG_TRY(check_mem(dev, o, correct, "correct"));
+    if (N < 0 || C <= 0)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE, "%s: bad shape N=%d classes=%d", o, N, C);
+    cl_uint uc = (cl_uint)C, uox, uop, uol;
+    CLG_TRY(range(dev, o, ox, (size_t)N * C, &uox));
+    CLG_TRY(range(dev, o, op, (size_t)N * C, &uop));
+    CLG_TRY(range(dev, o, ol, (size_t)N, &uol));
+    cl_kernel k;
+    CLG_TRY(kget(dev, "softmax", "softmax_xent_fwd", &k));
+    CLG_TRY(setargs(dev, k, 9, ARG(uc), ARG(x), ARG(uox), ARG(p), ARG(uop), ARG(labels), ARG(uol), ARG(loss),
+                    ARG(correct)));
+    return run_groups(dev, k, (size_t)N, SM_WG);
+}
+
+clg_status clg_nn_softmax_xent_backward(clg_device *dev, int N, int C, float scale, cl_mem p, size_t op,
+                                        cl_mem labels, size_t ol, cl_mem dx, size_t odx)
+{
+    const char *o = "softmax cross-entropy backward";
+    CLG_TRY(check_mem(dev, o, p, "p"));
+    CLG_TRY(check_mem(dev, o, labels, "labels"));
+    CLG_TRY(check_mem(dev, o, dx, "dx"));
+    if (N < 0 || C <= 0)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE, "%s: bad shape N=%d classes=%d", o, N, C);
+    cl_uint uc = (cl_uint)C, un = (cl_uint)N, uop, uol, uodx;
+    CLG_TRY(range(dev, o, op, (size_t)N * C, &uop));
+    CLG_TRY(range(dev, o, ol, (size_t)N, &uol));
+    CLG_TRY(range(dev, o, odx, (size_t)N * C, &uodx));
+    cl_kernel k;
+    CLG_TRY(kget(dev, "softmax", "softmax_xent_bwd", &k));
+    cl_float s = scale;
+    CLG_TRY(setargs(dev, k, 9, ARG(uc), ARG(un), ARG(s), ARG(p), ARG(uop), ARG(labels), ARG(uol), ARG(dx),
+                    ARG(uodx)));
+    return run2(dev, k, (size_t)C, (size_t)N, C >= 64 ? 64 : (C >= 16 ? 16 : 1));
+}
+
+clg_status clg_nn_mse_forward(clg_device *dev, int N, int F, cl_mem x, size_t ox, cl_mem t, size_t ot, cl_mem y,
+                              size_t oy, cl_mem loss, cl_mem correct)
+{
+    const char *o = "mse";
+    CLG_TRY(check_mem(dev, o, x, "x"));
+    CLG_TRY(check_mem(dev, o, t, "targets"));
+    CLG_TRY(check_mem(dev, o, y, "y"));
+    CLG_TRY(check_mem(dev, o, loss, "loss"));
+    CLG_TRY(check_mem(dev, o, correct, "correct"));
+    if (N < 0 || F <= 0)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE, "%s: bad shape N=%d features=%d", o, N, F);
+    cl_uint uf = (cl_uint)F, un = (cl_uint)N, uox, uot, uoy;
+    CLG_TRY(range(dev, o, ox, (size_t)N * F, &uox));
+    CLG_TRY(range(dev, o, ot, (size_t)N * F, &uot));
+    CLG_TRY(range(dev, o, oy, (size_t)N * F, &uoy));
+    cl_kernel k;
+    CLG_TRY(kget(dev, "softmax", "mse_fwd", &k));
+    CLG_TRY(setargs(dev, k, 10, ARG(uf), ARG(un), ARG(x), ARG(uox), ARG(t), ARG(uot), ARG(y), ARG(uoy), ARG(loss),
+                    ARG(correct)));
+    return run1(dev, k, (size_t)N, 16);
+}
+
+clg_status clg_nn_mse_backward(clg_device *dev, int N, int F, float scale, cl_mem x, size_t ox, cl_mem t, size_t ot,
+                               cl_mem dx, size_t odx)
+{
+    const char *o = "mse backward";
+    CLG_TRY(check_mem(dev, o, x, "x"));
+    CLG_TRY(check_mem(dev, o, t, "targets"));
+    CLG_TRY(check_mem(dev, o, dx, "dx"));
+    if (N < 0 || F <= 0)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE, "%s: bad shape N=%d features=%d", o, N, F);
+    size_t n = (size_t)N * F;
+    cl_uint un, uox, uot, uodx;
+    CLG_TRY(u32(dev, o, n, &un));
+    CLG_TRY(range(dev, o, ox, n, &uox));
+    CLG_TRY(range(dev, o, ot, n, &uot));
+    CLG_TRY(range(dev, o, odx, n, &uodx));
+    cl_kernel k;
+    CLG_TRY(kget(dev, "softmax", "mse_bwd", &k));
+    cl_float s2 = 2.0f * scale / (float)F;
+    CLG_TRY(setargs(dev, k, 8, ARG(un), ARG(s2), ARG(x), ARG(uox), ARG(t), ARG(uot), ARG(dx), ARG(uodx)));
+    return run1(dev, k, n, EW_WG);
+}
+
+clg_status clg_nn_loss_reduce(clg_device *dev, int N, cl_mem loss, cl_mem correct, cl_mem result)
+{
+    CLG_TRY(check_mem(dev, "loss reduce", loss, "loss"));
+    CLG_TRY(check_mem(dev, "loss reduce", correct, "correct"));
+    CLG_TRY(check_mem(dev, "loss reduce", result, "result"));
+    cl_uint un = (cl_uint)(N < 0 ? 0 : N);
+    cl_kernel k;
+    CLG_TRY(kget(dev, "softmax", "loss_reduce", &k));
+    CLG_TRY(setargs(dev, k, 4, ARG(un), ARG(loss), ARG(correct), ARG(result)));
+    return run_groups(dev, k, 1, SM_WG);
+}
+
+/* ---- batch normalization ---- */
+
+static clg_status bn_check(clg_device *dev, int N, int C, size_t HW, size_t *n)
+{
+    if (N <= 0 || C <= 0 || HW == 0)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE, "batchnorm: bad shape N=%d C=%d HW=%zu", N, C, HW);
+    *n = (size_t)N * C * HW;
+    cl_uint d;
+    return u32(dev, "batchnorm", *n, &d);
+}
+
+clg_status clg_nn_bn_forward_train(clg_device *dev, int N, int C, size_t HW, float eps, float momentum,
+                                   int update_running, cl_mem x, size_t ox, cl_mem y, size_t oy, cl_mem gamma,
+                                   cl_mem beta, cl_mem rmean, cl_mem rvar, cl_mem mean, cl_mem invstd)
+{
+    size_t n;
+    CLG_TRY(bn_check(dev, N, C, HW, &n));
+    const char *o = "batchnorm";
+    CLG_TRY(check_mem(dev, o, x, "x"));
+    CLG_TRY(check_mem(dev, o, y, "y"));
+    CLG_TRY(check_mem(dev, o, gamma, "gamma"));
+    CLG_TRY(check_mem(dev, o, beta, "beta"));
+    CLG_TRY(check_mem(dev, o, rmean, "running_mean"));
+    CLG_TRY(check_mem(dev, o, rvar, "running_var"));
+    CLG_TRY(check_mem(dev, o, mean, "mean"));
+    CLG_TRY(check_mem(dev, o, invstd, "invstd"));
+    cl_uint un = (cl_uint)n, uN = (cl_uint)N, uC = (cl_uint)C, uHW = (cl_uint)HW, uox, uoy;
+    CLG_TRY(range(dev, o, ox, n, &uox));
+    CLG_TRY(range(dev, o, oy, n, &uoy));
+    cl_float fm = momentum, fe = eps;
+    cl_int upd = update_running ? 1 : 0;
+    cl_kernel k;
+    CLG_TRY(kget(dev, "norm", "bn_stats", &k));
+    CLG_TRY(setargs(dev, k, 12, ARG(uN), ARG(uC), ARG(uHW), ARG(fm), ARG(fe), ARG(upd), ARG(x), ARG(uox), ARG(mean),
+                    ARG(invstd), ARG(rmean), ARG(rvar)));
+    CLG_TRY(run_groups(dev, k, (size_t)C, BN_WG));
+    CLG_TRY(kget(dev, "norm", "bn_apply", &k));
+    CLG_TRY(setargs(dev, k, 11, ARG(un), ARG(uC), ARG(uHW), ARG(x), ARG(uox), ARG(y), ARG(uoy), ARG(mean),
+                    ARG(invstd), ARG(gamma), ARG(beta)));
+    return run1(dev, k, n, EW_WG);
+}
+
+clg_status clg_nn_bn_forward_infer(clg_device *dev, int N, int C, size_t HW, float eps, cl_mem x, size_t ox,
+                                   cl_mem y, size_t oy, cl_mem gamma, cl_mem beta, cl_mem rmean, cl_mem rvar)
+{
+    size_t n;
+    CLG_TRY(bn_check(dev, N, C, HW, &n));
+    const char *o = "batchnorm";
+    CLG_TRY(check_mem(dev, o, x, "x"));
+    CLG_TRY(check_mem(dev, o, y, "y"));
+    CLG_TRY(check_mem(dev, o, gamma, "gamma"));
+    CLG_TRY(check_mem(dev, o, beta, "beta"));
+    CLG_TRY(check_mem(dev, o, rmean, "running_mean"));
+    CLG_TRY(check_mem(dev, o, rvar, "running_var"));
+    cl_uint un = (cl_uint)n, uC = (cl_uint)C, uHW = (cl_uint)HW, uox, uoy;
+    CLG_TRY(range(dev, o, ox, n, &uox));
+    CLG_TRY(range(dev, o, oy, n, &uoy));
+    cl_float fe = eps;
+    cl_kernel k;
+    CLG_TRY(kget(dev, "norm", "bn_apply_infer", &k));
+    CLG_TRY(setargs(dev, k, 12, ARG(un), ARG(uC), ARG(uHW), ARG(fe), ARG(x), ARG(uox), ARG(y), ARG(uoy), ARG(rmean),
+                    ARG(rvar), ARG(gamma), ARG(beta)));
+    return run1(dev, k, n, EW_WG);
+}
+
+clg_status clg_nn_bn_backward(clg_device *dev, int N, int C, size_t HW, cl_mem x, size_t ox, cl_mem dy, size_t ody,
+                              cl_mem mean, cl_mem invstd, cl_mem gamma, cl_mem dgamma, cl_mem dbeta, cl_mem dx,
+                              size_t odx)
+{
+    size_t n;
+    CLG_TRY(bn_check(dev, N, C, HW, &n));
+    const char *o = "batchnorm backward";
+    CLG_TRY(check_mem(dev, o, x, "x"));
+    CLG_TRY(check_mem(dev, o, dy, "dy"));
+    CLG_TRY(check_mem(dev, o, mean, "mean"));
+    CLG_TRY(check_mem(dev, o, invstd, "invstd"));
+    CLG_TRY(check_mem(dev, o, gamma, "gamma"));
+    CLG_TRY(check_mem(dev, o, dgamma, "dgamma"));
+    CLG_TRY(check_mem(dev, o, dbeta, "dbeta"));
+    cl_uint un = (cl_uint)n, uN = (cl_uint)N, uC = (cl_uint)C, uHW = (cl_uint)HW, uox, uody, uodx = 0;
+    CLG_TRY(range(dev, o, ox, n, &uox));
+    CLG_TRY(range(dev, o, ody, n, &uody));
+    cl_kernel k;
+    CLG_TRY(kget(dev, "norm", "bn_bwd_reduce", &k));
+    CLG_TRY(setargs(dev, k, 11, ARG(uN), ARG(uC), ARG(uHW), ARG(x), ARG(uox), ARG(dy), ARG(uody), ARG(mean),
+                    ARG(invstd), ARG(dgamma), ARG(dbeta)));
+    CLG_TRY(run_groups(dev, k, (size_t)C, BN_WG));
+    if (!dx)
+        return CLG_OK;
+    CLG_TRY(range(dev, o, odx, n, &uodx));
+    cl_float invM = 1.0f / (float)((size_t)N * HW);
+    CLG_TRY(kget(dev, "norm", "bn_bwd_data", &k));
+    CLG_TRY(setargs(dev, k, 15, ARG(un), ARG(uC), ARG(uHW), ARG(invM), ARG(x), ARG(uox), ARG(dy), ARG(uody),
+                    ARG(mean), ARG(invstd), ARG(gamma), ARG(dgamma), ARG(dbeta), ARG(dx), ARG(uodx)));
+    return run1(dev, k, n, EW_WG);
+}

@@ -1,0 +1,114 @@
+/* Launchers for the non-GEMM network ops: activations, residual add,
+ * dropout, row copies, bias sums, pooling, losses, batch normalization.
+ * Kernels live in cl/eltwise.cl, cl/pool.cl, cl/softmax.cl, cl/norm.cl.
+ * Buffers are fp32 device buffers; offsets and counts in elements, each
+ * below 2^32 (checked). Every launcher only enqueues on dev->queue. */
+#ifndef CLG_OPS_NN_H
+#define CLG_OPS_NN_H
+
+#include "device/device.h"
+
+typedef enum clg_act {
+    CLG_ACT_LINEAR = 0,
+    CLG_ACT_RELU,
+    CLG_ACT_LEAKY,   /* x > 0 ? x : alpha * x, alpha >= 0 */
+    CLG_ACT_SIGMOID,
+    CLG_ACT_TANH,
+    CLG_ACT_GELU,    /* exact: x * Phi(x) (erf form) */
+    CLG_ACT_COUNT
+} clg_act;
+
+/* "linear", "relu", "leaky", "sigmoid", "tanh", "gelu" (NULL-terminated,
+ * indexed by clg_act). */
+CLG_INTERNAL const char *const *clg_act_names(void);
+
+/* y = f(x) over n elements (y may be x: in place). Linear copies unless
+ * y == x at the same offset. */
+CLG_INTERNAL clg_status clg_nn_act_forward(clg_device *dev, clg_act act, float alpha, size_t n, cl_mem x,
+                                           size_t ox, cl_mem y, size_t oy);
+/* dx = dy * f'(.) over n elements. y is the forward output; x the forward
+ * input, read only by gelu (may be NULL otherwise). dx may alias dy. */
+CLG_INTERNAL clg_status clg_nn_act_backward(clg_device *dev, clg_act act, float alpha, size_t n, cl_mem x,
+                                            size_t ox, cl_mem y, size_t oy, cl_mem dy, size_t ody, cl_mem dx,
+                                            size_t odx);
+
+/* y = a + b */
+CLG_INTERNAL clg_status clg_nn_add(clg_device *dev, size_t n, cl_mem a, size_t oa, cl_mem b, size_t ob, cl_mem y,
+                                   size_t oy);
+/* y += a */
+CLG_INTERNAL clg_status clg_nn_add_acc(clg_device *dev, size_t n, cl_mem a, size_t oa, cl_mem y, size_t oy);
+/* dst = src (n elements) */
+CLG_INTERNAL clg_status clg_nn_copy(clg_device *dev, size_t n, cl_mem src, size_t os, cl_mem dst, size_t od);
+/* dst[od + r*sd + i] = src[os + r*ss + i] for r < rows, i < len */
+CLG_INTERNAL clg_status clg_nn_copy_rows(clg_device *dev, size_t len, size_t rows, cl_mem src, size_t os,
+                                         size_t ss, cl_mem dst, size_t od, size_t sd);
+
+/* Inverted dropout: y = x * keep / (1 - p) with keep = hash(seed, step,
+ * base + i) >= p, i < n. Backward is the same call on dy -> dx. */
+CLG_INTERNAL clg_status clg_nn_dropout(clg_device *dev, size_t n, float p, uint32_t seed, uint32_t step,
+                                       uint32_t base, cl_mem x, size_t ox, cl_mem y, size_t oy);
+/* Host mirror of the kernel's keep decision (for tests): scale 0 or 1/(1-p). */
+CLG_INTERNAL float clg_nn_dropout_scale_host(uint32_t seed, uint32_t step, uint32_t idx, float p);
+
+/* y[j] = sum_r x[r*cols + j] (overwrites): the bias gradient of a dense layer. */
+CLG_INTERNAL clg_status clg_nn_colsum(clg_device *dev, size_t rows, size_t cols, cl_mem x, size_t ox, cl_mem y,
+                                      size_t oy);
+/* y[c] = sum over n and the hw plane of x (N, C, hw) (overwrites). */
+CLG_INTERNAL clg_status clg_nn_plane_sum(clg_device *dev, int N, int C, size_t hw, cl_mem x, size_t ox, cl_mem y,
+                                         size_t oy);
+
+typedef struct clg_pool_shape {
+    int N, C, H, W;
+    int kh, kw, sh, sw, ph, pw;
+} clg_pool_shape;
+/* PyTorch floor rule; <= 0 when the window does not fit. */
+CLG_INTERNAL int clg_pool_out_h(const clg_pool_shape *s);
+CLG_INTERNAL int clg_pool_out_w(const clg_pool_shape *s);
+/* is_max 1: max pooling (padding -inf, gradient to the first maximum);
+ * 0: average pooling (padding counted in the divisor, as PyTorch's default). */
+CLG_INTERNAL clg_status clg_nn_pool_forward(clg_device *dev, int is_max, const clg_pool_shape *s, cl_mem x,
+                                            size_t ox, cl_mem y, size_t oy);
+/* dx (overwritten) from dy; x (the forward input) read by max pooling only. */
+CLG_INTERNAL clg_status clg_nn_pool_backward(clg_device *dev, int is_max, const clg_pool_shape *s, cl_mem x,
+                                             size_t ox, cl_mem dy, size_t ody, cl_mem dx, size_t odx);
+/* Global average pooling over hw per plane (planes = N*C). */
+CLG_INTERNAL clg_status clg_nn_gap_forward(clg_device *dev, size_t planes, size_t hw, cl_mem x, size_t ox, cl_mem y,
+                                           size_t oy);
+CLG_INTERNAL clg_status clg_nn_gap_backward(clg_device *dev, size_t planes, size_t hw, cl_mem dy, size_t ody,
+                                            cl_mem dx, size_t odx);
+
+/* Softmax + cross-entropy over C classes for N samples: p = softmax(x);
+ * loss[s], correct[s] per sample (scratch, N floats each); then
+ * clg_nn_loss_reduce folds them into result[0..1]. */
+CLG_INTERNAL clg_status clg_nn_softmax_xent_forward(clg_device *dev, int N, int C, cl_mem x, size_t ox, cl_mem p,
+                                                    size_t op, cl_mem labels, size_t ol, cl_mem loss,
+                                                    cl_mem correct);
+/* dx = scale * (p - onehot(label)) */
+CLG_INTERNAL clg_status clg_nn_softmax_xent_backward(clg_device *dev, int N, int C, float scale, cl_mem p, size_t op,
+                                                     cl_mem labels, size_t ol, cl_mem dx, size_t odx);
+/* MSE per sample over F features: loss[s] = mean (x - t)^2; y = x. */
+CLG_INTERNAL clg_status clg_nn_mse_forward(clg_device *dev, int N, int F, cl_mem x, size_t ox, cl_mem t, size_t ot,
+                                           cl_mem y, size_t oy, cl_mem loss, cl_mem correct);
+/* dx = scale * 2 (x - t) / F */
+CLG_INTERNAL clg_status clg_nn_mse_backward(clg_device *dev, int N, int F, float scale, cl_mem x, size_t ox,
+                                            cl_mem t, size_t ot, cl_mem dx, size_t odx);
+/* result[0] = sum loss[0..N), result[1] = sum correct[0..N). */
+CLG_INTERNAL clg_status clg_nn_loss_reduce(clg_device *dev, int N, cl_mem loss, cl_mem correct, cl_mem result);
+
+/* Batch normalization, x (N, C, HW). Training: batch statistics into
+ * mean/invstd (C floats each, kept for backward); update_running moves
+ * rmean/rvar with momentum (PyTorch convention, unbiased running_var). */
+CLG_INTERNAL clg_status clg_nn_bn_forward_train(clg_device *dev, int N, int C, size_t HW, float eps, float momentum,
+                                                int update_running, cl_mem x, size_t ox, cl_mem y, size_t oy,
+                                                cl_mem gamma, cl_mem beta, cl_mem rmean, cl_mem rvar, cl_mem mean,
+                                                cl_mem invstd);
+CLG_INTERNAL clg_status clg_nn_bn_forward_infer(clg_device *dev, int N, int C, size_t HW, float eps, cl_mem x,
+                                                size_t ox, cl_mem y, size_t oy, cl_mem gamma, cl_mem beta,
+                                                cl_mem rmean, cl_mem rvar);
+/* Gradients for training-mode statistics: dgamma, dbeta overwritten; dx
+ * (may be NULL: skipped) overwritten. */
+CLG_INTERNAL clg_status clg_nn_bn_backward(clg_device *dev, int N, int C, size_t HW, cl_mem x, size_t ox, cl_mem dy,
+                                           size_t ody, cl_mem mean, cl_mem invstd, cl_mem gamma, cl_mem dgamma,
+                                           cl_mem dbeta, cl_mem dx, size_t odx);
+
+#endif

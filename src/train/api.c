@@ -1,0 +1,374 @@
+/* Public model API (include/clgrad.h, "Models and training"). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/session.h"
+
+void clg_model_params_init(clg_model_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->seed = 1;
+    p->learning_rate = -1;
+    p->momentum = -1;
+    p->weight_decay = -1;
+}
+
+static clg_status model_create(clg_ctx *ctx, const char *text, const char *source, const clg_model_params *p,
+                               clg_model **out)
+{
+    clg_model_params def;
+    if (!p) {
+        clg_model_params_init(&def);
+        p = &def;
+    }
+    clg_model *m = NULL;
+    CLG_TRY(clg_session_create(ctx, p->device, text, source, p->batch, p->seed, &m));
+    if (p->optimizer) {
+        int o = clg_optim_parse(p->optimizer);
+        if (o < 0) {
+            clg_session_free(m);
+            return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG, "unknown optimizer '%s' (sgd, adam or adamw)",
+                               p->optimizer);
+        }
+        m->hp.optimizer = o;
+    }
+    if (p->learning_rate >= 0)
+        m->hp.learning_rate = p->learning_rate;
+    if (p->momentum >= 0)
+        m->hp.momentum = p->momentum;
+    if (p->weight_decay >= 0)
+        m->hp.weight_decay = p->weight_decay;
+    *out = m;
+    return CLG_OK;
+}
+
+clg_status clg_model_create_file(clg_ctx *ctx, const char *path, const clg_model_params *p, clg_model **out)
+{
+    if (!out)
+        return clg_err_set(ctx ? &ctx->err : NULL, CLG_ERR_INVALID_ARG, "out is NULL");
+    *out = NULL;
+    if (!ctx || !path)
+        return clg_err_set(ctx ? &ctx->err : NULL, CLG_ERR_INVALID_ARG, "context and path are required");
+    char *text = NULL;
+    size_t len = 0;
+    CLG_TRY(clg_file_read(&ctx->err, path, &text, &len));
+    clg_status st = model_create(ctx, text, path, p, out);
+    free(text);
+    return st;
+}
+
+clg_status clg_model_create_string(clg_ctx *ctx, const char *text, const char *source_name, const clg_model_params *p,
+                                   clg_model **out)
+{
+    if (!out)
+        return clg_err_set(ctx ? &ctx->err : NULL, CLG_ERR_INVALID_ARG, "out is NULL");
+    *out = NULL;
+    if (!ctx || !text)
+        return clg_err_set(ctx ? &ctx->err : NULL, CLG_ERR_INVALID_ARG, "context and text are required");
+    return model_create(ctx, text, source_name ? source_name : "<string>", p, out);
+}
+
+void clg_model_destroy(clg_model *m) { clg_session_free(m); }
+
+void clg_model_shape(const clg_model *m, int *channels, int *height, int *width, int *classes, int *batch)
+{
+    if (channels)
+        *channels = m->net->in_c;
+    if (height)
+        *height = m->net->in_h;
+    if (width)
+        *width = m->net->in_w;
+    if (classes)
+        *classes = m->net->classes;
+    if (batch)
+        *batch = m->net->batch;
+}
+
+size_t clg_model_summary(const clg_model *m, char *buf, size_t cap)
+{
+    char *data = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&data, &len);
+    if (!f) {
+        if (buf && cap)
+            buf[0] = 0;
+        return 0;
+    }
+    clg_net_print(m->net, f);
+    fprintf(f, "activations: %.2f MiB planned by liveness vs %.2f MiB naive (%d buffers) at batch %d\n",
+            m->rep->planned_bytes / 1048576.0, m->rep->naive_bytes / 1048576.0, m->rep->nslots, m->net->batch);
+    fclose(f);
+    if (buf && cap) {
+        size_t n = len < cap - 1 ? len : cap - 1;
+        memcpy(buf, data, n);
+        buf[n] = 0;
+    }
+    free(data);
+    return len;
+}
+
+clg_status clg_model_load_weights(clg_model *m, const char *path)
+{
+    if (!m || !path)
+        return clg_err_set(m ? &m->ctx->err : NULL, CLG_ERR_INVALID_ARG, "model and path are required");
+    return clg_session_load(m, path, 0);
+}
+
+clg_status clg_model_save_weights(clg_model *m, const char *path)
+{
+    if (!m || !path)
+        return clg_err_set(m ? &m->ctx->err : NULL, CLG_ERR_INVALID_ARG, "model and path are required");
+    return clg_session_save(m, path, 0, 0);
+}
+
+/* Normalizes raw images (values as the dataset reader yields them) into the
+ * stage's host buffer. */
+static void stage_images(clg_model *m, int s, const float *images, int n)
+{
+    size_t hw = (size_t)m->net->in_h * m->net->in_w;
+    size_t sample = hw * m->net->in_c;
+    float *dst = m->xhost[s];
+    for (int i = 0; i < n; i++)
+        for (int c = 0; c < m->net->in_c; c++) {
+            float mean = 0, sd = 1;
+            if (m->has_norm && c < m->norm.c) {
+                mean = m->norm.mean[c];
+                sd = m->norm.std[c];
+            }
+            const float *src = images + i * sample + c * hw;
+            float *d = dst + i * sample + c * hw;
+            for (size_t k = 0; k < hw; k++)
+                d[k] = (src[k] - mean) / sd;
+        }
+}
+
+clg_status clg_model_predict(clg_model *m, const float *images, int n, float *probs)
+{
+    if (!m || !images || !probs || n < 1)
+        return clg_err_set(m ? &m->ctx->err : NULL, CLG_ERR_INVALID_ARG, "predict: model, images, probs and n >= 1 are required");
+    clg_err *err = clg_dev_err(m->dev);
+    int B = m->net->batch;
+    size_t sample = (size_t)m->net->in_c * m->net->in_h * m->net->in_w;
+    const clg_tensor *o = clg_replica_output(m->rep);
+    size_t ow = (size_t)o->c * o->h * o->w;
+    for (int start = 0; start < n; start += B) {
+        int cnt = CLG_MIN(B, n - start);
+        CLG_TRY(clg_session_stage_wait(m, 0));
+        stage_images(m, 0, images + (size_t)start * sample, cnt);
+        CLG_TRY(clg_session_upload(m, 0, cnt, 0));
+        CLG_TRY(clg_session_use_stage(m, 0, cnt, -1));
+        CLG_TRY(clg_replica_forward(m->rep, cnt, 0));
+        CLG_CL_CHECK(err, clEnqueueReadBuffer(m->dev->queue, o->mem, CL_TRUE, o->off * sizeof(float),
+                                              (size_t)cnt * ow * sizeof(float), probs + (size_t)start * ow, 0, NULL,
+                                              NULL));
+        CLG_TRY(clg_session_stage_release(m, 0));
+    }
+    return CLG_OK;
+}
+
+clg_status clg_model_train_step(clg_model *m, const float *images, const int32_t *labels, int n)
+{
+    if (!m || !images || !labels)
+        return clg_err_set(m ? &m->ctx->err : NULL, CLG_ERR_INVALID_ARG, "train_step: images and labels are required");
+    clg_err *err = clg_dev_err(m->dev);
+    if (n < 1 || n > m->net->batch)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "train_step: n = %d outside [1, %d] (the model's batch)", n,
+                           m->net->batch);
+    for (int i = 0; i < n; i++)
+        if (labels[i] < 0 || labels[i] >= m->net->classes)
+            return clg_err_set(err, CLG_ERR_INVALID_ARG, "train_step: label %d of sample %d outside [0, %d)",
+                               labels[i], i, m->net->classes);
+    CLG_TRY(clg_session_stage_wait(m, 0));
+    stage_images(m, 0, images, n);
+    memcpy(m->yhost[0], labels, (size_t)n * sizeof(int32_t));
+    CLG_TRY(clg_session_upload(m, 0, n, 1));
+    float res[2] = {0, 0};
+    CLG_TRY(clg_session_train_step(m, 0, n, m->hp.learning_rate, res, NULL));
+    m->last.step = m->step;
+    m->last.loss = res[0] / n;
+    m->last.accuracy = res[1] / n;
+    m->last.samples = n;
+    return CLG_OK;
+}
+
+clg_status clg_model_metrics(const clg_model *m, clg_metrics *out)
+{
+    if (!m || !out)
+        return clg_err_set(NULL, CLG_ERR_INVALID_ARG, "metrics: model and out are required");
+    *out = m->last;
+    out->step = m->step;
+    return CLG_OK;
+}
+
+clg_status clg_model_evaluate(clg_model *m, const char *data, long limit, clg_eval_report *out)
+{
+    if (!m || !data || !out)
+        return clg_err_set(m ? &m->ctx->err : NULL, CLG_ERR_INVALID_ARG, "evaluate: model, data and out are required");
+    memset(out, 0, sizeof *out);
+    clg_err *err = clg_dev_err(m->dev);
+    if (m->rep->loss_index < 0)
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "%s: evaluation needs a loss layer (softmax)", m->net->source);
+    clg_dataset *ds = NULL;
+    CLG_TRY(clg_dataset_open(err, data, CLG_SPLIT_TEST, &ds));
+    clg_status st = CLG_OK;
+    if (ds->c != m->net->in_c || ds->h != m->net->in_h || ds->w != m->net->in_w)
+        st = clg_err_set(err, CLG_ERR_SHAPE, "dataset %s has images %dx%dx%d, the model %s expects %dx%dx%d",
+                         ds->source, ds->c, ds->h, ds->w, m->net->source, m->net->in_c, m->net->in_h, m->net->in_w);
+    else if (ds->nclasses > m->net->classes || ds->nclasses == 0)
+        st = clg_err_set(err, CLG_ERR_SHAPE, "dataset %s has %d classes, the model %d", ds->source, ds->nclasses,
+                         m->net->classes);
+    int C = m->net->classes;
+    if (st == CLG_OK) {
+        out->confusion = calloc((size_t)C * C, sizeof(int64_t));
+        if (!out->confusion)
+            st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    }
+    if (st == CLG_OK)
+        st = clg_session_evaluate(m, ds, limit, &out->loss, &out->accuracy, out->confusion, &out->samples);
+    out->classes = C;
+    clg_dataset_free(ds);
+    if (st != CLG_OK) {
+        free(out->confusion);
+        out->confusion = NULL;
+    }
+    return st;
+}
+
+void clg_eval_report_free(clg_eval_report *r)
+{
+    if (r) {
+        free(r->confusion);
+        r->confusion = NULL;
+    }
+}
+
+void clg_free(void *p) { free(p); }
+
+clg_status clg_model_predict_file(clg_model *m, const char *path, float **probs, int *n)
+{
+    if (!m || !path || !probs || !n)
+        return clg_err_set(m ? &m->ctx->err : NULL, CLG_ERR_INVALID_ARG, "predict: arguments are required");
+    *probs = NULL;
+    *n = 0;
+    clg_err *err = clg_dev_err(m->dev);
+    clg_dataset *ds = NULL;
+    CLG_TRY(clg_dataset_load_image(err, path, &ds));
+    clg_status st = CLG_OK;
+    if (ds->c != m->net->in_c || ds->h != m->net->in_h || ds->w != m->net->in_w)
+        st = clg_err_set(err, CLG_ERR_SHAPE, "%s has images %dx%dx%d, the model %s expects %dx%dx%d", path, ds->c,
+                         ds->h, ds->w, m->net->source, m->net->in_c, m->net->in_h, m->net->in_w);
+    size_t sample = clg_dataset_sample_size(ds);
+    float *x = NULL;
+    const clg_tensor *o = clg_replica_output(m->rep);
+    size_t ow = (size_t)o->c * o->h * o->w;
+    if (st == CLG_OK) {
+        x = malloc((size_t)ds->n * sample * sizeof(float));
+        *probs = malloc((size_t)ds->n * ow * sizeof(float));
+        if (!x || !*probs)
+            st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    }
+    if (st == CLG_OK) {
+        /* raw values (scale only); clg_model_predict normalizes */
+        int cnt = 0;
+        st = clg_dataset_fill_batch(err, ds, NULL, NULL, 0, ds->n, x, NULL, &cnt);
+    }
+    if (st == CLG_OK)
+        st = clg_model_predict(m, x, ds->n, *probs);
+    free(x);
+    if (st == CLG_OK)
+        *n = ds->n;
+    else {
+        free(*probs);
+        *probs = NULL;
+    }
+    clg_dataset_free(ds);
+    return st;
+}
+
+// ---- bench ----
+
+void clg_bench_train_params_init(clg_bench_train_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->batch = 128;
+    p->steps = 20;
+    p->warmup = 3;
+    p->seed = 1;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+clg_status clg_bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_bench_train_report *out)
+{
+    clg_err *err = ctx ? &ctx->err : NULL;
+    if (!ctx || !p || !p->model || !out)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "bench train: model is required");
+    if (p->batch < 1 || p->steps < 1 || p->warmup < 0)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "bench train: batch and steps must be >= 1");
+    memset(out, 0, sizeof *out);
+    clg_model_params mp;
+    clg_model_params_init(&mp);
+    mp.batch = p->batch;
+    mp.device = p->device;
+    mp.seed = p->seed;
+    clg_model *m = NULL;
+    CLG_TRY(clg_model_create_file(ctx, p->model, &mp, &m));
+    /* synthetic data: fixed random images and labels, uploaded each step like real batches */
+    clg_rng r;
+    clg_rng_seed(&r, p->seed, 77);
+    int B = m->net->batch;
+    size_t sample = (size_t)m->net->in_c * m->net->in_h * m->net->in_w;
+    for (int s = 0; s < CLG_STAGES; s++) {
+        for (size_t i = 0; i < (size_t)B * sample; i++)
+            m->xhost[s][i] = clg_rng_normal(&r);
+        for (int i = 0; i < B; i++)
+            m->yhost[s][i] = (int32_t)(clg_rng_u32(&r) % (uint32_t)m->net->classes);
+    }
+    double *times = calloc((size_t)p->steps, sizeof(double));
+    clg_status st = times ? CLG_OK : clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    double lr = m->hp.learning_rate * 0.1; /* small: random labels must not blow up the weights */
+    double t_start = 0;
+    int total = p->warmup + p->steps;
+    if (st == CLG_OK)
+        st = clg_session_upload(m, 0, B, 1);
+    for (int i = 0; i < total && st == CLG_OK; i++) {
+        int s = i % CLG_STAGES, nx = (i + 1) % CLG_STAGES;
+        if (i == p->warmup) {
+            cl_int e = clFinish(m->dev->queue);
+            if (e != CL_SUCCESS)
+                st = clg_cl_fail(err, e, "clFinish", __FILE__, __LINE__);
+            t_start = clg_now_sec();
+        }
+        double t0 = clg_now_sec();
+        if (st == CLG_OK)
+            st = clg_session_train_step(m, s, B, lr, NULL, NULL);
+        if (st == CLG_OK && i + 1 < total) {
+            st = clg_session_stage_wait(m, nx);
+            if (st == CLG_OK)
+                st = clg_session_upload(m, nx, B, 1);
+        }
+        if (st == CLG_OK && i >= p->warmup) {
+            /* per-step time for the median: wait for the previous step */
+            cl_int e = clFinish(m->dev->queue);
+            if (e != CL_SUCCESS)
+                st = clg_cl_fail(err, e, "clFinish", __FILE__, __LINE__);
+            times[i - p->warmup] = clg_now_sec() - t0;
+        }
+    }
+    if (st == CLG_OK) {
+        double el = clg_now_sec() - t_start;
+        out->seconds = el;
+        out->images_per_s = (double)B * p->steps / el;
+        out->ms_per_step = 1000 * el / p->steps;
+        qsort(times, (size_t)p->steps, sizeof(double), cmp_d);
+        out->ms_per_step_median = 1000 * times[p->steps / 2];
+        out->devices = 1;
+    }
+    free(times);
+    clg_model_destroy(m);
+    return st;
+}

@@ -1,0 +1,248 @@
+/* Optimizers, gradient clipping and LR schedules. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/optim.h"
+
+#define SUMSQ_WG 256
+#define SUMSQ_MAX_GROUPS 16
+
+static const char *const opt_names[] = {"sgd", "adam", "adamw"};
+static const char *const sched_names[] = {"none", "step", "cosine"};
+
+const char *clg_optim_name(int optimizer)
+{
+    return optimizer >= 0 && optimizer < 3 ? opt_names[optimizer] : "?";
+}
+
+int clg_optim_parse(const char *name)
+{
+    for (int i = 0; i < 3; i++)
+        if (strcmp(name, opt_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+const char *clg_sched_name(int schedule)
+{
+    return schedule >= 0 && schedule < 3 ? sched_names[schedule] : "?";
+}
+
+int clg_sched_parse(const char *name)
+{
+    for (int i = 0; i < 3; i++)
+        if (strcmp(name, sched_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+double clg_sched_lr(const clg_hparams *hp, int64_t step, int64_t steps_per_epoch, int64_t total_steps)
+{
+    double lr = hp->learning_rate;
+    if (steps_per_epoch < 1)
+        steps_per_epoch = 1;
+    switch (hp->schedule) {
+    case CLG_SCHED_STEP: {
+        double epoch = (double)(step / steps_per_epoch);
+        lr *= pow(hp->gamma, floor(epoch / hp->step_size));
+        break;
+    }
+    case CLG_SCHED_COSINE: {
+        int64_t w = hp->warmup;
+        int64_t span = total_steps - w;
+        if (span > 0 && step >= w) {
+            double p = (double)(step - w) / (double)span;
+            if (p > 1)
+                p = 1;
+            lr *= 0.5 * (1.0 + cos(M_PI * p));
+        }
+        break;
+    }
+    default:
+        break;
+    }
+    if (hp->warmup > 0 && step < hp->warmup)
+        lr *= (double)(step + 1) / (double)hp->warmup;
+    return lr;
+}
+
+int clg_optim_nstate(const clg_optim *o)
+{
+    if (o->hp.optimizer == CLG_OPT_SGD)
+        return o->hp.momentum != 0 ? 1 : 0;
+    return 2;
+}
+
+static clg_status zero_buf(clg_device *dev, cl_mem m, size_t bytes)
+{
+    float zero = 0.0f;
+    CLG_CL_CHECK(clg_dev_err(dev),
+                 clEnqueueFillBuffer(dev->queue, m, &zero, sizeof zero, 0, bytes, 0, NULL, NULL));
+    return CLG_OK;
+}
+
+clg_status clg_optim_create(clg_replica *rep, const clg_hparams *hp, clg_optim **out)
+{
+    *out = NULL;
+    clg_device *dev = rep->dev;
+    clg_err *err = clg_dev_err(dev);
+    clg_optim *o = calloc(1, sizeof *o);
+    if (!o)
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    o->hp = *hp;
+    o->rep = rep;
+    clg_status st = clg_replica_params(rep, 1, &o->refs, &o->n);
+    if (st == CLG_OK) {
+        o->m = calloc((size_t)CLG_MAX(o->n, 1), sizeof(cl_mem));
+        o->v = calloc((size_t)CLG_MAX(o->n, 1), sizeof(cl_mem));
+        if (!o->m || !o->v)
+            st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    }
+    int ns = clg_optim_nstate(o);
+    for (int i = 0; i < o->n && st == CLG_OK; i++) {
+        size_t bytes = o->refs[i].param->numel * sizeof(float);
+        if (ns >= 1) {
+            st = clg_buf_alloc(dev, bytes, &o->m[i]);
+            if (st == CLG_OK)
+                st = zero_buf(dev, o->m[i], bytes);
+        }
+        if (ns >= 2 && st == CLG_OK) {
+            st = clg_buf_alloc(dev, bytes, &o->v[i]);
+            if (st == CLG_OK)
+                st = zero_buf(dev, o->v[i], bytes);
+        }
+    }
+    o->groups = SUMSQ_MAX_GROUPS;
+    if (st == CLG_OK)
+        st = clg_buf_alloc(dev, (size_t)CLG_MAX(o->n, 1) * o->groups * sizeof(float), &o->partial);
+    if (st != CLG_OK) {
+        clg_optim_free(o);
+        return st;
+    }
+    *out = o;
+    return CLG_OK;
+}
+
+void clg_optim_free(clg_optim *o)
+{
+    if (!o)
+        return;
+    clg_device *dev = o->rep->dev;
+    for (int i = 0; i < o->n; i++) {
+        if (o->m)
+            clg_buf_release(dev, o->m[i]);
+        if (o->v)
+            clg_buf_release(dev, o->v[i]);
+    }
+    clg_buf_release(dev, o->partial);
+    free(o->m);
+    free(o->v);
+    free(o->refs);
+    free(o);
+}
+
+clg_status clg_optim_grad_norm(clg_optim *o, float gscale, double *norm)
+{
+    clg_device *dev = o->rep->dev;
+    clg_err *err = clg_dev_err(dev);
+    *norm = 0;
+    if (o->n == 0)
+        return CLG_OK;
+    cl_kernel k;
+    CLG_TRY(clg_kernel_get(dev, "optim", "-D WG=256", "sumsq_partial", &k));
+    for (int i = 0; i < o->n; i++) {
+        clg_param *p = o->refs[i].param;
+        int n = (int)p->numel, off = i * o->groups;
+        int groups = (int)CLG_MIN((size_t)o->groups, CLG_CEIL_DIV(p->numel, SUMSQ_WG));
+        if (groups < 1)
+            groups = 1;
+        CLG_CL_CHECK(err, clSetKernelArg(k, 0, sizeof(cl_mem), &p->grad));
+        CLG_CL_CHECK(err, clSetKernelArg(k, 1, sizeof(int), &n));
+        CLG_CL_CHECK(err, clSetKernelArg(k, 2, sizeof(cl_mem), &o->partial));
+        CLG_CL_CHECK(err, clSetKernelArg(k, 3, sizeof(int), &off));
+        size_t local = SUMSQ_WG, global = (size_t)groups * SUMSQ_WG;
+        CLG_CL_CHECK(err, clEnqueueNDRangeKernel(dev->queue, k, 1, NULL, &global, &local, 0, NULL, NULL));
+        /* unused group slots must read as zero */
+        if (groups < o->groups) {
+            float zero = 0.0f;
+            CLG_CL_CHECK(err, clEnqueueFillBuffer(dev->queue, o->partial, &zero, sizeof zero,
+                                                  (size_t)(off + groups) * sizeof(float),
+                                                  (size_t)(o->groups - groups) * sizeof(float), 0, NULL, NULL));
+        }
+    }
+    size_t total = (size_t)o->n * o->groups;
+    float *host = malloc(total * sizeof(float));
+    if (!host)
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    cl_int e = clEnqueueReadBuffer(dev->queue, o->partial, CL_TRUE, 0, total * sizeof(float), host, 0, NULL, NULL);
+    if (e != CL_SUCCESS) {
+        free(host);
+        return clg_cl_fail(err, e, "read gradient norm partials", __FILE__, __LINE__);
+    }
+    double s = 0;
+    for (size_t i = 0; i < total; i++)
+        s += host[i];
+    free(host);
+    *norm = sqrt(s) * fabs((double)gscale);
+    return CLG_OK;
+}
+
+clg_status clg_optim_step(clg_optim *o, double lr, float gscale)
+{
+    clg_device *dev = o->rep->dev;
+    clg_err *err = clg_dev_err(dev);
+    o->t++;
+    const clg_hparams *h = &o->hp;
+    cl_kernel k;
+    float flr = (float)lr, wd = (float)h->weight_decay;
+    if (h->optimizer == CLG_OPT_SGD) {
+        CLG_TRY(clg_kernel_get(dev, "optim", "", "sgd_step", &k));
+        float mom = (float)h->momentum;
+        int nest = h->nesterov;
+        for (int i = 0; i < o->n; i++) {
+            clg_param *p = o->refs[i].param;
+            int n = (int)p->numel;
+            cl_mem m = o->m[i] ? o->m[i] : p->grad; /* unused when momentum == 0 */
+            CLG_CL_CHECK(err, clSetKernelArg(k, 0, sizeof(cl_mem), &p->value));
+            CLG_CL_CHECK(err, clSetKernelArg(k, 1, sizeof(cl_mem), &p->grad));
+            CLG_CL_CHECK(err, clSetKernelArg(k, 2, sizeof(cl_mem), &m));
+            CLG_CL_CHECK(err, clSetKernelArg(k, 3, sizeof(int), &n));
+            CLG_CL_CHECK(err, clSetKernelArg(k, 4, sizeof(float), &flr));
+            CLG_CL_CHECK(err, clSetKernelArg(k, 5, sizeof(float), &mom));
+            CLG_CL_CHECK(err, clSetKernelArg(k, 6, sizeof(float), &wd));
+            CLG_CL_CHECK(err, clSetKernelArg(k, 7, sizeof(int), &nest));
+            CLG_CL_CHECK(err, clSetKernelArg(k, 8, sizeof(float), &gscale));
+            size_t local = 64, global = CLG_CEIL_DIV((size_t)n, local) * local;
+            CLG_CL_CHECK(err, clEnqueueNDRangeKernel(dev->queue, k, 1, NULL, &global, &local, 0, NULL, NULL));
+        }
+    } else {
+        CLG_TRY(clg_kernel_get(dev, "optim", "", "adam_step", &k));
+        float b1 = (float)h->beta1, b2 = (float)h->beta2, eps = (float)h->epsilon;
+        float bc1 = (float)(1.0 - pow(h->beta1, (double)o->t)), bc2 = (float)(1.0 - pow(h->beta2, (double)o->t));
+        int dec = h->optimizer == CLG_OPT_ADAMW;
+        for (int i = 0; i < o->n; i++) {
+            clg_param *p = o->refs[i].param;
+            int n = (int)p->numel;
+            int a = 0;
+            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_mem), &p->value));
+            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_mem), &p->grad));
+            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_mem), &o->m[i]));
+            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_mem), &o->v[i]));
+            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(int), &n));
+            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(float), &flr));
+            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(float), &b1));
+            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(float), &b2));
+            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(float), &eps));
+            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(float), &wd));
+            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(int), &dec));
+            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(float), &bc1));
+            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(float), &bc2));
+            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(float), &gscale));
+            size_t local = 64, global = CLG_CEIL_DIV((size_t)n, local) * local;
+            CLG_CL_CHECK(err, clEnqueueNDRangeKernel(dev->queue, k, 1, NULL, &global, &local, 0, NULL, NULL));
+        }
+    }
+    clg_replica_params_changed(o->rep);
+    return CLG_OK;
+}

@@ -1,0 +1,40 @@
+/* Optimizers running as kernels on the device (cl/optim.cl): SGD with
+ * momentum / Nesterov / weight decay, Adam and AdamW; gradient clipping by
+ * global norm; learning-rate schedules (host side). One optimizer per
+ * replica: the state (momentum, Adam moments) lives next to the parameters. */
+#ifndef CLG_TRAIN_OPTIM_H
+#define CLG_TRAIN_OPTIM_H
+
+#include "model/network.h"
+
+typedef struct clg_optim {
+    clg_hparams hp;
+    clg_replica *rep; /* borrowed */
+    int64_t t;        /* optimizer steps taken */
+    int n;            /* trainable parameters */
+    clg_param_ref *refs;
+    cl_mem *m, *v;    /* per param: momentum / first moment; second moment (Adam) */
+    cl_mem partial;   /* squared-norm partial sums */
+    int groups;       /* partial sums per parameter */
+} clg_optim;
+
+CLG_INTERNAL const char *clg_optim_name(int optimizer);
+/* "sgd", "adam", "adamw" -> CLG_OPT_*; -1 when unknown. */
+CLG_INTERNAL int clg_optim_parse(const char *name);
+CLG_INTERNAL const char *clg_sched_name(int schedule);
+CLG_INTERNAL int clg_sched_parse(const char *name);
+
+/* Learning rate for optimizer step `step` (0-based) with steps_per_epoch
+ * and total_steps (cosine). */
+CLG_INTERNAL double clg_sched_lr(const clg_hparams *hp, int64_t step, int64_t steps_per_epoch, int64_t total_steps);
+
+CLG_INTERNAL clg_status clg_optim_create(clg_replica *rep, const clg_hparams *hp, clg_optim **out);
+CLG_INTERNAL void clg_optim_free(clg_optim *o);
+/* Global L2 norm of all gradients (scaled by gscale); blocks on the queue. */
+CLG_INTERNAL clg_status clg_optim_grad_norm(clg_optim *o, float gscale, double *norm);
+/* One update with learning rate lr; the raw gradient is multiplied by gscale. */
+CLG_INTERNAL clg_status clg_optim_step(clg_optim *o, double lr, float gscale);
+/* Number of state buffers per parameter (0 plain SGD, 1 momentum, 2 Adam). */
+CLG_INTERNAL int clg_optim_nstate(const clg_optim *o);
+
+#endif

@@ -1,0 +1,510 @@
+/* Convolution tests: every algorithm and pass against a plain C reference
+ * in double precision on random shapes, finite-difference gradient checks,
+ * filter-transform cache versions, auto choice, argument errors.
+ * CLGRAD_TEST_TINY=1 runs fewer and smaller cases (oclgrind). */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ops/conv.h"
+#include "testutil.h"
+
+static clg_ctx *g_ctx;
+static int g_tiny;
+
+static clg_device *dev0(void) { return &g_ctx->devs[0]; }
+
+static size_t nx_of(const clg_conv_shape *s) { return (size_t)s->N * s->C * s->H * s->W; }
+static size_t nw_of(const clg_conv_shape *s) { return (size_t)s->K * (s->C / s->groups) * s->R * s->S; }
+static size_t ny_of(const clg_conv_shape *s) { return (size_t)s->N * s->K * clg_conv_out_h(s) * clg_conv_out_w(s); }
+
+/* ---- double-precision references (direct definition) ---- */
+
+/* Calls f(n, k, c, p, q, h, w, r, s) for every tap that reads inside the image. */
+#define FOR_TAPS(s, BODY)                                                                              \
+    do {                                                                                               \
+        int P_ = clg_conv_out_h(s), Q_ = clg_conv_out_w(s), Cg_ = (s)->C / (s)->groups,                \
+            Kg_ = (s)->K / (s)->groups;                                                                \
+        for (int n = 0; n < (s)->N; n++)                                                               \
+            for (int k = 0; k < (s)->K; k++)                                                           \
+                for (int p = 0; p < P_; p++)                                                           \
+                    for (int q = 0; q < Q_; q++)                                                       \
+                        for (int cc = 0; cc < Cg_; cc++)                                               \
+                            for (int r = 0; r < (s)->R; r++)                                           \
+                                for (int ss = 0; ss < (s)->S; ss++) {                                  \
+                                    int c = (k / Kg_) * Cg_ + cc;                                      \
+                                    int h = p * (s)->stride_h - (s)->pad_h + r * (s)->dil_h;           \
+                                    int w = q * (s)->stride_w - (s)->pad_w + ss * (s)->dil_w;          \
+                                    if (h < 0 || h >= (s)->H || w < 0 || w >= (s)->W)                  \
+                                        continue;                                                      \
+                                    size_t ix = (((size_t)n * (s)->C + c) * (s)->H + h) * (s)->W + w;  \
+                                    size_t iw = (((size_t)k * Cg_ + cc) * (s)->R + r) * (s)->S + ss;   \
+                                    size_t iy = (((size_t)n * (s)->K + k) * P_ + p) * Q_ + q;          \
+                                    BODY;                                                              \
+                                }                                                                      \
+    } while (0)
+
+static void ref_fwd(const clg_conv_shape *s, const float *x, const float *wt, const float *bias, int relu, double *y)
+{
+    size_t ny = ny_of(s), PQ = (size_t)clg_conv_out_h(s) * clg_conv_out_w(s);
+    for (size_t i = 0; i < ny; i++)
+        y[i] = bias ? bias[(i / PQ) % (size_t)s->K] : 0.0;
+    FOR_TAPS(s, y[iy] += (double)x[ix] * wt[iw]);
+    if (relu)
+        for (size_t i = 0; i < ny; i++)
+            y[i] = y[i] > 0 ? y[i] : 0;
+}
+
+static void ref_bwd_data(const clg_conv_shape *s, const float *dy, const float *wt, double *dx)
+{
+    memset(dx, 0, sizeof(double) * nx_of(s));
+    FOR_TAPS(s, dx[ix] += (double)dy[iy] * wt[iw]);
+}
+
+static void ref_bwd_filter(const clg_conv_shape *s, const float *x, const float *dy, float beta, const float *dw0,
+                           double *dw, double *db, const float *db0)
+{
+    size_t nw = nw_of(s), PQ = (size_t)clg_conv_out_h(s) * clg_conv_out_w(s);
+    for (size_t i = 0; i < nw; i++)
+        dw[i] = beta != 0 ? (double)beta * dw0[i] : 0.0;
+    FOR_TAPS(s, dw[iw] += (double)x[ix] * dy[iy]);
+    for (int k = 0; k < s->K; k++) {
+        double acc = beta != 0 ? (double)beta * db0[k] : 0.0;
+        for (int n = 0; n < s->N; n++)
+            for (size_t i = 0; i < PQ; i++)
+                acc += dy[((size_t)n * s->K + k) * PQ + i];
+        db[k] = acc;
+    }
+}
+
+/* ---- helpers ---- */
+
+static float *rnd(size_t n, clg_rng *r)
+{
+    float *p = malloc(sizeof(float) * (n + 1));
+    ck_assert_ptr_nonnull(p);
+    tu_fill(p, n, -1.0f, 1.0f, r);
+    return p;
+}
+
+/* Device buffer holding host data at element offset `off` (poison around it). */
+static cl_mem upload_at(clg_device *dev, const float *host, size_t n, size_t off)
+{
+    float *tmp = malloc(sizeof(float) * (n + off + 1));
+    ck_assert_ptr_nonnull(tmp);
+    tu_poison(tmp, n + off + 1);
+    if (host)
+        memcpy(tmp + off, host, sizeof(float) * n);
+    cl_mem m = tu_upload(dev, tmp, n + off + 1);
+    free(tmp);
+    return m;
+}
+
+static float *download_at(clg_device *dev, cl_mem m, size_t n, size_t off)
+{
+    float *tmp = malloc(sizeof(float) * (n + off));
+    ck_assert_ptr_nonnull(tmp);
+    tu_download(dev, m, tmp, n + off);
+    float *out = malloc(sizeof(float) * (n + 1));
+    memcpy(out, tmp + off, sizeof(float) * n);
+    free(tmp);
+    return out;
+}
+
+static void shape_str(const clg_conv_shape *s, char *b, size_t n)
+{
+    snprintf(b, n, "N%d C%d H%d W%d K%d R%d S%d pad %d,%d stride %d,%d dil %d,%d groups %d", s->N, s->C, s->H, s->W,
+             s->K, s->R, s->S, s->pad_h, s->pad_w, s->stride_h, s->stride_w, s->dil_h, s->dil_w, s->groups);
+}
+
+static int irand(clg_rng *r, int lo, int hi) { return lo + (int)(clg_rng_u32(r) % (uint32_t)(hi - lo + 1)); }
+
+/* Runs all three passes of `algo` on s and checks them; returns worst error. */
+static double check_algo(const clg_conv_shape *s, clg_conv_algo algo, clg_rng *r, double tol, int passes)
+{
+    clg_device *dev = dev0();
+    char desc[200];
+    shape_str(s, desc, sizeof desc);
+    size_t nx = nx_of(s), nw = nw_of(s), ny = ny_of(s);
+    size_t off = (size_t)irand(r, 0, 5); /* element offsets exercise the off* arguments */
+    float *x = rnd(nx, r), *w = rnd(nw, r), *bias = rnd((size_t)s->K, r), *dy = rnd(ny, r);
+    float *dw0 = rnd(nw, r), *db0 = rnd((size_t)s->K, r);
+    double *ref = malloc(sizeof(double) * (nx > nw ? (nx > ny ? nx : ny) : (nw > ny ? nw : ny)) + 64);
+    double *refb = malloc(sizeof(double) * (size_t)s->K);
+    cl_mem dx_ = upload_at(dev, x, nx, off), dw_ = upload_at(dev, w, nw, off), db_ = upload_at(dev, bias, s->K, off);
+    cl_mem ddy = upload_at(dev, dy, ny, off);
+    double worst = 0;
+    int relu = irand(r, 0, 1), use_bias = irand(r, 0, 1);
+    if (passes & 1) {
+        cl_mem dy_out = upload_at(dev, NULL, ny, off);
+        ck_assert_msg(clg_conv_forward(dev, s, algo, NULL, dx_, off, dw_, off, use_bias ? db_ : NULL, off, relu, dy_out,
+                                       off) == CLG_OK,
+                      "%s fwd %s: %s", clg_conv_algo_name(algo), desc, clg_last_error(g_ctx));
+        float *got = download_at(dev, dy_out, ny, off);
+        ref_fwd(s, x, w, use_bias ? bias : NULL, relu, ref);
+        double e = tu_max_err(got, ref, ny, 1.0);
+        ck_assert_msg(e < tol, "%s fwd %s (relu %d bias %d): error %g > %g", clg_conv_algo_name(algo), desc, relu,
+                      use_bias, e, tol);
+        worst = fmax(worst, e);
+        free(got);
+        clg_buf_release(dev, dy_out);
+    }
+    if (passes & 2) {
+        cl_mem dx_out = upload_at(dev, NULL, nx, off);
+        ck_assert_msg(clg_conv_backward_data(dev, s, algo, NULL, ddy, off, dw_, off, dx_out, off) == CLG_OK,
+                      "%s bwd-data %s: %s", clg_conv_algo_name(algo), desc, clg_last_error(g_ctx));
+        float *got = download_at(dev, dx_out, nx, off);
+        ref_bwd_data(s, dy, w, ref);
+        double e = tu_max_err(got, ref, nx, 1.0);
+        ck_assert_msg(e < tol, "%s bwd-data %s: error %g > %g", clg_conv_algo_name(algo), desc, e, tol);
+        worst = fmax(worst, e);
+        free(got);
+        clg_buf_release(dev, dx_out);
+    }
+    if (passes & 4) {
+        float beta = irand(r, 0, 1) ? 0.0f : 0.5f;
+        /* beta 0: the old contents are poison and must not be read */
+        cl_mem dw_out = upload_at(dev, beta != 0 ? dw0 : NULL, nw, off);
+        cl_mem db_out = upload_at(dev, beta != 0 ? db0 : NULL, s->K, off);
+        ck_assert_msg(clg_conv_backward_filter(dev, s, algo, dx_, off, ddy, off, beta, dw_out, off, db_out, off) ==
+                          CLG_OK,
+                      "%s bwd-filter %s: %s", clg_conv_algo_name(algo), desc, clg_last_error(g_ctx));
+        float *got = download_at(dev, dw_out, nw, off), *gotb = download_at(dev, db_out, s->K, off);
+        ref_bwd_filter(s, x, dy, beta, dw0, ref, refb, db0);
+        double e = tu_max_err(got, ref, nw, 1.0), eb = tu_max_err(gotb, refb, s->K, 1.0);
+        ck_assert_msg(e < tol, "%s bwd-filter %s (beta %g): dw error %g > %g", clg_conv_algo_name(algo), desc, beta, e,
+                      tol);
+        ck_assert_msg(eb < tol, "%s bwd-filter %s (beta %g): db error %g > %g", clg_conv_algo_name(algo), desc, beta,
+                      eb, tol);
+        worst = fmax(worst, fmax(e, eb));
+        free(got);
+        free(gotb);
+        clg_buf_release(dev, dw_out);
+        clg_buf_release(dev, db_out);
+    }
+    clg_buf_release(dev, dx_);
+    clg_buf_release(dev, dw_);
+    clg_buf_release(dev, db_);
+    clg_buf_release(dev, ddy);
+    free(x), free(w), free(bias), free(dy), free(dw0), free(db0), free(ref), free(refb);
+    return worst;
+}
+
+/* A random valid shape; kind 0 general, 1 depthwise, 2 Winograd-eligible (3x3 s1). */
+static clg_conv_shape random_shape(clg_rng *r, int kind)
+{
+    clg_conv_shape s;
+    int big = g_tiny ? 0 : 1;
+    for (;;) {
+        memset(&s, 0, sizeof s);
+        s.N = irand(r, 1, 2 + big);
+        s.H = irand(r, 3, 7 + 6 * big);
+        s.W = irand(r, 3, 7 + 6 * big);
+        s.R = irand(r, 1, 4);
+        s.S = irand(r, 1, 4);
+        s.pad_h = irand(r, 0, 2);
+        s.pad_w = irand(r, 0, 2);
+        s.stride_h = irand(r, 1, 2);
+        s.stride_w = irand(r, 1, 2);
+        s.dil_h = irand(r, 1, 2);
+        s.dil_w = irand(r, 1, 2);
+        s.groups = irand(r, 1, 3);
+        s.C = s.groups * irand(r, 1, 3 + 2 * big);
+        s.K = s.groups * irand(r, 1, 3 + 2 * big);
+        if (kind == 1) {
+            s.C = irand(r, 1, 6 + 4 * big);
+            s.groups = s.C;
+            s.K = s.C * irand(r, 1, 2);
+        } else if (kind == 2) {
+            s.R = s.S = 3;
+            s.stride_h = s.stride_w = s.dil_h = s.dil_w = s.groups = 1;
+            s.C = irand(r, 1, 5 + 12 * big);
+            s.K = irand(r, 1, 5 + 12 * big);
+        }
+        if (clg_conv_check(NULL, &s) == CLG_OK)
+            return s;
+    }
+}
+
+static int ncases(int full) { return g_tiny ? 2 : full; }
+
+START_TEST(im2col_random)
+{
+    clg_rng r;
+    tu_rng(&r, 11);
+    for (int i = 0; i < ncases(14); i++) {
+        clg_conv_shape s = random_shape(&r, i % 4 == 3 ? 1 : 0);
+        check_algo(&s, CLG_CONV_IM2COL, &r, 1e-4, 7);
+    }
+}
+END_TEST
+
+START_TEST(im2col_1x1_gemm)
+{
+    /* 1x1, stride 1, pad 0: straight GEMM (no column buffer), with groups. */
+    clg_rng r;
+    tu_rng(&r, 12);
+    for (int i = 0; i < ncases(4); i++) {
+        clg_conv_shape s = random_shape(&r, 0);
+        s.R = s.S = 1;
+        s.pad_h = s.pad_w = 0;
+        s.stride_h = s.stride_w = 1;
+        check_algo(&s, CLG_CONV_IM2COL, &r, 1e-4, 7);
+    }
+}
+END_TEST
+
+START_TEST(direct_random)
+{
+    clg_rng r;
+    tu_rng(&r, 13);
+    for (int i = 0; i < ncases(12); i++) {
+        clg_conv_shape s = random_shape(&r, i % 2); /* depthwise every other case */
+        check_algo(&s, CLG_CONV_DIRECT, &r, 1e-4, 7);
+    }
+}
+END_TEST
+
+START_TEST(winograd2_random)
+{
+    clg_rng r;
+    tu_rng(&r, 14);
+    for (int i = 0; i < ncases(10); i++) {
+        clg_conv_shape s = random_shape(&r, 2);
+        s.pad_h = s.pad_w = i % 3; /* 0, 1, 2 */
+        if (i == 1)
+            s.N = 1;
+        if (clg_conv_check(NULL, &s) != CLG_OK)
+            continue;
+        check_algo(&s, CLG_CONV_WINOGRAD, &r, 1e-4, 7);
+    }
+}
+END_TEST
+
+START_TEST(winograd4_random)
+{
+    clg_rng r;
+    tu_rng(&r, 15);
+    for (int i = 0; i < ncases(8); i++) {
+        clg_conv_shape s = random_shape(&r, 2);
+        s.pad_h = s.pad_w = i % 3;
+        if (clg_conv_check(NULL, &s) != CLG_OK)
+            continue;
+        check_algo(&s, CLG_CONV_WINOGRAD4, &r, 1e-4, 3); /* fwd + bwd-data */
+    }
+}
+END_TEST
+
+/* Gradients by central differences of the device forward pass. The loss
+ * L = sum(g * conv(x, w)) is linear, so the differences are exact up to
+ * fp32 rounding. */
+START_TEST(finite_differences)
+{
+    clg_device *dev = dev0();
+    clg_rng r;
+    tu_rng(&r, 16);
+    clg_conv_algo algos[] = {CLG_CONV_IM2COL, CLG_CONV_DIRECT, CLG_CONV_WINOGRAD, CLG_CONV_WINOGRAD4};
+    for (size_t ai = 0; ai < CLG_ARRAY_LEN(algos); ai++) {
+        clg_conv_algo algo = algos[ai];
+        clg_conv_shape s = random_shape(&r, algo >= CLG_CONV_WINOGRAD && algo <= CLG_CONV_WINOGRAD4 ? 2 : 0);
+        s.N = 1;
+        size_t nx = nx_of(&s), nw = nw_of(&s), ny = ny_of(&s);
+        float *x = rnd(nx, &r), *w = rnd(nw, &r), *g = rnd(ny, &r), *y = malloc(sizeof(float) * ny);
+        cl_mem dxm = tu_upload(dev, x, nx), dwm = tu_upload(dev, w, nw), dgm = tu_upload(dev, g, ny);
+        cl_mem dym = tu_upload(dev, NULL, ny), dgx = tu_upload(dev, NULL, nx), dgw = tu_upload(dev, NULL, nw);
+        ck_assert_int_eq(clg_conv_backward_data(dev, &s, algo, NULL, dgm, 0, dwm, 0, dgx, 0), CLG_OK);
+        clg_conv_algo fa = clg_conv_algo_supported(algo, &s, CLG_CONV_BWD_FILTER) ? algo : CLG_CONV_IM2COL;
+        ck_assert_int_eq(clg_conv_backward_filter(dev, &s, fa, dxm, 0, dgm, 0, 0.0f, dgw, 0, NULL, 0), CLG_OK);
+        float *gx = malloc(sizeof(float) * nx), *gw = malloc(sizeof(float) * nw);
+        tu_download(dev, dgx, gx, nx);
+        tu_download(dev, dgw, gw, nw);
+        const float eps = 0.25f;
+        for (int t = 0; t < 6; t++) {
+            int on_w = t & 1;
+            size_t i = on_w ? clg_rng_u32(&r) % nw : clg_rng_u32(&r) % nx;
+            float *v = on_w ? w : x;
+            double L[2];
+            for (int sgn = 0; sgn < 2; sgn++) {
+                float keep = v[i];
+                v[i] = keep + (sgn ? -eps : eps);
+                cl_mem m = on_w ? dwm : dxm;
+                clEnqueueWriteBuffer(dev->queue, m, CL_TRUE, 0, sizeof(float) * (on_w ? nw : nx), v, 0, NULL, NULL);
+                ck_assert_int_eq(clg_conv_forward(dev, &s, algo, NULL, dxm, 0, dwm, 0, NULL, 0, 0, dym, 0), CLG_OK);
+                tu_download(dev, dym, y, ny);
+                double acc = 0;
+                for (size_t j = 0; j < ny; j++)
+                    acc += (double)g[j] * y[j];
+                L[sgn] = acc;
+                v[i] = keep;
+                clEnqueueWriteBuffer(dev->queue, m, CL_TRUE, 0, sizeof(float) * (on_w ? nw : nx), v, 0, NULL, NULL);
+            }
+            double fd = (L[0] - L[1]) / (2 * eps), an = on_w ? gw[i] : gx[i];
+            ck_assert_msg(fabs(fd - an) <= 2e-3 * (1 + fabs(fd)), "%s: d/d%s[%zu] analytic %g vs finite difference %g",
+                          clg_conv_algo_name(algo), on_w ? "w" : "x", i, an, fd);
+        }
+        free(x), free(w), free(g), free(y), free(gx), free(gw);
+        clg_buf_release(dev, dxm), clg_buf_release(dev, dwm), clg_buf_release(dev, dgm);
+        clg_buf_release(dev, dym), clg_buf_release(dev, dgx), clg_buf_release(dev, dgw);
+    }
+}
+END_TEST
+
+/* Transformed filters are reused while weights_version is unchanged and
+ * rebuilt after it changes. */
+START_TEST(filter_cache_versions)
+{
+    clg_device *dev = dev0();
+    clg_rng r;
+    tu_rng(&r, 17);
+    clg_conv_shape s = {.N = 2, .C = 3, .H = 7, .W = 6, .K = 4, .R = 3, .S = 3, .pad_h = 1, .pad_w = 1,
+                        .stride_h = 1, .stride_w = 1, .dil_h = 1, .dil_w = 1, .groups = 1};
+    size_t nx = nx_of(&s), nw = nw_of(&s), ny = ny_of(&s);
+    float *x = rnd(nx, &r), *w1 = rnd(nw, &r), *w2 = rnd(nw, &r), *got = malloc(sizeof(float) * (nx + ny));
+    double *ref = malloc(sizeof(double) * (nx + ny)), *ref_old = malloc(sizeof(double) * (nx + ny));
+    cl_mem mx = tu_upload(dev, x, nx), mw = tu_upload(dev, w1, nw), my = tu_upload(dev, NULL, ny);
+    cl_mem mdx = tu_upload(dev, NULL, nx);
+    clg_conv_cache cache;
+    memset(&cache, 0, sizeof cache);
+    clg_conv_algo algos[] = {CLG_CONV_WINOGRAD, CLG_CONV_WINOGRAD4};
+    for (size_t ai = 0; ai < 2; ai++) {
+        clg_conv_algo a = algos[ai];
+        clEnqueueWriteBuffer(dev->queue, mw, CL_TRUE, 0, sizeof(float) * nw, w1, 0, NULL, NULL);
+        cache.weights_version++;
+        ck_assert_int_eq(clg_conv_forward(dev, &s, a, &cache, mx, 0, mw, 0, NULL, 0, 0, my, 0), CLG_OK);
+        ck_assert_ptr_nonnull(cache.transformed[a]);
+        ck_assert(cache.built_version[a] == cache.weights_version);
+        /* weights change without a version bump: the cached transform (w1) is still used */
+        clEnqueueWriteBuffer(dev->queue, mw, CL_TRUE, 0, sizeof(float) * nw, w2, 0, NULL, NULL);
+        ck_assert_int_eq(clg_conv_forward(dev, &s, a, &cache, mx, 0, mw, 0, NULL, 0, 0, my, 0), CLG_OK);
+        tu_download(dev, my, got, ny);
+        ref_fwd(&s, x, w1, NULL, 0, ref_old);
+        ck_assert_double_lt(tu_max_err(got, ref_old, ny, 1.0), 1e-4);
+        /* after the bump the new weights are used */
+        cache.weights_version++;
+        ck_assert_int_eq(clg_conv_forward(dev, &s, a, &cache, mx, 0, mw, 0, NULL, 0, 0, my, 0), CLG_OK);
+        tu_download(dev, my, got, ny);
+        ref_fwd(&s, x, w2, NULL, 0, ref);
+        ck_assert_double_lt(tu_max_err(got, ref, ny, 1.0), 1e-4);
+        /* backward-data keeps its own (flipped) transform with the same rule */
+        float *gy = rnd(ny, &r);
+        cl_mem mgy = tu_upload(dev, gy, ny);
+        ck_assert_int_eq(clg_conv_backward_data(dev, &s, a, &cache, mgy, 0, mw, 0, mdx, 0), CLG_OK);
+        ck_assert(cache.built_version_bwd[a] == cache.weights_version);
+        tu_download(dev, mdx, got, nx);
+        ref_bwd_data(&s, gy, w2, ref);
+        ck_assert_double_lt(tu_max_err(got, ref, nx, 1.0), 1e-4);
+        free(gy);
+        clg_buf_release(dev, mgy);
+    }
+    clg_conv_cache_free(dev, &cache);
+    ck_assert_ptr_null(cache.transformed[CLG_CONV_WINOGRAD]);
+    free(x), free(w1), free(w2), free(got), free(ref), free(ref_old);
+    clg_buf_release(dev, mx), clg_buf_release(dev, mw), clg_buf_release(dev, my), clg_buf_release(dev, mdx);
+}
+END_TEST
+
+/* AUTO resolves to a supported algorithm per pass, remembers it in the layer
+ * cache and in conv-algos-*.json under the cache directory, and computes the
+ * right result. */
+START_TEST(auto_choice)
+{
+    clg_device *dev = dev0();
+    clg_rng r;
+    tu_rng(&r, 18);
+    clg_conv_shape s = {.N = 2, .C = 4, .H = 9, .W = 8, .K = 5, .R = 3, .S = 3, .pad_h = 1, .pad_w = 1,
+                        .stride_h = 1, .stride_w = 1, .dil_h = 1, .dil_w = 1, .groups = 1};
+    s.C = irand(&r, 2, 6); /* a fresh shape key most runs */
+    size_t nx = nx_of(&s), nw = nw_of(&s), ny = ny_of(&s);
+    float *x = rnd(nx, &r), *w = rnd(nw, &r), *got = malloc(sizeof(float) * ny);
+    double *ref = malloc(sizeof(double) * ny);
+    cl_mem mx = tu_upload(dev, x, nx), mw = tu_upload(dev, w, nw), my = tu_upload(dev, NULL, ny);
+    clg_conv_cache cache;
+    memset(&cache, 0, sizeof cache);
+    ck_assert_int_eq(clg_conv_forward(dev, &s, CLG_CONV_AUTO, &cache, mx, 0, mw, 0, NULL, 0, 1, my, 0), CLG_OK);
+    ck_assert_int_ne(cache.chosen[CLG_CONV_FWD], CLG_CONV_AUTO);
+    ck_assert(clg_conv_algo_supported(cache.chosen[CLG_CONV_FWD], &s, CLG_CONV_FWD));
+    tu_download(dev, my, got, ny);
+    ref_fwd(&s, x, w, NULL, 1, ref);
+    ck_assert_double_lt(tu_max_err(got, ref, ny, 1.0), 1e-4);
+    /* the measurement cache file exists and names an algorithm */
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "grep -l '\"algo\"' %s/conv-algos-*.json >/dev/null 2>&1", g_ctx->cache_dir);
+    ck_assert_msg(system(cmd) == 0, "no conv-algos-*.json with entries under %s", g_ctx->cache_dir);
+    /* backward passes via auto without a layer cache */
+    cl_mem mdx = tu_upload(dev, NULL, nx), mdw = tu_upload(dev, NULL, nw);
+    ck_assert_int_eq(clg_conv_backward_data(dev, &s, CLG_CONV_AUTO, NULL, my, 0, mw, 0, mdx, 0), CLG_OK);
+    ck_assert_int_eq(clg_conv_backward_filter(dev, &s, CLG_CONV_AUTO, mx, 0, my, 0, 0.0f, mdw, 0, NULL, 0), CLG_OK);
+    float *gx = malloc(sizeof(float) * nx), *gw = malloc(sizeof(float) * nw), *yy = malloc(sizeof(float) * ny);
+    double *rx = malloc(sizeof(double) * nx), *rw = malloc(sizeof(double) * nw), dbb[8];
+    tu_download(dev, my, yy, ny);
+    tu_download(dev, mdx, gx, nx);
+    tu_download(dev, mdw, gw, nw);
+    ref_bwd_data(&s, yy, w, rx);
+    ref_bwd_filter(&s, x, yy, 0.0f, NULL, rw, dbb, NULL);
+    ck_assert_double_lt(tu_max_err(gx, rx, nx, 1.0), 1e-4);
+    ck_assert_double_lt(tu_max_err(gw, rw, nw, 1.0), 1e-4);
+    clg_conv_cache_free(dev, &cache);
+    free(x), free(w), free(got), free(ref), free(gx), free(gw), free(yy), free(rx), free(rw);
+    clg_buf_release(dev, mx), clg_buf_release(dev, mw), clg_buf_release(dev, my);
+    clg_buf_release(dev, mdx), clg_buf_release(dev, mdw);
+}
+END_TEST
+
+START_TEST(argument_errors)
+{
+    clg_device *dev = dev0();
+    clg_conv_shape s = {.N = 1, .C = 4, .H = 5, .W = 5, .K = 6, .R = 3, .S = 3, .pad_h = 0, .pad_w = 0,
+                        .stride_h = 1, .stride_w = 1, .dil_h = 1, .dil_w = 1, .groups = 3};
+    ck_assert_int_eq(clg_conv_check(&g_ctx->err, &s), CLG_ERR_SHAPE);
+    ck_assert_ptr_nonnull(strstr(clg_last_error(g_ctx), "groups"));
+    s.groups = 2;
+    ck_assert_int_eq(clg_conv_check(&g_ctx->err, &s), CLG_OK);
+    ck_assert_int_eq(clg_conv_out_h(&s), 3);
+    s.H = 1;
+    ck_assert_int_le(clg_conv_out_h(&s), 0);
+    ck_assert_int_eq(clg_conv_check(&g_ctx->err, &s), CLG_ERR_SHAPE);
+    s.H = 5;
+    s.stride_h = 0;
+    ck_assert_int_eq(clg_conv_check(&g_ctx->err, &s), CLG_ERR_SHAPE);
+    ck_assert_ptr_nonnull(strstr(clg_last_error(g_ctx), "stride_h"));
+    s.stride_h = 2;
+    /* Winograd cannot run strided or grouped shapes: a clear error, no crash */
+    cl_mem m = tu_upload(dev, NULL, 256);
+    ck_assert_int_eq(clg_conv_forward(dev, &s, CLG_CONV_WINOGRAD, NULL, m, 0, m, 0, NULL, 0, 0, m, 0),
+                     CLG_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(clg_last_error(g_ctx), "winograd"));
+    ck_assert_int_eq(clg_conv_forward(dev, &s, CLG_CONV_IM2COL, NULL, NULL, 0, m, 0, NULL, 0, 0, m, 0),
+                     CLG_ERR_INVALID_ARG);
+    clg_conv_algo a;
+    ck_assert_int_eq(clg_conv_algo_parse(&g_ctx->err, "winograd4", &a), CLG_OK);
+    ck_assert_int_eq(a, CLG_CONV_WINOGRAD4);
+    ck_assert_int_eq(clg_conv_algo_parse(&g_ctx->err, "fast", &a), CLG_ERR_INVALID_ARG);
+    ck_assert_str_eq(clg_conv_algo_name(CLG_CONV_IM2COL), "im2col");
+    clg_buf_release(dev, m);
+}
+END_TEST
+
+int main(void)
+{
+    g_tiny = getenv("CLGRAD_TEST_TINY") && atoi(getenv("CLGRAD_TEST_TINY")) != 0;
+    g_ctx = tu_ctx(NULL);
+    Suite *su = suite_create("conv");
+    TCase *tc = tcase_create("conv");
+    tcase_set_timeout(tc, 280);
+    tcase_add_test(tc, argument_errors);
+    tcase_add_test(tc, im2col_random);
+    tcase_add_test(tc, im2col_1x1_gemm);
+    tcase_add_test(tc, direct_random);
+    tcase_add_test(tc, winograd2_random);
+    tcase_add_test(tc, winograd4_random);
+    tcase_add_test(tc, finite_differences);
+    tcase_add_test(tc, filter_cache_versions);
+    tcase_add_test(tc, auto_choice);
+    suite_add_tcase(su, tc);
+    int rc = tu_run(su);
+    clg_ctx_destroy(g_ctx);
+    return rc;
+}

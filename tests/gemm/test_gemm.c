@@ -1,0 +1,579 @@
+/* GEMM: every backend, kernel family and tuner parameter set against a plain
+ * C reference in double; outputs poisoned before each run, fresh random
+ * inputs per run (seed printed), guard sentinels around C.
+ * CLGRAD_TEST_TINY=1 runs only tiny shapes (for oclgrind). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ops/gemm.h"
+#include "ops/tune.h"
+#include "ops/tune_gemm.h"
+#include "testutil.h"
+
+#define TOL 1e-4    /* |got - ref| / (|ref| + 1): inputs in [-1, 1], K <= a few hundred */
+#define SENTINEL 1234.5f
+
+static clg_ctx *ctx;
+static clg_device *dev;
+static uint64_t stream = 1;
+
+typedef struct gcase {
+    int ta, tb, M, N, K, batch;
+    int padA, padB, padC;     /* extra leading-dimension elements */
+    int offA, offB, offC;     /* element offsets */
+    int shareA;               /* strideA = 0 (same A for every batch entry) */
+    float alpha, beta;
+    int bias_mode, relu;
+} gcase;
+
+static gcase base(int M, int N, int K)
+{
+    gcase c;
+    memset(&c, 0, sizeof c);
+    c.M = M;
+    c.N = N;
+    c.K = K;
+    c.batch = 1;
+    c.alpha = 1.0f;
+    return c;
+}
+
+/* Runs one case on backend b (params p for own) and returns the max error;
+ * also fails when anything outside the C matrices changed. */
+static double run_case(const gcase *c, clg_gemm_backend b, const clg_gemm_params *p)
+{
+    clg_rng r;
+    tu_rng(&r, stream++);
+    int rowsA = c->ta ? c->K : c->M, colsA = c->ta ? c->M : c->K;
+    int rowsB = c->tb ? c->N : c->K, colsB = c->tb ? c->K : c->N;
+    int lda = CLG_MAX(1, colsA) + c->padA, ldb = CLG_MAX(1, colsB) + c->padB, ldc = CLG_MAX(1, c->N) + c->padC;
+    int batch = c->batch;
+    size_t sA = c->shareA ? 0 : (size_t)rowsA * lda, sB = (size_t)rowsB * ldb + 3, sC = (size_t)c->M * ldc + 5;
+    size_t nA = c->offA + (batch - 1) * sA + (size_t)rowsA * lda + 1;
+    size_t nB = c->offB + (batch - 1) * sB + (size_t)rowsB * ldb + 1;
+    size_t nC = c->offC + (batch - 1) * sC + (size_t)c->M * ldc + 7;
+    int nbias = CLG_MAX(c->M, c->N) + 2;
+    float *A = malloc(sizeof(float) * nA), *B = malloc(sizeof(float) * nB), *C = malloc(sizeof(float) * nC);
+    float *C0 = malloc(sizeof(float) * nC), *bias = malloc(sizeof(float) * nbias);
+    double *ref = malloc(sizeof(double) * CLG_MAX((size_t)1, (size_t)c->M * c->N));
+    ck_assert(A && B && C && C0 && bias && ref);
+    tu_fill(A, nA, -1, 1, &r);
+    tu_fill(B, nB, -1, 1, &r);
+    tu_fill(bias, nbias, -1, 1, &r);
+    /* C: sentinel everywhere; inside the matrices random (beta != 0) or NaN */
+    for (size_t i = 0; i < nC; i++)
+        C0[i] = SENTINEL;
+    for (int bt = 0; bt < batch; bt++)
+        for (int m = 0; m < c->M; m++)
+            for (int n = 0; n < c->N; n++) {
+                float v;
+                if (c->beta != 0.0f)
+                    tu_fill(&v, 1, -1, 1, &r);
+                else
+                    tu_poison(&v, 1);
+                C0[c->offC + bt * sC + (size_t)m * ldc + n] = v;
+            }
+    cl_mem dA = tu_upload(dev, A, nA), dB = tu_upload(dev, B, nB), dC = tu_upload(dev, C0, nC);
+    cl_mem dBias = tu_upload(dev, bias, (size_t)nbias);
+    clg_gemm_args g;
+    clg_gemm_args_init(&g);
+    g.ta = c->ta;
+    g.tb = c->tb;
+    g.M = c->M;
+    g.N = c->N;
+    g.K = c->K;
+    g.alpha = c->alpha;
+    g.beta = c->beta;
+    g.A = dA;
+    g.offA = (size_t)c->offA;
+    g.lda = lda;
+    g.B = dB;
+    g.offB = (size_t)c->offB;
+    g.ldb = ldb;
+    g.C = dC;
+    g.offC = (size_t)c->offC;
+    g.ldc = ldc;
+    g.batch = batch;
+    g.strideA = sA;
+    g.strideB = sB;
+    g.strideC = sC;
+    g.bias_mode = (clg_bias_mode)c->bias_mode;
+    g.bias = c->bias_mode ? dBias : NULL;
+    g.offBias = 1;
+    g.relu = c->relu;
+    cl_event ev = NULL;
+    clg_status st = clg_gemm_run(dev, &g, b, p, NULL, &ev);
+    if (st != CLG_OK)
+        fprintf(stderr, "gemm failed: %s\n", clg_last_error(ctx));
+    ck_assert_int_eq(st, CLG_OK);
+    if (ev) {
+        ck_assert_int_eq(clWaitForEvents(1, &ev), CL_SUCCESS);
+        clReleaseEvent(ev);
+    }
+    tu_download(dev, dC, C, nC);
+    double worst = 0;
+    for (int bt = 0; bt < batch; bt++) {
+        const float *a = A + c->offA + bt * sA, *bb = B + c->offB + bt * sB;
+        size_t co = c->offC + bt * sC;
+        for (int m = 0; m < c->M; m++)
+            for (int n = 0; n < c->N; n++)
+                ref[(size_t)m * c->N + n] = C0[co + (size_t)m * ldc + n];
+        tu_gemm_ref(c->ta, c->tb, c->M, c->N, c->K, c->alpha, a, lda, bb, ldb, c->beta, ref, c->N);
+        float *got = malloc(sizeof(float) * CLG_MAX((size_t)1, (size_t)c->M * c->N));
+        for (int m = 0; m < c->M; m++)
+            for (int n = 0; n < c->N; n++) {
+                double v = ref[(size_t)m * c->N + n];
+                if (c->bias_mode == CLG_BIAS_ROW)
+                    v += bias[1 + m];
+                else if (c->bias_mode == CLG_BIAS_COL)
+                    v += bias[1 + n];
+                if (c->relu)
+                    v = v > 0 ? v : 0;
+                ref[(size_t)m * c->N + n] = v;
+                got[(size_t)m * c->N + n] = C[co + (size_t)m * ldc + n];
+            }
+        double e = tu_max_err(got, ref, (size_t)c->M * c->N, 1.0);
+        free(got);
+        if (e > worst)
+            worst = e;
+    }
+    /* nothing outside the matrices may change */
+    size_t bad = 0;
+    for (size_t i = 0; i < nC; i++)
+        if (C0[i] == SENTINEL && C[i] != SENTINEL)
+            bad++;
+    if (bad)
+        fprintf(stderr, "%zu elements outside C were written\n", bad);
+    ck_assert_uint_eq(bad, 0);
+    clg_buf_release(dev, dA);
+    clg_buf_release(dev, dB);
+    clg_buf_release(dev, dC);
+    clg_buf_release(dev, dBias);
+    free(A);
+    free(B);
+    free(C);
+    free(C0);
+    free(bias);
+    free(ref);
+    return worst;
+}
+
+static void check(const gcase *c, clg_gemm_backend b, const clg_gemm_params *p, const char *what)
+{
+    double e = run_case(c, b, p);
+    char desc[200] = "";
+    if (p)
+        clg_gemm_params_str(p, desc, sizeof desc);
+    if (!(e <= TOL))
+        fprintf(stderr, "FAIL %s [%s %s] ta=%d tb=%d M=%d N=%d K=%d batch=%d alpha=%g beta=%g bias=%d relu=%d: err %g\n",
+                what, clg_gemm_backend_name(b), desc, c->ta, c->tb, c->M, c->N, c->K, c->batch, (double)c->alpha,
+                (double)c->beta, c->bias_mode, c->relu, e);
+    ck_assert(e <= TOL);
+}
+
+/* A small CPU-family set and a small tiled set (valid on any device). */
+static clg_gemm_params small_cpu(int ks)
+{
+    clg_gemm_params p;
+    memset(&p, 0, sizeof p);
+    p.family = CLG_GEMM_FAM_CPU;
+    p.MR = 4;
+    p.NV = 1;
+    p.VW = 8;
+    p.WGS = 2;
+    p.KS = ks;
+    return p;
+}
+
+static clg_gemm_params small_tiled(void)
+{
+    clg_gemm_params p;
+    memset(&p, 0, sizeof p);
+    p.family = CLG_GEMM_FAM_TILED;
+    p.MWG = 8;
+    p.NWG = 8;
+    p.KWG = 4;
+    p.MDIMC = 2;
+    p.NDIMC = 2;
+    p.VWM = 2;
+    p.VWN = 2;
+    p.PADA = 1;
+    p.PADB = 1;
+    return p;
+}
+
+static void setup(void)
+{
+    ctx = tu_ctx(NULL);
+    dev = &ctx->devs[0];
+    /* tests must not depend on a tuning db or on lazy measurements */
+    ck_assert_int_eq(clg_gemm_set_backend(ctx, CLG_GEMM_AUTO), CLG_OK);
+    clg_tune_db_get(ctx)->auto_measure = 0;
+}
+
+static void teardown(void)
+{
+    clg_ctx_destroy(ctx);
+    ctx = NULL;
+}
+
+START_TEST(test_transposes)
+{
+    /* every transpose case, odd sizes, padded leading dims, offsets, alpha/beta */
+    clg_gemm_params pc = small_cpu(0), pt = small_tiled(), pd;
+    clg_gemm_params_default(dev, &pd);
+    for (int t = 0; t < 4; t++) {
+        gcase c = base(37, 53, 29);
+        c.ta = t & 1;
+        c.tb = t >> 1;
+        c.padA = 3;
+        c.padB = 1;
+        c.padC = 2;
+        c.offA = 5;
+        c.offB = 7;
+        c.offC = 11;
+        c.alpha = 0.75f;
+        c.beta = -0.5f;
+        check(&c, CLG_GEMM_OWN, NULL, "transposes");
+        check(&c, CLG_GEMM_OWN, &pd, "transposes");
+        check(&c, CLG_GEMM_OWN, &pc, "transposes");
+        check(&c, CLG_GEMM_OWN, &pt, "transposes");
+        check(&c, CLG_GEMM_REF, NULL, "transposes");
+        c.beta = 0.0f; /* C poisoned: must not be read */
+        check(&c, CLG_GEMM_OWN, NULL, "transposes beta=0");
+    }
+}
+END_TEST
+
+START_TEST(test_odd_sizes)
+{
+    static const int dims[][3] = {{1, 1, 1}, {1, 17, 3}, {13, 1, 7}, {5, 7, 1}, {31, 33, 2}, {2, 3, 97},
+                                  {17, 65, 41}, {71, 19, 13}, {64, 64, 64}, {3, 129, 5}};
+    clg_gemm_params pd, pt = small_tiled();
+    clg_gemm_params_default(dev, &pd);
+    for (size_t i = 0; i < CLG_ARRAY_LEN(dims); i++) {
+        gcase c = base(dims[i][0], dims[i][1], dims[i][2]);
+        c.ta = (int)(i & 1);
+        c.tb = (int)((i >> 1) & 1);
+        c.padC = (int)(i % 3);
+        check(&c, CLG_GEMM_OWN, &pd, "odd sizes");
+        check(&c, CLG_GEMM_OWN, &pt, "odd sizes");
+    }
+}
+END_TEST
+
+START_TEST(test_k_zero)
+{
+    /* K = 0: C = beta*C (+ epilogue) */
+    gcase c = base(9, 21, 0);
+    c.beta = 0.5f;
+    c.bias_mode = CLG_BIAS_COL;
+    c.relu = 1;
+    clg_gemm_params pt = small_tiled();
+    check(&c, CLG_GEMM_OWN, NULL, "K=0");
+    check(&c, CLG_GEMM_OWN, &pt, "K=0");
+    check(&c, CLG_GEMM_CLBLAST * clg_gemm_have_clblast() + CLG_GEMM_OWN * !clg_gemm_have_clblast(), NULL, "K=0");
+}
+END_TEST
+
+START_TEST(test_batched)
+{
+    clg_gemm_params pt = small_tiled(), pc = small_cpu(0);
+    for (int t = 0; t < 4; t++) {
+        gcase c = base(19, 23, 17);
+        c.batch = 3;
+        c.ta = t & 1;
+        c.tb = t >> 1;
+        c.offA = 2;
+        c.offC = 3;
+        c.beta = 0.25f;
+        c.shareA = t == 3; /* shared weights (stride 0) */
+        check(&c, CLG_GEMM_OWN, NULL, "batched");
+        check(&c, CLG_GEMM_OWN, &pt, "batched");
+        check(&c, CLG_GEMM_OWN, &pc, "batched");
+        if (clg_gemm_have_clblast() && !c.shareA)
+            check(&c, CLG_GEMM_CLBLAST, NULL, "batched");
+    }
+}
+END_TEST
+
+START_TEST(test_epilogue)
+{
+    clg_gemm_params pt = small_tiled(), pk = small_cpu(3), pd;
+    clg_gemm_params_default(dev, &pd);
+    for (int bm = 0; bm < 3; bm++)
+        for (int relu = 0; relu < 2; relu++) {
+            gcase c = base(27, 45, 70);
+            c.bias_mode = bm;
+            c.relu = relu;
+            c.beta = bm == 2 ? 0.5f : 0.0f;
+            c.alpha = 1.5f;
+            c.tb = relu;
+            check(&c, CLG_GEMM_OWN, &pd, "epilogue");
+            check(&c, CLG_GEMM_OWN, &pt, "epilogue");
+            check(&c, CLG_GEMM_OWN, &pk, "epilogue split-K");
+            check(&c, CLG_GEMM_REF, NULL, "epilogue");
+            if (clg_gemm_have_clblast())
+                check(&c, CLG_GEMM_CLBLAST, NULL, "epilogue");
+        }
+}
+END_TEST
+
+START_TEST(test_split_k)
+{
+    /* small tile grid, long K: split-K (explicit and automatic) */
+    clg_gemm_params pk = small_cpu(5), pa = small_cpu(0), pd;
+    clg_gemm_params_default(dev, &pd);
+    gcase c = base(6, 25, 1100);
+    c.tb = 1;
+    c.beta = 0.5f;
+    check(&c, CLG_GEMM_OWN, &pk, "split-K");
+    check(&c, CLG_GEMM_OWN, &pa, "split-K auto");
+    check(&c, CLG_GEMM_OWN, &pd, "split-K default");
+    c.batch = 2;
+    c.bias_mode = CLG_BIAS_ROW;
+    check(&c, CLG_GEMM_OWN, &pk, "split-K batched");
+}
+END_TEST
+
+START_TEST(test_clblast)
+{
+    if (!clg_gemm_have_clblast()) {
+        gcase c = base(4, 4, 4);
+        clg_gemm_args g;
+        clg_gemm_args_init(&g);
+        (void)c;
+        ck_assert_int_eq(clg_gemm_set_backend(ctx, CLG_GEMM_CLBLAST), CLG_ERR_UNSUPPORTED);
+        return;
+    }
+    for (int t = 0; t < 4; t++) {
+        gcase c = base(33, 18, 47);
+        c.ta = t & 1;
+        c.tb = t >> 1;
+        c.offA = 1;
+        c.offC = 2;
+        c.padB = 3;
+        c.alpha = -1.25f;
+        c.beta = 0.5f;
+        check(&c, CLG_GEMM_CLBLAST, NULL, "clblast");
+    }
+}
+END_TEST
+
+START_TEST(test_tuner_params)
+{
+    /* every parameter set the tuner can emit (full space) is built and checked */
+    int n = clg_gemm_candidates(dev, 0, NULL, 0);
+    ck_assert_int_gt(n, 0);
+    clg_gemm_params *p = malloc(sizeof *p * (size_t)n);
+    ck_assert_int_eq(clg_gemm_candidates(dev, 0, p, n), n);
+    int nq = clg_gemm_candidates(dev, 1, NULL, 0);
+    ck_assert_int_gt(nq, 0);
+    ck_assert_int_le(nq, n);
+    for (int i = 0; i < n; i++) {
+        ck_assert_int_eq(clg_gemm_params_check(dev, &p[i]), CLG_OK);
+        gcase c = base(23 + i % 5, 41 + 3 * (i % 7), 19 + i % 4);
+        c.ta = i & 1;
+        c.tb = (i >> 1) & 1;
+        c.beta = (i % 3) ? 0.0f : 0.5f;
+        c.bias_mode = i % 3;
+        c.relu = i % 2;
+        check(&c, CLG_GEMM_OWN, &p[i], "tuner parameter set");
+    }
+    free(p);
+}
+END_TEST
+
+START_TEST(test_invalid_args)
+{
+    cl_mem m = tu_upload(dev, NULL, 64);
+    clg_gemm_args g;
+    clg_gemm_args_init(&g);
+    g.M = g.N = g.K = 4;
+    g.A = g.B = g.C = m;
+    g.lda = 4;
+    g.ldb = 4;
+    g.ldc = 3; /* too small */
+    ck_assert_int_eq(clg_gemm(dev, &g, NULL), CLG_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(clg_last_error(ctx), "leading dimension"));
+    g.ldc = 4;
+    g.M = -1;
+    ck_assert_int_eq(clg_gemm(dev, &g, NULL), CLG_ERR_INVALID_ARG);
+    g.M = 4;
+    g.bias_mode = CLG_BIAS_ROW;
+    ck_assert_int_eq(clg_gemm(dev, &g, NULL), CLG_ERR_INVALID_ARG);
+    g.bias_mode = CLG_BIAS_NONE;
+    clg_gemm_params bad;
+    memset(&bad, 0, sizeof bad);
+    bad.family = CLG_GEMM_FAM_CPU;
+    bad.MR = 0;
+    ck_assert_int_eq(clg_gemm_run(dev, &g, CLG_GEMM_OWN, &bad, NULL, NULL), CLG_ERR_INVALID_ARG);
+    bad.family = CLG_GEMM_FAM_TILED;
+    bad.MWG = 12;
+    bad.MDIMC = 8;
+    bad.VWM = 2;
+    ck_assert_int_eq(clg_gemm_run(dev, &g, CLG_GEMM_OWN, &bad, NULL, NULL), CLG_ERR_INVALID_ARG);
+    ck_assert_int_eq(clg_gemm_backend_parse("own"), CLG_GEMM_OWN);
+    ck_assert_int_eq(clg_gemm_backend_parse("auto"), CLG_GEMM_AUTO);
+    ck_assert_int_eq(clg_gemm_backend_parse("nope"), -1);
+    clg_buf_release(dev, m);
+}
+END_TEST
+
+START_TEST(test_tune_db)
+{
+    /* round trip, tuned lookup, corrupt / foreign files ignored */
+    char dir[256];
+    snprintf(dir, sizeof dir, "tune-db-test-%d", (int)getpid());
+    clg_ctx *c2 = tu_ctx_cache(NULL, dir);
+    clg_device *d = &c2->devs[0];
+    clg_gemm_params p = small_cpu(2), q;
+    clg_tune_entry e;
+    memset(&e, 0, sizeof e);
+    snprintf(e.key, sizeof e.key, "gemm/M1N2K3");
+    clg_gemm_params_to_entry(&p, &e);
+    clg_tune_set(&e, "gflops", 12.5);
+    ck_assert_int_eq(clg_tune_put(d, &e), CLG_OK);
+    memset(&e, 0, sizeof e);
+    snprintf(e.key, sizeof e.key, "gemm-auto/M1N2K3");
+    snprintf(e.backend, sizeof e.backend, "clblast");
+    ck_assert_int_eq(clg_tune_put(d, &e), CLG_OK);
+    ck_assert_int_eq(clg_tune_save(d), CLG_OK);
+    char path[1200];
+    clg_tune_path(d, path, sizeof path);
+    clg_ctx_destroy(c2);
+
+    c2 = tu_ctx_cache(NULL, dir);
+    d = &c2->devs[0];
+    const clg_tune_entry *f = clg_tune_find(d, "gemm/M1N2K3");
+    ck_assert_ptr_nonnull(f);
+    ck_assert(clg_gemm_params_from_entry(f, &q));
+    ck_assert_int_eq(q.family, p.family);
+    ck_assert_int_eq(q.MR, p.MR);
+    ck_assert_int_eq(q.WGS, p.WGS);
+    ck_assert_int_eq(q.KS, p.KS);
+    ck_assert(fabs(clg_tune_param(f, "gflops", 0) - 12.5) < 1e-9);
+    f = clg_tune_find(d, "gemm-auto/M1N2K3");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_str_eq(f->backend, "clblast");
+    /* a shape of that class uses the tuned set; a far class the nearest */
+    clg_gemm_params_for(d, 8, 30, 100, &q);
+    ck_assert_int_eq(q.MR, 4);
+    clg_gemm_params_for(d, 3000, 3000, 3000, &q);
+    ck_assert_int_eq(q.MR, 4);
+    clg_ctx_destroy(c2);
+
+    /* corrupt file: ignored, defaults used */
+    FILE *fp = fopen(path, "w");
+    ck_assert_ptr_nonnull(fp);
+    fputs("{\"format\": \"clgrad-tune\", \"entries\": {\"gemm/M1N2K3\": {\"MR\": 4,", fp);
+    fclose(fp);
+    c2 = tu_ctx_cache(NULL, dir);
+    d = &c2->devs[0];
+    ck_assert_ptr_null(clg_tune_find(d, "gemm/M1N2K3"));
+    clg_gemm_params_for(d, 8, 30, 100, &q);
+    clg_gemm_params_default(d, &p);
+    ck_assert_int_eq(q.family, p.family);
+    ck_assert_int_eq(q.MR, p.MR);
+    clg_ctx_destroy(c2);
+
+    /* parser: foreign device rejected, unknown keys skipped */
+    clg_tune_dev td;
+    memset(&td, 0, sizeof td);
+    clg_err err;
+    const char *txt = "{\"format\":\"clgrad-tune\",\"version\":1,\"device\":\"X\",\"driver\":\"1\",\"extra\":[1,{\"a\":null}],"
+                      "\"entries\":{\"k\":{\"backend\":\"own\",\"MR\":6,\"note\":\"x\\u0041\"}}}";
+    ck_assert_int_eq(clg_tune_parse(&err, txt, "Y", "1", &td), CLG_ERR_FORMAT);
+    ck_assert_int_eq(td.n, 0);
+    ck_assert_int_eq(clg_tune_parse(&err, txt, "X", "1", &td), CLG_OK);
+    ck_assert_int_eq(td.n, 1);
+    ck_assert_str_eq(td.e[0].backend, "own");
+    ck_assert(clg_tune_param(&td.e[0], "MR", 0) == 6);
+    clg_sbuf sb = {0};
+    clg_tune_format(&td, "X", "1", &sb);
+    clg_tune_dev td2;
+    memset(&td2, 0, sizeof td2);
+    ck_assert_int_eq(clg_tune_parse(&err, sb.data, "X", "1", &td2), CLG_OK);
+    ck_assert_int_eq(td2.n, 1);
+    clg_sbuf_free(&sb);
+    clg_tune_dev_clear(&td);
+    clg_tune_dev_clear(&td2);
+    remove(path);
+}
+END_TEST
+
+START_TEST(test_auto_backend)
+{
+    /* AUTO follows the db entry of the class; context default overrides */
+    clg_tune_entry e;
+    memset(&e, 0, sizeof e);
+    char cls[32];
+    clg_gemm_class(21, 22, 23, cls, sizeof cls);
+    snprintf(e.key, sizeof e.key, "gemm-auto/%s", cls);
+    snprintf(e.backend, sizeof e.backend, "%s", clg_gemm_have_clblast() ? "clblast" : "own");
+    ck_assert_int_eq(clg_tune_put(dev, &e), CLG_OK);
+    gcase c = base(21, 22, 23);
+    c.beta = 0.5f;
+    c.bias_mode = CLG_BIAS_ROW;
+    check(&c, CLG_GEMM_AUTO, NULL, "auto from db");
+    ck_assert_int_eq(clg_gemm_set_backend(ctx, CLG_GEMM_REF), CLG_OK);
+    ck_assert_int_eq(clg_gemm_get_backend(ctx), CLG_GEMM_REF);
+    check(&c, CLG_GEMM_AUTO, NULL, "auto -> ref");
+}
+END_TEST
+
+START_TEST(test_tiny)
+{
+    /* oclgrind mode: each kernel once on tiny shapes */
+    clg_gemm_params pc = small_cpu(0), pk = small_cpu(2), pt = small_tiled(), pd;
+    clg_gemm_params_default(dev, &pd);
+    for (int t = 0; t < 4; t++) {
+        gcase c = base(5, 9, 3 + t);
+        c.ta = t & 1;
+        c.tb = t >> 1;
+        c.offA = 1;
+        c.padC = 1;
+        c.beta = t == 2 ? 0.5f : 0.0f;
+        c.bias_mode = t % 3;
+        c.relu = t & 1;
+        check(&c, CLG_GEMM_OWN, &pc, "tiny");
+        check(&c, CLG_GEMM_OWN, &pt, "tiny");
+        check(&c, CLG_GEMM_REF, NULL, "tiny");
+    }
+    gcase c = base(3, 17, 9);
+    c.batch = 2;
+    c.bias_mode = CLG_BIAS_COL;
+    check(&c, CLG_GEMM_OWN, &pk, "tiny split-K");
+    check(&c, CLG_GEMM_OWN, &pd, "tiny default");
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("gemm");
+    TCase *tc = tcase_create("gemm");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 600);
+    if (getenv("CLGRAD_TEST_TINY")) {
+        tcase_add_test(tc, test_tiny);
+        tcase_add_test(tc, test_invalid_args);
+    } else {
+        tcase_add_test(tc, test_transposes);
+        tcase_add_test(tc, test_odd_sizes);
+        tcase_add_test(tc, test_k_zero);
+        tcase_add_test(tc, test_batched);
+        tcase_add_test(tc, test_epilogue);
+        tcase_add_test(tc, test_split_k);
+        tcase_add_test(tc, test_clblast);
+        tcase_add_test(tc, test_tuner_params);
+        tcase_add_test(tc, test_invalid_args);
+        tcase_add_test(tc, test_tune_db);
+        tcase_add_test(tc, test_auto_backend);
+        tcase_add_test(tc, test_tiny);
+    }
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
