@@ -1,11 +1,114 @@
-/* clgrad bench train (placeholder until its issue lands) */
+/* clgrad bench train --model MODEL --batch B --steps S [--devices SEL] [--json]:
+ * training throughput on synthetic data, warm-up steps excluded. */
 #include <stdio.h>
+#include <string.h>
 
 #include "cli.h"
 
+static void help(FILE *f)
+{
+    fprintf(f, "usage: clgrad bench train --model MODEL [--batch B] [--steps S] [--warmup W] [--devices SEL] [--json]\n"
+               "\n"
+               "Measures training throughput (forward + backward + SGD step) on synthetic data.\n"
+               "\n"
+               "  --model FILE    model file (e.g. models/vgg-s.cfg)\n"
+               "  --batch B       batch size (default 128)\n"
+               "  --steps S       timed steps (default 20)\n"
+               "  --warmup W      untimed warm-up steps first (default 3)\n"
+               "  --devices SEL   device selector; runs on the first selected device\n"
+               "  --seed N        seed (default 1)\n"
+               "  --json          one JSON object: model, batch, devices, images_per_s, ...\n"
+               "\n"
+               "exit codes: 0 ok, 1 failure, 2 usage error\n");
+}
+
 int bench_train(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    return cli_fail("'bench train' is not implemented yet");
+    clg_bench_train_params p;
+    clg_bench_train_params_init(&p);
+    const char *devices = NULL;
+    int json = 0;
+    long v;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r;
+        if (cli_is_help(a)) {
+            help(stdout);
+            return CLI_OK;
+        }
+        if ((r = cli_opt_str(argc, argv, &i, "--model", &p.model)) != 0 ||
+            (r = cli_opt_str(argc, argv, &i, "--devices", &devices)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            continue;
+        }
+        if ((r = cli_opt_int(argc, argv, &i, "--batch", 1, 1 << 20, &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            p.batch = (int)v;
+            continue;
+        }
+        if ((r = cli_opt_int(argc, argv, &i, "--steps", 1, 1000000, &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            p.steps = (int)v;
+            continue;
+        }
+        if ((r = cli_opt_int(argc, argv, &i, "--warmup", 0, 1000000, &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            p.warmup = (int)v;
+            continue;
+        }
+        if ((r = cli_opt_int(argc, argv, &i, "--seed", 0, 0x7fffffffffffffffL, &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            p.seed = (uint64_t)v;
+            continue;
+        }
+        if (strcmp(a, "--json") == 0) {
+            json = 1;
+            continue;
+        }
+        return cli_usage_error("bench train", "unknown argument '%s'", a);
+    }
+    if (!p.model)
+        return cli_usage_error("bench train", "missing --model FILE");
+    int rc = CLI_OK;
+    clg_ctx *ctx = cli_ctx_open(devices, 0, &rc);
+    if (!ctx)
+        return rc;
+    clg_device_info info;
+    clg_device_info_get(ctx, 0, &info);
+    clg_bench_train_report rep;
+    clg_status st = clg_bench_train(ctx, &p, &rep);
+    if (st != CLG_OK) {
+        int code = cli_fail("bench train: %s", clg_last_error(ctx));
+        clg_ctx_destroy(ctx);
+        return code;
+    }
+    if (json) {
+        printf("{\"model\": \"");
+        for (const char *c = p.model; *c; c++) {
+            if (*c == '"' || *c == '\\')
+                putchar('\\');
+            putchar(*c);
+        }
+        printf("\", \"batch\": %d, \"devices\": %d, \"steps\": %d, \"warmup\": %d, \"images_per_s\": %.1f, "
+               "\"ms_per_step\": %.3f, \"ms_per_step_median\": %.3f, \"device\": \"",
+               p.batch, rep.devices, p.steps, p.warmup, rep.images_per_s, rep.ms_per_step, rep.ms_per_step_median);
+        for (const char *c = info.name; *c; c++) {
+            if (*c == '"' || *c == '\\')
+                putchar('\\');
+            if ((unsigned char)*c >= 0x20)
+                putchar(*c);
+        }
+        printf("\"}\n");
+    } else {
+        printf("model %s  batch %d  devices %d (%s)\n", p.model, p.batch, rep.devices, info.name);
+        printf("%d timed steps after %d warm-up: %.1f images/s, %.2f ms/step (median %.2f)\n", p.steps, p.warmup,
+               rep.images_per_s, rep.ms_per_step, rep.ms_per_step_median);
+    }
+    clg_ctx_destroy(ctx);
+    return CLI_OK;
 }

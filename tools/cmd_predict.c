@@ -1,11 +1,90 @@
-/* clgrad predict (placeholder until its issue lands) */
+/* clgrad predict MODEL --weights FILE --input FILE: class probabilities for
+ * every image of an IDX file or a PGM image (public API only). */
 #include <stdio.h>
+#include <string.h>
 
 #include "cli.h"
 
+static void help(FILE *f)
+{
+    fprintf(f, "usage: clgrad predict MODEL --weights FILE --input FILE [options]\n"
+               "\n"
+               "Prints the class probabilities of every image in FILE (an IDX images file, plain or\n"
+               ".gz, or a PGM image) and the most likely class.\n"
+               "\n"
+               "  --weights FILE   weights written by train (safetensors layout)\n"
+               "  --input FILE     IDX or PGM image(s) with the model's input shape\n"
+               "  --limit N        print only the first N images\n"
+               "  --devices SEL    device selector; runs on the first selected device\n"
+               "\n"
+               "exit codes: 0 ok, 1 failure, 2 usage error\n");
+}
+
 int cmd_predict(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    return cli_fail("'predict' is not implemented yet");
+    const char *model = NULL, *weights = NULL, *input = NULL, *devices = NULL;
+    long limit = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r;
+        if (cli_is_help(a)) {
+            help(stdout);
+            return CLI_OK;
+        }
+        if ((r = cli_opt_str(argc, argv, &i, "--weights", &weights)) != 0 ||
+            (r = cli_opt_str(argc, argv, &i, "--input", &input)) != 0 ||
+            (r = cli_opt_str(argc, argv, &i, "--devices", &devices)) != 0 ||
+            (r = cli_opt_int(argc, argv, &i, "--limit", 1, 0x7fffffff, &limit)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            continue;
+        }
+        if (a[0] == '-' && a[1])
+            return cli_usage_error("predict", "unknown option '%s'", a);
+        if (model)
+            return cli_usage_error("predict", "more than one model file ('%s' and '%s')", model, a);
+        model = a;
+    }
+    if (!model)
+        return cli_usage_error("predict", "missing MODEL");
+    if (!weights)
+        return cli_usage_error("predict", "missing --weights FILE");
+    if (!input)
+        return cli_usage_error("predict", "missing --input FILE");
+    int rc = CLI_OK;
+    clg_ctx *ctx = cli_ctx_open(devices, 0, &rc);
+    if (!ctx)
+        return rc;
+    clg_model *m = NULL;
+    float *probs = NULL;
+    int n = 0, classes = 0;
+    clg_status st = clg_model_create_file(ctx, model, NULL, &m);
+    if (st == CLG_OK)
+        st = clg_model_load_weights(m, weights);
+    if (st == CLG_OK)
+        st = clg_model_predict_file(m, input, &probs, &n);
+    if (st != CLG_OK) {
+        int code = cli_fail("predict: %s", clg_last_error(ctx));
+        clg_model_destroy(m);
+        clg_ctx_destroy(ctx);
+        return code;
+    }
+    clg_model_shape(m, NULL, NULL, NULL, &classes, NULL);
+    if (limit > 0 && limit < n)
+        n = (int)limit;
+    for (int i = 0; i < n; i++) {
+        const float *p = probs + (size_t)i * classes;
+        int best = 0;
+        for (int c = 1; c < classes; c++)
+            if (p[c] > p[best])
+                best = c;
+        printf("image %d: class %d (p=%.4f) |", i, best, p[best]);
+        for (int c = 0; c < classes; c++)
+            printf(" %.4f", p[c]);
+        printf("\n");
+    }
+    clg_free(probs);
+    clg_model_destroy(m);
+    clg_ctx_destroy(ctx);
+    return CLI_OK;
 }

@@ -164,9 +164,10 @@ int cmd_train(int argc, char **argv)
         return cli_usage_error("train", "missing --data (fashion-mnist, mnist, cifar10 or a path)");
     if (p.precision && strcmp(p.precision, "fp32") != 0 && strcmp(p.precision, "fp16") != 0)
         return cli_usage_error("train", "--precision must be fp32 or fp16, got '%s'", p.precision);
-    clg_ctx *ctx = cli_ctx_open(devices, verbose);
+    int rc = CLI_OK;
+    clg_ctx *ctx = cli_ctx_open(devices, verbose, &rc);
     if (!ctx)
-        return CLI_FAIL;
+        return rc;
     if (clg_device_count(ctx) > 1 && p.progress)
         fprintf(stderr, "note: %d devices selected; training runs on device 0 (multi-device data parallelism is not "
                         "implemented yet)\n",

@@ -1,0 +1,929 @@
+/* Every layer's forward and backward against plain C references computed in
+ * double, on small random shapes with poisoned outputs (NaN) and poisoned
+ * gradients: anything a kernel fails to write fails the comparison.
+ * Tolerances: max |got - ref| / (|ref| + atol) with atol = 1e-3 (fp32
+ * accumulation) unless stated. */
+#include "layer_harness.h"
+#include "ops/conv.h"
+#include "ops/nn.h"
+
+#define ATOL 1e-3
+#define TOL 2e-3
+
+static const char *const act_names[] = {"linear", "relu", "leaky", "sigmoid", "tanh", "gelu"};
+
+static double act_ref(int act, double alpha, double x)
+{
+    switch (act) {
+    case CLG_ACT_RELU:
+        return x > 0 ? x : 0;
+    case CLG_ACT_LEAKY:
+        return x > 0 ? x : alpha * x;
+    case CLG_ACT_SIGMOID:
+        return 1.0 / (1.0 + exp(-x));
+    case CLG_ACT_TANH:
+        return tanh(x);
+    case CLG_ACT_GELU:
+        return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+    default:
+        return x;
+    }
+}
+
+static double dact_ref(int act, double alpha, double x)
+{
+    switch (act) {
+    case CLG_ACT_RELU:
+        return x > 0 ? 1 : 0;
+    case CLG_ACT_LEAKY:
+        return x > 0 ? 1 : alpha;
+    case CLG_ACT_SIGMOID: {
+        double s = 1.0 / (1.0 + exp(-x));
+        return s * (1 - s);
+    }
+    case CLG_ACT_TANH: {
+        double t = tanh(x);
+        return 1 - t * t;
+    }
+    case CLG_ACT_GELU:
+        return 0.5 * (1.0 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2.0 * M_PI);
+    default:
+        return 1;
+    }
+}
+
+static float *rand_vec(size_t n, float lo, float hi, uint64_t stream)
+{
+    clg_rng r;
+    tu_rng(&r, stream);
+    float *v = lh_alloc(n);
+    tu_fill(v, n, lo, hi, &r);
+    return v;
+}
+
+/* ---------------- activation ---------------- */
+
+START_TEST(activation_fwd_bwd)
+{
+    int act = _i + 1; /* relu .. gelu */
+    lh_case c;
+    lh_ctx(&c, NULL);
+    char keys[64];
+    snprintf(keys, sizeof keys, "type=%s alpha=0.07", act_names[act]);
+    const int shp[1][4] = {{3, 4, 5, 7}};
+    lh_make(&c, "activation", keys, 1, shp, 3, -3.0f, 3.0f, 100 + (uint64_t)act);
+    lh_forward(&c, 1);
+    double *ref = lh_dalloc(c.ny);
+    for (size_t i = 0; i < c.ny; i++)
+        ref[i] = act_ref(act, 0.07, c.x[0][i]);
+    LH_CLOSE(c.y, ref, c.ny, ATOL, 1e-5, "activation forward");
+    float *dy = rand_vec(c.ny, -1, 1, 200 + (uint64_t)act);
+    lh_backward(&c, dy, 0);
+    for (size_t i = 0; i < c.ny; i++)
+        ref[i] = dy[i] * dact_ref(act, 0.07, c.x[0][i]);
+    LH_CLOSE(c.dx[0], ref, c.ny, ATOL, 1e-4, "activation backward");
+    free(dy);
+    free(ref);
+    lh_free(&c);
+}
+END_TEST
+
+/* ---------------- dense ---------------- */
+
+static void dense_case(int act, int bias, int N, int n, int C, int H, int W, int units, unsigned skip)
+{
+    lh_case c;
+    lh_ctx(&c, NULL);
+    char keys[128];
+    snprintf(keys, sizeof keys, "units=%d bias=%d activation=%s", units, bias, act_names[act]);
+    const int shp[1][4] = {{N, C, H, W}};
+    lh_make(&c, "dense", keys, 1, shp, n, -1.0f, 1.0f, 300 + (uint64_t)act);
+    ck_assert_int_eq(c.l.out_shape[1], units);
+    ck_assert_int_eq(c.l.nparams, bias ? 2 : 1);
+    int F = C * H * W;
+    ck_assert_int_eq((int)c.l.params[0].numel, units * F);
+    if (bias) { /* init gives 0 bias; use random to exercise the epilogue */
+        clg_rng r;
+        tu_rng(&r, 301);
+        tu_fill(c.p[1], (size_t)units, -0.5f, 0.5f, &r);
+        lh_set_params(&c);
+    }
+    lh_forward(&c, 1);
+    double *z = lh_dalloc((size_t)n * units), *ref = lh_dalloc((size_t)n * units);
+    for (int s = 0; s < n; s++)
+        for (int u = 0; u < units; u++) {
+            double acc = bias ? c.p[1][u] : 0.0;
+            for (int k = 0; k < F; k++)
+                acc += (double)c.x[0][(size_t)s * F + k] * c.p[0][(size_t)u * F + k];
+            z[(size_t)s * units + u] = acc;
+            ref[(size_t)s * units + u] = act_ref(act, 0.01, acc);
+        }
+    LH_CLOSE(c.y, ref, c.ny, ATOL, TOL, "dense forward");
+
+    float *dy = rand_vec(c.ny, -1, 1, 302);
+    lh_backward(&c, dy, skip);
+    double *dz = lh_dalloc(c.ny);
+    for (size_t i = 0; i < c.ny; i++)
+        dz[i] = dy[i] * dact_ref(act, 0.01, z[i]);
+    double *dw = lh_dalloc((size_t)units * F), *db = lh_dalloc((size_t)units), *dx = lh_dalloc((size_t)n * F);
+    for (int s = 0; s < n; s++)
+        for (int u = 0; u < units; u++) {
+            double g = dz[(size_t)s * units + u];
+            db[u] += g;
+            for (int k = 0; k < F; k++) {
+                dw[(size_t)u * F + k] += g * c.x[0][(size_t)s * F + k];
+                dx[(size_t)s * F + k] += g * c.p[0][(size_t)u * F + k];
+            }
+        }
+    LH_CLOSE(c.g[0], dw, (size_t)units * F, ATOL, TOL, "dense dW");
+    if (bias)
+        LH_CLOSE(c.g[1], db, (size_t)units, ATOL, TOL, "dense db");
+    if (!(skip & 1))
+        LH_CLOSE(c.dx[0], dx, (size_t)n * F, ATOL, TOL, "dense dx");
+    else
+        ck_assert_ptr_null(c.dx[0]);
+    free(dy);
+    free(z);
+    free(ref);
+    free(dz);
+    free(dw);
+    free(db);
+    free(dx);
+    lh_free(&c);
+}
+
+START_TEST(dense_acts) { dense_case(_i, 1, 6, 6, 3, 2, 2, 7, 0); }
+END_TEST
+
+START_TEST(dense_nobias_partial_batch) { dense_case(CLG_ACT_RELU, 0, 9, 5, 13, 1, 1, 17, 0); }
+END_TEST
+
+START_TEST(dense_skip_din) { dense_case(CLG_ACT_TANH, 1, 4, 4, 2, 3, 3, 5, 1); }
+END_TEST
+
+/* ---------------- softmax + cross-entropy ---------------- */
+
+static void upload_labels(lh_case *c, const int *lab, int n)
+{
+    ck_assert_int_eq(clg_buf_alloc(c->dev, (size_t)n * sizeof(int) + 4, &c->labels), CLG_OK);
+    ck_assert_int_eq(clEnqueueWriteBuffer(c->dev->queue, c->labels, CL_TRUE, 0, (size_t)n * sizeof(int), lab, 0,
+                                          NULL, NULL),
+                     CL_SUCCESS);
+    c->l.loss.labels = c->labels;
+    c->l.loss.labels_off = 0;
+}
+
+static void softmax_case(int N, int n, int C, float spread, float scale)
+{
+    lh_case c;
+    lh_ctx(&c, NULL);
+    const int shp[1][4] = {{N, C, 1, 1}};
+    lh_make(&c, "softmax", "", 1, shp, n, -spread, spread, 400 + (uint64_t)C);
+    ck_assert_int_eq(c.l.is_loss, 1);
+    clg_rng r;
+    tu_rng(&r, 401);
+    int *lab = malloc(sizeof(int) * (size_t)n);
+    for (int s = 0; s < n; s++)
+        lab[s] = (int)(clg_rng_u32(&r) % (uint32_t)C);
+    /* make some samples correct on purpose: argmax at the label */
+    for (int s = 0; s < n; s += 2)
+        c.x[0][(size_t)s * C + lab[s]] = spread + 1.0f;
+    lh_reupload(&c);
+    upload_labels(&c, lab, n);
+    float poison[2] = {NAN, NAN};
+    clEnqueueWriteBuffer(c.dev->queue, c.l.loss.result, CL_TRUE, 0, sizeof poison, poison, 0, NULL, NULL);
+    lh_forward(&c, 1);
+    double *p = lh_dalloc(c.ny);
+    double loss = 0, correct = 0;
+    for (int s = 0; s < n; s++) {
+        const float *x = c.x[0] + (size_t)s * C;
+        double m = x[0];
+        int am = 0;
+        for (int k = 1; k < C; k++)
+            if (x[k] > m) {
+                m = x[k];
+                am = k;
+            }
+        double sum = 0;
+        for (int k = 0; k < C; k++)
+            sum += exp(x[k] - m);
+        for (int k = 0; k < C; k++)
+            p[(size_t)s * C + k] = exp(x[k] - m) / sum;
+        loss += log(sum) + m - x[lab[s]];
+        correct += am == lab[s];
+    }
+    LH_CLOSE(c.y, p, c.ny, 1e-6, 1e-4, "softmax probabilities");
+    float res[2];
+    tu_download(c.dev, c.l.loss.result, res, 2);
+    double rl = loss;
+    LH_CLOSE(&res[0], &rl, 1, 1e-3, 1e-4, "cross-entropy loss sum");
+    ck_assert_msg(res[1] == (float)correct, "correct count %g, expected %g", (double)res[1], correct);
+
+    c.l.loss.grad_scale = scale;
+    float *dy = rand_vec(c.ny, -1, 1, 402); /* ignored by the loss layer */
+    lh_backward(&c, dy, 0);
+    for (int s = 0; s < n; s++)
+        for (int k = 0; k < C; k++)
+            p[(size_t)s * C + k] = scale * (p[(size_t)s * C + k] - (k == lab[s] ? 1.0 : 0.0));
+    LH_CLOSE(c.dx[0], p, c.ny, 1e-5 * scale, 1e-3, "softmax backward (p - 1 cancels in fp32: atol 1e-5)");
+    free(dy);
+    free(p);
+    free(lab);
+    lh_free(&c);
+}
+
+START_TEST(softmax_small) { softmax_case(8, 8, 10, 4.0f, 0.125f); }
+END_TEST
+
+START_TEST(softmax_many_classes_partial) { softmax_case(7, 5, 300, 10.0f, 1.0f); }
+END_TEST
+
+/* large logits: must not overflow (max subtraction) */
+START_TEST(softmax_large_logits) { softmax_case(4, 4, 5, 80.0f, 0.5f); }
+END_TEST
+
+/* ---------------- mse ---------------- */
+
+START_TEST(mse_fwd_bwd)
+{
+    lh_case c;
+    lh_ctx(&c, NULL);
+    const int shp[1][4] = {{5, 3, 2, 2}};
+    lh_make(&c, "mse", "", 1, shp, 4, -2, 2, 500);
+    size_t F = 12, n = 4;
+    float *t = rand_vec(n * F, -2, 2, 501);
+    c.labels = tu_upload(c.dev, t, n * F);
+    c.l.loss.labels = c.labels;
+    lh_forward(&c, 1);
+    double *ref = lh_dalloc(c.ny);
+    double loss = 0;
+    for (size_t s = 0; s < n; s++) {
+        double acc = 0;
+        for (size_t f = 0; f < F; f++) {
+            double d = (double)c.x[0][s * F + f] - t[s * F + f];
+            acc += d * d;
+            ref[s * F + f] = c.x[0][s * F + f];
+        }
+        loss += acc / (double)F;
+    }
+    LH_CLOSE(c.y, ref, c.ny, 1e-6, 1e-6, "mse output (copy of the input)");
+    float res[2];
+    tu_download(c.dev, c.l.loss.result, res, 2);
+    LH_CLOSE(&res[0], &loss, 1, 1e-3, 1e-4, "mse loss sum");
+    ck_assert(res[1] == 0.0f);
+    c.l.loss.grad_scale = 0.25f;
+    lh_backward(&c, t, 0);
+    for (size_t i = 0; i < c.ny; i++)
+        ref[i] = 0.25 * 2.0 * ((double)c.x[0][i] - t[i]) / (double)F;
+    LH_CLOSE(c.dx[0], ref, c.ny, 1e-5, 1e-4, "mse backward");
+    free(t);
+    free(ref);
+    lh_free(&c);
+}
+END_TEST
+
+/* ---------------- pooling ---------------- */
+
+/* PyTorch semantics: floor, max pads with -inf and routes to the first max,
+ * avg counts padding (count_include_pad) clipped to the padded input. */
+static void pool_ref(int is_max, const float *x, int N, int C, int H, int W, int k, int st, int pad, const float *dy,
+                     double *y, double *dx)
+{
+    int P = (H + 2 * pad - k) / st + 1, Q = (W + 2 * pad - k) / st + 1;
+    for (int pl = 0; pl < N * C; pl++) {
+        const float *xp = x + (size_t)pl * H * W;
+        for (int p = 0; p < P; p++)
+            for (int q = 0; q < Q; q++) {
+                int h0 = p * st - pad, w0 = q * st - pad;
+                double m = -INFINITY, acc = 0;
+                int am = -1;
+                for (int r = 0; r < k; r++)
+                    for (int s = 0; s < k; s++) {
+                        int h = h0 + r, w = w0 + s;
+                        if (h < 0 || h >= H || w < 0 || w >= W)
+                            continue;
+                        double v = xp[h * W + w];
+                        acc += v;
+                        if (am < 0 || v > m) {
+                            m = v;
+                            am = h * W + w;
+                        }
+                    }
+                int h1 = CLG_MIN(h0 + k, H + pad), w1 = CLG_MIN(w0 + k, W + pad);
+                double div = (double)(h1 - h0) * (w1 - w0);
+                size_t oi = ((size_t)pl * P + p) * Q + q;
+                y[oi] = is_max ? m : acc / div;
+                if (!dx)
+                    continue;
+                if (is_max) {
+                    dx[(size_t)pl * H * W + am] += dy[oi];
+                } else {
+                    for (int r = 0; r < k; r++)
+                        for (int s = 0; s < k; s++) {
+                            int h = h0 + r, w = w0 + s;
+                            if (h < 0 || h >= H || w < 0 || w >= W)
+                                continue;
+                            dx[(size_t)pl * H * W + h * W + w] += dy[oi] / div;
+                        }
+                }
+            }
+    }
+}
+
+static void pool_case(int is_max, int N, int C, int H, int W, int k, int st, int pad, int with_ties)
+{
+    lh_case c;
+    lh_ctx(&c, NULL);
+    char keys[96];
+    snprintf(keys, sizeof keys, "size=%d stride=%d pad=%d", k, st, pad);
+    const int shp[1][4] = {{N, C, H, W}};
+    lh_make(&c, is_max ? "maxpool" : "avgpool", keys, 1, shp, N, -1, 1, 600 + (uint64_t)k * 10 + (uint64_t)st);
+    if (with_ties) { /* relu-like input: many exact zeros */
+        for (size_t i = 0; i < c.nx[0]; i++)
+            c.x[0][i] = c.x[0][i] < 0.3f ? 0.0f : c.x[0][i];
+        lh_reupload(&c);
+    }
+    int P = (H + 2 * pad - k) / st + 1, Q = (W + 2 * pad - k) / st + 1;
+    ck_assert_int_eq(c.l.out_shape[2], P);
+    ck_assert_int_eq(c.l.out_shape[3], Q);
+    lh_forward(&c, 1);
+    float *dy = rand_vec(c.ny, -1, 1, 601);
+    double *y = lh_dalloc(c.ny), *dx = lh_dalloc(c.nx[0]);
+    pool_ref(is_max, c.x[0], N, C, H, W, k, st, pad, dy, y, dx);
+    LH_CLOSE(c.y, y, c.ny, 1e-6, 1e-5, is_max ? "maxpool forward" : "avgpool forward");
+    lh_backward(&c, dy, 0);
+    LH_CLOSE(c.dx[0], dx, c.nx[0], 1e-5, 1e-4, is_max ? "maxpool backward" : "avgpool backward");
+    free(dy);
+    free(y);
+    free(dx);
+    lh_free(&c);
+}
+
+START_TEST(maxpool_2x2) { pool_case(1, 3, 4, 8, 6, 2, 2, 0, 0); }
+END_TEST
+START_TEST(maxpool_2x2_ties) { pool_case(1, 2, 3, 6, 6, 2, 2, 0, 1); }
+END_TEST
+START_TEST(maxpool_3x3_s2_pad1_odd) { pool_case(1, 2, 3, 9, 7, 3, 2, 1, 1); }
+END_TEST
+START_TEST(maxpool_3x3_s1_overlap) { pool_case(1, 2, 2, 6, 5, 3, 1, 1, 0); }
+END_TEST
+START_TEST(avgpool_2x2) { pool_case(0, 3, 4, 8, 6, 2, 2, 0, 0); }
+END_TEST
+START_TEST(avgpool_3x3_s2_pad1) { pool_case(0, 2, 3, 9, 7, 3, 2, 1, 0); }
+END_TEST
+
+START_TEST(gap_fwd_bwd)
+{
+    lh_case c;
+    lh_ctx(&c, NULL);
+    const int shp[1][4] = {{4, 6, 5, 3}};
+    lh_make(&c, "gap", "", 1, shp, 3, -1, 1, 700);
+    ck_assert_int_eq(c.l.out_shape[1], 6);
+    ck_assert_int_eq(c.l.out_shape[2], 1);
+    lh_forward(&c, 1);
+    double *y = lh_dalloc(c.ny), *dx = lh_dalloc(c.nx[0]);
+    float *dy = rand_vec(c.ny, -1, 1, 701);
+    for (size_t pl = 0; pl < c.ny; pl++) {
+        double acc = 0;
+        for (int i = 0; i < 15; i++) {
+            acc += c.x[0][pl * 15 + (size_t)i];
+            dx[pl * 15 + (size_t)i] = dy[pl] / 15.0;
+        }
+        y[pl] = acc / 15.0;
+    }
+    LH_CLOSE(c.y, y, c.ny, 1e-5, 1e-5, "gap forward");
+    lh_backward(&c, dy, 0);
+    LH_CLOSE(c.dx[0], dx, c.nx[0], 1e-6, 1e-5, "gap backward");
+    free(y);
+    free(dx);
+    free(dy);
+    lh_free(&c);
+}
+END_TEST
+
+/* ---------------- batchnorm ---------------- */
+
+static void bn_ref_train(const float *x, int N, int C, int HW, const float *gamma, const float *beta, double eps,
+                         double *y, double *mean, double *var)
+{
+    double M = (double)N * HW;
+    for (int ch = 0; ch < C; ch++) {
+        double s = 0, q = 0;
+        for (int n = 0; n < N; n++)
+            for (int i = 0; i < HW; i++)
+                s += x[((size_t)n * C + ch) * HW + i];
+        double mu = s / M;
+        for (int n = 0; n < N; n++)
+            for (int i = 0; i < HW; i++) {
+                double d = x[((size_t)n * C + ch) * HW + i] - mu;
+                q += d * d;
+            }
+        mean[ch] = mu;
+        var[ch] = q / M;
+        double is = 1.0 / sqrt(var[ch] + eps);
+        for (int n = 0; n < N; n++)
+            for (int i = 0; i < HW; i++) {
+                size_t k = ((size_t)n * C + ch) * HW + i;
+                y[k] = (x[k] - mu) * is * gamma[ch] + beta[ch];
+            }
+    }
+}
+
+static void bn_case(int N, int n, int C, int H, int W)
+{
+    lh_case c;
+    lh_ctx(&c, NULL);
+    const int shp[1][4] = {{N, C, H, W}};
+    lh_make(&c, "batchnorm", "eps=1e-4 momentum=0.2", 1, shp, n, -1, 3, 800 + (uint64_t)C);
+    ck_assert_int_eq(c.l.nparams, 4);
+    ck_assert_int_eq(c.l.params[2].trainable, 0);
+    int HW = H * W;
+    /* init: gamma 1, beta 0, running 0 / 1 */
+    for (int ch = 0; ch < C; ch++) {
+        ck_assert(c.p[0][ch] == 1.0f && c.p[1][ch] == 0.0f && c.p[2][ch] == 0.0f && c.p[3][ch] == 1.0f);
+    }
+    clg_rng r;
+    tu_rng(&r, 801);
+    tu_fill(c.p[0], (size_t)C, 0.5f, 1.5f, &r);
+    tu_fill(c.p[1], (size_t)C, -0.5f, 0.5f, &r);
+    tu_fill(c.p[2], (size_t)C, -0.2f, 0.2f, &r);
+    tu_fill(c.p[3], (size_t)C, 0.5f, 2.0f, &r);
+    lh_set_params(&c);
+    lh_forward(&c, 1);
+    double *y = lh_dalloc(c.ny), *mean = lh_dalloc((size_t)C), *var = lh_dalloc((size_t)C);
+    bn_ref_train(c.x[0], n, C, HW, c.p[0], c.p[1], 1e-4, y, mean, var);
+    LH_CLOSE(c.y, y, c.ny, ATOL, TOL, "batchnorm train forward");
+    /* running stats moved with momentum 0.2, unbiased variance */
+    float *rm = lh_alloc((size_t)C), *rv = lh_alloc((size_t)C);
+    tu_download(c.dev, c.l.params[2].value, rm, (size_t)C);
+    tu_download(c.dev, c.l.params[3].value, rv, (size_t)C);
+    double *erm = lh_dalloc((size_t)C), *erv = lh_dalloc((size_t)C);
+    double M = (double)n * HW;
+    for (int ch = 0; ch < C; ch++) {
+        erm[ch] = 0.8 * c.p[2][ch] + 0.2 * mean[ch];
+        erv[ch] = 0.8 * c.p[3][ch] + 0.2 * var[ch] * M / (M - 1);
+    }
+    LH_CLOSE(rm, erm, (size_t)C, 1e-4, 1e-4, "running_mean");
+    LH_CLOSE(rv, erv, (size_t)C, 1e-4, 1e-4, "running_var");
+
+    /* backward (training statistics) */
+    float *dy = rand_vec(c.ny, -1, 1, 802);
+    lh_backward(&c, dy, 0);
+    double *dg = lh_dalloc((size_t)C), *dbt = lh_dalloc((size_t)C), *dx = lh_dalloc(c.nx[0]);
+    for (int ch = 0; ch < C; ch++) {
+        double is = 1.0 / sqrt(var[ch] + 1e-4);
+        for (int s = 0; s < n; s++)
+            for (int i = 0; i < HW; i++) {
+                size_t k = ((size_t)s * C + ch) * HW + (size_t)i;
+                dbt[ch] += dy[k];
+                dg[ch] += dy[k] * (c.x[0][k] - mean[ch]) * is;
+            }
+        for (int s = 0; s < n; s++)
+            for (int i = 0; i < HW; i++) {
+                size_t k = ((size_t)s * C + ch) * HW + (size_t)i;
+                double xh = (c.x[0][k] - mean[ch]) * is;
+                dx[k] = c.p[0][ch] * is * (dy[k] - dbt[ch] / M - xh * dg[ch] / M);
+            }
+    }
+    LH_CLOSE(c.g[0], dg, (size_t)C, ATOL, TOL, "batchnorm dgamma");
+    LH_CLOSE(c.g[1], dbt, (size_t)C, ATOL, TOL, "batchnorm dbeta");
+    LH_CLOSE(c.dx[0], dx, c.nx[0], ATOL, 5e-3, "batchnorm dx");
+
+    /* inference uses the (updated) running stats */
+    lh_forward(&c, 0);
+    for (int ch = 0; ch < C; ch++) {
+        double is = 1.0 / sqrt((double)rv[ch] + 1e-4);
+        for (int s = 0; s < n; s++)
+            for (int i = 0; i < HW; i++) {
+                size_t k = ((size_t)s * C + ch) * HW + (size_t)i;
+                y[k] = (c.x[0][k] - rm[ch]) * is * c.p[0][ch] + c.p[1][ch];
+            }
+    }
+    LH_CLOSE(c.y, y, c.ny, ATOL, TOL, "batchnorm inference forward");
+    float *rm2 = lh_alloc((size_t)C);
+    tu_download(c.dev, c.l.params[2].value, rm2, (size_t)C);
+    ck_assert_msg(memcmp(rm, rm2, sizeof(float) * (size_t)C) == 0, "inference forward moved the running mean");
+    free(rm2);
+    free(y);
+    free(mean);
+    free(var);
+    free(rm);
+    free(rv);
+    free(erm);
+    free(erv);
+    free(dy);
+    free(dg);
+    free(dbt);
+    free(dx);
+    lh_free(&c);
+}
+
+START_TEST(batchnorm_conv) { bn_case(4, 4, 5, 6, 7); }
+END_TEST
+START_TEST(batchnorm_dense_partial) { bn_case(9, 7, 11, 1, 1); }
+END_TEST
+/* many channels and a plane larger than the work-group */
+START_TEST(batchnorm_big_plane) { bn_case(2, 2, 3, 15, 13); }
+END_TEST
+
+/* ---------------- dropout ---------------- */
+
+START_TEST(dropout_fwd_bwd)
+{
+    lh_case c;
+    lh_ctx(&c, NULL);
+    const int shp[1][4] = {{8, 4, 8, 8}};
+    lh_make(&c, "dropout", "p=0.3", 1, shp, 8, 0.5f, 1.5f, 900);
+    clg_rng r;
+    tu_rng(&r, 901);
+    uint32_t seed = clg_rng_u32(&r), step = clg_rng_u32(&r) % 1000;
+    clg_layer_set_rng(&c.l, seed, step, 3);
+    lh_forward(&c, 1);
+    size_t per = 4 * 8 * 8, kept = 0;
+    double *ref = lh_dalloc(c.ny);
+    for (size_t i = 0; i < c.ny; i++) {
+        float s = clg_nn_dropout_scale_host(seed, step, (uint32_t)(3 * per + i), 0.3f);
+        ref[i] = (double)c.x[0][i] * s;
+        kept += s != 0.0f;
+    }
+    LH_CLOSE(c.y, ref, c.ny, 1e-6, 1e-5, "dropout forward (host mirror of the mask)");
+    /* keep fraction ~ 0.7 (n = 2048: 5 sigma ~ 0.05) */
+    double frac = (double)kept / (double)c.ny;
+    ck_assert_msg(fabs(frac - 0.7) < 0.05, "keep fraction %.3f, expected 0.7", frac);
+    float *dy = rand_vec(c.ny, -1, 1, 902);
+    lh_backward(&c, dy, 0);
+    for (size_t i = 0; i < c.ny; i++)
+        ref[i] = (double)dy[i] * clg_nn_dropout_scale_host(seed, step, (uint32_t)(3 * per + i), 0.3f);
+    LH_CLOSE(c.dx[0], ref, c.ny, 1e-6, 1e-5, "dropout backward");
+    /* another step draws another mask */
+    float *y1 = lh_alloc(c.ny);
+    memcpy(y1, c.y, c.ny * sizeof(float));
+    clg_layer_set_rng(&c.l, seed, step + 1, 3);
+    lh_forward(&c, 1);
+    ck_assert_msg(memcmp(y1, c.y, c.ny * sizeof(float)) != 0, "same mask for two steps");
+    /* inference: identity */
+    lh_forward(&c, 0);
+    for (size_t i = 0; i < c.ny; i++)
+        ref[i] = c.x[0][i];
+    LH_CLOSE(c.y, ref, c.ny, 1e-7, 1e-7, "dropout inference");
+    free(y1);
+    free(dy);
+    free(ref);
+    lh_free(&c);
+}
+END_TEST
+
+/* ---------------- flatten, add, concat ---------------- */
+
+START_TEST(flatten_fwd_bwd)
+{
+    lh_case c;
+    lh_ctx(&c, NULL);
+    const int shp[1][4] = {{3, 2, 3, 4}};
+    lh_make(&c, "flatten", "", 1, shp, 3, -1, 1, 1000);
+    ck_assert_int_eq(c.l.out_shape[1], 24);
+    ck_assert_int_eq(c.l.out_shape[2], 1);
+    lh_forward(&c, 1);
+    double *ref = lh_dalloc(c.ny);
+    for (size_t i = 0; i < c.ny; i++)
+        ref[i] = c.x[0][i];
+    LH_CLOSE(c.y, ref, c.ny, 1e-7, 0, "flatten forward");
+    float *dy = rand_vec(c.ny, -1, 1, 1001);
+    lh_backward(&c, dy, 0);
+    for (size_t i = 0; i < c.ny; i++)
+        ref[i] = dy[i];
+    LH_CLOSE(c.dx[0], ref, c.ny, 1e-7, 0, "flatten backward");
+    free(dy);
+    free(ref);
+    lh_free(&c);
+}
+END_TEST
+
+START_TEST(add_fwd_bwd)
+{
+    int nin = 2 + _i; /* 2, 3 */
+    lh_case c;
+    lh_ctx(&c, NULL);
+    const int shp[3][4] = {{4, 3, 5, 5}, {4, 3, 5, 5}, {4, 3, 5, 5}};
+    lh_make(&c, "add", "", nin, shp, 3, -1, 1, 1100 + (uint64_t)nin);
+    lh_forward(&c, 1);
+    double *ref = lh_dalloc(c.ny);
+    for (size_t i = 0; i < c.ny; i++)
+        for (int k = 0; k < nin; k++)
+            ref[i] += c.x[k][i];
+    LH_CLOSE(c.y, ref, c.ny, 1e-6, 1e-6, "add forward");
+    float *dy = rand_vec(c.ny, -1, 1, 1101);
+    lh_backward(&c, dy, 1u << 1); /* input 1's din skipped */
+    for (size_t i = 0; i < c.ny; i++)
+        ref[i] = dy[i];
+    for (int k = 0; k < nin; k++)
+        if (k == 1)
+            ck_assert_ptr_null(c.dx[k]);
+        else
+            LH_CLOSE(c.dx[k], ref, c.ny, 1e-7, 0, "add backward");
+    free(dy);
+    free(ref);
+    lh_free(&c);
+}
+END_TEST
+
+START_TEST(add_shape_mismatch)
+{
+    lh_case c;
+    lh_ctx(&c, NULL);
+    const int shp[2][4] = {{4, 3, 5, 5}, {4, 2, 5, 5}};
+    clg_status st = clg_layer_create_for_test(&c.ctx->err, "add", "", 2, shp, &c.l);
+    ck_assert_int_eq(st, CLG_ERR_SHAPE);
+    ck_assert_msg(strstr(c.ctx->err.msg, "equal input shapes") != NULL, "message: %s", c.ctx->err.msg);
+    clg_layer_free(&c.l, NULL);
+    clg_ctx_destroy(c.ctx);
+}
+END_TEST
+
+START_TEST(concat_fwd_bwd)
+{
+    lh_case c;
+    lh_ctx(&c, NULL);
+    const int shp[3][4] = {{3, 2, 4, 3}, {3, 5, 4, 3}, {3, 1, 4, 3}};
+    lh_make(&c, "concat", "", 3, shp, 3, -1, 1, 1200);
+    ck_assert_int_eq(c.l.out_shape[1], 8);
+    lh_forward(&c, 1);
+    int HW = 12, Ct = 8;
+    double *ref = lh_dalloc(c.ny);
+    for (int s = 0; s < 3; s++) {
+        int co = 0;
+        for (int k = 0; k < 3; k++) {
+            int ck = shp[k][1];
+            for (int ch = 0; ch < ck; ch++)
+                for (int i = 0; i < HW; i++)
+                    ref[((size_t)s * Ct + co + ch) * HW + i] = c.x[k][((size_t)s * ck + ch) * HW + i];
+            co += ck;
+        }
+    }
+    LH_CLOSE(c.y, ref, c.ny, 1e-7, 0, "concat forward");
+    float *dy = rand_vec(c.ny, -1, 1, 1201);
+    lh_backward(&c, dy, 0);
+    int co = 0;
+    for (int k = 0; k < 3; k++) {
+        int ck = shp[k][1];
+        double *dref = lh_dalloc(c.nx[k]);
+        for (int s = 0; s < 3; s++)
+            for (int ch = 0; ch < ck; ch++)
+                for (int i = 0; i < HW; i++)
+                    dref[((size_t)s * ck + ch) * HW + i] = dy[((size_t)s * Ct + co + ch) * HW + i];
+        LH_CLOSE(c.dx[k], dref, c.nx[k], 1e-7, 0, "concat backward");
+        free(dref);
+        co += ck;
+    }
+    free(dy);
+    free(ref);
+    lh_free(&c);
+}
+END_TEST
+
+/* ---------------- convolution ---------------- */
+
+typedef struct {
+    int N, C, H, W, K, R, S, stride, pad, dil, groups, bias, act;
+    const char *algo;
+} conv_cfg;
+
+static void conv_case(const conv_cfg *gin)
+{
+    conv_cfg gc = *gin;
+    const conv_cfg *g = &gc;
+    if (strcmp(g->algo, "fft") == 0) {
+        clg_conv_shape cs = {g->N, g->C, g->H, g->W, g->K, g->R, g->S, g->pad, g->pad,
+                             g->stride, g->stride, g->dil, g->dil, g->groups};
+        if (!clg_conv_algo_supported(CLG_CONV_FFT, &cs, CLG_CONV_FWD)) {
+            fprintf(stderr, "note: fft convolution unavailable in this build; running the case with algo=auto\n");
+            gc.algo = "auto";
+        }
+    }
+    lh_case c;
+    lh_ctx(&c, NULL);
+    char keys[256];
+    if (g->R == g->S)
+        snprintf(keys, sizeof keys, "filters=%d size=%d stride=%d pad=%d dilation=%d groups=%d bias=%d activation=%s "
+                 "algo=%s", g->K, g->R, g->stride, g->pad, g->dil, g->groups, g->bias, act_names[g->act], g->algo);
+    else
+        snprintf(keys, sizeof keys, "filters=%d size_h=%d size_w=%d stride=%d pad=%d dilation=%d groups=%d bias=%d "
+                 "activation=%s algo=%s", g->K, g->R, g->S, g->stride, g->pad, g->dil, g->groups, g->bias,
+                 act_names[g->act], g->algo);
+    const int shp[1][4] = {{g->N, g->C, g->H, g->W}};
+    lh_make(&c, "convolutional", keys, 1, shp, g->N, -1, 1, 1300 + (uint64_t)g->K);
+    int P = (g->H + 2 * g->pad - g->dil * (g->R - 1) - 1) / g->stride + 1;
+    int Q = (g->W + 2 * g->pad - g->dil * (g->S - 1) - 1) / g->stride + 1;
+    ck_assert_int_eq(c.l.out_shape[1], g->K);
+    ck_assert_int_eq(c.l.out_shape[2], P);
+    ck_assert_int_eq(c.l.out_shape[3], Q);
+    int Cg = g->C / g->groups, Kg = g->K / g->groups;
+    if (g->bias) {
+        clg_rng r;
+        tu_rng(&r, 1301);
+        tu_fill(c.p[1], (size_t)g->K, -0.3f, 0.3f, &r);
+        lh_set_params(&c);
+    }
+    size_t ny = c.ny;
+    double *z = lh_dalloc(ny), *ref = lh_dalloc(ny);
+    const float *x = c.x[0], *w = c.p[0];
+#define XI(n, ch, h, ww) ((((size_t)(n) * g->C + (ch)) * g->H + (h)) * g->W + (ww))
+#define WI(k, ch, r, s) ((((size_t)(k) * Cg + (ch)) * g->R + (r)) * g->S + (s))
+#define YI(n, k, p, q) ((((size_t)(n) * g->K + (k)) * P + (p)) * Q + (q))
+    for (int n = 0; n < g->N; n++)
+        for (int k = 0; k < g->K; k++)
+            for (int p = 0; p < P; p++)
+                for (int q = 0; q < Q; q++) {
+                    int grp = k / Kg;
+                    double acc = g->bias ? c.p[1][k] : 0;
+                    for (int ch = 0; ch < Cg; ch++)
+                        for (int r = 0; r < g->R; r++)
+                            for (int s = 0; s < g->S; s++) {
+                                int h = p * g->stride - g->pad + r * g->dil, ww = q * g->stride - g->pad + s * g->dil;
+                                if (h < 0 || h >= g->H || ww < 0 || ww >= g->W)
+                                    continue;
+                                acc += (double)x[XI(n, grp * Cg + ch, h, ww)] * w[WI(k, ch, r, s)];
+                            }
+                    z[YI(n, k, p, q)] = acc;
+                    ref[YI(n, k, p, q)] = act_ref(g->act, 0.01, acc);
+                }
+    lh_forward(&c, 1);
+    LH_CLOSE(c.y, ref, ny, ATOL, TOL, "conv forward");
+    float *dy = rand_vec(ny, -1, 1, 1302);
+    lh_backward(&c, dy, 0);
+    double *dw = lh_dalloc(c.l.params[0].numel), *db = lh_dalloc((size_t)g->K), *dx = lh_dalloc(c.nx[0]);
+    for (int n = 0; n < g->N; n++)
+        for (int k = 0; k < g->K; k++)
+            for (int p = 0; p < P; p++)
+                for (int q = 0; q < Q; q++) {
+                    int grp = k / Kg;
+                    double gz = dy[YI(n, k, p, q)] * dact_ref(g->act, 0.01, z[YI(n, k, p, q)]);
+                    db[k] += gz;
+                    for (int ch = 0; ch < Cg; ch++)
+                        for (int r = 0; r < g->R; r++)
+                            for (int s = 0; s < g->S; s++) {
+                                int h = p * g->stride - g->pad + r * g->dil, ww = q * g->stride - g->pad + s * g->dil;
+                                if (h < 0 || h >= g->H || ww < 0 || ww >= g->W)
+                                    continue;
+                                dw[WI(k, ch, r, s)] += gz * x[XI(n, grp * Cg + ch, h, ww)];
+                                dx[XI(n, grp * Cg + ch, h, ww)] += gz * w[WI(k, ch, r, s)];
+                            }
+                }
+#undef XI
+#undef WI
+#undef YI
+    LH_CLOSE(c.g[0], dw, c.l.params[0].numel, ATOL, TOL, "conv dW");
+    if (g->bias)
+        LH_CLOSE(c.g[1], db, (size_t)g->K, ATOL, TOL, "conv db");
+    LH_CLOSE(c.dx[0], dx, c.nx[0], ATOL, TOL, "conv dx");
+    free(z);
+    free(ref);
+    free(dy);
+    free(dw);
+    free(db);
+    free(dx);
+    lh_free(&c);
+}
+
+static const conv_cfg conv_cases[] = {
+    /* N C H W  K R S stride pad dil groups bias act algo */
+    {2, 3, 8, 8, 4, 3, 3, 1, 1, 1, 1, 1, CLG_ACT_RELU, "auto"},
+    {2, 3, 8, 8, 4, 3, 3, 1, 1, 1, 1, 1, CLG_ACT_RELU, "im2col"},
+    {2, 4, 9, 7, 6, 3, 3, 1, 1, 1, 1, 1, CLG_ACT_LINEAR, "winograd"},
+    {2, 4, 10, 10, 5, 3, 3, 1, 1, 1, 1, 0, CLG_ACT_RELU, "winograd4"},
+    {2, 4, 7, 6, 4, 3, 3, 2, 1, 1, 2, 1, CLG_ACT_TANH, "direct"},
+    {1, 3, 9, 9, 2, 5, 5, 1, 2, 1, 1, 1, CLG_ACT_SIGMOID, "fft"},
+    {2, 3, 9, 8, 4, 2, 3, 2, 0, 2, 1, 1, CLG_ACT_GELU, "auto"},
+    {2, 4, 6, 6, 4, 3, 3, 1, 1, 1, 4, 1, CLG_ACT_LEAKY, "auto"}, /* depthwise */
+    {3, 1, 12, 12, 6, 5, 5, 1, 0, 1, 1, 1, CLG_ACT_RELU, "auto"}, /* lenet c1 */
+};
+
+START_TEST(conv_fwd_bwd) { conv_case(&conv_cases[_i]); }
+END_TEST
+
+/* ---------------- configuration errors ---------------- */
+
+START_TEST(config_errors)
+{
+    lh_case c;
+    lh_ctx(&c, NULL);
+    const int shp[1][4] = {{2, 3, 8, 8}};
+    struct {
+        const char *type, *keys, *needle;
+    } bad[] = {
+        {"dense", "", "units"},
+        {"dense", "units=0", "units"},
+        {"dense", "units=4 activation=swish", "activation"},
+        {"dense", "units=4 colour=red", "colour"},
+        {"activation", "", "type"},
+        {"activation", "type=linear", "type"},
+        {"convolutional", "filters=4", "size"},
+        {"convolutional", "filters=4 size=3 size_h=3 size_w=3", "size"},
+        {"convolutional", "filters=4 size=3 groups=2", "groups"},
+        {"convolutional", "filters=4 size=11", "window"},
+        {"convolutional", "filters=4 size=5 stride=2 algo=winograd", "winograd"},
+        {"conv", "filters=4 size=3 algo=magic", "algo"},
+        {"maxpool", "size=2 pad=2", "pad"},
+        {"maxpool", "size=9", "does not fit"},
+        {"batchnorm", "eps=0", "eps"},
+        {"dropout", "p=1", "p"},
+        {"concat", "", "inputs"},
+    };
+    for (size_t i = 0; i < CLG_ARRAY_LEN(bad); i++) {
+        clg_layer l;
+        c.ctx->err.msg[0] = 0;
+        clg_status st = clg_layer_create_for_test(&c.ctx->err, bad[i].type, bad[i].keys, 1, shp, &l);
+        ck_assert_msg(st != CLG_OK, "[%s] %s was accepted", bad[i].type, bad[i].keys);
+        ck_assert_msg(strstr(c.ctx->err.msg, bad[i].needle) != NULL, "[%s] %s: message '%s' does not mention '%s'",
+                      bad[i].type, bad[i].keys, c.ctx->err.msg, bad[i].needle);
+        clg_layer_free(&l, NULL);
+    }
+    ck_assert_ptr_null(clg_layer_lookup("nonsense"));
+    ck_assert_ptr_eq(clg_layer_lookup("conv"), clg_layer_lookup("convolutional"));
+    ck_assert_ptr_eq(clg_layer_lookup("connected"), clg_layer_lookup("dense"));
+    int found = 0;
+    for (const char *const *n = clg_layer_type_names(); *n; n++)
+        found += clg_layer_lookup(*n) != NULL;
+    ck_assert_int_eq(found, 15);
+    clg_ctx_destroy(c.ctx);
+}
+END_TEST
+
+/* FLOPs: 2 * MACs of forward for in_shape N samples */
+START_TEST(flops_and_params)
+{
+    lh_case c;
+    lh_ctx(&c, NULL);
+    const int shp[1][4] = {{8, 3, 32, 32}};
+    clg_layer l;
+    ck_assert_int_eq(clg_layer_create_for_test(&c.ctx->err, "conv", "filters=16 size=3 pad=1", 1, shp, &l), CLG_OK);
+    ck_assert(l.flops >= 2.0 * 8 * 16 * 32 * 32 * 3 * 9 && l.flops < 2.0 * 8 * 16 * 32 * 32 * 3 * 9 * 1.01);
+    ck_assert_int_eq((int)l.params[0].numel, 16 * 3 * 9);
+    ck_assert_int_eq(l.params[0].ndim, 4);
+    ck_assert_str_eq(l.params[0].name, "weight");
+    ck_assert_str_eq(l.params[1].name, "bias");
+    clg_layer_free(&l, NULL);
+    ck_assert_int_eq(clg_layer_create_for_test(&c.ctx->err, "dense", "units=10", 1, shp, &l), CLG_OK);
+    ck_assert(l.flops == 2.0 * 8 * 3 * 32 * 32 * 10);
+    clg_layer_free(&l, NULL);
+    clg_ctx_destroy(c.ctx);
+}
+END_TEST
+
+/* Initialisation: He-normal std for relu layers, bias 0. */
+START_TEST(init_stats)
+{
+    lh_case c;
+    lh_ctx(&c, NULL);
+    const int shp[1][4] = {{2, 64, 3, 3}};
+    lh_make(&c, "dense", "units=256 activation=relu", 1, shp, 2, 0, 1, 1400);
+    size_t n = c.l.params[0].numel;
+    double s = 0, q = 0;
+    for (size_t i = 0; i < n; i++) {
+        s += c.p[0][i];
+        q += (double)c.p[0][i] * c.p[0][i];
+    }
+    double mean = s / n, sd = sqrt(q / n - mean * mean), want = sqrt(2.0 / 576.0);
+    ck_assert_msg(fabs(mean) < 0.05 * want && fabs(sd / want - 1) < 0.03, "mean %g sd %g, want 0 / %g", mean, sd,
+                  want);
+    for (int i = 0; i < 256; i++)
+        ck_assert(c.p[1][i] == 0.0f);
+    lh_free(&c);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("layers");
+    TCase *tc = tcase_create("layers");
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, activation_fwd_bwd, 0, 5);
+    tcase_add_loop_test(tc, dense_acts, 0, 6);
+    tcase_add_test(tc, dense_nobias_partial_batch);
+    tcase_add_test(tc, dense_skip_din);
+    tcase_add_test(tc, softmax_small);
+    tcase_add_test(tc, softmax_many_classes_partial);
+    tcase_add_test(tc, softmax_large_logits);
+    tcase_add_test(tc, mse_fwd_bwd);
+    tcase_add_test(tc, maxpool_2x2);
+    tcase_add_test(tc, maxpool_2x2_ties);
+    tcase_add_test(tc, maxpool_3x3_s2_pad1_odd);
+    tcase_add_test(tc, maxpool_3x3_s1_overlap);
+    tcase_add_test(tc, avgpool_2x2);
+    tcase_add_test(tc, avgpool_3x3_s2_pad1);
+    tcase_add_test(tc, gap_fwd_bwd);
+    tcase_add_test(tc, batchnorm_conv);
+    tcase_add_test(tc, batchnorm_dense_partial);
+    tcase_add_test(tc, batchnorm_big_plane);
+    tcase_add_test(tc, dropout_fwd_bwd);
+    tcase_add_test(tc, flatten_fwd_bwd);
+    tcase_add_loop_test(tc, add_fwd_bwd, 0, 2);
+    tcase_add_test(tc, add_shape_mismatch);
+    tcase_add_test(tc, concat_fwd_bwd);
+    tcase_add_loop_test(tc, conv_fwd_bwd, 0, (int)CLG_ARRAY_LEN(conv_cases));
+    tcase_add_test(tc, config_errors);
+    tcase_add_test(tc, flops_and_params);
+    tcase_add_test(tc, init_stats);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
