@@ -2,6 +2,8 @@
 // and the bias gradient reduction. NCHW fp32; see src/ops/conv.c.
 
 #define CONV_WG 64
+// Quotients unsigned, remainders signed: see the note in im2col.cl.
+#define UDIV(a, b) ((int)((uint)(a) / (uint)(b)))
 
 // One work-item per output element: gws = (P*Q, K, N).
 __kernel void direct_fwd(__global const float *x, const int offx, const int C, const int H, const int W,
@@ -17,8 +19,8 @@ __kernel void direct_fwd(__global const float *x, const int offx, const int C, c
     if (pq >= P * Q || k >= K)
         return;
     const int Cg = C / groups, Kg = K / groups;
-    const int g = k / Kg;
-    const int p = pq / Q, q = pq - (pq / Q) * Q;
+    const int g = UDIV(k, Kg);
+    const int p = UDIV(pq, Q), q = pq % Q;
     const int h0 = p * stride_h - pad_h, w0 = q * stride_w - pad_w;
     float acc = 0.0f;
     for (int c = 0; c < Cg; c++) {
@@ -56,8 +58,8 @@ __kernel void direct_bwd_data(__global const float *dy, const int offdy, const i
     if (hw >= H * W || c >= C)
         return;
     const int Cg = C / groups, Kg = K / groups;
-    const int g = c / Cg, cl = c - g * Cg;
-    const int h = hw / W, w = hw - (hw / W) * W;
+    const int g = UDIV(c, Cg), cl = c % Cg;
+    const int h = UDIV(hw, W), w = hw % W;
     float acc = 0.0f;
     for (int kk = 0; kk < Kg; kk++) {
         const int k = g * Kg + kk;
@@ -67,14 +69,14 @@ __kernel void direct_bwd_data(__global const float *dy, const int offdy, const i
             const int hh = h + pad_h - r * dil_h;
             if (hh < 0 || hh % stride_h != 0)
                 continue;
-            const int p = hh / stride_h;
+            const int p = UDIV(hh, stride_h);
             if (p >= P)
                 continue;
             for (int s = 0; s < S; s++) {
                 const int ww = w + pad_w - s * dil_w;
                 if (ww < 0 || ww % stride_w != 0)
                     continue;
-                const int q = ww / stride_w;
+                const int q = UDIV(ww, stride_w);
                 if (q >= Q)
                     continue;
                 acc = fma(dyk[p * Q + q], wk[r * S + s], acc);
@@ -112,15 +114,15 @@ void direct_bwd_filter(__global const float *x, const int offx, __global const f
     const int idx = get_group_id(0);
     const int Cg = C / groups, Kg = K / groups;
     const int s = idx % S;
-    const int r = (idx / S) % R;
-    const int c = (idx / (R * S)) % Cg;
-    const int k = idx / (R * S * Cg);
-    const int g = k / Kg;
+    const int r = UDIV(idx, S) % R;
+    const int c = UDIV(idx, R * S) % Cg;
+    const int k = UDIV(idx, R * S * Cg);
+    const int g = UDIV(k, Kg);
     const int PQ = P * Q;
     float acc = 0.0f;
     for (int i = get_local_id(0); i < N * PQ; i += CONV_WG) {
-        const int n = i / PQ, pq = i - (i / PQ) * PQ;
-        const int p = pq / Q, q = pq - (pq / Q) * Q;
+        const int n = UDIV(i, PQ), pq = i % PQ;
+        const int p = UDIV(pq, Q), q = pq % Q;
         const int h = p * stride_h - pad_h + r * dil_h;
         const int w = q * stride_w - pad_w + s * dil_w;
         if (h >= 0 && h < H && w >= 0 && w < W)
@@ -138,7 +140,7 @@ void bias_grad(__global const float *dy, const int offdy, const int N, const int
     const int k = get_group_id(0);
     float acc = 0.0f;
     for (int i = get_local_id(0); i < N * PQ; i += CONV_WG) {
-        const int n = i / PQ, j = i - (i / PQ) * PQ;
+        const int n = UDIV(i, PQ), j = i % PQ;
         acc += dy[offdy + (n * K + k) * PQ + j];
     }
     wg_reduce_store(red, acc, beta, db + offdb + k);

@@ -168,7 +168,8 @@ __kernel void gemm_cpu(const int M, const int N, const int K, const int Mt, cons
     const int bs = get_global_id(2);
     if (mt >= Mt)
         return;
-    const int b = bs / KS, s = bs % KS;
+    const int b = bs / KS;
+    const int s = bs - b * KS; // (not %: its expansion upsets oclgrind)
     const int k0 = s * kchunk;
     const int k1 = min(K, k0 + kchunk);
     __global const float *a = Ap + (size_t)b * apStride + (size_t)mt * K * MR + (size_t)k0 * MR;
@@ -232,10 +233,25 @@ __kernel void gemm_cpu(const int M, const int N, const int K, const int Mt, cons
                         r = fmax(r, (VEC)(0.0f));
                     VSTORE(r, 0, crow + n);
                 } else if (n < N) {
+                    // partial vector: no loop-invariant branch inside a loop
+                    // (keeps the compiler from unswitching)
+                    const int cnt = N - n;
                     float t[VW];
-                    VSTORE(acc[i][v], 0, t);
-                    for (int j = 0; j < VW && n + j < N; j++)
-                        crow[n + j] = gemm_epi(t[j], alpha, beta, crow + n + j, bi, bias_mode, m, n + j, relu);
+                    VSTORE(alpha * acc[i][v], 0, t);
+                    if (beta != 0.0f)
+                        for (int j = 0; j < cnt; j++)
+                            t[j] = fma(beta, crow[n + j], t[j]);
+                    if (bias_mode == 1)
+                        for (int j = 0; j < cnt; j++)
+                            t[j] += brow;
+                    else if (bias_mode == 2)
+                        for (int j = 0; j < cnt; j++)
+                            t[j] += bi[n + j];
+                    if (relu)
+                        for (int j = 0; j < cnt; j++)
+                            t[j] = fmax(t[j], 0.0f);
+                    for (int j = 0; j < cnt; j++)
+                        crow[n + j] = t[j];
                 }
             }
         }

@@ -1,8 +1,13 @@
 // im2col / col2im and a channel-packing copy for convolution (NCHW, fp32).
+// Quotients use UDIV (unsigned) and remainders '%' so no signed div/rem pair
+// of the same operands exists (LLVM would pair them with a `freeze` that
+// oclgrind's uninitialized-value checker cannot interpret).
 // Launch geometry and argument meaning: src/ops/conv.c.
 // Column matrix element (b, crs, pq) lives at col[offcol + b*bstride + crs*ld + pq]
 // where crs = (c*R + r)*S + s indexes the filter window of one group and
 // pq = p*Q + q the output position.
+
+#define UDIV(a, b) ((int)((uint)(a) / (uint)(b)))
 
 __kernel void im2col(__global const float *x, const int offx, const int C, const int H, const int W,
                      const int c0, const int Cg, const int R, const int S, const int P, const int Q,
@@ -16,9 +21,9 @@ __kernel void im2col(__global const float *x, const int offx, const int C, const
     if (pq >= P * Q || crs >= Cg * R * S)
         return;
     const int s = crs % S;
-    const int r = (crs / S) % R;
-    const int c = crs / (R * S);
-    const int p = pq / Q, q = pq - (pq / Q) * Q;
+    const int r = UDIV(crs, S) % R;
+    const int c = UDIV(crs, R * S);
+    const int p = UDIV(pq, Q), q = pq % Q;
     const int h = p * stride_h - pad_h + r * dil_h;
     const int w = q * stride_w - pad_w + s * dil_w;
     float v = 0.0f;
@@ -41,21 +46,21 @@ __kernel void col2im(__global const float *col, const int offcol, const int bstr
     const int b = get_global_id(2);
     if (hw >= H * W || c >= Cg)
         return;
-    const int h = hw / W, w = hw - (hw / W) * W;
+    const int h = UDIV(hw, W), w = hw % W;
     __global const float *cb = col + offcol + b * bstride;
     float acc = 0.0f;
     for (int r = 0; r < R; r++) {
         const int hh = h + pad_h - r * dil_h;
         if (hh < 0 || hh % stride_h != 0)
             continue;
-        const int p = hh / stride_h;
+        const int p = UDIV(hh, stride_h);
         if (p >= P)
             continue;
         for (int s = 0; s < S; s++) {
             const int ww = w + pad_w - s * dil_w;
             if (ww < 0 || ww % stride_w != 0)
                 continue;
-            const int q = ww / stride_w;
+            const int q = UDIV(ww, stride_w);
             if (q >= Q)
                 continue;
             acc += cb[((c * R + r) * S + s) * ld + p * Q + q];

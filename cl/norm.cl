@@ -1,132 +1,152 @@
 // Batch normalization over (N, HW) per channel, NCHW layout.
-// Statistics and gradient sums: one work-group per channel, two passes
-// (mean, then centred squares) reduced with a fixed local-memory tree.
+// Reductions in two steps, no atomics, fixed order (deterministic):
+//   partial: 2-D range (i < HW, c): each work-item sums over the batch n for
+//            its (c, i) -- contiguous across work-items, so it vectorizes;
+//   finish:  one work-item per channel sums its HW partials.
+// 2-D kernels run on exact ranges (the host picks local sizes that divide
+// them) and so carry no bounds checks: on CPU back-ends a bounds check in a
+// multi-dimensional kernel can defeat vectorization across work-items.
+// Statistics use data shifted by the channel's first element K (x[0, c, 0])
+// so the one-pass variance does not cancel when |mean| >> std.
 // PyTorch convention: running = (1 - momentum) * running + momentum * batch,
 // running_var uses the unbiased batch variance, normalization the biased one.
 
-#define BN_WG 128
+// Per-(c, i) partial sums over the batch. The loop over n inside a
+// work-item keeps CPU back-ends from vectorizing across work-items, so each
+// work-item handles W consecutive i with explicit vectors (W = 8, 4 or 1,
+// chosen by the host from HW % W): range (HW / W, C).
+#define VLOAD1(i, p) ((p)[i])
+#define VSTORE1(v, i, p) ((p)[i] = (v))
 
-inline float bn_tree(__local float *buf, const uint lid)
-{
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint w = BN_WG / 2; w > 0; w >>= 1) {
-        if (lid < w)
-            buf[lid] += buf[lid + w];
-        barrier(CLK_LOCAL_MEM_FENCE);
+// part[c*HW + i] = sum_n (x - K), part2[...] = sum_n (x - K)^2
+#define BN_STATS_PARTIAL(SUF, T, LOAD, STORE)                                                               \
+    __kernel void bn_stats_partial##SUF(const uint N, const uint C, const uint HW, __global const float *x,     \
+                                        const uint ox, __global float *part, __global float *part2)             \
+    {                                                                                                       \
+        const uint i = get_global_id(0);                                                                    \
+        const uint c = get_global_id(1);                                                                    \
+        __global const float *xc = x + ox + (size_t)c * HW;                                                 \
+        const float K = xc[0];                                                                              \
+        const size_t cs = (size_t)C * HW;                                                                   \
+        T s = (T)(0.0f), q = (T)(0.0f);                                                                     \
+        for (uint n = 0; n < N; n++) {                                                                      \
+            const T d = LOAD(i, xc + n * cs) - K;                                                           \
+            s += d;                                                                                         \
+            q += d * d;                                                                                     \
+        }                                                                                                   \
+        STORE(s, i, part + (size_t)c * HW);                                                                 \
+        STORE(q, i, part2 + (size_t)c * HW);                                                                \
     }
-    const float r = buf[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return r;
+BN_STATS_PARTIAL(, float, VLOAD1, VSTORE1)
+BN_STATS_PARTIAL(4, float4, vload4, vstore4)
+BN_STATS_PARTIAL(8, float8, vload8, vstore8)
+
+// mean[c], invstd[c]; update != 0 also moves the running stats.
+__kernel void bn_stats_finish(const uint N, const uint C, const uint HW, const float momentum, const float eps,
+                              const int update, __global const float *x, const uint ox,
+                              __global const float *part, __global const float *part2, __global float *mean,
+                              __global float *invstd, __global float *rmean, __global float *rvar)
+{
+    const uint c = get_global_id(0);
+    if (c >= C)
+        return;
+    const float K = x[ox + (size_t)c * HW];
+    float s = 0.0f, q = 0.0f;
+    for (uint i = 0; i < HW; i++) {
+        s += part[(size_t)c * HW + i];
+        q += part2[(size_t)c * HW + i];
+    }
+    const float M = (float)N * (float)HW;
+    const float ds = s / M;
+    const float var = fmax(q / M - ds * ds, 0.0f);
+    const float mu = K + ds;
+    mean[c] = mu;
+    invstd[c] = rsqrt(var + eps);
+    if (update) {
+        const float unbiased = M > 1.0f ? var * (M / (M - 1.0f)) : var;
+        rmean[c] = (1.0f - momentum) * rmean[c] + momentum * mu;
+        rvar[c] = (1.0f - momentum) * rvar[c] + momentum * unbiased;
+    }
 }
 
-// mean[c], invstd[c] of the batch; update != 0 also moves the running stats.
-__kernel __attribute__((reqd_work_group_size(BN_WG, 1, 1))) void
-bn_stats(const uint N, const uint C, const uint HW, const float momentum, const float eps, const int update,
-         __global const float *x, const uint ox, __global float *mean, __global float *invstd,
-         __global float *rmean, __global float *rvar)
-{
-    __local float buf[BN_WG];
-    const uint c = get_group_id(0);
-    const uint lid = get_local_id(0);
-    const uint M = N * HW;
-    __global const float *xc = x + ox + (size_t)c * HW;
-    const size_t cs = (size_t)C * HW;
-
-    float s = 0.0f;
-    for (uint j = lid; j < M; j += BN_WG) {
-        const uint n = j / HW;
-        s += xc[n * cs + (j - n * HW)];
-    }
-    buf[lid] = s;
-    const float mu = bn_tree(buf, lid) / (float)M;
-
-    float q = 0.0f;
-    for (uint j = lid; j < M; j += BN_WG) {
-        const uint n = j / HW;
-        const float d = xc[n * cs + (j - n * HW)] - mu;
-        q += d * d;
-    }
-    buf[lid] = q;
-    const float ss = bn_tree(buf, lid);
-    if (lid == 0) {
-        const float var = ss / (float)M;
-        mean[c] = mu;
-        invstd[c] = rsqrt(var + eps);
-        if (update) {
-            const float unbiased = M > 1 ? ss / (float)(M - 1) : var;
-            rmean[c] = (1.0f - momentum) * rmean[c] + momentum * mu;
-            rvar[c] = (1.0f - momentum) * rvar[c] + momentum * unbiased;
-        }
-    }
-}
-
-// y = (x - mean[c]) * invstd[c] * gamma[c] + beta[c]
-__kernel void bn_apply(const uint n, const uint C, const uint HW, __global const float *x, const uint ox,
+// 2-D range (i < HW, row = n*C + c): y = (x - mean[c]) * invstd[c] * gamma[c] + beta[c]
+__kernel void bn_apply(const uint N, const uint C, const uint HW, __global const float *x, const uint ox,
                        __global float *y, const uint oy, __global const float *mean, __global const float *invstd,
                        __global const float *gamma, __global const float *beta)
 {
     const uint i = get_global_id(0);
-    if (i >= n)
-        return;
-    const uint c = (i / HW) % C;
-    y[oy + i] = (x[ox + i] - mean[c]) * (invstd[c] * gamma[c]) + beta[c];
+    const uint row = get_global_id(1);
+    const uint c = row % C;
+    const size_t k = (size_t)row * HW + i;
+    const float a = invstd[c] * gamma[c];
+    y[oy + k] = (x[ox + k] - mean[c]) * a + beta[c];
 }
 
 // inference: running statistics
-__kernel void bn_apply_infer(const uint n, const uint C, const uint HW, const float eps, __global const float *x,
+__kernel void bn_apply_infer(const uint N, const uint C, const uint HW, const float eps, __global const float *x,
                              const uint ox, __global float *y, const uint oy, __global const float *rmean,
                              __global const float *rvar, __global const float *gamma, __global const float *beta)
 {
     const uint i = get_global_id(0);
-    if (i >= n)
-        return;
-    const uint c = (i / HW) % C;
-    y[oy + i] = (x[ox + i] - rmean[c]) * (rsqrt(rvar[c] + eps) * gamma[c]) + beta[c];
+    const uint row = get_global_id(1);
+    const uint c = row % C;
+    const size_t k = (size_t)row * HW + i;
+    const float a = rsqrt(rvar[c] + eps) * gamma[c];
+    y[oy + k] = (x[ox + k] - rmean[c]) * a + beta[c];
 }
+
+// part[c*HW + i] = sum_n dy, part2[...] = sum_n dy * (x - mean[c])
+#define BN_BWD_PARTIAL(SUF, T, LOAD, STORE)                                                                 \
+    __kernel void bn_bwd_partial##SUF(const uint N, const uint C, const uint HW, __global const float *x,       \
+                                      const uint ox, __global const float *dy, const uint ody,                  \
+                                      __global const float *mean, __global float *part, __global float *part2)  \
+    {                                                                                                       \
+        const uint i = get_global_id(0);                                                                    \
+        const uint c = get_global_id(1);                                                                    \
+        const size_t cs = (size_t)C * HW;                                                                   \
+        __global const float *xc = x + ox + (size_t)c * HW;                                                 \
+        __global const float *gc = dy + ody + (size_t)c * HW;                                               \
+        const float mu = mean[c];                                                                           \
+        T sb = (T)(0.0f), sg = (T)(0.0f);                                                                   \
+        for (uint n = 0; n < N; n++) {                                                                      \
+            const T g = LOAD(i, gc + n * cs);                                                               \
+            sb += g;                                                                                        \
+            sg += g * (LOAD(i, xc + n * cs) - mu);                                                          \
+        }                                                                                                   \
+        STORE(sb, i, part + (size_t)c * HW);                                                                \
+        STORE(sg, i, part2 + (size_t)c * HW);                                                               \
+    }
+BN_BWD_PARTIAL(, float, VLOAD1, VSTORE1)
+BN_BWD_PARTIAL(4, float4, vload4, vstore4)
+BN_BWD_PARTIAL(8, float8, vload8, vstore8)
 
 // dbeta[c] = sum dy, dgamma[c] = sum dy * xhat  (overwrites)
-__kernel __attribute__((reqd_work_group_size(BN_WG, 1, 1))) void
-bn_bwd_reduce(const uint N, const uint C, const uint HW, __global const float *x, const uint ox,
-              __global const float *dy, const uint ody, __global const float *mean, __global const float *invstd,
-              __global float *dgamma, __global float *dbeta)
+__kernel void bn_bwd_finish(const uint C, const uint HW, __global const float *part, __global const float *part2,
+                            __global const float *invstd, __global float *dgamma, __global float *dbeta)
 {
-    __local float buf[BN_WG];
-    const uint c = get_group_id(0);
-    const uint lid = get_local_id(0);
-    const uint M = N * HW;
-    const size_t cs = (size_t)C * HW;
-    __global const float *xc = x + ox + (size_t)c * HW;
-    __global const float *gc = dy + ody + (size_t)c * HW;
-    const float mu = mean[c];
+    const uint c = get_global_id(0);
+    if (c >= C)
+        return;
     float sb = 0.0f, sg = 0.0f;
-    for (uint j = lid; j < M; j += BN_WG) {
-        const uint n = j / HW;
-        const size_t k = n * cs + (j - n * HW);
-        const float g = gc[k];
-        sb += g;
-        sg += g * (xc[k] - mu);
+    for (uint i = 0; i < HW; i++) {
+        sb += part[(size_t)c * HW + i];
+        sg += part2[(size_t)c * HW + i];
     }
-    buf[lid] = sb;
-    const float tb = bn_tree(buf, lid);
-    buf[lid] = sg;
-    const float tg = bn_tree(buf, lid);
-    if (lid == 0) {
-        dbeta[c] = tb;
-        dgamma[c] = tg * invstd[c];
-    }
+    dbeta[c] = sb;
+    dgamma[c] = sg * invstd[c];
 }
 
-// dx = gamma * invstd * (dy - dbeta / M - xhat * dgamma / M)  (training-mode statistics)
-__kernel void bn_bwd_data(const uint n, const uint C, const uint HW, const float invM, __global const float *x,
+// 2-D range (i, row = n*C + c): dx = gamma * invstd * (dy - dbeta / M - xhat * dgamma / M)
+__kernel void bn_bwd_data(const uint N, const uint C, const uint HW, const float invM, __global const float *x,
                           const uint ox, __global const float *dy, const uint ody, __global const float *mean,
                           __global const float *invstd, __global const float *gamma, __global const float *dgamma,
                           __global const float *dbeta, __global float *dx, const uint odx)
 {
     const uint i = get_global_id(0);
-    if (i >= n)
-        return;
-    const uint c = (i / HW) % C;
+    const uint row = get_global_id(1);
+    const uint c = row % C;
+    const size_t k = (size_t)row * HW + i;
     const float is = invstd[c];
-    const float xhat = (x[ox + i] - mean[c]) * is;
-    dx[odx + i] = gamma[c] * is * (dy[ody + i] - dbeta[c] * invM - xhat * dgamma[c] * invM);
+    const float xhat = (x[ox + k] - mean[c]) * is;
+    dx[odx + k] = gamma[c] * is * (dy[ody + k] - dbeta[c] * invM - xhat * dgamma[c] * invM);
 }

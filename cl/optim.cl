@@ -21,9 +21,12 @@ __kernel void sgd_step(__global float *w, __global const float *g, __global floa
 }
 
 // Adam (decoupled == 0: L2 added to the gradient) and AdamW (decoupled == 1:
-// w -= lr * wd * w). bc1 = 1 - beta1^t, bc2 = 1 - beta2^t.
+// w -= lr * wd * w). bc1 = 1 - beta1^t, bc2 = 1 - beta2^t; omb1 = 1 - beta1 and
+// omb2 = 1 - beta2 come from the host, computed in double (1 - 0.999f in float
+// is off by 1e-5 relative).
 __kernel void adam_step(__global float *w, __global const float *g, __global float *m, __global float *v,
-                        const int n, const float lr, const float beta1, const float beta2, const float eps,
+                        const int n, const float lr, const float beta1, const float beta2, const float omb1,
+                        const float omb2, const float eps,
                         const float wd, const int decoupled, const float bc1, const float bc2, const float gscale)
 {
     int i = get_global_id(0);
@@ -35,8 +38,8 @@ __kernel void adam_step(__global float *w, __global const float *g, __global flo
         wi -= lr * wd * wi;
     else
         gi += wd * wi;
-    float mi = beta1 * m[i] + (1.0f - beta1) * gi;
-    float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    float mi = beta1 * m[i] + omb1 * gi;
+    float vi = beta2 * v[i] + omb2 * gi * gi;
     m[i] = mi;
     v[i] = vi;
     float denom = sqrt(vi / bc2) + eps;

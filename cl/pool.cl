@@ -10,17 +10,17 @@
     const uint H, const uint W, const uint P, const uint Q, const uint KH, const uint KW, const uint SH, \
         const uint SW, const uint PH, const uint PW
 
-// one work-item per output element; planes = N*C
+// General kernels: 3-D range (q, p, plane), one work-item per output
+// element; planes = N*C.
 __kernel void maxpool_fwd(const uint planes, POOL_ARGS, __global const float *x, const uint ox, __global float *y,
                           const uint oy)
 {
-    const uint i = get_global_id(0);
-    if (i >= planes * P * Q)
+    const uint q = get_global_id(0);
+    const uint p = get_global_id(1);
+    const uint pl = get_global_id(2);
+    if (q >= Q || p >= P || pl >= planes)
         return;
-    const uint q = i % Q;
-    const uint t = i / Q;
-    const uint p = t % P;
-    const uint pl = t / P;
+    const size_t i = ((size_t)pl * P + p) * Q + q;
     __global const float *xp = x + ox + (size_t)pl * H * W;
     const int h0 = (int)(p * SH) - (int)PH;
     const int w0 = (int)(q * SW) - (int)PW;
@@ -71,17 +71,17 @@ inline void window_range(const int h, const int K, const int S, const int PAD, c
     *hi = min((h + PAD) / S, P - 1);
 }
 
-// one work-item per input element: dx = sum of dy over windows whose argmax it is
+// Overlapping windows (stride < size): one work-item per input element
+// gathers dy over the windows whose argmax it is (3-D range (w, h, plane)).
 __kernel void maxpool_bwd(const uint planes, POOL_ARGS, __global const float *x, const uint ox,
                           __global const float *dy, const uint ody, __global float *dx, const uint odx)
 {
-    const uint i = get_global_id(0);
-    if (i >= planes * H * W)
+    const int w = (int)get_global_id(0);
+    const int h = (int)get_global_id(1);
+    const uint pl = get_global_id(2);
+    if (w >= (int)W || h >= (int)H || pl >= planes)
         return;
-    const int w = (int)(i % W);
-    const uint t = i / W;
-    const int h = (int)(t % H);
-    const uint pl = t / H;
+    const size_t i = ((size_t)pl * H + (size_t)h) * W + (size_t)w;
     __global const float *xp = x + ox + (size_t)pl * H * W;
     __global const float *dyp = dy + ody + (size_t)pl * P * Q;
     int plo, phi, qlo, qhi;
@@ -110,13 +110,12 @@ inline float avg_divisor(const int h0, const int w0, const int H, const int W, c
 __kernel void avgpool_fwd(const uint planes, POOL_ARGS, __global const float *x, const uint ox, __global float *y,
                           const uint oy)
 {
-    const uint i = get_global_id(0);
-    if (i >= planes * P * Q)
+    const uint q = get_global_id(0);
+    const uint p = get_global_id(1);
+    const uint pl = get_global_id(2);
+    if (q >= Q || p >= P || pl >= planes)
         return;
-    const uint q = i % Q;
-    const uint t = i / Q;
-    const uint p = t % P;
-    const uint pl = t / P;
+    const size_t i = ((size_t)pl * P + p) * Q + q;
     __global const float *xp = x + ox + (size_t)pl * H * W;
     const int h0 = (int)(p * SH) - (int)PH;
     const int w0 = (int)(q * SW) - (int)PW;
@@ -138,13 +137,12 @@ __kernel void avgpool_fwd(const uint planes, POOL_ARGS, __global const float *x,
 __kernel void avgpool_bwd(const uint planes, POOL_ARGS, __global const float *dy, const uint ody, __global float *dx,
                           const uint odx)
 {
-    const uint i = get_global_id(0);
-    if (i >= planes * H * W)
+    const int w = (int)get_global_id(0);
+    const int h = (int)get_global_id(1);
+    const uint pl = get_global_id(2);
+    if (w >= (int)W || h >= (int)H || pl >= planes)
         return;
-    const int w = (int)(i % W);
-    const uint t = i / W;
-    const int h = (int)(t % H);
-    const uint pl = t / H;
+    const size_t i = ((size_t)pl * H + (size_t)h) * W + (size_t)w;
     __global const float *dyp = dy + ody + (size_t)pl * P * Q;
     int plo, phi, qlo, qhi;
     window_range(h, (int)KH, (int)SH, (int)PH, (int)P, &plo, &phi);
@@ -180,4 +178,117 @@ __kernel void gap_bwd(const uint planes, const uint hw, __global const float *dy
     if (i >= planes * hw)
         return;
     dx[odx + i] = dy[ody + i / hw] / (float)hw;
+}
+
+// Non-overlapping windows (stride >= size): one work-item per output element
+// scatters dy to its window's first maximum and 0 elsewhere in the window;
+// input elements outside every window are zeroed beforehand by the host.
+__kernel void maxpool_bwd_scatter(const uint planes, POOL_ARGS, __global const float *x, const uint ox,
+                                  __global const float *dy, const uint ody, __global float *dx, const uint odx)
+{
+    const uint q = get_global_id(0);
+    const uint p = get_global_id(1);
+    const uint pl = get_global_id(2);
+    if (q >= Q || p >= P || pl >= planes)
+        return;
+    __global const float *xp = x + ox + (size_t)pl * H * W;
+    __global float *dxp = dx + odx + (size_t)pl * H * W;
+    const int h0 = (int)(p * SH) - (int)PH, w0 = (int)(q * SW) - (int)PW;
+    const int am = window_argmax(xp, (int)H, (int)W, h0, w0, (int)KH, (int)KW);
+    const float g = dy[ody + ((size_t)pl * P + p) * Q + q];
+    for (int r = 0; r < (int)KH; r++) {
+        const int h = h0 + r;
+        if (h < 0 || h >= (int)H)
+            continue;
+        for (int s = 0; s < (int)KW; s++) {
+            const int w = w0 + s;
+            if (w < 0 || w >= (int)W)
+                continue;
+            dxp[h * (int)W + w] = select(0.0f, g, h * (int)W + w == am);
+        }
+    }
+}
+
+__kernel void avgpool_bwd_scatter(const uint planes, POOL_ARGS, __global const float *dy, const uint ody,
+                                  __global float *dx, const uint odx)
+{
+    const uint q = get_global_id(0);
+    const uint p = get_global_id(1);
+    const uint pl = get_global_id(2);
+    if (q >= Q || p >= P || pl >= planes)
+        return;
+    __global float *dxp = dx + odx + (size_t)pl * H * W;
+    const int h0 = (int)(p * SH) - (int)PH, w0 = (int)(q * SW) - (int)PW;
+    const float g = dy[ody + ((size_t)pl * P + p) * Q + q] /
+                    avg_divisor(h0, w0, (int)H, (int)W, (int)KH, (int)KW, (int)PH, (int)PW);
+    for (int r = 0; r < (int)KH; r++) {
+        const int h = h0 + r;
+        if (h < 0 || h >= (int)H)
+            continue;
+        for (int s = 0; s < (int)KW; s++) {
+            const int w = w0 + s;
+            if (w < 0 || w >= (int)W)
+                continue;
+            dxp[h * (int)W + w] = g;
+        }
+    }
+}
+
+// 2x2 windows, stride 2, no padding, even H and W (the common case): 2-D
+// range (q, row) with row = plane * P + p, so input rows 2*row and 2*row+1
+// follow without divisions. First maximum in row-major order wins.
+__kernel void maxpool2_fwd(const uint rows, const uint Q, __global const float *x, const uint ox, __global float *y,
+                           const uint oy)
+{
+    const uint q = get_global_id(0);
+    const uint r = get_global_id(1);
+    if (q >= Q || r >= rows)
+        return;
+    __global const float *a = x + ox + (size_t)(2 * r) * (2 * Q) + 2 * q;
+    y[oy + (size_t)r * Q + q] = fmax(fmax(a[0], a[1]), fmax(a[2 * Q], a[2 * Q + 1]));
+}
+
+__kernel void maxpool2_bwd(const uint rows, const uint Q, __global const float *x, const uint ox,
+                           __global const float *dy, const uint ody, __global float *dx, const uint odx)
+{
+    const uint q = get_global_id(0);
+    const uint r = get_global_id(1);
+    if (q >= Q || r >= rows)
+        return;
+    const size_t o = (size_t)(2 * r) * (2 * Q) + 2 * q;
+    const float2 t = vload2(0, x + ox + o);
+    const float2 b = vload2(0, x + ox + o + 2 * Q);
+    const float g = dy[ody + (size_t)r * Q + q];
+    // first maximum in the order t.x, t.y, b.x, b.y
+    const float m = fmax(fmax(t.x, t.y), fmax(b.x, b.y));
+    const int e0 = t.x == m;
+    const int e1 = !e0 && t.y == m;
+    const int e2 = !e0 && !e1 && b.x == m;
+    const int e3 = !e0 && !e1 && !e2;
+    vstore2((float2)(e0 ? g : 0.0f, e1 ? g : 0.0f), 0, dx + odx + o);
+    vstore2((float2)(e2 ? g : 0.0f, e3 ? g : 0.0f), 0, dx + odx + o + 2 * Q);
+}
+
+__kernel void avgpool2_fwd(const uint rows, const uint Q, __global const float *x, const uint ox, __global float *y,
+                           const uint oy)
+{
+    const uint q = get_global_id(0);
+    const uint r = get_global_id(1);
+    if (q >= Q || r >= rows)
+        return;
+    __global const float *a = x + ox + (size_t)(2 * r) * (2 * Q) + 2 * q;
+    y[oy + (size_t)r * Q + q] = 0.25f * ((a[0] + a[1]) + (a[2 * Q] + a[2 * Q + 1]));
+}
+
+__kernel void avgpool2_bwd(const uint rows, const uint Q, __global const float *dy, const uint ody,
+                           __global float *dx, const uint odx)
+{
+    const uint q = get_global_id(0);
+    const uint r = get_global_id(1);
+    if (q >= Q || r >= rows)
+        return;
+    const size_t o = (size_t)(2 * r) * (2 * Q) + 2 * q;
+    const float g = 0.25f * dy[ody + (size_t)r * Q + q];
+    vstore2((float2)(g, g), 0, dx + odx + o);
+    vstore2((float2)(g, g), 0, dx + odx + o + 2 * Q);
 }

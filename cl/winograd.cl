@@ -9,33 +9,41 @@
 //   U[xi][ko][ci]  filters       V[xi][c][t]  input tiles      M[xi][k][t] products
 // with t = (b*TH + th)*TW + tw over the images of one batch chunk.
 
+// Quotients unsigned, remainders signed: see the note in im2col.cl.
+#define UDIV(a, b) ((int)((uint)(a) / (uint)(b)))
+
 #ifndef WM
 #define WM 2
 #endif
 #define WR 3
 #define WA (WM + WR - 1)
 
+// Transform matrices as function-local constants (a program-scope
+// __constant table reads as uninitialized memory under oclgrind).
 #if WM == 2
-__constant float BT[4][4] = {{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}};
-__constant float GM[4][3] = {{1, 0, 0}, {0.5f, 0.5f, 0.5f}, {0.5f, -0.5f, 0.5f}, {0, 0, 1}};
-__constant float AT[2][4] = {{1, 1, 1, 0}, {0, 1, -1, -1}};
+#define WINO_BT const float BT[4][4] = {{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}}
+#define WINO_G const float GM[4][3] = {{1, 0, 0}, {0.5f, 0.5f, 0.5f}, {0.5f, -0.5f, 0.5f}, {0, 0, 1}}
+#define WINO_AT const float AT[2][4] = {{1, 1, 1, 0}, {0, 1, -1, -1}}
 #elif WM == 4
-__constant float BT[6][6] = {{4, 0, -5, 0, 1, 0},  {0, -4, -4, 1, 1, 0}, {0, 4, -4, -1, 1, 0},
-                             {0, -2, -1, 2, 1, 0}, {0, 2, -1, -2, 1, 0}, {0, 4, 0, -5, 0, 1}};
-__constant float GM[6][3] = {{1.0f / 4, 0, 0},
-                             {-1.0f / 6, -1.0f / 6, -1.0f / 6},
-                             {-1.0f / 6, 1.0f / 6, -1.0f / 6},
-                             {1.0f / 24, 1.0f / 12, 1.0f / 6},
-                             {1.0f / 24, -1.0f / 12, 1.0f / 6},
-                             {0, 0, 1}};
-__constant float AT[4][6] = {{1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, -1, 8, -8, 1}};
+#define WINO_BT                                                                                        \
+    const float BT[6][6] = {{4, 0, -5, 0, 1, 0},  {0, -4, -4, 1, 1, 0}, {0, 4, -4, -1, 1, 0},        \
+                            {0, -2, -1, 2, 1, 0}, {0, 2, -1, -2, 1, 0}, {0, 4, 0, -5, 0, 1}}
+#define WINO_G                                                                                         \
+    const float GM[6][3] = {{1.0f / 4, 0, 0},                                                          \
+                            {-1.0f / 6, -1.0f / 6, -1.0f / 6},                                         \
+                            {-1.0f / 6, 1.0f / 6, -1.0f / 6},                                          \
+                            {1.0f / 24, 1.0f / 12, 1.0f / 6},                                          \
+                            {1.0f / 24, -1.0f / 12, 1.0f / 6},                                         \
+                            {0, 0, 1}}
+#define WINO_AT                                                                                        \
+    const float AT[4][6] = {{1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, -1, 8, -8, 1}}
 #else
 #error "WM must be 2 or 4"
 #endif
 
 // F(2,3) matrices, used transposed by the backward-filter kernels.
-__constant float F23_G[4][3] = {{1, 0, 0}, {0.5f, 0.5f, 0.5f}, {0.5f, -0.5f, 0.5f}, {0, 0, 1}};
-__constant float F23_AT[2][4] = {{1, 1, 1, 0}, {0, 1, -1, -1}};
+#define F23_GM const float F23_G[4][3] = {{1, 0, 0}, {0.5f, 0.5f, 0.5f}, {0.5f, -0.5f, 0.5f}, {0, 0, 1}}
+#define F23_ATM const float F23_AT[2][4] = {{1, 1, 1, 0}, {0, 1, -1, -1}}
 
 // U = G g G^T for every (ko, ci): gws = (Cin, Kout). With flip the filter is
 // the rotated transpose used by backward-data: g = rot180(w[ci][ko]) where w
@@ -43,6 +51,7 @@ __constant float F23_AT[2][4] = {{1, 1, 1, 0}, {0, 1, -1, -1}};
 __kernel void wino_filter(__global const float *w, const int offw, const int Kout, const int Cin, const int flip,
                           __global float *U, const int offU)
 {
+    WINO_G;
     const int ci = get_global_id(0);
     const int ko = get_global_id(1);
     if (ci >= Cin || ko >= Kout)
@@ -68,18 +77,21 @@ __kernel void wino_input(__global const float *x, const int offx, const int C, c
                          const int pad_h, const int pad_w, const int TH, const int TW, const int ntiles,
                          __global float *V, const int ldv)
 {
+    WINO_BT;
     const int t = get_global_id(0);
     const int c = get_global_id(1);
     if (t >= ntiles || c >= C)
         return;
-    const int tw = t % TW, th = (t / TW) % TH, b = t / (TH * TW);
+    const int tw = t % TW, th = UDIV(t, TW) % TH, b = UDIV(t, TH * TW);
     const int h0 = th * WM - pad_h, w0 = tw * WM - pad_w;
     __global const float *xc = x + offx + (b * C + c) * H * W;
     float d[WA][WA];
     for (int i = 0; i < WA; i++)
         for (int j = 0; j < WA; j++) {
             const int h = h0 + i, ww = w0 + j;
-            d[i][j] = (h >= 0 && h < H && ww >= 0 && ww < W) ? xc[h * W + ww] : 0.0f;
+            d[i][j] = 0.0f;
+            if (h >= 0 && h < H && ww >= 0 && ww < W)
+                d[i][j] = xc[h * W + ww];
         }
     float tmp[WA][WA];
     for (int a = 0; a < WA; a++)
@@ -103,11 +115,12 @@ __kernel void wino_output(__global const float *M, const int ldm, const int K, c
                           const int TH, const int TW, const int ntiles, __global const float *bias, const int offb,
                           const int has_bias, const int relu, __global float *y, const int offy)
 {
+    WINO_AT;
     const int t = get_global_id(0);
     const int k = get_global_id(1);
     if (t >= ntiles || k >= K)
         return;
-    const int tw = t % TW, th = (t / TW) % TH, b = t / (TH * TW);
+    const int tw = t % TW, th = UDIV(t, TW) % TH, b = UDIV(t, TH * TW);
     float m[WA][WA];
     for (int a = 0; a < WA; a++)
         for (int c = 0; c < WA; c++)
@@ -143,17 +156,20 @@ __kernel void wino_output(__global const float *M, const int ldm, const int K, c
 __kernel void wino_bf_dy(__global const float *dy, const int offdy, const int K, const int P, const int Q,
                          const int TH, const int TW, const int ntiles, __global float *Ud, const int ldu)
 {
+    F23_ATM;
     const int t = get_global_id(0);
     const int k = get_global_id(1);
     if (t >= ntiles || k >= K)
         return;
-    const int tw = t % TW, th = (t / TW) % TH, b = t / (TH * TW);
+    const int tw = t % TW, th = UDIV(t, TW) % TH, b = UDIV(t, TH * TW);
     __global const float *dk = dy + offdy + (b * K + k) * P * Q;
     float e[2][2];
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < 2; j++) {
             const int p = th * 2 + i, q = tw * 2 + j;
-            e[i][j] = (p < P && q < Q) ? dk[p * Q + q] : 0.0f;
+            e[i][j] = 0.0f;
+            if (p < P && q < Q)
+                e[i][j] = dk[p * Q + q];
         }
     for (int a = 0; a < 4; a++) {
         const float r0 = F23_AT[0][a] * e[0][0] + F23_AT[1][a] * e[1][0];
@@ -168,6 +184,7 @@ __kernel void wino_bf_dy(__global const float *dy, const int offdy, const int K,
 __kernel void wino_bf_out(__global const float *Mf, const int K, const int C, const float beta,
                           __global float *dw, const int offdw)
 {
+    F23_GM;
     const int c = get_global_id(0);
     const int k = get_global_id(1);
     if (c >= C || k >= K)
@@ -185,6 +202,9 @@ __kernel void wino_bf_out(__global const float *Mf, const int K, const int C, co
         for (int s = 0; s < 3; s++) {
             const float v = tmp[r][0] * F23_G[0][s] + tmp[r][1] * F23_G[1][s] + tmp[r][2] * F23_G[2][s] +
                             tmp[r][3] * F23_G[3][s];
-            d[r * 3 + s] = beta == 0.0f ? v : fma(beta, d[r * 3 + s], v);
+            if (beta == 0.0f)
+                d[r * 3 + s] = v;
+            else
+                d[r * 3 + s] = fma(beta, d[r * 3 + s], v);
         }
 }

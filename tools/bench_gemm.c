@@ -1,11 +1,221 @@
-/* clgrad bench gemm (placeholder until its issue lands) */
+/* clgrad bench gemm: GFLOP/s per backend (own kernels, CLBlast, host
+ * OpenBLAS) on the same shapes in the same run. Device backends are timed
+ * with OpenCL events (first kernel start to last kernel end, packing
+ * included), OpenBLAS with the wall clock; the median of --reps timed runs
+ * after a warm-up is reported. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
+#include "clg_config.h"
+#include "ops/gemm.h"
+#include "ops/tune_gemm.h"
+
+#if CLG_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: clgrad bench gemm [--m M --n N --k K] [--ta] [--tb] [--batch B] [--shapes dl]\n"
+            "                         [--backend own|clblast|openblas|all] [--devices SEL] [--reps R] [--json]\n"
+            "  C = A*B (row-major, op() per --ta/--tb), single precision. Default shape 1024^3.\n"
+            "  --shapes dl  the GEMMs of VGG-S and LeNet-5 at batch 128 (forward, data and\n"
+            "               weight gradients; conv as im2col M=Kout N=B*P*Q K=C*R*S)\n"
+            "  --backend    own (tuned/default kernels), clblast, openblas (host), all (default)\n"
+            "  --reps R     timed runs per backend after one warm-up (median; default 5)\n"
+            "  --json       one JSON object per line and backend\n");
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct result {
+    const char *backend;
+    double ms;
+    int ok;
+} result;
+
+#if CLG_HAVE_OPENBLAS
+static int time_openblas(const clg_gemm_shape *s, int reps, double *ms)
+{
+    int batch = s->batch > 0 ? s->batch : 1;
+    size_t na = (size_t)s->M * s->K, nb = (size_t)s->K * s->N, nc = (size_t)s->M * s->N;
+    float *A = malloc(sizeof(float) * na * batch), *B = malloc(sizeof(float) * nb * batch);
+    float *C = malloc(sizeof(float) * nc * batch);
+    if (!A || !B || !C) {
+        free(A);
+        free(B);
+        free(C);
+        return 0;
+    }
+    for (size_t i = 0; i < na * batch; i++)
+        A[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
+    for (size_t i = 0; i < nb * batch; i++)
+        B[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
+    double t[64];
+    for (int r = -1; r < reps; r++) {
+        double t0 = clg_now_sec();
+        for (int b = 0; b < batch; b++)
+            cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans, s->tb ? CblasTrans : CblasNoTrans, s->M,
+                        s->N, s->K, 1.0f, A + b * na, s->ta ? s->M : s->K, B + b * nb, s->tb ? s->K : s->N, 0.0f,
+                        C + b * nc, s->N);
+        double dt = (clg_now_sec() - t0) * 1e3;
+        if (r >= 0)
+            t[r] = dt;
+    }
+    qsort(t, (size_t)reps, sizeof t[0], cmp_d);
+    *ms = t[reps / 2];
+    free(A);
+    free(B);
+    free(C);
+    return 1;
+}
+#endif
+
+static void report(int json, const char *dev, const clg_gemm_shape *s, const char *backend, double ms, const char *note)
+{
+    int batch = s->batch > 0 ? s->batch : 1;
+    double gf = 2.0 * s->M * s->N * s->K * batch / (ms * 1e6);
+    if (json) {
+        printf("{\"backend\": \"%s\", \"device\": \"%s\", \"label\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, "
+               "\"ta\": %d, \"tb\": %d, \"batch\": %d, \"ms\": %.4f, \"gflops\": %.2f%s%s%s}\n",
+               backend, dev, s->label ? s->label : "", s->M, s->N, s->K, s->ta, s->tb, batch, ms, gf,
+               note ? ", \"params\": \"" : "", note ? note : "", note ? "\"" : "");
+    } else {
+        printf("%-22s %-9s %6d %6d %6d %2d %2d %4d %10.3f %9.1f  %s\n", s->label ? s->label : "-", backend, s->M,
+               s->N, s->K, s->ta, s->tb, batch, ms, gf, note ? note : "");
+    }
+    fflush(stdout);
+}
 
 int bench_gemm(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    return cli_fail("'bench gemm' is not implemented yet");
+    long M = 1024, N = 1024, K = 1024, batch = 1, reps = 5;
+    int ta = 0, tb = 0, json = 0, dl = 0;
+    const char *backend = "all", *devices = NULL, *shapes = NULL;
+    for (int i = 1; i < argc; i++) {
+        int r;
+        if (cli_is_help(argv[i])) {
+            usage(stdout);
+            return CLI_OK;
+        }
+        if ((r = cli_opt_int(argc, argv, &i, "--m", 1, 1 << 20, &M)) != 0 ||
+            (r = cli_opt_int(argc, argv, &i, "--n", 1, 1 << 24, &N)) != 0 ||
+            (r = cli_opt_int(argc, argv, &i, "--k", 1, 1 << 24, &K)) != 0 ||
+            (r = cli_opt_int(argc, argv, &i, "--batch", 1, 1 << 16, &batch)) != 0 ||
+            (r = cli_opt_int(argc, argv, &i, "--reps", 1, 64, &reps)) != 0 ||
+            (r = cli_opt_str(argc, argv, &i, "--backend", &backend)) != 0 ||
+            (r = cli_opt_str(argc, argv, &i, "--devices", &devices)) != 0 ||
+            (r = cli_opt_str(argc, argv, &i, "--device", &devices)) != 0 ||
+            (r = cli_opt_str(argc, argv, &i, "--shapes", &shapes)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+        } else if (strcmp(argv[i], "--ta") == 0) {
+            ta = 1;
+        } else if (strcmp(argv[i], "--tb") == 0) {
+            tb = 1;
+        } else if (strcmp(argv[i], "--json") == 0) {
+            json = 1;
+        } else {
+            return cli_usage_error("bench gemm", "unknown option '%s'", argv[i]);
+        }
+    }
+    if (shapes) {
+        if (strcmp(shapes, "dl") != 0)
+            return cli_usage_error("bench gemm", "unknown shape preset '%s' (dl)", shapes);
+        dl = 1;
+    }
+    int want_own = 0, want_cb = 0, want_ob = 0;
+    if (strcmp(backend, "all") == 0)
+        want_own = want_cb = want_ob = 1;
+    else if (strcmp(backend, "own") == 0)
+        want_own = 1;
+    else if (strcmp(backend, "clblast") == 0)
+        want_cb = 1;
+    else if (strcmp(backend, "openblas") == 0)
+        want_ob = 1;
+    else
+        return cli_usage_error("bench gemm", "unknown backend '%s' (own, clblast, openblas or all)", backend);
+    if (want_cb && !clg_gemm_have_clblast()) {
+        if (strcmp(backend, "clblast") == 0)
+            return cli_fail("this clgrad was built without CLBlast");
+        want_cb = 0;
+    }
+    if (want_ob && !CLG_HAVE_OPENBLAS) {
+        if (strcmp(backend, "openblas") == 0)
+            return cli_fail("this clgrad was built without OpenBLAS");
+        want_ob = 0;
+    }
+
+    clg_gemm_shape list[64];
+    int ns;
+    if (dl) {
+        ns = CLG_MIN(clg_gemm_dl_shapes(128, list, (int)CLG_ARRAY_LEN(list)), (int)CLG_ARRAY_LEN(list));
+    } else {
+        list[0] = (clg_gemm_shape){"-", (int)M, (int)N, (int)K, ta, tb, (int)batch};
+        ns = 1;
+    }
+
+    clg_ctx *ctx = NULL;
+    if (want_own || want_cb) {
+        int orc = CLI_OK;
+        ctx = cli_ctx_open(devices, 0, &orc);
+        if (!ctx)
+            return orc;
+    }
+    if (!json)
+        printf("%-22s %-9s %6s %6s %6s %2s %2s %4s %10s %9s\n", "shape", "backend", "M", "N", "K", "ta", "tb", "bat",
+               "ms", "GFLOP/s");
+    int rc = CLI_OK;
+    for (int s = 0; s < ns && rc == CLI_OK; s++) {
+        const clg_gemm_shape *sh = &list[s];
+        double t_ob = 0;
+#if CLG_HAVE_OPENBLAS
+        if (want_ob && time_openblas(sh, (int)reps, &t_ob))
+            report(json, "host", sh, "openblas", t_ob, NULL);
+#endif
+        for (int d = 0; ctx && d < ctx->ndev && rc == CLI_OK; d++) {
+            clg_device *dev = &ctx->devs[d];
+            clg_gemm_args a;
+            clg_gemm_args_init(&a);
+            a.M = sh->M;
+            a.N = sh->N;
+            a.K = sh->K;
+            a.ta = sh->ta;
+            a.tb = sh->tb;
+            a.batch = sh->batch;
+            double t_own = 0, t_cb = 0;
+            if (want_own) {
+                clg_gemm_params p;
+                clg_gemm_params_for(dev, a.M, a.N, a.K, &p);
+                char desc[160];
+                clg_gemm_params_str(&p, desc, sizeof desc);
+                if (clg_gemm_time(dev, &a, CLG_GEMM_OWN, &p, (int)reps, &t_own) != CLG_OK) {
+                    rc = cli_fail("own gemm on device %d: %s", d, clg_last_error(ctx));
+                    break;
+                }
+                report(json, dev->info.name, sh, "own", t_own, desc);
+            }
+            if (want_cb) {
+                if (clg_gemm_time(dev, &a, CLG_GEMM_CLBLAST, NULL, (int)reps, &t_cb) != CLG_OK) {
+                    fprintf(stderr, "clgrad: clblast gemm on device %d: %s\n", d, clg_last_error(ctx));
+                    t_cb = 0;
+                } else {
+                    report(json, dev->info.name, sh, "clblast", t_cb, NULL);
+                }
+            }
+            if (!json && t_own > 0 && (t_cb > 0 || t_ob > 0)) {
+                printf("%-22s ratios: own/openblas %s%.2f  own/clblast %s%.2f (speed)\n", "", t_ob > 0 ? "" : "n/a ",
+                       t_ob > 0 ? t_ob / t_own : 0.0, t_cb > 0 ? "" : "n/a ", t_cb > 0 ? t_cb / t_own : 0.0);
+            }
+        }
+    }
+    clg_ctx_destroy(ctx);
+    return rc;
 }

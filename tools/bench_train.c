@@ -1,6 +1,7 @@
 /* clgrad bench train --model MODEL --batch B --steps S [--devices SEL] [--json]:
  * training throughput on synthetic data, warm-up steps excluded. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -15,6 +16,7 @@ static void help(FILE *f)
                "  --batch B       batch size (default 128)\n"
                "  --steps S       timed steps (default 20)\n"
                "  --warmup W      untimed warm-up steps first (default 3)\n"
+               "  --gemm-backend B  auto, own or clblast (sets CLGRAD_GEMM_BACKEND)\n"
                "  --devices SEL   device selector; runs on the first selected device\n"
                "  --seed N        seed (default 1)\n"
                "  --json          one JSON object: model, batch, devices, images_per_s, ...\n"
@@ -64,6 +66,13 @@ int bench_train(int argc, char **argv)
             if (r < 0)
                 return CLI_USAGE;
             p.seed = (uint64_t)v;
+            continue;
+        }
+        const char *gb = NULL;
+        if ((r = cli_opt_str(argc, argv, &i, "--gemm-backend", &gb)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            setenv("CLGRAD_GEMM_BACKEND", gb, 1);
             continue;
         }
         if (strcmp(a, "--json") == 0) {

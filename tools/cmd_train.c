@@ -1,5 +1,6 @@
 /* clgrad train MODEL --data SPEC [options]: trains a model (public API only). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -22,6 +23,7 @@ static void help(FILE *f)
             "  --schedule NAME      none, step or cosine\n"
             "  --warmup N           linear learning-rate warm-up over N steps\n"
             "  --clip-norm X        clip gradients to global L2 norm X (0: off)\n"
+            "  --gemm-backend B     auto, own or clblast (sets CLGRAD_GEMM_BACKEND)\n"
             "  --devices SEL        device selector (all, gpu, cpu, 0,1, name:TEXT); trains on the first\n"
             "  --precision P        fp32 (default) or fp16 (not supported yet)\n"
             "  --checkpoint DIR     save DIR/last.safetensors after every epoch and at the end\n"
@@ -107,6 +109,13 @@ int cmd_train(int argc, char **argv)
             continue;
         }
         OPT(cli_opt_str(argc, argv, &i, "--devices", &devices));
+        const char *gb = NULL;
+        if ((r = cli_opt_str(argc, argv, &i, "--gemm-backend", &gb)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            setenv("CLGRAD_GEMM_BACKEND", gb, 1); /* read when the first GEMM runs */
+            continue;
+        }
         OPT(cli_opt_str(argc, argv, &i, "--precision", &p.precision));
         OPT(cli_opt_str(argc, argv, &i, "--checkpoint", &p.checkpoint_dir));
         if (strcmp(a, "--resume") == 0) {

@@ -174,6 +174,16 @@ static clg_status idx_read(clg_err *err, const char *path, idx_file *out)
         }
         out->count *= out->dims[i];
     }
+    if (gzdirect(f)) { /* plain file: check its size before allocating */
+        struct stat sb;
+        uint64_t need = 4 + 4 * (uint64_t)out->ndim + out->count;
+        if (stat(path, &sb) == 0 && (uint64_t)sb.st_size < need) {
+            st = clg_err_set(err, CLG_ERR_FORMAT,
+                             "IDX file '%s' is truncated: %lld bytes, its header describes %llu", path,
+                             (long long)sb.st_size, (unsigned long long)need);
+            goto done;
+        }
+    }
     out->data = malloc(out->count ? (size_t)out->count : 1);
     if (!out->data) {
         st = clg_err_set(err, CLG_ERR_HOST_OOM, "IDX file '%s': no memory for %llu bytes", path,

@@ -53,7 +53,8 @@ CLG_INTERNAL void clg_dataset_free(clg_dataset *ds);
 
 /* spec is one of:
  *   "fashion-mnist" / "mnist": looked up in $CLGRAD_DATA_DIR/<name>/, then
- *       /usr/share/datasets/<name>/ (Debian's dataset-fashion-mnist);
+ *       $CLGRAD_DATA_DIR itself, then /usr/share/datasets/<name>/ (Debian's
+ *       dataset-fashion-mnist);
  *   "cifar10" / "cifar-10": $CLGRAD_DATA_DIR/cifar-10-batches-bin/ etc.;
  *   a directory holding {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]
  *       (IDX) or data_batch_{1..5}.bin + test_batch.bin (CIFAR-10);

@@ -516,6 +516,14 @@ clg_status clg_replica_create(clg_net *net, clg_device *dev, uint64_t seed, clg_
     }
     if (st == CLG_OK)
         st = plan_memory(r);
+    const char *pe = getenv("CLGRAD_PROFILE");
+    if (st == CLG_OK && pe && pe[0] && strcmp(pe, "0") != 0) {
+        r->profile = 1;
+        r->prof_fwd = calloc((size_t)r->nlayers, sizeof(double));
+        r->prof_bwd = calloc((size_t)r->nlayers, sizeof(double));
+        if (!r->prof_fwd || !r->prof_bwd)
+            r->profile = 0;
+    }
     r->input.n = r->batch;
     r->input.c = net->in_c;
     r->input.h = net->in_h;
@@ -546,7 +554,27 @@ void clg_replica_free(clg_replica *r)
     free(r->slot_bytes);
     free(r->act);
     free(r->dact);
+    free(r->prof_fwd);
+    free(r->prof_bwd);
     free(r);
+}
+
+void clg_replica_print_profile(const clg_replica *r, FILE *f)
+{
+    if (!r->profile || r->prof_calls == 0)
+        return;
+    double tf = 0, tb = 0;
+    for (int i = 0; i < r->nlayers; i++) {
+        tf += r->prof_fwd[i];
+        tb += r->prof_bwd[i];
+    }
+    fprintf(f, "per-layer profile over %d forward passes (ms per pass, layers serialized):\n", r->prof_calls);
+    fprintf(f, "%-3s %-14s %-14s %10s %10s %7s\n", "#", "name", "type", "forward", "backward", "share");
+    for (int i = 0; i < r->nlayers; i++)
+        fprintf(f, "%-3d %-14.14s %-14.14s %10.3f %10.3f %6.1f%%\n", i, r->layers[i].name, r->layers[i].ops->type,
+                r->prof_fwd[i] / r->prof_calls, r->prof_bwd[i] / r->prof_calls,
+                100 * (r->prof_fwd[i] + r->prof_bwd[i]) / (tf + tb > 0 ? tf + tb : 1));
+    fprintf(f, "total %.3f ms forward, %.3f ms backward per pass\n", tf / r->prof_calls, tb / r->prof_calls);
 }
 
 void clg_replica_set_input(clg_replica *r, cl_mem buf, size_t off)
@@ -585,10 +613,17 @@ clg_status clg_replica_forward(clg_replica *r, int n, int training)
         for (int k = 0; k < l->nin; k++)
             in[k] = with_n(l->inputs[k] < 0 ? &r->input : &r->act[l->inputs[k]], n);
         clg_tensor o = with_n(&r->act[i], n);
+        double t0 = r->profile ? clg_now_sec() : 0;
         clg_status st = l->ops->forward(l, r->dev, in, l->nin, &o, training);
         if (st != CLG_OK)
             return layer_fail(err, st, r->net, l, "forward");
+        if (r->profile) {
+            clFinish(r->dev->queue);
+            r->prof_fwd[i] += 1000 * (clg_now_sec() - t0);
+        }
     }
+    if (r->profile)
+        r->prof_calls++;
     return CLG_OK;
 }
 
@@ -656,7 +691,12 @@ clg_status clg_replica_backward(clg_replica *r, int n)
             break;
         clg_tensor o = with_n(&r->act[i], n);
         clg_tensor dout = with_n(&r->dact[i], n);
+        double t0 = r->profile ? clg_now_sec() : 0;
         st = l->ops->backward(l, r->dev, in, l->nin, &o, &dout, din);
+        if (r->profile) {
+            clFinish(r->dev->queue);
+            r->prof_bwd[i] += 1000 * (clg_now_sec() - t0);
+        }
         if (st != CLG_OK) {
             st = layer_fail(err, st, r->net, l, "backward");
             break;

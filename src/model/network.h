@@ -62,6 +62,11 @@ typedef struct clg_replica {
     clg_tensor input;   /* network input (borrowed buffer), N = batch */
     int loss_index;     /* index of the loss layer, or -1 */
     uint64_t planned_bytes, naive_bytes;
+    /* profiling (CLGRAD_PROFILE=1): per layer wall ms of forward / backward,
+     * each layer finished before the next (slower, for finding hot spots) */
+    int profile;
+    double *prof_fwd, *prof_bwd;
+    int prof_calls;
 } clg_replica;
 
 struct clg_net {
@@ -116,5 +121,7 @@ typedef struct clg_param_ref {
 CLG_INTERNAL clg_status clg_replica_params(clg_replica *r, int trainable_only, clg_param_ref **refs, int *n);
 /* Tells layers that parameters changed (after an optimizer step / load). */
 CLG_INTERNAL void clg_replica_params_changed(clg_replica *r);
+/* Prints the per-layer profile (when profiling was on). */
+CLG_INTERNAL void clg_replica_print_profile(const clg_replica *r, FILE *f);
 
 #endif

@@ -627,9 +627,14 @@ clg_gemm_backend clg_gemm_get_backend(clg_ctx *ctx)
     if (!db)
         return CLG_GEMM_AUTO;
     if (db->gemm_backend == 0) { /* not set yet: environment */
-        int b = clg_gemm_backend_parse(getenv("CLGRAD_GEMM_BACKEND"));
-        if (b == CLG_GEMM_CLBLAST && !CLG_HAVE_CLBLAST)
-            b = CLG_GEMM_AUTO;
+        const char *env = getenv("CLGRAD_GEMM_BACKEND");
+        int b = env && *env ? clg_gemm_backend_parse(env) : CLG_GEMM_AUTO;
+        if (b < 0)
+            clg_log(1, "CLGRAD_GEMM_BACKEND='%s' is not own, clblast, auto or ref; using auto", env);
+        if (b == CLG_GEMM_CLBLAST && !CLG_HAVE_CLBLAST) {
+            clg_log(1, "CLGRAD_GEMM_BACKEND=clblast but clgrad was built without CLBlast; using own");
+            b = CLG_GEMM_OWN;
+        }
         db->gemm_backend = (b < 0 ? CLG_GEMM_AUTO : b) + 1;
         const char *m = getenv("CLGRAD_GEMM_AUTO_MEASURE");
         if (m && strcmp(m, "0") == 0)
@@ -751,7 +756,7 @@ static clg_gemm_backend resolve(clg_device *dev, const clg_gemm_args *a, clg_gem
         return strcmp(e->backend, "clblast") == 0 ? CLG_GEMM_CLBLAST : CLG_GEMM_OWN;
     clg_tune_db *db = clg_tune_db_get(dev->ctx);
     double flops = 2.0 * a->M * a->N * a->K * (a->batch > 0 ? a->batch : 1);
-    if (!db || !db->auto_measure || flops < 2e8 || flops > 2e11)
+    if (!db || !db->auto_measure || flops < 1e9 || flops > 2e11)
         return CLG_GEMM_OWN;
     /* measure once (errors are kept out of the caller's way) */
     clg_err saved = dev->ctx->err;

@@ -92,9 +92,12 @@ CLG_INTERNAL int clg_gemm_params_from_entry(const struct clg_tune_entry *e, clg_
 CLG_INTERNAL void clg_gemm_class(int M, int N, int K, char *buf, size_t len);
 
 /* Context-wide backend used when args->backend is AUTO (default AUTO:
- * the faster of own/CLBlast per shape class when CLBlast is built in,
- * measured once and stored in the tuning database). CLGRAD_GEMM_BACKEND
- * (own|clblast|auto|ref) overrides the initial value. */
+ * the faster of own/CLBlast per shape class when CLBlast is built in, as
+ * recorded by `clgrad tune` or measured once at run time for products of
+ * 1 to 200 GFLOP, and stored in the tuning database; own otherwise).
+ * CLGRAD_GEMM_BACKEND (own|clblast|auto|ref) sets the initial value and
+ * CLGRAD_GEMM_AUTO_MEASURE=0 turns the run-time measurement off.
+ * The CLI's --gemm-backend maps onto clg_gemm_set_backend(). */
 CLG_INTERNAL clg_status clg_gemm_set_backend(clg_ctx *ctx, clg_gemm_backend b);
 CLG_INTERNAL clg_gemm_backend clg_gemm_get_backend(clg_ctx *ctx);
 /* "own", "clblast", "auto", "ref" -> backend; -1 when unknown. */

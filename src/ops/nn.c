@@ -6,11 +6,10 @@
 #include "nn.h"
 
 /* Work-group size for 1-D element-wise kernels (global size rounded up). */
-#define EW_WG 64
-/* Must match SM_WG (softmax.cl), PS_WG (eltwise.cl), BN_WG (norm.cl). */
+#define EW_WG 256
+/* Must match SM_WG (softmax.cl), PS_WG (eltwise.cl). */
 #define SM_WG 64
 #define PS_WG 64
-#define BN_WG 128
 
 static const char *const act_names[] = {"linear", "relu", "leaky", "sigmoid", "tanh", "gelu", NULL};
 const char *const *clg_act_names(void) { return act_names; }
@@ -307,6 +306,47 @@ int clg_pool_out_w(const clg_pool_shape *s)
     return span < 0 ? 0 : span / s->sw + 1;
 }
 
+/* Local size for a 2-/3-D range whose dim 0 has n0 items: l0 = power of two
+ * >= n0 (8..64), l1 fills the group up to ~256 items (power of two <= n1
+ * rounded up). Global sizes are rounded up; kernels check every bound. */
+static clg_status run3(clg_device *dev, cl_kernel k, size_t n0, size_t n1, size_t n2)
+{
+    if (n0 == 0 || n1 == 0 || n2 == 0)
+        return CLG_OK;
+    size_t l0 = 8;
+    while (l0 < n0 && l0 < 64)
+        l0 *= 2;
+    size_t l1 = 1;
+    while (l1 * l0 < 256 && l1 < n1)
+        l1 *= 2;
+    size_t g[3] = {CLG_CEIL_DIV(n0, l0) * l0, CLG_CEIL_DIV(n1, l1) * l1, n2};
+    size_t l[3] = {l0, l1, 1};
+    CLG_CL_CHECK(clg_dev_err(dev), clEnqueueNDRangeKernel(dev->queue, k, 3, NULL, g, l, 0, NULL, NULL));
+    return CLG_OK;
+}
+
+/* Largest divisor of n that is <= cap (>= 1). */
+static size_t divisor_le(size_t n, size_t cap)
+{
+    for (size_t d = CLG_MIN(n, cap); d > 1; d--)
+        if (n % d == 0)
+            return d;
+    return 1;
+}
+
+/* Exact 2-D range (n0, n1) for kernels without bounds checks: local sizes
+ * divide the global ones, ~256 work-items per group. */
+static clg_status run2_exact(clg_device *dev, cl_kernel k, size_t n0, size_t n1)
+{
+    if (n0 == 0 || n1 == 0)
+        return CLG_OK;
+    size_t l0 = divisor_le(n0, 256);
+    size_t l1 = divisor_le(n1, CLG_MAX(256 / l0, 1));
+    size_t g[2] = {n0, n1}, l[2] = {l0, l1};
+    CLG_CL_CHECK(clg_dev_err(dev), clEnqueueNDRangeKernel(dev->queue, k, 2, NULL, g, l, 0, NULL, NULL));
+    return CLG_OK;
+}
+
 static clg_status pool_args(clg_device *dev, cl_kernel k, const clg_pool_shape *s, cl_uint planes)
 {
     int P = clg_pool_out_h(s), Q = clg_pool_out_w(s);
@@ -325,7 +365,15 @@ static clg_status pool_check(clg_device *dev, const clg_pool_shape *s, cl_uint *
                            "pool: window %dx%d stride %dx%d pad %dx%d does not fit input %dx%dx%d (padding must be "
                            "at most half the window)",
                            s->kh, s->kw, s->sh, s->sw, s->ph, s->pw, s->C, s->H, s->W);
+    CLG_TRY(u32(dev, "pool", (size_t)s->N * s->C * s->H * s->W, planes));
     return u32(dev, "pool", (size_t)s->N * s->C, planes);
+}
+
+/* 2x2 stride 2, no padding, even H and W: the vectorized kernels. */
+static int pool_is_2x2(const clg_pool_shape *s)
+{
+    return s->kh == 2 && s->kw == 2 && s->sh == 2 && s->sw == 2 && s->ph == 0 && s->pw == 0 && s->H % 2 == 0 &&
+           s->W % 2 == 0;
 }
 
 clg_status clg_nn_pool_forward(clg_device *dev, int is_max, const clg_pool_shape *s, cl_mem x, size_t ox, cl_mem y,
@@ -335,17 +383,24 @@ clg_status clg_nn_pool_forward(clg_device *dev, int is_max, const clg_pool_shape
     CLG_TRY(check_mem(dev, "pool", y, "y"));
     cl_uint planes, uox, uoy;
     CLG_TRY(pool_check(dev, s, &planes));
-    size_t nout = (size_t)planes * clg_pool_out_h(s) * clg_pool_out_w(s);
+    int P = clg_pool_out_h(s), Q = clg_pool_out_w(s);
+    size_t nout = (size_t)planes * P * Q;
     CLG_TRY(range(dev, "pool", ox, (size_t)planes * s->H * s->W, &uox));
     CLG_TRY(range(dev, "pool", oy, nout, &uoy));
     cl_kernel k;
+    if (pool_is_2x2(s)) {
+        cl_uint rows = planes * (cl_uint)P, uq = (cl_uint)Q;
+        CLG_TRY(kget(dev, "pool", is_max ? "maxpool2_fwd" : "avgpool2_fwd", &k));
+        CLG_TRY(setargs(dev, k, 6, ARG(rows), ARG(uq), ARG(x), ARG(uox), ARG(y), ARG(uoy)));
+        return run3(dev, k, (size_t)Q, rows, 1);
+    }
     CLG_TRY(kget(dev, "pool", is_max ? "maxpool_fwd" : "avgpool_fwd", &k));
     CLG_TRY(pool_args(dev, k, s, planes));
     CLG_CL_CHECK(clg_dev_err(dev), clSetKernelArg(k, 11, sizeof(cl_mem), &x));
     CLG_CL_CHECK(clg_dev_err(dev), clSetKernelArg(k, 12, sizeof(cl_uint), &uox));
     CLG_CL_CHECK(clg_dev_err(dev), clSetKernelArg(k, 13, sizeof(cl_mem), &y));
     CLG_CL_CHECK(clg_dev_err(dev), clSetKernelArg(k, 14, sizeof(cl_uint), &uoy));
-    return run1(dev, k, nout, EW_WG);
+    return run3(dev, k, (size_t)Q, (size_t)P, planes);
 }
 
 clg_status clg_nn_pool_backward(clg_device *dev, int is_max, const clg_pool_shape *s, cl_mem x, size_t ox, cl_mem dy,
@@ -357,17 +412,40 @@ clg_status clg_nn_pool_backward(clg_device *dev, int is_max, const clg_pool_shap
     CLG_TRY(check_mem(dev, "pool backward", dx, "dx"));
     cl_uint planes, uox = 0, uody, uodx;
     CLG_TRY(pool_check(dev, s, &planes));
+    int P = clg_pool_out_h(s), Q = clg_pool_out_w(s);
     size_t nin = (size_t)planes * s->H * s->W;
-    size_t nout = (size_t)planes * clg_pool_out_h(s) * clg_pool_out_w(s);
+    size_t nout = (size_t)planes * P * Q;
     if (is_max)
         CLG_TRY(range(dev, "pool backward", ox, nin, &uox));
     CLG_TRY(range(dev, "pool backward", ody, nout, &uody));
     CLG_TRY(range(dev, "pool backward", odx, nin, &uodx));
+    clg_err *err = clg_dev_err(dev);
     cl_kernel k;
-    CLG_TRY(kget(dev, "pool", is_max ? "maxpool_bwd" : "avgpool_bwd", &k));
+    if (pool_is_2x2(s)) {
+        cl_uint rows = planes * (cl_uint)P, uq = (cl_uint)Q;
+        CLG_TRY(kget(dev, "pool", is_max ? "maxpool2_bwd" : "avgpool2_bwd", &k));
+        if (is_max)
+            CLG_TRY(setargs(dev, k, 8, ARG(rows), ARG(uq), ARG(x), ARG(uox), ARG(dy), ARG(uody), ARG(dx), ARG(uodx)));
+        else
+            CLG_TRY(setargs(dev, k, 6, ARG(rows), ARG(uq), ARG(dy), ARG(uody), ARG(dx), ARG(uodx)));
+        return run3(dev, k, (size_t)Q, rows, 1);
+    }
+    int scatter = s->sh >= s->kh && s->sw >= s->kw;
+    if (scatter) {
+        /* windows do not overlap; elements outside every window get 0 */
+        int covered = s->ph == 0 && s->pw == 0 && s->sh == s->kh && s->sw == s->kw && P * s->sh == s->H &&
+                      Q * s->sw == s->W;
+        if (!covered) {
+            float zero = 0.0f;
+            CLG_CL_CHECK(err, clEnqueueFillBuffer(dev->queue, dx, &zero, sizeof zero, odx * sizeof(float),
+                                                  nin * sizeof(float), 0, NULL, NULL));
+        }
+        CLG_TRY(kget(dev, "pool", is_max ? "maxpool_bwd_scatter" : "avgpool_bwd_scatter", &k));
+    } else {
+        CLG_TRY(kget(dev, "pool", is_max ? "maxpool_bwd" : "avgpool_bwd", &k));
+    }
     CLG_TRY(pool_args(dev, k, s, planes));
     cl_uint a = 11;
-    clg_err *err = clg_dev_err(dev);
     if (is_max) {
         CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_mem), &x));
         CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_uint), &uox));
@@ -376,7 +454,9 @@ clg_status clg_nn_pool_backward(clg_device *dev, int is_max, const clg_pool_shap
     CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_uint), &uody));
     CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_mem), &dx));
     CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_uint), &uodx));
-    return run1(dev, k, nin, EW_WG);
+    if (scatter)
+        return run3(dev, k, (size_t)Q, (size_t)P, planes);
+    return run3(dev, k, (size_t)s->W, (size_t)s->H, planes);
 }
 
 clg_status clg_nn_gap_forward(clg_device *dev, size_t planes, size_t hw, cl_mem x, size_t ox, cl_mem y, size_t oy)
@@ -522,6 +602,23 @@ static clg_status bn_check(clg_device *dev, int N, int C, size_t HW, size_t *n)
     return u32(dev, "batchnorm", *n, &d);
 }
 
+/* Vector width of the partial-sum kernels: 8, 4 or 1 (HW % width == 0). */
+static size_t bn_vec(size_t HW) { return HW % 8 == 0 ? 8 : HW % 4 == 0 ? 4 : 1; }
+
+/* Two scratch vectors of C*HW floats for the partial sums (pool buffers,
+ * released right after enqueueing: the in-order queue orders later reuse). */
+static clg_status bn_parts(clg_device *dev, int C, size_t HW, cl_mem *a, cl_mem *b)
+{
+    size_t bytes = (size_t)C * HW * sizeof(float);
+    CLG_TRY(clg_buf_alloc(dev, bytes, a));
+    clg_status st = clg_buf_alloc(dev, bytes, b);
+    if (st != CLG_OK) {
+        clg_buf_release(dev, *a);
+        *a = NULL;
+    }
+    return st;
+}
+
 clg_status clg_nn_bn_forward_train(clg_device *dev, int N, int C, size_t HW, float eps, float momentum,
                                    int update_running, cl_mem x, size_t ox, cl_mem y, size_t oy, cl_mem gamma,
                                    cl_mem beta, cl_mem rmean, cl_mem rvar, cl_mem mean, cl_mem invstd)
@@ -537,20 +634,36 @@ clg_status clg_nn_bn_forward_train(clg_device *dev, int N, int C, size_t HW, flo
     CLG_TRY(check_mem(dev, o, rvar, "running_var"));
     CLG_TRY(check_mem(dev, o, mean, "mean"));
     CLG_TRY(check_mem(dev, o, invstd, "invstd"));
-    cl_uint un = (cl_uint)n, uN = (cl_uint)N, uC = (cl_uint)C, uHW = (cl_uint)HW, uox, uoy;
+    cl_uint uN = (cl_uint)N, uC = (cl_uint)C, uHW = (cl_uint)HW, uox, uoy;
     CLG_TRY(range(dev, o, ox, n, &uox));
     CLG_TRY(range(dev, o, oy, n, &uoy));
     cl_float fm = momentum, fe = eps;
     cl_int upd = update_running ? 1 : 0;
+    cl_mem pa, pb;
+    CLG_TRY(bn_parts(dev, C, HW, &pa, &pb));
     cl_kernel k;
-    CLG_TRY(kget(dev, "norm", "bn_stats", &k));
-    CLG_TRY(setargs(dev, k, 12, ARG(uN), ARG(uC), ARG(uHW), ARG(fm), ARG(fe), ARG(upd), ARG(x), ARG(uox), ARG(mean),
-                    ARG(invstd), ARG(rmean), ARG(rvar)));
-    CLG_TRY(run_groups(dev, k, (size_t)C, BN_WG));
+    size_t vw = bn_vec(HW);
+    char kn[32];
+    snprintf(kn, sizeof kn, "bn_stats_partial%s", vw == 8 ? "8" : vw == 4 ? "4" : "");
+    clg_status st = kget(dev, "norm", kn, &k);
+    if (st == CLG_OK)
+        st = setargs(dev, k, 7, ARG(uN), ARG(uC), ARG(uHW), ARG(x), ARG(uox), ARG(pa), ARG(pb));
+    if (st == CLG_OK)
+        st = run2_exact(dev, k, HW / vw, (size_t)C);
+    if (st == CLG_OK)
+        st = kget(dev, "norm", "bn_stats_finish", &k);
+    if (st == CLG_OK)
+        st = setargs(dev, k, 14, ARG(uN), ARG(uC), ARG(uHW), ARG(fm), ARG(fe), ARG(upd), ARG(x), ARG(uox), ARG(pa),
+                     ARG(pb), ARG(mean), ARG(invstd), ARG(rmean), ARG(rvar));
+    if (st == CLG_OK)
+        st = run1(dev, k, (size_t)C, 64);
+    clg_buf_release(dev, pa);
+    clg_buf_release(dev, pb);
+    CLG_TRY(st);
     CLG_TRY(kget(dev, "norm", "bn_apply", &k));
-    CLG_TRY(setargs(dev, k, 11, ARG(un), ARG(uC), ARG(uHW), ARG(x), ARG(uox), ARG(y), ARG(uoy), ARG(mean),
+    CLG_TRY(setargs(dev, k, 11, ARG(uN), ARG(uC), ARG(uHW), ARG(x), ARG(uox), ARG(y), ARG(uoy), ARG(mean),
                     ARG(invstd), ARG(gamma), ARG(beta)));
-    return run1(dev, k, n, EW_WG);
+    return run2_exact(dev, k, HW, (size_t)C * (size_t)N);
 }
 
 clg_status clg_nn_bn_forward_infer(clg_device *dev, int N, int C, size_t HW, float eps, cl_mem x, size_t ox,
@@ -565,15 +678,15 @@ clg_status clg_nn_bn_forward_infer(clg_device *dev, int N, int C, size_t HW, flo
     CLG_TRY(check_mem(dev, o, beta, "beta"));
     CLG_TRY(check_mem(dev, o, rmean, "running_mean"));
     CLG_TRY(check_mem(dev, o, rvar, "running_var"));
-    cl_uint un = (cl_uint)n, uC = (cl_uint)C, uHW = (cl_uint)HW, uox, uoy;
+    cl_uint uN = (cl_uint)N, uC = (cl_uint)C, uHW = (cl_uint)HW, uox, uoy;
     CLG_TRY(range(dev, o, ox, n, &uox));
     CLG_TRY(range(dev, o, oy, n, &uoy));
     cl_float fe = eps;
     cl_kernel k;
     CLG_TRY(kget(dev, "norm", "bn_apply_infer", &k));
-    CLG_TRY(setargs(dev, k, 12, ARG(un), ARG(uC), ARG(uHW), ARG(fe), ARG(x), ARG(uox), ARG(y), ARG(uoy), ARG(rmean),
+    CLG_TRY(setargs(dev, k, 12, ARG(uN), ARG(uC), ARG(uHW), ARG(fe), ARG(x), ARG(uox), ARG(y), ARG(uoy), ARG(rmean),
                     ARG(rvar), ARG(gamma), ARG(beta)));
-    return run1(dev, k, n, EW_WG);
+    return run2_exact(dev, k, HW, (size_t)C * (size_t)N);
 }
 
 clg_status clg_nn_bn_backward(clg_device *dev, int N, int C, size_t HW, cl_mem x, size_t ox, cl_mem dy, size_t ody,
@@ -590,20 +703,37 @@ clg_status clg_nn_bn_backward(clg_device *dev, int N, int C, size_t HW, cl_mem x
     CLG_TRY(check_mem(dev, o, gamma, "gamma"));
     CLG_TRY(check_mem(dev, o, dgamma, "dgamma"));
     CLG_TRY(check_mem(dev, o, dbeta, "dbeta"));
-    cl_uint un = (cl_uint)n, uN = (cl_uint)N, uC = (cl_uint)C, uHW = (cl_uint)HW, uox, uody, uodx = 0;
+    cl_uint uN = (cl_uint)N, uC = (cl_uint)C, uHW = (cl_uint)HW, uox, uody, uodx = 0;
     CLG_TRY(range(dev, o, ox, n, &uox));
     CLG_TRY(range(dev, o, ody, n, &uody));
+    if (dx)
+        CLG_TRY(range(dev, o, odx, n, &uodx));
+    cl_mem pa, pb;
+    CLG_TRY(bn_parts(dev, C, HW, &pa, &pb));
     cl_kernel k;
-    CLG_TRY(kget(dev, "norm", "bn_bwd_reduce", &k));
-    CLG_TRY(setargs(dev, k, 11, ARG(uN), ARG(uC), ARG(uHW), ARG(x), ARG(uox), ARG(dy), ARG(uody), ARG(mean),
-                    ARG(invstd), ARG(dgamma), ARG(dbeta)));
-    CLG_TRY(run_groups(dev, k, (size_t)C, BN_WG));
+    size_t vw = bn_vec(HW);
+    char kn[32];
+    snprintf(kn, sizeof kn, "bn_bwd_partial%s", vw == 8 ? "8" : vw == 4 ? "4" : "");
+    clg_status st = kget(dev, "norm", kn, &k);
+    if (st == CLG_OK)
+        st = setargs(dev, k, 10, ARG(uN), ARG(uC), ARG(uHW), ARG(x), ARG(uox), ARG(dy), ARG(uody), ARG(mean), ARG(pa),
+                     ARG(pb));
+    if (st == CLG_OK)
+        st = run2_exact(dev, k, HW / vw, (size_t)C);
+    if (st == CLG_OK)
+        st = kget(dev, "norm", "bn_bwd_finish", &k);
+    if (st == CLG_OK)
+        st = setargs(dev, k, 7, ARG(uC), ARG(uHW), ARG(pa), ARG(pb), ARG(invstd), ARG(dgamma), ARG(dbeta));
+    if (st == CLG_OK)
+        st = run1(dev, k, (size_t)C, 64);
+    clg_buf_release(dev, pa);
+    clg_buf_release(dev, pb);
+    CLG_TRY(st);
     if (!dx)
         return CLG_OK;
-    CLG_TRY(range(dev, o, odx, n, &uodx));
     cl_float invM = 1.0f / (float)((size_t)N * HW);
     CLG_TRY(kget(dev, "norm", "bn_bwd_data", &k));
-    CLG_TRY(setargs(dev, k, 15, ARG(un), ARG(uC), ARG(uHW), ARG(invM), ARG(x), ARG(uox), ARG(dy), ARG(uody),
+    CLG_TRY(setargs(dev, k, 15, ARG(uN), ARG(uC), ARG(uHW), ARG(invM), ARG(x), ARG(uox), ARG(dy), ARG(uody),
                     ARG(mean), ARG(invstd), ARG(gamma), ARG(dgamma), ARG(dbeta), ARG(dx), ARG(uodx)));
-    return run1(dev, k, n, EW_WG);
+    return run2_exact(dev, k, HW, (size_t)C * (size_t)N);
 }

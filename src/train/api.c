@@ -214,9 +214,15 @@ clg_status clg_model_evaluate(clg_model *m, const char *data, long limit, clg_ev
     if (ds->c != m->net->in_c || ds->h != m->net->in_h || ds->w != m->net->in_w)
         st = clg_err_set(err, CLG_ERR_SHAPE, "dataset %s has images %dx%dx%d, the model %s expects %dx%dx%d",
                          ds->source, ds->c, ds->h, ds->w, m->net->source, m->net->in_c, m->net->in_h, m->net->in_w);
-    else if (ds->nclasses > m->net->classes || ds->nclasses == 0)
-        st = clg_err_set(err, CLG_ERR_SHAPE, "dataset %s has %d classes, the model %d", ds->source, ds->nclasses,
-                         m->net->classes);
+    else {
+        int maxl = -1;
+        for (int i = 0; i < ds->n; i++)
+            if (ds->labels[i] > maxl)
+                maxl = ds->labels[i];
+        if (maxl < 0 || maxl >= m->net->classes)
+            st = clg_err_set(err, CLG_ERR_SHAPE, "dataset %s: labels %s the model's %d classes", ds->source,
+                             maxl < 0 ? "are missing, evaluation needs" : "exceed", m->net->classes);
+    }
     int C = m->net->classes;
     if (st == CLG_OK) {
         out->confusion = calloc((size_t)C * C, sizeof(int64_t));
@@ -369,6 +375,7 @@ clg_status clg_bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_be
         out->devices = 1;
     }
     free(times);
+    clg_replica_print_profile(m->rep, stderr);
     clg_model_destroy(m);
     return st;
 }

@@ -219,6 +219,7 @@ clg_status clg_optim_step(clg_optim *o, double lr, float gscale)
     } else {
         CLG_TRY(clg_kernel_get(dev, "optim", "", "adam_step", &k));
         float b1 = (float)h->beta1, b2 = (float)h->beta2, eps = (float)h->epsilon;
+        float omb1 = (float)(1.0 - h->beta1), omb2 = (float)(1.0 - h->beta2);
         float bc1 = (float)(1.0 - pow(h->beta1, (double)o->t)), bc2 = (float)(1.0 - pow(h->beta2, (double)o->t));
         int dec = h->optimizer == CLG_OPT_ADAMW;
         for (int i = 0; i < o->n; i++) {
@@ -233,6 +234,8 @@ clg_status clg_optim_step(clg_optim *o, double lr, float gscale)
             CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(float), &flr));
             CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(float), &b1));
             CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(float), &b2));
+            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(float), &omb1));
+            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(float), &omb2));
             CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(float), &eps));
             CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(float), &wd));
             CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(int), &dec));

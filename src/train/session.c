@@ -437,8 +437,12 @@ clg_status clg_session_evaluate(clg_model *m, const clg_dataset *ds, long limit,
         st = clg_session_use_stage(m, s, n, 0);
         if (st == CLG_OK)
             st = clg_replica_forward(m->rep, n, 0);
-        if (st == CLG_OK)
-            st = read_result(m, &res[2 * b], confusion ? NULL : (cl_event *)NULL);
+        if (st == CLG_OK && m->rep->loss_index >= 0) { /* non-blocking: completed by the clFinish below */
+            cl_int e = clEnqueueReadBuffer(m->dev->queue, m->rep->layers[m->rep->loss_index].loss.result, CL_FALSE, 0,
+                                           2 * sizeof(float), &res[2 * b], 0, NULL, NULL);
+            if (e != CL_SUCCESS)
+                st = clg_cl_fail(err, e, "read evaluation loss", __FILE__, __LINE__);
+        }
         if (st == CLG_OK && confusion) {
             cl_int e = clEnqueueReadBuffer(m->dev->queue, outp->mem, CL_TRUE, outp->off * sizeof(float),
                                            (size_t)n * outw * sizeof(float), probs, 0, NULL, NULL);
@@ -469,8 +473,9 @@ clg_status clg_session_evaluate(clg_model *m, const clg_dataset *ds, long limit,
             }
         }
     }
-    if (st == CLG_OK)
-        CLG_CL_CHECK(err, clFinish(m->dev->queue));
+    cl_int fe = clFinish(m->dev->queue); /* always: pending reads target res */
+    if (st == CLG_OK && fe != CL_SUCCESS)
+        st = clg_cl_fail(err, fe, "clFinish after evaluation", __FILE__, __LINE__);
     double ls = 0, cs = 0;
     for (int b = 0; b < nb; b++) {
         ls += res[2 * b];

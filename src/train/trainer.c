@@ -74,7 +74,7 @@ static void progress_show(progress *p, int epoch, int epochs, int done, int tota
         fflush(stderr);
     } else {
         /* plain lines: every 25% of an epoch and at its end */
-        if (!final && pct / 25 == p->last_pct / 25)
+        if ((!final && pct / 25 == p->last_pct / 25) || (final && p->last_pct == 100))
             return;
         p->last_pct = pct;
         fprintf(stderr, "epoch %d/%d %3d%% (%d/%d) loss %.4f acc %.2f%% %.0f img/s ETA %s\n", epoch + 1, epochs, pct,
@@ -283,9 +283,15 @@ static clg_status check_data(clg_err *err, const clg_model *m, const clg_dataset
                            ds->source, ds->c, ds->h, ds->w, net->source, net->in_c, net->in_h, net->in_w);
     if (ds->n < 1)
         return clg_err_set(err, CLG_ERR_FORMAT, "dataset %s is empty", ds->source);
-    if (ds->nclasses > net->classes)
-        return clg_err_set(err, CLG_ERR_SHAPE, "dataset %s has %d classes, the model %s only %d outputs", ds->source,
-                           ds->nclasses, net->source, net->classes);
+    int maxl = -1;
+    for (int i = 0; i < ds->n; i++)
+        if (ds->labels[i] > maxl)
+            maxl = ds->labels[i];
+    if (maxl < 0)
+        return clg_err_set(err, CLG_ERR_FORMAT, "dataset %s has no labels: it cannot be used for training", ds->source);
+    if (maxl >= net->classes)
+        return clg_err_set(err, CLG_ERR_SHAPE, "dataset %s has label %d, the model %s only %d classes", ds->source,
+                           maxl, net->source, net->classes);
     return CLG_OK;
 }
 
@@ -495,6 +501,8 @@ clg_status clg_train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_repo
     }
     if (st == CLG_OK && p->checkpoint_dir)
         snprintf(ts.ckpt_path, sizeof ts.ckpt_path, "%s/last.safetensors", p->checkpoint_dir);
+    if (st == CLG_OK && p->resume && access(ts.ckpt_path, F_OK) != 0)
+        st = clg_err_set(err, CLG_ERR_NOT_FOUND, "--resume: no checkpoint to resume from at %s", ts.ckpt_path);
     if (st == CLG_OK && p->resume) {
         clg_ds_norm keep = ts.m->norm;
         st = clg_session_load(ts.m, ts.ckpt_path, 1);

@@ -136,6 +136,12 @@ static double run_case(const gcase *c, clg_gemm_backend b, const clg_gemm_params
                 got[(size_t)m * c->N + n] = C[co + (size_t)m * ldc + n];
             }
         double e = tu_max_err(got, ref, (size_t)c->M * c->N, 1.0);
+        for (size_t i = 0; e > TOL && i < (size_t)c->M * c->N; i++)
+            if (!(fabs(got[i] - ref[i]) / (fabs(ref[i]) + 1.0) <= TOL)) {
+                fprintf(stderr, "batch %d C[%zu,%zu] = %g, expected %g\n", bt, i / (size_t)c->N, i % (size_t)c->N,
+                        (double)got[i], ref[i]);
+                break;
+            }
         free(got);
         if (e > worst)
             worst = e;

@@ -215,6 +215,36 @@ START_TEST(test_load_file)
 }
 END_TEST
 
+/* Garbage never crashes: it parses or fails with a message naming the line. */
+START_TEST(test_fuzz)
+{
+    clg_rng r;
+    tu_rng(&r, 12);
+    const char alphabet[] = "[]=#;ab_ -.\n\t\r01\x01\xff";
+    char text[200];
+    for (int it = 0; it < 3000; it++) {
+        int n = (int)(clg_rng_u32(&r) % (sizeof text - 1));
+        for (int i = 0; i < n; i++)
+            text[i] = alphabet[clg_rng_u32(&r) % (sizeof alphabet - 1)];
+        text[n] = 0;
+        clg_err err = {{0}};
+        clg_cfg *cfg = NULL;
+        clg_status st = clg_cfg_parse(&err, text, "f.cfg", &cfg);
+        if (st == CLG_OK) {
+            ck_assert(cfg->nsec > 0);
+            for (int i = 0; i < cfg->nsec; i++)
+                for (int k = 0; k < cfg->sec[i].nkv; k++)
+                    ck_assert(cfg->sec[i].kv[k].value[0] != 0 && cfg->sec[i].kv[k].line >= cfg->sec[i].line);
+            clg_cfg_free(cfg);
+        } else {
+            ck_assert_int_eq(st, CLG_ERR_FORMAT);
+            ck_assert_ptr_null(cfg);
+            ck_assert_msg(strncmp(err.msg, "f.cfg", 5) == 0, "%s", err.msg);
+        }
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cfg");
@@ -224,6 +254,7 @@ int main(void)
     tcase_add_test(tc, test_accessor_errors);
     tcase_add_test(tc, test_random_roundtrip);
     tcase_add_test(tc, test_load_file);
+    tcase_add_test(tc, test_fuzz);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

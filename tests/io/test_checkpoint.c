@@ -405,6 +405,8 @@ START_TEST(test_failed_save_keeps_old)
     ck_assert_int_eq(clg_ckpt_load(&err, path, &in), CLG_OK);
     assert_same(old, in);
     ck_assert_int_eq(count_entries(tmpdir), 1);
+    clg_ckpt_free(in);
+    in = NULL;
     /* a save into a missing directory fails cleanly */
     char bad[160];
     snprintf(bad, sizeof bad, "%s/nodir/ck.safetensors", tmpdir);

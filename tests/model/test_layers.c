@@ -225,7 +225,7 @@ static void softmax_case(int N, int n, int C, float spread, float scale)
     for (int s = 0; s < n; s++)
         for (int k = 0; k < C; k++)
             p[(size_t)s * C + k] = scale * (p[(size_t)s * C + k] - (k == lab[s] ? 1.0 : 0.0));
-    LH_CLOSE(c.dx[0], p, c.ny, 1e-5 * scale, 1e-3, "softmax backward (p - 1 cancels in fp32: atol 1e-5)");
+    LH_CLOSE(c.dx[0], p, c.ny, 1e-3 * scale, 1e-3, "softmax backward (p - 1 cancels in fp32: atol 1e-3 * scale)");
     free(dy);
     free(p);
     free(lab);
@@ -368,6 +368,18 @@ END_TEST
 START_TEST(maxpool_3x3_s1_overlap) { pool_case(1, 2, 2, 6, 5, 3, 1, 1, 0); }
 END_TEST
 START_TEST(avgpool_2x2) { pool_case(0, 3, 4, 8, 6, 2, 2, 0, 0); }
+END_TEST
+/* non-overlapping windows off the 2x2 fast path (scatter backward, with and
+ * without full coverage of the input) */
+START_TEST(maxpool_2x2_odd) { pool_case(1, 2, 3, 7, 9, 2, 2, 0, 1); }
+END_TEST
+START_TEST(maxpool_3x3_s3) { pool_case(1, 2, 2, 9, 9, 3, 3, 0, 0); }
+END_TEST
+START_TEST(maxpool_2x2_s3_gaps) { pool_case(1, 2, 2, 8, 8, 2, 3, 0, 0); }
+END_TEST
+START_TEST(avgpool_2x2_odd) { pool_case(0, 2, 3, 7, 9, 2, 2, 0, 0); }
+END_TEST
+START_TEST(avgpool_3x3_s3_pad1) { pool_case(0, 2, 2, 8, 7, 3, 3, 1, 0); }
 END_TEST
 START_TEST(avgpool_3x3_s2_pad1) { pool_case(0, 2, 3, 9, 7, 3, 2, 1, 0); }
 END_TEST
@@ -522,8 +534,12 @@ START_TEST(batchnorm_conv) { bn_case(4, 4, 5, 6, 7); }
 END_TEST
 START_TEST(batchnorm_dense_partial) { bn_case(9, 7, 11, 1, 1); }
 END_TEST
-/* many channels and a plane larger than the work-group */
+/* odd plane (scalar partial sums), planes of 8k and 4k (vector partial sums) */
 START_TEST(batchnorm_big_plane) { bn_case(2, 2, 3, 15, 13); }
+END_TEST
+START_TEST(batchnorm_vec8) { bn_case(3, 3, 4, 8, 6); }
+END_TEST
+START_TEST(batchnorm_vec4) { bn_case(5, 4, 3, 2, 2); }
 END_TEST
 
 /* ---------------- dropout ---------------- */
@@ -910,11 +926,18 @@ int main(void)
     tcase_add_test(tc, maxpool_3x3_s2_pad1_odd);
     tcase_add_test(tc, maxpool_3x3_s1_overlap);
     tcase_add_test(tc, avgpool_2x2);
+    tcase_add_test(tc, maxpool_2x2_odd);
+    tcase_add_test(tc, maxpool_3x3_s3);
+    tcase_add_test(tc, maxpool_2x2_s3_gaps);
+    tcase_add_test(tc, avgpool_2x2_odd);
+    tcase_add_test(tc, avgpool_3x3_s3_pad1);
     tcase_add_test(tc, avgpool_3x3_s2_pad1);
     tcase_add_test(tc, gap_fwd_bwd);
     tcase_add_test(tc, batchnorm_conv);
     tcase_add_test(tc, batchnorm_dense_partial);
     tcase_add_test(tc, batchnorm_big_plane);
+    tcase_add_test(tc, batchnorm_vec8);
+    tcase_add_test(tc, batchnorm_vec4);
     tcase_add_test(tc, dropout_fwd_bwd);
     tcase_add_test(tc, flatten_fwd_bwd);
     tcase_add_loop_test(tc, add_fwd_bwd, 0, 2);

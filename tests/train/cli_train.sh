@@ -1,0 +1,124 @@
+#!/bin/sh
+# clgrad train / eval / predict / bench train on a tiny synthetic IDX dataset:
+# outputs, exit codes (0 ok, 1 failure, 2 usage) and clear messages for bad
+# input. usage: cli_train.sh PATH/TO/clgrad PYTHON
+clgrad="$1"; py="$2"
+tmp=$(mktemp -d /tmp/clgrad-cli-train-XXXXXX) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+fails=0; n=0
+run() { out=$("$@" 2>&1); rc=$?; }
+check() { # check CODE PATTERN DESCRIPTION -- command...
+    code=$1; pat=$2; desc=$3; shift 4
+    n=$((n + 1))
+    run "$@"
+    if [ "$rc" -ne "$code" ] || ! printf '%s\n' "$out" | grep -q -- "$pat"; then
+        echo "FAIL: $desc: exit $rc (expected $code), output lacks '$pat':"; printf '%s\n' "$out" | tail -8
+        fails=$((fails + 1))
+    fi
+}
+# synthetic 8x8 data: class k = bright quadrant k (4 classes), random noise
+"$py" - "$tmp/data" <<'PYEOF' || { echo "cannot write the dataset"; exit 1; }
+import os, random, struct, sys
+d = sys.argv[1]; os.makedirs(d)
+rng = random.Random()
+for split, n in (("train", 256), ("t10k", 64)):
+    imgs, labs = bytearray(), bytearray()
+    for i in range(n):
+        k = rng.randrange(4); labs.append(k)
+        for p in range(64):
+            q = (p // 8 >= 4) * 2 + (p % 8 >= 4)
+            imgs.append(min(255, rng.randrange(70) + (150 if q == k else 0)))
+    open(f"{d}/{split}-images-idx3-ubyte", "wb").write(struct.pack(">IIII", 0x803, n, 8, 8) + imgs)
+    open(f"{d}/{split}-labels-idx1-ubyte", "wb").write(struct.pack(">II", 0x801, n) + labs)
+PYEOF
+cat > "$tmp/mlp.cfg" <<'CFG'
+[net]
+channels = 1
+height = 8
+width = 8
+classes = 4
+batch = 32
+learning_rate = 0.1
+[dense]
+name = fc1
+units = 16
+activation = relu
+[dense]
+name = fc2
+units = 4
+[softmax]
+CFG
+cat > "$tmp/other.cfg" <<'CFG'
+[net]
+channels = 1
+height = 8
+width = 8
+classes = 4
+[dense]
+name = fc1
+units = 8
+[dense]
+name = fc2
+units = 4
+[softmax]
+CFG
+printf '[net]\nchannels = 1\nthis is not a key value line\n' > "$tmp/bad.cfg"
+printf '[net]\nchannels = 1\nheight = 8\nwidth = 8\n[dense]\nunits = 4\n[frobnicate]\n' > "$tmp/unknown.cfg"
+
+check 0 "test loss" "train runs, evaluates and saves" -- \
+    "$clgrad" train "$tmp/mlp.cfg" --data "$tmp/data" --epochs 2 --checkpoint "$tmp/ck" --log "$tmp/run.csv" \
+    --save "$tmp/w.safetensors" --seed 3
+for f in ck/last.safetensors run.csv run.svg w.safetensors; do
+    n=$((n + 1)); [ -s "$tmp/$f" ] || { echo "FAIL: $f missing"; fails=$((fails + 1)); }
+done
+n=$((n + 1)); [ "$(wc -l < "$tmp/run.csv")" -eq 3 ] || { echo "FAIL: run.csv should have a header and 2 rows"; fails=$((fails + 1)); }
+check 0 "epoch 3/3" "resume continues at epoch 3" -- \
+    "$clgrad" train "$tmp/mlp.cfg" --data "$tmp/data" --epochs 3 --checkpoint "$tmp/ck" --log "$tmp/run.csv" --resume --seed 3
+n=$((n + 1)); [ "$(wc -l < "$tmp/run.csv")" -eq 4 ] || { echo "FAIL: resumed run.csv should have 3 rows"; fails=$((fails + 1)); }
+check 0 "confusion matrix" "eval" -- "$clgrad" eval "$tmp/mlp.cfg" --weights "$tmp/w.safetensors" --data "$tmp/data"
+check 0 "image 63: class" "predict on an IDX file" -- \
+    "$clgrad" predict "$tmp/mlp.cfg" --weights "$tmp/w.safetensors" --input "$tmp/data/t10k-images-idx3-ubyte"
+check 0 '"images_per_s"' "bench train --json" -- "$clgrad" bench train --model "$tmp/mlp.cfg" --batch 16 --steps 3 --json
+
+# usage errors: 2
+check 2 "missing --data" "train without --data" -- "$clgrad" train "$tmp/mlp.cfg"
+check 2 "missing MODEL" "train without a model" -- "$clgrad" train --data "$tmp/data"
+check 2 "unknown option" "train with a bad flag" -- "$clgrad" train "$tmp/mlp.cfg" --data x --frobnicate
+check 2 "integer" "train with a bad number" -- "$clgrad" train "$tmp/mlp.cfg" --data x --epochs two
+check 2 "missing --weights" "eval without weights" -- "$clgrad" eval "$tmp/mlp.cfg" --data "$tmp/data"
+check 2 "missing --input" "predict without input" -- "$clgrad" predict "$tmp/mlp.cfg" --weights "$tmp/w.safetensors"
+check 2 "missing --model" "bench train without a model" -- "$clgrad" bench train
+
+# bad input: 1 with a message naming the problem
+check 1 "bad.cfg:3" "malformed model file names the line" -- "$clgrad" train "$tmp/bad.cfg" --data "$tmp/data"
+check 1 "unknown.cfg:7: unknown section type \[frobnicate\]" "unknown section" -- \
+    "$clgrad" train "$tmp/unknown.cfg" --data "$tmp/data"
+check 1 "nowhere" "missing dataset" -- "$clgrad" train "$tmp/mlp.cfg" --data "$tmp/nowhere"
+check 1 "model.cfg" "missing model file" -- "$clgrad" train "$tmp/model.cfg" --data "$tmp/data"
+check 1 "not supported yet" "fp16" -- "$clgrad" train "$tmp/mlp.cfg" --data "$tmp/data" --precision fp16
+check 1 "fc1.weight" "checkpoint of another model" -- \
+    "$clgrad" eval "$tmp/other.cfg" --weights "$tmp/w.safetensors" --data "$tmp/data"
+sed 's/height = 8/height = 9/' "$tmp/mlp.cfg" > "$tmp/tall.cfg"
+check 1 "expects 1x9x8" "dataset shape mismatch" -- "$clgrad" train "$tmp/tall.cfg" --data "$tmp/data"
+# corrupted checkpoints: flipped data byte (CRC), truncated file, absurd header length
+cp "$tmp/w.safetensors" "$tmp/crc.safetensors"
+size=$(wc -c < "$tmp/w.safetensors")
+printf '\377' | dd of="$tmp/crc.safetensors" bs=1 seek=$((size - 5)) conv=notrunc 2>/dev/null
+check 1 "crc\|CRC\|checksum" "checkpoint with a bad CRC" -- \
+    "$clgrad" eval "$tmp/mlp.cfg" --weights "$tmp/crc.safetensors" --data "$tmp/data"
+head -c $((size / 2)) "$tmp/w.safetensors" > "$tmp/trunc.safetensors"
+check 1 "trunc.safetensors" "truncated checkpoint" -- \
+    "$clgrad" eval "$tmp/mlp.cfg" --weights "$tmp/trunc.safetensors" --data "$tmp/data"
+printf '\377\377\377\377\377\377\377\177{}' > "$tmp/hdr.safetensors"
+check 1 "hdr.safetensors" "header length too large" -- \
+    "$clgrad" predict "$tmp/mlp.cfg" --weights "$tmp/hdr.safetensors" --input "$tmp/data/t10k-images-idx3-ubyte"
+check 1 "resume.*last.safetensors" "resume without a checkpoint" -- \
+    "$clgrad" train "$tmp/mlp.cfg" --data "$tmp/data" --checkpoint "$tmp/none" --resume
+# a failed run never replaces an earlier checkpoint
+cp "$tmp/ck/last.safetensors" "$tmp/before.safetensors"
+check 1 "not supported yet" "failing run with the same checkpoint dir" -- \
+    "$clgrad" train "$tmp/mlp.cfg" --data "$tmp/data" --checkpoint "$tmp/ck" --precision fp16
+n=$((n + 1)); cmp -s "$tmp/ck/last.safetensors" "$tmp/before.safetensors" || { echo "FAIL: checkpoint changed"; fails=$((fails + 1)); }
+
+echo "$n checks, $fails failed"
+[ "$fails" -eq 0 ]

@@ -1,0 +1,605 @@
+/* Trainer suite: network building (errors with lines, shapes, memory plan),
+ * optimizer kernels against double references, gradient summation through
+ * a branching network (finite differences), a 200-step training run, and
+ * bitwise resume. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "io/checkpoint.h"
+#include "io/dataset.h"
+#include "testutil.h"
+#include "train/optim.h"
+#include "train/session.h"
+
+static clg_ctx *g_ctx;
+
+static clg_ctx *ctx(void)
+{
+    if (!g_ctx)
+        g_ctx = tu_ctx("0");
+    return g_ctx;
+}
+
+static const char *MLP =
+    "[net]\n"
+    "channels = 1\nheight = 8\nwidth = 8\nclasses = 4\nbatch = 32\n"
+    "learning_rate = 0.1\nmomentum = 0.9\n"
+    "[dense]\nname = fc1\nunits = 32\nactivation = relu\n"
+    "[dense]\nname = fc2\nunits = 4\n"
+    "[softmax]\nname = loss\n";
+
+// ---- build errors name the line ----
+
+static void expect_build_error(const char *text, const char *needle)
+{
+    clg_err err = {{0}};
+    clg_net *net = NULL;
+    clg_status st = clg_net_build(&err, text, "t.cfg", 0, &net);
+    ck_assert_msg(st != CLG_OK, "expected failure containing '%s'", needle);
+    ck_assert_ptr_null(net);
+    ck_assert_msg(strstr(err.msg, needle) != NULL, "message '%s' lacks '%s'", err.msg, needle);
+}
+
+START_TEST(build_errors)
+{
+    /* unknown section: line 5, lists known types */
+    expect_build_error("[net]\nchannels=1\nheight=8\nwidth=8\n[bogus]\nx=1\n", "t.cfg:5: unknown section type [bogus]");
+    expect_build_error("[net]\nchannels=1\nheight=8\nwidth=8\n[bogus]\n", "dense");
+    /* bad input reference names the line of the key */
+    expect_build_error("[net]\nchannels=1\nheight=8\nwidth=8\n[dense]\nunits=4\n[dense]\nunits=4\ninput=nope\n",
+                       "t.cfg:9: layer 'dense1' reads unknown input 'nope'");
+    expect_build_error("[net]\nchannels=1\nheight=8\nwidth=8\n[dense]\nunits=4\ninput=-3\n", "t.cfg:7:");
+    expect_build_error("[net]\nchannels=1\nheight=8\nwidth=8\n[dense]\nunits=4\ninput=0\n", "not an earlier layer");
+    /* missing [net] / input shape */
+    expect_build_error("[dense]\nunits=4\n", "t.cfg:1: the first section must be [net]");
+    expect_build_error("[net]\nchannels=1\nheight=8\n[dense]\nunits=4\n", "channels, height and width");
+    /* shape mismatch: add of 4 and 5 features */
+    expect_build_error("[net]\nchannels=1\nheight=8\nwidth=8\n[dense]\nname=a\nunits=4\n[dense]\nname=b\nunits=5\ninput=data\n"
+                       "[add]\ninput=a,b\n",
+                       "t.cfg:12:");
+    /* duplicate name, unknown key in [net], loss in the middle */
+    expect_build_error("[net]\nchannels=1\nheight=8\nwidth=8\n[dense]\nname=a\nunits=4\n[dense]\nname=a\nunits=4\n",
+                       "t.cfg:8: layer name 'a' is already used by line 5");
+    expect_build_error("[net]\nchannels=1\nheight=8\nwidth=8\nlearning_rat=0.1\n[dense]\nunits=4\n", "learning_rat");
+    expect_build_error("[net]\nchannels=1\nheight=8\nwidth=8\n[softmax]\n[dense]\nunits=4\n", "must be the last layer");
+    expect_build_error("[net]\nchannels=1\nheight=8\nwidth=8\nclasses=3\n[dense]\nunits=4\n[softmax]\n",
+                       "classes = 3");
+    expect_build_error("[net]\nchannels=1\nheight=8\nwidth=8\n", "no layers");
+}
+END_TEST
+
+// ---- shapes and the layer table ----
+
+START_TEST(shape_table)
+{
+    char *text = NULL;
+    size_t len = 0;
+    clg_err err = {{0}};
+    ck_assert_int_eq(clg_file_read(&err, CLG_SOURCE_DIR "/models/lenet5.cfg", &text, &len), CLG_OK);
+    clg_net *net = NULL;
+    ck_assert_msg(clg_net_build(&err, text, "lenet5.cfg", 16, &net) == CLG_OK, "%s", err.msg);
+    free(text);
+    /* expected shapes computed from the architecture: conv5x5 pad2 -> 28, pool -> 14, conv5x5 -> 10, pool -> 5 */
+    int exp_c[] = {6, 6, 16, 16, 120, 84, 10, 10}, exp_h[] = {28, 14, 10, 5, 1, 1, 1, 1};
+    ck_assert_int_eq(net->nlayers, 8);
+    for (int i = 0; i < 8; i++) {
+        ck_assert_int_eq(net->proto[i].out_shape[0], 16);
+        ck_assert_int_eq(net->proto[i].out_shape[1], exp_c[i]);
+        ck_assert_int_eq(net->proto[i].out_shape[2], exp_h[i]);
+        ck_assert_int_eq(net->proto[i].out_shape[3], exp_h[i]);
+    }
+    uint64_t params = (6 * 25 + 6) + (16 * 6 * 25 + 16) + (120 * 400 + 120) + (84 * 120 + 84) + (10 * 84 + 10);
+    ck_assert_uint_eq(net->nparams, params);
+    ck_assert_int_eq(net->classes, 10);
+    /* the table names every layer and the totals */
+    char *buf = NULL;
+    size_t blen = 0;
+    FILE *f = open_memstream(&buf, &blen);
+    clg_net_print(net, f);
+    fclose(f);
+    ck_assert_ptr_nonnull(strstr(buf, "conv2"));
+    ck_assert_ptr_nonnull(strstr(buf, "16x10x10"));
+    ck_assert_ptr_nonnull(strstr(buf, "61.7k trainable parameters"));
+    free(buf);
+    clg_net_free(net);
+
+    /* every shipped model builds */
+    const char *models[] = {"vgg-s.cfg", "resnet-mini.cfg"};
+    for (int i = 0; i < 2; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/models/%s", CLG_SOURCE_DIR, models[i]);
+        ck_assert_msg(clg_net_load(&err, path, 0, &net) == CLG_OK, "%s: %s", path, err.msg);
+        ck_assert_int_eq(net->classes, 10);
+        ck_assert(net->loss_index == net->nlayers - 1);
+        clg_net_free(net);
+    }
+}
+END_TEST
+
+// ---- memory plan: tensors sharing a buffer never live at the same time ----
+
+START_TEST(memory_plan)
+{
+    clg_ctx *c = ctx();
+    char path[512];
+    snprintf(path, sizeof path, "%s/models/resnet-mini.cfg", CLG_SOURCE_DIR);
+    clg_net *net = NULL;
+    ck_assert_msg(clg_net_load(&c->err, path, 4, &net) == CLG_OK, "%s", c->err.msg);
+    clg_replica *r = NULL;
+    ck_assert_msg(clg_replica_create(net, &c->devs[0], 1, &r) == CLG_OK, "%s", c->err.msg);
+    int L = r->nlayers;
+    ck_assert(r->planned_bytes < r->naive_bytes);
+    ck_assert(r->nslots > 0);
+    /* recompute lifetimes and check buffer sharing */
+    int *last = malloc(sizeof(int) * L);
+    for (int i = 0; i < L; i++)
+        last[i] = -1;
+    for (int j = 0; j < L; j++)
+        for (int k = 0; k < r->layers[j].nin; k++)
+            if (r->layers[j].inputs[k] >= 0 && j > last[r->layers[j].inputs[k]])
+                last[r->layers[j].inputs[k]] = j;
+    for (int a = 0; a < 2 * L; a++)
+        for (int b = a + 1; b < 2 * L; b++) {
+            const clg_tensor *ta = a < L ? &r->act[a] : &r->dact[a - L];
+            const clg_tensor *tb = b < L ? &r->act[b] : &r->dact[b - L];
+            if (!ta->mem || !tb->mem || ta->mem != tb->mem)
+                continue;
+            int ia = a % L, ib = b % L;
+            int sa = a < L ? ia : 2 * L - 1 - last[ia], ea = 2 * L - 1 - ia;
+            int sb = b < L ? ib : 2 * L - 1 - last[ib], eb = 2 * L - 1 - ib;
+            ck_assert_msg(ea < sb || eb < sa, "tensors %d and %d share a buffer while both live", a, b);
+        }
+    free(last);
+    clg_replica_free(r); /* not attached to net: freed separately, first */
+    clg_net_free(net);
+}
+END_TEST
+
+// ---- optimizer kernels against double references ----
+
+static void run_optim_case(int optimizer, double momentum, int nesterov, double wd)
+{
+    clg_ctx *c = ctx();
+    clg_err *err = &c->err;
+    clg_net *net = NULL;
+    ck_assert_msg(clg_net_build(err, MLP, "mlp", 8, &net) == CLG_OK, "%s", err->msg);
+    clg_replica *r = NULL;
+    ck_assert_msg(clg_replica_create(net, &c->devs[0], 3, &r) == CLG_OK, "%s", err->msg);
+    clg_hparams hp = net->hp;
+    hp.optimizer = optimizer;
+    hp.momentum = momentum;
+    hp.nesterov = nesterov;
+    hp.weight_decay = wd;
+    hp.learning_rate = 0.05;
+    clg_optim *o = NULL;
+    ck_assert_msg(clg_optim_create(r, &hp, &o) == CLG_OK, "%s", err->msg);
+    clg_rng rng;
+    tu_rng(&rng, 100 + optimizer * 10 + nesterov);
+    int n = o->n;
+    double **w = calloc(n, sizeof *w), **m = calloc(n, sizeof *m), **v = calloc(n, sizeof *v);
+    float *hostf = NULL;
+    for (int i = 0; i < n; i++) {
+        size_t N = o->refs[i].param->numel;
+        w[i] = calloc(N, sizeof(double));
+        m[i] = calloc(N, sizeof(double));
+        v[i] = calloc(N, sizeof(double));
+        hostf = realloc(hostf, N * sizeof(float));
+        tu_download(&c->devs[0], o->refs[i].param->value, hostf, N);
+        for (size_t k = 0; k < N; k++)
+            w[i][k] = hostf[k];
+    }
+    float gscale = 0.75f;
+    for (int step = 1; step <= 4; step++) {
+        /* fresh random gradients */
+        float **g = calloc(n, sizeof *g);
+        for (int i = 0; i < n; i++) {
+            size_t N = o->refs[i].param->numel;
+            g[i] = malloc(N * sizeof(float));
+            tu_fill(g[i], N, -1, 1, &rng);
+            ck_assert_int_eq(clEnqueueWriteBuffer(c->devs[0].queue, o->refs[i].param->grad, CL_TRUE, 0,
+                                                  N * sizeof(float), g[i], 0, NULL, NULL),
+                             CL_SUCCESS);
+        }
+        double lr = 0.05 * step;
+        ck_assert_msg(clg_optim_step(o, lr, gscale) == CLG_OK, "%s", err->msg);
+        for (int i = 0; i < n; i++) {
+            size_t N = o->refs[i].param->numel;
+            for (size_t k = 0; k < N; k++) {
+                double gi = (double)g[i][k] * gscale;
+                if (optimizer == CLG_OPT_SGD) {
+                    gi += wd * w[i][k];
+                    if (momentum != 0) {
+                        m[i][k] = momentum * m[i][k] + gi;
+                        gi = nesterov ? gi + momentum * m[i][k] : m[i][k];
+                    }
+                    w[i][k] -= lr * gi;
+                } else {
+                    if (optimizer == CLG_OPT_ADAMW)
+                        w[i][k] -= lr * wd * w[i][k];
+                    else
+                        gi += wd * w[i][k];
+                    m[i][k] = hp.beta1 * m[i][k] + (1 - hp.beta1) * gi;
+                    v[i][k] = hp.beta2 * v[i][k] + (1 - hp.beta2) * gi * gi;
+                    double mh = m[i][k] / (1 - pow(hp.beta1, step)), vh = v[i][k] / (1 - pow(hp.beta2, step));
+                    w[i][k] -= lr * mh / (sqrt(vh) + hp.epsilon);
+                }
+            }
+            free(g[i]);
+        }
+        free(g);
+    }
+    for (int i = 0; i < n; i++) {
+        size_t N = o->refs[i].param->numel;
+        hostf = realloc(hostf, N * sizeof(float));
+        tu_poison(hostf, N);
+        tu_download(&c->devs[0], o->refs[i].param->value, hostf, N);
+        double e = tu_max_err(hostf, w[i], N, 1e-3);
+        ck_assert_msg(e < 1e-4, "optimizer %d param %d: max rel err %g", optimizer, i, e);
+        free(w[i]);
+        free(m[i]);
+        free(v[i]);
+    }
+    free(hostf);
+    free(w);
+    free(m);
+    free(v);
+    clg_optim_free(o);
+    clg_replica_free(r);
+    clg_net_free(net);
+}
+
+START_TEST(optim_sgd)
+{
+    run_optim_case(CLG_OPT_SGD, 0.0, 0, 0.0);
+    run_optim_case(CLG_OPT_SGD, 0.9, 0, 1e-3);
+    run_optim_case(CLG_OPT_SGD, 0.9, 1, 5e-4);
+}
+END_TEST
+
+START_TEST(optim_adam)
+{
+    run_optim_case(CLG_OPT_ADAM, 0, 0, 1e-3);
+    run_optim_case(CLG_OPT_ADAMW, 0, 0, 1e-2);
+}
+END_TEST
+
+START_TEST(grad_norm_and_schedules)
+{
+    clg_ctx *c = ctx();
+    clg_err *err = &c->err;
+    clg_net *net = NULL;
+    ck_assert(clg_net_build(err, MLP, "mlp", 8, &net) == CLG_OK);
+    clg_replica *r = NULL;
+    ck_assert(clg_replica_create(net, &c->devs[0], 3, &r) == CLG_OK);
+    clg_optim *o = NULL;
+    ck_assert(clg_optim_create(r, &net->hp, &o) == CLG_OK);
+    clg_rng rng;
+    tu_rng(&rng, 7);
+    double ref = 0;
+    for (int i = 0; i < o->n; i++) {
+        size_t N = o->refs[i].param->numel;
+        float *g = malloc(N * sizeof(float));
+        tu_fill(g, N, -2, 2, &rng);
+        for (size_t k = 0; k < N; k++)
+            ref += (double)g[k] * g[k];
+        clEnqueueWriteBuffer(c->devs[0].queue, o->refs[i].param->grad, CL_TRUE, 0, N * sizeof(float), g, 0, NULL,
+                             NULL);
+        free(g);
+    }
+    double norm = -1;
+    ck_assert(clg_optim_grad_norm(o, 0.5f, &norm) == CLG_OK);
+    ck_assert_msg(fabs(norm - 0.5 * sqrt(ref)) < 1e-4 * sqrt(ref), "norm %g vs %g", norm, 0.5 * sqrt(ref));
+    clg_optim_free(o);
+    clg_replica_free(r);
+    clg_net_free(net);
+
+    /* schedules, against closed forms */
+    clg_hparams h;
+    clg_hparams_defaults(&h);
+    h.learning_rate = 0.2;
+    h.schedule = CLG_SCHED_STEP;
+    h.step_size = 2;
+    h.gamma = 0.5;
+    ck_assert(fabs(clg_sched_lr(&h, 0, 10, 100) - 0.2) < 1e-12);
+    ck_assert(fabs(clg_sched_lr(&h, 19, 10, 100) - 0.2) < 1e-12);
+    ck_assert(fabs(clg_sched_lr(&h, 20, 10, 100) - 0.1) < 1e-12);
+    ck_assert(fabs(clg_sched_lr(&h, 45, 10, 100) - 0.05) < 1e-12);
+    h.schedule = CLG_SCHED_COSINE;
+    h.warmup = 10;
+    ck_assert(fabs(clg_sched_lr(&h, 0, 10, 110) - 0.2 * 1 / 10.0) < 1e-12);
+    ck_assert(fabs(clg_sched_lr(&h, 4, 10, 110) - 0.2 * 5 / 10.0) < 1e-12);
+    ck_assert(fabs(clg_sched_lr(&h, 10, 10, 110) - 0.2) < 1e-12);
+    ck_assert(fabs(clg_sched_lr(&h, 60, 10, 110) - 0.1) < 1e-12);
+    ck_assert(fabs(clg_sched_lr(&h, 110, 10, 110)) < 1e-12);
+}
+END_TEST
+
+// ---- gradients through a branching network (sums at fan-out) ----
+
+static const char *BRANCH =
+    "[net]\nchannels = 1\nheight = 2\nwidth = 3\nclasses = 3\nbatch = 4\n"
+    "[dense]\nname = h\nunits = 5\nactivation = tanh\n"
+    "[dense]\nname = a\nunits = 5\nactivation = tanh\ninput = h\n"
+    "[dense]\nname = b\nunits = 5\ninput = h\n"
+    "[add]\nname = s\ninput = a, b, h\n"
+    "[dense]\nname = out\nunits = 3\n"
+    "[softmax]\nname = loss\n";
+
+static double net_loss(clg_replica *r, int n)
+{
+    ck_assert(clg_replica_forward(r, n, 1) == CLG_OK);
+    float res[2];
+    clEnqueueReadBuffer(r->dev->queue, r->layers[r->loss_index].loss.result, CL_TRUE, 0, sizeof res, res, 0, NULL,
+                        NULL);
+    return res[0];
+}
+
+START_TEST(branch_gradients)
+{
+    clg_ctx *c = ctx();
+    clg_err *err = &c->err;
+    clg_device *dev = &c->devs[0];
+    clg_net *net = NULL;
+    ck_assert_msg(clg_net_build(err, BRANCH, "branch", 0, &net) == CLG_OK, "%s", err->msg);
+    clg_replica *r = NULL;
+    ck_assert_msg(clg_replica_create(net, dev, tu_seed(), &r) == CLG_OK, "%s", err->msg);
+    int n = 4;
+    clg_rng rng;
+    tu_rng(&rng, 11);
+    float x[24];
+    tu_fill(x, 24, -1, 1, &rng);
+    int32_t y[4];
+    for (int i = 0; i < 4; i++)
+        y[i] = (int32_t)(clg_rng_u32(&rng) % 3);
+    cl_mem xb = tu_upload(dev, x, 24), yb = NULL;
+    ck_assert(clg_buf_alloc(dev, sizeof y, &yb) == CLG_OK);
+    clEnqueueWriteBuffer(dev->queue, yb, CL_TRUE, 0, sizeof y, y, 0, NULL, NULL);
+    clg_replica_set_input(r, xb, 0);
+    clg_replica_set_labels(r, yb, 0, 1.0f); /* gradient of the loss sum */
+    net_loss(r, n);
+    ck_assert_msg(clg_replica_backward(r, n) == CLG_OK, "%s", err->msg);
+    /* finite differences on the weights of h (whose output feeds three layers) */
+    clg_param *p = &r->layers[0].params[0];
+    size_t N = p->numel;
+    float *w = malloc(N * sizeof(float)), *g = malloc(N * sizeof(float));
+    tu_poison(g, N);
+    tu_download(dev, p->grad, g, N);
+    tu_download(dev, p->value, w, N);
+    double *num = malloc(N * sizeof(double));
+    const float hstep = 1e-2f;
+    for (size_t k = 0; k < N; k++) {
+        float keep = w[k];
+        w[k] = keep + hstep;
+        clEnqueueWriteBuffer(dev->queue, p->value, CL_TRUE, 0, N * sizeof(float), w, 0, NULL, NULL);
+        double lp = net_loss(r, n);
+        w[k] = keep - hstep;
+        clEnqueueWriteBuffer(dev->queue, p->value, CL_TRUE, 0, N * sizeof(float), w, 0, NULL, NULL);
+        double lm = net_loss(r, n);
+        w[k] = keep;
+        num[k] = (lp - lm) / (2.0 * hstep);
+    }
+    double e = tu_max_err(g, num, N, 5e-2);
+    ck_assert_msg(e < 3e-2, "branch gradient max rel err %g", e);
+    free(w);
+    free(g);
+    free(num);
+    clg_buf_release(dev, xb);
+    clg_buf_release(dev, yb);
+    clg_replica_free(r);
+    clg_net_free(net);
+}
+END_TEST
+
+// ---- a 200-step training run through the public API ----
+
+/* 8x8 images: class k has a bright quadrant k on noise. */
+static void synth(clg_rng *rng, float *x, int32_t *y, int n)
+{
+    for (int i = 0; i < n; i++) {
+        int k = (int)(clg_rng_u32(rng) % 4);
+        y[i] = k;
+        for (int p = 0; p < 64; p++) {
+            int q = (p / 8 >= 4) * 2 + (p % 8 >= 4);
+            x[i * 64 + p] = 0.3f * clg_rng_uniform(rng) + (q == k ? 0.6f : 0.0f);
+        }
+    }
+}
+
+START_TEST(train_200_steps)
+{
+    clg_ctx *c = ctx();
+    clg_model_params mp;
+    clg_model_params_init(&mp);
+    mp.seed = tu_seed();
+    clg_model *m = NULL;
+    ck_assert_msg(clg_model_create_string(c, MLP, "mlp", &mp, &m) == CLG_OK, "%s", clg_last_error(c));
+    clg_rng rng;
+    tu_rng(&rng, 200);
+    float x[32 * 64];
+    int32_t y[32];
+    double first = 0, last20 = 0;
+    for (int s = 0; s < 200; s++) {
+        synth(&rng, x, y, 32);
+        ck_assert_msg(clg_model_train_step(m, x, y, 32) == CLG_OK, "%s", clg_last_error(c));
+        clg_metrics mt;
+        ck_assert(clg_model_metrics(m, &mt) == CLG_OK);
+        ck_assert(isfinite(mt.loss));
+        if (s == 0)
+            first = mt.loss;
+        if (s >= 180)
+            last20 += mt.loss / 20;
+        ck_assert_int_eq(mt.step, s + 1);
+    }
+    /* stated target: mean loss of the last 20 steps below 0.1 (chance is ln 4 = 1.39) */
+    ck_assert_msg(last20 < 0.1, "loss did not fall: first %.4f, last-20 mean %.4f", first, last20);
+    /* held-out accuracy with predict */
+    float probs[32 * 4];
+    synth(&rng, x, y, 32);
+    ck_assert(clg_model_predict(m, x, 32, probs) == CLG_OK);
+    int correct = 0;
+    for (int i = 0; i < 32; i++) {
+        int best = 0;
+        double sum = 0;
+        for (int k = 0; k < 4; k++) {
+            sum += probs[i * 4 + k];
+            if (probs[i * 4 + k] > probs[i * 4 + best])
+                best = k;
+        }
+        ck_assert(fabs(sum - 1) < 1e-4);
+        correct += best == y[i];
+    }
+    ck_assert_msg(correct >= 30, "held-out accuracy %d/32", correct);
+    clg_model_destroy(m);
+}
+END_TEST
+
+// ---- resume: N steps == k + (N - k) steps, bitwise ----
+
+static char g_dir[256];
+
+static void write_dataset(const char *dir, int n, uint64_t seed) /* dir: < 512 chars */
+{
+    clg_rng rng;
+    clg_rng_seed(&rng, seed, 5);
+    float *x = malloc((size_t)n * 64 * sizeof(float));
+    int32_t *y = malloc((size_t)n * sizeof(int32_t));
+    synth(&rng, x, y, n);
+    uint8_t *img = malloc((size_t)n * 64), *lab = malloc((size_t)n);
+    for (int i = 0; i < n * 64; i++)
+        img[i] = (uint8_t)(x[i] * 255);
+    for (int i = 0; i < n; i++)
+        lab[i] = (uint8_t)y[i];
+    char p[600];
+    clg_err err = {{0}};
+    int dims[3] = {n, 8, 8};
+    const char *split[2] = {"train", "t10k"};
+    for (int s = 0; s < 2; s++) {
+        snprintf(p, sizeof p, "%s/%s-images-idx3-ubyte", dir, split[s]);
+        ck_assert_msg(clg_idx_write_u8(&err, p, 0, dims, 3, img) == CLG_OK, "%s", err.msg);
+        snprintf(p, sizeof p, "%s/%s-labels-idx1-ubyte", dir, split[s]);
+        ck_assert_msg(clg_idx_write_u8(&err, p, 0, dims, 1, lab) == CLG_OK, "%s", err.msg);
+    }
+    free(x);
+    free(y);
+    free(img);
+    free(lab);
+}
+
+static void compare_weights(const char *a, const char *b)
+{
+    clg_err err = {{0}};
+    clg_ckpt *ca = NULL, *cb = NULL;
+    ck_assert_msg(clg_ckpt_load(&err, a, &ca) == CLG_OK, "%s", err.msg);
+    ck_assert_msg(clg_ckpt_load(&err, b, &cb) == CLG_OK, "%s", err.msg);
+    ck_assert_int_eq(ca->nt, cb->nt);
+    ck_assert_int_gt(ca->nt, 0);
+    for (int i = 0; i < ca->nt; i++) {
+        const clg_ckpt_tensor *tb = clg_ckpt_find(cb, ca->t[i].name);
+        ck_assert_ptr_nonnull(tb);
+        ck_assert_uint_eq(ca->t[i].nbytes, tb->nbytes);
+        ck_assert_msg(memcmp(ca->t[i].data, tb->data, tb->nbytes) == 0, "tensor %s differs", ca->t[i].name);
+    }
+    clg_ckpt_free(ca);
+    clg_ckpt_free(cb);
+}
+
+static void resume_case(const char *optimizer, const char *schedule)
+{
+    clg_ctx *c = ctx();
+    char model[512], full[512], part[512], wa[512], wb[512], dsdir[512];
+    snprintf(dsdir, sizeof dsdir, "%s/data", g_dir);
+    snprintf(model, sizeof model, "%s/mlp.cfg", g_dir);
+    snprintf(full, sizeof full, "%s/full-%s", g_dir, optimizer);
+    snprintf(part, sizeof part, "%s/part-%s", g_dir, optimizer);
+    snprintf(wa, sizeof wa, "%s/a-%s.safetensors", g_dir, optimizer);
+    snprintf(wb, sizeof wb, "%s/b-%s.safetensors", g_dir, optimizer);
+    clg_train_params p;
+    clg_train_params_init(&p);
+    p.model = model;
+    p.data = dsdir;
+    p.epochs = 3;
+    p.optimizer = optimizer;
+    p.schedule = schedule;
+    p.learning_rate = strcmp(optimizer, "sgd") == 0 ? 0.05 : 0.005;
+    p.weight_decay = 1e-3;
+    p.seed = tu_seed();
+    p.limit_test = 64;
+    p.max_steps = 17; /* 200 samples / batch 32 = 7 steps per epoch (last one partial) */
+    p.checkpoint_dir = full;
+    p.save_weights = wa;
+    clg_train_report rep;
+    ck_assert_msg(clg_train_run(c, &p, &rep) == CLG_OK, "%s", clg_last_error(c));
+    ck_assert_int_eq(rep.steps, 17);
+    /* k = 9 steps, then resume for the rest */
+    p.checkpoint_dir = part;
+    p.save_weights = NULL;
+    p.max_steps = 9;
+    ck_assert_msg(clg_train_run(c, &p, &rep) == CLG_OK, "%s", clg_last_error(c));
+    ck_assert_int_eq(rep.steps, 9);
+    p.resume = 1;
+    p.max_steps = 17;
+    p.save_weights = wb;
+    ck_assert_msg(clg_train_run(c, &p, &rep) == CLG_OK, "%s", clg_last_error(c));
+    ck_assert_int_eq(rep.steps, 17);
+    compare_weights(wa, wb);
+    /* the optimizer state in the checkpoints agrees too */
+    char ca[600], cb[600];
+    snprintf(ca, sizeof ca, "%s/last.safetensors", full);
+    snprintf(cb, sizeof cb, "%s/last.safetensors", part);
+    compare_weights(ca, cb);
+}
+
+START_TEST(resume_exact)
+{
+    snprintf(g_dir, sizeof g_dir, "/tmp/clgrad-train-test-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(g_dir));
+    char p[512];
+    snprintf(p, sizeof p, "%s/data", g_dir);
+    clg_err err = {{0}};
+    ck_assert(clg_mkdirs(&err, p) == CLG_OK);
+    write_dataset(p, 200, tu_seed());
+    snprintf(p, sizeof p, "%s/mlp.cfg", g_dir);
+    FILE *f = fopen(p, "w");
+    fputs(MLP, f);
+    fclose(f);
+    resume_case("sgd", "cosine");
+    resume_case("adamw", "step");
+    /* a checkpoint of another model is rejected with a clear message */
+    clg_ctx *c = ctx();
+    clg_model *m = NULL;
+    const char *other = "[net]\nchannels=1\nheight=8\nwidth=8\nclasses=4\n[dense]\nname=fc1\nunits=16\n"
+                        "[dense]\nname=fc2\nunits=4\n[softmax]\n";
+    ck_assert_msg(clg_model_create_string(c, other, "other", NULL, &m) == CLG_OK, "%s", clg_last_error(c));
+    snprintf(p, sizeof p, "%s/a-sgd.safetensors", g_dir);
+    ck_assert(clg_model_load_weights(m, p) != CLG_OK);
+    ck_assert_msg(strstr(clg_last_error(c), "fc1.weight") != NULL, "%s", clg_last_error(c));
+    clg_model_destroy(m);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("train");
+    TCase *tc = tcase_create("train");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, build_errors);
+    tcase_add_test(tc, shape_table);
+    tcase_add_test(tc, memory_plan);
+    tcase_add_test(tc, optim_sgd);
+    tcase_add_test(tc, optim_adam);
+    tcase_add_test(tc, grad_norm_and_schedules);
+    tcase_add_test(tc, branch_gradients);
+    tcase_add_test(tc, train_200_steps);
+    tcase_add_test(tc, resume_exact);
+    suite_add_tcase(s, tc);
+    int rc = tu_run(s);
+    clg_ctx_destroy(g_ctx);
+    return rc;
+}
