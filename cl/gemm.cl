@@ -69,36 +69,60 @@ inline float gemm_epi(float acc, const float alpha, const float beta, __global c
     return relu ? fmax(v, 0.0f) : v;
 }
 
-// gws: (Kp, R panels, batch). Each work-item writes one k-row of one panel.
+// gws: (ceil(Kp/16), R panels, batch). Each work-item writes 16 k-rows of
+// one panel; the strided case reads 16 consecutive k (one cache line) per row.
 __kernel void gemm_pack(const int R, const int K, const int Kp, const int kmaj,
                         __global const float *X, const int off, const int ld, const int stride,
                         const int P, __global float *D, const int dstride)
 {
-    const int k = get_global_id(0);
+    const int k0 = get_global_id(0) * 16;
     const int p = get_global_id(1);
     const int b = get_global_id(2);
-    if (k >= Kp)
+    if (k0 >= Kp)
         return;
     __global const float *x = X + off + (size_t)b * stride;
-    __global float *d = D + (size_t)b * dstride + ((size_t)p * Kp + k) * P;
+    __global float *d = D + (size_t)b * dstride + ((size_t)p * Kp + k0) * P;
     const int r0 = p * P;
-    if (k < K && r0 + P <= R) {
+    if (k0 + 16 <= K && r0 + P <= R) {
         if (kmaj) {
-            __global const float *s = x + (size_t)k * ld + r0;
-            for (int j = 0; j < P; j++)
-                d[j] = s[j];
+            for (int kk = 0; kk < 16; kk++) {
+                __global const float *s = x + (size_t)(k0 + kk) * ld + r0;
+                for (int j = 0; j < P; j++)
+                    d[kk * P + j] = s[j];
+            }
         } else {
-            __global const float *s = x + (size_t)r0 * ld + k;
-            for (int j = 0; j < P; j++)
-                d[j] = s[(size_t)j * ld];
+            __global const float *s = x + (size_t)r0 * ld + k0;
+            for (int j = 0; j < P; j++) {
+                const float16 v = vload16(0, s + (size_t)j * ld);
+                d[0 * P + j] = v.s0;
+                d[1 * P + j] = v.s1;
+                d[2 * P + j] = v.s2;
+                d[3 * P + j] = v.s3;
+                d[4 * P + j] = v.s4;
+                d[5 * P + j] = v.s5;
+                d[6 * P + j] = v.s6;
+                d[7 * P + j] = v.s7;
+                d[8 * P + j] = v.s8;
+                d[9 * P + j] = v.s9;
+                d[10 * P + j] = v.sa;
+                d[11 * P + j] = v.sb;
+                d[12 * P + j] = v.sc;
+                d[13 * P + j] = v.sd;
+                d[14 * P + j] = v.se;
+                d[15 * P + j] = v.sf;
+            }
         }
     } else {
-        for (int j = 0; j < P; j++) {
-            const int r = r0 + j;
-            float v = 0.0f;
-            if (k < K && r < R)
-                v = kmaj ? x[(size_t)k * ld + r] : x[(size_t)r * ld + k];
-            d[j] = v;
+        const int kn = min(16, Kp - k0);
+        for (int kk = 0; kk < kn; kk++) {
+            const int k = k0 + kk;
+            for (int j = 0; j < P; j++) {
+                const int r = r0 + j;
+                float v = 0.0f;
+                if (k < K && r < R)
+                    v = kmaj ? x[(size_t)k * ld + r] : x[(size_t)r * ld + k];
+                d[kk * P + j] = v;
+            }
         }
     }
 }

@@ -1,11 +1,302 @@
-/* clgrad bench conv (placeholder until its issue lands) */
+/* clgrad bench conv: time each convolution algorithm and pass.
+ * GFLOP/s counts direct-convolution FLOPs (2*N*K*P*Q*C/groups*R*S) for every
+ * algorithm and pass, so numbers compare across algorithms. */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
+#include "device/device.h"
+#include "ops/conv.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: clgrad bench conv [--n N --c C --h H --w W --k K --r R --s S --pad P --stride U]\n"
+            "                         [--dil D --groups G] [--shapes vgg-s] [--pass fwd|bwd-data|bwd-filter|all]\n"
+            "                         [--algo winograd|winograd4|im2col|direct|fft|auto|all] [--reps N]\n"
+            "                         [--check] [--devices SEL] [--json]\n"
+            "  Times each algorithm (median of --reps runs after a warm-up, wall clock around a\n"
+            "  finished queue) and prints ms and effective GFLOP/s (direct-convolution FLOPs).\n"
+            "  --check also reports the error against a double-precision host reference:\n"
+            "  max|got-ref| / max|ref| on N(0,1) inputs and filters.\n"
+            "  --shapes vgg-s: the 3x3 conv layers of models/vgg-s (28x28x1 input, batch 128 unless --n).\n");
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static const char *pass_names[3] = {"fwd", "bwd-data", "bwd-filter"};
+
+/* Reference error for one pass: downloads the device result and compares. */
+static double ref_error(clg_device *dev, const clg_conv_shape *s, int pass, const float *x, const float *w,
+                        const float *dy, cl_mem out)
+{
+    int P = clg_conv_out_h(s), Q = clg_conv_out_w(s), Cg = s->C / s->groups, Kg = s->K / s->groups;
+    size_t nx = (size_t)s->N * s->C * s->H * s->W, nw = (size_t)s->K * Cg * s->R * s->S;
+    size_t ny = (size_t)s->N * s->K * P * Q;
+    size_t n = pass == 0 ? ny : pass == 1 ? nx : nw;
+    double *ref = calloc(n, sizeof(double));
+    float *got = malloc(n * sizeof(float));
+    if (!ref || !got) {
+        free(ref);
+        free(got);
+        return NAN;
+    }
+    clEnqueueReadBuffer(dev->queue, out, CL_TRUE, 0, n * sizeof(float), got, 0, NULL, NULL);
+    for (int b = 0; b < s->N; b++)
+        for (int k = 0; k < s->K; k++)
+            for (int cc = 0; cc < Cg; cc++)
+                for (int r = 0; r < s->R; r++)
+                    for (int t = 0; t < s->S; t++) {
+                        int c = (k / Kg) * Cg + cc;
+                        size_t iw = (((size_t)k * Cg + cc) * s->R + r) * s->S + t;
+                        for (int p = 0; p < P; p++) {
+                            int h = p * s->stride_h - s->pad_h + r * s->dil_h;
+                            if (h < 0 || h >= s->H)
+                                continue;
+                            for (int q = 0; q < Q; q++) {
+                                int ww = q * s->stride_w - s->pad_w + t * s->dil_w;
+                                if (ww < 0 || ww >= s->W)
+                                    continue;
+                                size_t ix = (((size_t)b * s->C + c) * s->H + h) * s->W + ww;
+                                size_t iy = (((size_t)b * s->K + k) * P + p) * Q + q;
+                                if (pass == 0)
+                                    ref[iy] += (double)x[ix] * w[iw];
+                                else if (pass == 1)
+                                    ref[ix] += (double)dy[iy] * w[iw];
+                                else
+                                    ref[iw] += (double)x[ix] * dy[iy];
+                            }
+                        }
+                    }
+    double emax = 0, rmax = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs(got[i] - ref[i]);
+        if (isnan(got[i]))
+            e = INFINITY;
+        emax = e > emax ? e : emax;
+        rmax = fabs(ref[i]) > rmax ? fabs(ref[i]) : rmax;
+    }
+    free(ref);
+    free(got);
+    return rmax > 0 ? emax / rmax : emax;
+}
+
+static int run_shape(clg_ctx *ctx, const char *label, const clg_conv_shape *s, int pass_sel, int algo_sel, int reps,
+                     int check, int json)
+{
+    clg_device *dev = &ctx->devs[0];
+    clg_err *err = &ctx->err;
+    if (clg_conv_check(err, s) != CLG_OK)
+        return cli_fail("%s", clg_last_error(ctx));
+    int P = clg_conv_out_h(s), Q = clg_conv_out_w(s), Cg = s->C / s->groups;
+    size_t nx = (size_t)s->N * s->C * s->H * s->W, nw = (size_t)s->K * Cg * s->R * s->S;
+    size_t ny = (size_t)s->N * s->K * P * Q;
+    double flops = 2.0 * s->N * s->K * P * Q * (double)Cg * s->R * s->S;
+    float *hx = malloc(nx * sizeof(float)), *hw = malloc(nw * sizeof(float)), *hdy = malloc(ny * sizeof(float));
+    float *hb = calloc((size_t)s->K, sizeof(float));
+    if (!hx || !hw || !hdy || !hb) {
+        free(hx), free(hw), free(hdy), free(hb);
+        return cli_fail("out of host memory");
+    }
+    clg_rng r;
+    clg_rng_seed(&r, 42, 0);
+    for (size_t i = 0; i < nx; i++)
+        hx[i] = clg_rng_normal(&r);
+    for (size_t i = 0; i < nw; i++)
+        hw[i] = clg_rng_normal(&r);
+    for (size_t i = 0; i < ny; i++)
+        hdy[i] = clg_rng_normal(&r);
+    cl_mem x = NULL, w = NULL, y = NULL, dy = NULL, dx = NULL, dw = NULL, b = NULL, db = NULL;
+    int rc = CLI_OK;
+    if (clg_buf_alloc(dev, nx * 4, &x) || clg_buf_alloc(dev, nw * 4, &w) || clg_buf_alloc(dev, ny * 4, &y) ||
+        clg_buf_alloc(dev, ny * 4, &dy) || clg_buf_alloc(dev, nx * 4, &dx) || clg_buf_alloc(dev, nw * 4, &dw) ||
+        clg_buf_alloc(dev, (size_t)s->K * 4, &b) || clg_buf_alloc(dev, (size_t)s->K * 4, &db)) {
+        rc = cli_fail("%s", clg_last_error(ctx));
+        goto done;
+    }
+    clEnqueueWriteBuffer(dev->queue, x, CL_TRUE, 0, nx * 4, hx, 0, NULL, NULL);
+    clEnqueueWriteBuffer(dev->queue, w, CL_TRUE, 0, nw * 4, hw, 0, NULL, NULL);
+    clEnqueueWriteBuffer(dev->queue, dy, CL_TRUE, 0, ny * 4, hdy, 0, NULL, NULL);
+    clEnqueueWriteBuffer(dev->queue, b, CL_TRUE, 0, (size_t)s->K * 4, hb, 0, NULL, NULL);
+    for (int pass = 0; pass < 3; pass++) {
+        if (pass_sel >= 0 && pass != pass_sel)
+            continue;
+        for (int a = 0; a < CLG_CONV_ALGO_COUNT; a++) {
+            if (algo_sel >= 0 ? a != algo_sel : a == CLG_CONV_AUTO)
+                continue;
+            if (!clg_conv_algo_supported((clg_conv_algo)a, s, (clg_conv_pass)pass)) {
+                if (algo_sel >= 0 && !json)
+                    printf("%-10s %-10s %-10s unsupported for this shape\n", label, pass_names[pass],
+                           clg_conv_algo_name((clg_conv_algo)a));
+                continue;
+            }
+            clg_conv_cache cache;
+            memset(&cache, 0, sizeof cache);
+            double *t = malloc(sizeof(double) * (size_t)(reps + 1));
+            clg_status st = CLG_OK;
+            for (int i = 0; i <= reps && st == CLG_OK; i++) { /* i == 0: warm-up (builds, auto measurement) */
+                double t0 = clg_now_sec();
+                if (pass == 0)
+                    st = clg_conv_forward(dev, s, (clg_conv_algo)a, &cache, x, 0, w, 0, b, 0, 0, y, 0);
+                else if (pass == 1)
+                    st = clg_conv_backward_data(dev, s, (clg_conv_algo)a, &cache, dy, 0, w, 0, dx, 0);
+                else
+                    st = clg_conv_backward_filter(dev, s, (clg_conv_algo)a, x, 0, dy, 0, 0.0f, dw, 0, db, 0);
+                if (st == CLG_OK && clFinish(dev->queue) != CL_SUCCESS)
+                    st = CLG_ERR_OPENCL;
+                t[i] = (clg_now_sec() - t0) * 1e3;
+                cache.weights_version++; /* training: transforms are rebuilt every step */
+            }
+            if (st != CLG_OK) {
+                fprintf(stderr, "clgrad: %s %s %s: %s\n", label, pass_names[pass], clg_conv_algo_name((clg_conv_algo)a),
+                        clg_last_error(ctx));
+                clg_conv_cache_free(dev, &cache);
+                free(t);
+                rc = CLI_FAIL;
+                continue;
+            }
+            qsort(t + 1, (size_t)reps, sizeof(double), cmp_double);
+            double ms = t[1 + reps / 2];
+            double e = check ? ref_error(dev, s, pass, hx, hw, hdy, pass == 0 ? y : pass == 1 ? dx : dw) : NAN;
+            const char *chosen = a == CLG_CONV_AUTO ? clg_conv_algo_name(cache.chosen[pass]) : "";
+            if (json) {
+                printf("{\"shape\": \"%s\", \"n\": %d, \"c\": %d, \"h\": %d, \"w\": %d, \"k\": %d, \"r\": %d, \"s\": %d, "
+                       "\"pad\": %d, \"stride\": %d, \"algo\": \"%s\", \"pass\": \"%s\", \"ms\": %.4f, \"gflops\": %.3f",
+                       label, s->N, s->C, s->H, s->W, s->K, s->R, s->S, s->pad_h, s->stride_h,
+                       clg_conv_algo_name((clg_conv_algo)a), pass_names[pass], ms, flops / ms * 1e-6);
+                if (a == CLG_CONV_AUTO)
+                    printf(", \"chosen\": \"%s\"", chosen);
+                if (check)
+                    printf(", \"rel_err\": %.3e", e);
+                printf("}\n");
+            } else {
+                printf("%-10s %-10s %-10s %10.3f ms %9.2f GFLOP/s", label, pass_names[pass],
+                       clg_conv_algo_name((clg_conv_algo)a), ms, flops / ms * 1e-6);
+                if (a == CLG_CONV_AUTO)
+                    printf("  (chose %s)", chosen);
+                if (check)
+                    printf("  rel_err %.3e", e);
+                printf("\n");
+            }
+            fflush(stdout);
+            clg_conv_cache_free(dev, &cache);
+            free(t);
+        }
+    }
+done:
+    clg_buf_release(dev, x), clg_buf_release(dev, w), clg_buf_release(dev, y), clg_buf_release(dev, dy);
+    clg_buf_release(dev, dx), clg_buf_release(dev, dw), clg_buf_release(dev, b), clg_buf_release(dev, db);
+    free(hx), free(hw), free(hdy), free(hb);
+    return rc;
+}
 
 int bench_conv(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    return cli_fail("'bench conv' is not implemented yet");
+    long n = 32, c = 32, h = 28, w = 28, k = 32, r = 3, s = 3, pad = 1, stride = 1, dil = 1, groups = 1, reps = 5;
+    int n_set = 0, json = 0, check = 0, pass_sel = -1, algo_sel = -1;
+    const char *devices = NULL, *shapes = NULL, *pass = NULL, *algo = NULL;
+    for (int i = 1; i < argc; i++) {
+        int got;
+        if (cli_is_help(argv[i])) {
+            usage(stdout);
+            return CLI_OK;
+        }
+        if (strcmp(argv[i], "--json") == 0) {
+            json = 1;
+            continue;
+        }
+        if (strcmp(argv[i], "--check") == 0) {
+            check = 1;
+            continue;
+        }
+#define OPT_INT(name, var, lo, hi)                                                                     \
+    if ((got = cli_opt_int(argc, argv, &i, name, lo, hi, &var)) != 0) {                                \
+        if (got < 0)                                                                                   \
+            return CLI_USAGE;                                                                          \
+        if (strcmp(name, "--n") == 0)                                                                  \
+            n_set = 1;                                                                                 \
+        continue;                                                                                      \
+    }
+        OPT_INT("--n", n, 1, 1 << 20)
+        OPT_INT("--c", c, 1, 1 << 20)
+        OPT_INT("--h", h, 1, 1 << 20)
+        OPT_INT("--w", w, 1, 1 << 20)
+        OPT_INT("--k", k, 1, 1 << 20)
+        OPT_INT("--r", r, 1, 1024)
+        OPT_INT("--s", s, 1, 1024)
+        OPT_INT("--pad", pad, 0, 1024)
+        OPT_INT("--stride", stride, 1, 1024)
+        OPT_INT("--dil", dil, 1, 1024)
+        OPT_INT("--groups", groups, 1, 1 << 20)
+        OPT_INT("--reps", reps, 1, 1000)
+#undef OPT_INT
+        if ((got = cli_opt_str(argc, argv, &i, "--devices", &devices)) != 0) {
+            if (got < 0)
+                return CLI_USAGE;
+            continue;
+        }
+        if ((got = cli_opt_str(argc, argv, &i, "--shapes", &shapes)) != 0) {
+            if (got < 0)
+                return CLI_USAGE;
+            continue;
+        }
+        if ((got = cli_opt_str(argc, argv, &i, "--pass", &pass)) != 0) {
+            if (got < 0)
+                return CLI_USAGE;
+            continue;
+        }
+        if ((got = cli_opt_str(argc, argv, &i, "--algo", &algo)) != 0) {
+            if (got < 0)
+                return CLI_USAGE;
+            continue;
+        }
+        return cli_usage_error("bench conv", "unknown option '%s'", argv[i]);
+    }
+    if (pass && strcmp(pass, "all") != 0) {
+        for (int p = 0; p < 3; p++)
+            if (strcmp(pass, pass_names[p]) == 0)
+                pass_sel = p;
+        if (pass_sel < 0)
+            return cli_usage_error("bench conv", "--pass must be fwd, bwd-data, bwd-filter or all (got '%s')", pass);
+    }
+    if (algo && strcmp(algo, "all") != 0) {
+        clg_conv_algo a;
+        if (clg_conv_algo_parse(NULL, algo, &a) != CLG_OK)
+            return cli_usage_error("bench conv", "%s", clg_last_error(NULL));
+        algo_sel = (int)a;
+    }
+    if (shapes && strcmp(shapes, "vgg-s") != 0)
+        return cli_usage_error("bench conv", "unknown --shapes '%s' (vgg-s)", shapes);
+    int rc = CLI_OK;
+    clg_ctx *ctx = cli_ctx_open(devices, 0, &rc);
+    if (!ctx)
+        return rc;
+    if (shapes) {
+        /* models/vgg-s: conv3x3 1->32, 32->32 @28x28, maxpool, 32->64, 64->64 @14x14, pad 1 */
+        static const struct {
+            const char *name;
+            int c, k, hw;
+        } vgg[] = {{"conv1", 1, 32, 28}, {"conv2", 32, 32, 28}, {"conv3", 32, 64, 14}, {"conv4", 64, 64, 14}};
+        for (size_t i = 0; i < CLG_ARRAY_LEN(vgg); i++) {
+            clg_conv_shape sh = {.N = n_set ? (int)n : 128, .C = vgg[i].c, .H = vgg[i].hw, .W = vgg[i].hw,
+                                 .K = vgg[i].k, .R = 3, .S = 3, .pad_h = 1, .pad_w = 1, .stride_h = 1, .stride_w = 1,
+                                 .dil_h = 1, .dil_w = 1, .groups = 1};
+            int r1 = run_shape(ctx, vgg[i].name, &sh, pass_sel, algo_sel, (int)reps, check, json);
+            if (r1 != CLI_OK)
+                rc = r1;
+        }
+    } else {
+        clg_conv_shape sh = {.N = (int)n, .C = (int)c, .H = (int)h, .W = (int)w, .K = (int)k, .R = (int)r, .S = (int)s,
+                             .pad_h = (int)pad, .pad_w = (int)pad, .stride_h = (int)stride, .stride_w = (int)stride,
+                             .dil_h = (int)dil, .dil_w = (int)dil, .groups = (int)groups};
+        rc = run_shape(ctx, "custom", &sh, pass_sel, algo_sel, (int)reps, check, json);
+    }
+    clg_ctx_destroy(ctx);
+    return rc;
 }

@@ -368,20 +368,27 @@ static clg_status pack(clg_device *dev, cl_kernel k, int R, int K, int Kp, int k
     ka_int(&g, dstride);
     if (g.e != CL_SUCCESS)
         return clg_cl_fail(clg_dev_err(dev), g.e, "clSetKernelArg(gemm_pack)", __FILE__, __LINE__);
-    size_t gws[3] = {(size_t)Kp, (size_t)CLG_CEIL_DIV(R, P), (size_t)batch};
+    size_t gws[3] = {(size_t)CLG_CEIL_DIV(Kp, 16), (size_t)CLG_CEIL_DIV(R, P), (size_t)batch};
     return enqueue(dev, k, 3, gws, NULL, ev, "clEnqueueNDRangeKernel(gemm_pack)");
 }
 
 /* Split-K factor for the CPU family when not fixed: enough independent
- * work-items for every compute unit when the tile grid is small. */
-static int auto_ks(const clg_device *dev, int tiles, int K)
+ * work-items for every compute unit when the tile grid is small, and for
+ * very long K chunks of about 2048 so that the work-items sharing a B chunk
+ * (they run one after another) find it in cache. The partial products must
+ * stay small (<= 32 MiB). */
+static int auto_ks(const clg_device *dev, int tiles, int K, size_t out_elems)
 {
     int cu = (int)CLG_MAX(1u, dev->info.compute_units);
-    if (tiles >= 4 * cu || K < 512)
-        return 1;
-    int ks = CLG_CEIL_DIV(8 * cu, tiles);
-    ks = CLG_MIN(ks, K / 256);
-    return CLG_MAX(1, CLG_MIN(ks, 64));
+    int ks = 1;
+    if (tiles < 4 * cu && K >= 512)
+        ks = CLG_MIN(CLG_CEIL_DIV(8 * cu, tiles), K / 256);
+    if (K >= 8192 && out_elems <= ((size_t)1 << 20)) /* thin products only */
+        ks = CLG_MAX(ks, CLG_CEIL_DIV(K, 2048));
+    ks = CLG_MAX(1, CLG_MIN(ks, 64));
+    while (ks > 1 && out_elems * (size_t)ks * sizeof(float) > ((size_t)32 << 20))
+        ks--;
+    return ks;
 }
 
 static clg_status gemm_own(clg_device *dev, const clg_gemm_args *a, const clg_gemm_params *p, evs *ev)
@@ -411,7 +418,7 @@ static clg_status gemm_own(clg_device *dev, const clg_gemm_args *a, const clg_ge
     const int apStride = shareA ? 0 : (int)panA, bpStride = shareB ? 0 : (int)panB;
     int KS = 1, kchunk = K;
     if (cpu) {
-        KS = p->KS > 0 ? p->KS : auto_ks(dev, Mt * Nt * batch, K);
+        KS = p->KS > 0 ? p->KS : auto_ks(dev, Mt * Nt * batch, K, (size_t)batch * Mt * PA * Nt * PB);
         KS = CLG_MIN(KS, K);
         if (KS > 1) {
             kchunk = CLG_CEIL_DIV(K, KS);

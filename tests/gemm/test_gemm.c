@@ -511,6 +511,64 @@ START_TEST(test_tune_db)
 }
 END_TEST
 
+START_TEST(test_tuner_run)
+{
+    /* the tuner on two small shapes: entries written, saved, and used */
+    char dir[256];
+    snprintf(dir, sizeof dir, "tune-run-test-%d", (int)getpid());
+    clg_ctx *c2 = tu_ctx_cache(NULL, dir);
+    clg_device *d = &c2->devs[0];
+    static const int shapes[2][3] = {{40, 70, 50}, {3, 20, 4000}};
+    clg_gemm_tune_opts o;
+    memset(&o, 0, sizeof o);
+    o.quick = 1;
+    o.clblast = clg_gemm_have_clblast();
+    o.shapes = shapes;
+    o.nshapes = 2;
+    ck_assert_int_eq(clg_gemm_tune(d, &o), CLG_OK);
+    char path[1200];
+    clg_tune_path(d, path, sizeof path);
+    clg_ctx_destroy(c2);
+    c2 = tu_ctx_cache(NULL, dir);
+    d = &c2->devs[0];
+    for (int i = 0; i < 2; i++) {
+        char cls[32], key[64];
+        clg_gemm_class(shapes[i][0], shapes[i][1], shapes[i][2], cls, sizeof cls);
+        snprintf(key, sizeof key, "gemm/%s", cls);
+        const clg_tune_entry *e = clg_tune_find(d, key);
+        ck_assert_ptr_nonnull(e);
+        clg_gemm_params p, q;
+        ck_assert(clg_gemm_params_from_entry(e, &p));
+        ck_assert_int_eq(clg_gemm_params_check(d, &p), CLG_OK);
+        ck_assert(clg_tune_param(e, "gflops", 0) > 0);
+        clg_gemm_params_for(d, shapes[i][0], shapes[i][1], shapes[i][2], &q);
+        ck_assert_int_eq(memcmp(&p, &q, sizeof p), 0);
+        if (clg_gemm_have_clblast()) {
+            snprintf(key, sizeof key, "gemm-auto/%s", cls);
+            e = clg_tune_find(d, key);
+            ck_assert_ptr_nonnull(e);
+            ck_assert(strcmp(e->backend, "own") == 0 || strcmp(e->backend, "clblast") == 0);
+        }
+    }
+    /* the tuned sets compute correctly on their shapes (via AUTO) */
+    clg_device *save = dev;
+    clg_ctx *savec = ctx;
+    dev = d;
+    ctx = c2;
+    clg_tune_db_get(c2)->auto_measure = 0;
+    gcase c = base(40, 70, 50);
+    c.bias_mode = CLG_BIAS_ROW;
+    check(&c, CLG_GEMM_AUTO, NULL, "tuned");
+    c = base(3, 20, 4000);
+    c.tb = 1;
+    check(&c, CLG_GEMM_AUTO, NULL, "tuned");
+    dev = save;
+    ctx = savec;
+    clg_ctx_destroy(c2);
+    remove(path);
+}
+END_TEST
+
 START_TEST(test_auto_backend)
 {
     /* AUTO follows the db entry of the class; context default overrides */
@@ -577,6 +635,7 @@ int main(void)
         tcase_add_test(tc, test_tuner_params);
         tcase_add_test(tc, test_invalid_args);
         tcase_add_test(tc, test_tune_db);
+        tcase_add_test(tc, test_tuner_run);
         tcase_add_test(tc, test_auto_backend);
         tcase_add_test(tc, test_tiny);
     }

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Convolution forward+backward: clgrad (OpenCL) against PyTorch CPU on the
+3x3 conv layers of models/vgg-s (Fashion-MNIST 28x28x1, batch 128, pad 1).
+
+Both are measured in the same run on the same machine:
+  * clgrad: `clgrad bench conv --shapes vgg-s --pass all --algo A --json`
+    (median of --reps runs per pass, each after a warm-up);
+  * PyTorch: torch.nn.functional.conv2d forward + autograd backward with
+    torch.set_num_threads(THREADS), median of --reps runs after a warm-up.
+A layer's "fwd+bwd" is forward + backward-filter (+ bias) + backward-data;
+conv1 reads the network input, so neither side computes its data gradient.
+
+usage: bench/conv_vs_torch.py [--clgrad build/tools/clgrad] [--algos auto,im2col,winograd]
+                              [--n 128] [--reps 5] [--threads 2] [--devices SEL] [--json]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+LAYERS = [("conv1", 1, 32, 28), ("conv2", 32, 32, 28), ("conv3", 32, 64, 14), ("conv4", 64, 64, 14)]
+
+
+def torch_times(n, reps, threads):
+    import torch
+    import torch.nn.functional as F
+
+    torch.set_num_threads(threads)
+    out = {}
+    g = torch.Generator().manual_seed(0)
+    for name, c, k, hw in LAYERS:
+        x = torch.randn(n, c, hw, hw, generator=g)
+        w = torch.randn(k, c, 3, 3, generator=g, requires_grad=True)
+        b = torch.zeros(k, requires_grad=True)
+        x.requires_grad_(name != "conv1")
+        dy = torch.randn(n, k, hw, hw, generator=g)
+        fwd, tot = [], []
+        for i in range(reps + 1):
+            t0 = time.perf_counter()
+            y = F.conv2d(x, w, b, padding=1)
+            t1 = time.perf_counter()
+            y.backward(dy)
+            t2 = time.perf_counter()
+            w.grad = None
+            b.grad = None
+            x.grad = None
+            if i:
+                fwd.append((t1 - t0) * 1e3)
+                tot.append((t2 - t0) * 1e3)
+        out[name] = {"fwd": statistics.median(fwd), "total": statistics.median(tot)}
+    return out
+
+
+def clgrad_times(exe, algo, n, reps, devices):
+    cmd = [exe, "bench", "conv", "--shapes", "vgg-s", "--n", str(n), "--pass", "all", "--algo", algo,
+           "--reps", str(reps), "--json"]
+    if devices:
+        cmd += ["--devices", devices]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        sys.exit("clgrad bench failed (%d): %s" % (res.returncode, res.stderr.strip()))
+    out = {}
+    for line in res.stdout.splitlines():
+        if not line.startswith("{"):
+            continue
+        r = json.loads(line)
+        out.setdefault(r["shape"], {})[r["pass"]] = r
+    table = {}
+    for name, *_ in LAYERS:
+        p = out.get(name, {})
+        fwd = p.get("fwd", {}).get("ms")
+        bf = p.get("bwd-filter", {}).get("ms")
+        bd = p.get("bwd-data", {}).get("ms") if name != "conv1" else 0.0
+        if None in (fwd, bf, bd):
+            table[name] = None
+            continue
+        table[name] = {"fwd": fwd, "total": fwd + bf + bd,
+                       "chosen": {k: v.get("chosen", algo) for k, v in p.items()}}
+    return table
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap.add_argument("--clgrad", default=os.path.join(here, "..", "build", "tools", "clgrad"))
+    ap.add_argument("--algos", default="auto,im2col,winograd")
+    ap.add_argument("--n", type=int, default=128)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--devices", default=None)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+
+    algos = [s for s in a.algos.split(",") if s]
+    cl = {al: clgrad_times(a.clgrad, al, a.n, a.reps, a.devices) for al in algos}
+    th = torch_times(a.n, a.reps, a.threads)
+
+    if a.json:
+        print(json.dumps({"n": a.n, "threads": a.threads, "torch": th, "clgrad": cl}))
+        return
+    print("VGG-S 3x3 conv layers, batch %d, PyTorch %d threads; ms, median of %d" % (a.n, a.threads, a.reps))
+    hdr = "%-7s %12s %12s" % ("layer", "torch fwd", "torch f+b")
+    for al in algos:
+        hdr += " %12s %12s" % (al + " fwd", al + " f+b")
+    print(hdr)
+    sums = {"torch": [0.0, 0.0]}
+    for al in algos:
+        sums[al] = [0.0, 0.0]
+    for name, *_ in LAYERS:
+        row = "%-7s %12.2f %12.2f" % (name, th[name]["fwd"], th[name]["total"])
+        sums["torch"][0] += th[name]["fwd"]
+        sums["torch"][1] += th[name]["total"]
+        for al in algos:
+            t = cl[al].get(name)
+            if t is None:
+                row += " %12s %12s" % ("n/a", "n/a")
+                sums[al] = [float("nan")] * 2
+            else:
+                row += " %12.2f %12.2f" % (t["fwd"], t["total"])
+                sums[al][0] += t["fwd"]
+                sums[al][1] += t["total"]
+        print(row)
+    row = "%-7s %12.2f %12.2f" % ("total", *sums["torch"])
+    for al in algos:
+        row += " %12.2f %12.2f" % tuple(sums[al])
+    print(row)
+    for al in algos:
+        print("%-10s fwd+bwd vs torch: %.2fx %s" % (al, sums["torch"][1] / sums[al][1],
+                                                   "(faster)" if sums[al][1] <= sums["torch"][1] else "(slower)"))
+    if "auto" in cl:
+        for name, *_ in LAYERS:
+            t = cl["auto"].get(name)
+            if t:
+                print("auto chose for %s: %s" % (name, ", ".join("%s=%s" % kv for kv in sorted(t["chosen"].items()))))
+
+
+if __name__ == "__main__":
+    main()
