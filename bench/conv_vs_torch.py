@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Convolution forward+backward: clgrad (OpenCL) against PyTorch CPU on the
 3x3 conv layers of models/vgg-s (Fashion-MNIST 28x28x1, batch 128, pad 1).
 
@@ -95,8 +95,8 @@ def main():
     a = ap.parse_args()
 
     algos = [s for s in a.algos.split(",") if s]
+    th = torch_times(a.n, a.reps, a.threads)  # first: fails fast without torch (use /usr/bin/python3)
     cl = {al: clgrad_times(a.clgrad, al, a.n, a.reps, a.devices) for al in algos}
-    th = torch_times(a.n, a.reps, a.threads)
 
     if a.json:
         print(json.dumps({"n": a.n, "threads": a.threads, "torch": th, "clgrad": cl}))

@@ -202,6 +202,9 @@ typedef struct clg_model_params {
     double learning_rate;
     double momentum;
     double weight_decay;
+    /* "fp32" (default, NULL) or "fp16": activations and weights stored in
+     * half, fp32 master weights, dynamic loss scaling; layers compute in fp32. */
+    const char *precision;
 } clg_model_params;
 
 typedef struct clg_metrics {
@@ -299,6 +302,7 @@ typedef struct clg_bench_train_params {
     int steps;         /* timed steps (default 20) */
     int warmup;        /* untimed steps first (default 3) */
     uint64_t seed;
+    const char *precision; /* "fp32" (default, NULL) or "fp16" */
 } clg_bench_train_params;
 typedef struct clg_bench_train_report {
     double images_per_s;  /* batch * steps / time of the timed steps */

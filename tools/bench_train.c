@@ -19,6 +19,7 @@ static void help(FILE *f)
                "  --gemm-backend B  auto, own or clblast (sets CLGRAD_GEMM_BACKEND)\n"
                "  --devices SEL   device selector; runs on the first selected device\n"
                "  --seed N        seed (default 1)\n"
+               "  --precision P   fp32 (default) or fp16 (half storage, fp32 master weights)\n"
                "  --json          one JSON object: model, batch, devices, images_per_s, ...\n"
                "\n"
                "exit codes: 0 ok, 1 failure, 2 usage error\n");
@@ -39,6 +40,7 @@ int bench_train(int argc, char **argv)
             return CLI_OK;
         }
         if ((r = cli_opt_str(argc, argv, &i, "--model", &p.model)) != 0 ||
+            (r = cli_opt_str(argc, argv, &i, "--precision", &p.precision)) != 0 ||
             (r = cli_opt_str(argc, argv, &i, "--devices", &devices)) != 0) {
             if (r < 0)
                 return CLI_USAGE;
@@ -103,9 +105,9 @@ int bench_train(int argc, char **argv)
                 putchar('\\');
             putchar(*c);
         }
-        printf("\", \"batch\": %d, \"devices\": %d, \"steps\": %d, \"warmup\": %d, \"images_per_s\": %.1f, "
+        printf("\", \"precision\": \"%s\", \"batch\": %d, \"devices\": %d, \"steps\": %d, \"warmup\": %d, \"images_per_s\": %.1f, "
                "\"ms_per_step\": %.3f, \"ms_per_step_median\": %.3f, \"device\": \"",
-               p.batch, rep.devices, p.steps, p.warmup, rep.images_per_s, rep.ms_per_step, rep.ms_per_step_median);
+               p.precision ? p.precision : "fp32", p.batch, rep.devices, p.steps, p.warmup, rep.images_per_s, rep.ms_per_step, rep.ms_per_step_median);
         for (const char *c = info.name; *c; c++) {
             if (*c == '"' || *c == '\\')
                 putchar('\\');
@@ -114,7 +116,8 @@ int bench_train(int argc, char **argv)
         }
         printf("\"}\n");
     } else {
-        printf("model %s  batch %d  devices %d (%s)\n", p.model, p.batch, rep.devices, info.name);
+        printf("model %s  batch %d  devices %d (%s)  precision %s\n", p.model, p.batch, rep.devices, info.name,
+               p.precision ? p.precision : "fp32");
         printf("%d timed steps after %d warm-up: %.1f images/s, %.2f ms/step (median %.2f)\n", p.steps, p.warmup,
                rep.images_per_s, rep.ms_per_step, rep.ms_per_step_median);
     }

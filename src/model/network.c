@@ -398,16 +398,24 @@ static int cmp_item(const void *a, const void *b)
 /* Steps: forward of layer i = i; backward of layer i = 2L-1-i. Forward
  * activations live until their own layer's backward (every layer's backward
  * may read its output and its inputs); output gradients live from the first
- * consumer's backward to their own layer's backward. */
-static clg_status plan_memory(clg_replica *r)
+ * consumer's backward to their own layer's backward.
+ *
+ * half: size the tensors as fp16 storage (2 bytes per element; the last
+ * layer's output stays fp32). alloc == 0 only sizes the plan (*total) and
+ * leaves the replica's buffers alone. */
+static clg_status plan_memory(clg_replica *r, int half, int alloc, uint64_t *total)
 {
     clg_err *err = clg_dev_err(r->dev);
     int L = r->nlayers;
     plan_item *it = calloc((size_t)2 * L, sizeof *it);
     int *last_consumer = malloc((size_t)L * sizeof(int));
-    if (!it || !last_consumer) {
+    int *slot_end = calloc((size_t)2 * L, sizeof(int));
+    size_t *slot_bytes = calloc((size_t)2 * L, sizeof(size_t));
+    if (!it || !last_consumer || !slot_end || !slot_bytes) {
         free(it);
         free(last_consumer);
+        free(slot_end);
+        free(slot_bytes);
         return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory planning activations");
     }
     for (int i = 0; i < L; i++)
@@ -419,7 +427,7 @@ static clg_status plan_memory(clg_replica *r)
                 last_consumer[s] = j;
         }
     int n = 0;
-    r->naive_bytes = 0;
+    uint64_t naive = 0;
     for (int i = 0; i < L; i++) {
         clg_layer *l = &r->layers[i];
         clg_tensor *a = &r->act[i];
@@ -427,65 +435,199 @@ static clg_status plan_memory(clg_replica *r)
         a->c = l->out_shape[1];
         a->h = l->out_shape[2];
         a->w = l->out_shape[3];
-        size_t bytes = clg_tensor_numel(a) * sizeof(float);
-        it[n++] = (plan_item){i, 2 * L - 1 - i, bytes, a, -1};
-        r->naive_bytes += bytes;
+        size_t numel = clg_tensor_numel(a);
+        size_t abytes = numel * (half && i != L - 1 ? 2 : sizeof(float));
+        it[n++] = (plan_item){i, 2 * L - 1 - i, abytes, a, -1};
+        naive += numel * sizeof(float);
         clg_tensor *g = &r->dact[i];
-        *g = *a;
-        g->mem = NULL;
+        if (alloc) {
+            *g = *a;
+            g->mem = NULL;
+        }
         if (last_consumer[i] >= 0 && !l->is_loss) {
-            it[n++] = (plan_item){2 * L - 1 - last_consumer[i], 2 * L - 1 - i, bytes, g, -1};
-            r->naive_bytes += bytes;
+            it[n++] = (plan_item){2 * L - 1 - last_consumer[i], 2 * L - 1 - i, numel * (half ? 2 : sizeof(float)), g,
+                                  -1};
+            naive += numel * sizeof(float);
         }
     }
     qsort(it, (size_t)n, sizeof *it, cmp_item);
-    int *slot_end = calloc((size_t)n, sizeof(int));
-    r->slot_bytes = calloc((size_t)n, sizeof(size_t));
-    r->slots = calloc((size_t)n, sizeof(cl_mem));
-    if (!slot_end || !r->slot_bytes || !r->slots) {
-        free(it);
-        free(last_consumer);
-        free(slot_end);
-        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory planning activations");
-    }
-    r->nslots = 0;
+    int nslots = 0;
     for (int a = 0; a < n; a++) {
         /* best fit among free slots: smallest slot >= bytes, else the largest free one */
         int best = -1;
-        for (int s = 0; s < r->nslots; s++) {
+        for (int s = 0; s < nslots; s++) {
             if (slot_end[s] >= it[a].start)
                 continue;
             if (best < 0) {
                 best = s;
                 continue;
             }
-            int fits = r->slot_bytes[s] >= it[a].bytes, bfits = r->slot_bytes[best] >= it[a].bytes;
-            if ((fits && (!bfits || r->slot_bytes[s] < r->slot_bytes[best])) ||
-                (!fits && !bfits && r->slot_bytes[s] > r->slot_bytes[best]))
+            int fits = slot_bytes[s] >= it[a].bytes, bfits = slot_bytes[best] >= it[a].bytes;
+            if ((fits && (!bfits || slot_bytes[s] < slot_bytes[best])) ||
+                (!fits && !bfits && slot_bytes[s] > slot_bytes[best]))
                 best = s;
         }
         if (best < 0)
-            best = r->nslots++;
-        if (r->slot_bytes[best] < it[a].bytes)
-            r->slot_bytes[best] = it[a].bytes;
+            best = nslots++;
+        if (slot_bytes[best] < it[a].bytes)
+            slot_bytes[best] = it[a].bytes;
         slot_end[best] = it[a].end;
         it[a].slot = best;
     }
-    r->planned_bytes = 0;
+    uint64_t sum = 0;
+    for (int s = 0; s < nslots; s++)
+        sum += slot_bytes[s];
+    *total = sum;
     clg_status st = CLG_OK;
-    for (int s = 0; s < r->nslots && st == CLG_OK; s++) {
-        r->planned_bytes += r->slot_bytes[s];
-        st = clg_buf_alloc(r->dev, r->slot_bytes[s], &r->slots[s]);
+    if (alloc) {
+        r->naive_bytes = naive;
+        r->slot_bytes = slot_bytes;
+        slot_bytes = NULL;
+        r->slots = calloc((size_t)CLG_MAX(nslots, 1), sizeof(cl_mem));
+        if (!r->slots)
+            st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory planning activations");
+        else
+            r->nslots = nslots;
+        for (int s = 0; s < r->nslots && st == CLG_OK; s++)
+            st = clg_buf_alloc(r->dev, r->slot_bytes[s], &r->slots[s]);
+        if (st == CLG_OK)
+            for (int a = 0; a < n; a++) {
+                it[a].t->mem = r->slots[it[a].slot];
+                it[a].t->off = 0;
+            }
     }
-    if (st == CLG_OK)
-        for (int a = 0; a < n; a++) {
-            it[a].t->mem = r->slots[it[a].slot];
-            it[a].t->off = 0;
-        }
     free(it);
     free(last_consumer);
     free(slot_end);
+    free(slot_bytes);
     return st;
+}
+
+// ---- fp16 storage ----
+
+static const char *cvt_opts(const clg_device *dev) { return dev->info.has_fp16 ? "-D HAVE_FP16=1" : ""; }
+
+/* One of the (mem a, int aoff, mem b, int boff, int n) kernels of cl/convert.cl. */
+static clg_status cvt(clg_device *dev, const char *kernel, cl_mem a, size_t aoff, cl_mem b, size_t boff, size_t n)
+{
+    clg_err *err = clg_dev_err(dev);
+    if (n == 0)
+        return CLG_OK;
+    if (n > INT32_MAX || aoff > INT32_MAX || boff > INT32_MAX)
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "fp16 conversion of %zu elements: too large for one kernel", n);
+    cl_kernel k;
+    CLG_TRY(clg_kernel_get(dev, "convert", cvt_opts(dev), kernel, &k));
+    int ao = (int)aoff, bo = (int)boff, nn = (int)n;
+    CLG_CL_CHECK(err, clSetKernelArg(k, 0, sizeof(cl_mem), &a));
+    CLG_CL_CHECK(err, clSetKernelArg(k, 1, sizeof(int), &ao));
+    CLG_CL_CHECK(err, clSetKernelArg(k, 2, sizeof(cl_mem), &b));
+    CLG_CL_CHECK(err, clSetKernelArg(k, 3, sizeof(int), &bo));
+    CLG_CL_CHECK(err, clSetKernelArg(k, 4, sizeof(int), &nn));
+    size_t local = 64, global = CLG_CEIL_DIV(n, local) * local;
+    CLG_CL_CHECK(err, clEnqueueNDRangeKernel(dev->queue, k, 1, NULL, &global, &local, 0, NULL, NULL));
+    return CLG_OK;
+}
+
+/* A half tensor expanded into an fp32 working buffer (same shape, off 0). */
+static clg_status expand(clg_device *dev, const clg_tensor *h, cl_mem buf, clg_tensor *out)
+{
+    clg_tensor src = *h; /* out may alias h */
+    *out = src;
+    out->mem = buf;
+    out->off = 0;
+    return cvt(dev, "f16_to_f32", src.mem, src.off, buf, 0, clg_tensor_numel(&src));
+}
+
+static clg_status alloc_work(clg_device *dev, cl_mem *m, size_t bytes, uint64_t *total)
+{
+    if (bytes == 0)
+        return CLG_OK;
+    *total += bytes;
+    return clg_buf_alloc(dev, bytes, m);
+}
+
+/* fp32 working buffers (each as large as the largest tensor it serves) and
+ * the master / half copies of the trainable weights. */
+static clg_status setup_fp16(clg_replica *r)
+{
+    clg_device *dev = r->dev;
+    clg_err *err = clg_dev_err(dev);
+    int L = r->nlayers;
+    size_t out_bytes = 0;
+    for (int i = 0; i < L; i++) {
+        clg_layer *l = &r->layers[i];
+        if (i != L - 1)
+            out_bytes = CLG_MAX(out_bytes, clg_tensor_numel(&r->act[i]) * sizeof(float));
+        for (int k = 0; k < l->nin; k++)
+            if (l->inputs[k] >= 0) {
+                size_t b = clg_tensor_numel(&r->act[l->inputs[k]]) * sizeof(float);
+                r->f32_in_bytes[k] = CLG_MAX(r->f32_in_bytes[k], b);
+                r->f32_din_bytes[k] = CLG_MAX(r->f32_din_bytes[k], b);
+            }
+    }
+    r->f32_out_bytes = out_bytes;
+    r->work_bytes = 0;
+    CLG_TRY(alloc_work(dev, &r->f32_out, out_bytes, &r->work_bytes));
+    CLG_TRY(alloc_work(dev, &r->f32_dout, out_bytes, &r->work_bytes));
+    for (int k = 0; k < CLG_MAX_INPUTS; k++) {
+        CLG_TRY(alloc_work(dev, &r->f32_in[k], r->f32_in_bytes[k], &r->work_bytes));
+        CLG_TRY(alloc_work(dev, &r->f32_din[k], r->f32_din_bytes[k], &r->work_bytes));
+    }
+    r->master = calloc((size_t)L * CLG_MAX_PARAMS, sizeof(cl_mem));
+    r->w16 = calloc((size_t)L * CLG_MAX_PARAMS, sizeof(cl_mem));
+    if (!r->master || !r->w16)
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    for (int i = 0; i < L; i++)
+        for (int p = 0; p < r->layers[i].nparams; p++) {
+            clg_param *pr = &r->layers[i].params[p];
+            if (!pr->trainable || pr->numel == 0)
+                continue;
+            int idx = i * CLG_MAX_PARAMS + p;
+            CLG_TRY(clg_buf_alloc(dev, pr->numel * sizeof(float), &r->master[idx]));
+            CLG_TRY(clg_buf_alloc(dev, pr->numel * 2, &r->w16[idx]));
+            CLG_CL_CHECK(err, clEnqueueCopyBuffer(dev->queue, pr->value, r->master[idx], 0, 0,
+                                                  pr->numel * sizeof(float), 0, NULL, NULL));
+        }
+    return clg_replica_weights_updated(r);
+}
+
+cl_mem clg_replica_master(const clg_replica *r, const clg_param_ref *ref)
+{
+    if (r->fp16 && r->master && ref->param->trainable) {
+        cl_mem m = r->master[ref->layer->index * CLG_MAX_PARAMS + (int)(ref->param - ref->layer->params)];
+        if (m)
+            return m;
+    }
+    return ref->param->value;
+}
+
+clg_status clg_replica_weights_updated(clg_replica *r)
+{
+    clg_device *dev = r->dev;
+    clg_err *err = clg_dev_err(dev);
+    if (r->fp16 && r->master) {
+        cl_kernel k;
+        CLG_TRY(clg_kernel_get(dev, "convert", cvt_opts(dev), "round_weights", &k));
+        for (int i = 0; i < r->nlayers; i++)
+            for (int p = 0; p < r->layers[i].nparams; p++) {
+                int idx = i * CLG_MAX_PARAMS + p;
+                clg_param *pr = &r->layers[i].params[p];
+                if (!r->master[idx])
+                    continue;
+                if (pr->numel > INT32_MAX)
+                    return clg_err_set(err, CLG_ERR_UNSUPPORTED, "parameter %s.%s is too large", r->layers[i].name,
+                                       pr->name);
+                int n = (int)pr->numel;
+                CLG_CL_CHECK(err, clSetKernelArg(k, 0, sizeof(cl_mem), &r->master[idx]));
+                CLG_CL_CHECK(err, clSetKernelArg(k, 1, sizeof(cl_mem), &r->w16[idx]));
+                CLG_CL_CHECK(err, clSetKernelArg(k, 2, sizeof(cl_mem), &pr->value));
+                CLG_CL_CHECK(err, clSetKernelArg(k, 3, sizeof(int), &n));
+                size_t local = 64, global = CLG_CEIL_DIV((size_t)n, local) * local;
+                CLG_CL_CHECK(err, clEnqueueNDRangeKernel(dev->queue, k, 1, NULL, &global, &local, 0, NULL, NULL));
+            }
+    }
+    clg_replica_params_changed(r);
+    return CLG_OK;
 }
 
 clg_status clg_replica_create(clg_net *net, clg_device *dev, uint64_t seed, clg_replica **out)
@@ -514,8 +656,18 @@ clg_status clg_replica_create(clg_net *net, clg_device *dev, uint64_t seed, clg_
         if (st != CLG_OK)
             st = layer_fail(err, st, net, l, "init");
     }
+    r->fp16 = net->fp16;
     if (st == CLG_OK)
-        st = plan_memory(r);
+        st = plan_memory(r, 0, !r->fp16, &r->fp32_bytes);
+    if (st == CLG_OK && r->fp16)
+        st = plan_memory(r, 1, 1, &r->arena_bytes);
+    else
+        r->arena_bytes = r->fp32_bytes;
+    r->planned_bytes = r->arena_bytes;
+    if (st == CLG_OK && r->fp16) {
+        st = setup_fp16(r);
+        r->planned_bytes = r->arena_bytes + r->work_bytes;
+    }
     const char *pe = getenv("CLGRAD_PROFILE");
     if (st == CLG_OK && pe && pe[0] && strcmp(pe, "0") != 0) {
         r->profile = 1;
@@ -532,8 +684,8 @@ clg_status clg_replica_create(clg_net *net, clg_device *dev, uint64_t seed, clg_
         clg_replica_free(r);
         return st;
     }
-    clg_log(2, "replica on device %d: activations %.2f MiB planned vs %.2f MiB naive (%d buffers)", dev->index,
-            r->planned_bytes / 1048576.0, r->naive_bytes / 1048576.0, r->nslots);
+    clg_log(2, "replica on device %d: activations %.2f MiB planned vs %.2f MiB naive (%d buffers)%s", dev->index,
+            r->planned_bytes / 1048576.0, r->naive_bytes / 1048576.0, r->nslots, r->fp16 ? ", fp16 storage" : "");
     *out = r;
     return CLG_OK;
 }
@@ -548,8 +700,21 @@ void clg_replica_free(clg_replica *r)
     free(r->layers);
     for (int s = 0; s < r->nslots; s++)
         clg_buf_release(r->dev, r->slots[s]);
-    for (int k = 0; k < CLG_MAX_INPUTS; k++)
+    for (int k = 0; k < CLG_MAX_INPUTS; k++) {
         clg_buf_release(r->dev, r->scratch[k]);
+        clg_buf_release(r->dev, r->f32_in[k]);
+        clg_buf_release(r->dev, r->f32_din[k]);
+    }
+    clg_buf_release(r->dev, r->f32_out);
+    clg_buf_release(r->dev, r->f32_dout);
+    for (int i = 0; i < r->nlayers * CLG_MAX_PARAMS; i++) {
+        if (r->master)
+            clg_buf_release(r->dev, r->master[i]);
+        if (r->w16)
+            clg_buf_release(r->dev, r->w16[i]);
+    }
+    free(r->master);
+    free(r->w16);
     free(r->slots);
     free(r->slot_bytes);
     free(r->act);
@@ -610,13 +775,23 @@ clg_status clg_replica_forward(clg_replica *r, int n, int training)
     for (int i = 0; i < r->nlayers; i++) {
         clg_layer *l = &r->layers[i];
         clg_tensor in[CLG_MAX_INPUTS];
-        for (int k = 0; k < l->nin; k++)
-            in[k] = with_n(l->inputs[k] < 0 ? &r->input : &r->act[l->inputs[k]], n);
-        clg_tensor o = with_n(&r->act[i], n);
         double t0 = r->profile ? clg_now_sec() : 0;
+        int half_out = r->fp16 && i != r->nlayers - 1;
+        for (int k = 0; k < l->nin; k++) {
+            in[k] = with_n(l->inputs[k] < 0 ? &r->input : &r->act[l->inputs[k]], n);
+            if (r->fp16 && l->inputs[k] >= 0) /* stored in half: expand into fp32 */
+                CLG_TRY(expand(r->dev, &in[k], r->f32_in[k], &in[k]));
+        }
+        clg_tensor o = with_n(&r->act[i], n), oh = o;
+        if (half_out) {
+            o.mem = r->f32_out;
+            o.off = 0;
+        }
         clg_status st = l->ops->forward(l, r->dev, in, l->nin, &o, training);
         if (st != CLG_OK)
             return layer_fail(err, st, r->net, l, "forward");
+        if (half_out) /* round the output to half for storage */
+            CLG_TRY(cvt(r->dev, "f32_to_f16", o.mem, o.off, oh.mem, oh.off, clg_tensor_numel(&o)));
         if (r->profile) {
             clFinish(r->dev->queue);
             r->prof_fwd[i] += 1000 * (clg_now_sec() - t0);
@@ -643,6 +818,57 @@ static clg_status add_kernel(clg_device *dev, cl_mem y, cl_mem x, size_t n)
     return CLG_OK;
 }
 
+/* Backward in fp16 storage: each layer's inputs, output and output gradient
+ * are expanded from half into the fp32 working buffers, its input gradients
+ * land in fp32 and are rounded into the half gradient tensors (summed there
+ * where a tensor feeds several layers). */
+static clg_status backward_fp16(clg_replica *r, int n, char *written)
+{
+    clg_err *err = clg_dev_err(r->dev);
+    int L = r->nlayers;
+    for (int i = L - 1; i >= 0; i--) {
+        clg_layer *l = &r->layers[i];
+        clg_tensor in[CLG_MAX_INPUTS], din[CLG_MAX_INPUTS];
+        double t0 = r->profile ? clg_now_sec() : 0;
+        for (int k = 0; k < l->nin; k++) {
+            int src = l->inputs[k];
+            in[k] = with_n(src < 0 ? &r->input : &r->act[src], n);
+            din[k] = in[k];
+            if (src < 0) {
+                din[k].mem = NULL;
+                continue;
+            }
+            CLG_TRY(expand(r->dev, &in[k], r->f32_in[k], &in[k]));
+            din[k].mem = r->f32_din[k];
+            din[k].off = 0;
+        }
+        clg_tensor o = with_n(&r->act[i], n);
+        if (i != L - 1)
+            CLG_TRY(expand(r->dev, &o, r->f32_out, &o));
+        clg_tensor dout = with_n(&r->dact[i], n);
+        if (dout.mem)
+            CLG_TRY(expand(r->dev, &dout, r->f32_dout, &dout));
+        clg_status st = l->ops->backward(l, r->dev, in, l->nin, &o, &dout, din);
+        if (st != CLG_OK)
+            return layer_fail(err, st, r->net, l, "backward");
+        for (int k = 0; k < l->nin; k++) {
+            int src = l->inputs[k];
+            if (src < 0)
+                continue;
+            clg_tensor g = with_n(&r->dact[src], n);
+            CLG_TRY(cvt(r->dev, written[src] ? "f16_add_f32" : "f32_to_f16", written[src] ? g.mem : din[k].mem,
+                        written[src] ? g.off : din[k].off, written[src] ? din[k].mem : g.mem,
+                        written[src] ? din[k].off : g.off, clg_tensor_numel(&g)));
+            written[src] = 1;
+        }
+        if (r->profile) {
+            clFinish(r->dev->queue);
+            r->prof_bwd[i] += 1000 * (clg_now_sec() - t0);
+        }
+    }
+    return CLG_OK;
+}
+
 clg_status clg_replica_backward(clg_replica *r, int n)
 {
     clg_err *err = clg_dev_err(r->dev);
@@ -655,6 +881,11 @@ clg_status clg_replica_backward(clg_replica *r, int n)
     char *written = calloc((size_t)L, 1);
     if (!written)
         return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    if (r->fp16) {
+        clg_status st = backward_fp16(r, n, written);
+        free(written);
+        return st;
+    }
     clg_status st = CLG_OK;
     for (int i = L - 1; i >= 0 && st == CLG_OK; i--) {
         clg_layer *l = &r->layers[i];

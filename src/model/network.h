@@ -67,6 +67,20 @@ typedef struct clg_replica {
     int profile;
     double *prof_fwd, *prof_bwd;
     int prof_calls;
+    /* --precision fp16 (net->fp16 when the replica was created): every act[]
+     * except the last layer's output and every dact[] hold IEEE half values
+     * (mem/off count halves); layers run on fp32 working buffers (f32_*)
+     * that are expanded from half before a layer runs and rounded back to
+     * half after it. Trainable weights: master[] holds the fp32 master
+     * copy the optimizer updates; w16[] the half copy; the layer's
+     * param->value the half values expanded to fp32 (what forward reads). */
+    int fp16;
+    cl_mem f32_in[CLG_MAX_INPUTS], f32_din[CLG_MAX_INPUTS], f32_out, f32_dout;
+    size_t f32_in_bytes[CLG_MAX_INPUTS], f32_din_bytes[CLG_MAX_INPUTS], f32_out_bytes;
+    cl_mem *master, *w16; /* nlayers * CLG_MAX_PARAMS, NULL where not trainable */
+    uint64_t arena_bytes;  /* half arena (fp16) or fp32 arena: the planned slots */
+    uint64_t work_bytes;   /* fp16: fp32 working buffers */
+    uint64_t fp32_bytes;   /* what the same network plans in fp32 (both modes) */
 } clg_replica;
 
 struct clg_net {
@@ -79,6 +93,7 @@ struct clg_net {
     clg_layer *proto;  /* device-less instances: shapes, names, flops */
     int loss_index;
     uint64_t nparams;  /* trainable scalars */
+    int fp16;          /* replicas created from now on store activations in half */
     double flops;      /* forward FLOPs per sample */
     clg_replica **rep;
     int nrep;
@@ -121,6 +136,14 @@ typedef struct clg_param_ref {
 CLG_INTERNAL clg_status clg_replica_params(clg_replica *r, int trainable_only, clg_param_ref **refs, int *n);
 /* Tells layers that parameters changed (after an optimizer step / load). */
 CLG_INTERNAL void clg_replica_params_changed(clg_replica *r);
+/* The buffer holding a parameter's authoritative fp32 value: the master
+ * copy of a trainable weight in fp16 mode, else param->value. Optimizers
+ * update it, checkpoints save and load it. */
+CLG_INTERNAL cl_mem clg_replica_master(const clg_replica *r, const clg_param_ref *ref);
+/* After master values changed (optimizer step, checkpoint load): in fp16
+ * mode re-derives the half copies and the layers' fp32 views of them;
+ * then tells the layers (params_changed). */
+CLG_INTERNAL clg_status clg_replica_weights_updated(clg_replica *r);
 /* Prints the per-layer profile (when profiling was on). */
 CLG_INTERNAL void clg_replica_print_profile(const clg_replica *r, FILE *f);
 

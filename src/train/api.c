@@ -21,8 +21,11 @@ static clg_status model_create(clg_ctx *ctx, const char *text, const char *sourc
         clg_model_params_init(&def);
         p = &def;
     }
+    int fp16 = clg_precision_parse(p->precision);
+    if (fp16 < 0)
+        return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG, "unknown precision '%s' (fp32 or fp16)", p->precision);
     clg_model *m = NULL;
-    CLG_TRY(clg_session_create(ctx, p->device, text, source, p->batch, p->seed, &m));
+    CLG_TRY(clg_session_create(ctx, p->device, text, source, p->batch, p->seed, fp16, &m));
     if (p->optimizer) {
         int o = clg_optim_parse(p->optimizer);
         if (o < 0) {
@@ -97,6 +100,9 @@ size_t clg_model_summary(const clg_model *m, char *buf, size_t cap)
     clg_net_print(m->net, f);
     fprintf(f, "activations: %.2f MiB planned by liveness vs %.2f MiB naive (%d buffers) at batch %d\n",
             m->rep->planned_bytes / 1048576.0, m->rep->naive_bytes / 1048576.0, m->rep->nslots, m->net->batch);
+    if (m->fp16)
+        fprintf(f, "fp16 storage: %.2f MiB half arena + %.2f MiB fp32 working buffers (fp32 storage plans %.2f MiB)\n",
+                m->rep->arena_bytes / 1048576.0, m->rep->work_bytes / 1048576.0, m->rep->fp32_bytes / 1048576.0);
     fclose(f);
     if (buf && cap) {
         size_t n = len < cap - 1 ? len : cap - 1;
@@ -321,6 +327,7 @@ clg_status clg_bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_be
     mp.batch = p->batch;
     mp.device = p->device;
     mp.seed = p->seed;
+    mp.precision = p->precision;
     clg_model *m = NULL;
     CLG_TRY(clg_model_create_file(ctx, p->model, &mp, &m));
     /* synthetic data: fixed random images and labels, uploaded each step like real batches */

@@ -136,6 +136,7 @@ void clg_optim_free(clg_optim *o)
             clg_buf_release(dev, o->v[i]);
     }
     clg_buf_release(dev, o->partial);
+    clg_buf_release(dev, o->flag);
     free(o->m);
     free(o->v);
     free(o->refs);
@@ -188,6 +189,32 @@ clg_status clg_optim_grad_norm(clg_optim *o, float gscale, double *norm)
     return CLG_OK;
 }
 
+clg_status clg_optim_unscale_check(clg_optim *o, float inv_scale, int *overflow)
+{
+    clg_device *dev = o->rep->dev;
+    clg_err *err = clg_dev_err(dev);
+    *overflow = 0;
+    if (!o->flag)
+        CLG_TRY(clg_buf_alloc(dev, sizeof(cl_int), &o->flag));
+    cl_int zero = 0, flag = 0;
+    CLG_CL_CHECK(err, clEnqueueFillBuffer(dev->queue, o->flag, &zero, sizeof zero, 0, sizeof zero, 0, NULL, NULL));
+    cl_kernel k;
+    CLG_TRY(clg_kernel_get(dev, "convert", dev->info.has_fp16 ? "-D HAVE_FP16=1" : "", "unscale_check", &k));
+    for (int i = 0; i < o->n; i++) {
+        clg_param *p = o->refs[i].param;
+        int n = (int)p->numel;
+        CLG_CL_CHECK(err, clSetKernelArg(k, 0, sizeof(cl_mem), &p->grad));
+        CLG_CL_CHECK(err, clSetKernelArg(k, 1, sizeof(int), &n));
+        CLG_CL_CHECK(err, clSetKernelArg(k, 2, sizeof(float), &inv_scale));
+        CLG_CL_CHECK(err, clSetKernelArg(k, 3, sizeof(cl_mem), &o->flag));
+        size_t local = 64, global = CLG_CEIL_DIV((size_t)n, local) * local;
+        CLG_CL_CHECK(err, clEnqueueNDRangeKernel(dev->queue, k, 1, NULL, &global, &local, 0, NULL, NULL));
+    }
+    CLG_CL_CHECK(err, clEnqueueReadBuffer(dev->queue, o->flag, CL_TRUE, 0, sizeof flag, &flag, 0, NULL, NULL));
+    *overflow = flag != 0;
+    return CLG_OK;
+}
+
 clg_status clg_optim_step(clg_optim *o, double lr, float gscale)
 {
     clg_device *dev = o->rep->dev;
@@ -204,7 +231,8 @@ clg_status clg_optim_step(clg_optim *o, double lr, float gscale)
             clg_param *p = o->refs[i].param;
             int n = (int)p->numel;
             cl_mem m = o->m[i] ? o->m[i] : p->grad; /* unused when momentum == 0 */
-            CLG_CL_CHECK(err, clSetKernelArg(k, 0, sizeof(cl_mem), &p->value));
+            cl_mem w = clg_replica_master(o->rep, &o->refs[i]);
+            CLG_CL_CHECK(err, clSetKernelArg(k, 0, sizeof(cl_mem), &w));
             CLG_CL_CHECK(err, clSetKernelArg(k, 1, sizeof(cl_mem), &p->grad));
             CLG_CL_CHECK(err, clSetKernelArg(k, 2, sizeof(cl_mem), &m));
             CLG_CL_CHECK(err, clSetKernelArg(k, 3, sizeof(int), &n));
@@ -226,7 +254,8 @@ clg_status clg_optim_step(clg_optim *o, double lr, float gscale)
             clg_param *p = o->refs[i].param;
             int n = (int)p->numel;
             int a = 0;
-            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_mem), &p->value));
+            cl_mem w = clg_replica_master(o->rep, &o->refs[i]);
+            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_mem), &w));
             CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_mem), &p->grad));
             CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_mem), &o->m[i]));
             CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_mem), &o->v[i]));
@@ -246,6 +275,6 @@ clg_status clg_optim_step(clg_optim *o, double lr, float gscale)
             CLG_CL_CHECK(err, clEnqueueNDRangeKernel(dev->queue, k, 1, NULL, &global, &local, 0, NULL, NULL));
         }
     }
-    clg_replica_params_changed(o->rep);
-    return CLG_OK;
+    /* fp16: half copies of the new master weights */
+    return clg_replica_weights_updated(o->rep);
 }

@@ -15,6 +15,7 @@ typedef struct clg_optim {
     clg_param_ref *refs;
     cl_mem *m, *v;    /* per param: momentum / first moment; second moment (Adam) */
     cl_mem partial;   /* squared-norm partial sums */
+    cl_mem flag;      /* fp16 overflow flag (1 int), allocated on first use */
     int groups;       /* partial sums per parameter */
 } clg_optim;
 
@@ -34,6 +35,10 @@ CLG_INTERNAL void clg_optim_free(clg_optim *o);
 CLG_INTERNAL clg_status clg_optim_grad_norm(clg_optim *o, float gscale, double *norm);
 /* One update with learning rate lr; the raw gradient is multiplied by gscale. */
 CLG_INTERNAL clg_status clg_optim_step(clg_optim *o, double lr, float gscale);
+/* Dynamic loss scaling (fp16): multiplies every trainable gradient by
+ * inv_scale in place and sets *overflow when any result is inf or NaN
+ * (one flag for all gradients; blocks on the queue to read it). */
+CLG_INTERNAL clg_status clg_optim_unscale_check(clg_optim *o, float inv_scale, int *overflow);
 /* Number of state buffers per parameter (0 plain SGD, 1 momentum, 2 Adam). */
 CLG_INTERNAL int clg_optim_nstate(const clg_optim *o);
 

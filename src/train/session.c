@@ -15,8 +15,17 @@ static void release_ev(cl_event *e)
     }
 }
 
+int clg_precision_parse(const char *name)
+{
+    if (!name || strcmp(name, "fp32") == 0)
+        return 0;
+    if (strcmp(name, "fp16") == 0)
+        return 1;
+    return -1;
+}
+
 clg_status clg_session_create(clg_ctx *ctx, int device, const char *text, const char *source, int batch,
-                              uint64_t seed, clg_model **out)
+                              uint64_t seed, int fp16, clg_model **out)
 {
     *out = NULL;
     clg_err *err = ctx ? &ctx->err : NULL;
@@ -29,8 +38,12 @@ clg_status clg_session_create(clg_ctx *ctx, int device, const char *text, const 
     m->ctx = ctx;
     m->dev = &ctx->devs[device];
     m->seed = seed;
+    m->fp16 = fp16 != 0;
+    m->loss_scale = m->fp16 ? CLG_LS_INIT : 1.0;
+    m->ls_interval = CLG_LS_INTERVAL;
     clg_status st = clg_net_build(err, text, source, batch, &m->net);
     if (st == CLG_OK) {
+        m->net->fp16 = m->fp16;
         m->hp = m->net->hp;
         clg_ds_norm_identity(&m->norm, m->net->in_c <= CLG_DS_MAX_CHANNELS ? m->net->in_c : CLG_DS_MAX_CHANNELS);
         st = clg_replica_create(m->net, m->dev, seed, &m->rep);
@@ -141,7 +154,9 @@ clg_status clg_session_use_stage(clg_model *m, int s, int n, int training)
     if (m->up_ev[s])
         CLG_CL_CHECK(err, clEnqueueBarrierWithWaitList(m->dev->queue, 1, &m->up_ev[s], NULL));
     clg_replica_set_input(m->rep, m->xbuf[s], 0);
-    clg_replica_set_labels(m->rep, training >= 0 ? m->ybuf[s] : m->dummy_labels, 0, 1.0f / (float)n);
+    /* fp16: the loss scale S (a power of two) rides on the loss gradient */
+    clg_replica_set_labels(m->rep, training >= 0 ? m->ybuf[s] : m->dummy_labels, 0,
+                           (1.0f / (float)n) * (float)m->loss_scale);
     return CLG_OK;
 }
 
@@ -174,18 +189,48 @@ clg_status clg_session_train_step(clg_model *m, int s, int n, double lr, float *
     CLG_TRY(read_result(m, res, res_ev));
     CLG_TRY(clg_replica_backward(m->rep, n));
     CLG_TRY(clg_session_stage_release(m, s));
+    return clg_session_apply(m, lr);
+}
+
+clg_status clg_session_apply(clg_model *m, double lr)
+{
+    clg_err *err = clg_dev_err(m->dev);
+    CLG_TRY(clg_session_ensure_optim(m));
+    if (m->fp16) {
+        int overflow = 0;
+        CLG_TRY(clg_optim_unscale_check(m->opt, (float)(1.0 / m->loss_scale), &overflow));
+        if (overflow) {
+            if (m->loss_scale <= CLG_LS_MIN)
+                return clg_err_set(err, CLG_ERR_INTERNAL,
+                                   "fp16: gradients are inf/NaN at step %" PRId64
+                                   " even with loss scale %g (diverged: lower the learning rate)",
+                                   m->step, m->loss_scale);
+            clg_log(2, "fp16: inf/NaN gradients at step %" PRId64 ": step skipped, loss scale %g -> %g", m->step,
+                    m->loss_scale, m->loss_scale / 2);
+            m->loss_scale /= 2;
+            m->ls_good = 0;
+            m->ls_skipped++;
+            m->step++;
+            return CLG_OK;
+        }
+    }
     float gscale = 1.0f;
     if (m->hp.clip_norm > 0) {
         double norm = 0;
         CLG_TRY(clg_optim_grad_norm(m->opt, 1.0f, &norm));
         if (!isfinite(norm))
-            return clg_err_set(clg_dev_err(m->dev), CLG_ERR_INTERNAL,
+            return clg_err_set(err, CLG_ERR_INTERNAL,
                                "gradient norm is not finite at step %" PRId64 " (diverged: lower the learning rate)",
                                m->step);
         if (norm > m->hp.clip_norm)
             gscale = (float)(m->hp.clip_norm / norm);
     }
     CLG_TRY(clg_optim_step(m->opt, lr, gscale));
+    if (m->fp16 && ++m->ls_good >= m->ls_interval) {
+        if (m->loss_scale < CLG_LS_MAX)
+            m->loss_scale *= 2;
+        m->ls_good = 0;
+    }
     m->step++;
     return CLG_OK;
 }
@@ -231,11 +276,12 @@ static clg_status build_ckpt(clg_model *m, clg_ckpt *ck, int with_state, int64_t
     clg_status st = CLG_OK;
     for (int i = 0; i < n && st == CLG_OK; i++) {
         param_name(name, sizeof name, "", &refs[i]);
-        st = add_device_tensor(m, ck, name, refs[i].param, refs[i].param->value);
+        st = add_device_tensor(m, ck, name, refs[i].param, clg_replica_master(m->rep, &refs[i]));
     }
     free(refs);
     CLG_TRY(st);
     CLG_TRY(clg_ckpt_set_meta(err, ck, CLG_CKPT_KEY_MODEL, m->net->text));
+    CLG_TRY(clg_ckpt_set_meta(err, ck, "precision", m->fp16 ? "fp16" : "fp32"));
     CLG_TRY(clg_ckpt_set_meta_i64(err, ck, "norm.channels", m->has_norm ? m->norm.c : 0));
     char key[64];
     for (int c = 0; m->has_norm && c < m->norm.c; c++) {
@@ -252,6 +298,11 @@ static clg_status build_ckpt(clg_model *m, clg_ckpt *ck, int with_state, int64_t
     CLG_TRY(clg_ckpt_set_meta_i64(err, ck, "batch", m->net->batch));
     CLG_TRY(clg_ckpt_set_meta_i64(err, ck, "total_steps", total_steps));
     CLG_TRY(clg_ckpt_set_meta_i64(err, ck, "seed", (int64_t)m->seed));
+    if (m->fp16) {
+        CLG_TRY(clg_ckpt_set_meta_f64(err, ck, "fp16.loss_scale", m->loss_scale));
+        CLG_TRY(clg_ckpt_set_meta_i64(err, ck, "fp16.good_steps", m->ls_good));
+        CLG_TRY(clg_ckpt_set_meta_i64(err, ck, "fp16.skipped", m->ls_skipped));
+    }
     clg_rng r;
     clg_rng_seed(&r, m->seed, (uint64_t)m->epoch);
     CLG_TRY(clg_ckpt_set_rng(err, ck, CLG_CKPT_KEY_RNG, &r));
@@ -328,7 +379,7 @@ clg_status clg_session_load(clg_model *m, const char *path, int with_state)
             nweights++;
     for (int i = 0; i < n && st == CLG_OK; i++) {
         param_name(name, sizeof name, "", &refs[i]);
-        st = load_device_tensor(m, ck, name, refs[i].param, refs[i].param->value, path);
+        st = load_device_tensor(m, ck, name, refs[i].param, clg_replica_master(m->rep, &refs[i]), path);
     }
     free(refs);
     if (st == CLG_OK && nweights != n)
@@ -373,6 +424,30 @@ clg_status clg_session_load(clg_model *m, const char *path, int with_state)
             st = clg_err_set(err, CLG_ERR_INVALID_ARG,
                              "%s: the checkpoint was trained with batch %" PRId64 ", this run uses %d (resume needs the same batch)",
                              path, v, m->net->batch);
+        const char *prec = clg_ckpt_get_meta(ck, "precision");
+        if (!prec)
+            prec = "fp32"; /* written before fp16 existed */
+        if (st == CLG_OK && clg_precision_parse(prec) != m->fp16)
+            st = clg_err_set(err, CLG_ERR_INVALID_ARG,
+                             "%s: the checkpoint was trained with --precision %s, this run uses %s (resume needs the same precision)",
+                             path, prec, m->fp16 ? "fp16" : "fp32");
+        if (st == CLG_OK && m->fp16) {
+            double ls = 0;
+            int64_t good = 0, skipped = 0;
+            st = clg_ckpt_get_meta_f64(err, ck, "fp16.loss_scale", &ls);
+            if (st == CLG_OK)
+                st = clg_ckpt_get_meta_i64(err, ck, "fp16.good_steps", &good);
+            if (st == CLG_OK)
+                st = clg_ckpt_get_meta_i64(err, ck, "fp16.skipped", &skipped);
+            if (st == CLG_OK && !(ls >= CLG_LS_MIN && ls <= CLG_LS_MAX && good >= 0))
+                st = clg_err_set(err, CLG_ERR_FORMAT, "%s: fp16 loss scale %g / good steps %" PRId64 " out of range",
+                                 path, ls, good);
+            if (st == CLG_OK) {
+                m->loss_scale = ls;
+                m->ls_good = good;
+                m->ls_skipped = skipped;
+            }
+        }
         const char *opt = clg_ckpt_get_meta(ck, CLG_CKPT_KEY_OPTIMIZER);
         if (st == CLG_OK && (!opt || clg_optim_parse(opt) != m->hp.optimizer))
             st = clg_err_set(err, CLG_ERR_INVALID_ARG, "%s: the checkpoint's optimizer is '%s', this run uses '%s'",
@@ -397,7 +472,7 @@ clg_status clg_session_load(clg_model *m, const char *path, int with_state)
     }
     clg_ckpt_free(ck);
     if (st == CLG_OK)
-        clg_replica_params_changed(m->rep);
+        st = clg_replica_weights_updated(m->rep); /* fp16: half copies of the loaded masters */
     return st;
 }
 

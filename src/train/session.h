@@ -11,6 +11,16 @@
 
 #define CLG_STAGES 2
 
+/* Dynamic loss scaling (--precision fp16): the loss gradient is multiplied
+ * by S so small gradients survive half storage; gradients are multiplied by
+ * 1/S (exact: S is a power of two) before the update. A step whose
+ * gradients hold inf/NaN is skipped and halves S; CLG_LS_INTERVAL clean
+ * steps in a row double it. */
+#define CLG_LS_INIT 4096.0
+#define CLG_LS_MIN 1.0
+#define CLG_LS_MAX 16777216.0
+#define CLG_LS_INTERVAL 200
+
 struct clg_model {
     clg_ctx *ctx;
     clg_device *dev;
@@ -34,10 +44,20 @@ struct clg_model {
     int epoch;            /* current epoch (0-based) */
     int batch_in_epoch;   /* next batch index within the epoch */
     clg_metrics last;
+    /* --precision fp16 (see CLG_LS_*) */
+    int fp16;
+    double loss_scale;   /* S */
+    int64_t ls_good;     /* clean steps since S last changed */
+    int ls_interval;     /* clean steps before S doubles */
+    int64_t ls_skipped;  /* steps skipped for inf/NaN gradients */
 };
 
+/* fp16: store activations and weights in half (fp32 master weights, dynamic
+ * loss scaling). */
 CLG_INTERNAL clg_status clg_session_create(clg_ctx *ctx, int device, const char *text, const char *source,
-                                           int batch, uint64_t seed, clg_model **out);
+                                           int batch, uint64_t seed, int fp16, clg_model **out);
+/* "fp32" / "fp16" -> 0 / 1; -1 when unknown (NULL is fp32). */
+CLG_INTERNAL int clg_precision_parse(const char *name);
 CLG_INTERNAL void clg_session_free(clg_model *m);
 
 /* Enqueues the upload of n samples from the stage's host buffers
@@ -55,6 +75,10 @@ CLG_INTERNAL clg_status clg_session_stage_release(clg_model *m, int stage);
  * loss result (2 floats) is read non-blocking into res (may be NULL). */
 CLG_INTERNAL clg_status clg_session_train_step(clg_model *m, int stage, int n, double lr, float *res, cl_event *res_ev);
 CLG_INTERNAL clg_status clg_session_ensure_optim(clg_model *m);
+/* The update half of a train step, after backward: in fp16 mode unscale +
+ * overflow check (skip and halve S, or update and count a clean step),
+ * clipping, the optimizer; counts the step either way. */
+CLG_INTERNAL clg_status clg_session_apply(clg_model *m, double lr);
 
 /* Checkpoint of weights (+ optimizer and progress when with_state). */
 CLG_INTERNAL clg_status clg_session_save(clg_model *m, const char *path, int with_state, int64_t total_steps);

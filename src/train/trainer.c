@@ -468,12 +468,9 @@ clg_status clg_train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_repo
     clg_train_report rep;
     memset(&rep, 0, sizeof rep);
     rep.test_loss = rep.test_accuracy = -1;
-    if (p->precision && strcmp(p->precision, "fp32") != 0) {
-        if (strcmp(p->precision, "fp16") == 0)
-            return clg_err_set(err, CLG_ERR_UNSUPPORTED,
-                               "--precision fp16 is not supported yet (fp16 storage with fp32 master weights is planned); use fp32");
+    int fp16 = clg_precision_parse(p->precision);
+    if (fp16 < 0)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "unknown precision '%s' (fp32 or fp16)", p->precision);
-    }
     if (p->resume && !p->checkpoint_dir)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "--resume needs --checkpoint DIR");
     char *text = NULL;
@@ -482,7 +479,7 @@ clg_status clg_train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_repo
     train_state ts;
     memset(&ts, 0, sizeof ts);
     ts.p = p;
-    clg_status st = clg_session_create(ctx, p->device, text, p->model, p->batch, p->seed ? p->seed : 1, &ts.m);
+    clg_status st = clg_session_create(ctx, p->device, text, p->model, p->batch, p->seed ? p->seed : 1, fp16, &ts.m);
     free(text);
     if (st == CLG_OK)
         st = apply_overrides(err, ts.m, p);
@@ -525,12 +522,20 @@ clg_status clg_train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_repo
         fprintf(stderr, "activations: %.2f MiB planned by liveness vs %.2f MiB naive (%d buffers), batch %d\n",
                 ts.m->rep->planned_bytes / 1048576.0, ts.m->rep->naive_bytes / 1048576.0, ts.m->rep->nslots,
                 ts.m->net->batch);
+        if (fp16)
+            fprintf(stderr,
+                    "precision fp16: activations %.2f MiB (%.2f MiB half arena + %.2f MiB fp32 working buffers) vs %.2f MiB in fp32; loss scale %g\n",
+                    ts.m->rep->planned_bytes / 1048576.0, ts.m->rep->arena_bytes / 1048576.0,
+                    ts.m->rep->work_bytes / 1048576.0, ts.m->rep->fp32_bytes / 1048576.0, ts.m->loss_scale);
         fprintf(stderr, "training on %s: %d samples, optimizer %s, lr %g, %d epochs%s\n", ts.train->source,
                 ts.train->n, clg_optim_name(ts.m->hp.optimizer), ts.m->hp.learning_rate, ts.m->hp.epochs,
                 p->resume ? " (resumed)" : "");
     }
     if (st == CLG_OK)
         st = run(&ts, &rep);
+    if (st == CLG_OK && fp16 && p->progress)
+        fprintf(stderr, "precision fp16: final loss scale %g, %" PRId64 " of %" PRId64 " steps skipped (inf/NaN gradients)\n",
+                ts.m->loss_scale, ts.m->ls_skipped, ts.m->step);
     if (st == CLG_OK && p->save_weights)
         st = clg_session_save(ts.m, p->save_weights, 0, 0);
     if (ts.csv)

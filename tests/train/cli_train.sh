@@ -95,7 +95,15 @@ check 1 "unknown.cfg:7: unknown section type \[frobnicate\]" "unknown section" -
     "$clgrad" train "$tmp/unknown.cfg" --data "$tmp/data"
 check 1 "nowhere" "missing dataset" -- "$clgrad" train "$tmp/mlp.cfg" --data "$tmp/nowhere"
 check 1 "model.cfg" "missing model file" -- "$clgrad" train "$tmp/model.cfg" --data "$tmp/data"
-check 1 "not supported yet" "fp16" -- "$clgrad" train "$tmp/mlp.cfg" --data "$tmp/data" --precision fp16
+check 0 "final loss scale" "train --precision fp16" -- \
+    "$clgrad" train "$tmp/mlp.cfg" --data "$tmp/data" --epochs 2 --precision fp16 --checkpoint "$tmp/ck16" --seed 3
+check 0 "test loss" "train --precision fp16 --resume" -- \
+    "$clgrad" train "$tmp/mlp.cfg" --data "$tmp/data" --epochs 3 --precision fp16 --checkpoint "$tmp/ck16" --resume --seed 3
+check 1 "trained with --precision fp16, this run uses fp32" "resume an fp16 checkpoint in fp32" -- \
+    "$clgrad" train "$tmp/mlp.cfg" --data "$tmp/data" --epochs 4 --checkpoint "$tmp/ck16" --resume --seed 3
+check 0 '"precision": "fp16"' "bench train --precision fp16 --json" -- \
+    "$clgrad" bench train --model "$tmp/mlp.cfg" --batch 16 --steps 3 --precision fp16 --json
+check 2 "fp32 or fp16" "unknown precision" -- "$clgrad" train "$tmp/mlp.cfg" --data "$tmp/data" --precision fp8
 check 1 "fc1.weight" "checkpoint of another model" -- \
     "$clgrad" eval "$tmp/other.cfg" --weights "$tmp/w.safetensors" --data "$tmp/data"
 sed 's/height = 8/height = 9/' "$tmp/mlp.cfg" > "$tmp/tall.cfg"
@@ -116,8 +124,8 @@ check 1 "resume.*last.safetensors" "resume without a checkpoint" -- \
     "$clgrad" train "$tmp/mlp.cfg" --data "$tmp/data" --checkpoint "$tmp/none" --resume
 # a failed run never replaces an earlier checkpoint
 cp "$tmp/ck/last.safetensors" "$tmp/before.safetensors"
-check 1 "not supported yet" "failing run with the same checkpoint dir" -- \
-    "$clgrad" train "$tmp/mlp.cfg" --data "$tmp/data" --checkpoint "$tmp/ck" --precision fp16
+check 1 "precision" "failing run with the same checkpoint dir" -- \
+    "$clgrad" train "$tmp/mlp.cfg" --data "$tmp/data" --epochs 4 --checkpoint "$tmp/ck" --resume --precision fp16
 n=$((n + 1)); cmp -s "$tmp/ck/last.safetensors" "$tmp/before.safetensors" || { echo "FAIL: checkpoint changed"; fails=$((fails + 1)); }
 
 echo "$n checks, $fails failed"
