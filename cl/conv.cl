@@ -145,3 +145,69 @@ void bias_grad(__global const float *dy, const int offdy, const int N, const int
     }
     wg_reduce_store(red, acc, beta, db + offdb + k);
 }
+
+// ---- FFT convolution helpers (src/ops/conv_fft.c) ----
+
+// Zero-padded real planes for the FFT: dst[(pl*Fh + i)*Fw + j] =
+// src[offsrc + pl*H*W + (i - pad_h)*W + (j - pad_w)] inside the image, else 0.
+// gws = (Fw, Fh, planes).
+__kernel void fft_pad(__global const float *src, const int offsrc, const int H, const int W, const int pad_h,
+                      const int pad_w, const int Fh, const int Fw, __global float *dst)
+{
+    const int j = get_global_id(0);
+    const int i = get_global_id(1);
+    const int pl = get_global_id(2);
+    if (j >= Fw || i >= Fh)
+        return;
+    const int h = i - pad_h, w = j - pad_w;
+    float v = 0.0f;
+    if (h >= 0 && h < H && w >= 0 && w < W)
+        v = src[offsrc + (pl * H + h) * W + w];
+    dst[(pl * Fh + i) * Fw + j] = v;
+}
+
+// Frequency-domain correlation: Y[n][k][f] = sum_c X[n][c][f] * conj(Wf[k][c][f])
+// (complex, interleaved), F frequencies per plane. One work-item per
+// (f, group of 4 output channels, image): gws = (F, ceil(K/4), nb).
+__kernel void fft_cmul(__global const float2 *X, __global const float2 *Wf, const int C, const int K, const int F,
+                       __global float2 *Y)
+{
+    const int f = get_global_id(0);
+    const int k0 = get_global_id(1) * 4;
+    const int n = get_global_id(2);
+    if (f >= F || k0 >= K)
+        return;
+    const int nk = min(4, K - k0);
+    float2 acc[4] = {(float2)(0.0f), (float2)(0.0f), (float2)(0.0f), (float2)(0.0f)};
+    for (int c = 0; c < C; c++) {
+        const float2 x = X[(n * C + c) * F + f];
+        for (int kk = 0; kk < 4; kk++) {
+            if (kk < nk) {
+                const float2 w = Wf[((k0 + kk) * C + c) * F + f];
+                acc[kk].x = fma(x.x, w.x, fma(x.y, w.y, acc[kk].x));
+                acc[kk].y = fma(x.y, w.x, fma(-x.x, w.y, acc[kk].y));
+            }
+        }
+    }
+    for (int kk = 0; kk < nk; kk++)
+        Y[(n * K + k0 + kk) * F + f] = acc[kk];
+}
+
+// y[offy + (nk*P + p)*Q + q] = act(src[(nk*Fh + p)*Fw + q] + bias[k]),
+// k = nk % K: gws = (Q, P, nb*K).
+__kernel void fft_crop(__global const float *src, const int Fh, const int Fw, const int K, const int P, const int Q,
+                       __global const float *bias, const int offb, const int has_bias, const int relu,
+                       __global float *y, const int offy)
+{
+    const int q = get_global_id(0);
+    const int p = get_global_id(1);
+    const int nk = get_global_id(2);
+    if (q >= Q || p >= P)
+        return;
+    float v = src[(nk * Fh + p) * Fw + q];
+    if (has_bias)
+        v += bias[offb + nk % K];
+    if (relu)
+        v = fmax(v, 0.0f);
+    y[offy + (nk * P + p) * Q + q] = v;
+}

@@ -68,3 +68,31 @@ __kernel void unscale_check(__global float *g, const int n, const float inv_scal
         flag[0] = 1;
     g[i] = v;
 }
+
+// The forward output stored in half and kept in fp32 for the next layer:
+// y = half(x), x = float(y) (so the next layer reads exactly the stored values).
+__kernel void f32_to_f16_keep(__global float *x, const int xoff, __global half *y, const int yoff, const int n)
+{
+    int i = get_global_id(0);
+    if (i >= n)
+        return;
+    STORE_H(x[xoff + i], y, yoff + i);
+    x[xoff + i] = LOAD_H(y, yoff + i);
+}
+
+// y = float(half(x)) (x == y allowed): a gradient handed straight to the
+// next layer in fp32, rounded exactly as storing it in half and expanding
+// it again would.
+__kernel void f32_round_f16(__global float *x, const int xoff, __global float *y, const int yoff, const int n)
+{
+    int i = get_global_id(0);
+    if (i >= n)
+        return;
+#ifdef HAVE_FP16
+    y[yoff + i] = (float)convert_half_rte(x[xoff + i]);
+#else
+    ushort t;
+    vstore_half_rte(x[xoff + i], 0, (__private half *)&t);
+    y[yoff + i] = vload_half(0, (__private const half *)&t);
+#endif
+}

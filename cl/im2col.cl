@@ -9,27 +9,45 @@
 
 #define UDIV(a, b) ((int)((uint)(a) / (uint)(b)))
 
+// One work-item per (output row p, window element crs, image b) writes the
+// Q contiguous entries of that row: gws = (P, Cg*R*S, images).
 __kernel void im2col(__global const float *x, const int offx, const int C, const int H, const int W,
                      const int c0, const int Cg, const int R, const int S, const int P, const int Q,
                      const int pad_h, const int pad_w, const int stride_h, const int stride_w,
                      const int dil_h, const int dil_w,
                      __global float *col, const int offcol, const int bstride, const int ld)
 {
-    const int pq = get_global_id(0);
+    const int p = get_global_id(0);
     const int crs = get_global_id(1);
     const int b = get_global_id(2);
-    if (pq >= P * Q || crs >= Cg * R * S)
+    if (p >= P || crs >= Cg * R * S)
         return;
     const int s = crs % S;
     const int r = UDIV(crs, S) % R;
     const int c = UDIV(crs, R * S);
-    const int p = UDIV(pq, Q), q = pq % Q;
     const int h = p * stride_h - pad_h + r * dil_h;
-    const int w = q * stride_w - pad_w + s * dil_w;
-    float v = 0.0f;
-    if (h >= 0 && h < H && w >= 0 && w < W)
-        v = x[offx + ((b * C + c0 + c) * H + h) * W + w];
-    col[offcol + b * bstride + crs * ld + pq] = v;
+    __global float *dst = col + offcol + b * bstride + crs * ld + p * Q;
+    if (h < 0 || h >= H) {
+        for (int q = 0; q < Q; q++)
+            dst[q] = 0.0f;
+        return;
+    }
+    __global const float *src = x + offx + ((b * C + c0 + c) * H + h) * W;
+    const int w0 = s * dil_w - pad_w; // input column of q = 0
+    // q in [qa, qb) reads inside the row: 0 <= q*stride_w + w0 < W
+    const int qa = w0 >= 0 ? 0 : UDIV(-w0 + stride_w - 1, stride_w);
+    const int qb = w0 >= W ? 0 : min(Q, UDIV(W - 1 - w0, stride_w) + 1);
+    for (int q = 0; q < min(qa, Q); q++)
+        dst[q] = 0.0f;
+    if (stride_w == 1) {
+        for (int q = qa; q < qb; q++)
+            dst[q] = src[q + w0];
+    } else {
+        for (int q = qa; q < qb; q++)
+            dst[q] = src[q * stride_w + w0];
+    }
+    for (int q = max(qb, qa); q < Q; q++)
+        dst[q] = 0.0f;
 }
 
 // Gathers the column gradient back to the image (overwrites dx channels

@@ -71,10 +71,24 @@ inline void window_range(const int h, const int K, const int S, const int PAD, c
     *hi = min((h + PAD) / S, P - 1);
 }
 
-// Overlapping windows (stride < size): one work-item per input element
-// gathers dy over the windows whose argmax it is (3-D range (w, h, plane)).
-__kernel void maxpool_bwd(const uint planes, POOL_ARGS, __global const float *x, const uint ox,
-                          __global const float *dy, const uint ody, __global float *dx, const uint odx)
+// Overlapping windows (stride < size), two steps: maxpool_argmax stores the
+// first maximum of every window (index h*W + w in its plane), then one
+// work-item per input element gathers dy over the windows that chose it.
+__kernel void maxpool_argmax(const uint planes, POOL_ARGS, __global const float *x, const uint ox,
+                             __global int *am)
+{
+    const uint q = get_global_id(0);
+    const uint p = get_global_id(1);
+    const uint pl = get_global_id(2);
+    if (q >= Q || p >= P || pl >= planes)
+        return;
+    __global const float *xp = x + ox + (size_t)pl * H * W;
+    am[((size_t)pl * P + p) * Q + q] =
+        window_argmax(xp, (int)H, (int)W, (int)(p * SH) - (int)PH, (int)(q * SW) - (int)PW, (int)KH, (int)KW);
+}
+
+__kernel void maxpool_bwd(const uint planes, POOL_ARGS, __global const int *am, __global const float *dy,
+                          const uint ody, __global float *dx, const uint odx)
 {
     const int w = (int)get_global_id(0);
     const int h = (int)get_global_id(1);
@@ -82,20 +96,16 @@ __kernel void maxpool_bwd(const uint planes, POOL_ARGS, __global const float *x,
     if (w >= (int)W || h >= (int)H || pl >= planes)
         return;
     const size_t i = ((size_t)pl * H + (size_t)h) * W + (size_t)w;
-    __global const float *xp = x + ox + (size_t)pl * H * W;
     __global const float *dyp = dy + ody + (size_t)pl * P * Q;
+    __global const int *amp = am + (size_t)pl * P * Q;
     int plo, phi, qlo, qhi;
     window_range(h, (int)KH, (int)SH, (int)PH, (int)P, &plo, &phi);
     window_range(w, (int)KW, (int)SW, (int)PW, (int)Q, &qlo, &qhi);
     const int self = h * (int)W + w;
     float g = 0.0f;
     for (int p = plo; p <= phi; p++)
-        for (int q = qlo; q <= qhi; q++) {
-            const int am = window_argmax(xp, (int)H, (int)W, p * (int)SH - (int)PH, q * (int)SW - (int)PW,
-                                         (int)KH, (int)KW);
-            if (am == self)
-                g += dyp[p * (int)Q + q];
-        }
+        for (int q = qlo; q <= qhi; q++)
+            g += amp[p * (int)Q + q] == self ? dyp[p * (int)Q + q] : 0.0f;
     dx[odx + i] = g;
 }
 
@@ -267,6 +277,45 @@ __kernel void maxpool2_bwd(const uint rows, const uint Q, __global const float *
     const int e3 = !e0 && !e1 && !e2;
     vstore2((float2)(e0 ? g : 0.0f, e1 ? g : 0.0f), 0, dx + odx + o);
     vstore2((float2)(e2 ? g : 0.0f, e3 ? g : 0.0f), 0, dx + odx + o + 2 * Q);
+}
+
+// Even Q (W % 4 == 0): two outputs per work-item with float4 loads/stores;
+// exact range (Q / 2, rows), no bounds checks (the host guarantees them).
+__kernel void maxpool2_fwd4(const uint rows, const uint Q2, __global const float *x, const uint ox,
+                            __global float *y, const uint oy)
+{
+    const uint j = get_global_id(0);
+    const uint r = get_global_id(1);
+    const uint W = 4 * Q2;
+    const size_t o = (size_t)(2 * r) * W + 4 * j;
+    const float4 m2 = fmax(vload4(0, x + ox + o), vload4(0, x + ox + o + W));
+    vstore2(fmax(m2.even, m2.odd), j, y + oy + (size_t)r * (2 * Q2));
+}
+
+__kernel void maxpool2_bwd4(const uint rows, const uint Q2, __global const float *x, const uint ox,
+                            __global const float *dy, const uint ody, __global float *dx, const uint odx)
+{
+    const uint j = get_global_id(0);
+    const uint r = get_global_id(1);
+    const uint W = 4 * Q2;
+    const size_t o = (size_t)(2 * r) * W + 4 * j;
+    const float4 t = vload4(0, x + ox + o);
+    const float4 b = vload4(0, x + ox + o + W);
+    const float2 g = vload2(j, dy + ody + (size_t)r * (2 * Q2));
+    /* the gradient goes to the first maximum of each window in the order
+     * top-left, top-right, bottom-left, bottom-right: hand the remaining
+     * gradient to each candidate in turn (rem - rem == 0 exactly) */
+    const float2 tl = t.even, tr = t.odd, bl = b.even, br = b.odd;
+    const float2 m = fmax(fmax(tl, tr), fmax(bl, br));
+    float2 rem = g;
+    const float2 d0 = select((float2)(0.0f), rem, tl == m);
+    rem -= d0;
+    const float2 d1 = select((float2)(0.0f), rem, tr == m);
+    rem -= d1;
+    const float2 d2 = select((float2)(0.0f), rem, bl == m);
+    rem -= d2;
+    vstore4((float4)(d0.x, d1.x, d0.y, d1.y), 0, dx + odx + o);
+    vstore4((float4)(d2.x, rem.x, d2.y, rem.y), 0, dx + odx + o + W);
 }
 
 __kernel void avgpool2_fwd(const uint rows, const uint Q, __global const float *x, const uint ox, __global float *y,

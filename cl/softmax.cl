@@ -6,7 +6,8 @@
 #define SM_WG 64
 
 // One work-group per sample s. x: (N, C) logits; p: (N, C) probabilities.
-// loss[s] = logsumexp(x_s) - x_s[label]; correct[s] = (first argmax == label).
+// loss[s] = logsumexp(x_s) - x_s[label] = log1p(sum_{c != argmax} exp(x_c - max)) + max - x_s[label];
+// correct[s] = (first argmax == label).
 // A label outside [0, C) gives a NaN loss (the data is wrong; make it show).
 __kernel __attribute__((reqd_work_group_size(SM_WG, 1, 1))) void
 softmax_xent_fwd(const uint C, __global const float *x, const uint ox, __global float *p, const uint op,
@@ -44,10 +45,13 @@ softmax_xent_fwd(const uint C, __global const float *x, const uint ox, __global 
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     m = lmax[0];
+    const int amax = larg[0];
 
+    // sum over every class but the (first) maximum, whose term is exactly 1:
+    // log1p keeps the loss accurate when the prediction is confident
     float sum = 0.0f;
     for (uint c = lid; c < C; c += SM_WG)
-        sum += exp(xs[c] - m);
+        sum += (int)c == amax ? 0.0f : exp(xs[c] - m);
     lsum[lid] = sum;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (uint w = SM_WG / 2; w > 0; w >>= 1) {
@@ -56,14 +60,14 @@ softmax_xent_fwd(const uint C, __global const float *x, const uint ox, __global 
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     sum = lsum[0];
-    const float inv = 1.0f / sum;
+    const float inv = 1.0f / (1.0f + sum);
     for (uint c = lid; c < C; c += SM_WG)
         ps[c] = exp(xs[c] - m) * inv;
     if (lid == 0) {
         const int lab = labels[ol + s];
         const int ok = lab >= 0 && lab < (int)C;
-        loss[s] = ok ? log(sum) + m - xs[ok ? lab : 0] : NAN;
-        correct[s] = (ok && larg[0] == lab) ? 1.0f : 0.0f;
+        loss[s] = ok ? log1p(sum) + (m - xs[ok ? lab : 0]) : NAN;
+        correct[s] = (ok && amax == lab) ? 1.0f : 0.0f;
     }
 }
 

@@ -9,8 +9,6 @@
 //   U[xi][ko][ci]  filters       V[xi][c][t]  input tiles      M[xi][k][t] products
 // with t = (b*TH + th)*TW + tw over the images of one batch chunk.
 
-// Quotients unsigned, remainders signed: see the note in im2col.cl.
-#define UDIV(a, b) ((int)((uint)(a) / (uint)(b)))
 
 #ifndef WM
 #define WM 2
@@ -41,9 +39,7 @@
 #error "WM must be 2 or 4"
 #endif
 
-// F(2,3) matrices, used transposed by the backward-filter kernels.
-#define F23_GM const float F23_G[4][3] = {{1, 0, 0}, {0.5f, 0.5f, 0.5f}, {0.5f, -0.5f, 0.5f}, {0, 0, 1}}
-#define F23_ATM const float F23_AT[2][4] = {{1, 1, 1, 0}, {0, 1, -1, -1}}
+// The backward-filter kernels use the same matrices transposed: F(3x3, WMxWM).
 
 // U = G g G^T for every (ko, ci): gws = (Cin, Kout). With flip the filter is
 // the rotated transpose used by backward-data: g = rot180(w[ci][ko]) where w
@@ -70,112 +66,301 @@ __kernel void wino_filter(__global const float *w, const int offw, const int Kou
             U[offU + ((a * WA + b) * Kout + ko) * Cin + ci] = t[a][0] * GM[b][0] + t[a][1] * GM[b][1] + t[a][2] * GM[b][2];
 }
 
-// V = B^T d B for every input tile and channel: gws = (ntiles, C). Tile
-// (b, th, tw) reads the WA x WA patch at (th*WM - pad_h, tw*WM - pad_w) of
-// image b (zero outside).
-__kernel void wino_input(__global const float *x, const int offx, const int C, const int H, const int W,
-                         const int pad_h, const int pad_w, const int TH, const int TW, const int ntiles,
-                         __global float *V, const int ldv)
+// a / b and a % b for 0 <= a < 2^24, 0 < b, without an integer division
+// (vectorises on CPUs): float estimate, then one correction step.
+#define DIVMOD(a, b, inv, q, r)                                                                        \
+    do {                                                                                               \
+        q = (int)(((float)(a) + 0.5f) * (inv));                                                        \
+        r = (a) - q * (b);                                                                             \
+        if (r < 0) {                                                                                   \
+            q--;                                                                                       \
+            r += (b);                                                                                  \
+        } else if (r >= (b)) {                                                                         \
+            q++;                                                                                       \
+            r -= (b);                                                                                  \
+        }                                                                                              \
+    } while (0)
+
+// The tile kernels below give each work-item VL = 8 consecutive tiles of one
+// tile row (explicit float8 arithmetic, one lane per tile), so they run as
+// SIMD code on CPU devices without relying on implicit vectorisation.
+// Work-item id0 = th*TWG + g covers tiles tw = g*VL .. g*VL+7 of tile row th,
+// TWG = ceil(TW / VL).
+#define VL 8
+// floats read per input row by the vector path of wino_input
+#if WM == 2
+#define WIN_SPAN 18
+#else
+#define WIN_SPAN 36
+#endif
+#define GATHER8(r, j, st)                                                                              \
+    (float8)((r)[(j)], (r)[(j) + (st)], (r)[(j) + 2 * (st)], (r)[(j) + 3 * (st)], (r)[(j) + 4 * (st)],   \
+             (r)[(j) + 5 * (st)], (r)[(j) + 6 * (st)], (r)[(j) + 7 * (st)])
+
+// 1-D transforms on float8 lanes: B^T (input), A^T (output).
+#if WM == 2
+#define IN1D(o, d0, d1, d2, d3, d4, d5)                                                                \
+    do {                                                                                               \
+        o[0] = d0 - d2;                                                                                \
+        o[1] = d1 + d2;                                                                                \
+        o[2] = d2 - d1;                                                                                \
+        o[3] = d1 - d3;                                                                                \
+    } while (0)
+#define OUT1D(o, m0, m1, m2, m3, m4, m5)                                                               \
+    do {                                                                                               \
+        o[0] = m0 + m1 + m2;                                                                           \
+        o[1] = m1 - m2 - m3;                                                                           \
+    } while (0)
+#else
+#define IN1D(o, d0, d1, d2, d3, d4, d5)                                                                \
+    do {                                                                                               \
+        o[0] = 4.0f * d0 - 5.0f * d2 + d4;                                                             \
+        o[1] = d3 + d4 - 4.0f * (d1 + d2);                                                             \
+        o[2] = d4 - d3 + 4.0f * (d1 - d2);                                                             \
+        o[3] = d4 - d2 + 2.0f * (d3 - d1);                                                             \
+        o[4] = d4 - d2 + 2.0f * (d1 - d3);                                                             \
+        o[5] = 4.0f * d1 - 5.0f * d3 + d5;                                                             \
+    } while (0)
+#define OUT1D(o, m0, m1, m2, m3, m4, m5)                                                               \
+    do {                                                                                               \
+        o[0] = m0 + m1 + m2 + m3 + m4;                                                                 \
+        o[1] = (m1 - m2) + 2.0f * (m3 - m4);                                                           \
+        o[2] = (m1 + m2) + 4.0f * (m3 + m4);                                                           \
+        o[3] = (m1 - m2) + 8.0f * (m3 - m4) + m5;                                                      \
+    } while (0)
+#endif
+// (for WM == 2 the macros drop their last two arguments unexpanded, so
+// callers may name elements 4 and 5 of WA-arrays that only exist for WM == 4)
+
+// Stores the first n lanes (n <= VL) of v at p.
+static inline void store_lanes(__global float *p, const float8 v, const int n)
 {
-    WINO_BT;
-    const int t = get_global_id(0);
-    const int c = get_global_id(1);
-    if (t >= ntiles || c >= C)
+    if (n >= VL) {
+        vstore8(v, 0, p);
         return;
-    const int tw = t % TW, th = UDIV(t, TW) % TH, b = UDIV(t, TH * TW);
-    const int h0 = th * WM - pad_h, w0 = tw * WM - pad_w;
-    __global const float *xc = x + offx + (b * C + c) * H * W;
-    float d[WA][WA];
-    for (int i = 0; i < WA; i++)
-        for (int j = 0; j < WA; j++) {
-            const int h = h0 + i, ww = w0 + j;
-            d[i][j] = 0.0f;
-            if (h >= 0 && h < H && ww >= 0 && ww < W)
-                d[i][j] = xc[h * W + ww];
-        }
-    float tmp[WA][WA];
-    for (int a = 0; a < WA; a++)
-        for (int j = 0; j < WA; j++) {
-            float acc = 0.0f;
-            for (int i = 0; i < WA; i++)
-                acc += BT[a][i] * d[i][j];
-            tmp[a][j] = acc;
-        }
-    for (int a = 0; a < WA; a++)
-        for (int b2 = 0; b2 < WA; b2++) {
-            float acc = 0.0f;
-            for (int j = 0; j < WA; j++)
-                acc += tmp[a][j] * BT[b2][j];
-            V[((a * WA + b2) * C + c) * ldv + t] = acc;
-        }
+    }
+    float t[VL];
+    vstore8(v, 0, t);
+    for (int l = 0; l < n; l++)
+        p[l] = t[l];
 }
 
-// Y = A^T M A (+ bias, ReLU) written to the WM x WM output tile: gws = (ntiles, K).
-__kernel void wino_output(__global const float *M, const int ldm, const int K, const int P, const int Q,
-                          const int TH, const int TW, const int ntiles, __global const float *bias, const int offb,
-                          const int has_bias, const int relu, __global float *y, const int offy)
+// Loads n lanes (n <= VL) from p, zero past n.
+static inline float8 load_lanes(__global const float *p, const int n)
 {
-    WINO_AT;
-    const int t = get_global_id(0);
-    const int k = get_global_id(1);
-    if (t >= ntiles || k >= K)
+    if (n >= VL)
+        return vload8(0, p);
+    float t[VL];
+    for (int l = 0; l < VL; l++)
+        t[l] = l < n ? p[l] : 0.0f;
+    return vload8(0, t);
+}
+
+// V = B^T d B for every input tile and channel: gws = (>= TH*TWG, >= C, images).
+// Tile (th, tw) of image b reads the WA x WA patch at (th*WM - pad_h,
+// tw*WM - pad_w) (zero outside) and lands at V[(xi*C + c)*ldv + b*TH*TW + t],
+// t = th*TW + tw.
+__kernel void wino_input(__global const float *x, const int offx, const int C, const int H, const int W,
+                         const int pad_h, const int pad_w, const int TH, const int TW, const int TWG,
+                         const float invTWG, __global float *V, const int ldv)
+{
+    const int id = get_global_id(0);
+    const int c = get_global_id(1);
+    const int b = get_global_id(2);
+    if (id >= TH * TWG || c >= C)
         return;
-    const int tw = t % TW, th = UDIV(t, TW) % TH, b = UDIV(t, TH * TW);
-    float m[WA][WA];
+    int th, g;
+    DIVMOD(id, TWG, invTWG, th, g);
+    const int tw0 = g * VL;
+    const int h0 = th * WM - pad_h, w0 = tw0 * WM - pad_w;
+    __global const float *xc = x + offx + (b * C + c) * H * W;
+    float8 t1[WA][WA]; // t1[a][j] = sum_i BT[a][i] d[i][j]
+    float8 d[WA][WA];
+    const int16 iota = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (int i = 0; i < WA; i++) {
+        const int h = h0 + i;
+        float r[WM * VL + WR - 1];
+        if (h < 0 || h >= H) {
+            for (int j = 0; j < WA; j++)
+                d[i][j] = (float8)(0.0f);
+            continue;
+        }
+        if (h * W + w0 >= 0 && h * W + w0 + WIN_SPAN <= H * W) {
+            // vector loads inside this (b, c) plane; lanes outside the row are masked to 0
+            __global const float *xr = xc + h * W + w0;
+#if WM == 2
+            const float16 A = select((float16)(0.0f), vload16(0, xr), (w0 + iota >= 0) & (w0 + iota < W));
+            const float16 B = select((float16)(0.0f), vload16(0, xr + 2), (w0 + 2 + iota >= 0) & (w0 + 2 + iota < W));
+            d[i][0] = A.even;
+            d[i][1] = A.odd;
+            d[i][2] = B.even;
+            d[i][3] = B.odd;
+#else
+            const float16 A = select((float16)(0.0f), vload16(0, xr), (w0 + iota >= 0) & (w0 + iota < W));
+            const float16 B =
+                select((float16)(0.0f), vload16(0, xr + 16), (w0 + 16 + iota >= 0) & (w0 + 16 + iota < W));
+            const float16 A4 = select((float16)(0.0f), vload16(0, xr + 4), (w0 + 4 + iota >= 0) & (w0 + 4 + iota < W));
+            const float16 B4 =
+                select((float16)(0.0f), vload16(0, xr + 20), (w0 + 20 + iota >= 0) & (w0 + 20 + iota < W));
+            d[i][0] = (float8)(A.s048c, B.s048c);
+            d[i][1] = (float8)(A.s159d, B.s159d);
+            d[i][2] = (float8)(A.s26ae, B.s26ae);
+            d[i][3] = (float8)(A.s37bf, B.s37bf);
+            d[i][4] = (float8)(A4.s048c, B4.s048c);
+            d[i][5] = (float8)(A4.s159d, B4.s159d);
+#endif
+            continue;
+        }
+        {
+            for (int j = 0; j < WM * VL + WR - 1; j++) {
+                const int ww = w0 + j;
+                r[j] = (h >= 0 && h < H && ww >= 0 && ww < W) ? xc[h * W + ww] : 0.0f;
+            }
+        }
+        for (int j = 0; j < WA; j++)
+            d[i][j] = GATHER8(r, j, WM);
+    }
+    for (int j = 0; j < WA; j++) {
+        float8 o[WA];
+        IN1D(o, d[0][j], d[1][j], d[2][j], d[3][j], d[4][j], d[5][j]);
+        for (int a = 0; a < WA; a++)
+            t1[a][j] = o[a];
+    }
+    const int n = TW - tw0;
+    __global float *v = V + c * ldv + b * TH * TW + th * TW + tw0;
+    for (int a = 0; a < WA; a++) {
+        float8 o[WA];
+        IN1D(o, t1[a][0], t1[a][1], t1[a][2], t1[a][3], t1[a][4], t1[a][5]);
+        for (int b2 = 0; b2 < WA; b2++)
+            store_lanes(v + (a * WA + b2) * C * ldv, o[b2], n);
+    }
+}
+
+// Y = A^T M A (+ bias, ReLU) written to the WM x WM output tiles:
+// gws = (>= TH*TWG, >= K, images); M[(xi*K + k)*ldm + b*TH*TW + t].
+__kernel void wino_output(__global const float *M, const int ldm, const int K, const int P, const int Q,
+                          const int TH, const int TW, const int TWG, const float invTWG, __global const float *bias,
+                          const int offb, const int has_bias, const int relu, __global float *y, const int offy)
+{
+    const int id = get_global_id(0);
+    const int k = get_global_id(1);
+    const int b = get_global_id(2);
+    if (id >= TH * TWG || k >= K)
+        return;
+    int th, g;
+    DIVMOD(id, TWG, invTWG, th, g);
+    const int tw0 = g * VL;
+    const int n = TW - tw0;
+    __global const float *mp = M + k * ldm + b * TH * TW + th * TW + tw0;
+    float8 m[WA][WA];
     for (int a = 0; a < WA; a++)
         for (int c = 0; c < WA; c++)
-            m[a][c] = M[((a * WA + c) * K + k) * ldm + t];
-    float tmp[WM][WA];
-    for (int i = 0; i < WM; i++)
-        for (int c = 0; c < WA; c++) {
-            float acc = 0.0f;
-            for (int a = 0; a < WA; a++)
-                acc += AT[i][a] * m[a][c];
-            tmp[i][c] = acc;
-        }
+            m[a][c] = load_lanes(mp + (a * WA + c) * K * ldm, n);
+    float8 t1[WM][WA];
+    for (int c = 0; c < WA; c++) {
+        float8 o[WM];
+        OUT1D(o, m[0][c], m[1][c], m[2][c], m[3][c], m[4][c], m[5][c]);
+        for (int i = 0; i < WM; i++)
+            t1[i][c] = o[i];
+    }
     const float bv = has_bias ? bias[offb + k] : 0.0f;
     __global float *yk = y + offy + (b * K + k) * P * Q;
+    const int q0 = tw0 * WM;
     for (int i = 0; i < WM; i++) {
         const int p = th * WM + i;
         if (p >= P)
-            continue;
+            break;
+        float8 o[WM];
+        OUT1D(o, t1[i][0], t1[i][1], t1[i][2], t1[i][3], t1[i][4], t1[i][5]);
+        float lane[WM][VL];
         for (int j = 0; j < WM; j++) {
-            const int q = tw * WM + j;
-            if (q >= Q)
-                continue;
-            float acc = bv;
-            for (int c = 0; c < WA; c++)
-                acc += tmp[i][c] * AT[j][c];
-            yk[p * Q + q] = relu ? fmax(acc, 0.0f) : acc;
+            float8 v = o[j] + bv;
+            if (relu)
+                v = fmax(v, 0.0f);
+            vstore8(v, 0, lane[j]);
+        }
+        float row[WM * VL];
+        for (int l = 0; l < VL; l++)
+            for (int j = 0; j < WM; j++)
+                row[l * WM + j] = lane[j][l];
+        __global float *yr = yk + p * Q + q0;
+        if (q0 + WM * VL <= Q) {
+            for (int u = 0; u < WM * VL; u += 8)
+                vstore8(vload8(0, row + u), 0, yr + u);
+        } else {
+            for (int u = 0; u < WM * VL && q0 + u < Q; u++)
+                yr[u] = row[u];
         }
     }
 }
 
-// Backward filter, step 1: E = A e A^T for every 2x2 tile e of dy (zero past
-// the edge): gws = (ntiles, K); Ud[xi][k][t].
+// Backward filter, step 1: E = A e A^T (A = AT^T, alpha x WM) for every
+// WM x WM tile e of dy (zero past the edge): the transposed F(WM,3) algorithm
+// computes the 3x3 correlation of x with dy as F(3x3, WMxWM).
+// gws = (>= TH*TWG, >= K, images); Ud[(xi*K + k)*ldu + b*TH*TW + t].
+#if WM == 2
+#define BF1D(o, e0, e1, e2, e3)                                                                        \
+    do {                                                                                               \
+        o[0] = e0;                                                                                     \
+        o[1] = e0 + e1;                                                                                \
+        o[2] = e0 - e1;                                                                                \
+        o[3] = -e1;                                                                                    \
+    } while (0)
+#else
+#define BF1D(o, e0, e1, e2, e3)                                                                        \
+    do {                                                                                               \
+        o[0] = e0;                                                                                     \
+        o[1] = (e0 + e2) + (e1 + e3);                                                                  \
+        o[2] = (e0 + e2) - (e1 + e3);                                                                  \
+        o[3] = (e0 + 4.0f * e2) + 2.0f * (e1 + 4.0f * e3);                                             \
+        o[4] = (e0 + 4.0f * e2) - 2.0f * (e1 + 4.0f * e3);                                             \
+        o[5] = e3;                                                                                     \
+    } while (0)
+#endif
+
 __kernel void wino_bf_dy(__global const float *dy, const int offdy, const int K, const int P, const int Q,
-                         const int TH, const int TW, const int ntiles, __global float *Ud, const int ldu)
+                         const int TH, const int TW, const int TWG, const float invTWG, __global float *Ud,
+                         const int ldu)
 {
-    F23_ATM;
-    const int t = get_global_id(0);
+    const int id = get_global_id(0);
     const int k = get_global_id(1);
-    if (t >= ntiles || k >= K)
+    const int b = get_global_id(2);
+    if (id >= TH * TWG || k >= K)
         return;
-    const int tw = t % TW, th = UDIV(t, TW) % TH, b = UDIV(t, TH * TW);
+    int th, g;
+    DIVMOD(id, TWG, invTWG, th, g);
+    const int tw0 = g * VL;
+    const int q0 = tw0 * WM;
     __global const float *dk = dy + offdy + (b * K + k) * P * Q;
-    float e[2][2];
-    for (int i = 0; i < 2; i++)
-        for (int j = 0; j < 2; j++) {
-            const int p = th * 2 + i, q = tw * 2 + j;
-            e[i][j] = 0.0f;
-            if (p < P && q < Q)
-                e[i][j] = dk[p * Q + q];
+    float8 e[WM][WM];
+    for (int i = 0; i < WM; i++) {
+        const int p = th * WM + i;
+        float r[WM * VL];
+        if (p < P && q0 + WM * VL <= Q) {
+            for (int j = 0; j < WM * VL; j++)
+                r[j] = dk[p * Q + q0 + j];
+        } else {
+            for (int j = 0; j < WM * VL; j++)
+                r[j] = (p < P && q0 + j < Q) ? dk[p * Q + q0 + j] : 0.0f;
         }
-    for (int a = 0; a < 4; a++) {
-        const float r0 = F23_AT[0][a] * e[0][0] + F23_AT[1][a] * e[1][0];
-        const float r1 = F23_AT[0][a] * e[0][1] + F23_AT[1][a] * e[1][1];
-        for (int b2 = 0; b2 < 4; b2++)
-            Ud[((a * 4 + b2) * K + k) * ldu + t] = r0 * F23_AT[0][b2] + r1 * F23_AT[1][b2];
+        for (int j = 0; j < WM; j++)
+            e[i][j] = GATHER8(r, j, WM);
+    }
+    // columns: t1[a][j] = sum_i A[a][i] e[i][j]; then rows
+    float8 t1[WA][WM];
+    for (int j = 0; j < WM; j++) {
+        float8 o[WA];
+        BF1D(o, e[0][j], e[1][j], e[WM > 2 ? 2 : 0][j], e[WM > 2 ? 3 : 0][j]);
+        for (int a = 0; a < WA; a++)
+            t1[a][j] = o[a];
+    }
+    const int n = TW - tw0;
+    __global float *u = Ud + k * ldu + b * TH * TW + th * TW + tw0;
+    for (int a = 0; a < WA; a++) {
+        float8 o[WA];
+        BF1D(o, t1[a][0], t1[a][1], t1[a][WM > 2 ? 2 : 0], t1[a][WM > 2 ? 3 : 0]);
+        for (int b2 = 0; b2 < WA; b2++)
+            store_lanes(u + (a * WA + b2) * K * ldu, o[b2], n);
     }
 }
 
@@ -184,27 +369,139 @@ __kernel void wino_bf_dy(__global const float *dy, const int offdy, const int K,
 __kernel void wino_bf_out(__global const float *Mf, const int K, const int C, const float beta,
                           __global float *dw, const int offdw)
 {
-    F23_GM;
+    WINO_G;
     const int c = get_global_id(0);
     const int k = get_global_id(1);
     if (c >= C || k >= K)
         return;
-    float m[4][4];
-    for (int a = 0; a < 4; a++)
-        for (int b = 0; b < 4; b++)
-            m[a][b] = Mf[((a * 4 + b) * K + k) * C + c];
-    float tmp[3][4];
+    float m[WA][WA];
+    for (int a = 0; a < WA; a++)
+        for (int b = 0; b < WA; b++)
+            m[a][b] = Mf[((a * WA + b) * K + k) * C + c];
+    float tmp[3][WA];
     for (int r = 0; r < 3; r++)
-        for (int b = 0; b < 4; b++)
-            tmp[r][b] = F23_G[0][r] * m[0][b] + F23_G[1][r] * m[1][b] + F23_G[2][r] * m[2][b] + F23_G[3][r] * m[3][b];
+        for (int b = 0; b < WA; b++) {
+            float acc = 0.0f;
+            for (int a = 0; a < WA; a++)
+                acc += GM[a][r] * m[a][b];
+            tmp[r][b] = acc;
+        }
     __global float *d = dw + offdw + (k * C + c) * 9;
     for (int r = 0; r < 3; r++)
         for (int s = 0; s < 3; s++) {
-            const float v = tmp[r][0] * F23_G[0][s] + tmp[r][1] * F23_G[1][s] + tmp[r][2] * F23_G[2][s] +
-                            tmp[r][3] * F23_G[3][s];
+            float v = 0.0f;
+            for (int b = 0; b < WA; b++)
+                v += tmp[r][b] * GM[b][s];
             if (beta == 0.0f)
                 d[r * 3 + s] = v;
             else
                 d[r * 3 + s] = fma(beta, d[r * 3 + s], v);
+        }
+}
+
+// ---- transform-domain products (one launch per chunk, no packing) ----
+// Each work-item of wino_bgemm owns 16 consecutive tiles (float16 lanes) of
+// WB_K output channels of one transform point; dim 2 is the point xi.
+
+#define WB_K 8
+
+// Mo[(xi*K + k)*T + t] = sum_c U[(xi*K + k)*C + c] * V[(xi*C + c)*T + t]:
+// gws = (ceil(T/16), ceil(K/WB_K), alpha^2).
+__kernel void wino_bgemm(__global const float *U, __global const float *V, __global float *Mo, const int K,
+                         const int C, const int T)
+{
+    const int t0 = get_global_id(0) * 16;
+    const int k0 = get_global_id(1) * WB_K;
+    const int xi = get_global_id(2);
+    if (t0 >= T || k0 >= K)
+        return;
+    const int nk = min(WB_K, K - k0), nt = min(16, T - t0);
+    __global const float *u = U + (xi * K + k0) * C;
+    __global const float *v = V + xi * C * T + t0;
+    float16 acc[WB_K];
+    for (int kk = 0; kk < WB_K; kk++)
+        acc[kk] = (float16)(0.0f);
+    if (nt == 16) {
+        for (int c = 0; c < C; c++) {
+            const float16 vv = vload16(0, v + c * T);
+            for (int kk = 0; kk < WB_K; kk++)
+                acc[kk] = fma((float16)(u[min(kk, nk - 1) * C + c]), vv, acc[kk]);
+        }
+    } else {
+        for (int c = 0; c < C; c++) {
+            float tv[16];
+            for (int l = 0; l < 16; l++)
+                tv[l] = l < nt ? v[c * T + l] : 0.0f;
+            const float16 vv = vload16(0, tv);
+            for (int kk = 0; kk < WB_K; kk++)
+                acc[kk] = fma((float16)(u[min(kk, nk - 1) * C + c]), vv, acc[kk]);
+        }
+    }
+    __global float *mo = Mo + (xi * K + k0) * T + t0;
+    for (int kk = 0; kk < nk; kk++) {
+        if (nt == 16) {
+            vstore16(acc[kk], 0, mo + kk * T);
+        } else {
+            float tv[16];
+            vstore16(acc[kk], 0, tv);
+            for (int l = 0; l < nt; l++)
+                mo[kk * T + l] = tv[l];
+        }
+    }
+}
+
+static inline float hsum16(const float16 v)
+{
+    const float8 a = v.lo + v.hi;
+    const float4 b = a.lo + a.hi;
+    const float2 c = b.lo + b.hi;
+    return c.x + c.y;
+}
+
+// Backward filter, step 2: Mf[(xi*K + k)*C + c] = beta*Mf + sum_t
+// Ud[(xi*K + k)*T + t] * V[(xi*C + c)*T + t]: 4 x 4 (k, c) blocks per
+// work-item, t in float16 steps: gws = (ceil(C/4), ceil(K/4), 16).
+__kernel void wino_bf_gemm(__global const float *Ud, __global const float *V, __global float *Mf, const int K,
+                           const int C, const int T, const float beta)
+{
+    const int c0 = get_global_id(0) * 4;
+    const int k0 = get_global_id(1) * 4;
+    const int xi = get_global_id(2);
+    if (c0 >= C || k0 >= K)
+        return;
+    const int nk = min(4, K - k0), nc = min(4, C - c0);
+    __global const float *ud[4], *vv[4];
+    for (int i = 0; i < 4; i++) {
+        ud[i] = Ud + (xi * K + k0 + min(i, nk - 1)) * T;
+        vv[i] = V + (xi * C + c0 + min(i, nc - 1)) * T;
+    }
+    float16 acc[4][4];
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++)
+            acc[i][j] = (float16)(0.0f);
+    int t = 0;
+    for (; t + 16 <= T; t += 16) {
+        float16 a[4], b[4];
+        for (int i = 0; i < 4; i++) {
+            a[i] = vload16(0, ud[i] + t);
+            b[i] = vload16(0, vv[i] + t);
+        }
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 4; j++)
+                acc[i][j] = fma(a[i], b[j], acc[i][j]);
+    }
+    float tail[4][4];
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) {
+            float s = 0.0f;
+            for (int u = t; u < T; u++)
+                s = fma(ud[i][u], vv[j][u], s);
+            tail[i][j] = s;
+        }
+    for (int i = 0; i < nk; i++)
+        for (int j = 0; j < nc; j++) {
+            __global float *d = Mf + (xi * K + k0 + i) * C + c0 + j;
+            const float v = hsum16(acc[i][j]) + tail[i][j];
+            *d = beta == 0.0f ? v : fma(beta, *d, v);
         }
 }

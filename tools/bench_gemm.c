@@ -1,8 +1,8 @@
 /* clgrad bench gemm: GFLOP/s per backend (own kernels, CLBlast, host
  * OpenBLAS) on the same shapes in the same run. Device backends are timed
  * with OpenCL events (first kernel start to last kernel end, packing
- * included), OpenBLAS with the wall clock; the median of --reps timed runs
- * after a warm-up is reported. */
+ * included), OpenBLAS with the wall clock; the backends run interleaved and
+ * the median of --reps timed runs (each after a warm-up) is reported. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,52 +29,61 @@ static void usage(FILE *f)
             "  --json       one JSON object per line and backend\n");
 }
 
+
 static int cmp_d(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
-typedef struct result {
-    const char *backend;
-    double ms;
-    int ok;
-} result;
+static double median(double *t, int n)
+{
+    qsort(t, (size_t)n, sizeof t[0], cmp_d);
+    return t[n / 2];
+}
 
 #if CLG_HAVE_OPENBLAS
-static int time_openblas(const clg_gemm_shape *s, int reps, double *ms)
+typedef struct host_op {
+    float *A, *B, *C;
+    size_t na, nb, nc;
+} host_op;
+
+static int host_init(host_op *h, const clg_gemm_shape *s)
 {
     int batch = s->batch > 0 ? s->batch : 1;
-    size_t na = (size_t)s->M * s->K, nb = (size_t)s->K * s->N, nc = (size_t)s->M * s->N;
-    float *A = malloc(sizeof(float) * na * batch), *B = malloc(sizeof(float) * nb * batch);
-    float *C = malloc(sizeof(float) * nc * batch);
-    if (!A || !B || !C) {
-        free(A);
-        free(B);
-        free(C);
+    h->na = (size_t)s->M * s->K;
+    h->nb = (size_t)s->K * s->N;
+    h->nc = (size_t)s->M * s->N;
+    h->A = malloc(sizeof(float) * h->na * batch);
+    h->B = malloc(sizeof(float) * h->nb * batch);
+    h->C = malloc(sizeof(float) * h->nc * batch);
+    if (!h->A || !h->B || !h->C)
         return 0;
-    }
-    for (size_t i = 0; i < na * batch; i++)
-        A[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
-    for (size_t i = 0; i < nb * batch; i++)
-        B[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
-    double t[64];
-    for (int r = -1; r < reps; r++) {
-        double t0 = clg_now_sec();
-        for (int b = 0; b < batch; b++)
-            cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans, s->tb ? CblasTrans : CblasNoTrans, s->M,
-                        s->N, s->K, 1.0f, A + b * na, s->ta ? s->M : s->K, B + b * nb, s->tb ? s->K : s->N, 0.0f,
-                        C + b * nc, s->N);
-        double dt = (clg_now_sec() - t0) * 1e3;
-        if (r >= 0)
-            t[r] = dt;
-    }
-    qsort(t, (size_t)reps, sizeof t[0], cmp_d);
-    *ms = t[reps / 2];
-    free(A);
-    free(B);
-    free(C);
+    for (size_t i = 0; i < h->na * batch; i++)
+        h->A[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
+    for (size_t i = 0; i < h->nb * batch; i++)
+        h->B[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
     return 1;
+}
+
+static void host_free(host_op *h)
+{
+    free(h->A);
+    free(h->B);
+    free(h->C);
+    memset(h, 0, sizeof *h);
+}
+
+/* One product (all batch entries) with OpenBLAS; wall-clock ms. */
+static double host_run(const host_op *h, const clg_gemm_shape *s)
+{
+    int batch = s->batch > 0 ? s->batch : 1;
+    double t0 = clg_now_sec();
+    for (int b = 0; b < batch; b++)
+        cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans, s->tb ? CblasTrans : CblasNoTrans, s->M, s->N,
+                    s->K, 1.0f, h->A + b * h->na, s->ta ? s->M : s->K, h->B + b * h->nb, s->tb ? s->K : s->N, 0.0f,
+                    h->C + b * h->nc, s->N);
+    return (clg_now_sec() - t0) * 1e3;
 }
 #endif
 
@@ -172,16 +181,29 @@ int bench_gemm(int argc, char **argv)
     if (!json)
         printf("%-22s %-9s %6s %6s %6s %2s %2s %4s %10s %9s\n", "shape", "backend", "M", "N", "K", "ta", "tb", "bat",
                "ms", "GFLOP/s");
+    /* The backends run interleaved (one timed run of each per round, device
+     * runs after their own warm-up), so load changes on a shared machine
+     * hit them alike; each reports the median over the rounds. */
     int rc = CLI_OK;
+    double t_ob[64], t_own[64], t_cb[64];
     for (int s = 0; s < ns && rc == CLI_OK; s++) {
         const clg_gemm_shape *sh = &list[s];
-        double t_ob = 0;
+        int ndev = ctx ? ctx->ndev : 0;
+        int have_ob = 0;
 #if CLG_HAVE_OPENBLAS
-        if (want_ob && time_openblas(sh, (int)reps, &t_ob))
-            report(json, "host", sh, "openblas", t_ob, NULL);
+        host_op h;
+        memset(&h, 0, sizeof h);
+        if (want_ob) {
+            have_ob = host_init(&h, sh);
+            if (!have_ob)
+                fprintf(stderr, "clgrad: no host memory for the OpenBLAS column\n");
+            else
+                host_run(&h, sh); /* warm-up */
+        }
 #endif
-        for (int d = 0; ctx && d < ctx->ndev && rc == CLI_OK; d++) {
-            clg_device *dev = &ctx->devs[d];
+        for (int d = 0; d < CLG_MAX(ndev, 1) && rc == CLI_OK; d++) {
+            clg_device *dev = ctx ? &ctx->devs[d] : NULL;
+            int ob_now = have_ob && d == 0; /* the host column once per shape */
             clg_gemm_args a;
             clg_gemm_args_init(&a);
             a.M = sh->M;
@@ -190,31 +212,45 @@ int bench_gemm(int argc, char **argv)
             a.ta = sh->ta;
             a.tb = sh->tb;
             a.batch = sh->batch;
-            double t_own = 0, t_cb = 0;
-            if (want_own) {
-                clg_gemm_params p;
+            clg_gemm_params p;
+            memset(&p, 0, sizeof p);
+            char desc[160] = "";
+            if (dev && want_own) {
                 clg_gemm_params_for(dev, a.M, a.N, a.K, &p);
-                char desc[160];
                 clg_gemm_params_str(&p, desc, sizeof desc);
-                if (clg_gemm_time(dev, &a, CLG_GEMM_OWN, &p, (int)reps, &t_own) != CLG_OK) {
+            }
+            int cb_ok = dev && want_cb;
+            for (int r = 0; r < reps && rc == CLI_OK; r++) {
+#if CLG_HAVE_OPENBLAS
+                if (ob_now)
+                    t_ob[r] = host_run(&h, sh);
+#endif
+                if (dev && want_own && clg_gemm_time(dev, &a, CLG_GEMM_OWN, &p, 1, &t_own[r]) != CLG_OK)
                     rc = cli_fail("own gemm on device %d: %s", d, clg_last_error(ctx));
-                    break;
-                }
-                report(json, dev->info.name, sh, "own", t_own, desc);
-            }
-            if (want_cb) {
-                if (clg_gemm_time(dev, &a, CLG_GEMM_CLBLAST, NULL, (int)reps, &t_cb) != CLG_OK) {
+                if (rc == CLI_OK && cb_ok && clg_gemm_time(dev, &a, CLG_GEMM_CLBLAST, NULL, 1, &t_cb[r]) != CLG_OK) {
                     fprintf(stderr, "clgrad: clblast gemm on device %d: %s\n", d, clg_last_error(ctx));
-                    t_cb = 0;
-                } else {
-                    report(json, dev->info.name, sh, "clblast", t_cb, NULL);
+                    cb_ok = 0;
                 }
             }
-            if (!json && t_own > 0 && (t_cb > 0 || t_ob > 0)) {
-                printf("%-22s ratios: own/openblas %s%.2f  own/clblast %s%.2f (speed)\n", "", t_ob > 0 ? "" : "n/a ",
-                       t_ob > 0 ? t_ob / t_own : 0.0, t_cb > 0 ? "" : "n/a ", t_cb > 0 ? t_cb / t_own : 0.0);
-            }
+            if (rc != CLI_OK)
+                break;
+            double m_ob = ob_now ? median(t_ob, (int)reps) : 0;
+            double m_own = dev && want_own ? median(t_own, (int)reps) : 0;
+            double m_cb = cb_ok ? median(t_cb, (int)reps) : 0;
+            if (ob_now)
+                report(json, "host", sh, "openblas", m_ob, NULL);
+            if (m_own > 0)
+                report(json, dev->info.name, sh, "own", m_own, desc);
+            if (m_cb > 0)
+                report(json, dev->info.name, sh, "clblast", m_cb, NULL);
+            if (!json && m_own > 0 && (m_cb > 0 || m_ob > 0))
+                printf("%-22s ratios: own/openblas %s%.2f  own/clblast %s%.2f (speed)\n", "", m_ob > 0 ? "" : "n/a ",
+                       m_ob > 0 ? m_ob / m_own : 0.0, m_cb > 0 ? "" : "n/a ", m_cb > 0 ? m_cb / m_own : 0.0);
         }
+#if CLG_HAVE_OPENBLAS
+        host_free(&h);
+#endif
+        (void)have_ob;
     }
     clg_ctx_destroy(ctx);
     return rc;

@@ -351,6 +351,8 @@ void clg_ctx_destroy(clg_ctx *ctx)
         return;
     if (ctx->tune_db && ctx->tune_db_free)
         ctx->tune_db_free(ctx->tune_db);
+    if (ctx->conv_state && ctx->conv_state_free)
+        ctx->conv_state_free(ctx->conv_state);
     for (int k = 0; k < ctx->ndev; k++) {
         clg_device *d = &ctx->devs[k];
         if (d->queue)

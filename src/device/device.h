@@ -124,6 +124,8 @@ struct clg_ctx {
     /* module slots, owned by their modules (freed in clg_ctx_destroy via hooks) */
     void *tune_db;
     void (*tune_db_free)(void *);
+    void *conv_state; /* convolution module (FFT plans) */
+    void (*conv_state_free)(void *);
 };
 
 /* Error buffer of the device's context. */

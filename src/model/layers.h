@@ -17,7 +17,22 @@
  *
  * Activations: relu is fused into the conv/GEMM epilogue; the others run a
  * separate kernel in place on the output. GELU layers inside dense/conv keep
- * their pre-activation (a private buffer) for backward.
+ * their pre-activation (a private buffer) for backward. GELU is the erf form
+ * x * Phi(x), Phi from an erfc approximation with |error| <= 1.5e-7.
+ *
+ * Semantics follow PyTorch: pooling floors the output size; max pooling pads
+ * with -inf and routes the gradient to the first maximum of each window;
+ * average pooling counts padding in the divisor (count_include_pad=True);
+ * batchnorm's running_var uses the unbiased batch variance; softmax's loss
+ * is the per-sample cross-entropy summed over the batch (a label outside
+ * [0, classes) gives a NaN loss); mse's per-sample loss is the mean over the
+ * sample's features. Loss layers: forward writes {loss sum, correct count}
+ * to l->loss.result; backward writes grad_scale * d(loss sum)/dx.
+ *
+ * Memory: parameters, gradients and private buffers come from the device
+ * pool (release with clg_buf_release, as clg_layer_free does); per-call
+ * temporaries are pool buffers released right after enqueueing (the
+ * in-order queue orders any reuse).
  *
  * Randomness: dropout draws its mask from a counter-based hash of
  * (seed, step, element index); see clg_layer_set_rng. */

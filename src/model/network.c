@@ -381,7 +381,8 @@ void clg_net_print(const clg_net *net, FILE *f)
 typedef struct plan_item {
     int start, end; /* inclusive step interval */
     size_t bytes;
-    clg_tensor *t;
+    clg_tensor *t;  /* the tensor placed in the slot, or */
+    cl_mem *target; /* a bare buffer (fp16 working buffers) */
     int slot;
 } plan_item;
 
@@ -395,65 +396,15 @@ static int cmp_item(const void *a, const void *b)
     return 0;
 }
 
-/* Steps: forward of layer i = i; backward of layer i = 2L-1-i. Forward
- * activations live until their own layer's backward (every layer's backward
- * may read its output and its inputs); output gradients live from the first
- * consumer's backward to their own layer's backward.
- *
- * half: size the tensors as fp16 storage (2 bytes per element; the last
- * layer's output stays fp32). alloc == 0 only sizes the plan (*total) and
- * leaves the replica's buffers alone. */
-static clg_status plan_memory(clg_replica *r, int half, int alloc, uint64_t *total)
+/* Greedy packing of items into slots (buffers): items sorted by start, each
+ * placed into a free slot (one whose last item ended before it starts):
+ * the smallest that fits, else the largest free one (grown). slot_bytes and
+ * slot_end have room for n slots (zeroed). Returns the number of slots. */
+static int pack(plan_item *it, int n, size_t *slot_bytes, int *slot_end)
 {
-    clg_err *err = clg_dev_err(r->dev);
-    int L = r->nlayers;
-    plan_item *it = calloc((size_t)2 * L, sizeof *it);
-    int *last_consumer = malloc((size_t)L * sizeof(int));
-    int *slot_end = calloc((size_t)2 * L, sizeof(int));
-    size_t *slot_bytes = calloc((size_t)2 * L, sizeof(size_t));
-    if (!it || !last_consumer || !slot_end || !slot_bytes) {
-        free(it);
-        free(last_consumer);
-        free(slot_end);
-        free(slot_bytes);
-        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory planning activations");
-    }
-    for (int i = 0; i < L; i++)
-        last_consumer[i] = -1;
-    for (int j = 0; j < L; j++)
-        for (int k = 0; k < r->layers[j].nin; k++) {
-            int s = r->layers[j].inputs[k];
-            if (s >= 0 && j > last_consumer[s])
-                last_consumer[s] = j;
-        }
-    int n = 0;
-    uint64_t naive = 0;
-    for (int i = 0; i < L; i++) {
-        clg_layer *l = &r->layers[i];
-        clg_tensor *a = &r->act[i];
-        a->n = r->batch;
-        a->c = l->out_shape[1];
-        a->h = l->out_shape[2];
-        a->w = l->out_shape[3];
-        size_t numel = clg_tensor_numel(a);
-        size_t abytes = numel * (half && i != L - 1 ? 2 : sizeof(float));
-        it[n++] = (plan_item){i, 2 * L - 1 - i, abytes, a, -1};
-        naive += numel * sizeof(float);
-        clg_tensor *g = &r->dact[i];
-        if (alloc) {
-            *g = *a;
-            g->mem = NULL;
-        }
-        if (last_consumer[i] >= 0 && !l->is_loss) {
-            it[n++] = (plan_item){2 * L - 1 - last_consumer[i], 2 * L - 1 - i, numel * (half ? 2 : sizeof(float)), g,
-                                  -1};
-            naive += numel * sizeof(float);
-        }
-    }
     qsort(it, (size_t)n, sizeof *it, cmp_item);
     int nslots = 0;
     for (int a = 0; a < n; a++) {
-        /* best fit among free slots: smallest slot >= bytes, else the largest free one */
         int best = -1;
         for (int s = 0; s < nslots; s++) {
             if (slot_end[s] >= it[a].start)
@@ -474,13 +425,235 @@ static clg_status plan_memory(clg_replica *r, int half, int alloc, uint64_t *tot
         slot_end[best] = it[a].end;
         it[a].slot = best;
     }
+    return nslots;
+}
+
+/* Offset planning in one arena: items in order of decreasing size, each at
+ * the lowest aligned offset whose byte range overlaps no placed item that
+ * lives at the same time. offs[] receives the offsets; returns the arena
+ * size. */
+static int cmp_size_desc(const void *a, const void *b)
+{
+    const plan_item *x = *(const plan_item *const *)a, *y = *(const plan_item *const *)b;
+    if (x->bytes != y->bytes)
+        return x->bytes > y->bytes ? -1 : 1;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+static clg_status place(clg_err *err, plan_item *it, int n, size_t align, size_t *offs, size_t *arena)
+{
+    plan_item **ord = malloc((size_t)CLG_MAX(n, 1) * sizeof *ord);
+    size_t *cand = malloc((size_t)(n + 1) * sizeof *cand);
+    int *conf = malloc((size_t)CLG_MAX(n, 1) * sizeof *conf);
+    char *placed = calloc((size_t)CLG_MAX(n, 1), 1);
+    if (!ord || !cand || !conf || !placed) {
+        free(ord);
+        free(cand);
+        free(conf);
+        free(placed);
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory planning activations");
+    }
+    for (int i = 0; i < n; i++)
+        ord[i] = &it[i];
+    qsort(ord, (size_t)n, sizeof *ord, cmp_size_desc);
+    size_t top = 0;
+    for (int q = 0; q < n; q++) {
+        int a = (int)(ord[q] - it);
+        int nc = 0, ncand = 0;
+        cand[ncand++] = 0;
+        for (int j = 0; j < n; j++)
+            if (placed[j] && !(it[j].end < it[a].start || it[a].end < it[j].start)) {
+                conf[nc++] = j;
+                cand[ncand++] = align_up(offs[j] + it[j].bytes, align);
+            }
+        size_t best = (size_t)-1;
+        for (int c = 0; c < ncand; c++) {
+            if (cand[c] >= best)
+                continue;
+            int ok = 1;
+            for (int k = 0; k < nc && ok; k++) {
+                int j = conf[k];
+                if (cand[c] < offs[j] + it[j].bytes && offs[j] < cand[c] + it[a].bytes)
+                    ok = 0;
+            }
+            if (ok)
+                best = cand[c];
+        }
+        offs[a] = best;
+        placed[a] = 1;
+        if (best + it[a].bytes > top)
+            top = best + it[a].bytes;
+    }
+    free(ord);
+    free(cand);
+    free(conf);
+    free(placed);
+    *arena = top;
+    return CLG_OK;
+}
+
+/* fp32: steps: forward of layer i = i; backward of layer i = 2L-1-i.
+ * Forward activations live until their own layer's backward (every layer's
+ * backward may read its output and its inputs); output gradients live from
+ * the first consumer's backward to their own layer's backward.
+ *
+ * fp16 (half != 0): every step has three sub-steps, expand (half -> fp32
+ * working buffers), compute (the layer), store (fp32 -> half), so a half
+ * tensor whose last use is an expansion frees its memory for the compute.
+ * Half tensors: act[i] (2 bytes per element; the last layer's output stays
+ * fp32) and dact[i]; fp32 working buffers of each layer (work[i]) live for
+ * the sub-steps that use them. Everything is packed together.
+ *
+ * alloc == 0 only sizes the plan (*total) and leaves the replica's buffers
+ * alone. */
+#define FS(i, p) (3 * (i) + (p))
+#define BS(i, p) (3 * L + 3 * (L - 1 - (i)) + (p))
+static clg_status plan_memory(clg_replica *r, int half, int alloc, int offsets, uint64_t *total)
+{
+    clg_err *err = clg_dev_err(r->dev);
+    int L = r->nlayers;
+    size_t cap = (size_t)L * (5 + 3 * CLG_MAX_INPUTS);
+    plan_item *it = calloc(cap, sizeof *it);
+    int *last_consumer = malloc((size_t)L * sizeof(int));
+    int *slot_end = calloc(cap, sizeof(int));
+    size_t *slot_bytes = calloc(cap, sizeof(size_t));
+    if (!it || !last_consumer || !slot_end || !slot_bytes) {
+        free(it);
+        free(last_consumer);
+        free(slot_end);
+        free(slot_bytes);
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory planning activations");
+    }
+    for (int i = 0; i < L; i++)
+        last_consumer[i] = -1;
+    for (int j = 0; j < L; j++)
+        for (int k = 0; k < r->layers[j].nin; k++) {
+            int s = r->layers[j].inputs[k];
+            if (s >= 0 && j > last_consumer[s])
+                last_consumer[s] = j;
+        }
+    int n = 0;
+    uint64_t naive = 0, halfb = 0;
+    for (int i = 0; i < L; i++) {
+        clg_layer *l = &r->layers[i];
+        clg_tensor *a = &r->act[i];
+        a->n = r->batch;
+        a->c = l->out_shape[1];
+        a->h = l->out_shape[2];
+        a->w = l->out_shape[3];
+        size_t numel = clg_tensor_numel(a), f32 = numel * sizeof(float);
+        int last = i == L - 1, has_grad = last_consumer[i] >= 0 && !l->is_loss;
+        clg_tensor *g = &r->dact[i];
+        if (alloc) {
+            *g = *a;
+            g->mem = NULL;
+        }
+        naive += f32 * (has_grad ? 2 : 1);
+        if (!half) {
+            it[n++] = (plan_item){i, 2 * L - 1 - i, f32, a, NULL, -1};
+            if (has_grad)
+                it[n++] = (plan_item){2 * L - 1 - last_consumer[i], 2 * L - 1 - i, f32, g, NULL, -1};
+            continue;
+        }
+        struct clg_layer_work *w = &r->work[i];
+        int uses = 0, use_k = -1, next_reads = 0;
+        for (int j = i + 1; j < L; j++)
+            for (int k = 0; k < r->layers[j].nin; k++)
+                if (r->layers[j].inputs[k] == i) {
+                    uses++;
+                    use_k = k;
+                    next_reads |= j == i + 1;
+                }
+        w->fchain = !last && next_reads;
+        w->bchain = has_grad && uses == 1 && last_consumer[i] == i + 1;
+        w->bchain_k = w->bchain ? use_k : -1;
+        if (last)
+            it[n++] = (plan_item){FS(i, 1), BS(i, 1), f32, a, NULL, -1};
+        else {
+            it[n++] = (plan_item){FS(i, 2), BS(i, 0), numel * 2, a, NULL, -1};
+            it[n++] = (plan_item){FS(i, 1), w->fchain ? FS(i + 1, 1) : FS(i, 2), f32, NULL, &w->f_out, -1};
+            it[n++] = (plan_item){BS(i, 0), BS(i, 1), f32, NULL, &w->b_out, -1};
+            halfb += numel * 2;
+        }
+        if (has_grad && !w->bchain) {
+            it[n++] = (plan_item){BS(last_consumer[i], 2), BS(i, 0), numel * 2, g, NULL, -1};
+            it[n++] = (plan_item){BS(i, 0), BS(i, 1), f32, NULL, &w->b_dout, -1};
+            halfb += numel * 2;
+        }
+        for (int k = 0; k < l->nin; k++) {
+            int src = l->inputs[k];
+            if (src < 0)
+                continue;
+            size_t b = clg_tensor_numel(&r->act[src]) * sizeof(float);
+            if (!(src == i - 1 && r->work[src].fchain))
+                it[n++] = (plan_item){FS(i, 0), FS(i, 1), b, NULL, &w->f_in[k], -1};
+            it[n++] = (plan_item){BS(i, 0), BS(i, 1), b, NULL, &w->b_in[k], -1};
+            it[n++] = (plan_item){BS(i, 1), r->work[src].bchain ? BS(src, 1) : BS(i, 2), b, NULL, &w->b_din[k], -1};
+        }
+    }
+    clg_status st = CLG_OK;
+    if (offsets) {
+        /* one arena, a sub-buffer per tensor; sub-buffer origins must be aligned to the device's base alignment */
+        cl_uint align_bits = 0;
+        clGetDeviceInfo(r->dev->id, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof align_bits, &align_bits, NULL);
+        size_t align = CLG_MAX((size_t)256, (size_t)align_bits / 8), arena = 0;
+        size_t *offs = calloc((size_t)CLG_MAX(n, 1), sizeof *offs);
+        st = offs ? place(err, it, n, align, offs, &arena)
+                  : clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory planning activations");
+        if (st == CLG_OK && alloc && r->dev->info.max_alloc_bytes && arena > r->dev->info.max_alloc_bytes)
+            offsets = 0; /* larger than one allocation may be: separate buffers below */
+        else if (st == CLG_OK) {
+            *total = arena;
+            if (alloc) {
+                r->naive_bytes = naive;
+                r->half_bytes = halfb;
+                r->slots = calloc(1, sizeof(cl_mem));
+                r->slot_bytes = calloc(1, sizeof(size_t));
+                r->subs = calloc((size_t)CLG_MAX(n, 1), sizeof(cl_mem));
+                if (!r->slots || !r->slot_bytes || !r->subs)
+                    st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory planning activations");
+                if (st == CLG_OK) {
+                    r->nslots = 1;
+                    r->slot_bytes[0] = arena;
+                    st = clg_buf_alloc(r->dev, arena, &r->slots[0]);
+                }
+                for (int a = 0; a < n && st == CLG_OK; a++) {
+                    cl_buffer_region reg = {offs[a], it[a].bytes};
+                    cl_int e = CL_SUCCESS;
+                    cl_mem sub = clCreateSubBuffer(r->slots[0], CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &reg, &e);
+                    if (e != CL_SUCCESS) {
+                        st = clg_cl_fail(err, e, "clCreateSubBuffer (activation arena)", __FILE__, __LINE__);
+                        break;
+                    }
+                    r->subs[r->nsubs++] = sub;
+                    if (it[a].t) {
+                        it[a].t->mem = sub;
+                        it[a].t->off = 0;
+                    } else {
+                        *it[a].target = sub;
+                    }
+                }
+            }
+        }
+        free(offs);
+        if (offsets || st != CLG_OK) {
+            free(it);
+            free(last_consumer);
+            free(slot_end);
+            free(slot_bytes);
+            return st;
+        }
+    }
+    int nslots = pack(it, n, slot_bytes, slot_end);
     uint64_t sum = 0;
     for (int s = 0; s < nslots; s++)
         sum += slot_bytes[s];
     *total = sum;
-    clg_status st = CLG_OK;
     if (alloc) {
         r->naive_bytes = naive;
+        r->half_bytes = halfb;
         r->slot_bytes = slot_bytes;
         slot_bytes = NULL;
         r->slots = calloc((size_t)CLG_MAX(nslots, 1), sizeof(cl_mem));
@@ -492,8 +665,12 @@ static clg_status plan_memory(clg_replica *r, int half, int alloc, uint64_t *tot
             st = clg_buf_alloc(r->dev, r->slot_bytes[s], &r->slots[s]);
         if (st == CLG_OK)
             for (int a = 0; a < n; a++) {
-                it[a].t->mem = r->slots[it[a].slot];
-                it[a].t->off = 0;
+                if (it[a].t) {
+                    it[a].t->mem = r->slots[it[a].slot];
+                    it[a].t->off = 0;
+                } else {
+                    *it[a].target = r->slots[it[a].slot];
+                }
             }
     }
     free(it);
@@ -502,6 +679,8 @@ static clg_status plan_memory(clg_replica *r, int half, int alloc, uint64_t *tot
     free(slot_bytes);
     return st;
 }
+#undef FS
+#undef BS
 
 // ---- fp16 storage ----
 
@@ -538,41 +717,12 @@ static clg_status expand(clg_device *dev, const clg_tensor *h, cl_mem buf, clg_t
     return cvt(dev, "f16_to_f32", src.mem, src.off, buf, 0, clg_tensor_numel(&src));
 }
 
-static clg_status alloc_work(clg_device *dev, cl_mem *m, size_t bytes, uint64_t *total)
-{
-    if (bytes == 0)
-        return CLG_OK;
-    *total += bytes;
-    return clg_buf_alloc(dev, bytes, m);
-}
-
-/* fp32 working buffers (each as large as the largest tensor it serves) and
- * the master / half copies of the trainable weights. */
+/* Master (fp32) and half copies of the trainable weights. */
 static clg_status setup_fp16(clg_replica *r)
 {
     clg_device *dev = r->dev;
     clg_err *err = clg_dev_err(dev);
     int L = r->nlayers;
-    size_t out_bytes = 0;
-    for (int i = 0; i < L; i++) {
-        clg_layer *l = &r->layers[i];
-        if (i != L - 1)
-            out_bytes = CLG_MAX(out_bytes, clg_tensor_numel(&r->act[i]) * sizeof(float));
-        for (int k = 0; k < l->nin; k++)
-            if (l->inputs[k] >= 0) {
-                size_t b = clg_tensor_numel(&r->act[l->inputs[k]]) * sizeof(float);
-                r->f32_in_bytes[k] = CLG_MAX(r->f32_in_bytes[k], b);
-                r->f32_din_bytes[k] = CLG_MAX(r->f32_din_bytes[k], b);
-            }
-    }
-    r->f32_out_bytes = out_bytes;
-    r->work_bytes = 0;
-    CLG_TRY(alloc_work(dev, &r->f32_out, out_bytes, &r->work_bytes));
-    CLG_TRY(alloc_work(dev, &r->f32_dout, out_bytes, &r->work_bytes));
-    for (int k = 0; k < CLG_MAX_INPUTS; k++) {
-        CLG_TRY(alloc_work(dev, &r->f32_in[k], r->f32_in_bytes[k], &r->work_bytes));
-        CLG_TRY(alloc_work(dev, &r->f32_din[k], r->f32_din_bytes[k], &r->work_bytes));
-    }
     r->master = calloc((size_t)L * CLG_MAX_PARAMS, sizeof(cl_mem));
     r->w16 = calloc((size_t)L * CLG_MAX_PARAMS, sizeof(cl_mem));
     if (!r->master || !r->w16)
@@ -657,17 +807,18 @@ clg_status clg_replica_create(clg_net *net, clg_device *dev, uint64_t seed, clg_
             st = layer_fail(err, st, net, l, "init");
     }
     r->fp16 = net->fp16;
+    if (st == CLG_OK && r->fp16 && !(r->work = calloc((size_t)r->nlayers, sizeof *r->work)))
+        st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
     if (st == CLG_OK)
-        st = plan_memory(r, 0, !r->fp16, &r->fp32_bytes);
-    if (st == CLG_OK && r->fp16)
-        st = plan_memory(r, 1, 1, &r->arena_bytes);
-    else
-        r->arena_bytes = r->fp32_bytes;
-    r->planned_bytes = r->arena_bytes;
+        st = plan_memory(r, 0, !r->fp16, 0, &r->fp32_bytes);
+    r->planned_bytes = r->fp32_bytes;
     if (st == CLG_OK && r->fp16) {
-        st = setup_fp16(r);
-        r->planned_bytes = r->arena_bytes + r->work_bytes;
+        st = plan_memory(r, 0, 0, 1, &r->fp32_offset_bytes);
+        if (st == CLG_OK)
+            st = plan_memory(r, 1, 1, 1, &r->planned_bytes);
     }
+    if (st == CLG_OK && r->fp16)
+        st = setup_fp16(r);
     const char *pe = getenv("CLGRAD_PROFILE");
     if (st == CLG_OK && pe && pe[0] && strcmp(pe, "0") != 0) {
         r->profile = 1;
@@ -698,15 +849,14 @@ void clg_replica_free(clg_replica *r)
         clFinish(r->dev->queue);
     destroy_layers(r->layers, r->nlayers, r->dev);
     free(r->layers);
+    for (int i = 0; i < r->nsubs; i++) /* before their arena */
+        clReleaseMemObject(r->subs[i]);
+    free(r->subs);
     for (int s = 0; s < r->nslots; s++)
         clg_buf_release(r->dev, r->slots[s]);
-    for (int k = 0; k < CLG_MAX_INPUTS; k++) {
+    for (int k = 0; k < CLG_MAX_INPUTS; k++)
         clg_buf_release(r->dev, r->scratch[k]);
-        clg_buf_release(r->dev, r->f32_in[k]);
-        clg_buf_release(r->dev, r->f32_din[k]);
-    }
-    clg_buf_release(r->dev, r->f32_out);
-    clg_buf_release(r->dev, r->f32_dout);
+    free(r->work); /* slots of the plan, released above */
     for (int i = 0; i < r->nlayers * CLG_MAX_PARAMS; i++) {
         if (r->master)
             clg_buf_release(r->dev, r->master[i]);
@@ -778,20 +928,28 @@ clg_status clg_replica_forward(clg_replica *r, int n, int training)
         double t0 = r->profile ? clg_now_sec() : 0;
         int half_out = r->fp16 && i != r->nlayers - 1;
         for (int k = 0; k < l->nin; k++) {
-            in[k] = with_n(l->inputs[k] < 0 ? &r->input : &r->act[l->inputs[k]], n);
-            if (r->fp16 && l->inputs[k] >= 0) /* stored in half: expand into fp32 */
-                CLG_TRY(expand(r->dev, &in[k], r->f32_in[k], &in[k]));
+            int src = l->inputs[k];
+            in[k] = with_n(src < 0 ? &r->input : &r->act[src], n);
+            if (!r->fp16 || src < 0)
+                continue;
+            if (src == i - 1 && r->work[src].fchain) { /* the previous output, still in fp32 */
+                in[k].mem = r->work[src].f_out;
+                in[k].off = 0;
+            } else { /* stored in half: expand into fp32 */
+                CLG_TRY(expand(r->dev, &in[k], r->work[i].f_in[k], &in[k]));
+            }
         }
         clg_tensor o = with_n(&r->act[i], n), oh = o;
         if (half_out) {
-            o.mem = r->f32_out;
+            o.mem = r->work[i].f_out;
             o.off = 0;
         }
         clg_status st = l->ops->forward(l, r->dev, in, l->nin, &o, training);
         if (st != CLG_OK)
             return layer_fail(err, st, r->net, l, "forward");
-        if (half_out) /* round the output to half for storage */
-            CLG_TRY(cvt(r->dev, "f32_to_f16", o.mem, o.off, oh.mem, oh.off, clg_tensor_numel(&o)));
+        if (half_out) /* round the output to half for storage (and in place when the next layer reads it) */
+            CLG_TRY(cvt(r->dev, r->work[i].fchain ? "f32_to_f16_keep" : "f32_to_f16", o.mem, o.off, oh.mem, oh.off,
+                        clg_tensor_numel(&o)));
         if (r->profile) {
             clFinish(r->dev->queue);
             r->prof_fwd[i] += 1000 * (clg_now_sec() - t0);
@@ -838,16 +996,20 @@ static clg_status backward_fp16(clg_replica *r, int n, char *written)
                 din[k].mem = NULL;
                 continue;
             }
-            CLG_TRY(expand(r->dev, &in[k], r->f32_in[k], &in[k]));
-            din[k].mem = r->f32_din[k];
+            CLG_TRY(expand(r->dev, &in[k], r->work[i].b_in[k], &in[k]));
+            din[k].mem = r->work[i].b_din[k];
             din[k].off = 0;
         }
         clg_tensor o = with_n(&r->act[i], n);
         if (i != L - 1)
-            CLG_TRY(expand(r->dev, &o, r->f32_out, &o));
+            CLG_TRY(expand(r->dev, &o, r->work[i].b_out, &o));
         clg_tensor dout = with_n(&r->dact[i], n);
-        if (dout.mem)
-            CLG_TRY(expand(r->dev, &dout, r->f32_dout, &dout));
+        if (r->work[i].bchain) { /* handed over in fp32 by layer i+1 */
+            dout.mem = r->work[i + 1].b_din[r->work[i].bchain_k];
+            dout.off = 0;
+        } else if (dout.mem) {
+            CLG_TRY(expand(r->dev, &dout, r->work[i].b_dout, &dout));
+        }
         clg_status st = l->ops->backward(l, r->dev, in, l->nin, &o, &dout, din);
         if (st != CLG_OK)
             return layer_fail(err, st, r->net, l, "backward");
@@ -856,6 +1018,11 @@ static clg_status backward_fp16(clg_replica *r, int n, char *written)
             if (src < 0)
                 continue;
             clg_tensor g = with_n(&r->dact[src], n);
+            if (r->work[src].bchain) { /* layer src reads it in fp32: round in place */
+                CLG_TRY(cvt(r->dev, "f32_round_f16", din[k].mem, din[k].off, din[k].mem, din[k].off,
+                            clg_tensor_numel(&g)));
+                continue;
+            }
             CLG_TRY(cvt(r->dev, written[src] ? "f16_add_f32" : "f32_to_f16", written[src] ? g.mem : din[k].mem,
                         written[src] ? g.off : din[k].off, written[src] ? din[k].mem : g.mem,
                         written[src] ? din[k].off : g.off, clg_tensor_numel(&g)));

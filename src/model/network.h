@@ -69,18 +69,32 @@ typedef struct clg_replica {
     int prof_calls;
     /* --precision fp16 (net->fp16 when the replica was created): every act[]
      * except the last layer's output and every dact[] hold IEEE half values
-     * (mem/off count halves); layers run on fp32 working buffers (f32_*)
-     * that are expanded from half before a layer runs and rounded back to
-     * half after it. Trainable weights: master[] holds the fp32 master
-     * copy the optimizer updates; w16[] the half copy; the layer's
-     * param->value the half values expanded to fp32 (what forward reads). */
+     * (mem/off count halves); layers run on fp32 working buffers (work[i])
+     * expanded from half before a layer runs and rounded back to half after
+     * it. The half tensors and the working buffers are planned together by
+     * liveness (sub-steps: expand, compute, store) as regions of one arena
+     * (sub-buffers; separate buffers when the arena exceeds the device's
+     * largest allocation). Trainable weights:
+     * master[] holds the fp32 master copy the optimizer updates; w16[] the
+     * half copy; the layer's param->value the half values expanded to fp32
+     * (what forward and backward read). */
     int fp16;
-    cl_mem f32_in[CLG_MAX_INPUTS], f32_din[CLG_MAX_INPUTS], f32_out, f32_dout;
-    size_t f32_in_bytes[CLG_MAX_INPUTS], f32_din_bytes[CLG_MAX_INPUTS], f32_out_bytes;
+    struct clg_layer_work {
+        cl_mem f_in[CLG_MAX_INPUTS], f_out;                           /* forward */
+        cl_mem b_in[CLG_MAX_INPUTS], b_out, b_dout, b_din[CLG_MAX_INPUTS]; /* backward */
+        /* chains (fewer conversions, same numerics): fchain: layer i+1 reads
+         * this layer's fp32 output f_out (rounded to half values in place)
+         * instead of expanding act[i]; bchain: this layer's output gradient
+         * is layer i+1's b_din[bchain_k] rounded in place (its only use), so
+         * dact[i] and b_dout are not needed. */
+        int fchain, bchain, bchain_k;
+    } *work;
     cl_mem *master, *w16; /* nlayers * CLG_MAX_PARAMS, NULL where not trainable */
-    uint64_t arena_bytes;  /* half arena (fp16) or fp32 arena: the planned slots */
-    uint64_t work_bytes;   /* fp16: fp32 working buffers */
-    uint64_t fp32_bytes;   /* what the same network plans in fp32 (both modes) */
+    uint64_t half_bytes;  /* fp16: bytes of the half tensors (before sharing) */
+    uint64_t fp32_bytes;  /* what the same network plans in fp32 (both modes) */
+    uint64_t fp32_offset_bytes; /* fp16 only: fp32 storage with the arena planner fp16 uses */
+    cl_mem *subs;         /* fp16: one arena (slots[0]), a sub-buffer per tensor */
+    int nsubs;
 } clg_replica;
 
 struct clg_net {

@@ -83,10 +83,10 @@ int clg_conv_algo_supported(clg_conv_algo algo, const clg_conv_shape *s, clg_con
     case CLG_CONV_WINOGRAD:
         return wino && (pass != CLG_CONV_BWD_DATA || (s->pad_h <= 2 && s->pad_w <= 2));
     case CLG_CONV_WINOGRAD4:
-        return wino && (pass == CLG_CONV_FWD || (pass == CLG_CONV_BWD_DATA && s->pad_h <= 2 && s->pad_w <= 2));
+        return wino && (pass != CLG_CONV_BWD_DATA || (s->pad_h <= 2 && s->pad_w <= 2));
     case CLG_CONV_FFT:
         return pass == CLG_CONV_FWD && clg_conv_fft_available() && s->stride_h == 1 && s->stride_w == 1 &&
-               s->dil_h == 1 && s->dil_w == 1 && s->R >= 2 && s->S >= 2;
+               s->dil_h == 1 && s->dil_w == 1 && s->groups == 1 && s->R >= 2 && s->S >= 2;
     default:
         return 0;
     }
@@ -118,6 +118,35 @@ clg_status clg_conv_enqueue(clg_device *dev, cl_kernel k, cl_uint dims, const si
             return CLG_OK;
     CLG_CL_CHECK(clg_dev_err(dev), clEnqueueNDRangeKernel(dev->queue, k, dims, NULL, gws, lws, 0, NULL, NULL));
     return CLG_OK;
+}
+
+void clg_conv_geom(int n0, int n1, int n2, size_t gws[3], size_t lws[3])
+{
+    size_t l0 = CLG_MIN((size_t)CLG_CEIL_DIV(CLG_MAX(n0, 1), 16) * 16, 256);
+    size_t l1 = CLG_MAX((size_t)1, CLG_MIN((size_t)CLG_MAX(n1, 1), 512 / l0));
+    lws[0] = l0;
+    lws[1] = l1;
+    lws[2] = 1;
+    gws[0] = (size_t)CLG_CEIL_DIV(n0, (int)l0) * l0;
+    gws[1] = (size_t)CLG_CEIL_DIV(n1, (int)l1) * l1;
+    gws[2] = (size_t)n2;
+}
+
+void clg_conv_prof(clg_device *dev, const char *label)
+{
+    static int enabled = -1;
+    static _Thread_local double last;
+    if (enabled < 0) {
+        const char *e = getenv("CLGRAD_CONV_PROFILE");
+        enabled = e && *e && *e != '0';
+    }
+    if (!enabled)
+        return;
+    clFinish(dev->queue);
+    double now = clg_now_sec();
+    if (label)
+        fprintf(stderr, "[conv] %-28s %9.3f ms\n", label, (now - last) * 1e3);
+    last = now;
 }
 
 static clg_status ka_done(clg_device *dev, clg_kargs *a, const char *kernel)
@@ -173,7 +202,7 @@ static clg_status launch_im2col(clg_device *dev, const clg_conv_shape *s, int nb
     clg_ka_int(&a, bstride);
     clg_ka_int(&a, ld);
     CLG_TRY(ka_done(dev, &a, "im2col args"));
-    size_t gws[3] = {(size_t)P * Q, (size_t)Cg * s->R * s->S, (size_t)nb};
+    size_t gws[3] = {(size_t)P, (size_t)Cg * s->R * s->S, (size_t)nb};
     return clg_conv_enqueue(dev, k, 3, gws, NULL);
 }
 
@@ -217,9 +246,11 @@ static clg_status im2col_fwd(clg_device *dev, const clg_conv_shape *s, cl_mem x,
     for (int n0 = 0; n0 < s->N && st == CLG_OK; n0 += nb) {
         int nbc = CLG_MIN(nb, s->N - n0);
         for (int gr = 0; gr < s->groups && st == CLG_OK; gr++) {
+            clg_conv_prof(dev, NULL);
             st = launch_im2col(dev, s, nbc, x, offx + (size_t)n0 * s->C * HW, gr * Cg, col, CRS * PQ, PQ);
             if (st != CLG_OK)
                 break;
+            clg_conv_prof(dev, "im2col");
             g.batch = nbc;
             g.A = w;
             g.offA = offw + (size_t)gr * Kg * CRS;
@@ -230,6 +261,7 @@ static clg_status im2col_fwd(clg_device *dev, const clg_conv_shape *s, cl_mem x,
             g.offC = offy + ((size_t)n0 * s->K + (size_t)gr * Kg) * PQ;
             g.offBias = offb + (size_t)gr * Kg;
             st = clg_gemm(dev, &g, NULL);
+            clg_conv_prof(dev, "im2col fwd gemm");
         }
     }
     clg_buf_release(dev, col);
@@ -495,7 +527,7 @@ clg_status clg_conv_run(clg_device *dev, const clg_conv_shape *s, clg_conv_algo 
             return clg_conv_wino_fwd(dev, s, algo == CLG_CONV_WINOGRAD ? 2 : 4, cache, io->x, io->offx, io->w,
                                      io->offw, io->bias, io->offb, io->relu, io->y, io->offy);
         case CLG_CONV_FFT:
-            return clg_conv_fft_fwd(dev, s, io->x, io->offx, io->w, io->offw, io->bias, io->offb, io->relu, io->y,
+            return clg_conv_fft_fwd(dev, s, cache, io->x, io->offx, io->w, io->offw, io->bias, io->offb, io->relu, io->y,
                                     io->offy);
         default:
             break;
@@ -525,7 +557,9 @@ clg_status clg_conv_run(clg_device *dev, const clg_conv_shape *s, clg_conv_algo 
             st = direct_bwd_filter(dev, s, io->x, io->offx, io->dy, io->offdy, io->beta, io->dw, io->offdw);
             break;
         case CLG_CONV_WINOGRAD:
-            st = clg_conv_wino_bwd_filter(dev, s, io->x, io->offx, io->dy, io->offdy, io->beta, io->dw, io->offdw);
+        case CLG_CONV_WINOGRAD4:
+            st = clg_conv_wino_bwd_filter(dev, s, algo == CLG_CONV_WINOGRAD ? 2 : 4, io->x, io->offx, io->dy,
+                                          io->offdy, io->beta, io->dw, io->offdw);
             break;
         default:
             st = CLG_ERR_UNSUPPORTED;

@@ -39,6 +39,8 @@ static int wino4_in_auto(const clg_conv_shape *s, clg_conv_pass pass)
         return 0;
     if (e && *e == '1')
         return 1;
+    if (pass == CLG_CONV_BWD_FILTER) /* F(3x3,4x4): reduction over N*P*Q; 6.2e-6 at 128x28x28 */
+        return (double)s->N * clg_conv_out_h(s) * clg_conv_out_w(s) <= 4e6;
     int reduced = pass == CLG_CONV_BWD_DATA ? s->K : s->C;
     return reduced <= 512;
 }
@@ -56,7 +58,8 @@ static const char *pass_tag(clg_conv_pass p) { return p == CLG_CONV_FWD ? "fwd" 
 
 static void shape_key(char *dst, size_t n, const clg_conv_shape *s, clg_conv_pass pass)
 {
-    snprintf(dst, n, "%s:n%d,c%d,h%d,w%d,k%d,r%d,s%d,p%dx%d,u%dx%d,d%dx%d,g%d", pass_tag(pass), s->N, s->C, s->H, s->W,
+    /* "v2": measurements of the kernels of this version (older entries are ignored) */
+    snprintf(dst, n, "v2:%s:n%d,c%d,h%d,w%d,k%d,r%d,s%d,p%dx%d,u%dx%d,d%dx%d,g%d", pass_tag(pass), s->N, s->C, s->H, s->W,
              s->K, s->R, s->S, s->pad_h, s->pad_w, s->stride_h, s->stride_w, s->dil_h, s->dil_w, s->groups);
 }
 
@@ -181,6 +184,8 @@ static int candidate(clg_conv_algo a, const clg_conv_shape *s, clg_conv_pass pas
         return 0;
     if (a == CLG_CONV_WINOGRAD4 && !wino4_in_auto(s, pass))
         return 0;
+    if (a == CLG_CONV_FFT) /* meant for large kernels; forced runs may use it from 2x2 */
+        return s->R >= 5 && s->S >= 5;
     if (a == CLG_CONV_DIRECT) {
         /* direct is meant for depthwise / small problems: skip measuring it on big dense ones */
         double macs = (double)s->N * s->K * clg_conv_out_h(s) * clg_conv_out_w(s) * (s->C / s->groups) * s->R * s->S;

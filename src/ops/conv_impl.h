@@ -39,6 +39,15 @@ CLG_INTERNAL size_t clg_conv_ws_floats(clg_device *dev);
 CLG_INTERNAL clg_status clg_conv_enqueue(clg_device *dev, cl_kernel k, cl_uint dims, const size_t *gws,
                                          const size_t *lws);
 
+/* Launch geometry for kernels whose dim 0 is a contiguous run of n0 items
+ * (vectorised across work-items by CPU runtimes), dim 1 n1 rows and dim 2
+ * n2 slices: fills gws (rounded up; kernels check bounds) and lws. */
+CLG_INTERNAL void clg_conv_geom(int n0, int n1, int n2, size_t gws[3], size_t lws[3]);
+
+/* Step profiling: with CLGRAD_CONV_PROFILE=1 each call finishes the queue
+ * and prints the wall time since the previous call (label NULL: restart). */
+CLG_INTERNAL void clg_conv_prof(clg_device *dev, const char *label);
+
 /* Per-algorithm launchers (shape already checked, algo supported). */
 CLG_INTERNAL clg_status clg_conv_wino_fwd(clg_device *dev, const clg_conv_shape *s, int m, clg_conv_cache *cache,
                                           cl_mem x, size_t offx, cl_mem w, size_t offw, cl_mem bias, size_t offb,
@@ -46,11 +55,13 @@ CLG_INTERNAL clg_status clg_conv_wino_fwd(clg_device *dev, const clg_conv_shape 
 CLG_INTERNAL clg_status clg_conv_wino_bwd_data(clg_device *dev, const clg_conv_shape *s, int m,
                                                clg_conv_cache *cache, cl_mem dy, size_t offdy, cl_mem w,
                                                size_t offw, cl_mem dx, size_t offdx);
-CLG_INTERNAL clg_status clg_conv_wino_bwd_filter(clg_device *dev, const clg_conv_shape *s, cl_mem x, size_t offx,
-                                                 cl_mem dy, size_t offdy, float beta, cl_mem dw, size_t offdw);
+CLG_INTERNAL clg_status clg_conv_wino_bwd_filter(clg_device *dev, const clg_conv_shape *s, int m, cl_mem x,
+                                                 size_t offx, cl_mem dy, size_t offdy, float beta, cl_mem dw,
+                                                 size_t offdw);
 /* FFT forward (only when CLG_HAVE_CLFFT). */
-CLG_INTERNAL clg_status clg_conv_fft_fwd(clg_device *dev, const clg_conv_shape *s, cl_mem x, size_t offx, cl_mem w,
-                                         size_t offw, cl_mem bias, size_t offb, int relu, cl_mem y, size_t offy);
+CLG_INTERNAL clg_status clg_conv_fft_fwd(clg_device *dev, const clg_conv_shape *s, clg_conv_cache *cache, cl_mem x,
+                                         size_t offx, cl_mem w, size_t offw, cl_mem bias, size_t offb, int relu,
+                                         cl_mem y, size_t offy);
 CLG_INTERNAL int clg_conv_fft_available(void);
 
 /* Runs one concrete algorithm for one pass. The buffers not used by the

@@ -1,11 +1,58 @@
 /* Winograd convolution (3x3, stride 1), separate-transform design:
  * transform kernels in cl/winograd.cl + one batched GEMM over the
  * alpha*alpha transform points (clg_gemm). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "conv_impl.h"
 
+#define WINO_VL 8 /* tiles per work-item along a tile row (VL in cl/winograd.cl) */
+
+/* Images per chunk: the transform-domain workspaces of one chunk
+ * (per_image floats each image) stay within a cache-sized budget so the
+ * transform -> GEMM -> transform chain reuses them from the last-level
+ * cache instead of memory (CLGRAD_CONV_CHUNK_FLOATS overrides the budget). */
+static int wino_chunk(clg_device *dev, int N, size_t per_image)
+{
+    size_t budget = (size_t)1 << 19; /* 2 MiB: about one core's L2 */
+    const char *e = getenv("CLGRAD_CONV_CHUNK_FLOATS");
+    if (e && atol(e) > 0)
+        budget = (size_t)atol(e);
+    size_t lim = CLG_MIN(budget, clg_conv_ws_floats(dev));
+    int nb = (int)CLG_MIN((size_t)N, CLG_MAX((size_t)1, lim / CLG_MAX(per_image, (size_t)1)));
+    int chunks = CLG_CEIL_DIV(N, nb);
+    return CLG_CEIL_DIV(N, chunks);
+}
+
 static const char *wino_opts(int m) { return m == 4 ? "-D WM=4" : "-D WM=2"; }
+
+/* Transform-domain products: own one-launch kernels (default) or the tuned
+ * clg_gemm as a batched GEMM (CLGRAD_CONV_WINO_GEMM=gemm, for comparison). */
+static int use_clg_gemm(void)
+{
+    const char *e = getenv("CLGRAD_CONV_WINO_GEMM");
+    return !(e && strcmp(e, "own") == 0);
+}
+
+#define WINO_WB_K 8 /* WB_K in cl/winograd.cl */
+
+static clg_status launch_bgemm(clg_device *dev, int m, cl_mem U, cl_mem V, cl_mem M, int K, int C, int T)
+{
+    cl_kernel k;
+    CLG_TRY(clg_kernel_get(dev, "winograd", wino_opts(m), "wino_bgemm", &k));
+    clg_kargs a = {k, 0, CL_SUCCESS};
+    clg_ka_mem(&a, U);
+    clg_ka_mem(&a, V);
+    clg_ka_mem(&a, M);
+    clg_ka_int(&a, K);
+    clg_ka_int(&a, C);
+    clg_ka_int(&a, T);
+    if (a.e != CL_SUCCESS)
+        return clg_cl_fail(clg_dev_err(dev), a.e, "wino_bgemm args", __FILE__, __LINE__);
+    size_t gws[3] = {(size_t)CLG_CEIL_DIV(T, 16), (size_t)CLG_CEIL_DIV(K, WINO_WB_K), (size_t)(m + 2) * (m + 2)};
+    return clg_conv_enqueue(dev, k, 3, gws, NULL);
+}
+
 
 static clg_status filter_transform(clg_device *dev, int m, cl_mem w, size_t offw, int Kout, int Cin, int flip,
                                    cl_mem U)
@@ -64,8 +111,9 @@ static clg_status filters_get(clg_device *dev, int m, clg_conv_cache *cache, clg
     return CLG_OK;
 }
 
+/* V (layout in cl/winograd.cl) for nb images; ldv = nb * TH * TW. */
 static clg_status launch_input(clg_device *dev, int m, cl_mem x, size_t offx, int C, int H, int W, int pad_h,
-                               int pad_w, int TH, int TW, int ntiles, cl_mem V)
+                               int pad_w, int TH, int TW, int nb, cl_mem V)
 {
     cl_kernel k;
     CLG_TRY(clg_kernel_get(dev, "winograd", wino_opts(m), "wino_input", &k));
@@ -79,13 +127,15 @@ static clg_status launch_input(clg_device *dev, int m, cl_mem x, size_t offx, in
     clg_ka_int(&a, pad_w);
     clg_ka_int(&a, TH);
     clg_ka_int(&a, TW);
-    clg_ka_int(&a, ntiles);
+    clg_ka_int(&a, CLG_CEIL_DIV(TW, WINO_VL));
+    clg_ka_float(&a, 1.0f / (float)CLG_CEIL_DIV(TW, WINO_VL));
     clg_ka_mem(&a, V);
-    clg_ka_int(&a, ntiles);
+    clg_ka_int(&a, nb * TH * TW);
     if (a.e != CL_SUCCESS)
         return clg_cl_fail(clg_dev_err(dev), a.e, "wino_input args", __FILE__, __LINE__);
-    size_t gws[2] = {(size_t)ntiles, (size_t)C};
-    return clg_conv_enqueue(dev, k, 2, gws, NULL);
+    size_t gws[3], lws[3];
+    clg_conv_geom(TH * CLG_CEIL_DIV(TW, WINO_VL), C, nb, gws, lws);
+    return clg_conv_enqueue(dev, k, 3, gws, lws);
 }
 
 /* y (N, Kout, P, Q) = conv3x3(x (N, Cin, H, W), U) with padding pad, P = H + 2 pad - 2. */
@@ -95,9 +145,7 @@ static clg_status wino_conv(clg_device *dev, int m, int N, int Cin, int H, int W
     int A = m + 2, A2 = A * A;
     int P = H + 2 * pad_h - 2, Q = W + 2 * pad_w - 2;
     int TH = CLG_CEIL_DIV(P, m), TW = CLG_CEIL_DIV(Q, m), TI = TH * TW;
-    size_t per_image = (size_t)A2 * TI * CLG_MAX(Cin, Kout);
-    size_t lim = clg_conv_ws_floats(dev);
-    int nb = (int)CLG_MIN((size_t)N, CLG_MAX((size_t)1, lim / per_image));
+    int nb = wino_chunk(dev, N, (size_t)A2 * TI * ((size_t)Cin + Kout));
     cl_kernel ko;
     CLG_TRY(clg_kernel_get(dev, "winograd", wino_opts(m), "wino_output", &ko));
     cl_mem V = NULL, M = NULL;
@@ -106,26 +154,34 @@ static clg_status wino_conv(clg_device *dev, int m, int N, int Cin, int H, int W
         st = clg_buf_alloc(dev, sizeof(float) * (size_t)nb * A2 * TI * Kout, &M);
     for (int n0 = 0; n0 < N && st == CLG_OK; n0 += nb) {
         int nbc = CLG_MIN(nb, N - n0), T = nbc * TI;
-        st = launch_input(dev, m, x, offx + (size_t)n0 * Cin * H * W, Cin, H, W, pad_h, pad_w, TH, TW, T, V);
+        clg_conv_prof(dev, NULL);
+        st = launch_input(dev, m, x, offx + (size_t)n0 * Cin * H * W, Cin, H, W, pad_h, pad_w, TH, TW, nbc, V);
         if (st != CLG_OK)
             break;
-        clg_gemm_args g;
-        clg_gemm_args_init(&g);
-        g.M = Kout;
-        g.N = T;
-        g.K = Cin;
-        g.A = U;
-        g.lda = Cin;
-        g.strideA = (size_t)Kout * Cin;
-        g.B = V;
-        g.ldb = T;
-        g.strideB = (size_t)Cin * T;
-        g.C = M;
-        g.ldc = T;
-        g.strideC = (size_t)Kout * T;
-        g.batch = A2;
-        if ((st = clg_gemm(dev, &g, NULL)) != CLG_OK)
+        clg_conv_prof(dev, "wino input");
+        if (use_clg_gemm()) {
+            clg_gemm_args g;
+            clg_gemm_args_init(&g);
+            g.M = Kout;
+            g.N = T;
+            g.K = Cin;
+            g.A = U;
+            g.lda = Cin;
+            g.strideA = (size_t)Kout * Cin;
+            g.B = V;
+            g.ldb = T;
+            g.strideB = (size_t)Cin * T;
+            g.C = M;
+            g.ldc = T;
+            g.strideC = (size_t)Kout * T;
+            g.batch = A2;
+            st = clg_gemm(dev, &g, NULL);
+        } else {
+            st = launch_bgemm(dev, m, U, V, M, Kout, Cin, T);
+        }
+        if (st != CLG_OK)
             break;
+        clg_conv_prof(dev, "wino gemm");
         clg_kargs a = {ko, 0, CL_SUCCESS};
         clg_ka_mem(&a, M);
         clg_ka_int(&a, T);
@@ -134,7 +190,8 @@ static clg_status wino_conv(clg_device *dev, int m, int N, int Cin, int H, int W
         clg_ka_int(&a, Q);
         clg_ka_int(&a, TH);
         clg_ka_int(&a, TW);
-        clg_ka_int(&a, T);
+        clg_ka_int(&a, CLG_CEIL_DIV(TW, WINO_VL));
+        clg_ka_float(&a, 1.0f / (float)CLG_CEIL_DIV(TW, WINO_VL));
         clg_ka_mem(&a, bias ? bias : M);
         clg_ka_int(&a, (int)offb);
         clg_ka_int(&a, bias != NULL);
@@ -145,8 +202,10 @@ static clg_status wino_conv(clg_device *dev, int m, int N, int Cin, int H, int W
             st = clg_cl_fail(clg_dev_err(dev), a.e, "wino_output args", __FILE__, __LINE__);
             break;
         }
-        size_t gws[2] = {(size_t)T, (size_t)Kout};
-        st = clg_conv_enqueue(dev, ko, 2, gws, NULL);
+        size_t gws[3], lws[3];
+        clg_conv_geom(TH * CLG_CEIL_DIV(TW, WINO_VL), Kout, nbc, gws, lws);
+        st = clg_conv_enqueue(dev, ko, 3, gws, lws);
+        clg_conv_prof(dev, "wino output");
     }
     clg_buf_release(dev, V);
     clg_buf_release(dev, M);
@@ -184,28 +243,29 @@ clg_status clg_conv_wino_bwd_data(clg_device *dev, const clg_conv_shape *s, int 
     return st;
 }
 
-clg_status clg_conv_wino_bwd_filter(clg_device *dev, const clg_conv_shape *s, cl_mem x, size_t offx, cl_mem dy,
-                                    size_t offdy, float beta, cl_mem dw, size_t offdw)
+clg_status clg_conv_wino_bwd_filter(clg_device *dev, const clg_conv_shape *s, int m, cl_mem x, size_t offx,
+                                    cl_mem dy, size_t offdy, float beta, cl_mem dw, size_t offdw)
 {
-    /* F(3x3, 2x2): dy in 2x2 tiles, x in the matching 4x4 patches. */
+    /* F(3x3, mxm): dy in m x m tiles, x in the matching (m+2) x (m+2) patches. */
+    int A2 = (m + 2) * (m + 2);
     int P = clg_conv_out_h(s), Q = clg_conv_out_w(s);
     int C = s->C, K = s->K, H = s->H, W = s->W;
-    int TH = CLG_CEIL_DIV(P, 2), TW = CLG_CEIL_DIV(Q, 2), TI = TH * TW;
-    size_t per_image = (size_t)16 * TI * CLG_MAX(C, K);
-    size_t lim = clg_conv_ws_floats(dev);
-    int nb = (int)CLG_MIN((size_t)s->N, CLG_MAX((size_t)1, lim / per_image));
-    cl_kernel kd, ko;
-    CLG_TRY(clg_kernel_get(dev, "winograd", "-D WM=2", "wino_bf_dy", &kd));
-    CLG_TRY(clg_kernel_get(dev, "winograd", "-D WM=2", "wino_bf_out", &ko));
+    int TH = CLG_CEIL_DIV(P, m), TW = CLG_CEIL_DIV(Q, m), TI = TH * TW;
+    int nb = wino_chunk(dev, s->N, (size_t)A2 * TI * ((size_t)C + K));
+    cl_kernel kd, ko, kg;
+    CLG_TRY(clg_kernel_get(dev, "winograd", wino_opts(m), "wino_bf_gemm", &kg));
+    CLG_TRY(clg_kernel_get(dev, "winograd", wino_opts(m), "wino_bf_dy", &kd));
+    CLG_TRY(clg_kernel_get(dev, "winograd", wino_opts(m), "wino_bf_out", &ko));
     cl_mem V = NULL, Ud = NULL, Mf = NULL;
-    clg_status st = clg_buf_alloc(dev, sizeof(float) * (size_t)nb * 16 * TI * C, &V);
+    clg_status st = clg_buf_alloc(dev, sizeof(float) * (size_t)nb * A2 * TI * C, &V);
     if (st == CLG_OK)
-        st = clg_buf_alloc(dev, sizeof(float) * (size_t)nb * 16 * TI * K, &Ud);
+        st = clg_buf_alloc(dev, sizeof(float) * (size_t)nb * A2 * TI * K, &Ud);
     if (st == CLG_OK)
-        st = clg_buf_alloc(dev, sizeof(float) * (size_t)16 * K * C, &Mf);
+        st = clg_buf_alloc(dev, sizeof(float) * (size_t)A2 * K * C, &Mf);
     for (int n0 = 0; n0 < s->N && st == CLG_OK; n0 += nb) {
         int nbc = CLG_MIN(nb, s->N - n0), T = nbc * TI;
-        st = launch_input(dev, 2, x, offx + (size_t)n0 * C * H * W, C, H, W, s->pad_h, s->pad_w, TH, TW, T, V);
+        clg_conv_prof(dev, NULL);
+        st = launch_input(dev, m, x, offx + (size_t)n0 * C * H * W, C, H, W, s->pad_h, s->pad_w, TH, TW, nbc, V);
         if (st != CLG_OK)
             break;
         clg_kargs a = {kd, 0, CL_SUCCESS};
@@ -216,34 +276,55 @@ clg_status clg_conv_wino_bwd_filter(clg_device *dev, const clg_conv_shape *s, cl
         clg_ka_int(&a, Q);
         clg_ka_int(&a, TH);
         clg_ka_int(&a, TW);
-        clg_ka_int(&a, T);
+        clg_ka_int(&a, CLG_CEIL_DIV(TW, WINO_VL));
+        clg_ka_float(&a, 1.0f / (float)CLG_CEIL_DIV(TW, WINO_VL));
         clg_ka_mem(&a, Ud);
         clg_ka_int(&a, T);
         if (a.e != CL_SUCCESS) {
             st = clg_cl_fail(clg_dev_err(dev), a.e, "wino_bf_dy args", __FILE__, __LINE__);
             break;
         }
-        size_t gws[2] = {(size_t)T, (size_t)K};
-        if ((st = clg_conv_enqueue(dev, kd, 2, gws, NULL)) != CLG_OK)
+        size_t gws[3], lws[3];
+        clg_conv_geom(TH * CLG_CEIL_DIV(TW, WINO_VL), K, nbc, gws, lws);
+        if ((st = clg_conv_enqueue(dev, kd, 3, gws, lws)) != CLG_OK)
             break;
-        clg_gemm_args g;
-        clg_gemm_args_init(&g);
-        g.tb = 1;
-        g.M = K;
-        g.N = C;
-        g.K = T;
-        g.A = Ud;
-        g.lda = T;
-        g.strideA = (size_t)K * T;
-        g.B = V;
-        g.ldb = T;
-        g.strideB = (size_t)C * T;
-        g.C = Mf;
-        g.ldc = C;
-        g.strideC = (size_t)K * C;
-        g.batch = 16;
-        g.beta = n0 == 0 ? 0.0f : 1.0f;
-        st = clg_gemm(dev, &g, NULL);
+        clg_conv_prof(dev, "wino bf input+dy");
+        if (use_clg_gemm()) {
+            clg_gemm_args g;
+            clg_gemm_args_init(&g);
+            g.tb = 1;
+            g.M = K;
+            g.N = C;
+            g.K = T;
+            g.A = Ud;
+            g.lda = T;
+            g.strideA = (size_t)K * T;
+            g.B = V;
+            g.ldb = T;
+            g.strideB = (size_t)C * T;
+            g.C = Mf;
+            g.ldc = C;
+            g.strideC = (size_t)K * C;
+            g.batch = A2;
+            g.beta = n0 == 0 ? 0.0f : 1.0f;
+            st = clg_gemm(dev, &g, NULL);
+        } else {
+            clg_kargs b = {kg, 0, CL_SUCCESS};
+            clg_ka_mem(&b, Ud);
+            clg_ka_mem(&b, V);
+            clg_ka_mem(&b, Mf);
+            clg_ka_int(&b, K);
+            clg_ka_int(&b, C);
+            clg_ka_int(&b, T);
+            clg_ka_float(&b, n0 == 0 ? 0.0f : 1.0f);
+            if (b.e != CL_SUCCESS) {
+                st = clg_cl_fail(clg_dev_err(dev), b.e, "wino_bf_gemm args", __FILE__, __LINE__);
+                break;
+            }
+            size_t gws2[3] = {(size_t)CLG_CEIL_DIV(C, 4), (size_t)CLG_CEIL_DIV(K, 4), (size_t)A2};
+            st = clg_conv_enqueue(dev, kg, 3, gws2, NULL);
+        }
+        clg_conv_prof(dev, "wino bf gemm");
     }
     if (st == CLG_OK) {
         clg_kargs a = {ko, 0, CL_SUCCESS};

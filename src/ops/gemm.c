@@ -175,10 +175,14 @@ void clg_gemm_params_default(const clg_device *dev, clg_gemm_params *p)
 {
     memset(p, 0, sizeof *p);
     if (dev->info.type & CLG_DEVICE_CPU) {
+        /* AVX-512 (32 vector registers of 16 floats): 8 x 32 tile, 16
+         * accumulators; otherwise an AVX2-sized 6 x 16 tile of float8. */
+        int wide = has_word(dev->info.name, "avx512") || has_word(dev->info.name, "znver4") ||
+                   has_word(dev->info.name, "sapphirerapids") || has_word(dev->info.name, "icelake");
         p->family = CLG_GEMM_FAM_CPU;
-        p->MR = 8;
+        p->MR = wide ? 8 : 6;
         p->NV = 2;
-        p->VW = 16;
+        p->VW = wide ? 16 : 8;
         p->WGS = 1;
         p->KS = 0;
         return;
@@ -521,6 +525,8 @@ out:
 
 int clg_gemm_have_clblast(void) { return CLG_HAVE_CLBLAST; }
 
+#if CLG_HAVE_CLBLAST
+/* bias + ReLU after a backend without a fused epilogue */
 static clg_status gemm_epilogue(clg_device *dev, const clg_gemm_args *a, evs *ev)
 {
     cl_kernel k;
@@ -541,6 +547,8 @@ static clg_status gemm_epilogue(clg_device *dev, const clg_gemm_args *a, evs *ev
     size_t gws[3] = {(size_t)a->N, (size_t)a->M, (size_t)(a->batch > 0 ? a->batch : 1)};
     return enqueue(dev, k, 3, gws, NULL, ev, "clEnqueueNDRangeKernel(gemm_epilogue)");
 }
+
+#endif
 
 static clg_status gemm_clblast(clg_device *dev, const clg_gemm_args *a, evs *ev)
 {

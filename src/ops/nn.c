@@ -36,6 +36,24 @@ static clg_status setargs(clg_device *dev, cl_kernel k, int count, ...)
     return CLG_OK;
 }
 
+/* setargs_from(dev, k, first, count, size0, ptr0, ...): arguments first.. */
+static clg_status setargs_from(clg_device *dev, cl_kernel k, int first, int count, ...)
+{
+    va_list ap;
+    va_start(ap, count);
+    for (int i = 0; i < count; i++) {
+        size_t sz = va_arg(ap, size_t);
+        const void *p = va_arg(ap, const void *);
+        cl_int e = clSetKernelArg(k, (cl_uint)(first + i), sz, p);
+        if (e != CL_SUCCESS) {
+            va_end(ap);
+            return clg_cl_fail(clg_dev_err(dev), e, "clSetKernelArg", __FILE__, __LINE__);
+        }
+    }
+    va_end(ap);
+    return CLG_OK;
+}
+
 /* Every count/offset handed to a kernel must fit a uint. */
 static clg_status u32(clg_device *dev, const char *what, size_t v, cl_uint *out)
 {
@@ -388,6 +406,12 @@ clg_status clg_nn_pool_forward(clg_device *dev, int is_max, const clg_pool_shape
     CLG_TRY(range(dev, "pool", ox, (size_t)planes * s->H * s->W, &uox));
     CLG_TRY(range(dev, "pool", oy, nout, &uoy));
     cl_kernel k;
+    if (is_max && pool_is_2x2(s) && Q % 2 == 0) {
+        cl_uint rows = planes * (cl_uint)P, uq2 = (cl_uint)Q / 2;
+        CLG_TRY(kget(dev, "pool", "maxpool2_fwd4", &k));
+        CLG_TRY(setargs(dev, k, 6, ARG(rows), ARG(uq2), ARG(x), ARG(uox), ARG(y), ARG(uoy)));
+        return run2_exact(dev, k, (size_t)uq2, rows);
+    }
     if (pool_is_2x2(s)) {
         cl_uint rows = planes * (cl_uint)P, uq = (cl_uint)Q;
         CLG_TRY(kget(dev, "pool", is_max ? "maxpool2_fwd" : "avgpool2_fwd", &k));
@@ -421,6 +445,12 @@ clg_status clg_nn_pool_backward(clg_device *dev, int is_max, const clg_pool_shap
     CLG_TRY(range(dev, "pool backward", odx, nin, &uodx));
     clg_err *err = clg_dev_err(dev);
     cl_kernel k;
+    if (is_max && pool_is_2x2(s) && Q % 2 == 0) {
+        cl_uint rows = planes * (cl_uint)P, uq2 = (cl_uint)Q / 2;
+        CLG_TRY(kget(dev, "pool", "maxpool2_bwd4", &k));
+        CLG_TRY(setargs(dev, k, 8, ARG(rows), ARG(uq2), ARG(x), ARG(uox), ARG(dy), ARG(uody), ARG(dx), ARG(uodx)));
+        return run2_exact(dev, k, (size_t)uq2, rows);
+    }
     if (pool_is_2x2(s)) {
         cl_uint rows = planes * (cl_uint)P, uq = (cl_uint)Q;
         CLG_TRY(kget(dev, "pool", is_max ? "maxpool2_bwd" : "avgpool2_bwd", &k));
@@ -441,8 +471,29 @@ clg_status clg_nn_pool_backward(clg_device *dev, int is_max, const clg_pool_shap
                                                   nin * sizeof(float), 0, NULL, NULL));
         }
         CLG_TRY(kget(dev, "pool", is_max ? "maxpool_bwd_scatter" : "avgpool_bwd_scatter", &k));
+    } else if (is_max) {
+        /* overlapping max windows: argmax per window, then gather */
+        cl_mem am;
+        CLG_TRY(clg_buf_alloc(dev, nout * sizeof(cl_int), &am));
+        clg_status st = kget(dev, "pool", "maxpool_argmax", &k);
+        if (st == CLG_OK)
+            st = pool_args(dev, k, s, planes);
+        if (st == CLG_OK)
+            st = setargs_from(dev, k, 11, 3, ARG(x), ARG(uox), ARG(am));
+        if (st == CLG_OK)
+            st = run3(dev, k, (size_t)Q, (size_t)P, planes);
+        if (st == CLG_OK)
+            st = kget(dev, "pool", "maxpool_bwd", &k);
+        if (st == CLG_OK)
+            st = pool_args(dev, k, s, planes);
+        if (st == CLG_OK)
+            st = setargs_from(dev, k, 11, 5, ARG(am), ARG(dy), ARG(uody), ARG(dx), ARG(uodx));
+        if (st == CLG_OK)
+            st = run3(dev, k, (size_t)s->W, (size_t)s->H, planes);
+        clg_buf_release(dev, am);
+        return st;
     } else {
-        CLG_TRY(kget(dev, "pool", is_max ? "maxpool_bwd" : "avgpool_bwd", &k));
+        CLG_TRY(kget(dev, "pool", "avgpool_bwd", &k));
     }
     CLG_TRY(pool_args(dev, k, s, planes));
     cl_uint a = 11;

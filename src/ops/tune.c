@@ -155,6 +155,24 @@ clg_status clg_tune_save(clg_device *dev)
     clg_tune_path(dev, path, sizeof path);
     snprintf(dir, sizeof dir, "%s/tune", dev->ctx->cache_dir);
     CLG_TRY(clg_mkdirs(err, dir));
+    /* merge what another context or device of the same kind saved since we
+     * loaded (our entries win) */
+    char *text = NULL;
+    size_t len = 0;
+    clg_err tmp;
+    if (clg_file_read(&tmp, path, &text, &len) == CLG_OK) {
+        clg_tune_dev disk = {0};
+        if (clg_tune_parse(&tmp, text, dev->info.name, dev->info.driver_version, &disk) == CLG_OK)
+            for (int i = 0; i < disk.n; i++) {
+                int have = 0;
+                for (int j = 0; j < d->n && !have; j++)
+                    have = strcmp(d->e[j].key, disk.e[i].key) == 0;
+                if (!have && dev_put(err, d, &disk.e[i]) != CLG_OK)
+                    break;
+            }
+        clg_tune_dev_clear(&disk);
+        free(text);
+    }
     clg_sbuf b = {0};
     clg_tune_format(d, dev->info.name, dev->info.driver_version, &b);
     if (b.oom) {

@@ -23,11 +23,13 @@ int clg_gemm_candidates(clg_device *dev, int quick, clg_gemm_params *out, int ma
     clg_gemm_params p;
     int cpu = (dev->info.type & CLG_DEVICE_CPU) != 0;
     /* CPU family: register tile MR x NV*VW, work-group size (run-time). */
-    static const int cpu_quick[][3] = {{8, 2, 16}, {6, 4, 16}, {12, 2, 16}, {4, 4, 16}, {4, 2, 16}, {8, 1, 16}};
+    static const int cpu_quick[][3] = {{8, 2, 16}, {6, 4, 16}, {12, 2, 16}, {4, 4, 16}, {4, 2, 16}, {8, 1, 16},
+                                       {6, 2, 8}};
     static const int cpu_full[][3] = {{8, 2, 16}, {6, 4, 16}, {12, 2, 16}, {4, 4, 16}, {4, 2, 16}, {8, 1, 16},
-                                      {16, 1, 16}, {6, 2, 16}, {8, 3, 16}, {4, 6, 16}, {8, 2, 8}, {16, 2, 8}};
+                                      {16, 1, 16}, {6, 2, 16}, {8, 3, 16}, {4, 6, 16}, {8, 2, 8}, {16, 2, 8},
+                                      {6, 2, 8}};
     static const int wgs_quick[] = {1, 4};
-    static const int wgs_full[] = {1, 2, 4, 16};
+    static const int wgs_full[] = {1, 4, 8};
     if (cpu || !quick) {
         int nc = quick ? (int)CLG_ARRAY_LEN(cpu_quick) : (int)CLG_ARRAY_LEN(cpu_full);
         int nw = quick ? (int)CLG_ARRAY_LEN(wgs_quick) : (int)CLG_ARRAY_LEN(wgs_full);

@@ -101,8 +101,9 @@ size_t clg_model_summary(const clg_model *m, char *buf, size_t cap)
     fprintf(f, "activations: %.2f MiB planned by liveness vs %.2f MiB naive (%d buffers) at batch %d\n",
             m->rep->planned_bytes / 1048576.0, m->rep->naive_bytes / 1048576.0, m->rep->nslots, m->net->batch);
     if (m->fp16)
-        fprintf(f, "fp16 storage: %.2f MiB half arena + %.2f MiB fp32 working buffers (fp32 storage plans %.2f MiB)\n",
-                m->rep->arena_bytes / 1048576.0, m->rep->work_bytes / 1048576.0, m->rep->fp32_bytes / 1048576.0);
+        fprintf(f, "precision fp16: %.2f MiB planned (half tensors + fp32 working buffers) vs %.2f MiB in fp32 (%.2f MiB with the same arena planner)\n",
+                m->rep->planned_bytes / 1048576.0, m->rep->fp32_bytes / 1048576.0,
+                m->rep->fp32_offset_bytes / 1048576.0);
     fclose(f);
     if (buf && cap) {
         size_t n = len < cap - 1 ? len : cap - 1;

@@ -41,6 +41,9 @@ clg_status clg_session_create(clg_ctx *ctx, int device, const char *text, const 
     m->fp16 = fp16 != 0;
     m->loss_scale = m->fp16 ? CLG_LS_INIT : 1.0;
     m->ls_interval = CLG_LS_INTERVAL;
+    const char *lsi = getenv("CLGRAD_FP16_SCALE_INTERVAL"); /* for tests: grow S sooner */
+    if (lsi && atoi(lsi) > 0)
+        m->ls_interval = atoi(lsi);
     clg_status st = clg_net_build(err, text, source, batch, &m->net);
     if (st == CLG_OK) {
         m->net->fp16 = m->fp16;
@@ -106,7 +109,8 @@ void clg_session_free(clg_model *m)
     if (m->dev)
         clg_buf_release(m->dev, m->dummy_labels);
     clg_optim_free(m->opt);
-    clg_net_free(m->net); /* frees the replica too */
+    clg_replica_free(m->rep); /* replicas are not attached to the net */
+    clg_net_free(m->net);
     free(m);
 }
 

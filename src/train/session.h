@@ -15,7 +15,8 @@
  * by S so small gradients survive half storage; gradients are multiplied by
  * 1/S (exact: S is a power of two) before the update. A step whose
  * gradients hold inf/NaN is skipped and halves S; CLG_LS_INTERVAL clean
- * steps in a row double it. */
+ * steps in a row double it ($CLGRAD_FP16_SCALE_INTERVAL overrides the
+ * interval, for tests). */
 #define CLG_LS_INIT 4096.0
 #define CLG_LS_MIN 1.0
 #define CLG_LS_MAX 16777216.0

@@ -524,9 +524,10 @@ clg_status clg_train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_repo
                 ts.m->net->batch);
         if (fp16)
             fprintf(stderr,
-                    "precision fp16: activations %.2f MiB (%.2f MiB half arena + %.2f MiB fp32 working buffers) vs %.2f MiB in fp32; loss scale %g\n",
-                    ts.m->rep->planned_bytes / 1048576.0, ts.m->rep->arena_bytes / 1048576.0,
-                    ts.m->rep->work_bytes / 1048576.0, ts.m->rep->fp32_bytes / 1048576.0, ts.m->loss_scale);
+                    "precision fp16: activations %.2f MiB planned (half tensors + fp32 working buffers) vs %.2f MiB "
+                    "in fp32 (%.2f MiB with the same arena planner); loss scale %g\n",
+                    ts.m->rep->planned_bytes / 1048576.0, ts.m->rep->fp32_bytes / 1048576.0,
+                    ts.m->rep->fp32_offset_bytes / 1048576.0, ts.m->loss_scale);
         fprintf(stderr, "training on %s: %d samples, optimizer %s, lr %g, %d epochs%s\n", ts.train->source,
                 ts.train->n, clg_optim_name(ts.m->hp.optimizer), ts.m->hp.learning_rate, ts.m->hp.epochs,
                 p->resume ? " (resumed)" : "");

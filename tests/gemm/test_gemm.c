@@ -472,6 +472,26 @@ START_TEST(test_tune_db)
     ck_assert_int_eq(q.MR, 4);
     clg_ctx_destroy(c2);
 
+    /* two contexts saving in turn: neither loses the other's entries */
+    clg_ctx *ca = tu_ctx_cache(NULL, dir), *cb = tu_ctx_cache(NULL, dir);
+    ck_assert_ptr_nonnull(clg_tune_find(&ca->devs[0], "gemm/M1N2K3"));
+    ck_assert_ptr_nonnull(clg_tune_find(&cb->devs[0], "gemm/M1N2K3"));
+    memset(&e, 0, sizeof e);
+    snprintf(e.key, sizeof e.key, "gemm/M5N5K5");
+    clg_tune_set(&e, "family", 1);
+    ck_assert_int_eq(clg_tune_put(&ca->devs[0], &e), CLG_OK);
+    ck_assert_int_eq(clg_tune_save(&ca->devs[0]), CLG_OK);
+    snprintf(e.key, sizeof e.key, "gemm/M0N0K0");
+    ck_assert_int_eq(clg_tune_put(&cb->devs[0], &e), CLG_OK);
+    ck_assert_int_eq(clg_tune_save(&cb->devs[0]), CLG_OK);
+    clg_ctx_destroy(ca);
+    clg_ctx_destroy(cb);
+    c2 = tu_ctx_cache(NULL, dir);
+    ck_assert_ptr_nonnull(clg_tune_find(&c2->devs[0], "gemm/M5N5K5"));
+    ck_assert_ptr_nonnull(clg_tune_find(&c2->devs[0], "gemm/M0N0K0"));
+    ck_assert_ptr_nonnull(clg_tune_find(&c2->devs[0], "gemm/M1N2K3"));
+    clg_ctx_destroy(c2);
+
     /* corrupt file: ignored, defaults used */
     FILE *fp = fopen(path, "w");
     ck_assert_ptr_nonnull(fp);

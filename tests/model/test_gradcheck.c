@@ -173,13 +173,14 @@ END_TEST
 
 START_TEST(fd_pool)
 {
-    static const char *const types[] = {"maxpool", "maxpool", "avgpool", "avgpool"};
-    static const char *const keys[] = {"size=2", "size=3 stride=2 pad=1", "size=2", "size=3 stride=2 pad=1"};
+    static const char *const types[] = {"maxpool", "maxpool", "avgpool", "avgpool", "maxpool"};
+    static const char *const keys[] = {"size=2", "size=3 stride=2 pad=1", "size=2", "size=3 stride=2 pad=1",
+                                       "size=2"};
     lh_case c;
     lh_ctx(&c, NULL);
-    const int shp[1][4] = {{2, 2, 5, 6}};
-    lh_make(&c, types[_i], keys[_i], 1, shp, 2, -1, 1, 2400 + (uint64_t)_i);
-    if (_i < 2) { /* distinct values 0.05 apart, random order */
+    const int shp[2][4] = {{2, 2, 5, 6}, {2, 2, 4, 8}}; /* the last case: the float4 2x2 kernels */
+    lh_make(&c, types[_i], keys[_i], 1, &shp[_i == 4], 2, -1, 1, 2400 + (uint64_t)_i);
+    if (_i < 2 || _i == 4) { /* distinct values 0.05 apart, random order */
         clg_rng r;
         tu_rng(&r, 2401);
         size_t n = c.nx[0];
@@ -279,7 +280,7 @@ int main(void)
     tcase_add_loop_test(tc, fd_activation, 0, 5);
     tcase_add_loop_test(tc, fd_dense, 0, 3);
     tcase_add_loop_test(tc, fd_conv, 0, 4);
-    tcase_add_loop_test(tc, fd_pool, 0, 4);
+    tcase_add_loop_test(tc, fd_pool, 0, 5);
     tcase_add_loop_test(tc, fd_gap_flatten_dropout, 0, 3);
     tcase_add_loop_test(tc, fd_batchnorm, 0, 3);
     tcase_add_loop_test(tc, fd_add_concat, 0, 2);

@@ -122,6 +122,39 @@ END_TEST
 
 // ---- memory plan: tensors sharing a buffer never live at the same time ----
 
+typedef struct live_buf {
+    cl_mem mem;
+    size_t bytes;
+    int start, end;
+    char what[48];
+} live_buf;
+
+/* Buffers (or sub-buffers of one arena) whose bytes overlap must never be live at the same time. */
+static void check_sharing(const live_buf *b, int n)
+{
+    cl_mem *parent = calloc((size_t)n, sizeof *parent);
+    size_t *off = calloc((size_t)n, sizeof *off), *sz = calloc((size_t)n, sizeof *sz);
+    for (int i = 0; i < n; i++) {
+        ck_assert_msg(b[i].mem != NULL, "%s has no buffer", b[i].what);
+        ck_assert_int_eq(clGetMemObjectInfo(b[i].mem, CL_MEM_SIZE, sizeof sz[i], &sz[i], NULL), CL_SUCCESS);
+        ck_assert_int_eq(clGetMemObjectInfo(b[i].mem, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent[i], &parent[i], NULL),
+                         CL_SUCCESS);
+        ck_assert_int_eq(clGetMemObjectInfo(b[i].mem, CL_MEM_OFFSET, sizeof off[i], &off[i], NULL), CL_SUCCESS);
+        if (!parent[i])
+            parent[i] = b[i].mem;
+        ck_assert_msg(sz[i] >= b[i].bytes, "%s: %zu bytes in a %zu-byte buffer", b[i].what, b[i].bytes, sz[i]);
+    }
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            if (parent[i] == parent[j] && off[i] < off[j] + b[j].bytes && off[j] < off[i] + b[i].bytes)
+                ck_assert_msg(b[i].end < b[j].start || b[j].end < b[i].start,
+                              "%s [%d,%d] and %s [%d,%d] share memory while both live", b[i].what, b[i].start,
+                              b[i].end, b[j].what, b[j].start, b[j].end);
+    free(parent);
+    free(off);
+    free(sz);
+}
+
 START_TEST(memory_plan)
 {
     clg_ctx *c = ctx();
@@ -129,32 +162,97 @@ START_TEST(memory_plan)
     snprintf(path, sizeof path, "%s/models/resnet-mini.cfg", CLG_SOURCE_DIR);
     clg_net *net = NULL;
     ck_assert_msg(clg_net_load(&c->err, path, 4, &net) == CLG_OK, "%s", c->err.msg);
-    clg_replica *r = NULL;
-    ck_assert_msg(clg_replica_create(net, &c->devs[0], 1, &r) == CLG_OK, "%s", c->err.msg);
-    int L = r->nlayers;
-    ck_assert(r->planned_bytes < r->naive_bytes);
-    ck_assert(r->nslots > 0);
-    /* recompute lifetimes and check buffer sharing */
-    int *last = malloc(sizeof(int) * L);
-    for (int i = 0; i < L; i++)
-        last[i] = -1;
-    for (int j = 0; j < L; j++)
-        for (int k = 0; k < r->layers[j].nin; k++)
-            if (r->layers[j].inputs[k] >= 0 && j > last[r->layers[j].inputs[k]])
-                last[r->layers[j].inputs[k]] = j;
-    for (int a = 0; a < 2 * L; a++)
-        for (int b = a + 1; b < 2 * L; b++) {
-            const clg_tensor *ta = a < L ? &r->act[a] : &r->dact[a - L];
-            const clg_tensor *tb = b < L ? &r->act[b] : &r->dact[b - L];
-            if (!ta->mem || !tb->mem || ta->mem != tb->mem)
-                continue;
-            int ia = a % L, ib = b % L;
-            int sa = a < L ? ia : 2 * L - 1 - last[ia], ea = 2 * L - 1 - ia;
-            int sb = b < L ? ib : 2 * L - 1 - last[ib], eb = 2 * L - 1 - ib;
-            ck_assert_msg(ea < sb || eb < sa, "tensors %d and %d share a buffer while both live", a, b);
+    for (int fp16 = 0; fp16 < 2; fp16++) {
+        net->fp16 = fp16;
+        clg_replica *r = NULL;
+        ck_assert_msg(clg_replica_create(net, &c->devs[0], 1, &r) == CLG_OK, "%s", c->err.msg);
+        int L = r->nlayers;
+        ck_assert(r->planned_bytes < r->naive_bytes);
+        ck_assert(r->nslots > 0);
+        int *last = malloc(sizeof(int) * L);
+        for (int i = 0; i < L; i++)
+            last[i] = -1;
+        for (int j = 0; j < L; j++)
+            for (int k = 0; k < r->layers[j].nin; k++)
+                if (r->layers[j].inputs[k] >= 0 && j > last[r->layers[j].inputs[k]])
+                    last[r->layers[j].inputs[k]] = j;
+        live_buf *b = calloc((size_t)L * (5 + 3 * CLG_MAX_INPUTS), sizeof *b);
+        int n = 0;
+        if (!fp16) {
+            /* steps: forward i = i, backward i = 2L-1-i; an output lives until its backward, its gradient
+             * from its last consumer's backward to its own backward */
+            for (int i = 0; i < L; i++) {
+                size_t bytes = clg_tensor_numel(&r->act[i]) * sizeof(float);
+                b[n++] = (live_buf){r->act[i].mem, bytes, i, 2 * L - 1 - i, ""};
+                snprintf(b[n - 1].what, sizeof b[n - 1].what, "act %d", i);
+                if (last[i] >= 0 && !r->layers[i].is_loss) {
+                    b[n++] = (live_buf){r->dact[i].mem, bytes, 2 * L - 1 - last[i], 2 * L - 1 - i, ""};
+                    snprintf(b[n - 1].what, sizeof b[n - 1].what, "dact %d", i);
+                }
+            }
+        } else {
+            /* three sub-steps per step (expand half -> fp32, compute, store fp32 -> half) */
+#define F(i, p) (3 * (i) + (p))
+#define B(i, p) (3 * L + 3 * (L - 1 - (i)) + (p))
+#define ADD(m, by, s, e, ...)                                                      \
+    do {                                                                           \
+        b[n] = (live_buf){(m), (by), (s), (e), ""};                                \
+        snprintf(b[n].what, sizeof b[n].what, __VA_ARGS__);                        \
+        n++;                                                                       \
+    } while (0)
+            ck_assert(r->fp16);
+            for (int i = 0; i < L; i++) {
+                size_t numel = clg_tensor_numel(&r->act[i]);
+                const struct clg_layer_work *w = &r->work[i];
+                /* chains: layer i+1 reads layer i's fp32 output directly; a gradient whose only use is
+                 * layer i+1 goes from its b_din straight to layer i in fp32 */
+                int next_reads = 0, uses = 0;
+                for (int j = i + 1; j < L; j++)
+                    for (int k = 0; k < r->layers[j].nin; k++)
+                        if (r->layers[j].inputs[k] == i) {
+                            uses++;
+                            next_reads |= j == i + 1;
+                        }
+                int has_grad = last[i] >= 0 && !r->layers[i].is_loss;
+                ck_assert_int_eq(w->fchain, i != L - 1 && next_reads);
+                ck_assert_int_eq(w->bchain, has_grad && uses == 1 && last[i] == i + 1);
+                if (i == L - 1)
+                    ADD(r->act[i].mem, numel * 4, F(i, 1), B(i, 1), "act %d (fp32)", i);
+                else {
+                    ADD(r->act[i].mem, numel * 2, F(i, 2), B(i, 0), "act %d (half)", i);
+                    ADD(w->f_out, numel * 4, F(i, 1), w->fchain ? F(i + 1, 1) : F(i, 2), "fwd out %d", i);
+                    ADD(w->b_out, numel * 4, B(i, 0), B(i, 1), "bwd out %d", i);
+                }
+                if (has_grad && !w->bchain) {
+                    ADD(r->dact[i].mem, numel * 2, B(last[i], 2), B(i, 0), "dact %d (half)", i);
+                    ADD(w->b_dout, numel * 4, B(i, 0), B(i, 1), "bwd dout %d", i);
+                }
+                for (int k = 0; k < r->layers[i].nin; k++) {
+                    int src = r->layers[i].inputs[k];
+                    if (src < 0)
+                        continue;
+                    size_t by = clg_tensor_numel(&r->act[src]) * 4;
+                    if (!(src == i - 1 && r->work[src].fchain))
+                        ADD(w->f_in[k], by, F(i, 0), F(i, 1), "fwd in %d.%d", i, k);
+                    ADD(w->b_in[k], by, B(i, 0), B(i, 1), "bwd in %d.%d", i, k);
+                    ADD(w->b_din[k], by, B(i, 1), r->work[src].bchain ? B(src, 1) : B(i, 2), "bwd din %d.%d", i, k);
+                }
+            }
+#undef F
+#undef B
+#undef ADD
+            fprintf(stderr,
+                    "resnet-mini batch 4: fp32 plan %.0f KiB (%.0f KiB with the arena planner), fp16 plan %.0f KiB\n",
+                    r->fp32_bytes / 1024.0, r->fp32_offset_bytes / 1024.0, r->planned_bytes / 1024.0);
+            /* stated target for this residual net: fp16 storage plans at most 85% of the fp32 bytes */
+            ck_assert_msg(r->planned_bytes < 0.85 * r->fp32_bytes, "fp16 plan %llu vs fp32 %llu bytes",
+                          (unsigned long long)r->planned_bytes, (unsigned long long)r->fp32_bytes);
         }
-    free(last);
-    clg_replica_free(r); /* not attached to net: freed separately, first */
+        check_sharing(b, n);
+        free(b);
+        free(last);
+        clg_replica_free(r); /* not attached to net: freed separately, first */
+    }
     clg_net_free(net);
 }
 END_TEST
@@ -507,18 +605,19 @@ static void compare_weights(const char *a, const char *b)
     clg_ckpt_free(cb);
 }
 
-static void resume_case(const char *optimizer, const char *schedule)
+static void resume_case(const char *optimizer, const char *schedule, const char *precision)
 {
     clg_ctx *c = ctx();
     char model[512], full[512], part[512], wa[512], wb[512], dsdir[512];
     snprintf(dsdir, sizeof dsdir, "%s/data", g_dir);
     snprintf(model, sizeof model, "%s/mlp.cfg", g_dir);
-    snprintf(full, sizeof full, "%s/full-%s", g_dir, optimizer);
-    snprintf(part, sizeof part, "%s/part-%s", g_dir, optimizer);
-    snprintf(wa, sizeof wa, "%s/a-%s.safetensors", g_dir, optimizer);
-    snprintf(wb, sizeof wb, "%s/b-%s.safetensors", g_dir, optimizer);
+    snprintf(full, sizeof full, "%s/full-%s-%s", g_dir, optimizer, precision);
+    snprintf(part, sizeof part, "%s/part-%s-%s", g_dir, optimizer, precision);
+    snprintf(wa, sizeof wa, "%s/a-%s-%s.safetensors", g_dir, optimizer, precision);
+    snprintf(wb, sizeof wb, "%s/b-%s-%s.safetensors", g_dir, optimizer, precision);
     clg_train_params p;
     clg_train_params_init(&p);
+    p.precision = precision;
     p.model = model;
     p.data = dsdir;
     p.epochs = 3;
@@ -551,6 +650,23 @@ static void resume_case(const char *optimizer, const char *schedule)
     snprintf(ca, sizeof ca, "%s/last.safetensors", full);
     snprintf(cb, sizeof cb, "%s/last.safetensors", part);
     compare_weights(ca, cb);
+    if (strcmp(precision, "fp16") == 0) { /* the loss-scaling state went through the checkpoint */
+        clg_err err = {{0}};
+        clg_ckpt *ka = NULL, *kb = NULL;
+        ck_assert(clg_ckpt_load(&err, ca, &ka) == CLG_OK && clg_ckpt_load(&err, cb, &kb) == CLG_OK);
+        const char *keys[] = {"fp16.loss_scale", "fp16.good_steps", "fp16.skipped", "precision"};
+        for (int i = 0; i < 4; i++) {
+            ck_assert_ptr_nonnull(clg_ckpt_get_meta(ka, keys[i]));
+            ck_assert_ptr_nonnull(clg_ckpt_get_meta(kb, keys[i]));
+            ck_assert_str_eq(clg_ckpt_get_meta(ka, keys[i]), clg_ckpt_get_meta(kb, keys[i]));
+        }
+        double ls = 0;
+        ck_assert(clg_ckpt_get_meta_f64(&err, ka, "fp16.loss_scale", &ls) == CLG_OK);
+        fprintf(stderr, "fp16 resume (%s): loss scale %g after 17 steps (interval 4)\n", optimizer, ls);
+        ck_assert_msg(ls > CLG_LS_INIT, "the loss scale never grew (%g)", ls);
+        clg_ckpt_free(ka);
+        clg_ckpt_free(kb);
+    }
 }
 
 START_TEST(resume_exact)
@@ -566,15 +682,20 @@ START_TEST(resume_exact)
     FILE *f = fopen(p, "w");
     fputs(MLP, f);
     fclose(f);
-    resume_case("sgd", "cosine");
-    resume_case("adamw", "step");
+    resume_case("sgd", "cosine", "fp32");
+    resume_case("adamw", "step", "fp32");
+    /* fp16: master weights, optimizer state, loss scale and its counter are restored exactly */
+    setenv("CLGRAD_FP16_SCALE_INTERVAL", "4", 1); /* S changes within the 17 steps */
+    resume_case("sgd", "cosine", "fp16");
+    resume_case("adam", "none", "fp16");
+    unsetenv("CLGRAD_FP16_SCALE_INTERVAL");
     /* a checkpoint of another model is rejected with a clear message */
     clg_ctx *c = ctx();
     clg_model *m = NULL;
     const char *other = "[net]\nchannels=1\nheight=8\nwidth=8\nclasses=4\n[dense]\nname=fc1\nunits=16\n"
                         "[dense]\nname=fc2\nunits=4\n[softmax]\n";
     ck_assert_msg(clg_model_create_string(c, other, "other", NULL, &m) == CLG_OK, "%s", clg_last_error(c));
-    snprintf(p, sizeof p, "%s/a-sgd.safetensors", g_dir);
+    snprintf(p, sizeof p, "%s/a-sgd-fp32.safetensors", g_dir);
     ck_assert(clg_model_load_weights(m, p) != CLG_OK);
     ck_assert_msg(strstr(clg_last_error(c), "fc1.weight") != NULL, "%s", clg_last_error(c));
     clg_model_destroy(m);

@@ -1,0 +1,194 @@
+/* Layer-op timings (not a test). Usage:
+ *   bench_layers              element-wise/pool/norm/loss ops at VGG-S-like shapes
+ *   bench_layers MODEL.cfg    per-layer forward/backward times of a model at batch 128
+ * Medians of 7 runs after 2 warm-ups, wall time around clFinish, device 0
+ * (set CLGRAD_DEVICES / POCL_DEVICES to choose). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/layers.h"
+#include "model/network.h"
+#include "ops/nn.h"
+
+#define REPS 7
+
+static int cmpd(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmpd);
+    return v[n / 2];
+}
+
+#define TIME(label, bytes, expr)                                                                              \
+    do {                                                                                                      \
+        double t_[REPS];                                                                                      \
+        for (int w_ = 0; w_ < 2; w_++)                                                                        \
+            if ((expr) != CLG_OK) {                                                                           \
+                fprintf(stderr, "%s failed: %s\n", label, clg_last_error(ctx));                              \
+                return 1;                                                                                     \
+            }                                                                                                 \
+        clFinish(dev->queue);                                                                                 \
+        for (int r_ = 0; r_ < REPS; r_++) {                                                                   \
+            double t0_ = clg_now_sec();                                                                       \
+            (void)(expr);                                                                                     \
+            clFinish(dev->queue);                                                                             \
+            t_[r_] = clg_now_sec() - t0_;                                                                     \
+        }                                                                                                     \
+        double m_ = median(t_, REPS);                                                                         \
+        printf("%-34s %9.3f ms %8.2f GB/s\n", label, m_ * 1e3, (double)(bytes) / m_ * 1e-9);                  \
+    } while (0)
+
+static int bench_ops(clg_ctx *ctx, clg_device *dev)
+{
+    const size_t big = (size_t)128 * 32 * 28 * 28;
+    cl_mem a, b, c, d;
+    if (clg_buf_alloc(dev, big * 4, &a) || clg_buf_alloc(dev, big * 4, &b) || clg_buf_alloc(dev, big * 4, &c) ||
+        clg_buf_alloc(dev, big * 4, &d)) {
+        fprintf(stderr, "allocation failed: %s\n", clg_last_error(ctx));
+        return 1;
+    }
+    float *h = malloc(big * 4);
+    clg_rng r;
+    clg_rng_seed(&r, 1, 1);
+    for (size_t i = 0; i < big; i++)
+        h[i] = clg_rng_uniform(&r) - 0.5f;
+    clEnqueueWriteBuffer(dev->queue, a, CL_TRUE, 0, big * 4, h, 0, NULL, NULL);
+    clEnqueueWriteBuffer(dev->queue, b, CL_TRUE, 0, big * 4, h, 0, NULL, NULL);
+    clEnqueueWriteBuffer(dev->queue, d, CL_TRUE, 0, big * 4, h, 0, NULL, NULL);
+    free(h);
+    printf("shapes: activations 128x32x28x28 (%zu floats); pool2 128x64x14x14\n", big);
+    clg_pool_shape s1 = {128, 32, 28, 28, 2, 2, 2, 2, 0, 0}, s2 = {128, 64, 14, 14, 2, 2, 2, 2, 0, 0};
+    clg_pool_shape s3 = {128, 32, 28, 28, 3, 3, 2, 2, 1, 1};
+    size_t B = big * 4;
+    TIME("relu fwd", 2 * B, clg_nn_act_forward(dev, CLG_ACT_RELU, 0, big, a, 0, c, 0));
+    TIME("relu bwd", 3 * B, clg_nn_act_backward(dev, CLG_ACT_RELU, 0, big, NULL, 0, a, 0, b, 0, c, 0));
+    TIME("sigmoid fwd", 2 * B, clg_nn_act_forward(dev, CLG_ACT_SIGMOID, 0, big, a, 0, c, 0));
+    TIME("tanh fwd", 2 * B, clg_nn_act_forward(dev, CLG_ACT_TANH, 0, big, a, 0, c, 0));
+    TIME("gelu fwd", 2 * B, clg_nn_act_forward(dev, CLG_ACT_GELU, 0, big, a, 0, c, 0));
+    TIME("gelu bwd", 3 * B, clg_nn_act_backward(dev, CLG_ACT_GELU, 0, big, a, 0, a, 0, b, 0, c, 0));
+    TIME("add", 3 * B, clg_nn_add(dev, big, a, 0, b, 0, c, 0));
+    TIME("dropout p=0.5", 2 * B, clg_nn_dropout(dev, big, 0.5f, 1, 2, 0, a, 0, c, 0));
+    TIME("maxpool 2x2 fwd", B + B / 4, clg_nn_pool_forward(dev, 1, &s1, a, 0, c, 0));
+    TIME("maxpool 2x2 bwd", 2 * B + B / 4, clg_nn_pool_backward(dev, 1, &s1, a, 0, b, 0, c, 0));
+    TIME("maxpool 2x2 fwd (128x64x14x14)", B / 2 + B / 8, clg_nn_pool_forward(dev, 1, &s2, a, 0, c, 0));
+    TIME("maxpool 2x2 bwd (128x64x14x14)", B + B / 8, clg_nn_pool_backward(dev, 1, &s2, a, 0, b, 0, c, 0));
+    TIME("maxpool 3x3 s2 p1 fwd", B + B / 4, clg_nn_pool_forward(dev, 1, &s3, a, 0, c, 0));
+    TIME("maxpool 3x3 s2 p1 bwd", 2 * B + B / 4, clg_nn_pool_backward(dev, 1, &s3, a, 0, b, 0, c, 0));
+    TIME("avgpool 2x2 fwd", B + B / 4, clg_nn_pool_forward(dev, 0, &s1, a, 0, c, 0));
+    TIME("avgpool 2x2 bwd", B + B / 4, clg_nn_pool_backward(dev, 0, &s1, a, 0, b, 0, c, 0));
+    TIME("gap fwd (128x64x7x7)", (size_t)128 * 64 * 49 * 4, clg_nn_gap_forward(dev, 128 * 64, 49, a, 0, c, 0));
+    TIME("batchnorm train fwd", 3 * B,
+         clg_nn_bn_forward_train(dev, 128, 32, 784, 1e-5f, 0.1f, 1, a, 0, c, 0, b, b, d, d, d, d));
+    TIME("batchnorm bwd", 5 * B, clg_nn_bn_backward(dev, 128, 32, 784, a, 0, b, 0, d, d, b, d, d, c, 0));
+    TIME("batchnorm infer fwd", 2 * B, clg_nn_bn_forward_infer(dev, 128, 32, 784, 1e-5f, a, 0, c, 0, b, b, d, d));
+    TIME("colsum 128x256 (dense bias grad)", 128 * 256 * 4, clg_nn_colsum(dev, 128, 256, a, 0, c, 0));
+    TIME("softmax xent fwd 128x10", 128 * 10 * 8,
+         clg_nn_softmax_xent_forward(dev, 128, 10, a, 0, c, 0, d, 0, b, b));
+    clg_buf_release(dev, a);
+    clg_buf_release(dev, b);
+    clg_buf_release(dev, c);
+    clg_buf_release(dev, d);
+    return 0;
+}
+
+static int bench_model(clg_ctx *ctx, clg_device *dev, const char *path)
+{
+    const int Bn = 128;
+    clg_net *net = NULL;
+    clg_replica *r = NULL;
+    if (clg_net_load(&ctx->err, path, Bn, &net) != CLG_OK || clg_replica_create(net, dev, 1, &r) != CLG_OK) {
+        fprintf(stderr, "%s\n", ctx->err.msg);
+        return 1;
+    }
+    size_t nin = (size_t)Bn * net->in_c * net->in_h * net->in_w;
+    cl_mem x, lab;
+    if (clg_buf_alloc(dev, nin * 4, &x) || clg_buf_alloc(dev, (size_t)Bn * 4, &lab))
+        return 1;
+    float *h = malloc(nin * 4);
+    clg_rng rng;
+    clg_rng_seed(&rng, 2, 1);
+    for (size_t i = 0; i < nin; i++)
+        h[i] = clg_rng_uniform(&rng);
+    int labels[128];
+    for (int i = 0; i < Bn; i++)
+        labels[i] = i % CLG_MAX(net->classes, 1);
+    clEnqueueWriteBuffer(dev->queue, x, CL_TRUE, 0, nin * 4, h, 0, NULL, NULL);
+    clEnqueueWriteBuffer(dev->queue, lab, CL_TRUE, 0, sizeof labels, labels, 0, NULL, NULL);
+    free(h);
+    clg_replica_set_input(r, x, 0);
+    clg_replica_set_labels(r, lab, 0, 1.0f / Bn);
+    for (int w = 0; w < 2; w++)
+        if (clg_replica_forward(r, Bn, 1) != CLG_OK || clg_replica_backward(r, Bn) != CLG_OK) {
+            fprintf(stderr, "%s\n", clg_last_error(ctx));
+            return 1;
+        }
+    clFinish(dev->queue);
+    int L = r->nlayers;
+    double *tf = calloc((size_t)L * REPS, sizeof(double)), *tb = calloc((size_t)L * REPS, sizeof(double));
+    for (int rep = 0; rep < REPS; rep++) {
+        for (int i = 0; i < L; i++) {
+            clg_layer *l = &r->layers[i];
+            clg_tensor in[CLG_MAX_INPUTS];
+            for (int k = 0; k < l->nin; k++)
+                in[k] = l->inputs[k] < 0 ? r->input : r->act[l->inputs[k]];
+            double t0 = clg_now_sec();
+            if (l->ops->forward(l, dev, in, l->nin, &r->act[i], 1) != CLG_OK)
+                return 1;
+            clFinish(dev->queue);
+            tf[(size_t)i * REPS + rep] = clg_now_sec() - t0;
+        }
+        for (int i = L - 1; i >= 0; i--) {
+            clg_layer *l = &r->layers[i];
+            clg_tensor in[CLG_MAX_INPUTS], din[CLG_MAX_INPUTS];
+            for (int k = 0; k < l->nin; k++) {
+                in[k] = l->inputs[k] < 0 ? r->input : r->act[l->inputs[k]];
+                din[k] = l->inputs[k] < 0 ? in[k] : r->dact[l->inputs[k]];
+                if (l->inputs[k] < 0)
+                    din[k].mem = NULL;
+            }
+            double t0 = clg_now_sec();
+            if (l->ops->backward(l, dev, in, l->nin, &r->act[i], &r->dact[i], din) != CLG_OK)
+                return 1;
+            clFinish(dev->queue);
+            tb[(size_t)i * REPS + rep] = clg_now_sec() - t0;
+        }
+    }
+    printf("%s, batch %d, per layer (median of %d; no optimizer step)\n", path, Bn, REPS);
+    double tot = 0;
+    for (int i = 0; i < L; i++) {
+        double f = median(tf + (size_t)i * REPS, REPS), b = median(tb + (size_t)i * REPS, REPS);
+        printf("%-10s %-14s fwd %9.2f ms  bwd %9.2f ms\n", r->layers[i].name, r->layers[i].ops->type, f * 1e3,
+               b * 1e3);
+        tot += f + b;
+    }
+    printf("sum of medians %.1f ms/step (%.0f images/s without the optimizer)\n", tot * 1e3, Bn / tot);
+    free(tf);
+    free(tb);
+    clg_buf_release(dev, x);
+    clg_buf_release(dev, lab);
+    clg_replica_free(r);
+    clg_net_free(net);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    clg_ctx_params p;
+    clg_ctx_params_init(&p);
+    clg_ctx *ctx = NULL;
+    if (clg_ctx_create(&p, &ctx) != CLG_OK) {
+        fprintf(stderr, "%s\n", clg_last_error(NULL));
+        return 1;
+    }
+    clg_device *dev = &ctx->devs[0];
+    printf("device: %s\n", dev->info.name);
+    int rc = argc > 1 ? bench_model(ctx, dev, argv[1]) : bench_ops(ctx, dev);
+    clg_ctx_destroy(ctx);
+    return rc;
+}
