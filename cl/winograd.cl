@@ -81,23 +81,36 @@ __kernel void wino_filter(__global const float *w, const int offw, const int Kou
         }                                                                                              \
     } while (0)
 
-// The tile kernels below give each work-item VL = 8 consecutive tiles of one
-// tile row (explicit float8 arithmetic, one lane per tile), so they run as
+// The tile kernels below give each work-item VL (8, or 4 with -D VL=4 for
+// narrow images) consecutive tiles of one tile row (explicit vector
+// arithmetic, one lane per tile), so they run as
 // SIMD code on CPU devices without relying on implicit vectorisation.
-// Work-item id0 = th*TWG + g covers tiles tw = g*VL .. g*VL+7 of tile row th,
+// Work-item id0 = th*TWG + g covers tiles tw = g*VL .. g*VL+VL-1 of tile row th,
 // TWG = ceil(TW / VL).
+#ifndef VL
 #define VL 8
-// floats read per input row by the vector path of wino_input
-#if WM == 2
-#define WIN_SPAN 18
-#else
-#define WIN_SPAN 36
 #endif
+#if VL == 8
+#define vecf float8
+#define VLOADV vload8
+#define VSTOREV vstore8
+#define GATHERV GATHER8
+#elif VL == 4
+#define vecf float4
+#define VLOADV vload4
+#define VSTOREV vstore4
+#define GATHERV GATHER4
+#else
+#error "VL must be 4 or 8"
+#endif
+// floats read per input row by the vector path of wino_input
+#define WIN_SPAN (VL == 8 ? (WM == 2 ? 18 : 36) : (WM == 2 ? 10 : 20))
 #define GATHER8(r, j, st)                                                                              \
     (float8)((r)[(j)], (r)[(j) + (st)], (r)[(j) + 2 * (st)], (r)[(j) + 3 * (st)], (r)[(j) + 4 * (st)],   \
              (r)[(j) + 5 * (st)], (r)[(j) + 6 * (st)], (r)[(j) + 7 * (st)])
+#define GATHER4(r, j, st) (float4)((r)[(j)], (r)[(j) + (st)], (r)[(j) + 2 * (st)], (r)[(j) + 3 * (st)])
 
-// 1-D transforms on float8 lanes: B^T (input), A^T (output).
+// 1-D transforms on vector lanes: B^T (input), A^T (output).
 #if WM == 2
 #define IN1D(o, d0, d1, d2, d3, d4, d5)                                                                \
     do {                                                                                               \
@@ -133,27 +146,27 @@ __kernel void wino_filter(__global const float *w, const int offw, const int Kou
 // callers may name elements 4 and 5 of WA-arrays that only exist for WM == 4)
 
 // Stores the first n lanes (n <= VL) of v at p.
-static inline void store_lanes(__global float *p, const float8 v, const int n)
+static inline void store_lanes(__global float *p, const vecf v, const int n)
 {
     if (n >= VL) {
-        vstore8(v, 0, p);
+        VSTOREV(v, 0, p);
         return;
     }
     float t[VL];
-    vstore8(v, 0, t);
+    VSTOREV(v, 0, t);
     for (int l = 0; l < n; l++)
         p[l] = t[l];
 }
 
 // Loads n lanes (n <= VL) from p, zero past n.
-static inline float8 load_lanes(__global const float *p, const int n)
+static inline vecf load_lanes(__global const float *p, const int n)
 {
     if (n >= VL)
-        return vload8(0, p);
+        return VLOADV(0, p);
     float t[VL];
     for (int l = 0; l < VL; l++)
         t[l] = l < n ? p[l] : 0.0f;
-    return vload8(0, t);
+    return VLOADV(0, t);
 }
 
 // V = B^T d B for every input tile and channel: gws = (>= TH*TWG, >= C, images).
@@ -174,41 +187,53 @@ __kernel void wino_input(__global const float *x, const int offx, const int C, c
     const int tw0 = g * VL;
     const int h0 = th * WM - pad_h, w0 = tw0 * WM - pad_w;
     __global const float *xc = x + offx + (b * C + c) * H * W;
-    float8 t1[WA][WA]; // t1[a][j] = sum_i BT[a][i] d[i][j]
-    float8 d[WA][WA];
-    const int16 iota = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    vecf t1[WA][WA]; // t1[a][j] = sum_i BT[a][i] d[i][j]
+    vecf d[WA][WA];
+    const int8 iota8 = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
     for (int i = 0; i < WA; i++) {
         const int h = h0 + i;
         float r[WM * VL + WR - 1];
         if (h < 0 || h >= H) {
             for (int j = 0; j < WA; j++)
-                d[i][j] = (float8)(0.0f);
+                d[i][j] = (vecf)(0.0f);
             continue;
         }
         if (h * W + w0 >= 0 && h * W + w0 + WIN_SPAN <= H * W) {
             // vector loads inside this (b, c) plane; lanes outside the row are masked to 0
             __global const float *xr = xc + h * W + w0;
-#if WM == 2
-            const float16 A = select((float16)(0.0f), vload16(0, xr), (w0 + iota >= 0) & (w0 + iota < W));
-            const float16 B = select((float16)(0.0f), vload16(0, xr + 2), (w0 + 2 + iota >= 0) & (w0 + 2 + iota < W));
+            // (float8 pieces only: 16-wide vloads/selects trip oclgrind's uninitialized-value tracking)
+#define LDM8(off) select((float8)(0.0f), vload8(0, xr + (off)), (w0 + (off) + iota8 >= 0) & (w0 + (off) + iota8 < W))
+#if VL == 4 && WM == 2
+            const float8 A = LDM8(0), B = LDM8(2);
             d[i][0] = A.even;
             d[i][1] = A.odd;
             d[i][2] = B.even;
             d[i][3] = B.odd;
+#elif VL == 4
+            const float8 A0 = LDM8(0), A1 = LDM8(8), C0 = LDM8(4), C1 = LDM8(12);
+            d[i][0] = (float4)(A0.s04, A1.s04);
+            d[i][1] = (float4)(A0.s15, A1.s15);
+            d[i][2] = (float4)(A0.s26, A1.s26);
+            d[i][3] = (float4)(A0.s37, A1.s37);
+            d[i][4] = (float4)(C0.s04, C1.s04);
+            d[i][5] = (float4)(C0.s15, C1.s15);
+#elif WM == 2
+            const float8 A0 = LDM8(0), A1 = LDM8(8), B0 = LDM8(2), B1 = LDM8(10);
+            d[i][0] = (float8)(A0.even, A1.even);
+            d[i][1] = (float8)(A0.odd, A1.odd);
+            d[i][2] = (float8)(B0.even, B1.even);
+            d[i][3] = (float8)(B0.odd, B1.odd);
 #else
-            const float16 A = select((float16)(0.0f), vload16(0, xr), (w0 + iota >= 0) & (w0 + iota < W));
-            const float16 B =
-                select((float16)(0.0f), vload16(0, xr + 16), (w0 + 16 + iota >= 0) & (w0 + 16 + iota < W));
-            const float16 A4 = select((float16)(0.0f), vload16(0, xr + 4), (w0 + 4 + iota >= 0) & (w0 + 4 + iota < W));
-            const float16 B4 =
-                select((float16)(0.0f), vload16(0, xr + 20), (w0 + 20 + iota >= 0) & (w0 + 20 + iota < W));
-            d[i][0] = (float8)(A.s048c, B.s048c);
-            d[i][1] = (float8)(A.s159d, B.s159d);
-            d[i][2] = (float8)(A.s26ae, B.s26ae);
-            d[i][3] = (float8)(A.s37bf, B.s37bf);
-            d[i][4] = (float8)(A4.s048c, B4.s048c);
-            d[i][5] = (float8)(A4.s159d, B4.s159d);
+            const float8 A0 = LDM8(0), A1 = LDM8(8), A2 = LDM8(16), A3 = LDM8(24);
+            const float8 C0 = LDM8(4), C1 = LDM8(12), C2 = LDM8(20), C3 = LDM8(28);
+            d[i][0] = (float8)(A0.s04, A1.s04, A2.s04, A3.s04);
+            d[i][1] = (float8)(A0.s15, A1.s15, A2.s15, A3.s15);
+            d[i][2] = (float8)(A0.s26, A1.s26, A2.s26, A3.s26);
+            d[i][3] = (float8)(A0.s37, A1.s37, A2.s37, A3.s37);
+            d[i][4] = (float8)(C0.s04, C1.s04, C2.s04, C3.s04);
+            d[i][5] = (float8)(C0.s15, C1.s15, C2.s15, C3.s15);
 #endif
+#undef LDM8
             continue;
         }
         {
@@ -218,10 +243,10 @@ __kernel void wino_input(__global const float *x, const int offx, const int C, c
             }
         }
         for (int j = 0; j < WA; j++)
-            d[i][j] = GATHER8(r, j, WM);
+            d[i][j] = GATHERV(r, j, WM);
     }
     for (int j = 0; j < WA; j++) {
-        float8 o[WA];
+        vecf o[WA];
         IN1D(o, d[0][j], d[1][j], d[2][j], d[3][j], d[4][j], d[5][j]);
         for (int a = 0; a < WA; a++)
             t1[a][j] = o[a];
@@ -229,7 +254,7 @@ __kernel void wino_input(__global const float *x, const int offx, const int C, c
     const int n = TW - tw0;
     __global float *v = V + c * ldv + b * TH * TW + th * TW + tw0;
     for (int a = 0; a < WA; a++) {
-        float8 o[WA];
+        vecf o[WA];
         IN1D(o, t1[a][0], t1[a][1], t1[a][2], t1[a][3], t1[a][4], t1[a][5]);
         for (int b2 = 0; b2 < WA; b2++)
             store_lanes(v + (a * WA + b2) * C * ldv, o[b2], n);
@@ -252,13 +277,13 @@ __kernel void wino_output(__global const float *M, const int ldm, const int K, c
     const int tw0 = g * VL;
     const int n = TW - tw0;
     __global const float *mp = M + k * ldm + b * TH * TW + th * TW + tw0;
-    float8 m[WA][WA];
+    vecf m[WA][WA];
     for (int a = 0; a < WA; a++)
         for (int c = 0; c < WA; c++)
             m[a][c] = load_lanes(mp + (a * WA + c) * K * ldm, n);
-    float8 t1[WM][WA];
+    vecf t1[WM][WA];
     for (int c = 0; c < WA; c++) {
-        float8 o[WM];
+        vecf o[WM];
         OUT1D(o, m[0][c], m[1][c], m[2][c], m[3][c], m[4][c], m[5][c]);
         for (int i = 0; i < WM; i++)
             t1[i][c] = o[i];
@@ -270,14 +295,14 @@ __kernel void wino_output(__global const float *M, const int ldm, const int K, c
         const int p = th * WM + i;
         if (p >= P)
             break;
-        float8 o[WM];
+        vecf o[WM];
         OUT1D(o, t1[i][0], t1[i][1], t1[i][2], t1[i][3], t1[i][4], t1[i][5]);
         float lane[WM][VL];
         for (int j = 0; j < WM; j++) {
-            float8 v = o[j] + bv;
+            vecf v = o[j] + bv;
             if (relu)
                 v = fmax(v, 0.0f);
-            vstore8(v, 0, lane[j]);
+            VSTOREV(v, 0, lane[j]);
         }
         float row[WM * VL];
         for (int l = 0; l < VL; l++)
@@ -332,7 +357,7 @@ __kernel void wino_bf_dy(__global const float *dy, const int offdy, const int K,
     const int tw0 = g * VL;
     const int q0 = tw0 * WM;
     __global const float *dk = dy + offdy + (b * K + k) * P * Q;
-    float8 e[WM][WM];
+    vecf e[WM][WM];
     for (int i = 0; i < WM; i++) {
         const int p = th * WM + i;
         float r[WM * VL];
@@ -344,12 +369,12 @@ __kernel void wino_bf_dy(__global const float *dy, const int offdy, const int K,
                 r[j] = (p < P && q0 + j < Q) ? dk[p * Q + q0 + j] : 0.0f;
         }
         for (int j = 0; j < WM; j++)
-            e[i][j] = GATHER8(r, j, WM);
+            e[i][j] = GATHERV(r, j, WM);
     }
     // columns: t1[a][j] = sum_i A[a][i] e[i][j]; then rows
-    float8 t1[WA][WM];
+    vecf t1[WA][WM];
     for (int j = 0; j < WM; j++) {
-        float8 o[WA];
+        vecf o[WA];
         BF1D(o, e[0][j], e[1][j], e[WM > 2 ? 2 : 0][j], e[WM > 2 ? 3 : 0][j]);
         for (int a = 0; a < WA; a++)
             t1[a][j] = o[a];
@@ -357,7 +382,7 @@ __kernel void wino_bf_dy(__global const float *dy, const int offdy, const int K,
     const int n = TW - tw0;
     __global float *u = Ud + k * ldu + b * TH * TW + th * TW + tw0;
     for (int a = 0; a < WA; a++) {
-        float8 o[WA];
+        vecf o[WA];
         BF1D(o, t1[a][0], t1[a][1], t1[a][WM > 2 ? 2 : 0], t1[a][WM > 2 ? 3 : 0]);
         for (int b2 = 0; b2 < WA; b2++)
             store_lanes(u + (a * WA + b2) * K * ldu, o[b2], n);
@@ -396,112 +421,5 @@ __kernel void wino_bf_out(__global const float *Mf, const int K, const int C, co
                 d[r * 3 + s] = v;
             else
                 d[r * 3 + s] = fma(beta, d[r * 3 + s], v);
-        }
-}
-
-// ---- transform-domain products (one launch per chunk, no packing) ----
-// Each work-item of wino_bgemm owns 16 consecutive tiles (float16 lanes) of
-// WB_K output channels of one transform point; dim 2 is the point xi.
-
-#define WB_K 8
-
-// Mo[(xi*K + k)*T + t] = sum_c U[(xi*K + k)*C + c] * V[(xi*C + c)*T + t]:
-// gws = (ceil(T/16), ceil(K/WB_K), alpha^2).
-__kernel void wino_bgemm(__global const float *U, __global const float *V, __global float *Mo, const int K,
-                         const int C, const int T)
-{
-    const int t0 = get_global_id(0) * 16;
-    const int k0 = get_global_id(1) * WB_K;
-    const int xi = get_global_id(2);
-    if (t0 >= T || k0 >= K)
-        return;
-    const int nk = min(WB_K, K - k0), nt = min(16, T - t0);
-    __global const float *u = U + (xi * K + k0) * C;
-    __global const float *v = V + xi * C * T + t0;
-    float16 acc[WB_K];
-    for (int kk = 0; kk < WB_K; kk++)
-        acc[kk] = (float16)(0.0f);
-    if (nt == 16) {
-        for (int c = 0; c < C; c++) {
-            const float16 vv = vload16(0, v + c * T);
-            for (int kk = 0; kk < WB_K; kk++)
-                acc[kk] = fma((float16)(u[min(kk, nk - 1) * C + c]), vv, acc[kk]);
-        }
-    } else {
-        for (int c = 0; c < C; c++) {
-            float tv[16];
-            for (int l = 0; l < 16; l++)
-                tv[l] = l < nt ? v[c * T + l] : 0.0f;
-            const float16 vv = vload16(0, tv);
-            for (int kk = 0; kk < WB_K; kk++)
-                acc[kk] = fma((float16)(u[min(kk, nk - 1) * C + c]), vv, acc[kk]);
-        }
-    }
-    __global float *mo = Mo + (xi * K + k0) * T + t0;
-    for (int kk = 0; kk < nk; kk++) {
-        if (nt == 16) {
-            vstore16(acc[kk], 0, mo + kk * T);
-        } else {
-            float tv[16];
-            vstore16(acc[kk], 0, tv);
-            for (int l = 0; l < nt; l++)
-                mo[kk * T + l] = tv[l];
-        }
-    }
-}
-
-static inline float hsum16(const float16 v)
-{
-    const float8 a = v.lo + v.hi;
-    const float4 b = a.lo + a.hi;
-    const float2 c = b.lo + b.hi;
-    return c.x + c.y;
-}
-
-// Backward filter, step 2: Mf[(xi*K + k)*C + c] = beta*Mf + sum_t
-// Ud[(xi*K + k)*T + t] * V[(xi*C + c)*T + t]: 4 x 4 (k, c) blocks per
-// work-item, t in float16 steps: gws = (ceil(C/4), ceil(K/4), 16).
-__kernel void wino_bf_gemm(__global const float *Ud, __global const float *V, __global float *Mf, const int K,
-                           const int C, const int T, const float beta)
-{
-    const int c0 = get_global_id(0) * 4;
-    const int k0 = get_global_id(1) * 4;
-    const int xi = get_global_id(2);
-    if (c0 >= C || k0 >= K)
-        return;
-    const int nk = min(4, K - k0), nc = min(4, C - c0);
-    __global const float *ud[4], *vv[4];
-    for (int i = 0; i < 4; i++) {
-        ud[i] = Ud + (xi * K + k0 + min(i, nk - 1)) * T;
-        vv[i] = V + (xi * C + c0 + min(i, nc - 1)) * T;
-    }
-    float16 acc[4][4];
-    for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 4; j++)
-            acc[i][j] = (float16)(0.0f);
-    int t = 0;
-    for (; t + 16 <= T; t += 16) {
-        float16 a[4], b[4];
-        for (int i = 0; i < 4; i++) {
-            a[i] = vload16(0, ud[i] + t);
-            b[i] = vload16(0, vv[i] + t);
-        }
-        for (int i = 0; i < 4; i++)
-            for (int j = 0; j < 4; j++)
-                acc[i][j] = fma(a[i], b[j], acc[i][j]);
-    }
-    float tail[4][4];
-    for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 4; j++) {
-            float s = 0.0f;
-            for (int u = t; u < T; u++)
-                s = fma(ud[i][u], vv[j][u], s);
-            tail[i][j] = s;
-        }
-    for (int i = 0; i < nk; i++)
-        for (int j = 0; j < nc; j++) {
-            __global float *d = Mf + (xi * K + k0 + i) * C + c0 + j;
-            const float v = hsum16(acc[i][j]) + tail[i][j];
-            *d = beta == 0.0f ? v : fma(beta, *d, v);
         }
 }

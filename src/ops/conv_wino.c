@@ -6,7 +6,9 @@
 
 #include "conv_impl.h"
 
-#define WINO_VL 8 /* tiles per work-item along a tile row (VL in cl/winograd.cl) */
+/* Tiles per work-item along a tile row (VL in cl/winograd.cl): 8, or 4
+ * when a tile row has at most 4 tiles (narrow images) so fewer lanes idle. */
+static int wino_vl(int TW) { return TW <= 4 ? 4 : 8; }
 
 /* Images per chunk: the transform-domain workspaces of one chunk
  * (per_image floats each image) stay within a cache-sized budget so the
@@ -24,35 +26,13 @@ static int wino_chunk(clg_device *dev, int N, size_t per_image)
     return CLG_CEIL_DIV(N, chunks);
 }
 
-static const char *wino_opts(int m) { return m == 4 ? "-D WM=4" : "-D WM=2"; }
-
-/* Transform-domain products: own one-launch kernels (default) or the tuned
- * clg_gemm as a batched GEMM (CLGRAD_CONV_WINO_GEMM=gemm, for comparison). */
-static int use_clg_gemm(void)
+static const char *wino_opts_vl(int m, int vl)
 {
-    const char *e = getenv("CLGRAD_CONV_WINO_GEMM");
-    return !(e && strcmp(e, "own") == 0);
+    if (vl == 4)
+        return m == 4 ? "-D WM=4 -D VL=4" : "-D WM=2 -D VL=4";
+    return m == 4 ? "-D WM=4" : "-D WM=2";
 }
-
-#define WINO_WB_K 8 /* WB_K in cl/winograd.cl */
-
-static clg_status launch_bgemm(clg_device *dev, int m, cl_mem U, cl_mem V, cl_mem M, int K, int C, int T)
-{
-    cl_kernel k;
-    CLG_TRY(clg_kernel_get(dev, "winograd", wino_opts(m), "wino_bgemm", &k));
-    clg_kargs a = {k, 0, CL_SUCCESS};
-    clg_ka_mem(&a, U);
-    clg_ka_mem(&a, V);
-    clg_ka_mem(&a, M);
-    clg_ka_int(&a, K);
-    clg_ka_int(&a, C);
-    clg_ka_int(&a, T);
-    if (a.e != CL_SUCCESS)
-        return clg_cl_fail(clg_dev_err(dev), a.e, "wino_bgemm args", __FILE__, __LINE__);
-    size_t gws[3] = {(size_t)CLG_CEIL_DIV(T, 16), (size_t)CLG_CEIL_DIV(K, WINO_WB_K), (size_t)(m + 2) * (m + 2)};
-    return clg_conv_enqueue(dev, k, 3, gws, NULL);
-}
-
+static const char *wino_opts(int m) { return wino_opts_vl(m, 8); }
 
 static clg_status filter_transform(clg_device *dev, int m, cl_mem w, size_t offw, int Kout, int Cin, int flip,
                                    cl_mem U)
@@ -116,7 +96,8 @@ static clg_status launch_input(clg_device *dev, int m, cl_mem x, size_t offx, in
                                int pad_w, int TH, int TW, int nb, cl_mem V)
 {
     cl_kernel k;
-    CLG_TRY(clg_kernel_get(dev, "winograd", wino_opts(m), "wino_input", &k));
+    int vl = wino_vl(TW);
+    CLG_TRY(clg_kernel_get(dev, "winograd", wino_opts_vl(m, vl), "wino_input", &k));
     clg_kargs a = {k, 0, CL_SUCCESS};
     clg_ka_mem(&a, x);
     clg_ka_int(&a, (int)offx);
@@ -127,14 +108,14 @@ static clg_status launch_input(clg_device *dev, int m, cl_mem x, size_t offx, in
     clg_ka_int(&a, pad_w);
     clg_ka_int(&a, TH);
     clg_ka_int(&a, TW);
-    clg_ka_int(&a, CLG_CEIL_DIV(TW, WINO_VL));
-    clg_ka_float(&a, 1.0f / (float)CLG_CEIL_DIV(TW, WINO_VL));
+    clg_ka_int(&a, CLG_CEIL_DIV(TW, vl));
+    clg_ka_float(&a, 1.0f / (float)CLG_CEIL_DIV(TW, vl));
     clg_ka_mem(&a, V);
     clg_ka_int(&a, nb * TH * TW);
     if (a.e != CL_SUCCESS)
         return clg_cl_fail(clg_dev_err(dev), a.e, "wino_input args", __FILE__, __LINE__);
     size_t gws[3], lws[3];
-    clg_conv_geom(TH * CLG_CEIL_DIV(TW, WINO_VL), C, nb, gws, lws);
+    clg_conv_geom(TH * CLG_CEIL_DIV(TW, vl), C, nb, gws, lws);
     return clg_conv_enqueue(dev, k, 3, gws, lws);
 }
 
@@ -147,7 +128,8 @@ static clg_status wino_conv(clg_device *dev, int m, int N, int Cin, int H, int W
     int TH = CLG_CEIL_DIV(P, m), TW = CLG_CEIL_DIV(Q, m), TI = TH * TW;
     int nb = wino_chunk(dev, N, (size_t)A2 * TI * ((size_t)Cin + Kout));
     cl_kernel ko;
-    CLG_TRY(clg_kernel_get(dev, "winograd", wino_opts(m), "wino_output", &ko));
+    int vl = wino_vl(TW);
+    CLG_TRY(clg_kernel_get(dev, "winograd", wino_opts_vl(m, vl), "wino_output", &ko));
     cl_mem V = NULL, M = NULL;
     clg_status st = clg_buf_alloc(dev, sizeof(float) * (size_t)nb * A2 * TI * Cin, &V);
     if (st == CLG_OK)
@@ -159,26 +141,22 @@ static clg_status wino_conv(clg_device *dev, int m, int N, int Cin, int H, int W
         if (st != CLG_OK)
             break;
         clg_conv_prof(dev, "wino input");
-        if (use_clg_gemm()) {
-            clg_gemm_args g;
-            clg_gemm_args_init(&g);
-            g.M = Kout;
-            g.N = T;
-            g.K = Cin;
-            g.A = U;
-            g.lda = Cin;
-            g.strideA = (size_t)Kout * Cin;
-            g.B = V;
-            g.ldb = T;
-            g.strideB = (size_t)Cin * T;
-            g.C = M;
-            g.ldc = T;
-            g.strideC = (size_t)Kout * T;
-            g.batch = A2;
-            st = clg_gemm(dev, &g, NULL);
-        } else {
-            st = launch_bgemm(dev, m, U, V, M, Kout, Cin, T);
-        }
+        clg_gemm_args g;
+        clg_gemm_args_init(&g);
+        g.M = Kout;
+        g.N = T;
+        g.K = Cin;
+        g.A = U;
+        g.lda = Cin;
+        g.strideA = (size_t)Kout * Cin;
+        g.B = V;
+        g.ldb = T;
+        g.strideB = (size_t)Cin * T;
+        g.C = M;
+        g.ldc = T;
+        g.strideC = (size_t)Kout * T;
+        g.batch = A2;
+        st = clg_gemm(dev, &g, NULL);
         if (st != CLG_OK)
             break;
         clg_conv_prof(dev, "wino gemm");
@@ -190,8 +168,8 @@ static clg_status wino_conv(clg_device *dev, int m, int N, int Cin, int H, int W
         clg_ka_int(&a, Q);
         clg_ka_int(&a, TH);
         clg_ka_int(&a, TW);
-        clg_ka_int(&a, CLG_CEIL_DIV(TW, WINO_VL));
-        clg_ka_float(&a, 1.0f / (float)CLG_CEIL_DIV(TW, WINO_VL));
+        clg_ka_int(&a, CLG_CEIL_DIV(TW, vl));
+        clg_ka_float(&a, 1.0f / (float)CLG_CEIL_DIV(TW, vl));
         clg_ka_mem(&a, bias ? bias : M);
         clg_ka_int(&a, (int)offb);
         clg_ka_int(&a, bias != NULL);
@@ -203,7 +181,7 @@ static clg_status wino_conv(clg_device *dev, int m, int N, int Cin, int H, int W
             break;
         }
         size_t gws[3], lws[3];
-        clg_conv_geom(TH * CLG_CEIL_DIV(TW, WINO_VL), Kout, nbc, gws, lws);
+        clg_conv_geom(TH * CLG_CEIL_DIV(TW, vl), Kout, nbc, gws, lws);
         st = clg_conv_enqueue(dev, ko, 3, gws, lws);
         clg_conv_prof(dev, "wino output");
     }
@@ -252,9 +230,9 @@ clg_status clg_conv_wino_bwd_filter(clg_device *dev, const clg_conv_shape *s, in
     int C = s->C, K = s->K, H = s->H, W = s->W;
     int TH = CLG_CEIL_DIV(P, m), TW = CLG_CEIL_DIV(Q, m), TI = TH * TW;
     int nb = wino_chunk(dev, s->N, (size_t)A2 * TI * ((size_t)C + K));
-    cl_kernel kd, ko, kg;
-    CLG_TRY(clg_kernel_get(dev, "winograd", wino_opts(m), "wino_bf_gemm", &kg));
-    CLG_TRY(clg_kernel_get(dev, "winograd", wino_opts(m), "wino_bf_dy", &kd));
+    cl_kernel kd, ko;
+    int vl = wino_vl(TW);
+    CLG_TRY(clg_kernel_get(dev, "winograd", wino_opts_vl(m, vl), "wino_bf_dy", &kd));
     CLG_TRY(clg_kernel_get(dev, "winograd", wino_opts(m), "wino_bf_out", &ko));
     cl_mem V = NULL, Ud = NULL, Mf = NULL;
     clg_status st = clg_buf_alloc(dev, sizeof(float) * (size_t)nb * A2 * TI * C, &V);
@@ -276,8 +254,8 @@ clg_status clg_conv_wino_bwd_filter(clg_device *dev, const clg_conv_shape *s, in
         clg_ka_int(&a, Q);
         clg_ka_int(&a, TH);
         clg_ka_int(&a, TW);
-        clg_ka_int(&a, CLG_CEIL_DIV(TW, WINO_VL));
-        clg_ka_float(&a, 1.0f / (float)CLG_CEIL_DIV(TW, WINO_VL));
+        clg_ka_int(&a, CLG_CEIL_DIV(TW, vl));
+        clg_ka_float(&a, 1.0f / (float)CLG_CEIL_DIV(TW, vl));
         clg_ka_mem(&a, Ud);
         clg_ka_int(&a, T);
         if (a.e != CL_SUCCESS) {
@@ -285,45 +263,28 @@ clg_status clg_conv_wino_bwd_filter(clg_device *dev, const clg_conv_shape *s, in
             break;
         }
         size_t gws[3], lws[3];
-        clg_conv_geom(TH * CLG_CEIL_DIV(TW, WINO_VL), K, nbc, gws, lws);
+        clg_conv_geom(TH * CLG_CEIL_DIV(TW, vl), K, nbc, gws, lws);
         if ((st = clg_conv_enqueue(dev, kd, 3, gws, lws)) != CLG_OK)
             break;
         clg_conv_prof(dev, "wino bf input+dy");
-        if (use_clg_gemm()) {
-            clg_gemm_args g;
-            clg_gemm_args_init(&g);
-            g.tb = 1;
-            g.M = K;
-            g.N = C;
-            g.K = T;
-            g.A = Ud;
-            g.lda = T;
-            g.strideA = (size_t)K * T;
-            g.B = V;
-            g.ldb = T;
-            g.strideB = (size_t)C * T;
-            g.C = Mf;
-            g.ldc = C;
-            g.strideC = (size_t)K * C;
-            g.batch = A2;
-            g.beta = n0 == 0 ? 0.0f : 1.0f;
-            st = clg_gemm(dev, &g, NULL);
-        } else {
-            clg_kargs b = {kg, 0, CL_SUCCESS};
-            clg_ka_mem(&b, Ud);
-            clg_ka_mem(&b, V);
-            clg_ka_mem(&b, Mf);
-            clg_ka_int(&b, K);
-            clg_ka_int(&b, C);
-            clg_ka_int(&b, T);
-            clg_ka_float(&b, n0 == 0 ? 0.0f : 1.0f);
-            if (b.e != CL_SUCCESS) {
-                st = clg_cl_fail(clg_dev_err(dev), b.e, "wino_bf_gemm args", __FILE__, __LINE__);
-                break;
-            }
-            size_t gws2[3] = {(size_t)CLG_CEIL_DIV(C, 4), (size_t)CLG_CEIL_DIV(K, 4), (size_t)A2};
-            st = clg_conv_enqueue(dev, kg, 3, gws2, NULL);
-        }
+        clg_gemm_args g;
+        clg_gemm_args_init(&g);
+        g.tb = 1;
+        g.M = K;
+        g.N = C;
+        g.K = T;
+        g.A = Ud;
+        g.lda = T;
+        g.strideA = (size_t)K * T;
+        g.B = V;
+        g.ldb = T;
+        g.strideB = (size_t)C * T;
+        g.C = Mf;
+        g.ldc = C;
+        g.strideC = (size_t)K * C;
+        g.batch = A2;
+        g.beta = n0 == 0 ? 0.0f : 1.0f;
+        st = clg_gemm(dev, &g, NULL);
         clg_conv_prof(dev, "wino bf gemm");
     }
     if (st == CLG_OK) {

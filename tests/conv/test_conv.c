@@ -279,6 +279,8 @@ START_TEST(winograd2_random)
         s.pad_h = s.pad_w = i % 3; /* 0, 1, 2 */
         if (i == 1)
             s.N = 1;
+        if (i == 0 || i == 2) /* wide rows: several 8-tile groups per tile row, vector loads */
+            s.W = irand(&r, 30, 45);
         if (clg_conv_check(NULL, &s) != CLG_OK)
             continue;
         check_algo(&s, CLG_CONV_WINOGRAD, &r, 1e-4, 7);
@@ -293,6 +295,8 @@ START_TEST(winograd4_random)
     for (int i = 0; i < ncases(8); i++) {
         clg_conv_shape s = random_shape(&r, 2);
         s.pad_h = s.pad_w = i % 3;
+        if (i == 0 || i == 2) /* wide rows: VL=8 kernels, several tile groups, vector loads */
+            s.W = irand(&r, 30, 75);
         if (clg_conv_check(NULL, &s) != CLG_OK)
             continue;
         check_algo(&s, CLG_CONV_WINOGRAD4, &r, 1e-4, 7);

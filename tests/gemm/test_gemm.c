@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "ops/gemm.h"
 #include "ops/tune.h"
@@ -432,10 +431,13 @@ END_TEST
 START_TEST(test_tune_db)
 {
     /* round trip, tuned lookup, corrupt / foreign files ignored */
-    char dir[256];
-    snprintf(dir, sizeof dir, "tune-db-test-%d", (int)getpid());
+    const char *dir = "gemm-tune-db-test"; /* under the build dir; tests run one at a time */
     clg_ctx *c2 = tu_ctx_cache(NULL, dir);
     clg_device *d = &c2->devs[0];
+    char path[1200];
+    clg_tune_path(d, path, sizeof path);
+    remove(path); /* start from nothing */
+    clg_tune_dev_clear(clg_tune_dev_get(d));
     clg_gemm_params p = small_cpu(2), q;
     clg_tune_entry e;
     memset(&e, 0, sizeof e);
@@ -448,8 +450,6 @@ START_TEST(test_tune_db)
     snprintf(e.backend, sizeof e.backend, "clblast");
     ck_assert_int_eq(clg_tune_put(d, &e), CLG_OK);
     ck_assert_int_eq(clg_tune_save(d), CLG_OK);
-    char path[1200];
-    clg_tune_path(d, path, sizeof path);
     clg_ctx_destroy(c2);
 
     c2 = tu_ctx_cache(NULL, dir);
@@ -534,10 +534,13 @@ END_TEST
 START_TEST(test_tuner_run)
 {
     /* the tuner on two small shapes: entries written, saved, and used */
-    char dir[256];
-    snprintf(dir, sizeof dir, "tune-run-test-%d", (int)getpid());
+    const char *dir = "gemm-tune-run-test";
     clg_ctx *c2 = tu_ctx_cache(NULL, dir);
     clg_device *d = &c2->devs[0];
+    char path[1200];
+    clg_tune_path(d, path, sizeof path);
+    remove(path);
+    clg_tune_dev_clear(clg_tune_dev_get(d));
     static const int shapes[2][3] = {{40, 70, 50}, {3, 20, 4000}};
     clg_gemm_tune_opts o;
     memset(&o, 0, sizeof o);
@@ -546,8 +549,6 @@ START_TEST(test_tuner_run)
     o.shapes = shapes;
     o.nshapes = 2;
     ck_assert_int_eq(clg_gemm_tune(d, &o), CLG_OK);
-    char path[1200];
-    clg_tune_path(d, path, sizeof path);
     clg_ctx_destroy(c2);
     c2 = tu_ctx_cache(NULL, dir);
     d = &c2->devs[0];
