@@ -104,7 +104,7 @@ __kernel void wino_filter(__global const float *w, const int offw, const int Kou
 #error "VL must be 4 or 8"
 #endif
 // floats read per input row by the vector path of wino_input
-#define WIN_SPAN (VL == 8 ? (WM == 2 ? 18 : 36) : (WM == 2 ? 10 : 20))
+#define WIN_SPAN (VL == 8 ? (WM == 2 ? 18 : 40) : (WM == 2 ? 10 : 20))
 #define GATHER8(r, j, st)                                                                              \
     (float8)((r)[(j)], (r)[(j) + (st)], (r)[(j) + 2 * (st)], (r)[(j) + 3 * (st)], (r)[(j) + 4 * (st)],   \
              (r)[(j) + 5 * (st)], (r)[(j) + 6 * (st)], (r)[(j) + 7 * (st)])
@@ -224,14 +224,13 @@ __kernel void wino_input(__global const float *x, const int offx, const int C, c
             d[i][2] = (float8)(B0.even, B1.even);
             d[i][3] = (float8)(B0.odd, B1.odd);
 #else
-            const float8 A0 = LDM8(0), A1 = LDM8(8), A2 = LDM8(16), A3 = LDM8(24);
-            const float8 C0 = LDM8(4), C1 = LDM8(12), C2 = LDM8(20), C3 = LDM8(28);
-            d[i][0] = (float8)(A0.s04, A1.s04, A2.s04, A3.s04);
-            d[i][1] = (float8)(A0.s15, A1.s15, A2.s15, A3.s15);
-            d[i][2] = (float8)(A0.s26, A1.s26, A2.s26, A3.s26);
-            d[i][3] = (float8)(A0.s37, A1.s37, A2.s37, A3.s37);
-            d[i][4] = (float8)(C0.s04, C1.s04, C2.s04, C3.s04);
-            d[i][5] = (float8)(C0.s15, C1.s15, C2.s15, C3.s15);
+            // (stride-4 lanes gathered from a private copy: shuffling four float8
+            // loads into stride-4 lanes crashes oclgrind's uninitialized checker)
+            float rr[40];
+            for (int u = 0; u < 40; u += 8)
+                vstore8(LDM8(u), 0, rr + u);
+            for (int j = 0; j < WA; j++)
+                d[i][j] = GATHER8(rr, j, 4);
 #endif
 #undef LDM8
             continue;
