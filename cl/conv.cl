@@ -139,9 +139,10 @@ void bias_grad(__global const float *dy, const int offdy, const int N, const int
     __local float red[CONV_WG];
     const int k = get_group_id(0);
     float acc = 0.0f;
-    for (int i = get_local_id(0); i < N * PQ; i += CONV_WG) {
-        const int n = UDIV(i, PQ), j = i % PQ;
-        acc += dy[offdy + (n * K + k) * PQ + j];
+    for (int n = 0; n < N; n++) { // no division: plane by plane, work-items along the plane
+        __global const float *d = dy + offdy + (n * K + k) * PQ;
+        for (int j = get_local_id(0); j < PQ; j += CONV_WG)
+            acc += d[j];
     }
     wg_reduce_store(red, acc, beta, db + offdb + k);
 }

@@ -2,13 +2,13 @@
 // filter / input transforms here, the alpha*alpha transform-domain products
 // run as one batched GEMM (src/ops/gemm.h), then the output transform adds
 // bias and ReLU. Build option -D WM=2 selects F(2x2,3x3) (alpha 4),
-// -D WM=4 selects F(4x4,3x3) (alpha 6). The backward-filter kernels always
-// use F(3x3,2x2) (the transposed F(2,3) algorithm: dy tiles of 2x2, 3x3 result).
+// -D WM=4 selects F(4x4,3x3) (alpha 6). The backward-filter kernels use the
+// transposed algorithm F(3x3, WMxWM): dy in WM x WM tiles, x in the matching
+// alpha x alpha patches, 3x3 result.
 //
 // Transform-domain layouts (xi = a*WA + b indexes the alpha x alpha point):
 //   U[xi][ko][ci]  filters       V[xi][c][t]  input tiles      M[xi][k][t] products
 // with t = (b*TH + th)*TW + tw over the images of one batch chunk.
-
 
 #ifndef WM
 #define WM 2

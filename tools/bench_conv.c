@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "device/device.h"
 #include "ops/conv.h"
+#include "ops/conv_impl.h"
 
 static void usage(FILE *f)
 {
@@ -164,7 +165,18 @@ static int run_shape(clg_ctx *ctx, const char *label, const clg_conv_shape *s, i
             qsort(t + 1, (size_t)reps, sizeof(double), cmp_double);
             double ms = t[1 + reps / 2];
             double e = check ? ref_error(dev, s, pass, hx, hw, hdy, pass == 0 ? y : pass == 1 ? dx : dw) : NAN;
-            const char *chosen = a == CLG_CONV_AUTO ? clg_conv_algo_name(cache.chosen[pass]) : "";
+            clg_conv_algo pick = cache.chosen[pass];
+            if (a == CLG_CONV_AUTO && pass == CLG_CONV_BWD_FILTER) {
+                /* backward-filter has no layer cache: read the choice back from the measurement table */
+                clg_conv_io io;
+                memset(&io, 0, sizeof io);
+                io.x = x;
+                io.dy = dy;
+                io.dw = dw;
+                if (clg_conv_auto_pick(dev, s, CLG_CONV_BWD_FILTER, &io, &pick) != CLG_OK)
+                    pick = CLG_CONV_AUTO;
+            }
+            const char *chosen = a == CLG_CONV_AUTO ? clg_conv_algo_name(pick) : "";
             if (json) {
                 printf("{\"shape\": \"%s\", \"n\": %d, \"c\": %d, \"h\": %d, \"w\": %d, \"k\": %d, \"r\": %d, \"s\": %d, "
                        "\"pad\": %d, \"stride\": %d, \"algo\": \"%s\", \"pass\": \"%s\", \"ms\": %.4f, \"gflops\": %.3f",

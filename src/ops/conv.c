@@ -371,9 +371,11 @@ static clg_status im2col_bwd_filter(clg_device *dev, const clg_conv_shape *s, cl
     for (int n0 = 0; n0 < s->N && st == CLG_OK; n0 += nb) {
         int nbc = CLG_MIN(nb, s->N - n0), ld = nbc * PQ;
         for (int gr = 0; gr < s->groups && st == CLG_OK; gr++) {
+            clg_conv_prof(dev, NULL);
             st = launch_im2col(dev, s, nbc, x, offx + (size_t)n0 * s->C * HW, gr * Cg, col, PQ, ld);
             if (st != CLG_OK)
                 break;
+            clg_conv_prof(dev, "bf im2col");
             clg_kargs a = {kp, 0, CL_SUCCESS};
             clg_ka_mem(&a, dy);
             clg_ka_int(&a, (int)(offdy + (size_t)n0 * s->K * PQ));
@@ -398,8 +400,10 @@ static clg_status im2col_bwd_filter(clg_device *dev, const clg_conv_shape *s, cl
             g.ldb = ld;
             g.C = dw;
             g.offC = offdw + (size_t)gr * Kg * CRS;
+            clg_conv_prof(dev, "bf pack dy");
             g.beta = n0 == 0 ? beta : 1.0f;
             st = clg_gemm(dev, &g, NULL);
+            clg_conv_prof(dev, "bf gemm");
         }
     }
     clg_buf_release(dev, col);
@@ -568,8 +572,11 @@ clg_status clg_conv_run(clg_device *dev, const clg_conv_shape *s, clg_conv_algo 
         if (st == CLG_ERR_UNSUPPORTED)
             break;
         CLG_TRY(st);
-        if (io->db)
+        if (io->db) {
+            clg_conv_prof(dev, NULL);
             CLG_TRY(bias_grad(dev, s, io->dy, io->offdy, io->beta, io->db, io->offdb));
+            clg_conv_prof(dev, "bias grad");
+        }
         return CLG_OK;
     }
     }
