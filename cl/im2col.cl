@@ -99,3 +99,62 @@ __kernel void pack_chw(__global const float *src, const int offsrc, const int Ct
         return;
     dst[offdst + c * ld + b * HW + i] = src[offsrc + (b * Ctot + c0 + c) * HW + i];
 }
+
+// One work-item per column element: gws = (P*Q, Cg*R*S, images), dim 0 is
+// the contiguous output position so CPU runtimes vectorise the stores; the
+// padded reads are clamped to a valid address and replaced with 0.
+__kernel void im2col_el(__global const float *x, const int offx, const int C, const int H, const int W,
+                        const int c0, const int Cg, const int R, const int S, const int P, const int Q,
+                        const int pad_h, const int pad_w, const int stride_h, const int stride_w,
+                        const int dil_h, const int dil_w,
+                        __global float *col, const int offcol, const int bstride, const int ld)
+{
+    const int pq = get_global_id(0);
+    const int crs = get_global_id(1);
+    const int b = get_global_id(2);
+    if (pq >= P * Q || crs >= Cg * R * S)
+        return;
+    const int p = UDIV(pq, Q), q = pq % Q;
+    const int s = crs % S;
+    const int r = UDIV(crs, S) % R;
+    const int c = UDIV(crs, R * S);
+    const int h = p * stride_h - pad_h + r * dil_h;
+    const int w = q * stride_w - pad_w + s * dil_w;
+    const int in = (uint)h < (uint)H && (uint)w < (uint)W;
+    const int idx = in ? ((b * C + c0 + c) * H + h) * W + w : 0;
+    const float v = x[offx + idx];
+    col[offcol + b * bstride + crs * ld + pq] = in ? v : 0.0f;
+}
+
+#if defined(CR) && defined(CS)
+// col2im for stride 1, dilation 1 with the window size fixed at compile time
+// (-D CR=R -D CS=S): unrolled, branch-free gather of the CR*CS column
+// entries that read input pixel (h, w). gws = (H*W, Cg, images).
+__kernel void col2im_s1(__global const float *col, const int offcol, const int bstride, const int ld,
+                        const int C, const int H, const int W, const int c0, const int Cg,
+                        const int P, const int Q, const int pad_h, const int pad_w,
+                        __global float *dx, const int offdx)
+{
+    const int hw = get_global_id(0);
+    const int c = get_global_id(1);
+    const int b = get_global_id(2);
+    if (hw >= H * W || c >= Cg)
+        return;
+    const int h = UDIV(hw, W), w = hw % W;
+    __global const float *cb = col + offcol + b * bstride + c * (CR * CS) * ld;
+    float acc = 0.0f;
+#pragma unroll
+    for (int r = 0; r < CR; r++) {
+        const int p = h + pad_h - r;
+        const int pin = (uint)p < (uint)P;
+#pragma unroll
+        for (int s = 0; s < CS; s++) {
+            const int q = w + pad_w - s;
+            const int in = pin && (uint)q < (uint)Q;
+            const float v = cb[in ? (r * CS + s) * ld + p * Q + q : 0];
+            acc += in ? v : 0.0f;
+        }
+    }
+    dx[offdx + ((b * C + c0 + c) * H + h) * W + w] = acc;
+}
+#endif

@@ -21,7 +21,7 @@ demo)
     "$build/tools/clgrad" devices
     "$build/tools/clgrad" selfcheck
     if "$build/tools/clgrad" train --help >/dev/null 2>&1; then
-        "$build/tools/clgrad" train models/lenet5.cfg --data fashion-mnist --epochs 1 --devices 0
+        "$build/tools/clgrad" train models/lenet5.cfg --data fashion-mnist --epochs 3 --devices 0
     fi
     ;;
 test)
