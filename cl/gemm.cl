@@ -38,11 +38,13 @@ __kernel void gemm_ref(const int M, const int N, const int K, const float alpha,
     __global const float *bb = B + offB + (size_t)b * strideB;
     __global float *c = C + offC + (size_t)b * strideC;
     float acc = 0.0f;
-    for (int k = 0; k < K; k++) {
-        float av = ta ? a[(size_t)k * lda + m] : a[(size_t)m * lda + k];
-        float bv = tb ? bb[(size_t)n * ldb + k] : bb[(size_t)k * ldb + n];
-        acc = fma(av, bv, acc);
-    }
+    // Select the index, not the loaded value: a select between two loads
+    // lets the compiler speculate the unused one (which may read memory the
+    // caller never wrote, e.g. past the end of a transposed operand).
+    const size_t sa_k = ta ? (size_t)lda : 1, sa_m = ta ? 1 : (size_t)lda;
+    const size_t sb_k = tb ? 1 : (size_t)ldb, sb_n = tb ? (size_t)ldb : 1;
+    for (int k = 0; k < K; k++)
+        acc = fma(a[(size_t)k * sa_k + (size_t)m * sa_m], bb[(size_t)k * sb_k + (size_t)n * sb_n], acc);
     float v = alpha * acc;
     if (beta != 0.0f)
         v += beta * c[(size_t)m * ldc + n];
