@@ -100,59 +100,76 @@ __kernel void pack_chw(__global const float *src, const int offsrc, const int Ct
     dst[offdst + c * ld + b * HW + i] = src[offsrc + (b * Ctot + c0 + c) * HW + i];
 }
 
-// One work-item per column element: gws = (P*Q, Cg*R*S, images), dim 0 is
-// the contiguous output position so CPU runtimes vectorise the stores; the
-// padded reads are clamped to a valid address and replaced with 0.
-__kernel void im2col_el(__global const float *x, const int offx, const int C, const int H, const int W,
-                        const int c0, const int Cg, const int R, const int S, const int P, const int Q,
-                        const int pad_h, const int pad_w, const int stride_h, const int stride_w,
-                        const int dil_h, const int dil_w,
-                        __global float *col, const int offcol, const int bstride, const int ld)
+// a / b for 0 <= a < 2^23, b > 0 without an integer divide (x86 has no
+// vector one, so a divide per work-item serialises vectorised kernels): the
+// float estimate is off by at most one and is corrected.
+inline int fdiv(const int a, const int b, const float invb)
 {
-    const int pq = get_global_id(0);
-    const int crs = get_global_id(1);
-    const int b = get_global_id(2);
-    if (pq >= P * Q || crs >= Cg * R * S)
+    int q = (int)((float)a * invb);
+    const int r = a - q * b;
+    q += (r >= b) - (r < 0);
+    return q;
+}
+
+// One work-item per column element, gws = (Q, P, images*Cg*R*S): dim 0
+// runs along the output row so the reads (stride 1) and the writes are
+// consecutive across work-items and CPU runtimes vectorise them with masked
+// loads at the padded edges. Requires images*Cg*R*S < 2^23 (fdiv).
+// z = b*Cg*R*S + crs, or with b_inner = crs*nb + b (the image index runs
+// fastest, so that consecutive work-groups write neighbouring rows when the
+// column matrix is image-interleaved: bstride < ld).
+__kernel void im2col_w(__global const float *x, const int offx, const int C, const int H, const int W,
+                       const int c0, const int Cg, const int R, const int S, const int P, const int Q,
+                       const int pad_h, const int pad_w, const int stride_h, const int stride_w,
+                       const int dil_h, const int dil_w,
+                       __global float *col, const int offcol, const int bstride, const int ld,
+                       const int nb, const int b_inner)
+{
+    const int q = get_global_id(0);
+    const int p = get_global_id(1);
+    const int z = get_global_id(2);
+    if (q >= Q || p >= P)
         return;
-    const int p = UDIV(pq, Q), q = pq % Q;
-    const int s = crs % S;
-    const int r = UDIV(crs, S) % R;
-    const int c = UDIV(crs, R * S);
+    const int rs = R * S, crsn = Cg * rs;
+    const int d = b_inner ? nb : crsn; // branch-free: keeps the kernel vectorisable
+    const int hi = fdiv(z, d, 1.0f / (float)d), lo = z - hi * d;
+    const int b = b_inner ? lo : hi, crs = b_inner ? hi : lo;
+    const int c = fdiv(crs, rs, 1.0f / (float)rs), rsi = crs - c * rs;
+    const int r = fdiv(rsi, S, 1.0f / (float)S), s = rsi - r * S;
     const int h = p * stride_h - pad_h + r * dil_h;
     const int w = q * stride_w - pad_w + s * dil_w;
-    const int in = (uint)h < (uint)H && (uint)w < (uint)W;
-    const int idx = in ? ((b * C + c0 + c) * H + h) * W + w : 0;
-    const float v = x[offx + idx];
-    col[offcol + b * bstride + crs * ld + pq] = in ? v : 0.0f;
+    float v = 0.0f;
+    if ((uint)h < (uint)H && (uint)w < (uint)W)
+        v = x[offx + ((b * C + c0 + c) * H + h) * W + w];
+    col[offcol + b * bstride + crs * ld + p * Q + q] = v;
 }
 
 #if defined(CR) && defined(CS)
-// col2im for stride 1, dilation 1 with the window size fixed at compile time
-// (-D CR=R -D CS=S): unrolled, branch-free gather of the CR*CS column
-// entries that read input pixel (h, w). gws = (H*W, Cg, images).
+// col2im for stride 1, dilation 1 with the window fixed at compile time
+// (-D CR=R -D CS=S): unrolled gather of the CR*CS column entries that read
+// input pixel (h, w). gws = (W, H, images*Cg); dim 0 along the row makes
+// every column read consecutive across work-items (masked at the edges).
 __kernel void col2im_s1(__global const float *col, const int offcol, const int bstride, const int ld,
                         const int C, const int H, const int W, const int c0, const int Cg,
                         const int P, const int Q, const int pad_h, const int pad_w,
                         __global float *dx, const int offdx)
 {
-    const int hw = get_global_id(0);
-    const int c = get_global_id(1);
-    const int b = get_global_id(2);
-    if (hw >= H * W || c >= Cg)
+    const int w = get_global_id(0);
+    const int h = get_global_id(1);
+    const int z = get_global_id(2);
+    if (w >= W || h >= H)
         return;
-    const int h = UDIV(hw, W), w = hw % W;
+    const int b = fdiv(z, Cg, 1.0f / (float)Cg), c = z - b * Cg;
     __global const float *cb = col + offcol + b * bstride + c * (CR * CS) * ld;
     float acc = 0.0f;
 #pragma unroll
     for (int r = 0; r < CR; r++) {
         const int p = h + pad_h - r;
-        const int pin = (uint)p < (uint)P;
 #pragma unroll
         for (int s = 0; s < CS; s++) {
             const int q = w + pad_w - s;
-            const int in = pin && (uint)q < (uint)Q;
-            const float v = cb[in ? (r * CS + s) * ld + p * Q + q : 0];
-            acc += in ? v : 0.0f;
+            if ((uint)p < (uint)P && (uint)q < (uint)Q)
+                acc += cb[(r * CS + s) * ld + p * Q + q];
         }
     }
     dx[offdx + ((b * C + c0 + c) * H + h) * W + w] = acc;

@@ -173,12 +173,26 @@ static int chunk_images(clg_device *dev, int N, size_t per_image)
     return nb > (size_t)N ? N : (int)nb;
 }
 
+/* CLGRAD_CONV_LEGACY=1 selects the original row-per-work-item im2col and
+ * the generic col2im (for A/B timing of the element-wise kernels). */
+static int legacy_kernels(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("CLGRAD_CONV_LEGACY");
+        v = e && *e && *e != '0';
+    }
+    return v;
+}
+
 static clg_status launch_im2col(clg_device *dev, const clg_conv_shape *s, int nb, cl_mem x, size_t offx, int c0,
                                 cl_mem col, int bstride, int ld)
 {
     cl_kernel k;
-    CLG_TRY(clg_kernel_get(dev, "im2col", "", "im2col", &k));
     int Cg = s->C / s->groups, P = clg_conv_out_h(s), Q = clg_conv_out_w(s);
+    /* the element kernel's float-reciprocal division is exact below 2^23 */
+    int legacy = legacy_kernels() || (long)nb * Cg * s->R * s->S >= (1L << 23);
+    CLG_TRY(clg_kernel_get(dev, "im2col", "", legacy ? "im2col" : "im2col_w", &k));
     clg_kargs a = {k, 0, CL_SUCCESS};
     clg_ka_mem(&a, x);
     clg_ka_int(&a, (int)offx);
@@ -202,8 +216,16 @@ static clg_status launch_im2col(clg_device *dev, const clg_conv_shape *s, int nb
     clg_ka_int(&a, bstride);
     clg_ka_int(&a, ld);
     CLG_TRY(ka_done(dev, &a, "im2col args"));
-    size_t gws[3] = {(size_t)P, (size_t)Cg * s->R * s->S, (size_t)nb};
-    return clg_conv_enqueue(dev, k, 3, gws, NULL);
+    if (legacy) {
+        size_t gws[3] = {(size_t)P, (size_t)Cg * s->R * s->S, (size_t)nb};
+        return clg_conv_enqueue(dev, k, 3, gws, NULL);
+    }
+    clg_ka_int(&a, nb);
+    clg_ka_int(&a, bstride < ld);
+    CLG_TRY(ka_done(dev, &a, "im2col_w args"));
+    size_t gws[3], lws[3];
+    clg_conv_geom(Q, P, nb * Cg * s->R * s->S, gws, lws);
+    return clg_conv_enqueue(dev, k, 3, gws, lws);
 }
 
 static clg_status im2col_fwd(clg_device *dev, const clg_conv_shape *s, cl_mem x, size_t offx, cl_mem w, size_t offw,
@@ -298,9 +320,18 @@ static clg_status im2col_bwd_data(clg_device *dev, const clg_conv_shape *s, cl_m
         }
         return CLG_OK;
     }
-    cl_kernel k;
-    CLG_TRY(clg_kernel_get(dev, "im2col", "", "col2im", &k));
     int nb = chunk_images(dev, s->N, (size_t)CRS * PQ);
+    /* stride-1 windows up to 11x11 use the unrolled, row-vectorised gather */
+    int s1 = !legacy_kernels() && s->stride_h == 1 && s->stride_w == 1 && s->dil_h == 1 && s->dil_w == 1 &&
+             s->R <= 11 && s->S <= 11 && (long)nb * Cg < (1L << 23);
+    cl_kernel k;
+    if (s1) {
+        char opts[64];
+        snprintf(opts, sizeof opts, "-D CR=%d -D CS=%d", s->R, s->S);
+        CLG_TRY(clg_kernel_get(dev, "im2col", opts, "col2im_s1", &k));
+    } else {
+        CLG_TRY(clg_kernel_get(dev, "im2col", "", "col2im", &k));
+    }
     cl_mem col = NULL;
     CLG_TRY(clg_buf_alloc(dev, sizeof(float) * (size_t)nb * CRS * PQ, &col));
     clg_status st = CLG_OK;
@@ -316,13 +347,35 @@ static clg_status im2col_bwd_data(clg_device *dev, const clg_conv_shape *s, cl_m
             g.offC = 0;
             g.ldc = PQ;
             g.strideC = (size_t)CRS * PQ;
+            clg_conv_prof(dev, NULL);
             if ((st = clg_gemm(dev, &g, NULL)) != CLG_OK)
                 break;
+            clg_conv_prof(dev, "bd gemm");
             clg_kargs a = {k, 0, CL_SUCCESS};
             clg_ka_mem(&a, col);
             clg_ka_int(&a, 0);
             clg_ka_int(&a, CRS * PQ);
             clg_ka_int(&a, PQ);
+            if (s1) {
+                clg_ka_int(&a, s->C);
+                clg_ka_int(&a, s->H);
+                clg_ka_int(&a, s->W);
+                clg_ka_int(&a, gr * Cg);
+                clg_ka_int(&a, Cg);
+                clg_ka_int(&a, P);
+                clg_ka_int(&a, Q);
+                clg_ka_int(&a, s->pad_h);
+                clg_ka_int(&a, s->pad_w);
+                clg_ka_mem(&a, dx);
+                clg_ka_int(&a, (int)(offdx + (size_t)n0 * s->C * HW));
+                if ((st = ka_done(dev, &a, "col2im_s1 args")) != CLG_OK)
+                    break;
+                size_t gws[3], lws[3];
+                clg_conv_geom(s->W, s->H, nbc * Cg, gws, lws);
+                st = clg_conv_enqueue(dev, k, 3, gws, lws);
+                clg_conv_prof(dev, "bd col2im");
+                continue;
+            }
             clg_ka_int(&a, s->C);
             clg_ka_int(&a, s->H);
             clg_ka_int(&a, s->W);
@@ -344,6 +397,7 @@ static clg_status im2col_bwd_data(clg_device *dev, const clg_conv_shape *s, cl_m
                 break;
             size_t gws[3] = {(size_t)HW, (size_t)Cg, (size_t)nbc};
             st = clg_conv_enqueue(dev, k, 3, gws, NULL);
+            clg_conv_prof(dev, "bd col2im");
         }
     }
     clg_buf_release(dev, col);
