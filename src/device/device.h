@@ -35,6 +35,27 @@ CLG_INTERNAL clg_status clg_cl_fail(clg_err *err, cl_int e, const char *what, co
             return clg_s_;                    \
     } while (0)
 
+// ---- kernel arguments ----
+
+/* Sets kernel arguments in order and remembers the first failure, so a
+ * launcher checks once: clg_kargs a = {k, 0, CL_SUCCESS}; clg_ka_int(&a, n);
+ * ...; if (a.e != CL_SUCCESS) return clg_cl_fail(...). */
+typedef struct clg_kargs {
+    cl_kernel k;
+    cl_uint i;
+    cl_int e;
+} clg_kargs;
+
+static inline void clg_ka_arg(clg_kargs *a, size_t size, const void *v)
+{
+    if (a->e == CL_SUCCESS)
+        a->e = clSetKernelArg(a->k, a->i, size, v);
+    a->i++;
+}
+static inline void clg_ka_int(clg_kargs *a, int v) { clg_ka_arg(a, sizeof v, &v); }
+static inline void clg_ka_float(clg_kargs *a, float v) { clg_ka_arg(a, sizeof v, &v); }
+static inline void clg_ka_mem(clg_kargs *a, cl_mem v) { clg_ka_arg(a, sizeof v, &v); }
+
 // ---- buffer pool ----
 
 typedef struct clg_pool_block {

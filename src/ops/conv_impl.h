@@ -7,32 +7,6 @@
 #include "conv.h"
 #include "gemm.h"
 
-/* Kernel-argument setter that remembers the first failure. */
-typedef struct clg_kargs {
-    cl_kernel k;
-    cl_uint i;
-    cl_int e;
-} clg_kargs;
-
-static inline void clg_ka_int(clg_kargs *a, int v)
-{
-    if (a->e == CL_SUCCESS)
-        a->e = clSetKernelArg(a->k, a->i, sizeof v, &v);
-    a->i++;
-}
-static inline void clg_ka_float(clg_kargs *a, float v)
-{
-    if (a->e == CL_SUCCESS)
-        a->e = clSetKernelArg(a->k, a->i, sizeof v, &v);
-    a->i++;
-}
-static inline void clg_ka_mem(clg_kargs *a, cl_mem v)
-{
-    if (a->e == CL_SUCCESS)
-        a->e = clSetKernelArg(a->k, a->i, sizeof v, &v);
-    a->i++;
-}
-
 /* Largest workspace buffer a launcher allocates, in floats. */
 CLG_INTERNAL size_t clg_conv_ws_floats(clg_device *dev);
 /* Enqueues k over gws (dims 1..3), local size lws (NULL: runtime's choice). */

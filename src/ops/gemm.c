@@ -50,33 +50,6 @@ static clg_status check_args(clg_device *dev, const clg_gemm_args *a)
     return CLG_OK;
 }
 
-/* ---- kernel arguments ---- */
-
-typedef struct kargs {
-    cl_kernel k;
-    cl_uint i;
-    cl_int e;
-} kargs;
-
-static void ka_int(kargs *a, int v)
-{
-    if (a->e == CL_SUCCESS)
-        a->e = clSetKernelArg(a->k, a->i, sizeof v, &v);
-    a->i++;
-}
-static void ka_flt(kargs *a, float v)
-{
-    if (a->e == CL_SUCCESS)
-        a->e = clSetKernelArg(a->k, a->i, sizeof v, &v);
-    a->i++;
-}
-static void ka_mem(kargs *a, cl_mem v)
-{
-    if (a->e == CL_SUCCESS)
-        a->e = clSetKernelArg(a->k, a->i, sizeof v, &v);
-    a->i++;
-}
-
 /* Events: the first enqueued kernel goes to *first (when asked), the last to
  * *last. ev_slot returns where the next kernel's event should go. */
 typedef struct evs {
@@ -126,30 +99,30 @@ static clg_status gemm_ref(clg_device *dev, const clg_gemm_args *a, evs *ev)
     cl_kernel k;
     CLG_TRY(clg_kernel_get(dev, "gemm", "", "gemm_ref", &k));
     int batch = a->batch > 0 ? a->batch : 1;
-    kargs g = {k, 0, CL_SUCCESS};
-    ka_int(&g, a->M);
-    ka_int(&g, a->N);
-    ka_int(&g, a->K);
-    ka_flt(&g, a->alpha);
-    ka_flt(&g, a->beta);
-    ka_int(&g, a->ta);
-    ka_int(&g, a->tb);
-    ka_mem(&g, a->A);
-    ka_int(&g, (int)a->offA);
-    ka_int(&g, a->lda);
-    ka_int(&g, (int)a->strideA);
-    ka_mem(&g, a->B);
-    ka_int(&g, (int)a->offB);
-    ka_int(&g, a->ldb);
-    ka_int(&g, (int)a->strideB);
-    ka_mem(&g, a->C);
-    ka_int(&g, (int)a->offC);
-    ka_int(&g, a->ldc);
-    ka_int(&g, (int)a->strideC);
-    ka_mem(&g, a->bias ? a->bias : a->C);
-    ka_int(&g, (int)a->offBias);
-    ka_int(&g, (int)a->bias_mode);
-    ka_int(&g, a->relu);
+    clg_kargs g = {k, 0, CL_SUCCESS};
+    clg_ka_int(&g, a->M);
+    clg_ka_int(&g, a->N);
+    clg_ka_int(&g, a->K);
+    clg_ka_float(&g, a->alpha);
+    clg_ka_float(&g, a->beta);
+    clg_ka_int(&g, a->ta);
+    clg_ka_int(&g, a->tb);
+    clg_ka_mem(&g, a->A);
+    clg_ka_int(&g, (int)a->offA);
+    clg_ka_int(&g, a->lda);
+    clg_ka_int(&g, (int)a->strideA);
+    clg_ka_mem(&g, a->B);
+    clg_ka_int(&g, (int)a->offB);
+    clg_ka_int(&g, a->ldb);
+    clg_ka_int(&g, (int)a->strideB);
+    clg_ka_mem(&g, a->C);
+    clg_ka_int(&g, (int)a->offC);
+    clg_ka_int(&g, a->ldc);
+    clg_ka_int(&g, (int)a->strideC);
+    clg_ka_mem(&g, a->bias ? a->bias : a->C);
+    clg_ka_int(&g, (int)a->offBias);
+    clg_ka_int(&g, (int)a->bias_mode);
+    clg_ka_int(&g, a->relu);
     if (g.e != CL_SUCCESS)
         return clg_cl_fail(clg_dev_err(dev), g.e, "clSetKernelArg(gemm_ref)", __FILE__, __LINE__);
     size_t gws[3] = {(size_t)a->N, (size_t)a->M, (size_t)batch};
@@ -358,18 +331,18 @@ static void scratch_release(clg_device *dev, scratch *s)
 static clg_status pack(clg_device *dev, cl_kernel k, int R, int K, int Kp, int kmaj, cl_mem X, size_t off, int ld,
                        size_t stride, int batch, int P, cl_mem D, int dstride, evs *ev)
 {
-    kargs g = {k, 0, CL_SUCCESS};
-    ka_int(&g, R);
-    ka_int(&g, K);
-    ka_int(&g, Kp);
-    ka_int(&g, kmaj);
-    ka_mem(&g, X);
-    ka_int(&g, (int)off);
-    ka_int(&g, ld);
-    ka_int(&g, (int)stride);
-    ka_int(&g, P);
-    ka_mem(&g, D);
-    ka_int(&g, dstride);
+    clg_kargs g = {k, 0, CL_SUCCESS};
+    clg_ka_int(&g, R);
+    clg_ka_int(&g, K);
+    clg_ka_int(&g, Kp);
+    clg_ka_int(&g, kmaj);
+    clg_ka_mem(&g, X);
+    clg_ka_int(&g, (int)off);
+    clg_ka_int(&g, ld);
+    clg_ka_int(&g, (int)stride);
+    clg_ka_int(&g, P);
+    clg_ka_mem(&g, D);
+    clg_ka_int(&g, dstride);
     if (g.e != CL_SUCCESS)
         return clg_cl_fail(clg_dev_err(dev), g.e, "clSetKernelArg(gemm_pack)", __FILE__, __LINE__);
     size_t gws[3] = {(size_t)CLG_CEIL_DIV(Kp, 16), (size_t)CLG_CEIL_DIV(R, P), (size_t)batch};
@@ -446,30 +419,30 @@ static clg_status gemm_own(clg_device *dev, const clg_gemm_args *a, const clg_ge
                        ev)) != CLG_OK)
             goto out;
     }
-    kargs g = {kmain, 0, CL_SUCCESS};
-    ka_int(&g, M);
-    ka_int(&g, N);
-    ka_int(&g, Kp);
+    clg_kargs g = {kmain, 0, CL_SUCCESS};
+    clg_ka_int(&g, M);
+    clg_ka_int(&g, N);
+    clg_ka_int(&g, Kp);
     if (cpu)
-        ka_int(&g, Mt);
-    ka_flt(&g, a->alpha);
-    ka_flt(&g, a->beta);
-    ka_mem(&g, s.m[0]);
-    ka_int(&g, apStride);
-    ka_mem(&g, s.m[1]);
-    ka_int(&g, bpStride);
-    ka_mem(&g, a->C);
-    ka_int(&g, (int)a->offC);
-    ka_int(&g, a->ldc);
-    ka_int(&g, (int)a->strideC);
-    ka_mem(&g, a->bias ? a->bias : a->C);
-    ka_int(&g, (int)a->offBias);
-    ka_int(&g, (int)a->bias_mode);
-    ka_int(&g, a->relu);
+        clg_ka_int(&g, Mt);
+    clg_ka_float(&g, a->alpha);
+    clg_ka_float(&g, a->beta);
+    clg_ka_mem(&g, s.m[0]);
+    clg_ka_int(&g, apStride);
+    clg_ka_mem(&g, s.m[1]);
+    clg_ka_int(&g, bpStride);
+    clg_ka_mem(&g, a->C);
+    clg_ka_int(&g, (int)a->offC);
+    clg_ka_int(&g, a->ldc);
+    clg_ka_int(&g, (int)a->strideC);
+    clg_ka_mem(&g, a->bias ? a->bias : a->C);
+    clg_ka_int(&g, (int)a->offBias);
+    clg_ka_int(&g, (int)a->bias_mode);
+    clg_ka_int(&g, a->relu);
     if (cpu) {
-        ka_int(&g, KS);
-        ka_int(&g, kchunk);
-        ka_mem(&g, s.m[2] ? s.m[2] : s.m[0]);
+        clg_ka_int(&g, KS);
+        clg_ka_int(&g, kchunk);
+        clg_ka_mem(&g, s.m[2] ? s.m[2] : s.m[0]);
     }
     if (g.e != CL_SUCCESS) {
         st = clg_cl_fail(err, g.e, "clSetKernelArg(gemm main kernel)", __FILE__, __LINE__);
@@ -490,23 +463,23 @@ static clg_status gemm_own(clg_device *dev, const clg_gemm_args *a, const clg_ge
         cl_kernel kred;
         if ((st = clg_kernel_get(dev, "gemm", "", "gemm_reduce", &kred)) != CLG_OK)
             goto out;
-        kargs r = {kred, 0, CL_SUCCESS};
-        ka_int(&r, M);
-        ka_int(&r, N);
-        ka_int(&r, KS);
-        ka_int(&r, Mt * PA);
-        ka_int(&r, Nt * PB);
-        ka_mem(&r, s.m[2]);
-        ka_flt(&r, a->alpha);
-        ka_flt(&r, a->beta);
-        ka_mem(&r, a->C);
-        ka_int(&r, (int)a->offC);
-        ka_int(&r, a->ldc);
-        ka_int(&r, (int)a->strideC);
-        ka_mem(&r, a->bias ? a->bias : a->C);
-        ka_int(&r, (int)a->offBias);
-        ka_int(&r, (int)a->bias_mode);
-        ka_int(&r, a->relu);
+        clg_kargs r = {kred, 0, CL_SUCCESS};
+        clg_ka_int(&r, M);
+        clg_ka_int(&r, N);
+        clg_ka_int(&r, KS);
+        clg_ka_int(&r, Mt * PA);
+        clg_ka_int(&r, Nt * PB);
+        clg_ka_mem(&r, s.m[2]);
+        clg_ka_float(&r, a->alpha);
+        clg_ka_float(&r, a->beta);
+        clg_ka_mem(&r, a->C);
+        clg_ka_int(&r, (int)a->offC);
+        clg_ka_int(&r, a->ldc);
+        clg_ka_int(&r, (int)a->strideC);
+        clg_ka_mem(&r, a->bias ? a->bias : a->C);
+        clg_ka_int(&r, (int)a->offBias);
+        clg_ka_int(&r, (int)a->bias_mode);
+        clg_ka_int(&r, a->relu);
         if (r.e != CL_SUCCESS) {
             st = clg_cl_fail(err, r.e, "clSetKernelArg(gemm_reduce)", __FILE__, __LINE__);
             goto out;
@@ -531,17 +504,17 @@ static clg_status gemm_epilogue(clg_device *dev, const clg_gemm_args *a, evs *ev
 {
     cl_kernel k;
     CLG_TRY(clg_kernel_get(dev, "gemm", "", "gemm_epilogue", &k));
-    kargs g = {k, 0, CL_SUCCESS};
-    ka_int(&g, a->M);
-    ka_int(&g, a->N);
-    ka_mem(&g, a->C);
-    ka_int(&g, (int)a->offC);
-    ka_int(&g, a->ldc);
-    ka_int(&g, (int)a->strideC);
-    ka_mem(&g, a->bias ? a->bias : a->C);
-    ka_int(&g, (int)a->offBias);
-    ka_int(&g, (int)a->bias_mode);
-    ka_int(&g, a->relu);
+    clg_kargs g = {k, 0, CL_SUCCESS};
+    clg_ka_int(&g, a->M);
+    clg_ka_int(&g, a->N);
+    clg_ka_mem(&g, a->C);
+    clg_ka_int(&g, (int)a->offC);
+    clg_ka_int(&g, a->ldc);
+    clg_ka_int(&g, (int)a->strideC);
+    clg_ka_mem(&g, a->bias ? a->bias : a->C);
+    clg_ka_int(&g, (int)a->offBias);
+    clg_ka_int(&g, (int)a->bias_mode);
+    clg_ka_int(&g, a->relu);
     if (g.e != CL_SUCCESS)
         return clg_cl_fail(clg_dev_err(dev), g.e, "clSetKernelArg(gemm_epilogue)", __FILE__, __LINE__);
     size_t gws[3] = {(size_t)a->N, (size_t)a->M, (size_t)(a->batch > 0 ? a->batch : 1)};
