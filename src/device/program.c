@@ -233,17 +233,16 @@ static clg_status check_options(clg_device *dev, const char *name, const char *o
     return CLG_OK;
 }
 
-clg_status clg_program_get(clg_device *dev, const char *name, const char *options, cl_program *out)
+/* The device's entry for (name, options), built on first use. The pointer
+ * is valid until the next entry is added. */
+static clg_status program_entry(clg_device *dev, const char *name, const char *options, clg_program_entry **out)
 {
-    if (!dev || !name || !out)
-        return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG, "clg_program_get: NULL argument");
-    *out = NULL;
     const char *opts = options ? options : "";
     uint64_t mkey = clg_hash_str(opts, clg_hash_str(name, CLG_HASH_SEED));
     for (int i = 0; i < dev->nprogs; i++) {
         clg_program_entry *pe = &dev->progs[i];
         if (pe->key == mkey && strcmp(pe->name, name) == 0 && strcmp(pe->options, opts) == 0) {
-            *out = pe->program;
+            *out = pe;
             return CLG_OK;
         }
     }
@@ -284,19 +283,28 @@ clg_status clg_program_get(clg_device *dev, const char *name, const char *option
         return clg_err_set(clg_dev_err(dev), CLG_ERR_HOST_OOM, "no memory");
     }
     dev->nprogs++;
-    *out = prog;
+    *out = pe;
+    return CLG_OK;
+}
+
+clg_status clg_program_get(clg_device *dev, const char *name, const char *options, cl_program *out)
+{
+    if (!dev || !name || !out)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG, "clg_program_get: NULL argument");
+    *out = NULL;
+    clg_program_entry *pe = NULL;
+    CLG_TRY(program_entry(dev, name, options, &pe));
+    *out = pe->program;
     return CLG_OK;
 }
 
 clg_status clg_kernel_get(clg_device *dev, const char *program, const char *options, const char *kernel,
                           cl_kernel *out)
 {
-    cl_program prog = NULL;
-    CLG_TRY(clg_program_get(dev, program, options, &prog));
+    if (!dev || !program || !kernel || !out)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG, "clg_kernel_get: NULL argument");
     clg_program_entry *pe = NULL;
-    for (int i = 0; i < dev->nprogs; i++)
-        if (dev->progs[i].program == prog)
-            pe = &dev->progs[i];
+    CLG_TRY(program_entry(dev, program, options, &pe));
     for (int j = 0; j < pe->nkernels; j++)
         if (strcmp(pe->kernels[j].name, kernel) == 0) {
             *out = pe->kernels[j].kernel;
@@ -311,7 +319,7 @@ clg_status clg_kernel_get(clg_device *dev, const char *program, const char *opti
         pe->capkernels = nc;
     }
     cl_int e = CL_SUCCESS;
-    cl_kernel k = clCreateKernel(prog, kernel, &e);
+    cl_kernel k = clCreateKernel(pe->program, kernel, &e);
     if (e != CL_SUCCESS)
         return clg_err_set(clg_dev_err(dev), e == CL_INVALID_KERNEL_NAME ? CLG_ERR_NOT_FOUND : CLG_ERR_OPENCL,
                            "clCreateKernel('%s' in program '%s') failed: %s", kernel, program, clg_cl_errname(e));
