@@ -679,16 +679,23 @@ static clg_status resolve(clg_device *dev, const clg_conv_shape *s, clg_conv_alg
     return CLG_OK;
 }
 
+/* Element counts of the tensors a public entry point checks. */
+static size_t conv_numel_x(const clg_conv_shape *s) { return (size_t)s->N * s->C * s->H * s->W; }
+static size_t conv_numel_w(const clg_conv_shape *s) { return (size_t)s->K * (s->C / s->groups) * s->R * s->S; }
+static size_t conv_numel_y(const clg_conv_shape *s)
+{
+    return (size_t)s->N * s->K * (size_t)clg_conv_out_h(s) * (size_t)clg_conv_out_w(s);
+}
+
 clg_status clg_conv_forward(clg_device *dev, const clg_conv_shape *s, clg_conv_algo algo, clg_conv_cache *cache,
                             cl_mem x, size_t offx, cl_mem w, size_t offw, cl_mem bias, size_t offb, int relu, cl_mem y,
                             size_t offy)
 {
     clg_err *err = clg_dev_err(dev);
     CLG_TRY(clg_conv_check(err, s));
-    size_t P = (size_t)clg_conv_out_h(s), Q = (size_t)clg_conv_out_w(s);
-    CLG_TRY(check_off(dev, "x", x, offx, (size_t)s->N * s->C * s->H * s->W));
-    CLG_TRY(check_off(dev, "w", w, offw, (size_t)s->K * (s->C / s->groups) * s->R * s->S));
-    CLG_TRY(check_off(dev, "y", y, offy, (size_t)s->N * s->K * P * Q));
+    CLG_TRY(check_off(dev, "x", x, offx, conv_numel_x(s)));
+    CLG_TRY(check_off(dev, "w", w, offw, conv_numel_w(s)));
+    CLG_TRY(check_off(dev, "y", y, offy, conv_numel_y(s)));
     if (bias)
         CLG_TRY(check_off(dev, "bias", bias, offb, (size_t)s->K));
     clg_conv_io io;
@@ -712,10 +719,9 @@ clg_status clg_conv_backward_data(clg_device *dev, const clg_conv_shape *s, clg_
 {
     clg_err *err = clg_dev_err(dev);
     CLG_TRY(clg_conv_check(err, s));
-    size_t P = (size_t)clg_conv_out_h(s), Q = (size_t)clg_conv_out_w(s);
-    CLG_TRY(check_off(dev, "dy", dy, offdy, (size_t)s->N * s->K * P * Q));
-    CLG_TRY(check_off(dev, "w", w, offw, (size_t)s->K * (s->C / s->groups) * s->R * s->S));
-    CLG_TRY(check_off(dev, "dx", dx, offdx, (size_t)s->N * s->C * s->H * s->W));
+    CLG_TRY(check_off(dev, "dy", dy, offdy, conv_numel_y(s)));
+    CLG_TRY(check_off(dev, "w", w, offw, conv_numel_w(s)));
+    CLG_TRY(check_off(dev, "dx", dx, offdx, conv_numel_x(s)));
     clg_conv_io io;
     memset(&io, 0, sizeof io);
     io.dy = dy;
@@ -735,10 +741,9 @@ clg_status clg_conv_backward_filter(clg_device *dev, const clg_conv_shape *s, cl
 {
     clg_err *err = clg_dev_err(dev);
     CLG_TRY(clg_conv_check(err, s));
-    size_t P = (size_t)clg_conv_out_h(s), Q = (size_t)clg_conv_out_w(s);
-    CLG_TRY(check_off(dev, "x", x, offx, (size_t)s->N * s->C * s->H * s->W));
-    CLG_TRY(check_off(dev, "dy", dy, offdy, (size_t)s->N * s->K * P * Q));
-    CLG_TRY(check_off(dev, "dw", dw, offdw, (size_t)s->K * (s->C / s->groups) * s->R * s->S));
+    CLG_TRY(check_off(dev, "x", x, offx, conv_numel_x(s)));
+    CLG_TRY(check_off(dev, "dy", dy, offdy, conv_numel_y(s)));
+    CLG_TRY(check_off(dev, "dw", dw, offdw, conv_numel_w(s)));
     if (db)
         CLG_TRY(check_off(dev, "db", db, offdb, (size_t)s->K));
     clg_conv_io io;
