@@ -264,6 +264,7 @@ typedef struct clg_train_params {
     long limit_test;            /* likewise for the test set; 0: all; < 0: no evaluation */
     int progress;               /* progress on stderr: 0 off, 1 on */
     const char *save_weights;   /* also write the final weights here (may be NULL) */
+    const char *augment;        /* "none", "flip", "shift:N", "flip,shift:N"; NULL: [net] */
 } clg_train_params;
 
 typedef struct clg_train_report {

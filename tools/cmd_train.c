@@ -23,6 +23,9 @@ static void help(FILE *f)
             "  --schedule NAME      none, step or cosine\n"
             "  --warmup N           linear learning-rate warm-up over N steps\n"
             "  --clip-norm X        clip gradients to global L2 norm X (0: off)\n"
+            "  --augment SPEC       training-image augmentation: none, flip (random left-right\n"
+            "                       mirror), shift:N (random translation by up to N pixels) or\n"
+            "                       flip,shift:N (default: the model's [net] augment_* keys)\n"
             "  --gemm-backend B     auto, own or clblast (sets CLGRAD_GEMM_BACKEND)\n"
             "  --devices SEL        device selector (all, gpu, cpu, 0,1, name:TEXT); trains on the first\n"
             "  --precision P        fp32 (default) or fp16: activations and weights stored in half,\n"
@@ -109,6 +112,7 @@ int cmd_train(int argc, char **argv)
             p.clip_norm = d;
             continue;
         }
+        OPT(cli_opt_str(argc, argv, &i, "--augment", &p.augment));
         OPT(cli_opt_str(argc, argv, &i, "--devices", &devices));
         const char *gb = NULL;
         if ((r = cli_opt_str(argc, argv, &i, "--gemm-backend", &gb)) != 0) {

@@ -820,10 +820,59 @@ clg_status clg_dataset_norm_compute(clg_err *err, const clg_dataset *ds, clg_ds_
 
 // ---- batches ----
 
+static clg_status fill_batch_impl(clg_err *err, const clg_dataset *ds, const clg_ds_norm *nm, const int32_t *perm,
+                                  int start, int batch, const clg_ds_augment *aug, float *tmp, float *x,
+                                  int32_t *labels, int *count_out);
+
+/* Mirrors and/or shifts one C x H x W sample in place (tmp: H*W floats);
+ * fill is the per-channel value of a zero pixel. */
+static void augment_sample(float *d, int C, int H, int W, int flip, int dy, int dx, const float *fill, float *tmp)
+{
+    size_t plane = (size_t)H * W;
+    for (int c = 0; c < C; c++) {
+        float *p = d + (size_t)c * plane;
+        memcpy(tmp, p, plane * sizeof(float));
+        for (int y = 0; y < H; y++) {
+            int sy = y - dy;
+            for (int xx = 0; xx < W; xx++) {
+                int sx = xx - dx;
+                if (flip)
+                    sx = W - 1 - sx;
+                p[(size_t)y * W + xx] = (sy >= 0 && sy < H && sx >= 0 && sx < W) ? tmp[(size_t)sy * W + sx] : fill[c];
+            }
+        }
+    }
+}
+
 clg_status clg_dataset_fill_batch(clg_err *err, const clg_dataset *ds, const clg_ds_norm *nm, const int32_t *perm,
                                   int start, int batch, float *x, int32_t *labels, int *count_out)
 {
+    return clg_dataset_fill_batch_aug(err, ds, nm, perm, start, batch, NULL, x, labels, count_out);
+}
+
+clg_status clg_dataset_fill_batch_aug(clg_err *err, const clg_dataset *ds, const clg_ds_norm *nm,
+                                      const int32_t *perm, int start, int batch, const clg_ds_augment *aug, float *x,
+                                      int32_t *labels, int *count_out)
+{
     *count_out = 0;
+    if (aug && (aug->shift < 0 || aug->shift > CLG_DS_MAX_SHIFT))
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "augmentation shift %d is outside 0..%d", aug->shift,
+                           CLG_DS_MAX_SHIFT);
+    float *tmp = NULL;
+    if (aug && (aug->flip || aug->shift > 0)) {
+        tmp = malloc((size_t)ds->h * ds->w * sizeof(float));
+        if (!tmp)
+            return clg_err_set(err, CLG_ERR_HOST_OOM, "fill_batch: %d x %d augmentation buffer", ds->h, ds->w);
+    }
+    clg_status st = fill_batch_impl(err, ds, nm, perm, start, batch, aug, tmp, x, labels, count_out);
+    free(tmp);
+    return st;
+}
+
+static clg_status fill_batch_impl(clg_err *err, const clg_dataset *ds, const clg_ds_norm *nm, const int32_t *perm,
+                                  int start, int batch, const clg_ds_augment *aug, float *tmp, float *x,
+                                  int32_t *labels, int *count_out)
+{
     if (start < 0 || batch < 0)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "fill_batch: start %d, batch %d", start, batch);
     if (nm && nm->c != ds->c)
@@ -857,6 +906,16 @@ clg_status clg_dataset_fill_batch(clg_err *err, const clg_dataset *ds, const clg
                 for (size_t k = 0; k < plane; k++)
                     d[k] = s[k] * a[c] + b[c];
             }
+        }
+        if (tmp) {
+            /* the choices depend only on (seed, epoch, position) */
+            uint64_t key[3] = {aug->seed, aug->epoch, (uint64_t)(start + i)};
+            uint64_t r = clg_hash64(key, sizeof key, 0x61756731u);
+            int flip = aug->flip && (r & 1);
+            int span = 2 * aug->shift + 1;
+            int dy = aug->shift ? (int)((r >> 8) % (uint64_t)span) - aug->shift : 0;
+            int dx = aug->shift ? (int)((r >> 32) % (uint64_t)span) - aug->shift : 0;
+            augment_sample(dst, ds->c, ds->h, ds->w, flip, dy, dx, b, tmp);
         }
         if (labels)
             labels[i] = ds->labels[idx];

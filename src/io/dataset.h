@@ -114,6 +114,24 @@ CLG_INTERNAL clg_status clg_dataset_fill_batch(clg_err *err, const clg_dataset *
                                                const int32_t *perm, int start, int batch, float *x,
                                                int32_t *labels, int *count_out);
 
+/* Training-time augmentation, applied per sample after normalization:
+ * flip mirrors the image left-right with probability 1/2; shift moves it by
+ * (dy, dx), each uniform in [-shift, shift], filling the uncovered border
+ * with the normalized value of a zero pixel. The choices for the sample at
+ * permutation position i depend only on (seed, epoch, i), so a resumed run
+ * sees the same images. */
+typedef struct clg_ds_augment {
+    int flip;
+    int shift;
+    uint64_t seed, epoch;
+} clg_ds_augment;
+#define CLG_DS_MAX_SHIFT 8
+/* clg_dataset_fill_batch with augmentation (aug NULL or all off: none). */
+CLG_INTERNAL clg_status clg_dataset_fill_batch_aug(clg_err *err, const clg_dataset *ds, const clg_ds_norm *nm,
+                                                   const int32_t *perm, int start, int batch,
+                                                   const clg_ds_augment *aug, float *x, int32_t *labels,
+                                                   int *count_out);
+
 /* Floats per sample (C*H*W). */
 static inline size_t clg_dataset_sample_size(const clg_dataset *ds) { return (size_t)ds->c * ds->h * ds->w; }
 

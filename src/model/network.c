@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/dataset.h"
 #include "model/layers.h"
 #include "model/network.h"
 
@@ -72,6 +73,10 @@ static clg_status parse_net_section(clg_err *err, clg_net *net, clg_cfg_section 
     h->epochs = (int)v;
     CLG_TRY(clg_cfg_float(err, cfg, s, "clip_norm", 0, 0, 1e9, &d));
     h->clip_norm = d;
+    CLG_TRY(clg_cfg_int(err, cfg, s, "augment_flip", 0, 0, 1, &v));
+    h->augment_flip = (int)v;
+    CLG_TRY(clg_cfg_int(err, cfg, s, "augment_shift", 0, 0, CLG_DS_MAX_SHIFT, &v));
+    h->augment_shift = (int)v;
     return clg_cfg_check_unused(err, cfg, s);
 }
 

@@ -11,6 +11,8 @@
  *   optimizer (sgd|adam|adamw, sgd) beta1 (0.9) beta2 (0.999) epsilon (1e-8)
  *   schedule (none|step|cosine, none) step_size (epochs, 1) gamma (0.1)
  *   warmup (steps of linear warm-up, 0) epochs (10) clip_norm (0 = off)
+ *   augment_flip (0|1, 0: random left-right mirror of training images)
+ *   augment_shift (pixels 0..8, 0: random translation of training images)
  *
  * Every other section is a layer; its generic keys are
  *   name    unique name (default "<type><index>")
@@ -33,6 +35,7 @@ typedef struct clg_hparams {
     long warmup;
     int epochs;
     double clip_norm;
+    int augment_flip, augment_shift; /* training-data augmentation (clg_ds_augment) */
 } clg_hparams;
 
 enum { CLG_OPT_SGD = 0, CLG_OPT_ADAM = 1, CLG_OPT_ADAMW = 2 };

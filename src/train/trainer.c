@@ -245,6 +245,34 @@ clg_status clg_train_write_svg(clg_err *err, const char *csv_path, const char *t
 
 // ---- the loop ----
 
+/* "none", "flip", "shift:N" or "flip,shift:N" (either order). */
+static clg_status parse_augment(clg_err *err, const char *spec, int *flip, int *shift)
+{
+    int f = 0, sh = 0;
+    if (strcmp(spec, "none") != 0) {
+        const char *p = spec;
+        while (*p) {
+            size_t n = strcspn(p, ",");
+            int v = -1, used = 0;
+            if (n == 4 && strncmp(p, "flip", 4) == 0)
+                f = 1;
+            else if (n > 6 && strncmp(p, "shift:", 6) == 0 && sscanf(p + 6, "%d%n", &v, &used) == 1 &&
+                     (size_t)used == n - 6 && v >= 0 && v <= CLG_DS_MAX_SHIFT)
+                sh = v;
+            else
+                return clg_err_set(err, CLG_ERR_INVALID_ARG,
+                                   "augment '%s': expected none, flip, shift:N (N in 0..%d) or flip,shift:N", spec,
+                                   CLG_DS_MAX_SHIFT);
+            p += n;
+            if (*p == ',')
+                p++;
+        }
+    }
+    *flip = f;
+    *shift = sh;
+    return CLG_OK;
+}
+
 static clg_status apply_overrides(clg_err *err, clg_model *m, const clg_train_params *p)
 {
     clg_hparams *h = &m->hp;
@@ -266,6 +294,8 @@ static clg_status apply_overrides(clg_err *err, clg_model *m, const clg_train_pa
             return clg_err_set(err, CLG_ERR_INVALID_ARG, "unknown optimizer '%s' (sgd, adam or adamw)", p->optimizer);
         h->optimizer = o;
     }
+    if (p->augment)
+        CLG_TRY(parse_augment(err, p->augment, &h->augment_flip, &h->augment_shift));
     if (p->schedule) {
         int s = clg_sched_parse(p->schedule);
         if (s < 0)
@@ -349,6 +379,8 @@ static clg_status run(train_state *ts, clg_train_report *rep)
             clg_rng_seed(&r, m->seed, (uint64_t)e + 1000003u);
             clg_dataset_shuffle(ts->perm, N, &r);
         }
+        /* augmentation choices depend only on (seed, epoch, position), like the order */
+        const clg_ds_augment aug = {m->hp.augment_flip, m->hp.augment_shift, m->seed, (uint64_t)e};
         int b0 = m->batch_in_epoch;
         double t0 = clg_now_sec();
         int64_t imgs = 0;
@@ -359,9 +391,9 @@ static clg_status run(train_state *ts, clg_train_report *rep)
         /* prefetch the first batch */
         if (b0 < spe) {
             CLG_TRY(clg_session_stage_wait(m, b0 % CLG_STAGES));
-            CLG_TRY(clg_dataset_fill_batch(err, ts->train, &m->norm, ts->perm, b0 * B, CLG_MIN(B, N - b0 * B),
-                                           m->xhost[b0 % CLG_STAGES], m->yhost[b0 % CLG_STAGES],
-                                           &cnt[b0 % CLG_STAGES]));
+            CLG_TRY(clg_dataset_fill_batch_aug(err, ts->train, &m->norm, ts->perm, b0 * B, CLG_MIN(B, N - b0 * B),
+                                               &aug, m->xhost[b0 % CLG_STAGES], m->yhost[b0 % CLG_STAGES],
+                                               &cnt[b0 % CLG_STAGES]));
             CLG_TRY(clg_session_upload(m, b0 % CLG_STAGES, cnt[b0 % CLG_STAGES], 1));
         }
         double lsum = 0, csum = 0;
@@ -383,8 +415,9 @@ static clg_status run(train_state *ts, clg_train_report *rep)
             /* prepare the next batch on the host while the device computes */
             if (b + 1 < spe && !(p->max_steps > 0 && m->step >= p->max_steps)) {
                 CLG_TRY(clg_session_stage_wait(m, nx));
-                CLG_TRY(clg_dataset_fill_batch(err, ts->train, &m->norm, ts->perm, (b + 1) * B,
-                                               CLG_MIN(B, N - (b + 1) * B), m->xhost[nx], m->yhost[nx], &cnt[nx]));
+                CLG_TRY(clg_dataset_fill_batch_aug(err, ts->train, &m->norm, ts->perm, (b + 1) * B,
+                                                   CLG_MIN(B, N - (b + 1) * B), &aug, m->xhost[nx], m->yhost[nx],
+                                                   &cnt[nx]));
                 CLG_TRY(clg_session_upload(m, nx, cnt[nx], 1));
             }
             /* collect finished metrics without waiting */

@@ -570,6 +570,101 @@ START_TEST(test_norm_and_batches)
 }
 END_TEST
 
+/* Augmentation: every augmented sample must be the plain normalized sample
+ * mirrored and/or shifted by one (flip, dy, dx) in range, border filled with
+ * the normalized zero pixel; choices reproducible from (seed, epoch). */
+static int aug_matches(const float *got, const float *plain, const float *fill, int c, int h, int w, int flip, int dy,
+                       int dx)
+{
+    for (int ch = 0; ch < c; ch++)
+        for (int y = 0; y < h; y++)
+            for (int x = 0; x < w; x++) {
+                int sy = y - dy, sx = x - dx;
+                if (flip)
+                    sx = w - 1 - sx;
+                float want = (sy >= 0 && sy < h && sx >= 0 && sx < w) ? plain[((size_t)ch * h + sy) * w + sx] : fill[ch];
+                if (!(fabsf(got[((size_t)ch * h + y) * w + x] - want) <= 1e-6f * (fabsf(want) + 1)))
+                    return 0;
+            }
+    return 1;
+}
+
+START_TEST(test_augment)
+{
+    clg_rng r;
+    tu_rng(&r, 28);
+    int n = 240, c = 1 + (int)(clg_rng_u32(&r) % 2), h = 5 + (int)(clg_rng_u32(&r) % 6), w = 5 + (int)(clg_rng_u32(&r) % 6);
+    clg_err err = {{0}};
+    clg_dataset *ds = NULL;
+    ck_assert_int_eq(clg_dataset_create(&err, n, c, h, w, 10, CLG_DS_F32, &ds), CLG_OK);
+    size_t per = (size_t)c * h * w;
+    for (size_t i = 0; i < (size_t)n * per; i++)
+        ds->f32[i] = clg_rng_normal(&r) + 0.25f; /* distinct values: one transform matches */
+    for (int i = 0; i < n; i++)
+        ds->labels[i] = (int32_t)(clg_rng_u32(&r) % 10);
+    clg_ds_norm nm;
+    ck_assert_int_eq(clg_dataset_norm_compute(&err, ds, &nm), CLG_OK);
+    float fill[CLG_DS_MAX_CHANNELS];
+    for (int ch = 0; ch < c; ch++)
+        fill[ch] = -nm.mean[ch] / nm.std[ch];
+    int32_t *perm = malloc(sizeof(int32_t) * (size_t)n);
+    clg_dataset_epoch_perm(perm, n, 5, 0);
+    float *plain = malloc(sizeof(float) * per * (size_t)n), *x = malloc(sizeof(float) * per * (size_t)n),
+          *x2 = malloc(sizeof(float) * per * (size_t)n);
+    int32_t *lab = malloc(sizeof(int32_t) * (size_t)n);
+    int cnt = -1;
+    ck_assert_int_eq(clg_dataset_fill_batch(&err, ds, &nm, perm, 0, n, plain, NULL, &cnt), CLG_OK);
+    enum { S = 2 };
+    clg_ds_augment aug = {1, S, clg_rng_u32(&r), 3};
+    tu_poison(x, per * (size_t)n);
+    ck_assert_int_eq(clg_dataset_fill_batch_aug(&err, ds, &nm, perm, 0, n, &aug, x, lab, &cnt), CLG_OK);
+    ck_assert_int_eq(cnt, n);
+    int flips = 0, dys[2 * S + 1] = {0}, dxs[2 * S + 1] = {0};
+    for (int i = 0; i < n; i++) {
+        ck_assert_int_eq(lab[i], ds->labels[perm[i]]);
+        int found = 0;
+        for (int f = 0; f < 2 && !found; f++)
+            for (int dy = -S; dy <= S && !found; dy++)
+                for (int dx = -S; dx <= S && !found; dx++)
+                    if (aug_matches(x + (size_t)i * per, plain + (size_t)i * per, fill, c, h, w, f, dy, dx)) {
+                        found = 1;
+                        flips += f;
+                        dys[dy + S]++;
+                        dxs[dx + S]++;
+                    }
+        ck_assert_msg(found, "sample %d is no flip/shift of its source", i);
+    }
+    /* 240 fair coin flips: 120 +- 45 is > 5 sigma; each of 5 shifts about 48 times */
+    ck_assert_msg(flips > 75 && flips < 165, "%d of %d mirrored", flips, n);
+    for (int k = 0; k <= 2 * S; k++)
+        ck_assert_msg(dys[k] > 15 && dxs[k] > 15, "shift %d seen %d/%d times", k - S, dys[k], dxs[k]);
+    /* same (seed, epoch, position) -> same images, also when filled in two batches */
+    ck_assert_int_eq(clg_dataset_fill_batch_aug(&err, ds, &nm, perm, 0, n / 2, &aug, x2, NULL, &cnt), CLG_OK);
+    ck_assert_int_eq(clg_dataset_fill_batch_aug(&err, ds, &nm, perm, n / 2, n, &aug, x2 + per * (size_t)(n / 2), NULL,
+                                                &cnt),
+                     CLG_OK);
+    ck_assert(memcmp(x, x2, sizeof(float) * per * (size_t)n) == 0);
+    /* another epoch: other choices */
+    aug.epoch = 4;
+    ck_assert_int_eq(clg_dataset_fill_batch_aug(&err, ds, &nm, perm, 0, n, &aug, x2, NULL, &cnt), CLG_OK);
+    ck_assert(memcmp(x, x2, sizeof(float) * per * (size_t)n) != 0);
+    /* all off = no augmentation */
+    clg_ds_augment off = {0, 0, 1, 0};
+    ck_assert_int_eq(clg_dataset_fill_batch_aug(&err, ds, &nm, perm, 0, n, &off, x2, NULL, &cnt), CLG_OK);
+    ck_assert(memcmp(plain, x2, sizeof(float) * per * (size_t)n) == 0);
+    /* out-of-range shift: a clear error */
+    clg_ds_augment bad = {0, CLG_DS_MAX_SHIFT + 1, 1, 0};
+    ck_assert_int_eq(clg_dataset_fill_batch_aug(&err, ds, &nm, perm, 0, n, &bad, x2, NULL, &cnt), CLG_ERR_INVALID_ARG);
+    ck_assert(strstr(err.msg, "shift") != NULL);
+    free(perm);
+    free(plain);
+    free(x);
+    free(x2);
+    free(lab);
+    clg_dataset_free(ds);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("dataset");
@@ -582,6 +677,7 @@ int main(void)
     tcase_add_test(tc, test_images);
     tcase_add_test(tc, test_shuffle);
     tcase_add_test(tc, test_norm_and_batches);
+    tcase_add_test(tc, test_augment);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -628,6 +628,8 @@ static void resume_case(const char *optimizer, const char *schedule, const char 
     p.seed = tu_seed();
     p.limit_test = 64;
     p.max_steps = 17; /* 200 samples / batch 32 = 7 steps per epoch (last one partial) */
+    if (strcmp(optimizer, "adamw") == 0)
+        p.augment = "flip,shift:2"; /* augmentation choices are reproduced on resume too */
     p.checkpoint_dir = full;
     p.save_weights = wa;
     clg_train_report rep;
