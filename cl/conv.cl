@@ -1,5 +1,5 @@
 // Direct convolution kernels (any shape, meant for depthwise / small cases)
-// and the bias gradient reduction. NCHW fp32; see src/ops/conv.c.
+// (bias gradient: cl/conv_bwdf.cl). NCHW fp32; see src/ops/conv.c.
 
 #define CONV_WG 64
 // Quotients unsigned, remainders signed: see the note in im2col.cl.
@@ -129,22 +129,6 @@ void direct_bwd_filter(__global const float *x, const int offx, __global const f
             acc = fma(dy[offdy + (n * K + k) * PQ + pq], x[offx + ((n * C + g * Cg + c) * H + h) * W + w], acc);
     }
     wg_reduce_store(red, acc, beta, dw + offdw + idx);
-}
-
-// db[k] = beta*db[k] + sum_{n,i} dy[n,k,i]: one work-group per k.
-__kernel __attribute__((reqd_work_group_size(CONV_WG, 1, 1)))
-void bias_grad(__global const float *dy, const int offdy, const int N, const int K, const int PQ,
-               const float beta, __global float *db, const int offdb)
-{
-    __local float red[CONV_WG];
-    const int k = get_group_id(0);
-    float acc = 0.0f;
-    for (int n = 0; n < N; n++) { // no division: plane by plane, work-items along the plane
-        __global const float *d = dy + offdy + (n * K + k) * PQ;
-        for (int j = get_local_id(0); j < PQ; j += CONV_WG)
-            acc += d[j];
-    }
-    wg_reduce_store(red, acc, beta, db + offdb + k);
 }
 
 // ---- FFT convolution helpers (src/ops/conv_fft.c) ----

@@ -404,6 +404,42 @@ static clg_status im2col_bwd_data(clg_device *dev, const clg_conv_shape *s, cl_m
     return st;
 }
 
+/* Few taps per filter (first layers): im2col, then weight and bias partial
+ * sums read straight from dy (conv_bwdf.c); db may be NULL. */
+static clg_status im2col_bwd_filter_small(clg_device *dev, const clg_conv_shape *s, cl_mem x, size_t offx, cl_mem dy,
+                                          size_t offdy, float beta, cl_mem dw, size_t offdw, cl_mem db, size_t offdb)
+{
+    int P = clg_conv_out_h(s), Q = clg_conv_out_w(s), PQ = P * Q, HW = s->H * s->W;
+    int J = s->C * s->R * s->S;
+    int nb = chunk_images(dev, s->N, (size_t)J * PQ);
+    int nper = clg_conv_bwdf_nper(s->N, s->K);
+    int maxch = CLG_CEIL_DIV(s->N, nper) + CLG_CEIL_DIV(s->N, nb); /* chunks never span two im2col chunks */
+    cl_mem col = NULL, part = NULL;
+    clg_status st = clg_buf_alloc(dev, sizeof(float) * (size_t)nb * J * PQ, &col);
+    if (st == CLG_OK)
+        st = clg_buf_alloc(dev, sizeof(float) * (size_t)maxch * s->K * (J + 1), &part);
+    int pch = 0;
+    for (int n0 = 0; n0 < s->N && st == CLG_OK; n0 += nb) {
+        int nbc = CLG_MIN(nb, s->N - n0);
+        clg_conv_prof(dev, NULL);
+        st = launch_im2col(dev, s, nbc, x, offx + (size_t)n0 * s->C * HW, 0, col, PQ, nbc * PQ);
+        clg_conv_prof(dev, "bf im2col");
+        if (st == CLG_OK)
+            st = clg_conv_bwdf_small_chunk(dev, J, dy, offdy + (size_t)n0 * s->K * PQ, col, nbc * PQ, nbc, s->K, PQ,
+                                           nper, pch, part);
+        clg_conv_prof(dev, "bf small");
+        pch += CLG_CEIL_DIV(nbc, nper);
+    }
+    if (st == CLG_OK)
+        st = clg_conv_part_reduce(dev, part, pch, s->K, J, J + 1, 0, beta, dw, offdw, J);
+    if (st == CLG_OK && db)
+        st = clg_conv_part_reduce(dev, part, pch, s->K, 1, J + 1, J, beta, db, offdb, 1);
+    clg_conv_prof(dev, "bf reduce");
+    clg_buf_release(dev, col);
+    clg_buf_release(dev, part);
+    return st;
+}
+
 static clg_status im2col_bwd_filter(clg_device *dev, const clg_conv_shape *s, cl_mem x, size_t offx, cl_mem dy,
                                     size_t offdy, float beta, cl_mem dw, size_t offdw)
 {
@@ -549,25 +585,6 @@ static clg_status direct_bwd_filter(clg_device *dev, const clg_conv_shape *s, cl
     return clg_conv_enqueue(dev, k, 1, gws, lws);
 }
 
-static clg_status bias_grad(clg_device *dev, const clg_conv_shape *s, cl_mem dy, size_t offdy, float beta, cl_mem db,
-                            size_t offdb)
-{
-    cl_kernel k;
-    CLG_TRY(clg_kernel_get(dev, "conv", "", "bias_grad", &k));
-    clg_kargs a = {k, 0, CL_SUCCESS};
-    clg_ka_mem(&a, dy);
-    clg_ka_int(&a, (int)offdy);
-    clg_ka_int(&a, s->N);
-    clg_ka_int(&a, s->K);
-    clg_ka_int(&a, clg_conv_out_h(s) * clg_conv_out_w(s));
-    clg_ka_float(&a, beta);
-    clg_ka_mem(&a, db);
-    clg_ka_int(&a, (int)offdb);
-    CLG_TRY(ka_done(dev, &a, "bias_grad args"));
-    size_t gws[1] = {(size_t)s->K * CONV_WG}, lws[1] = {CONV_WG};
-    return clg_conv_enqueue(dev, k, 1, gws, lws);
-}
-
 /* ---- dispatch ---- */
 
 clg_status clg_conv_run(clg_device *dev, const clg_conv_shape *s, clg_conv_algo algo, clg_conv_pass pass,
@@ -609,6 +626,9 @@ clg_status clg_conv_run(clg_device *dev, const clg_conv_shape *s, clg_conv_algo 
         clg_status st;
         switch (algo) {
         case CLG_CONV_IM2COL:
+            if (clg_conv_bwdf_small_ok(s)) /* bias gradient included */
+                return im2col_bwd_filter_small(dev, s, io->x, io->offx, io->dy, io->offdy, io->beta, io->dw,
+                                               io->offdw, io->db, io->offdb);
             st = im2col_bwd_filter(dev, s, io->x, io->offx, io->dy, io->offdy, io->beta, io->dw, io->offdw);
             break;
         case CLG_CONV_DIRECT:
@@ -628,7 +648,7 @@ clg_status clg_conv_run(clg_device *dev, const clg_conv_shape *s, clg_conv_algo 
         CLG_TRY(st);
         if (io->db) {
             clg_conv_prof(dev, NULL);
-            CLG_TRY(bias_grad(dev, s, io->dy, io->offdy, io->beta, io->db, io->offdb));
+            CLG_TRY(clg_conv_bias_grad(dev, s, io->dy, io->offdy, io->beta, io->db, io->offdb));
             clg_conv_prof(dev, "bias grad");
         }
         return CLG_OK;

@@ -38,6 +38,23 @@ CLG_INTERNAL clg_status clg_conv_fft_fwd(clg_device *dev, const clg_conv_shape *
                                          cl_mem y, size_t offy);
 CLG_INTERNAL int clg_conv_fft_available(void);
 
+/* Gradient reductions read straight from NCHW dy (conv_bwdf.c). */
+#define CLG_BWDF_MAXJ 32 /* most filter taps per output channel for bwdf_small */
+CLG_INTERNAL int clg_conv_bwdf_small_ok(const clg_conv_shape *s);
+/* Images per partial-sum chunk for N images and K channels. */
+CLG_INTERNAL int clg_conv_bwdf_nper(int N, int K);
+/* Weight (J = C*R*S taps, from im2col columns col) and bias partials of
+ * nimg images into part chunks pch0 .. pch0 + ceil(nimg / nper). */
+CLG_INTERNAL clg_status clg_conv_bwdf_small_chunk(clg_device *dev, int J, cl_mem dy, size_t offdy, cl_mem col,
+                                                  int ldcol, int nimg, int K, int PQ, int nper, int pch0,
+                                                  cl_mem part);
+/* out[offo + i*ldo + j] = beta*out + sum over chunks of part[(ch*rows + i)*ps + pc0 + j]. */
+CLG_INTERNAL clg_status clg_conv_part_reduce(clg_device *dev, cl_mem part, int chunks, int rows, int cols, int ps,
+                                             int pc0, float beta, cl_mem out, size_t offo, int ldo);
+/* db (K) = beta*db + sum of dy over images and pixels. */
+CLG_INTERNAL clg_status clg_conv_bias_grad(clg_device *dev, const clg_conv_shape *s, cl_mem dy, size_t offdy,
+                                           float beta, cl_mem db, size_t offdb);
+
 /* Runs one concrete algorithm for one pass. The buffers not used by the
  * pass may be NULL. */
 typedef struct clg_conv_io {
