@@ -399,7 +399,7 @@ clg_status clg_nn_pool_forward(clg_device *dev, int is_max, const clg_pool_shape
 {
     CLG_TRY(check_mem(dev, "pool", x, "x"));
     CLG_TRY(check_mem(dev, "pool", y, "y"));
-    cl_uint planes, uox, uoy;
+    cl_uint planes = 0, uox, uoy;
     CLG_TRY(pool_check(dev, s, &planes));
     int P = clg_pool_out_h(s), Q = clg_pool_out_w(s);
     size_t nout = (size_t)planes * P * Q;
@@ -434,7 +434,7 @@ clg_status clg_nn_pool_backward(clg_device *dev, int is_max, const clg_pool_shap
         CLG_TRY(check_mem(dev, "maxpool backward", x, "x"));
     CLG_TRY(check_mem(dev, "pool backward", dy, "dy"));
     CLG_TRY(check_mem(dev, "pool backward", dx, "dx"));
-    cl_uint planes, uox = 0, uody, uodx;
+    cl_uint planes = 0, uox = 0, uody, uodx;
     CLG_TRY(pool_check(dev, s, &planes));
     int P = clg_pool_out_h(s), Q = clg_pool_out_w(s);
     size_t nin = (size_t)planes * s->H * s->W;
@@ -674,7 +674,7 @@ clg_status clg_nn_bn_forward_train(clg_device *dev, int N, int C, size_t HW, flo
                                    int update_running, cl_mem x, size_t ox, cl_mem y, size_t oy, cl_mem gamma,
                                    cl_mem beta, cl_mem rmean, cl_mem rvar, cl_mem mean, cl_mem invstd)
 {
-    size_t n;
+    size_t n = 0;
     CLG_TRY(bn_check(dev, N, C, HW, &n));
     const char *o = "batchnorm";
     CLG_TRY(check_mem(dev, o, x, "x"));
@@ -720,7 +720,7 @@ clg_status clg_nn_bn_forward_train(clg_device *dev, int N, int C, size_t HW, flo
 clg_status clg_nn_bn_forward_infer(clg_device *dev, int N, int C, size_t HW, float eps, cl_mem x, size_t ox,
                                    cl_mem y, size_t oy, cl_mem gamma, cl_mem beta, cl_mem rmean, cl_mem rvar)
 {
-    size_t n;
+    size_t n = 0;
     CLG_TRY(bn_check(dev, N, C, HW, &n));
     const char *o = "batchnorm";
     CLG_TRY(check_mem(dev, o, x, "x"));
@@ -744,7 +744,7 @@ clg_status clg_nn_bn_backward(clg_device *dev, int N, int C, size_t HW, cl_mem x
                               cl_mem mean, cl_mem invstd, cl_mem gamma, cl_mem dgamma, cl_mem dbeta, cl_mem dx,
                               size_t odx)
 {
-    size_t n;
+    size_t n = 0;
     CLG_TRY(bn_check(dev, N, C, HW, &n));
     const char *o = "batchnorm backward";
     CLG_TRY(check_mem(dev, o, x, "x"));

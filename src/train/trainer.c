@@ -192,12 +192,11 @@ static void svg_panel(clg_sbuf *b, const epoch_row *r, int n, int acc, double x0
     clg_sbuf_printf(b, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"12\" text-anchor=\"middle\" font-family=\"sans-serif\">epoch</text>\n",
                     x0 + w / 2, y0 + h + 32);
     double s = acc ? 100 : 1;
-    epoch_row *tmp = malloc((size_t)CLG_MAX(n, 1) * sizeof *tmp);
+    epoch_row *tmp = calloc((size_t)CLG_MAX(n, 1), sizeof *tmp);
     if (!tmp)
         return;
     for (int i = 0; i < n; i++) {
         tmp[i] = r[i];
-        tmp[i].train_loss *= 1;
         if (acc) {
             tmp[i].train_acc = r[i].train_acc >= 0 ? r[i].train_acc * s : -1;
             tmp[i].test_acc = r[i].test_acc >= 0 ? r[i].test_acc * s : -1;
