@@ -102,3 +102,36 @@ clg_ctx *cli_ctx_open(const char *devices, int verbose, int *rc)
     }
     return ctx;
 }
+
+int cli_model_arg(const char *cmd, const char *arg, const char **model)
+{
+    if (arg[0] == '-' && arg[1])
+        return cli_usage_error(cmd, "unknown option '%s'", arg);
+    if (*model)
+        return cli_usage_error(cmd, "more than one model file ('%s' and '%s')", *model, arg);
+    *model = arg;
+    return CLI_OK;
+}
+
+clg_model *cli_model_open(const char *cmd, const char *model, const char *weights, const char *devices, int batch,
+                          clg_ctx **ctx, int *rc)
+{
+    *ctx = cli_ctx_open(devices, 0, rc);
+    if (!*ctx)
+        return NULL;
+    clg_model_params mp;
+    clg_model_params_init(&mp);
+    mp.batch = batch;
+    clg_model *m = NULL;
+    clg_status st = clg_model_create_file(*ctx, model, &mp, &m);
+    if (st == CLG_OK)
+        st = clg_model_load_weights(m, weights);
+    if (st != CLG_OK) {
+        *rc = cli_fail("%s: %s", cmd, clg_last_error(*ctx));
+        clg_model_destroy(m);
+        clg_ctx_destroy(*ctx);
+        *ctx = NULL;
+        return NULL;
+    }
+    return m;
+}

@@ -39,6 +39,16 @@ int cli_is_help(const char *arg);
  * code: CLI_USAGE for a malformed selector, else CLI_FAIL. */
 clg_ctx *cli_ctx_open(const char *devices, int verbose, int *rc);
 
+/* A positional argument of a MODEL-taking command: an unknown option or a
+ * second model is a usage error (returns CLI_USAGE), else *model = arg and
+ * returns CLI_OK. */
+int cli_model_arg(const char *cmd, const char *arg, const char **model);
+/* The context (cli_ctx_open) and the model file with trained weights, for
+ * eval and predict: on failure prints the error, releases what was opened,
+ * returns NULL with *rc set. batch 0: the model file's. */
+clg_model *cli_model_open(const char *cmd, const char *model, const char *weights, const char *devices, int batch,
+                          clg_ctx **ctx, int *rc);
+
 /* Subcommands (each in its own file). */
 int cmd_devices(int argc, char **argv);
 int cmd_selfcheck(int argc, char **argv);

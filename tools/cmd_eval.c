@@ -40,11 +40,8 @@ int cmd_eval(int argc, char **argv)
                 return CLI_USAGE;
             continue;
         }
-        if (a[0] == '-' && a[1])
-            return cli_usage_error("eval", "unknown option '%s'", a);
-        if (model)
-            return cli_usage_error("eval", "more than one model file ('%s' and '%s')", model, a);
-        model = a;
+        if ((r = cli_model_arg("eval", a, &model)) != CLI_OK)
+            return r;
     }
     if (!model)
         return cli_usage_error("eval", "missing MODEL");
@@ -53,20 +50,12 @@ int cmd_eval(int argc, char **argv)
     if (!data)
         return cli_usage_error("eval", "missing --data");
     int rc = CLI_OK;
-    clg_ctx *ctx = cli_ctx_open(devices, 0, &rc);
-    if (!ctx)
+    clg_ctx *ctx = NULL;
+    clg_model *m = cli_model_open("eval", model, weights, devices, (int)batch, &ctx, &rc);
+    if (!m)
         return rc;
-    clg_model_params mp;
-    clg_model_params_init(&mp);
-    mp.batch = (int)batch;
-    clg_model *m = NULL;
     clg_eval_report rep = {0};
-    clg_status st = clg_model_create_file(ctx, model, &mp, &m);
-    if (st == CLG_OK)
-        st = clg_model_load_weights(m, weights);
-    if (st == CLG_OK)
-        st = clg_model_evaluate(m, data, limit, &rep);
-    if (st != CLG_OK) {
+    if (clg_model_evaluate(m, data, limit, &rep) != CLG_OK) {
         int code = cli_fail("eval: %s", clg_last_error(ctx));
         clg_model_destroy(m);
         clg_ctx_destroy(ctx);

@@ -39,11 +39,8 @@ int cmd_predict(int argc, char **argv)
                 return CLI_USAGE;
             continue;
         }
-        if (a[0] == '-' && a[1])
-            return cli_usage_error("predict", "unknown option '%s'", a);
-        if (model)
-            return cli_usage_error("predict", "more than one model file ('%s' and '%s')", model, a);
-        model = a;
+        if ((r = cli_model_arg("predict", a, &model)) != CLI_OK)
+            return r;
     }
     if (!model)
         return cli_usage_error("predict", "missing MODEL");
@@ -52,18 +49,13 @@ int cmd_predict(int argc, char **argv)
     if (!input)
         return cli_usage_error("predict", "missing --input FILE");
     int rc = CLI_OK;
-    clg_ctx *ctx = cli_ctx_open(devices, 0, &rc);
-    if (!ctx)
+    clg_ctx *ctx = NULL;
+    clg_model *m = cli_model_open("predict", model, weights, devices, 0, &ctx, &rc);
+    if (!m)
         return rc;
-    clg_model *m = NULL;
     float *probs = NULL;
     int n = 0, classes = 0;
-    clg_status st = clg_model_create_file(ctx, model, NULL, &m);
-    if (st == CLG_OK)
-        st = clg_model_load_weights(m, weights);
-    if (st == CLG_OK)
-        st = clg_model_predict_file(m, input, &probs, &n);
-    if (st != CLG_OK) {
+    if (clg_model_predict_file(m, input, &probs, &n) != CLG_OK) {
         int code = cli_fail("predict: %s", clg_last_error(ctx));
         clg_model_destroy(m);
         clg_ctx_destroy(ctx);

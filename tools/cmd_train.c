@@ -166,11 +166,8 @@ int cmd_train(int argc, char **argv)
             continue;
         }
 #undef OPT
-        if (a[0] == '-' && a[1])
-            return cli_usage_error("train", "unknown option '%s'", a);
-        if (p.model)
-            return cli_usage_error("train", "more than one model file ('%s' and '%s')", p.model, a);
-        p.model = a;
+        if ((r = cli_model_arg("train", a, &p.model)) != CLI_OK)
+            return r;
     }
     if (!p.model)
         return cli_usage_error("train", "missing MODEL (a model file such as models/lenet5.cfg)");
