@@ -105,6 +105,14 @@ static clg_status check_mem(clg_device *dev, const char *op, cl_mem m, const cha
     return CLG_OK;
 }
 
+/* check_mem for each of n buffers mems[i] named names[i]. */
+static clg_status check_mems(clg_device *dev, const char *op, int n, const cl_mem *mems, const char *const *names)
+{
+    for (int i = 0; i < n; i++)
+        CLG_TRY(check_mem(dev, op, mems[i], names[i]));
+    return CLG_OK;
+}
+
 /* Checks that n elements from off fit in 32 bits. */
 static clg_status range(clg_device *dev, const char *op, size_t off, size_t n, cl_uint *o)
 {
@@ -547,11 +555,8 @@ clg_status clg_nn_softmax_xent_forward(clg_device *dev, int N, int C, cl_mem x, 
                                        cl_mem labels, size_t ol, cl_mem loss, cl_mem correct)
 {
     const char *o = "softmax cross-entropy";
-    CLG_TRY(check_mem(dev, o, x, "x"));
-    CLG_TRY(check_mem(dev, o, p, "p"));
-    CLG_TRY(check_mem(dev, o, labels, "labels"));
-    CLG_TRY(check_mem(dev, o, loss, "loss"));
-    CLG_TRY(check_mem(dev, o, correct, "correct"));
+    CLG_TRY(check_mems(dev, o, 5, (const cl_mem[]){x, p, labels, loss, correct},
+                       (const char *const[]){"x", "p", "labels", "loss", "correct"}));
     if (N < 0 || C <= 0)
         return clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE, "%s: bad shape N=%d classes=%d", o, N, C);
     cl_uint uc = (cl_uint)C, uox, uop, uol;
@@ -569,9 +574,8 @@ clg_status clg_nn_softmax_xent_backward(clg_device *dev, int N, int C, float sca
                                         cl_mem labels, size_t ol, cl_mem dx, size_t odx)
 {
     const char *o = "softmax cross-entropy backward";
-    CLG_TRY(check_mem(dev, o, p, "p"));
-    CLG_TRY(check_mem(dev, o, labels, "labels"));
-    CLG_TRY(check_mem(dev, o, dx, "dx"));
+    CLG_TRY(check_mems(dev, o, 3, (const cl_mem[]){p, labels, dx},
+                       (const char *const[]){"p", "labels", "dx"}));
     if (N < 0 || C <= 0)
         return clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE, "%s: bad shape N=%d classes=%d", o, N, C);
     cl_uint uc = (cl_uint)C, un = (cl_uint)N, uop, uol, uodx;
@@ -590,11 +594,8 @@ clg_status clg_nn_mse_forward(clg_device *dev, int N, int F, cl_mem x, size_t ox
                               size_t oy, cl_mem loss, cl_mem correct)
 {
     const char *o = "mse";
-    CLG_TRY(check_mem(dev, o, x, "x"));
-    CLG_TRY(check_mem(dev, o, t, "targets"));
-    CLG_TRY(check_mem(dev, o, y, "y"));
-    CLG_TRY(check_mem(dev, o, loss, "loss"));
-    CLG_TRY(check_mem(dev, o, correct, "correct"));
+    CLG_TRY(check_mems(dev, o, 5, (const cl_mem[]){x, t, y, loss, correct},
+                       (const char *const[]){"x", "targets", "y", "loss", "correct"}));
     if (N < 0 || F <= 0)
         return clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE, "%s: bad shape N=%d features=%d", o, N, F);
     cl_uint uf = (cl_uint)F, un = (cl_uint)N, uox, uot, uoy;
@@ -612,9 +613,8 @@ clg_status clg_nn_mse_backward(clg_device *dev, int N, int F, float scale, cl_me
                                cl_mem dx, size_t odx)
 {
     const char *o = "mse backward";
-    CLG_TRY(check_mem(dev, o, x, "x"));
-    CLG_TRY(check_mem(dev, o, t, "targets"));
-    CLG_TRY(check_mem(dev, o, dx, "dx"));
+    CLG_TRY(check_mems(dev, o, 3, (const cl_mem[]){x, t, dx},
+                       (const char *const[]){"x", "targets", "dx"}));
     if (N < 0 || F <= 0)
         return clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE, "%s: bad shape N=%d features=%d", o, N, F);
     size_t n = (size_t)N * F;
@@ -677,14 +677,8 @@ clg_status clg_nn_bn_forward_train(clg_device *dev, int N, int C, size_t HW, flo
     size_t n = 0;
     CLG_TRY(bn_check(dev, N, C, HW, &n));
     const char *o = "batchnorm";
-    CLG_TRY(check_mem(dev, o, x, "x"));
-    CLG_TRY(check_mem(dev, o, y, "y"));
-    CLG_TRY(check_mem(dev, o, gamma, "gamma"));
-    CLG_TRY(check_mem(dev, o, beta, "beta"));
-    CLG_TRY(check_mem(dev, o, rmean, "running_mean"));
-    CLG_TRY(check_mem(dev, o, rvar, "running_var"));
-    CLG_TRY(check_mem(dev, o, mean, "mean"));
-    CLG_TRY(check_mem(dev, o, invstd, "invstd"));
+    CLG_TRY(check_mems(dev, o, 8, (const cl_mem[]){x, y, gamma, beta, rmean, rvar, mean, invstd},
+                       (const char *const[]){"x", "y", "gamma", "beta", "running_mean", "running_var", "mean", "invstd"}));
     cl_uint uN = (cl_uint)N, uC = (cl_uint)C, uHW = (cl_uint)HW, uox, uoy;
     CLG_TRY(range(dev, o, ox, n, &uox));
     CLG_TRY(range(dev, o, oy, n, &uoy));
@@ -723,12 +717,8 @@ clg_status clg_nn_bn_forward_infer(clg_device *dev, int N, int C, size_t HW, flo
     size_t n = 0;
     CLG_TRY(bn_check(dev, N, C, HW, &n));
     const char *o = "batchnorm";
-    CLG_TRY(check_mem(dev, o, x, "x"));
-    CLG_TRY(check_mem(dev, o, y, "y"));
-    CLG_TRY(check_mem(dev, o, gamma, "gamma"));
-    CLG_TRY(check_mem(dev, o, beta, "beta"));
-    CLG_TRY(check_mem(dev, o, rmean, "running_mean"));
-    CLG_TRY(check_mem(dev, o, rvar, "running_var"));
+    CLG_TRY(check_mems(dev, o, 6, (const cl_mem[]){x, y, gamma, beta, rmean, rvar},
+                       (const char *const[]){"x", "y", "gamma", "beta", "running_mean", "running_var"}));
     cl_uint uN = (cl_uint)N, uC = (cl_uint)C, uHW = (cl_uint)HW, uox, uoy;
     CLG_TRY(range(dev, o, ox, n, &uox));
     CLG_TRY(range(dev, o, oy, n, &uoy));
@@ -747,13 +737,8 @@ clg_status clg_nn_bn_backward(clg_device *dev, int N, int C, size_t HW, cl_mem x
     size_t n = 0;
     CLG_TRY(bn_check(dev, N, C, HW, &n));
     const char *o = "batchnorm backward";
-    CLG_TRY(check_mem(dev, o, x, "x"));
-    CLG_TRY(check_mem(dev, o, dy, "dy"));
-    CLG_TRY(check_mem(dev, o, mean, "mean"));
-    CLG_TRY(check_mem(dev, o, invstd, "invstd"));
-    CLG_TRY(check_mem(dev, o, gamma, "gamma"));
-    CLG_TRY(check_mem(dev, o, dgamma, "dgamma"));
-    CLG_TRY(check_mem(dev, o, dbeta, "dbeta"));
+    CLG_TRY(check_mems(dev, o, 7, (const cl_mem[]){x, dy, mean, invstd, gamma, dgamma, dbeta},
+                       (const char *const[]){"x", "dy", "mean", "invstd", "gamma", "dgamma", "dbeta"}));
     cl_uint uN = (cl_uint)N, uC = (cl_uint)C, uHW = (cl_uint)HW, uox, uody, uodx = 0;
     CLG_TRY(range(dev, o, ox, n, &uox));
     CLG_TRY(range(dev, o, ody, n, &uody));
