@@ -9,8 +9,11 @@ Both are measured in the same run on the same machine:
     torch.set_num_threads(THREADS), median of --reps runs after a warm-up.
 A layer's "fwd+bwd" is forward + backward-filter (+ bias) + backward-data;
 conv1 reads the network input, so neither side computes its data gradient.
+The fused Winograd algorithms (winograd-fused, winograd4-fused) have no
+backward-filter pass: their rows time it with the separate-transform
+algorithm of the same tile size (BWDF_FALLBACK), shown under "chosen".
 
-usage: bench/conv_vs_torch.py [--clgrad build/tools/clgrad] [--algos auto,im2col,winograd]
+usage: bench/conv_vs_torch.py [--clgrad build/tools/clgrad] [--algos auto,im2col,winograd,winograd4-fused]
                               [--n 128] [--reps 5] [--threads 2] [--devices SEL] [--json]
 """
 import argparse
@@ -54,8 +57,12 @@ def torch_times(n, reps, threads):
     return out
 
 
-def clgrad_times(exe, algo, n, reps, devices):
-    cmd = [exe, "bench", "conv", "--shapes", "vgg-s", "--n", str(n), "--pass", "all", "--algo", algo,
+# algorithms without a backward-filter pass -> the one timed for it instead
+BWDF_FALLBACK = {"winograd-fused": "winograd", "winograd4-fused": "winograd4"}
+
+
+def clgrad_run(exe, algo, n, reps, devices, passes):
+    cmd = [exe, "bench", "conv", "--shapes", "vgg-s", "--n", str(n), "--pass", passes, "--algo", algo,
            "--reps", str(reps), "--json"]
     if devices:
         cmd += ["--devices", devices]
@@ -68,6 +75,17 @@ def clgrad_times(exe, algo, n, reps, devices):
             continue
         r = json.loads(line)
         out.setdefault(r["shape"], {})[r["pass"]] = r
+    return out
+
+
+def clgrad_times(exe, algo, n, reps, devices):
+    out = clgrad_run(exe, algo, n, reps, devices, "all")
+    if algo in BWDF_FALLBACK:
+        bf = clgrad_run(exe, BWDF_FALLBACK[algo], n, reps, devices, "bwd-filter")
+        for name, p in bf.items():
+            r = dict(p["bwd-filter"])
+            r["chosen"] = BWDF_FALLBACK[algo]
+            out.setdefault(name, {})["bwd-filter"] = r
     table = {}
     for name, *_ in LAYERS:
         p = out.get(name, {})

@@ -16,7 +16,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: clgrad bench conv [--n N --c C --h H --w W --k K --r R --s S --pad P --stride U]\n"
             "                         [--dil D --groups G] [--shapes vgg-s] [--pass fwd|bwd-data|bwd-filter|all]\n"
-            "                         [--algo winograd|winograd4|im2col|direct|fft|auto|all] [--reps N]\n"
+            "                         [--algo winograd|winograd4|winograd-fused|winograd4-fused|im2col|direct|fft|\n"
+            "                                 auto|all] [--reps N]\n"
             "                         [--check] [--devices SEL] [--json]\n"
             "  Times each algorithm (median of --reps runs after a warm-up, wall clock around a\n"
             "  finished queue) and prints ms and effective GFLOP/s (direct-convolution FLOPs).\n"

@@ -1,7 +1,8 @@
 /* [convolutional] (alias [conv]): y = act(conv(x, W) + b).
  * Keys: filters, size (or size_h + size_w), stride=1, pad=0, dilation=1,
  * groups=1, bias=1, activation=linear|relu|leaky|sigmoid|tanh|gelu,
- * alpha=0.01, algo=auto|im2col|winograd|winograd4|direct|fft.
+ * alpha=0.01, algo=auto|im2col|winograd|winograd4|direct|fft|winograd-fused|
+ * winograd4-fused.
  * Weight (K, C/groups, R, S), bias (K). relu runs in the conv epilogue; the
  * other activations as a separate kernel on the output. A pass the chosen
  * algorithm cannot run (e.g. fft backward) uses auto. */
@@ -21,7 +22,8 @@ typedef struct {
     size_t pre_cap;
 } conv_priv;
 
-static const char *const algo_choices[] = {"auto", "im2col", "winograd", "winograd4", "direct", "fft", NULL};
+static const char *const algo_choices[] = {"auto",   "im2col", "winograd", "winograd4", "direct",
+                                            "fft",    "winograd-fused", "winograd4-fused", NULL}; /* clg_conv_algo order */
 
 static clg_status conv_configure(clg_layer *l, clg_err *err, const clg_cfg *cfg, clg_cfg_section *sec)
 {

@@ -5,7 +5,8 @@
 #include "clg_config.h"
 #include "conv_impl.h"
 
-static const char *const algo_names[CLG_CONV_ALGO_COUNT] = {"auto", "im2col", "winograd", "winograd4", "direct", "fft"};
+static const char *const algo_names[CLG_CONV_ALGO_COUNT] = {"auto", "im2col", "winograd", "winograd4", "direct", "fft",
+                                                            "winograd-fused", "winograd4-fused"};
 
 const char *clg_conv_algo_name(clg_conv_algo algo)
 {
@@ -20,7 +21,8 @@ clg_status clg_conv_algo_parse(clg_err *err, const char *name, clg_conv_algo *ou
             return CLG_OK;
         }
     return clg_err_set(err, CLG_ERR_INVALID_ARG,
-                       "unknown convolution algorithm '%s' (auto, im2col, winograd, winograd4, direct, fft)",
+                       "unknown convolution algorithm '%s' (auto, im2col, winograd, winograd4, direct, fft, "
+                       "winograd-fused, winograd4-fused)",
                        name ? name : "(null)");
 }
 
@@ -84,6 +86,9 @@ int clg_conv_algo_supported(clg_conv_algo algo, const clg_conv_shape *s, clg_con
         return wino && (pass != CLG_CONV_BWD_DATA || (s->pad_h <= 2 && s->pad_w <= 2));
     case CLG_CONV_WINOGRAD4:
         return wino && (pass != CLG_CONV_BWD_DATA || (s->pad_h <= 2 && s->pad_w <= 2));
+    case CLG_CONV_WINOGRAD_FUSED:
+    case CLG_CONV_WINOGRAD4_FUSED: /* forward and backward-data only */
+        return wino && s->pad_h <= 2 && s->pad_w <= 2 && pass != CLG_CONV_BWD_FILTER;
     case CLG_CONV_FFT:
         return pass == CLG_CONV_FWD && clg_conv_fft_available() && s->stride_h == 1 && s->stride_w == 1 &&
                s->dil_h == 1 && s->dil_w == 1 && s->groups == 1 && s->R >= 2 && s->S >= 2;
@@ -601,6 +606,10 @@ clg_status clg_conv_run(clg_device *dev, const clg_conv_shape *s, clg_conv_algo 
         case CLG_CONV_WINOGRAD4:
             return clg_conv_wino_fwd(dev, s, algo == CLG_CONV_WINOGRAD ? 2 : 4, cache, io->x, io->offx, io->w,
                                      io->offw, io->bias, io->offb, io->relu, io->y, io->offy);
+        case CLG_CONV_WINOGRAD_FUSED:
+        case CLG_CONV_WINOGRAD4_FUSED:
+            return clg_conv_wfused_fwd(dev, s, algo == CLG_CONV_WINOGRAD_FUSED ? 2 : 4, cache, io->x, io->offx, io->w,
+                                       io->offw, io->bias, io->offb, io->relu, io->y, io->offy);
         case CLG_CONV_FFT:
             return clg_conv_fft_fwd(dev, s, cache, io->x, io->offx, io->w, io->offw, io->bias, io->offb, io->relu, io->y,
                                     io->offy);
@@ -618,6 +627,10 @@ clg_status clg_conv_run(clg_device *dev, const clg_conv_shape *s, clg_conv_algo 
         case CLG_CONV_WINOGRAD4:
             return clg_conv_wino_bwd_data(dev, s, algo == CLG_CONV_WINOGRAD ? 2 : 4, cache, io->dy, io->offdy, io->w,
                                           io->offw, io->dx, io->offdx);
+        case CLG_CONV_WINOGRAD_FUSED:
+        case CLG_CONV_WINOGRAD4_FUSED:
+            return clg_conv_wfused_bwd_data(dev, s, algo == CLG_CONV_WINOGRAD_FUSED ? 2 : 4, cache, io->dy, io->offdy,
+                                            io->w, io->offw, io->dx, io->offdx);
         default:
             break;
         }

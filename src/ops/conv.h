@@ -13,6 +13,8 @@ typedef enum clg_conv_algo {
     CLG_CONV_WINOGRAD4, /* F(4x4,3x3), 3x3 stride 1 */
     CLG_CONV_DIRECT,    /* direct kernel (depthwise and small cases) */
     CLG_CONV_FFT,       /* clFFT, large kernels, forward */
+    CLG_CONV_WINOGRAD_FUSED,  /* F(2x2,3x3) one-launch fused kernel, fwd + bwd-data */
+    CLG_CONV_WINOGRAD4_FUSED, /* F(4x4,3x3) one-launch fused kernel, fwd + bwd-data */
     CLG_CONV_ALGO_COUNT
 } clg_conv_algo;
 
@@ -32,7 +34,8 @@ CLG_INTERNAL clg_status clg_conv_check(clg_err *err, const clg_conv_shape *s);
 /* Whether algo can run this shape/pass. */
 CLG_INTERNAL int clg_conv_algo_supported(clg_conv_algo algo, const clg_conv_shape *s, clg_conv_pass pass);
 CLG_INTERNAL const char *clg_conv_algo_name(clg_conv_algo algo);
-/* Parses "auto", "im2col", "winograd", "winograd4", "direct", "fft". */
+/* Parses "auto", "im2col", "winograd", "winograd4", "direct", "fft",
+ * "winograd-fused", "winograd4-fused". */
 CLG_INTERNAL clg_status clg_conv_algo_parse(clg_err *err, const char *name, clg_conv_algo *out);
 
 /* Weight-derived state cached between calls (e.g. Winograd-transformed

@@ -61,8 +61,9 @@ static const char *pass_tag(clg_conv_pass p) { return p == CLG_CONV_FWD ? "fwd" 
 
 static void shape_key(char *dst, size_t n, const clg_conv_shape *s, clg_conv_pass pass)
 {
-    /* "v2": measurements of the kernels of this version (older entries are ignored) */
-    snprintf(dst, n, "v2:%s:n%d,c%d,h%d,w%d,k%d,r%d,s%d,p%dx%d,u%dx%d,d%dx%d,g%d", pass_tag(pass), s->N, s->C, s->H, s->W,
+    /* "v3": measurements of the kernels of this version, with the fused
+     * Winograd algorithms among the candidates (older entries are ignored) */
+    snprintf(dst, n, "v3:%s:n%d,c%d,h%d,w%d,k%d,r%d,s%d,p%dx%d,u%dx%d,d%dx%d,g%d", pass_tag(pass), s->N, s->C, s->H, s->W,
              s->K, s->R, s->S, s->pad_h, s->pad_w, s->stride_h, s->stride_w, s->dil_h, s->dil_w, s->groups);
 }
 
@@ -179,8 +180,8 @@ static int candidate(clg_conv_algo a, const clg_conv_shape *s, clg_conv_pass pas
 {
     if (!clg_conv_algo_supported(a, s, pass))
         return 0;
-    if (a == CLG_CONV_WINOGRAD4 && !wino4_in_auto(s, pass))
-        return 0;
+    if ((a == CLG_CONV_WINOGRAD4 || a == CLG_CONV_WINOGRAD4_FUSED) && !wino4_in_auto(s, pass))
+        return 0; /* fused F(4x4) has the same transforms, so the same error policy */
     if (a == CLG_CONV_FFT) /* meant for large kernels; forced runs may use it from 2x2 */
         return s->R >= 5 && s->S >= 5;
     if (a == CLG_CONV_DIRECT) {

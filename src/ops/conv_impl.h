@@ -32,6 +32,13 @@ CLG_INTERNAL clg_status clg_conv_wino_bwd_data(clg_device *dev, const clg_conv_s
 CLG_INTERNAL clg_status clg_conv_wino_bwd_filter(clg_device *dev, const clg_conv_shape *s, int m, cl_mem x,
                                                  size_t offx, cl_mem dy, size_t offdy, float beta, cl_mem dw,
                                                  size_t offdw);
+/* Fused Winograd (cl/winograd_fused.cl), m = 2 or 4: forward and backward-data. */
+CLG_INTERNAL clg_status clg_conv_wfused_fwd(clg_device *dev, const clg_conv_shape *s, int m, clg_conv_cache *cache,
+                                            cl_mem x, size_t offx, cl_mem w, size_t offw, cl_mem bias, size_t offb,
+                                            int relu, cl_mem y, size_t offy);
+CLG_INTERNAL clg_status clg_conv_wfused_bwd_data(clg_device *dev, const clg_conv_shape *s, int m,
+                                                 clg_conv_cache *cache, cl_mem dy, size_t offdy, cl_mem w,
+                                                 size_t offw, cl_mem dx, size_t offdx);
 /* FFT forward (only when CLG_HAVE_CLFFT). */
 CLG_INTERNAL clg_status clg_conv_fft_fwd(clg_device *dev, const clg_conv_shape *s, clg_conv_cache *cache, cl_mem x,
                                          size_t offx, cl_mem w, size_t offw, cl_mem bias, size_t offb, int relu,

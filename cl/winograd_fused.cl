@@ -1,0 +1,338 @@
+// Fused Winograd convolution for 3x3 filters, stride 1: ONE launch does the
+// input transform, the transform-domain products and the output transform
+// with bias + ReLU. -D WM=2 selects F(2x2,3x3) (alpha 4), -D WM=4 F(4x4,3x3)
+// (alpha 6). Backward-data runs the same kernel on dy with the rotated,
+// transposed filters (wf_filter with flip = 1) and padding 2 - pad.
+//
+// Work decomposition (CPU-first, valid OpenCL C 1.2 everywhere):
+//   * a work-item owns TB = 8*NT output tiles, numbered across the whole
+//     batch (tile t -> image t / TI, tile row, tile column), one lane of a
+//     float8 per tile, and a range of output-channel blocks (KB channels
+//     each) given by get_global_id(1);
+//   * phase 1 transforms its tiles for a chunk of CB input channels into
+//     its private slice of the __local scratch: Vs[xi][c][TB];
+//   * phase 2, per block of KB output channels and transform point xi, runs
+//     a KB x TB register-blocked product over the channel chunk (broadcast
+//     filter value times a float8 of tiles), accumulating in Ms[g][xi][KB][TB];
+//   * phase 3 output-transforms Ms, adds bias, applies ReLU and stores.
+//   When the whole channel range fits the scratch (CB == C) the input
+//   transform runs once and each channel block is finished (phases 2+3)
+//   before the next, so Ms holds one block (KGB = 1). Otherwise the host
+//   picks KGB blocks per group and the channel chunks are re-transformed per
+//   group. Work-items of a work-group (WGS of them) use disjoint scratch
+//   slices: no barriers, no sharing.
+//
+// Filter layout (wf_filter): U[((xi*Kb + kb)*C + c)*KB + i] holds output
+// channel k = kb*KB + i (zero for k >= K), so the product reads KB
+// consecutive floats per channel.
+
+#ifndef WM
+#define WM 4
+#endif
+#define WA (WM + 2)
+#define A2 (WA * WA)
+#ifndef NT
+#define NT 2
+#endif
+#define TB (8 * NT)
+#ifndef KB
+#define KB 8
+#endif
+#ifndef WGS
+#define WGS 1
+#endif
+
+#if WM != 2 && WM != 4
+#error "WM must be 2 or 4"
+#endif
+
+// ---- 1-D transforms (Lavin & Gray points 0, +-1, +-2, inf for WM = 4) ----
+
+// input: o = B^T d (d, o: WA values)
+#if WM == 2
+#define WF_IN(o, d)                                                                                    \
+    do {                                                                                               \
+        o[0] = d[0] - d[2];                                                                            \
+        o[1] = d[1] + d[2];                                                                            \
+        o[2] = d[2] - d[1];                                                                            \
+        o[3] = d[1] - d[3];                                                                            \
+    } while (0)
+// output: o = A^T m (m: WA values, o: WM values)
+#define WF_OUT(o, m)                                                                                   \
+    do {                                                                                               \
+        o[0] = m[0] + m[1] + m[2];                                                                     \
+        o[1] = m[1] - m[2] - m[3];                                                                     \
+    } while (0)
+#else
+#define WF_IN(o, d)                                                                                    \
+    do {                                                                                               \
+        o[0] = fma(4.0f, d[0], d[4]) - 5.0f * d[2];                                                    \
+        o[1] = (d[3] + d[4]) - 4.0f * (d[1] + d[2]);                                                   \
+        o[2] = (d[4] - d[3]) + 4.0f * (d[1] - d[2]);                                                   \
+        o[3] = (d[4] - d[2]) + 2.0f * (d[3] - d[1]);                                                   \
+        o[4] = (d[4] - d[2]) - 2.0f * (d[3] - d[1]);                                                   \
+        o[5] = fma(4.0f, d[1], d[5]) - 5.0f * d[3];                                                    \
+    } while (0)
+#define WF_OUT(o, m)                                                                                   \
+    do {                                                                                               \
+        const float8 s12_ = m[1] + m[2], d12_ = m[1] - m[2];                                           \
+        const float8 s34_ = m[3] + m[4], d34_ = m[3] - m[4];                                           \
+        o[0] = m[0] + s12_ + s34_;                                                                     \
+        o[1] = fma(2.0f, d34_, d12_);                                                                  \
+        o[2] = fma(4.0f, s34_, s12_);                                                                  \
+        o[3] = fma(8.0f, d34_, d12_) + m[5];                                                           \
+    } while (0)
+#endif
+
+// G row a applied to (g0, g1, g2), fp32.
+static inline float wf_g(const int a, const float g0, const float g1, const float g2)
+{
+#if WM == 2
+    switch (a) {
+    case 0:
+        return g0;
+    case 1:
+        return 0.5f * (g0 + g1 + g2);
+    case 2:
+        return 0.5f * (g0 - g1 + g2);
+    default:
+        return g2;
+    }
+#else
+    switch (a) {
+    case 0:
+        return 0.25f * g0;
+    case 1:
+        return -(g0 + g1 + g2) / 6.0f;
+    case 2:
+        return -(g0 - g1 + g2) / 6.0f;
+    case 3:
+        return (g0 + 2.0f * g1 + 4.0f * g2) / 24.0f;
+    case 4:
+        return (g0 - 2.0f * g1 + 4.0f * g2) / 24.0f;
+    default:
+        return g2;
+    }
+#endif
+}
+
+// U = G g G^T for every (k, c): gws = (>= C, >= Kb*KB). flip = 0: g = w[k][c]
+// with w (K, C, 3, 3); flip = 1 (backward-data): g = rot180(w[c][k]) with w
+// stored (C, K, 3, 3). Channels k >= K of the last block are zero.
+__kernel void wf_filter(__global const float *w, const int offw, const int K, const int C, const int flip,
+                        const int Kb, __global float *U)
+{
+    const int c = get_global_id(0);
+    const int k = get_global_id(1);
+    if (c >= C || k >= Kb * KB)
+        return;
+    const int kb = k / KB, i = k - kb * KB;
+    // padding channels k >= K of the last block read channel K-1 (inside w) and use 0
+    const int kin = k < K, kk = min(k, K - 1);
+    __global const float *wp = w + offw + (flip ? (c * K + kk) * 9 : (kk * C + c) * 9);
+    float g[3][3];
+    for (int r = 0; r < 3; r++)
+        for (int s = 0; s < 3; s++) {
+            const float v = flip ? wp[8 - (r * 3 + s)] : wp[r * 3 + s];
+            g[r][s] = kin ? v : 0.0f;
+        }
+    float t[WA][3];
+    #pragma unroll
+    for (int a = 0; a < WA; a++)
+        for (int s = 0; s < 3; s++)
+            t[a][s] = wf_g(a, g[0][s], g[1][s], g[2][s]);
+    #pragma unroll
+    for (int a = 0; a < WA; a++)
+        #pragma unroll
+        for (int b = 0; b < WA; b++)
+            U[(((size_t)(a * WA + b) * Kb + kb) * C + c) * KB + i] = wf_g(b, t[a][0], t[a][1], t[a][2]);
+}
+
+// y (N, K, P, Q) = conv3x3(x (N, C, H, W), U) + bias, ReLU; P = H + 2 pad_h - 2.
+// TI = TH*TW tiles per image, T = N*TI tiles. gws = (>= ceil(T/TB) rounded
+// to WGS, ceil(Kb/kbper)), lws = (WGS, 1); scratch: WGS * A2*TB*(CB + KGB*KB) floats.
+__kernel void wf_conv(__global const float *x, const int offx, const int C, const int H, const int W,
+                      const int pad_h, const int pad_w, const int P, const int Q, const int TW, const int TI,
+                      const int T, __global const float *U, const int K, const int Kb, const int kbper,
+                      const int CB, const int KGB, __global const float *bias, const int offb, const int has_bias,
+                      const int relu, __global float *y, const int offy, __local float *scratch)
+{
+    const int blk = get_global_id(0);
+    const int kb_lo = get_global_id(1) * kbper;
+    const int kb_hi = min(Kb, kb_lo + kbper);
+    if (blk * TB >= T || kb_lo >= kb_hi)
+        return;
+    __local float *Vs = scratch + get_local_id(0) * (A2 * TB * (CB + KGB * KB));
+    __local float *Ms = Vs + A2 * TB * CB;
+    const int HW = H * W, PQ = P * Q;
+
+    // Lane geometry, computed once: xo[i][j][l] is the x index of element
+    // (i, j) of tile l's input patch in channel 0 (-1: outside the image, reads
+    // as zero); yo[l] the y index of the tile's first output in channel 0,
+    // pr[l] x qc[l] the part of the WM x WM tile inside the output (0 rows
+    // past the last tile).
+    int xo[WA][WA][TB], yo[TB], pr[TB], qc[TB];
+    for (int l = 0; l < TB; l++) {
+        const int t = blk * TB + l;
+        const int in = t < T;
+        const int n = in ? t / TI : 0, r = in ? t - n * TI : 0;
+        const int th = r / TW, tw = r - th * TW;
+        const int h0 = th * WM - pad_h, w0 = tw * WM - pad_w;
+        for (int i = 0; i < WA; i++)
+            for (int j = 0; j < WA; j++) {
+                const int h = h0 + i, w = w0 + j;
+                xo[i][j][l] = in && h >= 0 && h < H && w >= 0 && w < W ? offx + n * C * HW + h * W + w : -1;
+            }
+        yo[l] = offy + n * K * PQ + th * WM * Q + tw * WM;
+        pr[l] = in ? min(WM, P - th * WM) : 0;
+        qc[l] = min(WM, Q - tw * WM);
+    }
+
+    const int single = CB >= C; // one channel chunk: transform once, keep nothing across blocks
+    for (int kg = kb_lo; kg < kb_hi; kg += KGB) {
+        const int kg_end = min(kb_hi, kg + KGB);
+        for (int c0 = 0; c0 < C; c0 += CB) {
+            const int cb = min(CB, C - c0);
+            if (!single || kg == kb_lo) {
+                // ---- phase 1: input transform of channels c0 .. c0+cb-1 ----
+                for (int cc = 0; cc < cb; cc++) {
+                    const int coff = (c0 + cc) * HW;
+                    float dd[WA][WA][TB];
+                    #pragma unroll
+                    for (int i = 0; i < WA; i++)
+                        #pragma unroll
+                        for (int j = 0; j < WA; j++)
+                            for (int l = 0; l < TB; l++) {
+                                const int o = xo[i][j][l];
+                                // select the index, not between loads: no read outside x
+                                const float v = x[o >= 0 ? o + coff : offx];
+                                dd[i][j][l] = o >= 0 ? v : 0.0f;
+                            }
+                    #pragma unroll
+                    for (int v = 0; v < NT; v++) {
+                        float8 t1[WA][WA]; // t1[a][j] = (B^T d)[a][j]
+                        #pragma unroll
+                        for (int j = 0; j < WA; j++) {
+                            float8 col[WA], o[WA];
+                            #pragma unroll
+                            for (int i = 0; i < WA; i++)
+                                col[i] = vload8(v, dd[i][j]);
+                            WF_IN(o, col);
+                            #pragma unroll
+                            for (int a = 0; a < WA; a++)
+                                t1[a][j] = o[a];
+                        }
+                        #pragma unroll
+                        for (int a = 0; a < WA; a++) {
+                            float8 o[WA];
+                            WF_IN(o, t1[a]);
+                            #pragma unroll
+                            for (int b = 0; b < WA; b++)
+                                vstore8(o[b], v, Vs + ((a * WA + b) * CB + cc) * TB);
+                        }
+                    }
+                }
+            }
+            // ---- phase 2: products, KB channels x TB tiles per transform point ----
+            for (int kb = kg; kb < kg_end; kb++) {
+                __local float *mg = Ms + (kb - kg) * (A2 * KB * TB);
+                for (int xi = 0; xi < A2; xi++) {
+                    float8 acc[KB][NT];
+                    __local float *mp = mg + xi * KB * TB;
+                    if (c0 == 0) {
+                        #pragma unroll
+                        for (int i = 0; i < KB; i++)
+                            #pragma unroll
+                            for (int v = 0; v < NT; v++)
+                                acc[i][v] = (float8)(0.0f);
+                    } else {
+                        #pragma unroll
+                        for (int i = 0; i < KB; i++)
+                            #pragma unroll
+                            for (int v = 0; v < NT; v++)
+                                acc[i][v] = vload8(v, mp + i * TB);
+                    }
+                    __local const float *vp = Vs + xi * CB * TB;
+                    __global const float *up = U + ((size_t)(xi * Kb + kb) * C + c0) * KB;
+                    for (int cc = 0; cc < cb; cc++) {
+                        float8 vv[NT];
+                        #pragma unroll
+                        for (int v = 0; v < NT; v++)
+                            vv[v] = vload8(v, vp);
+                        #pragma unroll
+                        for (int i = 0; i < KB; i++) {
+                            const float8 a = (float8)(up[i]);
+                            #pragma unroll
+                            for (int v = 0; v < NT; v++)
+                                acc[i][v] = fma(a, vv[v], acc[i][v]);
+                        }
+                        vp += TB;
+                        up += KB;
+                    }
+                    #pragma unroll
+                    for (int i = 0; i < KB; i++)
+                        #pragma unroll
+                        for (int v = 0; v < NT; v++)
+                            vstore8(acc[i][v], v, mp + i * TB);
+                }
+            }
+        }
+        // ---- phase 3: output transform + bias + ReLU of blocks kg .. kg_end-1 ----
+        for (int kb = kg; kb < kg_end; kb++) {
+            __local const float *mg = Ms + (kb - kg) * (A2 * KB * TB);
+            for (int i = 0; i < KB; i++) {
+                const int k = kb * KB + i;
+                if (k >= K)
+                    break;
+                const float bv = has_bias ? bias[offb + k] : 0.0f;
+                #pragma unroll
+                for (int v = 0; v < NT; v++) {
+                    float8 t1[WM][WA]; // t1[r][b] = (A^T m)[r][b]
+                    #pragma unroll
+                    for (int b = 0; b < WA; b++) {
+                        float8 col[WA], o[WM];
+                        #pragma unroll
+                        for (int a = 0; a < WA; a++)
+                            col[a] = vload8(v, mg + ((a * WA + b) * KB + i) * TB);
+                        WF_OUT(o, col);
+                        #pragma unroll
+                        for (int r = 0; r < WM; r++)
+                            t1[r][b] = o[r];
+                    }
+                    float ob[WM][WM][8];
+                    #pragma unroll
+                    for (int r = 0; r < WM; r++) {
+                        float8 o[WM];
+                        WF_OUT(o, t1[r]);
+                        #pragma unroll
+                        for (int s = 0; s < WM; s++) {
+                            float8 z = o[s] + bv;
+                            if (relu)
+                                z = fmax(z, 0.0f);
+                            vstore8(z, 0, ob[r][s]);
+                        }
+                    }
+                    #pragma unroll
+                    for (int l = 0; l < 8; l++) {
+                        const int L = v * 8 + l;
+                        __global float *yp = y + yo[L] + k * PQ;
+                        if (pr[L] == WM && qc[L] == WM) {
+                            #pragma unroll
+                            for (int r = 0; r < WM; r++)
+                                #pragma unroll
+                                for (int s = 0; s < WM; s++)
+                                    yp[r * Q + s] = ob[r][s][l];
+                        } else {
+                            #pragma unroll
+                            for (int r = 0; r < WM; r++)
+                                #pragma unroll
+                                for (int s = 0; s < WM; s++)
+                                    if (r < pr[L] && s < qc[L])
+                                        yp[r * Q + s] = ob[r][s][l];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,242 @@
+/* Winograd convolution (3x3, stride 1), fused design: one launch of
+ * wf_conv (cl/winograd_fused.cl) does the input transform, the
+ * transform-domain products in per-work-item __local scratch and the output
+ * transform with bias + ReLU. F(2x2,3x3) (m = 2, "winograd-fused") and
+ * F(4x4,3x3) (m = 4, "winograd4-fused"), forward and backward-data (same
+ * kernel on dy with the rotated, transposed filters and padding 2 - pad).
+ * The transformed filters live in the layer's clg_conv_cache slots of the
+ * algorithm, rebuilt when weights_version changes.
+ *
+ * Knobs (measurement only): CLGRAD_WFUSED_NT (float8 tile vectors per
+ * work-item, 1..4), CLGRAD_WFUSED_KB (output channels per register block,
+ * 4/8/16), CLGRAD_WFUSED_WGS (work-group size), CLGRAD_WFUSED_SCRATCH_KB
+ * (scratch budget per work-item), CLGRAD_WFUSED_XOPTS (extra build options). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "conv_impl.h"
+
+typedef struct wf_cfg {
+    int nt, kb, wgs;
+    size_t scratch_bytes; /* per work-item budget */
+} wf_cfg;
+
+static int env_int(const char *name, int def, int lo, int hi)
+{
+    const char *e = getenv(name);
+    if (!e || !*e)
+        return def;
+    int v = atoi(e);
+    return v < lo || v > hi ? def : v;
+}
+
+static wf_cfg wf_config(void)
+{
+    wf_cfg c;
+    c.nt = env_int("CLGRAD_WFUSED_NT", 2, 1, 4);
+    c.kb = env_int("CLGRAD_WFUSED_KB", 8, 1, 16);
+    if (c.kb != 4 && c.kb != 8 && c.kb != 16)
+        c.kb = 8;
+    c.wgs = env_int("CLGRAD_WFUSED_WGS", 1, 1, 256);
+    /* 256 KiB: Vs of 64 channels x 16 tiles (F(4x4)) plus one block of
+     * products, leaving room in a 1 MiB L2 for the streamed filters */
+    c.scratch_bytes = (size_t)env_int("CLGRAD_WFUSED_SCRATCH_KB", 256, 8, 1 << 20) * 1024;
+    return c;
+}
+
+static void wf_opts(char *buf, size_t n, int m, const wf_cfg *c)
+{
+    const char *x = getenv("CLGRAD_WFUSED_XOPTS"); /* extra build options (experiments) */
+    snprintf(buf, n, "-D WM=%d -D NT=%d -D KB=%d -D WGS=%d%s%s", m, c->nt, c->kb, c->wgs, x ? " " : "", x ? x : "");
+}
+
+static clg_conv_algo wf_algo(int m) { return m == 4 ? CLG_CONV_WINOGRAD4_FUSED : CLG_CONV_WINOGRAD_FUSED; }
+
+static clg_status wf_filter(clg_device *dev, int m, const wf_cfg *c, cl_mem w, size_t offw, int Kout, int Cin,
+                            int flip, cl_mem U)
+{
+    char opts[256];
+    wf_opts(opts, sizeof opts, m, c);
+    cl_kernel k;
+    CLG_TRY(clg_kernel_get(dev, "winograd_fused", opts, "wf_filter", &k));
+    int Kb = CLG_CEIL_DIV(Kout, c->kb);
+    clg_kargs a = {k, 0, CL_SUCCESS};
+    clg_ka_mem(&a, w);
+    clg_ka_int(&a, (int)offw);
+    clg_ka_int(&a, Kout);
+    clg_ka_int(&a, Cin);
+    clg_ka_int(&a, flip);
+    clg_ka_int(&a, Kb);
+    clg_ka_mem(&a, U);
+    if (a.e != CL_SUCCESS)
+        return clg_cl_fail(clg_dev_err(dev), a.e, "wf_filter args", __FILE__, __LINE__);
+    size_t gws[2] = {(size_t)Cin, (size_t)Kb * c->kb};
+    return clg_conv_enqueue(dev, k, 2, gws, NULL);
+}
+
+/* Transformed filters from the layer cache when current, else rebuilt there;
+ * without a cache into a temporary (*tmp set). */
+static clg_status wf_filters_get(clg_device *dev, int m, const wf_cfg *c, clg_conv_cache *cache, cl_mem w,
+                                 size_t offw, int Kout, int Cin, int flip, cl_mem *U, int *tmp)
+{
+    int A = m + 2;
+    size_t kp = (size_t)CLG_CEIL_DIV(Kout, c->kb) * c->kb;
+    size_t bytes = sizeof(float) * (size_t)A * A * kp * (size_t)Cin;
+    *tmp = 0;
+    /* the cached layout is that of the default block size: other KB (a
+     * measurement knob) use a temporary */
+    if (!cache || c->kb != 8) {
+        CLG_TRY(clg_buf_alloc(dev, bytes, U));
+        *tmp = 1;
+        clg_status st = wf_filter(dev, m, c, w, offw, Kout, Cin, flip, *U);
+        if (st != CLG_OK) {
+            clg_buf_release(dev, *U);
+            *U = NULL;
+            *tmp = 0;
+        }
+        return st;
+    }
+    clg_conv_algo algo = wf_algo(m);
+    cl_mem *slot = flip ? &cache->transformed_bwd[algo] : &cache->transformed[algo];
+    uint64_t *ver = flip ? &cache->built_version_bwd[algo] : &cache->built_version[algo];
+    if (*slot && *ver == cache->weights_version) {
+        *U = *slot;
+        return CLG_OK;
+    }
+    if (!*slot)
+        CLG_TRY(clg_buf_alloc(dev, bytes, slot));
+    clg_status st = wf_filter(dev, m, c, w, offw, Kout, Cin, flip, *slot);
+    if (st != CLG_OK) {
+        clg_buf_release(dev, *slot);
+        *slot = NULL;
+        return st;
+    }
+    *ver = cache->weights_version;
+    *U = *slot;
+    return CLG_OK;
+}
+
+/* y (N, Kout, P, Q) = conv3x3(x (N, Cin, H, W), U) + bias, ReLU; P = H + 2 pad_h - 2. */
+static clg_status wf_conv(clg_device *dev, int m, const wf_cfg *c, int N, int Cin, int H, int W, int Kout,
+                          int pad_h, int pad_w, cl_mem U, cl_mem x, size_t offx, cl_mem bias, size_t offb, int relu,
+                          cl_mem y, size_t offy)
+{
+    clg_err *err = clg_dev_err(dev);
+    int A2 = (m + 2) * (m + 2), TB = 8 * c->nt;
+    int P = H + 2 * pad_h - 2, Q = W + 2 * pad_w - 2;
+    int TH = CLG_CEIL_DIV(P, m), TW = CLG_CEIL_DIV(Q, m), TI = TH * TW;
+    if ((double)N * TI + TB >= INT_MAX || (double)A2 * (Kout + c->kb) * Cin >= INT_MAX)
+        return clg_err_set(err, CLG_ERR_SHAPE, "winograd-fused: %d images of %dx%d tiles with %d->%d channels exceed "
+                           "32-bit indexing", N, TH, TW, Cin, Kout);
+    int T = N * TI, nblk = CLG_CEIL_DIV(T, TB), Kb = CLG_CEIL_DIV(Kout, c->kb);
+    /* Split the output channels over a second grid dimension when there are
+     * too few tile blocks to keep every compute unit busy (costs one extra
+     * input transform per split). */
+    int target = 4 * (int)CLG_MAX(1u, dev->info.compute_units);
+    int ksplit = CLG_MIN(Kb, CLG_MAX(1, CLG_CEIL_DIV(target, nblk)));
+    int kbper = CLG_CEIL_DIV(Kb, ksplit);
+    ksplit = CLG_CEIL_DIV(Kb, kbper);
+    /* Scratch per work-item: A2*TB floats per channel slot, CB input channels + KGB*KB products. */
+    size_t budget = c->scratch_bytes;
+    if (dev->info.local_mem_bytes > 0) {
+        size_t lim = (size_t)dev->info.local_mem_bytes / (size_t)c->wgs;
+        lim = lim > 1024 ? lim - 1024 : 0; /* leave room for the runtime's own local data */
+        budget = CLG_MIN(budget, lim);
+    }
+    size_t slots = budget / (sizeof(float) * (size_t)A2 * TB);
+    int CB, KGB;
+    if (slots >= (size_t)Cin + c->kb) {
+        CB = Cin;
+        KGB = 1;
+    } else if (slots >= (size_t)1 + c->kb) {
+        /* half for input channels, the rest for KGB >= 1 blocks of products */
+        size_t cb = CLG_MIN((size_t)Cin, CLG_MAX((size_t)1, slots / 2));
+        if (cb + c->kb > slots)
+            cb = slots - c->kb;
+        CB = (int)cb;
+        KGB = (int)CLG_MAX((size_t)1, CLG_MIN((size_t)kbper, (slots - CB) / c->kb));
+    } else {
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED,
+                           "winograd-fused: device local memory (%llu bytes for %d work-items) cannot hold the %zu-byte "
+                           "scratch of one channel and one %d-channel block of %d tiles",
+                           (unsigned long long)dev->info.local_mem_bytes, c->wgs,
+                           sizeof(float) * (size_t)A2 * TB * (1 + c->kb), c->kb, TB);
+    }
+    size_t lbytes = sizeof(float) * (size_t)c->wgs * A2 * TB * ((size_t)CB + (size_t)KGB * c->kb);
+    char opts[256];
+    wf_opts(opts, sizeof opts, m, c);
+    cl_kernel k;
+    CLG_TRY(clg_kernel_get(dev, "winograd_fused", opts, "wf_conv", &k));
+    clg_kargs a = {k, 0, CL_SUCCESS};
+    clg_ka_mem(&a, x);
+    clg_ka_int(&a, (int)offx);
+    clg_ka_int(&a, Cin);
+    clg_ka_int(&a, H);
+    clg_ka_int(&a, W);
+    clg_ka_int(&a, pad_h);
+    clg_ka_int(&a, pad_w);
+    clg_ka_int(&a, P);
+    clg_ka_int(&a, Q);
+    clg_ka_int(&a, TW);
+    clg_ka_int(&a, TI);
+    clg_ka_int(&a, T);
+    clg_ka_mem(&a, U);
+    clg_ka_int(&a, Kout);
+    clg_ka_int(&a, Kb);
+    clg_ka_int(&a, kbper);
+    clg_ka_int(&a, CB);
+    clg_ka_int(&a, KGB);
+    clg_ka_mem(&a, bias ? bias : U);
+    clg_ka_int(&a, (int)offb);
+    clg_ka_int(&a, bias != NULL);
+    clg_ka_int(&a, relu);
+    clg_ka_mem(&a, y);
+    clg_ka_int(&a, (int)offy);
+    clg_ka_arg(&a, lbytes, NULL);
+    if (a.e != CL_SUCCESS)
+        return clg_cl_fail(err, a.e, "wf_conv args", __FILE__, __LINE__);
+    size_t gws[2] = {(size_t)CLG_CEIL_DIV(nblk, c->wgs) * c->wgs, (size_t)ksplit};
+    size_t lws[2] = {(size_t)c->wgs, 1};
+    clg_conv_prof(dev, NULL);
+    clg_status st = clg_conv_enqueue(dev, k, 2, gws, lws);
+    clg_conv_prof(dev, "wfused conv");
+    return st;
+}
+
+clg_status clg_conv_wfused_fwd(clg_device *dev, const clg_conv_shape *s, int m, clg_conv_cache *cache, cl_mem x,
+                               size_t offx, cl_mem w, size_t offw, cl_mem bias, size_t offb, int relu, cl_mem y,
+                               size_t offy)
+{
+    wf_cfg c = wf_config();
+    cl_mem U = NULL;
+    int tmp = 0;
+    clg_conv_prof(dev, NULL);
+    CLG_TRY(wf_filters_get(dev, m, &c, cache, w, offw, s->K, s->C, 0, &U, &tmp));
+    clg_conv_prof(dev, "wfused filters");
+    clg_status st = wf_conv(dev, m, &c, s->N, s->C, s->H, s->W, s->K, s->pad_h, s->pad_w, U, x, offx, bias, offb,
+                            relu, y, offy);
+    if (tmp)
+        clg_buf_release(dev, U);
+    return st;
+}
+
+clg_status clg_conv_wfused_bwd_data(clg_device *dev, const clg_conv_shape *s, int m, clg_conv_cache *cache, cl_mem dy,
+                                    size_t offdy, cl_mem w, size_t offw, cl_mem dx, size_t offdx)
+{
+    /* dx = conv3x3(dy, rot180(w)^T) with padding 2 - pad (pad <= 2). */
+    if (s->pad_h > 2 || s->pad_w > 2)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_UNSUPPORTED,
+                           "winograd-fused: backward-data needs padding <= 2 (got %dx%d)", s->pad_h, s->pad_w);
+    wf_cfg c = wf_config();
+    int P = clg_conv_out_h(s), Q = clg_conv_out_w(s);
+    cl_mem U = NULL;
+    int tmp = 0;
+    clg_conv_prof(dev, NULL);
+    CLG_TRY(wf_filters_get(dev, m, &c, cache, w, offw, s->C, s->K, 1, &U, &tmp));
+    clg_conv_prof(dev, "wfused filters");
+    clg_status st =
+        wf_conv(dev, m, &c, s->N, s->K, P, Q, s->C, 2 - s->pad_h, 2 - s->pad_w, U, dy, offdy, NULL, 0, 0, dx, offdx);
+    if (tmp)
+        clg_buf_release(dev, U);
+    return st;
+}

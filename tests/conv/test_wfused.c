@@ -1,0 +1,420 @@
+/* Fused Winograd convolution ("winograd-fused" F(2x2,3x3), "winograd4-fused"
+ * F(4x4,3x3)): forward with bias + ReLU and backward-data against a
+ * double-precision host reference on random shapes (odd sizes, channel
+ * counts off the kernel's blocking, batch 1, C = 1, padding 0..2), poisoned
+ * outputs, the channel-chunked scratch path, the kernel variants, and the
+ * transformed-filter cache. Error measure: max|got - ref| / max|ref| on
+ * N(0,1) data, tolerance 1e-4. CLGRAD_TEST_TINY=1 runs fewer, smaller cases
+ * (the oclgrind run). */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/conv.h"
+#include "testutil.h"
+
+#define TOL 1e-4
+
+static clg_ctx *g_ctx;
+static int g_tiny;
+
+static clg_device *dev0(void) { return &g_ctx->devs[0]; }
+
+static size_t nx_of(const clg_conv_shape *s) { return (size_t)s->N * s->C * s->H * s->W; }
+static size_t nw_of(const clg_conv_shape *s) { return (size_t)s->K * s->C * 9; }
+static size_t ny_of(const clg_conv_shape *s) { return (size_t)s->N * s->K * clg_conv_out_h(s) * clg_conv_out_w(s); }
+
+static int irand(clg_rng *r, int lo, int hi) { return lo + (int)(clg_rng_u32(r) % (uint32_t)(hi - lo + 1)); }
+
+static float *randn(size_t n, clg_rng *r)
+{
+    float *p = malloc(sizeof(float) * (n + 1));
+    ck_assert_ptr_nonnull(p);
+    for (size_t i = 0; i < n; i++)
+        p[i] = clg_rng_normal(r);
+    return p;
+}
+
+/* 3x3 stride-1 references by the definition, in double. */
+static void ref_fwd(const clg_conv_shape *s, const float *x, const float *w, const float *bias, int relu, double *y)
+{
+    int P = clg_conv_out_h(s), Q = clg_conv_out_w(s);
+    for (int n = 0; n < s->N; n++)
+        for (int k = 0; k < s->K; k++)
+            for (int p = 0; p < P; p++)
+                for (int q = 0; q < Q; q++) {
+                    double acc = bias ? bias[k] : 0.0;
+                    for (int c = 0; c < s->C; c++)
+                        for (int r = 0; r < 3; r++) {
+                            int h = p - s->pad_h + r;
+                            if (h < 0 || h >= s->H)
+                                continue;
+                            for (int t = 0; t < 3; t++) {
+                                int ww = q - s->pad_w + t;
+                                if (ww < 0 || ww >= s->W)
+                                    continue;
+                                acc += (double)x[(((size_t)n * s->C + c) * s->H + h) * s->W + ww] *
+                                       w[(((size_t)k * s->C + c) * 3 + r) * 3 + t];
+                            }
+                        }
+                    if (relu && acc < 0)
+                        acc = 0;
+                    y[(((size_t)n * s->K + k) * P + p) * Q + q] = acc;
+                }
+}
+
+static void ref_bwd_data(const clg_conv_shape *s, const float *dy, const float *w, double *dx)
+{
+    int P = clg_conv_out_h(s), Q = clg_conv_out_w(s);
+    memset(dx, 0, sizeof(double) * nx_of(s));
+    for (int n = 0; n < s->N; n++)
+        for (int k = 0; k < s->K; k++)
+            for (int p = 0; p < P; p++)
+                for (int q = 0; q < Q; q++) {
+                    double g = dy[(((size_t)n * s->K + k) * P + p) * Q + q];
+                    for (int c = 0; c < s->C; c++)
+                        for (int r = 0; r < 3; r++) {
+                            int h = p - s->pad_h + r;
+                            if (h < 0 || h >= s->H)
+                                continue;
+                            for (int t = 0; t < 3; t++) {
+                                int ww = q - s->pad_w + t;
+                                if (ww < 0 || ww >= s->W)
+                                    continue;
+                                dx[(((size_t)n * s->C + c) * s->H + h) * s->W + ww] +=
+                                    g * w[(((size_t)k * s->C + c) * 3 + r) * 3 + t];
+                            }
+                        }
+                }
+}
+
+/* max|got - ref| / max|ref|; NaN (an element never written) gives +inf. */
+static double rel_err(const float *got, const double *ref, size_t n)
+{
+    double emax = 0, rmax = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = isfinite(got[i]) ? fabs(got[i] - ref[i]) : INFINITY;
+        emax = e > emax ? e : emax;
+        rmax = fabs(ref[i]) > rmax ? fabs(ref[i]) : rmax;
+    }
+    return rmax > 0 ? emax / rmax : emax;
+}
+
+/* Writes the WHOLE buffer (its CL_MEM_SIZE): host[0..n) then NaN. A partial
+ * host write into a larger pool block breaks oclgrind's uninitialized-value
+ * tracking of the rest (tests/oclgrind_check.sh), and the pool hands such
+ * blocks out again as the filter-transform buffer. */
+static void put_all(cl_mem m, const float *host, size_t n)
+{
+    size_t bytes = 0;
+    ck_assert_int_eq(clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof bytes, &bytes, NULL), CL_SUCCESS);
+    size_t cap = bytes / sizeof(float);
+    ck_assert(cap >= n);
+    float *all = malloc(bytes + sizeof(float));
+    ck_assert_ptr_nonnull(all);
+    tu_poison(all, cap + 1);
+    if (host && n)
+        memcpy(all, host, sizeof(float) * n);
+    ck_assert_int_eq(clEnqueueWriteBuffer(dev0()->queue, m, CL_TRUE, 0, bytes, all, 0, NULL, NULL), CL_SUCCESS);
+    free(all);
+}
+
+/* Pool buffer of n floats (+1) from host (NULL: all NaN), NaN after them. */
+static cl_mem upload(const float *host, size_t n)
+{
+    cl_mem m = NULL;
+    ck_assert_int_eq(clg_buf_alloc(dev0(), sizeof(float) * (n + 1), &m), CLG_OK);
+    put_all(m, host, n);
+    return m;
+}
+
+/* Device buffer with host data at element offset off, NaN around it (NULL host: all NaN). */
+static cl_mem upload_at(const float *host, size_t n, size_t off)
+{
+    float *tmp = malloc(sizeof(float) * (n + off + 1));
+    ck_assert_ptr_nonnull(tmp);
+    tu_poison(tmp, n + off + 1);
+    if (host)
+        memcpy(tmp + off, host, sizeof(float) * n);
+    cl_mem m = upload(tmp, n + off + 1);
+    free(tmp);
+    return m;
+}
+
+/* Downloads n elements at off; checks the poison before and after is intact. */
+static float *download_at(cl_mem m, size_t n, size_t off)
+{
+    float *tmp = malloc(sizeof(float) * (n + off + 1));
+    ck_assert_ptr_nonnull(tmp);
+    tu_download(dev0(), m, tmp, n + off + 1);
+    for (size_t i = 0; i < off; i++)
+        ck_assert_msg(isnan(tmp[i]), "element %zu before the output was overwritten", i);
+    ck_assert_msg(isnan(tmp[n + off]), "element after the output was overwritten");
+    float *out = malloc(sizeof(float) * (n + 1));
+    memcpy(out, tmp + off, sizeof(float) * n);
+    free(tmp);
+    return out;
+}
+
+static void shape_str(const clg_conv_shape *s, char *b, size_t n)
+{
+    snprintf(b, n, "N%d C%d H%d W%d K%d pad %d,%d", s->N, s->C, s->H, s->W, s->K, s->pad_h, s->pad_w);
+}
+
+static clg_conv_shape wshape(int N, int C, int H, int W, int K, int ph, int pw)
+{
+    clg_conv_shape s = {.N = N, .C = C, .H = H, .W = W, .K = K, .R = 3, .S = 3, .pad_h = ph, .pad_w = pw,
+                        .stride_h = 1, .stride_w = 1, .dil_h = 1, .dil_w = 1, .groups = 1};
+    return s;
+}
+
+/* Forward (passes & 1, random bias/ReLU) and backward-data (passes & 2) of
+ * algo on s against the reference; returns the worst relative error. */
+static double check_case(const clg_conv_shape *s, clg_conv_algo algo, clg_rng *r, int passes)
+{
+    clg_device *dev = dev0();
+    char desc[160];
+    shape_str(s, desc, sizeof desc);
+    ck_assert_msg(clg_conv_algo_supported(algo, s, passes & 1 ? CLG_CONV_FWD : CLG_CONV_BWD_DATA),
+                  "%s should support %s", clg_conv_algo_name(algo), desc);
+    size_t nx = nx_of(s), nw = nw_of(s), ny = ny_of(s);
+    size_t off = (size_t)irand(r, 0, 5);
+    float *x = randn(nx, r), *w = randn(nw, r), *bias = randn((size_t)s->K, r), *dy = randn(ny, r);
+    double *ref = malloc(sizeof(double) * (nx > ny ? nx : ny));
+    cl_mem mx = upload_at(x, nx, off), mw = upload_at(w, nw, off), mb = upload_at(bias, (size_t)s->K, off);
+    cl_mem mdy = upload_at(dy, ny, off);
+    double worst = 0;
+    if (passes & 1) {
+        int relu = irand(r, 0, 1), use_bias = irand(r, 0, 1);
+        cl_mem my = upload_at(NULL, ny, off);
+        ck_assert_msg(clg_conv_forward(dev, s, algo, NULL, mx, off, mw, off, use_bias ? mb : NULL, off, relu, my,
+                                       off) == CLG_OK,
+                      "%s fwd %s: %s", clg_conv_algo_name(algo), desc, clg_last_error(g_ctx));
+        float *got = download_at(my, ny, off);
+        ref_fwd(s, x, w, use_bias ? bias : NULL, relu, ref);
+        double e = rel_err(got, ref, ny);
+        ck_assert_msg(e < TOL, "%s fwd %s (bias %d relu %d): relative error %g >= %g", clg_conv_algo_name(algo), desc,
+                      use_bias, relu, e, TOL);
+        worst = fmax(worst, e);
+        free(got);
+        clg_buf_release(dev, my);
+    }
+    if (passes & 2) {
+        cl_mem mdx = upload_at(NULL, nx, off);
+        ck_assert_msg(clg_conv_backward_data(dev, s, algo, NULL, mdy, off, mw, off, mdx, off) == CLG_OK,
+                      "%s bwd-data %s: %s", clg_conv_algo_name(algo), desc, clg_last_error(g_ctx));
+        float *got = download_at(mdx, nx, off);
+        ref_bwd_data(s, dy, w, ref);
+        double e = rel_err(got, ref, nx);
+        ck_assert_msg(e < TOL, "%s bwd-data %s: relative error %g >= %g", clg_conv_algo_name(algo), desc, e, TOL);
+        worst = fmax(worst, e);
+        free(got);
+        clg_buf_release(dev, mdx);
+    }
+    if (getenv("CLGRAD_TEST_VERBOSE"))
+        fprintf(stderr, "%s %s: worst relative error %.3g\n", clg_conv_algo_name(algo), desc, worst);
+    clg_buf_release(dev, mx), clg_buf_release(dev, mw), clg_buf_release(dev, mb), clg_buf_release(dev, mdy);
+    free(x), free(w), free(bias), free(dy), free(ref);
+    return worst;
+}
+
+/* Random 3x3 shapes: odd sizes, channel counts off the 8-channel blocking,
+ * batch 1 and C = 1 cases, padding i % 3. */
+static void random_cases(clg_conv_algo algo, uint64_t stream, int passes)
+{
+    clg_rng r;
+    tu_rng(&r, stream);
+    int n = g_tiny ? 3 : 8;
+    for (int i = 0; i < n; i++) {
+        int pad = i % 3;
+        int big = !g_tiny;
+        clg_conv_shape s = wshape(irand(&r, 1, 2 + big), irand(&r, 1, 5 + 14 * big), irand(&r, 3, 7 + 10 * big),
+                                  irand(&r, 3, 7 + 10 * big), irand(&r, 1, 5 + 14 * big), pad, pad);
+        if (i == 1)
+            s.N = 1;
+        if (i == 2)
+            s.C = 1;
+        if (i == 3) { /* rectangular, mixed padding */
+            s.pad_h = 0;
+            s.pad_w = 2;
+        }
+        if (i == 4 && !g_tiny) { /* many tile blocks per image, K with a partial block */
+            s.H = irand(&r, 25, 33) | 1;
+            s.W = irand(&r, 25, 33) | 1;
+            s.K = 8 * irand(&r, 1, 2) + 3;
+        }
+        if (clg_conv_check(NULL, &s) != CLG_OK || s.H + 2 * s.pad_h < 3 || s.W + 2 * s.pad_w < 3)
+            continue;
+        check_case(&s, algo, &r, passes);
+    }
+}
+
+START_TEST(fused2_forward) { random_cases(CLG_CONV_WINOGRAD_FUSED, 41, 1); }
+END_TEST
+START_TEST(fused4_forward) { random_cases(CLG_CONV_WINOGRAD4_FUSED, 42, 1); }
+END_TEST
+START_TEST(fused2_backward_data) { random_cases(CLG_CONV_WINOGRAD_FUSED, 43, 2); }
+END_TEST
+START_TEST(fused4_backward_data) { random_cases(CLG_CONV_WINOGRAD4_FUSED, 44, 2); }
+END_TEST
+
+/* VGG-S conv1 style: one input channel, 28x28 (small batch). */
+START_TEST(single_input_channel)
+{
+    clg_rng r;
+    tu_rng(&r, 45);
+    clg_conv_shape s = g_tiny ? wshape(1, 1, 9, 10, 3, 1, 1) : wshape(2, 1, 28, 28, 32, 1, 1);
+    check_case(&s, CLG_CONV_WINOGRAD_FUSED, &r, 3);
+    check_case(&s, CLG_CONV_WINOGRAD4_FUSED, &r, 3);
+}
+END_TEST
+
+/* Scratch too small for all channels: channel chunks accumulated in the
+ * scratch, groups of channel blocks, inputs re-transformed per group. Also
+ * the other kernel variants (tiles per work-item, channels per block,
+ * work-group size) and the error when even one chunk cannot fit. */
+START_TEST(chunked_and_variants)
+{
+    clg_rng r;
+    tu_rng(&r, 46);
+    clg_conv_shape s = g_tiny ? wshape(1, 11, 6, 7, 9, 1, 1) : wshape(2, 37, 11, 13, 21, 1, 1);
+    setenv("CLGRAD_WFUSED_SCRATCH_KB", "32", 1); /* F(4x4): 14 channel slots of 16 tiles; F(2x2): 32 */
+    check_case(&s, CLG_CONV_WINOGRAD4_FUSED, &r, 3);
+    check_case(&s, CLG_CONV_WINOGRAD_FUSED, &r, 3);
+    setenv("CLGRAD_WFUSED_SCRATCH_KB", "8", 1); /* below one channel + one block for F(4x4) */
+    size_t nx = nx_of(&s), nw = nw_of(&s), ny = ny_of(&s);
+    cl_mem mx = upload(NULL, nx), mw = upload(NULL, nw), my = upload(NULL, ny);
+    ck_assert_int_eq(clg_conv_forward(dev0(), &s, CLG_CONV_WINOGRAD4_FUSED, NULL, mx, 0, mw, 0, NULL, 0, 0, my, 0),
+                     CLG_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(clg_last_error(g_ctx), "winograd-fused"));
+    clg_buf_release(dev0(), mx), clg_buf_release(dev0(), mw), clg_buf_release(dev0(), my);
+    unsetenv("CLGRAD_WFUSED_SCRATCH_KB");
+    static const char *variants[][3] = {{"1", "4", "1"}, {"1", "16", "2"}, {"4", "8", "1"}};
+    int nv = g_tiny ? 1 : 3;
+    for (int v = 0; v < nv; v++) {
+        setenv("CLGRAD_WFUSED_NT", variants[v][0], 1);
+        setenv("CLGRAD_WFUSED_KB", variants[v][1], 1);
+        setenv("CLGRAD_WFUSED_WGS", variants[v][2], 1);
+        check_case(&s, CLG_CONV_WINOGRAD4_FUSED, &r, 3);
+        check_case(&s, CLG_CONV_WINOGRAD_FUSED, &r, 1);
+    }
+    unsetenv("CLGRAD_WFUSED_NT");
+    unsetenv("CLGRAD_WFUSED_KB");
+    unsetenv("CLGRAD_WFUSED_WGS");
+}
+END_TEST
+
+/* Transformed filters are reused while weights_version is unchanged and
+ * rebuilt after it changes (forward and backward-data slots). */
+START_TEST(filter_cache_versions)
+{
+    clg_device *dev = dev0();
+    clg_rng r;
+    tu_rng(&r, 47);
+    clg_conv_shape s = wshape(2, 5, 9, 7, 6, 1, 1);
+    size_t nx = nx_of(&s), nw = nw_of(&s), ny = ny_of(&s);
+    float *x = randn(nx, &r), *w1 = randn(nw, &r), *w2 = randn(nw, &r), *gy = randn(ny, &r);
+    float *got = malloc(sizeof(float) * (nx + ny));
+    double *ref = malloc(sizeof(double) * (nx + ny));
+    cl_mem mx = upload(x, nx), mw = upload(w1, nw), my = upload(NULL, ny);
+    cl_mem mgy = upload(gy, ny), mdx = upload(NULL, nx);
+    clg_conv_cache cache;
+    memset(&cache, 0, sizeof cache);
+    clg_conv_algo algos[] = {CLG_CONV_WINOGRAD_FUSED, CLG_CONV_WINOGRAD4_FUSED};
+    for (size_t ai = 0; ai < 2; ai++) {
+        clg_conv_algo a = algos[ai];
+        put_all(mw, w1, nw);
+        cache.weights_version++;
+        ck_assert_int_eq(clg_conv_forward(dev, &s, a, &cache, mx, 0, mw, 0, NULL, 0, 0, my, 0), CLG_OK);
+        ck_assert_ptr_nonnull(cache.transformed[a]);
+        ck_assert(cache.built_version[a] == cache.weights_version);
+        ck_assert_int_eq(clg_conv_backward_data(dev, &s, a, &cache, mgy, 0, mw, 0, mdx, 0), CLG_OK);
+        ck_assert(cache.built_version_bwd[a] == cache.weights_version);
+        /* new weights without a version bump: both cached transforms (w1) still used */
+        put_all(mw, w2, nw);
+        ck_assert_int_eq(clg_conv_forward(dev, &s, a, &cache, mx, 0, mw, 0, NULL, 0, 0, my, 0), CLG_OK);
+        tu_download(dev, my, got, ny);
+        ref_fwd(&s, x, w1, NULL, 0, ref);
+        ck_assert_double_lt(rel_err(got, ref, ny), TOL);
+        ck_assert_int_eq(clg_conv_backward_data(dev, &s, a, &cache, mgy, 0, mw, 0, mdx, 0), CLG_OK);
+        tu_download(dev, mdx, got, nx);
+        ref_bwd_data(&s, gy, w1, ref);
+        ck_assert_double_lt(rel_err(got, ref, nx), TOL);
+        /* after the bump the new weights are used, and the result changes */
+        cache.weights_version++;
+        ck_assert_int_eq(clg_conv_forward(dev, &s, a, &cache, mx, 0, mw, 0, NULL, 0, 1, my, 0), CLG_OK);
+        ck_assert(cache.built_version[a] == cache.weights_version);
+        tu_download(dev, my, got, ny);
+        ref_fwd(&s, x, w2, NULL, 1, ref);
+        ck_assert_double_lt(rel_err(got, ref, ny), TOL);
+        ck_assert_int_eq(clg_conv_backward_data(dev, &s, a, &cache, mgy, 0, mw, 0, mdx, 0), CLG_OK);
+        ck_assert(cache.built_version_bwd[a] == cache.weights_version);
+        tu_download(dev, mdx, got, nx);
+        ref_bwd_data(&s, gy, w2, ref);
+        ck_assert_double_lt(rel_err(got, ref, nx), TOL);
+    }
+    clg_conv_cache_free(dev, &cache);
+    ck_assert_ptr_null(cache.transformed[CLG_CONV_WINOGRAD4_FUSED]);
+    free(x), free(w1), free(w2), free(gy), free(got), free(ref);
+    clg_buf_release(dev, mx), clg_buf_release(dev, mw), clg_buf_release(dev, my);
+    clg_buf_release(dev, mgy), clg_buf_release(dev, mdx);
+}
+END_TEST
+
+/* Names, parsing and the passes/shapes the fused algorithms refuse. */
+START_TEST(names_and_support)
+{
+    clg_conv_algo a;
+    ck_assert_int_eq(clg_conv_algo_parse(&g_ctx->err, "winograd-fused", &a), CLG_OK);
+    ck_assert_int_eq(a, CLG_CONV_WINOGRAD_FUSED);
+    ck_assert_int_eq(clg_conv_algo_parse(&g_ctx->err, "winograd4-fused", &a), CLG_OK);
+    ck_assert_int_eq(a, CLG_CONV_WINOGRAD4_FUSED);
+    ck_assert_str_eq(clg_conv_algo_name(CLG_CONV_WINOGRAD4_FUSED), "winograd4-fused");
+    clg_conv_shape s = wshape(1, 3, 8, 8, 4, 1, 1);
+    ck_assert(!clg_conv_algo_supported(CLG_CONV_WINOGRAD4_FUSED, &s, CLG_CONV_BWD_FILTER));
+    ck_assert(clg_conv_algo_supported(CLG_CONV_WINOGRAD4_FUSED, &s, CLG_CONV_BWD_DATA));
+    s.pad_h = 3;
+    ck_assert(!clg_conv_algo_supported(CLG_CONV_WINOGRAD_FUSED, &s, CLG_CONV_FWD));
+    s.pad_h = 1;
+    s.stride_w = 2;
+    ck_assert(!clg_conv_algo_supported(CLG_CONV_WINOGRAD_FUSED, &s, CLG_CONV_FWD));
+    cl_mem m = upload(NULL, 512);
+    ck_assert_int_eq(clg_conv_forward(dev0(), &s, CLG_CONV_WINOGRAD_FUSED, NULL, m, 0, m, 0, NULL, 0, 0, m, 0),
+                     CLG_ERR_UNSUPPORTED);
+    s.stride_w = 1;
+    ck_assert_int_eq(clg_conv_backward_filter(dev0(), &s, CLG_CONV_WINOGRAD4_FUSED, m, 0, m, 0, 0.0f, m, 0, NULL, 0),
+                     CLG_ERR_UNSUPPORTED);
+    clg_buf_release(dev0(), m);
+}
+END_TEST
+
+int main(void)
+{
+    g_tiny = getenv("CLGRAD_TEST_TINY") && atoi(getenv("CLGRAD_TEST_TINY")) != 0;
+    g_ctx = tu_ctx(NULL);
+    Suite *su = suite_create("wfused");
+    struct {
+        const char *name;
+        const TTest *fn;
+    } tests[] = {
+        {"names_and_support", names_and_support},
+        {"fused2_forward", fused2_forward},
+        {"fused4_forward", fused4_forward},
+        {"fused2_backward_data", fused2_backward_data},
+        {"fused4_backward_data", fused4_backward_data},
+        {"single_input_channel", single_input_channel},
+        {"chunked_and_variants", chunked_and_variants},
+        {"filter_cache_versions", filter_cache_versions},
+    };
+    for (size_t i = 0; i < CLG_ARRAY_LEN(tests); i++) {
+        TCase *tc = tcase_create(tests[i].name);
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, tests[i].fn);
+        suite_add_tcase(su, tc);
+    }
+    int rc = tu_run(su);
+    clg_ctx_destroy(g_ctx);
+    return rc;
+}
