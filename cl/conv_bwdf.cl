@@ -15,6 +15,12 @@
 #define BFJ 9
 #endif
 
+// Sum of the 8 lanes. Written with dot(), not as (h.x + h.y) + (h.z + h.w):
+// LLVM turns a sum of lanes of one vector into a shufflevector whose mask
+// has undef lanes, and oclgrind 21.10's --uninitialized checker crashes
+// (segfault) on such masks; dot() stays a builtin call it handles.
+#define HSUM8(v) dot((v).lo + (v).hi, (float4)(1.0f))
+
 __kernel void bwdf_small(__global const float *dy, const int offdy, __global const float *col, const int ldcol,
                          const int nimg, const int K, const int PQ, const int nper, const int pch0,
                          __global float *part)
@@ -50,12 +56,9 @@ __kernel void bwdf_small(__global const float *dy, const int offdy, __global con
         }
     }
     __global float *o = part + ((size_t)(pch0 + ch) * K + k) * (BFJ + 1);
-    for (int j = 0; j < BFJ; j++) {
-        const float4 h = acc[j].lo + acc[j].hi;
-        o[j] = (h.x + h.y) + (h.z + h.w) + tail[j];
-    }
-    const float4 hb = accb.lo + accb.hi;
-    o[BFJ] = (hb.x + hb.y) + (hb.z + hb.w) + tailb;
+    for (int j = 0; j < BFJ; j++)
+        o[j] = HSUM8(acc[j]) + tail[j];
+    o[BFJ] = HSUM8(accb) + tailb;
 }
 
 // Bias gradient partials: work-item (k, ch) sums dy[n, k, :] over images
@@ -80,9 +83,7 @@ __kernel void bias_part(__global const float *dy, const int offdy, const int N, 
         for (; i < PQ; i++)
             t += d[i];
     }
-    const float8 a = a0 + a1;
-    const float4 h = a.lo + a.hi;
-    part[(size_t)ch * K + k] = (h.x + h.y) + (h.z + h.w) + t;
+    part[(size_t)ch * K + k] = HSUM8(a0 + a1) + t;
 }
 
 // out[offo + i*ldo + j] = beta*out[...] + sum_ch part[(ch*rows + i)*ps + pc0 + j]

@@ -55,20 +55,51 @@ void tu_poison(float *x, size_t n)
         x[i] = NAN;
 }
 
+void tu_write_full(clg_device *dev, cl_mem m, const float *host, size_t n)
+{
+    size_t bytes = 0;
+    ck_assert_int_eq(clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof bytes, &bytes, NULL), CL_SUCCESS);
+    size_t nf = bytes / sizeof(float);
+    ck_assert(nf >= n);
+    float *tmp = malloc(bytes + sizeof(float));
+    ck_assert_ptr_nonnull(tmp);
+    tu_poison(tmp, nf + 1);
+    if (host)
+        memcpy(tmp, host, sizeof(float) * n);
+    ck_assert_int_eq(clEnqueueWriteBuffer(dev->queue, m, CL_TRUE, 0, bytes, tmp, 0, NULL, NULL), CL_SUCCESS);
+    free(tmp);
+}
+
 cl_mem tu_upload(clg_device *dev, const float *host, size_t n)
 {
     cl_mem m = NULL;
-    ck_assert_int_eq(clg_buf_alloc(dev, n * sizeof(float) + 4, &m), CLG_OK);
-    float *tmp = NULL;
-    if (!host) {
-        tmp = malloc((n + 1) * sizeof(float));
-        tu_poison(tmp, n + 1);
-        host = tmp;
-    }
-    ck_assert_int_eq(clEnqueueWriteBuffer(dev->queue, m, CL_TRUE, 0, n * sizeof(float), host, 0, NULL, NULL),
-                     CL_SUCCESS);
+    ck_assert_int_eq(clg_buf_alloc(dev, sizeof(float) * (n + 1), &m), CLG_OK);
+    tu_write_full(dev, m, host, n);
+    return m;
+}
+
+cl_mem tu_upload_at(clg_device *dev, const float *host, size_t n, size_t off)
+{
+    float *tmp = malloc(sizeof(float) * (n + off + 1));
+    ck_assert_ptr_nonnull(tmp);
+    tu_poison(tmp, n + off + 1);
+    if (host)
+        memcpy(tmp + off, host, sizeof(float) * n);
+    cl_mem m = tu_upload(dev, tmp, n + off + 1);
     free(tmp);
     return m;
+}
+
+float *tu_download_at(clg_device *dev, cl_mem m, size_t n, size_t off)
+{
+    float *tmp = malloc(sizeof(float) * (n + off));
+    ck_assert_ptr_nonnull(tmp);
+    tu_download(dev, m, tmp, n + off);
+    float *out = malloc(sizeof(float) * (n + 1));
+    ck_assert_ptr_nonnull(out);
+    memcpy(out, tmp + off, sizeof(float) * n);
+    free(tmp);
+    return out;
 }
 
 void tu_download(clg_device *dev, cl_mem m, float *host, size_t n)

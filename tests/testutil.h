@@ -21,9 +21,21 @@ void tu_fill(float *x, size_t n, float lo, float hi, clg_rng *r);
 void tu_rng(clg_rng *r, uint64_t stream); /* seeded from tu_seed() */
 /* NaN everywhere: an element a kernel fails to write stays NaN. */
 void tu_poison(float *x, size_t n);
-/* Device buffer initialised from host (NULL host: poisoned). */
+/* Device buffer of n floats from host (NULL host: poisoned), NaN after
+ * them to the end of the (pool-sized) buffer. */
 cl_mem tu_upload(clg_device *dev, const float *host, size_t n);
+/* Device buffer holding host data at element offset off, NaN around it. */
+cl_mem tu_upload_at(clg_device *dev, const float *host, size_t n, size_t off);
+/* Writes n floats from host (NULL: NaN) and NaN after them over the whole
+ * buffer. Whole-buffer writes matter under oclgrind 21.10: its
+ * --uninitialized checker resizes a buffer's shadow memory to each host
+ * write, so kernel stores past a partial write are not recorded and a pool
+ * buffer reused as a workspace later reads as uninitialized (evidence and
+ * reproducer: tests/oclgrind_check.sh). */
+void tu_write_full(clg_device *dev, cl_mem m, const float *host, size_t n);
 void tu_download(clg_device *dev, cl_mem m, float *host, size_t n);
+/* n floats from element offset off (malloc'd, one spare element). */
+float *tu_download_at(clg_device *dev, cl_mem m, size_t n, size_t off);
 /* max |got - ref| / (|ref| + atol); NaN in got gives +inf. */
 double tu_max_err(const float *got, const double *ref, size_t n, double atol);
 /* Row-major double reference: C = alpha*op(A)op(B) + beta*C. */

@@ -90,30 +90,6 @@ static float *rnd(size_t n, clg_rng *r)
     return p;
 }
 
-/* Device buffer holding host data at element offset `off` (poison around it). */
-static cl_mem upload_at(clg_device *dev, const float *host, size_t n, size_t off)
-{
-    float *tmp = malloc(sizeof(float) * (n + off + 1));
-    ck_assert_ptr_nonnull(tmp);
-    tu_poison(tmp, n + off + 1);
-    if (host)
-        memcpy(tmp + off, host, sizeof(float) * n);
-    cl_mem m = tu_upload(dev, tmp, n + off + 1);
-    free(tmp);
-    return m;
-}
-
-static float *download_at(clg_device *dev, cl_mem m, size_t n, size_t off)
-{
-    float *tmp = malloc(sizeof(float) * (n + off));
-    ck_assert_ptr_nonnull(tmp);
-    tu_download(dev, m, tmp, n + off);
-    float *out = malloc(sizeof(float) * (n + 1));
-    memcpy(out, tmp + off, sizeof(float) * n);
-    free(tmp);
-    return out;
-}
-
 static void shape_str(const clg_conv_shape *s, char *b, size_t n)
 {
     snprintf(b, n, "N%d C%d H%d W%d K%d R%d S%d pad %d,%d stride %d,%d dil %d,%d groups %d", s->N, s->C, s->H, s->W,
@@ -136,16 +112,16 @@ static double check_algo(const clg_conv_shape *s, clg_conv_algo algo, clg_rng *r
     float *dw0 = rnd(nw, r), *db0 = rnd((size_t)s->K, r);
     double *ref = malloc(sizeof(double) * (nx > nw ? (nx > ny ? nx : ny) : (nw > ny ? nw : ny)) + 64);
     double *refb = malloc(sizeof(double) * (size_t)s->K);
-    cl_mem dx_ = upload_at(dev, x, nx, off), dw_ = upload_at(dev, w, nw, off), db_ = upload_at(dev, bias, s->K, off);
-    cl_mem ddy = upload_at(dev, dy, ny, off);
+    cl_mem dx_ = tu_upload_at(dev, x, nx, off), dw_ = tu_upload_at(dev, w, nw, off), db_ = tu_upload_at(dev, bias, s->K, off);
+    cl_mem ddy = tu_upload_at(dev, dy, ny, off);
     double worst = 0;
     int relu = irand(r, 0, 1), use_bias = irand(r, 0, 1);
     if (passes & 1) {
-        cl_mem dy_out = upload_at(dev, NULL, ny, off);
+        cl_mem dy_out = tu_upload_at(dev, NULL, ny, off);
         ck_assert_msg(clg_conv_forward(dev, s, algo, NULL, dx_, off, dw_, off, use_bias ? db_ : NULL, off, relu, dy_out,
                                        off) == CLG_OK,
                       "%s fwd %s: %s", clg_conv_algo_name(algo), desc, clg_last_error(g_ctx));
-        float *got = download_at(dev, dy_out, ny, off);
+        float *got = tu_download_at(dev, dy_out, ny, off);
         ref_fwd(s, x, w, use_bias ? bias : NULL, relu, ref);
         double e = tu_max_err(got, ref, ny, 1.0);
         ck_assert_msg(e < tol, "%s fwd %s (relu %d bias %d): error %g > %g", clg_conv_algo_name(algo), desc, relu,
@@ -155,10 +131,10 @@ static double check_algo(const clg_conv_shape *s, clg_conv_algo algo, clg_rng *r
         clg_buf_release(dev, dy_out);
     }
     if (passes & 2) {
-        cl_mem dx_out = upload_at(dev, NULL, nx, off);
+        cl_mem dx_out = tu_upload_at(dev, NULL, nx, off);
         ck_assert_msg(clg_conv_backward_data(dev, s, algo, NULL, ddy, off, dw_, off, dx_out, off) == CLG_OK,
                       "%s bwd-data %s: %s", clg_conv_algo_name(algo), desc, clg_last_error(g_ctx));
-        float *got = download_at(dev, dx_out, nx, off);
+        float *got = tu_download_at(dev, dx_out, nx, off);
         ref_bwd_data(s, dy, w, ref);
         double e = tu_max_err(got, ref, nx, 1.0);
         ck_assert_msg(e < tol, "%s bwd-data %s: error %g > %g", clg_conv_algo_name(algo), desc, e, tol);
@@ -169,12 +145,12 @@ static double check_algo(const clg_conv_shape *s, clg_conv_algo algo, clg_rng *r
     if (passes & 4) {
         float beta = irand(r, 0, 1) ? 0.0f : 0.5f;
         /* beta 0: the old contents are poison and must not be read */
-        cl_mem dw_out = upload_at(dev, beta != 0 ? dw0 : NULL, nw, off);
-        cl_mem db_out = upload_at(dev, beta != 0 ? db0 : NULL, s->K, off);
+        cl_mem dw_out = tu_upload_at(dev, beta != 0 ? dw0 : NULL, nw, off);
+        cl_mem db_out = tu_upload_at(dev, beta != 0 ? db0 : NULL, s->K, off);
         ck_assert_msg(clg_conv_backward_filter(dev, s, algo, dx_, off, ddy, off, beta, dw_out, off, db_out, off) ==
                           CLG_OK,
                       "%s bwd-filter %s: %s", clg_conv_algo_name(algo), desc, clg_last_error(g_ctx));
-        float *got = download_at(dev, dw_out, nw, off), *gotb = download_at(dev, db_out, s->K, off);
+        float *got = tu_download_at(dev, dw_out, nw, off), *gotb = tu_download_at(dev, db_out, s->K, off);
         ref_bwd_filter(s, x, dy, beta, dw0, ref, refb, db0);
         double e = tu_max_err(got, ref, nw, 1.0), eb = tu_max_err(gotb, refb, s->K, 1.0);
         ck_assert_msg(e < tol, "%s bwd-filter %s (beta %g): dw error %g > %g", clg_conv_algo_name(algo), desc, beta, e,
@@ -233,6 +209,18 @@ static clg_conv_shape random_shape(clg_rng *r, int kind)
 
 static int ncases(int full) { return g_tiny ? 2 : full; }
 
+/* CLGRAD_TEST_TINY (oclgrind, ~100x slower than PoCL): a wide-row case keeps
+ * its width (several tile groups, vector loads) with less depth. */
+static void tiny_wide(clg_conv_shape *s)
+{
+    if (!g_tiny)
+        return;
+    s->N = 1;
+    s->C = CLG_MIN(s->C, 2);
+    s->K = CLG_MIN(s->K, 2);
+    s->H = CLG_MIN(s->H, 5);
+}
+
 START_TEST(im2col_random)
 {
     clg_rng r;
@@ -279,8 +267,10 @@ START_TEST(winograd2_random)
         s.pad_h = s.pad_w = i % 3; /* 0, 1, 2 */
         if (i == 1)
             s.N = 1;
-        if (i == 0 || i == 2) /* wide rows: several 8-tile groups per tile row, vector loads */
+        if (i == 0 || i == 2) { /* wide rows: several 8-tile groups per tile row, vector loads */
             s.W = irand(&r, 30, 45);
+            tiny_wide(&s);
+        }
         if (clg_conv_check(NULL, &s) != CLG_OK)
             continue;
         check_algo(&s, CLG_CONV_WINOGRAD, &r, 1e-4, 7);
@@ -295,8 +285,10 @@ START_TEST(winograd4_random)
     for (int i = 0; i < ncases(8); i++) {
         clg_conv_shape s = random_shape(&r, 2);
         s.pad_h = s.pad_w = i % 3;
-        if (i == 0 || i == 2) /* wide rows: VL=8 kernels, several tile groups, vector loads */
+        if (i == 0 || i == 2) { /* wide rows: VL=8 kernels, several tile groups, vector loads */
             s.W = irand(&r, 30, 75);
+            tiny_wide(&s);
+        }
         if (clg_conv_check(NULL, &s) != CLG_OK)
             continue;
         check_algo(&s, CLG_CONV_WINOGRAD4, &r, 1e-4, 7);
@@ -349,7 +341,7 @@ START_TEST(fft_random)
     cache.weights_version = 1;
     ck_assert_int_eq(clg_conv_forward(dev, &s, CLG_CONV_FFT, &cache, mx, 0, mw, 0, NULL, 0, 0, my, 0), CLG_OK);
     ck_assert(cache.built_version[CLG_CONV_FFT] == 1);
-    clEnqueueWriteBuffer(dev->queue, mw, CL_TRUE, 0, sizeof(float) * nw, w2, 0, NULL, NULL);
+    tu_write_full(dev, mw, w2, nw);
     ck_assert_int_eq(clg_conv_forward(dev, &s, CLG_CONV_FFT, &cache, mx, 0, mw, 0, NULL, 0, 0, my, 0), CLG_OK);
     tu_download(dev, my, got, ny);
     ref_fwd(&s, x, w1, NULL, 0, ref);
@@ -374,6 +366,10 @@ START_TEST(finite_differences)
     clg_rng r;
     tu_rng(&r, 16);
     clg_conv_algo algos[] = {CLG_CONV_IM2COL, CLG_CONV_DIRECT, CLG_CONV_WINOGRAD, CLG_CONV_WINOGRAD4};
+    if (g_tiny) { /* oclgrind: the same kernels as the *_random cases, ~1 min there */
+        fprintf(stderr, "finite_differences: not run with CLGRAD_TEST_TINY\n");
+        return;
+    }
     for (size_t ai = 0; ai < CLG_ARRAY_LEN(algos); ai++) {
         clg_conv_algo algo = algos[ai];
         clg_conv_shape s = random_shape(&r, algo >= CLG_CONV_WINOGRAD && algo <= CLG_CONV_WINOGRAD4 ? 2 : 0);
@@ -398,7 +394,7 @@ START_TEST(finite_differences)
                 float keep = v[i];
                 v[i] = keep + (sgn ? -eps : eps);
                 cl_mem m = on_w ? dwm : dxm;
-                clEnqueueWriteBuffer(dev->queue, m, CL_TRUE, 0, sizeof(float) * (on_w ? nw : nx), v, 0, NULL, NULL);
+                tu_write_full(dev, m, v, on_w ? nw : nx);
                 ck_assert_int_eq(clg_conv_forward(dev, &s, algo, NULL, dxm, 0, dwm, 0, NULL, 0, 0, dym, 0), CLG_OK);
                 tu_download(dev, dym, y, ny);
                 double acc = 0;
@@ -406,7 +402,7 @@ START_TEST(finite_differences)
                     acc += (double)g[j] * y[j];
                 L[sgn] = acc;
                 v[i] = keep;
-                clEnqueueWriteBuffer(dev->queue, m, CL_TRUE, 0, sizeof(float) * (on_w ? nw : nx), v, 0, NULL, NULL);
+                tu_write_full(dev, m, v, on_w ? nw : nx);
             }
             double fd = (L[0] - L[1]) / (2 * eps), an = on_w ? gw[i] : gx[i];
             ck_assert_msg(fabs(fd - an) <= 2e-3 * (1 + fabs(fd)), "%s: d/d%s[%zu] analytic %g vs finite difference %g",
@@ -428,6 +424,8 @@ START_TEST(filter_cache_versions)
     tu_rng(&r, 17);
     clg_conv_shape s = {.N = 2, .C = 3, .H = 7, .W = 6, .K = 4, .R = 3, .S = 3, .pad_h = 1, .pad_w = 1,
                         .stride_h = 1, .stride_w = 1, .dil_h = 1, .dil_w = 1, .groups = 1};
+    if (g_tiny) /* oclgrind: the cache logic, on less work */
+        s.N = 1, s.C = 2, s.K = 2, s.H = 5;
     size_t nx = nx_of(&s), nw = nw_of(&s), ny = ny_of(&s);
     float *x = rnd(nx, &r), *w1 = rnd(nw, &r), *w2 = rnd(nw, &r), *got = malloc(sizeof(float) * (nx + ny));
     double *ref = malloc(sizeof(double) * (nx + ny)), *ref_old = malloc(sizeof(double) * (nx + ny));
@@ -438,13 +436,13 @@ START_TEST(filter_cache_versions)
     clg_conv_algo algos[] = {CLG_CONV_WINOGRAD, CLG_CONV_WINOGRAD4};
     for (size_t ai = 0; ai < 2; ai++) {
         clg_conv_algo a = algos[ai];
-        clEnqueueWriteBuffer(dev->queue, mw, CL_TRUE, 0, sizeof(float) * nw, w1, 0, NULL, NULL);
+        tu_write_full(dev, mw, w1, nw);
         cache.weights_version++;
         ck_assert_int_eq(clg_conv_forward(dev, &s, a, &cache, mx, 0, mw, 0, NULL, 0, 0, my, 0), CLG_OK);
         ck_assert_ptr_nonnull(cache.transformed[a]);
         ck_assert(cache.built_version[a] == cache.weights_version);
         /* weights change without a version bump: the cached transform (w1) is still used */
-        clEnqueueWriteBuffer(dev->queue, mw, CL_TRUE, 0, sizeof(float) * nw, w2, 0, NULL, NULL);
+        tu_write_full(dev, mw, w2, nw);
         ck_assert_int_eq(clg_conv_forward(dev, &s, a, &cache, mx, 0, mw, 0, NULL, 0, 0, my, 0), CLG_OK);
         tu_download(dev, my, got, ny);
         ref_fwd(&s, x, w1, NULL, 0, ref_old);
@@ -484,6 +482,8 @@ START_TEST(auto_choice)
     clg_conv_shape s = {.N = 2, .C = 4, .H = 9, .W = 8, .K = 5, .R = 3, .S = 3, .pad_h = 1, .pad_w = 1,
                         .stride_h = 1, .stride_w = 1, .dil_h = 1, .dil_w = 1, .groups = 1};
     s.C = irand(&r, 2, 6); /* a fresh shape key most runs */
+    if (g_tiny) /* oclgrind: AUTO times every candidate 4 times per pass */
+        s.N = 1, s.K = 2, s.H = 5, s.W = 5, s.C = irand(&r, 1, 3);
     size_t nx = nx_of(&s), nw = nw_of(&s), ny = ny_of(&s);
     float *x = rnd(nx, &r), *w = rnd(nw, &r), *got = malloc(sizeof(float) * ny);
     double *ref = malloc(sizeof(double) * ny);
@@ -503,8 +503,11 @@ START_TEST(auto_choice)
         ck_assert_msg(system(cmd) == 0, "no conv-algos-*.json with entries under %s", g_ctx->cache_dir);
     /* backward passes via auto without a layer cache */
     cl_mem mdx = tu_upload(dev, NULL, nx), mdw = tu_upload(dev, NULL, nw);
-    ck_assert_int_eq(clg_conv_backward_data(dev, &s, CLG_CONV_AUTO, NULL, my, 0, mw, 0, mdx, 0), CLG_OK);
-    ck_assert_int_eq(clg_conv_backward_filter(dev, &s, CLG_CONV_AUTO, mx, 0, my, 0, 0.0f, mdw, 0, NULL, 0), CLG_OK);
+    /* tiny (oclgrind): AUTO on the forward pass only, since choosing times
+     * every candidate four times per pass (minutes there) */
+    clg_conv_algo ab = g_tiny ? CLG_CONV_IM2COL : CLG_CONV_AUTO;
+    ck_assert_int_eq(clg_conv_backward_data(dev, &s, ab, NULL, my, 0, mw, 0, mdx, 0), CLG_OK);
+    ck_assert_int_eq(clg_conv_backward_filter(dev, &s, ab, mx, 0, my, 0, 0.0f, mdw, 0, NULL, 0), CLG_OK);
     float *gx = malloc(sizeof(float) * nx), *gw = malloc(sizeof(float) * nw), *yy = malloc(sizeof(float) * ny);
     double *rx = malloc(sizeof(double) * nx), *rw = malloc(sizeof(double) * nw), dbb[8];
     tu_download(dev, my, yy, ny);
