@@ -18,6 +18,9 @@
 //   __local memory, each work-item an (MWG/MDIMC) x (NWG/NDIMC) register tile.
 // Both families read packed operands (so any M, N, K is safe: padding is
 // zero) and guard every store to C.
+// With -D GEMM_DOT (DR, DC): gemm_dot, C = A * B^T on unpacked row-major
+// operands as dot products along K (long thin products, e.g. the reduction
+// over tiles of the Winograd backward-filter pass).
 
 #define GEMM_CAT_(a, b) a##b
 #define GEMM_CAT(a, b) GEMM_CAT_(a, b)
@@ -369,3 +372,93 @@ void gemm_tiled(const int M, const int N, const int Kp, const float alpha, const
     }
 }
 #endif /* GEMM_TILED */
+
+#ifdef GEMM_DOT
+#ifndef DR
+#define DR 4
+#endif
+#ifndef DC
+#define DC 4
+#endif
+// gws: (ceil(M/DR), ceil(N/DC), batch). C = act(alpha * A * B^T + beta * C
+// + bias) for A (M x K) and B (N x K), both row-major with K contiguous:
+// products of long, thin operands (K >> M, N) read in place, without
+// packing. Each work-item owns a DR x DC block of C as DR*DC float16
+// partial dot products along K, reduced at the end.
+__kernel void gemm_dot(const int M, const int N, const int K, const float alpha, const float beta,
+                       __global const float *A, const int offA, const int lda, const int strideA,
+                       __global const float *B, const int offB, const int ldb, const int strideB,
+                       __global float *C, const int offC, const int ldc, const int strideC,
+                       __global const float *bias, const int offBias, const int bias_mode, const int relu)
+{
+    const int m0 = get_global_id(0) * DR;
+    const int n0 = get_global_id(1) * DC;
+    const int b = get_global_id(2);
+    if (m0 >= M || n0 >= N)
+        return;
+    // rows past the edge repeat the last one (computed, never stored)
+    __global const float *ap[DR], *bp[DC];
+#pragma unroll
+    for (int i = 0; i < DR; i++)
+        ap[i] = A + offA + (size_t)b * strideA + (size_t)min(m0 + i, M - 1) * lda;
+#pragma unroll
+    for (int j = 0; j < DC; j++)
+        bp[j] = B + offB + (size_t)b * strideB + (size_t)min(n0 + j, N - 1) * ldb;
+    float16 acc[DR][DC];
+#pragma unroll
+    for (int i = 0; i < DR; i++)
+#pragma unroll
+        for (int j = 0; j < DC; j++)
+            acc[i][j] = (float16)(0.0f);
+    int k = 0;
+    for (; k + 16 <= K; k += 16) {
+        float16 av[DR], bv[DC];
+#pragma unroll
+        for (int i = 0; i < DR; i++)
+            av[i] = vload16(0, ap[i] + k);
+#pragma unroll
+        for (int j = 0; j < DC; j++)
+            bv[j] = vload16(0, bp[j] + k);
+#pragma unroll
+        for (int i = 0; i < DR; i++)
+#pragma unroll
+            for (int j = 0; j < DC; j++)
+                acc[i][j] = fma(av[i], bv[j], acc[i][j]);
+    }
+    float sum[DR][DC];
+#pragma unroll
+    for (int i = 0; i < DR; i++)
+#pragma unroll
+        for (int j = 0; j < DC; j++) {
+            // (halves through private memory and the last lanes through
+            // dot(): oclgrind mis-tracks float16 swizzles and crashes on a
+            // sum of lanes of one vector, see tests/oclgrind_check.sh)
+            float t[16];
+            vstore16(acc[i][j], 0, t);
+            const float8 s8 = vload8(0, t) + vload8(1, t);
+            sum[i][j] = dot(s8.lo + s8.hi, (float4)(1.0f));
+        }
+    for (; k < K; k++)
+#pragma unroll
+        for (int i = 0; i < DR; i++)
+#pragma unroll
+            for (int j = 0; j < DC; j++)
+                sum[i][j] = fma(ap[i][k], bp[j][k], sum[i][j]);
+    __global float *c = C + offC + (size_t)b * strideC;
+    __global const float *bi = bias + offBias;
+#pragma unroll
+    for (int i = 0; i < DR; i++) {
+        const int m = m0 + i;
+        if (m < M) {
+#pragma unroll
+            for (int j = 0; j < DC; j++) {
+                const int n = n0 + j;
+                if (n < N) {
+                    __global float *cp = c + (size_t)m * ldc + n;
+                    *cp = gemm_epi(sum[i][j], alpha, beta, cp, bi, bias_mode, m, n, relu);
+                }
+            }
+        }
+    }
+}
+#endif /* GEMM_DOT */

@@ -9,6 +9,13 @@
 // Transform-domain layouts (xi = a*WA + b indexes the alpha x alpha point):
 //   U[xi][ko][ci]  filters       V[xi][c][t]  input tiles      M[xi][k][t] products
 // with t = (b*TH + th)*TW + tw over the images of one batch chunk.
+// U and V are written in the GEMM's panel layout (src/ops/gemm.h,
+// clg_gemm_pack_layout) so the product runs on them without packing:
+//   U: point xi at xi*sxU, (ko, ci) at ((ko/PA)*Kp + ci)*PA + ko%PA
+//   V: point xi at xi*sxV, (c, t)   at ((t/PB)*Kp + c)*PB + t%PB
+// with zeros in the padding (ko >= Kout, ci/c >= C up to Kp, t >= T up to
+// the panel end). PA = 1, Kp = Cin gives the plain row-major U[xi][ko][ci];
+// PB = ldv (one panel), Kp = C the plain V[xi][c][t].
 
 #ifndef WM
 #define WM 2
@@ -41,17 +48,27 @@
 
 // The backward-filter kernels use the same matrices transposed: F(3x3, WMxWM).
 
-// U = G g G^T for every (ko, ci): gws = (Cin, Kout). With flip the filter is
-// the rotated transpose used by backward-data: g = rot180(w[ci][ko]) where w
-// is stored (Cin, Kout, 3, 3); otherwise g = w[ko][ci] with w (Kout, Cin, 3, 3).
+// U = G g G^T for every (ko, ci): gws = (>= Kp, >= Mp), Mp = Kout rounded
+// up to PA; zeros in the padding. With flip the filter is the rotated
+// transpose used by backward-data: g = rot180(w[ci][ko]) where w is stored
+// (Cin, Kout, 3, 3); otherwise g = w[ko][ci] with w (Kout, Cin, 3, 3).
 __kernel void wino_filter(__global const float *w, const int offw, const int Kout, const int Cin, const int flip,
-                          __global float *U, const int offU)
+                          __global float *U, const int offU, const int PA, const int Kp, const int Mp,
+                          const int sxU)
 {
     WINO_G;
     const int ci = get_global_id(0);
     const int ko = get_global_id(1);
-    if (ci >= Cin || ko >= Kout)
+    if (ci >= Kp || ko >= Mp)
         return;
+    const int pa = ko / PA;
+    const int ia = ko - pa * PA; // (not %: its expansion upsets oclgrind)
+    __global float *u = U + offU + (pa * Kp + ci) * PA + ia;
+    if (ci >= Cin || ko >= Kout) {
+        for (int xi = 0; xi < WA * WA; xi++)
+            u[xi * sxU] = 0.0f;
+        return;
+    }
     float g[3][3];
     for (int r = 0; r < 3; r++)
         for (int s = 0; s < 3; s++)
@@ -63,7 +80,7 @@ __kernel void wino_filter(__global const float *w, const int offw, const int Kou
             t[a][s] = GM[a][0] * g[0][s] + GM[a][1] * g[1][s] + GM[a][2] * g[2][s];
     for (int a = 0; a < WA; a++)
         for (int b = 0; b < WA; b++)
-            U[offU + ((a * WA + b) * Kout + ko) * Cin + ci] = t[a][0] * GM[b][0] + t[a][1] * GM[b][1] + t[a][2] * GM[b][2];
+            u[(a * WA + b) * sxU] = t[a][0] * GM[b][0] + t[a][1] * GM[b][1] + t[a][2] * GM[b][2];
 }
 
 // a / b and a % b for 0 <= a < 2^24, 0 < b, without an integer division
@@ -169,19 +186,45 @@ static inline vecf load_lanes(__global const float *p, const int n)
     return VLOADV(0, t);
 }
 
-// V = B^T d B for every input tile and channel: gws = (>= TH*TWG, >= C, images).
+// Stores lanes 0..n-1 of v (n <= VL) at tiles t0 .. t0+n-1 of a panel
+// layout with PB tiles per panel: base points at channel row c of panel 0
+// (dst + c*PB), panels are KpPB = Kp*PB floats apart, t0 = p0*PB + j0.
+static inline void store_tiles(__global float *base, const vecf v, const int n, const int p0, const int j0,
+                               const int PB, const int KpPB)
+{
+    if (j0 + n <= PB) {
+        store_lanes(base + p0 * KpPB + j0, v, n);
+        return;
+    }
+    float t[VL];
+    VSTOREV(v, 0, t);
+    int p = p0, j = j0;
+    for (int l = 0; l < n; l++) {
+        base[p * KpPB + j] = t[l];
+        if (++j == PB) {
+            j = 0;
+            p++;
+        }
+    }
+}
+
+// V = B^T d B for every input tile and channel: gws = (>= TH*TWG, >= Kp, images).
 // Tile (th, tw) of image b reads the WA x WA patch at (th*WM - pad_h,
-// tw*WM - pad_w) (zero outside) and lands at V[(xi*C + c)*ldv + b*TH*TW + t],
-// t = th*TW + tw.
+// tw*WM - pad_w) (zero outside) and is tile t = b*TH*TW + th*TW + tw of V in
+// the panel layout above (T = images*TH*TW tiles; channels C..Kp-1 and the
+// last panel past T are written as zeros).
 __kernel void wino_input(__global const float *x, const int offx, const int C, const int H, const int W,
                          const int pad_h, const int pad_w, const int TH, const int TW, const int TWG,
-                         const float invTWG, __global float *V, const int ldv)
+                         const float invTWG, __global float *V, const int T, const int PB, const float invPB,
+                         const int Kp, const int sxV)
 {
     const int id = get_global_id(0);
-    const int c = get_global_id(1);
+    const int c0 = get_global_id(1);
     const int b = get_global_id(2);
-    if (id >= TH * TWG || c >= C)
+    if (id >= TH * TWG || c0 >= Kp)
         return;
+    const int zero = c0 >= C; // padding channel: transform of zeros
+    const int c = zero ? 0 : c0;
     int th, g;
     DIVMOD(id, TWG, invTWG, th, g);
     const int tw0 = g * VL;
@@ -193,7 +236,7 @@ __kernel void wino_input(__global const float *x, const int offx, const int C, c
     for (int i = 0; i < WA; i++) {
         const int h = h0 + i;
         float r[WM * VL + WR - 1];
-        if (h < 0 || h >= H) {
+        if (h < 0 || h >= H || zero) {
             for (int j = 0; j < WA; j++)
                 d[i][j] = (vecf)(0.0f);
             continue;
@@ -250,13 +293,23 @@ __kernel void wino_input(__global const float *x, const int offx, const int C, c
         for (int a = 0; a < WA; a++)
             t1[a][j] = o[a];
     }
-    const int n = TW - tw0;
-    __global float *v = V + c * ldv + b * TH * TW + th * TW + tw0;
+    const int n = min(VL, TW - tw0);
+    const int t0 = b * TH * TW + th * TW + tw0;
+    int p0, j0;
+    DIVMOD(t0, PB, invPB, p0, j0);
+    const int KpPB = Kp * PB;
+    __global float *v = V + c0 * PB;
     for (int a = 0; a < WA; a++) {
         vecf o[WA];
         IN1D(o, t1[a][0], t1[a][1], t1[a][2], t1[a][3], t1[a][4], t1[a][5]);
         for (int b2 = 0; b2 < WA; b2++)
-            store_lanes(v + (a * WA + b2) * C * ldv, o[b2], n);
+            store_tiles(v + (a * WA + b2) * sxV, o[b2], n, p0, j0, PB, KpPB);
+    }
+    if (t0 + n == T) { // last tile: zero the rest of its panel
+        const int pl = (T - 1) / PB, jl = T - pl * PB;
+        for (int xi = 0; xi < WA * WA; xi++)
+            for (int j = jl; j < PB; j++)
+                v[xi * sxV + pl * KpPB + j] = 0.0f;
     }
 }
 

@@ -368,31 +368,23 @@ static int auto_ks(const clg_device *dev, int tiles, int K, size_t out_elems)
     return ks;
 }
 
-static clg_status gemm_own(clg_device *dev, const clg_gemm_args *a, const clg_gemm_params *p, evs *ev)
+/* Main kernel (+ split-K reduction) on packed operands: Ap/Bp hold panels of
+ * PA/PB rows x Kp (per batch entry apStride/bpStride floats apart), the
+ * product's shape and epilogue come from a (A/B fields unused). */
+static clg_status run_packed(clg_device *dev, const clg_gemm_params *p, const clg_gemm_args *a, int Kp, cl_mem Ap,
+                             int apStride, cl_mem Bp, int bpStride, evs *ev)
 {
-    if (p->family == CLG_GEMM_FAM_REF)
-        return gemm_ref(dev, a, ev);
-    CLG_TRY(clg_gemm_params_check(dev, p));
     clg_err *err = clg_dev_err(dev);
     char opts[256];
     clg_gemm_params_options(p, opts, sizeof opts);
-    cl_kernel kpack, kmain;
-    CLG_TRY(clg_kernel_get(dev, "gemm", "", "gemm_pack", &kpack));
+    cl_kernel kmain;
     int cpu = p->family == CLG_GEMM_FAM_CPU;
     CLG_TRY(clg_kernel_get(dev, "gemm", opts, cpu ? "gemm_cpu" : "gemm_tiled", &kmain));
 
     const int M = a->M, N = a->N, K = a->K;
     const int batch = a->batch > 0 ? a->batch : 1;
     const int PA = cpu ? p->MR : p->MWG, PB = cpu ? p->NV * p->VW : p->NWG;
-    const int Kp = cpu ? K : CLG_CEIL_DIV(K, p->KWG) * p->KWG;
     const int Mt = CLG_CEIL_DIV(M, PA), Nt = CLG_CEIL_DIV(N, PB);
-    const int shareA = batch > 1 && a->strideA == 0, shareB = batch > 1 && a->strideB == 0;
-    const size_t panA = (size_t)Mt * PA * Kp, panB = (size_t)Nt * PB * Kp;
-    if (panA > INT_MAX || panB > INT_MAX)
-        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "gemm: packed operand beyond 2^31 elements (M=%d N=%d K=%d)",
-                           M, N, K);
-    const int bA = shareA ? 1 : batch, bB = shareB ? 1 : batch;
-    const int apStride = shareA ? 0 : (int)panA, bpStride = shareB ? 0 : (int)panB;
     int KS = 1, kchunk = K;
     if (cpu) {
         KS = p->KS > 0 ? p->KS : auto_ks(dev, Mt * Nt * batch, K, (size_t)batch * Mt * PA * Nt * PB);
@@ -405,20 +397,10 @@ static clg_status gemm_own(clg_device *dev, const clg_gemm_args *a, const clg_ge
         }
     }
 
-    scratch s = {{NULL, NULL, NULL}};
+    cl_mem W = NULL;
     clg_status st = CLG_OK;
-    if ((st = clg_buf_alloc(dev, sizeof(float) * CLG_MAX((size_t)1, panA * bA), &s.m[0])) != CLG_OK ||
-        (st = clg_buf_alloc(dev, sizeof(float) * CLG_MAX((size_t)1, panB * bB), &s.m[1])) != CLG_OK)
-        goto out;
-    if (KS > 1 && (st = clg_buf_alloc(dev, sizeof(float) * (size_t)batch * KS * Mt * PA * Nt * PB, &s.m[2])) != CLG_OK)
-        goto out;
-    if (Kp > 0) {
-        if ((st = pack(dev, kpack, M, K, Kp, a->ta, a->A, a->offA, a->lda, a->strideA, bA, PA, s.m[0], apStride,
-                       ev)) != CLG_OK ||
-            (st = pack(dev, kpack, N, K, Kp, !a->tb, a->B, a->offB, a->ldb, a->strideB, bB, PB, s.m[1], bpStride,
-                       ev)) != CLG_OK)
-            goto out;
-    }
+    if (KS > 1 && (st = clg_buf_alloc(dev, sizeof(float) * (size_t)batch * KS * Mt * PA * Nt * PB, &W)) != CLG_OK)
+        return st;
     clg_kargs g = {kmain, 0, CL_SUCCESS};
     clg_ka_int(&g, M);
     clg_ka_int(&g, N);
@@ -427,9 +409,9 @@ static clg_status gemm_own(clg_device *dev, const clg_gemm_args *a, const clg_ge
         clg_ka_int(&g, Mt);
     clg_ka_float(&g, a->alpha);
     clg_ka_float(&g, a->beta);
-    clg_ka_mem(&g, s.m[0]);
+    clg_ka_mem(&g, Ap);
     clg_ka_int(&g, apStride);
-    clg_ka_mem(&g, s.m[1]);
+    clg_ka_mem(&g, Bp);
     clg_ka_int(&g, bpStride);
     clg_ka_mem(&g, a->C);
     clg_ka_int(&g, (int)a->offC);
@@ -442,7 +424,7 @@ static clg_status gemm_own(clg_device *dev, const clg_gemm_args *a, const clg_ge
     if (cpu) {
         clg_ka_int(&g, KS);
         clg_ka_int(&g, kchunk);
-        clg_ka_mem(&g, s.m[2] ? s.m[2] : s.m[0]);
+        clg_ka_mem(&g, W ? W : Ap);
     }
     if (g.e != CL_SUCCESS) {
         st = clg_cl_fail(err, g.e, "clSetKernelArg(gemm main kernel)", __FILE__, __LINE__);
@@ -469,7 +451,7 @@ static clg_status gemm_own(clg_device *dev, const clg_gemm_args *a, const clg_ge
         clg_ka_int(&r, KS);
         clg_ka_int(&r, Mt * PA);
         clg_ka_int(&r, Nt * PB);
-        clg_ka_mem(&r, s.m[2]);
+        clg_ka_mem(&r, W);
         clg_ka_float(&r, a->alpha);
         clg_ka_float(&r, a->beta);
         clg_ka_mem(&r, a->C);
@@ -490,7 +472,199 @@ static clg_status gemm_own(clg_device *dev, const clg_gemm_args *a, const clg_ge
 out:
     /* In-order queue: a block handed out again is only used by commands
      * enqueued after ours. */
+    clg_buf_release(dev, W);
+    return st;
+}
+
+static clg_status gemm_own(clg_device *dev, const clg_gemm_args *a, const clg_gemm_params *p, evs *ev)
+{
+    if (p->family == CLG_GEMM_FAM_REF)
+        return gemm_ref(dev, a, ev);
+    CLG_TRY(clg_gemm_params_check(dev, p));
+    clg_err *err = clg_dev_err(dev);
+    cl_kernel kpack;
+    CLG_TRY(clg_kernel_get(dev, "gemm", "", "gemm_pack", &kpack));
+    int cpu = p->family == CLG_GEMM_FAM_CPU;
+
+    const int M = a->M, N = a->N, K = a->K;
+    const int batch = a->batch > 0 ? a->batch : 1;
+    const int PA = cpu ? p->MR : p->MWG, PB = cpu ? p->NV * p->VW : p->NWG;
+    const int Kp = cpu ? K : CLG_CEIL_DIV(K, p->KWG) * p->KWG;
+    const int Mt = CLG_CEIL_DIV(M, PA), Nt = CLG_CEIL_DIV(N, PB);
+    const int shareA = batch > 1 && a->strideA == 0, shareB = batch > 1 && a->strideB == 0;
+    const size_t panA = (size_t)Mt * PA * Kp, panB = (size_t)Nt * PB * Kp;
+    if (panA > INT_MAX || panB > INT_MAX)
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "gemm: packed operand beyond 2^31 elements (M=%d N=%d K=%d)",
+                           M, N, K);
+    const int bA = shareA ? 1 : batch, bB = shareB ? 1 : batch;
+    const int apStride = shareA ? 0 : (int)panA, bpStride = shareB ? 0 : (int)panB;
+
+    scratch s = {{NULL, NULL, NULL}};
+    clg_status st = CLG_OK;
+    if ((st = clg_buf_alloc(dev, sizeof(float) * CLG_MAX((size_t)1, panA * bA), &s.m[0])) != CLG_OK ||
+        (st = clg_buf_alloc(dev, sizeof(float) * CLG_MAX((size_t)1, panB * bB), &s.m[1])) != CLG_OK)
+        goto out;
+    if (Kp > 0) {
+        if ((st = pack(dev, kpack, M, K, Kp, a->ta, a->A, a->offA, a->lda, a->strideA, bA, PA, s.m[0], apStride,
+                       ev)) != CLG_OK ||
+            (st = pack(dev, kpack, N, K, Kp, !a->tb, a->B, a->offB, a->ldb, a->strideB, bB, PB, s.m[1], bpStride,
+                       ev)) != CLG_OK)
+            goto out;
+    }
+    st = run_packed(dev, p, a, Kp, s.m[0], apStride, s.m[1], bpStride, ev);
+out:
     scratch_release(dev, &s);
+    return st;
+}
+
+/* ---- products on pre-packed operands ---- */
+
+clg_status clg_gemm_pack_layout(clg_device *dev, int M, int N, int K, const clg_gemm_params *p, clg_gemm_layout *L)
+{
+    memset(L, 0, sizeof *L);
+    if (p)
+        L->p = *p;
+    else
+        clg_gemm_params_for(dev, CLG_MAX(M, 1), CLG_MAX(N, 1), CLG_MAX(K, 1), &L->p);
+    if (L->p.family == CLG_GEMM_FAM_REF)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_UNSUPPORTED,
+                           "gemm: the reference kernel family reads unpacked operands (no panel layout)");
+    CLG_TRY(clg_gemm_params_check(dev, &L->p));
+    int cpu = L->p.family == CLG_GEMM_FAM_CPU;
+    L->PA = cpu ? L->p.MR : L->p.MWG;
+    L->PB = cpu ? L->p.NV * L->p.VW : L->p.NWG;
+    L->kalign = cpu ? 1 : L->p.KWG;
+    return CLG_OK;
+}
+
+int clg_gemm_layout_kp(const clg_gemm_layout *L, int K)
+{
+    int ka = L->kalign > 0 ? L->kalign : 1;
+    return CLG_CEIL_DIV(K, ka) * ka;
+}
+
+size_t clg_gemm_layout_floats_a(const clg_gemm_layout *L, int M, int K)
+{
+    return (size_t)CLG_CEIL_DIV(M, L->PA) * L->PA * (size_t)clg_gemm_layout_kp(L, K);
+}
+
+size_t clg_gemm_layout_floats_b(const clg_gemm_layout *L, int N, int K)
+{
+    return (size_t)CLG_CEIL_DIV(N, L->PB) * L->PB * (size_t)clg_gemm_layout_kp(L, K);
+}
+
+/* Fails unless buffer m holds at least `floats` floats. */
+static clg_status check_size(clg_device *dev, cl_mem m, size_t floats, const char *what)
+{
+    size_t bytes = 0;
+    cl_int rc = clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof bytes, &bytes, NULL);
+    if (rc != CL_SUCCESS)
+        return clg_cl_fail(clg_dev_err(dev), rc, "clGetMemObjectInfo(CL_MEM_SIZE)", __FILE__, __LINE__);
+    if (bytes / sizeof(float) < floats)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG,
+                           "gemm_packed: %s buffer holds %zu floats, the packed operands need %zu", what,
+                           bytes / sizeof(float), floats);
+    return CLG_OK;
+}
+
+clg_status clg_gemm_packed(clg_device *dev, const clg_gemm_layout *L, const clg_gemm_args *a, cl_mem Ap,
+                           size_t apStride, cl_mem Bp, size_t bpStride, cl_event *ev)
+{
+    clg_err *err = clg_dev_err(dev);
+    if (ev)
+        *ev = NULL;
+    if (L->p.family != CLG_GEMM_FAM_CPU && L->p.family != CLG_GEMM_FAM_TILED)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm_packed: layout of kernel family %d has no panels",
+                           L->p.family);
+    CLG_TRY(clg_gemm_params_check(dev, &L->p));
+    int cpu = L->p.family == CLG_GEMM_FAM_CPU;
+    if (L->PA != (cpu ? L->p.MR : L->p.MWG) || L->PB != (cpu ? L->p.NV * L->p.VW : L->p.NWG) ||
+        L->kalign != (cpu ? 1 : L->p.KWG))
+        return clg_err_set(err, CLG_ERR_INVALID_ARG,
+                           "gemm_packed: layout PA=%d PB=%d kalign=%d does not match its parameters (from "
+                           "clg_gemm_pack_layout?)",
+                           L->PA, L->PB, L->kalign);
+    if (a->M < 0 || a->N < 0 || a->K < 0 || a->batch < 0)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm_packed: negative size M=%d N=%d K=%d batch=%d", a->M,
+                           a->N, a->K, a->batch);
+    if (!Ap || !Bp || !a->C)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm_packed: NULL buffer (packed A, packed B or C)");
+    if (a->ldc < CLG_MAX(1, a->N))
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm_packed: ldc=%d smaller than N=%d", a->ldc, a->N);
+    if (a->bias_mode != CLG_BIAS_NONE && !a->bias)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm_packed: bias mode set without a bias buffer");
+    if (a->bias_mode < CLG_BIAS_NONE || a->bias_mode > CLG_BIAS_COL)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm_packed: unknown bias mode %d", (int)a->bias_mode);
+    if (a->M == 0 || a->N == 0)
+        return CLG_OK;
+    const int batch = a->batch > 0 ? a->batch : 1;
+    const size_t panA = clg_gemm_layout_floats_a(L, a->M, a->K), panB = clg_gemm_layout_floats_b(L, a->N, a->K);
+    if (batch > 1 && ((apStride && apStride < panA) || (bpStride && bpStride < panB)))
+        return clg_err_set(err, CLG_ERR_INVALID_ARG,
+                           "gemm_packed: packed strides %zu / %zu smaller than one packed operand (%zu / %zu floats)",
+                           apStride, bpStride, panA, panB);
+    size_t lim = (size_t)INT_MAX;
+    size_t needA = (size_t)(batch - 1) * apStride + panA, needB = (size_t)(batch - 1) * bpStride + panB;
+    if (needA > lim || needB > lim || apStride > lim || bpStride > lim || a->offC > lim || a->offBias > lim ||
+        a->strideC > lim || (size_t)a->M * (size_t)a->ldc > lim || (size_t)(batch - 1) * a->strideC + a->offC > lim)
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "gemm_packed: operands beyond 2^31 elements are not supported");
+    CLG_TRY(check_size(dev, Ap, needA, "packed A"));
+    CLG_TRY(check_size(dev, Bp, needB, "packed B"));
+    evs e = {NULL, ev, NULL, 0};
+    clg_status st = run_packed(dev, &L->p, a, clg_gemm_layout_kp(L, a->K), Ap, (int)apStride, Bp, (int)bpStride, &e);
+    ev_finish(&e, st);
+    return st;
+}
+
+/* ---- dot-product kernel (unpacked, C = A * B^T) ---- */
+
+#define DOT_DR 4
+#define DOT_DC 4
+
+clg_status clg_gemm_dot(clg_device *dev, const clg_gemm_args *a, cl_event *ev)
+{
+    clg_err *err = clg_dev_err(dev);
+    if (ev)
+        *ev = NULL;
+    if (a->ta || !a->tb)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm_dot: computes A * B^T only (ta=%d tb=%d, need 0 and 1)",
+                           a->ta, a->tb);
+    CLG_TRY(check_args(dev, a));
+    if (a->M == 0 || a->N == 0)
+        return CLG_OK;
+    cl_kernel k;
+    char opts[64];
+    snprintf(opts, sizeof opts, "-D GEMM_DOT -D DR=%d -D DC=%d", DOT_DR, DOT_DC);
+    CLG_TRY(clg_kernel_get(dev, "gemm", opts, "gemm_dot", &k));
+    clg_kargs g = {k, 0, CL_SUCCESS};
+    clg_ka_int(&g, a->M);
+    clg_ka_int(&g, a->N);
+    clg_ka_int(&g, a->K);
+    clg_ka_float(&g, a->alpha);
+    clg_ka_float(&g, a->beta);
+    clg_ka_mem(&g, a->A);
+    clg_ka_int(&g, (int)a->offA);
+    clg_ka_int(&g, a->lda);
+    clg_ka_int(&g, (int)a->strideA);
+    clg_ka_mem(&g, a->B);
+    clg_ka_int(&g, (int)a->offB);
+    clg_ka_int(&g, a->ldb);
+    clg_ka_int(&g, (int)a->strideB);
+    clg_ka_mem(&g, a->C);
+    clg_ka_int(&g, (int)a->offC);
+    clg_ka_int(&g, a->ldc);
+    clg_ka_int(&g, (int)a->strideC);
+    clg_ka_mem(&g, a->bias ? a->bias : a->C);
+    clg_ka_int(&g, (int)a->offBias);
+    clg_ka_int(&g, (int)a->bias_mode);
+    clg_ka_int(&g, a->relu);
+    if (g.e != CL_SUCCESS)
+        return clg_cl_fail(err, g.e, "clSetKernelArg(gemm_dot)", __FILE__, __LINE__);
+    size_t gws[3] = {(size_t)CLG_CEIL_DIV(a->M, DOT_DR), (size_t)CLG_CEIL_DIV(a->N, DOT_DC),
+                     (size_t)(a->batch > 0 ? a->batch : 1)};
+    evs e = {NULL, ev, NULL, 0};
+    clg_status st = enqueue(dev, k, 3, gws, NULL, &e, "clEnqueueNDRangeKernel(gemm_dot)");
+    ev_finish(&e, st);
     return st;
 }
 

@@ -88,6 +88,53 @@ struct clg_tune_entry;
 CLG_INTERNAL void clg_gemm_params_to_entry(const clg_gemm_params *p, struct clg_tune_entry *e);
 CLG_INTERNAL int clg_gemm_params_from_entry(const struct clg_tune_entry *e, clg_gemm_params *p);
 
+/* ---- products on operands already in panel layout ----
+ * The own backend's kernels (gemm_cpu, gemm_tiled) read op(A) and op(B) as
+ * panels (what gemm_pack in cl/gemm.cl writes):
+ *   A: Mt = ceil(M/PA) panels of PA rows x Kp, element (m, k) at
+ *      ((m / PA) * Kp + k) * PA + m % PA;
+ *   B: Nt = ceil(N/PB) panels of PB columns x Kp, element (k, n) at
+ *      ((n / PB) * Kp + k) * PB + n % PB.
+ * Rows m >= M of A and columns n >= N of B only reach outputs that are never
+ * stored (keep them finite, zero is best); depth k in [K, Kp) must be zero
+ * in both operands (Kp > K only for the tiled family). A producer that
+ * writes its output in this layout (e.g. a Winograd transform) saves the two
+ * packing passes clg_gemm makes on every call. */
+typedef struct clg_gemm_layout {
+    clg_gemm_params p; /* own-backend parameters the layout belongs to (CPU or tiled family) */
+    int PA, PB;        /* rows per A panel (MR or MWG), columns per B panel (NV*VW or NWG) */
+    int kalign;        /* Kp = K rounded up to a multiple of kalign (1 for the CPU family) */
+} clg_gemm_layout;
+
+/* Layout the own backend uses for an (M, N, K) product with parameters p
+ * (NULL: the parameters clg_gemm would choose for the shape). The layout
+ * depends on (M, N, K) only through that choice. CLG_ERR_UNSUPPORTED for
+ * the reference family (it reads unpacked operands). */
+CLG_INTERNAL clg_status clg_gemm_pack_layout(clg_device *dev, int M, int N, int K, const clg_gemm_params *p,
+                                             clg_gemm_layout *L);
+/* Packed depth of K under L, and the floats of one packed operand. */
+CLG_INTERNAL int clg_gemm_layout_kp(const clg_gemm_layout *L, int K);
+CLG_INTERNAL size_t clg_gemm_layout_floats_a(const clg_gemm_layout *L, int M, int K);
+CLG_INTERNAL size_t clg_gemm_layout_floats_b(const clg_gemm_layout *L, int N, int K);
+
+/* C = act(alpha * op(A) * op(B) + beta * C + bias) with op(A), op(B) packed
+ * in L's layout: Ap holds the `batch` packed A operands apStride floats
+ * apart (0: one operand shared by all), starting at element 0; Bp likewise.
+ * From a: M, N, K, alpha, beta, C, offC, ldc, strideC, batch, bias, offBias,
+ * bias_mode, relu as in clg_gemm; A, B, ta, tb, lda, ldb, offA, offB,
+ * strideA, strideB and backend are ignored (always the own kernels with
+ * L->p, split-K as clg_gemm would). ev as in clg_gemm. */
+CLG_INTERNAL clg_status clg_gemm_packed(clg_device *dev, const clg_gemm_layout *L, const clg_gemm_args *a, cl_mem Ap,
+                                        size_t apStride, cl_mem Bp, size_t bpStride, cl_event *ev);
+
+/* C = act(alpha * A * B^T + beta * C + bias) for A (M x K) and B (N x K)
+ * row-major with K contiguous (a->ta = 0 and a->tb = 1 required) as dot
+ * products along K, reading the operands in place (no packing): for long,
+ * thin products (K several times M and N, K >= 64) where packing both
+ * operands costs about as much as the product. Otherwise the contract of
+ * clg_gemm (offsets, strides, batch, epilogue); a->backend is ignored. */
+CLG_INTERNAL clg_status clg_gemm_dot(clg_device *dev, const clg_gemm_args *a, cl_event *ev);
+
 /* Shape class of a product ("M3N4K2": log4-sized buckets 0..5 per dim). */
 CLG_INTERNAL void clg_gemm_class(int M, int N, int K, char *buf, size_t len);
 

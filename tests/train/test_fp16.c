@@ -420,9 +420,12 @@ START_TEST(loss_scaling)
             n2 += (double)g32[k] * g32[k];
             e2 += isfinite(g16[k]) ? ((double)g16[k] - g32[k]) * ((double)g16[k] - g32[k]) : INFINITY;
         }
-        /* half storage of activations/gradients (~3 significant digits; a ReLU near 0 may flip for a
-         * sample): relative L2 error of the whole gradient within 2%. A missing 1/S would be off by 4096x. */
-        ck_assert_msg(sqrt(e2) <= 2e-2 * sqrt(n2), "param %d: fp16 gradient rel L2 error %g", i, sqrt(e2 / n2));
+        /* This checks the unscaling: a missing or doubled 1/S is off by 4096x or 2x. Half storage of
+         * weights, activations and gradients (~3 significant digits) typically gives 2e-4 .. 7e-4
+         * relative L2 error here, but a pre-activation near 0 can land on the other side of the ReLU
+         * in one model, which moves that unit's gradient by a whole sample's contribution (5% for
+         * seed 1210478870); so the bound is 25%, well clear of both. */
+        ck_assert_msg(sqrt(e2) <= 0.25 * sqrt(n2), "param %d: fp16 gradient rel L2 error %g", i, sqrt(e2 / n2));
         fprintf(stderr, "param %d: fp16 vs fp32 gradient rel L2 error %.2e\n", i, sqrt(e2 / n2));
         free(g16);
         free(g32);
