@@ -41,6 +41,9 @@
 #ifndef WGS
 #define WGS 1
 #endif
+#ifndef WF_DIRECT_C // largest input-channel count taking the direct path (phase 3 forms the products)
+#define WF_DIRECT_C 4
+#endif
 
 #if WM != 2 && WM != 4
 #error "WM must be 2 or 4"
@@ -166,29 +169,40 @@ __kernel void wf_conv(__global const float *x, const int offx, const int C, cons
     __local float *Ms = Vs + A2 * TB * CB;
     const int HW = H * W, PQ = P * Q;
 
-    // Lane geometry, computed once: xo[i][j][l] is the x index of element
-    // (i, j) of tile l's input patch in channel 0 (-1: outside the image, reads
-    // as zero); yo[l] the y index of the tile's first output in channel 0,
-    // pr[l] x qc[l] the part of the WM x WM tile inside the output (0 rows
-    // past the last tile).
-    int xo[WA][WA][TB], yo[TB], pr[TB], qc[TB];
+    // Lane geometry, computed once per work-item. Tile l's input patch starts
+    // at row h0s[l], column w0 of image n; each (tile, row) is gathered as one
+    // float8 by a vload8 at the row's first column (it may run into the
+    // neighbouring rows, or start in the previous one when w0 < 0: a select
+    // zeroes the columns outside the image, cm[l], and rows outside it). Only
+    // a load that would leave x's data [offx, xend) takes an element-wise
+    // path with clamped indices. xb[l]: x index of (row 0, column w0) of
+    // the tile's image in channel 0.
+    // yo[l]: y index of the tile's first output in channel 0; pr[l] x qc[l]:
+    // the part of the WM x WM tile inside the output (0 rows past the last tile).
+    int xb[TB], h0s[TB], yo[TB], pr[TB], qc[TB];
+    int8 cm[TB];
+    const int xend = offx + (T / TI) * C * HW;
     for (int l = 0; l < TB; l++) {
         const int t = blk * TB + l;
         const int in = t < T;
         const int n = in ? t / TI : 0, r = in ? t - n * TI : 0;
         const int th = r / TW, tw = r - th * TW;
         const int h0 = th * WM - pad_h, w0 = tw * WM - pad_w;
-        for (int i = 0; i < WA; i++)
-            for (int j = 0; j < WA; j++) {
-                const int h = h0 + i, w = w0 + j;
-                xo[i][j][l] = in && h >= 0 && h < H && w >= 0 && w < W ? offx + n * C * HW + h * W + w : -1;
-            }
+        const int8 col = (int8)(0, 1, 2, 3, 4, 5, 6, 7) + w0;
+        xb[l] = offx + n * C * HW + w0;
+        h0s[l] = in ? h0 : -WA; // rows of a tile past the end are all outside
+        cm[l] = col >= 0 && col < W;
         yo[l] = offy + n * K * PQ + th * WM * Q + tw * WM;
         pr[l] = in ? min(WM, P - th * WM) : 0;
         qc[l] = min(WM, Q - tw * WM);
     }
 
     const int single = CB >= C; // one channel chunk: transform once, keep nothing across blocks
+    // Few input channels (C = 1 layers): the products are cheaper than their
+    // round trip through the scratch, so phase 3 computes each transform-domain
+    // value from Vs and U as it needs it (amortising the input transform over
+    // all output channels without storing products).
+    const int direct = single && C <= WF_DIRECT_C;
     for (int kg = kb_lo; kg < kb_hi; kg += KGB) {
         const int kg_end = min(kb_hi, kg + KGB);
         for (int c0 = 0; c0 < C; c0 += CB) {
@@ -198,16 +212,29 @@ __kernel void wf_conv(__global const float *x, const int offx, const int C, cons
                 for (int cc = 0; cc < cb; cc++) {
                     const int coff = (c0 + cc) * HW;
                     float dd[WA][WA][TB];
-                    #pragma unroll
-                    for (int i = 0; i < WA; i++)
+                    for (int l = 0; l < TB; l++) {
                         #pragma unroll
-                        for (int j = 0; j < WA; j++)
-                            for (int l = 0; l < TB; l++) {
-                                const int o = xo[i][j][l];
-                                // select the index, not between loads: no read outside x
-                                const float v = x[o >= 0 ? o + coff : offx];
-                                dd[i][j][l] = o >= 0 ? v : 0.0f;
+                        for (int i = 0; i < WA; i++) {
+                            const int h = h0s[l] + i;
+                            const int idx = xb[l] + coff + h * W;
+                            float8 row;
+                            if (idx >= offx && idx + 8 <= xend) {
+                                row = vload8(0, x + idx);
+                            } else {
+                                float e[8];
+                                #pragma unroll
+                                for (int j = 0; j < 8; j++)
+                                    e[j] = x[clamp(idx + j, offx, xend - 1)]; // masked below
+                                row = vload8(0, e);
                             }
+                            row = select((float8)(0.0f), row, cm[l] & (int8)(h >= 0 && h < H ? -1 : 0));
+                            float rr[8];
+                            vstore8(row, 0, rr);
+                            #pragma unroll
+                            for (int j = 0; j < WA; j++)
+                                dd[i][j][l] = rr[j];
+                        }
+                    }
                     #pragma unroll
                     for (int v = 0; v < NT; v++) {
                         float8 t1[WA][WA]; // t1[a][j] = (B^T d)[a][j]
@@ -234,7 +261,8 @@ __kernel void wf_conv(__global const float *x, const int offx, const int C, cons
                 }
             }
             // ---- phase 2: products, KB channels x TB tiles per transform point ----
-            for (int kb = kg; kb < kg_end; kb++) {
+            // (few input channels, one chunk: phase 3 forms them itself)
+            for (int kb = direct ? kg_end : kg; kb < kg_end; kb++) {
                 __local float *mg = Ms + (kb - kg) * (A2 * KB * TB);
                 for (int xi = 0; xi < A2; xi++) {
                     float8 acc[KB][NT];
@@ -292,8 +320,19 @@ __kernel void wf_conv(__global const float *x, const int offx, const int C, cons
                     for (int b = 0; b < WA; b++) {
                         float8 col[WA], o[WM];
                         #pragma unroll
-                        for (int a = 0; a < WA; a++)
-                            col[a] = vload8(v, mg + ((a * WA + b) * KB + i) * TB);
+                        for (int a = 0; a < WA; a++) {
+                            if (direct) {
+                                const int xi = a * WA + b;
+                                __local const float *vp = Vs + xi * CB * TB;
+                                __global const float *up = U + ((size_t)(xi * Kb + kb) * C) * KB + i;
+                                float8 m = (float8)(0.0f);
+                                for (int cc = 0; cc < C; cc++)
+                                    m = fma((float8)(up[cc * KB]), vload8(v, vp + cc * TB), m);
+                                col[a] = m;
+                            } else {
+                                col[a] = vload8(v, mg + ((a * WA + b) * KB + i) * TB);
+                            }
+                        }
                         WF_OUT(o, col);
                         #pragma unroll
                         for (int r = 0; r < WM; r++)
@@ -317,11 +356,15 @@ __kernel void wf_conv(__global const float *x, const int offx, const int C, cons
                         const int L = v * 8 + l;
                         __global float *yp = y + yo[L] + k * PQ;
                         if (pr[L] == WM && qc[L] == WM) {
+                            // whole tile: each of its WM rows is WM contiguous outputs
                             #pragma unroll
                             for (int r = 0; r < WM; r++)
-                                #pragma unroll
+#if WM == 4
+                                vstore4((float4)(ob[r][0][l], ob[r][1][l], ob[r][2][l], ob[r][3][l]), 0, yp + r * Q);
+#else // scalar: a vstore2 of this float2 crashes oclgrind 21.10's --uninitialized
                                 for (int s = 0; s < WM; s++)
                                     yp[r * Q + s] = ob[r][s][l];
+#endif
                         } else {
                             #pragma unroll
                             for (int r = 0; r < WM; r++)

@@ -9,7 +9,7 @@
  *
  * Knobs (measurement only): CLGRAD_WFUSED_NT (float8 tile vectors per
  * work-item, 1..4), CLGRAD_WFUSED_KB (output channels per register block,
- * 4/8/16), CLGRAD_WFUSED_WGS (work-group size), CLGRAD_WFUSED_SCRATCH_KB
+ * 1/2/4/8/16; default 8, fewer for layers with fewer output channels), CLGRAD_WFUSED_WGS (work-group size), CLGRAD_WFUSED_SCRATCH_KB
  * (scratch budget per work-item), CLGRAD_WFUSED_XOPTS (extra build options). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,13 +30,19 @@ static int env_int(const char *name, int def, int lo, int hi)
     return v < lo || v > hi ? def : v;
 }
 
-static wf_cfg wf_config(void)
+/* Output channels per register block by default: 8, fewer when the layer
+ * has fewer output channels (backward-data of a C = 1 layer has one), so
+ * the product does not run on zero-padded channels. */
+static int wf_kb_auto(int Kout) { return Kout <= 1 ? 1 : Kout <= 2 ? 2 : Kout <= 4 ? 4 : 8; }
+
+static wf_cfg wf_config(int Kout)
 {
     wf_cfg c;
+    int kb_def = wf_kb_auto(Kout);
     c.nt = env_int("CLGRAD_WFUSED_NT", 2, 1, 4);
-    c.kb = env_int("CLGRAD_WFUSED_KB", 8, 1, 16);
-    if (c.kb != 4 && c.kb != 8 && c.kb != 16)
-        c.kb = 8;
+    c.kb = env_int("CLGRAD_WFUSED_KB", kb_def, 1, 16);
+    if (c.kb != 1 && c.kb != 2 && c.kb != 4 && c.kb != 8 && c.kb != 16)
+        c.kb = kb_def;
     c.wgs = env_int("CLGRAD_WFUSED_WGS", 1, 1, 256);
     /* 256 KiB: Vs of 64 channels x 16 tiles (F(4x4)) plus one block of
      * products, leaving room in a 1 MiB L2 for the streamed filters */
@@ -83,9 +89,9 @@ static clg_status wf_filters_get(clg_device *dev, int m, const wf_cfg *c, clg_co
     size_t kp = (size_t)CLG_CEIL_DIV(Kout, c->kb) * c->kb;
     size_t bytes = sizeof(float) * (size_t)A * A * kp * (size_t)Cin;
     *tmp = 0;
-    /* the cached layout is that of the default block size: other KB (a
-     * measurement knob) use a temporary */
-    if (!cache || c->kb != 8) {
+    /* the cached layout is that of the layer's default block size: other KB
+     * (a measurement knob) use a temporary */
+    if (!cache || c->kb != wf_kb_auto(Kout)) {
         CLG_TRY(clg_buf_alloc(dev, bytes, U));
         *tmp = 1;
         clg_status st = wf_filter(dev, m, c, w, offw, Kout, Cin, flip, *U);
@@ -207,7 +213,7 @@ clg_status clg_conv_wfused_fwd(clg_device *dev, const clg_conv_shape *s, int m, 
                                size_t offx, cl_mem w, size_t offw, cl_mem bias, size_t offb, int relu, cl_mem y,
                                size_t offy)
 {
-    wf_cfg c = wf_config();
+    wf_cfg c = wf_config(s->K);
     cl_mem U = NULL;
     int tmp = 0;
     clg_conv_prof(dev, NULL);
@@ -227,7 +233,7 @@ clg_status clg_conv_wfused_bwd_data(clg_device *dev, const clg_conv_shape *s, in
     if (s->pad_h > 2 || s->pad_w > 2)
         return clg_err_set(clg_dev_err(dev), CLG_ERR_UNSUPPORTED,
                            "winograd-fused: backward-data needs padding <= 2 (got %dx%d)", s->pad_h, s->pad_w);
-    wf_cfg c = wf_config();
+    wf_cfg c = wf_config(s->C);
     int P = clg_conv_out_h(s), Q = clg_conv_out_w(s);
     cl_mem U = NULL;
     int tmp = 0;
