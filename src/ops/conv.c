@@ -97,6 +97,53 @@ int clg_conv_algo_supported(clg_conv_algo algo, const clg_conv_shape *s, clg_con
     }
 }
 
+static size_t mem_bytes(cl_mem m)
+{
+    size_t bytes = 0;
+    if (clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof bytes, &bytes, NULL) != CL_SUCCESS)
+        return 0;
+    return bytes;
+}
+
+clg_status clg_conv_cached_filters(clg_device *dev, clg_conv_cache *cache, clg_conv_algo algo, int flip,
+                                   size_t bytes, clg_conv_filter_fn build, void *ctx, cl_mem *U, int *tmp)
+{
+    *tmp = 0;
+    *U = NULL;
+    if (!cache) {
+        CLG_TRY(clg_buf_alloc(dev, bytes, U));
+        clg_status st = build(dev, ctx, *U);
+        if (st != CLG_OK) {
+            clg_buf_release(dev, *U);
+            *U = NULL;
+            return st;
+        }
+        *tmp = 1;
+        return CLG_OK;
+    }
+    cl_mem *slot = flip ? &cache->transformed_bwd[algo] : &cache->transformed[algo];
+    uint64_t *ver = flip ? &cache->built_version_bwd[algo] : &cache->built_version[algo];
+    if (*slot && mem_bytes(*slot) < bytes) { /* another layout than the cached one */
+        clg_buf_release(dev, *slot);
+        *slot = NULL;
+    }
+    if (*slot && *ver == cache->weights_version) {
+        *U = *slot;
+        return CLG_OK;
+    }
+    if (!*slot)
+        CLG_TRY(clg_buf_alloc(dev, bytes, slot));
+    clg_status st = build(dev, ctx, *slot);
+    if (st != CLG_OK) {
+        clg_buf_release(dev, *slot);
+        *slot = NULL;
+        return st;
+    }
+    *ver = cache->weights_version;
+    *U = *slot;
+    return CLG_OK;
+}
+
 void clg_conv_cache_free(clg_device *dev, clg_conv_cache *c)
 {
     if (!c)

@@ -22,6 +22,15 @@ CLG_INTERNAL void clg_conv_geom(int n0, int n1, int n2, size_t gws[3], size_t lw
  * and prints the wall time since the previous call (label NULL: restart). */
 CLG_INTERNAL void clg_conv_prof(clg_device *dev, const char *label);
 
+/* Weight-derived filters (Winograd transforms) of bytes bytes built by
+ * build(dev, ctx, dst): the layer cache's slot for (algo, flip) when built
+ * from the current weights_version (rebuilt there when stale or smaller than
+ * bytes); with cache NULL a temporary the caller releases (*tmp = 1). */
+typedef clg_status (*clg_conv_filter_fn)(clg_device *dev, void *ctx, cl_mem dst);
+CLG_INTERNAL clg_status clg_conv_cached_filters(clg_device *dev, clg_conv_cache *cache, clg_conv_algo algo, int flip,
+                                                size_t bytes, clg_conv_filter_fn build, void *ctx, cl_mem *U,
+                                                int *tmp);
+
 /* Per-algorithm launchers (shape already checked, algo supported). */
 CLG_INTERNAL clg_status clg_conv_wino_fwd(clg_device *dev, const clg_conv_shape *s, int m, clg_conv_cache *cache,
                                           cl_mem x, size_t offx, cl_mem w, size_t offw, cl_mem bias, size_t offb,

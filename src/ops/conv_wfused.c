@@ -80,46 +80,32 @@ static clg_status wf_filter(clg_device *dev, int m, const wf_cfg *c, cl_mem w, s
     return clg_conv_enqueue(dev, k, 2, gws, NULL);
 }
 
+typedef struct wf_filter_job {
+    int m, Kout, Cin, flip;
+    const wf_cfg *c;
+    cl_mem w;
+    size_t offw;
+} wf_filter_job;
+
+static clg_status wf_filter_build(clg_device *dev, void *ctx, cl_mem dst)
+{
+    const wf_filter_job *j = ctx;
+    return wf_filter(dev, j->m, j->c, j->w, j->offw, j->Kout, j->Cin, j->flip, dst);
+}
+
 /* Transformed filters from the layer cache when current, else rebuilt there;
- * without a cache into a temporary (*tmp set). */
+ * without a cache into a temporary (*tmp set). The cached layout is that of
+ * the layer's default block size: other KB (a measurement knob) use a
+ * temporary. */
 static clg_status wf_filters_get(clg_device *dev, int m, const wf_cfg *c, clg_conv_cache *cache, cl_mem w,
                                  size_t offw, int Kout, int Cin, int flip, cl_mem *U, int *tmp)
 {
     int A = m + 2;
     size_t kp = (size_t)CLG_CEIL_DIV(Kout, c->kb) * c->kb;
     size_t bytes = sizeof(float) * (size_t)A * A * kp * (size_t)Cin;
-    *tmp = 0;
-    /* the cached layout is that of the layer's default block size: other KB
-     * (a measurement knob) use a temporary */
-    if (!cache || c->kb != wf_kb_auto(Kout)) {
-        CLG_TRY(clg_buf_alloc(dev, bytes, U));
-        *tmp = 1;
-        clg_status st = wf_filter(dev, m, c, w, offw, Kout, Cin, flip, *U);
-        if (st != CLG_OK) {
-            clg_buf_release(dev, *U);
-            *U = NULL;
-            *tmp = 0;
-        }
-        return st;
-    }
-    clg_conv_algo algo = wf_algo(m);
-    cl_mem *slot = flip ? &cache->transformed_bwd[algo] : &cache->transformed[algo];
-    uint64_t *ver = flip ? &cache->built_version_bwd[algo] : &cache->built_version[algo];
-    if (*slot && *ver == cache->weights_version) {
-        *U = *slot;
-        return CLG_OK;
-    }
-    if (!*slot)
-        CLG_TRY(clg_buf_alloc(dev, bytes, slot));
-    clg_status st = wf_filter(dev, m, c, w, offw, Kout, Cin, flip, *slot);
-    if (st != CLG_OK) {
-        clg_buf_release(dev, *slot);
-        *slot = NULL;
-        return st;
-    }
-    *ver = cache->weights_version;
-    *U = *slot;
-    return CLG_OK;
+    wf_filter_job job = {m, Kout, Cin, flip, c, w, offw};
+    return clg_conv_cached_filters(dev, c->kb == wf_kb_auto(Kout) ? cache : NULL, wf_algo(m), flip, bytes,
+                                   wf_filter_build, &job, U, tmp);
 }
 
 /* y (N, Kout, P, Q) = conv3x3(x (N, Cin, H, W), U) + bias, ReLU; P = H + 2 pad_h - 2. */

@@ -123,12 +123,17 @@ static clg_status filter_transform(clg_device *dev, int m, cl_mem w, size_t offw
     return clg_conv_enqueue(dev, k, 2, gws, NULL);
 }
 
-static size_t mem_bytes(cl_mem m)
+typedef struct filter_job {
+    int m, Kout, Cin, flip;
+    cl_mem w;
+    size_t offw;
+    const wino_lay *lay;
+} filter_job;
+
+static clg_status filter_build(clg_device *dev, void *ctx, cl_mem dst)
 {
-    size_t bytes = 0;
-    if (clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof bytes, &bytes, NULL) != CL_SUCCESS)
-        return 0;
-    return bytes;
+    const filter_job *j = ctx;
+    return filter_transform(dev, j->m, j->w, j->offw, j->Kout, j->Cin, j->flip, j->lay, dst);
 }
 
 /* Transformed filters for (m, flip) in lay's layout: with a packed layout
@@ -142,40 +147,9 @@ static clg_status filters_get(clg_device *dev, int m, clg_conv_cache *cache, clg
     if (floats > INT_MAX)
         return clg_err_set(clg_dev_err(dev), CLG_ERR_UNSUPPORTED,
                            "winograd: transformed filters of %d x %d channels exceed 2^31 elements", Kout, Cin);
-    size_t bytes = sizeof(float) * floats;
-    *tmp = 0;
-    if (!cache || !lay->packed) {
-        CLG_TRY(clg_buf_alloc(dev, bytes, U));
-        *tmp = 1;
-        clg_status st = filter_transform(dev, m, w, offw, Kout, Cin, flip, lay, *U);
-        if (st != CLG_OK) {
-            clg_buf_release(dev, *U);
-            *U = NULL;
-            *tmp = 0;
-        }
-        return st;
-    }
-    cl_mem *slot = flip ? &cache->transformed_bwd[algo] : &cache->transformed[algo];
-    uint64_t *ver = flip ? &cache->built_version_bwd[algo] : &cache->built_version[algo];
-    if (*slot && *ver == cache->weights_version && mem_bytes(*slot) >= bytes) {
-        *U = *slot;
-        return CLG_OK;
-    }
-    if (*slot && mem_bytes(*slot) < bytes) {
-        clg_buf_release(dev, *slot);
-        *slot = NULL;
-    }
-    if (!*slot)
-        CLG_TRY(clg_buf_alloc(dev, bytes, slot));
-    clg_status st = filter_transform(dev, m, w, offw, Kout, Cin, flip, lay, *slot);
-    if (st != CLG_OK) {
-        clg_buf_release(dev, *slot);
-        *slot = NULL;
-        return st;
-    }
-    *ver = cache->weights_version;
-    *U = *slot;
-    return CLG_OK;
+    filter_job job = {m, Kout, Cin, flip, w, offw, lay};
+    return clg_conv_cached_filters(dev, lay->packed ? cache : NULL, algo, flip, sizeof(float) * floats, filter_build,
+                                   &job, U, tmp);
 }
 
 /* V for nb images (T = nb*TH*TW tiles): panels of PB tiles with Kp (>= C)
