@@ -94,6 +94,28 @@ static void ev_finish(evs *ev, clg_status st)
 
 /* ---- reference backend ---- */
 
+/* The unpacked-operand arguments shared by gemm_ref and gemm_dot: A, offA,
+ * lda, strideA, the same for B and C, then bias, offBias, bias_mode, relu. */
+static void ka_operands(clg_kargs *g, const clg_gemm_args *a)
+{
+    clg_ka_mem(g, a->A);
+    clg_ka_int(g, (int)a->offA);
+    clg_ka_int(g, a->lda);
+    clg_ka_int(g, (int)a->strideA);
+    clg_ka_mem(g, a->B);
+    clg_ka_int(g, (int)a->offB);
+    clg_ka_int(g, a->ldb);
+    clg_ka_int(g, (int)a->strideB);
+    clg_ka_mem(g, a->C);
+    clg_ka_int(g, (int)a->offC);
+    clg_ka_int(g, a->ldc);
+    clg_ka_int(g, (int)a->strideC);
+    clg_ka_mem(g, a->bias ? a->bias : a->C);
+    clg_ka_int(g, (int)a->offBias);
+    clg_ka_int(g, (int)a->bias_mode);
+    clg_ka_int(g, a->relu);
+}
+
 static clg_status gemm_ref(clg_device *dev, const clg_gemm_args *a, evs *ev)
 {
     cl_kernel k;
@@ -107,22 +129,7 @@ static clg_status gemm_ref(clg_device *dev, const clg_gemm_args *a, evs *ev)
     clg_ka_float(&g, a->beta);
     clg_ka_int(&g, a->ta);
     clg_ka_int(&g, a->tb);
-    clg_ka_mem(&g, a->A);
-    clg_ka_int(&g, (int)a->offA);
-    clg_ka_int(&g, a->lda);
-    clg_ka_int(&g, (int)a->strideA);
-    clg_ka_mem(&g, a->B);
-    clg_ka_int(&g, (int)a->offB);
-    clg_ka_int(&g, a->ldb);
-    clg_ka_int(&g, (int)a->strideB);
-    clg_ka_mem(&g, a->C);
-    clg_ka_int(&g, (int)a->offC);
-    clg_ka_int(&g, a->ldc);
-    clg_ka_int(&g, (int)a->strideC);
-    clg_ka_mem(&g, a->bias ? a->bias : a->C);
-    clg_ka_int(&g, (int)a->offBias);
-    clg_ka_int(&g, (int)a->bias_mode);
-    clg_ka_int(&g, a->relu);
+    ka_operands(&g, a);
     if (g.e != CL_SUCCESS)
         return clg_cl_fail(clg_dev_err(dev), g.e, "clSetKernelArg(gemm_ref)", __FILE__, __LINE__);
     size_t gws[3] = {(size_t)a->N, (size_t)a->M, (size_t)batch};
@@ -642,22 +649,7 @@ clg_status clg_gemm_dot(clg_device *dev, const clg_gemm_args *a, cl_event *ev)
     clg_ka_int(&g, a->K);
     clg_ka_float(&g, a->alpha);
     clg_ka_float(&g, a->beta);
-    clg_ka_mem(&g, a->A);
-    clg_ka_int(&g, (int)a->offA);
-    clg_ka_int(&g, a->lda);
-    clg_ka_int(&g, (int)a->strideA);
-    clg_ka_mem(&g, a->B);
-    clg_ka_int(&g, (int)a->offB);
-    clg_ka_int(&g, a->ldb);
-    clg_ka_int(&g, (int)a->strideB);
-    clg_ka_mem(&g, a->C);
-    clg_ka_int(&g, (int)a->offC);
-    clg_ka_int(&g, a->ldc);
-    clg_ka_int(&g, (int)a->strideC);
-    clg_ka_mem(&g, a->bias ? a->bias : a->C);
-    clg_ka_int(&g, (int)a->offBias);
-    clg_ka_int(&g, (int)a->bias_mode);
-    clg_ka_int(&g, a->relu);
+    ka_operands(&g, a);
     if (g.e != CL_SUCCESS)
         return clg_cl_fail(err, g.e, "clSetKernelArg(gemm_dot)", __FILE__, __LINE__);
     size_t gws[3] = {(size_t)CLG_CEIL_DIV(a->M, DOT_DR), (size_t)CLG_CEIL_DIV(a->N, DOT_DC),
