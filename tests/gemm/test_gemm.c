@@ -10,7 +10,7 @@
 #include "ops/gemm.h"
 #include "ops/tune.h"
 #include "ops/tune_gemm.h"
-#include "testutil.h"
+#include "gemm_testutil.h"
 
 #define TOL 1e-4    /* |got - ref| / (|ref| + 1): inputs in [-1, 1], K <= a few hundred */
 #define SENTINEL 1234.5f
@@ -179,44 +179,10 @@ static void check(const gcase *c, clg_gemm_backend b, const clg_gemm_params *p, 
     ck_assert(e <= TOL);
 }
 
-/* A small CPU-family set and a small tiled set (valid on any device). */
-static clg_gemm_params small_cpu(int ks)
-{
-    clg_gemm_params p;
-    memset(&p, 0, sizeof p);
-    p.family = CLG_GEMM_FAM_CPU;
-    p.MR = 4;
-    p.NV = 1;
-    p.VW = 8;
-    p.WGS = 2;
-    p.KS = ks;
-    return p;
-}
-
-static clg_gemm_params small_tiled(void)
-{
-    clg_gemm_params p;
-    memset(&p, 0, sizeof p);
-    p.family = CLG_GEMM_FAM_TILED;
-    p.MWG = 8;
-    p.NWG = 8;
-    p.KWG = 4;
-    p.MDIMC = 2;
-    p.NDIMC = 2;
-    p.VWM = 2;
-    p.VWN = 2;
-    p.PADA = 1;
-    p.PADB = 1;
-    return p;
-}
-
 static void setup(void)
 {
-    ctx = tu_ctx(NULL);
+    ctx = tg_ctx();
     dev = &ctx->devs[0];
-    /* tests must not depend on a tuning db or on lazy measurements */
-    ck_assert_int_eq(clg_gemm_set_backend(ctx, CLG_GEMM_AUTO), CLG_OK);
-    clg_tune_db_get(ctx)->auto_measure = 0;
 }
 
 static void teardown(void)
@@ -228,7 +194,7 @@ static void teardown(void)
 START_TEST(test_transposes)
 {
     /* every transpose case, odd sizes, padded leading dims, offsets, alpha/beta */
-    clg_gemm_params pc = small_cpu(0), pt = small_tiled(), pd;
+    clg_gemm_params pc = tg_cpu_params(4, 1, 8, 2, 0), pt = tg_tiled_params(), pd;
     clg_gemm_params_default(dev, &pd);
     for (int t = 0; t < 4; t++) {
         gcase c = base(37, 53, 29);
@@ -257,7 +223,7 @@ START_TEST(test_odd_sizes)
 {
     static const int dims[][3] = {{1, 1, 1}, {1, 17, 3}, {13, 1, 7}, {5, 7, 1}, {31, 33, 2}, {2, 3, 97},
                                   {17, 65, 41}, {71, 19, 13}, {64, 64, 64}, {3, 129, 5}};
-    clg_gemm_params pd, pt = small_tiled();
+    clg_gemm_params pd, pt = tg_tiled_params();
     clg_gemm_params_default(dev, &pd);
     for (size_t i = 0; i < CLG_ARRAY_LEN(dims); i++) {
         gcase c = base(dims[i][0], dims[i][1], dims[i][2]);
@@ -277,7 +243,7 @@ START_TEST(test_k_zero)
     c.beta = 0.5f;
     c.bias_mode = CLG_BIAS_COL;
     c.relu = 1;
-    clg_gemm_params pt = small_tiled();
+    clg_gemm_params pt = tg_tiled_params();
     check(&c, CLG_GEMM_OWN, NULL, "K=0");
     check(&c, CLG_GEMM_OWN, &pt, "K=0");
     check(&c, CLG_GEMM_CLBLAST * clg_gemm_have_clblast() + CLG_GEMM_OWN * !clg_gemm_have_clblast(), NULL, "K=0");
@@ -286,7 +252,7 @@ END_TEST
 
 START_TEST(test_batched)
 {
-    clg_gemm_params pt = small_tiled(), pc = small_cpu(0);
+    clg_gemm_params pt = tg_tiled_params(), pc = tg_cpu_params(4, 1, 8, 2, 0);
     for (int t = 0; t < 4; t++) {
         gcase c = base(19, 23, 17);
         c.batch = 3;
@@ -307,7 +273,7 @@ END_TEST
 
 START_TEST(test_epilogue)
 {
-    clg_gemm_params pt = small_tiled(), pk = small_cpu(3), pd;
+    clg_gemm_params pt = tg_tiled_params(), pk = tg_cpu_params(4, 1, 8, 2, 3), pd;
     clg_gemm_params_default(dev, &pd);
     for (int bm = 0; bm < 3; bm++)
         for (int relu = 0; relu < 2; relu++) {
@@ -330,7 +296,7 @@ END_TEST
 START_TEST(test_split_k)
 {
     /* small tile grid, long K: split-K (explicit and automatic) */
-    clg_gemm_params pk = small_cpu(5), pa = small_cpu(0), pd;
+    clg_gemm_params pk = tg_cpu_params(4, 1, 8, 2, 5), pa = tg_cpu_params(4, 1, 8, 2, 0), pd;
     clg_gemm_params_default(dev, &pd);
     gcase c = base(6, 25, 1100);
     c.tb = 1;
@@ -438,7 +404,7 @@ START_TEST(test_tune_db)
     clg_tune_path(d, path, sizeof path);
     remove(path); /* start from nothing */
     clg_tune_dev_clear(clg_tune_dev_get(d));
-    clg_gemm_params p = small_cpu(2), q;
+    clg_gemm_params p = tg_cpu_params(4, 1, 8, 2, 2), q;
     clg_tune_entry e;
     memset(&e, 0, sizeof e);
     snprintf(e.key, sizeof e.key, "gemm/M1N2K3");
@@ -613,7 +579,7 @@ END_TEST
 START_TEST(test_tiny)
 {
     /* oclgrind mode: each kernel once on tiny shapes */
-    clg_gemm_params pc = small_cpu(0), pk = small_cpu(2), pt = small_tiled(), pd;
+    clg_gemm_params pc = tg_cpu_params(4, 1, 8, 2, 0), pk = tg_cpu_params(4, 1, 8, 2, 2), pt = tg_tiled_params(), pd;
     clg_gemm_params_default(dev, &pd);
     for (int t = 0; t < 4; t++) {
         gcase c = base(5, 9, 3 + t);

@@ -12,7 +12,7 @@
 
 #include "ops/gemm.h"
 #include "ops/tune.h"
-#include "testutil.h"
+#include "gemm_testutil.h"
 
 #define TOL 1e-4 /* |got - ref| / (|ref| + 1): inputs in [-1, 1], K <= a few hundred */
 #define SENTINEL 1234.5f
@@ -205,42 +205,10 @@ static void pcheck(const pcase *c, const clg_gemm_params *p, const char *what)
     ck_assert(e <= TOL);
 }
 
-static clg_gemm_params cpu_params(int MR, int NV, int VW, int WGS, int KS)
-{
-    clg_gemm_params p;
-    memset(&p, 0, sizeof p);
-    p.family = CLG_GEMM_FAM_CPU;
-    p.MR = MR;
-    p.NV = NV;
-    p.VW = VW;
-    p.WGS = WGS;
-    p.KS = KS;
-    return p;
-}
-
-static clg_gemm_params tiled_params(void)
-{
-    clg_gemm_params p;
-    memset(&p, 0, sizeof p);
-    p.family = CLG_GEMM_FAM_TILED;
-    p.MWG = 8;
-    p.NWG = 8;
-    p.KWG = 4;
-    p.MDIMC = 2;
-    p.NDIMC = 2;
-    p.VWM = 2;
-    p.VWN = 2;
-    p.PADA = 1;
-    p.PADB = 1;
-    return p;
-}
-
 static void setup(void)
 {
-    ctx = tu_ctx(NULL);
+    ctx = tg_ctx();
     dev = &ctx->devs[0];
-    ck_assert_int_eq(clg_gemm_set_backend(ctx, CLG_GEMM_AUTO), CLG_OK);
-    clg_tune_db_get(ctx)->auto_measure = 0;
 }
 
 static void teardown(void)
@@ -252,7 +220,7 @@ static void teardown(void)
 /* The layout matches the parameters it was derived from. */
 START_TEST(test_layout)
 {
-    clg_gemm_params pd, pc = cpu_params(6, 2, 8, 1, 0), pt = tiled_params();
+    clg_gemm_params pd, pc = tg_cpu_params(6, 2, 8, 1, 0), pt = tg_tiled_params();
     clg_gemm_params_default(dev, &pd);
     clg_gemm_layout L;
     ck_assert_int_eq(clg_gemm_pack_layout(dev, 10, 20, 30, &pc, &L), CLG_OK);
@@ -277,14 +245,14 @@ START_TEST(test_layout)
     ck_assert_int_eq(clg_gemm_pack_layout(dev, 4, 4, 4, &pr, &L), CLG_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(clg_last_error(ctx), "reference"));
     /* invalid parameters are refused with the reason */
-    clg_gemm_params bad = cpu_params(0, 2, 16, 1, 0);
+    clg_gemm_params bad = tg_cpu_params(0, 2, 16, 1, 0);
     ck_assert_int_eq(clg_gemm_pack_layout(dev, 4, 4, 4, &bad, &L), CLG_ERR_INVALID_ARG);
 }
 END_TEST
 
 START_TEST(test_packed_cpu)
 {
-    clg_gemm_params pd, p1 = cpu_params(4, 1, 8, 2, 0), p2 = cpu_params(6, 2, 8, 1, 0);
+    clg_gemm_params pd, p1 = tg_cpu_params(4, 1, 8, 2, 0), p2 = tg_cpu_params(6, 2, 8, 1, 0);
     clg_gemm_params_default(dev, &pd);
     const clg_gemm_params *ps[] = {&pd, &p1, &p2, NULL};
     int shapes[][3] = {{1, 1, 1}, {7, 33, 5}, {64, 224, 64}, {17, 65, 40}, {33, 9, 130}};
@@ -301,7 +269,7 @@ END_TEST
 
 START_TEST(test_packed_batched)
 {
-    clg_gemm_params pd, p1 = cpu_params(4, 1, 8, 2, 0), pt = tiled_params();
+    clg_gemm_params pd, p1 = tg_cpu_params(4, 1, 8, 2, 0), pt = tg_tiled_params();
     clg_gemm_params_default(dev, &pd);
     const clg_gemm_params *ps[] = {&pd, &p1, &pt};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
@@ -320,7 +288,7 @@ END_TEST
 
 START_TEST(test_packed_epilogue)
 {
-    clg_gemm_params pd, pt = tiled_params();
+    clg_gemm_params pd, pt = tg_tiled_params();
     clg_gemm_params_default(dev, &pd);
     const clg_gemm_params *ps[] = {&pd, &pt};
     for (size_t i = 0; i < 2; i++)
@@ -341,7 +309,7 @@ END_TEST
 START_TEST(test_packed_split_k)
 {
     /* small tile grid, long K: explicit and automatic split-K on packed operands */
-    clg_gemm_params pk = cpu_params(4, 1, 8, 1, 5), pa = cpu_params(4, 1, 8, 1, 0), pd;
+    clg_gemm_params pk = tg_cpu_params(4, 1, 8, 1, 5), pa = tg_cpu_params(4, 1, 8, 1, 0), pd;
     clg_gemm_params_default(dev, &pd);
     pcase c = pbase(6, 25, 1100);
     c.beta = 0.5f;
@@ -559,7 +527,7 @@ END_TEST
 START_TEST(test_packed_tiny)
 {
     /* oclgrind mode: each kernel once on tiny shapes */
-    clg_gemm_params pc = cpu_params(4, 1, 8, 2, 0), pk = cpu_params(4, 1, 8, 1, 2), pt = tiled_params();
+    clg_gemm_params pc = tg_cpu_params(4, 1, 8, 2, 0), pk = tg_cpu_params(4, 1, 8, 1, 2), pt = tg_tiled_params();
     pcase c = pbase(5, 9, 6);
     c.padC = 1;
     c.bias_mode = CLG_BIAS_ROW;
