@@ -92,9 +92,12 @@ cl_mem tu_upload_at(clg_device *dev, const float *host, size_t n, size_t off)
 
 float *tu_download_at(clg_device *dev, cl_mem m, size_t n, size_t off)
 {
-    float *tmp = malloc(sizeof(float) * (n + off));
+    float *tmp = malloc(sizeof(float) * (n + off + 1));
     ck_assert_ptr_nonnull(tmp);
-    tu_download(dev, m, tmp, n + off);
+    tu_download(dev, m, tmp, n + off + 1);
+    for (size_t i = 0; i < off; i++)
+        ck_assert_msg(isnan(tmp[i]), "element %zu before the output was overwritten", i);
+    ck_assert_msg(isnan(tmp[n + off]), "the element after the output was overwritten");
     float *out = malloc(sizeof(float) * (n + 1));
     ck_assert_ptr_nonnull(out);
     memcpy(out, tmp + off, sizeof(float) * n);

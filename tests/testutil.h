@@ -34,7 +34,9 @@ cl_mem tu_upload_at(clg_device *dev, const float *host, size_t n, size_t off);
  * reproducer: tests/oclgrind_check.sh). */
 void tu_write_full(clg_device *dev, cl_mem m, const float *host, size_t n);
 void tu_download(clg_device *dev, cl_mem m, float *host, size_t n);
-/* n floats from element offset off (malloc'd, one spare element). */
+/* n floats from element offset off (malloc'd, one spare element); fails
+ * unless the NaN before off and the one after the n floats are intact
+ * (buffers from tu_upload_at). */
 float *tu_download_at(clg_device *dev, cl_mem m, size_t n, size_t off);
 /* max |got - ref| / (|ref| + atol); NaN in got gives +inf. */
 double tu_max_err(const float *got, const double *ref, size_t n, double atol);

@@ -102,61 +102,6 @@ static double rel_err(const float *got, const double *ref, size_t n)
     return rmax > 0 ? emax / rmax : emax;
 }
 
-/* Writes the WHOLE buffer (its CL_MEM_SIZE): host[0..n) then NaN. A partial
- * host write into a larger pool block breaks oclgrind's uninitialized-value
- * tracking of the rest (tests/oclgrind_check.sh), and the pool hands such
- * blocks out again as the filter-transform buffer. */
-static void put_all(cl_mem m, const float *host, size_t n)
-{
-    size_t bytes = 0;
-    ck_assert_int_eq(clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof bytes, &bytes, NULL), CL_SUCCESS);
-    size_t cap = bytes / sizeof(float);
-    ck_assert(cap >= n);
-    float *all = malloc(bytes + sizeof(float));
-    ck_assert_ptr_nonnull(all);
-    tu_poison(all, cap + 1);
-    if (host && n)
-        memcpy(all, host, sizeof(float) * n);
-    ck_assert_int_eq(clEnqueueWriteBuffer(dev0()->queue, m, CL_TRUE, 0, bytes, all, 0, NULL, NULL), CL_SUCCESS);
-    free(all);
-}
-
-/* Pool buffer of n floats (+1) from host (NULL: all NaN), NaN after them. */
-static cl_mem upload(const float *host, size_t n)
-{
-    cl_mem m = NULL;
-    ck_assert_int_eq(clg_buf_alloc(dev0(), sizeof(float) * (n + 1), &m), CLG_OK);
-    put_all(m, host, n);
-    return m;
-}
-
-/* Device buffer with host data at element offset off, NaN around it (NULL host: all NaN). */
-static cl_mem upload_at(const float *host, size_t n, size_t off)
-{
-    float *tmp = malloc(sizeof(float) * (n + off + 1));
-    ck_assert_ptr_nonnull(tmp);
-    tu_poison(tmp, n + off + 1);
-    if (host)
-        memcpy(tmp + off, host, sizeof(float) * n);
-    cl_mem m = upload(tmp, n + off + 1);
-    free(tmp);
-    return m;
-}
-
-/* Downloads n elements at off; checks the poison before and after is intact. */
-static float *download_at(cl_mem m, size_t n, size_t off)
-{
-    float *tmp = malloc(sizeof(float) * (n + off + 1));
-    ck_assert_ptr_nonnull(tmp);
-    tu_download(dev0(), m, tmp, n + off + 1);
-    for (size_t i = 0; i < off; i++)
-        ck_assert_msg(isnan(tmp[i]), "element %zu before the output was overwritten", i);
-    ck_assert_msg(isnan(tmp[n + off]), "element after the output was overwritten");
-    float *out = malloc(sizeof(float) * (n + 1));
-    memcpy(out, tmp + off, sizeof(float) * n);
-    free(tmp);
-    return out;
-}
 
 static void shape_str(const clg_conv_shape *s, char *b, size_t n)
 {
@@ -183,16 +128,16 @@ static double check_case(const clg_conv_shape *s, clg_conv_algo algo, clg_rng *r
     size_t off = (size_t)irand(r, 0, 5);
     float *x = randn(nx, r), *w = randn(nw, r), *bias = randn((size_t)s->K, r), *dy = randn(ny, r);
     double *ref = malloc(sizeof(double) * (nx > ny ? nx : ny));
-    cl_mem mx = upload_at(x, nx, off), mw = upload_at(w, nw, off), mb = upload_at(bias, (size_t)s->K, off);
-    cl_mem mdy = upload_at(dy, ny, off);
+    cl_mem mx = tu_upload_at(dev0(), x, nx, off), mw = tu_upload_at(dev0(), w, nw, off), mb = tu_upload_at(dev0(), bias, (size_t)s->K, off);
+    cl_mem mdy = tu_upload_at(dev0(), dy, ny, off);
     double worst = 0;
     if (passes & 1) {
         int relu = irand(r, 0, 1), use_bias = irand(r, 0, 1);
-        cl_mem my = upload_at(NULL, ny, off);
+        cl_mem my = tu_upload_at(dev0(), NULL, ny, off);
         ck_assert_msg(clg_conv_forward(dev, s, algo, NULL, mx, off, mw, off, use_bias ? mb : NULL, off, relu, my,
                                        off) == CLG_OK,
                       "%s fwd %s: %s", clg_conv_algo_name(algo), desc, clg_last_error(g_ctx));
-        float *got = download_at(my, ny, off);
+        float *got = tu_download_at(dev0(), my, ny, off);
         ref_fwd(s, x, w, use_bias ? bias : NULL, relu, ref);
         double e = rel_err(got, ref, ny);
         ck_assert_msg(e < TOL, "%s fwd %s (bias %d relu %d): relative error %g >= %g", clg_conv_algo_name(algo), desc,
@@ -202,10 +147,10 @@ static double check_case(const clg_conv_shape *s, clg_conv_algo algo, clg_rng *r
         clg_buf_release(dev, my);
     }
     if (passes & 2) {
-        cl_mem mdx = upload_at(NULL, nx, off);
+        cl_mem mdx = tu_upload_at(dev0(), NULL, nx, off);
         ck_assert_msg(clg_conv_backward_data(dev, s, algo, NULL, mdy, off, mw, off, mdx, off) == CLG_OK,
                       "%s bwd-data %s: %s", clg_conv_algo_name(algo), desc, clg_last_error(g_ctx));
-        float *got = download_at(mdx, nx, off);
+        float *got = tu_download_at(dev0(), mdx, nx, off);
         ref_bwd_data(s, dy, w, ref);
         double e = rel_err(got, ref, nx);
         ck_assert_msg(e < TOL, "%s bwd-data %s: relative error %g >= %g", clg_conv_algo_name(algo), desc, e, TOL);
@@ -285,7 +230,7 @@ START_TEST(chunked_and_variants)
     check_case(&s, CLG_CONV_WINOGRAD_FUSED, &r, 3);
     setenv("CLGRAD_WFUSED_SCRATCH_KB", "8", 1); /* below one channel + one block for F(4x4) */
     size_t nx = nx_of(&s), nw = nw_of(&s), ny = ny_of(&s);
-    cl_mem mx = upload(NULL, nx), mw = upload(NULL, nw), my = upload(NULL, ny);
+    cl_mem mx = tu_upload(dev0(), NULL, nx), mw = tu_upload(dev0(), NULL, nw), my = tu_upload(dev0(), NULL, ny);
     ck_assert_int_eq(clg_conv_forward(dev0(), &s, CLG_CONV_WINOGRAD4_FUSED, NULL, mx, 0, mw, 0, NULL, 0, 0, my, 0),
                      CLG_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(clg_last_error(g_ctx), "winograd-fused"));
@@ -318,14 +263,14 @@ START_TEST(filter_cache_versions)
     float *x = randn(nx, &r), *w1 = randn(nw, &r), *w2 = randn(nw, &r), *gy = randn(ny, &r);
     float *got = malloc(sizeof(float) * (nx + ny));
     double *ref = malloc(sizeof(double) * (nx + ny));
-    cl_mem mx = upload(x, nx), mw = upload(w1, nw), my = upload(NULL, ny);
-    cl_mem mgy = upload(gy, ny), mdx = upload(NULL, nx);
+    cl_mem mx = tu_upload(dev0(), x, nx), mw = tu_upload(dev0(), w1, nw), my = tu_upload(dev0(), NULL, ny);
+    cl_mem mgy = tu_upload(dev0(), gy, ny), mdx = tu_upload(dev0(), NULL, nx);
     clg_conv_cache cache;
     memset(&cache, 0, sizeof cache);
     clg_conv_algo algos[] = {CLG_CONV_WINOGRAD_FUSED, CLG_CONV_WINOGRAD4_FUSED};
     for (size_t ai = 0; ai < 2; ai++) {
         clg_conv_algo a = algos[ai];
-        put_all(mw, w1, nw);
+        tu_write_full(dev0(), mw, w1, nw);
         cache.weights_version++;
         ck_assert_int_eq(clg_conv_forward(dev, &s, a, &cache, mx, 0, mw, 0, NULL, 0, 0, my, 0), CLG_OK);
         ck_assert_ptr_nonnull(cache.transformed[a]);
@@ -333,7 +278,7 @@ START_TEST(filter_cache_versions)
         ck_assert_int_eq(clg_conv_backward_data(dev, &s, a, &cache, mgy, 0, mw, 0, mdx, 0), CLG_OK);
         ck_assert(cache.built_version_bwd[a] == cache.weights_version);
         /* new weights without a version bump: both cached transforms (w1) still used */
-        put_all(mw, w2, nw);
+        tu_write_full(dev0(), mw, w2, nw);
         ck_assert_int_eq(clg_conv_forward(dev, &s, a, &cache, mx, 0, mw, 0, NULL, 0, 0, my, 0), CLG_OK);
         tu_download(dev, my, got, ny);
         ref_fwd(&s, x, w1, NULL, 0, ref);
@@ -380,7 +325,7 @@ START_TEST(names_and_support)
     s.pad_h = 1;
     s.stride_w = 2;
     ck_assert(!clg_conv_algo_supported(CLG_CONV_WINOGRAD_FUSED, &s, CLG_CONV_FWD));
-    cl_mem m = upload(NULL, 512);
+    cl_mem m = tu_upload(dev0(), NULL, 512);
     ck_assert_int_eq(clg_conv_forward(dev0(), &s, CLG_CONV_WINOGRAD_FUSED, NULL, m, 0, m, 0, NULL, 0, 0, m, 0),
                      CLG_ERR_UNSUPPORTED);
     s.stride_w = 1;
