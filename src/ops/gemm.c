@@ -94,8 +94,23 @@ static void ev_finish(evs *ev, clg_status st)
 
 /* ---- reference backend ---- */
 
+/* The output and epilogue arguments every GEMM kernel ends with (gemm_ref,
+ * gemm_dot, gemm_cpu/gemm_tiled, gemm_reduce, gemm_epilogue): C, offC, ldc,
+ * strideC, bias (C when none), offBias, bias_mode, relu. */
+static void ka_output(clg_kargs *g, const clg_gemm_args *a)
+{
+    clg_ka_mem(g, a->C);
+    clg_ka_int(g, (int)a->offC);
+    clg_ka_int(g, a->ldc);
+    clg_ka_int(g, (int)a->strideC);
+    clg_ka_mem(g, a->bias ? a->bias : a->C);
+    clg_ka_int(g, (int)a->offBias);
+    clg_ka_int(g, (int)a->bias_mode);
+    clg_ka_int(g, a->relu);
+}
+
 /* The unpacked-operand arguments shared by gemm_ref and gemm_dot: A, offA,
- * lda, strideA, the same for B and C, then bias, offBias, bias_mode, relu. */
+ * lda, strideA, the same for B, then ka_output. */
 static void ka_operands(clg_kargs *g, const clg_gemm_args *a)
 {
     clg_ka_mem(g, a->A);
@@ -106,14 +121,7 @@ static void ka_operands(clg_kargs *g, const clg_gemm_args *a)
     clg_ka_int(g, (int)a->offB);
     clg_ka_int(g, a->ldb);
     clg_ka_int(g, (int)a->strideB);
-    clg_ka_mem(g, a->C);
-    clg_ka_int(g, (int)a->offC);
-    clg_ka_int(g, a->ldc);
-    clg_ka_int(g, (int)a->strideC);
-    clg_ka_mem(g, a->bias ? a->bias : a->C);
-    clg_ka_int(g, (int)a->offBias);
-    clg_ka_int(g, (int)a->bias_mode);
-    clg_ka_int(g, a->relu);
+    ka_output(g, a);
 }
 
 static clg_status gemm_ref(clg_device *dev, const clg_gemm_args *a, evs *ev)
@@ -420,14 +428,7 @@ static clg_status run_packed(clg_device *dev, const clg_gemm_params *p, const cl
     clg_ka_int(&g, apStride);
     clg_ka_mem(&g, Bp);
     clg_ka_int(&g, bpStride);
-    clg_ka_mem(&g, a->C);
-    clg_ka_int(&g, (int)a->offC);
-    clg_ka_int(&g, a->ldc);
-    clg_ka_int(&g, (int)a->strideC);
-    clg_ka_mem(&g, a->bias ? a->bias : a->C);
-    clg_ka_int(&g, (int)a->offBias);
-    clg_ka_int(&g, (int)a->bias_mode);
-    clg_ka_int(&g, a->relu);
+    ka_output(&g, a);
     if (cpu) {
         clg_ka_int(&g, KS);
         clg_ka_int(&g, kchunk);
@@ -461,14 +462,7 @@ static clg_status run_packed(clg_device *dev, const clg_gemm_params *p, const cl
         clg_ka_mem(&r, W);
         clg_ka_float(&r, a->alpha);
         clg_ka_float(&r, a->beta);
-        clg_ka_mem(&r, a->C);
-        clg_ka_int(&r, (int)a->offC);
-        clg_ka_int(&r, a->ldc);
-        clg_ka_int(&r, (int)a->strideC);
-        clg_ka_mem(&r, a->bias ? a->bias : a->C);
-        clg_ka_int(&r, (int)a->offBias);
-        clg_ka_int(&r, (int)a->bias_mode);
-        clg_ka_int(&r, a->relu);
+        ka_output(&r, a);
         if (r.e != CL_SUCCESS) {
             st = clg_cl_fail(err, r.e, "clSetKernelArg(gemm_reduce)", __FILE__, __LINE__);
             goto out;
@@ -673,14 +667,7 @@ static clg_status gemm_epilogue(clg_device *dev, const clg_gemm_args *a, evs *ev
     clg_kargs g = {k, 0, CL_SUCCESS};
     clg_ka_int(&g, a->M);
     clg_ka_int(&g, a->N);
-    clg_ka_mem(&g, a->C);
-    clg_ka_int(&g, (int)a->offC);
-    clg_ka_int(&g, a->ldc);
-    clg_ka_int(&g, (int)a->strideC);
-    clg_ka_mem(&g, a->bias ? a->bias : a->C);
-    clg_ka_int(&g, (int)a->offBias);
-    clg_ka_int(&g, (int)a->bias_mode);
-    clg_ka_int(&g, a->relu);
+    ka_output(&g, a);
     if (g.e != CL_SUCCESS)
         return clg_cl_fail(clg_dev_err(dev), g.e, "clSetKernelArg(gemm_epilogue)", __FILE__, __LINE__);
     size_t gws[3] = {(size_t)a->N, (size_t)a->M, (size_t)(a->batch > 0 ? a->batch : 1)};
