@@ -39,7 +39,7 @@ CLG_INTERNAL clg_status clg_cl_fail(clg_err *err, cl_int e, const char *what, co
 
 /* Sets kernel arguments in order and remembers the first failure, so a
  * launcher checks once: clg_kargs a = {k, 0, CL_SUCCESS}; clg_ka_int(&a, n);
- * ...; if (a.e != CL_SUCCESS) return clg_cl_fail(...). */
+ * ...; CLG_TRY(CLG_KA_DONE(err, &a, "kernel args")). */
 typedef struct clg_kargs {
     cl_kernel k;
     cl_uint i;
@@ -55,6 +55,10 @@ static inline void clg_ka_arg(clg_kargs *a, size_t size, const void *v)
 static inline void clg_ka_int(clg_kargs *a, int v) { clg_ka_arg(a, sizeof v, &v); }
 static inline void clg_ka_float(clg_kargs *a, float v) { clg_ka_arg(a, sizeof v, &v); }
 static inline void clg_ka_mem(clg_kargs *a, cl_mem v) { clg_ka_arg(a, sizeof v, &v); }
+/* CLG_OK, or the first clSetKernelArg failure of a recorded in err as
+ * `what` at the caller's file and line. */
+#define CLG_KA_DONE(err, a, what) \
+    ((a)->e == CL_SUCCESS ? CLG_OK : clg_cl_fail((err), (a)->e, (what), __FILE__, __LINE__))
 
 // ---- buffer pool ----
 

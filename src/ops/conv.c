@@ -201,13 +201,6 @@ void clg_conv_prof(clg_device *dev, const char *label)
     last = now;
 }
 
-static clg_status ka_done(clg_device *dev, clg_kargs *a, const char *kernel)
-{
-    if (a->e != CL_SUCCESS)
-        return clg_cl_fail(clg_dev_err(dev), a->e, kernel, __FILE__, __LINE__);
-    return CLG_OK;
-}
-
 /* ---- im2col + GEMM ---- */
 
 static int is_plain_1x1(const clg_conv_shape *s)
@@ -267,14 +260,14 @@ static clg_status launch_im2col(clg_device *dev, const clg_conv_shape *s, int nb
     clg_ka_int(&a, 0);
     clg_ka_int(&a, bstride);
     clg_ka_int(&a, ld);
-    CLG_TRY(ka_done(dev, &a, "im2col args"));
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &a, "im2col args"));
     if (legacy) {
         size_t gws[3] = {(size_t)P, (size_t)Cg * s->R * s->S, (size_t)nb};
         return clg_conv_enqueue(dev, k, 3, gws, NULL);
     }
     clg_ka_int(&a, nb);
     clg_ka_int(&a, bstride < ld);
-    CLG_TRY(ka_done(dev, &a, "im2col_w args"));
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &a, "im2col_w args"));
     size_t gws[3], lws[3];
     clg_conv_geom(Q, P, nb * Cg * s->R * s->S, gws, lws);
     return clg_conv_enqueue(dev, k, 3, gws, lws);
@@ -420,7 +413,7 @@ static clg_status im2col_bwd_data(clg_device *dev, const clg_conv_shape *s, cl_m
                 clg_ka_int(&a, s->pad_w);
                 clg_ka_mem(&a, dx);
                 clg_ka_int(&a, (int)(offdx + (size_t)n0 * s->C * HW));
-                if ((st = ka_done(dev, &a, "col2im_s1 args")) != CLG_OK)
+                if ((st = CLG_KA_DONE(clg_dev_err(dev), &a, "col2im_s1 args")) != CLG_OK)
                     break;
                 size_t gws[3], lws[3];
                 clg_conv_geom(s->W, s->H, nbc * Cg, gws, lws);
@@ -445,7 +438,7 @@ static clg_status im2col_bwd_data(clg_device *dev, const clg_conv_shape *s, cl_m
             clg_ka_int(&a, s->dil_w);
             clg_ka_mem(&a, dx);
             clg_ka_int(&a, (int)(offdx + (size_t)n0 * s->C * HW));
-            if ((st = ka_done(dev, &a, "col2im args")) != CLG_OK)
+            if ((st = CLG_KA_DONE(clg_dev_err(dev), &a, "col2im args")) != CLG_OK)
                 break;
             size_t gws[3] = {(size_t)HW, (size_t)Cg, (size_t)nbc};
             st = clg_conv_enqueue(dev, k, 3, gws, NULL);
@@ -528,7 +521,7 @@ static clg_status im2col_bwd_filter(clg_device *dev, const clg_conv_shape *s, cl
             clg_ka_mem(&a, dyp);
             clg_ka_int(&a, 0);
             clg_ka_int(&a, ld);
-            if ((st = ka_done(dev, &a, "pack_chw args")) != CLG_OK)
+            if ((st = CLG_KA_DONE(clg_dev_err(dev), &a, "pack_chw args")) != CLG_OK)
                 break;
             size_t gws[3] = {(size_t)PQ, (size_t)Kg, (size_t)nbc};
             if ((st = clg_conv_enqueue(dev, kp, 3, gws, NULL)) != CLG_OK)
@@ -591,7 +584,7 @@ static clg_status direct_fwd(clg_device *dev, const clg_conv_shape *s, cl_mem x,
     clg_ka_int(&a, relu);
     clg_ka_mem(&a, y);
     clg_ka_int(&a, (int)offy);
-    CLG_TRY(ka_done(dev, &a, "direct_fwd args"));
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &a, "direct_fwd args"));
     size_t gws[3] = {(size_t)clg_conv_out_h(s) * clg_conv_out_w(s), (size_t)s->K, (size_t)s->N};
     return clg_conv_enqueue(dev, k, 3, gws, NULL);
 }
@@ -609,7 +602,7 @@ static clg_status direct_bwd_data(clg_device *dev, const clg_conv_shape *s, cl_m
     clg_ka_int(&a, (int)offw);
     clg_ka_mem(&a, dx);
     clg_ka_int(&a, (int)offdx);
-    CLG_TRY(ka_done(dev, &a, "direct_bwd_data args"));
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &a, "direct_bwd_data args"));
     size_t gws[3] = {(size_t)s->H * s->W, (size_t)s->C, (size_t)s->N};
     return clg_conv_enqueue(dev, k, 3, gws, NULL);
 }
@@ -631,7 +624,7 @@ static clg_status direct_bwd_filter(clg_device *dev, const clg_conv_shape *s, cl
     clg_ka_float(&a, beta);
     clg_ka_mem(&a, dw);
     clg_ka_int(&a, (int)offdw);
-    CLG_TRY(ka_done(dev, &a, "direct_bwd_filter args"));
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &a, "direct_bwd_filter args"));
     size_t nw = (size_t)s->K * (s->C / s->groups) * s->R * s->S;
     size_t gws[1] = {nw * CONV_WG}, lws[1] = {CONV_WG};
     return clg_conv_enqueue(dev, k, 1, gws, lws);

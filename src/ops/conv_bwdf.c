@@ -37,8 +37,7 @@ clg_status clg_conv_bwdf_small_chunk(clg_device *dev, int J, cl_mem dy, size_t o
     clg_ka_int(&a, nper);
     clg_ka_int(&a, pch0);
     clg_ka_mem(&a, part);
-    if (a.e != CL_SUCCESS)
-        return clg_cl_fail(clg_dev_err(dev), a.e, "bwdf_small args", __FILE__, __LINE__);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &a, "bwdf_small args"));
     size_t gws[2] = {(size_t)K, (size_t)CLG_CEIL_DIV(nimg, nper)};
     return clg_conv_enqueue(dev, k, 2, gws, NULL);
 }
@@ -59,8 +58,7 @@ clg_status clg_conv_part_reduce(clg_device *dev, cl_mem part, int chunks, int ro
     clg_ka_mem(&a, out);
     clg_ka_int(&a, (int)offo);
     clg_ka_int(&a, ldo);
-    if (a.e != CL_SUCCESS)
-        return clg_cl_fail(clg_dev_err(dev), a.e, "part_reduce args", __FILE__, __LINE__);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &a, "part_reduce args"));
     size_t gws[2] = {(size_t)rows, (size_t)cols};
     return clg_conv_enqueue(dev, k, 2, gws, NULL);
 }
@@ -82,9 +80,7 @@ clg_status clg_conv_bias_grad(clg_device *dev, const clg_conv_shape *s, cl_mem d
     clg_ka_int(&a, PQ);
     clg_ka_int(&a, nper);
     clg_ka_mem(&a, part);
-    clg_status st = CLG_OK;
-    if (a.e != CL_SUCCESS)
-        st = clg_cl_fail(clg_dev_err(dev), a.e, "bias_part args", __FILE__, __LINE__);
+    clg_status st = CLG_KA_DONE(clg_dev_err(dev), &a, "bias_part args");
     if (st == CLG_OK) {
         size_t gws[2] = {(size_t)s->K, (size_t)chunks};
         st = clg_conv_enqueue(dev, k, 2, gws, NULL);

@@ -189,8 +189,7 @@ static clg_status launch_pad(clg_device *dev, cl_mem src, size_t offsrc, int pla
     clg_ka_int(&a, fh);
     clg_ka_int(&a, fw);
     clg_ka_mem(&a, dst);
-    if (a.e != CL_SUCCESS)
-        return clg_cl_fail(clg_dev_err(dev), a.e, "fft_pad args", __FILE__, __LINE__);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &a, "fft_pad args"));
     size_t gws[3] = {(size_t)fw, (size_t)fh, (size_t)planes};
     return clg_conv_enqueue(dev, k, 3, gws, NULL);
 }
@@ -276,10 +275,8 @@ clg_status clg_conv_fft_fwd(clg_device *dev, const clg_conv_shape *s, clg_conv_c
         clg_ka_int(&a, K);
         clg_ka_int(&a, F);
         clg_ka_mem(&a, Y);
-        if (a.e != CL_SUCCESS) {
-            st = clg_cl_fail(clg_dev_err(dev), a.e, "fft_cmul args", __FILE__, __LINE__);
+        if ((st = CLG_KA_DONE(clg_dev_err(dev), &a, "fft_cmul args")) != CLG_OK)
             break;
-        }
         size_t gws[3] = {(size_t)F, (size_t)CLG_CEIL_DIV(K, 4), (size_t)nbc};
         if ((st = clg_conv_enqueue(dev, kmul, 3, gws, NULL)) != CLG_OK)
             break;
@@ -298,10 +295,8 @@ clg_status clg_conv_fft_fwd(clg_device *dev, const clg_conv_shape *s, clg_conv_c
         clg_ka_int(&b, relu);
         clg_ka_mem(&b, y);
         clg_ka_int(&b, (int)(offy + (size_t)n0 * K * P * Q));
-        if (b.e != CL_SUCCESS) {
-            st = clg_cl_fail(clg_dev_err(dev), b.e, "fft_crop args", __FILE__, __LINE__);
+        if ((st = CLG_KA_DONE(clg_dev_err(dev), &b, "fft_crop args")) != CLG_OK)
             break;
-        }
         size_t gws2[3] = {(size_t)Q, (size_t)P, (size_t)nbc * K};
         st = clg_conv_enqueue(dev, kcrop, 3, gws2, NULL);
     }

@@ -74,8 +74,7 @@ static clg_status wf_filter(clg_device *dev, int m, const wf_cfg *c, cl_mem w, s
     clg_ka_int(&a, flip);
     clg_ka_int(&a, Kb);
     clg_ka_mem(&a, U);
-    if (a.e != CL_SUCCESS)
-        return clg_cl_fail(clg_dev_err(dev), a.e, "wf_filter args", __FILE__, __LINE__);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &a, "wf_filter args"));
     size_t gws[2] = {(size_t)Cin, (size_t)Kb * c->kb};
     return clg_conv_enqueue(dev, k, 2, gws, NULL);
 }
@@ -185,8 +184,7 @@ static clg_status wf_conv(clg_device *dev, int m, const wf_cfg *c, int N, int Ci
     clg_ka_mem(&a, y);
     clg_ka_int(&a, (int)offy);
     clg_ka_arg(&a, lbytes, NULL);
-    if (a.e != CL_SUCCESS)
-        return clg_cl_fail(err, a.e, "wf_conv args", __FILE__, __LINE__);
+    CLG_TRY(CLG_KA_DONE(err, &a, "wf_conv args"));
     size_t gws[2] = {(size_t)CLG_CEIL_DIV(nblk, c->wgs) * c->wgs, (size_t)ksplit};
     size_t lws[2] = {(size_t)c->wgs, 1};
     clg_conv_prof(dev, NULL);

@@ -117,8 +117,7 @@ static clg_status filter_transform(clg_device *dev, int m, cl_mem w, size_t offw
     clg_ka_int(&a, lay->Kp);
     clg_ka_int(&a, lay->Mp);
     clg_ka_int(&a, (int)lay->sxU);
-    if (a.e != CL_SUCCESS)
-        return clg_cl_fail(clg_dev_err(dev), a.e, "wino_filter args", __FILE__, __LINE__);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &a, "wino_filter args"));
     size_t gws[2] = {(size_t)lay->Kp, (size_t)lay->Mp};
     return clg_conv_enqueue(dev, k, 2, gws, NULL);
 }
@@ -178,8 +177,7 @@ static clg_status launch_input(clg_device *dev, int m, cl_mem x, size_t offx, in
     clg_ka_float(&a, 1.0f / (float)PB);
     clg_ka_int(&a, Kp);
     clg_ka_int(&a, (int)sxV);
-    if (a.e != CL_SUCCESS)
-        return clg_cl_fail(clg_dev_err(dev), a.e, "wino_input args", __FILE__, __LINE__);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &a, "wino_input args"));
     size_t gws[3], lws[3];
     clg_conv_geom(TH * CLG_CEIL_DIV(TW, vl), Kp, nb, gws, lws);
     return clg_conv_enqueue(dev, k, 3, gws, lws);
@@ -254,10 +252,8 @@ static clg_status wino_conv(clg_device *dev, int m, int N, int Cin, int H, int W
         clg_ka_int(&a, relu);
         clg_ka_mem(&a, y);
         clg_ka_int(&a, (int)(offy + (size_t)n0 * Kout * P * Q));
-        if (a.e != CL_SUCCESS) {
-            st = clg_cl_fail(clg_dev_err(dev), a.e, "wino_output args", __FILE__, __LINE__);
+        if ((st = CLG_KA_DONE(clg_dev_err(dev), &a, "wino_output args")) != CLG_OK)
             break;
-        }
         size_t gws[3], lws[3];
         clg_conv_geom(TH * CLG_CEIL_DIV(TW, vl), Kout, nbc, gws, lws);
         st = clg_conv_enqueue(dev, ko, 3, gws, lws);
@@ -347,10 +343,8 @@ clg_status clg_conv_wino_bwd_filter(clg_device *dev, const clg_conv_shape *s, in
         clg_ka_float(&a, 1.0f / (float)CLG_CEIL_DIV(TW, vl));
         clg_ka_mem(&a, Ud);
         clg_ka_int(&a, T);
-        if (a.e != CL_SUCCESS) {
-            st = clg_cl_fail(clg_dev_err(dev), a.e, "wino_bf_dy args", __FILE__, __LINE__);
+        if ((st = CLG_KA_DONE(clg_dev_err(dev), &a, "wino_bf_dy args")) != CLG_OK)
             break;
-        }
         size_t gws[3], lws[3];
         clg_conv_geom(TH * CLG_CEIL_DIV(TW, vl), K, nbc, gws, lws);
         if ((st = clg_conv_enqueue(dev, kd, 3, gws, lws)) != CLG_OK)
@@ -384,8 +378,7 @@ clg_status clg_conv_wino_bwd_filter(clg_device *dev, const clg_conv_shape *s, in
         clg_ka_float(&a, beta);
         clg_ka_mem(&a, dw);
         clg_ka_int(&a, (int)offdw);
-        if (a.e != CL_SUCCESS)
-            st = clg_cl_fail(clg_dev_err(dev), a.e, "wino_bf_out args", __FILE__, __LINE__);
+        st = CLG_KA_DONE(clg_dev_err(dev), &a, "wino_bf_out args");
         size_t gws[2] = {(size_t)C, (size_t)K};
         if (st == CLG_OK)
             st = clg_conv_enqueue(dev, ko, 2, gws, NULL);

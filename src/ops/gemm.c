@@ -138,8 +138,7 @@ static clg_status gemm_ref(clg_device *dev, const clg_gemm_args *a, evs *ev)
     clg_ka_int(&g, a->ta);
     clg_ka_int(&g, a->tb);
     ka_operands(&g, a);
-    if (g.e != CL_SUCCESS)
-        return clg_cl_fail(clg_dev_err(dev), g.e, "clSetKernelArg(gemm_ref)", __FILE__, __LINE__);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &g, "clSetKernelArg(gemm_ref)"));
     size_t gws[3] = {(size_t)a->N, (size_t)a->M, (size_t)batch};
     return enqueue(dev, k, 3, gws, NULL, ev, "clEnqueueNDRangeKernel(gemm_ref)");
 }
@@ -358,8 +357,7 @@ static clg_status pack(clg_device *dev, cl_kernel k, int R, int K, int Kp, int k
     clg_ka_int(&g, P);
     clg_ka_mem(&g, D);
     clg_ka_int(&g, dstride);
-    if (g.e != CL_SUCCESS)
-        return clg_cl_fail(clg_dev_err(dev), g.e, "clSetKernelArg(gemm_pack)", __FILE__, __LINE__);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &g, "clSetKernelArg(gemm_pack)"));
     size_t gws[3] = {(size_t)CLG_CEIL_DIV(Kp, 16), (size_t)CLG_CEIL_DIV(R, P), (size_t)batch};
     return enqueue(dev, k, 3, gws, NULL, ev, "clEnqueueNDRangeKernel(gemm_pack)");
 }
@@ -434,10 +432,8 @@ static clg_status run_packed(clg_device *dev, const clg_gemm_params *p, const cl
         clg_ka_int(&g, kchunk);
         clg_ka_mem(&g, W ? W : Ap);
     }
-    if (g.e != CL_SUCCESS) {
-        st = clg_cl_fail(err, g.e, "clSetKernelArg(gemm main kernel)", __FILE__, __LINE__);
+    if ((st = CLG_KA_DONE(err, &g, "clSetKernelArg(gemm main kernel)")) != CLG_OK)
         goto out;
-    }
     if (cpu) {
         size_t gws[3] = {(size_t)CLG_CEIL_DIV(Mt, p->WGS) * p->WGS, (size_t)Nt, (size_t)batch * KS};
         size_t lws[3] = {(size_t)p->WGS, 1, 1};
@@ -463,10 +459,8 @@ static clg_status run_packed(clg_device *dev, const clg_gemm_params *p, const cl
         clg_ka_float(&r, a->alpha);
         clg_ka_float(&r, a->beta);
         ka_output(&r, a);
-        if (r.e != CL_SUCCESS) {
-            st = clg_cl_fail(err, r.e, "clSetKernelArg(gemm_reduce)", __FILE__, __LINE__);
+        if ((st = CLG_KA_DONE(err, &r, "clSetKernelArg(gemm_reduce)")) != CLG_OK)
             goto out;
-        }
         size_t gws[3] = {(size_t)N, (size_t)M, (size_t)batch};
         st = enqueue(dev, kred, 3, gws, NULL, ev, "clEnqueueNDRangeKernel(gemm_reduce)");
     }
@@ -644,8 +638,7 @@ clg_status clg_gemm_dot(clg_device *dev, const clg_gemm_args *a, cl_event *ev)
     clg_ka_float(&g, a->alpha);
     clg_ka_float(&g, a->beta);
     ka_operands(&g, a);
-    if (g.e != CL_SUCCESS)
-        return clg_cl_fail(err, g.e, "clSetKernelArg(gemm_dot)", __FILE__, __LINE__);
+    CLG_TRY(CLG_KA_DONE(err, &g, "clSetKernelArg(gemm_dot)"));
     size_t gws[3] = {(size_t)CLG_CEIL_DIV(a->M, DOT_DR), (size_t)CLG_CEIL_DIV(a->N, DOT_DC),
                      (size_t)(a->batch > 0 ? a->batch : 1)};
     evs e = {NULL, ev, NULL, 0};
@@ -668,8 +661,7 @@ static clg_status gemm_epilogue(clg_device *dev, const clg_gemm_args *a, evs *ev
     clg_ka_int(&g, a->M);
     clg_ka_int(&g, a->N);
     ka_output(&g, a);
-    if (g.e != CL_SUCCESS)
-        return clg_cl_fail(clg_dev_err(dev), g.e, "clSetKernelArg(gemm_epilogue)", __FILE__, __LINE__);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &g, "clSetKernelArg(gemm_epilogue)"));
     size_t gws[3] = {(size_t)a->N, (size_t)a->M, (size_t)(a->batch > 0 ? a->batch : 1)};
     return enqueue(dev, k, 3, gws, NULL, ev, "clEnqueueNDRangeKernel(gemm_epilogue)");
 }
