@@ -117,30 +117,10 @@ static double run_case(const gcase *c, clg_gemm_backend b, const clg_gemm_params
     for (int bt = 0; bt < batch; bt++) {
         const float *a = A + c->offA + bt * sA, *bb = B + c->offB + bt * sB;
         size_t co = c->offC + bt * sC;
-        for (int m = 0; m < c->M; m++)
-            for (int n = 0; n < c->N; n++)
-                ref[(size_t)m * c->N + n] = C0[co + (size_t)m * ldc + n];
+        tg_ref_from(ref, C0, co, ldc, c->M, c->N);
         tu_gemm_ref(c->ta, c->tb, c->M, c->N, c->K, c->alpha, a, lda, bb, ldb, c->beta, ref, c->N);
         float *got = malloc(sizeof(float) * CLG_MAX((size_t)1, (size_t)c->M * c->N));
-        for (int m = 0; m < c->M; m++)
-            for (int n = 0; n < c->N; n++) {
-                double v = ref[(size_t)m * c->N + n];
-                if (c->bias_mode == CLG_BIAS_ROW)
-                    v += bias[1 + m];
-                else if (c->bias_mode == CLG_BIAS_COL)
-                    v += bias[1 + n];
-                if (c->relu)
-                    v = v > 0 ? v : 0;
-                ref[(size_t)m * c->N + n] = v;
-                got[(size_t)m * c->N + n] = C[co + (size_t)m * ldc + n];
-            }
-        double e = tu_max_err(got, ref, (size_t)c->M * c->N, 1.0);
-        for (size_t i = 0; e > TOL && i < (size_t)c->M * c->N; i++)
-            if (!(fabs(got[i] - ref[i]) / (fabs(ref[i]) + 1.0) <= TOL)) {
-                fprintf(stderr, "batch %d C[%zu,%zu] = %g, expected %g\n", bt, i / (size_t)c->N, i % (size_t)c->N,
-                        (double)got[i], ref[i]);
-                break;
-            }
+        double e = tg_epilogue_err(ref, got, C, co, ldc, c->M, c->N, bias, c->bias_mode, c->relu, TOL, bt);
         free(got);
         if (e > worst)
             worst = e;

@@ -150,29 +150,9 @@ static double run_packed_case(const pcase *c, const clg_gemm_params *p)
     for (int b = 0; b < batch; b++) {
         const float *a = A + (c->shareA ? 0 : (size_t)b * M * K), *bt = Bt + (c->shareB ? 0 : (size_t)b * N * K);
         size_t co = (size_t)c->offC + b * sC;
-        for (int m = 0; m < M; m++)
-            for (int n = 0; n < N; n++)
-                ref[(size_t)m * N + n] = C0[co + (size_t)m * ldc + n];
+        tg_ref_from(ref, C0, co, ldc, M, N);
         tu_gemm_ref(0, 1, M, N, K, c->alpha, a, CLG_MAX(K, 1), bt, CLG_MAX(K, 1), c->beta, ref, CLG_MAX(N, 1));
-        for (int m = 0; m < M; m++)
-            for (int n = 0; n < N; n++) {
-                double v = ref[(size_t)m * N + n];
-                if (c->bias_mode == CLG_BIAS_ROW)
-                    v += bias[1 + m];
-                else if (c->bias_mode == CLG_BIAS_COL)
-                    v += bias[1 + n];
-                if (c->relu)
-                    v = v > 0 ? v : 0;
-                ref[(size_t)m * N + n] = v;
-                got[(size_t)m * N + n] = C[co + (size_t)m * ldc + n];
-            }
-        double e = tu_max_err(got, ref, (size_t)M * N, 1.0);
-        for (size_t i = 0; e > TOL && i < (size_t)M * N; i++)
-            if (!(fabs(got[i] - ref[i]) / (fabs(ref[i]) + 1.0) <= TOL)) {
-                fprintf(stderr, "batch %d C[%zu,%zu] = %g, expected %g\n", b, i / (size_t)N, i % (size_t)N,
-                        (double)got[i], ref[i]);
-                break;
-            }
+        double e = tg_epilogue_err(ref, got, C, co, ldc, M, N, bias, c->bias_mode, c->relu, TOL, b);
         worst = fmax(worst, e);
     }
     size_t bad = 0;
@@ -455,23 +435,9 @@ static double run_dot_case(int M, int N, int K, int batch, int shareA, float alp
     double worst = 0;
     for (int b = 0; b < batch; b++) {
         size_t co = offC + b * sC;
-        for (int m = 0; m < M; m++)
-            for (int n = 0; n < N; n++)
-                ref[(size_t)m * N + n] = C0[co + (size_t)m * ldc + n];
+        tg_ref_from(ref, C0, co, ldc, M, N);
         tu_gemm_ref(0, 1, M, N, K, alpha, A + offA + b * sA, lda, B + offB + b * sB, ldb, beta, ref, CLG_MAX(N, 1));
-        for (int m = 0; m < M; m++)
-            for (int n = 0; n < N; n++) {
-                double v = ref[(size_t)m * N + n];
-                if (bias_mode == CLG_BIAS_ROW)
-                    v += bias[1 + m];
-                else if (bias_mode == CLG_BIAS_COL)
-                    v += bias[1 + n];
-                if (relu)
-                    v = v > 0 ? v : 0;
-                ref[(size_t)m * N + n] = v;
-                got[(size_t)m * N + n] = C[co + (size_t)m * ldc + n];
-            }
-        worst = fmax(worst, tu_max_err(got, ref, (size_t)M * N, 1.0));
+        worst = fmax(worst, tg_epilogue_err(ref, got, C, co, ldc, M, N, bias, bias_mode, relu, TOL, b));
     }
     size_t bad = 0;
     for (size_t i = 0; i < nC; i++)
