@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "ops/conv.h"
+#include "conv_ref.h"
 #include "testutil.h"
 
 static clg_ctx *g_ctx;
@@ -17,68 +18,6 @@ static int g_tiny;
 
 static clg_device *dev0(void) { return &g_ctx->devs[0]; }
 
-static size_t nx_of(const clg_conv_shape *s) { return (size_t)s->N * s->C * s->H * s->W; }
-static size_t nw_of(const clg_conv_shape *s) { return (size_t)s->K * (s->C / s->groups) * s->R * s->S; }
-static size_t ny_of(const clg_conv_shape *s) { return (size_t)s->N * s->K * clg_conv_out_h(s) * clg_conv_out_w(s); }
-
-/* ---- double-precision references (direct definition) ---- */
-
-/* Calls f(n, k, c, p, q, h, w, r, s) for every tap that reads inside the image. */
-#define FOR_TAPS(s, BODY)                                                                              \
-    do {                                                                                               \
-        int P_ = clg_conv_out_h(s), Q_ = clg_conv_out_w(s), Cg_ = (s)->C / (s)->groups,                \
-            Kg_ = (s)->K / (s)->groups;                                                                \
-        for (int n = 0; n < (s)->N; n++)                                                               \
-            for (int k = 0; k < (s)->K; k++)                                                           \
-                for (int p = 0; p < P_; p++)                                                           \
-                    for (int q = 0; q < Q_; q++)                                                       \
-                        for (int cc = 0; cc < Cg_; cc++)                                               \
-                            for (int r = 0; r < (s)->R; r++)                                           \
-                                for (int ss = 0; ss < (s)->S; ss++) {                                  \
-                                    int c = (k / Kg_) * Cg_ + cc;                                      \
-                                    int h = p * (s)->stride_h - (s)->pad_h + r * (s)->dil_h;           \
-                                    int w = q * (s)->stride_w - (s)->pad_w + ss * (s)->dil_w;          \
-                                    if (h < 0 || h >= (s)->H || w < 0 || w >= (s)->W)                  \
-                                        continue;                                                      \
-                                    size_t ix = (((size_t)n * (s)->C + c) * (s)->H + h) * (s)->W + w;  \
-                                    size_t iw = (((size_t)k * Cg_ + cc) * (s)->R + r) * (s)->S + ss;   \
-                                    size_t iy = (((size_t)n * (s)->K + k) * P_ + p) * Q_ + q;          \
-                                    BODY;                                                              \
-                                }                                                                      \
-    } while (0)
-
-static void ref_fwd(const clg_conv_shape *s, const float *x, const float *wt, const float *bias, int relu, double *y)
-{
-    size_t ny = ny_of(s), PQ = (size_t)clg_conv_out_h(s) * clg_conv_out_w(s);
-    for (size_t i = 0; i < ny; i++)
-        y[i] = bias ? bias[(i / PQ) % (size_t)s->K] : 0.0;
-    FOR_TAPS(s, y[iy] += (double)x[ix] * wt[iw]);
-    if (relu)
-        for (size_t i = 0; i < ny; i++)
-            y[i] = y[i] > 0 ? y[i] : 0;
-}
-
-static void ref_bwd_data(const clg_conv_shape *s, const float *dy, const float *wt, double *dx)
-{
-    memset(dx, 0, sizeof(double) * nx_of(s));
-    FOR_TAPS(s, dx[ix] += (double)dy[iy] * wt[iw]);
-}
-
-static void ref_bwd_filter(const clg_conv_shape *s, const float *x, const float *dy, float beta, const float *dw0,
-                           double *dw, double *db, const float *db0)
-{
-    size_t nw = nw_of(s), PQ = (size_t)clg_conv_out_h(s) * clg_conv_out_w(s);
-    for (size_t i = 0; i < nw; i++)
-        dw[i] = beta != 0 ? (double)beta * dw0[i] : 0.0;
-    FOR_TAPS(s, dw[iw] += (double)x[ix] * dy[iy]);
-    for (int k = 0; k < s->K; k++) {
-        double acc = beta != 0 ? (double)beta * db0[k] : 0.0;
-        for (int n = 0; n < s->N; n++)
-            for (size_t i = 0; i < PQ; i++)
-                acc += dy[((size_t)n * s->K + k) * PQ + i];
-        db[k] = acc;
-    }
-}
 
 /* ---- helpers ---- */
 
@@ -90,12 +29,6 @@ static float *rnd(size_t n, clg_rng *r)
     return p;
 }
 
-static void shape_str(const clg_conv_shape *s, char *b, size_t n)
-{
-    snprintf(b, n, "N%d C%d H%d W%d K%d R%d S%d pad %d,%d stride %d,%d dil %d,%d groups %d", s->N, s->C, s->H, s->W,
-             s->K, s->R, s->S, s->pad_h, s->pad_w, s->stride_h, s->stride_w, s->dil_h, s->dil_w, s->groups);
-}
-
 static int irand(clg_rng *r, int lo, int hi) { return lo + (int)(clg_rng_u32(r) % (uint32_t)(hi - lo + 1)); }
 
 /* Runs all three passes of `algo` on s and checks them; returns worst error. */
@@ -103,10 +36,10 @@ static double check_algo(const clg_conv_shape *s, clg_conv_algo algo, clg_rng *r
 {
     clg_device *dev = dev0();
     char desc[200];
-    shape_str(s, desc, sizeof desc);
+    cr_shape_str(s, desc, sizeof desc);
     if (getenv("CLGRAD_TEST_VERBOSE"))
         fprintf(stderr, "%s: %s\n", clg_conv_algo_name(algo), desc);
-    size_t nx = nx_of(s), nw = nw_of(s), ny = ny_of(s);
+    size_t nx = cr_nx(s), nw = cr_nw(s), ny = cr_ny(s);
     size_t off = (size_t)irand(r, 0, 5); /* element offsets exercise the off* arguments */
     float *x = rnd(nx, r), *w = rnd(nw, r), *bias = rnd((size_t)s->K, r), *dy = rnd(ny, r);
     float *dw0 = rnd(nw, r), *db0 = rnd((size_t)s->K, r);
@@ -122,7 +55,7 @@ static double check_algo(const clg_conv_shape *s, clg_conv_algo algo, clg_rng *r
                                        off) == CLG_OK,
                       "%s fwd %s: %s", clg_conv_algo_name(algo), desc, clg_last_error(g_ctx));
         float *got = tu_download_at(dev, dy_out, ny, off);
-        ref_fwd(s, x, w, use_bias ? bias : NULL, relu, ref);
+        cr_fwd(s, x, w, use_bias ? bias : NULL, relu, ref);
         double e = tu_max_err(got, ref, ny, 1.0);
         ck_assert_msg(e < tol, "%s fwd %s (relu %d bias %d): error %g > %g", clg_conv_algo_name(algo), desc, relu,
                       use_bias, e, tol);
@@ -135,7 +68,7 @@ static double check_algo(const clg_conv_shape *s, clg_conv_algo algo, clg_rng *r
         ck_assert_msg(clg_conv_backward_data(dev, s, algo, NULL, ddy, off, dw_, off, dx_out, off) == CLG_OK,
                       "%s bwd-data %s: %s", clg_conv_algo_name(algo), desc, clg_last_error(g_ctx));
         float *got = tu_download_at(dev, dx_out, nx, off);
-        ref_bwd_data(s, dy, w, ref);
+        cr_bwd_data(s, dy, w, ref);
         double e = tu_max_err(got, ref, nx, 1.0);
         ck_assert_msg(e < tol, "%s bwd-data %s: error %g > %g", clg_conv_algo_name(algo), desc, e, tol);
         worst = fmax(worst, e);
@@ -151,7 +84,7 @@ static double check_algo(const clg_conv_shape *s, clg_conv_algo algo, clg_rng *r
                           CLG_OK,
                       "%s bwd-filter %s: %s", clg_conv_algo_name(algo), desc, clg_last_error(g_ctx));
         float *got = tu_download_at(dev, dw_out, nw, off), *gotb = tu_download_at(dev, db_out, s->K, off);
-        ref_bwd_filter(s, x, dy, beta, dw0, ref, refb, db0);
+        cr_bwd_filter(s, x, dy, beta, dw0, ref, refb, db0);
         double e = tu_max_err(got, ref, nw, 1.0), eb = tu_max_err(gotb, refb, s->K, 1.0);
         ck_assert_msg(e < tol, "%s bwd-filter %s (beta %g): dw error %g > %g", clg_conv_algo_name(algo), desc, beta, e,
                       tol);
@@ -332,7 +265,7 @@ START_TEST(fft_random)
     /* cached spectra: reused without a version bump, rebuilt after one */
     clg_conv_shape s = {.N = 2, .C = 3, .H = 9, .W = 7, .K = 4, .R = 5, .S = 5, .pad_h = 2, .pad_w = 1,
                         .stride_h = 1, .stride_w = 1, .dil_h = 1, .dil_w = 1, .groups = 1};
-    size_t nx = nx_of(&s), nw = nw_of(&s), ny = ny_of(&s);
+    size_t nx = cr_nx(&s), nw = cr_nw(&s), ny = cr_ny(&s);
     float *x = rnd(nx, &r), *w1 = rnd(nw, &r), *w2 = rnd(nw, &r), *got = malloc(sizeof(float) * ny);
     double *ref = malloc(sizeof(double) * ny);
     cl_mem mx = tu_upload(dev, x, nx), mw = tu_upload(dev, w1, nw), my = tu_upload(dev, NULL, ny);
@@ -344,12 +277,12 @@ START_TEST(fft_random)
     tu_write_full(dev, mw, w2, nw);
     ck_assert_int_eq(clg_conv_forward(dev, &s, CLG_CONV_FFT, &cache, mx, 0, mw, 0, NULL, 0, 0, my, 0), CLG_OK);
     tu_download(dev, my, got, ny);
-    ref_fwd(&s, x, w1, NULL, 0, ref);
+    cr_fwd(&s, x, w1, NULL, 0, ref);
     ck_assert_double_lt(tu_max_err(got, ref, ny, 1.0), 1e-4);
     cache.weights_version++;
     ck_assert_int_eq(clg_conv_forward(dev, &s, CLG_CONV_FFT, &cache, mx, 0, mw, 0, NULL, 0, 1, my, 0), CLG_OK);
     tu_download(dev, my, got, ny);
-    ref_fwd(&s, x, w2, NULL, 1, ref);
+    cr_fwd(&s, x, w2, NULL, 1, ref);
     ck_assert_double_lt(tu_max_err(got, ref, ny, 1.0), 1e-4);
     clg_conv_cache_free(dev, &cache);
     free(x), free(w1), free(w2), free(got), free(ref);
@@ -374,7 +307,7 @@ START_TEST(finite_differences)
         clg_conv_algo algo = algos[ai];
         clg_conv_shape s = random_shape(&r, algo >= CLG_CONV_WINOGRAD && algo <= CLG_CONV_WINOGRAD4 ? 2 : 0);
         s.N = 1;
-        size_t nx = nx_of(&s), nw = nw_of(&s), ny = ny_of(&s);
+        size_t nx = cr_nx(&s), nw = cr_nw(&s), ny = cr_ny(&s);
         float *x = rnd(nx, &r), *w = rnd(nw, &r), *g = rnd(ny, &r), *y = malloc(sizeof(float) * ny);
         cl_mem dxm = tu_upload(dev, x, nx), dwm = tu_upload(dev, w, nw), dgm = tu_upload(dev, g, ny);
         cl_mem dym = tu_upload(dev, NULL, ny), dgx = tu_upload(dev, NULL, nx), dgw = tu_upload(dev, NULL, nw);
@@ -426,7 +359,7 @@ START_TEST(filter_cache_versions)
                         .stride_h = 1, .stride_w = 1, .dil_h = 1, .dil_w = 1, .groups = 1};
     if (g_tiny) /* oclgrind: the cache logic, on less work */
         s.N = 1, s.C = 2, s.K = 2, s.H = 5;
-    size_t nx = nx_of(&s), nw = nw_of(&s), ny = ny_of(&s);
+    size_t nx = cr_nx(&s), nw = cr_nw(&s), ny = cr_ny(&s);
     float *x = rnd(nx, &r), *w1 = rnd(nw, &r), *w2 = rnd(nw, &r), *got = malloc(sizeof(float) * (nx + ny));
     double *ref = malloc(sizeof(double) * (nx + ny)), *ref_old = malloc(sizeof(double) * (nx + ny));
     cl_mem mx = tu_upload(dev, x, nx), mw = tu_upload(dev, w1, nw), my = tu_upload(dev, NULL, ny);
@@ -445,13 +378,13 @@ START_TEST(filter_cache_versions)
         tu_write_full(dev, mw, w2, nw);
         ck_assert_int_eq(clg_conv_forward(dev, &s, a, &cache, mx, 0, mw, 0, NULL, 0, 0, my, 0), CLG_OK);
         tu_download(dev, my, got, ny);
-        ref_fwd(&s, x, w1, NULL, 0, ref_old);
+        cr_fwd(&s, x, w1, NULL, 0, ref_old);
         ck_assert_double_lt(tu_max_err(got, ref_old, ny, 1.0), 1e-4);
         /* after the bump the new weights are used */
         cache.weights_version++;
         ck_assert_int_eq(clg_conv_forward(dev, &s, a, &cache, mx, 0, mw, 0, NULL, 0, 0, my, 0), CLG_OK);
         tu_download(dev, my, got, ny);
-        ref_fwd(&s, x, w2, NULL, 0, ref);
+        cr_fwd(&s, x, w2, NULL, 0, ref);
         ck_assert_double_lt(tu_max_err(got, ref, ny, 1.0), 1e-4);
         /* backward-data keeps its own (flipped) transform with the same rule */
         float *gy = rnd(ny, &r);
@@ -459,7 +392,7 @@ START_TEST(filter_cache_versions)
         ck_assert_int_eq(clg_conv_backward_data(dev, &s, a, &cache, mgy, 0, mw, 0, mdx, 0), CLG_OK);
         ck_assert(cache.built_version_bwd[a] == cache.weights_version);
         tu_download(dev, mdx, got, nx);
-        ref_bwd_data(&s, gy, w2, ref);
+        cr_bwd_data(&s, gy, w2, ref);
         ck_assert_double_lt(tu_max_err(got, ref, nx, 1.0), 1e-4);
         free(gy);
         clg_buf_release(dev, mgy);
@@ -484,7 +417,7 @@ START_TEST(auto_choice)
     s.C = irand(&r, 2, 6); /* a fresh shape key most runs */
     if (g_tiny) /* oclgrind: AUTO times every candidate 4 times per pass */
         s.N = 1, s.K = 2, s.H = 5, s.W = 5, s.C = irand(&r, 1, 3);
-    size_t nx = nx_of(&s), nw = nw_of(&s), ny = ny_of(&s);
+    size_t nx = cr_nx(&s), nw = cr_nw(&s), ny = cr_ny(&s);
     float *x = rnd(nx, &r), *w = rnd(nw, &r), *got = malloc(sizeof(float) * ny);
     double *ref = malloc(sizeof(double) * ny);
     cl_mem mx = tu_upload(dev, x, nx), mw = tu_upload(dev, w, nw), my = tu_upload(dev, NULL, ny);
@@ -494,7 +427,7 @@ START_TEST(auto_choice)
     ck_assert_int_ne(cache.chosen[CLG_CONV_FWD], CLG_CONV_AUTO);
     ck_assert(clg_conv_algo_supported(cache.chosen[CLG_CONV_FWD], &s, CLG_CONV_FWD));
     tu_download(dev, my, got, ny);
-    ref_fwd(&s, x, w, NULL, 1, ref);
+    cr_fwd(&s, x, w, NULL, 1, ref);
     ck_assert_double_lt(tu_max_err(got, ref, ny, 1.0), 1e-4);
     /* the measurement cache file exists and names an algorithm */
     char cmd[1400];
@@ -513,8 +446,8 @@ START_TEST(auto_choice)
     tu_download(dev, my, yy, ny);
     tu_download(dev, mdx, gx, nx);
     tu_download(dev, mdw, gw, nw);
-    ref_bwd_data(&s, yy, w, rx);
-    ref_bwd_filter(&s, x, yy, 0.0f, NULL, rw, dbb, NULL);
+    cr_bwd_data(&s, yy, w, rx);
+    cr_bwd_filter(&s, x, yy, 0.0f, NULL, rw, dbb, NULL);
     ck_assert_double_lt(tu_max_err(gx, rx, nx, 1.0), 1e-4);
     ck_assert_double_lt(tu_max_err(gw, rw, nw, 1.0), 1e-4);
     clg_conv_cache_free(dev, &cache);

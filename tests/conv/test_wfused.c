@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "ops/conv.h"
+#include "conv_ref.h"
 #include "testutil.h"
 
 #define TOL 1e-4
@@ -22,9 +23,6 @@ static int g_tiny;
 
 static clg_device *dev0(void) { return &g_ctx->devs[0]; }
 
-static size_t nx_of(const clg_conv_shape *s) { return (size_t)s->N * s->C * s->H * s->W; }
-static size_t nw_of(const clg_conv_shape *s) { return (size_t)s->K * s->C * 9; }
-static size_t ny_of(const clg_conv_shape *s) { return (size_t)s->N * s->K * clg_conv_out_h(s) * clg_conv_out_w(s); }
 
 static int irand(clg_rng *r, int lo, int hi) { return lo + (int)(clg_rng_u32(r) % (uint32_t)(hi - lo + 1)); }
 
@@ -37,60 +35,6 @@ static float *randn(size_t n, clg_rng *r)
     return p;
 }
 
-/* 3x3 stride-1 references by the definition, in double. */
-static void ref_fwd(const clg_conv_shape *s, const float *x, const float *w, const float *bias, int relu, double *y)
-{
-    int P = clg_conv_out_h(s), Q = clg_conv_out_w(s);
-    for (int n = 0; n < s->N; n++)
-        for (int k = 0; k < s->K; k++)
-            for (int p = 0; p < P; p++)
-                for (int q = 0; q < Q; q++) {
-                    double acc = bias ? bias[k] : 0.0;
-                    for (int c = 0; c < s->C; c++)
-                        for (int r = 0; r < 3; r++) {
-                            int h = p - s->pad_h + r;
-                            if (h < 0 || h >= s->H)
-                                continue;
-                            for (int t = 0; t < 3; t++) {
-                                int ww = q - s->pad_w + t;
-                                if (ww < 0 || ww >= s->W)
-                                    continue;
-                                acc += (double)x[(((size_t)n * s->C + c) * s->H + h) * s->W + ww] *
-                                       w[(((size_t)k * s->C + c) * 3 + r) * 3 + t];
-                            }
-                        }
-                    if (relu && acc < 0)
-                        acc = 0;
-                    y[(((size_t)n * s->K + k) * P + p) * Q + q] = acc;
-                }
-}
-
-static void ref_bwd_data(const clg_conv_shape *s, const float *dy, const float *w, double *dx)
-{
-    int P = clg_conv_out_h(s), Q = clg_conv_out_w(s);
-    memset(dx, 0, sizeof(double) * nx_of(s));
-    for (int n = 0; n < s->N; n++)
-        for (int k = 0; k < s->K; k++)
-            for (int p = 0; p < P; p++)
-                for (int q = 0; q < Q; q++) {
-                    double g = dy[(((size_t)n * s->K + k) * P + p) * Q + q];
-                    for (int c = 0; c < s->C; c++)
-                        for (int r = 0; r < 3; r++) {
-                            int h = p - s->pad_h + r;
-                            if (h < 0 || h >= s->H)
-                                continue;
-                            for (int t = 0; t < 3; t++) {
-                                int ww = q - s->pad_w + t;
-                                if (ww < 0 || ww >= s->W)
-                                    continue;
-                                dx[(((size_t)n * s->C + c) * s->H + h) * s->W + ww] +=
-                                    g * w[(((size_t)k * s->C + c) * 3 + r) * 3 + t];
-                            }
-                        }
-                }
-}
-
-/* max|got - ref| / max|ref|; NaN (an element never written) gives +inf. */
 static double rel_err(const float *got, const double *ref, size_t n)
 {
     double emax = 0, rmax = 0;
@@ -102,11 +46,6 @@ static double rel_err(const float *got, const double *ref, size_t n)
     return rmax > 0 ? emax / rmax : emax;
 }
 
-
-static void shape_str(const clg_conv_shape *s, char *b, size_t n)
-{
-    snprintf(b, n, "N%d C%d H%d W%d K%d pad %d,%d", s->N, s->C, s->H, s->W, s->K, s->pad_h, s->pad_w);
-}
 
 static clg_conv_shape wshape(int N, int C, int H, int W, int K, int ph, int pw)
 {
@@ -121,10 +60,10 @@ static double check_case(const clg_conv_shape *s, clg_conv_algo algo, clg_rng *r
 {
     clg_device *dev = dev0();
     char desc[160];
-    shape_str(s, desc, sizeof desc);
+    cr_shape_str(s, desc, sizeof desc);
     ck_assert_msg(clg_conv_algo_supported(algo, s, passes & 1 ? CLG_CONV_FWD : CLG_CONV_BWD_DATA),
                   "%s should support %s", clg_conv_algo_name(algo), desc);
-    size_t nx = nx_of(s), nw = nw_of(s), ny = ny_of(s);
+    size_t nx = cr_nx(s), nw = cr_nw(s), ny = cr_ny(s);
     size_t off = (size_t)irand(r, 0, 5);
     float *x = randn(nx, r), *w = randn(nw, r), *bias = randn((size_t)s->K, r), *dy = randn(ny, r);
     double *ref = malloc(sizeof(double) * (nx > ny ? nx : ny));
@@ -138,7 +77,7 @@ static double check_case(const clg_conv_shape *s, clg_conv_algo algo, clg_rng *r
                                        off) == CLG_OK,
                       "%s fwd %s: %s", clg_conv_algo_name(algo), desc, clg_last_error(g_ctx));
         float *got = tu_download_at(dev0(), my, ny, off);
-        ref_fwd(s, x, w, use_bias ? bias : NULL, relu, ref);
+        cr_fwd(s, x, w, use_bias ? bias : NULL, relu, ref);
         double e = rel_err(got, ref, ny);
         ck_assert_msg(e < TOL, "%s fwd %s (bias %d relu %d): relative error %g >= %g", clg_conv_algo_name(algo), desc,
                       use_bias, relu, e, TOL);
@@ -151,7 +90,7 @@ static double check_case(const clg_conv_shape *s, clg_conv_algo algo, clg_rng *r
         ck_assert_msg(clg_conv_backward_data(dev, s, algo, NULL, mdy, off, mw, off, mdx, off) == CLG_OK,
                       "%s bwd-data %s: %s", clg_conv_algo_name(algo), desc, clg_last_error(g_ctx));
         float *got = tu_download_at(dev0(), mdx, nx, off);
-        ref_bwd_data(s, dy, w, ref);
+        cr_bwd_data(s, dy, w, ref);
         double e = rel_err(got, ref, nx);
         ck_assert_msg(e < TOL, "%s bwd-data %s: relative error %g >= %g", clg_conv_algo_name(algo), desc, e, TOL);
         worst = fmax(worst, e);
@@ -229,7 +168,7 @@ START_TEST(chunked_and_variants)
     check_case(&s, CLG_CONV_WINOGRAD4_FUSED, &r, 3);
     check_case(&s, CLG_CONV_WINOGRAD_FUSED, &r, 3);
     setenv("CLGRAD_WFUSED_SCRATCH_KB", "8", 1); /* below one channel + one block for F(4x4) */
-    size_t nx = nx_of(&s), nw = nw_of(&s), ny = ny_of(&s);
+    size_t nx = cr_nx(&s), nw = cr_nw(&s), ny = cr_ny(&s);
     cl_mem mx = tu_upload(dev0(), NULL, nx), mw = tu_upload(dev0(), NULL, nw), my = tu_upload(dev0(), NULL, ny);
     ck_assert_int_eq(clg_conv_forward(dev0(), &s, CLG_CONV_WINOGRAD4_FUSED, NULL, mx, 0, mw, 0, NULL, 0, 0, my, 0),
                      CLG_ERR_UNSUPPORTED);
@@ -259,7 +198,7 @@ START_TEST(filter_cache_versions)
     clg_rng r;
     tu_rng(&r, 47);
     clg_conv_shape s = wshape(2, 5, 9, 7, 6, 1, 1);
-    size_t nx = nx_of(&s), nw = nw_of(&s), ny = ny_of(&s);
+    size_t nx = cr_nx(&s), nw = cr_nw(&s), ny = cr_ny(&s);
     float *x = randn(nx, &r), *w1 = randn(nw, &r), *w2 = randn(nw, &r), *gy = randn(ny, &r);
     float *got = malloc(sizeof(float) * (nx + ny));
     double *ref = malloc(sizeof(double) * (nx + ny));
@@ -281,23 +220,23 @@ START_TEST(filter_cache_versions)
         tu_write_full(dev0(), mw, w2, nw);
         ck_assert_int_eq(clg_conv_forward(dev, &s, a, &cache, mx, 0, mw, 0, NULL, 0, 0, my, 0), CLG_OK);
         tu_download(dev, my, got, ny);
-        ref_fwd(&s, x, w1, NULL, 0, ref);
+        cr_fwd(&s, x, w1, NULL, 0, ref);
         ck_assert_double_lt(rel_err(got, ref, ny), TOL);
         ck_assert_int_eq(clg_conv_backward_data(dev, &s, a, &cache, mgy, 0, mw, 0, mdx, 0), CLG_OK);
         tu_download(dev, mdx, got, nx);
-        ref_bwd_data(&s, gy, w1, ref);
+        cr_bwd_data(&s, gy, w1, ref);
         ck_assert_double_lt(rel_err(got, ref, nx), TOL);
         /* after the bump the new weights are used, and the result changes */
         cache.weights_version++;
         ck_assert_int_eq(clg_conv_forward(dev, &s, a, &cache, mx, 0, mw, 0, NULL, 0, 1, my, 0), CLG_OK);
         ck_assert(cache.built_version[a] == cache.weights_version);
         tu_download(dev, my, got, ny);
-        ref_fwd(&s, x, w2, NULL, 1, ref);
+        cr_fwd(&s, x, w2, NULL, 1, ref);
         ck_assert_double_lt(rel_err(got, ref, ny), TOL);
         ck_assert_int_eq(clg_conv_backward_data(dev, &s, a, &cache, mgy, 0, mw, 0, mdx, 0), CLG_OK);
         ck_assert(cache.built_version_bwd[a] == cache.weights_version);
         tu_download(dev, mdx, got, nx);
-        ref_bwd_data(&s, gy, w2, ref);
+        cr_bwd_data(&s, gy, w2, ref);
         ck_assert_double_lt(rel_err(got, ref, nx), TOL);
     }
     clg_conv_cache_free(dev, &cache);
