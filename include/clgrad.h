@@ -179,7 +179,9 @@ CLG_API clg_status clg_selfcheck(clg_ctx *ctx, double *max_rel_err);
  * Models and training (owner: trainer)
  *
  * A model is built from a model file (or its text), instantiated on one
- * device of a context. Images are NCHW float arrays of the model's input
+ * device of a context or, data-parallel, on several (clg_model_params.devices):
+ * a replica per device, each batch split between them by measured speed,
+ * gradients summed in a fixed device order so the replicas stay identical. Images are NCHW float arrays of the model's input
  * shape; labels are int32 class indices.
  *
  *   clg_model *m;
@@ -205,6 +207,16 @@ typedef struct clg_model_params {
     /* "fp32" (default, NULL) or "fp16": activations and weights stored in
      * half, fp32 master weights, dynamic loss scaling; layers compute in fp32. */
     const char *precision;
+    /* Data parallelism: the devices to train on, a selector over the
+     * context's devices ("all", "gpu", "cpu", "0,2", "name:TEXT"; indices
+     * count the context's devices). NULL: the one device `device`. Each
+     * device holds a replica; every batch is split between them. */
+    const char *devices;
+    /* How a batch is split: "auto" (NULL: by measured speed, re-balanced as
+     * it drifts), "even", or weights per device "3,1". */
+    const char *split;
+    /* Gradient reduction bucket size in MiB (0: 25). */
+    double bucket_mb;
 } clg_model_params;
 
 typedef struct clg_metrics {
@@ -265,6 +277,9 @@ typedef struct clg_train_params {
     int progress;               /* progress on stderr: 0 off, 1 on */
     const char *save_weights;   /* also write the final weights here (may be NULL) */
     const char *augment;        /* "none", "flip", "shift:N", "flip,shift:N"; NULL: [net] */
+    const char *devices;        /* as clg_model_params.devices; NULL: the one device `device` */
+    const char *split;          /* as clg_model_params.split */
+    double bucket_mb;           /* as clg_model_params.bucket_mb */
 } clg_train_params;
 
 typedef struct clg_train_report {
@@ -274,6 +289,8 @@ typedef struct clg_train_report {
     double test_loss, test_accuracy;   /* last evaluation (-1 when none) */
     double images_per_s;               /* training throughput over the run */
     double seconds;
+    int devices;                       /* devices trained on */
+    char shares[128];                  /* their final batch shares, "0.50/0.50" */
 } clg_train_report;
 
 CLG_API void clg_train_params_init(clg_train_params *p);
@@ -304,6 +321,9 @@ typedef struct clg_bench_train_params {
     int warmup;        /* untimed steps first (default 3) */
     uint64_t seed;
     const char *precision; /* "fp32" (default, NULL) or "fp16" */
+    const char *devices;   /* as clg_model_params.devices; NULL: the one device `device` */
+    const char *split;     /* as clg_model_params.split */
+    double bucket_mb;      /* as clg_model_params.bucket_mb */
 } clg_bench_train_params;
 typedef struct clg_bench_train_report {
     double images_per_s;  /* batch * steps / time of the timed steps */
@@ -311,6 +331,7 @@ typedef struct clg_bench_train_report {
     double ms_per_step_median;
     double seconds;
     int devices;          /* devices used */
+    char shares[128];     /* their batch shares at the end, "0.50/0.50" */
 } clg_bench_train_report;
 CLG_API void clg_bench_train_params_init(clg_bench_train_params *p);
 CLG_API clg_status clg_bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_bench_train_report *out);

@@ -25,6 +25,7 @@
  * caller can write `return clg_err_set(ctx, CLG_ERR_IO, "open %s: %s", ...)`. */
 typedef struct clg_err {
     char msg[CLG_ERR_LEN];
+    uint64_t seq; /* order of the failure among all buffers (clg_last_error picks the newest) */
 } clg_err;
 
 /* err may be NULL: the thread-local buffer is used. */
@@ -32,6 +33,9 @@ CLG_INTERNAL clg_status clg_err_setv(clg_err *err, clg_status st, const char *fm
 CLG_INTERNAL clg_status clg_err_set(clg_err *err, clg_status st, const char *fmt, ...) CLG_PRINTF(3, 4);
 /* Thread-local buffer used when no handle exists. */
 CLG_INTERNAL clg_err *clg_err_tls(void);
+/* Copies src's message and order into dst (a lane's failure reported on
+ * the context). */
+CLG_INTERNAL void clg_err_copy(clg_err *dst, const clg_err *src);
 
 /* ---- logging (stderr) ---- */
 extern CLG_INTERNAL int clg_log_level; /* 0 quiet, 1 info, 2 debug */

@@ -1,5 +1,6 @@
 /* Status codes, error buffers and logging. */
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -41,6 +42,7 @@ const char *clg_version_string(void)
 }
 
 static _Thread_local clg_err tls_err;
+static atomic_uint_fast64_t g_err_seq;
 
 clg_err *clg_err_tls(void) { return &tls_err; }
 
@@ -52,8 +54,15 @@ clg_status clg_err_setv(clg_err *err, clg_status st, const char *fmt, va_list ap
     vsnprintf(tmp, sizeof tmp, fmt, ap);
     /* tmp may be built from err->msg (appending context): copy last */
     memcpy(err->msg, tmp, sizeof tmp);
+    err->seq = atomic_fetch_add(&g_err_seq, 1) + 1;
     clg_log(2, "error %s: %s", clg_status_name(st), err->msg);
     return st;
+}
+
+void clg_err_copy(clg_err *dst, const clg_err *src)
+{
+    if (dst != src)
+        *dst = *src;
 }
 
 clg_status clg_err_set(clg_err *err, clg_status st, const char *fmt, ...)

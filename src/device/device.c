@@ -295,6 +295,7 @@ clg_status clg_ctx_create(const clg_ctx_params *params, clg_ctx **out)
         st = clg_err_set(NULL, CLG_ERR_HOST_OOM, "no memory for context");
         goto out_free;
     }
+    pthread_mutex_init(&ctx->lock, NULL);
     const char *cache_env = getenv("CLGRAD_CACHE");
     ctx->use_cache = p->use_cache && !(cache_env && strcmp(cache_env, "0") == 0);
     if (p->cache_dir && *p->cache_dir)
@@ -379,12 +380,19 @@ void clg_ctx_destroy(clg_ctx *ctx)
         free(d->extensions);
     }
     free(ctx->devs);
+    pthread_mutex_destroy(&ctx->lock);
     free(ctx);
 }
 
 const char *clg_last_error(const clg_ctx *ctx)
 {
-    return ctx ? ctx->err.msg : clg_err_tls()->msg;
+    if (!ctx)
+        return clg_err_tls()->msg;
+    const clg_err *e = &ctx->err;
+    for (int i = 0; i < ctx->ndev; i++)
+        if (ctx->devs[i].err.seq > e->seq)
+            e = &ctx->devs[i].err;
+    return e->msg;
 }
 
 int clg_device_count(const clg_ctx *ctx) { return ctx ? ctx->ndev : 0; }

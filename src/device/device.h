@@ -7,6 +7,8 @@
 #define CL_USE_DEPRECATED_OPENCL_1_2_APIS
 #include <CL/cl.h>
 
+#include <pthread.h>
+
 #include "core/core.h"
 
 typedef struct clg_device clg_device;
@@ -129,6 +131,11 @@ struct clg_device {
     clg_program_entry *progs;
     int nprogs, capprogs;
     clg_pool pool;
+    /* Failures on this device. Each device is driven by at most one host
+     * thread at a time (its lane), so its errors, program/kernel cache and
+     * pool need no lock; clg_last_error(ctx) shows the newest failure of
+     * the context and its devices. */
+    clg_err err;
 };
 
 typedef struct clg_program_stats {
@@ -140,6 +147,9 @@ typedef struct clg_program_stats {
 
 struct clg_ctx {
     clg_err err;
+    /* Guards what the devices' threads share: prog_stats and the lazily
+     * created module slots below (clg_ctx_lock / clg_ctx_unlock). */
+    pthread_mutex_t lock;
     clg_device *devs;
     int ndev;
     int use_cache;
@@ -153,8 +163,10 @@ struct clg_ctx {
     void (*conv_state_free)(void *);
 };
 
-/* Error buffer of the device's context. */
-static inline clg_err *clg_dev_err(clg_device *dev) { return dev ? &dev->ctx->err : NULL; }
+/* Error buffer of the device (NULL: the thread-local one). */
+static inline clg_err *clg_dev_err(clg_device *dev) { return dev ? &dev->err : NULL; }
+static inline void clg_ctx_lock(clg_ctx *ctx) { pthread_mutex_lock(&ctx->lock); }
+static inline void clg_ctx_unlock(clg_ctx *ctx) { pthread_mutex_unlock(&ctx->lock); }
 
 /* Enumerates every device of every platform (in platform order) into infos
  * (malloc'd). Platforms that fail to answer are skipped with a warning. */

@@ -93,6 +93,17 @@ static clg_status load_source(clg_device *dev, const char *name, const char **sr
     return CLG_OK;
 }
 
+/* Program statistics are shared by the devices' threads. */
+static void stats_add(clg_ctx *ctx, int built, int loaded, int rejected, double seconds)
+{
+    clg_ctx_lock(ctx);
+    ctx->prog_stats.built += built;
+    ctx->prog_stats.cache_loaded += loaded;
+    ctx->prog_stats.cache_rejected += rejected;
+    ctx->prog_stats.build_seconds += seconds;
+    clg_ctx_unlock(ctx);
+}
+
 static char *build_log(clg_device *dev, cl_program prog)
 {
     size_t n = 0;
@@ -123,7 +134,7 @@ static cl_program cache_load(clg_device *dev, uint64_t key, const char *options)
         get_u64(u + 16) != key || get_u64(u + 24) != len - HEADER_BYTES ||
         get_u32(u + 32) != clg_crc32(0, u + HEADER_BYTES, len - HEADER_BYTES)) {
         clg_log(1, "program cache: ignoring corrupt or foreign entry %s", path);
-        ctx->prog_stats.cache_rejected++;
+        stats_add(ctx, 0, 0, 1, 0);
         goto done;
     }
     size_t blen = len - HEADER_BYTES;
@@ -134,19 +145,19 @@ static cl_program cache_load(clg_device *dev, uint64_t key, const char *options)
         if (prog)
             clReleaseProgram(prog);
         prog = NULL;
-        ctx->prog_stats.cache_rejected++;
+        stats_add(ctx, 0, 0, 1, 0);
         goto done;
     }
     double t0 = clg_now_sec();
     e = clBuildProgram(prog, 1, &dev->id, options, NULL, NULL);
-    ctx->prog_stats.build_seconds += clg_now_sec() - t0;
+    stats_add(ctx, 0, 0, 0, clg_now_sec() - t0);
     if (e != CL_SUCCESS) {
         clReleaseProgram(prog);
         prog = NULL;
-        ctx->prog_stats.cache_rejected++;
+        stats_add(ctx, 0, 0, 1, 0);
         goto done;
     }
-    ctx->prog_stats.cache_loaded++;
+    stats_add(ctx, 0, 1, 0, 0);
 done:
     free(data);
     return prog;
@@ -190,7 +201,7 @@ static clg_status build_from_source(clg_device *dev, const char *name, const cha
     double t0 = clg_now_sec();
     e = clBuildProgram(prog, 1, &dev->id, options, NULL, NULL);
     double dt = clg_now_sec() - t0;
-    dev->ctx->prog_stats.build_seconds += dt;
+    stats_add(dev->ctx, 0, 0, 0, dt);
     if (e != CL_SUCCESS) {
         char *log = build_log(dev, prog);
         clg_status st = clg_err_set(clg_dev_err(dev), CLG_ERR_BUILD,
@@ -201,7 +212,7 @@ static clg_status build_from_source(clg_device *dev, const char *name, const cha
         clReleaseProgram(prog);
         return st;
     }
-    dev->ctx->prog_stats.built++;
+    stats_add(dev->ctx, 1, 0, 0, 0);
     clg_log(2, "built program '%s' [%s] in %.2f s", name, options ? options : "", dt);
     *out = prog;
     return CLG_OK;

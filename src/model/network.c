@@ -1037,6 +1037,8 @@ static clg_status backward_fp16(clg_replica *r, int n, char *written)
             clFinish(r->dev->queue);
             r->prof_bwd[i] += 1000 * (clg_now_sec() - t0);
         }
+        if (r->grad_ready)
+            CLG_TRY(r->grad_ready(r->grad_ready_user, i));
     }
     return CLG_OK;
 }
@@ -1107,6 +1109,8 @@ clg_status clg_replica_backward(clg_replica *r, int n)
         for (int k = 0; k < l->nin && st == CLG_OK; k++)
             if (pending[k])
                 st = add_kernel(r->dev, r->dact[l->inputs[k]].mem, r->scratch[k], clg_tensor_numel(&din[k]));
+        if (st == CLG_OK && r->grad_ready)
+            st = r->grad_ready(r->grad_ready_user, i);
     }
     free(written);
     return st;

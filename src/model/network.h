@@ -98,6 +98,12 @@ typedef struct clg_replica {
     uint64_t fp32_offset_bytes; /* fp16 only: fp32 storage with the arena planner fp16 uses */
     cl_mem *subs;         /* fp16: one arena (slots[0]), a sub-buffer per tensor */
     int nsubs;
+    /* (optional) called by backward right after layer `layer`'s backward is
+     * enqueued: its parameters' gradients are final once the commands
+     * enqueued so far are done (the data-parallel reduction starts the
+     * transfer of a finished gradient bucket from here). */
+    clg_status (*grad_ready)(void *user, int layer);
+    void *grad_ready_user;
 } clg_replica;
 
 struct clg_net {

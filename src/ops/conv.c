@@ -186,13 +186,9 @@ void clg_conv_geom(int n0, int n1, int n2, size_t gws[3], size_t lws[3])
 
 void clg_conv_prof(clg_device *dev, const char *label)
 {
-    static int enabled = -1;
     static _Thread_local double last;
-    if (enabled < 0) {
-        const char *e = getenv("CLGRAD_CONV_PROFILE");
-        enabled = e && *e && *e != '0';
-    }
-    if (!enabled)
+    const char *e = getenv("CLGRAD_CONV_PROFILE");
+    if (!(e && *e && *e != '0'))
         return;
     clFinish(dev->queue);
     double now = clg_now_sec();
@@ -222,12 +218,8 @@ static int chunk_images(clg_device *dev, int N, size_t per_image)
  * the generic col2im (for A/B timing of the element-wise kernels). */
 static int legacy_kernels(void)
 {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("CLGRAD_CONV_LEGACY");
-        v = e && *e && *e != '0';
-    }
-    return v;
+    const char *e = getenv("CLGRAD_CONV_LEGACY"); /* read each time: no shared state between threads */
+    return e && *e && *e != '0';
 }
 
 static clg_status launch_im2col(clg_device *dev, const clg_conv_shape *s, int nb, cl_mem x, size_t offx, int c0,

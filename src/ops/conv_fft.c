@@ -91,7 +91,7 @@ static clg_status fft_state_get(clg_device *dev, fft_state **out)
 
 /* Batched 2-D real FFT plan (forward R2C or inverse C2R), out of place,
  * planes packed densely: real Fh x Fw, complex Fh x (Fw/2 + 1). */
-static clg_status fft_plan_get(clg_device *dev, int fh, int fw, int batch, int inverse, fft_plan *out)
+static clg_status fft_plan_get_locked(clg_device *dev, int fh, int fw, int batch, int inverse, fft_plan *out)
 {
     fft_state *st = NULL;
     CLG_TRY(fft_state_get(dev, &st));
@@ -146,6 +146,15 @@ static clg_status fft_plan_get(clg_device *dev, int fh, int fw, int batch, int i
     st->plans[st->n++] = p;
     *out = p;
     return CLG_OK;
+}
+
+/* The plan list (and clFFT's plan creation) is shared by the devices' threads. */
+static clg_status fft_plan_get(clg_device *dev, int fh, int fw, int batch, int inverse, fft_plan *out)
+{
+    clg_ctx_lock(dev->ctx);
+    clg_status st = fft_plan_get_locked(dev, fh, fw, batch, inverse, out);
+    clg_ctx_unlock(dev->ctx);
+    return st;
 }
 
 static clg_status fft_run(clg_device *dev, const fft_plan *p, cl_mem in, cl_mem out)

@@ -22,22 +22,25 @@ static void db_free(void *p)
     free(db);
 }
 
+/* Created once under the context lock; each device then touches only its
+ * own entry (devs[dev->index]) from its own thread. */
 clg_tune_db *clg_tune_db_get(clg_ctx *ctx)
 {
-    if (ctx->tune_db)
-        return ctx->tune_db;
-    clg_tune_db *db = calloc(1, sizeof *db);
-    if (!db)
-        return NULL;
-    db->devs = calloc((size_t)CLG_MAX(ctx->ndev, 1), sizeof *db->devs);
-    if (!db->devs) {
-        free(db);
-        return NULL;
+    clg_ctx_lock(ctx);
+    clg_tune_db *db = ctx->tune_db;
+    if (!db && (db = calloc(1, sizeof *db)) != NULL) {
+        db->devs = calloc((size_t)CLG_MAX(ctx->ndev, 1), sizeof *db->devs);
+        if (!db->devs) {
+            free(db);
+            db = NULL;
+        } else {
+            db->ndev = ctx->ndev;
+            db->auto_measure = 1;
+            ctx->tune_db = db;
+            ctx->tune_db_free = db_free;
+        }
     }
-    db->ndev = ctx->ndev;
-    db->auto_measure = 1;
-    ctx->tune_db = db;
-    ctx->tune_db_free = db_free;
+    clg_ctx_unlock(ctx);
     return db;
 }
 

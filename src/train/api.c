@@ -1,4 +1,5 @@
 /* Public model API (include/clgrad.h, "Models and training"). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,8 +25,15 @@ static clg_status model_create(clg_ctx *ctx, const char *text, const char *sourc
     int fp16 = clg_precision_parse(p->precision);
     if (fp16 < 0)
         return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG, "unknown precision '%s' (fp32 or fp16)", p->precision);
+    if (!isfinite(p->learning_rate) || !isfinite(p->momentum) || !isfinite(p->weight_decay) ||
+        !isfinite(p->bucket_mb))
+        return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG,
+                           "model params: learning_rate, momentum, weight_decay and bucket_mb must be finite");
+    char one[16];
+    snprintf(one, sizeof one, "%d", p->device);
+    clg_dp_params dpp = {p->split, p->bucket_mb};
     clg_model *m = NULL;
-    CLG_TRY(clg_session_create(ctx, p->device, text, source, p->batch, p->seed, fp16, &m));
+    CLG_TRY(clg_session_create(ctx, p->devices ? p->devices : one, text, source, p->batch, p->seed, fp16, &dpp, &m));
     if (p->optimizer) {
         int o = clg_optim_parse(p->optimizer);
         if (o < 0) {
@@ -97,13 +105,16 @@ size_t clg_model_summary(const clg_model *m, char *buf, size_t cap)
             buf[0] = 0;
         return 0;
     }
+    const clg_replica *r = clg_session_rep(m);
     clg_net_print(m->net, f);
     fprintf(f, "activations: %.2f MiB planned by liveness vs %.2f MiB naive (%d buffers) at batch %d\n",
-            m->rep->planned_bytes / 1048576.0, m->rep->naive_bytes / 1048576.0, m->rep->nslots, m->net->batch);
+            r->planned_bytes / 1048576.0, r->naive_bytes / 1048576.0, r->nslots, m->net->batch);
     if (m->fp16)
         fprintf(f, "precision fp16: %.2f MiB planned (half tensors + fp32 working buffers) vs %.2f MiB in fp32 (%.2f MiB with the same arena planner)\n",
-                m->rep->planned_bytes / 1048576.0, m->rep->fp32_bytes / 1048576.0,
-                m->rep->fp32_offset_bytes / 1048576.0);
+                r->planned_bytes / 1048576.0, r->fp32_bytes / 1048576.0, r->fp32_offset_bytes / 1048576.0);
+    char devs[512];
+    clg_session_devices(m, devs, sizeof devs);
+    fprintf(f, "devices: %s\n", devs);
     fclose(f);
     if (buf && cap) {
         size_t n = len < cap - 1 ? len : cap - 1;
@@ -153,22 +164,22 @@ clg_status clg_model_predict(clg_model *m, const float *images, int n, float *pr
 {
     if (!m || !images || !probs || n < 1)
         return clg_err_set(m ? &m->ctx->err : NULL, CLG_ERR_INVALID_ARG, "predict: model, images, probs and n >= 1 are required");
-    clg_err *err = clg_dev_err(m->dev);
+    clg_err *err = &m->ctx->err;
     int B = m->net->batch;
     size_t sample = (size_t)m->net->in_c * m->net->in_h * m->net->in_w;
-    const clg_tensor *o = clg_replica_output(m->rep);
+    const clg_tensor *o = clg_replica_output(clg_session_rep(m));
     size_t ow = (size_t)o->c * o->h * o->w;
+    if (ow != (size_t)m->net->classes) /* probs holds n * classes floats */
+        return clg_err_set(err, CLG_ERR_SHAPE,
+                           "predict: the model's output is %dx%dx%d per image, not %d class scores (a loss layer on a "
+                           "spatial output?)",
+                           o->c, o->h, o->w, m->net->classes);
     for (int start = 0; start < n; start += B) {
         int cnt = CLG_MIN(B, n - start);
         CLG_TRY(clg_session_stage_wait(m, 0));
         stage_images(m, 0, images + (size_t)start * sample, cnt);
         CLG_TRY(clg_session_upload(m, 0, cnt, 0));
-        CLG_TRY(clg_session_use_stage(m, 0, cnt, -1));
-        CLG_TRY(clg_replica_forward(m->rep, cnt, 0));
-        CLG_CL_CHECK(err, clEnqueueReadBuffer(m->dev->queue, o->mem, CL_TRUE, o->off * sizeof(float),
-                                              (size_t)cnt * ow * sizeof(float), probs + (size_t)start * ow, 0, NULL,
-                                              NULL));
-        CLG_TRY(clg_session_stage_release(m, 0));
+        CLG_TRY(clg_session_forward(m, 0, 0, NULL, probs + (size_t)start * ow));
     }
     return CLG_OK;
 }
@@ -177,7 +188,7 @@ clg_status clg_model_train_step(clg_model *m, const float *images, const int32_t
 {
     if (!m || !images || !labels)
         return clg_err_set(m ? &m->ctx->err : NULL, CLG_ERR_INVALID_ARG, "train_step: images and labels are required");
-    clg_err *err = clg_dev_err(m->dev);
+    clg_err *err = &m->ctx->err;
     if (n < 1 || n > m->net->batch)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "train_step: n = %d outside [1, %d] (the model's batch)", n,
                            m->net->batch);
@@ -190,7 +201,7 @@ clg_status clg_model_train_step(clg_model *m, const float *images, const int32_t
     memcpy(m->yhost[0], labels, (size_t)n * sizeof(int32_t));
     CLG_TRY(clg_session_upload(m, 0, n, 1));
     float res[2] = {0, 0};
-    CLG_TRY(clg_session_train_step(m, 0, n, m->hp.learning_rate, res, NULL));
+    CLG_TRY(clg_session_train_step(m, 0, m->hp.learning_rate, res));
     m->last.step = m->step;
     m->last.loss = res[0] / n;
     m->last.accuracy = res[1] / n;
@@ -212,8 +223,8 @@ clg_status clg_model_evaluate(clg_model *m, const char *data, long limit, clg_ev
     if (!m || !data || !out)
         return clg_err_set(m ? &m->ctx->err : NULL, CLG_ERR_INVALID_ARG, "evaluate: model, data and out are required");
     memset(out, 0, sizeof *out);
-    clg_err *err = clg_dev_err(m->dev);
-    if (m->rep->loss_index < 0)
+    clg_err *err = &m->ctx->err;
+    if (clg_session_rep(m)->loss_index < 0)
         return clg_err_set(err, CLG_ERR_UNSUPPORTED, "%s: evaluation needs a loss layer (softmax)", m->net->source);
     clg_dataset *ds = NULL;
     CLG_TRY(clg_dataset_open(err, data, CLG_SPLIT_TEST, &ds));
@@ -263,7 +274,7 @@ clg_status clg_model_predict_file(clg_model *m, const char *path, float **probs,
         return clg_err_set(m ? &m->ctx->err : NULL, CLG_ERR_INVALID_ARG, "predict: arguments are required");
     *probs = NULL;
     *n = 0;
-    clg_err *err = clg_dev_err(m->dev);
+    clg_err *err = &m->ctx->err;
     clg_dataset *ds = NULL;
     CLG_TRY(clg_dataset_load_image(err, path, &ds));
     clg_status st = CLG_OK;
@@ -272,7 +283,7 @@ clg_status clg_model_predict_file(clg_model *m, const char *path, float **probs,
                          ds->h, ds->w, m->net->source, m->net->in_c, m->net->in_h, m->net->in_w);
     size_t sample = clg_dataset_sample_size(ds);
     float *x = NULL;
-    const clg_tensor *o = clg_replica_output(m->rep);
+    const clg_tensor *o = clg_replica_output(clg_session_rep(m));
     size_t ow = (size_t)o->c * o->h * o->w;
     if (st == CLG_OK) {
         x = malloc((size_t)ds->n * sample * sizeof(float));
@@ -327,6 +338,9 @@ clg_status clg_bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_be
     clg_model_params_init(&mp);
     mp.batch = p->batch;
     mp.device = p->device;
+    mp.devices = p->devices;
+    mp.split = p->split;
+    mp.bucket_mb = p->bucket_mb;
     mp.seed = p->seed;
     mp.precision = p->precision;
     clg_model *m = NULL;
@@ -352,24 +366,25 @@ clg_status clg_bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_be
     for (int i = 0; i < total && st == CLG_OK; i++) {
         int s = i % CLG_STAGES, nx = (i + 1) % CLG_STAGES;
         if (i == p->warmup) {
-            cl_int e = clFinish(m->dev->queue);
-            if (e != CL_SUCCESS)
-                st = clg_cl_fail(err, e, "clFinish", __FILE__, __LINE__);
+            st = clg_dp_finish(m->dp);
             t_start = clg_now_sec();
         }
         double t0 = clg_now_sec();
         if (st == CLG_OK)
-            st = clg_session_train_step(m, s, B, lr, NULL, NULL);
+            st = clg_session_step_begin(m, s, lr, NULL, NULL);
+        clg_status su = CLG_OK;
         if (st == CLG_OK && i + 1 < total) {
-            st = clg_session_stage_wait(m, nx);
-            if (st == CLG_OK)
-                st = clg_session_upload(m, nx, B, 1);
+            su = clg_session_stage_wait(m, nx);
+            if (su == CLG_OK)
+                su = clg_session_upload(m, nx, B, 1);
         }
+        if (st == CLG_OK)
+            st = clg_session_step_end(m);
+        if (st == CLG_OK)
+            st = su;
         if (st == CLG_OK && i >= p->warmup) {
-            /* per-step time for the median: wait for the previous step */
-            cl_int e = clFinish(m->dev->queue);
-            if (e != CL_SUCCESS)
-                st = clg_cl_fail(err, e, "clFinish", __FILE__, __LINE__);
+            /* per-step time for the median: wait for the step */
+            st = clg_dp_finish(m->dp);
             times[i - p->warmup] = clg_now_sec() - t0;
         }
     }
@@ -380,10 +395,11 @@ clg_status clg_bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_be
         out->ms_per_step = 1000 * el / p->steps;
         qsort(times, (size_t)p->steps, sizeof(double), cmp_d);
         out->ms_per_step_median = 1000 * times[p->steps / 2];
-        out->devices = 1;
+        out->devices = m->dp->n;
+        clg_dp_shares(m->dp, out->shares, sizeof out->shares);
     }
     free(times);
-    clg_replica_print_profile(m->rep, stderr);
+    clg_replica_print_profile(clg_session_rep(m), stderr);
     clg_model_destroy(m);
     return st;
 }

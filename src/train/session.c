@@ -1,4 +1,4 @@
-/* Training session: replica + optimizer + staging + checkpoints + eval. */
+/* Training session: lanes + host staging + checkpoints + eval (see session.h). */
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -6,14 +6,6 @@
 
 #include "model/layers.h"
 #include "train/session.h"
-
-static void release_ev(cl_event *e)
-{
-    if (*e) {
-        clReleaseEvent(*e);
-        *e = NULL;
-    }
-}
 
 int clg_precision_parse(const char *name)
 {
@@ -24,19 +16,19 @@ int clg_precision_parse(const char *name)
     return -1;
 }
 
-clg_status clg_session_create(clg_ctx *ctx, int device, const char *text, const char *source, int batch,
-                              uint64_t seed, int fp16, clg_model **out)
+clg_status clg_session_create(clg_ctx *ctx, const char *devices, const char *text, const char *source, int batch,
+                              uint64_t seed, int fp16, const clg_dp_params *dpp, clg_model **out)
 {
     *out = NULL;
     clg_err *err = ctx ? &ctx->err : NULL;
-    if (!ctx || device < 0 || device >= ctx->ndev)
-        return clg_err_set(err, CLG_ERR_INVALID_ARG, "device index %d outside the context's %d devices", device,
-                           ctx ? ctx->ndev : 0);
+    if (!ctx)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "no context");
+    int devs[CLG_DP_MAX_LANES], ndev = 0;
+    CLG_TRY(clg_dp_select(ctx, devices, devs, &ndev));
     clg_model *m = calloc(1, sizeof *m);
     if (!m)
         return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
     m->ctx = ctx;
-    m->dev = &ctx->devs[device];
     m->seed = seed;
     m->fp16 = fp16 != 0;
     m->loss_scale = m->fp16 ? CLG_LS_INIT : 1.0;
@@ -49,35 +41,18 @@ clg_status clg_session_create(clg_ctx *ctx, int device, const char *text, const 
         m->net->fp16 = m->fp16;
         m->hp = m->net->hp;
         clg_ds_norm_identity(&m->norm, m->net->in_c <= CLG_DS_MAX_CHANNELS ? m->net->in_c : CLG_DS_MAX_CHANNELS);
-        st = clg_replica_create(m->net, m->dev, seed, &m->rep);
+        st = clg_dp_create(ctx, m->net, devs, ndev, seed, dpp, &m->dp);
     }
     int B = m->net ? m->net->batch : 0;
     size_t sample = m->net ? (size_t)m->net->in_c * m->net->in_h * m->net->in_w : 0;
-    if (st == CLG_OK) {
-        cl_int e = CL_SUCCESS;
-        m->upq = clCreateCommandQueue(m->dev->cl, m->dev->id, 0, &e);
-        if (e != CL_SUCCESS)
-            st = clg_cl_fail(err, e, "clCreateCommandQueue (transfer queue)", __FILE__, __LINE__);
-    }
     for (int s = 0; s < CLG_STAGES && st == CLG_OK; s++) {
         m->xhost[s] = malloc((size_t)B * sample * sizeof(float));
         m->yhost[s] = calloc((size_t)B, sizeof(int32_t));
         if (!m->xhost[s] || !m->yhost[s])
             st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory for input staging");
-        if (st == CLG_OK)
-            st = clg_buf_alloc(m->dev, (size_t)B * sample * sizeof(float), &m->xbuf[s]);
-        if (st == CLG_OK)
-            st = clg_buf_alloc(m->dev, (size_t)B * sizeof(int32_t), &m->ybuf[s]);
     }
-    if (st == CLG_OK)
-        st = clg_buf_alloc(m->dev, (size_t)B * sizeof(int32_t), &m->dummy_labels);
-    if (st == CLG_OK) {
-        int zero = 0;
-        cl_int e = clEnqueueFillBuffer(m->dev->queue, m->dummy_labels, &zero, sizeof zero, 0,
-                                       (size_t)B * sizeof(int32_t), 0, NULL, NULL);
-        if (e != CL_SUCCESS)
-            st = clg_cl_fail(err, e, "fill labels", __FILE__, __LINE__);
-    }
+    if (st == CLG_OK && !(m->lane_res = calloc((size_t)2 * ndev, sizeof(float))))
+        st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
     if (st != CLG_OK) {
         clg_session_free(m);
         return st;
@@ -90,147 +65,81 @@ void clg_session_free(clg_model *m)
 {
     if (!m)
         return;
-    if (m->dev)
-        clFinish(m->dev->queue);
-    if (m->upq) {
-        clFinish(m->upq);
-        clReleaseCommandQueue(m->upq);
-    }
+    clg_dp_free(m->dp);
     for (int s = 0; s < CLG_STAGES; s++) {
-        release_ev(&m->up_ev[s]);
-        release_ev(&m->done_ev[s]);
-        if (m->dev) {
-            clg_buf_release(m->dev, m->xbuf[s]);
-            clg_buf_release(m->dev, m->ybuf[s]);
-        }
         free(m->xhost[s]);
         free(m->yhost[s]);
     }
-    if (m->dev)
-        clg_buf_release(m->dev, m->dummy_labels);
-    clg_optim_free(m->opt);
-    clg_replica_free(m->rep); /* replicas are not attached to the net */
+    free(m->lane_res);
     clg_net_free(m->net);
     free(m);
 }
 
-clg_status clg_session_ensure_optim(clg_model *m)
+void clg_session_devices(const clg_model *m, char *buf, size_t cap)
 {
-    if (m->opt)
-        return CLG_OK;
-    if (m->rep->loss_index < 0)
-        return clg_err_set(clg_dev_err(m->dev), CLG_ERR_UNSUPPORTED,
-                           "%s: the model has no loss layer (softmax or mse): it cannot be trained", m->net->source);
-    return clg_optim_create(m->rep, &m->hp, &m->opt);
+    size_t used = 0;
+    buf[0] = 0;
+    for (int i = 0; i < m->dp->n && used < cap; i++) {
+        const clg_device *d = m->dp->lanes[i].dev;
+        used += (size_t)snprintf(buf + used, cap - used, "%s%d:%s", i ? ", " : "", d->index, d->info.name);
+    }
 }
 
-clg_status clg_session_stage_wait(clg_model *m, int s)
+clg_status clg_session_ensure_optim(clg_model *m)
 {
-    clg_err *err = clg_dev_err(m->dev);
-    if (m->up_ev[s]) {
-        CLG_CL_CHECK(err, clWaitForEvents(1, &m->up_ev[s]));
-        release_ev(&m->up_ev[s]);
-    }
-    return CLG_OK;
+    if (clg_session_rep(m)->loss_index < 0)
+        return clg_err_set(&m->ctx->err, CLG_ERR_UNSUPPORTED,
+                           "%s: the model has no loss layer (softmax or mse): it cannot be trained", m->net->source);
+    return clg_dp_ensure_optim(m->dp, &m->hp);
 }
+
+clg_status clg_session_stage_wait(clg_model *m, int s) { return clg_dp_stage_wait(m->dp, s); }
 
 clg_status clg_session_upload(clg_model *m, int s, int n, int with_labels)
 {
-    clg_err *err = clg_dev_err(m->dev);
-    size_t sample = (size_t)m->net->in_c * m->net->in_h * m->net->in_w;
-    cl_event wait = m->done_ev[s];
-    cl_event ev = NULL;
-    CLG_CL_CHECK(err, clEnqueueWriteBuffer(m->upq, m->xbuf[s], CL_FALSE, 0, (size_t)n * sample * sizeof(float),
-                                           m->xhost[s], wait ? 1 : 0, wait ? &wait : NULL, with_labels ? NULL : &ev));
-    if (with_labels)
-        CLG_CL_CHECK(err, clEnqueueWriteBuffer(m->upq, m->ybuf[s], CL_FALSE, 0, (size_t)n * sizeof(int32_t),
-                                               m->yhost[s], wait ? 1 : 0, wait ? &wait : NULL, &ev));
-    /* the transfer queue is in order: the last write's event covers both */
-    release_ev(&m->up_ev[s]);
-    m->up_ev[s] = ev;
-    CLG_CL_CHECK(err, clFlush(m->upq));
-    return CLG_OK;
+    if (n < 1 || n > m->net->batch)
+        return clg_err_set(&m->ctx->err, CLG_ERR_INVALID_ARG, "batch of %d samples outside [1, %d]", n,
+                           m->net->batch);
+    return clg_dp_upload(m->dp, s, m->xhost[s], with_labels ? m->yhost[s] : NULL, n);
 }
 
-clg_status clg_session_use_stage(clg_model *m, int s, int n, int training)
-{
-    clg_err *err = clg_dev_err(m->dev);
-    if (m->up_ev[s])
-        CLG_CL_CHECK(err, clEnqueueBarrierWithWaitList(m->dev->queue, 1, &m->up_ev[s], NULL));
-    clg_replica_set_input(m->rep, m->xbuf[s], 0);
-    /* fp16: the loss scale S (a power of two) rides on the loss gradient */
-    clg_replica_set_labels(m->rep, training >= 0 ? m->ybuf[s] : m->dummy_labels, 0,
-                           (1.0f / (float)n) * (float)m->loss_scale);
-    return CLG_OK;
-}
-
-clg_status clg_session_stage_release(clg_model *m, int s)
-{
-    clg_err *err = clg_dev_err(m->dev);
-    release_ev(&m->done_ev[s]);
-    CLG_CL_CHECK(err, clEnqueueMarkerWithWaitList(m->dev->queue, 0, NULL, &m->done_ev[s]));
-    CLG_CL_CHECK(err, clFlush(m->dev->queue));
-    return CLG_OK;
-}
-
-static clg_status read_result(clg_model *m, float *res, cl_event *ev)
-{
-    if (m->rep->loss_index < 0 || !res)
-        return CLG_OK;
-    clg_layer *l = &m->rep->layers[m->rep->loss_index];
-    CLG_CL_CHECK(clg_dev_err(m->dev), clEnqueueReadBuffer(m->dev->queue, l->loss.result, ev ? CL_FALSE : CL_TRUE, 0,
-                                                          2 * sizeof(float), res, 0, NULL, ev));
-    return CLG_OK;
-}
-
-clg_status clg_session_train_step(clg_model *m, int s, int n, double lr, float *res, cl_event *res_ev)
+clg_status clg_session_step_begin(clg_model *m, int s, double lr, float *res, cl_event *res_ev)
 {
     CLG_TRY(clg_session_ensure_optim(m));
-    CLG_TRY(clg_session_use_stage(m, s, n, 1));
-    for (int i = 0; i < m->rep->nlayers; i++)
-        clg_layer_set_rng(&m->rep->layers[i], (uint32_t)m->seed, (uint32_t)m->step, 0);
-    CLG_TRY(clg_replica_forward(m->rep, n, 1));
-    CLG_TRY(read_result(m, res, res_ev));
-    CLG_TRY(clg_replica_backward(m->rep, n));
-    CLG_TRY(clg_session_stage_release(m, s));
-    return clg_session_apply(m, lr);
+    clg_dp_job j;
+    memset(&j, 0, sizeof j);
+    j.stage = s;
+    j.training = 1;
+    j.lr = lr;
+    /* loss gradient scale: 1 / global batch (times the fp16 loss scale S) */
+    j.grad_scale = (float)(m->loss_scale / m->dp->total[s]);
+    j.inv_loss_scale = (float)(1.0 / m->loss_scale);
+    j.fp16 = m->fp16;
+    j.clip_norm = m->hp.clip_norm;
+    j.seed = (uint32_t)m->seed;
+    j.step = (uint32_t)m->step;
+    j.res = res;
+    j.res_ev = res_ev;
+    clg_dp_train_begin(m->dp, &j);
+    return CLG_OK;
 }
 
-clg_status clg_session_apply(clg_model *m, double lr)
+clg_status clg_session_step_end(clg_model *m)
 {
-    clg_err *err = clg_dev_err(m->dev);
-    CLG_TRY(clg_session_ensure_optim(m));
-    if (m->fp16) {
-        int overflow = 0;
-        CLG_TRY(clg_optim_unscale_check(m->opt, (float)(1.0 / m->loss_scale), &overflow));
-        if (overflow) {
-            if (m->loss_scale <= CLG_LS_MIN)
-                return clg_err_set(err, CLG_ERR_INTERNAL,
-                                   "fp16: gradients are inf/NaN at step %" PRId64
-                                   " even with loss scale %g (diverged: lower the learning rate)",
-                                   m->step, m->loss_scale);
-            clg_log(2, "fp16: inf/NaN gradients at step %" PRId64 ": step skipped, loss scale %g -> %g", m->step,
-                    m->loss_scale, m->loss_scale / 2);
-            m->loss_scale /= 2;
-            m->ls_good = 0;
-            m->ls_skipped++;
-            m->step++;
-            return CLG_OK;
-        }
-    }
-    float gscale = 1.0f;
-    if (m->hp.clip_norm > 0) {
-        double norm = 0;
-        CLG_TRY(clg_optim_grad_norm(m->opt, 1.0f, &norm));
-        if (!isfinite(norm))
-            return clg_err_set(err, CLG_ERR_INTERNAL,
-                               "gradient norm is not finite at step %" PRId64 " (diverged: lower the learning rate)",
-                               m->step);
-        if (norm > m->hp.clip_norm)
-            gscale = (float)(m->hp.clip_norm / norm);
-    }
-    CLG_TRY(clg_optim_step(m->opt, lr, gscale));
-    if (m->fp16 && ++m->ls_good >= m->ls_interval) {
+    clg_dp_job j;
+    CLG_TRY(clg_dp_train_end(m->dp, &j));
+    if (j.overflow) {
+        if (m->loss_scale <= CLG_LS_MIN)
+            return clg_err_set(&m->ctx->err, CLG_ERR_INTERNAL,
+                               "fp16: gradients are inf/NaN at step %" PRId64
+                               " even with loss scale %g (diverged: lower the learning rate)",
+                               m->step, m->loss_scale);
+        clg_log(2, "fp16: inf/NaN gradients at step %" PRId64 ": step skipped, loss scale %g -> %g", m->step,
+                m->loss_scale, m->loss_scale / 2);
+        m->loss_scale /= 2;
+        m->ls_good = 0;
+        m->ls_skipped++;
+    } else if (m->fp16 && ++m->ls_good >= m->ls_interval) {
         if (m->loss_scale < CLG_LS_MAX)
             m->loss_scale *= 2;
         m->ls_good = 0;
@@ -239,10 +148,39 @@ clg_status clg_session_apply(clg_model *m, double lr)
     return CLG_OK;
 }
 
-clg_status clg_session_fill(clg_model *m, int s, const clg_dataset *ds, const int32_t *perm, int start, int *count)
+clg_status clg_session_train_step(clg_model *m, int s, double lr, float *res)
 {
-    return clg_dataset_fill_batch(clg_dev_err(m->dev), ds, &m->norm, perm, start, m->net->batch, m->xhost[s],
-                                  m->yhost[s], count);
+    CLG_TRY(clg_session_step_begin(m, s, lr, res ? m->lane_res : NULL, NULL));
+    CLG_TRY(clg_session_step_end(m));
+    if (res) {
+        res[0] = res[1] = 0;
+        for (int i = 0; i < m->dp->n; i++) {
+            res[0] += m->lane_res[2 * i];
+            res[1] += m->lane_res[2 * i + 1];
+        }
+    }
+    return CLG_OK;
+}
+
+clg_status clg_session_forward(clg_model *m, int s, int with_labels, float *res, float *out)
+{
+    const clg_tensor *o = clg_replica_output(clg_session_rep(m));
+    clg_dp_job j;
+    memset(&j, 0, sizeof j);
+    j.stage = s;
+    j.training = with_labels ? 0 : -1;
+    j.res = res ? m->lane_res : NULL;
+    j.out = out;
+    j.out_w = (size_t)o->c * o->h * o->w;
+    CLG_TRY(clg_dp_forward(m->dp, &j));
+    if (res) {
+        res[0] = res[1] = 0;
+        for (int i = 0; i < m->dp->n; i++) {
+            res[0] += m->lane_res[2 * i];
+            res[1] += m->lane_res[2 * i + 1];
+        }
+    }
+    return CLG_OK;
 }
 
 // ---- checkpoints ----
@@ -254,7 +192,7 @@ static void param_name(char *dst, size_t n, const char *prefix, const clg_param_
 
 static clg_status add_device_tensor(clg_model *m, clg_ckpt *ck, const char *name, const clg_param *p, cl_mem mem)
 {
-    clg_err *err = clg_dev_err(m->dev);
+    clg_err *err = &m->ctx->err;
     int64_t shape[4];
     for (int d = 0; d < p->ndim; d++)
         shape[d] = p->shape[d];
@@ -265,22 +203,22 @@ static clg_status add_device_tensor(clg_model *m, clg_ckpt *ck, const char *name
     } else {
         CLG_TRY(clg_ckpt_add(err, ck, name, CLG_CKPT_F32, p->ndim, shape, NULL, &data));
     }
-    CLG_CL_CHECK(err, clEnqueueReadBuffer(m->dev->queue, mem, CL_TRUE, 0, p->numel * sizeof(float), data, 0, NULL,
-                                          NULL));
+    CLG_CL_CHECK(err, clEnqueueReadBuffer(clg_session_dev(m)->queue, mem, CL_TRUE, 0, p->numel * sizeof(float), data,
+                                          0, NULL, NULL));
     return CLG_OK;
 }
 
 static clg_status build_ckpt(clg_model *m, clg_ckpt *ck, int with_state, int64_t total_steps)
 {
-    clg_err *err = clg_dev_err(m->dev);
+    clg_err *err = &m->ctx->err;
     clg_param_ref *refs = NULL;
     int n = 0;
-    CLG_TRY(clg_replica_params(m->rep, 0, &refs, &n));
+    CLG_TRY(clg_replica_params(clg_session_rep(m), 0, &refs, &n));
     char name[160];
     clg_status st = CLG_OK;
     for (int i = 0; i < n && st == CLG_OK; i++) {
         param_name(name, sizeof name, "", &refs[i]);
-        st = add_device_tensor(m, ck, name, refs[i].param, clg_replica_master(m->rep, &refs[i]));
+        st = add_device_tensor(m, ck, name, refs[i].param, clg_replica_master(clg_session_rep(m), &refs[i]));
     }
     free(refs);
     CLG_TRY(st);
@@ -296,6 +234,10 @@ static clg_status build_ckpt(clg_model *m, clg_ckpt *ck, int with_state, int64_t
     }
     if (!with_state)
         return CLG_OK;
+    char devs[256];
+    clg_session_devices(m, devs, sizeof devs);
+    CLG_TRY(clg_ckpt_set_meta_i64(err, ck, "devices.count", m->dp->n));
+    CLG_TRY(clg_ckpt_set_meta(err, ck, "devices", devs));
     CLG_TRY(clg_ckpt_set_meta_i64(err, ck, CLG_CKPT_KEY_STEP, m->step));
     CLG_TRY(clg_ckpt_set_meta_i64(err, ck, CLG_CKPT_KEY_EPOCH, m->epoch));
     CLG_TRY(clg_ckpt_set_meta_i64(err, ck, "batch_in_epoch", m->batch_in_epoch));
@@ -318,17 +260,18 @@ static clg_status build_ckpt(clg_model *m, clg_ckpt *ck, int with_state, int64_t
     CLG_TRY(clg_ckpt_set_meta_f64(err, ck, "optimizer.beta1", m->hp.beta1));
     CLG_TRY(clg_ckpt_set_meta_f64(err, ck, "optimizer.beta2", m->hp.beta2));
     CLG_TRY(clg_ckpt_set_meta_f64(err, ck, "optimizer.epsilon", m->hp.epsilon));
-    CLG_TRY(clg_ckpt_set_meta_i64(err, ck, "optimizer.t", m->opt ? m->opt->t : 0));
-    if (m->opt) {
-        int ns = clg_optim_nstate(m->opt);
-        for (int i = 0; i < m->opt->n; i++) {
+    const clg_optim *o = m->dp->lanes[0].opt; /* every lane's is the same */
+    CLG_TRY(clg_ckpt_set_meta_i64(err, ck, "optimizer.t", o ? o->t : 0));
+    if (o) {
+        int ns = clg_optim_nstate(o);
+        for (int i = 0; i < o->n; i++) {
             if (ns >= 1) {
-                param_name(name, sizeof name, "opt.m.", &m->opt->refs[i]);
-                CLG_TRY(add_device_tensor(m, ck, name, m->opt->refs[i].param, m->opt->m[i]));
+                param_name(name, sizeof name, "opt.m.", &o->refs[i]);
+                CLG_TRY(add_device_tensor(m, ck, name, o->refs[i].param, o->m[i]));
             }
             if (ns >= 2) {
-                param_name(name, sizeof name, "opt.v.", &m->opt->refs[i]);
-                CLG_TRY(add_device_tensor(m, ck, name, m->opt->refs[i].param, m->opt->v[i]));
+                param_name(name, sizeof name, "opt.v.", &o->refs[i]);
+                CLG_TRY(add_device_tensor(m, ck, name, o->refs[i].param, o->v[i]));
             }
         }
     }
@@ -337,7 +280,7 @@ static clg_status build_ckpt(clg_model *m, clg_ckpt *ck, int with_state, int64_t
 
 clg_status clg_session_save(clg_model *m, const char *path, int with_state, int64_t total_steps)
 {
-    clg_err *err = clg_dev_err(m->dev);
+    clg_err *err = &m->ctx->err;
     clg_ckpt *ck = NULL;
     CLG_TRY(clg_ckpt_create(err, &ck));
     clg_status st = build_ckpt(m, ck, with_state, total_steps);
@@ -347,35 +290,77 @@ clg_status clg_session_save(clg_model *m, const char *path, int with_state, int6
     return st;
 }
 
+/* The tensor `name` into every lane's copy of the buffer that which(lane)
+ * names (weights, master copies, optimizer state: identical on every lane). */
+typedef cl_mem (*lane_buf_fn)(clg_lane *l, int i, int which);
+
 static clg_status load_device_tensor(clg_model *m, const clg_ckpt *ck, const char *name, const clg_param *p,
-                                     cl_mem mem, const char *path)
+                                     lane_buf_fn buf, int i, int which, const char *path)
 {
-    clg_err *err = clg_dev_err(m->dev);
+    clg_err *err = &m->ctx->err;
     float *host = malloc(CLG_MAX(p->numel, 1) * sizeof(float));
     if (!host)
         return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
     clg_status st = clg_ckpt_get_f32(err, ck, name, p->ndim, p->shape, p->numel, host);
     if (st != CLG_OK) {
         char tmp[CLG_ERR_LEN];
-        snprintf(tmp, sizeof tmp, "%s", (err ? err : clg_err_tls())->msg);
+        snprintf(tmp, sizeof tmp, "%s", err->msg);
         free(host);
         return clg_err_set(err, st, "%s: %s (is it a checkpoint of another model?)", path, tmp);
     }
-    cl_int e = clEnqueueWriteBuffer(m->dev->queue, mem, CL_TRUE, 0, p->numel * sizeof(float), host, 0, NULL, NULL);
+    for (size_t k = 0; k < p->numel; k++)
+        if (!isfinite(host[k])) {
+            free(host);
+            return clg_err_set(err, CLG_ERR_FORMAT, "%s: tensor '%s' holds a non-finite value at element %zu", path,
+                               name, k);
+        }
+    for (int l = 0; l < m->dp->n && st == CLG_OK; l++) {
+        clg_lane *ln = &m->dp->lanes[l];
+        cl_int e = clEnqueueWriteBuffer(ln->dev->queue, buf(ln, i, which), CL_TRUE, 0, p->numel * sizeof(float), host,
+                                        0, NULL, NULL);
+        if (e != CL_SUCCESS)
+            st = clg_cl_fail(err, e, "upload checkpoint tensor", __FILE__, __LINE__);
+    }
     free(host);
-    if (e != CL_SUCCESS)
-        return clg_cl_fail(err, e, "upload checkpoint tensor", __FILE__, __LINE__);
+    return st;
+}
+
+/* which: 0 the parameter's authoritative value (i counts every parameter),
+ * 1 / 2 the optimizer's first / second state (i counts trainable ones). */
+static cl_mem lane_buf(clg_lane *l, int i, int which)
+{
+    if (which == 1)
+        return l->opt->m[i];
+    if (which == 2)
+        return l->opt->v[i];
+    clg_param_ref *refs = NULL;
+    int n = 0;
+    cl_mem mem = NULL;
+    if (clg_replica_params(l->rep, 0, &refs, &n) == CLG_OK && i < n)
+        mem = clg_replica_master(l->rep, &refs[i]);
+    free(refs);
+    return mem;
+}
+
+/* An integer metadata value that must lie in [lo, hi]. */
+static clg_status meta_i64_range(clg_err *err, const clg_ckpt *ck, const char *path, const char *key, int64_t lo,
+                                 int64_t hi, int64_t *v)
+{
+    CLG_TRY(clg_ckpt_get_meta_i64(err, ck, key, v));
+    if (*v < lo || *v > hi)
+        return clg_err_set(err, CLG_ERR_FORMAT, "%s: metadata '%s' = %" PRId64 " outside [%" PRId64 ", %" PRId64 "]",
+                           path, key, *v, lo, hi);
     return CLG_OK;
 }
 
 clg_status clg_session_load(clg_model *m, const char *path, int with_state)
 {
-    clg_err *err = clg_dev_err(m->dev);
+    clg_err *err = &m->ctx->err;
     clg_ckpt *ck = NULL;
     CLG_TRY(clg_ckpt_load(err, path, &ck));
     clg_param_ref *refs = NULL;
     int n = 0;
-    clg_status st = clg_replica_params(m->rep, 0, &refs, &n);
+    clg_status st = clg_replica_params(clg_session_rep(m), 0, &refs, &n);
     char name[160];
     int nweights = 0;
     for (int i = 0; i < ck->nt && st == CLG_OK; i++)
@@ -383,7 +368,7 @@ clg_status clg_session_load(clg_model *m, const char *path, int with_state)
             nweights++;
     for (int i = 0; i < n && st == CLG_OK; i++) {
         param_name(name, sizeof name, "", &refs[i]);
-        st = load_device_tensor(m, ck, name, refs[i].param, clg_replica_master(m->rep, &refs[i]), path);
+        st = load_device_tensor(m, ck, name, refs[i].param, lane_buf, i, 0, path);
     }
     free(refs);
     if (st == CLG_OK && nweights != n)
@@ -392,7 +377,7 @@ clg_status clg_session_load(clg_model *m, const char *path, int with_state)
     /* normalization */
     int64_t nc = 0;
     if (st == CLG_OK && clg_ckpt_get_meta(ck, "norm.channels")) {
-        st = clg_ckpt_get_meta_i64(err, ck, "norm.channels", &nc);
+        st = meta_i64_range(err, ck, path, "norm.channels", 0, CLG_DS_MAX_CHANNELS, &nc);
         if (st == CLG_OK && nc != 0 && nc != m->net->in_c)
             st = clg_err_set(err, CLG_ERR_FORMAT, "%s: normalization has %" PRId64 " channels, the model %d", path, nc,
                              m->net->in_c);
@@ -404,6 +389,11 @@ clg_status clg_session_load(clg_model *m, const char *path, int with_state)
             snprintf(key, sizeof key, "norm.std.%d", c);
             if (st == CLG_OK)
                 st = clg_ckpt_get_meta_f64(err, ck, key, &sd);
+            if (st == CLG_OK && !(isfinite(mean) && fabs(mean) <= 1e4 && isfinite(sd) && sd > 0 && sd <= 1e4))
+                st = clg_err_set(err, CLG_ERR_FORMAT, "%s: normalization of channel %d (mean %g, std %g) out of range",
+                                 path, c, mean, sd);
+            if (st != CLG_OK)
+                break;
             m->norm.mean[c] = (float)mean;
             m->norm.std[c] = (float)sd;
         }
@@ -413,15 +403,18 @@ clg_status clg_session_load(clg_model *m, const char *path, int with_state)
         }
     }
     if (st == CLG_OK && with_state) {
-        int64_t v = 0;
-        st = clg_ckpt_get_meta_i64(err, ck, CLG_CKPT_KEY_STEP, &v);
-        m->step = v;
+        int64_t v = 0, step = 0, epoch = 0, bie = 0;
+        st = meta_i64_range(err, ck, path, CLG_CKPT_KEY_STEP, 0, INT64_MAX / 2, &step);
         if (st == CLG_OK)
-            st = clg_ckpt_get_meta_i64(err, ck, CLG_CKPT_KEY_EPOCH, &v);
-        m->epoch = (int)v;
+            st = meta_i64_range(err, ck, path, CLG_CKPT_KEY_EPOCH, 0, 1000000, &epoch);
+        /* a batch index within an epoch: at most the dataset's batches (checked against the data by the trainer) */
         if (st == CLG_OK)
-            st = clg_ckpt_get_meta_i64(err, ck, "batch_in_epoch", &v);
-        m->batch_in_epoch = (int)v;
+            st = meta_i64_range(err, ck, path, "batch_in_epoch", 0, INT32_MAX, &bie);
+        if (st == CLG_OK) {
+            m->step = step;
+            m->epoch = (int)epoch;
+            m->batch_in_epoch = (int)bie;
+        }
         if (st == CLG_OK)
             st = clg_ckpt_get_meta_i64(err, ck, "batch", &v);
         if (st == CLG_OK && v != m->net->batch)
@@ -459,24 +452,33 @@ clg_status clg_session_load(clg_model *m, const char *path, int with_state)
         if (st == CLG_OK)
             st = clg_session_ensure_optim(m);
         if (st == CLG_OK)
-            st = clg_ckpt_get_meta_i64(err, ck, "optimizer.t", &v);
-        if (st == CLG_OK)
-            m->opt->t = v;
-        int ns = m->opt ? clg_optim_nstate(m->opt) : 0;
-        for (int i = 0; st == CLG_OK && i < m->opt->n; i++) {
+            st = meta_i64_range(err, ck, path, "optimizer.t", 0, INT64_MAX / 2, &v);
+        for (int l = 0; st == CLG_OK && l < m->dp->n; l++)
+            m->dp->lanes[l].opt->t = v;
+        const clg_optim *o = st == CLG_OK ? m->dp->lanes[0].opt : NULL;
+        int ns = o ? clg_optim_nstate(o) : 0;
+        for (int i = 0; st == CLG_OK && i < o->n; i++) {
             if (ns >= 1) {
-                param_name(name, sizeof name, "opt.m.", &m->opt->refs[i]);
-                st = load_device_tensor(m, ck, name, m->opt->refs[i].param, m->opt->m[i], path);
+                param_name(name, sizeof name, "opt.m.", &o->refs[i]);
+                st = load_device_tensor(m, ck, name, o->refs[i].param, lane_buf, i, 1, path);
             }
             if (ns >= 2 && st == CLG_OK) {
-                param_name(name, sizeof name, "opt.v.", &m->opt->refs[i]);
-                st = load_device_tensor(m, ck, name, m->opt->refs[i].param, m->opt->v[i], path);
+                param_name(name, sizeof name, "opt.v.", &o->refs[i]);
+                st = load_device_tensor(m, ck, name, o->refs[i].param, lane_buf, i, 2, path);
             }
+        }
+        /* the device set it was written with */
+        int64_t nd = 0;
+        m->resumed_from[0] = 0;
+        if (st == CLG_OK && clg_ckpt_get_meta(ck, "devices.count") &&
+            clg_ckpt_get_meta_i64(err, ck, "devices.count", &nd) == CLG_OK && nd != m->dp->n) {
+            const char *d = clg_ckpt_get_meta(ck, "devices");
+            snprintf(m->resumed_from, sizeof m->resumed_from, "%" PRId64 " device(s): %s", nd, d ? d : "?");
         }
     }
     clg_ckpt_free(ck);
-    if (st == CLG_OK)
-        st = clg_replica_weights_updated(m->rep); /* fp16: half copies of the loaded masters */
+    for (int l = 0; l < m->dp->n && st == CLG_OK; l++) /* fp16: half copies of the loaded masters */
+        st = clg_replica_weights_updated(m->dp->lanes[l].rep);
     return st;
 }
 
@@ -485,85 +487,53 @@ clg_status clg_session_load(clg_model *m, const char *path, int with_state)
 clg_status clg_session_evaluate(clg_model *m, const clg_dataset *ds, long limit, double *loss, double *acc,
                                 int64_t *confusion, int *samples)
 {
-    clg_err *err = clg_dev_err(m->dev);
+    clg_err *err = &m->ctx->err;
     int N = ds->n;
     if (limit > 0 && limit < N)
         N = (int)limit;
     int B = m->net->batch, classes = m->net->classes;
-    const clg_tensor *outp = clg_replica_output(m->rep);
+    const clg_tensor *outp = clg_replica_output(clg_session_rep(m));
     int outw = outp->c * outp->h * outp->w;
     float *probs = confusion ? malloc((size_t)B * outw * sizeof(float)) : NULL;
-    int nb = CLG_CEIL_DIV(N, B);
-    float *res = calloc((size_t)CLG_MAX(nb, 1) * 2, sizeof(float));
-    if (!res || (confusion && !probs)) {
-        free(probs);
-        free(res);
+    if (confusion && !probs)
         return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
-    }
+    int nb = CLG_CEIL_DIV(N, B);
+    double ls = 0, cs = 0;
     clg_status st = CLG_OK;
     int cnt[CLG_STAGES] = {0};
-    /* prefetch batch 0 */
-    int count = 0;
-    st = clg_session_stage_wait(m, 0);
-    if (st == CLG_OK)
-        st = clg_dataset_fill_batch(err, ds, &m->norm, NULL, 0, CLG_MIN(B, N), m->xhost[0], m->yhost[0], &count);
-    cnt[0] = count;
-    if (st == CLG_OK)
-        st = clg_session_upload(m, 0, count, 1);
-    for (int b = 0; b < nb && st == CLG_OK; b++) {
-        int s = b % CLG_STAGES, nx = (b + 1) % CLG_STAGES;
-        int n = cnt[s];
-        st = clg_session_use_stage(m, s, n, 0);
-        if (st == CLG_OK)
-            st = clg_replica_forward(m->rep, n, 0);
-        if (st == CLG_OK && m->rep->loss_index >= 0) { /* non-blocking: completed by the clFinish below */
-            cl_int e = clEnqueueReadBuffer(m->dev->queue, m->rep->layers[m->rep->loss_index].loss.result, CL_FALSE, 0,
-                                           2 * sizeof(float), &res[2 * b], 0, NULL, NULL);
-            if (e != CL_SUCCESS)
-                st = clg_cl_fail(err, e, "read evaluation loss", __FILE__, __LINE__);
-        }
-        if (st == CLG_OK && confusion) {
-            cl_int e = clEnqueueReadBuffer(m->dev->queue, outp->mem, CL_TRUE, outp->off * sizeof(float),
-                                           (size_t)n * outw * sizeof(float), probs, 0, NULL, NULL);
-            if (e != CL_SUCCESS)
-                st = clg_cl_fail(err, e, "read predictions", __FILE__, __LINE__);
-        }
-        if (st == CLG_OK)
-            st = clg_session_stage_release(m, s);
-        if (st == CLG_OK && b + 1 < nb) {
-            int start = (b + 1) * B;
-            st = clg_session_stage_wait(m, nx);
+    /* batch b + 1 is uploaded (transfer queue) while batch b computes */
+    for (int b = 0; b <= nb && st == CLG_OK; b++) {
+        if (b < nb) {
+            int s = b % CLG_STAGES, start = b * B;
+            st = clg_session_stage_wait(m, s);
             if (st == CLG_OK)
-                st = clg_dataset_fill_batch(err, ds, &m->norm, NULL, start, CLG_MIN(B, N - start), m->xhost[nx],
-                                            m->yhost[nx], &count);
-            cnt[nx] = count;
+                st = clg_dataset_fill_batch(err, ds, &m->norm, NULL, start, CLG_MIN(B, N - start), m->xhost[s],
+                                            m->yhost[s], &cnt[s]);
             if (st == CLG_OK)
-                st = clg_session_upload(m, nx, count, 1);
+                st = clg_session_upload(m, s, cnt[s], 1);
         }
-        if (st == CLG_OK && confusion) {
-            for (int i = 0; i < n; i++) {
-                int best = 0;
-                for (int k = 1; k < outw; k++)
-                    if (probs[(size_t)i * outw + k] > probs[(size_t)i * outw + best])
-                        best = k;
-                int y = ds->labels[b * B + i];
-                if (y >= 0 && y < classes && best < classes)
-                    confusion[(size_t)y * classes + best]++;
-            }
+        if (b == 0 || st != CLG_OK)
+            continue;
+        int pb = b - 1, s = pb % CLG_STAGES;
+        float res[2] = {0, 0};
+        st = clg_session_forward(m, s, 1, clg_session_rep(m)->loss_index >= 0 ? res : NULL, probs);
+        ls += res[0];
+        cs += res[1];
+        for (int i = 0; st == CLG_OK && confusion && i < cnt[s]; i++) {
+            int best = 0;
+            for (int k = 1; k < outw; k++)
+                if (probs[(size_t)i * outw + k] > probs[(size_t)i * outw + best])
+                    best = k;
+            int y = ds->labels[pb * B + i];
+            if (y >= 0 && y < classes && best < classes)
+                confusion[(size_t)y * classes + best]++;
         }
     }
-    cl_int fe = clFinish(m->dev->queue); /* always: pending reads target res */
-    if (st == CLG_OK && fe != CL_SUCCESS)
-        st = clg_cl_fail(err, fe, "clFinish after evaluation", __FILE__, __LINE__);
-    double ls = 0, cs = 0;
-    for (int b = 0; b < nb; b++) {
-        ls += res[2 * b];
-        cs += res[2 * b + 1];
-    }
-    free(res);
+    clg_status fe = clg_dp_finish(m->dp);
     free(probs);
     if (st != CLG_OK)
         return st;
+    CLG_TRY(fe);
     *loss = N ? ls / N : 0;
     *acc = N ? cs / N : 0;
     if (samples)

@@ -1,20 +1,22 @@
-/* A training session on one device: network + replica + optimizer +
- * input normalization + double-buffered input staging. The public
- * clg_model is a session. Checkpoints (weights, optimizer state, progress)
- * are read and written here through src/io/checkpoint.h. */
+/* A training session: network + one lane per selected device (replica,
+ * optimizer, feed; src/parallel) + input normalization + the host staging of
+ * the global batch (double-buffered) + progress and fp16 loss scaling. The
+ * public clg_model is a session. Checkpoints (weights, optimizer state,
+ * progress, the device set) are read and written here through
+ * src/io/checkpoint.h: written from lane 0, read into every lane. */
 #ifndef CLG_TRAIN_SESSION_H
 #define CLG_TRAIN_SESSION_H
 
 #include "io/checkpoint.h"
 #include "io/dataset.h"
+#include "parallel/dp.h"
 #include "train/optim.h"
-
-#define CLG_STAGES 2
 
 /* Dynamic loss scaling (--precision fp16): the loss gradient is multiplied
  * by S so small gradients survive half storage; gradients are multiplied by
  * 1/S (exact: S is a power of two) before the update. A step whose
- * gradients hold inf/NaN is skipped and halves S; CLG_LS_INTERVAL clean
+ * gradients hold inf/NaN (on any device: the check runs on the reduced
+ * gradient) is skipped on every device and halves S; CLG_LS_INTERVAL clean
  * steps in a row double it ($CLGRAD_FP16_SCALE_INTERVAL overrides the
  * interval, for tests). */
 #define CLG_LS_INIT 4096.0
@@ -24,27 +26,22 @@
 
 struct clg_model {
     clg_ctx *ctx;
-    clg_device *dev;
     clg_net *net;
-    clg_replica *rep;
-    clg_optim *opt;      /* created on the first training step */
+    clg_dp *dp;          /* lanes: one per device */
     clg_hparams hp;
     uint64_t seed;
     clg_ds_norm norm;    /* input normalization (identity unless loaded / computed) */
     int has_norm;
-    /* staging: CLG_STAGES device input/label buffers, host mirrors */
-    cl_command_queue upq; /* transfer queue (uploads overlap compute) */
-    cl_mem xbuf[CLG_STAGES], ybuf[CLG_STAGES];
+    /* host staging of the global batch: CLG_STAGES buffers of net->batch samples */
     float *xhost[CLG_STAGES];
     int32_t *yhost[CLG_STAGES];
-    cl_event up_ev[CLG_STAGES];   /* upload of stage s done */
-    cl_event done_ev[CLG_STAGES]; /* compute that read stage s done */
-    cl_mem dummy_labels;
+    float *lane_res;     /* 2 floats per lane (blocking steps) */
     /* progress */
     int64_t step;         /* optimizer steps taken */
     int epoch;            /* current epoch (0-based) */
     int batch_in_epoch;   /* next batch index within the epoch */
     clg_metrics last;
+    char resumed_from[256]; /* device set a resumed checkpoint was written with ("" when the same) */
     /* --precision fp16 (see CLG_LS_*) */
     int fp16;
     double loss_scale;   /* S */
@@ -53,33 +50,38 @@ struct clg_model {
     int64_t ls_skipped;  /* steps skipped for inf/NaN gradients */
 };
 
-/* fp16: store activations and weights in half (fp32 master weights, dynamic
- * loss scaling). */
-CLG_INTERNAL clg_status clg_session_create(clg_ctx *ctx, int device, const char *text, const char *source,
-                                           int batch, uint64_t seed, int fp16, clg_model **out);
+/* Lane 0: the replica checkpoints are written from and summaries describe. */
+static inline clg_replica *clg_session_rep(const clg_model *m) { return m->dp->lanes[0].rep; }
+static inline clg_device *clg_session_dev(const clg_model *m) { return m->dp->lanes[0].dev; }
+
+/* devices: selector over the context's devices ("all", "0,1", ...; NULL:
+ * device 0). fp16: store activations and weights in half (fp32 master
+ * weights, dynamic loss scaling). dpp may be NULL (defaults). */
+CLG_INTERNAL clg_status clg_session_create(clg_ctx *ctx, const char *devices, const char *text, const char *source,
+                                           int batch, uint64_t seed, int fp16, const clg_dp_params *dpp,
+                                           clg_model **out);
 /* "fp32" / "fp16" -> 0 / 1; -1 when unknown (NULL is fp32). */
 CLG_INTERNAL int clg_precision_parse(const char *name);
 CLG_INTERNAL void clg_session_free(clg_model *m);
 
-/* Enqueues the upload of n samples from the stage's host buffers
- * (non-blocking, on the transfer queue). Waits first until the stage's
- * previous compute and upload finished, so host and device buffers can be
- * reused. */
+/* Waits until stage s's host buffers may be refilled. */
 CLG_INTERNAL clg_status clg_session_stage_wait(clg_model *m, int stage);
+/* Splits the n staged samples over the lanes and uploads (non-blocking). */
 CLG_INTERNAL clg_status clg_session_upload(clg_model *m, int stage, int n, int with_labels);
-/* Points the replica at stage `stage` and makes the compute queue wait on
- * its upload; after the compute is enqueued, call stage_release. */
-CLG_INTERNAL clg_status clg_session_use_stage(clg_model *m, int stage, int n, int training);
-CLG_INTERNAL clg_status clg_session_stage_release(clg_model *m, int stage);
 
-/* Forward+backward+optimizer step on the stage's batch (n samples). The
- * loss result (2 floats) is read non-blocking into res (may be NULL). */
-CLG_INTERNAL clg_status clg_session_train_step(clg_model *m, int stage, int n, double lr, float *res, cl_event *res_ev);
 CLG_INTERNAL clg_status clg_session_ensure_optim(clg_model *m);
-/* The update half of a train step, after backward: in fp16 mode unscale +
- * overflow check (skip and halve S, or update and count a clean step),
- * clipping, the optimizer; counts the step either way. */
-CLG_INTERNAL clg_status clg_session_apply(clg_model *m, double lr);
+/* A training step (forward, backward, reduction, update; fp16: overflow
+ * check, skip and halve S or count a clean step; clipping) on the stage's
+ * batch. begin/end: the caller may prepare the next batch in between; res
+ * (2 floats per lane, may be NULL) receives {loss sum, correct} per lane,
+ * complete when res_ev[lane] is (res_ev NULL: by the time end returns). */
+CLG_INTERNAL clg_status clg_session_step_begin(clg_model *m, int stage, double lr, float *res, cl_event *res_ev);
+CLG_INTERNAL clg_status clg_session_step_end(clg_model *m);
+/* begin + end; res (may be NULL): 2 floats, summed over the lanes. */
+CLG_INTERNAL clg_status clg_session_train_step(clg_model *m, int stage, double lr, float *res);
+/* Forward only on the stage's batch: res (2 floats, may be NULL) the summed
+ * {loss, correct} (needs labels), out (may be NULL) every sample's output. */
+CLG_INTERNAL clg_status clg_session_forward(clg_model *m, int stage, int with_labels, float *res, float *out);
 
 /* Checkpoint of weights (+ optimizer and progress when with_state). */
 CLG_INTERNAL clg_status clg_session_save(clg_model *m, const char *path, int with_state, int64_t total_steps);
@@ -89,8 +91,7 @@ CLG_INTERNAL clg_status clg_session_load(clg_model *m, const char *path, int wit
 CLG_INTERNAL clg_status clg_session_evaluate(clg_model *m, const clg_dataset *ds, long limit, double *loss,
                                              double *acc, int64_t *confusion, int *samples);
 
-/* Image data: fill the stage host buffer from a dataset. */
-CLG_INTERNAL clg_status clg_session_fill(clg_model *m, int stage, const clg_dataset *ds, const int32_t *perm,
-                                         int start, int *count);
+/* A one-line description of the devices and their current shares. */
+CLG_INTERNAL void clg_session_devices(const clg_model *m, char *buf, size_t cap);
 
 #endif

@@ -50,7 +50,7 @@ static void fmt_eta(char *dst, size_t n, double s)
 }
 
 static void progress_show(progress *p, int epoch, int epochs, int done, int total, double loss, double acc,
-                          double ips, double eta, int final)
+                          double ips, double eta, const char *shares, int final)
 {
     if (!p->on)
         return;
@@ -67,8 +67,8 @@ static void progress_show(progress *p, int epoch, int epochs, int done, int tota
         for (int i = 0; i < 30; i++)
             bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
         bar[30] = 0;
-        fprintf(stderr, "\repoch %d/%d [%s] %d/%d loss %.4f acc %5.2f%% %.0f img/s ETA %s   ", epoch + 1, epochs,
-                bar, done, total, loss, 100 * acc, ips, e);
+        fprintf(stderr, "\repoch %d/%d [%s] %d/%d loss %.4f acc %5.2f%% %.0f img/s%s%s ETA %s   ", epoch + 1,
+                epochs, bar, done, total, loss, 100 * acc, ips, shares ? " split " : "", shares ? shares : "", e);
         if (final)
             fputc('\n', stderr);
         fflush(stderr);
@@ -77,8 +77,8 @@ static void progress_show(progress *p, int epoch, int epochs, int done, int tota
         if ((!final && pct / 25 == p->last_pct / 25) || (final && p->last_pct == 100))
             return;
         p->last_pct = pct;
-        fprintf(stderr, "epoch %d/%d %3d%% (%d/%d) loss %.4f acc %.2f%% %.0f img/s ETA %s\n", epoch + 1, epochs, pct,
-                done, total, loss, 100 * acc, ips, e);
+        fprintf(stderr, "epoch %d/%d %3d%% (%d/%d) loss %.4f acc %.2f%% %.0f img/s%s%s ETA %s\n", epoch + 1, epochs,
+                pct, done, total, loss, 100 * acc, ips, shares ? " split " : "", shares ? shares : "", e);
     }
 }
 
@@ -275,6 +275,15 @@ static clg_status parse_augment(clg_err *err, const char *spec, int *flip, int *
 static clg_status apply_overrides(clg_err *err, clg_model *m, const clg_train_params *p)
 {
     clg_hparams *h = &m->hp;
+    const struct {
+        const char *name;
+        double v;
+    } num[] = {{"learning_rate", p->learning_rate}, {"momentum", p->momentum}, {"weight_decay", p->weight_decay},
+               {"clip_norm", p->clip_norm}, {"bucket_mb", p->bucket_mb}};
+    for (size_t i = 0; i < CLG_ARRAY_LEN(num); i++) /* NaN compares false with everything: refuse it by name */
+        if (!isfinite(num[i].v))
+            return clg_err_set(err, CLG_ERR_INVALID_ARG, "train: %s is %g (must be a finite number)", num[i].name,
+                               num[i].v);
     if (p->learning_rate >= 0)
         h->learning_rate = p->learning_rate;
     if (p->momentum >= 0)
@@ -329,43 +338,73 @@ typedef struct train_state {
     const clg_train_params *p;
     clg_dataset *train, *test;
     int32_t *perm;
-    float *res;     /* 2 floats per batch of the epoch */
-    cl_event *res_ev;
+    float *res;     /* 2 floats per lane per batch of the epoch */
+    cl_event *res_ev; /* per lane per batch */
     int nres;
     FILE *csv;
-    char ckpt_path[1100];
+    char ckpt_path[4200];
 } train_state;
 
 static clg_status save_ckpt(train_state *ts, int64_t total)
 {
     if (!ts->p->checkpoint_dir)
         return CLG_OK;
-    clg_err *err = clg_dev_err(ts->m->dev);
+    clg_err *err = &ts->m->ctx->err;
     CLG_TRY(clg_mkdirs(err, ts->p->checkpoint_dir));
     return clg_session_save(ts->m, ts->ckpt_path, 1, total);
+}
+
+/* Folds batch b's per-lane results into the epoch sums once every lane's
+ * read is done (wait: block for them). Returns 1 when folded. */
+static int collect(train_state *ts, int b, int wait, double *lsum, double *csum)
+{
+    int L = ts->m->dp->n;
+    cl_event *ev = &ts->res_ev[(size_t)b * L];
+    for (int l = 0; l < L; l++) {
+        if (!ev[l])
+            continue;
+        cl_int stv = CL_QUEUED;
+        if (wait)
+            clWaitForEvents(1, &ev[l]);
+        if (clGetEventInfo(ev[l], CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof stv, &stv, NULL) != CL_SUCCESS ||
+            (stv != CL_COMPLETE && stv >= 0))
+            return 0;
+    }
+    for (int l = 0; l < L; l++) {
+        *lsum += ts->res[((size_t)b * L + l) * 2];
+        *csum += ts->res[((size_t)b * L + l) * 2 + 1];
+        clg_release_event(&ev[l]);
+    }
+    return 1;
 }
 
 static clg_status run(train_state *ts, clg_train_report *rep)
 {
     clg_model *m = ts->m;
     const clg_train_params *p = ts->p;
-    clg_err *err = clg_dev_err(m->dev);
+    clg_err *err = &m->ctx->err;
     int N = ts->train->n;
     if (p->limit_train > 0 && p->limit_train < N)
         N = (int)p->limit_train;
-    int B = m->net->batch;
+    int B = m->net->batch, L = m->dp->n;
     int spe = CLG_CEIL_DIV(N, B);
     int epochs = m->hp.epochs;
     int64_t total = (int64_t)spe * epochs;
+    if (m->batch_in_epoch > spe)
+        return clg_err_set(err, CLG_ERR_FORMAT,
+                           "the checkpoint's position (batch %d of epoch %d) lies beyond this dataset's %d batches per "
+                           "epoch (another dataset or --limit-train?)",
+                           m->batch_in_epoch, m->epoch + 1, spe);
     ts->perm = malloc((size_t)ts->train->n * sizeof(int32_t));
-    ts->res = calloc((size_t)spe * 2, sizeof(float));
-    ts->res_ev = calloc((size_t)spe, sizeof(cl_event));
-    ts->nres = spe;
+    ts->res = calloc((size_t)spe * L * 2, sizeof(float));
+    ts->res_ev = calloc((size_t)spe * L, sizeof(cl_event));
+    ts->nres = spe * L;
     if (!ts->perm || !ts->res || !ts->res_ev)
         return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
     progress pr = {.on = p->progress, .tty = isatty(2), .t_start = clg_now_sec(), .last_pct = -1};
     double t_run = clg_now_sec();
     int64_t imgs_run = 0;
+    char shares[128];
     rep->test_loss = -1;
     rep->test_accuracy = -1;
     for (int e = m->epoch; e < epochs; e++) {
@@ -385,15 +424,14 @@ static clg_status run(train_state *ts, clg_train_report *rep)
         int64_t imgs = 0;
         pr.last_pct = -1;
         int cnt[CLG_STAGES] = {0};
-        clg_status st = CLG_OK;
         int stop = 0;
         /* prefetch the first batch */
         if (b0 < spe) {
-            CLG_TRY(clg_session_stage_wait(m, b0 % CLG_STAGES));
+            int s = b0 % CLG_STAGES;
+            CLG_TRY(clg_session_stage_wait(m, s));
             CLG_TRY(clg_dataset_fill_batch_aug(err, ts->train, &m->norm, ts->perm, b0 * B, CLG_MIN(B, N - b0 * B),
-                                               &aug, m->xhost[b0 % CLG_STAGES], m->yhost[b0 % CLG_STAGES],
-                                               &cnt[b0 % CLG_STAGES]));
-            CLG_TRY(clg_session_upload(m, b0 % CLG_STAGES, cnt[b0 % CLG_STAGES], 1));
+                                               &aug, m->xhost[s], m->yhost[s], &cnt[s]));
+            CLG_TRY(clg_session_upload(m, s, cnt[s], 1));
         }
         double lsum = 0, csum = 0;
         int64_t seen = 0;
@@ -406,47 +444,47 @@ static clg_status run(train_state *ts, clg_train_report *rep)
             int s = b % CLG_STAGES, nx = (b + 1) % CLG_STAGES;
             int n = cnt[s];
             double lr = clg_sched_lr(&m->hp, m->step, spe, total);
-            st = clg_session_train_step(m, s, n, lr, &ts->res[2 * b], &ts->res_ev[b]);
-            if (st != CLG_OK)
-                return st;
+            CLG_TRY(clg_session_step_begin(m, s, lr, &ts->res[(size_t)b * L * 2], &ts->res_ev[(size_t)b * L]));
+            /* prepare the next batch on the host while the devices compute */
+            clg_status st = CLG_OK;
+            if (b + 1 < spe && !(p->max_steps > 0 && m->step + 1 >= p->max_steps)) {
+                st = clg_session_stage_wait(m, nx);
+                if (st == CLG_OK)
+                    st = clg_dataset_fill_batch_aug(err, ts->train, &m->norm, ts->perm, (b + 1) * B,
+                                                    CLG_MIN(B, N - (b + 1) * B), &aug, m->xhost[nx], m->yhost[nx],
+                                                    &cnt[nx]);
+                if (st == CLG_OK)
+                    st = clg_session_upload(m, nx, cnt[nx], 1);
+            }
+            clg_status st2 = clg_session_step_end(m);
+            CLG_TRY(st2);
+            CLG_TRY(st);
             m->batch_in_epoch = b + 1;
             imgs += n;
-            /* prepare the next batch on the host while the device computes */
-            if (b + 1 < spe && !(p->max_steps > 0 && m->step >= p->max_steps)) {
-                CLG_TRY(clg_session_stage_wait(m, nx));
-                CLG_TRY(clg_dataset_fill_batch_aug(err, ts->train, &m->norm, ts->perm, (b + 1) * B,
-                                                   CLG_MIN(B, N - (b + 1) * B), &aug, m->xhost[nx], m->yhost[nx],
-                                                   &cnt[nx]));
-                CLG_TRY(clg_session_upload(m, nx, cnt[nx], 1));
-            }
-            /* collect finished metrics without waiting */
+            /* collect finished metrics without waiting; a non-finite loss ends the run at once */
             while (next_read <= b) {
-                cl_int stv = CL_QUEUED;
-                if (clGetEventInfo(ts->res_ev[next_read], CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof stv, &stv, NULL) !=
-                        CL_SUCCESS ||
-                    stv != CL_COMPLETE)
+                double l0 = lsum;
+                if (!collect(ts, next_read, 0, &lsum, &csum))
                     break;
-                lsum += ts->res[2 * next_read];
-                csum += ts->res[2 * next_read + 1];
+                if (!isfinite(lsum))
+                    return clg_err_set(err, CLG_ERR_INTERNAL,
+                                       "training diverged at step %" PRId64 " (epoch %d, batch %d: loss %f): lower "
+                                       "the learning rate",
+                                       m->step - (b - next_read), e + 1, next_read + 1, lsum - l0);
                 seen += CLG_MIN(B, N - next_read * B);
-                clReleaseEvent(ts->res_ev[next_read]);
-                ts->res_ev[next_read] = NULL;
                 next_read++;
             }
             double el = clg_now_sec() - t0;
             double ips = el > 0 ? imgs / el : 0;
             double eta = ips > 0 ? ((double)(spe - b - 1) * B + (double)(epochs - e - 1) * N) / ips : 0;
-            progress_show(&pr, e, epochs, b + 1, spe, seen ? lsum / seen : 0, seen ? csum / seen : 0, ips, eta, 0);
+            clg_dp_shares(m->dp, shares, sizeof shares);
+            progress_show(&pr, e, epochs, b + 1, spe, seen ? lsum / seen : 0, seen ? csum / seen : 0, ips, eta,
+                          L > 1 ? shares : NULL, 0);
         }
-        CLG_CL_CHECK(err, clFinish(m->dev->queue));
+        CLG_TRY(clg_dp_finish(m->dp));
         while (next_read < m->batch_in_epoch) {
-            if (ts->res_ev[next_read]) {
-                lsum += ts->res[2 * next_read];
-                csum += ts->res[2 * next_read + 1];
-                seen += CLG_MIN(B, N - next_read * B);
-                clReleaseEvent(ts->res_ev[next_read]);
-                ts->res_ev[next_read] = NULL;
-            }
+            collect(ts, next_read, 1, &lsum, &csum);
+            seen += CLG_MIN(B, N - next_read * B);
             next_read++;
         }
         double el = clg_now_sec() - t0;
@@ -454,7 +492,9 @@ static clg_status run(train_state *ts, clg_train_report *rep)
         double ips = el > 0 ? imgs / el : 0;
         rep->train_loss = seen ? lsum / seen : 0;
         rep->train_accuracy = seen ? csum / seen : 0;
-        progress_show(&pr, e, epochs, m->batch_in_epoch, spe, rep->train_loss, rep->train_accuracy, ips, 0, 1);
+        clg_dp_shares(m->dp, shares, sizeof shares);
+        progress_show(&pr, e, epochs, m->batch_in_epoch, spe, rep->train_loss, rep->train_accuracy, ips, 0,
+                      L > 1 ? shares : NULL, 1);
         if (!isfinite(rep->train_loss))
             return clg_err_set(err, CLG_ERR_INTERNAL, "training diverged in epoch %d (loss is %f): lower the learning rate",
                                e + 1, rep->train_loss);
@@ -471,6 +511,9 @@ static clg_status run(train_state *ts, clg_train_report *rep)
             if (p->progress)
                 fprintf(stderr, "epoch %d/%d: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%%\n", e + 1, epochs,
                         rep->train_loss, 100 * rep->train_accuracy, tl, 100 * ta);
+            if (!isfinite(tl))
+                return clg_err_set(err, CLG_ERR_INTERNAL,
+                                   "training diverged in epoch %d (test loss is %f): lower the learning rate", e + 1, tl);
         }
         if (ts->csv) {
             fprintf(ts->csv, "%d,%" PRId64 ",%.6f,%.6f,%.6f,%.6f,%.6g,%.3f,%.1f\n", e + 1, m->step, rep->train_loss,
@@ -489,6 +532,8 @@ static clg_status run(train_state *ts, clg_train_report *rep)
     rep->steps = m->step;
     rep->seconds = clg_now_sec() - t_run;
     rep->images_per_s = rep->seconds > 0 ? imgs_run / rep->seconds : 0;
+    rep->devices = L;
+    clg_dp_shares(m->dp, rep->shares, sizeof rep->shares);
     return CLG_OK;
 }
 
@@ -511,7 +556,11 @@ clg_status clg_train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_repo
     train_state ts;
     memset(&ts, 0, sizeof ts);
     ts.p = p;
-    clg_status st = clg_session_create(ctx, p->device, text, p->model, p->batch, p->seed ? p->seed : 1, fp16, &ts.m);
+    char one[16];
+    snprintf(one, sizeof one, "%d", p->device);
+    clg_dp_params dpp = {p->split, p->bucket_mb};
+    clg_status st = clg_session_create(ctx, p->devices ? p->devices : one, text, p->model, p->batch,
+                                       p->seed ? p->seed : 1, fp16, &dpp, &ts.m);
     free(text);
     if (st == CLG_OK)
         st = apply_overrides(err, ts.m, p);
@@ -528,8 +577,11 @@ clg_status clg_train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_repo
         st = clg_dataset_norm_compute(err, ts.train, &ts.m->norm);
         ts.m->has_norm = 1;
     }
-    if (st == CLG_OK && p->checkpoint_dir)
-        snprintf(ts.ckpt_path, sizeof ts.ckpt_path, "%s/last.safetensors", p->checkpoint_dir);
+    if (st == CLG_OK && p->checkpoint_dir &&
+        (size_t)snprintf(ts.ckpt_path, sizeof ts.ckpt_path, "%s/last.safetensors", p->checkpoint_dir) >=
+            sizeof ts.ckpt_path)
+        st = clg_err_set(err, CLG_ERR_INVALID_ARG, "checkpoint directory path too long (%zu characters, at most %zu)",
+                         strlen(p->checkpoint_dir), sizeof ts.ckpt_path - sizeof "/last.safetensors");
     if (st == CLG_OK && p->resume && access(ts.ckpt_path, F_OK) != 0)
         st = clg_err_set(err, CLG_ERR_NOT_FOUND, "--resume: no checkpoint to resume from at %s", ts.ckpt_path);
     if (st == CLG_OK && p->resume) {
@@ -537,6 +589,10 @@ clg_status clg_train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_repo
         st = clg_session_load(ts.m, ts.ckpt_path, 1);
         if (st == CLG_OK)
             ts.m->norm = keep; /* computed again from the same data: identical */
+        if (st == CLG_OK && ts.m->resumed_from[0] && p->progress)
+            fprintf(stderr, "note: resuming a checkpoint written on %s onto %d device(s): the batch split differs, "
+                            "so the run is not bitwise the same as one without the interruption\n",
+                    ts.m->resumed_from, ts.m->dp->n);
     }
     if (st == CLG_OK)
         st = clg_session_ensure_optim(ts.m);
@@ -551,15 +607,19 @@ clg_status clg_train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_repo
     }
     if (st == CLG_OK && p->progress) {
         clg_net_print(ts.m->net, stderr);
+        const clg_replica *r0 = clg_session_rep(ts.m);
         fprintf(stderr, "activations: %.2f MiB planned by liveness vs %.2f MiB naive (%d buffers), batch %d\n",
-                ts.m->rep->planned_bytes / 1048576.0, ts.m->rep->naive_bytes / 1048576.0, ts.m->rep->nslots,
-                ts.m->net->batch);
+                r0->planned_bytes / 1048576.0, r0->naive_bytes / 1048576.0, r0->nslots, ts.m->net->batch);
+        char devs[512];
+        clg_session_devices(ts.m, devs, sizeof devs);
+        fprintf(stderr, "devices: %s (%s)\n", devs,
+                ts.m->dp->n > 1 ? "data parallel: one replica each, batch split by measured speed" : "one device");
         if (fp16)
             fprintf(stderr,
                     "precision fp16: activations %.2f MiB planned (half tensors + fp32 working buffers) vs %.2f MiB "
                     "in fp32 (%.2f MiB with the same arena planner); loss scale %g\n",
-                    ts.m->rep->planned_bytes / 1048576.0, ts.m->rep->fp32_bytes / 1048576.0,
-                    ts.m->rep->fp32_offset_bytes / 1048576.0, ts.m->loss_scale);
+                    r0->planned_bytes / 1048576.0, r0->fp32_bytes / 1048576.0, r0->fp32_offset_bytes / 1048576.0,
+                    ts.m->loss_scale);
         fprintf(stderr, "training on %s: %d samples, optimizer %s, lr %g, %d epochs%s\n", ts.train->source,
                 ts.train->n, clg_optim_name(ts.m->hp.optimizer), ts.m->hp.learning_rate, ts.m->hp.epochs,
                 p->resume ? " (resumed)" : "");
@@ -575,10 +635,9 @@ clg_status clg_train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_repo
         fclose(ts.csv);
     if (ts.res_ev) {
         if (ts.m)
-            clFinish(ts.m->dev->queue);
+            clg_dp_finish(ts.m->dp);
         for (int i = 0; i < ts.nres; i++)
-            if (ts.res_ev[i])
-                clReleaseEvent(ts.res_ev[i]);
+            clg_release_event(&ts.res_ev[i]);
     }
     free(ts.res_ev);
     free(ts.res);

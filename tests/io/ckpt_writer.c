@@ -18,7 +18,7 @@ int main(int argc, char **argv)
     }
     clg_rng r;
     tu_rng(&r, 41);
-    clg_err err = {{0}};
+    clg_err err = {0};
     clg_ckpt *ck = NULL;
     if (clg_ckpt_create(&err, &ck) != CLG_OK)
         return 1;

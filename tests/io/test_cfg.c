@@ -11,7 +11,7 @@
  * contains each needle (NULL-terminated list). */
 static void expect_parse_error(const char *text, clg_status want, const char *n1, const char *n2)
 {
-    clg_err err = {{0}};
+    clg_err err = {0};
     clg_cfg *cfg = (clg_cfg *)0x1;
     clg_status st = clg_cfg_parse(&err, text, "t.cfg", &cfg);
     ck_assert_msg(st == want, "status %s for text <<%s>> (msg: %s)", clg_status_name(st), text, err.msg);
@@ -31,7 +31,7 @@ START_TEST(test_parse_basic)
                        "filters=32\n"
                        "activation = relu ; another comment\n"
                        "size\t=\t3\n";
-    clg_err err = {{0}};
+    clg_err err = {0};
     clg_cfg *cfg = NULL;
     ck_assert_int_eq(clg_cfg_parse(&err, text, "m.cfg", &cfg), CLG_OK);
     ck_assert_str_eq(cfg->source_name, "m.cfg");
@@ -80,7 +80,7 @@ END_TEST
 
 static clg_cfg *parse_ok(const char *text)
 {
-    clg_err err = {{0}};
+    clg_err err = {0};
     clg_cfg *cfg = NULL;
     clg_status st = clg_cfg_parse(&err, text, "a.cfg", &cfg);
     ck_assert_msg(st == CLG_OK, "parse failed: %s", err.msg);
@@ -99,7 +99,7 @@ START_TEST(test_accessor_errors)
                             "g = relu\n"         /* 8 */
                             "h = 12\n"           /* 9 */
                             "typo = 1\n");       /* 10 */
-    clg_err err = {{0}};
+    clg_err err = {0};
     clg_cfg_section *s = &cfg->sec[0];
     long l;
     double d;
@@ -202,7 +202,7 @@ START_TEST(test_load_file)
     ck_assert_ptr_nonnull(f);
     fputs("[net]\nwidth = 28\n[dense]\nunits 10\n", f);
     fclose(f);
-    clg_err err = {{0}};
+    clg_err err = {0};
     clg_cfg *cfg = NULL;
     ck_assert_int_eq(clg_cfg_load(&err, path, &cfg), CLG_ERR_FORMAT);
     char want[300];
@@ -227,7 +227,7 @@ START_TEST(test_fuzz)
         for (int i = 0; i < n; i++)
             text[i] = alphabet[clg_rng_u32(&r) % (sizeof alphabet - 1)];
         text[n] = 0;
-        clg_err err = {{0}};
+        clg_err err = {0};
         clg_cfg *cfg = NULL;
         clg_status st = clg_cfg_parse(&err, text, "f.cfg", &cfg);
         if (st == CLG_OK) {

@@ -34,7 +34,7 @@ static void rm_rf(const char *dir)
  * metadata strings. */
 static clg_ckpt *random_ckpt(clg_rng *r, int ntensors)
 {
-    clg_err err = {{0}};
+    clg_err err = {0};
     clg_ckpt *ck = NULL;
     ck_assert_int_eq(clg_ckpt_create(&err, &ck), CLG_OK);
     for (int i = 0; i < ntensors; i++) {
@@ -106,7 +106,7 @@ START_TEST(test_roundtrip)
     clg_ckpt *ck = random_ckpt(&r, 5 + (int)(clg_rng_u32(&r) % 10));
     char path[128];
     snprintf(path, sizeof path, "%s/a.safetensors", tmpdir);
-    clg_err err = {{0}};
+    clg_err err = {0};
     ck_assert_int_eq(clg_ckpt_save(&err, ck, path), CLG_OK);
     clg_ckpt *in = NULL;
     ck_assert_msg(clg_ckpt_load(&err, path, &in) == CLG_OK, "%s", err.msg);
@@ -192,7 +192,7 @@ END_TEST
 
 static void expect_bad(const void *buf, size_t len, clg_status want, const char *n1, const char *n2)
 {
-    clg_err err = {{0}};
+    clg_err err = {0};
     clg_ckpt *ck = (clg_ckpt *)0x1;
     clg_status st = clg_ckpt_parse(&err, buf, len, "x.safetensors", &ck);
     ck_assert_msg(st == want, "got %s (%s), want %s", clg_status_name(st), err.msg, clg_status_name(want));
@@ -231,7 +231,7 @@ START_TEST(test_corruption)
     clg_rng r;
     tu_rng(&r, 32);
     clg_ckpt *ck = random_ckpt(&r, 6);
-    clg_err err = {{0}};
+    clg_err err = {0};
     void *vbuf;
     size_t len;
     ck_assert_int_eq(clg_ckpt_serialize(&err, ck, &vbuf, &len), CLG_OK);
@@ -369,7 +369,7 @@ START_TEST(test_failed_save_keeps_old)
     clg_ckpt *old = random_ckpt(&r, 4);
     char path[128];
     snprintf(path, sizeof path, "%s/ck.safetensors", tmpdir);
-    clg_err err = {{0}};
+    clg_err err = {0};
     ck_assert_int_eq(clg_ckpt_save(&err, old, path), CLG_OK);
     size_t l0;
     uint8_t *before = slurp(path, &l0);
@@ -517,7 +517,7 @@ START_TEST(test_json)
 {
     clg_rng r;
     tu_rng(&r, 34);
-    clg_err err = {{0}};
+    clg_err err = {0};
     for (int it = 0; it < 200; it++) {
         clg_sbuf a = {0}, b = {0};
         gen_json(&a, &r, 0);

@@ -88,7 +88,7 @@ START_TEST(test_idx_roundtrip)
                 ck_assert(raw[0] == 0x1f && raw[1] == 0x8b);
                 free(raw);
             }
-            clg_err err = {{0}};
+            clg_err err = {0};
             clg_dataset *ds = NULL;
             ck_assert_msg(clg_dataset_load_idx(&err, img, lab, &ds) == CLG_OK, "%s", err.msg);
             ck_assert_int_eq(ds->n, n);
@@ -116,7 +116,7 @@ END_TEST
 
 static void expect_load_error(const char *img, const char *lab, clg_status want, const char *needle)
 {
-    clg_err err = {{0}};
+    clg_err err = {0};
     clg_dataset *ds = (clg_dataset *)0x1;
     clg_status st = clg_dataset_load_idx(&err, img, lab, &ds);
     ck_assert_msg(st == want, "got %s (%s), want %s", clg_status_name(st), err.msg, clg_status_name(want));
@@ -230,7 +230,7 @@ START_TEST(test_open_named_and_dir)
         write_pair(img, lab, !s, ns[s], 1, 28, 28, &r, &px[s], &lb[s]);
     }
     setenv("CLGRAD_DATA_DIR", tmpdir, 1);
-    clg_err err = {{0}};
+    clg_err err = {0};
     for (int s = 0; s < 2; s++) {
         clg_dataset *ds = NULL;
         ck_assert_msg(clg_dataset_open(&err, "fashion-mnist", s ? CLG_SPLIT_TEST : CLG_SPLIT_TRAIN, &ds) == CLG_OK,
@@ -293,7 +293,7 @@ START_TEST(test_cifar)
         tpath(paths[b], sizeof paths[b], names[b]);
         write_raw(paths[b], recs[b], (size_t)counts[b] * 3073);
     }
-    clg_err err = {{0}};
+    clg_err err = {0};
     clg_dataset *ds = NULL;
     ck_assert_msg(clg_dataset_open(&err, tmpdir, CLG_SPLIT_TRAIN, &ds) == CLG_OK, "%s", err.msg);
     int total = 0;
@@ -364,7 +364,7 @@ START_TEST(test_images)
         px[i] = (uint8_t)((v * 255 + 500) / 1000); /* reuse px for the expected values below */
     }
     fclose(f);
-    clg_err err = {{0}};
+    clg_err err = {0};
     clg_dataset *ds = NULL;
     ck_assert_int_eq(clg_dataset_load_image(&err, p16, &ds), CLG_OK);
     ck_assert_int_eq(ds->h, h);
@@ -484,7 +484,7 @@ START_TEST(test_norm_and_batches)
     for (int dt = 0; dt < 2; dt++) {
         int n = 10 + (int)(clg_rng_u32(&r) % 40), c = 1 + (int)(clg_rng_u32(&r) % 3), h = 2 + (int)(clg_rng_u32(&r) % 9),
             w = 2 + (int)(clg_rng_u32(&r) % 9);
-        clg_err err = {{0}};
+        clg_err err = {0};
         clg_dataset *ds = NULL;
         ck_assert_int_eq(clg_dataset_create(&err, n, c, h, w, 10, dt ? CLG_DS_F32 : CLG_DS_U8, &ds), CLG_OK);
         size_t tot = (size_t)n * c * h * w, plane = (size_t)h * w, per = (size_t)c * plane;
@@ -594,7 +594,7 @@ START_TEST(test_augment)
     clg_rng r;
     tu_rng(&r, 28);
     int n = 240, c = 1 + (int)(clg_rng_u32(&r) % 2), h = 5 + (int)(clg_rng_u32(&r) % 6), w = 5 + (int)(clg_rng_u32(&r) % 6);
-    clg_err err = {{0}};
+    clg_err err = {0};
     clg_dataset *ds = NULL;
     ck_assert_int_eq(clg_dataset_create(&err, n, c, h, w, 10, CLG_DS_F32, &ds), CLG_OK);
     size_t per = (size_t)c * h * w;

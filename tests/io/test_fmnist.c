@@ -16,7 +16,7 @@ START_TEST(test_fashion_mnist)
 {
     const int want_n[2] = {60000, 10000};
     for (int s = 0; s < 2; s++) {
-        clg_err err = {{0}};
+        clg_err err = {0};
         clg_dataset *ds = NULL;
         double t0 = clg_now_sec();
         clg_status st = clg_dataset_open(&err, "fashion-mnist", s ? CLG_SPLIT_TEST : CLG_SPLIT_TRAIN, &ds);

@@ -36,7 +36,7 @@ static const char *MLP =
 
 static void expect_build_error(const char *text, const char *needle)
 {
-    clg_err err = {{0}};
+    clg_err err = {0};
     clg_net *net = NULL;
     clg_status st = clg_net_build(&err, text, "t.cfg", 0, &net);
     ck_assert_msg(st != CLG_OK, "expected failure containing '%s'", needle);
@@ -78,7 +78,7 @@ START_TEST(shape_table)
 {
     char *text = NULL;
     size_t len = 0;
-    clg_err err = {{0}};
+    clg_err err = {0};
     ck_assert_int_eq(clg_file_read(&err, CLG_SOURCE_DIR "/models/lenet5.cfg", &text, &len), CLG_OK);
     clg_net *net = NULL;
     ck_assert_msg(clg_net_build(&err, text, "lenet5.cfg", 16, &net) == CLG_OK, "%s", err.msg);
@@ -572,7 +572,7 @@ static void write_dataset(const char *dir, int n, uint64_t seed) /* dir: < 512 c
     for (int i = 0; i < n; i++)
         lab[i] = (uint8_t)y[i];
     char p[600];
-    clg_err err = {{0}};
+    clg_err err = {0};
     int dims[3] = {n, 8, 8};
     const char *split[2] = {"train", "t10k"};
     for (int s = 0; s < 2; s++) {
@@ -589,7 +589,7 @@ static void write_dataset(const char *dir, int n, uint64_t seed) /* dir: < 512 c
 
 static void compare_weights(const char *a, const char *b)
 {
-    clg_err err = {{0}};
+    clg_err err = {0};
     clg_ckpt *ca = NULL, *cb = NULL;
     ck_assert_msg(clg_ckpt_load(&err, a, &ca) == CLG_OK, "%s", err.msg);
     ck_assert_msg(clg_ckpt_load(&err, b, &cb) == CLG_OK, "%s", err.msg);
@@ -653,7 +653,7 @@ static void resume_case(const char *optimizer, const char *schedule, const char 
     snprintf(cb, sizeof cb, "%s/last.safetensors", part);
     compare_weights(ca, cb);
     if (strcmp(precision, "fp16") == 0) { /* the loss-scaling state went through the checkpoint */
-        clg_err err = {{0}};
+        clg_err err = {0};
         clg_ckpt *ka = NULL, *kb = NULL;
         ck_assert(clg_ckpt_load(&err, ca, &ka) == CLG_OK && clg_ckpt_load(&err, cb, &kb) == CLG_OK);
         const char *keys[] = {"fp16.loss_scale", "fp16.good_steps", "fp16.skipped", "precision"};
@@ -677,7 +677,7 @@ START_TEST(resume_exact)
     ck_assert_ptr_nonnull(mkdtemp(g_dir));
     char p[512];
     snprintf(p, sizeof p, "%s/data", g_dir);
-    clg_err err = {{0}};
+    clg_err err = {0};
     ck_assert(clg_mkdirs(&err, p) == CLG_OK);
     write_dataset(p, 200, tu_seed());
     snprintf(p, sizeof p, "%s/mlp.cfg", g_dir);

@@ -1,0 +1,666 @@
+/* Data parallelism over lanes (see dp.h). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "model/layers.h"
+#include "parallel/dp.h"
+
+#define DEFAULT_BUCKET_MB 25.0
+
+// ---- device selection ----
+
+clg_status clg_dp_select(clg_ctx *ctx, const char *sel, int *devs, int *ndev)
+{
+    *ndev = 0;
+    if (!sel) {
+        devs[0] = 0;
+        *ndev = 1;
+        return CLG_OK;
+    }
+    clg_device_info infos[CLG_DP_MAX_LANES];
+    int n = CLG_MIN(ctx->ndev, CLG_DP_MAX_LANES);
+    for (int i = 0; i < n; i++)
+        infos[i] = ctx->devs[i].info;
+    return clg_select_devices(&ctx->err, sel, infos, n, devs, CLG_DP_MAX_LANES, ndev);
+}
+
+// ---- creation ----
+
+static clg_status parse_split(clg_err *err, const char *spec, int n, double *w, int *fixed)
+{
+    *fixed = 0;
+    for (int i = 0; i < n; i++)
+        w[i] = 1.0 / n;
+    if (!spec || strcmp(spec, "auto") == 0)
+        return CLG_OK;
+    *fixed = 1;
+    if (strcmp(spec, "even") == 0)
+        return CLG_OK;
+    double sum = 0;
+    const char *p = spec;
+    for (int i = 0; i < n; i++) {
+        char *end = NULL;
+        double v = strtod(p, &end);
+        if (end == p || !isfinite(v) || v < 0 || (*end != ',' && *end != 0) || (*end == 0 && i != n - 1) ||
+            (*end == ',' && i == n - 1))
+            return clg_err_set(err, CLG_ERR_INVALID_ARG,
+                               "split '%s': expected auto, even or %d non-negative weights separated by commas", spec,
+                               n);
+        w[i] = v;
+        sum += v;
+        p = end + 1;
+    }
+    if (!(sum > 0))
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "split '%s': the weights must not all be 0", spec);
+    for (int i = 0; i < n; i++)
+        w[i] /= sum;
+    return CLG_OK;
+}
+
+/* Arena layout: trainable parameters in reverse layer order (the order
+ * backward finishes them), each aligned for a sub-buffer on every device. */
+static clg_status make_layout(clg_dp *dp, clg_err *err)
+{
+    clg_param_ref *refs = NULL;
+    int n = 0;
+    CLG_TRY(clg_replica_params(dp->lanes[0].rep, 1, &refs, &n));
+    size_t align = 128;
+    for (int l = 0; l < dp->n; l++) {
+        cl_uint bits = 0;
+        if (clGetDeviceInfo(dp->lanes[l].dev->id, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof bits, &bits, NULL) ==
+                CL_SUCCESS &&
+            bits / 8 > align)
+            align = bits / 8;
+    }
+    clg_grad_layout *lay = &dp->lay;
+    lay->n = n;
+    lay->off = calloc((size_t)CLG_MAX(n, 1), sizeof *lay->off);
+    lay->order = calloc((size_t)CLG_MAX(n, 1), sizeof *lay->order);
+    dp->b_off = calloc((size_t)CLG_MAX(n, 1), sizeof *dp->b_off);
+    dp->b_bytes = calloc((size_t)CLG_MAX(n, 1), sizeof *dp->b_bytes);
+    dp->b_layer = calloc((size_t)CLG_MAX(n, 1), sizeof *dp->b_layer);
+    if (!lay->off || !lay->order || !dp->b_off || !dp->b_bytes || !dp->b_layer) {
+        free(refs);
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    }
+    size_t pos = 0;
+    int k = 0;
+    dp->nbuckets = 0;
+    size_t bstart = 0;
+    for (int i = n - 1; i >= 0; i--, k++) {
+        lay->order[k] = i;
+        lay->off[i] = pos;
+        pos += (refs[i].param->numel * sizeof(float) + align - 1) / align * align;
+        int layer = refs[i].layer->index;
+        /* a bucket closes when full, and only between layers (a layer's
+         * parameters are finished together) */
+        int last = i == 0 || refs[i - 1].layer->index != layer;
+        if (last && (pos - bstart >= dp->bucket_bytes || i == 0)) {
+            dp->b_off[dp->nbuckets] = bstart;
+            dp->b_bytes[dp->nbuckets] = pos - bstart;
+            dp->b_layer[dp->nbuckets] = layer;
+            dp->nbuckets++;
+            bstart = pos;
+        }
+    }
+    lay->bytes = pos;
+    free(refs);
+    return CLG_OK;
+}
+
+static clg_status make_reduction(clg_dp *dp, clg_err *err)
+{
+    CLG_TRY(make_layout(dp, err));
+    size_t floats = dp->lay.bytes / sizeof(float);
+    dp->gsum = calloc(CLG_MAX(floats, 1), sizeof(float));
+    dp->b_sumsq = calloc((size_t)CLG_MAX(dp->nbuckets, 1), sizeof(double));
+    dp->arrived = calloc((size_t)CLG_MAX(dp->nbuckets, 1), sizeof(int));
+    dp->summed = calloc((size_t)CLG_MAX(dp->nbuckets, 1), sizeof(int));
+    if (!dp->gsum || !dp->b_sumsq || !dp->arrived || !dp->summed)
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory for the gradient reduction");
+    /* non-trainable state (batch-norm running statistics) */
+    clg_param_ref *all = NULL;
+    int na = 0;
+    CLG_TRY(clg_replica_params(dp->lanes[0].rep, 0, &all, &na));
+    dp->srefs = calloc((size_t)CLG_MAX(na, 1), sizeof *dp->srefs);
+    if (!dp->srefs) {
+        free(all);
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    }
+    for (int i = 0; i < na; i++)
+        if (!all[i].param->trainable) {
+            dp->srefs[dp->nstate++] = all[i];
+            dp->state_floats += all[i].param->numel;
+        }
+    free(all);
+    dp->ssum = calloc(CLG_MAX(dp->state_floats, 1), sizeof(float));
+    if (!dp->ssum)
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    for (int l = 0; l < dp->n; l++) {
+        clg_lane *ln = &dp->lanes[l];
+        CLG_TRY(clg_lane_grad_arena(ln, &dp->lay));
+        ln->ghost = calloc(CLG_MAX(floats, 1), sizeof(float));
+        ln->shost = calloc(CLG_MAX(dp->state_floats, 1), sizeof(float));
+        ln->bev = calloc((size_t)CLG_MAX(dp->nbuckets, 1), sizeof(cl_event));
+        if (!ln->ghost || !ln->shost || !ln->bev)
+            return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory for the gradient reduction");
+    }
+    return CLG_OK;
+}
+
+clg_status clg_dp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, uint64_t seed,
+                         const clg_dp_params *p, clg_dp **out)
+{
+    *out = NULL;
+    clg_err *err = &ctx->err;
+    if (ndev < 1 || ndev > CLG_DP_MAX_LANES)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "%d devices selected (1 to %d supported)", ndev,
+                           CLG_DP_MAX_LANES);
+    for (int i = 0; i < ndev; i++) {
+        if (devs[i] < 0 || devs[i] >= ctx->ndev)
+            return clg_err_set(err, CLG_ERR_INVALID_ARG, "device index %d outside the context's %d devices", devs[i],
+                               ctx->ndev);
+        for (int j = 0; j < i; j++)
+            if (devs[j] == devs[i])
+                return clg_err_set(err, CLG_ERR_INVALID_ARG, "device %d selected twice", devs[i]);
+    }
+    clg_dp *dp = calloc(1, sizeof *dp);
+    if (!dp)
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    pthread_mutex_init(&dp->mu, NULL);
+    pthread_cond_init(&dp->cv, NULL);
+    dp->ctx = ctx;
+    dp->net = net;
+    dp->n = ndev;
+    dp->batch = net->batch;
+    dp->sample = (size_t)net->in_c * net->in_h * net->in_w;
+    dp->fail_lane = -1;
+    dp->slow_lane = -1;
+    double mb = p && p->bucket_mb > 0 ? p->bucket_mb : DEFAULT_BUCKET_MB;
+    dp->bucket_bytes = (size_t)(mb * 1048576.0);
+    if (dp->bucket_bytes < 4096)
+        dp->bucket_bytes = 4096;
+    const char *slow = getenv("CLGRAD_TEST_SLOW_LANE"); /* test aid, see dp.h */
+    if (slow && sscanf(slow, "%d:%lf", &dp->slow_lane, &dp->slow_factor) != 2)
+        dp->slow_lane = -1;
+    clg_status st = parse_split(err, p ? p->split : NULL, ndev, dp->share, &dp->split_fixed);
+    if (st == CLG_OK && (!(dp->lanes = calloc((size_t)ndev, sizeof *dp->lanes)) ||
+                         !(dp->hooks = calloc((size_t)ndev, sizeof *dp->hooks))))
+        st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    for (int i = 0; i < ndev && st == CLG_OK; i++) {
+        clg_device *dev = &ctx->devs[devs[i]];
+        /* the lane's own batch is at most the global batch */
+        st = clg_lane_init(&dp->lanes[i], i, net, dev, seed, net->batch);
+        dp->hooks[i] = (clg_dp_hook){dp, i};
+        if (st != CLG_OK)
+            st = clg_err_set(err, st, "device %d (%s): %s", devs[i], dev->info.name, dev->err.msg);
+    }
+    if (st == CLG_OK && ndev > 1)
+        st = make_reduction(dp, err);
+    if (st == CLG_OK)
+        st = clg_team_create(err, ndev, &dp->team);
+    if (st != CLG_OK) {
+        clg_dp_free(dp);
+        return st;
+    }
+    *out = dp;
+    return CLG_OK;
+}
+
+void clg_dp_free(clg_dp *dp)
+{
+    if (!dp)
+        return;
+    clg_team_free(dp->team);
+    for (int i = 0; dp->lanes && i < dp->n; i++)
+        clg_lane_release(&dp->lanes[i]);
+    free(dp->lanes);
+    free(dp->hooks);
+    free(dp->lay.off);
+    free(dp->lay.order);
+    free(dp->b_off);
+    free(dp->b_bytes);
+    free(dp->b_layer);
+    free(dp->gsum);
+    free(dp->b_sumsq);
+    free(dp->arrived);
+    free(dp->summed);
+    free(dp->srefs);
+    free(dp->ssum);
+    pthread_mutex_destroy(&dp->mu);
+    pthread_cond_destroy(&dp->cv);
+    free(dp);
+}
+
+// ---- feed ----
+
+clg_status clg_dp_stage_wait(clg_dp *dp, int s)
+{
+    for (int i = 0; i < dp->n; i++)
+        CLG_TRY(clg_lane_stage_wait(&dp->lanes[i], s));
+    return CLG_OK;
+}
+
+/* Largest-remainder split of n samples by the shares. */
+static void split(const clg_dp *dp, int n, int *cnt)
+{
+    double rem[CLG_DP_MAX_LANES];
+    int given = 0;
+    for (int i = 0; i < dp->n; i++) {
+        double want = dp->share[i] * n;
+        cnt[i] = (int)floor(want);
+        rem[i] = want - cnt[i];
+        given += cnt[i];
+    }
+    while (given < n) { /* the largest remainder first; ties to the lower lane */
+        int best = 0;
+        for (int i = 1; i < dp->n; i++)
+            if (rem[i] > rem[best])
+                best = i;
+        cnt[best]++;
+        rem[best] = -1;
+        given++;
+    }
+}
+
+clg_status clg_dp_upload(clg_dp *dp, int s, const float *x, const int32_t *y, int n)
+{
+    split(dp, n, dp->cnt[s]);
+    dp->total[s] = n;
+    int off = 0;
+    for (int i = 0; i < dp->n; i++) {
+        dp->off[s][i] = off;
+        clg_status st = clg_lane_upload(&dp->lanes[i], s, x, y, dp->sample, off, dp->cnt[s][i]);
+        if (st != CLG_OK)
+            return clg_err_set(&dp->ctx->err, st, "device %d (%s): %s", dp->lanes[i].dev->index,
+                               dp->lanes[i].dev->info.name, dp->lanes[i].dev->err.msg);
+        off += dp->cnt[s][i];
+    }
+    return CLG_OK;
+}
+
+void clg_dp_shares(const clg_dp *dp, char *buf, size_t cap)
+{
+    size_t used = 0;
+    buf[0] = 0;
+    for (int i = 0; i < dp->n && used < cap; i++)
+        used += (size_t)snprintf(buf + used, cap - used, "%s%.2f", i ? "/" : "", dp->share[i]);
+}
+
+// ---- reduction ----
+
+static void fail(clg_dp *dp, int lane)
+{
+    pthread_mutex_lock(&dp->mu);
+    if (dp->fail_lane < 0)
+        dp->fail_lane = lane;
+    dp->abort = 1;
+    pthread_cond_broadcast(&dp->cv);
+    pthread_mutex_unlock(&dp->mu);
+}
+
+/* Waits until *flag is set; CLG_ERR_INTERNAL when another lane failed. */
+static clg_status wait_flag(clg_dp *dp, clg_lane *l, const int *flag)
+{
+    pthread_mutex_lock(&dp->mu);
+    while (!*flag && !dp->abort)
+        pthread_cond_wait(&dp->cv, &dp->mu);
+    int ok = *flag;
+    pthread_mutex_unlock(&dp->mu);
+    if (!ok)
+        return clg_err_set(clg_dev_err(l->dev), CLG_ERR_INTERNAL, "step abandoned: another device failed");
+    return CLG_OK;
+}
+
+static int active(const clg_dp *dp, int lane) { return dp->cnt[dp->job.stage][lane] > 0; }
+
+/* Sums bucket b over the active lanes in lane order (called once, by the
+ * last lane to bring it to the host). */
+static void sum_bucket(clg_dp *dp, int b)
+{
+    size_t k0 = dp->b_off[b] / sizeof(float), k1 = k0 + dp->b_bytes[b] / sizeof(float);
+    const float *src[CLG_DP_MAX_LANES];
+    int na = 0;
+    for (int l = 0; l < dp->n; l++)
+        if (active(dp, l))
+            src[na++] = dp->lanes[l].ghost;
+    double sq = 0;
+    for (size_t k = k0; k < k1; k++) {
+        float acc = src[0][k];
+        for (int l = 1; l < na; l++)
+            acc += src[l][k];
+        dp->gsum[k] = acc;
+        sq += (double)acc * acc;
+    }
+    dp->b_sumsq[b] = sq;
+}
+
+/* Weighted average of the non-trainable state over the active lanes. */
+static void average_state(clg_dp *dp)
+{
+    int s = dp->job.stage;
+    double inv = 1.0 / dp->total[s];
+    for (size_t k = 0; k < dp->state_floats; k++) {
+        double acc = 0;
+        for (int l = 0; l < dp->n; l++)
+            if (active(dp, l))
+                acc += dp->lanes[l].shost[k] * (dp->cnt[s][l] * inv);
+        dp->ssum[k] = (float)acc;
+    }
+}
+
+/* Registers lane l's arrival at a reduction point; the last lane runs fn. */
+static void arrive(clg_dp *dp, int *arrived, int *done, void (*fn)(clg_dp *, int), int b)
+{
+    pthread_mutex_lock(&dp->mu);
+    int last = ++*arrived == dp->n;
+    pthread_mutex_unlock(&dp->mu);
+    if (!last)
+        return;
+    fn(dp, b);
+    pthread_mutex_lock(&dp->mu);
+    *done = 1;
+    pthread_cond_broadcast(&dp->cv);
+    pthread_mutex_unlock(&dp->mu);
+}
+
+static void state_fn(clg_dp *dp, int b)
+{
+    CLG_UNUSED(b);
+    average_state(dp);
+}
+
+/* Backward hook: enqueue the read of every bucket finished by `layer`. */
+static clg_status grad_ready(void *user, int layer)
+{
+    clg_dp_hook *h = user;
+    clg_dp *dp = h->dp;
+    clg_lane *l = &dp->lanes[h->lane];
+    for (int b = 0; b < dp->nbuckets; b++)
+        if (dp->b_layer[b] == layer) {
+            clg_release_event(&l->bev[b]);
+            CLG_CL_CHECK(clg_dev_err(l->dev),
+                         clEnqueueReadBuffer(l->dev->queue, l->arena, CL_FALSE, dp->b_off[b], dp->b_bytes[b],
+                                             (char *)l->ghost + dp->b_off[b], 0, NULL, &l->bev[b]));
+            CLG_CL_CHECK(clg_dev_err(l->dev), clFlush(l->dev->queue));
+        }
+    return CLG_OK;
+}
+
+static void sleep_s(double s)
+{
+    if (s <= 0)
+        return;
+    struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* The lane's part of the reduction: its buckets to the host (arrival), the
+ * sums back to the device. */
+static clg_param *state_param(clg_dp *dp, clg_lane *l, int i)
+{
+    const clg_param_ref *r = &dp->srefs[i];
+    return &l->rep->layers[r->layer->index].params[r->param - r->layer->params];
+}
+
+static clg_status reduce(clg_dp *dp, clg_lane *l, double t0)
+{
+    clg_err *err = clg_dev_err(l->dev);
+    int on = active(dp, l->index);
+    if (!on && l->wev) { /* the host sums may be overwritten once our last write-back is done */
+        CLG_CL_CHECK(err, clWaitForEvents(1, &l->wev));
+    }
+    for (int b = 0; b < dp->nbuckets; b++) {
+        if (on) {
+            CLG_CL_CHECK(err, clWaitForEvents(1, &l->bev[b]));
+            clg_release_event(&l->bev[b]);
+        }
+        arrive(dp, &dp->arrived[b], &dp->summed[b], sum_bucket, b);
+    }
+    if (dp->nstate > 0) {
+        if (on) {
+            size_t pos = 0;
+            for (int i = 0; i < dp->nstate; i++) {
+                clg_param *p = state_param(dp, l, i);
+                CLG_CL_CHECK(err, clEnqueueReadBuffer(l->dev->queue, p->value, CL_TRUE, 0, p->numel * sizeof(float),
+                                                      l->shost + pos, 0, NULL, NULL));
+                pos += p->numel;
+            }
+        }
+        arrive(dp, &dp->s_arrived, &dp->s_done, state_fn, 0);
+    }
+    l->t_compute = clg_now_sec() - t0;
+    if (l->index == dp->slow_lane && on) { /* test aid: pose as a slower device */
+        sleep_s(l->t_compute * dp->slow_factor);
+        l->t_compute *= 1 + dp->slow_factor;
+    }
+    for (int b = 0; b < dp->nbuckets; b++) {
+        CLG_TRY(wait_flag(dp, l, &dp->summed[b]));
+        CLG_CL_CHECK(err, clEnqueueWriteBuffer(l->dev->queue, l->arena, CL_FALSE, dp->b_off[b], dp->b_bytes[b],
+                                               (char *)dp->gsum + dp->b_off[b], 0, NULL, NULL));
+    }
+    if (dp->nstate > 0) {
+        CLG_TRY(wait_flag(dp, l, &dp->s_done));
+        size_t pos = 0;
+        for (int i = 0; i < dp->nstate; i++) {
+            clg_param *p = state_param(dp, l, i);
+            CLG_CL_CHECK(err, clEnqueueWriteBuffer(l->dev->queue, p->value, CL_FALSE, 0, p->numel * sizeof(float),
+                                                   dp->ssum + pos, 0, NULL, NULL));
+            pos += p->numel;
+        }
+    }
+    clg_release_event(&l->wev);
+    CLG_CL_CHECK(err, clEnqueueMarkerWithWaitList(l->dev->queue, 0, NULL, &l->wev));
+    return CLG_OK;
+}
+
+// ---- steps ----
+
+static clg_status lane_train(clg_dp *dp, clg_lane *l)
+{
+    clg_dp_job *j = &dp->job;
+    clg_err *err = clg_dev_err(l->dev);
+    double t0 = clg_now_sec();
+    int s = j->stage, n = l->cnt[s];
+    if (n > 0) {
+        CLG_TRY(clg_lane_use_stage(l, s, 1, j->grad_scale));
+        for (int i = 0; i < l->rep->nlayers; i++)
+            clg_layer_set_rng(&l->rep->layers[i], j->seed, j->step, (uint32_t)l->off[s]);
+        CLG_TRY(clg_replica_forward(l->rep, n, 1));
+        if (l->rep->loss_index >= 0) {
+            float *res = j->res ? j->res + 2 * l->index : l->res;
+            cl_event *ev = j->res_ev ? &j->res_ev[l->index] : NULL;
+            CLG_CL_CHECK(err, clEnqueueReadBuffer(l->dev->queue, l->rep->layers[l->rep->loss_index].loss.result,
+                                                  ev ? CL_FALSE : CL_TRUE, 0, 2 * sizeof(float), res, 0, NULL, ev));
+        }
+        l->rep->grad_ready = dp->n > 1 ? grad_ready : NULL;
+        l->rep->grad_ready_user = &dp->hooks[l->index];
+        CLG_TRY(clg_replica_backward(l->rep, n));
+    } else if (j->res) {
+        j->res[2 * l->index] = j->res[2 * l->index + 1] = 0;
+    }
+    CLG_TRY(clg_lane_stage_release(l, s));
+    /* global gradient: reduced (N > 1) or this lane's own (N = 1) */
+    int overflow = 0;
+    double norm = 0;
+    float gscale = 1.0f;
+    if (dp->n > 1) {
+        CLG_TRY(reduce(dp, l, t0));
+        double sq = 0;
+        for (int b = 0; b < dp->nbuckets; b++)
+            sq += dp->b_sumsq[b];
+        norm = sqrt(sq) * j->inv_loss_scale;
+        overflow = !isfinite(norm);
+        gscale = j->inv_loss_scale;
+    } else {
+        if (j->fp16)
+            CLG_TRY(clg_optim_unscale_check(l->opt, j->inv_loss_scale, &overflow));
+        if (!overflow && j->clip_norm > 0)
+            CLG_TRY(clg_optim_grad_norm(l->opt, 1.0f, &norm));
+    }
+    if (l->index == 0) {
+        j->overflow = overflow && j->fp16;
+        j->norm = norm;
+    }
+    if (overflow && j->fp16)
+        return CLG_OK; /* skipped on every lane alike */
+    if (!isfinite(norm))
+        return clg_err_set(err, CLG_ERR_INTERNAL,
+                           "gradient norm is not finite at step %u (diverged: lower the learning rate)", j->step);
+    if (j->clip_norm > 0 && norm > j->clip_norm)
+        gscale *= (float)(j->clip_norm / norm);
+    CLG_TRY(clg_optim_step(l->opt, j->lr, gscale));
+    CLG_CL_CHECK(err, clFlush(l->dev->queue));
+    return CLG_OK;
+}
+
+static clg_status lane_train_fn(void *arg, int lane)
+{
+    clg_dp *dp = arg;
+    clg_status st = lane_train(dp, &dp->lanes[lane]);
+    if (st != CLG_OK)
+        fail(dp, lane);
+    return st;
+}
+
+clg_status clg_dp_ensure_optim(clg_dp *dp, const clg_hparams *hp)
+{
+    for (int i = 0; i < dp->n; i++)
+        if (!dp->lanes[i].opt)
+            CLG_TRY(clg_optim_create(dp->lanes[i].rep, hp, &dp->lanes[i].opt));
+    return CLG_OK;
+}
+
+static void reset_reduction(clg_dp *dp)
+{
+    for (int b = 0; b < dp->nbuckets; b++)
+        dp->arrived[b] = dp->summed[b] = 0;
+    dp->s_arrived = dp->s_done = 0;
+    dp->abort = 0;
+    dp->fail_lane = -1;
+}
+
+void clg_dp_train_begin(clg_dp *dp, const clg_dp_job *job)
+{
+    dp->job = *job;
+    reset_reduction(dp);
+    clg_team_begin(dp->team, lane_train_fn, dp);
+}
+
+/* Re-weights the shares by the measured samples/s: calibrated over the
+ * first steps, then re-balanced when the speeds drift. */
+static void rebalance(clg_dp *dp)
+{
+    int s = dp->job.stage;
+    for (int i = 0; i < dp->n; i++) {
+        clg_lane *l = &dp->lanes[i];
+        if (dp->cnt[s][i] <= 0 || l->t_compute <= 0)
+            continue;
+        double r = dp->cnt[s][i] / l->t_compute;
+        l->rate = l->rate > 0 ? 0.7 * l->rate + 0.3 * r : r;
+    }
+    dp->measured++;
+    if (dp->split_fixed || dp->n < 2)
+        return;
+    int calibrating = dp->measured <= 4;
+    if (!calibrating && dp->measured % 8 != 0)
+        return;
+    double sum = 0;
+    for (int i = 0; i < dp->n; i++) {
+        if (dp->lanes[i].rate <= 0)
+            return; /* not measured yet */
+        sum += dp->lanes[i].rate;
+    }
+    double drift = 0, w[CLG_DP_MAX_LANES];
+    for (int i = 0; i < dp->n; i++) {
+        w[i] = dp->lanes[i].rate / sum;
+        drift = fmax(drift, fabs(w[i] - dp->share[i]));
+    }
+    if (!calibrating && drift < 0.02)
+        return;
+    for (int i = 0; i < dp->n; i++)
+        dp->share[i] = w[i];
+    dp->rebalances++;
+}
+
+static clg_status report(clg_dp *dp, clg_status st, int failed)
+{
+    if (st == CLG_OK)
+        return CLG_OK;
+    int f = dp->fail_lane >= 0 ? dp->fail_lane : failed;
+    clg_device *dev = dp->lanes[f].dev;
+    char msg[CLG_ERR_LEN];
+    snprintf(msg, sizeof msg, "%s", dev->err.msg);
+    return clg_err_set(&dp->ctx->err, st, "device %d (%s): %s", dev->index, dev->info.name, msg);
+}
+
+clg_status clg_dp_train_end(clg_dp *dp, clg_dp_job *job)
+{
+    int failed = 0;
+    clg_status st = clg_team_end(dp->team, &failed);
+    job->overflow = dp->job.overflow;
+    job->norm = dp->job.norm;
+    if (st == CLG_OK && dp->n > 1)
+        rebalance(dp);
+    return report(dp, st, failed);
+}
+
+static clg_status lane_forward(clg_dp *dp, clg_lane *l)
+{
+    clg_dp_job *j = &dp->job;
+    clg_err *err = clg_dev_err(l->dev);
+    int s = j->stage, n = l->cnt[s];
+    if (n <= 0) {
+        if (j->res)
+            j->res[2 * l->index] = j->res[2 * l->index + 1] = 0;
+        return CLG_OK;
+    }
+    CLG_TRY(clg_lane_use_stage(l, s, j->training, 1.0f));
+    CLG_TRY(clg_replica_forward(l->rep, n, 0));
+    if (j->res && l->rep->loss_index >= 0) {
+        cl_event *ev = j->res_ev ? &j->res_ev[l->index] : NULL;
+        CLG_CL_CHECK(err, clEnqueueReadBuffer(l->dev->queue, l->rep->layers[l->rep->loss_index].loss.result,
+                                              ev ? CL_FALSE : CL_TRUE, 0, 2 * sizeof(float), j->res + 2 * l->index,
+                                              0, NULL, ev));
+    }
+    if (j->out) {
+        const clg_tensor *o = clg_replica_output(l->rep);
+        CLG_CL_CHECK(err, clEnqueueReadBuffer(l->dev->queue, o->mem, CL_TRUE, o->off * sizeof(float),
+                                              (size_t)n * j->out_w * sizeof(float),
+                                              j->out + (size_t)l->off[s] * j->out_w, 0, NULL, NULL));
+    }
+    CLG_TRY(clg_lane_stage_release(l, s));
+    if (dp->n > 1) /* this thread runs the device (PoCL basic): finish here, side by side */
+        CLG_CL_CHECK(err, clFinish(l->dev->queue));
+    return CLG_OK;
+}
+
+static clg_status lane_forward_fn(void *arg, int lane)
+{
+    clg_dp *dp = arg;
+    clg_status st = lane_forward(dp, &dp->lanes[lane]);
+    if (st != CLG_OK)
+        fail(dp, lane);
+    return st;
+}
+
+clg_status clg_dp_forward(clg_dp *dp, clg_dp_job *job)
+{
+    dp->job = *job;
+    reset_reduction(dp);
+    int failed = 0;
+    clg_status st = clg_team_run(dp->team, lane_forward_fn, dp, &failed);
+    return report(dp, st, failed);
+}
+
+clg_status clg_dp_finish(clg_dp *dp)
+{
+    for (int i = 0; i < dp->n; i++) {
+        cl_int e = clFinish(dp->lanes[i].dev->queue);
+        if (e != CL_SUCCESS)
+            return clg_cl_fail(&dp->ctx->err, e, "clFinish", __FILE__, __LINE__);
+    }
+    return CLG_OK;
+}

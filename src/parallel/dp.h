@@ -1,0 +1,124 @@
+/* Data parallelism over the lanes of a context: one replica per device, the
+ * global batch split by measured speed, gradients reduced in buckets while
+ * backward still runs, the optimizer on every lane from the same reduced
+ * gradient (replicas stay bitwise identical). One device is the N = 1 case
+ * of the same code: its reduction is the identity.
+ *
+ * One training step (clg_dp_train_begin / _end), on every lane at once:
+ *   use stage s (its slice of the global batch) -> forward -> loss read
+ *   -> backward; after the layer that finishes a bucket, the bucket's read
+ *      to the host is enqueued (reverse layer order: last layers first)
+ *   -> as each bucket reaches the host on every active lane, the last lane
+ *      to arrive sums it in fixed lane order (0, 1, ...) with its squared
+ *      norm -> every lane writes the sum back -> (BN running statistics:
+ *      averaged weighted by slice size) -> fp16 overflow / clip decided from
+ *      the global gradient -> optimizer on every lane.
+ * The caller fills and uploads the next batch between begin and end. */
+#ifndef CLG_PARALLEL_DP_H
+#define CLG_PARALLEL_DP_H
+
+#include <pthread.h>
+
+#include "parallel/lane.h"
+#include "parallel/team.h"
+
+#define CLG_DP_MAX_LANES 16
+
+typedef struct clg_dp_params {
+    const char *split; /* "auto" (default: by measured speed), "even", or weights "3,1" */
+    double bucket_mb;  /* reduction bucket size in MiB (default 25) */
+} clg_dp_params;
+
+/* The step handed to the lanes. */
+typedef struct clg_dp_job {
+    int stage;
+    int training;         /* 1 train, 0 evaluate (labels), -1 predict */
+    double lr;
+    float grad_scale;     /* loss-gradient scale: loss scale / global batch */
+    float inv_loss_scale; /* fp16: 1 / loss scale; else 1 */
+    int fp16;
+    double clip_norm;
+    uint32_t seed, step;  /* dropout: (seed, step, global sample index) */
+    float *res;           /* 2 floats per lane: {loss sum, correct} (may be NULL) */
+    cl_event *res_ev;     /* per lane: the read of res (may be NULL: blocking) */
+    float *out;           /* forward: the whole batch's outputs (may be NULL) */
+    size_t out_w;         /* floats per sample of out */
+    /* results of a training step */
+    int overflow;         /* fp16: inf/NaN gradients, the update was skipped */
+    double norm;          /* global gradient norm (when clipping or N > 1) */
+} clg_dp_job;
+
+typedef struct clg_dp_hook {
+    struct clg_dp *dp;
+    int lane;
+} clg_dp_hook;
+
+typedef struct clg_dp {
+    clg_ctx *ctx;
+    clg_net *net;
+    int n;                 /* lanes */
+    clg_lane *lanes;
+    clg_dp_hook *hooks;
+    clg_team *team;
+    int batch;             /* global batch of a stage */
+    size_t sample;         /* floats per sample */
+    /* split */
+    int split_fixed;       /* weights given by the caller */
+    double share[CLG_DP_MAX_LANES];
+    int cnt[CLG_STAGES][CLG_DP_MAX_LANES], off[CLG_STAGES][CLG_DP_MAX_LANES], total[CLG_STAGES];
+    int64_t measured;      /* training steps measured */
+    int rebalances;
+    /* reduction (N > 1) */
+    clg_grad_layout lay;
+    int nbuckets;
+    size_t *b_off, *b_bytes;
+    int *b_layer;          /* a bucket is final after this layer's backward */
+    size_t bucket_bytes;
+    float *gsum;           /* the reduced gradients (host) */
+    double *b_sumsq;       /* squared norm of each reduced bucket */
+    int *arrived, *summed;
+    clg_param_ref *srefs;  /* non-trainable state (lane 0's refs: shapes) */
+    int nstate;
+    size_t state_floats;
+    float *ssum;
+    int s_arrived, s_done;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int abort, fail_lane;
+    clg_dp_job job;
+    /* test aid (CLGRAD_TEST_SLOW_LANE=L:F): lane L waits F times its compute
+     * time after each step, posing as a device 1/(1+F) as fast */
+    int slow_lane;
+    double slow_factor;
+} clg_dp;
+
+/* Lanes on the context's devices devs[0..ndev) (each at most once), all with
+ * replicas from seed, feed buffers for `batch` samples. */
+CLG_INTERNAL clg_status clg_dp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, uint64_t seed,
+                                      const clg_dp_params *p, clg_dp **out);
+CLG_INTERNAL void clg_dp_free(clg_dp *dp);
+/* Context device indices selected by sel ("all", "gpu", "cpu", "0,2",
+ * "name:TEXT"; indices count the context's devices); NULL: device 0. */
+CLG_INTERNAL clg_status clg_dp_select(clg_ctx *ctx, const char *sel, int *devs, int *ndev);
+
+/* Waits until stage s's host data may be overwritten. */
+CLG_INTERNAL clg_status clg_dp_stage_wait(clg_dp *dp, int s);
+/* Splits n samples of the host batch (x, y; y may be NULL) by the current
+ * shares and uploads every lane's slice into stage s. */
+CLG_INTERNAL clg_status clg_dp_upload(clg_dp *dp, int s, const float *x, const int32_t *y, int n);
+
+/* Ensures every lane has its optimizer. */
+CLG_INTERNAL clg_status clg_dp_ensure_optim(clg_dp *dp, const clg_hparams *hp);
+/* A training step on stage s (job filled by the caller; job->stage = s).
+ * begin returns once every lane has started (N = 1: once its commands are
+ * enqueued); end waits and updates the measured speeds and shares. */
+CLG_INTERNAL void clg_dp_train_begin(clg_dp *dp, const clg_dp_job *job);
+CLG_INTERNAL clg_status clg_dp_train_end(clg_dp *dp, clg_dp_job *job);
+/* Forward only (evaluate / predict) on stage s; blocking. */
+CLG_INTERNAL clg_status clg_dp_forward(clg_dp *dp, clg_dp_job *job);
+/* Waits for every lane's queues. */
+CLG_INTERNAL clg_status clg_dp_finish(clg_dp *dp);
+/* "0.52/0.48" (the shares of the last split). */
+CLG_INTERNAL void clg_dp_shares(const clg_dp *dp, char *buf, size_t cap);
+
+#endif

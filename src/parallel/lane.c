@@ -1,0 +1,172 @@
+/* Lanes (see lane.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "parallel/lane.h"
+
+void clg_release_event(cl_event *e)
+{
+    if (*e) {
+        clReleaseEvent(*e);
+        *e = NULL;
+    }
+}
+
+clg_status clg_lane_init(clg_lane *l, int index, clg_net *net, clg_device *dev, uint64_t seed, int batch)
+{
+    memset(l, 0, sizeof *l);
+    l->index = index;
+    l->dev = dev;
+    clg_err *err = clg_dev_err(dev);
+    CLG_TRY(clg_replica_create(net, dev, seed, &l->rep));
+    cl_int e = CL_SUCCESS;
+    l->upq = clCreateCommandQueue(dev->cl, dev->id, CL_QUEUE_PROFILING_ENABLE, &e);
+    if (e != CL_SUCCESS)
+        return clg_cl_fail(err, e, "clCreateCommandQueue (transfer queue)", __FILE__, __LINE__);
+    size_t sample = (size_t)net->in_c * net->in_h * net->in_w;
+    size_t B = (size_t)CLG_MAX(batch, 1);
+    for (int s = 0; s < CLG_STAGES; s++) {
+        CLG_TRY(clg_buf_alloc(dev, B * sample * sizeof(float), &l->xbuf[s]));
+        CLG_TRY(clg_buf_alloc(dev, B * sizeof(int32_t), &l->ybuf[s]));
+    }
+    CLG_TRY(clg_buf_alloc(dev, B * sizeof(int32_t), &l->dummy_labels));
+    int zero = 0;
+    CLG_CL_CHECK(err, clEnqueueFillBuffer(dev->queue, l->dummy_labels, &zero, sizeof zero, 0, B * sizeof(int32_t), 0,
+                                          NULL, NULL));
+    return CLG_OK;
+}
+
+/* Gives the layers their own gradient buffers back before they free them. */
+static void drop_arena(clg_lane *l)
+{
+    if (l->gsub) {
+        clg_param_ref *refs = NULL;
+        int n = 0;
+        if (clg_replica_params(l->rep, 1, &refs, &n) == CLG_OK)
+            for (int i = 0; i < n && i < l->ngsub; i++)
+                if (refs[i].param->grad == l->gsub[i])
+                    refs[i].param->grad = NULL;
+        free(refs);
+        for (int i = 0; i < l->ngsub; i++)
+            if (l->gsub[i])
+                clReleaseMemObject(l->gsub[i]);
+        free(l->gsub);
+        l->gsub = NULL;
+    }
+    if (l->arena)
+        clReleaseMemObject(l->arena);
+    l->arena = NULL;
+}
+
+void clg_lane_release(clg_lane *l)
+{
+    if (!l->dev)
+        return;
+    clFinish(l->dev->queue);
+    if (l->upq) {
+        clFinish(l->upq);
+        clReleaseCommandQueue(l->upq);
+    }
+    for (int s = 0; s < CLG_STAGES; s++) {
+        clg_release_event(&l->up_ev[s]);
+        clg_release_event(&l->done_ev[s]);
+        clg_buf_release(l->dev, l->xbuf[s]);
+        clg_buf_release(l->dev, l->ybuf[s]);
+    }
+    clg_release_event(&l->wev);
+    clg_release_event(&l->res_ev);
+    clg_buf_release(l->dev, l->dummy_labels);
+    clg_optim_free(l->opt);
+    if (l->rep)
+        drop_arena(l);
+    clg_replica_free(l->rep);
+    free(l->ghost);
+    free(l->shost);
+    free(l->bev);
+    memset(l, 0, sizeof *l);
+}
+
+clg_status clg_lane_grad_arena(clg_lane *l, const clg_grad_layout *lay)
+{
+    clg_err *err = clg_dev_err(l->dev);
+    clg_param_ref *refs = NULL;
+    int n = 0;
+    CLG_TRY(clg_replica_params(l->rep, 1, &refs, &n));
+    clg_status st = n == lay->n ? CLG_OK : clg_err_set(err, CLG_ERR_INTERNAL, "gradient layout mismatch");
+    cl_int e = CL_SUCCESS;
+    if (st == CLG_OK && lay->bytes > 0) {
+        /* a plain buffer (not pooled): sub-buffers need their parent to stay */
+        l->arena = clCreateBuffer(l->dev->cl, CL_MEM_READ_WRITE, lay->bytes, NULL, &e);
+        if (e != CL_SUCCESS)
+            st = clg_cl_fail(err, e, "clCreateBuffer (gradient arena)", __FILE__, __LINE__);
+    }
+    if (st == CLG_OK && lay->bytes > 0) {
+        float zero = 0; /* alignment padding stays zero: it travels with the buckets */
+        e = clEnqueueFillBuffer(l->dev->queue, l->arena, &zero, sizeof zero, 0, lay->bytes, 0, NULL, NULL);
+        if (e != CL_SUCCESS)
+            st = clg_cl_fail(err, e, "fill gradient arena", __FILE__, __LINE__);
+    }
+    if (st == CLG_OK && !(l->gsub = calloc((size_t)CLG_MAX(n, 1), sizeof *l->gsub)))
+        st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    l->ngsub = n;
+    for (int i = 0; i < n && st == CLG_OK; i++) {
+        cl_buffer_region reg = {lay->off[i], refs[i].param->numel * sizeof(float)};
+        l->gsub[i] = clCreateSubBuffer(l->arena, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &reg, &e);
+        if (e != CL_SUCCESS) {
+            st = clg_cl_fail(err, e, "clCreateSubBuffer (gradient arena)", __FILE__, __LINE__);
+            break;
+        }
+        clg_buf_release(l->dev, refs[i].param->grad); /* the layer's own buffer goes back to the pool */
+        refs[i].param->grad = l->gsub[i];
+    }
+    free(refs);
+    return st;
+}
+
+clg_status clg_lane_stage_wait(clg_lane *l, int s)
+{
+    if (l->up_ev[s]) {
+        CLG_CL_CHECK(clg_dev_err(l->dev), clWaitForEvents(1, &l->up_ev[s]));
+        clg_release_event(&l->up_ev[s]);
+    }
+    return CLG_OK;
+}
+
+clg_status clg_lane_upload(clg_lane *l, int s, const float *x, const int32_t *y, size_t sample, int off, int n)
+{
+    clg_err *err = clg_dev_err(l->dev);
+    l->cnt[s] = n;
+    l->off[s] = off;
+    clg_release_event(&l->up_ev[s]);
+    if (n <= 0)
+        return CLG_OK;
+    cl_event wait = l->done_ev[s];
+    cl_event ev = NULL;
+    CLG_CL_CHECK(err, clEnqueueWriteBuffer(l->upq, l->xbuf[s], CL_FALSE, 0, (size_t)n * sample * sizeof(float),
+                                           x + (size_t)off * sample, wait ? 1 : 0, wait ? &wait : NULL,
+                                           y ? NULL : &ev));
+    if (y) /* the transfer queue is in order: the last write's event covers both */
+        CLG_CL_CHECK(err, clEnqueueWriteBuffer(l->upq, l->ybuf[s], CL_FALSE, 0, (size_t)n * sizeof(int32_t), y + off,
+                                               wait ? 1 : 0, wait ? &wait : NULL, &ev));
+    l->up_ev[s] = ev;
+    CLG_CL_CHECK(err, clFlush(l->upq));
+    return CLG_OK;
+}
+
+clg_status clg_lane_use_stage(clg_lane *l, int s, int training, float grad_scale)
+{
+    if (l->up_ev[s])
+        CLG_CL_CHECK(clg_dev_err(l->dev), clEnqueueBarrierWithWaitList(l->dev->queue, 1, &l->up_ev[s], NULL));
+    clg_replica_set_input(l->rep, l->xbuf[s], 0);
+    clg_replica_set_labels(l->rep, training >= 0 ? l->ybuf[s] : l->dummy_labels, 0, grad_scale);
+    return CLG_OK;
+}
+
+clg_status clg_lane_stage_release(clg_lane *l, int s)
+{
+    clg_err *err = clg_dev_err(l->dev);
+    clg_release_event(&l->done_ev[s]);
+    CLG_CL_CHECK(err, clEnqueueMarkerWithWaitList(l->dev->queue, 0, NULL, &l->done_ev[s]));
+    CLG_CL_CHECK(err, clFlush(l->dev->queue));
+    return CLG_OK;
+}

@@ -1,0 +1,67 @@
+/* A lane: one device's share of a data-parallel job. It owns the device's
+ * replica of the network, its optimizer state, a transfer queue and the
+ * double-buffered input feed, and the replica's gradients as one flat
+ * arena (a sub-buffer per trainable parameter, laid out in reverse layer
+ * order, so a reduction bucket is one contiguous transfer). A lane is driven
+ * by one host thread at a time (its team worker). */
+#ifndef CLG_PARALLEL_LANE_H
+#define CLG_PARALLEL_LANE_H
+
+#include "train/optim.h"
+
+#define CLG_STAGES 2
+
+/* Where each trainable parameter's gradient lives in the arena; identical
+ * on every lane (offsets aligned to the strictest device of the set). */
+typedef struct clg_grad_layout {
+    int n;             /* trainable parameters, in clg_replica_params order */
+    size_t *off;       /* byte offset of parameter i */
+    size_t bytes;      /* arena size */
+    int *order;        /* parameter indices in arena order (reverse layer order) */
+} clg_grad_layout;
+
+typedef struct clg_lane {
+    int index;                /* position in the fixed reduction order */
+    clg_device *dev;          /* borrowed */
+    clg_replica *rep;
+    clg_optim *opt;           /* created with the first training step */
+    cl_command_queue upq;     /* transfer queue: uploads overlap compute */
+    cl_mem xbuf[CLG_STAGES], ybuf[CLG_STAGES], dummy_labels;
+    cl_event up_ev[CLG_STAGES];   /* upload of stage s done */
+    cl_event done_ev[CLG_STAGES]; /* compute that read stage s done */
+    int cnt[CLG_STAGES], off[CLG_STAGES]; /* slice of the global batch in stage s */
+    cl_mem arena;             /* gradients (sub-buffers are the params' grad) */
+    cl_mem *gsub;             /* per trainable parameter (clg_replica_params order) */
+    int ngsub;
+    float *ghost;             /* host copy of the arena (reduction) */
+    float *shost;             /* host copy of the non-trainable state (BN running stats) */
+    cl_event *bev;            /* per bucket: its read finished */
+    cl_event wev;             /* the last write-back (host buffers reused next step) */
+    cl_event res_ev;          /* loss result read of the last step */
+    float res[2];             /* {loss sum, correct} of the last step's slice */
+    double t_compute;         /* seconds the last step took until its gradients were read */
+    double rate;              /* measured samples/s (exponential average), 0 unknown */
+} clg_lane;
+
+/* Creates the lane's replica (weights from seed: identical on every lane),
+ * queues and feed buffers for `batch` samples per stage. */
+CLG_INTERNAL clg_status clg_lane_init(clg_lane *l, int index, clg_net *net, clg_device *dev, uint64_t seed,
+                                      int batch);
+CLG_INTERNAL void clg_lane_release(clg_lane *l);
+/* Moves every trainable gradient into one arena laid out by lay. */
+CLG_INTERNAL clg_status clg_lane_grad_arena(clg_lane *l, const clg_grad_layout *lay);
+/* Uploads samples [off, off + n) of the host batch into stage s
+ * (non-blocking, on the transfer queue, after the stage's last reader). */
+CLG_INTERNAL clg_status clg_lane_upload(clg_lane *l, int s, const float *x, const int32_t *y, size_t sample, int off,
+                                        int n);
+/* Makes the compute queue wait for stage s's upload and points the replica at
+ * it; labels: the stage's (training >= 0) or dummy ones (predict). */
+CLG_INTERNAL clg_status clg_lane_use_stage(clg_lane *l, int s, int training, float grad_scale);
+/* Marks stage s free once the compute enqueued so far is done; flushes. */
+CLG_INTERNAL clg_status clg_lane_stage_release(clg_lane *l, int s);
+/* Waits for the stage's previous upload (host buffers may then be reused). */
+CLG_INTERNAL clg_status clg_lane_stage_wait(clg_lane *l, int s);
+
+CLG_INTERNAL void clg_release_event(cl_event *e);
+
+#endif

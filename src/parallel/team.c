@@ -1,0 +1,139 @@
+/* Host threads for the lanes (see team.h). */
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "parallel/team.h"
+
+typedef struct worker {
+    clg_team *team;
+    int lane;
+    pthread_t thread;
+    int started;
+} worker;
+
+struct clg_team {
+    int n;
+    worker *w;
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    uint64_t gen;      /* job generation: a worker runs each generation once */
+    int pending;       /* lanes still running the current job */
+    int quit;
+    clg_team_fn fn;
+    void *arg;
+    clg_status *st;    /* per lane */
+};
+
+static void *worker_main(void *p)
+{
+    worker *w = p;
+    clg_team *t = w->team;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&t->mu);
+    for (;;) {
+        while (!t->quit && t->gen == seen)
+            pthread_cond_wait(&t->go, &t->mu);
+        if (t->quit)
+            break;
+        seen = t->gen;
+        clg_team_fn fn = t->fn;
+        void *arg = t->arg;
+        pthread_mutex_unlock(&t->mu);
+        clg_status st = fn(arg, w->lane);
+        pthread_mutex_lock(&t->mu);
+        t->st[w->lane] = st;
+        if (--t->pending == 0)
+            pthread_cond_broadcast(&t->done);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
+clg_status clg_team_create(clg_err *err, int lanes, clg_team **out)
+{
+    *out = NULL;
+    clg_team *t = calloc(1, sizeof *t);
+    if (!t || !(t->st = calloc((size_t)CLG_MAX(lanes, 1), sizeof *t->st))) {
+        free(t);
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory creating the lane threads");
+    }
+    t->n = lanes;
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->go, NULL);
+    pthread_cond_init(&t->done, NULL);
+    if (lanes > 1) {
+        t->w = calloc((size_t)lanes, sizeof *t->w);
+        if (!t->w) {
+            clg_team_free(t);
+            return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory creating the lane threads");
+        }
+        for (int i = 0; i < lanes; i++) {
+            t->w[i].team = t;
+            t->w[i].lane = i;
+            if (pthread_create(&t->w[i].thread, NULL, worker_main, &t->w[i]) != 0) {
+                clg_team_free(t);
+                return clg_err_set(err, CLG_ERR_INTERNAL, "cannot start the host thread of lane %d", i);
+            }
+            t->w[i].started = 1;
+        }
+    }
+    *out = t;
+    return CLG_OK;
+}
+
+void clg_team_free(clg_team *t)
+{
+    if (!t)
+        return;
+    pthread_mutex_lock(&t->mu);
+    t->quit = 1;
+    pthread_cond_broadcast(&t->go);
+    pthread_mutex_unlock(&t->mu);
+    for (int i = 0; t->w && i < t->n; i++)
+        if (t->w[i].started)
+            pthread_join(t->w[i].thread, NULL);
+    pthread_mutex_destroy(&t->mu);
+    pthread_cond_destroy(&t->go);
+    pthread_cond_destroy(&t->done);
+    free(t->w);
+    free(t->st);
+    free(t);
+}
+
+void clg_team_begin(clg_team *t, clg_team_fn fn, void *arg)
+{
+    if (t->n <= 1) { /* inline: the caller's thread is lane 0's */
+        t->st[0] = fn(arg, 0);
+        return;
+    }
+    pthread_mutex_lock(&t->mu);
+    t->fn = fn;
+    t->arg = arg;
+    t->pending = t->n;
+    t->gen++;
+    pthread_cond_broadcast(&t->go);
+    pthread_mutex_unlock(&t->mu);
+}
+
+clg_status clg_team_end(clg_team *t, int *failed)
+{
+    if (t->n > 1) {
+        pthread_mutex_lock(&t->mu);
+        while (t->pending > 0)
+            pthread_cond_wait(&t->done, &t->mu);
+        pthread_mutex_unlock(&t->mu);
+    }
+    for (int i = 0; i < t->n; i++)
+        if (t->st[i] != CLG_OK) {
+            if (failed)
+                *failed = i;
+            return t->st[i];
+        }
+    return CLG_OK;
+}
+
+clg_status clg_team_run(clg_team *t, clg_team_fn fn, void *arg, int *failed)
+{
+    clg_team_begin(t, fn, arg);
+    return clg_team_end(t, failed);
+}

@@ -1,0 +1,29 @@
+/* A team of host threads, one per lane, so every device is driven by its own
+ * thread (PoCL's `basic` device, for one, runs kernels in the thread that
+ * waits on its queue; a GPU driver overlaps either way). With one lane the
+ * job runs inline on the caller's thread: the N = 1 case is the same code
+ * without a thread hand-off.
+ *
+ *   clg_team_begin(t, fn, arg);   // fn(arg, lane) starts on every lane
+ *   ... the caller prepares the next batch ...
+ *   st = clg_team_end(t);         // waits; the first failing lane's status
+ */
+#ifndef CLG_PARALLEL_TEAM_H
+#define CLG_PARALLEL_TEAM_H
+
+#include "core/core.h"
+
+typedef struct clg_team clg_team;
+typedef clg_status (*clg_team_fn)(void *arg, int lane);
+
+CLG_INTERNAL clg_status clg_team_create(clg_err *err, int lanes, clg_team **out);
+/* Joins the threads. NULL is a no-op. */
+CLG_INTERNAL void clg_team_free(clg_team *t);
+CLG_INTERNAL void clg_team_begin(clg_team *t, clg_team_fn fn, void *arg);
+/* Waits for every lane of the job begun last; returns CLG_OK or the status
+ * of the lowest-numbered failing lane (*failed receives it, may be NULL). */
+CLG_INTERNAL clg_status clg_team_end(clg_team *t, int *failed);
+/* begin + end. */
+CLG_INTERNAL clg_status clg_team_run(clg_team *t, clg_team_fn fn, void *arg, int *failed);
+
+#endif
