@@ -17,7 +17,9 @@ static void help(FILE *f)
                "  --steps S       timed steps (default 20)\n"
                "  --warmup W      untimed warm-up steps first (default 3)\n"
                "  --gemm-backend B  auto, own or clblast (sets CLGRAD_GEMM_BACKEND)\n"
-               "  --devices SEL   device selector; runs on the first selected device\n"
+               "  --devices SEL   device selector (default all): one replica per device, batch split\n"
+               "  --split S       auto (by measured speed; default), even, or weights such as 3,1\n"
+               "  --bucket-mb X   gradient reduction bucket size in MiB (default 25)\n"
                "  --seed N        seed (default 1)\n"
                "  --precision P   fp32 (default) or fp16 (half storage, fp32 master weights)\n"
                "  --json          one JSON object: model, batch, devices, images_per_s, ...\n"
@@ -41,6 +43,7 @@ int bench_train(int argc, char **argv)
         }
         if ((r = cli_opt_str(argc, argv, &i, "--model", &p.model)) != 0 ||
             (r = cli_opt_str(argc, argv, &i, "--precision", &p.precision)) != 0 ||
+            (r = cli_opt_str(argc, argv, &i, "--split", &p.split)) != 0 ||
             (r = cli_opt_str(argc, argv, &i, "--devices", &devices)) != 0) {
             if (r < 0)
                 return CLI_USAGE;
@@ -62,6 +65,13 @@ int bench_train(int argc, char **argv)
             if (r < 0)
                 return CLI_USAGE;
             p.warmup = (int)v;
+            continue;
+        }
+        double d;
+        if ((r = cli_opt_double(argc, argv, &i, "--bucket-mb", &d)) != 0) {
+            if (r < 0 || !(d > 0 && d <= 65536))
+                return r < 0 ? CLI_USAGE : cli_usage_error("bench train", "--bucket-mb must be in (0, 65536]");
+            p.bucket_mb = d;
             continue;
         }
         if ((r = cli_opt_int(argc, argv, &i, "--seed", 0, 0x7fffffffffffffffL, &v)) != 0) {
@@ -91,6 +101,7 @@ int bench_train(int argc, char **argv)
         return rc;
     clg_device_info info;
     clg_device_info_get(ctx, 0, &info);
+    p.devices = "all"; /* every device of the context (selected by --devices) */
     clg_bench_train_report rep;
     clg_status st = clg_bench_train(ctx, &p, &rep);
     if (st != CLG_OK) {
@@ -114,10 +125,10 @@ int bench_train(int argc, char **argv)
             if ((unsigned char)*c >= 0x20)
                 putchar(*c);
         }
-        printf("\"}\n");
+        printf("\", \"shares\": \"%s\"}\n", rep.shares);
     } else {
-        printf("model %s  batch %d  devices %d (%s)  precision %s\n", p.model, p.batch, rep.devices, info.name,
-               p.precision ? p.precision : "fp32");
+        printf("model %s  batch %d  devices %d (%s)  precision %s  split %s\n", p.model, p.batch, rep.devices,
+               info.name, p.precision ? p.precision : "fp32", rep.shares);
         printf("%d timed steps after %d warm-up: %.1f images/s, %.2f ms/step (median %.2f)\n", p.steps, p.warmup,
                rep.images_per_s, rep.ms_per_step, rep.ms_per_step_median);
     }

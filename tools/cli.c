@@ -122,6 +122,7 @@ clg_model *cli_model_open(const char *cmd, const char *model, const char *weight
     clg_model_params mp;
     clg_model_params_init(&mp);
     mp.batch = batch;
+    mp.devices = "all"; /* eval / predict split their batches over the selected devices */
     clg_model *m = NULL;
     clg_status st = clg_model_create_file(*ctx, model, &mp, &m);
     if (st == CLG_OK)

@@ -27,7 +27,11 @@ static void help(FILE *f)
             "                       mirror), shift:N (random translation by up to N pixels) or\n"
             "                       flip,shift:N (default: the model's [net] augment_* keys)\n"
             "  --gemm-backend B     auto, own or clblast (sets CLGRAD_GEMM_BACKEND)\n"
-            "  --devices SEL        device selector (all, gpu, cpu, 0,1, name:TEXT); trains on the first\n"
+            "  --devices SEL        device selector (all, gpu, cpu, 0,2, name:TEXT; default all): one\n"
+            "                       replica per device, each batch split between them (data parallel)\n"
+            "  --split S            batch split: auto (by measured speed, re-balanced; default), even,\n"
+            "                       or weights per device such as 3,1\n"
+            "  --bucket-mb X        gradient reduction bucket size in MiB (default 25)\n"
             "  --precision P        fp32 (default) or fp16: activations and weights stored in half,\n"
             "                       fp32 master weights, dynamic loss scaling (layers compute in fp32)\n"
             "  --checkpoint DIR     save DIR/last.safetensors after every epoch and at the end\n"
@@ -114,6 +118,13 @@ int cmd_train(int argc, char **argv)
         }
         OPT(cli_opt_str(argc, argv, &i, "--augment", &p.augment));
         OPT(cli_opt_str(argc, argv, &i, "--devices", &devices));
+        OPT(cli_opt_str(argc, argv, &i, "--split", &p.split));
+        if ((r = cli_opt_double(argc, argv, &i, "--bucket-mb", &d)) != 0) {
+            if (r < 0 || !(d > 0 && d <= 65536))
+                return r < 0 ? CLI_USAGE : cli_usage_error("train", "--bucket-mb must be in (0, 65536]");
+            p.bucket_mb = d;
+            continue;
+        }
         const char *gb = NULL;
         if ((r = cli_opt_str(argc, argv, &i, "--gemm-backend", &gb)) != 0) {
             if (r < 0)
@@ -179,10 +190,7 @@ int cmd_train(int argc, char **argv)
     clg_ctx *ctx = cli_ctx_open(devices, verbose, &rc);
     if (!ctx)
         return rc;
-    if (clg_device_count(ctx) > 1 && p.progress)
-        fprintf(stderr, "note: %d devices selected; training runs on device 0 (multi-device data parallelism is not "
-                        "implemented yet)\n",
-                clg_device_count(ctx));
+    p.devices = "all"; /* every device of the context (selected by --devices) */
     clg_train_report rep;
     clg_status st = clg_train_run(ctx, &p, &rep);
     if (st != CLG_OK) {
@@ -193,6 +201,8 @@ int cmd_train(int argc, char **argv)
     printf("trained %d epoch(s), %lld steps in %.1f s (%.0f images/s)\n", rep.epochs_done, (long long)rep.steps,
            rep.seconds, rep.images_per_s);
     printf("train loss %.4f accuracy %.2f%%\n", rep.train_loss, 100 * rep.train_accuracy);
+    if (rep.devices > 1)
+        printf("devices %d, batch split %s\n", rep.devices, rep.shares);
     if (rep.test_accuracy >= 0)
         printf("test loss %.4f accuracy %.2f%%\n", rep.test_loss, 100 * rep.test_accuracy);
     clg_ctx_destroy(ctx);

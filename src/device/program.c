@@ -93,6 +93,28 @@ static clg_status load_source(clg_device *dev, const char *name, const char **sr
     return CLG_OK;
 }
 
+/* Every device after the first builds its programs with one extra empty
+ * kernel naming it, so no two devices share a program binary. PoCL 3.1
+ * keeps one loaded-kernel cache for all devices of a kind, keyed by the
+ * binary; two host threads launching the same new kernel on two devices at
+ * once (data parallelism) both miss it, insert the entry twice and then
+ * release one entry twice ("pocl_release_dlhandle_cache: Assertion
+ * `found->ref_count > 0' failed"). Distinct binaries never share an entry. */
+static clg_status device_source(clg_device *dev, const char **src, char **owned)
+{
+    if (dev->index == 0)
+        return CLG_OK;
+    size_t n = strlen(*src) + 96;
+    char *s = malloc(n);
+    if (!s)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_HOST_OOM, "no memory");
+    snprintf(s, n, "%s\n__kernel void clg_device_slot_%d(void) {}\n", *src, dev->index);
+    free(*owned);
+    *owned = s;
+    *src = s;
+    return CLG_OK;
+}
+
 /* Program statistics are shared by the devices' threads. */
 static void stats_add(clg_ctx *ctx, int built, int loaded, int rejected, double seconds)
 {
@@ -269,6 +291,11 @@ static clg_status program_entry(clg_device *dev, const char *name, const char *o
     const char *src = NULL;
     char *owned = NULL;
     CLG_TRY(load_source(dev, name, &src, &owned));
+    clg_status sst = device_source(dev, &src, &owned);
+    if (sst != CLG_OK) {
+        free(owned);
+        return sst;
+    }
     uint64_t dkey = cache_key(dev, src, opts);
     cl_program prog = dev->ctx->use_cache ? cache_load(dev, dkey, opts) : NULL;
     if (!prog) {

@@ -59,11 +59,26 @@ static uint64_t device_hash(clg_device *dev)
 
 static const char *pass_tag(clg_conv_pass p) { return p == CLG_CONV_FWD ? "fwd" : p == CLG_CONV_BWD_DATA ? "bwd-data" : "bwd-filter"; }
 
+/* The batch in a key is its size class: exact up to 8, then two classes per
+ * octave (12, 16, 24, 32, 48, ...). A data-parallel device's share of the
+ * batch moves by a few samples as the split follows the measured speeds; the
+ * best algorithm does not, and each new exact size would be timed anew. */
+static int batch_class(int N)
+{
+    if (N <= 8)
+        return N;
+    int c = 8;
+    while (c < N)
+        c = c % 3 == 0 ? c / 3 * 4 : c / 2 * 3; /* 8 -> 12 -> 16 -> 24 -> 32 ... */
+    return c;
+}
+
 static void shape_key(char *dst, size_t n, const clg_conv_shape *s, clg_conv_pass pass)
 {
-    /* "v3": measurements of the kernels of this version, with the fused
-     * Winograd algorithms among the candidates (older entries are ignored) */
-    snprintf(dst, n, "v3:%s:n%d,c%d,h%d,w%d,k%d,r%d,s%d,p%dx%d,u%dx%d,d%dx%d,g%d", pass_tag(pass), s->N, s->C, s->H, s->W,
+    /* "v4": measurements of the kernels of this version, with the fused
+     * Winograd algorithms among the candidates, keyed by batch class (older
+     * entries are ignored) */
+    snprintf(dst, n, "v4:%s:n%d,c%d,h%d,w%d,k%d,r%d,s%d,p%dx%d,u%dx%d,d%dx%d,g%d", pass_tag(pass), batch_class(s->N), s->C, s->H, s->W,
              s->K, s->R, s->S, s->pad_h, s->pad_w, s->stride_h, s->stride_w, s->dil_h, s->dil_w, s->groups);
 }
 
@@ -130,7 +145,8 @@ static void file_load(clg_device *dev, uint64_t devhash)
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         char key[160], algo[32];
         double ms = 0;
-        if (sscanf(line, " {\"key\": \"%159[^\"]\", \"algo\": \"%31[^\"]\", \"ms\": %lf", key, algo, &ms) != 3)
+        const char *q = line + strspn(line, " ,"); /* entries after the first start with ", " */
+        if (sscanf(q, "{\"key\": \"%159[^\"]\", \"algo\": \"%31[^\"]\", \"ms\": %lf", key, algo, &ms) != 3)
             continue;
         clg_conv_algo a;
         if (clg_conv_algo_parse(&scratch, algo, &a) != CLG_OK || a == CLG_CONV_AUTO)

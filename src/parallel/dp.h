@@ -90,6 +90,10 @@ typedef struct clg_dp {
      * time after each step, posing as a device 1/(1+F) as fast */
     int slow_lane;
     double slow_factor;
+    /* fault injection (tests): lane fault_lane fails training step
+     * fault_step (job step) as an enqueue error would */
+    int fault_lane;
+    int64_t fault_step;
 } clg_dp;
 
 /* Lanes on the context's devices devs[0..ndev) (each at most once), all with

@@ -1,0 +1,401 @@
+/* Data parallelism over two devices (POCL_DEVICES="pthread pthread" in the
+ * test environment): 1 vs 2 devices from the same seed and global batch,
+ * replicas bitwise identical, uneven splits, speed-following shares, fp16
+ * overflow on one device, resume across device counts, a failing device.
+ *
+ * Tolerance (1 vs 2 devices): the two runs differ only in the order the
+ * per-sample gradient contributions are summed (one device sums the whole
+ * batch in its kernels; two sum their halves and the host adds the two
+ * halves), a rounding difference of ~1e-7 relative per step that 20 SGD
+ * steps with momentum grow to ~1e-6..1e-5. A wrong gradient scale (1/local
+ * instead of 1/global batch), a lost or doubled slice, or a dropout mask
+ * that depends on the device count moves the weights by 1e-2 or more.
+ * Bound: relative L2 difference per tensor <= 2e-4. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "testutil.h"
+#include "train/session.h"
+
+#define TOL 2e-4
+
+static clg_ctx *g_ctx;
+
+static clg_ctx *ctx(void)
+{
+    if (!g_ctx)
+        g_ctx = tu_ctx(NULL);
+    return g_ctx;
+}
+
+/* LeNet-5 on 28x28 and a small net with dropout and a residual add. */
+static const char *NET_DROP = "[net]\nchannels = 1\nheight = 8\nwidth = 8\nclasses = 4\nbatch = 32\n"
+                              "learning_rate = 0.05\nmomentum = 0.9\n"
+                              "[conv]\nname = c1\nfilters = 8\nsize = 3\npad = 1\nactivation = relu\n"
+                              "[conv]\nname = c2\nfilters = 8\nsize = 3\npad = 1\n"
+                              "[add]\nname = res\ninput = c1, c2\n"
+                              "[maxpool]\nsize = 2\n"
+                              "[dense]\nname = fc1\nunits = 16\nactivation = relu\n"
+                              "[dropout]\nprobability = 0.3\n"
+                              "[dense]\nname = fc\nunits = 4\n"
+                              "[softmax]\nname = loss\n";
+static const char *NET_BN = "[net]\nchannels = 1\nheight = 8\nwidth = 8\nclasses = 4\nbatch = 32\n"
+                            "learning_rate = 0.05\nmomentum = 0.9\n"
+                            "[conv]\nname = c1\nfilters = 8\nsize = 3\npad = 1\nbias = 0\n"
+                            "[batchnorm]\nname = bn1\n"
+                            "[activation]\ntype = relu\n"
+                            "[maxpool]\nsize = 2\n"
+                            "[dense]\nname = fc\nunits = 4\n"
+                            "[softmax]\nname = loss\n";
+
+static char *read_model(const char *name)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/%s", CLG_SOURCE_DIR, name);
+    char *text = NULL;
+    size_t len = 0;
+    clg_err err = {0};
+    ck_assert_msg(clg_file_read(&err, path, &text, &len) == CLG_OK, "%s", err.msg);
+    return text;
+}
+
+static int two_devices(void)
+{
+    if (clg_device_count(ctx()) < 2) {
+        fprintf(stderr, "test_dp: needs two OpenCL devices (POCL_DEVICES=\"pthread pthread\")\n");
+        return 0;
+    }
+    return 1;
+}
+
+static clg_model *make(const char *text, const char *devices, const char *split, int batch, int fp16,
+                       uint64_t seed)
+{
+    clg_dp_params dpp = {split, 0.004}; /* small buckets: several per step, read while backward runs */
+    clg_model *m = NULL;
+    ck_assert_msg(clg_session_create(ctx(), devices, text, "t", batch, seed, fp16, &dpp, &m) == CLG_OK, "%s",
+                  clg_last_error(ctx()));
+    return m;
+}
+
+/* Class k: a bright patch in quadrant k of an image of noise. */
+static void synth(clg_rng *rng, float *x, int32_t *y, int n, int c, int h, int w)
+{
+    for (int i = 0; i < n; i++) {
+        int k = (int)(clg_rng_u32(rng) % 4);
+        y[i] = k;
+        for (int p = 0; p < c * h * w; p++) {
+            int yy = (p / w) % h, xx = p % w;
+            int q = (yy >= h / 2) * 2 + (xx >= w / 2);
+            x[(size_t)i * c * h * w + p] = clg_rng_uniform(rng) + (q == k ? 0.5f : 0.0f);
+        }
+    }
+}
+
+/* `steps` steps of n samples; res_sum receives the summed loss of each step. */
+static void train(clg_model *m, uint64_t seed, int steps, int n, double *loss_first)
+{
+    clg_rng rng;
+    clg_rng_seed(&rng, seed, 99);
+    const clg_net *net = m->net;
+    for (int s = 0; s < steps; s++) {
+        ck_assert(clg_session_stage_wait(m, 0) == CLG_OK);
+        synth(&rng, m->xhost[0], m->yhost[0], n, net->in_c, net->in_h, net->in_w);
+        ck_assert_msg(clg_session_upload(m, 0, n, 1) == CLG_OK, "%s", clg_last_error(ctx()));
+        float res[2];
+        ck_assert_msg(clg_session_train_step(m, 0, m->hp.learning_rate, res) == CLG_OK, "%s", clg_last_error(ctx()));
+        ck_assert_msg(isfinite(res[0]), "step %d: loss %g", s, res[0]);
+        if (s == 0 && loss_first)
+            *loss_first = res[0];
+    }
+}
+
+static float *download_param(clg_model *m, int lane, int i, size_t *numel)
+{
+    clg_lane *l = &m->dp->lanes[lane];
+    clg_param_ref *refs = NULL;
+    int n = 0;
+    ck_assert(clg_replica_params(l->rep, 0, &refs, &n) == CLG_OK);
+    ck_assert(i < n);
+    *numel = refs[i].param->numel;
+    float *h = malloc(*numel * sizeof(float));
+    tu_poison(h, *numel);
+    tu_download(l->dev, clg_replica_master(l->rep, &refs[i]), h, *numel);
+    free(refs);
+    return h;
+}
+
+static int nparams(clg_model *m)
+{
+    clg_param_ref *refs = NULL;
+    int n = 0;
+    ck_assert(clg_replica_params(clg_session_rep(m), 0, &refs, &n) == CLG_OK);
+    free(refs);
+    return n;
+}
+
+/* Every parameter (weights and batch-norm running statistics) of every
+ * lane equals lane 0's to the bit. */
+static void check_replicas_identical(clg_model *m)
+{
+    for (int i = 0; i < nparams(m); i++) {
+        size_t n0 = 0;
+        float *w0 = download_param(m, 0, i, &n0);
+        for (int l = 1; l < m->dp->n; l++) {
+            size_t n1 = 0;
+            float *w1 = download_param(m, l, i, &n1);
+            ck_assert(n1 == n0);
+            ck_assert_msg(memcmp(w0, w1, n0 * sizeof(float)) == 0, "parameter %d differs between lane 0 and lane %d",
+                          i, l);
+            free(w1);
+        }
+        free(w0);
+    }
+}
+
+/* max over trainable tensors of |a - b|_2 / |b|_2 */
+static double max_rel_diff(clg_model *a, clg_model *b)
+{
+    double worst = 0;
+    clg_param_ref *refs = NULL;
+    int n = 0;
+    ck_assert(clg_replica_params(clg_session_rep(a), 0, &refs, &n) == CLG_OK);
+    for (int i = 0; i < n; i++) {
+        if (!refs[i].param->trainable)
+            continue;
+        size_t na = 0, nb = 0;
+        float *wa = download_param(a, 0, i, &na), *wb = download_param(b, 0, i, &nb);
+        ck_assert(na == nb);
+        double d2 = 0, r2 = 0;
+        for (size_t k = 0; k < na; k++) {
+            double d = (double)wa[k] - wb[k];
+            d2 += isfinite(d) ? d * d : INFINITY;
+            r2 += (double)wb[k] * wb[k];
+        }
+        double rel = sqrt(d2) / (sqrt(r2) + 1e-30);
+        if (!(rel <= worst))
+            worst = rel;
+        free(wa);
+        free(wb);
+    }
+    free(refs);
+    return worst;
+}
+
+/* 1 device vs 2 devices: same seed, same global batches. */
+static void compare_1_vs_2(const char *text, const char *what, int batch, int n, const char *split)
+{
+    uint64_t seed = tu_seed();
+    clg_model *one = make(text, "0", NULL, batch, 0, seed), *two = make(text, "0,1", split, batch, 0, seed);
+    ck_assert_int_eq(two->dp->n, 2);
+    double l1 = 0, l2 = 0;
+    train(one, seed, 20, n, &l1);
+    train(two, seed, 20, n, &l2);
+    /* step 1 runs on identical weights: the global loss sums agree to rounding */
+    ck_assert_msg(fabs(l1 - l2) <= 1e-5 * fabs(l1) + 1e-6, "%s: first-step loss sum 1 device %.8g, 2 devices %.8g",
+                  what, l1, l2);
+    double d = max_rel_diff(two, one);
+    char sh[64];
+    clg_dp_shares(two->dp, sh, sizeof sh);
+    fprintf(stderr, "%s (batch %d of %d, split %s -> %s): weights after 20 steps, 2 vs 1 device: rel L2 diff %.2e\n",
+            what, n, batch, split ? split : "auto", sh, d);
+    ck_assert_msg(d <= TOL, "%s: 2-device weights differ from 1-device weights by %g (tolerance %g)", what, d, TOL);
+    check_replicas_identical(two);
+    clg_session_free(one);
+    clg_session_free(two);
+}
+
+START_TEST(lenet5_1_vs_2)
+{
+    if (!two_devices())
+        return;
+    char *text = read_model("lenet5.cfg");
+    compare_1_vs_2(text, "lenet5", 32, 32, NULL);
+    free(text);
+}
+END_TEST
+
+START_TEST(dropout_residual_1_vs_2)
+{
+    if (!two_devices())
+        return;
+    compare_1_vs_2(NET_DROP, "dropout+residual", 32, 32, NULL);
+}
+END_TEST
+
+START_TEST(uneven_splits)
+{
+    if (!two_devices())
+        return;
+    compare_1_vs_2(NET_DROP, "batch 7", 8, 7, "even");
+    compare_1_vs_2(NET_DROP, "device 0 share 0", 8, 8, "0,1");
+    compare_1_vs_2(NET_DROP, "device 1 share 0", 8, 8, "1,0");
+    compare_1_vs_2(NET_DROP, "batch 1", 4, 1, "even");
+    compare_1_vs_2(NET_DROP, "weights 3,1", 16, 13, "3,1");
+}
+END_TEST
+
+/* With batch norm the devices normalise with their own slice's statistics
+ * (as PyTorch DDP without SyncBatchNorm), so 2 devices do not match 1; the
+ * replicas still stay identical (running statistics averaged). */
+START_TEST(batchnorm_replicas_identical)
+{
+    if (!two_devices())
+        return;
+    uint64_t seed = tu_seed();
+    clg_model *two = make(NET_BN, "all", NULL, 32, 0, seed);
+    double l = 0;
+    train(two, seed, 20, 32, &l);
+    check_replicas_identical(two);
+    clg_session_free(two);
+}
+END_TEST
+
+/* Lane 1 posing as a device half as fast: the shares follow the speeds. */
+START_TEST(shares_follow_speed)
+{
+    if (!two_devices())
+        return;
+    setenv("CLGRAD_TEST_SLOW_LANE", "1:1.0", 1);
+    uint64_t seed = tu_seed();
+    char *text = read_model("lenet5.cfg");
+    clg_model *m = make(text, "all", NULL, 64, 0, seed);
+    unsetenv("CLGRAD_TEST_SLOW_LANE");
+    train(m, seed, 24, 64, NULL);
+    char sh[64];
+    clg_dp_shares(m->dp, sh, sizeof sh);
+    fprintf(stderr, "lane 1 slowed to half speed: shares %s after 24 steps (ideal 0.67/0.33), %d re-balances\n", sh,
+            m->dp->rebalances);
+    /* ideal 2/3 for lane 0; timing noise of a shared machine gets a wide margin, an even or inverted split fails */
+    ck_assert_msg(m->dp->share[0] >= 0.56 && m->dp->share[0] <= 0.80, "shares %s", sh);
+    check_replicas_identical(m);
+    clg_session_free(m);
+    free(text);
+}
+END_TEST
+
+/* fp16: inf in a sample of device 1's slice skips the step on both. */
+START_TEST(fp16_overflow_skips_everywhere)
+{
+    if (!two_devices())
+        return;
+    uint64_t seed = tu_seed();
+    clg_model *m = make(NET_DROP, "all", "even", 32, 1, seed);
+    train(m, seed, 2, 32, NULL);
+    ck_assert_int_eq(m->ls_skipped, 0);
+    double s0 = m->loss_scale;
+    int64_t t0 = m->dp->lanes[0].opt->t, t1 = m->dp->lanes[1].opt->t;
+    size_t n0 = 0;
+    float *before = download_param(m, 1, 0, &n0);
+    clg_rng rng;
+    clg_rng_seed(&rng, seed, 5);
+    ck_assert(clg_session_stage_wait(m, 0) == CLG_OK);
+    synth(&rng, m->xhost[0], m->yhost[0], 32, 1, 8, 8);
+    m->xhost[0][30 * 64 + 7] = INFINITY; /* sample 30: device 1's half */
+    ck_assert(clg_session_upload(m, 0, 32, 1) == CLG_OK);
+    ck_assert_int_eq(m->dp->cnt[0][0], 16);
+    ck_assert_msg(clg_session_train_step(m, 0, 0.05, NULL) == CLG_OK, "%s", clg_last_error(ctx()));
+    ck_assert_int_eq(m->ls_skipped, 1);
+    ck_assert(m->loss_scale == s0 / 2);
+    ck_assert_int_eq(m->dp->lanes[0].opt->t, t0); /* no update on either device */
+    ck_assert_int_eq(m->dp->lanes[1].opt->t, t1);
+    size_t n1 = 0;
+    float *after = download_param(m, 1, 0, &n1);
+    ck_assert(memcmp(before, after, n0 * sizeof(float)) == 0);
+    free(before);
+    free(after);
+    train(m, seed + 1, 3, 32, NULL); /* and training goes on */
+    check_replicas_identical(m);
+    clg_session_free(m);
+}
+END_TEST
+
+/* A checkpoint written on 2 devices resumes on 1 (and says so): the
+ * weights and optimizer state carry over exactly. */
+START_TEST(resume_other_device_count)
+{
+    if (!two_devices())
+        return;
+    uint64_t seed = tu_seed();
+    char *text = read_model("lenet5.cfg");
+    clg_model *two = make(text, "all", NULL, 16, 0, seed);
+    train(two, seed, 5, 16, NULL);
+    char path[256];
+    snprintf(path, sizeof path, "test_dp_%d.safetensors", (int)getpid());
+    ck_assert_msg(clg_session_save(two, path, 1, 100) == CLG_OK, "%s", clg_last_error(ctx()));
+    clg_model *one = make(text, "0", NULL, 16, 0, seed + 7);
+    ck_assert(clg_session_ensure_optim(one) == CLG_OK);
+    ck_assert_msg(clg_session_load(one, path, 1) == CLG_OK, "%s", clg_last_error(ctx()));
+    ck_assert_msg(strstr(one->resumed_from, "2 device(s)") != NULL, "resumed_from '%s'", one->resumed_from);
+    ck_assert_int_eq(one->step, 5);
+    ck_assert(max_rel_diff(one, two) == 0);
+    /* one more identical step on both: still equal within the 1-vs-2 tolerance */
+    train(one, seed + 3, 1, 16, NULL);
+    train(two, seed + 3, 1, 16, NULL);
+    ck_assert(max_rel_diff(one, two) <= TOL);
+    /* and back onto 2 devices: every lane gets the weights */
+    clg_model *two_b = make(text, "all", NULL, 16, 0, seed + 9);
+    ck_assert(clg_session_ensure_optim(two_b) == CLG_OK);
+    ck_assert(clg_session_load(two_b, path, 1) == CLG_OK);
+    ck_assert_msg(two_b->resumed_from[0] == 0, "same device count: '%s'", two_b->resumed_from);
+    check_replicas_identical(two_b);
+    unlink(path);
+    clg_session_free(one);
+    clg_session_free(two);
+    clg_session_free(two_b);
+    free(text);
+}
+END_TEST
+
+/* A device failing mid-step: a clear status naming it, no hang. */
+START_TEST(failing_device)
+{
+    if (!two_devices())
+        return;
+    uint64_t seed = tu_seed();
+    clg_model *m = make(NET_DROP, "all", NULL, 32, 0, seed);
+    train(m, seed, 2, 32, NULL);
+    m->dp->fault_lane = 1;
+    m->dp->fault_step = m->step;
+    clg_rng rng;
+    clg_rng_seed(&rng, seed, 6);
+    ck_assert(clg_session_stage_wait(m, 0) == CLG_OK);
+    synth(&rng, m->xhost[0], m->yhost[0], 32, 1, 8, 8);
+    ck_assert(clg_session_upload(m, 0, 32, 1) == CLG_OK);
+    double t0 = clg_now_sec();
+    clg_status st = clg_session_train_step(m, 0, 0.05, NULL);
+    ck_assert_int_eq(st, CLG_ERR_OPENCL);
+    const char *msg = clg_last_error(ctx());
+    char want[64];
+    snprintf(want, sizeof want, "device %d (", m->dp->lanes[1].dev->index);
+    ck_assert_msg(strstr(msg, want) && strstr(msg, "injected fault"), "message: %s", msg);
+    ck_assert(clg_now_sec() - t0 < 60);
+    clg_session_free(m);
+}
+END_TEST
+
+int main(void)
+{
+    if (!two_devices()) {
+        clg_ctx_destroy(g_ctx);
+        return TU_SKIP;
+    }
+    Suite *s = suite_create("dp");
+    TCase *tc = tcase_create("dp");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, lenet5_1_vs_2);
+    tcase_add_test(tc, dropout_residual_1_vs_2);
+    tcase_add_test(tc, uneven_splits);
+    tcase_add_test(tc, batchnorm_replicas_identical);
+    tcase_add_test(tc, shares_follow_speed);
+    tcase_add_test(tc, fp16_overflow_skips_everywhere);
+    tcase_add_test(tc, resume_other_device_count);
+    tcase_add_test(tc, failing_device);
+    suite_add_tcase(s, tc);
+    int rc = tu_run(s);
+    clg_ctx_destroy(g_ctx);
+    return rc;
+}
