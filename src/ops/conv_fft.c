@@ -162,8 +162,14 @@ static clg_status fft_run(clg_device *dev, const fft_plan *p, cl_mem in, cl_mem 
     cl_mem tmp = NULL;
     if (p->tmp_bytes)
         CLG_TRY(clg_buf_alloc(dev, p->tmp_bytes, &tmp));
+    /* clFFT's enqueue is not safe from two threads at once (its kernel
+     * repository and argument setting are shared): with devices driven by
+     * their own threads, transforms on two devices at the same time gave
+     * wrong results. Enqueues are short; the transforms still overlap. */
+    pthread_mutex_lock(&g_fft_lock);
     clfftStatus e = clfftEnqueueTransform(p->h, p->inverse ? CLFFT_BACKWARD : CLFFT_FORWARD, 1, &dev->queue, 0, NULL,
                                           NULL, &in, &out, tmp);
+    pthread_mutex_unlock(&g_fft_lock);
     clg_buf_release(dev, tmp);
     if (e != CLFFT_SUCCESS)
         return fft_fail(dev, e, "clfftEnqueueTransform");

@@ -303,11 +303,13 @@ void clg_dp_shares(const clg_dp *dp, char *buf, size_t cap)
 
 // ---- reduction ----
 
-static void fail(clg_dp *dp, int lane)
+static void fail(clg_dp *dp, int lane, clg_status st)
 {
     pthread_mutex_lock(&dp->mu);
-    if (dp->fail_lane < 0)
+    if (dp->fail_lane < 0) {
         dp->fail_lane = lane;
+        dp->fail_status = st;
+    }
     dp->abort = 1;
     pthread_cond_broadcast(&dp->cv);
     pthread_mutex_unlock(&dp->mu);
@@ -535,7 +537,7 @@ static clg_status lane_train_fn(void *arg, int lane)
     clg_dp *dp = arg;
     clg_status st = lane_train(dp, &dp->lanes[lane]);
     if (st != CLG_OK)
-        fail(dp, lane);
+        fail(dp, lane, st);
     return st;
 }
 
@@ -603,7 +605,11 @@ static clg_status report(clg_dp *dp, clg_status st, int failed)
 {
     if (st == CLG_OK)
         return CLG_OK;
-    int f = dp->fail_lane >= 0 ? dp->fail_lane : failed;
+    int f = failed;
+    if (dp->fail_lane >= 0) {
+        f = dp->fail_lane;
+        st = dp->fail_status;
+    }
     clg_device *dev = dp->lanes[f].dev;
     char msg[CLG_ERR_LEN];
     snprintf(msg, sizeof msg, "%s", dev->err.msg);
@@ -656,7 +662,7 @@ static clg_status lane_forward_fn(void *arg, int lane)
     clg_dp *dp = arg;
     clg_status st = lane_forward(dp, &dp->lanes[lane]);
     if (st != CLG_OK)
-        fail(dp, lane);
+        fail(dp, lane, st);
     return st;
 }
 

@@ -85,6 +85,7 @@ typedef struct clg_dp {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int abort, fail_lane;
+    clg_status fail_status; /* of the first lane that failed (not the ones abandoning the step) */
     clg_dp_job job;
     /* test aid (CLGRAD_TEST_SLOW_LANE=L:F): lane L waits F times its compute
      * time after each step, posing as a device 1/(1+F) as fast */

@@ -3,14 +3,18 @@
  * replicas bitwise identical, uneven splits, speed-following shares, fp16
  * overflow on one device, resume across device counts, a failing device.
  *
- * Tolerance (1 vs 2 devices): the two runs differ only in the order the
- * per-sample gradient contributions are summed (one device sums the whole
- * batch in its kernels; two sum their halves and the host adds the two
- * halves), a rounding difference of ~1e-7 relative per step that 20 SGD
- * steps with momentum grow to ~1e-6..1e-5. A wrong gradient scale (1/local
- * instead of 1/global batch), a lost or doubled slice, or a dropout mask
- * that depends on the device count moves the weights by 1e-2 or more.
- * Bound: relative L2 difference per tensor <= 2e-4. */
+ * Tolerance (1 vs 2 devices, per step from the same state): the two runs
+ * differ in the order per-sample gradient contributions are summed (one
+ * device sums the whole batch in its kernels, two sum their slices and the
+ * host adds them) and in kernel blocking for other batch sizes: ~1e-7
+ * relative. TOL = 1e-5 per tensor (relative L2 of the weights after the
+ * step). A ReLU or max-pool decision that sits within rounding of its
+ * threshold can flip between the two runs and move one unit's gradient by
+ * a whole sample's contribution (~1e-3 seen, rarely); up to 2 of the 20
+ * steps may do so, bounded by TOL_STEP = 2e-2. A wrong gradient scale
+ * (1/local batch), a lost or doubled slice, or a dropout mask that depends
+ * on the device count is off by 1e-2 or more on every step. The global
+ * loss sum and correct count must agree on every step. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +24,9 @@
 #include "testutil.h"
 #include "train/session.h"
 
-#define TOL 2e-4
+#define TOL 1e-5
+#define TOL_STEP 2e-2
+#define STEPS 20
 
 static clg_ctx *g_ctx;
 
@@ -39,7 +45,7 @@ static const char *NET_DROP = "[net]\nchannels = 1\nheight = 8\nwidth = 8\nclass
                               "[add]\nname = res\ninput = c1, c2\n"
                               "[maxpool]\nsize = 2\n"
                               "[dense]\nname = fc1\nunits = 16\nactivation = relu\n"
-                              "[dropout]\nprobability = 0.3\n"
+                              "[dropout]\np = 0.3\n"
                               "[dense]\nname = fc\nunits = 4\n"
                               "[softmax]\nname = loss\n";
 static const char *NET_BN = "[net]\nchannels = 1\nheight = 8\nwidth = 8\nclasses = 4\nbatch = 32\n"
@@ -93,6 +99,15 @@ static void synth(clg_rng *rng, float *x, int32_t *y, int n, int c, int h, int w
             x[(size_t)i * c * h * w + p] = clg_rng_uniform(rng) + (q == k ? 0.5f : 0.0f);
         }
     }
+}
+
+/* One step on n fresh samples; res: the global {loss sum, correct}. */
+static void step_on(clg_model *m, clg_rng *rng, int n, float *res)
+{
+    ck_assert(clg_session_stage_wait(m, 0) == CLG_OK);
+    synth(rng, m->xhost[0], m->yhost[0], n, m->net->in_c, m->net->in_h, m->net->in_w);
+    ck_assert_msg(clg_session_upload(m, 0, n, 1) == CLG_OK, "%s", clg_last_error(ctx()));
+    ck_assert_msg(clg_session_train_step(m, 0, m->hp.learning_rate, res) == CLG_OK, "%s", clg_last_error(ctx()));
 }
 
 /* `steps` steps of n samples; res_sum receives the summed loss of each step. */
@@ -185,25 +200,48 @@ static double max_rel_diff(clg_model *a, clg_model *b)
     return worst;
 }
 
-/* 1 device vs 2 devices: same seed, same global batches. */
+/* 1 device vs 2 devices, same seed and global batches, 20 steps. Each step
+ * starts both from the same state (the 1-device model's weights and
+ * optimizer state, through a checkpoint), so a difference is that step's
+ * alone and cannot compound. */
 static void compare_1_vs_2(const char *text, const char *what, int batch, int n, const char *split)
 {
     uint64_t seed = tu_seed();
     clg_model *one = make(text, "0", NULL, batch, 0, seed), *two = make(text, "0,1", split, batch, 0, seed);
     ck_assert_int_eq(two->dp->n, 2);
-    double l1 = 0, l2 = 0;
-    train(one, seed, 20, n, &l1);
-    train(two, seed, 20, n, &l2);
-    /* step 1 runs on identical weights: the global loss sums agree to rounding */
-    ck_assert_msg(fabs(l1 - l2) <= 1e-5 * fabs(l1) + 1e-6, "%s: first-step loss sum 1 device %.8g, 2 devices %.8g",
-                  what, l1, l2);
-    double d = max_rel_diff(two, one);
+    if (n < 4) /* single samples with the model's rate may diverge: not what is tested here */
+        one->hp.learning_rate = two->hp.learning_rate = 0.005;
+    ck_assert(clg_session_ensure_optim(one) == CLG_OK && clg_session_ensure_optim(two) == CLG_OK);
+    char path[256];
+    snprintf(path, sizeof path, "test_dp_sync_%d.safetensors", (int)getpid());
+    clg_rng r1, r2;
+    clg_rng_seed(&r1, seed, 99);
+    clg_rng_seed(&r2, seed, 99);
+    int close = 0;
+    double worst = 0;
+    for (int s = 0; s < STEPS; s++) {
+        if (s > 0) {
+            ck_assert_msg(clg_session_save(one, path, 1, 0) == CLG_OK, "%s", clg_last_error(ctx()));
+            ck_assert_msg(clg_session_load(two, path, 1) == CLG_OK, "%s", clg_last_error(ctx()));
+        }
+        float l1[2], l2[2];
+        step_on(one, &r1, n, l1);
+        step_on(two, &r2, n, l2);
+        ck_assert_msg(fabs(l1[0] - l2[0]) <= 1e-5 * fabs(l1[0]) + 1e-6 && l1[1] == l2[1],
+                      "%s step %d: global loss sum / correct 1 device %.8g / %g, 2 devices %.8g / %g", what, s,
+                      l1[0], l1[1], l2[0], l2[1]);
+        double d = max_rel_diff(two, one);
+        ck_assert_msg(d <= TOL_STEP, "%s step %d: 2-device weights differ from 1-device weights by %g", what, s, d);
+        close += d <= TOL;
+        worst = fmax(worst, d);
+        check_replicas_identical(two);
+    }
+    unlink(path);
     char sh[64];
     clg_dp_shares(two->dp, sh, sizeof sh);
-    fprintf(stderr, "%s (batch %d of %d, split %s -> %s): weights after 20 steps, 2 vs 1 device: rel L2 diff %.2e\n",
-            what, n, batch, split ? split : "auto", sh, d);
-    ck_assert_msg(d <= TOL, "%s: 2-device weights differ from 1-device weights by %g (tolerance %g)", what, d, TOL);
-    check_replicas_identical(two);
+    fprintf(stderr, "%s (batch %d of %d, split %s -> %s): %d of %d steps within %g, worst %.2e\n", what, n, batch,
+            split ? split : "auto", sh, close, STEPS, TOL, worst);
+    ck_assert_msg(close >= STEPS - 2, "%s: only %d of %d steps agree within %g", what, close, STEPS, TOL);
     clg_session_free(one);
     clg_session_free(two);
 }
@@ -269,8 +307,10 @@ START_TEST(shares_follow_speed)
     clg_dp_shares(m->dp, sh, sizeof sh);
     fprintf(stderr, "lane 1 slowed to half speed: shares %s after 24 steps (ideal 0.67/0.33), %d re-balances\n", sh,
             m->dp->rebalances);
-    /* ideal 2/3 for lane 0; timing noise of a shared machine gets a wide margin, an even or inverted split fails */
-    ck_assert_msg(m->dp->share[0] >= 0.56 && m->dp->share[0] <= 0.80, "shares %s", sh);
+    /* ideal 2/3 for lane 0, but pthread devices share one worker pool: while lane 1 sleeps, lane 0 has every
+     * core and looks faster than it is; timing noise of a shared machine gets a wide margin too. An even or
+     * inverted split fails. */
+    ck_assert_msg(m->dp->share[0] >= 0.56 && m->dp->share[0] <= 0.95, "shares %s", sh);
     check_replicas_identical(m);
     clg_session_free(m);
     free(text);
