@@ -280,6 +280,8 @@ typedef struct clg_train_params {
     const char *devices;        /* as clg_model_params.devices; NULL: the one device `device` */
     const char *split;          /* as clg_model_params.split */
     double bucket_mb;           /* as clg_model_params.bucket_mb */
+    const char *trace;          /* Chrome-trace timeline of the first trace_steps steps (NULL: none) */
+    int trace_steps;            /* 0: 20 */
 } clg_train_params;
 
 typedef struct clg_train_report {
@@ -324,6 +326,7 @@ typedef struct clg_bench_train_params {
     const char *devices;   /* as clg_model_params.devices; NULL: the one device `device` */
     const char *split;     /* as clg_model_params.split */
     double bucket_mb;      /* as clg_model_params.bucket_mb */
+    const char *trace;     /* Chrome-trace timeline of the timed steps (NULL: none) */
 } clg_bench_train_params;
 typedef struct clg_bench_train_report {
     double images_per_s;  /* batch * steps / time of the timed steps */

@@ -20,6 +20,7 @@ static void help(FILE *f)
                "  --devices SEL   device selector (default all): one replica per device, batch split\n"
                "  --split S       auto (by measured speed; default), even, or weights such as 3,1\n"
                "  --bucket-mb X   gradient reduction bucket size in MiB (default 25)\n"
+               "  --trace FILE    Chrome-trace timeline of the timed steps (JSON)\n"
                "  --seed N        seed (default 1)\n"
                "  --precision P   fp32 (default) or fp16 (half storage, fp32 master weights)\n"
                "  --json          one JSON object: model, batch, devices, images_per_s, ...\n"
@@ -44,6 +45,7 @@ int bench_train(int argc, char **argv)
         if ((r = cli_opt_str(argc, argv, &i, "--model", &p.model)) != 0 ||
             (r = cli_opt_str(argc, argv, &i, "--precision", &p.precision)) != 0 ||
             (r = cli_opt_str(argc, argv, &i, "--split", &p.split)) != 0 ||
+            (r = cli_opt_str(argc, argv, &i, "--trace", &p.trace)) != 0 ||
             (r = cli_opt_str(argc, argv, &i, "--devices", &devices)) != 0) {
             if (r < 0)
                 return CLI_USAGE;

@@ -32,6 +32,8 @@ static void help(FILE *f)
             "  --split S            batch split: auto (by measured speed, re-balanced; default), even,\n"
             "                       or weights per device such as 3,1\n"
             "  --bucket-mb X        gradient reduction bucket size in MiB (default 25)\n"
+            "  --trace FILE.json    Chrome-trace timeline of the first 20 steps (per device: layers,\n"
+            "                       uploads, gradient bucket transfers, reduction, waits)\n"
             "  --precision P        fp32 (default) or fp16: activations and weights stored in half,\n"
             "                       fp32 master weights, dynamic loss scaling (layers compute in fp32)\n"
             "  --checkpoint DIR     save DIR/last.safetensors after every epoch and at the end\n"
@@ -119,6 +121,7 @@ int cmd_train(int argc, char **argv)
         OPT(cli_opt_str(argc, argv, &i, "--augment", &p.augment));
         OPT(cli_opt_str(argc, argv, &i, "--devices", &devices));
         OPT(cli_opt_str(argc, argv, &i, "--split", &p.split));
+        OPT(cli_opt_str(argc, argv, &i, "--trace", &p.trace));
         if ((r = cli_opt_double(argc, argv, &i, "--bucket-mb", &d)) != 0) {
             if (r < 0 || !(d > 0 && d <= 65536))
                 return r < 0 ? CLI_USAGE : cli_usage_error("train", "--bucket-mb must be in (0, 65536]");

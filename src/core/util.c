@@ -1,6 +1,7 @@
 /* Hashing, CRC, files, time, random numbers and a small string builder. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
@@ -34,7 +35,7 @@ uint64_t clg_hash_str(const char *s, uint64_t seed)
 }
 
 static uint32_t crc_table[256];
-static int crc_ready;
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
 
 static void crc_init(void)
 {
@@ -44,13 +45,11 @@ static void crc_init(void)
             c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
         crc_table[i] = c;
     }
-    crc_ready = 1;
 }
 
 uint32_t clg_crc32(uint32_t crc, const void *data, size_t len)
 {
-    if (!crc_ready)
-        crc_init(); /* idempotent; a benign race writes identical values */
+    pthread_once(&crc_once, crc_init); /* devices' threads checksum concurrently */
     const unsigned char *p = data;
     crc = ~crc;
     for (size_t i = 0; i < len; i++)

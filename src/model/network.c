@@ -959,6 +959,8 @@ clg_status clg_replica_forward(clg_replica *r, int n, int training)
             clFinish(r->dev->queue);
             r->prof_fwd[i] += 1000 * (clg_now_sec() - t0);
         }
+        if (r->after_layer)
+            CLG_TRY(r->after_layer(r->after_layer_user, i, 0));
     }
     if (r->profile)
         r->prof_calls++;
@@ -1037,8 +1039,8 @@ static clg_status backward_fp16(clg_replica *r, int n, char *written)
             clFinish(r->dev->queue);
             r->prof_bwd[i] += 1000 * (clg_now_sec() - t0);
         }
-        if (r->grad_ready)
-            CLG_TRY(r->grad_ready(r->grad_ready_user, i));
+        if (r->after_layer)
+            CLG_TRY(r->after_layer(r->after_layer_user, i, 1));
     }
     return CLG_OK;
 }
@@ -1109,8 +1111,8 @@ clg_status clg_replica_backward(clg_replica *r, int n)
         for (int k = 0; k < l->nin && st == CLG_OK; k++)
             if (pending[k])
                 st = add_kernel(r->dev, r->dact[l->inputs[k]].mem, r->scratch[k], clg_tensor_numel(&din[k]));
-        if (st == CLG_OK && r->grad_ready)
-            st = r->grad_ready(r->grad_ready_user, i);
+        if (st == CLG_OK && r->after_layer)
+            st = r->after_layer(r->after_layer_user, i, 1);
     }
     free(written);
     return st;

@@ -98,12 +98,13 @@ typedef struct clg_replica {
     uint64_t fp32_offset_bytes; /* fp16 only: fp32 storage with the arena planner fp16 uses */
     cl_mem *subs;         /* fp16: one arena (slots[0]), a sub-buffer per tensor */
     int nsubs;
-    /* (optional) called by backward right after layer `layer`'s backward is
-     * enqueued: its parameters' gradients are final once the commands
-     * enqueued so far are done (the data-parallel reduction starts the
-     * transfer of a finished gradient bucket from here). */
-    clg_status (*grad_ready)(void *user, int layer);
-    void *grad_ready_user;
+    /* (optional) called right after layer `layer`'s forward (backward = 0)
+     * or backward (backward = 1) is enqueued. After a backward, the layer's
+     * parameter gradients are final once the commands enqueued so far are
+     * done: the data-parallel reduction starts the transfer of a finished
+     * gradient bucket from here (and the trace places its markers). */
+    clg_status (*after_layer)(void *user, int layer, int backward);
+    void *after_layer_user;
 } clg_replica;
 
 struct clg_net {

@@ -82,10 +82,10 @@ static void wino_layout(clg_device *dev, int A2, int R, int D, int TI, wino_lay 
     if (b == CLG_GEMM_AUTO || b == CLG_GEMM_OWN) {
         /* parameters for the product of a full chunk (batch-independent) */
         int Tref = wino_chunk_max(dev, (size_t)A2 * TI * ((size_t)R + D)) * TI;
-        clg_err saved = dev->ctx->err;
+        clg_err saved = dev->err;
         if (clg_gemm_pack_layout(dev, R, Tref, D, NULL, &w->L) == CLG_OK)
             w->packed = 1;
-        dev->ctx->err = saved; /* a family without panels is no error here */
+        dev->err = saved; /* a family without panels is no error here */
     }
     w->PA = w->packed ? w->L.PA : 1;
     w->Kp = w->packed ? clg_gemm_layout_kp(&w->L, D) : D;

@@ -892,11 +892,11 @@ static clg_gemm_backend resolve(clg_device *dev, const clg_gemm_args *a, clg_gem
     if (!db || !db->auto_measure || flops < 1e9 || flops > 2e11)
         return CLG_GEMM_OWN;
     /* measure once (errors are kept out of the caller's way) */
-    clg_err saved = dev->ctx->err;
+    clg_err saved = dev->err;
     double t_own = 0, t_cb = 0;
     clg_status s1 = clg_gemm_time(dev, a, CLG_GEMM_OWN, NULL, 3, &t_own);
     clg_status s2 = s1 == CLG_OK ? clg_gemm_time(dev, a, CLG_GEMM_CLBLAST, NULL, 3, &t_cb) : s1;
-    dev->ctx->err = saved;
+    dev->err = saved;
     if (s1 != CLG_OK)
         return CLG_GEMM_OWN;
     clg_tune_entry ne;
@@ -910,8 +910,8 @@ static clg_gemm_backend resolve(clg_device *dev, const clg_gemm_args *a, clg_gem
     clg_log(1, "gemm auto %s on %s: own %.3f ms, clblast %.3f ms -> %s", cls, dev->info.name, t_own, t_cb,
             ne.backend);
     if (clg_tune_put(dev, &ne) == CLG_OK && clg_tune_save(dev) != CLG_OK)
-        clg_log(1, "could not save the tuning database: %s", dev->ctx->err.msg);
-    dev->ctx->err = saved;
+        clg_log(1, "could not save the tuning database: %s", dev->err.msg);
+    dev->err = saved;
     return cb ? CLG_GEMM_CLBLAST : CLG_GEMM_OWN;
 }
 

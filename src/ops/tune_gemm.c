@@ -7,9 +7,9 @@
 
 static int add(clg_device *dev, clg_gemm_params *out, int max, int n, const clg_gemm_params *p)
 {
-    clg_err saved = dev->ctx->err;
+    clg_err saved = dev->err;
     int ok = clg_gemm_params_check(dev, p) == CLG_OK;
-    dev->ctx->err = saved;
+    dev->err = saved;
     if (!ok)
         return n;
     if (n < max)

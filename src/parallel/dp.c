@@ -9,6 +9,8 @@
 
 #define DEFAULT_BUCKET_MB 25.0
 
+static clg_status after_layer(void *user, int layer, int backward);
+
 // ---- device selection ----
 
 clg_status clg_dp_select(clg_ctx *ctx, const char *sel, int *devs, int *ndev)
@@ -195,6 +197,10 @@ clg_status clg_dp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, 
         /* the lane's own batch is at most the global batch */
         st = clg_lane_init(&dp->lanes[i], i, net, dev, seed, net->batch);
         dp->hooks[i] = (clg_dp_hook){dp, i};
+        if (st == CLG_OK) {
+            dp->lanes[i].rep->after_layer = after_layer;
+            dp->lanes[i].rep->after_layer_user = &dp->hooks[i];
+        }
         if (st != CLG_OK)
             st = clg_err_set(err, st, "device %d (%s): %s", devs[i], dev->info.name, dev->err.msg);
     }
@@ -285,6 +291,8 @@ clg_status clg_dp_upload(clg_dp *dp, int s, const float *x, const int32_t *y, in
     for (int i = 0; i < dp->n; i++) {
         dp->off[s][i] = off;
         clg_status st = clg_lane_upload(&dp->lanes[i], s, x, y, dp->sample, off, dp->cnt[s][i]);
+        if (st == CLG_OK && dp->lanes[i].up_ev[s] && clg_trace_on(dp->trace, dp->job.step))
+            clg_trace_cl(dp->trace, i, CLG_TR_TRANSFER, "upload", NULL, dp->lanes[i].up_ev[s]);
         if (st != CLG_OK)
             return clg_err_set(&dp->ctx->err, st, "device %d (%s): %s", dp->lanes[i].dev->index,
                                dp->lanes[i].dev->info.name, dp->lanes[i].dev->err.msg);
@@ -365,19 +373,21 @@ static void average_state(clg_dp *dp)
     }
 }
 
-/* Registers lane l's arrival at a reduction point; the last lane runs fn. */
-static void arrive(clg_dp *dp, int *arrived, int *done, void (*fn)(clg_dp *, int), int b)
+/* Registers a lane's arrival at a reduction point; the last lane runs fn
+ * (returns 1 then). */
+static int arrive(clg_dp *dp, int *arrived, int *done, void (*fn)(clg_dp *, int), int b)
 {
     pthread_mutex_lock(&dp->mu);
     int last = ++*arrived == dp->n;
     pthread_mutex_unlock(&dp->mu);
     if (!last)
-        return;
+        return 0;
     fn(dp, b);
     pthread_mutex_lock(&dp->mu);
     *done = 1;
     pthread_cond_broadcast(&dp->cv);
     pthread_mutex_unlock(&dp->mu);
+    return 1;
 }
 
 static void state_fn(clg_dp *dp, int b)
@@ -386,12 +396,35 @@ static void state_fn(clg_dp *dp, int b)
     average_state(dp);
 }
 
-/* Backward hook: enqueue the read of every bucket finished by `layer`. */
-static clg_status grad_ready(void *user, int layer)
+/* Trace: a marker on the compute queue; the span since the previous one
+ * is `name` (the first marker of a step only starts the span). */
+static clg_status mark(clg_dp *dp, clg_lane *l, const char *name)
+{
+    if (!clg_trace_on(dp->trace, dp->job.step))
+        return CLG_OK;
+    cl_event m = NULL;
+    CLG_CL_CHECK(clg_dev_err(l->dev), clEnqueueMarkerWithWaitList(l->dev->queue, 0, NULL, &m));
+    if (name && l->mark)
+        clg_trace_cl(dp->trace, l->index, CLG_TR_COMPUTE, name, l->mark, m);
+    clg_release_event(&l->mark);
+    l->mark = m;
+    return CLG_OK;
+}
+
+/* After each layer: trace marker; after a backward, the read of every
+ * bucket the layer finished. */
+static clg_status after_layer(void *user, int layer, int backward)
 {
     clg_dp_hook *h = user;
     clg_dp *dp = h->dp;
     clg_lane *l = &dp->lanes[h->lane];
+    if (dp->trace) {
+        char name[80];
+        snprintf(name, sizeof name, "%s %s", backward ? "bwd" : "fwd", l->rep->layers[layer].name);
+        CLG_TRY(mark(dp, l, name));
+    }
+    if (!backward || dp->n < 2 || dp->job.training < 1)
+        return CLG_OK;
     for (int b = 0; b < dp->nbuckets; b++)
         if (dp->b_layer[b] == layer) {
             clg_release_event(&l->bev[b]);
@@ -399,6 +432,11 @@ static clg_status grad_ready(void *user, int layer)
                          clEnqueueReadBuffer(l->dev->queue, l->arena, CL_FALSE, dp->b_off[b], dp->b_bytes[b],
                                              (char *)l->ghost + dp->b_off[b], 0, NULL, &l->bev[b]));
             CLG_CL_CHECK(clg_dev_err(l->dev), clFlush(l->dev->queue));
+            if (clg_trace_on(dp->trace, dp->job.step)) {
+                char name[48];
+                snprintf(name, sizeof name, "grad read bucket %d", b);
+                clg_trace_cl(dp->trace, l->index, CLG_TR_TRANSFER, name, NULL, l->bev[b]);
+            }
         }
     return CLG_OK;
 }
@@ -427,11 +465,22 @@ static clg_status reduce(clg_dp *dp, clg_lane *l, double t0)
         CLG_CL_CHECK(err, clWaitForEvents(1, &l->wev));
     }
     for (int b = 0; b < dp->nbuckets; b++) {
+        double w0 = clg_now_sec();
         if (on) {
             CLG_CL_CHECK(err, clWaitForEvents(1, &l->bev[b]));
             clg_release_event(&l->bev[b]);
         }
-        arrive(dp, &dp->arrived[b], &dp->summed[b], sum_bucket, b);
+        double w1 = clg_now_sec();
+        int summed = arrive(dp, &dp->arrived[b], &dp->summed[b], sum_bucket, b);
+        if (clg_trace_on(dp->trace, dp->job.step)) {
+            char name[48];
+            snprintf(name, sizeof name, "wait own bucket %d", b);
+            clg_trace_host(dp->trace, l->index, name, w0, w1);
+            if (summed) {
+                snprintf(name, sizeof name, "sum bucket %d", b);
+                clg_trace_host(dp->trace, l->index, name, w1, clg_now_sec());
+            }
+        }
     }
     if (dp->nstate > 0) {
         if (on) {
@@ -450,10 +499,21 @@ static clg_status reduce(clg_dp *dp, clg_lane *l, double t0)
         sleep_s(l->t_compute * dp->slow_factor);
         l->t_compute *= 1 + dp->slow_factor;
     }
+    int tr = clg_trace_on(dp->trace, dp->job.step);
     for (int b = 0; b < dp->nbuckets; b++) {
+        double w0 = clg_now_sec();
         CLG_TRY(wait_flag(dp, l, &dp->summed[b]));
+        cl_event wv = NULL;
         CLG_CL_CHECK(err, clEnqueueWriteBuffer(l->dev->queue, l->arena, CL_FALSE, dp->b_off[b], dp->b_bytes[b],
-                                               (char *)dp->gsum + dp->b_off[b], 0, NULL, NULL));
+                                               (char *)dp->gsum + dp->b_off[b], 0, NULL, tr ? &wv : NULL));
+        if (tr) {
+            char name[48];
+            snprintf(name, sizeof name, "wait sum bucket %d", b);
+            clg_trace_host(dp->trace, l->index, name, w0, clg_now_sec());
+            snprintf(name, sizeof name, "grad write bucket %d", b);
+            clg_trace_cl(dp->trace, l->index, CLG_TR_TRANSFER, name, NULL, wv);
+            clReleaseEvent(wv);
+        }
     }
     if (dp->nstate > 0) {
         CLG_TRY(wait_flag(dp, l, &dp->s_done));
@@ -482,6 +542,7 @@ static clg_status lane_train(clg_dp *dp, clg_lane *l)
         return clg_cl_fail(err, CL_INVALID_COMMAND_QUEUE, "clEnqueueNDRangeKernel (injected fault)", __FILE__, __LINE__);
     if (n > 0) {
         CLG_TRY(clg_lane_use_stage(l, s, 1, j->grad_scale));
+        CLG_TRY(mark(dp, l, NULL));
         for (int i = 0; i < l->rep->nlayers; i++)
             clg_layer_set_rng(&l->rep->layers[i], j->seed, j->step, (uint32_t)l->off[s]);
         CLG_TRY(clg_replica_forward(l->rep, n, 1));
@@ -491,8 +552,6 @@ static clg_status lane_train(clg_dp *dp, clg_lane *l)
             CLG_CL_CHECK(err, clEnqueueReadBuffer(l->dev->queue, l->rep->layers[l->rep->loss_index].loss.result,
                                                   ev ? CL_FALSE : CL_TRUE, 0, 2 * sizeof(float), res, 0, NULL, ev));
         }
-        l->rep->grad_ready = dp->n > 1 ? grad_ready : NULL;
-        l->rep->grad_ready_user = &dp->hooks[l->index];
         CLG_TRY(clg_replica_backward(l->rep, n));
     } else if (j->res) {
         j->res[2 * l->index] = j->res[2 * l->index + 1] = 0;
@@ -527,7 +586,9 @@ static clg_status lane_train(clg_dp *dp, clg_lane *l)
                            "gradient norm is not finite at step %u (diverged: lower the learning rate)", j->step);
     if (j->clip_norm > 0 && norm > j->clip_norm)
         gscale *= (float)(j->clip_norm / norm);
+    CLG_TRY(mark(dp, l, NULL));
     CLG_TRY(clg_optim_step(l->opt, j->lr, gscale));
+    CLG_TRY(mark(dp, l, "optimizer"));
     CLG_CL_CHECK(err, clFlush(l->dev->queue));
     return CLG_OK;
 }

@@ -21,6 +21,7 @@
 
 #include "parallel/lane.h"
 #include "parallel/team.h"
+#include "parallel/trace.h"
 
 #define CLG_DP_MAX_LANES 16
 
@@ -91,6 +92,7 @@ typedef struct clg_dp {
      * time after each step, posing as a device 1/(1+F) as fast */
     int slow_lane;
     double slow_factor;
+    clg_trace *trace;      /* borrowed; NULL: no trace */
     /* fault injection (tests): lane fault_lane fails training step
      * fault_step (job step) as an enqueue error would */
     int fault_lane;

@@ -75,6 +75,7 @@ void clg_lane_release(clg_lane *l)
     }
     clg_release_event(&l->wev);
     clg_release_event(&l->res_ev);
+    clg_release_event(&l->mark);
     clg_buf_release(l->dev, l->dummy_labels);
     clg_optim_free(l->opt);
     if (l->rep)

@@ -41,6 +41,7 @@ typedef struct clg_lane {
     float res[2];             /* {loss sum, correct} of the last step's slice */
     double t_compute;         /* seconds the last step took until its gradients were read */
     double rate;              /* measured samples/s (exponential average), 0 unknown */
+    cl_event mark;            /* trace: the last marker on the compute queue */
 } clg_lane;
 
 /* Creates the lane's replica (weights from seed: identical on every lane),

@@ -367,6 +367,8 @@ clg_status clg_bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_be
         int s = i % CLG_STAGES, nx = (i + 1) % CLG_STAGES;
         if (i == p->warmup) {
             st = clg_dp_finish(m->dp);
+            if (st == CLG_OK && p->trace)
+                st = clg_session_trace_open(m, p->trace, p->steps);
             t_start = clg_now_sec();
         }
         double t0 = clg_now_sec();
@@ -399,6 +401,11 @@ clg_status clg_bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_be
         clg_dp_shares(m->dp, out->shares, sizeof out->shares);
     }
     free(times);
+    if (m->trace) {
+        clg_status tst = clg_session_trace_close(m);
+        if (st == CLG_OK)
+            st = tst;
+    }
     clg_replica_print_profile(clg_session_rep(m), stderr);
     clg_model_destroy(m);
     return st;

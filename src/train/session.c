@@ -65,6 +65,9 @@ void clg_session_free(clg_model *m)
 {
     if (!m)
         return;
+    if (m->dp)
+        m->dp->trace = NULL;
+    clg_trace_free(m->trace);
     clg_dp_free(m->dp);
     for (int s = 0; s < CLG_STAGES; s++) {
         free(m->xhost[s]);
@@ -73,6 +76,33 @@ void clg_session_free(clg_model *m)
     free(m->lane_res);
     clg_net_free(m->net);
     free(m);
+}
+
+clg_status clg_session_trace_open(clg_model *m, const char *path, int steps)
+{
+    clg_err *err = &m->ctx->err;
+    CLG_TRY(clg_trace_create(err, path, (int)CLG_MIN((int64_t)m->step + steps, INT32_MAX), &m->trace));
+    for (int i = 0; i < m->dp->n; i++) {
+        clg_status st = clg_trace_lane(m->trace, i, m->dp->lanes[i].dev);
+        if (st != CLG_OK) {
+            clg_trace_free(m->trace);
+            m->trace = NULL;
+            return clg_err_set(err, st, "trace: %s", m->dp->lanes[i].dev->err.msg);
+        }
+    }
+    m->dp->trace = m->trace;
+    return CLG_OK;
+}
+
+clg_status clg_session_trace_close(clg_model *m)
+{
+    if (!m->trace)
+        return CLG_OK;
+    clg_dp_finish(m->dp);
+    m->dp->trace = NULL;
+    clg_trace *t = m->trace;
+    m->trace = NULL;
+    return clg_trace_close(&m->ctx->err, t);
 }
 
 void clg_session_devices(const clg_model *m, char *buf, size_t cap)
@@ -205,6 +235,13 @@ static clg_status add_device_tensor(clg_model *m, clg_ckpt *ck, const char *name
     }
     CLG_CL_CHECK(err, clEnqueueReadBuffer(clg_session_dev(m)->queue, mem, CL_TRUE, 0, p->numel * sizeof(float), data,
                                           0, NULL, NULL));
+    const float *f = data;
+    for (size_t k = 0; k < p->numel; k++) /* a diverged model never replaces a good file */
+        if (!isfinite(f[k]))
+            return clg_err_set(err, CLG_ERR_INTERNAL,
+                               "not saving: tensor '%s' holds a non-finite value (%g at element %zu); the model "
+                               "diverged (lower the learning rate)",
+                               name, (double)f[k], k);
     return CLG_OK;
 }
 

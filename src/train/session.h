@@ -41,6 +41,7 @@ struct clg_model {
     int epoch;            /* current epoch (0-based) */
     int batch_in_epoch;   /* next batch index within the epoch */
     clg_metrics last;
+    clg_trace *trace;    /* --trace: owned until clg_session_trace_close */
     char resumed_from[256]; /* device set a resumed checkpoint was written with ("" when the same) */
     /* --precision fp16 (see CLG_LS_*) */
     int fp16;
@@ -90,6 +91,11 @@ CLG_INTERNAL clg_status clg_session_load(clg_model *m, const char *path, int wit
 /* Evaluation over a dataset (forward only). confusion (classes^2) may be NULL. */
 CLG_INTERNAL clg_status clg_session_evaluate(clg_model *m, const clg_dataset *ds, long limit, double *loss,
                                              double *acc, int64_t *confusion, int *samples);
+
+/* --trace FILE.json: a Chrome-trace timeline of the next `steps` training
+ * steps, written by clg_session_trace_close (see src/parallel/trace.h). */
+CLG_INTERNAL clg_status clg_session_trace_open(clg_model *m, const char *path, int steps);
+CLG_INTERNAL clg_status clg_session_trace_close(clg_model *m);
 
 /* A one-line description of the devices and their current shares. */
 CLG_INTERNAL void clg_session_devices(const clg_model *m, char *buf, size_t cap);

@@ -624,8 +624,15 @@ clg_status clg_train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_repo
                 ts.train->n, clg_optim_name(ts.m->hp.optimizer), ts.m->hp.learning_rate, ts.m->hp.epochs,
                 p->resume ? " (resumed)" : "");
     }
+    if (st == CLG_OK && p->trace)
+        st = clg_session_trace_open(ts.m, p->trace, p->trace_steps > 0 ? p->trace_steps : 20);
     if (st == CLG_OK)
         st = run(&ts, &rep);
+    if (ts.m && ts.m->trace) {
+        clg_status tst = clg_session_trace_close(ts.m);
+        if (st == CLG_OK)
+            st = tst;
+    }
     if (st == CLG_OK && fp16 && p->progress)
         fprintf(stderr, "precision fp16: final loss scale %g, %" PRId64 " of %" PRId64 " steps skipped (inf/NaN gradients)\n",
                 ts.m->loss_scale, ts.m->ls_skipped, ts.m->step);
