@@ -570,6 +570,10 @@ static clg_status lane_train(clg_dp *dp, clg_lane *l)
         overflow = !isfinite(norm);
         gscale = j->inv_loss_scale;
     } else {
+        if (l->index == dp->slow_lane && n > 0) { /* test aid, as in reduce() */
+            CLG_CL_CHECK(err, clFinish(l->dev->queue));
+            sleep_s((clg_now_sec() - t0) * dp->slow_factor);
+        }
         if (j->fp16)
             CLG_TRY(clg_optim_unscale_check(l->opt, j->inv_loss_scale, &overflow));
         if (!overflow && j->clip_norm > 0)

@@ -128,5 +128,36 @@ check 1 "precision" "failing run with the same checkpoint dir" -- \
     "$clgrad" train "$tmp/mlp.cfg" --data "$tmp/data" --epochs 4 --checkpoint "$tmp/ck" --resume --precision fp16
 n=$((n + 1)); cmp -s "$tmp/ck/last.safetensors" "$tmp/before.safetensors" || { echo "FAIL: checkpoint changed"; fails=$((fails + 1)); }
 
+# data parallelism (the test environment has two PoCL devices)
+ndev=$(POCL_DEVICES="$POCL_DEVICES" "$clgrad" devices 2>/dev/null | grep -c '^ *[0-9]')
+if [ "$ndev" -ge 2 ]; then
+    check 0 "devices 2, batch split" "train on every device" -- \
+        "$clgrad" train "$tmp/mlp.cfg" --data "$tmp/data" --epochs 1 --devices all --checkpoint "$tmp/ckdp" --seed 5
+    check 0 "note: resuming a checkpoint written on 2 device" "resume onto one device says so" -- \
+        "$clgrad" train "$tmp/mlp.cfg" --data "$tmp/data" --epochs 2 --devices 0 --checkpoint "$tmp/ckdp" --resume --seed 5
+    check 0 '"devices": 2, .*"shares": "0\.[0-9][0-9]/0\.[0-9][0-9]"' "bench train on two devices reports the shares" -- \
+        "$clgrad" bench train --model "$tmp/mlp.cfg" --batch 16 --steps 3 --json
+    check 0 "split 0.75/0.25" "fixed split weights" -- \
+        "$clgrad" bench train --model "$tmp/mlp.cfg" --batch 16 --steps 2 --split 3,1
+    check 1 "split 'x,y'" "bad split" -- "$clgrad" bench train --model "$tmp/mlp.cfg" --steps 2 --split x,y
+    check 0 "images/s" "bench train --trace" -- \
+        "$clgrad" bench train --model "$tmp/mlp.cfg" --batch 16 --steps 2 --bucket-mb 0.001 --trace "$tmp/trace.json"
+    n=$((n + 1))
+    "$py" - "$tmp/trace.json" <<'PYEOF' || { echo "FAIL: trace"; fails=$((fails + 1)); }
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+names = {e["name"].split(" bucket")[0] for e in ev if e["ph"] == "X"}
+lanes = {e["pid"] for e in ev if e["ph"] == "X"}
+want = {"fwd fc1", "bwd fc1", "optimizer", "upload", "grad read", "grad write", "wait own", "sum"}
+assert lanes == {0, 1}, lanes
+assert want <= names, want - names
+assert all(e["dur"] >= 0 for e in ev if e["ph"] == "X")
+PYEOF
+fi
+# a diverging run fails at once and writes no checkpoint
+check 1 "diverged" "diverging run" -- \
+    "$clgrad" train "$tmp/mlp.cfg" --data "$tmp/data" --epochs 1 --lr 1e30 --checkpoint "$tmp/ckdiv" --save "$tmp/div.safetensors"
+n=$((n + 1)); [ ! -e "$tmp/ckdiv/last.safetensors" ] && [ ! -e "$tmp/div.safetensors" ] || { echo "FAIL: diverged weights saved"; fails=$((fails + 1)); }
+
 echo "$n checks, $fails failed"
 [ "$fails" -eq 0 ]
