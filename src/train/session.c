@@ -274,6 +274,11 @@ static clg_status build_ckpt(clg_model *m, clg_ckpt *ck, int with_state, int64_t
     char devs[256];
     clg_session_devices(m, devs, sizeof devs);
     CLG_TRY(clg_ckpt_set_meta_i64(err, ck, "devices.count", m->dp->n));
+    for (int i = 0; i < m->dp->n; i++) { /* the split continues where it was */
+        char key[48];
+        snprintf(key, sizeof key, "devices.share.%d", i);
+        CLG_TRY(clg_ckpt_set_meta_f64(err, ck, key, m->dp->share[i]));
+    }
     CLG_TRY(clg_ckpt_set_meta(err, ck, "devices", devs));
     CLG_TRY(clg_ckpt_set_meta_i64(err, ck, CLG_CKPT_KEY_STEP, m->step));
     CLG_TRY(clg_ckpt_set_meta_i64(err, ck, CLG_CKPT_KEY_EPOCH, m->epoch));
@@ -511,6 +516,18 @@ clg_status clg_session_load(clg_model *m, const char *path, int with_state)
             clg_ckpt_get_meta_i64(err, ck, "devices.count", &nd) == CLG_OK && nd != m->dp->n) {
             const char *d = clg_ckpt_get_meta(ck, "devices");
             snprintf(m->resumed_from, sizeof m->resumed_from, "%" PRId64 " device(s): %s", nd, d ? d : "?");
+        } else if (st == CLG_OK && nd == m->dp->n && !m->dp->split_fixed) {
+            double sh[CLG_DP_MAX_LANES], sum = 0;
+            int ok = 1;
+            for (int i = 0; i < m->dp->n && ok; i++) {
+                char key[48];
+                snprintf(key, sizeof key, "devices.share.%d", i);
+                ok = clg_ckpt_get_meta(ck, key) && clg_ckpt_get_meta_f64(err, ck, key, &sh[i]) == CLG_OK &&
+                     isfinite(sh[i]) && sh[i] >= 0 && sh[i] <= 1;
+                sum += ok ? sh[i] : 0;
+            }
+            for (int i = 0; ok && sum > 0.99 && sum < 1.01 && i < m->dp->n; i++)
+                m->dp->share[i] = sh[i] / sum;
         }
     }
     clg_ckpt_free(ck);

@@ -390,6 +390,39 @@ START_TEST(resume_other_device_count)
 }
 END_TEST
 
+/* Resume onto the same two devices with a fixed split is bitwise exact:
+ * 10 steps straight = 5 steps, checkpoint, a new model, 5 steps. */
+START_TEST(resume_same_devices_exact)
+{
+    if (!two_devices())
+        return;
+    uint64_t seed = tu_seed();
+    clg_model *a = make(NET_DROP, "all", "even", 32, 0, seed), *b = make(NET_DROP, "all", "even", 32, 0, seed);
+    clg_rng ra, rb;
+    clg_rng_seed(&ra, seed, 11);
+    clg_rng_seed(&rb, seed, 11);
+    float res[2];
+    for (int s = 0; s < 10; s++)
+        step_on(a, &ra, 32, res);
+    for (int s = 0; s < 5; s++)
+        step_on(b, &rb, 32, res);
+    char path[256];
+    snprintf(path, sizeof path, "test_dp_exact_%d.safetensors", (int)getpid());
+    ck_assert(clg_session_save(b, path, 1, 0) == CLG_OK);
+    clg_session_free(b);
+    b = make(NET_DROP, "all", "even", 32, 0, seed + 1);
+    ck_assert(clg_session_ensure_optim(b) == CLG_OK);
+    ck_assert_msg(clg_session_load(b, path, 1) == CLG_OK, "%s", clg_last_error(ctx()));
+    unlink(path);
+    for (int s = 0; s < 5; s++)
+        step_on(b, &rb, 32, res);
+    ck_assert(max_rel_diff(b, a) == 0);
+    check_replicas_identical(b);
+    clg_session_free(a);
+    clg_session_free(b);
+}
+END_TEST
+
 /* A device failing mid-step: a clear status naming it, no hang. */
 START_TEST(failing_device)
 {
@@ -433,6 +466,7 @@ int main(void)
     tcase_add_test(tc, shares_follow_speed);
     tcase_add_test(tc, fp16_overflow_skips_everywhere);
     tcase_add_test(tc, resume_other_device_count);
+    tcase_add_test(tc, resume_same_devices_exact);
     tcase_add_test(tc, failing_device);
     suite_add_tcase(s, tc);
     int rc = tu_run(s);
