@@ -452,10 +452,14 @@ clg_status clg_session_load(clg_model *m, const char *path, int with_state)
         /* a batch index within an epoch: at most the dataset's batches (checked against the data by the trainer) */
         if (st == CLG_OK)
             st = meta_i64_range(err, ck, path, "batch_in_epoch", 0, INT32_MAX, &bie);
+        int64_t seed = (int64_t)m->seed;
+        if (st == CLG_OK && clg_ckpt_get_meta(ck, "seed")) /* the run continues with its own shuffles and masks */
+            st = clg_ckpt_get_meta_i64(err, ck, "seed", &seed); /* any 64-bit seed (stored as int64) */
         if (st == CLG_OK) {
             m->step = step;
             m->epoch = (int)epoch;
             m->batch_in_epoch = (int)bie;
+            m->seed = (uint64_t)seed;
         }
         if (st == CLG_OK)
             st = clg_ckpt_get_meta_i64(err, ck, "batch", &v);
