@@ -593,7 +593,10 @@ static clg_status lane_train(clg_dp *dp, clg_lane *l)
     CLG_TRY(mark(dp, l, NULL));
     CLG_TRY(clg_optim_step(l->opt, j->lr, gscale));
     CLG_TRY(mark(dp, l, "optimizer"));
-    CLG_CL_CHECK(err, clFlush(l->dev->queue));
+    if (dp->n > 1) /* the step is synchronous anyway: run the update in this lane's thread (PoCL basic) */
+        CLG_CL_CHECK(err, clFinish(l->dev->queue));
+    else
+        CLG_CL_CHECK(err, clFlush(l->dev->queue));
     return CLG_OK;
 }
 
