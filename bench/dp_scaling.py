@@ -50,6 +50,11 @@ def main():
     a = ap.parse_args()
     slow = {"CLGRAD_TEST_SLOW_LANE": "1:1.0"}
     for model in a.models.split(","):
+        # warm the program and conv-algorithm caches for both batch sizes a device sees, one device
+        # at a time, so algorithm timing is not done while another device competes for the cores
+        for b in (a.batch, a.batch // 2):
+            bench(a.clgrad, model, b, 2, "basic", {})
+        bench(a.clgrad, model, a.batch, 2, "basic basic", {}, "even")
         runs = {}
         cases = [("1 basic", "basic", {}, None), ("2 basic", "basic basic", {}, None)]
         if not a.skip_hetero:
