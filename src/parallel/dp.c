@@ -10,6 +10,7 @@
 #define DEFAULT_BUCKET_MB 25.0
 
 static clg_status after_layer(void *user, int layer, int backward);
+static clg_status lane_train_fn(void *arg, int lane);
 
 // ---- device selection ----
 
@@ -600,14 +601,6 @@ static clg_status lane_train(clg_dp *dp, clg_lane *l)
     return CLG_OK;
 }
 
-static clg_status lane_train_fn(void *arg, int lane)
-{
-    clg_dp *dp = arg;
-    clg_status st = lane_train(dp, &dp->lanes[lane]);
-    if (st != CLG_OK)
-        fail(dp, lane, st);
-    return st;
-}
 
 clg_status clg_dp_ensure_optim(clg_dp *dp, const clg_hparams *hp)
 {
@@ -725,14 +718,17 @@ static clg_status lane_forward(clg_dp *dp, clg_lane *l)
     return CLG_OK;
 }
 
-static clg_status lane_forward_fn(void *arg, int lane)
+/* A lane's part of a job; a failure aborts the other lanes' waits. */
+static clg_status lane_job(clg_dp *dp, int lane, clg_status (*fn)(clg_dp *, clg_lane *))
 {
-    clg_dp *dp = arg;
-    clg_status st = lane_forward(dp, &dp->lanes[lane]);
+    clg_status st = fn(dp, &dp->lanes[lane]);
     if (st != CLG_OK)
         fail(dp, lane, st);
     return st;
 }
+
+static clg_status lane_train_fn(void *arg, int lane) { return lane_job(arg, lane, lane_train); }
+static clg_status lane_forward_fn(void *arg, int lane) { return lane_job(arg, lane, lane_forward); }
 
 clg_status clg_dp_forward(clg_dp *dp, clg_dp_job *job)
 {

@@ -102,15 +102,21 @@ static void push(clg_trace *t, const tr_event *e)
     pthread_mutex_unlock(&t->mu);
 }
 
-void clg_trace_cl(clg_trace *t, int lane, int stream, const char *name, cl_event a, cl_event b)
+static tr_event make_event(int lane, int stream, const char *name)
 {
-    if (!t || !b)
-        return;
     tr_event e;
     memset(&e, 0, sizeof e);
     e.lane = lane;
     e.stream = stream;
     snprintf(e.name, sizeof e.name, "%s", name);
+    return e;
+}
+
+void clg_trace_cl(clg_trace *t, int lane, int stream, const char *name, cl_event a, cl_event b)
+{
+    if (!t || !b)
+        return;
+    tr_event e = make_event(lane, stream, name);
     if (a && clRetainEvent(a) == CL_SUCCESS)
         e.a = a;
     if (clRetainEvent(b) != CL_SUCCESS) {
@@ -126,11 +132,7 @@ void clg_trace_host(clg_trace *t, int lane, const char *name, double t0, double 
 {
     if (!t)
         return;
-    tr_event e;
-    memset(&e, 0, sizeof e);
-    e.lane = lane;
-    e.stream = CLG_TR_HOST;
-    snprintf(e.name, sizeof e.name, "%s", name);
+    tr_event e = make_event(lane, CLG_TR_HOST, name);
     e.t0 = t0;
     e.t1 = t1;
     push(t, &e);

@@ -178,17 +178,23 @@ clg_status clg_session_step_end(clg_model *m)
     return CLG_OK;
 }
 
+/* res (may be NULL) = the lanes' {loss sum, correct} added up. */
+static void sum_lanes(const clg_model *m, float *res)
+{
+    if (!res)
+        return;
+    res[0] = res[1] = 0;
+    for (int i = 0; i < m->dp->n; i++) {
+        res[0] += m->lane_res[2 * i];
+        res[1] += m->lane_res[2 * i + 1];
+    }
+}
+
 clg_status clg_session_train_step(clg_model *m, int s, double lr, float *res)
 {
     CLG_TRY(clg_session_step_begin(m, s, lr, res ? m->lane_res : NULL, NULL));
     CLG_TRY(clg_session_step_end(m));
-    if (res) {
-        res[0] = res[1] = 0;
-        for (int i = 0; i < m->dp->n; i++) {
-            res[0] += m->lane_res[2 * i];
-            res[1] += m->lane_res[2 * i + 1];
-        }
-    }
+    sum_lanes(m, res);
     return CLG_OK;
 }
 
@@ -203,13 +209,7 @@ clg_status clg_session_forward(clg_model *m, int s, int with_labels, float *res,
     j.out = out;
     j.out_w = (size_t)o->c * o->h * o->w;
     CLG_TRY(clg_dp_forward(m->dp, &j));
-    if (res) {
-        res[0] = res[1] = 0;
-        for (int i = 0; i < m->dp->n; i++) {
-            res[0] += m->lane_res[2 * i];
-            res[1] += m->lane_res[2 * i + 1];
-        }
-    }
+    sum_lanes(m, res);
     return CLG_OK;
 }
 
