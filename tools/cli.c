@@ -1,5 +1,6 @@
 /* Shared helpers for the clgrad command-line program. */
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,12 +77,30 @@ int cli_opt_double(int argc, char **argv, int *i, const char *name, double *out)
     char *end = NULL;
     errno = 0;
     double x = strtod(v, &end);
-    if (errno || end == v || *end) {
-        fprintf(stderr, "clgrad: option %s wants a number, got '%s'\n", name, v);
+    if (errno || end == v || *end || !isfinite(x)) {
+        fprintf(stderr, "clgrad: option %s wants a finite number, got '%s'\n", name, v);
         return -1;
     }
     *out = x;
     return 1;
+}
+
+int cli_opt_choice(int argc, char **argv, int *i, const char *name, const char *const *choices, const char **out)
+{
+    const char *v = NULL;
+    int r = cli_opt_str(argc, argv, i, name, &v);
+    if (r != 1)
+        return r;
+    for (int k = 0; choices[k]; k++)
+        if (strcmp(v, choices[k]) == 0) {
+            *out = v;
+            return 1;
+        }
+    fprintf(stderr, "clgrad: option %s wants one of", name);
+    for (int k = 0; choices[k]; k++)
+        fprintf(stderr, "%s %s", k ? "," : "", choices[k]);
+    fprintf(stderr, "; got '%s'\n", v);
+    return -1;
 }
 
 clg_ctx *cli_ctx_open(const char *devices, int verbose, int *rc)

@@ -31,7 +31,10 @@ int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * "--name=value". */
 int cli_opt_str(int argc, char **argv, int *i, const char *name, const char **out);
 int cli_opt_int(int argc, char **argv, int *i, const char *name, long lo, long hi, long *out);
+/* A finite number (nan and inf are refused). */
 int cli_opt_double(int argc, char **argv, int *i, const char *name, double *out);
+/* One of the NULL-terminated choices; anything else is a usage error naming them. */
+int cli_opt_choice(int argc, char **argv, int *i, const char *name, const char *const *choices, const char **out);
 int cli_is_help(const char *arg);
 
 /* Creates a context for a --devices selector (NULL: default); prints the
