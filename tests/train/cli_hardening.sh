@@ -78,6 +78,11 @@ done
 printf '%s\n[dense]\nname = fc1\nunits = 4\n[dense]\nname = fc_dead\nunits = 3\n[dense]\nname = fc2\nunits = 2\ninput = fc1\n[softmax]\n' \
     "$net" > "$tmp/dead.cfg"
 check 1 "fc_dead.*feeds no layer" "dead branch" -- train "$tmp/dead.cfg"
+# [batchnorm] after a dense layer: batch 1 has one value per channel
+printf '%s\n[dense]\nname = fc1\nunits = 4\n[batchnorm]\nname = bn1\n[dense]\nname = fc2\nunits = 2\n[softmax]\n' \
+    "$net" > "$tmp/bn.cfg"
+check 1 "batchnorm 'bn1'.*one value per channel" "batchnorm at batch 1" -- train "$tmp/bn.cfg" --batch 1
+check 0 "test loss" "batchnorm at batch 2" -- train "$tmp/bn.cfg" --batch 2
 # a gzip-compressed PGM for predict
 printf 'P5\n4 4\n255\n' > "$tmp/img.pgm"
 head -c 16 /dev/urandom >> "$tmp/img.pgm"
