@@ -314,19 +314,26 @@ clg_status clg_ckpt_get_meta_f64(clg_err *err, const clg_ckpt *ck, const char *k
     return CLG_OK;
 }
 
+/* CLG_ERR_FORMAT naming the key, its value and the allowed range. */
+static clg_status range_error(clg_err *err, const clg_ckpt *ck, const char *key, const char *range)
+{
+    return clg_err_set(err, CLG_ERR_FORMAT, "checkpoint metadata '%s' = '%s' is outside %s (corrupt or edited?)", key,
+                       clg_ckpt_get_meta(ck, key), range);
+}
+
 clg_status clg_ckpt_get_meta_i64_range(clg_err *err, const clg_ckpt *ck, const char *key, int64_t lo, int64_t hi,
                                        int64_t *out)
 {
     int64_t v = 0;
     clg_status st = clg_ckpt_get_meta_i64(err, ck, key, &v);
-    if (st != CLG_OK)
-        return st;
-    if (v < lo || v > hi)
-        return clg_err_set(err, CLG_ERR_FORMAT,
-                           "checkpoint metadata '%s' = '%s' is outside [%" PRId64 ", %" PRId64 "] (corrupt or edited?)",
-                           key, clg_ckpt_get_meta(ck, key), lo, hi);
-    *out = v;
-    return CLG_OK;
+    if (st == CLG_OK && (v < lo || v > hi)) {
+        char r[64];
+        snprintf(r, sizeof r, "[%" PRId64 ", %" PRId64 "]", lo, hi);
+        st = range_error(err, ck, key, r);
+    }
+    if (st == CLG_OK)
+        *out = v;
+    return st;
 }
 
 clg_status clg_ckpt_get_meta_f64_range(clg_err *err, const clg_ckpt *ck, const char *key, double lo, double hi,
@@ -336,12 +343,13 @@ clg_status clg_ckpt_get_meta_f64_range(clg_err *err, const clg_ckpt *ck, const c
     clg_status st = clg_ckpt_get_meta_f64(err, ck, key, &v);
     if (st != CLG_OK)
         return st;
-    if (!isfinite(v) || !(v >= lo && v <= hi))
-        return clg_err_set(err, CLG_ERR_FORMAT,
-                           "checkpoint metadata '%s' = '%s' is not a finite number in [%g, %g] (corrupt or edited?)",
-                           key, clg_ckpt_get_meta(ck, key), lo, hi);
-    *out = v;
-    return CLG_OK;
+    if (isfinite(v) && v >= lo && v <= hi) {
+        *out = v;
+        return CLG_OK;
+    }
+    char r[96];
+    snprintf(r, sizeof r, "the finite range [%g, %g]", lo, hi);
+    return range_error(err, ck, key, r);
 }
 
 static int parse_hex64(const char *s, size_t n, uint64_t *out)

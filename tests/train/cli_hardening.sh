@@ -18,17 +18,7 @@ check() { # check CODE PATTERN DESCRIPTION -- command...
     fi
 }
 # 4x4 images, 2 classes (bright left or right half), fresh noise each run
-"$py" - "$tmp/data" <<'PYEOF' || { echo "cannot write the dataset"; exit 1; }
-import os, random, struct, sys
-d = sys.argv[1]; os.makedirs(d); rng = random.Random()
-for split, n in (("train", 64), ("t10k", 16)):
-    imgs, labs = bytearray(), bytearray()
-    for i in range(n):
-        k = rng.randrange(2); labs.append(k)
-        imgs += bytes(min(255, rng.randrange(60) + (160 if (p % 4 >= 2) == k else 0)) for p in range(16))
-    open(f"{d}/{split}-images-idx3-ubyte", "wb").write(struct.pack(">IIII", 0x803, n, 4, 4) + imgs)
-    open(f"{d}/{split}-labels-idx1-ubyte", "wb").write(struct.pack(">II", 0x801, n) + labs)
-PYEOF
+"$py" "$(dirname "$0")/make_idx.py" "$tmp/data" 4 64 16 || { echo "cannot write the dataset"; exit 1; }
 net='[net]
 channels = 1
 height = 4

@@ -7,17 +7,7 @@
 clgrad="$1"; py="$2"; trials=${3:-10}
 tmp=$(mktemp -d /tmp/clgrad-kill-XXXXXX) || exit 1
 trap 'rm -rf "$tmp"' EXIT
-"$py" - "$tmp/data" <<'PYEOF' || { echo "cannot write the dataset"; exit 1; }
-import os, random, struct, sys
-d = sys.argv[1]; os.makedirs(d); rng = random.Random()
-for split, n in (("train", 32), ("t10k", 8)):
-    imgs, labs = bytearray(), bytearray()
-    for i in range(n):
-        k = rng.randrange(2); labs.append(k)
-        imgs += bytes(min(255, rng.randrange(60) + (160 if (p % 8 >= 4) == k else 0)) for p in range(64))
-    open(f"{d}/{split}-images-idx3-ubyte", "wb").write(struct.pack(">IIII", 0x803, n, 8, 8) + imgs)
-    open(f"{d}/{split}-labels-idx1-ubyte", "wb").write(struct.pack(">II", 0x801, n) + labs)
-PYEOF
+"$py" "$(dirname "$0")/make_idx.py" "$tmp/data" 8 32 8 || { echo "cannot write the dataset"; exit 1; }
 printf '[net]\nchannels = 1\nheight = 8\nwidth = 8\nclasses = 2\nbatch = 16\n[dense]\nname = fc1\nunits = 4096\nactivation = relu\n[dense]\nname = fc2\nunits = 2\n[softmax]\n' \
     > "$tmp/m.cfg"
 ck="$tmp/ck"
