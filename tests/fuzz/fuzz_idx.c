@@ -2,11 +2,8 @@
 #include "fuzz_util.h"
 #include "io/dataset.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+static void load(const char *path)
 {
-    const char *path = fuzz_file(data, size, ".idx");
-    if (!path)
-        return 0;
     clg_err err;
     clg_dataset *ds = NULL;
     if (clg_dataset_load_image(&err, path, &ds) == CLG_OK)
@@ -15,5 +12,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ds = NULL;
     if (clg_dataset_load_idx(&err, path, path, &ds) == CLG_OK)
         clg_dataset_free(ds);
-    return 0;
 }
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) { return fuzz_with_file(data, size, ".idx", load); }

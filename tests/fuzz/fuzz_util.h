@@ -26,6 +26,15 @@ static inline const char *fuzz_file(const uint8_t *data, size_t size, const char
     return ok ? path : NULL;
 }
 
+/* Runs use(path) on the input written to the temporary file. */
+static inline int fuzz_with_file(const uint8_t *data, size_t size, const char *suffix, void (*use)(const char *path))
+{
+    const char *path = fuzz_file(data, size, suffix);
+    if (path)
+        use(path);
+    return 0;
+}
+
 /* NUL-terminated copy of the input (text parsers); caller frees. */
 static inline char *fuzz_text(const uint8_t *data, size_t size)
 {
