@@ -52,7 +52,7 @@ for t in $targets; do
     cp "$root/tests/fuzz/corpus/$t/"* "$work/" 2>/dev/null
     log="$bdir/fuzz-$t.log"
     "$bdir/tests/fuzz/fuzz_$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
-        -print_final_stats=1 -artifact_prefix="$art" "$work" >"$log" 2>&1
+        -print_final_stats=1 -error_exitcode=1 -artifact_prefix="$art" "$work" >"$log" 2>&1
     rc=$?
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
     execs=${execs:-0}
