@@ -116,7 +116,26 @@ CLG_INTERNAL clg_status clg_ckpt_get_meta_f64(clg_err *err, const clg_ckpt *ck, 
 /* Range-checked forms for values a resumed run trusts (sizes, indices,
  * divisors): missing, malformed, out of [lo, hi] (inclusive) or, for f64,
  * not finite -> CLG_ERR_FORMAT "checkpoint metadata 'KEY' = 'VALUE' is
- * outside [lo, hi]". For a strictly positive f64 pass lo = DBL_MIN. */
+ * outside [lo, hi]". For a strictly positive f64 pass lo = DBL_MIN.
+ *
+ * Ranges for the keys the training session writes (what a resume should
+ * enforce; S = steps per epoch of the run being resumed, B = its batch):
+ *   step                   i64 [0, INT64_MAX]
+ *   epoch                  i64 [0, INT32_MAX]     (stored in an int)
+ *   batch_in_epoch         i64 [0, S]
+ *   batch                  i64 [1, 1 << 20], and == B
+ *   norm.channels          i64 [0, CLG_DS_MAX_CHANNELS (16)], and 0 or the model's input channels
+ *   norm.mean.<c>          f64 finite [-1e5, 1e5]
+ *   norm.std.<c>           f64 finite [1e-6, 1e5] (the writer stores 1 below 1e-6)
+ *   optimizer.t            i64 [0, step]
+ *   optimizer.nesterov     i64 [0, 1]
+ *   optimizer.lr           f64 finite [0, 1e3];  optimizer.weight_decay f64 finite [0, 1e3]
+ *   optimizer.momentum, optimizer.beta1, optimizer.beta2   f64 finite [0, 1)
+ *                          (pass hi = nextafter(1, 0))
+ *   optimizer.epsilon      f64 finite [DBL_MIN, 1]
+ *   fp16.loss_scale        f64 finite [CLG_LS_MIN, CLG_LS_MAX]
+ *   fp16.good_steps, fp16.skipped   i64 [0, INT64_MAX]
+ */
 CLG_INTERNAL clg_status clg_ckpt_get_meta_i64_range(clg_err *err, const clg_ckpt *ck, const char *key, int64_t lo,
                                                     int64_t hi, int64_t *out);
 CLG_INTERNAL clg_status clg_ckpt_get_meta_f64_range(clg_err *err, const clg_ckpt *ck, const char *key, double lo,
