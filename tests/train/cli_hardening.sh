@@ -73,6 +73,24 @@ printf '%s\n[dense]\nname = fc1\nunits = 4\n[batchnorm]\nname = bn1\n[dense]\nna
     "$net" > "$tmp/bn.cfg"
 check 1 "batchnorm 'bn1'.*one value per channel" "batchnorm at batch 1" -- train "$tmp/bn.cfg" --batch 1
 check 0 "test loss" "batchnorm at batch 2" -- train "$tmp/bn.cfg" --batch 2
+# Defect 9: checkpoint metadata edited in place (same length) or the format
+# key blanked out: resume refuses it
+cl train "$tmp/ok.cfg" --data "$tmp/data" --epochs 1 --checkpoint "$tmp/ck" --seed 5 >/dev/null 2>&1
+edit() { # edit FROM TO OUT: first FROM (regex) in the checkpoint's header replaced, same length
+    "$py" - "$tmp/ck/last.safetensors" "$1" "$2" "$3" <<'PYEOF'
+import re, sys
+b = open(sys.argv[1], "rb").read()
+m = re.search(sys.argv[2].encode(), b)
+new = sys.argv[3].encode().ljust(len(m.group(0)), b" ")
+open(sys.argv[4], "wb").write(b[:m.start()] + new + b[m.end():])
+PYEOF
+}
+edit '"norm\.std\.0":"[^"]*"' '"norm.std.0":"0"' "$tmp/std.safetensors"
+check 1 "header is corrupted or edited" "checkpoint with norm.std edited" -- \
+    cl eval "$tmp/ok.cfg" --weights "$tmp/std.safetensors" --data "$tmp/data"
+edit ',"format":"[^"]*"' '' "$tmp/nofmt.safetensors"
+check 1 "no 'format' metadata" "format key blanked out" -- \
+    cl eval "$tmp/ok.cfg" --weights "$tmp/nofmt.safetensors" --data "$tmp/data"
 # a gzip-compressed PGM for predict
 printf 'P5\n4 4\n255\n' > "$tmp/img.pgm"
 head -c 16 /dev/urandom >> "$tmp/img.pgm"
