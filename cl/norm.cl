@@ -7,7 +7,12 @@
 // them) and so carry no bounds checks: on CPU back-ends a bounds check in a
 // multi-dimensional kernel can defeat vectorization across work-items.
 // Statistics use data shifted by the channel's first element K (x[0, c, 0])
-// so the one-pass variance does not cancel when |mean| >> std.
+// so the one-pass variance does not cancel when |mean| >> std; the mean is
+// kept in that shifted form (mean[c] = batch mean - K) and every kernel
+// forms x - mean as (x - K) - mean[c], so a mean far from zero is never
+// rounded to float before the subtraction (batch 2-3 after a dense layer,
+// where x - mean is a small difference of large values). The per-channel
+// sums over HW partials are compensated (Neumaier).
 // PyTorch convention: running = (1 - momentum) * running + momentum * batch,
 // running_var uses the unbiased batch variance, normalization the biased one.
 
@@ -41,7 +46,24 @@ BN_STATS_PARTIAL(, float, VLOAD1, VSTORE1)
 BN_STATS_PARTIAL(4, float4, vload4, vstore4)
 BN_STATS_PARTIAL(8, float8, vload8, vstore8)
 
-// mean[c], invstd[c]; update != 0 also moves the running stats.
+// *sa = sum a[0..n), *sb = sum b[0..n), each with Neumaier's compensation.
+static void sum2_compensated(__global const float *a, __global const float *b, const uint n, float *sa, float *sb)
+{
+    float s = 0.0f, cs = 0.0f, q = 0.0f, cq = 0.0f;
+    for (uint i = 0; i < n; i++) {
+        const float va = a[i], vb = b[i];
+        const float ts = s + va, tq = q + vb;
+        cs += fabs(s) >= fabs(va) ? (s - ts) + va : (va - ts) + s;
+        cq += fabs(q) >= fabs(vb) ? (q - tq) + vb : (vb - tq) + q;
+        s = ts;
+        q = tq;
+    }
+    *sa = s + cs;
+    *sb = q + cq;
+}
+
+// mean[c] (shifted: batch mean - x[0, c, 0]), invstd[c]; update != 0 also
+// moves the running stats.
 __kernel void bn_stats_finish(const uint N, const uint C, const uint HW, const float momentum, const float eps,
                               const int update, __global const float *x, const uint ox,
                               __global const float *part, __global const float *part2, __global float *mean,
@@ -51,17 +73,14 @@ __kernel void bn_stats_finish(const uint N, const uint C, const uint HW, const f
     if (c >= C)
         return;
     const float K = x[ox + (size_t)c * HW];
-    float s = 0.0f, q = 0.0f;
-    for (uint i = 0; i < HW; i++) {
-        s += part[(size_t)c * HW + i];
-        q += part2[(size_t)c * HW + i];
-    }
+    float s, q;
+    sum2_compensated(part + (size_t)c * HW, part2 + (size_t)c * HW, HW, &s, &q);
     const float M = (float)N * (float)HW;
     const float ds = s / M;
     const float var = fmax(q / M - ds * ds, 0.0f);
     const float mu = K + ds;
-    mean[c] = mu;
-    invstd[c] = rsqrt(var + eps);
+    mean[c] = ds;
+    invstd[c] = 1.0f / sqrt(var + eps);
     if (update) {
         const float unbiased = M > 1.0f ? var * (M / (M - 1.0f)) : var;
         rmean[c] = (1.0f - momentum) * rmean[c] + momentum * mu;
@@ -79,7 +98,7 @@ __kernel void bn_apply(const uint N, const uint C, const uint HW, __global const
     const uint c = row % C;
     const size_t k = (size_t)row * HW + i;
     const float a = invstd[c] * gamma[c];
-    y[oy + k] = (x[ox + k] - mean[c]) * a + beta[c];
+    y[oy + k] = ((x[ox + k] - x[ox + (size_t)c * HW]) - mean[c]) * a + beta[c];
 }
 
 // inference: running statistics
@@ -95,7 +114,7 @@ __kernel void bn_apply_infer(const uint N, const uint C, const uint HW, const fl
     y[oy + k] = (x[ox + k] - rmean[c]) * a + beta[c];
 }
 
-// part[c*HW + i] = sum_n dy, part2[...] = sum_n dy * (x - mean[c])
+// part[c*HW + i] = sum_n dy, part2[...] = sum_n dy * (x - K - mean[c])
 #define BN_BWD_PARTIAL(SUF, T, LOAD, STORE)                                                                 \
     __kernel void bn_bwd_partial##SUF(const uint N, const uint C, const uint HW, __global const float *x,       \
                                       const uint ox, __global const float *dy, const uint ody,                  \
@@ -106,12 +125,12 @@ __kernel void bn_apply_infer(const uint N, const uint C, const uint HW, const fl
         const size_t cs = (size_t)C * HW;                                                                   \
         __global const float *xc = x + ox + (size_t)c * HW;                                                 \
         __global const float *gc = dy + ody + (size_t)c * HW;                                               \
-        const float mu = mean[c];                                                                           \
+        const float K = xc[0], mu = mean[c];                                                                \
         T sb = (T)(0.0f), sg = (T)(0.0f);                                                                   \
         for (uint n = 0; n < N; n++) {                                                                      \
             const T g = LOAD(i, gc + n * cs);                                                               \
             sb += g;                                                                                        \
-            sg += g * (LOAD(i, xc + n * cs) - mu);                                                          \
+            sg += g * ((LOAD(i, xc + n * cs) - K) - mu);                                                    \
         }                                                                                                   \
         STORE(sb, i, part + (size_t)c * HW);                                                                \
         STORE(sg, i, part2 + (size_t)c * HW);                                                               \
@@ -127,11 +146,8 @@ __kernel void bn_bwd_finish(const uint C, const uint HW, __global const float *p
     const uint c = get_global_id(0);
     if (c >= C)
         return;
-    float sb = 0.0f, sg = 0.0f;
-    for (uint i = 0; i < HW; i++) {
-        sb += part[(size_t)c * HW + i];
-        sg += part2[(size_t)c * HW + i];
-    }
+    float sb, sg;
+    sum2_compensated(part + (size_t)c * HW, part2 + (size_t)c * HW, HW, &sb, &sg);
     dbeta[c] = sb;
     dgamma[c] = sg * invstd[c];
 }
@@ -147,6 +163,6 @@ __kernel void bn_bwd_data(const uint N, const uint C, const uint HW, const float
     const uint c = row % C;
     const size_t k = (size_t)row * HW + i;
     const float is = invstd[c];
-    const float xhat = (x[ox + k] - mean[c]) * is;
+    const float xhat = ((x[ox + k] - x[ox + (size_t)c * HW]) - mean[c]) * is;
     dx[odx + k] = gamma[c] * is * (dy[ody + k] - dbeta[c] * invM - xhat * dgamma[c] * invM);
 }

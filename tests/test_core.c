@@ -3,7 +3,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "testutil.h"
@@ -163,6 +165,91 @@ START_TEST(sbuf_json)
 }
 END_TEST
 
+/* A directory, a FIFO (without a writer) and a text file with a NUL are
+ * refused with messages that say what they are; none blocks. */
+START_TEST(file_read_refuses)
+{
+    char dir[] = "/tmp/clg_core_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    clg_err e;
+    char *data = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(clg_file_read(&e, dir, &data, &len), CLG_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(e.msg, "a directory"));
+    ck_assert_ptr_null(strstr(e.msg, "no memory"));
+    char fifo[300];
+    snprintf(fifo, sizeof fifo, "%s/pipe", dir);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    ck_assert_int_eq(clg_file_read(&e, fifo, &data, &len), CLG_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(e.msg, "FIFO"));
+    /* NUL at a random offset: reported with that offset */
+    char txt[300];
+    snprintf(txt, sizeof txt, "%s/m.cfg", dir);
+    char body[64];
+    memset(body, 'a', sizeof body);
+    size_t at = (size_t)(rand() % 60) + 1;
+    body[at] = 0;
+    ck_assert_int_eq(clg_file_write_atomic(&e, txt, body, sizeof body), CLG_OK);
+    ck_assert_int_eq(clg_file_read(&e, txt, &data, &len), CLG_OK);
+    ck_assert_uint_eq(len, sizeof body);
+    free(data);
+    ck_assert_int_eq(clg_file_read_text(&e, txt, &data, &len), CLG_ERR_FORMAT);
+    ck_assert_ptr_null(data);
+    char want[340];
+    snprintf(want, sizeof want, "%s:offset %zu", txt, at);
+    ck_assert_msg(strstr(e.msg, want), "'%s' lacks '%s'", e.msg, want);
+    unlink(txt);
+    unlink(fifo);
+    rmdir(dir);
+}
+END_TEST
+
+static void touch_old(const char *path, const char *body)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(body, f);
+    fclose(f);
+    struct timespec t[2] = {{1000000000, 0}, {1000000000, 0}};
+    ck_assert_int_eq(utimensat(AT_FDCWD, path, t, 0), 0);
+}
+
+/* Temporary files left by a killed writer of NAME are removed by the next
+ * write of NAME; look-alikes of other names or patterns are kept. */
+START_TEST(atomic_write_sweeps_stale_temps)
+{
+    char dir[] = "/tmp/clg_core_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    const char *stale[] = {"ck.bin.tmp.aB3xY9", "ck.bin.tmp.000000"};
+    const char *keep[] = {"ck.bin.tmp.abc", "ck.bin.tmp.abcdefg", "xck.bin.tmp.abcdef", "other.tmp.abcdef",
+                          "ck.bin.tmp.ab-def"};
+    char p[400];
+    for (size_t i = 0; i < CLG_ARRAY_LEN(stale); i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, stale[i]);
+        touch_old(p, "old");
+    }
+    for (size_t i = 0; i < CLG_ARRAY_LEN(keep); i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, keep[i]);
+        touch_old(p, "keep");
+    }
+    clg_err e;
+    snprintf(p, sizeof p, "%s/ck.bin", dir);
+    ck_assert_int_eq(clg_file_write_atomic(&e, p, "new", 3), CLG_OK);
+    for (size_t i = 0; i < CLG_ARRAY_LEN(stale); i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, stale[i]);
+        ck_assert_msg(access(p, F_OK) != 0, "%s was not removed", stale[i]);
+    }
+    for (size_t i = 0; i < CLG_ARRAY_LEN(keep); i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, keep[i]);
+        ck_assert_msg(access(p, F_OK) == 0, "%s was removed", keep[i]);
+        unlink(p);
+    }
+    snprintf(p, sizeof p, "%s/ck.bin", dir);
+    unlink(p);
+    ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("core");
@@ -172,6 +259,8 @@ int main(void)
     tcase_add_test(tc, error_buffers);
     tcase_add_test(tc, hash_and_crc);
     tcase_add_test(tc, atomic_write);
+    tcase_add_test(tc, file_read_refuses);
+    tcase_add_test(tc, atomic_write_sweeps_stale_temps);
     tcase_add_test(tc, rng_stats);
     tcase_add_test(tc, sbuf_json);
     suite_add_tcase(s, tc);

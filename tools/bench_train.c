@@ -97,7 +97,9 @@ int bench_train(int argc, char **argv)
     }
     if (!p.model)
         return cli_usage_error("bench train", "missing --model FILE");
-    int rc = CLI_OK;
+    int rc = cli_model_file_check("bench train", p.model);
+    if (rc != CLI_OK)
+        return rc;
     clg_ctx *ctx = cli_ctx_open(devices, 0, &rc);
     if (!ctx)
         return rc;

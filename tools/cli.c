@@ -1,8 +1,13 @@
 /* Shared helpers for the clgrad command-line program. */
+#define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -76,12 +81,30 @@ int cli_opt_double(int argc, char **argv, int *i, const char *name, double *out)
     char *end = NULL;
     errno = 0;
     double x = strtod(v, &end);
-    if (errno || end == v || *end) {
-        fprintf(stderr, "clgrad: option %s wants a number, got '%s'\n", name, v);
+    if (errno || end == v || *end || !isfinite(x)) {
+        fprintf(stderr, "clgrad: option %s wants a finite number, got '%s'\n", name, v);
         return -1;
     }
     *out = x;
     return 1;
+}
+
+int cli_opt_choice(int argc, char **argv, int *i, const char *name, const char *const *choices, const char **out)
+{
+    const char *v = NULL;
+    int r = cli_opt_str(argc, argv, i, name, &v);
+    if (r != 1)
+        return r;
+    for (int k = 0; choices[k]; k++)
+        if (strcmp(v, choices[k]) == 0) {
+            *out = v;
+            return 1;
+        }
+    fprintf(stderr, "clgrad: option %s wants one of", name);
+    for (int k = 0; choices[k]; k++)
+        fprintf(stderr, "%s %s", k ? "," : "", choices[k]);
+    fprintf(stderr, "; got '%s'\n", v);
+    return -1;
 }
 
 clg_ctx *cli_ctx_open(const char *devices, int verbose, int *rc)
@@ -110,7 +133,40 @@ int cli_model_arg(const char *cmd, const char *arg, const char **model)
     if (*model)
         return cli_usage_error(cmd, "more than one model file ('%s' and '%s')", *model, arg);
     *model = arg;
-    return CLI_OK;
+    return cli_model_file_check(cmd, arg);
+}
+
+int cli_model_file_check(const char *cmd, const char *path)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return CLI_OK; /* a missing file is reported by the library */
+    struct stat sb;
+    int rc = CLI_OK;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        rc = cli_fail("%s: model file '%s' is %s, not a regular file", cmd, path,
+                      S_ISDIR(sb.st_mode) ? "a directory" : S_ISFIFO(sb.st_mode) ? "a FIFO" : "not readable");
+        close(fd);
+        return rc;
+    }
+    char buf[4096];
+    size_t off = 0;
+    for (;;) {
+        ssize_t n = read(fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        const char *z = memchr(buf, 0, (size_t)n);
+        if (z) {
+            rc = cli_fail("%s: %s:offset %zu: NUL byte in the model file (binary or corrupt?)", cmd, path,
+                          off + (size_t)(z - buf));
+            break;
+        }
+        off += (size_t)n;
+    }
+    close(fd);
+    return rc;
 }
 
 clg_model *cli_model_open(const char *cmd, const char *model, const char *weights, const char *devices, int batch,

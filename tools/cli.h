@@ -31,7 +31,10 @@ int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * "--name=value". */
 int cli_opt_str(int argc, char **argv, int *i, const char *name, const char **out);
 int cli_opt_int(int argc, char **argv, int *i, const char *name, long lo, long hi, long *out);
+/* A finite number (nan and inf are refused). */
 int cli_opt_double(int argc, char **argv, int *i, const char *name, double *out);
+/* One of the NULL-terminated choices; anything else is a usage error naming them. */
+int cli_opt_choice(int argc, char **argv, int *i, const char *name, const char *const *choices, const char **out);
 int cli_is_help(const char *arg);
 
 /* Creates a context for a --devices selector (NULL: default); prints the
@@ -41,7 +44,7 @@ clg_ctx *cli_ctx_open(const char *devices, int verbose, int *rc);
 
 /* A positional argument of a MODEL-taking command: an unknown option or a
  * second model is a usage error (returns CLI_USAGE), else *model = arg and
- * returns CLI_OK. */
+ * returns cli_model_file_check's result. */
 int cli_model_arg(const char *cmd, const char *arg, const char **model);
 /* The context (cli_ctx_open) and the model file with trained weights, for
  * eval and predict: on failure prints the error, releases what was opened,
@@ -61,5 +64,10 @@ int cmd_predict(int argc, char **argv);
 int bench_gemm(int argc, char **argv);
 int bench_conv(int argc, char **argv);
 int bench_train(int argc, char **argv);
+
+/* Exit 1 with "path:offset N" when a model file holds a NUL byte, or a
+ * message when it is a directory/FIFO/device; CLI_OK otherwise (a missing
+ * file is left to the library to report). */
+int cli_model_file_check(const char *cmd, const char *path);
 
 #endif

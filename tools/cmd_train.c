@@ -129,7 +129,8 @@ int cmd_train(int argc, char **argv)
             continue;
         }
         const char *gb = NULL;
-        if ((r = cli_opt_str(argc, argv, &i, "--gemm-backend", &gb)) != 0) {
+        static const char *const gemm_backends[] = {"auto", "own", "clblast", NULL};
+        if ((r = cli_opt_choice(argc, argv, &i, "--gemm-backend", gemm_backends, &gb)) != 0) {
             if (r < 0)
                 return CLI_USAGE;
             setenv("CLGRAD_GEMM_BACKEND", gb, 1); /* read when the first GEMM runs */

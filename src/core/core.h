@@ -50,11 +50,18 @@ CLG_INTERNAL uint64_t clg_hash_str(const char *s, uint64_t seed);
 CLG_INTERNAL uint32_t clg_crc32(uint32_t crc, const void *data, size_t len);
 
 /* ---- files ---- */
-/* Reads a whole file into a malloc'd buffer with a trailing NUL (not
- * counted in *len). */
+/* Reads a whole regular file into a malloc'd buffer with a trailing NUL
+ * (not counted in *len). Directories, FIFOs and devices are refused (opened
+ * without blocking, then checked with fstat). */
 CLG_INTERNAL clg_status clg_file_read(clg_err *err, const char *path, char **out, size_t *len);
-/* Writes data atomically: temp file in the same directory, fsync, rename.
- * On failure the destination is untouched. */
+/* clg_file_read for text: an embedded NUL is CLG_ERR_FORMAT "path:offset N". */
+CLG_INTERNAL clg_status clg_file_read_text(clg_err *err, const char *path, char **out, size_t *len);
+/* CLG_ERR_FORMAT "source:offset N: NUL byte ..." when text[0..len) holds a NUL. */
+CLG_INTERNAL clg_status clg_text_check_nul(clg_err *err, const char *source, const char *text, size_t len);
+/* Writes data atomically: temp file in the same directory, fsync, rename,
+ * fsync of the directory. On failure the destination is untouched. After
+ * the rename, PATH.tmp.XXXXXX files older than this write (left by killed
+ * writers) are removed; nothing else in the directory is touched. */
 CLG_INTERNAL clg_status clg_file_write_atomic(clg_err *err, const char *path, const void *data, size_t len);
 /* mkdir -p. */
 CLG_INTERNAL clg_status clg_mkdirs(clg_err *err, const char *path);

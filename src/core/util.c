@@ -1,5 +1,7 @@
 /* Hashing, CRC, files, time, random numbers and a small string builder. */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <fcntl.h>
@@ -64,53 +66,162 @@ clg_status clg_file_read(clg_err *err, const char *path, char **out, size_t *len
     *out = NULL;
     if (len)
         *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer; it is then
+     * refused by the regular-file check below. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
         return clg_err_set(err, errno == ENOENT ? CLG_ERR_NOT_FOUND : CLG_ERR_IO, "cannot open '%s': %s",
                            path, strerror(errno));
-    if (fseek(f, 0, SEEK_END) != 0) {
-        fclose(f);
-        return clg_err_set(err, CLG_ERR_IO, "cannot seek '%s': %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return clg_err_set(err, CLG_ERR_IO, "cannot stat '%s': %s", path, strerror(e));
     }
-    long n = ftell(f);
-    if (n < 0) {
-        fclose(f);
-        return clg_err_set(err, CLG_ERR_IO, "cannot size '%s': %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return clg_err_set(err, CLG_ERR_IO, "'%s' is %s, not a regular file", path,
+                           S_ISDIR(sb.st_mode) ? "a directory" : S_ISFIFO(sb.st_mode) ? "a FIFO" : "a special file");
     }
-    rewind(f);
-    char *buf = malloc((size_t)n + 1);
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0)
+        (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    if (sb.st_size < 0 || (uint64_t)sb.st_size >= (uint64_t)SIZE_MAX) {
+        close(fd);
+        return clg_err_set(err, CLG_ERR_IO, "'%s' is too large to read", path);
+    }
+    size_t n = (size_t)sb.st_size;
+    char *buf = malloc(n + 1);
     if (!buf) {
-        fclose(f);
-        return clg_err_set(err, CLG_ERR_HOST_OOM, "no memory to read '%s' (%ld bytes)", path, n);
+        close(fd);
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "no memory to read '%s' (%zu bytes)", path, n);
     }
-    size_t got = fread(buf, 1, (size_t)n, f);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad || got != (size_t)n) {
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    if (got != n) {
         free(buf);
-        return clg_err_set(err, CLG_ERR_IO, "short read on '%s'", path);
+        return clg_err_set(err, CLG_ERR_IO, "short read on '%s' (%zu of %zu bytes)", path, got, n);
     }
     buf[n] = 0;
     *out = buf;
     if (len)
-        *len = (size_t)n;
+        *len = n;
     return CLG_OK;
+}
+
+clg_status clg_text_check_nul(clg_err *err, const char *source, const char *text, size_t len)
+{
+    const char *z = memchr(text, 0, len);
+    if (z)
+        return clg_err_set(err, CLG_ERR_FORMAT, "%s:offset %zu: NUL byte in a text file (binary or corrupt?)", source,
+                           (size_t)(z - text));
+    return CLG_OK;
+}
+
+clg_status clg_file_read_text(clg_err *err, const char *path, char **out, size_t *len)
+{
+    size_t n = 0;
+    clg_status st = clg_file_read(err, path, out, &n);
+    if (st != CLG_OK)
+        return st;
+    st = clg_text_check_nul(err, path, *out, n);
+    if (st != CLG_OK) {
+        free(*out);
+        *out = NULL;
+        return st;
+    }
+    if (len)
+        *len = n;
+    return CLG_OK;
+}
+
+/* "NAME.tmp.XXXXXX" (mkstemp's six characters) for base NAME. */
+static int is_temp_of(const char *entry, const char *base)
+{
+    size_t bl = strlen(base);
+    if (strncmp(entry, base, bl) != 0 || strncmp(entry + bl, ".tmp.", 5) != 0)
+        return 0;
+    const char *x = entry + bl + 5;
+    size_t k = 0;
+    for (; x[k]; k++)
+        if (!((x[k] >= 'a' && x[k] <= 'z') || (x[k] >= 'A' && x[k] <= 'Z') || (x[k] >= '0' && x[k] <= '9')))
+            return 0;
+    return k == 6;
+}
+
+/* Removes NAME.tmp.XXXXXX files left by writers killed before their
+ * rename: only those modified before `before` (the start of this write), so
+ * a concurrent writer's fresh temporary file is kept. Best effort. */
+static void remove_stale_temps(const char *dir, const char *base, const struct timespec *before)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    int dfd = dirfd(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!is_temp_of(e->d_name, base))
+            continue;
+        struct stat sb;
+        if (fstatat(dfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode))
+            continue;
+        if (sb.st_mtim.tv_sec < before->tv_sec ||
+            (sb.st_mtim.tv_sec == before->tv_sec && sb.st_mtim.tv_nsec < before->tv_nsec))
+            (void)unlinkat(dfd, e->d_name, 0);
+    }
+    closedir(d);
+}
+
+/* Directory and base name of path ("." when it has no slash); malloc'd dir. */
+static char *split_dir(const char *path, const char **base)
+{
+    const char *sl = strrchr(path, '/');
+    *base = sl ? sl + 1 : path;
+    size_t n = sl ? (size_t)(sl - path) : 1;
+    char *d = malloc(n + 1);
+    if (!d)
+        return NULL;
+    if (!sl)
+        memcpy(d, ".", 2);
+    else if (n == 0)
+        memcpy(d, "/", 2);
+    else {
+        memcpy(d, path, n);
+        d[n] = 0;
+    }
+    return d;
 }
 
 clg_status clg_file_write_atomic(clg_err *err, const char *path, const void *data, size_t len)
 {
     size_t pl = strlen(path);
     char *tmp = malloc(pl + 32);
-    if (!tmp)
+    const char *base = NULL;
+    char *dir = split_dir(path, &base);
+    if (!tmp || !dir) {
+        free(tmp);
+        free(dir);
         return clg_err_set(err, CLG_ERR_HOST_OOM, "no memory");
+    }
     snprintf(tmp, pl + 32, "%s.tmp.XXXXXX", path);
     int fd = mkstemp(tmp);
     if (fd < 0) {
         clg_status st = clg_err_set(err, CLG_ERR_IO, "cannot create temporary file for '%s': %s", path,
                                     strerror(errno));
         free(tmp);
+        free(dir);
         return st;
     }
+    struct stat own;
+    int have_start = fstat(fd, &own) == 0;
     const char *p = data;
     size_t left = len;
     while (left > 0) {
@@ -132,7 +243,16 @@ clg_status clg_file_write_atomic(clg_err *err, const char *path, const void *dat
     fd = -1;
     if (rename(tmp, path) != 0)
         goto fail;
+    /* make the rename durable, then sweep what killed writers left */
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        (void)fsync(dfd);
+        close(dfd);
+    }
+    if (have_start)
+        remove_stale_temps(dir, base, &own.st_mtim);
     free(tmp);
+    free(dir);
     return CLG_OK;
 fail:;
     int e = errno;
@@ -140,6 +260,7 @@ fail:;
         close(fd);
     unlink(tmp);
     free(tmp);
+    free(dir);
     return clg_err_set(err, CLG_ERR_IO, "cannot write '%s': %s", path, strerror(e));
 }
 

@@ -114,6 +114,11 @@ CLG_INTERNAL clg_status clg_program_get(clg_device *dev, const char *program, co
                                         cl_program *out);
 /* Kernel `kernel` of that program; borrowed, cached per device. A kernel
  * object is not thread-safe: one thread per context. */
+/* An on-disk program-cache entry (magic, format, key, length, CRC-32 of
+ * the binary): 1 with the binary's bytes in *bin and *blen when data[0..len)
+ * is a valid entry for key, else 0. */
+CLG_INTERNAL int clg_prog_cache_entry_check(const void *data, size_t len, uint64_t key, const unsigned char **bin,
+                                            size_t *blen);
 CLG_INTERNAL clg_status clg_kernel_get(clg_device *dev, const char *program, const char *options,
                                        const char *kernel, cl_kernel *out);
 

@@ -139,6 +139,18 @@ static char *build_log(clg_device *dev, cl_program prog)
     return log;
 }
 
+int clg_prog_cache_entry_check(const void *data, size_t len, uint64_t key, const unsigned char **bin, size_t *blen)
+{
+    const unsigned char *u = data;
+    if (len < HEADER_BYTES || memcmp(u, CACHE_MAGIC, 8) != 0 || get_u32(u + 8) != CACHE_FORMAT ||
+        get_u64(u + 16) != key || get_u64(u + 24) != len - HEADER_BYTES ||
+        get_u32(u + 32) != clg_crc32(0, u + HEADER_BYTES, len - HEADER_BYTES))
+        return 0;
+    *bin = u + HEADER_BYTES;
+    *blen = len - HEADER_BYTES;
+    return 1;
+}
+
 /* Tries the on-disk cache; returns a built program or NULL. */
 static cl_program cache_load(clg_device *dev, uint64_t key, const char *options)
 {
@@ -150,17 +162,14 @@ static cl_program cache_load(clg_device *dev, uint64_t key, const char *options)
     clg_err scratch;
     if (clg_file_read(&scratch, path, &data, &len) != CLG_OK)
         return NULL;
-    const unsigned char *u = (const unsigned char *)data;
     cl_program prog = NULL;
-    if (len < HEADER_BYTES || memcmp(u, CACHE_MAGIC, 8) != 0 || get_u32(u + 8) != CACHE_FORMAT ||
-        get_u64(u + 16) != key || get_u64(u + 24) != len - HEADER_BYTES ||
-        get_u32(u + 32) != clg_crc32(0, u + HEADER_BYTES, len - HEADER_BYTES)) {
+    const unsigned char *bin = NULL;
+    size_t blen = 0;
+    if (!clg_prog_cache_entry_check(data, len, key, &bin, &blen)) {
         clg_log(1, "program cache: ignoring corrupt or foreign entry %s", path);
         stats_add(ctx, 0, 0, 1, 0);
         goto done;
     }
-    size_t blen = len - HEADER_BYTES;
-    const unsigned char *bin = u + HEADER_BYTES;
     cl_int bstatus = CL_SUCCESS, e = CL_SUCCESS;
     prog = clCreateProgramWithBinary(dev->cl, 1, &dev->id, &blen, &bin, &bstatus, &e);
     if (e != CL_SUCCESS || bstatus != CL_SUCCESS) {

@@ -224,13 +224,9 @@ clg_status clg_cfg_load(clg_err *err, const char *path, clg_cfg **out)
     *out = NULL;
     char *text = NULL;
     size_t len = 0;
-    clg_status st = clg_file_read(err, path, &text, &len);
+    clg_status st = clg_file_read_text(err, path, &text, &len);
     if (st != CLG_OK)
         return st;
-    if (strlen(text) != len) {
-        free(text);
-        return clg_err_set(err, CLG_ERR_FORMAT, "%s: contains a NUL byte (not a text model file)", path);
-    }
     st = clg_cfg_parse(err, text, path, out);
     free(text);
     return st;

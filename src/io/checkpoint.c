@@ -1,6 +1,7 @@
 /* Checkpoints in the safetensors layout, with CRC-32 per tensor. */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,6 +61,8 @@ void clg_ckpt_free(clg_ckpt *ck)
     }
     free(ck->t);
     free(ck->meta);
+    free(ck->index[0]);
+    free(ck->index[1]);
     free(ck);
 }
 
@@ -84,12 +87,62 @@ static int shape_size(int ndim, const int64_t *shape, size_t esize, size_t *nume
     return 1;
 }
 
+// ---- name index (open addressing, so a header with many entries parses in linear time) ----
+
+enum { IX_TENSOR = 0, IX_META = 1 };
+
+static const char *ix_name(const clg_ckpt *ck, int kind, int i) { return kind == IX_TENSOR ? ck->t[i].name : ck->meta[i].key; }
+static int ix_count(const clg_ckpt *ck, int kind) { return kind == IX_TENSOR ? ck->nt : ck->nmeta; }
+
+/* Entry index of name, or -1. */
+static int ix_find(const clg_ckpt *ck, int kind, const char *name)
+{
+    int cap = ck->index_cap[kind];
+    if (!cap)
+        return -1;
+    const int *slot = ck->index[kind];
+    for (size_t h = (size_t)clg_hash_str(name, CLG_HASH_SEED) & (size_t)(cap - 1);; h = (h + 1) & (size_t)(cap - 1)) {
+        if (!slot[h])
+            return -1;
+        if (strcmp(ix_name(ck, kind, slot[h] - 1), name) == 0)
+            return slot[h] - 1;
+    }
+}
+
+static void ix_put(int *slot, int cap, const char *name, int entry)
+{
+    size_t h = (size_t)clg_hash_str(name, CLG_HASH_SEED) & (size_t)(cap - 1);
+    while (slot[h])
+        h = (h + 1) & (size_t)(cap - 1);
+    slot[h] = entry + 1;
+}
+
+/* Indexes entry `entry` (already stored); 0 when out of memory. */
+static int ix_add(clg_ckpt *ck, int kind, int entry)
+{
+    int n = ix_count(ck, kind);
+    if (2 * n > ck->index_cap[kind]) { /* keep the load under 1/2 */
+        int cap = 64;
+        while (cap < 4 * n)
+            cap *= 2;
+        int *slot = calloc((size_t)cap, sizeof *slot);
+        if (!slot)
+            return 0;
+        for (int i = 0; i < n; i++)
+            if (i != entry)
+                ix_put(slot, cap, ix_name(ck, kind, i), i);
+        free(ck->index[kind]);
+        ck->index[kind] = slot;
+        ck->index_cap[kind] = cap;
+    }
+    ix_put(ck->index[kind], ck->index_cap[kind], ix_name(ck, kind, entry), entry);
+    return 1;
+}
+
 const clg_ckpt_tensor *clg_ckpt_find(const clg_ckpt *ck, const char *name)
 {
-    for (int i = 0; i < ck->nt; i++)
-        if (strcmp(ck->t[i].name, name) == 0)
-            return &ck->t[i];
-    return NULL;
+    int i = ix_find(ck, IX_TENSOR, name);
+    return i < 0 ? NULL : &ck->t[i];
 }
 
 clg_status clg_ckpt_add(clg_err *err, clg_ckpt *ck, const char *name, clg_ckpt_dtype dtype, int ndim,
@@ -135,6 +188,12 @@ clg_status clg_ckpt_add(clg_err *err, clg_ckpt *ck, const char *name, clg_ckpt_d
     t->numel = numel;
     t->nbytes = nbytes;
     ck->nt++;
+    if (!ix_add(ck, IX_TENSOR, ck->nt - 1)) {
+        ck->nt--;
+        free(t->name);
+        free(t->data);
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "checkpoint: out of memory");
+    }
     if (out_data)
         *out_data = t->data;
     return CLG_OK;
@@ -156,10 +215,8 @@ clg_status clg_ckpt_add_f32(clg_err *err, clg_ckpt *ck, const char *name, int nd
 
 static clg_ckpt_meta *meta_find(const clg_ckpt *ck, const char *key)
 {
-    for (int i = 0; i < ck->nmeta; i++)
-        if (strcmp(ck->meta[i].key, key) == 0)
-            return &ck->meta[i];
-    return NULL;
+    int i = ix_find(ck, IX_META, key);
+    return i < 0 ? NULL : &ck->meta[i];
 }
 
 clg_status clg_ckpt_set_meta(clg_err *err, clg_ckpt *ck, const char *key, const char *value)
@@ -193,6 +250,12 @@ clg_status clg_ckpt_set_meta(clg_err *err, clg_ckpt *ck, const char *key, const 
     ck->meta[ck->nmeta].key = k;
     ck->meta[ck->nmeta].value = v;
     ck->nmeta++;
+    if (!ix_add(ck, IX_META, ck->nmeta - 1)) {
+        ck->nmeta--;
+        free(k);
+        free(v);
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "checkpoint: out of memory");
+    }
     return CLG_OK;
 }
 
@@ -249,6 +312,44 @@ clg_status clg_ckpt_get_meta_f64(clg_err *err, const clg_ckpt *ck, const char *k
         return clg_err_set(err, CLG_ERR_FORMAT, "checkpoint metadata '%s' = '%s' is not a number", key, v);
     *out = x;
     return CLG_OK;
+}
+
+/* CLG_ERR_FORMAT naming the key, its value and the allowed range. */
+static clg_status range_error(clg_err *err, const clg_ckpt *ck, const char *key, const char *range)
+{
+    return clg_err_set(err, CLG_ERR_FORMAT, "checkpoint metadata '%s' = '%s' is outside %s (corrupt or edited?)", key,
+                       clg_ckpt_get_meta(ck, key), range);
+}
+
+clg_status clg_ckpt_get_meta_i64_range(clg_err *err, const clg_ckpt *ck, const char *key, int64_t lo, int64_t hi,
+                                       int64_t *out)
+{
+    int64_t v = 0;
+    clg_status st = clg_ckpt_get_meta_i64(err, ck, key, &v);
+    if (st == CLG_OK && (v < lo || v > hi)) {
+        char r[64];
+        snprintf(r, sizeof r, "[%" PRId64 ", %" PRId64 "]", lo, hi);
+        st = range_error(err, ck, key, r);
+    }
+    if (st == CLG_OK)
+        *out = v;
+    return st;
+}
+
+clg_status clg_ckpt_get_meta_f64_range(clg_err *err, const clg_ckpt *ck, const char *key, double lo, double hi,
+                                       double *out)
+{
+    double v = 0;
+    clg_status st = clg_ckpt_get_meta_f64(err, ck, key, &v);
+    if (st != CLG_OK)
+        return st;
+    if (isfinite(v) && v >= lo && v <= hi) {
+        *out = v;
+        return CLG_OK;
+    }
+    char r[96];
+    snprintf(r, sizeof r, "the finite range [%g, %g]", lo, hi);
+    return range_error(err, ck, key, r);
 }
 
 static int parse_hex64(const char *s, size_t n, uint64_t *out)
@@ -344,10 +445,14 @@ clg_status clg_ckpt_serialize(clg_err *err, clg_ckpt *ck, void **buf, size_t *le
             return st;
     }
     clg_sbuf h = {0};
-    clg_sbuf_printf(&h, "{\"__metadata__\":{");
+    /* header.crc32 first, as zeros; patched once the header is complete */
+    clg_sbuf_printf(&h, "{\"__metadata__\":{\"" CLG_CKPT_KEY_HEADER_CRC "\":\"");
+    size_t crc_at = h.len;
+    clg_sbuf_printf(&h, "00000000\"");
     for (int i = 0; i < ck->nmeta; i++) {
-        if (i)
-            clg_sbuf_printf(&h, ",");
+        if (strcmp(ck->meta[i].key, CLG_CKPT_KEY_HEADER_CRC) == 0)
+            continue; /* from a loaded checkpoint: rewritten above */
+        clg_sbuf_printf(&h, ",");
         clg_sbuf_json_str(&h, ck->meta[i].key);
         clg_sbuf_printf(&h, ":");
         clg_sbuf_json_str(&h, ck->meta[i].value);
@@ -370,6 +475,14 @@ clg_status clg_ckpt_serialize(clg_err *err, clg_ckpt *ck, void **buf, size_t *le
     if (h.oom) {
         clg_sbuf_free(&h);
         return clg_err_set(err, CLG_ERR_HOST_OOM, "checkpoint: out of memory building the header");
+    }
+    char crc[9];
+    snprintf(crc, sizeof crc, "%08" PRIx32, clg_crc32(0, h.data, h.len));
+    memcpy(h.data + crc_at, crc, 8);
+    clg_status cst = clg_ckpt_set_meta(err, ck, CLG_CKPT_KEY_HEADER_CRC, crc); /* ck shows what was written */
+    if (cst != CLG_OK) {
+        clg_sbuf_free(&h);
+        return cst;
     }
     size_t total = 8 + h.len + (size_t)off;
     uint8_t *b = malloc(total);
@@ -434,6 +547,30 @@ static int span_cmp(const void *a, const void *b)
 
 #define PERR(st, ...) (clg_err_set(err, st, __VA_ARGS__), st)
 
+/* header.crc32 of the current format: CRC-32 of the header text with the
+ * value's 8 digits read as zeros. jmeta: the __metadata__ object. */
+static clg_status check_header_crc(clg_err *err, const char *src, const char *htext, size_t hl, const clg_json *jmeta)
+{
+    const clg_json *v = clg_json_get(jmeta, CLG_CKPT_KEY_HEADER_CRC);
+    if (!v)
+        return PERR(CLG_ERR_FORMAT, "checkpoint '%s' has no '" CLG_CKPT_KEY_HEADER_CRC "' (required by format "
+                    CLG_CKPT_FORMAT "): its header was edited or damaged", src);
+    size_t at = v->offset; /* the opening quote */
+    unsigned long want = 0;
+    char *end = NULL;
+    if (v->type != CLG_JSON_STR || v->len != 8 || at + 10 > hl || htext[at] != '"' || htext[at + 9] != '"' ||
+        memcmp(htext + at + 1, v->str, 8) != 0 || (want = strtoul(v->str, &end, 16), end != v->str + 8))
+        return PERR(CLG_ERR_FORMAT, "checkpoint '%s': '" CLG_CKPT_KEY_HEADER_CRC "' is not 8 hex digits", src);
+    uint32_t got = clg_crc32(0, htext, at + 1);
+    got = clg_crc32(got, "00000000", 8);
+    got = clg_crc32(got, htext + at + 9, hl - at - 9);
+    if (got != (uint32_t)want)
+        return PERR(CLG_ERR_CHECKSUM,
+                    "checkpoint '%s': header is corrupted or edited: CRC-32 %08" PRIx32 ", " CLG_CKPT_KEY_HEADER_CRC
+                    " says %08lx", src, got, want);
+    return CLG_OK;
+}
+
 clg_status clg_ckpt_parse(clg_err *err, const void *data, size_t len, const char *source, clg_ckpt **out)
 {
     *out = NULL;
@@ -473,22 +610,21 @@ clg_status clg_ckpt_parse(clg_err *err, const void *data, size_t len, const char
                   clg_json_type_name(j->type));
         goto done;
     }
+    if (j->n > CLG_CKPT_MAX_TENSORS + 1) {
+        st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': header has %d entries, more than the %d tensors allowed (corrupt?)",
+                  src, j->n, CLG_CKPT_MAX_TENSORS);
+        goto done;
+    }
     st = clg_ckpt_create(err, &ck);
     if (st != CLG_OK)
         goto done;
-    /* duplicate keys */
-    for (int i = 0; i < j->n; i++)
-        for (int k = 0; k < i; k++)
-            if (j->key_lens[i] == j->key_lens[k] && memcmp(j->keys[i], j->keys[k], j->key_lens[i]) == 0) {
-                st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': header has key '%s' twice", src, j->keys[i]);
-                goto done;
-            }
     spans = calloc((size_t)j->n + 1, sizeof *spans);
     if (!spans) {
         st = PERR(CLG_ERR_HOST_OOM, "checkpoint '%s': out of memory", src);
         goto done;
     }
     int ns = 0;
+    const clg_json *jmeta = NULL;
     for (int i = 0; i < j->n; i++) {
         const char *name = j->keys[i];
         const clg_json *v = &j->items[i];
@@ -496,7 +632,17 @@ clg_status clg_ckpt_parse(clg_err *err, const void *data, size_t len, const char
             st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': header key with an embedded NUL", src);
             goto done;
         }
+        if (strcmp(name, "__metadata__") == 0 ? jmeta != NULL : clg_ckpt_find(ck, name) != NULL) {
+            st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': header has key '%s' twice", src, name);
+            goto done;
+        }
         if (strcmp(name, "__metadata__") == 0) {
+            jmeta = v;
+            if (v->type == CLG_JSON_OBJ && v->n > CLG_CKPT_MAX_META) {
+                st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': %d metadata entries, more than the %d allowed (corrupt?)",
+                          src, v->n, CLG_CKPT_MAX_META);
+                goto done;
+            }
             if (v->type != CLG_JSON_OBJ) {
                 st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': __metadata__ is a %s, expected an object", src,
                           clg_json_type_name(v->type));
@@ -615,19 +761,44 @@ clg_status clg_ckpt_parse(clg_err *err, const void *data, size_t len, const char
                   src, dlen - pos, dlen, pos);
         goto done;
     }
+    for (int i = 0; i < ck->nmeta; i++) {
+        const char *k = ck->meta[i].key;
+        if (strncmp(k, "crc32.", 6) == 0 && !clg_ckpt_find(ck, k + 6)) {
+            st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': metadata '%s' names a tensor that is not in the file", src, k);
+            goto done;
+        }
+    }
+    /* the format is required; the current one protects the header itself */
+    const char *format = clg_ckpt_get_meta(ck, CLG_CKPT_KEY_FORMAT);
+    if (!format) {
+        st = PERR(CLG_ERR_FORMAT,
+                  "checkpoint '%s' has no '" CLG_CKPT_KEY_FORMAT "' metadata: not a clgrad checkpoint, or its header "
+                  "was edited", src);
+        goto done;
+    }
+    int current = strcmp(format, CLG_CKPT_FORMAT) == 0;
+    if (!current && strcmp(format, CLG_CKPT_FORMAT_V1) != 0) {
+        st = PERR(CLG_ERR_UNSUPPORTED,
+                  "checkpoint '%s' has format '%s'; this clgrad reads " CLG_CKPT_FORMAT " and " CLG_CKPT_FORMAT_V1, src,
+                  format);
+        goto done;
+    }
+    /* a header checksum is checked wherever present (a current file whose
+     * format was edited to the old one keeps it) */
+    if (current || clg_json_get(jmeta, CLG_CKPT_KEY_HEADER_CRC)) {
+        st = check_header_crc(err, src, htext, (size_t)hl, jmeta);
+        if (st != CLG_OK)
+            goto done;
+    }
     /* CRC per tensor */
-    int strict = clg_ckpt_get_meta(ck, CLG_CKPT_KEY_FORMAT) != NULL;
     for (int i = 0; i < ck->nt; i++) {
         const clg_ckpt_tensor *t = &ck->t[i];
         char key[512];
         snprintf(key, sizeof key, "crc32.%s", t->name);
         const char *want = clg_ckpt_get_meta(ck, key);
         if (!want) {
-            if (strict) {
-                st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': tensor '%s' has no CRC-32 entry '%s'", src, t->name, key);
-                goto done;
-            }
-            continue;
+            st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': tensor '%s' has no CRC-32 entry '%s'", src, t->name, key);
+            goto done;
         }
         char *end;
         errno = 0;
@@ -641,13 +812,6 @@ clg_status clg_ckpt_parse(clg_err *err, const void *data, size_t len, const char
             st = PERR(CLG_ERR_CHECKSUM,
                       "checkpoint '%s': tensor '%s' is corrupted: CRC-32 %08" PRIx32 ", header says %08lx", src,
                       t->name, got, w);
-            goto done;
-        }
-    }
-    for (int i = 0; i < ck->nmeta; i++) {
-        const char *k = ck->meta[i].key;
-        if (strncmp(k, "crc32.", 6) == 0 && !clg_ckpt_find(ck, k + 6)) {
-            st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': metadata '%s' names a tensor that is not in the file", src, k);
             goto done;
         }
     }

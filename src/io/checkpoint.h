@@ -10,9 +10,16 @@
  * data_offsets are relative to the first byte after the header; tensors are
  * contiguous and non-overlapping, covering the data section exactly.
  * Metadata values are strings. clg_ckpt_save adds "crc32.<tensor>" (8 hex
- * digits, CRC-32 of the tensor bytes) for every tensor and "format" =
- * CLG_CKPT_FORMAT; clg_ckpt_load checks every CRC it finds and requires
- * one per tensor when the format key is present.
+ * digits, CRC-32 of the tensor bytes) for every tensor, "format" =
+ * CLG_CKPT_FORMAT and, as the first metadata entry, "header.crc32": the
+ * CRC-32 of the whole padded header text with that value's 8 digits read
+ * as "00000000". clg_ckpt_load requires the format key (a file without it
+ * is not a clgrad checkpoint), requires and checks header.crc32 for
+ * CLG_CKPT_FORMAT and a CRC per tensor for every format it reads; files
+ * of CLG_CKPT_FORMAT_V1 (no header checksum, older clgrad) still load
+ * (a header.crc32 found in one is checked too).
+ * Parsing is linear in the header size; tensor and metadata counts and
+ * the header size are capped.
  *
  * A checkpoint object is an in-memory list of named tensors plus string
  * metadata. The trainer decides what goes in; the conventional keys are
@@ -22,13 +29,17 @@
 
 #include "core/core.h"
 
-#define CLG_CKPT_FORMAT "clgrad-ckpt-1"
+#define CLG_CKPT_FORMAT "clgrad-ckpt-2"
+#define CLG_CKPT_FORMAT_V1 "clgrad-ckpt-1" /* read only: no header checksum */
 #define CLG_CKPT_MAX_DIMS 8
-/* Header larger than this is rejected as corrupt. */
-#define CLG_CKPT_MAX_HEADER (100u * 1024u * 1024u)
+/* Larger headers / more entries are rejected as corrupt. */
+#define CLG_CKPT_MAX_HEADER (64u * 1024u * 1024u)
+#define CLG_CKPT_MAX_TENSORS 65536
+#define CLG_CKPT_MAX_META (CLG_CKPT_MAX_TENSORS + 4096) /* one crc32.* per tensor plus the rest */
 
 /* Conventional metadata keys. */
 #define CLG_CKPT_KEY_FORMAT "format"       /* CLG_CKPT_FORMAT */
+#define CLG_CKPT_KEY_HEADER_CRC "header.crc32" /* written and checked by save/load */
 #define CLG_CKPT_KEY_MODEL "model"         /* model file text */
 #define CLG_CKPT_KEY_STEP "step"           /* decimal */
 #define CLG_CKPT_KEY_EPOCH "epoch"         /* decimal */
@@ -65,6 +76,8 @@ typedef struct clg_ckpt {
     int nt, cap_t;
     clg_ckpt_meta *meta; /* in insertion (or file) order */
     int nmeta, cap_meta;
+    int *index[2];       /* private: hash tables of tensor / metadata names (slot: entry + 1, 0 empty) */
+    int index_cap[2];
 } clg_ckpt;
 
 /* "F32", ... ; element size in bytes. */
@@ -100,6 +113,33 @@ CLG_INTERNAL const char *clg_ckpt_get_meta(const clg_ckpt *ck, const char *key);
 /* Missing key or malformed value: CLG_ERR_FORMAT naming the key. */
 CLG_INTERNAL clg_status clg_ckpt_get_meta_i64(clg_err *err, const clg_ckpt *ck, const char *key, int64_t *out);
 CLG_INTERNAL clg_status clg_ckpt_get_meta_f64(clg_err *err, const clg_ckpt *ck, const char *key, double *out);
+/* Range-checked forms for values a resumed run trusts (sizes, indices,
+ * divisors): missing, malformed, out of [lo, hi] (inclusive) or, for f64,
+ * not finite -> CLG_ERR_FORMAT "checkpoint metadata 'KEY' = 'VALUE' is
+ * outside [lo, hi]". For a strictly positive f64 pass lo = DBL_MIN.
+ *
+ * Ranges for the keys the training session writes (what a resume should
+ * enforce; S = steps per epoch of the run being resumed, B = its batch):
+ *   step                   i64 [0, INT64_MAX]
+ *   epoch                  i64 [0, INT32_MAX]     (stored in an int)
+ *   batch_in_epoch         i64 [0, S]
+ *   batch                  i64 [1, 1 << 20], and == B
+ *   norm.channels          i64 [0, CLG_DS_MAX_CHANNELS (16)], and 0 or the model's input channels
+ *   norm.mean.<c>          f64 finite [-1e5, 1e5]
+ *   norm.std.<c>           f64 finite [1e-6, 1e5] (the writer stores 1 below 1e-6)
+ *   optimizer.t            i64 [0, step]
+ *   optimizer.nesterov     i64 [0, 1]
+ *   optimizer.lr           f64 finite [0, 1e3];  optimizer.weight_decay f64 finite [0, 1e3]
+ *   optimizer.momentum, optimizer.beta1, optimizer.beta2   f64 finite [0, 1)
+ *                          (pass hi = nextafter(1, 0))
+ *   optimizer.epsilon      f64 finite [DBL_MIN, 1]
+ *   fp16.loss_scale        f64 finite [CLG_LS_MIN, CLG_LS_MAX]
+ *   fp16.good_steps, fp16.skipped   i64 [0, INT64_MAX]
+ */
+CLG_INTERNAL clg_status clg_ckpt_get_meta_i64_range(clg_err *err, const clg_ckpt *ck, const char *key, int64_t lo,
+                                                    int64_t hi, int64_t *out);
+CLG_INTERNAL clg_status clg_ckpt_get_meta_f64_range(clg_err *err, const clg_ckpt *ck, const char *key, double lo,
+                                                    double hi, double *out);
 CLG_INTERNAL clg_status clg_ckpt_get_rng(clg_err *err, const clg_ckpt *ck, const char *key, clg_rng *out);
 
 /* NULL when absent. */

@@ -92,81 +92,144 @@ static int dir_exists(const char *path)
     return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
-/* Reads exactly n bytes; returns bytes read (< n at end of file), or -1 on
- * a zlib error (message in *zmsg). */
-static int64_t gz_read_all(gzFile f, void *buf, uint64_t n, const char **zmsg)
+static int is_gzip(const uint8_t *b, size_t n) { return n >= 2 && b[0] == 0x1f && b[1] == 0x8b; }
+
+/* Inflates a complete gzip file (one or more concatenated members, each
+ * with its CRC-32/length trailer checked by zlib) into a malloc'd buffer of
+ * at most max bytes. A truncated stream, a bad trailer or bytes after the
+ * last member that do not start another member are errors naming path. */
+static clg_status gunzip(clg_err *err, const char *path, const uint8_t *src, size_t n, uint64_t max, uint8_t **out,
+                         size_t *outlen)
 {
-    uint8_t *p = buf;
-    uint64_t got = 0;
-    while (got < n) {
-        uint64_t want = n - got;
-        unsigned chunk = want > (1u << 30) ? (1u << 30) : (unsigned)want;
-        int r = gzread(f, p + got, chunk);
-        if (r < 0) {
-            int zerr = 0;
-            *zmsg = gzerror(f, &zerr);
-            return -1;
-        }
-        if (r == 0)
-            break;
-        got += (uint64_t)r;
+    *out = NULL;
+    *outlen = 0;
+    size_t cap = n < 1024 ? 4096 : n * 4, len = 0;
+    if (cap > max + 1)
+        cap = (size_t)max + 1;
+    uint8_t *buf = malloc(cap);
+    if (!buf)
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "'%s': no memory to decompress", path);
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) {
+        free(buf);
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "'%s': cannot start zlib", path);
     }
-    return (int64_t)got;
+    size_t pos = 0;
+    clg_status st = CLG_OK;
+    for (;;) {
+        z.next_in = (Bytef *)(uintptr_t)(src + pos);
+        size_t in_now = n - pos > (1u << 30) ? (1u << 30) : n - pos;
+        z.avail_in = (uInt)in_now;
+        if (len == cap) {
+            if (cap > max) {
+                st = clg_err_set(err, CLG_ERR_FORMAT, "'%s': decompresses to more than %llu bytes (corrupt?)", path,
+                                 (unsigned long long)max);
+                break;
+            }
+            size_t nc = cap * 2 > max + 1 ? (size_t)max + 1 : cap * 2;
+            uint8_t *nb = realloc(buf, nc);
+            if (!nb) {
+                st = clg_err_set(err, CLG_ERR_HOST_OOM, "'%s': no memory to decompress (%zu bytes)", path, nc);
+                break;
+            }
+            buf = nb;
+            cap = nc;
+        }
+        size_t out_now = cap - len > (1u << 30) ? (1u << 30) : cap - len;
+        z.next_out = buf + len;
+        z.avail_out = (uInt)out_now;
+        int r = inflate(&z, Z_NO_FLUSH);
+        pos += in_now - z.avail_in;
+        len += out_now - z.avail_out;
+        if (r == Z_STREAM_END) {
+            if (pos == n)
+                break;
+            if (!is_gzip(src + pos, n - pos)) {
+                st = clg_err_set(err, CLG_ERR_FORMAT,
+                                 "'%s': %zu bytes of trailing garbage after the gzip data (at offset %zu)", path,
+                                 n - pos, pos);
+                break;
+            }
+            inflateReset(&z); /* another member (as gzip -c a b > ab writes) */
+            continue;
+        }
+        if (r == Z_OK && (z.avail_out == 0 || z.avail_in == 0) && pos < n)
+            continue;
+        if (r == Z_OK || r == Z_BUF_ERROR) {
+            if (z.avail_out == 0)
+                continue;
+            st = clg_err_set(err, CLG_ERR_FORMAT,
+                             "'%s': corrupt gzip data: truncated stream (no complete CRC-32/length trailer)", path);
+            break;
+        }
+        st = clg_err_set(err, CLG_ERR_FORMAT, "'%s': corrupt gzip data: %s", path, z.msg ? z.msg : "zlib error");
+        break;
+    }
+    inflateEnd(&z);
+    if (st != CLG_OK) {
+        free(buf);
+        return st;
+    }
+    *out = buf;
+    *outlen = len;
+    return CLG_OK;
 }
 
-static clg_status idx_read(clg_err *err, const char *path, idx_file *out)
+/* Whole file in memory, gunzipped when it starts with the gzip magic. */
+static clg_status read_maybe_gz(clg_err *err, const char *path, uint64_t max, uint8_t **out, size_t *len)
+{
+    char *raw = NULL;
+    size_t n = 0;
+    clg_status st = clg_file_read(err, path, &raw, &n);
+    if (st != CLG_OK)
+        return st;
+    if (!is_gzip((const uint8_t *)raw, n)) {
+        *out = (uint8_t *)raw;
+        *len = n;
+        return CLG_OK;
+    }
+    st = gunzip(err, path, (const uint8_t *)raw, n, max, out, len);
+    free(raw);
+    return st;
+}
+
+/* Parses the IDX bytes b[0..n) (malloc'd; taken over: freed, or kept as
+ * out->data). */
+static clg_status idx_parse(clg_err *err, const char *path, uint8_t *b, size_t n, idx_file *out)
 {
     memset(out, 0, sizeof *out);
-    if (!file_exists(path))
-        return clg_err_set(err, CLG_ERR_NOT_FOUND, "IDX file '%s' does not exist (or is not a regular file)", path);
-    gzFile f = gzopen(path, "rb");
-    if (!f)
-        return clg_err_set(err, CLG_ERR_IO, "cannot open IDX file '%s': %s", path,
-                           errno ? strerror(errno) : "zlib error");
-    const char *zmsg = "";
-    uint8_t hdr[4];
-    int64_t r = gz_read_all(f, hdr, 4, &zmsg);
     clg_status st = CLG_OK;
-    if (r < 0) {
-        st = clg_err_set(err, CLG_ERR_FORMAT, "IDX file '%s': corrupt gzip data: %s", path, zmsg);
+    if (n < 4) {
+        st = clg_err_set(err, CLG_ERR_FORMAT, "IDX file '%s' is truncated: %zu bytes, shorter than the 4-byte magic",
+                         path, n);
         goto done;
     }
-    if (r < 4) {
-        st = clg_err_set(err, CLG_ERR_FORMAT, "IDX file '%s' is truncated: %lld bytes, shorter than the 4-byte magic",
-                         path, (long long)r);
-        goto done;
-    }
-    if (hdr[0] != 0 || hdr[1] != 0) {
+    if (b[0] != 0 || b[1] != 0) {
         st = clg_err_set(err, CLG_ERR_FORMAT,
                          "'%s' is not an IDX file: bad magic %02x %02x %02x %02x (expected 00 00 <type> <ndim>)",
-                         path, hdr[0], hdr[1], hdr[2], hdr[3]);
+                         path, b[0], b[1], b[2], b[3]);
         goto done;
     }
-    if (hdr[2] != 0x08) {
+    if (b[2] != 0x08) {
         st = clg_err_set(err, CLG_ERR_UNSUPPORTED,
-                         "IDX file '%s': element type 0x%02x is not supported (only unsigned byte, 0x08)", path,
-                         hdr[2]);
+                         "IDX file '%s': element type 0x%02x is not supported (only unsigned byte, 0x08)", path, b[2]);
         goto done;
     }
-    if (hdr[3] < 1 || hdr[3] > 8) {
-        st = clg_err_set(err, CLG_ERR_FORMAT, "IDX file '%s': %d dimensions (expected 1 to 8)", path, hdr[3]);
+    if (b[3] < 1 || b[3] > 8) {
+        st = clg_err_set(err, CLG_ERR_FORMAT, "IDX file '%s': %d dimensions (expected 1 to 8)", path, b[3]);
         goto done;
     }
-    out->ndim = hdr[3];
-    uint8_t db[32];
-    r = gz_read_all(f, db, (uint64_t)out->ndim * 4, &zmsg);
-    if (r < 0) {
-        st = clg_err_set(err, CLG_ERR_FORMAT, "IDX file '%s': corrupt gzip data: %s", path, zmsg);
-        goto done;
-    }
-    if (r < out->ndim * 4) {
+    out->ndim = b[3];
+    size_t hl = 4 + 4 * (size_t)out->ndim;
+    if (n < hl) {
         st = clg_err_set(err, CLG_ERR_FORMAT, "IDX file '%s' is truncated inside its dimension list", path);
         goto done;
     }
     out->count = 1;
     for (int i = 0; i < out->ndim; i++) {
-        out->dims[i] = ((uint32_t)db[4 * i] << 24) | ((uint32_t)db[4 * i + 1] << 16) |
-                       ((uint32_t)db[4 * i + 2] << 8) | db[4 * i + 3];
+        const uint8_t *d = b + 4 + 4 * i;
+        out->dims[i] = ((uint32_t)d[0] << 24) | ((uint32_t)d[1] << 16) | ((uint32_t)d[2] << 8) | d[3];
         if (out->dims[i] > 0 && out->count > IDX_MAX_BYTES / out->dims[i]) {
             st = clg_err_set(err, CLG_ERR_FORMAT, "IDX file '%s': dimensions describe more than %llu bytes (corrupt?)",
                              path, (unsigned long long)IDX_MAX_BYTES);
@@ -174,48 +237,33 @@ static clg_status idx_read(clg_err *err, const char *path, idx_file *out)
         }
         out->count *= out->dims[i];
     }
-    if (gzdirect(f)) { /* plain file: check its size before allocating */
-        struct stat sb;
-        uint64_t need = 4 + 4 * (uint64_t)out->ndim + out->count;
-        if (stat(path, &sb) == 0 && (uint64_t)sb.st_size < need) {
-            st = clg_err_set(err, CLG_ERR_FORMAT,
-                             "IDX file '%s' is truncated: %lld bytes, its header describes %llu", path,
-                             (long long)sb.st_size, (unsigned long long)need);
-            goto done;
-        }
-    }
-    out->data = malloc(out->count ? (size_t)out->count : 1);
-    if (!out->data) {
-        st = clg_err_set(err, CLG_ERR_HOST_OOM, "IDX file '%s': no memory for %llu bytes", path,
-                         (unsigned long long)out->count);
-        goto done;
-    }
-    r = gz_read_all(f, out->data, out->count, &zmsg);
-    if (r < 0) {
-        st = clg_err_set(err, CLG_ERR_FORMAT, "IDX file '%s': corrupt gzip data: %s", path, zmsg);
-        goto done;
-    }
-    if ((uint64_t)r < out->count) {
+    if ((uint64_t)(n - hl) < out->count) {
         st = clg_err_set(err, CLG_ERR_FORMAT, "IDX file '%s' is truncated: %llu of %llu data bytes present", path,
-                         (unsigned long long)r, (unsigned long long)out->count);
+                         (unsigned long long)(n - hl), (unsigned long long)out->count);
         goto done;
     }
-    uint8_t extra;
-    r = gz_read_all(f, &extra, 1, &zmsg);
-    if (r < 0) {
-        st = clg_err_set(err, CLG_ERR_FORMAT, "IDX file '%s': corrupt gzip data: %s", path, zmsg);
-        goto done;
-    }
-    if (r > 0)
+    if ((uint64_t)(n - hl) > out->count) {
         st = clg_err_set(err, CLG_ERR_FORMAT, "IDX file '%s' has data beyond the %llu bytes its header describes",
                          path, (unsigned long long)out->count);
-done:
-    gzclose(f);
-    if (st != CLG_OK) {
-        free(out->data);
-        out->data = NULL;
+        goto done;
     }
+    memmove(b, b + hl, (size_t)out->count); /* the data keeps the file's buffer */
+    out->data = b;
+    return CLG_OK;
+done:
+    free(b);
     return st;
+}
+
+static clg_status idx_read(clg_err *err, const char *path, idx_file *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!file_exists(path))
+        return clg_err_set(err, CLG_ERR_NOT_FOUND, "IDX file '%s' does not exist (or is not a regular file)", path);
+    uint8_t *b = NULL;
+    size_t n = 0;
+    clg_status st = read_maybe_gz(err, path, IDX_MAX_BYTES + 36, &b, &n);
+    return st != CLG_OK ? st : idx_parse(err, path, b, n, out);
 }
 
 static clg_status idx_images_to_dataset(clg_err *err, const char *path, idx_file *im, clg_dataset **out)
@@ -531,35 +579,28 @@ static clg_status load_pgm(clg_err *err, const char *path, const char *b, size_t
 clg_status clg_dataset_load_image(clg_err *err, const char *path, clg_dataset **out)
 {
     *out = NULL;
-    /* sniff the first bytes through zlib (handles .gz transparently) */
     if (!file_exists(path))
         return clg_err_set(err, CLG_ERR_NOT_FOUND, "input '%s' does not exist (or is not a regular file)", path);
-    gzFile f = gzopen(path, "rb");
-    if (!f)
-        return clg_err_set(err, CLG_ERR_IO, "cannot open '%s'", path);
-    uint8_t head[2] = {0, 0};
-    const char *zmsg = "";
-    int64_t r = gz_read_all(f, head, 2, &zmsg);
-    gzclose(f);
-    if (r == 2 && head[0] == 'P' && (head[1] == '5' || head[1] == '2')) {
-        char *buf = NULL;
-        size_t len = 0;
-        clg_status st = clg_file_read(err, path, &buf, &len);
-        if (st != CLG_OK)
-            return st;
-        st = load_pgm(err, path, buf, len, out);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    clg_status st = read_maybe_gz(err, path, IDX_MAX_BYTES + 36, &buf, &len);
+    if (st != CLG_OK)
+        return st;
+    if (len >= 2 && buf[0] == 'P' && (buf[1] == '5' || buf[1] == '2')) {
+        st = load_pgm(err, path, (const char *)buf, len, out);
         free(buf);
         return st;
     }
-    if (r == 2 && head[0] == 0 && head[1] == 0) {
+    if (len >= 2 && buf[0] == 0 && buf[1] == 0) {
         idx_file im;
-        clg_status st = idx_read(err, path, &im);
+        st = idx_parse(err, path, buf, len, &im);
         if (st != CLG_OK)
             return st;
         st = idx_images_to_dataset(err, path, &im, out);
         free(im.data);
         return st;
     }
+    free(buf);
     return clg_err_set(err, CLG_ERR_FORMAT, "input '%s' is neither an IDX file nor a PGM image (P5/P2)", path);
 }
 

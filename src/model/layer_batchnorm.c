@@ -2,7 +2,8 @@
  * of (N, C, H, W); a (N, F, 1, 1) input normalizes each feature like
  * BatchNorm1d. Params: gamma, beta (trainable), running_mean, running_var
  * (state: moved by training forwards, used by inference forwards).
- * Backward uses the statistics of the last training forward. */
+ * Backward uses the statistics of the last training forward. Training with
+ * one value per channel (batch 1 after a dense layer) is refused. */
 #include <stdlib.h>
 
 #include "model/layers.h"
@@ -63,6 +64,12 @@ static clg_status bn_forward(clg_layer *l, clg_device *dev, const clg_tensor *in
     bn_priv *p = l->priv;
     const clg_tensor *x = &in[0];
     size_t hw = (size_t)x->h * x->w;
+    if (training && (size_t)x->n * hw < 2)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE,
+                           "batchnorm '%s': training sees one value per channel (batch %d x %dx%d), so the batch "
+                           "variance is 0 and the output meaningless: use a batch of 2 or more (or remove [batchnorm] "
+                           "after a dense layer)",
+                           l->name, x->n, x->h, x->w);
     if (training)
         return clg_nn_bn_forward_train(dev, x->n, x->c, hw, p->eps, p->momentum, 1, x->mem, x->off, out->mem,
                                        out->off, l->params[BN_GAMMA].value, l->params[BN_BETA].value,

@@ -115,8 +115,12 @@ static clg_status parse_inputs(clg_err *err, clg_net *net, clg_cfg_section *s, c
         return clg_err_set(err, CLG_ERR_FORMAT, "%s:%d: input list too long", net->source, line);
     strcpy(buf, spec);
     l->nin = 0;
-    char *save = NULL;
-    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    /* split by hand: strtok_r would skip the empty entries of "a,", ",a", "a,,b" */
+    for (char *tok = buf, *next; tok; tok = next) {
+        char *comma = strchr(tok, ',');
+        next = comma ? comma + 1 : NULL;
+        if (comma)
+            *comma = 0;
         char *t = trim(tok);
         if (l->nin >= CLG_MAX_INPUTS)
             return clg_err_set(err, CLG_ERR_FORMAT, "%s:%d: layer '%s' has more than %d inputs", net->source, line,
@@ -126,7 +130,8 @@ static clg_status parse_inputs(clg_err *err, clg_net *net, clg_cfg_section *s, c
         errno = 0;
         long x = strtol(t, &end, 10);
         if (!*t)
-            return clg_err_set(err, CLG_ERR_FORMAT, "%s:%d: empty entry in input list '%s'", net->source, line, spec);
+            return clg_err_set(err, CLG_ERR_FORMAT, "%s:%d: empty entry in input list '%s' of layer '%s'",
+                               net->source, line, spec, l->name);
         if (end != t && *end == 0 && !errno) {
             src = x < 0 ? (int)(idx + x) : (int)x;
             if (x < 0 && idx + x < -1)
@@ -246,6 +251,24 @@ static void destroy_layers(clg_layer *layers, int n, clg_device *dev)
         clg_layer_free(&layers[i], dev);
 }
 
+/* Every layer but the last must feed a later layer: an unused output would
+ * have no gradient buffer in backward. */
+static clg_status check_dead_branches(clg_err *err, const clg_net *net)
+{
+    for (int i = 0; i < net->nlayers - 1; i++) {
+        int used = 0;
+        for (int j = i + 1; j < net->nlayers && !used; j++)
+            for (int k = 0; k < net->proto[j].nin; k++)
+                used |= net->proto[j].inputs[k] == i;
+        if (!used)
+            return clg_err_set(err, CLG_ERR_FORMAT,
+                               "%s:%d: the output of layer '%s' feeds no layer (a dead branch; only the last layer may "
+                               "be unused): give a later layer 'input = %s' or remove it",
+                               net->source, net->proto[i].line, net->proto[i].name, net->proto[i].name);
+    }
+    return CLG_OK;
+}
+
 clg_status clg_net_build(clg_err *err, const char *text, const char *source_name, int batch, clg_net **out)
 {
     *out = NULL;
@@ -293,6 +316,8 @@ clg_status clg_net_build(clg_err *err, const char *text, const char *source_name
             net->flops += l->flops / CLG_MAX(1, net->batch);
         }
     }
+    if (st == CLG_OK)
+        st = check_dead_branches(err, net);
     if (st == CLG_OK) {
         const clg_layer *last = &net->proto[net->nlayers - 1];
         if (net->classes == 0)

@@ -1,6 +1,7 @@
 /* Algorithm choice for CLG_CONV_AUTO: measure every eligible algorithm once
  * per (device, shape, pass), keep the fastest in memory and in
- * <cache_dir>/conv-algos-<devicehash>.json (one entry per line). */
+ * <cache_dir>/conv-algos-<devicehash>.json (one entry per line, each with
+ * its device hash). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,7 +117,52 @@ static void file_path(clg_device *dev, uint64_t devhash, char *dst, size_t n)
     snprintf(dst, n, "%s/conv-algos-%016llx.json", dev->ctx->cache_dir, (unsigned long long)devhash);
 }
 
-/* Loads the file once per (device hash, path); malformed lines are ignored. */
+static void table_add_missing(void *user, uint64_t devhash, const char *key, clg_conv_algo algo, double ms)
+{
+    (void)user;
+    if (table_find(devhash, key) < 0)
+        table_put(devhash, key, algo, ms);
+}
+
+// ---- the cache file: a JSON object with one entry per line ----
+
+void clg_conv_algos_format(clg_sbuf *b, int first, uint64_t devhash, const char *key, clg_conv_algo algo, double ms)
+{
+    clg_sbuf_printf(b, "%s {\"key\": \"%s\", \"algo\": \"%s\", \"ms\": %.4f, \"dev\": \"%016llx\"}\n", first ? "" : ",",
+                    key, clg_conv_algo_name(algo), ms, (unsigned long long)devhash);
+}
+
+int clg_conv_algos_parse(char *text, uint64_t devhash,
+                         void (*put)(void *user, uint64_t devhash, const char *key, clg_conv_algo algo, double ms),
+                         void *user)
+{
+    int n = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        /* entries after the first are written as ", {...}" */
+        line += strspn(line, " \t");
+        if (*line == ',')
+            line++;
+        char key[160], algo[32], dev[17], close = 0;
+        double ms = 0;
+        if (sscanf(line, " {\"key\": \"%159[^\"]\", \"algo\": \"%31[^\"]\", \"ms\": %lf, \"dev\": \"%16[0-9a-f]\"%c", key,
+                   algo, &ms, dev, &close) != 5 ||
+            close != '}' || strlen(dev) != 16 || !(ms >= 0 && ms < 1e12))
+            continue;
+        if (strtoull(dev, NULL, 16) != devhash)
+            continue; /* measured on another device (a copied or renamed file) */
+        clg_err scratch;
+        clg_conv_algo a;
+        if (clg_conv_algo_parse(&scratch, algo, &a) != CLG_OK || a == CLG_CONV_AUTO)
+            continue;
+        put(user, devhash, key, a, ms);
+        n++;
+    }
+    return n;
+}
+
+/* Loads the file once per (device hash, path); malformed lines and
+ * entries of other devices are ignored. */
 static void file_load(clg_device *dev, uint64_t devhash)
 {
     char path[1100];
@@ -142,18 +188,7 @@ static void file_load(clg_device *dev, uint64_t devhash)
     clg_err scratch;
     if (clg_file_read(&scratch, path, &text, &len) != CLG_OK)
         return;
-    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-        char key[160], algo[32];
-        double ms = 0;
-        const char *q = line + strspn(line, " ,"); /* entries after the first start with ", " */
-        if (sscanf(q, "{\"key\": \"%159[^\"]\", \"algo\": \"%31[^\"]\", \"ms\": %lf", key, algo, &ms) != 3)
-            continue;
-        clg_conv_algo a;
-        if (clg_conv_algo_parse(&scratch, algo, &a) != CLG_OK || a == CLG_CONV_AUTO)
-            continue;
-        if (table_find(devhash, key) < 0)
-            table_put(devhash, key, a, ms);
-    }
+    clg_conv_algos_parse(text, devhash, table_add_missing, NULL);
     free(text);
 }
 
@@ -164,15 +199,14 @@ static void file_save(clg_device *dev, uint64_t devhash)
     char path[1100];
     file_path(dev, devhash, path, sizeof path);
     clg_sbuf b = {0};
-    clg_sbuf_printf(&b, "{\"format\": \"clgrad-conv-algos\", \"version\": 1, \"device\": ");
+    clg_sbuf_printf(&b, "{\"format\": \"clgrad-conv-algos\", \"version\": 2, \"device\": ");
     clg_sbuf_json_str(&b, dev->info.name);
     clg_sbuf_printf(&b, ", \"entries\": [\n");
     int first = 1;
     for (int i = 0; i < g_nentries; i++) {
         if (g_entries[i].devhash != devhash)
             continue;
-        clg_sbuf_printf(&b, "%s {\"key\": \"%s\", \"algo\": \"%s\", \"ms\": %.4f}\n", first ? "" : ",",
-                        g_entries[i].key, clg_conv_algo_name(g_entries[i].algo), g_entries[i].ms);
+        clg_conv_algos_format(&b, first, devhash, g_entries[i].key, g_entries[i].algo, g_entries[i].ms);
         first = 0;
     }
     clg_sbuf_printf(&b, "]}\n");

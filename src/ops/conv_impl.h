@@ -8,6 +8,16 @@
 #include "gemm.h"
 
 /* Largest workspace buffer a launcher allocates, in floats. */
+/* The conv-algorithm cache file's entry lines: format appends one (first:
+ * no leading comma); parse calls put for every well-formed entry of
+ * devhash in text (modified: split into lines), ignoring the rest, and
+ * returns how many it passed on. */
+CLG_INTERNAL void clg_conv_algos_format(clg_sbuf *b, int first, uint64_t devhash, const char *key, clg_conv_algo algo,
+                                        double ms);
+CLG_INTERNAL int clg_conv_algos_parse(char *text, uint64_t devhash,
+                                      void (*put)(void *user, uint64_t devhash, const char *key, clg_conv_algo algo,
+                                                  double ms),
+                                      void *user);
 CLG_INTERNAL size_t clg_conv_ws_floats(clg_device *dev);
 /* Enqueues k over gws (dims 1..3), local size lws (NULL: runtime's choice). */
 CLG_INTERNAL clg_status clg_conv_enqueue(clg_device *dev, cl_kernel k, cl_uint dims, const size_t *gws,

@@ -96,7 +96,9 @@ CLG_INTERNAL clg_status clg_nn_mse_backward(clg_device *dev, int N, int F, float
 CLG_INTERNAL clg_status clg_nn_loss_reduce(clg_device *dev, int N, cl_mem loss, cl_mem correct, cl_mem result);
 
 /* Batch normalization, x (N, C, HW). Training: batch statistics into
- * mean/invstd (C floats each, kept for backward); update_running moves
+ * mean/invstd (C floats each, kept for backward; mean is stored shifted,
+ * as batch mean - x[0, c, 0], so x - mean keeps its precision when the
+ * mean is large against the spread); update_running moves
  * rmean/rvar with momentum (PyTorch convention, unbiased running_var). */
 CLG_INTERNAL clg_status clg_nn_bn_forward_train(clg_device *dev, int N, int C, size_t HW, float eps, float momentum,
                                                 int update_running, cl_mem x, size_t ox, cl_mem y, size_t oy,

@@ -384,14 +384,16 @@ static cl_mem lane_buf(clg_lane *l, int i, int which)
     return mem;
 }
 
-/* An integer metadata value that must lie in [lo, hi]. */
+/* A metadata value that must lie in [lo, hi]; the message names the file. */
 static clg_status meta_i64_range(clg_err *err, const clg_ckpt *ck, const char *path, const char *key, int64_t lo,
                                  int64_t hi, int64_t *v)
 {
-    CLG_TRY(clg_ckpt_get_meta_i64(err, ck, key, v));
-    if (*v < lo || *v > hi)
-        return clg_err_set(err, CLG_ERR_FORMAT, "%s: metadata '%s' = %" PRId64 " outside [%" PRId64 ", %" PRId64 "]",
-                           path, key, *v, lo, hi);
+    clg_status st = clg_ckpt_get_meta_i64_range(err, ck, key, lo, hi, v);
+    if (st != CLG_OK) {
+        char tmp[CLG_ERR_LEN];
+        snprintf(tmp, sizeof tmp, "%s", err->msg);
+        return clg_err_set(err, st, "%s: %s", path, tmp);
+    }
     return CLG_OK;
 }
 
@@ -427,13 +429,10 @@ clg_status clg_session_load(clg_model *m, const char *path, int with_state)
         for (int c = 0; c < nc && st == CLG_OK; c++) {
             double mean = 0, sd = 1;
             snprintf(key, sizeof key, "norm.mean.%d", c);
-            st = clg_ckpt_get_meta_f64(err, ck, key, &mean);
+            st = clg_ckpt_get_meta_f64_range(err, ck, key, -1e5, 1e5, &mean);
             snprintf(key, sizeof key, "norm.std.%d", c);
             if (st == CLG_OK)
-                st = clg_ckpt_get_meta_f64(err, ck, key, &sd);
-            if (st == CLG_OK && !(isfinite(mean) && fabs(mean) <= 1e4 && isfinite(sd) && sd > 0 && sd <= 1e4))
-                st = clg_err_set(err, CLG_ERR_FORMAT, "%s: normalization of channel %d (mean %g, std %g) out of range",
-                                 path, c, mean, sd);
+                st = clg_ckpt_get_meta_f64_range(err, ck, key, 1e-6, 1e5, &sd);
             if (st != CLG_OK)
                 break;
             m->norm.mean[c] = (float)mean;
@@ -498,7 +497,7 @@ clg_status clg_session_load(clg_model *m, const char *path, int with_state)
         if (st == CLG_OK)
             st = clg_session_ensure_optim(m);
         if (st == CLG_OK)
-            st = meta_i64_range(err, ck, path, "optimizer.t", 0, INT64_MAX / 2, &v);
+            st = meta_i64_range(err, ck, path, "optimizer.t", 0, m->step, &v);
         for (int l = 0; st == CLG_OK && l < m->dp->n; l++)
             m->dp->lanes[l].opt->t = v;
         const clg_optim *o = st == CLG_OK ? m->dp->lanes[0].opt : NULL;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "ops/conv.h"
+#include "ops/conv_impl.h"
 #include "conv_ref.h"
 #include "testutil.h"
 
@@ -491,6 +492,61 @@ START_TEST(argument_errors)
 }
 END_TEST
 
+typedef struct algos_seen {
+    int n;
+    char keys[16][160];
+    clg_conv_algo algo[16];
+} algos_seen;
+
+static void algos_put(void *user, uint64_t devhash, const char *key, clg_conv_algo algo, double ms)
+{
+    (void)devhash;
+    (void)ms;
+    algos_seen *a = user;
+    ck_assert_int_lt(a->n, 16);
+    snprintf(a->keys[a->n], sizeof a->keys[a->n], "%s", key);
+    a->algo[a->n++] = algo;
+}
+
+/* The algorithm cache file reads back every entry the saver wrote (not only
+ * the first), and skips entries of another device and malformed lines. */
+START_TEST(algo_cache_file)
+{
+    clg_rng r;
+    tu_rng(&r, 77);
+    uint64_t dev = ((uint64_t)clg_rng_u32(&r) << 32) | clg_rng_u32(&r), other = dev ^ (1ull << (clg_rng_u32(&r) % 64));
+    const clg_conv_algo algos[] = {CLG_CONV_IM2COL, CLG_CONV_DIRECT, CLG_CONV_WINOGRAD, CLG_CONV_WINOGRAD4};
+    int n = 3 + (int)(clg_rng_u32(&r) % 6), want = 0;
+    char keys[16][160], wkeys[16][160];
+    clg_conv_algo wanted[16];
+    clg_sbuf b = {0};
+    clg_sbuf_printf(&b, "{\"format\": \"clgrad-conv-algos\", \"version\": 2, \"entries\": [\n");
+    for (int i = 0; i < n; i++) {
+        int mine = i == 0 || clg_rng_u32(&r) % 3 != 0;
+        snprintf(keys[i], sizeof keys[i], "v3:fwd:n%d,c%u", i, clg_rng_u32(&r) % 1000);
+        clg_conv_algo a = algos[clg_rng_u32(&r) % CLG_ARRAY_LEN(algos)];
+        clg_conv_algos_format(&b, i == 0, mine ? dev : other, keys[i], a, 0.1 + clg_rng_uniform(&r));
+        if (mine) {
+            memcpy(wkeys[want], keys[i], sizeof keys[i]);
+            wanted[want++] = a;
+        }
+        if (i == 1) /* a damaged line and an old-format entry (no device) in between */
+            clg_sbuf_printf(&b, ", {\"key\": \"v3:x\", \"algo\": \"im2col\", \"ms\": 1.0, \"dev\": \"zz\"}\n"
+                                ", {\"key\": \"v3:y\", \"algo\": \"im2col\", \"ms\": 1.0}\n");
+    }
+    clg_sbuf_printf(&b, "]}\n");
+    ck_assert(!b.oom);
+    algos_seen seen = {0};
+    ck_assert_int_eq(clg_conv_algos_parse(b.data, dev, algos_put, &seen), want);
+    ck_assert_int_eq(seen.n, want);
+    for (int i = 0; i < want; i++) {
+        ck_assert_str_eq(seen.keys[i], wkeys[i]);
+        ck_assert_int_eq(seen.algo[i], wanted[i]);
+    }
+    clg_sbuf_free(&b);
+}
+END_TEST
+
 int main(void)
 {
     g_tiny = getenv("CLGRAD_TEST_TINY") && atoi(getenv("CLGRAD_TEST_TINY")) != 0;
@@ -505,7 +561,7 @@ int main(void)
         {"im2col_1x1_gemm", im2col_1x1_gemm},   {"direct_random", direct_random},
         {"winograd2_random", winograd2_random}, {"winograd4_random", winograd4_random},
         {"fft_random", fft_random},             {"finite_differences", finite_differences}, {"filter_cache_versions", filter_cache_versions},
-        {"auto_choice", auto_choice},
+        {"auto_choice", auto_choice},           {"algo_cache_file", algo_cache_file},
     };
     for (size_t i = 0; i < CLG_ARRAY_LEN(tests); i++) {
         TCase *tc = tcase_create(tests[i].name);

@@ -2,6 +2,7 @@
  * save that never clobbers an earlier file; the JSON reader underneath. */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
+#include <float.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -314,13 +315,24 @@ START_TEST(test_corruption)
     expect_bad_hdr("{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},"
                    "\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[2,4]}}",
                    4, CLG_ERR_FORMAT, "'a' twice", NULL);
-    /* a plain safetensors file (no clgrad metadata) is accepted */
+    /* a file without the format key (plain safetensors, or a clgrad file
+     * whose key was deleted) is refused: CRCs would not be enforced */
+    expect_bad_hdr("{\"x\":{\"dtype\":\"U8\",\"shape\":[2,3],\"data_offsets\":[0,6]}}", 6, CLG_ERR_FORMAT,
+                   "no 'format'", NULL);
+    /* an old-format (clgrad-ckpt-1) file with its tensor CRCs still loads */
     {
         size_t l2;
-        uint8_t d[6] = {1, 2, 3, 4, 5, 6};
-        uint8_t *b = craft("{\"x\":{\"dtype\":\"U8\",\"shape\":[2,3],\"data_offsets\":[0,6]}}", d, 6, &l2);
+        uint8_t d[6];
+        for (int i = 0; i < 6; i++)
+            d[i] = (uint8_t)clg_rng_u32(&r);
+        char hdr[256];
+        snprintf(hdr, sizeof hdr,
+                 "{\"__metadata__\":{\"format\":\"clgrad-ckpt-1\",\"crc32.x\":\"%08x\"},"
+                 "\"x\":{\"dtype\":\"U8\",\"shape\":[2,3],\"data_offsets\":[0,6]}}",
+                 (unsigned)clg_crc32(0, d, 6));
+        uint8_t *b = craft(hdr, d, 6, &l2);
         clg_ckpt *c = NULL;
-        ck_assert_msg(clg_ckpt_parse(&err, b, l2, "plain", &c) == CLG_OK, "%s", err.msg);
+        ck_assert_msg(clg_ckpt_parse(&err, b, l2, "v1", &c) == CLG_OK, "%s", err.msg);
         ck_assert(memcmp(clg_ckpt_find(c, "x")->data, d, 6) == 0);
         clg_ckpt_free(c);
         free(b);
@@ -335,8 +347,9 @@ START_TEST(test_corruption)
         clg_ckpt *c = NULL;
         clg_status st = clg_ckpt_parse(&err, m, cut, "fuzz", &c);
         if (st == CLG_OK) {
-            /* only harmless edits may pass: whitespace/padding or the same byte */
-            ck_assert_msg(cut == len && (m[pos] == old || (pos >= 8 && pos < 8 + hl)),
+            /* only a byte replaced by itself may pass: the header checksum
+             * covers every header byte, padding included */
+            ck_assert_msg(cut == len && m[pos] == old,
                           "damage at %zu (cut %zu) accepted", pos, cut);
             clg_ckpt_free(c);
         } else {
@@ -346,6 +359,160 @@ START_TEST(test_corruption)
     free(m);
     free(buf);
     clg_ckpt_free(ck);
+}
+END_TEST
+
+/* Replaces the first `from` in the header of buf with `to` (same length). */
+static void patch(uint8_t *buf, size_t len, const char *from, const char *to)
+{
+    size_t n = strlen(from);
+    ck_assert_uint_eq(n, strlen(to));
+    for (size_t i = 8; i + n <= len; i++)
+        if (memcmp(buf + i, from, n) == 0) {
+            memcpy(buf + i, to, n);
+            return;
+        }
+    ck_abort_msg("'%s' not in the file", from);
+}
+
+/* Editing any metadata value, deleting the format key or the header
+ * checksum, or an unknown format is caught. */
+START_TEST(test_header_protection)
+{
+    clg_rng r;
+    tu_rng(&r, 34);
+    clg_ckpt *ck = random_ckpt(&r, 3);
+    clg_err err = {0};
+    char std[32];
+    snprintf(std, sizeof std, "0.%06u", 100000 + clg_rng_u32(&r) % 800000);
+    ck_assert_int_eq(clg_ckpt_set_meta(&err, ck, "norm.std.0", std), CLG_OK);
+    void *vbuf;
+    size_t len;
+    ck_assert_int_eq(clg_ckpt_serialize(&err, ck, &vbuf, &len), CLG_OK);
+    uint8_t *buf = vbuf, *m = malloc(len);
+    char from[64], to[64];
+    /* a value edited in place (same length): header checksum error */
+    memcpy(m, buf, len);
+    snprintf(from, sizeof from, "\"norm.std.0\":\"%s\"", std);
+    snprintf(to, sizeof to, "\"norm.std.0\":\"%s\"", "0.000000");
+    patch(m, len, from, to);
+    expect_bad(m, len, CLG_ERR_CHECKSUM, "header", "edited");
+    /* the format key blanked out (still valid JSON): refused */
+    memcpy(m, buf, len);
+    patch(m, len, ",\"format\":\"" CLG_CKPT_FORMAT "\"", "                         ");
+    expect_bad(m, len, CLG_ERR_FORMAT, "no 'format'", NULL);
+    /* unknown format */
+    memcpy(m, buf, len);
+    patch(m, len, CLG_CKPT_FORMAT, "clgrad-ckpt-9");
+    expect_bad(m, len, CLG_ERR_UNSUPPORTED, "clgrad-ckpt-9", NULL);
+    /* edited down to the old format: the checksum is still there and checked */
+    memcpy(m, buf, len);
+    patch(m, len, CLG_CKPT_FORMAT, CLG_CKPT_FORMAT_V1);
+    expect_bad(m, len, CLG_ERR_CHECKSUM, "header", NULL);
+    /* header checksum renamed away in the current format: refused */
+    memcpy(m, buf, len);
+    patch(m, len, "\"header.crc32\"", "\"header.crc33\"");
+    expect_bad(m, len, CLG_ERR_FORMAT, "header.crc32", NULL);
+    /* the unedited file loads */
+    clg_ckpt *in = NULL;
+    ck_assert_msg(clg_ckpt_parse(&err, buf, len, "ok", &in) == CLG_OK, "%s", err.msg);
+    ck_assert_str_eq(clg_ckpt_get_meta(in, "norm.std.0"), std);
+    clg_ckpt_free(in);
+    free(m);
+    free(buf);
+    clg_ckpt_free(ck);
+}
+END_TEST
+
+/* Range-checked getters: inside the range, at its ends, just outside,
+ * non-finite and malformed values. */
+START_TEST(test_meta_ranges)
+{
+    clg_rng r;
+    tu_rng(&r, 35);
+    clg_ckpt *ck = NULL;
+    clg_err err = {0};
+    ck_assert_int_eq(clg_ckpt_create(&err, &ck), CLG_OK);
+    int64_t lo = -(int64_t)(clg_rng_u32(&r) % 1000), hi = lo + 1 + (int64_t)(clg_rng_u32(&r) % 100000), v = 0;
+    int64_t ok_vals[] = {lo, hi, lo + (hi - lo) / 2};
+    for (size_t i = 0; i < CLG_ARRAY_LEN(ok_vals); i++) {
+        ck_assert_int_eq(clg_ckpt_set_meta_i64(&err, ck, "k", ok_vals[i]), CLG_OK);
+        ck_assert_msg(clg_ckpt_get_meta_i64_range(&err, ck, "k", lo, hi, &v) == CLG_OK, "%s", err.msg);
+        ck_assert(v == ok_vals[i]);
+    }
+    int64_t bad_vals[] = {lo - 1, hi + 1, INT64_MIN, INT64_MAX};
+    for (size_t i = 0; i < CLG_ARRAY_LEN(bad_vals); i++) {
+        ck_assert_int_eq(clg_ckpt_set_meta_i64(&err, ck, "k", bad_vals[i]), CLG_OK);
+        v = 12345;
+        ck_assert_int_eq(clg_ckpt_get_meta_i64_range(&err, ck, "k", lo, hi, &v), CLG_ERR_FORMAT);
+        ck_assert(v == 12345);
+        ck_assert_msg(strstr(err.msg, "'k'") && strstr(err.msg, "outside"), "%s", err.msg);
+    }
+    /* 2^32 + 1 must not wrap into a small epoch */
+    ck_assert_int_eq(clg_ckpt_set_meta(&err, ck, "epoch", "4294967297"), CLG_OK);
+    ck_assert_int_eq(clg_ckpt_get_meta_i64_range(&err, ck, "epoch", 0, INT32_MAX, &v), CLG_ERR_FORMAT);
+    ck_assert_int_eq(clg_ckpt_get_meta_i64_range(&err, ck, "missing", 0, 1, &v), CLG_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "missing"));
+    double d = 0, x = 0.5 + clg_rng_uniform(&r);
+    ck_assert_int_eq(clg_ckpt_set_meta_f64(&err, ck, "f", x), CLG_OK);
+    ck_assert_int_eq(clg_ckpt_get_meta_f64_range(&err, ck, "f", 0.5, 1.5, &d), CLG_OK);
+    ck_assert(d == x);
+    const char *bad_f[] = {"nan", "NaN", "inf", "-inf", "0", "-1", "1e6", "1.5000001", "x", ""};
+    for (size_t i = 0; i < CLG_ARRAY_LEN(bad_f); i++) {
+        ck_assert_int_eq(clg_ckpt_set_meta(&err, ck, "f", bad_f[i]), CLG_OK);
+        d = 7;
+        ck_assert_msg(clg_ckpt_get_meta_f64_range(&err, ck, "f", 0.5, 1.5, &d) == CLG_ERR_FORMAT, "'%s' accepted",
+                      bad_f[i]);
+        ck_assert(d == 7);
+        ck_assert_ptr_nonnull(strstr(err.msg, "'f'"));
+    }
+    /* strictly positive: lo = DBL_MIN refuses 0 */
+    ck_assert_int_eq(clg_ckpt_set_meta(&err, ck, "std", "0"), CLG_OK);
+    ck_assert_int_eq(clg_ckpt_get_meta_f64_range(&err, ck, "std", DBL_MIN, 1e3, &d), CLG_ERR_FORMAT);
+    clg_ckpt_free(ck);
+}
+END_TEST
+
+/* Header with n tensor entries (or n metadata keys), all zero-sized, no
+ * format: the parser must walk all of it before refusing. */
+static uint8_t *many_entries(int n, int as_meta, size_t *len)
+{
+    clg_sbuf h = {0};
+    clg_sbuf_printf(&h, "{\"__metadata__\":{");
+    for (int i = 0; as_meta && i < n; i++)
+        clg_sbuf_printf(&h, "%s\"key.%d\":\"%d\"", i ? "," : "", i, i);
+    clg_sbuf_printf(&h, "}");
+    for (int i = 0; !as_meta && i < n; i++)
+        clg_sbuf_printf(&h, ",\"tensor.%d\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}", i);
+    clg_sbuf_printf(&h, "}");
+    ck_assert(!h.oom);
+    uint8_t *b = craft(h.data, NULL, 0, len);
+    clg_sbuf_free(&h);
+    return b;
+}
+
+/* Large headers are parsed in linear time and the counts are capped. */
+START_TEST(test_header_scaling)
+{
+    struct {
+        int n, as_meta;
+        const char *why;
+    } cases[] = {
+        {CLG_CKPT_MAX_TENSORS - 1 - (int)(rand() % 100), 0, "no 'format'"},
+        {CLG_CKPT_MAX_TENSORS + 1 + (int)(rand() % 100000), 0, "tensors allowed"},
+        {CLG_CKPT_MAX_META - 1 - (int)(rand() % 100), 1, "no 'format'"},
+        {CLG_CKPT_MAX_META + 1 + (int)(rand() % 100000), 1, "metadata entries"},
+    };
+    for (size_t i = 0; i < CLG_ARRAY_LEN(cases); i++) {
+        size_t len;
+        uint8_t *b = many_entries(cases[i].n, cases[i].as_meta, &len);
+        double t0 = clg_now_sec();
+        expect_bad(b, len, CLG_ERR_FORMAT, cases[i].why, NULL);
+        double dt = clg_now_sec() - t0;
+        /* linear: ~0.1 s here; the quadratic parser took > 8 s for 40k entries */
+        ck_assert_msg(dt < 3.0, "%d %s took %.1f s", cases[i].n, cases[i].as_meta ? "metadata keys" : "tensors", dt);
+        free(b);
+    }
 }
 END_TEST
 
@@ -567,6 +734,9 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_roundtrip);
     tcase_add_test(tc, test_corruption);
+    tcase_add_test(tc, test_header_protection);
+    tcase_add_test(tc, test_meta_ranges);
+    tcase_add_test(tc, test_header_scaling);
     tcase_add_test(tc, test_failed_save_keeps_old);
     tcase_add_test(tc, test_json);
     suite_add_tcase(s, tc);

@@ -163,6 +163,39 @@ START_TEST(test_idx_errors)
         ck_assert_int_eq(st, CLG_ERR_FORMAT);
         ck_assert_msg(strstr(err.msg, "truncated") || strstr(err.msg, "corrupt"), "%s", err.msg);
     }
+    /* Only the 8-byte trailer (CRC-32, length) cut, with a random bit of
+     * the deflate data flipped or not: the data may still inflate, but the
+     * stream is incomplete. */
+    for (int flip = 0; flip < 2; flip++) {
+        uint8_t *g = malloc(glen);
+        memcpy(g, graw, glen);
+        if (flip)
+            g[10 + (size_t)rand() % (glen - 18)] ^= (uint8_t)(1u << (rand() % 8));
+        write_raw(badgz, g, glen - 8);
+        expect_load_error(badgz, lab, CLG_ERR_FORMAT, "corrupt gzip");
+        /* complete stream with a wrong CRC-32 in the trailer */
+        memcpy(g, graw, glen);
+        g[glen - 8 + (size_t)rand() % 4] ^= (uint8_t)(1u << (rand() % 8));
+        write_raw(badgz, g, glen);
+        expect_load_error(badgz, lab, CLG_ERR_FORMAT, "corrupt gzip");
+        free(g);
+    }
+    /* trailing garbage after the stream: refused; a second member: read */
+    {
+        size_t extra = 1 + (size_t)rand() % 40;
+        uint8_t *g = malloc(glen * 2 + extra);
+        memcpy(g, graw, glen);
+        for (size_t i = 0; i < extra; i++)
+            g[glen + i] = (uint8_t)(0x20 + rand() % 90);
+        write_raw(badgz, g, glen + extra);
+        expect_load_error(badgz, lab, CLG_ERR_FORMAT, "trailing garbage");
+        /* "gzip -c a >> f" twice: two members whose data concatenate; the
+         * IDX then has data beyond its header, which is the IDX check */
+        memcpy(g + glen, graw, glen);
+        write_raw(badgz, g, glen * 2);
+        expect_load_error(badgz, lab, CLG_ERR_FORMAT, "beyond");
+        free(g);
+    }
     /* bad magic */
     uint8_t *m = malloc(len);
     memcpy(m, raw, len);
