@@ -181,6 +181,10 @@ clg_status clg_dp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, 
     dp->sample = (size_t)net->in_c * net->in_h * net->in_w;
     dp->fail_lane = -1;
     dp->slow_lane = -1;
+    dp->min_slice = 1;
+    for (int i = 0; i < net->nlayers; i++)
+        if (strcmp(net->proto[i].ops->type, "batchnorm") == 0)
+            dp->min_slice = 2;
     dp->fault_lane = -1;
     double mb = p && p->bucket_mb > 0 ? p->bucket_mb : DEFAULT_BUCKET_MB;
     dp->bucket_bytes = (size_t)(mb * 1048576.0);
@@ -282,6 +286,11 @@ static void split(const clg_dp *dp, int n, int *cnt)
     for (int i = 0; i < dp->n; i++)
         cnt[i] *= g;
     cnt[big] += n - units * g;
+    for (int i = 0; i < dp->n; i++) /* too small a slice joins the largest */
+        if (i != big && cnt[i] > 0 && cnt[i] < dp->min_slice) {
+            cnt[big] += cnt[i];
+            cnt[i] = 0;
+        }
 }
 
 clg_status clg_dp_upload(clg_dp *dp, int s, const float *x, const int32_t *y, int n)

@@ -67,6 +67,8 @@ typedef struct clg_dp {
     int split_fixed;       /* weights given by the caller */
     double share[CLG_DP_MAX_LANES];
     int cnt[CLG_STAGES][CLG_DP_MAX_LANES], off[CLG_STAGES][CLG_DP_MAX_LANES], total[CLG_STAGES];
+    int min_slice;         /* fewest samples an active lane may get (2 with batch norm: one sample has
+                              no variance) */
     int64_t measured;      /* training steps measured */
     int rebalances;
     /* reduction (N > 1) */
