@@ -50,11 +50,50 @@ static int wino4_in_auto(const clg_conv_shape *s, clg_conv_pass pass)
 
 static uint64_t device_hash(clg_device *dev)
 {
-    uint64_t h = clg_hash_str(dev->info.name, CLG_HASH_SEED);
-    h = clg_hash_str(dev->info.vendor, h);
-    h = clg_hash_str(dev->info.platform, h);
-    h = clg_hash_str(dev->info.driver_version, h);
-    return h;
+    char fp[700];
+    clg_device_fingerprint(dev, fp, sizeof fp);
+    return clg_hash_str(fp, CLG_HASH_SEED);
+}
+
+static int has_word(const char *s, const char *w)
+{
+    char a[256];
+    size_t i;
+    for (i = 0; s[i] && i + 1 < sizeof a; i++)
+        a[i] = (char)(s[i] >= 'A' && s[i] <= 'Z' ? s[i] + 32 : s[i]);
+    a[i] = 0;
+    return strstr(a, w) != NULL;
+}
+
+clg_conv_algo clg_conv_algo_default(const clg_device *dev, const clg_conv_shape *s, clg_conv_pass pass)
+{
+    if (s->groups > 1 && s->groups == s->C) /* depthwise: no reduction for a GEMM to share */
+        return CLG_CONV_DIRECT;
+    int reduced = pass == CLG_CONV_FWD ? s->C : pass == CLG_CONV_BWD_DATA ? s->K : CLG_MIN(s->C, s->K);
+    if (!clg_conv_algo_supported(CLG_CONV_WINOGRAD, s, pass) || reduced < 8)
+        return CLG_CONV_IM2COL; /* few channels: the transforms cost more than they save */
+    int f4 = wino4_in_auto(s, pass);
+    if (dev->info.type & CLG_DEVICE_CPU) {
+        /* measured on PoCL (README, Convolution): fused wins fwd and bwd-data */
+        if (pass != CLG_CONV_BWD_FILTER && clg_conv_algo_supported(CLG_CONV_WINOGRAD4_FUSED, s, pass))
+            return f4 ? CLG_CONV_WINOGRAD4_FUSED : CLG_CONV_WINOGRAD_FUSED;
+        return f4 ? CLG_CONV_WINOGRAD4 : CLG_CONV_WINOGRAD;
+    }
+    /* GPUs: the separate design (transforms + the tiled local-memory GEMM);
+     * the fused design keeps a work-item's tiles in local memory, which a
+     * 32-64 KiB GPU fills with few work-items. F(4x4) where its local tiles
+     * and the error policy allow, on the vendors with 48-64 KiB local memory. */
+    int big_local = has_word(dev->info.vendor, "nvidia") || has_word(dev->info.vendor, "advanced micro") ||
+                    has_word(dev->info.vendor, "amd");
+    return f4 && big_local ? CLG_CONV_WINOGRAD4 : CLG_CONV_WINOGRAD;
+}
+
+/* CLGRAD_CONV_AUTO_MEASURE=0: AUTO takes clg_conv_algo_default instead of
+ * measuring (simulators, first runs on a new device). */
+static int auto_measure(void)
+{
+    const char *e = getenv("CLGRAD_CONV_AUTO_MEASURE");
+    return !(e && strcmp(e, "0") == 0);
 }
 
 static const char *pass_tag(clg_conv_pass p) { return p == CLG_CONV_FWD ? "fwd" : p == CLG_CONV_BWD_DATA ? "bwd-data" : "bwd-filter"; }
@@ -101,6 +140,18 @@ static void file_path(clg_device *dev, uint64_t devhash, char *dst, size_t n)
     snprintf(dst, n, "%s/conv-algos-%016llx.json", dev->ctx->cache_dir, (unsigned long long)devhash);
 }
 
+/* First line of the file: format, version and the device fingerprint (a
+ * file whose first line differs, e.g. one measured on another device or
+ * copied from one, is ignored). */
+static void file_header(clg_device *dev, clg_sbuf *b)
+{
+    char fp[700];
+    clg_device_fingerprint(dev, fp, sizeof fp);
+    clg_sbuf_printf(b, "{\"format\": \"clgrad-conv-algos\", \"version\": 2, \"device\": ");
+    clg_sbuf_json_str(b, fp);
+    clg_sbuf_printf(b, ", \"entries\": [\n");
+}
+
 /* Loads the file once per (device hash, path); malformed lines are ignored. */
 static void file_load(clg_device *dev, uint64_t devhash)
 {
@@ -127,6 +178,15 @@ static void file_load(clg_device *dev, uint64_t devhash)
     clg_err scratch;
     if (clg_file_read(&scratch, path, &text, &len) != CLG_OK)
         return;
+    clg_sbuf hdr = {0};
+    file_header(dev, &hdr);
+    int ours = !hdr.oom && len >= hdr.len && memcmp(text, hdr.data, hdr.len) == 0;
+    clg_sbuf_free(&hdr);
+    if (!ours) {
+        clg_log(1, "conv algorithm cache %s is not for this device (%s); measuring again", path, dev->info.name);
+        free(text);
+        return;
+    }
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         char key[160], algo[32];
         double ms = 0;
@@ -148,9 +208,7 @@ static void file_save(clg_device *dev, uint64_t devhash)
     char path[1100];
     file_path(dev, devhash, path, sizeof path);
     clg_sbuf b = {0};
-    clg_sbuf_printf(&b, "{\"format\": \"clgrad-conv-algos\", \"version\": 1, \"device\": ");
-    clg_sbuf_json_str(&b, dev->info.name);
-    clg_sbuf_printf(&b, ", \"entries\": [\n");
+    file_header(dev, &b);
     int first = 1;
     for (int i = 0; i < g_nentries; i++) {
         if (g_entries[i].devhash != devhash)
@@ -200,6 +258,11 @@ clg_status clg_conv_auto_pick(clg_device *dev, const clg_conv_shape *s, clg_conv
     uint64_t dh = device_hash(dev);
     pthread_mutex_lock(&g_lock);
     file_load(dev, dh);
+    if (!auto_measure()) {
+        pthread_mutex_unlock(&g_lock);
+        *out = clg_conv_algo_default(dev, s, pass);
+        return CLG_OK;
+    }
     int i = table_find(dh, key);
     if (i >= 0 && clg_conv_algo_supported(g_entries[i].algo, s, pass)) {
         *out = g_entries[i].algo;
