@@ -67,6 +67,16 @@ __kernel void fill(const uint n, const float v, __global float *y, const uint oy
         y[oy + i] = v;
 }
 
+// y[oy + i] = x[ox + i] (clg_nn_copy; the ranges do not overlap). A kernel
+// rather than clEnqueueCopyBuffer: under oclgrind 21.10 a copy to a nonzero
+// destination offset leaves the destination's shadow memory uninitialised.
+__kernel void copy(const uint n, __global const float *x, const uint ox, __global float *y, const uint oy)
+{
+    const uint i = get_global_id(0);
+    if (i < n)
+        y[oy + i] = x[ox + i];
+}
+
 // ---- residual add ----
 // y = a + b
 __kernel void add2(const uint n, __global const float *a, const uint oa, __global const float *b, const uint ob,

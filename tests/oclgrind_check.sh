@@ -37,6 +37,12 @@
 #   in sgd_step. The values are initialised (PoCL computes with them
 #   correctly). The library fills by kernel (clg_buf_fill); the shim turns
 #   the remaining API fills into one write of the whole range.
+# - clEnqueueCopyBuffer to a nonzero destination offset leaves the copied
+#   range's shadow memory uninitialised (the values are right): 176 reports
+#   for a kernel reading 256 floats copied to offset 64 of a kernel-written
+#   buffer, 0 with offset 0. It showed as reports in the fp16 backward of
+#   resnet-mini (the [add] layer copies its output gradient to each input's
+#   gradient buffer). clg_nn_copy uses a copy kernel.
 # - A shufflevector whose mask has undef lanes crashes it (segfault):
 #   LLVM emits one for a sum of lanes of one vector, e.g. v.s0 + v.s7 or
 #   (h.x + h.y) + (h.z + h.w). Sum lanes with dot() instead (cl/conv_bwdf.cl).

@@ -209,9 +209,14 @@ clg_status clg_nn_copy(clg_device *dev, size_t n, cl_mem src, size_t os, cl_mem 
     CLG_TRY(check_mem(dev, "copy", dst, "dst"));
     if (n == 0 || (src == dst && os == od))
         return CLG_OK;
-    CLG_CL_CHECK(clg_dev_err(dev), clEnqueueCopyBuffer(dev->queue, src, dst, os * sizeof(float), od * sizeof(float),
-                                                       n * sizeof(float), 0, NULL, NULL));
-    return CLG_OK;
+    cl_uint un, uos, uod;
+    CLG_TRY(u32(dev, "copy", n, &un));
+    CLG_TRY(range(dev, "copy", os, n, &uos));
+    CLG_TRY(range(dev, "copy", od, n, &uod));
+    cl_kernel k; /* a kernel, not clEnqueueCopyBuffer: see cl/eltwise.cl `copy` */
+    CLG_TRY(kget(dev, "eltwise", "copy", &k));
+    CLG_TRY(setargs(dev, k, 5, ARG(un), ARG(src), ARG(uos), ARG(dst), ARG(uod)));
+    return clg_launch_1d(dev, k, n, EW_WG);
 }
 
 clg_status clg_nn_copy_rows(clg_device *dev, size_t len, size_t rows, cl_mem src, size_t os, size_t ss, cl_mem dst,
