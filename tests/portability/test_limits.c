@@ -214,15 +214,8 @@ END_TEST
 int main(void)
 {
     g_ctx = tu_ctx(NULL);
-    Suite *s = suite_create("limits");
-    TCase *tc = tcase_create("limits");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, wg_fit);
-    tcase_add_test(tc, launch_limits);
-    tcase_add_test(tc, vendor_defaults);
-    tcase_add_test(tc, foreign_measurements);
-    suite_add_tcase(s, tc);
-    int rc = tu_run(s);
+    const TTest *tests[] = {wg_fit, launch_limits, vendor_defaults, foreign_measurements};
+    int rc = tu_run_tests("limits", 120, tests, 4);
     clg_ctx_destroy(g_ctx);
     return rc;
 }
