@@ -1,5 +1,6 @@
 /* Hashing, CRC, files, time, random numbers and a small string builder. */
 #define _POSIX_C_SOURCE 200809L
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -256,4 +257,17 @@ void clg_sbuf_free(clg_sbuf *b)
     b->data = NULL;
     b->len = b->cap = 0;
     b->oom = 0;
+}
+
+int clg_str_icontains(const char *s, const char *w)
+{
+    size_t n = strlen(w);
+    for (; *s; s++) {
+        size_t i = 0;
+        while (i < n && s[i] && tolower((unsigned char)s[i]) == tolower((unsigned char)w[i]))
+            i++;
+        if (i == n)
+            return 1;
+    }
+    return n == 0;
 }

@@ -226,6 +226,9 @@ CLG_INTERNAL clg_status clg_enumerate(clg_err *err, clg_device_info **infos, cl_
  * sel[] receives up to max indices; *nsel their count. */
 CLG_INTERNAL clg_status clg_select_devices(clg_err *err, const char *selector, const clg_device_info *infos,
                                            int count, int *sel, int max, int *nsel);
+/* GPU vendor families the untuned defaults distinguish (from CL_DEVICE_VENDOR). */
+typedef enum clg_vendor { CLG_VENDOR_OTHER = 0, CLG_VENDOR_NVIDIA, CLG_VENDOR_AMD, CLG_VENDOR_INTEL } clg_vendor;
+CLG_INTERNAL clg_vendor clg_device_vendor(const clg_device *dev);
 /* Identity of the device for stored measurements (tuning database,
  * convolution-algorithm cache): name, vendor, platform, driver and the
  * limits that decide which configurations can run (local memory, work-group

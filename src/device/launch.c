@@ -214,6 +214,18 @@ clg_status clg_launch(clg_device *dev, cl_kernel k, cl_uint dims, const size_t *
 
 // ---- identity ----
 
+clg_vendor clg_device_vendor(const clg_device *dev)
+{
+    const char *v = dev->info.vendor;
+    if (clg_str_icontains(v, "nvidia"))
+        return CLG_VENDOR_NVIDIA;
+    if (clg_str_icontains(v, "advanced micro") || clg_str_icontains(v, "amd"))
+        return CLG_VENDOR_AMD;
+    if (clg_str_icontains(v, "intel"))
+        return CLG_VENDOR_INTEL;
+    return CLG_VENDOR_OTHER;
+}
+
 void clg_device_fingerprint(const clg_device *dev, char *buf, size_t len)
 {
     snprintf(buf, len, "%s|%s|%s|%s|type%d|lmem%llu|wg%zu|cu%u|fp16:%d", dev->info.name, dev->info.vendor,

@@ -55,16 +55,6 @@ static uint64_t device_hash(clg_device *dev)
     return clg_hash_str(fp, CLG_HASH_SEED);
 }
 
-static int has_word(const char *s, const char *w)
-{
-    char a[256];
-    size_t i;
-    for (i = 0; s[i] && i + 1 < sizeof a; i++)
-        a[i] = (char)(s[i] >= 'A' && s[i] <= 'Z' ? s[i] + 32 : s[i]);
-    a[i] = 0;
-    return strstr(a, w) != NULL;
-}
-
 clg_conv_algo clg_conv_algo_default(const clg_device *dev, const clg_conv_shape *s, clg_conv_pass pass)
 {
     if (s->groups > 1 && s->groups == s->C) /* depthwise: no reduction for a GEMM to share */
@@ -83,8 +73,8 @@ clg_conv_algo clg_conv_algo_default(const clg_device *dev, const clg_conv_shape 
      * the fused design keeps a work-item's tiles in local memory, which a
      * 32-64 KiB GPU fills with few work-items. F(4x4) where its local tiles
      * and the error policy allow, on the vendors with 48-64 KiB local memory. */
-    int big_local = has_word(dev->info.vendor, "nvidia") || has_word(dev->info.vendor, "advanced micro") ||
-                    has_word(dev->info.vendor, "amd");
+    clg_vendor vendor = clg_device_vendor(dev);
+    int big_local = vendor == CLG_VENDOR_NVIDIA || vendor == CLG_VENDOR_AMD;
     return f4 && big_local ? CLG_CONV_WINOGRAD4 : CLG_CONV_WINOGRAD;
 }
 

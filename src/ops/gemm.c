@@ -145,27 +145,14 @@ static clg_status gemm_ref(clg_device *dev, const clg_gemm_args *a, evs *ev)
 
 /* ---- parameter sets ---- */
 
-static int has_word(const char *s, const char *w)
-{
-    char a[256], b[64];
-    size_t i;
-    for (i = 0; s[i] && i + 1 < sizeof a; i++)
-        a[i] = (char)(s[i] >= 'A' && s[i] <= 'Z' ? s[i] + 32 : s[i]);
-    a[i] = 0;
-    for (i = 0; w[i] && i + 1 < sizeof b; i++)
-        b[i] = w[i];
-    b[i] = 0;
-    return strstr(a, b) != NULL;
-}
-
 void clg_gemm_params_default(const clg_device *dev, clg_gemm_params *p)
 {
     memset(p, 0, sizeof *p);
     if (dev->info.type & CLG_DEVICE_CPU) {
         /* AVX-512 (32 vector registers of 16 floats): 8 x 32 tile, 16
          * accumulators; otherwise an AVX2-sized 6 x 16 tile of float8. */
-        int wide = has_word(dev->info.name, "avx512") || has_word(dev->info.name, "znver4") ||
-                   has_word(dev->info.name, "sapphirerapids") || has_word(dev->info.name, "icelake");
+        int wide = clg_str_icontains(dev->info.name, "avx512") || clg_str_icontains(dev->info.name, "znver4") ||
+                   clg_str_icontains(dev->info.name, "sapphirerapids") || clg_str_icontains(dev->info.name, "icelake");
         p->family = CLG_GEMM_FAM_CPU;
         p->MR = wide ? 8 : 6;
         p->NV = 2;
@@ -186,11 +173,8 @@ void clg_gemm_params_default(const clg_device *dev, clg_gemm_params *p)
         {32, 8, 2, 16, 1},  /* 2: Intel; fallback below 256 work-items or 16 KiB */
         {16, 4, 2, 16, 0},  /* 3: fallback below 64 work-items */
     };
-    int first = has_word(dev->info.vendor, "intel")                                                     ? 2
-                : has_word(dev->info.vendor, "nvidia") || has_word(dev->info.vendor, "advanced micro") ||
-                          has_word(dev->info.vendor, "amd")
-                    ? 0
-                    : 1;
+    clg_vendor vendor = clg_device_vendor(dev);
+    int first = vendor == CLG_VENDOR_INTEL ? 2 : vendor == CLG_VENDOR_NVIDIA || vendor == CLG_VENDOR_AMD ? 0 : 1;
     size_t maxwg = dev->info.max_work_group_size ? dev->info.max_work_group_size : 1;
     uint64_t lmem = dev->info.local_mem_bytes;
     for (int i = first; i < (int)CLG_ARRAY_LEN(sets); i++) {
