@@ -1,7 +1,9 @@
 // Direct convolution kernels (any shape, meant for depthwise / small cases)
 // (bias gradient: cl/conv_bwdf.cl). NCHW fp32; see src/ops/conv.c.
 
+#ifndef CONV_WG // work-group of direct_bwd_filter (power of two; the host lowers it to the device's limit)
 #define CONV_WG 64
+#endif
 // Quotients unsigned, remainders signed: see the note in im2col.cl.
 #define UDIV(a, b) ((int)((uint)(a) / (uint)(b)))
 

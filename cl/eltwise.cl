@@ -57,6 +57,26 @@ ACT_KERNELS(gelu, v * clg_phi(v),
             g * (clg_phi(x[ox + i]) +
                  x[ox + i] * INV_SQRT_2PI * exp(-0.5f * x[ox + i] * x[ox + i])))
 
+// ---- fill ----
+// y[oy + i] = v (clg_buf_fill: stores the simulator's shadow memory tracks,
+// unlike clEnqueueFillBuffer under oclgrind 21.10, see tests/oclgrind_check.sh)
+__kernel void fill(const uint n, const float v, __global float *y, const uint oy)
+{
+    const uint i = get_global_id(0);
+    if (i < n)
+        y[oy + i] = v;
+}
+
+// y[oy + i] = x[ox + i] (clg_nn_copy; the ranges do not overlap). A kernel
+// rather than clEnqueueCopyBuffer: under oclgrind 21.10 a copy to a nonzero
+// destination offset leaves the destination's shadow memory uninitialised.
+__kernel void copy(const uint n, __global const float *x, const uint ox, __global float *y, const uint oy)
+{
+    const uint i = get_global_id(0);
+    if (i < n)
+        y[oy + i] = x[ox + i];
+}
+
 // ---- residual add ----
 // y = a + b
 __kernel void add2(const uint n, __global const float *a, const uint oa, __global const float *b, const uint ob,
@@ -136,7 +156,9 @@ __kernel void colsum(const uint rows, const uint cols, __global const float *x, 
 
 // ---- plane sums (conv bias gradient fallback) ----
 // One work-group of 64 per channel c: y[c] = sum_{n, i < hw} x[n*C*hw + c*hw + i]
+#ifndef PS_WG // reduction group (power of two; the host lowers it to the device's limit)
 #define PS_WG 64
+#endif
 __kernel __attribute__((reqd_work_group_size(PS_WG, 1, 1))) void
 plane_sum(const uint N, const uint C, const uint hw, __global const float *x, const uint ox, __global float *y,
           const uint oy)

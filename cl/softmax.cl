@@ -3,7 +3,9 @@
 // per-sample "correct" flags) into result[0] = loss sum, result[1] = correct.
 // Every reduction is a fixed-order local-memory tree: deterministic.
 
+#ifndef SM_WG // reduction group (power of two; the host lowers it to the device's limit)
 #define SM_WG 64
+#endif
 
 // One work-group per sample s. x: (N, C) logits; p: (N, C) probabilities.
 // loss[s] = logsumexp(x_s) - x_s[label] = log1p(sum_{c != argmax} exp(x_c - max)) + max - x_s[label];

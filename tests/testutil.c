@@ -139,6 +139,17 @@ void tu_gemm_ref(int ta, int tb, int M, int N, int K, double alpha, const float 
         }
 }
 
+int tu_run_tests(const char *name, double timeout, const TTest *const *tests, int n)
+{
+    Suite *s = suite_create(name);
+    TCase *tc = tcase_create(name);
+    tcase_set_timeout(tc, timeout);
+    for (int i = 0; i < n; i++)
+        tcase_add_test(tc, tests[i]);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
+
 int tu_run(Suite *s)
 {
     SRunner *sr = srunner_create(s);

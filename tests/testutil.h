@@ -45,5 +45,8 @@ void tu_gemm_ref(int ta, int tb, int M, int N, int K, double alpha, const float 
                  double beta, double *C, int ldc);
 /* Runs a Check suite; returns the process exit code. */
 int tu_run(Suite *s);
+/* Runs tests[0..n) as one suite and test case called `name` with a timeout
+ * of `timeout` s (tu_run); returns the process exit code. */
+int tu_run_tests(const char *name, double timeout, const TTest *const *tests, int n);
 
 #endif

@@ -68,6 +68,8 @@ CLG_INTERNAL clg_status clg_mkdirs(clg_err *err, const char *path);
 
 /* ---- time ---- */
 CLG_INTERNAL double clg_now_sec(void);
+/* 1 when s contains w, ignoring ASCII case (vendor and device names). */
+CLG_INTERNAL int clg_str_icontains(const char *s, const char *w);
 
 /* ---- random numbers (PCG32, reproducible across platforms) ---- */
 typedef struct clg_rng {

@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE
 #include <dirent.h>
+#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <fcntl.h>
@@ -376,4 +377,17 @@ void clg_sbuf_free(clg_sbuf *b)
     b->data = NULL;
     b->len = b->cap = 0;
     b->oom = 0;
+}
+
+int clg_str_icontains(const char *s, const char *w)
+{
+    size_t n = strlen(w);
+    for (; *s; s++) {
+        size_t i = 0;
+        while (i < n && s[i] && tolower((unsigned char)s[i]) == tolower((unsigned char)w[i]))
+            i++;
+        if (i == n)
+            return 1;
+    }
+    return n == 0;
 }

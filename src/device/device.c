@@ -77,6 +77,13 @@ static void fill_info(cl_platform_id p, cl_device_id d, int pi, int di, clg_devi
         }
         free(ext);
     }
+    /* CLGRAD_FP16=0 treats the device as without cl_khr_fp16 (fp16 storage
+     * through vload_half/vstore_half_rte only), =1 as with it (the kernels'
+     * `half` path; for testing that path on a runtime whose compiler accepts
+     * half arithmetic without reporting the extension, e.g. oclgrind). */
+    const char *f16 = getenv("CLGRAD_FP16");
+    if (f16 && (strcmp(f16, "0") == 0 || strcmp(f16, "1") == 0))
+        o->has_fp16 = f16[0] == '1';
 }
 
 clg_status clg_enumerate(clg_err *err, clg_device_info **infos_out, cl_platform_id **plats_out,
@@ -335,6 +342,9 @@ clg_status clg_ctx_create(const clg_ctx_params *params, clg_ctx **out)
         if (clGetDeviceInfo(d->id, CL_DEVICE_EXTENSIONS, 0, NULL, &elen) == CL_SUCCESS &&
             (d->extensions = calloc(elen + 1, 1)) != NULL)
             clGetDeviceInfo(d->id, CL_DEVICE_EXTENSIONS, elen, d->extensions, NULL);
+        if (clGetDeviceInfo(d->id, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof d->max_item, d->max_item, NULL) !=
+            CL_SUCCESS)
+            memset(d->max_item, 0, sizeof d->max_item);
         clg_log(1, "device %d: %s (%s, %s)", k, d->info.name, d->info.platform, d->info.driver_version);
     }
     *out = ctx;

@@ -84,6 +84,10 @@ CLG_INTERNAL size_t clg_pool_class(size_t bytes);
 CLG_INTERNAL clg_status clg_buf_alloc(clg_device *dev, size_t bytes, cl_mem *out);
 /* Returns a buffer obtained from clg_buf_alloc to the pool. NULL is a no-op. */
 CLG_INTERNAL void clg_buf_release(clg_device *dev, cl_mem mem);
+/* buf[off .. off + n) = v (floats), by a kernel (cl/eltwise.cl `fill`)
+ * rather than clEnqueueFillBuffer: same result everywhere, and oclgrind's
+ * uninitialized-value check sees the stores (tests/oclgrind_check.sh). */
+CLG_INTERNAL clg_status clg_buf_fill(clg_device *dev, cl_mem buf, size_t off, size_t n, float v);
 /* Frees every cached (released) block. */
 CLG_INTERNAL void clg_pool_trim(clg_device *dev);
 
@@ -92,6 +96,9 @@ CLG_INTERNAL void clg_pool_trim(clg_device *dev);
 typedef struct clg_kernel_entry {
     char *name;
     cl_kernel kernel;
+    size_t wg_max;      /* CL_KERNEL_WORK_GROUP_SIZE (0: not reported) */
+    size_t wg_multiple; /* CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE (0: not reported) */
+    size_t wg_reqd[3];  /* CL_KERNEL_COMPILE_WORK_GROUP_SIZE (zeros: none) */
 } clg_kernel_entry;
 
 typedef struct clg_program_entry {
@@ -122,6 +129,60 @@ CLG_INTERNAL int clg_prog_cache_entry_check(const void *data, size_t len, uint64
 CLG_INTERNAL clg_status clg_kernel_get(clg_device *dev, const char *program, const char *options,
                                        const char *kernel, cl_kernel *out);
 
+// ---- launch limits ----
+/* Every launcher sizes its work-groups from these, never from constants:
+ * a GPU allows 256-1024 work-items per group and 32-64 KiB of local memory,
+ * a kernel may allow fewer work-items than its device (registers), and a
+ * kernel compiled with reqd_work_group_size runs with that size only. */
+
+typedef struct clg_wg_limits {
+    size_t max_total;   /* work-items per group: min(device max, CL_KERNEL_WORK_GROUP_SIZE) */
+    size_t max_item[3]; /* per dimension (CL_DEVICE_MAX_WORK_ITEM_SIZES, each <= max_total) */
+    size_t multiple;    /* preferred multiple of the group size (1 when not reported) */
+    size_t reqd[3];     /* reqd_work_group_size of the kernel (zeros: none) */
+    uint64_t local_mem; /* CL_DEVICE_LOCAL_MEM_SIZE, bytes (0: not reported) */
+} clg_wg_limits;
+
+/* Limits of kernel k (obtained from clg_kernel_get on dev) on dev. */
+CLG_INTERNAL clg_status clg_kernel_limits(clg_device *dev, cl_kernel k, clg_wg_limits *out);
+/* Largest work-group (total work-items) kernel k can be launched with on dev. */
+CLG_INTERNAL clg_status clg_kernel_wg_limit(clg_device *dev, cl_kernel k, size_t *max);
+/* Largest power of two <= min(want, the device's work-group maximum) (>= 1):
+ * for kernels whose fixed group size is a build option (-D ..._WG=n). */
+CLG_INTERNAL size_t clg_device_wg_pow2(const clg_device *dev, size_t want);
+/* Kernel `name` of program `prog` whose fixed work-group size is the macro
+ * `macro` of its source (default `want`, a power of two): *wg = want, or the
+ * largest power of two the device allows, built in with -D macro=wg. */
+CLG_INTERNAL clg_status clg_kernel_get_wg(clg_device *dev, const char *prog, const char *name, const char *macro,
+                                          size_t want, cl_kernel *k, size_t *wg);
+/* Shrinks lws[0..dims) in place until it fits L (total and per dimension),
+ * dividing the largest dimension by its smallest prime factor each time, so
+ * a global size that was a multiple of lws stays one. */
+CLG_INTERNAL void clg_wg_fit(const clg_wg_limits *L, cl_uint dims, size_t *lws);
+/* Local size for a 1-/2-/3-D range of n[] items with bounds-checked kernels:
+ * dimension 0 gets a power of two >= n[0] up to want0 (multiple-aligned),
+ * dimension 1 fills the group up to want_total; dimension 2 is 1; then fitted
+ * to L. gws = n rounded up to multiples of lws. */
+CLG_INTERNAL void clg_wg_geom(const clg_wg_limits *L, cl_uint dims, const size_t *n, size_t want0, size_t want_total,
+                              size_t *gws, size_t *lws);
+
+/* Flags of clg_launch. */
+#define CLG_LAUNCH_FIXED 0u /* lws must be used as given (reqd size, local-memory tiles, reductions) */
+#define CLG_LAUNCH_FIT 1u   /* lws may shrink to fit the limits (kernels that only bound-check) */
+
+/* Enqueues k on dev's queue over gws (lws may be NULL: the runtime picks).
+ * A range with a zero dimension enqueues nothing. A work-group the kernel
+ * cannot run on dev is shrunk (CLG_LAUNCH_FIT) or reported as
+ * CLG_ERR_UNSUPPORTED naming the kernel, the group and the limits; an
+ * enqueue failure names the kernel and the limits too. ev (may be NULL)
+ * receives the kernel's event (NULL when nothing was enqueued). */
+CLG_INTERNAL clg_status clg_launch(clg_device *dev, cl_kernel k, cl_uint dims, const size_t *gws, const size_t *lws,
+                                   unsigned flags, cl_event *ev);
+
+/* 1-D launch of n work-items for a kernel that bound-checks its index:
+ * groups of wg (a power of two), fewer where the kernel's limits require. */
+CLG_INTERNAL clg_status clg_launch_1d(clg_device *dev, cl_kernel k, size_t n, size_t wg);
+
 // ---- devices and context ----
 
 struct clg_device {
@@ -133,6 +194,7 @@ struct clg_device {
     cl_command_queue queue;
     clg_device_info info;
     char *extensions;
+    size_t max_item[3]; /* CL_DEVICE_MAX_WORK_ITEM_SIZES (0: not reported) */
     clg_program_entry *progs;
     int nprogs, capprogs;
     clg_pool pool;
@@ -181,6 +243,15 @@ CLG_INTERNAL clg_status clg_enumerate(clg_err *err, clg_device_info **infos, cl_
  * sel[] receives up to max indices; *nsel their count. */
 CLG_INTERNAL clg_status clg_select_devices(clg_err *err, const char *selector, const clg_device_info *infos,
                                            int count, int *sel, int max, int *nsel);
+/* GPU vendor families the untuned defaults distinguish (from CL_DEVICE_VENDOR). */
+typedef enum clg_vendor { CLG_VENDOR_OTHER = 0, CLG_VENDOR_NVIDIA, CLG_VENDOR_AMD, CLG_VENDOR_INTEL } clg_vendor;
+CLG_INTERNAL clg_vendor clg_device_vendor(const clg_device *dev);
+/* Identity of the device for stored measurements (tuning database,
+ * convolution-algorithm cache): name, vendor, platform, driver and the
+ * limits that decide which configurations can run (local memory, work-group
+ * size, compute units, fp16), so an entry measured on another device, or on
+ * the same simulator under other limits, is never reused. */
+CLG_INTERNAL void clg_device_fingerprint(const clg_device *dev, char *buf, size_t len);
 /* Milliseconds between CL_PROFILING_COMMAND_START and _END of ev. */
 CLG_INTERNAL double clg_event_ms(cl_event ev);
 /* Milliseconds between the start of a and the end of b. */

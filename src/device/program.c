@@ -375,8 +375,20 @@ clg_status clg_kernel_get(clg_device *dev, const char *program, const char *opti
         clReleaseKernel(k);
         return clg_err_set(clg_dev_err(dev), CLG_ERR_HOST_OOM, "no memory");
     }
-    pe->kernels[pe->nkernels].name = nm;
-    pe->kernels[pe->nkernels].kernel = k;
+    clg_kernel_entry *ke = &pe->kernels[pe->nkernels];
+    memset(ke, 0, sizeof *ke);
+    ke->name = nm;
+    ke->kernel = k;
+    /* launch limits (clg_kernel_limits); a runtime that does not answer leaves 0 = the device's */
+    if (clGetKernelWorkGroupInfo(k, dev->id, CL_KERNEL_WORK_GROUP_SIZE, sizeof ke->wg_max, &ke->wg_max, NULL) !=
+        CL_SUCCESS)
+        ke->wg_max = 0;
+    if (clGetKernelWorkGroupInfo(k, dev->id, CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE, sizeof ke->wg_multiple,
+                                 &ke->wg_multiple, NULL) != CL_SUCCESS)
+        ke->wg_multiple = 0;
+    if (clGetKernelWorkGroupInfo(k, dev->id, CL_KERNEL_COMPILE_WORK_GROUP_SIZE, sizeof ke->wg_reqd, ke->wg_reqd,
+                                 NULL) != CL_SUCCESS)
+        memset(ke->wg_reqd, 0, sizeof ke->wg_reqd);
     pe->nkernels++;
     *out = k;
     return CLG_OK;

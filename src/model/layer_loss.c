@@ -51,9 +51,7 @@ static clg_status loss_init(clg_layer *l, clg_device *dev, clg_rng *rng)
     loss_priv *p = l->priv;
     if (!l->loss.result) {
         CLG_TRY(clg_buf_alloc(dev, 2 * sizeof(float), &l->loss.result));
-        float zero = 0.0f;
-        CLG_CL_CHECK(clg_dev_err(dev), clEnqueueFillBuffer(dev->queue, l->loss.result, &zero, sizeof zero, 0,
-                                                           2 * sizeof(float), 0, NULL, NULL));
+        CLG_TRY(clg_buf_fill(dev, l->loss.result, 0, 2, 0.0f));
     }
     size_t n = (size_t)CLG_MAX(l->in_shape[0][0], 1) * sizeof(float);
     CLG_TRY(clg_layer_scratch(dev, &p->loss, &p->loss_cap, n));

@@ -74,9 +74,7 @@ clg_status clg_layer_alloc_params(clg_layer *l, clg_device *dev)
             CLG_TRY(clg_buf_alloc(dev, bytes, &p->value));
         if (p->trainable && !p->grad) {
             CLG_TRY(clg_buf_alloc(dev, bytes, &p->grad));
-            float zero = 0.0f;
-            CLG_CL_CHECK(clg_dev_err(dev),
-                         clEnqueueFillBuffer(dev->queue, p->grad, &zero, sizeof zero, 0, bytes, 0, NULL, NULL));
+            CLG_TRY(clg_buf_fill(dev, p->grad, 0, p->numel, 0.0f));
         }
     }
     return CLG_OK;
@@ -104,9 +102,7 @@ clg_status clg_layer_param_normal(clg_device *dev, clg_param *p, double std, clg
 
 clg_status clg_layer_param_const(clg_device *dev, clg_param *p, float v)
 {
-    CLG_CL_CHECK(clg_dev_err(dev),
-                 clEnqueueFillBuffer(dev->queue, p->value, &v, sizeof v, 0, p->numel * sizeof(float), 0, NULL, NULL));
-    return CLG_OK;
+    return clg_buf_fill(dev, p->value, 0, p->numel, v);
 }
 
 double clg_layer_init_std(clg_act act, int fan_in, int fan_out)

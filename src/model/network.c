@@ -732,9 +732,7 @@ static clg_status cvt(clg_device *dev, const char *kernel, cl_mem a, size_t aoff
     CLG_CL_CHECK(err, clSetKernelArg(k, 2, sizeof(cl_mem), &b));
     CLG_CL_CHECK(err, clSetKernelArg(k, 3, sizeof(int), &bo));
     CLG_CL_CHECK(err, clSetKernelArg(k, 4, sizeof(int), &nn));
-    size_t local = 64, global = CLG_CEIL_DIV(n, local) * local;
-    CLG_CL_CHECK(err, clEnqueueNDRangeKernel(dev->queue, k, 1, NULL, &global, &local, 0, NULL, NULL));
-    return CLG_OK;
+    return clg_launch_1d(dev, k, n, 64);
 }
 
 /* A half tensor expanded into an fp32 working buffer (same shape, off 0). */
@@ -802,8 +800,7 @@ clg_status clg_replica_weights_updated(clg_replica *r)
                 CLG_CL_CHECK(err, clSetKernelArg(k, 1, sizeof(cl_mem), &r->w16[idx]));
                 CLG_CL_CHECK(err, clSetKernelArg(k, 2, sizeof(cl_mem), &pr->value));
                 CLG_CL_CHECK(err, clSetKernelArg(k, 3, sizeof(int), &n));
-                size_t local = 64, global = CLG_CEIL_DIV((size_t)n, local) * local;
-                CLG_CL_CHECK(err, clEnqueueNDRangeKernel(dev->queue, k, 1, NULL, &global, &local, 0, NULL, NULL));
+                CLG_TRY(clg_launch_1d(dev, k, (size_t)n, 64));
             }
     }
     clg_replica_params_changed(r);
@@ -1003,9 +1000,7 @@ static clg_status add_kernel(clg_device *dev, cl_mem y, cl_mem x, size_t n)
     CLG_CL_CHECK(err, clSetKernelArg(k, 1, sizeof(cl_mem), &x));
     CLG_CL_CHECK(err, clSetKernelArg(k, 2, sizeof(float), &a));
     CLG_CL_CHECK(err, clSetKernelArg(k, 3, sizeof(int), &nn));
-    size_t local = 64, global = CLG_CEIL_DIV(n, local) * local;
-    CLG_CL_CHECK(err, clEnqueueNDRangeKernel(dev->queue, k, 1, NULL, &global, &local, 0, NULL, NULL));
-    return CLG_OK;
+    return clg_launch_1d(dev, k, n, 64);
 }
 
 /* Backward in fp16 storage: each layer's inputs, output and output gradient

@@ -165,23 +165,16 @@ size_t clg_conv_ws_floats(clg_device *dev)
 
 clg_status clg_conv_enqueue(clg_device *dev, cl_kernel k, cl_uint dims, const size_t *gws, const size_t *lws)
 {
-    for (cl_uint i = 0; i < dims; i++)
-        if (gws[i] == 0)
-            return CLG_OK;
-    CLG_CL_CHECK(clg_dev_err(dev), clEnqueueNDRangeKernel(dev->queue, k, dims, NULL, gws, lws, 0, NULL, NULL));
-    return CLG_OK;
+    return clg_launch(dev, k, dims, gws, lws, CLG_LAUNCH_FIXED, NULL);
 }
 
-void clg_conv_geom(int n0, int n1, int n2, size_t gws[3], size_t lws[3])
+void clg_conv_geom(clg_device *dev, cl_kernel k, int n0, int n1, int n2, size_t gws[3], size_t lws[3])
 {
-    size_t l0 = CLG_MIN((size_t)CLG_CEIL_DIV(CLG_MAX(n0, 1), 16) * 16, 256);
-    size_t l1 = CLG_MAX((size_t)1, CLG_MIN((size_t)CLG_MAX(n1, 1), 512 / l0));
-    lws[0] = l0;
-    lws[1] = l1;
-    lws[2] = 1;
-    gws[0] = (size_t)CLG_CEIL_DIV(n0, (int)l0) * l0;
-    gws[1] = (size_t)CLG_CEIL_DIV(n1, (int)l1) * l1;
-    gws[2] = (size_t)n2;
+    /* up to 256 along the contiguous dim 0, groups of up to 512, within the kernel's limits */
+    clg_wg_limits L;
+    clg_kernel_limits(dev, k, &L);
+    size_t n[3] = {(size_t)CLG_MAX(n0, 0), (size_t)CLG_MAX(n1, 0), (size_t)CLG_MAX(n2, 0)};
+    clg_wg_geom(&L, 3, n, 256, 512, gws, lws);
 }
 
 void clg_conv_prof(clg_device *dev, const char *label)
@@ -261,7 +254,7 @@ static clg_status launch_im2col(clg_device *dev, const clg_conv_shape *s, int nb
     clg_ka_int(&a, bstride < ld);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &a, "im2col_w args"));
     size_t gws[3], lws[3];
-    clg_conv_geom(Q, P, nb * Cg * s->R * s->S, gws, lws);
+    clg_conv_geom(dev, k, Q, P, nb * Cg * s->R * s->S, gws, lws);
     return clg_conv_enqueue(dev, k, 3, gws, lws);
 }
 
@@ -408,7 +401,7 @@ static clg_status im2col_bwd_data(clg_device *dev, const clg_conv_shape *s, cl_m
                 if ((st = CLG_KA_DONE(clg_dev_err(dev), &a, "col2im_s1 args")) != CLG_OK)
                     break;
                 size_t gws[3], lws[3];
-                clg_conv_geom(s->W, s->H, nbc * Cg, gws, lws);
+                clg_conv_geom(dev, k, s->W, s->H, nbc * Cg, gws, lws);
                 st = clg_conv_enqueue(dev, k, 3, gws, lws);
                 clg_conv_prof(dev, "bd col2im");
                 continue;
@@ -599,13 +592,15 @@ static clg_status direct_bwd_data(clg_device *dev, const clg_conv_shape *s, cl_m
     return clg_conv_enqueue(dev, k, 3, gws, NULL);
 }
 
-#define CONV_WG 64 /* matches cl/conv.cl */
+#define CONV_WG 64 /* default of cl/conv.cl */
 
 static clg_status direct_bwd_filter(clg_device *dev, const clg_conv_shape *s, cl_mem x, size_t offx, cl_mem dy,
                                     size_t offdy, float beta, cl_mem dw, size_t offdw)
 {
+    /* one reduction group per filter element: 64, or the device's largest power of two below */
+    size_t wg;
     cl_kernel k;
-    CLG_TRY(clg_kernel_get(dev, "conv", "", "direct_bwd_filter", &k));
+    CLG_TRY(clg_kernel_get_wg(dev, "conv", "direct_bwd_filter", "CONV_WG", CONV_WG, &k, &wg));
     clg_kargs a = {k, 0, CL_SUCCESS};
     clg_ka_mem(&a, x);
     clg_ka_int(&a, (int)offx);
@@ -618,7 +613,7 @@ static clg_status direct_bwd_filter(clg_device *dev, const clg_conv_shape *s, cl
     clg_ka_int(&a, (int)offdw);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &a, "direct_bwd_filter args"));
     size_t nw = (size_t)s->K * (s->C / s->groups) * s->R * s->S;
-    size_t gws[1] = {nw * CONV_WG}, lws[1] = {CONV_WG};
+    size_t gws[1] = {nw * wg}, lws[1] = {wg};
     return clg_conv_enqueue(dev, k, 1, gws, lws);
 }
 

@@ -51,11 +51,40 @@ static int wino4_in_auto(const clg_conv_shape *s, clg_conv_pass pass)
 
 static uint64_t device_hash(clg_device *dev)
 {
-    uint64_t h = clg_hash_str(dev->info.name, CLG_HASH_SEED);
-    h = clg_hash_str(dev->info.vendor, h);
-    h = clg_hash_str(dev->info.platform, h);
-    h = clg_hash_str(dev->info.driver_version, h);
-    return h;
+    char fp[700];
+    clg_device_fingerprint(dev, fp, sizeof fp);
+    return clg_hash_str(fp, CLG_HASH_SEED);
+}
+
+clg_conv_algo clg_conv_algo_default(const clg_device *dev, const clg_conv_shape *s, clg_conv_pass pass)
+{
+    if (s->groups > 1 && s->groups == s->C) /* depthwise: no reduction for a GEMM to share */
+        return CLG_CONV_DIRECT;
+    int reduced = pass == CLG_CONV_FWD ? s->C : pass == CLG_CONV_BWD_DATA ? s->K : CLG_MIN(s->C, s->K);
+    if (!clg_conv_algo_supported(CLG_CONV_WINOGRAD, s, pass) || reduced < 8)
+        return CLG_CONV_IM2COL; /* few channels: the transforms cost more than they save */
+    int f4 = wino4_in_auto(s, pass);
+    if (dev->info.type & CLG_DEVICE_CPU) {
+        /* measured on PoCL (README, Convolution): fused wins fwd and bwd-data */
+        if (pass != CLG_CONV_BWD_FILTER && clg_conv_algo_supported(CLG_CONV_WINOGRAD4_FUSED, s, pass))
+            return f4 ? CLG_CONV_WINOGRAD4_FUSED : CLG_CONV_WINOGRAD_FUSED;
+        return f4 ? CLG_CONV_WINOGRAD4 : CLG_CONV_WINOGRAD;
+    }
+    /* GPUs: the separate design (transforms + the tiled local-memory GEMM);
+     * the fused design keeps a work-item's tiles in local memory, which a
+     * 32-64 KiB GPU fills with few work-items. F(4x4) where its local tiles
+     * and the error policy allow, on the vendors with 48-64 KiB local memory. */
+    clg_vendor vendor = clg_device_vendor(dev);
+    int big_local = vendor == CLG_VENDOR_NVIDIA || vendor == CLG_VENDOR_AMD;
+    return f4 && big_local ? CLG_CONV_WINOGRAD4 : CLG_CONV_WINOGRAD;
+}
+
+/* CLGRAD_CONV_AUTO_MEASURE=0: AUTO takes clg_conv_algo_default instead of
+ * measuring (simulators, first runs on a new device). */
+static int auto_measure(void)
+{
+    const char *e = getenv("CLGRAD_CONV_AUTO_MEASURE");
+    return !(e && strcmp(e, "0") == 0);
 }
 
 static const char *pass_tag(clg_conv_pass p) { return p == CLG_CONV_FWD ? "fwd" : p == CLG_CONV_BWD_DATA ? "bwd-data" : "bwd-filter"; }
@@ -161,6 +190,18 @@ int clg_conv_algos_parse(char *text, uint64_t devhash,
     return n;
 }
 
+/* First line of the file: format, version and the device fingerprint (a
+ * file whose first line differs, e.g. one measured on another device or
+ * copied from one, is ignored). */
+static void file_header(clg_device *dev, clg_sbuf *b)
+{
+    char fp[700];
+    clg_device_fingerprint(dev, fp, sizeof fp);
+    clg_sbuf_printf(b, "{\"format\": \"clgrad-conv-algos\", \"version\": 2, \"device\": ");
+    clg_sbuf_json_str(b, fp);
+    clg_sbuf_printf(b, ", \"entries\": [\n");
+}
+
 /* Loads the file once per (device hash, path); malformed lines and
  * entries of other devices are ignored. */
 static void file_load(clg_device *dev, uint64_t devhash)
@@ -188,6 +229,15 @@ static void file_load(clg_device *dev, uint64_t devhash)
     clg_err scratch;
     if (clg_file_read(&scratch, path, &text, &len) != CLG_OK)
         return;
+    clg_sbuf hdr = {0};
+    file_header(dev, &hdr);
+    int ours = !hdr.oom && len >= hdr.len && memcmp(text, hdr.data, hdr.len) == 0;
+    clg_sbuf_free(&hdr);
+    if (!ours) {
+        clg_log(1, "conv algorithm cache %s is not for this device (%s); measuring again", path, dev->info.name);
+        free(text);
+        return;
+    }
     clg_conv_algos_parse(text, devhash, table_add_missing, NULL);
     free(text);
 }
@@ -199,9 +249,7 @@ static void file_save(clg_device *dev, uint64_t devhash)
     char path[1100];
     file_path(dev, devhash, path, sizeof path);
     clg_sbuf b = {0};
-    clg_sbuf_printf(&b, "{\"format\": \"clgrad-conv-algos\", \"version\": 2, \"device\": ");
-    clg_sbuf_json_str(&b, dev->info.name);
-    clg_sbuf_printf(&b, ", \"entries\": [\n");
+    file_header(dev, &b);
     int first = 1;
     for (int i = 0; i < g_nentries; i++) {
         if (g_entries[i].devhash != devhash)
@@ -250,6 +298,11 @@ clg_status clg_conv_auto_pick(clg_device *dev, const clg_conv_shape *s, clg_conv
     uint64_t dh = device_hash(dev);
     pthread_mutex_lock(&g_lock);
     file_load(dev, dh);
+    if (!auto_measure()) {
+        pthread_mutex_unlock(&g_lock);
+        *out = clg_conv_algo_default(dev, s, pass);
+        return CLG_OK;
+    }
     int i = table_find(dh, key);
     if (i >= 0 && clg_conv_algo_supported(g_entries[i].algo, s, pass)) {
         *out = g_entries[i].algo;

@@ -19,14 +19,16 @@ CLG_INTERNAL int clg_conv_algos_parse(char *text, uint64_t devhash,
                                                   double ms),
                                       void *user);
 CLG_INTERNAL size_t clg_conv_ws_floats(clg_device *dev);
-/* Enqueues k over gws (dims 1..3), local size lws (NULL: runtime's choice). */
+/* Enqueues k over gws (dims 1..3), local size lws (NULL: runtime's choice)
+ * through clg_launch (limits checked, kernel named on failure). */
 CLG_INTERNAL clg_status clg_conv_enqueue(clg_device *dev, cl_kernel k, cl_uint dims, const size_t *gws,
                                          const size_t *lws);
 
 /* Launch geometry for kernels whose dim 0 is a contiguous run of n0 items
  * (vectorised across work-items by CPU runtimes), dim 1 n1 rows and dim 2
- * n2 slices: fills gws (rounded up; kernels check bounds) and lws. */
-CLG_INTERNAL void clg_conv_geom(int n0, int n1, int n2, size_t gws[3], size_t lws[3]);
+ * n2 slices: fills gws (rounded up; kernels check bounds) and lws, within
+ * the limits of kernel k on dev. */
+CLG_INTERNAL void clg_conv_geom(clg_device *dev, cl_kernel k, int n0, int n1, int n2, size_t gws[3], size_t lws[3]);
 
 /* Step profiling: with CLGRAD_CONV_PROFILE=1 each call finishes the queue
  * and prints the wall time since the previous call (label NULL: restart). */
@@ -93,8 +95,16 @@ CLG_INTERNAL clg_status clg_conv_run(clg_device *dev, const clg_conv_shape *s, c
                                      clg_conv_pass pass, clg_conv_cache *cache, const clg_conv_io *io);
 
 /* Resolves CLG_CONV_AUTO: looks the (device, shape, pass) up in the
- * measurement cache, measuring the eligible algorithms on a miss. */
+ * measurement cache, measuring the eligible algorithms on a miss; with
+ * CLGRAD_CONV_AUTO_MEASURE=0 takes clg_conv_algo_default instead. */
 CLG_INTERNAL clg_status clg_conv_auto_pick(clg_device *dev, const clg_conv_shape *s, clg_conv_pass pass,
                                            const clg_conv_io *io, clg_conv_algo *out);
+
+/* Untuned choice for a device class (README, GPU portability): depthwise ->
+ * direct; fewer than 8 reduced channels or not 3x3 stride 1 -> im2col;
+ * otherwise Winograd: the fused design on CPUs, the separate design
+ * (transforms + tiled GEMM) on GPUs, F(4x4) where the error policy allows
+ * (on GPUs only for NVIDIA and AMD). */
+CLG_INTERNAL clg_conv_algo clg_conv_algo_default(const clg_device *dev, const clg_conv_shape *s, clg_conv_pass pass);
 
 #endif

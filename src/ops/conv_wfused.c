@@ -35,7 +35,7 @@ static int env_int(const char *name, int def, int lo, int hi)
  * the product does not run on zero-padded channels. */
 static int wf_kb_auto(int Kout) { return Kout <= 1 ? 1 : Kout <= 2 ? 2 : Kout <= 4 ? 4 : 8; }
 
-static wf_cfg wf_config(int Kout)
+static wf_cfg wf_config(const clg_device *dev, int Kout)
 {
     wf_cfg c;
     int kb_def = wf_kb_auto(Kout);
@@ -44,6 +44,8 @@ static wf_cfg wf_config(int Kout)
     if (c.kb != 1 && c.kb != 2 && c.kb != 4 && c.kb != 8 && c.kb != 16)
         c.kb = kb_def;
     c.wgs = env_int("CLGRAD_WFUSED_WGS", 1, 1, 256);
+    if (dev->info.max_work_group_size && (size_t)c.wgs > dev->info.max_work_group_size)
+        c.wgs = (int)dev->info.max_work_group_size;
     /* 256 KiB: Vs of 64 channels x 16 tiles (F(4x4)) plus one block of
      * products, leaving room in a 1 MiB L2 for the streamed filters */
     c.scratch_bytes = (size_t)env_int("CLGRAD_WFUSED_SCRATCH_KB", 256, 8, 1 << 20) * 1024;
@@ -197,7 +199,7 @@ clg_status clg_conv_wfused_fwd(clg_device *dev, const clg_conv_shape *s, int m, 
                                size_t offx, cl_mem w, size_t offw, cl_mem bias, size_t offb, int relu, cl_mem y,
                                size_t offy)
 {
-    wf_cfg c = wf_config(s->K);
+    wf_cfg c = wf_config(dev, s->K);
     cl_mem U = NULL;
     int tmp = 0;
     clg_conv_prof(dev, NULL);
@@ -217,7 +219,7 @@ clg_status clg_conv_wfused_bwd_data(clg_device *dev, const clg_conv_shape *s, in
     if (s->pad_h > 2 || s->pad_w > 2)
         return clg_err_set(clg_dev_err(dev), CLG_ERR_UNSUPPORTED,
                            "winograd-fused: backward-data needs padding <= 2 (got %dx%d)", s->pad_h, s->pad_w);
-    wf_cfg c = wf_config(s->C);
+    wf_cfg c = wf_config(dev, s->C);
     int P = clg_conv_out_h(s), Q = clg_conv_out_w(s);
     cl_mem U = NULL;
     int tmp = 0;

@@ -179,7 +179,7 @@ static clg_status launch_input(clg_device *dev, int m, cl_mem x, size_t offx, in
     clg_ka_int(&a, (int)sxV);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &a, "wino_input args"));
     size_t gws[3], lws[3];
-    clg_conv_geom(TH * CLG_CEIL_DIV(TW, vl), Kp, nb, gws, lws);
+    clg_conv_geom(dev, k, TH * CLG_CEIL_DIV(TW, vl), Kp, nb, gws, lws);
     return clg_conv_enqueue(dev, k, 3, gws, lws);
 }
 
@@ -255,7 +255,7 @@ static clg_status wino_conv(clg_device *dev, int m, int N, int Cin, int H, int W
         if ((st = CLG_KA_DONE(clg_dev_err(dev), &a, "wino_output args")) != CLG_OK)
             break;
         size_t gws[3], lws[3];
-        clg_conv_geom(TH * CLG_CEIL_DIV(TW, vl), Kout, nbc, gws, lws);
+        clg_conv_geom(dev, ko, TH * CLG_CEIL_DIV(TW, vl), Kout, nbc, gws, lws);
         st = clg_conv_enqueue(dev, ko, 3, gws, lws);
         clg_conv_prof(dev, "wino output");
     }
@@ -346,7 +346,7 @@ clg_status clg_conv_wino_bwd_filter(clg_device *dev, const clg_conv_shape *s, in
         if ((st = CLG_KA_DONE(clg_dev_err(dev), &a, "wino_bf_dy args")) != CLG_OK)
             break;
         size_t gws[3], lws[3];
-        clg_conv_geom(TH * CLG_CEIL_DIV(TW, vl), K, nbc, gws, lws);
+        clg_conv_geom(dev, kd, TH * CLG_CEIL_DIV(TW, vl), K, nbc, gws, lws);
         if ((st = clg_conv_enqueue(dev, kd, 3, gws, lws)) != CLG_OK)
             break;
         clg_conv_prof(dev, "wino bf input+dy");

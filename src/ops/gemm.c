@@ -59,12 +59,12 @@ typedef struct evs {
 } evs;
 
 static clg_status enqueue(clg_device *dev, cl_kernel k, cl_uint dims, const size_t *gws, const size_t *lws,
-                          evs *ev, const char *what)
+                          unsigned flags, evs *ev)
 {
     cl_event e = NULL;
-    cl_int rc = clEnqueueNDRangeKernel(dev->queue, k, dims, NULL, gws, lws, 0, NULL, &e);
-    if (rc != CL_SUCCESS)
-        return clg_cl_fail(clg_dev_err(dev), rc, what, __FILE__, __LINE__);
+    CLG_TRY(clg_launch(dev, k, dims, gws, lws, flags, &e));
+    if (!e) /* empty range: nothing enqueued */
+        return CLG_OK;
     if (ev->n == 0 && ev->first) {
         *ev->first = e;
         clRetainEvent(e);
@@ -140,23 +140,10 @@ static clg_status gemm_ref(clg_device *dev, const clg_gemm_args *a, evs *ev)
     ka_operands(&g, a);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &g, "clSetKernelArg(gemm_ref)"));
     size_t gws[3] = {(size_t)a->N, (size_t)a->M, (size_t)batch};
-    return enqueue(dev, k, 3, gws, NULL, ev, "clEnqueueNDRangeKernel(gemm_ref)");
+    return enqueue(dev, k, 3, gws, NULL, CLG_LAUNCH_FIT, ev);
 }
 
 /* ---- parameter sets ---- */
-
-static int has_word(const char *s, const char *w)
-{
-    char a[256], b[64];
-    size_t i;
-    for (i = 0; s[i] && i + 1 < sizeof a; i++)
-        a[i] = (char)(s[i] >= 'A' && s[i] <= 'Z' ? s[i] + 32 : s[i]);
-    a[i] = 0;
-    for (i = 0; w[i] && i + 1 < sizeof b; i++)
-        b[i] = w[i];
-    b[i] = 0;
-    return strstr(a, b) != NULL;
-}
 
 void clg_gemm_params_default(const clg_device *dev, clg_gemm_params *p)
 {
@@ -164,8 +151,8 @@ void clg_gemm_params_default(const clg_device *dev, clg_gemm_params *p)
     if (dev->info.type & CLG_DEVICE_CPU) {
         /* AVX-512 (32 vector registers of 16 floats): 8 x 32 tile, 16
          * accumulators; otherwise an AVX2-sized 6 x 16 tile of float8. */
-        int wide = has_word(dev->info.name, "avx512") || has_word(dev->info.name, "znver4") ||
-                   has_word(dev->info.name, "sapphirerapids") || has_word(dev->info.name, "icelake");
+        int wide = clg_str_icontains(dev->info.name, "avx512") || clg_str_icontains(dev->info.name, "znver4") ||
+                   clg_str_icontains(dev->info.name, "sapphirerapids") || clg_str_icontains(dev->info.name, "icelake");
         p->family = CLG_GEMM_FAM_CPU;
         p->MR = wide ? 8 : 6;
         p->NV = 2;
@@ -174,26 +161,39 @@ void clg_gemm_params_default(const clg_device *dev, clg_gemm_params *p)
         p->KS = 0;
         return;
     }
-    p->family = CLG_GEMM_FAM_TILED;
-    p->MWG = 64;
-    p->NWG = 64;
-    p->KWG = 16;
-    p->MDIMC = 16;
-    p->NDIMC = 16;
-    p->VWM = 2;
-    p->VWN = 2;
-    p->PADA = 1;
-    p->PADB = 1;
-    if (has_word(dev->info.vendor, "intel") || dev->info.max_work_group_size < 256 ||
-        dev->info.local_mem_bytes < 16384) {
-        p->MWG = p->NWG = 32;
-        p->MDIMC = p->NDIMC = 8;
-    } else if (has_word(dev->info.vendor, "nvidia") || has_word(dev->info.vendor, "advanced micro") ||
-               has_word(dev->info.vendor, "amd")) {
-        p->MWG = p->NWG = 64;
-        p->MDIMC = p->NDIMC = 16;
-        p->VWM = p->VWN = 4; /* 4 x 4 per work-item, float4 local reads */
+    /* GPUs: the tiled family, MWG x NWG per work-group of MDIMC x NDIMC,
+     * the largest of these that fits the device's limits (README, GPU
+     * portability): NVIDIA / AMD 64x64 tiles of 16x16 work-items with 4x4
+     * float4 register tiles; Intel (SIMD8-32, local memory shared with L3)
+     * 32x32 of 8x8; other GPUs 64x64 of 16x16 with 2-wide vectors. */
+    static const int sets[][5] = {
+        /* MWG(=NWG) MDIMC(=NDIMC) VW KWG PAD */
+        {64, 16, 4, 16, 1}, /* 0: NVIDIA, AMD */
+        {64, 16, 2, 16, 1}, /* 1: other GPUs */
+        {32, 8, 2, 16, 1},  /* 2: Intel; fallback below 256 work-items or 16 KiB */
+        {16, 4, 2, 16, 0},  /* 3: fallback below 64 work-items */
+    };
+    clg_vendor vendor = clg_device_vendor(dev);
+    int first = vendor == CLG_VENDOR_INTEL ? 2 : vendor == CLG_VENDOR_NVIDIA || vendor == CLG_VENDOR_AMD ? 0 : 1;
+    size_t maxwg = dev->info.max_work_group_size ? dev->info.max_work_group_size : 1;
+    uint64_t lmem = dev->info.local_mem_bytes;
+    for (int i = first; i < (int)CLG_ARRAY_LEN(sets); i++) {
+        const int *t = sets[i];
+        size_t wi = (size_t)t[1] * (size_t)t[1];
+        uint64_t need = 4ull * (uint64_t)t[3] * (uint64_t)(2 * (t[0] + t[4]));
+        size_t d0 = dev->max_item[0] ? dev->max_item[0] : maxwg, d1 = dev->max_item[1] ? dev->max_item[1] : maxwg;
+        /* keep a quarter of local memory free for the runtime and a second group per compute unit */
+        if (wi > maxwg || (size_t)t[1] > d0 || (size_t)t[1] > d1 || (lmem && need > lmem / 4 * 3))
+            continue;
+        p->family = CLG_GEMM_FAM_TILED;
+        p->MWG = p->NWG = t[0];
+        p->MDIMC = p->NDIMC = t[1];
+        p->VWM = p->VWN = t[2];
+        p->KWG = t[3];
+        p->PADA = p->PADB = t[4];
+        return;
     }
+    p->family = CLG_GEMM_FAM_REF; /* a device below 16 work-items per group */
 }
 
 static int pow2_in(int v, int lo, int hi)
@@ -220,6 +220,8 @@ clg_status clg_gemm_params_check(clg_device *dev, const clg_gemm_params *p)
             p->MWG < 1 || p->NWG < 1 || p->MWG % (p->MDIMC * p->VWM) || p->NWG % (p->NDIMC * p->VWN) ||
             p->PADA < 0 || p->PADA > 8 || p->PADB < 0 || p->PADB > 8 || p->MWG > 256 || p->NWG > 256 ||
             p->KWG > 64 || (size_t)p->MDIMC * (size_t)p->NDIMC > maxwg ||
+            (dev->max_item[0] && (size_t)p->MDIMC > dev->max_item[0]) ||
+            (dev->max_item[1] && (size_t)p->NDIMC > dev->max_item[1]) ||
             (p->MWG / p->MDIMC) * (p->NWG / p->NDIMC) > 256)
             return clg_err_set(err, CLG_ERR_INVALID_ARG,
                                "gemm: invalid tiled kernel parameters MWG=%d NWG=%d KWG=%d MDIMC=%d NDIMC=%d "
@@ -359,7 +361,7 @@ static clg_status pack(clg_device *dev, cl_kernel k, int R, int K, int Kp, int k
     clg_ka_int(&g, dstride);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &g, "clSetKernelArg(gemm_pack)"));
     size_t gws[3] = {(size_t)CLG_CEIL_DIV(Kp, 16), (size_t)CLG_CEIL_DIV(R, P), (size_t)batch};
-    return enqueue(dev, k, 3, gws, NULL, ev, "clEnqueueNDRangeKernel(gemm_pack)");
+    return enqueue(dev, k, 3, gws, NULL, CLG_LAUNCH_FIT, ev);
 }
 
 /* Split-K factor for the CPU family when not fixed: enough independent
@@ -436,13 +438,13 @@ static clg_status run_packed(clg_device *dev, const clg_gemm_params *p, const cl
         goto out;
     if (cpu) {
         size_t gws[3] = {(size_t)CLG_CEIL_DIV(Mt, p->WGS) * p->WGS, (size_t)Nt, (size_t)batch * KS};
-        size_t lws[3] = {(size_t)p->WGS, 1, 1};
-        if ((st = enqueue(dev, kmain, 3, gws, lws, ev, "clEnqueueNDRangeKernel(gemm_cpu)")) != CLG_OK)
+        size_t lws[3] = {(size_t)p->WGS, 1, 1}; /* no local memory: may shrink to the kernel's limit */
+        if ((st = enqueue(dev, kmain, 3, gws, lws, CLG_LAUNCH_FIT, ev)) != CLG_OK)
             goto out;
     } else {
         size_t gws[3] = {(size_t)Mt * p->MDIMC, (size_t)Nt * p->NDIMC, (size_t)batch};
-        size_t lws[3] = {(size_t)p->MDIMC, (size_t)p->NDIMC, 1};
-        if ((st = enqueue(dev, kmain, 3, gws, lws, ev, "clEnqueueNDRangeKernel(gemm_tiled)")) != CLG_OK)
+        size_t lws[3] = {(size_t)p->MDIMC, (size_t)p->NDIMC, 1}; /* reqd_work_group_size */
+        if ((st = enqueue(dev, kmain, 3, gws, lws, CLG_LAUNCH_FIXED, ev)) != CLG_OK)
             goto out;
     }
     if (KS > 1) {
@@ -462,7 +464,7 @@ static clg_status run_packed(clg_device *dev, const clg_gemm_params *p, const cl
         if ((st = CLG_KA_DONE(err, &r, "clSetKernelArg(gemm_reduce)")) != CLG_OK)
             goto out;
         size_t gws[3] = {(size_t)N, (size_t)M, (size_t)batch};
-        st = enqueue(dev, kred, 3, gws, NULL, ev, "clEnqueueNDRangeKernel(gemm_reduce)");
+        st = enqueue(dev, kred, 3, gws, NULL, CLG_LAUNCH_FIT, ev);
     }
 out:
     /* In-order queue: a block handed out again is only used by commands
@@ -642,7 +644,7 @@ clg_status clg_gemm_dot(clg_device *dev, const clg_gemm_args *a, cl_event *ev)
     size_t gws[3] = {(size_t)CLG_CEIL_DIV(a->M, DOT_DR), (size_t)CLG_CEIL_DIV(a->N, DOT_DC),
                      (size_t)(a->batch > 0 ? a->batch : 1)};
     evs e = {NULL, ev, NULL, 0};
-    clg_status st = enqueue(dev, k, 3, gws, NULL, &e, "clEnqueueNDRangeKernel(gemm_dot)");
+    clg_status st = enqueue(dev, k, 3, gws, NULL, CLG_LAUNCH_FIT, &e);
     ev_finish(&e, st);
     return st;
 }
@@ -663,7 +665,7 @@ static clg_status gemm_epilogue(clg_device *dev, const clg_gemm_args *a, evs *ev
     ka_output(&g, a);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &g, "clSetKernelArg(gemm_epilogue)"));
     size_t gws[3] = {(size_t)a->N, (size_t)a->M, (size_t)(a->batch > 0 ? a->batch : 1)};
-    return enqueue(dev, k, 3, gws, NULL, ev, "clEnqueueNDRangeKernel(gemm_epilogue)");
+    return enqueue(dev, k, 3, gws, NULL, CLG_LAUNCH_FIT, ev);
 }
 
 #endif
@@ -812,25 +814,15 @@ clg_status clg_gemm_time(clg_device *dev, const clg_gemm_args *shape, clg_gemm_b
     clg_status st;
     size_t n[3] = {a.strideA * batch, a.strideB * batch, a.strideC * batch};
     for (int i = 0; i < 3; i++) {
-        if ((st = clg_buf_alloc(dev, sizeof(float) * CLG_MAX(n[i], (size_t)1), &s.m[i])) != CLG_OK)
+        if ((st = clg_buf_alloc(dev, sizeof(float) * CLG_MAX(n[i], (size_t)1), &s.m[i])) != CLG_OK ||
+            (st = clg_buf_fill(dev, s.m[i], 0, n[i], 0.0f)) != CLG_OK)
             goto out;
-        float zero = 0.0f;
-        cl_int rc = clEnqueueFillBuffer(dev->queue, s.m[i], &zero, sizeof zero, 0, sizeof(float) * CLG_MAX(n[i], (size_t)1), 0, NULL, NULL);
-        if (rc != CL_SUCCESS) {
-            st = clg_cl_fail(err, rc, "clEnqueueFillBuffer", __FILE__, __LINE__);
-            goto out;
-        }
     }
     if (a.bias_mode != CLG_BIAS_NONE) {
         size_t nb = (size_t)CLG_MAX(a.M, a.N);
-        if ((st = clg_buf_alloc(dev, sizeof(float) * nb, &bias)) != CLG_OK)
+        if ((st = clg_buf_alloc(dev, sizeof(float) * nb, &bias)) != CLG_OK ||
+            (st = clg_buf_fill(dev, bias, 0, nb, 0.0f)) != CLG_OK)
             goto out;
-        float zero = 0.0f;
-        cl_int rc = clEnqueueFillBuffer(dev->queue, bias, &zero, sizeof zero, 0, sizeof(float) * nb, 0, NULL, NULL);
-        if (rc != CL_SUCCESS) {
-            st = clg_cl_fail(err, rc, "clEnqueueFillBuffer", __FILE__, __LINE__);
-            goto out;
-        }
     }
     a.A = s.m[0];
     a.B = s.m[1];

@@ -7,7 +7,8 @@
 
 /* Work-group size for 1-D element-wise kernels (global size rounded up). */
 #define EW_WG 256
-/* Must match SM_WG (softmax.cl), PS_WG (eltwise.cl). */
+/* Defaults of SM_WG (softmax.cl), PS_WG (eltwise.cl): reduction groups of a
+ * fixed size, lowered by build option where the device allows fewer. */
 #define SM_WG 64
 #define PS_WG 64
 
@@ -69,33 +70,20 @@ static clg_status kget(clg_device *dev, const char *prog, const char *name, cl_k
     return clg_kernel_get(dev, prog, "", name, k);
 }
 
-static clg_status run1(clg_device *dev, cl_kernel k, size_t n, size_t wg)
-{
-    if (n == 0)
-        return CLG_OK;
-    size_t g = CLG_CEIL_DIV(n, wg) * wg;
-    CLG_CL_CHECK(clg_dev_err(dev), clEnqueueNDRangeKernel(dev->queue, k, 1, NULL, &g, &wg, 0, NULL, NULL));
-    return CLG_OK;
-}
-
+/* The element-wise launchers below bound-check every index: their groups may
+ * shrink to the kernel's limits (CLG_LAUNCH_FIT). */
 static clg_status run2(clg_device *dev, cl_kernel k, size_t n0, size_t n1, size_t wg0)
 {
-    if (n0 == 0 || n1 == 0)
-        return CLG_OK;
     size_t g[2] = {CLG_CEIL_DIV(n0, wg0) * wg0, n1};
     size_t l[2] = {wg0, 1};
-    CLG_CL_CHECK(clg_dev_err(dev), clEnqueueNDRangeKernel(dev->queue, k, 2, NULL, g, l, 0, NULL, NULL));
-    return CLG_OK;
+    return clg_launch(dev, k, 2, g, l, CLG_LAUNCH_FIT, NULL);
 }
 
-/* Work-groups of wg, ngroups of them. */
+/* Work-groups of wg (the kernel's reqd_work_group_size), ngroups of them. */
 static clg_status run_groups(clg_device *dev, cl_kernel k, size_t ngroups, size_t wg)
 {
-    if (ngroups == 0)
-        return CLG_OK;
     size_t g = ngroups * wg;
-    CLG_CL_CHECK(clg_dev_err(dev), clEnqueueNDRangeKernel(dev->queue, k, 1, NULL, &g, &wg, 0, NULL, NULL));
-    return CLG_OK;
+    return clg_launch(dev, k, 1, &g, &wg, CLG_LAUNCH_FIXED, NULL);
 }
 
 static clg_status check_mem(clg_device *dev, const char *op, cl_mem m, const char *which)
@@ -143,7 +131,7 @@ clg_status clg_nn_act_forward(clg_device *dev, clg_act act, float alpha, size_t 
     CLG_TRY(kget(dev, "eltwise", name, &k));
     cl_float a = alpha;
     CLG_TRY(setargs(dev, k, 6, ARG(un), ARG(a), ARG(x), ARG(uox), ARG(y), ARG(uoy)));
-    return run1(dev, k, n, EW_WG);
+    return clg_launch_1d(dev, k, n, EW_WG);
 }
 
 clg_status clg_nn_act_backward(clg_device *dev, clg_act act, float alpha, size_t n, cl_mem x, size_t ox, cl_mem y,
@@ -180,7 +168,7 @@ clg_status clg_nn_act_backward(clg_device *dev, clg_act act, float alpha, size_t
     cl_float a = alpha;
     CLG_TRY(setargs(dev, k, 10, ARG(un), ARG(a), ARG(x), ARG(uox), ARG(y), ARG(uoy), ARG(dy), ARG(uody), ARG(dx),
                     ARG(uodx)));
-    return run1(dev, k, n, EW_WG);
+    return clg_launch_1d(dev, k, n, EW_WG);
 }
 
 /* ---- add, copies, dropout, sums ---- */
@@ -198,7 +186,7 @@ clg_status clg_nn_add(clg_device *dev, size_t n, cl_mem a, size_t oa, cl_mem b, 
     cl_kernel k;
     CLG_TRY(kget(dev, "eltwise", "add2", &k));
     CLG_TRY(setargs(dev, k, 7, ARG(un), ARG(a), ARG(uoa), ARG(b), ARG(uob), ARG(y), ARG(uoy)));
-    return run1(dev, k, n, EW_WG);
+    return clg_launch_1d(dev, k, n, EW_WG);
 }
 
 clg_status clg_nn_add_acc(clg_device *dev, size_t n, cl_mem a, size_t oa, cl_mem y, size_t oy)
@@ -212,7 +200,7 @@ clg_status clg_nn_add_acc(clg_device *dev, size_t n, cl_mem a, size_t oa, cl_mem
     cl_kernel k;
     CLG_TRY(kget(dev, "eltwise", "add_acc", &k));
     CLG_TRY(setargs(dev, k, 5, ARG(un), ARG(a), ARG(uoa), ARG(y), ARG(uoy)));
-    return run1(dev, k, n, EW_WG);
+    return clg_launch_1d(dev, k, n, EW_WG);
 }
 
 clg_status clg_nn_copy(clg_device *dev, size_t n, cl_mem src, size_t os, cl_mem dst, size_t od)
@@ -221,9 +209,14 @@ clg_status clg_nn_copy(clg_device *dev, size_t n, cl_mem src, size_t os, cl_mem 
     CLG_TRY(check_mem(dev, "copy", dst, "dst"));
     if (n == 0 || (src == dst && os == od))
         return CLG_OK;
-    CLG_CL_CHECK(clg_dev_err(dev), clEnqueueCopyBuffer(dev->queue, src, dst, os * sizeof(float), od * sizeof(float),
-                                                       n * sizeof(float), 0, NULL, NULL));
-    return CLG_OK;
+    cl_uint un, uos, uod;
+    CLG_TRY(u32(dev, "copy", n, &un));
+    CLG_TRY(range(dev, "copy", os, n, &uos));
+    CLG_TRY(range(dev, "copy", od, n, &uod));
+    cl_kernel k; /* a kernel, not clEnqueueCopyBuffer: see cl/eltwise.cl `copy` */
+    CLG_TRY(kget(dev, "eltwise", "copy", &k));
+    CLG_TRY(setargs(dev, k, 5, ARG(un), ARG(src), ARG(uos), ARG(dst), ARG(uod)));
+    return clg_launch_1d(dev, k, n, EW_WG);
 }
 
 clg_status clg_nn_copy_rows(clg_device *dev, size_t len, size_t rows, cl_mem src, size_t os, size_t ss, cl_mem dst,
@@ -280,7 +273,7 @@ clg_status clg_nn_dropout(clg_device *dev, size_t n, float p, uint32_t seed, uin
     cl_float fp = p, inv = 1.0f / (1.0f - p);
     CLG_TRY(setargs(dev, k, 10, ARG(un), ARG(s), ARG(st), ARG(b), ARG(fp), ARG(inv), ARG(x), ARG(uox), ARG(y),
                     ARG(uoy)));
-    return run1(dev, k, n, EW_WG);
+    return clg_launch_1d(dev, k, n, EW_WG);
 }
 
 clg_status clg_nn_colsum(clg_device *dev, size_t rows, size_t cols, cl_mem x, size_t ox, cl_mem y, size_t oy)
@@ -295,7 +288,7 @@ clg_status clg_nn_colsum(clg_device *dev, size_t rows, size_t cols, cl_mem x, si
     cl_kernel k;
     CLG_TRY(kget(dev, "eltwise", "colsum", &k));
     CLG_TRY(setargs(dev, k, 6, ARG(ur), ARG(uc), ARG(x), ARG(uox), ARG(y), ARG(uoy)));
-    return run1(dev, k, cols, EW_WG);
+    return clg_launch_1d(dev, k, cols, EW_WG);
 }
 
 clg_status clg_nn_plane_sum(clg_device *dev, int N, int C, size_t hw, cl_mem x, size_t ox, cl_mem y, size_t oy)
@@ -309,9 +302,10 @@ clg_status clg_nn_plane_sum(clg_device *dev, int N, int C, size_t hw, cl_mem x, 
     CLG_TRY(range(dev, "plane sum", ox, (size_t)N * C * hw, &uox));
     CLG_TRY(range(dev, "plane sum", oy, (size_t)C, &uoy));
     cl_kernel k;
-    CLG_TRY(kget(dev, "eltwise", "plane_sum", &k));
+    size_t wg;
+    CLG_TRY(clg_kernel_get_wg(dev, "eltwise", "plane_sum", "PS_WG", PS_WG, &k, &wg));
     CLG_TRY(setargs(dev, k, 7, ARG(un), ARG(uc), ARG(uhw), ARG(x), ARG(uox), ARG(y), ARG(uoy)));
-    return run_groups(dev, k, (size_t)C, PS_WG);
+    return run_groups(dev, k, (size_t)C, wg);
 }
 
 /* ---- pooling ---- */
@@ -337,8 +331,6 @@ int clg_pool_out_w(const clg_pool_shape *s)
  * rounded up). Global sizes are rounded up; kernels check every bound. */
 static clg_status run3(clg_device *dev, cl_kernel k, size_t n0, size_t n1, size_t n2)
 {
-    if (n0 == 0 || n1 == 0 || n2 == 0)
-        return CLG_OK;
     size_t l0 = 8;
     while (l0 < n0 && l0 < 64)
         l0 *= 2;
@@ -347,8 +339,7 @@ static clg_status run3(clg_device *dev, cl_kernel k, size_t n0, size_t n1, size_
         l1 *= 2;
     size_t g[3] = {CLG_CEIL_DIV(n0, l0) * l0, CLG_CEIL_DIV(n1, l1) * l1, n2};
     size_t l[3] = {l0, l1, 1};
-    CLG_CL_CHECK(clg_dev_err(dev), clEnqueueNDRangeKernel(dev->queue, k, 3, NULL, g, l, 0, NULL, NULL));
-    return CLG_OK;
+    return clg_launch(dev, k, 3, g, l, CLG_LAUNCH_FIT, NULL);
 }
 
 /* Largest divisor of n that is <= cap (>= 1). */
@@ -364,13 +355,10 @@ static size_t divisor_le(size_t n, size_t cap)
  * divide the global ones, ~256 work-items per group. */
 static clg_status run2_exact(clg_device *dev, cl_kernel k, size_t n0, size_t n1)
 {
-    if (n0 == 0 || n1 == 0)
-        return CLG_OK;
     size_t l0 = divisor_le(n0, 256);
-    size_t l1 = divisor_le(n1, CLG_MAX(256 / l0, 1));
+    size_t l1 = divisor_le(n1, CLG_MAX(256 / CLG_MAX(l0, 1), 1));
     size_t g[2] = {n0, n1}, l[2] = {l0, l1};
-    CLG_CL_CHECK(clg_dev_err(dev), clEnqueueNDRangeKernel(dev->queue, k, 2, NULL, g, l, 0, NULL, NULL));
-    return CLG_OK;
+    return clg_launch(dev, k, 2, g, l, CLG_LAUNCH_FIT, NULL); /* shrinking keeps l dividing g */
 }
 
 static clg_status pool_args(clg_device *dev, cl_kernel k, const clg_pool_shape *s, cl_uint planes)
@@ -473,11 +461,8 @@ clg_status clg_nn_pool_backward(clg_device *dev, int is_max, const clg_pool_shap
         /* windows do not overlap; elements outside every window get 0 */
         int covered = s->ph == 0 && s->pw == 0 && s->sh == s->kh && s->sw == s->kw && P * s->sh == s->H &&
                       Q * s->sw == s->W;
-        if (!covered) {
-            float zero = 0.0f;
-            CLG_CL_CHECK(err, clEnqueueFillBuffer(dev->queue, dx, &zero, sizeof zero, odx * sizeof(float),
-                                                  nin * sizeof(float), 0, NULL, NULL));
-        }
+        if (!covered)
+            CLG_TRY(clg_buf_fill(dev, dx, odx, nin, 0.0f));
         CLG_TRY(kget(dev, "pool", is_max ? "maxpool_bwd_scatter" : "avgpool_bwd_scatter", &k));
     } else if (is_max) {
         /* overlapping max windows: argmax per window, then gather */
@@ -530,7 +515,7 @@ clg_status clg_nn_gap_forward(clg_device *dev, size_t planes, size_t hw, cl_mem 
     cl_kernel k;
     CLG_TRY(kget(dev, "pool", "gap_fwd", &k));
     CLG_TRY(setargs(dev, k, 6, ARG(up), ARG(uhw), ARG(x), ARG(uox), ARG(y), ARG(uoy)));
-    return run1(dev, k, planes, EW_WG);
+    return clg_launch_1d(dev, k, planes, EW_WG);
 }
 
 clg_status clg_nn_gap_backward(clg_device *dev, size_t planes, size_t hw, cl_mem dy, size_t ody, cl_mem dx,
@@ -546,7 +531,7 @@ clg_status clg_nn_gap_backward(clg_device *dev, size_t planes, size_t hw, cl_mem
     cl_kernel k;
     CLG_TRY(kget(dev, "pool", "gap_bwd", &k));
     CLG_TRY(setargs(dev, k, 6, ARG(up), ARG(uhw), ARG(dy), ARG(uody), ARG(dx), ARG(uodx)));
-    return run1(dev, k, planes * hw, EW_WG);
+    return clg_launch_1d(dev, k, planes * hw, EW_WG);
 }
 
 /* ---- losses ---- */
@@ -564,10 +549,11 @@ clg_status clg_nn_softmax_xent_forward(clg_device *dev, int N, int C, cl_mem x, 
     CLG_TRY(range(dev, o, op, (size_t)N * C, &uop));
     CLG_TRY(range(dev, o, ol, (size_t)N, &uol));
     cl_kernel k;
-    CLG_TRY(kget(dev, "softmax", "softmax_xent_fwd", &k));
+    size_t wg;
+    CLG_TRY(clg_kernel_get_wg(dev, "softmax", "softmax_xent_fwd", "SM_WG", SM_WG, &k, &wg));
     CLG_TRY(setargs(dev, k, 9, ARG(uc), ARG(x), ARG(uox), ARG(p), ARG(uop), ARG(labels), ARG(uol), ARG(loss),
                     ARG(correct)));
-    return run_groups(dev, k, (size_t)N, SM_WG);
+    return run_groups(dev, k, (size_t)N, wg);
 }
 
 clg_status clg_nn_softmax_xent_backward(clg_device *dev, int N, int C, float scale, cl_mem p, size_t op,
@@ -606,7 +592,7 @@ clg_status clg_nn_mse_forward(clg_device *dev, int N, int F, cl_mem x, size_t ox
     CLG_TRY(kget(dev, "softmax", "mse_fwd", &k));
     CLG_TRY(setargs(dev, k, 10, ARG(uf), ARG(un), ARG(x), ARG(uox), ARG(t), ARG(uot), ARG(y), ARG(uoy), ARG(loss),
                     ARG(correct)));
-    return run1(dev, k, (size_t)N, 16);
+    return clg_launch_1d(dev, k, (size_t)N, 16);
 }
 
 clg_status clg_nn_mse_backward(clg_device *dev, int N, int F, float scale, cl_mem x, size_t ox, cl_mem t, size_t ot,
@@ -627,7 +613,7 @@ clg_status clg_nn_mse_backward(clg_device *dev, int N, int F, float scale, cl_me
     CLG_TRY(kget(dev, "softmax", "mse_bwd", &k));
     cl_float s2 = 2.0f * scale / (float)F;
     CLG_TRY(setargs(dev, k, 8, ARG(un), ARG(s2), ARG(x), ARG(uox), ARG(t), ARG(uot), ARG(dx), ARG(uodx)));
-    return run1(dev, k, n, EW_WG);
+    return clg_launch_1d(dev, k, n, EW_WG);
 }
 
 clg_status clg_nn_loss_reduce(clg_device *dev, int N, cl_mem loss, cl_mem correct, cl_mem result)
@@ -637,9 +623,10 @@ clg_status clg_nn_loss_reduce(clg_device *dev, int N, cl_mem loss, cl_mem correc
     CLG_TRY(check_mem(dev, "loss reduce", result, "result"));
     cl_uint un = (cl_uint)(N < 0 ? 0 : N);
     cl_kernel k;
-    CLG_TRY(kget(dev, "softmax", "loss_reduce", &k));
+    size_t wg;
+    CLG_TRY(clg_kernel_get_wg(dev, "softmax", "loss_reduce", "SM_WG", SM_WG, &k, &wg));
     CLG_TRY(setargs(dev, k, 4, ARG(un), ARG(loss), ARG(correct), ARG(result)));
-    return run_groups(dev, k, 1, SM_WG);
+    return run_groups(dev, k, 1, wg);
 }
 
 /* ---- batch normalization ---- */
@@ -701,7 +688,7 @@ clg_status clg_nn_bn_forward_train(clg_device *dev, int N, int C, size_t HW, flo
         st = setargs(dev, k, 14, ARG(uN), ARG(uC), ARG(uHW), ARG(fm), ARG(fe), ARG(upd), ARG(x), ARG(uox), ARG(pa),
                      ARG(pb), ARG(mean), ARG(invstd), ARG(rmean), ARG(rvar));
     if (st == CLG_OK)
-        st = run1(dev, k, (size_t)C, 64);
+        st = clg_launch_1d(dev, k, (size_t)C, 64);
     clg_buf_release(dev, pa);
     clg_buf_release(dev, pb);
     CLG_TRY(st);
@@ -761,7 +748,7 @@ clg_status clg_nn_bn_backward(clg_device *dev, int N, int C, size_t HW, cl_mem x
     if (st == CLG_OK)
         st = setargs(dev, k, 7, ARG(uC), ARG(uHW), ARG(pa), ARG(pb), ARG(invstd), ARG(dgamma), ARG(dbeta));
     if (st == CLG_OK)
-        st = run1(dev, k, (size_t)C, 64);
+        st = clg_launch_1d(dev, k, (size_t)C, 64);
     clg_buf_release(dev, pa);
     clg_buf_release(dev, pb);
     CLG_TRY(st);

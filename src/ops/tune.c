@@ -1,6 +1,9 @@
 /* Tuning database: storage, lookup and a small tolerant JSON reader/writer.
  *
- * File format (one file per device, <cache_dir>/tune/<hash>.json):
+ * File format (one file per device, <cache_dir>/tune/<hash of the device
+ * fingerprint>.json; "device" holds the fingerprint, clg_device_fingerprint:
+ * name, vendor, platform, driver and the limits, so a file from another
+ * device, or from the same simulator under other limits, is ignored):
  *   {"format": "clgrad-tune", "version": 1, "device": "...", "driver": "...",
  *    "entries": {"gemm/M3N4K2": {"backend": "own", "MR": 8, ...}, ...}}
  * Unknown keys are skipped; entries with bad values are dropped. */
@@ -53,9 +56,9 @@ void clg_tune_dev_clear(clg_tune_dev *d)
 
 void clg_tune_path(clg_device *dev, char *buf, size_t len)
 {
-    uint64_t h = clg_hash_str(dev->info.name, CLG_HASH_SEED);
-    h = clg_hash_str("|", h);
-    h = clg_hash_str(dev->info.driver_version, h);
+    char fp[700];
+    clg_device_fingerprint(dev, fp, sizeof fp);
+    uint64_t h = clg_hash_str(fp, CLG_HASH_SEED);
     snprintf(buf, len, "%s/tune/%016llx.json", dev->ctx->cache_dir, (unsigned long long)h);
 }
 
@@ -77,7 +80,9 @@ clg_tune_dev *clg_tune_dev_get(clg_device *dev)
     clg_err tmp;
     if (clg_file_read(&tmp, path, &text, &len) != CLG_OK)
         return d; /* nothing tuned yet */
-    if (clg_tune_parse(&tmp, text, dev->info.name, dev->info.driver_version, d) != CLG_OK)
+    char fp[700];
+    clg_device_fingerprint(dev, fp, sizeof fp);
+    if (clg_tune_parse(&tmp, text, fp, dev->info.driver_version, d) != CLG_OK)
         clg_log(1, "tuning database %s ignored (%s); using defaults", path, tmp.msg);
     else
         clg_log(2, "tuning database %s: %d entries", path, d->n);
@@ -154,8 +159,9 @@ clg_status clg_tune_save(clg_device *dev)
     clg_tune_dev *d = clg_tune_dev_get(dev);
     if (!d)
         return clg_err_set(err, CLG_ERR_HOST_OOM, "tuning database: out of memory");
-    char path[1200], dir[1200];
+    char path[1200], dir[1200], fp[700];
     clg_tune_path(dev, path, sizeof path);
+    clg_device_fingerprint(dev, fp, sizeof fp);
     snprintf(dir, sizeof dir, "%s/tune", dev->ctx->cache_dir);
     CLG_TRY(clg_mkdirs(err, dir));
     /* merge what another context or device of the same kind saved since we
@@ -165,7 +171,7 @@ clg_status clg_tune_save(clg_device *dev)
     clg_err tmp;
     if (clg_file_read(&tmp, path, &text, &len) == CLG_OK) {
         clg_tune_dev disk = {0};
-        if (clg_tune_parse(&tmp, text, dev->info.name, dev->info.driver_version, &disk) == CLG_OK)
+        if (clg_tune_parse(&tmp, text, fp, dev->info.driver_version, &disk) == CLG_OK)
             for (int i = 0; i < disk.n; i++) {
                 int have = 0;
                 for (int j = 0; j < d->n && !have; j++)
@@ -177,7 +183,7 @@ clg_status clg_tune_save(clg_device *dev)
         free(text);
     }
     clg_sbuf b = {0};
-    clg_tune_format(d, dev->info.name, dev->info.driver_version, &b);
+    clg_tune_format(d, fp, dev->info.driver_version, &b);
     if (b.oom) {
         clg_sbuf_free(&b);
         return clg_err_set(err, CLG_ERR_HOST_OOM, "tuning database: out of memory");

@@ -30,10 +30,7 @@ clg_status clg_lane_init(clg_lane *l, int index, clg_net *net, clg_device *dev, 
         CLG_TRY(clg_buf_alloc(dev, B * sizeof(int32_t), &l->ybuf[s]));
     }
     CLG_TRY(clg_buf_alloc(dev, B * sizeof(int32_t), &l->dummy_labels));
-    int zero = 0;
-    CLG_CL_CHECK(err, clEnqueueFillBuffer(dev->queue, l->dummy_labels, &zero, sizeof zero, 0, B * sizeof(int32_t), 0,
-                                          NULL, NULL));
-    return CLG_OK;
+    return clg_buf_fill(dev, l->dummy_labels, 0, B, 0.0f); /* int32 0 has the bits of float 0 */
 }
 
 /* Gives the layers their own gradient buffers back before they free them. */
@@ -101,12 +98,8 @@ clg_status clg_lane_grad_arena(clg_lane *l, const clg_grad_layout *lay)
         if (e != CL_SUCCESS)
             st = clg_cl_fail(err, e, "clCreateBuffer (gradient arena)", __FILE__, __LINE__);
     }
-    if (st == CLG_OK && lay->bytes > 0) {
-        float zero = 0; /* alignment padding stays zero: it travels with the buckets */
-        e = clEnqueueFillBuffer(l->dev->queue, l->arena, &zero, sizeof zero, 0, lay->bytes, 0, NULL, NULL);
-        if (e != CL_SUCCESS)
-            st = clg_cl_fail(err, e, "fill gradient arena", __FILE__, __LINE__);
-    }
+    if (st == CLG_OK && lay->bytes > 0) /* alignment padding stays zero: it travels with the buckets */
+        st = clg_buf_fill(l->dev, l->arena, 0, lay->bytes / sizeof(float), 0.0f);
     if (st == CLG_OK && !(l->gsub = calloc((size_t)CLG_MAX(n, 1), sizeof *l->gsub)))
         st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
     l->ngsub = n;

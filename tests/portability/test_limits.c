@@ -1,0 +1,221 @@
+/* Launch limits (clg_wg_fit, clg_launch), vendor defaults that fit GPU
+ * limits, and stored measurements from another device being ignored. */
+#include <check.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ops/conv_impl.h"
+#include "ops/gemm.h"
+#include "ops/tune.h"
+#include "testutil.h"
+
+static clg_ctx *g_ctx;
+
+static size_t prod(const size_t *l, int dims)
+{
+    size_t p = 1;
+    for (int d = 0; d < dims; d++)
+        p *= l[d];
+    return p;
+}
+
+START_TEST(wg_fit)
+{
+    clg_wg_limits L;
+    memset(&L, 0, sizeof L);
+    L.max_total = 256;
+    L.max_item[0] = L.max_item[1] = L.max_item[2] = 256;
+    L.multiple = 1;
+    size_t a[3] = {512, 1, 1};
+    clg_wg_fit(&L, 3, a);
+    ck_assert_uint_eq(a[0], 256);
+    size_t b[3] = {256, 2, 1}; /* the conv geometry that failed: 512 work-items */
+    clg_wg_fit(&L, 3, b);
+    ck_assert_uint_le(prod(b, 3), 256);
+    ck_assert(256 % b[0] == 0 && 2 % b[1] == 0); /* divisors: global sizes stay multiples */
+    size_t c[2] = {48, 48}; /* not powers of two */
+    clg_wg_fit(&L, 2, c);
+    ck_assert_uint_le(prod(c, 2), 256);
+    ck_assert(48 % c[0] == 0 && 48 % c[1] == 0);
+    L.max_item[1] = 4; /* a per-dimension limit */
+    size_t d[2] = {8, 16};
+    clg_wg_fit(&L, 2, d);
+    ck_assert_uint_le(d[1], 4);
+    /* geometry: within limits, global sizes multiples of local ones */
+    size_t n[3] = {1000, 37, 3}, g[3], l[3];
+    L.max_item[1] = 256;
+    clg_wg_geom(&L, 3, n, 256, 512, g, l);
+    ck_assert_uint_le(prod(l, 3), 256);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_uint_ge(g[i], n[i]);
+        ck_assert_uint_eq(g[i] % l[i], 0);
+    }
+}
+END_TEST
+
+START_TEST(launch_limits)
+{
+    clg_device *dev = &g_ctx->devs[0];
+    cl_kernel k;
+    size_t wg;
+    ck_assert_int_eq(clg_kernel_get_wg(dev, "eltwise", "plane_sum", "PS_WG", 64, &k, &wg), CLG_OK);
+    ck_assert_uint_eq(wg, 64);
+    size_t max = 0;
+    ck_assert_int_eq(clg_kernel_wg_limit(dev, k, &max), CLG_OK);
+    ck_assert_uint_ge(max, 1);
+    ck_assert_uint_le(max, dev->info.max_work_group_size);
+    /* a reqd_work_group_size kernel launched with another size: a clear error, no enqueue */
+    size_t gws = 256, lws = 128;
+    ck_assert_int_eq(clg_launch(dev, k, 1, &gws, &lws, CLG_LAUNCH_FIT, NULL), CLG_ERR_UNSUPPORTED);
+    const char *msg = clg_last_error(g_ctx);
+    ck_assert_msg(strstr(msg, "plane_sum") && strstr(msg, "reqd_work_group_size") && strstr(msg, "limits of"), "%s",
+                  msg);
+    /* a group beyond the device: shrunk (FIT) or refused (FIXED) */
+    cl_kernel kf;
+    ck_assert_int_eq(clg_kernel_get(dev, "eltwise", "", "fill", &kf), CLG_OK);
+    cl_mem m;
+    ck_assert_int_eq(clg_buf_alloc(dev, 4 * 64, &m), CLG_OK);
+    size_t big = dev->info.max_work_group_size * 2;
+    size_t g2 = big;
+    cl_uint n = 64, off = 0;
+    float v = 3.0f;
+    clSetKernelArg(kf, 0, sizeof n, &n);
+    clSetKernelArg(kf, 1, sizeof v, &v);
+    clSetKernelArg(kf, 2, sizeof m, &m);
+    clSetKernelArg(kf, 3, sizeof off, &off);
+    ck_assert_int_eq(clg_launch(dev, kf, 1, &g2, &big, CLG_LAUNCH_FIXED, NULL), CLG_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(clg_last_error(g_ctx), "fill") != NULL, "%s", clg_last_error(g_ctx));
+    ck_assert_int_eq(clg_launch(dev, kf, 1, &g2, &big, CLG_LAUNCH_FIT, NULL), CLG_OK);
+    float h[64];
+    ck_assert_int_eq(clEnqueueReadBuffer(dev->queue, m, CL_TRUE, 0, sizeof h, h, 0, NULL, NULL), CL_SUCCESS);
+    for (int i = 0; i < 64; i++)
+        ck_assert(h[i] == 3.0f);
+    /* clg_buf_fill at an offset */
+    ck_assert_int_eq(clg_buf_fill(dev, m, 10, 20, -1.0f), CLG_OK);
+    ck_assert_int_eq(clEnqueueReadBuffer(dev->queue, m, CL_TRUE, 0, sizeof h, h, 0, NULL, NULL), CL_SUCCESS);
+    for (int i = 0; i < 64; i++)
+        ck_assert(h[i] == (i >= 10 && i < 30 ? -1.0f : 3.0f));
+    clg_buf_release(dev, m);
+    /* empty range: nothing to do */
+    size_t zero = 0;
+    ck_assert_int_eq(clg_launch(dev, kf, 1, &zero, NULL, CLG_LAUNCH_FIXED, NULL), CLG_OK);
+}
+END_TEST
+
+/* The device as another class of device: vendor, type and limits. */
+static void pose(clg_device *d, const char *vendor, clg_device_type type, size_t wg, uint64_t lmem)
+{
+    snprintf(d->info.vendor, sizeof d->info.vendor, "%s", vendor);
+    d->info.type = type;
+    d->info.max_work_group_size = wg;
+    d->info.local_mem_bytes = lmem;
+    d->max_item[0] = d->max_item[1] = d->max_item[2] = wg;
+}
+
+START_TEST(vendor_defaults)
+{
+    clg_device saved = g_ctx->devs[0];
+    clg_device *d = &g_ctx->devs[0];
+    static const struct {
+        const char *vendor;
+        size_t wg;
+        uint64_t lmem;
+        int mwg, mdimc, vw;
+    } cases[] = {
+        {"NVIDIA Corporation", 1024, 49152, 64, 16, 4},
+        {"Advanced Micro Devices, Inc.", 256, 65536, 64, 16, 4},
+        {"Intel(R) Corporation", 512, 65536, 32, 8, 2},
+        {"ARM", 256, 32768, 64, 16, 2},
+        {"Oclgrind", 256, 32768, 64, 16, 2},
+        {"NVIDIA Corporation", 128, 49152, 32, 8, 2}, /* below 256 work-items: the 8x8 set */
+        {"Some GPU", 32, 4096, 16, 4, 2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pose(d, cases[i].vendor, CLG_DEVICE_GPU, cases[i].wg, cases[i].lmem);
+        clg_gemm_params p;
+        clg_gemm_params_default(d, &p);
+        ck_assert_int_eq(p.family, CLG_GEMM_FAM_TILED);
+        ck_assert_msg(p.MWG == cases[i].mwg && p.MDIMC == cases[i].mdimc && p.VWM == cases[i].vw,
+                      "%s: MWG %d MDIMC %d VW %d", cases[i].vendor, p.MWG, p.MDIMC, p.VWM);
+        ck_assert_int_eq(clg_gemm_params_check(d, &p), CLG_OK);
+    }
+    pose(d, "Tiny", CLG_DEVICE_GPU, 8, 4096);
+    clg_gemm_params p;
+    clg_gemm_params_default(d, &p);
+    ck_assert_int_eq(p.family, CLG_GEMM_FAM_REF);
+
+    /* untuned convolution choices */
+    clg_conv_shape s;
+    memset(&s, 0, sizeof s);
+    s.N = 2, s.C = 32, s.H = s.W = 14, s.K = 32, s.R = s.S = 3, s.pad_h = s.pad_w = 1;
+    s.stride_h = s.stride_w = s.dil_h = s.dil_w = s.groups = 1;
+    pose(d, "NVIDIA Corporation", CLG_DEVICE_GPU, 1024, 49152);
+    ck_assert_int_eq(clg_conv_algo_default(d, &s, CLG_CONV_FWD), CLG_CONV_WINOGRAD4);
+    pose(d, "Intel(R) Corporation", CLG_DEVICE_GPU, 512, 65536);
+    ck_assert_int_eq(clg_conv_algo_default(d, &s, CLG_CONV_FWD), CLG_CONV_WINOGRAD);
+    pose(d, "AuthenticAMD", CLG_DEVICE_CPU, 4096, 1 << 20);
+    ck_assert_int_eq(clg_conv_algo_default(d, &s, CLG_CONV_FWD), CLG_CONV_WINOGRAD4_FUSED);
+    ck_assert_int_eq(clg_conv_algo_default(d, &s, CLG_CONV_BWD_FILTER), CLG_CONV_WINOGRAD4);
+    s.C = 1; /* a first layer */
+    ck_assert_int_eq(clg_conv_algo_default(d, &s, CLG_CONV_FWD), CLG_CONV_IM2COL);
+    s.C = 32, s.R = s.S = 5;
+    ck_assert_int_eq(clg_conv_algo_default(d, &s, CLG_CONV_FWD), CLG_CONV_IM2COL);
+    s.R = s.S = 3, s.groups = 32, s.K = 32; /* depthwise */
+    ck_assert_int_eq(clg_conv_algo_default(d, &s, CLG_CONV_FWD), CLG_CONV_DIRECT);
+    *d = saved;
+}
+END_TEST
+
+START_TEST(foreign_measurements)
+{
+    /* a tuning database saved under other limits is not used */
+    clg_ctx *c = tu_ctx_cache(NULL, "limits-tune-test");
+    clg_device *d = &c->devs[0];
+    char path[1200], path2[1200], fp1[700], fp2[700];
+    clg_tune_path(d, path, sizeof path);
+    remove(path);
+    clg_tune_dev_clear(clg_tune_dev_get(d));
+    clg_tune_entry e;
+    memset(&e, 0, sizeof e);
+    snprintf(e.key, sizeof e.key, "gemm/M1N1K1");
+    clg_tune_set(&e, "family", 1);
+    ck_assert_int_eq(clg_tune_put(d, &e), CLG_OK);
+    ck_assert_int_eq(clg_tune_save(d), CLG_OK);
+    clg_device_fingerprint(d, fp1, sizeof fp1);
+    clg_ctx_destroy(c);
+
+    c = tu_ctx_cache(NULL, "limits-tune-test");
+    d = &c->devs[0];
+    ck_assert_ptr_nonnull(clg_tune_find(d, "gemm/M1N1K1")); /* same device: used */
+    clg_ctx_destroy(c);
+
+    c = tu_ctx_cache(NULL, "limits-tune-test");
+    d = &c->devs[0];
+    d->info.local_mem_bytes = 32768; /* the same device name and driver, other limits */
+    d->info.max_work_group_size = 256;
+    clg_device_fingerprint(d, fp2, sizeof fp2);
+    ck_assert_str_ne(fp1, fp2);
+    clg_tune_path(d, path2, sizeof path2);
+    ck_assert_str_ne(path, path2);
+    /* even a copy of the file at this device's path is refused */
+    char *text = NULL;
+    size_t len = 0;
+    clg_err err;
+    ck_assert_int_eq(clg_file_read(&err, path, &text, &len), CLG_OK);
+    ck_assert_int_eq(clg_file_write_atomic(&err, path2, text, len), CLG_OK);
+    free(text);
+    ck_assert_ptr_null(clg_tune_find(d, "gemm/M1N1K1"));
+    remove(path2);
+    remove(path);
+    clg_ctx_destroy(c);
+}
+END_TEST
+
+int main(void)
+{
+    g_ctx = tu_ctx(NULL);
+    const TTest *tests[] = {wg_fit, launch_limits, vendor_defaults, foreign_measurements};
+    int rc = tu_run_tests("limits", 120, tests, 4);
+    clg_ctx_destroy(g_ctx);
+    return rc;
+}
