@@ -76,10 +76,7 @@ int clg_optim_nstate(const clg_optim *o)
 
 static clg_status zero_buf(clg_device *dev, cl_mem m, size_t bytes)
 {
-    float zero = 0.0f;
-    CLG_CL_CHECK(clg_dev_err(dev),
-                 clEnqueueFillBuffer(dev->queue, m, &zero, sizeof zero, 0, bytes, 0, NULL, NULL));
-    return CLG_OK;
+    return clg_buf_fill(dev, m, 0, bytes / sizeof(float), 0.0f);
 }
 
 clg_status clg_optim_create(clg_replica *rep, const clg_hparams *hp, clg_optim **out)
@@ -151,26 +148,23 @@ clg_status clg_optim_grad_norm(clg_optim *o, float gscale, double *norm)
     if (o->n == 0)
         return CLG_OK;
     cl_kernel k;
-    CLG_TRY(clg_kernel_get(dev, "optim", "-D WG=256", "sumsq_partial", &k));
+    size_t wg = SUMSQ_WG; /* a reduction's fixed group: the device's largest power of two up to 256 */
+    CLG_TRY(clg_kernel_get_wg(dev, "optim", "sumsq_partial", "WG", SUMSQ_WG, &k, &wg));
     for (int i = 0; i < o->n; i++) {
         clg_param *p = o->refs[i].param;
         int n = (int)p->numel, off = i * o->groups;
-        int groups = (int)CLG_MIN((size_t)o->groups, CLG_CEIL_DIV(p->numel, SUMSQ_WG));
+        int groups = (int)CLG_MIN((size_t)o->groups, CLG_CEIL_DIV(p->numel, wg));
         if (groups < 1)
             groups = 1;
         CLG_CL_CHECK(err, clSetKernelArg(k, 0, sizeof(cl_mem), &p->grad));
         CLG_CL_CHECK(err, clSetKernelArg(k, 1, sizeof(int), &n));
         CLG_CL_CHECK(err, clSetKernelArg(k, 2, sizeof(cl_mem), &o->partial));
         CLG_CL_CHECK(err, clSetKernelArg(k, 3, sizeof(int), &off));
-        size_t local = SUMSQ_WG, global = (size_t)groups * SUMSQ_WG;
-        CLG_CL_CHECK(err, clEnqueueNDRangeKernel(dev->queue, k, 1, NULL, &global, &local, 0, NULL, NULL));
+        size_t local = wg, global = (size_t)groups * wg;
+        CLG_TRY(clg_launch(dev, k, 1, &global, &local, CLG_LAUNCH_FIXED, NULL));
         /* unused group slots must read as zero */
-        if (groups < o->groups) {
-            float zero = 0.0f;
-            CLG_CL_CHECK(err, clEnqueueFillBuffer(dev->queue, o->partial, &zero, sizeof zero,
-                                                  (size_t)(off + groups) * sizeof(float),
-                                                  (size_t)(o->groups - groups) * sizeof(float), 0, NULL, NULL));
-        }
+        if (groups < o->groups)
+            CLG_TRY(clg_buf_fill(dev, o->partial, (size_t)(off + groups), (size_t)(o->groups - groups), 0.0f));
     }
     size_t total = (size_t)o->n * o->groups;
     float *host = malloc(total * sizeof(float));
@@ -196,8 +190,8 @@ clg_status clg_optim_unscale_check(clg_optim *o, float inv_scale, int *overflow)
     *overflow = 0;
     if (!o->flag)
         CLG_TRY(clg_buf_alloc(dev, sizeof(cl_int), &o->flag));
-    cl_int zero = 0, flag = 0;
-    CLG_CL_CHECK(err, clEnqueueFillBuffer(dev->queue, o->flag, &zero, sizeof zero, 0, sizeof zero, 0, NULL, NULL));
+    cl_int flag = 0;
+    CLG_TRY(clg_buf_fill(dev, o->flag, 0, 1, 0.0f)); /* int 0 has the bits of float 0 */
     cl_kernel k;
     CLG_TRY(clg_kernel_get(dev, "convert", dev->info.has_fp16 ? "-D HAVE_FP16=1" : "", "unscale_check", &k));
     for (int i = 0; i < o->n; i++) {
@@ -207,8 +201,7 @@ clg_status clg_optim_unscale_check(clg_optim *o, float inv_scale, int *overflow)
         CLG_CL_CHECK(err, clSetKernelArg(k, 1, sizeof(int), &n));
         CLG_CL_CHECK(err, clSetKernelArg(k, 2, sizeof(float), &inv_scale));
         CLG_CL_CHECK(err, clSetKernelArg(k, 3, sizeof(cl_mem), &o->flag));
-        size_t local = 64, global = CLG_CEIL_DIV((size_t)n, local) * local;
-        CLG_CL_CHECK(err, clEnqueueNDRangeKernel(dev->queue, k, 1, NULL, &global, &local, 0, NULL, NULL));
+        CLG_TRY(clg_launch_1d(dev, k, (size_t)n, 64));
     }
     CLG_CL_CHECK(err, clEnqueueReadBuffer(dev->queue, o->flag, CL_TRUE, 0, sizeof flag, &flag, 0, NULL, NULL));
     *overflow = flag != 0;
@@ -241,8 +234,7 @@ clg_status clg_optim_step(clg_optim *o, double lr, float gscale)
             CLG_CL_CHECK(err, clSetKernelArg(k, 6, sizeof(float), &wd));
             CLG_CL_CHECK(err, clSetKernelArg(k, 7, sizeof(int), &nest));
             CLG_CL_CHECK(err, clSetKernelArg(k, 8, sizeof(float), &gscale));
-            size_t local = 64, global = CLG_CEIL_DIV((size_t)n, local) * local;
-            CLG_CL_CHECK(err, clEnqueueNDRangeKernel(dev->queue, k, 1, NULL, &global, &local, 0, NULL, NULL));
+            CLG_TRY(clg_launch_1d(dev, k, (size_t)n, 64));
         }
     } else {
         CLG_TRY(clg_kernel_get(dev, "optim", "", "adam_step", &k));
@@ -271,8 +263,7 @@ clg_status clg_optim_step(clg_optim *o, double lr, float gscale)
             CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(float), &bc1));
             CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(float), &bc2));
             CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(float), &gscale));
-            size_t local = 64, global = CLG_CEIL_DIV((size_t)n, local) * local;
-            CLG_CL_CHECK(err, clEnqueueNDRangeKernel(dev->queue, k, 1, NULL, &global, &local, 0, NULL, NULL));
+            CLG_TRY(clg_launch_1d(dev, k, (size_t)n, 64));
         }
     }
     /* fp16: half copies of the new master weights */
