@@ -62,7 +62,7 @@ clg_status clg_model_create_file(clg_ctx *ctx, const char *path, const clg_model
         return clg_err_set(ctx ? &ctx->err : NULL, CLG_ERR_INVALID_ARG, "context and path are required");
     char *text = NULL;
     size_t len = 0;
-    CLG_TRY(clg_file_read(&ctx->err, path, &text, &len));
+    CLG_TRY(clg_file_read_text(&ctx->err, path, &text, &len)); /* NUL bytes refused with file:offset */
     clg_status st = model_create(ctx, text, path, p, out);
     free(text);
     return st;

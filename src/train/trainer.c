@@ -552,7 +552,7 @@ clg_status clg_train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_repo
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "--resume needs --checkpoint DIR");
     char *text = NULL;
     size_t len = 0;
-    CLG_TRY(clg_file_read(err, p->model, &text, &len));
+    CLG_TRY(clg_file_read_text(err, p->model, &text, &len)); /* NUL bytes refused with file:offset */
     train_state ts;
     memset(&ts, 0, sizeof ts);
     ts.p = p;
