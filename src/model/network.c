@@ -353,9 +353,6 @@ void clg_net_free(clg_net *net)
 {
     if (!net)
         return;
-    for (int i = 0; i < net->nrep; i++)
-        clg_replica_free(net->rep[i]);
-    free(net->rep);
     destroy_layers(net->proto, net->nlayers, NULL);
     free(net->proto);
     clg_cfg_free(net->cfg);

@@ -119,8 +119,7 @@ struct clg_net {
     uint64_t nparams;  /* trainable scalars */
     int fp16;          /* replicas created from now on store activations in half */
     double flops;      /* forward FLOPs per sample */
-    clg_replica **rep;
-    int nrep;
+    /* replicas are owned by their lanes (src/parallel/lane.c), not the net */
 };
 
 /* Parses text and infers shapes for a batch of `batch` (0: [net] batch).
