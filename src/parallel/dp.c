@@ -635,12 +635,16 @@ void clg_dp_train_begin(clg_dp *dp, const clg_dp_job *job)
     clg_team_begin(dp->team, lane_train_fn, dp);
 }
 
-/* Re-weights the shares by the measured samples/s: calibrated over the
- * first steps, then re-balanced when the speeds drift. */
+/* Re-weights the shares by the measured samples/s. The first step is not
+ * measured (kernel builds, algorithm timing); the split is set after the
+ * 3rd and 5th steps (calibration), then looked at every 8 steps and moved only when
+ * a share drifts by more than 8 points: every new per-device batch size
+ * costs kernel specialisation and algorithm timing once, and timing noise
+ * must not keep creating them. */
 static void rebalance(clg_dp *dp)
 {
     int s = dp->job.stage;
-    for (int i = 0; i < dp->n; i++) {
+    for (int i = 0; i < dp->n && dp->measured > 0; i++) {
         clg_lane *l = &dp->lanes[i];
         if (dp->cnt[s][i] <= 0 || l->t_compute <= 0)
             continue;
@@ -650,8 +654,8 @@ static void rebalance(clg_dp *dp)
     dp->measured++;
     if (dp->split_fixed || dp->n < 2)
         return;
-    int calibrating = dp->measured <= 4;
-    if (!calibrating && dp->measured % 8 != 0)
+    int calibrating = dp->measured == 3 || dp->measured == 5;
+    if (!calibrating && (dp->measured < 5 || dp->measured % 8 != 0))
         return;
     double sum = 0;
     for (int i = 0; i < dp->n; i++) {
@@ -664,7 +668,7 @@ static void rebalance(clg_dp *dp)
         w[i] = dp->lanes[i].rate / sum;
         drift = fmax(drift, fabs(w[i] - dp->share[i]));
     }
-    if (!calibrating && drift < 0.04) /* hysteresis: timing noise must not move the sizes */
+    if (!calibrating && drift < 0.08)
         return;
     for (int i = 0; i < dp->n; i++)
         dp->share[i] = w[i];
