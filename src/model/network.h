@@ -157,6 +157,12 @@ typedef struct clg_param_ref {
 } clg_param_ref;
 /* Fills refs (malloc'd) with every parameter; trainable_only selects. */
 CLG_INTERNAL clg_status clg_replica_params(clg_replica *r, int trainable_only, clg_param_ref **refs, int *n);
+/* The parameter of replica r that ref names in another replica of the
+ * same network (same layer index, same parameter slot). */
+static inline clg_param *clg_replica_param_of(const clg_replica *r, const clg_param_ref *ref)
+{
+    return &r->layers[ref->layer->index].params[ref->param - ref->layer->params];
+}
 /* Tells layers that parameters changed (after an optimizer step / load). */
 CLG_INTERNAL void clg_replica_params_changed(clg_replica *r);
 /* The buffer holding a parameter's authoritative fp32 value: the master

@@ -12,13 +12,19 @@
 static clg_status after_layer(void *user, int layer, int backward);
 static clg_status lane_train_fn(void *arg, int lane);
 
+/* st with the device's own detail, on the context, naming the device. */
+static clg_status device_failed(clg_dp *dp, clg_status st, const clg_device *dev)
+{
+    return clg_err_set(&dp->ctx->err, st, "device %d (%s): %s", dev->index, dev->info.name, dev->err.msg);
+}
+
 // ---- device selection ----
 
-clg_status clg_dp_select(clg_ctx *ctx, const char *sel, int *devs, int *ndev)
+clg_status clg_dp_select(clg_ctx *ctx, const char *sel, int device, int *devs, int *ndev)
 {
     *ndev = 0;
-    if (!sel) {
-        devs[0] = 0;
+    if (!sel) { /* checked against the context by clg_dp_create */
+        devs[0] = device;
         *ndev = 1;
         return CLG_OK;
     }
@@ -80,20 +86,17 @@ static clg_status make_layout(clg_dp *dp, clg_err *err)
     clg_grad_layout *lay = &dp->lay;
     lay->n = n;
     lay->off = calloc((size_t)CLG_MAX(n, 1), sizeof *lay->off);
-    lay->order = calloc((size_t)CLG_MAX(n, 1), sizeof *lay->order);
     dp->b_off = calloc((size_t)CLG_MAX(n, 1), sizeof *dp->b_off);
     dp->b_bytes = calloc((size_t)CLG_MAX(n, 1), sizeof *dp->b_bytes);
     dp->b_layer = calloc((size_t)CLG_MAX(n, 1), sizeof *dp->b_layer);
-    if (!lay->off || !lay->order || !dp->b_off || !dp->b_bytes || !dp->b_layer) {
+    if (!lay->off || !dp->b_off || !dp->b_bytes || !dp->b_layer) {
         free(refs);
         return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
     }
     size_t pos = 0;
-    int k = 0;
     dp->nbuckets = 0;
     size_t bstart = 0;
-    for (int i = n - 1; i >= 0; i--, k++) {
-        lay->order[k] = i;
+    for (int i = n - 1; i >= 0; i--) {
         lay->off[i] = pos;
         pos += (refs[i].param->numel * sizeof(float) + align - 1) / align * align;
         int layer = refs[i].layer->index;
@@ -177,7 +180,6 @@ clg_status clg_dp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, 
     dp->ctx = ctx;
     dp->net = net;
     dp->n = ndev;
-    dp->batch = net->batch;
     dp->sample = (size_t)net->in_c * net->in_h * net->in_w;
     dp->fail_lane = -1;
     dp->slow_lane = -1;
@@ -207,7 +209,7 @@ clg_status clg_dp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, 
             dp->lanes[i].rep->after_layer_user = &dp->hooks[i];
         }
         if (st != CLG_OK)
-            st = clg_err_set(err, st, "device %d (%s): %s", devs[i], dev->info.name, dev->err.msg);
+            st = device_failed(dp, st, dev);
     }
     if (st == CLG_OK && ndev > 1)
         st = make_reduction(dp, err);
@@ -231,7 +233,6 @@ void clg_dp_free(clg_dp *dp)
     free(dp->lanes);
     free(dp->hooks);
     free(dp->lay.off);
-    free(dp->lay.order);
     free(dp->b_off);
     free(dp->b_bytes);
     free(dp->b_layer);
@@ -299,13 +300,11 @@ clg_status clg_dp_upload(clg_dp *dp, int s, const float *x, const int32_t *y, in
     dp->total[s] = n;
     int off = 0;
     for (int i = 0; i < dp->n; i++) {
-        dp->off[s][i] = off;
         clg_status st = clg_lane_upload(&dp->lanes[i], s, x, y, dp->sample, off, dp->cnt[s][i]);
         if (st == CLG_OK && dp->lanes[i].up_ev[s] && clg_trace_on(dp->trace, dp->job.step))
             clg_trace_cl(dp->trace, i, CLG_TR_TRANSFER, "upload", NULL, dp->lanes[i].up_ev[s]);
         if (st != CLG_OK)
-            return clg_err_set(&dp->ctx->err, st, "device %d (%s): %s", dp->lanes[i].dev->index,
-                               dp->lanes[i].dev->info.name, dp->lanes[i].dev->err.msg);
+            return device_failed(dp, st, dp->lanes[i].dev);
         off += dp->cnt[s][i];
     }
     return CLG_OK;
@@ -459,14 +458,28 @@ static void sleep_s(double s)
     nanosleep(&ts, NULL);
 }
 
-/* The lane's part of the reduction: its buckets to the host (arrival), the
- * sums back to the device. */
-static clg_param *state_param(clg_dp *dp, clg_lane *l, int i)
+/* The lane's non-trainable state (batch-norm running statistics) to host
+ * (its own shost) or from host (the averaged ssum) in srefs order. */
+static clg_status state_transfer(clg_dp *dp, clg_lane *l, int to_device)
 {
-    const clg_param_ref *r = &dp->srefs[i];
-    return &l->rep->layers[r->layer->index].params[r->param - r->layer->params];
+    size_t pos = 0;
+    for (int i = 0; i < dp->nstate; i++) {
+        clg_param *p = clg_replica_param_of(l->rep, &dp->srefs[i]);
+        size_t bytes = p->numel * sizeof(float);
+        cl_int e = to_device ? clEnqueueWriteBuffer(l->dev->queue, p->value, CL_FALSE, 0, bytes, dp->ssum + pos, 0,
+                                                    NULL, NULL)
+                             : clEnqueueReadBuffer(l->dev->queue, p->value, CL_TRUE, 0, bytes, l->shost + pos, 0,
+                                                   NULL, NULL);
+        if (e != CL_SUCCESS)
+            return clg_cl_fail(clg_dev_err(l->dev), e, to_device ? "write averaged state" : "read state", __FILE__,
+                               __LINE__);
+        pos += p->numel;
+    }
+    return CLG_OK;
 }
 
+/* The lane's part of the reduction: its buckets to the host (arrival), the
+ * sums back to the device. */
 static clg_status reduce(clg_dp *dp, clg_lane *l, double t0)
 {
     clg_err *err = clg_dev_err(l->dev);
@@ -493,15 +506,8 @@ static clg_status reduce(clg_dp *dp, clg_lane *l, double t0)
         }
     }
     if (dp->nstate > 0) {
-        if (on) {
-            size_t pos = 0;
-            for (int i = 0; i < dp->nstate; i++) {
-                clg_param *p = state_param(dp, l, i);
-                CLG_CL_CHECK(err, clEnqueueReadBuffer(l->dev->queue, p->value, CL_TRUE, 0, p->numel * sizeof(float),
-                                                      l->shost + pos, 0, NULL, NULL));
-                pos += p->numel;
-            }
-        }
+        if (on)
+            CLG_TRY(state_transfer(dp, l, 0));
         arrive(dp, &dp->s_arrived, &dp->s_done, state_fn, 0);
     }
     l->t_compute = clg_now_sec() - t0;
@@ -527,13 +533,7 @@ static clg_status reduce(clg_dp *dp, clg_lane *l, double t0)
     }
     if (dp->nstate > 0) {
         CLG_TRY(wait_flag(dp, l, &dp->s_done));
-        size_t pos = 0;
-        for (int i = 0; i < dp->nstate; i++) {
-            clg_param *p = state_param(dp, l, i);
-            CLG_CL_CHECK(err, clEnqueueWriteBuffer(l->dev->queue, p->value, CL_FALSE, 0, p->numel * sizeof(float),
-                                                   dp->ssum + pos, 0, NULL, NULL));
-            pos += p->numel;
-        }
+        CLG_TRY(state_transfer(dp, l, 1));
     }
     clg_release_event(&l->wev);
     CLG_CL_CHECK(err, clEnqueueMarkerWithWaitList(l->dev->queue, 0, NULL, &l->wev));
@@ -541,6 +541,26 @@ static clg_status reduce(clg_dp *dp, clg_lane *l, double t0)
 }
 
 // ---- steps ----
+
+/* The lane's {loss sum, correct} into job->res (2 floats per lane), read
+ * without blocking when job->res_ev asks for an event; a lane without
+ * samples contributes zeros. Nothing is read when nobody asked. */
+static clg_status read_loss(clg_dp *dp, clg_lane *l, int n)
+{
+    clg_dp_job *j = &dp->job;
+    if (!j->res)
+        return CLG_OK;
+    float *res = j->res + 2 * l->index;
+    if (n <= 0 || l->rep->loss_index < 0) {
+        res[0] = res[1] = 0;
+        return CLG_OK;
+    }
+    cl_event *ev = j->res_ev ? &j->res_ev[l->index] : NULL;
+    CLG_CL_CHECK(clg_dev_err(l->dev),
+                 clEnqueueReadBuffer(l->dev->queue, l->rep->layers[l->rep->loss_index].loss.result,
+                                     ev ? CL_FALSE : CL_TRUE, 0, 2 * sizeof(float), res, 0, NULL, ev));
+    return CLG_OK;
+}
 
 static clg_status lane_train(clg_dp *dp, clg_lane *l)
 {
@@ -556,15 +576,10 @@ static clg_status lane_train(clg_dp *dp, clg_lane *l)
         for (int i = 0; i < l->rep->nlayers; i++)
             clg_layer_set_rng(&l->rep->layers[i], j->seed, j->step, (uint32_t)l->off[s]);
         CLG_TRY(clg_replica_forward(l->rep, n, 1));
-        if (l->rep->loss_index >= 0) {
-            float *res = j->res ? j->res + 2 * l->index : l->res;
-            cl_event *ev = j->res_ev ? &j->res_ev[l->index] : NULL;
-            CLG_CL_CHECK(err, clEnqueueReadBuffer(l->dev->queue, l->rep->layers[l->rep->loss_index].loss.result,
-                                                  ev ? CL_FALSE : CL_TRUE, 0, 2 * sizeof(float), res, 0, NULL, ev));
-        }
+        CLG_TRY(read_loss(dp, l, n));
         CLG_TRY(clg_replica_backward(l->rep, n));
-    } else if (j->res) {
-        j->res[2 * l->index] = j->res[2 * l->index + 1] = 0;
+    } else {
+        CLG_TRY(read_loss(dp, l, 0));
     }
     CLG_TRY(clg_lane_stage_release(l, s));
     /* global gradient: reduced (N > 1) or this lane's own (N = 1) */
@@ -684,10 +699,7 @@ static clg_status report(clg_dp *dp, clg_status st, int failed)
         f = dp->fail_lane;
         st = dp->fail_status;
     }
-    clg_device *dev = dp->lanes[f].dev;
-    char msg[CLG_ERR_LEN];
-    snprintf(msg, sizeof msg, "%s", dev->err.msg);
-    return clg_err_set(&dp->ctx->err, st, "device %d (%s): %s", dev->index, dev->info.name, msg);
+    return device_failed(dp, st, dp->lanes[f].dev);
 }
 
 clg_status clg_dp_train_end(clg_dp *dp, clg_dp_job *job)
@@ -706,19 +718,11 @@ static clg_status lane_forward(clg_dp *dp, clg_lane *l)
     clg_dp_job *j = &dp->job;
     clg_err *err = clg_dev_err(l->dev);
     int s = j->stage, n = l->cnt[s];
-    if (n <= 0) {
-        if (j->res)
-            j->res[2 * l->index] = j->res[2 * l->index + 1] = 0;
-        return CLG_OK;
-    }
+    if (n <= 0)
+        return read_loss(dp, l, 0);
     CLG_TRY(clg_lane_use_stage(l, s, j->training, 1.0f));
     CLG_TRY(clg_replica_forward(l->rep, n, 0));
-    if (j->res && l->rep->loss_index >= 0) {
-        cl_event *ev = j->res_ev ? &j->res_ev[l->index] : NULL;
-        CLG_CL_CHECK(err, clEnqueueReadBuffer(l->dev->queue, l->rep->layers[l->rep->loss_index].loss.result,
-                                              ev ? CL_FALSE : CL_TRUE, 0, 2 * sizeof(float), j->res + 2 * l->index,
-                                              0, NULL, ev));
-    }
+    CLG_TRY(read_loss(dp, l, n));
     if (j->out) {
         const clg_tensor *o = clg_replica_output(l->rep);
         CLG_CL_CHECK(err, clEnqueueReadBuffer(l->dev->queue, o->mem, CL_TRUE, o->off * sizeof(float),

@@ -61,12 +61,11 @@ typedef struct clg_dp {
     clg_lane *lanes;
     clg_dp_hook *hooks;
     clg_team *team;
-    int batch;             /* global batch of a stage */
     size_t sample;         /* floats per sample */
     /* split */
     int split_fixed;       /* weights given by the caller */
     double share[CLG_DP_MAX_LANES];
-    int cnt[CLG_STAGES][CLG_DP_MAX_LANES], off[CLG_STAGES][CLG_DP_MAX_LANES], total[CLG_STAGES];
+    int cnt[CLG_STAGES][CLG_DP_MAX_LANES], total[CLG_STAGES]; /* the split of each stage */
     int min_slice;         /* fewest samples an active lane may get (2 with batch norm: one sample has
                               no variance) */
     int64_t measured;      /* training steps measured */
@@ -107,8 +106,9 @@ CLG_INTERNAL clg_status clg_dp_create(clg_ctx *ctx, clg_net *net, const int *dev
                                       const clg_dp_params *p, clg_dp **out);
 CLG_INTERNAL void clg_dp_free(clg_dp *dp);
 /* Context device indices selected by sel ("all", "gpu", "cpu", "0,2",
- * "name:TEXT"; indices count the context's devices); NULL: device 0. */
-CLG_INTERNAL clg_status clg_dp_select(clg_ctx *ctx, const char *sel, int *devs, int *ndev);
+ * "name:TEXT"; indices count the context's devices); NULL: the one device
+ * `device`. */
+CLG_INTERNAL clg_status clg_dp_select(clg_ctx *ctx, const char *sel, int device, int *devs, int *ndev);
 
 /* Waits until stage s's host data may be overwritten. */
 CLG_INTERNAL clg_status clg_dp_stage_wait(clg_dp *dp, int s);

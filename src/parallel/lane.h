@@ -17,7 +17,6 @@ typedef struct clg_grad_layout {
     int n;             /* trainable parameters, in clg_replica_params order */
     size_t *off;       /* byte offset of parameter i */
     size_t bytes;      /* arena size */
-    int *order;        /* parameter indices in arena order (reverse layer order) */
 } clg_grad_layout;
 
 typedef struct clg_lane {
@@ -38,7 +37,6 @@ typedef struct clg_lane {
     cl_event *bev;            /* per bucket: its read finished */
     cl_event wev;             /* the last write-back (host buffers reused next step) */
     cl_event res_ev;          /* loss result read of the last step */
-    float res[2];             /* {loss sum, correct} of the last step's slice */
     double t_compute;         /* seconds the last step took until its gradients were read */
     double rate;              /* measured samples/s (exponential average), 0 unknown */
     cl_event mark;            /* trace: the last marker on the compute queue */

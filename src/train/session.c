@@ -16,7 +16,8 @@ int clg_precision_parse(const char *name)
     return -1;
 }
 
-clg_status clg_session_create(clg_ctx *ctx, const char *devices, const char *text, const char *source, int batch,
+clg_status clg_session_create(clg_ctx *ctx, const char *devices, int device, const char *text, const char *source,
+                              int batch,
                               uint64_t seed, int fp16, const clg_dp_params *dpp, clg_model **out)
 {
     *out = NULL;
@@ -24,7 +25,7 @@ clg_status clg_session_create(clg_ctx *ctx, const char *devices, const char *tex
     if (!ctx)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "no context");
     int devs[CLG_DP_MAX_LANES], ndev = 0;
-    CLG_TRY(clg_dp_select(ctx, devices, devs, &ndev));
+    CLG_TRY(clg_dp_select(ctx, devices, device, devs, &ndev));
     clg_model *m = calloc(1, sizeof *m);
     if (!m)
         return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
@@ -332,23 +333,33 @@ clg_status clg_session_save(clg_model *m, const char *path, int with_state, int6
     return st;
 }
 
-/* The tensor `name` into every lane's copy of the buffer that which(lane)
- * names (weights, master copies, optimizer state: identical on every lane). */
-typedef cl_mem (*lane_buf_fn)(clg_lane *l, int i, int which);
+/* Lane l's copy of a buffer lane 0 holds for ref (a parameter of lane 0's
+ * replica): which 0 the parameter's authoritative value, 1 / 2 the
+ * optimizer's first / second state of trainable parameter i. */
+static cl_mem lane_buf(clg_lane *l, const clg_param_ref *ref, int i, int which)
+{
+    if (which == 1)
+        return l->opt->m[i];
+    if (which == 2)
+        return l->opt->v[i];
+    clg_param_ref own = {&l->rep->layers[ref->layer->index], clg_replica_param_of(l->rep, ref)};
+    return clg_replica_master(l->rep, &own);
+}
 
-static clg_status load_device_tensor(clg_model *m, const clg_ckpt *ck, const char *name, const clg_param *p,
-                                     lane_buf_fn buf, int i, int which, const char *path)
+/* The tensor `name` into every lane's copy of the buffer lane_buf names
+ * (weights, master copies, optimizer state: identical on every lane). */
+static clg_status load_device_tensor(clg_model *m, const clg_ckpt *ck, const char *name, const clg_param_ref *ref,
+                                     int i, int which, const char *path)
 {
     clg_err *err = &m->ctx->err;
+    const clg_param *p = ref->param;
     float *host = malloc(CLG_MAX(p->numel, 1) * sizeof(float));
     if (!host)
         return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
     clg_status st = clg_ckpt_get_f32(err, ck, name, p->ndim, p->shape, p->numel, host);
-    if (st != CLG_OK) {
-        char tmp[CLG_ERR_LEN];
-        snprintf(tmp, sizeof tmp, "%s", err->msg);
+    if (st != CLG_OK) { /* clg_err_set may format from the buffer it writes */
         free(host);
-        return clg_err_set(err, st, "%s: %s (is it a checkpoint of another model?)", path, tmp);
+        return clg_err_set(err, st, "%s: %s (is it a checkpoint of another model?)", path, err->msg);
     }
     for (size_t k = 0; k < p->numel; k++)
         if (!isfinite(host[k])) {
@@ -358,8 +369,8 @@ static clg_status load_device_tensor(clg_model *m, const clg_ckpt *ck, const cha
         }
     for (int l = 0; l < m->dp->n && st == CLG_OK; l++) {
         clg_lane *ln = &m->dp->lanes[l];
-        cl_int e = clEnqueueWriteBuffer(ln->dev->queue, buf(ln, i, which), CL_TRUE, 0, p->numel * sizeof(float), host,
-                                        0, NULL, NULL);
+        cl_int e = clEnqueueWriteBuffer(ln->dev->queue, lane_buf(ln, ref, i, which), CL_TRUE, 0,
+                                        p->numel * sizeof(float), host, 0, NULL, NULL);
         if (e != CL_SUCCESS)
             st = clg_cl_fail(err, e, "upload checkpoint tensor", __FILE__, __LINE__);
     }
@@ -367,33 +378,13 @@ static clg_status load_device_tensor(clg_model *m, const clg_ckpt *ck, const cha
     return st;
 }
 
-/* which: 0 the parameter's authoritative value (i counts every parameter),
- * 1 / 2 the optimizer's first / second state (i counts trainable ones). */
-static cl_mem lane_buf(clg_lane *l, int i, int which)
-{
-    if (which == 1)
-        return l->opt->m[i];
-    if (which == 2)
-        return l->opt->v[i];
-    clg_param_ref *refs = NULL;
-    int n = 0;
-    cl_mem mem = NULL;
-    if (clg_replica_params(l->rep, 0, &refs, &n) == CLG_OK && i < n)
-        mem = clg_replica_master(l->rep, &refs[i]);
-    free(refs);
-    return mem;
-}
-
 /* A metadata value that must lie in [lo, hi]; the message names the file. */
 static clg_status meta_i64_range(clg_err *err, const clg_ckpt *ck, const char *path, const char *key, int64_t lo,
                                  int64_t hi, int64_t *v)
 {
     clg_status st = clg_ckpt_get_meta_i64_range(err, ck, key, lo, hi, v);
-    if (st != CLG_OK) {
-        char tmp[CLG_ERR_LEN];
-        snprintf(tmp, sizeof tmp, "%s", err->msg);
-        return clg_err_set(err, st, "%s: %s", path, tmp);
-    }
+    if (st != CLG_OK) /* clg_err_set may format from the buffer it writes */
+        return clg_err_set(err, st, "%s: %s", path, err->msg);
     return CLG_OK;
 }
 
@@ -412,7 +403,7 @@ clg_status clg_session_load(clg_model *m, const char *path, int with_state)
             nweights++;
     for (int i = 0; i < n && st == CLG_OK; i++) {
         param_name(name, sizeof name, "", &refs[i]);
-        st = load_device_tensor(m, ck, name, refs[i].param, lane_buf, i, 0, path);
+        st = load_device_tensor(m, ck, name, &refs[i], i, 0, path);
     }
     free(refs);
     if (st == CLG_OK && nweights != n)
@@ -505,11 +496,11 @@ clg_status clg_session_load(clg_model *m, const char *path, int with_state)
         for (int i = 0; st == CLG_OK && i < o->n; i++) {
             if (ns >= 1) {
                 param_name(name, sizeof name, "opt.m.", &o->refs[i]);
-                st = load_device_tensor(m, ck, name, o->refs[i].param, lane_buf, i, 1, path);
+                st = load_device_tensor(m, ck, name, &o->refs[i], i, 1, path);
             }
             if (ns >= 2 && st == CLG_OK) {
                 param_name(name, sizeof name, "opt.v.", &o->refs[i]);
-                st = load_device_tensor(m, ck, name, o->refs[i].param, lane_buf, i, 2, path);
+                st = load_device_tensor(m, ck, name, &o->refs[i], i, 2, path);
             }
         }
         /* the device set it was written with */

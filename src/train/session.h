@@ -56,9 +56,10 @@ static inline clg_replica *clg_session_rep(const clg_model *m) { return m->dp->l
 static inline clg_device *clg_session_dev(const clg_model *m) { return m->dp->lanes[0].dev; }
 
 /* devices: selector over the context's devices ("all", "0,1", ...; NULL:
- * device 0). fp16: store activations and weights in half (fp32 master
+ * the one device `device`). fp16: store activations and weights in half (fp32 master
  * weights, dynamic loss scaling). dpp may be NULL (defaults). */
-CLG_INTERNAL clg_status clg_session_create(clg_ctx *ctx, const char *devices, const char *text, const char *source,
+CLG_INTERNAL clg_status clg_session_create(clg_ctx *ctx, const char *devices, int device, const char *text,
+                                           const char *source,
                                            int batch, uint64_t seed, int fp16, const clg_dp_params *dpp,
                                            clg_model **out);
 /* "fp32" / "fp16" -> 0 / 1; -1 when unknown (NULL is fp32). */

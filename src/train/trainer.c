@@ -556,10 +556,8 @@ clg_status clg_train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_repo
     train_state ts;
     memset(&ts, 0, sizeof ts);
     ts.p = p;
-    char one[16];
-    snprintf(one, sizeof one, "%d", p->device);
     clg_dp_params dpp = {p->split, p->bucket_mb};
-    clg_status st = clg_session_create(ctx, p->devices ? p->devices : one, text, p->model, p->batch,
+    clg_status st = clg_session_create(ctx, p->devices, p->device, text, p->model, p->batch,
                                        p->seed ? p->seed : 1, fp16, &dpp, &ts.m);
     free(text);
     if (st == CLG_OK)

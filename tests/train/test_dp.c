@@ -82,7 +82,7 @@ static clg_model *make(const char *text, const char *devices, const char *split,
 {
     clg_dp_params dpp = {split, 0.004}; /* small buckets: several per step, read while backward runs */
     clg_model *m = NULL;
-    ck_assert_msg(clg_session_create(ctx(), devices, text, "t", batch, seed, fp16, &dpp, &m) == CLG_OK, "%s",
+    ck_assert_msg(clg_session_create(ctx(), devices, 0, text, "t", batch, seed, fp16, &dpp, &m) == CLG_OK, "%s",
                   clg_last_error(ctx()));
     return m;
 }

@@ -322,7 +322,7 @@ static void synth(clg_rng *rng, float *x, int32_t *y, int n, float signal)
 static clg_model *make(const char *text, int fp16, uint64_t seed)
 {
     clg_model *m = NULL;
-    ck_assert_msg(clg_session_create(ctx(), NULL, text, "t", 0, seed, fp16, NULL, &m) == CLG_OK, "%s",
+    ck_assert_msg(clg_session_create(ctx(), NULL, 0, text, "t", 0, seed, fp16, NULL, &m) == CLG_OK, "%s",
                   clg_last_error(ctx()));
     return m;
 }
