@@ -173,6 +173,15 @@ CLG_INTERNAL cl_mem clg_replica_master(const clg_replica *r, const clg_param_ref
  * mode re-derives the half copies and the layers' fp32 views of them;
  * then tells the layers (params_changed). */
 CLG_INTERNAL clg_status clg_replica_weights_updated(clg_replica *r);
+/* After a step's loss or gradient norm went non-finite: runs a training
+ * forward and backward of the n samples staged in r again, with a blocking
+ * check after every layer, and writes into buf (NUL-terminated) the first
+ * layer whose output (forward order) or gradient (backward order) is
+ * non-finite, with its model-file line and whether its parameters were
+ * non-finite already; or that the input batch is. Overwrites gradients and
+ * batch-norm running statistics: call it only for a step that failed. The
+ * device's last error is left as it was. Costs nothing unless called. */
+CLG_INTERNAL void clg_replica_explain_nonfinite(clg_replica *r, int n, char *buf, size_t cap);
 /* Prints the per-layer profile (when profiling was on). */
 CLG_INTERNAL void clg_replica_print_profile(const clg_replica *r, FILE *f);
 

@@ -610,9 +610,15 @@ static clg_status lane_train(clg_dp *dp, clg_lane *l)
     }
     if (overflow && j->fp16)
         return CLG_OK; /* skipped on every lane alike */
-    if (!isfinite(norm))
+    if (!isfinite(norm)) { /* lane 0 fails the step naming the first non-finite layer; the others stop */
+        char why[512];
+        if (l->index > 0)
+            return CLG_OK;
+        clg_replica_explain_nonfinite(l->rep, n, why, sizeof why);
         return clg_err_set(err, CLG_ERR_INTERNAL,
-                           "gradient norm is not finite at step %u (diverged: lower the learning rate)", j->step);
+                           "gradient norm is not finite at step %u (diverged: lower the learning rate); %s", j->step,
+                           why);
+    }
     if (j->clip_norm > 0 && norm > j->clip_norm)
         gscale *= (float)(j->clip_norm / norm);
     CLG_TRY(mark(dp, l, NULL));

@@ -155,16 +155,25 @@ clg_status clg_session_step_begin(clg_model *m, int s, double lr, float *res, cl
     return CLG_OK;
 }
 
+void clg_session_explain_nonfinite(clg_model *m, char *buf, size_t cap)
+{
+    clg_lane *l = &m->dp->lanes[0];
+    clg_replica_explain_nonfinite(l->rep, l->cnt[m->dp->job.stage], buf, cap);
+}
+
 clg_status clg_session_step_end(clg_model *m)
 {
     clg_dp_job j;
     CLG_TRY(clg_dp_train_end(m->dp, &j));
     if (j.overflow) {
-        if (m->loss_scale <= CLG_LS_MIN)
+        if (m->loss_scale <= CLG_LS_MIN) {
+            char why[512];
+            clg_session_explain_nonfinite(m, why, sizeof why);
             return clg_err_set(&m->ctx->err, CLG_ERR_INTERNAL,
                                "fp16: gradients are inf/NaN at step %" PRId64
-                               " even with loss scale %g (diverged: lower the learning rate)",
-                               m->step, m->loss_scale);
+                               " even with loss scale %g (diverged: lower the learning rate); %s",
+                               m->step, m->loss_scale, why);
+        }
         clg_log(2, "fp16: inf/NaN gradients at step %" PRId64 ": step skipped, loss scale %g -> %g", m->step,
                 m->loss_scale, m->loss_scale / 2);
         m->loss_scale /= 2;

@@ -79,6 +79,10 @@ CLG_INTERNAL clg_status clg_session_ensure_optim(clg_model *m);
  * complete when res_ev[lane] is (res_ev NULL: by the time end returns). */
 CLG_INTERNAL clg_status clg_session_step_begin(clg_model *m, int stage, double lr, float *res, cl_event *res_ev);
 CLG_INTERNAL clg_status clg_session_step_end(clg_model *m);
+/* After a non-finite loss or gradient: which layer went non-finite first
+ * (clg_replica_explain_nonfinite on lane 0's replica and the batch of the
+ * last training step), into buf. Only for a step that failed. */
+CLG_INTERNAL void clg_session_explain_nonfinite(clg_model *m, char *buf, size_t cap);
 /* begin + end; res (may be NULL): 2 floats, summed over the lanes. */
 CLG_INTERNAL clg_status clg_session_train_step(clg_model *m, int stage, double lr, float *res);
 /* Forward only on the stage's batch: res (2 floats, may be NULL) the summed

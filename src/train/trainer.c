@@ -466,11 +466,14 @@ static clg_status run(train_state *ts, clg_train_report *rep)
                 double l0 = lsum;
                 if (!collect(ts, next_read, 0, &lsum, &csum))
                     break;
-                if (!isfinite(lsum))
+                if (!isfinite(lsum)) {
+                    char why[512];
+                    clg_session_explain_nonfinite(m, why, sizeof why);
                     return clg_err_set(err, CLG_ERR_INTERNAL,
                                        "training diverged at step %" PRId64 " (epoch %d, batch %d: loss %f): lower "
-                                       "the learning rate",
-                                       m->step - (b - next_read), e + 1, next_read + 1, lsum - l0);
+                                       "the learning rate; %s",
+                                       m->step - (b - next_read), e + 1, next_read + 1, lsum - l0, why);
+                }
                 seen += CLG_MIN(B, N - next_read * B);
                 next_read++;
             }

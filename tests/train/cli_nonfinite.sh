@@ -1,0 +1,76 @@
+#!/bin/sh
+# Numerical faults (issue #11, deliverable 3): a run that diverges fails at
+# the step it happens with a message naming the step and the first layer
+# whose output or gradient went non-finite, on one device and on two, and
+# the good checkpoint it resumed from stays as it was (nothing non-finite is
+# written). usage: cli_nonfinite.sh PATH/TO/clgrad PYTHON
+clgrad="$1"; py="$2"
+tmp=$(mktemp -d /tmp/clgrad-nonfinite-XXXXXX) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+fails=0; n=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# synthetic 8x8 data, 4 classes (bright quadrant k = class k)
+"$py" - "$tmp/data" <<'PYEOF' || { echo "cannot write the dataset"; exit 1; }
+import os, random, struct, sys
+d = sys.argv[1]; os.makedirs(d)
+rng = random.Random()
+for split, n in (("train", 256), ("t10k", 64)):
+    imgs, labs = bytearray(), bytearray()
+    for i in range(n):
+        k = rng.randrange(4); labs.append(k)
+        for p in range(64):
+            q = (p // 8 >= 4) * 2 + (p % 8 >= 4)
+            imgs.append(min(255, rng.randrange(70) + (150 if q == k else 0)))
+    open(f"{d}/{split}-images-idx3-ubyte", "wb").write(struct.pack(">IIII", 0x803, n, 8, 8) + imgs)
+    open(f"{d}/{split}-labels-idx1-ubyte", "wb").write(struct.pack(">II", 0x801, n) + labs)
+PYEOF
+cat > "$tmp/mlp.cfg" <<'CFG'
+[net]
+channels = 1
+height = 8
+width = 8
+classes = 4
+batch = 32
+learning_rate = 0.1
+[dense]
+name = fc1
+units = 16
+activation = relu
+[dense]
+name = fc2
+units = 4
+[softmax]
+CFG
+# diverge MODE-ARGS...: a good checkpoint first, then a resumed run at lr 1e30
+diverge() {
+    what=$1; shift
+    rm -rf "$tmp/ck" "$tmp/w.safetensors"
+    n=$((n + 1))
+    "$clgrad" train "$tmp/mlp.cfg" --data "$tmp/data" --epochs 1 --checkpoint "$tmp/ck" "$@" >/dev/null 2>&1 ||
+        { fail "$what: the good run failed"; return; }
+    sum0=$(cksum < "$tmp/ck/last.safetensors")
+    out=$("$clgrad" train "$tmp/mlp.cfg" --data "$tmp/data" --epochs 3 --lr 1e30 --checkpoint "$tmp/ck" --resume \
+        --save "$tmp/w.safetensors" "$@" 2>&1)
+    rc=$?
+    msg=$(printf '%s\n' "$out" | tail -1)
+    echo "$what: $msg"
+    [ "$rc" -eq 1 ] || fail "$what: exit $rc (expected 1)"
+    printf '%s\n' "$msg" | grep -Eq "(diverged at step|not finite at step) [0-9]+" || fail "$what: no step named"
+    printf '%s\n' "$msg" | grep -Eq "first non-finite value in (forward|backward): layer '(fc1|fc2|softmax2)' \((dense|softmax), [^)]*mlp.cfg:[0-9]+\)" ||
+        fail "$what: no layer named"
+    [ "$(cksum < "$tmp/ck/last.safetensors")" = "$sum0" ] || fail "$what: the good checkpoint was replaced"
+    [ ! -e "$tmp/w.safetensors" ] || fail "$what: diverged weights saved"
+    ls "$tmp/ck" | grep -q tmp && fail "$what: temporary file left"
+    "$clgrad" eval "$tmp/mlp.cfg" --weights "$tmp/ck/last.safetensors" --data "$tmp/data" >"$tmp/eval.txt" 2>&1 ||
+        fail "$what: the checkpoint no longer evaluates: $(tail -1 "$tmp/eval.txt")"
+    grep -Eqi "nan|inf" "$tmp/eval.txt" && fail "$what: non-finite evaluation: $(cat "$tmp/eval.txt")"
+}
+diverge "one device" --devices 0
+if "$clgrad" devices 2>/dev/null | grep -q "^device 1:"; then
+    diverge "two devices" --devices 0,1
+else
+    echo "one device only: the two-device case is not run" >&2
+fi
+diverge "fp16, one device" --devices 0 --precision fp16
+echo "$n checks, $fails failed"
+[ "$fails" -eq 0 ]
