@@ -228,8 +228,11 @@ void clg_dp_free(clg_dp *dp)
     if (!dp)
         return;
     clg_team_free(dp->team);
-    for (int i = 0; dp->lanes && i < dp->n; i++)
+    for (int i = 0; dp->lanes && i < dp->n; i++) {
+        for (int b = 0; dp->lanes[i].bev && b < dp->nbuckets; b++) /* reads left by a failed step */
+            clg_release_event(&dp->lanes[i].bev[b]);
         clg_lane_release(&dp->lanes[i]);
+    }
     free(dp->lanes);
     free(dp->hooks);
     free(dp->lay.off);

@@ -156,7 +156,7 @@ def main():
             a.devices, ", ".join("%s %d" % (k, counts[k]) for k in counts if counts[k])))
         print("walk: %d runs planned, about %.2f s each" % (sum(len(v) for v in todo.values()), t_run))
         sys.stdout.flush()
-        tried = clean = named = 0
+        tried = clean = named = retried = 0
         bad = []
         t0 = time.time()
         for k, ns in todo.items():
@@ -170,6 +170,11 @@ def main():
                 except (OSError, IndexError, ValueError):
                     fired = 1 if "fault-shim:" in err else 0
                 v, detail = judge(rc, out, err)
+                if "LeakSanitizer has encountered a fatal error" in err:  # the tool's own failure (its tracer
+                    restore(work)                                          # under load): once more
+                    rc, out, err, dt = run(a, work, "%s:%d" % (k, n), rep, a.timeout)
+                    v, detail = judge(rc, out, err)
+                    retried += 1
                 if not fired and v in ("absorbed", "failed"):
                     v = "not reached"
                 where = re.search(r"fault-shim: (\S+)", err)
@@ -191,6 +196,8 @@ def main():
             sys.stdout.flush()
         print("walk: faults tried %d, ended cleanly %d (failed with a message naming the OpenCL error: %d), "
               "defects %d, %.0f s" % (tried, clean, named, len(bad), time.time() - t0))
+        if retried:
+            print("walk: %d runs repeated after a LeakSanitizer tool error" % retried)
         for b in bad[:50]:
             print("  DEFECT", b)
         return 0 if not bad and tried > 0 else 1
