@@ -1252,6 +1252,8 @@ static clg_status nf_hook(void *user, int i, int backward)
                 snprintf(what, sizeof what, "gradient of its input %d", j);
         }
     }
+    if (backward && k >= 0)
+        nf_params(d, l, extra, sizeof extra);
     if (k == -2) {
         snprintf(d->buf, d->cap, "the check of layer '%s' could not read its buffers", l->name);
         d->found = 1;
@@ -1291,8 +1293,19 @@ void clg_replica_explain_nonfinite(clg_replica *r, int n, char *buf, size_t cap)
             st = clg_replica_backward(r, n);
         r->after_layer = hook;
         r->after_layer_user = user;
+        for (int i = 0; i < r->nlayers && !d.found && st == CLG_OK; i++) /* NaN weights behind a ReLU (max(NaN, 0) = 0) */
+            for (int p = 0; p < r->layers[i].nparams && !d.found; p++)
+                if ((k = nf_first(&d, r->layers[i].params[p].value, 0, r->layers[i].params[p].numel, &v)) >= 0) {
+                    snprintf(buf, cap,
+                             "every output and gradient is finite when the batch is run again, but layer '%s' (%s, "
+                             "%s:%d) holds a non-finite parameter '%s' (%g at element %ld)",
+                             r->layers[i].name, r->layers[i].ops->type, r->net->source, r->layers[i].line,
+                             r->layers[i].params[p].name, v, k);
+                    d.found = 1;
+                }
         if (!d.found)
-            snprintf(buf, cap, st == CLG_OK ? "every layer's output and gradient is finite when the batch is run again"
+            snprintf(buf, cap, st == CLG_OK ? "every layer's output, gradient and parameter is finite when the batch is "
+                                              "run again"
                                             : "the check could not run the batch again");
     }
     clFinish(r->dev->queue);
