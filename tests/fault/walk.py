@@ -130,6 +130,15 @@ def main():
         env = dict(os.environ, CLGRAD_CACHE_DIR=os.path.join(work, "cache"))
         env.pop("CLG_FAULT", None)
         os.mkdir(os.path.join(work, "cache"))
+        seed = os.environ.get("CLGRAD_CACHE_DIR", "")  # start from the caller's program cache (hard links:
+        if seed and os.path.isdir(seed):               # entries are replaced by rename, never rewritten)
+            for f in os.listdir(seed):
+                src = os.path.join(seed, f)
+                if os.path.isfile(src):
+                    try:
+                        os.link(src, os.path.join(work, "cache", f))
+                    except OSError:
+                        shutil.copy2(src, os.path.join(work, "cache", f))
         p = subprocess.run([a.run, "prepare", work, a.model, a.devices], env=env, capture_output=True, text=True,
                            timeout=600)
         if p.returncode != 0:
