@@ -16,7 +16,9 @@
 #   DEVICES    default 0 (one device); 0,1 walks two lanes (POCL_DEVICES
 #              must give two: default "pthread pthread" here)
 # EVERY=K walks every K-th call of each kind (default 1: all); KINDS=a,b
-# limits the kinds; LOG=FILE.jsonl keeps one line per run.
+# limits the kinds; LOG=FILE.jsonl keeps one line per run; COLD=1 removes the
+# program binaries from each run's cache, so the faults hit the builds from
+# source (e.g. KINDS=program,build,kernel COLD=1).
 # Prints a line per kind and "faults tried N, ended cleanly M"; exit 0 when
 # every run ended cleanly.
 set -u
@@ -31,4 +33,4 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:new_delete_type_mismatch=0}"
 export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp:print_suppressions=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1}"
 exec /usr/bin/python3 tests/fault/walk.py --run "$run" --model models/lenet5.cfg --devices "$devices" \
-    --every "${EVERY:-1}" --kinds "${KINDS:-}" --timeout 120 ${LOG:+--log "$LOG"}
+    --every "${EVERY:-1}" --kinds "${KINDS:-}" --timeout 120 ${LOG:+--log "$LOG"} ${COLD:+--cold}

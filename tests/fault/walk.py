@@ -16,7 +16,7 @@ cleanly, 1 otherwise, 2 when the setup failed.
 
 usage: walk.py --run build/tests/fault/fault_run --model models/lenet5.cfg
                [--devices 0] [--kinds buffer,launch] [--every K | --budget S]
-               [--timeout S] [--log FILE.jsonl]
+               [--timeout S] [--log FILE.jsonl] [--cold]
 """
 import argparse
 import json
@@ -50,6 +50,9 @@ def run(args, work, fault=None, report=None, timeout=60):
         return None, out, err, time.time() - t0
 
 
+COLD = False  # --cold: no program binaries in the run's cache: every program is built from source
+
+
 def restore(work):
     ck = os.path.join(work, "ck")
     shutil.rmtree(ck, ignore_errors=True)
@@ -59,7 +62,8 @@ def restore(work):
     os.mkdir(cache)
     src = os.path.join(work, "cache")
     for f in os.listdir(src):
-        os.link(os.path.join(src, f), os.path.join(cache, f))
+        if not (COLD and f.endswith(".clbin")):
+            os.link(os.path.join(src, f), os.path.join(cache, f))
 
 
 def read_report(path):
@@ -123,7 +127,10 @@ def main():
     ap.add_argument("--timeout", type=float, default=60)
     ap.add_argument("--log", default="")
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--cold", action="store_true", help="build every program from source in each run")
     a = ap.parse_args()
+    global COLD
+    COLD = a.cold
     work = tempfile.mkdtemp(prefix="clgrad-fault-")
     logf = open(a.log, "w") if a.log else None
     try:
