@@ -22,6 +22,8 @@
 #endif
 #include <CL/cl.h>
 #include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,12 +68,71 @@ enum { O_CONTEXT, O_QUEUE, O_MEM, O_PROGRAM, O_KERNEL, O_EVENT, O_NOBJ };
 static const char *const obj_names[O_NOBJ] = {"context", "queue", "mem", "program", "kernel", "event"};
 
 static long calls[K_NKINDS];
-static long live[O_NOBJ];
 static int fault_kind = -1, armed, fired;
 static long fault_n;
 static cl_int fault_err;
 
-static void obj(int type, long d) { __atomic_add_fetch(&live[type], d, __ATOMIC_RELAXED); }
+/* Live OpenCL objects: handle -> type, reference count, and whether a
+ * dependency (clFFT, CLBlast) created it: their objects are reported apart,
+ * as "foreign", so a leak inside them is not counted as clgrad's. */
+typedef struct objnode {
+    const void *h;
+    int type, foreign;
+    long refs;
+    struct objnode *next;
+} objnode;
+#define OBJ_BUCKETS 4096
+static objnode *objs[OBJ_BUCKETS];
+static pthread_mutex_t obj_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static size_t obj_bucket(const void *h) { return ((uintptr_t)h >> 4) % OBJ_BUCKETS; }
+
+/* 1 when the code at return address ra lies in clFFT or CLBlast. */
+static int foreign_caller(void *ra)
+{
+    Dl_info info;
+    if (!ra || !dladdr(ra, &info) || !info.dli_fname)
+        return 0;
+    return strstr(info.dli_fname, "clFFT") != NULL || strstr(info.dli_fname, "clblast") != NULL;
+}
+
+/* d > 0: created (d objects of one handle: 1) or retained; d < 0: released. */
+static void obj_ref(int type, const void *h, long d, void *ra)
+{
+    if (!h)
+        return;
+    pthread_mutex_lock(&obj_mu);
+    objnode **pp = &objs[obj_bucket(h)];
+    while (*pp && (*pp)->h != h)
+        pp = &(*pp)->next;
+    if (*pp) {
+        (*pp)->refs += d;
+        if ((*pp)->refs <= 0) {
+            objnode *dead = *pp;
+            *pp = dead->next;
+            free(dead);
+        }
+    } else if (d > 0) { /* a handle not seen before: created here (retains of unknown handles count too) */
+        objnode *n = malloc(sizeof *n);
+        if (n) {
+            *n = (objnode){h, type, foreign_caller(ra), d, objs[obj_bucket(h)]};
+            objs[obj_bucket(h)] = n;
+        }
+    }
+    pthread_mutex_unlock(&obj_mu);
+}
+
+/* live[type] of clgrad's own objects (foreign = 0) or the dependencies' (1). */
+static void obj_count(int foreign, long live[O_NOBJ])
+{
+    memset(live, 0, sizeof(long) * O_NOBJ);
+    pthread_mutex_lock(&obj_mu);
+    for (int b = 0; b < OBJ_BUCKETS; b++)
+        for (objnode *n = objs[b]; n; n = n->next)
+            if (n->foreign == foreign)
+                live[n->type]++;
+    pthread_mutex_unlock(&obj_mu);
+}
 
 /* 1 when this call (of kind k, entry point fn) is the one to fail. */
 static int inject(int k, const char *fn)
@@ -201,9 +262,10 @@ int clg_fault_fired(void) { return __atomic_load_n(&fired, __ATOMIC_RELAXED); }
 
 long clg_fault_live(void)
 {
-    long n = 0;
+    long live[O_NOBJ], n = 0;
+    obj_count(0, live);
     for (int t = 0; t < O_NOBJ; t++)
-        n += __atomic_load_n(&live[t], __ATOMIC_RELAXED);
+        n += live[t];
     return n;
 }
 
@@ -213,10 +275,15 @@ void clg_fault_report(void)
     FILE *f = path && *path ? fopen(path, "w") : NULL;
     if (!f)
         return;
+    long live[O_NOBJ], foreign[O_NOBJ];
+    obj_count(0, live);
+    obj_count(1, foreign);
     for (int k = 0; k < K_NKINDS; k++)
         fprintf(f, "calls %s %ld\n", kind_names[k], __atomic_load_n(&calls[k], __ATOMIC_RELAXED));
     for (int t = 0; t < O_NOBJ; t++)
-        fprintf(f, "live %s %ld\n", obj_names[t], __atomic_load_n(&live[t], __ATOMIC_RELAXED));
+        fprintf(f, "live %s %ld\n", obj_names[t], live[t]);
+    for (int t = 0; t < O_NOBJ; t++)
+        fprintf(f, "foreign %s %ld\n", obj_names[t], foreign[t]);
     fprintf(f, "fired %d\n", clg_fault_fired());
     fclose(f);
 }
@@ -236,23 +303,29 @@ void clg_fault_report(void)
         if (inject((k), #name))   \
             return fault_err;     \
     } while (0)
+#define RA __builtin_return_address(0)
 /* counts the event an enqueue returned */
-static cl_int evd(cl_int e, cl_event *ev)
+static cl_int evd(cl_int e, cl_event *ev, void *ra)
 {
     if (e == CL_SUCCESS && ev)
-        obj(O_EVENT, 1);
+        obj_ref(O_EVENT, *ev, 1, ra);
     return e;
 }
-static cl_int rel(cl_int e, int type)
+static cl_int rel(cl_int e, int type, const void *h)
 {
     if (e == CL_SUCCESS)
-        obj(type, -1);
+        obj_ref(type, h, -1, NULL);
     return e;
 }
-static void *made(void *o, int type, long n)
+static cl_int ret(cl_int e, int type, const void *h, void *ra)
 {
-    if (o)
-        obj(type, n);
+    if (e == CL_SUCCESS)
+        obj_ref(type, h, 1, ra);
+    return e;
+}
+static void *made(void *o, int type, void *ra)
+{
+    obj_ref(type, o, 1, ra);
     return o;
 }
 
@@ -263,58 +336,49 @@ cl_context CL_API_CALL clCreateContext(const cl_context_properties *properties, 
 {
     FAIL_OBJ(K_CONTEXT, clCreateContext);
     return made(real_clCreateContext(properties, num_devices, devices, pfn_notify, user_data, errcode_ret), O_CONTEXT,
-                1);
+                RA);
 }
-cl_int CL_API_CALL clReleaseContext(cl_context c) { return rel(real_clReleaseContext(c), O_CONTEXT); }
+cl_int CL_API_CALL clReleaseContext(cl_context c) { return rel(real_clReleaseContext(c), O_CONTEXT, c); }
 cl_int CL_API_CALL clRetainContext(cl_context c)
 {
-    cl_int e = real_clRetainContext(c);
-    if (e == CL_SUCCESS)
-        obj(O_CONTEXT, 1);
-    return e;
+    return ret(real_clRetainContext(c), O_CONTEXT, c, RA);
 }
 
 cl_command_queue CL_API_CALL clCreateCommandQueue(cl_context context, cl_device_id device,
                                                   cl_command_queue_properties properties, cl_int *errcode_ret)
 {
     FAIL_OBJ(K_QUEUE, clCreateCommandQueue);
-    return made(real_clCreateCommandQueue(context, device, properties, errcode_ret), O_QUEUE, 1);
+    return made(real_clCreateCommandQueue(context, device, properties, errcode_ret), O_QUEUE, RA);
 }
-cl_int CL_API_CALL clReleaseCommandQueue(cl_command_queue q) { return rel(real_clReleaseCommandQueue(q), O_QUEUE); }
+cl_int CL_API_CALL clReleaseCommandQueue(cl_command_queue q) { return rel(real_clReleaseCommandQueue(q), O_QUEUE, q); }
 cl_int CL_API_CALL clRetainCommandQueue(cl_command_queue q)
 {
-    cl_int e = real_clRetainCommandQueue(q);
-    if (e == CL_SUCCESS)
-        obj(O_QUEUE, 1);
-    return e;
+    return ret(real_clRetainCommandQueue(q), O_QUEUE, q, RA);
 }
 
 cl_mem CL_API_CALL clCreateBuffer(cl_context context, cl_mem_flags flags, size_t size, void *host_ptr,
                                   cl_int *errcode_ret)
 {
     FAIL_OBJ(K_BUFFER, clCreateBuffer);
-    return made(real_clCreateBuffer(context, flags, size, host_ptr, errcode_ret), O_MEM, 1);
+    return made(real_clCreateBuffer(context, flags, size, host_ptr, errcode_ret), O_MEM, RA);
 }
 cl_mem CL_API_CALL clCreateSubBuffer(cl_mem buffer, cl_mem_flags flags, cl_buffer_create_type type, const void *info,
                                      cl_int *errcode_ret)
 {
     FAIL_OBJ(K_BUFFER, clCreateSubBuffer);
-    return made(real_clCreateSubBuffer(buffer, flags, type, info, errcode_ret), O_MEM, 1);
+    return made(real_clCreateSubBuffer(buffer, flags, type, info, errcode_ret), O_MEM, RA);
 }
 cl_int CL_API_CALL clRetainMemObject(cl_mem m)
 {
-    cl_int e = real_clRetainMemObject(m);
-    if (e == CL_SUCCESS)
-        obj(O_MEM, 1);
-    return e;
+    return ret(real_clRetainMemObject(m), O_MEM, m, RA);
 }
-cl_int CL_API_CALL clReleaseMemObject(cl_mem m) { return rel(real_clReleaseMemObject(m), O_MEM); }
+cl_int CL_API_CALL clReleaseMemObject(cl_mem m) { return rel(real_clReleaseMemObject(m), O_MEM, m); }
 
 cl_program CL_API_CALL clCreateProgramWithSource(cl_context context, cl_uint count, const char **strings,
                                                  const size_t *lengths, cl_int *errcode_ret)
 {
     FAIL_OBJ(K_PROGRAM, clCreateProgramWithSource);
-    return made(real_clCreateProgramWithSource(context, count, strings, lengths, errcode_ret), O_PROGRAM, 1);
+    return made(real_clCreateProgramWithSource(context, count, strings, lengths, errcode_ret), O_PROGRAM, RA);
 }
 cl_program CL_API_CALL clCreateProgramWithBinary(cl_context context, cl_uint num_devices, const cl_device_id *devices,
                                                  const size_t *lengths, const unsigned char **binaries,
@@ -323,16 +387,13 @@ cl_program CL_API_CALL clCreateProgramWithBinary(cl_context context, cl_uint num
     FAIL_OBJ(K_PROGRAM, clCreateProgramWithBinary);
     return made(real_clCreateProgramWithBinary(context, num_devices, devices, lengths, binaries, binary_status,
                                                errcode_ret),
-                O_PROGRAM, 1);
+                O_PROGRAM, RA);
 }
 cl_int CL_API_CALL clRetainProgram(cl_program p)
 {
-    cl_int e = real_clRetainProgram(p);
-    if (e == CL_SUCCESS)
-        obj(O_PROGRAM, 1);
-    return e;
+    return ret(real_clRetainProgram(p), O_PROGRAM, p, RA);
 }
-cl_int CL_API_CALL clReleaseProgram(cl_program p) { return rel(real_clReleaseProgram(p), O_PROGRAM); }
+cl_int CL_API_CALL clReleaseProgram(cl_program p) { return rel(real_clReleaseProgram(p), O_PROGRAM, p); }
 
 cl_int CL_API_CALL clBuildProgram(cl_program program, cl_uint num_devices, const cl_device_id *device_list,
                                   const char *options, void(CL_CALLBACK *pfn_notify)(cl_program, void *),
@@ -345,7 +406,7 @@ cl_int CL_API_CALL clBuildProgram(cl_program program, cl_uint num_devices, const
 cl_kernel CL_API_CALL clCreateKernel(cl_program program, const char *kernel_name, cl_int *errcode_ret)
 {
     FAIL_OBJ(K_KERNEL, clCreateKernel);
-    return made(real_clCreateKernel(program, kernel_name, errcode_ret), O_KERNEL, 1);
+    return made(real_clCreateKernel(program, kernel_name, errcode_ret), O_KERNEL, RA);
 }
 cl_int CL_API_CALL clCreateKernelsInProgram(cl_program program, cl_uint num_kernels, cl_kernel *kernels,
                                             cl_uint *num_kernels_ret)
@@ -355,18 +416,15 @@ cl_int CL_API_CALL clCreateKernelsInProgram(cl_program program, cl_uint num_kern
     cl_int e = real_clCreateKernelsInProgram(program, num_kernels, kernels, &got);
     if (num_kernels_ret)
         *num_kernels_ret = got;
-    if (e == CL_SUCCESS && kernels)
-        obj(O_KERNEL, got);
+    for (cl_uint i = 0; e == CL_SUCCESS && kernels && i < got; i++)
+        obj_ref(O_KERNEL, kernels[i], 1, RA);
     return e;
 }
 cl_int CL_API_CALL clRetainKernel(cl_kernel k)
 {
-    cl_int e = real_clRetainKernel(k);
-    if (e == CL_SUCCESS)
-        obj(O_KERNEL, 1);
-    return e;
+    return ret(real_clRetainKernel(k), O_KERNEL, k, RA);
 }
-cl_int CL_API_CALL clReleaseKernel(cl_kernel k) { return rel(real_clReleaseKernel(k), O_KERNEL); }
+cl_int CL_API_CALL clReleaseKernel(cl_kernel k) { return rel(real_clReleaseKernel(k), O_KERNEL, k); }
 
 cl_int CL_API_CALL clSetKernelArg(cl_kernel kernel, cl_uint arg_index, size_t arg_size, const void *arg_value)
 {
@@ -382,34 +440,34 @@ cl_int CL_API_CALL clEnqueueNDRangeKernel(cl_command_queue q, cl_kernel kernel, 
     FAIL_INT(K_LAUNCH, clEnqueueNDRangeKernel);
     return evd(real_clEnqueueNDRangeKernel(q, kernel, work_dim, global_work_offset, global_work_size,
                                            local_work_size, nev, wait, event),
-               event);
+               event, RA);
 }
 cl_int CL_API_CALL clEnqueueWriteBuffer(cl_command_queue q, cl_mem buffer, cl_bool blocking, size_t offset,
                                         size_t size, const void *ptr, cl_uint nev, const cl_event *wait,
                                         cl_event *event)
 {
     FAIL_INT(K_WRITE, clEnqueueWriteBuffer);
-    return evd(real_clEnqueueWriteBuffer(q, buffer, blocking, offset, size, ptr, nev, wait, event), event);
+    return evd(real_clEnqueueWriteBuffer(q, buffer, blocking, offset, size, ptr, nev, wait, event), event, RA);
 }
 cl_int CL_API_CALL clEnqueueReadBuffer(cl_command_queue q, cl_mem buffer, cl_bool blocking, size_t offset, size_t size,
                                        void *ptr, cl_uint nev, const cl_event *wait, cl_event *event)
 {
     FAIL_INT(K_READ, clEnqueueReadBuffer);
-    return evd(real_clEnqueueReadBuffer(q, buffer, blocking, offset, size, ptr, nev, wait, event), event);
+    return evd(real_clEnqueueReadBuffer(q, buffer, blocking, offset, size, ptr, nev, wait, event), event, RA);
 }
 cl_int CL_API_CALL clEnqueueCopyBuffer(cl_command_queue q, cl_mem src, cl_mem dst, size_t src_offset,
                                        size_t dst_offset, size_t size, cl_uint nev, const cl_event *wait,
                                        cl_event *event)
 {
     FAIL_INT(K_COPY, clEnqueueCopyBuffer);
-    return evd(real_clEnqueueCopyBuffer(q, src, dst, src_offset, dst_offset, size, nev, wait, event), event);
+    return evd(real_clEnqueueCopyBuffer(q, src, dst, src_offset, dst_offset, size, nev, wait, event), event, RA);
 }
 cl_int CL_API_CALL clEnqueueFillBuffer(cl_command_queue q, cl_mem buffer, const void *pattern, size_t pattern_size,
                                        size_t offset, size_t size, cl_uint nev, const cl_event *wait,
                                        cl_event *event)
 {
     FAIL_INT(K_FILL, clEnqueueFillBuffer);
-    return evd(real_clEnqueueFillBuffer(q, buffer, pattern, pattern_size, offset, size, nev, wait, event), event);
+    return evd(real_clEnqueueFillBuffer(q, buffer, pattern, pattern_size, offset, size, nev, wait, event), event, RA);
 }
 void *CL_API_CALL clEnqueueMapBuffer(cl_command_queue q, cl_mem buffer, cl_bool blocking, cl_map_flags flags,
                                      size_t offset, size_t size, cl_uint nev, const cl_event *wait, cl_event *event,
@@ -418,25 +476,25 @@ void *CL_API_CALL clEnqueueMapBuffer(cl_command_queue q, cl_mem buffer, cl_bool 
     FAIL_OBJ(K_MAP, clEnqueueMapBuffer);
     void *p = real_clEnqueueMapBuffer(q, buffer, blocking, flags, offset, size, nev, wait, event, errcode_ret);
     if (p && event)
-        obj(O_EVENT, 1);
+        obj_ref(O_EVENT, *event, 1, RA);
     return p;
 }
 cl_int CL_API_CALL clEnqueueUnmapMemObject(cl_command_queue q, cl_mem memobj, void *mapped, cl_uint nev,
                                            const cl_event *wait, cl_event *event)
 {
     FAIL_INT(K_MAP, clEnqueueUnmapMemObject);
-    return evd(real_clEnqueueUnmapMemObject(q, memobj, mapped, nev, wait, event), event);
+    return evd(real_clEnqueueUnmapMemObject(q, memobj, mapped, nev, wait, event), event, RA);
 }
 cl_int CL_API_CALL clEnqueueMarkerWithWaitList(cl_command_queue q, cl_uint nev, const cl_event *wait, cl_event *event)
 {
     FAIL_INT(K_MARKER, clEnqueueMarkerWithWaitList);
-    return evd(real_clEnqueueMarkerWithWaitList(q, nev, wait, event), event);
+    return evd(real_clEnqueueMarkerWithWaitList(q, nev, wait, event), event, RA);
 }
 cl_int CL_API_CALL clEnqueueBarrierWithWaitList(cl_command_queue q, cl_uint nev, const cl_event *wait,
                                                 cl_event *event)
 {
     FAIL_INT(K_MARKER, clEnqueueBarrierWithWaitList);
-    return evd(real_clEnqueueBarrierWithWaitList(q, nev, wait, event), event);
+    return evd(real_clEnqueueBarrierWithWaitList(q, nev, wait, event), event, RA);
 }
 cl_int CL_API_CALL clFinish(cl_command_queue q)
 {
@@ -467,13 +525,10 @@ cl_int CL_API_CALL clGetKernelWorkGroupInfo(cl_kernel k, cl_device_id dev, cl_ke
 }
 cl_event CL_API_CALL clCreateUserEvent(cl_context context, cl_int *errcode_ret)
 {
-    return made(real_clCreateUserEvent(context, errcode_ret), O_EVENT, 1);
+    return made(real_clCreateUserEvent(context, errcode_ret), O_EVENT, RA);
 }
 cl_int CL_API_CALL clRetainEvent(cl_event ev)
 {
-    cl_int e = real_clRetainEvent(ev);
-    if (e == CL_SUCCESS)
-        obj(O_EVENT, 1);
-    return e;
+    return ret(real_clRetainEvent(ev), O_EVENT, ev, RA);
 }
-cl_int CL_API_CALL clReleaseEvent(cl_event ev) { return rel(real_clReleaseEvent(ev), O_EVENT); }
+cl_int CL_API_CALL clReleaseEvent(cl_event ev) { return rel(real_clReleaseEvent(ev), O_EVENT, ev); }
