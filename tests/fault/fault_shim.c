@@ -134,14 +134,20 @@ static void obj_count(int foreign, long live[O_NOBJ])
     pthread_mutex_unlock(&obj_mu);
 }
 
-/* 1 when this call (of kind k, entry point fn) is the one to fail. */
-static int inject(int k, const char *fn)
+/* 1 when this call (of kind k, entry point fn, called from ra) is the one
+ * to fail; says so on stderr with the caller as LIBRARY+OFFSET (for
+ * addr2line -f -e LIBRARY OFFSET). */
+static int inject(int k, const char *fn, void *ra)
 {
     long c = __atomic_add_fetch(&calls[k], 1, __ATOMIC_RELAXED);
     if (!__atomic_load_n(&armed, __ATOMIC_RELAXED) || k != fault_kind || c != fault_n)
         return 0;
     __atomic_store_n(&fired, 1, __ATOMIC_RELAXED);
-    fprintf(stderr, "fault-shim: %s (call %ld of kind %s) fails with %d\n", fn, c, kind_names[k], (int)fault_err);
+    Dl_info info;
+    int known = ra && dladdr(ra, &info) && info.dli_fname;
+    fprintf(stderr, "fault-shim: %s (call %ld of kind %s) fails with %d, called from %s+0x%lx\n", fn, c,
+            kind_names[k], (int)fault_err, known ? info.dli_fname : "?",
+            known ? (unsigned long)((uintptr_t)ra - 1 - (uintptr_t)info.dli_fbase) : 0ul);
     return 1;
 }
 
@@ -292,7 +298,7 @@ void clg_fault_report(void)
 
 #define FAIL_OBJ(k, name)                 \
     do {                                  \
-        if (inject((k), #name)) {         \
+        if (inject((k), #name, RA)) {         \
             if (errcode_ret)              \
                 *errcode_ret = fault_err; \
             return NULL;                  \
@@ -300,7 +306,7 @@ void clg_fault_report(void)
     } while (0)
 #define FAIL_INT(k, name)         \
     do {                          \
-        if (inject((k), #name))   \
+        if (inject((k), #name, RA)) \
             return fault_err;     \
     } while (0)
 #define RA __builtin_return_address(0)
