@@ -1111,7 +1111,7 @@ static int next_reader(const Onnx__GraphProto *g, size_t from, const char *name)
 /* GELU in the erf form as PyTorch writes it:
  *   y = (x * (erf(x / sqrt 2) + 1)) * 0.5
  * Returns the index of the last node of the pattern, or -1. */
-static int match_gelu(const imp *im, const Onnx__GraphProto *g, size_t i)
+static int match_gelu(const imp *im, const Onnx__GraphProto *g, size_t i, int parts[4])
 {
     const Onnx__NodeProto *d = g->node[i];
     if (!is_op(d, "Div") || d->n_input != 2 || d->n_output != 1 || !d->input[0] || !d->input[1] ||
@@ -1133,6 +1133,10 @@ static int match_gelu(const imp *im, const Onnx__GraphProto *g, size_t i)
     if (h < 0 || !is_op(g->node[h], "Mul") || g->node[h]->n_output != 1 ||
         !is_scalar(im, other_input(g->node[h], g->node[m]->output[0]), 0.5, 1e-6))
         return -1;
+    parts[0] = e;
+    parts[1] = a;
+    parts[2] = m;
+    parts[3] = h;
     return h;
 }
 
@@ -1200,8 +1204,6 @@ static clg_status map_node(imp *im, const Onnx__GraphProto *g, size_t *i)
         return unsupported(im, "operator domain '%s' is not supported (only the default ONNX domain)", n->domain);
     const char *op = n->op_type ? n->op_type : "";
     int xv = 0;
-    if (strcmp(op, "Constant") == 0)
-        return op_constant(im);
     if (strcmp(op, "Conv") == 0)
         return op_conv(im);
     if (strcmp(op, "Gemm") == 0)
@@ -1229,7 +1231,8 @@ static clg_status map_node(imp *im, const Onnx__GraphProto *g, size_t *i)
         return act_layer(im, xv, type, alpha);
     }
     if (strcmp(op, "Div") == 0) {
-        int end = match_gelu(im, g, *i);
+        int parts[4];
+        int end = match_gelu(im, g, *i, parts);
         if (end >= 0) {
             CLG_TRY(vin(im, 0, &xv));
             /* the pattern reads x twice: fusing into the producer is fine when nothing else does */
@@ -1245,10 +1248,10 @@ static clg_status map_node(imp *im, const Onnx__GraphProto *g, size_t *i)
             /* the nodes in between are skipped: only the pattern reads their outputs */
             for (size_t k = *i + 1; k < (size_t)end; k++) {
                 const Onnx__NodeProto *m = g->node[k];
-                int part = is_op(m, "Erf") || is_op(m, "Add") || is_op(m, "Mul");
-                if (!part) { /* an unrelated node between the pattern's nodes: map it in order */
+                int part = is_op(m, "Constant") || (int)k == parts[0] || (int)k == parts[1] || (int)k == parts[2];
+                if (!part) { /* another node between the pattern's nodes */
                     im->node = m;
-                    return unsupported(im, "a node inside the GELU pattern");
+                    return unsupported(im, "a node between the nodes of a GELU (erf form) pattern");
                 }
             }
             *i = (size_t)end;
@@ -1427,8 +1430,15 @@ static clg_status import_model(imp *im, const Onnx__ModelProto *mp, char **text)
     }
     CLG_TRY(graph_input(im, g));
     clg_status st = CLG_OK;
+    /* Constant nodes first: they read nothing, and patterns (GELU) look ahead at them */
     for (size_t i = 0; i < g->n_node && st == CLG_OK; i++)
-        st = map_node(im, g, &i);
+        if (is_op(g->node[i], "Constant")) {
+            im->node = g->node[i];
+            st = op_constant(im);
+        }
+    for (size_t i = 0; i < g->n_node && st == CLG_OK; i++)
+        if (!is_op(g->node[i], "Constant"))
+            st = map_node(im, g, &i);
     im->node = NULL;
     CLG_TRY(st);
     if (im->nlayers == 0)
