@@ -237,7 +237,8 @@ static const char *sec_str(const clg_cfg_section *s, const char *key, const char
     return kv ? kv->value : def;
 }
 
-/* Activation node(s) from x to out. type: relu, leaky, sigmoid, tanh, gelu. */
+/* Activation node(s) from x to out, named base (the GELU form's inner
+ * nodes and values base.gelu_*). type: relu, leaky, sigmoid, tanh, gelu. */
 static clg_status activation(ex *e, const char *type, double alpha, const char *base, const char *x, const char *out)
 {
     char a[160], b[160], c[160], d[160];
@@ -349,8 +350,9 @@ static clg_status build(ex *e, clg_model *m, Onnx__GraphProto *g)
         int last = i == L - 1;
         snprintf(vname[i], sizeof vname[i], "%s", last ? "output" : l->name);
         rank[i] = in_rank[0];
-        char pre[160], wn[160], bn[160], flat[160];
+        char pre[160], wn[160], bn[160], flat[160], actn[160];
         snprintf(pre, sizeof pre, "%s.pre", l->name);
+        snprintf(actn, sizeof actn, "%s.act", l->name);
         snprintf(wn, sizeof wn, "%s.weight", l->name);
         snprintf(bn, sizeof bn, "%s.bias", l->name);
         const char *act = sec_str(s, "activation", "linear");
@@ -369,7 +371,7 @@ static clg_status build(ex *e, clg_model *m, Onnx__GraphProto *g)
             attr_ints(e, n, "dilations", dils, 2);
             attr_int(e, n, "group", sec_int(s, "groups", 1));
             if (st == CLG_OK && has_act)
-                st = activation(e, act, alpha, vname[i], pre, vname[i]);
+                st = activation(e, act, alpha, actn, pre, vname[i]);
         } else if (strcmp(type, "dense") == 0) {
             st = export_params(e, m, i);
             const char *x = in[0];
@@ -383,7 +385,7 @@ static clg_status build(ex *e, clg_model *m, Onnx__GraphProto *g)
             attr_int(e, n, "transB", 1);
             rank[i] = 2;
             if (st == CLG_OK && has_act)
-                st = activation(e, act, alpha, vname[i], pre, vname[i]);
+                st = activation(e, act, alpha, actn, pre, vname[i]);
         } else if (strcmp(type, "maxpool") == 0 || strcmp(type, "avgpool") == 0) {
             int64_t k = sec_int(s, "size", 1), sd = sec_int(s, "stride", k), pad = sec_int(s, "pad", 0);
             int64_t ks[2] = {k, k}, strides[2] = {sd, sd}, pads[4] = {pad, pad, pad, pad};
@@ -396,7 +398,7 @@ static clg_status build(ex *e, clg_model *m, Onnx__GraphProto *g)
         } else if (strcmp(type, "gap") == 0) {
             node(e, "GlobalAveragePool", l->name, in, 1, vname[i]);
         } else if (strcmp(type, "activation") == 0) {
-            st = activation(e, sec_str(s, "type", "relu"), alpha, vname[i], in[0], vname[i]);
+            st = activation(e, sec_str(s, "type", "relu"), alpha, l->name, in[0], vname[i]);
         } else if (strcmp(type, "batchnorm") == 0) {
             st = export_params(e, m, i);
             char pn[4][160];
