@@ -204,6 +204,7 @@ typedef struct {
     int c, h, w;    /* shape without N */
     int norm_stage; /* network input only: 0 raw, 1 mean subtracted, 2 divided by std */
     int nuse;       /* consumers: node inputs + graph outputs */
+    int pad;        /* a zero Pad of this many pixels per side still to apply (folded into a Conv / AveragePool) */
 } value;
 
 typedef struct {
@@ -243,6 +244,7 @@ typedef struct {
     smap uses; /* value name -> usecnt index */
     int *usecnt;
     int nuses, capuses;
+    int allow_pad; /* the node being mapped folds a pending Pad (Conv, AveragePool) */
 } imp;
 
 static clg_status failv(imp *im, clg_status st, const char *fmt, va_list ap)
@@ -477,6 +479,9 @@ static clg_status vin(imp *im, size_t k, int *out)
                                n->input[k]);
         return fail(im, "input %zu '%s' is not produced by an earlier node (graph not sorted?)", k, n->input[k]);
     }
+    if (im->vals[v].pad && !im->allow_pad)
+        return unsupported(im, "input %zu '%s' comes from a Pad; padding is supported only into Conv / AveragePool", k,
+                           n->input[k]);
     *out = v;
     return CLG_OK;
 }
@@ -501,6 +506,7 @@ static clg_status vdef(imp *im, const char *name, int layer, int c, int h, int w
     v->h = h;
     v->w = w;
     v->norm_stage = norm_stage;
+    v->pad = 0;
     int u = smap_get(&im->uses, name);
     v->nuse = u >= 0 ? im->usecnt[u] : 0;
     if (!smap_put(&im->vmap, name, im->nvals))
@@ -632,7 +638,10 @@ static clg_status op_conv(imp *im)
     const Onnx__NodeProto *n = im->node;
     int xv = 0;
     clg_status st = CLG_OK;
-    CLG_TRY(vin(im, 0, &xv));
+    im->allow_pad = 1;
+    st = vin(im, 0, &xv);
+    im->allow_pad = 0;
+    CLG_TRY(st);
     const cten *W = cin(im, 1, "weights", &st);
     CLG_TRY(st);
     const cten *B = NULL;
@@ -647,6 +656,7 @@ static clg_status op_conv(imp *im)
     CLG_TRY(attr_sym(im, "strides", 2, 1, 1, 4096, &stride));
     CLG_TRY(attr_sym(im, "dilations", 2, 1, 1, 4096, &dil));
     CLG_TRY(attr_sym(im, "pads", 4, 0, 0, 4096, &pad));
+    pad += x.pad; /* a zero Pad before the Conv */
     const Onnx__AttributeProto *ap = attr(n, "auto_pad");
     if (ap && ap->has_s && !(ap->s.len == 6 && memcmp(ap->s.data, "NOTSET", 6) == 0) &&
         !(ap->s.len == 5 && memcmp(ap->s.data, "VALID", 5) == 0))
@@ -816,7 +826,10 @@ static clg_status op_pool(imp *im, int is_max)
 {
     const Onnx__NodeProto *n = im->node;
     int xv = 0;
-    CLG_TRY(vin(im, 0, &xv));
+    im->allow_pad = !is_max; /* zero padding is what an average counting the padding sees */
+    clg_status st = vin(im, 0, &xv);
+    im->allow_pad = 0;
+    CLG_TRY(st);
     const value x = im->vals[xv];
     int k = 0, stride, pad, dil;
     if (!attr(n, "kernel_shape"))
@@ -835,6 +848,9 @@ static clg_status op_pool(imp *im, int is_max)
         return unsupported(im, "auto_pad other than NOTSET / VALID (write explicit pads)");
     if (!is_max && pad > 0 && !attr_i(n, "count_include_pad", 0))
         return unsupported(im, "count_include_pad = 0 with padding (clgrad's average counts the padding)");
+    pad += x.pad; /* a zero Pad before the average */
+    if (pad > k / 2)
+        return unsupported(im, "padding %d with a %dx%d window (at most %d)", pad, k, k, k / 2);
     CLG_TRY(extra_outputs_unused(im, 1));
     int P = (x.h + 2 * pad - k) / stride + 1, Q = (x.w + 2 * pad - k) / stride + 1;
     if (x.h + 2 * pad < k || x.w + 2 * pad < k)
@@ -1075,6 +1091,52 @@ static clg_status op_norm(imp *im, int is_div)
     return vdef(im, o, -1, x.c, x.h, x.w, is_div ? 2 : 1);
 }
 
+/* Pad with zeros, the same on every side of H and W: folded into the
+ * Conv / AveragePool that reads it (nothing when 0). */
+static clg_status op_pad(imp *im)
+{
+    const Onnx__NodeProto *n = im->node;
+    int xv = 0;
+    CLG_TRY(vin(im, 0, &xv));
+    const value x = im->vals[xv];
+    const Onnx__AttributeProto *md = attr(n, "mode");
+    if (md && md->has_s && !(md->s.len == 8 && memcmp(md->s.data, "constant", 8) == 0))
+        return unsupported(im, "mode other than constant");
+    const int64_t *pads = NULL;
+    size_t np = 0;
+    const Onnx__AttributeProto *pa = attr(n, "pads");
+    if (n->n_input > 1 && n->input[1] && n->input[1][0]) {
+        const cten *c = cget(im, n->input[1]);
+        if (!c || !c->i64)
+            return unsupported(im, "pads must be a constant int64 tensor");
+        pads = c->i64;
+        np = c->numel;
+    } else if (pa) {
+        pads = pa->ints;
+        np = pa->n_ints;
+    }
+    double value = attr_f(n, "value", 0.0);
+    if (n->n_input > 2 && n->input[2] && n->input[2][0]) {
+        const cten *c = cget(im, n->input[2]);
+        if (!c || !c->f || c->numel != 1)
+            return unsupported(im, "the padding value must be a constant scalar");
+        value = c->f[0];
+    }
+    if (value != 0)
+        return unsupported(im, "padding with %g (only zeros)", value);
+    if (np != 8 || pads[0] || pads[1] || pads[4] || pads[5] || pads[2] != pads[3] || pads[2] != pads[6] ||
+        pads[2] != pads[7] || pads[2] < 0 || pads[2] > 4096)
+        return unsupported(im, "only the same zero padding on every side of height and width");
+    const char *o = NULL;
+    CLG_TRY(out_name(im, 0, &o));
+    CLG_TRY(vdef(im, o, x.layer, x.c, x.h, x.w, x.norm_stage));
+    im->vals[im->nvals - 1].pad = x.pad + (int)pads[2];
+    if (im->vals[im->nvals - 1].pad && im->vals[im->nvals - 1].nuse != 1)
+        return unsupported(im, "a padded tensor read by %d nodes (only by one Conv / AveragePool)",
+                           im->vals[im->nvals - 1].nuse);
+    return CLG_OK;
+}
+
 static int is_scalar(const imp *im, const char *name, double want, double tol)
 {
     const cten *c = name ? cget(im, name) : NULL;
@@ -1194,7 +1256,7 @@ static clg_status op_constant(imp *im)
 static const char supported_ops[] =
     "Conv, Gemm, MatMul (+ Add), Relu, LeakyRelu, Sigmoid, Tanh, Gelu (and its Erf form), MaxPool, AveragePool, "
     "GlobalAveragePool, BatchNormalization, Dropout, Flatten, Reshape to 2-D, Add, Concat, Softmax, Identity, "
-    "Constant, Sub/Div on the input";
+    "Constant, Pad (zeros, into Conv / AveragePool), Transpose of a constant, Sub/Div on the input";
 
 static clg_status map_node(imp *im, const Onnx__GraphProto *g, size_t *i)
 {
@@ -1282,6 +1344,24 @@ static clg_status map_node(imp *im, const Onnx__GraphProto *g, size_t *i)
     if (strcmp(op, "Reshape") == 0)
         return op_reshape(im);
     if (strcmp(op, "Identity") == 0) {
+        const cten *c = n->n_input == 1 && n->input[0] ? cget(im, n->input[0]) : NULL;
+        if (c) { /* a copy of a constant (exporters write these for initializers) */
+            const char *o = NULL;
+            CLG_TRY(out_name(im, 0, &o));
+            cten t = *c;
+            t.f = NULL;
+            t.i64 = NULL;
+            size_t bytes = CLG_MAX(c->numel, 1) * (c->f ? sizeof(float) : sizeof(int64_t));
+            void *d = malloc(bytes);
+            if (!d)
+                return oom(im);
+            memcpy(d, c->f ? (const void *)c->f : (const void *)c->i64, bytes);
+            if (c->f)
+                t.f = d;
+            else
+                t.i64 = d;
+            return const_add(im, o, &t);
+        }
         CLG_TRY(vin(im, 0, &xv));
         const value x = im->vals[xv];
         const char *o = NULL;
@@ -1290,6 +1370,26 @@ static clg_status map_node(imp *im, const Onnx__GraphProto *g, size_t *i)
     }
     if (strcmp(op, "Concat") == 0)
         return op_concat(im);
+    if (strcmp(op, "Pad") == 0)
+        return op_pad(im);
+    if (strcmp(op, "Transpose") == 0) { /* of a constant matrix (a weight written as (in, out)) */
+        const cten *c = n->n_input == 1 && n->input[0] ? cget(im, n->input[0]) : NULL;
+        const Onnx__AttributeProto *pa = attr(n, "perm");
+        if (!c || !c->f || c->ndim != 2 || (pa && !(pa->n_ints == 2 && pa->ints[0] == 1 && pa->ints[1] == 0)))
+            return unsupported(im, "only the transpose of a constant matrix");
+        const char *o = NULL;
+        CLG_TRY(out_name(im, 0, &o));
+        cten t = *c;
+        t.dims[0] = c->dims[1];
+        t.dims[1] = c->dims[0];
+        t.f = malloc(CLG_MAX(c->numel, 1) * sizeof(float));
+        if (!t.f)
+            return oom(im);
+        for (int64_t r = 0; r < c->dims[0]; r++)
+            for (int64_t q = 0; q < c->dims[1]; q++)
+                t.f[q * c->dims[0] + r] = c->f[r * c->dims[1] + q];
+        return const_add(im, o, &t);
+    }
     if (strcmp(op, "Softmax") == 0) {
         CLG_TRY(vin(im, 0, &xv));
         const value x = im->vals[xv];

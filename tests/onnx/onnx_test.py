@@ -158,6 +158,8 @@ def mode_import():
         ("resnet-mini (batch norm folded by the exporter)", tm.ResNetMini(), {}),
         ("resnet-mini (BatchNormalization kept)", tm.ResNetMini(),
          dict(training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False)),
+        ("branching graph (Concat, Pad into AveragePool, Transpose + MatMul)", tm.Branch(),
+         dict(training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False)),
     ]
     for i, (name, m, kw) in enumerate(cases):
         m.eval()

@@ -99,6 +99,29 @@ class ResNetMini(nn.Module):
         return torch.softmax(x, 1) if self.softmax else x
 
 
+class Branch(nn.Module):
+    """Not a shipped model: a branching graph (Add, Concat, zero Pad into AveragePool, Tanh, a Linear
+    without bias, global average pooling)."""
+
+    def __init__(self, softmax=True, norm=None):
+        super().__init__()
+        self.norm = Norm(*norm) if norm else nn.Identity()
+        self.a = nn.Conv2d(1, 4, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(4)
+        self.b = nn.Conv2d(1, 4, 1)
+        self.ap = nn.AvgPool2d(2)
+        self.f = nn.Linear(8, 10, bias=False)
+        self.softmax = softmax
+
+    def forward(self, x):
+        x = self.norm(x)
+        y = torch.relu(self.bn(self.a(x)) + self.b(x))
+        z = torch.cat([y, torch.tanh(y)], 1)
+        z = nn.functional.adaptive_avg_pool2d(self.ap(z), 1)
+        x = self.f(torch.flatten(z, 1))
+        return torch.softmax(x, 1) if self.softmax else x
+
+
 MODELS = {"lenet5": LeNet5, "vgg-s": VGGS, "resnet-mini": ResNetMini}
 
 # clgrad parameter names -> PyTorch state_dict suffixes
