@@ -205,6 +205,7 @@ typedef struct {
     int norm_stage; /* network input only: 0 raw, 1 mean subtracted, 2 divided by std */
     int nuse;       /* consumers: node inputs + graph outputs */
     int pad;        /* a zero Pad of this many pixels per side still to apply (folded into a Conv / AveragePool) */
+    int rank;       /* ONNX rank: 4 (N, C, H, W) or 2 (N, features); broadcasting and axes depend on it */
 } value;
 
 typedef struct {
@@ -219,6 +220,7 @@ typedef struct {
     int fusable;   /* conv / dense: an activation may be fused */
     int act;       /* activation fused (0 none) */
     int bias;      /* conv / dense: has a bias */
+    int rank;      /* ONNX rank of the output (4 or 2) */
 } ilayer;
 
 typedef struct {
@@ -462,6 +464,24 @@ static const cten *cin(imp *im, size_t k, const char *what, clg_status *st)
     return t;
 }
 
+/* 1 when constant c, added to / dividing a tensor of rank `rank` (4: N, K,
+ * H, W; 2: N, K) under ONNX (numpy) broadcasting, acts per channel K (or is
+ * one value). A (K) vector against a rank-4 tensor would act along W. */
+static int per_channel(const cten *c, int K, int rank)
+{
+    if (c->numel == 1)
+        return 1;
+    if (c->numel != (size_t)K || c->ndim > rank)
+        return 0;
+    int kpos = c->ndim - (rank == 4 ? 3 : 1); /* index of the K dimension in c's dims */
+    if (kpos < 0)
+        return 0;
+    for (int d = 0; d < c->ndim; d++)
+        if (d != kpos && c->dims[d] != 1)
+            return 0;
+    return c->dims[kpos] == K;
+}
+
 /* ---- values and layers ---- */
 
 static int vget(const imp *im, const char *name) { return name ? smap_get(&im->vmap, name) : -1; }
@@ -486,7 +506,7 @@ static clg_status vin(imp *im, size_t k, int *out)
     return CLG_OK;
 }
 
-static clg_status vdef(imp *im, const char *name, int layer, int c, int h, int w, int norm_stage)
+static clg_status vdef(imp *im, const char *name, int layer, int c, int h, int w, int norm_stage, int rank)
 {
     if (!name || !name[0])
         return fail(im, "an output has no name");
@@ -507,6 +527,7 @@ static clg_status vdef(imp *im, const char *name, int layer, int c, int h, int w
     v->w = w;
     v->norm_stage = norm_stage;
     v->pad = 0;
+    v->rank = rank;
     int u = smap_get(&im->uses, name);
     v->nuse = u >= 0 ? im->usecnt[u] : 0;
     if (!smap_put(&im->vmap, name, im->nvals))
@@ -572,6 +593,7 @@ static clg_status layer_new(imp *im, const char *type, const char *want, const i
     ilayer *l = &im->layers[im->nlayers];
     memset(l, 0, sizeof *l);
     l->type = type;
+    l->rank = 4;
     make_name(im, l->name, sizeof l->name, want, im->node ? im->node->op_type : type);
     char *copy = strdup(l->name);
     if (!copy)
@@ -618,7 +640,7 @@ static clg_status produce(imp *im, int li)
     const char *o = NULL;
     CLG_TRY(out_name(im, 0, &o));
     ilayer *l = &im->layers[li];
-    return vdef(im, o, li, l->c, l->h, l->w, 0);
+    return vdef(im, o, li, l->c, l->h, l->w, 0, l->rank);
 }
 
 /* The layer input list entry for value v (network input: -1). Normalized
@@ -718,6 +740,7 @@ static clg_status make_dense(imp *im, int xv, const float *w, int units, const f
     kv(l, "units", "%d", units);
     l->c = units;
     l->h = l->w = 1;
+    l->rank = 2;
     l->fusable = 1;
     l->bias = bias != NULL;
     int ws[2] = {units, x.c * x.h * x.w};
@@ -747,13 +770,18 @@ static clg_status op_gemm(imp *im, int matmul)
     if (B->ndim != 2)
         return unsupported(im, "weights of %d dimensions (a 2-D matrix is needed)", B->ndim);
     const value x = im->vals[xv];
+    if (x.rank != 2)
+        return unsupported(im, "a rank-%d input (%s multiplies the last axis; a Flatten first makes it samples x "
+                               "features)",
+                           x.rank, matmul ? "MatMul" : "Gemm");
     long long feat = (long long)x.c * x.h * x.w;
     long long units = transB ? B->dims[0] : B->dims[1], kin = transB ? B->dims[1] : B->dims[0];
     if (kin != feat || units < 1 || units > (1 << 24))
         return fail(im, "weights %lldx%lld do not fit %lld input features", (long long)B->dims[0],
                     (long long)B->dims[1], feat);
-    if (C && C->numel != (size_t)units && C->numel != 1)
-        return fail(im, "bias of %zu values for %lld units", C->numel, units);
+    if (C && !per_channel(C, (int)units, 2))
+        return unsupported(im, "bias of %zu values (%d dimensions) is not one per unit of %lld", C->numel, C->ndim,
+                           units);
     float *w = malloc(B->numel * sizeof(float) + 1);
     float *b = C ? malloc((size_t)units * sizeof(float)) : NULL;
     if (!w || (C && !b)) {
@@ -782,8 +810,9 @@ static clg_status add_const_bias(imp *im, int xv, const cten *c)
     if (!l->fusable || l->bias || l->act || x->layer != im->nlayers - 1)
         return unsupported(im, "adding a constant is supported only as the bias of a Conv / MatMul");
     int K = l->c;
-    if (c->numel != (size_t)K && c->numel != 1)
-        return fail(im, "constant of %zu values added to %d channels", c->numel, K);
+    if (!per_channel(c, K, l->rank))
+        return unsupported(im, "a constant of %zu values (%d dimensions) is not a per-channel bias of %d channels",
+                           c->numel, c->ndim, K);
     float *b = malloc((size_t)K * sizeof(float));
     if (!b)
         return oom(im);
@@ -816,6 +845,7 @@ static clg_status act_layer(imp *im, int xv, const char *type, double alpha)
     kv(l, "type", "%s", type);
     if (strcmp(type, "leaky") == 0)
         kv(l, "alpha", "%.9g", alpha);
+    l->rank = x->rank;
     l->c = x->c;
     l->h = x->h;
     l->w = x->w;
@@ -878,6 +908,9 @@ static clg_status simple_layer(imp *im, const char *type, int xv, int c, int h, 
     l->c = c;
     l->h = h;
     l->w = w;
+    l->rank = strcmp(type, "flatten") == 0 || strcmp(type, "softmax") == 0 ? 2
+              : strcmp(type, "gap") == 0                                ? 4
+                                                                        : im->vals[xv].rank;
     return produce(im, im->nlayers - 1);
 }
 
@@ -913,6 +946,7 @@ static clg_status op_batchnorm(imp *im)
     CLG_TRY(layer_new(im, "batchnorm", n->name, &in, 1, &l));
     kv(l, "eps", "%.9g", eps);
     kv(l, "momentum", "%.9g", 1.0 - mom); /* ONNX keeps mom of the old statistic, PyTorch / clgrad 1 - mom */
+    l->rank = x.rank;
     l->c = x.c;
     l->h = x.h;
     l->w = x.w;
@@ -948,6 +982,7 @@ static clg_status op_dropout(imp *im)
     ilayer *l = NULL;
     CLG_TRY(layer_new(im, "dropout", n->name, &in, 1, &l));
     kv(l, "p", "%.9g", p);
+    l->rank = x.rank;
     l->c = x.c;
     l->h = x.h;
     l->w = x.w;
@@ -962,7 +997,7 @@ static clg_status to_2d(imp *im, int xv)
     if (x.h == 1 && x.w == 1) {
         const char *o = NULL;
         CLG_TRY(out_name(im, 0, &o));
-        return vdef(im, o, x.layer, x.c, 1, 1, x.norm_stage);
+        return vdef(im, o, x.layer, x.c, 1, 1, x.norm_stage, 2);
     }
     long long f = (long long)x.c * x.h * x.w;
     if (f > (1LL << 30))
@@ -987,7 +1022,7 @@ static clg_status op_reshape(imp *im)
         s->i64[2] == x.h && s->i64[3] == x.w) { /* no-op */
         const char *o = NULL;
         CLG_TRY(out_name(im, 0, &o));
-        return vdef(im, o, x.layer, x.c, x.h, x.w, x.norm_stage);
+        return vdef(im, o, x.layer, x.c, x.h, x.w, x.norm_stage, 4);
     }
     return unsupported(im, "only a reshape to (batch, features) is supported");
 }
@@ -1012,7 +1047,7 @@ static clg_status op_add(imp *im)
     CLG_TRY(vin(im, 0, &a));
     CLG_TRY(vin(im, 1, &b));
     const value va = im->vals[a], vb = im->vals[b];
-    if (va.c != vb.c || va.h != vb.h || va.w != vb.w)
+    if (va.c != vb.c || va.h != vb.h || va.w != vb.w || va.rank != vb.rank)
         return unsupported(im, "shapes %dx%dx%d and %dx%dx%d differ (no broadcasting)", va.c, va.h, va.w, vb.c, vb.h,
                            vb.w);
     int in[2];
@@ -1020,6 +1055,7 @@ static clg_status op_add(imp *im)
     CLG_TRY(use_value(im, b, &in[1]));
     ilayer *l = NULL;
     CLG_TRY(layer_new(im, "add", n->name, in, 2, &l));
+    l->rank = va.rank;
     l->c = va.c;
     l->h = va.h;
     l->w = va.w;
@@ -1032,23 +1068,26 @@ static clg_status op_concat(imp *im)
     int64_t axis = attr_i(n, "axis", 1);
     if (n->n_input < 2 || n->n_input > IMP_MAX_IN)
         return unsupported(im, "%zu inputs (2 to %d)", n->n_input, IMP_MAX_IN);
-    int in[IMP_MAX_IN], c = 0, h = 0, w = 0;
+    int in[IMP_MAX_IN], c = 0, h = 0, w = 0, in0v = 0;
     for (size_t i = 0; i < n->n_input; i++) {
         int v = 0;
         CLG_TRY(vin(im, i, &v));
+        if (i == 0)
+            in0v = v;
         const value x = im->vals[v];
         if (i == 0) {
             h = x.h;
             w = x.w;
         } else if (x.h != h || x.w != w)
             return fail(im, "inputs of different heights / widths");
-        if (!(axis == 1 || axis == -3 || (axis == -1 && h == 1 && w == 1)))
+        if (x.rank != im->vals[in0v].rank || !(axis == 1 || (x.rank == 4 && axis == -3) || (x.rank == 2 && axis == -1)))
             return unsupported(im, "axis %lld (only channels, axis 1)", (long long)axis);
         c += x.c;
         CLG_TRY(use_value(im, v, &in[i]));
     }
     ilayer *l = NULL;
     CLG_TRY(layer_new(im, "concat", n->name, in, (int)n->n_input, &l));
+    l->rank = im->vals[in0v].rank;
     l->c = c;
     l->h = h;
     l->w = w;
@@ -1069,8 +1108,10 @@ static clg_status op_norm(imp *im, int is_div)
                            is_div ? "division" : "subtraction");
     const cten *c = cin(im, 1, is_div ? "std" : "mean", &st);
     CLG_TRY(st);
-    if (c->numel != 1 && c->numel != (size_t)x.c)
-        return unsupported(im, "a constant of %zu values for %d channels", c->numel, x.c);
+    if (!per_channel(c, x.c, 4))
+        return unsupported(im, "a constant of %zu values (%d dimensions) is not per channel of the %d input channels "
+                               "(shape (1, C, 1, 1) or one value)",
+                           c->numel, c->ndim, x.c);
     if (x.c > CLG_DS_MAX_CHANNELS)
         return unsupported(im, "input normalization of %d channels (at most %d)", x.c, CLG_DS_MAX_CHANNELS);
     for (int ch = 0; ch < x.c; ch++) {
@@ -1088,7 +1129,7 @@ static clg_status op_norm(imp *im, int is_div)
     im->has_norm = 1;
     const char *o = NULL;
     CLG_TRY(out_name(im, 0, &o));
-    return vdef(im, o, -1, x.c, x.h, x.w, is_div ? 2 : 1);
+    return vdef(im, o, -1, x.c, x.h, x.w, is_div ? 2 : 1, 4);
 }
 
 /* Pad with zeros, the same on every side of H and W: folded into the
@@ -1129,7 +1170,7 @@ static clg_status op_pad(imp *im)
         return unsupported(im, "only the same zero padding on every side of height and width");
     const char *o = NULL;
     CLG_TRY(out_name(im, 0, &o));
-    CLG_TRY(vdef(im, o, x.layer, x.c, x.h, x.w, x.norm_stage));
+    CLG_TRY(vdef(im, o, x.layer, x.c, x.h, x.w, x.norm_stage, x.rank));
     im->vals[im->nvals - 1].pad = x.pad + (int)pads[2];
     if (im->vals[im->nvals - 1].pad && im->vals[im->nvals - 1].nuse != 1)
         return unsupported(im, "a padded tensor read by %d nodes (only by one Conv / AveragePool)",
@@ -1366,7 +1407,7 @@ static clg_status map_node(imp *im, const Onnx__GraphProto *g, size_t *i)
         const value x = im->vals[xv];
         const char *o = NULL;
         CLG_TRY(out_name(im, 0, &o));
-        return vdef(im, o, x.layer, x.c, x.h, x.w, x.norm_stage);
+        return vdef(im, o, x.layer, x.c, x.h, x.w, x.norm_stage, x.rank);
     }
     if (strcmp(op, "Concat") == 0)
         return op_concat(im);
@@ -1397,8 +1438,10 @@ static clg_status map_node(imp *im, const Onnx__GraphProto *g, size_t *i)
         if (x.h != 1 || x.w != 1)
             return unsupported(im, "softmax over a %dx%dx%d tensor (class scores of shape batch x classes only)", x.c,
                                x.h, x.w);
-        if (axis != 1 && axis != -1)
-            return unsupported(im, "axis %lld (only the class axis, 1)", (long long)axis);
+        /* rank 2: axis 1 = -1; rank 4 (N, C, 1, 1): axis 1, or -3; before opset 13 an axis
+         * flattens from there, so axis 1 covers C x 1 x 1 too */
+        if (!(axis == 1 || (x.rank == 2 && axis == -1) || (x.rank == 4 && axis == -3)))
+            return unsupported(im, "axis %lld of a rank-%d tensor (only the class axis, 1)", (long long)axis, x.rank);
         return simple_layer(im, "softmax", xv, x.c, 1, 1);
     }
     return unsupported(im, "unsupported operator (supported: %s)", supported_ops);
@@ -1443,7 +1486,7 @@ static clg_status graph_input(imp *im, const Onnx__GraphProto *g)
         im->mean[c] = 0;
         im->std[c] = 1;
     }
-    return vdef(im, in->name, -1, d[0], d[1], d[2], 0);
+    return vdef(im, in->name, -1, d[0], d[1], d[2], 0, 4);
 }
 
 static clg_status emit(imp *im, int out_v, char **text)
