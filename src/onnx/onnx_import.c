@@ -328,7 +328,9 @@ static clg_status attr_sym(imp *im, const char *name, int want, int64_t def, int
 
 /* ---- tensors ---- */
 
-static clg_status tensor_read(imp *im, const Onnx__TensorProto *t, cten *out)
+static void cten_free(cten *t);
+
+static clg_status tensor_read_data(imp *im, const Onnx__TensorProto *t, cten *out)
 {
     memset(out, 0, sizeof *out);
     const char *nm = t->name ? t->name : "(unnamed)";
@@ -406,6 +408,17 @@ static void cten_free(cten *t)
 {
     free(t->f);
     free(t->i64);
+    t->f = NULL;
+    t->i64 = NULL;
+}
+
+/* tensor_read_data, and nothing held on failure */
+static clg_status tensor_read(imp *im, const Onnx__TensorProto *t, cten *out)
+{
+    clg_status st = tensor_read_data(im, t, out);
+    if (st != CLG_OK)
+        cten_free(out);
+    return st;
 }
 
 static clg_status const_add(imp *im, const char *name, cten *t)
@@ -1493,8 +1506,8 @@ static clg_status emit(imp *im, int out_v, char **text)
 {
     clg_sbuf b = {0};
     int classes = im->layers[im->nlayers - 1].c;
-    clg_sbuf_printf(&b, "# imported from ONNX: %s (opset %d)\n[net]\nchannels = %d\nheight = %d\nwidth = %d\nclasses = %d\n\n",
-                    im->src, im->opset, im->in_c, im->in_h, im->in_w, classes);
+    clg_sbuf_printf(&b, "# imported from ONNX (opset %d)\n[net]\nchannels = %d\nheight = %d\nwidth = %d\nclasses = %d\n\n",
+                    im->opset, im->in_c, im->in_h, im->in_w, classes);
     (void)out_v;
     for (int i = 0; i < im->nlayers; i++) {
         const ilayer *l = &im->layers[i];
