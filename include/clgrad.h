@@ -314,7 +314,8 @@ typedef struct clg_eval_report {
 } clg_eval_report;
 CLG_API clg_status clg_model_evaluate(clg_model *m, const char *data, long limit, clg_eval_report *out);
 CLG_API void clg_eval_report_free(clg_eval_report *r);
-/* Predicts every image of an IDX images file or a PGM image (resized
+/* Predicts every image of an IDX images file (uint8 pixels / 255, or float32
+ * values as they are) or a PGM image (resized
  * images are not supported: the shape must match the model input).
  * *probs (n * classes floats) is malloc'd: release with clg_free. */
 CLG_API clg_status clg_model_predict_file(clg_model *m, const char *path, float **probs, int *n);
