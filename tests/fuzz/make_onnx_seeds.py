@@ -1,9 +1,11 @@
 #!/usr/bin/python3
 """Writes the seed corpus of fuzz_onnx (tests/fuzz/corpus/onnx/): tiny
 PyTorch exports covering every mapped operator (run once with Debian's
-python3 + python3-torch; the files are committed).
-usage: make_onnx_seeds.py [REPO_ROOT]"""
+python3 + python3-torch; the files are committed), plus clgrad's own export
+of two of them when a clgrad program is given.
+usage: make_onnx_seeds.py [REPO_ROOT [CLGRAD]]"""
 import os
+import subprocess
 import sys
 
 import torch
@@ -43,3 +45,8 @@ for name, m in seeds.items():
         torch.onnx.export(m, x, os.path.join(out, "branch-bn.onnx"), opset_version=13,
                           training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False)
     print(path, os.path.getsize(path))
+if len(sys.argv) > 2:
+    for name in ("gelu", "branch"):
+        dst = os.path.join(out, "clgrad-" + name + ".onnx")
+        subprocess.run([sys.argv[2], "export", os.path.join(out, name + ".onnx"), "-o", dst], check=True)
+        print(dst, os.path.getsize(dst))
