@@ -44,6 +44,9 @@ fails = 0
 
 
 def run(args, check=True):
+    # one device: the kernels compile once (multi-device paths are the data-parallel tests' job)
+    if args[0] in ("predict", "train", "eval", "export") and "--devices" not in args:
+        args = args + ["--devices", os.environ.get("CLGRAD_ONNX_TEST_DEVICES", "0")]
     r = subprocess.run([clgrad] + args, capture_output=True, text=True, timeout=600)
     if check and r.returncode != 0:
         raise RuntimeError(f"clgrad {' '.join(args)} -> exit {r.returncode}:\n{r.stderr[-2000:]}")
