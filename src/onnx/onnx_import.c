@@ -630,7 +630,7 @@ static void kv(ilayer *l, const char *k, const char *fmt, ...)
         i++;
     if (i == l->nkv) {
         if (l->nkv == IMP_MAX_KV)
-            return; /* never: at most 10 keys are written */
+            return; /* never: a layer gets at most 7 keys */
         l->nkv++;
     }
     snprintf(l->key[i], sizeof l->key[i], "%s", k);
@@ -654,14 +654,6 @@ static clg_status produce(imp *im, int li)
     CLG_TRY(out_name(im, 0, &o));
     ilayer *l = &im->layers[li];
     return vdef(im, o, li, l->c, l->h, l->w, 0, l->rank);
-}
-
-/* The layer input list entry for value v (network input: -1). Normalized
- * input values must have gone through the whole normalization. */
-static clg_status use_value(imp *im, int v, int *layer_in)
-{
-    *layer_in = im->vals[v].layer;
-    return CLG_OK;
 }
 
 /* ---- operators ---- */
@@ -711,8 +703,7 @@ static clg_status op_conv(imp *im)
     int P = conv_out(x.h, R, stride, pad, dil), Q = conv_out(x.w, S, stride, pad, dil);
     if (P < 1 || Q < 1)
         return fail(im, "the output would be empty (%dx%d input)", x.h, x.w);
-    int in = 0;
-    CLG_TRY(use_value(im, xv, &in));
+    int in = im->vals[xv].layer; /* -1: the network input ("data") */
     ilayer *l = NULL;
     CLG_TRY(layer_new(im, "convolutional", n->name, &in, 1, &l));
     kv(l, "filters", "%d", K);
@@ -746,8 +737,7 @@ static clg_status op_conv(imp *im)
 static clg_status make_dense(imp *im, int xv, const float *w, int units, const float *bias)
 {
     const value x = im->vals[xv];
-    int in = 0;
-    CLG_TRY(use_value(im, xv, &in));
+    int in = im->vals[xv].layer; /* -1: the network input ("data") */
     ilayer *l = NULL;
     CLG_TRY(layer_new(im, "dense", im->node->name, &in, 1, &l));
     kv(l, "units", "%d", units);
@@ -851,8 +841,7 @@ static clg_status act_layer(imp *im, int xv, const char *type, double alpha)
         l->act = 1;
         return produce(im, x->layer);
     }
-    int in = 0;
-    CLG_TRY(use_value(im, xv, &in));
+    int in = im->vals[xv].layer; /* -1: the network input ("data") */
     ilayer *l = NULL;
     CLG_TRY(layer_new(im, "activation", im->node->name, &in, 1, &l));
     kv(l, "type", "%s", type);
@@ -898,8 +887,7 @@ static clg_status op_pool(imp *im, int is_max)
     int P = (x.h + 2 * pad - k) / stride + 1, Q = (x.w + 2 * pad - k) / stride + 1;
     if (x.h + 2 * pad < k || x.w + 2 * pad < k)
         return fail(im, "a %dx%d window does not fit the %dx%d input", k, k, x.h, x.w);
-    int in = 0;
-    CLG_TRY(use_value(im, xv, &in));
+    int in = im->vals[xv].layer; /* -1: the network input ("data") */
     ilayer *l = NULL;
     CLG_TRY(layer_new(im, is_max ? "maxpool" : "avgpool", n->name, &in, 1, &l));
     kv(l, "size", "%d", k);
@@ -914,8 +902,7 @@ static clg_status op_pool(imp *im, int is_max)
 
 static clg_status simple_layer(imp *im, const char *type, int xv, int c, int h, int w)
 {
-    int in = 0;
-    CLG_TRY(use_value(im, xv, &in));
+    int in = im->vals[xv].layer; /* -1: the network input ("data") */
     ilayer *l = NULL;
     CLG_TRY(layer_new(im, type, im->node->name, &in, 1, &l));
     l->c = c;
@@ -953,8 +940,7 @@ static clg_status op_batchnorm(imp *im)
         return unsupported(im, "epsilon %g outside [1e-12, 1]", eps);
     if (!(mom >= 0 && mom <= 1))
         mom = 0.9;
-    int in = 0;
-    CLG_TRY(use_value(im, xv, &in));
+    int in = im->vals[xv].layer; /* -1: the network input ("data") */
     ilayer *l = NULL;
     CLG_TRY(layer_new(im, "batchnorm", n->name, &in, 1, &l));
     kv(l, "eps", "%.9g", eps);
@@ -990,8 +976,7 @@ static clg_status op_dropout(imp *im)
     if (!(p >= 0 && p <= 0.99))
         return unsupported(im, "ratio %g outside [0, 0.99]", p);
     CLG_TRY(extra_outputs_unused(im, 1));
-    int in = 0;
-    CLG_TRY(use_value(im, xv, &in));
+    int in = im->vals[xv].layer; /* -1: the network input ("data") */
     ilayer *l = NULL;
     CLG_TRY(layer_new(im, "dropout", n->name, &in, 1, &l));
     kv(l, "p", "%.9g", p);
@@ -1064,8 +1049,8 @@ static clg_status op_add(imp *im)
         return unsupported(im, "shapes %dx%dx%d and %dx%dx%d differ (no broadcasting)", va.c, va.h, va.w, vb.c, vb.h,
                            vb.w);
     int in[2];
-    CLG_TRY(use_value(im, a, &in[0]));
-    CLG_TRY(use_value(im, b, &in[1]));
+    in[0] = im->vals[a].layer; /* -1: the network input ("data") */
+    in[1] = im->vals[b].layer; /* -1: the network input ("data") */
     ilayer *l = NULL;
     CLG_TRY(layer_new(im, "add", n->name, in, 2, &l));
     l->rank = va.rank;
@@ -1096,7 +1081,7 @@ static clg_status op_concat(imp *im)
         if (x.rank != im->vals[in0v].rank || !(axis == 1 || (x.rank == 4 && axis == -3) || (x.rank == 2 && axis == -1)))
             return unsupported(im, "axis %lld (only channels, axis 1)", (long long)axis);
         c += x.c;
-        CLG_TRY(use_value(im, v, &in[i]));
+        in[i] = im->vals[v].layer; /* -1: the network input ("data") */
     }
     ilayer *l = NULL;
     CLG_TRY(layer_new(im, "concat", n->name, in, (int)n->n_input, &l));
@@ -1502,13 +1487,12 @@ static clg_status graph_input(imp *im, const Onnx__GraphProto *g)
     return vdef(im, in->name, -1, d[0], d[1], d[2], 0, 4);
 }
 
-static clg_status emit(imp *im, int out_v, char **text)
+static clg_status emit(imp *im, char **text)
 {
     clg_sbuf b = {0};
     int classes = im->layers[im->nlayers - 1].c;
     clg_sbuf_printf(&b, "# imported from ONNX (opset %d)\n[net]\nchannels = %d\nheight = %d\nwidth = %d\nclasses = %d\n\n",
                     im->opset, im->in_c, im->in_h, im->in_w, classes);
-    (void)out_v;
     for (int i = 0; i < im->nlayers; i++) {
         const ilayer *l = &im->layers[i];
         clg_sbuf_printf(&b, "[%s]\nname = %s\n", l->type, l->name);
@@ -1613,7 +1597,7 @@ static clg_status import_model(imp *im, const Onnx__ModelProto *mp, char **text)
         l->c = im->layers[in].c;
         l->h = l->w = 1;
     }
-    return emit(im, ov, text);
+    return emit(im, text);
 }
 
 clg_status clg_onnx_import(clg_err *err, const void *data, size_t len, const char *source, char **text,
