@@ -9,8 +9,10 @@
  *   activation layer, MaxPool/AveragePool/GlobalAveragePool -> pools,
  *   BatchNormalization -> batchnorm, Dropout -> dropout, Flatten/Reshape to
  *   2-D -> flatten, Add -> add, Concat (axis 1) -> concat, Softmax -> the
- *   softmax loss layer, Identity and Constant -> nothing, Sub/Div of
- *   per-channel constants on the graph input -> the input normalization.
+ *   softmax loss layer, Identity and Constant -> nothing, a zero Pad ->
+ *   the padding of the Conv / AveragePool reading it, Transpose of a
+ *   constant -> a constant, Sub/Div of per-channel constants on the graph
+ *   input -> the input normalization.
  * A graph that does not end in Softmax gets one appended (clgrad's
  * classifier output). */
 #include <ctype.h>

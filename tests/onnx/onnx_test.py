@@ -262,13 +262,17 @@ def mode_import():
          dict(training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False)),
         ("branching graph (Concat, Pad into AveragePool, Transpose + MatMul)", tm.Branch(),
          dict(training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False)),
+        ("lenet5 opset 9, input normalization", tm.LeNet5(norm=norm), dict(opset_version=9)),
+        ("resnet-mini opset 17", tm.ResNetMini(), dict(opset_version=17)),
     ]
     for i, (name, m, kw) in enumerate(cases):
         m.eval()
         tm.randomize(m, torch.Generator().manual_seed(100 + i))
         x = inputs(200 + i)
         f = os.path.join(tmp, f"m{i}.onnx")
-        torch.onnx.export(m, x[:1], f, input_names=["input"], output_names=["output"], opset_version=13,
+        kw = dict(kw)
+        torch.onnx.export(m, x[:1], f, input_names=["input"], output_names=["output"],
+                          opset_version=kw.pop("opset_version", 13),
                           dynamic_axes={"input": {0: "N"}, "output": {0: "N"}}, **kw)
         with torch.no_grad():
             want = m(x).double()
