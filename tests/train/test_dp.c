@@ -77,10 +77,13 @@ static int two_devices(void)
     return 1;
 }
 
+static const char *g_reduce; /* reduction path of the models made (NULL: auto) */
+
 static clg_model *make(const char *text, const char *devices, const char *split, int batch, int fp16,
                        uint64_t seed)
 {
-    clg_dp_params dpp = {split, 0.004}; /* small buckets: several per step, read while backward runs */
+    /* small buckets: several per step, read while backward runs */
+    clg_dp_params dpp = {.split = split, .bucket_mb = 0.004, .reduce = g_reduce};
     clg_model *m = NULL;
     ck_assert_msg(clg_session_create(ctx(), devices, 0, text, "t", batch, seed, fp16, &dpp, &m) == CLG_OK, "%s",
                   clg_last_error(ctx()));
@@ -261,6 +264,46 @@ START_TEST(dropout_residual_1_vs_2)
     if (!two_devices())
         return;
     compare_1_vs_2(NET_DROP, "dropout+residual", 32, 32, NULL);
+}
+END_TEST
+
+/* The device-to-device reduction (a kernel sums the lanes' arenas, each
+ * lane copies the sum) adds in the same lane order as the host path: the
+ * weights after 10 steps are bitwise those of the host path, for an even,
+ * an uneven and a one-sided split, with a batch-norm net and a dropout one. */
+static void host_vs_device(const char *text, const char *split, int n, int min_buckets)
+{
+    uint64_t seed = tu_seed();
+    g_reduce = "host";
+    clg_model *h = make(text, "0,1", split, 32, 0, seed);
+    g_reduce = "device";
+    clg_model *d = make(text, "0,1", split, 32, 0, seed);
+    g_reduce = NULL;
+    ck_assert(!h->dp->dev_reduce && d->dp->dev_reduce);
+    ck_assert_int_ge(d->dp->nbuckets, min_buckets);
+    train(h, seed, 10, n, NULL);
+    train(d, seed, 10, n, NULL);
+    for (int i = 0; i < nparams(h); i++) {
+        size_t nh = 0, nd = 0;
+        float *wh = download_param(h, 0, i, &nh), *wd = download_param(d, 0, i, &nd);
+        ck_assert(nh == nd);
+        ck_assert_msg(memcmp(wh, wd, nh * sizeof(float)) == 0, "split %s: parameter %d differs between the host and "
+                      "the device-to-device reduction", split, i);
+        free(wh);
+        free(wd);
+    }
+    check_replicas_identical(d);
+    clg_session_free(h);
+    clg_session_free(d);
+}
+
+START_TEST(device_reduction_equals_host)
+{
+    if (!two_devices())
+        return;
+    host_vs_device(NET_DROP, "even", 32, 2);
+    host_vs_device(NET_BN, "3,1", 30, 1);
+    host_vs_device(NET_DROP, "0,1", 17, 2);
 }
 END_TEST
 
@@ -495,6 +538,10 @@ int main(void)
     tcase_add_test(tc, lenet5_1_vs_2);
     tcase_add_test(tc, dropout_residual_1_vs_2);
     tcase_add_test(tc, uneven_splits);
+    /* identical devices only: PoCL 3.1 deadlocks on cross-device events between
+     * a basic and a pthread device (see dreduce.c) */
+    if (!getenv("CLGRAD_TEST_DP_UNEQUAL"))
+        tcase_add_test(tc, device_reduction_equals_host);
     tcase_add_test(tc, batchnorm_replicas_identical);
     /* CLGRAD_TEST_DP_UNEQUAL=1: the devices differ (run with POCL_DEVICES="basic pthread"); the
      * slowed-lane test assumes equal devices */
