@@ -10,6 +10,8 @@
 #define DEFAULT_BUCKET_MB 25.0
 
 static clg_status after_layer(void *user, int layer, int backward);
+static clg_status gather(void *user, int layer, int phase, const double *mine, size_t n, const double *const **all,
+                         int *nall);
 static clg_status lane_train_fn(void *arg, int lane);
 
 /* st with the device's own detail, on the context, naming the device. */
@@ -203,16 +205,21 @@ clg_status clg_dp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, 
         clg_device *dev = &ctx->devs[devs[i]];
         /* the lane's own batch is at most the global batch */
         st = clg_lane_init(&dp->lanes[i], i, net, dev, seed, net->batch);
-        dp->hooks[i] = (clg_dp_hook){dp, i};
+        dp->hooks[i] = (clg_dp_hook){dp, i, {gather, &dp->hooks[i]}};
         if (st == CLG_OK) {
-            dp->lanes[i].rep->after_layer = after_layer;
-            dp->lanes[i].rep->after_layer_user = &dp->hooks[i];
+            clg_replica *r = dp->lanes[i].rep;
+            r->after_layer = after_layer;
+            r->after_layer_user = &dp->hooks[i];
+            for (int k = 0; k < r->nlayers && ndev > 1; k++)
+                r->layers[k].sync = &dp->hooks[i].sync;
         }
         if (st != CLG_OK)
             st = device_failed(dp, st, dev);
     }
     if (st == CLG_OK && ndev > 1)
         st = make_reduction(dp, p ? p->reduce : NULL, err);
+    if (st == CLG_OK && ndev > 1 && !(dp->gathers = calloc(2 * (size_t)net->nlayers, sizeof *dp->gathers)))
+        st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
     if (st == CLG_OK)
         st = clg_team_create(err, ndev, &dp->team);
     if (st != CLG_OK) {
@@ -241,6 +248,11 @@ void clg_dp_free(clg_dp *dp)
     free(dp->arrived);
     free(dp->summed);
     clg_dp_dev_free(dp);
+    for (int i = 0; dp->gathers && i < 2 * dp->net->nlayers; i++) {
+        free(dp->gathers[i].buf);
+        free(dp->gathers[i].all);
+    }
+    free(dp->gathers);
     free(dp->srefs);
     free(dp->ssum);
     pthread_mutex_destroy(&dp->mu);
@@ -406,6 +418,52 @@ static clg_status arrive(clg_dp *dp, clg_lane *l, int *arrived, int *done,
     *done = 1;
     pthread_cond_broadcast(&dp->cv);
     pthread_mutex_unlock(&dp->mu);
+    return CLG_OK;
+}
+
+/* Layer exchange (clg_layer_sync.gather): deposits this lane's vector,
+ * waits for every active lane's, hands them all back in lane order. */
+static clg_status gather(void *user, int layer, int phase, const double *mine, size_t n, const double *const **all,
+                         int *nall)
+{
+    clg_dp_hook *h = user;
+    clg_dp *dp = h->dp;
+    clg_lane *l = &dp->lanes[h->lane];
+    clg_dp_gather *g = &dp->gathers[2 * layer + phase];
+    int nact = 0;
+    for (int i = 0; i < dp->n; i++)
+        nact += active(dp, i);
+    clg_status st = CLG_OK;
+    pthread_mutex_lock(&dp->mu);
+    if (!g->buf) { /* first use: the size of this point's vectors */
+        g->buf = malloc((size_t)dp->n * n * sizeof(double));
+        g->all = malloc((size_t)dp->n * sizeof *g->all);
+        g->n = n;
+        if (!g->buf || !g->all) {
+            free(g->buf);
+            g->buf = NULL;
+            st = clg_err_set(clg_dev_err(l->dev), CLG_ERR_HOST_OOM, "out of memory");
+        }
+    } else if (g->n != n) {
+        st = clg_err_set(clg_dev_err(l->dev), CLG_ERR_INTERNAL, "layer %d exchanges %zu values, another device %zu",
+                         layer, n, g->n);
+    }
+    if (st == CLG_OK) {
+        memcpy(g->buf + (size_t)h->lane * n, mine, n * sizeof(double));
+        if (++g->arrived == nact) {
+            int k = 0;
+            for (int i = 0; i < dp->n; i++)
+                if (active(dp, i))
+                    g->all[k++] = g->buf + (size_t)i * n;
+            g->done = 1;
+            pthread_cond_broadcast(&dp->cv);
+        }
+    }
+    pthread_mutex_unlock(&dp->mu);
+    CLG_TRY(st);
+    CLG_TRY(wait_flag(dp, l, &g->done));
+    *all = g->all;
+    *nall = nact;
     return CLG_OK;
 }
 
@@ -661,6 +719,8 @@ static void reset_reduction(clg_dp *dp)
     for (int b = 0; b < dp->nbuckets; b++)
         dp->arrived[b] = dp->summed[b] = 0;
     dp->s_arrived = dp->s_done = 0;
+    for (int i = 0; dp->gathers && i < 2 * dp->net->nlayers; i++)
+        dp->gathers[i].arrived = dp->gathers[i].done = 0;
     dp->abort = 0;
     dp->fail_lane = -1;
 }

@@ -54,7 +54,16 @@ typedef struct clg_dp_job {
 typedef struct clg_dp_hook {
     struct clg_dp *dp;
     int lane;
+    clg_layer_sync sync; /* the lane's layers' cross-device exchange (synchronized batch norm) */
 } clg_dp_hook;
+
+/* One exchange point of a step (layer, phase): every active lane's vector. */
+typedef struct clg_dp_gather {
+    size_t n;               /* doubles per lane (0: not used yet) */
+    double *buf;            /* lanes * n */
+    const double **all;     /* the active lanes' vectors in lane order */
+    int arrived, done;
+} clg_dp_gather;
 
 typedef struct clg_dp {
     clg_ctx *ctx;
@@ -89,6 +98,7 @@ typedef struct clg_dp {
     cl_mem gpart;          /* per bucket: partial sums of squares of the reduced gradient */
     float *hpart;          /* their host copy */
     cl_event *sev, *pev;   /* per bucket: sum done, partials read */
+    clg_dp_gather *gathers; /* per layer and phase (2 * layers) */
     clg_param_ref *srefs;  /* non-trainable state (lane 0's refs: shapes) */
     int nstate;
     size_t state_floats;
