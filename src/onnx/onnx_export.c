@@ -157,7 +157,8 @@ static void init_f32(ex *e, const char *name, const int64_t *dims, int ndim, con
     if (!t || !d || !raw)
         return;
     onnx__tensor_proto__init(t);
-    memcpy(d, dims, sizeof(int64_t) * (size_t)ndim);
+    if (ndim > 0) /* a scalar has no dims (and dims may be NULL) */
+        memcpy(d, dims, sizeof(int64_t) * (size_t)ndim);
     for (size_t i = 0; i < n; i++) {
         uint32_t u;
         memcpy(&u, &data[i], 4);
