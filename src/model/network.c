@@ -1204,9 +1204,9 @@ static long nf_first(nf_diag *d, cl_mem mem, size_t off, size_t n, float *v)
 static void nf_params(nf_diag *d, const clg_layer *l, char *out, size_t cap)
 {
     snprintf(out, cap, "%s", l->nparams ? "; its parameters are finite (the overflow happens in this layer)" : "");
-    for (int p = 0; p < l->nparams; p++) {
+    for (int p = 0; p < l->nparams; p++) { /* trainable only: the check's own forward updates running statistics */
         float v;
-        if (nf_first(d, l->params[p].value, 0, l->params[p].numel, &v) >= 0) {
+        if (l->params[p].trainable && nf_first(d, l->params[p].value, 0, l->params[p].numel, &v) >= 0) {
             snprintf(out, cap, "; its parameter '%s' is non-finite already (a previous update overflowed)",
                      l->params[p].name);
             return;
@@ -1286,6 +1286,16 @@ void clg_replica_explain_nonfinite(clg_replica *r, int n, char *buf, size_t cap)
     } else {
         clg_status (*hook)(void *, int, int) = r->after_layer;
         void *user = r->after_layer_user;
+        const clg_layer_sync **sync = calloc((size_t)r->nlayers, sizeof *sync);
+        if (!sync) {
+            snprintf(buf, cap, "no memory for the check");
+            clg_err_copy(clg_dev_err(r->dev), &saved);
+            return;
+        }
+        for (int i = 0; i < r->nlayers; i++) { /* alone: the other replicas are not running this step */
+            sync[i] = r->layers[i].sync;
+            r->layers[i].sync = NULL;
+        }
         r->after_layer = nf_hook;
         r->after_layer_user = &d;
         clg_status st = clg_replica_forward(r, n, 1);
@@ -1293,6 +1303,9 @@ void clg_replica_explain_nonfinite(clg_replica *r, int n, char *buf, size_t cap)
             st = clg_replica_backward(r, n);
         r->after_layer = hook;
         r->after_layer_user = user;
+        for (int i = 0; i < r->nlayers; i++)
+            r->layers[i].sync = sync[i];
+        free(sync);
         for (int i = 0; i < r->nlayers && !d.found && st == CLG_OK; i++) /* NaN weights behind a ReLU (max(NaN, 0) = 0) */
             for (int p = 0; p < r->layers[i].nparams && !d.found; p++)
                 if ((k = nf_first(&d, r->layers[i].params[p].value, 0, r->layers[i].params[p].numel, &v)) >= 0) {

@@ -179,7 +179,9 @@ CLG_INTERNAL clg_status clg_replica_weights_updated(clg_replica *r);
  * layer whose output (forward order) or gradient (backward order) is
  * non-finite, with its model-file line and whether its parameters were
  * non-finite already; or that the input batch is. Overwrites gradients and
- * batch-norm running statistics: call it only for a step that failed. The
+ * batch-norm running statistics: call it only for a step that failed.
+ * Synchronized layers run on this replica's statistics alone (the other
+ * replicas are not in the step any more). The
  * device's last error is left as it was. Costs nothing unless called. */
 CLG_INTERNAL void clg_replica_explain_nonfinite(clg_replica *r, int n, char *buf, size_t cap);
 /* Prints the per-layer profile (when profiling was on). */
