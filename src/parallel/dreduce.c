@@ -82,6 +82,8 @@ clg_status clg_dp_dev_sumsq(clg_dp *dp, clg_lane *l, double *sq)
 void clg_dp_dev_free(clg_dp *dp)
 {
     for (int b = 0; dp->sev && b < dp->nbuckets; b++) {
+        if (dp->pev[b]) /* a failed step may leave the read into hpart in flight: not into freed memory */
+            clWaitForEvents(1, &dp->pev[b]);
         clg_release_event(&dp->sev[b]);
         clg_release_event(&dp->pev[b]);
     }
