@@ -196,30 +196,45 @@ done:
 
 static void cache_store(clg_device *dev, uint64_t key, cl_program prog)
 {
-    /* The program belongs to every device of a shared context: its binary
-     * lists have one entry per device (empty for the ones not built). */
+    /* The program belongs to every device of a shared context. */
     cl_uint nd = 0;
     if (clGetProgramInfo(prog, CL_PROGRAM_NUM_DEVICES, sizeof nd, &nd, NULL) != CL_SUCCESS || nd == 0 ||
         nd > CLG_MAX_DEVICES)
         return;
-    cl_device_id ids[CLG_MAX_DEVICES];
-    size_t sizes[CLG_MAX_DEVICES];
+    cl_device_id ids[CLG_MAX_DEVICES] = {0};
+    size_t sizes[CLG_MAX_DEVICES] = {0}, ret = 0;
     if (clGetProgramInfo(prog, CL_PROGRAM_DEVICES, nd * sizeof *ids, ids, NULL) != CL_SUCCESS ||
-        clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, nd * sizeof *sizes, sizes, NULL) != CL_SUCCESS)
+        clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, nd * sizeof *sizes, sizes, &ret) != CL_SUCCESS)
         return;
-    cl_uint me = 0;
-    while (me < nd && ids[me] != dev->id)
-        me++;
-    if (me == nd || sizes[me] == 0)
+    /* PoCL 3.1 lists binaries only for the devices the program was built
+     * for (here one), while CL_PROGRAM_DEVICES lists the whole context:
+     * then the one entry is this device's (it is built for dev alone). */
+    cl_uint nb = (cl_uint)(ret / sizeof *sizes), me = 0;
+    if (nb == nd) {
+        while (me < nd && ids[me] != dev->id)
+            me++;
+    } else if (nb != 1) {
+        return;
+    }
+    if (me == nb || sizes[me] == 0)
         return;
     size_t blen = sizes[me];
     unsigned char *buf = malloc(HEADER_BYTES + blen);
     if (!buf)
         return;
-    unsigned char *bins[CLG_MAX_DEVICES] = {0}; /* NULL: that device's binary is not wanted */
+    /* room for every binary listed: a runtime may copy each one it has */
+    unsigned char *bins[CLG_MAX_DEVICES] = {0};
+    int ok = 1;
+    for (cl_uint i = 0; i < nb; i++)
+        if (i != me && sizes[i] > 0 && !(bins[i] = malloc(sizes[i])))
+            ok = 0;
     bins[me] = buf + HEADER_BYTES;
     unsigned char *bin = bins[me];
-    if (clGetProgramInfo(prog, CL_PROGRAM_BINARIES, nd * sizeof *bins, bins, NULL) != CL_SUCCESS) {
+    ok = ok && clGetProgramInfo(prog, CL_PROGRAM_BINARIES, nb * sizeof *bins, bins, NULL) == CL_SUCCESS;
+    for (cl_uint i = 0; i < nb; i++)
+        if (i != me)
+            free(bins[i]);
+    if (!ok) {
         free(buf);
         return;
     }
