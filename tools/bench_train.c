@@ -24,6 +24,7 @@ static void help(FILE *f)
                "  --seed N        seed (default 1)\n"
                "  --precision P   fp32 (default) or fp16 (half storage, fp32 master weights)\n"
                "  --json          one JSON object: model, batch, devices, images_per_s, ...\n"
+               "  --verbose       debug logging (program builds, cache loads)\n"
                "\n"
                "exit codes: 0 ok, 1 failure, 2 usage error\n");
 }
@@ -33,7 +34,7 @@ int bench_train(int argc, char **argv)
     clg_bench_train_params p;
     clg_bench_train_params_init(&p);
     const char *devices = NULL;
-    int json = 0;
+    int json = 0, verbose = 0;
     long v;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -93,6 +94,10 @@ int bench_train(int argc, char **argv)
             json = 1;
             continue;
         }
+        if (strcmp(a, "--verbose") == 0) {
+            verbose = 2;
+            continue;
+        }
         return cli_usage_error("bench train", "unknown argument '%s'", a);
     }
     if (!p.model)
@@ -100,7 +105,7 @@ int bench_train(int argc, char **argv)
     int rc = cli_model_file_check("bench train", p.model);
     if (rc != CLI_OK)
         return rc;
-    clg_ctx *ctx = cli_ctx_open(devices, 0, &rc);
+    clg_ctx *ctx = cli_ctx_open(devices, verbose, &rc);
     if (!ctx)
         return rc;
     clg_device_info info;
