@@ -335,6 +335,11 @@ typedef struct clg_bench_train_report {
     double seconds;
     int devices;          /* devices used */
     char shares[128];     /* their batch shares at the end, "0.50/0.50" */
+    /* start-up (clgrad bench start): */
+    double setup_s;       /* model creation: parse, build, weights, memory plan */
+    double first_step_s;  /* the first step, waited for (compiles and algorithm choices land here) */
+    double first_step_end; /* CLOCK_MONOTONIC seconds at the end of the first step */
+    double launches_per_step; /* kernel launches per timed step, all devices */
 } clg_bench_train_report;
 CLG_API void clg_bench_train_params_init(clg_bench_train_params *p);
 CLG_API clg_status clg_bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_bench_train_report *out);

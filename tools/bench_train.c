@@ -134,12 +134,16 @@ int bench_train(int argc, char **argv)
             if ((unsigned char)*c >= 0x20)
                 putchar(*c);
         }
-        printf("\", \"shares\": \"%s\"}\n", rep.shares);
+        printf("\", \"shares\": \"%s\", \"setup_s\": %.4f, \"first_step_s\": %.4f, \"first_step_end\": %.6f, "
+               "\"launches_per_step\": %.1f}\n",
+               rep.shares, rep.setup_s, rep.first_step_s, rep.first_step_end, rep.launches_per_step);
     } else {
         printf("model %s  batch %d  devices %d (%s)  precision %s  split %s\n", p.model, p.batch, rep.devices,
                info.name, p.precision ? p.precision : "fp32", rep.shares);
         printf("%d timed steps after %d warm-up: %.1f images/s, %.2f ms/step (median %.2f)\n", p.steps, p.warmup,
                rep.images_per_s, rep.ms_per_step, rep.ms_per_step_median);
+        printf("start-up: model setup %.3f s, first step %.3f s; %.1f kernel launches per step\n", rep.setup_s,
+               rep.first_step_s, rep.launches_per_step);
     }
     clg_ctx_destroy(ctx);
     return CLI_OK;

@@ -368,6 +368,7 @@ void clg_ctx_destroy(clg_ctx *ctx)
         clg_device *d = &ctx->devs[k];
         if (d->queue)
             clFinish(d->queue);
+        clg_program_store_pending(d);
         for (int i = 0; i < d->nprogs; i++) {
             clg_program_entry *pe = &d->progs[i];
             for (int j = 0; j < pe->nkernels; j++) {

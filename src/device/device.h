@@ -108,7 +108,13 @@ typedef struct clg_program_entry {
     cl_program program;
     clg_kernel_entry *kernels;
     int nkernels, capkernels;
+    uint64_t disk_key; /* on-disk cache key of an entry still to be stored (store_pending) */
+    int store_pending; /* built from source; its binary is written at context destruction */
 } clg_program_entry;
+
+/* Writes the binaries of the device's programs whose on-disk cache entry was
+ * deferred (PoCL: see binary_cache_on in program.c); clg_ctx_destroy calls it. */
+CLG_INTERNAL void clg_program_store_pending(clg_device *dev);
 
 /* Source of an embedded program ("gemm" -> cl/gemm.cl), or NULL. */
 CLG_INTERNAL const char *clg_embedded_source(const char *program);
@@ -203,6 +209,9 @@ struct clg_device {
      * pool need no lock; clg_last_error(ctx) shows the newest failure of
      * the context and its devices. */
     clg_err err;
+    /* kernels enqueued through clg_launch (launches per step in bench train;
+     * written by the device's own thread only) */
+    unsigned long long launches;
 };
 
 typedef struct clg_program_stats {

@@ -209,6 +209,7 @@ clg_status clg_launch(clg_device *dev, cl_kernel k, cl_uint dims, const size_t *
                  lim);
         return clg_cl_fail(err, rc, what, __FILE__, __LINE__);
     }
+    dev->launches++;
     return CLG_OK;
 }
 

@@ -342,7 +342,9 @@ clg_status clg_bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_be
     mp.seed = p->seed;
     mp.precision = p->precision;
     clg_model *m = NULL;
+    double t_setup = clg_now_sec();
     CLG_TRY(clg_model_create_file(ctx, p->model, &mp, &m));
+    out->setup_s = clg_now_sec() - t_setup;
     /* synthetic data: fixed random images and labels, uploaded each step like real batches */
     clg_rng r;
     clg_rng_seed(&r, p->seed, 77);
@@ -358,6 +360,7 @@ clg_status clg_bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_be
     clg_status st = times ? CLG_OK : clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
     double lr = m->hp.learning_rate * 0.1; /* small: random labels must not blow up the weights */
     double t_start = 0;
+    unsigned long long launches0 = 0;
     int total = p->warmup + p->steps;
     if (st == CLG_OK)
         st = clg_session_upload(m, 0, B, 1);
@@ -365,6 +368,9 @@ clg_status clg_bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_be
         int s = i % CLG_STAGES, nx = (i + 1) % CLG_STAGES;
         if (i == p->warmup) {
             st = clg_dp_finish(m->dp);
+            launches0 = 0;
+            for (int d = 0; d < ctx->ndev; d++)
+                launches0 += ctx->devs[d].launches;
             if (st == CLG_OK && p->trace)
                 st = clg_session_trace_open(m, p->trace, p->steps);
             t_start = clg_now_sec();
@@ -382,6 +388,13 @@ clg_status clg_bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_be
             st = clg_session_step_end(m);
         if (st == CLG_OK)
             st = su;
+        if (st == CLG_OK && i == 0) {
+            /* start-up: time to the end of the first step (an untimed one
+             * when there is warm-up; with --warmup 0 it is waited for anyway) */
+            st = clg_dp_finish(m->dp);
+            out->first_step_end = clg_now_sec();
+            out->first_step_s = out->first_step_end - t0;
+        }
         if (st == CLG_OK && i >= p->warmup) {
             /* per-step time for the median: wait for the step */
             st = clg_dp_finish(m->dp);
@@ -396,6 +409,10 @@ clg_status clg_bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_be
         qsort(times, (size_t)p->steps, sizeof(double), cmp_d);
         out->ms_per_step_median = 1000 * times[p->steps / 2];
         out->devices = m->dp->n;
+        unsigned long long launches = 0;
+        for (int d = 0; d < ctx->ndev; d++)
+            launches += ctx->devs[d].launches;
+        out->launches_per_step = (double)(launches - launches0) / p->steps;
         clg_dp_shares(m->dp, out->shares, sizeof out->shares);
     }
     free(times);
