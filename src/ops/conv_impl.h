@@ -99,6 +99,15 @@ CLG_INTERNAL clg_status clg_conv_run(clg_device *dev, const clg_conv_shape *s, c
  * CLGRAD_CONV_AUTO_MEASURE=0 takes clg_conv_algo_default instead. */
 CLG_INTERNAL clg_status clg_conv_auto_pick(clg_device *dev, const clg_conv_shape *s, clg_conv_pass pass,
                                            const clg_conv_io *io, clg_conv_algo *out);
+/* What clg_conv_resolve uses: a shape and pass measured before (this process
+ * or the cache file) get their measured choice (*final = 1); a new one is
+ * served by clg_conv_algo_default for its first CLGRAD_CONV_AUTO_DEFER uses
+ * (default 1; *final = 0, so the caller asks again) and measured at the next
+ * one: a cold start reaches its first step without timing (or compiling)
+ * every candidate, and the later measurement finds the default's kernels
+ * already built. CLGRAD_CONV_AUTO_DEFER=0 measures at the first use. */
+CLG_INTERNAL clg_status clg_conv_auto_choose(clg_device *dev, const clg_conv_shape *s, clg_conv_pass pass,
+                                             const clg_conv_io *io, clg_conv_algo *out, int *final);
 
 /* Untuned choice for a device class (README, GPU portability): depthwise ->
  * direct; fewer than 8 reduced channels or not 3x3 stride 1 -> im2col;
