@@ -369,6 +369,8 @@ void clg_ctx_destroy(clg_ctx *ctx)
         if (d->queue)
             clFinish(d->queue);
         clg_program_store_pending(d);
+        clg_kprof_take(d, NULL, NULL);
+        free(d->kev);
         for (int i = 0; i < d->nprogs; i++) {
             clg_program_entry *pe = &d->progs[i];
             for (int j = 0; j < pe->nkernels; j++) {

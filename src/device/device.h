@@ -116,6 +116,11 @@ typedef struct clg_program_entry {
  * deferred (PoCL: see binary_cache_on in program.c); clg_ctx_destroy calls it. */
 CLG_INTERNAL void clg_program_store_pending(clg_device *dev);
 
+/* Kernel time (ms, END - START of each launch's event) and count of the
+ * launches since the last call, for profiling (dev->kprof); releases them.
+ * The queue must be finished. */
+CLG_INTERNAL void clg_kprof_take(clg_device *dev, double *ms, int *count);
+
 /* Source of an embedded program ("gemm" -> cl/gemm.cl), or NULL. */
 CLG_INTERNAL const char *clg_embedded_source(const char *program);
 /* Names of every embedded program, NULL-terminated. */
@@ -212,6 +217,11 @@ struct clg_device {
     /* kernels enqueued through clg_launch (launches per step in bench train;
      * written by the device's own thread only) */
     unsigned long long launches;
+    /* CLGRAD_PROFILE: clg_launch keeps an event per launch (kprof set by the
+     * replica); clg_kprof_take sums their kernel times */
+    int kprof;
+    cl_event *kev;
+    int nkev, capkev;
 };
 
 typedef struct clg_program_stats {

@@ -368,6 +368,7 @@ clg_status clg_bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_be
         int s = i % CLG_STAGES, nx = (i + 1) % CLG_STAGES;
         if (i == p->warmup) {
             st = clg_dp_finish(m->dp);
+            clg_replica_profile_reset(clg_session_rep(m));
             launches0 = 0;
             for (int d = 0; d < ctx->ndev; d++)
                 launches0 += ctx->devs[d].launches;
