@@ -339,6 +339,7 @@ typedef struct clg_bench_train_report {
     double setup_s;       /* model creation: parse, build, weights, memory plan */
     double first_step_s;  /* the first step, waited for (compiles and algorithm choices land here) */
     double first_step_end; /* CLOCK_MONOTONIC seconds at the end of the first step */
+    double first_step_cpu_s; /* CPU time of the process (all threads) at the end of the first step */
     double launches_per_step; /* kernel launches per timed step, all devices */
 } clg_bench_train_report;
 CLG_API void clg_bench_train_params_init(clg_bench_train_params *p);

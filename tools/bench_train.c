@@ -134,9 +134,9 @@ int bench_train(int argc, char **argv)
             if ((unsigned char)*c >= 0x20)
                 putchar(*c);
         }
-        printf("\", \"shares\": \"%s\", \"setup_s\": %.4f, \"first_step_s\": %.4f, \"first_step_end\": %.6f, "
+        printf("\", \"shares\": \"%s\", \"setup_s\": %.4f, \"first_step_s\": %.4f, \"first_step_end\": %.6f, \"first_step_cpu_s\": %.3f, "
                "\"launches_per_step\": %.1f}\n",
-               rep.shares, rep.setup_s, rep.first_step_s, rep.first_step_end, rep.launches_per_step);
+               rep.shares, rep.setup_s, rep.first_step_s, rep.first_step_end, rep.first_step_cpu_s, rep.launches_per_step);
     } else {
         printf("model %s  batch %d  devices %d (%s)  precision %s  split %s\n", p.model, p.batch, rep.devices,
                info.name, p.precision ? p.precision : "fp32", rep.shares);

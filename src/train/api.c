@@ -2,6 +2,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "train/session.h"
 
@@ -394,6 +395,9 @@ clg_status clg_bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_be
              * when there is warm-up; with --warmup 0 it is waited for anyway) */
             st = clg_dp_finish(m->dp);
             out->first_step_end = clg_now_sec();
+            struct timespec cpu;
+            if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu) == 0)
+                out->first_step_cpu_s = (double)cpu.tv_sec + 1e-9 * (double)cpu.tv_nsec;
             out->first_step_s = out->first_step_end - t0;
         }
         if (st == CLG_OK && i >= p->warmup) {

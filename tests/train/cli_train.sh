@@ -90,7 +90,7 @@ import json, sys
 d = json.loads(sys.stdin.read())
 for k in ("cold", "warm"):
     r = d[k]
-    assert 0 < r["setup_s"] and 0 < r["first_step_s"], r
+    assert 0 < r["setup_s"] and 0 < r["first_step_s"] and 0 < r["cpu_to_first_step_s"], r
     assert r["setup_s"] + r["first_step_s"] <= r["to_first_step_s"] <= r["process_s"], r
 assert len(d["warm_to_first_step_s"]) == 1
 '; then
