@@ -111,6 +111,10 @@ clg_ctx *cli_ctx_open(const char *devices, int verbose, int *rc)
 {
     if (rc)
         *rc = CLI_OK;
+    /* one model per process: a new convolution shape runs the untuned default
+     * at its first use and is measured at its second (shorter cold start;
+     * src/ops/conv_impl.h, clg_conv_auto_choose), unless the caller set it */
+    setenv("CLGRAD_CONV_AUTO_DEFER", "1", 0);
     clg_ctx_params p;
     clg_ctx_params_init(&p);
     p.devices = devices;

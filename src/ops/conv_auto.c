@@ -379,7 +379,7 @@ static int defer_uses(void)
 {
     const char *e = getenv("CLGRAD_CONV_AUTO_DEFER");
     if (!e || !e[0])
-        return 1;
+        return 0;
     long v = strtol(e, NULL, 10);
     return v < 0 ? 0 : v > 1000 ? 1000 : (int)v;
 }
