@@ -273,7 +273,7 @@ def main():
     # table
     print()
     print("| model | " + " | ".join(sides) + " | clgrad / best PyTorch 2.x | load (1-min) |")
-    print("|---" * (len(sides) + 3) + "|")
+    print("|---|" + "---:|" * (len(sides) + 1) + "---|")
     for m in models:
         med = raw[m]["median"]
         t2 = [med[s] for s in ("torch2", "torch2-cl", "torch2-compile") if s in med and med[s]]
