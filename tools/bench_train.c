@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "parallel/comm.h"
 
 static void help(FILE *f)
 {
@@ -23,6 +24,8 @@ static void help(FILE *f)
                "  --trace FILE    Chrome-trace timeline of the timed steps (JSON)\n"
                "  --seed N        seed (default 1)\n"
                "  --precision P   fp32 (default) or fp16 (half storage, fp32 master weights)\n"
+               "  --deterministic MPI: rank-ordered gradient sum (see clgrad train --help)\n"
+               "  --comm-timeout SEC  MPI: fail after SEC s without an answer from a rank (default 60)\n"
                "  --json          one JSON object: model, batch, devices, images_per_s, ...\n"
                "\n"
                "exit codes: 0 ok, 1 failure, 2 usage error\n");
@@ -33,7 +36,8 @@ int bench_train(int argc, char **argv)
     clg_bench_train_params p;
     clg_bench_train_params_init(&p);
     const char *devices = NULL;
-    int json = 0;
+    int json = 0, deterministic = 0;
+    double comm_timeout = 0;
     long v;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -93,6 +97,16 @@ int bench_train(int argc, char **argv)
             json = 1;
             continue;
         }
+        if (strcmp(a, "--deterministic") == 0) {
+            deterministic = 1;
+            continue;
+        }
+        if ((r = cli_opt_double(argc, argv, &i, "--comm-timeout", &d)) != 0) {
+            if (r < 0 || !(d > 0 && d <= 86400))
+                return r < 0 ? CLI_USAGE : cli_usage_error("bench train", "--comm-timeout must be in (0, 86400] seconds");
+            comm_timeout = d;
+            continue;
+        }
         return cli_usage_error("bench train", "unknown argument '%s'", a);
     }
     if (!p.model)
@@ -100,6 +114,7 @@ int bench_train(int argc, char **argv)
     int rc = cli_model_file_check("bench train", p.model);
     if (rc != CLI_OK)
         return rc;
+    clg_comm_configure(comm_timeout, deterministic);
     clg_ctx *ctx = cli_ctx_open(devices, 0, &rc);
     if (!ctx)
         return rc;
@@ -113,6 +128,11 @@ int bench_train(int argc, char **argv)
         clg_ctx_destroy(ctx);
         return code;
     }
+    if (clg_comm_rank() != 0) { /* MPI: every rank timed the same global steps; rank 0 reports once */
+        clg_ctx_destroy(ctx);
+        return CLI_OK;
+    }
+    int ranks = clg_comm_size();
     if (json) {
         printf("{\"model\": \"");
         for (const char *c = p.model; *c; c++) {
@@ -129,10 +149,13 @@ int bench_train(int argc, char **argv)
             if ((unsigned char)*c >= 0x20)
                 putchar(*c);
         }
-        printf("\", \"shares\": \"%s\"}\n", rep.shares);
+        printf("\", \"shares\": \"%s\", \"ranks\": %d}\n", rep.shares, ranks);
     } else {
         printf("model %s  batch %d  devices %d (%s)  precision %s  split %s\n", p.model, p.batch, rep.devices,
                info.name, p.precision ? p.precision : "fp32", rep.shares);
+        if (ranks > 1)
+            printf("MPI ranks %d x %d device(s): global batch %d, images/s of the whole job\n", ranks, rep.devices,
+                   p.batch);
         printf("%d timed steps after %d warm-up: %.1f images/s, %.2f ms/step (median %.2f)\n", p.steps, p.warmup,
                rep.images_per_s, rep.ms_per_step, rep.ms_per_step_median);
     }

@@ -58,6 +58,7 @@ int cmd_selfcheck(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
 int cmd_train(int argc, char **argv);
+int bench_allreduce(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_predict(int argc, char **argv);
 /* bench targets (cmd_bench dispatches) */

@@ -5,12 +5,17 @@
 #include <time.h>
 
 #include "model/layers.h"
+#include "parallel/comm.h"
 #include "parallel/dp.h"
 
 #define DEFAULT_BUCKET_MB 25.0
 
 static clg_status after_layer(void *user, int layer, int backward);
 static clg_status lane_train_fn(void *arg, int lane);
+static clg_status arrive_bucket(clg_dp *dp, clg_lane *l, int b);
+
+/* Gradients are reduced: over several lanes and / or several MPI ranks. */
+static int reducing(const clg_dp *dp) { return dp->n > 1 || dp->ranks > 1; }
 
 /* st with the device's own detail, on the context, naming the device. */
 static clg_status device_failed(clg_dp *dp, clg_status st, const clg_device *dev)
@@ -144,6 +149,15 @@ static clg_status make_reduction(clg_dp *dp, clg_err *err)
     dp->ssum = calloc(CLG_MAX(dp->state_floats, 1), sizeof(float));
     if (!dp->ssum)
         return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    /* across ranks: a channel per bucket and one for the state (comm.h; none with one rank) */
+    if (dp->ranks > 1) {
+        if (!(dp->b_op = calloc((size_t)CLG_MAX(dp->nbuckets, 1), sizeof *dp->b_op)))
+            return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+        for (int b = 0; b < dp->nbuckets; b++)
+            CLG_TRY(clg_comm_op_create(err, "gradient all-reduce", &dp->b_op[b]));
+        if (dp->nstate > 0)
+            CLG_TRY(clg_comm_op_create(err, "batch-norm statistics all-reduce", &dp->s_op));
+    }
     for (int l = 0; l < dp->n; l++) {
         clg_lane *ln = &dp->lanes[l];
         CLG_TRY(clg_lane_grad_arena(ln, &dp->lay));
@@ -188,6 +202,7 @@ clg_status clg_dp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, 
         if (strcmp(net->proto[i].ops->type, "batchnorm") == 0)
             dp->min_slice = 2;
     dp->fault_lane = -1;
+    dp->ranks = clg_comm_size();
     double mb = p && p->bucket_mb > 0 ? p->bucket_mb : DEFAULT_BUCKET_MB;
     dp->bucket_bytes = (size_t)(mb * 1048576.0);
     if (dp->bucket_bytes < 4096)
@@ -195,7 +210,10 @@ clg_status clg_dp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, 
     const char *slow = getenv("CLGRAD_TEST_SLOW_LANE"); /* test aid, see dp.h */
     if (slow && sscanf(slow, "%d:%lf", &dp->slow_lane, &dp->slow_factor) != 2)
         dp->slow_lane = -1;
-    clg_status st = parse_split(err, p ? p->split : NULL, ndev, dp->share, &dp->split_fixed);
+    const char *sp = p ? p->split : NULL;
+    if (clg_comm_deterministic() && (!sp || strcmp(sp, "auto") == 0))
+        sp = "even"; /* --deterministic: no split by measured (timing-dependent) speed */
+    clg_status st = parse_split(err, sp, ndev, dp->share, &dp->split_fixed);
     if (st == CLG_OK && (!(dp->lanes = calloc((size_t)ndev, sizeof *dp->lanes)) ||
                          !(dp->hooks = calloc((size_t)ndev, sizeof *dp->hooks))))
         st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
@@ -211,7 +229,7 @@ clg_status clg_dp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, 
         if (st != CLG_OK)
             st = device_failed(dp, st, dev);
     }
-    if (st == CLG_OK && ndev > 1)
+    if (st == CLG_OK && reducing(dp))
         st = make_reduction(dp, err);
     if (st == CLG_OK)
         st = clg_team_create(err, ndev, &dp->team);
@@ -242,6 +260,10 @@ void clg_dp_free(clg_dp *dp)
     free(dp->summed);
     free(dp->srefs);
     free(dp->ssum);
+    for (int b = 0; dp->b_op && b < dp->nbuckets; b++)
+        clg_comm_op_free(dp->b_op[b]);
+    free(dp->b_op);
+    clg_comm_op_free(dp->s_op);
     pthread_mutex_destroy(&dp->mu);
     pthread_cond_destroy(&dp->cv);
     free(dp);
@@ -296,9 +318,10 @@ static void split(const clg_dp *dp, int n, int *cnt)
 
 clg_status clg_dp_upload(clg_dp *dp, int s, const float *x, const int32_t *y, int n)
 {
-    split(dp, n, dp->cnt[s]);
+    int off = 0, mine = n; /* this rank's slice of the global batch (all of it with one rank) */
+    clg_comm_slice(n, &off, &mine);
+    split(dp, mine, dp->cnt[s]);
     dp->total[s] = n;
-    int off = 0;
     for (int i = 0; i < dp->n; i++) {
         clg_status st = clg_lane_upload(&dp->lanes[i], s, x, y, dp->sample, off, dp->cnt[s][i]);
         if (st == CLG_OK && dp->lanes[i].up_ev[s] && clg_trace_on(dp->trace, dp->job.step))
@@ -358,14 +381,19 @@ static void sum_bucket(clg_dp *dp, int b)
         if (active(dp, l))
             src[na++] = dp->lanes[l].ghost;
     double sq = 0;
-    for (size_t k = k0; k < k1; k++) {
+    for (size_t k = k0; k < k1 && na > 0; k++) {
         float acc = src[0][k];
         for (int l = 1; l < na; l++)
             acc += src[l][k];
         dp->gsum[k] = acc;
         sq += (double)acc * acc;
     }
+    if (na == 0) /* this rank has no samples in the batch */
+        memset(dp->gsum + k0, 0, (k1 - k0) * sizeof(float));
     dp->b_sumsq[b] = sq;
+    /* then over the ranks (b_sumsq: the global norm when it completes) */
+    if (dp->b_op)
+        clg_comm_op_start(dp->b_op[b], dp->gsum + k0, k1 - k0, &dp->b_sumsq[b]);
 }
 
 /* Weighted average of the non-trainable state over the active lanes. */
@@ -403,6 +431,7 @@ static void state_fn(clg_dp *dp, int b)
 {
     CLG_UNUSED(b);
     average_state(dp);
+    clg_comm_op_start(dp->s_op, dp->ssum, dp->state_floats, NULL); /* weights: slice / global batch */
 }
 
 /* Trace: a marker on the compute queue; the span since the previous one
@@ -432,7 +461,7 @@ static clg_status after_layer(void *user, int layer, int backward)
         snprintf(name, sizeof name, "%s %s", backward ? "bwd" : "fwd", l->rep->layers[layer].name);
         CLG_TRY(mark(dp, l, name));
     }
-    if (!backward || dp->n < 2 || dp->job.training < 1)
+    if (!backward || !reducing(dp) || dp->job.training < 1)
         return CLG_OK;
     for (int b = 0; b < dp->nbuckets; b++)
         if (dp->b_layer[b] == layer) {
@@ -446,7 +475,10 @@ static clg_status after_layer(void *user, int layer, int backward)
                 snprintf(name, sizeof name, "grad read bucket %d", b);
                 clg_trace_cl(dp->trace, l->index, CLG_TR_TRANSFER, name, NULL, l->bev[b]);
             }
+            if (dp->ranks > 1) /* across ranks: sum and start its all-reduce now, overlapping backward */
+                CLG_TRY(arrive_bucket(dp, l, b));
         }
+    clg_comm_progress();
     return CLG_OK;
 }
 
@@ -478,6 +510,29 @@ static clg_status state_transfer(clg_dp *dp, clg_lane *l, int to_device)
     return CLG_OK;
 }
 
+/* The lane's bucket b on the host (active lanes wait for its read), then its
+ * arrival: the last lane sums it (and starts the all-reduce across ranks). */
+static clg_status arrive_bucket(clg_dp *dp, clg_lane *l, int b)
+{
+    double w0 = clg_now_sec();
+    if (active(dp, l->index)) {
+        CLG_CL_CHECK(clg_dev_err(l->dev), clWaitForEvents(1, &l->bev[b]));
+        clg_release_event(&l->bev[b]);
+    }
+    double w1 = clg_now_sec();
+    int summed = arrive(dp, &dp->arrived[b], &dp->summed[b], sum_bucket, b);
+    if (clg_trace_on(dp->trace, dp->job.step)) {
+        char name[48];
+        snprintf(name, sizeof name, "wait own bucket %d", b);
+        clg_trace_host(dp->trace, l->index, name, w0, w1);
+        if (summed) {
+            snprintf(name, sizeof name, "sum bucket %d", b);
+            clg_trace_host(dp->trace, l->index, name, w1, clg_now_sec());
+        }
+    }
+    return CLG_OK;
+}
+
 /* The lane's part of the reduction: its buckets to the host (arrival), the
  * sums back to the device. */
 static clg_status reduce(clg_dp *dp, clg_lane *l, double t0)
@@ -487,24 +542,9 @@ static clg_status reduce(clg_dp *dp, clg_lane *l, double t0)
     if (!on && l->wev) { /* the host sums may be overwritten once our last write-back is done */
         CLG_CL_CHECK(err, clWaitForEvents(1, &l->wev));
     }
-    for (int b = 0; b < dp->nbuckets; b++) {
-        double w0 = clg_now_sec();
-        if (on) {
-            CLG_CL_CHECK(err, clWaitForEvents(1, &l->bev[b]));
-            clg_release_event(&l->bev[b]);
-        }
-        double w1 = clg_now_sec();
-        int summed = arrive(dp, &dp->arrived[b], &dp->summed[b], sum_bucket, b);
-        if (clg_trace_on(dp->trace, dp->job.step)) {
-            char name[48];
-            snprintf(name, sizeof name, "wait own bucket %d", b);
-            clg_trace_host(dp->trace, l->index, name, w0, w1);
-            if (summed) {
-                snprintf(name, sizeof name, "sum bucket %d", b);
-                clg_trace_host(dp->trace, l->index, name, w1, clg_now_sec());
-            }
-        }
-    }
+    for (int b = 0; b < dp->nbuckets; b++)
+        if (!(on && dp->ranks > 1)) /* (with ranks, active lanes arrive from after_layer) */
+            CLG_TRY(arrive_bucket(dp, l, b));
     if (dp->nstate > 0) {
         if (on)
             CLG_TRY(state_transfer(dp, l, 0));
@@ -519,6 +559,16 @@ static clg_status reduce(clg_dp *dp, clg_lane *l, double t0)
     for (int b = 0; b < dp->nbuckets; b++) {
         double w0 = clg_now_sec();
         CLG_TRY(wait_flag(dp, l, &dp->summed[b]));
+        if (dp->b_op) { /* and across ranks */
+            CLG_TRY(clg_comm_op_wait(err, dp->b_op[b]));
+            if (tr && l->index == 0) {
+                char name[48];
+                double a0, a1;
+                clg_comm_op_times(dp->b_op[b], &a0, &a1);
+                snprintf(name, sizeof name, "all-reduce bucket %d (%.2f MiB)", b, dp->b_bytes[b] / 1048576.0);
+                clg_trace_mpi(dp->trace, name, a0, a1);
+            }
+        }
         cl_event wv = NULL;
         CLG_CL_CHECK(err, clEnqueueWriteBuffer(l->dev->queue, l->arena, CL_FALSE, dp->b_off[b], dp->b_bytes[b],
                                                (char *)dp->gsum + dp->b_off[b], 0, NULL, tr ? &wv : NULL));
@@ -533,6 +583,7 @@ static clg_status reduce(clg_dp *dp, clg_lane *l, double t0)
     }
     if (dp->nstate > 0) {
         CLG_TRY(wait_flag(dp, l, &dp->s_done));
+        CLG_TRY(clg_comm_op_wait(err, dp->s_op));
         CLG_TRY(state_transfer(dp, l, 1));
     }
     clg_release_event(&l->wev);
@@ -586,7 +637,7 @@ static clg_status lane_train(clg_dp *dp, clg_lane *l)
     int overflow = 0;
     double norm = 0;
     float gscale = 1.0f;
-    if (dp->n > 1) {
+    if (reducing(dp)) {
         CLG_TRY(reduce(dp, l, t0));
         double sq = 0;
         for (int b = 0; b < dp->nbuckets; b++)
