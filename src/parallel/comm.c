@@ -58,6 +58,7 @@ struct clg_comm_op {
 };
 
 static int g_mpi = 0;       /* MPI initialized by us */
+static int g_nap_max = 100; /* us: the longest sleep between two polls */
 static int g_completed = 0; /* an all-reduce has completed (the timeout is no longer stretched) */
 static int g_failed = 0;    /* a wait timed out or failed: every later wait fails at once */
 static char g_fail_msg[400];
@@ -106,6 +107,9 @@ clg_status clg_comm_init(clg_err *err)
                            "MPI provides thread level %d, clgrad needs MPI_THREAD_SERIALIZED (lane threads call MPI "
                            "under one lock)",
                            prov);
+    const char *nm = getenv("CLGRAD_COMM_POLL_US"); /* tuning aid */
+    if (nm && atoi(nm) > 0)
+        g_nap_max = atoi(nm);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
@@ -143,12 +147,14 @@ static double now(void) { return clg_now_sec(); }
             return st_;               \
     } while (0)
 
+/* Sleeps between polls: 10 us growing to g_nap_max (MPI progresses only
+ * inside MPI calls, so long sleeps would stretch every transfer). */
 static void nap(int *us)
 {
     struct timespec ts = {0, (long)*us * 1000L};
     nanosleep(&ts, NULL);
-    if (*us < 1000)
-        *us *= 2;
+    if (*us < g_nap_max)
+        *us = CLG_MIN(2 * *us, g_nap_max);
 }
 
 /* Answers the pings of ranks that are looking for dead peers (g_mu held). */
@@ -393,7 +399,7 @@ clg_status clg_comm_op_wait(clg_err *err, clg_comm_op *op)
     if (!op)
         return CLG_OK;
     double t0 = now();
-    int us = 20;
+    int us = 10;
     for (;;) {
         pthread_mutex_lock(&g_mu);
         test_op(op);
@@ -424,7 +430,7 @@ void clg_comm_op_times(const clg_comm_op *op, double *t0, double *t1)
 static clg_status wait_req(clg_err *err, MPI_Request *req, const char *what)
 {
     double t0 = now();
-    int us = 20;
+    int us = 10;
     for (;;) {
         pthread_mutex_lock(&g_mu);
         int flag = 0, e = MPI_Test(req, &flag, MPI_STATUS_IGNORE), failed = g_failed;
