@@ -1,6 +1,7 @@
 /* Communicator across processes (see comm.h). */
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -55,10 +56,16 @@ struct clg_comm_op {
     size_t gather_cap;
     char msg[160]; /* OP_FAILED */
     double t0, t1;
+    /* ring all-reduce (default): step of 2(R-1), its receive and send */
+    int ring, step;
+    MPI_Request rq[2];
+    float *tmp; /* one chunk received in the reduce-scatter half */
+    size_t tmp_cap;
 };
 
 static int g_mpi = 0;       /* MPI initialized by us */
-static int g_nap_max = 100; /* us: the longest sleep between two polls */
+static int g_nap_max = 1000; /* us: the longest sleep between two polls */
+static int g_use_mpi_iallreduce = 0; /* CLGRAD_ALLREDUCE=mpi: MPI_Iallreduce instead of clgrad's ring */
 static int g_completed = 0; /* an all-reduce has completed (the timeout is no longer stretched) */
 static int g_failed = 0;    /* a wait timed out or failed: every later wait fails at once */
 static char g_fail_msg[400];
@@ -107,6 +114,8 @@ clg_status clg_comm_init(clg_err *err)
                            "MPI provides thread level %d, clgrad needs MPI_THREAD_SERIALIZED (lane threads call MPI "
                            "under one lock)",
                            prov);
+    const char *alg = getenv("CLGRAD_ALLREDUCE");
+    g_use_mpi_iallreduce = alg && strcmp(alg, "mpi") == 0;
     const char *nm = getenv("CLGRAD_COMM_POLL_US"); /* tuning aid */
     if (nm && atoi(nm) > 0)
         g_nap_max = atoi(nm);
@@ -147,10 +156,18 @@ static double now(void) { return clg_now_sec(); }
             return st_;               \
     } while (0)
 
-/* Sleeps between polls: 10 us growing to g_nap_max (MPI progresses only
- * inside MPI calls, so long sleeps would stretch every transfer). */
-static void nap(int *us)
+/* Between two polls of a wait that began at t0: MPI moves data only inside
+ * MPI calls (Open MPI's TCP transport has no progress thread), so any sleep
+ * throttles a transfer to a socket buffer per sleep. The first SPIN_S seconds
+ * of a wait only yield the core; then sleeps of 10 us growing to g_nap_max
+ * (a peer still computing, or gone). */
+#define SPIN_S 2.0
+static void nap(int *us, double t0)
 {
+    if (clg_now_sec() - t0 < SPIN_S) {
+        sched_yield();
+        return;
+    }
     struct timespec ts = {0, (long)*us * 1000L};
     nanosleep(&ts, NULL);
     if (*us < g_nap_max)
@@ -206,7 +223,7 @@ static void find_missing(const char *what, double limit)
             }
             serve_pings();
             pthread_mutex_unlock(&g_mu);
-            nap(&us);
+            nap(&us, t0);
             pthread_mutex_lock(&g_mu);
         }
         for (int r = 0; r < n; r++)
@@ -280,11 +297,92 @@ static void complete(clg_comm_op *op)
     flight_remove(op);
 }
 
+/* Ring all-reduce over R ranks: the buffer in R chunks; R-1 steps of
+ * reduce-scatter (receive chunk c from the left neighbour, add it to ours,
+ * pass it on) leave each rank one fully summed chunk, R-1 steps of
+ * all-gather pass the sums around. Each rank sends 2(R-1)/R of the buffer:
+ * the bandwidth-optimal schedule, with plain point-to-point messages that
+ * Open MPI's TCP transport streams at the link's speed (its MPI_Iallreduce
+ * over TCP moved large buffers at a third of that here). */
+static void chunk(size_t n, int i, size_t *off, size_t *cnt)
+{
+    size_t q = n / (size_t)g_size, r = n % (size_t)g_size;
+    *cnt = q + ((size_t)i < r);
+    *off = (size_t)i * q + CLG_MIN((size_t)i, r);
+}
+
+static int ring_post(clg_comm_op *op)
+{
+    int R = g_size, r = g_rank, s = op->step;
+    int sc, rc; /* chunks sent and received in this step */
+    if (s < R - 1) {
+        sc = ((r - s) % R + R) % R;
+        rc = ((r - s - 1) % R + R) % R;
+    } else {
+        int t = s - (R - 1);
+        sc = ((r + 1 - t) % R + R) % R;
+        rc = ((r - t) % R + R) % R;
+    }
+    size_t so, sn, ro, rn;
+    chunk(op->n, sc, &so, &sn);
+    chunk(op->n, rc, &ro, &rn);
+    float *dst = s < R - 1 ? op->tmp : op->buf + ro;
+    int e = MPI_Irecv(dst, (int)rn, MPI_FLOAT, (r - 1 + R) % R, 21, op->comm, &op->rq[0]);
+    if (e == MPI_SUCCESS)
+        e = MPI_Isend(op->buf + so, (int)sn, MPI_FLOAT, (r + 1) % R, 21, op->comm, &op->rq[1]);
+    return e;
+}
+
+static void fail_op(clg_comm_op *op, const char *call, int e)
+{
+    char s[120];
+    mpi_msg(e, s, sizeof s);
+    snprintf(op->msg, sizeof op->msg, "%s: %s", call, s);
+    op->state = OP_FAILED;
+    flight_remove(op);
+}
+
+/* Advances the ring as far as the messages have arrived (g_mu held). */
+static void ring_test(clg_comm_op *op)
+{
+    int R = g_size;
+    for (;;) {
+        int flag = 0;
+        int e = MPI_Testall(2, op->rq, &flag, MPI_STATUSES_IGNORE);
+        if (e != MPI_SUCCESS) {
+            fail_op(op, "MPI_Testall (ring all-reduce)", e);
+            return;
+        }
+        if (!flag)
+            return;
+        if (op->step < R - 1) { /* reduce-scatter: add the received chunk */
+            int s = op->step, rc = ((g_rank - s - 1) % R + R) % R;
+            size_t ro, rn;
+            chunk(op->n, rc, &ro, &rn);
+            float *dst = op->buf + ro;
+            for (size_t k = 0; k < rn; k++)
+                dst[k] += op->tmp[k];
+        }
+        if (++op->step == 2 * (R - 1)) {
+            complete(op);
+            return;
+        }
+        if ((e = ring_post(op)) != MPI_SUCCESS) {
+            fail_op(op, "MPI_Isend/Irecv (ring all-reduce)", e);
+            return;
+        }
+    }
+}
+
 /* One MPI_Test of the op (g_mu held). */
 static void test_op(clg_comm_op *op)
 {
     if (op->state != OP_FLIGHT)
         return;
+    if (op->ring) {
+        ring_test(op);
+        return;
+    }
     int flag = 0;
     int e = MPI_Test(&op->req, &flag, MPI_STATUS_IGNORE);
     if (e != MPI_SUCCESS) {
@@ -307,7 +405,7 @@ clg_status clg_comm_op_create(clg_err *err, const char *what, clg_comm_op **out)
     if (!op)
         return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
     snprintf(op->what, sizeof op->what, "%s", what);
-    op->req = MPI_REQUEST_NULL;
+    op->req = op->rq[0] = op->rq[1] = MPI_REQUEST_NULL;
     pthread_mutex_lock(&g_mu);
     int e = MPI_Comm_dup(g_main, &op->comm);
     if (e == MPI_SUCCESS)
@@ -330,10 +428,12 @@ void clg_comm_op_free(clg_comm_op *op)
     if (!g_failed) { /* after a failure the job ends: a stuck request cannot be freed */
         if (op->req != MPI_REQUEST_NULL)
             MPI_Wait(&op->req, MPI_STATUS_IGNORE);
+        MPI_Waitall(2, op->rq, MPI_STATUSES_IGNORE);
         MPI_Comm_free(&op->comm);
     }
     pthread_mutex_unlock(&g_mu);
     free(op->gather);
+    free(op->tmp);
     free(op);
 }
 
@@ -348,6 +448,7 @@ void clg_comm_op_start(clg_comm_op *op, float *buf, size_t n, double *sumsq)
     op->t0 = now();
     op->t1 = op->t0;
     op->msg[0] = 0;
+    op->ring = 0;
     int e = MPI_SUCCESS;
     if (n > (size_t)INT_MAX) {
         snprintf(op->msg, sizeof op->msg, "%zu floats exceed one MPI message (use a smaller --bucket-mb)", n);
@@ -366,13 +467,31 @@ void clg_comm_op_start(clg_comm_op *op, float *buf, size_t n, double *sumsq)
         }
         if (!op->msg[0])
             e = MPI_Iallgather(buf, (int)n, MPI_FLOAT, op->gather, (int)n, MPI_FLOAT, op->comm, &op->req);
-    } else {
+    } else if (g_use_mpi_iallreduce) {
         e = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, op->comm, &op->req);
+    } else {
+        size_t need = n / (size_t)g_size + 1;
+        if (need > op->tmp_cap) {
+            float *t = realloc(op->tmp, need * sizeof(float));
+            if (!t) {
+                snprintf(op->msg, sizeof op->msg, "out of memory for the ring all-reduce (%zu floats)", need);
+                op->state = OP_FAILED;
+            } else {
+                op->tmp = t;
+                op->tmp_cap = need;
+            }
+        }
+        op->ring = 1;
+        op->step = 0;
+        op->rq[0] = op->rq[1] = MPI_REQUEST_NULL;
+        if (!op->msg[0])
+            e = ring_post(op);
     }
     if (!op->msg[0] && e != MPI_SUCCESS) {
         char s[120];
         mpi_msg(e, s, sizeof s);
-        snprintf(op->msg, sizeof op->msg, "%s: %s", g_det ? "MPI_Iallgather" : "MPI_Iallreduce", s);
+        snprintf(op->msg, sizeof op->msg, "%s: %s",
+                 g_det ? "MPI_Iallgather" : op->ring ? "MPI_Isend/Irecv (ring all-reduce)" : "MPI_Iallreduce", s);
         op->state = OP_FAILED;
     } else if (!op->msg[0]) {
         op->state = OP_FLIGHT;
@@ -416,7 +535,7 @@ clg_status clg_comm_op_wait(clg_err *err, clg_comm_op *op)
         double lim = limit_now();
         if (now() - t0 > lim)
             return timed_out(err, op->what, lim);
-        nap(&us);
+        nap(&us, t0);
     }
 }
 
@@ -448,7 +567,7 @@ static clg_status wait_req(clg_err *err, MPI_Request *req, const char *what)
         double lim = limit_now();
         if (now() - t0 > lim)
             return timed_out(err, what, lim);
-        nap(&us);
+        nap(&us, t0);
     }
 }
 
