@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parallel/comm.h"
 #include "train/session.h"
 
 void clg_model_params_init(clg_model_params *p)
@@ -172,6 +173,11 @@ clg_status clg_model_predict(clg_model *m, const float *images, int n, float *pr
                            "predict: the model's output is %dx%dx%d per image, not %d class scores (a loss layer on a "
                            "spatial output?)",
                            o->c, o->h, o->w, m->net->classes);
+    if (clg_comm_size() > 1) /* uploads take this rank's slice: the other rows would stay unwritten */
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED,
+                           "predict: runs in one process; under mpirun (%d ranks) use rank 0 alone or run it without "
+                           "mpirun",
+                           clg_comm_size());
     for (int start = 0; start < n; start += B) {
         int cnt = CLG_MIN(B, n - start);
         CLG_TRY(clg_session_stage_wait(m, 0));
