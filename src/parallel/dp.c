@@ -475,10 +475,20 @@ static clg_status after_layer(void *user, int layer, int backward)
                 snprintf(name, sizeof name, "grad read bucket %d", b);
                 clg_trace_cl(dp->trace, l->index, CLG_TR_TRANSFER, name, NULL, l->bev[b]);
             }
-            if (dp->ranks > 1) /* across ranks: sum and start its all-reduce now, overlapping backward */
-                CLG_TRY(arrive_bucket(dp, l, b));
         }
-    clg_comm_progress();
+    if (dp->ranks > 1) { /* across ranks: buckets already on the host arrive now (the last lane sums and
+                            starts the all-reduce, overlapping the rest of backward); never blocks */
+        for (int b = 0; b < dp->nbuckets; b++) {
+            cl_int es = CL_QUEUED;
+            if (!l->bev[b])
+                continue; /* arrived, or not read yet this step */
+            if (clGetEventInfo(l->bev[b], CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof es, &es, NULL) != CL_SUCCESS ||
+                es != CL_COMPLETE)
+                break;
+            CLG_TRY(arrive_bucket(dp, l, b));
+        }
+        clg_comm_progress();
+    }
     return CLG_OK;
 }
 
@@ -543,7 +553,7 @@ static clg_status reduce(clg_dp *dp, clg_lane *l, double t0)
         CLG_CL_CHECK(err, clWaitForEvents(1, &l->wev));
     }
     for (int b = 0; b < dp->nbuckets; b++)
-        if (!(on && dp->ranks > 1)) /* (with ranks, active lanes arrive from after_layer) */
+        if (!on || l->bev[b]) /* (with ranks, an active lane's bucket may have arrived from after_layer) */
             CLG_TRY(arrive_bucket(dp, l, b));
     if (dp->nstate > 0) {
         if (on)
