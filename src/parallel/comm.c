@@ -253,10 +253,18 @@ static void find_missing(const char *what, double limit)
 
 static clg_status timed_out(clg_err *err, const char *what, double limit)
 {
+    static int finding = 0; /* one thread looks for the silent ranks; the others wait for its message */
     pthread_mutex_lock(&g_mu);
-    if (!g_failed) {
-        find_missing(what, limit);
+    if (!g_failed && !finding) {
+        finding = 1;
+        find_missing(what, limit); /* (releases g_mu while it waits for answers) */
         g_failed = 1;
+    }
+    while (!g_failed) {
+        pthread_mutex_unlock(&g_mu);
+        struct timespec ts = {0, 1000000L};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&g_mu);
     }
     pthread_mutex_unlock(&g_mu);
     return clg_err_set(err, CLG_ERR_MPI, "%s", g_fail_msg);

@@ -1,8 +1,8 @@
 #!/bin/sh
 # MPI data parallelism (issue #14) on one machine, with mpirun:
-#  1. -np 2 and -np 3 (uneven slices): weights after 20 steps equal one
-#     process x one device within 1e-5 (max |a-b| / (1 + max |a|); only the
-#     summation order differs: measured ~3e-8);
+#  1. -np 2 and -np 3 (uneven slices), and 2 ranks x 2 devices: weights
+#     after 20 steps equal one process x one device within 1e-5
+#     (max |a-b| / (1 + max |a|); only the summation order differs: ~3e-8);
 #  2. batch norm: 2 ranks x 1 device equal 1 process x 2 devices (even split:
 #     the same slices, the same per-slice statistics) within 1e-5;
 #  3. --deterministic twice (-np 3): bitwise-equal checkpoints; and a run
@@ -68,6 +68,12 @@ for np in 2 3; do
         tail -5 "$tmp/o"; fail "-np $np run failed"
     fi
 done
+
+# ranks x lanes: 2 ranks x 2 devices (hierarchical: lanes on the host, then ranks)
+POCL_DEVICES="basic basic" mpi 2 "$clgrad" train "$tmp/mlp.cfg" $T --split even --save "$tmp/w22.st" >"$tmp/o" 2>&1 ||
+    { tail -5 "$tmp/o"; fail "2 ranks x 2 devices run"; }
+grep -q "MPI ranks 2 x 2" "$tmp/o" || fail "2 ranks x 2 devices: no 'MPI ranks 2 x 2' line"
+cmp_w "$tmp/w1.st" "$tmp/w22.st" 1e-5 || fail "2 ranks x 2 devices: weights differ from one process"
 
 # 2. batch norm: ranks = lanes
 POCL_DEVICES="basic basic" "$clgrad" train "$tmp/bn.cfg" $T --split even --save "$tmp/b1.st" >"$tmp/o" 2>&1 ||
