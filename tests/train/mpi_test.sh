@@ -60,7 +60,12 @@ T="--data $tmp/data --epochs 100 --steps 20 --no-eval --quiet"
 # 1. ranks vs one process
 "$clgrad" train "$tmp/mlp.cfg" $T --save "$tmp/w1.st" >"$tmp/o" 2>&1 || { cat "$tmp/o"; fail "1 process run"; }
 for np in 2 3; do
-    if mpi $np "$clgrad" train "$tmp/mlp.cfg" $T --save "$tmp/w$np.st" >"$tmp/o" 2>&1; then
+    if mpi $np "$clgrad" train "$tmp/mlp.cfg" $T --save "$tmp/w$np.st" --trace "$tmp/tr$np.json" >"$tmp/o" 2>&1; then
+        for r in $(seq 0 $((np - 1))); do # a trace per rank, each with its MPI row and the buckets' all-reduces
+            f="$tmp/tr$np.json"; [ $r -gt 0 ] && f="$tmp/tr$np.rank$r.json"
+            grep -q "\"MPI rank $r of $np\"" "$f" 2>/dev/null && grep -q '"all-reduce bucket 0 (' "$f" ||
+                fail "-np $np: trace of rank $r ($f) lacks the MPI row or its all-reduce spans"
+        done
         grep -q "MPI ranks $np x 1" "$tmp/o" || fail "-np $np: no 'MPI ranks $np x 1' line (rank 0 reports once)"
         [ "$(grep -c '^trained' "$tmp/o")" -eq 1 ] || fail "-np $np: the result was printed $(grep -c '^trained' "$tmp/o") times"
         cmp_w "$tmp/w1.st" "$tmp/w$np.st" 1e-5 || fail "-np $np weights differ from one process"
