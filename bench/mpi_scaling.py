@@ -89,6 +89,39 @@ def grad_buckets(clgrad, model, batch):
     return [sizes[k] for k in sorted(sizes)], host / 4
 
 
+def tcp_loopback_gbs(mib=256):
+    """The loopback link itself: one TCP stream over 127.0.0.1 (Python sockets, 4 MiB writes)."""
+    import socket
+    import threading
+    import time
+    n = mib << 20
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+
+    def rx():
+        c, _ = srv.accept()
+        got, m = 0, memoryview(bytearray(4 << 20))
+        while got < n:
+            got += c.recv_into(m)
+        c.sendall(b"x")
+        c.close()
+
+    t = threading.Thread(target=rx)
+    t.start()
+    s = socket.create_connection(srv.getsockname())
+    buf = bytearray(4 << 20)
+    t0 = time.time()
+    for _ in range(n // len(buf)):
+        s.sendall(buf)
+    s.recv(1)
+    dt = time.time() - t0
+    t.join()
+    s.close()
+    srv.close()
+    return n / dt / 1e9
+
+
 def t_ar(n, mib, bw_gbs, alpha_s):
     if n < 2:
         return 0.0
@@ -158,6 +191,7 @@ def main():
         res["buckets_mib"], res["host_ms"] = buckets, host_ms
         ar, link = bench_allreduce(a.clgrad, 64, MPI + ["-np", "2"])
         res["link_gbs"] = link
+        res["tcp_loopback_gbs"] = statistics.median(tcp_loopback_gbs() for _ in range(3))
         res["ar64_busbw"] = ar[64 << 20]["busbw_gbs"]
         if a.netns:
             arn, linkn = bench_allreduce(a.clgrad, 64, a.netns)
@@ -178,8 +212,9 @@ def main():
               "predicted %.1f ms/step, measured %.1f ms/step (1 rank at %d: %.1f ms)" % (
                   B // 2, res["half_ms"], res["host_ms"], sum(buckets), len(buckets), res["bw_at_grad"], pred,
                   res["two_ms"], B, res["one_ms"]))
-        print("bench allreduce 64 MiB: bus bandwidth %.3f GB/s, link ping-pong %.3f GB/s (%.2fx)" % (
-            res["ar64_busbw"], link, link / res["ar64_busbw"]))
+        print("bench allreduce 64 MiB: bus bandwidth %.3f GB/s, MPI ping-pong %.3f GB/s (%.2fx), TCP loopback "
+              "stream %.3f GB/s (%.2fx)" % (res["ar64_busbw"], link, link / res["ar64_busbw"],
+                                            res["tcp_loopback_gbs"], res["tcp_loopback_gbs"] / res["ar64_busbw"]))
         if a.netns:
             print("netns link: all-reduce 64 MiB %.3f GB/s, ping-pong %.3f GB/s (%.2fx)" % (
                 res["ns_ar64_busbw"], res["ns_link_gbs"], res["ns_link_gbs"] / res["ns_ar64_busbw"]))
