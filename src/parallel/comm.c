@@ -65,6 +65,7 @@ struct clg_comm_op {
 
 static int g_mpi = 0;       /* MPI initialized by us */
 static int g_nap_max = 1000; /* us: the longest sleep between two polls */
+static double g_spin_s = 2.0; /* s: a wait spins (yielding) this long before it sleeps */
 static int g_use_mpi_iallreduce = 0; /* CLGRAD_ALLREDUCE=mpi: MPI_Iallreduce instead of clgrad's ring */
 static int g_completed = 0; /* an all-reduce has completed (the timeout is no longer stretched) */
 static int g_failed = 0;    /* a wait timed out or failed: every later wait fails at once */
@@ -119,6 +120,9 @@ clg_status clg_comm_init(clg_err *err)
     const char *nm = getenv("CLGRAD_COMM_POLL_US"); /* tuning aid */
     if (nm && atoi(nm) > 0)
         g_nap_max = atoi(nm);
+    const char *sp = getenv("CLGRAD_COMM_SPIN_S"); /* tuning aid */
+    if (sp && atof(sp) >= 0)
+        g_spin_s = atof(sp);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
@@ -158,13 +162,12 @@ static double now(void) { return clg_now_sec(); }
 
 /* Between two polls of a wait that began at t0: MPI moves data only inside
  * MPI calls (Open MPI's TCP transport has no progress thread), so any sleep
- * throttles a transfer to a socket buffer per sleep. The first SPIN_S seconds
- * of a wait only yield the core; then sleeps of 10 us growing to g_nap_max
+ * throttles a transfer to a socket buffer per sleep. The first g_spin_s seconds
+ * of a wait only yield the core (g_spin_s); then sleeps of 10 us growing to g_nap_max
  * (a peer still computing, or gone). */
-#define SPIN_S 2.0
 static void nap(int *us, double t0)
 {
-    if (clg_now_sec() - t0 < SPIN_S) {
+    if (clg_now_sec() - t0 < g_spin_s) {
         sched_yield();
         return;
     }
