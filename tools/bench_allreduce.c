@@ -88,7 +88,7 @@ int bench_allreduce(int argc, char **argv)
     int rc = CLI_OK;
     if (me == 0 && !json)
         printf("%d ranks, %s all-reduce of float sums\n%12s %8s %12s %12s %12s\n", R,
-               det ? "deterministic (gather + rank order)" : "MPI_Iallreduce", "bytes", "iters", "median ms",
+               det ? "deterministic (gather + rank order)" : clg_comm_algorithm(), "bytes", "iters", "median ms",
                "algbw GB/s", "busbw GB/s");
     for (size_t bytes = minb; bytes <= maxb && rc == CLI_OK; bytes *= 4) {
         size_t n = bytes / sizeof(float);

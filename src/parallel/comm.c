@@ -38,6 +38,13 @@ void clg_comm_slice(int n, int *off, int *cnt)
 
 #include <mpi.h>
 
+static int g_use_mpi_iallreduce = 0; /* CLGRAD_ALLREDUCE=mpi: MPI_Iallreduce instead of clgrad's ring */
+
+const char *clg_comm_algorithm(void)
+{
+    return g_det ? "rank-ordered" : g_use_mpi_iallreduce ? "MPI_Iallreduce" : "ring";
+}
+
 #define TAG_PING 7101
 #define TAG_PONG 7102
 #define MAX_INFLIGHT 4096
@@ -64,9 +71,8 @@ struct clg_comm_op {
 };
 
 static int g_mpi = 0;       /* MPI initialized by us */
-static int g_nap_max = 1000; /* us: the longest sleep between two polls */
-static double g_spin_s = 2.0; /* s: a wait spins (yielding) this long before it sleeps */
-static int g_use_mpi_iallreduce = 0; /* CLGRAD_ALLREDUCE=mpi: MPI_Iallreduce instead of clgrad's ring */
+static int g_nap_max = 200; /* us: the longest sleep between two polls */
+static double g_spin_s = 0.02; /* s: a wait spins (yielding) this long before it sleeps */
 static int g_completed = 0; /* an all-reduce has completed (the timeout is no longer stretched) */
 static int g_failed = 0;    /* a wait timed out or failed: every later wait fails at once */
 static char g_fail_msg[400];
@@ -161,10 +167,13 @@ static double now(void) { return clg_now_sec(); }
     } while (0)
 
 /* Between two polls of a wait that began at t0: MPI moves data only inside
- * MPI calls (Open MPI's TCP transport has no progress thread), so any sleep
- * throttles a transfer to a socket buffer per sleep. The first g_spin_s seconds
- * of a wait only yield the core (g_spin_s); then sleeps of 10 us growing to g_nap_max
- * (a peer still computing, or gone). */
+ * MPI calls (Open MPI's TCP transport has no progress thread), so long sleeps
+ * throttle a transfer (1 ms sleeps cost Open MPI's MPI_Iallreduce a third of
+ * its speed here); sleeps of up to 200 us cost the ring nothing measurable,
+ * and do not take a core from the other ranks of a loaded machine as spinning
+ * does. The first g_spin_s seconds of a wait only yield the core; then sleeps
+ * of 10 us growing to g_nap_max. CLGRAD_COMM_SPIN_S / CLGRAD_COMM_POLL_US
+ * change both (tuning aids). */
 static void nap(int *us, double t0)
 {
     if (clg_now_sec() - t0 < g_spin_s) {
@@ -671,6 +680,8 @@ clg_status clg_comm_pingpong(clg_err *err, void *buf, size_t bytes, int reps, do
 }
 
 #else /* no MPI: one rank */
+
+const char *clg_comm_algorithm(void) { return g_det ? "rank-ordered" : "none (one rank)"; }
 
 struct clg_comm_op {
     int unused;

@@ -36,6 +36,8 @@ CLG_INTERNAL int clg_comm_size(void);
  * deterministic (rank-ordered) reduction. */
 CLG_INTERNAL void clg_comm_configure(double timeout_s, int deterministic);
 CLG_INTERNAL int clg_comm_deterministic(void);
+/* "ring", "MPI_Iallreduce" (CLGRAD_ALLREDUCE=mpi) or "rank-ordered" (deterministic). */
+CLG_INTERNAL const char *clg_comm_algorithm(void);
 CLG_INTERNAL double clg_comm_timeout(void);
 
 /* This rank's slice [*off, *off + *cnt) of n items split over the ranks

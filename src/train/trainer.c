@@ -633,7 +633,7 @@ clg_status clg_train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_repo
             fprintf(stderr, "MPI: %d ranks x these devices, each rank takes 1/%d of every global batch of %d (%s "
                             "all-reduce, timeout %.0f s)\n",
                     clg_comm_size(), clg_comm_size(), ts.m->net->batch,
-                    clg_comm_deterministic() ? "deterministic rank-ordered" : "ring", clg_comm_timeout());
+                    clg_comm_algorithm(), clg_comm_timeout());
         if (fp16)
             fprintf(stderr,
                     "precision fp16: activations %.2f MiB planned (half tensors + fp32 working buffers) vs %.2f MiB "
