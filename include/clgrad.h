@@ -9,6 +9,17 @@
  *   detail of the last failure is kept on the handle: clg_last_error(ctx).
  *   The library never exits or aborts on bad input.
  *
+ * ABI
+ *   Every params struct (clg_*_params) starts with `size_t size`, which its
+ *   _init macro sets to the sizeof the application was compiled with; the
+ *   library reads only the fields within that size and takes defaults for
+ *   fields added later, so an application built against this header keeps
+ *   working with later libraries of the same soname (CLG_ABI_VERSION).
+ *   Always initialise a params struct with its _init macro. Fields are only
+ *   ever appended. The primitives API (clgrad_prim.h: GEMM, convolution,
+ *   pooling, softmax on the caller's OpenCL queue and buffers) follows the
+ *   same rule.
+ *
  * Thread safety
  *   A context is used by one thread at a time. clg_status_string() and
  *   clg_version*() are safe from any thread.
@@ -56,8 +67,11 @@ extern "C" {
 
 /* ---- version ---- */
 #define CLG_VERSION_MAJOR 0
-#define CLG_VERSION_MINOR 1
+#define CLG_VERSION_MINOR 2
 #define CLG_VERSION_PATCH 0
+/* The library's soname number (libclgrad.so.CLG_ABI_VERSION): changes only
+ * when a binary built against an older header can no longer work. */
+#define CLG_ABI_VERSION 1
 #define CLG_VERSION_HEX ((CLG_VERSION_MAJOR << 16) | (CLG_VERSION_MINOR << 8) | CLG_VERSION_PATCH)
 
 /* (major << 16) | (minor << 8) | patch of the library actually loaded. */
@@ -98,6 +112,7 @@ CLG_API const char *clg_status_name(clg_status st);
 typedef struct clg_ctx clg_ctx;
 
 typedef struct clg_ctx_params {
+    size_t size; /* sizeof, set by clg_ctx_params_init (see "ABI" above) */
     /* Device selector (borrowed): "all" (default), "gpu", "cpu",
      * an index list "0,2", or "name:SUBSTRING". Overridden by the
      * CLGRAD_DEVICES environment variable when NULL. */
@@ -115,7 +130,9 @@ typedef struct clg_ctx_params {
     int verbose;
 } clg_ctx_params;
 
-CLG_API void clg_ctx_params_init(clg_ctx_params *p);
+/* Defaults. A macro: passes the sizeof the caller was compiled with. */
+CLG_API void clg_ctx_params_init_size(clg_ctx_params *p, size_t size);
+#define clg_ctx_params_init(p) clg_ctx_params_init_size((p), sizeof *(p))
 /* Creates a context on the selected devices. On failure *out is NULL and
  * clg_last_error(NULL) tells why. */
 CLG_API clg_status clg_ctx_create(const clg_ctx_params *p, clg_ctx **out);
@@ -195,6 +212,7 @@ CLG_API clg_status clg_selfcheck(clg_ctx *ctx, double *max_rel_err);
 typedef struct clg_model clg_model;
 
 typedef struct clg_model_params {
+    size_t size;        /* sizeof, set by clg_model_params_init (see "ABI" above) */
     int device;         /* device index in the context (default 0) */
     int batch;          /* largest batch per call; 0: the model file's [net] batch */
     uint64_t seed;      /* weight initialisation seed (default 1) */
@@ -226,7 +244,9 @@ typedef struct clg_metrics {
     int samples;        /* samples in that call */
 } clg_metrics;
 
-CLG_API void clg_model_params_init(clg_model_params *p);
+/* Defaults. A macro: passes the sizeof the caller was compiled with. */
+CLG_API void clg_model_params_init_size(clg_model_params *p, size_t size);
+#define clg_model_params_init(p) clg_model_params_init_size((p), sizeof *(p))
 /* Builds a model from a file or from model text (source_name may be NULL).
  * Errors (with line numbers) through clg_last_error(ctx). */
 CLG_API clg_status clg_model_create_file(clg_ctx *ctx, const char *path, const clg_model_params *p, clg_model **out);
@@ -254,6 +274,7 @@ CLG_API clg_status clg_model_metrics(const clg_model *m, clg_metrics *out);
 
 /* Whole training runs (what `clgrad train` does). */
 typedef struct clg_train_params {
+    size_t size;                /* sizeof, set by clg_train_params_init (see "ABI" above) */
     const char *model;          /* model file (required) */
     const char *data;           /* "fashion-mnist", "mnist", "cifar10" or a path (required) */
     int device;                 /* device index in the context (default 0) */
@@ -295,7 +316,9 @@ typedef struct clg_train_report {
     char shares[128];                  /* their final batch shares, "0.50/0.50" */
 } clg_train_report;
 
-CLG_API void clg_train_params_init(clg_train_params *p);
+/* Defaults. A macro: passes the sizeof the caller was compiled with. */
+CLG_API void clg_train_params_init_size(clg_train_params *p, size_t size);
+#define clg_train_params_init(p) clg_train_params_init_size((p), sizeof *(p))
 CLG_API clg_status clg_train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_report *out);
 
 /* Evaluation of a model on a dataset ("fashion-mnist", ... or a path; the
@@ -316,6 +339,7 @@ CLG_API void clg_free(void *p);
 
 /* Training throughput on synthetic data (what `clgrad bench train` does). */
 typedef struct clg_bench_train_params {
+    size_t size;       /* sizeof, set by clg_bench_train_params_init (see "ABI" above) */
     const char *model; /* model file */
     int device;        /* device index (default 0) */
     int batch;         /* default 128 */
@@ -336,7 +360,9 @@ typedef struct clg_bench_train_report {
     int devices;          /* devices used */
     char shares[128];     /* their batch shares at the end, "0.50/0.50" */
 } clg_bench_train_report;
-CLG_API void clg_bench_train_params_init(clg_bench_train_params *p);
+/* Defaults. A macro: passes the sizeof the caller was compiled with. */
+CLG_API void clg_bench_train_params_init_size(clg_bench_train_params *p, size_t size);
+#define clg_bench_train_params_init(p) clg_bench_train_params_init_size((p), sizeof *(p))
 CLG_API clg_status clg_bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_bench_train_report *out);
 
 /* ====================================================================== */

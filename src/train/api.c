@@ -5,23 +5,31 @@
 
 #include "train/session.h"
 
-void clg_model_params_init(clg_model_params *p)
+static void model_params_defaults(clg_model_params *p)
 {
     memset(p, 0, sizeof *p);
+    p->size = sizeof *p;
     p->seed = 1;
     p->learning_rate = -1;
     p->momentum = -1;
     p->weight_decay = -1;
 }
 
+void clg_model_params_init_size(clg_model_params *p, size_t size)
+{
+    clg_model_params d;
+    model_params_defaults(&d);
+    clg_sized_init(p, size, &d, sizeof d);
+}
+
 static clg_status model_create(clg_ctx *ctx, const char *text, const char *source, const clg_model_params *p,
                                clg_model **out)
 {
-    clg_model_params def;
-    if (!p) {
-        clg_model_params_init(&def);
-        p = &def;
-    }
+    clg_model_params def; /* the caller's fields within its size, defaults after */
+    model_params_defaults(&def);
+    if (p)
+        CLG_TRY(clg_sized_read(&ctx->err, "clg_model_params", &def, sizeof def, p));
+    p = &def;
     int fp16 = clg_precision_parse(p->precision);
     if (fp16 < 0)
         return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG, "unknown precision '%s' (fp32 or fp16)", p->precision);
@@ -309,13 +317,21 @@ clg_status clg_model_predict_file(clg_model *m, const char *path, float **probs,
 
 // ---- bench ----
 
-void clg_bench_train_params_init(clg_bench_train_params *p)
+static void bench_train_params_defaults(clg_bench_train_params *p)
 {
     memset(p, 0, sizeof *p);
+    p->size = sizeof *p;
     p->batch = 128;
     p->steps = 20;
     p->warmup = 3;
     p->seed = 1;
+}
+
+void clg_bench_train_params_init_size(clg_bench_train_params *p, size_t size)
+{
+    clg_bench_train_params d;
+    bench_train_params_defaults(&d);
+    clg_sized_init(p, size, &d, sizeof d);
 }
 
 static int cmp_d(const void *a, const void *b)
@@ -327,7 +343,13 @@ static int cmp_d(const void *a, const void *b)
 clg_status clg_bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_bench_train_report *out)
 {
     clg_err *err = ctx ? &ctx->err : NULL;
-    if (!ctx || !p || !p->model || !out)
+    if (!ctx || !p || !out)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "bench train: context, params and report are required");
+    clg_bench_train_params pl; /* the caller's fields within its size, defaults after */
+    bench_train_params_defaults(&pl);
+    CLG_TRY(clg_sized_read(err, "clg_bench_train_params", &pl, sizeof pl, p));
+    p = &pl;
+    if (!p->model)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "bench train: model is required");
     if (p->batch < 1 || p->steps < 1 || p->warmup < 0)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "bench train: batch and steps must be >= 1");

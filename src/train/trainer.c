@@ -12,9 +12,10 @@
 #include "train/session.h"
 #include "train/trainer.h"
 
-void clg_train_params_init(clg_train_params *p)
+static void train_params_defaults(clg_train_params *p)
 {
     memset(p, 0, sizeof *p);
+    p->size = sizeof *p;
     p->learning_rate = -1;
     p->warmup = -1;
     p->momentum = -1;
@@ -22,6 +23,13 @@ void clg_train_params_init(clg_train_params *p)
     p->clip_norm = -1;
     p->seed = 1;
     p->precision = "fp32";
+}
+
+void clg_train_params_init_size(clg_train_params *p, size_t size)
+{
+    clg_train_params d;
+    train_params_defaults(&d);
+    clg_sized_init(p, size, &d, sizeof d);
 }
 
 typedef struct epoch_row {
@@ -540,7 +548,13 @@ static clg_status run(train_state *ts, clg_train_report *rep)
 clg_status clg_train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_report *out)
 {
     clg_err *err = ctx ? &ctx->err : NULL;
-    if (!ctx || !p || !p->model || !p->data)
+    if (!ctx || !p)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "train: context and params are required");
+    clg_train_params pl; /* the caller's fields within its size, defaults after */
+    train_params_defaults(&pl);
+    CLG_TRY(clg_sized_read(err, "clg_train_params", &pl, sizeof pl, p));
+    p = &pl;
+    if (!p->model || !p->data)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "train: model and data are required");
     clg_train_report rep;
     memset(&rep, 0, sizeof rep);

@@ -7,7 +7,7 @@
 
 #define NOT_BUILT(err) clg_err_set((err), CLG_ERR_UNSUPPORTED, "models and training are not built into this library yet")
 
-void clg_model_params_init(clg_model_params *p) { memset(p, 0, sizeof *p); }
+void clg_model_params_init_size(clg_model_params *p, size_t size) { memset(p, 0, size); p->size = size; }
 clg_status clg_model_create_file(clg_ctx *ctx, const char *path, const clg_model_params *p, clg_model **out)
 {
     (void)ctx, (void)path, (void)p;
@@ -48,7 +48,7 @@ clg_status clg_model_train_step(clg_model *m, const float *x, const int32_t *lab
     return NOT_BUILT(NULL);
 }
 clg_status clg_model_metrics(const clg_model *m, clg_metrics *out) { (void)m, (void)out; return NOT_BUILT(NULL); }
-void clg_train_params_init(clg_train_params *p) { memset(p, 0, sizeof *p); }
+void clg_train_params_init_size(clg_train_params *p, size_t size) { memset(p, 0, size); p->size = size; }
 clg_status clg_train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_report *out)
 {
     (void)p, (void)out;
@@ -66,7 +66,7 @@ clg_status clg_model_predict_file(clg_model *m, const char *path, float **probs,
     return NOT_BUILT(NULL);
 }
 void clg_free(void *p) { free(p); }
-void clg_bench_train_params_init(clg_bench_train_params *p) { memset(p, 0, sizeof *p); }
+void clg_bench_train_params_init_size(clg_bench_train_params *p, size_t size) { memset(p, 0, size); p->size = size; }
 clg_status clg_bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_bench_train_report *out)
 {
     (void)p, (void)out;
