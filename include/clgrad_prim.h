@@ -41,7 +41,7 @@
  *   ones, so fields appended in later versions do not break binaries built
  *   against this header. Always call the _init function first.
  *
- * Example (examples/prim_gemm.c is a complete program):
+ * Example (examples/primitives.c is a complete program, built and run by the tests):
  *
  *   clg_prim_params pp;
  *   clg_prim_params_init(&pp);
