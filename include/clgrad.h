@@ -252,6 +252,14 @@ CLG_API void clg_model_params_init_size(clg_model_params *p, size_t size);
 CLG_API clg_status clg_model_create_file(clg_ctx *ctx, const char *path, const clg_model_params *p, clg_model **out);
 CLG_API clg_status clg_model_create_string(clg_ctx *ctx, const char *text, const char *source_name,
                                            const clg_model_params *p, clg_model **out);
+/* A model argument to a path: an existing file as is; otherwise a shipped
+ * model by name ("lenet5" or "lenet5.cfg"), looked up in $CLGRAD_MODEL_DIR,
+ * in share/clgrad/models of the installed tree the library was loaded from,
+ * in the configured install directory, and in the source tree's models/ (an
+ * uninstalled build). out receives the path (cap bytes); CLG_ERR_NOT_FOUND
+ * names the directories searched and the models they hold
+ * (clg_last_error(NULL)). */
+CLG_API clg_status clg_model_find(const char *name, char *out, size_t cap);
 /* NULL is a no-op. */
 CLG_API void clg_model_destroy(clg_model *m);
 /* Input shape, classes and the largest batch per call. */

@@ -132,8 +132,20 @@ int cli_model_arg(const char *cmd, const char *arg, const char **model)
         return cli_usage_error(cmd, "unknown option '%s'", arg);
     if (*model)
         return cli_usage_error(cmd, "more than one model file ('%s' and '%s')", *model, arg);
-    *model = arg;
-    return cli_model_file_check(cmd, arg);
+    *model = cli_model_resolve(arg);
+    if (*model == arg && !strchr(arg, '/') && access(arg, F_OK) != 0) /* neither a file nor a shipped model */
+        return cli_fail("%s: %s", cmd, clg_last_error(NULL));
+    return cli_model_file_check(cmd, *model);
+}
+
+const char *cli_model_resolve(const char *arg)
+{
+    /* a shipped model by name: `clgrad train lenet5` from any directory */
+    static char found[4][4096];
+    static int nfound;
+    if (nfound < 4 && clg_model_find(arg, found[nfound], sizeof found[0]) == CLG_OK)
+        return found[nfound++];
+    return arg; /* a missing file is reported by the library */
 }
 
 int cli_model_file_check(const char *cmd, const char *path)

@@ -68,6 +68,9 @@ int bench_train(int argc, char **argv);
 /* Exit 1 with "path:offset N" when a model file holds a NUL byte, or a
  * message when it is a directory/FIFO/device; CLI_OK otherwise (a missing
  * file is left to the library to report). */
+/* A model argument as a path: itself when it is a file, else the shipped
+ * model of that name (clg_model_find), else itself (the library reports it). */
+const char *cli_model_resolve(const char *arg);
 int cli_model_file_check(const char *cmd, const char *path);
 
 #endif
