@@ -64,6 +64,7 @@ int cmd_predict(int argc, char **argv);
 int bench_gemm(int argc, char **argv);
 int bench_conv(int argc, char **argv);
 int bench_train(int argc, char **argv);
+int bench_prim(int argc, char **argv);
 
 /* Exit 1 with "path:offset N" when a model file holds a NUL byte, or a
  * message when it is a directory/FIFO/device; CLI_OK otherwise (a missing
