@@ -15,8 +15,12 @@
  *   library reads only the fields within that size and takes defaults for
  *   fields added later, so an application built against this header keeps
  *   working with later libraries of the same soname (CLG_ABI_VERSION).
- *   Always initialise a params struct with its _init macro. Fields are only
- *   ever appended. The primitives API (clgrad_prim.h: GEMM, convolution,
+ *   Always initialise a params struct with its _init macro. Calls that fill
+ *   a struct (clg_device_info_get, clg_pool_stats_get, clg_model_metrics,
+ *   clg_model_evaluate, clg_train_run, clg_bench_train) are macros that pass
+ *   the caller's sizeof, and the library writes no more than that. Fields are
+ *   only ever appended, each starting at or after the previous version's
+ *   sizeof. The primitives API (clgrad_prim.h: GEMM, convolution,
  *   pooling, softmax on the caller's OpenCL queue and buffers) follows the
  *   same rule.
  *
@@ -173,7 +177,9 @@ typedef struct clg_device_info {
 
 /* Number of devices in the context (>= 1 for a created context). */
 CLG_API int clg_device_count(const clg_ctx *ctx);
-CLG_API clg_status clg_device_info_get(const clg_ctx *ctx, int index, clg_device_info *out);
+/* A macro: passes the sizeof of *out the caller was compiled with (only that much is written). */
+CLG_API clg_status clg_device_info_get_size(const clg_ctx *ctx, int index, clg_device_info *out, size_t size);
+#define clg_device_info_get(ctx, index, out) clg_device_info_get_size((ctx), (index), (out), sizeof *(out))
 
 /* Buffer pool statistics of one device. */
 typedef struct clg_pool_stats {
@@ -185,7 +191,8 @@ typedef struct clg_pool_stats {
     uint64_t failures;       /* allocations that failed */
 } clg_pool_stats;
 
-CLG_API clg_status clg_pool_stats_get(const clg_ctx *ctx, int device, clg_pool_stats *out);
+CLG_API clg_status clg_pool_stats_get_size(const clg_ctx *ctx, int device, clg_pool_stats *out, size_t size);
+#define clg_pool_stats_get(ctx, device, out) clg_pool_stats_get_size((ctx), (device), (out), sizeof *(out))
 
 /* Runs a small GEMM on every device against a host reference in double.
  * Returns CLG_OK when every device agrees within tolerance; max_rel_err
@@ -278,7 +285,8 @@ CLG_API clg_status clg_model_save_weights(clg_model *m, const char *path);
 CLG_API clg_status clg_model_predict(clg_model *m, const float *images, int n, float *probs);
 /* One training step (forward, backward, optimizer) on n <= batch images. */
 CLG_API clg_status clg_model_train_step(clg_model *m, const float *images, const int32_t *labels, int n);
-CLG_API clg_status clg_model_metrics(const clg_model *m, clg_metrics *out);
+CLG_API clg_status clg_model_metrics_size(const clg_model *m, clg_metrics *out, size_t size);
+#define clg_model_metrics(m, out) clg_model_metrics_size((m), (out), sizeof *(out))
 
 /* Whole training runs (what `clgrad train` does). */
 typedef struct clg_train_params {
@@ -327,7 +335,9 @@ typedef struct clg_train_report {
 /* Defaults. A macro: passes the sizeof the caller was compiled with. */
 CLG_API void clg_train_params_init_size(clg_train_params *p, size_t size);
 #define clg_train_params_init(p) clg_train_params_init_size((p), sizeof *(p))
-CLG_API clg_status clg_train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_report *out);
+/* A macro: the report's sizeof goes with it (see "ABI"); out must not be NULL. */
+CLG_API clg_status clg_train_run_size(clg_ctx *ctx, const clg_train_params *p, clg_train_report *out, size_t size);
+#define clg_train_run(ctx, p, out) clg_train_run_size((ctx), (p), (out), sizeof *(out))
 
 /* Evaluation of a model on a dataset ("fashion-mnist", ... or a path; the
  * test split). limit > 0 uses only the first limit samples. */
@@ -337,7 +347,9 @@ typedef struct clg_eval_report {
     double loss, accuracy;
     int64_t *confusion; /* classes x classes, row = true class, column = predicted; malloc'd */
 } clg_eval_report;
-CLG_API clg_status clg_model_evaluate(clg_model *m, const char *data, long limit, clg_eval_report *out);
+CLG_API clg_status clg_model_evaluate_size(clg_model *m, const char *data, long limit, clg_eval_report *out,
+                                           size_t size);
+#define clg_model_evaluate(m, data, limit, out) clg_model_evaluate_size((m), (data), (limit), (out), sizeof *(out))
 CLG_API void clg_eval_report_free(clg_eval_report *r);
 /* Predicts every image of an IDX images file or a PGM image (resized
  * images are not supported: the shape must match the model input).
@@ -371,7 +383,9 @@ typedef struct clg_bench_train_report {
 /* Defaults. A macro: passes the sizeof the caller was compiled with. */
 CLG_API void clg_bench_train_params_init_size(clg_bench_train_params *p, size_t size);
 #define clg_bench_train_params_init(p) clg_bench_train_params_init_size((p), sizeof *(p))
-CLG_API clg_status clg_bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_bench_train_report *out);
+CLG_API clg_status clg_bench_train_size(clg_ctx *ctx, const clg_bench_train_params *p, clg_bench_train_report *out,
+                                        size_t size);
+#define clg_bench_train(ctx, p, out) clg_bench_train_size((ctx), (p), (out), sizeof *(out))
 
 /* ====================================================================== */
 

@@ -499,25 +499,25 @@ const char *clg_last_error(const clg_ctx *ctx)
 
 int clg_device_count(const clg_ctx *ctx) { return ctx ? ctx->ndev : 0; }
 
-clg_status clg_device_info_get(const clg_ctx *ctx, int index, clg_device_info *out)
+clg_status clg_device_info_get_size(const clg_ctx *ctx, int index, clg_device_info *out, size_t size)
 {
     if (!ctx || !out)
         return clg_err_set(NULL, CLG_ERR_INVALID_ARG, "clg_device_info_get: NULL argument");
     if (index < 0 || index >= ctx->ndev)
         return clg_err_set((clg_err *)&ctx->err, CLG_ERR_INVALID_ARG, "device index %d out of range (0..%d)", index,
                            ctx->ndev - 1);
-    *out = ctx->devs[index].info;
+    clg_sized_write(out, size, &ctx->devs[index].info, sizeof(clg_device_info)); /* the caller's sizeof */
     return CLG_OK;
 }
 
-clg_status clg_pool_stats_get(const clg_ctx *ctx, int device, clg_pool_stats *out)
+clg_status clg_pool_stats_get_size(const clg_ctx *ctx, int device, clg_pool_stats *out, size_t size)
 {
     if (!ctx || !out)
         return clg_err_set(NULL, CLG_ERR_INVALID_ARG, "clg_pool_stats_get: NULL argument");
     if (device < 0 || device >= ctx->ndev)
         return clg_err_set((clg_err *)&ctx->err, CLG_ERR_INVALID_ARG, "device index %d out of range (0..%d)",
                            device, ctx->ndev - 1);
-    *out = ctx->devs[device].pool.stats;
+    clg_sized_write(out, size, &ctx->devs[device].pool.stats, sizeof(clg_pool_stats));
     return CLG_OK;
 }
 

@@ -215,16 +215,28 @@ clg_status clg_model_train_step(clg_model *m, const float *images, const int32_t
     return CLG_OK;
 }
 
-clg_status clg_model_metrics(const clg_model *m, clg_metrics *out)
+clg_status clg_model_metrics_size(const clg_model *m, clg_metrics *out, size_t size)
 {
     if (!m || !out)
         return clg_err_set(NULL, CLG_ERR_INVALID_ARG, "metrics: model and out are required");
-    *out = m->last;
-    out->step = m->step;
+    clg_metrics r = m->last;
+    r.step = m->step;
+    clg_sized_write(out, size, &r, sizeof r); /* the caller's sizeof */
     return CLG_OK;
 }
 
-clg_status clg_model_evaluate(clg_model *m, const char *data, long limit, clg_eval_report *out)
+static clg_status model_evaluate(clg_model *m, const char *data, long limit, clg_eval_report *out);
+
+clg_status clg_model_evaluate_size(clg_model *m, const char *data, long limit, clg_eval_report *out, size_t size)
+{
+    clg_eval_report r;
+    memset(&r, 0, sizeof r);
+    clg_status st = model_evaluate(m, data, limit, out ? &r : NULL);
+    clg_sized_write(out, size, &r, sizeof r); /* the caller's sizeof */
+    return st;
+}
+
+static clg_status model_evaluate(clg_model *m, const char *data, long limit, clg_eval_report *out)
 {
     if (!m || !data || !out)
         return clg_err_set(m ? &m->ctx->err : NULL, CLG_ERR_INVALID_ARG, "evaluate: model, data and out are required");
@@ -340,7 +352,19 @@ static int cmp_d(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-clg_status clg_bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_bench_train_report *out)
+static clg_status bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_bench_train_report *out);
+
+clg_status clg_bench_train_size(clg_ctx *ctx, const clg_bench_train_params *p, clg_bench_train_report *out,
+                                size_t size)
+{
+    clg_bench_train_report r;
+    memset(&r, 0, sizeof r);
+    clg_status st = bench_train(ctx, p, out ? &r : NULL);
+    clg_sized_write(out, size, &r, sizeof r); /* the caller's sizeof */
+    return st;
+}
+
+static clg_status bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_bench_train_report *out)
 {
     clg_err *err = ctx ? &ctx->err : NULL;
     if (!ctx || !p || !out)

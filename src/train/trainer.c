@@ -545,7 +545,18 @@ static clg_status run(train_state *ts, clg_train_report *rep)
     return CLG_OK;
 }
 
-clg_status clg_train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_report *out)
+static clg_status train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_report *out);
+
+clg_status clg_train_run_size(clg_ctx *ctx, const clg_train_params *p, clg_train_report *out, size_t size)
+{
+    clg_train_report r;
+    memset(&r, 0, sizeof r);
+    clg_status st = train_run(ctx, p, out ? &r : NULL);
+    clg_sized_write(out, size, &r, sizeof r); /* the caller's sizeof */
+    return st;
+}
+
+static clg_status train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_report *out)
 {
     clg_err *err = ctx ? &ctx->err : NULL;
     if (!ctx || !p)

@@ -683,6 +683,18 @@ START_TEST(abi_size)
     clg_ctx *ctx = NULL;
     clg_status st = clg_ctx_create(&cp.p, &ctx); /* a read of kernel_dir would follow a wild pointer */
     ck_assert_msg(st == CLG_OK || st == CLG_ERR_NO_DEVICE, "%s", clg_last_error(NULL));
+    if (ctx) { /* a struct the library fills: no byte past the caller's size is written */
+        struct {
+            clg_device_info info;
+            char guard[32];
+        } di;
+        memset(&di, 0x5a, sizeof di);
+        size_t part = offsetof(clg_device_info, type);
+        ck_assert_int_eq(clg_device_info_get_size(ctx, 0, &di.info, part), CLG_OK);
+        ck_assert(di.info.name[0] != 0x5a);
+        for (size_t i = part; i < sizeof di; i++)
+            ck_assert_uint_eq(((unsigned char *)&di)[i], 0x5a);
+    }
     clg_ctx_destroy(ctx);
     /* an uninitialised params struct is refused, naming its init */
     clg_prim_params pp;
