@@ -41,25 +41,51 @@
  *   ones, so fields appended in later versions do not break binaries built
  *   against this header. Always call the _init function first.
  *
- * Example (examples/primitives.c is a complete program, built and run by the tests):
+ * Example (built and run by the test prim-header-example; examples/primitives.c
+ * is a longer program):
  *
- *   clg_prim_params pp;
- *   clg_prim_params_init(&pp);
- *   clg_prim *h;
- *   if (clg_prim_create(queue, &pp, &h) != CLG_OK)
- *       fprintf(stderr, "%s\n", clg_last_error(NULL));
- *   // C (m x n) = A (m x k) * B (k x n), then ReLU(C + bias[n])
- *   clg_prim_gemm_epilogue epi;
- *   clg_prim_gemm_epilogue_init(&epi);
- *   epi.bias = bias;
- *   epi.bias_mode = CLG_PRIM_BIAS_COL;
- *   epi.relu = 1;
- *   cl_event done;
- *   clg_prim_sgemm(h, CLG_PRIM_NO_TRANS, CLG_PRIM_NO_TRANS, m, n, k, 1.0f, a, 0, k, b, 0, n, 0.0f, c, 0, n,
- *                  &epi, 0, NULL, &done);
- *   clWaitForEvents(1, &done);
- *   clReleaseEvent(done);
- *   clg_prim_destroy(h);
+ *   #include <clgrad_prim.h>
+ *   #include <stdio.h>
+ *   int main(void) {
+ *       cl_platform_id plat;
+ *       cl_device_id dev;
+ *       if (clGetPlatformIDs(1, &plat, NULL) != CL_SUCCESS ||
+ *           clGetDeviceIDs(plat, CL_DEVICE_TYPE_ALL, 1, &dev, NULL) != CL_SUCCESS)
+ *           return 77;
+ *       cl_context ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, NULL);
+ *       cl_command_queue q = clCreateCommandQueue(ctx, dev, 0, NULL);
+ *       clg_prim *h;
+ *       if (clg_prim_create(q, NULL, &h) != CLG_OK) {
+ *           fprintf(stderr, "%s\n", clg_last_error(NULL));
+ *           return 1;
+ *       }
+ *       // C (2 x 2) = ReLU(A (2 x 3) * B (3 x 2) + bias per column)
+ *       float A[] = {1, 2, 3, 4, 5, 6}, B[] = {1, -1, 0, 1, 2, -3}, bias[] = {0.5f, 0}, C[4];
+ *       cl_mem a = clCreateBuffer(ctx, CL_MEM_COPY_HOST_PTR, sizeof A, A, NULL);
+ *       cl_mem b = clCreateBuffer(ctx, CL_MEM_COPY_HOST_PTR, sizeof B, B, NULL);
+ *       cl_mem bb = clCreateBuffer(ctx, CL_MEM_COPY_HOST_PTR, sizeof bias, bias, NULL);
+ *       cl_mem c = clCreateBuffer(ctx, CL_MEM_READ_WRITE, sizeof C, NULL, NULL);
+ *       clg_prim_gemm_epilogue epi;
+ *       clg_prim_gemm_epilogue_init(&epi);
+ *       epi.bias = bb;
+ *       epi.bias_mode = CLG_PRIM_BIAS_COL;
+ *       epi.relu = 1;
+ *       cl_event done;
+ *       clg_status st = clg_prim_sgemm(h, CLG_PRIM_NO_TRANS, CLG_PRIM_NO_TRANS, 2, 2, 3, 1.0f, a, 0, 3, b, 0, 2,
+ *                                      0.0f, c, 0, 2, &epi, 0, NULL, &done);
+ *       if (st != CLG_OK) {
+ *           fprintf(stderr, "%s\n", clg_prim_last_error(h));
+ *           return 1;
+ *       }
+ *       clEnqueueReadBuffer(q, c, CL_TRUE, 0, sizeof C, C, 1, &done, NULL);
+ *       printf("%g %g / %g %g\n", C[0], C[1], C[2], C[3]); // 7.5 0 / 16.5 0
+ *       clReleaseEvent(done);
+ *       clg_prim_destroy(h);
+ *       clReleaseMemObject(a), clReleaseMemObject(b), clReleaseMemObject(bb), clReleaseMemObject(c);
+ *       clReleaseCommandQueue(q);
+ *       clReleaseContext(ctx);
+ *       return C[0] == 7.5f && C[1] == 0 && C[2] == 16.5f && C[3] == 0 ? 0 : 1;
+ *   }
  */
 #ifndef CLGRAD_PRIM_H
 #define CLGRAD_PRIM_H
