@@ -133,8 +133,15 @@ static int measure(bench *b, int conv, int rounds, double *ms_int, double *ms_pu
     return 0;
 }
 
+/* log(public / internal) summed per op kind, for the geometric means */
+static double g_logsum[2];
+static int g_count[2];
+
 static void report(int json, const char *kind, const char *label, const char *pass, double gflop, double mi, double mp)
 {
+    int conv = strcmp(kind, "conv") == 0;
+    g_logsum[conv] += log(mp / mi);
+    g_count[conv]++;
     if (json)
         printf("{\"op\": \"%s\", \"shape\": \"%s\", \"pass\": \"%s\", \"internal_ms\": %.4f, \"public_ms\": %.4f, "
                "\"ratio\": %.4f, \"internal_gflops\": %.3f}\n",
@@ -291,6 +298,14 @@ int bench_prim(int argc, char **argv)
         }
         clg_buf_release(dev, b.x), clg_buf_release(dev, b.w), clg_buf_release(dev, b.y), clg_buf_release(dev, b.dy);
         clg_buf_release(dev, b.dx), clg_buf_release(dev, b.dw), clg_buf_release(dev, b.db);
+    }
+    for (int k = 0; k < 2 && rc == CLI_OK; k++) {
+        double gm = g_count[k] ? exp(g_logsum[k] / g_count[k]) : NAN;
+        if (json)
+            printf("{\"op\": \"%s\", \"summary\": \"geomean\", \"cases\": %d, \"ratio\": %.4f}\n", k ? "conv" : "gemm",
+                   g_count[k], gm);
+        else
+            printf("%-5s geometric mean of public/internal over %d cases: %.3f\n", k ? "conv" : "gemm", g_count[k], gm);
     }
     clg_prim_destroy(b.h);
     clg_ctx_destroy(ctx);
