@@ -287,8 +287,6 @@ static void ctx_settings(clg_ctx *ctx, const clg_ctx_params *p)
         snprintf(ctx->kernel_dir, sizeof ctx->kernel_dir, "%s", kd);
 }
 
-#define CLG_MAX_DEVICES 64
-
 clg_status clg_ctx_create(const clg_ctx_params *params, clg_ctx **out)
 {
     if (!out)
@@ -327,6 +325,8 @@ clg_status clg_ctx_create(const clg_ctx_params *params, clg_ctx **out)
     }
     ctx_settings(ctx, p);
 
+    const char *sh = getenv("CLGRAD_SHARED_CONTEXT");
+    int shared = !(sh && strcmp(sh, "0") == 0);
     for (int k = 0; k < nsel; k++) {
         clg_device *d = &ctx->devs[k];
         int i = sel[k];
@@ -339,8 +339,26 @@ clg_status clg_ctx_create(const clg_ctx_params *params, clg_ctx **out)
         d->pool.cache_limit = (uint64_t)1 << 40;
         ctx->ndev = k + 1;
         cl_int e = CL_SUCCESS;
-        cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)plats[i], 0};
-        d->cl = clCreateContext(props, 1, &d->id, NULL, NULL, &e);
+        /* Devices of one platform share a cl_context (buffers are usable on
+         * every queue of it: device-to-device reduction); each device holds
+         * its own reference. CLGRAD_SHARED_CONTEXT=0: one context per device. */
+        for (int j = 0; j < k && shared; j++)
+            if (ctx->devs[j].platform == d->platform && ctx->devs[j].cl) {
+                d->cl = ctx->devs[j].cl;
+                d->shared_cl = 1;
+                ctx->devs[j].shared_cl = 1;
+                clRetainContext(d->cl);
+                break;
+            }
+        if (!d->cl) {
+            cl_device_id grp[CLG_MAX_DEVICES];
+            cl_uint ng = 0;
+            for (int j = k; j < nsel; j++)
+                if ((j == k || shared) && plats[sel[j]] == plats[i])
+                    grp[ng++] = ids[sel[j]];
+            cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)plats[i], 0};
+            d->cl = clCreateContext(props, ng, grp, NULL, NULL, &e);
+        }
         if (e != CL_SUCCESS) {
             st = clg_cl_fail(NULL, e, "clCreateContext", __FILE__, __LINE__);
             clg_ctx_destroy(ctx);

@@ -13,6 +13,8 @@
 
 typedef struct clg_device clg_device;
 
+#define CLG_MAX_DEVICES 64 /* devices one context may hold */
+
 // ---- OpenCL errors ----
 
 CLG_INTERNAL const char *clg_cl_errname(cl_int e);
@@ -190,7 +192,8 @@ struct clg_device {
     int index;    /* index in ctx->devs */
     cl_platform_id platform;
     cl_device_id id;
-    cl_context cl;
+    cl_context cl;  /* shared by the context's devices of one platform (each holds a reference) */
+    int shared_cl;  /* cl is shared with another device */
     cl_command_queue queue;
     clg_device_info info;
     char *extensions;

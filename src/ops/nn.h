@@ -119,4 +119,27 @@ CLG_INTERNAL clg_status clg_nn_bn_backward(clg_device *dev, int N, int C, size_t
                                            size_t ody, cl_mem mean, cl_mem invstd, cl_mem gamma, cl_mem dgamma,
                                            cl_mem dbeta, cl_mem dx, size_t odx);
 
+/* Synchronized batch norm (statistics over several devices' slices): the
+ * local sums, then the global statistics in (gathered and combined on the
+ * host, see layer_batchnorm.c).
+ *   stats_local: st3 = {K, sum (x - K), sum (x - K)^2} per channel (3C floats)
+ *   sync_apply:  g4 = {mean - K, invstd, mean, unbiased var} (4 vectors of
+ *                C): sets mean/invstd, moves the running stats, normalizes
+ *   bwd_local:   dgamma/dbeta of this slice, st2 = {sum dy, sum dy (x - mean)}
+ *   bwd_data_sync: g2 = those sums over every device (2 vectors of C), M the
+ *                values per channel over every device: dx (gdg, gdb scratch
+ *                of C floats). */
+CLG_INTERNAL clg_status clg_nn_bn_stats_local(clg_device *dev, int N, int C, size_t HW, cl_mem x, size_t ox,
+                                              cl_mem st3);
+CLG_INTERNAL clg_status clg_nn_bn_sync_apply(clg_device *dev, int N, int C, size_t HW, float momentum,
+                                             int update_running, cl_mem g4, cl_mem x, size_t ox, cl_mem y, size_t oy,
+                                             cl_mem gamma, cl_mem beta, cl_mem rmean, cl_mem rvar, cl_mem mean,
+                                             cl_mem invstd);
+CLG_INTERNAL clg_status clg_nn_bn_bwd_local(clg_device *dev, int N, int C, size_t HW, cl_mem x, size_t ox, cl_mem dy,
+                                            size_t ody, cl_mem mean, cl_mem invstd, cl_mem dgamma, cl_mem dbeta,
+                                            cl_mem st2);
+CLG_INTERNAL clg_status clg_nn_bn_bwd_data_sync(clg_device *dev, int N, int C, size_t HW, double M, cl_mem g2,
+                                                cl_mem x, size_t ox, cl_mem dy, size_t ody, cl_mem mean, cl_mem invstd,
+                                                cl_mem gamma, cl_mem gdg, cl_mem gdb, cl_mem dx, size_t odx);
+
 #endif

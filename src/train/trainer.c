@@ -581,7 +581,7 @@ static clg_status train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_r
     train_state ts;
     memset(&ts, 0, sizeof ts);
     ts.p = p;
-    clg_dp_params dpp = {p->split, p->bucket_mb};
+    clg_dp_params dpp = {.split = p->split, .bucket_mb = p->bucket_mb};
     clg_status st = clg_session_create(ctx, p->devices, p->device, text, p->model, p->batch,
                                        p->seed ? p->seed : 1, fp16, &dpp, &ts.m);
     free(text);
