@@ -211,7 +211,13 @@ CLG_API int clg_prim_conv_algo_supported(const clg_prim_conv_desc *d, clg_prim_c
  * "winograd4-fused"; NULL for other values. */
 CLG_API const char *clg_prim_conv_algo_name(clg_prim_conv_algo algo);
 /* The algorithm d->algo resolves to for pass on h's device (AUTO: measured
- * now, on scratch buffers, when not yet known for this shape class). */
+ * now, on scratch buffers, when not yet known for this shape class).
+ * With CLG_PRIM_CONV_AUTO, the first call for a shape class times every
+ * eligible algorithm (the choice is then cached in memory and on disk); this
+ * runs on h's queue before the call's wait list and finishes the queue, so
+ * work already enqueued there must be able to complete. Calling
+ * clg_prim_conv_algo_get (or setting a concrete algorithm) beforehand keeps
+ * that out of an event chain. */
 CLG_API clg_status clg_prim_conv_algo_get(clg_prim *h, const clg_prim_conv_desc *d, clg_prim_conv_pass pass,
                                           clg_prim_conv_algo *out);
 

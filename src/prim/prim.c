@@ -375,6 +375,27 @@ clg_status clg_prim_conv_algo_get(clg_prim *h, const clg_prim_conv_desc *d, clg_
     return st;
 }
 
+/* CLG_PRIM_CONV_AUTO resolved before anything of the call is enqueued: the
+ * first use of a shape class times the candidates (reading the inputs as they
+ * are, writing scratch outputs, finishing the queue), which must not sit
+ * behind the call's wait list (a user event the caller sets after the call
+ * returns would never let it finish). Later calls find the choice in the table. */
+static clg_status resolve_auto(clg_prim *h, const clg_conv_shape *s, clg_conv_pass pass, cl_mem in1, size_t off1,
+                               cl_mem in2, size_t off2, clg_conv_algo *algo)
+{
+    if (*algo != CLG_CONV_AUTO)
+        return CLG_OK;
+    clg_conv_io io;
+    memset(&io, 0, sizeof io);
+    if (pass == CLG_CONV_FWD)
+        io.x = in1, io.offx = off1, io.w = in2, io.offw = off2;
+    else if (pass == CLG_CONV_BWD_DATA)
+        io.dy = in1, io.offdy = off1, io.w = in2, io.offw = off2;
+    else
+        io.x = in1, io.offx = off1, io.dy = in2, io.offdy = off2;
+    return clg_conv_auto_pick(hdev(h), s, pass, &io, algo);
+}
+
 clg_status clg_prim_conv_forward(clg_prim *h, const clg_prim_conv_desc *d, cl_mem x, size_t x_offset, cl_mem w,
                                  size_t w_offset, cl_mem bias, size_t bias_offset, int relu, cl_mem y, size_t y_offset,
                                  cl_uint num_wait, const cl_event *wait, cl_event *event)
@@ -394,6 +415,7 @@ clg_status clg_prim_conv_forward(clg_prim *h, const clg_prim_conv_desc *d, cl_me
     if (algo != CLG_CONV_AUTO && !clg_conv_algo_supported(algo, &s, CLG_CONV_FWD))
         return clg_err_set(herr(h), CLG_ERR_UNSUPPORTED, "%s: algorithm '%s' cannot run this shape", op,
                            clg_conv_algo_name(algo));
+    CLG_TRY(resolve_auto(h, &s, CLG_CONV_FWD, x, x_offset, w, w_offset, &algo));
     CLG_TRY(begin_enqueue(h, num_wait, wait));
     clg_status st =
         clg_conv_forward(hdev(h), &s, algo, NULL, x, x_offset, w, w_offset, bias, bias_offset, relu, y, y_offset);
@@ -415,6 +437,7 @@ clg_status clg_prim_conv_backward_data(clg_prim *h, const clg_prim_conv_desc *d,
     if (algo != CLG_CONV_AUTO && !clg_conv_algo_supported(algo, &s, CLG_CONV_BWD_DATA))
         return clg_err_set(herr(h), CLG_ERR_UNSUPPORTED, "%s: algorithm '%s' cannot run this shape", op,
                            clg_conv_algo_name(algo));
+    CLG_TRY(resolve_auto(h, &s, CLG_CONV_BWD_DATA, dy, dy_offset, w, w_offset, &algo));
     CLG_TRY(begin_enqueue(h, num_wait, wait));
     clg_status st = clg_conv_backward_data(hdev(h), &s, algo, NULL, dy, dy_offset, w, w_offset, dx, dx_offset);
     return finish(h, st, event);
@@ -440,6 +463,7 @@ clg_status clg_prim_conv_backward_filter(clg_prim *h, const clg_prim_conv_desc *
     if (algo != CLG_CONV_AUTO && !clg_conv_algo_supported(algo, &s, CLG_CONV_BWD_FILTER))
         return clg_err_set(herr(h), CLG_ERR_UNSUPPORTED, "%s: algorithm '%s' has no backward-filter pass for this shape",
                            op, clg_conv_algo_name(algo));
+    CLG_TRY(resolve_auto(h, &s, CLG_CONV_BWD_FILTER, x, x_offset, dy, dy_offset, &algo));
     CLG_TRY(begin_enqueue(h, num_wait, wait));
     clg_status st =
         clg_conv_backward_filter(hdev(h), &s, algo, x, x_offset, dy, dy_offset, beta, dw, dw_offset, db, db_offset);
