@@ -22,10 +22,14 @@ static void usage(FILE *f)
             "usage: clgrad bench prim [--rounds N] [--quick] [--gemm-backend own|clblast|auto] [--devices SEL] [--json]\n"
             "  Times each case through the public primitives API and through the internal launcher\n"
             "  on the same queue and buffers, alternating (the order flips every round), and prints\n"
-            "  the medians and public/internal. A sample repeats the call until it spans >= 20 ms.\n"
-            "  --rounds N   samples per path and case (default 15)\n"
+            "  the medians of both and the median over the rounds of public/internal (a round's two\n"
+            "  samples run back to back). A sample repeats the call until it spans >= 5 ms.\n"
+            "  --rounds N   samples per path and case (default 41)\n"
             "  --quick      small shapes only, 3 rounds (the test suite's smoke run)\n");
 }
+
+/* A sample repeats a call until it spans this long. */
+#define SAMPLE_MS 5.0
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -103,33 +107,43 @@ static double sample(bench *b, int conv, int pub, int inner, clg_status *st)
     return (clg_now_sec() - t0) * 1e3 / inner;
 }
 
-/* Medians of both paths; returns 0 on success. */
-static int measure(bench *b, int conv, int rounds, double *ms_int, double *ms_pub, clg_ctx *ctx)
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Medians of both paths and of the per-round ratio public / internal (the
+ * two samples of a round run back to back, so they see the same machine
+ * load); returns 0 on success. */
+static int measure(bench *b, int conv, int rounds, double *ms_int, double *ms_pub, double *ratio, clg_ctx *ctx)
 {
     clg_status st = CLG_OK;
     /* warm-up: kernel builds, automatic choices, pool sizes */
     sample(b, conv, 0, 1, &st);
     sample(b, conv, 1, 1, &st);
     double est = sample(b, conv, 0, 1, &st);
-    int inner = est >= 20.0 ? 1 : (int)ceil(20.0 / fmax(est, 0.01));
+    int inner = est >= SAMPLE_MS ? 1 : (int)ceil(SAMPLE_MS / fmax(est, 0.01));
     if (inner > 2000)
         inner = 2000;
     double *t[2] = {malloc(sizeof(double) * (size_t)rounds), malloc(sizeof(double) * (size_t)rounds)};
+    double *q = malloc(sizeof(double) * (size_t)rounds);
     for (int r = 0; r < rounds && st == CLG_OK; r++)
         for (int k = 0; k < 2; k++) {
             int pub = (r + k) % 2; /* flips the order every round */
             t[pub][r] = sample(b, conv, pub, inner, &st);
         }
+    for (int r = 0; r < rounds && st == CLG_OK; r++)
+        q[r] = t[1][r] / t[0][r];
     if (st != CLG_OK) {
         fprintf(stderr, "clgrad: bench prim: %s\n", b->h ? clg_prim_last_error(b->h) : clg_last_error(ctx));
-        free(t[0]), free(t[1]);
+        free(t[0]), free(t[1]), free(q);
         return -1;
     }
-    qsort(t[0], (size_t)rounds, sizeof(double), cmp_double);
-    qsort(t[1], (size_t)rounds, sizeof(double), cmp_double);
-    *ms_int = rounds % 2 ? t[0][rounds / 2] : 0.5 * (t[0][rounds / 2 - 1] + t[0][rounds / 2]);
-    *ms_pub = rounds % 2 ? t[1][rounds / 2] : 0.5 * (t[1][rounds / 2 - 1] + t[1][rounds / 2]);
-    free(t[0]), free(t[1]);
+    *ms_int = median(t[0], rounds);
+    *ms_pub = median(t[1], rounds);
+    *ratio = median(q, rounds);
+    free(t[0]), free(t[1]), free(q);
     return 0;
 }
 
@@ -137,17 +151,18 @@ static int measure(bench *b, int conv, int rounds, double *ms_int, double *ms_pu
 static double g_logsum[2];
 static int g_count[2];
 
-static void report(int json, const char *kind, const char *label, const char *pass, double gflop, double mi, double mp)
+static void report(int json, const char *kind, const char *label, const char *pass, double gflop, double mi, double mp,
+                   double ratio)
 {
     int conv = strcmp(kind, "conv") == 0;
-    g_logsum[conv] += log(mp / mi);
+    g_logsum[conv] += log(ratio);
     g_count[conv]++;
     if (json)
         printf("{\"op\": \"%s\", \"shape\": \"%s\", \"pass\": \"%s\", \"internal_ms\": %.4f, \"public_ms\": %.4f, "
                "\"ratio\": %.4f, \"internal_gflops\": %.3f}\n",
-               kind, label, pass, mi, mp, mp / mi, gflop / mi * 1e3);
+               kind, label, pass, mi, mp, ratio, gflop / mi * 1e3);
     else
-        printf("%-5s %-24s %-26s %10.3f %10.3f %8.3f %9.1f\n", kind, label, pass, mi, mp, mp / mi, gflop / mi * 1e3);
+        printf("%-5s %-24s %-26s %10.3f %10.3f %8.3f %9.1f\n", kind, label, pass, mi, mp, ratio, gflop / mi * 1e3);
     fflush(stdout);
 }
 
@@ -176,7 +191,7 @@ static cl_mem alloc_rand(clg_device *dev, size_t n, unsigned *seed)
 
 int bench_prim(int argc, char **argv)
 {
-    long rounds = 15;
+    long rounds = 41;
     int json = 0, quick = 0;
     const char *devices = NULL, *backend = "own";
     for (int i = 1; i < argc; i++) {
@@ -250,11 +265,11 @@ int bench_prim(int argc, char **argv)
         b.A = alloc_rand(dev, (size_t)g->M * g->K, &seed);
         b.B = alloc_rand(dev, (size_t)g->K * g->N, &seed);
         b.C = alloc_rand(dev, (size_t)g->M * g->N, &seed);
-        double mi = 0, mp = 0;
-        if (!b.A || !b.B || !b.C || measure(&b, 0, (int)rounds, &mi, &mp, ctx) != 0)
+        double mi = 0, mp = 0, ratio = 0;
+        if (!b.A || !b.B || !b.C || measure(&b, 0, (int)rounds, &mi, &mp, &ratio, ctx) != 0)
             rc = cli_fail("bench prim: gemm %s failed", g->label);
         else
-            report(json, "gemm", g->label, "-", 2e-9 * g->M * g->N * g->K, mi, mp);
+            report(json, "gemm", g->label, "-", 2e-9 * g->M * g->N * g->K, mi, mp, ratio);
         clg_buf_release(dev, b.A), clg_buf_release(dev, b.B), clg_buf_release(dev, b.C);
     }
     /* the 3x3 layers of models/vgg-s at batch 32, and LeNet-5's first 5x5 */
@@ -282,8 +297,9 @@ int bench_prim(int argc, char **argv)
         for (int p = 0; p < 3 && rc == CLI_OK; p++) {
             b.pass = p;
             memset(&b.cache, 0, sizeof b.cache);
-            double mi = 0, mp = 0;
-            if (!b.x || !b.w || !b.y || !b.dy || !b.dx || !b.dw || !b.db || measure(&b, 1, (int)rounds, &mi, &mp, ctx) != 0)
+            double mi = 0, mp = 0, ratio = 0;
+            if (!b.x || !b.w || !b.y || !b.dy || !b.dx || !b.dw || !b.db ||
+                measure(&b, 1, (int)rounds, &mi, &mp, &ratio, ctx) != 0)
                 rc = cli_fail("bench prim: conv %s %s failed", c->label, pass_names[p]);
             else {
                 char label[64];
@@ -292,7 +308,7 @@ int bench_prim(int argc, char **argv)
                 snprintf(label, sizeof label, "%s", c->label);
                 char pass[40];
                 snprintf(pass, sizeof pass, "%s:%s", pass_names[p], clg_prim_conv_algo_name(a));
-                report(json, "conv", label, pass, gflop, mi, mp);
+                report(json, "conv", label, pass, gflop, mi, mp, ratio);
             }
             clg_conv_cache_free(dev, &b.cache);
         }
