@@ -392,4 +392,12 @@ CLG_API clg_status clg_bench_train_size(clg_ctx *ctx, const clg_bench_train_para
 #ifdef __cplusplus
 }
 #endif
+
+/* The primitives API (GEMM, convolution, pooling, softmax on the caller's
+ * OpenCL context, queue and buffers): the second installed header, included
+ * here with <CL/cl.h>. Define CLG_NO_PRIMITIVES before including clgrad.h to
+ * leave it (and the OpenCL headers) out. */
+#ifndef CLG_NO_PRIMITIVES
+#include "clgrad_prim.h"
+#endif
 #endif /* CLGRAD_H */

@@ -1,5 +1,7 @@
 /*
  * clgrad primitives — clgrad's kernels on the caller's OpenCL objects.
+ * Included by <clgrad.h> (unless CLG_NO_PRIMITIVES is defined); including
+ * <clgrad_prim.h> directly works as well.
  *
  * Overview
  *   GEMM (transposes, alpha/beta, bias and ReLU epilogue), 2-D convolution
