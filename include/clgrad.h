@@ -255,7 +255,9 @@ typedef struct clg_metrics {
 CLG_API void clg_model_params_init_size(clg_model_params *p, size_t size);
 #define clg_model_params_init(p) clg_model_params_init_size((p), sizeof *(p))
 /* Builds a model from a file or from model text (source_name may be NULL).
- * Errors (with line numbers) through clg_last_error(ctx). */
+ * Errors (with line numbers) through clg_last_error(ctx). A file holding an
+ * ONNX model (detected by content) is imported with its weights and input
+ * normalization; unsupported operators are refused, naming the node. */
 CLG_API clg_status clg_model_create_file(clg_ctx *ctx, const char *path, const clg_model_params *p, clg_model **out);
 CLG_API clg_status clg_model_create_string(clg_ctx *ctx, const char *text, const char *source_name,
                                            const clg_model_params *p, clg_model **out);
@@ -278,6 +280,10 @@ CLG_API size_t clg_model_summary(const clg_model *m, char *buf, size_t cap);
  * (safetensors layout). A checkpoint of another model is rejected. */
 CLG_API clg_status clg_model_load_weights(clg_model *m, const char *path);
 CLG_API clg_status clg_model_save_weights(clg_model *m, const char *path);
+/* 1 when the model file carried its weights (ONNX), so no weights file is needed. */
+CLG_API int clg_model_has_file_weights(const clg_model *m);
+/* Writes the model (layers, weights, input normalization) as ONNX, opset 13. */
+CLG_API clg_status clg_model_export_onnx(clg_model *m, const char *path);
 /* Inference on n images (any n >= 1; split into batches). probs receives
  * n * classes floats (softmax probabilities, or the raw outputs of a
  * model without a softmax layer). Input normalization loaded with the
@@ -351,7 +357,8 @@ CLG_API clg_status clg_model_evaluate_size(clg_model *m, const char *data, long 
                                            size_t size);
 #define clg_model_evaluate(m, data, limit, out) clg_model_evaluate_size((m), (data), (limit), (out), sizeof *(out))
 CLG_API void clg_eval_report_free(clg_eval_report *r);
-/* Predicts every image of an IDX images file or a PGM image (resized
+/* Predicts every image of an IDX images file (uint8 pixels / 255, or float32
+ * values as they are) or a PGM image (resized
  * images are not supported: the shape must match the model input).
  * *probs (n * classes floats) is malloc'd: release with clg_free. */
 CLG_API clg_status clg_model_predict_file(clg_model *m, const char *path, float **probs, int *n);

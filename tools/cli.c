@@ -161,22 +161,8 @@ int cli_model_file_check(const char *cmd, const char *path)
         close(fd);
         return rc;
     }
-    char buf[4096];
-    size_t off = 0;
-    for (;;) {
-        ssize_t n = read(fd, buf, sizeof buf);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        const char *z = memchr(buf, 0, (size_t)n);
-        if (z) {
-            rc = cli_fail("%s: %s:offset %zu: NUL byte in the model file (binary or corrupt?)", cmd, path,
-                          off + (size_t)(z - buf));
-            break;
-        }
-        off += (size_t)n;
-    }
+    /* content (text with no NUL byte, or ONNX) is checked by the library, which
+     * names the offset of a NUL byte in a text model file */
     close(fd);
     return rc;
 }
@@ -193,7 +179,14 @@ clg_model *cli_model_open(const char *cmd, const char *model, const char *weight
     mp.devices = "all"; /* eval / predict split their batches over the selected devices */
     clg_model *m = NULL;
     clg_status st = clg_model_create_file(*ctx, model, &mp, &m);
-    if (st == CLG_OK)
+    if (st == CLG_OK && !weights && !clg_model_has_file_weights(m)) {
+        *rc = cli_usage_error(cmd, "missing --weights FILE (only an ONNX model file carries its weights)");
+        clg_model_destroy(m);
+        clg_ctx_destroy(*ctx);
+        *ctx = NULL;
+        return NULL;
+    }
+    if (st == CLG_OK && weights) /* a weights file replaces those an ONNX model came with */
         st = clg_model_load_weights(m, weights);
     if (st != CLG_OK) {
         *rc = cli_fail("%s: %s", cmd, clg_last_error(*ctx));

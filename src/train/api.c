@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "onnx/export.h"
+#include "onnx/onnx.h"
 #include "train/session.h"
 
 static void model_params_defaults(clg_model_params *p)
@@ -67,11 +69,29 @@ clg_status clg_model_create_file(clg_ctx *ctx, const char *path, const clg_model
     if (!ctx || !path)
         return clg_err_set(ctx ? &ctx->err : NULL, CLG_ERR_INVALID_ARG, "context and path are required");
     char *text = NULL;
-    size_t len = 0;
-    CLG_TRY(clg_file_read_text(&ctx->err, path, &text, &len)); /* NUL bytes refused with file:offset */
+    clg_ckpt *w = NULL; /* ONNX (detected by content): the weights came with the file */
+    CLG_TRY(clg_model_file_read(&ctx->err, path, &text, &w));
     clg_status st = model_create(ctx, text, path, p, out);
     free(text);
+    if (st == CLG_OK && w) {
+        (*out)->imported = 1;
+        st = clg_session_load_ckpt(*out, w, path, 0);
+        if (st != CLG_OK) {
+            clg_model_destroy(*out);
+            *out = NULL;
+        }
+    }
+    clg_ckpt_free(w);
     return st;
+}
+
+int clg_model_has_file_weights(const clg_model *m) { return m && m->imported; }
+
+clg_status clg_model_export_onnx(clg_model *m, const char *path)
+{
+    if (!m || !path)
+        return clg_err_set(m ? &m->ctx->err : NULL, CLG_ERR_INVALID_ARG, "model and path are required");
+    return clg_onnx_export(m, path);
 }
 
 clg_status clg_model_create_string(clg_ctx *ctx, const char *text, const char *source_name, const clg_model_params *p,

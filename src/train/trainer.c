@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "train/session.h"
+#include "onnx/onnx.h"
 #include "train/trainer.h"
 
 static void train_params_defaults(clg_train_params *p)
@@ -576,8 +577,8 @@ static clg_status train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_r
     if (p->resume && !p->checkpoint_dir)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "--resume needs --checkpoint DIR");
     char *text = NULL;
-    size_t len = 0;
-    CLG_TRY(clg_file_read_text(err, p->model, &text, &len)); /* NUL bytes refused with file:offset */
+    clg_ckpt *fw = NULL; /* ONNX: the weights that came with the model file */
+    CLG_TRY(clg_model_file_read(err, p->model, &text, &fw));
     train_state ts;
     memset(&ts, 0, sizeof ts);
     ts.p = p;
@@ -585,6 +586,11 @@ static clg_status train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_r
     clg_status st = clg_session_create(ctx, p->devices, p->device, text, p->model, p->batch,
                                        p->seed ? p->seed : 1, fp16, &dpp, &ts.m);
     free(text);
+    if (st == CLG_OK && fw) { /* fine-tuning: imported weights and normalization */
+        ts.m->imported = 1;
+        st = clg_session_load_ckpt(ts.m, fw, p->model, 0);
+    }
+    clg_ckpt_free(fw);
     if (st == CLG_OK)
         st = apply_overrides(err, ts.m, p);
     if (st == CLG_OK)
@@ -596,7 +602,7 @@ static clg_status train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_r
         if (st == CLG_OK)
             st = check_data(err, ts.m, ts.test);
     }
-    if (st == CLG_OK) {
+    if (st == CLG_OK && !ts.m->imported) { /* an imported model keeps the normalization it was trained with */
         st = clg_dataset_norm_compute(err, ts.train, &ts.m->norm);
         ts.m->has_norm = 1;
     }
