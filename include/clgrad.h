@@ -262,7 +262,8 @@ CLG_API clg_status clg_model_create_file(clg_ctx *ctx, const char *path, const c
 CLG_API clg_status clg_model_create_string(clg_ctx *ctx, const char *text, const char *source_name,
                                            const clg_model_params *p, clg_model **out);
 /* A model argument to a path: an existing file as is; otherwise a shipped
- * model by name ("lenet5" or "lenet5.cfg"), looked up in $CLGRAD_MODEL_DIR,
+ * model by name ("lenet5", "lenet5.cfg"; NAME.onnx is tried after NAME.cfg),
+ * looked up in $CLGRAD_MODEL_DIR,
  * in share/clgrad/models of the installed tree the library was loaded from,
  * in the configured install directory, and in the source tree's models/ (an
  * uninstalled build). out receives the path (cap bytes); CLG_ERR_NOT_FOUND

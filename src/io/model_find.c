@@ -74,9 +74,9 @@ clg_status clg_model_find(const char *name, char *out, size_t cap)
     }
     char dirs[5][1024];
     int nd = model_dirs(dirs, 5);
-    const char *suffix[] = {"", ".cfg"};
+    const char *suffix[] = {"", ".cfg", ".onnx"};
     for (int d = 0; d < nd; d++)
-        for (int s = 0; s < 2; s++) {
+        for (int s = 0; s < 3; s++) {
             char p[2100];
             int w = snprintf(p, sizeof p, "%s/%s%s", dirs[d], name, suffix[s]);
             if (w <= 0 || (size_t)w >= sizeof p || !is_file(p))
