@@ -111,6 +111,7 @@ int bench_train(int argc, char **argv)
     }
     if (!p.model)
         return cli_usage_error("bench train", "missing --model FILE");
+    p.model = cli_model_resolve(p.model);
     int rc = cli_model_file_check("bench train", p.model);
     if (rc != CLI_OK)
         return rc;

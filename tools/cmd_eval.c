@@ -12,6 +12,7 @@ static void help(FILE *f)
                "Evaluates trained weights on the test split: loss, accuracy and the confusion matrix.\n"
                "\n"
                "  --weights FILE   checkpoint or weights file (safetensors layout) written by train\n"
+               "                   (optional for an ONNX model: its weights come with it)\n"
                "  --data SPEC      dataset (fashion-mnist, mnist, cifar10, a directory or an IDX file)\n"
                "  --batch N        batch size (default: the model file's)\n"
                "  --limit N        evaluate only the first N samples\n"
@@ -45,8 +46,6 @@ int cmd_eval(int argc, char **argv)
     }
     if (!model)
         return cli_usage_error("eval", "missing MODEL");
-    if (!weights)
-        return cli_usage_error("eval", "missing --weights FILE");
     if (!data)
         return cli_usage_error("eval", "missing --data");
     int rc = CLI_OK;

@@ -11,7 +11,8 @@ static void help(FILE *f)
     fprintf(f,
             "usage: clgrad train MODEL --data fashion-mnist|mnist|cifar10|PATH [options]\n"
             "\n"
-            "Trains MODEL (a model file, e.g. models/vgg-s.cfg) and evaluates it on the test\n"
+            "Trains MODEL (a model file, e.g. models/vgg-s.cfg, or a shipped model by name:\n"
+            "lenet5, vgg-s, resnet-mini) and evaluates it on the test\n"
             "split after every epoch. Defaults come from the model file's [net] section.\n"
             "\n"
             "  --data SPEC          dataset: fashion-mnist, mnist, cifar10, a directory or an IDX file\n"

@@ -400,9 +400,16 @@ static clg_status meta_i64_range(clg_err *err, const clg_ckpt *ck, const char *p
 
 clg_status clg_session_load(clg_model *m, const char *path, int with_state)
 {
-    clg_err *err = &m->ctx->err;
     clg_ckpt *ck = NULL;
-    CLG_TRY(clg_ckpt_load(err, path, &ck));
+    CLG_TRY(clg_ckpt_load(&m->ctx->err, path, &ck));
+    clg_status st = clg_session_load_ckpt(m, ck, path, with_state);
+    clg_ckpt_free(ck);
+    return st;
+}
+
+clg_status clg_session_load_ckpt(clg_model *m, const clg_ckpt *ck, const char *path, int with_state)
+{
+    clg_err *err = &m->ctx->err;
     clg_param_ref *refs = NULL;
     int n = 0;
     clg_status st = clg_replica_params(clg_session_rep(m), 0, &refs, &n);
@@ -538,7 +545,6 @@ clg_status clg_session_load(clg_model *m, const char *path, int with_state)
                 m->dp->share[i] = sh[i] / sum;
         }
     }
-    clg_ckpt_free(ck);
     for (int l = 0; l < m->dp->n && st == CLG_OK; l++) /* fp16: half copies of the loaded masters */
         st = clg_replica_weights_updated(m->dp->lanes[l].rep);
     return st;

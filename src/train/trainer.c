@@ -11,11 +11,13 @@
 
 #include "parallel/comm.h"
 #include "train/session.h"
+#include "onnx/onnx.h"
 #include "train/trainer.h"
 
-void clg_train_params_init(clg_train_params *p)
+static void train_params_defaults(clg_train_params *p)
 {
     memset(p, 0, sizeof *p);
+    p->size = sizeof *p;
     p->learning_rate = -1;
     p->warmup = -1;
     p->momentum = -1;
@@ -23,6 +25,13 @@ void clg_train_params_init(clg_train_params *p)
     p->clip_norm = -1;
     p->seed = 1;
     p->precision = "fp32";
+}
+
+void clg_train_params_init_size(clg_train_params *p, size_t size)
+{
+    clg_train_params d;
+    train_params_defaults(&d);
+    clg_sized_init(p, size, &d, sizeof d);
 }
 
 typedef struct epoch_row {
@@ -554,10 +563,27 @@ static clg_status run(train_state *ts, clg_train_report *rep)
     return CLG_OK;
 }
 
-clg_status clg_train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_report *out)
+static clg_status train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_report *out);
+
+clg_status clg_train_run_size(clg_ctx *ctx, const clg_train_params *p, clg_train_report *out, size_t size)
+{
+    clg_train_report r;
+    memset(&r, 0, sizeof r);
+    clg_status st = train_run(ctx, p, out ? &r : NULL);
+    clg_sized_write(out, size, &r, sizeof r); /* the caller's sizeof */
+    return st;
+}
+
+static clg_status train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_report *out)
 {
     clg_err *err = ctx ? &ctx->err : NULL;
-    if (!ctx || !p || !p->model || !p->data)
+    if (!ctx || !p)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "train: context and params are required");
+    clg_train_params pl; /* the caller's fields within its size, defaults after */
+    train_params_defaults(&pl);
+    CLG_TRY(clg_sized_read(err, "clg_train_params", &pl, sizeof pl, p));
+    p = &pl;
+    if (!p->model || !p->data)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "train: model and data are required");
     clg_train_report rep;
     memset(&rep, 0, sizeof rep);
@@ -568,15 +594,20 @@ clg_status clg_train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_repo
     if (p->resume && !p->checkpoint_dir)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "--resume needs --checkpoint DIR");
     char *text = NULL;
-    size_t len = 0;
-    CLG_TRY(clg_file_read_text(err, p->model, &text, &len)); /* NUL bytes refused with file:offset */
+    clg_ckpt *fw = NULL; /* ONNX: the weights that came with the model file */
+    CLG_TRY(clg_model_file_read(err, p->model, &text, &fw));
     train_state ts;
     memset(&ts, 0, sizeof ts);
     ts.p = p;
-    clg_dp_params dpp = {p->split, p->bucket_mb};
+    clg_dp_params dpp = {.split = p->split, .bucket_mb = p->bucket_mb};
     clg_status st = clg_session_create(ctx, p->devices, p->device, text, p->model, p->batch,
                                        p->seed ? p->seed : 1, fp16, &dpp, &ts.m);
     free(text);
+    if (st == CLG_OK && fw) { /* fine-tuning: imported weights and normalization */
+        ts.m->imported = 1;
+        st = clg_session_load_ckpt(ts.m, fw, p->model, 0);
+    }
+    clg_ckpt_free(fw);
     if (st == CLG_OK)
         st = apply_overrides(err, ts.m, p);
     if (st == CLG_OK)
@@ -588,7 +619,7 @@ clg_status clg_train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_repo
         if (st == CLG_OK)
             st = check_data(err, ts.m, ts.test);
     }
-    if (st == CLG_OK) {
+    if (st == CLG_OK && !ts.m->imported) { /* an imported model keeps the normalization it was trained with */
         st = clg_dataset_norm_compute(err, ts.train, &ts.m->norm);
         ts.m->has_norm = 1;
     }
