@@ -689,7 +689,12 @@ struct clg_comm_op {
 
 clg_status clg_comm_init(clg_err *err)
 {
-    CLG_UNUSED(err);
+    const char *n = getenv("OMPI_COMM_WORLD_SIZE");
+    if (n && atoi(n) > 1) /* each process would train alone, all writing the same files */
+        return clg_err_set(err, CLG_ERR_MPI,
+                           "started by mpirun with %d ranks, but clgrad was built without MPI (meson feature 'mpi'; "
+                           "Debian: libopenmpi-dev)",
+                           atoi(n));
     return CLG_OK;
 }
 void clg_comm_finalize(int rc) { CLG_UNUSED(rc); }
