@@ -76,6 +76,14 @@ for np in 2 3; do
     fi
 done
 
+# eval: every rank its slices, sums printed once by rank 0 (an early, imperfect model)
+"$clgrad" train "$tmp/mlp.cfg" --data "$tmp/data" --steps 1 --no-eval --quiet --lr 0.001 --save "$tmp/e.st" >/dev/null 2>&1 ||
+    fail "1-step run for eval"
+"$clgrad" eval "$tmp/mlp.cfg" --weights "$tmp/e.st" --data "$tmp/data" 2>/dev/null | head -3 >"$tmp/e1" || fail "eval"
+mpi 3 "$clgrad" eval "$tmp/mlp.cfg" --weights "$tmp/e.st" --data "$tmp/data" 2>/dev/null >"$tmp/e3" || fail "eval -np 3"
+[ "$(grep -c '^samples' "$tmp/e3")" -eq 1 ] || fail "eval -np 3 printed $(grep -c '^samples' "$tmp/e3") reports"
+head -3 "$tmp/e3" | cmp -s - "$tmp/e1" || { cat "$tmp/e1" "$tmp/e3"; fail "eval -np 3: samples/loss/accuracy differ from one process"; }
+
 # ranks x lanes: 2 ranks x 2 devices (hierarchical: lanes on the host, then ranks)
 POCL_DEVICES="basic basic" mpi 2 "$clgrad" train "$tmp/mlp.cfg" $T --split even --save "$tmp/w22.st" >"$tmp/o" 2>&1 ||
     { tail -5 "$tmp/o"; fail "2 ranks x 2 devices run"; }
