@@ -82,7 +82,10 @@ done
 "$clgrad" eval "$tmp/mlp.cfg" --weights "$tmp/e.st" --data "$tmp/data" 2>/dev/null | head -3 >"$tmp/e1" || fail "eval"
 mpi 3 "$clgrad" eval "$tmp/mlp.cfg" --weights "$tmp/e.st" --data "$tmp/data" 2>/dev/null >"$tmp/e3" || fail "eval -np 3"
 [ "$(grep -c '^samples' "$tmp/e3")" -eq 1 ] || fail "eval -np 3 printed $(grep -c '^samples' "$tmp/e3") reports"
-head -3 "$tmp/e3" | cmp -s - "$tmp/e1" || { cat "$tmp/e1" "$tmp/e3"; fail "eval -np 3: samples/loss/accuracy differ from one process"; }
+# samples and accuracy exact; loss (printed to 4 decimals) within 2e-4: only the summation order differs
+awk 'NR == FNR { v[FNR] = $2; next } FNR <= 3 { d = $2 - v[FNR]; if (d < 0) d = -d;
+     if ((FNR == 2 && d > 2e-4) || (FNR != 2 && $2 != v[FNR])) bad = 1 } END { exit bad }' "$tmp/e1" "$tmp/e3" ||
+    { cat "$tmp/e1" "$tmp/e3"; fail "eval -np 3: samples/loss/accuracy differ from one process"; }
 
 # ranks x lanes: 2 ranks x 2 devices (hierarchical: lanes on the host, then ranks)
 POCL_DEVICES="basic basic" mpi 2 "$clgrad" train "$tmp/mlp.cfg" $T --split even --save "$tmp/w22.st" >"$tmp/o" 2>&1 ||
