@@ -166,3 +166,71 @@ __kernel void bn_bwd_data(const uint N, const uint C, const uint HW, const float
     const float xhat = ((x[ox + k] - x[ox + (size_t)c * HW]) - mean[c]) * is;
     dx[odx + k] = gamma[c] * is * (dy[ody + k] - dbeta[c] * invM - xhat * dgamma[c] * invM);
 }
+
+// ---- synchronized batch norm (statistics over every device's slice) ----
+// The host gathers each device's per-channel sums, combines them (in
+// double, in device order: the same on every device) and hands back what
+// these kernels need.
+
+// Forward, local part: st[3c] = K (x[0, c, 0]), st[3c+1] = sum (x - K),
+// st[3c+2] = sum (x - K)^2 over this device's slice (from the partials).
+__kernel void bn_stats_sums(const uint C, const uint HW, __global const float *x, const uint ox,
+                            __global const float *part, __global const float *part2, __global float *st)
+{
+    const uint c = get_global_id(0);
+    if (c >= C)
+        return;
+    float s, q;
+    sum2_compensated(part + (size_t)c * HW, part2 + (size_t)c * HW, HW, &s, &q);
+    st[3 * c] = x[ox + (size_t)c * HW];
+    st[3 * c + 1] = s;
+    st[3 * c + 2] = q;
+}
+
+// Forward, global statistics in: g = {mean - K (this device's K), invstd,
+// mean, unbiased variance} per channel (4 vectors of C); update != 0 also
+// moves the running stats (the same on every device).
+__kernel void bn_sync_set(const uint C, const float momentum, const int update, __global const float *g,
+                          __global float *mean, __global float *invstd, __global float *rmean, __global float *rvar)
+{
+    const uint c = get_global_id(0);
+    if (c >= C)
+        return;
+    mean[c] = g[c];
+    invstd[c] = g[C + c];
+    if (update) {
+        rmean[c] = (1.0f - momentum) * rmean[c] + momentum * g[2 * C + c];
+        rvar[c] = (1.0f - momentum) * rvar[c] + momentum * g[3 * C + c];
+    }
+}
+
+// Backward, local part: st[2c] = sum dy, st[2c+1] = sum dy * (x - mean)
+// over this device's slice; dbeta, dgamma: this slice's parameter
+// gradients (the gradient reduction sums them over the devices).
+__kernel void bn_bwd_sums(const uint C, const uint HW, __global const float *part, __global const float *part2,
+                          __global const float *invstd, __global float *dgamma, __global float *dbeta,
+                          __global float *st)
+{
+    const uint c = get_global_id(0);
+    if (c >= C)
+        return;
+    float sb, sg;
+    sum2_compensated(part + (size_t)c * HW, part2 + (size_t)c * HW, HW, &sb, &sg);
+    dbeta[c] = sb;
+    dgamma[c] = sg * invstd[c];
+    st[2 * c] = sb;
+    st[2 * c + 1] = sg;
+}
+
+// Backward, global sums in (g = {sum dy, sum dy * (x - mean)} per channel
+// over every device): gdb = sum dy, gdg = sum dy * xhat, as bn_bwd_data
+// takes them.
+__kernel void bn_bwd_global(const uint C, __global const float *g, __global const float *invstd,
+                            __global float *gdg, __global float *gdb)
+{
+    const uint c = get_global_id(0);
+    if (c >= C)
+        return;
+    gdb[c] = g[c];
+    gdg[c] = g[C + c] * invstd[c];
+}

@@ -88,3 +88,36 @@ __kernel void fill_f32(__global float *y, const float v, const int n)
     if (i < n)
         y[i] = v;
 }
+
+// Device-to-device gradient reduction (lanes sharing one cl_context):
+// dst[off + i] = a[off + i] (+ b[off + i] when has_b) over i < n; when sq,
+// partial[out_off + group] = this group's sum of squares of the result.
+// Chained in lane order ((a0 + a1) + a2) ..., the same float additions as
+// the host path. Work-group size must be WG (a power of two).
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void lane_add(__global float *dst, __global const float *a,
+                                                                      __global const float *b, const int has_b,
+                                                                      const int off, const int n, const int sq,
+                                                                      __global float *partial, const int out_off)
+{
+    __local float acc[WG];
+    int lid = get_local_id(0);
+    float s = 0.0f;
+    for (int i = get_global_id(0); i < n; i += get_global_size(0)) {
+        float v = a[off + i];
+        if (has_b)
+            v += b[off + i];
+        dst[off + i] = v;
+        s += v * v;
+    }
+    if (!sq)
+        return;
+    acc[lid] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int st = WG / 2; st > 0; st >>= 1) {
+        if (lid < st)
+            acc[lid] += acc[lid + st];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0)
+        partial[out_off + get_group_id(0)] = acc[0];
+}

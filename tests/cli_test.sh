@@ -23,7 +23,7 @@ expect 2 "no command" -- "$clgrad"
 expect 0 "--help" -- "$clgrad" --help
 expect 0 "--version" -- "$clgrad" --version
 expect_msg 2 "unknown command" "unknown command" -- "$clgrad" frobnicate
-for c in devices selfcheck train eval predict tune; do
+for c in devices selfcheck train eval predict export tune; do
     expect 0 "$c --help" -- "$clgrad" $c --help
 done
 for b in gemm conv train start; do

@@ -101,11 +101,45 @@ START_TEST(two_devices)
         ck_assert(props & CL_QUEUE_PROFILING_ENABLE);
         ck_assert(!(props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE));
     }
-    ck_assert_ptr_ne(ctx->devs[0].cl, ctx->devs[1].cl);
+    /* devices of one platform share one cl_context holding both */
+    ck_assert_ptr_eq(ctx->devs[0].cl, ctx->devs[1].cl);
+    ck_assert(ctx->devs[0].shared_cl && ctx->devs[1].shared_cl);
+    cl_uint nd = 0;
+    ck_assert_int_eq(clGetContextInfo(ctx->devs[0].cl, CL_CONTEXT_NUM_DEVICES, sizeof nd, &nd, NULL), CL_SUCCESS);
+    ck_assert_uint_eq(nd, 2);
+    /* a buffer written on device 0's queue is copied on device 1's */
+    enum { N = 1000 };
+    float src[N], dst[N];
+    for (int i = 0; i < N; i++) {
+        src[i] = (float)rand() / RAND_MAX - 0.5f;
+        dst[i] = NAN;
+    }
+    cl_int e = CL_SUCCESS;
+    cl_mem a = clCreateBuffer(ctx->devs[0].cl, CL_MEM_READ_WRITE, sizeof src, NULL, &e);
+    ck_assert_int_eq(e, CL_SUCCESS);
+    cl_mem b = clCreateBuffer(ctx->devs[0].cl, CL_MEM_READ_WRITE, sizeof src, NULL, &e);
+    ck_assert_int_eq(e, CL_SUCCESS);
+    cl_event w = NULL;
+    ck_assert_int_eq(clEnqueueWriteBuffer(ctx->devs[0].queue, a, CL_FALSE, 0, sizeof src, src, 0, NULL, &w), CL_SUCCESS);
+    ck_assert_int_eq(clFlush(ctx->devs[0].queue), CL_SUCCESS);
+    ck_assert_int_eq(clEnqueueCopyBuffer(ctx->devs[1].queue, a, b, 0, 0, sizeof src, 1, &w, NULL), CL_SUCCESS);
+    ck_assert_int_eq(clEnqueueReadBuffer(ctx->devs[1].queue, b, CL_TRUE, 0, sizeof dst, dst, 0, NULL, NULL), CL_SUCCESS);
+    ck_assert_int_eq(memcmp(src, dst, sizeof src), 0);
+    clReleaseEvent(w);
+    clReleaseMemObject(a);
+    clReleaseMemObject(b);
     /* the self-check runs a GEMM on each device against a double reference */
     double worst = -1;
     ck_assert_int_eq(clg_selfcheck(ctx, &worst), CLG_OK);
     ck_assert(worst >= 0 && worst < 1e-5);
+    clg_ctx_destroy(ctx);
+    /* CLGRAD_SHARED_CONTEXT=0: a context per device */
+    setenv("CLGRAD_SHARED_CONTEXT", "0", 1);
+    ctx = tu_ctx("0,1");
+    unsetenv("CLGRAD_SHARED_CONTEXT");
+    ck_assert_ptr_ne(ctx->devs[0].cl, ctx->devs[1].cl);
+    ck_assert(!ctx->devs[0].shared_cl && !ctx->devs[1].shared_cl);
+    ck_assert_int_eq(clg_selfcheck(ctx, &worst), CLG_OK);
     clg_ctx_destroy(ctx);
 }
 END_TEST

@@ -202,6 +202,7 @@ int bench_start(int argc, char **argv)
     }
     if (!model)
         return cli_usage_error("bench start", "missing --model FILE");
+    model = cli_model_resolve(model);
     int rc = cli_model_file_check("bench start", model);
     if (rc != CLI_OK)
         return rc;

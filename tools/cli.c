@@ -136,8 +136,20 @@ int cli_model_arg(const char *cmd, const char *arg, const char **model)
         return cli_usage_error(cmd, "unknown option '%s'", arg);
     if (*model)
         return cli_usage_error(cmd, "more than one model file ('%s' and '%s')", *model, arg);
-    *model = arg;
-    return cli_model_file_check(cmd, arg);
+    *model = cli_model_resolve(arg);
+    if (*model == arg && !strchr(arg, '/') && access(arg, F_OK) != 0) /* neither a file nor a shipped model */
+        return cli_fail("%s: %s", cmd, clg_last_error(NULL));
+    return cli_model_file_check(cmd, *model);
+}
+
+const char *cli_model_resolve(const char *arg)
+{
+    /* a shipped model by name: `clgrad train lenet5` from any directory */
+    static char found[4][4096];
+    static int nfound;
+    if (nfound < 4 && clg_model_find(arg, found[nfound], sizeof found[0]) == CLG_OK)
+        return found[nfound++];
+    return arg; /* a missing file is reported by the library */
 }
 
 int cli_model_file_check(const char *cmd, const char *path)
@@ -153,22 +165,8 @@ int cli_model_file_check(const char *cmd, const char *path)
         close(fd);
         return rc;
     }
-    char buf[4096];
-    size_t off = 0;
-    for (;;) {
-        ssize_t n = read(fd, buf, sizeof buf);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        const char *z = memchr(buf, 0, (size_t)n);
-        if (z) {
-            rc = cli_fail("%s: %s:offset %zu: NUL byte in the model file (binary or corrupt?)", cmd, path,
-                          off + (size_t)(z - buf));
-            break;
-        }
-        off += (size_t)n;
-    }
+    /* content (text with no NUL byte, or ONNX) is checked by the library, which
+     * names the offset of a NUL byte in a text model file */
     close(fd);
     return rc;
 }
@@ -185,7 +183,14 @@ clg_model *cli_model_open(const char *cmd, const char *model, const char *weight
     mp.devices = "all"; /* eval / predict split their batches over the selected devices */
     clg_model *m = NULL;
     clg_status st = clg_model_create_file(*ctx, model, &mp, &m);
-    if (st == CLG_OK)
+    if (st == CLG_OK && !weights && !clg_model_has_file_weights(m)) {
+        *rc = cli_usage_error(cmd, "missing --weights FILE (only an ONNX model file carries its weights)");
+        clg_model_destroy(m);
+        clg_ctx_destroy(*ctx);
+        *ctx = NULL;
+        return NULL;
+    }
+    if (st == CLG_OK && weights) /* a weights file replaces those an ONNX model came with */
         st = clg_model_load_weights(m, weights);
     if (st != CLG_OK) {
         *rc = cli_fail("%s: %s", cmd, clg_last_error(*ctx));

@@ -48,7 +48,8 @@ clg_ctx *cli_ctx_open(const char *devices, int verbose, int *rc);
 int cli_model_arg(const char *cmd, const char *arg, const char **model);
 /* The context (cli_ctx_open) and the model file with trained weights, for
  * eval and predict: on failure prints the error, releases what was opened,
- * returns NULL with *rc set. batch 0: the model file's. */
+ * returns NULL with *rc set. batch 0: the model file's. weights may be NULL
+ * for an ONNX model (its weights come with it); else a usage error. */
 clg_model *cli_model_open(const char *cmd, const char *model, const char *weights, const char *devices, int batch,
                           clg_ctx **ctx, int *rc);
 
@@ -58,17 +59,23 @@ int cmd_selfcheck(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
 int cmd_train(int argc, char **argv);
+int bench_allreduce(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_predict(int argc, char **argv);
+int cmd_export(int argc, char **argv);
 /* bench targets (cmd_bench dispatches) */
 int bench_gemm(int argc, char **argv);
 int bench_conv(int argc, char **argv);
 int bench_train(int argc, char **argv);
+int bench_prim(int argc, char **argv);
 int bench_start(int argc, char **argv);
 
-/* Exit 1 with "path:offset N" when a model file holds a NUL byte, or a
- * message when it is a directory/FIFO/device; CLI_OK otherwise (a missing
- * file is left to the library to report). */
+/* A model argument as a path: itself when it is a file, else the shipped
+ * model of that name (clg_model_find), else itself (the library reports it). */
+const char *cli_model_resolve(const char *arg);
+/* Exit 1 with a message when a model file is a directory/FIFO/device;
+ * CLI_OK otherwise (a missing file, and the content: text without NUL bytes
+ * or ONNX, are left to the library to report). */
 int cli_model_file_check(const char *cmd, const char *path);
 
 #endif

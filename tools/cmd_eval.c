@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "parallel/comm.h"
 
 static void help(FILE *f)
 {
@@ -12,6 +13,7 @@ static void help(FILE *f)
                "Evaluates trained weights on the test split: loss, accuracy and the confusion matrix.\n"
                "\n"
                "  --weights FILE   checkpoint or weights file (safetensors layout) written by train\n"
+               "                   (optional for an ONNX model: its weights come with it)\n"
                "  --data SPEC      dataset (fashion-mnist, mnist, cifar10, a directory or an IDX file)\n"
                "  --batch N        batch size (default: the model file's)\n"
                "  --limit N        evaluate only the first N samples\n"
@@ -45,8 +47,6 @@ int cmd_eval(int argc, char **argv)
     }
     if (!model)
         return cli_usage_error("eval", "missing MODEL");
-    if (!weights)
-        return cli_usage_error("eval", "missing --weights FILE");
     if (!data)
         return cli_usage_error("eval", "missing --data");
     int rc = CLI_OK;
@@ -61,12 +61,15 @@ int cmd_eval(int argc, char **argv)
         clg_ctx_destroy(ctx);
         return code;
     }
-    printf("samples %d\nloss %.4f\naccuracy %.2f%%\n\nconfusion matrix (rows: true class, columns: predicted)\n",
-           rep.samples, rep.loss, 100 * rep.accuracy);
-    printf("      ");
+    if (clg_comm_rank() != 0) /* MPI: every rank evaluated its slices; rank 0 prints the sums once */
+        rep.classes = 0;
+    else
+        printf("samples %d\nloss %.4f\naccuracy %.2f%%\n\nconfusion matrix (rows: true class, columns: predicted)\n",
+               rep.samples, rep.loss, 100 * rep.accuracy);
     for (int c = 0; c < rep.classes; c++)
-        printf("%6d", c);
-    printf("\n");
+        printf("%s%6d", c ? "" : "      ", c);
+    if (rep.classes)
+        printf("\n");
     for (int t = 0; t < rep.classes; t++) {
         printf("%6d", t);
         for (int c = 0; c < rep.classes; c++)

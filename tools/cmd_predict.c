@@ -1,5 +1,6 @@
-/* clgrad predict MODEL --weights FILE --input FILE: class probabilities for
- * every image of an IDX file or a PGM image (public API only). */
+/* clgrad predict MODEL [--weights FILE] --input FILE [--json]: class
+ * probabilities for every image of an IDX file (uint8 or float32) or a PGM
+ * image (public API only). */
 #include <stdio.h>
 #include <string.h>
 
@@ -7,13 +8,17 @@
 
 static void help(FILE *f)
 {
-    fprintf(f, "usage: clgrad predict MODEL --weights FILE --input FILE [options]\n"
+    fprintf(f, "usage: clgrad predict MODEL [--weights FILE] --input FILE [--json] [options]\n"
                "\n"
                "Prints the class probabilities of every image in FILE (an IDX images file, plain or\n"
                ".gz, or a PGM image) and the most likely class.\n"
                "\n"
-               "  --weights FILE   weights written by train (safetensors layout)\n"
-               "  --input FILE     IDX or PGM image(s) with the model's input shape\n"
+               "  --weights FILE   weights written by train (safetensors layout); optional for an\n"
+               "                   ONNX model, whose weights come with it\n"
+               "  --input FILE     IDX (unsigned byte 0x08: pixel / 255; float32 0x0D: values as\n"
+               "                   they are) or PGM image(s) with the model's input shape\n"
+               "  --json           one JSON object per line and image:\n"
+               "                   {\"index\": i, \"class\": c, \"probs\": [...]}\n"
                "  --limit N        print only the first N images\n"
                "  --devices SEL    device selector; runs on the first selected device\n"
                "\n"
@@ -24,12 +29,17 @@ int cmd_predict(int argc, char **argv)
 {
     const char *model = NULL, *weights = NULL, *input = NULL, *devices = NULL;
     long limit = 0;
+    int json = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r;
         if (cli_is_help(a)) {
             help(stdout);
             return CLI_OK;
+        }
+        if (strcmp(a, "--json") == 0) {
+            json = 1;
+            continue;
         }
         if ((r = cli_opt_str(argc, argv, &i, "--weights", &weights)) != 0 ||
             (r = cli_opt_str(argc, argv, &i, "--input", &input)) != 0 ||
@@ -44,8 +54,6 @@ int cmd_predict(int argc, char **argv)
     }
     if (!model)
         return cli_usage_error("predict", "missing MODEL");
-    if (!weights)
-        return cli_usage_error("predict", "missing --weights FILE");
     if (!input)
         return cli_usage_error("predict", "missing --input FILE");
     int rc = CLI_OK;
@@ -70,6 +78,13 @@ int cmd_predict(int argc, char **argv)
         for (int c = 1; c < classes; c++)
             if (p[c] > p[best])
                 best = c;
+        if (json) { /* %.9g: a float read back is the same float */
+            printf("{\"index\": %d, \"class\": %d, \"probs\": [", i, best);
+            for (int c = 0; c < classes; c++)
+                printf("%s%.9g", c ? ", " : "", p[c]);
+            printf("]}\n");
+            continue;
+        }
         printf("image %d: class %d (p=%.4f) |", i, best, p[best]);
         for (int c = 0; c < classes; c++)
             printf(" %.4f", p[c]);

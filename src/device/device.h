@@ -13,6 +13,8 @@
 
 typedef struct clg_device clg_device;
 
+#define CLG_MAX_DEVICES 64 /* devices one context may hold */
+
 // ---- OpenCL errors ----
 
 CLG_INTERNAL const char *clg_cl_errname(cl_int e);
@@ -201,7 +203,8 @@ struct clg_device {
     int index;    /* index in ctx->devs */
     cl_platform_id platform;
     cl_device_id id;
-    cl_context cl;
+    cl_context cl;  /* shared by the context's devices of one platform (each holds a reference) */
+    int shared_cl;  /* cl is shared with another device */
     cl_command_queue queue;
     clg_device_info info;
     char *extensions;
@@ -262,6 +265,11 @@ CLG_INTERNAL clg_status clg_enumerate(clg_err *err, clg_device_info **infos, cl_
  * sel[] receives up to max indices; *nsel their count. */
 CLG_INTERNAL clg_status clg_select_devices(clg_err *err, const char *selector, const clg_device_info *infos,
                                            int count, int *sel, int max, int *nsel);
+/* A context of one device around the caller's in-order command queue (its
+ * cl_context and device): both are retained here and released once by
+ * clg_ctx_destroy, never more. p supplies the cache and kernel directories
+ * (devices is ignored; NULL: defaults). An out-of-order queue is refused. */
+CLG_INTERNAL clg_status clg_ctx_wrap_queue(cl_command_queue queue, const clg_ctx_params *p, clg_ctx **out);
 /* GPU vendor families the untuned defaults distinguish (from CL_DEVICE_VENDOR). */
 typedef enum clg_vendor { CLG_VENDOR_OTHER = 0, CLG_VENDOR_NVIDIA, CLG_VENDOR_AMD, CLG_VENDOR_INTEL } clg_vendor;
 CLG_INTERNAL clg_vendor clg_device_vendor(const clg_device *dev);

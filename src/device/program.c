@@ -196,14 +196,30 @@ done:
 
 static void cache_store(clg_device *dev, uint64_t key, cl_program prog)
 {
-    size_t blen = 0;
-    if (clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof blen, &blen, NULL) != CL_SUCCESS || blen == 0)
+    /* The program belongs to every device of a shared context: its binary
+     * lists have one entry per device (empty for the ones not built). */
+    cl_uint nd = 0;
+    if (clGetProgramInfo(prog, CL_PROGRAM_NUM_DEVICES, sizeof nd, &nd, NULL) != CL_SUCCESS || nd == 0 ||
+        nd > CLG_MAX_DEVICES)
         return;
+    cl_device_id ids[CLG_MAX_DEVICES];
+    size_t sizes[CLG_MAX_DEVICES];
+    if (clGetProgramInfo(prog, CL_PROGRAM_DEVICES, nd * sizeof *ids, ids, NULL) != CL_SUCCESS ||
+        clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, nd * sizeof *sizes, sizes, NULL) != CL_SUCCESS)
+        return;
+    cl_uint me = 0;
+    while (me < nd && ids[me] != dev->id)
+        me++;
+    if (me == nd || sizes[me] == 0)
+        return;
+    size_t blen = sizes[me];
     unsigned char *buf = malloc(HEADER_BYTES + blen);
     if (!buf)
         return;
-    unsigned char *bin = buf + HEADER_BYTES;
-    if (clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) != CL_SUCCESS) {
+    unsigned char *bins[CLG_MAX_DEVICES] = {0}; /* NULL: that device's binary is not wanted */
+    bins[me] = buf + HEADER_BYTES;
+    unsigned char *bin = bins[me];
+    if (clGetProgramInfo(prog, CL_PROGRAM_BINARIES, nd * sizeof *bins, bins, NULL) != CL_SUCCESS) {
         free(buf);
         return;
     }

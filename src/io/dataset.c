@@ -77,7 +77,8 @@ typedef struct idx_file {
     int ndim;
     uint32_t dims[8];
     uint64_t count; /* product of dims */
-    uint8_t *data;  /* count bytes */
+    int type;       /* element type code: 0x08 unsigned byte, 0x0D float32 (big-endian in the file) */
+    uint8_t *data;  /* count elements (0x0D: converted to host-order floats in place) */
 } idx_file;
 
 static int file_exists(const char *path)
@@ -211,11 +212,14 @@ static clg_status idx_parse(clg_err *err, const char *path, uint8_t *b, size_t n
                          path, b[0], b[1], b[2], b[3]);
         goto done;
     }
-    if (b[2] != 0x08) {
+    if (b[2] != 0x08 && b[2] != 0x0D) {
         st = clg_err_set(err, CLG_ERR_UNSUPPORTED,
-                         "IDX file '%s': element type 0x%02x is not supported (only unsigned byte, 0x08)", path, b[2]);
+                         "IDX file '%s': element type 0x%02x is not supported (unsigned byte 0x08 or float32 0x0D)",
+                         path, b[2]);
         goto done;
     }
+    out->type = b[2];
+    size_t esize = b[2] == 0x0D ? 4 : 1;
     if (b[3] < 1 || b[3] > 8) {
         st = clg_err_set(err, CLG_ERR_FORMAT, "IDX file '%s': %d dimensions (expected 1 to 8)", path, b[3]);
         goto done;
@@ -230,24 +234,38 @@ static clg_status idx_parse(clg_err *err, const char *path, uint8_t *b, size_t n
     for (int i = 0; i < out->ndim; i++) {
         const uint8_t *d = b + 4 + 4 * i;
         out->dims[i] = ((uint32_t)d[0] << 24) | ((uint32_t)d[1] << 16) | ((uint32_t)d[2] << 8) | d[3];
-        if (out->dims[i] > 0 && out->count > IDX_MAX_BYTES / out->dims[i]) {
+        if (out->dims[i] > 0 && out->count > IDX_MAX_BYTES / esize / out->dims[i]) {
             st = clg_err_set(err, CLG_ERR_FORMAT, "IDX file '%s': dimensions describe more than %llu bytes (corrupt?)",
                              path, (unsigned long long)IDX_MAX_BYTES);
             goto done;
         }
         out->count *= out->dims[i];
     }
-    if ((uint64_t)(n - hl) < out->count) {
+    uint64_t bytes = out->count * esize;
+    if ((uint64_t)(n - hl) < bytes) {
         st = clg_err_set(err, CLG_ERR_FORMAT, "IDX file '%s' is truncated: %llu of %llu data bytes present", path,
-                         (unsigned long long)(n - hl), (unsigned long long)out->count);
+                         (unsigned long long)(n - hl), (unsigned long long)bytes);
         goto done;
     }
-    if ((uint64_t)(n - hl) > out->count) {
+    if ((uint64_t)(n - hl) > bytes) {
         st = clg_err_set(err, CLG_ERR_FORMAT, "IDX file '%s' has data beyond the %llu bytes its header describes",
-                         path, (unsigned long long)out->count);
+                         path, (unsigned long long)bytes);
         goto done;
     }
-    memmove(b, b + hl, (size_t)out->count); /* the data keeps the file's buffer */
+    memmove(b, b + hl, (size_t)bytes); /* the data keeps the file's buffer */
+    if (esize == 4)
+        for (uint64_t i = 0; i < out->count; i++) { /* big-endian IEEE single -> host float */
+            const uint8_t *q = b + 4 * i;
+            uint32_t u = ((uint32_t)q[0] << 24) | ((uint32_t)q[1] << 16) | ((uint32_t)q[2] << 8) | q[3];
+            float f;
+            memcpy(&f, &u, 4);
+            if (!isfinite(f)) {
+                st = clg_err_set(err, CLG_ERR_FORMAT, "IDX file '%s': float element %llu is not finite", path,
+                                 (unsigned long long)i);
+                goto done;
+            }
+            memcpy(b + 4 * i, &f, 4);
+        }
     out->data = b;
     return CLG_OK;
 done:
@@ -305,8 +323,13 @@ static clg_status idx_images_to_dataset(clg_err *err, const char *path, idx_file
     ds->c = c;
     ds->h = h;
     ds->w = w;
-    ds->dtype = CLG_DS_U8;
-    ds->u8 = im->data;
+    if (im->type == 0x0D) {
+        ds->dtype = CLG_DS_F32;
+        ds->f32 = (float *)(void *)im->data; /* malloc'd: aligned for float */
+    } else {
+        ds->dtype = CLG_DS_U8;
+        ds->u8 = im->data;
+    }
     im->data = NULL;
     ds->labels = malloc(sizeof(int32_t) * (size_t)n);
     if (!ds->labels) {
@@ -345,7 +368,10 @@ clg_status clg_dataset_load_idx(clg_err *err, const char *images_path, const cha
             clg_dataset_free(ds);
             return st;
         }
-        if (lb.ndim != 1) {
+        if (lb.type != 0x08) {
+            st = clg_err_set(err, CLG_ERR_FORMAT, "IDX labels file '%s' holds floats (labels are unsigned bytes, 0x08)",
+                             labels_path);
+        } else if (lb.ndim != 1) {
             st = clg_err_set(err, CLG_ERR_FORMAT, "IDX labels file '%s' has %d dimensions (expected 1)", labels_path,
                              lb.ndim);
         } else if (lb.dims[0] != (uint32_t)ds->n) {

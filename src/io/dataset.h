@@ -63,8 +63,9 @@ CLG_INTERNAL void clg_dataset_free(clg_dataset *ds);
  * split picks the train or test files. Errors name the missing files. */
 CLG_INTERNAL clg_status clg_dataset_open(clg_err *err, const char *spec, clg_ds_split split, clg_dataset **out);
 
-/* IDX pair (either file may end in .gz; zlib reads both kinds). images: u8,
- * 3 dims (N,H,W -> C=1) or 4 dims (N,C,H,W); labels: u8, 1 dim, same N.
+/* IDX pair (either file may end in .gz; zlib reads both kinds). images: u8
+ * (type 0x08, value = pixel / 255) or float32 (0x0D, big-endian, taken as
+ * they are, finite), 3 dims (N,H,W -> C=1) or 4 dims (N,C,H,W); labels: u8, 1 dim, same N.
  * labels_path may be NULL (labels = -1, nclasses = 0). nclasses is
  * max label + 1, at least 10 when labels are present. Checks the magic,
  * dtype, dims, sizes and truncation. */
@@ -74,7 +75,7 @@ CLG_INTERNAL clg_status clg_dataset_load_idx(clg_err *err, const char *images_pa
  * 3073 bytes), concatenated in the order given. */
 CLG_INTERNAL clg_status clg_dataset_load_cifar10(clg_err *err, const char *const *paths, int npaths,
                                                  clg_dataset **out);
-/* One or more images for `predict`: an IDX images file (u8) or a PGM
+/* One or more images for `predict`: an IDX images file (u8 or f32) or a PGM
  * (P5 binary or P2 ASCII, maxval <= 255; a PGM gives n = 1, c = 1). */
 CLG_INTERNAL clg_status clg_dataset_load_image(clg_err *err, const char *path, clg_dataset **out);
 

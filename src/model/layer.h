@@ -73,6 +73,19 @@ typedef struct clg_layer_ops {
     void (*destroy)(clg_layer *l, clg_device *dev);
 } clg_layer_ops;
 
+/* Cross-device exchange for layers whose forward or backward needs the
+ * whole global batch (synchronized batch norm), set on every replica's
+ * layers by the data-parallel lanes; NULL on a lone replica. gather hands
+ * this replica's n doubles to the others taking part in the step and
+ * returns, in *all, the *nall vectors of every participant in the fixed
+ * device order (this one's among them; valid until the step ends), once
+ * all have given theirs. phase: 0 forward, 1 backward. */
+typedef struct clg_layer_sync {
+    clg_status (*gather)(void *user, int layer, int phase, const double *mine, size_t n, const double *const **all,
+                         int *nall);
+    void *user;
+} clg_layer_sync;
+
 struct clg_layer {
     const clg_layer_ops *ops;
     char name[64];      /* "conv1" or "<type><index>" */
@@ -88,6 +101,7 @@ struct clg_layer {
     int is_loss;        /* softmax/mse: forward computes loss, backward starts the chain */
     clg_loss_io loss;   /* used when is_loss */
     void *priv;         /* layer-specific options and state */
+    const clg_layer_sync *sync; /* borrowed; NULL: this replica alone */
 };
 
 /* Looks up a layer type by its section name ("convolutional", "conv"...);

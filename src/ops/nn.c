@@ -556,6 +556,40 @@ clg_status clg_nn_softmax_xent_forward(clg_device *dev, int N, int C, cl_mem x, 
     return run_groups(dev, k, (size_t)N, wg);
 }
 
+clg_status clg_nn_softmax_forward(clg_device *dev, int N, int C, cl_mem x, size_t ox, cl_mem y, size_t oy)
+{
+    const char *o = "softmax";
+    CLG_TRY(check_mems(dev, o, 2, (const cl_mem[]){x, y}, (const char *const[]){"x", "y"}));
+    if (N < 0 || C <= 0)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE, "%s: bad shape rows=%d columns=%d", o, N, C);
+    cl_uint uc = (cl_uint)C, uox, uoy;
+    CLG_TRY(range(dev, o, ox, (size_t)N * C, &uox));
+    CLG_TRY(range(dev, o, oy, (size_t)N * C, &uoy));
+    cl_kernel k;
+    size_t wg;
+    CLG_TRY(clg_kernel_get_wg(dev, "softmax", "softmax_fwd", "SM_WG", SM_WG, &k, &wg));
+    CLG_TRY(setargs(dev, k, 5, ARG(uc), ARG(x), ARG(uox), ARG(y), ARG(uoy)));
+    return run_groups(dev, k, (size_t)N, wg);
+}
+
+clg_status clg_nn_softmax_backward(clg_device *dev, int N, int C, cl_mem y, size_t oy, cl_mem dy, size_t ody,
+                                   cl_mem dx, size_t odx)
+{
+    const char *o = "softmax backward";
+    CLG_TRY(check_mems(dev, o, 3, (const cl_mem[]){y, dy, dx}, (const char *const[]){"y", "dy", "dx"}));
+    if (N < 0 || C <= 0)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE, "%s: bad shape rows=%d columns=%d", o, N, C);
+    cl_uint uc = (cl_uint)C, uoy, uody, uodx;
+    CLG_TRY(range(dev, o, oy, (size_t)N * C, &uoy));
+    CLG_TRY(range(dev, o, ody, (size_t)N * C, &uody));
+    CLG_TRY(range(dev, o, odx, (size_t)N * C, &uodx));
+    cl_kernel k;
+    size_t wg;
+    CLG_TRY(clg_kernel_get_wg(dev, "softmax", "softmax_bwd", "SM_WG", SM_WG, &k, &wg));
+    CLG_TRY(setargs(dev, k, 7, ARG(uc), ARG(y), ARG(uoy), ARG(dy), ARG(uody), ARG(dx), ARG(uodx)));
+    return run_groups(dev, k, (size_t)N, wg);
+}
+
 clg_status clg_nn_softmax_xent_backward(clg_device *dev, int N, int C, float scale, cl_mem p, size_t op,
                                         cl_mem labels, size_t ol, cl_mem dx, size_t odx)
 {
@@ -657,6 +691,41 @@ static clg_status bn_parts(clg_device *dev, int C, size_t HW, cl_mem *a, cl_mem 
     return st;
 }
 
+/* Per-(c, i) partial sums of the forward statistics into fresh pa, pb
+ * (released by the caller after its last use is enqueued). */
+static clg_status bn_stats_partials(clg_device *dev, cl_uint uN, int C, size_t HW, cl_mem x, cl_uint uox, cl_mem *pa,
+                                    cl_mem *pb)
+{
+    CLG_TRY(bn_parts(dev, C, HW, pa, pb));
+    cl_uint uC = (cl_uint)C, uHW = (cl_uint)HW;
+    cl_kernel k;
+    size_t vw = bn_vec(HW);
+    char kn[32];
+    snprintf(kn, sizeof kn, "bn_stats_partial%s", vw == 8 ? "8" : vw == 4 ? "4" : "");
+    clg_status st = kget(dev, "norm", kn, &k);
+    if (st == CLG_OK)
+        st = setargs(dev, k, 7, ARG(uN), ARG(uC), ARG(uHW), ARG(x), ARG(uox), ARG(*pa), ARG(*pb));
+    if (st == CLG_OK)
+        st = run2_exact(dev, k, HW / vw, (size_t)C);
+    if (st != CLG_OK) {
+        clg_buf_release(dev, *pa);
+        clg_buf_release(dev, *pb);
+    }
+    return st;
+}
+
+/* y = (x - mean) * invstd * gamma + beta with the statistics in mean/invstd. */
+static clg_status bn_apply(clg_device *dev, cl_uint uN, int C, size_t HW, cl_mem x, cl_uint uox, cl_mem y,
+                           cl_uint uoy, cl_mem mean, cl_mem invstd, cl_mem gamma, cl_mem beta)
+{
+    cl_uint uC = (cl_uint)C, uHW = (cl_uint)HW;
+    cl_kernel k;
+    CLG_TRY(kget(dev, "norm", "bn_apply", &k));
+    CLG_TRY(setargs(dev, k, 11, ARG(uN), ARG(uC), ARG(uHW), ARG(x), ARG(uox), ARG(y), ARG(uoy), ARG(mean),
+                    ARG(invstd), ARG(gamma), ARG(beta)));
+    return run2_exact(dev, k, HW, (size_t)C * uN);
+}
+
 clg_status clg_nn_bn_forward_train(clg_device *dev, int N, int C, size_t HW, float eps, float momentum,
                                    int update_running, cl_mem x, size_t ox, cl_mem y, size_t oy, cl_mem gamma,
                                    cl_mem beta, cl_mem rmean, cl_mem rvar, cl_mem mean, cl_mem invstd)
@@ -672,18 +741,9 @@ clg_status clg_nn_bn_forward_train(clg_device *dev, int N, int C, size_t HW, flo
     cl_float fm = momentum, fe = eps;
     cl_int upd = update_running ? 1 : 0;
     cl_mem pa, pb;
-    CLG_TRY(bn_parts(dev, C, HW, &pa, &pb));
+    CLG_TRY(bn_stats_partials(dev, uN, C, HW, x, uox, &pa, &pb));
     cl_kernel k;
-    size_t vw = bn_vec(HW);
-    char kn[32];
-    snprintf(kn, sizeof kn, "bn_stats_partial%s", vw == 8 ? "8" : vw == 4 ? "4" : "");
-    clg_status st = kget(dev, "norm", kn, &k);
-    if (st == CLG_OK)
-        st = setargs(dev, k, 7, ARG(uN), ARG(uC), ARG(uHW), ARG(x), ARG(uox), ARG(pa), ARG(pb));
-    if (st == CLG_OK)
-        st = run2_exact(dev, k, HW / vw, (size_t)C);
-    if (st == CLG_OK)
-        st = kget(dev, "norm", "bn_stats_finish", &k);
+    clg_status st = kget(dev, "norm", "bn_stats_finish", &k);
     if (st == CLG_OK)
         st = setargs(dev, k, 14, ARG(uN), ARG(uC), ARG(uHW), ARG(fm), ARG(fe), ARG(upd), ARG(x), ARG(uox), ARG(pa),
                      ARG(pb), ARG(mean), ARG(invstd), ARG(rmean), ARG(rvar));
@@ -692,10 +752,50 @@ clg_status clg_nn_bn_forward_train(clg_device *dev, int N, int C, size_t HW, flo
     clg_buf_release(dev, pa);
     clg_buf_release(dev, pb);
     CLG_TRY(st);
-    CLG_TRY(kget(dev, "norm", "bn_apply", &k));
-    CLG_TRY(setargs(dev, k, 11, ARG(uN), ARG(uC), ARG(uHW), ARG(x), ARG(uox), ARG(y), ARG(uoy), ARG(mean),
-                    ARG(invstd), ARG(gamma), ARG(beta)));
-    return run2_exact(dev, k, HW, (size_t)C * (size_t)N);
+    return bn_apply(dev, uN, C, HW, x, uox, y, uoy, mean, invstd, gamma, beta);
+}
+
+clg_status clg_nn_bn_stats_local(clg_device *dev, int N, int C, size_t HW, cl_mem x, size_t ox, cl_mem st3)
+{
+    size_t n = 0;
+    CLG_TRY(bn_check(dev, N, C, HW, &n));
+    const char *o = "batchnorm (synchronized)";
+    CLG_TRY(check_mems(dev, o, 2, (const cl_mem[]){x, st3}, (const char *const[]){"x", "stats"}));
+    cl_uint uN = (cl_uint)N, uC = (cl_uint)C, uHW = (cl_uint)HW, uox;
+    CLG_TRY(range(dev, o, ox, n, &uox));
+    cl_mem pa, pb;
+    CLG_TRY(bn_stats_partials(dev, uN, C, HW, x, uox, &pa, &pb));
+    cl_kernel k;
+    clg_status st = kget(dev, "norm", "bn_stats_sums", &k);
+    if (st == CLG_OK)
+        st = setargs(dev, k, 7, ARG(uC), ARG(uHW), ARG(x), ARG(uox), ARG(pa), ARG(pb), ARG(st3));
+    if (st == CLG_OK)
+        st = clg_launch_1d(dev, k, (size_t)C, 64);
+    clg_buf_release(dev, pa);
+    clg_buf_release(dev, pb);
+    return st;
+}
+
+clg_status clg_nn_bn_sync_apply(clg_device *dev, int N, int C, size_t HW, float momentum, int update_running,
+                                cl_mem g4, cl_mem x, size_t ox, cl_mem y, size_t oy, cl_mem gamma, cl_mem beta,
+                                cl_mem rmean, cl_mem rvar, cl_mem mean, cl_mem invstd)
+{
+    size_t n = 0;
+    CLG_TRY(bn_check(dev, N, C, HW, &n));
+    const char *o = "batchnorm (synchronized)";
+    CLG_TRY(check_mems(dev, o, 9, (const cl_mem[]){g4, x, y, gamma, beta, rmean, rvar, mean, invstd},
+                       (const char *const[]){"statistics", "x", "y", "gamma", "beta", "running_mean", "running_var",
+                                             "mean", "invstd"}));
+    cl_uint uN = (cl_uint)N, uC = (cl_uint)C, uox, uoy;
+    CLG_TRY(range(dev, o, ox, n, &uox));
+    CLG_TRY(range(dev, o, oy, n, &uoy));
+    cl_float fm = momentum;
+    cl_int upd = update_running ? 1 : 0;
+    cl_kernel k;
+    CLG_TRY(kget(dev, "norm", "bn_sync_set", &k));
+    CLG_TRY(setargs(dev, k, 8, ARG(uC), ARG(fm), ARG(upd), ARG(g4), ARG(mean), ARG(invstd), ARG(rmean), ARG(rvar)));
+    CLG_TRY(clg_launch_1d(dev, k, (size_t)C, 64));
+    return bn_apply(dev, uN, C, HW, x, uox, y, uoy, mean, invstd, gamma, beta);
 }
 
 clg_status clg_nn_bn_forward_infer(clg_device *dev, int N, int C, size_t HW, float eps, cl_mem x, size_t ox,
@@ -717,6 +817,43 @@ clg_status clg_nn_bn_forward_infer(clg_device *dev, int N, int C, size_t HW, flo
     return run2_exact(dev, k, HW, (size_t)C * (size_t)N);
 }
 
+/* Per-(c, i) partial sums of the backward statistics into fresh pa, pb. */
+static clg_status bn_bwd_partials(clg_device *dev, cl_uint uN, int C, size_t HW, cl_mem x, cl_uint uox, cl_mem dy,
+                                  cl_uint uody, cl_mem mean, cl_mem *pa, cl_mem *pb)
+{
+    CLG_TRY(bn_parts(dev, C, HW, pa, pb));
+    cl_uint uC = (cl_uint)C, uHW = (cl_uint)HW;
+    cl_kernel k;
+    size_t vw = bn_vec(HW);
+    char kn[32];
+    snprintf(kn, sizeof kn, "bn_bwd_partial%s", vw == 8 ? "8" : vw == 4 ? "4" : "");
+    clg_status st = kget(dev, "norm", kn, &k);
+    if (st == CLG_OK)
+        st = setargs(dev, k, 10, ARG(uN), ARG(uC), ARG(uHW), ARG(x), ARG(uox), ARG(dy), ARG(uody), ARG(mean), ARG(*pa),
+                     ARG(*pb));
+    if (st == CLG_OK)
+        st = run2_exact(dev, k, HW / vw, (size_t)C);
+    if (st != CLG_OK) {
+        clg_buf_release(dev, *pa);
+        clg_buf_release(dev, *pb);
+    }
+    return st;
+}
+
+/* dx from the (global) dgamma / dbeta sums over M values per channel. */
+static clg_status bn_bwd_dx(clg_device *dev, cl_uint uN, int C, size_t HW, double M, cl_mem x, cl_uint uox,
+                            cl_mem dy, cl_uint uody, cl_mem mean, cl_mem invstd, cl_mem gamma, cl_mem dgamma,
+                            cl_mem dbeta, cl_mem dx, cl_uint uodx)
+{
+    cl_uint uC = (cl_uint)C, uHW = (cl_uint)HW;
+    cl_float invM = (float)(1.0 / M);
+    cl_kernel k;
+    CLG_TRY(kget(dev, "norm", "bn_bwd_data", &k));
+    CLG_TRY(setargs(dev, k, 15, ARG(uN), ARG(uC), ARG(uHW), ARG(invM), ARG(x), ARG(uox), ARG(dy), ARG(uody),
+                    ARG(mean), ARG(invstd), ARG(gamma), ARG(dgamma), ARG(dbeta), ARG(dx), ARG(uodx)));
+    return run2_exact(dev, k, HW, (size_t)C * uN);
+}
+
 clg_status clg_nn_bn_backward(clg_device *dev, int N, int C, size_t HW, cl_mem x, size_t ox, cl_mem dy, size_t ody,
                               cl_mem mean, cl_mem invstd, cl_mem gamma, cl_mem dgamma, cl_mem dbeta, cl_mem dx,
                               size_t odx)
@@ -732,19 +869,9 @@ clg_status clg_nn_bn_backward(clg_device *dev, int N, int C, size_t HW, cl_mem x
     if (dx)
         CLG_TRY(range(dev, o, odx, n, &uodx));
     cl_mem pa, pb;
-    CLG_TRY(bn_parts(dev, C, HW, &pa, &pb));
+    CLG_TRY(bn_bwd_partials(dev, uN, C, HW, x, uox, dy, uody, mean, &pa, &pb));
     cl_kernel k;
-    size_t vw = bn_vec(HW);
-    char kn[32];
-    snprintf(kn, sizeof kn, "bn_bwd_partial%s", vw == 8 ? "8" : vw == 4 ? "4" : "");
-    clg_status st = kget(dev, "norm", kn, &k);
-    if (st == CLG_OK)
-        st = setargs(dev, k, 10, ARG(uN), ARG(uC), ARG(uHW), ARG(x), ARG(uox), ARG(dy), ARG(uody), ARG(mean), ARG(pa),
-                     ARG(pb));
-    if (st == CLG_OK)
-        st = run2_exact(dev, k, HW / vw, (size_t)C);
-    if (st == CLG_OK)
-        st = kget(dev, "norm", "bn_bwd_finish", &k);
+    clg_status st = kget(dev, "norm", "bn_bwd_finish", &k);
     if (st == CLG_OK)
         st = setargs(dev, k, 7, ARG(uC), ARG(uHW), ARG(pa), ARG(pb), ARG(invstd), ARG(dgamma), ARG(dbeta));
     if (st == CLG_OK)
@@ -754,9 +881,52 @@ clg_status clg_nn_bn_backward(clg_device *dev, int N, int C, size_t HW, cl_mem x
     CLG_TRY(st);
     if (!dx)
         return CLG_OK;
-    cl_float invM = 1.0f / (float)((size_t)N * HW);
-    CLG_TRY(kget(dev, "norm", "bn_bwd_data", &k));
-    CLG_TRY(setargs(dev, k, 15, ARG(uN), ARG(uC), ARG(uHW), ARG(invM), ARG(x), ARG(uox), ARG(dy), ARG(uody),
-                    ARG(mean), ARG(invstd), ARG(gamma), ARG(dgamma), ARG(dbeta), ARG(dx), ARG(uodx)));
-    return run2_exact(dev, k, HW, (size_t)C * (size_t)N);
+    return bn_bwd_dx(dev, uN, C, HW, (double)N * HW, x, uox, dy, uody, mean, invstd, gamma, dgamma, dbeta, dx, uodx);
+}
+
+clg_status clg_nn_bn_bwd_local(clg_device *dev, int N, int C, size_t HW, cl_mem x, size_t ox, cl_mem dy, size_t ody,
+                               cl_mem mean, cl_mem invstd, cl_mem dgamma, cl_mem dbeta, cl_mem st2)
+{
+    size_t n = 0;
+    CLG_TRY(bn_check(dev, N, C, HW, &n));
+    const char *o = "batchnorm backward (synchronized)";
+    CLG_TRY(check_mems(dev, o, 7, (const cl_mem[]){x, dy, mean, invstd, dgamma, dbeta, st2},
+                       (const char *const[]){"x", "dy", "mean", "invstd", "dgamma", "dbeta", "sums"}));
+    cl_uint uN = (cl_uint)N, uC = (cl_uint)C, uHW = (cl_uint)HW, uox, uody;
+    CLG_TRY(range(dev, o, ox, n, &uox));
+    CLG_TRY(range(dev, o, ody, n, &uody));
+    cl_mem pa, pb;
+    CLG_TRY(bn_bwd_partials(dev, uN, C, HW, x, uox, dy, uody, mean, &pa, &pb));
+    cl_kernel k;
+    clg_status st = kget(dev, "norm", "bn_bwd_sums", &k);
+    if (st == CLG_OK)
+        st = setargs(dev, k, 8, ARG(uC), ARG(uHW), ARG(pa), ARG(pb), ARG(invstd), ARG(dgamma), ARG(dbeta), ARG(st2));
+    if (st == CLG_OK)
+        st = clg_launch_1d(dev, k, (size_t)C, 64);
+    clg_buf_release(dev, pa);
+    clg_buf_release(dev, pb);
+    return st;
+}
+
+clg_status clg_nn_bn_bwd_data_sync(clg_device *dev, int N, int C, size_t HW, double M, cl_mem g2, cl_mem x,
+                                   size_t ox, cl_mem dy, size_t ody, cl_mem mean, cl_mem invstd, cl_mem gamma,
+                                   cl_mem gdg, cl_mem gdb, cl_mem dx, size_t odx)
+{
+    size_t n = 0;
+    CLG_TRY(bn_check(dev, N, C, HW, &n));
+    const char *o = "batchnorm backward (synchronized)";
+    CLG_TRY(check_mems(dev, o, 9, (const cl_mem[]){g2, x, dy, mean, invstd, gamma, gdg, gdb, dx},
+                       (const char *const[]){"sums", "x", "dy", "mean", "invstd", "gamma", "dgamma", "dbeta", "dx"}));
+    if (!(M >= (double)N * HW))
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG, "%s: %g values over the devices, fewer than this "
+                           "device's %zu", o, M, (size_t)N * HW);
+    cl_uint uN = (cl_uint)N, uC = (cl_uint)C, uox, uody, uodx;
+    CLG_TRY(range(dev, o, ox, n, &uox));
+    CLG_TRY(range(dev, o, ody, n, &uody));
+    CLG_TRY(range(dev, o, odx, n, &uodx));
+    cl_kernel k;
+    CLG_TRY(kget(dev, "norm", "bn_bwd_global", &k));
+    CLG_TRY(setargs(dev, k, 5, ARG(uC), ARG(g2), ARG(invstd), ARG(gdg), ARG(gdb)));
+    CLG_TRY(clg_launch_1d(dev, k, (size_t)C, 64));
+    return bn_bwd_dx(dev, uN, C, HW, M, x, uox, dy, uody, mean, invstd, gamma, gdg, gdb, dx, uodx);
 }

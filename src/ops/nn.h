@@ -86,6 +86,12 @@ CLG_INTERNAL clg_status clg_nn_softmax_xent_forward(clg_device *dev, int N, int 
 /* dx = scale * (p - onehot(label)) */
 CLG_INTERNAL clg_status clg_nn_softmax_xent_backward(clg_device *dev, int N, int C, float scale, cl_mem p, size_t op,
                                                      cl_mem labels, size_t ol, cl_mem dx, size_t odx);
+/* Softmax over each of N rows of C values: y = softmax(x) (y may be x). */
+CLG_INTERNAL clg_status clg_nn_softmax_forward(clg_device *dev, int N, int C, cl_mem x, size_t ox, cl_mem y,
+                                               size_t oy);
+/* dx = y * (dy - sum_c dy * y) per row, y the forward output (dx may alias dy). */
+CLG_INTERNAL clg_status clg_nn_softmax_backward(clg_device *dev, int N, int C, cl_mem y, size_t oy, cl_mem dy,
+                                                size_t ody, cl_mem dx, size_t odx);
 /* MSE per sample over F features: loss[s] = mean (x - t)^2; y = x. */
 CLG_INTERNAL clg_status clg_nn_mse_forward(clg_device *dev, int N, int F, cl_mem x, size_t ox, cl_mem t, size_t ot,
                                            cl_mem y, size_t oy, cl_mem loss, cl_mem correct);
@@ -112,5 +118,28 @@ CLG_INTERNAL clg_status clg_nn_bn_forward_infer(clg_device *dev, int N, int C, s
 CLG_INTERNAL clg_status clg_nn_bn_backward(clg_device *dev, int N, int C, size_t HW, cl_mem x, size_t ox, cl_mem dy,
                                            size_t ody, cl_mem mean, cl_mem invstd, cl_mem gamma, cl_mem dgamma,
                                            cl_mem dbeta, cl_mem dx, size_t odx);
+
+/* Synchronized batch norm (statistics over several devices' slices): the
+ * local sums, then the global statistics in (gathered and combined on the
+ * host, see layer_batchnorm.c).
+ *   stats_local: st3 = {K, sum (x - K), sum (x - K)^2} per channel (3C floats)
+ *   sync_apply:  g4 = {mean - K, invstd, mean, unbiased var} (4 vectors of
+ *                C): sets mean/invstd, moves the running stats, normalizes
+ *   bwd_local:   dgamma/dbeta of this slice, st2 = {sum dy, sum dy (x - mean)}
+ *   bwd_data_sync: g2 = those sums over every device (2 vectors of C), M the
+ *                values per channel over every device: dx (gdg, gdb scratch
+ *                of C floats). */
+CLG_INTERNAL clg_status clg_nn_bn_stats_local(clg_device *dev, int N, int C, size_t HW, cl_mem x, size_t ox,
+                                              cl_mem st3);
+CLG_INTERNAL clg_status clg_nn_bn_sync_apply(clg_device *dev, int N, int C, size_t HW, float momentum,
+                                             int update_running, cl_mem g4, cl_mem x, size_t ox, cl_mem y, size_t oy,
+                                             cl_mem gamma, cl_mem beta, cl_mem rmean, cl_mem rvar, cl_mem mean,
+                                             cl_mem invstd);
+CLG_INTERNAL clg_status clg_nn_bn_bwd_local(clg_device *dev, int N, int C, size_t HW, cl_mem x, size_t ox, cl_mem dy,
+                                            size_t ody, cl_mem mean, cl_mem invstd, cl_mem dgamma, cl_mem dbeta,
+                                            cl_mem st2);
+CLG_INTERNAL clg_status clg_nn_bn_bwd_data_sync(clg_device *dev, int N, int C, size_t HW, double M, cl_mem g2,
+                                                cl_mem x, size_t ox, cl_mem dy, size_t ody, cl_mem mean, cl_mem invstd,
+                                                cl_mem gamma, cl_mem gdg, cl_mem gdb, cl_mem dx, size_t odx);
 
 #endif

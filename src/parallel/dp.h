@@ -19,6 +19,7 @@
 
 #include <pthread.h>
 
+#include "parallel/comm.h"
 #include "parallel/lane.h"
 #include "parallel/team.h"
 #include "parallel/trace.h"
@@ -28,6 +29,8 @@
 typedef struct clg_dp_params {
     const char *split; /* "auto" (default: by measured speed), "even", or weights "3,1" */
     double bucket_mb;  /* reduction bucket size in MiB (default 25) */
+    const char *reduce; /* "auto" (default: the faster, measured), "host" or "device" (device to device: lanes
+                           sharing one cl_context); the environment's CLGRAD_DP_REDUCE overrides */
 } clg_dp_params;
 
 /* The step handed to the lanes. */
@@ -52,7 +55,16 @@ typedef struct clg_dp_job {
 typedef struct clg_dp_hook {
     struct clg_dp *dp;
     int lane;
+    clg_layer_sync sync; /* the lane's layers' cross-device exchange (synchronized batch norm) */
 } clg_dp_hook;
+
+/* One exchange point of a step (layer, phase): every active lane's vector. */
+typedef struct clg_dp_gather {
+    size_t n;               /* doubles per lane (0: not used yet) */
+    double *buf;            /* lanes * n */
+    const double **all;     /* the active lanes' vectors in lane order */
+    int arrived, done;
+} clg_dp_gather;
 
 typedef struct clg_dp {
     clg_ctx *ctx;
@@ -79,6 +91,15 @@ typedef struct clg_dp {
     float *gsum;           /* the reduced gradients (host) */
     double *b_sumsq;       /* squared norm of each reduced bucket */
     int *arrived, *summed;
+    /* device-to-device reduction (dreduce.c): every lane's device in one
+     * cl_context, buckets summed by a kernel reading the arenas */
+    int dev_reduce;        /* 1: on a device, 0: on the host */
+    double t_red_host, t_red_dev; /* measured seconds per whole-arena reduction (0: not measured) */
+    cl_mem gred;           /* the reduced gradients (arena layout) */
+    cl_mem gpart;          /* per bucket: partial sums of squares of the reduced gradient */
+    float *hpart;          /* their host copy */
+    cl_event *sev, *pev;   /* per bucket: sum done, partials read */
+    clg_dp_gather *gathers; /* per layer and phase (2 * layers) */
     clg_param_ref *srefs;  /* non-trainable state (lane 0's refs: shapes) */
     int nstate;
     size_t state_floats;
@@ -98,6 +119,13 @@ typedef struct clg_dp {
      * fault_step (job step) as an enqueue error would */
     int fault_lane;
     int64_t fault_step;
+    /* across MPI ranks (comm.h): the global batch is split over the ranks
+     * first (clg_comm_slice), total[] counts the global batch; each bucket's
+     * host sum is all-reduced over the ranks on its own channel (started by
+     * the lane that summed it, waited for before the write-back) */
+    int ranks;             /* clg_comm_size() */
+    clg_comm_op **b_op;    /* per bucket (NULL with one rank) */
+    clg_comm_op *s_op;     /* the averaged non-trainable state */
 } clg_dp;
 
 /* Lanes on the context's devices devs[0..ndev) (each at most once), all with
@@ -109,6 +137,17 @@ CLG_INTERNAL void clg_dp_free(clg_dp *dp);
  * "name:TEXT"; indices count the context's devices); NULL: the one device
  * `device`. */
 CLG_INTERNAL clg_status clg_dp_select(clg_ctx *ctx, const char *sel, int device, int *devs, int *ndev);
+
+/* Device-to-device reduction (dreduce.c). Setup picks the path (mode as
+ * clg_dp_params.reduce); sum: lane r enqueues bucket b's sum over the active
+ * lanes act[0..na) and the read of its partial squares; writeback: lane l
+ * copies the sum into its arena; sumsq: the squared norm of the whole
+ * reduced gradient (waits for every bucket's partials). */
+CLG_INTERNAL clg_status clg_dp_dev_setup(clg_dp *dp, const char *mode, clg_err *err);
+CLG_INTERNAL clg_status clg_dp_dev_sum(clg_dp *dp, clg_lane *r, int b, const int *act, int na);
+CLG_INTERNAL clg_status clg_dp_dev_writeback(clg_dp *dp, clg_lane *l, int b, cl_event *ev);
+CLG_INTERNAL clg_status clg_dp_dev_sumsq(clg_dp *dp, clg_lane *l, double *sq);
+CLG_INTERNAL void clg_dp_dev_free(clg_dp *dp);
 
 /* Waits until stage s's host data may be overwritten. */
 CLG_INTERNAL clg_status clg_dp_stage_wait(clg_dp *dp, int s);

@@ -4,25 +4,36 @@
 #include <string.h>
 #include <time.h>
 
+#include "onnx/export.h"
+#include "onnx/onnx.h"
+#include "parallel/comm.h"
 #include "train/session.h"
 
-void clg_model_params_init(clg_model_params *p)
+static void model_params_defaults(clg_model_params *p)
 {
     memset(p, 0, sizeof *p);
+    p->size = sizeof *p;
     p->seed = 1;
     p->learning_rate = -1;
     p->momentum = -1;
     p->weight_decay = -1;
 }
 
+void clg_model_params_init_size(clg_model_params *p, size_t size)
+{
+    clg_model_params d;
+    model_params_defaults(&d);
+    clg_sized_init(p, size, &d, sizeof d);
+}
+
 static clg_status model_create(clg_ctx *ctx, const char *text, const char *source, const clg_model_params *p,
                                clg_model **out)
 {
-    clg_model_params def;
-    if (!p) {
-        clg_model_params_init(&def);
-        p = &def;
-    }
+    clg_model_params def; /* the caller's fields within its size, defaults after */
+    model_params_defaults(&def);
+    if (p)
+        CLG_TRY(clg_sized_read(&ctx->err, "clg_model_params", &def, sizeof def, p));
+    p = &def;
     int fp16 = clg_precision_parse(p->precision);
     if (fp16 < 0)
         return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG, "unknown precision '%s' (fp32 or fp16)", p->precision);
@@ -30,7 +41,7 @@ static clg_status model_create(clg_ctx *ctx, const char *text, const char *sourc
         !isfinite(p->bucket_mb))
         return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG,
                            "model params: learning_rate, momentum, weight_decay and bucket_mb must be finite");
-    clg_dp_params dpp = {p->split, p->bucket_mb};
+    clg_dp_params dpp = {.split = p->split, .bucket_mb = p->bucket_mb};
     clg_model *m = NULL;
     CLG_TRY(clg_session_create(ctx, p->devices, p->device, text, source, p->batch, p->seed, fp16, &dpp, &m));
     if (p->optimizer) {
@@ -60,11 +71,29 @@ clg_status clg_model_create_file(clg_ctx *ctx, const char *path, const clg_model
     if (!ctx || !path)
         return clg_err_set(ctx ? &ctx->err : NULL, CLG_ERR_INVALID_ARG, "context and path are required");
     char *text = NULL;
-    size_t len = 0;
-    CLG_TRY(clg_file_read_text(&ctx->err, path, &text, &len)); /* NUL bytes refused with file:offset */
+    clg_ckpt *w = NULL; /* ONNX (detected by content): the weights came with the file */
+    CLG_TRY(clg_model_file_read(&ctx->err, path, &text, &w));
     clg_status st = model_create(ctx, text, path, p, out);
     free(text);
+    if (st == CLG_OK && w) {
+        (*out)->imported = 1;
+        st = clg_session_load_ckpt(*out, w, path, 0);
+        if (st != CLG_OK) {
+            clg_model_destroy(*out);
+            *out = NULL;
+        }
+    }
+    clg_ckpt_free(w);
     return st;
+}
+
+int clg_model_has_file_weights(const clg_model *m) { return m && m->imported; }
+
+clg_status clg_model_export_onnx(clg_model *m, const char *path)
+{
+    if (!m || !path)
+        return clg_err_set(m ? &m->ctx->err : NULL, CLG_ERR_INVALID_ARG, "model and path are required");
+    return clg_onnx_export(m, path);
 }
 
 clg_status clg_model_create_string(clg_ctx *ctx, const char *text, const char *source_name, const clg_model_params *p,
@@ -173,6 +202,11 @@ clg_status clg_model_predict(clg_model *m, const float *images, int n, float *pr
                            "predict: the model's output is %dx%dx%d per image, not %d class scores (a loss layer on a "
                            "spatial output?)",
                            o->c, o->h, o->w, m->net->classes);
+    if (clg_comm_size() > 1) /* uploads take this rank's slice: the other rows would stay unwritten */
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED,
+                           "predict: runs in one process; under mpirun (%d ranks) use rank 0 alone or run it without "
+                           "mpirun",
+                           clg_comm_size());
     for (int start = 0; start < n; start += B) {
         int cnt = CLG_MIN(B, n - start);
         CLG_TRY(clg_session_stage_wait(m, 0));
@@ -208,16 +242,28 @@ clg_status clg_model_train_step(clg_model *m, const float *images, const int32_t
     return CLG_OK;
 }
 
-clg_status clg_model_metrics(const clg_model *m, clg_metrics *out)
+clg_status clg_model_metrics_size(const clg_model *m, clg_metrics *out, size_t size)
 {
     if (!m || !out)
         return clg_err_set(NULL, CLG_ERR_INVALID_ARG, "metrics: model and out are required");
-    *out = m->last;
-    out->step = m->step;
+    clg_metrics r = m->last;
+    r.step = m->step;
+    clg_sized_write(out, size, &r, sizeof r); /* the caller's sizeof */
     return CLG_OK;
 }
 
-clg_status clg_model_evaluate(clg_model *m, const char *data, long limit, clg_eval_report *out)
+static clg_status model_evaluate(clg_model *m, const char *data, long limit, clg_eval_report *out);
+
+clg_status clg_model_evaluate_size(clg_model *m, const char *data, long limit, clg_eval_report *out, size_t size)
+{
+    clg_eval_report r;
+    memset(&r, 0, sizeof r);
+    clg_status st = model_evaluate(m, data, limit, out ? &r : NULL);
+    clg_sized_write(out, size, &r, sizeof r); /* the caller's sizeof */
+    return st;
+}
+
+static clg_status model_evaluate(clg_model *m, const char *data, long limit, clg_eval_report *out)
 {
     if (!m || !data || !out)
         return clg_err_set(m ? &m->ctx->err : NULL, CLG_ERR_INVALID_ARG, "evaluate: model, data and out are required");
@@ -310,13 +356,21 @@ clg_status clg_model_predict_file(clg_model *m, const char *path, float **probs,
 
 // ---- bench ----
 
-void clg_bench_train_params_init(clg_bench_train_params *p)
+static void bench_train_params_defaults(clg_bench_train_params *p)
 {
     memset(p, 0, sizeof *p);
+    p->size = sizeof *p;
     p->batch = 128;
     p->steps = 20;
     p->warmup = 3;
     p->seed = 1;
+}
+
+void clg_bench_train_params_init_size(clg_bench_train_params *p, size_t size)
+{
+    clg_bench_train_params d;
+    bench_train_params_defaults(&d);
+    clg_sized_init(p, size, &d, sizeof d);
 }
 
 static int cmp_d(const void *a, const void *b)
@@ -325,10 +379,28 @@ static int cmp_d(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-clg_status clg_bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_bench_train_report *out)
+static clg_status bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_bench_train_report *out);
+
+clg_status clg_bench_train_size(clg_ctx *ctx, const clg_bench_train_params *p, clg_bench_train_report *out,
+                                size_t size)
+{
+    clg_bench_train_report r;
+    memset(&r, 0, sizeof r);
+    clg_status st = bench_train(ctx, p, out ? &r : NULL);
+    clg_sized_write(out, size, &r, sizeof r); /* the caller's sizeof */
+    return st;
+}
+
+static clg_status bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_bench_train_report *out)
 {
     clg_err *err = ctx ? &ctx->err : NULL;
-    if (!ctx || !p || !p->model || !out)
+    if (!ctx || !p || !out)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "bench train: context, params and report are required");
+    clg_bench_train_params pl; /* the caller's fields within its size, defaults after */
+    bench_train_params_defaults(&pl);
+    CLG_TRY(clg_sized_read(err, "clg_bench_train_params", &pl, sizeof pl, p));
+    p = &pl;
+    if (!p->model)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "bench train: model is required");
     if (p->batch < 1 || p->steps < 1 || p->warmup < 0)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "bench train: batch and steps must be >= 1");

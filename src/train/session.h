@@ -32,6 +32,7 @@ struct clg_model {
     uint64_t seed;
     clg_ds_norm norm;    /* input normalization (identity unless loaded / computed) */
     int has_norm;
+    int imported;        /* weights and normalization came with the model file (ONNX): kept by training */
     /* host staging of the global batch: CLG_STAGES buffers of net->batch samples */
     float *xhost[CLG_STAGES];
     int32_t *yhost[CLG_STAGES];
@@ -88,6 +89,9 @@ CLG_INTERNAL clg_status clg_session_forward(clg_model *m, int stage, int with_la
 /* Checkpoint of weights (+ optimizer and progress when with_state). */
 CLG_INTERNAL clg_status clg_session_save(clg_model *m, const char *path, int with_state, int64_t total_steps);
 CLG_INTERNAL clg_status clg_session_load(clg_model *m, const char *path, int with_state);
+/* The same from a checkpoint in memory (an imported ONNX model's weights);
+ * path names it in messages. */
+CLG_INTERNAL clg_status clg_session_load_ckpt(clg_model *m, const clg_ckpt *ck, const char *path, int with_state);
 
 /* Evaluation over a dataset (forward only). confusion (classes^2) may be NULL. */
 CLG_INTERNAL clg_status clg_session_evaluate(clg_model *m, const clg_dataset *ds, long limit, double *loss,

@@ -13,7 +13,7 @@ case "$secs" in ''|*[!0-9]*) echo "usage: $0 SECONDS [TARGET...]" >&2; exit 2 ;;
 shift
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bdir=${FUZZ_BUILD:-$root/build-fuzz}
-all="model checkpoint idx cifar pgm tune convalgos progcache"
+all="model checkpoint idx cifar pgm tune convalgos progcache onnx"
 targets=${*:-$all}
 
 # skip only when the toolchain is really absent
@@ -35,6 +35,13 @@ if [ ! -f "$bdir/build.ninja" ]; then
         -Db_sanitize=address,undefined -Db_lundef=false -Dclblast=disabled -Dclfft=disabled -Dmpi=disabled \
         -Dopenblas=disabled >"${TMPDIR:-/tmp}/clgrad-fuzz-setup.log" 2>&1 ||
         { tail -30 "${TMPDIR:-/tmp}/clgrad-fuzz-setup.log"; exit 2; }
+fi
+# onnx exists only where protobuf-c and libonnx-dev were found at setup
+if ! ninja -C "$bdir" -t targets all 2>/dev/null | grep -q '^tests/fuzz/fuzz_onnx:'; then
+    case " $targets " in *" onnx "*)
+        echo "fuzz onnx: skipped (built without ONNX support: protobuf-c / libonnx-dev missing)"
+        targets=$(echo " $targets " | sed 's/ onnx / /') ;;
+    esac
 fi
 exes=""
 for t in $targets; do exes="$exes tests/fuzz/fuzz_$t"; done

@@ -202,11 +202,15 @@ START_TEST(test_idx_errors)
     m[0] = 0x12;
     write_raw(bad, m, len);
     expect_load_error(bad, lab, CLG_ERR_FORMAT, "bad magic");
-    /* unsupported element type (float) */
+    /* unsupported element type (int16) */
     memcpy(m, raw, len);
+    m[2] = 0x0B;
+    write_raw(bad, m, len);
+    expect_load_error(bad, lab, CLG_ERR_UNSUPPORTED, "element type 0x0b");
+    /* float32 (0x0D) type code on byte-sized data: 4 bytes per element are missing */
     m[2] = 0x0D;
     write_raw(bad, m, len);
-    expect_load_error(bad, lab, CLG_ERR_UNSUPPORTED, "element type 0x0d");
+    expect_load_error(bad, lab, CLG_ERR_FORMAT, "truncated");
     /* a labels file given as images (1 dim) */
     expect_load_error(lab, lab, CLG_ERR_FORMAT, "dimensions");
     /* trailing garbage */
@@ -240,6 +244,82 @@ START_TEST(test_idx_errors)
     free(px);
     free(lb);
     free(lb2);
+    rm_rf(tmpdir);
+}
+END_TEST
+
+/* IDX float32 (type 0x0D, big-endian): values read exactly as written (no
+ * 1/255 scale), through the dataset loader and the predict reader; a
+ * non-finite value and a float labels file are refused. */
+static void put_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+START_TEST(test_idx_float32)
+{
+    make_tmpdir();
+    clg_rng r;
+    tu_rng(&r, 27);
+    int n = 1 + (int)(clg_rng_u32(&r) % 9), c = 1 + (int)(clg_rng_u32(&r) % 3), h = 1 + (int)(clg_rng_u32(&r) % 9),
+        w = 1 + (int)(clg_rng_u32(&r) % 9);
+    size_t cnt = (size_t)n * c * h * w, len = 4 + 16 + 4 * cnt;
+    float *want = malloc(cnt * sizeof(float));
+    uint8_t *b = malloc(len);
+    b[0] = b[1] = 0;
+    b[2] = 0x0D;
+    b[3] = 4;
+    put_be32(b + 4, (uint32_t)n);
+    put_be32(b + 8, (uint32_t)c);
+    put_be32(b + 12, (uint32_t)h);
+    put_be32(b + 16, (uint32_t)w);
+    for (size_t i = 0; i < cnt; i++) {
+        want[i] = clg_rng_normal(&r) * 1e3f; /* any finite float, not pixels */
+        uint32_t u;
+        memcpy(&u, &want[i], 4);
+        put_be32(b + 20 + 4 * i, u);
+    }
+    char img[128], lab[128];
+    tpath(img, sizeof img, "f32-images.idx");
+    tpath(lab, sizeof lab, "f32-labels.idx");
+    write_raw(img, b, len);
+    uint8_t *lb = rand_bytes((size_t)n, &r, 10);
+    clg_err err = {0};
+    ck_assert_int_eq(clg_idx_write_u8(&err, lab, 0, &n, 1, lb), CLG_OK);
+    for (int pass = 0; pass < 2; pass++) {
+        clg_dataset *ds = NULL;
+        if (pass == 0)
+            ck_assert_msg(clg_dataset_load_idx(&err, img, lab, &ds) == CLG_OK, "%s", err.msg);
+        else
+            ck_assert_msg(clg_dataset_load_image(&err, img, &ds) == CLG_OK, "%s", err.msg);
+        ck_assert_int_eq(ds->dtype, CLG_DS_F32);
+        ck_assert(ds->n == n && ds->c == c && ds->h == h && ds->w == w);
+        float *x = malloc(cnt * sizeof(float));
+        for (size_t i = 0; i < cnt; i++)
+            x[i] = NAN; /* poisoned: the fill must write every value */
+        int got = 0;
+        ck_assert_int_eq(clg_dataset_fill_batch(&err, ds, NULL, NULL, 0, n, x, NULL, &got), CLG_OK);
+        ck_assert_int_eq(got, n);
+        ck_assert(memcmp(x, want, cnt * sizeof(float)) == 0);
+        if (pass == 0)
+            for (int i = 0; i < n; i++)
+                ck_assert_int_eq(ds->labels[i], lb[i]);
+        free(x);
+        clg_dataset_free(ds);
+    }
+    /* a labels file holding floats */
+    expect_load_error(img, img, CLG_ERR_FORMAT, "holds floats");
+    /* a non-finite value */
+    size_t k = clg_rng_u32(&r) % cnt;
+    put_be32(b + 20 + 4 * k, 0x7fc00000u);
+    write_raw(img, b, len);
+    expect_load_error(img, lab, CLG_ERR_FORMAT, "not finite");
+    free(want);
+    free(b);
+    free(lb);
     rm_rf(tmpdir);
 }
 END_TEST
@@ -705,6 +785,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_idx_roundtrip);
     tcase_add_test(tc, test_idx_errors);
+    tcase_add_test(tc, test_idx_float32);
     tcase_add_test(tc, test_open_named_and_dir);
     tcase_add_test(tc, test_cifar);
     tcase_add_test(tc, test_images);

@@ -1,0 +1,521 @@
+/* A model -> ONNX (see export.h). Layer options are read back from the
+ * model text's sections (the source of truth the layers were configured
+ * from); weights from lane 0's authoritative fp32 buffers. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/layers.h"
+#include "onnx/export.h"
+#include "onnx/onnx.h"
+#include "src/onnx/onnx.pb-c.h"
+
+typedef struct {
+    clg_err *err;
+    void **allocs; /* everything below is freed through this list */
+    size_t nallocs, capallocs;
+    int oom;
+    Onnx__NodeProto **nodes;
+    size_t nnodes, capnodes;
+    Onnx__TensorProto **inits;
+    size_t ninits, capinits;
+} ex;
+
+static void *xalloc(ex *e, size_t n)
+{
+    if (e->oom)
+        return NULL;
+    if (e->nallocs == e->capallocs) {
+        size_t nc = e->capallocs ? e->capallocs * 2 : 256;
+        void **na = realloc(e->allocs, nc * sizeof *na);
+        if (!na) {
+            e->oom = 1;
+            return NULL;
+        }
+        e->allocs = na;
+        e->capallocs = nc;
+    }
+    void *p = calloc(1, n ? n : 1);
+    if (!p) {
+        e->oom = 1;
+        return NULL;
+    }
+    e->allocs[e->nallocs++] = p;
+    return p;
+}
+
+static char *xstr(ex *e, const char *s)
+{
+    size_t n = strlen(s);
+    char *d = xalloc(e, n + 1);
+    if (d)
+        memcpy(d, s, n + 1);
+    return d;
+}
+
+static int push(ex *e, void ***arr, size_t *n, size_t *cap, void *item)
+{
+    if (!item || e->oom)
+        return 0;
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 32;
+        void **na = realloc(*arr, nc * sizeof *na);
+        if (!na) {
+            e->oom = 1;
+            return 0;
+        }
+        *arr = na;
+        *cap = nc;
+    }
+    (*arr)[(*n)++] = item;
+    return 1;
+}
+
+static Onnx__NodeProto *node(ex *e, const char *op, const char *name, const char *const *in, int nin, const char *out)
+{
+    Onnx__NodeProto *n = xalloc(e, sizeof *n);
+    char **ins = xalloc(e, sizeof(char *) * (size_t)(nin > 0 ? nin : 1));
+    char **outs = xalloc(e, sizeof(char *));
+    if (!n || !ins || !outs)
+        return NULL;
+    onnx__node_proto__init(n);
+    for (int i = 0; i < nin; i++)
+        ins[i] = xstr(e, in[i]);
+    outs[0] = xstr(e, out);
+    n->n_input = (size_t)nin;
+    n->input = ins;
+    n->n_output = 1;
+    n->output = outs;
+    n->name = xstr(e, name);
+    n->op_type = xstr(e, op);
+    if (!push(e, (void ***)&e->nodes, &e->nnodes, &e->capnodes, n))
+        return NULL;
+    return n;
+}
+
+static Onnx__AttributeProto *new_attr(ex *e, Onnx__NodeProto *n, const char *name)
+{
+    if (!n)
+        return NULL;
+    Onnx__AttributeProto *a = xalloc(e, sizeof *a);
+    Onnx__AttributeProto **na = xalloc(e, sizeof *na * (n->n_attribute + 1));
+    if (!a || !na)
+        return NULL;
+    onnx__attribute_proto__init(a);
+    a->name = xstr(e, name);
+    for (size_t i = 0; i < n->n_attribute; i++)
+        na[i] = n->attribute[i];
+    na[n->n_attribute] = a;
+    n->attribute = na;
+    n->n_attribute++;
+    return a;
+}
+
+static void attr_int(ex *e, Onnx__NodeProto *n, const char *name, int64_t v)
+{
+    Onnx__AttributeProto *a = new_attr(e, n, name);
+    if (!a)
+        return;
+    a->has_type = 1;
+    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+    a->has_i = 1;
+    a->i = v;
+}
+
+static void attr_float(ex *e, Onnx__NodeProto *n, const char *name, float v)
+{
+    Onnx__AttributeProto *a = new_attr(e, n, name);
+    if (!a)
+        return;
+    a->has_type = 1;
+    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
+    a->has_f = 1;
+    a->f = v;
+}
+
+static void attr_ints(ex *e, Onnx__NodeProto *n, const char *name, const int64_t *v, int cnt)
+{
+    Onnx__AttributeProto *a = new_attr(e, n, name);
+    int64_t *d = xalloc(e, sizeof(int64_t) * (size_t)cnt);
+    if (!a || !d)
+        return;
+    memcpy(d, v, sizeof(int64_t) * (size_t)cnt);
+    a->has_type = 1;
+    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
+    a->n_ints = (size_t)cnt;
+    a->ints = d;
+}
+
+/* A float initializer (raw little-endian data). */
+static void init_f32(ex *e, const char *name, const int64_t *dims, int ndim, const float *data)
+{
+    Onnx__TensorProto *t = xalloc(e, sizeof *t);
+    int64_t *d = xalloc(e, sizeof(int64_t) * (size_t)(ndim ? ndim : 1));
+    size_t n = 1;
+    for (int i = 0; i < ndim; i++)
+        n *= (size_t)dims[i];
+    uint8_t *raw = xalloc(e, n * 4);
+    if (!t || !d || !raw)
+        return;
+    onnx__tensor_proto__init(t);
+    if (ndim > 0) /* a scalar has no dims (and dims may be NULL) */
+        memcpy(d, dims, sizeof(int64_t) * (size_t)ndim);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &data[i], 4);
+        raw[4 * i] = (uint8_t)u;
+        raw[4 * i + 1] = (uint8_t)(u >> 8);
+        raw[4 * i + 2] = (uint8_t)(u >> 16);
+        raw[4 * i + 3] = (uint8_t)(u >> 24);
+    }
+    t->n_dims = (size_t)ndim;
+    t->dims = d;
+    t->has_data_type = 1;
+    t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+    t->name = xstr(e, name);
+    t->has_raw_data = 1;
+    t->raw_data.len = n * 4;
+    t->raw_data.data = raw;
+    push(e, (void ***)&e->inits, &e->ninits, &e->capinits, t);
+}
+
+static void init_scalar(ex *e, const char *name, float v) { init_f32(e, name, NULL, 0, &v); }
+
+static Onnx__ValueInfoProto *value_info(ex *e, const char *name, int ndim, const int64_t *dims)
+{
+    Onnx__ValueInfoProto *v = xalloc(e, sizeof *v);
+    Onnx__TypeProto *tp = xalloc(e, sizeof *tp);
+    Onnx__TypeProto__Tensor *tt = xalloc(e, sizeof *tt);
+    Onnx__TensorShapeProto *sh = xalloc(e, sizeof *sh);
+    Onnx__TensorShapeProto__Dimension **dd = xalloc(e, sizeof *dd * (size_t)ndim);
+    if (!v || !tp || !tt || !sh || !dd)
+        return NULL;
+    onnx__value_info_proto__init(v);
+    onnx__type_proto__init(tp);
+    onnx__type_proto__tensor__init(tt);
+    onnx__tensor_shape_proto__init(sh);
+    for (int i = 0; i < ndim; i++) {
+        Onnx__TensorShapeProto__Dimension *d = xalloc(e, sizeof *d);
+        if (!d)
+            return NULL;
+        onnx__tensor_shape_proto__dimension__init(d);
+        if (dims[i] < 0) { /* the batch: symbolic */
+            d->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
+            d->dim_param = xstr(e, "N");
+        } else {
+            d->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+            d->dim_value = dims[i];
+        }
+        dd[i] = d;
+    }
+    sh->n_dim = (size_t)ndim;
+    sh->dim = dd;
+    tt->has_elem_type = 1;
+    tt->elem_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+    tt->shape = sh;
+    tp->value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+    tp->tensor_type = tt;
+    v->name = xstr(e, name);
+    v->type = tp;
+    return v;
+}
+
+/* A layer's integer key as its section holds it (def when absent). */
+static long sec_int(const clg_cfg_section *s, const char *key, long def)
+{
+    const clg_cfg_kv *kv = clg_cfg_find(s, key);
+    return kv ? strtol(kv->value, NULL, 10) : def;
+}
+
+static double sec_float(const clg_cfg_section *s, const char *key, double def)
+{
+    const clg_cfg_kv *kv = clg_cfg_find(s, key);
+    return kv ? strtod(kv->value, NULL) : def;
+}
+
+static const char *sec_str(const clg_cfg_section *s, const char *key, const char *def)
+{
+    const clg_cfg_kv *kv = clg_cfg_find(s, key);
+    return kv ? kv->value : def;
+}
+
+/* Activation node(s) from x to out, named base (the GELU form's inner
+ * nodes and values base.gelu_*). type: relu, leaky, sigmoid, tanh, gelu. */
+static clg_status activation(ex *e, const char *type, double alpha, const char *base, const char *x, const char *out)
+{
+    char a[160], b[160], c[160], d[160];
+    if (strcmp(type, "relu") == 0)
+        node(e, "Relu", base, &x, 1, out);
+    else if (strcmp(type, "sigmoid") == 0)
+        node(e, "Sigmoid", base, &x, 1, out);
+    else if (strcmp(type, "tanh") == 0)
+        node(e, "Tanh", base, &x, 1, out);
+    else if (strcmp(type, "leaky") == 0)
+        attr_float(e, node(e, "LeakyRelu", base, &x, 1, out), "alpha", (float)alpha);
+    else if (strcmp(type, "gelu") == 0) { /* opset 13 has no Gelu: the erf form */
+        snprintf(a, sizeof a, "%s.gelu_div", base);
+        snprintf(b, sizeof b, "%s.gelu_erf", base);
+        snprintf(c, sizeof c, "%s.gelu_add", base);
+        snprintf(d, sizeof d, "%s.gelu_mul", base);
+        char k2[160], k1[160], kh[160];
+        snprintf(k2, sizeof k2, "%s.sqrt2", base);
+        snprintf(k1, sizeof k1, "%s.one", base);
+        snprintf(kh, sizeof kh, "%s.half", base);
+        init_scalar(e, k2, 1.41421356237f);
+        init_scalar(e, k1, 1.0f);
+        init_scalar(e, kh, 0.5f);
+        const char *i0[2] = {x, k2}, *i1[1] = {a}, *i2[2] = {b, k1}, *i3[2] = {x, c}, *i4[2] = {d, kh};
+        node(e, "Div", a, i0, 2, a);
+        node(e, "Erf", b, i1, 1, b);
+        node(e, "Add", c, i2, 2, c);
+        node(e, "Mul", d, i3, 2, d);
+        node(e, "Mul", base, i4, 2, out);
+    } else if (strcmp(type, "linear") != 0)
+        return clg_err_set(e->err, CLG_ERR_UNSUPPORTED, "ONNX export: activation '%s' has no mapping", type);
+    return CLG_OK;
+}
+
+/* Reads parameter p of lane 0's layer li into host memory (malloc'd). */
+static clg_status read_param(clg_model *m, int li, int p, float **out)
+{
+    clg_replica *r = clg_session_rep(m);
+    clg_param_ref ref = {&r->layers[li], &r->layers[li].params[p]};
+    float *h = malloc(CLG_MAX(ref.param->numel, 1) * sizeof(float));
+    if (!h)
+        return clg_err_set(&m->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    cl_int st = clEnqueueReadBuffer(clg_session_dev(m)->queue, clg_replica_master(r, &ref), CL_TRUE, 0,
+                                    ref.param->numel * sizeof(float), h, 0, NULL, NULL);
+    if (st != CL_SUCCESS) {
+        free(h);
+        return clg_cl_fail(&m->ctx->err, st, "read weights for ONNX export", __FILE__, __LINE__);
+    }
+    *out = h;
+    return CLG_OK;
+}
+
+static clg_status export_params(ex *e, clg_model *m, int li)
+{
+    const clg_layer *l = &clg_session_rep(m)->layers[li];
+    for (int p = 0; p < l->nparams; p++) {
+        float *h = NULL;
+        CLG_TRY(read_param(m, li, p, &h));
+        int64_t dims[4];
+        for (int d = 0; d < l->params[p].ndim; d++)
+            dims[d] = l->params[p].shape[d];
+        char nm[160];
+        snprintf(nm, sizeof nm, "%s.%s", l->name, l->params[p].name);
+        init_f32(e, nm, dims, l->params[p].ndim, h);
+        free(h);
+    }
+    return CLG_OK;
+}
+
+static clg_status build(ex *e, clg_model *m, Onnx__GraphProto *g)
+{
+    clg_err *err = &m->ctx->err;
+    const clg_net *net = m->net;
+    const clg_replica *r = clg_session_rep(m);
+    int L = net->nlayers;
+    char (*vname)[96] = calloc((size_t)L, sizeof *vname); /* output value of each layer */
+    int *rank = calloc((size_t)L, sizeof(int));
+    if (!vname || !rank) {
+        free(vname);
+        free(rank);
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    }
+    const char *in_name = "input";
+    if (m->has_norm) { /* (x - mean) / std per channel, as clg_model_predict applies it */
+        int64_t dims[4] = {1, net->in_c, 1, 1};
+        float mean[CLG_DS_MAX_CHANNELS], sd[CLG_DS_MAX_CHANNELS];
+        for (int c = 0; c < net->in_c && c < CLG_DS_MAX_CHANNELS; c++) {
+            mean[c] = c < m->norm.c ? m->norm.mean[c] : 0.0f;
+            sd[c] = c < m->norm.c ? m->norm.std[c] : 1.0f;
+        }
+        init_f32(e, "norm.mean", dims, 4, mean);
+        init_f32(e, "norm.std", dims, 4, sd);
+        const char *i0[2] = {"input", "norm.mean"}, *i1[2] = {"input_centered", "norm.std"};
+        node(e, "Sub", "norm_sub", i0, 2, "input_centered");
+        node(e, "Div", "norm_div", i1, 2, "input_normalized");
+        in_name = "input_normalized";
+    }
+    clg_status st = CLG_OK;
+    for (int i = 0; i < L && st == CLG_OK && !e->oom; i++) {
+        const clg_layer *l = &r->layers[i];
+        const clg_cfg_section *s = &net->cfg->sec[i + 1];
+        const char *type = l->ops->type;
+        const char *in[CLG_MAX_INPUTS];
+        int in_rank[CLG_MAX_INPUTS];
+        for (int k = 0; k < l->nin; k++) {
+            in[k] = l->inputs[k] < 0 ? in_name : vname[l->inputs[k]];
+            in_rank[k] = l->inputs[k] < 0 ? 4 : rank[l->inputs[k]];
+        }
+        int last = i == L - 1;
+        snprintf(vname[i], sizeof vname[i], "%s", last ? "output" : l->name);
+        rank[i] = in_rank[0];
+        char pre[160], wn[160], bn[160], flat[160], actn[160];
+        snprintf(pre, sizeof pre, "%s.pre", l->name);
+        snprintf(actn, sizeof actn, "%s.act", l->name);
+        snprintf(wn, sizeof wn, "%s.weight", l->name);
+        snprintf(bn, sizeof bn, "%s.bias", l->name);
+        const char *act = sec_str(s, "activation", "linear");
+        double alpha = sec_float(s, "alpha", 0.01);
+        int has_act = strcmp(act, "linear") != 0;
+        if (strcmp(type, "convolutional") == 0) {
+            st = export_params(e, m, i);
+            const char *ins[3] = {in[0], wn, bn};
+            Onnx__NodeProto *n = node(e, "Conv", l->name, ins, l->nparams > 1 ? 3 : 2, has_act ? pre : vname[i]);
+            int64_t R = l->params[0].shape[2], S = l->params[0].shape[3], st_ = sec_int(s, "stride", 1),
+                    pad = sec_int(s, "pad", 0), dil = sec_int(s, "dilation", 1);
+            int64_t ks[2] = {R, S}, strides[2] = {st_, st_}, pads[4] = {pad, pad, pad, pad}, dils[2] = {dil, dil};
+            attr_ints(e, n, "kernel_shape", ks, 2);
+            attr_ints(e, n, "strides", strides, 2);
+            attr_ints(e, n, "pads", pads, 4);
+            attr_ints(e, n, "dilations", dils, 2);
+            attr_int(e, n, "group", sec_int(s, "groups", 1));
+            if (st == CLG_OK && has_act)
+                st = activation(e, act, alpha, actn, pre, vname[i]);
+        } else if (strcmp(type, "dense") == 0) {
+            st = export_params(e, m, i);
+            const char *x = in[0];
+            if (in_rank[0] != 2) {
+                snprintf(flat, sizeof flat, "%s.flat", l->name);
+                attr_int(e, node(e, "Flatten", flat, &x, 1, flat), "axis", 1);
+                x = flat;
+            }
+            const char *ins[3] = {x, wn, bn};
+            Onnx__NodeProto *n = node(e, "Gemm", l->name, ins, l->nparams > 1 ? 3 : 2, has_act ? pre : vname[i]);
+            attr_int(e, n, "transB", 1);
+            rank[i] = 2;
+            if (st == CLG_OK && has_act)
+                st = activation(e, act, alpha, actn, pre, vname[i]);
+        } else if (strcmp(type, "maxpool") == 0 || strcmp(type, "avgpool") == 0) {
+            int64_t k = sec_int(s, "size", 1), sd = sec_int(s, "stride", k), pad = sec_int(s, "pad", 0);
+            int64_t ks[2] = {k, k}, strides[2] = {sd, sd}, pads[4] = {pad, pad, pad, pad};
+            Onnx__NodeProto *n = node(e, type[0] == 'm' ? "MaxPool" : "AveragePool", l->name, in, 1, vname[i]);
+            attr_ints(e, n, "kernel_shape", ks, 2);
+            attr_ints(e, n, "strides", strides, 2);
+            attr_ints(e, n, "pads", pads, 4);
+            if (type[0] == 'a')
+                attr_int(e, n, "count_include_pad", 1);
+        } else if (strcmp(type, "gap") == 0) {
+            node(e, "GlobalAveragePool", l->name, in, 1, vname[i]);
+        } else if (strcmp(type, "activation") == 0) {
+            st = activation(e, sec_str(s, "type", "relu"), alpha, l->name, in[0], vname[i]);
+        } else if (strcmp(type, "batchnorm") == 0) {
+            st = export_params(e, m, i);
+            char pn[4][160];
+            const char *ins[5] = {in[0], pn[0], pn[1], pn[2], pn[3]};
+            for (int p = 0; p < 4; p++)
+                snprintf(pn[p], sizeof pn[p], "%s.%s", l->name, l->params[p].name);
+            Onnx__NodeProto *n = node(e, "BatchNormalization", l->name, ins, 5, vname[i]);
+            attr_float(e, n, "epsilon", (float)sec_float(s, "eps", 1e-5));
+            attr_float(e, n, "momentum", (float)(1.0 - sec_float(s, "momentum", 0.1)));
+        } else if (strcmp(type, "dropout") == 0) {
+            char rn[160];
+            snprintf(rn, sizeof rn, "%s.ratio", l->name);
+            init_scalar(e, rn, (float)sec_float(s, "p", 0.5));
+            const char *ins[2] = {in[0], rn};
+            node(e, "Dropout", l->name, ins, 2, vname[i]);
+        } else if (strcmp(type, "flatten") == 0) {
+            attr_int(e, node(e, "Flatten", l->name, in, 1, vname[i]), "axis", 1);
+            rank[i] = 2;
+        } else if (strcmp(type, "add") == 0) {
+            char cur[160], outn[160];
+            snprintf(cur, sizeof cur, "%s", in[0]);
+            for (int k = 1; k < l->nin; k++) { /* a chain of two-input Adds */
+                if (k == l->nin - 1)
+                    snprintf(outn, sizeof outn, "%s", vname[i]);
+                else
+                    snprintf(outn, sizeof outn, "%s.sum%d", l->name, k);
+                const char *ins[2] = {cur, in[k]};
+                node(e, "Add", k == l->nin - 1 ? l->name : outn, ins, 2, outn);
+                snprintf(cur, sizeof cur, "%s", outn);
+            }
+        } else if (strcmp(type, "concat") == 0) {
+            attr_int(e, node(e, "Concat", l->name, in, l->nin, vname[i]), "axis", 1);
+        } else if (strcmp(type, "softmax") == 0) {
+            const char *x = in[0];
+            if (in_rank[0] != 2) {
+                snprintf(flat, sizeof flat, "%s.flat", l->name);
+                attr_int(e, node(e, "Flatten", flat, &x, 1, flat), "axis", 1);
+                x = flat;
+            }
+            attr_int(e, node(e, "Softmax", l->name, &x, 1, vname[i]), "axis", 1);
+            rank[i] = 2;
+        } else {
+            st = clg_err_set(err, CLG_ERR_UNSUPPORTED, "ONNX export: layer '%s' of type [%s] has no ONNX mapping",
+                             l->name, type);
+        }
+    }
+    if (st == CLG_OK && !e->oom) {
+        int64_t idims[4] = {-1, net->in_c, net->in_h, net->in_w};
+        const clg_layer *ll = &r->layers[L - 1];
+        int64_t odims[4] = {-1, ll->out_shape[1], ll->out_shape[2], ll->out_shape[3]};
+        Onnx__ValueInfoProto **gi = xalloc(e, sizeof *gi), **go = xalloc(e, sizeof *go);
+        if (gi && go) {
+            gi[0] = value_info(e, "input", 4, idims);
+            go[0] = value_info(e, "output", rank[L - 1], odims);
+            g->n_input = 1;
+            g->input = gi;
+            g->n_output = 1;
+            g->output = go;
+        }
+    }
+    free(vname);
+    free(rank);
+    if (st == CLG_OK && e->oom)
+        st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory building the ONNX graph");
+    return st;
+}
+
+clg_status clg_onnx_export(clg_model *m, const char *path)
+{
+    clg_err *err = &m->ctx->err;
+    ex e;
+    memset(&e, 0, sizeof e);
+    e.err = err;
+    Onnx__GraphProto g;
+    onnx__graph_proto__init(&g);
+    g.name = "clgrad";
+    clg_status st = build(&e, m, &g);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    if (st == CLG_OK) {
+        g.n_node = e.nnodes;
+        g.node = e.nodes;
+        g.n_initializer = e.ninits;
+        g.initializer = e.inits;
+        Onnx__ModelProto mp;
+        onnx__model_proto__init(&mp);
+        mp.has_ir_version = 1;
+        mp.ir_version = 7; /* ONNX 1.8+: opset 13 */
+        mp.producer_name = "clgrad";
+        mp.producer_version = (char *)clg_version_string();
+        Onnx__OperatorSetIdProto op;
+        onnx__operator_set_id_proto__init(&op);
+        op.domain = "";
+        op.has_version = 1;
+        op.version = CLG_ONNX_EXPORT_OPSET;
+        Onnx__OperatorSetIdProto *ops[1] = {&op};
+        mp.n_opset_import = 1;
+        mp.opset_import = ops;
+        mp.graph = &g;
+        char doc[512];
+        snprintf(doc, sizeof doc, "exported by clgrad from %s", m->net->source);
+        mp.doc_string = doc;
+        len = onnx__model_proto__get_packed_size(&mp);
+        buf = malloc(len ? len : 1);
+        if (!buf)
+            st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+        else
+            onnx__model_proto__pack(&mp, buf);
+    }
+    if (st == CLG_OK)
+        st = clg_file_write_atomic(err, path, buf, len);
+    free(buf);
+    for (size_t i = 0; i < e.nallocs; i++)
+        free(e.allocs[i]);
+    free(e.allocs);
+    free(e.nodes);
+    free(e.inits);
+    return st;
+}

@@ -1,0 +1,26 @@
+/* Built without ONNX support (-Donnx=disabled, or protoc-c, libprotobuf-c or
+ * onnx.proto missing): import and export say so. */
+#include "onnx/onnx.h"
+#include "train/session.h"
+#include "onnx/export.h"
+
+clg_status clg_onnx_import(clg_err *err, const void *data, size_t len, const char *source, char **text,
+                           clg_ckpt **weights)
+{
+    (void)data;
+    (void)len;
+    *text = NULL;
+    *weights = NULL;
+    return clg_err_set(err, CLG_ERR_UNSUPPORTED,
+                       "%s is an ONNX model, but this clgrad was built without ONNX support (needs protobuf-c and "
+                       "libonnx-dev at build time, meson option -Donnx)",
+                       source ? source : "<onnx>");
+}
+
+clg_status clg_onnx_export(clg_model *m, const char *path)
+{
+    return clg_err_set(&m->ctx->err, CLG_ERR_UNSUPPORTED,
+                       "cannot write %s: this clgrad was built without ONNX support (needs protobuf-c and libonnx-dev "
+                       "at build time, meson option -Donnx)",
+                       path);
+}

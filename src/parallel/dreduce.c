@@ -1,0 +1,247 @@
+/* Device-to-device gradient reduction: when every lane's device is in one
+ * shared cl_context, a bucket is summed by a kernel on the device of the
+ * last lane to finish it, reading the other lanes' arenas directly, and
+ * every lane copies the sum into its own arena (clEnqueueCopyBuffer), with
+ * no host copy of the gradients at all. The host path (dp.c) reads every
+ * bucket to the host, sums there and writes it back. Which one is faster
+ * depends on the devices and the link between them: clg_dp_create measures
+ * both on the real arenas and keeps the faster (CLGRAD_DP_REDUCE or the
+ * `reduce` parameter force one). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parallel/dp.h"
+
+#define RED_WG 256    /* work-group size of lane_add (the device's largest power of two up to it) */
+#define RED_GROUPS 64 /* partial sums of squares per bucket */
+
+static clg_status lane_add(clg_dp *dp, clg_lane *r, cl_mem a, cl_mem b, size_t k0, size_t n, int sq, int bucket,
+                           cl_event *ev)
+{
+    clg_device *dev = r->dev;
+    clg_err *err = clg_dev_err(dev);
+    cl_kernel k;
+    size_t wg = RED_WG;
+    CLG_TRY(clg_kernel_get_wg(dev, "optim", "lane_add", "WG", RED_WG, &k, &wg));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    clg_ka_mem(&ka, dp->gred);
+    clg_ka_mem(&ka, a);
+    clg_ka_mem(&ka, b ? b : a);
+    clg_ka_int(&ka, b != NULL);
+    clg_ka_int(&ka, (int)k0);
+    clg_ka_int(&ka, (int)n);
+    clg_ka_int(&ka, sq);
+    clg_ka_mem(&ka, dp->gpart);
+    clg_ka_int(&ka, bucket * RED_GROUPS);
+    CLG_TRY(CLG_KA_DONE(err, &ka, "lane_add arguments"));
+    size_t groups = CLG_MIN((size_t)RED_GROUPS, CLG_MAX((size_t)1, CLG_CEIL_DIV(n, wg)));
+    size_t global = groups * wg;
+    if (sq && groups < RED_GROUPS) /* unused partial slots read as zero */
+        CLG_TRY(clg_buf_fill(dev, dp->gpart, (size_t)bucket * RED_GROUPS + groups, RED_GROUPS - groups, 0.0f));
+    return clg_launch(dev, k, 1, &global, &wg, CLG_LAUNCH_FIXED, ev);
+}
+
+clg_status clg_dp_dev_sum(clg_dp *dp, clg_lane *r, int b, const int *act, int na)
+{
+    clg_err *err = clg_dev_err(r->dev);
+    size_t k0 = dp->b_off[b] / sizeof(float), n = dp->b_bytes[b] / sizeof(float);
+    cl_event last = NULL;
+    /* gred = a0 (+ a1); gred += a2; ... in lane order; squares on the last pass */
+    CLG_TRY(lane_add(dp, r, dp->lanes[act[0]].arena, na > 1 ? dp->lanes[act[1]].arena : NULL, k0, n, na <= 2, b,
+                     na <= 2 ? &last : NULL));
+    for (int i = 2; i < na; i++)
+        CLG_TRY(lane_add(dp, r, dp->gred, dp->lanes[act[i]].arena, k0, n, i == na - 1, b, i == na - 1 ? &last : NULL));
+    clg_release_event(&dp->sev[b]);
+    dp->sev[b] = last;
+    clg_release_event(&dp->pev[b]);
+    CLG_CL_CHECK(err, clEnqueueReadBuffer(r->dev->queue, dp->gpart, CL_FALSE, (size_t)b * RED_GROUPS * sizeof(float),
+                                          RED_GROUPS * sizeof(float), dp->hpart + (size_t)b * RED_GROUPS, 0, NULL,
+                                          &dp->pev[b]));
+    CLG_CL_CHECK(err, clFlush(r->dev->queue));
+    return CLG_OK;
+}
+
+clg_status clg_dp_dev_writeback(clg_dp *dp, clg_lane *l, int b, cl_event *ev)
+{
+    CLG_CL_CHECK(clg_dev_err(l->dev), clEnqueueCopyBuffer(l->dev->queue, dp->gred, l->arena, dp->b_off[b],
+                                                          dp->b_off[b], dp->b_bytes[b], 1, &dp->sev[b], ev));
+    return CLG_OK;
+}
+
+clg_status clg_dp_dev_sumsq(clg_dp *dp, clg_lane *l, double *sq)
+{
+    *sq = 0;
+    if (dp->nbuckets > 0)
+        CLG_CL_CHECK(clg_dev_err(l->dev), clWaitForEvents((cl_uint)dp->nbuckets, dp->pev));
+    for (size_t i = 0; i < (size_t)dp->nbuckets * RED_GROUPS; i++) /* fixed order: every lane the same norm */
+        *sq += dp->hpart[i];
+    return CLG_OK;
+}
+
+void clg_dp_dev_free(clg_dp *dp)
+{
+    for (int b = 0; dp->sev && b < dp->nbuckets; b++) {
+        clg_release_event(&dp->sev[b]);
+        clg_release_event(&dp->pev[b]);
+    }
+    free(dp->sev);
+    free(dp->pev);
+    free(dp->hpart);
+    if (dp->gred)
+        clReleaseMemObject(dp->gred);
+    if (dp->gpart)
+        clReleaseMemObject(dp->gpart);
+    dp->sev = dp->pev = NULL;
+    dp->hpart = NULL;
+    dp->gred = dp->gpart = NULL;
+}
+
+/* The first buckets, up to MEASURE_BYTES: what the two paths are timed on
+ * (a large model's arena need not be reduced 8 times at start-up). */
+#define MEASURE_BYTES ((size_t)64 << 20)
+
+static int measured_buckets(const clg_dp *dp, size_t *bytes)
+{
+    int m = 1;
+    while (m < dp->nbuckets && dp->b_off[m] + dp->b_bytes[m] <= MEASURE_BYTES)
+        m++;
+    *bytes = dp->b_off[m - 1] + dp->b_bytes[m - 1];
+    return m;
+}
+
+/* One host-path reduction of the measured buckets over every lane (blocking). */
+static clg_status time_host(clg_dp *dp, double *t)
+{
+    size_t bytes = 0;
+    measured_buckets(dp, &bytes);
+    double t0 = clg_now_sec();
+    for (int l = 0; l < dp->n; l++) {
+        clg_lane *ln = &dp->lanes[l];
+        CLG_CL_CHECK(clg_dev_err(ln->dev), clEnqueueReadBuffer(ln->dev->queue, ln->arena, CL_TRUE, 0, bytes,
+                                                               ln->ghost, 0, NULL, NULL));
+    }
+    size_t floats = bytes / sizeof(float);
+    double sq = 0;
+    for (size_t k = 0; k < floats; k++) {
+        float acc = dp->lanes[0].ghost[k];
+        for (int l = 1; l < dp->n; l++)
+            acc += dp->lanes[l].ghost[k];
+        dp->gsum[k] = acc;
+        sq += (double)acc * acc;
+    }
+    for (int l = 0; l < dp->n; l++) {
+        clg_lane *ln = &dp->lanes[l];
+        CLG_CL_CHECK(clg_dev_err(ln->dev), clEnqueueWriteBuffer(ln->dev->queue, ln->arena, CL_TRUE, 0, bytes,
+                                                                dp->gsum, 0, NULL, NULL));
+    }
+    dp->b_sumsq[0] = sq; /* keeps the squares, as the real path needs them */
+    *t = clg_now_sec() - t0;
+    return CLG_OK;
+}
+
+/* One device-path reduction of the measured buckets over every lane
+ * (blocking), summed on lane 0's device. */
+static clg_status time_dev(clg_dp *dp, double *t)
+{
+    size_t bytes = 0;
+    int nb = measured_buckets(dp, &bytes);
+    int act[CLG_DP_MAX_LANES];
+    for (int l = 0; l < dp->n; l++)
+        act[l] = l;
+    double t0 = clg_now_sec();
+    for (int b = 0; b < nb; b++) {
+        CLG_TRY(clg_dp_dev_sum(dp, &dp->lanes[0], b, act, dp->n));
+        for (int l = 0; l < dp->n; l++)
+            CLG_TRY(clg_dp_dev_writeback(dp, &dp->lanes[l], b, NULL));
+    }
+    for (int l = 0; l < dp->n; l++)
+        CLG_CL_CHECK(clg_dev_err(dp->lanes[l].dev), clFinish(dp->lanes[l].dev->queue));
+    CLG_CL_CHECK(clg_dev_err(dp->lanes[0].dev), clWaitForEvents((cl_uint)nb, dp->pev));
+    *t = clg_now_sec() - t0;
+    return CLG_OK;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+clg_status clg_dp_dev_setup(clg_dp *dp, const char *mode, clg_err *err)
+{
+    dp->dev_reduce = 0;
+    const char *env = getenv("CLGRAD_DP_REDUCE");
+    if (env && *env)
+        mode = env;
+    if (!mode || !*mode)
+        mode = "auto";
+    if (strcmp(mode, "auto") != 0 && strcmp(mode, "host") != 0 && strcmp(mode, "device") != 0)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "reduction '%s': expected auto, host or device", mode);
+    cl_context cl = dp->lanes[0].dev->cl;
+    const clg_device_info *i0 = &dp->lanes[0].dev->info;
+    int shared = 1, same = 1;
+    for (int l = 1; l < dp->n; l++) {
+        const clg_device_info *il = &dp->lanes[l].dev->info;
+        shared &= dp->lanes[l].dev->cl == cl;
+        same &= strcmp(il->name, i0->name) == 0 && strcmp(il->driver_version, i0->driver_version) == 0;
+    }
+    /* auto: devices of one kind only. Across kinds, events of one device's
+     * queue gate commands on another's, and PoCL 3.1 deadlocks when a
+     * `basic` and a `pthread` device do that (a lock-order inversion inside
+     * PoCL: one thread in pocl_update_event_running, the waiters in
+     * clWaitForEvents); "device" still forces it. */
+    if (strcmp(mode, "host") == 0 || dp->nbuckets == 0 || (strcmp(mode, "auto") == 0 && !same))
+        return CLG_OK;
+    if (!shared) {
+        if (strcmp(mode, "device") == 0)
+            return clg_err_set(err, CLG_ERR_UNSUPPORTED,
+                               "device-to-device reduction needs every device in one cl_context (one platform; "
+                               "CLGRAD_SHARED_CONTEXT not 0)");
+        return CLG_OK;
+    }
+    cl_int e = CL_SUCCESS;
+    dp->gred = clCreateBuffer(cl, CL_MEM_READ_WRITE, dp->lay.bytes, NULL, &e);
+    if (e == CL_SUCCESS)
+        dp->gpart = clCreateBuffer(cl, CL_MEM_READ_WRITE, (size_t)dp->nbuckets * RED_GROUPS * sizeof(float), NULL, &e);
+    if (e != CL_SUCCESS) {
+        clg_dp_dev_free(dp);
+        return clg_cl_fail(err, e, "clCreateBuffer (device-to-device reduction)", __FILE__, __LINE__);
+    }
+    dp->sev = calloc((size_t)dp->nbuckets, sizeof *dp->sev);
+    dp->pev = calloc((size_t)dp->nbuckets, sizeof *dp->pev);
+    dp->hpart = calloc((size_t)dp->nbuckets * RED_GROUPS, sizeof *dp->hpart);
+    if (!dp->sev || !dp->pev || !dp->hpart) {
+        clg_dp_dev_free(dp);
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory for the gradient reduction");
+    }
+    if (strcmp(mode, "device") == 0) {
+        dp->dev_reduce = 1;
+        return CLG_OK;
+    }
+    /* auto: both paths on the real arenas, alternating, after one warm-up
+     * each (kernel build); the median of 3 decides */
+    double th[4], td[4];
+    for (int r = 0; r < 4; r++) {
+        clg_status st = time_host(dp, &th[r]);
+        if (st == CLG_OK)
+            st = time_dev(dp, &td[r]);
+        if (st != CLG_OK) { /* the device path does not work here: the host one */
+            clg_log(1, "device-to-device reduction unavailable: %s", clg_dev_err(dp->lanes[0].dev)->msg);
+            clg_dp_dev_free(dp);
+            return CLG_OK;
+        }
+    }
+    qsort(th + 1, 3, sizeof *th, cmp_d);
+    qsort(td + 1, 3, sizeof *td, cmp_d);
+    dp->t_red_host = th[2];
+    dp->t_red_dev = td[2];
+    dp->dev_reduce = td[2] < th[2];
+    size_t bytes = 0;
+    measured_buckets(dp, &bytes);
+    clg_log(1, "gradient reduction of %.1f MiB over %d devices: host %.2f ms, device-to-device %.2f ms: %s",
+            bytes / 1048576.0, dp->n, th[2] * 1e3, td[2] * 1e3, dp->dev_reduce ? "device" : "host");
+    if (!dp->dev_reduce)
+        clg_dp_dev_free(dp);
+    return CLG_OK;
+}
