@@ -265,6 +265,38 @@ static clg_status build_from_source(clg_device *dev, const char *name, const cha
     return CLG_OK;
 }
 
+/* The binary is taken from a fresh build of the same source and options
+ * (served by PoCL's own cache), never launched: PoCL 3.1 crashed in
+ * CL_PROGRAM_BINARIES (memcpy past its buffer) for a program whose kernels
+ * had run on the second of two devices. */
+void clg_program_store_pending(clg_device *dev)
+{
+    if (!dev)
+        return;
+    for (int i = 0; i < dev->nprogs; i++) {
+        clg_program_entry *pe = &dev->progs[i];
+        if (!pe->store_pending)
+            continue;
+        pe->store_pending = 0;
+        double t0 = clg_now_sec();
+        const char *src = NULL;
+        char *owned = NULL;
+        cl_program fresh = NULL;
+        char saved[CLG_ERR_LEN];
+        snprintf(saved, sizeof saved, "%s", clg_dev_err(dev)->msg);
+        if (load_source(dev, pe->name, &src, &owned) == CLG_OK && device_source(dev, &src, &owned) == CLG_OK &&
+            cache_key(dev, src, pe->options) == pe->disk_key &&
+            build_from_source(dev, pe->name, src, pe->options, &fresh) == CLG_OK) {
+            cache_store(dev, pe->disk_key, fresh);
+            clReleaseProgram(fresh);
+            clg_log(2, "stored program '%s' [%s] in the binary cache in %.2f s", pe->name, pe->options,
+                    clg_now_sec() - t0);
+        }
+        snprintf(clg_dev_err(dev)->msg, sizeof clg_dev_err(dev)->msg, "%s", saved); /* a failed store is no error */
+        free(owned);
+    }
+}
+
 /* Some drivers crash on malformed options (PoCL 3.1 on a bare "-D"):
  * catch the common mistakes before the driver sees them. */
 static clg_status check_options(clg_device *dev, const char *name, const char *opts)
@@ -315,21 +347,6 @@ static int binary_cache_mode(clg_device *dev)
     return 1;
 }
 
-void clg_program_store_pending(clg_device *dev)
-{
-    if (!dev)
-        return;
-    for (int i = 0; i < dev->nprogs; i++) {
-        clg_program_entry *pe = &dev->progs[i];
-        if (pe->store_pending && pe->program) {
-            double t0 = clg_now_sec();
-            cache_store(dev, pe->disk_key, pe->program);
-            clg_log(2, "stored program '%s' [%s] in the binary cache in %.2f s", pe->name, pe->options,
-                    clg_now_sec() - t0);
-        }
-        pe->store_pending = 0;
-    }
-}
 
 /* The device's entry for (name, options), built on first use. The pointer
  * is valid until the next entry is added. */
