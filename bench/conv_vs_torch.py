@@ -6,7 +6,13 @@ Both are measured in the same run on the same machine:
   * clgrad: `clgrad bench conv --shapes vgg-s --pass all --algo A --json`
     (median of --reps runs per pass, each after a warm-up);
   * PyTorch: torch.nn.functional.conv2d forward + autograd backward with
-    torch.set_num_threads(THREADS), median of --reps runs after a warm-up.
+    torch.set_num_threads(THREADS), median of --reps runs after a warm-up,
+    each side in its own process (--torch-sides): torch1.13 = Debian's
+    /usr/bin/python3; torch2 (eager NCHW), torch2-cl (channels-last tensors)
+    and torch2-compile (torch.compile of the conv, compiled in the warm-up)
+    from the peers venv (bench/setup_peers.sh, $CLGRAD_PEERS_VENV or
+    /work/venv-peers). The "torch" columns of the table are the fastest
+    PyTorch side per layer total; every side is listed below it.
 A layer's "fwd+bwd" is forward + backward-filter (+ bias) + backward-data;
 conv1 reads the network input, so neither side computes its data gradient.
 The fused Winograd algorithms (winograd-fused, winograd4-fused) have no
@@ -15,6 +21,7 @@ algorithm of the same tile size (BWDF_FALLBACK), shown under "chosen".
 
 usage: bench/conv_vs_torch.py [--clgrad build/tools/clgrad] [--algos auto,im2col,winograd,winograd4-fused]
                               [--n 128] [--reps 5] [--threads 2] [--devices SEL] [--json]
+                              [--torch-sides torch1.13,torch2,torch2-cl,torch2-compile]
 """
 import argparse
 import json
@@ -27,34 +34,62 @@ import time
 LAYERS = [("conv1", 1, 32, 28), ("conv2", 32, 32, 28), ("conv3", 32, 64, 14), ("conv4", 64, 64, 14)]
 
 
-def torch_times(n, reps, threads):
+def torch_times(n, reps, threads, mode="eager"):
     import torch
     import torch.nn.functional as F
 
     torch.set_num_threads(threads)
     out = {}
     g = torch.Generator().manual_seed(0)
+    conv = F.conv2d
+    if mode == "compile":
+        conv = torch.compile(F.conv2d)
+    fmt = torch.channels_last if mode == "channels-last" else torch.contiguous_format
     for name, c, k, hw in LAYERS:
-        x = torch.randn(n, c, hw, hw, generator=g)
-        w = torch.randn(k, c, 3, 3, generator=g, requires_grad=True)
+        x = torch.randn(n, c, hw, hw, generator=g).contiguous(memory_format=fmt)
+        w = torch.randn(k, c, 3, 3, generator=g).contiguous(memory_format=fmt).requires_grad_(True)
         b = torch.zeros(k, requires_grad=True)
         x.requires_grad_(name != "conv1")
-        dy = torch.randn(n, k, hw, hw, generator=g)
+        dy = torch.randn(n, k, hw, hw, generator=g).contiguous(memory_format=fmt)
         fwd, tot = [], []
-        for i in range(reps + 1):
+        warm = 3 if mode == "compile" else 1
+        for i in range(reps + warm):
             t0 = time.perf_counter()
-            y = F.conv2d(x, w, b, padding=1)
+            y = conv(x, w, b, padding=1)
             t1 = time.perf_counter()
             y.backward(dy)
             t2 = time.perf_counter()
             w.grad = None
             b.grad = None
             x.grad = None
-            if i:
+            if i >= warm:
                 fwd.append((t1 - t0) * 1e3)
                 tot.append((t2 - t0) * 1e3)
         out[name] = {"fwd": statistics.median(fwd), "total": statistics.median(tot)}
     return out
+
+
+TORCH_SIDES = {"torch1.13": ("/usr/bin/python3", "eager"), "torch2": (None, "eager"),
+               "torch2-cl": (None, "channels-last"), "torch2-compile": (None, "compile")}
+
+
+def torch_side(side, n, reps, threads):
+    """torch_times of one side in its own process, or None when it cannot run."""
+    py, mode = TORCH_SIDES[side]
+    if py is None:
+        py = os.path.join(os.environ.get("CLGRAD_PEERS_VENV", "/work/venv-peers"), "bin", "python")
+    if not os.access(py, os.X_OK):
+        print("%s: no interpreter %s (bench/setup_peers.sh)" % (side, py), file=sys.stderr)
+        return None
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    res = subprocess.run([py, os.path.abspath(__file__), "--worker", mode, "--n", str(n), "--reps", str(reps),
+                          "--threads", str(threads)], capture_output=True, text=True, env=env)
+    if res.returncode != 0:
+        print("%s failed: %s" % (side, (res.stderr.strip().splitlines() or ["?"])[-1]), file=sys.stderr)
+        return None
+    r = json.loads(res.stdout.strip().splitlines()[-1])
+    r["side"] = side
+    return r
 
 
 # algorithms without a backward-filter pass -> the one timed for it instead
@@ -110,15 +145,34 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--devices", default=None)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--torch-sides", default="torch1.13,torch2,torch2-cl,torch2-compile")
+    ap.add_argument("--worker", choices=["eager", "channels-last", "compile"], help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.worker:
+        import torch
+        print(json.dumps({"version": torch.__version__, "times": torch_times(a.n, a.reps, a.threads, a.worker)}))
+        return
 
     algos = [s for s in a.algos.split(",") if s]
-    th = torch_times(a.n, a.reps, a.threads)  # first: fails fast without torch (use /usr/bin/python3)
+    sides = [s for s in a.torch_sides.split(",") if s]
+    for s in sides:
+        if s not in TORCH_SIDES:
+            sys.exit("unknown torch side %s (known: %s)" % (s, ", ".join(TORCH_SIDES)))
+    runs = [r for r in (torch_side(s, a.n, a.reps, a.threads) for s in sides) if r]
+    if not runs:
+        sys.exit("no PyTorch side could run")
+    best = min(runs, key=lambda r: sum(t["total"] for t in r["times"].values()))
+    th = best["times"]
     cl = {al: clgrad_times(a.clgrad, al, a.n, a.reps, a.devices) for al in algos}
 
     if a.json:
-        print(json.dumps({"n": a.n, "threads": a.threads, "torch": th, "clgrad": cl}))
+        print(json.dumps({"n": a.n, "threads": a.threads, "torch": th, "torch_best": best["side"],
+                          "torch_sides": runs, "clgrad": cl}))
         return
+    print("PyTorch sides (fwd / fwd+bwd ms over the four layers): " + "; ".join(
+        "%s %s %.2f / %.2f" % (r["side"], r["version"], sum(t["fwd"] for t in r["times"].values()),
+                               sum(t["total"] for t in r["times"].values())) for r in runs))
+    print("torch columns below: %s (fastest fwd+bwd)" % best["side"])
     print("VGG-S 3x3 conv layers, batch %d, PyTorch %d threads; ms, median of %d" % (a.n, a.threads, a.reps))
     hdr = "%-7s %12s %12s" % ("layer", "torch fwd", "torch f+b")
     for al in algos:

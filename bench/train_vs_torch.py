@@ -1,88 +1,293 @@
 #!/usr/bin/python3
-"""Training throughput: clgrad vs PyTorch CPU on the same architectures.
+"""Training throughput: clgrad against PyTorch (Debian's 1.13 and 2.x from
+PyPI in three CPU modes) and tinygrad (OpenCL backend, same PoCL device).
 
-Both sides: batch 128, SGD with momentum 0.9, synthetic 1x28x28 inputs,
-images/s over the timed steps after warm-up steps. PyTorch uses 2 threads.
-The clgrad numbers come from `clgrad bench train --json`, run in the same
-invocation so both are measured under the same machine load.
+Every side trains the same architectures: batch 128, SGD with momentum 0.9,
+synthetic 1x28x28 inputs, images/s over the timed steps after warm-up steps
+(torch.compile and tinygrad's JIT compile during the warm-up). PyTorch uses
+--threads threads. Each measurement runs in its own process, sides in
+alternating order from round to round; the table shows medians.
+
+Sides (--sides, comma list):
+  clgrad          `clgrad bench train --json`
+  torch1.13       /usr/bin/python3 (Debian python3-torch), eager NCHW
+  torch2          PyTorch 2.x eager NCHW            } from the peers venv
+  torch2-cl       PyTorch 2.x eager channels-last   } (bench/setup_peers.sh;
+  torch2-compile  PyTorch 2.x torch.compile, NCHW   }  $CLGRAD_PEERS_VENV or
+  tinygrad        tinygrad, DEV=CL (OpenCL on PoCL) }  /work/venv-peers)
+A side whose interpreter or package is missing is reported as n/a.
 
 usage: /usr/bin/python3 bench/train_vs_torch.py [--clgrad build/tools/clgrad]
-           [--models lenet5,vgg-s] [--batch 128] [--steps 20] [--warmup 3] [--repeat 3]
+           [--models lenet5,vgg-s,resnet-mini] [--sides ...] [--batch 128] [--steps 20] [--warmup 3]
+           [--repeat 3] [--tinygrad-steps 5] [--tinygrad-rounds 1] [--json FILE]
 """
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import time
 
-import torch
-import torch.nn as nn
+HERE = os.path.dirname(os.path.abspath(__file__))
+ALL_SIDES = ["clgrad", "torch1.13", "torch2", "torch2-cl", "torch2-compile", "tinygrad"]
+CFG = {"lenet5": "models/lenet5.cfg", "vgg-s": "models/vgg-s.cfg", "resnet-mini": "models/resnet-mini.cfg"}
 
 
-def lenet5():
-    return nn.Sequential(
-        nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, 10))
+# ---------------------------------------------------------------- PyTorch worker
+def torch_models(nn):
+    def lenet5():
+        return nn.Sequential(
+            nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, 10))
+
+    def vgg_s():
+        return nn.Sequential(
+            nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(64 * 7 * 7, 256), nn.ReLU(), nn.Dropout(0.5), nn.Linear(256, 10))
+
+    class Block(nn.Module):  # models/resnet-mini.cfg: conv-bn-relu-conv-bn (+ projection) + add, relu
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.c1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+            self.b1 = nn.BatchNorm2d(cout)
+            self.c2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+            self.b2 = nn.BatchNorm2d(cout)
+            self.proj = None
+            if stride != 1 or cin != cout:
+                self.proj = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+        def forward(self, x):
+            y = self.b2(self.c2(self.b1(self.c1(x)).relu()))
+            return (y + (self.proj(x) if self.proj is not None else x)).relu()
+
+    def resnet_mini():
+        return nn.Sequential(nn.Conv2d(1, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+                             Block(16, 16, 1), Block(16, 32, 2), Block(32, 32, 1),
+                             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
+
+    return {"lenet5": lenet5, "vgg-s": vgg_s, "resnet-mini": resnet_mini}
 
 
-def vgg_s():
-    return nn.Sequential(
-        nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(64 * 7 * 7, 256), nn.ReLU(), nn.Dropout(0.5), nn.Linear(256, 10))
+def worker_torch(a):
+    import torch
+    import torch.nn as nn
 
-
-MODELS = {"lenet5": (lenet5, "models/lenet5.cfg"), "vgg-s": (vgg_s, "models/vgg-s.cfg")}
-
-
-def torch_images_per_s(build, batch, steps, warmup):
+    torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    model = build()
+    model = torch_models(nn)[a.model]()
+    x = torch.randn(a.batch, 1, 28, 28)
+    y = torch.randint(0, 10, (a.batch,))
+    if a.mode == "channels-last":
+        model = model.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    fwd = torch.compile(model) if a.mode == "compile" else model
     loss_fn = nn.CrossEntropyLoss()
-    x = torch.randn(batch, 1, 28, 28)
-    y = torch.randint(0, 10, (batch,))
-    for i in range(warmup + steps):
-        if i == warmup:
+    model.train()
+    t0 = time.perf_counter()
+    for i in range(a.warmup + a.steps):
+        if i == a.warmup:
             t0 = time.perf_counter()
-        opt.zero_grad()
-        loss = loss_fn(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(fwd(x), y)
         loss.backward()
         opt.step()
-    return batch * steps / (time.perf_counter() - t0)
+    loss.item()
+    dt = time.perf_counter() - t0
+    return {"images_per_s": a.batch * a.steps / dt, "version": torch.__version__}
 
 
-def clgrad_images_per_s(exe, cfg, batch, steps, warmup):
-    out = subprocess.run([exe, "bench", "train", "--model", cfg, "--batch", str(batch), "--steps", str(steps),
-                          "--warmup", str(warmup), "--json"], check=True, capture_output=True, text=True).stdout
-    return json.loads(out)["images_per_s"]
+# ---------------------------------------------------------------- tinygrad worker
+def worker_tinygrad(a):
+    from importlib.metadata import version
+
+    import numpy as np
+    os.environ["TRAINING"] = "1"  # tinygrad's training flag (dropout, batch statistics), read at import
+    from tinygrad import Device, Tensor, TinyJit, nn
+    from tinygrad.nn.state import get_parameters
+
+    class LeNet5:
+        def __init__(self):
+            self.c1, self.c2 = nn.Conv2d(1, 6, 5, padding=2), nn.Conv2d(6, 16, 5)
+            self.l1, self.l2, self.l3 = nn.Linear(400, 120), nn.Linear(120, 84), nn.Linear(84, 10)
+
+        def __call__(self, x):
+            x = self.c1(x).relu().max_pool2d(2)
+            x = self.c2(x).relu().max_pool2d(2).flatten(1)
+            return self.l3(self.l2(self.l1(x).relu()).relu())
+
+    class VggS:
+        def __init__(self):
+            self.c = [nn.Conv2d(1, 32, 3, padding=1), nn.Conv2d(32, 32, 3, padding=1),
+                      nn.Conv2d(32, 64, 3, padding=1), nn.Conv2d(64, 64, 3, padding=1)]
+            self.l1, self.l2 = nn.Linear(64 * 7 * 7, 256), nn.Linear(256, 10)
+
+        def __call__(self, x):
+            x = self.c[1](self.c[0](x).relu()).relu().max_pool2d(2)
+            x = self.c[3](self.c[2](x).relu()).relu().max_pool2d(2).flatten(1)
+            return self.l2(self.l1(x).relu().dropout(0.5))
+
+    class Block:
+        def __init__(self, cin, cout, stride):
+            self.c1, self.b1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm(cout)
+            self.c2, self.b2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm(cout)
+            self.proj = None
+            if stride != 1 or cin != cout:
+                self.proj = (nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm(cout))
+
+        def __call__(self, x):
+            y = self.b2(self.c2(self.b1(self.c1(x)).relu()))
+            return (y + (self.proj[1](self.proj[0](x)) if self.proj else x)).relu()
+
+    class ResnetMini:
+        def __init__(self):
+            self.stem, self.bn = nn.Conv2d(1, 16, 3, padding=1, bias=False), nn.BatchNorm(16)
+            self.blocks = [Block(16, 16, 1), Block(16, 32, 2), Block(32, 32, 1)]
+            self.fc = nn.Linear(32, 10)
+
+        def __call__(self, x):
+            x = self.bn(self.stem(x)).relu()
+            for b in self.blocks:
+                x = b(x)
+            return self.fc(x.mean(axis=(2, 3)))
+
+    Tensor.manual_seed(0)
+    model = {"lenet5": LeNet5, "vgg-s": VggS, "resnet-mini": ResnetMini}[a.model]()
+    opt = nn.optim.SGD(get_parameters(model), lr=0.01, momentum=0.9)
+    x = Tensor.randn(a.batch, 1, 28, 28).realize()
+    y = Tensor(np.random.default_rng(0).integers(0, 10, a.batch).astype(np.int32)).realize()
+
+    @TinyJit
+    def step():
+        opt.zero_grad()
+        loss = model(x).sparse_categorical_crossentropy(y).backward()
+        opt.step()
+        return loss.realize()
+
+    t0 = time.perf_counter()
+    for i in range(a.warmup + a.steps):
+        if i == a.warmup:
+            Device[Device.DEFAULT].synchronize()
+            t0 = time.perf_counter()
+        loss = step()
+    loss.item()
+    dt = time.perf_counter() - t0
+    return {"images_per_s": a.batch * a.steps / dt, "version": version("tinygrad"), "device": Device.DEFAULT}
+
+
+# ---------------------------------------------------------------- driver
+def peers_python():
+    venv = os.environ.get("CLGRAD_PEERS_VENV", "/work/venv-peers")
+    return os.path.join(venv, "bin", "python")
+
+
+def run_side(side, a, model):
+    """images/s (None when the side is unavailable or failed) and a note."""
+    if side == "clgrad":
+        cmd = [a.clgrad, "bench", "train", "--model", os.path.join(HERE, "..", CFG[model]), "--batch", str(a.batch),
+               "--steps", str(a.steps), "--warmup", str(a.warmup), "--json"]
+        if a.devices:
+            cmd += ["--devices", a.devices]
+        env = None
+    else:
+        py = "/usr/bin/python3" if side == "torch1.13" else peers_python()
+        if not os.access(py, os.X_OK):
+            return None, "no interpreter %s" % py
+        worker = "tinygrad" if side == "tinygrad" else "torch"
+        mode = {"torch2-cl": "channels-last", "torch2-compile": "compile"}.get(side, "eager")
+        steps, warmup = (a.tinygrad_steps, max(a.warmup, 2)) if side == "tinygrad" else (a.steps, a.warmup)
+        cmd = [py, os.path.abspath(__file__), "--worker", worker, "--mode", mode, "--model", model,
+               "--batch", str(a.batch), "--steps", str(steps), "--warmup", str(warmup), "--threads", str(a.threads)]
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES="", DEV="CL")
+        env.pop("PYTHONPATH", None)
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return None, "timed out after %d s" % a.timeout
+    if res.returncode != 0:
+        tail = (res.stderr.strip().splitlines() or ["?"])[-1]
+        return None, "failed: %s" % tail[:200]
+    lines = [l for l in res.stdout.splitlines() if l.startswith("{")]
+    if not lines:
+        return None, "no result"
+    r = json.loads(lines[-1])
+    return r["images_per_s"], r.get("version", "")
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--clgrad", default="build/tools/clgrad")
-    ap.add_argument("--models", default="lenet5,vgg-s")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--clgrad", default=os.path.join(HERE, "..", "build", "tools", "clgrad"))
+    ap.add_argument("--models", default="lenet5,vgg-s,resnet-mini")
+    ap.add_argument("--sides", default=",".join(ALL_SIDES))
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--devices", default=None, help="clgrad --devices (default: its own default)")
+    ap.add_argument("--tinygrad-steps", type=int, default=5)
+    ap.add_argument("--tinygrad-rounds", type=int, default=1, help="rounds that include tinygrad (slow)")
+    ap.add_argument("--timeout", type=int, default=1800, help="seconds per measurement")
+    ap.add_argument("--json", default=None, help="write every measurement to this file")
+    # worker mode (internal)
+    ap.add_argument("--worker", choices=["torch", "tinygrad"])
+    ap.add_argument("--mode", default="eager", choices=["eager", "channels-last", "compile"])
+    ap.add_argument("--model", default="lenet5")
     a = ap.parse_args()
-    torch.set_num_threads(a.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; batch {a.batch}, "
-          f"{a.steps} timed steps after {a.warmup} warm-up, median of {a.repeat} runs (alternating)")
-    print(f"| model | PyTorch CPU images/s | clgrad images/s | clgrad / PyTorch |")
-    print(f"|---|---:|---:|---:|")
-    for name in a.models.split(","):
-        build, cfg = MODELS[name]
-        tt, cc = [], []
-        for _ in range(a.repeat):
-            tt.append(torch_images_per_s(build, a.batch, a.steps, a.warmup))
-            cc.append(clgrad_images_per_s(a.clgrad, cfg, a.batch, a.steps, a.warmup))
-        t, c = statistics.median(tt), statistics.median(cc)
-        print(f"| {name} | {t:.0f} | {c:.0f} | {c / t:.2f}x |", flush=True)
+    if a.worker:
+        r = worker_torch(a) if a.worker == "torch" else worker_tinygrad(a)
+        print(json.dumps(r))
+        return 0
+
+    sides = [s for s in a.sides.split(",") if s]
+    for s in sides:
+        if s not in ALL_SIDES:
+            sys.exit("unknown side %s (known: %s)" % (s, ", ".join(ALL_SIDES)))
+    models = [m for m in a.models.split(",") if m]
+    print("batch %d, %d timed steps after %d warm-up (tinygrad %d after %d), %d threads for PyTorch, "
+          "median of %d alternating rounds; load average at start %.2f" %
+          (a.batch, a.steps, a.warmup, a.tinygrad_steps, max(a.warmup, 2), a.threads, a.repeat, os.getloadavg()[0]),
+          flush=True)
+    raw = {}
+    for m in models:
+        vals = {s: [] for s in sides}
+        notes = {}
+        loads = [os.getloadavg()[0]]
+        for rnd in range(a.repeat):
+            order = sides if rnd % 2 == 0 else list(reversed(sides))
+            for s in order:
+                if s == "tinygrad" and rnd >= a.tinygrad_rounds:
+                    continue
+                v, note = run_side(s, a, m)
+                if v is not None:
+                    vals[s].append(v)
+                notes[s] = note
+                print("  %s round %d %-15s %s" % (m, rnd + 1, s, "%.1f img/s" % v if v is not None else note),
+                      file=sys.stderr, flush=True)
+            loads.append(os.getloadavg()[0])
+        med = {s: statistics.median(v) if v else None for s, v in vals.items()}
+        raw[m] = {"runs": vals, "median": med, "notes": notes, "load": loads}
+    # table
+    print()
+    print("| model | " + " | ".join(sides) + " | clgrad / best PyTorch 2.x | load (1-min) |")
+    print("|---|" + "---:|" * (len(sides) + 1) + "---|")
+    for m in models:
+        med = raw[m]["median"]
+        t2 = [med[s] for s in ("torch2", "torch2-cl", "torch2-compile") if s in med and med[s]]
+        best = max(t2) if t2 else None
+        ratio = "%.2fx" % (med["clgrad"] / best) if best and med.get("clgrad") else "n/a"
+        cells = ["{:,.0f}".format(med[s]) if med[s] else "n/a" for s in sides]
+        ld = raw[m]["load"]
+        print("| %s | %s | %s | %.1f-%.1f |" % (m, " | ".join(cells), ratio, min(ld), max(ld)))
+    vers = {s: n for m in models for s, n in raw[m]["notes"].items() if s != "clgrad"}
+    print("\nversions / notes: " + "; ".join("%s %s" % kv for kv in sorted(vers.items())))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(raw, f, indent=1)
+    return 0
 
 
 if __name__ == "__main__":

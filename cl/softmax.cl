@@ -143,3 +143,66 @@ loss_reduce(const uint N, __global const float *loss, __global const float *corr
         result[1] = k[0];
     }
 }
+
+// ---- plain softmax over rows (primitives API) ----
+// One work-group per row s of x (N, C): y_s = exp(x_s - max) / sum exp(x_s - max).
+__kernel __attribute__((reqd_work_group_size(SM_WG, 1, 1))) void
+softmax_fwd(const uint C, __global const float *x, const uint ox, __global float *y, const uint oy)
+{
+    __local float red[SM_WG];
+    const uint s = get_group_id(0);
+    const uint lid = get_local_id(0);
+    __global const float *xs = x + ox + (size_t)s * C;
+    __global float *ys = y + oy + (size_t)s * C;
+    float m = -INFINITY;
+    for (uint c = lid; c < C; c += SM_WG)
+        m = fmax(m, xs[c]);
+    red[lid] = m;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint w = SM_WG / 2; w > 0; w >>= 1) {
+        if (lid < w)
+            red[lid] = fmax(red[lid], red[lid + w]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    m = red[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float sum = 0.0f;
+    for (uint c = lid; c < C; c += SM_WG)
+        sum += exp(xs[c] - m);
+    red[lid] = sum;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint w = SM_WG / 2; w > 0; w >>= 1) {
+        if (lid < w)
+            red[lid] += red[lid + w];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const float inv = 1.0f / red[0];
+    for (uint c = lid; c < C; c += SM_WG)
+        ys[c] = exp(xs[c] - m) * inv;
+}
+
+// dx_s = y_s * (dy_s - sum_c dy_s[c] * y_s[c]), one work-group per row.
+__kernel __attribute__((reqd_work_group_size(SM_WG, 1, 1))) void
+softmax_bwd(const uint C, __global const float *y, const uint oy, __global const float *dy, const uint ody,
+            __global float *dx, const uint odx)
+{
+    __local float red[SM_WG];
+    const uint s = get_group_id(0);
+    const uint lid = get_local_id(0);
+    __global const float *ys = y + oy + (size_t)s * C;
+    __global const float *gs = dy + ody + (size_t)s * C;
+    __global float *ds = dx + odx + (size_t)s * C;
+    float dot = 0.0f;
+    for (uint c = lid; c < C; c += SM_WG)
+        dot += gs[c] * ys[c];
+    red[lid] = dot;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint w = SM_WG / 2; w > 0; w >>= 1) {
+        if (lid < w)
+            red[lid] += red[lid + w];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    dot = red[0];
+    for (uint c = lid; c < C; c += SM_WG)
+        ds[c] = ys[c] * (gs[c] - dot);
+}

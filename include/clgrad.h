@@ -9,6 +9,21 @@
  *   detail of the last failure is kept on the handle: clg_last_error(ctx).
  *   The library never exits or aborts on bad input.
  *
+ * ABI
+ *   Every params struct (clg_*_params) starts with `size_t size`, which its
+ *   _init macro sets to the sizeof the application was compiled with; the
+ *   library reads only the fields within that size and takes defaults for
+ *   fields added later, so an application built against this header keeps
+ *   working with later libraries of the same soname (CLG_ABI_VERSION).
+ *   Always initialise a params struct with its _init macro. Calls that fill
+ *   a struct (clg_device_info_get, clg_pool_stats_get, clg_model_metrics,
+ *   clg_model_evaluate, clg_train_run, clg_bench_train) are macros that pass
+ *   the caller's sizeof, and the library writes no more than that. Fields are
+ *   only ever appended, each starting at or after the previous version's
+ *   sizeof. The primitives API (clgrad_prim.h: GEMM, convolution,
+ *   pooling, softmax on the caller's OpenCL queue and buffers) follows the
+ *   same rule.
+ *
  * Thread safety
  *   A context is used by one thread at a time. clg_status_string() and
  *   clg_version*() are safe from any thread.
@@ -56,8 +71,11 @@ extern "C" {
 
 /* ---- version ---- */
 #define CLG_VERSION_MAJOR 0
-#define CLG_VERSION_MINOR 1
+#define CLG_VERSION_MINOR 2
 #define CLG_VERSION_PATCH 0
+/* The library's soname number (libclgrad.so.CLG_ABI_VERSION): changes only
+ * when a binary built against an older header can no longer work. */
+#define CLG_ABI_VERSION 1
 #define CLG_VERSION_HEX ((CLG_VERSION_MAJOR << 16) | (CLG_VERSION_MINOR << 8) | CLG_VERSION_PATCH)
 
 /* (major << 16) | (minor << 8) | patch of the library actually loaded. */
@@ -98,6 +116,7 @@ CLG_API const char *clg_status_name(clg_status st);
 typedef struct clg_ctx clg_ctx;
 
 typedef struct clg_ctx_params {
+    size_t size; /* sizeof, set by clg_ctx_params_init (see "ABI" above) */
     /* Device selector (borrowed): "all" (default), "gpu", "cpu",
      * an index list "0,2", or "name:SUBSTRING". Overridden by the
      * CLGRAD_DEVICES environment variable when NULL. */
@@ -115,7 +134,9 @@ typedef struct clg_ctx_params {
     int verbose;
 } clg_ctx_params;
 
-CLG_API void clg_ctx_params_init(clg_ctx_params *p);
+/* Defaults. A macro: passes the sizeof the caller was compiled with. */
+CLG_API void clg_ctx_params_init_size(clg_ctx_params *p, size_t size);
+#define clg_ctx_params_init(p) clg_ctx_params_init_size((p), sizeof *(p))
 /* Creates a context on the selected devices. On failure *out is NULL and
  * clg_last_error(NULL) tells why. */
 CLG_API clg_status clg_ctx_create(const clg_ctx_params *p, clg_ctx **out);
@@ -156,7 +177,9 @@ typedef struct clg_device_info {
 
 /* Number of devices in the context (>= 1 for a created context). */
 CLG_API int clg_device_count(const clg_ctx *ctx);
-CLG_API clg_status clg_device_info_get(const clg_ctx *ctx, int index, clg_device_info *out);
+/* A macro: passes the sizeof of *out the caller was compiled with (only that much is written). */
+CLG_API clg_status clg_device_info_get_size(const clg_ctx *ctx, int index, clg_device_info *out, size_t size);
+#define clg_device_info_get(ctx, index, out) clg_device_info_get_size((ctx), (index), (out), sizeof *(out))
 
 /* Buffer pool statistics of one device. */
 typedef struct clg_pool_stats {
@@ -168,7 +191,8 @@ typedef struct clg_pool_stats {
     uint64_t failures;       /* allocations that failed */
 } clg_pool_stats;
 
-CLG_API clg_status clg_pool_stats_get(const clg_ctx *ctx, int device, clg_pool_stats *out);
+CLG_API clg_status clg_pool_stats_get_size(const clg_ctx *ctx, int device, clg_pool_stats *out, size_t size);
+#define clg_pool_stats_get(ctx, device, out) clg_pool_stats_get_size((ctx), (device), (out), sizeof *(out))
 
 /* Runs a small GEMM on every device against a host reference in double.
  * Returns CLG_OK when every device agrees within tolerance; max_rel_err
@@ -195,6 +219,7 @@ CLG_API clg_status clg_selfcheck(clg_ctx *ctx, double *max_rel_err);
 typedef struct clg_model clg_model;
 
 typedef struct clg_model_params {
+    size_t size;        /* sizeof, set by clg_model_params_init (see "ABI" above) */
     int device;         /* device index in the context (default 0) */
     int batch;          /* largest batch per call; 0: the model file's [net] batch */
     uint64_t seed;      /* weight initialisation seed (default 1) */
@@ -226,7 +251,9 @@ typedef struct clg_metrics {
     int samples;        /* samples in that call */
 } clg_metrics;
 
-CLG_API void clg_model_params_init(clg_model_params *p);
+/* Defaults. A macro: passes the sizeof the caller was compiled with. */
+CLG_API void clg_model_params_init_size(clg_model_params *p, size_t size);
+#define clg_model_params_init(p) clg_model_params_init_size((p), sizeof *(p))
 /* Builds a model from a file or from model text (source_name may be NULL).
  * Errors (with line numbers) through clg_last_error(ctx). A file holding an
  * ONNX model (detected by content) is imported with its weights and input
@@ -234,6 +261,15 @@ CLG_API void clg_model_params_init(clg_model_params *p);
 CLG_API clg_status clg_model_create_file(clg_ctx *ctx, const char *path, const clg_model_params *p, clg_model **out);
 CLG_API clg_status clg_model_create_string(clg_ctx *ctx, const char *text, const char *source_name,
                                            const clg_model_params *p, clg_model **out);
+/* A model argument to a path: an existing file as is; otherwise a shipped
+ * model by name ("lenet5", "lenet5.cfg"; NAME.onnx is tried after NAME.cfg),
+ * looked up in $CLGRAD_MODEL_DIR,
+ * in share/clgrad/models of the installed tree the library was loaded from,
+ * in the configured install directory, and in the source tree's models/ (an
+ * uninstalled build). out receives the path (cap bytes); CLG_ERR_NOT_FOUND
+ * names the directories searched and the models they hold
+ * (clg_last_error(NULL)). */
+CLG_API clg_status clg_model_find(const char *name, char *out, size_t cap);
 /* NULL is a no-op. */
 CLG_API void clg_model_destroy(clg_model *m);
 /* Input shape, classes and the largest batch per call. */
@@ -256,10 +292,12 @@ CLG_API clg_status clg_model_export_onnx(clg_model *m, const char *path);
 CLG_API clg_status clg_model_predict(clg_model *m, const float *images, int n, float *probs);
 /* One training step (forward, backward, optimizer) on n <= batch images. */
 CLG_API clg_status clg_model_train_step(clg_model *m, const float *images, const int32_t *labels, int n);
-CLG_API clg_status clg_model_metrics(const clg_model *m, clg_metrics *out);
+CLG_API clg_status clg_model_metrics_size(const clg_model *m, clg_metrics *out, size_t size);
+#define clg_model_metrics(m, out) clg_model_metrics_size((m), (out), sizeof *(out))
 
 /* Whole training runs (what `clgrad train` does). */
 typedef struct clg_train_params {
+    size_t size;                /* sizeof, set by clg_train_params_init (see "ABI" above) */
     const char *model;          /* model file (required) */
     const char *data;           /* "fashion-mnist", "mnist", "cifar10" or a path (required) */
     int device;                 /* device index in the context (default 0) */
@@ -301,8 +339,12 @@ typedef struct clg_train_report {
     char shares[128];                  /* their final batch shares, "0.50/0.50" */
 } clg_train_report;
 
-CLG_API void clg_train_params_init(clg_train_params *p);
-CLG_API clg_status clg_train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_report *out);
+/* Defaults. A macro: passes the sizeof the caller was compiled with. */
+CLG_API void clg_train_params_init_size(clg_train_params *p, size_t size);
+#define clg_train_params_init(p) clg_train_params_init_size((p), sizeof *(p))
+/* A macro: the report's sizeof goes with it (see "ABI"); out must not be NULL. */
+CLG_API clg_status clg_train_run_size(clg_ctx *ctx, const clg_train_params *p, clg_train_report *out, size_t size);
+#define clg_train_run(ctx, p, out) clg_train_run_size((ctx), (p), (out), sizeof *(out))
 
 /* Evaluation of a model on a dataset ("fashion-mnist", ... or a path; the
  * test split). limit > 0 uses only the first limit samples. */
@@ -312,7 +354,9 @@ typedef struct clg_eval_report {
     double loss, accuracy;
     int64_t *confusion; /* classes x classes, row = true class, column = predicted; malloc'd */
 } clg_eval_report;
-CLG_API clg_status clg_model_evaluate(clg_model *m, const char *data, long limit, clg_eval_report *out);
+CLG_API clg_status clg_model_evaluate_size(clg_model *m, const char *data, long limit, clg_eval_report *out,
+                                           size_t size);
+#define clg_model_evaluate(m, data, limit, out) clg_model_evaluate_size((m), (data), (limit), (out), sizeof *(out))
 CLG_API void clg_eval_report_free(clg_eval_report *r);
 /* Predicts every image of an IDX images file (uint8 pixels / 255, or float32
  * values as they are) or a PGM image (resized
@@ -323,6 +367,7 @@ CLG_API void clg_free(void *p);
 
 /* Training throughput on synthetic data (what `clgrad bench train` does). */
 typedef struct clg_bench_train_params {
+    size_t size;       /* sizeof, set by clg_bench_train_params_init (see "ABI" above) */
     const char *model; /* model file */
     int device;        /* device index (default 0) */
     int batch;         /* default 128 */
@@ -342,13 +387,31 @@ typedef struct clg_bench_train_report {
     double seconds;
     int devices;          /* devices used */
     char shares[128];     /* their batch shares at the end, "0.50/0.50" */
+    /* start-up (clgrad bench start): */
+    double setup_s;       /* model creation: parse, build, weights, memory plan */
+    double first_step_s;  /* the first step, waited for (compiles and algorithm choices land here) */
+    double first_step_end; /* CLOCK_MONOTONIC seconds at the end of the first step */
+    double first_step_cpu_s; /* CPU time of the process (all threads) at the end of the first step */
+    double launches_per_step; /* kernel launches per timed step, all devices */
 } clg_bench_train_report;
-CLG_API void clg_bench_train_params_init(clg_bench_train_params *p);
-CLG_API clg_status clg_bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_bench_train_report *out);
+/* Defaults. A macro: passes the sizeof the caller was compiled with. */
+CLG_API void clg_bench_train_params_init_size(clg_bench_train_params *p, size_t size);
+#define clg_bench_train_params_init(p) clg_bench_train_params_init_size((p), sizeof *(p))
+CLG_API clg_status clg_bench_train_size(clg_ctx *ctx, const clg_bench_train_params *p, clg_bench_train_report *out,
+                                        size_t size);
+#define clg_bench_train(ctx, p, out) clg_bench_train_size((ctx), (p), (out), sizeof *(out))
 
 /* ====================================================================== */
 
 #ifdef __cplusplus
 }
+#endif
+
+/* The primitives API (GEMM, convolution, pooling, softmax on the caller's
+ * OpenCL context, queue and buffers): the second installed header, included
+ * here with <CL/cl.h>. Define CLG_NO_PRIMITIVES before including clgrad.h to
+ * leave it (and the OpenCL headers) out. */
+#ifndef CLG_NO_PRIMITIVES
+#include "clgrad_prim.h"
 #endif
 #endif /* CLGRAD_H */

@@ -26,7 +26,7 @@ expect_msg 2 "unknown command" "unknown command" -- "$clgrad" frobnicate
 for c in devices selfcheck train eval predict export tune; do
     expect 0 "$c --help" -- "$clgrad" $c --help
 done
-for b in gemm conv train; do
+for b in gemm conv train start; do
     expect 0 "bench $b --help" -- "$clgrad" bench $b --help
 done
 expect_msg 2 "unknown option" "unknown option" -- "$clgrad" devices --bogus

@@ -194,6 +194,48 @@ START_TEST(options_are_part_of_the_key)
 }
 END_TEST
 
+/* The policy of src/device/program.c binary_cache_mode: CLGRAD_BINARY_CACHE=0
+ * writes no entry; by default PoCL's entry is written at context destruction
+ * (not at build, where PoCL would compile every kernel of the program first),
+ * other drivers' at build. */
+START_TEST(binary_cache_policy)
+{
+    char dir[] = "/tmp/clg_cache_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char opts[64];
+    unique_opts(opts, sizeof opts);
+    clg_program_stats s;
+    setenv("CLGRAD_BINARY_CACHE", "0", 1);
+    build_once(dir, 1, opts, &s);
+    ck_assert_int_eq(s.built, 1);
+    ck_assert_int_eq(count_entries(dir, NULL, 0), 0);
+    unsetenv("CLGRAD_BINARY_CACHE");
+    clg_ctx_params p;
+    clg_ctx_params_init(&p);
+    p.devices = "0";
+    p.cache_dir = dir;
+    clg_ctx *ctx = NULL;
+    ck_assert_int_eq(clg_ctx_create(&p, &ctx), CLG_OK);
+    int pocl = strstr(ctx->devs[0].info.platform, "Portable Computing Language") != NULL ||
+               strstr(ctx->devs[0].info.device_version, "PoCL") != NULL;
+    cl_kernel k = NULL;
+    ck_assert_int_eq(clg_kernel_get(&ctx->devs[0], "gemm", opts, "gemm_ref", &k), CLG_OK);
+    ck_assert_int_eq(count_entries(dir, NULL, 0), pocl ? 0 : 1); /* PoCL: not yet */
+    clg_ctx_destroy(ctx);
+    ck_assert_int_eq(count_entries(dir, NULL, 0), 1);
+    /* and the next context loads it */
+    setenv("CLGRAD_BINARY_CACHE", "", 1);
+    build_once(dir, 1, opts, &s);
+    ck_assert_int_eq(s.built, 0);
+    ck_assert_int_eq(s.cache_loaded, 1);
+    setenv("CLGRAD_BINARY_CACHE", "1", 1);
+    char path[512];
+    while (count_entries(dir, path, sizeof path) > 0)
+        unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 START_TEST(build_failure_reports_log)
 {
     char kdir[] = "/tmp/clg_kdir_XXXXXX";
@@ -240,6 +282,9 @@ int main(void)
     snprintf(cache_dir, sizeof cache_dir, "/tmp/clg_cache_main_XXXXXX");
     if (!mkdtemp(cache_dir))
         return 1;
+    /* the binary-cache tests need our cache on, also on PoCL where it is off
+     * by default (binary_cache_on in src/device/program.c) */
+    setenv("CLGRAD_BINARY_CACHE", "1", 1);
     Suite *s = suite_create("program");
     TCase *tc = tcase_create("program");
     tcase_set_timeout(tc, 300);
@@ -248,6 +293,7 @@ int main(void)
     tcase_add_test(tc, corrupt_entry_is_rebuilt);
     tcase_add_test(tc, cache_off_and_unwritable);
     tcase_add_test(tc, options_are_part_of_the_key);
+    tcase_add_test(tc, binary_cache_policy);
     tcase_add_test(tc, build_failure_reports_log);
     suite_add_tcase(s, tc);
     int rc = tu_run(s);

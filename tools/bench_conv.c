@@ -214,6 +214,9 @@ int bench_conv(int argc, char **argv)
     long n = 32, c = 32, h = 28, w = 28, k = 32, r = 3, s = 3, pad = 1, stride = 1, dil = 1, groups = 1, reps = 5;
     int n_set = 0, json = 0, check = 0, pass_sel = -1, algo_sel = -1;
     const char *devices = NULL, *shapes = NULL, *pass = NULL, *algo = NULL;
+    /* `auto` rows time the measured choice: measure at the first use, not after
+     * a default run (clg_conv_auto_choose), unless the caller says otherwise */
+    setenv("CLGRAD_CONV_AUTO_DEFER", "0", 0);
     for (int i = 1; i < argc; i++) {
         int got;
         if (cli_is_help(argv[i])) {

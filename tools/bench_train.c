@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "parallel/comm.h"
 
 static void help(FILE *f)
 {
@@ -23,7 +24,10 @@ static void help(FILE *f)
                "  --trace FILE    Chrome-trace timeline of the timed steps (JSON)\n"
                "  --seed N        seed (default 1)\n"
                "  --precision P   fp32 (default) or fp16 (half storage, fp32 master weights)\n"
+               "  --deterministic MPI: rank-ordered gradient sum (see clgrad train --help)\n"
+               "  --comm-timeout SEC  MPI: fail after SEC s without an answer from a rank (default 60)\n"
                "  --json          one JSON object: model, batch, devices, images_per_s, ...\n"
+               "  --verbose       debug logging (program builds, cache loads)\n"
                "\n"
                "exit codes: 0 ok, 1 failure, 2 usage error\n");
 }
@@ -33,7 +37,8 @@ int bench_train(int argc, char **argv)
     clg_bench_train_params p;
     clg_bench_train_params_init(&p);
     const char *devices = NULL;
-    int json = 0;
+    int json = 0, deterministic = 0, verbose = 0;
+    double comm_timeout = 0;
     long v;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -93,14 +98,30 @@ int bench_train(int argc, char **argv)
             json = 1;
             continue;
         }
+        if (strcmp(a, "--verbose") == 0) {
+            verbose = 2;
+            continue;
+        }
+        if (strcmp(a, "--deterministic") == 0) {
+            deterministic = 1;
+            continue;
+        }
+        if ((r = cli_opt_double(argc, argv, &i, "--comm-timeout", &d)) != 0) {
+            if (r < 0 || !(d > 0 && d <= 86400))
+                return r < 0 ? CLI_USAGE : cli_usage_error("bench train", "--comm-timeout must be in (0, 86400] seconds");
+            comm_timeout = d;
+            continue;
+        }
         return cli_usage_error("bench train", "unknown argument '%s'", a);
     }
     if (!p.model)
         return cli_usage_error("bench train", "missing --model FILE");
+    p.model = cli_model_resolve(p.model);
     int rc = cli_model_file_check("bench train", p.model);
     if (rc != CLI_OK)
         return rc;
-    clg_ctx *ctx = cli_ctx_open(devices, 0, &rc);
+    clg_comm_configure(comm_timeout, deterministic);
+    clg_ctx *ctx = cli_ctx_open(devices, verbose, &rc);
     if (!ctx)
         return rc;
     clg_device_info info;
@@ -113,6 +134,11 @@ int bench_train(int argc, char **argv)
         clg_ctx_destroy(ctx);
         return code;
     }
+    if (clg_comm_rank() != 0) { /* MPI: every rank timed the same global steps; rank 0 reports once */
+        clg_ctx_destroy(ctx);
+        return CLI_OK;
+    }
+    int ranks = clg_comm_size();
     if (json) {
         printf("{\"model\": \"");
         for (const char *c = p.model; *c; c++) {
@@ -129,12 +155,20 @@ int bench_train(int argc, char **argv)
             if ((unsigned char)*c >= 0x20)
                 putchar(*c);
         }
-        printf("\", \"shares\": \"%s\"}\n", rep.shares);
+        printf("\", \"shares\": \"%s\", \"ranks\": %d, \"setup_s\": %.4f, \"first_step_s\": %.4f, \"first_step_end\": %.6f, "
+               "\"first_step_cpu_s\": %.3f, \"launches_per_step\": %.1f}\n",
+               rep.shares, ranks, rep.setup_s, rep.first_step_s, rep.first_step_end, rep.first_step_cpu_s,
+               rep.launches_per_step);
     } else {
         printf("model %s  batch %d  devices %d (%s)  precision %s  split %s\n", p.model, p.batch, rep.devices,
                info.name, p.precision ? p.precision : "fp32", rep.shares);
+        if (ranks > 1)
+            printf("MPI ranks %d x %d device(s): global batch %d, images/s of the whole job\n", ranks, rep.devices,
+                   p.batch);
         printf("%d timed steps after %d warm-up: %.1f images/s, %.2f ms/step (median %.2f)\n", p.steps, p.warmup,
                rep.images_per_s, rep.ms_per_step, rep.ms_per_step_median);
+        printf("start-up: model setup %.3f s, first step %.3f s; %.1f kernel launches per step\n", rep.setup_s,
+               rep.first_step_s, rep.launches_per_step);
     }
     clg_ctx_destroy(ctx);
     return CLI_OK;

@@ -111,6 +111,10 @@ clg_ctx *cli_ctx_open(const char *devices, int verbose, int *rc)
 {
     if (rc)
         *rc = CLI_OK;
+    /* one model per process: a new convolution shape runs the untuned default
+     * at its first use and is measured at its second (shorter cold start;
+     * src/ops/conv_impl.h, clg_conv_auto_choose), unless the caller set it */
+    setenv("CLGRAD_CONV_AUTO_DEFER", "1", 0);
     clg_ctx_params p;
     clg_ctx_params_init(&p);
     p.devices = devices;
@@ -132,8 +136,20 @@ int cli_model_arg(const char *cmd, const char *arg, const char **model)
         return cli_usage_error(cmd, "unknown option '%s'", arg);
     if (*model)
         return cli_usage_error(cmd, "more than one model file ('%s' and '%s')", *model, arg);
-    *model = arg;
-    return cli_model_file_check(cmd, arg);
+    *model = cli_model_resolve(arg);
+    if (*model == arg && !strchr(arg, '/') && access(arg, F_OK) != 0) /* neither a file nor a shipped model */
+        return cli_fail("%s: %s", cmd, clg_last_error(NULL));
+    return cli_model_file_check(cmd, *model);
+}
+
+const char *cli_model_resolve(const char *arg)
+{
+    /* a shipped model by name: `clgrad train lenet5` from any directory */
+    static char found[4][4096];
+    static int nfound;
+    if (nfound < 4 && clg_model_find(arg, found[nfound], sizeof found[0]) == CLG_OK)
+        return found[nfound++];
+    return arg; /* a missing file is reported by the library */
 }
 
 int cli_model_file_check(const char *cmd, const char *path)

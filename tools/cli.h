@@ -59,6 +59,7 @@ int cmd_selfcheck(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
 int cmd_train(int argc, char **argv);
+int bench_allreduce(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_predict(int argc, char **argv);
 int cmd_export(int argc, char **argv);
@@ -66,7 +67,12 @@ int cmd_export(int argc, char **argv);
 int bench_gemm(int argc, char **argv);
 int bench_conv(int argc, char **argv);
 int bench_train(int argc, char **argv);
+int bench_prim(int argc, char **argv);
+int bench_start(int argc, char **argv);
 
+/* A model argument as a path: itself when it is a file, else the shipped
+ * model of that name (clg_model_find), else itself (the library reports it). */
+const char *cli_model_resolve(const char *arg);
 /* Exit 1 with a message when a model file is a directory/FIFO/device;
  * CLI_OK otherwise (a missing file, and the content: text without NUL bytes
  * or ONNX, are left to the library to report). */

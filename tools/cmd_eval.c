@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "parallel/comm.h"
 
 static void help(FILE *f)
 {
@@ -60,12 +61,15 @@ int cmd_eval(int argc, char **argv)
         clg_ctx_destroy(ctx);
         return code;
     }
-    printf("samples %d\nloss %.4f\naccuracy %.2f%%\n\nconfusion matrix (rows: true class, columns: predicted)\n",
-           rep.samples, rep.loss, 100 * rep.accuracy);
-    printf("      ");
+    if (clg_comm_rank() != 0) /* MPI: every rank evaluated its slices; rank 0 prints the sums once */
+        rep.classes = 0;
+    else
+        printf("samples %d\nloss %.4f\naccuracy %.2f%%\n\nconfusion matrix (rows: true class, columns: predicted)\n",
+               rep.samples, rep.loss, 100 * rep.accuracy);
     for (int c = 0; c < rep.classes; c++)
-        printf("%6d", c);
-    printf("\n");
+        printf("%s%6d", c ? "" : "      ", c);
+    if (rep.classes)
+        printf("\n");
     for (int t = 0; t < rep.classes; t++) {
         printf("%6d", t);
         for (int c = 0; c < rep.classes; c++)

@@ -4,13 +4,15 @@
 #include <string.h>
 
 #include "cli.h"
+#include "parallel/comm.h"
 
 static void help(FILE *f)
 {
     fprintf(f,
             "usage: clgrad train MODEL --data fashion-mnist|mnist|cifar10|PATH [options]\n"
             "\n"
-            "Trains MODEL (a model file, e.g. models/vgg-s.cfg) and evaluates it on the test\n"
+            "Trains MODEL (a model file, e.g. models/vgg-s.cfg, or a shipped model by name:\n"
+            "lenet5, vgg-s, resnet-mini) and evaluates it on the test\n"
             "split after every epoch. Defaults come from the model file's [net] section.\n"
             "\n"
             "  --data SPEC          dataset: fashion-mnist, mnist, cifar10, a directory or an IDX file\n"
@@ -34,6 +36,10 @@ static void help(FILE *f)
             "  --bucket-mb X        gradient reduction bucket size in MiB (default 25)\n"
             "  --trace FILE.json    Chrome-trace timeline of the first 20 steps (per device: layers,\n"
             "                       uploads, gradient bucket transfers, reduction, waits)\n"
+            "  --deterministic      MPI: sum the gradients over the ranks in rank order (two runs are\n"
+            "                       bitwise equal) and split each rank's slice evenly over its devices\n"
+            "  --comm-timeout SEC   MPI: a rank that died or hangs fails the others after SEC seconds\n"
+            "                       (default 60; 10x until the first all-reduce completes)\n"
             "  --precision P        fp32 (default) or fp16: activations and weights stored in half,\n"
             "                       fp32 master weights, dynamic loss scaling (layers compute in fp32)\n"
             "  --checkpoint DIR     save DIR/last.safetensors after every epoch and at the end\n"
@@ -57,7 +63,8 @@ int cmd_train(int argc, char **argv)
     clg_train_params_init(&p);
     p.progress = 1;
     const char *devices = NULL;
-    int verbose = 0;
+    int verbose = 0, deterministic = 0;
+    double comm_timeout = 0;
     long v;
     double d;
     for (int i = 1; i < argc; i++) {
@@ -138,6 +145,16 @@ int cmd_train(int argc, char **argv)
         }
         OPT(cli_opt_str(argc, argv, &i, "--precision", &p.precision));
         OPT(cli_opt_str(argc, argv, &i, "--checkpoint", &p.checkpoint_dir));
+        if (strcmp(a, "--deterministic") == 0) {
+            deterministic = 1;
+            continue;
+        }
+        if ((r = cli_opt_double(argc, argv, &i, "--comm-timeout", &d)) != 0) {
+            if (r < 0 || !(d > 0 && d <= 86400))
+                return r < 0 ? CLI_USAGE : cli_usage_error("train", "--comm-timeout must be in (0, 86400] seconds");
+            comm_timeout = d;
+            continue;
+        }
         if (strcmp(a, "--resume") == 0) {
             p.resume = 1;
             continue;
@@ -190,6 +207,7 @@ int cmd_train(int argc, char **argv)
         return cli_usage_error("train", "missing --data (fashion-mnist, mnist, cifar10 or a path)");
     if (p.precision && strcmp(p.precision, "fp32") != 0 && strcmp(p.precision, "fp16") != 0)
         return cli_usage_error("train", "--precision must be fp32 or fp16, got '%s'", p.precision);
+    clg_comm_configure(comm_timeout, deterministic);
     int rc = CLI_OK;
     clg_ctx *ctx = cli_ctx_open(devices, verbose, &rc);
     if (!ctx)
@@ -202,11 +220,17 @@ int cmd_train(int argc, char **argv)
         clg_ctx_destroy(ctx);
         return code;
     }
+    if (clg_comm_rank() != 0) { /* MPI: rank 0 reports */
+        clg_ctx_destroy(ctx);
+        return CLI_OK;
+    }
     printf("trained %d epoch(s), %lld steps in %.1f s (%.0f images/s)\n", rep.epochs_done, (long long)rep.steps,
            rep.seconds, rep.images_per_s);
     printf("train loss %.4f accuracy %.2f%%\n", rep.train_loss, 100 * rep.train_accuracy);
     if (rep.devices > 1)
         printf("devices %d, batch split %s\n", rep.devices, rep.shares);
+    if (clg_comm_size() > 1)
+        printf("MPI ranks %d x %d device(s)\n", clg_comm_size(), rep.devices);
     if (rep.test_accuracy >= 0)
         printf("test loss %.4f accuracy %.2f%%\n", rep.test_loss, 100 * rep.test_accuracy);
     clg_ctx_destroy(ctx);

@@ -37,6 +37,21 @@ CLG_INTERNAL clg_err *clg_err_tls(void);
  * the context). */
 CLG_INTERNAL void clg_err_copy(clg_err *dst, const clg_err *src);
 
+/* ---- caller-sized structs (the ABI that can grow) ----
+ * Public params structs start with `size_t size`: the sizeof the caller was
+ * compiled with, written by the _init macro. The library touches only the
+ * bytes within that size; fields past it keep the library's defaults. */
+/* The first min(size, full) bytes of defaults (a whole struct of full
+ * bytes) into dst, then dst->size = size. */
+CLG_INTERNAL void clg_sized_init(void *dst, size_t size, const void *defaults, size_t full);
+/* dst (full bytes, holding defaults) gets the first min(src->size, full)
+ * bytes of src, then dst->size = full. A size below sizeof(size_t) or
+ * above 64 KiB means the struct was not initialised: CLG_ERR_INVALID_ARG
+ * naming `what` (e.g. "clg_ctx_params"). */
+CLG_INTERNAL clg_status clg_sized_read(clg_err *err, const char *what, void *dst, size_t full, const void *src);
+/* Output structs: the first min(size, full) bytes of src (full bytes) into dst. */
+CLG_INTERNAL void clg_sized_write(void *dst, size_t size, const void *src, size_t full);
+
 /* ---- logging (stderr) ---- */
 extern CLG_INTERNAL int clg_log_level; /* 0 quiet, 1 info, 2 debug */
 CLG_INTERNAL void clg_log(int level, const char *fmt, ...) CLG_PRINTF(2, 3);

@@ -391,3 +391,34 @@ int clg_str_icontains(const char *s, const char *w)
     }
     return n == 0;
 }
+
+// ---- caller-sized structs ----
+
+void clg_sized_init(void *dst, size_t size, const void *defaults, size_t full)
+{
+    if (!dst || size < sizeof(size_t))
+        return;
+    memcpy(dst, defaults, size < full ? size : full);
+    if (size > full) /* a newer caller: fields this library does not know stay zero */
+        memset((char *)dst + full, 0, size - full);
+    memcpy(dst, &size, sizeof size);
+}
+
+clg_status clg_sized_read(clg_err *err, const char *what, void *dst, size_t full, const void *src)
+{
+    size_t size;
+    memcpy(&size, src, sizeof size);
+    if (size < sizeof(size_t) || size > 65536)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG,
+                           "%s: size field is %zu, not the struct's size: initialise it with %s_init() first", what,
+                           size, what);
+    memcpy(dst, src, size < full ? size : full);
+    memcpy(dst, &full, sizeof full);
+    return CLG_OK;
+}
+
+void clg_sized_write(void *dst, size_t size, const void *src, size_t full)
+{
+    if (dst && size)
+        memcpy(dst, src, size < full ? size : full);
+}

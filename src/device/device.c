@@ -241,13 +241,19 @@ clg_status clg_select_devices(clg_err *err, const char *selector, const clg_devi
 
 // ---- context ----
 
-void clg_ctx_params_init(clg_ctx_params *p)
+static void ctx_params_defaults(clg_ctx_params *p)
 {
-    if (!p)
-        return;
     memset(p, 0, sizeof *p);
+    p->size = sizeof *p;
     p->devices = NULL;
     p->use_cache = 1;
+}
+
+void clg_ctx_params_init_size(clg_ctx_params *p, size_t size)
+{
+    clg_ctx_params d;
+    ctx_params_defaults(&d);
+    clg_sized_init(p, size, &d, sizeof d);
 }
 
 static void default_cache_dir(char *dst, size_t n)
@@ -266,6 +272,20 @@ static void default_cache_dir(char *dst, size_t n)
     snprintf(dst, n, "%s/.cache/clgrad", e && *e ? e : "/tmp");
 }
 
+/* Lock, cache and kernel directories of a new context from p. */
+static void ctx_settings(clg_ctx *ctx, const clg_ctx_params *p)
+{
+    pthread_mutex_init(&ctx->lock, NULL);
+    const char *cache_env = getenv("CLGRAD_CACHE");
+    ctx->use_cache = p->use_cache && !(cache_env && strcmp(cache_env, "0") == 0);
+    if (p->cache_dir && *p->cache_dir)
+        snprintf(ctx->cache_dir, sizeof ctx->cache_dir, "%s", p->cache_dir);
+    else
+        default_cache_dir(ctx->cache_dir, sizeof ctx->cache_dir);
+    const char *kd = p->kernel_dir ? p->kernel_dir : getenv("CLGRAD_KERNEL_DIR");
+    if (kd && *kd)
+        snprintf(ctx->kernel_dir, sizeof ctx->kernel_dir, "%s", kd);
+}
 
 clg_status clg_ctx_create(const clg_ctx_params *params, clg_ctx **out)
 {
@@ -273,8 +293,10 @@ clg_status clg_ctx_create(const clg_ctx_params *params, clg_ctx **out)
         return clg_err_set(NULL, CLG_ERR_INVALID_ARG, "clg_ctx_create: out is NULL");
     *out = NULL;
     clg_ctx_params defaults;
-    clg_ctx_params_init(&defaults);
-    const clg_ctx_params *p = params ? params : &defaults;
+    ctx_params_defaults(&defaults);
+    if (params)
+        CLG_TRY(clg_sized_read(NULL, "clg_ctx_params", &defaults, sizeof defaults, params));
+    const clg_ctx_params *p = &defaults;
     if (p->verbose > clg_log_level)
         clg_log_level = p->verbose;
 
@@ -301,16 +323,7 @@ clg_status clg_ctx_create(const clg_ctx_params *params, clg_ctx **out)
         st = clg_err_set(NULL, CLG_ERR_HOST_OOM, "no memory for context");
         goto out_free;
     }
-    pthread_mutex_init(&ctx->lock, NULL);
-    const char *cache_env = getenv("CLGRAD_CACHE");
-    ctx->use_cache = p->use_cache && !(cache_env && strcmp(cache_env, "0") == 0);
-    if (p->cache_dir && *p->cache_dir)
-        snprintf(ctx->cache_dir, sizeof ctx->cache_dir, "%s", p->cache_dir);
-    else
-        default_cache_dir(ctx->cache_dir, sizeof ctx->cache_dir);
-    const char *kd = p->kernel_dir ? p->kernel_dir : getenv("CLGRAD_KERNEL_DIR");
-    if (kd && *kd)
-        snprintf(ctx->kernel_dir, sizeof ctx->kernel_dir, "%s", kd);
+    ctx_settings(ctx, p);
 
     const char *sh = getenv("CLGRAD_SHARED_CONTEXT");
     int shared = !(sh && strcmp(sh, "0") == 0);
@@ -375,6 +388,84 @@ out_free:
     return st;
 }
 
+clg_status clg_ctx_wrap_queue(cl_command_queue queue, const clg_ctx_params *p, clg_ctx **out)
+{
+    *out = NULL;
+    if (!queue)
+        return clg_err_set(NULL, CLG_ERR_INVALID_ARG, "command queue is NULL");
+    cl_context clctx = NULL;
+    cl_device_id id = NULL;
+    cl_command_queue_properties qp = 0;
+    cl_int e = clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof clctx, &clctx, NULL);
+    if (e == CL_SUCCESS)
+        e = clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof id, &id, NULL);
+    if (e == CL_SUCCESS)
+        e = clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof qp, &qp, NULL);
+    if (e != CL_SUCCESS)
+        return clg_cl_fail(NULL, e, "clGetCommandQueueInfo (is the queue valid?)", __FILE__, __LINE__);
+    if (qp & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
+        return clg_err_set(NULL, CLG_ERR_UNSUPPORTED,
+                           "the command queue is out-of-order; clgrad's operations are sequences of kernels "
+                           "that need an in-order queue (create it without CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)");
+    cl_platform_id plat = NULL;
+    e = clGetDeviceInfo(id, CL_DEVICE_PLATFORM, sizeof plat, &plat, NULL);
+    if (e != CL_SUCCESS)
+        return clg_cl_fail(NULL, e, "clGetDeviceInfo(CL_DEVICE_PLATFORM)", __FILE__, __LINE__);
+    /* indices as clg_enumerate numbers them (for messages and the fingerprint only) */
+    int pi = 0, di = 0;
+    cl_uint np = 0;
+    cl_platform_id plats[64];
+    if (clGetPlatformIDs(64, plats, &np) == CL_SUCCESS)
+        for (cl_uint i = 0; i < np && i < 64; i++)
+            if (plats[i] == plat)
+                pi = (int)i;
+    cl_uint nd = 0;
+    cl_device_id ids[64];
+    if (clGetDeviceIDs(plat, CL_DEVICE_TYPE_ALL, 64, ids, &nd) == CL_SUCCESS)
+        for (cl_uint i = 0; i < nd && i < 64; i++)
+            if (ids[i] == id)
+                di = (int)i;
+
+    clg_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx || !(ctx->devs = calloc(1, sizeof *ctx->devs))) {
+        free(ctx);
+        return clg_err_set(NULL, CLG_ERR_HOST_OOM, "no memory for context");
+    }
+    clg_ctx_params defaults;
+    ctx_params_defaults(&defaults);
+    ctx_settings(ctx, p ? p : &defaults);
+    clg_device *d = &ctx->devs[0];
+    d->ctx = ctx;
+    d->platform = plat;
+    d->id = id;
+    fill_info(plat, id, pi, di, &d->info);
+    d->pool.fail_after = -1;
+    d->pool.cache_limit = (uint64_t)1 << 40;
+    ctx->ndev = 1; /* from here clg_ctx_destroy releases what was retained */
+    /* the caller's objects, retained here and released once by clg_ctx_destroy */
+    e = clRetainContext(clctx);
+    if (e != CL_SUCCESS) {
+        clg_ctx_destroy(ctx);
+        return clg_cl_fail(NULL, e, "clRetainContext", __FILE__, __LINE__);
+    }
+    d->cl = clctx;
+    e = clRetainCommandQueue(queue);
+    if (e != CL_SUCCESS) {
+        clg_ctx_destroy(ctx);
+        return clg_cl_fail(NULL, e, "clRetainCommandQueue", __FILE__, __LINE__);
+    }
+    d->queue = queue;
+    size_t elen = 0;
+    if (clGetDeviceInfo(id, CL_DEVICE_EXTENSIONS, 0, NULL, &elen) == CL_SUCCESS &&
+        (d->extensions = calloc(elen + 1, 1)) != NULL)
+        clGetDeviceInfo(id, CL_DEVICE_EXTENSIONS, elen, d->extensions, NULL);
+    if (clGetDeviceInfo(id, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof d->max_item, d->max_item, NULL) != CL_SUCCESS)
+        memset(d->max_item, 0, sizeof d->max_item);
+    clg_log(1, "wrapped queue on %s (%s, %s)", d->info.name, d->info.platform, d->info.driver_version);
+    *out = ctx;
+    return CLG_OK;
+}
+
 void clg_ctx_destroy(clg_ctx *ctx)
 {
     if (!ctx)
@@ -387,6 +478,9 @@ void clg_ctx_destroy(clg_ctx *ctx)
         clg_device *d = &ctx->devs[k];
         if (d->queue)
             clFinish(d->queue);
+        clg_program_store_pending(d);
+        clg_kprof_take(d, NULL, NULL);
+        free(d->kev);
         for (int i = 0; i < d->nprogs; i++) {
             clg_program_entry *pe = &d->progs[i];
             for (int j = 0; j < pe->nkernels; j++) {
@@ -426,25 +520,25 @@ const char *clg_last_error(const clg_ctx *ctx)
 
 int clg_device_count(const clg_ctx *ctx) { return ctx ? ctx->ndev : 0; }
 
-clg_status clg_device_info_get(const clg_ctx *ctx, int index, clg_device_info *out)
+clg_status clg_device_info_get_size(const clg_ctx *ctx, int index, clg_device_info *out, size_t size)
 {
     if (!ctx || !out)
         return clg_err_set(NULL, CLG_ERR_INVALID_ARG, "clg_device_info_get: NULL argument");
     if (index < 0 || index >= ctx->ndev)
         return clg_err_set((clg_err *)&ctx->err, CLG_ERR_INVALID_ARG, "device index %d out of range (0..%d)", index,
                            ctx->ndev - 1);
-    *out = ctx->devs[index].info;
+    clg_sized_write(out, size, &ctx->devs[index].info, sizeof(clg_device_info)); /* the caller's sizeof */
     return CLG_OK;
 }
 
-clg_status clg_pool_stats_get(const clg_ctx *ctx, int device, clg_pool_stats *out)
+clg_status clg_pool_stats_get_size(const clg_ctx *ctx, int device, clg_pool_stats *out, size_t size)
 {
     if (!ctx || !out)
         return clg_err_set(NULL, CLG_ERR_INVALID_ARG, "clg_pool_stats_get: NULL argument");
     if (device < 0 || device >= ctx->ndev)
         return clg_err_set((clg_err *)&ctx->err, CLG_ERR_INVALID_ARG, "device index %d out of range (0..%d)",
                            device, ctx->ndev - 1);
-    *out = ctx->devs[device].pool.stats;
+    clg_sized_write(out, size, &ctx->devs[device].pool.stats, sizeof(clg_pool_stats));
     return CLG_OK;
 }
 

@@ -110,7 +110,18 @@ typedef struct clg_program_entry {
     cl_program program;
     clg_kernel_entry *kernels;
     int nkernels, capkernels;
+    uint64_t disk_key; /* on-disk cache key of an entry still to be stored (store_pending) */
+    int store_pending; /* built from source; its binary is written at context destruction */
 } clg_program_entry;
+
+/* Writes the binaries of the device's programs whose on-disk cache entry was
+ * deferred (PoCL: see binary_cache_on in program.c); clg_ctx_destroy calls it. */
+CLG_INTERNAL void clg_program_store_pending(clg_device *dev);
+
+/* Kernel time (ms, END - START of each launch's event) and count of the
+ * launches since the last call, for profiling (dev->kprof); releases them.
+ * The queue must be finished. */
+CLG_INTERNAL void clg_kprof_take(clg_device *dev, double *ms, int *count);
 
 /* Source of an embedded program ("gemm" -> cl/gemm.cl), or NULL. */
 CLG_INTERNAL const char *clg_embedded_source(const char *program);
@@ -206,6 +217,14 @@ struct clg_device {
      * pool need no lock; clg_last_error(ctx) shows the newest failure of
      * the context and its devices. */
     clg_err err;
+    /* kernels enqueued through clg_launch (launches per step in bench train;
+     * written by the device's own thread only) */
+    unsigned long long launches;
+    /* CLGRAD_PROFILE: clg_launch keeps an event per launch (kprof set by the
+     * replica); clg_kprof_take sums their kernel times */
+    int kprof;
+    cl_event *kev;
+    int nkev, capkev;
 };
 
 typedef struct clg_program_stats {
@@ -246,6 +265,11 @@ CLG_INTERNAL clg_status clg_enumerate(clg_err *err, clg_device_info **infos, cl_
  * sel[] receives up to max indices; *nsel their count. */
 CLG_INTERNAL clg_status clg_select_devices(clg_err *err, const char *selector, const clg_device_info *infos,
                                            int count, int *sel, int max, int *nsel);
+/* A context of one device around the caller's in-order command queue (its
+ * cl_context and device): both are retained here and released once by
+ * clg_ctx_destroy, never more. p supplies the cache and kernel directories
+ * (devices is ignored; NULL: defaults). An out-of-order queue is refused. */
+CLG_INTERNAL clg_status clg_ctx_wrap_queue(cl_command_queue queue, const clg_ctx_params *p, clg_ctx **out);
 /* GPU vendor families the untuned defaults distinguish (from CL_DEVICE_VENDOR). */
 typedef enum clg_vendor { CLG_VENDOR_OTHER = 0, CLG_VENDOR_NVIDIA, CLG_VENDOR_AMD, CLG_VENDOR_INTEL } clg_vendor;
 CLG_INTERNAL clg_vendor clg_device_vendor(const clg_device *dev);

@@ -200,7 +200,9 @@ clg_status clg_launch(clg_device *dev, cl_kernel k, cl_uint dims, const size_t *
                                    "clg_launch: global size %zu is not a multiple of the local size %zu (dim %u)",
                                    gws[d], l[d], d);
     }
-    cl_int rc = clEnqueueNDRangeKernel(dev->queue, k, dims, NULL, gws, lws ? l : NULL, 0, NULL, ev);
+    cl_event pev = NULL;
+    cl_int rc = clEnqueueNDRangeKernel(dev->queue, k, dims, NULL, gws, lws ? l : NULL, 0, NULL,
+                                       ev ? ev : dev->kprof ? &pev : NULL);
     if (rc != CL_SUCCESS) {
         char name[128], lim[400], what[700];
         kernel_name(k, name, sizeof name);
@@ -209,7 +211,41 @@ clg_status clg_launch(clg_device *dev, cl_kernel k, cl_uint dims, const size_t *
                  lim);
         return clg_cl_fail(err, rc, what, __FILE__, __LINE__);
     }
+    dev->launches++;
+    if (dev->kprof) {
+        if (ev && *ev && clRetainEvent(*ev) == CL_SUCCESS)
+            pev = *ev;
+        if (pev && dev->nkev == dev->capkev) {
+            int nc = dev->capkev ? 2 * dev->capkev : 256;
+            cl_event *ne = realloc(dev->kev, (size_t)nc * sizeof *ne);
+            if (ne) {
+                dev->kev = ne;
+                dev->capkev = nc;
+            }
+        }
+        if (pev && dev->nkev < dev->capkev)
+            dev->kev[dev->nkev++] = pev;
+        else if (pev)
+            clReleaseEvent(pev);
+    }
     return CLG_OK;
+}
+
+void clg_kprof_take(clg_device *dev, double *ms, int *count)
+{
+    double t = 0;
+    for (int i = 0; i < dev->nkev; i++) {
+        cl_ulong a = 0, b = 0;
+        if (clGetEventProfilingInfo(dev->kev[i], CL_PROFILING_COMMAND_START, sizeof a, &a, NULL) == CL_SUCCESS &&
+            clGetEventProfilingInfo(dev->kev[i], CL_PROFILING_COMMAND_END, sizeof b, &b, NULL) == CL_SUCCESS && b > a)
+            t += (double)(b - a) * 1e-6;
+        clReleaseEvent(dev->kev[i]);
+    }
+    if (ms)
+        *ms = t;
+    if (count)
+        *count = dev->nkev;
+    dev->nkev = 0;
 }
 
 // ---- identity ----

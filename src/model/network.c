@@ -849,8 +849,13 @@ clg_status clg_replica_create(clg_net *net, clg_device *dev, uint64_t seed, clg_
         r->profile = 1;
         r->prof_fwd = calloc((size_t)r->nlayers, sizeof(double));
         r->prof_bwd = calloc((size_t)r->nlayers, sizeof(double));
-        if (!r->prof_fwd || !r->prof_bwd)
+        r->prof_fwd_k = calloc((size_t)r->nlayers, sizeof(double));
+        r->prof_bwd_k = calloc((size_t)r->nlayers, sizeof(double));
+        r->prof_fwd_n = calloc((size_t)r->nlayers, sizeof(long));
+        r->prof_bwd_n = calloc((size_t)r->nlayers, sizeof(long));
+        if (!r->prof_fwd || !r->prof_bwd || !r->prof_fwd_k || !r->prof_bwd_k || !r->prof_fwd_n || !r->prof_bwd_n)
             r->profile = 0;
+        dev->kprof = r->profile;
     }
     r->input.n = r->batch;
     r->input.c = net->in_c;
@@ -896,25 +901,61 @@ void clg_replica_free(clg_replica *r)
     free(r->dact);
     free(r->prof_fwd);
     free(r->prof_bwd);
+    free(r->prof_fwd_k);
+    free(r->prof_bwd_k);
+    free(r->prof_fwd_n);
+    free(r->prof_bwd_n);
     free(r);
+}
+
+void clg_replica_profile_reset(clg_replica *r)
+{
+    if (!r || !r->profile)
+        return;
+    for (int i = 0; i < r->nlayers; i++) {
+        r->prof_fwd[i] = r->prof_bwd[i] = r->prof_fwd_k[i] = r->prof_bwd_k[i] = 0;
+        r->prof_fwd_n[i] = r->prof_bwd_n[i] = 0;
+    }
+    r->prof_calls = 0;
+}
+
+static void prof_kernels(clg_replica *r, double *ms, long *n)
+{
+    double k = 0;
+    int c = 0;
+    clg_kprof_take(r->dev, &k, &c);
+    *ms += k;
+    *n += c;
 }
 
 void clg_replica_print_profile(const clg_replica *r, FILE *f)
 {
     if (!r->profile || r->prof_calls == 0)
         return;
-    double tf = 0, tb = 0;
+    double tf = 0, tb = 0, kf = 0, kb = 0;
+    long nf = 0, nb = 0;
     for (int i = 0; i < r->nlayers; i++) {
         tf += r->prof_fwd[i];
         tb += r->prof_bwd[i];
+        kf += r->prof_fwd_k[i];
+        kb += r->prof_bwd_k[i];
+        nf += r->prof_fwd_n[i];
+        nb += r->prof_bwd_n[i];
     }
-    fprintf(f, "per-layer profile over %d forward passes (ms per pass, layers serialized):\n", r->prof_calls);
-    fprintf(f, "%-3s %-14s %-14s %10s %10s %7s\n", "#", "name", "type", "forward", "backward", "share");
+    double c = r->prof_calls;
+    fprintf(f, "per-layer profile over %d steps (ms per step; each layer finished before the next; kernel = sum of\n"
+               "its launches' OpenCL event times, gap = wall - kernel: launch overhead and waiting)\n", r->prof_calls);
+    fprintf(f, "%-3s %-14s %-12s %8s %8s %8s %6s %8s %8s %8s %6s %7s\n", "#", "name", "type", "fwd", "kernel", "gap",
+            "launch", "bwd", "kernel", "gap", "launch", "share");
     for (int i = 0; i < r->nlayers; i++)
-        fprintf(f, "%-3d %-14.14s %-14.14s %10.3f %10.3f %6.1f%%\n", i, r->layers[i].name, r->layers[i].ops->type,
-                r->prof_fwd[i] / r->prof_calls, r->prof_bwd[i] / r->prof_calls,
+        fprintf(f, "%-3d %-14.14s %-12.12s %8.3f %8.3f %8.3f %6.1f %8.3f %8.3f %8.3f %6.1f %6.1f%%\n", i,
+                r->layers[i].name, r->layers[i].ops->type, r->prof_fwd[i] / c, r->prof_fwd_k[i] / c,
+                (r->prof_fwd[i] - r->prof_fwd_k[i]) / c, r->prof_fwd_n[i] / c, r->prof_bwd[i] / c,
+                r->prof_bwd_k[i] / c, (r->prof_bwd[i] - r->prof_bwd_k[i]) / c, r->prof_bwd_n[i] / c,
                 100 * (r->prof_fwd[i] + r->prof_bwd[i]) / (tf + tb > 0 ? tf + tb : 1));
-    fprintf(f, "total %.3f ms forward, %.3f ms backward per pass\n", tf / r->prof_calls, tb / r->prof_calls);
+    fprintf(f, "total: forward %.3f ms (kernels %.3f, gaps %.3f, %.1f launches), backward %.3f ms (kernels %.3f, "
+               "gaps %.3f, %.1f launches) per step\n",
+            tf / c, kf / c, (tf - kf) / c, nf / c, tb / c, kb / c, (tb - kb) / c, nb / c);
 }
 
 void clg_replica_set_input(clg_replica *r, cl_mem buf, size_t off)
@@ -947,6 +988,10 @@ clg_status clg_replica_forward(clg_replica *r, int n, int training)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "forward: batch %d outside [1, %d]", n, r->batch);
     if (!r->input.mem)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "forward: no input set");
+    if (r->profile) { /* launches before the forward pass (uploads, fills) are not a layer's */
+        clFinish(r->dev->queue);
+        clg_kprof_take(r->dev, NULL, NULL);
+    }
     for (int i = 0; i < r->nlayers; i++) {
         clg_layer *l = &r->layers[i];
         clg_tensor in[CLG_MAX_INPUTS];
@@ -978,6 +1023,7 @@ clg_status clg_replica_forward(clg_replica *r, int n, int training)
         if (r->profile) {
             clFinish(r->dev->queue);
             r->prof_fwd[i] += 1000 * (clg_now_sec() - t0);
+            prof_kernels(r, &r->prof_fwd_k[i], &r->prof_fwd_n[i]);
         }
         if (r->after_layer)
             CLG_TRY(r->after_layer(r->after_layer_user, i, 0));
@@ -1056,6 +1102,7 @@ static clg_status backward_fp16(clg_replica *r, int n, char *written)
         if (r->profile) {
             clFinish(r->dev->queue);
             r->prof_bwd[i] += 1000 * (clg_now_sec() - t0);
+            prof_kernels(r, &r->prof_bwd_k[i], &r->prof_bwd_n[i]);
         }
         if (r->after_layer)
             CLG_TRY(r->after_layer(r->after_layer_user, i, 1));
@@ -1121,6 +1168,7 @@ clg_status clg_replica_backward(clg_replica *r, int n)
         if (r->profile) {
             clFinish(r->dev->queue);
             r->prof_bwd[i] += 1000 * (clg_now_sec() - t0);
+            prof_kernels(r, &r->prof_bwd_k[i], &r->prof_bwd_n[i]);
         }
         if (st != CLG_OK) {
             st = layer_fail(err, st, r->net, l, "backward");

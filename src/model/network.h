@@ -69,6 +69,10 @@ typedef struct clg_replica {
      * each layer finished before the next (slower, for finding hot spots) */
     int profile;
     double *prof_fwd, *prof_bwd;
+    /* kernel time (OpenCL events) and launches of each layer: the rest of
+     * its wall time is launch overhead and waiting */
+    double *prof_fwd_k, *prof_bwd_k;
+    long *prof_fwd_n, *prof_bwd_n;
     int prof_calls;
     /* --precision fp16 (net->fp16 when the replica was created): every act[]
      * except the last layer's output and every dact[] hold IEEE half values
@@ -186,5 +190,7 @@ CLG_INTERNAL clg_status clg_replica_weights_updated(clg_replica *r);
 CLG_INTERNAL void clg_replica_explain_nonfinite(clg_replica *r, int n, char *buf, size_t cap);
 /* Prints the per-layer profile (when profiling was on). */
 CLG_INTERNAL void clg_replica_print_profile(const clg_replica *r, FILE *f);
+/* Clears the CLGRAD_PROFILE sums (bench train: from the timed steps on). */
+CLG_INTERNAL void clg_replica_profile_reset(clg_replica *r);
 
 #endif

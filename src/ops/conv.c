@@ -733,8 +733,9 @@ static clg_status resolve(clg_device *dev, const clg_conv_shape *s, clg_conv_alg
         *out = cache->chosen[pass];
         return CLG_OK;
     }
-    CLG_TRY(clg_conv_auto_pick(dev, s, pass, io, out));
-    if (cache)
+    int final = 1;
+    CLG_TRY(clg_conv_auto_choose(dev, s, pass, io, out, &final));
+    if (cache && final)
         cache->chosen[pass] = *out;
     return CLG_OK;
 }

@@ -26,6 +26,14 @@ static algo_entry *g_entries;
 static int g_nentries, g_capentries;
 static loaded_file *g_files;
 static int g_nfiles, g_capfiles;
+/* shapes served by the default while their measurement waits (clg_conv_auto_choose) */
+typedef struct {
+    uint64_t devhash;
+    char key[160];
+    int uses;
+} pending_entry;
+static pending_entry *g_pending;
+static int g_npending, g_cappending;
 
 /* F(4x4,3x3) joins the automatic choice only where its fp32 error is within
  * tolerance: measured max|err|/max|ref| = 1.5e-5 (fwd), 1.4e-5 (bwd-data)
@@ -365,4 +373,60 @@ clg_status clg_conv_auto_pick(clg_device *dev, const clg_conv_shape *s, clg_conv
     pthread_mutex_unlock(&g_lock);
     *out = best;
     return CLG_OK;
+}
+
+static int defer_uses(void)
+{
+    const char *e = getenv("CLGRAD_CONV_AUTO_DEFER");
+    if (!e || !e[0])
+        return 0;
+    long v = strtol(e, NULL, 10);
+    return v < 0 ? 0 : v > 1000 ? 1000 : (int)v;
+}
+
+/* Counts one use of a shape still to be measured; 1 while it is within its deferred uses. */
+static int pending_use(uint64_t devhash, const char *key, int defer)
+{
+    for (int i = 0; i < g_npending; i++)
+        if (g_pending[i].devhash == devhash && strcmp(g_pending[i].key, key) == 0)
+            return ++g_pending[i].uses <= defer;
+    if (g_npending == g_cappending) {
+        int nc = g_cappending ? 2 * g_cappending : 32;
+        pending_entry *np = realloc(g_pending, (size_t)nc * sizeof *np);
+        if (!np)
+            return 0; /* no memory: measure now */
+        g_pending = np;
+        g_cappending = nc;
+    }
+    pending_entry *p = &g_pending[g_npending++];
+    p->devhash = devhash;
+    snprintf(p->key, sizeof p->key, "%s", key);
+    p->uses = 1;
+    return p->uses <= defer;
+}
+
+clg_status clg_conv_auto_choose(clg_device *dev, const clg_conv_shape *s, clg_conv_pass pass, const clg_conv_io *io,
+                                clg_conv_algo *out, int *final)
+{
+    *final = 1;
+    int defer = defer_uses();
+    if (defer > 0 && auto_measure()) {
+        char key[160];
+        shape_key(key, sizeof key, s, pass);
+        uint64_t dh = device_hash(dev);
+        pthread_mutex_lock(&g_lock);
+        file_load(dev, dh);
+        int i = table_find(dh, key);
+        int known = i >= 0 && clg_conv_algo_supported(g_entries[i].algo, s, pass);
+        int wait = !known && pending_use(dh, key, defer);
+        pthread_mutex_unlock(&g_lock);
+        clg_conv_algo d = clg_conv_algo_default(dev, s, pass);
+        if (wait && clg_conv_algo_supported(d, s, pass)) {
+            clg_log(2, "conv auto %s: %s until measured", key, clg_conv_algo_name(d));
+            *out = d;
+            *final = 0;
+            return CLG_OK;
+        }
+    }
+    return clg_conv_auto_pick(dev, s, pass, io, out);
 }

@@ -99,6 +99,17 @@ CLG_INTERNAL clg_status clg_conv_run(clg_device *dev, const clg_conv_shape *s, c
  * CLGRAD_CONV_AUTO_MEASURE=0 takes clg_conv_algo_default instead. */
 CLG_INTERNAL clg_status clg_conv_auto_pick(clg_device *dev, const clg_conv_shape *s, clg_conv_pass pass,
                                            const clg_conv_io *io, clg_conv_algo *out);
+/* What clg_conv_resolve uses: a shape and pass measured before (this process
+ * or the cache file) get their measured choice (*final = 1). With
+ * CLGRAD_CONV_AUTO_DEFER=N (N > 0; the clgrad program sets 1 unless
+ * it is set, bench conv 0) a new one is served by
+ * clg_conv_algo_default for its first N uses (*final = 0, so the caller asks
+ * again) and measured at the next: a cold start reaches its first step
+ * without timing (or compiling) every candidate. Library default 0: measure
+ * at the first use, so every step of every model in a process computes with
+ * the measured choice (what bitwise-exact resume within a process needs). */
+CLG_INTERNAL clg_status clg_conv_auto_choose(clg_device *dev, const clg_conv_shape *s, clg_conv_pass pass,
+                                             const clg_conv_io *io, clg_conv_algo *out, int *final);
 
 /* Untuned choice for a device class (README, GPU portability): depthwise ->
  * direct; fewer than 8 reduced channels or not 3x3 stride 1 -> im2col;

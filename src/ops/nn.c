@@ -556,6 +556,40 @@ clg_status clg_nn_softmax_xent_forward(clg_device *dev, int N, int C, cl_mem x, 
     return run_groups(dev, k, (size_t)N, wg);
 }
 
+clg_status clg_nn_softmax_forward(clg_device *dev, int N, int C, cl_mem x, size_t ox, cl_mem y, size_t oy)
+{
+    const char *o = "softmax";
+    CLG_TRY(check_mems(dev, o, 2, (const cl_mem[]){x, y}, (const char *const[]){"x", "y"}));
+    if (N < 0 || C <= 0)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE, "%s: bad shape rows=%d columns=%d", o, N, C);
+    cl_uint uc = (cl_uint)C, uox, uoy;
+    CLG_TRY(range(dev, o, ox, (size_t)N * C, &uox));
+    CLG_TRY(range(dev, o, oy, (size_t)N * C, &uoy));
+    cl_kernel k;
+    size_t wg;
+    CLG_TRY(clg_kernel_get_wg(dev, "softmax", "softmax_fwd", "SM_WG", SM_WG, &k, &wg));
+    CLG_TRY(setargs(dev, k, 5, ARG(uc), ARG(x), ARG(uox), ARG(y), ARG(uoy)));
+    return run_groups(dev, k, (size_t)N, wg);
+}
+
+clg_status clg_nn_softmax_backward(clg_device *dev, int N, int C, cl_mem y, size_t oy, cl_mem dy, size_t ody,
+                                   cl_mem dx, size_t odx)
+{
+    const char *o = "softmax backward";
+    CLG_TRY(check_mems(dev, o, 3, (const cl_mem[]){y, dy, dx}, (const char *const[]){"y", "dy", "dx"}));
+    if (N < 0 || C <= 0)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE, "%s: bad shape rows=%d columns=%d", o, N, C);
+    cl_uint uc = (cl_uint)C, uoy, uody, uodx;
+    CLG_TRY(range(dev, o, oy, (size_t)N * C, &uoy));
+    CLG_TRY(range(dev, o, ody, (size_t)N * C, &uody));
+    CLG_TRY(range(dev, o, odx, (size_t)N * C, &uodx));
+    cl_kernel k;
+    size_t wg;
+    CLG_TRY(clg_kernel_get_wg(dev, "softmax", "softmax_bwd", "SM_WG", SM_WG, &k, &wg));
+    CLG_TRY(setargs(dev, k, 7, ARG(uc), ARG(y), ARG(uoy), ARG(dy), ARG(uody), ARG(dx), ARG(uodx)));
+    return run_groups(dev, k, (size_t)N, wg);
+}
+
 clg_status clg_nn_softmax_xent_backward(clg_device *dev, int N, int C, float scale, cl_mem p, size_t op,
                                         cl_mem labels, size_t ol, cl_mem dx, size_t odx)
 {

@@ -86,6 +86,12 @@ CLG_INTERNAL clg_status clg_nn_softmax_xent_forward(clg_device *dev, int N, int 
 /* dx = scale * (p - onehot(label)) */
 CLG_INTERNAL clg_status clg_nn_softmax_xent_backward(clg_device *dev, int N, int C, float scale, cl_mem p, size_t op,
                                                      cl_mem labels, size_t ol, cl_mem dx, size_t odx);
+/* Softmax over each of N rows of C values: y = softmax(x) (y may be x). */
+CLG_INTERNAL clg_status clg_nn_softmax_forward(clg_device *dev, int N, int C, cl_mem x, size_t ox, cl_mem y,
+                                               size_t oy);
+/* dx = y * (dy - sum_c dy * y) per row, y the forward output (dx may alias dy). */
+CLG_INTERNAL clg_status clg_nn_softmax_backward(clg_device *dev, int N, int C, cl_mem y, size_t oy, cl_mem dy,
+                                                size_t ody, cl_mem dx, size_t odx);
 /* MSE per sample over F features: loss[s] = mean (x - t)^2; y = x. */
 CLG_INTERNAL clg_status clg_nn_mse_forward(clg_device *dev, int N, int F, cl_mem x, size_t ox, cl_mem t, size_t ot,
                                            cl_mem y, size_t oy, cl_mem loss, cl_mem correct);

@@ -19,6 +19,7 @@
 
 #include <pthread.h>
 
+#include "parallel/comm.h"
 #include "parallel/lane.h"
 #include "parallel/team.h"
 #include "parallel/trace.h"
@@ -118,6 +119,13 @@ typedef struct clg_dp {
      * fault_step (job step) as an enqueue error would */
     int fault_lane;
     int64_t fault_step;
+    /* across MPI ranks (comm.h): the global batch is split over the ranks
+     * first (clg_comm_slice), total[] counts the global batch; each bucket's
+     * host sum is all-reduced over the ranks on its own channel (started by
+     * the lane that summed it, waited for before the write-back) */
+    int ranks;             /* clg_comm_size() */
+    clg_comm_op **b_op;    /* per bucket (NULL with one rank) */
+    clg_comm_op *s_op;     /* the averaged non-trainable state */
 } clg_dp;
 
 /* Lanes on the context's devices devs[0..ndev) (each at most once), all with

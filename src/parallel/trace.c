@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parallel/comm.h"
 #include "parallel/trace.h"
 
 #define TRACE_LANES 16
@@ -138,6 +139,16 @@ void clg_trace_host(clg_trace *t, int lane, const char *name, double t0, double 
     push(t, &e);
 }
 
+void clg_trace_mpi(clg_trace *t, const char *name, double t0, double t1)
+{
+    if (!t)
+        return;
+    tr_event e = make_event(TRACE_LANES, CLG_TR_MPI, name);
+    e.t0 = t0;
+    e.t1 = t1;
+    push(t, &e);
+}
+
 static double prof(cl_event ev, cl_profiling_info what)
 {
     cl_ulong v = 0;
@@ -164,6 +175,12 @@ clg_status clg_trace_close(clg_err *err, clg_trace *t)
             clg_sbuf_printf(&b, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, \"args\": {\"name\": \"%s\"}}",
                             l, s, streams[s]);
     }
+    if (clg_comm_size() > 1) /* the MPI row: its own process entry */
+        clg_sbuf_printf(&b,
+                        "%s{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": \"MPI rank %d of "
+                        "%d\"}},\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, \"args\": "
+                        "{\"name\": \"all-reduce\"}}",
+                        first ? "" : ",\n", TRACE_LANES, clg_comm_rank(), clg_comm_size(), TRACE_LANES, CLG_TR_MPI);
     for (size_t i = 0; i < t->n; i++) {
         const tr_event *e = &t->ev[i];
         double t0 = e->t0, t1 = e->t1;

@@ -12,7 +12,7 @@
 
 #include "device/device.h"
 
-enum { CLG_TR_COMPUTE = 0, CLG_TR_TRANSFER = 1, CLG_TR_HOST = 2 };
+enum { CLG_TR_COMPUTE = 0, CLG_TR_TRANSFER = 1, CLG_TR_HOST = 2, CLG_TR_MPI = 3 };
 
 typedef struct clg_trace clg_trace;
 
@@ -30,5 +30,8 @@ CLG_INTERNAL int clg_trace_on(const clg_trace *t, int64_t step);
 CLG_INTERNAL void clg_trace_cl(clg_trace *t, int lane, int stream, const char *name, cl_event a, cl_event b);
 /* A host span (clg_now_sec() seconds). Thread-safe. */
 CLG_INTERNAL void clg_trace_host(clg_trace *t, int lane, const char *name, double t0, double t1);
+/* A span of this rank's all-reduces across MPI ranks (host seconds): the
+ * row "MPI rank R of N" (one trace file per rank). Thread-safe. */
+CLG_INTERNAL void clg_trace_mpi(clg_trace *t, const char *name, double t0, double t1);
 
 #endif

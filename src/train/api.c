@@ -2,28 +2,38 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "onnx/export.h"
 #include "onnx/onnx.h"
+#include "parallel/comm.h"
 #include "train/session.h"
 
-void clg_model_params_init(clg_model_params *p)
+static void model_params_defaults(clg_model_params *p)
 {
     memset(p, 0, sizeof *p);
+    p->size = sizeof *p;
     p->seed = 1;
     p->learning_rate = -1;
     p->momentum = -1;
     p->weight_decay = -1;
 }
 
+void clg_model_params_init_size(clg_model_params *p, size_t size)
+{
+    clg_model_params d;
+    model_params_defaults(&d);
+    clg_sized_init(p, size, &d, sizeof d);
+}
+
 static clg_status model_create(clg_ctx *ctx, const char *text, const char *source, const clg_model_params *p,
                                clg_model **out)
 {
-    clg_model_params def;
-    if (!p) {
-        clg_model_params_init(&def);
-        p = &def;
-    }
+    clg_model_params def; /* the caller's fields within its size, defaults after */
+    model_params_defaults(&def);
+    if (p)
+        CLG_TRY(clg_sized_read(&ctx->err, "clg_model_params", &def, sizeof def, p));
+    p = &def;
     int fp16 = clg_precision_parse(p->precision);
     if (fp16 < 0)
         return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG, "unknown precision '%s' (fp32 or fp16)", p->precision);
@@ -192,6 +202,11 @@ clg_status clg_model_predict(clg_model *m, const float *images, int n, float *pr
                            "predict: the model's output is %dx%dx%d per image, not %d class scores (a loss layer on a "
                            "spatial output?)",
                            o->c, o->h, o->w, m->net->classes);
+    if (clg_comm_size() > 1) /* uploads take this rank's slice: the other rows would stay unwritten */
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED,
+                           "predict: runs in one process; under mpirun (%d ranks) use rank 0 alone or run it without "
+                           "mpirun",
+                           clg_comm_size());
     for (int start = 0; start < n; start += B) {
         int cnt = CLG_MIN(B, n - start);
         CLG_TRY(clg_session_stage_wait(m, 0));
@@ -227,16 +242,28 @@ clg_status clg_model_train_step(clg_model *m, const float *images, const int32_t
     return CLG_OK;
 }
 
-clg_status clg_model_metrics(const clg_model *m, clg_metrics *out)
+clg_status clg_model_metrics_size(const clg_model *m, clg_metrics *out, size_t size)
 {
     if (!m || !out)
         return clg_err_set(NULL, CLG_ERR_INVALID_ARG, "metrics: model and out are required");
-    *out = m->last;
-    out->step = m->step;
+    clg_metrics r = m->last;
+    r.step = m->step;
+    clg_sized_write(out, size, &r, sizeof r); /* the caller's sizeof */
     return CLG_OK;
 }
 
-clg_status clg_model_evaluate(clg_model *m, const char *data, long limit, clg_eval_report *out)
+static clg_status model_evaluate(clg_model *m, const char *data, long limit, clg_eval_report *out);
+
+clg_status clg_model_evaluate_size(clg_model *m, const char *data, long limit, clg_eval_report *out, size_t size)
+{
+    clg_eval_report r;
+    memset(&r, 0, sizeof r);
+    clg_status st = model_evaluate(m, data, limit, out ? &r : NULL);
+    clg_sized_write(out, size, &r, sizeof r); /* the caller's sizeof */
+    return st;
+}
+
+static clg_status model_evaluate(clg_model *m, const char *data, long limit, clg_eval_report *out)
 {
     if (!m || !data || !out)
         return clg_err_set(m ? &m->ctx->err : NULL, CLG_ERR_INVALID_ARG, "evaluate: model, data and out are required");
@@ -329,13 +356,21 @@ clg_status clg_model_predict_file(clg_model *m, const char *path, float **probs,
 
 // ---- bench ----
 
-void clg_bench_train_params_init(clg_bench_train_params *p)
+static void bench_train_params_defaults(clg_bench_train_params *p)
 {
     memset(p, 0, sizeof *p);
+    p->size = sizeof *p;
     p->batch = 128;
     p->steps = 20;
     p->warmup = 3;
     p->seed = 1;
+}
+
+void clg_bench_train_params_init_size(clg_bench_train_params *p, size_t size)
+{
+    clg_bench_train_params d;
+    bench_train_params_defaults(&d);
+    clg_sized_init(p, size, &d, sizeof d);
 }
 
 static int cmp_d(const void *a, const void *b)
@@ -344,10 +379,28 @@ static int cmp_d(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-clg_status clg_bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_bench_train_report *out)
+static clg_status bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_bench_train_report *out);
+
+clg_status clg_bench_train_size(clg_ctx *ctx, const clg_bench_train_params *p, clg_bench_train_report *out,
+                                size_t size)
+{
+    clg_bench_train_report r;
+    memset(&r, 0, sizeof r);
+    clg_status st = bench_train(ctx, p, out ? &r : NULL);
+    clg_sized_write(out, size, &r, sizeof r); /* the caller's sizeof */
+    return st;
+}
+
+static clg_status bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_bench_train_report *out)
 {
     clg_err *err = ctx ? &ctx->err : NULL;
-    if (!ctx || !p || !p->model || !out)
+    if (!ctx || !p || !out)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "bench train: context, params and report are required");
+    clg_bench_train_params pl; /* the caller's fields within its size, defaults after */
+    bench_train_params_defaults(&pl);
+    CLG_TRY(clg_sized_read(err, "clg_bench_train_params", &pl, sizeof pl, p));
+    p = &pl;
+    if (!p->model)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "bench train: model is required");
     if (p->batch < 1 || p->steps < 1 || p->warmup < 0)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "bench train: batch and steps must be >= 1");
@@ -362,7 +415,9 @@ clg_status clg_bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_be
     mp.seed = p->seed;
     mp.precision = p->precision;
     clg_model *m = NULL;
+    double t_setup = clg_now_sec();
     CLG_TRY(clg_model_create_file(ctx, p->model, &mp, &m));
+    out->setup_s = clg_now_sec() - t_setup;
     /* synthetic data: fixed random images and labels, uploaded each step like real batches */
     clg_rng r;
     clg_rng_seed(&r, p->seed, 77);
@@ -378,6 +433,7 @@ clg_status clg_bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_be
     clg_status st = times ? CLG_OK : clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
     double lr = m->hp.learning_rate * 0.1; /* small: random labels must not blow up the weights */
     double t_start = 0;
+    unsigned long long launches0 = 0;
     int total = p->warmup + p->steps;
     if (st == CLG_OK)
         st = clg_session_upload(m, 0, B, 1);
@@ -385,6 +441,10 @@ clg_status clg_bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_be
         int s = i % CLG_STAGES, nx = (i + 1) % CLG_STAGES;
         if (i == p->warmup) {
             st = clg_dp_finish(m->dp);
+            clg_replica_profile_reset(clg_session_rep(m));
+            launches0 = 0;
+            for (int d = 0; d < ctx->ndev; d++)
+                launches0 += ctx->devs[d].launches;
             if (st == CLG_OK && p->trace)
                 st = clg_session_trace_open(m, p->trace, p->steps);
             t_start = clg_now_sec();
@@ -402,6 +462,16 @@ clg_status clg_bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_be
             st = clg_session_step_end(m);
         if (st == CLG_OK)
             st = su;
+        if (st == CLG_OK && i == 0) {
+            /* start-up: time to the end of the first step (an untimed one
+             * when there is warm-up; with --warmup 0 it is waited for anyway) */
+            st = clg_dp_finish(m->dp);
+            out->first_step_end = clg_now_sec();
+            struct timespec cpu;
+            if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu) == 0)
+                out->first_step_cpu_s = (double)cpu.tv_sec + 1e-9 * (double)cpu.tv_nsec;
+            out->first_step_s = out->first_step_end - t0;
+        }
         if (st == CLG_OK && i >= p->warmup) {
             /* per-step time for the median: wait for the step */
             st = clg_dp_finish(m->dp);
@@ -416,6 +486,10 @@ clg_status clg_bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_be
         qsort(times, (size_t)p->steps, sizeof(double), cmp_d);
         out->ms_per_step_median = 1000 * times[p->steps / 2];
         out->devices = m->dp->n;
+        unsigned long long launches = 0;
+        for (int d = 0; d < ctx->ndev; d++)
+            launches += ctx->devs[d].launches;
+        out->launches_per_step = (double)(launches - launches0) / p->steps;
         clg_dp_shares(m->dp, out->shares, sizeof out->shares);
     }
     free(times);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "model/layers.h"
+#include "parallel/comm.h"
 #include "train/session.h"
 
 int clg_precision_parse(const char *name)
@@ -82,7 +83,15 @@ void clg_session_free(clg_model *m)
 clg_status clg_session_trace_open(clg_model *m, const char *path, int steps)
 {
     clg_err *err = &m->ctx->err;
-    CLG_TRY(clg_trace_create(err, path, (int)CLG_MIN((int64_t)m->step + steps, INT32_MAX), &m->trace));
+    char rpath[4200]; /* MPI: rank R > 0 writes PATH.rankR.json beside rank 0's PATH */
+    size_t L = strlen(path);
+    int json = L > 5 && strcmp(path + L - 5, ".json") == 0;
+    if (clg_comm_rank() > 0)
+        snprintf(rpath, sizeof rpath, "%.*s.rank%d%s", (int)(json ? L - 5 : L), path, clg_comm_rank(),
+                 json ? ".json" : "");
+    else
+        snprintf(rpath, sizeof rpath, "%s", path);
+    CLG_TRY(clg_trace_create(err, rpath, (int)CLG_MIN((int64_t)m->step + steps, INT32_MAX), &m->trace));
     for (int i = 0; i < m->dp->n; i++) {
         clg_status st = clg_trace_lane(m->trace, i, m->dp->lanes[i].dev);
         if (st != CLG_OK) {
@@ -284,6 +293,7 @@ static clg_status build_ckpt(clg_model *m, clg_ckpt *ck, int with_state, int64_t
     char devs[256];
     clg_session_devices(m, devs, sizeof devs);
     CLG_TRY(clg_ckpt_set_meta_i64(err, ck, "devices.count", m->dp->n));
+    CLG_TRY(clg_ckpt_set_meta_i64(err, ck, "ranks", clg_comm_size())); /* MPI ranks x devices.count lanes */
     for (int i = 0; i < m->dp->n; i++) { /* the split continues where it was */
         char key[48];
         snprintf(key, sizeof key, "devices.share.%d", i);
@@ -522,10 +532,14 @@ clg_status clg_session_load_ckpt(clg_model *m, const clg_ckpt *ck, const char *p
         /* the device set it was written with */
         int64_t nd = 0;
         m->resumed_from[0] = 0;
+        int64_t nr = 1;
+        if (st == CLG_OK && clg_ckpt_get_meta(ck, "ranks") && clg_ckpt_get_meta_i64(err, ck, "ranks", &nr) != CLG_OK)
+            nr = 1;
         if (st == CLG_OK && clg_ckpt_get_meta(ck, "devices.count") &&
-            clg_ckpt_get_meta_i64(err, ck, "devices.count", &nd) == CLG_OK && nd != m->dp->n) {
+            clg_ckpt_get_meta_i64(err, ck, "devices.count", &nd) == CLG_OK && (nd != m->dp->n || nr != clg_comm_size())) {
             const char *d = clg_ckpt_get_meta(ck, "devices");
-            snprintf(m->resumed_from, sizeof m->resumed_from, "%" PRId64 " device(s): %s", nd, d ? d : "?");
+            snprintf(m->resumed_from, sizeof m->resumed_from, "%" PRId64 " rank(s) x %" PRId64 " device(s): %s", nr, nd,
+                     d ? d : "?");
         } else if (st == CLG_OK && nd == m->dp->n && !m->dp->split_fixed) {
             double sh[CLG_DP_MAX_LANES], sum = 0;
             int ok = 1;
@@ -582,7 +596,9 @@ clg_status clg_session_evaluate(clg_model *m, const clg_dataset *ds, long limit,
         st = clg_session_forward(m, s, 1, clg_session_rep(m)->loss_index >= 0 ? res : NULL, probs);
         ls += res[0];
         cs += res[1];
-        for (int i = 0; st == CLG_OK && confusion && i < cnt[s]; i++) {
+        int i0 = 0, mine = cnt[s]; /* this rank's slice (the whole batch with one rank) */
+        clg_comm_slice(cnt[s], &i0, &mine);
+        for (int i = i0; st == CLG_OK && confusion && i < i0 + mine; i++) {
             int best = 0;
             for (int k = 1; k < outw; k++)
                 if (probs[(size_t)i * outw + k] > probs[(size_t)i * outw + best])
@@ -597,6 +613,23 @@ clg_status clg_session_evaluate(clg_model *m, const clg_dataset *ds, long limit,
     if (st != CLG_OK)
         return st;
     CLG_TRY(fe);
+    if (clg_comm_size() > 1) { /* every rank evaluated its slice of each batch */
+        double sums[2] = {ls, cs};
+        CLG_TRY(clg_comm_allreduce_f64(err, sums, 2, "evaluation all-reduce"));
+        ls = sums[0];
+        cs = sums[1];
+        int64_t nc = (int64_t)classes * classes;
+        double *cf = confusion ? malloc((size_t)CLG_MAX(nc, 1) * sizeof(double)) : NULL;
+        if (confusion && !cf)
+            return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+        for (int64_t k = 0; cf && k < nc; k++)
+            cf[k] = (double)confusion[k];
+        st = cf ? clg_comm_allreduce_f64(err, cf, (int)nc, "confusion all-reduce") : CLG_OK;
+        for (int64_t k = 0; cf && st == CLG_OK && k < nc; k++)
+            confusion[k] = (int64_t)cf[k];
+        free(cf);
+        CLG_TRY(st);
+    }
     *loss = N ? ls / N : 0;
     *acc = N ? cs / N : 0;
     if (samples)

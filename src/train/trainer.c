@@ -9,13 +9,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "parallel/comm.h"
 #include "train/session.h"
 #include "onnx/onnx.h"
 #include "train/trainer.h"
 
-void clg_train_params_init(clg_train_params *p)
+static void train_params_defaults(clg_train_params *p)
 {
     memset(p, 0, sizeof *p);
+    p->size = sizeof *p;
     p->learning_rate = -1;
     p->warmup = -1;
     p->momentum = -1;
@@ -23,6 +25,13 @@ void clg_train_params_init(clg_train_params *p)
     p->clip_norm = -1;
     p->seed = 1;
     p->precision = "fp32";
+}
+
+void clg_train_params_init_size(clg_train_params *p, size_t size)
+{
+    clg_train_params d;
+    train_params_defaults(&d);
+    clg_sized_init(p, size, &d, sizeof d);
 }
 
 typedef struct epoch_row {
@@ -348,7 +357,7 @@ typedef struct train_state {
 
 static clg_status save_ckpt(train_state *ts, int64_t total)
 {
-    if (!ts->p->checkpoint_dir)
+    if (!ts->p->checkpoint_dir || clg_comm_rank() != 0) /* MPI: rank 0 writes (every rank holds the same) */
         return CLG_OK;
     clg_err *err = &ts->m->ctx->err;
     CLG_TRY(clg_mkdirs(err, ts->p->checkpoint_dir));
@@ -379,6 +388,14 @@ static int collect(train_state *ts, int b, int wait, double *lsum, double *csum)
     return 1;
 }
 
+/* This rank's share of n samples of a global batch (all of them with one rank). */
+static int slice_of(int n)
+{
+    int off = 0, cnt = n;
+    clg_comm_slice(n, &off, &cnt);
+    return cnt;
+}
+
 static clg_status run(train_state *ts, clg_train_report *rep)
 {
     clg_model *m = ts->m;
@@ -402,7 +419,7 @@ static clg_status run(train_state *ts, clg_train_report *rep)
     ts->nres = spe * L;
     if (!ts->perm || !ts->res || !ts->res_ev)
         return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
-    progress pr = {.on = p->progress, .tty = isatty(2), .t_start = clg_now_sec(), .last_pct = -1};
+    progress pr = {.on = p->progress && clg_comm_rank() == 0, .tty = isatty(2), .t_start = clg_now_sec(), .last_pct = -1};
     double t_run = clg_now_sec();
     int64_t imgs_run = 0;
     char shares[128];
@@ -435,7 +452,7 @@ static clg_status run(train_state *ts, clg_train_report *rep)
             CLG_TRY(clg_session_upload(m, s, cnt[s], 1));
         }
         double lsum = 0, csum = 0;
-        int64_t seen = 0;
+        int64_t seen = 0, seen_mine = 0; /* global samples; this rank's slice of them (MPI) */
         int next_read = b0;
         for (int b = b0; b < spe; b++) {
             if (p->max_steps > 0 && m->step >= p->max_steps) {
@@ -476,20 +493,28 @@ static clg_status run(train_state *ts, clg_train_report *rep)
                                        m->step - (b - next_read), e + 1, next_read + 1, lsum - l0, why);
                 }
                 seen += CLG_MIN(B, N - next_read * B);
+                seen_mine += slice_of(CLG_MIN(B, N - next_read * B));
                 next_read++;
             }
             double el = clg_now_sec() - t0;
             double ips = el > 0 ? imgs / el : 0;
             double eta = ips > 0 ? ((double)(spe - b - 1) * B + (double)(epochs - e - 1) * N) / ips : 0;
             clg_dp_shares(m->dp, shares, sizeof shares);
-            progress_show(&pr, e, epochs, b + 1, spe, seen ? lsum / seen : 0, seen ? csum / seen : 0, ips, eta,
-                          L > 1 ? shares : NULL, 0);
+            /* (MPI: the running figures are rank 0's slice; the epoch's are global) */
+            progress_show(&pr, e, epochs, b + 1, spe, seen_mine ? lsum / seen_mine : 0,
+                          seen_mine ? csum / seen_mine : 0, ips, eta, L > 1 ? shares : NULL, 0);
         }
         CLG_TRY(clg_dp_finish(m->dp));
         while (next_read < m->batch_in_epoch) {
             collect(ts, next_read, 1, &lsum, &csum);
             seen += CLG_MIN(B, N - next_read * B);
             next_read++;
+        }
+        if (clg_comm_size() > 1) { /* the epoch's loss and accuracy over every rank's slices */
+            double sums[2] = {lsum, csum};
+            CLG_TRY(clg_comm_allreduce_f64(err, sums, 2, "loss all-reduce"));
+            lsum = sums[0];
+            csum = sums[1];
         }
         double el = clg_now_sec() - t0;
         imgs_run += imgs;
@@ -512,7 +537,7 @@ static clg_status run(train_state *ts, clg_train_report *rep)
             CLG_TRY(clg_session_evaluate(m, ts->test, p->limit_test, &tl, &ta, NULL, NULL));
             rep->test_loss = tl;
             rep->test_accuracy = ta;
-            if (p->progress)
+            if (p->progress && clg_comm_rank() == 0)
                 fprintf(stderr, "epoch %d/%d: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%%\n", e + 1, epochs,
                         rep->train_loss, 100 * rep->train_accuracy, tl, 100 * ta);
             if (!isfinite(tl))
@@ -541,10 +566,27 @@ static clg_status run(train_state *ts, clg_train_report *rep)
     return CLG_OK;
 }
 
-clg_status clg_train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_report *out)
+static clg_status train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_report *out);
+
+clg_status clg_train_run_size(clg_ctx *ctx, const clg_train_params *p, clg_train_report *out, size_t size)
+{
+    clg_train_report r;
+    memset(&r, 0, sizeof r);
+    clg_status st = train_run(ctx, p, out ? &r : NULL);
+    clg_sized_write(out, size, &r, sizeof r); /* the caller's sizeof */
+    return st;
+}
+
+static clg_status train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_report *out)
 {
     clg_err *err = ctx ? &ctx->err : NULL;
-    if (!ctx || !p || !p->model || !p->data)
+    if (!ctx || !p)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "train: context and params are required");
+    clg_train_params pl; /* the caller's fields within its size, defaults after */
+    train_params_defaults(&pl);
+    CLG_TRY(clg_sized_read(err, "clg_train_params", &pl, sizeof pl, p));
+    p = &pl;
+    if (!p->model || !p->data)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "train: model and data are required");
     clg_train_report rep;
     memset(&rep, 0, sizeof rep);
@@ -596,14 +638,14 @@ clg_status clg_train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_repo
         st = clg_session_load(ts.m, ts.ckpt_path, 1);
         if (st == CLG_OK)
             ts.m->norm = keep; /* computed again from the same data: identical */
-        if (st == CLG_OK && ts.m->resumed_from[0] && p->progress)
+        if (st == CLG_OK && ts.m->resumed_from[0] && p->progress && clg_comm_rank() == 0)
             fprintf(stderr, "note: resuming a checkpoint written on %s onto %d device(s): the batch split differs, "
                             "so the run is not bitwise the same as one without the interruption\n",
                     ts.m->resumed_from, ts.m->dp->n);
     }
     if (st == CLG_OK)
         st = clg_session_ensure_optim(ts.m);
-    if (st == CLG_OK && p->log_csv) {
+    if (st == CLG_OK && p->log_csv && clg_comm_rank() == 0) { /* MPI: rank 0 writes the log and plot */
         struct stat sb;
         int exists = stat(p->log_csv, &sb) == 0;
         ts.csv = fopen(p->log_csv, p->resume && exists ? "a" : "w");
@@ -612,7 +654,7 @@ clg_status clg_train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_repo
         else if (!(p->resume && exists))
             fputs(csv_header, ts.csv);
     }
-    if (st == CLG_OK && p->progress) {
+    if (st == CLG_OK && p->progress && clg_comm_rank() == 0) {
         clg_net_print(ts.m->net, stderr);
         const clg_replica *r0 = clg_session_rep(ts.m);
         fprintf(stderr, "activations: %.2f MiB planned by liveness vs %.2f MiB naive (%d buffers), batch %d\n",
@@ -621,6 +663,11 @@ clg_status clg_train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_repo
         clg_session_devices(ts.m, devs, sizeof devs);
         fprintf(stderr, "devices: %s (%s)\n", devs,
                 ts.m->dp->n > 1 ? "data parallel: one replica each, batch split by measured speed" : "one device");
+        if (clg_comm_size() > 1)
+            fprintf(stderr, "MPI: %d ranks x these devices, each rank takes 1/%d of every global batch of %d (%s "
+                            "all-reduce, timeout %.0f s)\n",
+                    clg_comm_size(), clg_comm_size(), ts.m->net->batch,
+                    clg_comm_algorithm(), clg_comm_timeout());
         if (fp16)
             fprintf(stderr,
                     "precision fp16: activations %.2f MiB planned (half tensors + fp32 working buffers) vs %.2f MiB "
@@ -640,10 +687,10 @@ clg_status clg_train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_repo
         if (st == CLG_OK)
             st = tst;
     }
-    if (st == CLG_OK && fp16 && p->progress)
+    if (st == CLG_OK && fp16 && p->progress && clg_comm_rank() == 0)
         fprintf(stderr, "precision fp16: final loss scale %g, %" PRId64 " of %" PRId64 " steps skipped (inf/NaN gradients)\n",
                 ts.m->loss_scale, ts.m->ls_skipped, ts.m->step);
-    if (st == CLG_OK && p->save_weights)
+    if (st == CLG_OK && p->save_weights && clg_comm_rank() == 0)
         st = clg_session_save(ts.m, p->save_weights, 0, 0);
     if (ts.csv)
         fclose(ts.csv);

@@ -7,7 +7,7 @@
 
 #define NOT_BUILT(err) clg_err_set((err), CLG_ERR_UNSUPPORTED, "models and training are not built into this library yet")
 
-void clg_model_params_init(clg_model_params *p) { memset(p, 0, sizeof *p); }
+void clg_model_params_init_size(clg_model_params *p, size_t size) { memset(p, 0, size); p->size = size; }
 clg_status clg_model_create_file(clg_ctx *ctx, const char *path, const clg_model_params *p, clg_model **out)
 {
     (void)ctx, (void)path, (void)p;
@@ -47,14 +47,14 @@ clg_status clg_model_train_step(clg_model *m, const float *x, const int32_t *lab
     (void)m, (void)x, (void)labels, (void)n;
     return NOT_BUILT(NULL);
 }
-clg_status clg_model_metrics(const clg_model *m, clg_metrics *out) { (void)m, (void)out; return NOT_BUILT(NULL); }
-void clg_train_params_init(clg_train_params *p) { memset(p, 0, sizeof *p); }
-clg_status clg_train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_report *out)
+clg_status clg_model_metrics_size(const clg_model *m, clg_metrics *out, size_t size) { (void)m, (void)out, (void)size; return NOT_BUILT(NULL); }
+void clg_train_params_init_size(clg_train_params *p, size_t size) { memset(p, 0, size); p->size = size; }
+clg_status clg_train_run_size(clg_ctx *ctx, const clg_train_params *p, clg_train_report *out, size_t size)
 {
     (void)p, (void)out;
     return NOT_BUILT(ctx ? &ctx->err : NULL);
 }
-clg_status clg_model_evaluate(clg_model *m, const char *data, long limit, clg_eval_report *out)
+clg_status clg_model_evaluate_size(clg_model *m, const char *data, long limit, clg_eval_report *out, size_t size)
 {
     (void)m, (void)data, (void)limit, (void)out;
     return NOT_BUILT(NULL);
@@ -66,8 +66,8 @@ clg_status clg_model_predict_file(clg_model *m, const char *path, float **probs,
     return NOT_BUILT(NULL);
 }
 void clg_free(void *p) { free(p); }
-void clg_bench_train_params_init(clg_bench_train_params *p) { memset(p, 0, sizeof *p); }
-clg_status clg_bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_bench_train_report *out)
+void clg_bench_train_params_init_size(clg_bench_train_params *p, size_t size) { memset(p, 0, size); p->size = size; }
+clg_status clg_bench_train_size(clg_ctx *ctx, const clg_bench_train_params *p, clg_bench_train_report *out, size_t size)
 {
     (void)p, (void)out;
     return NOT_BUILT(ctx ? &ctx->err : NULL);

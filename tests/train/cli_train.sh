@@ -79,6 +79,25 @@ check 0 "confusion matrix" "eval" -- "$clgrad" eval "$tmp/mlp.cfg" --weights "$t
 check 0 "image 63: class" "predict on an IDX file" -- \
     "$clgrad" predict "$tmp/mlp.cfg" --weights "$tmp/w.safetensors" --input "$tmp/data/t10k-images-idx3-ubyte"
 check 0 '"images_per_s"' "bench train --json" -- "$clgrad" bench train --model "$tmp/mlp.cfg" --batch 16 --steps 3 --json
+check 0 '"launches_per_step": [1-9]' "bench train --json counts launches" -- \
+    "$clgrad" bench train --model "$tmp/mlp.cfg" --batch 16 --steps 2 --json
+# bench start: a cold and a warm process; the times must be consistent
+# (setup + first step within the time to the first step, within the process)
+n=$((n + 1))
+run "$clgrad" bench start --model "$tmp/mlp.cfg" --batch 16 --warm 1 --json
+if [ "$rc" -ne 0 ] || ! printf '%s\n' "$out" | grep '^{' | "$py" -c '
+import json, sys
+d = json.loads(sys.stdin.read())
+for k in ("cold", "warm"):
+    r = d[k]
+    assert 0 < r["setup_s"] and 0 < r["first_step_s"] and 0 < r["cpu_to_first_step_s"], r
+    assert r["setup_s"] + r["first_step_s"] <= r["to_first_step_s"] <= r["process_s"], r
+assert len(d["warm_to_first_step_s"]) == 1
+'; then
+    echo "FAIL: bench start --json: exit $rc"; printf '%s\n' "$out" | tail -8
+    fails=$((fails + 1))
+fi
+check 2 "missing --model" "bench start without a model" -- "$clgrad" bench start
 
 # usage errors: 2
 check 2 "missing --data" "train without --data" -- "$clgrad" train "$tmp/mlp.cfg"

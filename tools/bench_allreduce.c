@@ -1,0 +1,167 @@
+/* clgrad bench allreduce [--min-kib K] [--max-mib M] [--deterministic] [--json]:
+ * all-reduce bandwidth across the MPI ranks of the job (run it under mpirun). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "parallel/comm.h"
+
+static void help(FILE *f)
+{
+    fprintf(f, "usage: mpirun -np R clgrad bench allreduce [--min-kib K] [--max-mib M] [--deterministic] [--json]\n"
+               "\n"
+               "Times the gradient all-reduce of `clgrad train` (sum of float buffers over the ranks,\n"
+               "polled as training polls it) for sizes from 1 KiB to 256 MiB (x4 steps), and a\n"
+               "rank 0 <-> rank 1 ping-pong of the largest size as the link's own bandwidth.\n"
+               "Bus bandwidth = size * 2(R-1)/R / time (what a ring all-reduce moves per rank).\n"
+               "\n"
+               "  --min-kib K      smallest size in KiB (default 1)\n"
+               "  --max-mib M      largest size in MiB (default 256)\n"
+               "  --deterministic  the rank-ordered reduction (gather + sum in rank order)\n"
+               "  --comm-timeout SEC  fail after SEC s without an answer from a rank (default 60)\n"
+               "  --json           one JSON object per size\n"
+               "\n"
+               "exit codes: 0 ok, 1 failure, 2 usage error\n");
+}
+
+static double median(double *v, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int bench_allreduce(int argc, char **argv)
+{
+    long min_kib = 1, max_mib = 256, v;
+    int json = 0, det = 0;
+    double timeout = 0, d;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r;
+        if (cli_is_help(a)) {
+            help(stdout);
+            return CLI_OK;
+        }
+        if ((r = cli_opt_int(argc, argv, &i, "--min-kib", 1, 1 << 20, &min_kib)) != 0 ||
+            (r = cli_opt_int(argc, argv, &i, "--max-mib", 1, 4096, &max_mib)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            continue;
+        }
+        if ((r = cli_opt_double(argc, argv, &i, "--comm-timeout", &d)) != 0) {
+            if (r < 0 || !(d > 0 && d <= 86400))
+                return r < 0 ? CLI_USAGE : cli_usage_error("bench allreduce", "--comm-timeout must be in (0, 86400]");
+            timeout = d;
+            continue;
+        }
+        if (strcmp(a, "--json") == 0) {
+            json = 1;
+            continue;
+        }
+        if (strcmp(a, "--deterministic") == 0) {
+            det = 1;
+            continue;
+        }
+        (void)v;
+        return cli_usage_error("bench allreduce", "unknown argument '%s'", a);
+    }
+    clg_comm_configure(timeout, det);
+    int R = clg_comm_size(), me = clg_comm_rank();
+    if (R < 2) {
+        fprintf(stderr, "clgrad bench allreduce: one rank: nothing to reduce (run it under mpirun -np 2 or more)\n");
+        return CLI_OK;
+    }
+    size_t maxb = (size_t)max_mib << 20, minb = (size_t)min_kib << 10;
+    float *buf = malloc(maxb), *ref = malloc(maxb);
+    if (!buf || !ref) {
+        free(buf);
+        free(ref);
+        return cli_fail("bench allreduce: out of memory for %zu bytes", maxb);
+    }
+    clg_err err = {0};
+    int rc = CLI_OK;
+    if (me == 0 && !json)
+        printf("%d ranks, %s all-reduce of float sums\n%12s %8s %12s %12s %12s\n", R,
+               det ? "deterministic (gather + rank order)" : clg_comm_algorithm(), "bytes", "iters", "median ms",
+               "algbw GB/s", "busbw GB/s");
+    for (size_t bytes = minb; bytes <= maxb && rc == CLI_OK; bytes *= 4) {
+        size_t n = bytes / sizeof(float);
+        for (size_t k = 0; k < n; k++) /* checked: the sum of (rank + 1) * (k % 7) */
+            ref[k] = (float)((me + 1) * (int)(k % 7));
+        /* iterations: ~0.3 s per size, at least 3 (synchronized through rank 0's count) */
+        double t_one = 0;
+        int iters = 0;
+        double times[64];
+        for (int it = -1; it < 64 && rc == CLI_OK; it++) {
+            memcpy(buf, ref, bytes);
+            double c[1] = {0};
+            if (clg_comm_barrier(&err, "barrier") != CLG_OK) {
+                rc = CLI_FAIL;
+                break;
+            }
+            double t0 = clg_now_sec();
+            if (clg_comm_allreduce_f32(&err, buf, n, "bench all-reduce") != CLG_OK) {
+                rc = CLI_FAIL;
+                break;
+            }
+            double dt = clg_now_sec() - t0;
+            if (it < 0) { /* warm-up: check the result once */
+                double want_mul = R * (R + 1) / 2.0;
+                for (size_t k = 0; k < n; k += 97)
+                    if (buf[k] != (float)(want_mul * (double)(k % 7))) {
+                        fprintf(stderr, "clgrad: bench allreduce: wrong sum at element %zu: %g, expected %g\n", k,
+                                (double)buf[k], want_mul * (double)(k % 7));
+                        rc = CLI_FAIL;
+                        break;
+                    }
+                t_one = dt;
+                continue;
+            }
+            times[iters++] = dt;
+            c[0] = (iters >= 3 && (iters * t_one > 0.3 || iters >= 64)) ? 1 : 0;
+            if (clg_comm_allreduce_f64(&err, c, 1, "bench stop vote") != CLG_OK) { /* every rank stops together */
+                rc = CLI_FAIL;
+                break;
+            }
+            if (c[0] >= 1)
+                break;
+        }
+        if (rc != CLI_OK)
+            break;
+        /* (rank 0's times: every iteration starts at a barrier and ends when all data arrived) */
+        double med = median(times, iters);
+        double alg = bytes / med / 1e9, bus = alg * 2.0 * (R - 1) / R;
+        if (me == 0) {
+            if (json)
+                printf("{\"bytes\": %zu, \"ranks\": %d, \"iters\": %d, \"median_ms\": %.4f, \"algbw_gbs\": %.4f, "
+                       "\"busbw_gbs\": %.4f, \"deterministic\": %d}\n",
+                       bytes, R, iters, med * 1e3, alg, bus, det);
+            else
+                printf("%12zu %8d %12.4f %12.4f %12.4f\n", bytes, iters, med * 1e3, alg, bus);
+            fflush(stdout);
+        }
+    }
+    /* the link itself: rank 0 -> 1 -> 0 ping-pong of the largest size */
+    if (rc == CLI_OK) {
+        double bw = 0;
+        if (clg_comm_pingpong(&err, buf, maxb, 3, &bw) != CLG_OK)
+            rc = CLI_FAIL;
+        else if (me == 0) {
+            if (json)
+                printf("{\"pingpong_bytes\": %zu, \"link_gbs\": %.4f}\n", maxb, bw);
+            else
+                printf("link (rank 0 <-> 1 ping-pong, %zu bytes): %.4f GB/s one way\n", maxb, bw);
+        }
+    }
+    if (rc != CLI_OK)
+        cli_fail("bench allreduce: %s", err.msg);
+    free(buf);
+    free(ref);
+    return rc;
+}

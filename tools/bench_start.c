@@ -1,0 +1,272 @@
+/* clgrad bench start --model MODEL [--warm N] [--devices SEL] [--json]:
+ * time to the first training step, cold and warm. Each run is a fresh
+ * process (`clgrad bench train --steps 3 --warmup 0 --json`) with the caches
+ * in a new temporary directory: the first run finds them empty (cold: our
+ * caches and PoCL's kernel cache), the next N find what it left (warm). */
+#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static void help(FILE *f)
+{
+    fprintf(f, "usage: clgrad bench start --model MODEL [--warm N] [--batch B] [--devices SEL] [--keep] [--json]\n"
+               "\n"
+               "Time to the first training step of a new process, cold (empty program, tuning,\n"
+               "convolution-algorithm and PoCL kernel caches) and warm (what the cold run left).\n"
+               "The caches live in a new directory under $TMPDIR (CLGRAD_CACHE_DIR, POCL_CACHE_DIR).\n"
+               "\n"
+               "  --model FILE    model file (e.g. models/vgg-s.cfg)\n"
+               "  --warm N        warm runs after the cold one (default 3; the median is reported)\n"
+               "  --batch B       batch size (default 128)\n"
+               "  --devices SEL   device selector passed on (default: clgrad's default)\n"
+               "  --keep          keep the cache directory (its path is printed)\n"
+               "  --json          one JSON object\n"
+               "\n"
+               "Each run is `clgrad bench train --steps 3 --warmup 0`: its second step measures the\n"
+               "convolution algorithms of shapes not measured before, so warm runs find every choice.\n"
+               "to_first_step: from the process start to the end of its first step (waited for);\n"
+               "setup: model creation; first_step: the step itself; process: the whole process\n"
+               "CPU to step 1: CPU time of the process (all threads) by then, which other load moves less.\n"
+               "(with the measurements and, on PoCL, the program-binary cache writes at exit).\n"
+               "exit codes: 0 ok, 1 failure, 2 usage error\n");
+}
+
+static double mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct {
+    double to_first_step, setup, first_step, process, cpu;
+} start_run;
+
+static int json_num(const char *s, const char *key, double *v)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    const char *p = strstr(s, pat);
+    if (!p)
+        return 0;
+    char *end = NULL;
+    *v = strtod(p + strlen(pat), &end);
+    return end != p + strlen(pat);
+}
+
+/* Runs one child and fills r; 0 on success. */
+static int run_child(const char *self, const char *model, const char *batch, const char *devices, start_run *r)
+{
+    int fd[2];
+    if (pipe(fd) != 0) {
+        fprintf(stderr, "clgrad: bench start: pipe: %s\n", strerror(errno));
+        return -1;
+    }
+    const char *argv[16];
+    int a = 0;
+    argv[a++] = self;
+    argv[a++] = "bench";
+    argv[a++] = "train";
+    argv[a++] = "--model";
+    argv[a++] = model;
+    argv[a++] = "--batch";
+    argv[a++] = batch;
+    argv[a++] = "--steps"; /* the second step measures new convolution shapes (deferred), so warm runs find them */
+    argv[a++] = "3";
+    argv[a++] = "--warmup";
+    argv[a++] = "0";
+    argv[a++] = "--json";
+    if (devices) {
+        argv[a++] = "--devices";
+        argv[a++] = devices;
+    }
+    argv[a] = NULL;
+    fflush(NULL);
+    double t0 = mono();
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "clgrad: bench start: fork: %s\n", strerror(errno));
+        close(fd[0]);
+        close(fd[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        dup2(fd[1], 1);
+        close(fd[0]);
+        close(fd[1]);
+        execv(self, (char *const *)argv);
+        _exit(127);
+    }
+    close(fd[1]);
+    char out[8192];
+    size_t n = 0;
+    for (;;) {
+        ssize_t k = read(fd[0], out + n, sizeof out - 1 - n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        n += (size_t)k;
+        if (n == sizeof out - 1)
+            break;
+    }
+    out[n] = 0;
+    close(fd[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    r->process = mono() - t0;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "clgrad: bench start: the training process failed (%s %d)\n",
+                WIFEXITED(status) ? "exit status" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+        return -1;
+    }
+    double end = 0;
+    if (!json_num(out, "setup_s", &r->setup) || !json_num(out, "first_step_s", &r->first_step) ||
+        !json_num(out, "first_step_end", &end) || !json_num(out, "first_step_cpu_s", &r->cpu)) {
+        fprintf(stderr, "clgrad: bench start: no start-up fields in the training process's output\n");
+        return -1;
+    }
+    r->to_first_step = end - t0;
+    return 0;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static int cmp_run(const void *a, const void *b)
+{
+    double x = ((const start_run *)a)->to_first_step, y = ((const start_run *)b)->to_first_step;
+    return x < y ? -1 : x > y;
+}
+
+static void print_run_json(const char *name, const start_run *r)
+{
+    printf("\"%s\": {\"to_first_step_s\": %.3f, \"setup_s\": %.3f, \"first_step_s\": %.3f, \"process_s\": %.3f, "
+           "\"cpu_to_first_step_s\": %.3f}",
+           name, r->to_first_step, r->setup, r->first_step, r->process, r->cpu);
+}
+
+int bench_start(int argc, char **argv)
+{
+    const char *model = NULL, *devices = NULL, *batch = "128";
+    long warm = 3, v;
+    int json = 0, keep = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r;
+        if (cli_is_help(a)) {
+            help(stdout);
+            return CLI_OK;
+        }
+        if ((r = cli_opt_str(argc, argv, &i, "--model", &model)) != 0 ||
+            (r = cli_opt_str(argc, argv, &i, "--devices", &devices)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            continue;
+        }
+        if ((r = cli_opt_int(argc, argv, &i, "--warm", 0, 100, &warm)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            continue;
+        }
+        if ((r = cli_opt_int(argc, argv, &i, "--batch", 1, 1 << 20, &v)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            batch = argv[i];
+            continue;
+        }
+        if (strcmp(a, "--json") == 0) {
+            json = 1;
+            continue;
+        }
+        if (strcmp(a, "--keep") == 0) {
+            keep = 1;
+            continue;
+        }
+        return cli_usage_error("bench start", "unknown argument '%s'", a);
+    }
+    if (!model)
+        return cli_usage_error("bench start", "missing --model FILE");
+    model = cli_model_resolve(model);
+    int rc = cli_model_file_check("bench start", model);
+    if (rc != CLI_OK)
+        return rc;
+    char self[4096];
+    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (sl <= 0)
+        return cli_fail("bench start: cannot find this program (/proc/self/exe): %s", strerror(errno));
+    self[sl] = 0;
+    const char *tmp = getenv("TMPDIR");
+    char dir[4096], pocl[4200];
+    snprintf(dir, sizeof dir, "%s/clgrad-start-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    if (!mkdtemp(dir))
+        return cli_fail("bench start: cannot create a cache directory %s: %s", dir, strerror(errno));
+    snprintf(pocl, sizeof pocl, "%s/pocl", dir);
+    setenv("CLGRAD_CACHE_DIR", dir, 1);
+    setenv("POCL_CACHE_DIR", pocl, 1);
+    unsetenv("CLGRAD_CACHE"); /* caches on: that is what is measured */
+    start_run cold, runs[100];
+    int ok = run_child(self, model, batch, devices, &cold) == 0;
+    for (long i = 0; ok && i < warm; i++)
+        ok = run_child(self, model, batch, devices, &runs[i]) == 0;
+    if (!keep)
+        nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (!ok)
+        return CLI_FAIL;
+    start_run med = {0};
+    if (warm > 0) {
+        start_run sorted[100];
+        memcpy(sorted, runs, (size_t)warm * sizeof *runs);
+        qsort(sorted, (size_t)warm, sizeof *sorted, cmp_run);
+        med = sorted[warm / 2];
+    }
+    if (json) {
+        printf("{\"model\": \"");
+        for (const char *c = model; *c; c++) {
+            if (*c == '"' || *c == '\\')
+                putchar('\\');
+            putchar(*c);
+        }
+        printf("\", \"batch\": %s, ", batch);
+        print_run_json("cold", &cold);
+        if (warm > 0) {
+            printf(", ");
+            print_run_json("warm", &med);
+            printf(", \"warm_to_first_step_s\": [");
+            for (long i = 0; i < warm; i++)
+                printf("%s%.3f", i ? ", " : "", runs[i].to_first_step);
+            printf("]");
+        }
+        printf("}\n");
+    } else {
+        printf("model %s  batch %s  (time to the end of the first step, from the process start)\n", model, batch);
+        printf("%-18s %10s %10s %12s %10s %12s\n", "", "to step 1", "setup", "first step", "process",
+               "CPU to step 1");
+        printf("%-18s %9.3fs %9.3fs %11.3fs %9.3fs %11.3fs\n", "cold", cold.to_first_step, cold.setup, cold.first_step,
+               cold.process, cold.cpu);
+        if (warm > 0) {
+            char lab[48];
+            snprintf(lab, sizeof lab, "warm (median of %ld)", warm);
+            printf("%-18s %9.3fs %9.3fs %11.3fs %9.3fs %11.3fs\n", lab, med.to_first_step, med.setup, med.first_step,
+                   med.process, med.cpu);
+        }
+        if (keep)
+            printf("caches kept in %s\n", dir);
+    }
+    return CLI_OK;
+}
