@@ -139,9 +139,14 @@ BN_BWD_PARTIAL(, float, VLOAD1, VSTORE1)
 BN_BWD_PARTIAL(4, float4, vload4, vstore4)
 BN_BWD_PARTIAL(8, float8, vload8, vstore8)
 
-// dbeta[c] = sum dy, dgamma[c] = sum dy * xhat  (overwrites)
+// dbeta[c] = sum dy, dgamma[c] = sum dy * xhat  (overwrites); keep != 0
+// (synchronized batch norm, the local part): also st[2c] = sum dy,
+// st[2c+1] = sum dy * (x - mean) over this device's slice, for the host to
+// gather (dbeta, dgamma are then this slice's parameter gradients: the
+// gradient reduction sums them over the devices).
 __kernel void bn_bwd_finish(const uint C, const uint HW, __global const float *part, __global const float *part2,
-                            __global const float *invstd, __global float *dgamma, __global float *dbeta)
+                            __global const float *invstd, __global float *dgamma, __global float *dbeta,
+                            const int keep, __global float *st)
 {
     const uint c = get_global_id(0);
     if (c >= C)
@@ -150,6 +155,10 @@ __kernel void bn_bwd_finish(const uint C, const uint HW, __global const float *p
     sum2_compensated(part + (size_t)c * HW, part2 + (size_t)c * HW, HW, &sb, &sg);
     dbeta[c] = sb;
     dgamma[c] = sg * invstd[c];
+    if (keep) {
+        st[2 * c] = sb;
+        st[2 * c + 1] = sg;
+    }
 }
 
 // 2-D range (i, row = n*C + c): dx = gamma * invstd * (dy - dbeta / M - xhat * dgamma / M)
@@ -202,24 +211,6 @@ __kernel void bn_sync_set(const uint C, const float momentum, const int update, 
         rmean[c] = (1.0f - momentum) * rmean[c] + momentum * g[2 * C + c];
         rvar[c] = (1.0f - momentum) * rvar[c] + momentum * g[3 * C + c];
     }
-}
-
-// Backward, local part: st[2c] = sum dy, st[2c+1] = sum dy * (x - mean)
-// over this device's slice; dbeta, dgamma: this slice's parameter
-// gradients (the gradient reduction sums them over the devices).
-__kernel void bn_bwd_sums(const uint C, const uint HW, __global const float *part, __global const float *part2,
-                          __global const float *invstd, __global float *dgamma, __global float *dbeta,
-                          __global float *st)
-{
-    const uint c = get_global_id(0);
-    if (c >= C)
-        return;
-    float sb, sg;
-    sum2_compensated(part + (size_t)c * HW, part2 + (size_t)c * HW, HW, &sb, &sg);
-    dbeta[c] = sb;
-    dgamma[c] = sg * invstd[c];
-    st[2 * c] = sb;
-    st[2 * c + 1] = sg;
 }
 
 // Backward, global sums in (g = {sum dy, sum dy * (x - mean)} per channel

@@ -51,6 +51,22 @@ __kernel void adam_step(__global float *w, __global const float *g, __global flo
 #ifndef WG
 #define WG 256
 #endif
+// out[group] = the sum of s over the work-group (a fixed tree: the same
+// order on every device), acc: WG floats of local memory.
+static void group_sum_store(__local float *acc, float s, __global float *out)
+{
+    int lid = get_local_id(0);
+    acc[lid] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int st = WG / 2; st > 0; st >>= 1) {
+        if (lid < st)
+            acc[lid] += acc[lid + st];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0)
+        out[get_group_id(0)] = acc[0];
+}
+
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void sumsq_partial(__global const float *x, const int n,
                                                                            __global float *partial,
                                                                            const int out_off)
@@ -62,15 +78,7 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void sumsq_partial(__gl
         float v = x[i];
         s += v * v;
     }
-    acc[lid] = s;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int st = WG / 2; st > 0; st >>= 1) {
-        if (lid < st)
-            acc[lid] += acc[lid + st];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    if (lid == 0)
-        partial[out_off + get_group_id(0)] = acc[0];
+    group_sum_store(acc, s, partial + out_off);
 }
 
 // y += a * x
@@ -111,13 +119,5 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void lane_add(__global 
     }
     if (!sq)
         return;
-    acc[lid] = s;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int st = WG / 2; st > 0; st >>= 1) {
-        if (lid < st)
-            acc[lid] += acc[lid + st];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    if (lid == 0)
-        partial[out_off + get_group_id(0)] = acc[0];
+    group_sum_store(acc, s, partial + out_off);
 }

@@ -871,9 +871,11 @@ clg_status clg_nn_bn_backward(clg_device *dev, int N, int C, size_t HW, cl_mem x
     cl_mem pa, pb;
     CLG_TRY(bn_bwd_partials(dev, uN, C, HW, x, uox, dy, uody, mean, &pa, &pb));
     cl_kernel k;
+    cl_int keep = 0;
     clg_status st = kget(dev, "norm", "bn_bwd_finish", &k);
     if (st == CLG_OK)
-        st = setargs(dev, k, 7, ARG(uC), ARG(uHW), ARG(pa), ARG(pb), ARG(invstd), ARG(dgamma), ARG(dbeta));
+        st = setargs(dev, k, 9, ARG(uC), ARG(uHW), ARG(pa), ARG(pb), ARG(invstd), ARG(dgamma), ARG(dbeta), ARG(keep),
+                     ARG(dbeta));
     if (st == CLG_OK)
         st = clg_launch_1d(dev, k, (size_t)C, 64);
     clg_buf_release(dev, pa);
@@ -898,9 +900,11 @@ clg_status clg_nn_bn_bwd_local(clg_device *dev, int N, int C, size_t HW, cl_mem 
     cl_mem pa, pb;
     CLG_TRY(bn_bwd_partials(dev, uN, C, HW, x, uox, dy, uody, mean, &pa, &pb));
     cl_kernel k;
-    clg_status st = kget(dev, "norm", "bn_bwd_sums", &k);
+    cl_int keep = 1;
+    clg_status st = kget(dev, "norm", "bn_bwd_finish", &k);
     if (st == CLG_OK)
-        st = setargs(dev, k, 8, ARG(uC), ARG(uHW), ARG(pa), ARG(pb), ARG(invstd), ARG(dgamma), ARG(dbeta), ARG(st2));
+        st = setargs(dev, k, 9, ARG(uC), ARG(uHW), ARG(pa), ARG(pb), ARG(invstd), ARG(dgamma), ARG(dbeta), ARG(keep),
+                     ARG(st2));
     if (st == CLG_OK)
         st = clg_launch_1d(dev, k, (size_t)C, 64);
     clg_buf_release(dev, pa);
