@@ -87,9 +87,12 @@ static clg_status sync_scratch(bn_priv *p, clg_device *dev, int C)
     if (p->hst)
         return CLG_OK;
     size_t bytes = (size_t)C * sizeof(float);
-    CLG_TRY(clg_buf_alloc(dev, 4 * bytes, &p->sbuf));
-    CLG_TRY(clg_buf_alloc(dev, bytes, &p->gdg));
-    CLG_TRY(clg_buf_alloc(dev, bytes, &p->gdb));
+    if (!p->sbuf)
+        CLG_TRY(clg_buf_alloc(dev, 4 * bytes, &p->sbuf));
+    if (!p->gdg)
+        CLG_TRY(clg_buf_alloc(dev, bytes, &p->gdg));
+    if (!p->gdb)
+        CLG_TRY(clg_buf_alloc(dev, bytes, &p->gdb));
     p->hst = malloc(4 * bytes);
     p->hd = malloc((1 + 3 * (size_t)C) * sizeof(double));
     if (!p->hst || !p->hd) {
@@ -117,9 +120,10 @@ static clg_status bn_forward_sync(clg_layer *l, clg_device *dev, const clg_tenso
     const double *const *all = NULL;
     int nall = 0;
     CLG_TRY(l->sync->gather(l->sync->user, l->index, 0, p->hd, 1 + 3 * (size_t)C, &all, &nall));
-    double Kme = 0;
+    double M = 0; /* values per channel over every device */
+    for (int d = 0; d < nall; d++)
+        M += all[d][0];
     float *g = p->hst; /* {mean - K, invstd, mean, unbiased var} */
-    double M = 0;
     for (int c = 0; c < C; c++) {
         /* Chan et al.: count, mean, sum of squared deviations, pairwise in
          * device order; each device's from its shifted sums */
@@ -133,13 +137,11 @@ static clg_status bn_forward_sync(clg_layer *l, clg_device *dev, const clg_tenso
             m2 += m2d + delta * delta * n * nd / nn;
             n = nn;
         }
-        Kme = p->hd[1 + 3 * c];
         double var = m2 / n;
-        g[c] = (float)(mean - Kme);
+        g[c] = (float)(mean - p->hd[1 + 3 * c]); /* shifted by this device's K */
         g[C + c] = (float)(1.0 / sqrt(var + (double)p->eps));
         g[2 * C + c] = (float)mean;
         g[3 * C + c] = (float)(n > 1 ? m2 / (n - 1) : var);
-        M = n;
     }
     p->count = M;
     CLG_CL_CHECK(err, clEnqueueWriteBuffer(dev->queue, p->sbuf, CL_FALSE, 0, 4 * (size_t)C * sizeof(float), g, 0, NULL,

@@ -840,13 +840,35 @@ static clg_status bn_bwd_partials(clg_device *dev, cl_uint uN, int C, size_t HW,
     return st;
 }
 
+/* dgamma, dbeta of this batch (partials, then per-channel sums); st2
+ * (may be NULL) also receives {sum dy, sum dy (x - mean)} per channel. */
+static clg_status bn_bwd_params(clg_device *dev, cl_uint uN, int C, size_t HW, cl_mem x, cl_uint uox, cl_mem dy,
+                                cl_uint uody, cl_mem mean, cl_mem invstd, cl_mem dgamma, cl_mem dbeta, cl_mem st2)
+{
+    cl_uint uC = (cl_uint)C, uHW = (cl_uint)HW;
+    cl_int keep = st2 != NULL;
+    cl_mem stbuf = st2 ? st2 : dbeta; /* not written when keep is 0 */
+    cl_mem pa, pb;
+    CLG_TRY(bn_bwd_partials(dev, uN, C, HW, x, uox, dy, uody, mean, &pa, &pb));
+    cl_kernel k;
+    clg_status st = kget(dev, "norm", "bn_bwd_finish", &k);
+    if (st == CLG_OK)
+        st = setargs(dev, k, 9, ARG(uC), ARG(uHW), ARG(pa), ARG(pb), ARG(invstd), ARG(dgamma), ARG(dbeta), ARG(keep),
+                     ARG(stbuf));
+    if (st == CLG_OK)
+        st = clg_launch_1d(dev, k, (size_t)C, 64);
+    clg_buf_release(dev, pa);
+    clg_buf_release(dev, pb);
+    return st;
+}
+
 /* dx from the (global) dgamma / dbeta sums over M values per channel. */
 static clg_status bn_bwd_dx(clg_device *dev, cl_uint uN, int C, size_t HW, double M, cl_mem x, cl_uint uox,
                             cl_mem dy, cl_uint uody, cl_mem mean, cl_mem invstd, cl_mem gamma, cl_mem dgamma,
                             cl_mem dbeta, cl_mem dx, cl_uint uodx)
 {
     cl_uint uC = (cl_uint)C, uHW = (cl_uint)HW;
-    cl_float invM = (float)(1.0 / M);
+    cl_float invM = 1.0f / (float)M;
     cl_kernel k;
     CLG_TRY(kget(dev, "norm", "bn_bwd_data", &k));
     CLG_TRY(setargs(dev, k, 15, ARG(uN), ARG(uC), ARG(uHW), ARG(invM), ARG(x), ARG(uox), ARG(dy), ARG(uody),
@@ -863,24 +885,12 @@ clg_status clg_nn_bn_backward(clg_device *dev, int N, int C, size_t HW, cl_mem x
     const char *o = "batchnorm backward";
     CLG_TRY(check_mems(dev, o, 7, (const cl_mem[]){x, dy, mean, invstd, gamma, dgamma, dbeta},
                        (const char *const[]){"x", "dy", "mean", "invstd", "gamma", "dgamma", "dbeta"}));
-    cl_uint uN = (cl_uint)N, uC = (cl_uint)C, uHW = (cl_uint)HW, uox, uody, uodx = 0;
+    cl_uint uN = (cl_uint)N, uox, uody, uodx = 0;
     CLG_TRY(range(dev, o, ox, n, &uox));
     CLG_TRY(range(dev, o, ody, n, &uody));
     if (dx)
         CLG_TRY(range(dev, o, odx, n, &uodx));
-    cl_mem pa, pb;
-    CLG_TRY(bn_bwd_partials(dev, uN, C, HW, x, uox, dy, uody, mean, &pa, &pb));
-    cl_kernel k;
-    cl_int keep = 0;
-    clg_status st = kget(dev, "norm", "bn_bwd_finish", &k);
-    if (st == CLG_OK)
-        st = setargs(dev, k, 9, ARG(uC), ARG(uHW), ARG(pa), ARG(pb), ARG(invstd), ARG(dgamma), ARG(dbeta), ARG(keep),
-                     ARG(dbeta));
-    if (st == CLG_OK)
-        st = clg_launch_1d(dev, k, (size_t)C, 64);
-    clg_buf_release(dev, pa);
-    clg_buf_release(dev, pb);
-    CLG_TRY(st);
+    CLG_TRY(bn_bwd_params(dev, uN, C, HW, x, uox, dy, uody, mean, invstd, dgamma, dbeta, NULL));
     if (!dx)
         return CLG_OK;
     return bn_bwd_dx(dev, uN, C, HW, (double)N * HW, x, uox, dy, uody, mean, invstd, gamma, dgamma, dbeta, dx, uodx);
@@ -894,22 +904,10 @@ clg_status clg_nn_bn_bwd_local(clg_device *dev, int N, int C, size_t HW, cl_mem 
     const char *o = "batchnorm backward (synchronized)";
     CLG_TRY(check_mems(dev, o, 7, (const cl_mem[]){x, dy, mean, invstd, dgamma, dbeta, st2},
                        (const char *const[]){"x", "dy", "mean", "invstd", "dgamma", "dbeta", "sums"}));
-    cl_uint uN = (cl_uint)N, uC = (cl_uint)C, uHW = (cl_uint)HW, uox, uody;
+    cl_uint uN = (cl_uint)N, uox, uody;
     CLG_TRY(range(dev, o, ox, n, &uox));
     CLG_TRY(range(dev, o, ody, n, &uody));
-    cl_mem pa, pb;
-    CLG_TRY(bn_bwd_partials(dev, uN, C, HW, x, uox, dy, uody, mean, &pa, &pb));
-    cl_kernel k;
-    cl_int keep = 1;
-    clg_status st = kget(dev, "norm", "bn_bwd_finish", &k);
-    if (st == CLG_OK)
-        st = setargs(dev, k, 9, ARG(uC), ARG(uHW), ARG(pa), ARG(pb), ARG(invstd), ARG(dgamma), ARG(dbeta), ARG(keep),
-                     ARG(st2));
-    if (st == CLG_OK)
-        st = clg_launch_1d(dev, k, (size_t)C, 64);
-    clg_buf_release(dev, pa);
-    clg_buf_release(dev, pb);
-    return st;
+    return bn_bwd_params(dev, uN, C, HW, x, uox, dy, uody, mean, invstd, dgamma, dbeta, st2);
 }
 
 clg_status clg_nn_bn_bwd_data_sync(clg_device *dev, int N, int C, size_t HW, double M, cl_mem g2, cl_mem x,

@@ -129,24 +129,25 @@ void clg_trace_cl(clg_trace *t, int lane, int stream, const char *name, cl_event
     push(t, &e);
 }
 
-void clg_trace_host(clg_trace *t, int lane, const char *name, double t0, double t1)
+/* A span [t0, t1] of host time on a row. */
+static void host_span(clg_trace *t, int lane, int row, const char *name, double t0, double t1)
 {
     if (!t)
         return;
-    tr_event e = make_event(lane, CLG_TR_HOST, name);
+    tr_event e = make_event(lane, row, name);
     e.t0 = t0;
     e.t1 = t1;
     push(t, &e);
 }
 
+void clg_trace_host(clg_trace *t, int lane, const char *name, double t0, double t1)
+{
+    host_span(t, lane, CLG_TR_HOST, name, t0, t1);
+}
+
 void clg_trace_mpi(clg_trace *t, const char *name, double t0, double t1)
 {
-    if (!t)
-        return;
-    tr_event e = make_event(TRACE_LANES, CLG_TR_MPI, name);
-    e.t0 = t0;
-    e.t1 = t1;
-    push(t, &e);
+    host_span(t, TRACE_LANES, CLG_TR_MPI, name, t0, t1);
 }
 
 static double prof(cl_event ev, cl_profiling_info what)
