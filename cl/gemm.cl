@@ -74,7 +74,7 @@ inline float gemm_epi(float acc, const float alpha, const float beta, __global c
     return relu ? fmax(v, 0.0f) : v;
 }
 
-// gws: (ceil(Kp/16), R panels, batch). Each work-item writes 16 k-rows of
+// gws: (ceil(Kp/16), R panels, batch), dims 0-1 possibly rounded up. Each work-item writes 16 k-rows of
 // one panel; the strided case reads 16 consecutive k (one cache line) per row.
 __kernel void gemm_pack(const int R, const int K, const int Kp, const int kmaj,
                         __global const float *X, const int off, const int ld, const int stride,
@@ -83,7 +83,7 @@ __kernel void gemm_pack(const int R, const int K, const int Kp, const int kmaj,
     const int k0 = get_global_id(0) * 16;
     const int p = get_global_id(1);
     const int b = get_global_id(2);
-    if (k0 >= Kp)
+    if (k0 >= Kp || p * P >= R) // the range may be padded to whole work-groups
         return;
     __global const float *x = X + off + (size_t)b * stride;
     __global float *d = D + (size_t)b * dstride + ((size_t)p * Kp + k0) * P;

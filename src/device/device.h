@@ -182,6 +182,18 @@ CLG_INTERNAL void clg_wg_geom(const clg_wg_limits *L, cl_uint dims, const size_t
 /* Flags of clg_launch. */
 #define CLG_LAUNCH_FIXED 0u /* lws must be used as given (reqd size, local-memory tiles, reductions) */
 #define CLG_LAUNCH_FIT 1u   /* lws may shrink to fit the limits (kernels that only bound-check) */
+/* With lws NULL: the kernel bound-checks dimensions 0 and 1, so the launcher
+ * may pick the local size itself and round gws[0], gws[1] up to it
+ * (dimension 2 keeps its size, with local size 1). On CPU devices it uses
+ * one canonical local size (CLG_WG_CANON_X x CLG_WG_CANON_Y x 1, 64 for 1-D)
+ * whatever the range: CPU runtimes such as PoCL compile a kernel to machine
+ * code once per distinct local size at its first launch, and leaving the
+ * choice to the runtime gave a new size for nearly every new range (11 for
+ * gemm_pack in one VGG-S step). Elsewhere, or with CLGRAD_WG_CANON=0, the
+ * runtime picks as before. Implies CLG_LAUNCH_FIT. */
+#define CLG_LAUNCH_PAD 2u
+#define CLG_WG_CANON_X 16
+#define CLG_WG_CANON_Y 4
 
 /* Enqueues k on dev's queue over gws (lws may be NULL: the runtime picks).
  * A range with a zero dimension enqueues nothing. A work-group the kernel
@@ -225,6 +237,9 @@ struct clg_device {
     int kprof;
     cl_event *kev;
     int nkev, capkev;
+    /* canonical local sizes for CLG_LAUNCH_PAD launches: 0 not decided yet,
+     * 1 off, 2 on (see clg_launch) */
+    int wg_canon;
 };
 
 typedef struct clg_program_stats {

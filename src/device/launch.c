@@ -2,6 +2,7 @@
  * and per dimension, reqd_work_group_size, local memory; the one enqueue
  * every launcher goes through. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "device.h"
@@ -163,6 +164,20 @@ static int fits(const clg_wg_limits *L, cl_uint dims, const size_t *lws)
     return total <= L->max_total;
 }
 
+/* CLG_LAUNCH_PAD on this device: CPU devices, unless CLGRAD_WG_CANON=0
+ * (=1 turns it on for every device). Decided once per device. */
+static int canon_on(clg_device *dev)
+{
+    if (!dev->wg_canon) {
+        const char *e = getenv("CLGRAD_WG_CANON");
+        int on = (dev->info.type & CLG_DEVICE_CPU) != 0;
+        if (e && e[0])
+            on = strcmp(e, "0") != 0;
+        dev->wg_canon = on ? 2 : 1;
+    }
+    return dev->wg_canon == 2;
+}
+
 clg_status clg_launch(clg_device *dev, cl_kernel k, cl_uint dims, const size_t *gws, const size_t *lws,
                       unsigned flags, cl_event *ev)
 {
@@ -176,9 +191,22 @@ clg_status clg_launch(clg_device *dev, cl_kernel k, cl_uint dims, const size_t *
             return CLG_OK;
     clg_wg_limits L;
     CLG_TRY(clg_kernel_limits(dev, k, &L));
-    size_t l[3] = {1, 1, 1};
+    size_t l[3] = {1, 1, 1}, padded[3];
+    if (!lws && (flags & CLG_LAUNCH_PAD) && !L.reqd[0] && canon_on(dev)) {
+        /* one local size for every range; dims 0 and 1 rounded up (the kernel bound-checks them) */
+        l[0] = dims == 1 ? 64 : CLG_WG_CANON_X;
+        if (dims > 1)
+            l[1] = CLG_WG_CANON_Y;
+        clg_wg_fit(&L, dims, l);
+        for (cl_uint d = 0; d < dims; d++)
+            padded[d] = d < 2 ? (gws[d] + l[d] - 1) / l[d] * l[d] : gws[d];
+        gws = padded;
+        lws = l;
+        flags |= CLG_LAUNCH_FIT;
+    }
     if (lws) {
-        memcpy(l, lws, dims * sizeof *l);
+        if (lws != l)
+            memcpy(l, lws, dims * sizeof *l);
         if (!fits(&L, dims, l) && (flags & CLG_LAUNCH_FIT) && !L.reqd[0])
             clg_wg_fit(&L, dims, l);
         if (!fits(&L, dims, l)) {

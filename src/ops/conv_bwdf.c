@@ -39,7 +39,7 @@ clg_status clg_conv_bwdf_small_chunk(clg_device *dev, int J, cl_mem dy, size_t o
     clg_ka_mem(&a, part);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &a, "bwdf_small args"));
     size_t gws[2] = {(size_t)K, (size_t)CLG_CEIL_DIV(nimg, nper)};
-    return clg_conv_enqueue(dev, k, 2, gws, NULL);
+    return clg_launch(dev, k, 2, gws, NULL, CLG_LAUNCH_PAD, NULL);
 }
 
 clg_status clg_conv_part_reduce(clg_device *dev, cl_mem part, int chunks, int rows, int cols, int ps, int pc0,
@@ -60,7 +60,7 @@ clg_status clg_conv_part_reduce(clg_device *dev, cl_mem part, int chunks, int ro
     clg_ka_int(&a, ldo);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &a, "part_reduce args"));
     size_t gws[2] = {(size_t)rows, (size_t)cols};
-    return clg_conv_enqueue(dev, k, 2, gws, NULL);
+    return clg_launch(dev, k, 2, gws, NULL, CLG_LAUNCH_PAD, NULL);
 }
 
 clg_status clg_conv_bias_grad(clg_device *dev, const clg_conv_shape *s, cl_mem dy, size_t offdy, float beta, cl_mem db,
@@ -83,7 +83,7 @@ clg_status clg_conv_bias_grad(clg_device *dev, const clg_conv_shape *s, cl_mem d
     clg_status st = CLG_KA_DONE(clg_dev_err(dev), &a, "bias_part args");
     if (st == CLG_OK) {
         size_t gws[2] = {(size_t)s->K, (size_t)chunks};
-        st = clg_conv_enqueue(dev, k, 2, gws, NULL);
+        st = clg_launch(dev, k, 2, gws, NULL, CLG_LAUNCH_PAD, NULL);
     }
     if (st == CLG_OK)
         st = clg_conv_part_reduce(dev, part, chunks, s->K, 1, 1, 0, beta, db, offdb, 1);

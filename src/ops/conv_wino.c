@@ -119,7 +119,7 @@ static clg_status filter_transform(clg_device *dev, int m, cl_mem w, size_t offw
     clg_ka_int(&a, (int)lay->sxU);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &a, "wino_filter args"));
     size_t gws[2] = {(size_t)lay->Kp, (size_t)lay->Mp};
-    return clg_conv_enqueue(dev, k, 2, gws, NULL);
+    return clg_launch(dev, k, 2, gws, NULL, CLG_LAUNCH_PAD, NULL);
 }
 
 typedef struct filter_job {
@@ -381,7 +381,7 @@ clg_status clg_conv_wino_bwd_filter(clg_device *dev, const clg_conv_shape *s, in
         st = CLG_KA_DONE(clg_dev_err(dev), &a, "wino_bf_out args");
         size_t gws[2] = {(size_t)C, (size_t)K};
         if (st == CLG_OK)
-            st = clg_conv_enqueue(dev, ko, 2, gws, NULL);
+            st = clg_launch(dev, ko, 2, gws, NULL, CLG_LAUNCH_PAD, NULL);
     }
     clg_buf_release(dev, V);
     clg_buf_release(dev, Ud);

@@ -140,7 +140,7 @@ static clg_status gemm_ref(clg_device *dev, const clg_gemm_args *a, evs *ev)
     ka_operands(&g, a);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &g, "clSetKernelArg(gemm_ref)"));
     size_t gws[3] = {(size_t)a->N, (size_t)a->M, (size_t)batch};
-    return enqueue(dev, k, 3, gws, NULL, CLG_LAUNCH_FIT, ev);
+    return enqueue(dev, k, 3, gws, NULL, CLG_LAUNCH_PAD, ev);
 }
 
 /* ---- parameter sets ---- */
@@ -361,7 +361,7 @@ static clg_status pack(clg_device *dev, cl_kernel k, int R, int K, int Kp, int k
     clg_ka_int(&g, dstride);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &g, "clSetKernelArg(gemm_pack)"));
     size_t gws[3] = {(size_t)CLG_CEIL_DIV(Kp, 16), (size_t)CLG_CEIL_DIV(R, P), (size_t)batch};
-    return enqueue(dev, k, 3, gws, NULL, CLG_LAUNCH_FIT, ev);
+    return enqueue(dev, k, 3, gws, NULL, CLG_LAUNCH_PAD, ev);
 }
 
 /* Split-K factor for the CPU family when not fixed: enough independent
@@ -464,7 +464,7 @@ static clg_status run_packed(clg_device *dev, const clg_gemm_params *p, const cl
         if ((st = CLG_KA_DONE(err, &r, "clSetKernelArg(gemm_reduce)")) != CLG_OK)
             goto out;
         size_t gws[3] = {(size_t)N, (size_t)M, (size_t)batch};
-        st = enqueue(dev, kred, 3, gws, NULL, CLG_LAUNCH_FIT, ev);
+        st = enqueue(dev, kred, 3, gws, NULL, CLG_LAUNCH_PAD, ev);
     }
 out:
     /* In-order queue: a block handed out again is only used by commands
@@ -644,7 +644,7 @@ clg_status clg_gemm_dot(clg_device *dev, const clg_gemm_args *a, cl_event *ev)
     size_t gws[3] = {(size_t)CLG_CEIL_DIV(a->M, DOT_DR), (size_t)CLG_CEIL_DIV(a->N, DOT_DC),
                      (size_t)(a->batch > 0 ? a->batch : 1)};
     evs e = {NULL, ev, NULL, 0};
-    clg_status st = enqueue(dev, k, 3, gws, NULL, CLG_LAUNCH_FIT, &e);
+    clg_status st = enqueue(dev, k, 3, gws, NULL, CLG_LAUNCH_PAD, &e);
     ev_finish(&e, st);
     return st;
 }
@@ -665,7 +665,7 @@ static clg_status gemm_epilogue(clg_device *dev, const clg_gemm_args *a, evs *ev
     ka_output(&g, a);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &g, "clSetKernelArg(gemm_epilogue)"));
     size_t gws[3] = {(size_t)a->N, (size_t)a->M, (size_t)(a->batch > 0 ? a->batch : 1)};
-    return enqueue(dev, k, 3, gws, NULL, CLG_LAUNCH_FIT, ev);
+    return enqueue(dev, k, 3, gws, NULL, CLG_LAUNCH_PAD, ev);
 }
 
 #endif
