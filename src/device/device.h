@@ -154,6 +154,7 @@ typedef struct clg_wg_limits {
     size_t multiple;    /* preferred multiple of the group size (1 when not reported) */
     size_t reqd[3];     /* reqd_work_group_size of the kernel (zeros: none) */
     uint64_t local_mem; /* CL_DEVICE_LOCAL_MEM_SIZE, bytes (0: not reported) */
+    int canon;          /* few distinct local sizes wanted (CPU devices: see CLG_LAUNCH_PAD) */
 } clg_wg_limits;
 
 /* Limits of kernel k (obtained from clg_kernel_get on dev) on dev. */
@@ -174,8 +175,9 @@ CLG_INTERNAL clg_status clg_kernel_get_wg(clg_device *dev, const char *prog, con
 CLG_INTERNAL void clg_wg_fit(const clg_wg_limits *L, cl_uint dims, size_t *lws);
 /* Local size for a 1-/2-/3-D range of n[] items with bounds-checked kernels:
  * dimension 0 gets a power of two >= n[0] up to want0 (multiple-aligned),
- * dimension 1 fills the group up to want_total; dimension 2 is 1; then fitted
- * to L. gws = n rounded up to multiples of lws. */
+ * dimension 1 fills the group up to want_total (with L->canon whenever
+ * n[1] >= 16, not only up to n[1], so ranges of 16, 32 or 64 rows share one
+ * local size); dimension 2 is 1; then fitted to L. gws = n rounded up to multiples of lws. */
 CLG_INTERNAL void clg_wg_geom(const clg_wg_limits *L, cl_uint dims, const size_t *n, size_t want0, size_t want_total,
                               size_t *gws, size_t *lws);
 

@@ -18,6 +18,20 @@ static const clg_kernel_entry *entry_of(const clg_device *dev, cl_kernel k)
     return NULL;
 }
 
+/* CLG_LAUNCH_PAD on this device: CPU devices, unless CLGRAD_WG_CANON=0
+ * (=1 turns it on for every device). Decided once per device. */
+static int canon_on(clg_device *dev)
+{
+    if (!dev->wg_canon) {
+        const char *e = getenv("CLGRAD_WG_CANON");
+        int on = (dev->info.type & CLG_DEVICE_CPU) != 0;
+        if (e && e[0])
+            on = strcmp(e, "0") != 0;
+        dev->wg_canon = on ? 2 : 1;
+    }
+    return dev->wg_canon == 2;
+}
+
 clg_status clg_kernel_limits(clg_device *dev, cl_kernel k, clg_wg_limits *L)
 {
     memset(L, 0, sizeof *L);
@@ -46,6 +60,7 @@ clg_status clg_kernel_limits(clg_device *dev, cl_kernel k, clg_wg_limits *L)
     }
     L->multiple = mult ? mult : 1;
     L->local_mem = dev->info.local_mem_bytes;
+    L->canon = canon_on(dev);
     return CLG_OK;
 }
 
@@ -118,7 +133,7 @@ void clg_wg_geom(const clg_wg_limits *L, cl_uint dims, const size_t *n, size_t w
         lws[d] = 1;
     if (dims > 1) {
         size_t l1 = 1;
-        while (l1 < n[1] && l0 * l1 * 2 <= want_total)
+        while ((l1 < n[1] || (L->canon && n[1] >= 16)) && l0 * l1 * 2 <= want_total)
             l1 *= 2;
         lws[1] = l1;
     }
@@ -162,20 +177,6 @@ static int fits(const clg_wg_limits *L, cl_uint dims, const size_t *lws)
             if ((d < dims ? lws[d] : 1) != L->reqd[d])
                 return 0;
     return total <= L->max_total;
-}
-
-/* CLG_LAUNCH_PAD on this device: CPU devices, unless CLGRAD_WG_CANON=0
- * (=1 turns it on for every device). Decided once per device. */
-static int canon_on(clg_device *dev)
-{
-    if (!dev->wg_canon) {
-        const char *e = getenv("CLGRAD_WG_CANON");
-        int on = (dev->info.type & CLG_DEVICE_CPU) != 0;
-        if (e && e[0])
-            on = strcmp(e, "0") != 0;
-        dev->wg_canon = on ? 2 : 1;
-    }
-    return dev->wg_canon == 2;
 }
 
 clg_status clg_launch(clg_device *dev, cl_kernel k, cl_uint dims, const size_t *gws, const size_t *lws,

@@ -1,6 +1,8 @@
 /* Launch limits (clg_wg_fit, clg_launch), vendor defaults that fit GPU
  * limits, and stored measurements from another device being ignored. */
 #include <check.h>
+#include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -211,11 +213,74 @@ START_TEST(foreign_measurements)
 }
 END_TEST
 
+/* CLG_LAUNCH_PAD: one local size for every range on CPU devices (PoCL
+ * compiles each kernel once per local size), the range rounded up and the
+ * kernel's bound checks keeping the padding out of the result; and the
+ * same sums with the runtime's choice. part_reduce against a double sum. */
+START_TEST(pad_launch)
+{
+    clg_wg_limits L;
+    memset(&L, 0, sizeof L);
+    L.max_total = 4096;
+    L.max_item[0] = L.max_item[1] = L.max_item[2] = 4096;
+    L.multiple = 8;
+    L.canon = 1;
+    size_t g1[3], l1[3], g2[3], l2[3], n1[3] = {7, 32, 128}, n2[3] = {7, 64, 100};
+    clg_wg_geom(&L, 3, n1, 256, 512, g1, l1);
+    clg_wg_geom(&L, 3, n2, 256, 512, g2, l2);
+    ck_assert(l1[0] == l2[0] && l1[1] == l2[1] && l1[2] == l2[2]);
+    for (int i = 0; i < 3; i++)
+        ck_assert(g1[i] % l1[i] == 0 && g1[i] >= n1[i] && g2[i] % l2[i] == 0 && g2[i] >= n2[i]);
+
+    clg_device *dev = &g_ctx->devs[0];
+    int saved = dev->wg_canon;
+    clg_rng r;
+    tu_rng(&r, 41);
+    const int shapes[][3] = {{3, 37, 5}, {1, 1, 1}, {2, 16, 4}, {4, 65, 19}}; /* chunks, rows, cols */
+    for (int mode = 1; mode <= 2; mode++) {
+        dev->wg_canon = mode; /* 1: the runtime picks, 2: canonical */
+        for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+            int chunks = shapes[t][0], rows = shapes[t][1], cols = shapes[t][2], ps = cols + 3, pc0 = 2;
+            size_t np = (size_t)chunks * rows * ps, no = (size_t)rows * (cols + 1);
+            float *part = malloc(np * sizeof *part), *out = malloc(no * sizeof *out);
+            float *got = malloc(no * sizeof *got);
+            tu_fill(part, np, -1.0f, 1.0f, &r);
+            tu_fill(out, no, -1.0f, 1.0f, &r);
+            cl_mem dp = tu_upload(dev, part, np), dout = tu_upload(dev, out, no);
+            ck_assert_int_eq(clg_conv_part_reduce(dev, dp, chunks, rows, cols - pc0 > 0 ? cols - pc0 : cols, ps, pc0,
+                                                  0.5f, dout, 0, cols + 1),
+                             CLG_OK);
+            tu_download(dev, dout, got, no);
+            int c2 = cols - pc0 > 0 ? cols - pc0 : cols;
+            for (int i = 0; i < rows; i++)
+                for (int j = 0; j < cols + 1; j++) {
+                    double want = out[i * (cols + 1) + j];
+                    if (j < c2) {
+                        double sum = 0;
+                        for (int ch = 0; ch < chunks; ch++)
+                            sum += part[((size_t)ch * rows + i) * ps + pc0 + j];
+                        want = 0.5 * want + sum;
+                    }
+                    ck_assert_msg(fabs(got[i * (cols + 1) + j] - want) <= 1e-5 * (1 + fabs(want)),
+                                  "mode %d shape %zu (%d,%d): %g, want %g", mode, t, i, j,
+                                  (double)got[i * (cols + 1) + j], want);
+                }
+            clg_buf_release(dev, dp);
+            clg_buf_release(dev, dout);
+            free(part);
+            free(out);
+            free(got);
+        }
+    }
+    dev->wg_canon = saved;
+}
+END_TEST
+
 int main(void)
 {
     g_ctx = tu_ctx(NULL);
-    const TTest *tests[] = {wg_fit, launch_limits, vendor_defaults, foreign_measurements};
-    int rc = tu_run_tests("limits", 120, tests, 4);
+    const TTest *tests[] = {wg_fit, launch_limits, vendor_defaults, foreign_measurements, pad_launch};
+    int rc = tu_run_tests("limits", 120, tests, 5);
     clg_ctx_destroy(g_ctx);
     return rc;
 }
