@@ -195,7 +195,9 @@ clg_status clg_launch(clg_device *dev, cl_kernel k, cl_uint dims, const size_t *
     size_t l[3] = {1, 1, 1}, padded[3];
     if (!lws && (flags & CLG_LAUNCH_PAD) && !L.reqd[0] && canon_on(dev)) {
         /* one local size for every range; dims 0 and 1 rounded up (the kernel bound-checks them) */
-        l[0] = dims == 1 ? 64 : CLG_WG_CANON_X;
+        /* two sizes at most: long rows (>= 256 along dim 0) get 4x wider groups,
+         * so that a range like 6272 x 9 is not cut into thousands of groups */
+        l[0] = dims == 1 ? 64 : gws[0] >= 256 ? 4 * CLG_WG_CANON_X : CLG_WG_CANON_X;
         if (dims > 1)
             l[1] = CLG_WG_CANON_Y;
         clg_wg_fit(&L, dims, l);

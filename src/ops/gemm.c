@@ -464,7 +464,7 @@ static clg_status run_packed(clg_device *dev, const clg_gemm_params *p, const cl
         if ((st = CLG_KA_DONE(err, &r, "clSetKernelArg(gemm_reduce)")) != CLG_OK)
             goto out;
         size_t gws[3] = {(size_t)N, (size_t)M, (size_t)batch};
-        st = enqueue(dev, kred, 3, gws, NULL, CLG_LAUNCH_PAD, ev);
+        st = enqueue(dev, kred, 3, gws, NULL, CLG_LAUNCH_FIT, ev); /* hot split-K path: the runtime's size */
     }
 out:
     /* In-order queue: a block handed out again is only used by commands
