@@ -187,8 +187,9 @@ CLG_INTERNAL void clg_wg_geom(const clg_wg_limits *L, cl_uint dims, const size_t
 /* With lws NULL: the kernel bound-checks dimensions 0 and 1, so the launcher
  * may pick the local size itself and round gws[0], gws[1] up to it
  * (dimension 2 keeps its size, with local size 1). On CPU devices it uses
- * one canonical local size (CLG_WG_CANON_X x CLG_WG_CANON_Y x 1, 64 for 1-D)
- * whatever the range: CPU runtimes such as PoCL compile a kernel to machine
+ * one canonical local size whatever the range (CLG_WG_CANON_X x CLG_WG_CANON_Y
+ * x 1, four times wider along dimension 0 for ranges of 256 or more there;
+ * 64 for 1-D): CPU runtimes such as PoCL compile a kernel to machine
  * code once per distinct local size at its first launch, and leaving the
  * choice to the runtime gave a new size for nearly every new range (11 for
  * gemm_pack in one VGG-S step). Elsewhere, or with CLGRAD_WG_CANON=0, the

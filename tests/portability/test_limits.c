@@ -236,7 +236,7 @@ START_TEST(pad_launch)
     int saved = dev->wg_canon;
     clg_rng r;
     tu_rng(&r, 41);
-    const int shapes[][3] = {{3, 37, 5}, {1, 1, 1}, {2, 16, 4}, {4, 65, 19}}; /* chunks, rows, cols */
+    const int shapes[][3] = {{3, 37, 5}, {1, 1, 1}, {2, 16, 4}, {4, 65, 19}, {2, 300, 7}}; /* chunks, rows, cols; 300 rows: the wide size */
     for (int mode = 1; mode <= 2; mode++) {
         dev->wg_canon = mode; /* 1: the runtime picks, 2: canonical */
         for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
