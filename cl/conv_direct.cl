@@ -294,6 +294,105 @@ __kernel void dconv_bwdf(__global const float *x, const int offx, __global const
         }
     }
 }
+
+#ifdef QB
+// Weights as channel vectors: wt[(c*RS + t)*KP + k] = w[k][c][t] (zeros
+// past DK), or with flip the forward weights of a stride-1 backward-data
+// pass run as a forward convolution over dy (this shape's DC is the layer's
+// K and DK its C): w[c][k][RS-1-t]. gws = (KP, DC*RS).
+__kernel void dconv_wt(__global const float *w, const int offw, const int flip, __global float *wt)
+{
+    const int k = get_global_id(0);
+    const int ct = get_global_id(1);
+    if (k >= KP || ct >= DC * RS)
+        return;
+    const int c = ct / RS, t = ct - c * RS;
+    float v = 0.0f;
+    if (k < DK)
+        v = flip ? w[offw + (c * DK + k) * RS + (RS - 1 - t)] : w[offw + (k * DC + c) * RS + t];
+    wt[ct * KP + k] = v;
+}
+
+// Forward vectorised over output channels: a work-item holds QB output
+// pixels of one row (a strip) for KVB channel vectors; every input value it
+// reads multiplies KVB weight vectors. gws = (strips, P, N * KP/(VK*KVB)).
+#define FWDK_TAPS(CC)                                                                                  \
+    _Pragma("unroll") for (int s = 0; s < DS; s++)                                                     \
+    {                                                                                                  \
+        veck wv_[KVB];                                                                                 \
+        _Pragma("unroll") for (int j = 0; j < KVB; j++) wv_[j] = KLD(wc + (rr * DS + s) * KP + j * VK); \
+        _Pragma("unroll") for (int jq = 0; jq < QB; jq++)                                              \
+        {                                                                                              \
+            const int col_ = (q0 + jq) * DSW - DPW + s;                                                \
+            if (CC && (col_ < 0 || col_ >= DW))                                                        \
+                continue;                                                                              \
+            const veck xv_ = (veck)(xr[col_]);                                                         \
+            _Pragma("unroll") for (int j = 0; j < KVB; j++) acc[j][jq] = fma(wv_[j], xv_, acc[j][jq]); \
+        }                                                                                              \
+    }
+
+__kernel void dconv_fwdk(const int N, __global const float *x, const int offx, __global const float *wt,
+                         __global const float *bias, const int offb, const int has_bias, const int relu,
+                         __global float *y, const int offy)
+{
+    const int strip = get_global_id(0);
+    const int p = get_global_id(1);
+    const int z = get_global_id(2);
+    const int NKB = KP / (VK * KVB);
+    const int q0 = strip * QB;
+    if (q0 >= DQ || p >= DP)
+        return;
+    const int n = z / NKB, kv = (z - n * NKB) * KVB;
+    if (n >= N)
+        return;
+    const int inner = q0 * DSW - DPW >= 0 && (q0 + QB - 1) * DSW - DPW + DS <= DW && q0 + QB <= DQ;
+    veck acc[KVB][QB];
+#pragma unroll
+    for (int j = 0; j < KVB; j++)
+#pragma unroll
+        for (int jq = 0; jq < QB; jq++)
+            acc[j][jq] = (veck)(0.0f);
+    for (int c = 0; c < DC; c++) {
+        __global const float *xc = x + offx + (n * DC + c) * DH * DW;
+        __global const float *wc = wt + c * RS * KP + kv * VK;
+#pragma unroll 1
+        for (int rr = 0; rr < DR; rr++) {
+            const int h = p * DSH - DPH + rr;
+            if (h < 0 || h >= DH)
+                continue;
+            __global const float *xr = xc + h * DW;
+            if (inner) {
+                FWDK_TAPS(0);
+            } else {
+                FWDK_TAPS(1);
+            }
+        }
+    }
+    float t[QB * VK];
+#pragma unroll
+    for (int j = 0; j < KVB; j++) {
+        const int k0 = (kv + j) * VK;
+        float bt[VK];
+        for (int l = 0; l < VK; l++)
+            bt[l] = has_bias && k0 + l < DK ? bias[offb + k0 + l] : 0.0f;
+        const veck bv = KLD(bt);
+#pragma unroll
+        for (int jq = 0; jq < QB; jq++) {
+            veck o = acc[j][jq] + bv;
+            if (relu)
+                o = fmax(o, 0.0f);
+            KST(o, t + jq * VK);
+        }
+        for (int l = 0; l < VK && k0 + l < DK; l++) {
+            __global float *yr = y + offy + ((n * DK + k0 + l) * DP + p) * DQ + q0;
+#pragma unroll
+            for (int jq = 0; jq < QB; jq++)
+                if (q0 + jq < DQ)
+                    yr[jq] = t[jq * VK + l];
+        }
+    }
+}
+#endif // QB
 #endif // VK
 
 #ifdef CB

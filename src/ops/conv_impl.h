@@ -70,10 +70,12 @@ CLG_INTERNAL int clg_conv_fft_available(void);
  * dilation 1, windows up to 11x11, strides up to 4 (rows) and 2 (columns); backward-filter also
  * needs an output row within 4 vectors). bwd_filter also writes db (may be NULL). */
 CLG_INTERNAL int clg_conv_djit_ok(const clg_device *dev, const clg_conv_shape *s, clg_conv_pass pass);
-CLG_INTERNAL clg_status clg_conv_djit_fwd(clg_device *dev, const clg_conv_shape *s, cl_mem x, size_t offx, cl_mem w,
-                                          size_t offw, cl_mem bias, size_t offb, int relu, cl_mem y, size_t offy);
-CLG_INTERNAL clg_status clg_conv_djit_bwd_data(clg_device *dev, const clg_conv_shape *s, cl_mem dy, size_t offdy,
-                                               cl_mem w, size_t offw, cl_mem dx, size_t offdx);
+CLG_INTERNAL clg_status clg_conv_djit_fwd(clg_device *dev, const clg_conv_shape *s, clg_conv_cache *cache, cl_mem x,
+                                          size_t offx, cl_mem w, size_t offw, cl_mem bias, size_t offb, int relu,
+                                          cl_mem y, size_t offy);
+CLG_INTERNAL clg_status clg_conv_djit_bwd_data(clg_device *dev, const clg_conv_shape *s, clg_conv_cache *cache,
+                                               cl_mem dy, size_t offdy, cl_mem w, size_t offw, cl_mem dx,
+                                               size_t offdx);
 CLG_INTERNAL clg_status clg_conv_djit_bwd_filter(clg_device *dev, const clg_conv_shape *s, cl_mem x, size_t offx,
                                                  cl_mem dy, size_t offdy, float beta, cl_mem dw, size_t offdw,
                                                  cl_mem db, size_t offdb);

@@ -217,11 +217,16 @@ START_TEST(direct_jit_random)
             s.C = irand(&r, 1, g_tiny ? 3 : 9);
             s.K = irand(&r, 1, g_tiny ? 5 : 21);
         } while (clg_conv_check(NULL, &s) != CLG_OK);
+        if (i % 3 == 0) /* backward-data as a forward convolution needs stride 1 */
+            s.stride_h = s.stride_w = 1;
         for (int pass = 0; pass < 3; pass++)
             ck_assert_msg(clg_conv_djit_ok(dev0(), &s, (clg_conv_pass)pass) || s.R * s.S > 25,
                           "direct: shape-specialised path not taken");
+        /* both forward designs (row vectors, channel vectors) on every kind of shape */
+        setenv("CLGRAD_DJIT_FWD", i % 2 ? "q" : "k", 1);
         check_algo(&s, CLG_CONV_DIRECT, &r, 1e-4, 7);
     }
+    unsetenv("CLGRAD_DJIT_FWD");
 }
 END_TEST
 
