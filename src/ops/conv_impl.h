@@ -126,8 +126,10 @@ CLG_INTERNAL clg_status clg_conv_auto_choose(clg_device *dev, const clg_conv_sha
                                              const clg_conv_io *io, clg_conv_algo *out, int *final);
 
 /* Untuned choice for a device class (README, GPU portability): depthwise ->
- * direct; fewer than 8 reduced channels or not 3x3 stride 1 -> im2col;
- * otherwise Winograd: the fused design on CPUs, the separate design
+ * direct; on CPUs the shape-specialised direct kernels for weight gradients
+ * and for windows other than 1x1 with fewer than 8 reduced channels or not
+ * 3x3 stride 1; otherwise fewer than 8 reduced channels or not 3x3 stride 1
+ * -> im2col; else Winograd: the fused design on CPUs, the separate design
  * (transforms + tiled GEMM) on GPUs, F(4x4) where the error policy allows
  * (on GPUs only for NVIDIA and AMD). */
 CLG_INTERNAL clg_conv_algo clg_conv_algo_default(const clg_device *dev, const clg_conv_shape *s, clg_conv_pass pass);
