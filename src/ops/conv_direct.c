@@ -130,16 +130,17 @@ static clg_status djit_fwdk(clg_device *dev, const clg_conv_shape *fs, int flip,
 }
 
 /* Which forward design: vectors over output channels need enough of them
- * to fill a vector and a window to reuse each weight vector over (measured
- * on PoCL, AVX-512: 1.3x faster than row vectors at K = 16-32 with 3x3 and
- * 5x5 windows, 2x slower at K = 6 or C = 1 backward-data, slower at 1x1).
- * CLGRAD_DJIT_FWD=q|k forces one (measurement). */
+ * to fill a vector, and enough taps per output (C*R*S) to pay for
+ * scattering the channel vectors back into rows at the end (measured on
+ * PoCL, AVX-512: 1.2-1.4x faster than row vectors at K = 16-32 with C*R*S
+ * of 144-150; 2-3x slower with one input channel, K = 6 or 1x1 windows).
+ * CLGRAD_DJIT_FWD=q|k forces one (measurement, tests). */
 static int use_fwdk(const clg_conv_shape *fs)
 {
     const char *e = getenv("CLGRAD_DJIT_FWD");
     if (e && (*e == 'q' || *e == 'k'))
         return *e == 'k';
-    return fs->K >= 16 && fs->R * fs->S >= 4;
+    return fs->K >= 16 && fs->R * fs->S >= 4 && fs->C * fs->R * fs->S >= 64;
 }
 
 clg_status clg_conv_djit_fwd(clg_device *dev, const clg_conv_shape *s, clg_conv_cache *cache, cl_mem x, size_t offx,
