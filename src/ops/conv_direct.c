@@ -111,12 +111,7 @@ static clg_status djit_fwdk(clg_device *dev, const clg_conv_shape *fs, int flip,
         clg_ka_mem(&a, x);
         clg_ka_int(&a, (int)offx);
         clg_ka_mem(&a, U);
-        clg_ka_mem(&a, bias ? bias : U);
-        clg_ka_int(&a, (int)offb);
-        clg_ka_int(&a, bias != NULL);
-        clg_ka_int(&a, relu);
-        clg_ka_mem(&a, y);
-        clg_ka_int(&a, (int)offy);
+        clg_conv_ka_epilogue(&a, bias, offb, U, relu, y, offy);
         st = CLG_KA_DONE(clg_dev_err(dev), &a, "dconv_fwdk args");
     }
     if (st == CLG_OK) {
@@ -161,12 +156,7 @@ clg_status clg_conv_djit_fwd(clg_device *dev, const clg_conv_shape *s, clg_conv_
     clg_ka_int(&a, (int)offx);
     clg_ka_mem(&a, w);
     clg_ka_int(&a, (int)offw);
-    clg_ka_mem(&a, bias ? bias : w);
-    clg_ka_int(&a, (int)offb);
-    clg_ka_int(&a, bias != NULL);
-    clg_ka_int(&a, relu);
-    clg_ka_mem(&a, y);
-    clg_ka_int(&a, (int)offy);
+    clg_conv_ka_epilogue(&a, bias, offb, w, relu, y, offy);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &a, "dconv_fwd args"));
     size_t gws[3], lws[3];
     clg_conv_geom(dev, k, CLG_CEIL_DIV(Q, vw * nv), P, s->N * CLG_CEIL_DIV(s->K, kb), gws, lws);

@@ -30,6 +30,11 @@ CLG_INTERNAL clg_status clg_conv_enqueue(clg_device *dev, cl_kernel k, cl_uint d
  * the limits of kernel k on dev. */
 CLG_INTERNAL void clg_conv_geom(clg_device *dev, cl_kernel k, int n0, int n1, int n2, size_t gws[3], size_t lws[3]);
 
+/* Appends the bias + ReLU epilogue and output arguments every forward
+ * kernel takes: bias (or `dummy` when NULL), offb, has_bias, relu, y, offy. */
+CLG_INTERNAL void clg_conv_ka_epilogue(clg_kargs *a, cl_mem bias, size_t offb, cl_mem dummy, int relu, cl_mem y,
+                                       size_t offy);
+
 /* Step profiling: with CLGRAD_CONV_PROFILE=1 each call finishes the queue
  * and prints the wall time since the previous call (label NULL: restart). */
 CLG_INTERNAL void clg_conv_prof(clg_device *dev, const char *label);
