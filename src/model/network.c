@@ -805,6 +805,182 @@ clg_status clg_replica_weights_updated(clg_replica *r)
     return CLG_OK;
 }
 
+// ---- parameter arena ----
+
+/* Where trainable parameter ref's authoritative fp32 value is kept: the
+ * master slot in fp16 mode, else param->value. */
+static cl_mem *value_slot(clg_replica *r, const clg_param_ref *ref)
+{
+    if (r->fp16 && r->master) {
+        cl_mem *m = &r->master[ref->layer->index * CLG_MAX_PARAMS + (int)(ref->param - ref->layer->params)];
+        if (*m)
+            return m;
+    }
+    return &ref->param->value;
+}
+
+/* Hands the arena's sub-buffers back (the layers' and master slots that
+ * point at them become NULL) and frees the arenas. */
+static void arena_free(clg_replica *r)
+{
+    for (int i = 0; i < r->nlayers && r->narena > 0; i++)
+        for (int p = 0; p < r->layers[i].nparams; p++) {
+            clg_param *pr = &r->layers[i].params[p];
+            cl_mem *m = r->master ? &r->master[i * CLG_MAX_PARAMS + p] : NULL;
+            for (int j = 0; j < r->narena; j++) {
+                if (r->psub && r->psub[j] && pr->value == r->psub[j])
+                    pr->value = NULL;
+                if (r->psub && r->psub[j] && m && *m == r->psub[j])
+                    *m = NULL;
+                if (r->gsub && r->gsub[j] && pr->grad == r->gsub[j])
+                    pr->grad = NULL;
+            }
+        }
+    for (int j = 0; j < r->narena; j++) {
+        if (r->psub && r->psub[j])
+            clReleaseMemObject(r->psub[j]);
+        if (r->gsub && r->gsub[j])
+            clReleaseMemObject(r->gsub[j]);
+    }
+    if (r->parena)
+        clReleaseMemObject(r->parena);
+    if (r->garena)
+        clReleaseMemObject(r->garena);
+    free(r->psub);
+    free(r->gsub);
+    free(r->arena_off);
+    r->parena = r->garena = NULL;
+    r->psub = r->gsub = NULL;
+    r->arena_off = NULL;
+    r->arena_bytes = 0;
+    r->narena = 0;
+}
+
+clg_status clg_replica_arena(clg_replica *r, const size_t *off, size_t bytes)
+{
+    clg_device *dev = r->dev;
+    clg_err *err = clg_dev_err(dev);
+    clg_param_ref *refs = NULL;
+    int n = 0;
+    CLG_TRY(clg_replica_params(r, 1, &refs, &n));
+    size_t *lay = calloc((size_t)CLG_MAX(n, 1), sizeof *lay);
+    cl_mem *ps = calloc((size_t)CLG_MAX(n, 1), sizeof *ps), *gs = calloc((size_t)CLG_MAX(n, 1), sizeof *gs);
+    clg_status st = lay && ps && gs ? CLG_OK : clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory (parameter arena)");
+    if (st == CLG_OK && off) {
+        for (int i = 0; i < n; i++) {
+            lay[i] = off[i];
+            if (off[i] % sizeof(float) || off[i] > bytes || refs[i].param->numel * sizeof(float) > bytes - off[i]) {
+                st = clg_err_set(err, CLG_ERR_INTERNAL, "parameter arena: %s.%s does not fit its place",
+                                 refs[i].layer->name, refs[i].param->name);
+                break;
+            }
+        }
+    } else if (st == CLG_OK) { /* the data-parallel layout's rule (src/parallel/dp.c make_layout) */
+        cl_uint bits = 0;
+        size_t align = 128;
+        if (clGetDeviceInfo(dev->id, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof bits, &bits, NULL) == CL_SUCCESS &&
+            bits / 8 > align)
+            align = bits / 8;
+        bytes = 0;
+        for (int i = n - 1; i >= 0; i--) {
+            lay[i] = bytes;
+            bytes += (refs[i].param->numel * sizeof(float) + align - 1) / align * align;
+        }
+    }
+    if (st != CLG_OK || bytes == 0 || bytes % sizeof(float) ||
+        (r->parena && r->narena == n && r->arena_bytes == bytes && memcmp(lay, r->arena_off, n * sizeof *lay) == 0)) {
+        if (st == CLG_OK && bytes % sizeof(float))
+            st = clg_err_set(err, CLG_ERR_INTERNAL, "parameter arena of %zu bytes: not whole floats", bytes);
+        free(refs);
+        free(lay);
+        free(ps);
+        free(gs);
+        return st;
+    }
+    cl_int e = CL_SUCCESS;
+    cl_mem pa = clCreateBuffer(dev->cl, CL_MEM_READ_WRITE, bytes, NULL, &e), ga = NULL;
+    if (e == CL_SUCCESS)
+        ga = clCreateBuffer(dev->cl, CL_MEM_READ_WRITE, bytes, NULL, &e);
+    if (e != CL_SUCCESS)
+        st = clg_cl_fail(err, e, "clCreateBuffer (parameter arena)", __FILE__, __LINE__);
+    if (st == CLG_OK) /* padding stays zero: the optimizer and the reduction run over it */
+        st = clg_buf_fill(dev, pa, 0, bytes / sizeof(float), 0.0f);
+    if (st == CLG_OK)
+        st = clg_buf_fill(dev, ga, 0, bytes / sizeof(float), 0.0f);
+    for (int i = 0; i < n && st == CLG_OK; i++) {
+        size_t nb = refs[i].param->numel * sizeof(float);
+        if (nb == 0)
+            continue;
+        cl_buffer_region reg = {lay[i], nb};
+        ps[i] = clCreateSubBuffer(pa, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &reg, &e);
+        if (e == CL_SUCCESS)
+            gs[i] = clCreateSubBuffer(ga, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &reg, &e);
+        if (e != CL_SUCCESS) {
+            st = clg_cl_fail(err, e, "clCreateSubBuffer (parameter arena)", __FILE__, __LINE__);
+            break;
+        }
+        cl_mem v = *value_slot(r, &refs[i]), g = refs[i].param->grad;
+        if (v)
+            e = clEnqueueCopyBuffer(dev->queue, v, ps[i], 0, 0, nb, 0, NULL, NULL);
+        if (e == CL_SUCCESS && g)
+            e = clEnqueueCopyBuffer(dev->queue, g, gs[i], 0, 0, nb, 0, NULL, NULL);
+        if (e != CL_SUCCESS)
+            st = clg_cl_fail(err, e, "clEnqueueCopyBuffer (parameter arena)", __FILE__, __LINE__);
+    }
+    if (st != CLG_OK) { /* the old buffers stay in place */
+        for (int i = 0; i < n; i++) {
+            if (ps[i])
+                clReleaseMemObject(ps[i]);
+            if (gs[i])
+                clReleaseMemObject(gs[i]);
+        }
+        if (pa)
+            clReleaseMemObject(pa);
+        if (ga)
+            clReleaseMemObject(ga);
+        free(refs);
+        free(lay);
+        free(ps);
+        free(gs);
+        return st;
+    }
+    /* the copies above are enqueued before anything that reuses the old
+     * buffers (in-order queue); sub-buffers of an old arena go with it */
+    int had = r->narena > 0;
+    for (int i = 0; i < n; i++) {
+        if (!ps[i])
+            continue;
+        cl_mem *slot = value_slot(r, &refs[i]);
+        if (!had) {
+            clg_buf_release(dev, *slot);
+            clg_buf_release(dev, refs[i].param->grad);
+        }
+        *slot = ps[i];
+        refs[i].param->grad = gs[i];
+    }
+    if (had) { /* the slots point at the new arena now: arena_free only releases the old one */
+        clFinish(dev->queue);
+        for (int j = 0; j < r->narena; j++) {
+            if (r->psub[j])
+                clReleaseMemObject(r->psub[j]);
+            if (r->gsub[j])
+                clReleaseMemObject(r->gsub[j]);
+            r->psub[j] = r->gsub[j] = NULL;
+        }
+        arena_free(r);
+    }
+    r->parena = pa;
+    r->garena = ga;
+    r->psub = ps;
+    r->gsub = gs;
+    r->arena_off = lay;
+    r->arena_bytes = bytes;
+    r->narena = n;
+    free(refs);
+    clg_replica_params_changed(r);
+    return CLG_OK;
+}
+
 clg_status clg_replica_create(clg_net *net, clg_device *dev, uint64_t seed, clg_replica **out)
 {
     *out = NULL;
@@ -844,6 +1020,8 @@ clg_status clg_replica_create(clg_net *net, clg_device *dev, uint64_t seed, clg_
     }
     if (st == CLG_OK && r->fp16)
         st = setup_fp16(r);
+    if (st == CLG_OK)
+        st = clg_replica_arena(r, NULL, 0);
     const char *pe = getenv("CLGRAD_PROFILE");
     if (st == CLG_OK && pe && pe[0] && strcmp(pe, "0") != 0) {
         r->profile = 1;
@@ -877,6 +1055,7 @@ void clg_replica_free(clg_replica *r)
         return;
     if (r->dev)
         clFinish(r->dev->queue);
+    arena_free(r);
     destroy_layers(r->layers, r->nlayers, r->dev);
     free(r->layers);
     for (int i = 0; i < r->nsubs; i++) /* before their arena */
