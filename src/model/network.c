@@ -927,6 +927,10 @@ clg_status clg_replica_arena(clg_replica *r, const size_t *off, size_t bytes)
         if (e != CL_SUCCESS)
             st = clg_cl_fail(err, e, "clEnqueueCopyBuffer (parameter arena)", __FILE__, __LINE__);
     }
+    /* the old buffers go back to the pool below, where another queue (a
+     * lane's transfer queue) may take them: the copies must be done first */
+    if (st == CLG_OK && (e = clFinish(dev->queue)) != CL_SUCCESS)
+        st = clg_cl_fail(err, e, "clFinish (parameter arena)", __FILE__, __LINE__);
     if (st != CLG_OK) { /* the old buffers stay in place */
         for (int i = 0; i < n; i++) {
             if (ps[i])
@@ -944,8 +948,6 @@ clg_status clg_replica_arena(clg_replica *r, const size_t *off, size_t bytes)
         free(gs);
         return st;
     }
-    /* the copies above are enqueued before anything that reuses the old
-     * buffers (in-order queue); sub-buffers of an old arena go with it */
     int had = r->narena > 0;
     for (int i = 0; i < n; i++) {
         if (!ps[i])
@@ -959,7 +961,6 @@ clg_status clg_replica_arena(clg_replica *r, const size_t *off, size_t bytes)
         refs[i].param->grad = gs[i];
     }
     if (had) { /* the slots point at the new arena now: arena_free only releases the old one */
-        clFinish(dev->queue);
         for (int j = 0; j < r->narena; j++) {
             if (r->psub[j])
                 clReleaseMemObject(r->psub[j]);
