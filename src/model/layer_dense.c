@@ -107,10 +107,15 @@ static clg_status dense_backward(clg_layer *l, clg_device *dev, const clg_tensor
     size_t ny = (size_t)n * p->units;
     cl_mem dz = dout->mem, tmp = NULL;
     size_t odz = dout->off;
+    /* ReLU with a bias: the activation's backward and the bias gradient in one launch */
+    int fused = p->act == CLG_ACT_RELU && p->bias;
     if (p->act != CLG_ACT_LINEAR) {
         CLG_TRY(clg_buf_alloc(dev, ny * sizeof(float), &tmp));
-        clg_status st = clg_nn_act_backward(dev, p->act, p->alpha, ny, p->act == CLG_ACT_GELU ? p->pre : NULL, 0,
-                                            out->mem, out->off, dout->mem, dout->off, tmp, 0);
+        clg_status st = fused ? clg_nn_relu_bwd_colsum(dev, (size_t)n, (size_t)p->units, out->mem, out->off,
+                                                       dout->mem, dout->off, tmp, 0, l->params[1].grad, 0)
+                              : clg_nn_act_backward(dev, p->act, p->alpha, ny,
+                                                    p->act == CLG_ACT_GELU ? p->pre : NULL, 0, out->mem, out->off,
+                                                    dout->mem, dout->off, tmp, 0);
         if (st != CLG_OK) {
             clg_buf_release(dev, tmp);
             return st;
@@ -135,7 +140,7 @@ static clg_status dense_backward(clg_layer *l, clg_device *dev, const clg_tensor
     g.C = l->params[0].grad;
     g.ldc = p->in_features;
     st = clg_gemm(dev, &g, NULL);
-    if (st == CLG_OK && p->bias)
+    if (st == CLG_OK && p->bias && !fused)
         st = clg_nn_colsum(dev, (size_t)n, (size_t)p->units, dz, odz, l->params[1].grad, 0);
     if (st == CLG_OK && din[0].mem) {
         /* dx = dz W */
