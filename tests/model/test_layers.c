@@ -164,8 +164,9 @@ START_TEST(dense_skip_din) { dense_case(CLG_ACT_TANH, 1, 4, 4, 2, 3, 3, 5, 1); }
 END_TEST
 
 /* ReLU + bias (the fused activation backward + bias gradient) on a partial
- * batch of many samples and an odd number of units */
-START_TEST(dense_relu_bias_partial_batch) { dense_case(CLG_ACT_RELU, 1, 70, 67, 5, 1, 1, 33, 0); }
+ * batch of many samples and an odd number of units; 35 input features: the
+ * single-launch forward's 16-wide steps along K and its scalar tail */
+START_TEST(dense_relu_bias_partial_batch) { dense_case(CLG_ACT_RELU, 1, 70, 67, 5, 1, 7, 33, 0); }
 END_TEST
 
 /* ---------------- softmax + cross-entropy ---------------- */
@@ -984,6 +985,7 @@ int main(void)
     tcase_add_loop_test(tc, activation_fwd_bwd, 0, 5);
     if (tiny) {
         tcase_add_loop_test(tc, dense_acts, CLG_ACT_RELU, CLG_ACT_RELU + 1);
+        tcase_add_test(tc, dense_relu_bias_partial_batch);
         tcase_add_test(tc, softmax_small);
         tcase_add_test(tc, mse_fwd_bwd);
         tcase_add_test(tc, maxpool_2x2);
