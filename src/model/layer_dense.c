@@ -137,6 +137,8 @@ static clg_status dense_backward(clg_layer *l, clg_device *dev, const clg_tensor
         odz = 0;
     }
     clg_status st = CLG_OK;
+    /* small: both products in one launch each (clg_gemm_rows) */
+    int small = (double)n * p->units * p->in_features <= DENSE_DOT_MAX;
     /* dW = dz^T x */
     clg_gemm_args g;
     clg_gemm_args_init(&g);
@@ -152,7 +154,7 @@ static clg_status dense_backward(clg_layer *l, clg_device *dev, const clg_tensor
     g.ldb = p->in_features;
     g.C = l->params[0].grad;
     g.ldc = p->in_features;
-    st = clg_gemm(dev, &g, NULL);
+    st = small ? clg_gemm_rows(dev, &g, NULL) : clg_gemm(dev, &g, NULL);
     if (st == CLG_OK && p->bias && !fused)
         st = clg_nn_colsum(dev, (size_t)n, (size_t)p->units, dz, odz, l->params[1].grad, 0);
     if (st == CLG_OK && din[0].mem) {
@@ -169,7 +171,7 @@ static clg_status dense_backward(clg_layer *l, clg_device *dev, const clg_tensor
         g.C = din[0].mem;
         g.offC = din[0].off;
         g.ldc = p->in_features;
-        st = clg_gemm(dev, &g, NULL);
+        st = small ? clg_gemm_rows(dev, &g, NULL) : clg_gemm(dev, &g, NULL);
     }
     clg_buf_release(dev, tmp);
     return st;
