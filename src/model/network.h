@@ -116,9 +116,12 @@ typedef struct clg_replica {
      * clg_replica_params order; reverse layer order, each aligned for a
      * sub-buffer; padding stays zero). Every value / grad / master is a
      * sub-buffer of these, so the optimizer updates all of them with one
-     * launch over the whole arena. */
-    cl_mem parena, garena;
-    cl_mem *psub, *gsub; /* per trainable parameter */
+     * launch over the whole arena. fp16: varena holds the layers' fp32
+     * views of the half weights (param->value) in the same layout and
+     * harena the half values (element i of the arena at half i), so
+     * round_weights is one launch too. */
+    cl_mem parena, garena, varena, harena;
+    cl_mem *psub, *gsub, *vsub; /* per trainable parameter (vsub: fp16 only) */
     size_t *arena_off;
     size_t arena_bytes;
     int narena;

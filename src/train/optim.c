@@ -104,7 +104,6 @@ static clg_status state_arena(clg_optim *o, cl_mem *arena, cl_mem *sub)
     *arena = clCreateBuffer(dev->cl, CL_MEM_READ_WRITE, r->arena_bytes, NULL, &e);
     if (e != CL_SUCCESS)
         return clg_cl_fail(err, e, "clCreateBuffer (optimizer state arena)", __FILE__, __LINE__);
-    CLG_TRY(zero_buf(dev, *arena, r->arena_bytes));
     for (int i = 0; i < o->n; i++) {
         size_t nb = o->refs[i].param->numel * sizeof(float);
         if (nb == 0)
@@ -114,7 +113,9 @@ static clg_status state_arena(clg_optim *o, cl_mem *arena, cl_mem *sub)
         if (e != CL_SUCCESS)
             return clg_cl_fail(err, e, "clCreateSubBuffer (optimizer state arena)", __FILE__, __LINE__);
     }
-    return CLG_OK;
+    /* zeroed after the sub-buffers exist: oclgrind forgets the initialised
+     * state of a region when a sub-buffer over it is created */
+    return zero_buf(dev, *arena, r->arena_bytes);
 }
 
 clg_status clg_optim_create(clg_replica *rep, const clg_hparams *hp, clg_optim **out)

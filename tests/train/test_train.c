@@ -403,6 +403,19 @@ static void check_padding(clg_replica *r, cl_mem buf, const clg_param_ref *refs,
     free(used);
 }
 
+/* f rounded to the nearest binary16 value (ties to even), in double: for
+ * finite |f| below 65504; subnormal halves below 2^-14. */
+static double round_half(float f)
+{
+    double a = fabs((double)f);
+    if (a == 0)
+        return f;
+    int e;
+    frexp(a, &e); /* a = m * 2^e, m in [0.5, 1) */
+    int E = CLG_MAX(e - 1, -14);
+    return copysign(ldexp(nearbyint(ldexp(a, 10 - E)), E - 10), (double)f);
+}
+
 static void run_arena_case(int optimizer, double momentum, int nesterov, double wd, int fp16)
 {
     clg_ctx *c = ctx();
@@ -479,7 +492,7 @@ static void run_arena_case(int optimizer, double momentum, int nesterov, double 
         long la = (long)dev->launches - l0;
         ck_assert_msg(clg_optim_step(ob, lr, gscale) == CLG_OK, "%s", err->msg);
         long lb = (long)dev->launches - l0 - la;
-        /* one update launch (fp16: plus the half copies of the weights) against one per tensor */
+        /* one update launch against one per tensor (fp16: both plus one launch for the half copies) */
         ck_assert_msg(lb - la == n - 1, "arena step %ld launches, per-tensor %ld (%d tensors)", la, lb, n);
     }
     for (int i = 0; i < n; i++) {
@@ -498,6 +511,19 @@ static void run_arena_case(int optimizer, double momentum, int nesterov, double 
         free(w[i]);
         free(m[i]);
         free(v[i]);
+    }
+    if (fp16) { /* the layers' fp32 views: the new masters rounded to half, by one launch over the arena */
+        ck_assert_ptr_nonnull(ra->varena);
+        for (int i = 0; i < n; i++) {
+            size_t N = oa->refs[i].param->numel;
+            read_value(ra, &oa->refs[i], h);
+            tu_poison(hb, N);
+            tu_download(dev, oa->refs[i].param->value, hb, N);
+            for (size_t k = 0; k < N; k++)
+                ck_assert_msg((double)hb[k] == round_half(h[k]), "param %d [%zu]: view %.9g, master %.9g -> %.9g", i,
+                              k, hb[k], h[k], round_half(h[k]));
+        }
+        check_padding(ra, ra->varena, oa->refs, n, "fp32 view");
     }
     check_padding(ra, ra->parena, oa->refs, n, "parameter");
     check_padding(ra, ra->garena, oa->refs, n, "gradient");
