@@ -843,7 +843,7 @@ static cl_mem *arena_slot(clg_replica *r, const clg_param_ref *ref, int a)
  * bytes than the block, and oclgrind 21.10 then tracks only that many
  * bytes of the block as initialisable, so a reuse as another operation's
  * workspace would be misreported (tests/oclgrind_check.sh; freeing it
- * instead passes the same defect on to the next buffer created). */
+ * instead passes the write's size on to the next buffer created). */
 static void pool_return(clg_device *dev, cl_mem m)
 {
     size_t size = 0;
