@@ -628,6 +628,9 @@ clg_status clg_conv_run(clg_device *dev, const clg_conv_shape *s, clg_conv_algo 
         case CLG_CONV_IM2COL:
             return im2col_fwd(dev, s, io->x, io->offx, io->w, io->offw, io->bias, io->offb, io->relu, io->y, io->offy);
         case CLG_CONV_DIRECT:
+            if (clg_conv_djit_ok(dev, s, pass))
+                return clg_conv_djit_fwd(dev, s, cache, io->x, io->offx, io->w, io->offw, io->bias, io->offb, io->relu, io->y,
+                                         io->offy);
             return direct_fwd(dev, s, io->x, io->offx, io->w, io->offw, io->bias, io->offb, io->relu, io->y, io->offy);
         case CLG_CONV_WINOGRAD:
         case CLG_CONV_WINOGRAD4:
@@ -649,6 +652,8 @@ clg_status clg_conv_run(clg_device *dev, const clg_conv_shape *s, clg_conv_algo 
         case CLG_CONV_IM2COL:
             return im2col_bwd_data(dev, s, io->dy, io->offdy, io->w, io->offw, io->dx, io->offdx);
         case CLG_CONV_DIRECT:
+            if (clg_conv_djit_ok(dev, s, pass))
+                return clg_conv_djit_bwd_data(dev, s, cache, io->dy, io->offdy, io->w, io->offw, io->dx, io->offdx);
             return direct_bwd_data(dev, s, io->dy, io->offdy, io->w, io->offw, io->dx, io->offdx);
         case CLG_CONV_WINOGRAD:
         case CLG_CONV_WINOGRAD4:
@@ -672,6 +677,9 @@ clg_status clg_conv_run(clg_device *dev, const clg_conv_shape *s, clg_conv_algo 
             st = im2col_bwd_filter(dev, s, io->x, io->offx, io->dy, io->offdy, io->beta, io->dw, io->offdw);
             break;
         case CLG_CONV_DIRECT:
+            if (clg_conv_djit_ok(dev, s, pass)) /* bias gradient included */
+                return clg_conv_djit_bwd_filter(dev, s, io->x, io->offx, io->dy, io->offdy, io->beta, io->dw,
+                                                io->offdw, io->db, io->offdb);
             st = direct_bwd_filter(dev, s, io->x, io->offx, io->dy, io->offdy, io->beta, io->dw, io->offdw);
             break;
         case CLG_CONV_WINOGRAD:

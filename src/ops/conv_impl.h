@@ -66,6 +66,20 @@ CLG_INTERNAL clg_status clg_conv_fft_fwd(clg_device *dev, const clg_conv_shape *
                                          cl_mem y, size_t offy);
 CLG_INTERNAL int clg_conv_fft_available(void);
 
+/* Shape-specialised direct kernels (conv_direct.c; `direct` for groups 1,
+ * dilation 1, windows up to 11x11, strides up to 4 (rows) and 2 (columns); backward-filter also
+ * needs an output row within 4 vectors). bwd_filter also writes db (may be NULL). */
+CLG_INTERNAL int clg_conv_djit_ok(const clg_device *dev, const clg_conv_shape *s, clg_conv_pass pass);
+CLG_INTERNAL clg_status clg_conv_djit_fwd(clg_device *dev, const clg_conv_shape *s, clg_conv_cache *cache, cl_mem x,
+                                          size_t offx, cl_mem w, size_t offw, cl_mem bias, size_t offb, int relu,
+                                          cl_mem y, size_t offy);
+CLG_INTERNAL clg_status clg_conv_djit_bwd_data(clg_device *dev, const clg_conv_shape *s, clg_conv_cache *cache,
+                                               cl_mem dy, size_t offdy, cl_mem w, size_t offw, cl_mem dx,
+                                               size_t offdx);
+CLG_INTERNAL clg_status clg_conv_djit_bwd_filter(clg_device *dev, const clg_conv_shape *s, cl_mem x, size_t offx,
+                                                 cl_mem dy, size_t offdy, float beta, cl_mem dw, size_t offdw,
+                                                 cl_mem db, size_t offdb);
+
 /* Gradient reductions read straight from NCHW dy (conv_bwdf.c). */
 #define CLG_BWDF_MAXJ 32 /* most filter taps per output channel for bwdf_small */
 CLG_INTERNAL int clg_conv_bwdf_small_ok(const clg_conv_shape *s);
@@ -112,8 +126,10 @@ CLG_INTERNAL clg_status clg_conv_auto_choose(clg_device *dev, const clg_conv_sha
                                              const clg_conv_io *io, clg_conv_algo *out, int *final);
 
 /* Untuned choice for a device class (README, GPU portability): depthwise ->
- * direct; fewer than 8 reduced channels or not 3x3 stride 1 -> im2col;
- * otherwise Winograd: the fused design on CPUs, the separate design
+ * direct; on CPUs the shape-specialised direct kernels for weight gradients
+ * and for windows other than 1x1 with fewer than 8 reduced channels or not
+ * 3x3 stride 1; otherwise fewer than 8 reduced channels or not 3x3 stride 1
+ * -> im2col; else Winograd: the fused design on CPUs, the separate design
  * (transforms + tiled GEMM) on GPUs, F(4x4) where the error policy allows
  * (on GPUs only for NVIDIA and AMD). */
 CLG_INTERNAL clg_conv_algo clg_conv_algo_default(const clg_device *dev, const clg_conv_shape *s, clg_conv_pass pass);

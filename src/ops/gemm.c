@@ -145,14 +145,19 @@ static clg_status gemm_ref(clg_device *dev, const clg_gemm_args *a, evs *ev)
 
 /* ---- parameter sets ---- */
 
+int clg_gemm_cpu_wide(const clg_device *dev)
+{
+    return clg_str_icontains(dev->info.name, "avx512") || clg_str_icontains(dev->info.name, "znver4") ||
+           clg_str_icontains(dev->info.name, "sapphirerapids") || clg_str_icontains(dev->info.name, "icelake");
+}
+
 void clg_gemm_params_default(const clg_device *dev, clg_gemm_params *p)
 {
     memset(p, 0, sizeof *p);
     if (dev->info.type & CLG_DEVICE_CPU) {
         /* AVX-512 (32 vector registers of 16 floats): 8 x 32 tile, 16
          * accumulators; otherwise an AVX2-sized 6 x 16 tile of float8. */
-        int wide = clg_str_icontains(dev->info.name, "avx512") || clg_str_icontains(dev->info.name, "znver4") ||
-                   clg_str_icontains(dev->info.name, "sapphirerapids") || clg_str_icontains(dev->info.name, "icelake");
+        int wide = clg_gemm_cpu_wide(dev);
         p->family = CLG_GEMM_FAM_CPU;
         p->MR = wide ? 8 : 6;
         p->NV = 2;

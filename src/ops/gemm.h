@@ -74,6 +74,8 @@ CLG_INTERNAL clg_status clg_gemm_run(clg_device *dev, const clg_gemm_args *a, cl
 
 /* Shipped defaults for the device (by type and vendor). */
 CLG_INTERNAL void clg_gemm_params_default(const clg_device *dev, clg_gemm_params *p);
+/* Whether a CPU device has 16-float vector registers (AVX-512), from its name. */
+CLG_INTERNAL int clg_gemm_cpu_wide(const clg_device *dev);
 /* Parameters for a shape: tuned entry of the shape class, else the nearest
  * tuned class of the device, else the defaults. */
 CLG_INTERNAL void clg_gemm_params_for(clg_device *dev, int M, int N, int K, clg_gemm_params *p);
