@@ -137,6 +137,14 @@ CLG_INTERNAL clg_status clg_gemm_packed(clg_device *dev, const clg_gemm_layout *
  * clg_gemm (offsets, strides, batch, epilogue); a->backend is ignored. */
 CLG_INTERNAL clg_status clg_gemm_dot(clg_device *dev, const clg_gemm_args *a, cl_event *ev);
 
+/* C = act(alpha * op(A) * B + beta * C + bias) with B not transposed
+ * (a->tb = 0 required; a->ta either), reading the operands in place in one
+ * launch: each work-item computes 8 rows x 16 columns from rows of B. For
+ * small products (the dense layers' gradients), where the two packing
+ * passes of clg_gemm cost more than the product. Otherwise the contract of
+ * clg_gemm; a->backend is ignored. */
+CLG_INTERNAL clg_status clg_gemm_rows(clg_device *dev, const clg_gemm_args *a, cl_event *ev);
+
 /* Shape class of a product ("M3N4K2": log4-sized buckets 0..5 per dim). */
 CLG_INTERNAL void clg_gemm_class(int M, int N, int K, char *buf, size_t len);
 
