@@ -72,8 +72,10 @@ clg_conv_algo clg_conv_algo_default(const clg_device *dev, const clg_conv_shape 
     if (!clg_conv_algo_supported(CLG_CONV_WINOGRAD, s, pass) || reduced < 8) {
         /* few channels or strided: the transforms cost more than they save;
          * on CPUs the shape-specialised direct kernels beat im2col's column
-         * traffic there (README, Convolution), except 1x1 windows (a GEMM) */
-        if ((dev->info.type & CLG_DEVICE_CPU) && clg_conv_djit_ok(dev, s, pass) && s->R * s->S > 1)
+         * traffic there (README, Convolution) for strided and 4x4+ windows;
+         * 1x1 is a GEMM, and a 3x3 first layer is about even with im2col */
+        int big = s->R * s->S >= 16 || s->stride_h > 1 || s->stride_w > 1;
+        if ((dev->info.type & CLG_DEVICE_CPU) && clg_conv_djit_ok(dev, s, pass) && s->R * s->S > 1 && big)
             return CLG_CONV_DIRECT;
         return CLG_CONV_IM2COL;
     }

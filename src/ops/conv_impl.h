@@ -132,7 +132,7 @@ CLG_INTERNAL clg_status clg_conv_auto_choose(clg_device *dev, const clg_conv_sha
 
 /* Untuned choice for a device class (README, GPU portability): depthwise ->
  * direct; on CPUs the shape-specialised direct kernels for weight gradients
- * and for windows other than 1x1 with fewer than 8 reduced channels or not
+ * and for strided or 4x4+ windows with fewer than 8 reduced channels or not
  * 3x3 stride 1; otherwise fewer than 8 reduced channels or not 3x3 stride 1
  * -> im2col; else Winograd: the fused design on CPUs, the separate design
  * (transforms + tiled GEMM) on GPUs, F(4x4) where the error policy allows

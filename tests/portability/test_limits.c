@@ -157,8 +157,11 @@ START_TEST(vendor_defaults)
     ck_assert_int_eq(clg_conv_algo_default(d, &s, CLG_CONV_FWD), CLG_CONV_WINOGRAD4_FUSED);
     /* CPUs: weight gradients, first layers and non-Winograd windows by the shape-specialised direct kernels */
     ck_assert_int_eq(clg_conv_algo_default(d, &s, CLG_CONV_BWD_FILTER), CLG_CONV_DIRECT);
-    s.C = 1; /* a first layer */
+    s.C = 1; /* a first layer: 3x3 by im2col, 5x5 direct */
+    ck_assert_int_eq(clg_conv_algo_default(d, &s, CLG_CONV_FWD), CLG_CONV_IM2COL);
+    s.R = s.S = 5;
     ck_assert_int_eq(clg_conv_algo_default(d, &s, CLG_CONV_FWD), CLG_CONV_DIRECT);
+    s.R = s.S = 3;
     s.C = 32, s.R = s.S = 5;
     ck_assert_int_eq(clg_conv_algo_default(d, &s, CLG_CONV_FWD), CLG_CONV_DIRECT);
     s.R = s.S = 1, s.stride_h = s.stride_w = 2, s.pad_h = s.pad_w = 0; /* a strided 1x1 projection: a GEMM */
