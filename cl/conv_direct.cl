@@ -270,8 +270,12 @@ __kernel void dconv_bwdf(__global const float *x, const int offx, __global const
                     BWDF_PIXEL(q, 0, 0);
                 for (int q = max(QHI, QLO); q < DQ; q++)
                     BWDF_PIXEL(q, 0, 1);
-            } else {
-                for (int q = 0; q < DQ; q++)
+            } else { // rows of the window outside the image: skipped as a whole
+                for (int q = 0; q < min(QLO, DQ); q++)
+                    BWDF_PIXEL(q, 1, 1);
+                for (int q = QLO; q < QHI; q++)
+                    BWDF_PIXEL(q, 1, 0);
+                for (int q = max(QHI, QLO); q < DQ; q++)
                     BWDF_PIXEL(q, 1, 1);
             }
         }
