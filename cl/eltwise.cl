@@ -154,6 +154,27 @@ __kernel void colsum(const uint rows, const uint cols, __global const float *x, 
     y[oy + j] = s;
 }
 
+// Dense backward through ReLU with its bias gradient in one pass (one
+// work-item per column j): dz[r, j] = y[r, j] > 0 ? dy[r, j] : 0 (y: the
+// forward output, as act_relu_bwd) and db[j] = sum_r dz[r, j] in row order
+// (as colsum; overwrites db).
+__kernel void relu_bwd_colsum(const uint rows, const uint cols, __global const float *y, const uint oy,
+                              __global const float *dy, const uint ody, __global float *dz, const uint odz,
+                              __global float *db, const uint odb)
+{
+    const uint j = get_global_id(0);
+    if (j >= cols)
+        return;
+    float s = 0.0f;
+    for (uint r = 0; r < rows; r++) {
+        const size_t i = (size_t)r * cols + j;
+        const float g = select(0.0f, dy[ody + i], y[oy + i] > 0.0f);
+        dz[odz + i] = g;
+        s += g;
+    }
+    db[odb + j] = s;
+}
+
 // ---- plane sums (conv bias gradient fallback) ----
 // One work-group of 64 per channel c: y[c] = sum_{n, i < hw} x[n*C*hw + c*hw + i]
 #ifndef PS_WG // reduction group (power of two; the host lowers it to the device's limit)

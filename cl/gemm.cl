@@ -477,3 +477,78 @@ __kernel void gemm_dot(const int M, const int N, const int K, const float alpha,
     }
 }
 #endif /* GEMM_DOT */
+
+#ifdef GEMM_ROWS
+// With -D GEMM_ROWS (RR, TA): gemm_rows, C = op(A) * B on unpacked
+// row-major operands with B not transposed (its rows contiguous along N):
+// each work-item computes RR rows x 16 columns from one 16-wide load of a
+// row of B and RR scalars of op(A) per k (TA 1: A stored K x M, the RR
+// scalars adjacent). Small products in one launch (the dense layers'
+// gradients), no packing passes.
+__kernel void gemm_rows(const int M, const int N, const int K, const float alpha, const float beta,
+                        __global const float *A, const int offA, const int lda, const int strideA,
+                        __global const float *B, const int offB, const int ldb, const int strideB,
+                        __global float *C, const int offC, const int ldc, const int strideC,
+                        __global const float *bias, const int offBias, const int bias_mode, const int relu)
+{
+    const int n0 = get_global_id(0) * 16;
+    const int m0 = get_global_id(1) * RR;
+    const int b = get_global_id(2);
+    if (m0 >= M || n0 >= N)
+        return;
+    __global const float *a = A + offA + (size_t)b * strideA;
+    __global const float *bb = B + offB + (size_t)b * strideB + n0;
+    // rows past the edge repeat the last one (computed, never stored)
+    size_t ai[RR];
+#pragma unroll
+    for (int i = 0; i < RR; i++)
+#if TA
+        ai[i] = (size_t)min(m0 + i, M - 1);
+#else
+        ai[i] = (size_t)min(m0 + i, M - 1) * lda;
+#endif
+#if TA
+    const size_t ak = (size_t)lda;
+#else
+    const size_t ak = 1;
+#endif
+    float16 acc[RR];
+#pragma unroll
+    for (int i = 0; i < RR; i++)
+        acc[i] = (float16)(0.0f);
+    if (n0 + 16 <= N) {
+        for (int k = 0; k < K; k++) {
+            const float16 bv = vload16(0, bb + (size_t)k * ldb);
+#pragma unroll
+            for (int i = 0; i < RR; i++)
+                acc[i] = fma((float16)(a[ai[i] + (size_t)k * ak]), bv, acc[i]);
+        }
+    } else { // the last, partial column block: columns past N repeat the last one
+        const int nl = N - 1 - n0;
+        for (int k = 0; k < K; k++) {
+            float t[16];
+#pragma unroll
+            for (int j = 0; j < 16; j++)
+                t[j] = bb[(size_t)k * ldb + min(j, nl)];
+            const float16 bv = vload16(0, t);
+#pragma unroll
+            for (int i = 0; i < RR; i++)
+                acc[i] = fma((float16)(a[ai[i] + (size_t)k * ak]), bv, acc[i]);
+        }
+    }
+    __global float *c = C + offC + (size_t)b * strideC;
+    __global const float *bi = bias + offBias;
+#pragma unroll
+    for (int i = 0; i < RR; i++) {
+        const int m = m0 + i;
+        if (m < M) {
+            float t[16];
+            vstore16(acc[i], 0, t);
+            for (int j = 0; j < 16 && n0 + j < N; j++) {
+                __global float *cp = c + (size_t)m * ldc + n0 + j;
+                *cp = gemm_epi(t[j], alpha, beta, cp, bi, bias_mode, m, n0 + j, relu);
+            }
+        }
+    }
+}
+#endif /* GEMM_ROWS */

@@ -73,6 +73,59 @@ softmax_xent_fwd(const uint C, __global const float *x, const uint ox, __global 
     }
 }
 
+// Softmax + cross-entropy forward with the loss reduction in one launch
+// (small N * C): one work-group; work-item lid takes samples lid, lid +
+// SM_WG, ... each serially over its C classes with softmax_xent_fwd's
+// arithmetic (first argmax; log1p of the sum without the maximum's term),
+// then result[0] = loss sum, result[1] = correct count by loss_reduce's tree
+// (the same order of additions).
+__kernel __attribute__((reqd_work_group_size(SM_WG, 1, 1))) void
+softmax_xent_fwd_reduce(const uint N, const uint C, __global const float *x, const uint ox, __global float *p,
+                        const uint op, __global const int *labels, const uint ol, __global float *result)
+{
+    __local float l[SM_WG];
+    __local float k[SM_WG];
+    const uint lid = get_local_id(0);
+    float a = 0.0f, b = 0.0f;
+    for (uint s = lid; s < N; s += SM_WG) {
+        __global const float *xs = x + ox + (size_t)s * C;
+        __global float *ps = p + op + (size_t)s * C;
+        float m = -INFINITY;
+        int amax = 0x7fffffff;
+        for (uint c = 0; c < C; c++) {
+            const float v = xs[c];
+            if (v > m) {
+                m = v;
+                amax = (int)c;
+            }
+        }
+        float sum = 0.0f;
+        for (uint c = 0; c < C; c++)
+            sum += (int)c == amax ? 0.0f : exp(xs[c] - m);
+        const float inv = 1.0f / (1.0f + sum);
+        for (uint c = 0; c < C; c++)
+            ps[c] = exp(xs[c] - m) * inv;
+        const int lab = labels[ol + s];
+        const int ok = lab >= 0 && lab < (int)C;
+        a += ok ? log1p(sum) + (m - xs[ok ? lab : 0]) : NAN;
+        b += (ok && amax == lab) ? 1.0f : 0.0f;
+    }
+    l[lid] = a;
+    k[lid] = b;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint w = SM_WG / 2; w > 0; w >>= 1) {
+        if (lid < w) {
+            l[lid] += l[lid + w];
+            k[lid] += k[lid + w];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0) {
+        result[0] = l[0];
+        result[1] = k[0];
+    }
+}
+
 // dx[s, c] = scale * (p[s, c] - (c == label[s]))
 __kernel void softmax_xent_bwd(const uint C, const uint N, const float scale, __global const float *p, const uint op,
                                __global const int *labels, const uint ol, __global float *dx, const uint odx)

@@ -37,6 +37,13 @@
 #   in sgd_step. The values are initialised (PoCL computes with them
 #   correctly). The library fills by kernel (clg_buf_fill); the shim turns
 #   the remaining API fills into one write of the whole range.
+#   The host write's size also outlives the buffer: after a host write of
+#   320 bytes (the whole of a 320-byte buffer) and clReleaseMemObject, the
+#   next buffer created (256 floats, filled by a kernel) is tracked for its
+#   first 320 bytes only (176 reports from a kernel reading it). The
+#   parameter arena (src/model/network.c) therefore keeps the parameter
+#   buffers it replaces in the pool (reused only at their own size), each
+#   zeroed by one host write of its whole block first.
 # - clEnqueueCopyBuffer to a nonzero destination offset leaves the copied
 #   range's shadow memory uninitialised (the values are right): 176 reports
 #   for a kernel reading 256 floats copied to offset 64 of a kernel-written

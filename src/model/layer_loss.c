@@ -69,6 +69,9 @@ static clg_status loss_forward(clg_layer *l, clg_device *dev, const clg_tensor *
     if (!l->loss.labels)
         return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG, "%s: no %s set before forward", l->ops->type,
                            p->is_mse ? "targets" : "labels");
+    if (!p->is_mse && (size_t)n * F <= CLG_SM_FUSED_MAX) /* small: softmax, loss and its sum in one launch */
+        return clg_nn_softmax_xent_forward_reduce(dev, n, F, in[0].mem, in[0].off, out->mem, out->off,
+                                                  l->loss.labels, l->loss.labels_off, l->loss.result);
     if (p->is_mse)
         CLG_TRY(clg_nn_mse_forward(dev, n, F, in[0].mem, in[0].off, l->loss.labels, l->loss.labels_off, out->mem,
                                    out->off, p->loss, p->correct));

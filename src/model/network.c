@@ -781,14 +781,24 @@ clg_status clg_replica_weights_updated(clg_replica *r)
 {
     clg_device *dev = r->dev;
     clg_err *err = clg_dev_err(dev);
-    if (r->fp16 && r->master) {
+    if (r->fp16 && r->master && r->varena && r->harena && r->arena_bytes / sizeof(float) <= INT32_MAX) {
+        /* one launch over the arenas (master, half, fp32 view; zero padding stays zero) */
+        cl_kernel k;
+        CLG_TRY(clg_kernel_get(dev, "convert", cvt_opts(dev), "round_weights", &k));
+        int n = (int)(r->arena_bytes / sizeof(float));
+        CLG_CL_CHECK(err, clSetKernelArg(k, 0, sizeof(cl_mem), &r->parena));
+        CLG_CL_CHECK(err, clSetKernelArg(k, 1, sizeof(cl_mem), &r->harena));
+        CLG_CL_CHECK(err, clSetKernelArg(k, 2, sizeof(cl_mem), &r->varena));
+        CLG_CL_CHECK(err, clSetKernelArg(k, 3, sizeof(int), &n));
+        CLG_TRY(clg_launch_1d(dev, k, (size_t)n, 64));
+    } else if (r->fp16 && r->master) {
         cl_kernel k;
         CLG_TRY(clg_kernel_get(dev, "convert", cvt_opts(dev), "round_weights", &k));
         for (int i = 0; i < r->nlayers; i++)
             for (int p = 0; p < r->layers[i].nparams; p++) {
                 int idx = i * CLG_MAX_PARAMS + p;
                 clg_param *pr = &r->layers[i].params[p];
-                if (!r->master[idx])
+                if (!r->master[idx] || !r->w16[idx])
                     continue;
                 if (pr->numel > INT32_MAX)
                     return clg_err_set(err, CLG_ERR_UNSUPPORTED, "parameter %s.%s is too large", r->layers[i].name,
@@ -803,6 +813,231 @@ clg_status clg_replica_weights_updated(clg_replica *r)
     }
     clg_replica_params_changed(r);
     return CLG_OK;
+}
+
+// ---- parameter arena ----
+
+/* The arenas: values (fp16: the master copies), gradients, and in fp16 mode
+ * the layers' fp32 views of the half weights. */
+enum { AR_P = 0, AR_G = 1, AR_V = 2 };
+
+/* Where trainable parameter ref's authoritative fp32 value is kept: the
+ * master slot in fp16 mode, else param->value. */
+static cl_mem *value_slot(clg_replica *r, const clg_param_ref *ref)
+{
+    if (r->fp16 && r->master) {
+        cl_mem *m = &r->master[ref->layer->index * CLG_MAX_PARAMS + (int)(ref->param - ref->layer->params)];
+        if (*m)
+            return m;
+    }
+    return &ref->param->value;
+}
+
+static cl_mem *arena_slot(clg_replica *r, const clg_param_ref *ref, int a)
+{
+    return a == AR_P ? value_slot(r, ref) : a == AR_G ? &ref->param->grad : &ref->param->value;
+}
+
+/* Gives a replaced parameter buffer back to the pool after one host write
+ * of zeros over all of it: its values came from a host write of fewer
+ * bytes than the block, and oclgrind 21.10 then tracks only that many
+ * bytes of the block as initialisable, so a reuse as another operation's
+ * workspace would be misreported (tests/oclgrind_check.sh; freeing it
+ * instead passes the write's size on to the next buffer created). */
+static void pool_return(clg_device *dev, cl_mem m)
+{
+    size_t size = 0;
+    if (!m)
+        return;
+    void *z = clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof size, &size, NULL) == CL_SUCCESS && size ? calloc(1, size)
+                                                                                                 : NULL;
+    if (z)
+        clEnqueueWriteBuffer(dev->queue, m, CL_TRUE, 0, size, z, 0, NULL, NULL); /* best effort */
+    free(z);
+    clg_buf_release(dev, m);
+}
+
+static void release_subs(cl_mem *sub, int n)
+{
+    for (int i = 0; sub && i < n; i++)
+        if (sub[i]) {
+            clReleaseMemObject(sub[i]);
+            sub[i] = NULL;
+        }
+}
+
+/* Hands the arenas' sub-buffers back (the layers' and master slots that
+ * point at them become NULL) and frees the arenas. */
+static void arena_free(clg_replica *r)
+{
+    cl_mem *subs[3] = {r->psub, r->gsub, r->vsub};
+    for (int i = 0; i < r->nlayers && r->narena > 0; i++)
+        for (int p = 0; p < r->layers[i].nparams; p++) {
+            clg_param *pr = &r->layers[i].params[p];
+            cl_mem *m = r->master ? &r->master[i * CLG_MAX_PARAMS + p] : NULL;
+            for (int a = 0; a < 3; a++)
+                for (int j = 0; subs[a] && j < r->narena; j++) {
+                    cl_mem s = subs[a][j];
+                    if (!s)
+                        continue;
+                    if (pr->value == s)
+                        pr->value = NULL;
+                    if (pr->grad == s)
+                        pr->grad = NULL;
+                    if (m && *m == s)
+                        *m = NULL;
+                }
+        }
+    for (int a = 0; a < 3; a++) {
+        release_subs(subs[a], r->narena);
+        free(subs[a]);
+    }
+    cl_mem bufs[4] = {r->parena, r->garena, r->varena, r->harena};
+    for (int a = 0; a < 4; a++)
+        if (bufs[a])
+            clReleaseMemObject(bufs[a]);
+    free(r->arena_off);
+    r->parena = r->garena = r->varena = r->harena = NULL;
+    r->psub = r->gsub = r->vsub = NULL;
+    r->arena_off = NULL;
+    r->arena_bytes = 0;
+    r->narena = 0;
+}
+
+clg_status clg_replica_arena(clg_replica *r, const size_t *off, size_t bytes)
+{
+    clg_device *dev = r->dev;
+    clg_err *err = clg_dev_err(dev);
+    clg_param_ref *refs = NULL;
+    int n = 0;
+    CLG_TRY(clg_replica_params(r, 1, &refs, &n));
+    int na = r->fp16 && r->master ? 3 : 2;
+    size_t cnt = (size_t)CLG_MAX(n, 1);
+    size_t *lay = calloc(cnt, sizeof *lay);
+    cl_mem buf[3] = {NULL, NULL, NULL}, *sub[3] = {NULL, NULL, NULL}, half = NULL;
+    clg_status st = lay ? CLG_OK : clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory (parameter arena)");
+    for (int a = 0; a < na && st == CLG_OK; a++)
+        if (!(sub[a] = calloc(cnt, sizeof(cl_mem))))
+            st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory (parameter arena)");
+    if (st == CLG_OK && off) {
+        for (int i = 0; i < n; i++) {
+            lay[i] = off[i];
+            if (off[i] % sizeof(float) || off[i] > bytes || refs[i].param->numel * sizeof(float) > bytes - off[i]) {
+                st = clg_err_set(err, CLG_ERR_INTERNAL, "parameter arena: %s.%s does not fit its place",
+                                 refs[i].layer->name, refs[i].param->name);
+                break;
+            }
+        }
+    } else if (st == CLG_OK) { /* the data-parallel layout's rule (src/parallel/dp.c make_layout) */
+        cl_uint bits = 0;
+        size_t align = 128;
+        if (clGetDeviceInfo(dev->id, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof bits, &bits, NULL) == CL_SUCCESS &&
+            bits / 8 > align)
+            align = bits / 8;
+        bytes = 0;
+        for (int i = n - 1; i >= 0; i--) {
+            lay[i] = bytes;
+            bytes += (refs[i].param->numel * sizeof(float) + align - 1) / align * align;
+        }
+    }
+    if (st == CLG_OK && bytes % sizeof(float))
+        st = clg_err_set(err, CLG_ERR_INTERNAL, "parameter arena of %zu bytes: not whole floats", bytes);
+    int same = r->parena && r->narena == n && r->arena_bytes == bytes && memcmp(lay, r->arena_off, n * sizeof *lay) == 0;
+    cl_int e = CL_SUCCESS;
+    for (int a = 0; a < na && st == CLG_OK && bytes > 0 && !same; a++) {
+        buf[a] = clCreateBuffer(dev->cl, CL_MEM_READ_WRITE, bytes, NULL, &e);
+        if (e != CL_SUCCESS)
+            st = clg_cl_fail(err, e, "clCreateBuffer (parameter arena)", __FILE__, __LINE__);
+        else /* padding stays zero: the optimizer and the reduction run over it */
+            st = clg_buf_fill(dev, buf[a], 0, bytes / sizeof(float), 0.0f);
+    }
+    if (st == CLG_OK && na == 3 && bytes > 0 && !same) { /* the half copies (written by round_weights only) */
+        half = clCreateBuffer(dev->cl, CL_MEM_READ_WRITE, bytes / 2, NULL, &e);
+        if (e != CL_SUCCESS)
+            st = clg_cl_fail(err, e, "clCreateBuffer (half weights arena)", __FILE__, __LINE__);
+    }
+    float *img = st == CLG_OK && bytes > 0 && !same ? calloc(bytes / sizeof(float), sizeof(float)) : NULL;
+    if (st == CLG_OK && bytes > 0 && !same && !img)
+        st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory (parameter arena image, %zu bytes)", bytes);
+    for (int i = 0; i < n && st == CLG_OK && bytes > 0 && !same; i++) {
+        size_t nb = refs[i].param->numel * sizeof(float);
+        if (nb == 0)
+            continue;
+        cl_buffer_region reg = {lay[i], nb};
+        for (int a = 0; a < na && st == CLG_OK; a++) {
+            sub[a][i] = clCreateSubBuffer(buf[a], CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &reg, &e);
+            if (e != CL_SUCCESS) {
+                st = clg_cl_fail(err, e, "clCreateSubBuffer (parameter arena)", __FILE__, __LINE__);
+                break;
+            }
+        }
+        /* the values into the host image of the parameter arena */
+        cl_mem src = *arena_slot(r, &refs[i], AR_P);
+        if (st == CLG_OK && src &&
+            (e = clEnqueueReadBuffer(dev->queue, src, CL_TRUE, 0, nb, img + lay[i] / sizeof(float), 0, NULL, NULL)) !=
+                CL_SUCCESS)
+            st = clg_cl_fail(err, e, "clEnqueueReadBuffer (parameter arena)", __FILE__, __LINE__);
+    }
+    /* one host write of the whole parameter arena (zero padding): oclgrind
+     * keeps the initialised state of a whole-buffer write, not of copies
+     * into a region of it (tests/oclgrind_check.sh); gradients start at
+     * zero (the fill above); fp16: the views and half copies come from the
+     * masters (clg_replica_weights_updated below) */
+    if (st == CLG_OK && bytes > 0 && !same &&
+        (e = clEnqueueWriteBuffer(dev->queue, buf[AR_P], CL_TRUE, 0, bytes, img, 0, NULL, NULL)) != CL_SUCCESS)
+        st = clg_cl_fail(err, e, "clEnqueueWriteBuffer (parameter arena)", __FILE__, __LINE__);
+    free(img);
+    /* the old buffers go back to the pool below, where another queue (a
+     * lane's transfer queue) may take them: nothing may still use them */
+    if (st == CLG_OK && bytes > 0 && !same && (e = clFinish(dev->queue)) != CL_SUCCESS)
+        st = clg_cl_fail(err, e, "clFinish (parameter arena)", __FILE__, __LINE__);
+    if (st != CLG_OK || bytes == 0 || same) { /* the old buffers stay in place */
+        for (int a = 0; a < na; a++) {
+            release_subs(sub[a], n);
+            free(sub[a]);
+            if (buf[a])
+                clReleaseMemObject(buf[a]);
+        }
+        if (half)
+            clReleaseMemObject(half);
+        free(refs);
+        free(lay);
+        return st;
+    }
+    int had = r->narena > 0;
+    for (int i = 0; i < n; i++) {
+        if (!sub[AR_P][i])
+            continue;
+        for (int a = 0; a < na; a++) {
+            cl_mem *slot = arena_slot(r, &refs[i], a);
+            if (!had)
+                pool_return(dev, *slot);
+            *slot = sub[a][i];
+        }
+        int idx = refs[i].layer->index * CLG_MAX_PARAMS + (int)(refs[i].param - refs[i].layer->params);
+        if (na == 3 && r->w16 && r->w16[idx]) { /* the half arena replaces them */
+            pool_return(dev, r->w16[idx]);
+            r->w16[idx] = NULL;
+        }
+    }
+    if (had) { /* the slots point at the new arenas now: arena_free only releases the old ones */
+        release_subs(r->psub, r->narena);
+        release_subs(r->gsub, r->narena);
+        release_subs(r->vsub, r->narena);
+        arena_free(r);
+    }
+    r->parena = buf[AR_P];
+    r->garena = buf[AR_G];
+    r->varena = buf[AR_V];
+    r->harena = half;
+    r->psub = sub[AR_P];
+    r->gsub = sub[AR_G];
+    r->vsub = sub[AR_V];
+    r->arena_off = lay;
+    r->arena_bytes = bytes;
+    r->narena = n;
+    free(refs);
+    return clg_replica_weights_updated(r); /* fp16: views and half copies; tells the layers */
 }
 
 clg_status clg_replica_create(clg_net *net, clg_device *dev, uint64_t seed, clg_replica **out)
@@ -844,6 +1079,8 @@ clg_status clg_replica_create(clg_net *net, clg_device *dev, uint64_t seed, clg_
     }
     if (st == CLG_OK && r->fp16)
         st = setup_fp16(r);
+    if (st == CLG_OK)
+        st = clg_replica_arena(r, NULL, 0);
     const char *pe = getenv("CLGRAD_PROFILE");
     if (st == CLG_OK && pe && pe[0] && strcmp(pe, "0") != 0) {
         r->profile = 1;
@@ -877,6 +1114,7 @@ void clg_replica_free(clg_replica *r)
         return;
     if (r->dev)
         clFinish(r->dev->queue);
+    arena_free(r);
     destroy_layers(r->layers, r->nlayers, r->dev);
     free(r->layers);
     for (int i = 0; i < r->nsubs; i++) /* before their arena */

@@ -109,6 +109,22 @@ typedef struct clg_replica {
      * gradient bucket from here (and the trace places its markers). */
     clg_status (*after_layer)(void *user, int layer, int backward);
     void *after_layer_user;
+    /* Parameter arena (clg_replica_arena): the trainable parameters'
+     * authoritative fp32 values (param->value; the master copies in fp16
+     * mode) in one buffer and their gradients in another with the same
+     * layout (arena_off[i]: byte offset of trainable parameter i in
+     * clg_replica_params order; reverse layer order, each aligned for a
+     * sub-buffer; padding stays zero). Every value / grad / master is a
+     * sub-buffer of these, so the optimizer updates all of them with one
+     * launch over the whole arena. fp16: varena holds the layers' fp32
+     * views of the half weights (param->value) in the same layout and
+     * harena the half values (element i of the arena at half i), so
+     * round_weights is one launch too. */
+    cl_mem parena, garena, varena, harena;
+    cl_mem *psub, *gsub, *vsub; /* per trainable parameter (vsub: fp16 only) */
+    size_t *arena_off;
+    size_t arena_bytes;
+    int narena;
 } clg_replica;
 
 struct clg_net {
@@ -188,6 +204,13 @@ CLG_INTERNAL clg_status clg_replica_weights_updated(clg_replica *r);
  * replicas are not in the step any more). The
  * device's last error is left as it was. Costs nothing unless called. */
 CLG_INTERNAL void clg_replica_explain_nonfinite(clg_replica *r, int n, char *buf, size_t cap);
+/* Moves every trainable parameter's value (fp16: master copy) and gradient
+ * into the replica's parameter and gradient arenas laid out by off[i] (byte
+ * offset of trainable parameter i, clg_replica_params order) within `bytes`;
+ * off NULL: the default layout (reverse layer order, aligned to the device's
+ * sub-buffer alignment, at least 128 bytes). Values and gradients are
+ * copied over; nothing is done when the layout is the current one. */
+CLG_INTERNAL clg_status clg_replica_arena(clg_replica *r, const size_t *off, size_t bytes);
 /* Prints the per-layer profile (when profiling was on). */
 CLG_INTERNAL void clg_replica_print_profile(const clg_replica *r, FILE *f);
 /* Clears the CLGRAD_PROFILE sums (bench train: from the timed steps on). */

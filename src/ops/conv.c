@@ -177,6 +177,16 @@ void clg_conv_geom(clg_device *dev, cl_kernel k, int n0, int n1, int n2, size_t 
     clg_wg_geom(&L, 3, n, 256, 512, gws, lws);
 }
 
+void clg_conv_ka_epilogue(clg_kargs *a, cl_mem bias, size_t offb, cl_mem dummy, int relu, cl_mem y, size_t offy)
+{
+    clg_ka_mem(a, bias ? bias : dummy);
+    clg_ka_int(a, (int)offb);
+    clg_ka_int(a, bias != NULL);
+    clg_ka_int(a, relu);
+    clg_ka_mem(a, y);
+    clg_ka_int(a, (int)offy);
+}
+
 void clg_conv_prof(clg_device *dev, const char *label)
 {
     static _Thread_local double last;
@@ -563,12 +573,7 @@ static clg_status direct_fwd(clg_device *dev, const clg_conv_shape *s, cl_mem x,
     ka_geometry(&a, s);
     clg_ka_mem(&a, w);
     clg_ka_int(&a, (int)offw);
-    clg_ka_mem(&a, bias ? bias : w);
-    clg_ka_int(&a, (int)offb);
-    clg_ka_int(&a, bias != NULL);
-    clg_ka_int(&a, relu);
-    clg_ka_mem(&a, y);
-    clg_ka_int(&a, (int)offy);
+    clg_conv_ka_epilogue(&a, bias, offb, w, relu, y, offy);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &a, "direct_fwd args"));
     size_t gws[3] = {(size_t)clg_conv_out_h(s) * clg_conv_out_w(s), (size_t)s->K, (size_t)s->N};
     return clg_conv_enqueue(dev, k, 3, gws, NULL);
@@ -628,6 +633,9 @@ clg_status clg_conv_run(clg_device *dev, const clg_conv_shape *s, clg_conv_algo 
         case CLG_CONV_IM2COL:
             return im2col_fwd(dev, s, io->x, io->offx, io->w, io->offw, io->bias, io->offb, io->relu, io->y, io->offy);
         case CLG_CONV_DIRECT:
+            if (clg_conv_djit_ok(dev, s, pass))
+                return clg_conv_djit_fwd(dev, s, cache, io->x, io->offx, io->w, io->offw, io->bias, io->offb, io->relu, io->y,
+                                         io->offy);
             return direct_fwd(dev, s, io->x, io->offx, io->w, io->offw, io->bias, io->offb, io->relu, io->y, io->offy);
         case CLG_CONV_WINOGRAD:
         case CLG_CONV_WINOGRAD4:
@@ -649,6 +657,8 @@ clg_status clg_conv_run(clg_device *dev, const clg_conv_shape *s, clg_conv_algo 
         case CLG_CONV_IM2COL:
             return im2col_bwd_data(dev, s, io->dy, io->offdy, io->w, io->offw, io->dx, io->offdx);
         case CLG_CONV_DIRECT:
+            if (clg_conv_djit_ok(dev, s, pass))
+                return clg_conv_djit_bwd_data(dev, s, cache, io->dy, io->offdy, io->w, io->offw, io->dx, io->offdx);
             return direct_bwd_data(dev, s, io->dy, io->offdy, io->w, io->offw, io->dx, io->offdx);
         case CLG_CONV_WINOGRAD:
         case CLG_CONV_WINOGRAD4:
@@ -672,6 +682,9 @@ clg_status clg_conv_run(clg_device *dev, const clg_conv_shape *s, clg_conv_algo 
             st = im2col_bwd_filter(dev, s, io->x, io->offx, io->dy, io->offdy, io->beta, io->dw, io->offdw);
             break;
         case CLG_CONV_DIRECT:
+            if (clg_conv_djit_ok(dev, s, pass)) /* bias gradient included */
+                return clg_conv_djit_bwd_filter(dev, s, io->x, io->offx, io->dy, io->offdy, io->beta, io->dw,
+                                                io->offdw, io->db, io->offdb);
             st = direct_bwd_filter(dev, s, io->x, io->offx, io->dy, io->offdy, io->beta, io->dw, io->offdw);
             break;
         case CLG_CONV_WINOGRAD:

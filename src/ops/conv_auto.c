@@ -69,9 +69,21 @@ clg_conv_algo clg_conv_algo_default(const clg_device *dev, const clg_conv_shape 
     if (s->groups > 1 && s->groups == s->C) /* depthwise: no reduction for a GEMM to share */
         return CLG_CONV_DIRECT;
     int reduced = pass == CLG_CONV_FWD ? s->C : pass == CLG_CONV_BWD_DATA ? s->K : CLG_MIN(s->C, s->K);
-    if (!clg_conv_algo_supported(CLG_CONV_WINOGRAD, s, pass) || reduced < 8)
-        return CLG_CONV_IM2COL; /* few channels: the transforms cost more than they save */
+    if (!clg_conv_algo_supported(CLG_CONV_WINOGRAD, s, pass) || reduced < 8) {
+        /* few channels or strided: the transforms cost more than they save;
+         * on CPUs the shape-specialised direct kernels beat im2col's column
+         * traffic there (README, Convolution) for strided and 4x4+ windows;
+         * 1x1 is a GEMM, and a 3x3 first layer is about even with im2col */
+        int big = s->R * s->S >= 16 || s->stride_h > 1 || s->stride_w > 1;
+        if ((dev->info.type & CLG_DEVICE_CPU) && clg_conv_djit_ok(dev, s, pass) && s->R * s->S > 1 && big)
+            return CLG_CONV_DIRECT;
+        return CLG_CONV_IM2COL;
+    }
     int f4 = wino4_in_auto(s, pass);
+    /* CPUs, weight gradients: the direct kernels vectorised over output
+     * channels beat the Winograd transforms (README, Convolution) */
+    if ((dev->info.type & CLG_DEVICE_CPU) && pass == CLG_CONV_BWD_FILTER && clg_conv_djit_ok(dev, s, pass))
+        return CLG_CONV_DIRECT;
     if (dev->info.type & CLG_DEVICE_CPU) {
         /* measured on PoCL (README, Convolution): fused wins fwd and bwd-data */
         if (pass != CLG_CONV_BWD_FILTER && clg_conv_algo_supported(CLG_CONV_WINOGRAD4_FUSED, s, pass))
@@ -113,10 +125,10 @@ static int batch_class(int N)
 
 static void shape_key(char *dst, size_t n, const clg_conv_shape *s, clg_conv_pass pass)
 {
-    /* "v4": measurements of the kernels of this version, with the fused
-     * Winograd algorithms among the candidates, keyed by batch class (older
-     * entries are ignored) */
-    snprintf(dst, n, "v4:%s:n%d,c%d,h%d,w%d,k%d,r%d,s%d,p%dx%d,u%dx%d,d%dx%d,g%d", pass_tag(pass), batch_class(s->N), s->C, s->H, s->W,
+    /* "v5": measurements of the kernels of this version, with the fused
+     * Winograd algorithms and the shape-specialised direct kernels among
+     * the candidates, keyed by batch class (older entries are ignored) */
+    snprintf(dst, n, "v5:%s:n%d,c%d,h%d,w%d,k%d,r%d,s%d,p%dx%d,u%dx%d,d%dx%d,g%d", pass_tag(pass), batch_class(s->N), s->C, s->H, s->W,
              s->K, s->R, s->S, s->pad_h, s->pad_w, s->stride_h, s->stride_w, s->dil_h, s->dil_w, s->groups);
 }
 
@@ -282,7 +294,7 @@ static double time_once(clg_device *dev, const clg_conv_shape *s, clg_conv_algo 
     return (clg_now_sec() - t0) * 1e3;
 }
 
-static int candidate(clg_conv_algo a, const clg_conv_shape *s, clg_conv_pass pass)
+static int candidate(const clg_device *dev, clg_conv_algo a, const clg_conv_shape *s, clg_conv_pass pass)
 {
     if (!clg_conv_algo_supported(a, s, pass))
         return 0;
@@ -291,7 +303,10 @@ static int candidate(clg_conv_algo a, const clg_conv_shape *s, clg_conv_pass pas
     if (a == CLG_CONV_FFT) /* meant for large kernels; forced runs may use it from 2x2 */
         return s->R >= 5 && s->S >= 5;
     if (a == CLG_CONV_DIRECT) {
-        /* direct is meant for depthwise / small problems: skip measuring it on big dense ones */
+        /* the shape-specialised kernels run any size; the generic ones are
+         * meant for depthwise / small problems: skip measuring them on big dense ones */
+        if (clg_conv_djit_ok(dev, s, pass))
+            return 1;
         double macs = (double)s->N * s->K * clg_conv_out_h(s) * clg_conv_out_w(s) * (s->C / s->groups) * s->R * s->S;
         return (s->groups > 1 && s->groups == s->C) || macs <= 2e7;
     }
@@ -340,7 +355,7 @@ clg_status clg_conv_auto_pick(clg_device *dev, const clg_conv_shape *s, clg_conv
      * the comparison fair when the machine's load changes during measurement. */
     double ms_of[CLG_CONV_ALGO_COUNT];
     for (int a = 0; a < CLG_CONV_ALGO_COUNT; a++)
-        ms_of[a] = candidate((clg_conv_algo)a, s, pass) && a != CLG_CONV_AUTO &&
+        ms_of[a] = candidate(dev, (clg_conv_algo)a, s, pass) && a != CLG_CONV_AUTO &&
                            time_once(dev, s, (clg_conv_algo)a, pass, &mio) >= 0
                        ? 1e300
                        : -1;

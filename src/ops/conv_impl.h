@@ -30,6 +30,11 @@ CLG_INTERNAL clg_status clg_conv_enqueue(clg_device *dev, cl_kernel k, cl_uint d
  * the limits of kernel k on dev. */
 CLG_INTERNAL void clg_conv_geom(clg_device *dev, cl_kernel k, int n0, int n1, int n2, size_t gws[3], size_t lws[3]);
 
+/* Appends the bias + ReLU epilogue and output arguments every forward
+ * kernel takes: bias (or `dummy` when NULL), offb, has_bias, relu, y, offy. */
+CLG_INTERNAL void clg_conv_ka_epilogue(clg_kargs *a, cl_mem bias, size_t offb, cl_mem dummy, int relu, cl_mem y,
+                                       size_t offy);
+
 /* Step profiling: with CLGRAD_CONV_PROFILE=1 each call finishes the queue
  * and prints the wall time since the previous call (label NULL: restart). */
 CLG_INTERNAL void clg_conv_prof(clg_device *dev, const char *label);
@@ -65,6 +70,20 @@ CLG_INTERNAL clg_status clg_conv_fft_fwd(clg_device *dev, const clg_conv_shape *
                                          size_t offx, cl_mem w, size_t offw, cl_mem bias, size_t offb, int relu,
                                          cl_mem y, size_t offy);
 CLG_INTERNAL int clg_conv_fft_available(void);
+
+/* Shape-specialised direct kernels (conv_direct.c; `direct` for groups 1,
+ * dilation 1, windows up to 11x11, strides up to 4 (rows) and 2 (columns); backward-filter also
+ * needs an output row within 4 vectors). bwd_filter also writes db (may be NULL). */
+CLG_INTERNAL int clg_conv_djit_ok(const clg_device *dev, const clg_conv_shape *s, clg_conv_pass pass);
+CLG_INTERNAL clg_status clg_conv_djit_fwd(clg_device *dev, const clg_conv_shape *s, clg_conv_cache *cache, cl_mem x,
+                                          size_t offx, cl_mem w, size_t offw, cl_mem bias, size_t offb, int relu,
+                                          cl_mem y, size_t offy);
+CLG_INTERNAL clg_status clg_conv_djit_bwd_data(clg_device *dev, const clg_conv_shape *s, clg_conv_cache *cache,
+                                               cl_mem dy, size_t offdy, cl_mem w, size_t offw, cl_mem dx,
+                                               size_t offdx);
+CLG_INTERNAL clg_status clg_conv_djit_bwd_filter(clg_device *dev, const clg_conv_shape *s, cl_mem x, size_t offx,
+                                                 cl_mem dy, size_t offdy, float beta, cl_mem dw, size_t offdw,
+                                                 cl_mem db, size_t offdb);
 
 /* Gradient reductions read straight from NCHW dy (conv_bwdf.c). */
 #define CLG_BWDF_MAXJ 32 /* most filter taps per output channel for bwdf_small */
@@ -112,8 +131,10 @@ CLG_INTERNAL clg_status clg_conv_auto_choose(clg_device *dev, const clg_conv_sha
                                              const clg_conv_io *io, clg_conv_algo *out, int *final);
 
 /* Untuned choice for a device class (README, GPU portability): depthwise ->
- * direct; fewer than 8 reduced channels or not 3x3 stride 1 -> im2col;
- * otherwise Winograd: the fused design on CPUs, the separate design
+ * direct; on CPUs the shape-specialised direct kernels for weight gradients
+ * and for strided or 4x4+ windows with fewer than 8 reduced channels or not
+ * 3x3 stride 1; otherwise fewer than 8 reduced channels or not 3x3 stride 1
+ * -> im2col; else Winograd: the fused design on CPUs, the separate design
  * (transforms + tiled GEMM) on GPUs, F(4x4) where the error policy allows
  * (on GPUs only for NVIDIA and AMD). */
 CLG_INTERNAL clg_conv_algo clg_conv_algo_default(const clg_device *dev, const clg_conv_shape *s, clg_conv_pass pass);

@@ -184,12 +184,7 @@ static clg_status wf_conv(clg_device *dev, int m, const wf_cfg *c, int N, int Ci
     clg_ka_int(&a, kbper);
     clg_ka_int(&a, CB);
     clg_ka_int(&a, KGB);
-    clg_ka_mem(&a, bias ? bias : U);
-    clg_ka_int(&a, (int)offb);
-    clg_ka_int(&a, bias != NULL);
-    clg_ka_int(&a, relu);
-    clg_ka_mem(&a, y);
-    clg_ka_int(&a, (int)offy);
+    clg_conv_ka_epilogue(&a, bias, offb, U, relu, y, offy);
     clg_ka_arg(&a, lbytes, NULL);
     CLG_TRY(CLG_KA_DONE(err, &a, "wf_conv args"));
     size_t gws[2] = {(size_t)CLG_CEIL_DIV(nblk, c->wgs) * c->wgs, (size_t)ksplit};

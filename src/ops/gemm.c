@@ -145,14 +145,19 @@ static clg_status gemm_ref(clg_device *dev, const clg_gemm_args *a, evs *ev)
 
 /* ---- parameter sets ---- */
 
+int clg_gemm_cpu_wide(const clg_device *dev)
+{
+    return clg_str_icontains(dev->info.name, "avx512") || clg_str_icontains(dev->info.name, "znver4") ||
+           clg_str_icontains(dev->info.name, "sapphirerapids") || clg_str_icontains(dev->info.name, "icelake");
+}
+
 void clg_gemm_params_default(const clg_device *dev, clg_gemm_params *p)
 {
     memset(p, 0, sizeof *p);
     if (dev->info.type & CLG_DEVICE_CPU) {
         /* AVX-512 (32 vector registers of 16 floats): 8 x 32 tile, 16
          * accumulators; otherwise an AVX2-sized 6 x 16 tile of float8. */
-        int wide = clg_str_icontains(dev->info.name, "avx512") || clg_str_icontains(dev->info.name, "znver4") ||
-                   clg_str_icontains(dev->info.name, "sapphirerapids") || clg_str_icontains(dev->info.name, "icelake");
+        int wide = clg_gemm_cpu_wide(dev);
         p->family = CLG_GEMM_FAM_CPU;
         p->MR = wide ? 8 : 6;
         p->NV = 2;
@@ -617,6 +622,7 @@ clg_status clg_gemm_packed(clg_device *dev, const clg_gemm_layout *L, const clg_
 
 #define DOT_DR 4
 #define DOT_DC 4
+#define ROWS_RR 8 /* rows per work-item of gemm_rows (4 was slower on PoCL for the LeNet-5 gradients) */
 
 clg_status clg_gemm_dot(clg_device *dev, const clg_gemm_args *a, cl_event *ev)
 {
@@ -645,6 +651,38 @@ clg_status clg_gemm_dot(clg_device *dev, const clg_gemm_args *a, cl_event *ev)
                      (size_t)(a->batch > 0 ? a->batch : 1)};
     evs e = {NULL, ev, NULL, 0};
     clg_status st = enqueue(dev, k, 3, gws, NULL, CLG_LAUNCH_PAD, &e);
+    ev_finish(&e, st);
+    return st;
+}
+
+/* ---- row kernel (unpacked, C = op(A) * B, B not transposed) ---- */
+
+clg_status clg_gemm_rows(clg_device *dev, const clg_gemm_args *a, cl_event *ev)
+{
+    clg_err *err = clg_dev_err(dev);
+    if (ev)
+        *ev = NULL;
+    if (a->tb)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm_rows: computes op(A) * B only (tb=%d, need 0)", a->tb);
+    CLG_TRY(check_args(dev, a));
+    if (a->M == 0 || a->N == 0)
+        return CLG_OK;
+    cl_kernel k;
+    char opts[64];
+    snprintf(opts, sizeof opts, "-D GEMM_ROWS -D RR=%d -D TA=%d", ROWS_RR, a->ta ? 1 : 0);
+    CLG_TRY(clg_kernel_get(dev, "gemm", opts, "gemm_rows", &k));
+    clg_kargs g = {k, 0, CL_SUCCESS};
+    clg_ka_int(&g, a->M);
+    clg_ka_int(&g, a->N);
+    clg_ka_int(&g, a->K);
+    clg_ka_float(&g, a->alpha);
+    clg_ka_float(&g, a->beta);
+    ka_operands(&g, a);
+    CLG_TRY(CLG_KA_DONE(err, &g, "clSetKernelArg(gemm_rows)"));
+    size_t gws[3] = {(size_t)CLG_CEIL_DIV(a->N, 16), (size_t)CLG_CEIL_DIV(a->M, ROWS_RR),
+                     (size_t)(a->batch > 0 ? a->batch : 1)};
+    evs e = {NULL, ev, NULL, 0};
+    clg_status st = enqueue(dev, k, 3, gws, NULL, CLG_LAUNCH_FIT, &e);
     ev_finish(&e, st);
     return st;
 }

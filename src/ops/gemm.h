@@ -74,6 +74,8 @@ CLG_INTERNAL clg_status clg_gemm_run(clg_device *dev, const clg_gemm_args *a, cl
 
 /* Shipped defaults for the device (by type and vendor). */
 CLG_INTERNAL void clg_gemm_params_default(const clg_device *dev, clg_gemm_params *p);
+/* Whether a CPU device has 16-float vector registers (AVX-512), from its name. */
+CLG_INTERNAL int clg_gemm_cpu_wide(const clg_device *dev);
 /* Parameters for a shape: tuned entry of the shape class, else the nearest
  * tuned class of the device, else the defaults. */
 CLG_INTERNAL void clg_gemm_params_for(clg_device *dev, int M, int N, int K, clg_gemm_params *p);
@@ -134,6 +136,14 @@ CLG_INTERNAL clg_status clg_gemm_packed(clg_device *dev, const clg_gemm_layout *
  * operands costs about as much as the product. Otherwise the contract of
  * clg_gemm (offsets, strides, batch, epilogue); a->backend is ignored. */
 CLG_INTERNAL clg_status clg_gemm_dot(clg_device *dev, const clg_gemm_args *a, cl_event *ev);
+
+/* C = act(alpha * op(A) * B + beta * C + bias) with B not transposed
+ * (a->tb = 0 required; a->ta either), reading the operands in place in one
+ * launch: each work-item computes 8 rows x 16 columns from rows of B. For
+ * small products (the dense layers' gradients), where the two packing
+ * passes of clg_gemm cost more than the product. Otherwise the contract of
+ * clg_gemm; a->backend is ignored. */
+CLG_INTERNAL clg_status clg_gemm_rows(clg_device *dev, const clg_gemm_args *a, cl_event *ev);
 
 /* Shape class of a product ("M3N4K2": log4-sized buckets 0..5 per dim). */
 CLG_INTERNAL void clg_gemm_class(int M, int N, int K, char *buf, size_t len);

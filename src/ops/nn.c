@@ -291,6 +291,26 @@ clg_status clg_nn_colsum(clg_device *dev, size_t rows, size_t cols, cl_mem x, si
     return clg_launch_1d(dev, k, cols, EW_WG);
 }
 
+clg_status clg_nn_relu_bwd_colsum(clg_device *dev, size_t rows, size_t cols, cl_mem y, size_t oy, cl_mem dy,
+                                  size_t ody, cl_mem dz, size_t odz, cl_mem db, size_t odb)
+{
+    const char *o = "relu backward + column sum";
+    CLG_TRY(check_mems(dev, o, 4, (const cl_mem[]){y, dy, dz, db}, (const char *const[]){"y", "dy", "dz", "db"}));
+    cl_uint ur, uc, uoy, uody, uodz, uodb;
+    CLG_TRY(u32(dev, o, rows, &ur));
+    CLG_TRY(u32(dev, o, cols, &uc));
+    CLG_TRY(u32(dev, o, rows * cols, &uody)); /* the element count must fit too */
+    CLG_TRY(range(dev, o, oy, rows * cols, &uoy));
+    CLG_TRY(range(dev, o, ody, rows * cols, &uody));
+    CLG_TRY(range(dev, o, odz, rows * cols, &uodz));
+    CLG_TRY(range(dev, o, odb, cols, &uodb));
+    cl_kernel k;
+    CLG_TRY(kget(dev, "eltwise", "relu_bwd_colsum", &k));
+    CLG_TRY(setargs(dev, k, 10, ARG(ur), ARG(uc), ARG(y), ARG(uoy), ARG(dy), ARG(uody), ARG(dz), ARG(uodz), ARG(db),
+                    ARG(uodb)));
+    return clg_launch_1d(dev, k, cols, EW_WG);
+}
+
 clg_status clg_nn_plane_sum(clg_device *dev, int N, int C, size_t hw, cl_mem x, size_t ox, cl_mem y, size_t oy)
 {
     CLG_TRY(check_mem(dev, "plane sum", x, "x"));
@@ -554,6 +574,27 @@ clg_status clg_nn_softmax_xent_forward(clg_device *dev, int N, int C, cl_mem x, 
     CLG_TRY(setargs(dev, k, 9, ARG(uc), ARG(x), ARG(uox), ARG(p), ARG(uop), ARG(labels), ARG(uol), ARG(loss),
                     ARG(correct)));
     return run_groups(dev, k, (size_t)N, wg);
+}
+
+clg_status clg_nn_softmax_xent_forward_reduce(clg_device *dev, int N, int C, cl_mem x, size_t ox, cl_mem p,
+                                              size_t op, cl_mem labels, size_t ol, cl_mem result)
+{
+    const char *o = "softmax cross-entropy (one launch)";
+    CLG_TRY(check_mems(dev, o, 4, (const cl_mem[]){x, p, labels, result},
+                       (const char *const[]){"x", "p", "labels", "result"}));
+    if (N < 0 || C <= 0 || (size_t)N * C > CLG_SM_FUSED_MAX)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE, "%s: bad shape N=%d classes=%d (N * classes at most %d)",
+                           o, N, C, CLG_SM_FUSED_MAX);
+    cl_uint un = (cl_uint)N, uc = (cl_uint)C, uox, uop, uol;
+    CLG_TRY(range(dev, o, ox, (size_t)N * C, &uox));
+    CLG_TRY(range(dev, o, op, (size_t)N * C, &uop));
+    CLG_TRY(range(dev, o, ol, (size_t)N, &uol));
+    cl_kernel k;
+    size_t wg;
+    CLG_TRY(clg_kernel_get_wg(dev, "softmax", "softmax_xent_fwd_reduce", "SM_WG", SM_WG, &k, &wg));
+    CLG_TRY(setargs(dev, k, 9, ARG(un), ARG(uc), ARG(x), ARG(uox), ARG(p), ARG(uop), ARG(labels), ARG(uol),
+                    ARG(result)));
+    return run_groups(dev, k, 1, wg);
 }
 
 clg_status clg_nn_softmax_forward(clg_device *dev, int N, int C, cl_mem x, size_t ox, cl_mem y, size_t oy)

@@ -53,6 +53,11 @@ CLG_INTERNAL float clg_nn_dropout_scale_host(uint32_t seed, uint32_t step, uint3
 /* y[j] = sum_r x[r*cols + j] (overwrites): the bias gradient of a dense layer. */
 CLG_INTERNAL clg_status clg_nn_colsum(clg_device *dev, size_t rows, size_t cols, cl_mem x, size_t ox, cl_mem y,
                                       size_t oy);
+/* Dense backward through ReLU and its bias gradient in one launch:
+ * dz = y > 0 ? dy : 0 (y: the forward output, rows x cols), db[j] = sum_r
+ * dz[r, j] (overwrites); the same values as clg_nn_act_backward + clg_nn_colsum. */
+CLG_INTERNAL clg_status clg_nn_relu_bwd_colsum(clg_device *dev, size_t rows, size_t cols, cl_mem y, size_t oy,
+                                               cl_mem dy, size_t ody, cl_mem dz, size_t odz, cl_mem db, size_t odb);
 /* y[c] = sum over n and the hw plane of x (N, C, hw) (overwrites). */
 CLG_INTERNAL clg_status clg_nn_plane_sum(clg_device *dev, int N, int C, size_t hw, cl_mem x, size_t ox, cl_mem y,
                                          size_t oy);
@@ -83,6 +88,16 @@ CLG_INTERNAL clg_status clg_nn_gap_backward(clg_device *dev, size_t planes, size
 CLG_INTERNAL clg_status clg_nn_softmax_xent_forward(clg_device *dev, int N, int C, cl_mem x, size_t ox, cl_mem p,
                                                     size_t op, cl_mem labels, size_t ol, cl_mem loss,
                                                     cl_mem correct);
+/* Largest N * C for clg_nn_softmax_xent_forward_reduce (one work-group
+ * does all samples: small batches of few classes). */
+#define CLG_SM_FUSED_MAX 16384
+/* Softmax + cross-entropy forward and the loss reduction in one launch:
+ * p = softmax(x), result[0] = loss sum, result[1] = correct count (as
+ * clg_nn_softmax_xent_forward + clg_nn_loss_reduce, no per-sample scratch);
+ * N * C at most CLG_SM_FUSED_MAX. */
+CLG_INTERNAL clg_status clg_nn_softmax_xent_forward_reduce(clg_device *dev, int N, int C, cl_mem x, size_t ox,
+                                                           cl_mem p, size_t op, cl_mem labels, size_t ol,
+                                                           cl_mem result);
 /* dx = scale * (p - onehot(label)) */
 CLG_INTERNAL clg_status clg_nn_softmax_xent_backward(clg_device *dev, int N, int C, float scale, cl_mem p, size_t op,
                                                      cl_mem labels, size_t ol, cl_mem dx, size_t odx);

@@ -33,28 +33,6 @@ clg_status clg_lane_init(clg_lane *l, int index, clg_net *net, clg_device *dev, 
     return clg_buf_fill(dev, l->dummy_labels, 0, B, 0.0f); /* int32 0 has the bits of float 0 */
 }
 
-/* Gives the layers their own gradient buffers back before they free them. */
-static void drop_arena(clg_lane *l)
-{
-    if (l->gsub) {
-        clg_param_ref *refs = NULL;
-        int n = 0;
-        if (clg_replica_params(l->rep, 1, &refs, &n) == CLG_OK)
-            for (int i = 0; i < n && i < l->ngsub; i++)
-                if (refs[i].param->grad == l->gsub[i])
-                    refs[i].param->grad = NULL;
-        free(refs);
-        for (int i = 0; i < l->ngsub; i++)
-            if (l->gsub[i])
-                clReleaseMemObject(l->gsub[i]);
-        free(l->gsub);
-        l->gsub = NULL;
-    }
-    if (l->arena)
-        clReleaseMemObject(l->arena);
-    l->arena = NULL;
-}
-
 void clg_lane_release(clg_lane *l)
 {
     if (!l->dev)
@@ -75,9 +53,7 @@ void clg_lane_release(clg_lane *l)
     clg_release_event(&l->mark);
     clg_buf_release(l->dev, l->dummy_labels);
     clg_optim_free(l->opt);
-    if (l->rep)
-        drop_arena(l);
-    clg_replica_free(l->rep);
+    clg_replica_free(l->rep); /* with its arenas */
     free(l->ghost);
     free(l->shost);
     free(l->bev);
@@ -86,35 +62,17 @@ void clg_lane_release(clg_lane *l)
 
 clg_status clg_lane_grad_arena(clg_lane *l, const clg_grad_layout *lay)
 {
-    clg_err *err = clg_dev_err(l->dev);
-    clg_param_ref *refs = NULL;
+    clg_replica *r = l->rep;
     int n = 0;
-    CLG_TRY(clg_replica_params(l->rep, 1, &refs, &n));
-    clg_status st = n == lay->n ? CLG_OK : clg_err_set(err, CLG_ERR_INTERNAL, "gradient layout mismatch");
-    cl_int e = CL_SUCCESS;
-    if (st == CLG_OK && lay->bytes > 0) {
-        /* a plain buffer (not pooled): sub-buffers need their parent to stay */
-        l->arena = clCreateBuffer(l->dev->cl, CL_MEM_READ_WRITE, lay->bytes, NULL, &e);
-        if (e != CL_SUCCESS)
-            st = clg_cl_fail(err, e, "clCreateBuffer (gradient arena)", __FILE__, __LINE__);
-    }
-    if (st == CLG_OK && lay->bytes > 0) /* alignment padding stays zero: it travels with the buckets */
-        st = clg_buf_fill(l->dev, l->arena, 0, lay->bytes / sizeof(float), 0.0f);
-    if (st == CLG_OK && !(l->gsub = calloc((size_t)CLG_MAX(n, 1), sizeof *l->gsub)))
-        st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
-    l->ngsub = n;
-    for (int i = 0; i < n && st == CLG_OK; i++) {
-        cl_buffer_region reg = {lay->off[i], refs[i].param->numel * sizeof(float)};
-        l->gsub[i] = clCreateSubBuffer(l->arena, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &reg, &e);
-        if (e != CL_SUCCESS) {
-            st = clg_cl_fail(err, e, "clCreateSubBuffer (gradient arena)", __FILE__, __LINE__);
-            break;
-        }
-        clg_buf_release(l->dev, refs[i].param->grad); /* the layer's own buffer goes back to the pool */
-        refs[i].param->grad = l->gsub[i];
-    }
-    free(refs);
-    return st;
+    for (int i = 0; i < r->nlayers; i++)
+        for (int p = 0; p < r->layers[i].nparams; p++)
+            n += r->layers[i].params[p].trainable != 0;
+    if (n != lay->n)
+        return clg_err_set(clg_dev_err(l->dev), CLG_ERR_INTERNAL, "gradient layout mismatch");
+    /* the replica's parameter and gradient arenas, laid out as every lane's */
+    CLG_TRY(clg_replica_arena(r, lay->off, lay->bytes));
+    l->arena = r->garena;
+    return CLG_OK;
 }
 
 clg_status clg_lane_stage_wait(clg_lane *l, int s)

@@ -29,9 +29,7 @@ typedef struct clg_lane {
     cl_event up_ev[CLG_STAGES];   /* upload of stage s done */
     cl_event done_ev[CLG_STAGES]; /* compute that read stage s done */
     int cnt[CLG_STAGES], off[CLG_STAGES]; /* slice of the global batch in stage s */
-    cl_mem arena;             /* gradients (sub-buffers are the params' grad) */
-    cl_mem *gsub;             /* per trainable parameter (clg_replica_params order) */
-    int ngsub;
+    cl_mem arena;             /* gradients: the replica's gradient arena (borrowed, rep->garena) */
     float *ghost;             /* host copy of the arena (reduction) */
     float *shost;             /* host copy of the non-trainable state (BN running stats) */
     cl_event *bev;            /* per bucket: its read finished */
@@ -47,7 +45,8 @@ typedef struct clg_lane {
 CLG_INTERNAL clg_status clg_lane_init(clg_lane *l, int index, clg_net *net, clg_device *dev, uint64_t seed,
                                       int batch);
 CLG_INTERNAL void clg_lane_release(clg_lane *l);
-/* Moves every trainable gradient into one arena laid out by lay. */
+/* Lays the replica's parameter and gradient arenas out by lay
+ * (clg_replica_arena). */
 CLG_INTERNAL clg_status clg_lane_grad_arena(clg_lane *l, const clg_grad_layout *lay);
 /* Uploads samples [off, off + n) of the host batch into stage s
  * (non-blocking, on the transfer queue, after the stage's last reader). */

@@ -7,6 +7,7 @@
 
 #define SUMSQ_WG 256
 #define SUMSQ_MAX_GROUPS 16
+#define ARENA_GROUPS 64 /* partial sums of the one-launch norm over the arena */
 
 static const char *const opt_names[] = {"sgd", "adam", "adamw"};
 static const char *const sched_names[] = {"none", "step", "cosine"};
@@ -79,6 +80,44 @@ static clg_status zero_buf(clg_device *dev, cl_mem m, size_t bytes)
     return clg_buf_fill(dev, m, 0, bytes / sizeof(float), 0.0f);
 }
 
+/* Whether rep's parameters and gradients are the sub-buffers of its arenas
+ * (clg_replica_arena) in refs order, so one launch can cover them all. */
+static int arena_usable(clg_optim *o)
+{
+    clg_replica *r = o->rep;
+    if (!r->parena || !r->garena || r->narena != o->n || r->arena_bytes / sizeof(float) > INT32_MAX)
+        return 0;
+    for (int i = 0; i < o->n; i++)
+        if (o->refs[i].param->numel > 0 &&
+            (o->refs[i].param->grad != r->gsub[i] || clg_replica_master(r, &o->refs[i]) != r->psub[i]))
+            return 0;
+    return 1;
+}
+
+/* A zeroed state arena laid out like the parameters, a sub-buffer per parameter in sub[]. */
+static clg_status state_arena(clg_optim *o, cl_mem *arena, cl_mem *sub)
+{
+    clg_replica *r = o->rep;
+    clg_device *dev = r->dev;
+    clg_err *err = clg_dev_err(dev);
+    cl_int e = CL_SUCCESS;
+    *arena = clCreateBuffer(dev->cl, CL_MEM_READ_WRITE, r->arena_bytes, NULL, &e);
+    if (e != CL_SUCCESS)
+        return clg_cl_fail(err, e, "clCreateBuffer (optimizer state arena)", __FILE__, __LINE__);
+    for (int i = 0; i < o->n; i++) {
+        size_t nb = o->refs[i].param->numel * sizeof(float);
+        if (nb == 0)
+            continue;
+        cl_buffer_region reg = {r->arena_off[i], nb};
+        sub[i] = clCreateSubBuffer(*arena, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &reg, &e);
+        if (e != CL_SUCCESS)
+            return clg_cl_fail(err, e, "clCreateSubBuffer (optimizer state arena)", __FILE__, __LINE__);
+    }
+    /* zeroed after the sub-buffers exist: oclgrind forgets the initialised
+     * state of a region when a sub-buffer over it is created */
+    return zero_buf(dev, *arena, r->arena_bytes);
+}
+
 clg_status clg_optim_create(clg_replica *rep, const clg_hparams *hp, clg_optim **out)
 {
     *out = NULL;
@@ -97,7 +136,17 @@ clg_status clg_optim_create(clg_replica *rep, const clg_hparams *hp, clg_optim *
             st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
     }
     int ns = clg_optim_nstate(o);
-    for (int i = 0; i < o->n && st == CLG_OK; i++) {
+    if (st == CLG_OK)
+        o->arena = arena_usable(o);
+    const char *pt = getenv("CLGRAD_OPTIM_PER_TENSOR");
+    o->per_tensor = !o->arena || (pt && pt[0] && strcmp(pt, "0") != 0);
+    if (o->arena) {
+        if (ns >= 1 && st == CLG_OK)
+            st = state_arena(o, &o->marena, o->m);
+        if (ns >= 2 && st == CLG_OK)
+            st = state_arena(o, &o->varena, o->v);
+    }
+    for (int i = 0; i < o->n && st == CLG_OK && !o->arena; i++) {
         size_t bytes = o->refs[i].param->numel * sizeof(float);
         if (ns >= 1) {
             st = clg_buf_alloc(dev, bytes, &o->m[i]);
@@ -112,7 +161,8 @@ clg_status clg_optim_create(clg_replica *rep, const clg_hparams *hp, clg_optim *
     }
     o->groups = SUMSQ_MAX_GROUPS;
     if (st == CLG_OK)
-        st = clg_buf_alloc(dev, (size_t)CLG_MAX(o->n, 1) * o->groups * sizeof(float), &o->partial);
+        st = clg_buf_alloc(dev, CLG_MAX((size_t)CLG_MAX(o->n, 1) * o->groups, (size_t)ARENA_GROUPS) * sizeof(float),
+                           &o->partial);
     if (st != CLG_OK) {
         clg_optim_free(o);
         return st;
@@ -127,11 +177,18 @@ void clg_optim_free(clg_optim *o)
         return;
     clg_device *dev = o->rep->dev;
     for (int i = 0; i < o->n; i++) {
-        if (o->m)
-            clg_buf_release(dev, o->m[i]);
-        if (o->v)
-            clg_buf_release(dev, o->v[i]);
+        cl_mem b[2] = {o->m ? o->m[i] : NULL, o->v ? o->v[i] : NULL};
+        for (int k = 0; k < 2; k++) {
+            if (b[k] && o->arena)
+                clReleaseMemObject(b[k]); /* a sub-buffer */
+            else
+                clg_buf_release(dev, b[k]);
+        }
     }
+    if (o->marena)
+        clReleaseMemObject(o->marena);
+    if (o->varena)
+        clReleaseMemObject(o->varena);
     clg_buf_release(dev, o->partial);
     clg_buf_release(dev, o->flag);
     free(o->m);
@@ -150,7 +207,19 @@ clg_status clg_optim_grad_norm(clg_optim *o, float gscale, double *norm)
     cl_kernel k;
     size_t wg = SUMSQ_WG; /* a reduction's fixed group: the device's largest power of two up to 256 */
     CLG_TRY(clg_kernel_get_wg(dev, "optim", "sumsq_partial", "WG", SUMSQ_WG, &k, &wg));
-    for (int i = 0; i < o->n; i++) {
+    size_t total = (size_t)o->n * o->groups;
+    if (!o->per_tensor) { /* one launch over the gradient arena (its padding is zero) */
+        int n = (int)(o->rep->arena_bytes / sizeof(float)), off = 0;
+        int groups = (int)CLG_MAX((size_t)1, CLG_MIN((size_t)ARENA_GROUPS, CLG_CEIL_DIV((size_t)n, wg)));
+        CLG_CL_CHECK(err, clSetKernelArg(k, 0, sizeof(cl_mem), &o->rep->garena));
+        CLG_CL_CHECK(err, clSetKernelArg(k, 1, sizeof(int), &n));
+        CLG_CL_CHECK(err, clSetKernelArg(k, 2, sizeof(cl_mem), &o->partial));
+        CLG_CL_CHECK(err, clSetKernelArg(k, 3, sizeof(int), &off));
+        size_t local = wg, global = (size_t)groups * wg;
+        CLG_TRY(clg_launch(dev, k, 1, &global, &local, CLG_LAUNCH_FIXED, NULL));
+        total = (size_t)groups;
+    }
+    for (int i = 0; i < o->n && o->per_tensor; i++) {
         clg_param *p = o->refs[i].param;
         int n = (int)p->numel, off = i * o->groups;
         int groups = (int)CLG_MIN((size_t)o->groups, CLG_CEIL_DIV(p->numel, wg));
@@ -166,7 +235,6 @@ clg_status clg_optim_grad_norm(clg_optim *o, float gscale, double *norm)
         if (groups < o->groups)
             CLG_TRY(clg_buf_fill(dev, o->partial, (size_t)(off + groups), (size_t)(o->groups - groups), 0.0f));
     }
-    size_t total = (size_t)o->n * o->groups;
     float *host = malloc(total * sizeof(float));
     if (!host)
         return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
@@ -194,10 +262,13 @@ clg_status clg_optim_unscale_check(clg_optim *o, float inv_scale, int *overflow)
     CLG_TRY(clg_buf_fill(dev, o->flag, 0, 1, 0.0f)); /* int 0 has the bits of float 0 */
     cl_kernel k;
     CLG_TRY(clg_kernel_get(dev, "convert", dev->info.has_fp16 ? "-D HAVE_FP16=1" : "", "unscale_check", &k));
-    for (int i = 0; i < o->n; i++) {
+    for (int i = 0; i < (o->per_tensor ? o->n : 1); i++) { /* arena: one launch over all gradients */
         clg_param *p = o->refs[i].param;
-        int n = (int)p->numel;
-        CLG_CL_CHECK(err, clSetKernelArg(k, 0, sizeof(cl_mem), &p->grad));
+        int n = o->per_tensor ? (int)p->numel : (int)(o->rep->arena_bytes / sizeof(float));
+        cl_mem g = o->per_tensor ? p->grad : o->rep->garena;
+        if (n == 0)
+            continue;
+        CLG_CL_CHECK(err, clSetKernelArg(k, 0, sizeof(cl_mem), &g));
         CLG_CL_CHECK(err, clSetKernelArg(k, 1, sizeof(int), &n));
         CLG_CL_CHECK(err, clSetKernelArg(k, 2, sizeof(float), &inv_scale));
         CLG_CL_CHECK(err, clSetKernelArg(k, 3, sizeof(cl_mem), &o->flag));
@@ -220,13 +291,18 @@ clg_status clg_optim_step(clg_optim *o, double lr, float gscale)
         CLG_TRY(clg_kernel_get(dev, "optim", "", "sgd_step", &k));
         float mom = (float)h->momentum;
         int nest = h->nesterov;
-        for (int i = 0; i < o->n; i++) {
+        for (int i = 0; i < (o->per_tensor ? o->n : 1); i++) { /* arena: one launch over all parameters */
             clg_param *p = o->refs[i].param;
-            int n = (int)p->numel;
-            cl_mem m = o->m[i] ? o->m[i] : p->grad; /* unused when momentum == 0 */
-            cl_mem w = clg_replica_master(o->rep, &o->refs[i]);
+            int n = o->per_tensor ? (int)p->numel : (int)(o->rep->arena_bytes / sizeof(float));
+            cl_mem g = o->per_tensor ? p->grad : o->rep->garena;
+            cl_mem m = o->per_tensor ? o->m[i] : o->marena;
+            if (!m)
+                m = g; /* unused when momentum == 0 */
+            cl_mem w = o->per_tensor ? clg_replica_master(o->rep, &o->refs[i]) : o->rep->parena;
+            if (n == 0)
+                continue;
             CLG_CL_CHECK(err, clSetKernelArg(k, 0, sizeof(cl_mem), &w));
-            CLG_CL_CHECK(err, clSetKernelArg(k, 1, sizeof(cl_mem), &p->grad));
+            CLG_CL_CHECK(err, clSetKernelArg(k, 1, sizeof(cl_mem), &g));
             CLG_CL_CHECK(err, clSetKernelArg(k, 2, sizeof(cl_mem), &m));
             CLG_CL_CHECK(err, clSetKernelArg(k, 3, sizeof(int), &n));
             CLG_CL_CHECK(err, clSetKernelArg(k, 4, sizeof(float), &flr));
@@ -242,15 +318,19 @@ clg_status clg_optim_step(clg_optim *o, double lr, float gscale)
         float omb1 = (float)(1.0 - h->beta1), omb2 = (float)(1.0 - h->beta2);
         float bc1 = (float)(1.0 - pow(h->beta1, (double)o->t)), bc2 = (float)(1.0 - pow(h->beta2, (double)o->t));
         int dec = h->optimizer == CLG_OPT_ADAMW;
-        for (int i = 0; i < o->n; i++) {
+        for (int i = 0; i < (o->per_tensor ? o->n : 1); i++) { /* arena: one launch over all parameters */
             clg_param *p = o->refs[i].param;
-            int n = (int)p->numel;
+            int n = o->per_tensor ? (int)p->numel : (int)(o->rep->arena_bytes / sizeof(float));
             int a = 0;
-            cl_mem w = clg_replica_master(o->rep, &o->refs[i]);
+            cl_mem w = o->per_tensor ? clg_replica_master(o->rep, &o->refs[i]) : o->rep->parena;
+            cl_mem g = o->per_tensor ? p->grad : o->rep->garena;
+            cl_mem m = o->per_tensor ? o->m[i] : o->marena, v = o->per_tensor ? o->v[i] : o->varena;
+            if (n == 0)
+                continue;
             CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_mem), &w));
-            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_mem), &p->grad));
-            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_mem), &o->m[i]));
-            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_mem), &o->v[i]));
+            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_mem), &g));
+            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_mem), &m));
+            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_mem), &v));
             CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(int), &n));
             CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(float), &flr));
             CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(float), &b1));

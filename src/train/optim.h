@@ -17,6 +17,15 @@ typedef struct clg_optim {
     cl_mem partial;   /* squared-norm partial sums */
     cl_mem flag;      /* fp16 overflow flag (1 int), allocated on first use */
     int groups;       /* partial sums per parameter */
+    /* Arena mode (the replica has a parameter arena, rep->parena): the state
+     * lives in arenas laid out like the parameters (m[i], v[i] are
+     * sub-buffers of marena, varena), and the update, the squared-norm
+     * partial sums and the fp16 unscale/overflow check are one launch each
+     * over the whole arena (padding is zero in every arena and stays zero).
+     * per_tensor: the same kernels launched per tensor instead (the
+     * reference path; CLGRAD_OPTIM_PER_TENSOR=1). */
+    cl_mem marena, varena;
+    int arena, per_tensor;
 } clg_optim;
 
 CLG_INTERNAL const char *clg_optim_name(int optimizer);

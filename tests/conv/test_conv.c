@@ -192,6 +192,44 @@ START_TEST(direct_random)
 }
 END_TEST
 
+/* The shape-specialised direct kernels (groups 1, dilation 1): strides 1-2
+ * along rows and columns (3 along rows), windows 1-7, rows one to several
+ * vectors long and longer than one run (wide images), channel counts that
+ * leave partial channel blocks and vectors (K not a multiple of 4/8/16). */
+START_TEST(direct_jit_random)
+{
+    clg_rng r;
+    tu_rng(&r, 19);
+    for (int i = 0; i < ncases(6); i++) { /* each case builds four programs (~1-4 s each on PoCL) */
+        clg_conv_shape s;
+        do {
+            memset(&s, 0, sizeof s);
+            s.N = irand(&r, 1, g_tiny ? 1 : 3);
+            s.R = irand(&r, 1, 7);
+            s.S = irand(&r, 1, 7);
+            s.H = irand(&r, s.R, g_tiny ? 9 : 20);
+            s.W = i % 3 == 2 && !g_tiny ? irand(&r, 60, 140) : irand(&r, s.S, g_tiny ? 20 : 40);
+            s.pad_h = irand(&r, 0, CLG_MIN(3, s.R - 1));
+            s.pad_w = irand(&r, 0, CLG_MIN(3, s.S - 1));
+            s.stride_h = irand(&r, 1, 3);
+            s.stride_w = irand(&r, 1, 2);
+            s.dil_h = s.dil_w = s.groups = 1;
+            s.C = irand(&r, 1, g_tiny ? 3 : 9);
+            s.K = irand(&r, 1, g_tiny ? 5 : 21);
+        } while (clg_conv_check(NULL, &s) != CLG_OK);
+        if (i % 3 == 0) /* backward-data as a forward convolution needs stride 1 */
+            s.stride_h = s.stride_w = 1;
+        for (int pass = 0; pass < 3; pass++)
+            ck_assert_msg(clg_conv_djit_ok(dev0(), &s, (clg_conv_pass)pass) || s.R * s.S > 25,
+                          "direct: shape-specialised path not taken");
+        /* both forward designs (row vectors, channel vectors) on every kind of shape */
+        setenv("CLGRAD_DJIT_FWD", i % 2 ? "q" : "k", 1);
+        check_algo(&s, CLG_CONV_DIRECT, &r, 1e-4, 7);
+    }
+    unsetenv("CLGRAD_DJIT_FWD");
+}
+END_TEST
+
 START_TEST(winograd2_random)
 {
     clg_rng r;
@@ -572,6 +610,7 @@ int main(void)
     } tests[] = {
         {"argument_errors", argument_errors},   {"im2col_random", im2col_random},
         {"im2col_1x1_gemm", im2col_1x1_gemm},   {"direct_random", direct_random},
+        {"direct_jit_random", direct_jit_random},
         {"winograd2_random", winograd2_random}, {"winograd4_random", winograd4_random},
         {"fft_random", fft_random},             {"finite_differences", finite_differences}, {"filter_cache_versions", filter_cache_versions},
         {"auto_choice", auto_choice},           {"algo_cache_file", algo_cache_file},

@@ -362,18 +362,23 @@ START_TEST(test_packed_errors)
 }
 END_TEST
 
-/* clg_gemm_dot: C = act(alpha * A * B^T + beta * C + bias) on unpacked
+/* clg_gemm_dot: C = act(alpha * A * B^T + beta * C + bias), or (rows)
+ * clg_gemm_rows: C = act(alpha * op(A) * B + beta * C + bias), on unpacked
  * row-major operands (offsets, padded leading dims, batch strides). */
-static double run_dot_case(int M, int N, int K, int batch, int shareA, float alpha, float beta, int bias_mode,
-                           int relu)
+static double run_unpacked_case(int rows, int ta, int M, int N, int K, int batch, int shareA, float alpha, float beta,
+                                int bias_mode, int relu)
 {
+    const char *fn = rows ? "gemm_rows" : "gemm_dot";
+    if (!rows)
+        ta = 0;
+    int colsA = ta ? M : K, rowsA = ta ? K : M, colsB = rows ? N : K, rowsB = rows ? K : N;
     clg_rng r;
     tu_rng(&r, stream++);
-    int lda = CLG_MAX(K, 1) + (K % 3), ldb = CLG_MAX(K, 1) + 1, ldc = CLG_MAX(N, 1) + 2;
+    int lda = CLG_MAX(colsA, 1) + (colsA % 3), ldb = CLG_MAX(colsB, 1) + 1, ldc = CLG_MAX(N, 1) + 2;
     int offA = 3, offB = 1, offC = 2;
-    size_t sA = shareA ? 0 : (size_t)M * lda + 1, sB = (size_t)N * ldb + 2, sC = (size_t)M * ldc + 3;
-    size_t nA = offA + (size_t)(batch - 1) * sA + (size_t)M * lda + 1;
-    size_t nB = offB + (size_t)(batch - 1) * sB + (size_t)N * ldb + 1;
+    size_t sA = shareA ? 0 : (size_t)rowsA * lda + 1, sB = (size_t)rowsB * ldb + 2, sC = (size_t)M * ldc + 3;
+    size_t nA = offA + (size_t)(batch - 1) * sA + (size_t)rowsA * lda + 1;
+    size_t nB = offB + (size_t)(batch - 1) * sB + (size_t)rowsB * ldb + 1;
     size_t nC = offC + (size_t)(batch - 1) * sC + (size_t)M * ldc + 4;
     int nbias = CLG_MAX(M, N) + 2;
     float *A = malloc(sizeof(float) * nA), *B = malloc(sizeof(float) * nB), *C0 = malloc(sizeof(float) * nC);
@@ -400,7 +405,8 @@ static double run_dot_case(int M, int N, int K, int batch, int shareA, float alp
     cl_mem dBias = tu_upload(dev, bias, (size_t)nbias);
     clg_gemm_args g;
     clg_gemm_args_init(&g);
-    g.tb = 1;
+    g.tb = !rows;
+    g.ta = ta;
     g.M = M;
     g.N = N;
     g.K = K;
@@ -424,9 +430,9 @@ static double run_dot_case(int M, int N, int K, int batch, int shareA, float alp
     g.bias_mode = (clg_bias_mode)bias_mode;
     g.relu = relu;
     cl_event ev = NULL;
-    clg_status st = clg_gemm_dot(dev, &g, &ev);
+    clg_status st = rows ? clg_gemm_rows(dev, &g, &ev) : clg_gemm_dot(dev, &g, &ev);
     if (st != CLG_OK)
-        fprintf(stderr, "gemm_dot failed: %s\n", clg_last_error(ctx));
+        fprintf(stderr, "%s failed: %s\n", fn, clg_last_error(ctx));
     ck_assert_int_eq(st, CLG_OK);
     ck_assert_ptr_nonnull(ev);
     ck_assert_int_eq(clWaitForEvents(1, &ev), CL_SUCCESS);
@@ -436,7 +442,7 @@ static double run_dot_case(int M, int N, int K, int batch, int shareA, float alp
     for (int b = 0; b < batch; b++) {
         size_t co = offC + b * sC;
         tg_ref_from(ref, C0, co, ldc, M, N);
-        tu_gemm_ref(0, 1, M, N, K, alpha, A + offA + b * sA, lda, B + offB + b * sB, ldb, beta, ref, CLG_MAX(N, 1));
+        tu_gemm_ref(ta, !rows, M, N, K, alpha, A + offA + b * sA, lda, B + offB + b * sB, ldb, beta, ref, CLG_MAX(N, 1));
         worst = fmax(worst, tg_epilogue_err(ref, got, C, co, ldc, M, N, bias, bias_mode, relu, TOL, b));
     }
     size_t bad = 0;
@@ -445,8 +451,8 @@ static double run_dot_case(int M, int N, int K, int batch, int shareA, float alp
             bad++;
     ck_assert_uint_eq(bad, 0);
     if (!(worst <= TOL))
-        fprintf(stderr, "FAIL gemm_dot M=%d N=%d K=%d batch=%d shareA=%d alpha=%g beta=%g bias=%d relu=%d: err %g\n",
-                M, N, K, batch, shareA, (double)alpha, (double)beta, bias_mode, relu, worst);
+        fprintf(stderr, "FAIL %s ta=%d M=%d N=%d K=%d batch=%d shareA=%d alpha=%g beta=%g bias=%d relu=%d: err %g\n",
+                fn, ta, M, N, K, batch, shareA, (double)alpha, (double)beta, bias_mode, relu, worst);
     clg_buf_release(dev, dA);
     clg_buf_release(dev, dB);
     clg_buf_release(dev, dC);
@@ -454,6 +460,48 @@ static double run_dot_case(int M, int N, int K, int batch, int shareA, float alp
     free(A), free(B), free(C0), free(C), free(bias), free(ref), free(got);
     return worst;
 }
+
+static double run_dot_case(int M, int N, int K, int batch, int shareA, float alpha, float beta, int bias_mode,
+                           int relu)
+{
+    return run_unpacked_case(0, 0, M, N, K, batch, shareA, alpha, beta, bias_mode, relu);
+}
+
+START_TEST(test_rows)
+{
+    /* edges of the 8-row x 16-column blocks, K = 0, the dense layers' gradient shapes */
+    int shapes[][3] = {{1, 1, 1}, {9, 17, 5}, {4, 16, 3}, {17, 33, 40}, {120, 84, 128}, {10, 84, 128}, {3, 5, 0}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int ta = 0; ta < 2; ta++) {
+            int batch = 1 + (int)(i % 3);
+            ck_assert(run_unpacked_case(1, ta, shapes[i][0], shapes[i][1], shapes[i][2], batch, i == 3,
+                                        i == 4 ? -1.5f : 1.0f, (i % 2) ? 0.5f : 0.0f, (int)((i + ta) % 3),
+                                        (int)((i + ta) % 2)) <= TOL);
+        }
+}
+END_TEST
+
+START_TEST(test_rows_errors)
+{
+    cl_mem m = tu_upload(dev, NULL, 64);
+    clg_gemm_args g;
+    clg_gemm_args_init(&g);
+    g.M = g.N = g.K = 4;
+    g.A = g.B = g.C = m;
+    g.lda = g.ldb = g.ldc = 4;
+    g.tb = 1;
+    ck_assert_int_eq(clg_gemm_rows(dev, &g, NULL), CLG_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(clg_last_error(ctx), "gemm_rows"));
+    g.tb = 0;
+    g.ldb = 3; /* smaller than N */
+    ck_assert_int_eq(clg_gemm_rows(dev, &g, NULL), CLG_ERR_INVALID_ARG);
+    g.ldb = 4;
+    g.ta = 1;
+    ck_assert_int_eq(clg_gemm_rows(dev, &g, NULL), CLG_OK);
+    ck_assert_int_eq(clFinish(dev->queue), CL_SUCCESS);
+    clg_buf_release(dev, m);
+}
+END_TEST
 
 START_TEST(test_dot)
 {
@@ -505,6 +553,8 @@ START_TEST(test_packed_tiny)
     c.shareA = 1;
     pcheck(&c, &pk, "tiny split-K");
     ck_assert(run_dot_case(5, 6, 19, 2, 0, 1.0f, 0.5f, CLG_BIAS_COL, 1) <= TOL);
+    ck_assert(run_unpacked_case(1, 0, 5, 18, 3, 2, 0, 1.0f, 0.5f, CLG_BIAS_ROW, 1) <= TOL);
+    ck_assert(run_unpacked_case(1, 1, 9, 16, 4, 1, 0, 1.0f, 0.0f, CLG_BIAS_NONE, 0) <= TOL);
 }
 END_TEST
 
@@ -517,6 +567,7 @@ int main(void)
     tcase_add_test(tc, test_packed_tiny);
     tcase_add_test(tc, test_packed_errors);
     tcase_add_test(tc, test_dot_errors);
+    tcase_add_test(tc, test_rows_errors);
     if (!getenv("CLGRAD_TEST_TINY")) {
         tcase_add_test(tc, test_layout);
         tcase_add_test(tc, test_packed_cpu);
@@ -525,6 +576,7 @@ int main(void)
         tcase_add_test(tc, test_packed_split_k);
         tcase_add_test(tc, test_packed_k_zero);
         tcase_add_test(tc, test_dot);
+        tcase_add_test(tc, test_rows);
     }
     suite_add_tcase(s, tc);
     return tu_run(s);

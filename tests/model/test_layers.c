@@ -163,6 +163,12 @@ END_TEST
 START_TEST(dense_skip_din) { dense_case(CLG_ACT_TANH, 1, 4, 4, 2, 3, 3, 5, 1); }
 END_TEST
 
+/* ReLU + bias (the fused activation backward + bias gradient) on a partial
+ * batch of many samples and an odd number of units; 35 input features: the
+ * single-launch forward's 16-wide steps along K and its scalar tail */
+START_TEST(dense_relu_bias_partial_batch) { dense_case(CLG_ACT_RELU, 1, 70, 67, 5, 1, 7, 33, 0); }
+END_TEST
+
 /* ---------------- softmax + cross-entropy ---------------- */
 
 static void upload_labels(lh_case *c, const int *lab, int n)
@@ -244,6 +250,16 @@ END_TEST
 
 /* large logits: must not overflow (max subtraction) */
 START_TEST(softmax_large_logits) { softmax_case(4, 4, 5, 80.0f, 0.5f); }
+END_TEST
+
+/* above CLG_SM_FUSED_MAX: the per-sample kernel and the separate reduction;
+ * at and below it the one-launch forward (more samples than one group) */
+START_TEST(softmax_fused_limits)
+{
+    softmax_case(70, 70, 250, 6.0f, 0.25f);
+    softmax_case(CLG_SM_FUSED_MAX / 64, CLG_SM_FUSED_MAX / 64, 64, 6.0f, 0.25f);
+    softmax_case(200, 131, 10, 6.0f, 0.25f);
+}
 END_TEST
 
 /* ---------------- mse ---------------- */
@@ -969,6 +985,7 @@ int main(void)
     tcase_add_loop_test(tc, activation_fwd_bwd, 0, 5);
     if (tiny) {
         tcase_add_loop_test(tc, dense_acts, CLG_ACT_RELU, CLG_ACT_RELU + 1);
+        tcase_add_test(tc, dense_relu_bias_partial_batch);
         tcase_add_test(tc, softmax_small);
         tcase_add_test(tc, mse_fwd_bwd);
         tcase_add_test(tc, maxpool_2x2);
@@ -992,9 +1009,11 @@ int main(void)
     tcase_add_loop_test(tc, dense_acts, 0, 6);
     tcase_add_test(tc, dense_nobias_partial_batch);
     tcase_add_test(tc, dense_skip_din);
+    tcase_add_test(tc, dense_relu_bias_partial_batch);
     tcase_add_test(tc, softmax_small);
     tcase_add_test(tc, softmax_many_classes_partial);
     tcase_add_test(tc, softmax_large_logits);
+    tcase_add_test(tc, softmax_fused_limits);
     tcase_add_test(tc, mse_fwd_bwd);
     tcase_add_test(tc, maxpool_2x2);
     tcase_add_test(tc, maxpool_2x2_ties);

@@ -157,11 +157,21 @@ START_TEST(vendor_defaults)
     ck_assert_int_eq(clg_conv_algo_default(d, &s, CLG_CONV_FWD), CLG_CONV_WINOGRAD);
     pose(d, "AuthenticAMD", CLG_DEVICE_CPU, 4096, 1 << 20);
     ck_assert_int_eq(clg_conv_algo_default(d, &s, CLG_CONV_FWD), CLG_CONV_WINOGRAD4_FUSED);
-    ck_assert_int_eq(clg_conv_algo_default(d, &s, CLG_CONV_BWD_FILTER), CLG_CONV_WINOGRAD4);
-    s.C = 1; /* a first layer */
+    /* CPUs: weight gradients, first layers and non-Winograd windows by the shape-specialised direct kernels */
+    ck_assert_int_eq(clg_conv_algo_default(d, &s, CLG_CONV_BWD_FILTER), CLG_CONV_DIRECT);
+    s.C = 1; /* a first layer: 3x3 by im2col, 5x5 direct */
     ck_assert_int_eq(clg_conv_algo_default(d, &s, CLG_CONV_FWD), CLG_CONV_IM2COL);
+    s.R = s.S = 5;
+    ck_assert_int_eq(clg_conv_algo_default(d, &s, CLG_CONV_FWD), CLG_CONV_DIRECT);
+    s.R = s.S = 3;
     s.C = 32, s.R = s.S = 5;
+    ck_assert_int_eq(clg_conv_algo_default(d, &s, CLG_CONV_FWD), CLG_CONV_DIRECT);
+    s.R = s.S = 1, s.stride_h = s.stride_w = 2, s.pad_h = s.pad_w = 0; /* a strided 1x1 projection: a GEMM */
     ck_assert_int_eq(clg_conv_algo_default(d, &s, CLG_CONV_FWD), CLG_CONV_IM2COL);
+    s.R = s.S = 5, s.stride_h = s.stride_w = 1, s.pad_h = s.pad_w = 1;
+    pose(d, "Intel(R) Corporation", CLG_DEVICE_GPU, 512, 65536); /* GPUs keep im2col there */
+    ck_assert_int_eq(clg_conv_algo_default(d, &s, CLG_CONV_FWD), CLG_CONV_IM2COL);
+    ck_assert_int_eq(clg_conv_algo_default(d, &s, CLG_CONV_BWD_FILTER), CLG_CONV_IM2COL);
     s.R = s.S = 3, s.groups = 32, s.K = 32; /* depthwise */
     ck_assert_int_eq(clg_conv_algo_default(d, &s, CLG_CONV_FWD), CLG_CONV_DIRECT);
     *d = saved;

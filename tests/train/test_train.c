@@ -365,6 +365,239 @@ START_TEST(optim_adam)
 }
 END_TEST
 
+// ---- the one-launch optimizer over the parameter arena against the per-tensor path ----
+
+static const char *ARENA_NET =
+    "[net]\n"
+    "channels = 1\nheight = 8\nwidth = 8\nclasses = 5\nbatch = 8\n"
+    "[dense]\nname = fc1\nunits = 37\nactivation = relu\n"
+    "[batchnorm]\nname = bn\n"
+    "[dense]\nname = fc2\nunits = 5\n"
+    "[softmax]\nname = loss\n";
+
+/* Trainable parameter i's authoritative value (the fp32 master in fp16 mode), poisoned first. */
+static void read_value(clg_replica *r, const clg_param_ref *ref, float *h)
+{
+    tu_poison(h, ref->param->numel);
+    tu_download(r->dev, clg_replica_master(r, ref), h, ref->param->numel);
+}
+
+/* Every float of buf outside the parameters' regions of r's arena layout is 0. */
+static void check_padding(clg_replica *r, cl_mem buf, const clg_param_ref *refs, int n, const char *what)
+{
+    size_t nf = r->arena_bytes / sizeof(float);
+    float *h = malloc(nf * sizeof(float));
+    char *used = calloc(nf, 1);
+    tu_poison(h, nf);
+    tu_download(r->dev, buf, h, nf);
+    for (int i = 0; i < n; i++)
+        memset(used + r->arena_off[i] / sizeof(float), 1, refs[i].param->numel);
+    size_t pad = 0;
+    for (size_t k = 0; k < nf; k++)
+        if (!used[k]) {
+            ck_assert_msg(h[k] == 0.0f, "%s arena padding float %zu is %g", what, k, h[k]);
+            pad++;
+        }
+    ck_assert_msg(pad > 0, "the arena has no padding to check (%s)", what);
+    free(h);
+    free(used);
+}
+
+/* f rounded to the nearest binary16 value (ties to even), in double: for
+ * finite |f| below 65504; subnormal halves below 2^-14. */
+static double round_half(float f)
+{
+    double a = fabs((double)f);
+    if (a == 0)
+        return f;
+    int e;
+    frexp(a, &e); /* a = m * 2^e, m in [0.5, 1) */
+    int E = CLG_MAX(e - 1, -14);
+    return copysign(ldexp(nearbyint(ldexp(a, 10 - E)), E - 10), (double)f);
+}
+
+static void run_arena_case(int optimizer, double momentum, int nesterov, double wd, int fp16)
+{
+    clg_ctx *c = ctx();
+    clg_err *err = &c->err;
+    clg_device *dev = &c->devs[0];
+    clg_net *net = NULL;
+    ck_assert_msg(clg_net_build(err, ARENA_NET, "arena", 8, &net) == CLG_OK, "%s", err->msg);
+    net->fp16 = fp16;
+    clg_replica *ra = NULL, *rb = NULL;
+    ck_assert_msg(clg_replica_create(net, dev, 3, &ra) == CLG_OK, "%s", err->msg);
+    ck_assert_msg(clg_replica_create(net, dev, 3, &rb) == CLG_OK, "%s", err->msg);
+    clg_hparams hp = net->hp;
+    hp.optimizer = optimizer;
+    hp.momentum = momentum;
+    hp.nesterov = nesterov;
+    hp.weight_decay = wd;
+    clg_optim *oa = NULL, *ob = NULL;
+    ck_assert_msg(clg_optim_create(ra, &hp, &oa) == CLG_OK, "%s", err->msg);
+    ck_assert_msg(clg_optim_create(rb, &hp, &ob) == CLG_OK, "%s", err->msg);
+    ck_assert_msg(oa->arena && !oa->per_tensor, "the optimizer does not run over the parameter arena");
+    ob->per_tensor = 1; /* the reference path: one launch per tensor (sub-buffers of the same arenas) */
+    ck_assert_int_eq(oa->n, 6); /* fc1 w b, bn gamma beta, fc2 w b: running statistics stay out */
+    clg_rng rng;
+    tu_rng(&rng, 300 + optimizer * 10 + nesterov + 5 * fp16);
+    int n = oa->n;
+    size_t maxn = 0;
+    for (int i = 0; i < n; i++)
+        maxn = CLG_MAX(maxn, oa->refs[i].param->numel);
+    float *h = malloc(maxn * sizeof(float)), *hb = malloc(maxn * sizeof(float));
+    double **w = calloc((size_t)CLG_MAX(n, 1), sizeof *w), **m = calloc((size_t)CLG_MAX(n, 1), sizeof *m), **v = calloc((size_t)CLG_MAX(n, 1), sizeof *v);
+    /* fresh random weights, the same in both replicas */
+    for (int i = 0; i < n; i++) {
+        size_t N = oa->refs[i].param->numel;
+        w[i] = calloc(N, sizeof(double));
+        m[i] = calloc(N, sizeof(double));
+        v[i] = calloc(N, sizeof(double));
+        tu_fill(h, N, -1, 1, &rng);
+        for (size_t k = 0; k < N; k++)
+            w[i][k] = h[k];
+        tu_write_full(dev, clg_replica_master(ra, &oa->refs[i]), h, N);
+        tu_write_full(dev, clg_replica_master(rb, &ob->refs[i]), h, N);
+    }
+    float gscale = 0.625f;
+    for (int step = 1; step <= 3; step++) {
+        double lr = 0.03 * step;
+        for (int i = 0; i < n; i++) {
+            size_t N = oa->refs[i].param->numel;
+            tu_fill(h, N, -1, 1, &rng);
+            tu_write_full(dev, oa->refs[i].param->grad, h, N);
+            tu_write_full(dev, ob->refs[i].param->grad, h, N);
+            for (size_t k = 0; k < N; k++) {
+                double gi = (double)h[k] * gscale;
+                if (optimizer == CLG_OPT_SGD) {
+                    gi += wd * w[i][k];
+                    if (momentum != 0) {
+                        m[i][k] = momentum * m[i][k] + gi;
+                        gi = nesterov ? gi + momentum * m[i][k] : m[i][k];
+                    }
+                    w[i][k] -= lr * gi;
+                } else {
+                    if (optimizer == CLG_OPT_ADAMW)
+                        w[i][k] -= lr * wd * w[i][k];
+                    else
+                        gi += wd * w[i][k];
+                    m[i][k] = hp.beta1 * m[i][k] + (1 - hp.beta1) * gi;
+                    v[i][k] = hp.beta2 * v[i][k] + (1 - hp.beta2) * gi * gi;
+                    double mh = m[i][k] / (1 - pow(hp.beta1, step)), vh = v[i][k] / (1 - pow(hp.beta2, step));
+                    w[i][k] -= lr * mh / (sqrt(vh) + hp.epsilon);
+                }
+            }
+        }
+        long l0 = (long)dev->launches;
+        ck_assert_msg(clg_optim_step(oa, lr, gscale) == CLG_OK, "%s", err->msg);
+        long la = (long)dev->launches - l0;
+        ck_assert_msg(clg_optim_step(ob, lr, gscale) == CLG_OK, "%s", err->msg);
+        long lb = (long)dev->launches - l0 - la;
+        /* one update launch against one per tensor (fp16: both plus one launch for the half copies) */
+        ck_assert_msg(lb - la == n - 1, "arena step %ld launches, per-tensor %ld (%d tensors)", la, lb, n);
+    }
+    for (int i = 0; i < n; i++) {
+        size_t N = oa->refs[i].param->numel;
+        read_value(ra, &oa->refs[i], h);
+        read_value(rb, &ob->refs[i], hb);
+        double *bd = malloc(N * sizeof(double));
+        for (size_t k = 0; k < N; k++)
+            bd[k] = hb[k];
+        double e_ab = tu_max_err(h, bd, N, 1e-6), e_ref = tu_max_err(h, w[i], N, 1e-3);
+        ck_assert_msg(e_ab <= 1e-6, "optimizer %d fp16 %d param %d: arena vs per-tensor rel err %g", optimizer, fp16,
+                      i, e_ab);
+        ck_assert_msg(e_ref < 1e-4, "optimizer %d fp16 %d param %d: vs double reference rel err %g", optimizer, fp16,
+                      i, e_ref);
+        free(bd);
+        free(w[i]);
+        free(m[i]);
+        free(v[i]);
+    }
+    if (fp16) { /* the layers' fp32 views: the new masters rounded to half, by one launch over the arena */
+        ck_assert_ptr_nonnull(ra->varena);
+        for (int i = 0; i < n; i++) {
+            size_t N = oa->refs[i].param->numel;
+            read_value(ra, &oa->refs[i], h);
+            tu_poison(hb, N);
+            tu_download(dev, oa->refs[i].param->value, hb, N);
+            for (size_t k = 0; k < N; k++)
+                ck_assert_msg((double)hb[k] == round_half(h[k]), "param %d [%zu]: view %.9g, master %.9g -> %.9g", i,
+                              k, hb[k], h[k], round_half(h[k]));
+        }
+        check_padding(ra, ra->varena, oa->refs, n, "fp32 view");
+    }
+    check_padding(ra, ra->parena, oa->refs, n, "parameter");
+    check_padding(ra, ra->garena, oa->refs, n, "gradient");
+    if (oa->marena)
+        check_padding(ra, oa->marena, oa->refs, n, "first state");
+    if (oa->varena)
+        check_padding(ra, oa->varena, oa->refs, n, "second state");
+
+    /* global norm and the fp16 unscale/overflow check: one launch each, the per-tensor results */
+    double ref = 0;
+    for (int i = 0; i < n; i++) {
+        size_t N = oa->refs[i].param->numel;
+        tu_fill(h, N, -2, 2, &rng);
+        for (size_t k = 0; k < N; k++)
+            ref += (double)h[k] * h[k];
+        tu_write_full(dev, oa->refs[i].param->grad, h, N);
+        tu_write_full(dev, ob->refs[i].param->grad, h, N);
+    }
+    double na = -1, nb = -1;
+    long l0 = (long)dev->launches;
+    ck_assert_msg(clg_optim_grad_norm(oa, 0.5f, &na) == CLG_OK, "%s", err->msg);
+    ck_assert_int_eq((long)dev->launches - l0, 1);
+    ck_assert_msg(clg_optim_grad_norm(ob, 0.5f, &nb) == CLG_OK, "%s", err->msg);
+    ck_assert_msg(fabs(na - 0.5 * sqrt(ref)) <= 1e-5 * sqrt(ref), "arena norm %.9g vs %.9g", na, 0.5 * sqrt(ref));
+    ck_assert_msg(fabs(nb - 0.5 * sqrt(ref)) <= 1e-5 * sqrt(ref), "per-tensor norm %.9g vs %.9g", nb, 0.5 * sqrt(ref));
+    for (int pass = 0; pass < 2; pass++) { /* pass 1: an inf in the last gradient */
+        if (pass == 1) {
+            float inf = INFINITY;
+            clg_param *pl = oa->refs[n - 1].param;
+            ck_assert_int_eq(clEnqueueWriteBuffer(dev->queue, pl->grad, CL_TRUE, (pl->numel - 1) * sizeof(float),
+                                                  sizeof inf, &inf, 0, NULL, NULL),
+                             CL_SUCCESS);
+        }
+        int ova = -1, ovb = -1;
+        l0 = (long)dev->launches;
+        ck_assert_msg(clg_optim_unscale_check(oa, 0.5f, &ova) == CLG_OK, "%s", err->msg);
+        ck_assert_msg((long)dev->launches - l0 <= 2, "unscale check: %ld launches", (long)dev->launches - l0); /* flag fill + 1 */
+        ck_assert_msg(clg_optim_unscale_check(ob, 0.5f, &ovb) == CLG_OK, "%s", err->msg);
+        ck_assert_int_eq(ova, pass);
+        ck_assert_int_eq(ovb, 0);
+    }
+    for (int i = 0; i < n - 1; i++) { /* g * 0.25 exactly, in both */
+        size_t N = oa->refs[i].param->numel;
+        tu_poison(h, N);
+        tu_poison(hb, N);
+        tu_download(dev, oa->refs[i].param->grad, h, N);
+        tu_download(dev, ob->refs[i].param->grad, hb, N);
+        ck_assert_msg(memcmp(h, hb, N * sizeof(float)) == 0, "unscaled gradient %d differs", i);
+    }
+    check_padding(ra, ra->garena, oa->refs, n, "unscaled gradient");
+    free(h);
+    free(hb);
+    free(w);
+    free(m);
+    free(v);
+    clg_optim_free(oa);
+    clg_optim_free(ob);
+    clg_replica_free(ra);
+    clg_replica_free(rb);
+    clg_net_free(net);
+}
+
+START_TEST(optim_arena)
+{
+    run_arena_case(CLG_OPT_SGD, 0.0, 0, 0.0, 0);
+    run_arena_case(CLG_OPT_SGD, 0.9, 0, 1e-3, 0);
+    run_arena_case(CLG_OPT_SGD, 0.9, 1, 5e-4, 0);
+    run_arena_case(CLG_OPT_ADAM, 0, 0, 1e-3, 0);
+    run_arena_case(CLG_OPT_ADAMW, 0, 0, 1e-2, 0);
+    run_arena_case(CLG_OPT_SGD, 0.9, 1, 5e-4, 1); /* fp16: the master copies are the arena */
+    run_arena_case(CLG_OPT_ADAMW, 0, 0, 1e-2, 1);
+}
+END_TEST
+
 START_TEST(grad_norm_and_schedules)
 {
     clg_ctx *c = ctx();
@@ -717,6 +950,7 @@ int main(void)
     tcase_add_test(tc, memory_plan);
     tcase_add_test(tc, optim_sgd);
     tcase_add_test(tc, optim_adam);
+    tcase_add_test(tc, optim_arena);
     tcase_add_test(tc, grad_norm_and_schedules);
     tcase_add_test(tc, branch_gradients);
     tcase_add_test(tc, train_200_steps);

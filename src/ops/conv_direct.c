@@ -1,0 +1,274 @@
+/* Shape-specialised direct convolution (cl/conv_direct.cl): the `direct`
+ * algorithm for groups 1, dilation 1 and windows up to 11x11 builds one
+ * program per layer shape with every size a compile-time constant (window
+ * loops unrolled, the stride phases of backward-data resolved by the
+ * compiler). Meant for what Winograd does not cover or covers badly: few
+ * channels (first layers, LeNet-sized models) and strided windows, where
+ * im2col spends more time moving columns than multiplying. Depthwise and
+ * dilated shapes keep the generic kernels of cl/conv.cl.
+ *
+ * Blocking: a work-item holds QT = VW*NV outputs of one row in NV vectors
+ * of VW floats (VW = the CPU's vector width; 1 on GPUs, where the vector
+ * is the work-group) for a block of channels, sized so the accumulators fit
+ * the 16-32 vector registers of a CPU core. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "conv_impl.h"
+
+/* Floats per vector register on this device (1: GPUs, one output per work-item). */
+static int djit_vw(const clg_device *dev)
+{
+    if (!(dev->info.type & CLG_DEVICE_CPU))
+        return 1;
+    return clg_gemm_cpu_wide(dev) ? 16 : 8;
+}
+
+/* Vectors per row run: the whole row up to 4 vectors. */
+static int djit_nv(int len, int vw) { return CLG_MAX(1, CLG_MIN(4, CLG_CEIL_DIV(len, vw))); }
+
+/* Channels per work-item: about `budget` accumulator vectors, at least 1,
+ * then evened out over the blocks (7 channels in one block of 7, not 4+3). */
+static int djit_block(int n, int budget)
+{
+    int b = CLG_MAX(1, CLG_MIN(n, budget));
+    int blocks = CLG_CEIL_DIV(n, b);
+    return CLG_CEIL_DIV(n, blocks);
+}
+
+int clg_conv_djit_ok(const clg_device *dev, const clg_conv_shape *s, clg_conv_pass pass)
+{
+    if (s->groups != 1 || s->dil_h != 1 || s->dil_w != 1 || s->R > 11 || s->S > 11 || s->stride_h > 4 ||
+        s->stride_w > 2)
+        return 0;
+    (void)dev;
+    if (pass == CLG_CONV_BWD_FILTER) /* one accumulator per tap */
+        return s->R * s->S <= 25;
+    return 1;
+}
+
+static int shape_opts(char *o, size_t n, const clg_conv_shape *s, int vw, int nv, const char *blk, int b)
+{
+    return snprintf(o, n,
+                    "-D DC=%d -D DK=%d -D DR=%d -D DS=%d -D DSH=%d -D DSW=%d -D DPH=%d -D DPW=%d -D DH=%d -D DW=%d "
+                    "-D DP=%d -D DQ=%d -D VW=%d -D NV=%d -D %s=%d",
+                    s->C, s->K, s->R, s->S, s->stride_h, s->stride_w, s->pad_h, s->pad_w, s->H, s->W,
+                    clg_conv_out_h(s), clg_conv_out_w(s), vw, nv, blk, b);
+}
+
+/* Channel-vector width for K output channels: 4, 8 or 16 (at most the device's). */
+static int djit_vk(const clg_device *dev, int K) { return K <= 4 ? 4 : K <= 8 || djit_vw(dev) < 16 ? 8 : 16; }
+
+typedef struct wt_ctx {
+    const clg_conv_shape *fs;
+    cl_mem w;
+    size_t offw;
+    int flip;
+    const char *opts;
+    int KP;
+} wt_ctx;
+
+static clg_status build_wt(clg_device *dev, void *vctx, cl_mem dst)
+{
+    const wt_ctx *c = vctx;
+    cl_kernel k;
+    CLG_TRY(clg_kernel_get(dev, "conv_direct", c->opts, "dconv_wt", &k));
+    clg_kargs a = {k, 0, CL_SUCCESS};
+    clg_ka_mem(&a, c->w);
+    clg_ka_int(&a, (int)c->offw);
+    clg_ka_int(&a, c->flip);
+    clg_ka_mem(&a, dst);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &a, "dconv_wt args"));
+    size_t gws[2] = {(size_t)c->KP, (size_t)c->fs->C * c->fs->R * c->fs->S};
+    return clg_conv_enqueue(dev, k, 2, gws, NULL);
+}
+
+/* Forward of shape fs vectorised over output channels (dconv_fwdk); with
+ * flip, fs is the forward form of a stride-1 backward-data pass (x = dy,
+ * w = the layer's filters, flipped and transposed on the way in). */
+static clg_status djit_fwdk(clg_device *dev, const clg_conv_shape *fs, int flip, clg_conv_cache *cache, cl_mem x,
+                            size_t offx, cl_mem w, size_t offw, cl_mem bias, size_t offb, int relu, cl_mem y,
+                            size_t offy)
+{
+    int P = clg_conv_out_h(fs), Q = clg_conv_out_w(fs);
+    int vk = djit_vk(dev, fs->K), KP = CLG_CEIL_DIV(fs->K, vk) * vk, nkv = KP / vk;
+    int kvb = nkv % 2 == 0 ? 2 : 1;
+    int strips = CLG_CEIL_DIV(Q, 28 / kvb), qb = CLG_CEIL_DIV(Q, strips);
+    char opts[360];
+    int n = shape_opts(opts, sizeof opts, fs, djit_vw(dev), 1, "VK", vk);
+    snprintf(opts + n, sizeof opts - (size_t)n, " -D KVB=%d -D QB=%d", kvb, qb);
+    /* the weight vectors depend only on the shape's C, K, R, S: one layout per layer and pass */
+    wt_ctx wc = {fs, w, offw, flip, opts, KP};
+    cl_mem U = NULL;
+    int tmp = 0;
+    CLG_TRY(clg_conv_cached_filters(dev, cache, CLG_CONV_DIRECT, flip,
+                                    sizeof(float) * (size_t)KP * fs->C * fs->R * fs->S, build_wt, &wc, &U, &tmp));
+    cl_kernel k;
+    clg_status st = clg_kernel_get(dev, "conv_direct", opts, "dconv_fwdk", &k);
+    if (st == CLG_OK) {
+        clg_kargs a = {k, 0, CL_SUCCESS};
+        clg_ka_int(&a, fs->N);
+        clg_ka_mem(&a, x);
+        clg_ka_int(&a, (int)offx);
+        clg_ka_mem(&a, U);
+        clg_conv_ka_epilogue(&a, bias, offb, U, relu, y, offy);
+        st = CLG_KA_DONE(clg_dev_err(dev), &a, "dconv_fwdk args");
+    }
+    if (st == CLG_OK) {
+        size_t gws[3], lws[3];
+        clg_conv_geom(dev, k, strips, P, fs->N * nkv / kvb, gws, lws);
+        st = clg_conv_enqueue(dev, k, 3, gws, lws);
+    }
+    if (tmp)
+        clg_buf_release(dev, U);
+    return st;
+}
+
+/* Which forward design: vectors over output channels need enough of them
+ * to fill a vector, and enough taps per output (C*R*S) to pay for
+ * scattering the channel vectors back into rows at the end (measured on
+ * PoCL, AVX-512: 1.2-1.4x faster than row vectors at K = 16-32 with C*R*S
+ * of 144-150; 2-3x slower with one input channel, K = 6 or 1x1 windows).
+ * CLGRAD_DJIT_FWD=q|k forces one (measurement, tests). */
+static int use_fwdk(const clg_conv_shape *fs)
+{
+    const char *e = getenv("CLGRAD_DJIT_FWD");
+    if (e && (*e == 'q' || *e == 'k'))
+        return *e == 'k';
+    return fs->K >= 16 && fs->R * fs->S >= 4 && fs->C * fs->R * fs->S >= 64;
+}
+
+clg_status clg_conv_djit_fwd(clg_device *dev, const clg_conv_shape *s, clg_conv_cache *cache, cl_mem x, size_t offx,
+                             cl_mem w, size_t offw, cl_mem bias, size_t offb, int relu, cl_mem y, size_t offy)
+{
+    if (use_fwdk(s))
+        return djit_fwdk(dev, s, 0, cache, x, offx, w, offw, bias, offb, relu, y, offy);
+    int P = clg_conv_out_h(s), Q = clg_conv_out_w(s);
+    int vw = djit_vw(dev), nv = djit_nv(Q, vw);
+    int kb = djit_block(s->K, vw == 1 ? 8 : 16 / nv);
+    char opts[320];
+    shape_opts(opts, sizeof opts, s, vw, nv, "KB", kb);
+    cl_kernel k;
+    CLG_TRY(clg_kernel_get(dev, "conv_direct", opts, "dconv_fwd", &k));
+    clg_kargs a = {k, 0, CL_SUCCESS};
+    clg_ka_int(&a, s->N);
+    clg_ka_mem(&a, x);
+    clg_ka_int(&a, (int)offx);
+    clg_ka_mem(&a, w);
+    clg_ka_int(&a, (int)offw);
+    clg_conv_ka_epilogue(&a, bias, offb, w, relu, y, offy);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &a, "dconv_fwd args"));
+    size_t gws[3], lws[3];
+    clg_conv_geom(dev, k, CLG_CEIL_DIV(Q, vw * nv), P, s->N * CLG_CEIL_DIV(s->K, kb), gws, lws);
+    return clg_conv_enqueue(dev, k, 3, gws, lws);
+}
+
+clg_status clg_conv_djit_bwd_data(clg_device *dev, const clg_conv_shape *s, clg_conv_cache *cache, cl_mem dy,
+                                  size_t offdy, cl_mem w, size_t offw, cl_mem dx, size_t offdx)
+{
+    /* stride 1: a forward convolution of dy with the flipped, transposed filters */
+    clg_conv_shape fs = *s;
+    fs.C = s->K;
+    fs.K = s->C;
+    fs.H = clg_conv_out_h(s);
+    fs.W = clg_conv_out_w(s);
+    fs.pad_h = s->R - 1 - s->pad_h;
+    fs.pad_w = s->S - 1 - s->pad_w;
+    if (s->stride_h == 1 && s->stride_w == 1 && s->pad_h < s->R && s->pad_w < s->S && use_fwdk(&fs))
+        return djit_fwdk(dev, &fs, 1, cache, dy, offdy, w, offw, NULL, 0, 0, dx, offdx);
+    int vw = djit_vw(dev);
+    /* a run covers stride_w phases of QT columns each */
+    int nv = djit_nv(CLG_CEIL_DIV(s->W, s->stride_w), vw);
+    int cb = djit_block(s->C, vw == 1 ? 8 : CLG_MAX(1, 16 / (nv * s->stride_w)));
+    char opts[320];
+    shape_opts(opts, sizeof opts, s, vw, nv, "CB", cb);
+    cl_kernel k;
+    CLG_TRY(clg_kernel_get(dev, "conv_direct", opts, "dconv_bwdd", &k));
+    clg_kargs a = {k, 0, CL_SUCCESS};
+    clg_ka_int(&a, s->N);
+    clg_ka_mem(&a, dy);
+    clg_ka_int(&a, (int)offdy);
+    clg_ka_mem(&a, w);
+    clg_ka_int(&a, (int)offw);
+    clg_ka_mem(&a, dx);
+    clg_ka_int(&a, (int)offdx);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &a, "dconv_bwdd args"));
+    size_t gws[3], lws[3];
+    clg_conv_geom(dev, k, CLG_CEIL_DIV(s->W, s->stride_w * vw * nv), s->H, s->N * CLG_CEIL_DIV(s->C, cb), gws, lws);
+    return clg_conv_enqueue(dev, k, 3, gws, lws);
+}
+
+clg_status clg_conv_djit_bwd_filter(clg_device *dev, const clg_conv_shape *s, cl_mem x, size_t offx, cl_mem dy,
+                                    size_t offdy, float beta, cl_mem dw, size_t offdw, cl_mem db, size_t offdb)
+{
+    int P = clg_conv_out_h(s), Q = clg_conv_out_w(s), RS = s->R * s->S, CRS = s->C * RS;
+    int vw = djit_vw(dev);
+    /* channel vectors of 4, 8 or 16 (at most the device's width) */
+    int vk = djit_vk(dev, s->K);
+    int KP = CLG_CEIL_DIV(s->K, vk) * vk;
+    /* channel vectors per work-item: reuse each input value for up to 4
+     * vectors while the accumulators stay within ~28 registers */
+    int kvb = 1;
+    for (int b = 4; b > 1; b--)
+        if ((KP / vk) % b == 0 && b * RS <= 28) {
+            kvb = b;
+            break;
+        }
+    /* chunks of images: the transposed gradient of a chunk stays in the
+     * last-level cache (4 MiB) while the work-items of every input channel
+     * read it, and at least ~64 work-items keep every core busy (measured:
+     * 256 KiB chunks were 5-15% slower in total, the partial sums costing
+     * more than the cache saved) */
+    int blocks = KP / vk / kvb * s->C;
+    size_t budget = (size_t)4 << 20;
+    int nper = (int)CLG_MAX(1, CLG_MIN((size_t)s->N, budget / ((size_t)P * Q * KP * sizeof(float))));
+    nper = CLG_MIN(nper, CLG_MAX(1, s->N / CLG_CEIL_DIV(64, blocks)));
+    int chunks = CLG_CEIL_DIV(s->N, nper);
+    char opts[320];
+    int n = shape_opts(opts, sizeof opts, s, vw, 1, "VK", vk);
+    snprintf(opts + n, sizeof opts - (size_t)n, " -D KVB=%d", kvb);
+    cl_kernel kt, k;
+    CLG_TRY(clg_kernel_get(dev, "conv_direct", opts, "dconv_dyt", &kt));
+    CLG_TRY(clg_kernel_get(dev, "conv_direct", opts, "dconv_bwdf", &k));
+    cl_mem part = NULL, dyt = NULL;
+    CLG_TRY(clg_buf_alloc(dev, sizeof(float) * (size_t)chunks * s->K * (CRS + 1), &part));
+    clg_status st = clg_buf_alloc(dev, sizeof(float) * (size_t)s->N * P * Q * KP, &dyt);
+    if (st == CLG_OK) {
+        clg_kargs a = {kt, 0, CL_SUCCESS};
+        clg_ka_mem(&a, dy);
+        clg_ka_int(&a, (int)offdy);
+        clg_ka_int(&a, s->N);
+        clg_ka_mem(&a, dyt);
+        st = CLG_KA_DONE(clg_dev_err(dev), &a, "dconv_dyt args");
+    }
+    if (st == CLG_OK) {
+        size_t gws[3], lws[3];
+        clg_conv_geom(dev, kt, P * Q, s->N, 1, gws, lws);
+        clg_conv_prof(dev, NULL);
+        st = clg_conv_enqueue(dev, kt, 2, gws, lws);
+        clg_conv_prof(dev, "djit dy transpose");
+    }
+    if (st == CLG_OK) {
+        clg_kargs a = {k, 0, CL_SUCCESS};
+        clg_ka_mem(&a, x);
+        clg_ka_int(&a, (int)offx);
+        clg_ka_mem(&a, dyt);
+        clg_ka_int(&a, s->N);
+        clg_ka_int(&a, nper);
+        clg_ka_mem(&a, part);
+        st = CLG_KA_DONE(clg_dev_err(dev), &a, "dconv_bwdf args");
+    }
+    if (st == CLG_OK) {
+        size_t gws[3] = {(size_t)(KP / vk / kvb), (size_t)s->C, (size_t)chunks};
+        st = clg_conv_enqueue(dev, k, 3, gws, NULL);
+        clg_conv_prof(dev, "djit bwdf");
+    }
+    if (st == CLG_OK)
+        st = clg_conv_part_reduce(dev, part, chunks, s->K, CRS, CRS + 1, 0, beta, dw, offdw, CRS);
+    if (st == CLG_OK && db)
+        st = clg_conv_part_reduce(dev, part, chunks, s->K, 1, CRS + 1, CRS, beta, db, offdb, 1);
+    clg_conv_prof(dev, "djit bwdf reduce");
+    clg_buf_release(dev, dyt);
+    clg_buf_release(dev, part);
+    return st;
+}
