@@ -80,10 +80,11 @@ clg_conv_algo clg_conv_algo_default(const clg_device *dev, const clg_conv_shape 
         return CLG_CONV_IM2COL;
     }
     int f4 = wino4_in_auto(s, pass);
-    /* CPUs, weight gradients: the direct kernels vectorised over output
-     * channels beat the Winograd transforms (README, Convolution) */
-    if ((dev->info.type & CLG_DEVICE_CPU) && pass == CLG_CONV_BWD_FILTER && clg_conv_djit_ok(dev, s, pass))
-        return CLG_CONV_DIRECT;
+    /* (CPUs, weight gradients: the direct kernels usually measure faster
+     * than Winograd's transforms, but they build one program per layer
+     * shape, and the untuned default is what a cold first step compiles:
+     * Winograd shares one program across the layers; `auto` measures
+     * direct from the second use on.) */
     if (dev->info.type & CLG_DEVICE_CPU) {
         /* measured on PoCL (README, Convolution): fused wins fwd and bwd-data */
         if (pass != CLG_CONV_BWD_FILTER && clg_conv_algo_supported(CLG_CONV_WINOGRAD4_FUSED, s, pass))

@@ -131,9 +131,8 @@ CLG_INTERNAL clg_status clg_conv_auto_choose(clg_device *dev, const clg_conv_sha
                                              const clg_conv_io *io, clg_conv_algo *out, int *final);
 
 /* Untuned choice for a device class (README, GPU portability): depthwise ->
- * direct; on CPUs the shape-specialised direct kernels for weight gradients
- * and for strided or 4x4+ windows with fewer than 8 reduced channels or not
- * 3x3 stride 1; otherwise fewer than 8 reduced channels or not 3x3 stride 1
+ * direct; on CPUs the shape-specialised direct kernels for strided or 4x4+
+ * windows with fewer than 8 reduced channels or not 3x3 stride 1; otherwise fewer than 8 reduced channels or not 3x3 stride 1
  * -> im2col; else Winograd: the fused design on CPUs, the separate design
  * (transforms + tiled GEMM) on GPUs, F(4x4) where the error policy allows
  * (on GPUs only for NVIDIA and AMD). */

@@ -157,8 +157,8 @@ START_TEST(vendor_defaults)
     ck_assert_int_eq(clg_conv_algo_default(d, &s, CLG_CONV_FWD), CLG_CONV_WINOGRAD);
     pose(d, "AuthenticAMD", CLG_DEVICE_CPU, 4096, 1 << 20);
     ck_assert_int_eq(clg_conv_algo_default(d, &s, CLG_CONV_FWD), CLG_CONV_WINOGRAD4_FUSED);
-    /* CPUs: weight gradients, first layers and non-Winograd windows by the shape-specialised direct kernels */
-    ck_assert_int_eq(clg_conv_algo_default(d, &s, CLG_CONV_BWD_FILTER), CLG_CONV_DIRECT);
+    /* CPUs: strided and 5x5 few-channel windows by the shape-specialised direct kernels */
+    ck_assert_int_eq(clg_conv_algo_default(d, &s, CLG_CONV_BWD_FILTER), CLG_CONV_WINOGRAD4);
     s.C = 1; /* a first layer: 3x3 by im2col, 5x5 direct */
     ck_assert_int_eq(clg_conv_algo_default(d, &s, CLG_CONV_FWD), CLG_CONV_IM2COL);
     s.R = s.S = 5;
