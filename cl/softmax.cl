@@ -73,6 +73,27 @@ softmax_xent_fwd(const uint C, __global const float *x, const uint ox, __global 
     }
 }
 
+// The work-group's tree sum of a and of b (every work-item's values, in
+// the same order of additions for both kernels) into result[0] and result[1].
+static void sum2_store(__local float *l, __local float *k, const float a, const float b, __global float *result)
+{
+    const uint lid = get_local_id(0);
+    l[lid] = a;
+    k[lid] = b;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint w = SM_WG / 2; w > 0; w >>= 1) {
+        if (lid < w) {
+            l[lid] += l[lid + w];
+            k[lid] += k[lid + w];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0) {
+        result[0] = l[0];
+        result[1] = k[0];
+    }
+}
+
 // Softmax + cross-entropy forward with the loss reduction in one launch
 // (small N * C): one work-group; work-item lid takes samples lid, lid +
 // SM_WG, ... each serially over its C classes with softmax_xent_fwd's
@@ -110,20 +131,7 @@ softmax_xent_fwd_reduce(const uint N, const uint C, __global const float *x, con
         a += ok ? log1p(sum) + (m - xs[ok ? lab : 0]) : NAN;
         b += (ok && amax == lab) ? 1.0f : 0.0f;
     }
-    l[lid] = a;
-    k[lid] = b;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint w = SM_WG / 2; w > 0; w >>= 1) {
-        if (lid < w) {
-            l[lid] += l[lid + w];
-            k[lid] += k[lid + w];
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    if (lid == 0) {
-        result[0] = l[0];
-        result[1] = k[0];
-    }
+    sum2_store(l, k, a, b, result);
 }
 
 // dx[s, c] = scale * (p[s, c] - (c == label[s]))
@@ -181,20 +189,7 @@ loss_reduce(const uint N, __global const float *loss, __global const float *corr
         a += loss[s];
         b += correct[s];
     }
-    l[lid] = a;
-    k[lid] = b;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint w = SM_WG / 2; w > 0; w >>= 1) {
-        if (lid < w) {
-            l[lid] += l[lid + w];
-            k[lid] += k[lid + w];
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    if (lid == 0) {
-        result[0] = l[0];
-        result[1] = k[0];
-    }
+    sum2_store(l, k, a, b, result);
 }
 
 // ---- plain softmax over rows (primitives API) ----

@@ -259,6 +259,30 @@ END_TEST
 
 // ---- optimizer kernels against double references ----
 
+/* The update rules in double precision: one element, gradient gi (already
+ * scaled), weight w, state m (momentum / first moment) and v. */
+static void ref_update(const clg_hparams *hp, double gi, double lr, int step, double *w, double *m, double *v)
+{
+    double wd = hp->weight_decay;
+    if (hp->optimizer == CLG_OPT_SGD) {
+        gi += wd * *w;
+        if (hp->momentum != 0) {
+            *m = hp->momentum * *m + gi;
+            gi = hp->nesterov ? gi + hp->momentum * *m : *m;
+        }
+        *w -= lr * gi;
+        return;
+    }
+    if (hp->optimizer == CLG_OPT_ADAMW)
+        *w -= lr * wd * *w;
+    else
+        gi += wd * *w;
+    *m = hp->beta1 * *m + (1 - hp->beta1) * gi;
+    *v = hp->beta2 * *v + (1 - hp->beta2) * gi * gi;
+    double mh = *m / (1 - pow(hp->beta1, step)), vh = *v / (1 - pow(hp->beta2, step));
+    *w -= lr * mh / (sqrt(vh) + hp->epsilon);
+}
+
 static void run_optim_case(int optimizer, double momentum, int nesterov, double wd)
 {
     clg_ctx *c = ctx();
@@ -306,26 +330,8 @@ static void run_optim_case(int optimizer, double momentum, int nesterov, double 
         ck_assert_msg(clg_optim_step(o, lr, gscale) == CLG_OK, "%s", err->msg);
         for (int i = 0; i < n; i++) {
             size_t N = o->refs[i].param->numel;
-            for (size_t k = 0; k < N; k++) {
-                double gi = (double)g[i][k] * gscale;
-                if (optimizer == CLG_OPT_SGD) {
-                    gi += wd * w[i][k];
-                    if (momentum != 0) {
-                        m[i][k] = momentum * m[i][k] + gi;
-                        gi = nesterov ? gi + momentum * m[i][k] : m[i][k];
-                    }
-                    w[i][k] -= lr * gi;
-                } else {
-                    if (optimizer == CLG_OPT_ADAMW)
-                        w[i][k] -= lr * wd * w[i][k];
-                    else
-                        gi += wd * w[i][k];
-                    m[i][k] = hp.beta1 * m[i][k] + (1 - hp.beta1) * gi;
-                    v[i][k] = hp.beta2 * v[i][k] + (1 - hp.beta2) * gi * gi;
-                    double mh = m[i][k] / (1 - pow(hp.beta1, step)), vh = v[i][k] / (1 - pow(hp.beta2, step));
-                    w[i][k] -= lr * mh / (sqrt(vh) + hp.epsilon);
-                }
-            }
+            for (size_t k = 0; k < N; k++)
+                ref_update(&hp, (double)g[i][k] * gscale, lr, step, &w[i][k], &m[i][k], &v[i][k]);
             free(g[i]);
         }
         free(g);
@@ -466,26 +472,8 @@ static void run_arena_case(int optimizer, double momentum, int nesterov, double 
             tu_fill(h, N, -1, 1, &rng);
             tu_write_full(dev, oa->refs[i].param->grad, h, N);
             tu_write_full(dev, ob->refs[i].param->grad, h, N);
-            for (size_t k = 0; k < N; k++) {
-                double gi = (double)h[k] * gscale;
-                if (optimizer == CLG_OPT_SGD) {
-                    gi += wd * w[i][k];
-                    if (momentum != 0) {
-                        m[i][k] = momentum * m[i][k] + gi;
-                        gi = nesterov ? gi + momentum * m[i][k] : m[i][k];
-                    }
-                    w[i][k] -= lr * gi;
-                } else {
-                    if (optimizer == CLG_OPT_ADAMW)
-                        w[i][k] -= lr * wd * w[i][k];
-                    else
-                        gi += wd * w[i][k];
-                    m[i][k] = hp.beta1 * m[i][k] + (1 - hp.beta1) * gi;
-                    v[i][k] = hp.beta2 * v[i][k] + (1 - hp.beta2) * gi * gi;
-                    double mh = m[i][k] / (1 - pow(hp.beta1, step)), vh = v[i][k] / (1 - pow(hp.beta2, step));
-                    w[i][k] -= lr * mh / (sqrt(vh) + hp.epsilon);
-                }
-            }
+            for (size_t k = 0; k < N; k++)
+                ref_update(&hp, (double)h[k] * gscale, lr, step, &w[i][k], &m[i][k], &v[i][k]);
         }
         long l0 = (long)dev->launches;
         ck_assert_msg(clg_optim_step(oa, lr, gscale) == CLG_OK, "%s", err->msg);
