@@ -1,38 +1,38 @@
 // Shape-specialised direct convolution (groups 1, dilation 1), NCHW fp32:
 // every shape constant is a build option, so window loops unroll, index
 // arithmetic folds and the stride phases of backward-data resolve at
-// compile time. One work-item owns a run of QT = VW*NV outputs along a row
-// held in NV vectors of VW floats (VW 1 on GPUs: one output per work-item)
-// and a block of channels; the input row it needs is copied once per
-// (channel, tap row) into private memory and every tap of that row reads it
-// from there. Host side and launch geometry: src/ops/conv_direct.c.
+// compile time. Two designs:
+// - row vectors (dconv_fwd, dconv_bwdd): a work-item owns a run of QT =
+//   VW*NV outputs along a row held in NV vectors of VW floats (VW 1 on GPUs:
+//   one output per work-item) and a block of channels; every tap loads its
+//   input vector straight from the image row (masked at the edges), or from
+//   a zero-filled private copy of the row where the span leaves the plane;
+// - output-channel vectors (dconv_fwdk, dconv_bwdf): a work-item holds
+//   vectors of VK output channels, each input value a broadcast.
+// Host side and launch geometry: src/ops/conv_direct.c.
 //
 // Build options: DC DK DR DS (channels in/out, window) DSH DSW (stride)
 // DPH DPW (padding) DH DW (input) DP DQ (output) VW NV, and per kernel
-// KB (output channels per work-item, fwd / bwd-filter) or CB (input
-// channels per work-item, bwd-data).
+// KB (output channels per work-item, dconv_fwd) or CB (input channels per
+// work-item, dconv_bwdd), or VK (channel-vector width) with KVB (vectors
+// per work-item) and, for dconv_fwdk, QB (pixels per strip).
 
 #if VW == 1
 typedef float vecf;
 #define VLD(p) (*(p))
 #define VST(v, p) (*(p) = (v))
-#define VSUM(v) (v)
 #elif VW == 4
 typedef float4 vecf;
 #define VLD(p) vload4(0, p)
 #define VST(v, p) vstore4(v, 0, p)
-#define VSUM(v) ((v).s0 + (v).s1 + (v).s2 + (v).s3)
 #elif VW == 8
 typedef float8 vecf;
 #define VLD(p) vload8(0, p)
 #define VST(v, p) vstore8(v, 0, p)
-#define VSUM(v) (((v).s0 + (v).s4) + ((v).s1 + (v).s5) + ((v).s2 + (v).s6) + ((v).s3 + (v).s7))
 #elif VW == 16
 typedef float16 vecf;
 #define VLD(p) vload16(0, p)
 #define VST(v, p) vstore16(v, 0, p)
-#define VSUM8(v) (((v).s0 + (v).s4) + ((v).s1 + (v).s5) + ((v).s2 + (v).s6) + ((v).s3 + (v).s7))
-#define VSUM(v) (VSUM8((v).lo) + VSUM8((v).hi))
 #else
 #error "VW must be 1, 4, 8 or 16"
 #endif

@@ -471,9 +471,7 @@ static clg_status im2col_bwd_filter_small(clg_device *dev, const clg_conv_shape 
         pch += CLG_CEIL_DIV(nbc, nper);
     }
     if (st == CLG_OK)
-        st = clg_conv_part_reduce(dev, part, pch, s->K, J, J + 1, 0, beta, dw, offdw, J);
-    if (st == CLG_OK && db)
-        st = clg_conv_part_reduce(dev, part, pch, s->K, 1, J + 1, J, beta, db, offdb, 1);
+        st = clg_conv_part_reduce_wb(dev, part, pch, s->K, J, beta, dw, offdw, db, offdb);
     clg_conv_prof(dev, "bf reduce");
     clg_buf_release(dev, col);
     clg_buf_release(dev, part);

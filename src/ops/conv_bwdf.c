@@ -63,6 +63,13 @@ clg_status clg_conv_part_reduce(clg_device *dev, cl_mem part, int chunks, int ro
     return clg_launch(dev, k, 2, gws, NULL, CLG_LAUNCH_PAD, NULL);
 }
 
+clg_status clg_conv_part_reduce_wb(clg_device *dev, cl_mem part, int chunks, int K, int J, float beta, cl_mem dw,
+                                   size_t offdw, cl_mem db, size_t offdb)
+{
+    CLG_TRY(clg_conv_part_reduce(dev, part, chunks, K, J, J + 1, 0, beta, dw, offdw, J));
+    return db ? clg_conv_part_reduce(dev, part, chunks, K, 1, J + 1, J, beta, db, offdb, 1) : CLG_OK;
+}
+
 clg_status clg_conv_bias_grad(clg_device *dev, const clg_conv_shape *s, cl_mem dy, size_t offdy, float beta, cl_mem db,
                               size_t offdb)
 {

@@ -7,10 +7,11 @@
  * im2col spends more time moving columns than multiplying. Depthwise and
  * dilated shapes keep the generic kernels of cl/conv.cl.
  *
- * Blocking: a work-item holds QT = VW*NV outputs of one row in NV vectors
- * of VW floats (VW = the CPU's vector width; 1 on GPUs, where the vector
- * is the work-group) for a block of channels, sized so the accumulators fit
- * the 16-32 vector registers of a CPU core. */
+ * Blocking: row vectors hold QT = VW*NV outputs of one row in NV vectors of
+ * VW floats (VW = the CPU's vector width; 1 on GPUs, where the vector is the
+ * work-group) for a block of channels; channel vectors hold VK output
+ * channels of one pixel. Either way the accumulators are sized to fit the
+ * 16-32 vector registers of a CPU core. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -264,9 +265,7 @@ clg_status clg_conv_djit_bwd_filter(clg_device *dev, const clg_conv_shape *s, cl
         clg_conv_prof(dev, "djit bwdf");
     }
     if (st == CLG_OK)
-        st = clg_conv_part_reduce(dev, part, chunks, s->K, CRS, CRS + 1, 0, beta, dw, offdw, CRS);
-    if (st == CLG_OK && db)
-        st = clg_conv_part_reduce(dev, part, chunks, s->K, 1, CRS + 1, CRS, beta, db, offdb, 1);
+        st = clg_conv_part_reduce_wb(dev, part, chunks, s->K, CRS, beta, dw, offdw, db, offdb);
     clg_conv_prof(dev, "djit bwdf reduce");
     clg_buf_release(dev, dyt);
     clg_buf_release(dev, part);

@@ -98,6 +98,11 @@ CLG_INTERNAL clg_status clg_conv_bwdf_small_chunk(clg_device *dev, int J, cl_mem
 /* out[offo + i*ldo + j] = beta*out + sum over chunks of part[(ch*rows + i)*ps + pc0 + j]. */
 CLG_INTERNAL clg_status clg_conv_part_reduce(clg_device *dev, cl_mem part, int chunks, int rows, int cols, int ps,
                                              int pc0, float beta, cl_mem out, size_t offo, int ldo);
+/* The weight (columns 0..J-1) and, with db, bias (column J) gradients from
+ * partials laid out with J + 1 columns per output channel (bwdf_small,
+ * dconv_bwdf): two part_reduce passes. */
+CLG_INTERNAL clg_status clg_conv_part_reduce_wb(clg_device *dev, cl_mem part, int chunks, int K, int J, float beta,
+                                                cl_mem dw, size_t offdw, cl_mem db, size_t offdb);
 /* db (K) = beta*db + sum of dy over images and pixels. */
 CLG_INTERNAL clg_status clg_conv_bias_grad(clg_device *dev, const clg_conv_shape *s, cl_mem dy, size_t offdy,
                                            float beta, cl_mem db, size_t offdb);
