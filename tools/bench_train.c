@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "device/device.h"
 #include "parallel/comm.h"
 
 static void help(FILE *f)
@@ -127,8 +128,10 @@ int bench_train(int argc, char **argv)
     clg_device_info info;
     clg_device_info_get(ctx, 0, &info);
     p.devices = "all"; /* every device of the context (selected by --devices) */
+    pid_t helper = cli_precompile_spawn(ctx, p.model, p.batch, devices, p.precision);
     clg_bench_train_report rep;
     clg_status st = clg_bench_train(ctx, &p, &rep);
+    cli_precompile_stop(helper);
     if (st != CLG_OK) {
         int code = cli_fail("bench train: %s", clg_last_error(ctx));
         clg_ctx_destroy(ctx);
@@ -156,9 +159,9 @@ int bench_train(int argc, char **argv)
                 putchar(*c);
         }
         printf("\", \"shares\": \"%s\", \"ranks\": %d, \"setup_s\": %.4f, \"first_step_s\": %.4f, \"first_step_end\": %.6f, "
-               "\"first_step_cpu_s\": %.3f, \"launches_per_step\": %.1f}\n",
+               "\"first_step_cpu_s\": %.3f, \"launches_per_step\": %.1f, \"programs_built\": %d, \"programs_cached\": %d}\n",
                rep.shares, ranks, rep.setup_s, rep.first_step_s, rep.first_step_end, rep.first_step_cpu_s,
-               rep.launches_per_step);
+               rep.launches_per_step, ctx->prog_stats.built, ctx->prog_stats.cache_loaded);
     } else {
         printf("model %s  batch %d  devices %d (%s)  precision %s  split %s\n", p.model, p.batch, rep.devices,
                info.name, p.precision ? p.precision : "fp32", rep.shares);

@@ -14,6 +14,7 @@ static const cli_cmd commands[] = {
     {"export", cmd_export, "write a model with its weights as ONNX"},
     {"bench", cmd_bench, "benchmark gemm, conv or training"},
     {"tune", cmd_tune, "auto-tune kernels for a device"},
+    {"precompile", cmd_precompile, "compile a model's kernels ahead of training"},
 };
 
 static void usage(FILE *f)

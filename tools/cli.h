@@ -3,6 +3,7 @@
 #define CLG_CLI_H
 
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "clgrad.h"
 
@@ -53,6 +54,13 @@ int cli_model_arg(const char *cmd, const char *arg, const char **model);
 clg_model *cli_model_open(const char *cmd, const char *model, const char *weights, const char *devices, int batch,
                           clg_ctx **ctx, int *rc);
 
+/* Background precompile (cmd_precompile.c): on a cold cache of PoCL devices
+ * starts `clgrad precompile --background` for the model and returns its pid
+ * (0: not started; CLGRAD_PRECOMPILE=0/1 turns it off / forces it). */
+pid_t cli_precompile_spawn(clg_ctx *ctx, const char *model, int batch, const char *devices, const char *precision);
+/* Ends the helper (if still running) and reaps it; 0 is a no-op. */
+void cli_precompile_stop(pid_t pid);
+
 /* Subcommands (each in its own file). */
 int cmd_devices(int argc, char **argv);
 int cmd_selfcheck(int argc, char **argv);
@@ -63,6 +71,7 @@ int bench_allreduce(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_predict(int argc, char **argv);
 int cmd_export(int argc, char **argv);
+int cmd_precompile(int argc, char **argv);
 /* bench targets (cmd_bench dispatches) */
 int bench_gemm(int argc, char **argv);
 int bench_conv(int argc, char **argv);

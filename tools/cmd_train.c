@@ -213,8 +213,10 @@ int cmd_train(int argc, char **argv)
     if (!ctx)
         return rc;
     p.devices = "all"; /* every device of the context (selected by --devices) */
+    pid_t helper = cli_precompile_spawn(ctx, p.model, p.batch, devices, p.precision);
     clg_train_report rep;
     clg_status st = clg_train_run(ctx, &p, &rep);
+    cli_precompile_stop(helper);
     if (st != CLG_OK) {
         int code = cli_fail("train: %s", clg_last_error(ctx));
         clg_ctx_destroy(ctx);

@@ -278,6 +278,7 @@ static void ctx_settings(clg_ctx *ctx, const clg_ctx_params *p)
     pthread_mutex_init(&ctx->lock, NULL);
     const char *cache_env = getenv("CLGRAD_CACHE");
     ctx->use_cache = p->use_cache && !(cache_env && strcmp(cache_env, "0") == 0);
+    ctx->cache_readonly = cache_env && strcmp(cache_env, "ro") == 0;
     if (p->cache_dir && *p->cache_dir)
         snprintf(ctx->cache_dir, sizeof ctx->cache_dir, "%s", p->cache_dir);
     else

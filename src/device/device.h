@@ -117,6 +117,8 @@ typedef struct clg_program_entry {
 /* Writes the binaries of the device's programs whose on-disk cache entry was
  * deferred (PoCL: see binary_cache_on in program.c); clg_ctx_destroy calls it. */
 CLG_INTERNAL void clg_program_store_pending(clg_device *dev);
+/* 1 when the on-disk binary cache holds program (name, options) for dev. */
+CLG_INTERNAL int clg_program_cached(clg_device *dev, const char *name, const char *options);
 
 /* Kernel time (ms, END - START of each launch's event) and count of the
  * launches since the last call, for profiling (dev->kprof); releases them.
@@ -260,6 +262,7 @@ struct clg_ctx {
     clg_device *devs;
     int ndev;
     int use_cache;
+    int cache_readonly; /* CLGRAD_CACHE=ro: caches are read, never written (background helpers) */
     char cache_dir[1024];
     char kernel_dir[1024];
     clg_program_stats prog_stats;

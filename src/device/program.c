@@ -348,11 +348,14 @@ static clg_status check_options(clg_device *dev, const char *name, const char *o
  * build time put 127 kernel compiles instead of 48 into a cold VGG-S start
  * (30 s instead of 17 s to the first step). So on PoCL the store waits for
  * the end of the context, off the path to the first step.
- * CLGRAD_BINARY_CACHE=1 stores at build time (tests), =0 turns it off. */
+ * CLGRAD_BINARY_CACHE=1 stores at build time (tests), =0 turns it off;
+ * 3: load only (a read-only cache, CLGRAD_CACHE=ro). */
 static int binary_cache_mode(clg_device *dev)
 {
     if (!dev->ctx->use_cache)
         return 0;
+    if (dev->ctx->cache_readonly)
+        return 3;
     const char *e = getenv("CLGRAD_BINARY_CACHE");
     if (e && e[0])
         return strcmp(e, "0") != 0;
@@ -362,6 +365,26 @@ static int binary_cache_mode(clg_device *dev)
     return 1;
 }
 
+
+int clg_program_cached(clg_device *dev, const char *name, const char *options)
+{
+    if (!dev || !binary_cache_mode(dev))
+        return 0;
+    const char *src = NULL;
+    char *owned = NULL;
+    int have = 0;
+    if (load_source(dev, name, &src, &owned) == CLG_OK && device_source(dev, &src, &owned) == CLG_OK) {
+        char path[1200];
+        cache_path(dev, cache_key(dev, src, options ? options : ""), path, sizeof path);
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            have = 1;
+            fclose(f);
+        }
+    }
+    free(owned);
+    return have;
+}
 
 /* The device's entry for (name, options), built on first use. The pointer
  * is valid until the next entry is added. */

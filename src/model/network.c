@@ -1422,6 +1422,51 @@ clg_status clg_replica_backward(clg_replica *r, int n)
     return st;
 }
 
+/* Runs each layer's forward and backward once on zeroed inputs, the layers
+ * taken from the last to the first (reverse) or first to last, so a
+ * process can compile the kernels a training step launches in another
+ * order than the step does (clg_session_precompile). Values are meaningless
+ * afterwards (activations, gradients, batch-norm running statistics);
+ * weights are not touched. fp16 storage runs the plain forward and backward
+ * (its conversions chain across layers). */
+clg_status clg_replica_precompile(clg_replica *r, int n, int reverse)
+{
+    clg_err *err = clg_dev_err(r->dev);
+    if (n <= 0 || n > r->batch)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "precompile: batch %d outside [1, %d]", n, r->batch);
+    if (!r->input.mem)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "precompile: no input set");
+    if (r->fp16 || r->loss_index < 0) {
+        CLG_TRY(clg_replica_forward(r, n, 1));
+        return r->loss_index < 0 ? CLG_OK : clg_replica_backward(r, n);
+    }
+    int L = r->nlayers;
+    for (int j = 0; j < L; j++) {
+        int i = reverse ? L - 1 - j : j;
+        clg_layer *l = &r->layers[i];
+        clg_tensor in[CLG_MAX_INPUTS], din[CLG_MAX_INPUTS];
+        for (int k = 0; k < l->nin; k++) {
+            int src = l->inputs[k];
+            in[k] = with_n(src < 0 ? &r->input : &r->act[src], n);
+            din[k] = src < 0 ? in[k] : with_n(&r->dact[src], n);
+            if (src < 0)
+                din[k].mem = NULL;
+            else /* garbage could hold denormals (slow) or NaN: zeros compute like data */
+                CLG_TRY(clg_buf_fill(r->dev, in[k].mem, in[k].off, clg_tensor_numel(&in[k]), 0.0f));
+        }
+        clg_tensor o = with_n(&r->act[i], n), dout = with_n(&r->dact[i], n);
+        clg_status st = l->ops->forward(l, r->dev, in, l->nin, &o, 1);
+        if (st != CLG_OK)
+            return layer_fail(err, st, r->net, l, "forward");
+        if (dout.mem)
+            CLG_TRY(clg_buf_fill(r->dev, dout.mem, dout.off, clg_tensor_numel(&dout), 0.0f));
+        st = l->ops->backward(l, r->dev, in, l->nin, &o, &dout, din);
+        if (st != CLG_OK)
+            return layer_fail(err, st, r->net, l, "backward");
+    }
+    return CLG_OK;
+}
+
 const clg_tensor *clg_replica_output(const clg_replica *r) { return &r->act[r->nlayers - 1]; }
 
 clg_status clg_replica_params(clg_replica *r, int trainable_only, clg_param_ref **refs, int *n)

@@ -167,6 +167,9 @@ CLG_INTERNAL clg_status clg_replica_forward(clg_replica *r, int n, int training)
 /* Backward pass (after a training forward over the same n samples). Every
  * trainable param's grad receives this batch's gradient. */
 CLG_INTERNAL clg_status clg_replica_backward(clg_replica *r, int n);
+/* Each layer's forward and backward once on zeros, last layer first when
+ * reverse: compiles a step's kernels in another order (state is clobbered). */
+CLG_INTERNAL clg_status clg_replica_precompile(clg_replica *r, int n, int reverse);
 /* Output tensor of the last layer (probabilities for softmax). */
 CLG_INTERNAL const clg_tensor *clg_replica_output(const clg_replica *r);
 

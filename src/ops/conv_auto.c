@@ -265,7 +265,7 @@ static void file_load(clg_device *dev, uint64_t devhash)
 
 static void file_save(clg_device *dev, uint64_t devhash)
 {
-    if (!dev->ctx->use_cache)
+    if (!dev->ctx->use_cache || dev->ctx->cache_readonly)
         return;
     char path[1100];
     file_path(dev, devhash, path, sizeof path);

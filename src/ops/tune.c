@@ -156,6 +156,8 @@ void clg_tune_set(clg_tune_entry *e, const char *name, double v)
 clg_status clg_tune_save(clg_device *dev)
 {
     clg_err *err = clg_dev_err(dev);
+    if (dev->ctx->cache_readonly) /* CLGRAD_CACHE=ro */
+        return CLG_OK;
     clg_tune_dev *d = clg_tune_dev_get(dev);
     if (!d)
         return clg_err_set(err, CLG_ERR_HOST_OOM, "tuning database: out of memory");

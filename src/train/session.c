@@ -217,6 +217,38 @@ clg_status clg_session_train_step(clg_model *m, int s, double lr, float *res)
     return CLG_OK;
 }
 
+/* Compiles what a training step launches, in another order than the step
+ * (reverse: the optimizer first, then each layer's forward + backward from
+ * the last layer to the first), then takes one real step with learning rate
+ * 0 for the rest (reductions, norms). A background process runs this on a
+ * cold cache while the training process takes its first step front to back
+ * (PoCL compiles one kernel at a time per process): the two meet in the
+ * middle, and each finds what the other compiled in the runtime's on-disk
+ * kernel cache. The model's state is meaningless afterwards. */
+clg_status clg_session_precompile(clg_model *m, int reverse)
+{
+    int B = m->net->batch;
+    size_t sample = (size_t)m->net->in_c * m->net->in_h * m->net->in_w;
+    memset(m->xhost[0], 0, (size_t)B * sample * sizeof(float));
+    memset(m->yhost[0], 0, (size_t)B * sizeof(int32_t));
+    CLG_TRY(clg_session_upload(m, 0, B, 1));
+    int trains = clg_session_rep(m)->loss_index >= 0;
+    if (trains)
+        CLG_TRY(clg_session_ensure_optim(m));
+    for (int i = 0; i < m->dp->n; i++) {
+        clg_lane *l = &m->dp->lanes[i];
+        clg_err *err = clg_dev_err(l->dev);
+        if (trains && reverse)
+            CLG_TRY(clg_optim_step(l->opt, 0.0, 1.0f));
+        CLG_TRY(clg_lane_use_stage(l, 0, 1, 1.0f));
+        if (l->cnt[0] > 0)
+            CLG_TRY(clg_replica_precompile(l->rep, l->cnt[0], reverse));
+        CLG_TRY(clg_lane_stage_release(l, 0));
+        CLG_CL_CHECK(err, clFinish(l->dev->queue));
+    }
+    return trains ? clg_session_train_step(m, 0, 0.0, NULL) : CLG_OK;
+}
+
 clg_status clg_session_forward(clg_model *m, int s, int with_labels, float *res, float *out)
 {
     const clg_tensor *o = clg_replica_output(clg_session_rep(m));

@@ -86,6 +86,9 @@ CLG_INTERNAL clg_status clg_session_step_end(clg_model *m);
 CLG_INTERNAL void clg_session_explain_nonfinite(clg_model *m, char *buf, size_t cap);
 /* begin + end; res (may be NULL): 2 floats, summed over the lanes. */
 CLG_INTERNAL clg_status clg_session_train_step(clg_model *m, int stage, double lr, float *res);
+/* Compiles a training step's kernels, layers last to first when reverse
+ * (see session.c); clobbers the model's state. */
+CLG_INTERNAL clg_status clg_session_precompile(clg_model *m, int reverse);
 /* Forward only on the stage's batch: res (2 floats, may be NULL) the summed
  * {loss, correct} (needs labels), out (may be NULL) every sample's output. */
 CLG_INTERNAL clg_status clg_session_forward(clg_model *m, int stage, int with_labels, float *res, float *out);

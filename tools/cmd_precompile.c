@@ -1,0 +1,216 @@
+/* clgrad precompile MODEL: builds and compiles the kernels a training step
+ * of MODEL launches, so a later run starts warm; and the background helper
+ * `clgrad train` / `clgrad bench train` start on a cold cache (see
+ * cli_precompile_spawn). */
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "device/device.h"
+#include "parallel/comm.h"
+#include "train/session.h"
+
+extern char **environ;
+
+static void help(FILE *f)
+{
+    fprintf(f, "usage: clgrad precompile MODEL [--batch B] [--devices SEL] [--precision P] [--order O]\n"
+               "\n"
+               "Builds and compiles every kernel a training step of MODEL launches (each layer's\n"
+               "forward and backward once on zeros, then steps with learning rate 0, the second\n"
+               "measuring the convolution algorithms of new shapes), so that a later `clgrad train`\n"
+               "or `bench train` with the same model, batch and devices starts with warm caches.\n"
+               "Nothing is trained or written besides the caches.\n"
+               "\n"
+               "  --batch B       batch size (default: the model file's)\n"
+               "  --devices SEL   device selector (default: clgrad's default)\n"
+               "  --precision P   fp32 (default) or fp16\n"
+               "  --order O       forward (default) or reverse: the layers from the last to the first\n"
+               "  --background    the helper mode train starts itself (see below): reverse order,\n"
+               "                  nothing printed\n"
+               "  --verbose       debug logging (program builds, cache loads)\n"
+               "\n"
+               "On a cold cache, `clgrad train` and `clgrad bench train` run this in a second process\n"
+               "(reverse order, one PoCL thread, caches read-only, untuned convolution defaults)\n"
+               "while they take their first step\n"
+               "front to back: a PoCL process compiles one kernel at a time, two processes compile\n"
+               "two, and each finds the other's in PoCL's kernel cache. CLGRAD_PRECOMPILE=0 turns the\n"
+               "helper off, =1 starts it even on a warm cache; by default it runs on PoCL devices\n"
+               "with at least 2 CPUs online, outside MPI jobs.\n"
+               "\n"
+               "exit codes: 0 ok, 1 failure, 2 usage error\n");
+}
+
+int cmd_precompile(int argc, char **argv)
+{
+    const char *model = NULL, *devices = NULL, *precision = NULL, *order = "forward";
+    static const char *const orders[] = {"forward", "reverse", NULL};
+    int verbose = 0, background = 0;
+    long batch = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r;
+        if (cli_is_help(a)) {
+            help(stdout);
+            return CLI_OK;
+        }
+        if ((r = cli_opt_str(argc, argv, &i, "--model", &model)) != 0 ||
+            (r = cli_opt_str(argc, argv, &i, "--devices", &devices)) != 0 ||
+            (r = cli_opt_str(argc, argv, &i, "--precision", &precision)) != 0 ||
+            (r = cli_opt_choice(argc, argv, &i, "--order", orders, &order)) != 0 ||
+            (r = cli_opt_int(argc, argv, &i, "--batch", 1, 1 << 20, &batch)) != 0) {
+            if (r < 0)
+                return CLI_USAGE;
+            continue;
+        }
+        if (strcmp(a, "--verbose") == 0) {
+            verbose = 2;
+            continue;
+        }
+        if (strcmp(a, "--background") == 0) {
+            background = 1;
+            order = "reverse";
+            continue;
+        }
+        if ((r = cli_model_arg("precompile", a, &model)) != CLI_OK)
+            return r;
+    }
+    if (!model)
+        return cli_usage_error("precompile", "missing MODEL");
+    model = cli_model_resolve(model);
+    int rc = cli_model_file_check("precompile", model);
+    if (rc != CLI_OK)
+        return rc;
+    if (clg_precision_parse(precision) < 0)
+        return cli_usage_error("precompile", "--precision must be fp32 or fp16, not '%s'", precision);
+    double t0 = clg_now_sec();
+    clg_ctx *ctx = cli_ctx_open(devices, verbose, &rc);
+    if (!ctx)
+        return rc;
+    clg_model_params mp;
+    clg_model_params_init(&mp);
+    mp.batch = (int)batch;
+    mp.devices = "all";
+    mp.precision = precision;
+    clg_model *m = NULL;
+    clg_status st = clg_model_create_file(ctx, model, &mp, &m);
+    if (st == CLG_OK)
+        st = clg_session_precompile(m, strcmp(order, "reverse") == 0);
+    /* A second step (learning rate 0) measures the convolution algorithms of
+     * shapes without a stored choice, as a training run's second step would,
+     * so the later run finds those too. The helper leaves that to training. */
+    if (st == CLG_OK && !background && clg_session_rep(m)->loss_index >= 0)
+        st = clg_session_train_step(m, 0, 0.0, NULL);
+    if (st != CLG_OK) {
+        int code = background ? CLI_FAIL : cli_fail("precompile: %s", clg_last_error(ctx));
+        clg_model_destroy(m);
+        clg_ctx_destroy(ctx);
+        return code;
+    }
+    clg_model_destroy(m);
+    clg_ctx_destroy(ctx); /* stores the program binaries (unless the cache is read-only) */
+    if (!background)
+        printf("precompiled %s in %.2f s\n", model, clg_now_sec() - t0);
+    return CLI_OK;
+}
+
+/* Cold: the binary cache has no copy of a program every training step
+ * builds (the element-wise kernels) for the first device. */
+static int cache_cold(clg_ctx *ctx)
+{
+    return ctx->ndev > 0 && ctx->use_cache && !clg_program_cached(&ctx->devs[0], "eltwise", "");
+}
+
+static int pocl_only(clg_ctx *ctx)
+{
+    for (int i = 0; i < ctx->ndev; i++)
+        if (!clg_str_icontains(ctx->devs[i].info.platform, "Portable Computing Language"))
+            return 0;
+    return ctx->ndev > 0;
+}
+
+pid_t cli_precompile_spawn(clg_ctx *ctx, const char *model, int batch, const char *devices, const char *precision)
+{
+    const char *e = getenv("CLGRAD_PRECOMPILE");
+    int force = e && strcmp(e, "1") == 0;
+    if ((e && strcmp(e, "0") == 0) || !ctx || clg_comm_size() > 1 || getenv("OMPI_COMM_WORLD_SIZE"))
+        return 0;
+    if (!force && (sysconf(_SC_NPROCESSORS_ONLN) < 2 || !pocl_only(ctx) || !cache_cold(ctx)))
+        return 0;
+    char bs[32];
+    snprintf(bs, sizeof bs, "%d", batch);
+    char *argv[16];
+    int a = 0;
+    argv[a++] = (char *)"clgrad";
+    argv[a++] = (char *)"precompile";
+    argv[a++] = (char *)"--background";
+    argv[a++] = (char *)"--model";
+    argv[a++] = (char *)model;
+    if (batch > 0) {
+        argv[a++] = (char *)"--batch";
+        argv[a++] = bs;
+    }
+    if (devices) {
+        argv[a++] = (char *)"--devices";
+        argv[a++] = (char *)devices;
+    }
+    if (precision) {
+        argv[a++] = (char *)"--precision";
+        argv[a++] = (char *)precision;
+    }
+    argv[a] = NULL;
+    /* the environment, with the helper's settings replacing any of the same name */
+    /* CLGRAD_CONV_AUTO_MEASURE=0: the helper compiles the untuned defaults a
+     * first step runs; measuring algorithms is the training process's job
+     * (the helper's timings would be thrown away and would disturb those). */
+    static const char *const set[] = {"CLGRAD_CACHE=ro", "CLGRAD_PRECOMPILE=0", "POCL_MAX_PTHREAD_COUNT=1",
+                                      "CLGRAD_CONV_AUTO_MEASURE=0"};
+    const size_t nset = CLG_ARRAY_LEN(set);
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **env = calloc(n + nset + 1, sizeof *env);
+    if (!env)
+        return 0;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        int replaced = 0;
+        for (size_t j = 0; j < nset && !replaced; j++)
+            replaced = strncmp(environ[i], set[j], strchr(set[j], '=') - set[j] + 1) == 0;
+        if (!replaced)
+            env[k++] = environ[i];
+    }
+    for (size_t j = 0; j < nset; j++)
+        env[k++] = (char *)set[j];
+    env[k] = NULL;
+    posix_spawn_file_actions_t fa;
+    pid_t pid = 0;
+    if (posix_spawn_file_actions_init(&fa) == 0) {
+        if (posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0) == 0 &&
+            posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0) == 0 &&
+            posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, env) != 0)
+            pid = 0;
+        posix_spawn_file_actions_destroy(&fa);
+    }
+    free(env);
+    if (pid > 0)
+        clg_log(2, "started background precompile (pid %d) for %s", (int)pid, model);
+    return pid > 0 ? pid : 0;
+}
+
+void cli_precompile_stop(pid_t pid)
+{
+    if (pid <= 0)
+        return;
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == 0) { /* still compiling: no longer needed */
+        kill(pid, SIGTERM);
+        waitpid(pid, &status, 0);
+    }
+}
