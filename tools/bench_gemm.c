@@ -186,6 +186,8 @@ int bench_gemm(int argc, char **argv)
      * hit them alike; each reports the median over the rounds. */
     int rc = CLI_OK;
     double t_ob[64], t_own[64], t_cb[64];
+    double r_ob[64], r_cb[64]; /* own's speed over each peer, per shape (first device) */
+    int n_ob = 0, n_cb = 0;
     for (int s = 0; s < ns && rc == CLI_OK; s++) {
         const clg_gemm_shape *sh = &list[s];
         int ndev = ctx ? ctx->ndev : 0;
@@ -212,20 +214,19 @@ int bench_gemm(int argc, char **argv)
             a.ta = sh->ta;
             a.tb = sh->tb;
             a.batch = sh->batch;
-            clg_gemm_params p;
-            memset(&p, 0, sizeof p);
+            /* own: what clg_gemm runs for the shape (tuned or default
+             * parameters, or an unpacked kernel for small and long-thin
+             * products) */
             char desc[160] = "";
-            if (dev && want_own) {
-                clg_gemm_params_for(dev, a.M, a.N, a.K, &p);
-                clg_gemm_params_str(&p, desc, sizeof desc);
-            }
+            if (dev && want_own)
+                clg_gemm_own_describe(dev, &a, desc, sizeof desc);
             int cb_ok = dev && want_cb;
             for (int r = 0; r < reps && rc == CLI_OK; r++) {
 #if CLG_HAVE_OPENBLAS
                 if (ob_now)
                     t_ob[r] = host_run(&h, sh);
 #endif
-                if (dev && want_own && clg_gemm_time(dev, &a, CLG_GEMM_OWN, &p, 1, &t_own[r]) != CLG_OK)
+                if (dev && want_own && clg_gemm_time(dev, &a, CLG_GEMM_OWN, NULL, 1, &t_own[r]) != CLG_OK)
                     rc = cli_fail("own gemm on device %d: %s", d, clg_last_error(ctx));
                 if (rc == CLI_OK && cb_ok && clg_gemm_time(dev, &a, CLG_GEMM_CLBLAST, NULL, 1, &t_cb[r]) != CLG_OK) {
                     fprintf(stderr, "clgrad: clblast gemm on device %d: %s\n", d, clg_last_error(ctx));
@@ -243,6 +244,10 @@ int bench_gemm(int argc, char **argv)
                 report(json, dev->info.name, sh, "own", m_own, desc);
             if (m_cb > 0)
                 report(json, dev->info.name, sh, "clblast", m_cb, NULL);
+            if (d == 0 && m_own > 0 && m_ob > 0 && n_ob < 64)
+                r_ob[n_ob++] = m_ob / m_own;
+            if (d == 0 && m_own > 0 && m_cb > 0 && n_cb < 64)
+                r_cb[n_cb++] = m_cb / m_own;
             if (!json && m_own > 0 && (m_cb > 0 || m_ob > 0))
                 printf("%-22s ratios: own/openblas %s%.2f  own/clblast %s%.2f (speed)\n", "", m_ob > 0 ? "" : "n/a ",
                        m_ob > 0 ? m_ob / m_own : 0.0, m_cb > 0 ? "" : "n/a ", m_cb > 0 ? m_cb / m_own : 0.0);
@@ -251,6 +256,24 @@ int bench_gemm(int argc, char **argv)
         host_free(&h);
 #endif
         (void)have_ob;
+    }
+    if (!json && rc == CLI_OK && ns > 1) { /* the shape set in one line per peer */
+        double *rs[2] = {r_ob, r_cb};
+        int nr[2] = {n_ob, n_cb};
+        static const char *const peer[2] = {"openblas", "clblast"};
+        for (int q = 0; q < 2; q++) {
+            if (nr[q] == 0)
+                continue;
+            double lo = rs[q][0], hi = rs[q][0];
+            int at_least_1 = 0;
+            for (int i = 0; i < nr[q]; i++) {
+                lo = CLG_MIN(lo, rs[q][i]);
+                hi = CLG_MAX(hi, rs[q][i]);
+                at_least_1 += rs[q][i] >= 1.0;
+            }
+            printf("own/%s over %d shapes: median %.2f, min %.2f, max %.2f, %d at 1.0 or more\n", peer[q], nr[q],
+                   median(rs[q], nr[q]), lo, hi, at_least_1);
+        }
     }
     clg_ctx_destroy(ctx);
     return rc;

@@ -478,6 +478,41 @@ out:
     return st;
 }
 
+static clg_status dot_launch(clg_device *dev, const clg_gemm_args *a, evs *e);
+static clg_status rows_launch(clg_device *dev, const clg_gemm_args *a, evs *e);
+
+/* Which kernel the own backend runs for a product when the caller leaves
+ * the parameters to it (clg_gemm, clg_gemm_run with p NULL) on CPU
+ * devices: 1 gemm_rows (op(B) = B), 2 gemm_dot (A * B^T), 0 the packed
+ * kernel. Packing costs two passes over the operands and two launches:
+ * more than the arithmetic of small products (a dense layer's 128 x 120 x
+ * 400 ran in 60% of the packed time unpacked), and for long, thin products
+ * (a weight gradient's 32 x 288 x 100352: K >= 32 x max(M, N)) the packing
+ * copies more than the product reads. Wide products (N in the thousands)
+ * stay packed at any size, where the register tile pays (README, GEMM).
+ * CLGRAD_GEMM_UNPACKED=0 never runs them unpacked, =1 wherever the kernels
+ * apply. Explicit parameters (tuner, tests) always get the packed kernel. */
+#define UNPACKED_SMALL_MNK (1 << 23)
+static int unpacked_kind(const clg_gemm_args *a)
+{
+    if (a->ta && a->tb)
+        return 0;
+    const char *e = getenv("CLGRAD_GEMM_UNPACKED");
+    int mode = e && (e[0] == '0' || e[0] == '1') ? e[0] - '0' : -1;
+    if (mode == 0)
+        return 0;
+    int kind = a->tb ? 2 : 1;
+    if (mode == 1)
+        return kind;
+    double mnk = (double)a->M * a->N * a->K;
+    if (mnk <= UNPACKED_SMALL_MNK)
+        return kind;
+    int mn = CLG_MAX(a->M, a->N);
+    if (kind == 2 && (long)a->K >= 32L * mn && mn <= 1024 && (long)a->M * a->N <= 65536)
+        return kind;
+    return 0;
+}
+
 static clg_status gemm_own(clg_device *dev, const clg_gemm_args *a, const clg_gemm_params *p, evs *ev)
 {
     if (p->family == CLG_GEMM_FAM_REF)
@@ -624,17 +659,9 @@ clg_status clg_gemm_packed(clg_device *dev, const clg_gemm_layout *L, const clg_
 #define DOT_DC 4
 #define ROWS_RR 8 /* rows per work-item of gemm_rows (4 was slower on PoCL for the LeNet-5 gradients) */
 
-clg_status clg_gemm_dot(clg_device *dev, const clg_gemm_args *a, cl_event *ev)
+static clg_status dot_launch(clg_device *dev, const clg_gemm_args *a, evs *e)
 {
     clg_err *err = clg_dev_err(dev);
-    if (ev)
-        *ev = NULL;
-    if (a->ta || !a->tb)
-        return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm_dot: computes A * B^T only (ta=%d tb=%d, need 0 and 1)",
-                           a->ta, a->tb);
-    CLG_TRY(check_args(dev, a));
-    if (a->M == 0 || a->N == 0)
-        return CLG_OK;
     cl_kernel k;
     char opts[64];
     snprintf(opts, sizeof opts, "-D GEMM_DOT -D DR=%d -D DC=%d", DOT_DR, DOT_DC);
@@ -649,24 +676,31 @@ clg_status clg_gemm_dot(clg_device *dev, const clg_gemm_args *a, cl_event *ev)
     CLG_TRY(CLG_KA_DONE(err, &g, "clSetKernelArg(gemm_dot)"));
     size_t gws[3] = {(size_t)CLG_CEIL_DIV(a->M, DOT_DR), (size_t)CLG_CEIL_DIV(a->N, DOT_DC),
                      (size_t)(a->batch > 0 ? a->batch : 1)};
+    return enqueue(dev, k, 3, gws, NULL, CLG_LAUNCH_PAD, e);
+}
+
+clg_status clg_gemm_dot(clg_device *dev, const clg_gemm_args *a, cl_event *ev)
+{
+    clg_err *err = clg_dev_err(dev);
+    if (ev)
+        *ev = NULL;
+    if (a->ta || !a->tb)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm_dot: computes A * B^T only (ta=%d tb=%d, need 0 and 1)",
+                           a->ta, a->tb);
+    CLG_TRY(check_args(dev, a));
+    if (a->M == 0 || a->N == 0)
+        return CLG_OK;
     evs e = {NULL, ev, NULL, 0};
-    clg_status st = enqueue(dev, k, 3, gws, NULL, CLG_LAUNCH_PAD, &e);
+    clg_status st = dot_launch(dev, a, &e);
     ev_finish(&e, st);
     return st;
 }
 
 /* ---- row kernel (unpacked, C = op(A) * B, B not transposed) ---- */
 
-clg_status clg_gemm_rows(clg_device *dev, const clg_gemm_args *a, cl_event *ev)
+static clg_status rows_launch(clg_device *dev, const clg_gemm_args *a, evs *e)
 {
     clg_err *err = clg_dev_err(dev);
-    if (ev)
-        *ev = NULL;
-    if (a->tb)
-        return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm_rows: computes op(A) * B only (tb=%d, need 0)", a->tb);
-    CLG_TRY(check_args(dev, a));
-    if (a->M == 0 || a->N == 0)
-        return CLG_OK;
     cl_kernel k;
     char opts[64];
     snprintf(opts, sizeof opts, "-D GEMM_ROWS -D RR=%d -D TA=%d", ROWS_RR, a->ta ? 1 : 0);
@@ -681,10 +715,36 @@ clg_status clg_gemm_rows(clg_device *dev, const clg_gemm_args *a, cl_event *ev)
     CLG_TRY(CLG_KA_DONE(err, &g, "clSetKernelArg(gemm_rows)"));
     size_t gws[3] = {(size_t)CLG_CEIL_DIV(a->N, 16), (size_t)CLG_CEIL_DIV(a->M, ROWS_RR),
                      (size_t)(a->batch > 0 ? a->batch : 1)};
+    return enqueue(dev, k, 3, gws, NULL, CLG_LAUNCH_FIT, e);
+}
+
+clg_status clg_gemm_rows(clg_device *dev, const clg_gemm_args *a, cl_event *ev)
+{
+    clg_err *err = clg_dev_err(dev);
+    if (ev)
+        *ev = NULL;
+    if (a->tb)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm_rows: computes op(A) * B only (tb=%d, need 0)", a->tb);
+    CLG_TRY(check_args(dev, a));
+    if (a->M == 0 || a->N == 0)
+        return CLG_OK;
     evs e = {NULL, ev, NULL, 0};
-    clg_status st = enqueue(dev, k, 3, gws, NULL, CLG_LAUNCH_FIT, &e);
+    clg_status st = rows_launch(dev, a, &e);
     ev_finish(&e, st);
     return st;
+}
+
+void clg_gemm_own_describe(clg_device *dev, const clg_gemm_args *a, char *buf, size_t len)
+{
+    clg_gemm_params p;
+    clg_gemm_params_for(dev, a->M, a->N, a->K, &p);
+    int uk = (dev->info.type & CLG_DEVICE_CPU) && a->K > 0 ? unpacked_kind(a) : 0;
+    if (uk == 1)
+        snprintf(buf, len, "unpacked rows RR=%d", ROWS_RR);
+    else if (uk == 2)
+        snprintf(buf, len, "unpacked dot DR=%d DC=%d", DOT_DR, DOT_DC);
+    else
+        clg_gemm_params_str(&p, buf, len);
 }
 
 /* ---- CLBlast backend ---- */
@@ -827,6 +887,9 @@ static clg_status run_backend(clg_device *dev, const clg_gemm_args *a, clg_gemm_
     if (!p) {
         clg_gemm_params_for(dev, a->M, a->N, a->K, &q);
         p = &q;
+        int uk = (dev->info.type & CLG_DEVICE_CPU) && a->K > 0 ? unpacked_kind(a) : 0;
+        if (uk)
+            return uk == 1 ? rows_launch(dev, a, ev) : dot_launch(dev, a, ev);
     }
     return gemm_own(dev, a, p, ev);
 }

@@ -85,6 +85,11 @@ CLG_INTERNAL clg_status clg_gemm_params_check(clg_device *dev, const clg_gemm_pa
 CLG_INTERNAL void clg_gemm_params_options(const clg_gemm_params *p, char *buf, size_t len);
 /* Human-readable one-line description. */
 CLG_INTERNAL void clg_gemm_params_str(const clg_gemm_params *p, char *buf, size_t len);
+/* What the own backend runs for a (shape and transposes) when the caller
+ * leaves the parameters to it: "unpacked rows ..." / "unpacked dot ..."
+ * (small and long-thin products on the CPU family, see unpacked_kind in
+ * gemm.c) or the parameter set of the packed kernel. */
+CLG_INTERNAL void clg_gemm_own_describe(clg_device *dev, const clg_gemm_args *a, char *buf, size_t len);
 /* Conversion to/from tuning-database entries. */
 struct clg_tune_entry;
 CLG_INTERNAL void clg_gemm_params_to_entry(const clg_gemm_params *p, struct clg_tune_entry *e);

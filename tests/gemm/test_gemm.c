@@ -556,6 +556,78 @@ START_TEST(test_auto_backend)
 }
 END_TEST
 
+/* The own backend's unpacked kernels (clg_gemm with no parameters on a CPU
+ * device): small products and long, thin A * B^T run as one gemm_rows /
+ * gemm_dot launch; wide ones stay packed; CLGRAD_GEMM_UNPACKED overrides. */
+static void routed(const gcase *c, const char *want, const char *what)
+{
+    clg_gemm_args a;
+    clg_gemm_args_init(&a);
+    a.M = c->M;
+    a.N = c->N;
+    a.K = c->K;
+    a.ta = c->ta;
+    a.tb = c->tb;
+    char desc[160];
+    clg_gemm_own_describe(dev, &a, desc, sizeof desc);
+    /* want NULL: packed (tuned or default parameters, either family) */
+    int ok = want ? strncmp(desc, want, strlen(want)) == 0 : strncmp(desc, "unpacked", 8) != 0;
+    if (!ok)
+        fprintf(stderr, "FAIL %s: %dx%dx%d ta=%d tb=%d runs '%s', expected '%s'\n", what, c->M, c->N, c->K, c->ta,
+                c->tb, desc, want ? want : "packed");
+    ck_assert(ok);
+    check(c, CLG_GEMM_OWN, NULL, what);
+}
+
+START_TEST(test_unpacked)
+{
+    if (!(dev->info.type & CLG_DEVICE_CPU)) {
+        fprintf(stderr, "unpacked: %s is not a CPU device; the packed kernels serve every shape\n", dev->info.name);
+        return;
+    }
+    ck_assert_int_eq(unsetenv("CLGRAD_GEMM_UNPACKED"), 0);
+    /* small: every transpose but ta=tb=1, batched, shared A, epilogues */
+    for (int t = 0; t < 3; t++) {
+        gcase c = base(45 + t, 37, 61);
+        c.ta = t & 1;
+        c.tb = t >> 1;
+        c.batch = 3;
+        c.shareA = t == 1;
+        c.offA = 3;
+        c.offB = 2;
+        c.offC = 5;
+        c.padA = 1;
+        c.padC = 2;
+        c.alpha = 0.5f;
+        c.beta = t == 0 ? 0.0f : -0.75f;
+        c.bias_mode = t;
+        c.relu = t != 1;
+        routed(&c, c.tb ? "unpacked dot" : "unpacked rows", "unpacked small");
+    }
+    gcase c = base(45, 37, 61);
+    c.ta = c.tb = 1;
+    routed(&c, NULL, "small, both transposed: packed");
+    /* long and thin A * B^T beyond the small limit: dot, odd K */
+    c = base(24, 40, 9001);
+    c.tb = 1;
+    c.bias_mode = CLG_BIAS_ROW;
+    routed(&c, "unpacked dot", "long thin");
+    /* wide: packed */
+    c = base(8, 4100, 300);
+    routed(&c, NULL, "wide");
+    /* overrides */
+    ck_assert_int_eq(setenv("CLGRAD_GEMM_UNPACKED", "1", 1), 0);
+    c = base(64, 300, 601);
+    c.ta = 1;
+    routed(&c, "unpacked rows", "CLGRAD_GEMM_UNPACKED=1");
+    ck_assert_int_eq(setenv("CLGRAD_GEMM_UNPACKED", "0", 1), 0);
+    c = base(13, 17, 19);
+    c.tb = 1;
+    routed(&c, NULL, "CLGRAD_GEMM_UNPACKED=0");
+    ck_assert_int_eq(unsetenv("CLGRAD_GEMM_UNPACKED"), 0);
+}
+END_TEST
+
 START_TEST(test_tiny)
 {
     /* oclgrind mode: each kernel once on tiny shapes */
@@ -579,6 +651,9 @@ START_TEST(test_tiny)
     c.bias_mode = CLG_BIAS_COL;
     check(&c, CLG_GEMM_OWN, &pk, "tiny split-K");
     check(&c, CLG_GEMM_OWN, &pd, "tiny default");
+    check(&c, CLG_GEMM_OWN, NULL, "tiny unpacked rows");
+    c.tb = 1;
+    check(&c, CLG_GEMM_OWN, NULL, "tiny unpacked dot");
 }
 END_TEST
 
@@ -604,6 +679,7 @@ int main(void)
         tcase_add_test(tc, test_tune_db);
         tcase_add_test(tc, test_tuner_run);
         tcase_add_test(tc, test_auto_backend);
+        tcase_add_test(tc, test_unpacked);
         tcase_add_test(tc, test_tiny);
     }
     suite_add_tcase(s, tc);
