@@ -538,15 +538,30 @@ __kernel void gemm_rows(const int M, const int N, const int K, const float alpha
     }
     __global float *c = C + offC + (size_t)b * strideC;
     __global const float *bi = bias + offBias;
+    // full column blocks: the epilogue on the vector (scalar stores were
+    // most of a short-K product's time, e.g. 128 x 256 x 10)
+    const int full = n0 + 16 <= N;
 #pragma unroll
     for (int i = 0; i < RR; i++) {
         const int m = m0 + i;
         if (m < M) {
-            float t[16];
-            vstore16(acc[i], 0, t);
-            for (int j = 0; j < 16 && n0 + j < N; j++) {
-                __global float *cp = c + (size_t)m * ldc + n0 + j;
-                *cp = gemm_epi(t[j], alpha, beta, cp, bi, bias_mode, m, n0 + j, relu);
+            __global float *cp = c + (size_t)m * ldc + n0;
+            if (full) {
+                float16 v = alpha * acc[i];
+                if (beta != 0.0f)
+                    v += beta * vload16(0, cp);
+                if (bias_mode == 1)
+                    v += (float16)(bi[m]);
+                else if (bias_mode == 2)
+                    v += vload16(0, bi + n0);
+                if (relu)
+                    v = fmax(v, (float16)(0.0f));
+                vstore16(v, 0, cp);
+            } else {
+                float t[16];
+                vstore16(acc[i], 0, t);
+                for (int j = 0; j < 16 && n0 + j < N; j++)
+                    cp[j] = gemm_epi(t[j], alpha, beta, cp + j, bi, bias_mode, m, n0 + j, relu);
             }
         }
     }
