@@ -10,6 +10,9 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "cli.h"
 #include "device/device.h"
@@ -83,6 +86,11 @@ int cmd_precompile(int argc, char **argv)
     }
     if (!model)
         return cli_usage_error("precompile", "missing MODEL");
+#ifdef __linux__
+    /* the helper ends with the trainer that started it, even a killed one */
+    if (background && (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() == 1))
+        return CLI_FAIL;
+#endif
     model = cli_model_resolve(model);
     int rc = cli_model_file_check("precompile", model);
     if (rc != CLI_OK)

@@ -398,8 +398,8 @@ END_TEST
 
 /* Unequal devices (POCL_DEVICES="basic pthread": a one-thread device beside
  * a pool of workers) finish a step together once the split has followed
- * their speeds: compute times within 50% of each other (timing noise on a
- * shared machine; an even split of these devices is off by 2x or more). */
+ * their speeds: median compute times within 50% of each other (timing noise
+ * on a shared machine; an even split of these devices is off by 2x or more). */
 START_TEST(unequal_devices_finish_together)
 {
     if (!two_devices())
@@ -408,20 +408,33 @@ START_TEST(unequal_devices_finish_together)
     char *text = read_model("lenet5.cfg");
     clg_model *m = make(text, "all", NULL, 64, 0, seed);
     train(m, seed, 16, 64, NULL);
-    double t[2] = {0, 0};
+    /* per-step compute times, compared as medians over 7 steps: a step in
+     * which a lane meets a new batch-size class measures convolution
+     * algorithms there (a one-off, tens of times a step's compute) */
+    enum { NS = 7 };
+    double ts[2][NS], t[2];
     clg_rng rng;
     clg_rng_seed(&rng, seed, 8);
-    for (int s = 0; s < 6; s++) {
+    for (int s = 0; s < NS; s++) {
         float res[2];
         step_on(m, &rng, 64, res);
         for (int l = 0; l < 2; l++)
-            t[l] += m->dp->lanes[l].t_compute;
+            ts[l][s] = m->dp->lanes[l].t_compute;
+    }
+    for (int l = 0; l < 2; l++) {
+        for (int i = 1; i < NS; i++) /* insertion sort */
+            for (int j = i; j > 0 && ts[l][j] < ts[l][j - 1]; j--) {
+                double x = ts[l][j];
+                ts[l][j] = ts[l][j - 1];
+                ts[l][j - 1] = x;
+            }
+        t[l] = ts[l][NS / 2];
     }
     char sh[64];
     clg_dp_shares(m->dp, sh, sizeof sh);
     double imb = fabs(t[0] - t[1]) / fmax(t[0], t[1]);
-    fprintf(stderr, "unequal devices: shares %s, compute %.1f / %.1f ms per step (imbalance %.0f%%)\n", sh,
-            1e3 * t[0] / 6, 1e3 * t[1] / 6, 100 * imb);
+    fprintf(stderr, "unequal devices: shares %s, median compute %.1f / %.1f ms per step (imbalance %.0f%%)\n", sh,
+            1e3 * t[0], 1e3 * t[1], 100 * imb);
     ck_assert_msg(imb <= 0.5, "shares %s leave the devices %.0f%% apart", sh, 100 * imb);
     check_replicas_identical(m);
     clg_session_free(m);
