@@ -130,13 +130,10 @@ int cmd_precompile(int argc, char **argv)
 
 /* Cold: the binary cache has no copy of a program every training step
  * builds (the element-wise kernels) for the first device. Without a binary
- * cache (CLGRAD_BINARY_CACHE=0) coldness is unknown: no helper. */
+ * cache coldness is unknown: no helper. */
 static int cache_cold(clg_ctx *ctx)
 {
-    const char *bc = getenv("CLGRAD_BINARY_CACHE");
-    if (bc && strcmp(bc, "0") == 0)
-        return 0;
-    return ctx->ndev > 0 && ctx->use_cache && !clg_program_cached(&ctx->devs[0], "eltwise", "");
+    return ctx->ndev > 0 && clg_program_cached(&ctx->devs[0], "eltwise", "") == 0;
 }
 
 static int pocl_only(clg_ctx *ctx)

@@ -117,7 +117,9 @@ typedef struct clg_program_entry {
 /* Writes the binaries of the device's programs whose on-disk cache entry was
  * deferred (PoCL: see binary_cache_on in program.c); clg_ctx_destroy calls it. */
 CLG_INTERNAL void clg_program_store_pending(clg_device *dev);
-/* 1 when the on-disk binary cache holds program (name, options) for dev. */
+/* 1 when the on-disk binary cache holds program (name, options) for dev, 0
+ * when it does not, -1 when dev has no binary cache (CLGRAD_CACHE=0,
+ * CLGRAD_BINARY_CACHE=0): nothing is known. */
 CLG_INTERNAL int clg_program_cached(clg_device *dev, const char *name, const char *options);
 
 /* Kernel time (ms, END - START of each launch's event) and count of the

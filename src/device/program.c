@@ -70,29 +70,6 @@ static void cache_path(clg_device *dev, uint64_t key, char *dst, size_t n)
     snprintf(dst, n, "%s/%016llx.clbin", dev->ctx->cache_dir, (unsigned long long)key);
 }
 
-/* Fetches a program's source: CLGRAD_KERNEL_DIR/<name>.cl when set, else
- * the embedded copy. *owned is set when the caller must free it. */
-static clg_status load_source(clg_device *dev, const char *name, const char **src, char **owned)
-{
-    *owned = NULL;
-    *src = NULL;
-    if (dev->ctx->kernel_dir[0]) {
-        char path[1200];
-        snprintf(path, sizeof path, "%s/%s.cl", dev->ctx->kernel_dir, name);
-        clg_status st = clg_file_read(clg_dev_err(dev), path, owned, NULL);
-        if (st == CLG_OK) {
-            *src = *owned;
-            return CLG_OK;
-        }
-        if (st != CLG_ERR_NOT_FOUND)
-            return st;
-    }
-    *src = clg_embedded_source(name);
-    if (!*src)
-        return clg_err_set(clg_dev_err(dev), CLG_ERR_NOT_FOUND, "no kernel program named '%s'", name);
-    return CLG_OK;
-}
-
 /* Every device after the first builds its programs with one extra empty
  * kernel naming it, so no two devices share a program binary. PoCL 3.1
  * keeps one loaded-kernel cache for all devices of a kind, keyed by the
@@ -113,6 +90,31 @@ static clg_status device_source(clg_device *dev, const char **src, char **owned)
     *owned = s;
     *src = s;
     return CLG_OK;
+}
+
+/* Fetches a program's source as this device builds it:
+ * CLGRAD_KERNEL_DIR/<name>.cl when set, else the embedded copy, with the
+ * device's slot kernel (device_source). *owned is set when the caller must
+ * free it (also on failure: free(*owned) is always right). */
+static clg_status load_source(clg_device *dev, const char *name, const char **src, char **owned)
+{
+    *owned = NULL;
+    *src = NULL;
+    if (dev->ctx->kernel_dir[0]) {
+        char path[1200];
+        snprintf(path, sizeof path, "%s/%s.cl", dev->ctx->kernel_dir, name);
+        clg_status st = clg_file_read(clg_dev_err(dev), path, owned, NULL);
+        if (st == CLG_OK) {
+            *src = *owned;
+            return device_source(dev, src, owned);
+        }
+        if (st != CLG_ERR_NOT_FOUND)
+            return st;
+    }
+    *src = clg_embedded_source(name);
+    if (!*src)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_NOT_FOUND, "no kernel program named '%s'", name);
+    return device_source(dev, src, owned);
 }
 
 /* Program statistics are shared by the devices' threads. */
@@ -299,8 +301,7 @@ void clg_program_store_pending(clg_device *dev)
         cl_program fresh = NULL;
         char saved[CLG_ERR_LEN];
         snprintf(saved, sizeof saved, "%s", clg_dev_err(dev)->msg);
-        if (load_source(dev, pe->name, &src, &owned) == CLG_OK && device_source(dev, &src, &owned) == CLG_OK &&
-            cache_key(dev, src, pe->options) == pe->disk_key &&
+        if (load_source(dev, pe->name, &src, &owned) == CLG_OK && cache_key(dev, src, pe->options) == pe->disk_key &&
             build_from_source(dev, pe->name, src, pe->options, &fresh) == CLG_OK) {
             cache_store(dev, pe->disk_key, fresh);
             clReleaseProgram(fresh);
@@ -369,11 +370,11 @@ static int binary_cache_mode(clg_device *dev)
 int clg_program_cached(clg_device *dev, const char *name, const char *options)
 {
     if (!dev || !binary_cache_mode(dev))
-        return 0;
+        return -1;
     const char *src = NULL;
     char *owned = NULL;
     int have = 0;
-    if (load_source(dev, name, &src, &owned) == CLG_OK && device_source(dev, &src, &owned) == CLG_OK) {
+    if (load_source(dev, name, &src, &owned) == CLG_OK) {
         char path[1200];
         cache_path(dev, cache_key(dev, src, options ? options : ""), path, sizeof path);
         FILE *f = fopen(path, "rb");
@@ -410,8 +411,7 @@ static clg_status program_entry(clg_device *dev, const char *name, const char *o
     CLG_TRY(check_options(dev, name, opts));
     const char *src = NULL;
     char *owned = NULL;
-    CLG_TRY(load_source(dev, name, &src, &owned));
-    clg_status sst = device_source(dev, &src, &owned);
+    clg_status sst = load_source(dev, name, &src, &owned);
     if (sst != CLG_OK) {
         free(owned);
         return sst;
