@@ -478,12 +478,9 @@ out:
     return st;
 }
 
-static clg_status dot_launch(clg_device *dev, const clg_gemm_args *a, evs *e);
-static clg_status rows_launch(clg_device *dev, const clg_gemm_args *a, evs *e);
-
 /* Which kernel the own backend runs for a product when the caller leaves
  * the parameters to it (clg_gemm, clg_gemm_run with p NULL) on CPU
- * devices: 1 gemm_rows (op(B) = B), 2 gemm_dot (A * B^T), 0 the packed
+ * devices (K > 0): 1 gemm_rows (op(B) = B), 2 gemm_dot (A * B^T), 0 the packed
  * kernel. Packing costs two passes over the operands and two launches:
  * more than the arithmetic of small products (a dense layer's 128 x 120 x
  * 400 ran in 60% of the packed time unpacked), and for long, thin products
@@ -493,9 +490,9 @@ static clg_status rows_launch(clg_device *dev, const clg_gemm_args *a, evs *e);
  * CLGRAD_GEMM_UNPACKED=0 never runs them unpacked, =1 wherever the kernels
  * apply. Explicit parameters (tuner, tests) always get the packed kernel. */
 #define UNPACKED_SMALL_MNK (1 << 23)
-static int unpacked_kind(const clg_gemm_args *a)
+static int unpacked_kind(const clg_device *dev, const clg_gemm_args *a)
 {
-    if (a->ta && a->tb)
+    if (!(dev->info.type & CLG_DEVICE_CPU) || a->K <= 0 || (a->ta && a->tb))
         return 0;
     const char *e = getenv("CLGRAD_GEMM_UNPACKED");
     int mode = e && (e[0] == '0' || e[0] == '1') ? e[0] - '0' : -1;
@@ -736,15 +733,16 @@ clg_status clg_gemm_rows(clg_device *dev, const clg_gemm_args *a, cl_event *ev)
 
 void clg_gemm_own_describe(clg_device *dev, const clg_gemm_args *a, char *buf, size_t len)
 {
-    clg_gemm_params p;
-    clg_gemm_params_for(dev, a->M, a->N, a->K, &p);
-    int uk = (dev->info.type & CLG_DEVICE_CPU) && a->K > 0 ? unpacked_kind(a) : 0;
-    if (uk == 1)
+    int uk = unpacked_kind(dev, a);
+    if (uk == 1) {
         snprintf(buf, len, "unpacked rows RR=%d", ROWS_RR);
-    else if (uk == 2)
+    } else if (uk == 2) {
         snprintf(buf, len, "unpacked dot DR=%d DC=%d", DOT_DR, DOT_DC);
-    else
+    } else {
+        clg_gemm_params p;
+        clg_gemm_params_for(dev, a->M, a->N, a->K, &p);
         clg_gemm_params_str(&p, buf, len);
+    }
 }
 
 /* ---- CLBlast backend ---- */
@@ -885,11 +883,11 @@ static clg_status run_backend(clg_device *dev, const clg_gemm_args *a, clg_gemm_
         return gemm_clblast(dev, a, ev);
     clg_gemm_params q;
     if (!p) {
-        clg_gemm_params_for(dev, a->M, a->N, a->K, &q);
-        p = &q;
-        int uk = (dev->info.type & CLG_DEVICE_CPU) && a->K > 0 ? unpacked_kind(a) : 0;
+        int uk = unpacked_kind(dev, a);
         if (uk)
             return uk == 1 ? rows_launch(dev, a, ev) : dot_launch(dev, a, ev);
+        clg_gemm_params_for(dev, a->M, a->N, a->K, &q);
+        p = &q;
     }
     return gemm_own(dev, a, p, ev);
 }

@@ -119,7 +119,8 @@ for h in 0 1; do
     run env CLGRAD_CACHE_DIR="$pc/h$h" POCL_CACHE_DIR="$pc/h$h/pocl" CLGRAD_PRECOMPILE=$h \
         "$clgrad" train "$tmp/mlp.cfg" --data "$tmp/data" --epochs 2 --seed 5 --devices 0
     printf '%s\n' "$out" | grep -i "test loss" | tail -1 > "$pc/h$h.txt"
-    [ "$rc" -eq 0 ] || { echo "FAIL: train with CLGRAD_PRECOMPILE=$h: exit $rc"; printf '%s\n' "$out" | tail -5; }
+    n=$((n + 1))
+    [ "$rc" -eq 0 ] || { echo "FAIL: train with CLGRAD_PRECOMPILE=$h: exit $rc"; printf '%s\n' "$out" | tail -5; fails=$((fails + 1)); }
 done
 n=$((n + 1))
 if [ ! -s "$pc/h0.txt" ] || ! cmp -s "$pc/h0.txt" "$pc/h1.txt"; then
