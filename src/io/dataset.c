@@ -9,6 +9,8 @@
 
 #include "io/dataset_impl.h"
 
+// ---- the dataset object ----
+
 void clg_dataset_free(clg_dataset *ds)
 {
     if (!ds)
@@ -68,17 +70,7 @@ clg_status clg_dataset_create(clg_err *err, int n, int c, int h, int w, int ncla
     return CLG_OK;
 }
 
-int clg_ds_file_exists(const char *path)
-{
-    struct stat sb;
-    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
-}
-
-static int dir_exists(const char *path)
-{
-    struct stat sb;
-    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
-}
+// ---- single images (predict): PGM or IDX, by content ----
 
 clg_status clg_dataset_load_image(clg_err *err, const char *path, clg_dataset **out)
 {
@@ -109,6 +101,18 @@ clg_status clg_dataset_load_image(clg_err *err, const char *path, clg_dataset **
 }
 
 // ---- name resolution ----
+
+int clg_ds_file_exists(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+static int dir_exists(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
 
 static int join(char *dst, size_t cap, const char *a, const char *b)
 {
