@@ -8,6 +8,15 @@
 #include "io/checkpoint.h"
 #include "io/json.h"
 
+#ifndef CLG_TRY
+#define CLG_TRY(expr)               \
+    do {                            \
+        clg_status clg_s_ = (expr); \
+        if (clg_s_ != CLG_OK)       \
+            return clg_s_;          \
+    } while (0)
+#endif
+
 static const struct {
     const char *name;
     size_t size;
@@ -519,16 +528,7 @@ clg_status clg_ckpt_save(clg_err *err, clg_ckpt *ck, const char *path)
     return st;
 }
 
-static clg_ckpt_dtype dtype_from_name(const char *s, int *ok)
-{
-    for (int i = 0; i < N_DTYPES; i++)
-        if (strcmp(s, dtypes[i].name) == 0) {
-            *ok = 1;
-            return (clg_ckpt_dtype)i;
-        }
-    *ok = 0;
-    return CLG_CKPT_F32;
-}
+// ---- parsing: one row per field of a tensor's header entry ----
 
 typedef struct span {
     uint64_t b, e;
@@ -546,6 +546,191 @@ static int span_cmp(const void *a, const void *b)
 }
 
 #define PERR(st, ...) (clg_err_set(err, st, __VA_ARGS__), st)
+
+/* What a tensor's header entry says, filled field by field. */
+typedef struct tensor_hdr {
+    clg_ckpt_dtype dtype;
+    int ndim;
+    int64_t shape[CLG_CKPT_MAX_DIMS];
+    size_t numel, nbytes; /* from shape x dtype size */
+    uint64_t off[2];      /* data_offsets: [begin, end) in the data section */
+} tensor_hdr;
+
+/* Where an entry is checked: for messages, and the data section's size. */
+typedef struct field_env {
+    clg_err *err;
+    const char *src, *name;
+    uint64_t dlen;
+} field_env;
+
+struct field_row;
+/* Range checks of one field's value (of the row's JSON type); stores it into t. */
+typedef clg_status (*field_check)(const field_env *e, const struct field_row *row, const clg_json *v, tensor_hdr *t);
+
+typedef struct field_row {
+    const char *key;
+    clg_json_type type; /* the value's JSON type */
+    int required;
+    int max_items;      /* arrays: most elements */
+    uint64_t max;       /* integers: largest value */
+    field_check check;  /* range, then the destination in tensor_hdr */
+    const char *bad;    /* message when absent (if required) or of another type */
+} field_row;
+
+#define FERR(e, ...) clg_err_set((e)->err, CLG_ERR_FORMAT, __VA_ARGS__)
+
+static clg_status check_dtype(const field_env *e, const field_row *row, const clg_json *v, tensor_hdr *t)
+{
+    (void)row;
+    for (int i = 0; i < N_DTYPES; i++)
+        if (strcmp(v->str, dtypes[i].name) == 0) {
+            t->dtype = (clg_ckpt_dtype)i;
+            return CLG_OK;
+        }
+    return FERR(e, "checkpoint '%s': tensor '%s': unsupported dtype '%s' (F32, F16, I32, I64, U8)", e->src, e->name,
+                v->str);
+}
+
+/* after dtype: the shape's element and byte counts */
+static clg_status check_shape(const field_env *e, const field_row *row, const clg_json *v, tensor_hdr *t)
+{
+    if (v->n > row->max_items)
+        return FERR(e, "checkpoint '%s': tensor '%s': %d dimensions (at most %d)", e->src, e->name, v->n,
+                    row->max_items);
+    for (int d = 0; d < v->n; d++) {
+        uint64_t x;
+        if (!clg_json_u64(&v->items[d], &x) || x > row->max)
+            return FERR(e, "checkpoint '%s': tensor '%s': shape entry %d is not a non-negative 64-bit integer", e->src,
+                        e->name, d);
+        t->shape[d] = (int64_t)x;
+    }
+    t->ndim = v->n;
+    if (!shape_size(t->ndim, t->shape, dtypes[t->dtype].size, &t->numel, &t->nbytes))
+        return FERR(e, "checkpoint '%s': tensor '%s': shape x dtype size overflows", e->src, e->name);
+    return CLG_OK;
+}
+
+/* after shape: [begin, end] within the data section, spanning the tensor's bytes */
+static clg_status check_offsets(const field_env *e, const field_row *row, const clg_json *v, tensor_hdr *t)
+{
+    uint64_t *o = t->off;
+    if (v->n != row->max_items || !clg_json_u64(&v->items[0], &o[0]) || !clg_json_u64(&v->items[1], &o[1]))
+        return FERR(e, "checkpoint '%s': tensor '%s': %s", e->src, e->name, row->bad);
+    if (o[0] > o[1] || o[1] > e->dlen)
+        return FERR(e,
+                    "checkpoint '%s': tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
+                    "] out of range (data section is %" PRIu64 " bytes)",
+                    e->src, e->name, o[0], o[1], e->dlen);
+    if (o[1] - o[0] != (uint64_t)t->nbytes)
+        return FERR(e, "checkpoint '%s': tensor '%s': data_offsets span %" PRIu64 " bytes but shape x %s needs %zu",
+                    e->src, e->name, o[1] - o[0], dtypes[t->dtype].name, t->nbytes);
+    return CLG_OK;
+}
+
+/* Checked in this order (each row may use what the rows above stored);
+ * other keys of an entry are ignored. */
+static const field_row tensor_fields[] = {
+    {"dtype", CLG_JSON_STR, 1, 0, 0, check_dtype, "missing or non-string \"dtype\""},
+    {"shape", CLG_JSON_ARR, 1, CLG_CKPT_MAX_DIMS, (uint64_t)INT64_MAX, check_shape, "missing or non-array \"shape\""},
+    {"data_offsets", CLG_JSON_ARR, 1, 2, UINT64_MAX, check_offsets,
+     "\"data_offsets\" must be [begin, end] of non-negative integers"},
+};
+
+static clg_status parse_tensor_entry(const field_env *e, const clg_json *v, tensor_hdr *t)
+{
+    if (v->type != CLG_JSON_OBJ)
+        return FERR(e, "checkpoint '%s': tensor '%s': entry is a %s, expected an object", e->src, e->name,
+                    clg_json_type_name(v->type));
+    memset(t, 0, sizeof *t);
+    for (size_t r = 0; r < CLG_ARRAY_LEN(tensor_fields); r++) {
+        const field_row *row = &tensor_fields[r];
+        const clg_json *f = clg_json_get(v, row->key);
+        if (!f && !row->required)
+            continue;
+        if (!f || f->type != row->type)
+            return FERR(e, "checkpoint '%s': tensor '%s': %s", e->src, e->name, row->bad);
+        CLG_TRY(row->check(e, row, f, t));
+    }
+    return CLG_OK;
+}
+
+/* The __metadata__ object: plain strings, each key once. */
+static clg_status parse_meta(clg_err *err, const char *src, const clg_json *v, clg_ckpt *ck)
+{
+    if (v->type == CLG_JSON_OBJ && v->n > CLG_CKPT_MAX_META)
+        return PERR(CLG_ERR_FORMAT, "checkpoint '%s': %d metadata entries, more than the %d allowed (corrupt?)", src,
+                    v->n, CLG_CKPT_MAX_META);
+    if (v->type != CLG_JSON_OBJ)
+        return PERR(CLG_ERR_FORMAT, "checkpoint '%s': __metadata__ is a %s, expected an object", src,
+                    clg_json_type_name(v->type));
+    for (int m = 0; m < v->n; m++) {
+        if (v->items[m].type != CLG_JSON_STR || strlen(v->items[m].str) != v->items[m].len ||
+            strlen(v->keys[m]) != v->key_lens[m])
+            return PERR(CLG_ERR_FORMAT, "checkpoint '%s': metadata '%s' is not a plain string", src, v->keys[m]);
+        if (meta_find(ck, v->keys[m]))
+            return PERR(CLG_ERR_FORMAT, "checkpoint '%s': metadata key '%s' appears twice", src, v->keys[m]);
+        CLG_TRY(clg_ckpt_set_meta(err, ck, v->keys[m], v->items[m].str));
+    }
+    return CLG_OK;
+}
+
+/* The header object's entries: __metadata__ (*jmeta) and the tensors, with
+ * their byte spans (spans: j->n entries). */
+static clg_status parse_entries(clg_err *err, const char *src, const clg_json *j, uint64_t dlen, const uint8_t *dbase,
+                                clg_ckpt *ck, span *spans, int *nspans, const clg_json **jmeta)
+{
+    for (int i = 0; i < j->n; i++) {
+        const char *name = j->keys[i];
+        const clg_json *v = &j->items[i];
+        if (strlen(name) != j->key_lens[i])
+            return PERR(CLG_ERR_FORMAT, "checkpoint '%s': header key with an embedded NUL", src);
+        int is_meta = strcmp(name, "__metadata__") == 0;
+        if (is_meta ? *jmeta != NULL : clg_ckpt_find(ck, name) != NULL)
+            return PERR(CLG_ERR_FORMAT, "checkpoint '%s': header has key '%s' twice", src, name);
+        if (is_meta) {
+            *jmeta = v;
+            CLG_TRY(parse_meta(err, src, v, ck));
+            continue;
+        }
+        field_env env = {err, src, name, dlen};
+        tensor_hdr t;
+        CLG_TRY(parse_tensor_entry(&env, v, &t));
+        void *dst = NULL;
+        CLG_TRY(clg_ckpt_add(err, ck, name, t.dtype, t.ndim, t.shape, dbase + t.off[0], &dst));
+        spans[*nspans] = (span){t.off[0], t.off[1], ck->nt - 1};
+        ++*nspans;
+    }
+    return CLG_OK;
+}
+
+/* Tensors contiguous, non-overlapping, covering the data section; every
+ * crc32.* entry names a tensor. Sorts spans. */
+static clg_status check_layout(clg_err *err, const char *src, const clg_ckpt *ck, span *spans, int ns, uint64_t dlen)
+{
+    qsort(spans, (size_t)ns, sizeof *spans, span_cmp);
+    uint64_t pos = 0;
+    for (int i = 0; i < ns; i++) {
+        if (spans[i].b < pos)
+            return PERR(CLG_ERR_FORMAT, "checkpoint '%s': tensor '%s' overlaps tensor '%s'", src,
+                        ck->t[spans[i].idx].name, ck->t[spans[i - 1].idx].name);
+        if (spans[i].b > pos)
+            return PERR(CLG_ERR_FORMAT, "checkpoint '%s': gap of %" PRIu64 " bytes before tensor '%s'", src,
+                        spans[i].b - pos, ck->t[spans[i].idx].name);
+        pos = spans[i].e;
+    }
+    if (pos != dlen)
+        return PERR(CLG_ERR_FORMAT,
+                    "checkpoint '%s': %" PRIu64 " bytes after the last tensor (data section %" PRIu64
+                    " bytes, tensors cover %" PRIu64 ")",
+                    src, dlen - pos, dlen, pos);
+    for (int i = 0; i < ck->nmeta; i++) {
+        const char *k = ck->meta[i].key;
+        if (strncmp(k, "crc32.", 6) == 0 && !clg_ckpt_find(ck, k + 6))
+            return PERR(CLG_ERR_FORMAT, "checkpoint '%s': metadata '%s' names a tensor that is not in the file", src,
+                        k);
+    }
+    return CLG_OK;
+}
 
 /* header.crc32 of the current format: CRC-32 of the header text with the
  * value's 8 digits read as zeros. jmeta: the __metadata__ object. */
@@ -571,13 +756,54 @@ static clg_status check_header_crc(clg_err *err, const char *src, const char *ht
     return CLG_OK;
 }
 
-clg_status clg_ckpt_parse(clg_err *err, const void *data, size_t len, const char *source, clg_ckpt **out)
+/* The format is required; the current one protects the header itself. */
+static clg_status check_format(clg_err *err, const char *src, const clg_ckpt *ck, const char *htext, size_t hl,
+                               const clg_json *jmeta)
 {
-    *out = NULL;
-    const char *src = source ? source : "<memory>";
-    const uint8_t *b = data;
-    if (!host_is_le())
-        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "checkpoints need a little-endian host");
+    const char *format = clg_ckpt_get_meta(ck, CLG_CKPT_KEY_FORMAT);
+    if (!format)
+        return PERR(CLG_ERR_FORMAT,
+                    "checkpoint '%s' has no '" CLG_CKPT_KEY_FORMAT "' metadata: not a clgrad checkpoint, or its "
+                    "header was edited", src);
+    int current = strcmp(format, CLG_CKPT_FORMAT) == 0;
+    if (!current && strcmp(format, CLG_CKPT_FORMAT_V1) != 0)
+        return PERR(CLG_ERR_UNSUPPORTED,
+                    "checkpoint '%s' has format '%s'; this clgrad reads " CLG_CKPT_FORMAT " and " CLG_CKPT_FORMAT_V1,
+                    src, format);
+    /* a header checksum is checked wherever present (a current file whose
+     * format was edited to the old one keeps it) */
+    if (current || clg_json_get(jmeta, CLG_CKPT_KEY_HEADER_CRC))
+        return check_header_crc(err, src, htext, hl, jmeta);
+    return CLG_OK;
+}
+
+/* CRC per tensor */
+static clg_status check_tensor_crcs(clg_err *err, const char *src, const clg_ckpt *ck)
+{
+    for (int i = 0; i < ck->nt; i++) {
+        const clg_ckpt_tensor *t = &ck->t[i];
+        char key[512];
+        snprintf(key, sizeof key, "crc32.%s", t->name);
+        const char *want = clg_ckpt_get_meta(ck, key);
+        if (!want)
+            return PERR(CLG_ERR_FORMAT, "checkpoint '%s': tensor '%s' has no CRC-32 entry '%s'", src, t->name, key);
+        char *end;
+        errno = 0;
+        unsigned long w = strtoul(want, &end, 16);
+        if (end == want || *end || errno == ERANGE || w > 0xffffffffUL)
+            return PERR(CLG_ERR_FORMAT, "checkpoint '%s': metadata '%s' = '%s' is not a hex CRC-32", src, key, want);
+        uint32_t got = clg_crc32(0, t->data, t->nbytes);
+        if (got != (uint32_t)w)
+            return PERR(CLG_ERR_CHECKSUM,
+                        "checkpoint '%s': tensor '%s' is corrupted: CRC-32 %08" PRIx32 ", header says %08lx", src,
+                        t->name, got, w);
+    }
+    return CLG_OK;
+}
+
+/* The 8-byte little-endian header length, checked against the file size. */
+static clg_status header_length(clg_err *err, const char *src, const uint8_t *b, size_t len, uint64_t *hl_out)
+{
     if (len < 8)
         return clg_err_set(err, CLG_ERR_FORMAT,
                            "checkpoint '%s' is truncated: %zu bytes, less than the 8-byte header length", src, len);
@@ -594,229 +820,56 @@ clg_status clg_ckpt_parse(clg_err *err, const void *data, size_t len, const char
                            hl, len - 8);
     if (hl < 2)
         return clg_err_set(err, CLG_ERR_FORMAT, "checkpoint '%s': header length %" PRIu64 " is too small", src, hl);
+    *hl_out = hl;
+    return CLG_OK;
+}
+
+/* Checks of the parsed header object j, in order; fills ck. */
+static clg_status parse_header(clg_err *err, const char *src, const clg_json *j, const char *htext, uint64_t hl,
+                               uint64_t dlen, clg_ckpt *ck)
+{
+    if (j->type != CLG_JSON_OBJ)
+        return PERR(CLG_ERR_FORMAT, "checkpoint '%s': header is a JSON %s, expected an object", src,
+                    clg_json_type_name(j->type));
+    if (j->n > CLG_CKPT_MAX_TENSORS + 1)
+        return PERR(CLG_ERR_FORMAT,
+                    "checkpoint '%s': header has %d entries, more than the %d tensors allowed (corrupt?)", src, j->n,
+                    CLG_CKPT_MAX_TENSORS);
+    span *spans = calloc((size_t)j->n + 1, sizeof *spans);
+    if (!spans)
+        return PERR(CLG_ERR_HOST_OOM, "checkpoint '%s': out of memory", src);
+    int ns = 0;
+    const clg_json *jmeta = NULL;
+    const uint8_t *dbase = (const uint8_t *)htext + hl;
+    clg_status st = parse_entries(err, src, j, dlen, dbase, ck, spans, &ns, &jmeta);
+    if (st == CLG_OK)
+        st = check_layout(err, src, ck, spans, ns, dlen);
+    free(spans);
+    if (st == CLG_OK)
+        st = check_format(err, src, ck, htext, (size_t)hl, jmeta);
+    if (st == CLG_OK)
+        st = check_tensor_crcs(err, src, ck);
+    return st;
+}
+
+clg_status clg_ckpt_parse(clg_err *err, const void *data, size_t len, const char *source, clg_ckpt **out)
+{
+    *out = NULL;
+    const char *src = source ? source : "<memory>";
+    const uint8_t *b = data;
+    if (!host_is_le())
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "checkpoints need a little-endian host");
+    uint64_t hl = 0;
+    CLG_TRY(header_length(err, src, b, len, &hl));
     const char *htext = (const char *)b + 8;
-    const uint8_t *dbase = b + 8 + hl;
-    uint64_t dlen = len - 8 - hl;
     char what[600];
     snprintf(what, sizeof what, "checkpoint '%s' header", src);
     clg_json *j = NULL;
-    clg_status st = clg_json_parse(err, htext, (size_t)hl, what, &j);
-    if (st != CLG_OK)
-        return st;
+    CLG_TRY(clg_json_parse(err, htext, (size_t)hl, what, &j));
     clg_ckpt *ck = NULL;
-    span *spans = NULL;
-    if (j->type != CLG_JSON_OBJ) {
-        st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': header is a JSON %s, expected an object", src,
-                  clg_json_type_name(j->type));
-        goto done;
-    }
-    if (j->n > CLG_CKPT_MAX_TENSORS + 1) {
-        st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': header has %d entries, more than the %d tensors allowed (corrupt?)",
-                  src, j->n, CLG_CKPT_MAX_TENSORS);
-        goto done;
-    }
-    st = clg_ckpt_create(err, &ck);
-    if (st != CLG_OK)
-        goto done;
-    spans = calloc((size_t)j->n + 1, sizeof *spans);
-    if (!spans) {
-        st = PERR(CLG_ERR_HOST_OOM, "checkpoint '%s': out of memory", src);
-        goto done;
-    }
-    int ns = 0;
-    const clg_json *jmeta = NULL;
-    for (int i = 0; i < j->n; i++) {
-        const char *name = j->keys[i];
-        const clg_json *v = &j->items[i];
-        if (strlen(name) != j->key_lens[i]) {
-            st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': header key with an embedded NUL", src);
-            goto done;
-        }
-        if (strcmp(name, "__metadata__") == 0 ? jmeta != NULL : clg_ckpt_find(ck, name) != NULL) {
-            st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': header has key '%s' twice", src, name);
-            goto done;
-        }
-        if (strcmp(name, "__metadata__") == 0) {
-            jmeta = v;
-            if (v->type == CLG_JSON_OBJ && v->n > CLG_CKPT_MAX_META) {
-                st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': %d metadata entries, more than the %d allowed (corrupt?)",
-                          src, v->n, CLG_CKPT_MAX_META);
-                goto done;
-            }
-            if (v->type != CLG_JSON_OBJ) {
-                st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': __metadata__ is a %s, expected an object", src,
-                          clg_json_type_name(v->type));
-                goto done;
-            }
-            for (int m = 0; m < v->n; m++) {
-                if (v->items[m].type != CLG_JSON_STR || strlen(v->items[m].str) != v->items[m].len ||
-                    strlen(v->keys[m]) != v->key_lens[m]) {
-                    st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': metadata '%s' is not a plain string", src,
-                              v->keys[m]);
-                    goto done;
-                }
-                if (meta_find(ck, v->keys[m])) {
-                    st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': metadata key '%s' appears twice", src, v->keys[m]);
-                    goto done;
-                }
-                st = clg_ckpt_set_meta(err, ck, v->keys[m], v->items[m].str);
-                if (st != CLG_OK)
-                    goto done;
-            }
-            continue;
-        }
-        if (v->type != CLG_JSON_OBJ) {
-            st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': tensor '%s': entry is a %s, expected an object", src, name,
-                      clg_json_type_name(v->type));
-            goto done;
-        }
-        const clg_json *jd = clg_json_get(v, "dtype"), *js = clg_json_get(v, "shape"),
-                       *jo = clg_json_get(v, "data_offsets");
-        if (!jd || jd->type != CLG_JSON_STR) {
-            st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': tensor '%s': missing or non-string \"dtype\"", src, name);
-            goto done;
-        }
-        int ok;
-        clg_ckpt_dtype dt = dtype_from_name(jd->str, &ok);
-        if (!ok) {
-            st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': tensor '%s': unsupported dtype '%s' (F32, F16, I32, I64, U8)",
-                      src, name, jd->str);
-            goto done;
-        }
-        if (!js || js->type != CLG_JSON_ARR) {
-            st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': tensor '%s': missing or non-array \"shape\"", src, name);
-            goto done;
-        }
-        if (js->n > CLG_CKPT_MAX_DIMS) {
-            st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': tensor '%s': %d dimensions (at most %d)", src, name, js->n,
-                      CLG_CKPT_MAX_DIMS);
-            goto done;
-        }
-        int64_t shape[CLG_CKPT_MAX_DIMS];
-        for (int d = 0; d < js->n; d++) {
-            uint64_t x;
-            if (!clg_json_u64(&js->items[d], &x) || x > (uint64_t)INT64_MAX) {
-                st = PERR(CLG_ERR_FORMAT,
-                          "checkpoint '%s': tensor '%s': shape entry %d is not a non-negative 64-bit integer", src,
-                          name, d);
-                goto done;
-            }
-            shape[d] = (int64_t)x;
-        }
-        size_t numel, nbytes;
-        if (!shape_size(js->n, shape, dtypes[dt].size, &numel, &nbytes)) {
-            st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': tensor '%s': shape x dtype size overflows", src, name);
-            goto done;
-        }
-        uint64_t ob, oe;
-        if (!jo || jo->type != CLG_JSON_ARR || jo->n != 2 || !clg_json_u64(&jo->items[0], &ob) ||
-            !clg_json_u64(&jo->items[1], &oe)) {
-            st = PERR(CLG_ERR_FORMAT,
-                      "checkpoint '%s': tensor '%s': \"data_offsets\" must be [begin, end] of non-negative integers",
-                      src, name);
-            goto done;
-        }
-        if (ob > oe || oe > dlen) {
-            st = PERR(CLG_ERR_FORMAT,
-                      "checkpoint '%s': tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
-                      "] out of range (data section is %" PRIu64 " bytes)",
-                      src, name, ob, oe, dlen);
-            goto done;
-        }
-        if (oe - ob != (uint64_t)nbytes) {
-            st = PERR(CLG_ERR_FORMAT,
-                      "checkpoint '%s': tensor '%s': data_offsets span %" PRIu64 " bytes but shape x %s needs %zu",
-                      src, name, oe - ob, dtypes[dt].name, nbytes);
-            goto done;
-        }
-        void *dst = NULL;
-        st = clg_ckpt_add(err, ck, name, dt, js->n, shape, dbase + ob, &dst);
-        if (st != CLG_OK)
-            goto done;
-        spans[ns].b = ob;
-        spans[ns].e = oe;
-        spans[ns].idx = ck->nt - 1;
-        ns++;
-    }
-    /* contiguous, non-overlapping, covering the data section */
-    qsort(spans, (size_t)ns, sizeof *spans, span_cmp);
-    uint64_t pos = 0;
-    for (int i = 0; i < ns; i++) {
-        if (spans[i].b < pos) {
-            st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': tensor '%s' overlaps tensor '%s'", src,
-                      ck->t[spans[i].idx].name, ck->t[spans[i - 1].idx].name);
-            goto done;
-        }
-        if (spans[i].b > pos) {
-            st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': gap of %" PRIu64 " bytes before tensor '%s'", src,
-                      spans[i].b - pos, ck->t[spans[i].idx].name);
-            goto done;
-        }
-        pos = spans[i].e;
-    }
-    if (pos != dlen) {
-        st = PERR(CLG_ERR_FORMAT,
-                  "checkpoint '%s': %" PRIu64 " bytes after the last tensor (data section %" PRIu64
-                  " bytes, tensors cover %" PRIu64 ")",
-                  src, dlen - pos, dlen, pos);
-        goto done;
-    }
-    for (int i = 0; i < ck->nmeta; i++) {
-        const char *k = ck->meta[i].key;
-        if (strncmp(k, "crc32.", 6) == 0 && !clg_ckpt_find(ck, k + 6)) {
-            st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': metadata '%s' names a tensor that is not in the file", src, k);
-            goto done;
-        }
-    }
-    /* the format is required; the current one protects the header itself */
-    const char *format = clg_ckpt_get_meta(ck, CLG_CKPT_KEY_FORMAT);
-    if (!format) {
-        st = PERR(CLG_ERR_FORMAT,
-                  "checkpoint '%s' has no '" CLG_CKPT_KEY_FORMAT "' metadata: not a clgrad checkpoint, or its header "
-                  "was edited", src);
-        goto done;
-    }
-    int current = strcmp(format, CLG_CKPT_FORMAT) == 0;
-    if (!current && strcmp(format, CLG_CKPT_FORMAT_V1) != 0) {
-        st = PERR(CLG_ERR_UNSUPPORTED,
-                  "checkpoint '%s' has format '%s'; this clgrad reads " CLG_CKPT_FORMAT " and " CLG_CKPT_FORMAT_V1, src,
-                  format);
-        goto done;
-    }
-    /* a header checksum is checked wherever present (a current file whose
-     * format was edited to the old one keeps it) */
-    if (current || clg_json_get(jmeta, CLG_CKPT_KEY_HEADER_CRC)) {
-        st = check_header_crc(err, src, htext, (size_t)hl, jmeta);
-        if (st != CLG_OK)
-            goto done;
-    }
-    /* CRC per tensor */
-    for (int i = 0; i < ck->nt; i++) {
-        const clg_ckpt_tensor *t = &ck->t[i];
-        char key[512];
-        snprintf(key, sizeof key, "crc32.%s", t->name);
-        const char *want = clg_ckpt_get_meta(ck, key);
-        if (!want) {
-            st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': tensor '%s' has no CRC-32 entry '%s'", src, t->name, key);
-            goto done;
-        }
-        char *end;
-        errno = 0;
-        unsigned long w = strtoul(want, &end, 16);
-        if (end == want || *end || errno == ERANGE || w > 0xffffffffUL) {
-            st = PERR(CLG_ERR_FORMAT, "checkpoint '%s': metadata '%s' = '%s' is not a hex CRC-32", src, key, want);
-            goto done;
-        }
-        uint32_t got = clg_crc32(0, t->data, t->nbytes);
-        if (got != (uint32_t)w) {
-            st = PERR(CLG_ERR_CHECKSUM,
-                      "checkpoint '%s': tensor '%s' is corrupted: CRC-32 %08" PRIx32 ", header says %08lx", src,
-                      t->name, got, w);
-            goto done;
-        }
-    }
-done:
-    free(spans);
+    clg_status st = clg_ckpt_create(err, &ck);
+    if (st == CLG_OK)
+        st = parse_header(err, src, j, htext, hl, len - 8 - hl, ck);
     clg_json_free(j);
     if (st != CLG_OK) {
         clg_ckpt_free(ck);

@@ -1,16 +1,15 @@
-/* Datasets: IDX (plain or gzip), CIFAR-10 binary batches, PGM images;
- * shuffling, normalization and batch filling. */
+/* Datasets: the dataset object, opening by name or path (format
+ * discovery), shuffling, normalization, augmentation and batch filling.
+ * The format readers are in gz.c, idx.c, cifar.c and pgm.c. */
 #define _POSIX_C_SOURCE 200809L
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <zlib.h>
 
-#include "io/dataset.h"
+#include "io/dataset_impl.h"
 
-#define IDX_MAX_BYTES ((uint64_t)1 << 34) /* 16 GiB: anything larger is a corrupt header */
+// ---- the dataset object ----
 
 void clg_dataset_free(clg_dataset *ds)
 {
@@ -22,7 +21,7 @@ void clg_dataset_free(clg_dataset *ds)
     free(ds);
 }
 
-static void set_str(char *dst, size_t cap, const char *s)
+void clg_ds_set_str(char *dst, size_t cap, const char *s)
 {
     size_t n = s ? strlen(s) : 0;
     if (n >= cap)
@@ -44,7 +43,7 @@ clg_status clg_dataset_create(clg_err *err, int n, int c, int h, int w, int ncla
                            CLG_DS_MAX_CHANNELS);
     uint64_t per = (uint64_t)c * (uint64_t)h * (uint64_t)w;
     uint64_t total = per * (uint64_t)n;
-    if (per > ((uint64_t)1 << 31) || total > IDX_MAX_BYTES)
+    if (per > ((uint64_t)1 << 31) || total > CLG_IDX_MAX_BYTES)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "dataset: %d x %d x %d x %d is too large", n, c, h, w);
     clg_dataset *ds = calloc(1, sizeof *ds);
     if (!ds)
@@ -65,23 +64,45 @@ clg_status clg_dataset_create(clg_err *err, int n, int c, int h, int w, int ncla
         clg_dataset_free(ds);
         return clg_err_set(err, CLG_ERR_HOST_OOM, "dataset: out of memory for %d x %d x %d x %d", n, c, h, w);
     }
-    set_str(ds->name, sizeof ds->name, "memory");
-    set_str(ds->source, sizeof ds->source, "<memory>");
+    clg_ds_set_str(ds->name, sizeof ds->name, "memory");
+    clg_ds_set_str(ds->source, sizeof ds->source, "<memory>");
     *out = ds;
     return CLG_OK;
 }
 
-// ---- IDX ----
+// ---- single images (predict): PGM or IDX, by content ----
 
-typedef struct idx_file {
-    int ndim;
-    uint32_t dims[8];
-    uint64_t count; /* product of dims */
-    int type;       /* element type code: 0x08 unsigned byte, 0x0D float32 (big-endian in the file) */
-    uint8_t *data;  /* count elements (0x0D: converted to host-order floats in place) */
-} idx_file;
+clg_status clg_dataset_load_image(clg_err *err, const char *path, clg_dataset **out)
+{
+    *out = NULL;
+    if (!clg_ds_file_exists(path))
+        return clg_err_set(err, CLG_ERR_NOT_FOUND, "input '%s' does not exist (or is not a regular file)", path);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    clg_status st = clg_ds_read_maybe_gz(err, path, CLG_IDX_MAX_BYTES + 36, &buf, &len);
+    if (st != CLG_OK)
+        return st;
+    if (len >= 2 && buf[0] == 'P' && (buf[1] == '5' || buf[1] == '2')) {
+        st = clg_pgm_load(err, path, (const char *)buf, len, out);
+        free(buf);
+        return st;
+    }
+    if (len >= 2 && buf[0] == 0 && buf[1] == 0) {
+        clg_idx_file im;
+        st = clg_idx_parse(err, path, buf, len, &im);
+        if (st != CLG_OK)
+            return st;
+        st = clg_idx_images_to_dataset(err, path, &im, out);
+        free(im.data);
+        return st;
+    }
+    free(buf);
+    return clg_err_set(err, CLG_ERR_FORMAT, "input '%s' is neither an IDX file nor a PGM image (P5/P2)", path);
+}
 
-static int file_exists(const char *path)
+// ---- name resolution ----
+
+int clg_ds_file_exists(const char *path)
 {
     struct stat sb;
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
@@ -92,545 +113,6 @@ static int dir_exists(const char *path)
     struct stat sb;
     return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
-
-static int is_gzip(const uint8_t *b, size_t n) { return n >= 2 && b[0] == 0x1f && b[1] == 0x8b; }
-
-/* Inflates a complete gzip file (one or more concatenated members, each
- * with its CRC-32/length trailer checked by zlib) into a malloc'd buffer of
- * at most max bytes. A truncated stream, a bad trailer or bytes after the
- * last member that do not start another member are errors naming path. */
-static clg_status gunzip(clg_err *err, const char *path, const uint8_t *src, size_t n, uint64_t max, uint8_t **out,
-                         size_t *outlen)
-{
-    *out = NULL;
-    *outlen = 0;
-    size_t cap = n < 1024 ? 4096 : n * 4, len = 0;
-    if (cap > max + 1)
-        cap = (size_t)max + 1;
-    uint8_t *buf = malloc(cap);
-    if (!buf)
-        return clg_err_set(err, CLG_ERR_HOST_OOM, "'%s': no memory to decompress", path);
-    z_stream z;
-    memset(&z, 0, sizeof z);
-    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) {
-        free(buf);
-        return clg_err_set(err, CLG_ERR_HOST_OOM, "'%s': cannot start zlib", path);
-    }
-    size_t pos = 0;
-    clg_status st = CLG_OK;
-    for (;;) {
-        z.next_in = (Bytef *)(uintptr_t)(src + pos);
-        size_t in_now = n - pos > (1u << 30) ? (1u << 30) : n - pos;
-        z.avail_in = (uInt)in_now;
-        if (len == cap) {
-            if (cap > max) {
-                st = clg_err_set(err, CLG_ERR_FORMAT, "'%s': decompresses to more than %llu bytes (corrupt?)", path,
-                                 (unsigned long long)max);
-                break;
-            }
-            size_t nc = cap * 2 > max + 1 ? (size_t)max + 1 : cap * 2;
-            uint8_t *nb = realloc(buf, nc);
-            if (!nb) {
-                st = clg_err_set(err, CLG_ERR_HOST_OOM, "'%s': no memory to decompress (%zu bytes)", path, nc);
-                break;
-            }
-            buf = nb;
-            cap = nc;
-        }
-        size_t out_now = cap - len > (1u << 30) ? (1u << 30) : cap - len;
-        z.next_out = buf + len;
-        z.avail_out = (uInt)out_now;
-        int r = inflate(&z, Z_NO_FLUSH);
-        pos += in_now - z.avail_in;
-        len += out_now - z.avail_out;
-        if (r == Z_STREAM_END) {
-            if (pos == n)
-                break;
-            if (!is_gzip(src + pos, n - pos)) {
-                st = clg_err_set(err, CLG_ERR_FORMAT,
-                                 "'%s': %zu bytes of trailing garbage after the gzip data (at offset %zu)", path,
-                                 n - pos, pos);
-                break;
-            }
-            inflateReset(&z); /* another member (as gzip -c a b > ab writes) */
-            continue;
-        }
-        if (r == Z_OK && (z.avail_out == 0 || z.avail_in == 0) && pos < n)
-            continue;
-        if (r == Z_OK || r == Z_BUF_ERROR) {
-            if (z.avail_out == 0)
-                continue;
-            st = clg_err_set(err, CLG_ERR_FORMAT,
-                             "'%s': corrupt gzip data: truncated stream (no complete CRC-32/length trailer)", path);
-            break;
-        }
-        st = clg_err_set(err, CLG_ERR_FORMAT, "'%s': corrupt gzip data: %s", path, z.msg ? z.msg : "zlib error");
-        break;
-    }
-    inflateEnd(&z);
-    if (st != CLG_OK) {
-        free(buf);
-        return st;
-    }
-    *out = buf;
-    *outlen = len;
-    return CLG_OK;
-}
-
-/* Whole file in memory, gunzipped when it starts with the gzip magic. */
-static clg_status read_maybe_gz(clg_err *err, const char *path, uint64_t max, uint8_t **out, size_t *len)
-{
-    char *raw = NULL;
-    size_t n = 0;
-    clg_status st = clg_file_read(err, path, &raw, &n);
-    if (st != CLG_OK)
-        return st;
-    if (!is_gzip((const uint8_t *)raw, n)) {
-        *out = (uint8_t *)raw;
-        *len = n;
-        return CLG_OK;
-    }
-    st = gunzip(err, path, (const uint8_t *)raw, n, max, out, len);
-    free(raw);
-    return st;
-}
-
-/* Parses the IDX bytes b[0..n) (malloc'd; taken over: freed, or kept as
- * out->data). */
-static clg_status idx_parse(clg_err *err, const char *path, uint8_t *b, size_t n, idx_file *out)
-{
-    memset(out, 0, sizeof *out);
-    clg_status st = CLG_OK;
-    if (n < 4) {
-        st = clg_err_set(err, CLG_ERR_FORMAT, "IDX file '%s' is truncated: %zu bytes, shorter than the 4-byte magic",
-                         path, n);
-        goto done;
-    }
-    if (b[0] != 0 || b[1] != 0) {
-        st = clg_err_set(err, CLG_ERR_FORMAT,
-                         "'%s' is not an IDX file: bad magic %02x %02x %02x %02x (expected 00 00 <type> <ndim>)",
-                         path, b[0], b[1], b[2], b[3]);
-        goto done;
-    }
-    if (b[2] != 0x08 && b[2] != 0x0D) {
-        st = clg_err_set(err, CLG_ERR_UNSUPPORTED,
-                         "IDX file '%s': element type 0x%02x is not supported (unsigned byte 0x08 or float32 0x0D)",
-                         path, b[2]);
-        goto done;
-    }
-    out->type = b[2];
-    size_t esize = b[2] == 0x0D ? 4 : 1;
-    if (b[3] < 1 || b[3] > 8) {
-        st = clg_err_set(err, CLG_ERR_FORMAT, "IDX file '%s': %d dimensions (expected 1 to 8)", path, b[3]);
-        goto done;
-    }
-    out->ndim = b[3];
-    size_t hl = 4 + 4 * (size_t)out->ndim;
-    if (n < hl) {
-        st = clg_err_set(err, CLG_ERR_FORMAT, "IDX file '%s' is truncated inside its dimension list", path);
-        goto done;
-    }
-    out->count = 1;
-    for (int i = 0; i < out->ndim; i++) {
-        const uint8_t *d = b + 4 + 4 * i;
-        out->dims[i] = ((uint32_t)d[0] << 24) | ((uint32_t)d[1] << 16) | ((uint32_t)d[2] << 8) | d[3];
-        if (out->dims[i] > 0 && out->count > IDX_MAX_BYTES / esize / out->dims[i]) {
-            st = clg_err_set(err, CLG_ERR_FORMAT, "IDX file '%s': dimensions describe more than %llu bytes (corrupt?)",
-                             path, (unsigned long long)IDX_MAX_BYTES);
-            goto done;
-        }
-        out->count *= out->dims[i];
-    }
-    uint64_t bytes = out->count * esize;
-    if ((uint64_t)(n - hl) < bytes) {
-        st = clg_err_set(err, CLG_ERR_FORMAT, "IDX file '%s' is truncated: %llu of %llu data bytes present", path,
-                         (unsigned long long)(n - hl), (unsigned long long)bytes);
-        goto done;
-    }
-    if ((uint64_t)(n - hl) > bytes) {
-        st = clg_err_set(err, CLG_ERR_FORMAT, "IDX file '%s' has data beyond the %llu bytes its header describes",
-                         path, (unsigned long long)bytes);
-        goto done;
-    }
-    memmove(b, b + hl, (size_t)bytes); /* the data keeps the file's buffer */
-    if (esize == 4)
-        for (uint64_t i = 0; i < out->count; i++) { /* big-endian IEEE single -> host float */
-            const uint8_t *q = b + 4 * i;
-            uint32_t u = ((uint32_t)q[0] << 24) | ((uint32_t)q[1] << 16) | ((uint32_t)q[2] << 8) | q[3];
-            float f;
-            memcpy(&f, &u, 4);
-            if (!isfinite(f)) {
-                st = clg_err_set(err, CLG_ERR_FORMAT, "IDX file '%s': float element %llu is not finite", path,
-                                 (unsigned long long)i);
-                goto done;
-            }
-            memcpy(b + 4 * i, &f, 4);
-        }
-    out->data = b;
-    return CLG_OK;
-done:
-    free(b);
-    return st;
-}
-
-static clg_status idx_read(clg_err *err, const char *path, idx_file *out)
-{
-    memset(out, 0, sizeof *out);
-    if (!file_exists(path))
-        return clg_err_set(err, CLG_ERR_NOT_FOUND, "IDX file '%s' does not exist (or is not a regular file)", path);
-    uint8_t *b = NULL;
-    size_t n = 0;
-    clg_status st = read_maybe_gz(err, path, IDX_MAX_BYTES + 36, &b, &n);
-    return st != CLG_OK ? st : idx_parse(err, path, b, n, out);
-}
-
-static clg_status idx_images_to_dataset(clg_err *err, const char *path, idx_file *im, clg_dataset **out)
-{
-    int n, c, h, w;
-    if (im->ndim == 3) {
-        n = (int)im->dims[0];
-        c = 1;
-        h = (int)im->dims[1];
-        w = (int)im->dims[2];
-    } else if (im->ndim == 4) {
-        n = (int)im->dims[0];
-        c = (int)im->dims[1];
-        h = (int)im->dims[2];
-        w = (int)im->dims[3];
-    } else if (im->ndim == 2) { /* a single image H x W */
-        n = 1;
-        c = 1;
-        h = (int)im->dims[0];
-        w = (int)im->dims[1];
-    } else {
-        return clg_err_set(err, CLG_ERR_FORMAT,
-                           "IDX images file '%s' has %d dimensions (expected N x H x W, N x C x H x W or H x W)", path,
-                           im->ndim);
-    }
-    for (int i = 0; i < im->ndim; i++)
-        if (im->dims[i] > INT32_MAX || im->dims[i] == 0)
-            return clg_err_set(err, CLG_ERR_FORMAT, "IDX images file '%s': dimension %d is %u", path, i,
-                               im->dims[i]);
-    clg_dataset *ds = calloc(1, sizeof *ds);
-    if (!ds)
-        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
-    if (c > CLG_DS_MAX_CHANNELS) {
-        free(ds);
-        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "IDX images file '%s': %d channels (at most %d)", path, c,
-                           CLG_DS_MAX_CHANNELS);
-    }
-    ds->n = n;
-    ds->c = c;
-    ds->h = h;
-    ds->w = w;
-    if (im->type == 0x0D) {
-        ds->dtype = CLG_DS_F32;
-        ds->f32 = (float *)(void *)im->data; /* malloc'd: aligned for float */
-    } else {
-        ds->dtype = CLG_DS_U8;
-        ds->u8 = im->data;
-    }
-    im->data = NULL;
-    ds->labels = malloc(sizeof(int32_t) * (size_t)n);
-    if (!ds->labels) {
-        clg_dataset_free(ds);
-        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
-    }
-    for (int i = 0; i < n; i++)
-        ds->labels[i] = -1;
-    set_str(ds->name, sizeof ds->name, "idx");
-    set_str(ds->source, sizeof ds->source, path);
-    *out = ds;
-    return CLG_OK;
-}
-
-clg_status clg_dataset_load_idx(clg_err *err, const char *images_path, const char *labels_path, clg_dataset **out)
-{
-    *out = NULL;
-    idx_file im, lb;
-    clg_status st = idx_read(err, images_path, &im);
-    if (st != CLG_OK)
-        return st;
-    if (im.ndim != 3 && im.ndim != 4) {
-        free(im.data);
-        return clg_err_set(err, CLG_ERR_FORMAT,
-                           "IDX images file '%s' has %d dimensions (expected 3: N x H x W, or 4: N x C x H x W)",
-                           images_path, im.ndim);
-    }
-    clg_dataset *ds = NULL;
-    st = idx_images_to_dataset(err, images_path, &im, &ds);
-    free(im.data);
-    if (st != CLG_OK)
-        return st;
-    if (labels_path) {
-        st = idx_read(err, labels_path, &lb);
-        if (st != CLG_OK) {
-            clg_dataset_free(ds);
-            return st;
-        }
-        if (lb.type != 0x08) {
-            st = clg_err_set(err, CLG_ERR_FORMAT, "IDX labels file '%s' holds floats (labels are unsigned bytes, 0x08)",
-                             labels_path);
-        } else if (lb.ndim != 1) {
-            st = clg_err_set(err, CLG_ERR_FORMAT, "IDX labels file '%s' has %d dimensions (expected 1)", labels_path,
-                             lb.ndim);
-        } else if (lb.dims[0] != (uint32_t)ds->n) {
-            st = clg_err_set(err, CLG_ERR_FORMAT, "IDX labels file '%s' holds %u labels but '%s' holds %d images",
-                             labels_path, lb.dims[0], images_path, ds->n);
-        } else {
-            int mx = 0;
-            for (int i = 0; i < ds->n; i++) {
-                ds->labels[i] = lb.data[i];
-                mx = CLG_MAX(mx, lb.data[i]);
-            }
-            ds->nclasses = CLG_MAX(10, mx + 1);
-        }
-        free(lb.data);
-        if (st != CLG_OK) {
-            clg_dataset_free(ds);
-            return st;
-        }
-    }
-    *out = ds;
-    return CLG_OK;
-}
-
-clg_status clg_idx_write_u8(clg_err *err, const char *path, int gz, const int *dims, int ndim, const uint8_t *data)
-{
-    if (ndim < 1 || ndim > 8)
-        return clg_err_set(err, CLG_ERR_INVALID_ARG, "IDX write '%s': %d dimensions (1 to 8)", path, ndim);
-    uint8_t hdr[4 + 32] = {0, 0, 0x08, (uint8_t)ndim};
-    uint64_t count = 1;
-    for (int i = 0; i < ndim; i++) {
-        if (dims[i] < 0)
-            return clg_err_set(err, CLG_ERR_INVALID_ARG, "IDX write '%s': negative dimension", path);
-        uint32_t d = (uint32_t)dims[i];
-        hdr[4 + 4 * i] = (uint8_t)(d >> 24);
-        hdr[5 + 4 * i] = (uint8_t)(d >> 16);
-        hdr[6 + 4 * i] = (uint8_t)(d >> 8);
-        hdr[7 + 4 * i] = (uint8_t)d;
-        count *= d;
-    }
-    size_t hl = 4 + 4 * (size_t)ndim;
-    if (!gz) {
-        FILE *f = fopen(path, "wb");
-        if (!f)
-            return clg_err_set(err, CLG_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
-        int ok = fwrite(hdr, 1, hl, f) == hl && fwrite(data, 1, (size_t)count, f) == (size_t)count;
-        ok = (fclose(f) == 0) && ok;
-        if (!ok)
-            return clg_err_set(err, CLG_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
-        return CLG_OK;
-    }
-    gzFile f = gzopen(path, "wb");
-    if (!f)
-        return clg_err_set(err, CLG_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
-    int ok = gzwrite(f, hdr, (unsigned)hl) == (int)hl;
-    uint64_t off = 0;
-    while (ok && off < count) {
-        unsigned chunk = count - off > (1u << 30) ? (1u << 30) : (unsigned)(count - off);
-        ok = gzwrite(f, data + off, chunk) == (int)chunk;
-        off += chunk;
-    }
-    ok = (gzclose(f) == Z_OK) && ok;
-    if (!ok)
-        return clg_err_set(err, CLG_ERR_IO, "cannot write gzip file '%s'", path);
-    return CLG_OK;
-}
-
-// ---- CIFAR-10 ----
-
-#define CIFAR_REC 3073
-
-clg_status clg_dataset_load_cifar10(clg_err *err, const char *const *paths, int npaths, clg_dataset **out)
-{
-    *out = NULL;
-    if (npaths <= 0)
-        return clg_err_set(err, CLG_ERR_INVALID_ARG, "CIFAR-10: no batch files given");
-    uint64_t total = 0;
-    for (int i = 0; i < npaths; i++) {
-        struct stat sb;
-        if (stat(paths[i], &sb) != 0)
-            return clg_err_set(err, CLG_ERR_NOT_FOUND, "CIFAR-10 batch '%s': %s", paths[i], strerror(errno));
-        if (!S_ISREG(sb.st_mode))
-            return clg_err_set(err, CLG_ERR_IO, "CIFAR-10 batch '%s' is not a regular file", paths[i]);
-        if (sb.st_size == 0 || sb.st_size % CIFAR_REC != 0)
-            return clg_err_set(err, CLG_ERR_FORMAT,
-                               "CIFAR-10 batch '%s' is %lld bytes, not a positive multiple of the %d-byte record "
-                               "(truncated or not a CIFAR-10 binary batch)",
-                               paths[i], (long long)sb.st_size, CIFAR_REC);
-        total += (uint64_t)sb.st_size / CIFAR_REC;
-    }
-    if (total > INT32_MAX)
-        return clg_err_set(err, CLG_ERR_FORMAT, "CIFAR-10: too many records");
-    clg_dataset *ds = NULL;
-    clg_status st = clg_dataset_create(err, (int)total, 3, 32, 32, 10, CLG_DS_U8, &ds);
-    if (st != CLG_OK)
-        return st;
-    uint8_t *rec = malloc(CIFAR_REC);
-    if (!rec) {
-        clg_dataset_free(ds);
-        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
-    }
-    int idx = 0;
-    for (int i = 0; i < npaths && st == CLG_OK; i++) {
-        FILE *f = fopen(paths[i], "rb");
-        if (!f) {
-            st = clg_err_set(err, CLG_ERR_IO, "cannot open CIFAR-10 batch '%s': %s", paths[i], strerror(errno));
-            break;
-        }
-        for (int r = 0;; r++) {
-            size_t got = fread(rec, 1, CIFAR_REC, f);
-            if (got == 0 && feof(f))
-                break;
-            if (got != CIFAR_REC || idx >= ds->n) {
-                st = clg_err_set(err, CLG_ERR_FORMAT, "CIFAR-10 batch '%s': record %d is incomplete (file changed?)",
-                                 paths[i], r);
-                break;
-            }
-            if (rec[0] > 9) {
-                st = clg_err_set(err, CLG_ERR_FORMAT, "CIFAR-10 batch '%s': record %d has label %d (expected 0..9)",
-                                 paths[i], r, rec[0]);
-                break;
-            }
-            ds->labels[idx] = rec[0];
-            memcpy(ds->u8 + (size_t)idx * 3072, rec + 1, 3072);
-            idx++;
-        }
-        if (st == CLG_OK && ferror(f))
-            st = clg_err_set(err, CLG_ERR_IO, "read error on CIFAR-10 batch '%s'", paths[i]);
-        fclose(f);
-    }
-    free(rec);
-    if (st == CLG_OK && idx != ds->n)
-        st = clg_err_set(err, CLG_ERR_FORMAT, "CIFAR-10: read %d records, expected %d (files changed?)", idx, ds->n);
-    if (st != CLG_OK) {
-        clg_dataset_free(ds);
-        return st;
-    }
-    set_str(ds->name, sizeof ds->name, "cifar10");
-    set_str(ds->source, sizeof ds->source, paths[0]);
-    *out = ds;
-    return CLG_OK;
-}
-
-// ---- PGM ----
-
-/* Next header token of a PGM (skips whitespace and # comments). */
-static int pgm_token(const char *b, size_t len, size_t *pos, long *val)
-{
-    size_t p = *pos;
-    for (;;) {
-        while (p < len && (b[p] == ' ' || b[p] == '\t' || b[p] == '\n' || b[p] == '\r'))
-            p++;
-        if (p < len && b[p] == '#') {
-            while (p < len && b[p] != '\n')
-                p++;
-            continue;
-        }
-        break;
-    }
-    if (p >= len || b[p] < '0' || b[p] > '9')
-        return 0;
-    long v = 0;
-    while (p < len && b[p] >= '0' && b[p] <= '9') {
-        v = v * 10 + (b[p] - '0');
-        if (v > 1000000)
-            return 0;
-        p++;
-    }
-    *pos = p;
-    *val = v;
-    return 1;
-}
-
-static clg_status load_pgm(clg_err *err, const char *path, const char *b, size_t len, clg_dataset **out)
-{
-    int binary = b[1] == '5';
-    size_t pos = 2;
-    long w, h, maxv;
-    if (!pgm_token(b, len, &pos, &w) || !pgm_token(b, len, &pos, &h) || !pgm_token(b, len, &pos, &maxv))
-        return clg_err_set(err, CLG_ERR_FORMAT, "PGM '%s': malformed header (expected width, height, maxval)", path);
-    if (w <= 0 || h <= 0 || w > 65536 || h > 65536 || w * h > (1L << 28))
-        return clg_err_set(err, CLG_ERR_FORMAT, "PGM '%s': bad size %ld x %ld", path, w, h);
-    if (maxv <= 0 || maxv > 65535)
-        return clg_err_set(err, CLG_ERR_FORMAT, "PGM '%s': bad maxval %ld (1..65535)", path, maxv);
-    clg_dataset *ds = NULL;
-    clg_status st = clg_dataset_create(err, 1, 1, (int)h, (int)w, 0, CLG_DS_U8, &ds);
-    if (st != CLG_OK)
-        return st;
-    ds->labels[0] = -1;
-    size_t npx = (size_t)w * (size_t)h;
-    if (binary) {
-        if (pos >= len || !(b[pos] == ' ' || b[pos] == '\t' || b[pos] == '\n' || b[pos] == '\r')) {
-            clg_dataset_free(ds);
-            return clg_err_set(err, CLG_ERR_FORMAT, "PGM '%s': missing whitespace after the header", path);
-        }
-        pos++;
-        size_t bpp = maxv > 255 ? 2 : 1;
-        if (len - pos < npx * bpp) {
-            clg_dataset_free(ds);
-            return clg_err_set(err, CLG_ERR_FORMAT, "PGM '%s' is truncated: %zu of %zu pixel bytes present", path,
-                               len - pos, npx * bpp);
-        }
-        const uint8_t *px = (const uint8_t *)b + pos;
-        for (size_t i = 0; i < npx; i++) {
-            long v = bpp == 2 ? ((long)px[2 * i] << 8) | px[2 * i + 1] : px[i];
-            if (v > maxv)
-                v = maxv;
-            ds->u8[i] = (uint8_t)((v * 255 + maxv / 2) / maxv);
-        }
-    } else {
-        for (size_t i = 0; i < npx; i++) {
-            long v;
-            if (!pgm_token(b, len, &pos, &v)) {
-                clg_dataset_free(ds);
-                return clg_err_set(err, CLG_ERR_FORMAT, "PGM '%s': pixel %zu of %zu missing or malformed", path, i,
-                                   npx);
-            }
-            if (v > maxv) {
-                clg_dataset_free(ds);
-                return clg_err_set(err, CLG_ERR_FORMAT, "PGM '%s': pixel %zu is %ld, above maxval %ld", path, i, v,
-                                   maxv);
-            }
-            ds->u8[i] = (uint8_t)((v * 255 + maxv / 2) / maxv);
-        }
-    }
-    set_str(ds->name, sizeof ds->name, "pgm");
-    set_str(ds->source, sizeof ds->source, path);
-    *out = ds;
-    return CLG_OK;
-}
-
-clg_status clg_dataset_load_image(clg_err *err, const char *path, clg_dataset **out)
-{
-    *out = NULL;
-    if (!file_exists(path))
-        return clg_err_set(err, CLG_ERR_NOT_FOUND, "input '%s' does not exist (or is not a regular file)", path);
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    clg_status st = read_maybe_gz(err, path, IDX_MAX_BYTES + 36, &buf, &len);
-    if (st != CLG_OK)
-        return st;
-    if (len >= 2 && buf[0] == 'P' && (buf[1] == '5' || buf[1] == '2')) {
-        st = load_pgm(err, path, (const char *)buf, len, out);
-        free(buf);
-        return st;
-    }
-    if (len >= 2 && buf[0] == 0 && buf[1] == 0) {
-        idx_file im;
-        st = idx_parse(err, path, buf, len, &im);
-        if (st != CLG_OK)
-            return st;
-        st = idx_images_to_dataset(err, path, &im, out);
-        free(im.data);
-        return st;
-    }
-    free(buf);
-    return clg_err_set(err, CLG_ERR_FORMAT, "input '%s' is neither an IDX file nor a PGM image (P5/P2)", path);
-}
-
-// ---- name resolution ----
 
 static int join(char *dst, size_t cap, const char *a, const char *b)
 {
@@ -643,9 +125,9 @@ static int find_idx(const char *dir, const char *name, char *out, size_t cap)
 {
     char tmp[1024];
     snprintf(tmp, sizeof tmp, "%s.gz", name);
-    if (join(out, cap, dir, tmp) && file_exists(out))
+    if (join(out, cap, dir, tmp) && clg_ds_file_exists(out))
         return 1;
-    if (join(out, cap, dir, name) && file_exists(out))
+    if (join(out, cap, dir, name) && clg_ds_file_exists(out))
         return 1;
     return 0;
 }
@@ -672,13 +154,13 @@ static clg_status open_cifar_dir(clg_err *err, const char *dir, clg_ds_split spl
         for (int i = 1; i <= 5; i++) {
             char nm[64];
             snprintf(nm, sizeof nm, "data_batch_%d.bin", i);
-            if (!join(paths[np], sizeof paths[np], dir, nm) || !file_exists(paths[np]))
+            if (!join(paths[np], sizeof paths[np], dir, nm) || !clg_ds_file_exists(paths[np]))
                 return clg_err_set(err, CLG_ERR_NOT_FOUND, "CIFAR-10 directory '%s' has no %s", dir, nm);
             pp[np] = paths[np];
             np++;
         }
     } else {
-        if (!join(paths[0], sizeof paths[0], dir, "test_batch.bin") || !file_exists(paths[0]))
+        if (!join(paths[0], sizeof paths[0], dir, "test_batch.bin") || !clg_ds_file_exists(paths[0]))
             return clg_err_set(err, CLG_ERR_NOT_FOUND, "CIFAR-10 directory '%s' has no test_batch.bin", dir);
         pp[0] = paths[0];
         np = 1;
@@ -689,8 +171,8 @@ static clg_status open_cifar_dir(clg_err *err, const char *dir, clg_ds_split spl
 static int is_cifar_dir(const char *dir)
 {
     char p[1024];
-    return (join(p, sizeof p, dir, "test_batch.bin") && file_exists(p)) ||
-           (join(p, sizeof p, dir, "data_batch_1.bin") && file_exists(p));
+    return (join(p, sizeof p, dir, "test_batch.bin") && clg_ds_file_exists(p)) ||
+           (join(p, sizeof p, dir, "data_batch_1.bin") && clg_ds_file_exists(p));
 }
 
 static int is_idx_dir(const char *dir)
@@ -739,8 +221,8 @@ clg_status clg_dataset_open(clg_err *err, const char *spec, clg_ds_split split, 
                 continue;
             st = cifar ? open_cifar_dir(err, cand[i], split, out) : open_idx_dir(err, cand[i], split, out);
             if (st == CLG_OK) {
-                set_str((*out)->name, sizeof(*out)->name, named);
-                set_str((*out)->source, sizeof(*out)->source, cand[i]);
+                clg_ds_set_str((*out)->name, sizeof(*out)->name, named);
+                clg_ds_set_str((*out)->source, sizeof(*out)->source, cand[i]);
             }
             return st;
         }
@@ -768,7 +250,7 @@ clg_status clg_dataset_open(clg_err *err, const char *spec, clg_ds_split split, 
                            "CIFAR-10 batches (data_batch_N.bin, test_batch.bin)",
                            spec);
     }
-    if (!file_exists(spec))
+    if (!clg_ds_file_exists(spec))
         return clg_err_set(err, CLG_ERR_NOT_FOUND,
                            "dataset '%s' not found (expected fashion-mnist, mnist, cifar10, a directory or a file)",
                            spec);
@@ -784,7 +266,7 @@ clg_status clg_dataset_open(clg_err *err, const char *spec, clg_ds_split split, 
     if (hit && sl < sizeof lab) {
         size_t pre = (size_t)(hit - spec);
         snprintf(lab, sizeof lab, "%.*slabels-idx1%s", (int)pre, spec, hit + strlen("images-idx3"));
-        if (file_exists(lab))
+        if (clg_ds_file_exists(lab))
             lp = lab;
     }
     if (!lp)

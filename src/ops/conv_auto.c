@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "conv_impl.h"
+#include "io/json.h"
 
 typedef struct algo_entry {
     uint64_t devhash;
@@ -182,31 +183,63 @@ void clg_conv_algos_format(clg_sbuf *b, int first, uint64_t devhash, const char 
                     key, clg_conv_algo_name(algo), ms, (unsigned long long)devhash);
 }
 
+/* A key as the writer writes it: unescaped, so no quote, backslash or control character. */
+static int plain_key(const clg_json *k)
+{
+    for (size_t i = 0; i < k->len; i++) {
+        unsigned char c = (unsigned char)k->str[i];
+        if (c < 0x20 || c == '"' || c == '\\')
+            return 0;
+    }
+    return k->len > 0;
+}
+
+/* One line's entry, {"key": "...", "algo": "...", "ms": N, "dev": "<16 hex digits>"}
+ * (io/json.c's reader); 0 when malformed. */
+static int parse_entry_line(const char *line, size_t len, char *key, size_t keycap, clg_conv_algo *algo, double *ms,
+                            uint64_t *dev)
+{
+    clg_err scratch;
+    clg_json *j = NULL;
+    if (clg_json_parse(&scratch, line, len, "conv algorithm cache", &j) != CLG_OK)
+        return 0;
+    const clg_json *k = clg_json_get(j, "key"), *a = clg_json_get(j, "algo"), *m = clg_json_get(j, "ms"),
+                   *d = clg_json_get(j, "dev");
+    int ok = k && k->type == CLG_JSON_STR && plain_key(k) && k->len < keycap && a &&
+             a->type == CLG_JSON_STR && m && m->type == CLG_JSON_NUM && m->num >= 0 && m->num < 1e12 && d &&
+             d->type == CLG_JSON_STR && d->len == 16 && strspn(d->str, "0123456789abcdef") == 16 &&
+             clg_conv_algo_parse(&scratch, a->str, algo) == CLG_OK && *algo != CLG_CONV_AUTO;
+    if (ok) {
+        memcpy(key, k->str, k->len + 1);
+        *ms = m->num;
+        *dev = strtoull(d->str, NULL, 16);
+    }
+    clg_json_free(j);
+    return ok;
+}
+
 int clg_conv_algos_parse(char *text, uint64_t devhash,
                          void (*put)(void *user, uint64_t devhash, const char *key, clg_conv_algo algo, double ms),
                          void *user)
 {
     int n = 0;
-    char *save = NULL;
-    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-        /* entries after the first are written as ", {...}" */
-        line += strspn(line, " \t");
-        if (*line == ',')
-            line++;
-        char key[160], algo[32], dev[17], close = 0;
-        double ms = 0;
-        if (sscanf(line, " {\"key\": \"%159[^\"]\", \"algo\": \"%31[^\"]\", \"ms\": %lf, \"dev\": \"%16[0-9a-f]\"%c", key,
-                   algo, &ms, dev, &close) != 5 ||
-            close != '}' || strlen(dev) != 16 || !(ms >= 0 && ms < 1e12))
-            continue;
-        if (strtoull(dev, NULL, 16) != devhash)
-            continue; /* measured on another device (a copied or renamed file) */
-        clg_err scratch;
+    for (const char *line = text; *line;) {
+        size_t len = strcspn(line, "\n");
+        const char *next = line + len + (line[len] == '\n');
+        /* entries after the first are written as ", {...}"; the header and
+         * closing lines are not entries */
+        size_t skip = strspn(line, " \t");
+        if (skip < len && line[skip] == ',')
+            skip++;
+        char key[160];
         clg_conv_algo a;
-        if (clg_conv_algo_parse(&scratch, algo, &a) != CLG_OK || a == CLG_CONV_AUTO)
-            continue;
-        put(user, devhash, key, a, ms);
-        n++;
+        double ms;
+        uint64_t dev;
+        if (parse_entry_line(line + skip, len - skip, key, sizeof key, &a, &ms, &dev) && dev == devhash) {
+            put(user, devhash, key, a, ms);
+            n++;
+        }
+        line = next;
     }
     return n;
 }

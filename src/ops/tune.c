@@ -1,4 +1,4 @@
-/* Tuning database: storage, lookup and a small tolerant JSON reader/writer.
+/* Tuning database: storage, lookup, JSON writer and reader.
  *
  * File format (one file per device, <cache_dir>/tune/<hash of the device
  * fingerprint>.json; "device" holds the fingerprint, clg_device_fingerprint:
@@ -6,10 +6,13 @@
  * device, or from the same simulator under other limits, is ignored):
  *   {"format": "clgrad-tune", "version": 1, "device": "...", "driver": "...",
  *    "entries": {"gemm/M3N4K2": {"backend": "own", "MR": 8, ...}, ...}}
- * Unknown keys are skipped; entries with bad values are dropped. */
+ * Unknown keys and values of other types are skipped; entries that are not
+ * objects make the file malformed. Read with io/json.c. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/json.h"
 #include "tune.h"
 
 /* ---- database in the context ---- */
@@ -228,221 +231,91 @@ void clg_tune_format(const clg_tune_dev *d, const char *devname, const char *dri
     clg_sbuf_printf(out, "\n }\n}\n");
 }
 
-/* ---- JSON reader (only what the format needs; anything else is skipped) ---- */
+/* ---- reading (io/json.c's reader; what the format does not use is skipped) ---- */
 
-typedef struct jp {
-    const char *s;
-    int depth;
-    int bad;
-} jp;
+/* A decoded JSON string into buf[len]: truncated, and cut at an embedded NUL. */
+static void copy_str(char *buf, size_t len, const clg_json *v) { snprintf(buf, len, "%s", v->str); }
 
-static void ws(jp *p)
+/* One entry's members: "backend" (a string) and numeric parameters; other
+ * values, and numbers that are not finite, are skipped. */
+static void read_entry(const clg_json *v, clg_tune_entry *e)
 {
-    while (*p->s == ' ' || *p->s == '\n' || *p->s == '\r' || *p->s == '\t')
-        p->s++;
-}
-
-static int eat(jp *p, char c)
-{
-    ws(p);
-    if (*p->s == c) {
-        p->s++;
-        return 1;
+    for (int i = 0; i < v->n; i++) {
+        const char *name = v->keys[i];
+        const clg_json *x = &v->items[i];
+        if (strcmp(name, "backend") == 0 && x->type == CLG_JSON_STR)
+            copy_str(e->backend, sizeof e->backend, x);
+        else if (x->type == CLG_JSON_NUM && isfinite(x->num))
+            clg_tune_set(e, name, x->num);
     }
-    return 0;
 }
 
-/* Reads a string into buf (truncated to len-1; \uXXXX kept only for ASCII). */
-static int jstr(jp *p, char *buf, size_t len)
+/* The "entries" object into tmp (entries with an empty key are dropped). */
+static clg_status read_entries(clg_err *err, const clg_json *v, clg_tune_dev *tmp)
 {
-    ws(p);
-    if (*p->s != '"')
-        return 0;
-    p->s++;
-    size_t n = 0;
-    while (*p->s && *p->s != '"') {
-        char c = *p->s++;
-        if (c == '\\') {
-            c = *p->s++;
-            switch (c) {
-            case 'n': c = '\n'; break;
-            case 't': c = '\t'; break;
-            case 'r': c = '\r'; break;
-            case 'b': c = '\b'; break;
-            case 'f': c = '\f'; break;
-            case 'u': {
-                unsigned v = 0;
-                for (int i = 0; i < 4; i++) {
-                    char h = *p->s++;
-                    v <<= 4;
-                    if (h >= '0' && h <= '9')
-                        v |= (unsigned)(h - '0');
-                    else if (h >= 'a' && h <= 'f')
-                        v |= (unsigned)(h - 'a' + 10);
-                    else if (h >= 'A' && h <= 'F')
-                        v |= (unsigned)(h - 'A' + 10);
-                    else
-                        return 0;
-                }
-                c = v < 128 ? (char)v : '?';
-                break;
-            }
-            case 0: return 0;
-            default: break; /* \" \\ \/ */
-            }
-        }
-        if (n + 1 < len)
-            buf[n++] = c;
+    if (v->type != CLG_JSON_OBJ)
+        return clg_err_set(err, CLG_ERR_FORMAT, "tuning database: \"entries\" is a %s, expected an object",
+                           clg_json_type_name(v->type));
+    for (int i = 0; i < v->n; i++) {
+        if (v->items[i].type != CLG_JSON_OBJ)
+            return clg_err_set(err, CLG_ERR_FORMAT, "tuning database: entry '%s' is a %s, expected an object",
+                               v->keys[i], clg_json_type_name(v->items[i].type));
+        clg_tune_entry e;
+        memset(&e, 0, sizeof e);
+        snprintf(e.key, sizeof e.key, "%s", v->keys[i]);
+        read_entry(&v->items[i], &e);
+        if (e.key[0])
+            CLG_TRY(dev_put(err, tmp, &e));
     }
-    if (*p->s != '"')
-        return 0;
-    p->s++;
-    if (len)
-        buf[n] = 0;
-    return 1;
+    return CLG_OK;
 }
 
-static int jnum(jp *p, double *v)
+/* The top-level object: format, device, driver and the entries (members in
+ * file order; a repeated key: the last one counts, entries accumulate). */
+static clg_status read_db(clg_err *err, const clg_json *j, char (*fields)[256], int *have_entries, clg_tune_dev *tmp)
 {
-    ws(p);
-    char *end = NULL;
-    *v = strtod(p->s, &end);
-    if (end == p->s)
-        return 0;
-    p->s = end;
-    return 1;
-}
-
-static int jskip(jp *p)
-{
-    ws(p);
-    if (++p->depth > 64)
-        return 0;
-    int ok = 1;
-    char c = *p->s;
-    if (c == '"') {
-        char tmp[2];
-        ok = jstr(p, tmp, sizeof tmp);
-    } else if (c == '{' || c == '[') {
-        char close = c == '{' ? '}' : ']';
-        p->s++;
-        if (!eat(p, close)) {
-            do {
-                if (c == '{') {
-                    char k[2];
-                    if (!jstr(p, k, sizeof k) || !eat(p, ':')) {
-                        ok = 0;
-                        break;
-                    }
-                }
-                if (!jskip(p)) {
-                    ok = 0;
-                    break;
-                }
-            } while (eat(p, ','));
-            ok = ok && eat(p, close);
+    static const char *const names[3] = {"format", "device", "driver"};
+    if (j->type != CLG_JSON_OBJ)
+        return clg_err_set(err, CLG_ERR_FORMAT, "tuning database is a JSON %s, expected an object",
+                           clg_json_type_name(j->type));
+    for (int i = 0; i < j->n; i++) {
+        const clg_json *v = &j->items[i];
+        if (strcmp(j->keys[i], "entries") == 0) {
+            *have_entries = 1;
+            CLG_TRY(read_entries(err, v, tmp));
+            continue;
         }
-    } else if (strncmp(p->s, "true", 4) == 0 || strncmp(p->s, "null", 4) == 0) {
-        p->s += 4;
-    } else if (strncmp(p->s, "false", 5) == 0) {
-        p->s += 5;
-    } else {
-        double v;
-        ok = jnum(p, &v);
+        for (int f = 0; f < 3; f++) {
+            if (strcmp(j->keys[i], names[f]) != 0)
+                continue;
+            if (v->type != CLG_JSON_STR)
+                return clg_err_set(err, CLG_ERR_FORMAT, "tuning database: \"%s\" is a %s, expected a string",
+                                   names[f], clg_json_type_name(v->type));
+            copy_str(fields[f], sizeof fields[f], v);
+        }
     }
-    p->depth--;
-    return ok;
-}
-
-static int parse_entry(jp *p, clg_tune_entry *e)
-{
-    if (!eat(p, '{'))
-        return 0;
-    if (eat(p, '}'))
-        return 1;
-    do {
-        char name[64];
-        if (!jstr(p, name, sizeof name) || !eat(p, ':'))
-            return 0;
-        ws(p);
-        if (strcmp(name, "backend") == 0 && *p->s == '"') {
-            if (!jstr(p, e->backend, sizeof e->backend))
-                return 0;
-        } else if (*p->s == '-' || (*p->s >= '0' && *p->s <= '9')) {
-            double v;
-            if (!jnum(p, &v))
-                return 0;
-            clg_tune_set(e, name, v);
-        } else if (!jskip(p)) {
-            return 0;
-        }
-    } while (eat(p, ','));
-    return eat(p, '}');
+    return CLG_OK;
 }
 
 clg_status clg_tune_parse(clg_err *err, const char *text, const char *devname, const char *driver, clg_tune_dev *d)
 {
-    jp p = {text, 0, 0};
+    clg_json *j = NULL;
+    CLG_TRY(clg_json_parse(err, text, strlen(text), "tuning database", &j));
     clg_tune_dev tmp = {0};
-    char fmt[32] = "", dname[256] = "", drv[128] = "";
+    char fields[3][256] = {"", "", ""}; /* format, device, driver */
     int have_entries = 0;
-    if (!eat(&p, '{'))
-        goto bad;
-    if (!eat(&p, '}')) {
-        do {
-            char key[64];
-            if (!jstr(&p, key, sizeof key) || !eat(&p, ':'))
-                goto bad;
-            if (strcmp(key, "format") == 0) {
-                if (!jstr(&p, fmt, sizeof fmt))
-                    goto bad;
-            } else if (strcmp(key, "device") == 0) {
-                if (!jstr(&p, dname, sizeof dname))
-                    goto bad;
-            } else if (strcmp(key, "driver") == 0) {
-                if (!jstr(&p, drv, sizeof drv))
-                    goto bad;
-            } else if (strcmp(key, "entries") == 0) {
-                have_entries = 1;
-                if (!eat(&p, '{'))
-                    goto bad;
-                if (!eat(&p, '}')) {
-                    do {
-                        clg_tune_entry e;
-                        memset(&e, 0, sizeof e);
-                        if (!jstr(&p, e.key, sizeof e.key) || !eat(&p, ':') || !parse_entry(&p, &e))
-                            goto bad;
-                        if (e.key[0] && dev_put(err, &tmp, &e) != CLG_OK)
-                            goto bad;
-                    } while (eat(&p, ','));
-                    if (!eat(&p, '}'))
-                        goto bad;
-                }
-            } else if (!jskip(&p)) {
-                goto bad;
-            }
-        } while (eat(&p, ','));
-        if (!eat(&p, '}'))
-            goto bad;
+    clg_status st = read_db(err, j, fields, &have_entries, &tmp);
+    clg_json_free(j);
+    if (st == CLG_OK && (strcmp(fields[0], "clgrad-tune") != 0 || !have_entries))
+        st = clg_err_set(err, CLG_ERR_FORMAT, "not a clgrad tuning database");
+    else if (st == CLG_OK && (strcmp(fields[1], devname) != 0 || strcmp(fields[2], driver) != 0))
+        st = clg_err_set(err, CLG_ERR_FORMAT, "tuning database is for '%s' driver '%s'", fields[1], fields[2]);
+    if (st == CLG_OK) {
+        for (int i = 0; i < tmp.n; i++)
+            if (dev_put(err, d, &tmp.e[i]) != CLG_OK)
+                break;
+        d->dirty = 0;
     }
-    ws(&p);
-    if (*p.s)
-        goto bad;
-    if (strcmp(fmt, "clgrad-tune") != 0 || !have_entries) {
-        clg_tune_dev_clear(&tmp);
-        return clg_err_set(err, CLG_ERR_FORMAT, "not a clgrad tuning database");
-    }
-    if (strcmp(dname, devname) != 0 || strcmp(drv, driver) != 0) {
-        clg_tune_dev_clear(&tmp);
-        return clg_err_set(err, CLG_ERR_FORMAT, "tuning database is for '%s' driver '%s'", dname, drv);
-    }
-    for (int i = 0; i < tmp.n; i++)
-        if (dev_put(err, d, &tmp.e[i]) != CLG_OK)
-            break;
-    d->dirty = 0;
     clg_tune_dev_clear(&tmp);
-    return CLG_OK;
-bad:
-    clg_tune_dev_clear(&tmp);
-    return clg_err_set(err, CLG_ERR_FORMAT, "malformed JSON near offset %ld", (long)(p.s - text));
+    return st;
 }

@@ -377,6 +377,64 @@ static void patch(uint8_t *buf, size_t len, const char *from, const char *to)
 
 /* Editing any metadata value, deleting the format key or the header
  * checksum, or an unknown format is caught. */
+/* Each field check of a tensor entry (and of the metadata) reports its
+ * own message, word for word: the table of field checks in clg_ckpt_parse
+ * keeps the messages it replaced. */
+START_TEST(test_field_messages)
+{
+    static const struct {
+        const char *hdr;
+        size_t dlen;
+        const char *msg;
+    } cases[] = {
+        {"{\"a\":{\"dtype\":3,\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
+         "checkpoint 'x.safetensors': tensor 'a': missing or non-string \"dtype\""},
+        {"{\"a\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8,
+         "checkpoint 'x.safetensors': tensor 'a': unsupported dtype 'F64' (F32, F16, I32, I64, U8)"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":{},\"data_offsets\":[0,8]}}", 8,
+         "checkpoint 'x.safetensors': tensor 'a': missing or non-array \"shape\""},
+        {"{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,8]}}", 8,
+         "checkpoint 'x.safetensors': tensor 'a': missing or non-array \"shape\""},
+        {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}", 1,
+         "checkpoint 'x.safetensors': tensor 'a': 9 dimensions (at most 8)"},
+        {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1,2.5],\"data_offsets\":[0,2]}}", 2,
+         "checkpoint 'x.safetensors': tensor 'a': shape entry 1 is not a non-negative 64-bit integer"},
+        {"{\"a\":{\"dtype\":\"U8\",\"shape\":[9223372036854775808],\"data_offsets\":[0,2]}}", 2,
+         "checkpoint 'x.safetensors': tensor 'a': shape entry 0 is not a non-negative 64-bit integer"},
+        {"{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0]}}", 2,
+         "checkpoint 'x.safetensors': tensor 'a': \"data_offsets\" must be [begin, end] of non-negative integers"},
+        {"{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":\"0,2\"}}", 2,
+         "checkpoint 'x.safetensors': tensor 'a': \"data_offsets\" must be [begin, end] of non-negative integers"},
+        {"{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,-2]}}", 2,
+         "checkpoint 'x.safetensors': tensor 'a': \"data_offsets\" must be [begin, end] of non-negative integers"},
+        {"{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[1,4]}}", 2,
+         "checkpoint 'x.safetensors': tensor 'a': data_offsets [1, 4] out of range (data section is 2 bytes)"},
+        {"{\"a\":{\"dtype\":\"I32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4,
+         "checkpoint 'x.safetensors': tensor 'a': data_offsets span 4 bytes but shape x I32 needs 8"},
+        {"{\"a\":true}", 0, "checkpoint 'x.safetensors': tensor 'a': entry is a boolean, expected an object"},
+        {"{\"__metadata__\":[]}", 0, "checkpoint 'x.safetensors': __metadata__ is a array, expected an object"},
+        {"{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}", 0,
+         "checkpoint 'x.safetensors': metadata key 'k' appears twice"},
+        {"{\"__metadata__\":{},\"__metadata__\":{}}", 0,
+         "checkpoint 'x.safetensors': header has key '__metadata__' twice"},
+        {"{\"__metadata__\":{\"format\":\"clgrad-ckpt-9\"}}", 0,
+         "checkpoint 'x.safetensors' has format 'clgrad-ckpt-9'; this clgrad reads clgrad-ckpt-2 and clgrad-ckpt-1"},
+    };
+    for (size_t i = 0; i < CLG_ARRAY_LEN(cases); i++) {
+        uint8_t data[16] = {0};
+        size_t len;
+        uint8_t *b = craft(cases[i].hdr, data, cases[i].dlen, &len);
+        clg_err err = {0};
+        clg_ckpt *ck = NULL;
+        clg_status st = clg_ckpt_parse(&err, b, len, "x.safetensors", &ck);
+        ck_assert_msg(st != CLG_OK && ck == NULL, "accepted %s", cases[i].hdr);
+        ck_assert_msg(strcmp(err.msg, cases[i].msg) == 0, "%s:\n got  %s\n want %s", cases[i].hdr, err.msg,
+                      cases[i].msg);
+        free(b);
+    }
+}
+END_TEST
+
 START_TEST(test_header_protection)
 {
     clg_rng r;
@@ -734,6 +792,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_roundtrip);
     tcase_add_test(tc, test_corruption);
+    tcase_add_test(tc, test_field_messages);
     tcase_add_test(tc, test_header_protection);
     tcase_add_test(tc, test_meta_ranges);
     tcase_add_test(tc, test_header_scaling);
