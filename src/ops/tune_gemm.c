@@ -132,13 +132,13 @@ static void say(const clg_gemm_tune_opts *o, const char *fmt, ...)
         clg_log(1, "%s", line);
 }
 
-clg_status clg_gemm_tune(clg_device *dev, const clg_gemm_tune_opts *o)
+/* The shapes to tune: the caller's, else three square products and the DL
+ * preset. *shapes is malloc'd. */
+static clg_status tune_shapes(clg_device *dev, const clg_gemm_tune_opts *o, int (**out)[3], int *count)
 {
     clg_err *err = clg_dev_err(dev);
-    /* shapes: explicit, else the DL preset plus square products */
     int (*shapes)[3] = NULL;
     int ns = 0;
-    clg_gemm_shape dl[64];
     if (o->shapes) {
         ns = o->nshapes;
         shapes = malloc(sizeof *shapes * (size_t)CLG_MAX(ns, 1));
@@ -146,6 +146,7 @@ clg_status clg_gemm_tune(clg_device *dev, const clg_gemm_tune_opts *o)
             return clg_err_set(err, CLG_ERR_HOST_OOM, "tune: out of memory");
         memcpy(shapes, o->shapes, sizeof *shapes * (size_t)ns);
     } else {
+        clg_gemm_shape dl[64];
         int nd = clg_gemm_dl_shapes(128, dl, (int)CLG_ARRAY_LEN(dl));
         nd = CLG_MIN(nd, (int)CLG_ARRAY_LEN(dl));
         shapes = malloc(sizeof *shapes * (size_t)(nd + 3));
@@ -163,18 +164,117 @@ clg_status clg_gemm_tune(clg_device *dev, const clg_gemm_tune_opts *o)
             ns++;
         }
     }
-    clg_gemm_params *cand = NULL;
+    *out = shapes;
+    *count = ns;
+    return CLG_OK;
+}
+
+/* Times every candidate on the product a; a failing one is reported and
+ * skipped. Returns 1 with the fastest in *bp and its time in *best. */
+static int tune_fastest(clg_device *dev, const clg_gemm_tune_opts *o, const clg_gemm_args *a, const char *cls,
+                        const clg_gemm_params *cand, int nc, int reps, clg_gemm_params *bp, double *best)
+{
+    clg_err *err = clg_dev_err(dev);
+    double flop = 2.0 * a->M * a->N * a->K;
+    int have = 0;
+    *best = 1e30;
+    for (int c = 0; c < nc; c++) {
+        double ms = 0;
+        clg_err saved = *err;
+        clg_status r = clg_gemm_time(dev, a, CLG_GEMM_OWN, &cand[c], reps, &ms);
+        char desc[160];
+        clg_gemm_params_str(&cand[c], desc, sizeof desc);
+        if (r != CLG_OK) {
+            say(o, "  %s %dx%dx%d %s: failed (%s)", cls, a->M, a->N, a->K, desc, err->msg);
+            *err = saved;
+            continue;
+        }
+        if (ms > 0 && ms < *best) {
+            *best = ms;
+            *bp = cand[c];
+            have = 1;
+        }
+        if (!o->quick || clg_log_level >= 2)
+            say(o, "  %s %dx%dx%d %s: %.3f ms %.1f GFLOP/s", cls, a->M, a->N, a->K, desc, ms, flop / ms / 1e6);
+    }
+    return have;
+}
+
+/* With CLBlast: times it on the same product and stores which backend
+ * "auto" should pick for the class ("gemm-auto/<class>"). */
+static clg_status tune_vs_clblast(clg_device *dev, const clg_gemm_tune_opts *o, const clg_gemm_args *a,
+                                  const char *cls, double best, int reps)
+{
+    clg_err *err = clg_dev_err(dev);
+    double flop = 2.0 * a->M * a->N * a->K;
+    double cb = 0;
+    clg_err saved = *err;
+    clg_status r = clg_gemm_time(dev, a, CLG_GEMM_CLBLAST, NULL, reps, &cb);
+    clg_tune_entry ae;
+    memset(&ae, 0, sizeof ae);
+    snprintf(ae.key, sizeof ae.key, "gemm-auto/%s", cls);
+    clg_tune_set(&ae, "own_ms", best);
+    if (r == CLG_OK) {
+        clg_tune_set(&ae, "clblast_ms", cb);
+        say(o, "%s: clblast %.3f ms, %.1f GFLOP/s -> auto picks %s", cls, cb, flop / cb / 1e6,
+            cb > 0 && cb < best ? "clblast" : "own");
+    } else {
+        say(o, "%s: clblast failed (%s) -> auto picks own", cls, err->msg);
+        *err = saved;
+    }
+    snprintf(ae.backend, sizeof ae.backend, "%s", r == CLG_OK && cb > 0 && cb < best ? "clblast" : "own");
+    return clg_tune_put(dev, &ae);
+}
+
+/* Tunes the class of the product a (shrunk to keep each timed run short)
+ * and stores the best parameter set as "gemm/<class>". */
+static clg_status tune_class(clg_device *dev, const clg_gemm_tune_opts *o, clg_gemm_args *a, const char *cls,
+                             const clg_gemm_params *cand, int nc)
+{
+    int reps = o->quick ? 3 : 5;
+    double max_gflop = o->max_gflop > 0 ? o->max_gflop : 2.0;
+    /* shrink N (stays in the same class unless the shape is huge) */
+    while (2.0 * a->M * a->N * a->K > max_gflop * 1e9 && a->N > 64)
+        a->N /= 2;
+    double flop = 2.0 * a->M * a->N * a->K;
+    double best;
+    clg_gemm_params bp;
+    if (!tune_fastest(dev, o, a, cls, cand, nc, reps, &bp, &best)) {
+        say(o, "  %s: no parameter set ran; defaults stay", cls);
+        return CLG_OK;
+    }
+    clg_tune_entry e;
+    memset(&e, 0, sizeof e);
+    snprintf(e.key, sizeof e.key, "gemm/%s", cls);
+    clg_gemm_params_to_entry(&bp, &e);
+    clg_tune_set(&e, "gflops", flop / best / 1e6);
+    clg_tune_set(&e, "M", a->M);
+    clg_tune_set(&e, "N", a->N);
+    clg_tune_set(&e, "K", a->K);
+    CLG_TRY(clg_tune_put(dev, &e));
+    char desc[160];
+    clg_gemm_params_str(&bp, desc, sizeof desc);
+    say(o, "%s %dx%dx%d: best %s, %.3f ms, %.1f GFLOP/s", cls, a->M, a->N, a->K, desc, best, flop / best / 1e6);
+    if (o->clblast && clg_gemm_have_clblast())
+        return tune_vs_clblast(dev, o, a, cls, best, reps);
+    return CLG_OK;
+}
+
+clg_status clg_gemm_tune(clg_device *dev, const clg_gemm_tune_opts *o)
+{
+    clg_err *err = clg_dev_err(dev);
+    int (*shapes)[3] = NULL;
+    int ns = 0;
+    CLG_TRY(tune_shapes(dev, o, &shapes, &ns));
     int nc = clg_gemm_candidates(dev, o->quick, NULL, 0);
-    cand = malloc(sizeof *cand * (size_t)CLG_MAX(nc, 1));
+    clg_gemm_params *cand = malloc(sizeof *cand * (size_t)CLG_MAX(nc, 1));
     if (!cand) {
         free(shapes);
         return clg_err_set(err, CLG_ERR_HOST_OOM, "tune: out of memory");
     }
     nc = clg_gemm_candidates(dev, o->quick, cand, nc);
-    int reps = o->quick ? 3 : 5;
-    double max_gflop = o->max_gflop > 0 ? o->max_gflop : 2.0;
     clg_status st = CLG_OK;
-    char done[64][32];
+    char done[64][32]; /* the classes tuned, each once */
     int ndone = 0;
     double t0 = clg_now_sec();
     say(o, "tuning GEMM on %s (%s): %d parameter sets, %d shapes%s", dev->info.name, dev->info.driver_version, nc,
@@ -195,72 +295,7 @@ clg_status clg_gemm_tune(clg_device *dev, const clg_gemm_tune_opts *o)
         if (seen || ndone >= 64)
             continue;
         snprintf(done[ndone++], sizeof done[0], "%s", cls);
-        /* keep each timed run short: shrink N (stays in the same class
-         * unless the shape is huge) */
-        while (2.0 * a.M * a.N * a.K > max_gflop * 1e9 && a.N > 64)
-            a.N /= 2;
-        double flop = 2.0 * a.M * a.N * a.K;
-        double best = 1e30;
-        clg_gemm_params bp;
-        int have = 0;
-        for (int c = 0; c < nc; c++) {
-            double ms = 0;
-            clg_err saved = *err;
-            clg_status r = clg_gemm_time(dev, &a, CLG_GEMM_OWN, &cand[c], reps, &ms);
-            char desc[160];
-            clg_gemm_params_str(&cand[c], desc, sizeof desc);
-            if (r != CLG_OK) {
-                say(o, "  %s %dx%dx%d %s: failed (%s)", cls, a.M, a.N, a.K, desc, err->msg);
-                *err = saved;
-                if (r == CLG_ERR_DEVICE_OOM || r == CLG_ERR_HOST_OOM)
-                    continue;
-                continue;
-            }
-            if (ms > 0 && ms < best) {
-                best = ms;
-                bp = cand[c];
-                have = 1;
-            }
-            if (!o->quick || clg_log_level >= 2)
-                say(o, "  %s %dx%dx%d %s: %.3f ms %.1f GFLOP/s", cls, a.M, a.N, a.K, desc, ms, flop / ms / 1e6);
-        }
-        if (!have) {
-            say(o, "  %s: no parameter set ran; defaults stay", cls);
-            continue;
-        }
-        clg_tune_entry e;
-        memset(&e, 0, sizeof e);
-        snprintf(e.key, sizeof e.key, "gemm/%s", cls);
-        clg_gemm_params_to_entry(&bp, &e);
-        clg_tune_set(&e, "gflops", flop / best / 1e6);
-        clg_tune_set(&e, "M", a.M);
-        clg_tune_set(&e, "N", a.N);
-        clg_tune_set(&e, "K", a.K);
-        if ((st = clg_tune_put(dev, &e)) != CLG_OK)
-            break;
-        char desc[160];
-        clg_gemm_params_str(&bp, desc, sizeof desc);
-        say(o, "%s %dx%dx%d: best %s, %.3f ms, %.1f GFLOP/s", cls, a.M, a.N, a.K, desc, best, flop / best / 1e6);
-        if (o->clblast && clg_gemm_have_clblast()) {
-            double cb = 0;
-            clg_err saved = *err;
-            clg_status r = clg_gemm_time(dev, &a, CLG_GEMM_CLBLAST, NULL, reps, &cb);
-            clg_tune_entry ae;
-            memset(&ae, 0, sizeof ae);
-            snprintf(ae.key, sizeof ae.key, "gemm-auto/%s", cls);
-            clg_tune_set(&ae, "own_ms", best);
-            if (r == CLG_OK) {
-                clg_tune_set(&ae, "clblast_ms", cb);
-                say(o, "%s: clblast %.3f ms, %.1f GFLOP/s -> auto picks %s", cls, cb, flop / cb / 1e6,
-                    cb > 0 && cb < best ? "clblast" : "own");
-            } else {
-                say(o, "%s: clblast failed (%s) -> auto picks own", cls, err->msg);
-                *err = saved;
-            }
-            snprintf(ae.backend, sizeof ae.backend, "%s", r == CLG_OK && cb > 0 && cb < best ? "clblast" : "own");
-            if ((st = clg_tune_put(dev, &ae)) != CLG_OK)
-                break;
-        }
+        st = tune_class(dev, o, &a, cls, cand, nc);
     }
     if (st == CLG_OK)
         st = clg_tune_save(dev);

@@ -448,7 +448,9 @@ clg_status clg_session_load(clg_model *m, const char *path, int with_state)
     return st;
 }
 
-clg_status clg_session_load_ckpt(clg_model *m, const clg_ckpt *ck, const char *path, int with_state)
+/* The weights: every parameter of the model by name, and no other tensor
+ * than the optimizer's ("opt.*"). */
+static clg_status load_weights(clg_model *m, const clg_ckpt *ck, const char *path)
 {
     clg_err *err = &m->ctx->err;
     clg_param_ref *refs = NULL;
@@ -467,124 +469,174 @@ clg_status clg_session_load_ckpt(clg_model *m, const clg_ckpt *ck, const char *p
     if (st == CLG_OK && nweights != n)
         st = clg_err_set(err, CLG_ERR_SHAPE, "%s: checkpoint holds %d weight tensors, the model %s has %d (a checkpoint of another model?)",
                          path, nweights, m->net->source, n);
-    /* normalization */
+    return st;
+}
+
+/* The input normalization, when the checkpoint holds one. */
+static clg_status load_norm(clg_model *m, const clg_ckpt *ck, const char *path)
+{
+    clg_err *err = &m->ctx->err;
     int64_t nc = 0;
-    if (st == CLG_OK && clg_ckpt_get_meta(ck, "norm.channels")) {
-        st = meta_i64_range(err, ck, path, "norm.channels", 0, CLG_DS_MAX_CHANNELS, &nc);
-        if (st == CLG_OK && nc != 0 && nc != m->net->in_c)
-            st = clg_err_set(err, CLG_ERR_FORMAT, "%s: normalization has %" PRId64 " channels, the model %d", path, nc,
-                             m->net->in_c);
-        char key[64];
-        for (int c = 0; c < nc && st == CLG_OK; c++) {
-            double mean = 0, sd = 1;
-            snprintf(key, sizeof key, "norm.mean.%d", c);
-            st = clg_ckpt_get_meta_f64_range(err, ck, key, -1e5, 1e5, &mean);
-            snprintf(key, sizeof key, "norm.std.%d", c);
-            if (st == CLG_OK)
-                st = clg_ckpt_get_meta_f64_range(err, ck, key, 1e-6, 1e5, &sd);
-            if (st != CLG_OK)
-                break;
-            m->norm.mean[c] = (float)mean;
-            m->norm.std[c] = (float)sd;
+    if (!clg_ckpt_get_meta(ck, "norm.channels"))
+        return CLG_OK;
+    clg_status st = meta_i64_range(err, ck, path, "norm.channels", 0, CLG_DS_MAX_CHANNELS, &nc);
+    if (st == CLG_OK && nc != 0 && nc != m->net->in_c)
+        st = clg_err_set(err, CLG_ERR_FORMAT, "%s: normalization has %" PRId64 " channels, the model %d", path, nc,
+                         m->net->in_c);
+    char key[64];
+    for (int c = 0; c < nc && st == CLG_OK; c++) {
+        double mean = 0, sd = 1;
+        snprintf(key, sizeof key, "norm.mean.%d", c);
+        st = clg_ckpt_get_meta_f64_range(err, ck, key, -1e5, 1e5, &mean);
+        snprintf(key, sizeof key, "norm.std.%d", c);
+        if (st == CLG_OK)
+            st = clg_ckpt_get_meta_f64_range(err, ck, key, 1e-6, 1e5, &sd);
+        if (st != CLG_OK)
+            break;
+        m->norm.mean[c] = (float)mean;
+        m->norm.std[c] = (float)sd;
+    }
+    if (st == CLG_OK && nc > 0) {
+        m->norm.c = (int)nc;
+        m->has_norm = 1;
+    }
+    return st;
+}
+
+/* The run's position (step, epoch, batch in epoch, seed), then the batch
+ * and precision it was trained with, which a resume must match. */
+static clg_status load_position(clg_model *m, const clg_ckpt *ck, const char *path)
+{
+    clg_err *err = &m->ctx->err;
+    int64_t v = 0, step = 0, epoch = 0, bie = 0;
+    clg_status st = meta_i64_range(err, ck, path, CLG_CKPT_KEY_STEP, 0, INT64_MAX / 2, &step);
+    if (st == CLG_OK)
+        st = meta_i64_range(err, ck, path, CLG_CKPT_KEY_EPOCH, 0, 1000000, &epoch);
+    /* a batch index within an epoch: at most the dataset's batches (checked against the data by the trainer) */
+    if (st == CLG_OK)
+        st = meta_i64_range(err, ck, path, "batch_in_epoch", 0, INT32_MAX, &bie);
+    int64_t seed = (int64_t)m->seed;
+    if (st == CLG_OK && clg_ckpt_get_meta(ck, "seed")) /* the run continues with its own shuffles and masks */
+        st = clg_ckpt_get_meta_i64(err, ck, "seed", &seed); /* any 64-bit seed (stored as int64) */
+    if (st == CLG_OK) {
+        m->step = step;
+        m->epoch = (int)epoch;
+        m->batch_in_epoch = (int)bie;
+        m->seed = (uint64_t)seed;
+    }
+    if (st == CLG_OK)
+        st = clg_ckpt_get_meta_i64(err, ck, "batch", &v);
+    if (st == CLG_OK && v != m->net->batch)
+        st = clg_err_set(err, CLG_ERR_INVALID_ARG,
+                         "%s: the checkpoint was trained with batch %" PRId64 ", this run uses %d (resume needs the same batch)",
+                         path, v, m->net->batch);
+    const char *prec = clg_ckpt_get_meta(ck, "precision");
+    if (!prec)
+        prec = "fp32"; /* written before fp16 existed */
+    if (st == CLG_OK && clg_precision_parse(prec) != m->fp16)
+        st = clg_err_set(err, CLG_ERR_INVALID_ARG,
+                         "%s: the checkpoint was trained with --precision %s, this run uses %s (resume needs the same precision)",
+                         path, prec, m->fp16 ? "fp16" : "fp32");
+    return st;
+}
+
+/* fp16: the loss scale and its counters. */
+static clg_status load_loss_scale(clg_model *m, const clg_ckpt *ck, const char *path)
+{
+    clg_err *err = &m->ctx->err;
+    if (!m->fp16)
+        return CLG_OK;
+    double ls = 0;
+    int64_t good = 0, skipped = 0;
+    clg_status st = clg_ckpt_get_meta_f64(err, ck, "fp16.loss_scale", &ls);
+    if (st == CLG_OK)
+        st = clg_ckpt_get_meta_i64(err, ck, "fp16.good_steps", &good);
+    if (st == CLG_OK)
+        st = clg_ckpt_get_meta_i64(err, ck, "fp16.skipped", &skipped);
+    if (st == CLG_OK && !(ls >= CLG_LS_MIN && ls <= CLG_LS_MAX && good >= 0))
+        st = clg_err_set(err, CLG_ERR_FORMAT, "%s: fp16 loss scale %g / good steps %" PRId64 " out of range", path, ls,
+                         good);
+    if (st == CLG_OK) {
+        m->loss_scale = ls;
+        m->ls_good = good;
+        m->ls_skipped = skipped;
+    }
+    return st;
+}
+
+/* The optimizer (the same one), its step count and its state tensors, into every lane. */
+static clg_status load_optim_state(clg_model *m, const clg_ckpt *ck, const char *path)
+{
+    clg_err *err = &m->ctx->err;
+    const char *opt = clg_ckpt_get_meta(ck, CLG_CKPT_KEY_OPTIMIZER);
+    if (!opt || clg_optim_parse(opt) != m->hp.optimizer)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "%s: the checkpoint's optimizer is '%s', this run uses '%s'",
+                           path, opt ? opt : "(none)", clg_optim_name(m->hp.optimizer));
+    int64_t v = 0;
+    CLG_TRY(clg_session_ensure_optim(m));
+    CLG_TRY(meta_i64_range(err, ck, path, "optimizer.t", 0, m->step, &v));
+    for (int l = 0; l < m->dp->n; l++)
+        m->dp->lanes[l].opt->t = v;
+    const clg_optim *o = m->dp->lanes[0].opt;
+    int ns = clg_optim_nstate(o);
+    char name[160];
+    clg_status st = CLG_OK;
+    for (int i = 0; st == CLG_OK && i < o->n; i++) {
+        if (ns >= 1) {
+            param_name(name, sizeof name, "opt.m.", &o->refs[i]);
+            st = load_device_tensor(m, ck, name, &o->refs[i], i, 1, path);
         }
-        if (st == CLG_OK && nc > 0) {
-            m->norm.c = (int)nc;
-            m->has_norm = 1;
+        if (ns >= 2 && st == CLG_OK) {
+            param_name(name, sizeof name, "opt.v.", &o->refs[i]);
+            st = load_device_tensor(m, ck, name, &o->refs[i], i, 2, path);
         }
     }
-    if (st == CLG_OK && with_state) {
-        int64_t v = 0, step = 0, epoch = 0, bie = 0;
-        st = meta_i64_range(err, ck, path, CLG_CKPT_KEY_STEP, 0, INT64_MAX / 2, &step);
-        if (st == CLG_OK)
-            st = meta_i64_range(err, ck, path, CLG_CKPT_KEY_EPOCH, 0, 1000000, &epoch);
-        /* a batch index within an epoch: at most the dataset's batches (checked against the data by the trainer) */
-        if (st == CLG_OK)
-            st = meta_i64_range(err, ck, path, "batch_in_epoch", 0, INT32_MAX, &bie);
-        int64_t seed = (int64_t)m->seed;
-        if (st == CLG_OK && clg_ckpt_get_meta(ck, "seed")) /* the run continues with its own shuffles and masks */
-            st = clg_ckpt_get_meta_i64(err, ck, "seed", &seed); /* any 64-bit seed (stored as int64) */
-        if (st == CLG_OK) {
-            m->step = step;
-            m->epoch = (int)epoch;
-            m->batch_in_epoch = (int)bie;
-            m->seed = (uint64_t)seed;
+    return st;
+}
+
+/* The device set it was written with: another one is noted in
+ * m->resumed_from; the same one (split not fixed) takes back its shares. */
+static void load_device_set(clg_model *m, const clg_ckpt *ck)
+{
+    clg_err *err = &m->ctx->err;
+    int64_t nd = 0;
+    int64_t nr = 1;
+    if (clg_ckpt_get_meta(ck, "ranks") && clg_ckpt_get_meta_i64(err, ck, "ranks", &nr) != CLG_OK)
+        nr = 1;
+    if (clg_ckpt_get_meta(ck, "devices.count") && clg_ckpt_get_meta_i64(err, ck, "devices.count", &nd) == CLG_OK &&
+        (nd != m->dp->n || nr != clg_comm_size())) {
+        const char *d = clg_ckpt_get_meta(ck, "devices");
+        snprintf(m->resumed_from, sizeof m->resumed_from, "%" PRId64 " rank(s) x %" PRId64 " device(s): %s", nr, nd,
+                 d ? d : "?");
+    } else if (nd == m->dp->n && !m->dp->split_fixed) {
+        double sh[CLG_DP_MAX_LANES], sum = 0;
+        int ok = 1;
+        for (int i = 0; i < m->dp->n && ok; i++) {
+            char key[48];
+            snprintf(key, sizeof key, "devices.share.%d", i);
+            ok = clg_ckpt_get_meta(ck, key) && clg_ckpt_get_meta_f64(err, ck, key, &sh[i]) == CLG_OK &&
+                 isfinite(sh[i]) && sh[i] >= 0 && sh[i] <= 1;
+            sum += ok ? sh[i] : 0;
         }
-        if (st == CLG_OK)
-            st = clg_ckpt_get_meta_i64(err, ck, "batch", &v);
-        if (st == CLG_OK && v != m->net->batch)
-            st = clg_err_set(err, CLG_ERR_INVALID_ARG,
-                             "%s: the checkpoint was trained with batch %" PRId64 ", this run uses %d (resume needs the same batch)",
-                             path, v, m->net->batch);
-        const char *prec = clg_ckpt_get_meta(ck, "precision");
-        if (!prec)
-            prec = "fp32"; /* written before fp16 existed */
-        if (st == CLG_OK && clg_precision_parse(prec) != m->fp16)
-            st = clg_err_set(err, CLG_ERR_INVALID_ARG,
-                             "%s: the checkpoint was trained with --precision %s, this run uses %s (resume needs the same precision)",
-                             path, prec, m->fp16 ? "fp16" : "fp32");
-        if (st == CLG_OK && m->fp16) {
-            double ls = 0;
-            int64_t good = 0, skipped = 0;
-            st = clg_ckpt_get_meta_f64(err, ck, "fp16.loss_scale", &ls);
-            if (st == CLG_OK)
-                st = clg_ckpt_get_meta_i64(err, ck, "fp16.good_steps", &good);
-            if (st == CLG_OK)
-                st = clg_ckpt_get_meta_i64(err, ck, "fp16.skipped", &skipped);
-            if (st == CLG_OK && !(ls >= CLG_LS_MIN && ls <= CLG_LS_MAX && good >= 0))
-                st = clg_err_set(err, CLG_ERR_FORMAT, "%s: fp16 loss scale %g / good steps %" PRId64 " out of range",
-                                 path, ls, good);
-            if (st == CLG_OK) {
-                m->loss_scale = ls;
-                m->ls_good = good;
-                m->ls_skipped = skipped;
-            }
-        }
-        const char *opt = clg_ckpt_get_meta(ck, CLG_CKPT_KEY_OPTIMIZER);
-        if (st == CLG_OK && (!opt || clg_optim_parse(opt) != m->hp.optimizer))
-            st = clg_err_set(err, CLG_ERR_INVALID_ARG, "%s: the checkpoint's optimizer is '%s', this run uses '%s'",
-                             path, opt ? opt : "(none)", clg_optim_name(m->hp.optimizer));
-        if (st == CLG_OK)
-            st = clg_session_ensure_optim(m);
-        if (st == CLG_OK)
-            st = meta_i64_range(err, ck, path, "optimizer.t", 0, m->step, &v);
-        for (int l = 0; st == CLG_OK && l < m->dp->n; l++)
-            m->dp->lanes[l].opt->t = v;
-        const clg_optim *o = st == CLG_OK ? m->dp->lanes[0].opt : NULL;
-        int ns = o ? clg_optim_nstate(o) : 0;
-        for (int i = 0; st == CLG_OK && i < o->n; i++) {
-            if (ns >= 1) {
-                param_name(name, sizeof name, "opt.m.", &o->refs[i]);
-                st = load_device_tensor(m, ck, name, &o->refs[i], i, 1, path);
-            }
-            if (ns >= 2 && st == CLG_OK) {
-                param_name(name, sizeof name, "opt.v.", &o->refs[i]);
-                st = load_device_tensor(m, ck, name, &o->refs[i], i, 2, path);
-            }
-        }
-        /* the device set it was written with */
-        int64_t nd = 0;
+        for (int i = 0; ok && sum > 0.99 && sum < 1.01 && i < m->dp->n; i++)
+            m->dp->share[i] = sh[i] / sum;
+    }
+}
+
+clg_status clg_session_load_ckpt(clg_model *m, const clg_ckpt *ck, const char *path, int with_state)
+{
+    clg_status st = load_weights(m, ck, path);
+    if (st == CLG_OK)
+        st = load_norm(m, ck, path);
+    if (st == CLG_OK && with_state) { /* the training state, for an exact resume */
         m->resumed_from[0] = 0;
-        int64_t nr = 1;
-        if (st == CLG_OK && clg_ckpt_get_meta(ck, "ranks") && clg_ckpt_get_meta_i64(err, ck, "ranks", &nr) != CLG_OK)
-            nr = 1;
-        if (st == CLG_OK && clg_ckpt_get_meta(ck, "devices.count") &&
-            clg_ckpt_get_meta_i64(err, ck, "devices.count", &nd) == CLG_OK && (nd != m->dp->n || nr != clg_comm_size())) {
-            const char *d = clg_ckpt_get_meta(ck, "devices");
-            snprintf(m->resumed_from, sizeof m->resumed_from, "%" PRId64 " rank(s) x %" PRId64 " device(s): %s", nr, nd,
-                     d ? d : "?");
-        } else if (st == CLG_OK && nd == m->dp->n && !m->dp->split_fixed) {
-            double sh[CLG_DP_MAX_LANES], sum = 0;
-            int ok = 1;
-            for (int i = 0; i < m->dp->n && ok; i++) {
-                char key[48];
-                snprintf(key, sizeof key, "devices.share.%d", i);
-                ok = clg_ckpt_get_meta(ck, key) && clg_ckpt_get_meta_f64(err, ck, key, &sh[i]) == CLG_OK &&
-                     isfinite(sh[i]) && sh[i] >= 0 && sh[i] <= 1;
-                sum += ok ? sh[i] : 0;
-            }
-            for (int i = 0; ok && sum > 0.99 && sum < 1.01 && i < m->dp->n; i++)
-                m->dp->share[i] = sh[i] / sum;
-        }
+        st = load_position(m, ck, path);
+        if (st == CLG_OK)
+            st = load_loss_scale(m, ck, path);
+        if (st == CLG_OK)
+            st = load_optim_state(m, ck, path);
+        if (st == CLG_OK)
+            load_device_set(m, ck);
     }
     for (int l = 0; l < m->dp->n && st == CLG_OK; l++) /* fp16: half copies of the loaded masters */
         st = clg_replica_weights_updated(m->dp->lanes[l].rep);
