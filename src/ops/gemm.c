@@ -771,6 +771,7 @@ static clg_status gemm_clblast(clg_device *dev, const clg_gemm_args *a, evs *ev)
 #if CLG_HAVE_CLBLAST
     clg_err *err = clg_dev_err(dev);
     int batch = a->batch > 0 ? a->batch : 1;
+    CLG_TRY(clg_deps_foreign(dev)); /* CLBlast enqueues outside clg_enqueue */
     cl_event marker = NULL, e = NULL;
     if (ev->first) {
         cl_int rc = clEnqueueMarkerWithWaitList(dev->queue, 0, NULL, &marker);
