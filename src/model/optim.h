@@ -2,8 +2,8 @@
  * momentum / Nesterov / weight decay, Adam and AdamW; gradient clipping by
  * global norm; learning-rate schedules (host side). One optimizer per
  * replica: the state (momentum, Adam moments) lives next to the parameters. */
-#ifndef CLG_TRAIN_OPTIM_H
-#define CLG_TRAIN_OPTIM_H
+#ifndef CLG_MODEL_OPTIM_H
+#define CLG_MODEL_OPTIM_H
 
 #include "model/network.h"
 
