@@ -1,6 +1,7 @@
 /* Kernel launches within the device's limits: work-group size per kernel
- * and per dimension, reqd_work_group_size, local memory; the one enqueue
- * every launcher goes through. */
+ * and per dimension, reqd_work_group_size, local memory; clg_enqueue, the
+ * one enqueue every launcher goes through (a wait list in, an event out),
+ * and the clg_deps scope of an operation of several launches. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -179,8 +180,9 @@ static int fits(const clg_wg_limits *L, cl_uint dims, const size_t *lws)
     return total <= L->max_total;
 }
 
-/* Checks and fits the local size (l) and pads gws for CLG_LAUNCH_PAD; *gws_out
- * points at the range to enqueue, *use_lws says whether l is passed. */
+/* Checks and fits the local size (into l) and pads the range for
+ * CLG_LAUNCH_PAD (into padded); *gws_io then points at the range to enqueue
+ * and *use_lws says whether l is passed to the runtime. */
 static clg_status launch_geometry(clg_device *dev, cl_kernel k, const clg_wg_limits *L, cl_uint dims,
                                   const size_t **gws_io, const size_t *lws, unsigned flags, size_t *l, size_t *padded,
                                   int *use_lws)

@@ -1,4 +1,4 @@
-/* Optimizers, gradient clipping and LR schedules. */
+/* Optimizers, gradient clipping and LR schedules (launches: ops/optim_kernels.c). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

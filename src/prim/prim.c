@@ -476,7 +476,8 @@ clg_status clg_prim_conv_backward_filter(clg_prim *h, const clg_prim_conv_desc *
     begin_enqueue(h, &deps, num_wait, wait);
     clg_status st = conv_foreign(h, algo);
     if (st == CLG_OK)
-        st = clg_conv_backward_filter(hdev(h), &s, algo, x, x_offset, dy, dy_offset, beta, dw, dw_offset, db, db_offset);
+        st = clg_conv_backward_filter(hdev(h), &s, algo, x, x_offset, dy, dy_offset, beta, dw, dw_offset, db,
+                                      db_offset);
     return finish(h, &deps, st, event);
 }
 
@@ -567,8 +568,8 @@ clg_status clg_prim_pool_backward(clg_prim *h, const clg_prim_pool_desc *d, cl_m
     begin_enqueue(h, &deps, num_wait, wait);
     /* average pooling never reads x; the launcher wants a buffer */
     cl_mem xin = x ? x : dx;
-    return finish(h, &deps, clg_nn_pool_backward(hdev(h), is_max, &s, xin, x ? x_offset : 0, dy, dy_offset, dx, dx_offset),
-                  event);
+    clg_status st = clg_nn_pool_backward(hdev(h), is_max, &s, xin, x ? x_offset : 0, dy, dy_offset, dx, dx_offset);
+    return finish(h, &deps, st, event);
 }
 
 // ---- softmax ----
@@ -611,6 +612,6 @@ clg_status clg_prim_softmax_backward(clg_prim *h, size_t rows, size_t cols, cl_m
     CLG_TRY(check_buf(h, op, "dx", dx, dx_offset, rows * cols));
     clg_deps deps;
     begin_enqueue(h, &deps, num_wait, wait);
-    return finish(h, &deps, rows ? clg_nn_softmax_backward(hdev(h), r, c, y, y_offset, dy, dy_offset, dx, dx_offset) : CLG_OK,
-                  event);
+    clg_status st = rows ? clg_nn_softmax_backward(hdev(h), r, c, y, y_offset, dy, dy_offset, dx, dx_offset) : CLG_OK;
+    return finish(h, &deps, st, event);
 }
