@@ -41,9 +41,10 @@ CLG_INTERNAL clg_status clg_cl_fail(clg_err *err, cl_int e, const char *what, co
 
 // ---- kernel arguments ----
 
-/* Sets kernel arguments in order and remembers the first failure, so a
- * launcher checks once: clg_kargs a = {k, 0, CL_SUCCESS}; clg_ka_int(&a, n);
- * ...; CLG_TRY(CLG_KA_DONE(err, &a, "kernel args")). */
+/* The one way to set kernel arguments (nothing outside src/device calls
+ * clSetKernelArg): sets them in order from index i and remembers the first
+ * failure, so a launcher checks once: clg_kargs a = {k, 0, CL_SUCCESS};
+ * clg_ka_int(&a, n); ...; CLG_TRY(CLG_KA_DONE(err, &a, "kernel args")). */
 typedef struct clg_kargs {
     cl_kernel k;
     cl_uint i;
@@ -58,7 +59,10 @@ static inline void clg_ka_arg(clg_kargs *a, size_t size, const void *v)
 }
 static inline void clg_ka_int(clg_kargs *a, int v) { clg_ka_arg(a, sizeof v, &v); }
 static inline void clg_ka_float(clg_kargs *a, float v) { clg_ka_arg(a, sizeof v, &v); }
+static inline void clg_ka_uint(clg_kargs *a, cl_uint v) { clg_ka_arg(a, sizeof v, &v); }
 static inline void clg_ka_mem(clg_kargs *a, cl_mem v) { clg_ka_arg(a, sizeof v, &v); }
+/* The next argument is the variable (lvalue) v, at its own size. */
+#define CLG_KA(a, v) clg_ka_arg((a), sizeof(v), &(v))
 /* CLG_OK, or the first clSetKernelArg failure of a recorded in err as
  * `what` at the caller's file and line. */
 #define CLG_KA_DONE(err, a, what) \
@@ -202,18 +206,61 @@ CLG_INTERNAL void clg_wg_geom(const clg_wg_limits *L, cl_uint dims, const size_t
 #define CLG_WG_CANON_X 16
 #define CLG_WG_CANON_Y 4
 
-/* Enqueues k on dev's queue over gws (lws may be NULL: the runtime picks).
- * A range with a zero dimension enqueues nothing. A work-group the kernel
+/* The one enqueue point of every kernel: k on dev's queue over gws (lws
+ * may be NULL: the runtime picks), after the num_wait events of wait (0 and
+ * NULL: none), CLBlast's style. ev (NULL for none) receives the kernel's
+ * event, which the caller releases. A range with a zero dimension launches
+ * nothing: ev receives NULL, or with a wait list a marker on it, so that
+ * whatever waits on ev still waits for the list. A work-group the kernel
  * cannot run on dev is shrunk (CLG_LAUNCH_FIT) or reported as
  * CLG_ERR_UNSUPPORTED naming the kernel, the group and the limits; an
- * enqueue failure names the kernel and the limits too. ev (may be NULL)
- * receives the kernel's event (NULL when nothing was enqueued). */
-CLG_INTERNAL clg_status clg_launch(clg_device *dev, cl_kernel k, cl_uint dims, const size_t *gws, const size_t *lws,
-                                   unsigned flags, cl_event *ev);
+ * enqueue failure names the kernel and the limits too. Inside a clg_deps
+ * scope of dev the scope's wait list goes to the first launch and the
+ * newest launch's event is kept for the scope. */
+CLG_INTERNAL clg_status clg_enqueue(clg_device *dev, cl_kernel k, cl_uint dims, const size_t *gws, const size_t *lws,
+                                    unsigned flags, cl_uint num_wait, const cl_event *wait, cl_event *ev);
+
+/* clg_enqueue without a wait list. */
+static inline clg_status clg_launch(clg_device *dev, cl_kernel k, cl_uint dims, const size_t *gws, const size_t *lws,
+                                    unsigned flags, cl_event *ev)
+{
+    return clg_enqueue(dev, k, dims, gws, lws, flags, 0, NULL, ev);
+}
 
 /* 1-D launch of n work-items for a kernel that bound-checks its index:
  * groups of wg (a power of two), fewer where the kernel's limits require. */
-CLG_INTERNAL clg_status clg_launch_1d(clg_device *dev, cl_kernel k, size_t n, size_t wg);
+static inline clg_status clg_launch_1d(clg_device *dev, cl_kernel k, size_t n, size_t wg)
+{
+    size_t g = (n + wg - 1) / wg * wg;
+    return clg_enqueue(dev, k, 1, &g, &wg, CLG_LAUNCH_FIT, 0, NULL, NULL);
+}
+
+/* An operation of one or more launches that waits for a list of events and
+ * returns one event (the primitives API) without a barrier and a marker:
+ * between clg_deps_begin and clg_deps_end on dev, the first launch of the
+ * device waits for the list and the newest launch's event is kept (the queue
+ * is in order, so it completes after everything before it). Code that
+ * enqueues on dev's queue without clg_enqueue (CLBlast, clFFT) calls
+ * clg_deps_foreign first. One scope per device at a time; not nested. */
+typedef struct clg_deps {
+    cl_uint num_wait; /* events still to wait for (0 once a command took them) */
+    const cl_event *wait; /* borrowed from the caller */
+    cl_event last;    /* event of the newest launch (retained); NULL when none, or a command
+                         outside clg_enqueue came after it */
+} clg_deps;
+
+CLG_INTERNAL void clg_deps_begin(clg_device *dev, clg_deps *d, cl_uint num_wait, const cl_event *wait);
+/* Before a command that does not go through clg_enqueue: inside a scope,
+ * the pending wait list becomes a barrier (clEnqueueBarrierWithWaitList)
+ * and the scope's event is forgotten (a later launch gives it again; else
+ * clg_deps_end returns a marker). No-op outside a scope. */
+CLG_INTERNAL clg_status clg_deps_foreign(clg_device *dev);
+/* Ends the scope. With st == CLG_OK and event not NULL, *event receives an
+ * event that completes after every command of the scope (the newest
+ * launch's, or a marker); a wait list no command took is enqueued as a
+ * marker (barrier) so the queue still waits for it. Returns st, or the
+ * failure of that marker. */
+CLG_INTERNAL clg_status clg_deps_end(clg_device *dev, clg_deps *d, clg_status st, cl_event *event);
 
 // ---- devices and context ----
 
@@ -239,6 +286,7 @@ struct clg_device {
     /* kernels enqueued through clg_launch (launches per step in bench train;
      * written by the device's own thread only) */
     unsigned long long launches;
+    clg_deps *deps; /* open clg_deps scope (borrowed), or NULL */
     /* CLGRAD_PROFILE: clg_launch keeps an event per launch (kprof set by the
      * replica); clg_kprof_take sums their kernel times */
     int kprof;

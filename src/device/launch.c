@@ -1,6 +1,7 @@
 /* Kernel launches within the device's limits: work-group size per kernel
- * and per dimension, reqd_work_group_size, local memory; the one enqueue
- * every launcher goes through. */
+ * and per dimension, reqd_work_group_size, local memory; clg_enqueue, the
+ * one enqueue every launcher goes through (a wait list in, an event out),
+ * and the clg_deps scope of an operation of several launches. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -179,61 +180,133 @@ static int fits(const clg_wg_limits *L, cl_uint dims, const size_t *lws)
     return total <= L->max_total;
 }
 
-clg_status clg_launch(clg_device *dev, cl_kernel k, cl_uint dims, const size_t *gws, const size_t *lws,
-                      unsigned flags, cl_event *ev)
+/* Checks and fits the local size (into l) and pads the range for
+ * CLG_LAUNCH_PAD (into padded); *gws_io then points at the range to enqueue
+ * and *use_lws says whether l is passed to the runtime. */
+static clg_status launch_geometry(clg_device *dev, cl_kernel k, const clg_wg_limits *L, cl_uint dims,
+                                  const size_t **gws_io, const size_t *lws, unsigned flags, size_t *l, size_t *padded,
+                                  int *use_lws)
 {
     clg_err *err = clg_dev_err(dev);
-    if (ev)
-        *ev = NULL;
-    if (dims < 1 || dims > 3)
-        return clg_err_set(err, CLG_ERR_INVALID_ARG, "clg_launch: %u dimensions", dims);
-    for (cl_uint d = 0; d < dims; d++)
-        if (gws[d] == 0)
-            return CLG_OK;
-    clg_wg_limits L;
-    CLG_TRY(clg_kernel_limits(dev, k, &L));
-    size_t l[3] = {1, 1, 1}, padded[3];
-    if (!lws && (flags & CLG_LAUNCH_PAD) && !L.reqd[0] && canon_on(dev)) {
+    const size_t *gws = *gws_io;
+    if (!lws && (flags & CLG_LAUNCH_PAD) && !L->reqd[0] && canon_on(dev)) {
         /* one local size for every range; dims 0 and 1 rounded up (the kernel bound-checks them) */
         /* two sizes at most: long rows (>= 256 along dim 0) get 4x wider groups,
          * so that a range like 6272 x 9 is not cut into thousands of groups */
         l[0] = dims == 1 ? 64 : gws[0] >= 256 ? 4 * CLG_WG_CANON_X : CLG_WG_CANON_X;
         if (dims > 1)
             l[1] = CLG_WG_CANON_Y;
-        clg_wg_fit(&L, dims, l);
+        clg_wg_fit(L, dims, l);
         for (cl_uint d = 0; d < dims; d++)
             padded[d] = d < 2 ? (gws[d] + l[d] - 1) / l[d] * l[d] : gws[d];
-        gws = padded;
+        *gws_io = gws = padded;
         lws = l;
         flags |= CLG_LAUNCH_FIT;
     }
-    if (lws) {
-        if (lws != l)
-            memcpy(l, lws, dims * sizeof *l);
-        if (!fits(&L, dims, l) && (flags & CLG_LAUNCH_FIT) && !L.reqd[0])
-            clg_wg_fit(&L, dims, l);
-        if (!fits(&L, dims, l)) {
-            char name[128], lim[400];
-            kernel_name(k, name, sizeof name);
-            limits_str(dev, k, &L, lim, sizeof lim);
-            if (L.reqd[0])
-                return clg_err_set(err, CLG_ERR_UNSUPPORTED,
-                                   "kernel %s: work-group %zux%zux%zu differs from its reqd_work_group_size "
-                                   "%zux%zux%zu (%s)",
-                                   name, l[0], dims > 1 ? l[1] : 1, dims > 2 ? l[2] : 1, L.reqd[0], L.reqd[1],
-                                   L.reqd[2], lim);
-            return clg_err_set(err, CLG_ERR_UNSUPPORTED, "kernel %s: work-group %zux%zux%zu does not fit (%s)", name,
-                               l[0], dims > 1 ? l[1] : 1, dims > 2 ? l[2] : 1, lim);
-        }
-        for (cl_uint d = 0; d < dims; d++)
-            if (gws[d] % l[d])
-                return clg_err_set(err, CLG_ERR_INTERNAL,
-                                   "clg_launch: global size %zu is not a multiple of the local size %zu (dim %u)",
-                                   gws[d], l[d], d);
+    *use_lws = lws != NULL;
+    if (!lws)
+        return CLG_OK;
+    if (lws != l)
+        memcpy(l, lws, dims * sizeof *l);
+    if (!fits(L, dims, l) && (flags & CLG_LAUNCH_FIT) && !L->reqd[0])
+        clg_wg_fit(L, dims, l);
+    if (!fits(L, dims, l)) {
+        char name[128], lim[400];
+        kernel_name(k, name, sizeof name);
+        limits_str(dev, k, L, lim, sizeof lim);
+        if (L->reqd[0])
+            return clg_err_set(err, CLG_ERR_UNSUPPORTED,
+                               "kernel %s: work-group %zux%zux%zu differs from its reqd_work_group_size "
+                               "%zux%zux%zu (%s)",
+                               name, l[0], dims > 1 ? l[1] : 1, dims > 2 ? l[2] : 1, L->reqd[0], L->reqd[1],
+                               L->reqd[2], lim);
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "kernel %s: work-group %zux%zux%zu does not fit (%s)", name, l[0],
+                           dims > 1 ? l[1] : 1, dims > 2 ? l[2] : 1, lim);
     }
-    cl_event pev = NULL;
-    cl_int rc = clEnqueueNDRangeKernel(dev->queue, k, dims, NULL, gws, lws ? l : NULL, 0, NULL,
-                                       ev ? ev : dev->kprof ? &pev : NULL);
+    for (cl_uint d = 0; d < dims; d++)
+        if (gws[d] % l[d])
+            return clg_err_set(err, CLG_ERR_INTERNAL,
+                               "clg_launch: global size %zu is not a multiple of the local size %zu (dim %u)", gws[d],
+                               l[d], d);
+    return CLG_OK;
+}
+
+/* Keeps ev (retained here) for CLGRAD_PROFILE's kernel times. */
+static void kprof_keep(clg_device *dev, cl_event ev)
+{
+    if (clRetainEvent(ev) != CL_SUCCESS)
+        return;
+    if (dev->nkev == dev->capkev) {
+        int nc = dev->capkev ? 2 * dev->capkev : 256;
+        cl_event *ne = realloc(dev->kev, (size_t)nc * sizeof *ne);
+        if (ne) {
+            dev->kev = ne;
+            dev->capkev = nc;
+        }
+    }
+    if (dev->nkev < dev->capkev)
+        dev->kev[dev->nkev++] = ev;
+    else
+        clReleaseEvent(ev);
+}
+
+/* Keeps ev (retained here) as the newest launch of dev's clg_deps scope. */
+static void deps_keep(clg_deps *d, cl_event ev)
+{
+    if (d->last)
+        clReleaseEvent(d->last);
+    d->last = clRetainEvent(ev) == CL_SUCCESS ? ev : NULL;
+}
+
+/* Nothing to launch: a wait list still has to hold back what follows. */
+static clg_status enqueue_empty(clg_device *dev, cl_uint num_wait, const cl_event *wait, cl_event *ev)
+{
+    if (num_wait == 0)
+        return CLG_OK;
+    cl_event m = NULL;
+    CLG_CL_CHECK(clg_dev_err(dev), clEnqueueBarrierWithWaitList(dev->queue, num_wait, wait, &m));
+    if (dev->deps)
+        deps_keep(dev->deps, m);
+    if (ev)
+        *ev = m;
+    else
+        clReleaseEvent(m);
+    return CLG_OK;
+}
+
+clg_status clg_enqueue(clg_device *dev, cl_kernel k, cl_uint dims, const size_t *gws, const size_t *lws,
+                       unsigned flags, cl_uint num_wait, const cl_event *wait, cl_event *ev)
+{
+    clg_err *err = clg_dev_err(dev);
+    if (ev)
+        *ev = NULL;
+    if (dims < 1 || dims > 3)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "clg_launch: %u dimensions", dims);
+    if ((num_wait > 0) != (wait != NULL))
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "clg_enqueue: %u events to wait for but the list is %s",
+                           num_wait, wait ? "not NULL" : "NULL");
+    clg_deps *deps = dev->deps;
+    if (deps && deps->num_wait) { /* the scope's list goes to its first command */
+        if (num_wait)
+            CLG_TRY(clg_deps_foreign(dev));
+        else {
+            num_wait = deps->num_wait;
+            wait = deps->wait;
+            deps->num_wait = 0;
+            deps->wait = NULL;
+        }
+    }
+    for (cl_uint d = 0; d < dims; d++)
+        if (gws[d] == 0)
+            return enqueue_empty(dev, num_wait, wait, ev);
+    clg_wg_limits L;
+    CLG_TRY(clg_kernel_limits(dev, k, &L));
+    size_t l[3] = {1, 1, 1}, padded[3];
+    int use_lws = 0;
+    CLG_TRY(launch_geometry(dev, k, &L, dims, &gws, lws, flags, l, padded, &use_lws));
+    cl_event e = NULL;
+    cl_int rc = clEnqueueNDRangeKernel(dev->queue, k, dims, NULL, gws, use_lws ? l : NULL, num_wait, wait,
+                                       ev || dev->kprof || deps ? &e : NULL);
     if (rc != CL_SUCCESS) {
         char name[128], lim[400], what[700];
         kernel_name(k, name, sizeof name);
@@ -243,23 +316,71 @@ clg_status clg_launch(clg_device *dev, cl_kernel k, cl_uint dims, const size_t *
         return clg_cl_fail(err, rc, what, __FILE__, __LINE__);
     }
     dev->launches++;
-    if (dev->kprof) {
-        if (ev && *ev && clRetainEvent(*ev) == CL_SUCCESS)
-            pev = *ev;
-        if (pev && dev->nkev == dev->capkev) {
-            int nc = dev->capkev ? 2 * dev->capkev : 256;
-            cl_event *ne = realloc(dev->kev, (size_t)nc * sizeof *ne);
-            if (ne) {
-                dev->kev = ne;
-                dev->capkev = nc;
-            }
-        }
-        if (pev && dev->nkev < dev->capkev)
-            dev->kev[dev->nkev++] = pev;
-        else if (pev)
-            clReleaseEvent(pev);
-    }
+    if (e && dev->kprof)
+        kprof_keep(dev, e);
+    if (e && deps)
+        deps_keep(deps, e);
+    if (ev)
+        *ev = e;
+    else if (e)
+        clReleaseEvent(e);
     return CLG_OK;
+}
+
+// ---- dependencies of an operation (clg_deps) ----
+
+void clg_deps_begin(clg_device *dev, clg_deps *d, cl_uint num_wait, const cl_event *wait)
+{
+    d->num_wait = num_wait;
+    d->wait = num_wait ? wait : NULL;
+    d->last = NULL;
+    dev->deps = d;
+}
+
+clg_status clg_deps_foreign(clg_device *dev)
+{
+    clg_deps *d = dev->deps;
+    if (!d)
+        return CLG_OK;
+    if (d->last) { /* a launch after the foreign command gives the scope's event again */
+        clReleaseEvent(d->last);
+        d->last = NULL;
+    }
+    if (d->num_wait == 0)
+        return CLG_OK;
+    cl_uint n = d->num_wait;
+    d->num_wait = 0;
+    CLG_CL_CHECK(clg_dev_err(dev), clEnqueueBarrierWithWaitList(dev->queue, n, d->wait, NULL));
+    return CLG_OK;
+}
+
+clg_status clg_deps_end(clg_device *dev, clg_deps *d, clg_status st, cl_event *event)
+{
+    dev->deps = NULL;
+    cl_event last = d->last;
+    d->last = NULL;
+    if (st == CLG_OK && (d->num_wait || (event && !last))) {
+        /* no command took the list, or the newest command was not a launch */
+        cl_event m = NULL;
+        cl_int rc = d->num_wait ? clEnqueueBarrierWithWaitList(dev->queue, d->num_wait, d->wait, event ? &m : NULL)
+                                : clEnqueueMarkerWithWaitList(dev->queue, 0, NULL, &m);
+        d->num_wait = 0;
+        if (rc != CL_SUCCESS) {
+            if (last)
+                clReleaseEvent(last);
+            return clg_cl_fail(clg_dev_err(dev), rc, "clEnqueue{Barrier,Marker}WithWaitList", __FILE__, __LINE__);
+        }
+        if (m) {
+            if (last)
+                clReleaseEvent(last);
+            last = m;
+        }
+    }
+    if (st == CLG_OK && event)
+        *event = last;
+    else if (last)
+        clReleaseEvent(last);
+    return st;
 }
 
 void clg_kprof_take(clg_device *dev, double *ms, int *count)
@@ -299,12 +420,6 @@ void clg_device_fingerprint(const clg_device *dev, char *buf, size_t len)
              dev->info.platform, dev->info.driver_version, (int)dev->info.type,
              (unsigned long long)dev->info.local_mem_bytes, dev->info.max_work_group_size, dev->info.compute_units,
              dev->info.has_fp16);
-}
-
-clg_status clg_launch_1d(clg_device *dev, cl_kernel k, size_t n, size_t wg)
-{
-    size_t g = (n + wg - 1) / wg * wg;
-    return clg_launch(dev, k, 1, &g, &wg, CLG_LAUNCH_FIT, NULL);
 }
 
 // ---- fill ----

@@ -138,7 +138,7 @@ static clg_status gemm_ref(clg_device *dev, const clg_gemm_args *a, evs *ev)
     clg_ka_int(&g, a->ta);
     clg_ka_int(&g, a->tb);
     ka_operands(&g, a);
-    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &g, "clSetKernelArg(gemm_ref)"));
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &g, "arguments of gemm_ref"));
     size_t gws[3] = {(size_t)a->N, (size_t)a->M, (size_t)batch};
     return enqueue(dev, k, 3, gws, NULL, CLG_LAUNCH_PAD, ev);
 }
@@ -364,7 +364,7 @@ static clg_status pack(clg_device *dev, cl_kernel k, int R, int K, int Kp, int k
     clg_ka_int(&g, P);
     clg_ka_mem(&g, D);
     clg_ka_int(&g, dstride);
-    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &g, "clSetKernelArg(gemm_pack)"));
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &g, "arguments of gemm_pack"));
     size_t gws[3] = {(size_t)CLG_CEIL_DIV(Kp, 16), (size_t)CLG_CEIL_DIV(R, P), (size_t)batch};
     return enqueue(dev, k, 3, gws, NULL, CLG_LAUNCH_PAD, ev);
 }
@@ -439,7 +439,7 @@ static clg_status run_packed(clg_device *dev, const clg_gemm_params *p, const cl
         clg_ka_int(&g, kchunk);
         clg_ka_mem(&g, W ? W : Ap);
     }
-    if ((st = CLG_KA_DONE(err, &g, "clSetKernelArg(gemm main kernel)")) != CLG_OK)
+    if ((st = CLG_KA_DONE(err, &g, "arguments of gemm main kernel")) != CLG_OK)
         goto out;
     if (cpu) {
         size_t gws[3] = {(size_t)CLG_CEIL_DIV(Mt, p->WGS) * p->WGS, (size_t)Nt, (size_t)batch * KS};
@@ -466,7 +466,7 @@ static clg_status run_packed(clg_device *dev, const clg_gemm_params *p, const cl
         clg_ka_float(&r, a->alpha);
         clg_ka_float(&r, a->beta);
         ka_output(&r, a);
-        if ((st = CLG_KA_DONE(err, &r, "clSetKernelArg(gemm_reduce)")) != CLG_OK)
+        if ((st = CLG_KA_DONE(err, &r, "arguments of gemm_reduce")) != CLG_OK)
             goto out;
         size_t gws[3] = {(size_t)N, (size_t)M, (size_t)batch};
         st = enqueue(dev, kred, 3, gws, NULL, CLG_LAUNCH_FIT, ev); /* hot split-K path: the runtime's size */
@@ -670,7 +670,7 @@ static clg_status dot_launch(clg_device *dev, const clg_gemm_args *a, evs *e)
     clg_ka_float(&g, a->alpha);
     clg_ka_float(&g, a->beta);
     ka_operands(&g, a);
-    CLG_TRY(CLG_KA_DONE(err, &g, "clSetKernelArg(gemm_dot)"));
+    CLG_TRY(CLG_KA_DONE(err, &g, "arguments of gemm_dot"));
     size_t gws[3] = {(size_t)CLG_CEIL_DIV(a->M, DOT_DR), (size_t)CLG_CEIL_DIV(a->N, DOT_DC),
                      (size_t)(a->batch > 0 ? a->batch : 1)};
     return enqueue(dev, k, 3, gws, NULL, CLG_LAUNCH_PAD, e);
@@ -709,7 +709,7 @@ static clg_status rows_launch(clg_device *dev, const clg_gemm_args *a, evs *e)
     clg_ka_float(&g, a->alpha);
     clg_ka_float(&g, a->beta);
     ka_operands(&g, a);
-    CLG_TRY(CLG_KA_DONE(err, &g, "clSetKernelArg(gemm_rows)"));
+    CLG_TRY(CLG_KA_DONE(err, &g, "arguments of gemm_rows"));
     size_t gws[3] = {(size_t)CLG_CEIL_DIV(a->N, 16), (size_t)CLG_CEIL_DIV(a->M, ROWS_RR),
                      (size_t)(a->batch > 0 ? a->batch : 1)};
     return enqueue(dev, k, 3, gws, NULL, CLG_LAUNCH_FIT, e);
@@ -759,7 +759,7 @@ static clg_status gemm_epilogue(clg_device *dev, const clg_gemm_args *a, evs *ev
     clg_ka_int(&g, a->M);
     clg_ka_int(&g, a->N);
     ka_output(&g, a);
-    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &g, "clSetKernelArg(gemm_epilogue)"));
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &g, "arguments of gemm_epilogue"));
     size_t gws[3] = {(size_t)a->N, (size_t)a->M, (size_t)(a->batch > 0 ? a->batch : 1)};
     return enqueue(dev, k, 3, gws, NULL, CLG_LAUNCH_PAD, ev);
 }
@@ -771,6 +771,7 @@ static clg_status gemm_clblast(clg_device *dev, const clg_gemm_args *a, evs *ev)
 #if CLG_HAVE_CLBLAST
     clg_err *err = clg_dev_err(dev);
     int batch = a->batch > 0 ? a->batch : 1;
+    CLG_TRY(clg_deps_foreign(dev)); /* CLBlast enqueues outside clg_enqueue */
     cl_event marker = NULL, e = NULL;
     if (ev->first) {
         cl_int rc = clEnqueueMarkerWithWaitList(dev->queue, 0, NULL, &marker);

@@ -1,6 +1,5 @@
 /* Host launchers for the network ops (see nn.h). */
 #include <math.h>
-#include <stdarg.h>
 #include <string.h>
 
 #include "nn.h"
@@ -16,44 +15,6 @@ static const char *const act_names[] = {"linear", "relu", "leaky", "sigmoid", "t
 const char *const *clg_act_names(void) { return act_names; }
 
 /* ---- helpers ---- */
-
-#define ARG(v) sizeof(v), (const void *)&(v)
-
-/* setargs(dev, k, count, size0, ptr0, size1, ptr1, ...) */
-static clg_status setargs(clg_device *dev, cl_kernel k, int count, ...)
-{
-    va_list ap;
-    va_start(ap, count);
-    for (int i = 0; i < count; i++) {
-        size_t sz = va_arg(ap, size_t);
-        const void *p = va_arg(ap, const void *);
-        cl_int e = clSetKernelArg(k, (cl_uint)i, sz, p);
-        if (e != CL_SUCCESS) {
-            va_end(ap);
-            return clg_cl_fail(clg_dev_err(dev), e, "clSetKernelArg", __FILE__, __LINE__);
-        }
-    }
-    va_end(ap);
-    return CLG_OK;
-}
-
-/* setargs_from(dev, k, first, count, size0, ptr0, ...): arguments first.. */
-static clg_status setargs_from(clg_device *dev, cl_kernel k, int first, int count, ...)
-{
-    va_list ap;
-    va_start(ap, count);
-    for (int i = 0; i < count; i++) {
-        size_t sz = va_arg(ap, size_t);
-        const void *p = va_arg(ap, const void *);
-        cl_int e = clSetKernelArg(k, (cl_uint)(first + i), sz, p);
-        if (e != CL_SUCCESS) {
-            va_end(ap);
-            return clg_cl_fail(clg_dev_err(dev), e, "clSetKernelArg", __FILE__, __LINE__);
-        }
-    }
-    va_end(ap);
-    return CLG_OK;
-}
 
 /* Every count/offset handed to a kernel must fit a uint. */
 static clg_status u32(clg_device *dev, const char *what, size_t v, cl_uint *out)
@@ -130,7 +91,14 @@ clg_status clg_nn_act_forward(clg_device *dev, clg_act act, float alpha, size_t 
     cl_kernel k;
     CLG_TRY(kget(dev, "eltwise", name, &k));
     cl_float a = alpha;
-    CLG_TRY(setargs(dev, k, 6, ARG(un), ARG(a), ARG(x), ARG(uox), ARG(y), ARG(uoy)));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, un);
+    CLG_KA(&ka, a);
+    CLG_KA(&ka, x);
+    CLG_KA(&ka, uox);
+    CLG_KA(&ka, y);
+    CLG_KA(&ka, uoy);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     return clg_launch_1d(dev, k, n, EW_WG);
 }
 
@@ -166,8 +134,18 @@ clg_status clg_nn_act_backward(clg_device *dev, clg_act act, float alpha, size_t
     cl_kernel k;
     CLG_TRY(kget(dev, "eltwise", name, &k));
     cl_float a = alpha;
-    CLG_TRY(setargs(dev, k, 10, ARG(un), ARG(a), ARG(x), ARG(uox), ARG(y), ARG(uoy), ARG(dy), ARG(uody), ARG(dx),
-                    ARG(uodx)));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, un);
+    CLG_KA(&ka, a);
+    CLG_KA(&ka, x);
+    CLG_KA(&ka, uox);
+    CLG_KA(&ka, y);
+    CLG_KA(&ka, uoy);
+    CLG_KA(&ka, dy);
+    CLG_KA(&ka, uody);
+    CLG_KA(&ka, dx);
+    CLG_KA(&ka, uodx);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     return clg_launch_1d(dev, k, n, EW_WG);
 }
 
@@ -185,7 +163,15 @@ clg_status clg_nn_add(clg_device *dev, size_t n, cl_mem a, size_t oa, cl_mem b, 
     CLG_TRY(range(dev, "add", oy, n, &uoy));
     cl_kernel k;
     CLG_TRY(kget(dev, "eltwise", "add2", &k));
-    CLG_TRY(setargs(dev, k, 7, ARG(un), ARG(a), ARG(uoa), ARG(b), ARG(uob), ARG(y), ARG(uoy)));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, un);
+    CLG_KA(&ka, a);
+    CLG_KA(&ka, uoa);
+    CLG_KA(&ka, b);
+    CLG_KA(&ka, uob);
+    CLG_KA(&ka, y);
+    CLG_KA(&ka, uoy);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     return clg_launch_1d(dev, k, n, EW_WG);
 }
 
@@ -199,7 +185,13 @@ clg_status clg_nn_add_acc(clg_device *dev, size_t n, cl_mem a, size_t oa, cl_mem
     CLG_TRY(range(dev, "add", oy, n, &uoy));
     cl_kernel k;
     CLG_TRY(kget(dev, "eltwise", "add_acc", &k));
-    CLG_TRY(setargs(dev, k, 5, ARG(un), ARG(a), ARG(uoa), ARG(y), ARG(uoy)));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, un);
+    CLG_KA(&ka, a);
+    CLG_KA(&ka, uoa);
+    CLG_KA(&ka, y);
+    CLG_KA(&ka, uoy);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     return clg_launch_1d(dev, k, n, EW_WG);
 }
 
@@ -215,7 +207,13 @@ clg_status clg_nn_copy(clg_device *dev, size_t n, cl_mem src, size_t os, cl_mem 
     CLG_TRY(range(dev, "copy", od, n, &uod));
     cl_kernel k; /* a kernel, not clEnqueueCopyBuffer: see cl/eltwise.cl `copy` */
     CLG_TRY(kget(dev, "eltwise", "copy", &k));
-    CLG_TRY(setargs(dev, k, 5, ARG(un), ARG(src), ARG(uos), ARG(dst), ARG(uod)));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, un);
+    CLG_KA(&ka, src);
+    CLG_KA(&ka, uos);
+    CLG_KA(&ka, dst);
+    CLG_KA(&ka, uod);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     return clg_launch_1d(dev, k, n, EW_WG);
 }
 
@@ -235,7 +233,16 @@ clg_status clg_nn_copy_rows(clg_device *dev, size_t len, size_t rows, cl_mem src
     CLG_TRY(u32(dev, "copy rows", sd, &usd));
     cl_kernel k;
     CLG_TRY(kget(dev, "eltwise", "copy_rows", &k));
-    CLG_TRY(setargs(dev, k, 8, ARG(ul), ARG(ur), ARG(src), ARG(uos), ARG(uss), ARG(dst), ARG(uod), ARG(usd)));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, ul);
+    CLG_KA(&ka, ur);
+    CLG_KA(&ka, src);
+    CLG_KA(&ka, uos);
+    CLG_KA(&ka, uss);
+    CLG_KA(&ka, dst);
+    CLG_KA(&ka, uod);
+    CLG_KA(&ka, usd);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     return run2(dev, k, len, rows, EW_WG);
 }
 
@@ -271,8 +278,18 @@ clg_status clg_nn_dropout(clg_device *dev, size_t n, float p, uint32_t seed, uin
     CLG_TRY(kget(dev, "eltwise", "dropout", &k));
     cl_uint s = seed, st = step, b = base;
     cl_float fp = p, inv = 1.0f / (1.0f - p);
-    CLG_TRY(setargs(dev, k, 10, ARG(un), ARG(s), ARG(st), ARG(b), ARG(fp), ARG(inv), ARG(x), ARG(uox), ARG(y),
-                    ARG(uoy)));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, un);
+    CLG_KA(&ka, s);
+    CLG_KA(&ka, st);
+    CLG_KA(&ka, b);
+    CLG_KA(&ka, fp);
+    CLG_KA(&ka, inv);
+    CLG_KA(&ka, x);
+    CLG_KA(&ka, uox);
+    CLG_KA(&ka, y);
+    CLG_KA(&ka, uoy);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     return clg_launch_1d(dev, k, n, EW_WG);
 }
 
@@ -287,7 +304,14 @@ clg_status clg_nn_colsum(clg_device *dev, size_t rows, size_t cols, cl_mem x, si
     CLG_TRY(range(dev, "column sum", oy, cols, &uoy));
     cl_kernel k;
     CLG_TRY(kget(dev, "eltwise", "colsum", &k));
-    CLG_TRY(setargs(dev, k, 6, ARG(ur), ARG(uc), ARG(x), ARG(uox), ARG(y), ARG(uoy)));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, ur);
+    CLG_KA(&ka, uc);
+    CLG_KA(&ka, x);
+    CLG_KA(&ka, uox);
+    CLG_KA(&ka, y);
+    CLG_KA(&ka, uoy);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     return clg_launch_1d(dev, k, cols, EW_WG);
 }
 
@@ -306,8 +330,18 @@ clg_status clg_nn_relu_bwd_colsum(clg_device *dev, size_t rows, size_t cols, cl_
     CLG_TRY(range(dev, o, odb, cols, &uodb));
     cl_kernel k;
     CLG_TRY(kget(dev, "eltwise", "relu_bwd_colsum", &k));
-    CLG_TRY(setargs(dev, k, 10, ARG(ur), ARG(uc), ARG(y), ARG(uoy), ARG(dy), ARG(uody), ARG(dz), ARG(uodz), ARG(db),
-                    ARG(uodb)));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, ur);
+    CLG_KA(&ka, uc);
+    CLG_KA(&ka, y);
+    CLG_KA(&ka, uoy);
+    CLG_KA(&ka, dy);
+    CLG_KA(&ka, uody);
+    CLG_KA(&ka, dz);
+    CLG_KA(&ka, uodz);
+    CLG_KA(&ka, db);
+    CLG_KA(&ka, uodb);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     return clg_launch_1d(dev, k, cols, EW_WG);
 }
 
@@ -324,7 +358,15 @@ clg_status clg_nn_plane_sum(clg_device *dev, int N, int C, size_t hw, cl_mem x, 
     cl_kernel k;
     size_t wg;
     CLG_TRY(clg_kernel_get_wg(dev, "eltwise", "plane_sum", "PS_WG", PS_WG, &k, &wg));
-    CLG_TRY(setargs(dev, k, 7, ARG(un), ARG(uc), ARG(uhw), ARG(x), ARG(uox), ARG(y), ARG(uoy)));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, un);
+    CLG_KA(&ka, uc);
+    CLG_KA(&ka, uhw);
+    CLG_KA(&ka, x);
+    CLG_KA(&ka, uox);
+    CLG_KA(&ka, y);
+    CLG_KA(&ka, uoy);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     return run_groups(dev, k, (size_t)C, wg);
 }
 
@@ -381,14 +423,14 @@ static clg_status run2_exact(clg_device *dev, cl_kernel k, size_t n0, size_t n1)
     return clg_launch(dev, k, 2, g, l, CLG_LAUNCH_FIT, NULL); /* shrinking keeps l dividing g */
 }
 
-static clg_status pool_args(clg_device *dev, cl_kernel k, const clg_pool_shape *s, cl_uint planes)
+/* The 11 shape arguments every general pooling kernel starts with. */
+static void pool_args(clg_kargs *a, const clg_pool_shape *s, cl_uint planes)
 {
     int P = clg_pool_out_h(s), Q = clg_pool_out_w(s);
     cl_uint v[11] = {planes,        (cl_uint)s->H,  (cl_uint)s->W,  (cl_uint)P,     (cl_uint)Q,    (cl_uint)s->kh,
                      (cl_uint)s->kw, (cl_uint)s->sh, (cl_uint)s->sw, (cl_uint)s->ph, (cl_uint)s->pw};
     for (int i = 0; i < 11; i++)
-        CLG_CL_CHECK(clg_dev_err(dev), clSetKernelArg(k, (cl_uint)i, sizeof(cl_uint), &v[i]));
-    return CLG_OK;
+        clg_ka_uint(a, v[i]);
 }
 
 static clg_status pool_check(clg_device *dev, const clg_pool_shape *s, cl_uint *planes)
@@ -425,22 +467,77 @@ clg_status clg_nn_pool_forward(clg_device *dev, int is_max, const clg_pool_shape
     if (is_max && pool_is_2x2(s) && Q % 2 == 0) {
         cl_uint rows = planes * (cl_uint)P, uq2 = (cl_uint)Q / 2;
         CLG_TRY(kget(dev, "pool", "maxpool2_fwd4", &k));
-        CLG_TRY(setargs(dev, k, 6, ARG(rows), ARG(uq2), ARG(x), ARG(uox), ARG(y), ARG(uoy)));
+        clg_kargs ka = {k, 0, CL_SUCCESS};
+        CLG_KA(&ka, rows);
+        CLG_KA(&ka, uq2);
+        CLG_KA(&ka, x);
+        CLG_KA(&ka, uox);
+        CLG_KA(&ka, y);
+        CLG_KA(&ka, uoy);
+        CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
         return run2_exact(dev, k, (size_t)uq2, rows);
     }
     if (pool_is_2x2(s)) {
         cl_uint rows = planes * (cl_uint)P, uq = (cl_uint)Q;
         CLG_TRY(kget(dev, "pool", is_max ? "maxpool2_fwd" : "avgpool2_fwd", &k));
-        CLG_TRY(setargs(dev, k, 6, ARG(rows), ARG(uq), ARG(x), ARG(uox), ARG(y), ARG(uoy)));
+        clg_kargs ka = {k, 0, CL_SUCCESS};
+        CLG_KA(&ka, rows);
+        CLG_KA(&ka, uq);
+        CLG_KA(&ka, x);
+        CLG_KA(&ka, uox);
+        CLG_KA(&ka, y);
+        CLG_KA(&ka, uoy);
+        CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
         return run3(dev, k, (size_t)Q, rows, 1);
     }
     CLG_TRY(kget(dev, "pool", is_max ? "maxpool_fwd" : "avgpool_fwd", &k));
-    CLG_TRY(pool_args(dev, k, s, planes));
-    CLG_CL_CHECK(clg_dev_err(dev), clSetKernelArg(k, 11, sizeof(cl_mem), &x));
-    CLG_CL_CHECK(clg_dev_err(dev), clSetKernelArg(k, 12, sizeof(cl_uint), &uox));
-    CLG_CL_CHECK(clg_dev_err(dev), clSetKernelArg(k, 13, sizeof(cl_mem), &y));
-    CLG_CL_CHECK(clg_dev_err(dev), clSetKernelArg(k, 14, sizeof(cl_uint), &uoy));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    pool_args(&ka, s, planes);
+    CLG_KA(&ka, x);
+    CLG_KA(&ka, uox);
+    CLG_KA(&ka, y);
+    CLG_KA(&ka, uoy);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     return run3(dev, k, (size_t)Q, (size_t)P, planes);
+}
+
+/* Max-pooling backward with overlapping windows: the argmax of each window,
+ * then every input element gathers the gradients of the windows it won. */
+static clg_status maxpool_bwd_gather(clg_device *dev, const clg_pool_shape *s, cl_uint planes, cl_mem x, cl_uint uox,
+                                     cl_mem dy, cl_uint uody, cl_mem dx, cl_uint uodx)
+{
+    int P = clg_pool_out_h(s), Q = clg_pool_out_w(s);
+    size_t nout = (size_t)planes * P * Q;
+    cl_kernel k;
+    cl_mem am;
+    CLG_TRY(clg_buf_alloc(dev, nout * sizeof(cl_int), &am));
+    clg_status st = kget(dev, "pool", "maxpool_argmax", &k);
+    if (st == CLG_OK) {
+        clg_kargs ka = {k, 0, CL_SUCCESS};
+        pool_args(&ka, s, planes);
+        CLG_KA(&ka, x);
+        CLG_KA(&ka, uox);
+        CLG_KA(&ka, am);
+        st = CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments");
+    }
+    if (st == CLG_OK)
+        st = run3(dev, k, (size_t)Q, (size_t)P, planes);
+    if (st == CLG_OK)
+        st = kget(dev, "pool", "maxpool_bwd", &k);
+    if (st == CLG_OK) {
+        clg_kargs ka = {k, 0, CL_SUCCESS};
+        pool_args(&ka, s, planes);
+        CLG_KA(&ka, am);
+        CLG_KA(&ka, dy);
+        CLG_KA(&ka, uody);
+        CLG_KA(&ka, dx);
+        CLG_KA(&ka, uodx);
+        st = CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments");
+    }
+    if (st == CLG_OK)
+        st = run3(dev, k, (size_t)s->W, (size_t)s->H, planes);
+    clg_buf_release(dev, am);
+    return st;
 }
 
 clg_status clg_nn_pool_backward(clg_device *dev, int is_max, const clg_pool_shape *s, cl_mem x, size_t ox, cl_mem dy,
@@ -459,21 +556,46 @@ clg_status clg_nn_pool_backward(clg_device *dev, int is_max, const clg_pool_shap
         CLG_TRY(range(dev, "pool backward", ox, nin, &uox));
     CLG_TRY(range(dev, "pool backward", ody, nout, &uody));
     CLG_TRY(range(dev, "pool backward", odx, nin, &uodx));
-    clg_err *err = clg_dev_err(dev);
     cl_kernel k;
     if (is_max && pool_is_2x2(s) && Q % 2 == 0) {
         cl_uint rows = planes * (cl_uint)P, uq2 = (cl_uint)Q / 2;
         CLG_TRY(kget(dev, "pool", "maxpool2_bwd4", &k));
-        CLG_TRY(setargs(dev, k, 8, ARG(rows), ARG(uq2), ARG(x), ARG(uox), ARG(dy), ARG(uody), ARG(dx), ARG(uodx)));
+        clg_kargs ka = {k, 0, CL_SUCCESS};
+        CLG_KA(&ka, rows);
+        CLG_KA(&ka, uq2);
+        CLG_KA(&ka, x);
+        CLG_KA(&ka, uox);
+        CLG_KA(&ka, dy);
+        CLG_KA(&ka, uody);
+        CLG_KA(&ka, dx);
+        CLG_KA(&ka, uodx);
+        CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
         return run2_exact(dev, k, (size_t)uq2, rows);
     }
     if (pool_is_2x2(s)) {
         cl_uint rows = planes * (cl_uint)P, uq = (cl_uint)Q;
         CLG_TRY(kget(dev, "pool", is_max ? "maxpool2_bwd" : "avgpool2_bwd", &k));
-        if (is_max)
-            CLG_TRY(setargs(dev, k, 8, ARG(rows), ARG(uq), ARG(x), ARG(uox), ARG(dy), ARG(uody), ARG(dx), ARG(uodx)));
-        else
-            CLG_TRY(setargs(dev, k, 6, ARG(rows), ARG(uq), ARG(dy), ARG(uody), ARG(dx), ARG(uodx)));
+        if (is_max) {
+            clg_kargs ka = {k, 0, CL_SUCCESS};
+            CLG_KA(&ka, rows);
+            CLG_KA(&ka, uq);
+            CLG_KA(&ka, x);
+            CLG_KA(&ka, uox);
+            CLG_KA(&ka, dy);
+            CLG_KA(&ka, uody);
+            CLG_KA(&ka, dx);
+            CLG_KA(&ka, uodx);
+            CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
+        } else {
+            clg_kargs ka = {k, 0, CL_SUCCESS};
+            CLG_KA(&ka, rows);
+            CLG_KA(&ka, uq);
+            CLG_KA(&ka, dy);
+            CLG_KA(&ka, uody);
+            CLG_KA(&ka, dx);
+            CLG_KA(&ka, uodx);
+            CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
+        }
         return run3(dev, k, (size_t)Q, rows, 1);
     }
     int scatter = s->sh >= s->kh && s->sw >= s->kw;
@@ -486,38 +608,21 @@ clg_status clg_nn_pool_backward(clg_device *dev, int is_max, const clg_pool_shap
         CLG_TRY(kget(dev, "pool", is_max ? "maxpool_bwd_scatter" : "avgpool_bwd_scatter", &k));
     } else if (is_max) {
         /* overlapping max windows: argmax per window, then gather */
-        cl_mem am;
-        CLG_TRY(clg_buf_alloc(dev, nout * sizeof(cl_int), &am));
-        clg_status st = kget(dev, "pool", "maxpool_argmax", &k);
-        if (st == CLG_OK)
-            st = pool_args(dev, k, s, planes);
-        if (st == CLG_OK)
-            st = setargs_from(dev, k, 11, 3, ARG(x), ARG(uox), ARG(am));
-        if (st == CLG_OK)
-            st = run3(dev, k, (size_t)Q, (size_t)P, planes);
-        if (st == CLG_OK)
-            st = kget(dev, "pool", "maxpool_bwd", &k);
-        if (st == CLG_OK)
-            st = pool_args(dev, k, s, planes);
-        if (st == CLG_OK)
-            st = setargs_from(dev, k, 11, 5, ARG(am), ARG(dy), ARG(uody), ARG(dx), ARG(uodx));
-        if (st == CLG_OK)
-            st = run3(dev, k, (size_t)s->W, (size_t)s->H, planes);
-        clg_buf_release(dev, am);
-        return st;
+        return maxpool_bwd_gather(dev, s, planes, x, uox, dy, uody, dx, uodx);
     } else {
         CLG_TRY(kget(dev, "pool", "avgpool_bwd", &k));
     }
-    CLG_TRY(pool_args(dev, k, s, planes));
-    cl_uint a = 11;
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    pool_args(&ka, s, planes);
     if (is_max) {
-        CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_mem), &x));
-        CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_uint), &uox));
+        CLG_KA(&ka, x);
+        CLG_KA(&ka, uox);
     }
-    CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_mem), &dy));
-    CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_uint), &uody));
-    CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_mem), &dx));
-    CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_uint), &uodx));
+    CLG_KA(&ka, dy);
+    CLG_KA(&ka, uody);
+    CLG_KA(&ka, dx);
+    CLG_KA(&ka, uodx);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     if (scatter)
         return run3(dev, k, (size_t)Q, (size_t)P, planes);
     return run3(dev, k, (size_t)s->W, (size_t)s->H, planes);
@@ -534,7 +639,14 @@ clg_status clg_nn_gap_forward(clg_device *dev, size_t planes, size_t hw, cl_mem 
     CLG_TRY(range(dev, "global avgpool", oy, planes, &uoy));
     cl_kernel k;
     CLG_TRY(kget(dev, "pool", "gap_fwd", &k));
-    CLG_TRY(setargs(dev, k, 6, ARG(up), ARG(uhw), ARG(x), ARG(uox), ARG(y), ARG(uoy)));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, up);
+    CLG_KA(&ka, uhw);
+    CLG_KA(&ka, x);
+    CLG_KA(&ka, uox);
+    CLG_KA(&ka, y);
+    CLG_KA(&ka, uoy);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     return clg_launch_1d(dev, k, planes, EW_WG);
 }
 
@@ -550,7 +662,14 @@ clg_status clg_nn_gap_backward(clg_device *dev, size_t planes, size_t hw, cl_mem
     CLG_TRY(range(dev, "global avgpool backward", odx, planes * hw, &uodx));
     cl_kernel k;
     CLG_TRY(kget(dev, "pool", "gap_bwd", &k));
-    CLG_TRY(setargs(dev, k, 6, ARG(up), ARG(uhw), ARG(dy), ARG(uody), ARG(dx), ARG(uodx)));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, up);
+    CLG_KA(&ka, uhw);
+    CLG_KA(&ka, dy);
+    CLG_KA(&ka, uody);
+    CLG_KA(&ka, dx);
+    CLG_KA(&ka, uodx);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     return clg_launch_1d(dev, k, planes * hw, EW_WG);
 }
 
@@ -571,8 +690,17 @@ clg_status clg_nn_softmax_xent_forward(clg_device *dev, int N, int C, cl_mem x, 
     cl_kernel k;
     size_t wg;
     CLG_TRY(clg_kernel_get_wg(dev, "softmax", "softmax_xent_fwd", "SM_WG", SM_WG, &k, &wg));
-    CLG_TRY(setargs(dev, k, 9, ARG(uc), ARG(x), ARG(uox), ARG(p), ARG(uop), ARG(labels), ARG(uol), ARG(loss),
-                    ARG(correct)));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, uc);
+    CLG_KA(&ka, x);
+    CLG_KA(&ka, uox);
+    CLG_KA(&ka, p);
+    CLG_KA(&ka, uop);
+    CLG_KA(&ka, labels);
+    CLG_KA(&ka, uol);
+    CLG_KA(&ka, loss);
+    CLG_KA(&ka, correct);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     return run_groups(dev, k, (size_t)N, wg);
 }
 
@@ -592,8 +720,17 @@ clg_status clg_nn_softmax_xent_forward_reduce(clg_device *dev, int N, int C, cl_
     cl_kernel k;
     size_t wg;
     CLG_TRY(clg_kernel_get_wg(dev, "softmax", "softmax_xent_fwd_reduce", "SM_WG", SM_WG, &k, &wg));
-    CLG_TRY(setargs(dev, k, 9, ARG(un), ARG(uc), ARG(x), ARG(uox), ARG(p), ARG(uop), ARG(labels), ARG(uol),
-                    ARG(result)));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, un);
+    CLG_KA(&ka, uc);
+    CLG_KA(&ka, x);
+    CLG_KA(&ka, uox);
+    CLG_KA(&ka, p);
+    CLG_KA(&ka, uop);
+    CLG_KA(&ka, labels);
+    CLG_KA(&ka, uol);
+    CLG_KA(&ka, result);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     return run_groups(dev, k, 1, wg);
 }
 
@@ -609,7 +746,13 @@ clg_status clg_nn_softmax_forward(clg_device *dev, int N, int C, cl_mem x, size_
     cl_kernel k;
     size_t wg;
     CLG_TRY(clg_kernel_get_wg(dev, "softmax", "softmax_fwd", "SM_WG", SM_WG, &k, &wg));
-    CLG_TRY(setargs(dev, k, 5, ARG(uc), ARG(x), ARG(uox), ARG(y), ARG(uoy)));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, uc);
+    CLG_KA(&ka, x);
+    CLG_KA(&ka, uox);
+    CLG_KA(&ka, y);
+    CLG_KA(&ka, uoy);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     return run_groups(dev, k, (size_t)N, wg);
 }
 
@@ -627,7 +770,15 @@ clg_status clg_nn_softmax_backward(clg_device *dev, int N, int C, cl_mem y, size
     cl_kernel k;
     size_t wg;
     CLG_TRY(clg_kernel_get_wg(dev, "softmax", "softmax_bwd", "SM_WG", SM_WG, &k, &wg));
-    CLG_TRY(setargs(dev, k, 7, ARG(uc), ARG(y), ARG(uoy), ARG(dy), ARG(uody), ARG(dx), ARG(uodx)));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, uc);
+    CLG_KA(&ka, y);
+    CLG_KA(&ka, uoy);
+    CLG_KA(&ka, dy);
+    CLG_KA(&ka, uody);
+    CLG_KA(&ka, dx);
+    CLG_KA(&ka, uodx);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     return run_groups(dev, k, (size_t)N, wg);
 }
 
@@ -646,8 +797,17 @@ clg_status clg_nn_softmax_xent_backward(clg_device *dev, int N, int C, float sca
     cl_kernel k;
     CLG_TRY(kget(dev, "softmax", "softmax_xent_bwd", &k));
     cl_float s = scale;
-    CLG_TRY(setargs(dev, k, 9, ARG(uc), ARG(un), ARG(s), ARG(p), ARG(uop), ARG(labels), ARG(uol), ARG(dx),
-                    ARG(uodx)));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, uc);
+    CLG_KA(&ka, un);
+    CLG_KA(&ka, s);
+    CLG_KA(&ka, p);
+    CLG_KA(&ka, uop);
+    CLG_KA(&ka, labels);
+    CLG_KA(&ka, uol);
+    CLG_KA(&ka, dx);
+    CLG_KA(&ka, uodx);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     return run2(dev, k, (size_t)C, (size_t)N, C >= 64 ? 64 : (C >= 16 ? 16 : 1));
 }
 
@@ -665,8 +825,18 @@ clg_status clg_nn_mse_forward(clg_device *dev, int N, int F, cl_mem x, size_t ox
     CLG_TRY(range(dev, o, oy, (size_t)N * F, &uoy));
     cl_kernel k;
     CLG_TRY(kget(dev, "softmax", "mse_fwd", &k));
-    CLG_TRY(setargs(dev, k, 10, ARG(uf), ARG(un), ARG(x), ARG(uox), ARG(t), ARG(uot), ARG(y), ARG(uoy), ARG(loss),
-                    ARG(correct)));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, uf);
+    CLG_KA(&ka, un);
+    CLG_KA(&ka, x);
+    CLG_KA(&ka, uox);
+    CLG_KA(&ka, t);
+    CLG_KA(&ka, uot);
+    CLG_KA(&ka, y);
+    CLG_KA(&ka, uoy);
+    CLG_KA(&ka, loss);
+    CLG_KA(&ka, correct);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     return clg_launch_1d(dev, k, (size_t)N, 16);
 }
 
@@ -687,7 +857,16 @@ clg_status clg_nn_mse_backward(clg_device *dev, int N, int F, float scale, cl_me
     cl_kernel k;
     CLG_TRY(kget(dev, "softmax", "mse_bwd", &k));
     cl_float s2 = 2.0f * scale / (float)F;
-    CLG_TRY(setargs(dev, k, 8, ARG(un), ARG(s2), ARG(x), ARG(uox), ARG(t), ARG(uot), ARG(dx), ARG(uodx)));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, un);
+    CLG_KA(&ka, s2);
+    CLG_KA(&ka, x);
+    CLG_KA(&ka, uox);
+    CLG_KA(&ka, t);
+    CLG_KA(&ka, uot);
+    CLG_KA(&ka, dx);
+    CLG_KA(&ka, uodx);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     return clg_launch_1d(dev, k, n, EW_WG);
 }
 
@@ -700,7 +879,12 @@ clg_status clg_nn_loss_reduce(clg_device *dev, int N, cl_mem loss, cl_mem correc
     cl_kernel k;
     size_t wg;
     CLG_TRY(clg_kernel_get_wg(dev, "softmax", "loss_reduce", "SM_WG", SM_WG, &k, &wg));
-    CLG_TRY(setargs(dev, k, 4, ARG(un), ARG(loss), ARG(correct), ARG(result)));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, un);
+    CLG_KA(&ka, loss);
+    CLG_KA(&ka, correct);
+    CLG_KA(&ka, result);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     return run_groups(dev, k, 1, wg);
 }
 
@@ -744,8 +928,17 @@ static clg_status bn_stats_partials(clg_device *dev, cl_uint uN, int C, size_t H
     char kn[32];
     snprintf(kn, sizeof kn, "bn_stats_partial%s", vw == 8 ? "8" : vw == 4 ? "4" : "");
     clg_status st = kget(dev, "norm", kn, &k);
-    if (st == CLG_OK)
-        st = setargs(dev, k, 7, ARG(uN), ARG(uC), ARG(uHW), ARG(x), ARG(uox), ARG(*pa), ARG(*pb));
+    if (st == CLG_OK) {
+        clg_kargs ka = {k, 0, CL_SUCCESS};
+        CLG_KA(&ka, uN);
+        CLG_KA(&ka, uC);
+        CLG_KA(&ka, uHW);
+        CLG_KA(&ka, x);
+        CLG_KA(&ka, uox);
+        CLG_KA(&ka, *pa);
+        CLG_KA(&ka, *pb);
+        st = CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments");
+    }
     if (st == CLG_OK)
         st = run2_exact(dev, k, HW / vw, (size_t)C);
     if (st != CLG_OK) {
@@ -762,8 +955,19 @@ static clg_status bn_apply(clg_device *dev, cl_uint uN, int C, size_t HW, cl_mem
     cl_uint uC = (cl_uint)C, uHW = (cl_uint)HW;
     cl_kernel k;
     CLG_TRY(kget(dev, "norm", "bn_apply", &k));
-    CLG_TRY(setargs(dev, k, 11, ARG(uN), ARG(uC), ARG(uHW), ARG(x), ARG(uox), ARG(y), ARG(uoy), ARG(mean),
-                    ARG(invstd), ARG(gamma), ARG(beta)));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, uN);
+    CLG_KA(&ka, uC);
+    CLG_KA(&ka, uHW);
+    CLG_KA(&ka, x);
+    CLG_KA(&ka, uox);
+    CLG_KA(&ka, y);
+    CLG_KA(&ka, uoy);
+    CLG_KA(&ka, mean);
+    CLG_KA(&ka, invstd);
+    CLG_KA(&ka, gamma);
+    CLG_KA(&ka, beta);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     return run2_exact(dev, k, HW, (size_t)C * uN);
 }
 
@@ -785,9 +989,24 @@ clg_status clg_nn_bn_forward_train(clg_device *dev, int N, int C, size_t HW, flo
     CLG_TRY(bn_stats_partials(dev, uN, C, HW, x, uox, &pa, &pb));
     cl_kernel k;
     clg_status st = kget(dev, "norm", "bn_stats_finish", &k);
-    if (st == CLG_OK)
-        st = setargs(dev, k, 14, ARG(uN), ARG(uC), ARG(uHW), ARG(fm), ARG(fe), ARG(upd), ARG(x), ARG(uox), ARG(pa),
-                     ARG(pb), ARG(mean), ARG(invstd), ARG(rmean), ARG(rvar));
+    if (st == CLG_OK) {
+        clg_kargs ka = {k, 0, CL_SUCCESS};
+        CLG_KA(&ka, uN);
+        CLG_KA(&ka, uC);
+        CLG_KA(&ka, uHW);
+        CLG_KA(&ka, fm);
+        CLG_KA(&ka, fe);
+        CLG_KA(&ka, upd);
+        CLG_KA(&ka, x);
+        CLG_KA(&ka, uox);
+        CLG_KA(&ka, pa);
+        CLG_KA(&ka, pb);
+        CLG_KA(&ka, mean);
+        CLG_KA(&ka, invstd);
+        CLG_KA(&ka, rmean);
+        CLG_KA(&ka, rvar);
+        st = CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments");
+    }
     if (st == CLG_OK)
         st = clg_launch_1d(dev, k, (size_t)C, 64);
     clg_buf_release(dev, pa);
@@ -808,8 +1027,17 @@ clg_status clg_nn_bn_stats_local(clg_device *dev, int N, int C, size_t HW, cl_me
     CLG_TRY(bn_stats_partials(dev, uN, C, HW, x, uox, &pa, &pb));
     cl_kernel k;
     clg_status st = kget(dev, "norm", "bn_stats_sums", &k);
-    if (st == CLG_OK)
-        st = setargs(dev, k, 7, ARG(uC), ARG(uHW), ARG(x), ARG(uox), ARG(pa), ARG(pb), ARG(st3));
+    if (st == CLG_OK) {
+        clg_kargs ka = {k, 0, CL_SUCCESS};
+        CLG_KA(&ka, uC);
+        CLG_KA(&ka, uHW);
+        CLG_KA(&ka, x);
+        CLG_KA(&ka, uox);
+        CLG_KA(&ka, pa);
+        CLG_KA(&ka, pb);
+        CLG_KA(&ka, st3);
+        st = CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments");
+    }
     if (st == CLG_OK)
         st = clg_launch_1d(dev, k, (size_t)C, 64);
     clg_buf_release(dev, pa);
@@ -834,7 +1062,16 @@ clg_status clg_nn_bn_sync_apply(clg_device *dev, int N, int C, size_t HW, float 
     cl_int upd = update_running ? 1 : 0;
     cl_kernel k;
     CLG_TRY(kget(dev, "norm", "bn_sync_set", &k));
-    CLG_TRY(setargs(dev, k, 8, ARG(uC), ARG(fm), ARG(upd), ARG(g4), ARG(mean), ARG(invstd), ARG(rmean), ARG(rvar)));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, uC);
+    CLG_KA(&ka, fm);
+    CLG_KA(&ka, upd);
+    CLG_KA(&ka, g4);
+    CLG_KA(&ka, mean);
+    CLG_KA(&ka, invstd);
+    CLG_KA(&ka, rmean);
+    CLG_KA(&ka, rvar);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     CLG_TRY(clg_launch_1d(dev, k, (size_t)C, 64));
     return bn_apply(dev, uN, C, HW, x, uox, y, uoy, mean, invstd, gamma, beta);
 }
@@ -853,8 +1090,20 @@ clg_status clg_nn_bn_forward_infer(clg_device *dev, int N, int C, size_t HW, flo
     cl_float fe = eps;
     cl_kernel k;
     CLG_TRY(kget(dev, "norm", "bn_apply_infer", &k));
-    CLG_TRY(setargs(dev, k, 12, ARG(uN), ARG(uC), ARG(uHW), ARG(fe), ARG(x), ARG(uox), ARG(y), ARG(uoy), ARG(rmean),
-                    ARG(rvar), ARG(gamma), ARG(beta)));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, uN);
+    CLG_KA(&ka, uC);
+    CLG_KA(&ka, uHW);
+    CLG_KA(&ka, fe);
+    CLG_KA(&ka, x);
+    CLG_KA(&ka, uox);
+    CLG_KA(&ka, y);
+    CLG_KA(&ka, uoy);
+    CLG_KA(&ka, rmean);
+    CLG_KA(&ka, rvar);
+    CLG_KA(&ka, gamma);
+    CLG_KA(&ka, beta);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     return run2_exact(dev, k, HW, (size_t)C * (size_t)N);
 }
 
@@ -869,9 +1118,20 @@ static clg_status bn_bwd_partials(clg_device *dev, cl_uint uN, int C, size_t HW,
     char kn[32];
     snprintf(kn, sizeof kn, "bn_bwd_partial%s", vw == 8 ? "8" : vw == 4 ? "4" : "");
     clg_status st = kget(dev, "norm", kn, &k);
-    if (st == CLG_OK)
-        st = setargs(dev, k, 10, ARG(uN), ARG(uC), ARG(uHW), ARG(x), ARG(uox), ARG(dy), ARG(uody), ARG(mean), ARG(*pa),
-                     ARG(*pb));
+    if (st == CLG_OK) {
+        clg_kargs ka = {k, 0, CL_SUCCESS};
+        CLG_KA(&ka, uN);
+        CLG_KA(&ka, uC);
+        CLG_KA(&ka, uHW);
+        CLG_KA(&ka, x);
+        CLG_KA(&ka, uox);
+        CLG_KA(&ka, dy);
+        CLG_KA(&ka, uody);
+        CLG_KA(&ka, mean);
+        CLG_KA(&ka, *pa);
+        CLG_KA(&ka, *pb);
+        st = CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments");
+    }
     if (st == CLG_OK)
         st = run2_exact(dev, k, HW / vw, (size_t)C);
     if (st != CLG_OK) {
@@ -893,9 +1153,19 @@ static clg_status bn_bwd_params(clg_device *dev, cl_uint uN, int C, size_t HW, c
     CLG_TRY(bn_bwd_partials(dev, uN, C, HW, x, uox, dy, uody, mean, &pa, &pb));
     cl_kernel k;
     clg_status st = kget(dev, "norm", "bn_bwd_finish", &k);
-    if (st == CLG_OK)
-        st = setargs(dev, k, 9, ARG(uC), ARG(uHW), ARG(pa), ARG(pb), ARG(invstd), ARG(dgamma), ARG(dbeta), ARG(keep),
-                     ARG(stbuf));
+    if (st == CLG_OK) {
+        clg_kargs ka = {k, 0, CL_SUCCESS};
+        CLG_KA(&ka, uC);
+        CLG_KA(&ka, uHW);
+        CLG_KA(&ka, pa);
+        CLG_KA(&ka, pb);
+        CLG_KA(&ka, invstd);
+        CLG_KA(&ka, dgamma);
+        CLG_KA(&ka, dbeta);
+        CLG_KA(&ka, keep);
+        CLG_KA(&ka, stbuf);
+        st = CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments");
+    }
     if (st == CLG_OK)
         st = clg_launch_1d(dev, k, (size_t)C, 64);
     clg_buf_release(dev, pa);
@@ -912,8 +1182,23 @@ static clg_status bn_bwd_dx(clg_device *dev, cl_uint uN, int C, size_t HW, doubl
     cl_float invM = 1.0f / (float)M;
     cl_kernel k;
     CLG_TRY(kget(dev, "norm", "bn_bwd_data", &k));
-    CLG_TRY(setargs(dev, k, 15, ARG(uN), ARG(uC), ARG(uHW), ARG(invM), ARG(x), ARG(uox), ARG(dy), ARG(uody),
-                    ARG(mean), ARG(invstd), ARG(gamma), ARG(dgamma), ARG(dbeta), ARG(dx), ARG(uodx)));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, uN);
+    CLG_KA(&ka, uC);
+    CLG_KA(&ka, uHW);
+    CLG_KA(&ka, invM);
+    CLG_KA(&ka, x);
+    CLG_KA(&ka, uox);
+    CLG_KA(&ka, dy);
+    CLG_KA(&ka, uody);
+    CLG_KA(&ka, mean);
+    CLG_KA(&ka, invstd);
+    CLG_KA(&ka, gamma);
+    CLG_KA(&ka, dgamma);
+    CLG_KA(&ka, dbeta);
+    CLG_KA(&ka, dx);
+    CLG_KA(&ka, uodx);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     return run2_exact(dev, k, HW, (size_t)C * uN);
 }
 
@@ -969,7 +1254,13 @@ clg_status clg_nn_bn_bwd_data_sync(clg_device *dev, int N, int C, size_t HW, dou
     CLG_TRY(range(dev, o, odx, n, &uodx));
     cl_kernel k;
     CLG_TRY(kget(dev, "norm", "bn_bwd_global", &k));
-    CLG_TRY(setargs(dev, k, 5, ARG(uC), ARG(g2), ARG(invstd), ARG(gdg), ARG(gdb)));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, uC);
+    CLG_KA(&ka, g2);
+    CLG_KA(&ka, invstd);
+    CLG_KA(&ka, gdg);
+    CLG_KA(&ka, gdb);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     CLG_TRY(clg_launch_1d(dev, k, (size_t)C, 64));
     return bn_bwd_dx(dev, uN, C, HW, M, x, uox, dy, uody, mean, invstd, gamma, gdg, gdb, dx, uodx);
 }

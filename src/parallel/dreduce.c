@@ -11,35 +11,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/optim_kernels.h"
 #include "parallel/dp.h"
 
-#define RED_WG 256    /* work-group size of lane_add (the device's largest power of two up to it) */
 #define RED_GROUPS 64 /* partial sums of squares per bucket */
 
 static clg_status lane_add(clg_dp *dp, clg_lane *r, cl_mem a, cl_mem b, size_t k0, size_t n, int sq, int bucket,
                            cl_event *ev)
 {
-    clg_device *dev = r->dev;
-    clg_err *err = clg_dev_err(dev);
-    cl_kernel k;
-    size_t wg = RED_WG;
-    CLG_TRY(clg_kernel_get_wg(dev, "optim", "lane_add", "WG", RED_WG, &k, &wg));
-    clg_kargs ka = {k, 0, CL_SUCCESS};
-    clg_ka_mem(&ka, dp->gred);
-    clg_ka_mem(&ka, a);
-    clg_ka_mem(&ka, b ? b : a);
-    clg_ka_int(&ka, b != NULL);
-    clg_ka_int(&ka, (int)k0);
-    clg_ka_int(&ka, (int)n);
-    clg_ka_int(&ka, sq);
-    clg_ka_mem(&ka, dp->gpart);
-    clg_ka_int(&ka, bucket * RED_GROUPS);
-    CLG_TRY(CLG_KA_DONE(err, &ka, "lane_add arguments"));
-    size_t groups = CLG_MIN((size_t)RED_GROUPS, CLG_MAX((size_t)1, CLG_CEIL_DIV(n, wg)));
-    size_t global = groups * wg;
-    if (sq && groups < RED_GROUPS) /* unused partial slots read as zero */
-        CLG_TRY(clg_buf_fill(dev, dp->gpart, (size_t)bucket * RED_GROUPS + groups, RED_GROUPS - groups, 0.0f));
-    return clg_launch(dev, k, 1, &global, &wg, CLG_LAUNCH_FIXED, ev);
+    return clg_optk_lane_add(r->dev, dp->gred, a, b, k0, n, sq, dp->gpart, bucket * RED_GROUPS, RED_GROUPS, ev);
 }
 
 clg_status clg_dp_dev_sum(clg_dp *dp, clg_lane *r, int b, const int *act, int na)

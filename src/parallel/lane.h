@@ -7,7 +7,7 @@
 #ifndef CLG_PARALLEL_LANE_H
 #define CLG_PARALLEL_LANE_H
 
-#include "train/optim.h"
+#include "model/optim.h"
 
 #define CLG_STAGES 2
 

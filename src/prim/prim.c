@@ -3,8 +3,8 @@
  * around the caller's queue (clg_ctx_wrap_queue), so the launchers, their
  * program and tuning caches and the buffer pool work unchanged. Each call:
  * check the arguments (sizes against CL_MEM_SIZE, context of every buffer),
- * a barrier on the wait list, the internal launcher(s), a marker for the
- * event out. */
+ * then the internal launcher(s) in a clg_deps scope: the first launch takes
+ * the wait list, the last one returns the event. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,24 +153,19 @@ static clg_status begin_check(clg_prim *h, const char *op, cl_uint num_wait, con
     return check_events(h, op, num_wait, wait);
 }
 
-/* After the checks, before the first kernel: the queue waits for the list
- * (in-order queue: everything enqueued after the barrier waits too). */
-static clg_status begin_enqueue(clg_prim *h, cl_uint num_wait, const cl_event *wait)
+/* After the checks: the op's launches run inside a clg_deps scope, so the
+ * first waits for the list and the last one's event is returned (the queue
+ * is in order); clg_deps_end also covers an op that launched nothing. */
+static void begin_enqueue(clg_prim *h, clg_deps *d, cl_uint num_wait, const cl_event *wait)
 {
-    if (num_wait == 0)
-        return CLG_OK;
-    CLG_CL_CHECK(herr(h), clEnqueueBarrierWithWaitList(hdev(h)->queue, num_wait, wait, NULL));
-    return CLG_OK;
+    clg_deps_begin(hdev(h), d, num_wait, wait);
 }
 
-/* End of an operation: on success an event that completes after everything
- * enqueued so far (a marker on the in-order queue). */
-static clg_status finish(clg_prim *h, clg_status st, cl_event *event)
+/* End of an operation: on success *event completes after everything the
+ * op enqueued. */
+static clg_status finish(clg_prim *h, clg_deps *d, clg_status st, cl_event *event)
 {
-    if (st != CLG_OK || !event)
-        return st;
-    CLG_CL_CHECK(herr(h), clEnqueueMarkerWithWaitList(hdev(h)->queue, 0, NULL, event));
-    return CLG_OK;
+    return clg_deps_end(hdev(h), d, st, event);
 }
 
 static clg_status as_int(clg_prim *h, const char *op, const char *name, size_t v, int *out)
@@ -254,9 +249,10 @@ clg_status clg_prim_sgemm(clg_prim *h, clg_prim_transpose ta, clg_prim_transpose
     g.offBias = e.bias_offset;
     g.bias_mode = (clg_bias_mode)e.bias_mode;
     g.relu = e.relu;
-    CLG_TRY(begin_enqueue(h, num_wait, wait));
+    clg_deps deps;
+    begin_enqueue(h, &deps, num_wait, wait);
     clg_status st = m == 0 || n == 0 ? CLG_OK : clg_gemm(hdev(h), &g, NULL);
-    return finish(h, st, event);
+    return finish(h, &deps, st, event);
 }
 
 // ---- convolution ----
@@ -375,6 +371,13 @@ clg_status clg_prim_conv_algo_get(clg_prim *h, const clg_prim_conv_desc *d, clg_
     return st;
 }
 
+/* clFFT enqueues its transforms itself, not through clg_enqueue: the FFT
+ * algorithm waits with a barrier and returns a marker. */
+static clg_status conv_foreign(clg_prim *h, clg_conv_algo algo)
+{
+    return algo == CLG_CONV_FFT ? clg_deps_foreign(hdev(h)) : CLG_OK;
+}
+
 /* CLG_PRIM_CONV_AUTO resolved before anything of the call is enqueued: the
  * first use of a shape class times the candidates (reading the inputs as they
  * are, writing scratch outputs, finishing the queue), which must not sit
@@ -416,10 +419,12 @@ clg_status clg_prim_conv_forward(clg_prim *h, const clg_prim_conv_desc *d, cl_me
         return clg_err_set(herr(h), CLG_ERR_UNSUPPORTED, "%s: algorithm '%s' cannot run this shape", op,
                            clg_conv_algo_name(algo));
     CLG_TRY(resolve_auto(h, &s, CLG_CONV_FWD, x, x_offset, w, w_offset, &algo));
-    CLG_TRY(begin_enqueue(h, num_wait, wait));
-    clg_status st =
-        clg_conv_forward(hdev(h), &s, algo, NULL, x, x_offset, w, w_offset, bias, bias_offset, relu, y, y_offset);
-    return finish(h, st, event);
+    clg_deps deps;
+    begin_enqueue(h, &deps, num_wait, wait);
+    clg_status st = conv_foreign(h, algo);
+    if (st == CLG_OK)
+        st = clg_conv_forward(hdev(h), &s, algo, NULL, x, x_offset, w, w_offset, bias, bias_offset, relu, y, y_offset);
+    return finish(h, &deps, st, event);
 }
 
 clg_status clg_prim_conv_backward_data(clg_prim *h, const clg_prim_conv_desc *d, cl_mem dy, size_t dy_offset,
@@ -438,9 +443,12 @@ clg_status clg_prim_conv_backward_data(clg_prim *h, const clg_prim_conv_desc *d,
         return clg_err_set(herr(h), CLG_ERR_UNSUPPORTED, "%s: algorithm '%s' cannot run this shape", op,
                            clg_conv_algo_name(algo));
     CLG_TRY(resolve_auto(h, &s, CLG_CONV_BWD_DATA, dy, dy_offset, w, w_offset, &algo));
-    CLG_TRY(begin_enqueue(h, num_wait, wait));
-    clg_status st = clg_conv_backward_data(hdev(h), &s, algo, NULL, dy, dy_offset, w, w_offset, dx, dx_offset);
-    return finish(h, st, event);
+    clg_deps deps;
+    begin_enqueue(h, &deps, num_wait, wait);
+    clg_status st = conv_foreign(h, algo);
+    if (st == CLG_OK)
+        st = clg_conv_backward_data(hdev(h), &s, algo, NULL, dy, dy_offset, w, w_offset, dx, dx_offset);
+    return finish(h, &deps, st, event);
 }
 
 clg_status clg_prim_conv_backward_filter(clg_prim *h, const clg_prim_conv_desc *d, cl_mem x, size_t x_offset,
@@ -464,10 +472,13 @@ clg_status clg_prim_conv_backward_filter(clg_prim *h, const clg_prim_conv_desc *
         return clg_err_set(herr(h), CLG_ERR_UNSUPPORTED, "%s: algorithm '%s' has no backward-filter pass for this shape",
                            op, clg_conv_algo_name(algo));
     CLG_TRY(resolve_auto(h, &s, CLG_CONV_BWD_FILTER, x, x_offset, dy, dy_offset, &algo));
-    CLG_TRY(begin_enqueue(h, num_wait, wait));
-    clg_status st =
-        clg_conv_backward_filter(hdev(h), &s, algo, x, x_offset, dy, dy_offset, beta, dw, dw_offset, db, db_offset);
-    return finish(h, st, event);
+    clg_deps deps;
+    begin_enqueue(h, &deps, num_wait, wait);
+    clg_status st = conv_foreign(h, algo);
+    if (st == CLG_OK)
+        st = clg_conv_backward_filter(hdev(h), &s, algo, x, x_offset, dy, dy_offset, beta, dw, dw_offset, db,
+                                      db_offset);
+    return finish(h, &deps, st, event);
 }
 
 // ---- pooling ----
@@ -535,8 +546,9 @@ clg_status clg_prim_pool_forward(clg_prim *h, const clg_prim_pool_desc *d, cl_me
     CLG_TRY(pool_shape(herr(h), d, &s, &is_max));
     CLG_TRY(check_buf(h, op, "x", x, x_offset, pool_in(&s)));
     CLG_TRY(check_buf(h, op, "y", y, y_offset, pool_out(&s)));
-    CLG_TRY(begin_enqueue(h, num_wait, wait));
-    return finish(h, clg_nn_pool_forward(hdev(h), is_max, &s, x, x_offset, y, y_offset), event);
+    clg_deps deps;
+    begin_enqueue(h, &deps, num_wait, wait);
+    return finish(h, &deps, clg_nn_pool_forward(hdev(h), is_max, &s, x, x_offset, y, y_offset), event);
 }
 
 clg_status clg_prim_pool_backward(clg_prim *h, const clg_prim_pool_desc *d, cl_mem x, size_t x_offset, cl_mem dy,
@@ -552,11 +564,12 @@ clg_status clg_prim_pool_backward(clg_prim *h, const clg_prim_pool_desc *d, cl_m
         CLG_TRY(check_buf(h, op, "x", x, x_offset, pool_in(&s)));
     CLG_TRY(check_buf(h, op, "dy", dy, dy_offset, pool_out(&s)));
     CLG_TRY(check_buf(h, op, "dx", dx, dx_offset, pool_in(&s)));
-    CLG_TRY(begin_enqueue(h, num_wait, wait));
+    clg_deps deps;
+    begin_enqueue(h, &deps, num_wait, wait);
     /* average pooling never reads x; the launcher wants a buffer */
     cl_mem xin = x ? x : dx;
-    return finish(h, clg_nn_pool_backward(hdev(h), is_max, &s, xin, x ? x_offset : 0, dy, dy_offset, dx, dx_offset),
-                  event);
+    clg_status st = clg_nn_pool_backward(hdev(h), is_max, &s, xin, x ? x_offset : 0, dy, dy_offset, dx, dx_offset);
+    return finish(h, &deps, st, event);
 }
 
 // ---- softmax ----
@@ -581,8 +594,9 @@ clg_status clg_prim_softmax_forward(clg_prim *h, size_t rows, size_t cols, cl_me
     CLG_TRY(softmax_shape(h, op, rows, cols, &r, &c));
     CLG_TRY(check_buf(h, op, "x", x, x_offset, rows * cols));
     CLG_TRY(check_buf(h, op, "y", y, y_offset, rows * cols));
-    CLG_TRY(begin_enqueue(h, num_wait, wait));
-    return finish(h, rows ? clg_nn_softmax_forward(hdev(h), r, c, x, x_offset, y, y_offset) : CLG_OK, event);
+    clg_deps deps;
+    begin_enqueue(h, &deps, num_wait, wait);
+    return finish(h, &deps, rows ? clg_nn_softmax_forward(hdev(h), r, c, x, x_offset, y, y_offset) : CLG_OK, event);
 }
 
 clg_status clg_prim_softmax_backward(clg_prim *h, size_t rows, size_t cols, cl_mem y, size_t y_offset, cl_mem dy,
@@ -596,7 +610,8 @@ clg_status clg_prim_softmax_backward(clg_prim *h, size_t rows, size_t cols, cl_m
     CLG_TRY(check_buf(h, op, "y", y, y_offset, rows * cols));
     CLG_TRY(check_buf(h, op, "dy", dy, dy_offset, rows * cols));
     CLG_TRY(check_buf(h, op, "dx", dx, dx_offset, rows * cols));
-    CLG_TRY(begin_enqueue(h, num_wait, wait));
-    return finish(h, rows ? clg_nn_softmax_backward(hdev(h), r, c, y, y_offset, dy, dy_offset, dx, dx_offset) : CLG_OK,
-                  event);
+    clg_deps deps;
+    begin_enqueue(h, &deps, num_wait, wait);
+    clg_status st = rows ? clg_nn_softmax_backward(hdev(h), r, c, y, y_offset, dy, dy_offset, dx, dx_offset) : CLG_OK;
+    return finish(h, &deps, st, event);
 }

@@ -10,7 +10,7 @@
 #include "io/checkpoint.h"
 #include "io/dataset.h"
 #include "parallel/dp.h"
-#include "train/optim.h"
+#include "model/optim.h"
 
 /* Dynamic loss scaling (--precision fp16): the loss gradient is multiplied
  * by S so small gradients survive half storage; gradients are multiplied by

@@ -5,7 +5,8 @@
  * convolution algorithm on every pass it supports, GEMM transposes, alpha /
  * beta and epilogues on odd shapes, pooling, softmax; event wait lists and
  * out events (a user event holds a call back; a second queue waits on the
- * first); argument errors; the size field of the params structs; reference
+ * first; the wait list reaches one launch, several, CLBlast's and clFFT's
+ * enqueues and an empty op); argument errors; the size field of the params structs; reference
  * counts of the caller's queue and context.
  * CLGRAD_TEST_TINY=1 (the oclgrind run): small shapes of GEMM (own kernels),
  * pooling and softmax only. */
@@ -604,6 +605,153 @@ START_TEST(events)
 }
 END_TEST
 
+/* The wait list goes into the op's launches and the out event is the op's
+ * last command: (a) held back by a user event, the event is not complete and
+ * the poisoned output is untouched (read on a second queue); (b) after the user
+ * event, waiting on the out event alone (not the queue) gives the reference
+ * output, read on the second queue. */
+typedef struct gated {
+    cl_event gate, ev;
+    cl_command_queue q2;
+} gated;
+
+static void gated_begin(gated *g)
+{
+    cl_int e;
+    g->gate = clCreateUserEvent(g_ctx, &e);
+    ck_assert_int_eq(e, CL_SUCCESS);
+    g->q2 = clCreateCommandQueue(g_ctx, g_dev, 0, &e);
+    ck_assert_int_eq(e, CL_SUCCESS);
+    g->ev = NULL;
+}
+
+/* After the call: out is still all NaN while the gate is closed; then open it,
+ * wait on the event only and read n floats of out into got (on the second queue). */
+static void gated_end(gated *g, const char *what, cl_mem out, float *got, size_t n)
+{
+    ck_assert_msg(g->ev != NULL, "%s: no out event", what);
+    ck_assert_int_eq(clFlush(g_q), CL_SUCCESS);
+    usleep(50000);
+    cl_int status = CL_QUEUED;
+    ck_assert_int_eq(clGetEventInfo(g->ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL),
+                     CL_SUCCESS);
+    ck_assert_msg(status != CL_COMPLETE, "%s: completed before its wait list did", what);
+    ck_assert_int_eq(clEnqueueReadBuffer(g->q2, out, CL_TRUE, 0, n * sizeof *got, got, 0, NULL, NULL), CL_SUCCESS);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(isnan(got[i]), "%s: output[%zu] = %g written before the wait list completed", what, i,
+                      (double)got[i]);
+    ck_assert_int_eq(clSetUserEventStatus(g->gate, CL_COMPLETE), CL_SUCCESS);
+    ck_assert_int_eq(clWaitForEvents(1, &g->ev), CL_SUCCESS);
+    ck_assert_int_eq(clEnqueueReadBuffer(g->q2, out, CL_TRUE, 0, n * sizeof *got, got, 0, NULL, NULL), CL_SUCCESS);
+    clReleaseEvent(g->gate), clReleaseEvent(g->ev);
+    clReleaseCommandQueue(g->q2);
+}
+
+static cl_command_type event_type(cl_event ev)
+{
+    cl_command_type t = 0;
+    ck_assert_int_eq(clGetEventInfo(ev, CL_EVENT_COMMAND_TYPE, sizeof t, &t, NULL), CL_SUCCESS);
+    return t;
+}
+
+static void gated_gemm(clg_prim *h, const char *what)
+{
+    const size_t M = 19 + (size_t)((urand() + 1) * 20), N = 13 + (size_t)((urand() + 1) * 20), K = 27;
+    float *A = rand_vec(M * K), *B = rand_vec(K * N), *got = malloc(M * N * sizeof *got);
+    double *ref = malloc(M * N * sizeof *ref);
+    for (size_t i = 0; i < M; i++)
+        for (size_t j = 0; j < N; j++) {
+            double r = 0;
+            for (size_t p = 0; p < K; p++)
+                r += (double)A[i * K + p] * B[p * N + j];
+            ref[i * N + j] = r;
+        }
+    cl_mem a = buf_from(A, M * K), b = buf_from(B, K * N), c = buf_nan(M * N);
+    gated g;
+    gated_begin(&g);
+    CHECK_OK(clg_prim_sgemm(h, CLG_PRIM_NO_TRANS, CLG_PRIM_NO_TRANS, M, N, K, 1, a, 0, K, b, 0, N, 0, c, 0, N, NULL, 1,
+                            &g.gate, &g.ev));
+    gated_end(&g, what, c, got, M * N);
+    ck_assert_msg(max_rel(got, ref, M * N, what) <= 1e-4, "%s: wrong product", what);
+    clReleaseMemObject(a), clReleaseMemObject(b), clReleaseMemObject(c);
+    free(A), free(B), free(got), free(ref);
+}
+
+START_TEST(events_launch)
+{
+    /* 1. softmax: one launch, which takes the wait list and gives the event itself (no marker) */
+    const size_t R = 7, C = 45, n = R * C;
+    float *x = rand_vec(n), *got = malloc(n * sizeof *got);
+    double *ry = malloc(n * sizeof *ry);
+    for (size_t r = 0; r < R; r++) {
+        double m = -INFINITY, s = 0;
+        for (size_t c = 0; c < C; c++)
+            m = fmax(m, x[r * C + c]);
+        for (size_t c = 0; c < C; c++)
+            s += exp((double)x[r * C + c] - m);
+        for (size_t c = 0; c < C; c++)
+            ry[r * C + c] = exp((double)x[r * C + c] - m) / s;
+    }
+    cl_mem X = buf_from(x, n), Y = buf_nan(n);
+    gated g;
+    gated_begin(&g);
+    CHECK_OK(clg_prim_softmax_forward(g_h, R, C, X, 0, Y, 0, 1, &g.gate, &g.ev));
+    ck_assert_msg(event_type(g.ev) == CL_COMMAND_NDRANGE_KERNEL, "softmax: the out event is not its launch's");
+    gated_end(&g, "gated softmax", Y, got, n);
+    ck_assert(max_rel(got, ry, n, "gated softmax y") <= 1e-4);
+    clReleaseMemObject(X), clReleaseMemObject(Y);
+    free(x), free(got), free(ry);
+    /* 2. GEMM on the own kernels (one or more launches) and through CLBlast (enqueues of its own) */
+    clg_prim_params pp;
+    clg_prim_params_init(&pp);
+    pp.gemm_backend = "own";
+    clg_prim *h = NULL;
+    ck_assert_msg(clg_prim_create(g_q, &pp, &h) == CLG_OK, "%s", clg_last_error(NULL));
+    gated_gemm(h, "gated gemm (own)");
+    clg_prim_destroy(h);
+    pp.gemm_backend = "clblast";
+    h = NULL;
+    if (clg_prim_create(g_q, &pp, &h) == CLG_OK) {
+        gated_gemm(h, "gated gemm (clblast)");
+        clg_prim_destroy(h);
+    } else
+        fprintf(stderr, "note: built without CLBlast, gated CLBlast GEMM not tested\n");
+    /* 3. the FFT convolution (clFFT enqueues its transforms itself) */
+    clg_prim_conv_desc cd;
+    clg_prim_conv_desc_init(&cd);
+    cd.n = 2, cd.c = 3, cd.h = 11, cd.w = 9, cd.k = 4, cd.r = cd.s = 5, cd.pad_h = cd.pad_w = 2;
+    cd.algo = CLG_PRIM_CONV_FFT;
+    if (clg_prim_conv_algo_supported(&cd, CLG_PRIM_CONV_FFT, CLG_PRIM_CONV_FORWARD)) {
+        clg_conv_shape sc = to_shape(&cd);
+        size_t nx = cr_nx(&sc), nw = cr_nw(&sc), ny = cr_ny(&sc);
+        float *xc = rand_vec(nx), *wc = rand_vec(nw), *yc = malloc(ny * sizeof *yc);
+        double *rc = malloc(ny * sizeof *rc);
+        cr_fwd(&sc, xc, wc, NULL, 0, rc);
+        cl_mem Xc = buf_from(xc, nx), Wc = buf_from(wc, nw), Yc = buf_nan(ny);
+        /* clFFT bakes a plan on a shape's first use with a blocking write on the queue, which
+         * must not sit behind a closed wait list: a first call without one */
+        CHECK_OK(clg_prim_conv_forward(g_h, &cd, Xc, 0, Wc, 0, NULL, 0, 0, Yc, 0, 0, NULL, NULL));
+        clReleaseMemObject(Yc);
+        Yc = buf_nan(ny);
+        gated_begin(&g);
+        CHECK_OK(clg_prim_conv_forward(g_h, &cd, Xc, 0, Wc, 0, NULL, 0, 0, Yc, 0, 1, &g.gate, &g.ev));
+        gated_end(&g, "gated fft conv", Yc, yc, ny);
+        ck_assert(max_rel(yc, rc, ny, "gated fft conv y") <= 1e-4);
+        clReleaseMemObject(Xc), clReleaseMemObject(Wc), clReleaseMemObject(Yc);
+        free(xc), free(wc), free(yc), free(rc);
+    } else
+        fprintf(stderr, "note: FFT convolution not available, gated FFT not tested\n");
+    /* 4. an op with nothing to launch (m == 0) still waits for its list */
+    cl_mem a = buf_nan(4), b = buf_nan(4), c = buf_nan(4);
+    float c4[4];
+    gated_begin(&g);
+    CHECK_OK(clg_prim_sgemm(g_h, CLG_PRIM_NO_TRANS, CLG_PRIM_NO_TRANS, 0, 2, 2, 1, a, 0, 2, b, 0, 2, 0, c, 0, 2, NULL,
+                            1, &g.gate, &g.ev));
+    gated_end(&g, "gated empty gemm", c, c4, 4);
+    clReleaseMemObject(a), clReleaseMemObject(b), clReleaseMemObject(c);
+}
+END_TEST
+
 // ---- argument errors ----
 
 static void expect_err(clg_status st, clg_status want, const char *needle)
@@ -807,6 +955,7 @@ int main(void)
         tcase_add_test(tc, conv_3x3);
         tcase_add_test(tc, conv_odd);
         tcase_add_test(tc, events);
+        tcase_add_test(tc, events_launch);
         tcase_add_test(tc, errors);
         tcase_add_test(tc, abi_size);
         tcase_add_test(tc, ownership);

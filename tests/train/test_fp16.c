@@ -12,7 +12,7 @@
 #include "io/checkpoint.h"
 #include "io/dataset.h"
 #include "testutil.h"
-#include "train/optim.h"
+#include "model/optim.h"
 #include "train/session.h"
 
 static clg_ctx *g_ctx;

@@ -1,9 +1,12 @@
 /* Optimizers running as kernels on the device (cl/optim.cl): SGD with
  * momentum / Nesterov / weight decay, Adam and AdamW; gradient clipping by
- * global norm; learning-rate schedules (host side). One optimizer per
- * replica: the state (momentum, Adam moments) lives next to the parameters. */
-#ifndef CLG_TRAIN_OPTIM_H
-#define CLG_TRAIN_OPTIM_H
+ * global norm; learning-rate schedules (host side); the optimizer and
+ * schedule name tables. One optimizer per replica: the state (momentum, Adam
+ * moments) lives next to the parameters. It depends on the network only, so
+ * it sits in model/, below parallel/ and train/; its kernels are launched by
+ * ops/optim_kernels.c. */
+#ifndef CLG_MODEL_OPTIM_H
+#define CLG_MODEL_OPTIM_H
 
 #include "model/network.h"
 

@@ -1,11 +1,11 @@
-/* Optimizers, gradient clipping and LR schedules. */
+/* Optimizers, gradient clipping and LR schedules (launches: ops/optim_kernels.c). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/optim.h"
+#include "model/optim.h"
+#include "ops/optim_kernels.h"
 
-#define SUMSQ_WG 256
 #define SUMSQ_MAX_GROUPS 16
 #define ARENA_GROUPS 64 /* partial sums of the one-launch norm over the arena */
 
@@ -204,33 +204,17 @@ clg_status clg_optim_grad_norm(clg_optim *o, float gscale, double *norm)
     *norm = 0;
     if (o->n == 0)
         return CLG_OK;
-    cl_kernel k;
-    size_t wg = SUMSQ_WG; /* a reduction's fixed group: the device's largest power of two up to 256 */
-    CLG_TRY(clg_kernel_get_wg(dev, "optim", "sumsq_partial", "WG", SUMSQ_WG, &k, &wg));
     size_t total = (size_t)o->n * o->groups;
     if (!o->per_tensor) { /* one launch over the gradient arena (its padding is zero) */
-        int n = (int)(o->rep->arena_bytes / sizeof(float)), off = 0;
-        int groups = (int)CLG_MAX((size_t)1, CLG_MIN((size_t)ARENA_GROUPS, CLG_CEIL_DIV((size_t)n, wg)));
-        CLG_CL_CHECK(err, clSetKernelArg(k, 0, sizeof(cl_mem), &o->rep->garena));
-        CLG_CL_CHECK(err, clSetKernelArg(k, 1, sizeof(int), &n));
-        CLG_CL_CHECK(err, clSetKernelArg(k, 2, sizeof(cl_mem), &o->partial));
-        CLG_CL_CHECK(err, clSetKernelArg(k, 3, sizeof(int), &off));
-        size_t local = wg, global = (size_t)groups * wg;
-        CLG_TRY(clg_launch(dev, k, 1, &global, &local, CLG_LAUNCH_FIXED, NULL));
+        int groups = 0;
+        CLG_TRY(clg_optk_sumsq_partial(dev, o->rep->garena, (int)(o->rep->arena_bytes / sizeof(float)), o->partial, 0,
+                                       ARENA_GROUPS, &groups));
         total = (size_t)groups;
     }
     for (int i = 0; i < o->n && o->per_tensor; i++) {
         clg_param *p = o->refs[i].param;
-        int n = (int)p->numel, off = i * o->groups;
-        int groups = (int)CLG_MIN((size_t)o->groups, CLG_CEIL_DIV(p->numel, wg));
-        if (groups < 1)
-            groups = 1;
-        CLG_CL_CHECK(err, clSetKernelArg(k, 0, sizeof(cl_mem), &p->grad));
-        CLG_CL_CHECK(err, clSetKernelArg(k, 1, sizeof(int), &n));
-        CLG_CL_CHECK(err, clSetKernelArg(k, 2, sizeof(cl_mem), &o->partial));
-        CLG_CL_CHECK(err, clSetKernelArg(k, 3, sizeof(int), &off));
-        size_t local = wg, global = (size_t)groups * wg;
-        CLG_TRY(clg_launch(dev, k, 1, &global, &local, CLG_LAUNCH_FIXED, NULL));
+        int off = i * o->groups, groups = 0;
+        CLG_TRY(clg_optk_sumsq_partial(dev, p->grad, (int)p->numel, o->partial, off, o->groups, &groups));
         /* unused group slots must read as zero */
         if (groups < o->groups)
             CLG_TRY(clg_buf_fill(dev, o->partial, (size_t)(off + groups), (size_t)(o->groups - groups), 0.0f));
@@ -260,90 +244,56 @@ clg_status clg_optim_unscale_check(clg_optim *o, float inv_scale, int *overflow)
         CLG_TRY(clg_buf_alloc(dev, sizeof(cl_int), &o->flag));
     cl_int flag = 0;
     CLG_TRY(clg_buf_fill(dev, o->flag, 0, 1, 0.0f)); /* int 0 has the bits of float 0 */
-    cl_kernel k;
-    CLG_TRY(clg_kernel_get(dev, "convert", dev->info.has_fp16 ? "-D HAVE_FP16=1" : "", "unscale_check", &k));
     for (int i = 0; i < (o->per_tensor ? o->n : 1); i++) { /* arena: one launch over all gradients */
         clg_param *p = o->refs[i].param;
         int n = o->per_tensor ? (int)p->numel : (int)(o->rep->arena_bytes / sizeof(float));
         cl_mem g = o->per_tensor ? p->grad : o->rep->garena;
-        if (n == 0)
-            continue;
-        CLG_CL_CHECK(err, clSetKernelArg(k, 0, sizeof(cl_mem), &g));
-        CLG_CL_CHECK(err, clSetKernelArg(k, 1, sizeof(int), &n));
-        CLG_CL_CHECK(err, clSetKernelArg(k, 2, sizeof(float), &inv_scale));
-        CLG_CL_CHECK(err, clSetKernelArg(k, 3, sizeof(cl_mem), &o->flag));
-        CLG_TRY(clg_launch_1d(dev, k, (size_t)n, 64));
+        CLG_TRY(clg_optk_unscale_check(dev, g, n, inv_scale, o->flag));
     }
     CLG_CL_CHECK(err, clEnqueueReadBuffer(dev->queue, o->flag, CL_TRUE, 0, sizeof flag, &flag, 0, NULL, NULL));
     *overflow = flag != 0;
     return CLG_OK;
 }
 
+/* Parameter i's (or, i == -1, the whole arena's) weights, gradient and state. */
+static int optim_bufs(clg_optim *o, int i, cl_mem *w, cl_mem *g, cl_mem *m, cl_mem *v)
+{
+    if (i < 0) {
+        *w = o->rep->parena, *g = o->rep->garena, *m = o->marena, *v = o->varena;
+        return (int)(o->rep->arena_bytes / sizeof(float));
+    }
+    *w = clg_replica_master(o->rep, &o->refs[i]), *g = o->refs[i].param->grad, *m = o->m[i], *v = o->v[i];
+    return (int)o->refs[i].param->numel;
+}
+
 clg_status clg_optim_step(clg_optim *o, double lr, float gscale)
 {
     clg_device *dev = o->rep->dev;
-    clg_err *err = clg_dev_err(dev);
     o->t++;
     const clg_hparams *h = &o->hp;
-    cl_kernel k;
     float flr = (float)lr, wd = (float)h->weight_decay;
-    if (h->optimizer == CLG_OPT_SGD) {
-        CLG_TRY(clg_kernel_get(dev, "optim", "", "sgd_step", &k));
-        float mom = (float)h->momentum;
-        int nest = h->nesterov;
-        for (int i = 0; i < (o->per_tensor ? o->n : 1); i++) { /* arena: one launch over all parameters */
-            clg_param *p = o->refs[i].param;
-            int n = o->per_tensor ? (int)p->numel : (int)(o->rep->arena_bytes / sizeof(float));
-            cl_mem g = o->per_tensor ? p->grad : o->rep->garena;
-            cl_mem m = o->per_tensor ? o->m[i] : o->marena;
-            if (!m)
-                m = g; /* unused when momentum == 0 */
-            cl_mem w = o->per_tensor ? clg_replica_master(o->rep, &o->refs[i]) : o->rep->parena;
-            if (n == 0)
-                continue;
-            CLG_CL_CHECK(err, clSetKernelArg(k, 0, sizeof(cl_mem), &w));
-            CLG_CL_CHECK(err, clSetKernelArg(k, 1, sizeof(cl_mem), &g));
-            CLG_CL_CHECK(err, clSetKernelArg(k, 2, sizeof(cl_mem), &m));
-            CLG_CL_CHECK(err, clSetKernelArg(k, 3, sizeof(int), &n));
-            CLG_CL_CHECK(err, clSetKernelArg(k, 4, sizeof(float), &flr));
-            CLG_CL_CHECK(err, clSetKernelArg(k, 5, sizeof(float), &mom));
-            CLG_CL_CHECK(err, clSetKernelArg(k, 6, sizeof(float), &wd));
-            CLG_CL_CHECK(err, clSetKernelArg(k, 7, sizeof(int), &nest));
-            CLG_CL_CHECK(err, clSetKernelArg(k, 8, sizeof(float), &gscale));
-            CLG_TRY(clg_launch_1d(dev, k, (size_t)n, 64));
-        }
-    } else {
-        CLG_TRY(clg_kernel_get(dev, "optim", "", "adam_step", &k));
-        float b1 = (float)h->beta1, b2 = (float)h->beta2, eps = (float)h->epsilon;
-        float omb1 = (float)(1.0 - h->beta1), omb2 = (float)(1.0 - h->beta2);
-        float bc1 = (float)(1.0 - pow(h->beta1, (double)o->t)), bc2 = (float)(1.0 - pow(h->beta2, (double)o->t));
-        int dec = h->optimizer == CLG_OPT_ADAMW;
-        for (int i = 0; i < (o->per_tensor ? o->n : 1); i++) { /* arena: one launch over all parameters */
-            clg_param *p = o->refs[i].param;
-            int n = o->per_tensor ? (int)p->numel : (int)(o->rep->arena_bytes / sizeof(float));
-            int a = 0;
-            cl_mem w = o->per_tensor ? clg_replica_master(o->rep, &o->refs[i]) : o->rep->parena;
-            cl_mem g = o->per_tensor ? p->grad : o->rep->garena;
-            cl_mem m = o->per_tensor ? o->m[i] : o->marena, v = o->per_tensor ? o->v[i] : o->varena;
-            if (n == 0)
-                continue;
-            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_mem), &w));
-            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_mem), &g));
-            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_mem), &m));
-            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(cl_mem), &v));
-            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(int), &n));
-            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(float), &flr));
-            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(float), &b1));
-            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(float), &b2));
-            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(float), &omb1));
-            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(float), &omb2));
-            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(float), &eps));
-            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(float), &wd));
-            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(int), &dec));
-            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(float), &bc1));
-            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(float), &bc2));
-            CLG_CL_CHECK(err, clSetKernelArg(k, a++, sizeof(float), &gscale));
-            CLG_TRY(clg_launch_1d(dev, k, (size_t)n, 64));
+    clg_sgd_step_args sa = {.lr = flr, .momentum = (float)h->momentum, .weight_decay = wd, .nesterov = h->nesterov,
+                            .gscale = gscale};
+    clg_adam_step_args aa = {.lr = flr,
+                             .beta1 = (float)h->beta1,
+                             .beta2 = (float)h->beta2,
+                             .omb1 = (float)(1.0 - h->beta1),
+                             .omb2 = (float)(1.0 - h->beta2),
+                             .eps = (float)h->epsilon,
+                             .weight_decay = wd,
+                             .decoupled = h->optimizer == CLG_OPT_ADAMW,
+                             .bc1 = (float)(1.0 - pow(h->beta1, (double)o->t)),
+                             .bc2 = (float)(1.0 - pow(h->beta2, (double)o->t)),
+                             .gscale = gscale};
+    for (int i = 0; i < (o->per_tensor ? o->n : 1); i++) { /* arena: one launch over all parameters */
+        cl_mem w, g, m, v;
+        int n = optim_bufs(o, o->per_tensor ? i : -1, &w, &g, &m, &v);
+        if (h->optimizer == CLG_OPT_SGD) {
+            sa.w = w, sa.g = g, sa.m = m ? m : g, sa.n = n; /* m unused when momentum == 0 */
+            CLG_TRY(clg_optk_sgd_step(dev, &sa));
+        } else {
+            aa.w = w, aa.g = g, aa.m = m, aa.v = v, aa.n = n;
+            CLG_TRY(clg_optk_adam_step(dev, &aa));
         }
     }
     /* fp16: half copies of the new master weights */

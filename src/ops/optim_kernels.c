@@ -1,0 +1,114 @@
+/* Launchers of the optimizer kernels (see optim_kernels.h). */
+#include "optim_kernels.h"
+
+/* Work-group size of the reductions sumsq_partial and lane_add (their WG
+ * macro): the device's largest power of two up to it. */
+#define RED_WG 256
+/* Work-group size of the element-wise updates. */
+#define STEP_WG 64
+
+clg_status clg_optk_sgd_step(clg_device *dev, const clg_sgd_step_args *a)
+{
+    if (a->n <= 0)
+        return CLG_OK;
+    cl_kernel k;
+    CLG_TRY(clg_kernel_get(dev, "optim", "", "sgd_step", &k));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    clg_ka_mem(&ka, a->w);
+    clg_ka_mem(&ka, a->g);
+    clg_ka_mem(&ka, a->m);
+    clg_ka_int(&ka, a->n);
+    clg_ka_float(&ka, a->lr);
+    clg_ka_float(&ka, a->momentum);
+    clg_ka_float(&ka, a->weight_decay);
+    clg_ka_int(&ka, a->nesterov);
+    clg_ka_float(&ka, a->gscale);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "arguments of sgd_step"));
+    return clg_launch_1d(dev, k, (size_t)a->n, STEP_WG);
+}
+
+clg_status clg_optk_adam_step(clg_device *dev, const clg_adam_step_args *a)
+{
+    if (a->n <= 0)
+        return CLG_OK;
+    cl_kernel k;
+    CLG_TRY(clg_kernel_get(dev, "optim", "", "adam_step", &k));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    clg_ka_mem(&ka, a->w);
+    clg_ka_mem(&ka, a->g);
+    clg_ka_mem(&ka, a->m);
+    clg_ka_mem(&ka, a->v);
+    clg_ka_int(&ka, a->n);
+    clg_ka_float(&ka, a->lr);
+    clg_ka_float(&ka, a->beta1);
+    clg_ka_float(&ka, a->beta2);
+    clg_ka_float(&ka, a->omb1);
+    clg_ka_float(&ka, a->omb2);
+    clg_ka_float(&ka, a->eps);
+    clg_ka_float(&ka, a->weight_decay);
+    clg_ka_int(&ka, a->decoupled);
+    clg_ka_float(&ka, a->bc1);
+    clg_ka_float(&ka, a->bc2);
+    clg_ka_float(&ka, a->gscale);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "arguments of adam_step"));
+    return clg_launch_1d(dev, k, (size_t)a->n, STEP_WG);
+}
+
+clg_status clg_optk_sumsq_partial(clg_device *dev, cl_mem x, int n, cl_mem partial, int off, int max_groups,
+                                  int *groups)
+{
+    cl_kernel k;
+    size_t wg = RED_WG; /* a reduction's fixed group */
+    CLG_TRY(clg_kernel_get_wg(dev, "optim", "sumsq_partial", "WG", RED_WG, &k, &wg));
+    size_t want = CLG_CEIL_DIV((size_t)(n > 0 ? n : 0), wg);
+    *groups = (int)CLG_MAX((size_t)1, CLG_MIN((size_t)max_groups, want));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    clg_ka_mem(&ka, x);
+    clg_ka_int(&ka, n);
+    clg_ka_mem(&ka, partial);
+    clg_ka_int(&ka, off);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "arguments of sumsq_partial"));
+    size_t global = (size_t)*groups * wg;
+    return clg_launch(dev, k, 1, &global, &wg, CLG_LAUNCH_FIXED, NULL);
+}
+
+clg_status clg_optk_unscale_check(clg_device *dev, cl_mem g, int n, float inv_scale, cl_mem flag)
+{
+    if (n <= 0)
+        return CLG_OK;
+    cl_kernel k;
+    CLG_TRY(clg_kernel_get(dev, "convert", dev->info.has_fp16 ? "-D HAVE_FP16=1" : "", "unscale_check", &k));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    clg_ka_mem(&ka, g);
+    clg_ka_int(&ka, n);
+    clg_ka_float(&ka, inv_scale);
+    clg_ka_mem(&ka, flag);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "arguments of unscale_check"));
+    return clg_launch_1d(dev, k, (size_t)n, STEP_WG);
+}
+
+clg_status clg_optk_lane_add(clg_device *dev, cl_mem dst, cl_mem a, cl_mem b, size_t k0, size_t n, int sq,
+                             cl_mem partial, int off, int max_groups, cl_event *ev)
+{
+    if (ev)
+        *ev = NULL;
+    cl_kernel k;
+    size_t wg = RED_WG;
+    CLG_TRY(clg_kernel_get_wg(dev, "optim", "lane_add", "WG", RED_WG, &k, &wg));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    clg_ka_mem(&ka, dst);
+    clg_ka_mem(&ka, a);
+    clg_ka_mem(&ka, b ? b : a);
+    clg_ka_int(&ka, b != NULL);
+    clg_ka_int(&ka, (int)k0);
+    clg_ka_int(&ka, (int)n);
+    clg_ka_int(&ka, sq);
+    clg_ka_mem(&ka, partial);
+    clg_ka_int(&ka, off);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "lane_add arguments"));
+    size_t groups = CLG_MIN((size_t)max_groups, CLG_MAX((size_t)1, CLG_CEIL_DIV(n, wg)));
+    size_t global = groups * wg;
+    if (sq && groups < (size_t)max_groups) /* unused partial slots read as zero */
+        CLG_TRY(clg_buf_fill(dev, partial, (size_t)off + groups, (size_t)max_groups - groups, 0.0f));
+    return clg_launch(dev, k, 1, &global, &wg, CLG_LAUNCH_FIXED, ev);
+}

@@ -1,0 +1,57 @@
+/* Launchers of the optimizer kernels (cl/optim.cl, cl/convert.cl
+ * `unscale_check`): the parameter update (SGD, Adam/AdamW), squared-norm
+ * partial sums, the fp16 unscale/overflow check and the summing of lanes'
+ * gradient buckets. They take plain buffers (one tensor or a whole
+ * parameter arena) and scalars; the optimizer (model/optim.c) and the
+ * data-parallel reduction (parallel/dreduce.c) call them and never set
+ * kernel arguments themselves. Counts and offsets in floats; every launcher
+ * only enqueues on dev->queue. */
+#ifndef CLG_OPS_OPTIM_KERNELS_H
+#define CLG_OPS_OPTIM_KERNELS_H
+
+#include "device/device.h"
+
+/* One SGD step over w[0..n): with momentum m (unused, may be g, when
+ * momentum is 0), weight decay, Nesterov; the raw gradient g is multiplied
+ * by gscale first. */
+typedef struct clg_sgd_step_args {
+    cl_mem w, g, m;
+    int n;
+    float lr, momentum, weight_decay;
+    int nesterov;
+    float gscale;
+} clg_sgd_step_args;
+
+/* One Adam / AdamW step over w[0..n) with moments m, v; omb1, omb2 are
+ * 1 - beta1, 1 - beta2 and bc1, bc2 the bias corrections 1 - beta^t
+ * (computed in double by the caller); decoupled: AdamW's weight decay. */
+typedef struct clg_adam_step_args {
+    cl_mem w, g, m, v;
+    int n;
+    float lr, beta1, beta2, omb1, omb2, eps, weight_decay;
+    int decoupled;
+    float bc1, bc2, gscale;
+} clg_adam_step_args;
+
+CLG_INTERNAL clg_status clg_optk_sgd_step(clg_device *dev, const clg_sgd_step_args *a);
+CLG_INTERNAL clg_status clg_optk_adam_step(clg_device *dev, const clg_adam_step_args *a);
+
+/* Partial sums of squares of x[0..n) into partial[off .. off + *groups):
+ * *groups = max(1, min(max_groups, n / group size rounded up)) work-groups
+ * of the reduction's fixed size (the device's largest power of two up to 256). */
+CLG_INTERNAL clg_status clg_optk_sumsq_partial(clg_device *dev, cl_mem x, int n, cl_mem partial, int off,
+                                               int max_groups, int *groups);
+
+/* g[0..n) *= inv_scale in place; *flag (an int on the device) is set to 1
+ * when a result is inf or NaN (never cleared here). */
+CLG_INTERNAL clg_status clg_optk_unscale_check(clg_device *dev, cl_mem g, int n, float inv_scale, cl_mem flag);
+
+/* dst[k0 .. k0 + n) = a[k0 ..] (+ b[k0 ..] when b is not NULL), the lane sum
+ * of a gradient bucket; with sq the partial sums of squares of the result go
+ * to partial[off .. off + groups) with groups = the max_groups slots (slots
+ * past the groups used are zeroed first). ev (may be NULL) receives the
+ * launch's event. */
+CLG_INTERNAL clg_status clg_optk_lane_add(clg_device *dev, cl_mem dst, cl_mem a, cl_mem b, size_t k0, size_t n, int sq,
+                                          cl_mem partial, int off, int max_groups, cl_event *ev);
+
+#endif
