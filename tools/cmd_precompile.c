@@ -15,75 +15,63 @@
 #endif
 
 #include "cli.h"
+#include "cli_opts.h"
 #include "device/device.h"
 #include "parallel/comm.h"
 #include "train/session.h"
 
 extern char **environ;
 
-static void help(FILE *f)
-{
-    fprintf(f, "usage: clgrad precompile MODEL [--batch B] [--devices SEL] [--precision P] [--order O]\n"
-               "\n"
-               "Builds and compiles every kernel a training step of MODEL launches (each layer's\n"
-               "forward and backward once on zeros, then steps with learning rate 0, the second\n"
-               "measuring the convolution algorithms of new shapes), so that a later `clgrad train`\n"
-               "or `bench train` with the same model, batch and devices starts with warm caches.\n"
-               "Nothing is trained or written besides the caches.\n"
-               "\n"
-               "  --batch B       batch size (default: the model file's, as for train; bench train\n"
-               "                  uses 128 unless given --batch)\n"
-               "  --devices SEL   device selector (default: clgrad's default)\n"
-               "  --precision P   fp32 (default) or fp16\n"
-               "  --order O       forward (default) or reverse: the layers from the last to the first\n"
-               "  --background    the helper mode train starts itself (see below): reverse order,\n"
-               "                  nothing printed\n"
-               "  --verbose       debug logging (program builds, cache loads)\n"
-               "\n"
-               "On a cold cache, `clgrad train` and `clgrad bench train` run this in a second process\n"
-               "(reverse order, one PoCL thread, caches read-only, untuned convolution defaults)\n"
-               "while they take their first step front to back: a PoCL process compiles one kernel\n"
-               "at a time, two processes compile two, and each finds the other's in PoCL's kernel\n"
-               "cache. CLGRAD_PRECOMPILE=0 turns the helper off, =1 starts it even on a warm cache;\n"
-               "by default it runs on PoCL devices with at least 2 CPUs online, outside MPI jobs.\n"
-               "\n"
-               "exit codes: 0 ok, 1 failure, 2 usage error\n");
-}
+static const char *const orders[] = {"forward", "reverse", NULL};
+
+typedef struct precompile_opts {
+    cli_common c;
+    const char *order;
+    int background;
+} precompile_opts;
+
+static const cli_opt opts[] = {
+    CLI_OPT_MODEL,
+    CLI_INT_OPT("--batch", cli_common, batch, 1, CLI_BATCH_MAX, "N",
+                "batch size (default: the model file's, as for train; bench train\n"
+                "uses 128 unless given --batch)"),
+    CLI_OPT_DEVICES,
+    CLI_OPT_PRECISION,
+    CLI_CHOICE_OPT("--order", precompile_opts, order, orders, "O",
+                   "forward (default) or reverse: the layers from the last to the first"),
+    CLI_FLAG_OPT("--background", precompile_opts, background, 1,
+                 "the helper mode train starts itself (see below): reverse order,\n"
+                 "nothing printed"),
+    CLI_OPT_VERBOSE,
+    CLI_END,
+};
+
+const cli_spec cli_spec_precompile = {
+    .name = "precompile",
+    .synopsis = "MODEL [--batch N] [--devices SEL] [--precision P] [--order O]",
+    .about = "Builds and compiles every kernel a training step of MODEL launches (each layer's\n"
+             "forward and backward once on zeros, then steps with learning rate 0, the second\n"
+             "measuring the convolution algorithms of new shapes), so that a later `clgrad train`\n"
+             "or `bench train` with the same model, batch and devices starts with warm caches.\n"
+             "Nothing is trained or written besides the caches.",
+    .opts = opts,
+    .positional = cli_model_positional,
+    .notes = "On a cold cache, `clgrad train` and `clgrad bench train` run this in a second process\n"
+             "(reverse order, one PoCL thread, caches read-only, untuned convolution defaults)\n"
+             "while they take their first step front to back: a PoCL process compiles one kernel\n"
+             "at a time, two processes compile two, and each finds the other's in PoCL's kernel\n"
+             "cache. CLGRAD_PRECOMPILE=0 turns the helper off, =1 starts it even on a warm cache;\n"
+             "by default it runs on PoCL devices with at least 2 CPUs online, outside MPI jobs.",
+};
 
 int cmd_precompile(int argc, char **argv)
 {
-    const char *model = NULL, *devices = NULL, *precision = NULL, *order = "forward";
-    static const char *const orders[] = {"forward", "reverse", NULL};
-    int verbose = 0, background = 0;
-    long batch = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int r;
-        if (cli_is_help(a)) {
-            help(stdout);
-            return CLI_OK;
-        }
-        if ((r = cli_opt_str(argc, argv, &i, "--model", &model)) != 0 ||
-            (r = cli_opt_str(argc, argv, &i, "--devices", &devices)) != 0 ||
-            (r = cli_opt_str(argc, argv, &i, "--precision", &precision)) != 0 ||
-            (r = cli_opt_choice(argc, argv, &i, "--order", orders, &order)) != 0 ||
-            (r = cli_opt_int(argc, argv, &i, "--batch", 1, 1 << 20, &batch)) != 0) {
-            if (r < 0)
-                return CLI_USAGE;
-            continue;
-        }
-        if (strcmp(a, "--verbose") == 0) {
-            verbose = 2;
-            continue;
-        }
-        if (strcmp(a, "--background") == 0) {
-            background = 1;
-            order = "reverse";
-            continue;
-        }
-        if ((r = cli_model_arg("precompile", a, &model)) != CLI_OK)
-            return r;
-    }
+    precompile_opts o = {.order = "forward"};
+    CLI_PARSE(&cli_spec_precompile, argc, argv, &o);
+    const char *model = o.c.model, *devices = o.c.devices, *precision = o.c.precision;
+    const char *order = o.background ? "reverse" : o.order;
+    int verbose = o.c.verbose, background = o.background;
+    long batch = o.c.batch;
     if (!model)
         return cli_usage_error("precompile", "missing MODEL");
 #ifdef __linux__
@@ -95,8 +83,6 @@ int cmd_precompile(int argc, char **argv)
     int rc = cli_model_file_check("precompile", model);
     if (rc != CLI_OK)
         return rc;
-    if (clg_precision_parse(precision) < 0)
-        return cli_usage_error("precompile", "--precision must be fp32 or fp16, not '%s'", precision);
     double t0 = clg_now_sec();
     clg_ctx *ctx = cli_ctx_open(devices, verbose, &rc);
     if (!ctx)
