@@ -26,16 +26,7 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
 /* Prints "clgrad: message" to stderr; returns CLI_FAIL. */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* Option parsing: at argv[*i] == name, consumes the value into *out.
- * Returns 1 when consumed, 0 when argv[*i] is not this option, -1 on a
- * bad/missing value (message printed). Accepts "--name value" and
- * "--name=value". */
-int cli_opt_str(int argc, char **argv, int *i, const char *name, const char **out);
-int cli_opt_int(int argc, char **argv, int *i, const char *name, long lo, long hi, long *out);
-/* A finite number (nan and inf are refused). */
-int cli_opt_double(int argc, char **argv, int *i, const char *name, double *out);
-/* One of the NULL-terminated choices; anything else is a usage error naming them. */
-int cli_opt_choice(int argc, char **argv, int *i, const char *name, const char *const *choices, const char **out);
+/* Options are declared in tables and parsed by cli_parse (cli_opts.h). */
 int cli_is_help(const char *arg);
 
 /* Creates a context for a --devices selector (NULL: default); prints the
