@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_opts.h"
 #include "parallel/comm.h"
 
 static const cli_cmd commands[] = {
@@ -22,7 +23,8 @@ static void usage(FILE *f)
     fprintf(f, "usage: clgrad COMMAND [OPTIONS]   (clgrad COMMAND --help for its options)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
-    fprintf(f, "\n  --version  print the library version\n\nexit codes: 0 ok, 1 failure, 2 usage error\n");
+    fprintf(f, "\n  --version  print the library version\n  help --man the man page (roff)\n\n"
+               "exit codes: 0 ok, 1 failure, 2 usage error\n");
 }
 
 int main(int argc, char **argv)
@@ -30,6 +32,10 @@ int main(int argc, char **argv)
     if (argc < 2) {
         usage(stderr);
         return CLI_USAGE;
+    }
+    if (strcmp(argv[1], "help") == 0 && argc > 2 && strcmp(argv[2], "--man") == 0) {
+        cli_man(stdout); /* docs/clgrad.1 */
+        return CLI_OK;
     }
     if (cli_is_help(argv[1]) || strcmp(argv[1], "help") == 0) {
         usage(stdout);

@@ -13,12 +13,7 @@ const char *const cli_gemm_backends[] = {"auto", "own", "clblast", NULL};
 
 // ---- values ----
 
-/* "a, b or c" */
-static void print_choices(FILE *f, const char *const *c)
-{
-    for (int k = 0; c[k]; k++)
-        fprintf(f, "%s%s", k == 0 ? "" : c[k + 1] ? ", " : " or ", c[k]);
-}
+static void print_indented(FILE *f, const char *text, int indent);
 
 /* Plain decimal: an optional '-', digits (and for a number a fraction and
  * an exponent); no spaces, no '+', no hex, no inf or nan. */
@@ -49,14 +44,16 @@ static int bad_value(const cli_spec *sp, const cli_opt *o, const char *v)
     fprintf(stderr, "clgrad %s: option %s wants ", sp->name, o->name);
     switch (o->kind) {
     case CLI_INT:
-        fprintf(stderr, "a plain decimal integer in [%lld, %lld]", o->ilo, o->ihi);
+        fprintf(stderr, "an integer in [%lld, %lld] (plain decimal)", o->ilo, o->ihi);
         break;
     case CLI_DOUBLE:
-        fprintf(stderr, "a plain decimal number in %c%g, %g%c", o->open & CLI_LO_OPEN ? '(' : '[', o->lo, o->hi,
-                o->open & CLI_HI_OPEN ? ')' : ']');
+        fprintf(stderr, "a finite number in %c%g, %g%c (plain decimal)", o->open & CLI_LO_OPEN ? '(' : '[', o->lo,
+                o->hi, o->open & CLI_HI_OPEN ? ')' : ']');
         break;
     case CLI_CHOICE:
-        print_choices(stderr, o->choices);
+        fprintf(stderr, "one of");
+        for (int k = 0; o->choices[k]; k++)
+            fprintf(stderr, "%s %s", k ? "," : "", o->choices[k]);
         break;
     case CLI_LIST:
         fprintf(stderr, "a comma-separated list without empty items");
@@ -64,7 +61,9 @@ static int bad_value(const cli_spec *sp, const cli_opt *o, const char *v)
     default:
         fprintf(stderr, "a value");
     }
-    fprintf(stderr, ", got '%s'\n(see 'clgrad %s --help')\n", v, sp->name);
+    fprintf(stderr, "; got '%s'\n  %s %s: ", v, o->name, o->arg);
+    print_indented(stderr, o->help, 4);
+    fprintf(stderr, "\n(see 'clgrad %s --help')\n", sp->name);
     return CLI_USAGE;
 }
 

@@ -85,7 +85,8 @@ extern const char *const cli_gemm_backends[]; /* auto, own, clblast */
                    "optional for an ONNX model, whose weights come with it")
 #define CLI_OPT_PRECISION                                                                                       \
     CLI_CHOICE_OPT("--precision", cli_common, precision, cli_precisions, "P",                                   \
-                   "fp32 (default) or fp16: half storage, fp32 master weights, dynamic loss scaling")
+                   "fp32 or fp16 (default fp32); fp16: half storage, fp32 master weights,\n"  \
+                   "dynamic loss scaling (layers compute in fp32)")
 #define CLI_OPT_GEMM_BACKEND                                                                                    \
     CLI_CHOICE_OPT("--gemm-backend", cli_common, gemm_backend, cli_gemm_backends, "B",                          \
                    "GEMM backend: auto, own or clblast (also --set CLGRAD_GEMM_BACKEND=B)")
