@@ -7,8 +7,6 @@
 
 #include "cli.h"
 #include "cli_opts.h"
-#include "device/device.h"
-#include "parallel/comm.h"
 
 typedef struct bench_train_opts {
     cli_common c;
@@ -57,7 +55,8 @@ static void json_text(const char *s)
 static void print_report(const bench_train_opts *o, const clg_bench_train_params *p, const clg_bench_train_report *rep,
                          const clg_device_info *info, clg_ctx *ctx)
 {
-    int ranks = clg_comm_size();
+    int ranks = clg_mpi_size(), built = 0, cached = 0;
+    clg_ctx_program_counts(ctx, &built, &cached);
     if (o->c.json) {
         printf("{\"model\": \"");
         json_text(p->model);
@@ -68,7 +67,7 @@ static void print_report(const bench_train_opts *o, const clg_bench_train_params
         printf("\", \"shares\": \"%s\", \"ranks\": %d, \"setup_s\": %.4f, \"first_step_s\": %.4f, \"first_step_end\": %.6f, "
                "\"first_step_cpu_s\": %.3f, \"launches_per_step\": %.1f, \"programs_built\": %d, \"programs_cached\": %d}\n",
                rep->shares, ranks, rep->setup_s, rep->first_step_s, rep->first_step_end, rep->first_step_cpu_s,
-               rep->launches_per_step, ctx->prog_stats.built, ctx->prog_stats.cache_loaded);
+               rep->launches_per_step, built, cached);
         return;
     }
     printf("model %s  batch %d  devices %d (%s)  precision %s  split %s\n", p->model, p->batch, rep->devices,
@@ -101,14 +100,14 @@ int bench_train(int argc, char **argv)
     int rc = cli_model_file_check("bench train", p.model);
     if (rc != CLI_OK)
         return rc;
-    clg_comm_configure(o.c.comm_timeout, o.c.deterministic);
+    clg_mpi_configure(o.c.comm_timeout, o.c.deterministic);
     clg_ctx *ctx = cli_ctx_open(devices, o.c.verbose, &rc);
     if (!ctx)
         return rc;
     clg_device_info info;
     clg_device_info_get(ctx, 0, &info);
     p.devices = "all"; /* every device of the context (selected by --devices) */
-    pid_t helper = cli_precompile_spawn(ctx, p.model, p.batch, devices, p.precision);
+    pid_t helper = cli_precompile_spawn(ctx, p.model, p.batch, devices, p.precision, o.c.verbose);
     clg_bench_train_report rep;
     clg_status st = clg_bench_train(ctx, &p, &rep);
     cli_precompile_stop(helper);
@@ -117,7 +116,7 @@ int bench_train(int argc, char **argv)
         clg_ctx_destroy(ctx);
         return code;
     }
-    if (clg_comm_rank() != 0) { /* MPI: every rank timed the same global steps; rank 0 reports once */
+    if (clg_mpi_rank() != 0) { /* MPI: every rank timed the same global steps; rank 0 reports once */
         clg_ctx_destroy(ctx);
         return CLI_OK;
     }

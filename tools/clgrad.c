@@ -4,7 +4,6 @@
 
 #include "cli.h"
 #include "cli_opts.h"
-#include "parallel/comm.h"
 
 static const cli_cmd commands[] = {
     {"devices", cmd_devices, "list OpenCL platforms and devices"},
@@ -48,11 +47,10 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(argv[1], commands[i].name) == 0) {
             /* under mpirun: MPI for the job's ranks (a plain run never loads it) */
-            clg_err err = {0};
-            if (clg_comm_init(&err) != CLG_OK)
-                return cli_fail("%s", err.msg);
+            if (clg_mpi_init() != CLG_OK)
+                return cli_fail("%s", clg_last_error(NULL));
             int rc = commands[i].fn(argc - 1, argv + 1);
-            clg_comm_finalize(rc); /* a failing rank ends the whole job (MPI_Abort) */
+            clg_mpi_finalize(rc); /* a failing rank ends the whole job (MPI_Abort) */
             return rc;
         }
     fprintf(stderr, "clgrad: unknown command '%s'\n", argv[1]);

@@ -6,7 +6,6 @@
 
 #include "cli.h"
 #include "cli_opts.h"
-#include "parallel/comm.h"
 
 typedef struct eval_opts {
     cli_common c;
@@ -53,7 +52,7 @@ int cmd_eval(int argc, char **argv)
         clg_ctx_destroy(ctx);
         return code;
     }
-    if (clg_comm_rank() != 0) /* MPI: every rank evaluated its slices; rank 0 prints the sums once */
+    if (clg_mpi_rank() != 0) /* MPI: every rank evaluated its slices; rank 0 prints the sums once */
         rep.classes = 0;
     else
         printf("samples %d\nloss %.4f\naccuracy %.2f%%\n\nconfusion matrix (rows: true class, columns: predicted)\n",

@@ -16,9 +16,6 @@
 
 #include "cli.h"
 #include "cli_opts.h"
-#include "device/device.h"
-#include "parallel/comm.h"
-#include "train/session.h"
 
 extern char **environ;
 
@@ -83,7 +80,7 @@ int cmd_precompile(int argc, char **argv)
     int rc = cli_model_file_check("precompile", model);
     if (rc != CLI_OK)
         return rc;
-    double t0 = clg_now_sec();
+    double t0 = cli_now();
     clg_ctx *ctx = cli_ctx_open(devices, verbose, &rc);
     if (!ctx)
         return rc;
@@ -95,12 +92,10 @@ int cmd_precompile(int argc, char **argv)
     clg_model *m = NULL;
     clg_status st = clg_model_create_file(ctx, model, &mp, &m);
     if (st == CLG_OK)
-        st = clg_session_precompile(m, strcmp(order, "reverse") == 0);
+        st = clg_model_precompile(m, strcmp(order, "reverse") == 0, !background);
     /* A second step (learning rate 0) measures the convolution algorithms of
      * shapes without a stored choice, as a training run's second step would,
      * so the later run finds those too. The helper leaves that to training. */
-    if (st == CLG_OK && !background && clg_session_rep(m)->loss_index >= 0)
-        st = clg_session_train_step(m, 0, 0.0, NULL);
     if (st != CLG_OK) {
         int code = background ? CLI_FAIL : cli_fail("precompile: %s", clg_last_error(ctx));
         clg_model_destroy(m);
@@ -110,31 +105,32 @@ int cmd_precompile(int argc, char **argv)
     clg_model_destroy(m);
     clg_ctx_destroy(ctx); /* stores the program binaries (unless the cache is read-only) */
     if (!background)
-        printf("precompiled %s in %.2f s\n", model, clg_now_sec() - t0);
+        printf("precompiled %s in %.2f s\n", model, cli_now() - t0);
     return CLI_OK;
 }
 
 /* Cold: the binary cache has no copy of a program every training step
  * builds (the element-wise kernels) for the first device. Without a binary
  * cache coldness is unknown: no helper. */
-static int cache_cold(clg_ctx *ctx)
-{
-    return ctx->ndev > 0 && clg_program_cached(&ctx->devs[0], "eltwise", "") == 0;
-}
+static int cache_cold(clg_ctx *ctx) { return clg_ctx_cache_warm(ctx) == 0; }
 
 static int pocl_only(clg_ctx *ctx)
 {
-    for (int i = 0; i < ctx->ndev; i++)
-        if (!clg_str_icontains(ctx->devs[i].info.platform, "Portable Computing Language"))
+    int n = clg_device_count(ctx);
+    for (int i = 0; i < n; i++) {
+        clg_device_info d;
+        if (clg_device_info_get(ctx, i, &d) != CLG_OK || !strcasestr(d.platform, "Portable Computing Language"))
             return 0;
-    return ctx->ndev > 0;
+    }
+    return n > 0;
 }
 
-pid_t cli_precompile_spawn(clg_ctx *ctx, const char *model, int batch, const char *devices, const char *precision)
+pid_t cli_precompile_spawn(clg_ctx *ctx, const char *model, int batch, const char *devices, const char *precision,
+                           int verbose)
 {
     const char *e = getenv("CLGRAD_PRECOMPILE");
     int force = e && strcmp(e, "1") == 0;
-    if ((e && strcmp(e, "0") == 0) || !ctx || clg_comm_size() > 1 || getenv("OMPI_COMM_WORLD_SIZE"))
+    if ((e && strcmp(e, "0") == 0) || !ctx || clg_mpi_size() > 1 || getenv("OMPI_COMM_WORLD_SIZE"))
         return 0;
     if (!force && (sysconf(_SC_NPROCESSORS_ONLN) < 2 || !pocl_only(ctx) || !cache_cold(ctx)))
         return 0;
@@ -166,7 +162,7 @@ pid_t cli_precompile_spawn(clg_ctx *ctx, const char *model, int batch, const cha
      * (the helper's timings would be thrown away and would disturb those). */
     static const char *const set[] = {"CLGRAD_CACHE=ro", "CLGRAD_PRECOMPILE=0", "POCL_MAX_PTHREAD_COUNT=1",
                                       "CLGRAD_CONV_AUTO_MEASURE=0"};
-    const size_t nset = CLG_ARRAY_LEN(set);
+    const size_t nset = sizeof set / sizeof set[0];
     size_t n = 0;
     while (environ[n])
         n++;
@@ -194,8 +190,8 @@ pid_t cli_precompile_spawn(clg_ctx *ctx, const char *model, int batch, const cha
         posix_spawn_file_actions_destroy(&fa);
     }
     free(env);
-    if (pid > 0)
-        clg_log(2, "started background precompile (pid %d) for %s", (int)pid, model);
+    if (pid > 0 && verbose >= 2)
+        fprintf(stderr, "clgrad: started background precompile (pid %d) for %s\n", (int)pid, model);
     return pid > 0 ? pid : 0;
 }
 

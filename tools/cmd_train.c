@@ -6,7 +6,6 @@
 
 #include "cli.h"
 #include "cli_opts.h"
-#include "parallel/comm.h"
 
 static const char *const optimizers[] = {"sgd", "adam", "adamw", NULL};
 static const char *const schedules[] = {"none", "step", "cosine", NULL};
@@ -82,8 +81,8 @@ static void print_report(const clg_train_report *rep)
     printf("train loss %.4f accuracy %.2f%%\n", rep->train_loss, 100 * rep->train_accuracy);
     if (rep->devices > 1)
         printf("devices %d, batch split %s\n", rep->devices, rep->shares);
-    if (clg_comm_size() > 1)
-        printf("MPI ranks %d x %d device(s)\n", clg_comm_size(), rep->devices);
+    if (clg_mpi_size() > 1)
+        printf("MPI ranks %d x %d device(s)\n", clg_mpi_size(), rep->devices);
     if (rep->test_accuracy >= 0)
         printf("test loss %.4f accuracy %.2f%%\n", rep->test_loss, 100 * rep->test_accuracy);
 }
@@ -107,13 +106,13 @@ int cmd_train(int argc, char **argv)
         return cli_usage_error("train", "missing --data (fashion-mnist, mnist, cifar10 or a path)");
     if (o.c.gemm_backend)
         setenv("CLGRAD_GEMM_BACKEND", o.c.gemm_backend, 1); /* read when the first GEMM runs */
-    clg_comm_configure(o.c.comm_timeout, o.c.deterministic);
+    clg_mpi_configure(o.c.comm_timeout, o.c.deterministic);
     int rc = CLI_OK;
     clg_ctx *ctx = cli_ctx_open(o.c.devices, o.c.verbose, &rc);
     if (!ctx)
         return rc;
     p.devices = "all"; /* every device of the context (selected by --devices) */
-    pid_t helper = cli_precompile_spawn(ctx, p.model, p.batch, o.c.devices, p.precision);
+    pid_t helper = cli_precompile_spawn(ctx, p.model, p.batch, o.c.devices, p.precision, o.c.verbose);
     clg_train_report rep;
     clg_status st = clg_train_run(ctx, &p, &rep);
     cli_precompile_stop(helper);
@@ -122,7 +121,7 @@ int cmd_train(int argc, char **argv)
         clg_ctx_destroy(ctx);
         return code;
     }
-    if (clg_comm_rank() == 0) /* MPI: rank 0 reports */
+    if (clg_mpi_rank() == 0) /* MPI: rank 0 reports */
         print_report(&rep);
     clg_ctx_destroy(ctx);
     return CLI_OK;

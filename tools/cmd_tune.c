@@ -4,7 +4,6 @@
 
 #include "cli.h"
 #include "cli_opts.h"
-#include "ops/tune_gemm.h"
 
 static void progress(void *user, const char *line)
 {
@@ -48,13 +47,8 @@ int cmd_tune(int argc, char **argv)
     clg_ctx *ctx = cli_ctx_open(devices, verbose ? verbose : 1, &rc);
     if (!ctx)
         return rc;
-    for (int d = 0; d < ctx->ndev; d++) {
-        clg_gemm_tune_opts o;
-        memset(&o, 0, sizeof o);
-        o.quick = quick;
-        o.clblast = clblast;
-        o.progress = progress;
-        clg_status st = clg_gemm_tune(&ctx->devs[d], &o);
+    for (int d = 0; d < clg_device_count(ctx); d++) {
+        clg_status st = clg_tune_gemm(ctx, d, quick, clblast, progress, NULL);
         if (st != CLG_OK) {
             rc = cli_fail("tuning device %d failed: %s", d, clg_last_error(ctx));
             break;

@@ -1,0 +1,60 @@
+/* Public calls for front ends (include/clgrad.h, "Front ends"): MPI jobs,
+ * program statistics, tuning and precompiling, over the internal layers. */
+#include "device/device.h"
+#include "ops/tune_gemm.h"
+#include "parallel/comm.h"
+#include "train/session.h"
+
+// ---- MPI ----
+
+clg_status clg_mpi_init(void) { return clg_comm_init(NULL); }
+
+void clg_mpi_finalize(int exit_code) { clg_comm_finalize(exit_code); }
+
+int clg_mpi_rank(void) { return clg_comm_rank(); }
+
+int clg_mpi_size(void) { return clg_comm_size(); }
+
+void clg_mpi_configure(double timeout_s, int deterministic) { clg_comm_configure(timeout_s, deterministic); }
+
+// ---- programs ----
+
+void clg_ctx_program_counts(const clg_ctx *ctx, int *built, int *cache_loaded)
+{
+    if (built)
+        *built = ctx ? ctx->prog_stats.built : 0;
+    if (cache_loaded)
+        *cache_loaded = ctx ? ctx->prog_stats.cache_loaded : 0;
+}
+
+int clg_ctx_cache_warm(clg_ctx *ctx)
+{
+    if (!ctx || ctx->ndev < 1)
+        return -1;
+    return clg_program_cached(&ctx->devs[0], "eltwise", "");
+}
+
+// ---- tuning ----
+
+clg_status clg_tune_gemm(clg_ctx *ctx, int device, int quick, int clblast, clg_progress_fn progress, void *user)
+{
+    if (!ctx)
+        return clg_err_set(NULL, CLG_ERR_INVALID_ARG, "clg_tune_gemm: context is NULL");
+    if (device < 0 || device >= ctx->ndev)
+        return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG, "clg_tune_gemm: device %d out of range (the context has %d)",
+                           device, ctx->ndev);
+    clg_gemm_tune_opts o = {.quick = quick, .clblast = clblast, .progress = progress, .user = user};
+    return clg_gemm_tune(&ctx->devs[device], &o);
+}
+
+// ---- precompiling ----
+
+clg_status clg_model_precompile(clg_model *m, int reverse, int measure)
+{
+    if (!m)
+        return clg_err_set(NULL, CLG_ERR_INVALID_ARG, "clg_model_precompile: model is NULL");
+    clg_status st = clg_session_precompile(m, reverse);
+    if (st == CLG_OK && measure && clg_session_rep(m)->loss_index >= 0)
+        st = clg_session_train_step(m, 0, 0.0, NULL);
+    return st;
+}
