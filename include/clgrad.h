@@ -420,6 +420,20 @@ CLG_API int clg_mpi_size(void);
  * rank in seconds (<= 0: the default, 60) and the rank-ordered (bitwise
  * repeatable) gradient sum. */
 CLG_API void clg_mpi_configure(double timeout_s, int deterministic);
+/* The reduction in use: "ring", "MPI_Iallreduce" (CLGRAD_ALLREDUCE=mpi) or
+ * "rank-ordered" (deterministic). */
+CLG_API const char *clg_mpi_algorithm(void);
+/* Blocking collectives of the job (main thread; every rank calls them in the
+ * same order), with the wait timeout: a barrier, and sums over the ranks in
+ * place, buf[0..n) of floats as training reduces gradients, or of doubles.
+ * With one rank: nothing to do. Failure: CLG_ERR_MPI naming the ranks that no
+ * longer answer, detail in clg_last_error(NULL). */
+CLG_API clg_status clg_mpi_barrier(void);
+CLG_API clg_status clg_mpi_allreduce_f32(float *buf, size_t n);
+CLG_API clg_status clg_mpi_allreduce_f64(double *buf, size_t n);
+/* Link bandwidth: rank 0 sends bytes of buf to rank 1 and back, reps times;
+ * *gbs (rank 0): bytes / (best round trip / 2) in GB/s. Other ranks idle. */
+CLG_API clg_status clg_mpi_pingpong(void *buf, size_t bytes, int reps, double *gbs);
 
 /* OpenCL programs of the context so far: built from source and loaded from
  * the binary cache (either may be NULL). */

@@ -6,7 +6,6 @@
 
 #include "cli.h"
 #include "cli_opts.h"
-#include "parallel/comm.h"
 
 typedef struct allreduce_opts {
     cli_common c;
@@ -48,8 +47,8 @@ int bench_allreduce(int argc, char **argv)
     CLI_PARSE(&cli_spec_bench_allreduce, argc, argv, &o);
     long min_kib = o.min_kib, max_mib = o.max_mib;
     int json = o.c.json, det = o.c.deterministic;
-    clg_comm_configure(o.c.comm_timeout, o.c.deterministic);
-    int R = clg_comm_size(), me = clg_comm_rank();
+    clg_mpi_configure(o.c.comm_timeout, o.c.deterministic);
+    int R = clg_mpi_size(), me = clg_mpi_rank();
     if (R < 2) {
         fprintf(stderr, "clgrad bench allreduce: one rank: nothing to reduce (run it under mpirun -np 2 or more)\n");
         return CLI_OK;
@@ -61,11 +60,10 @@ int bench_allreduce(int argc, char **argv)
         free(ref);
         return cli_fail("bench allreduce: out of memory for %zu bytes", maxb);
     }
-    clg_err err = {0};
     int rc = CLI_OK;
     if (me == 0 && !json)
         printf("%d ranks, %s all-reduce of float sums\n%12s %8s %12s %12s %12s\n", R,
-               det ? "deterministic (gather + rank order)" : clg_comm_algorithm(), "bytes", "iters", "median ms",
+               det ? "deterministic (gather + rank order)" : clg_mpi_algorithm(), "bytes", "iters", "median ms",
                "algbw GB/s", "busbw GB/s");
     for (size_t bytes = minb; bytes <= maxb && rc == CLI_OK; bytes *= 4) {
         size_t n = bytes / sizeof(float);
@@ -78,16 +76,16 @@ int bench_allreduce(int argc, char **argv)
         for (int it = -1; it < 64 && rc == CLI_OK; it++) {
             memcpy(buf, ref, bytes);
             double c[1] = {0};
-            if (clg_comm_barrier(&err, "barrier") != CLG_OK) {
+            if (clg_mpi_barrier() != CLG_OK) {
                 rc = CLI_FAIL;
                 break;
             }
-            double t0 = clg_now_sec();
-            if (clg_comm_allreduce_f32(&err, buf, n, "bench all-reduce") != CLG_OK) {
+            double t0 = cli_now();
+            if (clg_mpi_allreduce_f32(buf, n) != CLG_OK) {
                 rc = CLI_FAIL;
                 break;
             }
-            double dt = clg_now_sec() - t0;
+            double dt = cli_now() - t0;
             if (it < 0) { /* warm-up: check the result once */
                 double want_mul = R * (R + 1) / 2.0;
                 for (size_t k = 0; k < n; k += 97)
@@ -102,7 +100,7 @@ int bench_allreduce(int argc, char **argv)
             }
             times[iters++] = dt;
             c[0] = (iters >= 3 && (iters * t_one > 0.3 || iters >= 64)) ? 1 : 0;
-            if (clg_comm_allreduce_f64(&err, c, 1, "bench stop vote") != CLG_OK) { /* every rank stops together */
+            if (clg_mpi_allreduce_f64(c, 1) != CLG_OK) { /* every rank stops together */
                 rc = CLI_FAIL;
                 break;
             }
@@ -127,7 +125,7 @@ int bench_allreduce(int argc, char **argv)
     /* the link itself: rank 0 -> 1 -> 0 ping-pong of the largest size */
     if (rc == CLI_OK) {
         double bw = 0;
-        if (clg_comm_pingpong(&err, buf, maxb, 3, &bw) != CLG_OK)
+        if (clg_mpi_pingpong(buf, maxb, 3, &bw) != CLG_OK)
             rc = CLI_FAIL;
         else if (me == 0) {
             if (json)
@@ -137,7 +135,7 @@ int bench_allreduce(int argc, char **argv)
         }
     }
     if (rc != CLI_OK)
-        cli_fail("bench allreduce: %s", err.msg);
+        cli_fail("bench allreduce: %s", clg_last_error(NULL));
     free(buf);
     free(ref);
     return rc;

@@ -1,5 +1,7 @@
 /* Public calls for front ends (include/clgrad.h, "Front ends"): MPI jobs,
  * program statistics, tuning and precompiling, over the internal layers. */
+#include <limits.h>
+
 #include "device/device.h"
 #include "ops/tune_gemm.h"
 #include "parallel/comm.h"
@@ -16,6 +18,31 @@ int clg_mpi_rank(void) { return clg_comm_rank(); }
 int clg_mpi_size(void) { return clg_comm_size(); }
 
 void clg_mpi_configure(double timeout_s, int deterministic) { clg_comm_configure(timeout_s, deterministic); }
+
+const char *clg_mpi_algorithm(void) { return clg_comm_algorithm(); }
+
+clg_status clg_mpi_barrier(void) { return clg_comm_barrier(NULL, "barrier"); }
+
+clg_status clg_mpi_allreduce_f32(float *buf, size_t n)
+{
+    if (!buf && n)
+        return clg_err_set(NULL, CLG_ERR_INVALID_ARG, "clg_mpi_allreduce_f32: buf is NULL");
+    return clg_comm_allreduce_f32(NULL, buf, n, "all-reduce");
+}
+
+clg_status clg_mpi_allreduce_f64(double *buf, size_t n)
+{
+    if ((!buf && n) || n > INT_MAX)
+        return clg_err_set(NULL, CLG_ERR_INVALID_ARG, "clg_mpi_allreduce_f64: buf is NULL or n (%zu) too large", n);
+    return clg_comm_allreduce_f64(NULL, buf, (int)n, "all-reduce");
+}
+
+clg_status clg_mpi_pingpong(void *buf, size_t bytes, int reps, double *gbs)
+{
+    if (!buf || !gbs || reps < 1)
+        return clg_err_set(NULL, CLG_ERR_INVALID_ARG, "clg_mpi_pingpong: buf and gbs are required, reps >= 1");
+    return clg_comm_pingpong(NULL, buf, bytes, reps, gbs);
+}
 
 // ---- programs ----
 
