@@ -1,5 +1,6 @@
 /* Parsing and --help from the option tables (cli_opts.h). */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -47,8 +48,11 @@ static int bad_value(const cli_spec *sp, const cli_opt *o, const char *v)
         fprintf(stderr, "an integer in [%lld, %lld] (plain decimal)", o->ilo, o->ihi);
         break;
     case CLI_DOUBLE:
-        fprintf(stderr, "a finite number in %c%g, %g%c (plain decimal)", o->open & CLI_LO_OPEN ? '(' : '[', o->lo,
-                o->hi, o->open & CLI_HI_OPEN ? ')' : ']');
+        if (o->hi == DBL_MAX) /* no upper bound */
+            fprintf(stderr, "a finite number %s %g (plain decimal)", o->open & CLI_LO_OPEN ? ">" : ">=", o->lo);
+        else
+            fprintf(stderr, "a finite number in %c%g, %g%c (plain decimal)", o->open & CLI_LO_OPEN ? '(' : '[',
+                    o->lo, o->hi, o->open & CLI_HI_OPEN ? ')' : ']');
         break;
     case CLI_CHOICE:
         fprintf(stderr, "one of");

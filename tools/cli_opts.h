@@ -89,7 +89,7 @@ extern const char *const cli_gemm_backends[]; /* auto, own, clblast */
                    "dynamic loss scaling (layers compute in fp32)")
 #define CLI_OPT_GEMM_BACKEND                                                                                    \
     CLI_CHOICE_OPT("--gemm-backend", cli_common, gemm_backend, cli_gemm_backends, "B",                          \
-                   "GEMM backend: auto, own or clblast (also --set CLGRAD_GEMM_BACKEND=B)")
+                   "GEMM backend: auto, own or clblast")
 #define CLI_OPT_MPI                                                                                             \
     CLI_FLAG_OPT("--deterministic", cli_common, deterministic, 1,                                               \
                  "MPI: sum the gradients over the ranks in rank order (two runs are\n"                          \

@@ -1,4 +1,5 @@
 /* clgrad train MODEL --data SPEC [options]: trains a model (public API only). */
+#include <float.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,14 +22,14 @@ static const cli_opt opts[] = {
     CLI_OPT_DATA,
     CLI_INT_OPT("--epochs", T, p.epochs, 1, 1000000, "N", "epochs to train"),
     CLI_OPT_BATCH,
-    CLI_DOUBLE_OPT("--lr", T, p.learning_rate, 0, 1e9, 0, "X", "learning rate"),
+    CLI_DOUBLE_OPT("--lr", T, p.learning_rate, 0, DBL_MAX, 0, "X", "learning rate"),
     CLI_CHOICE_OPT("--optimizer", T, p.optimizer, optimizers, "NAME", "sgd, adam or adamw"),
     CLI_DOUBLE_OPT("--momentum", T, p.momentum, 0, 1, CLI_HI_OPEN, "X", "SGD momentum, in [0, 1)"),
-    CLI_DOUBLE_OPT("--weight-decay", T, p.weight_decay, 0, 1e9, 0, "X",
+    CLI_DOUBLE_OPT("--weight-decay", T, p.weight_decay, 0, DBL_MAX, 0, "X",
                    "weight decay (L2 for sgd/adam, decoupled for adamw)"),
     CLI_CHOICE_OPT("--schedule", T, p.schedule, schedules, "NAME", "learning-rate schedule: none, step or cosine"),
     CLI_INT_OPT("--warmup", T, p.warmup, 0, 1LL << 40, "N", "linear learning-rate warm-up over N steps"),
-    CLI_DOUBLE_OPT("--clip-norm", T, p.clip_norm, 0, 1e9, 0, "X", "clip gradients to global L2 norm X (0: off)"),
+    CLI_DOUBLE_OPT("--clip-norm", T, p.clip_norm, 0, DBL_MAX, 0, "X", "clip gradients to global L2 norm X (0: off)"),
     CLI_LIST_OPT("--augment", T, p.augment, "SPEC",
                  "training-image augmentation: none, flip (random left-right\n"
                  "mirror), shift:N (random translation by up to N pixels) or\n"
