@@ -459,6 +459,26 @@ CLG_API clg_status clg_tune_gemm(clg_ctx *ctx, int device, int quick, int clblas
  * stored choice. Nothing is trained. */
 CLG_API clg_status clg_model_precompile(clg_model *m, int reverse, int measure);
 
+/* GEMM benchmarks (clgrad bench gemm): C (m x n) = op(A) op(B), row-major,
+ * single precision, batch products per call (0 or 1: one). */
+typedef struct clg_bench_gemm_shape {
+    const char *label; /* static text, e.g. "vgg-s conv2 fwd" */
+    int m, n, k, ta, tb, batch;
+} clg_bench_gemm_shape;
+/* The GEMMs of the VGG-S and LeNet-5 layers at this batch size (forward, data
+ * and weight gradients; a convolution as im2col M=Kout N=B*P*Q K=C*R*S):
+ * fills up to max; returns how many there are. */
+CLG_API int clg_bench_gemm_dl_shapes(int batch, clg_bench_gemm_shape *out, int max);
+/* 1 when the CLBlast GEMM backend is compiled in. */
+CLG_API int clg_have_clblast(void);
+/* Times backend "own" (what clgrad runs for the shape: tuned or default
+ * parameters) or "clblast" on device index `device`, scratch operands, one
+ * warm-up then reps runs timed by OpenCL events: *ms is their median. */
+CLG_API clg_status clg_bench_gemm_time(clg_ctx *ctx, int device, const clg_bench_gemm_shape *s, const char *backend,
+                                       int reps, double *ms);
+/* What "own" runs for the shape (the kernel and its parameters), into buf. */
+CLG_API void clg_bench_gemm_describe(clg_ctx *ctx, int device, const clg_bench_gemm_shape *s, char *buf, size_t len);
+
 /* ====================================================================== */
 
 #ifdef __cplusplus

@@ -10,12 +10,14 @@
 #include "cli.h"
 #include "cli_opts.h"
 #include "clg_config.h"
-#include "ops/gemm.h"
-#include "ops/tune_gemm.h"
 
 #if CLG_HAVE_OPENBLAS
 #include <cblas.h>
 #endif
+
+#define MIN_(a, b) ((a) < (b) ? (a) : (b))
+#define MAX_(a, b) ((a) > (b) ? (a) : (b))
+#define NSHAPES 64 /* at most this many shapes per run */
 
 static const char *const backends[] = {"own", "clblast", "openblas", "all", NULL};
 static const char *const shape_sets[] = {"dl", NULL};
@@ -77,12 +79,12 @@ typedef struct host_op {
     size_t na, nb, nc;
 } host_op;
 
-static int host_init(host_op *h, const clg_gemm_shape *s)
+static int host_init(host_op *h, const clg_bench_gemm_shape *s)
 {
     int batch = s->batch > 0 ? s->batch : 1;
-    h->na = (size_t)s->M * s->K;
-    h->nb = (size_t)s->K * s->N;
-    h->nc = (size_t)s->M * s->N;
+    h->na = (size_t)s->m * s->k;
+    h->nb = (size_t)s->k * s->n;
+    h->nc = (size_t)s->m * s->n;
     h->A = malloc(sizeof(float) * h->na * batch);
     h->B = malloc(sizeof(float) * h->nb * batch);
     h->C = malloc(sizeof(float) * h->nc * batch);
@@ -104,30 +106,30 @@ static void host_free(host_op *h)
 }
 
 /* One product (all batch entries) with OpenBLAS; wall-clock ms. */
-static double host_run(const host_op *h, const clg_gemm_shape *s)
+static double host_run(const host_op *h, const clg_bench_gemm_shape *s)
 {
     int batch = s->batch > 0 ? s->batch : 1;
-    double t0 = clg_now_sec();
+    double t0 = cli_now();
     for (int b = 0; b < batch; b++)
-        cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans, s->tb ? CblasTrans : CblasNoTrans, s->M, s->N,
-                    s->K, 1.0f, h->A + b * h->na, s->ta ? s->M : s->K, h->B + b * h->nb, s->tb ? s->K : s->N, 0.0f,
-                    h->C + b * h->nc, s->N);
-    return (clg_now_sec() - t0) * 1e3;
+        cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans, s->tb ? CblasTrans : CblasNoTrans, s->m, s->n,
+                    s->k, 1.0f, h->A + b * h->na, s->ta ? s->m : s->k, h->B + b * h->nb, s->tb ? s->k : s->n, 0.0f,
+                    h->C + b * h->nc, s->n);
+    return (cli_now() - t0) * 1e3;
 }
 #endif
 
-static void report(int json, const char *dev, const clg_gemm_shape *s, const char *backend, double ms, const char *note)
+static void report(int json, const char *dev, const clg_bench_gemm_shape *s, const char *backend, double ms, const char *note)
 {
     int batch = s->batch > 0 ? s->batch : 1;
-    double gf = 2.0 * s->M * s->N * s->K * batch / (ms * 1e6);
+    double gf = 2.0 * s->m * s->n * s->k * batch / (ms * 1e6);
     if (json) {
         printf("{\"backend\": \"%s\", \"device\": \"%s\", \"label\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, "
                "\"ta\": %d, \"tb\": %d, \"batch\": %d, \"ms\": %.4f, \"gflops\": %.2f%s%s%s}\n",
-               backend, dev, s->label ? s->label : "", s->M, s->N, s->K, s->ta, s->tb, batch, ms, gf,
+               backend, dev, s->label ? s->label : "", s->m, s->n, s->k, s->ta, s->tb, batch, ms, gf,
                note ? ", \"params\": \"" : "", note ? note : "", note ? "\"" : "");
     } else {
-        printf("%-22s %-9s %6d %6d %6d %2d %2d %4d %10.3f %9.1f  %s\n", s->label ? s->label : "-", backend, s->M,
-               s->N, s->K, s->ta, s->tb, batch, ms, gf, note ? note : "");
+        printf("%-22s %-9s %6d %6d %6d %2d %2d %4d %10.3f %9.1f  %s\n", s->label ? s->label : "-", backend, s->m,
+               s->n, s->k, s->ta, s->tb, batch, ms, gf, note ? note : "");
     }
     fflush(stdout);
 }
@@ -148,7 +150,7 @@ static int pick_backends(const char *backend, gemm_run *g)
     g->want_own = all || strcmp(backend, "own") == 0;
     g->want_cb = all || strcmp(backend, "clblast") == 0;
     g->want_ob = all || strcmp(backend, "openblas") == 0;
-    if (g->want_cb && !clg_gemm_have_clblast()) {
+    if (g->want_cb && !clg_have_clblast()) {
         if (!all)
             return cli_fail("this clgrad was built without CLBlast");
         g->want_cb = 0;
@@ -163,22 +165,17 @@ static int pick_backends(const char *backend, gemm_run *g)
 
 /* Times shape sh on device d (NULL: host only), the host column when
  * host is set; prints the rows. CLI_OK or CLI_FAIL. */
-static int time_on_device(gemm_run *g, int d, const clg_gemm_shape *sh, void *host)
+static int time_on_device(gemm_run *g, int d, const clg_bench_gemm_shape *sh, void *host)
 {
-    clg_device *dev = g->ctx ? &g->ctx->devs[d] : NULL;
-    clg_gemm_args a;
-    clg_gemm_args_init(&a);
-    a.M = sh->M;
-    a.N = sh->N;
-    a.K = sh->K;
-    a.ta = sh->ta;
-    a.tb = sh->tb;
-    a.batch = sh->batch;
+    int dev = g->ctx != NULL;
+    clg_device_info info = {0};
+    if (dev)
+        clg_device_info_get(g->ctx, d, &info);
     /* own: what clg_gemm runs for the shape (tuned or default parameters, or
      * an unpacked kernel for small and long-thin products) */
     char desc[160] = "";
     if (dev && g->want_own)
-        clg_gemm_own_describe(dev, &a, desc, sizeof desc);
+        clg_bench_gemm_describe(g->ctx, d, sh, desc, sizeof desc);
     int cb_ok = dev && g->want_cb;
     double t_ob[64], t_own[64], t_cb[64];
     for (int r = 0; r < g->reps; r++) {
@@ -186,9 +183,9 @@ static int time_on_device(gemm_run *g, int d, const clg_gemm_shape *sh, void *ho
         if (host)
             t_ob[r] = host_run(host, sh);
 #endif
-        if (dev && g->want_own && clg_gemm_time(dev, &a, CLG_GEMM_OWN, NULL, 1, &t_own[r]) != CLG_OK)
+        if (dev && g->want_own && clg_bench_gemm_time(g->ctx, d, sh, "own", 1, &t_own[r]) != CLG_OK)
             return cli_fail("own gemm on device %d: %s", d, clg_last_error(g->ctx));
-        if (cb_ok && clg_gemm_time(dev, &a, CLG_GEMM_CLBLAST, NULL, 1, &t_cb[r]) != CLG_OK) {
+        if (cb_ok && clg_bench_gemm_time(g->ctx, d, sh, "clblast", 1, &t_cb[r]) != CLG_OK) {
             fprintf(stderr, "clgrad: clblast gemm on device %d: %s\n", d, clg_last_error(g->ctx));
             cb_ok = 0;
         }
@@ -199,9 +196,9 @@ static int time_on_device(gemm_run *g, int d, const clg_gemm_shape *sh, void *ho
     if (host)
         report(g->json, "host", sh, "openblas", m_ob, NULL);
     if (m_own > 0)
-        report(g->json, dev->info.name, sh, "own", m_own, desc);
+        report(g->json, info.name, sh, "own", m_own, desc);
     if (m_cb > 0)
-        report(g->json, dev->info.name, sh, "clblast", m_cb, NULL);
+        report(g->json, info.name, sh, "clblast", m_cb, NULL);
     if (d == 0 && m_own > 0 && m_ob > 0 && g->n_ob < 64)
         g->r_ob[g->n_ob++] = m_ob / m_own;
     if (d == 0 && m_own > 0 && m_cb > 0 && g->n_cb < 64)
@@ -213,9 +210,9 @@ static int time_on_device(gemm_run *g, int d, const clg_gemm_shape *sh, void *ho
 }
 
 /* One shape on every device (the host column once, with the first). */
-static int time_shape(gemm_run *g, const clg_gemm_shape *sh)
+static int time_shape(gemm_run *g, const clg_bench_gemm_shape *sh)
 {
-    int ndev = g->ctx ? g->ctx->ndev : 0;
+    int ndev = g->ctx ? clg_device_count(g->ctx) : 0;
     void *host = NULL;
     int rc = CLI_OK;
 #if CLG_HAVE_OPENBLAS
@@ -230,7 +227,7 @@ static int time_shape(gemm_run *g, const clg_gemm_shape *sh)
         }
     }
 #endif
-    for (int d = 0; d < CLG_MAX(ndev, 1) && rc == CLI_OK; d++)
+    for (int d = 0; d < MAX_(ndev, 1) && rc == CLI_OK; d++)
         rc = time_on_device(g, d, sh, d == 0 ? host : NULL);
 #if CLG_HAVE_OPENBLAS
     host_free(&h);
@@ -250,8 +247,8 @@ static void print_summary(gemm_run *g)
         double lo = rs[q][0], hi = rs[q][0];
         int at_least_1 = 0;
         for (int i = 0; i < nr[q]; i++) {
-            lo = CLG_MIN(lo, rs[q][i]);
-            hi = CLG_MAX(hi, rs[q][i]);
+            lo = MIN_(lo, rs[q][i]);
+            hi = MAX_(hi, rs[q][i]);
             at_least_1 += rs[q][i] >= 1.0;
         }
         printf("own/%s over %d shapes: median %.2f, min %.2f, max %.2f, %d at 1.0 or more\n", peer[q], nr[q],
@@ -267,12 +264,12 @@ int bench_gemm(int argc, char **argv)
     int rc = pick_backends(o.backend, &g);
     if (rc != CLI_OK)
         return rc;
-    clg_gemm_shape list[64];
+    clg_bench_gemm_shape list[NSHAPES];
     int ns = 1;
     if (o.shapes)
-        ns = CLG_MIN(clg_gemm_dl_shapes(128, list, (int)CLG_ARRAY_LEN(list)), (int)CLG_ARRAY_LEN(list));
+        ns = MIN_(clg_bench_gemm_dl_shapes(128, list, NSHAPES), NSHAPES);
     else
-        list[0] = (clg_gemm_shape){"-", (int)o.m, (int)o.n, (int)o.k, o.ta, o.tb, o.c.batch};
+        list[0] = (clg_bench_gemm_shape){"-", (int)o.m, (int)o.n, (int)o.k, o.ta, o.tb, o.c.batch};
     if (g.want_own || g.want_cb) {
         g.ctx = cli_ctx_open(o.c.devices, 0, &rc);
         if (!g.ctx)

@@ -3,6 +3,7 @@
 #include <limits.h>
 
 #include "device/device.h"
+#include "ops/gemm.h"
 #include "ops/tune_gemm.h"
 #include "parallel/comm.h"
 #include "train/session.h"
@@ -84,4 +85,59 @@ clg_status clg_model_precompile(clg_model *m, int reverse, int measure)
     if (st == CLG_OK && measure && clg_session_rep(m)->loss_index >= 0)
         st = clg_session_train_step(m, 0, 0.0, NULL);
     return st;
+}
+
+// ---- GEMM benchmarks ----
+
+int clg_bench_gemm_dl_shapes(int batch, clg_bench_gemm_shape *out, int max)
+{
+    clg_gemm_shape list[64];
+    int n = clg_gemm_dl_shapes(batch, list, (int)CLG_ARRAY_LEN(list));
+    for (int i = 0; out && i < CLG_MIN(CLG_MIN(n, max), (int)CLG_ARRAY_LEN(list)); i++)
+        out[i] = (clg_bench_gemm_shape){list[i].label, list[i].M, list[i].N, list[i].K, list[i].ta, list[i].tb,
+                                        list[i].batch};
+    return n;
+}
+
+int clg_have_clblast(void) { return clg_gemm_have_clblast(); }
+
+static void gemm_args(const clg_bench_gemm_shape *s, clg_gemm_args *a)
+{
+    clg_gemm_args_init(a);
+    a->M = s->m;
+    a->N = s->n;
+    a->K = s->k;
+    a->ta = s->ta;
+    a->tb = s->tb;
+    a->batch = s->batch;
+}
+
+clg_status clg_bench_gemm_time(clg_ctx *ctx, int device, const clg_bench_gemm_shape *s, const char *backend,
+                               int reps, double *ms)
+{
+    if (!ctx || !s || !backend || !ms || reps < 1)
+        return clg_err_set(ctx ? &ctx->err : NULL, CLG_ERR_INVALID_ARG,
+                           "clg_bench_gemm_time: context, shape, backend and ms are required, reps >= 1");
+    if (device < 0 || device >= ctx->ndev)
+        return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG, "clg_bench_gemm_time: device %d out of range (%d)", device,
+                           ctx->ndev);
+    int b = clg_gemm_backend_parse(backend);
+    if (b != CLG_GEMM_OWN && b != CLG_GEMM_CLBLAST)
+        return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG, "clg_bench_gemm_time: backend '%s' (own or clblast)",
+                           backend);
+    clg_gemm_args a;
+    gemm_args(s, &a);
+    return clg_gemm_time(&ctx->devs[device], &a, (clg_gemm_backend)b, NULL, reps, ms);
+}
+
+void clg_bench_gemm_describe(clg_ctx *ctx, int device, const clg_bench_gemm_shape *s, char *buf, size_t len)
+{
+    if (!buf || !len)
+        return;
+    buf[0] = 0;
+    if (!ctx || !s || device < 0 || device >= ctx->ndev)
+        return;
+    clg_gemm_args a;
+    gemm_args(s, &a);
+    clg_gemm_own_describe(&ctx->devs[device], &a, buf, len);
 }
