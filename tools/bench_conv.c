@@ -37,7 +37,8 @@ static const cli_opt opts[] = {
     DIM("--dil", dil, 1024, "dilation (default 1)"),
     DIM("--groups", groups, 1 << 20, "groups (default 1)"),
     CLI_CHOICE_OPT("--shapes", T, shapes, shape_sets, "SET",
-                   "the 3x3 conv layers of models/vgg-s (28x28x1 input, batch 128 unless --n)"),
+                   "vgg-s: the 3x3 conv layers of models/vgg-s (28x28x1 input, batch 128\n"
+                   "unless --n)"),
     CLI_CHOICE_OPT("--pass", T, pass, passes, "P", "fwd, bwd-data, bwd-filter or all (default)"),
     CLI_STRING_OPT("--algo", T, algo, "A",
                    "winograd, winograd4, winograd-fused, winograd4-fused, im2col, direct,\n"
