@@ -402,6 +402,84 @@ CLG_API clg_status clg_bench_train_size(clg_ctx *ctx, const clg_bench_train_para
 #define clg_bench_train(ctx, p, out) clg_bench_train_size((ctx), (p), (out), sizeof *(out))
 
 /* ====================================================================== */
+/* Front ends: what the clgrad program needs besides models and training
+ * (MPI jobs, program statistics, tuning, precompiling). */
+
+/* MPI: a process started by mpirun (OMPI_COMM_WORLD_SIZE or PMIX_RANK in the
+ * environment) initializes MPI in clg_mpi_init (main thread, before any other
+ * call; idempotent) and is rank clg_mpi_rank() of clg_mpi_size(); any other
+ * process, or a build without MPI, is rank 0 of 1 and never loads MPI.
+ * Failure: CLG_ERR_MPI, detail in clg_last_error(NULL). */
+CLG_API clg_status clg_mpi_init(void);
+/* Ends MPI at exit: finalizes it after a successful run (exit_code 0), or
+ * ends the whole job (MPI_Abort) when this rank fails. No-op without MPI. */
+CLG_API void clg_mpi_finalize(int exit_code);
+CLG_API int clg_mpi_rank(void);
+CLG_API int clg_mpi_size(void);
+/* The job's reduction options, before training starts: the wait for another
+ * rank in seconds (<= 0: the default, 60) and the rank-ordered (bitwise
+ * repeatable) gradient sum. */
+CLG_API void clg_mpi_configure(double timeout_s, int deterministic);
+/* The reduction in use: "ring", "MPI_Iallreduce" (CLGRAD_ALLREDUCE=mpi) or
+ * "rank-ordered" (deterministic). */
+CLG_API const char *clg_mpi_algorithm(void);
+/* Blocking collectives of the job (main thread; every rank calls them in the
+ * same order), with the wait timeout: a barrier, and sums over the ranks in
+ * place, buf[0..n) of floats as training reduces gradients, or of doubles.
+ * With one rank: nothing to do. Failure: CLG_ERR_MPI naming the ranks that no
+ * longer answer, detail in clg_last_error(NULL). */
+CLG_API clg_status clg_mpi_barrier(void);
+CLG_API clg_status clg_mpi_allreduce_f32(float *buf, size_t n);
+CLG_API clg_status clg_mpi_allreduce_f64(double *buf, size_t n);
+/* Link bandwidth: rank 0 sends bytes of buf to rank 1 and back, reps times;
+ * *gbs (rank 0): bytes / (best round trip / 2) in GB/s. Other ranks idle. */
+CLG_API clg_status clg_mpi_pingpong(void *buf, size_t bytes, int reps, double *gbs);
+
+/* OpenCL programs of the context so far: built from source and loaded from
+ * the binary cache (either may be NULL). */
+CLG_API void clg_ctx_program_counts(const clg_ctx *ctx, int *built, int *cache_loaded);
+/* Whether the program-binary cache holds the element-wise kernels every
+ * training step builds, for the first device: 1 yes, 0 no (a cold cache),
+ * -1 unknown (no binary cache, or no device). */
+CLG_API int clg_ctx_cache_warm(clg_ctx *ctx);
+
+/* GEMM auto-tuning of device index `device` (clg_device_count): searches the
+ * kernel parameters per shape class and stores the winners (and, with
+ * clblast, whether CLBlast is faster per class) in the tuning database under
+ * the cache directory. quick: a reduced search. progress (may be NULL) gets
+ * one line at a time. Takes minutes. */
+typedef void (*clg_progress_fn)(void *user, const char *line);
+CLG_API clg_status clg_tune_gemm(clg_ctx *ctx, int device, int quick, int clblast, clg_progress_fn progress,
+                                 void *user);
+
+/* Builds and compiles every kernel a training step of m launches: each
+ * layer's forward and backward once on zeros, in layer order or reversed;
+ * with measure, then a step with learning rate 0 (when the model has a
+ * loss), which measures the convolution algorithms of shapes without a
+ * stored choice. Nothing is trained. */
+CLG_API clg_status clg_model_precompile(clg_model *m, int reverse, int measure);
+
+/* GEMM benchmarks (clgrad bench gemm): C (m x n) = op(A) op(B), row-major,
+ * single precision, batch products per call (0 or 1: one). */
+typedef struct clg_bench_gemm_shape {
+    const char *label; /* static text, e.g. "vgg-s conv2 fwd" */
+    int m, n, k, ta, tb, batch;
+} clg_bench_gemm_shape;
+/* The GEMMs of the VGG-S and LeNet-5 layers at this batch size (forward, data
+ * and weight gradients; a convolution as im2col M=Kout N=B*P*Q K=C*R*S):
+ * fills up to max; returns how many there are. */
+CLG_API int clg_bench_gemm_dl_shapes(int batch, clg_bench_gemm_shape *out, int max);
+/* 1 when the CLBlast GEMM backend is compiled in. */
+CLG_API int clg_have_clblast(void);
+/* Times backend "own" (what clgrad runs for the shape: tuned or default
+ * parameters) or "clblast" on device index `device`, scratch operands, one
+ * warm-up then reps runs timed by OpenCL events: *ms is their median. */
+CLG_API clg_status clg_bench_gemm_time(clg_ctx *ctx, int device, const clg_bench_gemm_shape *s, const char *backend,
+                                       int reps, double *ms);
+/* What "own" runs for the shape (the kernel and its parameters), into buf. */
+CLG_API void clg_bench_gemm_describe(clg_ctx *ctx, int device, const clg_bench_gemm_shape *s, char *buf, size_t len);
+
+/* ====================================================================== */
 
 #ifdef __cplusplus
 }

@@ -5,25 +5,30 @@
 #include <string.h>
 
 #include "cli.h"
-#include "parallel/comm.h"
+#include "cli_opts.h"
 
-static void help(FILE *f)
-{
-    fprintf(f, "usage: mpirun -np R clgrad bench allreduce [--min-kib K] [--max-mib M] [--deterministic] [--json]\n"
-               "\n"
-               "Times the gradient all-reduce of `clgrad train` (sum of float buffers over the ranks,\n"
-               "polled as training polls it) for sizes from 1 KiB to 256 MiB (x4 steps), and a\n"
-               "rank 0 <-> rank 1 ping-pong of the largest size as the link's own bandwidth.\n"
-               "Bus bandwidth = size * 2(R-1)/R / time (what a ring all-reduce moves per rank).\n"
-               "\n"
-               "  --min-kib K      smallest size in KiB (default 1)\n"
-               "  --max-mib M      largest size in MiB (default 256)\n"
-               "  --deterministic  the rank-ordered reduction (gather + sum in rank order)\n"
-               "  --comm-timeout SEC  fail after SEC s without an answer from a rank (default 60)\n"
-               "  --json           one JSON object per size\n"
-               "\n"
-               "exit codes: 0 ok, 1 failure, 2 usage error\n");
-}
+typedef struct allreduce_opts {
+    cli_common c;
+    long min_kib, max_mib;
+} allreduce_opts;
+
+static const cli_opt opts[] = {
+    CLI_INT_OPT("--min-kib", allreduce_opts, min_kib, 1, 1 << 20, "K", "smallest size in KiB (default 1)"),
+    CLI_INT_OPT("--max-mib", allreduce_opts, max_mib, 1, 4096, "M", "largest size in MiB (default 256)"),
+    CLI_OPT_MPI,
+    CLI_FLAG_OPT("--json", cli_common, json, 1, "one JSON object per size"),
+    CLI_END,
+};
+
+const cli_spec cli_spec_bench_allreduce = {
+    .name = "bench allreduce",
+    .synopsis = "[--min-kib K] [--max-mib M] [--deterministic] [--json]   (under mpirun -np R)",
+    .about = "Times the gradient all-reduce of `clgrad train` (sum of float buffers over the ranks,\n"
+             "polled as training polls it) for sizes from 1 KiB to 256 MiB (x4 steps), and a\n"
+             "rank 0 <-> rank 1 ping-pong of the largest size as the link's own bandwidth.\n"
+             "Bus bandwidth = size * 2(R-1)/R / time (what a ring all-reduce moves per rank).",
+    .opts = opts,
+};
 
 static double median(double *v, int n)
 {
@@ -38,41 +43,12 @@ static double median(double *v, int n)
 
 int bench_allreduce(int argc, char **argv)
 {
-    long min_kib = 1, max_mib = 256, v;
-    int json = 0, det = 0;
-    double timeout = 0, d;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int r;
-        if (cli_is_help(a)) {
-            help(stdout);
-            return CLI_OK;
-        }
-        if ((r = cli_opt_int(argc, argv, &i, "--min-kib", 1, 1 << 20, &min_kib)) != 0 ||
-            (r = cli_opt_int(argc, argv, &i, "--max-mib", 1, 4096, &max_mib)) != 0) {
-            if (r < 0)
-                return CLI_USAGE;
-            continue;
-        }
-        if ((r = cli_opt_double(argc, argv, &i, "--comm-timeout", &d)) != 0) {
-            if (r < 0 || !(d > 0 && d <= 86400))
-                return r < 0 ? CLI_USAGE : cli_usage_error("bench allreduce", "--comm-timeout must be in (0, 86400]");
-            timeout = d;
-            continue;
-        }
-        if (strcmp(a, "--json") == 0) {
-            json = 1;
-            continue;
-        }
-        if (strcmp(a, "--deterministic") == 0) {
-            det = 1;
-            continue;
-        }
-        (void)v;
-        return cli_usage_error("bench allreduce", "unknown argument '%s'", a);
-    }
-    clg_comm_configure(timeout, det);
-    int R = clg_comm_size(), me = clg_comm_rank();
+    allreduce_opts o = {.min_kib = 1, .max_mib = 256};
+    CLI_PARSE(&cli_spec_bench_allreduce, argc, argv, &o);
+    long min_kib = o.min_kib, max_mib = o.max_mib;
+    int json = o.c.json, det = o.c.deterministic;
+    clg_mpi_configure(o.c.comm_timeout, o.c.deterministic);
+    int R = clg_mpi_size(), me = clg_mpi_rank();
     if (R < 2) {
         fprintf(stderr, "clgrad bench allreduce: one rank: nothing to reduce (run it under mpirun -np 2 or more)\n");
         return CLI_OK;
@@ -84,11 +60,10 @@ int bench_allreduce(int argc, char **argv)
         free(ref);
         return cli_fail("bench allreduce: out of memory for %zu bytes", maxb);
     }
-    clg_err err = {0};
     int rc = CLI_OK;
     if (me == 0 && !json)
         printf("%d ranks, %s all-reduce of float sums\n%12s %8s %12s %12s %12s\n", R,
-               det ? "deterministic (gather + rank order)" : clg_comm_algorithm(), "bytes", "iters", "median ms",
+               det ? "deterministic (gather + rank order)" : clg_mpi_algorithm(), "bytes", "iters", "median ms",
                "algbw GB/s", "busbw GB/s");
     for (size_t bytes = minb; bytes <= maxb && rc == CLI_OK; bytes *= 4) {
         size_t n = bytes / sizeof(float);
@@ -101,16 +76,16 @@ int bench_allreduce(int argc, char **argv)
         for (int it = -1; it < 64 && rc == CLI_OK; it++) {
             memcpy(buf, ref, bytes);
             double c[1] = {0};
-            if (clg_comm_barrier(&err, "barrier") != CLG_OK) {
+            if (clg_mpi_barrier() != CLG_OK) {
                 rc = CLI_FAIL;
                 break;
             }
-            double t0 = clg_now_sec();
-            if (clg_comm_allreduce_f32(&err, buf, n, "bench all-reduce") != CLG_OK) {
+            double t0 = cli_now();
+            if (clg_mpi_allreduce_f32(buf, n) != CLG_OK) {
                 rc = CLI_FAIL;
                 break;
             }
-            double dt = clg_now_sec() - t0;
+            double dt = cli_now() - t0;
             if (it < 0) { /* warm-up: check the result once */
                 double want_mul = R * (R + 1) / 2.0;
                 for (size_t k = 0; k < n; k += 97)
@@ -125,7 +100,7 @@ int bench_allreduce(int argc, char **argv)
             }
             times[iters++] = dt;
             c[0] = (iters >= 3 && (iters * t_one > 0.3 || iters >= 64)) ? 1 : 0;
-            if (clg_comm_allreduce_f64(&err, c, 1, "bench stop vote") != CLG_OK) { /* every rank stops together */
+            if (clg_mpi_allreduce_f64(c, 1) != CLG_OK) { /* every rank stops together */
                 rc = CLI_FAIL;
                 break;
             }
@@ -150,7 +125,7 @@ int bench_allreduce(int argc, char **argv)
     /* the link itself: rank 0 -> 1 -> 0 ping-pong of the largest size */
     if (rc == CLI_OK) {
         double bw = 0;
-        if (clg_comm_pingpong(&err, buf, maxb, 3, &bw) != CLG_OK)
+        if (clg_mpi_pingpong(buf, maxb, 3, &bw) != CLG_OK)
             rc = CLI_FAIL;
         else if (me == 0) {
             if (json)
@@ -160,7 +135,7 @@ int bench_allreduce(int argc, char **argv)
         }
     }
     if (rc != CLI_OK)
-        cli_fail("bench allreduce: %s", err.msg);
+        cli_fail("bench allreduce: %s", clg_last_error(NULL));
     free(buf);
     free(ref);
     return rc;

@@ -7,24 +7,63 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_opts.h"
 #include "device/device.h"
 #include "ops/conv.h"
 #include "ops/conv_impl.h"
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: clgrad bench conv [--n N --c C --h H --w W --k K --r R --s S --pad P --stride U]\n"
-            "                         [--dil D --groups G] [--shapes vgg-s] [--pass fwd|bwd-data|bwd-filter|all]\n"
-            "                         [--algo winograd|winograd4|winograd-fused|winograd4-fused|im2col|direct|fft|\n"
-            "                                 auto|all] [--reps N]\n"
-            "                         [--check] [--devices SEL] [--json]\n"
-            "  Times each algorithm (median of --reps runs after a warm-up, wall clock around a\n"
-            "  finished queue) and prints ms and effective GFLOP/s (direct-convolution FLOPs).\n"
-            "  --check also reports the error against a double-precision host reference:\n"
-            "  max|got-ref| / max|ref| on N(0,1) inputs and filters.\n"
-            "  --shapes vgg-s: the 3x3 conv layers of models/vgg-s (28x28x1 input, batch 128 unless --n).\n");
-}
+static const char *const passes[] = {"fwd", "bwd-data", "bwd-filter", "all", NULL};
+static const char *const shape_sets[] = {"vgg-s", NULL};
+
+typedef struct conv_opts {
+    cli_common c;
+    long n, ch, h, w, k, r, s, pad, stride, dil, groups, reps;
+    int check;
+    const char *shapes, *pass, *algo;
+} conv_opts;
+
+#define T conv_opts
+#define DIM(nm, f, hi, hlp) CLI_INT_OPT(nm, T, f, 1, hi, "N", hlp)
+static const cli_opt opts[] = {
+    DIM("--n", n, 1 << 20, "batch (default 32; 128 for --shapes vgg-s)"),
+    DIM("--c", ch, 1 << 20, "input channels (default 32)"),
+    DIM("--h", h, 1 << 20, "input height (default 28)"),
+    DIM("--w", w, 1 << 20, "input width (default 28)"),
+    DIM("--k", k, 1 << 20, "output channels (default 32)"),
+    DIM("--r", r, 1024, "filter height (default 3)"),
+    DIM("--s", s, 1024, "filter width (default 3)"),
+    CLI_INT_OPT("--pad", T, pad, 0, 1024, "N", "padding (default 1)"),
+    DIM("--stride", stride, 1024, "stride (default 1)"),
+    DIM("--dil", dil, 1024, "dilation (default 1)"),
+    DIM("--groups", groups, 1 << 20, "groups (default 1)"),
+    CLI_CHOICE_OPT("--shapes", T, shapes, shape_sets, "SET",
+                   "vgg-s: the 3x3 conv layers of models/vgg-s (28x28x1 input, batch 128\n"
+                   "unless --n)"),
+    CLI_CHOICE_OPT("--pass", T, pass, passes, "P", "fwd, bwd-data, bwd-filter or all (default)"),
+    CLI_STRING_OPT("--algo", T, algo, "A",
+                   "winograd, winograd4, winograd-fused, winograd4-fused, im2col, direct,\n"
+                   "fft, auto or all (default)"),
+    DIM("--reps", reps, 1000, "timed runs after a warm-up (median; default 5)"),
+    CLI_FLAG_OPT("--check", T, check, 1,
+                 "also the error against a double-precision host reference:\n"
+                 "max|got-ref| / max|ref| on N(0,1) inputs and filters"),
+    CLI_OPT_DEVICES,
+    CLI_OPT_JSON,
+    CLI_END,
+};
+#undef DIM
+#undef T
+
+const cli_spec cli_spec_bench_conv = {
+    .name = "bench conv",
+    .synopsis = "[--n N --c C --h H --w W --k K --r R --s S --pad P --stride U --dil D --groups G]\n"
+                "       [--shapes vgg-s] [--pass P] [--algo A] [--reps N] [--check] [--devices SEL] [--json]",
+    .about = "Times each convolution algorithm and pass (median of --reps runs after a warm-up,\n"
+             "wall clock around a finished queue) and prints ms and effective GFLOP/s\n"
+             "(direct-convolution FLOPs: 2*N*K*P*Q*C/groups*R*S, so numbers compare across\n"
+             "algorithms).",
+    .opts = opts,
+};
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -209,110 +248,56 @@ done:
     return rc;
 }
 
+/* Runs the vgg-s layers or the one shape of the options. */
+static int run_shapes(clg_ctx *ctx, const conv_opts *o, int pass_sel, int algo_sel)
+{
+    if (!o->shapes) {
+        clg_conv_shape sh = {.N = o->n ? (int)o->n : 32, .C = (int)o->ch, .H = (int)o->h, .W = (int)o->w,
+                             .K = (int)o->k, .R = (int)o->r, .S = (int)o->s, .pad_h = (int)o->pad,
+                             .pad_w = (int)o->pad, .stride_h = (int)o->stride, .stride_w = (int)o->stride,
+                             .dil_h = (int)o->dil, .dil_w = (int)o->dil, .groups = (int)o->groups};
+        return run_shape(ctx, "custom", &sh, pass_sel, algo_sel, (int)o->reps, o->check, o->c.json);
+    }
+    /* models/vgg-s: conv3x3 1->32, 32->32 @28x28, maxpool, 32->64, 64->64 @14x14, pad 1 */
+    static const struct {
+        const char *name;
+        int c, k, hw;
+    } vgg[] = {{"conv1", 1, 32, 28}, {"conv2", 32, 32, 28}, {"conv3", 32, 64, 14}, {"conv4", 64, 64, 14}};
+    int rc = CLI_OK;
+    for (size_t i = 0; i < CLG_ARRAY_LEN(vgg); i++) {
+        clg_conv_shape sh = {.N = o->n ? (int)o->n : 128, .C = vgg[i].c, .H = vgg[i].hw, .W = vgg[i].hw,
+                             .K = vgg[i].k, .R = 3, .S = 3, .pad_h = 1, .pad_w = 1, .stride_h = 1, .stride_w = 1,
+                             .dil_h = 1, .dil_w = 1, .groups = 1};
+        int r1 = run_shape(ctx, vgg[i].name, &sh, pass_sel, algo_sel, (int)o->reps, o->check, o->c.json);
+        if (r1 != CLI_OK)
+            rc = r1;
+    }
+    return rc;
+}
+
 int bench_conv(int argc, char **argv)
 {
-    long n = 32, c = 32, h = 28, w = 28, k = 32, r = 3, s = 3, pad = 1, stride = 1, dil = 1, groups = 1, reps = 5;
-    int n_set = 0, json = 0, check = 0, pass_sel = -1, algo_sel = -1;
-    const char *devices = NULL, *shapes = NULL, *pass = NULL, *algo = NULL;
+    conv_opts o = {.ch = 32, .h = 28, .w = 28, .k = 32, .r = 3, .s = 3, .pad = 1, .stride = 1, .dil = 1,
+                   .groups = 1, .reps = 5};
+    int pass_sel = -1, algo_sel = -1;
     /* `auto` rows time the measured choice: measure at the first use, not after
      * a default run (clg_conv_auto_choose), unless the caller says otherwise */
     setenv("CLGRAD_CONV_AUTO_DEFER", "0", 0);
-    for (int i = 1; i < argc; i++) {
-        int got;
-        if (cli_is_help(argv[i])) {
-            usage(stdout);
-            return CLI_OK;
-        }
-        if (strcmp(argv[i], "--json") == 0) {
-            json = 1;
-            continue;
-        }
-        if (strcmp(argv[i], "--check") == 0) {
-            check = 1;
-            continue;
-        }
-#define OPT_INT(name, var, lo, hi)                                                                     \
-    if ((got = cli_opt_int(argc, argv, &i, name, lo, hi, &var)) != 0) {                                \
-        if (got < 0)                                                                                   \
-            return CLI_USAGE;                                                                          \
-        if (strcmp(name, "--n") == 0)                                                                  \
-            n_set = 1;                                                                                 \
-        continue;                                                                                      \
-    }
-        OPT_INT("--n", n, 1, 1 << 20)
-        OPT_INT("--c", c, 1, 1 << 20)
-        OPT_INT("--h", h, 1, 1 << 20)
-        OPT_INT("--w", w, 1, 1 << 20)
-        OPT_INT("--k", k, 1, 1 << 20)
-        OPT_INT("--r", r, 1, 1024)
-        OPT_INT("--s", s, 1, 1024)
-        OPT_INT("--pad", pad, 0, 1024)
-        OPT_INT("--stride", stride, 1, 1024)
-        OPT_INT("--dil", dil, 1, 1024)
-        OPT_INT("--groups", groups, 1, 1 << 20)
-        OPT_INT("--reps", reps, 1, 1000)
-#undef OPT_INT
-        if ((got = cli_opt_str(argc, argv, &i, "--devices", &devices)) != 0) {
-            if (got < 0)
-                return CLI_USAGE;
-            continue;
-        }
-        if ((got = cli_opt_str(argc, argv, &i, "--shapes", &shapes)) != 0) {
-            if (got < 0)
-                return CLI_USAGE;
-            continue;
-        }
-        if ((got = cli_opt_str(argc, argv, &i, "--pass", &pass)) != 0) {
-            if (got < 0)
-                return CLI_USAGE;
-            continue;
-        }
-        if ((got = cli_opt_str(argc, argv, &i, "--algo", &algo)) != 0) {
-            if (got < 0)
-                return CLI_USAGE;
-            continue;
-        }
-        return cli_usage_error("bench conv", "unknown option '%s'", argv[i]);
-    }
-    if (pass && strcmp(pass, "all") != 0) {
-        for (int p = 0; p < 3; p++)
-            if (strcmp(pass, pass_names[p]) == 0)
-                pass_sel = p;
-        if (pass_sel < 0)
-            return cli_usage_error("bench conv", "--pass must be fwd, bwd-data, bwd-filter or all (got '%s')", pass);
-    }
-    if (algo && strcmp(algo, "all") != 0) {
+    CLI_PARSE(&cli_spec_bench_conv, argc, argv, &o);
+    for (int p = 0; p < 3; p++)
+        if (o.pass && strcmp(o.pass, pass_names[p]) == 0)
+            pass_sel = p;
+    if (o.algo && strcmp(o.algo, "all") != 0) {
         clg_conv_algo a;
-        if (clg_conv_algo_parse(NULL, algo, &a) != CLG_OK)
+        if (clg_conv_algo_parse(NULL, o.algo, &a) != CLG_OK)
             return cli_usage_error("bench conv", "%s", clg_last_error(NULL));
         algo_sel = (int)a;
     }
-    if (shapes && strcmp(shapes, "vgg-s") != 0)
-        return cli_usage_error("bench conv", "unknown --shapes '%s' (vgg-s)", shapes);
     int rc = CLI_OK;
-    clg_ctx *ctx = cli_ctx_open(devices, 0, &rc);
+    clg_ctx *ctx = cli_ctx_open(o.c.devices, 0, &rc);
     if (!ctx)
         return rc;
-    if (shapes) {
-        /* models/vgg-s: conv3x3 1->32, 32->32 @28x28, maxpool, 32->64, 64->64 @14x14, pad 1 */
-        static const struct {
-            const char *name;
-            int c, k, hw;
-        } vgg[] = {{"conv1", 1, 32, 28}, {"conv2", 32, 32, 28}, {"conv3", 32, 64, 14}, {"conv4", 64, 64, 14}};
-        for (size_t i = 0; i < CLG_ARRAY_LEN(vgg); i++) {
-            clg_conv_shape sh = {.N = n_set ? (int)n : 128, .C = vgg[i].c, .H = vgg[i].hw, .W = vgg[i].hw,
-                                 .K = vgg[i].k, .R = 3, .S = 3, .pad_h = 1, .pad_w = 1, .stride_h = 1, .stride_w = 1,
-                                 .dil_h = 1, .dil_w = 1, .groups = 1};
-            int r1 = run_shape(ctx, vgg[i].name, &sh, pass_sel, algo_sel, (int)reps, check, json);
-            if (r1 != CLI_OK)
-                rc = r1;
-        }
-    } else {
-        clg_conv_shape sh = {.N = (int)n, .C = (int)c, .H = (int)h, .W = (int)w, .K = (int)k, .R = (int)r, .S = (int)s,
-                             .pad_h = (int)pad, .pad_w = (int)pad, .stride_h = (int)stride, .stride_w = (int)stride,
-                             .dil_h = (int)dil, .dil_w = (int)dil, .groups = (int)groups};
-        rc = run_shape(ctx, "custom", &sh, pass_sel, algo_sel, (int)reps, check, json);
-    }
+    rc = run_shapes(ctx, &o, pass_sel, algo_sel);
     clg_ctx_destroy(ctx);
     return rc;
 }

@@ -8,27 +8,58 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_opts.h"
 #include "clg_config.h"
-#include "ops/gemm.h"
-#include "ops/tune_gemm.h"
 
 #if CLG_HAVE_OPENBLAS
 #include <cblas.h>
 #endif
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: clgrad bench gemm [--m M --n N --k K] [--ta] [--tb] [--batch B] [--shapes dl]\n"
-            "                         [--backend own|clblast|openblas|all] [--devices SEL] [--reps R] [--json]\n"
-            "  C = A*B (row-major, op() per --ta/--tb), single precision. Default shape 1024^3.\n"
-            "  --shapes dl  the GEMMs of VGG-S and LeNet-5 at batch 128 (forward, data and\n"
-            "               weight gradients; conv as im2col M=Kout N=B*P*Q K=C*R*S)\n"
-            "  --backend    own (tuned/default kernels), clblast, openblas (host), all (default)\n"
-            "  --reps R     timed runs per backend after one warm-up (median; default 5)\n"
-            "  --json       one JSON object per line and backend\n");
-}
+#define MIN_(a, b) ((a) < (b) ? (a) : (b))
+#define MAX_(a, b) ((a) > (b) ? (a) : (b))
+#define NSHAPES 64 /* at most this many shapes per run */
 
+static const char *const backends[] = {"own", "clblast", "openblas", "all", NULL};
+static const char *const shape_sets[] = {"dl", NULL};
+
+typedef struct gemm_opts {
+    cli_common c;
+    long m, n, k, reps;
+    int ta, tb;
+    const char *backend, *shapes;
+} gemm_opts;
+
+#define T gemm_opts
+static const cli_opt opts[] = {
+    CLI_INT_OPT("--m", T, m, 1, 1 << 20, "M", "rows of C (default 1024)"),
+    CLI_INT_OPT("--n", T, n, 1, 1 << 24, "N", "columns of C (default 1024)"),
+    CLI_INT_OPT("--k", T, k, 1, 1 << 24, "K", "inner dimension (default 1024)"),
+    CLI_FLAG_OPT("--ta", T, ta, 1, "A transposed"),
+    CLI_FLAG_OPT("--tb", T, tb, 1, "B transposed"),
+    CLI_INT_OPT("--batch", cli_common, batch, 1, CLI_BATCH_MAX, "N", "products per batched call (default 1)"),
+    CLI_CHOICE_OPT("--shapes", T, shapes, shape_sets, "SET",
+                   "dl: the GEMMs of VGG-S and LeNet-5 at batch 128 (forward, data and\n"
+                   "weight gradients; conv as im2col M=Kout N=B*P*Q K=C*R*S)"),
+    CLI_CHOICE_OPT("--backend", T, backend, backends, "B",
+                   "own (tuned/default kernels), clblast, openblas (host), all (default)"),
+    {.name = "--devices", .alias = "--device", .kind = CLI_STRING, CLI_FIELD_(cli_common, devices), .arg = "SEL",
+     .help = "device selector: all (default), gpu, cpu, accelerator, 0,2 or name:TEXT"},
+    CLI_INT_OPT("--reps", T, reps, 1, 64, "R", "timed runs per backend after one warm-up (median; default 5)"),
+    CLI_FLAG_OPT("--json", cli_common, json, 1, "one JSON object per line and backend"),
+    CLI_END,
+};
+#undef T
+
+const cli_spec cli_spec_bench_gemm = {
+    .name = "bench gemm",
+    .synopsis = "[--m M --n N --k K] [--ta] [--tb] [--batch N] [--shapes dl]\n"
+                "       [--backend own|clblast|openblas|all] [--devices SEL] [--reps R] [--json]",
+    .about = "C = A*B (row-major, op() per --ta/--tb), single precision, default shape 1024^3:\n"
+             "GFLOP/s per backend (own kernels, CLBlast, host OpenBLAS) on the same shapes in\n"
+             "the same run. The backends run interleaved; the median of --reps timed runs (each\n"
+             "after a warm-up) is reported.",
+    .opts = opts,
+};
 
 static int cmp_d(const void *a, const void *b)
 {
@@ -48,12 +79,12 @@ typedef struct host_op {
     size_t na, nb, nc;
 } host_op;
 
-static int host_init(host_op *h, const clg_gemm_shape *s)
+static int host_init(host_op *h, const clg_bench_gemm_shape *s)
 {
     int batch = s->batch > 0 ? s->batch : 1;
-    h->na = (size_t)s->M * s->K;
-    h->nb = (size_t)s->K * s->N;
-    h->nc = (size_t)s->M * s->N;
+    h->na = (size_t)s->m * s->k;
+    h->nb = (size_t)s->k * s->n;
+    h->nc = (size_t)s->m * s->n;
     h->A = malloc(sizeof(float) * h->na * batch);
     h->B = malloc(sizeof(float) * h->nb * batch);
     h->C = malloc(sizeof(float) * h->nc * batch);
@@ -75,206 +106,185 @@ static void host_free(host_op *h)
 }
 
 /* One product (all batch entries) with OpenBLAS; wall-clock ms. */
-static double host_run(const host_op *h, const clg_gemm_shape *s)
+static double host_run(const host_op *h, const clg_bench_gemm_shape *s)
 {
     int batch = s->batch > 0 ? s->batch : 1;
-    double t0 = clg_now_sec();
+    double t0 = cli_now();
     for (int b = 0; b < batch; b++)
-        cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans, s->tb ? CblasTrans : CblasNoTrans, s->M, s->N,
-                    s->K, 1.0f, h->A + b * h->na, s->ta ? s->M : s->K, h->B + b * h->nb, s->tb ? s->K : s->N, 0.0f,
-                    h->C + b * h->nc, s->N);
-    return (clg_now_sec() - t0) * 1e3;
+        cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans, s->tb ? CblasTrans : CblasNoTrans, s->m, s->n,
+                    s->k, 1.0f, h->A + b * h->na, s->ta ? s->m : s->k, h->B + b * h->nb, s->tb ? s->k : s->n, 0.0f,
+                    h->C + b * h->nc, s->n);
+    return (cli_now() - t0) * 1e3;
 }
 #endif
 
-static void report(int json, const char *dev, const clg_gemm_shape *s, const char *backend, double ms, const char *note)
+static void report(int json, const char *dev, const clg_bench_gemm_shape *s, const char *backend, double ms, const char *note)
 {
     int batch = s->batch > 0 ? s->batch : 1;
-    double gf = 2.0 * s->M * s->N * s->K * batch / (ms * 1e6);
+    double gf = 2.0 * s->m * s->n * s->k * batch / (ms * 1e6);
     if (json) {
         printf("{\"backend\": \"%s\", \"device\": \"%s\", \"label\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, "
                "\"ta\": %d, \"tb\": %d, \"batch\": %d, \"ms\": %.4f, \"gflops\": %.2f%s%s%s}\n",
-               backend, dev, s->label ? s->label : "", s->M, s->N, s->K, s->ta, s->tb, batch, ms, gf,
+               backend, dev, s->label ? s->label : "", s->m, s->n, s->k, s->ta, s->tb, batch, ms, gf,
                note ? ", \"params\": \"" : "", note ? note : "", note ? "\"" : "");
     } else {
-        printf("%-22s %-9s %6d %6d %6d %2d %2d %4d %10.3f %9.1f  %s\n", s->label ? s->label : "-", backend, s->M,
-               s->N, s->K, s->ta, s->tb, batch, ms, gf, note ? note : "");
+        printf("%-22s %-9s %6d %6d %6d %2d %2d %4d %10.3f %9.1f  %s\n", s->label ? s->label : "-", backend, s->m,
+               s->n, s->k, s->ta, s->tb, batch, ms, gf, note ? note : "");
     }
     fflush(stdout);
 }
 
+/* What one run times: the backends wanted and available, the ratios of own
+ * over each peer per shape (first device) for the summary. */
+typedef struct gemm_run {
+    int json, reps, want_own, want_cb, want_ob;
+    clg_ctx *ctx;
+    double r_ob[64], r_cb[64];
+    int n_ob, n_cb;
+} gemm_run;
+
+/* Backends from --backend; CLI_OK or an exit code when the one asked for is absent. */
+static int pick_backends(const char *backend, gemm_run *g)
+{
+    int all = strcmp(backend, "all") == 0;
+    g->want_own = all || strcmp(backend, "own") == 0;
+    g->want_cb = all || strcmp(backend, "clblast") == 0;
+    g->want_ob = all || strcmp(backend, "openblas") == 0;
+    if (g->want_cb && !clg_have_clblast()) {
+        if (!all)
+            return cli_fail("this clgrad was built without CLBlast");
+        g->want_cb = 0;
+    }
+    if (g->want_ob && !CLG_HAVE_OPENBLAS) {
+        if (!all)
+            return cli_fail("this clgrad was built without OpenBLAS");
+        g->want_ob = 0;
+    }
+    return CLI_OK;
+}
+
+/* Times shape sh on device d (NULL: host only), the host column when
+ * host is set; prints the rows. CLI_OK or CLI_FAIL. */
+static int time_on_device(gemm_run *g, int d, const clg_bench_gemm_shape *sh, void *host)
+{
+    int dev = g->ctx != NULL;
+    clg_device_info info = {0};
+    if (dev)
+        clg_device_info_get(g->ctx, d, &info);
+    /* own: what clg_gemm runs for the shape (tuned or default parameters, or
+     * an unpacked kernel for small and long-thin products) */
+    char desc[160] = "";
+    if (dev && g->want_own)
+        clg_bench_gemm_describe(g->ctx, d, sh, desc, sizeof desc);
+    int cb_ok = dev && g->want_cb;
+    double t_ob[64], t_own[64], t_cb[64];
+    for (int r = 0; r < g->reps; r++) {
+#if CLG_HAVE_OPENBLAS
+        if (host)
+            t_ob[r] = host_run(host, sh);
+#endif
+        if (dev && g->want_own && clg_bench_gemm_time(g->ctx, d, sh, "own", 1, &t_own[r]) != CLG_OK)
+            return cli_fail("own gemm on device %d: %s", d, clg_last_error(g->ctx));
+        if (cb_ok && clg_bench_gemm_time(g->ctx, d, sh, "clblast", 1, &t_cb[r]) != CLG_OK) {
+            fprintf(stderr, "clgrad: clblast gemm on device %d: %s\n", d, clg_last_error(g->ctx));
+            cb_ok = 0;
+        }
+    }
+    double m_ob = host ? median(t_ob, g->reps) : 0;
+    double m_own = dev && g->want_own ? median(t_own, g->reps) : 0;
+    double m_cb = cb_ok ? median(t_cb, g->reps) : 0;
+    if (host)
+        report(g->json, "host", sh, "openblas", m_ob, NULL);
+    if (m_own > 0)
+        report(g->json, info.name, sh, "own", m_own, desc);
+    if (m_cb > 0)
+        report(g->json, info.name, sh, "clblast", m_cb, NULL);
+    if (d == 0 && m_own > 0 && m_ob > 0 && g->n_ob < 64)
+        g->r_ob[g->n_ob++] = m_ob / m_own;
+    if (d == 0 && m_own > 0 && m_cb > 0 && g->n_cb < 64)
+        g->r_cb[g->n_cb++] = m_cb / m_own;
+    if (!g->json && m_own > 0 && (m_cb > 0 || m_ob > 0))
+        printf("%-22s ratios: own/openblas %s%.2f  own/clblast %s%.2f (speed)\n", "", m_ob > 0 ? "" : "n/a ",
+               m_ob > 0 ? m_ob / m_own : 0.0, m_cb > 0 ? "" : "n/a ", m_cb > 0 ? m_cb / m_own : 0.0);
+    return CLI_OK;
+}
+
+/* One shape on every device (the host column once, with the first). */
+static int time_shape(gemm_run *g, const clg_bench_gemm_shape *sh)
+{
+    int ndev = g->ctx ? clg_device_count(g->ctx) : 0;
+    void *host = NULL;
+    int rc = CLI_OK;
+#if CLG_HAVE_OPENBLAS
+    host_op h;
+    memset(&h, 0, sizeof h);
+    if (g->want_ob) {
+        if (!host_init(&h, sh)) {
+            fprintf(stderr, "clgrad: no host memory for the OpenBLAS column\n");
+        } else {
+            host_run(&h, sh); /* warm-up */
+            host = &h;
+        }
+    }
+#endif
+    for (int d = 0; d < MAX_(ndev, 1) && rc == CLI_OK; d++)
+        rc = time_on_device(g, d, sh, d == 0 ? host : NULL);
+#if CLG_HAVE_OPENBLAS
+    host_free(&h);
+#endif
+    return rc;
+}
+
+/* The shape set in one line per peer. */
+static void print_summary(gemm_run *g)
+{
+    double *rs[2] = {g->r_ob, g->r_cb};
+    int nr[2] = {g->n_ob, g->n_cb};
+    static const char *const peer[2] = {"openblas", "clblast"};
+    for (int q = 0; q < 2; q++) {
+        if (nr[q] == 0)
+            continue;
+        double lo = rs[q][0], hi = rs[q][0];
+        int at_least_1 = 0;
+        for (int i = 0; i < nr[q]; i++) {
+            lo = MIN_(lo, rs[q][i]);
+            hi = MAX_(hi, rs[q][i]);
+            at_least_1 += rs[q][i] >= 1.0;
+        }
+        printf("own/%s over %d shapes: median %.2f, min %.2f, max %.2f, %d at 1.0 or more\n", peer[q], nr[q],
+               median(rs[q], nr[q]), lo, hi, at_least_1);
+    }
+}
+
 int bench_gemm(int argc, char **argv)
 {
-    long M = 1024, N = 1024, K = 1024, batch = 1, reps = 5;
-    int ta = 0, tb = 0, json = 0, dl = 0;
-    const char *backend = "all", *devices = NULL, *shapes = NULL;
-    for (int i = 1; i < argc; i++) {
-        int r;
-        if (cli_is_help(argv[i])) {
-            usage(stdout);
-            return CLI_OK;
-        }
-        if ((r = cli_opt_int(argc, argv, &i, "--m", 1, 1 << 20, &M)) != 0 ||
-            (r = cli_opt_int(argc, argv, &i, "--n", 1, 1 << 24, &N)) != 0 ||
-            (r = cli_opt_int(argc, argv, &i, "--k", 1, 1 << 24, &K)) != 0 ||
-            (r = cli_opt_int(argc, argv, &i, "--batch", 1, 1 << 16, &batch)) != 0 ||
-            (r = cli_opt_int(argc, argv, &i, "--reps", 1, 64, &reps)) != 0 ||
-            (r = cli_opt_str(argc, argv, &i, "--backend", &backend)) != 0 ||
-            (r = cli_opt_str(argc, argv, &i, "--devices", &devices)) != 0 ||
-            (r = cli_opt_str(argc, argv, &i, "--device", &devices)) != 0 ||
-            (r = cli_opt_str(argc, argv, &i, "--shapes", &shapes)) != 0) {
-            if (r < 0)
-                return CLI_USAGE;
-        } else if (strcmp(argv[i], "--ta") == 0) {
-            ta = 1;
-        } else if (strcmp(argv[i], "--tb") == 0) {
-            tb = 1;
-        } else if (strcmp(argv[i], "--json") == 0) {
-            json = 1;
-        } else {
-            return cli_usage_error("bench gemm", "unknown option '%s'", argv[i]);
-        }
-    }
-    if (shapes) {
-        if (strcmp(shapes, "dl") != 0)
-            return cli_usage_error("bench gemm", "unknown shape preset '%s' (dl)", shapes);
-        dl = 1;
-    }
-    int want_own = 0, want_cb = 0, want_ob = 0;
-    if (strcmp(backend, "all") == 0)
-        want_own = want_cb = want_ob = 1;
-    else if (strcmp(backend, "own") == 0)
-        want_own = 1;
-    else if (strcmp(backend, "clblast") == 0)
-        want_cb = 1;
-    else if (strcmp(backend, "openblas") == 0)
-        want_ob = 1;
+    gemm_opts o = {.m = 1024, .n = 1024, .k = 1024, .reps = 5, .backend = "all", .c.batch = 1};
+    CLI_PARSE(&cli_spec_bench_gemm, argc, argv, &o);
+    gemm_run g = {.json = o.c.json, .reps = (int)o.reps};
+    int rc = pick_backends(o.backend, &g);
+    if (rc != CLI_OK)
+        return rc;
+    clg_bench_gemm_shape list[NSHAPES];
+    int ns = 1;
+    if (o.shapes)
+        ns = MIN_(clg_bench_gemm_dl_shapes(128, list, NSHAPES), NSHAPES);
     else
-        return cli_usage_error("bench gemm", "unknown backend '%s' (own, clblast, openblas or all)", backend);
-    if (want_cb && !clg_gemm_have_clblast()) {
-        if (strcmp(backend, "clblast") == 0)
-            return cli_fail("this clgrad was built without CLBlast");
-        want_cb = 0;
+        list[0] = (clg_bench_gemm_shape){"-", (int)o.m, (int)o.n, (int)o.k, o.ta, o.tb, o.c.batch};
+    if (g.want_own || g.want_cb) {
+        g.ctx = cli_ctx_open(o.c.devices, 0, &rc);
+        if (!g.ctx)
+            return rc;
     }
-    if (want_ob && !CLG_HAVE_OPENBLAS) {
-        if (strcmp(backend, "openblas") == 0)
-            return cli_fail("this clgrad was built without OpenBLAS");
-        want_ob = 0;
-    }
-
-    clg_gemm_shape list[64];
-    int ns;
-    if (dl) {
-        ns = CLG_MIN(clg_gemm_dl_shapes(128, list, (int)CLG_ARRAY_LEN(list)), (int)CLG_ARRAY_LEN(list));
-    } else {
-        list[0] = (clg_gemm_shape){"-", (int)M, (int)N, (int)K, ta, tb, (int)batch};
-        ns = 1;
-    }
-
-    clg_ctx *ctx = NULL;
-    if (want_own || want_cb) {
-        int orc = CLI_OK;
-        ctx = cli_ctx_open(devices, 0, &orc);
-        if (!ctx)
-            return orc;
-    }
-    if (!json)
+    if (!g.json)
         printf("%-22s %-9s %6s %6s %6s %2s %2s %4s %10s %9s\n", "shape", "backend", "M", "N", "K", "ta", "tb", "bat",
                "ms", "GFLOP/s");
     /* The backends run interleaved (one timed run of each per round, device
      * runs after their own warm-up), so load changes on a shared machine
      * hit them alike; each reports the median over the rounds. */
-    int rc = CLI_OK;
-    double t_ob[64], t_own[64], t_cb[64];
-    double r_ob[64], r_cb[64]; /* own's speed over each peer, per shape (first device) */
-    int n_ob = 0, n_cb = 0;
-    for (int s = 0; s < ns && rc == CLI_OK; s++) {
-        const clg_gemm_shape *sh = &list[s];
-        int ndev = ctx ? ctx->ndev : 0;
-        int have_ob = 0;
-#if CLG_HAVE_OPENBLAS
-        host_op h;
-        memset(&h, 0, sizeof h);
-        if (want_ob) {
-            have_ob = host_init(&h, sh);
-            if (!have_ob)
-                fprintf(stderr, "clgrad: no host memory for the OpenBLAS column\n");
-            else
-                host_run(&h, sh); /* warm-up */
-        }
-#endif
-        for (int d = 0; d < CLG_MAX(ndev, 1) && rc == CLI_OK; d++) {
-            clg_device *dev = ctx ? &ctx->devs[d] : NULL;
-            int ob_now = have_ob && d == 0; /* the host column once per shape */
-            clg_gemm_args a;
-            clg_gemm_args_init(&a);
-            a.M = sh->M;
-            a.N = sh->N;
-            a.K = sh->K;
-            a.ta = sh->ta;
-            a.tb = sh->tb;
-            a.batch = sh->batch;
-            /* own: what clg_gemm runs for the shape (tuned or default
-             * parameters, or an unpacked kernel for small and long-thin
-             * products) */
-            char desc[160] = "";
-            if (dev && want_own)
-                clg_gemm_own_describe(dev, &a, desc, sizeof desc);
-            int cb_ok = dev && want_cb;
-            for (int r = 0; r < reps && rc == CLI_OK; r++) {
-#if CLG_HAVE_OPENBLAS
-                if (ob_now)
-                    t_ob[r] = host_run(&h, sh);
-#endif
-                if (dev && want_own && clg_gemm_time(dev, &a, CLG_GEMM_OWN, NULL, 1, &t_own[r]) != CLG_OK)
-                    rc = cli_fail("own gemm on device %d: %s", d, clg_last_error(ctx));
-                if (rc == CLI_OK && cb_ok && clg_gemm_time(dev, &a, CLG_GEMM_CLBLAST, NULL, 1, &t_cb[r]) != CLG_OK) {
-                    fprintf(stderr, "clgrad: clblast gemm on device %d: %s\n", d, clg_last_error(ctx));
-                    cb_ok = 0;
-                }
-            }
-            if (rc != CLI_OK)
-                break;
-            double m_ob = ob_now ? median(t_ob, (int)reps) : 0;
-            double m_own = dev && want_own ? median(t_own, (int)reps) : 0;
-            double m_cb = cb_ok ? median(t_cb, (int)reps) : 0;
-            if (ob_now)
-                report(json, "host", sh, "openblas", m_ob, NULL);
-            if (m_own > 0)
-                report(json, dev->info.name, sh, "own", m_own, desc);
-            if (m_cb > 0)
-                report(json, dev->info.name, sh, "clblast", m_cb, NULL);
-            if (d == 0 && m_own > 0 && m_ob > 0 && n_ob < 64)
-                r_ob[n_ob++] = m_ob / m_own;
-            if (d == 0 && m_own > 0 && m_cb > 0 && n_cb < 64)
-                r_cb[n_cb++] = m_cb / m_own;
-            if (!json && m_own > 0 && (m_cb > 0 || m_ob > 0))
-                printf("%-22s ratios: own/openblas %s%.2f  own/clblast %s%.2f (speed)\n", "", m_ob > 0 ? "" : "n/a ",
-                       m_ob > 0 ? m_ob / m_own : 0.0, m_cb > 0 ? "" : "n/a ", m_cb > 0 ? m_cb / m_own : 0.0);
-        }
-#if CLG_HAVE_OPENBLAS
-        host_free(&h);
-#endif
-        (void)have_ob;
-    }
-    if (!json && rc == CLI_OK && ns > 1) { /* the shape set in one line per peer */
-        double *rs[2] = {r_ob, r_cb};
-        int nr[2] = {n_ob, n_cb};
-        static const char *const peer[2] = {"openblas", "clblast"};
-        for (int q = 0; q < 2; q++) {
-            if (nr[q] == 0)
-                continue;
-            double lo = rs[q][0], hi = rs[q][0];
-            int at_least_1 = 0;
-            for (int i = 0; i < nr[q]; i++) {
-                lo = CLG_MIN(lo, rs[q][i]);
-                hi = CLG_MAX(hi, rs[q][i]);
-                at_least_1 += rs[q][i] >= 1.0;
-            }
-            printf("own/%s over %d shapes: median %.2f, min %.2f, max %.2f, %d at 1.0 or more\n", peer[q], nr[q],
-                   median(rs[q], nr[q]), lo, hi, at_least_1);
-        }
-    }
-    clg_ctx_destroy(ctx);
+    for (int s = 0; s < ns && rc == CLI_OK; s++)
+        rc = time_shape(&g, &list[s]);
+    if (!g.json && rc == CLI_OK && ns > 1)
+        print_summary(&g);
+    clg_ctx_destroy(g.ctx);
     return rc;
 }

@@ -11,22 +11,36 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_opts.h"
 #include "clgrad_prim.h"
 #include "device/device.h"
 #include "ops/conv.h"
 #include "ops/gemm.h"
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: clgrad bench prim [--rounds N] [--quick] [--gemm-backend own|clblast|auto] [--devices SEL] [--json]\n"
-            "  Times each case through the public primitives API and through the internal launcher\n"
-            "  on the same queue and buffers, alternating (the order flips every round), and prints\n"
-            "  the medians of both and the median over the rounds of public/internal (a round's two\n"
-            "  samples run back to back). A sample repeats the call until it spans >= 5 ms.\n"
-            "  --rounds N   samples per path and case (default 41)\n"
-            "  --quick      small shapes only, 3 rounds (the test suite's smoke run)\n");
-}
+typedef struct prim_opts {
+    cli_common c;
+    long rounds;
+    int quick;
+} prim_opts;
+
+static const cli_opt opts[] = {
+    CLI_INT_OPT("--rounds", prim_opts, rounds, 2, 1000, "N", "samples per path and case (default 41)"),
+    CLI_FLAG_OPT("--quick", prim_opts, quick, 1, "small shapes only, 3 rounds unless --rounds (the test suite's smoke run)"),
+    CLI_OPT_GEMM_BACKEND,
+    CLI_STRING_OPT("--devices", cli_common, devices, "SEL", "device selector (default 0: the first device)"),
+    CLI_OPT_JSON,
+    CLI_END,
+};
+
+const cli_spec cli_spec_bench_prim = {
+    .name = "bench prim",
+    .synopsis = "[--rounds N] [--quick] [--gemm-backend B] [--devices SEL] [--json]",
+    .about = "Times each case through the public primitives API and through the internal launcher\n"
+             "on the same queue and buffers, alternating (the order flips every round), and prints\n"
+             "the medians of both and the median over the rounds of public/internal (a round's two\n"
+             "samples run back to back). A sample repeats the call until it spans >= 5 ms.",
+    .opts = opts,
+};
 
 /* A sample repeats a call until it spans this long. */
 #define SAMPLE_MS 5.0
@@ -191,43 +205,12 @@ static cl_mem alloc_rand(clg_device *dev, size_t n, unsigned *seed)
 
 int bench_prim(int argc, char **argv)
 {
-    long rounds = 41;
-    int json = 0, quick = 0;
-    const char *devices = NULL, *backend = "own";
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        long v;
-        int r;
-        if (cli_is_help(a)) {
-            usage(stdout);
-            return CLI_OK;
-        }
-        if ((r = cli_opt_int(argc, argv, &i, "--rounds", 2, 1000, &v)) != 0) {
-            if (r < 0)
-                return CLI_USAGE;
-            rounds = v;
-            continue;
-        }
-        if ((r = cli_opt_str(argc, argv, &i, "--devices", &devices)) != 0 ||
-            (r = cli_opt_str(argc, argv, &i, "--gemm-backend", &backend)) != 0) {
-            if (r < 0)
-                return CLI_USAGE;
-            continue;
-        }
-        if (strcmp(a, "--json") == 0) {
-            json = 1;
-            continue;
-        }
-        if (strcmp(a, "--quick") == 0) {
-            quick = 1;
-            rounds = 3;
-            continue;
-        }
-        return cli_usage_error("bench prim", "unknown option '%s'", a);
-    }
-    int gb = clg_gemm_backend_parse(backend);
-    if (gb < 0 || gb == CLG_GEMM_REF)
-        return cli_usage_error("bench prim", "--gemm-backend must be own, clblast or auto (got '%s')", backend);
+    prim_opts o = {.c.gemm_backend = "own"};
+    CLI_PARSE(&cli_spec_bench_prim, argc, argv, &o);
+    long rounds = o.rounds ? o.rounds : o.quick ? 3 : 41;
+    int json = o.c.json, quick = o.quick;
+    const char *devices = o.c.devices, *backend = o.c.gemm_backend;
+    int gb = clg_gemm_backend_parse(o.c.gemm_backend);
     int rc = CLI_OK;
     clg_ctx *ctx = cli_ctx_open(devices ? devices : "0", 0, &rc);
     if (!ctx)

@@ -15,30 +15,38 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_opts.h"
 
-static void help(FILE *f)
-{
-    fprintf(f, "usage: clgrad bench start --model MODEL [--warm N] [--batch B] [--devices SEL] [--keep] [--json]\n"
-               "\n"
-               "Time to the first training step of a new process, cold (empty program, tuning,\n"
-               "convolution-algorithm and PoCL kernel caches) and warm (what the cold run left).\n"
-               "The caches live in a new directory under $TMPDIR (CLGRAD_CACHE_DIR, POCL_CACHE_DIR).\n"
-               "\n"
-               "  --model FILE    model file (e.g. models/vgg-s.cfg)\n"
-               "  --warm N        warm runs after the cold one (default 3; the median is reported)\n"
-               "  --batch B       batch size (default 128)\n"
-               "  --devices SEL   device selector passed on (default: clgrad's default)\n"
-               "  --keep          keep the cache directory (its path is printed)\n"
-               "  --json          one JSON object\n"
-               "\n"
-               "Each run is `clgrad bench train --steps 3 --warmup 0`: its second step measures the\n"
-               "convolution algorithms of shapes not measured before, so warm runs find every choice.\n"
-               "to_first_step: from the process start to the end of its first step (waited for);\n"
-               "setup: model creation; first_step: the step itself; process: the whole process\n"
-               "CPU to step 1: CPU time of the process (all threads) by then, which other load moves less.\n"
-               "(with the measurements and, on PoCL, the program-binary cache writes at exit).\n"
-               "exit codes: 0 ok, 1 failure, 2 usage error\n");
-}
+typedef struct start_opts {
+    cli_common c;
+    long warm;
+    int keep;
+} start_opts;
+
+static const cli_opt opts[] = {
+    CLI_OPT_MODEL,
+    CLI_INT_OPT("--warm", start_opts, warm, 0, 100, "N", "warm runs after the cold one (default 3; the median is reported)"),
+    CLI_INT_OPT("--batch", cli_common, batch, 1, CLI_BATCH_MAX, "N", "batch size (default 128)"),
+    CLI_OPT_DEVICES,
+    CLI_FLAG_OPT("--keep", start_opts, keep, 1, "keep the cache directory (its path is printed)"),
+    CLI_FLAG_OPT("--json", cli_common, json, 1, "one JSON object"),
+    CLI_END,
+};
+
+const cli_spec cli_spec_bench_start = {
+    .name = "bench start",
+    .synopsis = "--model MODEL [--warm N] [--batch N] [--devices SEL] [--keep] [--json]",
+    .about = "Time to the first training step of a new process, cold (empty program, tuning,\n"
+             "convolution-algorithm and PoCL kernel caches) and warm (what the cold run left).\n"
+             "The caches live in a new directory under $TMPDIR (CLGRAD_CACHE_DIR, POCL_CACHE_DIR).",
+    .opts = opts,
+    .notes = "Each run is `clgrad bench train --steps 3 --warmup 0`: its second step measures the\n"
+             "convolution algorithms of shapes not measured before, so warm runs find every choice.\n"
+             "to_first_step: from the process start to the end of its first step (waited for);\n"
+             "setup: model creation; first_step: the step itself; process: the whole process\n"
+             "(with the measurements and, on PoCL, the program-binary cache writes at exit);\n"
+             "CPU to step 1: CPU time of the process (all threads) by then, which other load moves less.",
+};
 
 static double mono(void)
 {
@@ -163,43 +171,13 @@ static void print_run_json(const char *name, const start_run *r)
 
 int bench_start(int argc, char **argv)
 {
-    const char *model = NULL, *devices = NULL, *batch = "128";
-    long warm = 3, v;
-    int json = 0, keep = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int r;
-        if (cli_is_help(a)) {
-            help(stdout);
-            return CLI_OK;
-        }
-        if ((r = cli_opt_str(argc, argv, &i, "--model", &model)) != 0 ||
-            (r = cli_opt_str(argc, argv, &i, "--devices", &devices)) != 0) {
-            if (r < 0)
-                return CLI_USAGE;
-            continue;
-        }
-        if ((r = cli_opt_int(argc, argv, &i, "--warm", 0, 100, &warm)) != 0) {
-            if (r < 0)
-                return CLI_USAGE;
-            continue;
-        }
-        if ((r = cli_opt_int(argc, argv, &i, "--batch", 1, 1 << 20, &v)) != 0) {
-            if (r < 0)
-                return CLI_USAGE;
-            batch = argv[i];
-            continue;
-        }
-        if (strcmp(a, "--json") == 0) {
-            json = 1;
-            continue;
-        }
-        if (strcmp(a, "--keep") == 0) {
-            keep = 1;
-            continue;
-        }
-        return cli_usage_error("bench start", "unknown argument '%s'", a);
-    }
+    start_opts o = {.warm = 3, .c.batch = 128};
+    CLI_PARSE(&cli_spec_bench_start, argc, argv, &o);
+    const char *model = o.c.model, *devices = o.c.devices;
+    char batch[32];
+    snprintf(batch, sizeof batch, "%d", o.c.batch);
+    long warm = o.warm;
+    int json = o.c.json, keep = o.keep;
     if (!model)
         return cli_usage_error("bench start", "missing --model FILE");
     model = cli_model_resolve(model);

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "parallel/comm.h"
+#include "cli_opts.h"
 
 static const cli_cmd commands[] = {
     {"devices", cmd_devices, "list OpenCL platforms and devices"},
@@ -22,7 +22,8 @@ static void usage(FILE *f)
     fprintf(f, "usage: clgrad COMMAND [OPTIONS]   (clgrad COMMAND --help for its options)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
-    fprintf(f, "\n  --version  print the library version\n\nexit codes: 0 ok, 1 failure, 2 usage error\n");
+    fprintf(f, "\n  --version  print the library version\n  help --man the man page (roff)\n\n"
+               "exit codes: 0 ok, 1 failure, 2 usage error\n");
 }
 
 int main(int argc, char **argv)
@@ -30,6 +31,10 @@ int main(int argc, char **argv)
     if (argc < 2) {
         usage(stderr);
         return CLI_USAGE;
+    }
+    if (strcmp(argv[1], "help") == 0 && argc > 2 && strcmp(argv[2], "--man") == 0) {
+        cli_man(stdout); /* docs/clgrad.1 */
+        return CLI_OK;
     }
     if (cli_is_help(argv[1]) || strcmp(argv[1], "help") == 0) {
         usage(stdout);
@@ -42,11 +47,10 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(argv[1], commands[i].name) == 0) {
             /* under mpirun: MPI for the job's ranks (a plain run never loads it) */
-            clg_err err = {0};
-            if (clg_comm_init(&err) != CLG_OK)
-                return cli_fail("%s", err.msg);
+            if (clg_mpi_init() != CLG_OK)
+                return cli_fail("%s", clg_last_error(NULL));
             int rc = commands[i].fn(argc - 1, argv + 1);
-            clg_comm_finalize(rc); /* a failing rank ends the whole job (MPI_Abort) */
+            clg_mpi_finalize(rc); /* a failing rank ends the whole job (MPI_Abort) */
             return rc;
         }
     fprintf(stderr, "clgrad: unknown command '%s'\n", argv[1]);

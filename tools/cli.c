@@ -1,12 +1,11 @@
 /* Shared helpers for the clgrad command-line program. */
 #define _POSIX_C_SOURCE 200809L
-#include <errno.h>
 #include <fcntl.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -33,79 +32,14 @@ int cli_fail(const char *fmt, ...)
     return CLI_FAIL;
 }
 
+double cli_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 int cli_is_help(const char *arg) { return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0; }
-
-int cli_opt_str(int argc, char **argv, int *i, const char *name, const char **out)
-{
-    const char *a = argv[*i];
-    size_t n = strlen(name);
-    if (strncmp(a, name, n) != 0)
-        return 0;
-    if (a[n] == '=') {
-        *out = a + n + 1;
-        return 1;
-    }
-    if (a[n] != 0)
-        return 0;
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "clgrad: option %s needs a value\n", name);
-        return -1;
-    }
-    *out = argv[++*i];
-    return 1;
-}
-
-int cli_opt_int(int argc, char **argv, int *i, const char *name, long lo, long hi, long *out)
-{
-    const char *v = NULL;
-    int r = cli_opt_str(argc, argv, i, name, &v);
-    if (r != 1)
-        return r;
-    char *end = NULL;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > hi) {
-        fprintf(stderr, "clgrad: option %s wants an integer in [%ld, %ld], got '%s'\n", name, lo, hi, v);
-        return -1;
-    }
-    *out = x;
-    return 1;
-}
-
-int cli_opt_double(int argc, char **argv, int *i, const char *name, double *out)
-{
-    const char *v = NULL;
-    int r = cli_opt_str(argc, argv, i, name, &v);
-    if (r != 1)
-        return r;
-    char *end = NULL;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (errno || end == v || *end || !isfinite(x)) {
-        fprintf(stderr, "clgrad: option %s wants a finite number, got '%s'\n", name, v);
-        return -1;
-    }
-    *out = x;
-    return 1;
-}
-
-int cli_opt_choice(int argc, char **argv, int *i, const char *name, const char *const *choices, const char **out)
-{
-    const char *v = NULL;
-    int r = cli_opt_str(argc, argv, i, name, &v);
-    if (r != 1)
-        return r;
-    for (int k = 0; choices[k]; k++)
-        if (strcmp(v, choices[k]) == 0) {
-            *out = v;
-            return 1;
-        }
-    fprintf(stderr, "clgrad: option %s wants one of", name);
-    for (int k = 0; choices[k]; k++)
-        fprintf(stderr, "%s %s", k ? "," : "", choices[k]);
-    fprintf(stderr, "; got '%s'\n", v);
-    return -1;
-}
 
 clg_ctx *cli_ctx_open(const char *devices, int verbose, int *rc)
 {

@@ -26,17 +26,10 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
 /* Prints "clgrad: message" to stderr; returns CLI_FAIL. */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* Option parsing: at argv[*i] == name, consumes the value into *out.
- * Returns 1 when consumed, 0 when argv[*i] is not this option, -1 on a
- * bad/missing value (message printed). Accepts "--name value" and
- * "--name=value". */
-int cli_opt_str(int argc, char **argv, int *i, const char *name, const char **out);
-int cli_opt_int(int argc, char **argv, int *i, const char *name, long lo, long hi, long *out);
-/* A finite number (nan and inf are refused). */
-int cli_opt_double(int argc, char **argv, int *i, const char *name, double *out);
-/* One of the NULL-terminated choices; anything else is a usage error naming them. */
-int cli_opt_choice(int argc, char **argv, int *i, const char *name, const char *const *choices, const char **out);
+/* Options are declared in tables and parsed by cli_parse (cli_opts.h). */
 int cli_is_help(const char *arg);
+/* Monotonic seconds. */
+double cli_now(void);
 
 /* Creates a context for a --devices selector (NULL: default); prints the
  * error and returns NULL on failure, with *rc (may be NULL) set to the exit
@@ -56,8 +49,10 @@ clg_model *cli_model_open(const char *cmd, const char *model, const char *weight
 
 /* Background precompile (cmd_precompile.c): on a cold cache of PoCL devices
  * starts `clgrad precompile --background` for the model and returns its pid
- * (0: not started; CLGRAD_PRECOMPILE=0/1 turns it off / forces it). */
-pid_t cli_precompile_spawn(clg_ctx *ctx, const char *model, int batch, const char *devices, const char *precision);
+ * (0: not started; CLGRAD_PRECOMPILE=0/1 turns it off / forces it); verbose
+ * 2 says so on stderr. */
+pid_t cli_precompile_spawn(clg_ctx *ctx, const char *model, int batch, const char *devices, const char *precision,
+                           int verbose);
 /* Ends the helper (if still running) and reaps it; 0 is a no-op. */
 void cli_precompile_stop(pid_t pid);
 

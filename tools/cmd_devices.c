@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_opts.h"
 
 static const char *type_name(clg_device_type t)
 {
@@ -32,26 +33,22 @@ static void json_str(const char *s)
     putchar('"');
 }
 
+static const cli_opt devices_opts[] = {CLI_OPT_JSON, CLI_OPT_DEVICES, CLI_END};
+
+const cli_spec cli_spec_devices = {
+    .name = "devices",
+    .synopsis = "[--json] [--devices SEL]",
+    .about = "Lists every OpenCL device of every platform with its capabilities and the index\n"
+             "that --devices selects it by.",
+    .opts = devices_opts,
+};
+
 int cmd_devices(int argc, char **argv)
 {
-    int json = 0;
-    const char *sel = "all";
-    for (int i = 1; i < argc; i++) {
-        int r;
-        if (cli_is_help(argv[i])) {
-            printf("usage: clgrad devices [--json] [--devices SEL]\n\n"
-                   "Lists every OpenCL device of every platform with its capabilities.\n"
-                   "  --json          one JSON array on stdout\n"
-                   "  --devices SEL   all (default) | gpu | cpu | accelerator | 0,2 | name:SUBSTRING\n");
-            return CLI_OK;
-        } else if (strcmp(argv[i], "--json") == 0)
-            json = 1;
-        else if ((r = cli_opt_str(argc, argv, &i, "--devices", &sel)) != 0) {
-            if (r < 0)
-                return CLI_USAGE;
-        } else
-            return cli_usage_error("devices", "unknown option '%s'", argv[i]);
-    }
+    cli_common o = {.devices = "all"};
+    CLI_PARSE(&cli_spec_devices, argc, argv, &o);
+    int json = o.json;
+    const char *sel = o.devices;
     int rc = CLI_OK;
     clg_ctx *ctx = cli_ctx_open(sel, 0, &rc);
     if (!ctx)
@@ -105,22 +102,21 @@ int cmd_devices(int argc, char **argv)
     return CLI_OK;
 }
 
+static const cli_opt selfcheck_opts[] = {CLI_OPT_DEVICES, CLI_END};
+
+const cli_spec cli_spec_selfcheck = {
+    .name = "selfcheck",
+    .synopsis = "[--devices SEL]",
+    .about = "Runs a GEMM on every selected device and compares it with a double-precision\n"
+             "host reference. Exit 0 when every device agrees.",
+    .opts = selfcheck_opts,
+};
+
 int cmd_selfcheck(int argc, char **argv)
 {
-    const char *sel = "all";
-    for (int i = 1; i < argc; i++) {
-        int r;
-        if (cli_is_help(argv[i])) {
-            printf("usage: clgrad selfcheck [--devices SEL]\n\n"
-                   "Runs a GEMM on every selected device and compares it with a double-precision\n"
-                   "host reference. Exit 0 when every device agrees.\n");
-            return CLI_OK;
-        } else if ((r = cli_opt_str(argc, argv, &i, "--devices", &sel)) != 0) {
-            if (r < 0)
-                return CLI_USAGE;
-        } else
-            return cli_usage_error("selfcheck", "unknown option '%s'", argv[i]);
-    }
+    cli_common o = {.devices = "all"};
+    CLI_PARSE(&cli_spec_selfcheck, argc, argv, &o);
+    const char *sel = o.devices;
     int rc = CLI_OK;
     clg_ctx *ctx = cli_ctx_open(sel, 0, &rc);
     if (!ctx)

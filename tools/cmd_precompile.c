@@ -15,75 +15,60 @@
 #endif
 
 #include "cli.h"
-#include "device/device.h"
-#include "parallel/comm.h"
-#include "train/session.h"
+#include "cli_opts.h"
 
 extern char **environ;
 
-static void help(FILE *f)
-{
-    fprintf(f, "usage: clgrad precompile MODEL [--batch B] [--devices SEL] [--precision P] [--order O]\n"
-               "\n"
-               "Builds and compiles every kernel a training step of MODEL launches (each layer's\n"
-               "forward and backward once on zeros, then steps with learning rate 0, the second\n"
-               "measuring the convolution algorithms of new shapes), so that a later `clgrad train`\n"
-               "or `bench train` with the same model, batch and devices starts with warm caches.\n"
-               "Nothing is trained or written besides the caches.\n"
-               "\n"
-               "  --batch B       batch size (default: the model file's, as for train; bench train\n"
-               "                  uses 128 unless given --batch)\n"
-               "  --devices SEL   device selector (default: clgrad's default)\n"
-               "  --precision P   fp32 (default) or fp16\n"
-               "  --order O       forward (default) or reverse: the layers from the last to the first\n"
-               "  --background    the helper mode train starts itself (see below): reverse order,\n"
-               "                  nothing printed\n"
-               "  --verbose       debug logging (program builds, cache loads)\n"
-               "\n"
-               "On a cold cache, `clgrad train` and `clgrad bench train` run this in a second process\n"
-               "(reverse order, one PoCL thread, caches read-only, untuned convolution defaults)\n"
-               "while they take their first step front to back: a PoCL process compiles one kernel\n"
-               "at a time, two processes compile two, and each finds the other's in PoCL's kernel\n"
-               "cache. CLGRAD_PRECOMPILE=0 turns the helper off, =1 starts it even on a warm cache;\n"
-               "by default it runs on PoCL devices with at least 2 CPUs online, outside MPI jobs.\n"
-               "\n"
-               "exit codes: 0 ok, 1 failure, 2 usage error\n");
-}
+static const char *const orders[] = {"forward", "reverse", NULL};
+
+typedef struct precompile_opts {
+    cli_common c;
+    const char *order;
+    int background;
+} precompile_opts;
+
+static const cli_opt opts[] = {
+    CLI_OPT_MODEL,
+    CLI_INT_OPT("--batch", cli_common, batch, 1, CLI_BATCH_MAX, "N",
+                "batch size (default: the model file's, as for train; bench train\n"
+                "uses 128 unless given --batch)"),
+    CLI_OPT_DEVICES,
+    CLI_OPT_PRECISION,
+    CLI_CHOICE_OPT("--order", precompile_opts, order, orders, "O",
+                   "forward (default) or reverse: the layers from the last to the first"),
+    CLI_FLAG_OPT("--background", precompile_opts, background, 1,
+                 "the helper mode train starts itself (see below): reverse order,\n"
+                 "nothing printed"),
+    CLI_OPT_VERBOSE,
+    CLI_END,
+};
+
+const cli_spec cli_spec_precompile = {
+    .name = "precompile",
+    .synopsis = "MODEL [--batch N] [--devices SEL] [--precision P] [--order O]",
+    .about = "Builds and compiles every kernel a training step of MODEL launches (each layer's\n"
+             "forward and backward once on zeros, then steps with learning rate 0, the second\n"
+             "measuring the convolution algorithms of new shapes), so that a later `clgrad train`\n"
+             "or `bench train` with the same model, batch and devices starts with warm caches.\n"
+             "Nothing is trained or written besides the caches.",
+    .opts = opts,
+    .positional = cli_model_positional,
+    .notes = "On a cold cache, `clgrad train` and `clgrad bench train` run this in a second process\n"
+             "(reverse order, one PoCL thread, caches read-only, untuned convolution defaults)\n"
+             "while they take their first step front to back: a PoCL process compiles one kernel\n"
+             "at a time, two processes compile two, and each finds the other's in PoCL's kernel\n"
+             "cache. CLGRAD_PRECOMPILE=0 turns the helper off, =1 starts it even on a warm cache;\n"
+             "by default it runs on PoCL devices with at least 2 CPUs online, outside MPI jobs.",
+};
 
 int cmd_precompile(int argc, char **argv)
 {
-    const char *model = NULL, *devices = NULL, *precision = NULL, *order = "forward";
-    static const char *const orders[] = {"forward", "reverse", NULL};
-    int verbose = 0, background = 0;
-    long batch = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int r;
-        if (cli_is_help(a)) {
-            help(stdout);
-            return CLI_OK;
-        }
-        if ((r = cli_opt_str(argc, argv, &i, "--model", &model)) != 0 ||
-            (r = cli_opt_str(argc, argv, &i, "--devices", &devices)) != 0 ||
-            (r = cli_opt_str(argc, argv, &i, "--precision", &precision)) != 0 ||
-            (r = cli_opt_choice(argc, argv, &i, "--order", orders, &order)) != 0 ||
-            (r = cli_opt_int(argc, argv, &i, "--batch", 1, 1 << 20, &batch)) != 0) {
-            if (r < 0)
-                return CLI_USAGE;
-            continue;
-        }
-        if (strcmp(a, "--verbose") == 0) {
-            verbose = 2;
-            continue;
-        }
-        if (strcmp(a, "--background") == 0) {
-            background = 1;
-            order = "reverse";
-            continue;
-        }
-        if ((r = cli_model_arg("precompile", a, &model)) != CLI_OK)
-            return r;
-    }
+    precompile_opts o = {.order = "forward"};
+    CLI_PARSE(&cli_spec_precompile, argc, argv, &o);
+    const char *model = o.c.model, *devices = o.c.devices, *precision = o.c.precision;
+    const char *order = o.background ? "reverse" : o.order;
+    int verbose = o.c.verbose, background = o.background;
+    long batch = o.c.batch;
     if (!model)
         return cli_usage_error("precompile", "missing MODEL");
 #ifdef __linux__
@@ -95,9 +80,7 @@ int cmd_precompile(int argc, char **argv)
     int rc = cli_model_file_check("precompile", model);
     if (rc != CLI_OK)
         return rc;
-    if (clg_precision_parse(precision) < 0)
-        return cli_usage_error("precompile", "--precision must be fp32 or fp16, not '%s'", precision);
-    double t0 = clg_now_sec();
+    double t0 = cli_now();
     clg_ctx *ctx = cli_ctx_open(devices, verbose, &rc);
     if (!ctx)
         return rc;
@@ -109,12 +92,10 @@ int cmd_precompile(int argc, char **argv)
     clg_model *m = NULL;
     clg_status st = clg_model_create_file(ctx, model, &mp, &m);
     if (st == CLG_OK)
-        st = clg_session_precompile(m, strcmp(order, "reverse") == 0);
+        st = clg_model_precompile(m, strcmp(order, "reverse") == 0, !background);
     /* A second step (learning rate 0) measures the convolution algorithms of
      * shapes without a stored choice, as a training run's second step would,
      * so the later run finds those too. The helper leaves that to training. */
-    if (st == CLG_OK && !background && clg_session_rep(m)->loss_index >= 0)
-        st = clg_session_train_step(m, 0, 0.0, NULL);
     if (st != CLG_OK) {
         int code = background ? CLI_FAIL : cli_fail("precompile: %s", clg_last_error(ctx));
         clg_model_destroy(m);
@@ -124,31 +105,32 @@ int cmd_precompile(int argc, char **argv)
     clg_model_destroy(m);
     clg_ctx_destroy(ctx); /* stores the program binaries (unless the cache is read-only) */
     if (!background)
-        printf("precompiled %s in %.2f s\n", model, clg_now_sec() - t0);
+        printf("precompiled %s in %.2f s\n", model, cli_now() - t0);
     return CLI_OK;
 }
 
 /* Cold: the binary cache has no copy of a program every training step
  * builds (the element-wise kernels) for the first device. Without a binary
  * cache coldness is unknown: no helper. */
-static int cache_cold(clg_ctx *ctx)
-{
-    return ctx->ndev > 0 && clg_program_cached(&ctx->devs[0], "eltwise", "") == 0;
-}
+static int cache_cold(clg_ctx *ctx) { return clg_ctx_cache_warm(ctx) == 0; }
 
 static int pocl_only(clg_ctx *ctx)
 {
-    for (int i = 0; i < ctx->ndev; i++)
-        if (!clg_str_icontains(ctx->devs[i].info.platform, "Portable Computing Language"))
+    int n = clg_device_count(ctx);
+    for (int i = 0; i < n; i++) {
+        clg_device_info d;
+        if (clg_device_info_get(ctx, i, &d) != CLG_OK || !strcasestr(d.platform, "Portable Computing Language"))
             return 0;
-    return ctx->ndev > 0;
+    }
+    return n > 0;
 }
 
-pid_t cli_precompile_spawn(clg_ctx *ctx, const char *model, int batch, const char *devices, const char *precision)
+pid_t cli_precompile_spawn(clg_ctx *ctx, const char *model, int batch, const char *devices, const char *precision,
+                           int verbose)
 {
     const char *e = getenv("CLGRAD_PRECOMPILE");
     int force = e && strcmp(e, "1") == 0;
-    if ((e && strcmp(e, "0") == 0) || !ctx || clg_comm_size() > 1 || getenv("OMPI_COMM_WORLD_SIZE"))
+    if ((e && strcmp(e, "0") == 0) || !ctx || clg_mpi_size() > 1 || getenv("OMPI_COMM_WORLD_SIZE"))
         return 0;
     if (!force && (sysconf(_SC_NPROCESSORS_ONLN) < 2 || !pocl_only(ctx) || !cache_cold(ctx)))
         return 0;
@@ -180,7 +162,7 @@ pid_t cli_precompile_spawn(clg_ctx *ctx, const char *model, int batch, const cha
      * (the helper's timings would be thrown away and would disturb those). */
     static const char *const set[] = {"CLGRAD_CACHE=ro", "CLGRAD_PRECOMPILE=0", "POCL_MAX_PTHREAD_COUNT=1",
                                       "CLGRAD_CONV_AUTO_MEASURE=0"};
-    const size_t nset = CLG_ARRAY_LEN(set);
+    const size_t nset = sizeof set / sizeof set[0];
     size_t n = 0;
     while (environ[n])
         n++;
@@ -208,8 +190,8 @@ pid_t cli_precompile_spawn(clg_ctx *ctx, const char *model, int batch, const cha
         posix_spawn_file_actions_destroy(&fa);
     }
     free(env);
-    if (pid > 0)
-        clg_log(2, "started background precompile (pid %d) for %s", (int)pid, model);
+    if (pid > 0 && verbose >= 2)
+        fprintf(stderr, "clgrad: started background precompile (pid %d) for %s\n", (int)pid, model);
     return pid > 0 ? pid : 0;
 }
 

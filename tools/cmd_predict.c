@@ -1,64 +1,55 @@
 /* clgrad predict MODEL [--weights FILE] --input FILE [--json]: class
  * probabilities for every image of an IDX file (uint8 or float32) or a PGM
  * image (public API only). */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
+#include "cli_opts.h"
 
-static void help(FILE *f)
-{
-    fprintf(f, "usage: clgrad predict MODEL [--weights FILE] --input FILE [--json] [options]\n"
-               "\n"
-               "Prints the class probabilities of every image in FILE (an IDX images file, plain or\n"
-               ".gz, or a PGM image) and the most likely class.\n"
-               "\n"
-               "  --weights FILE   weights written by train (safetensors layout); optional for an\n"
-               "                   ONNX model, whose weights come with it\n"
-               "  --input FILE     IDX (unsigned byte 0x08: pixel / 255; float32 0x0D: values as\n"
-               "                   they are) or PGM image(s) with the model's input shape\n"
-               "  --json           one JSON object per line and image:\n"
-               "                   {\"index\": i, \"class\": c, \"probs\": [...]}\n"
-               "  --limit N        print only the first N images\n"
-               "  --devices SEL    device selector; runs on the first selected device\n"
-               "\n"
-               "exit codes: 0 ok, 1 failure, 2 usage error\n");
-}
+typedef struct predict_opts {
+    cli_common c;
+    const char *input;
+    long limit;
+} predict_opts;
+
+static const cli_opt opts[] = {
+    CLI_OPT_WEIGHTS,
+    CLI_STRING_OPT("--input", predict_opts, input, "FILE",
+                   "IDX (unsigned byte 0x08: pixel / 255; float32 0x0D: values as\n"
+                   "they are) or PGM image(s) with the model's input shape"),
+    CLI_FLAG_OPT("--json", cli_common, json, 1,
+                 "one JSON object per line and image:\n"
+                 "{\"index\": i, \"class\": c, \"probs\": [...]}"),
+    CLI_INT_OPT("--limit", predict_opts, limit, 1, INT32_MAX, "N", "print only the first N images"),
+    CLI_OPT_DEVICES,
+    CLI_END,
+};
+
+const cli_spec cli_spec_predict = {
+    .name = "predict",
+    .synopsis = "MODEL [--weights FILE] --input FILE [--json] [options]",
+    .about = "Prints the class probabilities of every image in FILE (an IDX images file, plain or\n"
+             ".gz, or a PGM image) and the most likely class.",
+    .opts = opts,
+    .positional = cli_model_positional,
+};
 
 int cmd_predict(int argc, char **argv)
 {
-    const char *model = NULL, *weights = NULL, *input = NULL, *devices = NULL;
-    long limit = 0;
-    int json = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int r;
-        if (cli_is_help(a)) {
-            help(stdout);
-            return CLI_OK;
-        }
-        if (strcmp(a, "--json") == 0) {
-            json = 1;
-            continue;
-        }
-        if ((r = cli_opt_str(argc, argv, &i, "--weights", &weights)) != 0 ||
-            (r = cli_opt_str(argc, argv, &i, "--input", &input)) != 0 ||
-            (r = cli_opt_str(argc, argv, &i, "--devices", &devices)) != 0 ||
-            (r = cli_opt_int(argc, argv, &i, "--limit", 1, 0x7fffffff, &limit)) != 0) {
-            if (r < 0)
-                return CLI_USAGE;
-            continue;
-        }
-        if ((r = cli_model_arg("predict", a, &model)) != CLI_OK)
-            return r;
-    }
+    predict_opts o = {0};
+    CLI_PARSE(&cli_spec_predict, argc, argv, &o);
+    const char *model = o.c.model, *input = o.input;
+    long limit = o.limit;
+    int json = o.c.json;
     if (!model)
         return cli_usage_error("predict", "missing MODEL");
     if (!input)
         return cli_usage_error("predict", "missing --input FILE");
     int rc = CLI_OK;
     clg_ctx *ctx = NULL;
-    clg_model *m = cli_model_open("predict", model, weights, devices, 0, &ctx, &rc);
+    clg_model *m = cli_model_open("predict", model, o.c.weights, o.c.devices, 0, &ctx, &rc);
     if (!m)
         return rc;
     float *probs = NULL;

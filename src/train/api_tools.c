@@ -1,0 +1,143 @@
+/* Public calls for front ends (include/clgrad.h, "Front ends"): MPI jobs,
+ * program statistics, tuning and precompiling, over the internal layers. */
+#include <limits.h>
+
+#include "device/device.h"
+#include "ops/gemm.h"
+#include "ops/tune_gemm.h"
+#include "parallel/comm.h"
+#include "train/session.h"
+
+// ---- MPI ----
+
+clg_status clg_mpi_init(void) { return clg_comm_init(NULL); }
+
+void clg_mpi_finalize(int exit_code) { clg_comm_finalize(exit_code); }
+
+int clg_mpi_rank(void) { return clg_comm_rank(); }
+
+int clg_mpi_size(void) { return clg_comm_size(); }
+
+void clg_mpi_configure(double timeout_s, int deterministic) { clg_comm_configure(timeout_s, deterministic); }
+
+const char *clg_mpi_algorithm(void) { return clg_comm_algorithm(); }
+
+clg_status clg_mpi_barrier(void) { return clg_comm_barrier(NULL, "barrier"); }
+
+clg_status clg_mpi_allreduce_f32(float *buf, size_t n)
+{
+    if (!buf && n)
+        return clg_err_set(NULL, CLG_ERR_INVALID_ARG, "clg_mpi_allreduce_f32: buf is NULL");
+    return clg_comm_allreduce_f32(NULL, buf, n, "all-reduce");
+}
+
+clg_status clg_mpi_allreduce_f64(double *buf, size_t n)
+{
+    if ((!buf && n) || n > INT_MAX)
+        return clg_err_set(NULL, CLG_ERR_INVALID_ARG, "clg_mpi_allreduce_f64: buf is NULL or n (%zu) too large", n);
+    return clg_comm_allreduce_f64(NULL, buf, (int)n, "all-reduce");
+}
+
+clg_status clg_mpi_pingpong(void *buf, size_t bytes, int reps, double *gbs)
+{
+    if (!buf || !gbs || reps < 1)
+        return clg_err_set(NULL, CLG_ERR_INVALID_ARG, "clg_mpi_pingpong: buf and gbs are required, reps >= 1");
+    return clg_comm_pingpong(NULL, buf, bytes, reps, gbs);
+}
+
+// ---- programs ----
+
+void clg_ctx_program_counts(const clg_ctx *ctx, int *built, int *cache_loaded)
+{
+    if (built)
+        *built = ctx ? ctx->prog_stats.built : 0;
+    if (cache_loaded)
+        *cache_loaded = ctx ? ctx->prog_stats.cache_loaded : 0;
+}
+
+int clg_ctx_cache_warm(clg_ctx *ctx)
+{
+    if (!ctx || ctx->ndev < 1)
+        return -1;
+    return clg_program_cached(&ctx->devs[0], "eltwise", "");
+}
+
+// ---- tuning ----
+
+clg_status clg_tune_gemm(clg_ctx *ctx, int device, int quick, int clblast, clg_progress_fn progress, void *user)
+{
+    if (!ctx)
+        return clg_err_set(NULL, CLG_ERR_INVALID_ARG, "clg_tune_gemm: context is NULL");
+    if (device < 0 || device >= ctx->ndev)
+        return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG, "clg_tune_gemm: device %d out of range (the context has %d)",
+                           device, ctx->ndev);
+    clg_gemm_tune_opts o = {.quick = quick, .clblast = clblast, .progress = progress, .user = user};
+    return clg_gemm_tune(&ctx->devs[device], &o);
+}
+
+// ---- precompiling ----
+
+clg_status clg_model_precompile(clg_model *m, int reverse, int measure)
+{
+    if (!m)
+        return clg_err_set(NULL, CLG_ERR_INVALID_ARG, "clg_model_precompile: model is NULL");
+    clg_status st = clg_session_precompile(m, reverse);
+    if (st == CLG_OK && measure && clg_session_rep(m)->loss_index >= 0)
+        st = clg_session_train_step(m, 0, 0.0, NULL);
+    return st;
+}
+
+// ---- GEMM benchmarks ----
+
+int clg_bench_gemm_dl_shapes(int batch, clg_bench_gemm_shape *out, int max)
+{
+    clg_gemm_shape list[64];
+    int n = clg_gemm_dl_shapes(batch, list, (int)CLG_ARRAY_LEN(list));
+    for (int i = 0; out && i < CLG_MIN(CLG_MIN(n, max), (int)CLG_ARRAY_LEN(list)); i++)
+        out[i] = (clg_bench_gemm_shape){list[i].label, list[i].M, list[i].N, list[i].K, list[i].ta, list[i].tb,
+                                        list[i].batch};
+    return n;
+}
+
+int clg_have_clblast(void) { return clg_gemm_have_clblast(); }
+
+static void gemm_args(const clg_bench_gemm_shape *s, clg_gemm_args *a)
+{
+    clg_gemm_args_init(a);
+    a->M = s->m;
+    a->N = s->n;
+    a->K = s->k;
+    a->ta = s->ta;
+    a->tb = s->tb;
+    a->batch = s->batch;
+}
+
+clg_status clg_bench_gemm_time(clg_ctx *ctx, int device, const clg_bench_gemm_shape *s, const char *backend,
+                               int reps, double *ms)
+{
+    if (!ctx || !s || !backend || !ms || reps < 1)
+        return clg_err_set(ctx ? &ctx->err : NULL, CLG_ERR_INVALID_ARG,
+                           "clg_bench_gemm_time: context, shape, backend and ms are required, reps >= 1");
+    if (device < 0 || device >= ctx->ndev)
+        return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG, "clg_bench_gemm_time: device %d out of range (%d)", device,
+                           ctx->ndev);
+    int b = clg_gemm_backend_parse(backend);
+    if (b != CLG_GEMM_OWN && b != CLG_GEMM_CLBLAST)
+        return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG, "clg_bench_gemm_time: backend '%s' (own or clblast)",
+                           backend);
+    clg_gemm_args a;
+    gemm_args(s, &a);
+    return clg_gemm_time(&ctx->devs[device], &a, (clg_gemm_backend)b, NULL, reps, ms);
+}
+
+void clg_bench_gemm_describe(clg_ctx *ctx, int device, const clg_bench_gemm_shape *s, char *buf, size_t len)
+{
+    if (!buf || !len)
+        return;
+    buf[0] = 0;
+    if (!ctx || !s || device < 0 || device >= ctx->ndev)
+        return;
+    clg_gemm_args a;
+    gemm_args(s, &a);
+    clg_gemm_own_describe(&ctx->devs[device], &a, buf, len);
+}
