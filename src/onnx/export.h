@@ -1,14 +1,19 @@
-/* ONNX export of a model (onnx_export.c; onnx_none.c without protobuf-c). */
+/* ONNX export of a network with one replica's weights (onnx_export.c;
+ * onnx_none.c without protobuf-c). */
 #ifndef CLG_ONNX_EXPORT_H
 #define CLG_ONNX_EXPORT_H
 
-#include "train/session.h"
+#include "io/dataset.h"
+#include "model/network.h"
 
-/* Writes m's layers, weights (lane 0's authoritative fp32 values) and input
- * normalization (Sub / Div nodes before the first layer) as an ONNX model
- * (opset CLG_ONNX_EXPORT_OPSET, input "input" of shape (N, C, H, W) with a
- * symbolic N, output "output"), atomically. Layers without an ONNX
- * equivalent (mse) are refused. */
-CLG_INTERNAL clg_status clg_onnx_export(clg_model *m, const char *path);
+/* Writes net's layers (options read back from net's model text), rep's
+ * weights (their authoritative fp32 values, read on rep's device; rep must
+ * be a replica of net) and, when norm is not NULL, the input normalization
+ * (Sub / Div nodes before the first layer) as an ONNX model (opset
+ * CLG_ONNX_EXPORT_OPSET, input "input" of shape (N, C, H, W) with a symbolic
+ * N, output "output"), atomically. Layers without an ONNX equivalent (mse)
+ * are refused. Failures are described in err. */
+CLG_INTERNAL clg_status clg_onnx_export(clg_err *err, const clg_net *net, const clg_replica *rep,
+                                        const clg_ds_norm *norm, const char *path);
 
 #endif

@@ -1,6 +1,7 @@
-/* A model -> ONNX (see export.h). Layer options are read back from the
- * model text's sections (the source of truth the layers were configured
- * from); weights from lane 0's authoritative fp32 buffers. */
+/* A network with one replica's weights -> ONNX (see export.h). Layer
+ * options are read back from the model text's sections (the source of truth
+ * the layers were configured from); weights from the replica's authoritative
+ * fp32 buffers. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,6 +12,8 @@
 
 typedef struct {
     clg_err *err;
+    const clg_net *net;
+    const clg_replica *rep; /* the weights */
     void **allocs; /* everything below is freed through this list */
     size_t nallocs, capallocs;
     int oom;
@@ -274,30 +277,30 @@ static clg_status activation(ex *e, const char *type, double alpha, const char *
     return CLG_OK;
 }
 
-/* Reads parameter p of lane 0's layer li into host memory (malloc'd). */
-static clg_status read_param(clg_model *m, int li, int p, float **out)
+/* Reads parameter p of the replica's layer li into host memory (malloc'd). */
+static clg_status read_param(ex *e, int li, int p, float **out)
 {
-    clg_replica *r = clg_session_rep(m);
+    const clg_replica *r = e->rep;
     clg_param_ref ref = {&r->layers[li], &r->layers[li].params[p]};
     float *h = malloc(CLG_MAX(ref.param->numel, 1) * sizeof(float));
     if (!h)
-        return clg_err_set(&m->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
-    cl_int st = clEnqueueReadBuffer(clg_session_dev(m)->queue, clg_replica_master(r, &ref), CL_TRUE, 0,
+        return clg_err_set(e->err, CLG_ERR_HOST_OOM, "out of memory");
+    cl_int st = clEnqueueReadBuffer(r->dev->queue, clg_replica_master(r, &ref), CL_TRUE, 0,
                                     ref.param->numel * sizeof(float), h, 0, NULL, NULL);
     if (st != CL_SUCCESS) {
         free(h);
-        return clg_cl_fail(&m->ctx->err, st, "read weights for ONNX export", __FILE__, __LINE__);
+        return clg_cl_fail(e->err, st, "read weights for ONNX export", __FILE__, __LINE__);
     }
     *out = h;
     return CLG_OK;
 }
 
-static clg_status export_params(ex *e, clg_model *m, int li)
+static clg_status export_params(ex *e, int li)
 {
-    const clg_layer *l = &clg_session_rep(m)->layers[li];
+    const clg_layer *l = &e->rep->layers[li];
     for (int p = 0; p < l->nparams; p++) {
         float *h = NULL;
-        CLG_TRY(read_param(m, li, p, &h));
+        CLG_TRY(read_param(e, li, p, &h));
         int64_t dims[4];
         for (int d = 0; d < l->params[p].ndim; d++)
             dims[d] = l->params[p].shape[d];
@@ -309,206 +312,318 @@ static clg_status export_params(ex *e, clg_model *m, int li)
     return CLG_OK;
 }
 
-static clg_status build(ex *e, clg_model *m, Onnx__GraphProto *g)
+// ---- one layer -> nodes ----
+
+/* The layer being exported: its inputs' value names and ranks, its output's
+ * value name and rank (the first input's unless the mapping changes it),
+ * its section of the model text and the names derived from its own. */
+typedef struct {
+    int index;
+    const clg_layer *l;
+    const clg_cfg_section *s;
+    const char *in[CLG_MAX_INPUTS];
+    int in_rank[CLG_MAX_INPUTS];
+    const char *out;
+    int rank;
+    const char *act; /* the section's activation (linear: none) */
+    double alpha;
+    int has_act;
+    char pre[160], wn[160], bn[160], actn[160], flat[160];
+} xlayer;
+
+/* The output of the main node: the activation's input when one follows. */
+static const char *main_out(const xlayer *x) { return x->has_act ? x->pre : x->out; }
+
+static clg_status fused_activation(ex *e, const xlayer *x)
 {
-    clg_err *err = &m->ctx->err;
-    const clg_net *net = m->net;
-    const clg_replica *r = clg_session_rep(m);
-    int L = net->nlayers;
+    return x->has_act ? activation(e, x->act, x->alpha, x->actn, x->pre, x->out) : CLG_OK;
+}
+
+/* The first input, flattened to (N, rest) unless it has rank 2. */
+static const char *flat_input(ex *e, xlayer *x)
+{
+    const char *in = x->in[0];
+    if (x->in_rank[0] == 2)
+        return in;
+    snprintf(x->flat, sizeof x->flat, "%s.flat", x->l->name);
+    attr_int(e, node(e, "Flatten", x->flat, &in, 1, x->flat), "axis", 1);
+    return x->flat;
+}
+
+static clg_status x_conv(ex *e, xlayer *x)
+{
+    const clg_layer *l = x->l;
+    const clg_cfg_section *s = x->s;
+    clg_status st = export_params(e, x->index);
+    const char *ins[3] = {x->in[0], x->wn, x->bn};
+    Onnx__NodeProto *n = node(e, "Conv", l->name, ins, l->nparams > 1 ? 3 : 2, main_out(x));
+    int64_t R = l->params[0].shape[2], S = l->params[0].shape[3], stride = sec_int(s, "stride", 1),
+            pad = sec_int(s, "pad", 0), dil = sec_int(s, "dilation", 1);
+    int64_t ks[2] = {R, S}, strides[2] = {stride, stride}, pads[4] = {pad, pad, pad, pad}, dils[2] = {dil, dil};
+    attr_ints(e, n, "kernel_shape", ks, 2);
+    attr_ints(e, n, "strides", strides, 2);
+    attr_ints(e, n, "pads", pads, 4);
+    attr_ints(e, n, "dilations", dils, 2);
+    attr_int(e, n, "group", sec_int(s, "groups", 1));
+    return st == CLG_OK ? fused_activation(e, x) : st;
+}
+
+static clg_status x_dense(ex *e, xlayer *x)
+{
+    clg_status st = export_params(e, x->index);
+    const char *ins[3] = {flat_input(e, x), x->wn, x->bn};
+    Onnx__NodeProto *n = node(e, "Gemm", x->l->name, ins, x->l->nparams > 1 ? 3 : 2, main_out(x));
+    attr_int(e, n, "transB", 1);
+    x->rank = 2;
+    return st == CLG_OK ? fused_activation(e, x) : st;
+}
+
+static clg_status x_pool(ex *e, xlayer *x)
+{
+    const char *type = x->l->ops->type;
+    int64_t k = sec_int(x->s, "size", 1), sd = sec_int(x->s, "stride", k), pad = sec_int(x->s, "pad", 0);
+    int64_t ks[2] = {k, k}, strides[2] = {sd, sd}, pads[4] = {pad, pad, pad, pad};
+    Onnx__NodeProto *n = node(e, type[0] == 'm' ? "MaxPool" : "AveragePool", x->l->name, x->in, 1, x->out);
+    attr_ints(e, n, "kernel_shape", ks, 2);
+    attr_ints(e, n, "strides", strides, 2);
+    attr_ints(e, n, "pads", pads, 4);
+    if (type[0] == 'a')
+        attr_int(e, n, "count_include_pad", 1);
+    return CLG_OK;
+}
+
+static clg_status x_gap(ex *e, xlayer *x)
+{
+    node(e, "GlobalAveragePool", x->l->name, x->in, 1, x->out);
+    return CLG_OK;
+}
+
+static clg_status x_activation(ex *e, xlayer *x)
+{
+    return activation(e, sec_str(x->s, "type", "relu"), x->alpha, x->l->name, x->in[0], x->out);
+}
+
+static clg_status x_batchnorm(ex *e, xlayer *x)
+{
+    const clg_layer *l = x->l;
+    clg_status st = export_params(e, x->index);
+    char pn[4][160];
+    const char *ins[5] = {x->in[0], pn[0], pn[1], pn[2], pn[3]};
+    for (int p = 0; p < 4; p++)
+        snprintf(pn[p], sizeof pn[p], "%s.%s", l->name, l->params[p].name);
+    Onnx__NodeProto *n = node(e, "BatchNormalization", l->name, ins, 5, x->out);
+    attr_float(e, n, "epsilon", (float)sec_float(x->s, "eps", 1e-5));
+    attr_float(e, n, "momentum", (float)(1.0 - sec_float(x->s, "momentum", 0.1)));
+    return st;
+}
+
+static clg_status x_dropout(ex *e, xlayer *x)
+{
+    char rn[160];
+    snprintf(rn, sizeof rn, "%s.ratio", x->l->name);
+    init_scalar(e, rn, (float)sec_float(x->s, "p", 0.5));
+    const char *ins[2] = {x->in[0], rn};
+    node(e, "Dropout", x->l->name, ins, 2, x->out);
+    return CLG_OK;
+}
+
+static clg_status x_flatten(ex *e, xlayer *x)
+{
+    attr_int(e, node(e, "Flatten", x->l->name, x->in, 1, x->out), "axis", 1);
+    x->rank = 2;
+    return CLG_OK;
+}
+
+static clg_status x_add(ex *e, xlayer *x)
+{
+    const clg_layer *l = x->l;
+    char cur[160], outn[160];
+    snprintf(cur, sizeof cur, "%s", x->in[0]);
+    for (int k = 1; k < l->nin; k++) { /* a chain of two-input Adds */
+        if (k == l->nin - 1)
+            snprintf(outn, sizeof outn, "%s", x->out);
+        else
+            snprintf(outn, sizeof outn, "%s.sum%d", l->name, k);
+        const char *ins[2] = {cur, x->in[k]};
+        node(e, "Add", k == l->nin - 1 ? l->name : outn, ins, 2, outn);
+        snprintf(cur, sizeof cur, "%s", outn);
+    }
+    return CLG_OK;
+}
+
+static clg_status x_concat(ex *e, xlayer *x)
+{
+    attr_int(e, node(e, "Concat", x->l->name, x->in, x->l->nin, x->out), "axis", 1);
+    return CLG_OK;
+}
+
+static clg_status x_softmax(ex *e, xlayer *x)
+{
+    const char *in = flat_input(e, x);
+    attr_int(e, node(e, "Softmax", x->l->name, &in, 1, x->out), "axis", 1);
+    x->rank = 2;
+    return CLG_OK;
+}
+
+static const struct {
+    const char *type;
+    clg_status (*fn)(ex *e, xlayer *x);
+} exporters[] = {
+    {"convolutional", x_conv}, {"dense", x_dense},         {"maxpool", x_pool},      {"avgpool", x_pool},
+    {"gap", x_gap},            {"activation", x_activation}, {"batchnorm", x_batchnorm}, {"dropout", x_dropout},
+    {"flatten", x_flatten},    {"add", x_add},             {"concat", x_concat},     {"softmax", x_softmax},
+};
+
+/* Layer i: its nodes, its output's value name in vname[i] and rank in rank[i]. */
+static clg_status export_layer(ex *e, int i, const char *in_name, char (*vname)[96], int *rank)
+{
+    const clg_layer *l = &e->rep->layers[i];
+    xlayer x;
+    memset(&x, 0, sizeof x);
+    x.index = i;
+    x.l = l;
+    x.s = &e->net->cfg->sec[i + 1];
+    for (int k = 0; k < l->nin; k++) {
+        x.in[k] = l->inputs[k] < 0 ? in_name : vname[l->inputs[k]];
+        x.in_rank[k] = l->inputs[k] < 0 ? 4 : rank[l->inputs[k]];
+    }
+    snprintf(vname[i], sizeof vname[i], "%s", i == e->net->nlayers - 1 ? "output" : l->name);
+    x.out = vname[i];
+    x.rank = x.in_rank[0];
+    snprintf(x.pre, sizeof x.pre, "%s.pre", l->name);
+    snprintf(x.actn, sizeof x.actn, "%s.act", l->name);
+    snprintf(x.wn, sizeof x.wn, "%s.weight", l->name);
+    snprintf(x.bn, sizeof x.bn, "%s.bias", l->name);
+    x.act = sec_str(x.s, "activation", "linear");
+    x.alpha = sec_float(x.s, "alpha", 0.01);
+    x.has_act = strcmp(x.act, "linear") != 0;
+    for (size_t k = 0; k < sizeof exporters / sizeof exporters[0]; k++) {
+        if (strcmp(l->ops->type, exporters[k].type) == 0) {
+            clg_status st = exporters[k].fn(e, &x);
+            rank[i] = x.rank;
+            return st;
+        }
+    }
+    return clg_err_set(e->err, CLG_ERR_UNSUPPORTED, "ONNX export: layer '%s' of type [%s] has no ONNX mapping",
+                       l->name, l->ops->type);
+}
+
+// ---- the graph ----
+
+/* (x - mean) / std per channel, as clg_model_predict applies it; returns the
+ * normalized input's value name. */
+static const char *export_norm(ex *e, const clg_ds_norm *norm)
+{
+    const clg_net *net = e->net;
+    int64_t dims[4] = {1, net->in_c, 1, 1};
+    float mean[CLG_DS_MAX_CHANNELS], sd[CLG_DS_MAX_CHANNELS];
+    for (int c = 0; c < net->in_c && c < CLG_DS_MAX_CHANNELS; c++) {
+        mean[c] = c < norm->c ? norm->mean[c] : 0.0f;
+        sd[c] = c < norm->c ? norm->std[c] : 1.0f;
+    }
+    init_f32(e, "norm.mean", dims, 4, mean);
+    init_f32(e, "norm.std", dims, 4, sd);
+    const char *i0[2] = {"input", "norm.mean"}, *i1[2] = {"input_centered", "norm.std"};
+    node(e, "Sub", "norm_sub", i0, 2, "input_centered");
+    node(e, "Div", "norm_div", i1, 2, "input_normalized");
+    return "input_normalized";
+}
+
+/* The graph's input (N, C, H, W) and output (rank out_rank) descriptions. */
+static void graph_io(ex *e, Onnx__GraphProto *g, int out_rank)
+{
+    const clg_net *net = e->net;
+    int64_t idims[4] = {-1, net->in_c, net->in_h, net->in_w};
+    const clg_layer *ll = &e->rep->layers[net->nlayers - 1];
+    int64_t odims[4] = {-1, ll->out_shape[1], ll->out_shape[2], ll->out_shape[3]};
+    Onnx__ValueInfoProto **gi = xalloc(e, sizeof *gi), **go = xalloc(e, sizeof *go);
+    if (gi && go) {
+        gi[0] = value_info(e, "input", 4, idims);
+        go[0] = value_info(e, "output", out_rank, odims);
+        g->n_input = 1;
+        g->input = gi;
+        g->n_output = 1;
+        g->output = go;
+    }
+}
+
+static clg_status build(ex *e, const clg_ds_norm *norm, Onnx__GraphProto *g)
+{
+    int L = e->net->nlayers;
     char (*vname)[96] = calloc((size_t)L, sizeof *vname); /* output value of each layer */
     int *rank = calloc((size_t)L, sizeof(int));
     if (!vname || !rank) {
         free(vname);
         free(rank);
-        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+        return clg_err_set(e->err, CLG_ERR_HOST_OOM, "out of memory");
     }
-    const char *in_name = "input";
-    if (m->has_norm) { /* (x - mean) / std per channel, as clg_model_predict applies it */
-        int64_t dims[4] = {1, net->in_c, 1, 1};
-        float mean[CLG_DS_MAX_CHANNELS], sd[CLG_DS_MAX_CHANNELS];
-        for (int c = 0; c < net->in_c && c < CLG_DS_MAX_CHANNELS; c++) {
-            mean[c] = c < m->norm.c ? m->norm.mean[c] : 0.0f;
-            sd[c] = c < m->norm.c ? m->norm.std[c] : 1.0f;
-        }
-        init_f32(e, "norm.mean", dims, 4, mean);
-        init_f32(e, "norm.std", dims, 4, sd);
-        const char *i0[2] = {"input", "norm.mean"}, *i1[2] = {"input_centered", "norm.std"};
-        node(e, "Sub", "norm_sub", i0, 2, "input_centered");
-        node(e, "Div", "norm_div", i1, 2, "input_normalized");
-        in_name = "input_normalized";
-    }
+    const char *in_name = norm ? export_norm(e, norm) : "input";
     clg_status st = CLG_OK;
-    for (int i = 0; i < L && st == CLG_OK && !e->oom; i++) {
-        const clg_layer *l = &r->layers[i];
-        const clg_cfg_section *s = &net->cfg->sec[i + 1];
-        const char *type = l->ops->type;
-        const char *in[CLG_MAX_INPUTS];
-        int in_rank[CLG_MAX_INPUTS];
-        for (int k = 0; k < l->nin; k++) {
-            in[k] = l->inputs[k] < 0 ? in_name : vname[l->inputs[k]];
-            in_rank[k] = l->inputs[k] < 0 ? 4 : rank[l->inputs[k]];
-        }
-        int last = i == L - 1;
-        snprintf(vname[i], sizeof vname[i], "%s", last ? "output" : l->name);
-        rank[i] = in_rank[0];
-        char pre[160], wn[160], bn[160], flat[160], actn[160];
-        snprintf(pre, sizeof pre, "%s.pre", l->name);
-        snprintf(actn, sizeof actn, "%s.act", l->name);
-        snprintf(wn, sizeof wn, "%s.weight", l->name);
-        snprintf(bn, sizeof bn, "%s.bias", l->name);
-        const char *act = sec_str(s, "activation", "linear");
-        double alpha = sec_float(s, "alpha", 0.01);
-        int has_act = strcmp(act, "linear") != 0;
-        if (strcmp(type, "convolutional") == 0) {
-            st = export_params(e, m, i);
-            const char *ins[3] = {in[0], wn, bn};
-            Onnx__NodeProto *n = node(e, "Conv", l->name, ins, l->nparams > 1 ? 3 : 2, has_act ? pre : vname[i]);
-            int64_t R = l->params[0].shape[2], S = l->params[0].shape[3], st_ = sec_int(s, "stride", 1),
-                    pad = sec_int(s, "pad", 0), dil = sec_int(s, "dilation", 1);
-            int64_t ks[2] = {R, S}, strides[2] = {st_, st_}, pads[4] = {pad, pad, pad, pad}, dils[2] = {dil, dil};
-            attr_ints(e, n, "kernel_shape", ks, 2);
-            attr_ints(e, n, "strides", strides, 2);
-            attr_ints(e, n, "pads", pads, 4);
-            attr_ints(e, n, "dilations", dils, 2);
-            attr_int(e, n, "group", sec_int(s, "groups", 1));
-            if (st == CLG_OK && has_act)
-                st = activation(e, act, alpha, actn, pre, vname[i]);
-        } else if (strcmp(type, "dense") == 0) {
-            st = export_params(e, m, i);
-            const char *x = in[0];
-            if (in_rank[0] != 2) {
-                snprintf(flat, sizeof flat, "%s.flat", l->name);
-                attr_int(e, node(e, "Flatten", flat, &x, 1, flat), "axis", 1);
-                x = flat;
-            }
-            const char *ins[3] = {x, wn, bn};
-            Onnx__NodeProto *n = node(e, "Gemm", l->name, ins, l->nparams > 1 ? 3 : 2, has_act ? pre : vname[i]);
-            attr_int(e, n, "transB", 1);
-            rank[i] = 2;
-            if (st == CLG_OK && has_act)
-                st = activation(e, act, alpha, actn, pre, vname[i]);
-        } else if (strcmp(type, "maxpool") == 0 || strcmp(type, "avgpool") == 0) {
-            int64_t k = sec_int(s, "size", 1), sd = sec_int(s, "stride", k), pad = sec_int(s, "pad", 0);
-            int64_t ks[2] = {k, k}, strides[2] = {sd, sd}, pads[4] = {pad, pad, pad, pad};
-            Onnx__NodeProto *n = node(e, type[0] == 'm' ? "MaxPool" : "AveragePool", l->name, in, 1, vname[i]);
-            attr_ints(e, n, "kernel_shape", ks, 2);
-            attr_ints(e, n, "strides", strides, 2);
-            attr_ints(e, n, "pads", pads, 4);
-            if (type[0] == 'a')
-                attr_int(e, n, "count_include_pad", 1);
-        } else if (strcmp(type, "gap") == 0) {
-            node(e, "GlobalAveragePool", l->name, in, 1, vname[i]);
-        } else if (strcmp(type, "activation") == 0) {
-            st = activation(e, sec_str(s, "type", "relu"), alpha, l->name, in[0], vname[i]);
-        } else if (strcmp(type, "batchnorm") == 0) {
-            st = export_params(e, m, i);
-            char pn[4][160];
-            const char *ins[5] = {in[0], pn[0], pn[1], pn[2], pn[3]};
-            for (int p = 0; p < 4; p++)
-                snprintf(pn[p], sizeof pn[p], "%s.%s", l->name, l->params[p].name);
-            Onnx__NodeProto *n = node(e, "BatchNormalization", l->name, ins, 5, vname[i]);
-            attr_float(e, n, "epsilon", (float)sec_float(s, "eps", 1e-5));
-            attr_float(e, n, "momentum", (float)(1.0 - sec_float(s, "momentum", 0.1)));
-        } else if (strcmp(type, "dropout") == 0) {
-            char rn[160];
-            snprintf(rn, sizeof rn, "%s.ratio", l->name);
-            init_scalar(e, rn, (float)sec_float(s, "p", 0.5));
-            const char *ins[2] = {in[0], rn};
-            node(e, "Dropout", l->name, ins, 2, vname[i]);
-        } else if (strcmp(type, "flatten") == 0) {
-            attr_int(e, node(e, "Flatten", l->name, in, 1, vname[i]), "axis", 1);
-            rank[i] = 2;
-        } else if (strcmp(type, "add") == 0) {
-            char cur[160], outn[160];
-            snprintf(cur, sizeof cur, "%s", in[0]);
-            for (int k = 1; k < l->nin; k++) { /* a chain of two-input Adds */
-                if (k == l->nin - 1)
-                    snprintf(outn, sizeof outn, "%s", vname[i]);
-                else
-                    snprintf(outn, sizeof outn, "%s.sum%d", l->name, k);
-                const char *ins[2] = {cur, in[k]};
-                node(e, "Add", k == l->nin - 1 ? l->name : outn, ins, 2, outn);
-                snprintf(cur, sizeof cur, "%s", outn);
-            }
-        } else if (strcmp(type, "concat") == 0) {
-            attr_int(e, node(e, "Concat", l->name, in, l->nin, vname[i]), "axis", 1);
-        } else if (strcmp(type, "softmax") == 0) {
-            const char *x = in[0];
-            if (in_rank[0] != 2) {
-                snprintf(flat, sizeof flat, "%s.flat", l->name);
-                attr_int(e, node(e, "Flatten", flat, &x, 1, flat), "axis", 1);
-                x = flat;
-            }
-            attr_int(e, node(e, "Softmax", l->name, &x, 1, vname[i]), "axis", 1);
-            rank[i] = 2;
-        } else {
-            st = clg_err_set(err, CLG_ERR_UNSUPPORTED, "ONNX export: layer '%s' of type [%s] has no ONNX mapping",
-                             l->name, type);
-        }
-    }
-    if (st == CLG_OK && !e->oom) {
-        int64_t idims[4] = {-1, net->in_c, net->in_h, net->in_w};
-        const clg_layer *ll = &r->layers[L - 1];
-        int64_t odims[4] = {-1, ll->out_shape[1], ll->out_shape[2], ll->out_shape[3]};
-        Onnx__ValueInfoProto **gi = xalloc(e, sizeof *gi), **go = xalloc(e, sizeof *go);
-        if (gi && go) {
-            gi[0] = value_info(e, "input", 4, idims);
-            go[0] = value_info(e, "output", rank[L - 1], odims);
-            g->n_input = 1;
-            g->input = gi;
-            g->n_output = 1;
-            g->output = go;
-        }
-    }
+    for (int i = 0; i < L && st == CLG_OK && !e->oom; i++)
+        st = export_layer(e, i, in_name, vname, rank);
+    if (st == CLG_OK && !e->oom)
+        graph_io(e, g, rank[L - 1]);
     free(vname);
     free(rank);
     if (st == CLG_OK && e->oom)
-        st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory building the ONNX graph");
+        st = clg_err_set(e->err, CLG_ERR_HOST_OOM, "out of memory building the ONNX graph");
     return st;
 }
 
-clg_status clg_onnx_export(clg_model *m, const char *path)
+/* The graph as a ModelProto's bytes (malloc'd). */
+static clg_status pack_model(ex *e, Onnx__GraphProto *g, uint8_t **buf, size_t *len)
 {
-    clg_err *err = &m->ctx->err;
+    g->n_node = e->nnodes;
+    g->node = e->nodes;
+    g->n_initializer = e->ninits;
+    g->initializer = e->inits;
+    Onnx__ModelProto mp;
+    onnx__model_proto__init(&mp);
+    mp.has_ir_version = 1;
+    mp.ir_version = 7; /* ONNX 1.8+: opset 13 */
+    mp.producer_name = "clgrad";
+    mp.producer_version = (char *)clg_version_string();
+    Onnx__OperatorSetIdProto op;
+    onnx__operator_set_id_proto__init(&op);
+    op.domain = "";
+    op.has_version = 1;
+    op.version = CLG_ONNX_EXPORT_OPSET;
+    Onnx__OperatorSetIdProto *ops[1] = {&op};
+    mp.n_opset_import = 1;
+    mp.opset_import = ops;
+    mp.graph = g;
+    char doc[512];
+    snprintf(doc, sizeof doc, "exported by clgrad from %s", e->net->source);
+    mp.doc_string = doc;
+    *len = onnx__model_proto__get_packed_size(&mp);
+    *buf = malloc(*len ? *len : 1);
+    if (!*buf)
+        return clg_err_set(e->err, CLG_ERR_HOST_OOM, "out of memory");
+    onnx__model_proto__pack(&mp, *buf);
+    return CLG_OK;
+}
+
+clg_status clg_onnx_export(clg_err *err, const clg_net *net, const clg_replica *rep, const clg_ds_norm *norm,
+                           const char *path)
+{
+    if (!net || !rep || !path)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "ONNX export: network, replica and path are required");
+    if (rep->net != net || rep->nlayers != net->nlayers)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "ONNX export: the replica is not one of the network %s",
+                           net->source);
     ex e;
     memset(&e, 0, sizeof e);
     e.err = err;
+    e.net = net;
+    e.rep = rep;
     Onnx__GraphProto g;
     onnx__graph_proto__init(&g);
     g.name = "clgrad";
-    clg_status st = build(&e, m, &g);
     uint8_t *buf = NULL;
     size_t len = 0;
-    if (st == CLG_OK) {
-        g.n_node = e.nnodes;
-        g.node = e.nodes;
-        g.n_initializer = e.ninits;
-        g.initializer = e.inits;
-        Onnx__ModelProto mp;
-        onnx__model_proto__init(&mp);
-        mp.has_ir_version = 1;
-        mp.ir_version = 7; /* ONNX 1.8+: opset 13 */
-        mp.producer_name = "clgrad";
-        mp.producer_version = (char *)clg_version_string();
-        Onnx__OperatorSetIdProto op;
-        onnx__operator_set_id_proto__init(&op);
-        op.domain = "";
-        op.has_version = 1;
-        op.version = CLG_ONNX_EXPORT_OPSET;
-        Onnx__OperatorSetIdProto *ops[1] = {&op};
-        mp.n_opset_import = 1;
-        mp.opset_import = ops;
-        mp.graph = &g;
-        char doc[512];
-        snprintf(doc, sizeof doc, "exported by clgrad from %s", m->net->source);
-        mp.doc_string = doc;
-        len = onnx__model_proto__get_packed_size(&mp);
-        buf = malloc(len ? len : 1);
-        if (!buf)
-            st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
-        else
-            onnx__model_proto__pack(&mp, buf);
-    }
+    clg_status st = build(&e, norm, &g);
+    if (st == CLG_OK)
+        st = pack_model(&e, &g, &buf, &len);
     if (st == CLG_OK)
         st = clg_file_write_atomic(err, path, buf, len);
     free(buf);

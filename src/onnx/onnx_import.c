@@ -1299,6 +1299,145 @@ static const char supported_ops[] =
     "GlobalAveragePool, BatchNormalization, Dropout, Flatten, Reshape to 2-D, Add, Concat, Softmax, Identity, "
     "Constant, Pad (zeros, into Conv / AveragePool), Transpose of a constant, Sub/Div on the input";
 
+static clg_status op_activation(imp *im, const char *op)
+{
+    const Onnx__NodeProto *n = im->node;
+    int xv = 0;
+    CLG_TRY(vin(im, 0, &xv));
+    double alpha = 0.01;
+    const char *type = op[0] == 'R' ? "relu" : op[0] == 'S' ? "sigmoid" : op[0] == 'T' ? "tanh" : "gelu";
+    if (op[0] == 'L') {
+        type = "leaky";
+        alpha = attr_f(n, "alpha", 0.01);
+        if (!(alpha >= 0 && alpha <= 1))
+            return unsupported(im, "alpha %g outside [0, 1]", alpha);
+    }
+    if (op[0] == 'G') {
+        const Onnx__AttributeProto *a = attr(n, "approximate");
+        if (a && a->has_s && !(a->s.len == 4 && memcmp(a->s.data, "none", 4) == 0))
+            return unsupported(im, "approximate GELU (only the erf form)");
+    }
+    return act_layer(im, xv, type, alpha);
+}
+
+/* Div: the first node of a GELU in its erf form (one layer; *i moves to the
+ * pattern's last node), else the input normalization's division. */
+static clg_status op_div(imp *im, const Onnx__GraphProto *g, size_t *i)
+{
+    int parts[4];
+    int end = match_gelu(im, g, *i, parts);
+    if (end < 0)
+        return op_norm(im, 1);
+    int xv = 0;
+    CLG_TRY(vin(im, 0, &xv));
+    /* the pattern reads x twice: fusing into the producer is fine when nothing else does */
+    value *x = &im->vals[xv];
+    int saved = x->nuse;
+    if (x->nuse == 2)
+        x->nuse = 1;
+    im->node = g->node[end]; /* the activation takes the last node's output */
+    clg_status st = act_layer(im, xv, "gelu", 0.01);
+    x = &im->vals[xv];
+    x->nuse = saved;
+    CLG_TRY(st);
+    /* the nodes in between are skipped: only the pattern reads their outputs */
+    for (size_t k = *i + 1; k < (size_t)end; k++) {
+        const Onnx__NodeProto *m = g->node[k];
+        int part = is_op(m, "Constant") || (int)k == parts[0] || (int)k == parts[1] || (int)k == parts[2];
+        if (!part) { /* another node between the pattern's nodes */
+            im->node = m;
+            return unsupported(im, "a node between the nodes of a GELU (erf form) pattern");
+        }
+    }
+    *i = (size_t)end;
+    return CLG_OK;
+}
+
+static clg_status op_gap(imp *im)
+{
+    int xv = 0;
+    CLG_TRY(vin(im, 0, &xv));
+    return simple_layer(im, "gap", xv, im->vals[xv].c, 1, 1);
+}
+
+static clg_status op_flatten(imp *im)
+{
+    const Onnx__NodeProto *n = im->node;
+    int xv = 0;
+    CLG_TRY(vin(im, 0, &xv));
+    if (attr_i(n, "axis", 1) != 1)
+        return unsupported(im, "axis %lld (only 1: batch x features)", (long long)attr_i(n, "axis", 1));
+    return to_2d(im, xv);
+}
+
+static clg_status op_identity(imp *im)
+{
+    const Onnx__NodeProto *n = im->node;
+    const cten *c = n->n_input == 1 && n->input[0] ? cget(im, n->input[0]) : NULL;
+    if (c) { /* a copy of a constant (exporters write these for initializers) */
+        const char *o = NULL;
+        CLG_TRY(out_name(im, 0, &o));
+        cten t = *c;
+        t.f = NULL;
+        t.i64 = NULL;
+        size_t bytes = CLG_MAX(c->numel, 1) * (c->f ? sizeof(float) : sizeof(int64_t));
+        void *d = malloc(bytes);
+        if (!d)
+            return oom(im);
+        memcpy(d, c->f ? (const void *)c->f : (const void *)c->i64, bytes);
+        if (c->f)
+            t.f = d;
+        else
+            t.i64 = d;
+        return const_add(im, o, &t);
+    }
+    int xv = 0;
+    CLG_TRY(vin(im, 0, &xv));
+    const value x = im->vals[xv];
+    const char *o = NULL;
+    CLG_TRY(out_name(im, 0, &o));
+    return vdef(im, o, x.layer, x.c, x.h, x.w, x.norm_stage, x.rank);
+}
+
+/* Transpose of a constant matrix (a weight written as (in, out)). */
+static clg_status op_transpose(imp *im)
+{
+    const Onnx__NodeProto *n = im->node;
+    const cten *c = n->n_input == 1 && n->input[0] ? cget(im, n->input[0]) : NULL;
+    const Onnx__AttributeProto *pa = attr(n, "perm");
+    if (!c || !c->f || c->ndim != 2 || (pa && !(pa->n_ints == 2 && pa->ints[0] == 1 && pa->ints[1] == 0)))
+        return unsupported(im, "only the transpose of a constant matrix");
+    const char *o = NULL;
+    CLG_TRY(out_name(im, 0, &o));
+    cten t = *c;
+    t.dims[0] = c->dims[1];
+    t.dims[1] = c->dims[0];
+    t.f = malloc(CLG_MAX(c->numel, 1) * sizeof(float));
+    if (!t.f)
+        return oom(im);
+    for (int64_t r = 0; r < c->dims[0]; r++)
+        for (int64_t q = 0; q < c->dims[1]; q++)
+            t.f[q * c->dims[0] + r] = c->f[r * c->dims[1] + q];
+    return const_add(im, o, &t);
+}
+
+static clg_status op_softmax(imp *im)
+{
+    const Onnx__NodeProto *n = im->node;
+    int xv = 0;
+    CLG_TRY(vin(im, 0, &xv));
+    const value x = im->vals[xv];
+    int64_t axis = attr_i(n, "axis", im->opset >= 13 ? -1 : 1);
+    if (x.h != 1 || x.w != 1)
+        return unsupported(im, "softmax over a %dx%dx%d tensor (class scores of shape batch x classes only)", x.c,
+                           x.h, x.w);
+    /* rank 2: axis 1 = -1; rank 4 (N, C, 1, 1): axis 1, or -3; before opset 13 an axis
+     * flattens from there, so axis 1 covers C x 1 x 1 too */
+    if (!(axis == 1 || (x.rank == 2 && axis == -1) || (x.rank == 4 && axis == -3)))
+        return unsupported(im, "axis %lld of a rank-%d tensor (only the class axis, 1)", (long long)axis, x.rank);
+    return simple_layer(im, "softmax", xv, x.c, 1, 1);
+}
+
 static clg_status map_node(imp *im, const Onnx__GraphProto *g, size_t *i)
 {
     const Onnx__NodeProto *n = g->node[*i];
@@ -1306,7 +1445,6 @@ static clg_status map_node(imp *im, const Onnx__GraphProto *g, size_t *i)
     if (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx") != 0)
         return unsupported(im, "operator domain '%s' is not supported (only the default ONNX domain)", n->domain);
     const char *op = n->op_type ? n->op_type : "";
-    int xv = 0;
     if (strcmp(op, "Conv") == 0)
         return op_conv(im);
     if (strcmp(op, "Gemm") == 0)
@@ -1316,134 +1454,36 @@ static clg_status map_node(imp *im, const Onnx__GraphProto *g, size_t *i)
     if (strcmp(op, "Add") == 0)
         return op_add(im);
     if (strcmp(op, "Relu") == 0 || strcmp(op, "Sigmoid") == 0 || strcmp(op, "Tanh") == 0 ||
-        strcmp(op, "LeakyRelu") == 0 || strcmp(op, "Gelu") == 0) {
-        CLG_TRY(vin(im, 0, &xv));
-        double alpha = 0.01;
-        const char *type = op[0] == 'R' ? "relu" : op[0] == 'S' ? "sigmoid" : op[0] == 'T' ? "tanh" : "gelu";
-        if (op[0] == 'L') {
-            type = "leaky";
-            alpha = attr_f(n, "alpha", 0.01);
-            if (!(alpha >= 0 && alpha <= 1))
-                return unsupported(im, "alpha %g outside [0, 1]", alpha);
-        }
-        if (op[0] == 'G') {
-            const Onnx__AttributeProto *a = attr(n, "approximate");
-            if (a && a->has_s && !(a->s.len == 4 && memcmp(a->s.data, "none", 4) == 0))
-                return unsupported(im, "approximate GELU (only the erf form)");
-        }
-        return act_layer(im, xv, type, alpha);
-    }
-    if (strcmp(op, "Div") == 0) {
-        int parts[4];
-        int end = match_gelu(im, g, *i, parts);
-        if (end >= 0) {
-            CLG_TRY(vin(im, 0, &xv));
-            /* the pattern reads x twice: fusing into the producer is fine when nothing else does */
-            value *x = &im->vals[xv];
-            int saved = x->nuse;
-            if (x->nuse == 2)
-                x->nuse = 1;
-            im->node = g->node[end]; /* the activation takes the last node's output */
-            clg_status st = act_layer(im, xv, "gelu", 0.01);
-            x = &im->vals[xv];
-            x->nuse = saved;
-            CLG_TRY(st);
-            /* the nodes in between are skipped: only the pattern reads their outputs */
-            for (size_t k = *i + 1; k < (size_t)end; k++) {
-                const Onnx__NodeProto *m = g->node[k];
-                int part = is_op(m, "Constant") || (int)k == parts[0] || (int)k == parts[1] || (int)k == parts[2];
-                if (!part) { /* another node between the pattern's nodes */
-                    im->node = m;
-                    return unsupported(im, "a node between the nodes of a GELU (erf form) pattern");
-                }
-            }
-            *i = (size_t)end;
-            return CLG_OK;
-        }
-        return op_norm(im, 1);
-    }
+        strcmp(op, "LeakyRelu") == 0 || strcmp(op, "Gelu") == 0)
+        return op_activation(im, op);
+    if (strcmp(op, "Div") == 0)
+        return op_div(im, g, i);
     if (strcmp(op, "Sub") == 0)
         return op_norm(im, 0);
     if (strcmp(op, "MaxPool") == 0)
         return op_pool(im, 1);
     if (strcmp(op, "AveragePool") == 0)
         return op_pool(im, 0);
-    if (strcmp(op, "GlobalAveragePool") == 0) {
-        CLG_TRY(vin(im, 0, &xv));
-        return simple_layer(im, "gap", xv, im->vals[xv].c, 1, 1);
-    }
+    if (strcmp(op, "GlobalAveragePool") == 0)
+        return op_gap(im);
     if (strcmp(op, "BatchNormalization") == 0)
         return op_batchnorm(im);
     if (strcmp(op, "Dropout") == 0)
         return op_dropout(im);
-    if (strcmp(op, "Flatten") == 0) {
-        CLG_TRY(vin(im, 0, &xv));
-        if (attr_i(n, "axis", 1) != 1)
-            return unsupported(im, "axis %lld (only 1: batch x features)", (long long)attr_i(n, "axis", 1));
-        return to_2d(im, xv);
-    }
+    if (strcmp(op, "Flatten") == 0)
+        return op_flatten(im);
     if (strcmp(op, "Reshape") == 0)
         return op_reshape(im);
-    if (strcmp(op, "Identity") == 0) {
-        const cten *c = n->n_input == 1 && n->input[0] ? cget(im, n->input[0]) : NULL;
-        if (c) { /* a copy of a constant (exporters write these for initializers) */
-            const char *o = NULL;
-            CLG_TRY(out_name(im, 0, &o));
-            cten t = *c;
-            t.f = NULL;
-            t.i64 = NULL;
-            size_t bytes = CLG_MAX(c->numel, 1) * (c->f ? sizeof(float) : sizeof(int64_t));
-            void *d = malloc(bytes);
-            if (!d)
-                return oom(im);
-            memcpy(d, c->f ? (const void *)c->f : (const void *)c->i64, bytes);
-            if (c->f)
-                t.f = d;
-            else
-                t.i64 = d;
-            return const_add(im, o, &t);
-        }
-        CLG_TRY(vin(im, 0, &xv));
-        const value x = im->vals[xv];
-        const char *o = NULL;
-        CLG_TRY(out_name(im, 0, &o));
-        return vdef(im, o, x.layer, x.c, x.h, x.w, x.norm_stage, x.rank);
-    }
+    if (strcmp(op, "Identity") == 0)
+        return op_identity(im);
     if (strcmp(op, "Concat") == 0)
         return op_concat(im);
     if (strcmp(op, "Pad") == 0)
         return op_pad(im);
-    if (strcmp(op, "Transpose") == 0) { /* of a constant matrix (a weight written as (in, out)) */
-        const cten *c = n->n_input == 1 && n->input[0] ? cget(im, n->input[0]) : NULL;
-        const Onnx__AttributeProto *pa = attr(n, "perm");
-        if (!c || !c->f || c->ndim != 2 || (pa && !(pa->n_ints == 2 && pa->ints[0] == 1 && pa->ints[1] == 0)))
-            return unsupported(im, "only the transpose of a constant matrix");
-        const char *o = NULL;
-        CLG_TRY(out_name(im, 0, &o));
-        cten t = *c;
-        t.dims[0] = c->dims[1];
-        t.dims[1] = c->dims[0];
-        t.f = malloc(CLG_MAX(c->numel, 1) * sizeof(float));
-        if (!t.f)
-            return oom(im);
-        for (int64_t r = 0; r < c->dims[0]; r++)
-            for (int64_t q = 0; q < c->dims[1]; q++)
-                t.f[q * c->dims[0] + r] = c->f[r * c->dims[1] + q];
-        return const_add(im, o, &t);
-    }
-    if (strcmp(op, "Softmax") == 0) {
-        CLG_TRY(vin(im, 0, &xv));
-        const value x = im->vals[xv];
-        int64_t axis = attr_i(n, "axis", im->opset >= 13 ? -1 : 1);
-        if (x.h != 1 || x.w != 1)
-            return unsupported(im, "softmax over a %dx%dx%d tensor (class scores of shape batch x classes only)", x.c,
-                               x.h, x.w);
-        /* rank 2: axis 1 = -1; rank 4 (N, C, 1, 1): axis 1, or -3; before opset 13 an axis
-         * flattens from there, so axis 1 covers C x 1 x 1 too */
-        if (!(axis == 1 || (x.rank == 2 && axis == -1) || (x.rank == 4 && axis == -3)))
-            return unsupported(im, "axis %lld of a rank-%d tensor (only the class axis, 1)", (long long)axis, x.rank);
-        return simple_layer(im, "softmax", xv, x.c, 1, 1);
-    }
+    if (strcmp(op, "Transpose") == 0)
+        return op_transpose(im);
+    if (strcmp(op, "Softmax") == 0)
+        return op_softmax(im);
     return unsupported(im, "unsupported operator (supported: %s)", supported_ops);
 }
 

@@ -1,7 +1,6 @@
 /* Built without ONNX support (-Donnx=disabled, or protoc-c, libprotobuf-c or
  * onnx.proto missing): import and export say so. */
 #include "onnx/onnx.h"
-#include "train/session.h"
 #include "onnx/export.h"
 
 clg_status clg_onnx_import(clg_err *err, const void *data, size_t len, const char *source, char **text,
@@ -17,9 +16,13 @@ clg_status clg_onnx_import(clg_err *err, const void *data, size_t len, const cha
                        source ? source : "<onnx>");
 }
 
-clg_status clg_onnx_export(clg_model *m, const char *path)
+clg_status clg_onnx_export(clg_err *err, const clg_net *net, const clg_replica *rep, const clg_ds_norm *norm,
+                           const char *path)
 {
-    return clg_err_set(&m->ctx->err, CLG_ERR_UNSUPPORTED,
+    (void)net;
+    (void)rep;
+    (void)norm;
+    return clg_err_set(err, CLG_ERR_UNSUPPORTED,
                        "cannot write %s: this clgrad was built without ONNX support (needs protobuf-c and libonnx-dev "
                        "at build time, meson option -Donnx)",
                        path);

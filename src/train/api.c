@@ -93,7 +93,7 @@ clg_status clg_model_export_onnx(clg_model *m, const char *path)
 {
     if (!m || !path)
         return clg_err_set(m ? &m->ctx->err : NULL, CLG_ERR_INVALID_ARG, "model and path are required");
-    return clg_onnx_export(m, path);
+    return clg_onnx_export(&m->ctx->err, m->net, clg_session_rep(m), m->has_norm ? &m->norm : NULL, path);
 }
 
 clg_status clg_model_create_string(clg_ctx *ctx, const char *text, const char *source_name, const clg_model_params *p,
