@@ -1,6 +1,6 @@
 /* Layer modules (one src/model/layer_<type>.c each) and helpers they share.
  *
- * Section types and keys (see README "Model files"):
+ * Section types and keys (see docs/formats.md):
  *   [convolutional] / [conv]  filters, size | size_h+size_w, stride=1, pad=0,
  *                             dilation=1, groups=1, bias=1, activation=linear,
  *                             alpha=0.01 (leaky), algo=auto|im2col|winograd|

@@ -73,7 +73,7 @@ clg_conv_algo clg_conv_algo_default(const clg_device *dev, const clg_conv_shape 
     if (!clg_conv_algo_supported(CLG_CONV_WINOGRAD, s, pass) || reduced < 8) {
         /* few channels or strided: the transforms cost more than they save;
          * on CPUs the shape-specialised direct kernels beat im2col's column
-         * traffic there (README, Convolution) for strided and 4x4+ windows;
+         * traffic there (docs/benchmarks.md, Convolution) for strided and 4x4+ windows;
          * 1x1 is a GEMM, and a 3x3 first layer is about even with im2col */
         int big = s->R * s->S >= 16 || s->stride_h > 1 || s->stride_w > 1;
         if ((dev->info.type & CLG_DEVICE_CPU) && clg_conv_djit_ok(dev, s, pass) && s->R * s->S > 1 && big)
@@ -87,7 +87,7 @@ clg_conv_algo clg_conv_algo_default(const clg_device *dev, const clg_conv_shape 
      * Winograd shares one program across the layers; `auto` measures
      * direct from the second use on.) */
     if (dev->info.type & CLG_DEVICE_CPU) {
-        /* measured on PoCL (README, Convolution): fused wins fwd and bwd-data */
+        /* measured on PoCL (docs/benchmarks.md, Convolution): fused wins fwd and bwd-data */
         if (pass != CLG_CONV_BWD_FILTER && clg_conv_algo_supported(CLG_CONV_WINOGRAD4_FUSED, s, pass))
             return f4 ? CLG_CONV_WINOGRAD4_FUSED : CLG_CONV_WINOGRAD_FUSED;
         return f4 ? CLG_CONV_WINOGRAD4 : CLG_CONV_WINOGRAD;

@@ -135,7 +135,7 @@ CLG_INTERNAL clg_status clg_conv_auto_pick(clg_device *dev, const clg_conv_shape
 CLG_INTERNAL clg_status clg_conv_auto_choose(clg_device *dev, const clg_conv_shape *s, clg_conv_pass pass,
                                              const clg_conv_io *io, clg_conv_algo *out, int *final);
 
-/* Untuned choice for a device class (README, GPU portability): depthwise ->
+/* Untuned choice for a device class (docs/portability.md): depthwise ->
  * direct; on CPUs the shape-specialised direct kernels for strided or 4x4+
  * windows with fewer than 8 reduced channels or not 3x3 stride 1; otherwise fewer than 8 reduced channels or not 3x3 stride 1
  * -> im2col; else Winograd: the fused design on CPUs, the separate design

@@ -167,7 +167,7 @@ void clg_gemm_params_default(const clg_device *dev, clg_gemm_params *p)
         return;
     }
     /* GPUs: the tiled family, MWG x NWG per work-group of MDIMC x NDIMC,
-     * the largest of these that fits the device's limits (README, GPU
+     * the largest of these that fits the device's limits (docs/portability.md, GPU
      * portability): NVIDIA / AMD 64x64 tiles of 16x16 work-items with 4x4
      * float4 register tiles; Intel (SIMD8-32, local memory shared with L3)
      * 32x32 of 8x8; other GPUs 64x64 of 16x16 with 2-wide vectors. */
@@ -486,7 +486,7 @@ out:
  * 400 ran in 60% of the packed time unpacked), and for long, thin products
  * (a weight gradient's 32 x 288 x 100352: K >= 32 x max(M, N)) the packing
  * copies more than the product reads. Wide products (N in the thousands)
- * stay packed at any size, where the register tile pays (README, GEMM).
+ * stay packed at any size, where the register tile pays (docs/benchmarks.md, GEMM).
  * CLGRAD_GEMM_UNPACKED=0 never runs them unpacked, =1 wherever the kernels
  * apply. Explicit parameters (tuner, tests) always get the packed kernel. */
 #define UNPACKED_SMALL_MNK (1 << 23)

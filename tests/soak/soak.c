@@ -109,7 +109,7 @@ int main(int argc, char **argv)
     mp.batch = BATCH;
     mp.devices = devices;
     mp.learning_rate = 0.02;
-    mp.split = "even"; /* a re-balanced split brings new slice shapes, and with them new buffers (see README) */
+    mp.split = "even"; /* a re-balanced split brings new slice shapes, and with them new buffers (see docs/reliability.md) */
     clg_model *m = NULL;
     float *x = malloc(sizeof(float) * BATCH * SIDE * SIDE), *probs = malloc(sizeof(float) * BATCH * 10);
     int32_t *y = malloc(sizeof(int32_t) * BATCH);
