@@ -1,6 +1,7 @@
 /* Networks: a graph of layers built from a model file, shape inference, a
  * printed layer table, liveness-planned activation memory, and one replica
- * per device (layers + parameters + activations on that device).
+ * per device (layers + parameters + activations on that device). The
+ * module's files are listed in network_impl.h.
  *
  * The [net] section (first section of a model file) holds:
  *   channels, height, width   input shape (required)
@@ -37,6 +38,10 @@ typedef struct clg_hparams {
     double clip_norm;
     int augment_flip, augment_shift; /* training-data augmentation (clg_ds_augment) */
 } clg_hparams;
+
+/* Largest [net] augment_shift: the dataset's augmentation limit
+ * (CLG_DS_MAX_SHIFT in io/dataset.h, which checks it again). */
+#define CLG_HP_MAX_SHIFT 8
 
 enum { CLG_OPT_SGD = 0, CLG_OPT_ADAM = 1, CLG_OPT_ADAMW = 2 };
 enum { CLG_SCHED_NONE = 0, CLG_SCHED_STEP = 1, CLG_SCHED_COSINE = 2 };
