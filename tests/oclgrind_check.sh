@@ -41,7 +41,7 @@
 #   320 bytes (the whole of a 320-byte buffer) and clReleaseMemObject, the
 #   next buffer created (256 floats, filled by a kernel) is tracked for its
 #   first 320 bytes only (176 reports from a kernel reading it). The
-#   parameter arena (src/model/network.c) therefore keeps the parameter
+#   parameter arena (src/model/arena.c) therefore keeps the parameter
 #   buffers it replaces in the pool (reused only at their own size), each
 #   zeroed by one host write of its whole block first.
 # - clEnqueueCopyBuffer to a nonzero destination offset leaves the copied
