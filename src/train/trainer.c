@@ -614,11 +614,11 @@ static clg_status train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_r
     if (st == CLG_OK)
         st = apply_overrides(err, ts.m, p);
     if (st == CLG_OK)
-        st = clg_dataset_open(err, p->data, CLG_SPLIT_TRAIN, &ts.train);
+        st = clg_dataset_open_in(err, ctx->opts.data_dir, p->data, CLG_SPLIT_TRAIN, &ts.train);
     if (st == CLG_OK)
         st = check_data(err, ts.m, ts.train);
     if (st == CLG_OK && p->limit_test >= 0) {
-        st = clg_dataset_open(err, p->data, CLG_SPLIT_TEST, &ts.test);
+        st = clg_dataset_open_in(err, ctx->opts.data_dir, p->data, CLG_SPLIT_TEST, &ts.test);
         if (st == CLG_OK)
             st = check_data(err, ts.m, ts.test);
     }
