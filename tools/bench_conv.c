@@ -216,7 +216,7 @@ int bench_conv(int argc, char **argv)
     const char *devices = NULL, *shapes = NULL, *pass = NULL, *algo = NULL;
     /* `auto` rows time the measured choice: measure at the first use, not after
      * a default run (clg_conv_auto_choose), unless the caller says otherwise */
-    setenv("CLGRAD_CONV_AUTO_DEFER", "0", 0);
+    cli_option_default("conv_auto_defer", "0");
     for (int i = 1; i < argc; i++) {
         int got;
         if (cli_is_help(argv[i])) {

@@ -18,7 +18,7 @@ static void help(FILE *f)
                "  --batch B       batch size (default 128)\n"
                "  --steps S       timed steps (default 20)\n"
                "  --warmup W      untimed warm-up steps first (default 3)\n"
-               "  --gemm-backend B  auto, own or clblast (sets CLGRAD_GEMM_BACKEND)\n"
+               "  --gemm-backend B  auto, own or clblast (option gemm_backend)\n"
                "  --devices SEL   device selector (default all): one replica per device, batch split\n"
                "  --split S       auto (by measured speed; default), even, or weights such as 3,1\n"
                "  --bucket-mb X   gradient reduction bucket size in MiB (default 25)\n"
@@ -92,7 +92,8 @@ int bench_train(int argc, char **argv)
         if ((r = cli_opt_str(argc, argv, &i, "--gemm-backend", &gb)) != 0) {
             if (r < 0)
                 return CLI_USAGE;
-            setenv("CLGRAD_GEMM_BACKEND", gb, 1);
+            if (cli_option_set("--gemm-backend", "gemm_backend", gb) != CLI_OK)
+                return CLI_USAGE;
             continue;
         }
         if (strcmp(a, "--json") == 0) {

@@ -140,7 +140,8 @@ int cmd_train(int argc, char **argv)
         if ((r = cli_opt_choice(argc, argv, &i, "--gemm-backend", gemm_backends, &gb)) != 0) {
             if (r < 0)
                 return CLI_USAGE;
-            setenv("CLGRAD_GEMM_BACKEND", gb, 1); /* read when the first GEMM runs */
+            if (cli_option_set("--gemm-backend", "gemm_backend", gb) != CLI_OK)
+                return CLI_USAGE;
             continue;
         }
         OPT(cli_opt_str(argc, argv, &i, "--precision", &p.precision));

@@ -42,8 +42,8 @@
       "gradient sum of lanes sharing a cl_context: on the host, on a device, or the faster (overrides the model's)") \
     X(allreduce, "CLGRAD_ALLREDUCE", CHOICE, "ring", 0, 0, "ring,mpi", USER,                                         \
       "under mpirun: clgrad's ring all-reduce or MPI_Iallreduce")                                                    \
-    X(precompile, "CLGRAD_PRECOMPILE", BOOL, "1", 0, 1, "", USER,                                                    \
-      "clgrad train: compile the next programs in a helper process while the first step runs")                       \
+    X(precompile, "CLGRAD_PRECOMPILE", CHOICE, "auto", 0, 0, "auto,0,1", USER,                                       \
+      "clgrad train: a helper process compiles the model's programs: auto on a cold cache of PoCL devices, 0, 1")    \
     X(binary_cache, "CLGRAD_BINARY_CACHE", CHOICE, "auto", 0, 0, "auto,0,1", TUNING,                                 \
       "on-disk program binaries: auto (PoCL: stored at context end), 0 off, 1 stored when built")                   \
     X(wg_canon, "CLGRAD_WG_CANON", CHOICE, "auto", 0, 0, "auto,0,1", TUNING,                                         \
