@@ -84,7 +84,7 @@ int main(int argc, char **argv)
         if (strcmp(argv[1], commands[i].name) == 0) {
             /* under mpirun: MPI for the job's ranks (a plain run never loads it) */
             clg_err err = {0};
-            if (clg_comm_init(&err) != CLG_OK)
+            if (clg_comm_init(cli_options(), &err) != CLG_OK)
                 return cli_fail("%s", err.msg);
             int rc = commands[i].fn(argc - 1, argv + 1);
             clg_comm_finalize(rc); /* a failing rank ends the whole job (MPI_Abort) */

@@ -98,7 +98,7 @@ static clg_status mpi_fail(clg_err *err, int code, const char *call)
     return clg_err_set(err, CLG_ERR_MPI, "rank %d of %d: %s: %s", g_rank, g_size, call, s);
 }
 
-clg_status clg_comm_init(clg_err *err)
+clg_status clg_comm_init(const clg_options *opts, clg_err *err)
 {
     static int done = 0;
     if (done)
@@ -107,8 +107,11 @@ clg_status clg_comm_init(clg_err *err)
     /* only under an MPI launcher: a plain run never loads MPI's runtime */
     if (!clg_opts_mpi_launcher(NULL))
         return CLG_OK;
-    clg_opts o; /* the communicator's settings: defaults + environment, read here once */
-    clg_opts_init(&o);
+    clg_opts o; /* the communicator's settings: opts (or defaults), then the environment, read here once */
+    if (opts)
+        o = *opts;
+    else
+        clg_opts_init(&o);
     clg_status ost = clg_opts_read_env(&o, err);
     if (ost != CLG_OK)
         return ost;
@@ -688,8 +691,9 @@ struct clg_comm_op {
     int unused;
 };
 
-clg_status clg_comm_init(clg_err *err)
+clg_status clg_comm_init(const clg_options *opts, clg_err *err)
 {
+    CLG_UNUSED(opts);
     int n = 0;
     if (clg_opts_mpi_launcher(&n) && n > 1) /* each process would train alone, all writing the same files */
         return clg_err_set(err, CLG_ERR_MPI,
