@@ -58,8 +58,10 @@ static void print_md(void)
             continue;
         char acc[256];
         accepts(&in, acc, sizeof acc);
-        printf("| `%s` | %s%s%s | `%s` | %s | %s | %s |\n", in.name, in.env[0] ? "`" : "-", in.env, in.env[0] ? "`" : "",
-               in.default_value, acc, kind_label(in.kind), in.doc);
+        char def[200];
+        snprintf(def, sizeof def, in.default_value[0] ? "`%s`" : "(empty)", in.default_value);
+        printf("| `%s` | %s%s%s | %s | %s | %s | %s |\n", in.name, in.env[0] ? "`" : "-", in.env, in.env[0] ? "`" : "",
+               def, acc, kind_label(in.kind), in.doc);
     }
 }
 
@@ -90,10 +92,10 @@ static void print_man(void)
             continue;
         char acc[256];
         accepts(&in, acc, sizeof acc);
-        printf(".TP\n.B %s\n", in.env);
-        roff(in.doc);
-        printf(" (%s%s; %s; default %s).\n", strcmp(in.kind, "tuning") == 0 ? "tuning aid, " : "", in.name, acc,
-               in.default_value[0] ? in.default_value : "empty");
+        printf(".TP\n.B %s\n%c", in.env, in.doc[0] >= 'a' && in.doc[0] <= 'z' ? in.doc[0] - 32 : in.doc[0]);
+        roff(in.doc + 1);
+        printf(" (%soption %s; accepts %s; default %s).\n", strcmp(in.kind, "tuning") == 0 ? "tuning aid, " : "",
+               in.name, acc, in.default_value[0] ? in.default_value : "empty");
     }
 }
 
