@@ -118,17 +118,17 @@ typedef struct clg_ctx clg_ctx;
 typedef struct clg_ctx_params {
     size_t size; /* sizeof, set by clg_ctx_params_init (see "ABI" above) */
     /* Device selector (borrowed): "all" (default), "gpu", "cpu",
-     * an index list "0,2", or "name:SUBSTRING". Overridden by the
-     * CLGRAD_DEVICES environment variable when NULL. */
+     * an index list "0,2", or "name:SUBSTRING". NULL: option devices
+     * (CLGRAD_DEVICES). */
     const char *devices;
-    /* Program binary cache: 1 on (default), 0 off. CLGRAD_CACHE=0 also
-     * turns it off. */
+    /* Program binary cache: 1 on (default), 0 off. Option cache = 0
+     * (CLGRAD_CACHE=0) also turns it off. */
     int use_cache;
-    /* Cache directory (borrowed); NULL: $CLGRAD_CACHE_DIR, else
-     * $XDG_CACHE_HOME/clgrad, else $HOME/.cache/clgrad. */
+    /* Cache directory (borrowed); NULL: option cache_dir
+     * (CLGRAD_CACHE_DIR), else $XDG_CACHE_HOME/clgrad, else $HOME/.cache/clgrad. */
     const char *cache_dir;
     /* Directory with .cl sources to use instead of the embedded ones
-     * (borrowed); NULL: $CLGRAD_KERNEL_DIR when set. */
+     * (borrowed); NULL: option kernel_dir (CLGRAD_KERNEL_DIR). */
     const char *kernel_dir;
     /* 0 quiet, 1 info, 2 debug (to stderr). */
     int verbose;
@@ -328,7 +328,7 @@ CLG_API clg_status clg_model_create_string(clg_ctx *ctx, const char *text, const
                                            const clg_model_params *p, clg_model **out);
 /* A model argument to a path: an existing file as is; otherwise a shipped
  * model by name ("lenet5", "lenet5.cfg"; NAME.onnx is tried after NAME.cfg),
- * looked up in $CLGRAD_MODEL_DIR,
+ * looked up in $CLGRAD_MODEL_DIR (read at the call: there is no context),
  * in share/clgrad/models of the installed tree the library was loaded from,
  * in the configured install directory, and in the source tree's models/ (an
  * uninstalled build). out receives the path (cap bytes); CLG_ERR_NOT_FOUND

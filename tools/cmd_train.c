@@ -28,7 +28,7 @@ static void help(FILE *f)
             "  --augment SPEC       training-image augmentation: none, flip (random left-right\n"
             "                       mirror), shift:N (random translation by up to N pixels) or\n"
             "                       flip,shift:N (default: the model's [net] augment_* keys)\n"
-            "  --gemm-backend B     auto, own or clblast (sets CLGRAD_GEMM_BACKEND)\n"
+            "  --gemm-backend B     auto, own or clblast (option gemm_backend)\n"
             "  --devices SEL        device selector (all, gpu, cpu, 0,2, name:TEXT; default all): one\n"
             "                       replica per device, each batch split between them (data parallel)\n"
             "  --split S            batch split: auto (by measured speed, re-balanced; default), even,\n"
