@@ -164,10 +164,12 @@ START_TEST(chunked_and_variants)
     clg_rng r;
     tu_rng(&r, 46);
     clg_conv_shape s = g_tiny ? wshape(1, 11, 6, 7, 9, 1, 1) : wshape(2, 37, 11, 13, 21, 1, 1);
-    ck_assert_int_eq(clg_ctx_option_set(g_ctx, "wfused_scratch_kb", "32"), CLG_OK); /* F(4x4): 14 channel slots of 16 tiles; F(2x2): 32 */
+    /* F(4x4): 14 channel slots of 16 tiles; F(2x2): 32 */
+    ck_assert_int_eq(clg_ctx_option_set(g_ctx, "wfused_scratch_kb", "32"), CLG_OK);
     check_case(&s, CLG_CONV_WINOGRAD4_FUSED, &r, 3);
     check_case(&s, CLG_CONV_WINOGRAD_FUSED, &r, 3);
-    ck_assert_int_eq(clg_ctx_option_set(g_ctx, "wfused_scratch_kb", "8"), CLG_OK); /* below one channel + one block for F(4x4) */
+    /* below one channel + one block for F(4x4) */
+    ck_assert_int_eq(clg_ctx_option_set(g_ctx, "wfused_scratch_kb", "8"), CLG_OK);
     size_t nx = cr_nx(&s), nw = cr_nw(&s), ny = cr_ny(&s);
     cl_mem mx = tu_upload(dev0(), NULL, nx), mw = tu_upload(dev0(), NULL, nw), my = tu_upload(dev0(), NULL, ny);
     ck_assert_int_eq(clg_conv_forward(dev0(), &s, CLG_CONV_WINOGRAD4_FUSED, NULL, mx, 0, mw, 0, NULL, 0, 0, my, 0),
