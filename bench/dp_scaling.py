@@ -10,7 +10,7 @@ medians are reported.
   /usr/bin/python3 bench/dp_scaling.py --clgrad build/tools/clgrad [--repeat 3] [--steps 20]
 
 Heterogeneous pair: lane 1 posing as a device half as fast
-(CLGRAD_TEST_SLOW_LANE=1:1.0, a test aid: the lane waits as long again as
+(--set test_slow_lane=1:1.0, a test aid: the lane waits as long again as
 it computed). Ideal = lane 0's own throughput + the slowed lane's own
 throughput (each measured alone); the speed-weighted split (auto) is
 compared with it and with an even split. `basic pthread` (a pthread device
@@ -25,12 +25,13 @@ import subprocess
 import sys
 
 
-def bench(clgrad, model, batch, steps, devices, env_extra, split=None):
+def bench(clgrad, model, batch, steps, devices, options, split=None):
     env = dict(os.environ)
     env["POCL_DEVICES"] = devices
-    env.update(env_extra)
     cmd = [clgrad, "bench", "train", "--model", model, "--batch", str(batch), "--steps", str(steps),
            "--warmup", "5", "--json"]
+    for kv in options.items():
+        cmd += ["--set", "%s=%s" % kv]
     if split:
         cmd += ["--split", split]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -48,7 +49,7 @@ def main():
     ap.add_argument("--models", default="models/vgg-s.cfg,models/lenet5.cfg")
     ap.add_argument("--skip-hetero", action="store_true")
     a = ap.parse_args()
-    slow = {"CLGRAD_TEST_SLOW_LANE": "1:1.0"}
+    slow = {"test_slow_lane": "1:1.0"}
     for model in a.models.split(","):
         # warm the program and conv-algorithm caches for both batch sizes a device sees, one device
         # at a time, so algorithm timing is not done while another device competes for the cores
@@ -60,7 +61,7 @@ def main():
         if not a.skip_hetero:
             cases += [
                 ("lane 0 alone", "basic", {}, None),
-                ("slowed lane alone", "basic", {"CLGRAD_TEST_SLOW_LANE": "0:1.0"}, None),
+                ("slowed lane alone", "basic", {"test_slow_lane": "0:1.0"}, None),
                 ("2 basic, lane 1 slowed, split auto", "basic basic", slow, None),
                 ("2 basic, lane 1 slowed, split even", "basic basic", slow, "even"),
                 ("basic + pthread, split auto", "basic pthread", {}, None),

@@ -118,21 +118,86 @@ typedef struct clg_ctx clg_ctx;
 typedef struct clg_ctx_params {
     size_t size; /* sizeof, set by clg_ctx_params_init (see "ABI" above) */
     /* Device selector (borrowed): "all" (default), "gpu", "cpu",
-     * an index list "0,2", or "name:SUBSTRING". Overridden by the
-     * CLGRAD_DEVICES environment variable when NULL. */
+     * an index list "0,2", or "name:SUBSTRING". NULL: option devices
+     * (CLGRAD_DEVICES). */
     const char *devices;
-    /* Program binary cache: 1 on (default), 0 off. CLGRAD_CACHE=0 also
-     * turns it off. */
+    /* Program binary cache: 1 on (default), 0 off. Option cache = 0
+     * (CLGRAD_CACHE=0) also turns it off. */
     int use_cache;
-    /* Cache directory (borrowed); NULL: $CLGRAD_CACHE_DIR, else
-     * $XDG_CACHE_HOME/clgrad, else $HOME/.cache/clgrad. */
+    /* Cache directory (borrowed); NULL: option cache_dir
+     * (CLGRAD_CACHE_DIR), else $XDG_CACHE_HOME/clgrad, else $HOME/.cache/clgrad. */
     const char *cache_dir;
     /* Directory with .cl sources to use instead of the embedded ones
-     * (borrowed); NULL: $CLGRAD_KERNEL_DIR when set. */
+     * (borrowed); NULL: option kernel_dir (CLGRAD_KERNEL_DIR). */
     const char *kernel_dir;
     /* 0 quiet, 1 info, 2 debug (to stderr). */
     int verbose;
+    /* Settings (borrowed, see "options" below); NULL: every option at its
+     * default. Options left at their default here are read from their
+     * environment variables by clg_ctx_create. devices, use_cache, cache_dir
+     * and kernel_dir above win over the options of the same meaning. */
+    const struct clg_options *options;
 } clg_ctx_params;
+
+/* ---- options ----
+ * Every setting of the library is an option of one table (`clgrad options`
+ * prints it; docs/options.md): a name (e.g. "gemm_backend"), a type, a
+ * default, a range or choices, and an environment variable (CLGRAD_ + the
+ * name in capitals). A context's values come from, in order: the default;
+ * the environment, read once by clg_ctx_create (never later); a value set in
+ * the clg_options given in clg_ctx_params.options. Test aids have no
+ * environment variable. Example:
+ *
+ *     clg_options *o = NULL;
+ *     clg_options_create(&o);
+ *     if (clg_options_set(o, "gemm_backend", "own") != CLG_OK)
+ *         fprintf(stderr, "%s\n", clg_last_error(NULL));
+ *     p.options = o;                 // clg_ctx_params p, initialised
+ *     clg_ctx_create(&p, &ctx);
+ *     clg_options_destroy(o);         // the context keeps its own copy
+ *
+ * A clg_options is used by one thread at a time. */
+typedef struct clg_options clg_options;
+/* Where an option's value came from. */
+typedef enum clg_option_source {
+    CLG_OPTION_DEFAULT = 0, /* the table's default */
+    CLG_OPTION_ENV = 1,     /* its environment variable */
+    CLG_OPTION_SET = 2      /* clg_options_set (the clgrad program: a flag) */
+} clg_option_source;
+/* A set of options, all at their defaults. */
+CLG_API clg_status clg_options_create(clg_options **out);
+/* NULL is a no-op. */
+CLG_API void clg_options_destroy(clg_options *o);
+/* Sets option `name` from text: bools 0/1 (no/yes, off/on, false/true),
+ * integers and reals within the option's range, one of a choice's names.
+ * CLG_ERR_INVALID_ARG for an unknown name or a refused value, with the
+ * option and what it accepts in clg_last_error(NULL); o is unchanged then. */
+CLG_API clg_status clg_options_set(clg_options *o, const char *name, const char *value);
+/* Reads the environment variable of every option of o still at its default,
+ * as clg_ctx_create does (for printing what a context would get). A bad
+ * value is CLG_ERR_INVALID_ARG naming the variable. */
+CLG_API clg_status clg_options_read_env(clg_options *o);
+/* The options a context runs with (borrowed, valid while ctx lives). */
+CLG_API const clg_options *clg_ctx_options(const clg_ctx *ctx);
+/* Number of options in the table (indices 0 .. count-1 for clg_option_info_get). */
+CLG_API int clg_options_count(void);
+typedef struct clg_option_info {
+    size_t size;        /* sizeof, set by clg_option_info_get (see "ABI" above) */
+    const char *name;   /* e.g. "gemm_backend" (static) */
+    const char *env;    /* e.g. "CLGRAD_GEMM_BACKEND" (static) */
+    const char *type;   /* "bool", "int", "real", "string" or "choice" (static) */
+    const char *kind;   /* "user", "tuning" (a tuning or measurement aid) or "test" (a test aid: no environment) */
+    const char *default_value; /* as text (static) */
+    const char *choices;       /* "auto,own,clblast,ref" for a choice, else "" (static) */
+    double min, max;           /* range of an int or real (bool: 0, 1; others 0, 0) */
+    const char *doc;           /* one line (static) */
+    char value[1024];          /* the current value as text */
+    clg_option_source source;  /* where the value came from */
+} clg_option_info;
+/* Row `index` of the table with its value in o (NULL: the defaults). A
+ * macro: passes the sizeof of *out the caller was compiled with. */
+CLG_API clg_status clg_option_info_get_size(const clg_options *o, int index, clg_option_info *out, size_t size);
+#define clg_option_info_get(o, index, out) clg_option_info_get_size((o), (index), (out), sizeof *(out))
 
 /* Defaults. A macro: passes the sizeof the caller was compiled with. */
 CLG_API void clg_ctx_params_init_size(clg_ctx_params *p, size_t size);
@@ -263,7 +328,7 @@ CLG_API clg_status clg_model_create_string(clg_ctx *ctx, const char *text, const
                                            const clg_model_params *p, clg_model **out);
 /* A model argument to a path: an existing file as is; otherwise a shipped
  * model by name ("lenet5", "lenet5.cfg"; NAME.onnx is tried after NAME.cfg),
- * looked up in $CLGRAD_MODEL_DIR,
+ * looked up in $CLGRAD_MODEL_DIR (read at the call: there is no context),
  * in share/clgrad/models of the installed tree the library was loaded from,
  * in the configured install directory, and in the source tree's models/ (an
  * uninstalled build). out receives the path (cap bytes); CLG_ERR_NOT_FOUND
@@ -408,9 +473,11 @@ CLG_API clg_status clg_bench_train_size(clg_ctx *ctx, const clg_bench_train_para
 /* MPI: a process started by mpirun (OMPI_COMM_WORLD_SIZE or PMIX_RANK in the
  * environment) initializes MPI in clg_mpi_init (main thread, before any other
  * call; idempotent) and is rank clg_mpi_rank() of clg_mpi_size(); any other
- * process, or a build without MPI, is rank 0 of 1 and never loads MPI.
- * Failure: CLG_ERR_MPI, detail in clg_last_error(NULL). */
-CLG_API clg_status clg_mpi_init(void);
+ * process, or a build without MPI, is rank 0 of 1 and never loads MPI. The
+ * communicator's settings (options allreduce, comm_poll_us, comm_spin_s) come
+ * from opts (NULL: the defaults), then the environment for those left at their
+ * default. Failure: CLG_ERR_MPI, detail in clg_last_error(NULL). */
+CLG_API clg_status clg_mpi_init(const clg_options *opts);
 /* Ends MPI at exit: finalizes it after a successful run (exit_code 0), or
  * ends the whole job (MPI_Abort) when this rank fails. No-op without MPI. */
 CLG_API void clg_mpi_finalize(int exit_code);

@@ -282,7 +282,7 @@ int bench_conv(int argc, char **argv)
     int pass_sel = -1, algo_sel = -1;
     /* `auto` rows time the measured choice: measure at the first use, not after
      * a default run (clg_conv_auto_choose), unless the caller says otherwise */
-    setenv("CLGRAD_CONV_AUTO_DEFER", "0", 0);
+    cli_option_default("conv_auto_defer", "0");
     CLI_PARSE(&cli_spec_bench_conv, argc, argv, &o);
     for (int p = 0; p < 3; p++)
         if (o.pass && strcmp(o.pass, pass_names[p]) == 0)

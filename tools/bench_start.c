@@ -72,7 +72,40 @@ static int json_num(const char *s, const char *key, double *v)
 }
 
 /* Runs one child and fills r; 0 on success. */
-static int run_child(const char *self, const char *model, const char *batch, const char *devices, start_run *r)
+/* environ without CLGRAD_CACHE, CLGRAD_CACHE_DIR and POCL_CACHE_DIR, plus
+ * the two directories given (caches on: that is what is measured); for the
+ * children only, this process's environment is not changed. NULL: no memory. */
+static char **child_env(const char *cache_dir, const char *pocl_dir)
+{
+    extern char **environ;
+    static const char *const drop[] = {"CLGRAD_CACHE=", "CLGRAD_CACHE_DIR=", "POCL_CACHE_DIR="};
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **env = calloc(n + 3, sizeof *env);
+    char *a = malloc(strlen(cache_dir) + 32), *b = malloc(strlen(pocl_dir) + 32);
+    if (!env || !a || !b) {
+        free(env), free(a), free(b);
+        return NULL;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        int dropped = 0;
+        for (size_t j = 0; j < sizeof drop / sizeof drop[0]; j++)
+            dropped |= strncmp(environ[i], drop[j], strlen(drop[j])) == 0;
+        if (!dropped)
+            env[k++] = environ[i];
+    }
+    sprintf(a, "CLGRAD_CACHE_DIR=%s", cache_dir);
+    sprintf(b, "POCL_CACHE_DIR=%s", pocl_dir);
+    env[k++] = a;
+    env[k++] = b;
+    env[k] = NULL;
+    return env;
+}
+
+static int run_child(const char *self, const char *model, const char *batch, const char *devices, char **envp,
+                     start_run *r)
 {
     int fd[2];
     if (pipe(fd) != 0) {
@@ -111,7 +144,7 @@ static int run_child(const char *self, const char *model, const char *batch, con
         dup2(fd[1], 1);
         close(fd[0]);
         close(fd[1]);
-        execv(self, (char *const *)argv);
+        execve(self, (char *const *)argv, envp);
         _exit(127);
     }
     close(fd[1]);
@@ -195,13 +228,19 @@ int bench_start(int argc, char **argv)
     if (!mkdtemp(dir))
         return cli_fail("bench start: cannot create a cache directory %s: %s", dir, strerror(errno));
     snprintf(pocl, sizeof pocl, "%s/pocl", dir);
-    setenv("CLGRAD_CACHE_DIR", dir, 1);
-    setenv("POCL_CACHE_DIR", pocl, 1);
-    unsetenv("CLGRAD_CACHE"); /* caches on: that is what is measured */
+    char **envp = child_env(dir, pocl);
+    if (!envp)
+        return cli_fail("bench start: out of memory");
     start_run cold, runs[100];
-    int ok = run_child(self, model, batch, devices, &cold) == 0;
+    int ok = run_child(self, model, batch, devices, envp, &cold) == 0;
     for (long i = 0; ok && i < warm; i++)
-        ok = run_child(self, model, batch, devices, &runs[i]) == 0;
+        ok = run_child(self, model, batch, devices, envp, &runs[i]) == 0;
+    size_t ne = 0;
+    while (envp[ne])
+        ne++;
+    free(envp[ne - 1]); /* the two strings child_env added, last */
+    free(envp[ne - 2]);
+    free(envp);
     if (!keep)
         nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     if (!ok)

@@ -92,8 +92,8 @@ int bench_train(int argc, char **argv)
     p.precision = o.c.precision;
     if (o.c.batch)
         p.batch = o.c.batch;
-    if (o.c.gemm_backend)
-        setenv("CLGRAD_GEMM_BACKEND", o.c.gemm_backend, 1);
+    if (o.c.gemm_backend && cli_option_set("--gemm-backend", "gemm_backend", o.c.gemm_backend) != CLI_OK)
+        return CLI_USAGE;
     if (!p.model)
         return cli_usage_error("bench train", "missing --model FILE");
     p.model = cli_model_resolve(p.model);

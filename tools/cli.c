@@ -41,6 +41,54 @@ double cli_now(void)
 
 int cli_is_help(const char *arg) { return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0; }
 
+static clg_options *g_options; /* --set and the flags that map onto options */
+
+clg_options *cli_options(void) { return g_options; }
+
+static int option_index(const char *name)
+{
+    clg_option_info info;
+    for (int i = 0; i < clg_options_count(); i++)
+        if (clg_option_info_get(NULL, i, &info) == CLG_OK && strcmp(info.name, name) == 0)
+            return i;
+    return -1;
+}
+
+int cli_option_set(const char *flag, const char *name, const char *value)
+{
+    if (!g_options && clg_options_create(&g_options) != CLG_OK)
+        return cli_fail("%s", clg_last_error(NULL));
+    if (clg_options_set(g_options, name, value) != CLG_OK) {
+        fprintf(stderr, "clgrad: %s: %s\n", flag, clg_last_error(NULL));
+        return CLI_USAGE;
+    }
+    return CLI_OK;
+}
+
+void cli_option_default(const char *name, const char *value)
+{
+    clg_options *env = NULL;
+    clg_option_info info;
+    int i = option_index(name);
+    if (i < 0 || clg_options_create(&env) != CLG_OK)
+        return;
+    clg_options_read_env(env); /* a bad value is reported by clg_ctx_create */
+    int free_ = clg_option_info_get(env, i, &info) == CLG_OK && info.source == CLG_OPTION_DEFAULT;
+    clg_options_destroy(env);
+    if (free_ && g_options && clg_option_info_get(g_options, i, &info) == CLG_OK)
+        free_ = info.source == CLG_OPTION_DEFAULT;
+    if (free_)
+        cli_option_set("default", name, value);
+}
+
+const char *cli_option_value(const clg_ctx *ctx, const char *name, char *buf, size_t n)
+{
+    clg_option_info info;
+    int i = option_index(name);
+    snprintf(buf, n, "%s", i >= 0 && clg_option_info_get(clg_ctx_options(ctx), i, &info) == CLG_OK ? info.value : "");
+    return buf;
+}
+
 clg_ctx *cli_ctx_open(const char *devices, int verbose, int *rc)
 {
     if (rc)
@@ -48,11 +96,12 @@ clg_ctx *cli_ctx_open(const char *devices, int verbose, int *rc)
     /* one model per process: a new convolution shape runs the untuned default
      * at its first use and is measured at its second (shorter cold start;
      * src/ops/conv_impl.h, clg_conv_auto_choose), unless the caller set it */
-    setenv("CLGRAD_CONV_AUTO_DEFER", "1", 0);
+    cli_option_default("conv_auto_defer", "1");
     clg_ctx_params p;
     clg_ctx_params_init(&p);
     p.devices = devices;
     p.verbose = verbose;
+    p.options = g_options;
     clg_ctx *ctx = NULL;
     clg_status st = clg_ctx_create(&p, &ctx);
     if (st != CLG_OK) {

@@ -36,6 +36,20 @@ double cli_now(void);
  * code: CLI_USAGE for a malformed selector, else CLI_FAIL. */
 clg_ctx *cli_ctx_open(const char *devices, int verbose, int *rc);
 
+/* Options of the contexts cli_ctx_open creates (clg_options; `clgrad options`
+ * lists them). cli_option_set: `flag` (e.g. "--set", "--gemm-backend") gave
+ * name=value; a refusal is printed naming the flag and the option, and
+ * returns CLI_USAGE. cli_option_default: value for name unless a flag or
+ * the environment set it. */
+int cli_option_set(const char *flag, const char *name, const char *value);
+void cli_option_default(const char *name, const char *value);
+/* The options given so far (NULL: none; borrowed). */
+clg_options *cli_options(void);
+/* The value of option name in the context as text ("" when unknown). */
+const char *cli_option_value(const clg_ctx *ctx, const char *name, char *buf, size_t n);
+/* `clgrad options` (cmd_options.c). */
+int cmd_options(int argc, char **argv);
+
 /* A positional argument of a MODEL-taking command: an unknown option or a
  * second model is a usage error (returns CLI_USAGE), else *model = arg and
  * returns cli_model_file_check's result. */
@@ -49,7 +63,7 @@ clg_model *cli_model_open(const char *cmd, const char *model, const char *weight
 
 /* Background precompile (cmd_precompile.c): on a cold cache of PoCL devices
  * starts `clgrad precompile --background` for the model and returns its pid
- * (0: not started; CLGRAD_PRECOMPILE=0/1 turns it off / forces it); verbose
+ * (0: not started; option precompile 0/1 turns it off / forces it); verbose
  * 2 says so on stderr. */
 pid_t cli_precompile_spawn(clg_ctx *ctx, const char *model, int batch, const char *devices, const char *precision,
                            int verbose);

@@ -57,8 +57,8 @@ const cli_spec cli_spec_precompile = {
              "(reverse order, one PoCL thread, caches read-only, untuned convolution defaults)\n"
              "while they take their first step front to back: a PoCL process compiles one kernel\n"
              "at a time, two processes compile two, and each finds the other's in PoCL's kernel\n"
-             "cache. CLGRAD_PRECOMPILE=0 turns the helper off, =1 starts it even on a warm cache;\n"
-             "by default it runs on PoCL devices with at least 2 CPUs online, outside MPI jobs.",
+             "cache. CLGRAD_PRECOMPILE=0 (--set precompile=0) turns the helper off, =1 starts it\n"
+             "even on a warm cache; by default it runs on PoCL devices with at least 2 CPUs online, outside MPI jobs.",
 };
 
 int cmd_precompile(int argc, char **argv)
@@ -128,9 +128,10 @@ static int pocl_only(clg_ctx *ctx)
 pid_t cli_precompile_spawn(clg_ctx *ctx, const char *model, int batch, const char *devices, const char *precision,
                            int verbose)
 {
-    const char *e = getenv("CLGRAD_PRECOMPILE");
-    int force = e && strcmp(e, "1") == 0;
-    if ((e && strcmp(e, "0") == 0) || !ctx || clg_mpi_size() > 1 || getenv("OMPI_COMM_WORLD_SIZE"))
+    char mode[16]; /* option precompile: auto,0,1 */
+    cli_option_value(ctx, "precompile", mode, sizeof mode);
+    int force = strcmp(mode, "1") == 0;
+    if (strcmp(mode, "0") == 0 || !ctx || clg_mpi_size() > 1 || getenv("OMPI_COMM_WORLD_SIZE"))
         return 0;
     if (!force && (sysconf(_SC_NPROCESSORS_ONLN) < 2 || !pocl_only(ctx) || !cache_cold(ctx)))
         return 0;

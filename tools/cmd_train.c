@@ -105,8 +105,8 @@ int cmd_train(int argc, char **argv)
         return cli_usage_error("train", "missing MODEL (a model file such as models/lenet5.cfg)");
     if (!p.data)
         return cli_usage_error("train", "missing --data (fashion-mnist, mnist, cifar10 or a path)");
-    if (o.c.gemm_backend)
-        setenv("CLGRAD_GEMM_BACKEND", o.c.gemm_backend, 1); /* read when the first GEMM runs */
+    if (o.c.gemm_backend && cli_option_set("--gemm-backend", "gemm_backend", o.c.gemm_backend) != CLI_OK)
+        return CLI_USAGE;
     clg_mpi_configure(o.c.comm_timeout, o.c.deterministic);
     int rc = CLI_OK;
     clg_ctx *ctx = cli_ctx_open(o.c.devices, o.c.verbose, &rc);

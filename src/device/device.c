@@ -77,13 +77,6 @@ static void fill_info(cl_platform_id p, cl_device_id d, int pi, int di, clg_devi
         }
         free(ext);
     }
-    /* CLGRAD_FP16=0 treats the device as without cl_khr_fp16 (fp16 storage
-     * through vload_half/vstore_half_rte only), =1 as with it (the kernels'
-     * `half` path; for testing that path on a runtime whose compiler accepts
-     * half arithmetic without reporting the extension, e.g. oclgrind). */
-    const char *f16 = getenv("CLGRAD_FP16");
-    if (f16 && (strcmp(f16, "0") == 0 || strcmp(f16, "1") == 0))
-        o->has_fp16 = f16[0] == '1';
 }
 
 clg_status clg_enumerate(clg_err *err, clg_device_info **infos_out, cl_platform_id **plats_out,
@@ -256,37 +249,56 @@ void clg_ctx_params_init_size(clg_ctx_params *p, size_t size)
     clg_sized_init(p, size, &d, sizeof d);
 }
 
-static void default_cache_dir(char *dst, size_t n)
+/* The options of a new context: p->options (or the defaults), then the
+ * environment for those left at their default. */
+static clg_status ctx_options(const clg_ctx_params *p, clg_opts *o)
 {
-    const char *e = getenv("CLGRAD_CACHE_DIR");
-    if (e && *e) {
-        snprintf(dst, n, "%s", e);
-        return;
+    if (p->options) {
+        if (p->options->size != sizeof *o)
+            return clg_err_set(NULL, CLG_ERR_INVALID_ARG, "clg_ctx_params.options: not made by clg_options_create");
+        memcpy(o, p->options, sizeof *o);
+    } else {
+        clg_opts_init(o);
     }
-    e = getenv("XDG_CACHE_HOME");
-    if (e && *e) {
-        snprintf(dst, n, "%s/clgrad", e);
-        return;
-    }
-    e = getenv("HOME");
-    snprintf(dst, n, "%s/.cache/clgrad", e && *e ? e : "/tmp");
+    return clg_opts_read_env(o, NULL);
 }
 
-/* Lock, cache and kernel directories of a new context from p. */
-static void ctx_settings(clg_ctx *ctx, const clg_ctx_params *p)
+/* Options, lock, cache and kernel directories of a new context from p and o. */
+static void ctx_settings(clg_ctx *ctx, const clg_ctx_params *p, const clg_opts *o)
 {
     pthread_mutex_init(&ctx->lock, NULL);
-    const char *cache_env = getenv("CLGRAD_CACHE");
-    ctx->use_cache = p->use_cache && !(cache_env && strcmp(cache_env, "0") == 0);
-    ctx->cache_readonly = cache_env && strcmp(cache_env, "ro") == 0;
+    ctx->opts = *o;
+    ctx->use_cache = p->use_cache && o->cache != 1; /* cache: 1,0,ro */
+    ctx->cache_readonly = o->cache == 2;
     if (p->cache_dir && *p->cache_dir)
         snprintf(ctx->cache_dir, sizeof ctx->cache_dir, "%s", p->cache_dir);
+    else if (o->cache_dir[0])
+        snprintf(ctx->cache_dir, sizeof ctx->cache_dir, "%s", o->cache_dir);
     else
-        default_cache_dir(ctx->cache_dir, sizeof ctx->cache_dir);
-    const char *kd = p->kernel_dir ? p->kernel_dir : getenv("CLGRAD_KERNEL_DIR");
+        clg_opts_default_cache_dir(ctx->cache_dir, sizeof ctx->cache_dir);
+    const char *kd = p->kernel_dir ? p->kernel_dir : o->kernel_dir;
     if (kd && *kd)
         snprintf(ctx->kernel_dir, sizeof ctx->kernel_dir, "%s", kd);
 }
+
+/* fp16 = 0 treats the device as without cl_khr_fp16 (fp16 storage through
+ * vload_half/vstore_half_rte only), 1 as with it (the kernels' `half` path;
+ * for testing that path on a runtime whose compiler accepts half arithmetic
+ * without reporting the extension, e.g. oclgrind). */
+static void apply_fp16(clg_device_info *info, const clg_opts *o)
+{
+    if (o->fp16 != 0) /* auto,0,1 */
+        info->has_fp16 = o->fp16 == 2;
+}
+
+clg_status clg_ctx_option_set(clg_ctx *ctx, const char *name, const char *value)
+{
+    if (!ctx)
+        return clg_err_set(NULL, CLG_ERR_INVALID_ARG, "clg_ctx_option_set: no context");
+    return clg_opts_set(&ctx->opts, name, value, CLG_OPTION_SET, &ctx->err);
+}
+
+const clg_options *clg_ctx_options(const clg_ctx *ctx) { return ctx ? &ctx->opts : NULL; }
 
 clg_status clg_ctx_create(const clg_ctx_params *params, clg_ctx **out)
 {
@@ -300,19 +312,27 @@ clg_status clg_ctx_create(const clg_ctx_params *params, clg_ctx **out)
     const clg_ctx_params *p = &defaults;
     if (p->verbose > clg_log_level)
         clg_log_level = p->verbose;
+    clg_opts *opts = malloc(sizeof *opts);
+    if (!opts)
+        return clg_err_set(NULL, CLG_ERR_HOST_OOM, "no memory for context");
+    clg_status st = ctx_options(p, opts);
+    if (st != CLG_OK) {
+        free(opts);
+        return st;
+    }
 
     clg_device_info *infos = NULL;
     cl_platform_id *plats = NULL;
     cl_device_id *ids = NULL;
     int count = 0;
-    clg_status st = clg_enumerate(NULL, &infos, &plats, &ids, &count);
-    if (st != CLG_OK)
+    st = clg_enumerate(NULL, &infos, &plats, &ids, &count);
+    if (st != CLG_OK) {
+        free(opts);
         return st;
-    const char *selector = p->devices;
-    if (!selector) {
-        const char *e = getenv("CLGRAD_DEVICES");
-        selector = e && *e ? e : "all";
     }
+    for (int i = 0; i < count; i++)
+        apply_fp16(&infos[i], opts);
+    const char *selector = p->devices ? p->devices : opts->devices[0] ? opts->devices : "all";
     int sel[CLG_MAX_DEVICES], nsel = 0;
     st = clg_select_devices(NULL, selector, infos, count, sel, CLG_MAX_DEVICES, &nsel);
     if (st != CLG_OK)
@@ -324,10 +344,9 @@ clg_status clg_ctx_create(const clg_ctx_params *params, clg_ctx **out)
         st = clg_err_set(NULL, CLG_ERR_HOST_OOM, "no memory for context");
         goto out_free;
     }
-    ctx_settings(ctx, p);
+    ctx_settings(ctx, p, opts);
 
-    const char *sh = getenv("CLGRAD_SHARED_CONTEXT");
-    int shared = !(sh && strcmp(sh, "0") == 0);
+    int shared = ctx->opts.shared_context != 0;
     for (int k = 0; k < nsel; k++) {
         clg_device *d = &ctx->devs[k];
         int i = sel[k];
@@ -383,6 +402,7 @@ clg_status clg_ctx_create(const clg_ctx_params *params, clg_ctx **out)
     *out = ctx;
     st = CLG_OK;
 out_free:
+    free(opts);
     free(infos);
     free(plats);
     free(ids);
@@ -434,12 +454,22 @@ clg_status clg_ctx_wrap_queue(cl_command_queue queue, const clg_ctx_params *p, c
     }
     clg_ctx_params defaults;
     ctx_params_defaults(&defaults);
-    ctx_settings(ctx, p ? p : &defaults);
+    clg_opts *opts = malloc(sizeof *opts);
+    clg_status st = opts ? ctx_options(p ? p : &defaults, opts) : clg_err_set(NULL, CLG_ERR_HOST_OOM, "no memory");
+    if (st != CLG_OK) {
+        free(opts);
+        free(ctx->devs);
+        free(ctx);
+        return st;
+    }
+    ctx_settings(ctx, p ? p : &defaults, opts);
+    free(opts);
     clg_device *d = &ctx->devs[0];
     d->ctx = ctx;
     d->platform = plat;
     d->id = id;
     fill_info(plat, id, pi, di, &d->info);
+    apply_fp16(&d->info, &ctx->opts);
     d->pool.fail_after = -1;
     d->pool.cache_limit = (uint64_t)1 << 40;
     ctx->ndev = 1; /* from here clg_ctx_destroy releases what was retained */

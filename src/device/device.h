@@ -10,6 +10,7 @@
 #include <pthread.h>
 
 #include "core/core.h"
+#include "core/options.h"
 
 typedef struct clg_device clg_device;
 
@@ -311,6 +312,7 @@ struct clg_ctx {
     pthread_mutex_t lock;
     clg_device *devs;
     int ndev;
+    clg_opts opts; /* the settings (core/options.h), fixed at creation */
     int use_cache;
     int cache_readonly; /* CLGRAD_CACHE=ro: caches are read, never written (background helpers) */
     char cache_dir[1024];
@@ -341,6 +343,10 @@ CLG_INTERNAL clg_status clg_select_devices(clg_err *err, const char *selector, c
  * clg_ctx_destroy, never more. p supplies the cache and kernel directories
  * (devices is ignored; NULL: defaults). An out-of-order queue is refused. */
 CLG_INTERNAL clg_status clg_ctx_wrap_queue(cl_command_queue queue, const clg_ctx_params *p, clg_ctx **out);
+/* Changes one option of a live context (tests and tools' measurement runs):
+ * what a module decided once (e.g. wg_canon per device, the gemm backend)
+ * stays decided. A refusal names the option. */
+CLG_INTERNAL clg_status clg_ctx_option_set(clg_ctx *ctx, const char *name, const char *value);
 /* GPU vendor families the untuned defaults distinguish (from CL_DEVICE_VENDOR). */
 typedef enum clg_vendor { CLG_VENDOR_OTHER = 0, CLG_VENDOR_NVIDIA, CLG_VENDOR_AMD, CLG_VENDOR_INTEL } clg_vendor;
 CLG_INTERNAL clg_vendor clg_device_vendor(const clg_device *dev);

@@ -19,15 +19,13 @@ static const clg_kernel_entry *entry_of(const clg_device *dev, cl_kernel k)
     return NULL;
 }
 
-/* CLG_LAUNCH_PAD on this device: CPU devices, unless CLGRAD_WG_CANON=0
+/* CLG_LAUNCH_PAD on this device: CPU devices, unless option wg_canon = 0
  * (=1 turns it on for every device). Decided once per device. */
 static int canon_on(clg_device *dev)
 {
     if (!dev->wg_canon) {
-        const char *e = getenv("CLGRAD_WG_CANON");
-        int on = (dev->info.type & CLG_DEVICE_CPU) != 0;
-        if (e && e[0])
-            on = strcmp(e, "0") != 0;
+        long mode = dev->ctx->opts.wg_canon; /* auto,0,1 */
+        int on = mode ? mode == 2 : (dev->info.type & CLG_DEVICE_CPU) != 0;
         dev->wg_canon = on ? 2 : 1;
     }
     return dev->wg_canon == 2;

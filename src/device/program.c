@@ -357,9 +357,9 @@ static int binary_cache_mode(clg_device *dev)
         return 0;
     if (dev->ctx->cache_readonly)
         return 3;
-    const char *e = getenv("CLGRAD_BINARY_CACHE");
-    if (e && e[0])
-        return strcmp(e, "0") != 0;
+    long mode = dev->ctx->opts.binary_cache; /* auto,0,1 */
+    if (mode)
+        return mode == 2;
     if (clg_str_icontains(dev->info.platform, "Portable Computing Language") ||
         clg_str_icontains(dev->info.device_version, "PoCL"))
         return 2;

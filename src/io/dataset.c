@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/options.h"
 #include "io/dataset_impl.h"
 
 // ---- the dataset object ----
@@ -183,6 +184,20 @@ static int is_idx_dir(const char *dir)
 
 clg_status clg_dataset_open(clg_err *err, const char *spec, clg_ds_split split, clg_dataset **out)
 {
+    clg_opts *o = malloc(sizeof *o); /* data_dir from the environment: no context here */
+    if (!o)
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    clg_opts_init(o);
+    clg_status st = clg_opts_read_env_one(o, CLG_OPT_ID_data_dir, err);
+    if (st == CLG_OK)
+        st = clg_dataset_open_in(err, o->data_dir, spec, split, out);
+    free(o);
+    return st;
+}
+
+clg_status clg_dataset_open_in(clg_err *err, const char *data_dir, const char *spec, clg_ds_split split,
+                               clg_dataset **out)
+{
     *out = NULL;
     if (!spec || !*spec)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "no dataset given");
@@ -198,7 +213,7 @@ clg_status clg_dataset_open(clg_err *err, const char *spec, clg_ds_split split, 
     }
     clg_status st;
     if (named) {
-        const char *env = getenv("CLGRAD_DATA_DIR");
+        const char *env = data_dir;
         char cand[6][1024];
         int nc = 0;
         const char *subs_idx[] = {named, NULL};

@@ -62,6 +62,11 @@ CLG_INTERNAL void clg_dataset_free(clg_dataset *ds);
  *       "images-idx3" by "labels-idx1" in the name when that exists).
  * split picks the train or test files. Errors name the missing files. */
 CLG_INTERNAL clg_status clg_dataset_open(clg_err *err, const char *spec, clg_ds_split split, clg_dataset **out);
+/* The same with the named datasets searched first in data_dir (a context's
+ * option data_dir; NULL or empty: not); clg_dataset_open takes it from
+ * CLGRAD_DATA_DIR. */
+CLG_INTERNAL clg_status clg_dataset_open_in(clg_err *err, const char *data_dir, const char *spec, clg_ds_split split,
+                                            clg_dataset **out);
 
 /* IDX pair (either file may end in .gz; zlib reads both kinds). images: u8
  * (type 0x08, value = pixel / 255) or float32 (0x0D, big-endian, taken as

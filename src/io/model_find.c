@@ -13,6 +13,7 @@
 
 #include "clg_config_paths.h"
 #include "core/core.h"
+#include "core/options.h"
 
 static int is_file(const char *p)
 {
@@ -30,9 +31,13 @@ static int is_dir(const char *p)
 static int model_dirs(char dirs[][1024], int max)
 {
     int n = 0;
-    const char *e = getenv("CLGRAD_MODEL_DIR");
-    if (e && *e && n < max)
-        snprintf(dirs[n++], 1024, "%s", e);
+    clg_opts *o = malloc(sizeof *o); /* model_dir from the environment: clg_model_find has no context */
+    if (o) {
+        clg_opts_init(o);
+        if (clg_opts_read_env_one(o, CLG_OPT_ID_model_dir, NULL) == CLG_OK && o->model_dir[0] && n < max)
+            snprintf(dirs[n++], 1024, "%s", o->model_dir);
+        free(o);
+    }
     Dl_info info;
     /* the module holding this code: libclgrad.so in LIBDIR, or the clgrad
      * program (linked statically) in BINDIR */

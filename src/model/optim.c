@@ -138,8 +138,7 @@ clg_status clg_optim_create(clg_replica *rep, const clg_hparams *hp, clg_optim *
     int ns = clg_optim_nstate(o);
     if (st == CLG_OK)
         o->arena = arena_usable(o);
-    const char *pt = getenv("CLGRAD_OPTIM_PER_TENSOR");
-    o->per_tensor = !o->arena || (pt && pt[0] && strcmp(pt, "0") != 0);
+    o->per_tensor = !o->arena || dev->ctx->opts.optim_per_tensor;
     if (o->arena) {
         if (ns >= 1 && st == CLG_OK)
             st = state_arena(o, &o->marena, o->m);

@@ -1,6 +1,6 @@
 /* Replica lifecycle: one instance of a network on a device (layers,
  * parameters, planned activations, parameter arena), its parameter lists,
- * and the per-layer profile (CLGRAD_PROFILE). */
+ * and the per-layer profile (option profile, CLGRAD_PROFILE). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,8 +47,7 @@ clg_status clg_replica_create(clg_net *net, clg_device *dev, uint64_t seed, clg_
         st = clg_replica_setup_fp16(r);
     if (st == CLG_OK)
         st = clg_replica_arena(r, NULL, 0);
-    const char *pe = getenv("CLGRAD_PROFILE");
-    if (st == CLG_OK && pe && pe[0] && strcmp(pe, "0") != 0) {
+    if (st == CLG_OK && dev->ctx->opts.profile) {
         r->profile = 1;
         r->prof_fwd = calloc((size_t)r->nlayers, sizeof(double));
         r->prof_bwd = calloc((size_t)r->nlayers, sizeof(double));

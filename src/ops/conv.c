@@ -190,8 +190,7 @@ void clg_conv_ka_epilogue(clg_kargs *a, cl_mem bias, size_t offb, cl_mem dummy, 
 void clg_conv_prof(clg_device *dev, const char *label)
 {
     static _Thread_local double last;
-    const char *e = getenv("CLGRAD_CONV_PROFILE");
-    if (!(e && *e && *e != '0'))
+    if (!dev->ctx->opts.conv_profile)
         return;
     clFinish(dev->queue);
     double now = clg_now_sec();
@@ -219,11 +218,7 @@ static int chunk_images(clg_device *dev, int N, size_t per_image)
 
 /* CLGRAD_CONV_LEGACY=1 selects the original row-per-work-item im2col and
  * the generic col2im (for A/B timing of the element-wise kernels). */
-static int legacy_kernels(void)
-{
-    const char *e = getenv("CLGRAD_CONV_LEGACY"); /* read each time: no shared state between threads */
-    return e && *e && *e != '0';
-}
+static int legacy_kernels(const clg_device *dev) { return dev->ctx->opts.conv_legacy != 0; }
 
 static clg_status launch_im2col(clg_device *dev, const clg_conv_shape *s, int nb, cl_mem x, size_t offx, int c0,
                                 cl_mem col, int bstride, int ld)
@@ -231,7 +226,7 @@ static clg_status launch_im2col(clg_device *dev, const clg_conv_shape *s, int nb
     cl_kernel k;
     int Cg = s->C / s->groups, P = clg_conv_out_h(s), Q = clg_conv_out_w(s);
     /* the element kernel's float-reciprocal division is exact below 2^23 */
-    int legacy = legacy_kernels() || (long)nb * Cg * s->R * s->S >= (1L << 23);
+    int legacy = legacy_kernels(dev) || (long)nb * Cg * s->R * s->S >= (1L << 23);
     CLG_TRY(clg_kernel_get(dev, "im2col", "", legacy ? "im2col" : "im2col_w", &k));
     clg_kargs a = {k, 0, CL_SUCCESS};
     clg_ka_mem(&a, x);
@@ -362,7 +357,7 @@ static clg_status im2col_bwd_data(clg_device *dev, const clg_conv_shape *s, cl_m
     }
     int nb = chunk_images(dev, s->N, (size_t)CRS * PQ);
     /* stride-1 windows up to 11x11 use the unrolled, row-vectorised gather */
-    int s1 = !legacy_kernels() && s->stride_h == 1 && s->stride_w == 1 && s->dil_h == 1 && s->dil_w == 1 &&
+    int s1 = !legacy_kernels(dev) && s->stride_h == 1 && s->stride_w == 1 && s->dil_h == 1 && s->dil_w == 1 &&
              s->R <= 11 && s->S <= 11 && (long)nb * Cg < (1L << 23);
     cl_kernel k;
     if (s1) {

@@ -43,15 +43,13 @@ static int g_npending, g_cappending;
  * about as sqrt(reduction length); so it is a candidate up to 512 reduced
  * channels (< 3e-5 expected, tolerance 1e-4), and for backward-filter up to
  * 4M reduced positions (6.2e-6 measured at 128x28x28).
- * CLGRAD_CONV_WINO4_AUTO=0 keeps it out of auto entirely, =1 admits it for
+ * Option conv_wino4_auto = 0 keeps it out of auto entirely, 1 admits it for
  * every size. */
-static int wino4_in_auto(const clg_conv_shape *s, clg_conv_pass pass)
+static int wino4_in_auto(const clg_device *dev, const clg_conv_shape *s, clg_conv_pass pass)
 {
-    const char *e = getenv("CLGRAD_CONV_WINO4_AUTO");
-    if (e && *e == '0')
-        return 0;
-    if (e && *e == '1')
-        return 1;
+    long mode = dev->ctx->opts.conv_wino4_auto; /* auto,0,1 */
+    if (mode)
+        return mode == 2;
     if (pass == CLG_CONV_BWD_FILTER) /* F(3x3,4x4): reduction over N*P*Q; 6.2e-6 at 128x28x28 */
         return (double)s->N * clg_conv_out_h(s) * clg_conv_out_w(s) <= 4e6;
     int reduced = pass == CLG_CONV_BWD_DATA ? s->K : s->C;
@@ -80,7 +78,7 @@ clg_conv_algo clg_conv_algo_default(const clg_device *dev, const clg_conv_shape 
             return CLG_CONV_DIRECT;
         return CLG_CONV_IM2COL;
     }
-    int f4 = wino4_in_auto(s, pass);
+    int f4 = wino4_in_auto(dev, s, pass);
     /* (CPUs, weight gradients: the direct kernels usually measure faster
      * than Winograd's transforms, but they build one program per layer
      * shape, and the untuned default is what a cold first step compiles:
@@ -101,13 +99,9 @@ clg_conv_algo clg_conv_algo_default(const clg_device *dev, const clg_conv_shape 
     return f4 && big_local ? CLG_CONV_WINOGRAD4 : CLG_CONV_WINOGRAD;
 }
 
-/* CLGRAD_CONV_AUTO_MEASURE=0: AUTO takes clg_conv_algo_default instead of
+/* Option conv_auto_measure = 0: AUTO takes clg_conv_algo_default instead of
  * measuring (simulators, first runs on a new device). */
-static int auto_measure(void)
-{
-    const char *e = getenv("CLGRAD_CONV_AUTO_MEASURE");
-    return !(e && strcmp(e, "0") == 0);
-}
+static int auto_measure(const clg_device *dev) { return dev->ctx->opts.conv_auto_measure != 0; }
 
 static const char *pass_tag(clg_conv_pass p) { return p == CLG_CONV_FWD ? "fwd" : p == CLG_CONV_BWD_DATA ? "bwd-data" : "bwd-filter"; }
 
@@ -332,7 +326,7 @@ static int candidate(const clg_device *dev, clg_conv_algo a, const clg_conv_shap
 {
     if (!clg_conv_algo_supported(a, s, pass))
         return 0;
-    if ((a == CLG_CONV_WINOGRAD4 || a == CLG_CONV_WINOGRAD4_FUSED) && !wino4_in_auto(s, pass))
+    if ((a == CLG_CONV_WINOGRAD4 || a == CLG_CONV_WINOGRAD4_FUSED) && !wino4_in_auto(dev, s, pass))
         return 0; /* fused F(4x4) has the same transforms, so the same error policy */
     if (a == CLG_CONV_FFT) /* meant for large kernels; forced runs may use it from 2x2 */
         return s->R >= 5 && s->S >= 5;
@@ -355,7 +349,7 @@ clg_status clg_conv_auto_pick(clg_device *dev, const clg_conv_shape *s, clg_conv
     uint64_t dh = device_hash(dev);
     pthread_mutex_lock(&g_lock);
     file_load(dev, dh);
-    if (!auto_measure()) {
+    if (!auto_measure(dev)) {
         pthread_mutex_unlock(&g_lock);
         *out = clg_conv_algo_default(dev, s, pass);
         return CLG_OK;
@@ -424,14 +418,7 @@ clg_status clg_conv_auto_pick(clg_device *dev, const clg_conv_shape *s, clg_conv
     return CLG_OK;
 }
 
-static int defer_uses(void)
-{
-    const char *e = getenv("CLGRAD_CONV_AUTO_DEFER");
-    if (!e || !e[0])
-        return 0;
-    long v = strtol(e, NULL, 10);
-    return v < 0 ? 0 : v > 1000 ? 1000 : (int)v;
-}
+static int defer_uses(const clg_device *dev) { return (int)dev->ctx->opts.conv_auto_defer; /* 0..1000 */ }
 
 /* Counts one use of a shape still to be measured; 1 while it is within its deferred uses. */
 static int pending_use(uint64_t devhash, const char *key, int defer)
@@ -458,8 +445,8 @@ clg_status clg_conv_auto_choose(clg_device *dev, const clg_conv_shape *s, clg_co
                                 clg_conv_algo *out, int *final)
 {
     *final = 1;
-    int defer = defer_uses();
-    if (defer > 0 && auto_measure()) {
+    int defer = defer_uses(dev);
+    if (defer > 0 && auto_measure(dev)) {
         char key[160];
         shape_key(key, sizeof key, s, pass);
         uint64_t dh = device_hash(dev);

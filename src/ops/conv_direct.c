@@ -131,18 +131,18 @@ static clg_status djit_fwdk(clg_device *dev, const clg_conv_shape *fs, int flip,
  * PoCL, AVX-512: 1.2-1.4x faster than row vectors at K = 16-32 with C*R*S
  * of 144-150; 2-3x slower with one input channel, K = 6 or 1x1 windows).
  * CLGRAD_DJIT_FWD=q|k forces one (measurement, tests). */
-static int use_fwdk(const clg_conv_shape *fs)
+static int use_fwdk(const clg_device *dev, const clg_conv_shape *fs)
 {
-    const char *e = getenv("CLGRAD_DJIT_FWD");
-    if (e && (*e == 'q' || *e == 'k'))
-        return *e == 'k';
+    long mode = dev->ctx->opts.djit_fwd; /* auto,q,k */
+    if (mode)
+        return mode == 2;
     return fs->K >= 16 && fs->R * fs->S >= 4 && fs->C * fs->R * fs->S >= 64;
 }
 
 clg_status clg_conv_djit_fwd(clg_device *dev, const clg_conv_shape *s, clg_conv_cache *cache, cl_mem x, size_t offx,
                              cl_mem w, size_t offw, cl_mem bias, size_t offb, int relu, cl_mem y, size_t offy)
 {
-    if (use_fwdk(s))
+    if (use_fwdk(dev, s))
         return djit_fwdk(dev, s, 0, cache, x, offx, w, offw, bias, offb, relu, y, offy);
     int P = clg_conv_out_h(s), Q = clg_conv_out_w(s);
     int vw = djit_vw(dev), nv = djit_nv(Q, vw);
@@ -175,7 +175,7 @@ clg_status clg_conv_djit_bwd_data(clg_device *dev, const clg_conv_shape *s, clg_
     fs.W = clg_conv_out_w(s);
     fs.pad_h = s->R - 1 - s->pad_h;
     fs.pad_w = s->S - 1 - s->pad_w;
-    if (s->stride_h == 1 && s->stride_w == 1 && s->pad_h < s->R && s->pad_w < s->S && use_fwdk(&fs))
+    if (s->stride_h == 1 && s->stride_w == 1 && s->pad_h < s->R && s->pad_w < s->S && use_fwdk(dev, &fs))
         return djit_fwdk(dev, &fs, 1, cache, dy, offdy, w, offw, NULL, 0, 0, dx, offdx);
     int vw = djit_vw(dev);
     /* a run covers stride_w phases of QT columns each */

@@ -19,16 +19,8 @@
 typedef struct wf_cfg {
     int nt, kb, wgs;
     size_t scratch_bytes; /* per work-item budget */
+    const char *xopts;    /* extra build options (experiments; borrowed from the context's options) */
 } wf_cfg;
-
-static int env_int(const char *name, int def, int lo, int hi)
-{
-    const char *e = getenv(name);
-    if (!e || !*e)
-        return def;
-    int v = atoi(e);
-    return v < lo || v > hi ? def : v;
-}
 
 /* Output channels per register block by default: 8, fewer when the layer
  * has fewer output channels (backward-data of a C = 1 layer has one), so
@@ -39,16 +31,16 @@ static wf_cfg wf_config(const clg_device *dev, int Kout)
 {
     wf_cfg c;
     int kb_def = wf_kb_auto(Kout);
-    c.nt = env_int("CLGRAD_WFUSED_NT", 2, 1, 4);
-    c.kb = env_int("CLGRAD_WFUSED_KB", kb_def, 1, 16);
-    if (c.kb != 1 && c.kb != 2 && c.kb != 4 && c.kb != 8 && c.kb != 16)
-        c.kb = kb_def;
-    c.wgs = env_int("CLGRAD_WFUSED_WGS", 1, 1, 256);
+    const clg_opts *o = &dev->ctx->opts;
+    c.nt = (int)o->wfused_nt; /* 1..4, default 2 */
+    c.kb = o->wfused_kb ? 1 << (o->wfused_kb - 1) : kb_def; /* auto,1,2,4,8,16 */
+    c.wgs = (int)o->wfused_wgs; /* 1..256, default 1 */
     if (dev->info.max_work_group_size && (size_t)c.wgs > dev->info.max_work_group_size)
         c.wgs = (int)dev->info.max_work_group_size;
     /* 256 KiB: Vs of 64 channels x 16 tiles (F(4x4)) plus one block of
      * products, leaving room in a 1 MiB L2 for the streamed filters */
-    c.scratch_bytes = (size_t)env_int("CLGRAD_WFUSED_SCRATCH_KB", 256, 8, 1 << 20) * 1024;
+    c.scratch_bytes = (size_t)o->wfused_scratch_kb * 1024; /* 8..1 << 20, default 256 */
+    c.xopts = o->wfused_xopts;
     return c;
 }
 
@@ -58,7 +50,7 @@ static wf_cfg wf_config(const clg_device *dev, int Kout)
  * (paid at every cold start), with no effect on what runs. */
 static void wf_opts(char *buf, size_t n, int m, const wf_cfg *c, int Cin)
 {
-    const char *x = getenv("CLGRAD_WFUSED_XOPTS"); /* extra build options (experiments) */
+    const char *x = c->xopts[0] ? c->xopts : NULL;
     snprintf(buf, n, "-D WM=%d -D NT=%d -D KB=%d -D WGS=%d%s%s%s", m, c->nt, c->kb, c->wgs,
              Cin > 4 ? " -D WF_DIRECT_C=0" : "", x ? " " : "", x ? x : "");
 }

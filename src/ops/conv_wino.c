@@ -32,10 +32,8 @@ static int wino_vl(int TW) { return TW <= 4 ? 4 : 8; }
  * wino_chunk_max: the budget's image count, whatever the batch. */
 static int wino_chunk_max(clg_device *dev, size_t per_image)
 {
-    size_t budget = (size_t)1 << 20; /* 4 MiB: two cores' L2 (measured: 1-2 MiB slower, >= 16 MiB much slower) */
-    const char *e = getenv("CLGRAD_CONV_CHUNK_FLOATS");
-    if (e && atol(e) > 0)
-        budget = (size_t)atol(e);
+    size_t budget; /* 4 MiB: two cores' L2 (measured: 1-2 MiB slower, >= 16 MiB much slower) */
+    budget = (size_t)dev->ctx->opts.conv_chunk_floats; /* default 1 << 20 */
     size_t lim = CLG_MIN(budget, clg_conv_ws_floats(dev));
     return (int)CLG_MIN((size_t)INT_MAX, CLG_MAX((size_t)1, lim / CLG_MAX(per_image, (size_t)1)));
 }

@@ -494,8 +494,7 @@ static int unpacked_kind(const clg_device *dev, const clg_gemm_args *a)
 {
     if (!(dev->info.type & CLG_DEVICE_CPU) || a->K <= 0 || (a->ta && a->tb))
         return 0;
-    const char *e = getenv("CLGRAD_GEMM_UNPACKED");
-    int mode = e && (e[0] == '0' || e[0] == '1') ? e[0] - '0' : -1;
+    int mode = (int)dev->ctx->opts.gemm_unpacked - 1; /* auto,0,1 -> -1,0,1 */
     if (mode == 0)
         return 0;
     int kind = a->tb ? 2 : 1;
@@ -859,17 +858,15 @@ clg_gemm_backend clg_gemm_get_backend(clg_ctx *ctx)
     if (!db)
         return CLG_GEMM_AUTO;
     if (db->gemm_backend == 0) { /* not set yet: environment */
-        const char *env = getenv("CLGRAD_GEMM_BACKEND");
-        int b = env && *env ? clg_gemm_backend_parse(env) : CLG_GEMM_AUTO;
-        if (b < 0)
-            clg_log(1, "CLGRAD_GEMM_BACKEND='%s' is not own, clblast, auto or ref; using auto", env);
+        char name[16];
+        clg_opts_format(&ctx->opts, CLG_OPT_ID_gemm_backend, name, sizeof name);
+        int b = clg_gemm_backend_parse(name);
         if (b == CLG_GEMM_CLBLAST && !CLG_HAVE_CLBLAST) {
-            clg_log(1, "CLGRAD_GEMM_BACKEND=clblast but clgrad was built without CLBlast; using own");
+            clg_log(1, "gemm_backend=clblast but clgrad was built without CLBlast; using own");
             b = CLG_GEMM_OWN;
         }
         db->gemm_backend = (b < 0 ? CLG_GEMM_AUTO : b) + 1;
-        const char *m = getenv("CLGRAD_GEMM_AUTO_MEASURE");
-        if (m && strcmp(m, "0") == 0)
+        if (!ctx->opts.gemm_auto_measure)
             db->auto_measure = 0;
     }
     return (clg_gemm_backend)(db->gemm_backend - 1);

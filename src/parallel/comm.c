@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "clg_config.h"
+#include "core/options.h"
 #include "parallel/comm.h"
 
 #define DEFAULT_TIMEOUT 60.0
@@ -97,15 +98,23 @@ static clg_status mpi_fail(clg_err *err, int code, const char *call)
     return clg_err_set(err, CLG_ERR_MPI, "rank %d of %d: %s: %s", g_rank, g_size, call, s);
 }
 
-clg_status clg_comm_init(clg_err *err)
+clg_status clg_comm_init(const clg_options *opts, clg_err *err)
 {
     static int done = 0;
     if (done)
         return CLG_OK;
     done = 1;
     /* only under an MPI launcher: a plain run never loads MPI's runtime */
-    if (!getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMIX_RANK") && !getenv("PMI_SIZE"))
+    if (!clg_opts_mpi_launcher(NULL))
         return CLG_OK;
+    clg_opts o; /* the communicator's settings: opts (or defaults), then the environment, read here once */
+    if (opts)
+        o = *opts;
+    else
+        clg_opts_init(&o);
+    clg_status ost = clg_opts_read_env(&o, err);
+    if (ost != CLG_OK)
+        return ost;
     int inited = 0, prov = 0;
     MPI_Initialized(&inited);
     if (!inited) {
@@ -121,14 +130,9 @@ clg_status clg_comm_init(clg_err *err)
                            "MPI provides thread level %d, clgrad needs MPI_THREAD_SERIALIZED (lane threads call MPI "
                            "under one lock)",
                            prov);
-    const char *alg = getenv("CLGRAD_ALLREDUCE");
-    g_use_mpi_iallreduce = alg && strcmp(alg, "mpi") == 0;
-    const char *nm = getenv("CLGRAD_COMM_POLL_US"); /* tuning aid */
-    if (nm && atoi(nm) > 0)
-        g_nap_max = atoi(nm);
-    const char *sp = getenv("CLGRAD_COMM_SPIN_S"); /* tuning aid */
-    if (sp && atof(sp) >= 0)
-        g_spin_s = atof(sp);
+    g_use_mpi_iallreduce = o.allreduce == 1; /* ring,mpi */
+    g_nap_max = (int)o.comm_poll_us;
+    g_spin_s = o.comm_spin_s;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
@@ -687,14 +691,15 @@ struct clg_comm_op {
     int unused;
 };
 
-clg_status clg_comm_init(clg_err *err)
+clg_status clg_comm_init(const clg_options *opts, clg_err *err)
 {
-    const char *n = getenv("OMPI_COMM_WORLD_SIZE");
-    if (n && atoi(n) > 1) /* each process would train alone, all writing the same files */
+    CLG_UNUSED(opts);
+    int n = 0;
+    if (clg_opts_mpi_launcher(&n) && n > 1) /* each process would train alone, all writing the same files */
         return clg_err_set(err, CLG_ERR_MPI,
                            "started by mpirun with %d ranks, but clgrad was built without MPI (meson feature 'mpi'; "
                            "Debian: libopenmpi-dev)",
-                           atoi(n));
+                           n);
     return CLG_OK;
 }
 void clg_comm_finalize(int rc) { CLG_UNUSED(rc); }

@@ -25,8 +25,10 @@
 #include "core/core.h"
 
 /* Initializes MPI when launched by mpirun (idempotent; main thread only).
- * Returns CLG_ERR_MPI when MPI_Init fails or lacks thread support. */
-CLG_INTERNAL clg_status clg_comm_init(clg_err *err);
+ * Returns CLG_ERR_MPI when MPI_Init fails or lacks thread support. Its
+ * settings (options allreduce, comm_poll_us, comm_spin_s): opts (NULL: the
+ * defaults), the environment for those left at their default. */
+CLG_INTERNAL clg_status clg_comm_init(const clg_options *opts, clg_err *err);
 /* Finalizes MPI when it was initialized (rc == 0), or aborts the whole job
  * (MPI_Abort with rc) when this process fails while others still run. */
 CLG_INTERNAL void clg_comm_finalize(int rc);

@@ -216,8 +216,8 @@ clg_status clg_dp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, 
     dp->bucket_bytes = (size_t)(mb * 1048576.0);
     if (dp->bucket_bytes < 4096)
         dp->bucket_bytes = 4096;
-    const char *slow = getenv("CLGRAD_TEST_SLOW_LANE"); /* test aid, see dp.h */
-    if (slow && sscanf(slow, "%d:%lf", &dp->slow_lane, &dp->slow_factor) != 2)
+    const char *slow = ctx->opts.test_slow_lane; /* test aid, see dp.h */
+    if (slow[0] && sscanf(slow, "%d:%lf", &dp->slow_lane, &dp->slow_factor) != 2)
         dp->slow_lane = -1;
     const char *sp = p ? p->split : NULL;
     if (clg_comm_deterministic() && (!sp || strcmp(sp, "auto") == 0))

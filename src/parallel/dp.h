@@ -110,7 +110,7 @@ typedef struct clg_dp {
     int abort, fail_lane;
     clg_status fail_status; /* of the first lane that failed (not the ones abandoning the step) */
     clg_dp_job job;
-    /* test aid (CLGRAD_TEST_SLOW_LANE=L:F): lane L waits F times its compute
+    /* test aid (option test_slow_lane = L:F): lane L waits F times its compute
      * time after each step, posing as a device 1/(1+F) as fast */
     int slow_lane;
     double slow_factor;

@@ -153,9 +153,10 @@ static int cmp_d(const void *a, const void *b)
 clg_status clg_dp_dev_setup(clg_dp *dp, const char *mode, clg_err *err)
 {
     dp->dev_reduce = 0;
-    const char *env = getenv("CLGRAD_DP_REDUCE");
-    if (env && *env)
-        mode = env;
+    static const char *const modes[] = {"auto", "host", "device"}; /* option dp_reduce's choices */
+    const clg_opts *o = &dp->lanes[0].dev->ctx->opts;
+    if (o->source[CLG_OPT_ID_dp_reduce] != CLG_OPTION_DEFAULT)
+        mode = modes[o->dp_reduce];
     if (!mode || !*mode)
         mode = "auto";
     if (strcmp(mode, "auto") != 0 && strcmp(mode, "host") != 0 && strcmp(mode, "device") != 0)

@@ -272,7 +272,7 @@ static clg_status model_evaluate(clg_model *m, const char *data, long limit, clg
     if (clg_session_rep(m)->loss_index < 0)
         return clg_err_set(err, CLG_ERR_UNSUPPORTED, "%s: evaluation needs a loss layer (softmax)", m->net->source);
     clg_dataset *ds = NULL;
-    CLG_TRY(clg_dataset_open(err, data, CLG_SPLIT_TEST, &ds));
+    CLG_TRY(clg_dataset_open_in(err, m->ctx->opts.data_dir, data, CLG_SPLIT_TEST, &ds));
     clg_status st = CLG_OK;
     if (ds->c != m->net->in_c || ds->h != m->net->in_h || ds->w != m->net->in_w)
         st = clg_err_set(err, CLG_ERR_SHAPE, "dataset %s has images %dx%dx%d, the model %s expects %dx%dx%d",

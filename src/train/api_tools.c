@@ -10,7 +10,7 @@
 
 // ---- MPI ----
 
-clg_status clg_mpi_init(void) { return clg_comm_init(NULL); }
+clg_status clg_mpi_init(const clg_options *opts) { return clg_comm_init(opts, clg_err_tls()); }
 
 void clg_mpi_finalize(int exit_code) { clg_comm_finalize(exit_code); }
 

@@ -35,9 +35,8 @@ clg_status clg_session_create(clg_ctx *ctx, const char *devices, int device, con
     m->fp16 = fp16 != 0;
     m->loss_scale = m->fp16 ? CLG_LS_INIT : 1.0;
     m->ls_interval = CLG_LS_INTERVAL;
-    const char *lsi = getenv("CLGRAD_FP16_SCALE_INTERVAL"); /* for tests: grow S sooner */
-    if (lsi && atoi(lsi) > 0)
-        m->ls_interval = atoi(lsi);
+    if (ctx->opts.fp16_scale_interval > 0) /* test aid: grow S sooner */
+        m->ls_interval = (int)ctx->opts.fp16_scale_interval;
     clg_status st = clg_net_build(err, text, source, batch, &m->net);
     if (st == CLG_OK) {
         m->net->fp16 = m->fp16;

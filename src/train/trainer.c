@@ -536,10 +536,10 @@ static clg_status open_data(train_state *ts)
 {
     const clg_train_params *p = ts->p;
     clg_err *err = &ts->m->ctx->err;
-    CLG_TRY(clg_dataset_open(err, p->data, CLG_SPLIT_TRAIN, &ts->train));
+    CLG_TRY(clg_dataset_open_in(err, ts->m->ctx->opts.data_dir, p->data, CLG_SPLIT_TRAIN, &ts->train));
     CLG_TRY(check_data(err, ts->m, ts->train));
     if (p->limit_test >= 0) {
-        CLG_TRY(clg_dataset_open(err, p->data, CLG_SPLIT_TEST, &ts->test));
+        CLG_TRY(clg_dataset_open_in(err, ts->m->ctx->opts.data_dir, p->data, CLG_SPLIT_TEST, &ts->test));
         CLG_TRY(check_data(err, ts->m, ts->test));
     }
     if (!ts->m->imported) { /* an imported model keeps the normalization it was trained with */

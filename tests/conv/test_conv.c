@@ -223,10 +223,10 @@ START_TEST(direct_jit_random)
             ck_assert_msg(clg_conv_djit_ok(dev0(), &s, (clg_conv_pass)pass) || s.R * s.S > 25,
                           "direct: shape-specialised path not taken");
         /* both forward designs (row vectors, channel vectors) on every kind of shape */
-        setenv("CLGRAD_DJIT_FWD", i % 2 ? "q" : "k", 1);
+        ck_assert_int_eq(clg_ctx_option_set(g_ctx, "djit_fwd", i % 2 ? "q" : "k"), CLG_OK);
         check_algo(&s, CLG_CONV_DIRECT, &r, 1e-4, 7);
     }
-    unsetenv("CLGRAD_DJIT_FWD");
+    ck_assert_int_eq(clg_ctx_option_set(g_ctx, "djit_fwd", "auto"), CLG_OK);
 }
 END_TEST
 
@@ -466,7 +466,7 @@ START_TEST(auto_choice)
     /* deferred (as the clgrad program runs): a new shape's first use runs the
      * untuned default, unmeasured and not remembered in the layer cache
      * (clg_conv_auto_choose); the second measures */
-    setenv("CLGRAD_CONV_AUTO_DEFER", "1", 1);
+    ck_assert_int_eq(clg_ctx_option_set(g_ctx, "conv_auto_defer", "1"), CLG_OK);
     ck_assert_int_eq(clg_conv_forward(dev, &s, CLG_CONV_AUTO, &cache, mx, 0, mw, 0, NULL, 0, 1, my, 0), CLG_OK);
     if (cache.chosen[CLG_CONV_FWD] != CLG_CONV_AUTO) /* measured by an earlier run after all (1 in ~5000) */
         fprintf(stderr, "auto_choice: shape measured before; the deferred first use is not exercised this run\n");
@@ -476,7 +476,7 @@ START_TEST(auto_choice)
     tu_write_full(dev, my, NULL, ny); /* poisoned again */
     ck_assert_int_eq(clg_conv_forward(dev, &s, CLG_CONV_AUTO, &cache, mx, 0, mw, 0, NULL, 0, 1, my, 0), CLG_OK);
     ck_assert_int_ne(cache.chosen[CLG_CONV_FWD], CLG_CONV_AUTO);
-    unsetenv("CLGRAD_CONV_AUTO_DEFER");
+    ck_assert_int_eq(clg_ctx_option_set(g_ctx, "conv_auto_defer", "0"), CLG_OK);
     ck_assert(clg_conv_algo_supported(cache.chosen[CLG_CONV_FWD], &s, CLG_CONV_FWD));
     tu_download(dev, my, got, ny);
     cr_fwd(&s, x, w, NULL, 1, ref);

@@ -164,29 +164,31 @@ START_TEST(chunked_and_variants)
     clg_rng r;
     tu_rng(&r, 46);
     clg_conv_shape s = g_tiny ? wshape(1, 11, 6, 7, 9, 1, 1) : wshape(2, 37, 11, 13, 21, 1, 1);
-    setenv("CLGRAD_WFUSED_SCRATCH_KB", "32", 1); /* F(4x4): 14 channel slots of 16 tiles; F(2x2): 32 */
+    /* F(4x4): 14 channel slots of 16 tiles; F(2x2): 32 */
+    ck_assert_int_eq(clg_ctx_option_set(g_ctx, "wfused_scratch_kb", "32"), CLG_OK);
     check_case(&s, CLG_CONV_WINOGRAD4_FUSED, &r, 3);
     check_case(&s, CLG_CONV_WINOGRAD_FUSED, &r, 3);
-    setenv("CLGRAD_WFUSED_SCRATCH_KB", "8", 1); /* below one channel + one block for F(4x4) */
+    /* below one channel + one block for F(4x4) */
+    ck_assert_int_eq(clg_ctx_option_set(g_ctx, "wfused_scratch_kb", "8"), CLG_OK);
     size_t nx = cr_nx(&s), nw = cr_nw(&s), ny = cr_ny(&s);
     cl_mem mx = tu_upload(dev0(), NULL, nx), mw = tu_upload(dev0(), NULL, nw), my = tu_upload(dev0(), NULL, ny);
     ck_assert_int_eq(clg_conv_forward(dev0(), &s, CLG_CONV_WINOGRAD4_FUSED, NULL, mx, 0, mw, 0, NULL, 0, 0, my, 0),
                      CLG_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(clg_last_error(g_ctx), "winograd-fused"));
     clg_buf_release(dev0(), mx), clg_buf_release(dev0(), mw), clg_buf_release(dev0(), my);
-    unsetenv("CLGRAD_WFUSED_SCRATCH_KB");
+    ck_assert_int_eq(clg_ctx_option_set(g_ctx, "wfused_scratch_kb", "256"), CLG_OK);
     static const char *variants[][3] = {{"1", "4", "1"}, {"1", "16", "2"}, {"4", "8", "1"}};
     int nv = g_tiny ? 1 : 3;
     for (int v = 0; v < nv; v++) {
-        setenv("CLGRAD_WFUSED_NT", variants[v][0], 1);
-        setenv("CLGRAD_WFUSED_KB", variants[v][1], 1);
-        setenv("CLGRAD_WFUSED_WGS", variants[v][2], 1);
+        ck_assert_int_eq(clg_ctx_option_set(g_ctx, "wfused_nt", variants[v][0]), CLG_OK);
+        ck_assert_int_eq(clg_ctx_option_set(g_ctx, "wfused_kb", variants[v][1]), CLG_OK);
+        ck_assert_int_eq(clg_ctx_option_set(g_ctx, "wfused_wgs", variants[v][2]), CLG_OK);
         check_case(&s, CLG_CONV_WINOGRAD4_FUSED, &r, 3);
         check_case(&s, CLG_CONV_WINOGRAD_FUSED, &r, 1);
     }
-    unsetenv("CLGRAD_WFUSED_NT");
-    unsetenv("CLGRAD_WFUSED_KB");
-    unsetenv("CLGRAD_WFUSED_WGS");
+    ck_assert_int_eq(clg_ctx_option_set(g_ctx, "wfused_nt", "2"), CLG_OK);
+    ck_assert_int_eq(clg_ctx_option_set(g_ctx, "wfused_kb", "auto"), CLG_OK);
+    ck_assert_int_eq(clg_ctx_option_set(g_ctx, "wfused_wgs", "1"), CLG_OK);
 }
 END_TEST
 

@@ -585,7 +585,7 @@ START_TEST(test_unpacked)
         fprintf(stderr, "unpacked: %s is not a CPU device; the packed kernels serve every shape\n", dev->info.name);
         return;
     }
-    ck_assert_int_eq(unsetenv("CLGRAD_GEMM_UNPACKED"), 0);
+    ck_assert_int_eq(clg_ctx_option_set(dev->ctx, "gemm_unpacked", "auto"), CLG_OK);
     /* small: every transpose but ta=tb=1, batched, shared A, epilogues */
     for (int t = 0; t < 3; t++) {
         gcase c = base(45 + t, 37, 61);
@@ -616,15 +616,15 @@ START_TEST(test_unpacked)
     c = base(8, 4100, 300);
     routed(&c, NULL, "wide");
     /* overrides */
-    ck_assert_int_eq(setenv("CLGRAD_GEMM_UNPACKED", "1", 1), 0);
+    ck_assert_int_eq(clg_ctx_option_set(dev->ctx, "gemm_unpacked", "1"), CLG_OK);
     c = base(64, 300, 601);
     c.ta = 1;
-    routed(&c, "unpacked rows", "CLGRAD_GEMM_UNPACKED=1");
-    ck_assert_int_eq(setenv("CLGRAD_GEMM_UNPACKED", "0", 1), 0);
+    routed(&c, "unpacked rows", "gemm_unpacked=1");
+    ck_assert_int_eq(clg_ctx_option_set(dev->ctx, "gemm_unpacked", "0"), CLG_OK);
     c = base(13, 17, 19);
     c.tb = 1;
-    routed(&c, NULL, "CLGRAD_GEMM_UNPACKED=0");
-    ck_assert_int_eq(unsetenv("CLGRAD_GEMM_UNPACKED"), 0);
+    routed(&c, NULL, "gemm_unpacked=0");
+    ck_assert_int_eq(clg_ctx_option_set(dev->ctx, "gemm_unpacked", "auto"), CLG_OK);
 }
 END_TEST
 

@@ -376,11 +376,11 @@ START_TEST(shares_follow_speed)
 {
     if (!two_devices())
         return;
-    setenv("CLGRAD_TEST_SLOW_LANE", "1:1.0", 1);
+    ck_assert_int_eq(clg_ctx_option_set(ctx(), "test_slow_lane", "1:1.0"), CLG_OK);
     uint64_t seed = tu_seed();
     char *text = read_model("lenet5.cfg");
     clg_model *m = make(text, "all", NULL, 64, 0, seed);
-    unsetenv("CLGRAD_TEST_SLOW_LANE");
+    ck_assert_int_eq(clg_ctx_option_set(ctx(), "test_slow_lane", ""), CLG_OK);
     train(m, seed, 24, 64, NULL);
     char sh[64];
     clg_dp_shares(m->dp, sh, sizeof sh);

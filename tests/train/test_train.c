@@ -908,10 +908,10 @@ START_TEST(resume_exact)
     resume_case("sgd", "cosine", "fp32");
     resume_case("adamw", "step", "fp32");
     /* fp16: master weights, optimizer state, loss scale and its counter are restored exactly */
-    setenv("CLGRAD_FP16_SCALE_INTERVAL", "4", 1); /* S changes within the 17 steps */
+    ck_assert_int_eq(clg_ctx_option_set(ctx(), "fp16_scale_interval", "4"), CLG_OK); /* S changes within the 17 steps */
     resume_case("sgd", "cosine", "fp16");
     resume_case("adam", "none", "fp16");
-    unsetenv("CLGRAD_FP16_SCALE_INTERVAL");
+    ck_assert_int_eq(clg_ctx_option_set(ctx(), "fp16_scale_interval", "0"), CLG_OK);
     /* a checkpoint of another model is rejected with a clear message */
     clg_ctx *c = ctx();
     clg_model *m = NULL;
