@@ -546,6 +546,58 @@ CLG_API clg_status clg_bench_gemm_time(clg_ctx *ctx, int device, const clg_bench
 /* What "own" runs for the shape (the kernel and its parameters), into buf. */
 CLG_API void clg_bench_gemm_describe(clg_ctx *ctx, int device, const clg_bench_gemm_shape *s, char *buf, size_t len);
 
+/* Convolution benchmarks (clgrad bench conv, bench prim). A shape: input
+ * n x c x h x w (NCHW), k filters of (c / groups) x r x s, zero padding,
+ * stride and dilation per axis. A pass: 0 forward, 1 backward-data,
+ * 2 backward-filter; an algorithm: a clg_prim_conv_algo value (0 automatic;
+ * names by clg_prim_conv_algo_name). */
+typedef struct clg_bench_conv_shape {
+    int n, c, h, w, k, r, s;
+    int pad_h, pad_w, stride_h, stride_w, dil_h, dil_w, groups;
+} clg_bench_conv_shape;
+typedef struct clg_bench_conv_result {
+    double ms;      /* median of the timed runs (ms) */
+    double rel_err; /* with check: max|got-ref| / max|ref| against a double-precision host
+                     * reference on N(0,1) inputs and filters (infinite on a NaN); else NaN */
+    int chosen;     /* the algorithm run: for algorithm 0, what the automatic choice picked */
+} clg_bench_conv_result;
+/* CLG_OK when the shape is valid, else CLG_ERR_INVALID_ARG naming the bad
+ * field in clg_last_error(ctx). */
+CLG_API clg_status clg_bench_conv_check(clg_ctx *ctx, const clg_bench_conv_shape *s);
+/* 1 when the algorithm can run this pass of the (valid) shape, else 0. */
+CLG_API int clg_bench_conv_supported(const clg_bench_conv_shape *s, int pass, int algo);
+/* Runs one pass of the shape with one algorithm on device index `device`:
+ * a warm-up (kernel builds; the automatic choice measures here unless the
+ * context's option conv_auto_defer is on), then reps runs, each timed by the
+ * wall clock around a finished queue, filter transforms rebuilt every run as
+ * in training; fills *out. Inputs and filters are N(0,1), the same for every
+ * call. Failure: detail in clg_last_error(ctx). */
+CLG_API clg_status clg_bench_conv_time(clg_ctx *ctx, int device, const clg_bench_conv_shape *s, int pass, int algo,
+                                       int reps, int check, clg_bench_conv_result *out);
+
+/* The primitives API against the internal launchers it wraps (clgrad bench
+ * prim), on device 0's queue and the same buffers: a handle holds the
+ * primitives handle (GEMM backend "own" or "clblast"; NULL: own, which is
+ * also set as the context's backend). A measurement times both paths in
+ * `rounds` rounds, alternating (the order flips every round); a sample
+ * repeats the call until it spans >= 5 ms (ms per call, queue finished).
+ * Failure: detail in clg_last_error(ctx). */
+typedef struct clg_bench_prim clg_bench_prim;
+typedef struct clg_bench_prim_result {
+    double internal_ms, public_ms; /* medians over the rounds */
+    double ratio;                  /* median over the rounds of public / internal */
+    int algo;                      /* convolutions: the algorithm the public path chose */
+} clg_bench_prim_result;
+CLG_API clg_status clg_bench_prim_create(clg_ctx *ctx, const char *gemm_backend, clg_bench_prim **out);
+/* NULL is a no-op. */
+CLG_API void clg_bench_prim_destroy(clg_bench_prim *b);
+/* C (m x n) = op(A) op(B), row-major, single precision, random operands. */
+CLG_API clg_status clg_bench_prim_gemm(clg_bench_prim *b, int m, int n, int k, int ta, int tb, int rounds,
+                                       clg_bench_prim_result *out);
+/* One pass of a convolution with the automatic algorithm, random operands. */
+CLG_API clg_status clg_bench_prim_conv(clg_bench_prim *b, const clg_bench_conv_shape *s, int pass, int rounds,
+                                       clg_bench_prim_result *out);
+
 /* ====================================================================== */
 
 #ifdef __cplusplus

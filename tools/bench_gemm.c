@@ -9,9 +9,8 @@
 
 #include "cli.h"
 #include "cli_opts.h"
-#include "clg_config.h"
 
-#if CLG_HAVE_OPENBLAS
+#if CLI_HAVE_OPENBLAS
 #include <cblas.h>
 #endif
 
@@ -73,7 +72,7 @@ static double median(double *t, int n)
     return t[n / 2];
 }
 
-#if CLG_HAVE_OPENBLAS
+#if CLI_HAVE_OPENBLAS
 typedef struct host_op {
     float *A, *B, *C;
     size_t na, nb, nc;
@@ -155,7 +154,7 @@ static int pick_backends(const char *backend, gemm_run *g)
             return cli_fail("this clgrad was built without CLBlast");
         g->want_cb = 0;
     }
-    if (g->want_ob && !CLG_HAVE_OPENBLAS) {
+    if (g->want_ob && !CLI_HAVE_OPENBLAS) {
         if (!all)
             return cli_fail("this clgrad was built without OpenBLAS");
         g->want_ob = 0;
@@ -179,7 +178,7 @@ static int time_on_device(gemm_run *g, int d, const clg_bench_gemm_shape *sh, vo
     int cb_ok = dev && g->want_cb;
     double t_ob[64], t_own[64], t_cb[64];
     for (int r = 0; r < g->reps; r++) {
-#if CLG_HAVE_OPENBLAS
+#if CLI_HAVE_OPENBLAS
         if (host)
             t_ob[r] = host_run(host, sh);
 #endif
@@ -215,7 +214,7 @@ static int time_shape(gemm_run *g, const clg_bench_gemm_shape *sh)
     int ndev = g->ctx ? clg_device_count(g->ctx) : 0;
     void *host = NULL;
     int rc = CLI_OK;
-#if CLG_HAVE_OPENBLAS
+#if CLI_HAVE_OPENBLAS
     host_op h;
     memset(&h, 0, sizeof h);
     if (g->want_ob) {
@@ -229,7 +228,7 @@ static int time_shape(gemm_run *g, const clg_bench_gemm_shape *sh)
 #endif
     for (int d = 0; d < MAX_(ndev, 1) && rc == CLI_OK; d++)
         rc = time_on_device(g, d, sh, d == 0 ? host : NULL);
-#if CLG_HAVE_OPENBLAS
+#if CLI_HAVE_OPENBLAS
     host_free(&h);
 #endif
     return rc;
