@@ -50,6 +50,10 @@ cd "$tmp"
 cc -std=c11 -Wall -Wextra -Werror -o prim "$src/examples/primitives.c" $cflags $libs -lm || fail "compile primitives.c"
 # shellcheck disable=SC2086
 cc -std=c11 -Wall -Wextra -Werror -o classify "$src/examples/classify.c" $cflags $libs || fail "compile classify.c"
+# the installed program is linked to the library and finds the staged one by its run path alone
+cli_lib=$(env -u LD_LIBRARY_PATH ldd "$dest$bindir/clgrad" | sed -n 's/.*libclgrad\.so[^ ]* => \([^ ]*\).*/\1/p')
+[ -n "$cli_lib" ] && [ "$(readlink -f "$cli_lib")" = "$(readlink -f "$dest$libdir"/libclgrad.so.*.*)" ] ||
+    fail "the installed clgrad does not load the staged library: $(env -u LD_LIBRARY_PATH ldd "$dest$bindir/clgrad" | grep clgrad)"
 export LD_LIBRARY_PATH="$dest$libdir"
 # the staged library, not the build tree's
 ldd ./prim | grep -q "$dest$libdir/libclgrad.so" || fail "prim does not load the staged library: $(ldd ./prim | grep clgrad)"
