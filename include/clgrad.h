@@ -576,12 +576,13 @@ CLG_API clg_status clg_bench_conv_time(clg_ctx *ctx, int device, const clg_bench
                                        int reps, int check, clg_bench_conv_result *out);
 
 /* The primitives API against the internal launchers it wraps (clgrad bench
- * prim), on device 0's queue and the same buffers: a handle holds the
- * primitives handle (GEMM backend "own" or "clblast"; NULL: own, which is
- * also set as the context's backend). A measurement times both paths in
- * `rounds` rounds, alternating (the order flips every round); a sample
- * repeats the call until it spans >= 5 ms (ms per call, queue finished).
- * Failure: detail in clg_last_error(ctx). */
+ * prim), on device 0's queue of ctx and the same buffers. A handle holds a
+ * primitives handle on that queue; gemm_backend ("own" or "clblast"; NULL:
+ * own) is used by both paths (it becomes ctx's GEMM backend too). A
+ * measurement times both paths in `rounds` (>= 2) rounds, alternating (the
+ * order flips every round); a sample repeats the call until it spans >= 5 ms
+ * (ms per call, queue finished). The handle is used by one thread at a time
+ * and destroyed before ctx. Failure: detail in clg_last_error(ctx). */
 typedef struct clg_bench_prim clg_bench_prim;
 typedef struct clg_bench_prim_result {
     double internal_ms, public_ms; /* medians over the rounds */
