@@ -16,6 +16,13 @@
 #define CLG_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define CLG_CEIL_DIV(a, b) (((a) + (b)-1) / (b))
 #define CLG_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+/* Propagates a failing clg_status. */
+#define CLG_TRY(expr)                         \
+    do {                                      \
+        clg_status clg_s_ = (expr);           \
+        if (clg_s_ != CLG_OK)                 \
+            return clg_s_;                    \
+    } while (0)
 
 #define CLG_ERR_LEN 8192
 

@@ -32,13 +32,6 @@ CLG_INTERNAL clg_status clg_cl_fail(clg_err *err, cl_int e, const char *what, co
             return clg_cl_fail((errp), clg_e_, #call, __FILE__, __LINE__);         \
     } while (0)
 
-/* Propagates a failing clg_status. */
-#define CLG_TRY(expr)                         \
-    do {                                      \
-        clg_status clg_s_ = (expr);           \
-        if (clg_s_ != CLG_OK)                 \
-            return clg_s_;                    \
-    } while (0)
 
 // ---- kernel arguments ----
 

@@ -8,14 +8,6 @@
 #include "io/checkpoint.h"
 #include "io/json.h"
 
-#ifndef CLG_TRY
-#define CLG_TRY(expr)               \
-    do {                            \
-        clg_status clg_s_ = (expr); \
-        if (clg_s_ != CLG_OK)       \
-            return clg_s_;          \
-    } while (0)
-#endif
 
 static const struct {
     const char *name;

@@ -16,14 +16,6 @@
 #include "io/checkpoint.h"
 #include "io/dataset.h"
 
-#ifndef CLG_TRY
-#define CLG_TRY(expr)                         \
-    do {                                      \
-        clg_status clg_s_ = (expr);           \
-        if (clg_s_ != CLG_OK)                 \
-            return clg_s_;                    \
-    } while (0)
-#endif
 
 #define CLG_ONNX_MAX_BYTES ((size_t)1 << 30) /* larger files are refused before parsing */
 #define CLG_ONNX_MAX_DEPTH 24                /* nesting of messages (ModelProto = 1) */
