@@ -8,7 +8,6 @@
 #include "io/checkpoint.h"
 #include "io/json.h"
 
-
 static const struct {
     const char *name;
     size_t size;

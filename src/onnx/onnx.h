@@ -16,7 +16,6 @@
 #include "io/checkpoint.h"
 #include "io/dataset.h"
 
-
 #define CLG_ONNX_MAX_BYTES ((size_t)1 << 30) /* larger files are refused before parsing */
 #define CLG_ONNX_MAX_DEPTH 24                /* nesting of messages (ModelProto = 1) */
 #define CLG_ONNX_MAX_MESSAGES (1u << 20)     /* messages in one file */
