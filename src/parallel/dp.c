@@ -76,7 +76,7 @@ static const char *split_weight(const char *p, double *v)
     return s;
 }
 
-static clg_status parse_split(clg_err *err, const char *spec, int n, double *w, int *fixed)
+clg_status clg_dp_parse_split(clg_err *err, const char *spec, int n, double *w, int *fixed)
 {
     *fixed = 0;
     for (int i = 0; i < n; i++)
@@ -260,7 +260,7 @@ clg_status clg_dp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, 
     const char *sp = p ? p->split : NULL;
     if (clg_comm_deterministic() && (!sp || strcmp(sp, "auto") == 0))
         sp = "even"; /* --deterministic: no split by measured (timing-dependent) speed */
-    clg_status st = parse_split(err, sp, ndev, dp->share, &dp->split_fixed);
+    clg_status st = clg_dp_parse_split(err, sp, ndev, dp->share, &dp->split_fixed);
     if (st == CLG_OK && (!(dp->lanes = calloc((size_t)ndev, sizeof *dp->lanes)) ||
                          !(dp->hooks = calloc((size_t)ndev, sizeof *dp->hooks))))
         st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
