@@ -37,7 +37,28 @@ done
 for cmd in "train lenet5" "bench train --model lenet5"; do
     check 2 "option --bucket-mb wants a finite number in (0, 65536\]" "$cmd --bucket-mb 0" -- $cmd --bucket-mb 0
     check 2 "option --comm-timeout wants a finite number in (0, 86400\]" "$cmd --comm-timeout 0" -- $cmd --comm-timeout 0
-    check 2 "option --split wants a comma-separated list" "$cmd --split 3,,1" -- $cmd --split 3,,1
+    check 2 "option --split wants auto, even, or weights" "$cmd --split 3,,1" -- $cmd --split 3,,1
+done
+# issue 26 items 4, 5: an empty or malformed device selector, split weights that are not plain decimal in
+# [0, 1e6] within a ratio of 1e6, and numbers in hex are usage errors naming the option
+for cmd in devices selfcheck "train lenet5" "eval lenet5" "bench train --model lenet5" "bench gemm" "bench prim"; do
+    for v in "" 0, ,0 0,,1 ,; do
+        check 2 "option --devices wants a comma-separated list" "$cmd --devices '$v'" -- $cmd --devices "$v"
+    done
+done
+for cmd in "train lenet5" "bench train --model lenet5"; do
+    for v in 1e308,1e308 " 1, 1" "1, 1" +1,1 0x10,1 inf,1 nan,1 1,-1 1e7,1 1,1e-7 0,0 -1; do
+        check 2 "option --split wants auto, even, or weights" "$cmd --split '$v'" -- $cmd --split "$v"
+    done
+    check 2 "option --bucket-mb wants a finite number in (0, 65536\]" "$cmd --bucket-mb 0x10" -- $cmd --bucket-mb 0x10
+done
+for v in "" 0, ,0 0,,1 name:; do
+    n=$((n + 1))
+    out=$(CLGRAD_DEVICES="$v" "$clgrad" eval lenet5 --data /nonexistent 2>&1); rc=$?
+    if [ "$rc" -ne 2 ] || ! printf '%s\n' "$out" | grep -q -e selector -e 'CLGRAD_DEVICES.* is empty'; then
+        echo "FAIL: CLGRAD_DEVICES='$v': exit $rc (expected 2), output lacks 'selector':"; printf '%s\n' "$out" | head -4
+        fails=$((fails + 1))
+    fi
 done
 check 2 "option --momentum wants a finite number in \[0, 1)" "momentum 1" -- train lenet5 --momentum 1
 check 2 "option --json takes no value" "flag with a value" -- devices --json=1

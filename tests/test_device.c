@@ -1,4 +1,6 @@
 /* device: enumeration, selectors, per-device context/queue, info queries. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
 #include <string.h>
 
 #include "testutil.h"
@@ -81,6 +83,14 @@ START_TEST(selectors)
     ck_assert_ptr_nonnull(strstr(e.msg, "0,x"));
     ck_assert_int_eq(clg_select_devices(&e, "0,0", infos, count, sel, 16, &n), CLG_ERR_INVALID_ARG);
     ck_assert_int_eq(clg_select_devices(&e, "bogus:1", infos, count, sel, 16, &n), CLG_ERR_INVALID_ARG);
+    /* empty or malformed selectors are refused, never "all" or a name match (issue 26 item 4) */
+    const char *bad[] = {"", "0,", ",0", "0,,1", ",", "name:", "99999999999999999999,0"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        n = -1;
+        ck_assert_msg(clg_select_devices(&e, bad[i], infos, count, sel, 16, &n) == CLG_ERR_INVALID_ARG,
+                      "selector '%s' not refused as invalid (%d device(s) selected)", bad[i], n);
+        ck_assert_msg(strstr(e.msg, "selector") != NULL, "'%s': message '%s'", bad[i], e.msg);
+    }
 }
 END_TEST
 
@@ -172,6 +182,19 @@ START_TEST(bad_selector_context)
     ck_assert_ptr_null(ctx);
     ck_assert_ptr_nonnull(strstr(clg_last_error(NULL), "definitely-not-a-device"));
     ck_assert_int_eq(clg_ctx_create(&p, NULL), CLG_ERR_INVALID_ARG);
+    /* an empty selector, given or from CLGRAD_DEVICES, is refused rather than taken as "all" */
+    p.devices = "";
+    ctx = (clg_ctx *)0x1;
+    ck_assert_int_eq(clg_ctx_create(&p, &ctx), CLG_ERR_INVALID_ARG);
+    ck_assert_ptr_null(ctx);
+    p.devices = NULL;
+    setenv("CLGRAD_DEVICES", "", 1);
+    ctx = (clg_ctx *)0x1;
+    clg_status st = clg_ctx_create(&p, &ctx);
+    unsetenv("CLGRAD_DEVICES");
+    ck_assert_msg(st == CLG_ERR_INVALID_ARG, "CLGRAD_DEVICES=\"\" accepted (status %d)", (int)st);
+    ck_assert_ptr_null(ctx);
+    ck_assert_ptr_nonnull(strstr(clg_last_error(NULL), "CLGRAD_DEVICES"));
 }
 END_TEST
 

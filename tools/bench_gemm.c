@@ -41,7 +41,7 @@ static const cli_opt opts[] = {
                    "weight gradients; conv as im2col M=Kout N=B*P*Q K=C*R*S)"),
     CLI_CHOICE_OPT("--backend", T, backend, backends, "B",
                    "own (tuned/default kernels), clblast, openblas (host), all (default)"),
-    {.name = "--devices", .alias = "--device", .kind = CLI_STRING, CLI_FIELD_(cli_common, devices), .arg = "SEL",
+    {.name = "--devices", .alias = "--device", .kind = CLI_LIST, CLI_FIELD_(cli_common, devices), .arg = "SEL",
      .help = "device selector: all (default), gpu, cpu, accelerator, 0,2 or name:TEXT"},
     CLI_INT_OPT("--reps", T, reps, 1, 64, "R", "timed runs per backend after one warm-up (median; default 5)"),
     CLI_FLAG_OPT("--json", cli_common, json, 1, "one JSON object per line and backend"),

@@ -23,7 +23,7 @@ static const cli_opt opts[] = {
     CLI_INT_OPT("--rounds", prim_opts, rounds, 2, 1000, "N", "samples per path and case (default 41)"),
     CLI_FLAG_OPT("--quick", prim_opts, quick, 1, "small shapes only, 3 rounds unless --rounds (the test suite's smoke run)"),
     CLI_OPT_GEMM_BACKEND,
-    CLI_STRING_OPT("--devices", cli_common, devices, "SEL", "device selector (default 0: the first device)"),
+    CLI_LIST_OPT("--devices", cli_common, devices, "SEL", "device selector (default 0: the first device)"),
     CLI_OPT_JSON,
     CLI_END,
 };

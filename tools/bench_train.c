@@ -21,7 +21,7 @@ static const cli_opt opts[] = {
     CLI_INT_OPT("--warmup", T, p.warmup, 0, 1000000, "W", "untimed warm-up steps first (default 3)"),
     CLI_OPT_GEMM_BACKEND,
     CLI_OPT_DEVICES,
-    CLI_LIST_OPT("--split", T, p.split, "S", "auto (by measured speed; default), even, or weights such as 3,1"),
+    CLI_SPLIT_OPT(T, p.split, "auto (by measured speed; default), even, or weights such as 3,1"),
     CLI_DOUBLE_OPT("--bucket-mb", T, p.bucket_mb, 0, 65536, CLI_LO_OPEN, "X",
                    "gradient reduction bucket size in MiB (default 25)"),
     CLI_STRING_OPT("--trace", T, p.trace, "FILE", "Chrome-trace timeline of the timed steps (JSON)"),

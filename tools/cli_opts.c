@@ -40,6 +40,35 @@ static int plain_decimal(const char *v, int real)
     return *s == 0;
 }
 
+const char *cli_check_split(const char *value)
+{
+    static const char want[] = "auto, even, or weights per device separated by commas, each a plain decimal "
+                               "number in [0, 1e6], the non-zero ones at most 1e6 apart in ratio";
+    if (strcmp(value, "auto") == 0 || strcmp(value, "even") == 0)
+        return NULL;
+    double lo = 0, hi = 0, sum = 0;
+    for (const char *p = value; *p;) {
+        size_t n = strcspn(p, ",");
+        char item[64];
+        if (n == 0 || n >= sizeof item || *p == '-')
+            return want;
+        memcpy(item, p, n);
+        item[n] = 0;
+        if (!plain_decimal(item, 1))
+            return want;
+        double x = strtod(item, NULL);
+        if (!isfinite(x) || x < 0 || x > 1e6)
+            return want;
+        sum += x;
+        if (x > 0) {
+            lo = lo > 0 && lo < x ? lo : x;
+            hi = hi > x ? hi : x;
+        }
+        p += n + (p[n] == ',');
+    }
+    return sum > 0 && hi <= lo * 1e6 ? NULL : want;
+}
+
 static int bad_value(const cli_spec *sp, const cli_opt *o, const char *v)
 {
     fprintf(stderr, "clgrad %s: option %s wants ", sp->name, o->name);
@@ -60,7 +89,10 @@ static int bad_value(const cli_spec *sp, const cli_opt *o, const char *v)
             fprintf(stderr, "%s %s", k ? "," : "", o->choices[k]);
         break;
     case CLI_LIST:
-        fprintf(stderr, "a comma-separated list without empty items");
+        if (o->check && o->check(v))
+            fprintf(stderr, "%s", o->check(v));
+        else
+            fprintf(stderr, "a comma-separated list without empty items");
         break;
     default:
         fprintf(stderr, "a value");
@@ -121,7 +153,7 @@ static int store(const cli_spec *sp, const cli_opt *o, const char *v, void *opts
                 bad = 0;
         break;
     case CLI_LIST:
-        bad = !*v || v[0] == ',' || v[strlen(v) - 1] == ',' || strstr(v, ",,") ? -1 : 0;
+        bad = !*v || v[0] == ',' || v[strlen(v) - 1] == ',' || strstr(v, ",,") || (o->check && o->check(v)) ? -1 : 0;
         break;
     default:
         break;

@@ -36,6 +36,8 @@ typedef struct cli_opt {
     int set;                    /* CLI_FLAG: the value stored */
     const char *arg;            /* the value's name in help: N, FILE, SEL */
     const char *help;           /* one line; '\n' continues it on the next */
+    /* CLI_LIST: a further check of the value; returns NULL or what is expected (for the usage error) */
+    const char *(*check)(const char *value);
 } cli_opt;
 
 /* What several commands take; the first member of every command's options
@@ -64,14 +66,20 @@ typedef struct cli_common {
     {.name = nm, .kind = CLI_CHOICE, CLI_FIELD_(T, f), .choices = list, .arg = meta, .help = hlp}
 #define CLI_END {.name = NULL}
 
+/* --split: auto, even, or weights each a plain decimal in [0, 1e6], non-zero ones within a ratio of 1e6
+ * (the library checks the count against the devices) */
+const char *cli_check_split(const char *value);
+#define CLI_SPLIT_OPT(T, f, hlp) \
+    {.name = "--split", .kind = CLI_LIST, CLI_FIELD_(T, f), .arg = "S", .help = hlp, .check = cli_check_split}
+
 extern const char *const cli_precisions[];    /* fp32, fp16 */
 extern const char *const cli_gemm_backends[]; /* auto, own, clblast */
 
 /* ---- shared entries (one definition each: same name, range, help) ---- */
 #define CLI_BATCH_MAX (1 << 20)
 #define CLI_OPT_DEVICES                                                                                         \
-    CLI_STRING_OPT("--devices", cli_common, devices, "SEL",                                                     \
-                   "device selector: all (default), gpu, cpu, accelerator, 0,2 or name:TEXT")
+    CLI_LIST_OPT("--devices", cli_common, devices, "SEL",                                                       \
+                 "device selector: all (default), gpu, cpu, accelerator, 0,2 or name:TEXT")
 #define CLI_OPT_JSON CLI_FLAG_OPT("--json", cli_common, json, 1, "machine-readable JSON on stdout")
 #define CLI_OPT_VERBOSE CLI_FLAG_OPT("--verbose", cli_common, verbose, 2, "debug logging (program builds, cache loads)")
 #define CLI_OPT_DATA                                                                                            \

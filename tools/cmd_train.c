@@ -36,7 +36,7 @@ static const cli_opt opts[] = {
                  "flip,shift:N (default: the model's [net] augment_* keys)"),
     CLI_OPT_GEMM_BACKEND,
     CLI_OPT_DEVICES,
-    CLI_LIST_OPT("--split", T, p.split, "S",
+    CLI_SPLIT_OPT(T, p.split,
                  "batch split over the devices: auto (by measured speed,\n"
                  "re-balanced; default), even, or weights per device such as 3,1"),
     CLI_DOUBLE_OPT("--bucket-mb", T, p.bucket_mb, 0, 65536, CLI_LO_OPEN, "X",

@@ -139,6 +139,8 @@ clg_status clg_opts_set_id(clg_opts *o, int id, const char *value, clg_option_so
         break;
     }
     case CLG_OPT_STR:
+        if (d->lo >= 1 && !*value)
+            return refuse(err, d, value, "is empty (unset it for the default)");
         if (strlen(value) >= CLG_OPT_STR_MAX) {
             snprintf(why, sizeof why, "is longer than %d bytes", CLG_OPT_STR_MAX - 1);
             return refuse(err, d, value, why);
@@ -185,7 +187,7 @@ clg_status clg_opts_read_env_one(clg_opts *o, int i, clg_err *err)
     if (i < 0 || i >= CLG_OPT_COUNT || g_desc[i].kind == CLG_OPT_TEST || o->source[i] != CLG_OPTION_DEFAULT)
         return CLG_OK;
     const char *e = getenv(g_desc[i].env);
-    if (!e || !*e)
+    if (!e || (!*e && !(g_desc[i].type == CLG_OPT_STR && g_desc[i].lo >= 1))) /* empty: unset, unless refused */
         return CLG_OK;
     clg_status st = clg_opts_set_id(o, i, e, CLG_OPTION_ENV, err);
     if (st != CLG_OK) {

@@ -12,13 +12,14 @@
 
 /* X(name, ENV, TYPE, "default", lo, hi, "choices", KIND, "doc")
  *   TYPE: BOOL (0/1; also no/yes, off/on, false/true), INT (lo..hi), DOUBLE
- *         (lo..hi), STR (free text, at most CLG_OPT_STR_MAX - 1 bytes), CHOICE
+ *         (lo..hi), STR (free text, at most CLG_OPT_STR_MAX - 1 bytes; lo 1: must not
+ *         be empty, and an empty environment variable is refused, not ignored), CHOICE
  *         (one of the comma-separated choices; the field holds its index).
  *   KIND: USER (documented, read from the environment), TUNING (a tuning or
  *         measurement aid, read from the environment), TEST (a test aid: set
  *         through clg_options / clg_ctx_option_set only, never the environment). */
 #define CLG_OPTIONS(X)                                                                                               \
-    X(devices, "CLGRAD_DEVICES", STR, "all", 0, 0, "", USER,                                                         \
+    X(devices, "CLGRAD_DEVICES", STR, "all", 1, 0, "", USER,                                                         \
       "device selector when clg_ctx_params.devices is NULL: all, gpu, cpu, accelerator, 0,2 or name:SUBSTRING")      \
     X(cache, "CLGRAD_CACHE", CHOICE, "1", 0, 0, "1,0,ro", USER,                                                      \
       "program binary and tuning caches: 1 on, 0 off, ro read only (never written)")                                 \

@@ -1,6 +1,7 @@
 /* Platform/device enumeration, selection, and the context that owns them. */
 #define _POSIX_C_SOURCE 200809L
 #include <ctype.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
@@ -176,7 +177,11 @@ clg_status clg_select_devices(clg_err *err, const char *selector, const clg_devi
                               int *sel, int max, int *nsel)
 {
     *nsel = 0;
-    const char *s = selector && *selector ? selector : "all";
+    const char *s = selector ? selector : "all";
+    if (!*s)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG,
+                           "empty device selector: expected all|gpu|cpu|accelerator, an index list like 0,1, or "
+                           "name:SUBSTRING");
     int type_mask = 0;
     if (strcasecmp(s, "all") == 0)
         type_mask = ~0;
@@ -195,15 +200,21 @@ clg_status clg_select_devices(clg_err *err, const char *selector, const clg_devi
                                count);
         return CLG_OK;
     }
-    if (isdigit((unsigned char)s[0])) {
+    if (isdigit((unsigned char)s[0]) || s[0] == ',') { /* an index list: digits only, no empty entry */
+        if (strspn(s, "0123456789,") != strlen(s))
+            return clg_err_set(err, CLG_ERR_INVALID_ARG,
+                               "bad device selector '%s': expected all|gpu|cpu|accelerator, an index list like 0,1, "
+                               "or name:SUBSTRING",
+                               s);
         const char *p = s;
-        while (*p) {
+        for (;;) {
             char *end = NULL;
+            errno = 0;
             long v = strtol(p, &end, 10);
-            if (end == p || (*end != ',' && *end != 0))
+            if (end == p || errno || (*end == ',' && end[1] == 0))
                 return clg_err_set(err, CLG_ERR_INVALID_ARG,
-                                   "bad device selector '%s': expected all|gpu|cpu|accelerator, an index "
-                                   "list like 0,1, or name:SUBSTRING",
+                                   "bad device selector '%s': empty or out-of-range entry in the index list "
+                                   "(expected indexes separated by single commas, like 0,1)",
                                    s);
             if (v < 0 || v >= count)
                 return clg_err_set(err, CLG_ERR_NO_DEVICE, "device index %ld out of range (%d device(s): 0..%d)", v,
@@ -214,11 +225,14 @@ clg_status clg_select_devices(clg_err *err, const char *selector, const clg_devi
             if (*nsel >= max)
                 return clg_err_set(err, CLG_ERR_INVALID_ARG, "too many devices in '%s'", s);
             sel[(*nsel)++] = (int)v;
-            p = *end ? end + 1 : end;
+            if (!*end)
+                return CLG_OK;
+            p = end + 1;
         }
-        return CLG_OK;
     }
     const char *sub = strncasecmp(s, "name:", 5) == 0 ? s + 5 : s;
+    if (!*sub)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "bad device selector '%s': empty name after 'name:'", s);
     if (sub == s && strchr(s, ':'))
         return clg_err_set(err, CLG_ERR_INVALID_ARG,
                            "bad device selector '%s': expected all|gpu|cpu|accelerator, an index list like 0,1, "

@@ -130,6 +130,16 @@ clg_status clg_net_instantiate(clg_err *err, clg_net *net, clg_layer *layers, in
             if (strcmp(name, "data") == 0 || strcmp(name, "input") == 0 || strchr(name, ','))
                 return clg_err_set(err, CLG_ERR_FORMAT, "%s:%d: '%s' is not a valid layer name", net->source,
                                    s->line, name);
+            /* `input = N` reads N as a layer index, so a numeric name would be ambiguous */
+            char *end = NULL;
+            (void)strtol(name, &end, 10);
+            if (end != name && *end == 0) {
+                const clg_cfg_kv *kv = clg_cfg_find(s, "name");
+                return clg_err_set(err, CLG_ERR_FORMAT,
+                                   "%s:%d: [%s] key 'name': '%s' is not a valid layer name (it reads as a number, "
+                                   "which 'input' takes as a layer index; use a name that is not an integer)",
+                                   net->source, kv ? kv->line : s->line, s->name, name);
+            }
             for (int j = 0; j < i; j++)
                 if (strcmp(layers[j].name, name) == 0)
                     return clg_err_set(err, CLG_ERR_FORMAT, "%s:%d: layer name '%s' is already used by line %d",

@@ -16,6 +16,7 @@
  * A graph that does not end in Softmax gets one appended (clgrad's
  * classifier output). */
 #include <ctype.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -294,23 +295,106 @@ static const Onnx__AttributeProto *attr(const Onnx__NodeProto *n, const char *na
     return NULL;
 }
 
-static int64_t attr_i(const Onnx__NodeProto *n, const char *name, int64_t def)
+#define AT(x) ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__##x
+
+/* The attribute's type: its type field, or (files that leave it UNDEFINED) the field that holds a value. */
+static int attr_type(const Onnx__AttributeProto *a)
 {
-    const Onnx__AttributeProto *a = attr(n, name);
-    return a && a->has_i ? a->i : def;
+    if (a->type != AT(UNDEFINED))
+        return (int)a->type;
+    return a->has_f ? AT(FLOAT) : a->has_i ? AT(INT) : a->has_s ? AT(STRING) : a->t ? AT(TENSOR)
+         : a->n_floats ? AT(FLOATS) : a->n_ints ? AT(INTS) : a->n_strings ? AT(STRINGS) : AT(UNDEFINED);
 }
 
-static double attr_f(const Onnx__NodeProto *n, const char *name, double def)
+static const char *attr_type_name(int t)
 {
-    const Onnx__AttributeProto *a = attr(n, name);
-    return a && a->has_f ? a->f : def;
+    static const char *const names[] = {"UNDEFINED", "FLOAT", "INT", "STRING", "TENSOR", "GRAPH", "FLOATS",
+                                        "INTS", "STRINGS", "TENSORS", "GRAPHS", "SPARSE_TENSOR",
+                                        "SPARSE_TENSORS", "TYPE_PROTO", "TYPE_PROTOS"};
+    return t >= 0 && t < (int)(sizeof names / sizeof *names) ? names[t] : "unknown";
+}
+
+/* The node's attribute name (*out NULL when absent); refused, naming node, attribute and both types, unless
+ * it has the type the operator's definition gives it and holds a value of that type. Every operator reads its
+ * attributes through this (or the typed getters below). */
+static clg_status attr_get(imp *im, const char *name, int type, const Onnx__AttributeProto **out)
+{
+    const Onnx__AttributeProto *a = attr(im->node, name);
+    *out = NULL;
+    if (!a)
+        return CLG_OK;
+    int t = attr_type(a);
+    int has = type == AT(FLOAT) ? a->has_f : type == AT(INT) ? a->has_i : type == AT(STRING) ? a->has_s
+            : type == AT(TENSOR) ? a->t != NULL : 1;
+    if (t == type && !has)
+        return fail(im, "attribute %s is typed %s but holds no value", name, attr_type_name(t));
+    if (t != type)
+        return fail(im, "attribute %s is %s; the operator defines it as %s", name, attr_type_name(t),
+                    attr_type_name(type));
+    *out = a;
+    return CLG_OK;
+}
+
+/* An INT attribute in [lo, hi] (def when absent). */
+static clg_status attr_int(imp *im, const char *name, int64_t def, int64_t lo, int64_t hi, int64_t *out)
+{
+    const Onnx__AttributeProto *a = NULL;
+    CLG_TRY(attr_get(im, name, AT(INT), &a));
+    *out = a ? a->i : def;
+    if (a && (a->i < lo || a->i > hi))
+        return fail(im, "attribute %s = %lld is outside [%lld, %lld] (INT)", name, (long long)a->i, (long long)lo,
+                    (long long)hi);
+    return CLG_OK;
+}
+
+/* A 0/1 INT attribute (def 0 when absent). */
+static clg_status attr_bool(imp *im, const char *name, int *out)
+{
+    int64_t v = 0;
+    CLG_TRY(attr_int(im, name, 0, 0, 1, &v));
+    *out = (int)v;
+    return CLG_OK;
+}
+
+/* A finite FLOAT attribute in [lo, hi] (def when absent). */
+static clg_status attr_float(imp *im, const char *name, double def, double lo, double hi, double *out)
+{
+    const Onnx__AttributeProto *a = NULL;
+    CLG_TRY(attr_get(im, name, AT(FLOAT), &a));
+    *out = a ? a->f : def;
+    if (a && !isfinite(a->f))
+        return fail(im, "attribute %s = %g is not a finite FLOAT", name, (double)a->f);
+    if (a && !(a->f >= lo && a->f <= hi))
+        return fail(im, "attribute %s = %g is outside [%g, %g] (finite FLOAT)", name, (double)a->f, lo, hi);
+    return CLG_OK;
+}
+
+/* A STRING attribute: *is_def 1 when absent or equal to def (other values: the caller decides). */
+static clg_status attr_str_is(imp *im, const char *name, const char *def, int *is_def)
+{
+    const Onnx__AttributeProto *a = NULL;
+    CLG_TRY(attr_get(im, name, AT(STRING), &a));
+    *is_def = !a || (a->s.len == strlen(def) && memcmp(a->s.data, def, a->s.len) == 0);
+    return CLG_OK;
+}
+
+/* auto_pad: NOTSET (default) or VALID; anything else is refused. */
+static clg_status attr_auto_pad(imp *im)
+{
+    int notset = 0, valid = 0;
+    CLG_TRY(attr_str_is(im, "auto_pad", "NOTSET", &notset));
+    CLG_TRY(attr_str_is(im, "auto_pad", "VALID", &valid));
+    if (!notset && !valid)
+        return unsupported(im, "auto_pad other than NOTSET / VALID (write explicit pads)");
+    return CLG_OK;
 }
 
 /* A pair attribute (h, w) that must be equal: *out gets it (def when absent).
  * want: number of entries expected (2 for kernel/strides/dilations, 4 for pads). */
 static clg_status attr_sym(imp *im, const char *name, int want, int64_t def, int64_t lo, int64_t hi, int *out)
 {
-    const Onnx__AttributeProto *a = attr(im->node, name);
+    const Onnx__AttributeProto *a = NULL;
+    CLG_TRY(attr_get(im, name, AT(INTS), &a));
     if (!a || a->n_ints == 0) {
         *out = (int)def;
         return CLG_OK;
@@ -681,15 +765,15 @@ static clg_status op_conv(imp *im)
     const value x = im->vals[xv];
     if (W->ndim != 4)
         return unsupported(im, "weights of %d dimensions (only 2-D convolution)", W->ndim);
-    int stride, dil, pad, group = (int)attr_i(n, "group", 1);
+    int stride, dil, pad, group;
+    int64_t group64 = 1;
+    CLG_TRY(attr_int(im, "group", 1, 1, 1 << 20, &group64));
+    group = (int)group64;
     CLG_TRY(attr_sym(im, "strides", 2, 1, 1, 4096, &stride));
     CLG_TRY(attr_sym(im, "dilations", 2, 1, 1, 4096, &dil));
     CLG_TRY(attr_sym(im, "pads", 4, 0, 0, 4096, &pad));
     pad += x.pad; /* a zero Pad before the Conv */
-    const Onnx__AttributeProto *ap = attr(n, "auto_pad");
-    if (ap && ap->has_s && !(ap->s.len == 6 && memcmp(ap->s.data, "NOTSET", 6) == 0) &&
-        !(ap->s.len == 5 && memcmp(ap->s.data, "VALID", 5) == 0))
-        return unsupported(im, "auto_pad other than NOTSET / VALID (write explicit pads)");
+    CLG_TRY(attr_auto_pad(im));
     int K = (int)W->dims[0], Cg = (int)W->dims[1], R = (int)W->dims[2], S = (int)W->dims[3];
     int ks = 0;
     CLG_TRY(attr_sym(im, "kernel_shape", 2, R, 1, 4096, &ks));
@@ -768,8 +852,14 @@ static clg_status op_gemm(imp *im, int matmul)
         C = cin(im, 2, "bias", &st);
         CLG_TRY(st);
     }
-    double alpha = matmul ? 1 : attr_f(n, "alpha", 1.0), beta = matmul ? 1 : attr_f(n, "beta", 1.0);
-    int transA = matmul ? 0 : (int)attr_i(n, "transA", 0), transB = matmul ? 0 : (int)attr_i(n, "transB", 0);
+    double alpha = 1, beta = 1;
+    int transA = 0, transB = 0;
+    if (!matmul) {
+        CLG_TRY(attr_float(im, "alpha", 1.0, -FLT_MAX, FLT_MAX, &alpha));
+        CLG_TRY(attr_float(im, "beta", 1.0, -FLT_MAX, FLT_MAX, &beta));
+        CLG_TRY(attr_bool(im, "transA", &transA));
+        CLG_TRY(attr_bool(im, "transB", &transB));
+    }
     if (transA)
         return unsupported(im, "transA = 1 (the input must be samples x features)");
     if (B->ndim != 2)
@@ -872,15 +962,16 @@ static clg_status op_pool(imp *im, int is_max)
     CLG_TRY(attr_sym(im, "strides", 2, 1, 1, 65536, &stride));
     CLG_TRY(attr_sym(im, "pads", 4, 0, 0, k / 2, &pad));
     CLG_TRY(attr_sym(im, "dilations", 2, 1, 1, 1, &dil));
-    if (attr_i(n, "ceil_mode", 0))
+    int ceil_mode = 0, storage_order = 0, count_include_pad = 0;
+    CLG_TRY(attr_bool(im, "ceil_mode", &ceil_mode));
+    CLG_TRY(attr_bool(im, "storage_order", &storage_order));
+    CLG_TRY(attr_bool(im, "count_include_pad", &count_include_pad));
+    if (ceil_mode)
         return unsupported(im, "ceil_mode = 1 (clgrad floors the output size)");
-    if (attr_i(n, "storage_order", 0))
+    if (storage_order)
         return unsupported(im, "storage_order = 1");
-    const Onnx__AttributeProto *ap = attr(n, "auto_pad");
-    if (ap && ap->has_s && !(ap->s.len == 6 && memcmp(ap->s.data, "NOTSET", 6) == 0) &&
-        !(ap->s.len == 5 && memcmp(ap->s.data, "VALID", 5) == 0))
-        return unsupported(im, "auto_pad other than NOTSET / VALID (write explicit pads)");
-    if (!is_max && pad > 0 && !attr_i(n, "count_include_pad", 0))
+    CLG_TRY(attr_auto_pad(im));
+    if (!is_max && pad > 0 && !count_include_pad)
         return unsupported(im, "count_include_pad = 0 with padding (clgrad's average counts the padding)");
     pad += x.pad; /* a zero Pad before the average */
     if (pad > k / 2)
@@ -934,10 +1025,14 @@ static clg_status op_batchnorm(imp *im)
     for (int c = 0; c < x.c; c++)
         if (!(t[3]->f[c] >= 0))
             return fail(im, "variance of channel %d is negative", c);
-    if (attr_i(n, "training_mode", 0))
+    int training_mode = 0;
+    CLG_TRY(attr_bool(im, "training_mode", &training_mode));
+    if (training_mode)
         return unsupported(im, "training_mode = 1 (export the model in inference mode)");
     CLG_TRY(extra_outputs_unused(im, 1));
-    double eps = attr_f(n, "epsilon", 1e-5), mom = attr_f(n, "momentum", 0.9);
+    double eps = 1e-5, mom = 0.9;
+    CLG_TRY(attr_float(im, "epsilon", 1e-5, 0, FLT_MAX, &eps));
+    CLG_TRY(attr_float(im, "momentum", 0.9, 0, 1, &mom));
     if (!(eps >= 1e-12 && eps <= 1.0))
         return unsupported(im, "epsilon %g outside [1e-12, 1]", eps);
     if (!(mom >= 0 && mom <= 1))
@@ -963,7 +1058,8 @@ static clg_status op_dropout(imp *im)
     int xv = 0;
     CLG_TRY(vin(im, 0, &xv));
     const value x = im->vals[xv];
-    double p = attr_f(n, "ratio", 0.5);
+    double p = 0.5;
+    CLG_TRY(attr_float(im, "ratio", 0.5, 0, 1, &p));
     if (n->n_input > 1 && n->input[1] && n->input[1][0]) {
         const cten *r = cget(im, n->input[1]);
         if (!r || !r->f || r->numel != 1)
@@ -1065,7 +1161,8 @@ static clg_status op_add(imp *im)
 static clg_status op_concat(imp *im)
 {
     const Onnx__NodeProto *n = im->node;
-    int64_t axis = attr_i(n, "axis", 1);
+    int64_t axis = 1;
+    CLG_TRY(attr_int(im, "axis", 1, -4, 3, &axis));
     if (n->n_input < 2 || n->n_input > IMP_MAX_IN)
         return unsupported(im, "%zu inputs (2 to %d)", n->n_input, IMP_MAX_IN);
     int in[IMP_MAX_IN], c = 0, h = 0, w = 0, in0v = 0;
@@ -1140,12 +1237,14 @@ static clg_status op_pad(imp *im)
     int xv = 0;
     CLG_TRY(vin(im, 0, &xv));
     const value x = im->vals[xv];
-    const Onnx__AttributeProto *md = attr(n, "mode");
-    if (md && md->has_s && !(md->s.len == 8 && memcmp(md->s.data, "constant", 8) == 0))
+    int constant = 0;
+    CLG_TRY(attr_str_is(im, "mode", "constant", &constant));
+    if (!constant)
         return unsupported(im, "mode other than constant");
     const int64_t *pads = NULL;
     size_t np = 0;
-    const Onnx__AttributeProto *pa = attr(n, "pads");
+    const Onnx__AttributeProto *pa = NULL;
+    CLG_TRY(attr_get(im, "pads", AT(INTS), &pa));
     if (n->n_input > 1 && n->input[1] && n->input[1][0]) {
         const cten *c = cget(im, n->input[1]);
         if (!c || !c->i64)
@@ -1156,7 +1255,8 @@ static clg_status op_pad(imp *im)
         pads = pa->ints;
         np = pa->n_ints;
     }
-    double value = attr_f(n, "value", 0.0);
+    double value = 0.0;
+    CLG_TRY(attr_float(im, "value", 0.0, -FLT_MAX, FLT_MAX, &value));
     if (n->n_input > 2 && n->input[2] && n->input[2][0]) {
         const cten *c = cget(im, n->input[2]);
         if (!c || !c->f || c->numel != 1)
@@ -1245,21 +1345,25 @@ static int match_gelu(const imp *im, const Onnx__GraphProto *g, size_t i, int pa
 
 static clg_status op_constant(imp *im)
 {
-    const Onnx__NodeProto *n = im->node;
     const char *o = NULL;
     CLG_TRY(out_name(im, 0, &o));
     cten t;
     memset(&t, 0, sizeof t);
-    const Onnx__AttributeProto *a;
-    if ((a = attr(n, "value")) && a->t) {
+    const Onnx__AttributeProto *a, *av, *avf, *avfs, *avi, *avis;
+    CLG_TRY(attr_get(im, "value", AT(TENSOR), &av));
+    CLG_TRY(attr_get(im, "value_float", AT(FLOAT), &avf));
+    CLG_TRY(attr_get(im, "value_floats", AT(FLOATS), &avfs));
+    CLG_TRY(attr_get(im, "value_int", AT(INT), &avi));
+    CLG_TRY(attr_get(im, "value_ints", AT(INTS), &avis));
+    if ((a = av) && a->t) {
         CLG_TRY(tensor_read(im, a->t, &t));
-    } else if ((a = attr(n, "value_float")) && a->has_f) {
+    } else if ((a = avf) && a->has_f) {
         t.numel = 1;
         t.f = malloc(sizeof(float));
         if (!t.f)
             return oom(im);
         t.f[0] = a->f;
-    } else if ((a = attr(n, "value_floats")) && a->n_floats <= CLG_ONNX_MAX_TENSOR) {
+    } else if ((a = avfs) && a->n_floats <= CLG_ONNX_MAX_TENSOR) {
         t.ndim = 1;
         t.dims[0] = (int64_t)a->n_floats;
         t.numel = a->n_floats;
@@ -1268,13 +1372,13 @@ static clg_status op_constant(imp *im)
             return oom(im);
         if (a->n_floats)
             memcpy(t.f, a->floats, a->n_floats * sizeof(float));
-    } else if ((a = attr(n, "value_int")) && a->has_i) {
+    } else if ((a = avi) && a->has_i) {
         t.numel = 1;
         t.i64 = malloc(sizeof(int64_t));
         if (!t.i64)
             return oom(im);
         t.i64[0] = a->i;
-    } else if ((a = attr(n, "value_ints")) && a->n_ints <= CLG_ONNX_MAX_TENSOR) {
+    } else if ((a = avis) && a->n_ints <= CLG_ONNX_MAX_TENSOR) {
         t.ndim = 1;
         t.dims[0] = (int64_t)a->n_ints;
         t.numel = a->n_ints;
@@ -1301,20 +1405,20 @@ static const char supported_ops[] =
 
 static clg_status op_activation(imp *im, const char *op)
 {
-    const Onnx__NodeProto *n = im->node;
     int xv = 0;
     CLG_TRY(vin(im, 0, &xv));
     double alpha = 0.01;
     const char *type = op[0] == 'R' ? "relu" : op[0] == 'S' ? "sigmoid" : op[0] == 'T' ? "tanh" : "gelu";
     if (op[0] == 'L') {
         type = "leaky";
-        alpha = attr_f(n, "alpha", 0.01);
+        CLG_TRY(attr_float(im, "alpha", 0.01, -FLT_MAX, FLT_MAX, &alpha));
         if (!(alpha >= 0 && alpha <= 1))
             return unsupported(im, "alpha %g outside [0, 1]", alpha);
     }
     if (op[0] == 'G') {
-        const Onnx__AttributeProto *a = attr(n, "approximate");
-        if (a && a->has_s && !(a->s.len == 4 && memcmp(a->s.data, "none", 4) == 0))
+        int exact = 0;
+        CLG_TRY(attr_str_is(im, "approximate", "none", &exact));
+        if (!exact)
             return unsupported(im, "approximate GELU (only the erf form)");
     }
     return act_layer(im, xv, type, alpha);
@@ -1362,11 +1466,12 @@ static clg_status op_gap(imp *im)
 
 static clg_status op_flatten(imp *im)
 {
-    const Onnx__NodeProto *n = im->node;
     int xv = 0;
     CLG_TRY(vin(im, 0, &xv));
-    if (attr_i(n, "axis", 1) != 1)
-        return unsupported(im, "axis %lld (only 1: batch x features)", (long long)attr_i(n, "axis", 1));
+    int64_t axis = 1;
+    CLG_TRY(attr_int(im, "axis", 1, -4, 4, &axis));
+    if (axis != 1)
+        return unsupported(im, "axis %lld (only 1: batch x features)", (long long)axis);
     return to_2d(im, xv);
 }
 
@@ -1404,7 +1509,8 @@ static clg_status op_transpose(imp *im)
 {
     const Onnx__NodeProto *n = im->node;
     const cten *c = n->n_input == 1 && n->input[0] ? cget(im, n->input[0]) : NULL;
-    const Onnx__AttributeProto *pa = attr(n, "perm");
+    const Onnx__AttributeProto *pa = NULL;
+    CLG_TRY(attr_get(im, "perm", AT(INTS), &pa));
     if (!c || !c->f || c->ndim != 2 || (pa && !(pa->n_ints == 2 && pa->ints[0] == 1 && pa->ints[1] == 0)))
         return unsupported(im, "only the transpose of a constant matrix");
     const char *o = NULL;
@@ -1423,11 +1529,11 @@ static clg_status op_transpose(imp *im)
 
 static clg_status op_softmax(imp *im)
 {
-    const Onnx__NodeProto *n = im->node;
     int xv = 0;
     CLG_TRY(vin(im, 0, &xv));
     const value x = im->vals[xv];
-    int64_t axis = attr_i(n, "axis", im->opset >= 13 ? -1 : 1);
+    int64_t axis = 0;
+    CLG_TRY(attr_int(im, "axis", im->opset >= 13 ? -1 : 1, -4, 3, &axis));
     if (x.h != 1 || x.w != 1)
         return unsupported(im, "softmax over a %dx%dx%d tensor (class scores of shape batch x classes only)", x.c,
                            x.h, x.w);

@@ -44,7 +44,39 @@ clg_status clg_dp_select(clg_ctx *ctx, const char *sel, int device, int *devs, i
 
 // ---- creation ----
 
-static clg_status parse_split(clg_err *err, const char *spec, int n, double *w, int *fixed)
+#define SPLIT_MAX_WEIGHT 1e6 /* a weight's upper bound and the largest ratio of two non-zero weights */
+
+/* One split weight: plain decimal (digits, an optional fraction and exponent;
+ * no sign, spaces, hex, inf or nan) in [0, SPLIT_MAX_WEIGHT]. Returns the end or NULL. */
+static const char *split_weight(const char *p, double *v)
+{
+    const char *s = p;
+    int digits = 0;
+    for (; *s >= '0' && *s <= '9'; s++)
+        digits++;
+    if (*s == '.')
+        for (s++; *s >= '0' && *s <= '9'; s++)
+            digits++;
+    if (!digits)
+        return NULL;
+    if (*s == 'e' || *s == 'E') {
+        s++;
+        s += *s == '-' || *s == '+';
+        if (*s < '0' || *s > '9')
+            return NULL;
+        while (*s >= '0' && *s <= '9')
+            s++;
+    }
+    if (*s != ',' && *s != 0)
+        return NULL;
+    char *end = NULL;
+    *v = strtod(p, &end);
+    if (end != s || !isfinite(*v) || *v < 0 || *v > SPLIT_MAX_WEIGHT)
+        return NULL;
+    return s;
+}
+
+clg_status clg_dp_parse_split(clg_err *err, const char *spec, int n, double *w, int *fixed)
 {
     *fixed = 0;
     for (int i = 0; i < n; i++)
@@ -54,22 +86,28 @@ static clg_status parse_split(clg_err *err, const char *spec, int n, double *w, 
     *fixed = 1;
     if (strcmp(spec, "even") == 0)
         return CLG_OK;
-    double sum = 0;
+    double sum = 0, lo = 0, hi = 0;
     const char *p = spec;
     for (int i = 0; i < n; i++) {
-        char *end = NULL;
-        double v = strtod(p, &end);
-        if (end == p || !isfinite(v) || v < 0 || (*end != ',' && *end != 0) || (*end == 0 && i != n - 1) ||
-            (*end == ',' && i == n - 1))
+        const char *end = split_weight(p, &w[i]);
+        if (!end || (*end == 0 && i != n - 1) || (*end == ',' && i == n - 1))
             return clg_err_set(err, CLG_ERR_INVALID_ARG,
-                               "split '%s': expected auto, even or %d non-negative weights separated by commas", spec,
-                               n);
-        w[i] = v;
-        sum += v;
+                               "split '%s': expected auto, even or %d weights separated by commas, each a plain "
+                               "decimal number in [0, %g] (no spaces, signs, hex, inf or nan)",
+                               spec, n, SPLIT_MAX_WEIGHT);
+        sum += w[i];
+        if (w[i] > 0) {
+            lo = lo > 0 && lo < w[i] ? lo : w[i];
+            hi = hi > w[i] ? hi : w[i];
+        }
         p = end + 1;
     }
     if (!(sum > 0))
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "split '%s': the weights must not all be 0", spec);
+    if (hi > lo * SPLIT_MAX_WEIGHT)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG,
+                           "split '%s': the non-zero weights are more than %g apart in ratio (%g / %g)", spec,
+                           SPLIT_MAX_WEIGHT, hi, lo);
     for (int i = 0; i < n; i++)
         w[i] /= sum;
     return CLG_OK;
@@ -222,7 +260,7 @@ clg_status clg_dp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, 
     const char *sp = p ? p->split : NULL;
     if (clg_comm_deterministic() && (!sp || strcmp(sp, "auto") == 0))
         sp = "even"; /* --deterministic: no split by measured (timing-dependent) speed */
-    clg_status st = parse_split(err, sp, ndev, dp->share, &dp->split_fixed);
+    clg_status st = clg_dp_parse_split(err, sp, ndev, dp->share, &dp->split_fixed);
     if (st == CLG_OK && (!(dp->lanes = calloc((size_t)ndev, sizeof *dp->lanes)) ||
                          !(dp->hooks = calloc((size_t)ndev, sizeof *dp->hooks))))
         st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");

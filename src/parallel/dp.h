@@ -33,6 +33,10 @@ typedef struct clg_dp_params {
                            sharing one cl_context); the environment's CLGRAD_DP_REDUCE overrides */
 } clg_dp_params;
 
+/* Parses a split ("auto" or NULL, "even", or n weights "3,1": each a plain decimal in [0, 1e6], the non-zero
+ * ones within a ratio of 1e6, not all 0) into n shares summing to 1; *fixed 0 for auto. Refusals name the split. */
+CLG_INTERNAL clg_status clg_dp_parse_split(clg_err *err, const char *spec, int n, double *w, int *fixed);
+
 /* The step handed to the lanes. */
 typedef struct clg_dp_job {
     int stage;

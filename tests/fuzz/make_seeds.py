@@ -78,3 +78,58 @@ binary = bytes(rng.randrange(256) for _ in range(24))
 key = 0x1122334455667788
 put("progcache", "entry.clbin", b"CLGBIN\0\0" + struct.pack("<II", 1, 0) + struct.pack("<QQ", key, len(binary))
     + struct.pack("<II", zlib.crc32(binary), 0) + binary)
+
+# issue 26: numeric layer names (refused), selectors / split weights / option values (fuzz_select: the
+# first byte picks the surface: 4*k + 0 selector over k % 5 devices, 4*k + 1 split over 1 + k % 4 devices,
+# 4*k + 2 option k), ONNX attributes of the wrong type or out of range
+put("model", "numeric-name.cfg", "[net]\nchannels = 1\nheight = 4\nwidth = 4\nclasses = 3\n"
+    "[dense]\nname = -1\nunits = 4\n[dense]\nname = 3\nunits = 3\ninput = -1\n[softmax]\n")
+for i, (b, text) in enumerate([(4 * 2, "0,1"), (4 * 3, "name:basic"), (4 * 2, "0,"), (4 * 2, ""), (4 * 4, "gpu"),
+                               (4 * 1 + 1, "3,1"), (4 * 1 + 1, "1e308,1e308"), (4 * 2 + 1, "0.5,2.5e-1,1"),
+                               (4 * 0 + 1, "even"), (4 * 0 + 2, "all"), (4 * 1 + 2, "ro")]):
+    put("select", f"seed{i}", bytes([b]) + text.encode())
+
+
+def _vi(v):
+    o = bytearray()
+    while True:
+        b, v = v & 0x7F, v >> 7
+        o.append(b | (0x80 if v else 0))
+        if not v:
+            return bytes(o)
+
+
+def pb_int(num, v):
+    return _vi(num << 3) + _vi(v & (2**64 - 1))
+
+
+def pb_len(num, b):
+    b = b.encode() if isinstance(b, str) else b
+    return _vi(num << 3 | 2) + _vi(len(b)) + b
+
+
+def onnx_model(nodes, init, x_dims, y_dims):
+    def vi(name, dims):
+        shape = b"".join(pb_len(1, pb_int(1, d)) for d in dims)
+        return pb_len(1, name) + pb_len(2, pb_len(1, pb_int(1, 1) + pb_len(2, shape)))
+    graph = b"".join(pb_len(1, n) for n in nodes) + init + pb_len(11, vi("x", x_dims)) + pb_len(12, vi("y", y_dims))
+    return pb_int(1, 7) + pb_len(8, pb_int(2, 13)) + pb_len(7, graph)
+
+
+def onnx_node(op, ins, outs, name, attrs=b""):
+    return b"".join(pb_len(1, i) for i in ins) + b"".join(pb_len(2, o) for o in outs) + pb_len(3, name) + \
+        pb_len(4, op) + attrs
+
+
+w64 = struct.pack("<64f", *([0.1] * 64))
+flat = onnx_node("Flatten", ["x"], ["f"], "flat")
+init_w = pb_len(5, pb_int(1, 4) + pb_int(1, 16) + pb_int(2, 1) + pb_len(8, "w") + pb_len(9, w64))
+trans_b2 = pb_len(5, pb_len(1, "transB") + pb_int(20, 2) + pb_int(3, 2))
+put("onnx", "gemm-transb2.onnx", onnx_model([flat, onnx_node("Gemm", ["f", "w"], ["y"], "fc", trans_b2)], init_w,
+                                            [1, 1, 4, 4], [1, 4]))
+init_c = pb_len(5, pb_int(1, 4) + pb_int(1, 1) + pb_int(1, 4) + pb_int(1, 4) + pb_int(2, 1) + pb_len(8, "wc") +
+                pb_len(9, w64))
+group_f = pb_len(5, pb_len(1, "group") + pb_int(20, 1) + _vi(2 << 3 | 5) + struct.pack("<f", 1.5))
+put("onnx", "conv-group-float.onnx", onnx_model([onnx_node("Conv", ["x", "wc"], ["c"], "conv", group_f),
+                                                 onnx_node("Flatten", ["c"], ["y"], "flat")], init_c,
+                                                [1, 1, 4, 4], [1, 4]))

@@ -13,7 +13,7 @@ case "$secs" in ''|*[!0-9]*) echo "usage: $0 SECONDS [TARGET...]" >&2; exit 2 ;;
 shift
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bdir=${FUZZ_BUILD:-$root/build-fuzz}
-all="model checkpoint idx cifar pgm tune convalgos progcache onnx"
+all="model checkpoint idx cifar pgm tune convalgos progcache select onnx"
 targets=${*:-$all}
 
 # skip only when the toolchain is really absent

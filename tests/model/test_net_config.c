@@ -142,6 +142,33 @@ START_TEST(refusals)
 }
 END_TEST
 
+/* A layer name that reads as a number would be ambiguous with `input = N` (an index): refused, naming
+ * file, line and key (issue 26 item 3). Ordinary names, including ones with digits, still build. */
+START_TEST(numeric_names)
+{
+    const char *bad[] = {"-1", "3", "0", "+2", "007", "-0", "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char text[512], needle[128];
+        snprintf(text, sizeof text, HEAD "[dense]\nunits=4\nname = %s\n[dense]\nunits=3\n[softmax]\n", bad[i]);
+        snprintf(needle, sizeof needle, "t.cfg:7: [dense] key 'name': '%s'", bad[i]);
+        clg_err err = {0};
+        clg_net *net = NULL;
+        clg_status st = clg_net_build(&err, text, "t.cfg", 0, &net);
+        ck_assert_msg(st == CLG_ERR_FORMAT, "name '%s' accepted (status %d)", bad[i], (int)st);
+        ck_assert_ptr_null(net);
+        ck_assert_msg(strstr(err.msg, needle) != NULL, "message '%s' lacks '%s'", err.msg, needle);
+        ck_assert_msg(strstr(err.msg, "number") != NULL, "message '%s' does not say why", err.msg);
+    }
+    clg_err err = {0};
+    clg_net *net = NULL;
+    clg_status st = clg_net_build(&err, HEAD "[dense]\nunits=4\nname = fc1\n[dense]\nunits=4\nname = 1e3\n"
+                                           "[dense]\nunits=3\ninput = 1e3\nname = x-1\n[softmax]\n",
+                                  "t.cfg", 0, &net);
+    ck_assert_msg(st == CLG_OK, "%s", err.msg);
+    clg_net_free(net);
+}
+END_TEST
+
 int main(void)
 {
     srand((unsigned)time(NULL));
@@ -151,6 +178,7 @@ int main(void)
     tcase_add_test(tc, names);
     tcase_add_test(tc, values);
     tcase_add_test(tc, refusals);
+    tcase_add_test(tc, numeric_names);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

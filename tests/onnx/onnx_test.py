@@ -174,6 +174,23 @@ def value_info(name, dims):
     return pb_len(1, name) + pb_len(2, pb_len(1, pb_int(1, 1) + pb_len(2, shape)))
 
 
+def at_int(name, v, typ=2):
+    """AttributeProto: INT (type 2) holding v in field i; typ lets a test lie about the type."""
+    return pb_len(5, pb_len(1, name) + pb_int(20, typ) + pb_int(3, v & (2**64 - 1)))
+
+
+def at_float(name, v, typ=1):
+    return pb_len(5, pb_len(1, name) + pb_int(20, typ) + _vi(2 << 3 | 5) + struct.pack("<f", v))
+
+
+def at_ints(name, vs, typ=7):
+    return pb_len(5, pb_len(1, name) + pb_int(20, typ) + b"".join(pb_int(8, v & (2**64 - 1)) for v in vs))
+
+
+def at_str(name, v, typ=3):
+    return pb_len(5, pb_len(1, name) + pb_int(20, typ) + pb_len(4, v))
+
+
 def model(nodes, inits=b"", opset=13, extra_graph=b""):
     graph = b"".join(pb_len(1, n) for n in nodes) + inits + pb_len(11, value_info("x", [1, 1, 4, 4])) + \
         pb_len(12, value_info("y", [1, 4])) + extra_graph
@@ -235,6 +252,7 @@ def mode_errors():
     expect("a .onnx file that is not ONNX", b"\x00garbage\xff" * 10, "ONNX", name="junk.onnx")
     expect("two graph outputs", model([flat, gemm], init_w, extra_graph=pb_len(12, value_info("f", [1, 16]))),
            "outputs")
+    attribute_errors(expect, w, init_w, flat, xi)
     r = run(["export", os.path.join(root, "models", "lenet5.cfg"), "--weights", os.path.join(d, "none.safetensors"),
              "-o", os.path.join(d, "o.onnx")], check=False)
     ok = r.returncode == 1
@@ -244,6 +262,54 @@ def mode_errors():
     ok = r.returncode == 2 and "missing --weights" in r.stderr
     print(f"{'ok  ' if ok else 'FAIL'} predict of a model file without --weights is a usage error (exit {r.returncode})")
     fails += not ok
+
+
+def attribute_errors(expect, w, init_w, flat, xi):
+    """Issue 26 item 6: every attribute's type and range is checked against the operator's definition; the
+    refusal names the node, the attribute and what it should be."""
+    global fails
+    def gemm(attrs):
+        return node("Gemm", ["f", "w"], ["y"], "fc", attrs)
+    expect("Gemm transB = 2", model([flat, gemm(at_int("transB", 2))], init_w),
+           "node 'fc' (Gemm, opset 13): attribute transB = 2 is outside [0, 1]")
+    expect("Gemm transB given as a FLOAT", model([flat, gemm(at_float("transB", 1.0))], init_w),
+           "attribute transB is FLOAT; the operator defines it as INT")
+    expect("Gemm transB typed INT without a value", model([flat, gemm(pb_len(5, pb_len(1, "transB") + pb_int(20, 2)))],
+                                                          init_w), "attribute transB is typed INT but holds no value")
+    expect("Gemm alpha = nan", model([flat, gemm(at_int("transB", 1) + at_float("alpha", float("nan")))], init_w),
+           "attribute alpha = nan is not a finite FLOAT")
+    expect("Gemm alpha given as INTS", model([flat, gemm(at_int("transB", 1) + at_ints("alpha", [1]))], init_w),
+           "attribute alpha is INTS; the operator defines it as FLOAT")
+    expect("Flatten axis given as a STRING", model([node("Flatten", ["x"], ["f"], "flat", at_str("axis", "1")),
+                                                    gemm(at_int("transB", 1))], init_w),
+           "node 'flat' (Flatten, opset 13): attribute axis is STRING; the operator defines it as INT")
+    # Conv: 4 filters of 1x4x4 over the 1x4x4 input, then Flatten to the 1x4 output
+    init_c = pb_len(5, pb_int(1, 4) + pb_int(1, 1) + pb_int(1, 4) + pb_int(1, 4) + pb_int(2, 1) + pb_len(8, "wc") +
+                    pb_len(9, w))
+    def conv(attrs):
+        return model([node("Conv", ["x", "wc"], ["c"], "conv", attrs), node("Flatten", ["c"], ["y"], "flat")], init_c)
+    f = os.path.join(tmp, "conv_ok.onnx")
+    open(f, "wb").write(conv(at_int("group", 1) + at_ints("strides", [1, 1]) + at_ints("kernel_shape", [4, 4]) +
+                             at_str("auto_pad", "NOTSET")))
+    got = predict(f, xi)
+    xv = np.fromfile(xi, dtype=">f4", offset=20).astype(np.float64)
+    logits = np.full(4, 0.1 * xv.sum())
+    report("hand-made Conv + Flatten model (the attributes below are what changes)", got,
+           (np.exp(logits) / np.exp(logits).sum())[None, :])
+    cases = [("Conv group = 1.5 (a FLOAT)", at_float("group", 1.5), "attribute group is FLOAT; the operator defines it as INT"),
+             ("Conv group = 0", at_int("group", 0), "attribute group = 0 is outside [1, "),
+             ("Conv group = -1", at_int("group", -1), "attribute group = -1 is outside"),
+             ("Conv strides given as an INT", at_int("strides", 1), "attribute strides is INT; the operator defines it as INTS"),
+             ("Conv strides = 0", at_ints("strides", [0, 0]), "attribute strides = 0 is outside"),
+             ("Conv dilations = -1", at_ints("dilations", [-1, -1]), "attribute dilations = -1 is outside"),
+             ("Conv kernel_shape given as FLOATS", pb_len(5, pb_len(1, "kernel_shape") + pb_int(20, 6) +
+                                                          _vi(7 << 3 | 5) + struct.pack("<f", 4)),
+              "attribute kernel_shape is FLOATS; the operator defines it as INTS"),
+             ("Conv pads = -1", at_ints("pads", [-1, -1, -1, -1]), "attribute pads = -1 is outside"),
+             ("Conv auto_pad given as an INT", at_int("auto_pad", 0), "attribute auto_pad is INT; the operator defines it as STRING"),
+             ("Conv group given as a STRING", at_str("group", "1"), "attribute group is STRING")]
+    for desc, attrs, pattern in cases:
+        expect(desc, conv(attrs), "node 'conv' (Conv, opset 13): " + pattern)
 
 
 def mode_import():

@@ -187,7 +187,7 @@ if [ "$ndev" -ge 2 ]; then
         "$clgrad" bench train --model "$tmp/mlp.cfg" --batch 16 --steps 3 --json
     check 0 "split 0.75/0.25" "fixed split weights" -- \
         "$clgrad" bench train --model "$tmp/mlp.cfg" --batch 16 --steps 2 --split 3,1
-    check 1 "split 'x,y'" "bad split" -- "$clgrad" bench train --model "$tmp/mlp.cfg" --steps 2 --split x,y
+    check 2 "option --split wants auto, even, or weights" "bad split" -- "$clgrad" bench train --model "$tmp/mlp.cfg" --steps 2 --split x,y
     check 0 "images/s" "bench train --trace" -- \
         "$clgrad" bench train --model "$tmp/mlp.cfg" --batch 16 --steps 2 --bucket-mb 0.001 --trace "$tmp/trace.json"
     n=$((n + 1))

@@ -575,6 +575,33 @@ START_TEST(failing_device)
 }
 END_TEST
 
+/* Split weights: plain decimal in [0, 1e6], non-zero ones within a ratio of 1e6, one per device; anything
+ * else refused naming the split (issue 26 item 5: 1e308,1e308 summed to inf and gave shares 0/0). */
+START_TEST(split_refusals)
+{
+    const char *bad[] = {"1e308,1e308", " 1, 1", "1, 1", "+1,1", "0x10,1", "inf,1", "nan,1", "1,-1", "1e7,1",
+                         "1,1e-7", "1,", ",1", "1,,1", "1", "1,1,1", "", "0,0", "1.,1 "};
+    clg_dp_params dpp = {.bucket_mb = 0.004};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        dpp.split = bad[i];
+        clg_model *m = NULL;
+        clg_status st = clg_session_create(ctx(), "0,1", 0, NET_DROP, "t", 8, 1, 0, &dpp, &m);
+        ck_assert_msg(st == CLG_ERR_INVALID_ARG, "split '%s' accepted (status %d)", bad[i], (int)st);
+        ck_assert_ptr_null(m);
+        ck_assert_msg(strstr(clg_last_error(ctx()), "split '") != NULL, "split '%s': message '%s'", bad[i],
+                      clg_last_error(ctx()));
+    }
+    const char *good[] = {"3,1", "0,1", "1e6,1", "0.5,2.5e-1", "even", "auto"};
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        dpp.split = good[i];
+        clg_model *m = NULL;
+        ck_assert_msg(clg_session_create(ctx(), "0,1", 0, NET_DROP, "t", 8, 1, 0, &dpp, &m) == CLG_OK, "'%s': %s",
+                      good[i], clg_last_error(ctx()));
+        clg_session_free(m);
+    }
+}
+END_TEST
+
 int main(void)
 {
     if (!two_devices()) {
@@ -585,6 +612,9 @@ int main(void)
     TCase *tc = tcase_create("dp");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, lenet5_1_vs_2);
+    TCase *tq = tcase_create("split_refusals"); /* quick: CK_RUN_CASE=split_refusals runs it alone */
+    tcase_add_test(tq, split_refusals);
+    suite_add_tcase(s, tq);
     tcase_add_test(tc, dropout_residual_1_vs_2);
     tcase_add_test(tc, uneven_splits);
     /* identical devices only: PoCL 3.1 deadlocks on cross-device events between
