@@ -35,6 +35,7 @@ clg_status clg_session_create(clg_ctx *ctx, const char *devices, int device, con
     m->fp16 = fp16 != 0;
     m->loss_scale = m->fp16 ? CLG_LS_INIT : 1.0;
     m->ls_interval = CLG_LS_INTERVAL;
+    m->check_stage = -1;
     if (ctx->opts.fp16_scale_interval > 0) /* test aid: grow S sooner */
         m->ls_interval = (int)ctx->opts.fp16_scale_interval;
     clg_status st = clg_net_build(err, text, source, batch, &m->net);
@@ -159,6 +160,8 @@ clg_status clg_session_step_begin(clg_model *m, int s, double lr, float *res, cl
     j.step = (uint32_t)m->step;
     j.res = res;
     j.res_ev = res_ev;
+    m->check_stage = s;
+    m->check_labels = 1;
     clg_dp_train_begin(m->dp, &j);
     return CLG_OK;
 }
@@ -258,6 +261,8 @@ clg_status clg_session_forward(clg_model *m, int s, int with_labels, float *res,
     j.res = res ? m->lane_res : NULL;
     j.out = out;
     j.out_w = (size_t)o->c * o->h * o->w;
+    m->check_stage = s;
+    m->check_labels = with_labels != 0;
     CLG_TRY(clg_dp_forward(m->dp, &j));
     sum_lanes(m, res);
     return CLG_OK;
@@ -270,7 +275,9 @@ static void param_name(char *dst, size_t n, const char *prefix, const clg_param_
     snprintf(dst, n, "%s%s.%s", prefix, r->layer->name, r->param->name);
 }
 
-static clg_status add_device_tensor(clg_model *m, clg_ckpt *ck, const char *name, const clg_param *p, cl_mem mem)
+/* max_abs: the largest magnitude accepted (weights: CLG_SAVE_MAX_ABS; optimizer state: only finite). */
+static clg_status add_device_tensor(clg_model *m, clg_ckpt *ck, const char *name, const clg_param *p, cl_mem mem,
+                                    double max_abs)
 {
     clg_err *err = &m->ctx->err;
     int64_t shape[4];
@@ -292,6 +299,11 @@ static clg_status add_device_tensor(clg_model *m, clg_ckpt *ck, const char *name
                                "not saving: tensor '%s' holds a non-finite value (%g at element %zu); the model "
                                "diverged (lower the learning rate)",
                                name, (double)f[k], k);
+        else if (fabs((double)f[k]) > max_abs)
+            return clg_err_set(err, CLG_ERR_INTERNAL,
+                               "not saving: tensor '%s' holds %g at element %zu, beyond the %g a trained weight may "
+                               "reach; the model diverged (lower the learning rate)",
+                               name, (double)f[k], k, max_abs);
     return CLG_OK;
 }
 
@@ -305,7 +317,8 @@ static clg_status build_ckpt(clg_model *m, clg_ckpt *ck, int with_state, int64_t
     clg_status st = CLG_OK;
     for (int i = 0; i < n && st == CLG_OK; i++) {
         param_name(name, sizeof name, "", &refs[i]);
-        st = add_device_tensor(m, ck, name, refs[i].param, clg_replica_master(clg_session_rep(m), &refs[i]));
+        st = add_device_tensor(m, ck, name, refs[i].param, clg_replica_master(clg_session_rep(m), &refs[i]),
+                               CLG_SAVE_MAX_ABS);
     }
     free(refs);
     CLG_TRY(st);
@@ -360,21 +373,59 @@ static clg_status build_ckpt(clg_model *m, clg_ckpt *ck, int with_state, int64_t
         for (int i = 0; i < o->n; i++) {
             if (ns >= 1) {
                 param_name(name, sizeof name, "opt.m.", &o->refs[i]);
-                CLG_TRY(add_device_tensor(m, ck, name, o->refs[i].param, o->m[i]));
+                CLG_TRY(add_device_tensor(m, ck, name, o->refs[i].param, o->m[i], HUGE_VAL));
             }
             if (ns >= 2) {
                 param_name(name, sizeof name, "opt.v.", &o->refs[i]);
-                CLG_TRY(add_device_tensor(m, ck, name, o->refs[i].param, o->v[i]));
+                CLG_TRY(add_device_tensor(m, ck, name, o->refs[i].param, o->v[i], HUGE_VAL));
             }
         }
     }
     return CLG_OK;
 }
 
+/* A forward of the current weights on the last batch the session stepped
+ * or evaluated: the loss (when the batch has labels and the model a loss)
+ * and every output must be finite. No batch yet: nothing to check. */
+static clg_status check_forward(clg_model *m, const char *path)
+{
+    clg_err *err = &m->ctx->err;
+    if (m->check_stage < 0)
+        return CLG_OK;
+    CLG_TRY(clg_dp_finish(m->dp));
+    const clg_tensor *o = clg_replica_output(clg_session_rep(m));
+    size_t outw = (size_t)o->c * o->h * o->w, nout = (size_t)m->net->batch * outw;
+    float *out = calloc(CLG_MAX(nout, 1), sizeof(float));
+    if (!out)
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    int labels = m->check_labels && clg_session_rep(m)->loss_index >= 0;
+    float res[2] = {0, 0};
+    clg_status st = clg_session_forward(m, m->check_stage, labels, labels ? res : NULL, out);
+    if (st == CLG_OK)
+        st = clg_dp_finish(m->dp);
+    size_t bad = nout;
+    for (size_t k = 0; st == CLG_OK && k < nout && bad == nout; k++)
+        if (!isfinite(out[k]))
+            bad = k;
+    if (st == CLG_OK && labels && !isfinite(res[0]))
+        st = clg_err_set(err, CLG_ERR_INTERNAL,
+                         "not saving %s: the weights give a non-finite loss (%g) on the last batch; the model "
+                         "diverged (lower the learning rate); an earlier file there is kept",
+                         path, (double)res[0]);
+    else if (st == CLG_OK && bad < nout)
+        st = clg_err_set(err, CLG_ERR_INTERNAL,
+                         "not saving %s: the weights give a non-finite output (%g, sample %zu) on the last batch; "
+                         "the model diverged (lower the learning rate); an earlier file there is kept",
+                         path, (double)out[bad], bad / CLG_MAX(outw, 1));
+    free(out);
+    return st;
+}
+
 clg_status clg_session_save(clg_model *m, const char *path, int with_state, int64_t total_steps)
 {
     clg_err *err = &m->ctx->err;
     clg_ckpt *ck = NULL;
+    CLG_TRY(check_forward(m, path));
     CLG_TRY(clg_ckpt_create(err, &ck));
     clg_status st = build_ckpt(m, ck, with_state, total_steps);
     if (st == CLG_OK)

@@ -1,0 +1,64 @@
+#!/bin/sh
+# Saves and resumes that must be refused (issue #26): diverged but finite
+# weights never replace a good checkpoint or --save file, whatever the exit
+# path (--steps, --save). usage: cli_resume_guard.sh PATH/TO/clgrad PYTHON
+clgrad="$1"; py="$2"
+here=$(cd "$(dirname "$0")" && pwd)
+tmp=$(mktemp -d /tmp/clgrad-guard-XXXXXX) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+fails=0; n=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+"$py" "$here/make_idx.py" "$tmp/data" 8 96 32 || { echo "cannot write the dataset"; exit 1; }
+cat > "$tmp/a.cfg" <<'CFG'
+[net]
+channels = 1
+height = 8
+width = 8
+classes = 2
+batch = 16
+learning_rate = 0.05
+[convolutional]
+name = c1
+filters = 4
+size = 3
+pad = 1
+activation = relu
+[maxpool]
+size = 2
+stride = 2
+[dense]
+name = fc1
+units = 2
+[softmax]
+CFG
+train() { "$clgrad" train "$tmp/a.cfg" --data "$tmp/data" --devices 0 "$@"; }
+# a good checkpoint (ck0, kept to copy from) and good weights
+train --epochs 3 --steps 2 --checkpoint "$tmp/ck0" --save "$tmp/good.safetensors" >/dev/null 2>&1 ||
+    { echo "the good run failed"; exit 1; }
+
+# refused WHAT FILE CMD...: exits 1 with a "not saving" message and FILE stays byte for byte
+refused() {
+    what=$1; file=$2; shift 2
+    n=$((n + 1))
+    cp "$tmp/ck0/last.safetensors" "$file"
+    out=$("$@" 2>&1); rc=$?
+    echo "$what: $(printf '%s\n' "$out" | tail -1)"
+    [ "$rc" -eq 1 ] || fail "$what: exit $rc (expected 1)"
+    printf '%s\n' "$out" | tail -1 | grep -Eq "not saving|diverged" || fail "$what: no refusal message"
+    cmp -s "$file" "$tmp/ck0/last.safetensors" || fail "$what: $file was replaced"
+    ls "$(dirname "$file")" | grep -q '\.tmp\.' && fail "$what: temporary file left"
+}
+for lr in 1e30 1e38; do
+    rm -rf "$tmp/ck"; mkdir "$tmp/ck"
+    refused "--steps 3 --resume, lr $lr" "$tmp/ck/last.safetensors" \
+        train --epochs 3 --lr $lr --steps 3 --checkpoint "$tmp/ck" --resume
+done
+refused "--steps 1 --save, lr 1e30" "$tmp/w.safetensors" train --epochs 3 --lr 1e30 --steps 1 --save "$tmp/w.safetensors"
+rm -rf "$tmp/ck"; mkdir "$tmp/ck"
+refused "--steps 3 --checkpoint (no resume), lr 1e30" "$tmp/ck/last.safetensors" \
+    train --epochs 3 --lr 1e30 --steps 3 --checkpoint "$tmp/ck"
+refused "--limit-train 40 (last partial epoch) --save, lr 1e30" "$tmp/w.safetensors" \
+    train --epochs 1 --lr 1e30 --limit-train 40 --save "$tmp/w.safetensors"
+
+echo "$n checks, $fails failed"
+[ "$fails" -eq 0 ]
