@@ -1,4 +1,5 @@
 /* Training session: lanes + host staging + checkpoints + eval (see session.h). */
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -553,21 +554,45 @@ static clg_status load_norm(clg_model *m, const clg_ckpt *ck, const char *path)
     return st;
 }
 
-/* The run's position (step, epoch, batch in epoch, seed), then the batch
- * and precision it was trained with, which a resume must match. */
+/* A metadata double that must be finite and lie in [lo, hi]; the message names the file. */
+static clg_status meta_f64_range(clg_err *err, const clg_ckpt *ck, const char *path, const char *key, double lo,
+                                 double hi, double *v)
+{
+    clg_status st = clg_ckpt_get_meta_f64_range(err, ck, key, lo, hi, v);
+    if (st != CLG_OK) /* clg_err_set may format from the buffer it writes */
+        return clg_err_set(err, st, "%s: %s", path, err->msg);
+    return CLG_OK;
+}
+
+/* The run's position (step, epoch, batch in epoch, seed, total steps, the
+ * rng state they imply), then the batch and precision it was trained with,
+ * which a resume must match. Every key is required and range-checked. */
 static clg_status load_position(clg_model *m, const clg_ckpt *ck, const char *path)
 {
     clg_err *err = &m->ctx->err;
-    int64_t v = 0, step = 0, epoch = 0, bie = 0;
+    int64_t v = 0, step = 0, epoch = 0, bie = 0, seed = 0, total = 0;
     clg_status st = meta_i64_range(err, ck, path, CLG_CKPT_KEY_STEP, 0, INT64_MAX / 2, &step);
     if (st == CLG_OK)
         st = meta_i64_range(err, ck, path, CLG_CKPT_KEY_EPOCH, 0, 1000000, &epoch);
     /* a batch index within an epoch: at most the dataset's batches (checked against the data by the trainer) */
     if (st == CLG_OK)
         st = meta_i64_range(err, ck, path, "batch_in_epoch", 0, INT32_MAX, &bie);
-    int64_t seed = (int64_t)m->seed;
-    if (st == CLG_OK && clg_ckpt_get_meta(ck, "seed")) /* the run continues with its own shuffles and masks */
-        st = clg_ckpt_get_meta_i64(err, ck, "seed", &seed); /* any 64-bit seed (stored as int64) */
+    if (st == CLG_OK) /* the run continues with its own shuffles and masks; --seed is in [0, INT64_MAX] */
+        st = meta_i64_range(err, ck, path, "seed", 0, INT64_MAX, &seed);
+    if (st == CLG_OK) /* steps per epoch x epochs of the run that wrote it: at least 1, and the steps taken */
+        st = meta_i64_range(err, ck, path, "total_steps", CLG_MAX(step, 1), INT64_MAX / 2, &total);
+    if (st == CLG_OK && clg_ckpt_get_meta(ck, CLG_CKPT_KEY_RNG)) { /* the epoch's stream of that seed */
+        clg_rng r, want;
+        st = clg_ckpt_get_rng(err, ck, CLG_CKPT_KEY_RNG, &r);
+        if (st != CLG_OK)
+            st = clg_err_set(err, st, "%s: %s", path, err->msg);
+        clg_rng_seed(&want, (uint64_t)seed, (uint64_t)epoch);
+        if (st == CLG_OK && (r.state != want.state || r.inc != want.inc))
+            st = clg_err_set(err, CLG_ERR_FORMAT,
+                             "%s: checkpoint metadata '%s' = '%s' is not the rng state of seed %" PRId64
+                             " at epoch %" PRId64,
+                             path, CLG_CKPT_KEY_RNG, clg_ckpt_get_meta(ck, CLG_CKPT_KEY_RNG), seed, epoch);
+    }
     if (st == CLG_OK) {
         m->step = step;
         m->epoch = (int)epoch;
@@ -575,7 +600,7 @@ static clg_status load_position(clg_model *m, const clg_ckpt *ck, const char *pa
         m->seed = (uint64_t)seed;
     }
     if (st == CLG_OK)
-        st = clg_ckpt_get_meta_i64(err, ck, "batch", &v);
+        st = meta_i64_range(err, ck, path, "batch", 1, 1 << 20, &v);
     if (st == CLG_OK && v != m->net->batch)
         st = clg_err_set(err, CLG_ERR_INVALID_ARG,
                          "%s: the checkpoint was trained with batch %" PRId64 ", this run uses %d (resume needs the same batch)",
@@ -598,14 +623,11 @@ static clg_status load_loss_scale(clg_model *m, const clg_ckpt *ck, const char *
         return CLG_OK;
     double ls = 0;
     int64_t good = 0, skipped = 0;
-    clg_status st = clg_ckpt_get_meta_f64(err, ck, "fp16.loss_scale", &ls);
+    clg_status st = meta_f64_range(err, ck, path, "fp16.loss_scale", CLG_LS_MIN, CLG_LS_MAX, &ls);
     if (st == CLG_OK)
-        st = clg_ckpt_get_meta_i64(err, ck, "fp16.good_steps", &good);
+        st = meta_i64_range(err, ck, path, "fp16.good_steps", 0, INT64_MAX, &good);
     if (st == CLG_OK)
-        st = clg_ckpt_get_meta_i64(err, ck, "fp16.skipped", &skipped);
-    if (st == CLG_OK && !(ls >= CLG_LS_MIN && ls <= CLG_LS_MAX && good >= 0))
-        st = clg_err_set(err, CLG_ERR_FORMAT, "%s: fp16 loss scale %g / good steps %" PRId64 " out of range", path, ls,
-                         good);
+        st = meta_i64_range(err, ck, path, "fp16.skipped", 0, INT64_MAX, &skipped);
     if (st == CLG_OK) {
         m->loss_scale = ls;
         m->ls_good = good;
@@ -623,6 +645,22 @@ static clg_status load_optim_state(clg_model *m, const clg_ckpt *ck, const char 
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "%s: the checkpoint's optimizer is '%s', this run uses '%s'",
                            path, opt ? opt : "(none)", clg_optim_name(m->hp.optimizer));
     int64_t v = 0;
+    /* the run's own hyper-parameters apply, but what the file holds must be sane (written by clgrad:
+     * the ranges of the model file's keys and the command line's options) */
+    const double below1 = nextafter(1.0, 0.0);
+    const struct {
+        const char *key;
+        double lo, hi;
+    } hyper[] = {{"optimizer.lr", 0, DBL_MAX},       {"optimizer.weight_decay", 0, DBL_MAX},
+                 {"optimizer.momentum", 0, below1},  {"optimizer.beta1", 0, below1},
+                 {"optimizer.beta2", 0, below1},     {"optimizer.epsilon", 0, 1}};
+    for (size_t i = 0; i < CLG_ARRAY_LEN(hyper); i++) {
+        double d = 0;
+        if (clg_ckpt_get_meta(ck, hyper[i].key))
+            CLG_TRY(meta_f64_range(err, ck, path, hyper[i].key, hyper[i].lo, hyper[i].hi, &d));
+    }
+    if (clg_ckpt_get_meta(ck, "optimizer.nesterov"))
+        CLG_TRY(meta_i64_range(err, ck, path, "optimizer.nesterov", 0, 1, &v));
     CLG_TRY(clg_session_ensure_optim(m));
     CLG_TRY(meta_i64_range(err, ck, path, "optimizer.t", 0, m->step, &v));
     for (int l = 0; l < m->dp->n; l++)
@@ -673,9 +711,29 @@ static void load_device_set(clg_model *m, const clg_ckpt *ck)
     }
 }
 
+/* Resume: the normalization the run uses (computed from the data, or the
+ * model file's) must be the one the checkpoint was trained with: norm.channels
+ * present and equal to its channels (0 only for a model without one). */
+static clg_status check_norm_channels(clg_model *m, const clg_ckpt *ck, const char *path, int had_norm)
+{
+    clg_err *err = &m->ctx->err;
+    int64_t nc = 0;
+    int want = had_norm ? m->net->in_c : 0;
+    CLG_TRY(meta_i64_range(err, ck, path, "norm.channels", 0, CLG_DS_MAX_CHANNELS, &nc));
+    if (nc != want)
+        return clg_err_set(err, CLG_ERR_FORMAT,
+                           "%s: checkpoint metadata 'norm.channels' = %" PRId64 ", this run normalizes %d input "
+                           "channel(s) (resume needs the normalization it was trained with)",
+                           path, nc, want);
+    return CLG_OK;
+}
+
 clg_status clg_session_load_ckpt(clg_model *m, const clg_ckpt *ck, const char *path, int with_state)
 {
+    int had_norm = m->has_norm;
     clg_status st = load_weights(m, ck, path);
+    if (st == CLG_OK && with_state)
+        st = check_norm_channels(m, ck, path, had_norm);
     if (st == CLG_OK)
         st = load_norm(m, ck, path);
     if (st == CLG_OK && with_state) { /* the training state, for an exact resume */

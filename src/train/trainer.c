@@ -263,6 +263,11 @@ static clg_status run_setup(train_state *ts)
     ts->spe = CLG_CEIL_DIV(ts->N, ts->B);
     ts->epochs = m->hp.epochs;
     ts->total = (int64_t)ts->spe * ts->epochs;
+    if (m->epoch > ts->epochs || (m->epoch == ts->epochs && m->batch_in_epoch > 0))
+        return clg_err_set(err, CLG_ERR_INVALID_ARG,
+                           "checkpoint metadata 'epoch' = %d (batch %d) lies beyond this run's %d epochs: nothing "
+                           "to train (a larger --epochs continues it)",
+                           m->epoch, m->batch_in_epoch, ts->epochs);
     if (m->batch_in_epoch > ts->spe)
         return clg_err_set(err, CLG_ERR_FORMAT,
                            "the checkpoint's position (batch %d of epoch %d) lies beyond this dataset's %d batches per "

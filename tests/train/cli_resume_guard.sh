@@ -60,5 +60,37 @@ refused "--steps 3 --checkpoint (no resume), lr 1e30" "$tmp/ck/last.safetensors"
 refused "--limit-train 40 (last partial epoch) --save, lr 1e30" "$tmp/w.safetensors" \
     train --epochs 1 --lr 1e30 --limit-train 40 --save "$tmp/w.safetensors"
 
+# resume_refused WHAT KEY=VALUE...: a resume from ck0 with these metadata edits (header re-signed) is refused
+# naming the first key, and the checkpoint stays as it was
+resume_refused() {
+    what=$1; key=${2%%=*}
+    n=$((n + 1))
+    rm -rf "$tmp/ck"; mkdir "$tmp/ck"
+    shift
+    "$py" "$here/forge_ckpt.py" "$tmp/ck0/last.safetensors" "$tmp/ck/last.safetensors" "$@" || { fail "$what: forge"; return; }
+    cp "$tmp/ck/last.safetensors" "$tmp/forged"
+    out=$(train --epochs 3 --checkpoint "$tmp/ck" --resume 2>&1); rc=$?
+    msg=$(printf '%s\n' "$out" | tail -1)
+    echo "$what: $msg"
+    [ "$rc" -ne 0 ] || fail "$what: exit 0"
+    printf '%s\n' "$msg" | grep -qF "'$key'" || fail "$what: the message does not name '$key'"
+    cmp -s "$tmp/ck/last.safetensors" "$tmp/forged" || fail "$what: the checkpoint was replaced"
+}
+# the forger itself: a re-signed checkpoint with nothing changed resumes
+rm -rf "$tmp/ck"; mkdir "$tmp/ck"; n=$((n + 1))
+"$py" "$here/forge_ckpt.py" "$tmp/ck0/last.safetensors" "$tmp/ck/last.safetensors" &&
+    train --epochs 3 --checkpoint "$tmp/ck" --resume >/dev/null 2>&1 || fail "a re-signed, unchanged checkpoint does not resume"
+resume_refused "norm.channels 0" norm.channels=0
+resume_refused "norm.channels missing" norm.channels=
+resume_refused "optimizer.lr nan" optimizer.lr=nan
+resume_refused "optimizer.momentum 1" optimizer.momentum=1
+resume_refused "rng not hex" rng=zz:yy
+resume_refused "rng of another epoch" "rng=0000000000000001:0000000000000003"
+resume_refused "seed -1" seed=-1
+resume_refused "total_steps -1" total_steps=-1
+resume_refused "total_steps missing" total_steps=
+resume_refused "epoch 1000000 (no rng key)" epoch=1000000 rng=
+resume_refused "batch 0" batch=0
+
 echo "$n checks, $fails failed"
 [ "$fails" -eq 0 ]
