@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/cfg.h"
 #include "model/layers.h"
 #include "parallel/comm.h"
 #include "train/session.h"
@@ -16,6 +17,52 @@ int clg_precision_parse(const char *name)
     if (strcmp(name, "fp16") == 0)
         return 1;
     return -1;
+}
+
+static uint64_t fnv1a(uint64_t h, const char *s)
+{
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h;
+}
+
+static int kv_cmp(const void *a, const void *b)
+{
+    return strcmp((*(const clg_cfg_kv *const *)a)->key, (*(const clg_cfg_kv *const *)b)->key);
+}
+
+clg_status clg_model_hash(clg_err *err, const char *text, const char *source, char out[17])
+{
+    static const char *const net_keys[] = {"channels", "height", "width", "classes"};
+    clg_cfg *cfg = NULL;
+    CLG_TRY(clg_cfg_parse(err, text, source, &cfg));
+    uint64_t h = 0xcbf29ce484222325ull;
+    clg_status st = CLG_OK;
+    for (int i = 0; i < cfg->nsec && st == CLG_OK; i++) {
+        const clg_cfg_section *sec = &cfg->sec[i];
+        int is_net = strcmp(sec->name, "net") == 0;
+        const clg_cfg_kv **kv = malloc((size_t)CLG_MAX(sec->nkv, 1) * sizeof *kv);
+        if (!kv) {
+            st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+            break;
+        }
+        int n = 0;
+        for (int k = 0; k < sec->nkv; k++) {
+            int keep = !is_net;
+            for (size_t j = 0; is_net && j < CLG_ARRAY_LEN(net_keys); j++)
+                keep |= strcmp(sec->kv[k].key, net_keys[j]) == 0;
+            if (keep)
+                kv[n++] = &sec->kv[k];
+        }
+        qsort(kv, (size_t)n, sizeof *kv, kv_cmp);
+        h = fnv1a(fnv1a(fnv1a(h, "["), sec->name), "]\n");
+        for (int k = 0; k < n; k++)
+            h = fnv1a(fnv1a(fnv1a(fnv1a(h, kv[k]->key), "="), kv[k]->value), "\n");
+        free(kv);
+    }
+    clg_cfg_free(cfg);
+    snprintf(out, 17, "%016" PRIx64, h);
+    return st;
 }
 
 clg_status clg_session_create(clg_ctx *ctx, const char *devices, int device, const char *text, const char *source,
@@ -54,6 +101,8 @@ clg_status clg_session_create(clg_ctx *ctx, const char *devices, int device, con
         if (!m->xhost[s] || !m->yhost[s])
             st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory for input staging");
     }
+    if (st == CLG_OK)
+        st = clg_model_hash(err, m->net->text, m->net->source, m->model_hash);
     if (st == CLG_OK && !(m->lane_res = calloc((size_t)2 * ndev, sizeof(float))))
         st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
     if (st != CLG_OK) {
@@ -324,6 +373,7 @@ static clg_status build_ckpt(clg_model *m, clg_ckpt *ck, int with_state, int64_t
     free(refs);
     CLG_TRY(st);
     CLG_TRY(clg_ckpt_set_meta(err, ck, CLG_CKPT_KEY_MODEL, m->net->text));
+    CLG_TRY(clg_ckpt_set_meta(err, ck, "model.hash", m->model_hash));
     CLG_TRY(clg_ckpt_set_meta(err, ck, "precision", m->fp16 ? "fp16" : "fp32"));
     CLG_TRY(clg_ckpt_set_meta_i64(err, ck, "norm.channels", m->has_norm ? m->norm.c : 0));
     char key[64];
@@ -728,10 +778,41 @@ static clg_status check_norm_channels(clg_model *m, const clg_ckpt *ck, const ch
     return CLG_OK;
 }
 
+/* Resume: the checkpoint is of this model (see clg_session_load). */
+static clg_status check_model(clg_model *m, const clg_ckpt *ck, const char *path)
+{
+    clg_err *err = &m->ctx->err;
+    const char *stored = clg_ckpt_get_meta(ck, "model.hash");
+    const char *text = clg_ckpt_get_meta(ck, CLG_CKPT_KEY_MODEL);
+    m->hash_unchecked = !stored;
+    if (stored && strcmp(stored, m->model_hash) != 0)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG,
+                           "%s: the checkpoint is of another model: its model hash is %s, this run's model %s "
+                           "hashes to %s (--resume-weights-only loads only the weights, for fine-tuning)",
+                           path, stored, m->net->source, m->model_hash);
+    if (!text)
+        return clg_err_set(err, CLG_ERR_FORMAT, "%s: checkpoint has no metadata '%s' (the model it was trained with)",
+                           path, CLG_CKPT_KEY_MODEL);
+    char th[17];
+    if (clg_model_hash(err, text, path, th) != CLG_OK)
+        return clg_err_set(err, CLG_ERR_FORMAT, "%s: the model text stored in the checkpoint does not parse: %s", path,
+                           err->msg);
+    if (strcmp(th, m->model_hash) != 0)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG,
+                           "%s: the model text stored in the checkpoint hashes to %s%s%s, this run's model %s to %s: "
+                           "another model, or an edited checkpoint (--resume-weights-only loads only the weights, "
+                           "for fine-tuning)",
+                           path, th, stored ? ", its model.hash is " : "", stored ? stored : "", m->net->source,
+                           m->model_hash);
+    return CLG_OK;
+}
+
 clg_status clg_session_load_ckpt(clg_model *m, const clg_ckpt *ck, const char *path, int with_state)
 {
     int had_norm = m->has_norm;
-    clg_status st = load_weights(m, ck, path);
+    clg_status st = with_state ? check_model(m, ck, path) : CLG_OK;
+    if (st == CLG_OK)
+        st = load_weights(m, ck, path);
     if (st == CLG_OK && with_state)
         st = check_norm_channels(m, ck, path, had_norm);
     if (st == CLG_OK)

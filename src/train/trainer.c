@@ -568,10 +568,16 @@ static clg_status open_checkpoint(train_state *ts)
                            strlen(p->checkpoint_dir), sizeof ts->ckpt_path - sizeof "/last.safetensors");
     if (!p->resume)
         return CLG_OK;
+    const char *flag = p->resume == 2 ? "--resume-weights-only" : "--resume";
     if (access(ts->ckpt_path, F_OK) != 0)
-        return clg_err_set(err, CLG_ERR_NOT_FOUND, "--resume: no checkpoint to resume from at %s", ts->ckpt_path);
+        return clg_err_set(err, CLG_ERR_NOT_FOUND, "%s: no checkpoint to resume from at %s", flag, ts->ckpt_path);
     clg_ds_norm keep = ts->m->norm;
-    CLG_TRY(clg_session_load(ts->m, ts->ckpt_path, 1));
+    /* 2: the weights only (fine-tuning: another model's weights of the same names and shapes, from step 0) */
+    CLG_TRY(clg_session_load(ts->m, ts->ckpt_path, p->resume != 2));
+    if (p->resume != 2 && ts->m->hash_unchecked && p->progress && clg_comm_rank() == 0)
+        fprintf(stderr, "note: %s has no model.hash (written by an older clgrad): the model it was trained with "
+                        "is checked by the model text it stores\n",
+                ts->ckpt_path);
     ts->m->norm = keep; /* computed again from the same data: identical */
     if (ts->m->resumed_from[0] && p->progress && clg_comm_rank() == 0)
         fprintf(stderr, "note: resuming a checkpoint written on %s onto %d device(s): the batch split differs, "
@@ -678,7 +684,10 @@ static clg_status train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_r
     if (fp16 < 0)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "unknown precision '%s' (fp32 or fp16)", p->precision);
     if (p->resume && !p->checkpoint_dir)
-        return clg_err_set(err, CLG_ERR_INVALID_ARG, "--resume needs --checkpoint DIR");
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "%s needs --checkpoint DIR",
+                           p->resume == 2 ? "--resume-weights-only" : "--resume");
+    if (p->resume < 0 || p->resume > 2)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "train: resume is %d (0, 1 or 2)", p->resume);
     train_state ts;
     memset(&ts, 0, sizeof ts);
     ts.p = p;

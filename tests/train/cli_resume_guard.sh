@@ -31,6 +31,12 @@ name = fc1
 units = 2
 [softmax]
 CFG
+# b.cfg: the same tensors (names and shapes) with other layers; c.cfg: a.cfg
+# with other comments, spacing, key order and hyper-parameters (the same model)
+sed -e 's/activation = relu/activation = sigmoid/' -e 's/^\[maxpool\]/[avgpool]/' "$tmp/a.cfg" > "$tmp/b.cfg"
+{ echo "# the same model, written otherwise"; sed -e 's/learning_rate = 0.05/learning_rate = 0.01/' \
+    -e 's/^filters = 4$/filters=4/' -e 's/^name = c1$/pad = 1\nname = c1/' -e '/^pad = 1$/d' "$tmp/a.cfg"; } > "$tmp/c.cfg"
+grep -q "^pad = 1" "$tmp/c.cfg" || { echo "c.cfg was not written as meant"; exit 1; }
 train() { "$clgrad" train "$tmp/a.cfg" --data "$tmp/data" --devices 0 "$@"; }
 # a good checkpoint (ck0, kept to copy from) and good weights
 train --epochs 3 --steps 2 --checkpoint "$tmp/ck0" --save "$tmp/good.safetensors" >/dev/null 2>&1 ||
@@ -91,6 +97,42 @@ resume_refused "total_steps -1" total_steps=-1
 resume_refused "total_steps missing" total_steps=
 resume_refused "epoch 1000000 (no rng key)" epoch=1000000 rng=
 resume_refused "batch 0" batch=0
+
+# item 7: another model with the same tensor shapes, or an edited model text, is refused naming both hashes
+model_refused() {
+    what=$1; cfg=$2; shift 2
+    n=$((n + 1))
+    rm -rf "$tmp/ck"; mkdir "$tmp/ck"
+    "$py" "$here/forge_ckpt.py" "$tmp/ck0/last.safetensors" "$tmp/ck/last.safetensors" "$@" || { fail "$what: forge"; return; }
+    cp "$tmp/ck/last.safetensors" "$tmp/forged"
+    out=$("$clgrad" train "$tmp/$cfg" --data "$tmp/data" --devices 0 --epochs 3 --checkpoint "$tmp/ck" --resume 2>&1)
+    rc=$?
+    msg=$(printf '%s\n' "$out" | tail -1)
+    echo "$what: $msg"
+    [ "$rc" -ne 0 ] || fail "$what: exit 0"
+    [ "$(printf '%s\n' "$msg" | grep -oE '\b[0-9a-f]{16}\b' | sort -u | wc -l)" -ge 2 ] || fail "$what: two hashes not named"
+    cmp -s "$tmp/ck/last.safetensors" "$tmp/forged" || fail "$what: the checkpoint was replaced"
+}
+model_refused "sigmoid + avgpool instead of relu + maxpool" b.cfg
+model_refused "stored model text replaced" a.cfg "model=$(cat "$tmp/b.cfg")"
+model_refused "stored model text replaced, no model.hash" a.cfg "model=$(cat "$tmp/b.cfg")" model.hash=
+# the same model written otherwise resumes; an old checkpoint without model.hash resumes with a note
+n=$((n + 1))
+rm -rf "$tmp/ck"; cp -r "$tmp/ck0" "$tmp/ck"
+"$clgrad" train "$tmp/c.cfg" --data "$tmp/data" --devices 0 --epochs 3 --steps 3 --checkpoint "$tmp/ck" --resume \
+    >/dev/null 2>"$tmp/err" || fail "the same model written otherwise does not resume: $(tail -1 "$tmp/err")"
+n=$((n + 1))
+rm -rf "$tmp/ck"; mkdir "$tmp/ck"
+"$py" "$here/forge_ckpt.py" "$tmp/ck0/last.safetensors" "$tmp/ck/last.safetensors" model.hash=
+train --epochs 3 --steps 3 --checkpoint "$tmp/ck" --resume >/dev/null 2>"$tmp/err" ||
+    fail "a checkpoint without model.hash does not resume: $(tail -1 "$tmp/err")"
+grep -q "no model.hash" "$tmp/err" || fail "no note for a checkpoint without model.hash"
+# --resume-weights-only: the other model takes the weights, from step 0
+n=$((n + 1))
+rm -rf "$tmp/ck"; cp -r "$tmp/ck0" "$tmp/ck"
+out=$("$clgrad" train "$tmp/b.cfg" --data "$tmp/data" --devices 0 --epochs 1 --steps 1 --checkpoint "$tmp/ck" \
+    --resume-weights-only 2>&1) || fail "--resume-weights-only: $(printf '%s\n' "$out" | tail -1)"
+printf '%s\n' "$out" | grep -q "1 steps" || fail "--resume-weights-only did not start from step 0: $(printf '%s\n' "$out" | grep steps)"
 
 echo "$n checks, $fails failed"
 [ "$fails" -eq 0 ]
