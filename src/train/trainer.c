@@ -566,6 +566,16 @@ static clg_status open_checkpoint(train_state *ts)
         return clg_err_set(err, CLG_ERR_INVALID_ARG,
                            "checkpoint directory path too long (%zu characters, at most %zu)",
                            strlen(p->checkpoint_dir), sizeof ts->ckpt_path - sizeof "/last.safetensors");
+    /* a save killed before its rename leaves PATH.tmp.XXXXXX: removed now, and said (the file at PATH is the
+     * last complete one) */
+    const char *paths[2] = {p->checkpoint_dir ? ts->ckpt_path : NULL, p->save_weights};
+    for (int i = 0; i < 2 && clg_comm_rank() == 0; i++) {
+        char first[4400];
+        int n = paths[i] ? clg_file_remove_stale_temps(paths[i], first, sizeof first) : 0;
+        if (n > 0)
+            fprintf(stderr, "note: removed %s%s, left by a save that was interrupted (%s is the last complete file)\n",
+                    first, n > 1 ? " and older temporary files beside it" : "", paths[i]);
+    }
     if (!p->resume)
         return CLG_OK;
     const char *flag = p->resume == 2 ? "--resume-weights-only" : "--resume";

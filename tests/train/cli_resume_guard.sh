@@ -134,5 +134,15 @@ out=$("$clgrad" train "$tmp/b.cfg" --data "$tmp/data" --devices 0 --epochs 1 --s
     --resume-weights-only 2>&1) || fail "--resume-weights-only: $(printf '%s\n' "$out" | tail -1)"
 printf '%s\n' "$out" | grep -q "1 steps" || fail "--resume-weights-only did not start from step 0: $(printf '%s\n' "$out" | grep steps)"
 
+# a temporary file left by a save killed before its rename: removed, and said on stderr naming it
+n=$((n + 1))
+rm -rf "$tmp/ck"; cp -r "$tmp/ck0" "$tmp/ck"
+head -c 1000 "$tmp/ck0/last.safetensors" > "$tmp/ck/last.safetensors.tmp.Ab12Cd"
+touch -d '1 hour ago' "$tmp/ck/last.safetensors.tmp.Ab12Cd"
+train --epochs 3 --steps 3 --checkpoint "$tmp/ck" --resume --quiet >/dev/null 2>"$tmp/err" ||
+    fail "resume beside a stale temporary file: $(tail -1 "$tmp/err")"
+[ ! -e "$tmp/ck/last.safetensors.tmp.Ab12Cd" ] || fail "the stale temporary file was not removed"
+[ "$(grep -c 'last.safetensors.tmp.Ab12Cd' "$tmp/err")" -eq 1 ] || fail "no (single) line naming the removed file"
+
 echo "$n checks, $fails failed"
 [ "$fails" -eq 0 ]
