@@ -127,7 +127,7 @@ CLG_INTERNAL clg_status clg_ckpt_get_meta_f64(clg_err *err, const clg_ckpt *ck, 
  *   norm.channels          i64 [0, CLG_DS_MAX_CHANNELS (16)], and (resume: required) the run's
  *                          normalized channels: the model's input channels, 0 only without one
  *   seed                   i64 [0, INT64_MAX] (the --seed range)
- *   total_steps            i64 [max(step, 1), INT64_MAX / 2]
+ *   total_steps            i64 [0, INT64_MAX / 2], and 0 or at least step
  *   rng                    hex:hex, and (resume) the stream clg_rng_seed(seed, epoch) gives
  *   epoch                  also at most the resumed run's epochs (batch_in_epoch 0 when equal)
  *   norm.mean.<c>          f64 finite [-1e5, 1e5]

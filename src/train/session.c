@@ -629,8 +629,14 @@ static clg_status load_position(clg_model *m, const clg_ckpt *ck, const char *pa
         st = meta_i64_range(err, ck, path, "batch_in_epoch", 0, INT32_MAX, &bie);
     if (st == CLG_OK) /* the run continues with its own shuffles and masks; --seed is in [0, INT64_MAX] */
         st = meta_i64_range(err, ck, path, "seed", 0, INT64_MAX, &seed);
-    if (st == CLG_OK) /* steps per epoch x epochs of the run that wrote it: at least 1, and the steps taken */
-        st = meta_i64_range(err, ck, path, "total_steps", CLG_MAX(step, 1), INT64_MAX / 2, &total);
+    /* steps per epoch x epochs of the run that wrote it, at least the steps taken (0: not a training run's,
+     * e.g. the library's clg_session_save with the state) */
+    if (st == CLG_OK)
+        st = meta_i64_range(err, ck, path, "total_steps", 0, INT64_MAX / 2, &total);
+    if (st == CLG_OK && total > 0 && total < step)
+        st = clg_err_set(err, CLG_ERR_FORMAT,
+                         "%s: checkpoint metadata 'total_steps' = %" PRId64 " is below its 'step' = %" PRId64, path,
+                         total, step);
     if (st == CLG_OK && clg_ckpt_get_meta(ck, CLG_CKPT_KEY_RNG)) { /* the epoch's stream of that seed */
         clg_rng r, want;
         st = clg_ckpt_get_rng(err, ck, CLG_CKPT_KEY_RNG, &r);

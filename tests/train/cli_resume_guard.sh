@@ -95,6 +95,7 @@ resume_refused "rng of another epoch" "rng=0000000000000001:0000000000000003"
 resume_refused "seed -1" seed=-1
 resume_refused "total_steps -1" total_steps=-1
 resume_refused "total_steps missing" total_steps=
+resume_refused "total_steps 1, below step 2" total_steps=1
 resume_refused "epoch 1000000 (no rng key)" epoch=1000000 rng=
 resume_refused "batch 0" batch=0
 
