@@ -377,7 +377,8 @@ typedef struct clg_train_params {
     double clip_norm;           /* < 0: [net]; 0 off */
     const char *precision;      /* "fp32" (default) or "fp16" */
     const char *checkpoint_dir; /* NULL: no checkpoints */
-    int resume;                 /* continue from checkpoint_dir/last.safetensors */
+    int resume;                 /* 1: continue from checkpoint_dir/last.safetensors (the same model, checked
+                                 * by its hash); 2: load only its weights and train from step 0 */
     uint64_t seed;              /* default 1 */
     const char *log_csv;        /* CSV per epoch; an SVG plot is written next to it */
     int64_t max_steps;          /* stop after this many optimizer steps in total; 0: no limit */

@@ -25,7 +25,10 @@ const cli_spec cli_spec_eval = {
     .name = "eval",
     .synopsis = "MODEL --weights FILE --data fashion-mnist|mnist|cifar10|PATH [options]",
     .about = "Evaluates trained weights on the test split: loss, accuracy and the confusion matrix.\n"
-             "The batches are split over the selected devices (default: the model file's batch).",
+             "The batches are split over the selected devices (default: the model file's batch).\n"
+             "From a checkpoint, eval reads the weights and the input normalization only: the\n"
+             "training state (step, epoch, seed, rng, optimizer.*) is ignored by design, and\n"
+             "checked only by 'clgrad train --resume'.",
     .opts = opts,
     .positional = cli_model_positional,
 };

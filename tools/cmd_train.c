@@ -48,7 +48,12 @@ static const cli_opt opts[] = {
     CLI_OPT_PRECISION,
     CLI_STRING_OPT("--checkpoint", T, p.checkpoint_dir, "DIR",
                    "save DIR/last.safetensors after every epoch and at the end"),
-    CLI_FLAG_OPT("--resume", T, p.resume, 1, "continue from DIR/last.safetensors (same batch and --epochs)"),
+    CLI_FLAG_OPT("--resume", T, p.resume, 1,
+                 "continue from DIR/last.safetensors (same model, batch and --epochs;\n"
+                 "the model is checked by a hash of its normalized text)"),
+    CLI_FLAG_OPT("--resume-weights-only", T, p.resume, 2,
+                 "load only the weights of DIR/last.safetensors and train from step 0\n"
+                 "(deliberate fine-tuning of a changed model with the same tensors)"),
     CLI_INT_OPT("--seed", T, p.seed, 0, INT64_MAX, "N", "seed for weights and shuffling (default 1)"),
     CLI_STRING_OPT("--log", T, p.log_csv, "FILE", "per-epoch CSV log; an SVG plot is written next to it"),
     CLI_INT_OPT("--steps", T, p.max_steps, 1, INT64_MAX, "N",

@@ -85,6 +85,10 @@ CLG_INTERNAL clg_status clg_text_check_nul(clg_err *err, const char *source, con
  * the rename, PATH.tmp.XXXXXX files older than this write (left by killed
  * writers) are removed; nothing else in the directory is touched. */
 CLG_INTERNAL clg_status clg_file_write_atomic(clg_err *err, const char *path, const void *data, size_t len);
+/* The same sweep on its own, for the files modified before now: how many
+ * PATH.tmp.XXXXXX files were removed, the first one's path into first
+ * (cap > 0: "" when none). Best effort. */
+CLG_INTERNAL int clg_file_remove_stale_temps(const char *path, char *first, size_t cap);
 /* mkdir -p. */
 CLG_INTERNAL clg_status clg_mkdirs(clg_err *err, const char *path);
 

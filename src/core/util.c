@@ -160,12 +160,15 @@ static int is_temp_of(const char *entry, const char *base)
 
 /* Removes NAME.tmp.XXXXXX files left by writers killed before their
  * rename: only those modified before `before` (the start of this write), so
- * a concurrent writer's fresh temporary file is kept. Best effort. */
-static void remove_stale_temps(const char *dir, const char *base, const struct timespec *before)
+ * a concurrent writer's fresh temporary file is kept. Best effort. Returns
+ * how many were removed; the first one's name into first (cap > 0). */
+static int remove_stale_temps(const char *dir, const char *base, const struct timespec *before, char *first,
+                              size_t cap)
 {
+    int removed = 0;
     DIR *d = opendir(dir);
     if (!d)
-        return;
+        return 0;
     int dfd = dirfd(d);
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
@@ -175,10 +178,13 @@ static void remove_stale_temps(const char *dir, const char *base, const struct t
         if (fstatat(dfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode))
             continue;
         if (sb.st_mtim.tv_sec < before->tv_sec ||
-            (sb.st_mtim.tv_sec == before->tv_sec && sb.st_mtim.tv_nsec < before->tv_nsec))
-            (void)unlinkat(dfd, e->d_name, 0);
+            (sb.st_mtim.tv_sec == before->tv_sec && sb.st_mtim.tv_nsec < before->tv_nsec)) {
+            if (unlinkat(dfd, e->d_name, 0) == 0 && removed++ == 0 && cap > 0)
+                snprintf(first, cap, "%s/%s", dir, e->d_name);
+        }
     }
     closedir(d);
+    return removed;
 }
 
 /* Directory and base name of path ("." when it has no slash); malloc'd dir. */
@@ -199,6 +205,22 @@ static char *split_dir(const char *path, const char **base)
         d[n] = 0;
     }
     return d;
+}
+
+int clg_file_remove_stale_temps(const char *path, char *first, size_t cap)
+{
+    const char *base = NULL;
+    char *dir = split_dir(path, &base);
+    struct timespec now;
+    if (cap > 0)
+        first[0] = 0;
+    if (!dir || clock_gettime(CLOCK_REALTIME, &now) != 0) {
+        free(dir);
+        return 0;
+    }
+    int n = remove_stale_temps(dir, base, &now, first, cap);
+    free(dir);
+    return n;
 }
 
 clg_status clg_file_write_atomic(clg_err *err, const char *path, const void *data, size_t len)
@@ -251,7 +273,7 @@ clg_status clg_file_write_atomic(clg_err *err, const char *path, const void *dat
         close(dfd);
     }
     if (have_start)
-        remove_stale_temps(dir, base, &own.st_mtim);
+        (void)remove_stale_temps(dir, base, &own.st_mtim, NULL, 0);
     free(tmp);
     free(dir);
     return CLG_OK;

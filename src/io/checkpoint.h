@@ -124,15 +124,21 @@ CLG_INTERNAL clg_status clg_ckpt_get_meta_f64(clg_err *err, const clg_ckpt *ck, 
  *   epoch                  i64 [0, INT32_MAX]     (stored in an int)
  *   batch_in_epoch         i64 [0, S]
  *   batch                  i64 [1, 1 << 20], and == B
- *   norm.channels          i64 [0, CLG_DS_MAX_CHANNELS (16)], and 0 or the model's input channels
+ *   norm.channels          i64 [0, CLG_DS_MAX_CHANNELS (16)], and (resume: required) the run's
+ *                          normalized channels: the model's input channels, 0 only without one
+ *   seed                   i64 [0, INT64_MAX] (the --seed range)
+ *   total_steps            i64 [0, INT64_MAX / 2], and 0 or at least step
+ *   rng                    hex:hex, and (resume) the stream clg_rng_seed(seed, epoch) gives
+ *   epoch                  also at most the resumed run's epochs (batch_in_epoch 0 when equal)
  *   norm.mean.<c>          f64 finite [-1e5, 1e5]
  *   norm.std.<c>           f64 finite [1e-6, 1e5] (the writer stores 1 below 1e-6)
  *   optimizer.t            i64 [0, step]
  *   optimizer.nesterov     i64 [0, 1]
- *   optimizer.lr           f64 finite [0, 1e3];  optimizer.weight_decay f64 finite [0, 1e3]
+ *   optimizer.lr           f64 finite [0, DBL_MAX];  optimizer.weight_decay f64 finite [0, DBL_MAX]
+ *                          (the command line's ranges)
  *   optimizer.momentum, optimizer.beta1, optimizer.beta2   f64 finite [0, 1)
  *                          (pass hi = nextafter(1, 0))
- *   optimizer.epsilon      f64 finite [DBL_MIN, 1]
+ *   optimizer.epsilon      f64 finite [0, 1] (the model file's range)
  *   fp16.loss_scale        f64 finite [CLG_LS_MIN, CLG_LS_MAX]
  *   fp16.good_steps, fp16.skipped   i64 [0, INT64_MAX]
  */

@@ -1,9 +1,11 @@
 /* Training session: lanes + host staging + checkpoints + eval (see session.h). */
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/cfg.h"
 #include "model/layers.h"
 #include "parallel/comm.h"
 #include "train/session.h"
@@ -15,6 +17,52 @@ int clg_precision_parse(const char *name)
     if (strcmp(name, "fp16") == 0)
         return 1;
     return -1;
+}
+
+static uint64_t fnv1a(uint64_t h, const char *s)
+{
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h;
+}
+
+static int kv_cmp(const void *a, const void *b)
+{
+    return strcmp((*(const clg_cfg_kv *const *)a)->key, (*(const clg_cfg_kv *const *)b)->key);
+}
+
+clg_status clg_model_hash(clg_err *err, const char *text, const char *source, char out[17])
+{
+    static const char *const net_keys[] = {"channels", "height", "width", "classes"};
+    clg_cfg *cfg = NULL;
+    CLG_TRY(clg_cfg_parse(err, text, source, &cfg));
+    uint64_t h = 0xcbf29ce484222325ull;
+    clg_status st = CLG_OK;
+    for (int i = 0; i < cfg->nsec && st == CLG_OK; i++) {
+        const clg_cfg_section *sec = &cfg->sec[i];
+        int is_net = strcmp(sec->name, "net") == 0;
+        const clg_cfg_kv **kv = malloc((size_t)CLG_MAX(sec->nkv, 1) * sizeof *kv);
+        if (!kv) {
+            st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+            break;
+        }
+        int n = 0;
+        for (int k = 0; k < sec->nkv; k++) {
+            int keep = !is_net;
+            for (size_t j = 0; is_net && j < CLG_ARRAY_LEN(net_keys); j++)
+                keep |= strcmp(sec->kv[k].key, net_keys[j]) == 0;
+            if (keep)
+                kv[n++] = &sec->kv[k];
+        }
+        qsort(kv, (size_t)n, sizeof *kv, kv_cmp);
+        h = fnv1a(fnv1a(fnv1a(h, "["), sec->name), "]\n");
+        for (int k = 0; k < n; k++)
+            h = fnv1a(fnv1a(fnv1a(fnv1a(h, kv[k]->key), "="), kv[k]->value), "\n");
+        free(kv);
+    }
+    clg_cfg_free(cfg);
+    snprintf(out, 17, "%016" PRIx64, h);
+    return st;
 }
 
 clg_status clg_session_create(clg_ctx *ctx, const char *devices, int device, const char *text, const char *source,
@@ -35,6 +83,7 @@ clg_status clg_session_create(clg_ctx *ctx, const char *devices, int device, con
     m->fp16 = fp16 != 0;
     m->loss_scale = m->fp16 ? CLG_LS_INIT : 1.0;
     m->ls_interval = CLG_LS_INTERVAL;
+    m->check_stage = -1;
     if (ctx->opts.fp16_scale_interval > 0) /* test aid: grow S sooner */
         m->ls_interval = (int)ctx->opts.fp16_scale_interval;
     clg_status st = clg_net_build(err, text, source, batch, &m->net);
@@ -52,6 +101,8 @@ clg_status clg_session_create(clg_ctx *ctx, const char *devices, int device, con
         if (!m->xhost[s] || !m->yhost[s])
             st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory for input staging");
     }
+    if (st == CLG_OK)
+        st = clg_model_hash(err, m->net->text, m->net->source, m->model_hash);
     if (st == CLG_OK && !(m->lane_res = calloc((size_t)2 * ndev, sizeof(float))))
         st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
     if (st != CLG_OK) {
@@ -159,6 +210,8 @@ clg_status clg_session_step_begin(clg_model *m, int s, double lr, float *res, cl
     j.step = (uint32_t)m->step;
     j.res = res;
     j.res_ev = res_ev;
+    m->check_stage = s;
+    m->check_labels = 1;
     clg_dp_train_begin(m->dp, &j);
     return CLG_OK;
 }
@@ -258,6 +311,8 @@ clg_status clg_session_forward(clg_model *m, int s, int with_labels, float *res,
     j.res = res ? m->lane_res : NULL;
     j.out = out;
     j.out_w = (size_t)o->c * o->h * o->w;
+    m->check_stage = s;
+    m->check_labels = with_labels != 0;
     CLG_TRY(clg_dp_forward(m->dp, &j));
     sum_lanes(m, res);
     return CLG_OK;
@@ -270,7 +325,9 @@ static void param_name(char *dst, size_t n, const char *prefix, const clg_param_
     snprintf(dst, n, "%s%s.%s", prefix, r->layer->name, r->param->name);
 }
 
-static clg_status add_device_tensor(clg_model *m, clg_ckpt *ck, const char *name, const clg_param *p, cl_mem mem)
+/* max_abs: the largest magnitude accepted (weights: CLG_SAVE_MAX_ABS; optimizer state: only finite). */
+static clg_status add_device_tensor(clg_model *m, clg_ckpt *ck, const char *name, const clg_param *p, cl_mem mem,
+                                    double max_abs)
 {
     clg_err *err = &m->ctx->err;
     int64_t shape[4];
@@ -292,6 +349,11 @@ static clg_status add_device_tensor(clg_model *m, clg_ckpt *ck, const char *name
                                "not saving: tensor '%s' holds a non-finite value (%g at element %zu); the model "
                                "diverged (lower the learning rate)",
                                name, (double)f[k], k);
+        else if (fabs((double)f[k]) > max_abs)
+            return clg_err_set(err, CLG_ERR_INTERNAL,
+                               "not saving: tensor '%s' holds %g at element %zu, beyond the %g a trained weight may "
+                               "reach; the model diverged (lower the learning rate)",
+                               name, (double)f[k], k, max_abs);
     return CLG_OK;
 }
 
@@ -305,11 +367,13 @@ static clg_status build_ckpt(clg_model *m, clg_ckpt *ck, int with_state, int64_t
     clg_status st = CLG_OK;
     for (int i = 0; i < n && st == CLG_OK; i++) {
         param_name(name, sizeof name, "", &refs[i]);
-        st = add_device_tensor(m, ck, name, refs[i].param, clg_replica_master(clg_session_rep(m), &refs[i]));
+        st = add_device_tensor(m, ck, name, refs[i].param, clg_replica_master(clg_session_rep(m), &refs[i]),
+                               CLG_SAVE_MAX_ABS);
     }
     free(refs);
     CLG_TRY(st);
     CLG_TRY(clg_ckpt_set_meta(err, ck, CLG_CKPT_KEY_MODEL, m->net->text));
+    CLG_TRY(clg_ckpt_set_meta(err, ck, "model.hash", m->model_hash));
     CLG_TRY(clg_ckpt_set_meta(err, ck, "precision", m->fp16 ? "fp16" : "fp32"));
     CLG_TRY(clg_ckpt_set_meta_i64(err, ck, "norm.channels", m->has_norm ? m->norm.c : 0));
     char key[64];
@@ -360,21 +424,59 @@ static clg_status build_ckpt(clg_model *m, clg_ckpt *ck, int with_state, int64_t
         for (int i = 0; i < o->n; i++) {
             if (ns >= 1) {
                 param_name(name, sizeof name, "opt.m.", &o->refs[i]);
-                CLG_TRY(add_device_tensor(m, ck, name, o->refs[i].param, o->m[i]));
+                CLG_TRY(add_device_tensor(m, ck, name, o->refs[i].param, o->m[i], HUGE_VAL));
             }
             if (ns >= 2) {
                 param_name(name, sizeof name, "opt.v.", &o->refs[i]);
-                CLG_TRY(add_device_tensor(m, ck, name, o->refs[i].param, o->v[i]));
+                CLG_TRY(add_device_tensor(m, ck, name, o->refs[i].param, o->v[i], HUGE_VAL));
             }
         }
     }
     return CLG_OK;
 }
 
+/* A forward of the current weights on the last batch the session stepped
+ * or evaluated: the loss (when the batch has labels and the model a loss)
+ * and every output must be finite. No batch yet: nothing to check. */
+static clg_status check_forward(clg_model *m, const char *path)
+{
+    clg_err *err = &m->ctx->err;
+    if (m->check_stage < 0)
+        return CLG_OK;
+    CLG_TRY(clg_dp_finish(m->dp));
+    const clg_tensor *o = clg_replica_output(clg_session_rep(m));
+    size_t outw = (size_t)o->c * o->h * o->w, nout = (size_t)m->net->batch * outw;
+    float *out = calloc(CLG_MAX(nout, 1), sizeof(float));
+    if (!out)
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    int labels = m->check_labels && clg_session_rep(m)->loss_index >= 0;
+    float res[2] = {0, 0};
+    clg_status st = clg_session_forward(m, m->check_stage, labels, labels ? res : NULL, out);
+    if (st == CLG_OK)
+        st = clg_dp_finish(m->dp);
+    size_t bad = nout;
+    for (size_t k = 0; st == CLG_OK && k < nout && bad == nout; k++)
+        if (!isfinite(out[k]))
+            bad = k;
+    if (st == CLG_OK && labels && !isfinite(res[0]))
+        st = clg_err_set(err, CLG_ERR_INTERNAL,
+                         "not saving %s: the weights give a non-finite loss (%g) on the last batch; the model "
+                         "diverged (lower the learning rate); an earlier file there is kept",
+                         path, (double)res[0]);
+    else if (st == CLG_OK && bad < nout)
+        st = clg_err_set(err, CLG_ERR_INTERNAL,
+                         "not saving %s: the weights give a non-finite output (%g, sample %zu) on the last batch; "
+                         "the model diverged (lower the learning rate); an earlier file there is kept",
+                         path, (double)out[bad], bad / CLG_MAX(outw, 1));
+    free(out);
+    return st;
+}
+
 clg_status clg_session_save(clg_model *m, const char *path, int with_state, int64_t total_steps)
 {
     clg_err *err = &m->ctx->err;
     clg_ckpt *ck = NULL;
+    CLG_TRY(check_forward(m, path));
     CLG_TRY(clg_ckpt_create(err, &ck));
     clg_status st = build_ckpt(m, ck, with_state, total_steps);
     if (st == CLG_OK)
@@ -502,21 +604,51 @@ static clg_status load_norm(clg_model *m, const clg_ckpt *ck, const char *path)
     return st;
 }
 
-/* The run's position (step, epoch, batch in epoch, seed), then the batch
- * and precision it was trained with, which a resume must match. */
+/* A metadata double that must be finite and lie in [lo, hi]; the message names the file. */
+static clg_status meta_f64_range(clg_err *err, const clg_ckpt *ck, const char *path, const char *key, double lo,
+                                 double hi, double *v)
+{
+    clg_status st = clg_ckpt_get_meta_f64_range(err, ck, key, lo, hi, v);
+    if (st != CLG_OK) /* clg_err_set may format from the buffer it writes */
+        return clg_err_set(err, st, "%s: %s", path, err->msg);
+    return CLG_OK;
+}
+
+/* The run's position (step, epoch, batch in epoch, seed, total steps, the
+ * rng state they imply), then the batch and precision it was trained with,
+ * which a resume must match. Every key is required and range-checked. */
 static clg_status load_position(clg_model *m, const clg_ckpt *ck, const char *path)
 {
     clg_err *err = &m->ctx->err;
-    int64_t v = 0, step = 0, epoch = 0, bie = 0;
+    int64_t v = 0, step = 0, epoch = 0, bie = 0, seed = 0, total = 0;
     clg_status st = meta_i64_range(err, ck, path, CLG_CKPT_KEY_STEP, 0, INT64_MAX / 2, &step);
     if (st == CLG_OK)
         st = meta_i64_range(err, ck, path, CLG_CKPT_KEY_EPOCH, 0, 1000000, &epoch);
     /* a batch index within an epoch: at most the dataset's batches (checked against the data by the trainer) */
     if (st == CLG_OK)
         st = meta_i64_range(err, ck, path, "batch_in_epoch", 0, INT32_MAX, &bie);
-    int64_t seed = (int64_t)m->seed;
-    if (st == CLG_OK && clg_ckpt_get_meta(ck, "seed")) /* the run continues with its own shuffles and masks */
-        st = clg_ckpt_get_meta_i64(err, ck, "seed", &seed); /* any 64-bit seed (stored as int64) */
+    if (st == CLG_OK) /* the run continues with its own shuffles and masks; --seed is in [0, INT64_MAX] */
+        st = meta_i64_range(err, ck, path, "seed", 0, INT64_MAX, &seed);
+    /* steps per epoch x epochs of the run that wrote it, at least the steps taken (0: not a training run's,
+     * e.g. the library's clg_session_save with the state) */
+    if (st == CLG_OK)
+        st = meta_i64_range(err, ck, path, "total_steps", 0, INT64_MAX / 2, &total);
+    if (st == CLG_OK && total > 0 && total < step)
+        st = clg_err_set(err, CLG_ERR_FORMAT,
+                         "%s: checkpoint metadata 'total_steps' = %" PRId64 " is below its 'step' = %" PRId64, path,
+                         total, step);
+    if (st == CLG_OK && clg_ckpt_get_meta(ck, CLG_CKPT_KEY_RNG)) { /* the epoch's stream of that seed */
+        clg_rng r, want;
+        st = clg_ckpt_get_rng(err, ck, CLG_CKPT_KEY_RNG, &r);
+        if (st != CLG_OK)
+            st = clg_err_set(err, st, "%s: %s", path, err->msg);
+        clg_rng_seed(&want, (uint64_t)seed, (uint64_t)epoch);
+        if (st == CLG_OK && (r.state != want.state || r.inc != want.inc))
+            st = clg_err_set(err, CLG_ERR_FORMAT,
+                             "%s: checkpoint metadata '%s' = '%s' is not the rng state of seed %" PRId64
+                             " at epoch %" PRId64,
+                             path, CLG_CKPT_KEY_RNG, clg_ckpt_get_meta(ck, CLG_CKPT_KEY_RNG), seed, epoch);
+    }
     if (st == CLG_OK) {
         m->step = step;
         m->epoch = (int)epoch;
@@ -524,7 +656,7 @@ static clg_status load_position(clg_model *m, const clg_ckpt *ck, const char *pa
         m->seed = (uint64_t)seed;
     }
     if (st == CLG_OK)
-        st = clg_ckpt_get_meta_i64(err, ck, "batch", &v);
+        st = meta_i64_range(err, ck, path, "batch", 1, 1 << 20, &v);
     if (st == CLG_OK && v != m->net->batch)
         st = clg_err_set(err, CLG_ERR_INVALID_ARG,
                          "%s: the checkpoint was trained with batch %" PRId64 ", this run uses %d (resume needs the same batch)",
@@ -547,14 +679,11 @@ static clg_status load_loss_scale(clg_model *m, const clg_ckpt *ck, const char *
         return CLG_OK;
     double ls = 0;
     int64_t good = 0, skipped = 0;
-    clg_status st = clg_ckpt_get_meta_f64(err, ck, "fp16.loss_scale", &ls);
+    clg_status st = meta_f64_range(err, ck, path, "fp16.loss_scale", CLG_LS_MIN, CLG_LS_MAX, &ls);
     if (st == CLG_OK)
-        st = clg_ckpt_get_meta_i64(err, ck, "fp16.good_steps", &good);
+        st = meta_i64_range(err, ck, path, "fp16.good_steps", 0, INT64_MAX, &good);
     if (st == CLG_OK)
-        st = clg_ckpt_get_meta_i64(err, ck, "fp16.skipped", &skipped);
-    if (st == CLG_OK && !(ls >= CLG_LS_MIN && ls <= CLG_LS_MAX && good >= 0))
-        st = clg_err_set(err, CLG_ERR_FORMAT, "%s: fp16 loss scale %g / good steps %" PRId64 " out of range", path, ls,
-                         good);
+        st = meta_i64_range(err, ck, path, "fp16.skipped", 0, INT64_MAX, &skipped);
     if (st == CLG_OK) {
         m->loss_scale = ls;
         m->ls_good = good;
@@ -572,6 +701,22 @@ static clg_status load_optim_state(clg_model *m, const clg_ckpt *ck, const char 
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "%s: the checkpoint's optimizer is '%s', this run uses '%s'",
                            path, opt ? opt : "(none)", clg_optim_name(m->hp.optimizer));
     int64_t v = 0;
+    /* the run's own hyper-parameters apply, but what the file holds must be sane (written by clgrad:
+     * the ranges of the model file's keys and the command line's options) */
+    const double below1 = nextafter(1.0, 0.0);
+    const struct {
+        const char *key;
+        double lo, hi;
+    } hyper[] = {{"optimizer.lr", 0, DBL_MAX},       {"optimizer.weight_decay", 0, DBL_MAX},
+                 {"optimizer.momentum", 0, below1},  {"optimizer.beta1", 0, below1},
+                 {"optimizer.beta2", 0, below1},     {"optimizer.epsilon", 0, 1}};
+    for (size_t i = 0; i < CLG_ARRAY_LEN(hyper); i++) {
+        double d = 0;
+        if (clg_ckpt_get_meta(ck, hyper[i].key))
+            CLG_TRY(meta_f64_range(err, ck, path, hyper[i].key, hyper[i].lo, hyper[i].hi, &d));
+    }
+    if (clg_ckpt_get_meta(ck, "optimizer.nesterov"))
+        CLG_TRY(meta_i64_range(err, ck, path, "optimizer.nesterov", 0, 1, &v));
     CLG_TRY(clg_session_ensure_optim(m));
     CLG_TRY(meta_i64_range(err, ck, path, "optimizer.t", 0, m->step, &v));
     for (int l = 0; l < m->dp->n; l++)
@@ -622,9 +767,60 @@ static void load_device_set(clg_model *m, const clg_ckpt *ck)
     }
 }
 
+/* Resume: the normalization the run uses (computed from the data, or the
+ * model file's) must be the one the checkpoint was trained with: norm.channels
+ * present and equal to its channels (0 only for a model without one). */
+static clg_status check_norm_channels(clg_model *m, const clg_ckpt *ck, const char *path, int had_norm)
+{
+    clg_err *err = &m->ctx->err;
+    int64_t nc = 0;
+    int want = had_norm ? m->net->in_c : 0;
+    CLG_TRY(meta_i64_range(err, ck, path, "norm.channels", 0, CLG_DS_MAX_CHANNELS, &nc));
+    if (nc != want)
+        return clg_err_set(err, CLG_ERR_FORMAT,
+                           "%s: checkpoint metadata 'norm.channels' = %" PRId64 ", this run normalizes %d input "
+                           "channel(s) (resume needs the normalization it was trained with)",
+                           path, nc, want);
+    return CLG_OK;
+}
+
+/* Resume: the checkpoint is of this model (see clg_session_load). */
+static clg_status check_model(clg_model *m, const clg_ckpt *ck, const char *path)
+{
+    clg_err *err = &m->ctx->err;
+    const char *stored = clg_ckpt_get_meta(ck, "model.hash");
+    const char *text = clg_ckpt_get_meta(ck, CLG_CKPT_KEY_MODEL);
+    m->hash_unchecked = !stored;
+    if (stored && strcmp(stored, m->model_hash) != 0)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG,
+                           "%s: the checkpoint is of another model: its model hash is %s, this run's model %s "
+                           "hashes to %s (--resume-weights-only loads only the weights, for fine-tuning)",
+                           path, stored, m->net->source, m->model_hash);
+    if (!text)
+        return clg_err_set(err, CLG_ERR_FORMAT, "%s: checkpoint has no metadata '%s' (the model it was trained with)",
+                           path, CLG_CKPT_KEY_MODEL);
+    char th[17];
+    if (clg_model_hash(err, text, path, th) != CLG_OK)
+        return clg_err_set(err, CLG_ERR_FORMAT, "%s: the model text stored in the checkpoint does not parse: %s", path,
+                           err->msg);
+    if (strcmp(th, m->model_hash) != 0)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG,
+                           "%s: the model text stored in the checkpoint hashes to %s%s%s, this run's model %s to %s: "
+                           "another model, or an edited checkpoint (--resume-weights-only loads only the weights, "
+                           "for fine-tuning)",
+                           path, th, stored ? ", its model.hash is " : "", stored ? stored : "", m->net->source,
+                           m->model_hash);
+    return CLG_OK;
+}
+
 clg_status clg_session_load_ckpt(clg_model *m, const clg_ckpt *ck, const char *path, int with_state)
 {
-    clg_status st = load_weights(m, ck, path);
+    int had_norm = m->has_norm;
+    clg_status st = with_state ? check_model(m, ck, path) : CLG_OK;
+    if (st == CLG_OK)
+        st = load_weights(m, ck, path);
+    if (st == CLG_OK && with_state)
+        st = check_norm_channels(m, ck, path, had_norm);
     if (st == CLG_OK)
         st = load_norm(m, ck, path);
     if (st == CLG_OK && with_state) { /* the training state, for an exact resume */

@@ -50,7 +50,20 @@ struct clg_model {
     int64_t ls_good;     /* clean steps since S last changed */
     int ls_interval;     /* clean steps before S doubles */
     int64_t ls_skipped;  /* steps skipped for inf/NaN gradients */
+    /* the stage of the last step or forward (-1: none yet) and whether it held labels: the batch a save
+     * checks the weights on (see clg_session_save) */
+    int check_stage;
+    int check_labels;
+    char model_hash[17];  /* clg_model_hash of net->text: stored as "model.hash", checked by a resume */
+    int hash_unchecked;   /* the last resume's checkpoint had no model.hash (older clgrad) */
 };
+
+/* The model's identity for resume: FNV-1a 64 (16 hex digits) of the model
+ * text normalized: comments, blank lines and spacing dropped, each layer
+ * section's keys sorted, and of [net] only the input shape and classes
+ * (hyper-parameters may change between runs). Different layer types or
+ * settings with the same tensor shapes hash differently. */
+CLG_INTERNAL clg_status clg_model_hash(clg_err *err, const char *text, const char *source, char out[17]);
 
 /* Lane 0: the replica checkpoints are written from and summaries describe. */
 static inline clg_replica *clg_session_rep(const clg_model *m) { return m->dp->lanes[0].rep; }
@@ -93,8 +106,23 @@ CLG_INTERNAL clg_status clg_session_precompile(clg_model *m, int reverse);
  * {loss, correct} (needs labels), out (may be NULL) every sample's output. */
 CLG_INTERNAL clg_status clg_session_forward(clg_model *m, int stage, int with_labels, float *res, float *out);
 
-/* Checkpoint of weights (+ optimizer and progress when with_state). */
+/* Largest weight magnitude a save accepts: beyond it the model has
+ * diverged even when every value is finite (squares and sums of such
+ * weights overflow float within a layer or two). */
+#define CLG_SAVE_MAX_ABS 1e10
+
+/* Checkpoint of weights (+ optimizer and progress when with_state). The
+ * one save path (checkpoints, --save, the API): it refuses, writing
+ * nothing and leaving an earlier file at path untouched, unless every
+ * value is finite, every weight is at most CLG_SAVE_MAX_ABS in magnitude
+ * and a forward of the weights to be saved on the last batch the session
+ * stepped or evaluated (when there is one) gives a finite loss and finite
+ * outputs. */
 CLG_INTERNAL clg_status clg_session_save(clg_model *m, const char *path, int with_state, int64_t total_steps);
+/* with_state (a resume) also requires the checkpoint's model to be this
+ * one: its "model.hash" and the hash of the model text it stores must
+ * equal m->model_hash (a checkpoint without model.hash, from an older
+ * clgrad, is checked by its model text alone and sets m->hash_unchecked). */
 CLG_INTERNAL clg_status clg_session_load(clg_model *m, const char *path, int with_state);
 /* The same from a checkpoint in memory (an imported ONNX model's weights);
  * path names it in messages. */

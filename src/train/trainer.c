@@ -263,6 +263,11 @@ static clg_status run_setup(train_state *ts)
     ts->spe = CLG_CEIL_DIV(ts->N, ts->B);
     ts->epochs = m->hp.epochs;
     ts->total = (int64_t)ts->spe * ts->epochs;
+    if (m->epoch > ts->epochs || (m->epoch == ts->epochs && m->batch_in_epoch > 0))
+        return clg_err_set(err, CLG_ERR_INVALID_ARG,
+                           "checkpoint metadata 'epoch' = %d (batch %d) lies beyond this run's %d epochs: nothing "
+                           "to train (a larger --epochs continues it)",
+                           m->epoch, m->batch_in_epoch, ts->epochs);
     if (m->batch_in_epoch > ts->spe)
         return clg_err_set(err, CLG_ERR_FORMAT,
                            "the checkpoint's position (batch %d of epoch %d) lies beyond this dataset's %d batches per "
@@ -561,12 +566,28 @@ static clg_status open_checkpoint(train_state *ts)
         return clg_err_set(err, CLG_ERR_INVALID_ARG,
                            "checkpoint directory path too long (%zu characters, at most %zu)",
                            strlen(p->checkpoint_dir), sizeof ts->ckpt_path - sizeof "/last.safetensors");
+    /* a save killed before its rename leaves PATH.tmp.XXXXXX: removed now, and said (the file at PATH is the
+     * last complete one) */
+    const char *paths[2] = {p->checkpoint_dir ? ts->ckpt_path : NULL, p->save_weights};
+    for (int i = 0; i < 2 && clg_comm_rank() == 0; i++) {
+        char first[4400];
+        int n = paths[i] ? clg_file_remove_stale_temps(paths[i], first, sizeof first) : 0;
+        if (n > 0)
+            fprintf(stderr, "note: removed %s%s, left by a save that was interrupted (%s is the last complete file)\n",
+                    first, n > 1 ? " and older temporary files beside it" : "", paths[i]);
+    }
     if (!p->resume)
         return CLG_OK;
+    const char *flag = p->resume == 2 ? "--resume-weights-only" : "--resume";
     if (access(ts->ckpt_path, F_OK) != 0)
-        return clg_err_set(err, CLG_ERR_NOT_FOUND, "--resume: no checkpoint to resume from at %s", ts->ckpt_path);
+        return clg_err_set(err, CLG_ERR_NOT_FOUND, "%s: no checkpoint to resume from at %s", flag, ts->ckpt_path);
     clg_ds_norm keep = ts->m->norm;
-    CLG_TRY(clg_session_load(ts->m, ts->ckpt_path, 1));
+    /* 2: the weights only (fine-tuning: another model's weights of the same names and shapes, from step 0) */
+    CLG_TRY(clg_session_load(ts->m, ts->ckpt_path, p->resume != 2));
+    if (p->resume != 2 && ts->m->hash_unchecked && p->progress && clg_comm_rank() == 0)
+        fprintf(stderr, "note: %s has no model.hash (written by an older clgrad): the model it was trained with "
+                        "is checked by the model text it stores\n",
+                ts->ckpt_path);
     ts->m->norm = keep; /* computed again from the same data: identical */
     if (ts->m->resumed_from[0] && p->progress && clg_comm_rank() == 0)
         fprintf(stderr, "note: resuming a checkpoint written on %s onto %d device(s): the batch split differs, "
@@ -673,7 +694,10 @@ static clg_status train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_r
     if (fp16 < 0)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "unknown precision '%s' (fp32 or fp16)", p->precision);
     if (p->resume && !p->checkpoint_dir)
-        return clg_err_set(err, CLG_ERR_INVALID_ARG, "--resume needs --checkpoint DIR");
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "%s needs --checkpoint DIR",
+                           p->resume == 2 ? "--resume-weights-only" : "--resume");
+    if (p->resume < 0 || p->resume > 2)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "train: resume is %d (0, 1 or 2)", p->resume);
     train_state ts;
     memset(&ts, 0, sizeof ts);
     ts.p = p;
