@@ -193,6 +193,7 @@ typedef struct clg_option_info {
     const char *doc;           /* one line (static) */
     char value[1024];          /* the current value as text */
     clg_option_source source;  /* where the value came from */
+    char accepts[256];         /* what it accepts, as text: "auto, own, clblast, ref", "0 or 1", "1..4", "text" */
 } clg_option_info;
 /* Row `index` of the table with its value in o (NULL: the defaults). A
  * macro: passes the sizeof of *out the caller was compiled with. */

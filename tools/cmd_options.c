@@ -13,31 +13,6 @@ static const char *source_name(clg_option_source s)
     return s == CLG_OPTION_ENV ? "environment" : s == CLG_OPTION_SET ? "flag" : "default";
 }
 
-/* What an option accepts, as text ("auto, own, clblast, ref", "1..4", "0 or 1", "text"). */
-static void accepts(const clg_option_info *in, char *buf, size_t n)
-{
-    if (strcmp(in->type, "choice") == 0) {
-        size_t j = 0;
-        for (const char *c = in->choices; *c && j + 3 < n; c++) {
-            if (*c == ',') {
-                buf[j++] = ',';
-                buf[j++] = ' ';
-            } else {
-                buf[j++] = *c;
-            }
-        }
-        buf[j] = 0;
-    } else if (strcmp(in->type, "bool") == 0) {
-        snprintf(buf, n, "0 or 1");
-    } else if (strcmp(in->type, "int") == 0) {
-        snprintf(buf, n, "%.0f..%.0f", in->min, in->max);
-    } else if (strcmp(in->type, "real") == 0) {
-        snprintf(buf, n, "%g..%g", in->min, in->max);
-    } else {
-        snprintf(buf, n, "text");
-    }
-}
-
 static const char *kind_label(const char *kind)
 {
     return strcmp(kind, "test") == 0 ? "test aid" : strcmp(kind, "tuning") == 0 ? "tuning aid" : "user";
@@ -57,12 +32,10 @@ static void print_md(void)
     for (int i = 0; i < clg_options_count(); i++) {
         if (clg_option_info_get(NULL, i, &in) != CLG_OK)
             continue;
-        char acc[256];
-        accepts(&in, acc, sizeof acc);
         char def[200];
         snprintf(def, sizeof def, in.default_value[0] ? "`%s`" : "(empty)", in.default_value);
         printf("| `%s` | %s%s%s | %s | %s | %s | %s |\n", in.name, in.env[0] ? "`" : "-", in.env, in.env[0] ? "`" : "",
-               def, acc, kind_label(in.kind), in.doc);
+               def, in.accepts, kind_label(in.kind), in.doc);
     }
 }
 
@@ -91,12 +64,10 @@ static void print_man(void)
     for (int i = 0; i < clg_options_count(); i++) {
         if (clg_option_info_get(NULL, i, &in) != CLG_OK || !in.env[0])
             continue;
-        char acc[256];
-        accepts(&in, acc, sizeof acc);
         printf(".TP\n.B %s\n%c", in.env, in.doc[0] >= 'a' && in.doc[0] <= 'z' ? in.doc[0] - 32 : in.doc[0]);
         roff(in.doc + 1);
         printf(" (%soption %s; accepts %s; default %s).\n", strcmp(in.kind, "tuning") == 0 ? "tuning aid, " : "",
-               in.name, acc, in.default_value[0] ? in.default_value : "empty");
+               in.name, in.accepts, in.default_value[0] ? in.default_value : "empty");
     }
 }
 
@@ -118,11 +89,9 @@ static int print_values(void)
     for (int i = 0; i < clg_options_count(); i++) {
         if (clg_option_info_get(o, i, &in) != CLG_OK)
             continue;
-        char acc[256];
-        accepts(&in, acc, sizeof acc);
         printf("%-20s %-24s %-12s %s\n", in.name, in.value[0] ? in.value : "\"\"", source_name(in.source),
                in.env[0] ? in.env : "(test aid)");
-        printf("%-58s %s [%s]\n", "", in.doc, acc);
+        printf("%-58s %s [%s]\n", "", in.doc, in.accepts);
     }
     clg_options_destroy(own);
     return CLI_OK;

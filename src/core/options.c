@@ -63,19 +63,36 @@ static int choice_index(const char *choices, const char *value)
     return -1;
 }
 
-/* The choices as "a, b, c" for messages. */
-static void choices_list(const char *choices, char *buf, size_t n)
+/* What option d accepts, as text for messages and clg_option_info.accepts:
+ * "auto, own, clblast, ref", "0 or 1", "1..4", "0..1e+06" or "text". */
+static void accepts_text(const clg_opt_desc *d, char *buf, size_t n)
 {
-    size_t j = 0;
-    for (const char *c = choices; *c && j + 3 < n; c++) {
-        if (*c == ',') {
-            buf[j++] = ',';
-            buf[j++] = ' ';
-        } else {
-            buf[j++] = *c;
+    switch (d->type) {
+    case CLG_OPT_CHOICE: {
+        size_t j = 0;
+        for (const char *c = d->choices; *c && j + 3 < n; c++) {
+            if (*c == ',') {
+                buf[j++] = ',';
+                buf[j++] = ' ';
+            } else {
+                buf[j++] = *c;
+            }
         }
+        buf[j] = 0;
+        break;
     }
-    buf[j] = 0;
+    case CLG_OPT_BOOL:
+        snprintf(buf, n, "0 or 1");
+        break;
+    case CLG_OPT_INT:
+        snprintf(buf, n, "%.0f..%.0f", d->lo, d->hi);
+        break;
+    case CLG_OPT_DOUBLE:
+        snprintf(buf, n, "%g..%g", d->lo, d->hi);
+        break;
+    default:
+        snprintf(buf, n, "text");
+    }
 }
 
 static int parse_bool(const char *v)
@@ -119,7 +136,9 @@ clg_status clg_opts_set_id(clg_opts *o, int id, const char *value, clg_option_so
         if (!*value || *end || errno)
             return refuse(err, d, value, "is not an integer");
         if ((double)v < d->lo || (double)v > d->hi) {
-            snprintf(why, sizeof why, "is out of range %.0f..%.0f", d->lo, d->hi);
+            char range[64];
+            accepts_text(d, range, sizeof range);
+            snprintf(why, sizeof why, "is out of range %s", range);
             return refuse(err, d, value, why);
         }
         *(long *)(void *)field = (long)v;
@@ -132,7 +151,9 @@ clg_status clg_opts_set_id(clg_opts *o, int id, const char *value, clg_option_so
         if (!*value || *end || errno || !isfinite(v))
             return refuse(err, d, value, "is not a number");
         if (v < d->lo || v > d->hi) {
-            snprintf(why, sizeof why, "is out of range %g..%g", d->lo, d->hi);
+            char range[64];
+            accepts_text(d, range, sizeof range);
+            snprintf(why, sizeof why, "is out of range %s", range);
             return refuse(err, d, value, why);
         }
         *(double *)(void *)field = v;
@@ -151,7 +172,7 @@ clg_status clg_opts_set_id(clg_opts *o, int id, const char *value, clg_option_so
         int i = choice_index(d->choices, value);
         if (i < 0) {
             char list[200];
-            choices_list(d->choices, list, sizeof list);
+            accepts_text(d, list, sizeof list);
             snprintf(why, sizeof why, "is not one of %s", list);
             return refuse(err, d, value, why);
         }
@@ -322,6 +343,7 @@ clg_status clg_option_info_get_size(const clg_options *o, int index, clg_option_
     info.max = d->type == CLG_OPT_INT || d->type == CLG_OPT_DOUBLE || d->type == CLG_OPT_BOOL ? d->hi : 0;
     info.doc = d->doc;
     clg_opts_format(o, index, info.value, sizeof info.value);
+    accepts_text(d, info.accepts, sizeof info.accepts);
     info.source = (clg_option_source)o->source[index];
     info.size = size < sizeof info ? size : sizeof info;
     clg_sized_write(out, size, &info, sizeof info);
