@@ -253,13 +253,9 @@ int bench_start(int argc, char **argv)
         med = sorted[warm / 2];
     }
     if (json) {
-        printf("{\"model\": \"");
-        for (const char *c = model; *c; c++) {
-            if (*c == '"' || *c == '\\')
-                putchar('\\');
-            putchar(*c);
-        }
-        printf("\", \"batch\": %s, ", batch);
+        printf("{\"model\": ");
+        cli_json_str(model);
+        printf(", \"batch\": %s, ", batch);
         print_run_json("cold", &cold);
         if (warm > 0) {
             printf(", ");

@@ -42,29 +42,19 @@ const cli_spec cli_spec_bench_train = {
     .opts = opts,
 };
 
-static void json_text(const char *s)
-{
-    for (const char *c = s; *c; c++) {
-        if (*c == '"' || *c == '\\')
-            putchar('\\');
-        if ((unsigned char)*c >= 0x20)
-            putchar(*c);
-    }
-}
-
 static void print_report(const bench_train_opts *o, const clg_bench_train_params *p, const clg_bench_train_report *rep,
                          const clg_device_info *info, clg_ctx *ctx)
 {
     int ranks = clg_mpi_size(), built = 0, cached = 0;
     clg_ctx_program_counts(ctx, &built, &cached);
     if (o->c.json) {
-        printf("{\"model\": \"");
-        json_text(p->model);
-        printf("\", \"precision\": \"%s\", \"batch\": %d, \"devices\": %d, \"steps\": %d, \"warmup\": %d, \"images_per_s\": %.1f, "
-               "\"ms_per_step\": %.3f, \"ms_per_step_median\": %.3f, \"device\": \"",
+        printf("{\"model\": ");
+        cli_json_str(p->model);
+        printf(", \"precision\": \"%s\", \"batch\": %d, \"devices\": %d, \"steps\": %d, \"warmup\": %d, \"images_per_s\": %.1f, "
+               "\"ms_per_step\": %.3f, \"ms_per_step_median\": %.3f, \"device\": ",
                p->precision ? p->precision : "fp32", p->batch, rep->devices, p->steps, p->warmup, rep->images_per_s, rep->ms_per_step, rep->ms_per_step_median);
-        json_text(info->name);
-        printf("\", \"shares\": \"%s\", \"ranks\": %d, \"setup_s\": %.4f, \"first_step_s\": %.4f, \"first_step_end\": %.6f, "
+        cli_json_str(info->name);
+        printf(", \"shares\": \"%s\", \"ranks\": %d, \"setup_s\": %.4f, \"first_step_s\": %.4f, \"first_step_end\": %.6f, "
                "\"first_step_cpu_s\": %.3f, \"launches_per_step\": %.1f, \"programs_built\": %d, \"programs_cached\": %d}\n",
                rep->shares, ranks, rep->setup_s, rep->first_step_s, rep->first_step_end, rep->first_step_cpu_s,
                rep->launches_per_step, built, cached);

@@ -184,3 +184,17 @@ clg_model *cli_model_open(const char *cmd, const char *model, const char *weight
     }
     return m;
 }
+
+void cli_json_str(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            printf("\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            printf("\\u%04x", (unsigned char)*s);
+        else
+            putchar(*s);
+    }
+    putchar('"');
+}

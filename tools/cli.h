@@ -25,6 +25,9 @@ typedef struct cli_cmd {
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prints "clgrad: message" to stderr; returns CLI_FAIL. */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prints s to stdout as a JSON string, quotes included (\" \\ and control
+ * characters escaped). */
+void cli_json_str(const char *s);
 
 /* Options are declared in tables and parsed by cli_parse (cli_opts.h). */
 int cli_is_help(const char *arg);

@@ -19,20 +19,6 @@ static const char *type_name(clg_device_type t)
     }
 }
 
-static void json_str(const char *s)
-{
-    putchar('"');
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\')
-            printf("\\%c", *s);
-        else if ((unsigned char)*s < 0x20)
-            printf("\\u%04x", (unsigned char)*s);
-        else
-            putchar(*s);
-    }
-    putchar('"');
-}
-
 static const cli_opt devices_opts[] = {CLI_OPT_JSON, CLI_OPT_DEVICES, CLI_END};
 
 const cli_spec cli_spec_devices = {
@@ -62,11 +48,11 @@ int cmd_devices(int argc, char **argv)
             continue;
         if (json) {
             printf("%s{\"index\":%d,\"name\":", i ? "," : "", i);
-            json_str(d.name);
+            cli_json_str(d.name);
             printf(",\"vendor\":");
-            json_str(d.vendor);
+            cli_json_str(d.vendor);
             printf(",\"platform\":");
-            json_str(d.platform);
+            cli_json_str(d.platform);
             printf(",\"platform_index\":%d,\"type\":\"%s\",\"compute_units\":%u,\"max_clock_mhz\":%u,"
                    "\"global_mem_bytes\":%llu,\"local_mem_bytes\":%llu,\"max_alloc_bytes\":%llu,"
                    "\"max_work_group_size\":%zu,\"fp16\":%s,\"fp64\":%s,\"opencl_c_version\":",
@@ -74,11 +60,11 @@ int cmd_devices(int argc, char **argv)
                    (unsigned long long)d.global_mem_bytes, (unsigned long long)d.local_mem_bytes,
                    (unsigned long long)d.max_alloc_bytes, d.max_work_group_size, d.has_fp16 ? "true" : "false",
                    d.has_fp64 ? "true" : "false");
-            json_str(d.opencl_c_version);
+            cli_json_str(d.opencl_c_version);
             printf(",\"device_version\":");
-            json_str(d.device_version);
+            cli_json_str(d.device_version);
             printf(",\"driver_version\":");
-            json_str(d.driver_version);
+            cli_json_str(d.driver_version);
             printf("}");
         } else {
             printf("device %d: %s\n", i, d.name);
