@@ -19,12 +19,9 @@ int clg_precision_parse(const char *name)
     return -1;
 }
 
-static uint64_t fnv1a(uint64_t h, const char *s)
-{
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-    return h;
-}
+/* The core FNV-1a of s without its terminator, chained on h (the model hash
+ * separates its pieces with "[", "]", "=" and newlines). */
+static uint64_t hash_piece(uint64_t h, const char *s) { return clg_hash64(s, strlen(s), h); }
 
 static int kv_cmp(const void *a, const void *b)
 {
@@ -36,7 +33,7 @@ clg_status clg_model_hash(clg_err *err, const char *text, const char *source, ch
     static const char *const net_keys[] = {"channels", "height", "width", "classes"};
     clg_cfg *cfg = NULL;
     CLG_TRY(clg_cfg_parse(err, text, source, &cfg));
-    uint64_t h = 0xcbf29ce484222325ull;
+    uint64_t h = CLG_HASH_SEED;
     clg_status st = CLG_OK;
     for (int i = 0; i < cfg->nsec && st == CLG_OK; i++) {
         const clg_cfg_section *sec = &cfg->sec[i];
@@ -55,9 +52,9 @@ clg_status clg_model_hash(clg_err *err, const char *text, const char *source, ch
                 kv[n++] = &sec->kv[k];
         }
         qsort(kv, (size_t)n, sizeof *kv, kv_cmp);
-        h = fnv1a(fnv1a(fnv1a(h, "["), sec->name), "]\n");
+        h = hash_piece(hash_piece(hash_piece(h, "["), sec->name), "]\n");
         for (int k = 0; k < n; k++)
-            h = fnv1a(fnv1a(fnv1a(fnv1a(h, kv[k]->key), "="), kv[k]->value), "\n");
+            h = hash_piece(hash_piece(hash_piece(hash_piece(h, kv[k]->key), "="), kv[k]->value), "\n");
         free(kv);
     }
     clg_cfg_free(cfg);
