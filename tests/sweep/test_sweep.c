@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "io/dataset.h"
 #include "sweep_search.h"
 #include "testutil.h"
 
@@ -361,9 +362,60 @@ START_TEST(test_bad_specs)
 }
 END_TEST
 
+/* The validation split of clgrad train --val-fraction (what a sweep ranks
+ * on): every sample in exactly one part, in the data's order, the count
+ * rounded, the same split for the same seed and another for another. */
+START_TEST(test_holdout)
+{
+    uint64_t seed = fresh_seed();
+    srand((unsigned)seed);
+    int n = 500 + rand() % 500;
+    clg_dataset *ds = NULL, *tr[3] = {NULL}, *va[3] = {NULL};
+    ck_assert_int_eq(clg_dataset_create(NULL, n, 1, 3, 2, 10, CLG_DS_U8, &ds), CLG_OK);
+    for (int i = 0; i < n; i++) { /* sample i: its index in the pixels, a random label */
+        ds->labels[i] = rand() % 10;
+        for (int k = 0; k < 6; k++)
+            ds->u8[i * 6 + k] = (uint8_t)(k < 2 ? i >> (8 * k) : rand());
+    }
+    double f = 0.05 + 0.3 * (rand() / (RAND_MAX + 1.0));
+    uint64_t seeds[3] = {seed | 1, seed | 1, (seed | 1) + 2};
+    for (int r = 0; r < 3; r++)
+        ck_assert_int_eq(clg_dataset_holdout(NULL, ds, f, seeds[r], &tr[r], &va[r]), CLG_OK);
+    ck_assert_int_eq(va[0]->n, (int)lround(n * f));
+    ck_assert_int_eq(tr[0]->n + va[0]->n, n);
+    int *seen = calloc((size_t)n, sizeof *seen);
+    for (int part = 0; part < 2; part++) {
+        clg_dataset *d = part ? va[0] : tr[0];
+        int prev = -1;
+        for (int j = 0; j < d->n; j++) {
+            int i = d->u8[j * 6] | d->u8[j * 6 + 1] << 8;
+            ck_assert_int_gt(i, prev); /* the data's order */
+            prev = i;
+            seen[i]++;
+            ck_assert_int_eq(d->labels[j], ds->labels[i]);
+            ck_assert_mem_eq(d->u8 + j * 6, ds->u8 + i * 6, 6);
+        }
+    }
+    for (int i = 0; i < n; i++)
+        ck_assert_int_eq(seen[i], 1);
+    ck_assert_mem_eq(va[0]->u8, va[1]->u8, (size_t)va[0]->n * 6);
+    ck_assert(memcmp(va[0]->u8, va[2]->u8, (size_t)va[0]->n * 6) != 0);
+    clg_dataset *a = NULL, *b = NULL;
+    ck_assert_int_ne(clg_dataset_holdout(NULL, ds, 0.0001, 1, &a, &b), CLG_OK); /* nothing held out */
+    ck_assert_int_ne(clg_dataset_holdout(NULL, ds, 1.0, 1, &a, &b), CLG_OK);
+    ck_assert_ptr_null(a);
+    free(seen);
+    for (int r = 0; r < 3; r++) {
+        clg_dataset_free(tr[r]);
+        clg_dataset_free(va[r]);
+    }
+    clg_dataset_free(ds);
+}
+END_TEST
+
 int main(void)
 {
     const TTest *tests[] = {test_grid_once,      test_random_seeded, test_asha_sync, test_asha_async_same_ranking,
-                            test_replay,         test_bad_specs};
+                            test_replay,         test_bad_specs,     test_holdout};
     return tu_run_tests("sweep", 60, tests, (int)(sizeof tests / sizeof *tests));
 }
