@@ -305,11 +305,13 @@ typedef struct sweep_state {
     int jobs_done;
 } sweep_state;
 
+/* Unix time in whole milliseconds (what results.csv holds, so a resumed
+ * sweep writes back the same figures). */
 static double wall_now(void)
 {
     struct timeval tv;
     gettimeofday(&tv, NULL);
-    return (double)tv.tv_sec + 1e-6 * (double)tv.tv_usec;
+    return (double)tv.tv_sec + 1e-3 * (double)(tv.tv_usec / 1000);
 }
 
 static void trial_path(const sweep_state *s, int trial, const char *name, char *out, size_t cap)
@@ -686,9 +688,14 @@ static int make_slots(sweep_state *s)
     clg_model *m = NULL;
     if (!text)
         rc = cli_fail("sweep: out of memory");
-    else if (clg_model_create_string(sel, text, "trial 0", &mp, &m) != CLG_OK)
-        rc = cli_usage_error("sweep", "the model with the first trial's parameters is refused: %s",
+    else if (clg_model_create_string(sel, text, "trial 0", &mp, &m) != CLG_OK) {
+        char names[512] = "";
+        for (int i = 0; i < s->space.n; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s=%s", i ? " " : "",
+                     s->space.p[i].name, s->sched.t[0].val[i]);
+        rc = cli_usage_error("sweep", "the model with the first trial's parameters (%s) is refused: %s", names,
                              clg_last_error(sel));
+    }
     clg_model_destroy(m);
     free(text);
     if (sel != all)
