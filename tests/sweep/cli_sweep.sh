@@ -48,15 +48,28 @@ usage "parameter 'nolayer.p': the model has no layer" -- --param nolayer.p=0.1,0
 usage "(conv1.bogus=1) is refused.*unknown key 'bogus'" -- --param conv1.bogus=1,2
 usage "nothing to search" --
 usage "option --method wants one of grid, random, asha" -- --param lr=0.1 --method halving
+printf '# the space\nlr=0.1,0.2\nbatch=64,\n' >"$tmp/space"
+usage "space:3: parameter 'batch': empty value" -- --space "$tmp/space"
+usage "devices-per-trial $((ndev + 1)): only $ndev device" -- --param lr=0.1 --devices-per-trial $((ndev + 1))
 [ -e "$tmp/bad/results.csv" ] && fail "a refused sweep wrote results"
 n=$((n + 1))
 "$clgrad" sweep lenet5 --data "$data" --param lr=0.1 >/dev/null 2>&1; [ $? -eq 2 ] || fail "no --dir: not a usage error"
 
 # ---- a grid on two devices: overlap, a diverging trial, outputs ----
 common="--data $data --limit-train 320 --val-fraction 0.25"
+# trial 0's process is killed once (SIGKILL) as soon as it runs: retried, not failed
 n=$((n + 1))
 "$clgrad" sweep lenet5 $common --dir "$tmp/grid" --param lr=0.005,0.02,100 --param momentum=0.9 --json \
-    >"$tmp/grid.json" 2>"$tmp/grid.err" || { fail "grid sweep: exit $?"; tail -5 "$tmp/grid.err"; }
+    >"$tmp/grid.json" 2>"$tmp/grid.err" &
+pid=$!
+i=0; child=""
+while [ $i -lt 300 ] && [ -z "$child" ]; do
+    child=$(ps -o pid=,args= --ppid $pid 2>/dev/null | grep trial-0000 | awk '{print $1}')
+    [ -z "$child" ] && sleep 0.05; i=$((i + 1))
+done
+[ -n "$child" ] && kill -9 $child || fail "trial 0's process not seen"
+wait $pid || { fail "grid sweep: exit $?"; tail -5 "$tmp/grid.err"; }
+grep -q "trial    0 rung 0: the process was killed by signal 9; retrying once" "$tmp/grid.err" || fail "no retry said"
 "$py" - "$tmp/grid" "$tmp/grid.json" <<'PYEOF' || fail "grid sweep results (above)"
 import csv, json, sys, xml.etree.ElementTree as ET
 d, js = sys.argv[1], sys.argv[2]
@@ -68,6 +81,7 @@ f = by_lr.get("100")
 if not f or f["state"] != "failed" or "diverged" not in f["note"] or ("at step" in f["note"]) != (int(f["step"]) >= 1):
     bad.append(f"lr=100 not failed with its step: {f}")
 ok = [r for r in rows if r["state"] == "ok"]
+if "retried once" not in by_lr.get("0.005", {}).get("note", ""): bad.append(f"trial 0 not marked retried: {by_lr.get('0.005')}")
 if len(ok) != 2: bad.append(f"{len(ok)} trials ok, expected 2")
 spans = [(float(r["start"]), float(r["end"]), r["devices"]) for r in rows]
 if not any(a[0] < b[1] and b[0] < a[1] and a[2] != b[2] for i, a in enumerate(spans) for b in spans[i + 1:]):
