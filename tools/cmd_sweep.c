@@ -188,16 +188,25 @@ static int resume_args(sweep_cfg *cfg, int *argc, char **argv)
     return CLI_OK;
 }
 
-/* DIR/sweep.args: the search's options, one argument a line, for --resume. */
-static int save_args(const sweep_cfg *cfg)
+/* DIR/sweep.args: the search's options, one argument a line, for --resume
+ * (the space as parsed, --param and --space file alike). */
+static int save_args(const sweep_cfg *cfg, const sw_space *sp)
 {
     const sweep_opts *o = &cfg->o;
     char b[1 << 16], path[4200];
     size_t len = 0;
-#define ARG(...) len += (size_t)snprintf(b + len, len < sizeof b ? sizeof b - len : 0, __VA_ARGS__)
+#define ARG(...) len += (size_t)snprintf(b + (len < sizeof b ? len : 0), len < sizeof b ? sizeof b - len : 0, __VA_ARGS__)
     ARG("--dir\n%s\n--data\n%s\n", o->dir, cfg->data_abs[0] ? cfg->data_abs : o->c.data);
-    for (int i = 0; i < cfg->nspecs; i++)
-        ARG("--param\n%s\n", cfg->specs[i]);
+    for (int i = 0; i < sp->n; i++) {
+        const sw_param *p = &sp->p[i];
+        ARG("--param\n%s=", p->name);
+        if (p->kind == SW_CHOICE)
+            for (int k = 0; k < p->nchoices; k++)
+                ARG("%s%s", k ? "," : "", p->choices[k]);
+        else
+            ARG("%s:%.17g:%.17g", p->kind == SW_LOG ? "log" : "uniform", p->lo, p->hi);
+        ARG("\n");
+    }
     ARG("--method\n%s\n--grid-points\n%d\n--max-epochs\n%d\n", o->method, o->grid_points, o->max_epochs);
     if (strcmp(o->method, "grid") != 0)
         ARG("--trials\n%d\n", o->trials);
@@ -647,7 +656,7 @@ static int prepare_dir(sweep_state *s)
         snprintf(path, sizeof path, "%s/model.cfg", o->dir);
         if (clg_write_file_atomic(path, s->model_text, strlen(s->model_text)) != CLG_OK)
             return cli_fail("sweep: %s", clg_last_error(NULL));
-        return save_args(s->cfg);
+        return save_args(s->cfg, &s->space);
     }
     if (sweep_results_read(&s->run, why, sizeof why))
         return cli_fail("sweep: --resume: %s", why);

@@ -102,8 +102,9 @@ n=$((n + 1))
     fail "best.cfg does not train"
 
 # ---- ASHA (synchronous): uninterrupted, and killed + resumed ----
+printf 'momentum=0.5,0.9  # from a file: saved for --resume like --param\n' >"$tmp/asha.space"
 asha="$common --method asha --promotion sync --trials 6 --reduction 2 --min-epochs 1 --max-epochs 2 --seed $$
-      --param lr=log:0.002:0.05 --param momentum=0.5,0.9"
+      --param lr=log:0.002:0.05 --space $tmp/asha.space"
 n=$((n + 1))
 "$clgrad" sweep lenet5 $asha --dir "$tmp/a1" >/dev/null 2>"$tmp/a1.err" || { fail "asha sweep: exit $?"; tail -5 "$tmp/a1.err"; }
 "$clgrad" sweep lenet5 $asha --dir "$tmp/a2" >/dev/null 2>"$tmp/a2.err" &
