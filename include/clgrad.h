@@ -393,6 +393,9 @@ typedef struct clg_train_params {
     double bucket_mb;           /* as clg_model_params.bucket_mb */
     const char *trace;          /* Chrome-trace timeline of the first trace_steps steps (NULL: none) */
     int trace_steps;            /* 0: 20 */
+    double val_fraction;        /* in (0, 1): hold out this fraction of the training set (seeded by val_seed)
+                                 * and evaluate on it instead of the test set; 0: the test set */
+    uint64_t val_seed;          /* the hold-out's seed (0: 1); the same seed and data give the same split */
 } clg_train_params;
 
 typedef struct clg_train_report {
@@ -503,6 +506,12 @@ CLG_API clg_status clg_mpi_allreduce_f64(double *buf, size_t n);
 /* Link bandwidth: rank 0 sends bytes of buf to rank 1 and back, reps times;
  * *gbs (rank 0): bytes / (best round trip / 2) in GB/s. Other ranks idle. */
 CLG_API clg_status clg_mpi_pingpong(void *buf, size_t bytes, int reps, double *gbs);
+
+/* Writes len bytes of data to path atomically (a temporary file beside it,
+ * fsync, rename, directory fsync): a reader sees the old file or the new,
+ * never part of one (clgrad sweep's results table). Failure: CLG_ERR_IO,
+ * detail in clg_last_error(NULL). */
+CLG_API clg_status clg_write_file_atomic(const char *path, const void *data, size_t len);
 
 /* OpenCL programs of the context so far: built from source and loaded from
  * the binary cache (either may be NULL). */

@@ -16,6 +16,7 @@ static const cli_cmd commands[] = {
     {"tune", cmd_tune, "auto-tune kernels for a device"},
     {"precompile", cmd_precompile, "compile a model's kernels ahead of training"},
     {"options", cmd_options, "list the library's options with their values and sources"},
+    {"sweep", cmd_sweep, "search hyperparameters: trials side by side, one per device"},
 };
 
 static void usage(FILE *f)

@@ -84,6 +84,7 @@ int cmd_eval(int argc, char **argv);
 int cmd_predict(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_precompile(int argc, char **argv);
+int cmd_sweep(int argc, char **argv);
 /* bench targets (cmd_bench dispatches) */
 int bench_gemm(int argc, char **argv);
 int bench_conv(int argc, char **argv);

@@ -61,6 +61,13 @@ static const cli_opt opts[] = {
     CLI_INT_OPT("--limit-train", T, p.limit_train, 1, INT32_MAX, "N", "use only the first N training samples"),
     CLI_INT_OPT("--limit-test", T, p.limit_test, 1, INT32_MAX, "N", "evaluate on only the first N test samples"),
     CLI_FLAG_OPT("--no-eval", T, no_eval, 1, "skip the per-epoch test evaluation"),
+    CLI_DOUBLE_OPT("--val-fraction", T, p.val_fraction, 0, 1, CLI_HI_OPEN, "X",
+                   "hold out this fraction of the training set and evaluate on it\n"
+                   "instead of the test set (0: the test set; the log's test columns\n"
+                   "are then the validation split's)"),
+    CLI_INT_OPT("--val-seed", T, p.val_seed, 1, INT64_MAX, "N",
+                "seed of the --val-fraction hold-out (default 1; not --seed, so runs\n"
+                "with other seeds are compared on the same samples)"),
     CLI_STRING_OPT("--save", T, p.save_weights, "FILE", "write the final weights to FILE (safetensors layout)"),
     CLI_FLAG_OPT("--quiet", T, p.progress, 0, "no layer table and no progress"),
     CLI_OPT_VERBOSE,
@@ -80,7 +87,7 @@ const cli_spec cli_spec_train = {
 };
 
 /* Prints the results of a finished run (rank 0). */
-static void print_report(const clg_train_report *rep)
+static void print_report(const clg_train_report *rep, int val)
 {
     printf("trained %d epoch(s), %lld steps in %.1f s (%.0f images/s)\n", rep->epochs_done, (long long)rep->steps,
            rep->seconds, rep->images_per_s);
@@ -90,7 +97,7 @@ static void print_report(const clg_train_report *rep)
     if (clg_mpi_size() > 1)
         printf("MPI ranks %d x %d device(s)\n", clg_mpi_size(), rep->devices);
     if (rep->test_accuracy >= 0)
-        printf("test loss %.4f accuracy %.2f%%\n", rep->test_loss, 100 * rep->test_accuracy);
+        printf("%s loss %.4f accuracy %.2f%%\n", val ? "validation" : "test", rep->test_loss, 100 * rep->test_accuracy);
 }
 
 int cmd_train(int argc, char **argv)
@@ -128,7 +135,7 @@ int cmd_train(int argc, char **argv)
         return code;
     }
     if (clg_mpi_rank() == 0) /* MPI: rank 0 reports */
-        print_report(&rep);
+        print_report(&rep, p.val_fraction > 0);
     clg_ctx_destroy(ctx);
     return CLI_OK;
 }

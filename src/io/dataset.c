@@ -329,6 +329,62 @@ void clg_dataset_epoch_perm(int32_t *perm, int n, uint64_t seed, uint64_t epoch)
     clg_dataset_shuffle(perm, n, &r);
 }
 
+/* Sample i of src into slot j of dst (same shape and dtype). */
+static void copy_sample(clg_dataset *dst, int j, const clg_dataset *src, int i)
+{
+    size_t per = (size_t)src->c * src->h * src->w;
+    if (src->dtype == CLG_DS_U8)
+        memcpy(dst->u8 + (size_t)j * per, src->u8 + (size_t)i * per, per);
+    else
+        memcpy(dst->f32 + (size_t)j * per, src->f32 + (size_t)i * per, per * sizeof(float));
+    dst->labels[j] = src->labels[i];
+}
+
+clg_status clg_dataset_holdout(clg_err *err, const clg_dataset *ds, double fraction, uint64_t seed,
+                               clg_dataset **train, clg_dataset **val)
+{
+    *train = *val = NULL;
+    long nv = fraction > 0 && fraction < 1 ? lround(ds->n * fraction) : 0;
+    if (nv < 1 || nv >= ds->n)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG,
+                           "validation fraction %g of the %d training samples of '%s' leaves %ld for validation "
+                           "(need at least 1, and 1 for training)",
+                           fraction, ds->n, ds->source, nv);
+    int32_t *perm = malloc((size_t)ds->n * sizeof *perm);
+    uint8_t *is_val = calloc((size_t)ds->n, 1);
+    clg_status st = perm && is_val ? CLG_OK : clg_err_set(err, CLG_ERR_HOST_OOM, "validation split: out of memory");
+    if (st == CLG_OK) {
+        clg_dataset_epoch_perm(perm, ds->n, seed, 0x76616CULL); /* its own stream, apart from the epochs' */
+        for (long k = 0; k < nv; k++)
+            is_val[perm[k]] = 1;
+        st = clg_dataset_create(err, ds->n - (int)nv, ds->c, ds->h, ds->w, ds->nclasses, ds->dtype, train);
+    }
+    if (st == CLG_OK)
+        st = clg_dataset_create(err, (int)nv, ds->c, ds->h, ds->w, ds->nclasses, ds->dtype, val);
+    if (st == CLG_OK) {
+        int a = 0, b = 0;
+        for (int i = 0; i < ds->n; i++) {
+            if (is_val[i])
+                copy_sample(*val, b++, ds, i);
+            else
+                copy_sample(*train, a++, ds, i);
+        }
+        const char *names[2] = {"train", "validation"};
+        clg_dataset *parts[2] = {*train, *val};
+        for (int k = 0; k < 2; k++) {
+            clg_ds_set_str(parts[k]->name, sizeof parts[k]->name, ds->name);
+            snprintf(parts[k]->source, sizeof parts[k]->source, "%.480s (%s part)", ds->source, names[k]);
+        }
+    } else {
+        clg_dataset_free(*train);
+        clg_dataset_free(*val);
+        *train = *val = NULL;
+    }
+    free(perm);
+    free(is_val);
+    return st;
+}
+
 // ---- normalization ----
 
 void clg_ds_norm_identity(clg_ds_norm *nm, int c)

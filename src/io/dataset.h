@@ -102,6 +102,12 @@ CLG_INTERNAL void clg_dataset_shuffle(int32_t *perm, int n, clg_rng *rng);
 /* Identity then shuffled with an rng derived only from (seed, epoch):
  * epoch e's order is reproducible without any saved state. */
 CLG_INTERNAL void clg_dataset_epoch_perm(int32_t *perm, int n, uint64_t seed, uint64_t epoch);
+/* A validation split held out of ds: round(n * fraction) samples picked by a
+ * permutation seeded with seed (the same for every run with that seed and
+ * data) go to *val, the rest to *train, each in ds's order. fraction in
+ * (0, 1); both parts must be non-empty. ds is unchanged. */
+CLG_INTERNAL clg_status clg_dataset_holdout(clg_err *err, const clg_dataset *ds, double fraction, uint64_t seed,
+                                            clg_dataset **train, clg_dataset **val);
 
 /* ---- normalization ---- */
 

@@ -8,6 +8,15 @@
 #include "parallel/comm.h"
 #include "train/session.h"
 
+// ---- files ----
+
+clg_status clg_write_file_atomic(const char *path, const void *data, size_t len)
+{
+    if (!path || (!data && len))
+        return clg_err_set(NULL, CLG_ERR_INVALID_ARG, "clg_write_file_atomic: path or data is NULL");
+    return clg_file_write_atomic(NULL, path, data, len);
+}
+
 // ---- MPI ----
 
 clg_status clg_mpi_init(const clg_options *opts) { return clg_comm_init(opts, clg_err_tls()); }

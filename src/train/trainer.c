@@ -424,8 +424,8 @@ static clg_status epoch_evaluate(train_state *ts, int e, clg_train_report *rep, 
     rep->test_loss = *tl;
     rep->test_accuracy = *ta;
     if (ts->p->progress && clg_comm_rank() == 0)
-        fprintf(stderr, "epoch %d/%d: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%%\n", e + 1, ts->epochs,
-                rep->train_loss, 100 * rep->train_accuracy, *tl, 100 * *ta);
+        fprintf(stderr, "epoch %d/%d: train loss %.4f acc %.2f%% | %s loss %.4f acc %.2f%%\n", e + 1, ts->epochs,
+                rep->train_loss, 100 * rep->train_accuracy, ts->p->val_fraction > 0 ? "val" : "test", *tl, 100 * *ta);
     if (!isfinite(*tl))
         return clg_err_set(&m->ctx->err, CLG_ERR_INTERNAL,
                            "training diverged in epoch %d (test loss is %f): lower the learning rate", e + 1, *tl);
@@ -543,7 +543,18 @@ static clg_status open_data(train_state *ts)
     clg_err *err = &ts->m->ctx->err;
     CLG_TRY(clg_dataset_open_in(err, ts->m->ctx->opts.data_dir, p->data, CLG_SPLIT_TRAIN, &ts->train));
     CLG_TRY(check_data(err, ts->m, ts->train));
-    if (p->limit_test >= 0) {
+    if (p->val_fraction > 0) { /* a validation split held out of the training set replaces the test set */
+        clg_dataset *whole = ts->train, *val = NULL;
+        clg_status st = clg_dataset_holdout(err, whole, p->val_fraction, p->val_seed ? p->val_seed : 1, &ts->train,
+                                            &val);
+        clg_dataset_free(whole);
+        if (st != CLG_OK)
+            return st;
+        if (p->limit_test >= 0)
+            ts->test = val;
+        else
+            clg_dataset_free(val);
+    } else if (p->limit_test >= 0) {
         CLG_TRY(clg_dataset_open_in(err, ts->m->ctx->opts.data_dir, p->data, CLG_SPLIT_TEST, &ts->test));
         CLG_TRY(check_data(err, ts->m, ts->test));
     }
@@ -698,6 +709,8 @@ static clg_status train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_r
                            p->resume == 2 ? "--resume-weights-only" : "--resume");
     if (p->resume < 0 || p->resume > 2)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "train: resume is %d (0, 1 or 2)", p->resume);
+    if (!(p->val_fraction >= 0 && p->val_fraction < 1))
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "train: val_fraction is %g (in [0, 1))", p->val_fraction);
     train_state ts;
     memset(&ts, 0, sizeof ts);
     ts.p = p;
