@@ -127,8 +127,9 @@ static double cpu_busy(double sec)
 
 /* The background helper's setup: lowest CPU and I/O priority, one at a time
  * (flock, released at exit), after the trainer that started it has exited
- * and the CPUs are quiet (< 25% busy) or 10 minutes passed. 0: go on. */
-static int background_setup(void)
+ * and the CPUs are quiet (< 25% busy) or wait_s seconds passed (option
+ * background_tune_wait). 0: go on. */
+static int background_setup(double wait_s)
 {
     if (setpriority(PRIO_PROCESS, 0, 19) != 0)
         return -1;
@@ -148,7 +149,8 @@ static int background_setup(void)
     double t0 = cli_now();
     while (getppid() == parent && parent != 1 && cli_now() - t0 < 600)
         usleep(200000);
-    while (cli_now() - t0 < 600) {
+    t0 = cli_now();
+    while (cli_now() - t0 < wait_s) {
         double b = cpu_busy(1.0);
         if (b >= 0 && b < 0.25)
             break;
@@ -165,12 +167,17 @@ int cmd_tune(int argc, char **argv)
     int shapes[TUNE_MAX_SHAPES][3], ns = 0;
     if (o.shapes)
         parse_shapes(o.shapes, shapes, TUNE_MAX_SHAPES, &ns);
-    if (o.background && (!ns || background_setup() != 0))
-        return o.background && !ns ? cli_usage_error("tune", "--background needs --shapes") : CLI_OK;
+    if (o.background && !ns)
+        return cli_usage_error("tune", "--background needs --shapes");
     int rc = CLI_OK;
     clg_ctx *ctx = cli_ctx_open(devices, verbose ? verbose : (o.background ? 0 : 1), &rc);
     if (!ctx)
         return rc;
+    char wait[32];
+    if (o.background && background_setup(atof(cli_option_value(ctx, "background_tune_wait", wait, sizeof wait))) != 0) {
+        clg_ctx_destroy(ctx);
+        return CLI_OK; /* another background tuner has the machine */
+    }
     for (int d = 0; d < clg_device_count(ctx); d++) {
         /* devices of one kind share a database: tune the first of them */
         clg_device_info di, dj;
