@@ -96,8 +96,10 @@ const cli_spec cli_spec_tune = {
              "built-in defaults. After a `clgrad train` run that used GEMM shape classes with no\n"
              "measurement of their own, train starts `clgrad tune --background --shapes ...`:\n"
              "a detached process at nice 19, SCHED_IDLE and idle I/O priority that waits for the\n"
-             "trainer to exit and the CPUs to go quiet (up to 10 min), tunes those classes (quick)\n"
-             "and writes the database atomically; the next run reads the entries at its start.\n"
+             "trainer to exit, then tunes those classes (quick) one at a time, each only once the\n"
+             "CPUs are quiet (< 25% busy; it gives up after background_tune_wait seconds of\n"
+             "busy CPUs), saving the database atomically after each; the next run reads the\n"
+             "entries at its start.\n"
              "One background tuner runs at a time per user. CLGRAD_BACKGROUND_TUNE=off\n"
              "(--set background_tune=off) turns it off.",
 };
@@ -126,10 +128,9 @@ static double cpu_busy(double sec)
 }
 
 /* The background helper's setup: lowest CPU and I/O priority, one at a time
- * (flock, released at exit), after the trainer that started it has exited
- * and the CPUs are quiet (< 25% busy) or wait_s seconds passed (option
- * background_tune_wait). 0: go on. */
-static int background_setup(double wait_s)
+ * (flock, released at exit), after the trainer that started it has exited.
+ * 0: go on. */
+static int background_setup(void)
 {
     if (setpriority(PRIO_PROCESS, 0, 19) != 0)
         return -1;
@@ -149,13 +150,35 @@ static int background_setup(double wait_s)
     double t0 = cli_now();
     while (getppid() == parent && parent != 1 && cli_now() - t0 < 600)
         usleep(200000);
-    t0 = cli_now();
-    while (cli_now() - t0 < wait_s) {
+    return 0;
+}
+
+/* Waits until the CPUs are quiet (< 25% busy over a second) or until the
+ * deadline; 1 when quiet. */
+static int wait_quiet(double deadline)
+{
+    do {
         double b = cpu_busy(1.0);
         if (b >= 0 && b < 0.25)
-            break;
-    }
+            return 1;
+    } while (cli_now() < deadline);
     return 0;
+}
+
+/* The background helper's work: one shape class at a time, each only while
+ * the CPUs are quiet, so a run started meanwhile shares the machine with at
+ * most one class's timing (a few seconds); it stops when they stay busy past
+ * the wait (0: no waiting). Each class is saved as it is done. */
+static void background_tune(clg_ctx *ctx, int device, int (*shapes)[3], int ns, double wait_s)
+{
+    double deadline = cli_now() + wait_s;
+    for (int i = 0; i < ns; i++) {
+        if (wait_s > 0 && !wait_quiet(deadline))
+            return;
+        if (clg_tune_gemm_shapes(ctx, device, (const int(*)[3])shapes + i, 1, 1, NULL, NULL) != CLG_OK)
+            return;
+        deadline = cli_now() + wait_s;
+    }
 }
 
 int cmd_tune(int argc, char **argv)
@@ -174,7 +197,8 @@ int cmd_tune(int argc, char **argv)
     if (!ctx)
         return rc;
     char wait[32];
-    if (o.background && background_setup(atof(cli_option_value(ctx, "background_tune_wait", wait, sizeof wait))) != 0) {
+    double wait_s = atof(cli_option_value(ctx, "background_tune_wait", wait, sizeof wait));
+    if (o.background && background_setup() != 0) {
         clg_ctx_destroy(ctx);
         return CLI_OK; /* another background tuner has the machine */
     }
@@ -187,11 +211,15 @@ int cmd_tune(int argc, char **argv)
                   strcmp(di.driver_version, dj.driver_version) == 0 && strcmp(di.platform, dj.platform) == 0;
         if (dup)
             continue;
-        clg_progress_fn pf = o.background ? NULL : progress;
+        if (o.background) {
+            background_tune(ctx, d, shapes, ns, wait_s);
+            continue;
+        }
+        clg_progress_fn pf = progress;
         clg_status st = ns ? clg_tune_gemm_shapes(ctx, d, (const int(*)[3])shapes, ns, quick, pf, NULL)
                            : clg_tune_gemm(ctx, d, quick, clblast, pf, NULL);
         if (st != CLG_OK) {
-            rc = o.background ? CLI_FAIL : cli_fail("tuning device %d failed: %s", d, clg_last_error(ctx));
+            rc = cli_fail("tuning device %d failed: %s", d, clg_last_error(ctx));
             break;
         }
     }
@@ -216,11 +244,13 @@ void cli_tune_spawn(clg_ctx *ctx, const char *devices, int verbose)
         int sh[32][3];
         int n = clg_tune_gemm_pending(ctx, d, sh, 32);
         for (int i = 0; i < n && i < 32 && total < TUNE_MAX_SHAPES; i++) {
-            char one[40];
-            snprintf(one, sizeof one, "%s%dx%dx%d", total ? "," : "", sh[i][0], sh[i][1], sh[i][2]);
-            if (strstr(list, one + (total ? 1 : 0)))
+            char one[40], wrapped[sizeof list + 2];
+            snprintf(one, sizeof one, ",%dx%dx%d,", sh[i][0], sh[i][1], sh[i][2]);
+            snprintf(wrapped, sizeof wrapped, ",%s,", list);
+            if (strstr(wrapped, one))
                 continue; /* the same shape from another device */
-            strncat(list, one, sizeof list - strlen(list) - 1);
+            one[strlen(one) - 1] = 0;
+            strncat(list, one + (total ? 0 : 1), sizeof list - strlen(list) - 1);
             total++;
         }
     }
