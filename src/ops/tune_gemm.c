@@ -240,7 +240,7 @@ static double figure(clg_device *dev, const clg_gemm_args *a, const clg_gemm_par
 }
 
 /* Records what the built-in defaults and the shipped family's set reach on
- * the same product ("default_gflops", "family_gflops"): how far an untuned
+ * the same product ("def_gflops", "fam_gflops"): how far an untuned
  * device is from the tuned figure (clgrad devices). */
 static void baseline_figures(clg_device *dev, const clg_gemm_args *a, const char *cls, int reps, clg_tune_entry *e)
 {
@@ -248,7 +248,7 @@ static void baseline_figures(clg_device *dev, const clg_gemm_args *a, const char
     clg_gemm_params_default(dev, &dp);
     double dg = figure(dev, a, &dp, reps);
     if (dg > 0)
-        clg_tune_set(e, "default_gflops", dg);
+        clg_tune_set(e, "def_gflops", dg);
     clg_tune_family *f = clg_tune_family_get(dev);
     int bm, bn, bk;
     if (!f || !f->d.n || sscanf(cls, "M%dN%dK%d", &bm, &bn, &bk) != 3)
@@ -258,7 +258,7 @@ static void baseline_figures(clg_device *dev, const clg_gemm_args *a, const char
         return;
     double fg = memcmp(&fp, &dp, sizeof fp) == 0 ? dg : figure(dev, a, &fp, reps);
     if (fg > 0)
-        clg_tune_set(e, "family_gflops", fg);
+        clg_tune_set(e, "fam_gflops", fg);
 }
 
 /* Tunes the class of the product a (shrunk to keep each timed run short)

@@ -158,8 +158,8 @@ clg_status clg_gemm_tuning_get_size(clg_ctx *ctx, int device, clg_gemm_tuning *o
         t.ref_n = (int)clg_tune_param(e, "N", 0);
         t.ref_k = (int)clg_tune_param(e, "K", 0);
         t.tuned_gflops = clg_tune_param(e, "gflops", 0);
-        t.default_gflops = clg_tune_param(e, "default_gflops", 0);
-        t.family_gflops = t.own_classes ? clg_tune_param(e, "family_gflops", 0) : 0;
+        t.default_gflops = clg_tune_param(e, "def_gflops", 0);
+        t.family_gflops = t.own_classes ? clg_tune_param(e, "fam_gflops", 0) : 0;
     }
     clg_sized_write(out, size, &t, sizeof t);
     return CLG_OK;

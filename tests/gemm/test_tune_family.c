@@ -4,7 +4,8 @@
  * valid parameter set under that family's published limits; malformed text
  * is refused; and on the test device the lookup order holds: own
  * measurements > family entry > built-in defaults, with a GEMM run on the
- * family's parameters matching a double-precision reference. */
+ * family's parameters matching a double-precision reference; the tuner
+ * records the defaults' and the family's figures (clg_gemm_tuning_get). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -197,6 +198,25 @@ START_TEST(lookup_order)
         found |= sh[i][0] == 3000 && sh[i][1] == 20 && sh[i][2] == 40;
     }
     ck_assert_msg(found, "the untuned shape is not pending (%d pending)", n);
+    /* the tuner stores the defaults' and the family's figures beside its own,
+     * and clg_gemm_tuning_get reports them */
+    static const int tiny[1][3] = {{96, 80, 64}};
+    ck_assert_msg(clg_tune_gemm_shapes(ctx, 0, tiny, 1, 1, NULL, NULL) == CLG_OK, "%s", clg_last_error(ctx));
+    clg_gemm_class(96, 80, 64, cls, sizeof cls);
+    snprintf(e.key, sizeof e.key, "gemm/%s", cls);
+    const clg_tune_entry *te = clg_tune_find(dev, e.key);
+    ck_assert_ptr_nonnull(te);
+    ck_assert(clg_tune_param(te, "gflops", 0) > 0 && clg_tune_param(te, "def_gflops", 0) > 0);
+    ck_assert(!f->name[0] || clg_tune_param(te, "fam_gflops", 0) > 0);
+    clg_gemm_tuning t;
+    ck_assert(clg_gemm_tuning_get(ctx, 0, &t) == CLG_OK);
+    ck_assert_int_eq(t.source, 2);
+    ck_assert_int_eq(t.own_classes, 2);
+    ck_assert_str_eq(t.ref_class, cls);
+    ck_assert(t.ref_m == 96 && t.ref_n == 80 && t.ref_k == 64);
+    ck_assert(t.tuned_gflops > 0 && t.default_gflops > 0);
+    ck_assert_str_eq(t.family, f->name);
+    ck_assert(clg_gemm_tuning_get(ctx, 5, &t) != CLG_OK);
     clg_ctx_destroy(ctx);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
