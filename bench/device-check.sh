@@ -5,10 +5,11 @@
 #   system     uname, CPU, GPUs (nvidia-smi / rocm-smi when present), the drivers found
 #   devices    clgrad devices (text and --json)
 #   selfcheck  clgrad selfcheck
-#   tests      the bundle's C test binaries
-#   gemm       clgrad bench gemm 2048^3 and the DL shapes; cuBLAS / hipBLAS
-#              through a tiny probe when nvcc / hipcc is on the machine
+#   tests      the GEMM, limits, layer and fused-Winograd test binaries
+#   gemm       clgrad bench gemm 2048^3 and the DL shapes; cuBLAS through a
+#              tiny probe when nvcc is on the machine
 #   train      clgrad bench train on every shipped model
+#   tests      the bundle's other C test binaries, in the time left
 # Everything goes to one results folder (one log per step, summary.txt).
 #
 # usage: sh device-check.sh [--smoke] [--no-system-icd] [--devices SEL] [RESULTS_DIR]
@@ -26,7 +27,7 @@ while [ $# -gt 0 ]; do
     --smoke) smoke=1 ;;
     --no-system-icd) sysicd=0 ;;
     --devices) shift; sel="${1:-}" ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     -*) echo "device-check: unknown option $1" >&2; exit 2 ;;
     *) res="$1" ;;
     esac
@@ -135,8 +136,11 @@ if [ $smoke = 1 ]; then
     step train-lenet5 120 env CLGRAD_CONV_AUTO_MEASURE=0 "$clgrad" bench train --model "$here/models/lenet5.cfg" --devices "$sel" --batch 8 \
         --steps 2 --warmup 1
 else
-    for t in $(ls "$here/tests"); do
-        step "test-$t" 90 "$here/tests/$t"
+    # the kernels' correctness first (the tests most likely to find a GPU
+    # problem), then the benchmarks, then the remaining tests in what is left
+    first="test_gemm test_gemm_packed test_limits test_model_layers test_wfused"
+    for t in $first; do
+        [ -x "$here/tests/$t" ] && step "test-$t" 90 "$here/tests/$t"
     done
     step gemm-2048 90 "$clgrad" bench gemm --devices "$sel" --m 2048 --n 2048 --k 2048 --reps 5
     step gemm-dl 90 "$clgrad" bench gemm --devices "$sel" --shapes dl --backend own --reps 3
@@ -182,6 +186,10 @@ CU
     for m in lenet5 vgg-s resnet-mini resnet20; do
         [ -f "$here/models/$m.cfg" ] && step "train-$m" 90 "$clgrad" bench train --model "$here/models/$m.cfg" \
             --devices "$sel" --steps 20 --warmup 3 --json
+    done
+    for t in $(ls "$here/tests"); do
+        case " $first " in *" $t "*) continue ;; esac
+        step "test-$t" 90 "$here/tests/$t"
     done
 fi
 say "done in $(($(date +%s) - t0)) s: $fails step(s) failed; results in $res"
