@@ -530,6 +530,33 @@ typedef void (*clg_progress_fn)(void *user, const char *line);
 CLG_API clg_status clg_tune_gemm(clg_ctx *ctx, int device, int quick, int clblast, clg_progress_fn progress,
                                  void *user);
 
+/* GEMM auto-tuning of the given shapes only (n rows of M, N, K), e.g. the
+ * pending shapes below; otherwise as clg_tune_gemm (no CLBlast timing). */
+CLG_API clg_status clg_tune_gemm_shapes(clg_ctx *ctx, int device, const int (*shapes)[3], int n, int quick,
+                                        clg_progress_fn progress, void *user);
+/* GEMM shapes (M, N, K rows, at most max written) this context ran on the
+ * device whose shape class has no measurement of its own yet: what
+ * background tuning measures. Returns the count (0 for a bad argument). */
+CLG_API int clg_tune_gemm_pending(clg_ctx *ctx, int device, int (*shapes)[3], int max);
+
+/* Where the GEMM parameters of a device come from (clgrad devices). Lookup
+ * order: the device's own measurements (clgrad tune, background tuning) >
+ * the shipped entry of its device family (data/tune-families.json) > the
+ * built-in defaults. */
+typedef struct clg_gemm_tuning {
+    int source;            /* 2: own measurements, 1: shipped family entries, 0: built-in defaults */
+    int own_classes;       /* GEMM shape classes measured on this device */
+    char family[48];       /* the shipped family that matches the device ("" none) */
+    int family_measured;   /* 1: the family's entries were measured on a machine of the family, 0: estimated */
+    char ref_class[16];    /* the class the figures are for: the largest tuned product ("" none) */
+    int ref_m, ref_n, ref_k;
+    double tuned_gflops;   /* tuned figure (own; else the family's reference machine), 0 unknown */
+    double default_gflops; /* the built-in defaults on the same product, 0 unknown */
+    double family_gflops;  /* the family's set on the same product, measured here, 0 unknown */
+} clg_gemm_tuning;
+CLG_API clg_status clg_gemm_tuning_get_size(clg_ctx *ctx, int device, clg_gemm_tuning *out, size_t size);
+#define clg_gemm_tuning_get(ctx, device, out) clg_gemm_tuning_get_size((ctx), (device), (out), sizeof *(out))
+
 /* Builds and compiles every kernel a training step of m launches: each
  * layer's forward and backward once on zeros, in layer order or reversed;
  * with measure, then a step with learning rate 0 (when the model has a

@@ -72,6 +72,10 @@ pid_t cli_precompile_spawn(clg_ctx *ctx, const char *model, int batch, const cha
                            int verbose);
 /* Ends the helper (if still running) and reaps it; 0 is a no-op. */
 void cli_precompile_stop(pid_t pid);
+/* After a training run: a detached `clgrad tune --background` for the GEMM
+ * shapes ctx ran without measurements of their own (option background_tune
+ * auto; never with the cache off or read-only, or under MPI). */
+void cli_tune_spawn(clg_ctx *ctx, const char *devices, int verbose);
 
 /* Subcommands (each in its own file). */
 int cmd_devices(int argc, char **argv);

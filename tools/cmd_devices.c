@@ -19,6 +19,41 @@ static const char *type_name(clg_device_type t)
     }
 }
 
+static const char *const tuning_src[] = {"defaults", "family", "own"};
+
+/* One line on where the device's GEMM parameters come from and, when both
+ * are known, how far the built-in defaults are from the tuned figure. */
+static void print_tuning(const clg_gemm_tuning *t)
+{
+    printf("  GEMM tuning     ");
+    if (t->source == 2)
+        printf("own measurements (%d shape classes); ", t->own_classes);
+    if (t->family[0])
+        printf("shipped family %s (%s)", t->family, t->family_measured ? "measured" : "estimated");
+    else
+        printf("built-in defaults (no shipped family matches)");
+    printf("%s\n", t->source == 2 ? "" : "; not tuned here");
+    if (t->ref_class[0] && t->tuned_gflops > 0) {
+        printf("                  %s %dx%dx%d: tuned %.1f GFLOP/s%s", t->ref_class, t->ref_m, t->ref_n, t->ref_k,
+               t->tuned_gflops, t->source == 2 ? "" : " (on the family's reference machine)");
+        if (t->default_gflops > 0)
+            printf(", defaults %.1f (%.2fx)", t->default_gflops, t->default_gflops / t->tuned_gflops);
+        if (t->family_gflops > 0)
+            printf(", family %.1f (%.2fx)", t->family_gflops, t->family_gflops / t->tuned_gflops);
+        printf("\n");
+    }
+}
+
+static void json_tuning(const clg_gemm_tuning *t)
+{
+    printf(",\"gemm_tuning\":{\"source\":\"%s\",\"own_classes\":%d,\"family\":", tuning_src[t->source], t->own_classes);
+    cli_json_str(t->family);
+    printf(",\"family_status\":\"%s\",\"class\":", t->family[0] ? (t->family_measured ? "measured" : "estimated") : "");
+    cli_json_str(t->ref_class);
+    printf(",\"m\":%d,\"n\":%d,\"k\":%d,\"tuned_gflops\":%.1f,\"default_gflops\":%.1f,\"family_gflops\":%.1f}",
+           t->ref_m, t->ref_n, t->ref_k, t->tuned_gflops, t->default_gflops, t->family_gflops);
+}
+
 static const cli_opt devices_opts[] = {CLI_OPT_JSON, CLI_OPT_DEVICES, CLI_END};
 
 const cli_spec cli_spec_devices = {
@@ -46,6 +81,8 @@ int cmd_devices(int argc, char **argv)
         clg_device_info d;
         if (clg_device_info_get(ctx, i, &d) != CLG_OK)
             continue;
+        clg_gemm_tuning t;
+        int have_tuning = clg_gemm_tuning_get(ctx, i, &t) == CLG_OK;
         if (json) {
             printf("%s{\"index\":%d,\"name\":", i ? "," : "", i);
             cli_json_str(d.name);
@@ -65,6 +102,8 @@ int cmd_devices(int argc, char **argv)
             cli_json_str(d.device_version);
             printf(",\"driver_version\":");
             cli_json_str(d.driver_version);
+            if (have_tuning)
+                json_tuning(&t);
             printf("}");
         } else {
             printf("device %d: %s\n", i, d.name);
@@ -80,6 +119,8 @@ int cmd_devices(int argc, char **argv)
             printf("  OpenCL C        %s\n", d.opencl_c_version);
             printf("  device version  %s\n", d.device_version);
             printf("  driver          %s\n", d.driver_version);
+            if (have_tuning)
+                print_tuning(&t);
         }
     }
     if (json)

@@ -129,6 +129,8 @@ int cmd_train(int argc, char **argv)
     clg_train_report rep;
     clg_status st = clg_train_run(ctx, &p, &rep);
     cli_precompile_stop(helper);
+    if (st == CLG_OK)
+        cli_tune_spawn(ctx, o.c.devices, o.c.verbose);
     if (st != CLG_OK) {
         int code = cli_fail("train: %s", clg_last_error(ctx));
         clg_ctx_destroy(ctx);

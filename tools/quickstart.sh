@@ -2,6 +2,9 @@
 # The two README commands.
 #   tools/quickstart.sh demo   install deps, build, list devices, self-check,
 #                              train the demo model on Fashion-MNIST
+#   tools/quickstart.sh cifar10 build, then train ResNet-20 on CIFAR-10 (the
+#                              binary batches in $CLGRAD_DATA_DIR or
+#                              /usr/share/datasets; EPOCHS, default 3)
 #   tools/quickstart.sh test   install deps, build, run the whole test suite
 # BUILD_DIR (default: build) picks the build directory.
 set -e
@@ -24,6 +27,9 @@ demo)
         "$build/tools/clgrad" train models/lenet5.cfg --data fashion-mnist --epochs 3 --devices 0
     fi
     ;;
+cifar10)
+    "$build/tools/clgrad" train models/resnet20.cfg --data cifar10 --epochs "${EPOCHS:-3}" --devices 0
+    ;;
 test)
     set +e
     meson test -C "$build" --print-errorlogs --num-processes 2
@@ -38,7 +44,7 @@ PY
     exit $rc
     ;;
 *)
-    echo "usage: tools/quickstart.sh demo|test" >&2
+    echo "usage: tools/quickstart.sh demo|cifar10|test" >&2
     exit 2
     ;;
 esac

@@ -307,32 +307,33 @@ void clg_gemm_class(int M, int N, int K, char *buf, size_t len)
     snprintf(buf, len, "M%dN%dK%d", bucket(M), bucket(N), bucket(K));
 }
 
+/* Own measurements (exact class, then the nearest class), then the family's
+ * shipped entries (same order), then the built-in defaults. Returns where
+ * the set came from (CLG_GEMM_SRC_*). */
+int clg_gemm_params_src(clg_device *dev, int M, int N, int K, clg_gemm_params *p)
+{
+    int bm = bucket(M), bn = bucket(N), bk = bucket(K);
+    const clg_tune_entry *e = clg_tune_nearest_gemm(clg_tune_dev_get(dev), bm, bn, bk);
+    if (e && clg_gemm_params_from_entry(e, p) && clg_gemm_params_check(dev, p) == CLG_OK)
+        return CLG_GEMM_SRC_OWN;
+    clg_tune_family *f = clg_tune_family_get(dev);
+    e = f ? clg_tune_nearest_gemm(&f->d, bm, bn, bk) : NULL;
+    if (e && clg_gemm_params_from_entry(e, p) && clg_gemm_params_check(dev, p) == CLG_OK)
+        return CLG_GEMM_SRC_FAMILY;
+    clg_gemm_params_default(dev, p);
+    return CLG_GEMM_SRC_DEFAULT;
+}
+
 void clg_gemm_params_for(clg_device *dev, int M, int N, int K, clg_gemm_params *p)
 {
+    clg_err saved = dev->err; /* a rejected stored set is not the caller's error */
+    int src = clg_gemm_params_src(dev, M, N, K, p);
+    dev->err = saved;
     char cls[32], key[64];
     clg_gemm_class(M, N, K, cls, sizeof cls);
     snprintf(key, sizeof key, "gemm/%s", cls);
-    const clg_tune_entry *e = clg_tune_find(dev, key);
-    if (e && clg_gemm_params_from_entry(e, p) && clg_gemm_params_check(dev, p) == CLG_OK)
-        return;
-    /* nearest tuned class */
-    clg_tune_dev *d = clg_tune_dev_get(dev);
-    int best = INT_MAX;
-    const clg_tune_entry *be = NULL;
-    int bm = bucket(M), bn = bucket(N), bk = bucket(K);
-    for (int i = 0; d && i < d->n; i++) {
-        int m, n, k;
-        if (sscanf(d->e[i].key, "gemm/M%dN%dK%d", &m, &n, &k) != 3)
-            continue;
-        int dist = abs(m - bm) + abs(n - bn) + abs(k - bk);
-        if (dist < best) {
-            best = dist;
-            be = &d->e[i];
-        }
-    }
-    if (be && clg_gemm_params_from_entry(be, p) && clg_gemm_params_check(dev, p) == CLG_OK)
-        return;
-    clg_gemm_params_default(dev, p);
+    if (src != CLG_GEMM_SRC_OWN || !clg_tune_find(dev, key))
+        clg_tune_note_pending(dev, cls, M, N, K);
 }
 
 /* ---- own backend ---- */

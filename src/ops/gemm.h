@@ -78,6 +78,9 @@ CLG_INTERNAL void clg_gemm_params_default(const clg_device *dev, clg_gemm_params
 CLG_INTERNAL int clg_gemm_cpu_wide(const clg_device *dev);
 /* Parameters for a shape: tuned entry of the shape class, else the nearest
  * tuned class of the device, else the defaults. */
+/* Where a parameter set came from (clg_gemm_params_src). */
+enum { CLG_GEMM_SRC_DEFAULT = 0, CLG_GEMM_SRC_FAMILY = 1, CLG_GEMM_SRC_OWN = 2 };
+CLG_INTERNAL int clg_gemm_params_src(clg_device *dev, int M, int N, int K, clg_gemm_params *p);
 CLG_INTERNAL void clg_gemm_params_for(clg_device *dev, int M, int N, int K, clg_gemm_params *p);
 /* CLG_OK when p can be built and run on dev (else the reason on dev's err). */
 CLG_INTERNAL clg_status clg_gemm_params_check(clg_device *dev, const clg_gemm_params *p);

@@ -22,9 +22,13 @@ static void db_free(void *p)
     clg_tune_db *db = p;
     if (!db)
         return;
-    for (int i = 0; i < db->ndev; i++)
+    for (int i = 0; i < db->ndev; i++) {
         clg_tune_dev_clear(&db->devs[i]);
+        if (db->fams)
+            clg_tune_dev_clear(&db->fams[i].d);
+    }
     free(db->devs);
+    free(db->fams);
     free(db);
 }
 
@@ -36,7 +40,10 @@ clg_tune_db *clg_tune_db_get(clg_ctx *ctx)
     clg_tune_db *db = ctx->tune_db;
     if (!db && (db = calloc(1, sizeof *db)) != NULL) {
         db->devs = calloc((size_t)CLG_MAX(ctx->ndev, 1), sizeof *db->devs);
-        if (!db->devs) {
+        db->fams = calloc((size_t)CLG_MAX(ctx->ndev, 1), sizeof *db->fams);
+        if (!db->devs || !db->fams) {
+            free(db->devs);
+            free(db->fams);
             free(db);
             db = NULL;
         } else {

@@ -25,9 +25,24 @@ typedef struct clg_tune_dev {
     int n, cap;
 } clg_tune_dev;
 
+/* Shipped starting points for the device's family (data/tune-families.json,
+ * embedded; tune_family.c), and the GEMM shapes this process ran without an
+ * own measurement of their class (what background tuning fills). */
+#define CLG_TUNE_MAX_PENDING 32
+typedef struct clg_tune_family {
+    int loaded;
+    char name[48];    /* "" when no family matches */
+    int measured;     /* 1 "measured", 0 "estimated" */
+    clg_tune_dev d;   /* its entries */
+    int npending;
+    int pending[CLG_TUNE_MAX_PENDING][3]; /* M, N, K, one per class */
+    char pending_cls[CLG_TUNE_MAX_PENDING][16];
+} clg_tune_family;
+
 typedef struct clg_tune_db {
     int ndev;
     clg_tune_dev *devs;
+    clg_tune_family *fams; /* per device, like devs */
     int gemm_backend; /* 0 unset, else clg_gemm_backend + 1: default for AUTO args */
     int auto_measure; /* measure own vs CLBlast lazily for AUTO (1 default) */
 } clg_tune_db;
@@ -53,5 +68,19 @@ CLG_INTERNAL clg_status clg_tune_parse(clg_err *err, const char *text, const cha
 /* Serialises d as JSON (caller frees out->data). */
 CLG_INTERNAL void clg_tune_format(const clg_tune_dev *d, const char *devname, const char *driver, clg_sbuf *out);
 CLG_INTERNAL void clg_tune_dev_clear(clg_tune_dev *d);
+
+/* The device's family entry set (matched and parsed on first use; a family
+ * file that does not parse is logged and treated as no family). NULL only
+ * without memory. */
+CLG_INTERNAL clg_tune_family *clg_tune_family_get(clg_device *dev);
+/* Family matching over a families text (tests): index of the first family of
+ * text that matches dev, its name, status and entries into f; -1 when none
+ * (CLG_ERR_FORMAT for malformed text, f then empty). */
+CLG_INTERNAL clg_status clg_tune_family_match(clg_err *err, const char *text, clg_device *dev, clg_tune_family *f,
+                                              int *index);
+/* Nearest entry to class (bm, bn, bk) among d's "gemm/M?N?K?" keys (exact first). */
+CLG_INTERNAL const clg_tune_entry *clg_tune_nearest_gemm(const clg_tune_dev *d, int bm, int bn, int bk);
+/* Remembers a GEMM shape whose class has no own measurement (once per class). */
+CLG_INTERNAL void clg_tune_note_pending(clg_device *dev, const char *cls, int M, int N, int K);
 
 #endif

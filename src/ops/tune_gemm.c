@@ -1,4 +1,5 @@
 /* GEMM auto-tuner: candidate parameter sets, per-class search, DL shapes. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -226,6 +227,40 @@ static clg_status tune_vs_clblast(clg_device *dev, const clg_gemm_tune_opts *o, 
     return clg_tune_put(dev, &ae);
 }
 
+/* Times one parameter set on a; GFLOP/s, 0 when it does not run. */
+static double figure(clg_device *dev, const clg_gemm_args *a, const clg_gemm_params *p, int reps)
+{
+    clg_err saved = *clg_dev_err(dev);
+    double ms = 0;
+    clg_status st = clg_gemm_params_check(dev, p);
+    if (st == CLG_OK)
+        st = clg_gemm_time(dev, a, CLG_GEMM_OWN, p, reps, &ms);
+    *clg_dev_err(dev) = saved;
+    return st == CLG_OK && ms > 0 ? 2.0 * a->M * a->N * a->K / ms / 1e6 : 0;
+}
+
+/* Records what the built-in defaults and the shipped family's set reach on
+ * the same product ("def_gflops", "fam_gflops"): how far an untuned
+ * device is from the tuned figure (clgrad devices). */
+static void baseline_figures(clg_device *dev, const clg_gemm_args *a, const char *cls, int reps, clg_tune_entry *e)
+{
+    clg_gemm_params dp, fp;
+    clg_gemm_params_default(dev, &dp);
+    double dg = figure(dev, a, &dp, reps);
+    if (dg > 0)
+        clg_tune_set(e, "def_gflops", dg);
+    clg_tune_family *f = clg_tune_family_get(dev);
+    int bm, bn, bk;
+    if (!f || !f->d.n || sscanf(cls, "M%dN%dK%d", &bm, &bn, &bk) != 3)
+        return;
+    const clg_tune_entry *fe = clg_tune_nearest_gemm(&f->d, bm, bn, bk);
+    if (!fe || !clg_gemm_params_from_entry(fe, &fp))
+        return;
+    double fg = memcmp(&fp, &dp, sizeof fp) == 0 ? dg : figure(dev, a, &fp, reps);
+    if (fg > 0)
+        clg_tune_set(e, "fam_gflops", fg);
+}
+
 /* Tunes the class of the product a (shrunk to keep each timed run short)
  * and stores the best parameter set as "gemm/<class>". */
 static clg_status tune_class(clg_device *dev, const clg_gemm_tune_opts *o, clg_gemm_args *a, const char *cls,
@@ -248,6 +283,7 @@ static clg_status tune_class(clg_device *dev, const clg_gemm_tune_opts *o, clg_g
     snprintf(e.key, sizeof e.key, "gemm/%s", cls);
     clg_gemm_params_to_entry(&bp, &e);
     clg_tune_set(&e, "gflops", flop / best / 1e6);
+    baseline_figures(dev, a, cls, reps, &e);
     clg_tune_set(&e, "M", a->M);
     clg_tune_set(&e, "N", a->N);
     clg_tune_set(&e, "K", a->K);

@@ -1,9 +1,11 @@
 /* Public calls for front ends (include/clgrad.h, "Front ends"): MPI jobs,
  * program statistics, tuning and precompiling, over the internal layers. */
 #include <limits.h>
+#include <string.h>
 
 #include "device/device.h"
 #include "ops/gemm.h"
+#include "ops/tune.h"
 #include "ops/tune_gemm.h"
 #include "parallel/comm.h"
 #include "train/session.h"
@@ -82,6 +84,94 @@ clg_status clg_tune_gemm(clg_ctx *ctx, int device, int quick, int clblast, clg_p
                            device, ctx->ndev);
     clg_gemm_tune_opts o = {.quick = quick, .clblast = clblast, .progress = progress, .user = user};
     return clg_gemm_tune(&ctx->devs[device], &o);
+}
+
+static clg_status tune_dev_check(clg_ctx *ctx, int device, const char *what)
+{
+    if (!ctx)
+        return clg_err_set(NULL, CLG_ERR_INVALID_ARG, "%s: context is NULL", what);
+    if (device < 0 || device >= ctx->ndev)
+        return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG, "%s: device %d out of range (the context has %d)", what,
+                           device, ctx->ndev);
+    return CLG_OK;
+}
+
+clg_status clg_tune_gemm_shapes(clg_ctx *ctx, int device, const int (*shapes)[3], int n, int quick,
+                                clg_progress_fn progress, void *user)
+{
+    CLG_TRY(tune_dev_check(ctx, device, "clg_tune_gemm_shapes"));
+    if (!shapes || n < 1)
+        return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG, "clg_tune_gemm_shapes: no shapes given");
+    for (int i = 0; i < n; i++)
+        if (shapes[i][0] < 1 || shapes[i][1] < 1 || shapes[i][2] < 1)
+            return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG,
+                               "clg_tune_gemm_shapes: shape %d is %dx%dx%d (sizes >= 1)", i, shapes[i][0],
+                               shapes[i][1], shapes[i][2]);
+    clg_gemm_tune_opts o = {.quick = quick, .shapes = shapes, .nshapes = n, .progress = progress, .user = user};
+    return clg_gemm_tune(&ctx->devs[device], &o);
+}
+
+int clg_tune_gemm_pending(clg_ctx *ctx, int device, int (*shapes)[3], int max)
+{
+    if (!ctx || device < 0 || device >= ctx->ndev)
+        return 0;
+    clg_tune_family *f = clg_tune_family_get(&ctx->devs[device]);
+    if (!f)
+        return 0;
+    for (int i = 0; shapes && i < CLG_MIN(max, f->npending); i++)
+        memcpy(shapes[i], f->pending[i], sizeof shapes[i]);
+    return f->npending;
+}
+
+/* The "gemm/" entry with a figure whose product is largest in its smallest
+ * dimension (then in volume): the most GEMM-bound tuned class. */
+static const clg_tune_entry *largest(const clg_tune_dev *d)
+{
+    const clg_tune_entry *be = NULL;
+    double bmin = 0, bvol = 0;
+    for (int i = 0; d && i < d->n; i++) {
+        const clg_tune_entry *e = &d->e[i];
+        double m = clg_tune_param(e, "M", 0), n = clg_tune_param(e, "N", 0), k = clg_tune_param(e, "K", 0);
+        double mn = CLG_MIN(m, CLG_MIN(n, k)), vol = m * n * k;
+        if (strncmp(e->key, "gemm/", 5) == 0 && clg_tune_param(e, "gflops", 0) > 0 &&
+            (mn > bmin || (mn == bmin && vol > bvol))) {
+            bmin = mn;
+            bvol = vol;
+            be = e;
+        }
+    }
+    return be;
+}
+
+clg_status clg_gemm_tuning_get_size(clg_ctx *ctx, int device, clg_gemm_tuning *out, size_t size)
+{
+    CLG_TRY(tune_dev_check(ctx, device, "clg_gemm_tuning_get"));
+    if (!out)
+        return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG, "clg_gemm_tuning_get: out is NULL");
+    clg_device *dev = &ctx->devs[device];
+    clg_gemm_tuning t;
+    memset(&t, 0, sizeof t);
+    clg_tune_dev *own = clg_tune_dev_get(dev);
+    for (int i = 0; own && i < own->n; i++)
+        t.own_classes += strncmp(own->e[i].key, "gemm/", 5) == 0;
+    clg_tune_family *f = clg_tune_family_get(dev);
+    if (f && f->name[0]) {
+        snprintf(t.family, sizeof t.family, "%s", f->name);
+        t.family_measured = f->measured;
+    }
+    t.source = t.own_classes ? 2 : t.family[0] ? 1 : 0;
+    const clg_tune_entry *e = t.own_classes ? largest(own) : f ? largest(&f->d) : NULL;
+    if (e) {
+        snprintf(t.ref_class, sizeof t.ref_class, "%s", e->key + 5);
+        t.ref_m = (int)clg_tune_param(e, "M", 0);
+        t.ref_n = (int)clg_tune_param(e, "N", 0);
+        t.ref_k = (int)clg_tune_param(e, "K", 0);
+        t.tuned_gflops = clg_tune_param(e, "gflops", 0);
+        t.default_gflops = clg_tune_param(e, "def_gflops", 0);
+        t.family_gflops = t.own_classes ? clg_tune_param(e, "fam_gflops", 0) : 0;
+    }
+    clg_sized_write(out, size, &t, sizeof t);
+    return CLG_OK;
 }
 
 // ---- precompiling ----

@@ -26,7 +26,7 @@ meson install -C "$build" --destdir "$dest" --no-rebuild --quiet >"$tmp/install.
 
 fail() { echo "FAIL: $*"; exit 1; }
 for f in "$datadir/clgrad/models/lenet5.cfg" "$datadir/clgrad/models/vgg-s.cfg" \
-         "$datadir/clgrad/models/resnet-mini.cfg" "$mandir/man1/clgrad.1" "$bindir/clgrad" \
+         "$datadir/clgrad/models/resnet-mini.cfg" "$datadir/clgrad/models/resnet20.cfg" "$mandir/man1/clgrad.1" "$bindir/clgrad" \
          "$prefix/include/clgrad.h" "$prefix/include/clgrad_prim.h" "$libdir/pkgconfig/clgrad.pc"; do
     [ -f "$dest$f" ] || fail "not installed: $f"
 done

@@ -1,0 +1,196 @@
+#!/bin/sh
+# Device check, run from a clgrad bundle (tools/device-bundle.sh) on a lent
+# machine: finds the vendor's OpenCL driver even with no ICD file registered,
+# then runs, each step under its own timeout and all within 8 minutes:
+#   system     uname, CPU, GPUs (nvidia-smi / rocm-smi when present), the drivers found
+#   devices    clgrad devices (text and --json)
+#   selfcheck  clgrad selfcheck
+#   tests      the GEMM, limits, layer and fused-Winograd test binaries
+#   gemm       clgrad bench gemm 2048^3 and the DL shapes; cuBLAS through a
+#              tiny probe when nvcc is on the machine
+#   train      clgrad bench train on every shipped model
+#   tests      the bundle's other C test binaries, in the time left
+# Everything goes to one results folder (one log per step, summary.txt).
+#
+# usage: sh device-check.sh [--smoke] [--no-system-icd] [--devices SEL] [RESULTS_DIR]
+#   --smoke          seconds, not minutes: a few tests, small GEMMs, LeNet-5 only (the CI test)
+#   --no-system-icd  ignore /etc/OpenCL/vendors: only drivers found by the search
+#   --devices SEL    clgrad's device selector (default: gpu when there is one, else all)
+#   RESULTS_DIR      default ./device-check-<date>
+# Environment: CLGRAD_DRIVER_DIRS (more directories to search), DEVICE_CHECK_BUDGET (seconds,
+# default 480), CLGRAD_CACHE_DIR (default RESULTS_DIR/cache; the smoke test reuses the suite's).
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+smoke=0; sysicd=1; sel=""; res=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --smoke) smoke=1 ;;
+    --no-system-icd) sysicd=0 ;;
+    --devices) shift; sel="${1:-}" ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -*) echo "device-check: unknown option $1" >&2; exit 2 ;;
+    *) res="$1" ;;
+    esac
+    shift
+done
+res=${res:-$PWD/device-check-$(date -u +%Y%m%d-%H%M%S)}
+mkdir -p "$res" || exit 1
+res=$(cd "$res" && pwd)
+budget=${DEVICE_CHECK_BUDGET:-480}
+t0=$(date +%s)
+summary="$res/summary.txt"
+: > "$summary"
+say() { echo "$*" | tee -a "$summary"; }
+
+# ---- libraries: the bundle's, its fallbacks only where the machine lacks them ----
+libpath="$here/lib"
+for l in libstdc++.so.6 libgcc_s.so.1; do
+    found=0
+    for d in /lib/x86_64-linux-gnu /usr/lib/x86_64-linux-gnu /lib64 /usr/lib64 /lib /usr/lib /lib/aarch64-linux-gnu /usr/lib/aarch64-linux-gnu; do
+        [ -e "$d/$l" ] && found=1 && break
+    done
+    [ $found = 1 ] || libpath="$libpath:$here/lib/fallback"
+done
+export LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export CLGRAD_CACHE_DIR="${CLGRAD_CACHE_DIR:-$res/cache}" CLGRAD_BACKGROUND_TUNE=off CLGRAD_MODEL_DIR="$here/models"
+export CK_DEFAULT_TIMEOUT=${CK_DEFAULT_TIMEOUT:-300}
+: "${HOME:=$res/home}"; export HOME; mkdir -p "$HOME" 2>/dev/null
+clgrad="$here/bin/clgrad.real"
+
+# ---- OpenCL drivers: search, then a generated ICD folder ----
+icd="$res/icd"
+mkdir -p "$icd"
+dirs="/usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib /lib/x86_64-linux-gnu /lib64 /usr/local/lib /usr/local/lib64
+      /usr/lib/x86_64-linux-gnu/nvidia/current /usr/lib/nvidia /usr/local/nvidia/lib64 /usr/local/cuda/lib64
+      /opt/rocm/lib /opt/rocm/opencl/lib /opt/rocm/lib64 /opt/intel/opencl /usr/lib/x86_64-linux-gnu/intel-opencl
+      /usr/lib/wsl/lib /usr/lib/aarch64-linux-gnu ${CLGRAD_DRIVER_DIRS:-}"
+names="libnvidia-opencl.so.1 libamdocl64.so libamdocl-orca64.so libigdrcl.so libpocl.so.2 libpocl.so"
+files=""
+for n in $names; do
+    for d in $dirs; do
+        f="$d/$n"
+        [ -e "$f" ] || continue
+        f=$(readlink -f "$f")
+        case " $files " in *" $f "*) continue ;; esac
+        files="$files $f"
+        echo "$f" > "$icd/$(basename "$n" | sed 's/\.so.*//').icd"
+        break
+    done
+done
+# the drivers a registered ICD file names (unless --no-system-icd)
+if [ $sysicd = 1 ] && [ -d /etc/OpenCL/vendors ]; then
+    for v in /etc/OpenCL/vendors/*.icd; do
+        [ -f "$v" ] || continue
+        lib=$(head -n 1 "$v")
+        case " $files " in *"$lib"*) continue ;; esac
+        files="$files $lib"
+        cp "$v" "$icd/system-$(basename "$v")"
+    done
+fi
+export OCL_ICD_VENDORS="$icd"                                      # ocl-icd: a folder of .icd files
+export OCL_ICD_FILENAMES=$(echo $files | tr ' ' ':')               # the Khronos loader: the libraries
+say "device-check $(date -u +%Y-%m-%dT%H:%M:%SZ) $(uname -srm) smoke=$smoke budget=${budget}s"
+say "bundle: $(head -n 1 "$here/MANIFEST" 2>/dev/null)"
+say "drivers: ${files:-none found}"
+[ -n "$files" ] || { say "FAIL: no OpenCL driver found (searched: $names in $dirs)"; exit 1; }
+
+# ---- steps ----
+fails=0
+step() { # step NAME LIMIT_S command...  (log: RESULTS/NAME.log)
+    name=$1; lim=$2; shift 2
+    left=$((budget - ($(date +%s) - t0)))
+    if [ $left -le 5 ]; then say "skip  $name (budget spent)"; return 1; fi
+    [ "$lim" -le "$left" ] || lim=$left
+    s=$(date +%s)
+    timeout -k 5 "$lim" "$@" > "$res/$name.log" 2>&1
+    rc=$?
+    dt=$(($(date +%s) - s))
+    if [ $rc = 0 ]; then say "ok    $name (${dt}s)"
+    elif [ $rc = 77 ]; then say "skip  $name (${dt}s, exit 77)"
+    elif [ $rc = 124 ] || [ $rc = 137 ]; then say "TIME  $name (limit ${lim}s)"; fails=$((fails + 1))
+    else say "FAIL  $name (exit $rc, ${dt}s): $(tail -n 2 "$res/$name.log" | tr '\n' ' ' | cut -c1-200)"; fails=$((fails + 1)); fi
+    return $rc
+}
+
+{
+    uname -a; echo
+    (lscpu 2>/dev/null || cat /proc/cpuinfo) | head -n 20; echo
+    command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+    command -v rocm-smi >/dev/null 2>&1 && rocm-smi --showproductname
+    echo "drivers:$files"; echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+} > "$res/system.log" 2>&1
+
+step devices 60 "$clgrad" devices || { say "FAIL: clgrad sees no OpenCL device"; exit 1; }
+"$clgrad" devices --json > "$res/devices.json" 2>/dev/null
+if [ -z "$sel" ]; then
+    if grep -q '"type":"gpu"' "$res/devices.json"; then sel=gpu; else sel=all; fi
+fi
+say "devices: --devices $sel ($(grep -c '^device ' "$res/devices.log") listed)"
+step selfcheck 120 "$clgrad" selfcheck --devices "$sel"
+
+if [ $smoke = 1 ]; then
+    for t in test_core test_tune_family; do
+        [ -x "$here/tests/$t" ] && step "test-$t" 120 "$here/tests/$t"
+    done
+    step gemm 60 "$clgrad" bench gemm --devices "$sel" --m 256 --n 256 --k 256 --backend own --reps 2
+    step train-lenet5 120 env CLGRAD_CONV_AUTO_MEASURE=0 "$clgrad" bench train --model "$here/models/lenet5.cfg" --devices "$sel" --batch 8 \
+        --steps 2 --warmup 1
+else
+    # the kernels' correctness first (the tests most likely to find a GPU
+    # problem), then the benchmarks, then the remaining tests in what is left
+    first="test_gemm test_gemm_packed test_limits test_model_layers test_wfused"
+    for t in $first; do
+        [ -x "$here/tests/$t" ] && step "test-$t" 90 "$here/tests/$t"
+    done
+    step gemm-2048 90 "$clgrad" bench gemm --devices "$sel" --m 2048 --n 2048 --k 2048 --reps 5
+    step gemm-dl 90 "$clgrad" bench gemm --devices "$sel" --shapes dl --backend own --reps 3
+    nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null | head -n 1)
+    if [ -n "$nvcc" ]; then
+        cat > "$res/cublas_probe.cu" <<'CU'
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+int main(void)
+{
+    const int n = 2048, reps = 10;
+    float *a, *b, *c, one = 1, zero = 0;
+    cudaMalloc((void **)&a, sizeof(float) * n * n);
+    cudaMalloc((void **)&b, sizeof(float) * n * n);
+    cudaMalloc((void **)&c, sizeof(float) * n * n);
+    cudaMemset(a, 0, sizeof(float) * n * n);
+    cudaMemset(b, 0, sizeof(float) * n * n);
+    cublasHandle_t h;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) { puts("cublasCreate failed"); return 1; }
+    cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, n, b, n, &zero, c, n);
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    cudaEventRecord(e0, 0);
+    for (int i = 0; i < reps; i++)
+        cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, n, b, n, &zero, c, n);
+    cudaEventRecord(e1, 0);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    printf("cublas sgemm 2048^3: %.3f ms, %.1f GFLOP/s (fp32, default math mode)\n", ms / reps,
+           2.0 * n * n * n / (ms / reps) / 1e6);
+    return 0;
+}
+CU
+        step cublas 120 sh -c "'$nvcc' -O2 -o '$res/cublas_probe' '$res/cublas_probe.cu' -lcublas && '$res/cublas_probe'"
+    elif command -v hipcc >/dev/null 2>&1; then
+        say "skip  hipblas probe (not written yet; hipcc found at $(command -v hipcc))"
+    else
+        say "skip  vendor BLAS probe (no nvcc or hipcc on this machine)"
+    fi
+    for m in lenet5 vgg-s resnet-mini resnet20; do
+        [ -f "$here/models/$m.cfg" ] && step "train-$m" 90 "$clgrad" bench train --model "$here/models/$m.cfg" \
+            --devices "$sel" --steps 20 --warmup 3 --json
+    done
+    for t in $(ls "$here/tests"); do
+        case " $first " in *" $t "*) continue ;; esac
+        step "test-$t" 90 "$here/tests/$t"
+    done
+fi
+say "done in $(($(date +%s) - t0)) s: $fails step(s) failed; results in $res"
+[ $fails = 0 ]

@@ -1,0 +1,236 @@
+/* Shipped tuning families (data/tune-families.json, src/ops/tune_family.c):
+ * the embedded file parses; device descriptions of each class pick the
+ * intended family (and an unknown GPU none); every entry of a family is a
+ * valid parameter set under that family's published limits; malformed text
+ * is refused; and on the test device the lookup order holds: own
+ * measurements > family entry > built-in defaults, with a GEMM run on the
+ * family's parameters matching a double-precision reference; the tuner
+ * records the defaults' and the family's figures (clg_gemm_tuning_get). */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ops/gemm.h"
+#include "ops/tune.h"
+#include "testutil.h"
+
+typedef struct fake {
+    const char *name, *vendor, *platform;
+    clg_device_type type;
+    unsigned long long lmem;
+    size_t maxwg;
+    const char *want; /* family, "" none */
+} fake;
+
+static const fake fakes[] = {
+    {"pthread-skylake-avx512-Intel(R) Xeon(R) Gold 6338", "GenuineIntel", "Portable Computing Language",
+     CLG_DEVICE_CPU, 4 << 20, 4096, "pocl-cpu-avx512"},
+    {"cpu-znver4-AMD EPYC 9654", "AuthenticAMD", "Portable Computing Language", CLG_DEVICE_CPU, 1 << 20, 4096,
+     "pocl-cpu-avx512"},
+    {"pthread-haswell-Intel(R) Core(TM) i7-4770", "GenuineIntel", "Portable Computing Language", CLG_DEVICE_CPU,
+     1 << 20, 4096, "pocl-cpu-avx2"},
+    {"cpu-znver3-AMD Ryzen 9 5950X", "AuthenticAMD", "Portable Computing Language", CLG_DEVICE_CPU, 1 << 20, 4096,
+     "pocl-cpu-avx2"},
+    {"NVIDIA H100 80GB HBM3", "NVIDIA Corporation", "NVIDIA CUDA", CLG_DEVICE_GPU, 48 << 10, 1024, "nvidia-sm90"},
+    {"NVIDIA A100-SXM4-40GB", "NVIDIA Corporation", "NVIDIA CUDA", CLG_DEVICE_GPU, 48 << 10, 1024, "nvidia-sm80"},
+    {"NVIDIA GeForce RTX 3090", "NVIDIA Corporation", "NVIDIA CUDA", CLG_DEVICE_GPU, 48 << 10, 1024, "nvidia-sm80"},
+    {"gfx90a:sramecc+:xnack-", "Advanced Micro Devices, Inc.", "AMD Accelerated Parallel Processing",
+     CLG_DEVICE_GPU, 64 << 10, 256, "amd-gfx9"},
+    {"gfx1030", "Advanced Micro Devices, Inc.", "AMD Accelerated Parallel Processing", CLG_DEVICE_GPU, 64 << 10,
+     1024, "amd-gfx10"},
+    {"gfx1100", "Advanced Micro Devices, Inc.", "AMD Accelerated Parallel Processing", CLG_DEVICE_GPU, 64 << 10,
+     1024, "amd-gfx11"},
+    {"Intel(R) Arc(TM) A770 Graphics", "Intel(R) Corporation", "Intel(R) OpenCL Graphics", CLG_DEVICE_GPU, 64 << 10,
+     1024, "intel-xe"},
+    {"Intel(R) Iris(R) Xe Graphics", "Intel(R) Corporation", "Intel(R) OpenCL Graphics", CLG_DEVICE_GPU, 64 << 10,
+     512, "intel-xe"},
+    {"Mali-G78", "ARM", "ARM Platform", CLG_DEVICE_GPU, 32 << 10, 512, ""},
+    {"cpu-generic-ARM Neoverse", "ARM", "Portable Computing Language", CLG_DEVICE_CPU, 1 << 20, 4096, ""},
+};
+
+static void fake_dev(clg_device *d, const fake *f)
+{
+    memset(d, 0, sizeof *d);
+    snprintf(d->info.name, sizeof d->info.name, "%s", f->name);
+    snprintf(d->info.vendor, sizeof d->info.vendor, "%s", f->vendor);
+    snprintf(d->info.platform, sizeof d->info.platform, "%s", f->platform);
+    d->info.type = f->type;
+    d->info.local_mem_bytes = f->lmem;
+    d->info.max_work_group_size = f->maxwg;
+    d->info.compute_units = 8;
+    d->max_item[0] = d->max_item[1] = d->max_item[2] = f->maxwg;
+}
+
+START_TEST(families_match)
+{
+    const char *text = clg_embedded_source("tune-families");
+    ck_assert_ptr_nonnull(text);
+    for (size_t i = 0; i < sizeof fakes / sizeof fakes[0]; i++) {
+        clg_device d;
+        fake_dev(&d, &fakes[i]);
+        clg_tune_family f;
+        memset(&f, 0, sizeof f);
+        int idx = -2;
+        clg_err err = {0};
+        ck_assert_msg(clg_tune_family_match(&err, text, &d, &f, &idx) == CLG_OK, "%s", err.msg);
+        ck_assert_msg(strcmp(f.name, fakes[i].want) == 0, "%s: family '%s', expected '%s'", fakes[i].name, f.name,
+                      fakes[i].want);
+        ck_assert(fakes[i].want[0] ? idx >= 0 && f.d.n > 0 : idx == -1 && f.d.n == 0);
+        /* every entry runs under the family's limits */
+        for (int e = 0; e < f.d.n; e++) {
+            clg_gemm_params p;
+            ck_assert_msg(clg_gemm_params_from_entry(&f.d.e[e], &p), "%s %s: no parameters", f.name, f.d.e[e].key);
+            ck_assert_msg(clg_gemm_params_check(&d, &p) == CLG_OK, "%s %s on %s: %s", f.name, f.d.e[e].key,
+                          fakes[i].name, d.err.msg);
+            int m, n, k;
+            ck_assert_msg(sscanf(f.d.e[e].key, "gemm/M%dN%dK%d", &m, &n, &k) == 3, "key %s", f.d.e[e].key);
+        }
+        if (fakes[i].want[0])
+            ck_assert(f.measured == (strcmp(f.name, "pocl-cpu-avx512") == 0));
+        clg_tune_dev_clear(&f.d);
+    }
+    /* malformed text and a wrong format are refused, leaving no family */
+    static const char *const bad[] = {"{", "[]", "{\"format\": \"clgrad-tune\", \"families\": []}",
+                                      "{\"format\": \"clgrad-tune-families\", \"families\": [{\"name\": \"x\", "
+                                      "\"match\": {}, \"entries\": {\"gemm/M1N1K1\": 3}}]}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        clg_device d;
+        fake_dev(&d, &fakes[0]);
+        clg_tune_family f;
+        memset(&f, 0, sizeof f);
+        int idx;
+        clg_err err = {0};
+        ck_assert_msg(clg_tune_family_match(&err, bad[i], &d, &f, &idx) != CLG_OK, "accepted: %s", bad[i]);
+        ck_assert(f.name[0] == 0 && f.d.n == 0 && idx == -1);
+        clg_tune_dev_clear(&f.d);
+    }
+}
+END_TEST
+
+/* C = A * B on the device with parameter set p against a double reference. */
+static double gemm_err(clg_device *dev, const clg_gemm_params *p, int M, int N, int K)
+{
+    clg_rng r;
+    tu_rng(&r, 7);
+    float *A = malloc(sizeof(float) * M * K), *B = malloc(sizeof(float) * K * N), *C = malloc(sizeof(float) * M * N);
+    tu_fill(A, (size_t)M * K, -1, 1, &r);
+    tu_fill(B, (size_t)K * N, -1, 1, &r);
+    clg_gemm_args a;
+    clg_gemm_args_init(&a);
+    a.M = M, a.N = N, a.K = K, a.lda = K, a.ldb = N, a.ldc = N;
+    a.A = tu_upload(dev, A, (size_t)M * K);
+    a.B = tu_upload(dev, B, (size_t)K * N);
+    a.C = tu_upload(dev, NULL, (size_t)M * N);
+    ck_assert_msg(clg_gemm_run(dev, &a, CLG_GEMM_OWN, p, NULL, NULL) == CLG_OK, "%s", dev->err.msg);
+    tu_download(dev, a.C, C, (size_t)M * N);
+    double worst = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0, sa = 0;
+            for (int k = 0; k < K; k++) {
+                s += (double)A[i * K + k] * B[k * N + j];
+                sa += fabs((double)A[i * K + k] * B[k * N + j]);
+            }
+            double e = fabs(C[i * N + j] - s) / (sa + 1e-30);
+            worst = isfinite(C[i * N + j]) ? fmax(worst, e) : INFINITY;
+        }
+    clg_buf_release(dev, a.A);
+    clg_buf_release(dev, a.B);
+    clg_buf_release(dev, a.C);
+    free(A);
+    free(B);
+    free(C);
+    return worst;
+}
+
+START_TEST(lookup_order)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "/tmp/clgrad-tune-family-%d", (int)getpid());
+    clg_ctx *ctx = tu_ctx_cache("0", dir);
+    clg_device *dev = &ctx->devs[0];
+    clg_gemm_params p, dp, own;
+    clg_gemm_params_default(dev, &dp);
+    clg_tune_family *f = clg_tune_family_get(dev);
+    ck_assert_ptr_nonnull(f);
+    int src = clg_gemm_params_src(dev, 600, 700, 500, &p);
+    if (f->name[0]) {
+        ck_assert_int_eq(src, CLG_GEMM_SRC_FAMILY);
+        ck_assert_msg(gemm_err(dev, &p, 200, 300, 250) < 1e-5, "family parameters give a wrong product");
+    } else {
+        ck_assert_int_eq(src, CLG_GEMM_SRC_DEFAULT);
+        ck_assert(memcmp(&p, &dp, sizeof p) == 0);
+    }
+    /* no family: the built-in defaults */
+    clg_tune_dev saved = f->d;
+    memset(&f->d, 0, sizeof f->d);
+    ck_assert_int_eq(clg_gemm_params_src(dev, 600, 700, 500, &p), CLG_GEMM_SRC_DEFAULT);
+    ck_assert(memcmp(&p, &dp, sizeof p) == 0);
+    f->d = saved;
+    /* an own measurement wins over the family */
+    memset(&own, 0, sizeof own);
+    own.family = CLG_GEMM_FAM_CPU;
+    own.MR = 4, own.NV = 1, own.VW = 4, own.WGS = 1;
+    if (!(dev->info.type & CLG_DEVICE_CPU)) {
+        own.family = CLG_GEMM_FAM_TILED;
+        own.MWG = own.NWG = 16, own.KWG = 16, own.MDIMC = own.NDIMC = 4, own.VWM = own.VWN = 2;
+    }
+    clg_tune_entry e;
+    memset(&e, 0, sizeof e);
+    char cls[32];
+    clg_gemm_class(600, 700, 500, cls, sizeof cls);
+    snprintf(e.key, sizeof e.key, "gemm/%s", cls);
+    clg_gemm_params_to_entry(&own, &e);
+    ck_assert(clg_tune_put(dev, &e) == CLG_OK);
+    ck_assert_int_eq(clg_gemm_params_src(dev, 600, 700, 500, &p), CLG_GEMM_SRC_OWN);
+    ck_assert(p.MR == own.MR && p.family == own.family && p.MWG == own.MWG);
+    /* pending shapes: the class above is measured now, another one is not */
+    clg_gemm_params_for(dev, 600, 700, 500, &p);
+    clg_gemm_params_for(dev, 3000, 20, 40, &p);
+    int sh[4][3];
+    int n = clg_tune_gemm_pending(ctx, 0, sh, 4);
+    int found = 0;
+    for (int i = 0; i < n && i < 4; i++) {
+        ck_assert_msg(!(sh[i][0] == 600 && sh[i][1] == 700), "a measured class is pending");
+        found |= sh[i][0] == 3000 && sh[i][1] == 20 && sh[i][2] == 40;
+    }
+    ck_assert_msg(found, "the untuned shape is not pending (%d pending)", n);
+    /* the tuner stores the defaults' and the family's figures beside its own,
+     * and clg_gemm_tuning_get reports them */
+    static const int tiny[1][3] = {{96, 80, 64}};
+    ck_assert_msg(clg_tune_gemm_shapes(ctx, 0, tiny, 1, 1, NULL, NULL) == CLG_OK, "%s", clg_last_error(ctx));
+    clg_gemm_class(96, 80, 64, cls, sizeof cls);
+    snprintf(e.key, sizeof e.key, "gemm/%s", cls);
+    const clg_tune_entry *te = clg_tune_find(dev, e.key);
+    ck_assert_ptr_nonnull(te);
+    ck_assert(clg_tune_param(te, "gflops", 0) > 0 && clg_tune_param(te, "def_gflops", 0) > 0);
+    ck_assert(!f->name[0] || clg_tune_param(te, "fam_gflops", 0) > 0);
+    clg_gemm_tuning t;
+    ck_assert(clg_gemm_tuning_get(ctx, 0, &t) == CLG_OK);
+    ck_assert_int_eq(t.source, 2);
+    ck_assert_int_eq(t.own_classes, 2);
+    ck_assert_str_eq(t.ref_class, cls);
+    ck_assert(t.ref_m == 96 && t.ref_n == 80 && t.ref_k == 64);
+    ck_assert(t.tuned_gflops > 0 && t.default_gflops > 0);
+    ck_assert_str_eq(t.family, f->name);
+    ck_assert(clg_gemm_tuning_get(ctx, 5, &t) != CLG_OK);
+    clg_ctx_destroy(ctx);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("tune-family");
+    TCase *tc = tcase_create("tune-family");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, families_match);
+    tcase_add_test(tc, lookup_order);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
