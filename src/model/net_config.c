@@ -85,5 +85,7 @@ clg_status clg_net_parse_config(clg_err *err, clg_net *net, clg_cfg_section *s)
     h->augment_flip = (int)v;
     CLG_TRY(clg_cfg_int(err, cfg, s, "augment_shift", 0, 0, CLG_HP_MAX_SHIFT, &v));
     h->augment_shift = (int)v;
+    CLG_TRY(clg_cfg_int(err, cfg, s, "decay_matrices_only", 0, 0, 1, &v));
+    h->decay_matrices_only = (int)v;
     return clg_cfg_check_unused(err, cfg, s);
 }

@@ -14,6 +14,8 @@
  *   warmup (steps of linear warm-up, 0) epochs (10) clip_norm (0 = off)
  *   augment_flip (0|1, 0: random left-right mirror of training images)
  *   augment_shift (pixels 0..8, 0: random translation of training images)
+ *   decay_matrices_only (0|1, 0: weight_decay applies to every trainable
+ *           parameter; 1: only to matrices, clg_optim_param_decays)
  *
  * Every other section is a layer; its generic keys are
  *   name    unique name (default "<type><index>")
@@ -37,6 +39,7 @@ typedef struct clg_hparams {
     int epochs;
     double clip_norm;
     int augment_flip, augment_shift; /* training-data augmentation (clg_ds_augment) */
+    int decay_matrices_only;         /* weight decay on matrices only (clg_optim_param_decays) */
 } clg_hparams;
 
 /* Largest [net] augment_shift: the dataset's augmentation limit
