@@ -97,6 +97,12 @@ size_t clg_text_window(const clg_dataset *ds, uint64_t seed, uint64_t epoch, int
         return (size_t)pos * T;
     uint64_t key[3] = {seed, epoch, (uint64_t)pos};
     uint64_t r = clg_hash64(key, sizeof key, 0x74657874u); /* "text" */
+    /* FNV-1a's low bits depend only on the low bits of the key's bytes: mixed by murmur3's finalizer */
+    r ^= r >> 33;
+    r *= 0xff51afd7ed558ccdULL;
+    r ^= r >> 33;
+    r *= 0xc4ceb9fe1a85ec53ULL;
+    r ^= r >> 33;
     return (size_t)(r % (uint64_t)(ds->text_len - T)); /* text_len >= T + 1: the window fits */
 }
 

@@ -157,9 +157,29 @@ static clg_status apply_overrides(clg_err *err, clg_model *m, const clg_train_pa
     return CLG_OK;
 }
 
+/* Text data goes with a model that reads token ids (clg_net_labels_per_sample > 1), and such a model with text. */
+static clg_status check_text_model(clg_err *err, const clg_net *net, const char *spec)
+{
+    int tokens = clg_net_labels_per_sample(net) > 1;
+    if (clg_text_spec_path(spec) && !tokens)
+        return clg_err_set(err, CLG_ERR_SHAPE,
+                           "--data %s: text data needs a model that reads token ids (its first layer an [embedding]); "
+                           "%s takes %dx%dx%d images",
+                           spec, net->source, net->in_c, net->in_h, net->in_w);
+    if (!clg_text_spec_path(spec) && tokens)
+        return clg_err_set(err, CLG_ERR_SHAPE, "model %s reads token ids: give it text data (--data text:FILE), not '%s'",
+                           net->source, spec);
+    if (tokens && net->classes < CLG_TEXT_VOCAB)
+        return clg_err_set(err, CLG_ERR_SHAPE, "model %s has %d classes; byte-level text data needs %d (one per byte)",
+                           net->source, net->classes, CLG_TEXT_VOCAB);
+    return CLG_OK;
+}
+
 static clg_status check_data(clg_err *err, const clg_model *m, const clg_dataset *ds)
 {
     const clg_net *net = m->net;
+    if (ds->text) /* ids and targets are bytes: below the vocabulary (check_text_model) */
+        return ds->n >= 1 ? CLG_OK : clg_err_set(err, CLG_ERR_FORMAT, "text data %s has no window", ds->source);
     if (ds->c != net->in_c || ds->h != net->in_h || ds->w != net->in_w)
         return clg_err_set(err, CLG_ERR_SHAPE, "dataset %s has images %dx%dx%d, the model %s expects %dx%dx%d",
                            ds->source, ds->c, ds->h, ds->w, net->source, net->in_c, net->in_h, net->in_w);
@@ -423,7 +443,10 @@ static clg_status epoch_evaluate(train_state *ts, int e, clg_train_report *rep, 
     CLG_TRY(clg_session_evaluate(m, ts->test, ts->p->limit_test, tl, ta, NULL, NULL));
     rep->test_loss = *tl;
     rep->test_accuracy = *ta;
-    if (ts->p->progress && clg_comm_rank() == 0)
+    if (ts->p->progress && clg_comm_rank() == 0 && ts->test->text)
+        fprintf(stderr, "epoch %d/%d: train loss %.4f (%.4f bits per byte) | held-out loss %.4f, %.4f bits per byte\n",
+                e + 1, ts->epochs, rep->train_loss, rep->train_loss / M_LN2, *tl, *tl / M_LN2);
+    else if (ts->p->progress && clg_comm_rank() == 0)
         fprintf(stderr, "epoch %d/%d: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%%\n", e + 1, ts->epochs,
                 rep->train_loss, 100 * rep->train_accuracy, *tl, 100 * *ta);
     if (!isfinite(*tl))
@@ -541,12 +564,17 @@ static clg_status open_data(train_state *ts)
 {
     const clg_train_params *p = ts->p;
     clg_err *err = &ts->m->ctx->err;
-    CLG_TRY(clg_dataset_open_in(err, ts->m->ctx->opts.data_dir, p->data, CLG_SPLIT_TRAIN, &ts->train));
+    const char *dd = ts->m->ctx->opts.data_dir;
+    int lps = clg_net_labels_per_sample(ts->m->net);
+    CLG_TRY(check_text_model(err, ts->m->net, p->data));
+    CLG_TRY(clg_dataset_open_for(err, dd, p->data, CLG_SPLIT_TRAIN, lps > 1 ? lps : 0, &ts->train));
     CLG_TRY(check_data(err, ts->m, ts->train));
     if (p->limit_test >= 0) {
-        CLG_TRY(clg_dataset_open_in(err, ts->m->ctx->opts.data_dir, p->data, CLG_SPLIT_TEST, &ts->test));
+        CLG_TRY(clg_dataset_open_for(err, dd, p->data, CLG_SPLIT_TEST, lps > 1 ? lps : 0, &ts->test));
         CLG_TRY(check_data(err, ts->m, ts->test));
     }
+    if (ts->train->text) /* token ids are used as they are */
+        return CLG_OK;
     if (!ts->m->imported) { /* an imported model keeps the normalization it was trained with */
         clg_status st = clg_dataset_norm_compute(err, ts->train, &ts->m->norm);
         ts->m->has_norm = 1;
@@ -620,6 +648,11 @@ static void print_setup(const train_state *ts, int fp16)
                 m->loss_scale);
     fprintf(stderr, "training on %s: %d samples, optimizer %s, lr %g, %d epochs%s\n", ts->train->source, ts->train->n,
             clg_optim_name(m->hp.optimizer), m->hp.learning_rate, m->hp.epochs, ts->p->resume ? " (resumed)" : "");
+    if (ts->train->text)
+        fprintf(stderr, "text: %zu bytes, %zu for training (an epoch: %d windows of %d + 1 bytes at seeded random "
+                        "offsets), the last %zu held out\n",
+                ts->train->file_len, ts->train->text_len, ts->train->n, ts->train->h,
+                ts->train->file_len - ts->train->text_len);
 }
 
 /* Everything before the first step: model, data, checkpoint, optimizer
