@@ -356,7 +356,9 @@ CLG_API clg_status clg_model_export_onnx(clg_model *m, const char *path);
  * model without a softmax layer). Input normalization loaded with the
  * weights is applied. */
 CLG_API clg_status clg_model_predict(clg_model *m, const float *images, int n, float *probs);
-/* One training step (forward, backward, optimizer) on n <= batch images. */
+/* One training step (forward, backward, optimizer) on n <= batch images:
+ * n labels; for a model reading token ids ([net] input = tokens: images are
+ * T ids each) n T labels, the target of every position. */
 CLG_API clg_status clg_model_train_step(clg_model *m, const float *images, const int32_t *labels, int n);
 CLG_API clg_status clg_model_metrics_size(const clg_model *m, clg_metrics *out, size_t size);
 #define clg_model_metrics(m, out) clg_model_metrics_size((m), (out), sizeof *(out))

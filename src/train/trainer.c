@@ -573,6 +573,9 @@ static clg_status open_data(train_state *ts)
         CLG_TRY(clg_dataset_open_for(err, dd, p->data, CLG_SPLIT_TEST, lps > 1 ? lps : 0, &ts->test));
         CLG_TRY(check_data(err, ts->m, ts->test));
     }
+    if (ts->train->text && (ts->m->hp.augment_flip || ts->m->hp.augment_shift))
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "--data %s: augmentation (flip, shift) is for images, not text",
+                           p->data);
     if (ts->train->text) /* token ids are used as they are */
         return CLG_OK;
     if (!ts->m->imported) { /* an imported model keeps the normalization it was trained with */

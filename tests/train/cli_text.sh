@@ -109,6 +109,8 @@ check 1 "short.txt' has 169 bytes.*at least 170" "a file shorter than a window i
     "$clgrad" train "$tmp/tok.cfg" --data "text:$tmp/short.txt" --quiet
 check 1 "dir' is a directory" "a directory" -- \
     "$clgrad" train "$tmp/tok.cfg" --data "text:$tmp/dir" --quiet
+check 1 "augmentation (flip, shift) is for images" "augmentation with text" -- \
+    "$clgrad" train "$tmp/tok.cfg" --data "text:$tmp/corpus.txt" --augment flip --quiet
 check 1 "missing.txt' does not exist" "a missing file" -- \
     "$clgrad" train "$tmp/tok.cfg" --data "text:$tmp/missing.txt" --quiet
 [ "$fails" -eq 0 ] && { echo "ok: $n checks"; exit 0; }
