@@ -169,9 +169,27 @@ static clg_status check_text_model(clg_err *err, const clg_net *net, const char 
     if (!clg_text_spec_path(spec) && tokens)
         return clg_err_set(err, CLG_ERR_SHAPE, "model %s reads token ids: give it text data (--data text:FILE), not '%s'",
                            net->source, spec);
-    if (tokens && net->classes < CLG_TEXT_VOCAB)
-        return clg_err_set(err, CLG_ERR_SHAPE, "model %s has %d classes; byte-level text data needs %d (one per byte)",
-                           net->source, net->classes, CLG_TEXT_VOCAB);
+    return CLG_OK;
+}
+
+/* Every byte of text data is a token id and a target: below the model's
+ * classes and below the rows of its first [embedding]'s table (vocab, dim). */
+static clg_status check_text_ids(clg_err *err, const clg_net *net, const clg_dataset *ds, int split)
+{
+    int limit = net->classes;
+    const char *what = "classes";
+    const clg_layer *e = net->nlayers > 0 ? &net->proto[0] : NULL;
+    if (e && e->ops && strcmp(e->ops->type, "embedding") == 0 && e->nparams > 0 && e->params[0].ndim == 2 &&
+        e->params[0].shape[0] < limit) {
+        limit = e->params[0].shape[0];
+        what = "embedding vocabulary";
+    }
+    for (size_t i = 0; i < ds->text_len; i++)
+        if (ds->text[i] >= limit)
+            return clg_err_set(err, CLG_ERR_SHAPE,
+                               "text data %s: byte %u at offset %zu is not a token id of model %s (its %s: %d)",
+                               ds->source, ds->text[i], i + (split == CLG_SPLIT_TEST ? ds->file_len - ds->text_len : 0),
+                               net->source, what, limit);
     return CLG_OK;
 }
 
@@ -569,9 +587,13 @@ static clg_status open_data(train_state *ts)
     CLG_TRY(check_text_model(err, ts->m->net, p->data));
     CLG_TRY(clg_dataset_open_for(err, dd, p->data, CLG_SPLIT_TRAIN, lps > 1 ? lps : 0, &ts->train));
     CLG_TRY(check_data(err, ts->m, ts->train));
+    if (ts->train->text)
+        CLG_TRY(check_text_ids(err, ts->m->net, ts->train, CLG_SPLIT_TRAIN));
     if (p->limit_test >= 0) {
         CLG_TRY(clg_dataset_open_for(err, dd, p->data, CLG_SPLIT_TEST, lps > 1 ? lps : 0, &ts->test));
         CLG_TRY(check_data(err, ts->m, ts->test));
+        if (ts->test->text)
+            CLG_TRY(check_text_ids(err, ts->m->net, ts->test, CLG_SPLIT_TEST));
     }
     if (ts->train->text && (ts->m->hp.augment_flip || ts->m->hp.augment_shift))
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "--data %s: augmentation (flip, shift) is for images, not text",

@@ -101,8 +101,16 @@ check 1 "reads token ids: evaluate it on text data" "eval of a token model on im
     "$clgrad" eval "$tmp/tok.cfg" --weights "$tmp/a.safetensors" --data fashion-mnist
 check 1 "reads token ids: give it text data" "a token model with an image dataset" -- \
     "$clgrad" train "$tmp/tok.cfg" --data fashion-mnist --quiet
-check 1 "needs 256" "a token model with fewer classes than bytes" -- \
-    "$clgrad" train "$tmp/tok10.cfg" --data "text:$tmp/corpus.txt" --quiet
+# ids below 10 but one: in the head (offset 17), then only in the held-out tail (offset 950 of 1000)
+"$py" -c 'import sys; b = bytearray([3]) * 1000; b[int(sys.argv[2])] = 200; open(sys.argv[1], "wb").write(b)' \
+    "$tmp/ids_head.bin" 17
+"$py" -c 'import sys; b = bytearray([3]) * 1000; b[int(sys.argv[2])] = 200; open(sys.argv[1], "wb").write(b)' \
+    "$tmp/ids_tail.bin" 950
+check 1 "ids_head.bin: byte 200 at offset 17 is not a token id of model .*tok10.cfg (its classes: 10)" \
+    "a byte beyond the classes in the training head" -- \
+    "$clgrad" train "$tmp/tok10.cfg" --data "text:$tmp/ids_head.bin" --quiet
+check 1 "ids_tail.bin: byte 200 at offset 950 is not a token id" "a byte beyond the classes in the held-out tail" -- \
+    "$clgrad" train "$tmp/tok10.cfg" --data "text:$tmp/ids_tail.bin" --quiet
 check 1 "empty.txt' is empty" "an empty file" -- \
     "$clgrad" train "$tmp/tok.cfg" --data "text:$tmp/empty.txt" --quiet
 check 1 "short.txt' has 169 bytes.*at least 170" "a file shorter than a window in the head and the tail" -- \
