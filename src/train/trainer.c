@@ -40,6 +40,7 @@ typedef struct progress {
     int on, tty;
     double t_last, t_start;
     int last_pct;
+    int tokens; /* text data: T tokens per sample, the rate shown in tokens/s */
 } progress;
 
 static void fmt_eta(char *dst, size_t n, double s)
@@ -60,6 +61,9 @@ static void progress_show(progress *p, int epoch, int epochs, int done, int tota
         return;
     double now = clg_now_sec();
     int pct = total ? (int)(100.0 * done / total) : 100;
+    const char *unit = p->tokens ? "tok/s" : "img/s";
+    if (p->tokens)
+        ips *= p->tokens;
     char e[32];
     fmt_eta(e, sizeof e, eta);
     if (p->tty) {
@@ -71,8 +75,8 @@ static void progress_show(progress *p, int epoch, int epochs, int done, int tota
         for (int i = 0; i < 30; i++)
             bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
         bar[30] = 0;
-        fprintf(stderr, "\repoch %d/%d [%s] %d/%d loss %.4f acc %5.2f%% %.0f img/s%s%s ETA %s   ", epoch + 1,
-                epochs, bar, done, total, loss, 100 * acc, ips, shares ? " split " : "", shares ? shares : "", e);
+        fprintf(stderr, "\repoch %d/%d [%s] %d/%d loss %.4f acc %5.2f%% %.0f %s%s%s ETA %s   ", epoch + 1,
+                epochs, bar, done, total, loss, 100 * acc, ips, unit, shares ? " split " : "", shares ? shares : "", e);
         if (final)
             fputc('\n', stderr);
         fflush(stderr);
@@ -81,8 +85,8 @@ static void progress_show(progress *p, int epoch, int epochs, int done, int tota
         if ((!final && pct / 25 == p->last_pct / 25) || (final && p->last_pct == 100))
             return;
         p->last_pct = pct;
-        fprintf(stderr, "epoch %d/%d %3d%% (%d/%d) loss %.4f acc %.2f%% %.0f img/s%s%s ETA %s\n", epoch + 1, epochs,
-                pct, done, total, loss, 100 * acc, ips, shares ? " split " : "", shares ? shares : "", e);
+        fprintf(stderr, "epoch %d/%d %3d%% (%d/%d) loss %.4f acc %.2f%% %.0f %s%s%s ETA %s\n", epoch + 1, epochs,
+                pct, done, total, loss, 100 * acc, ips, unit, shares ? " split " : "", shares ? shares : "", e);
     }
 }
 
@@ -318,7 +322,7 @@ static clg_status run_setup(train_state *ts)
     if (!ts->perm || !ts->res || !ts->res_ev)
         return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
     ts->pr = (progress){.on = p->progress && clg_comm_rank() == 0, .tty = isatty(2), .t_start = clg_now_sec(),
-                        .last_pct = -1};
+                        .last_pct = -1, .tokens = ts->train->text ? ts->train->h : 0};
     return CLG_OK;
 }
 
