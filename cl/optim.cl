@@ -2,14 +2,19 @@
 // squared-norm partial sums (gradient clipping, fp16 overflow checks) and a
 // few small vector helpers used by the network (gradient summation).
 // Every kernel is 1-D over n elements; gscale multiplies the raw gradient
-// (clipping factor / inverse loss scale).
+// (clipping factor / inverse loss scale). The updates take a decay mask:
+// with use_mask, element i is decayed only where dmask[i] != 0 (the
+// parameter arena of a model with [net] decay_matrices_only = 1; dmask is
+// not read otherwise).
 
 __kernel void sgd_step(__global float *w, __global const float *g, __global float *m, const int n, const float lr,
-                       const float momentum, const float wd, const int nesterov, const float gscale)
+                       const float momentum, const float wd_all, const int nesterov, const float gscale,
+                       __global const uchar *dmask, const int use_mask)
 {
     int i = get_global_id(0);
     if (i >= n)
         return;
+    float wd = use_mask && !dmask[i] ? 0.0f : wd_all;
     float wi = w[i];
     float gi = g[i] * gscale + wd * wi;
     if (momentum != 0.0f) {
@@ -27,11 +32,13 @@ __kernel void sgd_step(__global float *w, __global const float *g, __global floa
 __kernel void adam_step(__global float *w, __global const float *g, __global float *m, __global float *v,
                         const int n, const float lr, const float beta1, const float beta2, const float omb1,
                         const float omb2, const float eps,
-                        const float wd, const int decoupled, const float bc1, const float bc2, const float gscale)
+                        const float wd_all, const int decoupled, const float bc1, const float bc2, const float gscale,
+                        __global const uchar *dmask, const int use_mask)
 {
     int i = get_global_id(0);
     if (i >= n)
         return;
+    float wd = use_mask && !dmask[i] ? 0.0f : wd_all;
     float wi = w[i];
     float gi = g[i] * gscale;
     if (decoupled)

@@ -356,7 +356,9 @@ CLG_API clg_status clg_model_export_onnx(clg_model *m, const char *path);
  * model without a softmax layer). Input normalization loaded with the
  * weights is applied. */
 CLG_API clg_status clg_model_predict(clg_model *m, const float *images, int n, float *probs);
-/* One training step (forward, backward, optimizer) on n <= batch images. */
+/* One training step (forward, backward, optimizer) on n <= batch images:
+ * n labels; for a model reading token ids ([net] input = tokens: images are
+ * T ids each) n T labels, the target of every position. */
 CLG_API clg_status clg_model_train_step(clg_model *m, const float *images, const int32_t *labels, int n);
 CLG_API clg_status clg_model_metrics_size(const clg_model *m, clg_metrics *out, size_t size);
 #define clg_model_metrics(m, out) clg_model_metrics_size((m), (out), sizeof *(out))
@@ -417,12 +419,15 @@ CLG_API clg_status clg_train_run_size(clg_ctx *ctx, const clg_train_params *p, c
 #define clg_train_run(ctx, p, out) clg_train_run_size((ctx), (p), (out), sizeof *(out))
 
 /* Evaluation of a model on a dataset ("fashion-mnist", ... or a path; the
- * test split). limit > 0 uses only the first limit samples. */
+ * test split). limit > 0 uses only the first limit samples. "text:FILE" for
+ * a model reading token ids: the file's held-out last 10%, in consecutive
+ * windows of the model's context; loss per byte and bits per byte. */
 typedef struct clg_eval_report {
     int samples;
     int classes;
     double loss, accuracy;
     int64_t *confusion; /* classes x classes, row = true class, column = predicted; malloc'd */
+    double bits_per_byte; /* text data (held-out tail, classes 0, no confusion): loss / ln 2; else 0 */
 } clg_eval_report;
 CLG_API clg_status clg_model_evaluate_size(clg_model *m, const char *data, long limit, clg_eval_report *out,
                                            size_t size);

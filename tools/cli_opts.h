@@ -84,7 +84,8 @@ extern const char *const cli_gemm_backends[]; /* auto, own, clblast */
 #define CLI_OPT_VERBOSE CLI_FLAG_OPT("--verbose", cli_common, verbose, 2, "debug logging (program builds, cache loads)")
 #define CLI_OPT_DATA                                                                                            \
     CLI_STRING_OPT("--data", cli_common, data, "SPEC",                                                          \
-                   "dataset: fashion-mnist, mnist, cifar10, a directory or an IDX file")
+                   "dataset: fashion-mnist, mnist, cifar10, a directory, an IDX file, or text:FILE (bytes as "   \
+                   "tokens, for a model reading token ids)")
 #define CLI_OPT_BATCH CLI_INT_OPT("--batch", cli_common, batch, 1, CLI_BATCH_MAX, "N", "batch size")
 #define CLI_OPT_MODEL CLI_STRING_OPT("--model", cli_common, model, "MODEL", "model file or shipped model name")
 #define CLI_OPT_WEIGHTS                                                                                         \

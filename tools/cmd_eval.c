@@ -23,8 +23,10 @@ static const cli_opt opts[] = {
 
 const cli_spec cli_spec_eval = {
     .name = "eval",
-    .synopsis = "MODEL --weights FILE --data fashion-mnist|mnist|cifar10|PATH [options]",
+    .synopsis = "MODEL --weights FILE --data fashion-mnist|mnist|cifar10|PATH|text:FILE [options]",
     .about = "Evaluates trained weights on the test split: loss, accuracy and the confusion matrix.\n"
+             "With text:FILE (a model reading token ids): loss and bits per byte (loss / ln 2) on the\n"
+             "file's held-out last 10%, in consecutive windows of the model's context.\n"
              "The batches are split over the selected devices (default: the model file's batch).\n"
              "From a checkpoint, eval reads the weights and the input normalization only: the\n"
              "training state (step, epoch, seed, rng, optimizer.*) is ignored by design, and\n"
@@ -55,8 +57,11 @@ int cmd_eval(int argc, char **argv)
         clg_ctx_destroy(ctx);
         return code;
     }
+    int text = strncmp(data, "text:", 5) == 0;
     if (clg_mpi_rank() != 0) /* MPI: every rank evaluated its slices; rank 0 prints the sums once */
         rep.classes = 0;
+    else if (text) /* the held-out tail of the file */
+        printf("windows %d\nloss %.4f\nbits per byte %.4f\n", rep.samples, rep.loss, rep.bits_per_byte);
     else
         printf("samples %d\nloss %.4f\naccuracy %.2f%%\n\nconfusion matrix (rows: true class, columns: predicted)\n",
                rep.samples, rep.loss, 100 * rep.accuracy);

@@ -77,17 +77,21 @@ static const cli_opt opts[] = {
 
 const cli_spec cli_spec_train = {
     .name = "train",
-    .synopsis = "MODEL --data fashion-mnist|mnist|cifar10|PATH [options]",
+    .synopsis = "MODEL --data fashion-mnist|mnist|cifar10|PATH|text:FILE [options]",
     .about = "Trains MODEL (a model file, e.g. models/vgg-s.cfg, or a shipped model by name:\n"
              "lenet5, vgg-s, resnet-mini) and evaluates it on the test split after every\n"
              "epoch. Defaults come from the model file's [net] section. With several devices\n"
-             "(--devices) each holds a replica and every batch is split between them.",
+             "(--devices) each holds a replica and every batch is split between them.\n"
+             "--data text:FILE trains a model reading token ids (e.g. gpt-mini) on any file, bytes\n"
+             "as tokens: windows of context + 1 bytes at random offsets drawn from (seed, epoch,\n"
+             "step), an epoch being (training bytes) / context windows; the last 10% of the file\n"
+             "is held out for the loss and bits per byte after every epoch.",
     .opts = opts,
     .positional = cli_model_positional,
 };
 
-/* Prints the results of a finished run (rank 0). */
-static void print_report(const clg_train_report *rep, int val)
+/* Prints the results of a finished run (rank 0); text: bits per byte instead of accuracy. */
+static void print_report(const clg_train_report *rep, int val, int text)
 {
     printf("trained %d epoch(s), %lld steps in %.1f s (%.0f images/s)\n", rep->epochs_done, (long long)rep->steps,
            rep->seconds, rep->images_per_s);
@@ -96,7 +100,9 @@ static void print_report(const clg_train_report *rep, int val)
         printf("devices %d, batch split %s\n", rep->devices, rep->shares);
     if (clg_mpi_size() > 1)
         printf("MPI ranks %d x %d device(s)\n", clg_mpi_size(), rep->devices);
-    if (rep->test_accuracy >= 0)
+    if (rep->test_accuracy >= 0 && text)
+        printf("held-out loss %.4f, %.4f bits per byte\n", rep->test_loss, rep->test_loss / 0.69314718055994531);
+    else if (rep->test_accuracy >= 0)
         printf("%s loss %.4f accuracy %.2f%%\n", val ? "validation" : "test", rep->test_loss, 100 * rep->test_accuracy);
 }
 
@@ -137,7 +143,7 @@ int cmd_train(int argc, char **argv)
         return code;
     }
     if (clg_mpi_rank() == 0) /* MPI: rank 0 reports */
-        print_report(&rep, p.val_fraction > 0);
+        print_report(&rep, p.val_fraction > 0, strncmp(p.data, "text:", 5) == 0);
     clg_ctx_destroy(ctx);
     return CLI_OK;
 }

@@ -6,8 +6,9 @@ set -e
 pkgs="build-essential pkg-config meson ninja-build python3 python3-numpy \
 ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo oclgrind \
 libclblast-dev libclfft-dev check zlib1g-dev libopenblas-dev \
-openmpi-bin libopenmpi-dev dataset-fashion-mnist \
+openmpi-bin libopenmpi-dev dataset-fashion-mnist fortunes \
 protobuf-c-compiler libprotobuf-c-dev libonnx-dev"
+# fortunes: the text corpus of the GPT demo (tools/text-demo.sh).
 # PyTorch (reference dumps for the layer tests, speed comparisons) is large;
 # CLGRAD_NO_TORCH=1 leaves it out and those tests skip.
 [ "${CLGRAD_NO_TORCH:-0}" = 1 ] || pkgs="$pkgs python3-torch"

@@ -19,6 +19,7 @@ void clg_dataset_free(clg_dataset *ds)
     free(ds->u8);
     free(ds->f32);
     free(ds->labels);
+    free(ds->text);
     free(ds);
 }
 
@@ -201,6 +202,8 @@ clg_status clg_dataset_open_in(clg_err *err, const char *data_dir, const char *s
     *out = NULL;
     if (!spec || !*spec)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "no dataset given");
+    if (clg_text_spec_path(spec))
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "dataset '%s': text data needs a model that reads token ids", spec);
     const char *named = NULL;
     int cifar = 0;
     if (strcmp(spec, "fashion-mnist") == 0 || strcmp(spec, "fashion_mnist") == 0)
@@ -290,6 +293,18 @@ clg_status clg_dataset_open_in(clg_err *err, const char *data_dir, const char *s
                            "'labels-idx1')",
                            spec);
     return clg_dataset_load_idx(err, spec, lp, out);
+}
+
+clg_status clg_dataset_open_for(clg_err *err, const char *data_dir, const char *spec, clg_ds_split split,
+                                int context, clg_dataset **out)
+{
+    const char *text = clg_text_spec_path(spec);
+    if (!text)
+        return clg_dataset_open_in(err, data_dir, spec, split, out);
+    *out = NULL;
+    if (context < 1)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "dataset '%s': text data needs a model that reads token ids", spec);
+    return clg_text_open(err, text, context, split, out);
 }
 
 // ---- shuffling ----
@@ -398,6 +413,8 @@ void clg_ds_norm_identity(clg_ds_norm *nm, int c)
 clg_status clg_dataset_norm_compute(clg_err *err, const clg_dataset *ds, clg_ds_norm *out)
 {
     clg_ds_norm_identity(out, ds->c);
+    if (ds->text)
+        return CLG_OK; /* token ids are used as they are */
     if (ds->n <= 0)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "dataset '%s' is empty: cannot compute normalization",
                            ds->source);
@@ -475,6 +492,14 @@ clg_status clg_dataset_fill_batch_aug(clg_err *err, const clg_dataset *ds, const
                                       int32_t *labels, int *count_out)
 {
     *count_out = 0;
+    if (ds->text) { /* windows from (seed, epoch, position); never normalized nor augmented */
+        if (start < 0 || batch < 0)
+            return clg_err_set(err, CLG_ERR_INVALID_ARG, "fill_batch: start %d, batch %d", start, batch);
+        int count = start >= ds->n ? 0 : CLG_MIN(batch, ds->n - start);
+        CLG_TRY(clg_text_fill(err, ds, aug ? aug->seed : 0, aug ? aug->epoch : 0, start, count, x, labels));
+        *count_out = count;
+        return CLG_OK;
+    }
     if (aug && (aug->shift < 0 || aug->shift > CLG_DS_MAX_SHIFT))
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "augmentation shift %d is outside 0..%d", aug->shift,
                            CLG_DS_MAX_SHIFT);

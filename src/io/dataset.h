@@ -30,8 +30,14 @@ typedef struct clg_dataset {
     uint8_t *u8;          /* n*c*h*w pixels when dtype == CLG_DS_U8 (else NULL) */
     float *f32;           /* n*c*h*w values when dtype == CLG_DS_F32 (else NULL) */
     int32_t *labels;      /* n labels (-1 = unlabeled) */
-    char name[64];        /* "fashion-mnist", "mnist", "cifar10", "idx", "pgm" */
+    char name[64];        /* "fashion-mnist", "mnist", "cifar10", "idx", "pgm", "text" */
     char source[512];     /* the file or directory it came from, for messages */
+    /* text data (io/text.c; u8 and labels NULL): c = 1, h = T (context), w = 1; a sample is T ids and the T
+     * next bytes as its labels (clg_dataset_labels_per_sample = T) */
+    uint8_t *text;        /* this split's bytes: the training head or the held-out tail */
+    size_t text_len;
+    int text_random;      /* windows at seeded random offsets (training) or consecutive (held-out) */
+    size_t file_len;      /* the whole file's bytes, for messages */
 } clg_dataset;
 
 /* Per-channel normalization: x' = (x - mean[c]) / std[c], where x is the
@@ -143,6 +149,41 @@ CLG_INTERNAL clg_status clg_dataset_fill_batch_aug(clg_err *err, const clg_datas
                                                    const int32_t *perm, int start, int batch,
                                                    const clg_ds_augment *aug, float *x, int32_t *labels,
                                                    int *count_out);
+
+/* ---- text data (io/text.c) ----
+ * `--data text:PATH`: any file, byte-level (vocabulary 256). The last
+ * 1/CLG_TEXT_HELDOUT_DIV of the file is held out (split test), the rest
+ * trains. A sample is a window of T + 1 bytes: ids window[0..T) as floats,
+ * targets window[1..T] as int32 (T labels per sample). Training windows
+ * start at offsets drawn from (seed, epoch, position) only; an epoch is
+ * head / T windows. Held-out windows are consecutive: window i starts at
+ * byte i T of the tail, (tail - 1) / T of them. */
+#define CLG_TEXT_VOCAB 256
+#define CLG_TEXT_HELDOUT_DIV 10
+#define CLG_TEXT_MAX_BYTES ((uint64_t)1 << 30) /* read into memory whole: larger files are refused */
+#define CLG_TEXT_MAX_CONTEXT (1 << 20)
+
+/* "text:PATH" -> PATH; NULL for any other spec. */
+CLG_INTERNAL const char *clg_text_spec_path(const char *spec);
+/* Reads path whole (regular files up to CLG_TEXT_MAX_BYTES) and keeps the
+ * split's part. Refuses, naming the file and the sizes: a missing file, a
+ * directory, an empty file, a file shorter than CLG_TEXT_HELDOUT_DIV (T + 1)
+ * bytes (a window in the head and in the tail). */
+CLG_INTERNAL clg_status clg_text_open(clg_err *err, const char *path, int context, clg_ds_split split,
+                                      clg_dataset **out);
+/* Byte offset of the window at position pos of epoch `epoch`. */
+CLG_INTERNAL size_t clg_text_window(const clg_dataset *ds, uint64_t seed, uint64_t epoch, int64_t pos);
+/* Windows start .. start + count: x (count T floats), labels (count T int32, may be NULL). */
+CLG_INTERNAL clg_status clg_text_fill(clg_err *err, const clg_dataset *ds, uint64_t seed, uint64_t epoch, int start,
+                                      int count, float *x, int32_t *labels);
+
+/* clg_dataset_open_in, and "text:PATH" for a model whose input is `context`
+ * token ids (0: the model takes no text; refused). */
+CLG_INTERNAL clg_status clg_dataset_open_for(clg_err *err, const char *data_dir, const char *spec, clg_ds_split split,
+                                             int context, clg_dataset **out);
+
+/* Labels per sample: T for text, 1 otherwise. */
+static inline int clg_dataset_labels_per_sample(const clg_dataset *ds) { return ds->text ? ds->h : 1; }
 
 /* Floats per sample (C*H*W). */
 static inline size_t clg_dataset_sample_size(const clg_dataset *ds) { return (size_t)ds->c * ds->h * ds->w; }

@@ -40,6 +40,15 @@ static clg_status cfg_named(clg_err *err, const clg_cfg *cfg, clg_cfg_section *s
     return clg_cfg_enum(err, cfg, s, key, def, names, out);
 }
 
+int clg_net_labels_per_sample(const clg_net *net)
+{
+    if (!net)
+        return 1;
+    int first_embeds = net->nlayers >= 1 && net->proto && net->proto[0].ops && net->proto[0].nin == 1 &&
+                       net->proto[0].inputs[0] == -1 && strcmp(net->proto[0].ops->type, "embedding") == 0;
+    return net->input_tokens || first_embeds ? net->in_c * net->in_h * net->in_w : 1;
+}
+
 clg_status clg_net_parse_config(clg_err *err, clg_net *net, clg_cfg_section *s)
 {
     const clg_cfg *cfg = net->cfg;
@@ -55,6 +64,9 @@ clg_status clg_net_parse_config(clg_err *err, clg_net *net, clg_cfg_section *s)
     if (net->in_c < 0 || net->in_h < 0 || net->in_w < 0)
         return clg_err_set(err, CLG_ERR_FORMAT, "%s:%d: [net] needs channels, height and width (the input shape)",
                            net->source, s->line);
+    static const char *const inputs[] = {"images", "tokens", NULL};
+    CLG_TRY(clg_cfg_enum(err, cfg, s, "input", "images", inputs, &e));
+    net->input_tokens = e == 1;
     CLG_TRY(clg_cfg_int(err, cfg, s, "classes", 0, 0, 1 << 24, &v));
     net->classes = (int)v;
     CLG_TRY(clg_cfg_int(err, cfg, s, "batch", 64, 1, 1 << 20, &v));
@@ -85,5 +97,7 @@ clg_status clg_net_parse_config(clg_err *err, clg_net *net, clg_cfg_section *s)
     h->augment_flip = (int)v;
     CLG_TRY(clg_cfg_int(err, cfg, s, "augment_shift", 0, 0, CLG_HP_MAX_SHIFT, &v));
     h->augment_shift = (int)v;
+    CLG_TRY(clg_cfg_int(err, cfg, s, "decay_matrices_only", 0, 0, 1, &v));
+    h->decay_matrices_only = (int)v;
     return clg_cfg_check_unused(err, cfg, s);
 }

@@ -6,6 +6,8 @@
  * The [net] section (first section of a model file) holds:
  *   channels, height, width   input shape (required)
  *   classes                   number of classes (default: the last layer's C)
+ *   input                     images (default) or tokens: the input holds
+ *                             token ids, one target per position (text data)
  *   batch                     batch size (default 64)
  *   training defaults, overridable on the command line:
  *   learning_rate (0.01) momentum (0.9) nesterov (0|1, 0) weight_decay (0)
@@ -14,6 +16,8 @@
  *   warmup (steps of linear warm-up, 0) epochs (10) clip_norm (0 = off)
  *   augment_flip (0|1, 0: random left-right mirror of training images)
  *   augment_shift (pixels 0..8, 0: random translation of training images)
+ *   decay_matrices_only (0|1, 0: weight_decay applies to every trainable
+ *           parameter; 1: only to matrices, clg_optim_param_decays)
  *
  * Every other section is a layer; its generic keys are
  *   name    unique name (default "<type><index>")
@@ -37,6 +41,7 @@ typedef struct clg_hparams {
     int epochs;
     double clip_norm;
     int augment_flip, augment_shift; /* training-data augmentation (clg_ds_augment) */
+    int decay_matrices_only;         /* weight decay on matrices only (clg_optim_param_decays) */
 } clg_hparams;
 
 /* Largest [net] augment_shift: the dataset's augmentation limit
@@ -137,6 +142,7 @@ struct clg_net {
     char *text;        /* model file text, owned */
     char source[256];  /* file name or "<string>" */
     int in_c, in_h, in_w, classes, batch;
+    int input_tokens;  /* [net] input = tokens: the input is C H W token ids */
     clg_hparams hp;
     int nlayers;
     clg_layer *proto;  /* device-less instances: shapes, names, flops */
@@ -155,6 +161,11 @@ CLG_INTERNAL clg_status clg_net_load(clg_err *err, const char *path, int batch, 
 CLG_INTERNAL void clg_net_free(clg_net *net);
 /* Prints the layer table (name, type, output shape, params, MFLOPs). */
 CLG_INTERNAL void clg_net_print(const clg_net *net, FILE *f);
+/* Targets per sample: a model that takes token ids ([net] input = tokens,
+ * or its first layer an [embedding] reading the network input) has one
+ * target per position (the input's C H W = T ids: text data); every other
+ * model one per sample. */
+CLG_INTERNAL int clg_net_labels_per_sample(const clg_net *net);
 /* Index of a layer by name, -1 when absent. */
 CLG_INTERNAL int clg_net_find(const clg_net *net, const char *name);
 

@@ -94,6 +94,35 @@ static int arena_usable(clg_optim *o)
     return 1;
 }
 
+int clg_optim_param_decays(const clg_hparams *hp, const clg_param_ref *ref)
+{
+    if (!hp->decay_matrices_only)
+        return 1;
+    const char *type = ref->layer->ops ? ref->layer->ops->type : "";
+    return ref->param->ndim >= 2 && strcmp(type, "embedding") != 0 && strcmp(type, "posembed") != 0;
+}
+
+/* hp.decay_matrices_only over the arena: a byte per float, 1 where the parameter decays. */
+static clg_status decay_mask(clg_optim *o)
+{
+    clg_replica *r = o->rep;
+    clg_device *dev = r->dev;
+    size_t n = r->arena_bytes / sizeof(float);
+    uint8_t *h = calloc(n ? n : 1, 1);
+    if (!h)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_HOST_OOM, "out of memory (decay mask)");
+    for (int i = 0; i < o->n; i++)
+        if (clg_optim_param_decays(&o->hp, &o->refs[i]))
+            memset(h + r->arena_off[i] / sizeof(float), 1, o->refs[i].param->numel);
+    clg_status st = clg_buf_alloc(dev, n ? n : 1, &o->decay_mask);
+    cl_int e = st == CLG_OK ? clEnqueueWriteBuffer(dev->queue, o->decay_mask, CL_TRUE, 0, n ? n : 1, h, 0, NULL, NULL)
+                            : CL_SUCCESS;
+    free(h);
+    if (e != CL_SUCCESS)
+        return clg_cl_fail(clg_dev_err(dev), e, "clEnqueueWriteBuffer (decay mask)", __FILE__, __LINE__);
+    return st;
+}
+
 /* A zeroed state arena laid out like the parameters, a sub-buffer per parameter in sub[]. */
 static clg_status state_arena(clg_optim *o, cl_mem *arena, cl_mem *sub)
 {
@@ -144,6 +173,8 @@ clg_status clg_optim_create(clg_replica *rep, const clg_hparams *hp, clg_optim *
             st = state_arena(o, &o->marena, o->m);
         if (ns >= 2 && st == CLG_OK)
             st = state_arena(o, &o->varena, o->v);
+        if (hp->decay_matrices_only && hp->weight_decay != 0 && st == CLG_OK)
+            st = decay_mask(o);
     }
     for (int i = 0; i < o->n && st == CLG_OK && !o->arena; i++) {
         size_t bytes = o->refs[i].param->numel * sizeof(float);
@@ -190,6 +221,7 @@ void clg_optim_free(clg_optim *o)
         clReleaseMemObject(o->varena);
     clg_buf_release(dev, o->partial);
     clg_buf_release(dev, o->flag);
+    clg_buf_release(dev, o->decay_mask);
     free(o->m);
     free(o->v);
     free(o->refs);
@@ -287,6 +319,10 @@ clg_status clg_optim_step(clg_optim *o, double lr, float gscale)
     for (int i = 0; i < (o->per_tensor ? o->n : 1); i++) { /* arena: one launch over all parameters */
         cl_mem w, g, m, v;
         int n = optim_bufs(o, o->per_tensor ? i : -1, &w, &g, &m, &v);
+        /* decay on matrices only: per tensor, its weight decay or none; over the arena, the mask */
+        float wdi = o->per_tensor && !clg_optim_param_decays(h, &o->refs[i]) ? 0.0f : wd;
+        sa.weight_decay = aa.weight_decay = wdi;
+        sa.decay_mask = aa.decay_mask = o->per_tensor ? NULL : o->decay_mask;
         if (h->optimizer == CLG_OPT_SGD) {
             sa.w = w, sa.g = g, sa.m = m ? m : g, sa.n = n; /* m unused when momentum == 0 */
             CLG_TRY(clg_optk_sgd_step(dev, &sa));

@@ -29,7 +29,17 @@ typedef struct clg_optim {
      * reference path; CLGRAD_OPTIM_PER_TENSOR=1). */
     cl_mem marena, varena;
     int arena, per_tensor;
+    /* hp.decay_matrices_only with a weight decay, arena mode: one byte per
+     * arena float, 1 where clg_optim_param_decays (padding 0) */
+    cl_mem decay_mask;
 } clg_optim;
+
+/* Whether the weight decay applies to ref's parameter: always, unless
+ * hp->decay_matrices_only; then only to matrices (ndim >= 2: dense,
+ * convolution and attention weights), not to vectors (biases, norm scales
+ * and shifts) nor to the tables of [embedding] and [posembed] layers (the
+ * AdamW recipe of GPT-style models). */
+CLG_INTERNAL int clg_optim_param_decays(const clg_hparams *hp, const clg_param_ref *ref);
 
 CLG_INTERNAL const char *clg_optim_name(int optimizer);
 /* "sgd", "adam", "adamw" -> CLG_OPT_*; -1 when unknown. */

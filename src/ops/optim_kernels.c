@@ -23,6 +23,8 @@ clg_status clg_optk_sgd_step(clg_device *dev, const clg_sgd_step_args *a)
     clg_ka_float(&ka, a->weight_decay);
     clg_ka_int(&ka, a->nesterov);
     clg_ka_float(&ka, a->gscale);
+    clg_ka_mem(&ka, a->decay_mask ? a->decay_mask : a->g); /* not read without a mask */
+    clg_ka_int(&ka, a->decay_mask != NULL);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "arguments of sgd_step"));
     return clg_launch_1d(dev, k, (size_t)a->n, STEP_WG);
 }
@@ -50,6 +52,8 @@ clg_status clg_optk_adam_step(clg_device *dev, const clg_adam_step_args *a)
     clg_ka_float(&ka, a->bc1);
     clg_ka_float(&ka, a->bc2);
     clg_ka_float(&ka, a->gscale);
+    clg_ka_mem(&ka, a->decay_mask ? a->decay_mask : a->g); /* not read without a mask */
+    clg_ka_int(&ka, a->decay_mask != NULL);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "arguments of adam_step"));
     return clg_launch_1d(dev, k, (size_t)a->n, STEP_WG);
 }

@@ -13,13 +13,15 @@
 
 /* One SGD step over w[0..n): with momentum m (unused, may be g, when
  * momentum is 0), weight decay, Nesterov; the raw gradient g is multiplied
- * by gscale first. */
+ * by gscale first. decay_mask (NULL: every element decays): n bytes, the
+ * weight decay applies to element i only where byte i is not 0. */
 typedef struct clg_sgd_step_args {
     cl_mem w, g, m;
     int n;
     float lr, momentum, weight_decay;
     int nesterov;
     float gscale;
+    cl_mem decay_mask;
 } clg_sgd_step_args;
 
 /* One Adam / AdamW step over w[0..n) with moments m, v; omb1, omb2 are
@@ -31,6 +33,7 @@ typedef struct clg_adam_step_args {
     float lr, beta1, beta2, omb1, omb2, eps, weight_decay;
     int decoupled;
     float bc1, bc2, gscale;
+    cl_mem decay_mask; /* as in clg_sgd_step_args */
 } clg_adam_step_args;
 
 CLG_INTERNAL clg_status clg_optk_sgd_step(clg_device *dev, const clg_sgd_step_args *a);

@@ -25,12 +25,13 @@ clg_status clg_lane_init(clg_lane *l, int index, clg_net *net, clg_device *dev, 
         return clg_cl_fail(err, e, "clCreateCommandQueue (transfer queue)", __FILE__, __LINE__);
     size_t sample = (size_t)net->in_c * net->in_h * net->in_w;
     size_t B = (size_t)CLG_MAX(batch, 1);
+    size_t Y = B * (size_t)clg_net_labels_per_sample(net); /* token models: a target per position */
     for (int s = 0; s < CLG_STAGES; s++) {
         CLG_TRY(clg_buf_alloc(dev, B * sample * sizeof(float), &l->xbuf[s]));
-        CLG_TRY(clg_buf_alloc(dev, B * sizeof(int32_t), &l->ybuf[s]));
+        CLG_TRY(clg_buf_alloc(dev, Y * sizeof(int32_t), &l->ybuf[s]));
     }
-    CLG_TRY(clg_buf_alloc(dev, B * sizeof(int32_t), &l->dummy_labels));
-    return clg_buf_fill(dev, l->dummy_labels, 0, B, 0.0f); /* int32 0 has the bits of float 0 */
+    CLG_TRY(clg_buf_alloc(dev, Y * sizeof(int32_t), &l->dummy_labels));
+    return clg_buf_fill(dev, l->dummy_labels, 0, Y, 0.0f); /* int32 0 has the bits of float 0 */
 }
 
 void clg_lane_release(clg_lane *l)
@@ -97,9 +98,10 @@ clg_status clg_lane_upload(clg_lane *l, int s, const float *x, const int32_t *y,
     CLG_CL_CHECK(err, clEnqueueWriteBuffer(l->upq, l->xbuf[s], CL_FALSE, 0, (size_t)n * sample * sizeof(float),
                                            x + (size_t)off * sample, wait ? 1 : 0, wait ? &wait : NULL,
                                            y ? NULL : &ev));
+    size_t lps = (size_t)clg_net_labels_per_sample(l->rep->net);
     if (y) /* the transfer queue is in order: the last write's event covers both */
-        CLG_CL_CHECK(err, clEnqueueWriteBuffer(l->upq, l->ybuf[s], CL_FALSE, 0, (size_t)n * sizeof(int32_t), y + off,
-                                               wait ? 1 : 0, wait ? &wait : NULL, &ev));
+        CLG_CL_CHECK(err, clEnqueueWriteBuffer(l->upq, l->ybuf[s], CL_FALSE, 0, (size_t)n * lps * sizeof(int32_t),
+                                               y + (size_t)off * lps, wait ? 1 : 0, wait ? &wait : NULL, &ev));
     l->up_ev[s] = ev;
     CLG_CL_CHECK(err, clFlush(l->upq));
     return CLG_OK;

@@ -225,13 +225,14 @@ clg_status clg_model_train_step(clg_model *m, const float *images, const int32_t
     if (n < 1 || n > m->net->batch)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "train_step: n = %d outside [1, %d] (the model's batch)", n,
                            m->net->batch);
-    for (int i = 0; i < n; i++)
+    int lps = clg_net_labels_per_sample(m->net); /* token models: a target per position */
+    for (int i = 0; i < n * lps; i++)
         if (labels[i] < 0 || labels[i] >= m->net->classes)
             return clg_err_set(err, CLG_ERR_INVALID_ARG, "train_step: label %d of sample %d outside [0, %d)",
-                               labels[i], i, m->net->classes);
+                               labels[i], i / lps, m->net->classes);
     CLG_TRY(clg_session_stage_wait(m, 0));
     stage_images(m, 0, images, n);
-    memcpy(m->yhost[0], labels, (size_t)n * sizeof(int32_t));
+    memcpy(m->yhost[0], labels, (size_t)n * lps * sizeof(int32_t));
     CLG_TRY(clg_session_upload(m, 0, n, 1));
     float res[2] = {0, 0};
     CLG_TRY(clg_session_train_step(m, 0, m->hp.learning_rate, res));
@@ -272,7 +273,19 @@ static clg_status model_evaluate(clg_model *m, const char *data, long limit, clg
     if (clg_session_rep(m)->loss_index < 0)
         return clg_err_set(err, CLG_ERR_UNSUPPORTED, "%s: evaluation needs a loss layer (softmax)", m->net->source);
     clg_dataset *ds = NULL;
-    CLG_TRY(clg_dataset_open_in(err, m->ctx->opts.data_dir, data, CLG_SPLIT_TEST, &ds));
+    int lps = clg_net_labels_per_sample(m->net);
+    if ((lps > 1) != (clg_text_spec_path(data) != NULL))
+        return clg_err_set(err, CLG_ERR_SHAPE, lps > 1 ? "model %s reads token ids: evaluate it on text data (--data "
+                                                         "text:FILE), not '%s'"
+                                                       : "model %s takes images: '%s' is text data",
+                           m->net->source, data);
+    CLG_TRY(clg_dataset_open_for(err, m->ctx->opts.data_dir, data, CLG_SPLIT_TEST, lps > 1 ? lps : 0, &ds));
+    if (ds->text) { /* the held-out tail: loss per byte and bits per byte, no confusion matrix */
+        clg_status st = clg_session_evaluate(m, ds, limit, &out->loss, &out->accuracy, NULL, &out->samples);
+        out->bits_per_byte = out->loss / M_LN2;
+        clg_dataset_free(ds);
+        return st;
+    }
     clg_status st = CLG_OK;
     if (ds->c != m->net->in_c || ds->h != m->net->in_h || ds->w != m->net->in_w)
         st = clg_err_set(err, CLG_ERR_SHAPE, "dataset %s has images %dx%dx%d, the model %s expects %dx%dx%d",
@@ -423,10 +436,11 @@ static clg_status bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg
     clg_rng_seed(&r, p->seed, 77);
     int B = m->net->batch;
     size_t sample = (size_t)m->net->in_c * m->net->in_h * m->net->in_w;
+    int lps = clg_net_labels_per_sample(m->net); /* token models: random byte ids, a target per position */
     for (int s = 0; s < CLG_STAGES; s++) {
         for (size_t i = 0; i < (size_t)B * sample; i++)
-            m->xhost[s][i] = clg_rng_normal(&r);
-        for (int i = 0; i < B; i++)
+            m->xhost[s][i] = lps > 1 ? (float)(clg_rng_u32(&r) % 256u) : clg_rng_normal(&r);
+        for (int i = 0; i < B * lps; i++)
             m->yhost[s][i] = (int32_t)(clg_rng_u32(&r) % (uint32_t)m->net->classes);
     }
     double *times = calloc((size_t)p->steps, sizeof(double));

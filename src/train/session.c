@@ -94,7 +94,7 @@ clg_status clg_session_create(clg_ctx *ctx, const char *devices, int device, con
     size_t sample = m->net ? (size_t)m->net->in_c * m->net->in_h * m->net->in_w : 0;
     for (int s = 0; s < CLG_STAGES && st == CLG_OK; s++) {
         m->xhost[s] = malloc((size_t)B * sample * sizeof(float));
-        m->yhost[s] = calloc((size_t)B, sizeof(int32_t));
+        m->yhost[s] = calloc((size_t)B * clg_net_labels_per_sample(m->net), sizeof(int32_t));
         if (!m->xhost[s] || !m->yhost[s])
             st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory for input staging");
     }
@@ -279,7 +279,7 @@ clg_status clg_session_precompile(clg_model *m, int reverse)
     int B = m->net->batch;
     size_t sample = (size_t)m->net->in_c * m->net->in_h * m->net->in_w;
     memset(m->xhost[0], 0, (size_t)B * sample * sizeof(float));
-    memset(m->yhost[0], 0, (size_t)B * sizeof(int32_t));
+    memset(m->yhost[0], 0, (size_t)B * clg_net_labels_per_sample(m->net) * sizeof(int32_t));
     CLG_TRY(clg_session_upload(m, 0, B, 1));
     int trains = clg_session_rep(m)->loss_index >= 0;
     if (trains)

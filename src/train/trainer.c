@@ -40,6 +40,7 @@ typedef struct progress {
     int on, tty;
     double t_last, t_start;
     int last_pct;
+    int tokens; /* text data: T tokens per sample, the rate shown in tokens/s */
 } progress;
 
 static void fmt_eta(char *dst, size_t n, double s)
@@ -60,6 +61,9 @@ static void progress_show(progress *p, int epoch, int epochs, int done, int tota
         return;
     double now = clg_now_sec();
     int pct = total ? (int)(100.0 * done / total) : 100;
+    const char *unit = p->tokens ? "tok/s" : "img/s";
+    if (p->tokens)
+        ips *= p->tokens;
     char e[32];
     fmt_eta(e, sizeof e, eta);
     if (p->tty) {
@@ -71,8 +75,8 @@ static void progress_show(progress *p, int epoch, int epochs, int done, int tota
         for (int i = 0; i < 30; i++)
             bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
         bar[30] = 0;
-        fprintf(stderr, "\repoch %d/%d [%s] %d/%d loss %.4f acc %5.2f%% %.0f img/s%s%s ETA %s   ", epoch + 1,
-                epochs, bar, done, total, loss, 100 * acc, ips, shares ? " split " : "", shares ? shares : "", e);
+        fprintf(stderr, "\repoch %d/%d [%s] %d/%d loss %.4f acc %5.2f%% %.0f %s%s%s ETA %s   ", epoch + 1,
+                epochs, bar, done, total, loss, 100 * acc, ips, unit, shares ? " split " : "", shares ? shares : "", e);
         if (final)
             fputc('\n', stderr);
         fflush(stderr);
@@ -81,8 +85,8 @@ static void progress_show(progress *p, int epoch, int epochs, int done, int tota
         if ((!final && pct / 25 == p->last_pct / 25) || (final && p->last_pct == 100))
             return;
         p->last_pct = pct;
-        fprintf(stderr, "epoch %d/%d %3d%% (%d/%d) loss %.4f acc %.2f%% %.0f img/s%s%s ETA %s\n", epoch + 1, epochs,
-                pct, done, total, loss, 100 * acc, ips, shares ? " split " : "", shares ? shares : "", e);
+        fprintf(stderr, "epoch %d/%d %3d%% (%d/%d) loss %.4f acc %.2f%% %.0f %s%s%s ETA %s\n", epoch + 1, epochs,
+                pct, done, total, loss, 100 * acc, ips, unit, shares ? " split " : "", shares ? shares : "", e);
     }
 }
 
@@ -157,9 +161,47 @@ static clg_status apply_overrides(clg_err *err, clg_model *m, const clg_train_pa
     return CLG_OK;
 }
 
+/* Text data goes with a model that reads token ids (clg_net_labels_per_sample > 1), and such a model with text. */
+static clg_status check_text_model(clg_err *err, const clg_net *net, const char *spec)
+{
+    int tokens = clg_net_labels_per_sample(net) > 1;
+    if (clg_text_spec_path(spec) && !tokens)
+        return clg_err_set(err, CLG_ERR_SHAPE,
+                           "--data %s: text data needs a model that reads token ids (its first layer an [embedding]); "
+                           "%s takes %dx%dx%d images",
+                           spec, net->source, net->in_c, net->in_h, net->in_w);
+    if (!clg_text_spec_path(spec) && tokens)
+        return clg_err_set(err, CLG_ERR_SHAPE, "model %s reads token ids: give it text data (--data text:FILE), not '%s'",
+                           net->source, spec);
+    return CLG_OK;
+}
+
+/* Every byte of text data is a token id and a target: below the model's
+ * classes and below the rows of its first [embedding]'s table (vocab, dim). */
+static clg_status check_text_ids(clg_err *err, const clg_net *net, const clg_dataset *ds, int split)
+{
+    int limit = net->classes;
+    const char *what = "classes";
+    const clg_layer *e = net->nlayers > 0 ? &net->proto[0] : NULL;
+    if (e && e->ops && strcmp(e->ops->type, "embedding") == 0 && e->nparams > 0 && e->params[0].ndim == 2 &&
+        e->params[0].shape[0] < limit) {
+        limit = e->params[0].shape[0];
+        what = "embedding vocabulary";
+    }
+    for (size_t i = 0; i < ds->text_len; i++)
+        if (ds->text[i] >= limit)
+            return clg_err_set(err, CLG_ERR_SHAPE,
+                               "text data %s: byte %u at offset %zu is not a token id of model %s (its %s: %d)",
+                               ds->source, ds->text[i], i + (split == CLG_SPLIT_TEST ? ds->file_len - ds->text_len : 0),
+                               net->source, what, limit);
+    return CLG_OK;
+}
+
 static clg_status check_data(clg_err *err, const clg_model *m, const clg_dataset *ds)
 {
     const clg_net *net = m->net;
+    if (ds->text) /* ids and targets are bytes: below the vocabulary (check_text_model) */
+        return ds->n >= 1 ? CLG_OK : clg_err_set(err, CLG_ERR_FORMAT, "text data %s has no window", ds->source);
     if (ds->c != net->in_c || ds->h != net->in_h || ds->w != net->in_w)
         return clg_err_set(err, CLG_ERR_SHAPE, "dataset %s has images %dx%dx%d, the model %s expects %dx%dx%d",
                            ds->source, ds->c, ds->h, ds->w, net->source, net->in_c, net->in_h, net->in_w);
@@ -280,7 +322,7 @@ static clg_status run_setup(train_state *ts)
     if (!ts->perm || !ts->res || !ts->res_ev)
         return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
     ts->pr = (progress){.on = p->progress && clg_comm_rank() == 0, .tty = isatty(2), .t_start = clg_now_sec(),
-                        .last_pct = -1};
+                        .last_pct = -1, .tokens = ts->train->text ? ts->train->h : 0};
     return CLG_OK;
 }
 
@@ -423,7 +465,10 @@ static clg_status epoch_evaluate(train_state *ts, int e, clg_train_report *rep, 
     CLG_TRY(clg_session_evaluate(m, ts->test, ts->p->limit_test, tl, ta, NULL, NULL));
     rep->test_loss = *tl;
     rep->test_accuracy = *ta;
-    if (ts->p->progress && clg_comm_rank() == 0)
+    if (ts->p->progress && clg_comm_rank() == 0 && ts->test->text)
+        fprintf(stderr, "epoch %d/%d: train loss %.4f (%.4f bits per byte) | held-out loss %.4f, %.4f bits per byte\n",
+                e + 1, ts->epochs, rep->train_loss, rep->train_loss / M_LN2, *tl, *tl / M_LN2);
+    else if (ts->p->progress && clg_comm_rank() == 0)
         fprintf(stderr, "epoch %d/%d: train loss %.4f acc %.2f%% | %s loss %.4f acc %.2f%%\n", e + 1, ts->epochs,
                 rep->train_loss, 100 * rep->train_accuracy, ts->p->val_fraction > 0 ? "val" : "test", *tl, 100 * *ta);
     if (!isfinite(*tl))
@@ -541,8 +586,17 @@ static clg_status open_data(train_state *ts)
 {
     const clg_train_params *p = ts->p;
     clg_err *err = &ts->m->ctx->err;
-    CLG_TRY(clg_dataset_open_in(err, ts->m->ctx->opts.data_dir, p->data, CLG_SPLIT_TRAIN, &ts->train));
+    const char *dd = ts->m->ctx->opts.data_dir;
+    int lps = clg_net_labels_per_sample(ts->m->net);
+    CLG_TRY(check_text_model(err, ts->m->net, p->data));
+    CLG_TRY(clg_dataset_open_for(err, dd, p->data, CLG_SPLIT_TRAIN, lps > 1 ? lps : 0, &ts->train));
     CLG_TRY(check_data(err, ts->m, ts->train));
+    if (ts->train->text)
+        CLG_TRY(check_text_ids(err, ts->m->net, ts->train, CLG_SPLIT_TRAIN));
+    if (p->val_fraction > 0 && ts->train->text)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG,
+                           "--data %s: --val-fraction is for image datasets (text data holds out its last 10%%)",
+                           p->data);
     if (p->val_fraction > 0) { /* a validation split held out of the training set replaces the test set */
         clg_dataset *whole = ts->train, *val = NULL;
         clg_status st = clg_dataset_holdout(err, whole, p->val_fraction, p->val_seed ? p->val_seed : 1, &ts->train,
@@ -555,9 +609,16 @@ static clg_status open_data(train_state *ts)
         else
             clg_dataset_free(val);
     } else if (p->limit_test >= 0) {
-        CLG_TRY(clg_dataset_open_in(err, ts->m->ctx->opts.data_dir, p->data, CLG_SPLIT_TEST, &ts->test));
+        CLG_TRY(clg_dataset_open_for(err, dd, p->data, CLG_SPLIT_TEST, lps > 1 ? lps : 0, &ts->test));
         CLG_TRY(check_data(err, ts->m, ts->test));
+        if (ts->test->text)
+            CLG_TRY(check_text_ids(err, ts->m->net, ts->test, CLG_SPLIT_TEST));
     }
+    if (ts->train->text && (ts->m->hp.augment_flip || ts->m->hp.augment_shift))
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "--data %s: augmentation (flip, shift) is for images, not text",
+                           p->data);
+    if (ts->train->text) /* token ids are used as they are */
+        return CLG_OK;
     if (!ts->m->imported) { /* an imported model keeps the normalization it was trained with */
         clg_status st = clg_dataset_norm_compute(err, ts->train, &ts->m->norm);
         ts->m->has_norm = 1;
@@ -631,6 +692,11 @@ static void print_setup(const train_state *ts, int fp16)
                 m->loss_scale);
     fprintf(stderr, "training on %s: %d samples, optimizer %s, lr %g, %d epochs%s\n", ts->train->source, ts->train->n,
             clg_optim_name(m->hp.optimizer), m->hp.learning_rate, m->hp.epochs, ts->p->resume ? " (resumed)" : "");
+    if (ts->train->text)
+        fprintf(stderr, "text: %zu bytes, %zu for training (an epoch: %d windows of %d + 1 bytes at seeded random "
+                        "offsets), the last %zu held out\n",
+                ts->train->file_len, ts->train->text_len, ts->train->n, ts->train->h,
+                ts->train->file_len - ts->train->text_len);
 }
 
 /* Everything before the first step: model, data, checkpoint, optimizer
