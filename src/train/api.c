@@ -281,7 +281,9 @@ static clg_status model_evaluate(clg_model *m, const char *data, long limit, clg
                            m->net->source, data);
     CLG_TRY(clg_dataset_open_for(err, m->ctx->opts.data_dir, data, CLG_SPLIT_TEST, lps > 1 ? lps : 0, &ds));
     if (ds->text) { /* the held-out tail: loss per byte and bits per byte, no confusion matrix */
-        clg_status st = clg_session_evaluate(m, ds, limit, &out->loss, &out->accuracy, NULL, &out->samples);
+        clg_status st = clg_session_check_text(m, ds);
+        if (st == CLG_OK)
+            st = clg_session_evaluate(m, ds, limit, &out->loss, &out->accuracy, NULL, &out->samples);
         out->bits_per_byte = out->loss / M_LN2;
         clg_dataset_free(ds);
         return st;

@@ -837,6 +837,29 @@ clg_status clg_session_load_ckpt(clg_model *m, const clg_ckpt *ck, const char *p
 
 // ---- evaluation ----
 
+/* Every byte of text data is a token id and a target: below the model's
+ * classes and below the rows of its first [embedding]'s table (vocab, dim). */
+clg_status clg_session_check_text(clg_model *m, const clg_dataset *ds)
+{
+    clg_err *err = &m->ctx->err;
+    const clg_net *net = m->net;
+    int limit = net->classes;
+    const char *what = "classes";
+    const clg_layer *e = net->nlayers > 0 ? &net->proto[0] : NULL;
+    if (e && e->ops && strcmp(e->ops->type, "embedding") == 0 && e->nparams > 0 && e->params[0].ndim == 2 &&
+        e->params[0].shape[0] < limit) {
+        limit = e->params[0].shape[0];
+        what = "embedding vocabulary";
+    }
+    for (size_t i = 0; i < ds->text_len; i++)
+        if (ds->text[i] >= limit)
+            return clg_err_set(err, CLG_ERR_SHAPE,
+                               "text data %s: byte %u at offset %zu is not a token id of model %s (its %s: %d)",
+                               ds->source, ds->text[i], i + (ds->text_random ? 0 : ds->file_len - ds->text_len),
+                               net->source, what, limit);
+    return CLG_OK;
+}
+
 clg_status clg_session_evaluate(clg_model *m, const clg_dataset *ds, long limit, double *loss, double *acc,
                                 int64_t *confusion, int *samples)
 {

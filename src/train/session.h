@@ -128,6 +128,10 @@ CLG_INTERNAL clg_status clg_session_load(clg_model *m, const char *path, int wit
  * path names it in messages. */
 CLG_INTERNAL clg_status clg_session_load_ckpt(clg_model *m, const clg_ckpt *ck, const char *path, int with_state);
 
+/* Text data (ds->text): every byte must be a token id and a target of the
+ * model, below its classes and its first [embedding]'s vocabulary; refused
+ * naming the file, the byte and its offset in the file. */
+CLG_INTERNAL clg_status clg_session_check_text(clg_model *m, const clg_dataset *ds);
 /* Evaluation over a dataset (forward only). confusion (classes^2) may be NULL. */
 CLG_INTERNAL clg_status clg_session_evaluate(clg_model *m, const clg_dataset *ds, long limit, double *loss,
                                              double *acc, int64_t *confusion, int *samples);

@@ -176,27 +176,6 @@ static clg_status check_text_model(clg_err *err, const clg_net *net, const char 
     return CLG_OK;
 }
 
-/* Every byte of text data is a token id and a target: below the model's
- * classes and below the rows of its first [embedding]'s table (vocab, dim). */
-static clg_status check_text_ids(clg_err *err, const clg_net *net, const clg_dataset *ds, int split)
-{
-    int limit = net->classes;
-    const char *what = "classes";
-    const clg_layer *e = net->nlayers > 0 ? &net->proto[0] : NULL;
-    if (e && e->ops && strcmp(e->ops->type, "embedding") == 0 && e->nparams > 0 && e->params[0].ndim == 2 &&
-        e->params[0].shape[0] < limit) {
-        limit = e->params[0].shape[0];
-        what = "embedding vocabulary";
-    }
-    for (size_t i = 0; i < ds->text_len; i++)
-        if (ds->text[i] >= limit)
-            return clg_err_set(err, CLG_ERR_SHAPE,
-                               "text data %s: byte %u at offset %zu is not a token id of model %s (its %s: %d)",
-                               ds->source, ds->text[i], i + (split == CLG_SPLIT_TEST ? ds->file_len - ds->text_len : 0),
-                               net->source, what, limit);
-    return CLG_OK;
-}
-
 static clg_status check_data(clg_err *err, const clg_model *m, const clg_dataset *ds)
 {
     const clg_net *net = m->net;
@@ -592,7 +571,7 @@ static clg_status open_data(train_state *ts)
     CLG_TRY(clg_dataset_open_for(err, dd, p->data, CLG_SPLIT_TRAIN, lps > 1 ? lps : 0, &ts->train));
     CLG_TRY(check_data(err, ts->m, ts->train));
     if (ts->train->text)
-        CLG_TRY(check_text_ids(err, ts->m->net, ts->train, CLG_SPLIT_TRAIN));
+        CLG_TRY(clg_session_check_text(ts->m, ts->train));
     if (p->val_fraction > 0 && ts->train->text)
         return clg_err_set(err, CLG_ERR_INVALID_ARG,
                            "--data %s: --val-fraction is for image datasets (text data holds out its last 10%%)",
@@ -612,7 +591,7 @@ static clg_status open_data(train_state *ts)
         CLG_TRY(clg_dataset_open_for(err, dd, p->data, CLG_SPLIT_TEST, lps > 1 ? lps : 0, &ts->test));
         CLG_TRY(check_data(err, ts->m, ts->test));
         if (ts->test->text)
-            CLG_TRY(check_text_ids(err, ts->m->net, ts->test, CLG_SPLIT_TEST));
+            CLG_TRY(clg_session_check_text(ts->m, ts->test));
     }
     if (ts->train->text && (ts->m->hp.augment_flip || ts->m->hp.augment_shift))
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "--data %s: augmentation (flip, shift) is for images, not text",

@@ -117,6 +117,11 @@ check 1 "ids_head.bin: byte 200 at offset 17 is not a token id of model .*tok10.
     "$clgrad" train "$tmp/tok10.cfg" --data "text:$tmp/ids_head.bin" --quiet
 check 1 "ids_tail.bin: byte 200 at offset 950 is not a token id" "a byte beyond the classes in the held-out tail" -- \
     "$clgrad" train "$tmp/tok10.cfg" --data "text:$tmp/ids_tail.bin" --quiet
+"$py" -c 'import sys; open(sys.argv[1], "wb").write(bytes([3]) * 1000)' "$tmp/ids_ok.bin"
+check 0 "bits per byte" "ids below the classes train" -- \
+    "$clgrad" train "$tmp/tok10.cfg" --data "text:$tmp/ids_ok.bin" --epochs 1 --save "$tmp/w10.safetensors"
+check 1 "ids_tail.bin: byte 200 at offset 950 is not a token id" "eval: a byte beyond the classes" -- \
+    "$clgrad" eval "$tmp/tok10.cfg" --weights "$tmp/w10.safetensors" --data "text:$tmp/ids_tail.bin"
 check 1 "empty.txt' is empty" "an empty file" -- \
     "$clgrad" train "$tmp/tok.cfg" --data "text:$tmp/empty.txt" --quiet
 check 1 "short.txt' has 169 bytes.*at least 170" "a file shorter than a window in the head and the tail" -- \
