@@ -55,6 +55,9 @@ clg_status clg_net_parse_config(clg_err *err, clg_net *net, clg_cfg_section *s)
     if (net->in_c < 0 || net->in_h < 0 || net->in_w < 0)
         return clg_err_set(err, CLG_ERR_FORMAT, "%s:%d: [net] needs channels, height and width (the input shape)",
                            net->source, s->line);
+    static const char *const input_kinds[] = {"image", "tokens", NULL};
+    CLG_TRY(clg_cfg_enum(err, cfg, s, "input", "image", input_kinds, &e));
+    net->tokens = e == 1;
     CLG_TRY(clg_cfg_int(err, cfg, s, "classes", 0, 0, 1 << 24, &v));
     net->classes = (int)v;
     CLG_TRY(clg_cfg_int(err, cfg, s, "batch", 64, 1, 1 << 20, &v));

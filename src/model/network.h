@@ -143,6 +143,8 @@ struct clg_net {
     int loss_index;
     uint64_t nparams;  /* trainable scalars */
     int fp16;          /* replicas created from now on store activations in half */
+    int tokens;        /* [net] input = tokens: the input holds token ids (floats holding integers, C*H*W per
+                          sample), read by an [embedding]; the data is not normalized */
     double flops;      /* forward FLOPs per sample */
     /* replicas are owned by their lanes (src/parallel/lane.c), not the net */
 };
