@@ -16,6 +16,14 @@ int clg_net_find(const clg_net *net, const char *name)
     return -1;
 }
 
+int clg_net_labels_per_sample(const clg_net *net)
+{
+    if (!net || net->loss_index < 0)
+        return 0;
+    const clg_layer *l = &net->proto[net->loss_index];
+    return l->in_seq[0] && strcmp(l->ops->type, "softmax") == 0 ? l->in_shape[0][1] : 1;
+}
+
 static char *trim(char *s)
 {
     while (*s == ' ' || *s == '\t')

@@ -159,6 +159,9 @@ CLG_INTERNAL void clg_net_free(clg_net *net);
 CLG_INTERNAL void clg_net_print(const clg_net *net, FILE *f);
 /* Index of a layer by name, -1 when absent. */
 CLG_INTERNAL int clg_net_find(const clg_net *net, const char *name);
+/* int32 labels per sample the loss layer reads: T for a token loss on a
+ * sequence (N, T, V) (one per position, in order), else 1 (0 without a loss). */
+CLG_INTERNAL int clg_net_labels_per_sample(const clg_net *net);
 
 /* Instantiates the network on dev, initialising parameters from rng (the
  * same seed on every device gives identical replicas), and plans and

@@ -488,6 +488,7 @@ START_TEST(net_block_shapes)
     ck_assert_msg(build(ctx, text, &net) == CLG_OK, "%s", ctx->err.msg);
     ck_assert_int_eq(net->tokens, 1);
     ck_assert_int_eq(net->classes, 19);
+    ck_assert_int_eq(clg_net_labels_per_sample(net), 7);
     const clg_layer *last = &net->proto[net->nlayers - 1];
     ck_assert_int_eq(last->out_seq, 1);
     ck_assert_int_eq(last->out_shape[1], 7);
