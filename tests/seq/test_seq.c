@@ -22,36 +22,6 @@ static float *rnd(size_t n, float lo, float hi, uint64_t stream)
     return v;
 }
 
-/* lh_make with the inputs in seq_mask marked as sequences. */
-static void sq_make(lh_case *c, const char *type, const char *keys, int nin, const int (*shp)[4], unsigned seq_mask,
-                    int n, float lo, float hi, uint64_t stream)
-{
-    clg_err *err = &c->ctx->err;
-    clg_status st = clg_layer_create_for_test_seq(err, type, keys, nin, shp, seq_mask, &c->l);
-    ck_assert_msg(st == CLG_OK, "create %s '%s': %s", type, keys, err->msg);
-    clg_rng rng;
-    tu_rng(&rng, stream);
-    LH_OK(c, c->l.ops->init(&c->l, c->dev, &rng));
-    c->nin = nin;
-    c->n = n;
-    for (int i = 0; i < nin; i++) {
-        memcpy(c->shp[i], shp[i], sizeof c->shp[i]);
-        c->shp[i][0] = n;
-        c->nx[i] = lh_numel4(c->shp[i]);
-        c->x[i] = lh_alloc(c->nx[i]);
-        tu_fill(c->x[i], c->nx[i], lo, hi, &rng);
-        c->xm[i] = tu_upload(c->dev, c->x[i], c->nx[i]);
-    }
-    int os[4] = {n, c->l.out_shape[1], c->l.out_shape[2], c->l.out_shape[3]};
-    c->ny = lh_numel4(os);
-    c->y = lh_alloc(c->ny);
-    c->ym = tu_upload(c->dev, NULL, c->ny);
-    for (int i = 0; i < c->l.nparams; i++) {
-        c->p[i] = lh_alloc(c->l.params[i].numel);
-        tu_download(c->dev, c->l.params[i].value, c->p[i], c->l.params[i].numel);
-    }
-}
-
 /* ---------------- embedding ---------------- */
 
 static const int emb_cases[][4] = {/* N, T, V, D */ {3, 7, 37, 13}, {2, 1, 5, 40}, {4, 9, 256, 17}};
@@ -147,7 +117,7 @@ START_TEST(posembed_fwd_bwd)
     lh_case c;
     lh_ctx(&c, NULL);
     const int shp[1][4] = {{N, T, C, 1}};
-    sq_make(&c, "posembed", "context=9", 1, shp, 1, N, -1, 1, 950 + (uint64_t)_i);
+    lh_make_seq(&c, "posembed", "context=9", 1, shp, 1, N, -1, 1, 950 + (uint64_t)_i);
     ck_assert_int_eq(c.l.out_seq, 1);
     lh_forward(&c, 1);
     double *ref = lh_dalloc(c.ny);
@@ -224,7 +194,7 @@ START_TEST(layernorm_fwd_bwd)
     lh_ctx(&c, NULL);
     char keys[64];
     snprintf(keys, sizeof keys, "eps=1e-5 affine=%d", affine);
-    sq_make(&c, "layernorm", keys, 1, shp, (unsigned)seq, N, -1, 1, 970 + (uint64_t)_i);
+    lh_make_seq(&c, "layernorm", keys, 1, shp, (unsigned)seq, N, -1, 1, 970 + (uint64_t)_i);
     ck_assert_int_eq(c.l.out_seq, seq);
     ck_assert_int_eq(c.l.nparams, affine ? 2 : 0);
     int rows = N * T;
@@ -272,7 +242,7 @@ START_TEST(token_loss)
     const int shp[1][4] = {{N, T, V, 1}};
     char keys[64];
     snprintf(keys, sizeof keys, "label_smoothing=%g", eps);
-    sq_make(&c, "softmax", keys, 1, shp, 1, N, -3, 3, 990 + (uint64_t)_i);
+    lh_make_seq(&c, "softmax", keys, 1, shp, 1, N, -3, 3, 990 + (uint64_t)_i);
     ck_assert_int_eq(c.l.out_seq, 1);
     int rows = N * T;
     int *lab = malloc((size_t)rows * sizeof(int));
@@ -334,7 +304,7 @@ START_TEST(gelu_tanh_act)
     lh_case c;
     lh_ctx(&c, NULL);
     const int shp[1][4] = {{3, 5, 7, 1}};
-    sq_make(&c, "activation", "type=gelu_tanh", 1, shp, 1, 3, -6, 6, 1000);
+    lh_make_seq(&c, "activation", "type=gelu_tanh", 1, shp, 1, 3, -6, 6, 1000);
     ck_assert_int_eq(c.l.out_seq, 1);
     lh_forward(&c, 1);
     double *y = lh_dalloc(c.ny), *dx = lh_dalloc(c.ny);
@@ -363,7 +333,7 @@ START_TEST(dense_per_position)
     const int shp[1][4] = {{N, T, C, 1}};
     char keys[64];
     snprintf(keys, sizeof keys, "units=%d activation=%s", U, act);
-    sq_make(&c, "dense", keys, 1, shp, 1, N, -1, 1, 1010 + (uint64_t)_i);
+    lh_make_seq(&c, "dense", keys, 1, shp, 1, N, -1, 1, 1010 + (uint64_t)_i);
     ck_assert_int_eq(c.l.out_seq, 1);
     ck_assert_int_eq(c.l.out_shape[1], T);
     ck_assert_int_eq(c.l.out_shape[2], U);
