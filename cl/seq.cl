@@ -4,10 +4,6 @@
 // order, so results are bitwise reproducible. Offsets and counts in elements
 // (uint); see src/ops/seq.h.
 
-#ifndef EMB_COLS // columns of the table gradient per work-item (emb_bwd)
-#define EMB_COLS 8
-#endif
-
 // ---- embedding ----
 // y[p, d] = table[id_p, d] for p < ntok, d < D; ids are floats holding
 // integers. An id that is not an integer in [0, V) writes zeros and leaves
@@ -27,31 +23,63 @@ __kernel void emb_fwd(const uint ntok, const uint D, const uint V, __global cons
         atomic_min(flag, p);
 }
 
-// Table gradient, one work-item per (row v, EMB_COLS columns): dt[v, d] =
-// (acc ? dt[v, d] : 0) + sum over positions p with id_p == v of dy[p, d],
-// in position order (acc: a tied dense head wrote its part first).
-__kernel void emb_bwd(const uint ntok, const uint D, const uint V, __global const float *ids, const uint oid,
+// Table gradient as a counting sort of the positions by id, then one owner
+// per table element summing its positions in order (no float atomics):
+//   emb_count: cnt[v] = number of positions holding id v (one work-item per v)
+//   emb_scan:  start[v] = sum of cnt[0..v), start[V] = total (one work-item)
+//   emb_fill:  list[start[v] ..] = the positions holding v, ascending
+//   emb_sum:   dt[v, d] = (acc ? dt[v, d] : 0) + sum over list of dy[p, d]
+// (acc: a tied dense head wrote its part first). Invalid ids match no v.
+__kernel void emb_count(const uint ntok, const uint V, __global const float *ids, const uint oid, __global uint *cnt)
+{
+    const uint v = get_global_id(0);
+    if (v >= V)
+        return;
+    const float fv = (float)v;
+    uint c = 0;
+    for (uint p = 0; p < ntok; p++)
+        c += ids[oid + p] == fv;
+    cnt[v] = c;
+}
+
+__kernel void emb_scan(const uint V, __global const uint *cnt, __global uint *start)
+{
+    if (get_global_id(0) != 0)
+        return;
+    uint s = 0;
+    for (uint v = 0; v < V; v++) {
+        start[v] = s;
+        s += cnt[v];
+    }
+    start[V] = s;
+}
+
+__kernel void emb_fill(const uint ntok, const uint V, __global const float *ids, const uint oid,
+                       __global const uint *start, __global uint *list)
+{
+    const uint v = get_global_id(0);
+    if (v >= V)
+        return;
+    const float fv = (float)v;
+    uint k = start[v];
+    for (uint p = 0; p < ntok; p++)
+        if (ids[oid + p] == fv)
+            list[k++] = p;
+}
+
+__kernel void emb_sum(const uint D, const uint V, __global const uint *start, __global const uint *list,
                       __global const float *dy, const uint ody, __global float *dt, const uint acc)
 {
-    const uint d0 = get_global_id(0) * EMB_COLS;
+    const uint d = get_global_id(0);
     const uint v = get_global_id(1);
-    if (d0 >= D || v >= V)
+    if (d >= D || v >= V)
         return;
-    const uint nc = min((uint)EMB_COLS, D - d0);
-    float s[EMB_COLS];
-    for (uint j = 0; j < EMB_COLS; j++)
-        s[j] = (acc && j < nc) ? dt[(size_t)v * D + d0 + j] : 0.0f;
-    const float fv = (float)v;
-    for (uint p = 0; p < ntok; p++) {
-        if (ids[oid + p] != fv)
-            continue;
-        __global const float *row = dy + ody + (size_t)p * D + d0;
-        for (uint j = 0; j < EMB_COLS; j++)
-            if (j < nc)
-                s[j] += row[j];
-    }
-    for (uint j = 0; j < nc; j++)
-        dt[(size_t)v * D + d0 + j] = s[j];
+    const size_t i = (size_t)v * D + d;
+    float s = acc ? dt[i] : 0.0f;
+    const uint e = start[v + 1];
+    for (uint k = start[v]; k < e; k++)
+        s += dy[ody + (size_t)list[k] * D + d];
+    dt[i] = s;
 }
 
 // ---- learned positions ----

@@ -5,7 +5,6 @@
 #include "seq.h"
 
 #define SEQ_WG 64      /* 1-D groups (global size rounded up; kernels bound-check) */
-#define EMB_COLS 8     /* must match cl/seq.cl's default */
 
 // ---- helpers ----
 
@@ -79,6 +78,48 @@ clg_status clg_seq_embedding_forward(clg_device *dev, size_t ntok, int D, int V,
     return run2(dev, k, (size_t)D, ntok, D >= 64 ? 64 : 16);
 }
 
+/* One launch of kernel `name` over n0 x n1 (n1 == 0: 1-D) with the
+ * arguments already set. */
+static clg_status emb_launch(clg_device *dev, cl_kernel k, size_t n0, size_t n1)
+{
+    if (n1)
+        return run2(dev, k, n0, n1, n0 >= 64 ? 64 : 16);
+    return clg_launch_1d(dev, k, n0, SEQ_WG);
+}
+
+/* count, scan, fill (see cl/seq.cl): start (V + 1) and list (ntok) */
+static clg_status emb_sort(clg_device *dev, cl_uint un, cl_uint uV, cl_mem ids, cl_uint uoid, cl_mem cnt,
+                           cl_mem start, cl_mem list)
+{
+    cl_kernel k;
+    CLG_TRY(kget(dev, "emb_count", &k));
+    clg_kargs a = {k, 0, CL_SUCCESS};
+    CLG_KA(&a, un);
+    CLG_KA(&a, uV);
+    CLG_KA(&a, ids);
+    CLG_KA(&a, uoid);
+    CLG_KA(&a, cnt);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &a, "kernel arguments"));
+    CLG_TRY(emb_launch(dev, k, uV, 0));
+    CLG_TRY(kget(dev, "emb_scan", &k));
+    clg_kargs b = {k, 0, CL_SUCCESS};
+    CLG_KA(&b, uV);
+    CLG_KA(&b, cnt);
+    CLG_KA(&b, start);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &b, "kernel arguments"));
+    CLG_TRY(emb_launch(dev, k, 1, 0));
+    CLG_TRY(kget(dev, "emb_fill", &k));
+    clg_kargs c = {k, 0, CL_SUCCESS};
+    CLG_KA(&c, un);
+    CLG_KA(&c, uV);
+    CLG_KA(&c, ids);
+    CLG_KA(&c, uoid);
+    CLG_KA(&c, start);
+    CLG_KA(&c, list);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &c, "kernel arguments"));
+    return emb_launch(dev, k, uV, 0);
+}
+
 clg_status clg_seq_embedding_backward(clg_device *dev, size_t ntok, int D, int V, cl_mem ids, size_t oid, cl_mem dy,
                                       size_t ody, cl_mem dtable, int acc)
 {
@@ -87,25 +128,41 @@ clg_status clg_seq_embedding_backward(clg_device *dev, size_t ntok, int D, int V
     static const char *const nm[3] = {"ids", "dy", "dtable"};
     CLG_TRY(need(dev, op, 3, m, nm));
     CLG_TRY(positive(dev, op, (long long)D, (long long)V));
-    cl_uint uoid, uody, dummy;
+    cl_uint uoid = 0, uody = 0, dummy = 0;
     CLG_TRY(fit(dev, op, oid, ntok, &uoid));
     CLG_TRY(fit(dev, op, ody, ntok * (size_t)D, &uody));
-    CLG_TRY(fit(dev, op, 0, (size_t)V * D, &dummy));
+    CLG_TRY(fit(dev, op, 0, (size_t)V * D + 1, &dummy));
     cl_uint un = (cl_uint)ntok, uD = (cl_uint)D, uV = (cl_uint)V, uacc = acc ? 1u : 0u;
-    cl_kernel k;
-    CLG_TRY(kget(dev, "emb_bwd", &k));
-    clg_kargs a = {k, 0, CL_SUCCESS};
-    CLG_KA(&a, un);
-    CLG_KA(&a, uD);
-    CLG_KA(&a, uV);
-    CLG_KA(&a, ids);
-    CLG_KA(&a, uoid);
-    CLG_KA(&a, dy);
-    CLG_KA(&a, uody);
-    CLG_KA(&a, dtable);
-    CLG_KA(&a, uacc);
-    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &a, "kernel arguments"));
-    return run2(dev, k, CLG_CEIL_DIV((size_t)D, EMB_COLS), (size_t)V, 4);
+    /* per-call temporaries: released right after enqueueing (the in-order queue orders any reuse) */
+    cl_mem cnt = NULL, start = NULL, list = NULL;
+    clg_status st = clg_buf_alloc(dev, (size_t)V * sizeof(cl_uint), &cnt);
+    if (st == CLG_OK)
+        st = clg_buf_alloc(dev, ((size_t)V + 1) * sizeof(cl_uint), &start);
+    if (st == CLG_OK)
+        st = clg_buf_alloc(dev, CLG_MAX(ntok, 1) * sizeof(cl_uint), &list);
+    if (st == CLG_OK)
+        st = emb_sort(dev, un, uV, ids, uoid, cnt, start, list);
+    cl_kernel k = NULL;
+    if (st == CLG_OK)
+        st = kget(dev, "emb_sum", &k);
+    if (st == CLG_OK) {
+        clg_kargs a = {k, 0, CL_SUCCESS};
+        CLG_KA(&a, uD);
+        CLG_KA(&a, uV);
+        CLG_KA(&a, start);
+        CLG_KA(&a, list);
+        CLG_KA(&a, dy);
+        CLG_KA(&a, uody);
+        CLG_KA(&a, dtable);
+        CLG_KA(&a, uacc);
+        st = CLG_KA_DONE(clg_dev_err(dev), &a, "kernel arguments");
+    }
+    if (st == CLG_OK)
+        st = emb_launch(dev, k, (size_t)D, (size_t)V);
+    clg_buf_release(dev, cnt);
+    clg_buf_release(dev, start);
+    clg_buf_release(dev, list);
+    return st;
 }
 
 // ---- learned positions ----

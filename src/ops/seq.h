@@ -17,7 +17,9 @@
 CLG_INTERNAL clg_status clg_seq_embedding_forward(clg_device *dev, size_t ntok, int D, int V, cl_mem ids, size_t oid,
                                                   cl_mem table, cl_mem y, size_t oy, cl_mem flag);
 /* dtable (V, D) = (acc ? dtable : 0) + sum over the positions p holding id
- * v of dy[p] (in position order); invalid ids contribute nothing. */
+ * v of dy[p] (in position order); invalid ids contribute nothing. A counting
+ * sort of the positions by id (O(V * ntok) id reads), then one owner per
+ * table element: four launches, pool temporaries of V + ntok uints. */
 CLG_INTERNAL clg_status clg_seq_embedding_backward(clg_device *dev, size_t ntok, int D, int V, cl_mem ids, size_t oid,
                                                    cl_mem dy, size_t ody, cl_mem dtable, int acc);
 
