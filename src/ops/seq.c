@@ -33,6 +33,14 @@ static clg_status positive(clg_device *dev, const char *op, long long a, long lo
     return CLG_OK;
 }
 
+/* Ids travel as floats: exact integers up to 2^24. */
+static clg_status vocab_ok(clg_device *dev, const char *op, int V)
+{
+    if (V > (1 << 24))
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_UNSUPPORTED, "%s: vocab %d exceeds 2^24 (ids are floats)", op, V);
+    return CLG_OK;
+}
+
 static clg_status kget(clg_device *dev, const char *name, cl_kernel *k)
 {
     return clg_kernel_get(dev, "seq", "", name, k);
@@ -55,6 +63,7 @@ clg_status clg_seq_embedding_forward(clg_device *dev, size_t ntok, int D, int V,
     static const char *const nm[4] = {"ids", "table", "y", "flag"};
     CLG_TRY(need(dev, op, 4, m, nm));
     CLG_TRY(positive(dev, op, (long long)D, (long long)V));
+    CLG_TRY(vocab_ok(dev, op, V));
     cl_uint uoid, uoy, dummy;
     CLG_TRY(fit(dev, op, oid, ntok, &uoid));
     CLG_TRY(fit(dev, op, oy, ntok * (size_t)D, &uoy));
@@ -128,6 +137,7 @@ clg_status clg_seq_embedding_backward(clg_device *dev, size_t ntok, int D, int V
     static const char *const nm[3] = {"ids", "dy", "dtable"};
     CLG_TRY(need(dev, op, 3, m, nm));
     CLG_TRY(positive(dev, op, (long long)D, (long long)V));
+    CLG_TRY(vocab_ok(dev, op, V));
     cl_uint uoid = 0, uody = 0, dummy = 0;
     CLG_TRY(fit(dev, op, oid, ntok, &uoid));
     CLG_TRY(fit(dev, op, ody, ntok * (size_t)D, &uody));
