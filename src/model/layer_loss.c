@@ -80,6 +80,21 @@ static clg_status loss_init(clg_layer *l, clg_device *dev, clg_rng *rng)
     return clg_layer_scratch(dev, &p->correct, &p->correct_cap, n);
 }
 
+/* The labels buffer must hold one int32 per position (N*T), not one per sample. */
+static clg_status token_labels_fit(clg_layer *l, clg_device *dev, size_t rows)
+{
+    if (!l->loss.labels)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG, "%s: no labels set", l->ops->type);
+    size_t bytes = 0;
+    CLG_CL_CHECK(clg_dev_err(dev), clGetMemObjectInfo(l->loss.labels, CL_MEM_SIZE, sizeof bytes, &bytes, NULL));
+    if ((l->loss.labels_off + rows) * sizeof(int32_t) > bytes)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG,
+                           "token loss '%s': needs %zu labels (one per position) from offset %zu, the labels buffer "
+                           "holds %zu",
+                           l->name, rows, l->loss.labels_off, bytes / sizeof(int32_t));
+    return CLG_OK;
+}
+
 /* Token loss: rows = n*T positions of V = in.h classes; per-position losses
  * weighted 1/T so the reduction gives per-sample means. */
 static clg_status token_forward(clg_layer *l, clg_device *dev, const clg_tensor *in, clg_tensor *out)
@@ -91,8 +106,7 @@ static clg_status token_forward(clg_layer *l, clg_device *dev, const clg_tensor 
         return clg_err_set(clg_dev_err(dev), CLG_ERR_UNSUPPORTED, "token loss over %zu positions", rows);
     CLG_TRY(clg_layer_scratch(dev, &p->loss, &p->loss_cap, CLG_MAX(rows, 1) * sizeof(float)));
     CLG_TRY(clg_layer_scratch(dev, &p->correct, &p->correct_cap, CLG_MAX(rows, 1) * sizeof(float)));
-    if (!l->loss.labels)
-        return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG, "%s: no labels set before forward", l->ops->type);
+    CLG_TRY(token_labels_fit(l, dev, rows));
     CLG_TRY(clg_seq_token_xent_forward(dev, rows, V, 1.0f / (float)T, p->smoothing, in[0].mem, in[0].off, out->mem,
                                        out->off, l->loss.labels, l->loss.labels_off, p->loss, p->correct));
     return clg_nn_loss_reduce(dev, (int)rows, p->loss, p->correct, l->loss.result);
@@ -134,10 +148,12 @@ static clg_status loss_backward(clg_layer *l, clg_device *dev, const clg_tensor 
     if (!l->loss.labels)
         return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG, "%s: no %s set before backward", l->ops->type,
                            p->is_mse ? "targets" : "labels");
-    if (p->seq)
+    if (p->seq) {
+        CLG_TRY(token_labels_fit(l, dev, (size_t)n * in[0].c));
         return clg_seq_token_xent_backward(dev, (size_t)n * in[0].c, in[0].h, l->loss.grad_scale / (float)in[0].c,
                                            p->smoothing, out->mem, out->off, l->loss.labels, l->loss.labels_off,
                                            din[0].mem, din[0].off);
+    }
     if (p->is_mse)
         return clg_nn_mse_backward(dev, n, F, l->loss.grad_scale, in[0].mem, in[0].off, l->loss.labels,
                                    l->loss.labels_off, din[0].mem, din[0].off);

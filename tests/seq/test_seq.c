@@ -288,6 +288,19 @@ START_TEST(token_loss)
         for (int k = 0; k < V; k++)
             p[(size_t)i * V + k] = (p[(size_t)i * V + k] - (k == lab[i] ? 1 - eps : 0) - eps / V) / ((double)N * T);
     LH_CLOSE(c.dx[0], p, c.ny, 1e-5, 1e-3, "token loss dx (mean over N*T)");
+    if (T > 1) { /* one label per sample instead of per position: refused, not read past the buffer */
+        cl_int e;
+        cl_mem few = clCreateBuffer(c.dev->cl, CL_MEM_READ_WRITE, (size_t)N * sizeof(int), NULL, &e);
+        ck_assert_int_eq(e, CL_SUCCESS);
+        c.l.loss.labels = few;
+        clg_tensor in = lh_tensor(c.xm[0], c.shp[0], N);
+        int os[4] = {N, T, V, 1};
+        clg_tensor out = lh_tensor(c.ym, os, N);
+        ck_assert_int_eq(c.l.ops->forward(&c.l, c.dev, &in, 1, &out, 1), CLG_ERR_INVALID_ARG);
+        ck_assert_msg(strstr(clg_last_error(c.ctx), "one per position") != NULL, "%s", clg_last_error(c.ctx));
+        c.l.loss.labels = c.labels;
+        clReleaseMemObject(few);
+    }
     free(dy);
     free(p);
     free(lab);
