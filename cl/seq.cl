@@ -167,20 +167,43 @@ __kernel void ln_bwd_dx(const uint rows, const uint C, __global const float *x, 
     }
 }
 
-// dg[c] = sum_r dy[r, c] * xhat[r, c], db[c] = sum_r dy[r, c], in row order.
+// dg[c] = sum_r dy[r, c] * xhat[r, c], db[c] = sum_r dy[r, c] in two
+// deterministic steps: ln_bwd_param sums chunk k of LN_ROWS rows into
+// part[k] (2 x C floats: dg then db), one work-item per (c, k);
+// ln_bwd_param_sum adds the chunks in order.
+#ifndef LN_ROWS // rows per partial sum (ln_bwd_param)
+#define LN_ROWS 64
+#endif
 __kernel void ln_bwd_param(const uint rows, const uint C, __global const float *x, const uint ox,
                            __global const float *dy, const uint ody, __global const float *mean,
-                           __global const float *rstd, __global float *dg, __global float *db)
+                           __global const float *rstd, __global float *part)
+{
+    const uint c = get_global_id(0);
+    const uint k = get_global_id(1);
+    if (c >= C || k * LN_ROWS >= rows)
+        return;
+    float sg = 0.0f, sb = 0.0f;
+    const uint end = min(rows, (k + 1) * LN_ROWS);
+    for (uint r = k * LN_ROWS; r < end; r++) {
+        const size_t i = (size_t)r * C + c;
+        const float d = dy[ody + i];
+        sg = fma(d, ((x[ox + i] - x[ox + (size_t)r * C]) - mean[r]) * rstd[r], sg);
+        sb += d;
+    }
+    part[(size_t)k * 2 * C + c] = sg;
+    part[(size_t)k * 2 * C + C + c] = sb;
+}
+
+__kernel void ln_bwd_param_sum(const uint chunks, const uint C, __global const float *part, __global float *dg,
+                               __global float *db)
 {
     const uint c = get_global_id(0);
     if (c >= C)
         return;
     float sg = 0.0f, sb = 0.0f;
-    for (uint r = 0; r < rows; r++) {
-        const size_t i = (size_t)r * C + c;
-        const float d = dy[ody + i];
-        sg = fma(d, ((x[ox + i] - x[ox + (size_t)r * C]) - mean[r]) * rstd[r], sg);
-        sb += d;
+    for (uint k = 0; k < chunks; k++) {
+        sg += part[(size_t)k * 2 * C + c];
+        sb += part[(size_t)k * 2 * C + C + c];
     }
     dg[c] = sg;
     db[c] = sb;
@@ -209,13 +232,15 @@ __kernel void tok_xent_fwd(const uint rows, const uint V, const float w, const f
         }
     float s = 0.0f, sx = 0.0f;
     for (uint c = 0; c < V; c++) {
-        s += exp(xr[c] - mx);
+        const float e = exp(xr[c] - mx);
+        pr[c] = e;
+        s += e;
         sx += xr[c] - mx;
     }
     const float ls = log(s);
     const float inv = 1.0f / s;
     for (uint c = 0; c < V; c++)
-        pr[c] = exp(xr[c] - mx) * inv;
+        pr[c] *= inv;
     const int y = labels[ol + r];
     const int ok = y >= 0 && (uint)y < V;
     const float nll = ok ? ls - (xr[ok ? y : 0] - mx) : NAN;

@@ -5,6 +5,7 @@
 #include "seq.h"
 
 #define SEQ_WG 64      /* 1-D groups (global size rounded up; kernels bound-check) */
+#define LN_ROWS 64     /* rows per partial sum of the layer-norm parameter gradients (cl/seq.cl's default) */
 
 // ---- helpers ----
 
@@ -277,6 +278,47 @@ clg_status clg_seq_layernorm_forward(clg_device *dev, size_t rows, int C, float 
     return clg_launch_1d(dev, k, rows, SEQ_WG);
 }
 
+/* dgamma, dbeta: partial sums over chunks of LN_ROWS rows, then the chunks in order. */
+static clg_status ln_param_grads(clg_device *dev, cl_uint ur, cl_uint uC, cl_mem x, cl_uint uox, cl_mem dy,
+                                 cl_uint uody, cl_mem mean, cl_mem rstd, cl_mem dgamma, cl_mem dbeta)
+{
+    cl_uint chunks = (ur + LN_ROWS - 1) / LN_ROWS;
+    cl_mem part = NULL;
+    CLG_TRY(clg_buf_alloc(dev, (size_t)CLG_MAX(chunks, 1) * 2 * uC * sizeof(float), &part));
+    cl_kernel k = NULL;
+    clg_status st = chunks ? kget(dev, "ln_bwd_param", &k) : CLG_OK;
+    if (st == CLG_OK && chunks) {
+        clg_kargs a = {k, 0, CL_SUCCESS};
+        CLG_KA(&a, ur);
+        CLG_KA(&a, uC);
+        CLG_KA(&a, x);
+        CLG_KA(&a, uox);
+        CLG_KA(&a, dy);
+        CLG_KA(&a, uody);
+        CLG_KA(&a, mean);
+        CLG_KA(&a, rstd);
+        CLG_KA(&a, part);
+        st = CLG_KA_DONE(clg_dev_err(dev), &a, "kernel arguments");
+        if (st == CLG_OK)
+            st = run2(dev, k, uC, chunks, uC >= 64 ? 64 : 16);
+    }
+    if (st == CLG_OK)
+        st = kget(dev, "ln_bwd_param_sum", &k);
+    if (st == CLG_OK) {
+        clg_kargs a = {k, 0, CL_SUCCESS};
+        CLG_KA(&a, chunks);
+        CLG_KA(&a, uC);
+        CLG_KA(&a, part);
+        CLG_KA(&a, dgamma);
+        CLG_KA(&a, dbeta);
+        st = CLG_KA_DONE(clg_dev_err(dev), &a, "kernel arguments");
+    }
+    if (st == CLG_OK)
+        st = clg_launch_1d(dev, k, uC, SEQ_WG);
+    clg_buf_release(dev, part);
+    return st;
+}
+
 clg_status clg_seq_layernorm_backward(clg_device *dev, size_t rows, int C, cl_mem x, size_t ox, cl_mem dy, size_t ody,
                                       cl_mem gamma, cl_mem mean, cl_mem rstd, cl_mem dgamma, cl_mem dbeta, cl_mem dx,
                                       size_t odx)
@@ -296,22 +338,8 @@ clg_status clg_seq_layernorm_backward(clg_device *dev, size_t rows, int C, cl_me
     CLG_TRY(fit(dev, op, 0, rows, &dummy));
     cl_uint ur = (cl_uint)rows, uC = (cl_uint)C;
     cl_kernel k;
-    if (dgamma) {
-        CLG_TRY(kget(dev, "ln_bwd_param", &k));
-        clg_kargs a = {k, 0, CL_SUCCESS};
-        CLG_KA(&a, ur);
-        CLG_KA(&a, uC);
-        CLG_KA(&a, x);
-        CLG_KA(&a, uox);
-        CLG_KA(&a, dy);
-        CLG_KA(&a, uody);
-        CLG_KA(&a, mean);
-        CLG_KA(&a, rstd);
-        CLG_KA(&a, dgamma);
-        CLG_KA(&a, dbeta);
-        CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &a, "kernel arguments"));
-        CLG_TRY(clg_launch_1d(dev, k, (size_t)C, SEQ_WG));
-    }
+    if (dgamma)
+        CLG_TRY(ln_param_grads(dev, ur, uC, x, uox, dy, uody, mean, rstd, dgamma, dbeta));
     if (!dx || rows == 0)
         return CLG_OK;
     cl_uint aff = gamma ? 1u : 0u;
