@@ -154,7 +154,11 @@ static clg_status dense_link(clg_layer *l, clg_err *err, const clg_cfg *cfg, clg
     if (p->tied->index >= l->index)
         return clg_err_set(err, CLG_ERR_FORMAT, "tie = %s: the embedding must come before the layer that ties it",
                            p->tie);
-    clg_layer_embedding_tie(p->tied);
+    if (clg_layer_embedding_tie(p->tied))
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED,
+                           "tie = %s: that embedding is tied by another dense layer already (one tie per embedding is "
+                           "supported)",
+                           p->tie);
     return CLG_OK;
 }
 

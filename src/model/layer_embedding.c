@@ -132,10 +132,14 @@ const clg_layer_ops clg_layer_embedding_ops = {
 
 int clg_layer_is_embedding(const clg_layer *l) { return l && l->ops == &clg_layer_embedding_ops; }
 
-void clg_layer_embedding_tie(clg_layer *l)
+int clg_layer_embedding_tie(clg_layer *l)
 {
-    if (clg_layer_is_embedding(l) && l->priv)
-        ((emb_priv *)l->priv)->tied = 1;
+    if (!clg_layer_is_embedding(l) || !l->priv)
+        return 0;
+    emb_priv *p = l->priv;
+    int before = p->tied;
+    p->tied = 1;
+    return before;
 }
 
 // ---- [posembed] ----

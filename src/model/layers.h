@@ -71,8 +71,9 @@ extern CLG_INTERNAL const clg_layer_ops clg_layer_layernorm_ops;
 /* l is an [embedding] (its params[0] "weight" is the (vocab, dim) table). */
 CLG_INTERNAL int clg_layer_is_embedding(const clg_layer *l);
 /* A [dense] tie = l head writes its weight gradient into l's table gradient
- * first (backward runs later layers first); l's backward then adds its own. */
-CLG_INTERNAL void clg_layer_embedding_tie(clg_layer *l);
+ * first (backward runs later layers first); l's backward then adds its own.
+ * Returns 1 when l was tied already (one head per table is supported). */
+CLG_INTERNAL int clg_layer_embedding_tie(clg_layer *l);
 
 /* ---- for the trainer ---- */
 

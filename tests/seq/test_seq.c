@@ -427,6 +427,8 @@ START_TEST(net_errors)
         {"[embedding]\nvocab=16\ndim=8\n[posembed]\ncontext=5\n", "more than context = 5"},
         {"[embedding]\nvocab=16\ndim=8\n[dense]\nunits=3\n[mse]\n", "does not take a sequence"},
         {"[dense]\nunits=3\n[softmax]\nlabel_smoothing=0.1\n", "not yet"},
+        {"[embedding]\nvocab=16\ndim=8\n[dense]\nname=h1\ntie=embedding0\n[dense]\nunits=8\n[dense]\ntie=embedding0\n",
+         "seq.cfg:15: layer 'dense3' (dense): link: tie = embedding0: that embedding is tied by another"},
     };
     clg_ctx *ctx = tu_ctx("0");
     for (size_t i = 0; i < CLG_ARRAY_LEN(cases); i++) {
