@@ -568,7 +568,7 @@ START_TEST(net_tied_head)
     run_block(ctx, 1, 0, T, ids, lab, &lt, &gt, &dummy, table);
     run_block(ctx, 0, 0, T, ids, lab, &lu, &gu, &hu, table);
     ck_assert_msg(fabsf(lt - lu) <= 1e-6f * fabsf(lu) + 1e-6f, "tied loss %g vs untied %g", lt, lu);
-    ck_assert_msg(lu > 2.0f && lu < 4.5f, "loss %g is not about log(19)", lu);
+    ck_assert_msg(isfinite(lu) && lu > 0.5f && lu < 10.0f, "loss %g is far from log(19) = 2.94", lu);
     double *want = lh_dalloc((size_t)V * D);
     for (int i = 0; i < V * D; i++)
         want[i] = (double)gu[i] + hu[i];
