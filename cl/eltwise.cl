@@ -57,6 +57,20 @@ ACT_KERNELS(gelu, v * clg_phi(v),
             g * (clg_phi(x[ox + i]) +
                  x[ox + i] * INV_SQRT_2PI * exp(-0.5f * x[ox + i] * x[ox + i])))
 
+// GELU, tanh form: 0.5 x (1 + tanh(u)), u = k (x + 0.044715 x^3), k =
+// sqrt(2 / pi), computed as x * s with s = 0.5 (1 + tanh(u)) = 1 / (1 +
+// exp(-2u)): no 1 + tanh cancellation in the negative tail.
+// d/dx = s + x s (1 - s) 2k (1 + 3 * 0.044715 x^2).
+#define GELU_K 0.79788456080286536f
+#define GELU_A 0.044715f
+inline float clg_gelu_tanh_s(const float v) { return 1.0f / (1.0f + exp(-2.0f * GELU_K * fma(GELU_A * v * v, v, v))); }
+inline float clg_gelu_tanh_grad(const float v)
+{
+    const float s = clg_gelu_tanh_s(v);
+    return fma(v * s * (1.0f - s), 2.0f * GELU_K * fma(3.0f * GELU_A, v * v, 1.0f), s);
+}
+ACT_KERNELS(gelu_tanh, v * clg_gelu_tanh_s(v), g * clg_gelu_tanh_grad(x[ox + i]))
+
 // ---- fill ----
 // y[oy + i] = v (clg_buf_fill: stores the simulator's shadow memory tracks,
 // unlike clEnqueueFillBuffer under oclgrind 21.10, see tests/oclgrind_check.sh)

@@ -280,6 +280,24 @@ CLG_API clg_status clg_prim_softmax_backward(clg_prim *h, size_t rows, size_t co
                                              cl_mem dy, size_t dy_offset, cl_mem dx, size_t dx_offset,
                                              cl_uint num_wait, const cl_event *wait, cl_event *event);
 
+/* ---- layer normalization over the last dimension: rows x cols, row-major, contiguous ---- */
+/* y = (x - mean) / sqrt(var + eps) * gamma + beta per row (var biased, as
+ * torch.nn.LayerNorm; gamma and beta cols floats each, or both NULL: no
+ * affine part); eps > 0. mean and rstd (rows floats each) receive what the
+ * backward reads: each row's mean minus the row's first value (kept shifted
+ * for precision) and 1 / sqrt(var + eps). */
+CLG_API clg_status clg_prim_layernorm_forward(clg_prim *h, size_t rows, size_t cols, float eps, cl_mem x,
+                                              size_t x_offset, cl_mem gamma, cl_mem beta, cl_mem y, size_t y_offset,
+                                              cl_mem mean, cl_mem rstd, cl_uint num_wait, const cl_event *wait,
+                                              cl_event *event);
+/* From dy and the forward's x, gamma (NULL without affine), mean and rstd:
+ * dx (NULL: skipped; overwritten), dgamma and dbeta (cols floats each,
+ * overwritten; both NULL: skipped). */
+CLG_API clg_status clg_prim_layernorm_backward(clg_prim *h, size_t rows, size_t cols, cl_mem x, size_t x_offset,
+                                               cl_mem dy, size_t dy_offset, cl_mem gamma, cl_mem mean, cl_mem rstd,
+                                               cl_mem dx, size_t dx_offset, cl_mem dgamma, cl_mem dbeta,
+                                               cl_uint num_wait, const cl_event *wait, cl_event *event);
+
 #ifdef __cplusplus
 }
 #endif

@@ -2,8 +2,13 @@
  * replica holds its own clg_layer instances (and so its own parameters on
  * that device). Layers never touch files or threads.
  *
- * Legend: N batch, C channels, H height, W width. Every activation is an
- * NCHW fp32 tensor; a dense layer's output is (N, units, 1, 1). */
+ * Legend: N batch, C channels, H height, W width, T positions. Every
+ * activation is an NCHW fp32 tensor; a dense layer's output is (N, units,
+ * 1, 1). A sequence (N, T, C) is stored as {N, T, C, 1} (C fastest) and
+ * flagged by in_seq / out_seq: network.c copies each producer's out_seq
+ * into its consumers' in_seq before setup, and refuses a sequence input to
+ * a layer whose setup does not set out_seq (the layers that take sequences
+ * say so by setting it). */
 #ifndef CLG_MODEL_LAYER_H
 #define CLG_MODEL_LAYER_H
 
@@ -67,6 +72,11 @@ typedef struct clg_layer_ops {
      * (summed over the batch; the loss layer already divides by the batch). */
     clg_status (*backward)(clg_layer *l, clg_device *dev, const clg_tensor *in, int nin, const clg_tensor *out,
                            const clg_tensor *dout, clg_tensor *din);
+    /* (optional) after every layer of the network is set up: resolves
+     * references to other layers of the same instance set (`[dense] tie`);
+     * layers[0..nlayers) stay where they are for the instance's lifetime.
+     * Errors name the file and line. */
+    clg_status (*link)(clg_layer *l, clg_err *err, const clg_cfg *cfg, clg_layer *layers, int nlayers);
     /* (optional) called after the optimizer changed the parameters. */
     void (*params_changed)(clg_layer *l);
     /* (optional) frees priv and any device state besides params. */
@@ -95,6 +105,8 @@ struct clg_layer {
     int nin;
     int in_shape[CLG_MAX_INPUTS][4]; /* N, C, H, W */
     int out_shape[4];
+    int in_seq[CLG_MAX_INPUTS]; /* input i is a sequence (N, T, C) stored as in_shape {N, T, C, 1} */
+    int out_seq;                /* the output is a sequence (N, T, C) stored as out_shape {N, T, C, 1} */
     clg_param params[CLG_MAX_PARAMS];
     int nparams;
     double flops;

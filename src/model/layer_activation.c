@@ -1,4 +1,5 @@
-/* [activation]: type=relu|leaky|sigmoid|tanh|gelu, alpha=0.01 (leaky). */
+/* [activation]: type=relu|leaky|sigmoid|tanh|gelu|gelu_tanh, alpha=0.01 (leaky);
+ * sequences (N, T, C) pass through as sequences. */
 #include <stdlib.h>
 
 #include "model/layers.h"
@@ -20,6 +21,7 @@ static clg_status act_setup(clg_layer *l, clg_err *err)
     CLG_TRY(clg_layer_check_nin(l, err, 1, 1));
     for (int d = 0; d < 4; d++)
         l->out_shape[d] = l->in_shape[0][d];
+    l->out_seq = l->in_seq[0];
     l->nparams = 0;
     l->flops = (double)l->in_shape[0][0] * l->in_shape[0][1] * l->in_shape[0][2] * l->in_shape[0][3];
     return CLG_OK;

@@ -131,7 +131,7 @@ static clg_status conv_forward(clg_layer *l, clg_device *dev, const clg_tensor *
     size_t ny = clg_tensor_numel(out);
     cl_mem y = out->mem;
     size_t oy = out->off;
-    if (p->act == CLG_ACT_GELU) {
+    if (clg_act_needs_x(p->act)) {
         CLG_TRY(clg_layer_scratch(dev, &p->pre, &p->pre_cap, ny * sizeof(float)));
         y = p->pre;
         oy = 0;
@@ -153,7 +153,7 @@ static clg_status conv_backward(clg_layer *l, clg_device *dev, const clg_tensor 
     size_t odz = dout->off;
     if (p->act != CLG_ACT_LINEAR) {
         CLG_TRY(clg_buf_alloc(dev, ny * sizeof(float), &tmp));
-        clg_status st = clg_nn_act_backward(dev, p->act, p->alpha, ny, p->act == CLG_ACT_GELU ? p->pre : NULL, 0,
+        clg_status st = clg_nn_act_backward(dev, p->act, p->alpha, ny, clg_act_needs_x(p->act) ? p->pre : NULL, 0,
                                             out->mem, out->off, dout->mem, dout->off, tmp, 0);
         if (st != CLG_OK) {
             clg_buf_release(dev, tmp);

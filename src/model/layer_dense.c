@@ -1,5 +1,12 @@
 /* [dense] (alias [connected]): y = act(x W^T + b), x flattened to
- * (N, C*H*W); weight (units, in_features) row-major like torch.nn.Linear. */
+ * (N, C*H*W); weight (units, in_features) row-major like torch.nn.Linear.
+ * On a sequence (N, T, C) it applies per position: one GEMM over N*T rows
+ * of C, output the sequence (N, T, units).
+ * tie = NAME: the weight is [embedding] NAME's (vocab, dim) table (units =
+ * vocab, in_features = dim; the layer owns only its bias); backward writes
+ * the table's gradient, which the embedding's backward (later in the
+ * reverse pass) then adds to: a fixed order. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,20 +22,79 @@ typedef struct {
     clg_act act;
     float alpha;
     int in_features;
+    int per;        /* rows per sample: T on a sequence, else 1 */
+    int bi;         /* index of the bias param (0 when tied) */
+    char tie[64];   /* [embedding] whose table is the weight ("" untied) */
+    int tie_dim;
+    clg_layer *tied; /* that layer in this instance set (link) */
     cl_mem pre; /* gelu: pre-activation kept for backward */
     size_t pre_cap;
 } dense_priv;
+
+/* The section named `name` in cfg (a layer's `name` key, else its default
+ * "<type><index>"); NULL when none. */
+static clg_cfg_section *find_section(const clg_cfg *cfg, const char *name)
+{
+    int first = cfg->nsec > 0 && strcmp(cfg->sec[0].name, "net") == 0;
+    for (int k = first; k < cfg->nsec; k++) {
+        const clg_cfg_kv *kv = clg_cfg_find(&cfg->sec[k], "name");
+        char def[96];
+        snprintf(def, sizeof def, "%s%d", cfg->sec[k].name, k - first);
+        if (strcmp(kv ? kv->value : def, name) == 0)
+            return &cfg->sec[k];
+    }
+    return NULL;
+}
+
+/* tie = NAME: NAME must be an [embedding]; *units receives its vocab. */
+static clg_status dense_tie_config(dense_priv *p, clg_err *err, const clg_cfg *cfg, clg_cfg_section *sec,
+                                   const char *tie, long *units)
+{
+    const char *src = cfg && cfg->source_name ? cfg->source_name : "<cfg>";
+    const clg_cfg_kv *kv = clg_cfg_find(sec, "tie");
+    int line = kv ? kv->line : sec->line;
+    if (strlen(tie) >= sizeof p->tie)
+        return clg_err_set(err, CLG_ERR_FORMAT, "%s:%d: [dense] tie = '%s': name too long", src, line, tie);
+    clg_cfg_section *e = find_section(cfg, tie);
+    if (!e)
+        return clg_err_set(err, CLG_ERR_FORMAT, "%s:%d: [dense] tie = '%s': no layer has that name", src, line, tie);
+    if (strcmp(e->name, "embedding") != 0)
+        return clg_err_set(err, CLG_ERR_FORMAT,
+                           "%s:%d: [dense] tie = '%s' names a [%s] layer (line %d); tie takes an [embedding]", src,
+                           line, tie, e->name, e->line);
+    const clg_cfg_kv *v = clg_cfg_find(e, "vocab"), *d = clg_cfg_find(e, "dim");
+    *units = v ? strtol(v->value, NULL, 10) : 0;
+    p->tie_dim = d ? (int)strtol(d->value, NULL, 10) : 0;
+    if (*units < 1 || p->tie_dim < 1) /* the embedding's own configure reports its keys */
+        return clg_err_set(err, CLG_ERR_FORMAT, "%s:%d: [dense] tie = '%s': that embedding (line %d) has no valid vocab "
+                           "and dim", src, line, tie, e->line);
+    snprintf(p->tie, sizeof p->tie, "%s", tie);
+    return CLG_OK;
+}
 
 static clg_status dense_configure(clg_layer *l, clg_err *err, const clg_cfg *cfg, clg_cfg_section *sec)
 {
     CLG_TRY(clg_layer_priv(l, err, sizeof(dense_priv)));
     dense_priv *p = l->priv;
     long units = 0, bias = 1;
-    CLG_TRY(clg_layer_req_int(err, cfg, sec, "units", 1, 1L << 24, &units));
+    const char *tie = NULL;
+    CLG_TRY(clg_cfg_str(err, cfg, sec, "tie", "", &tie));
+    if (tie[0])
+        CLG_TRY(dense_tie_config(p, err, cfg, sec, tie, &units));
+    if (!tie[0] || clg_cfg_find(sec, "units")) {
+        long want = units;
+        CLG_TRY(clg_layer_req_int(err, cfg, sec, "units", 1, 1L << 24, &units));
+        if (tie[0] && units != want) {
+            const clg_cfg_kv *kv = clg_cfg_find(sec, "units");
+            return clg_err_set(err, CLG_ERR_FORMAT, "%s:%d: [dense] units = %ld, but tie = %s has vocab = %ld",
+                               cfg && cfg->source_name ? cfg->source_name : "<cfg>", kv->line, units, tie, want);
+        }
+    }
     CLG_TRY(clg_cfg_int(err, cfg, sec, "bias", 1, 0, 1, &bias));
     CLG_TRY(clg_layer_read_act(err, cfg, sec, "activation", "linear", 1, &p->act, &p->alpha));
     p->units = (int)units;
     p->bias = (int)bias;
+    p->bi = tie[0] ? 0 : 1;
     return CLG_OK;
 }
 
@@ -37,21 +103,28 @@ static clg_status dense_setup(clg_layer *l, clg_err *err)
     dense_priv *p = l->priv;
     CLG_TRY(clg_layer_check_nin(l, err, 1, 1));
     const int *s = l->in_shape[0];
-    long long inf = (long long)s[1] * s[2] * s[3];
+    long long inf = l->in_seq[0] ? s[2] : (long long)s[1] * s[2] * s[3];
     if (inf > (1LL << 30))
         return clg_err_set(err, CLG_ERR_SHAPE, "dense input of %lld features is too large", inf);
     p->in_features = (int)inf;
+    p->per = l->in_seq[0] ? s[1] : 1;
+    if (p->tie[0] && p->in_features != p->tie_dim)
+        return clg_err_set(err, CLG_ERR_SHAPE, "tie = %s: the input has %d features, the embedding's dim is %d",
+                           p->tie, p->in_features, p->tie_dim);
     l->out_shape[0] = s[0];
-    l->out_shape[1] = p->units;
-    l->out_shape[2] = 1;
+    l->out_shape[1] = l->in_seq[0] ? p->per : p->units;
+    l->out_shape[2] = l->in_seq[0] ? p->units : 1;
     l->out_shape[3] = 1;
+    l->out_seq = l->in_seq[0];
     l->nparams = 0;
-    clg_layer_param_def(l, 0, "weight", 1, 2, p->units, p->in_features, 0, 0);
+    if (!p->tie[0])
+        clg_layer_param_def(l, 0, "weight", 1, 2, p->units, p->in_features, 0, 0);
     if (p->bias)
-        clg_layer_param_def(l, 1, "bias", 1, 1, p->units, 0, 0, 0);
-    l->flops = 2.0 * s[0] * (double)p->in_features * p->units;
+        clg_layer_param_def(l, p->bi, "bias", 1, 1, p->units, 0, 0, 0);
+    double rows = (double)s[0] * p->per;
+    l->flops = 2.0 * rows * (double)p->in_features * p->units;
     if (p->act != CLG_ACT_LINEAR)
-        l->flops += (double)s[0] * p->units;
+        l->flops += rows * p->units;
     return CLG_OK;
 }
 
@@ -59,21 +132,55 @@ static clg_status dense_init(clg_layer *l, clg_device *dev, clg_rng *rng)
 {
     dense_priv *p = l->priv;
     CLG_TRY(clg_layer_alloc_params(l, dev));
-    CLG_TRY(clg_layer_param_normal(dev, &l->params[0], clg_layer_init_std(p->act, p->in_features, p->units), rng));
+    if (!p->tie[0])
+        CLG_TRY(clg_layer_param_normal(dev, &l->params[0], clg_layer_init_std(p->act, p->in_features, p->units),
+                                       rng));
     if (p->bias)
-        CLG_TRY(clg_layer_param_const(dev, &l->params[1], 0.0f));
+        CLG_TRY(clg_layer_param_const(dev, &l->params[p->bi], 0.0f));
     return CLG_OK;
+}
+
+static clg_status dense_link(clg_layer *l, clg_err *err, const clg_cfg *cfg, clg_layer *layers, int nlayers)
+{
+    dense_priv *p = l->priv;
+    if (!p->tie[0])
+        return CLG_OK;
+    p->tied = NULL;
+    for (int j = 0; j < nlayers; j++)
+        if (strcmp(layers[j].name, p->tie) == 0)
+            p->tied = &layers[j];
+    if (!p->tied || !clg_layer_is_embedding(p->tied))
+        return clg_err_set(err, CLG_ERR_FORMAT, "tie = %s is not an [embedding] of this network", p->tie);
+    if (p->tied->index >= l->index)
+        return clg_err_set(err, CLG_ERR_FORMAT, "tie = %s: the embedding must come before the layer that ties it",
+                           p->tie);
+    if (clg_layer_embedding_tie(p->tied))
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED,
+                           "tie = %s: that embedding is tied by another dense layer already (one tie per embedding is "
+                           "supported)",
+                           p->tie);
+    return CLG_OK;
+}
+
+/* The weight's value and gradient buffers (the tied embedding's table). */
+static clg_param *dense_weight(clg_layer *l)
+{
+    dense_priv *p = l->priv;
+    return p->tie[0] ? &p->tied->params[0] : &l->params[0];
 }
 
 static clg_status dense_forward(clg_layer *l, clg_device *dev, const clg_tensor *in, int nin, clg_tensor *out,
                                 int training)
 {
     dense_priv *p = l->priv;
-    int n = in[0].n;
+    if (p->tie[0] && !p->tied)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG, "dense '%s': tie = %s was not linked", l->name,
+                           p->tie);
+    int n = in[0].n * p->per; /* GEMM rows */
     size_t ny = (size_t)n * p->units;
     cl_mem y = out->mem;
     size_t oy = out->off;
-    if (p->act == CLG_ACT_GELU) {
+    if (clg_act_needs_x(p->act)) {
         CLG_TRY(clg_layer_scratch(dev, &p->pre, &p->pre_cap, ny * sizeof(float)));
         y = p->pre;
         oy = 0;
@@ -87,13 +194,13 @@ static clg_status dense_forward(clg_layer *l, clg_device *dev, const clg_tensor 
     g.A = in[0].mem;
     g.offA = in[0].off;
     g.lda = p->in_features;
-    g.B = l->params[0].value;
+    g.B = dense_weight(l)->value;
     g.ldb = p->in_features;
     g.C = y;
     g.offC = oy;
     g.ldc = p->units;
     if (p->bias) {
-        g.bias = l->params[1].value;
+        g.bias = l->params[p->bi].value;
         g.bias_mode = CLG_BIAS_COL;
     }
     g.relu = p->act == CLG_ACT_RELU;
@@ -116,7 +223,7 @@ static clg_status dense_backward(clg_layer *l, clg_device *dev, const clg_tensor
                                  const clg_tensor *dout, clg_tensor *din)
 {
     dense_priv *p = l->priv;
-    int n = in[0].n;
+    int n = in[0].n * p->per; /* GEMM rows */
     size_t ny = (size_t)n * p->units;
     cl_mem dz = dout->mem, tmp = NULL;
     size_t odz = dout->off;
@@ -125,9 +232,9 @@ static clg_status dense_backward(clg_layer *l, clg_device *dev, const clg_tensor
     if (p->act != CLG_ACT_LINEAR) {
         CLG_TRY(clg_buf_alloc(dev, ny * sizeof(float), &tmp));
         clg_status st = fused ? clg_nn_relu_bwd_colsum(dev, (size_t)n, (size_t)p->units, out->mem, out->off,
-                                                       dout->mem, dout->off, tmp, 0, l->params[1].grad, 0)
+                                                       dout->mem, dout->off, tmp, 0, l->params[p->bi].grad, 0)
                               : clg_nn_act_backward(dev, p->act, p->alpha, ny,
-                                                    p->act == CLG_ACT_GELU ? p->pre : NULL, 0, out->mem, out->off,
+                                                    clg_act_needs_x(p->act) ? p->pre : NULL, 0, out->mem, out->off,
                                                     dout->mem, dout->off, tmp, 0);
         if (st != CLG_OK) {
             clg_buf_release(dev, tmp);
@@ -152,11 +259,11 @@ static clg_status dense_backward(clg_layer *l, clg_device *dev, const clg_tensor
     g.B = in[0].mem;
     g.offB = in[0].off;
     g.ldb = p->in_features;
-    g.C = l->params[0].grad;
+    g.C = dense_weight(l)->grad;
     g.ldc = p->in_features;
     st = small ? clg_gemm_rows(dev, &g, NULL) : clg_gemm(dev, &g, NULL);
     if (st == CLG_OK && p->bias && !fused)
-        st = clg_nn_colsum(dev, (size_t)n, (size_t)p->units, dz, odz, l->params[1].grad, 0);
+        st = clg_nn_colsum(dev, (size_t)n, (size_t)p->units, dz, odz, l->params[p->bi].grad, 0);
     if (st == CLG_OK && din[0].mem) {
         /* dx = dz W */
         clg_gemm_args_init(&g);
@@ -166,7 +273,7 @@ static clg_status dense_backward(clg_layer *l, clg_device *dev, const clg_tensor
         g.A = dz;
         g.offA = odz;
         g.lda = p->units;
-        g.B = l->params[0].value;
+        g.B = dense_weight(l)->value;
         g.ldb = p->in_features;
         g.C = din[0].mem;
         g.offC = din[0].off;
@@ -193,5 +300,6 @@ const clg_layer_ops clg_layer_dense_ops = {
     .init = dense_init,
     .forward = dense_forward,
     .backward = dense_backward,
+    .link = dense_link,
     .destroy = dense_destroy,
 };

@@ -67,8 +67,13 @@ static clg_status add_setup(clg_layer *l, clg_err *err)
                                    "add needs equal input shapes: input 0 is %dx%dx%dx%d, input %d is %dx%dx%dx%d",
                                    l->in_shape[0][0], l->in_shape[0][1], l->in_shape[0][2], l->in_shape[0][3], i,
                                    l->in_shape[i][0], l->in_shape[i][1], l->in_shape[i][2], l->in_shape[i][3]);
+    for (int i = 1; i < l->nin; i++)
+        if (l->in_seq[i] != l->in_seq[0])
+            return clg_err_set(err, CLG_ERR_SHAPE, "add mixes a sequence (N, T, C) with a non-sequence input (%d and 0)",
+                               i);
     for (int d = 0; d < 4; d++)
         l->out_shape[d] = l->in_shape[0][d];
+    l->out_seq = l->in_seq[0];
     l->nparams = 0;
     const int *s = l->in_shape[0];
     l->flops = (double)(l->nin - 1) * s[0] * s[1] * s[2] * s[3];

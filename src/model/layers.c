@@ -26,11 +26,15 @@ static const layer_entry registry[] = {
     {"concat", &clg_layer_concat_ops},
     {"softmax", &clg_layer_softmax_ops},
     {"mse", &clg_layer_mse_ops},
+    {"embedding", &clg_layer_embedding_ops},
+    {"posembed", &clg_layer_posembed_ops},
+    {"layernorm", &clg_layer_layernorm_ops},
 };
 
 static const char *const type_names[] = {"convolutional", "conv",    "dense",   "connected", "maxpool",
                                          "avgpool",       "gap",     "activation", "batchnorm", "dropout",
                                          "flatten",       "add",     "concat",  "softmax",   "mse",
+                                         "embedding",     "posembed", "layernorm",
                                          NULL};
 
 const clg_layer_ops *clg_layer_lookup(const char *type)
@@ -107,7 +111,7 @@ clg_status clg_layer_param_const(clg_device *dev, clg_param *p, float v)
 
 double clg_layer_init_std(clg_act act, int fan_in, int fan_out)
 {
-    if (act == CLG_ACT_RELU || act == CLG_ACT_LEAKY || act == CLG_ACT_GELU)
+    if (act == CLG_ACT_RELU || act == CLG_ACT_LEAKY || clg_act_needs_x(act))
         return sqrt(2.0 / CLG_MAX(fan_in, 1));
     return sqrt(2.0 / CLG_MAX(fan_in + fan_out, 1));
 }
@@ -115,7 +119,7 @@ double clg_layer_init_std(clg_act act, int fan_in, int fan_out)
 clg_status clg_layer_read_act(clg_err *err, const clg_cfg *cfg, clg_cfg_section *sec, const char *key,
                               const char *def, int allow_linear, clg_act *act, float *alpha)
 {
-    static const char *const no_linear[] = {"relu", "leaky", "sigmoid", "tanh", "gelu", NULL};
+    static const char *const no_linear[] = {"relu", "leaky", "sigmoid", "tanh", "gelu", "gelu_tanh", NULL};
     int idx = 0;
     if (allow_linear) {
         CLG_TRY(clg_cfg_enum(err, cfg, sec, key, def, clg_act_names(), &idx));
@@ -181,6 +185,12 @@ clg_status clg_layer_priv(clg_layer *l, clg_err *err, size_t bytes)
 clg_status clg_layer_create_for_test(clg_err *err, const char *type, const char *keys, int nin,
                                      const int (*in_shape)[4], clg_layer *l)
 {
+    return clg_layer_create_for_test_seq(err, type, keys, nin, in_shape, 0, l);
+}
+
+clg_status clg_layer_create_for_test_seq(clg_err *err, const char *type, const char *keys, int nin,
+                                         const int (*in_shape)[4], unsigned seq_mask, clg_layer *l)
+{
     memset(l, 0, sizeof *l);
     l->ops = clg_layer_lookup(type);
     if (!l->ops)
@@ -208,6 +218,7 @@ clg_status clg_layer_create_for_test(clg_err *err, const char *type, const char 
     for (int i = 0; i < nin; i++) {
         l->inputs[i] = i - 1;
         memcpy(l->in_shape[i], in_shape[i], sizeof l->in_shape[i]);
+        l->in_seq[i] = (seq_mask >> i) & 1;
     }
     st = l->ops->configure(l, err, cfg, &cfg->sec[0]);
     if (st == CLG_OK)

@@ -5,14 +5,21 @@
  *                             dilation=1, groups=1, bias=1, activation=linear,
  *                             alpha=0.01 (leaky), algo=auto|im2col|winograd|
  *                             winograd4|direct|fft
- *   [dense] / [connected]     units, bias=1, activation=linear, alpha=0.01
+ *   [dense] / [connected]     units, bias=1, activation=linear, alpha=0.01,
+ *                             tie=NAME (an [embedding]'s table as the weight);
+ *                             per position on a sequence (N, T, C)
+ *   [embedding]               vocab, dim: token ids -> sequence (N, T, dim)
+ *   [posembed]                context: sequence + learned (context, C) table
+ *   [layernorm]               eps=1e-5, affine=1 (over C at each position)
  *   [maxpool] [avgpool]       size, stride=size, pad=0 (pad <= size/2)
  *   [gap]                     global average pooling -> (N, C, 1, 1)
- *   [activation]              type=relu|leaky|sigmoid|tanh|gelu, alpha=0.01
+ *   [activation]              type=relu|leaky|sigmoid|tanh|gelu|gelu_tanh, alpha=0.01
  *   [batchnorm]               eps=1e-5, momentum=0.1
  *   [dropout]                 p=0.5
  *   [flatten] [add] [concat]
- *   [softmax]                 softmax + cross-entropy (int32 labels)
+ *   [softmax]                 softmax + cross-entropy (int32 labels); on a
+ *                             sequence: at every position (N*T labels),
+ *                             label_smoothing=0
  *   [mse]                     mean squared error (float targets like the input)
  *
  * Activations: relu is fused into the conv/GEMM epilogue; the others run a
@@ -55,6 +62,18 @@ extern CLG_INTERNAL const clg_layer_ops clg_layer_add_ops;
 extern CLG_INTERNAL const clg_layer_ops clg_layer_concat_ops;
 extern CLG_INTERNAL const clg_layer_ops clg_layer_softmax_ops;
 extern CLG_INTERNAL const clg_layer_ops clg_layer_mse_ops;
+extern CLG_INTERNAL const clg_layer_ops clg_layer_embedding_ops;
+extern CLG_INTERNAL const clg_layer_ops clg_layer_posembed_ops;
+extern CLG_INTERNAL const clg_layer_ops clg_layer_layernorm_ops;
+
+/* ---- sequences (issue 23) ---- */
+
+/* l is an [embedding] (its params[0] "weight" is the (vocab, dim) table). */
+CLG_INTERNAL int clg_layer_is_embedding(const clg_layer *l);
+/* A [dense] tie = l head writes its weight gradient into l's table gradient
+ * first (backward runs later layers first); l's backward then adds its own.
+ * Returns 1 when l was tied already (one head per table is supported). */
+CLG_INTERNAL int clg_layer_embedding_tie(clg_layer *l);
 
 /* ---- for the trainer ---- */
 
@@ -74,6 +93,10 @@ CLG_INTERNAL void clg_layer_set_rng(clg_layer *l, uint32_t seed, uint32_t step, 
  * caller owns l: clg_layer_free(l, dev) when done. */
 CLG_INTERNAL clg_status clg_layer_create_for_test(clg_err *err, const char *type, const char *keys, int nin,
                                                   const int (*in_shape)[4], clg_layer *l);
+/* The same with input i a sequence (N, T, C) = {N, T, C, 1} where bit i of
+ * seq_mask is set. */
+CLG_INTERNAL clg_status clg_layer_create_for_test_seq(clg_err *err, const char *type, const char *keys, int nin,
+                                                      const int (*in_shape)[4], unsigned seq_mask, clg_layer *l);
 /* destroy + release params (dev may be NULL before init). */
 CLG_INTERNAL void clg_layer_free(clg_layer *l, clg_device *dev);
 

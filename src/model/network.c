@@ -16,6 +16,14 @@ int clg_net_find(const clg_net *net, const char *name)
     return -1;
 }
 
+int clg_net_labels_per_sample(const clg_net *net)
+{
+    if (!net || net->loss_index < 0)
+        return 0;
+    const clg_layer *l = &net->proto[net->loss_index];
+    return l->in_seq[0] && strcmp(l->ops->type, "softmax") == 0 ? l->in_shape[0][1] : 1;
+}
+
 static char *trim(char *s)
 {
     while (*s == ' ' || *s == '\t')
@@ -100,6 +108,21 @@ clg_status clg_net_layer_fail(clg_err *err, clg_status st, const clg_net *net, c
                        tmp);
 }
 
+/* A sequence input reaches only layers that take sequences: their setup
+ * sets out_seq (see layer.h). */
+static clg_status check_seq(clg_err *err, const clg_net *net, const clg_layer *l)
+{
+    for (int k = 0; k < l->nin && !l->out_seq; k++)
+        if (l->in_seq[k])
+            return clg_err_set(err, CLG_ERR_SHAPE,
+                               "%s:%d: layer '%s' (%s) does not take a sequence input (N, T, C): input %d ('%s') is "
+                               "one; sequences go to dense, layernorm, attention, posembed, activation, dropout, "
+                               "add or softmax",
+                               net->source, l->line, l->name, l->ops->type, k,
+                               l->inputs[k] >= 0 ? net->proto[l->inputs[k]].name : "data");
+    return CLG_OK;
+}
+
 clg_status clg_net_instantiate(clg_err *err, clg_net *net, clg_layer *layers, int batch, int first_time)
 {
     clg_cfg *cfg = net->cfg;
@@ -159,6 +182,7 @@ clg_status clg_net_instantiate(clg_err *err, clg_net *net, clg_layer *layers, in
                 l->in_shape[k][3] = net->in_w;
             } else {
                 memcpy(l->in_shape[k], layers[src].out_shape, sizeof l->in_shape[k]);
+                l->in_seq[k] = layers[src].out_seq;
             }
         }
         clg_status st = l->ops->configure(l, err, cfg, s);
@@ -169,12 +193,21 @@ clg_status clg_net_instantiate(clg_err *err, clg_net *net, clg_layer *layers, in
         st = l->ops->setup(l, err);
         if (st != CLG_OK)
             return clg_net_layer_fail(err, st, net, l, "shapes");
+        CLG_TRY(check_seq(err, net, l));
         for (int k = 0; k < 4; k++)
             if (l->out_shape[k] <= 0)
                 return clg_err_set(err, CLG_ERR_SHAPE,
                                    "%s:%d: layer '%s' (%s) gives an empty output shape %dx%dx%dx%d", net->source,
                                    s->line, l->name, l->ops->type, l->out_shape[0], l->out_shape[1], l->out_shape[2],
                                    l->out_shape[3]);
+    }
+    for (int i = 0; i < net->nlayers; i++) {
+        clg_layer *l = &layers[i];
+        if (!l->ops->link)
+            continue;
+        clg_status st = l->ops->link(l, err, cfg, layers, net->nlayers);
+        if (st != CLG_OK)
+            return clg_net_layer_fail(err, st, net, l, "link");
     }
     return CLG_OK;
 }
@@ -256,11 +289,12 @@ clg_status clg_net_build(clg_err *err, const char *text, const char *source_name
         st = check_dead_branches(err, net);
     if (st == CLG_OK) {
         const clg_layer *last = &net->proto[net->nlayers - 1];
+        int outs = last->out_seq ? last->out_shape[2] : last->out_shape[1]; /* a sequence: classes per position */
         if (net->classes == 0)
-            net->classes = last->out_shape[1];
-        else if (net->classes != last->out_shape[1] && last->is_loss)
+            net->classes = outs;
+        else if (net->classes != outs && last->is_loss)
             st = clg_err_set(err, CLG_ERR_SHAPE, "%s:%d: [net] classes = %d but the last layer '%s' has %d outputs",
-                             net->source, net->cfg->sec[0].line, net->classes, last->name, last->out_shape[1]);
+                             net->source, net->cfg->sec[0].line, net->classes, last->name, outs);
     }
     if (st != CLG_OK) {
         clg_net_free(net);

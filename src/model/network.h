@@ -142,7 +142,8 @@ struct clg_net {
     char *text;        /* model file text, owned */
     char source[256];  /* file name or "<string>" */
     int in_c, in_h, in_w, classes, batch;
-    int input_tokens;  /* [net] input = tokens: the input is C H W token ids */
+    int input_tokens;  /* [net] input = tokens: the input holds token ids (floats holding integers, C*H*W per
+                          sample), read by an [embedding]; the data is not normalized */
     clg_hparams hp;
     int nlayers;
     clg_layer *proto;  /* device-less instances: shapes, names, flops */
@@ -168,6 +169,9 @@ CLG_INTERNAL void clg_net_print(const clg_net *net, FILE *f);
 CLG_INTERNAL int clg_net_labels_per_sample(const clg_net *net);
 /* Index of a layer by name, -1 when absent. */
 CLG_INTERNAL int clg_net_find(const clg_net *net, const char *name);
+/* int32 labels per sample the loss layer reads: T for a token loss on a
+ * sequence (N, T, V) (one per position, in order), else 1 (0 without a loss). */
+CLG_INTERNAL int clg_net_labels_per_sample(const clg_net *net);
 
 /* Instantiates the network on dev, initialising parameters from rng (the
  * same seed on every device gives identical replicas), and plans and

@@ -370,6 +370,9 @@ static clg_status x_conv(ex *e, xlayer *x)
 
 static clg_status x_dense(ex *e, xlayer *x)
 {
+    if (x->l->out_seq || x->l->params[0].ndim != 2) /* per position on a sequence, or tied to an embedding */
+        return clg_err_set(e->err, CLG_ERR_UNSUPPORTED,
+                           "ONNX export: dense layer '%s' on a sequence or with tie = is not supported yet", x->l->name);
     clg_status st = export_params(e, x->index);
     const char *ins[3] = {flat_input(e, x), x->wn, x->bn};
     Onnx__NodeProto *n = node(e, "Gemm", x->l->name, ins, x->l->nparams > 1 ? 3 : 2, main_out(x));

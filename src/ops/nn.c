@@ -11,7 +11,7 @@
 #define SM_WG 64
 #define PS_WG 64
 
-static const char *const act_names[] = {"linear", "relu", "leaky", "sigmoid", "tanh", "gelu", NULL};
+static const char *const act_names[] = {"linear", "relu", "leaky", "sigmoid", "tanh", "gelu", "gelu_tanh", NULL};
 const char *const *clg_act_names(void) { return act_names; }
 
 /* ---- helpers ---- */
@@ -111,7 +111,7 @@ clg_status clg_nn_act_backward(clg_device *dev, clg_act act, float alpha, size_t
     CLG_TRY(check_mem(dev, "activation backward", dx, "dx"));
     if (act == CLG_ACT_LINEAR)
         return (dx == dy && odx == ody) ? CLG_OK : clg_nn_copy(dev, n, dy, ody, dx, odx);
-    if (act == CLG_ACT_GELU)
+    if (clg_act_needs_x(act))
         CLG_TRY(check_mem(dev, "gelu backward", x, "x (forward input)"));
     else
         CLG_TRY(check_mem(dev, "activation backward", y, "y (forward output)"));

@@ -15,19 +15,22 @@ typedef enum clg_act {
     CLG_ACT_SIGMOID,
     CLG_ACT_TANH,
     CLG_ACT_GELU,    /* exact: x * Phi(x) (erf form) */
+    CLG_ACT_GELU_TANH, /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
     CLG_ACT_COUNT
 } clg_act;
 
-/* "linear", "relu", "leaky", "sigmoid", "tanh", "gelu" (NULL-terminated,
- * indexed by clg_act). */
+/* "linear", "relu", "leaky", "sigmoid", "tanh", "gelu", "gelu_tanh"
+ * (NULL-terminated, indexed by clg_act). */
 CLG_INTERNAL const char *const *clg_act_names(void);
+/* Activations whose backward reads the forward input x (the GELU forms). */
+static inline int clg_act_needs_x(clg_act a) { return a == CLG_ACT_GELU || a == CLG_ACT_GELU_TANH; }
 
 /* y = f(x) over n elements (y may be x: in place). Linear copies unless
  * y == x at the same offset. */
 CLG_INTERNAL clg_status clg_nn_act_forward(clg_device *dev, clg_act act, float alpha, size_t n, cl_mem x,
                                            size_t ox, cl_mem y, size_t oy);
 /* dx = dy * f'(.) over n elements. y is the forward output; x the forward
- * input, read only by gelu (may be NULL otherwise). dx may alias dy. */
+ * input, read only by the GELU forms (may be NULL otherwise). dx may alias dy. */
 CLG_INTERNAL clg_status clg_nn_act_backward(clg_device *dev, clg_act act, float alpha, size_t n, cl_mem x,
                                             size_t ox, cl_mem y, size_t oy, cl_mem dy, size_t ody, cl_mem dx,
                                             size_t odx);

@@ -6,6 +6,7 @@
  * then the internal launcher(s) in a clg_deps scope: the first launch takes
  * the wait list, the last one returns the event. */
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +15,7 @@
 #include "ops/conv_impl.h"
 #include "ops/gemm.h"
 #include "ops/nn.h"
+#include "ops/seq.h"
 
 #include "clgrad_prim.h"
 
@@ -613,5 +615,71 @@ clg_status clg_prim_softmax_backward(clg_prim *h, size_t rows, size_t cols, cl_m
     clg_deps deps;
     begin_enqueue(h, &deps, num_wait, wait);
     clg_status st = rows ? clg_nn_softmax_backward(hdev(h), r, c, y, y_offset, dy, dy_offset, dx, dx_offset) : CLG_OK;
+    return finish(h, &deps, st, event);
+}
+
+// ---- layer normalization ----
+
+static clg_status ln_shape(clg_prim *h, const char *op, size_t rows, size_t cols)
+{
+    if (cols == 0)
+        return clg_err_set(herr(h), CLG_ERR_SHAPE, "%s: cols must be positive", op);
+    if (cols > (size_t)INT_MAX || (double)rows * (double)cols >= 4294967295.0)
+        return clg_err_set(herr(h), CLG_ERR_UNSUPPORTED, "%s: %zu x %zu exceeds 2^32 elements", op, rows, cols);
+    return CLG_OK;
+}
+
+clg_status clg_prim_layernorm_forward(clg_prim *h, size_t rows, size_t cols, float eps, cl_mem x, size_t x_offset,
+                                      cl_mem gamma, cl_mem beta, cl_mem y, size_t y_offset, cl_mem mean, cl_mem rstd,
+                                      cl_uint num_wait, const cl_event *wait, cl_event *event)
+{
+    const char *op = "clg_prim_layernorm_forward";
+    CLG_TRY(begin_check(h, op, num_wait, wait, event));
+    CLG_TRY(ln_shape(h, op, rows, cols));
+    if (!(eps > 0.0f) || isinf(eps))
+        return clg_err_set(herr(h), CLG_ERR_INVALID_ARG, "%s: eps %g is not a positive number", op, (double)eps);
+    if ((gamma == NULL) != (beta == NULL))
+        return clg_err_set(herr(h), CLG_ERR_INVALID_ARG, "%s: gamma and beta go together (both or neither)", op);
+    CLG_TRY(check_buf(h, op, "x", x, x_offset, rows * cols));
+    CLG_TRY(check_buf(h, op, "y", y, y_offset, rows * cols));
+    CLG_TRY(check_buf(h, op, "mean", mean, 0, rows));
+    CLG_TRY(check_buf(h, op, "rstd", rstd, 0, rows));
+    if (gamma) {
+        CLG_TRY(check_buf(h, op, "gamma", gamma, 0, cols));
+        CLG_TRY(check_buf(h, op, "beta", beta, 0, cols));
+    }
+    clg_deps deps;
+    begin_enqueue(h, &deps, num_wait, wait);
+    clg_status st = clg_seq_layernorm_forward(hdev(h), rows, (int)cols, eps, x, x_offset, gamma, beta, y, y_offset,
+                                              mean, rstd);
+    return finish(h, &deps, st, event);
+}
+
+clg_status clg_prim_layernorm_backward(clg_prim *h, size_t rows, size_t cols, cl_mem x, size_t x_offset, cl_mem dy,
+                                       size_t dy_offset, cl_mem gamma, cl_mem mean, cl_mem rstd, cl_mem dx,
+                                       size_t dx_offset, cl_mem dgamma, cl_mem dbeta, cl_uint num_wait,
+                                       const cl_event *wait, cl_event *event)
+{
+    const char *op = "clg_prim_layernorm_backward";
+    CLG_TRY(begin_check(h, op, num_wait, wait, event));
+    CLG_TRY(ln_shape(h, op, rows, cols));
+    if ((dgamma == NULL) != (dbeta == NULL))
+        return clg_err_set(herr(h), CLG_ERR_INVALID_ARG, "%s: dgamma and dbeta go together (both or neither)", op);
+    CLG_TRY(check_buf(h, op, "x", x, x_offset, rows * cols));
+    CLG_TRY(check_buf(h, op, "dy", dy, dy_offset, rows * cols));
+    CLG_TRY(check_buf(h, op, "mean", mean, 0, rows));
+    CLG_TRY(check_buf(h, op, "rstd", rstd, 0, rows));
+    if (gamma)
+        CLG_TRY(check_buf(h, op, "gamma", gamma, 0, cols));
+    if (dx)
+        CLG_TRY(check_buf(h, op, "dx", dx, dx_offset, rows * cols));
+    if (dgamma) {
+        CLG_TRY(check_buf(h, op, "dgamma", dgamma, 0, cols));
+        CLG_TRY(check_buf(h, op, "dbeta", dbeta, 0, cols));
+    }
+    clg_deps deps;
+    begin_enqueue(h, &deps, num_wait, wait);
+    clg_status st = clg_seq_layernorm_backward(hdev(h), rows, (int)cols, x, x_offset, dy, dy_offset, gamma, mean,
+                                               rstd, dgamma, dbeta, dx, dx_offset);
     return finish(h, &deps, st, event);
 }

@@ -84,6 +84,8 @@ put("progcache", "entry.clbin", b"CLGBIN\0\0" + struct.pack("<II", 1, 0) + struc
 # 4*k + 2 option k), ONNX attributes of the wrong type or out of range
 put("model", "numeric-name.cfg", "[net]\nchannels = 1\nheight = 4\nwidth = 4\nclasses = 3\n"
     "[dense]\nname = -1\nunits = 4\n[dense]\nname = 3\nunits = 3\ninput = -1\n[softmax]\n")
+# a sequence block (issue 23): embedding, posembed, layernorm, dense per position, tied head, token loss
+put("model", "seq-block.cfg", open(os.path.join(root, "tests", "fuzz", "corpus", "model", "seq-block.cfg"), "rb").read())
 for i, (b, text) in enumerate([(4 * 2, "0,1"), (4 * 3, "name:basic"), (4 * 2, "0,"), (4 * 2, ""), (4 * 4, "gpu"),
                                (4 * 1 + 1, "3,1"), (4 * 1 + 1, "1e308,1e308"), (4 * 2 + 1, "0.5,2.5e-1,1"),
                                (4 * 0 + 1, "even"), (4 * 0 + 2, "all"), (4 * 1 + 2, "ro")]):

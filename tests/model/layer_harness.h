@@ -62,12 +62,13 @@ static inline void lh_ctx(lh_case *c, const char *devsel)
 }
 
 /* Creates + inits the layer; run batch n (<= shapes' N). Inputs random in
- * [lo, hi) from stream. */
-static inline void lh_make(lh_case *c, const char *type, const char *keys, int nin, const int (*shp)[4], int n,
-                           float lo, float hi, uint64_t stream)
+ * [lo, hi) from stream; input i is a sequence (N, T, C) = {N, T, C, 1}
+ * where bit i of seq_mask is set. */
+static inline void lh_make_seq(lh_case *c, const char *type, const char *keys, int nin, const int (*shp)[4],
+                               unsigned seq_mask, int n, float lo, float hi, uint64_t stream)
 {
     clg_err *err = &c->ctx->err;
-    clg_status st = clg_layer_create_for_test(err, type, keys, nin, shp, &c->l);
+    clg_status st = clg_layer_create_for_test_seq(err, type, keys, nin, shp, seq_mask, &c->l);
     ck_assert_msg(st == CLG_OK, "create %s '%s': %s", type, keys, err->msg);
     clg_rng rng;
     tu_rng(&rng, stream);
@@ -93,6 +94,12 @@ static inline void lh_make(lh_case *c, const char *type, const char *keys, int n
 }
 
 /* Re-uploads host inputs (after the test changed them). */
+static inline void lh_make(lh_case *c, const char *type, const char *keys, int nin, const int (*shp)[4], int n,
+                           float lo, float hi, uint64_t stream)
+{
+    lh_make_seq(c, type, keys, nin, shp, 0, n, lo, hi, stream);
+}
+
 static inline void lh_reupload(lh_case *c)
 {
     for (int i = 0; i < c->nin; i++)

@@ -126,7 +126,7 @@ static void away_from_zero(lh_case *c)
 
 START_TEST(fd_activation)
 {
-    static const char *const types[] = {"relu", "leaky", "sigmoid", "tanh", "gelu"};
+    static const char *const types[] = {"relu", "leaky", "sigmoid", "tanh", "gelu", "gelu_tanh"};
     lh_case c;
     lh_ctx(&c, NULL);
     char keys[64];
@@ -255,6 +255,35 @@ START_TEST(fd_softmax)
 }
 END_TEST
 
+/* Sequence layers (issue 23): layernorm over C at each position, learned
+ * positions, the token loss with label smoothing, gelu_tanh, dense per
+ * position. */
+START_TEST(fd_seq)
+{
+    static const char *const types[] = {"layernorm", "posembed", "softmax", "activation", "dense"};
+    static const char *const keys[] = {"eps=1e-5", "context=4", "label_smoothing=0.1", "type=gelu_tanh",
+                                       "units=3 activation=gelu_tanh"};
+    lh_case c;
+    lh_ctx(&c, NULL);
+    const int shp[1][4] = {{2, 3, 5, 1}}; /* N 2, T 3, C 5 */
+    lh_make_seq(&c, types[_i], keys[_i], 1, shp, 1, 2, -2, 2, 2900 + (uint64_t)_i);
+    ck_assert_int_eq(c.l.out_seq, 1);
+    random_params(&c, 2901);
+    if (c.l.is_loss) {
+        int lab[6];
+        clg_rng r;
+        tu_rng(&r, 2902);
+        for (int i = 0; i < 6; i++)
+            lab[i] = (int)(clg_rng_u32(&r) % 5);
+        ck_assert_int_eq(clg_buf_alloc(c.dev, sizeof lab, &c.labels), CLG_OK);
+        clEnqueueWriteBuffer(c.dev->queue, c.labels, CL_TRUE, 0, sizeof lab, lab, 0, NULL, NULL);
+        c.l.loss.labels = c.labels;
+    }
+    gradcheck(&c, 2903);
+    lh_free(&c);
+}
+END_TEST
+
 START_TEST(fd_mse)
 {
     lh_case c;
@@ -277,7 +306,7 @@ int main(void)
     Suite *s = suite_create("gradcheck");
     TCase *tc = tcase_create("gradcheck");
     tcase_set_timeout(tc, 300);
-    tcase_add_loop_test(tc, fd_activation, 0, 5);
+    tcase_add_loop_test(tc, fd_activation, 0, 6);
     tcase_add_loop_test(tc, fd_dense, 0, 3);
     tcase_add_loop_test(tc, fd_conv, 0, 4);
     tcase_add_loop_test(tc, fd_pool, 0, 5);
@@ -286,6 +315,7 @@ int main(void)
     tcase_add_loop_test(tc, fd_add_concat, 0, 2);
     tcase_add_test(tc, fd_softmax);
     tcase_add_test(tc, fd_mse);
+    tcase_add_loop_test(tc, fd_seq, 0, 5);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -10,7 +10,9 @@
 #define ATOL 1e-3
 #define TOL 2e-3
 
-static const char *const act_names[] = {"linear", "relu", "leaky", "sigmoid", "tanh", "gelu"};
+static const char *const act_names[] = {"linear", "relu", "leaky", "sigmoid", "tanh", "gelu", "gelu_tanh"};
+
+static double gelu_tanh_ref(double x) { return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
 
 static double act_ref(int act, double alpha, double x)
 {
@@ -25,6 +27,8 @@ static double act_ref(int act, double alpha, double x)
         return tanh(x);
     case CLG_ACT_GELU:
         return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+    case CLG_ACT_GELU_TANH:
+        return gelu_tanh_ref(x);
     default:
         return x;
     }
@@ -47,6 +51,10 @@ static double dact_ref(int act, double alpha, double x)
     }
     case CLG_ACT_GELU:
         return 0.5 * (1.0 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2.0 * M_PI);
+    case CLG_ACT_GELU_TANH: {
+        double k = sqrt(2.0 / M_PI), t = tanh(k * (x + 0.044715 * x * x * x));
+        return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x);
+    }
     default:
         return 1;
     }
@@ -65,7 +73,7 @@ static float *rand_vec(size_t n, float lo, float hi, uint64_t stream)
 
 START_TEST(activation_fwd_bwd)
 {
-    int act = _i + 1; /* relu .. gelu */
+    int act = _i + 1; /* relu .. gelu_tanh */
     lh_case c;
     lh_ctx(&c, NULL);
     char keys[64];
@@ -876,6 +884,7 @@ static const conv_cfg conv_cases[] = {
     {2, 4, 7, 6, 4, 3, 3, 2, 1, 1, 2, 1, CLG_ACT_TANH, "direct"},
     {1, 3, 9, 9, 2, 5, 5, 1, 2, 1, 1, 1, CLG_ACT_SIGMOID, "fft"},
     {2, 3, 9, 8, 4, 2, 3, 2, 0, 2, 1, 1, CLG_ACT_GELU, "auto"},
+    {2, 3, 7, 8, 4, 3, 3, 1, 1, 1, 1, 1, CLG_ACT_GELU_TANH, "auto"},
     {2, 4, 6, 6, 4, 3, 3, 1, 1, 1, 4, 1, CLG_ACT_LEAKY, "auto"}, /* depthwise */
     {3, 1, 12, 12, 6, 5, 5, 1, 0, 1, 1, 1, CLG_ACT_RELU, "auto"}, /* lenet c1 */
 };
@@ -923,10 +932,11 @@ START_TEST(config_errors)
     ck_assert_ptr_null(clg_layer_lookup("nonsense"));
     ck_assert_ptr_eq(clg_layer_lookup("conv"), clg_layer_lookup("convolutional"));
     ck_assert_ptr_eq(clg_layer_lookup("connected"), clg_layer_lookup("dense"));
-    int found = 0;
-    for (const char *const *n = clg_layer_type_names(); *n; n++)
+    int found = 0, names = 0;
+    for (const char *const *n = clg_layer_type_names(); *n; n++, names++)
         found += clg_layer_lookup(*n) != NULL;
-    ck_assert_int_eq(found, 15);
+    ck_assert_int_eq(found, names); /* every listed type resolves */
+    ck_assert_int_ge(names, 18);    /* the 15 CNN types + embedding, posembed, layernorm */
     clg_ctx_destroy(c.ctx);
 }
 END_TEST
@@ -982,7 +992,7 @@ int main(void)
     Suite *s = suite_create("layers");
     TCase *tc = tcase_create("layers");
     tcase_set_timeout(tc, 600);
-    tcase_add_loop_test(tc, activation_fwd_bwd, 0, 5);
+    tcase_add_loop_test(tc, activation_fwd_bwd, 0, 6);
     if (tiny) {
         tcase_add_loop_test(tc, dense_acts, CLG_ACT_RELU, CLG_ACT_RELU + 1);
         tcase_add_test(tc, dense_relu_bias_partial_batch);
@@ -1006,7 +1016,7 @@ int main(void)
         suite_add_tcase(s, tc);
         return tu_run(s);
     }
-    tcase_add_loop_test(tc, dense_acts, 0, 6);
+    tcase_add_loop_test(tc, dense_acts, 0, 7);
     tcase_add_test(tc, dense_nobias_partial_batch);
     tcase_add_test(tc, dense_skip_din);
     tcase_add_test(tc, dense_relu_bias_partial_batch);

@@ -517,6 +517,73 @@ START_TEST(softmax)
 }
 END_TEST
 
+// ---- layer normalization ----
+
+START_TEST(layernorm)
+{
+    const size_t cases[][3] = {{3, 37, 1}, {1, 64, 1}, {6, 9, 0}, {5, 1, 1}};
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+        size_t R = cases[t][0], C = cases[t][1], n = R * C;
+        int affine = (int)cases[t][2];
+        float *x = rand_vec(n), *dy = rand_vec(n), *g = rand_vec(C), *b = rand_vec(C), *got = malloc(n * sizeof *got);
+        for (size_t i = 0; i < n; i++)
+            x[i] = x[i] * 0.5f + 100.0f * (float)(i / C % 3); /* rows far from 0: two passes keep the digits */
+        for (size_t c = 0; c < C; c++)
+            g[c] += 1.5f;
+        double *ry = calloc(n, sizeof *ry), *rdx = calloc(n, sizeof *rdx), *rdg = calloc(C, sizeof *rdg),
+               *rdb = calloc(C, sizeof *rdb);
+        for (size_t r = 0; r < R; r++) {
+            double m = 0, v = 0, a = 0, bs = 0;
+            for (size_t c = 0; c < C; c++)
+                m += x[r * C + c];
+            m /= (double)C;
+            for (size_t c = 0; c < C; c++)
+                v += (x[r * C + c] - m) * (x[r * C + c] - m);
+            double rs = 1.0 / sqrt(v / (double)C + 1e-5);
+            for (size_t c = 0; c < C; c++) {
+                double hh = (x[r * C + c] - m) * rs, gd = dy[r * C + c] * (affine ? g[c] : 1.0);
+                ry[r * C + c] = affine ? hh * g[c] + b[c] : hh;
+                a += gd;
+                bs += gd * hh;
+                rdg[c] += dy[r * C + c] * hh;
+                rdb[c] += dy[r * C + c];
+            }
+            for (size_t c = 0; c < C; c++) {
+                double hh = (x[r * C + c] - m) * rs, gd = dy[r * C + c] * (affine ? g[c] : 1.0);
+                rdx[r * C + c] = rs * (gd - a / (double)C - hh * bs / (double)C);
+            }
+        }
+        cl_mem X = buf_from(x, n), Y = buf_nan(n), DY = buf_from(dy, n), DX = buf_nan(n), G = buf_from(g, C),
+               B = buf_from(b, C), M = buf_nan(R), S = buf_nan(R), DG = buf_nan(C), DB = buf_nan(C);
+        CHECK_OK(clg_prim_layernorm_forward(g_h, R, C, 1e-5f, X, 0, affine ? G : NULL, affine ? B : NULL, Y, 0, M, S,
+                                            0, NULL, NULL));
+        read_buf(Y, got, n);
+        double e = max_rel(got, ry, n, "layernorm y");
+        ck_assert_msg(e <= 1e-4, "layernorm %zux%zu: rel err %.3g", R, C, e);
+        CHECK_OK(clg_prim_layernorm_backward(g_h, R, C, X, 0, DY, 0, affine ? G : NULL, M, S, DX, 0, DG, DB, 0, NULL,
+                                             NULL));
+        read_buf(DX, got, n);
+        e = max_rel(got, rdx, n, "layernorm dx");
+        ck_assert_msg(e <= 1e-3, "layernorm dx %zux%zu: rel err %.3g", R, C, e);
+        read_buf(DG, got, C);
+        e = max_rel(got, rdg, C, "layernorm dgamma");
+        ck_assert_msg(e <= 1e-3, "layernorm dgamma %zux%zu: rel err %.3g", R, C, e);
+        read_buf(DB, got, C);
+        e = max_rel(got, rdb, C, "layernorm dbeta");
+        ck_assert_msg(e <= 1e-4, "layernorm dbeta %zux%zu: rel err %.3g", R, C, e);
+        /* refusals: gamma without beta, a short buffer */
+        ck_assert_int_eq(clg_prim_layernorm_forward(g_h, R, C, 1e-5f, X, 0, G, NULL, Y, 0, M, S, 0, NULL, NULL),
+                         CLG_ERR_INVALID_ARG);
+        ck_assert_int_ne(clg_prim_layernorm_forward(g_h, R + 1, C, 1e-5f, X, 0, NULL, NULL, Y, 0, M, S, 0, NULL, NULL),
+                         CLG_OK);
+        clReleaseMemObject(X), clReleaseMemObject(Y), clReleaseMemObject(DY), clReleaseMemObject(DX);
+        clReleaseMemObject(G), clReleaseMemObject(B), clReleaseMemObject(M), clReleaseMemObject(S);
+        clReleaseMemObject(DG), clReleaseMemObject(DB);
+        free(x), free(dy), free(g), free(b), free(got), free(ry), free(rdx), free(rdg), free(rdb);
+    }
+}
+END_TEST
+
 // ---- events ----
 
 START_TEST(events)
@@ -948,6 +1015,7 @@ int main(void)
     tcase_add_test(tc, gemm_own);
     tcase_add_test(tc, pool);
     tcase_add_test(tc, softmax);
+    tcase_add_test(tc, layernorm);
     if (!g_tiny) { /* oclgrind: the kernels new to this API (softmax) and the public paths of pooling
                     * and the GEMM epilogue; the convolution kernels have their own oclgrind runs */
         tcase_add_test(tc, gemm_clblast);
