@@ -40,15 +40,6 @@ static clg_status cfg_named(clg_err *err, const clg_cfg *cfg, clg_cfg_section *s
     return clg_cfg_enum(err, cfg, s, key, def, names, out);
 }
 
-int clg_net_labels_per_sample(const clg_net *net)
-{
-    if (!net)
-        return 1;
-    int first_embeds = net->nlayers >= 1 && net->proto && net->proto[0].ops && net->proto[0].nin == 1 &&
-                       net->proto[0].inputs[0] == -1 && strcmp(net->proto[0].ops->type, "embedding") == 0;
-    return net->input_tokens || first_embeds ? net->in_c * net->in_h * net->in_w : 1;
-}
-
 clg_status clg_net_parse_config(clg_err *err, clg_net *net, clg_cfg_section *s)
 {
     const clg_cfg *cfg = net->cfg;

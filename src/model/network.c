@@ -19,7 +19,7 @@ int clg_net_find(const clg_net *net, const char *name)
 int clg_net_labels_per_sample(const clg_net *net)
 {
     if (!net || net->loss_index < 0)
-        return 0;
+        return 1;
     const clg_layer *l = &net->proto[net->loss_index];
     return l->in_seq[0] && strcmp(l->ops->type, "softmax") == 0 ? l->in_shape[0][1] : 1;
 }

@@ -162,15 +162,10 @@ CLG_INTERNAL clg_status clg_net_load(clg_err *err, const char *path, int batch, 
 CLG_INTERNAL void clg_net_free(clg_net *net);
 /* Prints the layer table (name, type, output shape, params, MFLOPs). */
 CLG_INTERNAL void clg_net_print(const clg_net *net, FILE *f);
-/* Targets per sample: a model that takes token ids ([net] input = tokens,
- * or its first layer an [embedding] reading the network input) has one
- * target per position (the input's C H W = T ids: text data); every other
- * model one per sample. */
-CLG_INTERNAL int clg_net_labels_per_sample(const clg_net *net);
 /* Index of a layer by name, -1 when absent. */
 CLG_INTERNAL int clg_net_find(const clg_net *net, const char *name);
 /* int32 labels per sample the loss layer reads: T for a token loss on a
- * sequence (N, T, V) (one per position, in order), else 1 (0 without a loss). */
+ * sequence (N, T, V) (one per position, in order), else 1. */
 CLG_INTERNAL int clg_net_labels_per_sample(const clg_net *net);
 
 /* Instantiates the network on dev, initialising parameters from rng (the

@@ -48,7 +48,7 @@ if [ "$mode" = gpt ]; then
     echo "$fails of $n checks failed"; exit 1
 fi
 
-# a token model: [net] input = tokens (16 byte ids), a target per position
+# a token model: [net] input = tokens (16 byte ids) into an [embedding], a target per position
 cat > "$tmp/tok.cfg" <<'CFG'
 [net]
 channels = 1
@@ -64,6 +64,10 @@ decay_matrices_only = 1
 schedule = cosine
 warmup = 5
 clip_norm = 1.0
+[embedding]
+name = emb
+vocab = 256
+dim = 16
 [dense]
 name = fc
 units = 256

@@ -11,6 +11,7 @@
 static const char *TOK =
     "[net]\n"
     "channels = 1\nheight = 13\nwidth = 1\ninput = tokens\nclasses = 256\nbatch = 11\n"
+    "[embedding]\nvocab = 256\ndim = 8\n"
     "[dense]\nunits = 256\n"
     "[softmax]\n";
 
