@@ -1,0 +1,277 @@
+// Scaled dot-product attention, multi-head, optionally causal.
+//
+// Layout (every Q, K, V, O and their gradients): a sequence (N, T, ld) row-major,
+// head h of position t of sample n at  off + (n * T + t) * ld + h * HD,  HD floats
+// contiguous. With ld = 3C and offsets 0, C, 2C the kernels read Q, K, V straight
+// from a fused QKV projection's output (N, T, 3C); with ld = C from separate (N, T, C)
+// buffers. lse: the log-sum-exp of each row's scaled scores, (N, H, T) contiguous.
+//
+// Quotients and remainders: q = a / b, r = a - q * b (a '/' and '%' pair of the same
+// operands gets an LLVM freeze that oclgrind cannot run).
+//
+// Legend: N batch, H heads, T positions, HD head width, i query, j key,
+// s_ij = scale * q_i . k_j (masked to -inf for j > i when causal), p = softmax_j(s),
+// o_i = sum_j p_ij v_j.
+
+#ifndef HD // head width (floats per head)
+#define HD 32
+#endif
+#ifndef BQ // query rows per work-group (one per work-item)
+#define BQ 32
+#endif
+#ifndef BK // key/value rows per local-memory tile
+#define BK 32
+#endif
+#ifndef AS_WG // reduction group of attn_softmax (power of two)
+#define AS_WG 64
+#endif
+
+// Loads rows [r0, r0 + BK) of head h of a (N, T, ld) sequence into dst[BK][HD]
+// (rows past T read as 0); all BQ work-items of the group take part.
+#define LOAD_TILE(dst, src, off, ld, r0)                                                    \
+    for (uint e_ = get_local_id(0); e_ < BK * HD; e_ += get_local_size(0)) {              \
+        const uint rr_ = e_ / HD, cc_ = e_ - rr_ * HD;                                           \
+        const uint t_ = (r0) + rr_;                                                        \
+        dst[rr_][cc_] = t_ < T ? src[(off) + ((size_t)n * T + t_) * (ld) + h * HD + cc_] : 0.0f; \
+    }
+
+// ---- fused forward ----
+// One work-group per (BQ query rows, n * H + h); each work-item keeps its query row and
+// its output accumulator in registers and streams K, V through local memory in tiles of
+// BK rows with the online softmax (running max m, running sum l). The T x T scores
+// never reach global memory; tiles past the last query of the group are skipped when
+// causal. Writes O and lse.
+__kernel __attribute__((reqd_work_group_size(BQ, 1, 1))) void
+attn_fwd(const uint T, const uint H, const float scale, const int causal, __global const float *Q, const uint oq,
+         const uint ldq, __global const float *K, const uint ok, const uint ldk, __global const float *V,
+         const uint ov, const uint ldv, __global float *O, const uint oo, const uint ldo, __global float *L,
+         const uint ol)
+{
+    __local float Ks[BK][HD];
+    __local float Vs[BK][HD];
+    const uint i0 = get_group_id(0) * BQ;
+    const uint i = i0 + get_local_id(0);
+    const uint nh = get_group_id(1);
+    const uint n = nh / H, h = nh - n * H;
+    const int live = i < T;
+    float q[HD], acc[HD];
+    const size_t qrow = oq + ((size_t)n * T + (live ? i : 0)) * ldq + h * HD;
+    for (uint d = 0; d < HD; d++) {
+        q[d] = Q[qrow + d] * scale;
+        acc[d] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    const uint jend = causal ? min(T, i0 + BQ) : T;
+    for (uint j0 = 0; j0 < jend; j0 += BK) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        LOAD_TILE(Ks, K, ok, ldk, j0);
+        LOAD_TILE(Vs, V, ov, ldv, j0);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        float s[BK];
+        float mt = m;
+        for (uint jj = 0; jj < BK; jj++) {
+            float dot = 0.0f;
+            for (uint d = 0; d < HD; d++)
+                dot += q[d] * Ks[jj][d];
+            const uint j = j0 + jj;
+            s[jj] = (j < T && (!causal || j <= i)) ? dot : -INFINITY;
+            mt = fmax(mt, s[jj]);
+        }
+        // j = 0 is valid for every row, so mt is finite from the first tile on
+        const float corr = exp(m - mt);
+        l *= corr;
+        for (uint d = 0; d < HD; d++)
+            acc[d] *= corr;
+        for (uint jj = 0; jj < BK; jj++) {
+            const float p = exp(s[jj] - mt);
+            l += p;
+            for (uint d = 0; d < HD; d++)
+                acc[d] += p * Vs[jj][d];
+        }
+        m = mt;
+    }
+    if (live) {
+        const float inv = 1.0f / l;
+        const size_t orow = oo + ((size_t)n * T + i) * ldo + h * HD;
+        for (uint d = 0; d < HD; d++)
+            O[orow + d] = acc[d] * inv;
+        L[ol + ((size_t)n * H + h) * T + i] = m + log(l);
+    }
+}
+
+// ---- fused backward ----
+// D_i = sum_d dO_id O_id, one work-item per (i, n * H + h < NH); D is (N, H, T).
+__kernel void attn_bwd_dot(const uint T, const uint H, const uint NH, __global const float *O, const uint oo, const uint ldo,
+                           __global const float *dO, const uint odo, const uint lddo, __global float *D,
+                           const uint od)
+{
+    const uint i = get_global_id(0), nh = get_global_id(1);
+    if (i >= T || nh >= NH)
+        return;
+    const uint n = nh / H, h = nh - n * H;
+    const size_t ro = oo + ((size_t)n * T + i) * ldo + h * HD;
+    const size_t rd = odo + ((size_t)n * T + i) * lddo + h * HD;
+    float acc = 0.0f;
+    for (uint d = 0; d < HD; d++)
+        acc += O[ro + d] * dO[rd + d];
+    D[od + (size_t)nh * T + i] = acc;
+}
+
+// dK, dV: one work-group per (BK key rows, n * H + h), one key row per work-item (BK =
+// BQ work-items), looping over the query tiles that see it (from its own tile on when
+// causal), with Q, dO, lse and D of the tile in local memory. Scores recomputed from
+// Q, K and lse: p_ij = exp(s_ij - lse_i); dv_j += p dO_i; ds = p (dO_i . v_j - D_i);
+// dk_j += scale ds q_i. Each output written once by its owner: deterministic.
+__kernel __attribute__((reqd_work_group_size(BK, 1, 1))) void
+attn_bwd_dkdv(const uint T, const uint H, const float scale, const int causal, __global const float *Q,
+              const uint oq, const uint ldq, __global const float *K, const uint ok, const uint ldk,
+              __global const float *V, const uint ov, const uint ldv, __global const float *dO, const uint odo,
+              const uint lddo, __global const float *L, const uint ol, __global const float *D, const uint od,
+              __global float *dK, const uint odk, const uint lddk, __global float *dV, const uint odv,
+              const uint lddv)
+{
+    __local float Qs[BK][HD];
+    __local float Gs[BK][HD];
+    __local float Ls[BK];
+    __local float Ds[BK];
+    const uint j0 = get_group_id(0) * BK;
+    const uint j = j0 + get_local_id(0);
+    const uint nh = get_group_id(1);
+    const uint n = nh / H, h = nh - n * H;
+    const int live = j < T;
+    float k[HD], v[HD], dk[HD], dv[HD];
+    const size_t krow = ok + ((size_t)n * T + (live ? j : 0)) * ldk + h * HD;
+    const size_t vrow = ov + ((size_t)n * T + (live ? j : 0)) * ldv + h * HD;
+    for (uint d = 0; d < HD; d++) {
+        k[d] = K[krow + d] * scale;
+        v[d] = V[vrow + d];
+        dk[d] = 0.0f;
+        dv[d] = 0.0f;
+    }
+    for (uint i0 = causal ? j0 : 0; i0 < T; i0 += BK) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        LOAD_TILE(Qs, Q, oq, ldq, i0);
+        LOAD_TILE(Gs, dO, odo, lddo, i0);
+        {
+            const uint ii = get_local_id(0), ti = i0 + ii;
+            Ls[ii] = ti < T ? L[ol + (size_t)nh * T + ti] : 0.0f;
+            Ds[ii] = ti < T ? D[od + (size_t)nh * T + ti] : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (uint ii = 0; ii < BK; ii++) {
+            const uint i = i0 + ii;
+            float s = 0.0f, dp = 0.0f;
+            for (uint d = 0; d < HD; d++) {
+                s += Qs[ii][d] * k[d];
+                dp += Gs[ii][d] * v[d];
+            }
+            const float p = (i < T && (!causal || j <= i)) ? exp(s - Ls[ii]) : 0.0f;
+            const float ds = p * (dp - Ds[ii]);
+            for (uint d = 0; d < HD; d++) {
+                dv[d] += p * Gs[ii][d];
+                dk[d] += ds * Qs[ii][d];
+            }
+        }
+    }
+    if (live) {
+        const size_t rk = odk + ((size_t)n * T + j) * lddk + h * HD;
+        const size_t rv = odv + ((size_t)n * T + j) * lddv + h * HD;
+        for (uint d = 0; d < HD; d++) {
+            dK[rk + d] = dk[d] * scale;
+            dV[rv + d] = dv[d];
+        }
+    }
+}
+
+// dQ: one work-group per (BQ query rows, n * H + h), one query row per work-item, looping
+// over the key tiles it sees with K and V in local memory: dq_i = scale sum_j ds_ij k_j.
+__kernel __attribute__((reqd_work_group_size(BQ, 1, 1))) void
+attn_bwd_dq(const uint T, const uint H, const float scale, const int causal, __global const float *Q, const uint oq,
+            const uint ldq, __global const float *K, const uint ok, const uint ldk, __global const float *V,
+            const uint ov, const uint ldv, __global const float *dO, const uint odo, const uint lddo,
+            __global const float *L, const uint ol, __global const float *D, const uint od, __global float *dQ,
+            const uint odq, const uint lddq)
+{
+    __local float Ks[BK][HD];
+    __local float Vs[BK][HD];
+    const uint i0 = get_group_id(0) * BQ;
+    const uint i = i0 + get_local_id(0);
+    const uint nh = get_group_id(1);
+    const uint n = nh / H, h = nh - n * H;
+    const int live = i < T;
+    const uint ic = live ? i : 0;
+    float q[HD], g[HD], dq[HD];
+    const size_t qrow = oq + ((size_t)n * T + ic) * ldq + h * HD;
+    const size_t grow = odo + ((size_t)n * T + ic) * lddo + h * HD;
+    for (uint d = 0; d < HD; d++) {
+        q[d] = Q[qrow + d] * scale;
+        g[d] = dO[grow + d];
+        dq[d] = 0.0f;
+    }
+    const float li = L[ol + (size_t)nh * T + ic];
+    const float di = D[od + (size_t)nh * T + ic];
+    const uint jend = causal ? min(T, i0 + BQ) : T;
+    for (uint j0 = 0; j0 < jend; j0 += BK) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        LOAD_TILE(Ks, K, ok, ldk, j0);
+        LOAD_TILE(Vs, V, ov, ldv, j0);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (uint jj = 0; jj < BK; jj++) {
+            const uint j = j0 + jj;
+            float s = 0.0f, dp = 0.0f;
+            for (uint d = 0; d < HD; d++) {
+                s += q[d] * Ks[jj][d];
+                dp += g[d] * Vs[jj][d];
+            }
+            const float p = (j < T && (!causal || j <= i)) ? exp(s - li) : 0.0f;
+            const float ds = p * (dp - di);
+            for (uint d = 0; d < HD; d++)
+                dq[d] += ds * Ks[jj][d];
+        }
+    }
+    if (live) {
+        const size_t r = odq + ((size_t)n * T + i) * lddq + h * HD;
+        for (uint d = 0; d < HD; d++)
+            dQ[r + d] = dq[d] * scale;
+    }
+}
+
+// ---- GEMM path: masked softmax over the score rows ----
+// S holds rows (n, h, i) of T scaled scores; one work-group per row: p_ij = softmax over
+// j <= i (causal) or all j; masked entries written 0 (so P V and the softmax backward
+// ignore them).
+__kernel __attribute__((reqd_work_group_size(AS_WG, 1, 1))) void
+attn_softmax(const uint T, const int causal, __global float *S, const uint os)
+{
+    __local float red[AS_WG];
+    const uint row = get_group_id(0);
+    const uint lid = get_local_id(0);
+    const uint i = row - (row / T) * T;
+    const uint jn = causal ? i + 1 : T;
+    __global float *sr = S + os + (size_t)row * T;
+    float m = -INFINITY;
+    for (uint j = lid; j < jn; j += AS_WG)
+        m = fmax(m, sr[j]);
+    red[lid] = m;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint w = AS_WG / 2; w > 0; w >>= 1) {
+        if (lid < w)
+            red[lid] = fmax(red[lid], red[lid + w]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    m = red[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float sum = 0.0f;
+    for (uint j = lid; j < jn; j += AS_WG)
+        sum += exp(sr[j] - m);
+    red[lid] = sum;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint w = AS_WG / 2; w > 0; w >>= 1) {
+        if (lid < w)
+            red[lid] += red[lid + w];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const float inv = 1.0f / red[0];
+    for (uint j = lid; j < T; j += AS_WG)
+        sr[j] = j < jn ? exp(sr[j] - m) * inv : 0.0f;
+}

@@ -1,0 +1,352 @@
+/* Host launchers of the attention kernels (see attention.h). */
+#include <math.h>
+#include <string.h>
+
+#include "attention.h"
+#include "gemm.h"
+#include "nn.h"
+
+/* Rows per work-group and per local-memory tile of the fused kernels
+ * (halved while the device's limits refuse it, down to ATTN_B_MIN). */
+#define ATTN_B 32
+#define ATTN_B_MIN 4
+/* Reduction group of attn_softmax (AS_WG). */
+#define ATTN_SM_WG 64
+
+static const char *const algo_names[] = {"auto", "fused", "gemm", NULL};
+const char *const *clg_attn_algo_names(void) { return algo_names; }
+
+// ---- checks ----
+
+static clg_status check_seq(clg_device *dev, const clg_attn_desc *a, const char *op, const char *name,
+                            const clg_attn_seq *s)
+{
+    clg_err *err = clg_dev_err(dev);
+    if (!s || !s->mem)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "%s: NULL buffer '%s'", op, name);
+    if (s->ld < a->heads * a->d)
+        return clg_err_set(err, CLG_ERR_SHAPE, "%s: '%s' row pitch %d is below heads x d = %d", op, name, s->ld,
+                           a->heads * a->d);
+    double end = (double)s->off + ((double)a->N * a->T) * s->ld;
+    if (end > 4294967295.0)
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "%s: '%s' spans %.0f elements, over the 2^32 limit", op, name,
+                           end);
+    return CLG_OK;
+}
+
+clg_status clg_attn_check(clg_device *dev, const clg_attn_desc *a)
+{
+    clg_err *err = clg_dev_err(dev);
+    if (!a)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "attention: NULL descriptor");
+    if (a->N < 1 || a->T < 1 || a->heads < 1)
+        return clg_err_set(err, CLG_ERR_SHAPE, "attention: bad shape N=%d T=%d heads=%d (each must be >= 1)", a->N,
+                           a->T, a->heads);
+    if (a->d < 1 || a->d > CLG_ATTN_MAX_D)
+        return clg_err_set(err, CLG_ERR_SHAPE, "attention: head width %d outside 1..%d", a->d, CLG_ATTN_MAX_D);
+    if (!isfinite(a->scale))
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "attention: scale is not finite");
+    double tt = (double)a->N * a->heads * a->T * a->T;
+    if (tt > 4294967295.0)
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "attention: N x heads x T x T = %.0f over the 2^32 limit", tt);
+    return CLG_OK;
+}
+
+size_t clg_attn_saved_floats(const clg_attn_desc *a, clg_attn_algo algo)
+{
+    size_t rows = (size_t)a->N * a->heads * a->T;
+    return algo == CLG_ATTN_GEMM ? rows * a->T : rows;
+}
+
+static clg_status check_saved(clg_device *dev, const clg_attn_desc *a, clg_attn_algo algo, const char *op,
+                              cl_mem saved, size_t off)
+{
+    if (!saved)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG, "%s: NULL buffer 'saved'", op);
+    if ((double)off + clg_attn_saved_floats(a, algo) > 4294967295.0)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_UNSUPPORTED, "%s: 'saved' over the 2^32 limit", op);
+    return CLG_OK;
+}
+
+// ---- fused path ----
+
+/* Kernel `name` built for head width d with the largest tile B <= ATTN_B
+ * whose group and local memory (lmem_floats(B) floats) the device allows. */
+static clg_status fused_kernel(clg_device *dev, const char *name, int d, int extra_rows, cl_kernel *k, int *B)
+{
+    for (int b = ATTN_B; b >= ATTN_B_MIN; b /= 2) {
+        char opt[96];
+        snprintf(opt, sizeof opt, "-DHD=%d -DBQ=%d -DBK=%d", d, b, b);
+        CLG_TRY(clg_kernel_get(dev, "attention", opt, name, k));
+        clg_wg_limits L;
+        CLG_TRY(clg_kernel_limits(dev, *k, &L));
+        uint64_t lmem = (uint64_t)sizeof(float) * ((uint64_t)2 * b * d + (uint64_t)extra_rows * b);
+        if ((size_t)b <= L.max_total && (size_t)b <= L.max_item[0] && (!L.local_mem || lmem <= L.local_mem)) {
+            *B = b;
+            return CLG_OK;
+        }
+    }
+    return clg_err_set(clg_dev_err(dev), CLG_ERR_UNSUPPORTED,
+                       "attention: kernel %s with head width %d does not fit the device's work-group or local-memory "
+                       "limits even with %d-row tiles",
+                       name, d, ATTN_B_MIN);
+}
+
+static void ka_seq(clg_kargs *ka, const clg_attn_seq *s)
+{
+    cl_uint off = (cl_uint)s->off, ld = (cl_uint)s->ld;
+    CLG_KA(ka, s->mem);
+    CLG_KA(ka, off);
+    CLG_KA(ka, ld);
+}
+
+/* Common leading arguments: T, H, scale, causal, q, k, v. */
+static void ka_head(clg_kargs *ka, const clg_attn_desc *a, const clg_attn_seq *q, const clg_attn_seq *k,
+                    const clg_attn_seq *v)
+{
+    cl_uint T = (cl_uint)a->T, H = (cl_uint)a->heads;
+    cl_float sc = a->scale;
+    cl_int causal = a->causal ? 1 : 0;
+    CLG_KA(ka, T);
+    CLG_KA(ka, H);
+    CLG_KA(ka, sc);
+    CLG_KA(ka, causal);
+    ka_seq(ka, q);
+    ka_seq(ka, k);
+    ka_seq(ka, v);
+}
+
+static clg_status run_tiles(clg_device *dev, cl_kernel k, const clg_attn_desc *a, int B)
+{
+    size_t g[2] = {(size_t)CLG_CEIL_DIV(a->T, B) * B, (size_t)a->N * a->heads};
+    size_t l[2] = {(size_t)B, 1};
+    return clg_launch(dev, k, 2, g, l, CLG_LAUNCH_FIXED, NULL);
+}
+
+static clg_status fused_forward(clg_device *dev, const clg_attn_desc *a, const clg_attn_seq *q,
+                                const clg_attn_seq *k, const clg_attn_seq *v, const clg_attn_seq *o, cl_mem lse,
+                                size_t lse_off)
+{
+    cl_kernel kr;
+    int B;
+    CLG_TRY(fused_kernel(dev, "attn_fwd", a->d, 0, &kr, &B));
+    clg_kargs ka = {kr, 0, CL_SUCCESS};
+    ka_head(&ka, a, q, k, v);
+    ka_seq(&ka, o);
+    cl_uint ol = (cl_uint)lse_off;
+    CLG_KA(&ka, lse);
+    CLG_KA(&ka, ol);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
+    return run_tiles(dev, kr, a, B);
+}
+
+static clg_status fused_backward(clg_device *dev, const clg_attn_desc *a, const clg_attn_seq *q,
+                                 const clg_attn_seq *k, const clg_attn_seq *v, const clg_attn_seq *o, cl_mem lse,
+                                 size_t lse_off, const clg_attn_seq *g, const clg_attn_seq *dq,
+                                 const clg_attn_seq *dk, const clg_attn_seq *dv)
+{
+    size_t rows = (size_t)a->N * a->heads * a->T;
+    cl_mem D = NULL;
+    CLG_TRY(clg_buf_alloc(dev, rows * sizeof(float), &D));
+    cl_uint T = (cl_uint)a->T, H = (cl_uint)a->heads, ol = (cl_uint)lse_off, zero = 0;
+    cl_kernel kd, kkv, kq;
+    int B1, B2;
+    /* D = rowsum(dO o O), from the program of the dK/dV kernel (same options) */
+    clg_status st = fused_kernel(dev, "attn_bwd_dkdv", a->d, 2, &kkv, &B1);
+    char opt[96];
+    snprintf(opt, sizeof opt, "-DHD=%d -DBQ=%d -DBK=%d", a->d, B1, B1);
+    if (st == CLG_OK)
+        st = clg_kernel_get(dev, "attention", opt, "attn_bwd_dot", &kd);
+    if (st == CLG_OK) {
+        clg_kargs ka = {kd, 0, CL_SUCCESS};
+        cl_uint NH = (cl_uint)(a->N * a->heads);
+        CLG_KA(&ka, T);
+        CLG_KA(&ka, H);
+        CLG_KA(&ka, NH);
+        ka_seq(&ka, o);
+        ka_seq(&ka, g);
+        CLG_KA(&ka, D);
+        CLG_KA(&ka, zero);
+        size_t gw[2] = {(size_t)a->T, (size_t)a->N * a->heads};
+        st = CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments");
+        if (st == CLG_OK)
+            st = clg_launch(dev, kd, 2, gw, NULL, CLG_LAUNCH_PAD, NULL);
+    }
+    if (st == CLG_OK) {
+        clg_kargs ka = {kkv, 0, CL_SUCCESS};
+        ka_head(&ka, a, q, k, v);
+        ka_seq(&ka, g);
+        CLG_KA(&ka, lse);
+        CLG_KA(&ka, ol);
+        CLG_KA(&ka, D);
+        CLG_KA(&ka, zero);
+        ka_seq(&ka, dk);
+        ka_seq(&ka, dv);
+        st = CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments");
+        if (st == CLG_OK)
+            st = run_tiles(dev, kkv, a, B1);
+    }
+    if (st == CLG_OK && (st = fused_kernel(dev, "attn_bwd_dq", a->d, 0, &kq, &B2)) == CLG_OK) {
+        clg_kargs ka = {kq, 0, CL_SUCCESS};
+        ka_head(&ka, a, q, k, v);
+        ka_seq(&ka, g);
+        CLG_KA(&ka, lse);
+        CLG_KA(&ka, ol);
+        CLG_KA(&ka, D);
+        CLG_KA(&ka, zero);
+        ka_seq(&ka, dq);
+        st = CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments");
+        if (st == CLG_OK)
+            st = run_tiles(dev, kq, a, B2);
+    }
+    clg_buf_release(dev, D);
+    return st;
+}
+
+// ---- GEMM path ----
+
+/* For sample n: C_h = alpha op(A_h) op(B_h) over the heads h (one batched
+ * product). Sequence operands advance by d per head, T x T ones by T T. */
+typedef struct {
+    cl_mem mem;
+    size_t off; /* element offset of head 0 of sample n */
+    int ld;
+    size_t stride;
+} head_op;
+
+static head_op seq_op(const clg_attn_desc *a, const clg_attn_seq *s, int n)
+{
+    head_op h = {s->mem, s->off + (size_t)n * a->T * s->ld, s->ld, (size_t)a->d};
+    return h;
+}
+
+static head_op tt_op(const clg_attn_desc *a, cl_mem m, size_t off, int n)
+{
+    size_t tt = (size_t)a->T * a->T;
+    head_op h = {m, off + (size_t)n * a->heads * tt, a->T, tt};
+    return h;
+}
+
+static clg_status head_gemm(clg_device *dev, const clg_attn_desc *a, int ta, int tb, int M, int N, int K,
+                            float alpha, head_op A, head_op B, head_op C)
+{
+    clg_gemm_args g;
+    clg_gemm_args_init(&g);
+    g.ta = ta;
+    g.tb = tb;
+    g.M = M;
+    g.N = N;
+    g.K = K;
+    g.alpha = alpha;
+    g.A = A.mem;
+    g.offA = A.off;
+    g.lda = A.ld;
+    g.strideA = A.stride;
+    g.B = B.mem;
+    g.offB = B.off;
+    g.ldb = B.ld;
+    g.strideB = B.stride;
+    g.C = C.mem;
+    g.offC = C.off;
+    g.ldc = C.ld;
+    g.strideC = C.stride;
+    g.batch = a->heads;
+    return clg_gemm(dev, &g, NULL);
+}
+
+static clg_status masked_softmax(clg_device *dev, const clg_attn_desc *a, cl_mem S, size_t off)
+{
+    cl_kernel k;
+    size_t wg;
+    CLG_TRY(clg_kernel_get_wg(dev, "attention", "attn_softmax", "AS_WG", ATTN_SM_WG, &k, &wg));
+    cl_uint T = (cl_uint)a->T, os = (cl_uint)off;
+    cl_int causal = a->causal ? 1 : 0;
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, T);
+    CLG_KA(&ka, causal);
+    CLG_KA(&ka, S);
+    CLG_KA(&ka, os);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
+    size_t g = (size_t)a->N * a->heads * a->T * wg;
+    return clg_launch(dev, k, 1, &g, &wg, CLG_LAUNCH_FIXED, NULL);
+}
+
+static clg_status gemm_forward(clg_device *dev, const clg_attn_desc *a, const clg_attn_seq *q,
+                               const clg_attn_seq *k, const clg_attn_seq *v, const clg_attn_seq *o, cl_mem P,
+                               size_t poff)
+{
+    int T = a->T, d = a->d;
+    for (int n = 0; n < a->N; n++) /* S = scale Q K^T */
+        CLG_TRY(head_gemm(dev, a, 0, 1, T, T, d, a->scale, seq_op(a, q, n), seq_op(a, k, n), tt_op(a, P, poff, n)));
+    CLG_TRY(masked_softmax(dev, a, P, poff));
+    for (int n = 0; n < a->N; n++) /* O = P V */
+        CLG_TRY(head_gemm(dev, a, 0, 0, T, d, T, 1.0f, tt_op(a, P, poff, n), seq_op(a, v, n), seq_op(a, o, n)));
+    return CLG_OK;
+}
+
+static clg_status gemm_backward_n(clg_device *dev, const clg_attn_desc *a, int n, const clg_attn_seq *q,
+                                  const clg_attn_seq *k, const clg_attn_seq *v, cl_mem P, size_t poff, cl_mem dS,
+                                  const clg_attn_seq *g, const clg_attn_seq *dq, const clg_attn_seq *dk,
+                                  const clg_attn_seq *dv)
+{
+    int T = a->T, d = a->d;
+    size_t rows = (size_t)a->heads * T, tt = rows * T;
+    /* dP = dO V^T, then dS = P o (dP - rowsum(dP o P)) in place */
+    CLG_TRY(head_gemm(dev, a, 0, 1, T, T, d, 1.0f, seq_op(a, g, n), seq_op(a, v, n), tt_op(a, dS, 0, 0)));
+    CLG_TRY(clg_nn_softmax_backward(dev, (int)rows, T, P, poff + (size_t)n * tt, dS, 0, dS, 0));
+    /* dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO */
+    CLG_TRY(head_gemm(dev, a, 0, 0, T, d, T, a->scale, tt_op(a, dS, 0, 0), seq_op(a, k, n), seq_op(a, dq, n)));
+    CLG_TRY(head_gemm(dev, a, 1, 0, T, d, T, a->scale, tt_op(a, dS, 0, 0), seq_op(a, q, n), seq_op(a, dk, n)));
+    return head_gemm(dev, a, 1, 0, T, d, T, 1.0f, tt_op(a, P, poff, n), seq_op(a, g, n), seq_op(a, dv, n));
+}
+
+static clg_status gemm_backward(clg_device *dev, const clg_attn_desc *a, const clg_attn_seq *q,
+                                const clg_attn_seq *k, const clg_attn_seq *v, cl_mem P, size_t poff,
+                                const clg_attn_seq *g, const clg_attn_seq *dq, const clg_attn_seq *dk,
+                                const clg_attn_seq *dv)
+{
+    /* dS scratch for one sample at a time (heads x T x T) */
+    cl_mem dS = NULL;
+    CLG_TRY(clg_buf_alloc(dev, (size_t)a->heads * a->T * a->T * sizeof(float), &dS));
+    clg_status st = CLG_OK;
+    for (int n = 0; n < a->N && st == CLG_OK; n++)
+        st = gemm_backward_n(dev, a, n, q, k, v, P, poff, dS, g, dq, dk, dv);
+    clg_buf_release(dev, dS);
+    return st;
+}
+
+// ---- entry points ----
+
+clg_status clg_attn_forward(clg_device *dev, const clg_attn_desc *a, clg_attn_algo algo, const clg_attn_seq *q,
+                            const clg_attn_seq *k, const clg_attn_seq *v, const clg_attn_seq *o, cl_mem saved,
+                            size_t saved_off)
+{
+    const char *op = "attention forward";
+    CLG_TRY(clg_attn_check(dev, a));
+    CLG_TRY(check_seq(dev, a, op, "q", q));
+    CLG_TRY(check_seq(dev, a, op, "k", k));
+    CLG_TRY(check_seq(dev, a, op, "v", v));
+    CLG_TRY(check_seq(dev, a, op, "o", o));
+    CLG_TRY(check_saved(dev, a, algo, op, saved, saved_off));
+    if (algo == CLG_ATTN_GEMM)
+        return gemm_forward(dev, a, q, k, v, o, saved, saved_off);
+    return fused_forward(dev, a, q, k, v, o, saved, saved_off);
+}
+
+clg_status clg_attn_backward(clg_device *dev, const clg_attn_desc *a, clg_attn_algo algo, const clg_attn_seq *q,
+                             const clg_attn_seq *k, const clg_attn_seq *v, const clg_attn_seq *o, cl_mem saved,
+                             size_t saved_off, const clg_attn_seq *do_, const clg_attn_seq *dq,
+                             const clg_attn_seq *dk, const clg_attn_seq *dv)
+{
+    const char *op = "attention backward";
+    CLG_TRY(clg_attn_check(dev, a));
+    const clg_attn_seq *s[] = {q, k, v, do_, dq, dk, dv};
+    const char *names[] = {"q", "k", "v", "dout", "dq", "dk", "dv"};
+    for (int i = 0; i < 7; i++)
+        CLG_TRY(check_seq(dev, a, op, names[i], s[i]));
+    CLG_TRY(check_saved(dev, a, algo, op, saved, saved_off));
+    if (algo == CLG_ATTN_GEMM)
+        return gemm_backward(dev, a, q, k, v, saved, saved_off, do_, dq, dk, dv);
+    CLG_TRY(check_seq(dev, a, op, "o", o));
+    return fused_backward(dev, a, q, k, v, o, saved, saved_off, do_, dq, dk, dv);
+}

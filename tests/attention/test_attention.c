@@ -1,0 +1,269 @@
+/* Attention kernels (src/ops/attention.c): the fused and the GEMM paths,
+ * forward and backward, against a double-precision C reference on fresh
+ * random inputs (seed printed), outputs poisoned with NaN first. Q, K, V are
+ * read strided from one (N, T, 3C) buffer, as the layer does, and the
+ * gradients written into one (N, T, 3C) buffer; O sits at an offset between
+ * NaN guards. Shapes: T in {1, 7, 33, 69} (not multiples of the 32-row tile),
+ * head widths 16, 32, 64, N x heads = 4, causal and not.
+ * CLGRAD_TEST_TINY=1: a few tiny shapes (oclgrind). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/attention.h"
+#include "testutil.h"
+
+/* max |got - ref| / (|ref| + ATOL): inputs in [-1, 1], fp32 accumulation over
+ * at most 69 keys and 64 widths, exp/log in single precision */
+#define TOL 2e-4
+#define ATOL 1e-2
+
+static clg_ctx *ctx;
+static clg_device *dev;
+static uint64_t stream = 1;
+
+typedef struct {
+    int N, T, H, d, causal;
+} acase;
+
+/* Reference: o, lse; with g (dO) also dqkv (N, T, 3C) as the layout of qkv. */
+static void ref_attention(const acase *c, const float *qkv, const float *g, double *o, double *lse, double *dqkv)
+{
+    int T = c->T, C = c->H * c->d, ld = 3 * C;
+    double scale = 1.0 / sqrt((double)c->d);
+    double *p = malloc(sizeof(double) * T), *dp = malloc(sizeof(double) * T);
+    if (dqkv)
+        memset(dqkv, 0, sizeof(double) * c->N * T * ld);
+    for (int n = 0; n < c->N; n++)
+        for (int h = 0; h < c->H; h++)
+            for (int i = 0; i < T; i++) {
+                const float *q = qkv + ((size_t)n * T + i) * ld + h * c->d;
+                int jn = c->causal ? i + 1 : T;
+                double m = -INFINITY, sum = 0;
+                for (int j = 0; j < jn; j++) {
+                    const float *k = qkv + ((size_t)n * T + j) * ld + C + h * c->d;
+                    double s = 0;
+                    for (int e = 0; e < c->d; e++)
+                        s += (double)q[e] * k[e];
+                    p[j] = s * scale;
+                    m = fmax(m, p[j]);
+                }
+                for (int j = 0; j < jn; j++)
+                    sum += (p[j] = exp(p[j] - m));
+                lse[((size_t)n * c->H + h) * T + i] = m + log(sum);
+                double *oi = o + ((size_t)n * T + i) * C + h * c->d;
+                for (int e = 0; e < c->d; e++)
+                    oi[e] = 0;
+                for (int j = 0; j < jn; j++) {
+                    p[j] /= sum;
+                    const float *v = qkv + ((size_t)n * T + j) * ld + 2 * C + h * c->d;
+                    for (int e = 0; e < c->d; e++)
+                        oi[e] += p[j] * v[e];
+                }
+                if (!dqkv)
+                    continue;
+                const float *gi = g + ((size_t)n * T + i) * C + h * c->d;
+                double D = 0;
+                for (int j = 0; j < jn; j++) {
+                    const float *v = qkv + ((size_t)n * T + j) * ld + 2 * C + h * c->d;
+                    dp[j] = 0;
+                    for (int e = 0; e < c->d; e++)
+                        dp[j] += (double)gi[e] * v[e];
+                    D += p[j] * dp[j];
+                }
+                double *dq = dqkv + ((size_t)n * T + i) * ld + h * c->d;
+                for (int j = 0; j < jn; j++) {
+                    double ds = p[j] * (dp[j] - D) * scale;
+                    const float *k = qkv + ((size_t)n * T + j) * ld + C + h * c->d;
+                    double *dk = dqkv + ((size_t)n * T + j) * ld + C + h * c->d;
+                    double *dv = dqkv + ((size_t)n * T + j) * ld + 2 * C + h * c->d;
+                    for (int e = 0; e < c->d; e++) {
+                        dq[e] += ds * k[e];
+                        dk[e] += ds * q[e];
+                        dv[e] += p[j] * gi[e];
+                    }
+                }
+            }
+    free(p);
+    free(dp);
+}
+
+typedef struct {
+    float *o, *lse, *dqkv; /* device results (lse: fused only) */
+} aresult;
+
+static void result_free(aresult *r)
+{
+    free(r->o);
+    free(r->lse);
+    free(r->dqkv);
+}
+
+#define OOFF 5 /* element offset of O / dO inside their buffers */
+
+/* Runs algo forward and backward on device with qkv and g (dO) from host. */
+static aresult run_algo(const acase *c, clg_attn_algo algo, const float *qkv, const float *g)
+{
+    int C = c->H * c->d;
+    size_t nseq = (size_t)c->N * c->T * C;
+    clg_attn_desc a = {c->N, c->T, c->H, c->d, c->causal, (float)(1.0 / sqrt((double)c->d))};
+    size_t nsaved = clg_attn_saved_floats(&a, algo);
+    cl_mem mqkv = tu_upload(dev, qkv, 3 * nseq), mg = tu_upload_at(dev, g, nseq, OOFF);
+    cl_mem mo = tu_upload_at(dev, NULL, nseq, OOFF), msaved = tu_upload(dev, NULL, nsaved);
+    cl_mem mdqkv = tu_upload(dev, NULL, 3 * nseq);
+    clg_attn_seq q = {mqkv, 0, 3 * C}, k = {mqkv, (size_t)C, 3 * C}, v = {mqkv, 2 * (size_t)C, 3 * C};
+    clg_attn_seq o = {mo, OOFF, C}, go = {mg, OOFF, C};
+    clg_attn_seq dq = {mdqkv, 0, 3 * C}, dk = {mdqkv, (size_t)C, 3 * C}, dv = {mdqkv, 2 * (size_t)C, 3 * C};
+    clg_status st = clg_attn_forward(dev, &a, algo, &q, &k, &v, &o, msaved, 0);
+    ck_assert_msg(st == CLG_OK, "forward: %s", clg_last_error(ctx));
+    st = clg_attn_backward(dev, &a, algo, &q, &k, &v, &o, msaved, 0, &go, &dq, &dk, &dv);
+    ck_assert_msg(st == CLG_OK, "backward: %s", clg_last_error(ctx));
+    aresult r = {NULL, NULL, NULL};
+    r.o = tu_download_at(dev, mo, nseq, OOFF);
+    r.dqkv = malloc(sizeof(float) * 3 * nseq);
+    tu_download(dev, mdqkv, r.dqkv, 3 * nseq);
+    if (algo == CLG_ATTN_FUSED) {
+        r.lse = malloc(sizeof(float) * nsaved);
+        tu_download(dev, msaved, r.lse, nsaved);
+    }
+    clg_buf_release(dev, mqkv);
+    clg_buf_release(dev, mg);
+    clg_buf_release(dev, mo);
+    clg_buf_release(dev, msaved);
+    clg_buf_release(dev, mdqkv);
+    return r;
+}
+
+static double max_err_ff(const float *a, const float *b, size_t n)
+{
+    double e = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]) / (fabs((double)b[i]) + ATOL);
+        if (!(d <= e))
+            e = isnan(d) ? INFINITY : d;
+    }
+    return e;
+}
+
+static void run_case(const acase *c)
+{
+    clg_rng r;
+    tu_rng(&r, stream++);
+    int C = c->H * c->d;
+    size_t nseq = (size_t)c->N * c->T * C, rows = (size_t)c->N * c->H * c->T;
+    float *qkv = malloc(sizeof(float) * 3 * nseq), *g = malloc(sizeof(float) * nseq);
+    tu_fill(qkv, 3 * nseq, -1.0f, 1.0f, &r);
+    tu_fill(g, nseq, -1.0f, 1.0f, &r);
+    double *o = malloc(sizeof(double) * nseq), *lse = malloc(sizeof(double) * rows);
+    double *dqkv = malloc(sizeof(double) * 3 * nseq);
+    ref_attention(c, qkv, g, o, lse, dqkv);
+    aresult f = run_algo(c, CLG_ATTN_FUSED, qkv, g);
+    aresult m = run_algo(c, CLG_ATTN_GEMM, qkv, g);
+    double ef = tu_max_err(f.o, o, nseq, ATOL), el = tu_max_err(f.lse, lse, rows, ATOL);
+    double edf = tu_max_err(f.dqkv, dqkv, 3 * nseq, ATOL);
+    double eg = tu_max_err(m.o, o, nseq, ATOL), edg = tu_max_err(m.dqkv, dqkv, 3 * nseq, ATOL);
+    double eo = max_err_ff(f.o, m.o, nseq), ed = max_err_ff(f.dqkv, m.dqkv, 3 * nseq);
+    const char *what = c->causal ? "causal" : "full";
+    if (getenv("ATT_DEBUG"))
+        fprintf(stderr, "N=%d T=%d H=%d d=%d %s: %g %g %g %g %g %g %g\n", c->N, c->T, c->H, c->d, what, ef, el, edf, eg,
+                edg, eo, ed);
+    ck_assert_msg(ef < TOL && el < TOL, "fused forward N=%d T=%d H=%d d=%d %s: o err %g lse err %g", c->N, c->T, c->H,
+                  c->d, what, ef, el);
+    ck_assert_msg(edf < TOL, "fused backward N=%d T=%d H=%d d=%d %s: err %g", c->N, c->T, c->H, c->d, what, edf);
+    ck_assert_msg(eg < TOL, "gemm forward N=%d T=%d H=%d d=%d %s: err %g", c->N, c->T, c->H, c->d, what, eg);
+    ck_assert_msg(edg < TOL, "gemm backward N=%d T=%d H=%d d=%d %s: err %g", c->N, c->T, c->H, c->d, what, edg);
+    ck_assert_msg(eo < TOL && ed < TOL, "fused vs gemm N=%d T=%d d=%d %s: o %g grads %g", c->N, c->T, c->d, what, eo,
+                  ed);
+    result_free(&f);
+    result_free(&m);
+    free(qkv);
+    free(g);
+    free(o);
+    free(lse);
+    free(dqkv);
+}
+
+static int tiny(void)
+{
+    const char *s = getenv("CLGRAD_TEST_TINY");
+    return s && *s == '1';
+}
+
+static void setup(void)
+{
+    ctx = tu_ctx("0");
+    dev = &ctx->devs[0];
+}
+
+static void teardown(void) { clg_ctx_destroy(ctx); }
+
+START_TEST(test_shapes)
+{
+    static const int Ts[] = {1, 7, 33, 69};
+    static const int ds[] = {16, 32, 64};
+    if (tiny()) {
+        acase t[] = {{1, 5, 2, 16, 1}, {2, 3, 1, 16, 0}};
+        for (size_t i = 0; i < CLG_ARRAY_LEN(t); i++)
+            run_case(&t[i]);
+        return;
+    }
+    for (size_t di = 0; di < CLG_ARRAY_LEN(ds); di++)
+        for (size_t ti = 0; ti < CLG_ARRAY_LEN(Ts); ti++) {
+            acase c = {2, Ts[ti], 2, ds[di], 1};
+            run_case(&c);
+            if (ti == 2) { /* one non-causal case per width */
+                c.causal = 0;
+                run_case(&c);
+            }
+        }
+}
+END_TEST
+
+/* Batch 1 with several heads, and several samples of one head (N x heads > 1 both ways). */
+START_TEST(test_heads)
+{
+    if (tiny())
+        return;
+    acase a = {1, 40, 4, 16, 1}, b = {3, 20, 1, 32, 1};
+    if (!getenv("ATT_B_ONLY"))
+        run_case(&a);
+    if (!getenv("ATT_A_ONLY"))
+        run_case(&b);
+}
+END_TEST
+
+START_TEST(test_errors)
+{
+    float one = 0;
+    cl_mem m = tu_upload(dev, &one, 1);
+    clg_attn_seq s = {m, 0, 16};
+    clg_attn_desc a = {1, 1, 1, 16, 1, 0.25f};
+    clg_attn_desc bad = a;
+    bad.d = CLG_ATTN_MAX_D + 1;
+    ck_assert_int_eq(clg_attn_forward(dev, &bad, CLG_ATTN_FUSED, &s, &s, &s, &s, m, 0), CLG_ERR_SHAPE);
+    ck_assert_ptr_nonnull(strstr(clg_last_error(ctx), "head width"));
+    bad = a;
+    bad.T = 0;
+    ck_assert_int_eq(clg_attn_forward(dev, &bad, CLG_ATTN_FUSED, &s, &s, &s, &s, m, 0), CLG_ERR_SHAPE);
+    clg_attn_seq narrow = {m, 0, 8};
+    ck_assert_int_eq(clg_attn_forward(dev, &a, CLG_ATTN_FUSED, &narrow, &s, &s, &s, m, 0), CLG_ERR_SHAPE);
+    ck_assert_ptr_nonnull(strstr(clg_last_error(ctx), "'q' row pitch"));
+    clg_attn_seq none = {NULL, 0, 16};
+    ck_assert_int_eq(clg_attn_forward(dev, &a, CLG_ATTN_GEMM, &s, &none, &s, &s, m, 0), CLG_ERR_INVALID_ARG);
+    clg_buf_release(dev, m);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("attention");
+    TCase *tc = tcase_create("attention");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_shapes);
+    tcase_add_test(tc, test_heads);
+    tcase_add_test(tc, test_errors);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
