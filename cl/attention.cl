@@ -26,14 +26,33 @@
 #define AS_WG 64
 #endif
 
+#ifndef ATTN_DIRECT // 1: read K, V (Q, dO) rows straight from global memory, no local tiles
+#define ATTN_DIRECT 0 // and no barriers (CPU devices: a work-group is a loop the compiler vectorizes)
+#endif
+
+#if ATTN_DIRECT
+#define TILE_PTR __global const float *
+// row r0 + rr of head h of a (N, T, ld) sequence (clamped to T - 1: masked by the caller)
+#define TILE_ROW(tile, src, off, ld, r0, rr) ((src) + (off) + ((size_t)n * T + min((r0) + (rr), T - 1)) * (ld) + h * HD)
+#define TILE_BARRIER()
+#else
+#define TILE_PTR __local const float *
+#define TILE_ROW(tile, src, off, ld, r0, rr) (tile[rr])
+#define TILE_BARRIER() barrier(CLK_LOCAL_MEM_FENCE)
+#endif
+
 // Loads rows [r0, r0 + BK) of head h of a (N, T, ld) sequence into dst[BK][HD]
 // (rows past T read as 0); all BQ work-items of the group take part.
+#if ATTN_DIRECT
+#define LOAD_TILE(dst, src, off, ld, r0)
+#else
 #define LOAD_TILE(dst, src, off, ld, r0)                                                    \
     for (uint e_ = get_local_id(0); e_ < BK * HD; e_ += get_local_size(0)) {              \
         const uint rr_ = e_ / HD, cc_ = e_ - rr_ * HD;                                           \
         const uint t_ = (r0) + rr_;                                                        \
         dst[rr_][cc_] = t_ < T ? src[(off) + ((size_t)n * T + t_) * (ld) + h * HD + cc_] : 0.0f; \
     }
+#endif
 
 // ---- fused forward ----
 // One work-group per (BQ query rows, n * H + h); each work-item keeps its query row and
@@ -63,16 +82,17 @@ attn_fwd(const uint T, const uint H, const float scale, const int causal, __glob
     float m = -INFINITY, l = 0.0f;
     const uint jend = causal ? min(T, i0 + BQ) : T;
     for (uint j0 = 0; j0 < jend; j0 += BK) {
-        barrier(CLK_LOCAL_MEM_FENCE);
+        TILE_BARRIER();
         LOAD_TILE(Ks, K, ok, ldk, j0);
         LOAD_TILE(Vs, V, ov, ldv, j0);
-        barrier(CLK_LOCAL_MEM_FENCE);
+        TILE_BARRIER();
         float s[BK];
         float mt = m;
         for (uint jj = 0; jj < BK; jj++) {
+            TILE_PTR kr = TILE_ROW(Ks, K, ok, ldk, j0, jj);
             float dot = 0.0f;
             for (uint d = 0; d < HD; d++)
-                dot += q[d] * Ks[jj][d];
+                dot += q[d] * kr[d];
             const uint j = j0 + jj;
             s[jj] = (j < T && (!causal || j <= i)) ? dot : -INFINITY;
             mt = fmax(mt, s[jj]);
@@ -83,10 +103,11 @@ attn_fwd(const uint T, const uint H, const float scale, const int causal, __glob
         for (uint d = 0; d < HD; d++)
             acc[d] *= corr;
         for (uint jj = 0; jj < BK; jj++) {
+            TILE_PTR vr = TILE_ROW(Vs, V, ov, ldv, j0, jj);
             const float p = exp(s[jj] - mt);
             l += p;
             for (uint d = 0; d < HD; d++)
-                acc[d] += p * Vs[jj][d];
+                acc[d] += p * vr[d];
         }
         m = mt;
     }
@@ -149,27 +170,37 @@ attn_bwd_dkdv(const uint T, const uint H, const float scale, const int causal, _
         dv[d] = 0.0f;
     }
     for (uint i0 = causal ? j0 : 0; i0 < T; i0 += BK) {
-        barrier(CLK_LOCAL_MEM_FENCE);
+        TILE_BARRIER();
         LOAD_TILE(Qs, Q, oq, ldq, i0);
         LOAD_TILE(Gs, dO, odo, lddo, i0);
+#if !ATTN_DIRECT
         {
             const uint ii = get_local_id(0), ti = i0 + ii;
             Ls[ii] = ti < T ? L[ol + (size_t)nh * T + ti] : 0.0f;
             Ds[ii] = ti < T ? D[od + (size_t)nh * T + ti] : 0.0f;
         }
-        barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+        TILE_BARRIER();
         for (uint ii = 0; ii < BK; ii++) {
             const uint i = i0 + ii;
+            TILE_PTR qr = TILE_ROW(Qs, Q, oq, ldq, i0, ii);
+            TILE_PTR gr = TILE_ROW(Gs, dO, odo, lddo, i0, ii);
+#if ATTN_DIRECT
+            const uint ic = min(i, T - 1);
+            const float li = L[ol + (size_t)nh * T + ic], di = D[od + (size_t)nh * T + ic];
+#else
+            const float li = Ls[ii], di = Ds[ii];
+#endif
             float s = 0.0f, dp = 0.0f;
             for (uint d = 0; d < HD; d++) {
-                s += Qs[ii][d] * k[d];
-                dp += Gs[ii][d] * v[d];
+                s += qr[d] * k[d];
+                dp += gr[d] * v[d];
             }
-            const float p = (i < T && (!causal || j <= i)) ? exp(s - Ls[ii]) : 0.0f;
-            const float ds = p * (dp - Ds[ii]);
+            const float p = (i < T && (!causal || j <= i)) ? exp(s - li) : 0.0f;
+            const float ds = p * (dp - di);
             for (uint d = 0; d < HD; d++) {
-                dv[d] += p * Gs[ii][d];
-                dk[d] += ds * Qs[ii][d];
+                dv[d] += p * gr[d];
+                dk[d] += ds * qr[d];
             }
         }
     }
@@ -212,21 +243,23 @@ attn_bwd_dq(const uint T, const uint H, const float scale, const int causal, __g
     const float di = D[od + (size_t)nh * T + ic];
     const uint jend = causal ? min(T, i0 + BQ) : T;
     for (uint j0 = 0; j0 < jend; j0 += BK) {
-        barrier(CLK_LOCAL_MEM_FENCE);
+        TILE_BARRIER();
         LOAD_TILE(Ks, K, ok, ldk, j0);
         LOAD_TILE(Vs, V, ov, ldv, j0);
-        barrier(CLK_LOCAL_MEM_FENCE);
+        TILE_BARRIER();
         for (uint jj = 0; jj < BK; jj++) {
             const uint j = j0 + jj;
+            TILE_PTR kr = TILE_ROW(Ks, K, ok, ldk, j0, jj);
+            TILE_PTR vr = TILE_ROW(Vs, V, ov, ldv, j0, jj);
             float s = 0.0f, dp = 0.0f;
             for (uint d = 0; d < HD; d++) {
-                s += q[d] * Ks[jj][d];
-                dp += g[d] * Vs[jj][d];
+                s += q[d] * kr[d];
+                dp += g[d] * vr[d];
             }
             const float p = (j < T && (!causal || j <= i)) ? exp(s - li) : 0.0f;
             const float ds = p * (dp - di);
             for (uint d = 0; d < HD; d++)
-                dq[d] += ds * Ks[jj][d];
+                dq[d] += ds * kr[d];
         }
     }
     if (live) {

@@ -95,6 +95,8 @@ struct clg_layer {
     int nin;
     int in_shape[CLG_MAX_INPUTS][4]; /* N, C, H, W */
     int out_shape[4];
+    int in_seq[CLG_MAX_INPUTS]; /* input i is a sequence (N, T, C) stored as in_shape {N, T, C, 1} */
+    int out_seq;                /* the output is a sequence (N, T, C) stored as out_shape {N, T, C, 1} */
     clg_param params[CLG_MAX_PARAMS];
     int nparams;
     double flops;

@@ -26,12 +26,13 @@ static const layer_entry registry[] = {
     {"concat", &clg_layer_concat_ops},
     {"softmax", &clg_layer_softmax_ops},
     {"mse", &clg_layer_mse_ops},
+    {"attention", &clg_layer_attention_ops},
 };
 
 static const char *const type_names[] = {"convolutional", "conv",    "dense",   "connected", "maxpool",
                                          "avgpool",       "gap",     "activation", "batchnorm", "dropout",
                                          "flatten",       "add",     "concat",  "softmax",   "mse",
-                                         NULL};
+                                         "attention",     NULL};
 
 const clg_layer_ops *clg_layer_lookup(const char *type)
 {

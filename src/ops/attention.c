@@ -72,11 +72,23 @@ static clg_status check_saved(clg_device *dev, const clg_attn_desc *a, clg_attn_
 
 /* Kernel `name` built for head width d with the largest tile B <= ATTN_B
  * whose group and local memory (lmem_floats(B) floats) the device allows. */
-static clg_status fused_kernel(clg_device *dev, const char *name, int d, int extra_rows, cl_kernel *k, int *B)
+static int fused_direct(const clg_device *dev, const clg_attn_desc *a)
 {
+    return a->variant ? a->variant == 2 : (dev->info.type & CLG_DEVICE_CPU) != 0;
+}
+
+static void fused_options(const clg_device *dev, const clg_attn_desc *a, int B, char *buf, size_t len)
+{
+    snprintf(buf, len, "-DHD=%d -DBQ=%d -DBK=%d -DATTN_DIRECT=%d", a->d, B, B, fused_direct(dev, a));
+}
+
+static clg_status fused_kernel(clg_device *dev, const clg_attn_desc *a, const char *name, int extra_rows,
+                               cl_kernel *k, int *B)
+{
+    int d = a->d;
     for (int b = ATTN_B; b >= ATTN_B_MIN; b /= 2) {
         char opt[96];
-        snprintf(opt, sizeof opt, "-DHD=%d -DBQ=%d -DBK=%d", d, b, b);
+        fused_options(dev, a, b, opt, sizeof opt);
         CLG_TRY(clg_kernel_get(dev, "attention", opt, name, k));
         clg_wg_limits L;
         CLG_TRY(clg_kernel_limits(dev, *k, &L));
@@ -129,7 +141,7 @@ static clg_status fused_forward(clg_device *dev, const clg_attn_desc *a, const c
 {
     cl_kernel kr;
     int B;
-    CLG_TRY(fused_kernel(dev, "attn_fwd", a->d, 0, &kr, &B));
+    CLG_TRY(fused_kernel(dev, a, "attn_fwd", 0, &kr, &B));
     clg_kargs ka = {kr, 0, CL_SUCCESS};
     ka_head(&ka, a, q, k, v);
     ka_seq(&ka, o);
@@ -152,9 +164,9 @@ static clg_status fused_backward(clg_device *dev, const clg_attn_desc *a, const 
     cl_kernel kd, kkv, kq;
     int B1, B2;
     /* D = rowsum(dO o O), from the program of the dK/dV kernel (same options) */
-    clg_status st = fused_kernel(dev, "attn_bwd_dkdv", a->d, 2, &kkv, &B1);
+    clg_status st = fused_kernel(dev, a, "attn_bwd_dkdv", 2, &kkv, &B1);
     char opt[96];
-    snprintf(opt, sizeof opt, "-DHD=%d -DBQ=%d -DBK=%d", a->d, B1, B1);
+    fused_options(dev, a, B1, opt, sizeof opt);
     if (st == CLG_OK)
         st = clg_kernel_get(dev, "attention", opt, "attn_bwd_dot", &kd);
     if (st == CLG_OK) {
@@ -186,7 +198,7 @@ static clg_status fused_backward(clg_device *dev, const clg_attn_desc *a, const 
         if (st == CLG_OK)
             st = run_tiles(dev, kkv, a, B1);
     }
-    if (st == CLG_OK && (st = fused_kernel(dev, "attn_bwd_dq", a->d, 0, &kq, &B2)) == CLG_OK) {
+    if (st == CLG_OK && (st = fused_kernel(dev, a, "attn_bwd_dq", 0, &kq, &B2)) == CLG_OK) {
         clg_kargs ka = {kq, 0, CL_SUCCESS};
         ka_head(&ka, a, q, k, v);
         ka_seq(&ka, g);

@@ -38,6 +38,9 @@ typedef struct clg_attn_desc {
     int N, T, heads, d; /* d: head width, 1..CLG_ATTN_MAX_D */
     int causal;         /* 1: position i attends to j <= i only */
     float scale;        /* usually 1 / sqrt(d) */
+    int variant;        /* fused kernels: 0 by device (CPU: rows read straight from global memory,
+                           no barriers, so the compiler vectorizes across work-items; else K/V
+                           tiles in local memory), 1 local tiles, 2 direct reads */
 } clg_attn_desc;
 
 /* One operand: a sequence (N, T, ld) at element offset off of mem. */

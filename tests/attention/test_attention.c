@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "ops/attention.h"
+#include "attn_ref.h"
 #include "testutil.h"
 
 /* max |got - ref| / (|ref| + ATOL): inputs in [-1, 1], fp32 accumulation over
@@ -23,71 +24,6 @@ static clg_ctx *ctx;
 static clg_device *dev;
 static uint64_t stream = 1;
 
-typedef struct {
-    int N, T, H, d, causal;
-} acase;
-
-/* Reference: o, lse; with g (dO) also dqkv (N, T, 3C) as the layout of qkv. */
-static void ref_attention(const acase *c, const float *qkv, const float *g, double *o, double *lse, double *dqkv)
-{
-    int T = c->T, C = c->H * c->d, ld = 3 * C;
-    double scale = 1.0 / sqrt((double)c->d);
-    double *p = malloc(sizeof(double) * T), *dp = malloc(sizeof(double) * T);
-    if (dqkv)
-        memset(dqkv, 0, sizeof(double) * c->N * T * ld);
-    for (int n = 0; n < c->N; n++)
-        for (int h = 0; h < c->H; h++)
-            for (int i = 0; i < T; i++) {
-                const float *q = qkv + ((size_t)n * T + i) * ld + h * c->d;
-                int jn = c->causal ? i + 1 : T;
-                double m = -INFINITY, sum = 0;
-                for (int j = 0; j < jn; j++) {
-                    const float *k = qkv + ((size_t)n * T + j) * ld + C + h * c->d;
-                    double s = 0;
-                    for (int e = 0; e < c->d; e++)
-                        s += (double)q[e] * k[e];
-                    p[j] = s * scale;
-                    m = fmax(m, p[j]);
-                }
-                for (int j = 0; j < jn; j++)
-                    sum += (p[j] = exp(p[j] - m));
-                lse[((size_t)n * c->H + h) * T + i] = m + log(sum);
-                double *oi = o + ((size_t)n * T + i) * C + h * c->d;
-                for (int e = 0; e < c->d; e++)
-                    oi[e] = 0;
-                for (int j = 0; j < jn; j++) {
-                    p[j] /= sum;
-                    const float *v = qkv + ((size_t)n * T + j) * ld + 2 * C + h * c->d;
-                    for (int e = 0; e < c->d; e++)
-                        oi[e] += p[j] * v[e];
-                }
-                if (!dqkv)
-                    continue;
-                const float *gi = g + ((size_t)n * T + i) * C + h * c->d;
-                double D = 0;
-                for (int j = 0; j < jn; j++) {
-                    const float *v = qkv + ((size_t)n * T + j) * ld + 2 * C + h * c->d;
-                    dp[j] = 0;
-                    for (int e = 0; e < c->d; e++)
-                        dp[j] += (double)gi[e] * v[e];
-                    D += p[j] * dp[j];
-                }
-                double *dq = dqkv + ((size_t)n * T + i) * ld + h * c->d;
-                for (int j = 0; j < jn; j++) {
-                    double ds = p[j] * (dp[j] - D) * scale;
-                    const float *k = qkv + ((size_t)n * T + j) * ld + C + h * c->d;
-                    double *dk = dqkv + ((size_t)n * T + j) * ld + C + h * c->d;
-                    double *dv = dqkv + ((size_t)n * T + j) * ld + 2 * C + h * c->d;
-                    for (int e = 0; e < c->d; e++) {
-                        dq[e] += ds * k[e];
-                        dk[e] += ds * q[e];
-                        dv[e] += p[j] * gi[e];
-                    }
-                }
-            }
-    free(p);
-    free(dp);
-}
 
 typedef struct {
     float *o, *lse, *dqkv; /* device results (lse: fused only) */
@@ -102,12 +38,12 @@ static void result_free(aresult *r)
 
 #define OOFF 5 /* element offset of O / dO inside their buffers */
 
-/* Runs algo forward and backward on device with qkv and g (dO) from host. */
-static aresult run_algo(const acase *c, clg_attn_algo algo, const float *qkv, const float *g)
+/* Runs algo (fused: kernel variant, see clg_attn_desc) forward and backward on device with qkv and g (dO). */
+static aresult run_algo(const acase *c, clg_attn_algo algo, int variant, const float *qkv, const float *g)
 {
     int C = c->H * c->d;
     size_t nseq = (size_t)c->N * c->T * C;
-    clg_attn_desc a = {c->N, c->T, c->H, c->d, c->causal, (float)(1.0 / sqrt((double)c->d))};
+    clg_attn_desc a = {c->N, c->T, c->H, c->d, c->causal, (float)(1.0 / sqrt((double)c->d)), variant};
     size_t nsaved = clg_attn_saved_floats(&a, algo);
     cl_mem mqkv = tu_upload(dev, qkv, 3 * nseq), mg = tu_upload_at(dev, g, nseq, OOFF);
     cl_mem mo = tu_upload_at(dev, NULL, nseq, OOFF), msaved = tu_upload(dev, NULL, nsaved);
@@ -157,9 +93,19 @@ static void run_case(const acase *c)
     tu_fill(g, nseq, -1.0f, 1.0f, &r);
     double *o = malloc(sizeof(double) * nseq), *lse = malloc(sizeof(double) * rows);
     double *dqkv = malloc(sizeof(double) * 3 * nseq);
-    ref_attention(c, qkv, g, o, lse, dqkv);
-    aresult f = run_algo(c, CLG_ATTN_FUSED, qkv, g);
-    aresult m = run_algo(c, CLG_ATTN_GEMM, qkv, g);
+    double *qkvd = malloc(sizeof(double) * 3 * nseq), *gd = malloc(sizeof(double) * nseq);
+    for (size_t i = 0; i < 3 * nseq; i++)
+        qkvd[i] = qkv[i];
+    for (size_t i = 0; i < nseq; i++)
+        gd[i] = g[i];
+    ref_attention(c, qkvd, gd, o, lse, dqkv);
+    free(qkvd);
+    free(gd);
+    /* the fused kernels' two variants: local-memory tiles (GPUs) and direct reads (CPUs) */
+    aresult f = run_algo(c, CLG_ATTN_FUSED, 1, qkv, g), f2 = run_algo(c, CLG_ATTN_FUSED, 2, qkv, g);
+    aresult m = run_algo(c, CLG_ATTN_GEMM, 0, qkv, g);
+    double e2 = CLG_MAX(CLG_MAX(tu_max_err(f2.o, o, nseq, ATOL), tu_max_err(f2.lse, lse, rows, ATOL)),
+                        tu_max_err(f2.dqkv, dqkv, 3 * nseq, ATOL));
     double ef = tu_max_err(f.o, o, nseq, ATOL), el = tu_max_err(f.lse, lse, rows, ATOL);
     double edf = tu_max_err(f.dqkv, dqkv, 3 * nseq, ATOL);
     double eg = tu_max_err(m.o, o, nseq, ATOL), edg = tu_max_err(m.dqkv, dqkv, 3 * nseq, ATOL);
@@ -171,11 +117,13 @@ static void run_case(const acase *c)
     ck_assert_msg(ef < TOL && el < TOL, "fused forward N=%d T=%d H=%d d=%d %s: o err %g lse err %g", c->N, c->T, c->H,
                   c->d, what, ef, el);
     ck_assert_msg(edf < TOL, "fused backward N=%d T=%d H=%d d=%d %s: err %g", c->N, c->T, c->H, c->d, what, edf);
+    ck_assert_msg(e2 < TOL, "fused (direct reads) N=%d T=%d H=%d d=%d %s: err %g", c->N, c->T, c->H, c->d, what, e2);
     ck_assert_msg(eg < TOL, "gemm forward N=%d T=%d H=%d d=%d %s: err %g", c->N, c->T, c->H, c->d, what, eg);
     ck_assert_msg(edg < TOL, "gemm backward N=%d T=%d H=%d d=%d %s: err %g", c->N, c->T, c->H, c->d, what, edg);
     ck_assert_msg(eo < TOL && ed < TOL, "fused vs gemm N=%d T=%d d=%d %s: o %g grads %g", c->N, c->T, c->d, what, eo,
                   ed);
     result_free(&f);
+    result_free(&f2);
     result_free(&m);
     free(qkv);
     free(g);
@@ -238,7 +186,7 @@ START_TEST(test_errors)
     float one = 0;
     cl_mem m = tu_upload(dev, &one, 1);
     clg_attn_seq s = {m, 0, 16};
-    clg_attn_desc a = {1, 1, 1, 16, 1, 0.25f};
+    clg_attn_desc a = {1, 1, 1, 16, 1, 0.25f, 0};
     clg_attn_desc bad = a;
     bad.d = CLG_ATTN_MAX_D + 1;
     ck_assert_int_eq(clg_attn_forward(dev, &bad, CLG_ATTN_FUSED, &s, &s, &s, &s, m, 0), CLG_ERR_SHAPE);

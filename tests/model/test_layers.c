@@ -926,7 +926,7 @@ START_TEST(config_errors)
     int found = 0;
     for (const char *const *n = clg_layer_type_names(); *n; n++)
         found += clg_layer_lookup(*n) != NULL;
-    ck_assert_int_eq(found, 15);
+    ck_assert_int_eq(found, 16);
     clg_ctx_destroy(c.ctx);
 }
 END_TEST
