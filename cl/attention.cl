@@ -308,3 +308,283 @@ attn_softmax(const uint T, const int causal, __global float *S, const uint os)
     for (uint j = lid; j < T; j += AS_WG)
         sr[j] = j < jn ? exp(sr[j] - m) * inv : 0.0f;
 }
+
+// ---- CPU register-tile variant of the fused kernels ----
+// No local memory and no barriers; one work-item per group (reqd size 1) runs a block of
+// rows with explicit vectors, like a GEMM micro-kernel: scores of a block of rows against
+// KB = 16 keys (queries) at once as float16 lanes, from a transposed copy (NH, HD, Tp) of K
+// (or Q), so a step of the head-width loop is one contiguous 16-float load and one
+// multiply-add per row; the softmax on those lanes; then the P V-style updates along the
+// head width as float8 vectors read from the untransposed rows. HD must be a multiple
+// of 8. Tp = T rounded up to a multiple of 16 (the pad of the copies is 0).
+#if HD % 8 == 0
+#ifndef RQ // query rows per work-item (attn_fwd_cpu, attn_bwd_dq_cpu)
+#define RQ 4
+#endif
+#ifndef RK // key rows per work-item (attn_bwd_dkdv_cpu)
+#define RK 2
+#endif
+#define KB 16
+#define HV (HD / 8)
+
+static inline float hmax16(const float16 v)
+{
+    const float8 a = fmax(v.lo, v.hi);
+    const float4 b = fmax(a.lo, a.hi);
+    return fmax(fmax(b.x, b.y), fmax(b.z, b.w));
+}
+
+static inline float hsum16(const float16 v)
+{
+    const float8 a = v.lo + v.hi;
+    return dot(a.lo, (float4)(1.0f)) + dot(a.hi, (float4)(1.0f));
+}
+
+#define LANES ((int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
+
+// dst (NH, HD, Tp) = head h of src (N, T, ld) transposed per head, rows t >= T zero;
+// one work-item per (t < Tp, nh * HD + e).
+__kernel void attn_transpose(const uint T, const uint H, const uint NH, const uint Tp, __global const float *src,
+                             const uint os, const uint lds, __global float *dst)
+{
+    const uint t = get_global_id(0), he = get_global_id(1);
+    if (t >= Tp || he >= NH * HD)
+        return;
+    const uint nh = he / HD, e = he - nh * HD;
+    const uint n = nh / H, h = nh - n * H;
+    dst[(size_t)he * Tp + t] = t < T ? src[os + ((size_t)n * T + t) * lds + h * HD + e] : 0.0f;
+}
+
+// Forward: RQ query rows of one (n, h) per work-item; the online softmax per row.
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
+attn_fwd_cpu(const uint T, const uint H, const uint Tp, const float scale, const int causal, __global const float *Q,
+             const uint oq, const uint ldq, __global const float *Kt, __global const float *V, const uint ov,
+             const uint ldv, __global float *O, const uint oo, const uint ldo, __global float *L, const uint ol)
+{
+    const uint i0 = get_group_id(0) * RQ, nh = get_group_id(1);
+    const uint n = nh / H, h = nh - n * H;
+    float q[RQ][HD];
+    float8 acc[RQ][HV];
+    float m[RQ], l[RQ];
+    for (uint r = 0; r < RQ; r++) {
+        __global const float *qr = Q + oq + ((size_t)n * T + min(i0 + r, T - 1)) * ldq + h * HD;
+        for (uint d = 0; d < HD; d++)
+            q[r][d] = qr[d] * scale;
+        for (uint c = 0; c < HV; c++)
+            acc[r][c] = (float8)(0.0f);
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+    }
+    __global const float *kt = Kt + (size_t)nh * HD * Tp;
+    const uint jend = causal ? min(T, i0 + RQ) : T;
+    for (uint j0 = 0; j0 < jend; j0 += KB) {
+        float16 s[RQ];
+        for (uint r = 0; r < RQ; r++)
+            s[r] = (float16)(0.0f);
+        for (uint d = 0; d < HD; d++) {
+            const float16 kv = vload16(0, kt + (size_t)d * Tp + j0);
+            for (uint r = 0; r < RQ; r++)
+                s[r] = fma((float16)(q[r][d]), kv, s[r]);
+        }
+        const int16 j = (int16)((int)j0) + LANES;
+        float p[RQ][KB];
+        for (uint r = 0; r < RQ; r++) {
+            const int16 ok = (j < (int16)((int)T)) & (causal ? (j <= (int16)((int)(i0 + r))) : (int16)(-1));
+            const float16 sr = select((float16)(-INFINITY), s[r], ok);
+            const float mt = fmax(m[r], hmax16(sr));
+            const float16 pr = exp(sr - (float16)(mt));
+            const float corr = exp(m[r] - mt);
+            l[r] = l[r] * corr + hsum16(pr);
+            m[r] = mt;
+            for (uint c = 0; c < HV; c++)
+                acc[r][c] *= corr;
+            vstore16(pr, 0, p[r]);
+        }
+        const uint jn = min((uint)KB, jend - j0);
+        for (uint jj = 0; jj < jn; jj++) {
+            __global const float *vr = V + ov + ((size_t)n * T + j0 + jj) * ldv + h * HD;
+            for (uint c = 0; c < HV; c++) {
+                const float8 vv = vload8(c, vr);
+                for (uint r = 0; r < RQ; r++)
+                    acc[r][c] = fma((float8)(p[r][jj]), vv, acc[r][c]);
+            }
+        }
+    }
+    for (uint r = 0; r < RQ; r++) {
+        const uint i = i0 + r;
+        if (i >= T)
+            break;
+        __global float *orow = O + oo + ((size_t)n * T + i) * ldo + h * HD;
+        const float inv = 1.0f / l[r];
+        for (uint c = 0; c < HV; c++)
+            vstore8(acc[r][c] * inv, c, orow);
+        L[ol + (size_t)nh * T + i] = m[r] + log(l[r]);
+    }
+}
+
+// D_i = sum_d dO_id O_id and a copy of lse, both (NH, Tp) with zero pad; one work-item
+// per (i < Tp, nh).
+__kernel void attn_bwd_dot_cpu(const uint T, const uint H, const uint NH, const uint Tp, __global const float *O,
+                               const uint oo, const uint ldo, __global const float *dO, const uint odo,
+                               const uint lddo, __global const float *L, const uint ol, __global float *Dp,
+                               __global float *Lp)
+{
+    const uint i = get_global_id(0), nh = get_global_id(1);
+    if (i >= Tp || nh >= NH)
+        return;
+    const uint n = nh / H, h = nh - n * H;
+    float acc = 0.0f, lv = 0.0f;
+    if (i < T) {
+        const size_t ro = oo + ((size_t)n * T + i) * ldo + h * HD;
+        const size_t rd = odo + ((size_t)n * T + i) * lddo + h * HD;
+        for (uint d = 0; d < HD; d++)
+            acc += O[ro + d] * dO[rd + d];
+        lv = L[ol + (size_t)nh * T + i];
+    }
+    Dp[(size_t)nh * Tp + i] = acc;
+    Lp[(size_t)nh * Tp + i] = lv;
+}
+
+// dQ: RQ query rows per work-item; scores and dO V^T from transposed K and V (Kt, Vt).
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
+attn_bwd_dq_cpu(const uint T, const uint H, const uint Tp, const float scale, const int causal,
+                __global const float *Q, const uint oq, const uint ldq, __global const float *K, const uint ok,
+                const uint ldk, __global const float *Kt, __global const float *Vt, __global const float *dO,
+                const uint odo, const uint lddo, __global const float *Lp, __global const float *Dp,
+                __global float *dQ, const uint odq, const uint lddq)
+{
+    const uint i0 = get_group_id(0) * RQ, nh = get_group_id(1);
+    const uint n = nh / H, h = nh - n * H;
+    float q[RQ][HD], g[RQ][HD], li[RQ], di[RQ];
+    float8 dq[RQ][HV];
+    for (uint r = 0; r < RQ; r++) {
+        const uint ic = min(i0 + r, T - 1);
+        __global const float *qr = Q + oq + ((size_t)n * T + ic) * ldq + h * HD;
+        __global const float *gr = dO + odo + ((size_t)n * T + ic) * lddo + h * HD;
+        for (uint d = 0; d < HD; d++) {
+            q[r][d] = qr[d] * scale;
+            g[r][d] = gr[d];
+        }
+        for (uint c = 0; c < HV; c++)
+            dq[r][c] = (float8)(0.0f);
+        li[r] = Lp[(size_t)nh * Tp + ic];
+        di[r] = Dp[(size_t)nh * Tp + ic];
+    }
+    __global const float *kt = Kt + (size_t)nh * HD * Tp;
+    __global const float *vt = Vt + (size_t)nh * HD * Tp;
+    const uint jend = causal ? min(T, i0 + RQ) : T;
+    for (uint j0 = 0; j0 < jend; j0 += KB) {
+        float16 s[RQ], dp[RQ];
+        for (uint r = 0; r < RQ; r++)
+            s[r] = dp[r] = (float16)(0.0f);
+        for (uint d = 0; d < HD; d++) {
+            const float16 kv = vload16(0, kt + (size_t)d * Tp + j0);
+            const float16 vv = vload16(0, vt + (size_t)d * Tp + j0);
+            for (uint r = 0; r < RQ; r++) {
+                s[r] = fma((float16)(q[r][d]), kv, s[r]);
+                dp[r] = fma((float16)(g[r][d]), vv, dp[r]);
+            }
+        }
+        const int16 j = (int16)((int)j0) + LANES;
+        float ds[RQ][KB];
+        for (uint r = 0; r < RQ; r++) {
+            const int16 okm = (j < (int16)((int)T)) & (causal ? (j <= (int16)((int)(i0 + r))) : (int16)(-1));
+            const float16 p = select((float16)(0.0f), exp(s[r] - (float16)(li[r])), okm);
+            vstore16(p * (dp[r] - (float16)(di[r])), 0, ds[r]);
+        }
+        const uint jn = min((uint)KB, jend - j0);
+        for (uint jj = 0; jj < jn; jj++) {
+            __global const float *kr = K + ok + ((size_t)n * T + j0 + jj) * ldk + h * HD;
+            for (uint c = 0; c < HV; c++) {
+                const float8 kv = vload8(c, kr);
+                for (uint r = 0; r < RQ; r++)
+                    dq[r][c] = fma((float8)(ds[r][jj]), kv, dq[r][c]);
+            }
+        }
+    }
+    for (uint r = 0; r < RQ; r++) {
+        const uint i = i0 + r;
+        if (i >= T)
+            break;
+        __global float *out = dQ + odq + ((size_t)n * T + i) * lddq + h * HD;
+        for (uint c = 0; c < HV; c++)
+            vstore8(dq[r][c] * scale, c, out);
+    }
+}
+
+// dK, dV: RK key rows per work-item over the query tiles that see them; scores and
+// V dO^T from transposed Q and dO (Qt, Gt), lse and D as 16-lane loads (Lp, Dp).
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
+attn_bwd_dkdv_cpu(const uint T, const uint H, const uint Tp, const float scale, const int causal,
+                  __global const float *Q, const uint oq, const uint ldq, __global const float *K, const uint ok,
+                  const uint ldk, __global const float *V, const uint ov, const uint ldv, __global const float *dO,
+                  const uint odo, const uint lddo, __global const float *Qt, __global const float *Gt,
+                  __global const float *Lp, __global const float *Dp, __global float *dK, const uint odk,
+                  const uint lddk, __global float *dV, const uint odv, const uint lddv)
+{
+    const uint j0 = get_group_id(0) * RK, nh = get_group_id(1);
+    const uint n = nh / H, h = nh - n * H;
+    float k[RK][HD], v[RK][HD];
+    float8 dk[RK][HV], dv[RK][HV];
+    for (uint r = 0; r < RK; r++) {
+        const uint jc = min(j0 + r, T - 1);
+        __global const float *kr = K + ok + ((size_t)n * T + jc) * ldk + h * HD;
+        __global const float *vr = V + ov + ((size_t)n * T + jc) * ldv + h * HD;
+        for (uint d = 0; d < HD; d++) {
+            k[r][d] = kr[d] * scale;
+            v[r][d] = vr[d];
+        }
+        for (uint c = 0; c < HV; c++)
+            dk[r][c] = dv[r][c] = (float8)(0.0f);
+    }
+    __global const float *qt = Qt + (size_t)nh * HD * Tp;
+    __global const float *gt = Gt + (size_t)nh * HD * Tp;
+    __global const float *lp = Lp + (size_t)nh * Tp;
+    __global const float *dp_ = Dp + (size_t)nh * Tp;
+    for (uint i0 = causal ? j0 / KB * KB : 0; i0 < T; i0 += KB) {
+        float16 s[RK], dp[RK];
+        for (uint r = 0; r < RK; r++)
+            s[r] = dp[r] = (float16)(0.0f);
+        for (uint d = 0; d < HD; d++) {
+            const float16 qv = vload16(0, qt + (size_t)d * Tp + i0);
+            const float16 gv = vload16(0, gt + (size_t)d * Tp + i0);
+            for (uint r = 0; r < RK; r++) {
+                s[r] = fma((float16)(k[r][d]), qv, s[r]);
+                dp[r] = fma((float16)(v[r][d]), gv, dp[r]);
+            }
+        }
+        const int16 i = (int16)((int)i0) + LANES;
+        const float16 lv = vload16(0, lp + i0), dv16 = vload16(0, dp_ + i0);
+        float p[RK][KB], ds[RK][KB];
+        for (uint r = 0; r < RK; r++) {
+            const int16 okm = (i < (int16)((int)T)) & (causal ? (i >= (int16)((int)(j0 + r))) : (int16)(-1));
+            const float16 pr = select((float16)(0.0f), exp(s[r] - lv), okm);
+            vstore16(pr, 0, p[r]);
+            vstore16(pr * (dp[r] - dv16), 0, ds[r]);
+        }
+        const uint in_ = min((uint)KB, T - i0);
+        for (uint ii = 0; ii < in_; ii++) {
+            __global const float *qr = Q + oq + ((size_t)n * T + i0 + ii) * ldq + h * HD;
+            __global const float *gr = dO + odo + ((size_t)n * T + i0 + ii) * lddo + h * HD;
+            for (uint c = 0; c < HV; c++) {
+                const float8 qv = vload8(c, qr), gv = vload8(c, gr);
+                for (uint r = 0; r < RK; r++) {
+                    dv[r][c] = fma((float8)(p[r][ii]), gv, dv[r][c]);
+                    dk[r][c] = fma((float8)(ds[r][ii]), qv, dk[r][c]);
+                }
+            }
+        }
+    }
+    for (uint r = 0; r < RK; r++) {
+        const uint j = j0 + r;
+        if (j >= T)
+            break;
+        __global float *ko = dK + odk + ((size_t)n * T + j) * lddk + h * HD;
+        __global float *vo = dV + odv + ((size_t)n * T + j) * lddv + h * HD;
+        for (uint c = 0; c < HV; c++) {
+            vstore8(dk[r][c] * scale, c, ko);
+            vstore8(dv[r][c], c, vo);
+        }
+    }
+}
+#endif // HD % 8 == 0

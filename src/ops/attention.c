@@ -70,13 +70,23 @@ static clg_status check_saved(clg_device *dev, const clg_attn_desc *a, clg_attn_
 
 // ---- fused path ----
 
-/* Kernel `name` built for head width d with the largest tile B <= ATTN_B
- * whose group and local memory (lmem_floats(B) floats) the device allows. */
-static int fused_direct(const clg_device *dev, const clg_attn_desc *a)
+/* The fused kernels' variant for a (see clg_attn_desc.variant): 1 local
+ * tiles, 2 direct reads, 3 CPU register tiles (head width a multiple of 8). */
+static int fused_variant(const clg_device *dev, const clg_attn_desc *a)
 {
-    return a->variant ? a->variant == 2 : (dev->info.type & CLG_DEVICE_CPU) != 0;
+    if (a->variant == 3 && a->d % 8 != 0)
+        return 2;
+    if (a->variant)
+        return a->variant;
+    if (!(dev->info.type & CLG_DEVICE_CPU))
+        return 1;
+    return a->d % 8 == 0 ? 3 : 2;
 }
 
+static int fused_direct(const clg_device *dev, const clg_attn_desc *a) { return fused_variant(dev, a) >= 2; }
+
+/* Kernel `name` built for head width d with the largest tile B <= ATTN_B
+ * whose group and local memory (lmem_floats(B) floats) the device allows. */
 static void fused_options(const clg_device *dev, const clg_attn_desc *a, int B, char *buf, size_t len)
 {
     snprintf(buf, len, "-DHD=%d -DBQ=%d -DBK=%d -DATTN_DIRECT=%d", a->d, B, B, fused_direct(dev, a));
@@ -215,6 +225,174 @@ static clg_status fused_backward(clg_device *dev, const clg_attn_desc *a, const 
     return st;
 }
 
+// ---- fused path, CPU register tiles (variant 3) ----
+
+#define ATTN_RQ 4 /* RQ of cl/attention.cl */
+#define ATTN_RK 2 /* RK */
+
+static int t_pad(int T) { return CLG_CEIL_DIV(T, 16) * 16; }
+
+static clg_status cpu_kernel(clg_device *dev, const clg_attn_desc *a, const char *name, cl_kernel *k)
+{
+    char opt[96];
+    fused_options(dev, a, ATTN_B, opt, sizeof opt);
+    return clg_kernel_get(dev, "attention", opt, name, k);
+}
+
+/* dst (N H, d, Tp) = head-wise transpose of s, zero past T. */
+static clg_status cpu_transpose(clg_device *dev, const clg_attn_desc *a, const clg_attn_seq *s, cl_mem dst)
+{
+    cl_kernel k;
+    CLG_TRY(cpu_kernel(dev, a, "attn_transpose", &k));
+    cl_uint T = (cl_uint)a->T, H = (cl_uint)a->heads, NH = (cl_uint)(a->N * a->heads), Tp = (cl_uint)t_pad(a->T);
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, T);
+    CLG_KA(&ka, H);
+    CLG_KA(&ka, NH);
+    CLG_KA(&ka, Tp);
+    ka_seq(&ka, s);
+    CLG_KA(&ka, dst);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
+    size_t g[2] = {(size_t)Tp, (size_t)NH * a->d};
+    return clg_launch(dev, k, 2, g, NULL, CLG_LAUNCH_PAD, NULL);
+}
+
+static clg_status cpu_blocks(clg_device *dev, cl_kernel k, const clg_attn_desc *a, int rows)
+{
+    size_t g[2] = {(size_t)CLG_CEIL_DIV(a->T, rows), (size_t)a->N * a->heads};
+    size_t l[2] = {1, 1};
+    return clg_launch(dev, k, 2, g, l, CLG_LAUNCH_FIXED, NULL);
+}
+
+/* T, H, Tp, scale, causal: the leading arguments of the CPU kernels. */
+static void ka_cpu_head(clg_kargs *ka, const clg_attn_desc *a)
+{
+    cl_uint T = (cl_uint)a->T, H = (cl_uint)a->heads, Tp = (cl_uint)t_pad(a->T);
+    cl_float sc = a->scale;
+    cl_int causal = a->causal ? 1 : 0;
+    CLG_KA(ka, T);
+    CLG_KA(ka, H);
+    CLG_KA(ka, Tp);
+    CLG_KA(ka, sc);
+    CLG_KA(ka, causal);
+}
+
+static clg_status cpu_forward(clg_device *dev, const clg_attn_desc *a, const clg_attn_seq *q, const clg_attn_seq *k,
+                              const clg_attn_seq *v, const clg_attn_seq *o, cl_mem lse, size_t lse_off)
+{
+    size_t tsz = (size_t)a->N * a->heads * a->d * t_pad(a->T) * sizeof(float);
+    cl_mem Kt = NULL;
+    cl_kernel kr;
+    CLG_TRY(cpu_kernel(dev, a, "attn_fwd_cpu", &kr));
+    CLG_TRY(clg_buf_alloc(dev, tsz, &Kt));
+    clg_status st = cpu_transpose(dev, a, k, Kt);
+    if (st == CLG_OK) {
+        clg_kargs ka = {kr, 0, CL_SUCCESS};
+        cl_uint ol = (cl_uint)lse_off;
+        ka_cpu_head(&ka, a);
+        ka_seq(&ka, q);
+        CLG_KA(&ka, Kt);
+        ka_seq(&ka, v);
+        ka_seq(&ka, o);
+        CLG_KA(&ka, lse);
+        CLG_KA(&ka, ol);
+        st = CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments");
+        if (st == CLG_OK)
+            st = cpu_blocks(dev, kr, a, ATTN_RQ);
+    }
+    clg_buf_release(dev, Kt);
+    return st;
+}
+
+/* Scratch of the CPU backward: transposed K, V, Q, dO and the padded D, lse. */
+typedef struct {
+    cl_mem Kt, Vt, Qt, Gt, Dp, Lp;
+} cpu_bwd_scratch;
+
+static clg_status cpu_bwd_prep(clg_device *dev, const clg_attn_desc *a, const clg_attn_seq *q,
+                               const clg_attn_seq *k, const clg_attn_seq *v, const clg_attn_seq *o, cl_mem lse,
+                               size_t lse_off, const clg_attn_seq *g, cpu_bwd_scratch *s)
+{
+    size_t rows = (size_t)a->N * a->heads * t_pad(a->T), tsz = rows * a->d * sizeof(float);
+    cl_mem *t[4] = {&s->Kt, &s->Vt, &s->Qt, &s->Gt};
+    const clg_attn_seq *src[4] = {k, v, q, g};
+    for (int i = 0; i < 4; i++) {
+        CLG_TRY(clg_buf_alloc(dev, tsz, t[i]));
+        CLG_TRY(cpu_transpose(dev, a, src[i], *t[i]));
+    }
+    CLG_TRY(clg_buf_alloc(dev, rows * sizeof(float), &s->Dp));
+    CLG_TRY(clg_buf_alloc(dev, rows * sizeof(float), &s->Lp));
+    cl_kernel kd;
+    CLG_TRY(cpu_kernel(dev, a, "attn_bwd_dot_cpu", &kd));
+    cl_uint T = (cl_uint)a->T, H = (cl_uint)a->heads, NH = (cl_uint)(a->N * a->heads), Tp = (cl_uint)t_pad(a->T);
+    cl_uint ol = (cl_uint)lse_off;
+    clg_kargs ka = {kd, 0, CL_SUCCESS};
+    CLG_KA(&ka, T);
+    CLG_KA(&ka, H);
+    CLG_KA(&ka, NH);
+    CLG_KA(&ka, Tp);
+    ka_seq(&ka, o);
+    ka_seq(&ka, g);
+    CLG_KA(&ka, lse);
+    CLG_KA(&ka, ol);
+    CLG_KA(&ka, s->Dp);
+    CLG_KA(&ka, s->Lp);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
+    size_t gw[2] = {(size_t)Tp, (size_t)NH};
+    return clg_launch(dev, kd, 2, gw, NULL, CLG_LAUNCH_PAD, NULL);
+}
+
+static clg_status cpu_bwd_run(clg_device *dev, const clg_attn_desc *a, const clg_attn_seq *q,
+                              const clg_attn_seq *k, const clg_attn_seq *v, const clg_attn_seq *g,
+                              const cpu_bwd_scratch *s, const clg_attn_seq *dq, const clg_attn_seq *dk,
+                              const clg_attn_seq *dv)
+{
+    cl_kernel kq, kkv;
+    CLG_TRY(cpu_kernel(dev, a, "attn_bwd_dq_cpu", &kq));
+    CLG_TRY(cpu_kernel(dev, a, "attn_bwd_dkdv_cpu", &kkv));
+    clg_kargs ka = {kq, 0, CL_SUCCESS};
+    ka_cpu_head(&ka, a);
+    ka_seq(&ka, q);
+    ka_seq(&ka, k);
+    CLG_KA(&ka, s->Kt);
+    CLG_KA(&ka, s->Vt);
+    ka_seq(&ka, g);
+    CLG_KA(&ka, s->Lp);
+    CLG_KA(&ka, s->Dp);
+    ka_seq(&ka, dq);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
+    CLG_TRY(cpu_blocks(dev, kq, a, ATTN_RQ));
+    clg_kargs kb = {kkv, 0, CL_SUCCESS};
+    ka_cpu_head(&kb, a);
+    ka_seq(&kb, q);
+    ka_seq(&kb, k);
+    ka_seq(&kb, v);
+    ka_seq(&kb, g);
+    CLG_KA(&kb, s->Qt);
+    CLG_KA(&kb, s->Gt);
+    CLG_KA(&kb, s->Lp);
+    CLG_KA(&kb, s->Dp);
+    ka_seq(&kb, dk);
+    ka_seq(&kb, dv);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &kb, "kernel arguments"));
+    return cpu_blocks(dev, kkv, a, ATTN_RK);
+}
+
+static clg_status cpu_backward(clg_device *dev, const clg_attn_desc *a, const clg_attn_seq *q,
+                               const clg_attn_seq *k, const clg_attn_seq *v, const clg_attn_seq *o, cl_mem lse,
+                               size_t lse_off, const clg_attn_seq *g, const clg_attn_seq *dq,
+                               const clg_attn_seq *dk, const clg_attn_seq *dv)
+{
+    cpu_bwd_scratch s = {NULL, NULL, NULL, NULL, NULL, NULL};
+    clg_status st = cpu_bwd_prep(dev, a, q, k, v, o, lse, lse_off, g, &s);
+    if (st == CLG_OK)
+        st = cpu_bwd_run(dev, a, q, k, v, g, &s, dq, dk, dv);
+    cl_mem m[6] = {s.Kt, s.Vt, s.Qt, s.Gt, s.Dp, s.Lp};
+    for (int i = 0; i < 6; i++)
+        clg_buf_release(dev, m[i]);
+    return st;
+}
+
 // ---- GEMM path ----
 
 /* For sample n: C_h = alpha op(A_h) op(B_h) over the heads h (one batched
@@ -342,6 +520,8 @@ clg_status clg_attn_forward(clg_device *dev, const clg_attn_desc *a, clg_attn_al
     CLG_TRY(check_saved(dev, a, algo, op, saved, saved_off));
     if (algo == CLG_ATTN_GEMM)
         return gemm_forward(dev, a, q, k, v, o, saved, saved_off);
+    if (fused_variant(dev, a) == 3)
+        return cpu_forward(dev, a, q, k, v, o, saved, saved_off);
     return fused_forward(dev, a, q, k, v, o, saved, saved_off);
 }
 
@@ -360,5 +540,7 @@ clg_status clg_attn_backward(clg_device *dev, const clg_attn_desc *a, clg_attn_a
     if (algo == CLG_ATTN_GEMM)
         return gemm_backward(dev, a, q, k, v, saved, saved_off, do_, dq, dk, dv);
     CLG_TRY(check_seq(dev, a, op, "o", o));
+    if (fused_variant(dev, a) == 3)
+        return cpu_backward(dev, a, q, k, v, o, saved, saved_off, do_, dq, dk, dv);
     return fused_backward(dev, a, q, k, v, o, saved, saved_off, do_, dq, dk, dv);
 }

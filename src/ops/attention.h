@@ -38,9 +38,12 @@ typedef struct clg_attn_desc {
     int N, T, heads, d; /* d: head width, 1..CLG_ATTN_MAX_D */
     int causal;         /* 1: position i attends to j <= i only */
     float scale;        /* usually 1 / sqrt(d) */
-    int variant;        /* fused kernels: 0 by device (CPU: rows read straight from global memory,
-                           no barriers, so the compiler vectorizes across work-items; else K/V
-                           tiles in local memory), 1 local tiles, 2 direct reads */
+    int variant;        /* fused kernels: 1 K/V tiles in local memory (GPUs); 2 rows read
+                           straight from global memory, no barriers (the compiler vectorizes
+                           across work-items); 3 CPU register tiles: one work-item per block of
+                           rows, explicit float16/float8 vectors over transposed copies of K, V
+                           (Q, dO for dK/dV), head width a multiple of 8 (else 2);
+                           0 by device: 3 (or 2) on CPUs, 1 elsewhere */
 } clg_attn_desc;
 
 /* One operand: a sequence (N, T, ld) at element offset off of mem. */
