@@ -322,7 +322,7 @@ attn_softmax(const uint T, const int causal, __global float *S, const uint os)
 #define RQ 4
 #endif
 #ifndef RK // key rows per work-item (attn_bwd_dkdv_cpu)
-#define RK 2
+#define RK 8
 #endif
 #define KB 16
 #define HV (HD / 8)

@@ -133,7 +133,7 @@ static clg_status proj(clg_device *dev, int ta, int tb, int M, int N, int K, cl_
 
 static clg_attn_desc attn_desc(const attn_priv *p, int n)
 {
-    clg_attn_desc a = {n, p->T, p->heads, p->d, p->causal, (float)(1.0 / sqrt((double)p->d)), 0};
+    clg_attn_desc a = {n, p->T, p->heads, p->d, p->causal, (float)(1.0 / sqrt((double)p->d)), 0, 0, 0};
     return a;
 }
 

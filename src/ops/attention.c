@@ -227,15 +227,22 @@ static clg_status fused_backward(clg_device *dev, const clg_attn_desc *a, const 
 
 // ---- fused path, CPU register tiles (variant 3) ----
 
-#define ATTN_RQ 4 /* RQ of cl/attention.cl */
-#define ATTN_RK 2 /* RK */
+/* Rows per work-item of the CPU kernels (RQ, RK of cl/attention.cl) unless
+ * the descriptor sets them. */
+#define ATTN_RQ 4
+#define ATTN_RK 8
+
+static int cpu_rq(const clg_attn_desc *a) { return a->rq > 0 ? a->rq : ATTN_RQ; }
+static int cpu_rk(const clg_attn_desc *a) { return a->rk > 0 ? a->rk : ATTN_RK; }
 
 static int t_pad(int T) { return CLG_CEIL_DIV(T, 16) * 16; }
 
 static clg_status cpu_kernel(clg_device *dev, const clg_attn_desc *a, const char *name, cl_kernel *k)
 {
-    char opt[96];
+    char opt[128];
     fused_options(dev, a, ATTN_B, opt, sizeof opt);
+    size_t n = strlen(opt);
+    snprintf(opt + n, sizeof opt - n, " -DRQ=%d -DRK=%d", cpu_rq(a), cpu_rk(a));
     return clg_kernel_get(dev, "attention", opt, name, k);
 }
 
@@ -298,7 +305,7 @@ static clg_status cpu_forward(clg_device *dev, const clg_attn_desc *a, const clg
         CLG_KA(&ka, ol);
         st = CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments");
         if (st == CLG_OK)
-            st = cpu_blocks(dev, kr, a, ATTN_RQ);
+            st = cpu_blocks(dev, kr, a, cpu_rq(a));
     }
     clg_buf_release(dev, Kt);
     return st;
@@ -361,7 +368,7 @@ static clg_status cpu_bwd_run(clg_device *dev, const clg_attn_desc *a, const clg
     CLG_KA(&ka, s->Dp);
     ka_seq(&ka, dq);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-    CLG_TRY(cpu_blocks(dev, kq, a, ATTN_RQ));
+    CLG_TRY(cpu_blocks(dev, kq, a, cpu_rq(a)));
     clg_kargs kb = {kkv, 0, CL_SUCCESS};
     ka_cpu_head(&kb, a);
     ka_seq(&kb, q);
@@ -375,7 +382,7 @@ static clg_status cpu_bwd_run(clg_device *dev, const clg_attn_desc *a, const clg
     ka_seq(&kb, dk);
     ka_seq(&kb, dv);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &kb, "kernel arguments"));
-    return cpu_blocks(dev, kkv, a, ATTN_RK);
+    return cpu_blocks(dev, kkv, a, cpu_rk(a));
 }
 
 static clg_status cpu_backward(clg_device *dev, const clg_attn_desc *a, const clg_attn_seq *q,

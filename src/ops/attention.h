@@ -44,6 +44,7 @@ typedef struct clg_attn_desc {
                            rows, explicit float16/float8 vectors over transposed copies of K, V
                            (Q, dO for dK/dV), head width a multiple of 8 (else 2);
                            0 by device: 3 (or 2) on CPUs, 1 elsewhere */
+    int rq, rk;         /* variant 3: query / key rows per work-item (0: defaults, 4 and 8) */
 } clg_attn_desc;
 
 /* One operand: a sequence (N, T, ld) at element offset off of mem. */
