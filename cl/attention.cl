@@ -588,3 +588,45 @@ attn_bwd_dkdv_cpu(const uint T, const uint H, const uint Tp, const float scale, 
     }
 }
 #endif // HD % 8 == 0
+
+// ---- generation with a key/value cache ----
+// Queries of Tq new positions past .. past + Tq - 1 against the cached keys and values of
+// positions 0 .. past + Tq - 1 (rows n * Tc + j of Kc, Vc: Tc rows per sample), causal:
+// position past + i sees j <= past + i. One work-item per (i, n * H + h); online softmax
+// key by key (generation runs one or a few queries, so no tiles). Writes O only.
+__kernel void attn_fwd_cached(const uint Tq, const uint Tc, const uint past, const uint H, const uint NH,
+                              const float scale, const int causal, __global const float *Q, const uint oq,
+                              const uint ldq, __global const float *Kc, const uint okc, const uint ldkc,
+                              __global const float *Vc, const uint ovc, const uint ldvc, __global float *O,
+                              const uint oo, const uint ldo)
+{
+    const uint i = get_global_id(0), nh = get_global_id(1);
+    if (i >= Tq || nh >= NH)
+        return;
+    const uint n = nh / H, h = nh - n * H;
+    float q[HD], acc[HD];
+    __global const float *qr = Q + oq + ((size_t)n * Tq + i) * ldq + h * HD;
+    for (uint d = 0; d < HD; d++) {
+        q[d] = qr[d] * scale;
+        acc[d] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    const uint jn = causal ? past + i + 1 : past + Tq;
+    for (uint j = 0; j < jn; j++) {
+        __global const float *kr = Kc + okc + ((size_t)n * Tc + j) * ldkc + h * HD;
+        __global const float *vr = Vc + ovc + ((size_t)n * Tc + j) * ldvc + h * HD;
+        float s = 0.0f;
+        for (uint d = 0; d < HD; d++)
+            s += q[d] * kr[d];
+        const float mn = fmax(m, s);
+        const float corr = exp(m - mn), p = exp(s - mn);
+        l = l * corr + p;
+        for (uint d = 0; d < HD; d++)
+            acc[d] = acc[d] * corr + p * vr[d];
+        m = mn;
+    }
+    __global float *orow = O + oo + ((size_t)n * Tq + i) * ldo + h * HD;
+    const float inv = 1.0f / l;
+    for (uint d = 0; d < HD; d++)
+        orow[d] = acc[d] * inv;
+}

@@ -551,3 +551,70 @@ clg_status clg_attn_backward(clg_device *dev, const clg_attn_desc *a, clg_attn_a
         return cpu_backward(dev, a, q, k, v, o, saved, saved_off, do_, dq, dk, dv);
     return fused_backward(dev, a, q, k, v, o, saved, saved_off, do_, dq, dk, dv);
 }
+
+// ---- generation with a key/value cache ----
+
+static clg_status check_cache(clg_device *dev, const clg_attn_desc *a, const char *op, int Tc, int past,
+                              const char *name, const clg_attn_seq *c)
+{
+    if (Tc < 1 || past < 0 || past > Tc - a->T)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE,
+                           "%s: %d cached + %d new positions do not fit a cache of %d positions", op, past, a->T, Tc);
+    clg_attn_desc full = *a;
+    full.T = Tc;
+    return check_seq(dev, &full, op, name, c);
+}
+
+clg_status clg_attn_cache_append(clg_device *dev, const clg_attn_desc *a, int Tc, int past, const clg_attn_seq *k_new,
+                                 const clg_attn_seq *v_new, const clg_attn_seq *kc, const clg_attn_seq *vc)
+{
+    const char *op = "attention cache append";
+    CLG_TRY(clg_attn_check(dev, a));
+    CLG_TRY(check_seq(dev, a, op, "k", k_new));
+    CLG_TRY(check_seq(dev, a, op, "v", v_new));
+    CLG_TRY(check_cache(dev, a, op, Tc, past, "k cache", kc));
+    CLG_TRY(check_cache(dev, a, op, Tc, past, "v cache", vc));
+    size_t C = (size_t)a->heads * a->d;
+    for (int n = 0; n < a->N; n++) {
+        const clg_attn_seq *src[2] = {k_new, v_new}, *dst[2] = {kc, vc};
+        for (int i = 0; i < 2; i++)
+            CLG_TRY(clg_nn_copy_rows(dev, C, (size_t)a->T, src[i]->mem, src[i]->off + (size_t)n * a->T * src[i]->ld,
+                                     (size_t)src[i]->ld, dst[i]->mem,
+                                     dst[i]->off + ((size_t)n * Tc + past) * dst[i]->ld, (size_t)dst[i]->ld));
+    }
+    return CLG_OK;
+}
+
+clg_status clg_attn_forward_cached(clg_device *dev, const clg_attn_desc *a, int Tc, int past, const clg_attn_seq *q,
+                                   const clg_attn_seq *kc, const clg_attn_seq *vc, const clg_attn_seq *o)
+{
+    const char *op = "attention forward (cached)";
+    CLG_TRY(clg_attn_check(dev, a));
+    CLG_TRY(check_seq(dev, a, op, "q", q));
+    CLG_TRY(check_seq(dev, a, op, "o", o));
+    CLG_TRY(check_cache(dev, a, op, Tc, past, "k cache", kc));
+    CLG_TRY(check_cache(dev, a, op, Tc, past, "v cache", vc));
+    char opt[32];
+    snprintf(opt, sizeof opt, "-DHD=%d", a->d);
+    cl_kernel k;
+    CLG_TRY(clg_kernel_get(dev, "attention", opt, "attn_fwd_cached", &k));
+    cl_uint Tq = (cl_uint)a->T, utc = (cl_uint)Tc, upast = (cl_uint)past, H = (cl_uint)a->heads;
+    cl_uint NH = (cl_uint)(a->N * a->heads);
+    cl_float sc = a->scale;
+    cl_int causal = a->causal ? 1 : 0;
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, Tq);
+    CLG_KA(&ka, utc);
+    CLG_KA(&ka, upast);
+    CLG_KA(&ka, H);
+    CLG_KA(&ka, NH);
+    CLG_KA(&ka, sc);
+    CLG_KA(&ka, causal);
+    ka_seq(&ka, q);
+    ka_seq(&ka, kc);
+    ka_seq(&ka, vc);
+    ka_seq(&ka, o);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
+    size_t g[2] = {(size_t)a->T, (size_t)NH};
+    return clg_launch(dev, k, 2, g, NULL, CLG_LAUNCH_PAD, NULL);
+}

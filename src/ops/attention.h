@@ -75,4 +75,21 @@ CLG_INTERNAL clg_status clg_attn_backward(clg_device *dev, const clg_attn_desc *
                                           const clg_attn_seq *do_, const clg_attn_seq *dq, const clg_attn_seq *dk,
                                           const clg_attn_seq *dv);
 
+/* ---- generation with a key/value cache ----
+ * A cache holds the keys or values of up to Tc positions per sample:
+ * (N, Tc, ld) rows, position j of sample n at row n Tc + j (cache.off,
+ * cache.ld as in clg_attn_seq; rows counted with Tc, not a->T).
+ * clg_attn_cache_append copies the a->T new positions of k_new and v_new
+ * (sequences (N, a->T, ld)) into rows past .. past + a->T - 1 of kc, vc.
+ * clg_attn_forward_cached: o (N, a->T, ld) = attention of the a->T new
+ * queries q (positions past + i) against cached positions 0 .. past + a->T - 1
+ * (causal: j <= past + i), the same values as clg_attn_forward over the whole
+ * prefix for those rows; no lse saved (inference). past + a->T <= Tc. */
+CLG_INTERNAL clg_status clg_attn_cache_append(clg_device *dev, const clg_attn_desc *a, int Tc, int past,
+                                              const clg_attn_seq *k_new, const clg_attn_seq *v_new,
+                                              const clg_attn_seq *kc, const clg_attn_seq *vc);
+CLG_INTERNAL clg_status clg_attn_forward_cached(clg_device *dev, const clg_attn_desc *a, int Tc, int past,
+                                                const clg_attn_seq *q, const clg_attn_seq *kc,
+                                                const clg_attn_seq *vc, const clg_attn_seq *o);
+
 #endif

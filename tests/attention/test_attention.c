@@ -5,6 +5,7 @@
  * gradients written into one (N, T, 3C) buffer; O sits at an offset between
  * NaN guards. Shapes: T in {1, 7, 33, 69} (not multiples of the 32-row tile),
  * head widths 16, 32, 64, N x heads = 4, causal and not.
+ * Also generation with a key/value cache against the full-sequence result.
  * CLGRAD_TEST_TINY=1: a few tiny shapes (oclgrind). */
 #include <math.h>
 #include <stdio.h>
@@ -187,6 +188,68 @@ START_TEST(test_heads)
 }
 END_TEST
 
+/* Generation with a key/value cache: a prefix of 5 positions, then one
+ * position at a time, each step appending its keys and values to the cache
+ * and attending from its queries; every row equals the full-sequence
+ * forward's (and the double reference) for T = 12. */
+START_TEST(test_cached)
+{
+    const int N = 2, T = 12, H = 2, d = 16, C = H * d, Tc = 16;
+    clg_rng r;
+    tu_rng(&r, 999);
+    size_t nseq = (size_t)N * T * C;
+    float *qkv = malloc(sizeof(float) * 3 * nseq);
+    tu_fill(qkv, 3 * nseq, -1.0f, 1.0f, &r);
+    double *qkvd = malloc(sizeof(double) * 3 * nseq), *o = malloc(sizeof(double) * nseq);
+    double *lse = malloc(sizeof(double) * N * H * T);
+    for (size_t i = 0; i < 3 * nseq; i++)
+        qkvd[i] = qkv[i];
+    acase ac = {N, T, H, d, 1};
+    ref_attention(&ac, qkvd, NULL, o, lse, NULL);
+    cl_mem kc = tu_upload(dev, NULL, (size_t)N * Tc * C), vc = tu_upload(dev, NULL, (size_t)N * Tc * C);
+    clg_attn_seq skc = {kc, 0, C}, svc = {vc, 0, C};
+    double err = 0;
+    for (int past = 0; past < T;) {
+        int tn = past == 0 ? 5 : 1;
+        /* the new positions' q, k, v as a (N, tn, 3C) buffer, as a projection would write them */
+        size_t nn = (size_t)N * tn * 3 * C;
+        float *step = malloc(sizeof(float) * nn);
+        for (int n = 0; n < N; n++)
+            memcpy(step + (size_t)n * tn * 3 * C, qkv + ((size_t)n * T + past) * 3 * C, sizeof(float) * tn * 3 * C);
+        cl_mem ms = tu_upload(dev, step, nn), mo = tu_upload(dev, NULL, (size_t)N * tn * C);
+        clg_attn_desc a = {N, tn, H, d, 1, 0.25f, 0, 0, 0};
+        clg_attn_seq q = {ms, 0, 3 * C}, k = {ms, (size_t)C, 3 * C}, v = {ms, 2 * (size_t)C, 3 * C}, so = {mo, 0, C};
+        ck_assert_msg(clg_attn_cache_append(dev, &a, Tc, past, &k, &v, &skc, &svc) == CLG_OK, "%s",
+                      clg_last_error(ctx));
+        ck_assert_msg(clg_attn_forward_cached(dev, &a, Tc, past, &q, &skc, &svc, &so) == CLG_OK, "%s",
+                      clg_last_error(ctx));
+        float *got = malloc(sizeof(float) * N * tn * C);
+        tu_download(dev, mo, got, (size_t)N * tn * C);
+        for (int n = 0; n < N; n++)
+            for (int i = 0; i < tn; i++)
+                for (int c = 0; c < C; c++) {
+                    double ref = o[((size_t)n * T + past + i) * C + c];
+                    double e = fabs(got[((size_t)n * tn + i) * C + c] - ref) / (fabs(ref) + ATOL);
+                    err = isnan(e) || e > err ? (isnan(e) ? INFINITY : e) : err;
+                }
+        free(got);
+        free(step);
+        clg_buf_release(dev, ms);
+        clg_buf_release(dev, mo);
+        past += tn;
+    }
+    ck_assert_msg(err < TOL, "cached generation: error %g against the full-sequence reference", err);
+    /* a cache too small for the new positions */
+    clg_attn_desc a = {N, 5, H, d, 1, 0.25f, 0, 0, 0};
+    clg_attn_seq q = {kc, 0, C};
+    ck_assert_int_eq(clg_attn_forward_cached(dev, &a, Tc, 12, &q, &skc, &svc, &q), CLG_ERR_SHAPE);
+    ck_assert_ptr_nonnull(strstr(clg_last_error(ctx), "do not fit a cache of 16 positions"));
+    clg_buf_release(dev, kc);
+    clg_buf_release(dev, vc);
+    free(qkv), free(qkvd), free(o), free(lse);
+}
+END_TEST
+
 START_TEST(test_errors)
 {
     float one = 0;
@@ -217,6 +280,7 @@ int main(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_shapes);
     tcase_add_test(tc, test_heads);
+    tcase_add_test(tc, test_cached);
     tcase_add_test(tc, test_errors);
     suite_add_tcase(s, tc);
     return tu_run(s);
