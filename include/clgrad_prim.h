@@ -7,9 +7,9 @@
  *   GEMM (transposes, alpha/beta, bias and ReLU epilogue), 2-D convolution
  *   forward, backward-data and backward-filter (im2col, direct, Winograd
  *   F(2x2,3x3) and F(4x4,3x3), separate or fused, clFFT; or a measured
- *   automatic choice), pooling and softmax, on the caller's cl_context,
- *   in-order cl_command_queue and cl_mem buffers, in the style of CLBlast's
- *   C API. Every call takes an event wait list and can return an event that
+ *   automatic choice), pooling, softmax and multi-head attention (fused or
+ *   GEMM), on the caller's cl_context, in-order cl_command_queue and cl_mem
+ *   buffers, in the style of CLBlast's C API. Every call takes an event wait list and can return an event that
  *   completes when the whole operation (which may be several kernels) has.
  *
  *   A handle (clg_prim) is created once per command queue. It compiles the
@@ -297,6 +297,51 @@ CLG_API clg_status clg_prim_layernorm_backward(clg_prim *h, size_t rows, size_t 
                                                cl_mem dy, size_t dy_offset, cl_mem gamma, cl_mem mean, cl_mem rstd,
                                                cl_mem dx, size_t dx_offset, cl_mem dgamma, cl_mem dbeta,
                                                cl_uint num_wait, const cl_event *wait, cl_event *event);
+/* ---- attention: multi-head scaled dot-product attention ----
+ * Legend: n batch, t positions, heads, head_dim d, C = heads d.
+ * Layout: q, k, v, o and their gradients are sequences (n, t, ld) row-major
+ * whose row of position i of sample b holds the heads side by side: head
+ * hd's d floats at offset + (b t + i) ld + hd d. A fused QKV projection's
+ * output (n, t, 3C) is read in place with ld_q = ld_k = ld_v = 3C and
+ * offsets 0, C, 2C; separate (n, t, C) buffers with ld = C (the default).
+ * o_i = sum_j softmax_j(scale q_i . k_j) v_j over j <= i when causal.
+ * `saved` keeps what backward needs: clg_prim_attention_saved_size floats
+ * (fused: the log-sum-exp of each row, n heads t; gemm: the probabilities,
+ * n heads t t). */
+typedef enum clg_prim_attention_algo {
+    CLG_PRIM_ATTENTION_AUTO = 0,  /* fused */
+    CLG_PRIM_ATTENTION_FUSED = 1, /* FlashAttention-style kernels: the t x t scores stay in local memory */
+    CLG_PRIM_ATTENTION_GEMM = 2   /* batched GEMMs + masked softmax (the reference path) */
+} clg_prim_attention_algo;
+
+typedef struct clg_prim_attention_desc {
+    size_t size;                  /* set by clg_prim_attention_desc_init */
+    int n, t, heads, head_dim;    /* head_dim 1..128 */
+    int causal;                   /* default 1: position i attends to j <= i */
+    float scale;                  /* default 0: 1 / sqrt(head_dim) */
+    size_t ld_q, ld_k, ld_v, ld_o; /* row pitches in elements; 0 (default): heads x head_dim. The
+                                      gradients dq, dk, dv use ld_q, ld_k, ld_v; dout uses ld_o */
+    clg_prim_attention_algo algo; /* default CLG_PRIM_ATTENTION_AUTO */
+} clg_prim_attention_desc;
+
+CLG_API void clg_prim_attention_desc_init_size(clg_prim_attention_desc *d, size_t size);
+#define clg_prim_attention_desc_init(d) clg_prim_attention_desc_init_size((d), sizeof *(d))
+/* Floats of the `saved` buffer for d (0 when d is invalid). */
+CLG_API size_t clg_prim_attention_saved_size(const clg_prim_attention_desc *d);
+/* o = attention(q, k, v); saved (overwritten) is kept for backward. Dropout is not supported. */
+CLG_API clg_status clg_prim_attention_forward(clg_prim *h, const clg_prim_attention_desc *d, cl_mem q,
+                                              size_t q_offset, cl_mem k, size_t k_offset, cl_mem v, size_t v_offset,
+                                              cl_mem o, size_t o_offset, cl_mem saved, size_t saved_offset,
+                                              cl_uint num_wait, const cl_event *wait, cl_event *event);
+/* dq, dk, dv (overwritten) from dout and the forward's q, k, v, o and saved
+ * (same desc; o is read by the fused algorithm only and may be NULL for gemm). */
+CLG_API clg_status clg_prim_attention_backward(clg_prim *h, const clg_prim_attention_desc *d, cl_mem q,
+                                               size_t q_offset, cl_mem k, size_t k_offset, cl_mem v,
+                                               size_t v_offset, cl_mem o, size_t o_offset, cl_mem saved,
+                                               size_t saved_offset, cl_mem dout, size_t dout_offset, cl_mem dq,
+                                               size_t dq_offset, cl_mem dk, size_t dk_offset, cl_mem dv,
+                                               size_t dv_offset, cl_uint num_wait, const cl_event *wait,
+                                               cl_event *event);
 
 #ifdef __cplusplus
 }

@@ -94,6 +94,7 @@ int bench_gemm(int argc, char **argv);
 int bench_conv(int argc, char **argv);
 int bench_train(int argc, char **argv);
 int bench_prim(int argc, char **argv);
+int bench_attention(int argc, char **argv);
 int bench_start(int argc, char **argv);
 
 /* A model argument as a path: itself when it is a file, else the shipped

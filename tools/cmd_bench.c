@@ -7,7 +7,7 @@
 int cmd_bench(int argc, char **argv)
 {
     if (argc < 2 || cli_is_help(argv[1])) {
-        printf("usage: clgrad bench gemm|conv|train|prim|allreduce|start [OPTIONS]   (clgrad bench TARGET --help)\n");
+        printf("usage: clgrad bench gemm|conv|train|prim|allreduce|start|attention [OPTIONS]   (clgrad bench TARGET --help)\n");
         return argc < 2 ? CLI_USAGE : CLI_OK;
     }
     if (strcmp(argv[1], "gemm") == 0)
@@ -22,5 +22,7 @@ int cmd_bench(int argc, char **argv)
         return bench_allreduce(argc - 1, argv + 1);
     if (strcmp(argv[1], "start") == 0)
         return bench_start(argc - 1, argv + 1);
-    return cli_usage_error("bench", "unknown target '%s' (gemm, conv, train, prim, allreduce or start)", argv[1]);
+    if (strcmp(argv[1], "attention") == 0)
+        return bench_attention(argc - 1, argv + 1);
+    return cli_usage_error("bench", "unknown target '%s' (gemm, conv, train, prim, allreduce, start or attention)", argv[1]);
 }

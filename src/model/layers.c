@@ -29,12 +29,13 @@ static const layer_entry registry[] = {
     {"embedding", &clg_layer_embedding_ops},
     {"posembed", &clg_layer_posembed_ops},
     {"layernorm", &clg_layer_layernorm_ops},
+    {"attention", &clg_layer_attention_ops},
 };
 
 static const char *const type_names[] = {"convolutional", "conv",    "dense",   "connected", "maxpool",
                                          "avgpool",       "gap",     "activation", "batchnorm", "dropout",
                                          "flatten",       "add",     "concat",  "softmax",   "mse",
-                                         "embedding",     "posembed", "layernorm",
+                                         "embedding",     "posembed", "layernorm", "attention",
                                          NULL};
 
 const clg_layer_ops *clg_layer_lookup(const char *type)

@@ -51,6 +51,7 @@
 
 extern CLG_INTERNAL const clg_layer_ops clg_layer_conv_ops;
 extern CLG_INTERNAL const clg_layer_ops clg_layer_dense_ops;
+extern CLG_INTERNAL const clg_layer_ops clg_layer_attention_ops;
 extern CLG_INTERNAL const clg_layer_ops clg_layer_maxpool_ops;
 extern CLG_INTERNAL const clg_layer_ops clg_layer_avgpool_ops;
 extern CLG_INTERNAL const clg_layer_ops clg_layer_gap_ops;

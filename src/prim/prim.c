@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "device/device.h"
+#include "ops/attention.h"
 #include "ops/conv.h"
 #include "ops/conv_impl.h"
 #include "ops/gemm.h"
@@ -681,5 +682,127 @@ clg_status clg_prim_layernorm_backward(clg_prim *h, size_t rows, size_t cols, cl
     begin_enqueue(h, &deps, num_wait, wait);
     clg_status st = clg_seq_layernorm_backward(hdev(h), rows, (int)cols, x, x_offset, dy, dy_offset, gamma, mean,
                                                rstd, dgamma, dbeta, dx, dx_offset);
+    return finish(h, &deps, st, event);
+}
+
+// ---- attention ----
+
+_Static_assert((int)CLG_PRIM_ATTENTION_FUSED == (int)CLG_ATTN_FUSED, "attention algo ids");
+_Static_assert((int)CLG_PRIM_ATTENTION_GEMM == (int)CLG_ATTN_GEMM, "attention algo ids");
+
+void clg_prim_attention_desc_init_size(clg_prim_attention_desc *d, size_t size)
+{
+    clg_prim_attention_desc x;
+    memset(&x, 0, sizeof x);
+    x.size = sizeof x;
+    x.causal = 1;
+    clg_sized_init(d, size, &x, sizeof x);
+}
+
+/* The internal descriptor, algorithm and the four row pitches of d. */
+typedef struct attn_args {
+    clg_attn_desc a;
+    clg_attn_algo algo;
+    int ld[4]; /* q, k, v, o */
+} attn_args;
+
+static clg_status attn_args_get(clg_err *err, const char *op, const clg_prim_attention_desc *d, attn_args *out)
+{
+    if (!d)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "%s: descriptor is NULL", op);
+    clg_prim_attention_desc x;
+    clg_prim_attention_desc_init_size(&x, sizeof x);
+    CLG_TRY(clg_sized_read(err, "clg_prim_attention_desc", &x, sizeof x, d));
+    if (x.n <= 0 || x.t <= 0 || x.heads <= 0 || x.head_dim <= 0 || x.head_dim > CLG_ATTN_MAX_D)
+        return clg_err_set(err, CLG_ERR_SHAPE, "%s: bad shape n=%d t=%d heads=%d head_dim=%d (head_dim 1..%d)", op,
+                           x.n, x.t, x.heads, x.head_dim, CLG_ATTN_MAX_D);
+    if ((long long)x.heads * x.head_dim > INT_MAX / 4)
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "%s: heads x head_dim too large", op);
+    if (x.algo < CLG_PRIM_ATTENTION_AUTO || x.algo > CLG_PRIM_ATTENTION_GEMM)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "%s: unknown algo %d", op, (int)x.algo);
+    if (!(x.scale >= 0.0f) || isinf(x.scale))
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "%s: scale must be finite and >= 0 (0: 1/sqrt(head_dim))", op);
+    int C = x.heads * x.head_dim;
+    size_t lds[4] = {x.ld_q, x.ld_k, x.ld_v, x.ld_o};
+    static const char *const ldn[4] = {"ld_q", "ld_k", "ld_v", "ld_o"};
+    for (int i = 0; i < 4; i++) {
+        size_t ld = lds[i] ? lds[i] : (size_t)C;
+        if (ld < (size_t)C || ld > (size_t)INT_MAX)
+            return clg_err_set(err, CLG_ERR_SHAPE, "%s: %s = %zu is below heads x head_dim = %d or too large", op,
+                               ldn[i], lds[i], C);
+        out->ld[i] = (int)ld;
+    }
+    out->a = (clg_attn_desc){x.n, x.t, x.heads, x.head_dim, x.causal ? 1 : 0,
+                             x.scale > 0.0f ? x.scale : (float)(1.0 / sqrt((double)x.head_dim)), 0, 0, 0};
+    out->algo = x.algo == CLG_PRIM_ATTENTION_GEMM ? CLG_ATTN_GEMM : CLG_ATTN_FUSED;
+    return CLG_OK;
+}
+
+size_t clg_prim_attention_saved_size(const clg_prim_attention_desc *d)
+{
+    attn_args x;
+    clg_err e;
+    memset(&e, 0, sizeof e);
+    if (attn_args_get(&e, "clg_prim_attention_saved_size", d, &x) != CLG_OK)
+        return 0;
+    return clg_attn_saved_floats(&x.a, x.algo);
+}
+
+/* Checks a sequence operand (n, t, ld) and makes its internal descriptor. */
+static clg_status attn_seq(clg_prim *h, const char *op, const char *name, const attn_args *x, int which, cl_mem m,
+                           size_t off, clg_attn_seq *out)
+{
+    size_t need = ((size_t)x->a.N * x->a.T - 1) * (size_t)x->ld[which] + (size_t)x->a.heads * x->a.d;
+    CLG_TRY(check_buf(h, op, name, m, off, need));
+    *out = (clg_attn_seq){m, off, x->ld[which]};
+    return CLG_OK;
+}
+
+clg_status clg_prim_attention_forward(clg_prim *h, const clg_prim_attention_desc *d, cl_mem q, size_t q_offset,
+                                      cl_mem k, size_t k_offset, cl_mem v, size_t v_offset, cl_mem o,
+                                      size_t o_offset, cl_mem saved, size_t saved_offset, cl_uint num_wait,
+                                      const cl_event *wait, cl_event *event)
+{
+    const char *op = "clg_prim_attention_forward";
+    CLG_TRY(begin_check(h, op, num_wait, wait, event));
+    attn_args x;
+    CLG_TRY(attn_args_get(herr(h), op, d, &x));
+    clg_attn_seq sq, sk, sv, so;
+    CLG_TRY(attn_seq(h, op, "q", &x, 0, q, q_offset, &sq));
+    CLG_TRY(attn_seq(h, op, "k", &x, 1, k, k_offset, &sk));
+    CLG_TRY(attn_seq(h, op, "v", &x, 2, v, v_offset, &sv));
+    CLG_TRY(attn_seq(h, op, "o", &x, 3, o, o_offset, &so));
+    CLG_TRY(check_buf(h, op, "saved", saved, saved_offset, clg_attn_saved_floats(&x.a, x.algo)));
+    clg_deps deps;
+    begin_enqueue(h, &deps, num_wait, wait);
+    return finish(h, &deps, clg_attn_forward(hdev(h), &x.a, x.algo, &sq, &sk, &sv, &so, saved, saved_offset), event);
+}
+
+clg_status clg_prim_attention_backward(clg_prim *h, const clg_prim_attention_desc *d, cl_mem q, size_t q_offset,
+                                       cl_mem k, size_t k_offset, cl_mem v, size_t v_offset, cl_mem o,
+                                       size_t o_offset, cl_mem saved, size_t saved_offset, cl_mem dout,
+                                       size_t dout_offset, cl_mem dq, size_t dq_offset, cl_mem dk, size_t dk_offset,
+                                       cl_mem dv, size_t dv_offset, cl_uint num_wait, const cl_event *wait,
+                                       cl_event *event)
+{
+    const char *op = "clg_prim_attention_backward";
+    CLG_TRY(begin_check(h, op, num_wait, wait, event));
+    attn_args x;
+    CLG_TRY(attn_args_get(herr(h), op, d, &x));
+    clg_attn_seq sq, sk, sv, so = {NULL, 0, x.ld[3]}, sg, sdq, sdk, sdv;
+    CLG_TRY(attn_seq(h, op, "q", &x, 0, q, q_offset, &sq));
+    CLG_TRY(attn_seq(h, op, "k", &x, 1, k, k_offset, &sk));
+    CLG_TRY(attn_seq(h, op, "v", &x, 2, v, v_offset, &sv));
+    if (x.algo == CLG_ATTN_FUSED || o)
+        CLG_TRY(attn_seq(h, op, "o", &x, 3, o, o_offset, &so));
+    CLG_TRY(check_buf(h, op, "saved", saved, saved_offset, clg_attn_saved_floats(&x.a, x.algo)));
+    CLG_TRY(attn_seq(h, op, "dout", &x, 3, dout, dout_offset, &sg));
+    CLG_TRY(attn_seq(h, op, "dq", &x, 0, dq, dq_offset, &sdq));
+    CLG_TRY(attn_seq(h, op, "dk", &x, 1, dk, dk_offset, &sdk));
+    CLG_TRY(attn_seq(h, op, "dv", &x, 2, dv, dv_offset, &sdv));
+    clg_deps deps;
+    begin_enqueue(h, &deps, num_wait, wait);
+    clg_status st = clg_attn_backward(hdev(h), &x.a, x.algo, &sq, &sk, &sv, &so, saved, saved_offset, &sg, &sdq,
+                                      &sdk, &sdv);
     return finish(h, &deps, st, event);
 }

@@ -936,7 +936,7 @@ START_TEST(config_errors)
     for (const char *const *n = clg_layer_type_names(); *n; n++, names++)
         found += clg_layer_lookup(*n) != NULL;
     ck_assert_int_eq(found, names); /* every listed type resolves */
-    ck_assert_int_ge(names, 18);    /* the 15 CNN types + embedding, posembed, layernorm */
+    ck_assert_int_ge(names, 19);    /* the 15 CNN types + embedding, posembed, layernorm, attention */
     clg_ctx_destroy(c.ctx);
 }
 END_TEST

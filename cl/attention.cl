@@ -1,0 +1,632 @@
+// Scaled dot-product attention, multi-head, optionally causal.
+//
+// Layout (every Q, K, V, O and their gradients): a sequence (N, T, ld) row-major,
+// head h of position t of sample n at  off + (n * T + t) * ld + h * HD,  HD floats
+// contiguous. With ld = 3C and offsets 0, C, 2C the kernels read Q, K, V straight
+// from a fused QKV projection's output (N, T, 3C); with ld = C from separate (N, T, C)
+// buffers. lse: the log-sum-exp of each row's scaled scores, (N, H, T) contiguous.
+//
+// Quotients and remainders: q = a / b, r = a - q * b (a '/' and '%' pair of the same
+// operands gets an LLVM freeze that oclgrind cannot run).
+//
+// Legend: N batch, H heads, T positions, HD head width, i query, j key,
+// s_ij = scale * q_i . k_j (masked to -inf for j > i when causal), p = softmax_j(s),
+// o_i = sum_j p_ij v_j.
+
+#ifndef HD // head width (floats per head)
+#define HD 32
+#endif
+#ifndef BQ // query rows per work-group (one per work-item)
+#define BQ 32
+#endif
+#ifndef BK // key/value rows per local-memory tile
+#define BK 32
+#endif
+#ifndef AS_WG // reduction group of attn_softmax (power of two)
+#define AS_WG 64
+#endif
+
+#ifndef ATTN_DIRECT // 1: read K, V (Q, dO) rows straight from global memory, no local tiles
+#define ATTN_DIRECT 0 // and no barriers (CPU devices: a work-group is a loop the compiler vectorizes)
+#endif
+
+#if ATTN_DIRECT
+#define TILE_PTR __global const float *
+// row r0 + rr of head h of a (N, T, ld) sequence (clamped to T - 1: masked by the caller)
+#define TILE_ROW(tile, src, off, ld, r0, rr) ((src) + (off) + ((size_t)n * T + min((r0) + (rr), T - 1)) * (ld) + h * HD)
+#define TILE_BARRIER()
+#else
+#define TILE_PTR __local const float *
+#define TILE_ROW(tile, src, off, ld, r0, rr) (tile[rr])
+#define TILE_BARRIER() barrier(CLK_LOCAL_MEM_FENCE)
+#endif
+
+// Loads rows [r0, r0 + BK) of head h of a (N, T, ld) sequence into dst[BK][HD]
+// (rows past T read as 0); all BQ work-items of the group take part.
+#if ATTN_DIRECT
+#define LOAD_TILE(dst, src, off, ld, r0)
+#else
+#define LOAD_TILE(dst, src, off, ld, r0)                                                    \
+    for (uint e_ = get_local_id(0); e_ < BK * HD; e_ += get_local_size(0)) {              \
+        const uint rr_ = e_ / HD, cc_ = e_ - rr_ * HD;                                           \
+        const uint t_ = (r0) + rr_;                                                        \
+        dst[rr_][cc_] = t_ < T ? src[(off) + ((size_t)n * T + t_) * (ld) + h * HD + cc_] : 0.0f; \
+    }
+#endif
+
+// ---- fused forward ----
+// One work-group per (BQ query rows, n * H + h); each work-item keeps its query row and
+// its output accumulator in registers and streams K, V through local memory in tiles of
+// BK rows with the online softmax (running max m, running sum l). The T x T scores
+// never reach global memory; tiles past the last query of the group are skipped when
+// causal. Writes O and lse.
+__kernel __attribute__((reqd_work_group_size(BQ, 1, 1))) void
+attn_fwd(const uint T, const uint H, const float scale, const int causal, __global const float *Q, const uint oq,
+         const uint ldq, __global const float *K, const uint ok, const uint ldk, __global const float *V,
+         const uint ov, const uint ldv, __global float *O, const uint oo, const uint ldo, __global float *L,
+         const uint ol)
+{
+    __local float Ks[BK][HD];
+    __local float Vs[BK][HD];
+    const uint i0 = get_group_id(0) * BQ;
+    const uint i = i0 + get_local_id(0);
+    const uint nh = get_group_id(1);
+    const uint n = nh / H, h = nh - n * H;
+    const int live = i < T;
+    float q[HD], acc[HD];
+    const size_t qrow = oq + ((size_t)n * T + (live ? i : 0)) * ldq + h * HD;
+    for (uint d = 0; d < HD; d++) {
+        q[d] = Q[qrow + d] * scale;
+        acc[d] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    const uint jend = causal ? min(T, i0 + BQ) : T;
+    for (uint j0 = 0; j0 < jend; j0 += BK) {
+        TILE_BARRIER();
+        LOAD_TILE(Ks, K, ok, ldk, j0);
+        LOAD_TILE(Vs, V, ov, ldv, j0);
+        TILE_BARRIER();
+        float s[BK];
+        float mt = m;
+        for (uint jj = 0; jj < BK; jj++) {
+            TILE_PTR kr = TILE_ROW(Ks, K, ok, ldk, j0, jj);
+            float dot = 0.0f;
+            for (uint d = 0; d < HD; d++)
+                dot += q[d] * kr[d];
+            const uint j = j0 + jj;
+            s[jj] = (j < T && (!causal || j <= i)) ? dot : -INFINITY;
+            mt = fmax(mt, s[jj]);
+        }
+        // j = 0 is valid for every row, so mt is finite from the first tile on
+        const float corr = exp(m - mt);
+        l *= corr;
+        for (uint d = 0; d < HD; d++)
+            acc[d] *= corr;
+        for (uint jj = 0; jj < BK; jj++) {
+            TILE_PTR vr = TILE_ROW(Vs, V, ov, ldv, j0, jj);
+            const float p = exp(s[jj] - mt);
+            l += p;
+            for (uint d = 0; d < HD; d++)
+                acc[d] += p * vr[d];
+        }
+        m = mt;
+    }
+    if (live) {
+        const float inv = 1.0f / l;
+        const size_t orow = oo + ((size_t)n * T + i) * ldo + h * HD;
+        for (uint d = 0; d < HD; d++)
+            O[orow + d] = acc[d] * inv;
+        L[ol + ((size_t)n * H + h) * T + i] = m + log(l);
+    }
+}
+
+// ---- fused backward ----
+// D_i = sum_d dO_id O_id, one work-item per (i, n * H + h < NH); D is (N, H, T).
+__kernel void attn_bwd_dot(const uint T, const uint H, const uint NH, __global const float *O, const uint oo, const uint ldo,
+                           __global const float *dO, const uint odo, const uint lddo, __global float *D,
+                           const uint od)
+{
+    const uint i = get_global_id(0), nh = get_global_id(1);
+    if (i >= T || nh >= NH)
+        return;
+    const uint n = nh / H, h = nh - n * H;
+    const size_t ro = oo + ((size_t)n * T + i) * ldo + h * HD;
+    const size_t rd = odo + ((size_t)n * T + i) * lddo + h * HD;
+    float acc = 0.0f;
+    for (uint d = 0; d < HD; d++)
+        acc += O[ro + d] * dO[rd + d];
+    D[od + (size_t)nh * T + i] = acc;
+}
+
+// dK, dV: one work-group per (BK key rows, n * H + h), one key row per work-item (BK =
+// BQ work-items), looping over the query tiles that see it (from its own tile on when
+// causal), with Q, dO, lse and D of the tile in local memory. Scores recomputed from
+// Q, K and lse: p_ij = exp(s_ij - lse_i); dv_j += p dO_i; ds = p (dO_i . v_j - D_i);
+// dk_j += scale ds q_i. Each output written once by its owner: deterministic.
+__kernel __attribute__((reqd_work_group_size(BK, 1, 1))) void
+attn_bwd_dkdv(const uint T, const uint H, const float scale, const int causal, __global const float *Q,
+              const uint oq, const uint ldq, __global const float *K, const uint ok, const uint ldk,
+              __global const float *V, const uint ov, const uint ldv, __global const float *dO, const uint odo,
+              const uint lddo, __global const float *L, const uint ol, __global const float *D, const uint od,
+              __global float *dK, const uint odk, const uint lddk, __global float *dV, const uint odv,
+              const uint lddv)
+{
+    __local float Qs[BK][HD];
+    __local float Gs[BK][HD];
+    __local float Ls[BK];
+    __local float Ds[BK];
+    const uint j0 = get_group_id(0) * BK;
+    const uint j = j0 + get_local_id(0);
+    const uint nh = get_group_id(1);
+    const uint n = nh / H, h = nh - n * H;
+    const int live = j < T;
+    float k[HD], v[HD], dk[HD], dv[HD];
+    const size_t krow = ok + ((size_t)n * T + (live ? j : 0)) * ldk + h * HD;
+    const size_t vrow = ov + ((size_t)n * T + (live ? j : 0)) * ldv + h * HD;
+    for (uint d = 0; d < HD; d++) {
+        k[d] = K[krow + d] * scale;
+        v[d] = V[vrow + d];
+        dk[d] = 0.0f;
+        dv[d] = 0.0f;
+    }
+    for (uint i0 = causal ? j0 : 0; i0 < T; i0 += BK) {
+        TILE_BARRIER();
+        LOAD_TILE(Qs, Q, oq, ldq, i0);
+        LOAD_TILE(Gs, dO, odo, lddo, i0);
+#if !ATTN_DIRECT
+        {
+            const uint ii = get_local_id(0), ti = i0 + ii;
+            Ls[ii] = ti < T ? L[ol + (size_t)nh * T + ti] : 0.0f;
+            Ds[ii] = ti < T ? D[od + (size_t)nh * T + ti] : 0.0f;
+        }
+#endif
+        TILE_BARRIER();
+        for (uint ii = 0; ii < BK; ii++) {
+            const uint i = i0 + ii;
+            TILE_PTR qr = TILE_ROW(Qs, Q, oq, ldq, i0, ii);
+            TILE_PTR gr = TILE_ROW(Gs, dO, odo, lddo, i0, ii);
+#if ATTN_DIRECT
+            const uint ic = min(i, T - 1);
+            const float li = L[ol + (size_t)nh * T + ic], di = D[od + (size_t)nh * T + ic];
+#else
+            const float li = Ls[ii], di = Ds[ii];
+#endif
+            float s = 0.0f, dp = 0.0f;
+            for (uint d = 0; d < HD; d++) {
+                s += qr[d] * k[d];
+                dp += gr[d] * v[d];
+            }
+            const float p = (i < T && (!causal || j <= i)) ? exp(s - li) : 0.0f;
+            const float ds = p * (dp - di);
+            for (uint d = 0; d < HD; d++) {
+                dv[d] += p * gr[d];
+                dk[d] += ds * qr[d];
+            }
+        }
+    }
+    if (live) {
+        const size_t rk = odk + ((size_t)n * T + j) * lddk + h * HD;
+        const size_t rv = odv + ((size_t)n * T + j) * lddv + h * HD;
+        for (uint d = 0; d < HD; d++) {
+            dK[rk + d] = dk[d] * scale;
+            dV[rv + d] = dv[d];
+        }
+    }
+}
+
+// dQ: one work-group per (BQ query rows, n * H + h), one query row per work-item, looping
+// over the key tiles it sees with K and V in local memory: dq_i = scale sum_j ds_ij k_j.
+__kernel __attribute__((reqd_work_group_size(BQ, 1, 1))) void
+attn_bwd_dq(const uint T, const uint H, const float scale, const int causal, __global const float *Q, const uint oq,
+            const uint ldq, __global const float *K, const uint ok, const uint ldk, __global const float *V,
+            const uint ov, const uint ldv, __global const float *dO, const uint odo, const uint lddo,
+            __global const float *L, const uint ol, __global const float *D, const uint od, __global float *dQ,
+            const uint odq, const uint lddq)
+{
+    __local float Ks[BK][HD];
+    __local float Vs[BK][HD];
+    const uint i0 = get_group_id(0) * BQ;
+    const uint i = i0 + get_local_id(0);
+    const uint nh = get_group_id(1);
+    const uint n = nh / H, h = nh - n * H;
+    const int live = i < T;
+    const uint ic = live ? i : 0;
+    float q[HD], g[HD], dq[HD];
+    const size_t qrow = oq + ((size_t)n * T + ic) * ldq + h * HD;
+    const size_t grow = odo + ((size_t)n * T + ic) * lddo + h * HD;
+    for (uint d = 0; d < HD; d++) {
+        q[d] = Q[qrow + d] * scale;
+        g[d] = dO[grow + d];
+        dq[d] = 0.0f;
+    }
+    const float li = L[ol + (size_t)nh * T + ic];
+    const float di = D[od + (size_t)nh * T + ic];
+    const uint jend = causal ? min(T, i0 + BQ) : T;
+    for (uint j0 = 0; j0 < jend; j0 += BK) {
+        TILE_BARRIER();
+        LOAD_TILE(Ks, K, ok, ldk, j0);
+        LOAD_TILE(Vs, V, ov, ldv, j0);
+        TILE_BARRIER();
+        for (uint jj = 0; jj < BK; jj++) {
+            const uint j = j0 + jj;
+            TILE_PTR kr = TILE_ROW(Ks, K, ok, ldk, j0, jj);
+            TILE_PTR vr = TILE_ROW(Vs, V, ov, ldv, j0, jj);
+            float s = 0.0f, dp = 0.0f;
+            for (uint d = 0; d < HD; d++) {
+                s += q[d] * kr[d];
+                dp += g[d] * vr[d];
+            }
+            const float p = (j < T && (!causal || j <= i)) ? exp(s - li) : 0.0f;
+            const float ds = p * (dp - di);
+            for (uint d = 0; d < HD; d++)
+                dq[d] += ds * kr[d];
+        }
+    }
+    if (live) {
+        const size_t r = odq + ((size_t)n * T + i) * lddq + h * HD;
+        for (uint d = 0; d < HD; d++)
+            dQ[r + d] = dq[d] * scale;
+    }
+}
+
+// ---- GEMM path: masked softmax over the score rows ----
+// S holds rows (n, h, i) of T scaled scores; one work-group per row: p_ij = softmax over
+// j <= i (causal) or all j; masked entries written 0 (so P V and the softmax backward
+// ignore them).
+__kernel __attribute__((reqd_work_group_size(AS_WG, 1, 1))) void
+attn_softmax(const uint T, const int causal, __global float *S, const uint os)
+{
+    __local float red[AS_WG];
+    const uint row = get_group_id(0);
+    const uint lid = get_local_id(0);
+    const uint i = row - (row / T) * T;
+    const uint jn = causal ? i + 1 : T;
+    __global float *sr = S + os + (size_t)row * T;
+    float m = -INFINITY;
+    for (uint j = lid; j < jn; j += AS_WG)
+        m = fmax(m, sr[j]);
+    red[lid] = m;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint w = AS_WG / 2; w > 0; w >>= 1) {
+        if (lid < w)
+            red[lid] = fmax(red[lid], red[lid + w]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    m = red[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float sum = 0.0f;
+    for (uint j = lid; j < jn; j += AS_WG)
+        sum += exp(sr[j] - m);
+    red[lid] = sum;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint w = AS_WG / 2; w > 0; w >>= 1) {
+        if (lid < w)
+            red[lid] += red[lid + w];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const float inv = 1.0f / red[0];
+    for (uint j = lid; j < T; j += AS_WG)
+        sr[j] = j < jn ? exp(sr[j] - m) * inv : 0.0f;
+}
+
+// ---- CPU register-tile variant of the fused kernels ----
+// No local memory and no barriers; one work-item per group (reqd size 1) runs a block of
+// rows with explicit vectors, like a GEMM micro-kernel: scores of a block of rows against
+// KB = 16 keys (queries) at once as float16 lanes, from a transposed copy (NH, HD, Tp) of K
+// (or Q), so a step of the head-width loop is one contiguous 16-float load and one
+// multiply-add per row; the softmax on those lanes; then the P V-style updates along the
+// head width as float8 vectors read from the untransposed rows. HD must be a multiple
+// of 8. Tp = T rounded up to a multiple of 16 (the pad of the copies is 0).
+#if HD % 8 == 0
+#ifndef RQ // query rows per work-item (attn_fwd_cpu, attn_bwd_dq_cpu)
+#define RQ 4
+#endif
+#ifndef RK // key rows per work-item (attn_bwd_dkdv_cpu)
+#define RK 8
+#endif
+#define KB 16
+#define HV (HD / 8)
+
+static inline float hmax16(const float16 v)
+{
+    const float8 a = fmax(v.lo, v.hi);
+    const float4 b = fmax(a.lo, a.hi);
+    return fmax(fmax(b.x, b.y), fmax(b.z, b.w));
+}
+
+static inline float hsum16(const float16 v)
+{
+    const float8 a = v.lo + v.hi;
+    return dot(a.lo, (float4)(1.0f)) + dot(a.hi, (float4)(1.0f));
+}
+
+#define LANES ((int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
+
+// dst (NH, HD, Tp) = head h of src (N, T, ld) transposed per head, rows t >= T zero;
+// one work-item per (t < Tp, nh * HD + e).
+__kernel void attn_transpose(const uint T, const uint H, const uint NH, const uint Tp, __global const float *src,
+                             const uint os, const uint lds, __global float *dst)
+{
+    const uint t = get_global_id(0), he = get_global_id(1);
+    if (t >= Tp || he >= NH * HD)
+        return;
+    const uint nh = he / HD, e = he - nh * HD;
+    const uint n = nh / H, h = nh - n * H;
+    dst[(size_t)he * Tp + t] = t < T ? src[os + ((size_t)n * T + t) * lds + h * HD + e] : 0.0f;
+}
+
+// Forward: RQ query rows of one (n, h) per work-item; the online softmax per row.
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
+attn_fwd_cpu(const uint T, const uint H, const uint Tp, const float scale, const int causal, __global const float *Q,
+             const uint oq, const uint ldq, __global const float *Kt, __global const float *V, const uint ov,
+             const uint ldv, __global float *O, const uint oo, const uint ldo, __global float *L, const uint ol)
+{
+    const uint i0 = get_group_id(0) * RQ, nh = get_group_id(1);
+    const uint n = nh / H, h = nh - n * H;
+    float q[RQ][HD];
+    float8 acc[RQ][HV];
+    float m[RQ], l[RQ];
+    for (uint r = 0; r < RQ; r++) {
+        __global const float *qr = Q + oq + ((size_t)n * T + min(i0 + r, T - 1)) * ldq + h * HD;
+        for (uint d = 0; d < HD; d++)
+            q[r][d] = qr[d] * scale;
+        for (uint c = 0; c < HV; c++)
+            acc[r][c] = (float8)(0.0f);
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+    }
+    __global const float *kt = Kt + (size_t)nh * HD * Tp;
+    const uint jend = causal ? min(T, i0 + RQ) : T;
+    for (uint j0 = 0; j0 < jend; j0 += KB) {
+        float16 s[RQ];
+        for (uint r = 0; r < RQ; r++)
+            s[r] = (float16)(0.0f);
+        for (uint d = 0; d < HD; d++) {
+            const float16 kv = vload16(0, kt + (size_t)d * Tp + j0);
+            for (uint r = 0; r < RQ; r++)
+                s[r] = fma((float16)(q[r][d]), kv, s[r]);
+        }
+        const int16 j = (int16)((int)j0) + LANES;
+        float p[RQ][KB];
+        for (uint r = 0; r < RQ; r++) {
+            const int16 ok = (j < (int16)((int)T)) & (causal ? (j <= (int16)((int)(i0 + r))) : (int16)(-1));
+            const float16 sr = select((float16)(-INFINITY), s[r], ok);
+            const float mt = fmax(m[r], hmax16(sr));
+            const float16 pr = exp(sr - (float16)(mt));
+            const float corr = exp(m[r] - mt);
+            l[r] = l[r] * corr + hsum16(pr);
+            m[r] = mt;
+            for (uint c = 0; c < HV; c++)
+                acc[r][c] *= corr;
+            vstore16(pr, 0, p[r]);
+        }
+        const uint jn = min((uint)KB, jend - j0);
+        for (uint jj = 0; jj < jn; jj++) {
+            __global const float *vr = V + ov + ((size_t)n * T + j0 + jj) * ldv + h * HD;
+            for (uint c = 0; c < HV; c++) {
+                const float8 vv = vload8(c, vr);
+                for (uint r = 0; r < RQ; r++)
+                    acc[r][c] = fma((float8)(p[r][jj]), vv, acc[r][c]);
+            }
+        }
+    }
+    for (uint r = 0; r < RQ; r++) {
+        const uint i = i0 + r;
+        if (i >= T)
+            break;
+        __global float *orow = O + oo + ((size_t)n * T + i) * ldo + h * HD;
+        const float inv = 1.0f / l[r];
+        for (uint c = 0; c < HV; c++)
+            vstore8(acc[r][c] * inv, c, orow);
+        L[ol + (size_t)nh * T + i] = m[r] + log(l[r]);
+    }
+}
+
+// D_i = sum_d dO_id O_id and a copy of lse, both (NH, Tp) with zero pad; one work-item
+// per (i < Tp, nh).
+__kernel void attn_bwd_dot_cpu(const uint T, const uint H, const uint NH, const uint Tp, __global const float *O,
+                               const uint oo, const uint ldo, __global const float *dO, const uint odo,
+                               const uint lddo, __global const float *L, const uint ol, __global float *Dp,
+                               __global float *Lp)
+{
+    const uint i = get_global_id(0), nh = get_global_id(1);
+    if (i >= Tp || nh >= NH)
+        return;
+    const uint n = nh / H, h = nh - n * H;
+    float acc = 0.0f, lv = 0.0f;
+    if (i < T) {
+        const size_t ro = oo + ((size_t)n * T + i) * ldo + h * HD;
+        const size_t rd = odo + ((size_t)n * T + i) * lddo + h * HD;
+        for (uint d = 0; d < HD; d++)
+            acc += O[ro + d] * dO[rd + d];
+        lv = L[ol + (size_t)nh * T + i];
+    }
+    Dp[(size_t)nh * Tp + i] = acc;
+    Lp[(size_t)nh * Tp + i] = lv;
+}
+
+// dQ: RQ query rows per work-item; scores and dO V^T from transposed K and V (Kt, Vt).
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
+attn_bwd_dq_cpu(const uint T, const uint H, const uint Tp, const float scale, const int causal,
+                __global const float *Q, const uint oq, const uint ldq, __global const float *K, const uint ok,
+                const uint ldk, __global const float *Kt, __global const float *Vt, __global const float *dO,
+                const uint odo, const uint lddo, __global const float *Lp, __global const float *Dp,
+                __global float *dQ, const uint odq, const uint lddq)
+{
+    const uint i0 = get_group_id(0) * RQ, nh = get_group_id(1);
+    const uint n = nh / H, h = nh - n * H;
+    float q[RQ][HD], g[RQ][HD], li[RQ], di[RQ];
+    float8 dq[RQ][HV];
+    for (uint r = 0; r < RQ; r++) {
+        const uint ic = min(i0 + r, T - 1);
+        __global const float *qr = Q + oq + ((size_t)n * T + ic) * ldq + h * HD;
+        __global const float *gr = dO + odo + ((size_t)n * T + ic) * lddo + h * HD;
+        for (uint d = 0; d < HD; d++) {
+            q[r][d] = qr[d] * scale;
+            g[r][d] = gr[d];
+        }
+        for (uint c = 0; c < HV; c++)
+            dq[r][c] = (float8)(0.0f);
+        li[r] = Lp[(size_t)nh * Tp + ic];
+        di[r] = Dp[(size_t)nh * Tp + ic];
+    }
+    __global const float *kt = Kt + (size_t)nh * HD * Tp;
+    __global const float *vt = Vt + (size_t)nh * HD * Tp;
+    const uint jend = causal ? min(T, i0 + RQ) : T;
+    for (uint j0 = 0; j0 < jend; j0 += KB) {
+        float16 s[RQ], dp[RQ];
+        for (uint r = 0; r < RQ; r++)
+            s[r] = dp[r] = (float16)(0.0f);
+        for (uint d = 0; d < HD; d++) {
+            const float16 kv = vload16(0, kt + (size_t)d * Tp + j0);
+            const float16 vv = vload16(0, vt + (size_t)d * Tp + j0);
+            for (uint r = 0; r < RQ; r++) {
+                s[r] = fma((float16)(q[r][d]), kv, s[r]);
+                dp[r] = fma((float16)(g[r][d]), vv, dp[r]);
+            }
+        }
+        const int16 j = (int16)((int)j0) + LANES;
+        float ds[RQ][KB];
+        for (uint r = 0; r < RQ; r++) {
+            const int16 okm = (j < (int16)((int)T)) & (causal ? (j <= (int16)((int)(i0 + r))) : (int16)(-1));
+            const float16 p = select((float16)(0.0f), exp(s[r] - (float16)(li[r])), okm);
+            vstore16(p * (dp[r] - (float16)(di[r])), 0, ds[r]);
+        }
+        const uint jn = min((uint)KB, jend - j0);
+        for (uint jj = 0; jj < jn; jj++) {
+            __global const float *kr = K + ok + ((size_t)n * T + j0 + jj) * ldk + h * HD;
+            for (uint c = 0; c < HV; c++) {
+                const float8 kv = vload8(c, kr);
+                for (uint r = 0; r < RQ; r++)
+                    dq[r][c] = fma((float8)(ds[r][jj]), kv, dq[r][c]);
+            }
+        }
+    }
+    for (uint r = 0; r < RQ; r++) {
+        const uint i = i0 + r;
+        if (i >= T)
+            break;
+        __global float *out = dQ + odq + ((size_t)n * T + i) * lddq + h * HD;
+        for (uint c = 0; c < HV; c++)
+            vstore8(dq[r][c] * scale, c, out);
+    }
+}
+
+// dK, dV: RK key rows per work-item over the query tiles that see them; scores and
+// V dO^T from transposed Q and dO (Qt, Gt), lse and D as 16-lane loads (Lp, Dp).
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
+attn_bwd_dkdv_cpu(const uint T, const uint H, const uint Tp, const float scale, const int causal,
+                  __global const float *Q, const uint oq, const uint ldq, __global const float *K, const uint ok,
+                  const uint ldk, __global const float *V, const uint ov, const uint ldv, __global const float *dO,
+                  const uint odo, const uint lddo, __global const float *Qt, __global const float *Gt,
+                  __global const float *Lp, __global const float *Dp, __global float *dK, const uint odk,
+                  const uint lddk, __global float *dV, const uint odv, const uint lddv)
+{
+    const uint j0 = get_group_id(0) * RK, nh = get_group_id(1);
+    const uint n = nh / H, h = nh - n * H;
+    float k[RK][HD], v[RK][HD];
+    float8 dk[RK][HV], dv[RK][HV];
+    for (uint r = 0; r < RK; r++) {
+        const uint jc = min(j0 + r, T - 1);
+        __global const float *kr = K + ok + ((size_t)n * T + jc) * ldk + h * HD;
+        __global const float *vr = V + ov + ((size_t)n * T + jc) * ldv + h * HD;
+        for (uint d = 0; d < HD; d++) {
+            k[r][d] = kr[d] * scale;
+            v[r][d] = vr[d];
+        }
+        for (uint c = 0; c < HV; c++)
+            dk[r][c] = dv[r][c] = (float8)(0.0f);
+    }
+    __global const float *qt = Qt + (size_t)nh * HD * Tp;
+    __global const float *gt = Gt + (size_t)nh * HD * Tp;
+    __global const float *lp = Lp + (size_t)nh * Tp;
+    __global const float *dp_ = Dp + (size_t)nh * Tp;
+    for (uint i0 = causal ? j0 / KB * KB : 0; i0 < T; i0 += KB) {
+        float16 s[RK], dp[RK];
+        for (uint r = 0; r < RK; r++)
+            s[r] = dp[r] = (float16)(0.0f);
+        for (uint d = 0; d < HD; d++) {
+            const float16 qv = vload16(0, qt + (size_t)d * Tp + i0);
+            const float16 gv = vload16(0, gt + (size_t)d * Tp + i0);
+            for (uint r = 0; r < RK; r++) {
+                s[r] = fma((float16)(k[r][d]), qv, s[r]);
+                dp[r] = fma((float16)(v[r][d]), gv, dp[r]);
+            }
+        }
+        const int16 i = (int16)((int)i0) + LANES;
+        const float16 lv = vload16(0, lp + i0), dv16 = vload16(0, dp_ + i0);
+        float p[RK][KB], ds[RK][KB];
+        for (uint r = 0; r < RK; r++) {
+            const int16 okm = (i < (int16)((int)T)) & (causal ? (i >= (int16)((int)(j0 + r))) : (int16)(-1));
+            const float16 pr = select((float16)(0.0f), exp(s[r] - lv), okm);
+            vstore16(pr, 0, p[r]);
+            vstore16(pr * (dp[r] - dv16), 0, ds[r]);
+        }
+        const uint in_ = min((uint)KB, T - i0);
+        for (uint ii = 0; ii < in_; ii++) {
+            __global const float *qr = Q + oq + ((size_t)n * T + i0 + ii) * ldq + h * HD;
+            __global const float *gr = dO + odo + ((size_t)n * T + i0 + ii) * lddo + h * HD;
+            for (uint c = 0; c < HV; c++) {
+                const float8 qv = vload8(c, qr), gv = vload8(c, gr);
+                for (uint r = 0; r < RK; r++) {
+                    dv[r][c] = fma((float8)(p[r][ii]), gv, dv[r][c]);
+                    dk[r][c] = fma((float8)(ds[r][ii]), qv, dk[r][c]);
+                }
+            }
+        }
+    }
+    for (uint r = 0; r < RK; r++) {
+        const uint j = j0 + r;
+        if (j >= T)
+            break;
+        __global float *ko = dK + odk + ((size_t)n * T + j) * lddk + h * HD;
+        __global float *vo = dV + odv + ((size_t)n * T + j) * lddv + h * HD;
+        for (uint c = 0; c < HV; c++) {
+            vstore8(dk[r][c] * scale, c, ko);
+            vstore8(dv[r][c], c, vo);
+        }
+    }
+}
+#endif // HD % 8 == 0
+
+// ---- generation with a key/value cache ----
+// Queries of Tq new positions past .. past + Tq - 1 against the cached keys and values of
+// positions 0 .. past + Tq - 1 (rows n * Tc + j of Kc, Vc: Tc rows per sample), causal:
+// position past + i sees j <= past + i. One work-item per (i, n * H + h); online softmax
+// key by key (generation runs one or a few queries, so no tiles). Writes O only.
+__kernel void attn_fwd_cached(const uint Tq, const uint Tc, const uint past, const uint H, const uint NH,
+                              const float scale, const int causal, __global const float *Q, const uint oq,
+                              const uint ldq, __global const float *Kc, const uint okc, const uint ldkc,
+                              __global const float *Vc, const uint ovc, const uint ldvc, __global float *O,
+                              const uint oo, const uint ldo)
+{
+    const uint i = get_global_id(0), nh = get_global_id(1);
+    if (i >= Tq || nh >= NH)
+        return;
+    const uint n = nh / H, h = nh - n * H;
+    float q[HD], acc[HD];
+    __global const float *qr = Q + oq + ((size_t)n * Tq + i) * ldq + h * HD;
+    for (uint d = 0; d < HD; d++) {
+        q[d] = qr[d] * scale;
+        acc[d] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    const uint jn = causal ? past + i + 1 : past + Tq;
+    for (uint j = 0; j < jn; j++) {
+        __global const float *kr = Kc + okc + ((size_t)n * Tc + j) * ldkc + h * HD;
+        __global const float *vr = Vc + ovc + ((size_t)n * Tc + j) * ldvc + h * HD;
+        float s = 0.0f;
+        for (uint d = 0; d < HD; d++)
+            s += q[d] * kr[d];
+        const float mn = fmax(m, s);
+        const float corr = exp(m - mn), p = exp(s - mn);
+        l = l * corr + p;
+        for (uint d = 0; d < HD; d++)
+            acc[d] = acc[d] * corr + p * vr[d];
+        m = mn;
+    }
+    __global float *orow = O + oo + ((size_t)n * Tq + i) * ldo + h * HD;
+    const float inv = 1.0f / l;
+    for (uint d = 0; d < HD; d++)
+        orow[d] = acc[d] * inv;
+}
