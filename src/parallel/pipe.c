@@ -1,0 +1,734 @@
+/* Pipeline parallelism (see pipe.h). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/layers.h"
+#include "ops/nn.h"
+#include "parallel/pipe.h"
+
+static clg_status stage_fn(void *arg, int s);
+
+// ---- parsing ----
+
+int clg_pipe_schedule_parse(const char *name)
+{
+    if (!name || !strcmp(name, "1f1b"))
+        return CLG_PIPE_1F1B;
+    if (!strcmp(name, "gpipe"))
+        return CLG_PIPE_GPIPE;
+    return -1;
+}
+
+/* One "key=N" of a layout; *end past it. */
+static int layout_item(const char *s, const char **end, char key[8], long *v)
+{
+    int k = 0;
+    while (*s >= 'a' && *s <= 'z' && k < 7)
+        key[k++] = *s++;
+    key[k] = 0;
+    if (*s++ != '=' || *s < '0' || *s > '9')
+        return 0;
+    char *e = NULL;
+    *v = strtol(s, &e, 10);
+    *end = e;
+    return *v >= 1 && *v <= 1024 && (*e == ',' || *e == 0);
+}
+
+clg_status clg_pipe_parse_layout(clg_err *err, const char *spec, int *stages)
+{
+    *stages = 1;
+    if (!spec || !*spec)
+        return CLG_OK;
+    long dp = 1, pp = 1;
+    for (const char *s = spec; *s;) {
+        char key[8];
+        long v = 0;
+        const char *e = s;
+        if (!layout_item(s, &e, key, &v) || (strcmp(key, "dp") && strcmp(key, "pp") && strcmp(key, "tp")))
+            return clg_err_set(err, CLG_ERR_INVALID_ARG,
+                               "parallel layout '%s': expected items dp=N, pp=N separated by commas", spec);
+        if (!strcmp(key, "tp") && v > 1)
+            return clg_err_set(err, CLG_ERR_UNSUPPORTED, "parallel layout '%s': tensor parallelism (tp) is not "
+                                                         "supported yet", spec);
+        if (!strcmp(key, "dp"))
+            dp = v;
+        if (!strcmp(key, "pp"))
+            pp = v;
+        s = *e ? e + 1 : e;
+    }
+    if (dp > 1 && pp > 1)
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED,
+                           "parallel layout '%s': data x pipeline hybrids (dp > 1 with pp > 1) are not supported yet",
+                           spec);
+    if (pp > CLG_PIPE_MAX_STAGES)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "parallel layout '%s': at most %d pipeline stages", spec,
+                           CLG_PIPE_MAX_STAGES);
+    *stages = (int)pp;
+    return CLG_OK;
+}
+
+// ---- partition ----
+
+/* Cost of a layer for balancing: forward FLOPs (backward is about twice
+ * that for every layer with weights) plus a small per-layer overhead. */
+static double layer_cost(const clg_layer *l) { return 3.0 * l->flops + 1e5; }
+
+/* The cut after each stage (cut[s] = last layer of stage s) by names. */
+static clg_status cuts_by_name(clg_err *err, const clg_net *net, const char *names, int K, int *cut)
+{
+    int n = 0, prev = -1;
+    const char *s = names;
+    while (*s) {
+        const char *e = strchr(s, ',');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        char name[64];
+        if (len == 0 || len >= sizeof name)
+            return clg_err_set(err, CLG_ERR_INVALID_ARG, "--stages '%s': empty or overlong layer name", names);
+        memcpy(name, s, len);
+        name[len] = 0;
+        int i = clg_net_find(net, name);
+        if (i < 0)
+            return clg_err_set(err, CLG_ERR_NOT_FOUND, "--stages '%s': '%s' is not a layer of %s", names, name,
+                               net->source);
+        if (i <= prev || i >= net->nlayers - 1)
+            return clg_err_set(err, CLG_ERR_INVALID_ARG,
+                               "--stages '%s': '%s' must come after the previous cut and before the last layer",
+                               names, name);
+        if (n >= K - 1)
+            return clg_err_set(err, CLG_ERR_INVALID_ARG, "--stages '%s': %d stages need %d cut%s", names, K, K - 1,
+                               K == 2 ? "" : "s");
+        cut[n++] = prev = i;
+        s = e ? e + 1 : s + len;
+    }
+    if (n != K - 1)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "--stages '%s': %d stages need %d cut%s, got %d", names, K,
+                           K - 1, K == 2 ? "" : "s", n);
+    cut[K - 1] = net->nlayers - 1;
+    return CLG_OK;
+}
+
+/* Contiguous partition minimizing the largest stage cost (dynamic
+ * programming over prefix sums; ties: the later cut). */
+static clg_status cuts_balanced(clg_err *err, const clg_net *net, int K, int *cut)
+{
+    int L = net->nlayers;
+    double *pre = calloc((size_t)L + 1, sizeof *pre), *best = malloc(sizeof(double) * (size_t)(L + 1) * (size_t)K);
+    int *arg = malloc(sizeof(int) * (size_t)(L + 1) * (size_t)K);
+    if (!pre || !best || !arg) {
+        free(pre);
+        free(best);
+        free(arg);
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory partitioning the pipeline");
+    }
+    for (int i = 0; i < L; i++)
+        pre[i + 1] = pre[i] + layer_cost(&net->proto[i]);
+    /* best[k][j]: the first j layers in k+1 stages */
+    for (int j = 0; j <= L; j++)
+        best[j] = j > 0 ? pre[j] : 1e300;
+    for (int k = 1; k < K; k++)
+        for (int j = 0; j <= L; j++) {
+            double b = 1e300;
+            int a = -1;
+            for (int i = k; i < j; i++) {
+                double c = CLG_MAX(best[(size_t)(k - 1) * (L + 1) + i], pre[j] - pre[i]);
+                if (c <= b) {
+                    b = c;
+                    a = i;
+                }
+            }
+            best[(size_t)k * (L + 1) + j] = b;
+            arg[(size_t)k * (L + 1) + j] = a;
+        }
+    int j = L;
+    for (int k = K - 1; k >= 0; k--) {
+        cut[k] = j - 1;
+        if (k > 0)
+            j = arg[(size_t)k * (L + 1) + j];
+    }
+    free(pre);
+    free(best);
+    free(arg);
+    return CLG_OK;
+}
+
+// ---- creation ----
+
+static clg_status add_edge(clg_pipe *p, int tensor, int to)
+{
+    for (int e = 0; e < p->nedges; e++)
+        if (p->edges[e].tensor == tensor && p->edges[e].to == to)
+            return CLG_OK;
+    clg_pipe_edge *ne = realloc(p->edges, sizeof *ne * (size_t)(p->nedges + 1));
+    if (!ne)
+        return clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    p->edges = ne;
+    const clg_layer *l = &p->net->proto[tensor];
+    clg_pipe_edge *e = &p->edges[p->nedges++];
+    memset(e, 0, sizeof *e);
+    e->tensor = tensor;
+    e->from = p->stage_of[tensor];
+    e->to = to;
+    e->fps = (size_t)l->out_shape[1] * l->out_shape[2] * l->out_shape[3];
+    size_t B = (size_t)p->mb * (size_t)p->M;
+    e->hf = malloc(B * e->fps * sizeof(float));
+    e->hb = malloc(B * e->fps * sizeof(float));
+    e->ready_f = calloc((size_t)p->M, sizeof(int64_t));
+    e->ready_b = calloc((size_t)p->M, sizeof(int64_t));
+    if (!e->hf || !e->hb || !e->ready_f || !e->ready_b)
+        return clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory for the pipeline's transfers");
+    return CLG_OK;
+}
+
+/* Every producer -> consumer pair on different stages; what each stage reads. */
+static clg_status find_edges(clg_pipe *p)
+{
+    const clg_net *net = p->net;
+    for (int j = 0; j < net->nlayers; j++)
+        for (int k = 0; k < net->proto[j].nin; k++) {
+            int src = net->proto[j].inputs[k], sj = p->stage_of[j];
+            if (src < 0)
+                p->st[sj].reads_input = 1;
+            else if (p->stage_of[src] != sj)
+                CLG_TRY(add_edge(p, src, sj));
+        }
+    return CLG_OK;
+}
+
+static int nin_edges(const clg_pipe *p, int s)
+{
+    int n = 0;
+    for (int e = 0; e < p->nedges; e++)
+        n += p->edges[e].to == s;
+    return n;
+}
+
+/* A stage's replica, stash, accumulation buffer and saved state. */
+static clg_status stage_init(clg_pipe *p, clg_pipe_stage *st, uint64_t seed)
+{
+    clg_device *dev = st->dev;
+    CLG_TRY(clg_replica_create_range(p->net, dev, seed, st->first, st->last, p->mb, &st->rep));
+    clg_replica *r = st->rep;
+    st->has_loss = r->loss_index >= st->first && r->loss_index <= st->last;
+    size_t B = (size_t)p->mb * (size_t)p->M;
+    if (st->reads_input)
+        CLG_TRY(clg_buf_alloc(dev, B * p->sample * sizeof(float), &st->xbuf));
+    if (st->has_loss)
+        CLG_TRY(clg_buf_alloc(dev, B * sizeof(int32_t), &st->ybuf));
+    CLG_TRY(clg_buf_alloc(dev, CLG_MAX(r->arena_bytes, 4), &st->gacc));
+    st->nslots = p->schedule == CLG_PIPE_GPIPE ? p->M : CLG_MIN(p->M, p->K - st->index);
+    int ne = nin_edges(p, st->index);
+    st->stash = calloc((size_t)CLG_MAX(st->nslots * ne, 1), sizeof(cl_mem));
+    st->slot_of = malloc(sizeof(int) * (size_t)p->M);
+    if (!st->stash || !st->slot_of)
+        return clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    for (int q = 0, k = 0; q < p->nedges; q++) {
+        if (p->edges[q].to != st->index)
+            continue;
+        for (int sl = 0; sl < st->nslots; sl++)
+            CLG_TRY(clg_buf_alloc(dev, (size_t)p->mb * p->edges[q].fps * sizeof(float), &st->stash[sl * ne + k]));
+        k++;
+    }
+    for (int q = 0; q < p->nedges; q++)
+        if (p->edges[q].from == st->index)
+            st->gscr_bytes = CLG_MAX(st->gscr_bytes, (size_t)p->mb * p->edges[q].fps * sizeof(float));
+    if (st->gscr_bytes)
+        CLG_TRY(clg_buf_alloc(dev, st->gscr_bytes, &st->gscr));
+    /* non-trainable state: saved around a re-run forward */
+    clg_param_ref *refs = NULL;
+    int n = 0;
+    CLG_TRY(clg_replica_params(r, 0, &refs, &n));
+    st->state = calloc((size_t)CLG_MAX(n, 1), sizeof(cl_mem));
+    st->state_save = calloc((size_t)CLG_MAX(n, 1), sizeof(cl_mem));
+    clg_status rc = st->state && st->state_save ? CLG_OK : clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    for (int i = 0; i < n && rc == CLG_OK; i++) {
+        if (refs[i].param->trainable)
+            continue;
+        st->state[st->nstate] = refs[i].param->value;
+        rc = clg_buf_alloc(dev, refs[i].param->numel * sizeof(float), &st->state_save[st->nstate]);
+        st->nstate++;
+    }
+    free(refs);
+    st->mib = (double)(r->planned_bytes + 3 * (uint64_t)r->arena_bytes) / 1048576.0;
+    return rc;
+}
+
+static clg_status check_layout(clg_ctx *ctx, const clg_net *net, int K, int ndev, int M, int batch)
+{
+    if (K < 1 || K > CLG_PIPE_MAX_STAGES)
+        return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG, "pipeline: %d stages (1 to %d)", K, CLG_PIPE_MAX_STAGES);
+    if (K > net->nlayers)
+        return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG, "pipeline: %d stages but %s has only %d layers", K,
+                           net->source, net->nlayers);
+    if (ndev != K)
+        return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG,
+                           "pipeline: pp=%d needs %d devices, %d selected (dp x pp must equal the device count)", K,
+                           K, ndev);
+    if (M < 1 || M > CLG_PIPE_MAX_MICRO || M > batch)
+        return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG, "pipeline: %d micro-batches for a batch of %d (1 to %d)",
+                           M, batch, CLG_MIN(batch, CLG_PIPE_MAX_MICRO));
+    if (net->loss_index != net->nlayers - 1)
+        return clg_err_set(&ctx->err, CLG_ERR_UNSUPPORTED, "pipeline: %s must end with its loss layer",
+                           net->source);
+    if (net->fp16)
+        return clg_err_set(&ctx->err, CLG_ERR_UNSUPPORTED, "pipeline: fp16 storage is not supported yet");
+    return CLG_OK;
+}
+
+clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, uint64_t seed, int batch,
+                           const clg_pipe_params *pp, clg_pipe **out)
+{
+    *out = NULL;
+    int K = pp->stages, M = pp->micro;
+    batch = batch > 0 ? batch : net->batch;
+    CLG_TRY(check_layout(ctx, net, K, ndev, M, batch));
+    int cut[CLG_PIPE_MAX_STAGES];
+    if (pp->cuts && *pp->cuts)
+        CLG_TRY(cuts_by_name(&ctx->err, net, pp->cuts, K, cut));
+    else
+        CLG_TRY(cuts_balanced(&ctx->err, net, K, cut));
+    clg_pipe *p = calloc(1, sizeof *p);
+    if (!p || !(p->stage_of = malloc(sizeof(int) * (size_t)net->nlayers))) {
+        free(p);
+        return clg_err_set(&ctx->err, CLG_ERR_HOST_OOM, "out of memory creating the pipeline");
+    }
+    p->ctx = ctx;
+    p->net = net;
+    p->K = K;
+    p->M = M;
+    p->schedule = pp->schedule;
+    p->mb = (batch + M - 1) / M;
+    p->sample = (size_t)net->in_c * net->in_h * net->in_w;
+    p->fault_stage = -1;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    for (int s = 0, i = 0; s < K; s++) {
+        clg_pipe_stage *st = &p->st[s];
+        st->index = s;
+        st->first = i;
+        st->last = cut[s];
+        st->dev = &ctx->devs[devs[s]];
+        for (; i <= cut[s]; i++) {
+            p->stage_of[i] = s;
+            st->gflop += layer_cost(&net->proto[i]) / 1e9; /* forward + backward of a global batch */
+        }
+    }
+    clg_status rc = find_edges(p);
+    for (int s = 0; s < K && rc == CLG_OK; s++) {
+        rc = stage_init(p, &p->st[s], seed);
+        if (rc != CLG_OK && p->st[s].dev->err.msg[0])
+            rc = clg_err_set(&ctx->err, rc, "pipeline stage %d on device %d (%s): %s", s, p->st[s].dev->index,
+                             p->st[s].dev->info.name, p->st[s].dev->err.msg);
+    }
+    if (rc == CLG_OK)
+        rc = clg_team_create(&ctx->err, K, &p->team);
+    if (rc != CLG_OK) {
+        clg_pipe_free(p);
+        return rc;
+    }
+    *out = p;
+    return CLG_OK;
+}
+
+void clg_pipe_free(clg_pipe *p)
+{
+    if (!p)
+        return;
+    clg_team_free(p->team);
+    for (int s = 0; s < p->K; s++) {
+        clg_pipe_stage *st = &p->st[s];
+        if (!st->dev)
+            continue;
+        clFinish(st->dev->queue);
+        int ne = nin_edges(p, s);
+        for (int i = 0; st->stash && i < st->nslots * ne; i++)
+            clg_buf_release(st->dev, st->stash[i]);
+        for (int i = 0; i < st->nstate; i++)
+            clg_buf_release(st->dev, st->state_save[i]);
+        clg_buf_release(st->dev, st->xbuf);
+        clg_buf_release(st->dev, st->ybuf);
+        clg_buf_release(st->dev, st->gacc);
+        clg_buf_release(st->dev, st->gscr);
+        clg_optim_free(st->opt);
+        clg_replica_free(st->rep);
+        free(st->stash);
+        free(st->slot_of);
+        free(st->state);
+        free(st->state_save);
+    }
+    for (int e = 0; e < p->nedges; e++) {
+        free(p->edges[e].hf);
+        free(p->edges[e].hb);
+        free(p->edges[e].ready_f);
+        free(p->edges[e].ready_b);
+    }
+    free(p->edges);
+    free(p->stage_of);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    free(p);
+}
+
+void clg_pipe_print(const clg_pipe *p, FILE *f)
+{
+    fprintf(f, "pipeline: %d stages, %d micro-batches of %d, schedule %s\n", p->K, p->M, p->mb,
+            p->schedule == CLG_PIPE_GPIPE ? "gpipe" : "1f1b");
+    fprintf(f, "%-5s %-28s %-24s %7s %9s %8s\n", "stage", "device", "layers", "count", "GFLOP", "MiB");
+    for (int s = 0; s < p->K; s++) {
+        const clg_pipe_stage *st = &p->st[s];
+        char range[64];
+        snprintf(range, sizeof range, "%.11s..%.11s", p->net->proto[st->first].name, p->net->proto[st->last].name);
+        fprintf(f, "%-5d %-28.28s %-24s %7d %9.3f %8.2f\n", s, st->dev->info.name, range, st->last - st->first + 1,
+                st->gflop, st->mib);
+    }
+    for (int e = 0; e < p->nedges; e++)
+        fprintf(f, "  carried: %s (stage %d -> %d, %zu floats per sample)\n", p->net->proto[p->edges[e].tensor].name,
+                p->edges[e].from, p->edges[e].to, p->edges[e].fps);
+}
+
+// ---- the schedule ----
+
+/* Operation t (0 .. 2*nm-1) of stage s: *bwd and the micro-batch. */
+static void schedule_op(const clg_pipe *p, int s, int t, int *bwd, int *m)
+{
+    int M = p->nm;
+    if (p->schedule == CLG_PIPE_GPIPE) {
+        *bwd = t >= M;
+        *m = t < M ? t : t - M;
+        return;
+    }
+    int w = CLG_MIN(p->K - 1 - s, M); /* warm-up forwards */
+    if (t < w) {
+        *bwd = 0;
+        *m = t;
+    } else if (t < w + 2 * (M - w)) {
+        int u = t - w;
+        *bwd = u & 1;
+        *m = *bwd ? u / 2 : w + u / 2;
+    } else {
+        *bwd = 1;
+        *m = t - (w + 2 * (M - w)) + (M - w);
+    }
+}
+
+// ---- mailboxes ----
+
+/* Waits until *flag == seq (or the step is abandoned). */
+static clg_status wait_ready(clg_pipe *p, const int64_t *flag)
+{
+    pthread_mutex_lock(&p->mu);
+    while (*flag != p->seq && !p->abort)
+        pthread_cond_wait(&p->cv, &p->mu);
+    int ab = p->abort;
+    pthread_mutex_unlock(&p->mu);
+    return ab ? CLG_ERR_INTERNAL : CLG_OK; /* the failing stage holds the message */
+}
+
+static void post_ready(clg_pipe *p, int64_t *flag)
+{
+    pthread_mutex_lock(&p->mu);
+    *flag = p->seq;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+// ---- one micro-batch on a stage ----
+
+static clg_status set_inputs(clg_pipe *p, clg_pipe_stage *st, int m)
+{
+    clg_replica *r = st->rep;
+    clg_err *err = clg_dev_err(st->dev);
+    if (st->reads_input)
+        clg_replica_set_input(r, st->xbuf, (size_t)p->off[m] * p->sample);
+    if (st->has_loss)
+        clg_replica_set_labels(r, st->ybuf, (size_t)p->off[m], p->grad_scale);
+    for (int i = st->first; i <= st->last; i++)
+        clg_layer_set_rng(&r->layers[i], p->seed, p->step, (uint32_t)p->off[m]);
+    int ne = nin_edges(p, st->index), k = 0;
+    for (int q = 0; q < p->nedges; q++) {
+        const clg_pipe_edge *e = &p->edges[q];
+        if (e->to != st->index)
+            continue;
+        const clg_tensor *a = &r->act[e->tensor];
+        CLG_CL_CHECK(err, clEnqueueCopyBuffer(st->dev->queue, st->stash[st->slot_of[m] * ne + k], a->mem, 0,
+                                              a->off * sizeof(float), (size_t)p->cnt[m] * e->fps * sizeof(float), 0,
+                                              NULL, NULL));
+        k++;
+    }
+    return CLG_OK;
+}
+
+static clg_status stage_forward(clg_pipe *p, clg_pipe_stage *st, int m)
+{
+    clg_replica *r = st->rep;
+    clg_err *err = clg_dev_err(st->dev);
+    int n = p->cnt[m], ne = nin_edges(p, st->index), slot = -1;
+    for (int sl = 0; sl < st->nslots && slot < 0; sl++) {
+        int used = 0;
+        for (int q = 0; q < p->nm; q++)
+            used |= st->slot_of[q] == sl;
+        if (!used)
+            slot = sl;
+    }
+    if (slot < 0)
+        return clg_err_set(err, CLG_ERR_INTERNAL, "pipeline stage %d: more than %d micro-batches in flight",
+                           st->index, st->nslots);
+    st->slot_of[m] = slot;
+    st->inflight++;
+    st->peak_inflight = CLG_MAX(st->peak_inflight, st->inflight);
+    for (int q = 0, k = 0; q < p->nedges; q++) { /* the entering activations into the slot */
+        const clg_pipe_edge *e = &p->edges[q];
+        if (e->to != st->index)
+            continue;
+        CLG_TRY(wait_ready(p, &e->ready_f[m]));
+        CLG_CL_CHECK(err, clEnqueueWriteBuffer(st->dev->queue, st->stash[slot * ne + k], CL_TRUE, 0,
+                                               (size_t)n * e->fps * sizeof(float),
+                                               e->hf + (size_t)p->off[m] * e->fps, 0, NULL, NULL));
+        k++;
+    }
+    CLG_TRY(set_inputs(p, st, m));
+    CLG_TRY(clg_replica_forward(r, n, 1));
+    st->last_fwd = m;
+    if (st->has_loss) {
+        float res[2];
+        CLG_CL_CHECK(err, clEnqueueReadBuffer(st->dev->queue, r->layers[r->loss_index].loss.result, CL_TRUE, 0,
+                                              sizeof res, res, 0, NULL, NULL));
+        st->res[0] += res[0];
+        st->res[1] += res[1];
+    }
+    for (int q = 0; q < p->nedges; q++) { /* the leaving activations */
+        clg_pipe_edge *e = &p->edges[q];
+        if (e->from != st->index)
+            continue;
+        const clg_tensor *a = &r->act[e->tensor];
+        CLG_CL_CHECK(err, clEnqueueReadBuffer(st->dev->queue, a->mem, CL_TRUE, a->off * sizeof(float),
+                                              (size_t)n * e->fps * sizeof(float), e->hf + (size_t)p->off[m] * e->fps,
+                                              0, NULL, NULL));
+        post_ready(p, &e->ready_f[m]);
+    }
+    return CLG_OK;
+}
+
+/* The forward of micro-batch m again from its stash (its activations were
+ * overwritten by later micro-batches); running statistics kept as they were. */
+static clg_status stage_recompute(clg_pipe *p, clg_pipe_stage *st, int m)
+{
+    clg_err *err = clg_dev_err(st->dev);
+    cl_command_queue q = st->dev->queue;
+    size_t bytes;
+    for (int i = 0; i < st->nstate; i++) {
+        CLG_CL_CHECK(err, clGetMemObjectInfo(st->state[i], CL_MEM_SIZE, sizeof bytes, &bytes, NULL));
+        CLG_CL_CHECK(err, clEnqueueCopyBuffer(q, st->state[i], st->state_save[i], 0, 0, bytes, 0, NULL, NULL));
+    }
+    CLG_TRY(set_inputs(p, st, m));
+    CLG_TRY(clg_replica_forward(st->rep, p->cnt[m], 1));
+    for (int i = 0; i < st->nstate; i++) {
+        CLG_CL_CHECK(err, clGetMemObjectInfo(st->state[i], CL_MEM_SIZE, sizeof bytes, &bytes, NULL));
+        CLG_CL_CHECK(err, clEnqueueCopyBuffer(q, st->state_save[i], st->state[i], 0, 0, bytes, 0, NULL, NULL));
+    }
+    st->last_fwd = m;
+    st->nrecompute++;
+    return CLG_OK;
+}
+
+/* The gradients of this stage's tensors read by later stages, into dact[]. */
+static clg_status receive_grads(clg_pipe *p, clg_pipe_stage *st, int m, char *written)
+{
+    clg_replica *r = st->rep;
+    clg_err *err = clg_dev_err(st->dev);
+    int n = p->cnt[m];
+    for (int q = 0; q < p->nedges; q++) {
+        clg_pipe_edge *e = &p->edges[q];
+        if (e->from != st->index)
+            continue;
+        CLG_TRY(wait_ready(p, &e->ready_b[m]));
+        const clg_tensor *g = &r->dact[e->tensor];
+        size_t bytes = (size_t)n * e->fps * sizeof(float);
+        const float *src = e->hb + (size_t)p->off[m] * e->fps;
+        if (!written[e->tensor]) {
+            CLG_CL_CHECK(err, clEnqueueWriteBuffer(st->dev->queue, g->mem, CL_TRUE, g->off * sizeof(float), bytes, src,
+                                                   0, NULL, NULL));
+            written[e->tensor] = 1;
+        } else {
+            CLG_CL_CHECK(err, clEnqueueWriteBuffer(st->dev->queue, st->gscr, CL_TRUE, 0, bytes, src, 0, NULL, NULL));
+            CLG_TRY(clg_nn_add_acc(st->dev, (size_t)n * e->fps, st->gscr, 0, g->mem, g->off));
+        }
+    }
+    return CLG_OK;
+}
+
+static clg_status stage_backward(clg_pipe *p, clg_pipe_stage *st, int m, int first_bwd)
+{
+    clg_replica *r = st->rep;
+    clg_err *err = clg_dev_err(st->dev);
+    int n = p->cnt[m];
+    if (st->index == p->fault_stage && m == p->fault_mb && (int64_t)p->step == p->fault_step)
+        return clg_cl_fail(err, CL_INVALID_COMMAND_QUEUE, "clEnqueueNDRangeKernel (injected fault)", __FILE__,
+                           __LINE__);
+    char *written = calloc((size_t)r->nlayers, 1);
+    if (!written)
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    clg_status rc = st->last_fwd == m ? CLG_OK : stage_recompute(p, st, m);
+    if (rc == CLG_OK)
+        rc = receive_grads(p, st, m, written);
+    if (rc == CLG_OK)
+        rc = clg_replica_backward_range(r, n, written);
+    free(written);
+    CLG_TRY(rc);
+    if (r->arena_bytes) { /* accumulate */
+        if (first_bwd)
+            CLG_CL_CHECK(err, clEnqueueCopyBuffer(st->dev->queue, r->garena, st->gacc, 0, 0, r->arena_bytes, 0, NULL,
+                                                  NULL));
+        else
+            CLG_TRY(clg_nn_add_acc(st->dev, r->arena_bytes / sizeof(float), r->garena, 0, st->gacc, 0));
+    }
+    for (int q = 0; q < p->nedges; q++) { /* the entering activations' gradients go back */
+        clg_pipe_edge *e = &p->edges[q];
+        if (e->to != st->index)
+            continue;
+        const clg_tensor *g = &r->dact[e->tensor];
+        CLG_CL_CHECK(err, clEnqueueReadBuffer(st->dev->queue, g->mem, CL_TRUE, g->off * sizeof(float),
+                                              (size_t)n * e->fps * sizeof(float), e->hb + (size_t)p->off[m] * e->fps,
+                                              0, NULL, NULL));
+        post_ready(p, &e->ready_b[m]);
+    }
+    st->slot_of[m] = -1;
+    st->inflight--;
+    return CLG_OK;
+}
+
+// ---- the step ----
+
+static clg_status stage_schedule(clg_pipe *p, clg_pipe_stage *st)
+{
+    clg_err *err = clg_dev_err(st->dev);
+    st->res[0] = st->res[1] = 0;
+    st->last_fwd = -1;
+    st->nrecompute = 0;
+    st->inflight = 0;
+    for (int m = 0; m < p->M; m++)
+        st->slot_of[m] = -1;
+    if (st->reads_input)
+        CLG_CL_CHECK(err, clEnqueueWriteBuffer(st->dev->queue, st->xbuf, CL_TRUE, 0,
+                                               (size_t)p->n * p->sample * sizeof(float), p->x, 0, NULL, NULL));
+    if (st->has_loss)
+        CLG_CL_CHECK(err, clEnqueueWriteBuffer(st->dev->queue, st->ybuf, CL_TRUE, 0, (size_t)p->n * sizeof(int32_t),
+                                               p->y, 0, NULL, NULL));
+    int nb = 0;
+    for (int t = 0; t < 2 * p->nm; t++) {
+        int bwd, m;
+        schedule_op(p, st->index, t, &bwd, &m);
+        double t0 = clg_now_sec();
+        if (bwd)
+            CLG_TRY(stage_backward(p, st, m, nb++ == 0));
+        else
+            CLG_TRY(stage_forward(p, st, m));
+        if (p->trace && clg_trace_on(p->trace, p->step)) {
+            char name[48];
+            snprintf(name, sizeof name, "%s %d", bwd ? "backward" : "forward", m);
+            clg_trace_host(p->trace, st->index, name, t0, clg_now_sec());
+        }
+    }
+    if (st->rep->arena_bytes) {
+        CLG_CL_CHECK(err, clEnqueueCopyBuffer(st->dev->queue, st->gacc, st->rep->garena, 0, 0, st->rep->arena_bytes,
+                                              0, NULL, NULL));
+        st->norm_sq = 0;
+        if (p->clip_norm > 0) {
+            double norm = 0;
+            CLG_TRY(clg_optim_grad_norm(st->opt, 1.0f, &norm));
+            st->norm_sq = norm * norm;
+        }
+    }
+    CLG_CL_CHECK(err, clFinish(st->dev->queue));
+    return CLG_OK;
+}
+
+static clg_status stage_fn(void *arg, int s)
+{
+    clg_pipe *p = arg;
+    clg_pipe_stage *st = &p->st[s];
+    clg_status rc;
+    if (p->phase == 1) {
+        if (!st->rep->arena_bytes)
+            return CLG_OK;
+        rc = clg_optim_step(st->opt, p->lr, p->gscale);
+        if (rc == CLG_OK)
+            rc = clFinish(st->dev->queue) == CL_SUCCESS ? CLG_OK
+                                                        : clg_err_set(clg_dev_err(st->dev), CLG_ERR_OPENCL,
+                                                                      "clFinish after the optimizer failed");
+        return rc;
+    }
+    rc = stage_schedule(p, st);
+    if (rc != CLG_OK) {
+        pthread_mutex_lock(&p->mu);
+        if (!p->abort) {
+            p->abort = 1;
+            p->fail_stage = s;
+            p->fail_status = rc;
+        }
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+    return rc;
+}
+
+static clg_status stage_failed(clg_pipe *p, clg_status rc, int s)
+{
+    const clg_pipe_stage *st = &p->st[s];
+    return clg_err_set(&p->ctx->err, rc, "pipeline stage %d (layers %s..%s) on device %d (%s): %s", s,
+                       p->net->proto[st->first].name, p->net->proto[st->last].name, st->dev->index,
+                       st->dev->info.name, st->dev->err.msg);
+}
+
+clg_status clg_pipe_train_step(clg_pipe *p, const clg_hparams *hp, const float *x, const int32_t *y, int n,
+                               double lr, float grad_scale, double clip_norm, uint32_t seed, uint32_t step,
+                               float *res)
+{
+    if (n < 1 || n > p->mb * p->M)
+        return clg_err_set(&p->ctx->err, CLG_ERR_INVALID_ARG, "pipeline step: %d samples (1 to %d)", n,
+                           p->mb * p->M);
+    for (int s = 0; s < p->K; s++)
+        if (!p->st[s].opt)
+            CLG_TRY(clg_optim_create(p->st[s].rep, hp, &p->st[s].opt));
+    p->nm = CLG_MIN(p->M, n);
+    for (int m = 0, o = 0; m < p->nm; m++) {
+        p->cnt[m] = n / p->nm + (m < n % p->nm);
+        p->off[m] = o;
+        o += p->cnt[m];
+    }
+    p->x = x;
+    p->y = y;
+    p->n = n;
+    p->lr = lr;
+    p->grad_scale = grad_scale;
+    p->clip_norm = clip_norm;
+    p->seed = seed;
+    p->step = step;
+    p->abort = 0;
+    p->fail_stage = -1;
+    p->seq++;
+    p->phase = 0;
+    int failed = -1;
+    clg_status rc = clg_team_run(p->team, stage_fn, p, &failed);
+    if (rc != CLG_OK)
+        return p->fail_stage >= 0 ? stage_failed(p, p->fail_status, p->fail_stage) : stage_failed(p, rc, failed);
+    double sq = 0;
+    for (int s = 0; s < p->K; s++)
+        sq += p->st[s].norm_sq;
+    double norm = sqrt(sq);
+    if (!isfinite(norm))
+        return clg_err_set(&p->ctx->err, CLG_ERR_INTERNAL,
+                           "gradient norm is not finite at step %u (diverged: lower the learning rate)", step);
+    p->gscale = 1.0f;
+    if (clip_norm > 0 && norm > clip_norm)
+        p->gscale = (float)(clip_norm / norm);
+    p->phase = 1;
+    rc = clg_team_run(p->team, stage_fn, p, &failed);
+    if (rc != CLG_OK)
+        return stage_failed(p, rc, failed);
+    if (res) {
+        res[0] = p->st[p->K - 1].res[0];
+        res[1] = p->st[p->K - 1].res[1];
+    }
+    return CLG_OK;
+}

@@ -1,0 +1,142 @@
+/* Pipeline parallelism (issue #22): the layers cut into K contiguous stages,
+ * one per device; the global batch split into M micro-batches that flow
+ * through the stages; gradients accumulated over the micro-batches and the
+ * optimizer run once per step on every stage, so a step equals one device's
+ * step over the global batch with gradient accumulation (batch norm uses
+ * each micro-batch's statistics).
+ *
+ * Stage s = a device running a replica of layers [first, last] only
+ * (clg_replica_create_range): its parameters, optimizer state and
+ * activations. One host thread per stage (team.c) walks the stage's
+ * schedule (both accumulate the micro-batches' gradients in the order
+ * 0 .. M-1, as one device accumulating them does: the same arithmetic):
+ *   GPipe: F0 .. F(M-1), then B0 .. B(M-1) (M micro-batches in flight)
+ *   1F1B (PipeDream-flush): min(K-1-s, M) forwards, then one forward and one
+ *        backward alternately, then the remaining backwards (at most K-s
+ *        micro-batches in flight on stage s)
+ * Activations crossing a cut (every edge from a layer of stage a to a layer
+ * of stage b > a, residual edges over several stages included) travel from
+ * a to b, their gradients from b back to a (summed on a when several stages
+ * read the tensor), through host memory (a read on one device's queue, a
+ * write on the other's), each micro-batch's handed over under one lock.
+ *
+ * Stashed forwards: a stage keeps, per micro-batch in flight, only the
+ * activations that entered it (a slot of its stash, counted: peak_inflight);
+ * the backward of a micro-batch that is not the stage's last forward runs
+ * the stage's forward on the stashed inputs again first (re-materialization,
+ * as GPipe does; the same dropout masks; batch-norm running statistics saved
+ * and restored around it, so they advance once per micro-batch). */
+#ifndef CLG_PARALLEL_PIPE_H
+#define CLG_PARALLEL_PIPE_H
+
+#include <pthread.h>
+
+#include "model/optim.h"
+#include "parallel/team.h"
+#include "parallel/trace.h"
+
+#define CLG_PIPE_MAX_STAGES 16
+#define CLG_PIPE_MAX_MICRO 1024
+
+enum { CLG_PIPE_1F1B = 0, CLG_PIPE_GPIPE = 1 };
+
+typedef struct clg_pipe_params {
+    int stages;        /* K (>= 1) */
+    const char *cuts;  /* "conv2,fc1": cut after these layers (K-1 names); NULL or "": balanced by cost */
+    int micro;         /* M (>= 1) */
+    int schedule;      /* CLG_PIPE_1F1B or CLG_PIPE_GPIPE */
+} clg_pipe_params;
+
+/* "gpipe" / "1f1b" -> CLG_PIPE_*; -1 when unknown. */
+CLG_INTERNAL int clg_pipe_schedule_parse(const char *name);
+/* "pp=K" / "dp=1,pp=K" (NULL or "": 1) -> K; refusals name the text. dp > 1 and tp are not supported yet. */
+CLG_INTERNAL clg_status clg_pipe_parse_layout(clg_err *err, const char *spec, int *stages);
+
+/* A tensor crossing a cut: layer `tensor`'s output, made on stage `from`,
+ * read on stage `to`; host buffers hold the global batch (floats samples). */
+typedef struct clg_pipe_edge {
+    int tensor, from, to;
+    size_t fps;                 /* floats per sample */
+    float *hf, *hb;             /* activation / gradient of every sample of the step */
+    int64_t *ready_f, *ready_b; /* per micro-batch: the step sequence number it was posted in */
+} clg_pipe_edge;
+
+typedef struct clg_pipe_stage {
+    int index, first, last;
+    clg_device *dev;           /* borrowed */
+    clg_replica *rep;
+    clg_optim *opt;
+    int reads_input, has_loss;
+    cl_mem xbuf, ybuf;         /* the global batch's inputs / labels (where read) */
+    cl_mem gacc;               /* gradients summed over the micro-batches (arena layout) */
+    cl_mem gscr;               /* a received gradient to add (several readers of one tensor) */
+    size_t gscr_bytes;
+    int nslots;                /* stash slots: micro-batches in flight at most */
+    cl_mem *stash;             /* nslots * nin_edges: the entering activations of each slot */
+    int *slot_of;              /* per micro-batch: its slot, -1 none */
+    int inflight, peak_inflight;
+    int nstate;                /* non-trainable parameters (batch-norm running statistics) */
+    cl_mem *state, *state_save;
+    int last_fwd;              /* micro-batch of the replica's latest forward (-1: none this step) */
+    int nrecompute;            /* forwards run again this step */
+    float res[2];              /* {loss sum, correct} over the step's micro-batches (the loss stage) */
+    double norm_sq;            /* squared norm of the accumulated gradient (clipping) */
+    double gflop, mib;         /* the partition's cost estimate (GFLOP per step) and planned MiB (table) */
+} clg_pipe_stage;
+
+typedef struct clg_pipe {
+    clg_ctx *ctx;
+    clg_net *net;              /* borrowed */
+    int K, M, schedule, mb;    /* mb: largest micro-batch */
+    clg_pipe_stage st[CLG_PIPE_MAX_STAGES];
+    int *stage_of;             /* per layer */
+    clg_pipe_edge *edges;
+    int nedges;
+    size_t sample;             /* floats per input sample */
+    clg_team *team;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int abort, fail_stage;     /* the first stage that failed this step, -1 none */
+    clg_status fail_status;    /* its status (the others only abandon the step) */
+    int64_t seq;               /* steps run (mailbox generations) */
+    /* the step */
+    const float *x;
+    const int32_t *y;
+    int n, nm, cnt[CLG_PIPE_MAX_MICRO], off[CLG_PIPE_MAX_MICRO]; /* samples; micro-batches used; sizes, offsets */
+    double lr, clip_norm;
+    float grad_scale;
+    uint32_t seed, step;
+    int phase;                 /* 0 schedule, 1 update */
+    float gscale;
+    const clg_hparams *hp;
+    clg_trace *trace;          /* borrowed; NULL: none */
+    /* fault injection (tests): stage fault_stage fails the backward of
+     * micro-batch fault_mb of step fault_step as an enqueue error would */
+    int fault_stage, fault_mb;
+    int64_t fault_step;
+} clg_pipe;
+
+/* K stages on the context's devices devs[0..ndev) (ndev == K: refused
+ * otherwise), replicas from seed, micro-batches of ceil(batch / M). The
+ * partition table goes to the log (clg_pipe_print). */
+CLG_INTERNAL clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, uint64_t seed,
+                                        int batch, const clg_pipe_params *p, clg_pipe **out);
+CLG_INTERNAL void clg_pipe_free(clg_pipe *p);
+/* The partition: per stage its device, layers, GFLOP per step and planned MiB. */
+CLG_INTERNAL void clg_pipe_print(const clg_pipe *p, FILE *f);
+/* One training step over n host samples (x: n * sample floats, y: n labels):
+ * every micro-batch forward and backward on the stages by the schedule, the
+ * gradients accumulated, then the optimizer on every stage (hp: created on
+ * the first step). grad_scale: the loss gradient's scale (1 / global
+ * batch). res (may be NULL): {loss sum, correct} of the whole batch. A
+ * failure names the stage and device; the other stages stop. */
+CLG_INTERNAL clg_status clg_pipe_train_step(clg_pipe *p, const clg_hparams *hp, const float *x, const int32_t *y,
+                                            int n, double lr, float grad_scale, double clip_norm, uint32_t seed,
+                                            uint32_t step, float *res);
+/* Largest number of micro-batches whose activations stage s held at once
+ * (since creation). */
+static inline int clg_pipe_peak(const clg_pipe *p, int s) { return p->st[s].peak_inflight; }
+/* The stage owning layer i and its replica (parameters, checkpoints). */
+static inline clg_replica *clg_pipe_rep_of(const clg_pipe *p, int layer) { return p->st[p->stage_of[layer]].rep; }
+
+#endif
