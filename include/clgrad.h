@@ -308,6 +308,16 @@ typedef struct clg_model_params {
     const char *split;
     /* Gradient reduction bucket size in MiB (0: 25). */
     double bucket_mb;
+    /* Pipeline parallelism (docs/parallel.md): "pp=K" cuts the network into
+     * K stages, one per device that `devices` selects (it must select K),
+     * each holding only its layers' parameters, optimizer state and
+     * activations; NULL or "": none (data parallelism over `devices`).
+     * "dp=1,pp=K" is the same; dp > 1 with pp > 1 and tp are refused (not
+     * supported yet). */
+    const char *parallel;
+    const char *stages;        /* "conv2,fc1": cut after these layers (K-1 names); NULL: balanced by cost */
+    int microbatches;          /* micro-batches per step (0: 4 x K, at most the batch) */
+    const char *pipe_schedule; /* "1f1b" (default, NULL) or "gpipe" */
 } clg_model_params;
 
 typedef struct clg_metrics {
@@ -393,6 +403,10 @@ typedef struct clg_train_params {
     double bucket_mb;           /* as clg_model_params.bucket_mb */
     const char *trace;          /* Chrome-trace timeline of the first trace_steps steps (NULL: none) */
     int trace_steps;            /* 0: 20 */
+    const char *parallel;       /* as clg_model_params.parallel ("pp=K") */
+    const char *stages;         /* as clg_model_params.stages */
+    int microbatches;           /* as clg_model_params.microbatches */
+    const char *pipe_schedule;  /* as clg_model_params.pipe_schedule */
 } clg_train_params;
 
 typedef struct clg_train_report {
@@ -446,6 +460,10 @@ typedef struct clg_bench_train_params {
     const char *split;     /* as clg_model_params.split */
     double bucket_mb;      /* as clg_model_params.bucket_mb */
     const char *trace;     /* Chrome-trace timeline of the timed steps (NULL: none) */
+    const char *parallel;      /* as clg_model_params.parallel ("pp=K") */
+    const char *stages;        /* as clg_model_params.stages */
+    int microbatches;          /* as clg_model_params.microbatches */
+    const char *pipe_schedule; /* as clg_model_params.pipe_schedule */
 } clg_bench_train_params;
 typedef struct clg_bench_train_report {
     double images_per_s;  /* batch * steps / time of the timed steps */

@@ -24,6 +24,7 @@ static const cli_opt opts[] = {
     CLI_SPLIT_OPT(T, p.split, "auto (by measured speed; default), even, or weights such as 3,1"),
     CLI_DOUBLE_OPT("--bucket-mb", T, p.bucket_mb, 0, 65536, CLI_LO_OPEN, "X",
                    "gradient reduction bucket size in MiB (default 25)"),
+    CLI_OPTS_PIPELINE(T),
     CLI_STRING_OPT("--trace", T, p.trace, "FILE", "Chrome-trace timeline of the timed steps (JSON)"),
     CLI_INT_OPT("--seed", T, p.seed, 0, INT64_MAX, "N", "seed (default 1)"),
     CLI_OPT_PRECISION,

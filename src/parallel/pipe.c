@@ -281,6 +281,8 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
     *out = NULL;
     int K = pp->stages, M = pp->micro;
     batch = batch > 0 ? batch : net->batch;
+    if (M == 0) /* default: 4 per stage (bubble (K-1)/(5K-1)), at most one sample each */
+        M = CLG_MIN(4 * K, batch);
     CLG_TRY(check_layout(ctx, net, K, ndev, M, batch));
     int cut[CLG_PIPE_MAX_STAGES];
     if (pp->cuts && *pp->cuts)
@@ -731,4 +733,77 @@ clg_status clg_pipe_train_step(clg_pipe *p, const clg_hparams *hp, const float *
         res[1] = p->st[p->K - 1].res[1];
     }
     return CLG_OK;
+}
+
+// ---- the whole model on one replica (checkpoints, evaluation) ----
+
+/* Copies n floats between buffers of two devices through the host. */
+static clg_status copy_between(clg_device *sd, cl_mem src, clg_device *dd, cl_mem dst, size_t n, float *tmp)
+{
+    CLG_CL_CHECK(clg_dev_err(sd), clEnqueueReadBuffer(sd->queue, src, CL_TRUE, 0, n * sizeof(float), tmp, 0, NULL,
+                                                      NULL));
+    CLG_CL_CHECK(clg_dev_err(dd), clEnqueueWriteBuffer(dd->queue, dst, CL_TRUE, 0, n * sizeof(float), tmp, 0, NULL,
+                                                       NULL));
+    return CLG_OK;
+}
+
+/* Index of ref's parameter among o's (its replica's trainable list), -1 when absent. */
+static int optim_index(const clg_optim *o, int layer, int slot)
+{
+    for (int i = 0; o && i < o->n; i++)
+        if (o->refs[i].layer->index == layer && o->refs[i].param - o->refs[i].layer->params == slot)
+            return i;
+    return -1;
+}
+
+/* One parameter (value and optimizer state) between the full replica and its stage. */
+static clg_status sync_param(clg_pipe *p, clg_replica *full, clg_optim *fo, const clg_param_ref *ref, int to_full,
+                             float *tmp)
+{
+    int li = ref->layer->index, slot = (int)(ref->param - ref->layer->params);
+    clg_pipe_stage *st = &p->st[p->stage_of[li]];
+    clg_param *sp = &st->rep->layers[li].params[slot];
+    size_t n = ref->param->numel;
+    clg_device *a = to_full ? st->dev : full->dev, *b = to_full ? full->dev : st->dev;
+    CLG_TRY(copy_between(a, to_full ? sp->value : ref->param->value, b, to_full ? ref->param->value : sp->value, n,
+                         tmp));
+    if (!ref->param->trainable || !fo || !st->opt)
+        return CLG_OK;
+    int fi = optim_index(fo, li, slot), si = optim_index(st->opt, li, slot);
+    if (fi < 0 || si < 0)
+        return CLG_OK;
+    for (int k = 0; k < clg_optim_nstate(fo); k++) {
+        cl_mem fm = k == 0 ? fo->m[fi] : fo->v[fi], sm = k == 0 ? st->opt->m[si] : st->opt->v[si];
+        if (fm && sm)
+            CLG_TRY(copy_between(a, to_full ? sm : fm, b, to_full ? fm : sm, n, tmp));
+    }
+    return CLG_OK;
+}
+
+clg_status clg_pipe_sync(clg_pipe *p, clg_replica *full, clg_optim *full_opt, const clg_hparams *hp, int to_full)
+{
+    for (int s = 0; s < p->K && full_opt; s++) /* the state goes both ways: every stage has its optimizer */
+        if (!p->st[s].opt)
+            CLG_TRY(clg_optim_create(p->st[s].rep, hp, &p->st[s].opt));
+    clg_param_ref *refs = NULL;
+    int n = 0;
+    CLG_TRY(clg_replica_params(full, 0, &refs, &n));
+    size_t most = 1;
+    for (int i = 0; i < n; i++)
+        most = CLG_MAX(most, refs[i].param->numel);
+    float *tmp = malloc(most * sizeof(float));
+    clg_status st = tmp ? CLG_OK : clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    for (int i = 0; i < n && st == CLG_OK; i++)
+        st = sync_param(p, full, full_opt, &refs[i], to_full, tmp);
+    free(tmp);
+    free(refs);
+    if (st == CLG_OK && full_opt && to_full)
+        full_opt->t = p->st[0].opt->t;
+    for (int s = 0; s < p->K && st == CLG_OK && full_opt && !to_full; s++)
+        p->st[s].opt->t = full_opt->t;
+    if (st == CLG_OK && to_full)
+        st = clg_replica_weights_updated(full);
+    for (int s = 0; s < p->K && st == CLG_OK && !to_full; s++)
+        st = clg_replica_weights_updated(p->st[s].rep);
+    return st;
 }

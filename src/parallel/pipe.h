@@ -43,7 +43,7 @@ enum { CLG_PIPE_1F1B = 0, CLG_PIPE_GPIPE = 1 };
 typedef struct clg_pipe_params {
     int stages;        /* K (>= 1) */
     const char *cuts;  /* "conv2,fc1": cut after these layers (K-1 names); NULL or "": balanced by cost */
-    int micro;         /* M (>= 1) */
+    int micro;         /* M (>= 1; 0: 4K, at most the batch) */
     int schedule;      /* CLG_PIPE_1F1B or CLG_PIPE_GPIPE */
 } clg_pipe_params;
 
@@ -133,6 +133,15 @@ CLG_INTERNAL void clg_pipe_print(const clg_pipe *p, FILE *f);
 CLG_INTERNAL clg_status clg_pipe_train_step(clg_pipe *p, const clg_hparams *hp, const float *x, const int32_t *y,
                                             int n, double lr, float grad_scale, double clip_norm, uint32_t seed,
                                             uint32_t step, float *res);
+/* Copies every parameter (weights, batch-norm running statistics) and its
+ * optimizer state (and the optimizer's step count) from the stages into
+ * full, a whole-network replica of the same net (to_full = 1: before a
+ * checkpoint or an evaluation on it), or from full into the stages
+ * (to_full = 0: after a checkpoint was loaded into it). full_opt may be
+ * NULL (weights only); the stages' optimizers are created from hp when
+ * missing. Through host memory; blocking. */
+CLG_INTERNAL clg_status clg_pipe_sync(clg_pipe *p, clg_replica *full, clg_optim *full_opt, const clg_hparams *hp,
+                                      int to_full);
 /* Largest number of micro-batches whose activations stage s held at once
  * (since creation). */
 static inline int clg_pipe_peak(const clg_pipe *p, int s) { return p->st[s].peak_inflight; }
