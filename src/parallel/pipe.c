@@ -8,6 +8,7 @@
 #include "parallel/pipe.h"
 
 static clg_status stage_fn(void *arg, int s);
+static clg_status wait_flag(clg_pipe *p, const int64_t *flag);
 
 // ---- parsing ----
 
@@ -415,8 +416,27 @@ static void schedule_op(const clg_pipe *p, int s, int t, int *bwd, int *m)
 
 // ---- mailboxes ----
 
-/* Waits until *flag == seq (or the step is abandoned). */
-static clg_status wait_ready(clg_pipe *p, const int64_t *flag)
+static void trace_span(clg_pipe *p, int s, const char *what, int m, double t0)
+{
+    if (p->trace && clg_trace_on(p->trace, p->step)) {
+        char name[48];
+        snprintf(name, sizeof name, "%s %d", what, m);
+        clg_trace_host(p->trace, s, name, t0, clg_now_sec());
+    }
+}
+
+/* Waits until *flag == seq (or the step is abandoned); the time goes to the
+ * stage's idle sum (the bubble). */
+static clg_status wait_ready(clg_pipe *p, clg_pipe_stage *st, const int64_t *flag, const char *what, int m)
+{
+    double t0 = clg_now_sec();
+    clg_status rc = wait_flag(p, flag);
+    st->t_wait += clg_now_sec() - t0;
+    trace_span(p, st->index, what, m, t0);
+    return rc;
+}
+
+static clg_status wait_flag(clg_pipe *p, const int64_t *flag)
 {
     pthread_mutex_lock(&p->mu);
     while (*flag != p->seq && !p->abort)
@@ -482,7 +502,7 @@ static clg_status stage_forward(clg_pipe *p, clg_pipe_stage *st, int m)
         const clg_pipe_edge *e = &p->edges[q];
         if (e->to != st->index)
             continue;
-        CLG_TRY(wait_ready(p, &e->ready_f[m]));
+        CLG_TRY(wait_ready(p, st, &e->ready_f[m], "wait activation", m));
         CLG_CL_CHECK(err, clEnqueueWriteBuffer(st->dev->queue, st->stash[slot * ne + k], CL_TRUE, 0,
                                                (size_t)n * e->fps * sizeof(float),
                                                e->hf + (size_t)p->off[m] * e->fps, 0, NULL, NULL));
@@ -503,10 +523,12 @@ static clg_status stage_forward(clg_pipe *p, clg_pipe_stage *st, int m)
         if (e->from != st->index)
             continue;
         const clg_tensor *a = &r->act[e->tensor];
+        double t0 = clg_now_sec();
         CLG_CL_CHECK(err, clEnqueueReadBuffer(st->dev->queue, a->mem, CL_TRUE, a->off * sizeof(float),
                                               (size_t)n * e->fps * sizeof(float), e->hf + (size_t)p->off[m] * e->fps,
                                               0, NULL, NULL));
         post_ready(p, &e->ready_f[m]);
+        trace_span(p, st->index, "send activation", m, t0);
     }
     return CLG_OK;
 }
@@ -543,7 +565,7 @@ static clg_status receive_grads(clg_pipe *p, clg_pipe_stage *st, int m, char *wr
         clg_pipe_edge *e = &p->edges[q];
         if (e->from != st->index)
             continue;
-        CLG_TRY(wait_ready(p, &e->ready_b[m]));
+        CLG_TRY(wait_ready(p, st, &e->ready_b[m], "wait gradient", m));
         const clg_tensor *g = &r->dact[e->tensor];
         size_t bytes = (size_t)n * e->fps * sizeof(float);
         const float *src = e->hb + (size_t)p->off[m] * e->fps;
@@ -570,7 +592,11 @@ static clg_status stage_backward(clg_pipe *p, clg_pipe_stage *st, int m, int fir
     char *written = calloc((size_t)r->nlayers, 1);
     if (!written)
         return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
-    clg_status rc = st->last_fwd == m ? CLG_OK : stage_recompute(p, st, m);
+    double t0 = clg_now_sec();
+    int rerun = st->last_fwd != m;
+    clg_status rc = rerun ? stage_recompute(p, st, m) : CLG_OK;
+    if (rerun && rc == CLG_OK)
+        trace_span(p, st->index, "re-run forward", m, t0);
     if (rc == CLG_OK)
         rc = receive_grads(p, st, m, written);
     if (rc == CLG_OK)
@@ -589,10 +615,12 @@ static clg_status stage_backward(clg_pipe *p, clg_pipe_stage *st, int m, int fir
         if (e->to != st->index)
             continue;
         const clg_tensor *g = &r->dact[e->tensor];
+        double t0 = clg_now_sec();
         CLG_CL_CHECK(err, clEnqueueReadBuffer(st->dev->queue, g->mem, CL_TRUE, g->off * sizeof(float),
                                               (size_t)n * e->fps * sizeof(float), e->hb + (size_t)p->off[m] * e->fps,
                                               0, NULL, NULL));
         post_ready(p, &e->ready_b[m]);
+        trace_span(p, st->index, "send gradient", m, t0);
     }
     st->slot_of[m] = -1;
     st->inflight--;
@@ -617,6 +645,7 @@ static clg_status stage_schedule(clg_pipe *p, clg_pipe_stage *st)
         CLG_CL_CHECK(err, clEnqueueWriteBuffer(st->dev->queue, st->ybuf, CL_TRUE, 0, (size_t)p->n * sizeof(int32_t),
                                                p->y, 0, NULL, NULL));
     int nb = 0;
+    st->t_wait = 0;
     for (int t = 0; t < 2 * p->nm; t++) {
         int bwd, m;
         schedule_op(p, st->index, t, &bwd, &m);
@@ -625,11 +654,7 @@ static clg_status stage_schedule(clg_pipe *p, clg_pipe_stage *st)
             CLG_TRY(stage_backward(p, st, m, nb++ == 0));
         else
             CLG_TRY(stage_forward(p, st, m));
-        if (p->trace && clg_trace_on(p->trace, p->step)) {
-            char name[48];
-            snprintf(name, sizeof name, "%s %d", bwd ? "backward" : "forward", m);
-            clg_trace_host(p->trace, st->index, name, t0, clg_now_sec());
-        }
+        trace_span(p, st->index, bwd ? "backward" : "forward", m, t0);
     }
     if (st->rep->arena_bytes) {
         CLG_CL_CHECK(err, clEnqueueCopyBuffer(st->dev->queue, st->gacc, st->rep->garena, 0, 0, st->rep->arena_bytes,
@@ -642,6 +667,7 @@ static clg_status stage_schedule(clg_pipe *p, clg_pipe_stage *st)
         }
     }
     CLG_CL_CHECK(err, clFinish(st->dev->queue));
+    st->t_end = clg_now_sec();
     return CLG_OK;
 }
 
@@ -711,9 +737,17 @@ clg_status clg_pipe_train_step(clg_pipe *p, const clg_hparams *hp, const float *
     p->seq++;
     p->phase = 0;
     int failed = -1;
+    double t0 = clg_now_sec();
     clg_status rc = clg_team_run(p->team, stage_fn, p, &failed);
     if (rc != CLG_OK)
         return p->fail_stage >= 0 ? stage_failed(p, p->fail_status, p->fail_stage) : stage_failed(p, rc, failed);
+    double wall = clg_now_sec() - t0, idle = 0; /* bubble: idle share of the stages over the schedule's wall time */
+    for (int s = 0; s < p->K; s++)
+        idle += p->st[s].t_wait + (t0 + wall - p->st[s].t_end);
+    if (wall > 0) {
+        p->bubble_sum += idle / (p->K * wall);
+        p->bubble_n++;
+    }
     double sq = 0;
     for (int s = 0; s < p->K; s++)
         sq += p->st[s].norm_sq;

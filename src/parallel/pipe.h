@@ -81,6 +81,7 @@ typedef struct clg_pipe_stage {
     int nrecompute;            /* forwards run again this step */
     float res[2];              /* {loss sum, correct} over the step's micro-batches (the loss stage) */
     double norm_sq;            /* squared norm of the accumulated gradient (clipping) */
+    double t_wait, t_end;      /* this step: seconds waiting for other stages; when its schedule ended */
     double gflop, mib;         /* the partition's cost estimate (GFLOP per step) and planned MiB (table) */
 } clg_pipe_stage;
 
@@ -109,7 +110,11 @@ typedef struct clg_pipe {
     int phase;                 /* 0 schedule, 1 update */
     float gscale;
     const clg_hparams *hp;
-    clg_trace *trace;          /* borrowed; NULL: none */
+    clg_trace *trace;          /* borrowed; NULL: none (host rows: forward, backward, re-run forward, waits and
+                                  sends of each micro-batch per stage) */
+    double bubble_sum;         /* sum over steps of the stages' idle share (waits for another stage, and from
+                                  the end of a stage's schedule to the end of the slowest) */
+    int bubble_n;
     /* fault injection (tests): stage fault_stage fails the backward of
      * micro-batch fault_mb of step fault_step as an enqueue error would */
     int fault_stage, fault_mb;
@@ -142,6 +147,10 @@ CLG_INTERNAL clg_status clg_pipe_train_step(clg_pipe *p, const clg_hparams *hp, 
  * missing. Through host memory; blocking. */
 CLG_INTERNAL clg_status clg_pipe_sync(clg_pipe *p, clg_replica *full, clg_optim *full_opt, const clg_hparams *hp,
                                       int to_full);
+/* Mean idle share of the stages over the steps since the last reset (the
+ * bubble; the ideal for equal stages is (K-1)/(M+K-1)); -1 before a step. */
+static inline double clg_pipe_bubble(const clg_pipe *p) { return p->bubble_n ? p->bubble_sum / p->bubble_n : -1; }
+static inline void clg_pipe_bubble_reset(clg_pipe *p) { p->bubble_sum = 0, p->bubble_n = 0; }
 /* Largest number of micro-batches whose activations stage s held at once
  * (since creation). */
 static inline int clg_pipe_peak(const clg_pipe *p, int s) { return p->st[s].peak_inflight; }

@@ -449,6 +449,8 @@ static clg_status bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg
         if (i == p->warmup) {
             st = clg_dp_finish(m->dp);
             clg_replica_profile_reset(clg_session_rep(m));
+            if (m->pipe)
+                clg_pipe_bubble_reset(m->pipe);
             launches0 = 0;
             for (int d = 0; d < ctx->ndev; d++)
                 launches0 += ctx->devs[d].launches;
@@ -497,6 +499,7 @@ static clg_status bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg
             launches += ctx->devs[d].launches;
         out->launches_per_step = (double)(launches - launches0) / p->steps;
         clg_session_shares(m, out->shares, sizeof out->shares, &out->devices);
+        out->pipe_bubble = m->pipe ? clg_pipe_bubble(m->pipe) : -1;
     }
     free(times);
     if (m->trace) {

@@ -153,6 +153,8 @@ void clg_session_free(clg_model *m)
         return;
     if (m->dp)
         m->dp->trace = NULL;
+    if (m->pipe)
+        m->pipe->trace = NULL;
     clg_trace_free(m->trace);
     clg_pipe_free(m->pipe);
     clg_dp_free(m->dp);
@@ -177,6 +179,16 @@ clg_status clg_session_trace_open(clg_model *m, const char *path, int steps)
     else
         snprintf(rpath, sizeof rpath, "%s", path);
     CLG_TRY(clg_trace_create(err, rpath, (int)CLG_MIN((int64_t)m->step + steps, INT32_MAX), &m->trace));
+    if (m->pipe) { /* a row per stage */
+        for (int s = 0; s < m->pipe->K; s++)
+            if (clg_trace_lane(m->trace, s, m->pipe->st[s].dev) != CLG_OK) {
+                clg_trace_free(m->trace);
+                m->trace = NULL;
+                return clg_err_set(err, CLG_ERR_OPENCL, "trace: %s", m->pipe->st[s].dev->err.msg);
+            }
+        m->pipe->trace = m->trace;
+        return CLG_OK;
+    }
     for (int i = 0; i < m->dp->n; i++) {
         clg_status st = clg_trace_lane(m->trace, i, m->dp->lanes[i].dev);
         if (st != CLG_OK) {
@@ -195,6 +207,8 @@ clg_status clg_session_trace_close(clg_model *m)
         return CLG_OK;
     clg_dp_finish(m->dp);
     m->dp->trace = NULL;
+    if (m->pipe)
+        m->pipe->trace = NULL;
     clg_trace *t = m->trace;
     m->trace = NULL;
     return clg_trace_close(&m->ctx->err, t);
