@@ -109,9 +109,59 @@ static clg_status cuts_by_name(clg_err *err, const clg_net *net, const char *nam
     return CLG_OK;
 }
 
+/* Per-layer cost by measurement: a whole-network replica at the micro-batch
+ * size on dev, one step to compile and warm, then wall ms of each layer's
+ * forward + backward (each finished before the next) over two steps. 0 when
+ * it cannot be measured (the caller falls back to FLOPs). */
+static int measure_costs(clg_net *net, clg_device *dev, uint64_t seed, int mb, double *cost)
+{
+    clg_err saved = dev->err;
+    clg_replica *r = NULL;
+    cl_mem x = NULL, y = NULL;
+    int L = net->nlayers, kprof = dev->kprof, ok = 0;
+    size_t sample = (size_t)net->in_c * net->in_h * net->in_w;
+    if (net->fp16 || clg_replica_create_range(net, dev, seed, 0, L - 1, mb, &r) != CLG_OK)
+        goto out;
+    if (clg_buf_alloc(dev, (size_t)mb * sample * sizeof(float), &x) != CLG_OK ||
+        clg_buf_alloc(dev, (size_t)mb * sizeof(int32_t), &y) != CLG_OK ||
+        clg_buf_fill(dev, x, 0, (size_t)mb * sample, 0.5f) != CLG_OK || clg_buf_fill(dev, y, 0, (size_t)mb, 0.0f) != CLG_OK)
+        goto out;
+    clg_replica_set_input(r, x, 0);
+    clg_replica_set_labels(r, y, 0, 1.0f / (float)mb);
+    if (clg_replica_forward(r, mb, 1) != CLG_OK || clg_replica_backward(r, mb) != CLG_OK || clFinish(dev->queue))
+        goto out;
+    r->prof_fwd = calloc((size_t)L, sizeof(double));
+    r->prof_bwd = calloc((size_t)L, sizeof(double));
+    r->prof_fwd_k = calloc((size_t)L, sizeof(double));
+    r->prof_bwd_k = calloc((size_t)L, sizeof(double));
+    r->prof_fwd_n = calloc((size_t)L, sizeof(long));
+    r->prof_bwd_n = calloc((size_t)L, sizeof(long));
+    if (!r->prof_fwd || !r->prof_bwd || !r->prof_fwd_k || !r->prof_bwd_k || !r->prof_fwd_n || !r->prof_bwd_n)
+        goto out;
+    r->profile = 1;
+    dev->kprof = 1;
+    for (int t = 0; t < 2; t++)
+        if (clg_replica_forward(r, mb, 1) != CLG_OK || clg_replica_backward(r, mb) != CLG_OK)
+            goto out;
+    for (int i = 0; i < L; i++)
+        cost[i] = (r->prof_fwd[i] + r->prof_bwd[i]) / 2;
+    ok = 1;
+out:
+    if (r)
+        clFinish(dev->queue);
+    clg_kprof_take(dev, NULL, NULL);
+    dev->kprof = kprof;
+    clg_buf_release(dev, x);
+    clg_buf_release(dev, y);
+    clg_replica_free(r);
+    if (!ok)
+        dev->err = saved; /* not a failure of the run: FLOPs decide */
+    return ok;
+}
+
 /* Contiguous partition minimizing the largest stage cost (dynamic
  * programming over prefix sums; ties: the later cut). */
-static clg_status cuts_balanced(clg_err *err, const clg_net *net, int K, int *cut)
+static clg_status cuts_balanced(clg_err *err, const clg_net *net, int K, const double *cost, int *cut)
 {
     int L = net->nlayers;
     double *pre = calloc((size_t)L + 1, sizeof *pre), *best = malloc(sizeof(double) * (size_t)(L + 1) * (size_t)K);
@@ -123,7 +173,7 @@ static clg_status cuts_balanced(clg_err *err, const clg_net *net, int K, int *cu
         return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory partitioning the pipeline");
     }
     for (int i = 0; i < L; i++)
-        pre[i + 1] = pre[i] + layer_cost(&net->proto[i]);
+        pre[i + 1] = pre[i] + cost[i];
     /* best[k][j]: the first j layers in k+1 stages */
     for (int j = 0; j <= L; j++)
         best[j] = j > 0 ? pre[j] : 1e300;
@@ -285,26 +335,38 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
     if (M == 0) /* default: 4 per stage (bubble (K-1)/(5K-1)), at most one sample each */
         M = CLG_MIN(4 * K, batch);
     CLG_TRY(check_layout(ctx, net, K, ndev, M, batch));
-    int cut[CLG_PIPE_MAX_STAGES];
-    if (pp->cuts && *pp->cuts)
-        CLG_TRY(cuts_by_name(&ctx->err, net, pp->cuts, K, cut));
-    else
-        CLG_TRY(cuts_balanced(&ctx->err, net, K, cut));
+    int cut[CLG_PIPE_MAX_STAGES], mb = (batch + M - 1) / M;
     clg_pipe *p = calloc(1, sizeof *p);
-    if (!p || !(p->stage_of = malloc(sizeof(int) * (size_t)net->nlayers))) {
-        free(p);
+    if (p) {
+        pthread_mutex_init(&p->mu, NULL);
+        pthread_cond_init(&p->cv, NULL);
+    }
+    if (!p || !(p->stage_of = malloc(sizeof(int) * (size_t)net->nlayers)) ||
+        !(p->cost = malloc(sizeof(double) * (size_t)net->nlayers))) {
+        clg_pipe_free(p);
         return clg_err_set(&ctx->err, CLG_ERR_HOST_OOM, "out of memory creating the pipeline");
+    }
+    /* per-layer cost: measured at the micro-batch size on the first device, else FLOPs */
+    p->measured = !(pp->cuts && *pp->cuts) && K > 1 && measure_costs(net, &ctx->devs[devs[0]], seed, mb, p->cost);
+    for (int i = 0; i < net->nlayers && !p->measured; i++)
+        p->cost[i] = layer_cost(&net->proto[i]) / 1e9;
+    clg_status rc = CLG_OK;
+    if (pp->cuts && *pp->cuts)
+        rc = cuts_by_name(&ctx->err, net, pp->cuts, K, cut);
+    else
+        rc = cuts_balanced(&ctx->err, net, K, p->cost, cut);
+    if (rc != CLG_OK) {
+        clg_pipe_free(p);
+        return rc;
     }
     p->ctx = ctx;
     p->net = net;
     p->K = K;
     p->M = M;
     p->schedule = pp->schedule;
-    p->mb = (batch + M - 1) / M;
+    p->mb = mb;
     p->sample = (size_t)net->in_c * net->in_h * net->in_w;
     p->fault_stage = -1;
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, NULL);
     for (int s = 0, i = 0; s < K; s++) {
         clg_pipe_stage *st = &p->st[s];
         st->index = s;
@@ -313,10 +375,10 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
         st->dev = &ctx->devs[devs[s]];
         for (; i <= cut[s]; i++) {
             p->stage_of[i] = s;
-            st->gflop += layer_cost(&net->proto[i]) / 1e9; /* forward + backward of a global batch */
+            st->cost += p->cost[i];
         }
     }
-    clg_status rc = find_edges(p);
+    rc = find_edges(p);
     for (int s = 0; s < K && rc == CLG_OK; s++) {
         rc = stage_init(p, &p->st[s], seed);
         if (rc != CLG_OK && p->st[s].dev->err.msg[0])
@@ -359,6 +421,7 @@ void clg_pipe_free(clg_pipe *p)
         free(st->state);
         free(st->state_save);
     }
+    free(p->cost);
     for (int e = 0; e < p->nedges; e++) {
         free(p->edges[e].hf);
         free(p->edges[e].hb);
@@ -374,15 +437,18 @@ void clg_pipe_free(clg_pipe *p)
 
 void clg_pipe_print(const clg_pipe *p, FILE *f)
 {
-    fprintf(f, "pipeline: %d stages, %d micro-batches of %d, schedule %s\n", p->K, p->M, p->mb,
-            p->schedule == CLG_PIPE_GPIPE ? "gpipe" : "1f1b");
-    fprintf(f, "%-5s %-28s %-24s %7s %9s %8s\n", "stage", "device", "layers", "count", "GFLOP", "MiB");
+    fprintf(f, "pipeline: %d stages, %d micro-batches of %d, schedule %s; balanced by %s\n", p->K, p->M, p->mb,
+            p->schedule == CLG_PIPE_GPIPE ? "gpipe" : "1f1b",
+            p->measured ? "measured layer times (ms: forward + backward of a step's micro-batches)"
+                        : "FLOPs (GFLOP: forward + backward of a global batch)");
+    fprintf(f, "%-5s %-28s %-24s %7s %9s %8s\n", "stage", "device", "layers", "count",
+            p->measured ? "ms" : "GFLOP", "MiB");
     for (int s = 0; s < p->K; s++) {
         const clg_pipe_stage *st = &p->st[s];
         char range[64];
         snprintf(range, sizeof range, "%.11s..%.11s", p->net->proto[st->first].name, p->net->proto[st->last].name);
         fprintf(f, "%-5d %-28.28s %-24s %7d %9.3f %8.2f\n", s, st->dev->info.name, range, st->last - st->first + 1,
-                st->gflop, st->mib);
+                st->cost * (p->measured ? p->M : 1), st->mib);
     }
     for (int e = 0; e < p->nedges; e++)
         fprintf(f, "  carried: %s (stage %d -> %d, %zu floats per sample)\n", p->net->proto[p->edges[e].tensor].name,

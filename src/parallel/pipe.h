@@ -42,7 +42,8 @@ enum { CLG_PIPE_1F1B = 0, CLG_PIPE_GPIPE = 1 };
 
 typedef struct clg_pipe_params {
     int stages;        /* K (>= 1) */
-    const char *cuts;  /* "conv2,fc1": cut after these layers (K-1 names); NULL or "": balanced by cost */
+    const char *cuts;  /* "conv2,fc1": cut after these layers (K-1 names); NULL or "": balanced by each layer's
+                          time measured on the first device at the micro-batch size (FLOPs where that fails) */
     int micro;         /* M (>= 1; 0: 4K, at most the batch) */
     int schedule;      /* CLG_PIPE_1F1B or CLG_PIPE_GPIPE */
 } clg_pipe_params;
@@ -82,7 +83,7 @@ typedef struct clg_pipe_stage {
     float res[2];              /* {loss sum, correct} over the step's micro-batches (the loss stage) */
     double norm_sq;            /* squared norm of the accumulated gradient (clipping) */
     double t_wait, t_end;      /* this step: seconds waiting for other stages; when its schedule ended */
-    double gflop, mib;         /* the partition's cost estimate (GFLOP per step) and planned MiB (table) */
+    double cost, mib;          /* its layers' cost (pipe.cost) and the MiB it plans (table) */
 } clg_pipe_stage;
 
 typedef struct clg_pipe {
@@ -91,6 +92,9 @@ typedef struct clg_pipe {
     int K, M, schedule, mb;    /* mb: largest micro-batch */
     clg_pipe_stage st[CLG_PIPE_MAX_STAGES];
     int *stage_of;             /* per layer */
+    double *cost;              /* per layer: measured ms of forward + backward of a micro-batch (measured), or
+                                  GFLOP of a global batch's forward + backward */
+    int measured;
     clg_pipe_edge *edges;
     int nedges;
     size_t sample;             /* floats per input sample */
@@ -127,7 +131,7 @@ typedef struct clg_pipe {
 CLG_INTERNAL clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, uint64_t seed,
                                         int batch, const clg_pipe_params *p, clg_pipe **out);
 CLG_INTERNAL void clg_pipe_free(clg_pipe *p);
-/* The partition: per stage its device, layers, GFLOP per step and planned MiB. */
+/* The partition: per stage its device, layers, measured ms (or GFLOP) per step and planned MiB. */
 CLG_INTERNAL void clg_pipe_print(const clg_pipe *p, FILE *f);
 /* One training step over n host samples (x: n * sample floats, y: n labels):
  * every micro-batch forward and backward on the stages by the schedule, the
