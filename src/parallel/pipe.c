@@ -9,6 +9,7 @@
 
 static clg_status stage_fn(void *arg, int s);
 static clg_status wait_flag(clg_pipe *p, const int64_t *flag);
+static clg_status xfer_setup(clg_pipe *p, int mode);
 
 // ---- parsing ----
 
@@ -386,6 +387,8 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
                              p->st[s].dev->info.name, p->st[s].dev->err.msg);
     }
     if (rc == CLG_OK)
+        rc = xfer_setup(p, pp->transfer);
+    if (rc == CLG_OK)
         rc = clg_team_create(&ctx->err, K, &p->team);
     if (rc != CLG_OK) {
         clg_pipe_free(p);
@@ -423,6 +426,13 @@ void clg_pipe_free(clg_pipe *p)
     }
     free(p->cost);
     for (int e = 0; e < p->nedges; e++) {
+        clg_pipe_edge *ed = &p->edges[e];
+        for (int m = 0; m < p->M && ed->df; m++) {
+            clg_buf_release(p->st[ed->from].dev, ed->df[m]);
+            clg_buf_release(p->st[ed->from].dev, ed->db[m]);
+        }
+        free(ed->df);
+        free(ed->db);
         free(p->edges[e].hf);
         free(p->edges[e].hb);
         free(p->edges[e].ready_f);
@@ -450,6 +460,12 @@ void clg_pipe_print(const clg_pipe *p, FILE *f)
         fprintf(f, "%-5d %-28.28s %-24s %7d %9.3f %8.2f\n", s, st->dev->info.name, range, st->last - st->first + 1,
                 st->cost * (p->measured ? p->M : 1), st->mib);
     }
+    if (p->nedges)
+        fprintf(f, "  transfers: %s", p->d2d ? "device to device" : "through host memory");
+    if (p->nedges && p->t_host > 0)
+        fprintf(f, " (measured %.3f ms device to device, %.3f ms through the host)", 1e3 * p->t_dev, 1e3 * p->t_host);
+    if (p->nedges)
+        fprintf(f, "\n");
     for (int e = 0; e < p->nedges; e++)
         fprintf(f, "  carried: %s (stage %d -> %d, %zu floats per sample)\n", p->net->proto[p->edges[e].tensor].name,
                 p->edges[e].from, p->edges[e].to, p->edges[e].fps);
@@ -520,6 +536,100 @@ static void post_ready(clg_pipe *p, int64_t *flag)
     pthread_mutex_unlock(&p->mu);
 }
 
+// ---- transfers ----
+
+/* Sends n samples of tensor t (on the sender's device, offset in floats)
+ * for micro-batch m of edge e: into the host buffer (hf / hb) or the
+ * context buffer (df / db); complete when it returns. */
+static clg_status xfer_send(clg_pipe *p, clg_pipe_edge *e, int grad, int m, cl_mem mem, size_t off, int n)
+{
+    clg_device *dev = p->st[grad ? e->to : e->from].dev;
+    clg_err *err = clg_dev_err(dev);
+    size_t bytes = (size_t)n * e->fps * sizeof(float);
+    if (p->d2d) {
+        CLG_CL_CHECK(err, clEnqueueCopyBuffer(dev->queue, mem, grad ? e->db[m] : e->df[m], off * sizeof(float), 0,
+                                              bytes, 0, NULL, NULL));
+        CLG_CL_CHECK(err, clFinish(dev->queue));
+        return CLG_OK;
+    }
+    float *h = (grad ? e->hb : e->hf) + (size_t)p->off[m] * e->fps;
+    CLG_CL_CHECK(err, clEnqueueReadBuffer(dev->queue, mem, CL_TRUE, off * sizeof(float), bytes, h, 0, NULL, NULL));
+    return CLG_OK;
+}
+
+/* Receives what xfer_send sent into mem at off (floats) on the receiver's queue. */
+static clg_status xfer_recv(clg_pipe *p, clg_pipe_edge *e, int grad, int m, cl_mem mem, size_t off, int n)
+{
+    clg_device *dev = p->st[grad ? e->from : e->to].dev;
+    clg_err *err = clg_dev_err(dev);
+    size_t bytes = (size_t)n * e->fps * sizeof(float);
+    if (p->d2d) {
+        CLG_CL_CHECK(err, clEnqueueCopyBuffer(dev->queue, grad ? e->db[m] : e->df[m], mem, 0, off * sizeof(float),
+                                              bytes, 0, NULL, NULL));
+        return CLG_OK;
+    }
+    const float *h = (grad ? e->hb : e->hf) + (size_t)p->off[m] * e->fps;
+    CLG_CL_CHECK(err, clEnqueueWriteBuffer(dev->queue, mem, CL_TRUE, off * sizeof(float), bytes, h, 0, NULL, NULL));
+    return CLG_OK;
+}
+
+/* Seconds of one transfer of a micro-batch of edge e's tensor (sender's
+ * activation into the receiver's) by the current path, best of 3. */
+static clg_status time_xfer(clg_pipe *p, clg_pipe_edge *e, double *t)
+{
+    p->off[0] = 0;
+    *t = 1e30;
+    cl_mem src = p->st[e->from].rep->act[e->tensor].mem, dst = p->st[e->to].rep->act[e->tensor].mem;
+    size_t so = p->st[e->from].rep->act[e->tensor].off, dof = p->st[e->to].rep->act[e->tensor].off;
+    for (int r = 0; r < 4; r++) {
+        double t0 = clg_now_sec();
+        CLG_TRY(xfer_send(p, e, 0, 0, src, so, p->mb));
+        CLG_TRY(xfer_recv(p, e, 0, 0, dst, dof, p->mb));
+        CLG_CL_CHECK(clg_dev_err(p->st[e->to].dev), clFinish(p->st[e->to].dev->queue));
+        if (r > 0) /* the first warms */
+            *t = CLG_MIN(*t, clg_now_sec() - t0);
+    }
+    return CLG_OK;
+}
+
+/* The transfer path: device buffers where every edge joins devices of one
+ * cl_context (mode AUTO: only when that measured faster). */
+static clg_status xfer_setup(clg_pipe *p, int mode)
+{
+    int shared = p->nedges > 0, big = -1;
+    for (int q = 0; q < p->nedges; q++) {
+        clg_pipe_edge *e = &p->edges[q];
+        shared &= p->st[e->from].dev->cl == p->st[e->to].dev->cl;
+        if (big < 0 || e->fps > p->edges[big].fps)
+            big = q;
+    }
+    if (mode == CLG_PIPE_XFER_DEVICE && !shared && p->nedges > 0)
+        return clg_err_set(&p->ctx->err, CLG_ERR_UNSUPPORTED,
+                           "pipeline: device-to-device transfers need the stages' devices in one OpenCL context");
+    if (mode == CLG_PIPE_XFER_HOST || !shared)
+        return CLG_OK;
+    for (int q = 0; q < p->nedges; q++) {
+        clg_pipe_edge *e = &p->edges[q];
+        clg_device *dev = p->st[e->from].dev;
+        e->df = calloc((size_t)p->M, sizeof(cl_mem));
+        e->db = calloc((size_t)p->M, sizeof(cl_mem));
+        if (!e->df || !e->db)
+            return clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+        for (int m = 0; m < p->M; m++) {
+            CLG_TRY(clg_buf_alloc(dev, (size_t)p->mb * e->fps * sizeof(float), &e->df[m]));
+            CLG_TRY(clg_buf_alloc(dev, (size_t)p->mb * e->fps * sizeof(float), &e->db[m]));
+        }
+    }
+    p->d2d = 1;
+    if (mode == CLG_PIPE_XFER_DEVICE)
+        return CLG_OK;
+    CLG_TRY(time_xfer(p, &p->edges[big], &p->t_dev));
+    p->d2d = 0;
+    CLG_TRY(time_xfer(p, &p->edges[big], &p->t_host));
+    p->d2d = p->t_dev < p->t_host;
+    return CLG_OK;
+}
+
 // ---- one micro-batch on a stage ----
 
 static clg_status set_inputs(clg_pipe *p, clg_pipe_stage *st, int m)
@@ -569,9 +679,7 @@ static clg_status stage_forward(clg_pipe *p, clg_pipe_stage *st, int m)
         if (e->to != st->index)
             continue;
         CLG_TRY(wait_ready(p, st, &e->ready_f[m], "wait activation", m));
-        CLG_CL_CHECK(err, clEnqueueWriteBuffer(st->dev->queue, st->stash[slot * ne + k], CL_TRUE, 0,
-                                               (size_t)n * e->fps * sizeof(float),
-                                               e->hf + (size_t)p->off[m] * e->fps, 0, NULL, NULL));
+        CLG_TRY(xfer_recv(p, (clg_pipe_edge *)e, 0, m, st->stash[slot * ne + k], 0, n));
         k++;
     }
     CLG_TRY(set_inputs(p, st, m));
@@ -590,9 +698,7 @@ static clg_status stage_forward(clg_pipe *p, clg_pipe_stage *st, int m)
             continue;
         const clg_tensor *a = &r->act[e->tensor];
         double t0 = clg_now_sec();
-        CLG_CL_CHECK(err, clEnqueueReadBuffer(st->dev->queue, a->mem, CL_TRUE, a->off * sizeof(float),
-                                              (size_t)n * e->fps * sizeof(float), e->hf + (size_t)p->off[m] * e->fps,
-                                              0, NULL, NULL));
+        CLG_TRY(xfer_send(p, e, 0, m, a->mem, a->off, n));
         post_ready(p, &e->ready_f[m]);
         trace_span(p, st->index, "send activation", m, t0);
     }
@@ -625,7 +731,6 @@ static clg_status stage_recompute(clg_pipe *p, clg_pipe_stage *st, int m)
 static clg_status receive_grads(clg_pipe *p, clg_pipe_stage *st, int m, char *written)
 {
     clg_replica *r = st->rep;
-    clg_err *err = clg_dev_err(st->dev);
     int n = p->cnt[m];
     for (int q = 0; q < p->nedges; q++) {
         clg_pipe_edge *e = &p->edges[q];
@@ -633,14 +738,11 @@ static clg_status receive_grads(clg_pipe *p, clg_pipe_stage *st, int m, char *wr
             continue;
         CLG_TRY(wait_ready(p, st, &e->ready_b[m], "wait gradient", m));
         const clg_tensor *g = &r->dact[e->tensor];
-        size_t bytes = (size_t)n * e->fps * sizeof(float);
-        const float *src = e->hb + (size_t)p->off[m] * e->fps;
         if (!written[e->tensor]) {
-            CLG_CL_CHECK(err, clEnqueueWriteBuffer(st->dev->queue, g->mem, CL_TRUE, g->off * sizeof(float), bytes, src,
-                                                   0, NULL, NULL));
+            CLG_TRY(xfer_recv(p, e, 1, m, g->mem, g->off, n));
             written[e->tensor] = 1;
         } else {
-            CLG_CL_CHECK(err, clEnqueueWriteBuffer(st->dev->queue, st->gscr, CL_TRUE, 0, bytes, src, 0, NULL, NULL));
+            CLG_TRY(xfer_recv(p, e, 1, m, st->gscr, 0, n));
             CLG_TRY(clg_nn_add_acc(st->dev, (size_t)n * e->fps, st->gscr, 0, g->mem, g->off));
         }
     }
@@ -682,9 +784,7 @@ static clg_status stage_backward(clg_pipe *p, clg_pipe_stage *st, int m, int fir
             continue;
         const clg_tensor *g = &r->dact[e->tensor];
         double t0 = clg_now_sec();
-        CLG_CL_CHECK(err, clEnqueueReadBuffer(st->dev->queue, g->mem, CL_TRUE, g->off * sizeof(float),
-                                              (size_t)n * e->fps * sizeof(float), e->hb + (size_t)p->off[m] * e->fps,
-                                              0, NULL, NULL));
+        CLG_TRY(xfer_send(p, e, 1, m, g->mem, g->off, n));
         post_ready(p, &e->ready_b[m]);
         trace_span(p, st->index, "send gradient", m, t0);
     }

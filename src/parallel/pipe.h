@@ -18,7 +18,10 @@
  * of stage b > a, residual edges over several stages included) travel from
  * a to b, their gradients from b back to a (summed on a when several stages
  * read the tensor), through host memory (a read on one device's queue, a
- * write on the other's), each micro-batch's handed over under one lock.
+ * write on the other's) or, between devices of one cl_context, device to
+ * device (a copy into a buffer of the context on the sender's queue, out of
+ * it on the receiver's), whichever measured faster at creation; each
+ * micro-batch's handed over under one lock.
  *
  * Stashed forwards: a stage keeps, per micro-batch in flight, only the
  * activations that entered it (a slot of its stash, counted: peak_inflight);
@@ -46,7 +49,13 @@ typedef struct clg_pipe_params {
                           time measured on the first device at the micro-batch size (FLOPs where that fails) */
     int micro;         /* M (>= 1; 0: 4K, at most the batch) */
     int schedule;      /* CLG_PIPE_1F1B or CLG_PIPE_GPIPE */
+    int transfer;      /* CLG_PIPE_XFER_*: how tensors cross a cut */
 } clg_pipe_params;
+
+/* Transfers across a cut: AUTO times both on the largest carried tensor at
+ * creation and keeps the faster (device to device needs the stages' devices
+ * in one cl_context; else host). */
+enum { CLG_PIPE_XFER_AUTO = 0, CLG_PIPE_XFER_HOST = 1, CLG_PIPE_XFER_DEVICE = 2 };
 
 /* "gpipe" / "1f1b" -> CLG_PIPE_*; -1 when unknown. */
 CLG_INTERNAL int clg_pipe_schedule_parse(const char *name);
@@ -60,6 +69,7 @@ typedef struct clg_pipe_edge {
     size_t fps;                 /* floats per sample */
     float *hf, *hb;             /* activation / gradient of every sample of the step */
     int64_t *ready_f, *ready_b; /* per micro-batch: the step sequence number it was posted in */
+    cl_mem *df, *db;            /* device to device: per micro-batch, buffers of the shared cl_context */
 } clg_pipe_edge;
 
 typedef struct clg_pipe_stage {
@@ -90,6 +100,8 @@ typedef struct clg_pipe {
     clg_ctx *ctx;
     clg_net *net;              /* borrowed */
     int K, M, schedule, mb;    /* mb: largest micro-batch */
+    int d2d;                   /* transfers device to device (clEnqueueCopyBuffer in the shared context) */
+    double t_host, t_dev;      /* AUTO: measured seconds of the largest carried tensor's transfer (0: not timed) */
     clg_pipe_stage st[CLG_PIPE_MAX_STAGES];
     int *stage_of;             /* per layer */
     double *cost;              /* per layer: measured ms of forward + backward of a micro-batch (measured), or

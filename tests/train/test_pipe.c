@@ -137,10 +137,12 @@ static void run_session(const char *text, int steps, weights *w)
     clg_session_free(m);
 }
 
+static int g_xfer; /* CLG_PIPE_XFER_* of the pipelines made */
+
 static clg_pipe *make_pipe(clg_net *net, int K, int M, int schedule, const char *cuts)
 {
     int devs[2] = {0, 1};
-    clg_pipe_params pp = {.stages = K, .cuts = cuts, .micro = M, .schedule = schedule};
+    clg_pipe_params pp = {.stages = K, .cuts = cuts, .micro = M, .schedule = schedule, .transfer = g_xfer};
     clg_pipe *p = NULL;
     ck_assert_msg(clg_pipe_create(ctx(), net, devs, K, 7, BATCH, &pp, &p) == CLG_OK, "%s", clg_last_error(ctx()));
     return p;
@@ -213,13 +215,21 @@ static void pipeline_vs_accumulated(const char *text, const char *model, const c
 {
     weights acc = {0};
     run_pipe(text, STEPS, 1, 4, CLG_PIPE_1F1B, NULL, &acc, NULL);
-    for (int sch = 0; sch < 2; sch++) {
+    /* 1F1B with transfers through the host and device to device (PoCL's devices share a context), GPipe as
+     * measured faster */
+    static const int sched[3] = {CLG_PIPE_1F1B, CLG_PIPE_1F1B, CLG_PIPE_GPIPE};
+    static const int xfer[3] = {CLG_PIPE_XFER_HOST, CLG_PIPE_XFER_DEVICE, CLG_PIPE_XFER_AUTO};
+    static const char *const xname[3] = {"through the host", "device to device", "auto"};
+    for (int c = 0; c < 3; c++) {
+        int sch = sched[c];
         weights w = {0};
         int peak[2];
-        char what[160];
-        snprintf(what, sizeof what, "%s pp=2 M=4 %s vs one device, 4 micro-batches accumulated, %d steps", model,
-                 sch == CLG_PIPE_GPIPE ? "gpipe" : "1f1b", STEPS);
+        char what[192];
+        snprintf(what, sizeof what, "%s pp=2 M=4 %s (transfers %s) vs one device, 4 micro-batches accumulated, "
+                 "%d steps", model, sch == CLG_PIPE_GPIPE ? "gpipe" : "1f1b", xname[c], STEPS);
+        g_xfer = xfer[c];
         run_pipe(text, STEPS, 2, 4, sch, cuts, &w, peak);
+        g_xfer = CLG_PIPE_XFER_AUTO;
         compare(&w, &acc, what);
         fprintf(stderr, "  peak micro-batches in flight: stage 0 %d, stage 1 %d\n", peak[0], peak[1]);
         if (sch == CLG_PIPE_1F1B) { /* at most K - s micro-batches in flight on stage s */
