@@ -11,21 +11,20 @@ clg_status clg_replica_create(clg_net *net, clg_device *dev, uint64_t seed, clg_
     return clg_replica_create_range(net, dev, seed, 0, net->nlayers - 1, 0, out);
 }
 
-/* A stage: the parameters of the layers outside [first, last] go (they were
- * drawn so the stage's own match a whole replica's). */
-static void drop_outside(clg_replica *r)
+/* A stage: the parameters of a layer outside [first, last] go right after
+ * its init (they are drawn so the stage's own match a whole replica's; at
+ * most one such layer's are held at a time). */
+static void drop_outside(clg_replica *r, int i)
 {
-    for (int i = 0; i < r->nlayers; i++) {
-        clg_layer *l = &r->layers[i];
-        if (i >= r->first && i <= r->last)
-            continue;
-        for (int p = 0; p < l->nparams; p++) {
-            clg_buf_release(r->dev, l->params[p].value);
-            clg_buf_release(r->dev, l->params[p].grad);
-            l->params[p].value = l->params[p].grad = NULL;
-        }
-        l->nparams = 0;
+    clg_layer *l = &r->layers[i];
+    if (i >= r->first && i <= r->last)
+        return;
+    for (int p = 0; p < l->nparams; p++) {
+        clg_buf_release(r->dev, l->params[p].value);
+        clg_buf_release(r->dev, l->params[p].grad);
+        l->params[p].value = l->params[p].grad = NULL;
     }
+    l->nparams = 0;
 }
 
 clg_status clg_replica_create_range(clg_net *net, clg_device *dev, uint64_t seed, int first, int last, int batch,
@@ -60,9 +59,9 @@ clg_status clg_replica_create_range(clg_net *net, clg_device *dev, uint64_t seed
         st = l->ops->init(l, dev, &rng);
         if (st != CLG_OK)
             st = clg_net_layer_fail(err, st, net, l, "init");
+        else
+            drop_outside(r, i);
     }
-    if (st == CLG_OK)
-        drop_outside(r);
     r->fp16 = net->fp16;
     if (st == CLG_OK && r->fp16 && !(r->work = calloc((size_t)r->nlayers, sizeof *r->work)))
         st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
