@@ -141,7 +141,7 @@ static int g_xfer; /* CLG_PIPE_XFER_* of the pipelines made */
 
 static clg_pipe *make_pipe(clg_net *net, int K, int M, int schedule, const char *cuts)
 {
-    int devs[2] = {0, 1};
+    int devs[4] = {0, 1, 2, 3};
     clg_pipe_params pp = {.stages = K, .cuts = cuts, .micro = M, .schedule = schedule, .transfer = g_xfer};
     clg_pipe *p = NULL;
     ck_assert_msg(clg_pipe_create(ctx(), net, devs, K, 7, BATCH, &pp, &p) == CLG_OK, "%s", clg_last_error(ctx()));
@@ -223,7 +223,7 @@ static void pipeline_vs_accumulated(const char *text, const char *model, const c
     for (int c = 0; c < 3; c++) {
         int sch = sched[c];
         weights w = {0};
-        int peak[2];
+        int peak[4];
         char what[192];
         snprintf(what, sizeof what, "%s pp=2 M=4 %s (transfers %s) vs one device, 4 micro-batches accumulated, "
                  "%d steps", model, sch == CLG_PIPE_GPIPE ? "gpipe" : "1f1b", xname[c], STEPS);
@@ -275,6 +275,38 @@ START_TEST(resnet_residual_cut)
     weights_free(&plain);
     weights_free(&one);
     pipeline_vs_accumulated(text, "resnet-mini (cut after b1_conv2)", "b1_conv2");
+    free(text);
+}
+END_TEST
+
+/* Four stages (POCL_DEVICES with four devices: test train-pipe-4): cuts
+ * after stem_relu, b1_conv1 and b1_bn2, so stem_relu feeds stage 1 (b1_conv1)
+ * and, over two cuts, stage 3 (b1_add): its gradient comes back from both and
+ * is summed on stage 0. 1F1B holds at most K - s micro-batches on stage s. */
+START_TEST(four_stages)
+{
+    if (clg_device_count(ctx()) < 4) {
+        fprintf(stderr, "four_stages: skipped (needs four devices; test train-pipe-4 has them)\n");
+        return;
+    }
+    g_t0 = clg_now_sec();
+    char *text = read_model("resnet-mini.cfg");
+    weights acc = {0};
+    run_pipe(text, STEPS, 1, 8, CLG_PIPE_1F1B, NULL, &acc, NULL);
+    for (int sch = 0; sch < 2; sch++) {
+        weights w = {0};
+        int peak[4];
+        char what[160];
+        snprintf(what, sizeof what, "resnet-mini pp=4 M=8 %s vs one device, 8 micro-batches accumulated, %d steps",
+                 sch == CLG_PIPE_GPIPE ? "gpipe" : "1f1b", STEPS);
+        run_pipe(text, STEPS, 4, 8, sch, "stem_relu,b1_conv1,b1_bn2", &w, peak);
+        compare(&w, &acc, what);
+        fprintf(stderr, "  peaks: %d %d %d %d\n", peak[0], peak[1], peak[2], peak[3]);
+        for (int s = 0; s < 4; s++)
+            ck_assert_int_eq(peak[s], sch == CLG_PIPE_GPIPE ? 8 : 4 - s);
+        weights_free(&w);
+    }
+    weights_free(&acc);
     free(text);
 }
 END_TEST
@@ -371,6 +403,10 @@ static Suite *suite(void)
     tcase_add_test(tc, resnet_residual_cut);
     tcase_add_test(tc, stage_fault);
     suite_add_tcase(s, tc);
+    TCase *t4 = tcase_create("pipe4"); /* CK_RUN_CASE=pipe4 (test train-pipe-4) runs it alone */
+    tcase_set_timeout(t4, 120);
+    tcase_add_test(t4, four_stages);
+    suite_add_tcase(s, t4);
     return s;
 }
 
