@@ -10,6 +10,7 @@
 static clg_status stage_fn(void *arg, int s);
 static clg_status wait_flag(clg_pipe *p, const int64_t *flag);
 static clg_status xfer_setup(clg_pipe *p, int mode);
+static clg_status reduce_setup(clg_pipe *p);
 
 // ---- parsing ----
 
@@ -37,9 +38,11 @@ static int layout_item(const char *s, const char **end, char key[8], long *v)
     return *v >= 1 && *v <= 1024 && (*e == ',' || *e == 0);
 }
 
-clg_status clg_pipe_parse_layout(clg_err *err, const char *spec, int *stages)
+clg_status clg_pipe_parse_layout(clg_err *err, const char *spec, int *stages, int *replicas)
 {
     *stages = 1;
+    if (replicas)
+        *replicas = 1;
     if (!spec || !*spec)
         return CLG_OK;
     long dp = 1, pp = 1;
@@ -59,14 +62,17 @@ clg_status clg_pipe_parse_layout(clg_err *err, const char *spec, int *stages)
             pp = v;
         s = *e ? e + 1 : e;
     }
-    if (dp > 1 && pp > 1)
-        return clg_err_set(err, CLG_ERR_UNSUPPORTED,
-                           "parallel layout '%s': data x pipeline hybrids (dp > 1 with pp > 1) are not supported yet",
+    if (dp > 1 && (pp == 1 || !replicas))
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, pp == 1 ? "parallel layout '%s': dp=D alone is plain data "
+                                                               "parallelism: select the devices with --devices"
+                                                             : "parallel layout '%s': dp > 1 is not supported here",
                            spec);
-    if (pp > CLG_PIPE_MAX_STAGES)
-        return clg_err_set(err, CLG_ERR_INVALID_ARG, "parallel layout '%s': at most %d pipeline stages", spec,
-                           CLG_PIPE_MAX_STAGES);
+    if (pp * dp > CLG_PIPE_MAX_STAGES || dp > CLG_PIPE_MAX_REPLICAS)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "parallel layout '%s': at most %d devices (dp at most %d)",
+                           spec, CLG_PIPE_MAX_STAGES, CLG_PIPE_MAX_REPLICAS);
     *stages = (int)pp;
+    if (replicas)
+        *replicas = (int)dp;
     return CLG_OK;
 }
 
@@ -206,7 +212,7 @@ static clg_status cuts_balanced(clg_err *err, const clg_net *net, int K, const d
 
 // ---- creation ----
 
-static clg_status add_edge(clg_pipe *p, int tensor, int to)
+static clg_status add_edge(clg_pipe *p, int tensor, int from, int to)
 {
     for (int e = 0; e < p->nedges; e++)
         if (p->edges[e].tensor == tensor && p->edges[e].to == to)
@@ -219,10 +225,10 @@ static clg_status add_edge(clg_pipe *p, int tensor, int to)
     clg_pipe_edge *e = &p->edges[p->nedges++];
     memset(e, 0, sizeof *e);
     e->tensor = tensor;
-    e->from = p->stage_of[tensor];
+    e->from = from;
     e->to = to;
     e->fps = (size_t)l->out_shape[1] * l->out_shape[2] * l->out_shape[3];
-    size_t B = (size_t)p->mb * (size_t)p->M;
+    size_t B = (size_t)p->mb * (size_t)p->M * (size_t)p->D;
     e->hf = malloc(B * e->fps * sizeof(float));
     e->hb = malloc(B * e->fps * sizeof(float));
     e->ready_f = calloc((size_t)p->M, sizeof(int64_t));
@@ -232,18 +238,20 @@ static clg_status add_edge(clg_pipe *p, int tensor, int to)
     return CLG_OK;
 }
 
-/* Every producer -> consumer pair on different stages; what each stage reads. */
+/* Every producer -> consumer pair on different stages (in each replica:
+ * lanes d * K + s); what each stage reads. */
 static clg_status find_edges(clg_pipe *p)
 {
     const clg_net *net = p->net;
-    for (int j = 0; j < net->nlayers; j++)
-        for (int k = 0; k < net->proto[j].nin; k++) {
-            int src = net->proto[j].inputs[k], sj = p->stage_of[j];
-            if (src < 0)
-                p->st[sj].reads_input = 1;
-            else if (p->stage_of[src] != sj)
-                CLG_TRY(add_edge(p, src, sj));
-        }
+    for (int d = 0; d < p->D; d++)
+        for (int j = 0; j < net->nlayers; j++)
+            for (int k = 0; k < net->proto[j].nin; k++) {
+                int src = net->proto[j].inputs[k], sj = d * p->K + p->stage_of[j];
+                if (src < 0)
+                    p->st[sj].reads_input = 1;
+                else if (p->stage_of[src] != p->stage_of[j])
+                    CLG_TRY(add_edge(p, src, d * p->K + p->stage_of[src], sj));
+            }
     return CLG_OK;
 }
 
@@ -262,13 +270,13 @@ static clg_status stage_init(clg_pipe *p, clg_pipe_stage *st, uint64_t seed)
     CLG_TRY(clg_replica_create_range(p->net, dev, seed, st->first, st->last, p->mb, &st->rep));
     clg_replica *r = st->rep;
     st->has_loss = r->loss_index >= st->first && r->loss_index <= st->last;
-    size_t B = (size_t)p->mb * (size_t)p->M;
+    size_t B = (size_t)p->mb * (size_t)p->M * (size_t)p->D;
     if (st->reads_input)
         CLG_TRY(clg_buf_alloc(dev, B * p->sample * sizeof(float), &st->xbuf));
     if (st->has_loss)
         CLG_TRY(clg_buf_alloc(dev, B * sizeof(int32_t), &st->ybuf));
     CLG_TRY(clg_buf_alloc(dev, CLG_MAX(r->arena_bytes, 4), &st->gacc));
-    st->nslots = p->schedule == CLG_PIPE_GPIPE ? p->M : CLG_MIN(p->M, p->K - st->index);
+    st->nslots = p->schedule == CLG_PIPE_GPIPE ? p->M : CLG_MIN(p->M, p->K - st->s);
     int ne = nin_edges(p, st->index);
     st->stash = calloc((size_t)CLG_MAX(st->nslots * ne, 1), sizeof(cl_mem));
     st->slot_of = malloc(sizeof(int) * (size_t)p->M);
@@ -292,11 +300,15 @@ static clg_status stage_init(clg_pipe *p, clg_pipe_stage *st, uint64_t seed)
     CLG_TRY(clg_replica_params(r, 0, &refs, &n));
     st->state = calloc((size_t)CLG_MAX(n, 1), sizeof(cl_mem));
     st->state_save = calloc((size_t)CLG_MAX(n, 1), sizeof(cl_mem));
-    clg_status rc = st->state && st->state_save ? CLG_OK : clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    st->state_n = calloc((size_t)CLG_MAX(n, 1), sizeof(size_t));
+    clg_status rc = st->state && st->state_save && st->state_n
+                        ? CLG_OK
+                        : clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
     for (int i = 0; i < n && rc == CLG_OK; i++) {
         if (refs[i].param->trainable)
             continue;
         st->state[st->nstate] = refs[i].param->value;
+        st->state_n[st->nstate] = refs[i].param->numel;
         rc = clg_buf_alloc(dev, refs[i].param->numel * sizeof(float), &st->state_save[st->nstate]);
         st->nstate++;
     }
@@ -305,20 +317,28 @@ static clg_status stage_init(clg_pipe *p, clg_pipe_stage *st, uint64_t seed)
     return rc;
 }
 
-static clg_status check_layout(clg_ctx *ctx, const clg_net *net, int K, int ndev, int M, int batch)
+static clg_status check_layout(clg_ctx *ctx, const clg_net *net, int K, int D, int ndev, int M, int batch)
 {
     if (K < 1 || K > CLG_PIPE_MAX_STAGES)
         return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG, "pipeline: %d stages (1 to %d)", K, CLG_PIPE_MAX_STAGES);
     if (K > net->nlayers)
         return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG, "pipeline: %d stages but %s has only %d layers", K,
                            net->source, net->nlayers);
-    if (ndev != K)
+    if (D < 1 || D > CLG_PIPE_MAX_REPLICAS || D * K > CLG_PIPE_MAX_STAGES)
+        return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG, "pipeline: dp=%d x pp=%d (at most %d devices)", D, K,
+                           CLG_PIPE_MAX_STAGES);
+    if (ndev != D * K && D == 1)
         return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG,
                            "pipeline: pp=%d needs %d devices, %d selected (dp x pp must equal the device count)", K,
                            K, ndev);
-    if (M < 1 || M > CLG_PIPE_MAX_MICRO || M > batch)
-        return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG, "pipeline: %d micro-batches for a batch of %d (1 to %d)",
-                           M, batch, CLG_MIN(batch, CLG_PIPE_MAX_MICRO));
+    if (ndev != D * K)
+        return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG,
+                           "pipeline: dp=%d x pp=%d needs %d devices, %d selected (dp x pp must equal the device "
+                           "count)", D, K, D * K, ndev);
+    if (M < 1 || M > CLG_PIPE_MAX_MICRO || D * M > batch)
+        return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG,
+                           "pipeline: %d micro-batches%s for a batch of %d (1 to %d)", M, D > 1 ? " per replica" : "",
+                           batch, CLG_MIN(batch / D, CLG_PIPE_MAX_MICRO));
     if (net->loss_index != net->nlayers - 1)
         return clg_err_set(&ctx->err, CLG_ERR_UNSUPPORTED, "pipeline: %s must end with its loss layer",
                            net->source);
@@ -331,12 +351,12 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
                            const clg_pipe_params *pp, clg_pipe **out)
 {
     *out = NULL;
-    int K = pp->stages, M = pp->micro;
+    int K = pp->stages, M = pp->micro, D = pp->replicas > 0 ? pp->replicas : 1;
     batch = batch > 0 ? batch : net->batch;
     if (M == 0) /* default: 4 per stage (bubble (K-1)/(5K-1)), at most one sample each */
-        M = CLG_MIN(4 * K, batch);
-    CLG_TRY(check_layout(ctx, net, K, ndev, M, batch));
-    int cut[CLG_PIPE_MAX_STAGES], mb = (batch + M - 1) / M;
+        M = CLG_MIN(4 * K, CLG_MAX(batch / D, 1));
+    CLG_TRY(check_layout(ctx, net, K, D, ndev, M, batch));
+    int cut[CLG_PIPE_MAX_STAGES], mb = (batch + D * M - 1) / (D * M);
     clg_pipe *p = calloc(1, sizeof *p);
     if (p) {
         pthread_mutex_init(&p->mu, NULL);
@@ -363,24 +383,29 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
     p->ctx = ctx;
     p->net = net;
     p->K = K;
+    p->D = D;
+    p->L = D * K;
     p->M = M;
     p->schedule = pp->schedule;
     p->mb = mb;
     p->sample = (size_t)net->in_c * net->in_h * net->in_w;
     p->fault_stage = -1;
-    for (int s = 0, i = 0; s < K; s++) {
-        clg_pipe_stage *st = &p->st[s];
-        st->index = s;
-        st->first = i;
-        st->last = cut[s];
-        st->dev = &ctx->devs[devs[s]];
-        for (; i <= cut[s]; i++) {
+    for (int s = 0, i = 0; s < K; s++)
+        for (; i <= cut[s]; i++)
             p->stage_of[i] = s;
+    for (int l = 0; l < p->L; l++) {
+        clg_pipe_stage *st = &p->st[l];
+        st->index = l;
+        st->d = l / K;
+        st->s = l % K;
+        st->first = st->s == 0 ? 0 : cut[st->s - 1] + 1;
+        st->last = cut[st->s];
+        st->dev = &ctx->devs[devs[l]];
+        for (int i = st->first; i <= st->last; i++)
             st->cost += p->cost[i];
-        }
     }
     rc = find_edges(p);
-    for (int s = 0; s < K && rc == CLG_OK; s++) {
+    for (int s = 0; s < p->L && rc == CLG_OK; s++) {
         rc = stage_init(p, &p->st[s], seed);
         if (rc != CLG_OK && p->st[s].dev->err.msg[0])
             rc = clg_err_set(&ctx->err, rc, "pipeline stage %d on device %d (%s): %s", s, p->st[s].dev->index,
@@ -389,7 +414,9 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
     if (rc == CLG_OK)
         rc = xfer_setup(p, pp->transfer);
     if (rc == CLG_OK)
-        rc = clg_team_create(&ctx->err, K, &p->team);
+        rc = reduce_setup(p);
+    if (rc == CLG_OK)
+        rc = clg_team_create(&ctx->err, p->L, &p->team);
     if (rc != CLG_OK) {
         clg_pipe_free(p);
         return rc;
@@ -403,7 +430,20 @@ void clg_pipe_free(clg_pipe *p)
     if (!p)
         return;
     clg_team_free(p->team);
+    for (int l = 0; l < p->L; l++) {
+        free(p->ghost ? p->ghost[l] : NULL);
+        free(p->shost ? p->shost[l] : NULL);
+    }
     for (int s = 0; s < p->K; s++) {
+        free(p->gsum ? p->gsum[s] : NULL);
+        free(p->ssum ? p->ssum[s] : NULL);
+    }
+    free(p->ghost);
+    free(p->shost);
+    free(p->gsum);
+    free(p->ssum);
+    free(p->sfloats);
+    for (int s = 0; s < p->L; s++) {
         clg_pipe_stage *st = &p->st[s];
         if (!st->dev)
             continue;
@@ -423,6 +463,7 @@ void clg_pipe_free(clg_pipe *p)
         free(st->slot_of);
         free(st->state);
         free(st->state_save);
+        free(st->state_n);
     }
     free(p->cost);
     for (int e = 0; e < p->nedges; e++) {
@@ -447,17 +488,20 @@ void clg_pipe_free(clg_pipe *p)
 
 void clg_pipe_print(const clg_pipe *p, FILE *f)
 {
+    if (p->D > 1)
+        fprintf(f, "data x pipeline: %d replicas of the pipeline below, each on its own %d devices, each taking 1/%d "
+                   "of every batch; gradients summed per stage\n", p->D, p->K, p->D);
     fprintf(f, "pipeline: %d stages, %d micro-batches of %d, schedule %s; balanced by %s\n", p->K, p->M, p->mb,
             p->schedule == CLG_PIPE_GPIPE ? "gpipe" : "1f1b",
             p->measured ? "measured layer times (ms: forward + backward of a step's micro-batches)"
                         : "FLOPs (GFLOP: forward + backward of a global batch)");
     fprintf(f, "%-5s %-28s %-24s %7s %9s %8s\n", "stage", "device", "layers", "count",
             p->measured ? "ms" : "GFLOP", "MiB");
-    for (int s = 0; s < p->K; s++) {
+    for (int s = 0; s < p->L; s++) {
         const clg_pipe_stage *st = &p->st[s];
         char range[64];
         snprintf(range, sizeof range, "%.11s..%.11s", p->net->proto[st->first].name, p->net->proto[st->last].name);
-        fprintf(f, "%-5d %-28.28s %-24s %7d %9.3f %8.2f\n", s, st->dev->info.name, range, st->last - st->first + 1,
+        fprintf(f, "%-5d %-28.28s %-24s %7d %9.3f %8.2f\n", st->s, st->dev->info.name, range, st->last - st->first + 1,
                 st->cost * (p->measured ? p->M : 1), st->mib);
     }
     if (p->nedges)
@@ -467,8 +511,9 @@ void clg_pipe_print(const clg_pipe *p, FILE *f)
     if (p->nedges)
         fprintf(f, "\n");
     for (int e = 0; e < p->nedges; e++)
-        fprintf(f, "  carried: %s (stage %d -> %d, %zu floats per sample)\n", p->net->proto[p->edges[e].tensor].name,
-                p->edges[e].from, p->edges[e].to, p->edges[e].fps);
+        if (p->edges[e].from < p->K) /* replica 0's (the others' are the same) */
+            fprintf(f, "  carried: %s (stage %d -> %d, %zu floats per sample)\n",
+                    p->net->proto[p->edges[e].tensor].name, p->edges[e].from, p->edges[e].to, p->edges[e].fps);
 }
 
 // ---- the schedule ----
@@ -552,7 +597,7 @@ static clg_status xfer_send(clg_pipe *p, clg_pipe_edge *e, int grad, int m, cl_m
         CLG_CL_CHECK(err, clFinish(dev->queue));
         return CLG_OK;
     }
-    float *h = (grad ? e->hb : e->hf) + (size_t)p->off[m] * e->fps;
+    float *h = (grad ? e->hb : e->hf) + (size_t)p->off[e->from / p->K][m] * e->fps;
     CLG_CL_CHECK(err, clEnqueueReadBuffer(dev->queue, mem, CL_TRUE, off * sizeof(float), bytes, h, 0, NULL, NULL));
     return CLG_OK;
 }
@@ -568,7 +613,7 @@ static clg_status xfer_recv(clg_pipe *p, clg_pipe_edge *e, int grad, int m, cl_m
                                               bytes, 0, NULL, NULL));
         return CLG_OK;
     }
-    const float *h = (grad ? e->hb : e->hf) + (size_t)p->off[m] * e->fps;
+    const float *h = (grad ? e->hb : e->hf) + (size_t)p->off[e->from / p->K][m] * e->fps;
     CLG_CL_CHECK(err, clEnqueueWriteBuffer(dev->queue, mem, CL_TRUE, off * sizeof(float), bytes, h, 0, NULL, NULL));
     return CLG_OK;
 }
@@ -577,7 +622,7 @@ static clg_status xfer_recv(clg_pipe *p, clg_pipe_edge *e, int grad, int m, cl_m
  * activation into the receiver's) by the current path, best of 3. */
 static clg_status time_xfer(clg_pipe *p, clg_pipe_edge *e, double *t)
 {
-    p->off[0] = 0;
+    p->off[e->from / p->K][0] = 0;
     *t = 1e30;
     cl_mem src = p->st[e->from].rep->act[e->tensor].mem, dst = p->st[e->to].rep->act[e->tensor].mem;
     size_t so = p->st[e->from].rep->act[e->tensor].off, dof = p->st[e->to].rep->act[e->tensor].off;
@@ -637,11 +682,11 @@ static clg_status set_inputs(clg_pipe *p, clg_pipe_stage *st, int m)
     clg_replica *r = st->rep;
     clg_err *err = clg_dev_err(st->dev);
     if (st->reads_input)
-        clg_replica_set_input(r, st->xbuf, (size_t)p->off[m] * p->sample);
+        clg_replica_set_input(r, st->xbuf, (size_t)p->off[st->d][m] * p->sample);
     if (st->has_loss)
-        clg_replica_set_labels(r, st->ybuf, (size_t)p->off[m], p->grad_scale);
+        clg_replica_set_labels(r, st->ybuf, (size_t)p->off[st->d][m], p->grad_scale);
     for (int i = st->first; i <= st->last; i++)
-        clg_layer_set_rng(&r->layers[i], p->seed, p->step, (uint32_t)p->off[m]);
+        clg_layer_set_rng(&r->layers[i], p->seed, p->step, (uint32_t)p->off[st->d][m]);
     int ne = nin_edges(p, st->index), k = 0;
     for (int q = 0; q < p->nedges; q++) {
         const clg_pipe_edge *e = &p->edges[q];
@@ -649,7 +694,7 @@ static clg_status set_inputs(clg_pipe *p, clg_pipe_stage *st, int m)
             continue;
         const clg_tensor *a = &r->act[e->tensor];
         CLG_CL_CHECK(err, clEnqueueCopyBuffer(st->dev->queue, st->stash[st->slot_of[m] * ne + k], a->mem, 0,
-                                              a->off * sizeof(float), (size_t)p->cnt[m] * e->fps * sizeof(float), 0,
+                                              a->off * sizeof(float), (size_t)p->cnt[st->d][m] * e->fps * sizeof(float), 0,
                                               NULL, NULL));
         k++;
     }
@@ -660,7 +705,7 @@ static clg_status stage_forward(clg_pipe *p, clg_pipe_stage *st, int m)
 {
     clg_replica *r = st->rep;
     clg_err *err = clg_dev_err(st->dev);
-    int n = p->cnt[m], ne = nin_edges(p, st->index), slot = -1;
+    int n = p->cnt[st->d][m], ne = nin_edges(p, st->index), slot = -1;
     for (int sl = 0; sl < st->nslots && slot < 0; sl++) {
         int used = 0;
         for (int q = 0; q < p->nm; q++)
@@ -717,7 +762,7 @@ static clg_status stage_recompute(clg_pipe *p, clg_pipe_stage *st, int m)
         CLG_CL_CHECK(err, clEnqueueCopyBuffer(q, st->state[i], st->state_save[i], 0, 0, bytes, 0, NULL, NULL));
     }
     CLG_TRY(set_inputs(p, st, m));
-    CLG_TRY(clg_replica_forward(st->rep, p->cnt[m], 1));
+    CLG_TRY(clg_replica_forward(st->rep, p->cnt[st->d][m], 1));
     for (int i = 0; i < st->nstate; i++) {
         CLG_CL_CHECK(err, clGetMemObjectInfo(st->state[i], CL_MEM_SIZE, sizeof bytes, &bytes, NULL));
         CLG_CL_CHECK(err, clEnqueueCopyBuffer(q, st->state_save[i], st->state[i], 0, 0, bytes, 0, NULL, NULL));
@@ -731,7 +776,7 @@ static clg_status stage_recompute(clg_pipe *p, clg_pipe_stage *st, int m)
 static clg_status receive_grads(clg_pipe *p, clg_pipe_stage *st, int m, char *written)
 {
     clg_replica *r = st->rep;
-    int n = p->cnt[m];
+    int n = p->cnt[st->d][m];
     for (int q = 0; q < p->nedges; q++) {
         clg_pipe_edge *e = &p->edges[q];
         if (e->from != st->index)
@@ -753,7 +798,7 @@ static clg_status stage_backward(clg_pipe *p, clg_pipe_stage *st, int m, int fir
 {
     clg_replica *r = st->rep;
     clg_err *err = clg_dev_err(st->dev);
-    int n = p->cnt[m];
+    int n = p->cnt[st->d][m];
     if (st->index == p->fault_stage && m == p->fault_mb && (int64_t)p->step == p->fault_step)
         return clg_cl_fail(err, CL_INVALID_COMMAND_QUEUE, "clEnqueueNDRangeKernel (injected fault)", __FILE__,
                            __LINE__);
@@ -793,6 +838,95 @@ static clg_status stage_backward(clg_pipe *p, clg_pipe_stage *st, int m, int fir
     return CLG_OK;
 }
 
+// ---- data x pipeline: the replicas' gradients and state ----
+
+static clg_status reduce_setup(clg_pipe *p)
+{
+    if (p->D == 1)
+        return CLG_OK;
+    clg_err *err = &p->ctx->err;
+    p->ghost = calloc((size_t)p->L, sizeof(float *));
+    p->shost = calloc((size_t)p->L, sizeof(float *));
+    p->gsum = calloc((size_t)p->K, sizeof(float *));
+    p->ssum = calloc((size_t)p->K, sizeof(float *));
+    p->sfloats = calloc((size_t)p->K, sizeof(size_t));
+    if (!p->ghost || !p->shost || !p->gsum || !p->ssum || !p->sfloats)
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    for (int l = 0; l < p->L; l++) {
+        const clg_pipe_stage *st = &p->st[l];
+        size_t sf = 0;
+        for (int i = 0; i < st->nstate; i++)
+            sf += st->state_n[i];
+        p->sfloats[st->s] = sf;
+        p->ghost[l] = malloc(CLG_MAX(st->rep->arena_bytes, 4));
+        p->shost[l] = malloc(CLG_MAX(sf, 1) * sizeof(float));
+        if (!p->ghost[l] || !p->shost[l])
+            return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+        if (st->d == 0 && (!(p->gsum[st->s] = malloc(CLG_MAX(st->rep->arena_bytes, 4))) ||
+                           !(p->ssum[st->s] = malloc(CLG_MAX(sf, 1) * sizeof(float)))))
+            return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    }
+    return CLG_OK;
+}
+
+/* The sums over the replicas of stage st->s (the last to arrive adds them
+ * in replica order: the same bits on every replica). */
+static void reduce_sum(clg_pipe *p, int s)
+{
+    size_t ng = p->st[s].rep->arena_bytes / sizeof(float), ns = p->sfloats[s];
+    float *g = p->gsum[s], *st = p->ssum[s];
+    for (size_t k = 0; k < ng; k++)
+        g[k] = p->ghost[s][k];
+    for (size_t k = 0; k < ns; k++)
+        st[k] = (float)((double)p->rcnt[0] / p->n) * p->shost[s][k];
+    for (int d = 1; d < p->D; d++) {
+        const float *gh = p->ghost[d * p->K + s], *sh = p->shost[d * p->K + s];
+        float w = (float)((double)p->rcnt[d] / p->n);
+        for (size_t k = 0; k < ng; k++)
+            g[k] += gh[k];
+        for (size_t k = 0; k < ns; k++)
+            st[k] += w * sh[k];
+    }
+}
+
+/* Every replica's stage st->s ends with the summed gradient (in gacc) and
+ * the slice-weighted average of the running statistics. */
+static clg_status reduce_replicas(clg_pipe *p, clg_pipe_stage *st)
+{
+    clg_err *err = clg_dev_err(st->dev);
+    cl_command_queue q = st->dev->queue;
+    size_t bytes = st->rep->arena_bytes, off = 0;
+    float *sh = p->shost[st->index];
+    if (bytes)
+        CLG_CL_CHECK(err, clEnqueueReadBuffer(q, st->gacc, CL_TRUE, 0, bytes, p->ghost[st->index], 0, NULL, NULL));
+    for (int i = 0; i < st->nstate; off += st->state_n[i], i++)
+        CLG_CL_CHECK(err, clEnqueueReadBuffer(q, st->state[i], CL_TRUE, 0, st->state_n[i] * sizeof(float), sh + off, 0,
+                                              NULL, NULL));
+    double t0 = clg_now_sec();
+    pthread_mutex_lock(&p->mu);
+    if (++p->red_arrived[st->s] == p->D) {
+        reduce_sum(p, st->s);
+        p->red_arrived[st->s] = 0;
+        p->red_done[st->s] = p->seq;
+        pthread_cond_broadcast(&p->cv);
+    }
+    while (p->red_done[st->s] != p->seq && !p->abort)
+        pthread_cond_wait(&p->cv, &p->mu);
+    int ab = p->red_done[st->s] != p->seq;
+    pthread_mutex_unlock(&p->mu);
+    st->t_wait += clg_now_sec() - t0;
+    trace_span(p, st->index, "gradient sum over replicas", 0, t0);
+    if (ab)
+        return CLG_ERR_INTERNAL; /* another lane failed: it holds the message */
+    if (bytes)
+        CLG_CL_CHECK(err, clEnqueueWriteBuffer(q, st->gacc, CL_TRUE, 0, bytes, p->gsum[st->s], 0, NULL, NULL));
+    off = 0;
+    for (int i = 0; i < st->nstate; off += st->state_n[i], i++)
+        CLG_CL_CHECK(err, clEnqueueWriteBuffer(q, st->state[i], CL_TRUE, 0, st->state_n[i] * sizeof(float),
+                                               p->ssum[st->s] + off, 0, NULL, NULL));
+    return CLG_OK;
+}
+
 // ---- the step ----
 
 static clg_status stage_schedule(clg_pipe *p, clg_pipe_stage *st)
@@ -814,7 +948,7 @@ static clg_status stage_schedule(clg_pipe *p, clg_pipe_stage *st)
     st->t_wait = 0;
     for (int t = 0; t < 2 * p->nm; t++) {
         int bwd, m;
-        schedule_op(p, st->index, t, &bwd, &m);
+        schedule_op(p, st->s, t, &bwd, &m);
         double t0 = clg_now_sec();
         if (bwd)
             CLG_TRY(stage_backward(p, st, m, nb++ == 0));
@@ -822,6 +956,8 @@ static clg_status stage_schedule(clg_pipe *p, clg_pipe_stage *st)
             CLG_TRY(stage_forward(p, st, m));
         trace_span(p, st->index, bwd ? "backward" : "forward", m, t0);
     }
+    if (p->D > 1)
+        CLG_TRY(reduce_replicas(p, st));
     if (st->rep->arena_bytes) {
         CLG_CL_CHECK(err, clEnqueueCopyBuffer(st->dev->queue, st->gacc, st->rep->garena, 0, 0, st->rep->arena_bytes,
                                               0, NULL, NULL));
@@ -869,7 +1005,10 @@ static clg_status stage_fn(void *arg, int s)
 static clg_status stage_failed(clg_pipe *p, clg_status rc, int s)
 {
     const clg_pipe_stage *st = &p->st[s];
-    return clg_err_set(&p->ctx->err, rc, "pipeline stage %d (layers %s..%s) on device %d (%s): %s", s,
+    char rep[32] = "";
+    if (p->D > 1)
+        snprintf(rep, sizeof rep, " of replica %d", st->d);
+    return clg_err_set(&p->ctx->err, rc, "pipeline stage %d%s (layers %s..%s) on device %d (%s): %s", st->s, rep,
                        p->net->proto[st->first].name, p->net->proto[st->last].name, st->dev->index,
                        st->dev->info.name, st->dev->err.msg);
 }
@@ -878,17 +1017,22 @@ clg_status clg_pipe_train_step(clg_pipe *p, const clg_hparams *hp, const float *
                                double lr, float grad_scale, double clip_norm, uint32_t seed, uint32_t step,
                                float *res)
 {
-    if (n < 1 || n > p->mb * p->M)
-        return clg_err_set(&p->ctx->err, CLG_ERR_INVALID_ARG, "pipeline step: %d samples (1 to %d)", n,
-                           p->mb * p->M);
-    for (int s = 0; s < p->K; s++)
+    if (n < p->D || n > p->mb * p->M * p->D)
+        return clg_err_set(&p->ctx->err, CLG_ERR_INVALID_ARG, "pipeline step: %d samples (%d to %d)", n, p->D,
+                           p->mb * p->M * p->D);
+    for (int s = 0; s < p->L; s++)
         if (!p->st[s].opt)
             CLG_TRY(clg_optim_create(p->st[s].rep, hp, &p->st[s].opt));
-    p->nm = CLG_MIN(p->M, n);
-    for (int m = 0, o = 0; m < p->nm; m++) {
-        p->cnt[m] = n / p->nm + (m < n % p->nm);
-        p->off[m] = o;
-        o += p->cnt[m];
+    /* replica d takes samples [o_d, o_d + n_d) (sizes differ by at most one), in nm micro-batches */
+    p->nm = CLG_MIN(p->M, n / p->D);
+    for (int d = 0, o = 0; d < p->D; d++) {
+        int nd = n / p->D + (d < n % p->D);
+        p->rcnt[d] = nd;
+        for (int m = 0; m < p->nm; m++) {
+            p->cnt[d][m] = nd / p->nm + (m < nd % p->nm);
+            p->off[d][m] = o;
+            o += p->cnt[d][m];
+        }
     }
     p->x = x;
     p->y = y;
@@ -908,13 +1052,13 @@ clg_status clg_pipe_train_step(clg_pipe *p, const clg_hparams *hp, const float *
     if (rc != CLG_OK)
         return p->fail_stage >= 0 ? stage_failed(p, p->fail_status, p->fail_stage) : stage_failed(p, rc, failed);
     double wall = clg_now_sec() - t0, idle = 0; /* bubble: idle share of the stages over the schedule's wall time */
-    for (int s = 0; s < p->K; s++)
+    for (int s = 0; s < p->L; s++)
         idle += p->st[s].t_wait + (t0 + wall - p->st[s].t_end);
     if (wall > 0) {
-        p->bubble_sum += idle / (p->K * wall);
+        p->bubble_sum += idle / (p->L * wall);
         p->bubble_n++;
     }
-    double sq = 0;
+    double sq = 0; /* the replicas hold the same (summed) gradients: replica 0's stages */
     for (int s = 0; s < p->K; s++)
         sq += p->st[s].norm_sq;
     double norm = sqrt(sq);
@@ -929,8 +1073,11 @@ clg_status clg_pipe_train_step(clg_pipe *p, const clg_hparams *hp, const float *
     if (rc != CLG_OK)
         return stage_failed(p, rc, failed);
     if (res) {
-        res[0] = p->st[p->K - 1].res[0];
-        res[1] = p->st[p->K - 1].res[1];
+        res[0] = res[1] = 0;
+        for (int d = 0; d < p->D; d++) {
+            res[0] += p->st[d * p->K + p->K - 1].res[0];
+            res[1] += p->st[d * p->K + p->K - 1].res[1];
+        }
     }
     return CLG_OK;
 }
@@ -958,10 +1105,10 @@ static int optim_index(const clg_optim *o, int layer, int slot)
 
 /* One parameter (value and optimizer state) between the full replica and its stage. */
 static clg_status sync_param(clg_pipe *p, clg_replica *full, clg_optim *fo, const clg_param_ref *ref, int to_full,
-                             float *tmp)
+                             int d, float *tmp)
 {
     int li = ref->layer->index, slot = (int)(ref->param - ref->layer->params);
-    clg_pipe_stage *st = &p->st[p->stage_of[li]];
+    clg_pipe_stage *st = &p->st[d * p->K + p->stage_of[li]];
     clg_param *sp = &st->rep->layers[li].params[slot];
     size_t n = ref->param->numel;
     clg_device *a = to_full ? st->dev : full->dev, *b = to_full ? full->dev : st->dev;
@@ -982,7 +1129,7 @@ static clg_status sync_param(clg_pipe *p, clg_replica *full, clg_optim *fo, cons
 
 clg_status clg_pipe_sync(clg_pipe *p, clg_replica *full, clg_optim *full_opt, const clg_hparams *hp, int to_full)
 {
-    for (int s = 0; s < p->K && full_opt; s++) /* the state goes both ways: every stage has its optimizer */
+    for (int s = 0; s < p->L && full_opt; s++) /* the state goes both ways: every stage has its optimizer */
         if (!p->st[s].opt)
             CLG_TRY(clg_optim_create(p->st[s].rep, hp, &p->st[s].opt));
     clg_param_ref *refs = NULL;
@@ -993,17 +1140,18 @@ clg_status clg_pipe_sync(clg_pipe *p, clg_replica *full, clg_optim *full_opt, co
         most = CLG_MAX(most, refs[i].param->numel);
     float *tmp = malloc(most * sizeof(float));
     clg_status st = tmp ? CLG_OK : clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
-    for (int i = 0; i < n && st == CLG_OK; i++)
-        st = sync_param(p, full, full_opt, &refs[i], to_full, tmp);
+    for (int d = 0; d < (to_full ? 1 : p->D); d++) /* from replica 0; into every replica */
+        for (int i = 0; i < n && st == CLG_OK; i++)
+            st = sync_param(p, full, full_opt, &refs[i], to_full, d, tmp);
     free(tmp);
     free(refs);
     if (st == CLG_OK && full_opt && to_full)
         full_opt->t = p->st[0].opt->t;
-    for (int s = 0; s < p->K && st == CLG_OK && full_opt && !to_full; s++)
+    for (int s = 0; s < p->L && st == CLG_OK && full_opt && !to_full; s++)
         p->st[s].opt->t = full_opt->t;
     if (st == CLG_OK && to_full)
         st = clg_replica_weights_updated(full);
-    for (int s = 0; s < p->K && st == CLG_OK && !to_full; s++)
+    for (int s = 0; s < p->L && st == CLG_OK && !to_full; s++)
         st = clg_replica_weights_updated(p->st[s].rep);
     return st;
 }

@@ -38,8 +38,9 @@
 #include "parallel/team.h"
 #include "parallel/trace.h"
 
-#define CLG_PIPE_MAX_STAGES 16
+#define CLG_PIPE_MAX_STAGES 16 /* lanes (replicas x stages) */
 #define CLG_PIPE_MAX_MICRO 1024
+#define CLG_PIPE_MAX_REPLICAS 8
 
 enum { CLG_PIPE_1F1B = 0, CLG_PIPE_GPIPE = 1 };
 
@@ -50,6 +51,7 @@ typedef struct clg_pipe_params {
     int micro;         /* M (>= 1; 0: 4K, at most the batch) */
     int schedule;      /* CLG_PIPE_1F1B or CLG_PIPE_GPIPE */
     int transfer;      /* CLG_PIPE_XFER_*: how tensors cross a cut */
+    int replicas;      /* D: data-parallel pipelines (dp=D,pp=K over D x K devices; 0: 1) */
 } clg_pipe_params;
 
 /* Transfers across a cut: AUTO times both on the largest carried tensor at
@@ -59,8 +61,9 @@ enum { CLG_PIPE_XFER_AUTO = 0, CLG_PIPE_XFER_HOST = 1, CLG_PIPE_XFER_DEVICE = 2 
 
 /* "gpipe" / "1f1b" -> CLG_PIPE_*; -1 when unknown. */
 CLG_INTERNAL int clg_pipe_schedule_parse(const char *name);
-/* "pp=K" / "dp=1,pp=K" (NULL or "": 1) -> K; refusals name the text. dp > 1 and tp are not supported yet. */
-CLG_INTERNAL clg_status clg_pipe_parse_layout(clg_err *err, const char *spec, int *stages);
+/* "pp=K" / "dp=D,pp=K" (NULL or "": 1, 1) -> K and D (replicas may be NULL: then D > 1 is refused); refusals
+ * name the text. tp is not supported yet. */
+CLG_INTERNAL clg_status clg_pipe_parse_layout(clg_err *err, const char *spec, int *stages, int *replicas);
 
 /* A tensor crossing a cut: layer `tensor`'s output, made on stage `from`,
  * read on stage `to`; host buffers hold the global batch (floats samples). */
@@ -73,7 +76,8 @@ typedef struct clg_pipe_edge {
 } clg_pipe_edge;
 
 typedef struct clg_pipe_stage {
-    int index, first, last;
+    int index, first, last;    /* index: lane d * K + s (replica d, stage s) */
+    int d, s;
     clg_device *dev;           /* borrowed */
     clg_replica *rep;
     clg_optim *opt;
@@ -88,6 +92,7 @@ typedef struct clg_pipe_stage {
     int inflight, peak_inflight;
     int nstate;                /* non-trainable parameters (batch-norm running statistics) */
     cl_mem *state, *state_save;
+    size_t *state_n;           /* floats of each */
     int last_fwd;              /* micro-batch of the replica's latest forward (-1: none this step) */
     int nrecompute;            /* forwards run again this step */
     float res[2];              /* {loss sum, correct} over the step's micro-batches (the loss stage) */
@@ -100,6 +105,7 @@ typedef struct clg_pipe {
     clg_ctx *ctx;
     clg_net *net;              /* borrowed */
     int K, M, schedule, mb;    /* mb: largest micro-batch */
+    int D, L;                  /* data-parallel replicas of the pipeline; lanes D x K (st[0 .. L)) */
     int d2d;                   /* transfers device to device (clEnqueueCopyBuffer in the shared context) */
     double t_host, t_dev;      /* AUTO: measured seconds of the largest carried tensor's transfer (0: not timed) */
     clg_pipe_stage st[CLG_PIPE_MAX_STAGES];
@@ -119,7 +125,18 @@ typedef struct clg_pipe {
     /* the step */
     const float *x;
     const int32_t *y;
-    int n, nm, cnt[CLG_PIPE_MAX_MICRO], off[CLG_PIPE_MAX_MICRO]; /* samples; micro-batches used; sizes, offsets */
+    int n, nm;                 /* samples; micro-batches per replica */
+    int cnt[CLG_PIPE_MAX_REPLICAS][CLG_PIPE_MAX_MICRO], off[CLG_PIPE_MAX_REPLICAS][CLG_PIPE_MAX_MICRO];
+                               /* per replica and micro-batch: size, offset in the global batch */
+    int rcnt[CLG_PIPE_MAX_REPLICAS]; /* samples of each replica */
+    /* D > 1: per stage, the replicas' accumulated gradients and running
+     * statistics summed on the host in replica order (the last to arrive
+     * sums; every replica writes the same back) */
+    float **ghost, **shost;    /* per lane: arena / state floats */
+    float **gsum, **ssum;      /* per stage */
+    size_t *sfloats;           /* per stage: state floats */
+    int red_arrived[CLG_PIPE_MAX_STAGES];
+    int64_t red_done[CLG_PIPE_MAX_STAGES];
     double lr, clip_norm;
     float grad_scale;
     uint32_t seed, step;
@@ -137,9 +154,9 @@ typedef struct clg_pipe {
     int64_t fault_step;
 } clg_pipe;
 
-/* K stages on the context's devices devs[0..ndev) (ndev == K: refused
- * otherwise), replicas from seed, micro-batches of ceil(batch / M). The
- * partition table goes to the log (clg_pipe_print). */
+/* D replicas of K stages on the context's devices devs[0..ndev) (ndev ==
+ * D x K: refused otherwise; replica d's stage s on devs[d * K + s]), weights
+ * from seed, micro-batches of ceil(batch / (D x M)). */
 CLG_INTERNAL clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, uint64_t seed,
                                         int batch, const clg_pipe_params *p, clg_pipe **out);
 CLG_INTERNAL void clg_pipe_free(clg_pipe *p);

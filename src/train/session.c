@@ -76,7 +76,7 @@ clg_status clg_session_pipe_params(clg_err *err, const char *parallel, const cha
                                    const char *schedule, clg_pipe_params *pp)
 {
     memset(pp, 0, sizeof *pp);
-    CLG_TRY(clg_pipe_parse_layout(err, parallel, &pp->stages));
+    CLG_TRY(clg_pipe_parse_layout(err, parallel, &pp->stages, &pp->replicas));
     pp->schedule = clg_pipe_schedule_parse(schedule);
     if (pp->schedule < 0)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "unknown pipeline schedule '%s' (1f1b or gpipe)", schedule);
@@ -180,7 +180,7 @@ clg_status clg_session_trace_open(clg_model *m, const char *path, int steps)
         snprintf(rpath, sizeof rpath, "%s", path);
     CLG_TRY(clg_trace_create(err, rpath, (int)CLG_MIN((int64_t)m->step + steps, INT32_MAX), &m->trace));
     if (m->pipe) { /* a row per stage */
-        for (int s = 0; s < m->pipe->K; s++)
+        for (int s = 0; s < m->pipe->L; s++)
             if (clg_trace_lane(m->trace, s, m->pipe->st[s].dev) != CLG_OK) {
                 clg_trace_free(m->trace);
                 m->trace = NULL;
@@ -222,7 +222,12 @@ void clg_session_shares(const clg_model *m, char *buf, size_t cap, int *devices)
         return;
     }
     *devices = m->pipe->K;
-    snprintf(buf, cap, "pp=%d M=%d %s", m->pipe->K, m->pipe->M, m->pipe->schedule == CLG_PIPE_GPIPE ? "gpipe" : "1f1b");
+    *devices = m->pipe->L;
+    char dp[16] = "";
+    if (m->pipe->D > 1)
+        snprintf(dp, sizeof dp, "dp=%d ", m->pipe->D);
+    snprintf(buf, cap, "%spp=%d M=%d %s", dp, m->pipe->K, m->pipe->M,
+             m->pipe->schedule == CLG_PIPE_GPIPE ? "gpipe" : "1f1b");
 }
 
 void clg_session_devices(const clg_model *m, char *buf, size_t cap)

@@ -96,12 +96,16 @@ static void weights_free(weights *w)
         free(w->v[i]);
 }
 
+static int g_trainable_only; /* grab: only trainable tensors (not batch-norm running statistics) */
+
 static void grab(weights *w, clg_replica *const *reps, const int *stage_of, const clg_net *net)
 {
     for (int i = 0; i < net->nlayers; i++) {
         clg_replica *r = reps[stage_of ? stage_of[i] : 0];
         clg_layer *l = &r->layers[i];
         for (int p = 0; p < l->nparams; p++) {
+            if (g_trainable_only && !l->params[p].trainable)
+                continue;
             ck_assert(w->n < 64);
             size_t n = l->params[p].numel;
             float *h = malloc(n * sizeof(float));
@@ -137,14 +141,17 @@ static void run_session(const char *text, int steps, weights *w)
     clg_session_free(m);
 }
 
-static int g_xfer; /* CLG_PIPE_XFER_* of the pipelines made */
+static int g_xfer;     /* CLG_PIPE_XFER_* of the pipelines made */
+static int g_replicas = 1; /* dp=D of the pipelines made */
 
 static clg_pipe *make_pipe(clg_net *net, int K, int M, int schedule, const char *cuts)
 {
     int devs[4] = {0, 1, 2, 3};
-    clg_pipe_params pp = {.stages = K, .cuts = cuts, .micro = M, .schedule = schedule, .transfer = g_xfer};
+    clg_pipe_params pp = {.stages = K, .cuts = cuts, .micro = M, .schedule = schedule, .transfer = g_xfer,
+                          .replicas = g_replicas};
     clg_pipe *p = NULL;
-    ck_assert_msg(clg_pipe_create(ctx(), net, devs, K, 7, BATCH, &pp, &p) == CLG_OK, "%s", clg_last_error(ctx()));
+    ck_assert_msg(clg_pipe_create(ctx(), net, devs, K * g_replicas, 7, BATCH, &pp, &p) == CLG_OK, "%s",
+                  clg_last_error(ctx()));
     return p;
 }
 
@@ -176,6 +183,16 @@ static void run_pipe(const char *text, int steps, int K, int M, int schedule, co
     }
     grab(w, reps, p->stage_of, net);
     w->steps = steps;
+    for (int d = 1; d < p->D; d++) { /* every replica holds the same bits */
+        weights o = {0};
+        for (int s = 0; s < K; s++)
+            reps[s] = p->st[d * K + s].rep;
+        grab(&o, reps, p->stage_of, net);
+        for (int i = 0; i < w->n; i++)
+            ck_assert_msg(memcmp(o.v[i], w->v[i], w->numel[i] * sizeof(float)) == 0,
+                          "replica %d differs from replica 0 in tensor %d", d, i);
+        weights_free(&o);
+    }
     free(x);
     free(y);
     clg_pipe_free(p);
@@ -307,6 +324,47 @@ START_TEST(four_stages)
         weights_free(&w);
     }
     weights_free(&acc);
+    /* dp=2 x pp=2 (each replica half of the batch, in 2 micro-batches of 4): against dp=2 x pp=1 (the same sums:
+     * each replica's micro-batches accumulated, then the replicas' sums added per stage in replica order)
+     * over STEPS_PLAIN steps, running statistics (averaged over the replicas, weighted by slice) included; and one
+     * step against one device accumulating the same 4 micro-batches (another summation order: ~1e-7; running
+     * statistics advanced 4 times instead of averaged, not compared). Over more steps the summation order alone
+     * moves this model (batch norm over 4 samples) apart: 1e-7 after one step, 1e-3 after five were seen. */
+    weights ref = {0}, hyb = {0}, one = {0}, hyb1 = {0};
+    g_replicas = 2;
+    run_pipe(text, STEPS_PLAIN, 1, 2, CLG_PIPE_1F1B, NULL, &ref, NULL);
+    run_pipe(text, STEPS_PLAIN, 2, 2, CLG_PIPE_1F1B, "b1_conv2", &hyb, NULL);
+    compare(&hyb, &ref, "resnet-mini dp=2 x pp=2 M=2 1f1b vs dp=2 x pp=1");
+    g_trainable_only = 1;
+    run_pipe(text, 1, 2, 2, CLG_PIPE_GPIPE, "b1_conv2", &hyb1, NULL);
+    g_replicas = 1;
+    run_pipe(text, 1, 1, 4, CLG_PIPE_1F1B, NULL, &one, NULL);
+    g_trainable_only = 0;
+    compare(&hyb1, &one, "resnet-mini dp=2 x pp=2 M=2 gpipe vs one device, 4 micro-batches accumulated, 1 step");
+    weights_free(&ref);
+    weights_free(&hyb);
+    weights_free(&one);
+    weights_free(&hyb1);
+    /* a device of replica 1 failing: the other replica's stages, waiting in the gradient sum, stop too */
+    clg_err err = {0};
+    clg_net *net = NULL;
+    ck_assert(clg_net_build(&err, text, "t", BATCH, &net) == CLG_OK);
+    size_t sample = (size_t)net->in_c * net->in_h * net->in_w;
+    float *x = calloc(BATCH * sample, sizeof(float));
+    int32_t *y = calloc(BATCH, sizeof(int32_t));
+    g_replicas = 2;
+    clg_pipe *p = make_pipe(net, 2, 2, CLG_PIPE_1F1B, NULL);
+    g_replicas = 1;
+    p->fault_stage = 3;
+    p->fault_mb = 1;
+    p->fault_step = 0;
+    ck_assert_int_eq(clg_pipe_train_step(p, &net->hp, x, y, BATCH, 0.01, 1.0f / BATCH, 0, 7, 0, NULL), CLG_ERR_OPENCL);
+    ck_assert_msg(strstr(clg_last_error(ctx()), "pipeline stage 1 of replica 1 (layers"), "%s", clg_last_error(ctx()));
+    ck_assert(clg_pipe_train_step(p, &net->hp, x, y, BATCH, 0.01, 1.0f / BATCH, 0, 7, 1, NULL) == CLG_OK);
+    clg_pipe_free(p);
+    clg_net_free(net);
+    free(x);
+    free(y);
     free(text);
 }
 END_TEST
@@ -340,15 +398,20 @@ START_TEST(bad_layouts)
     ck_assert_int_eq(try_pipe(text, 2, 2, 4, "loss"), CLG_ERR_INVALID_ARG);
     ck_assert_int_eq(try_pipe(text, 2, 2, 64, NULL), CLG_ERR_INVALID_ARG);
     clg_err err = {0};
-    int K = 0;
-    ck_assert_int_eq(clg_pipe_parse_layout(&err, "pp=2", &K), CLG_OK);
+    int K = 0, D = 0;
+    ck_assert_int_eq(clg_pipe_parse_layout(&err, "pp=2", &K, &D), CLG_OK);
     ck_assert_int_eq(K, 2);
-    ck_assert_int_eq(clg_pipe_parse_layout(&err, "dp=1,pp=3", &K), CLG_OK);
+    ck_assert_int_eq(D, 1);
+    ck_assert_int_eq(clg_pipe_parse_layout(&err, "dp=1,pp=3", &K, &D), CLG_OK);
     ck_assert_int_eq(K, 3);
-    ck_assert_int_eq(clg_pipe_parse_layout(&err, "dp=2,pp=2", &K), CLG_ERR_UNSUPPORTED);
-    ck_assert_int_eq(clg_pipe_parse_layout(&err, "tp=2", &K), CLG_ERR_UNSUPPORTED);
-    ck_assert_int_eq(clg_pipe_parse_layout(&err, "pp=x", &K), CLG_ERR_INVALID_ARG);
-    ck_assert_int_eq(clg_pipe_parse_layout(&err, "pq=2", &K), CLG_ERR_INVALID_ARG);
+    ck_assert_int_eq(clg_pipe_parse_layout(&err, "dp=2,pp=2", &K, &D), CLG_OK);
+    ck_assert_int_eq(K * 10 + D, 22);
+    ck_assert_int_eq(clg_pipe_parse_layout(&err, "dp=2,pp=2", &K, NULL), CLG_ERR_UNSUPPORTED);
+    ck_assert_int_eq(clg_pipe_parse_layout(&err, "dp=2", &K, &D), CLG_ERR_UNSUPPORTED);
+    ck_assert_int_eq(clg_pipe_parse_layout(&err, "tp=2", &K, &D), CLG_ERR_UNSUPPORTED);
+    ck_assert_int_eq(clg_pipe_parse_layout(&err, "pp=x", &K, &D), CLG_ERR_INVALID_ARG);
+    ck_assert_int_eq(clg_pipe_parse_layout(&err, "pq=2", &K, &D), CLG_ERR_INVALID_ARG);
+    ck_assert_int_eq(clg_pipe_parse_layout(&err, "dp=4,pp=8", &K, &D), CLG_ERR_INVALID_ARG);
     free(text);
 }
 END_TEST
