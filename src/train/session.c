@@ -68,6 +68,9 @@ static clg_status create_lanes(clg_model *m, const int *devs, int ndev, const cl
 {
     if (!dpp || !dpp->pipe || dpp->pipe->stages <= 1)
         return clg_dp_create(m->ctx, m->net, devs, ndev, m->seed, dpp, &m->dp);
+    if (clg_comm_size() > 1)
+        return clg_err_set(&m->ctx->err, CLG_ERR_UNSUPPORTED,
+                           "pipeline parallelism across MPI ranks is not supported yet (run one process)");
     CLG_TRY(clg_pipe_create(m->ctx, m->net, devs, ndev, m->seed, m->net->batch, dpp->pipe, &m->pipe));
     return clg_dp_create(m->ctx, m->net, devs, 1, m->seed, dpp, &m->dp);
 }
