@@ -318,6 +318,9 @@ typedef struct clg_model_params {
     const char *stages;        /* "conv2,fc1": cut after these layers (K-1 names); NULL: balanced by cost */
     int microbatches;          /* micro-batches per step (0: 4 x K, at most the batch) */
     const char *pipe_schedule; /* "1f1b" (default, NULL) or "gpipe" */
+    int pipe_recompute;        /* 1: a stage stashes only its entering activations per micro-batch in flight
+                                * and runs its forward again before the backward (less memory, one more
+                                * forward); 0 (default): a whole activation set per micro-batch in flight */
 } clg_model_params;
 
 typedef struct clg_metrics {
@@ -407,6 +410,7 @@ typedef struct clg_train_params {
     const char *stages;         /* as clg_model_params.stages */
     int microbatches;           /* as clg_model_params.microbatches */
     const char *pipe_schedule;  /* as clg_model_params.pipe_schedule */
+    int pipe_recompute;         /* as clg_model_params.pipe_recompute */
 } clg_train_params;
 
 typedef struct clg_train_report {
@@ -464,6 +468,7 @@ typedef struct clg_bench_train_params {
     const char *stages;        /* as clg_model_params.stages */
     int microbatches;          /* as clg_model_params.microbatches */
     const char *pipe_schedule; /* as clg_model_params.pipe_schedule */
+    int pipe_recompute;        /* as clg_model_params.pipe_recompute */
 } clg_bench_train_params;
 typedef struct clg_bench_train_report {
     double images_per_s;  /* batch * steps / time of the timed steps */

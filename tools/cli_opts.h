@@ -87,7 +87,10 @@ extern const char *const cli_pipe_schedules[]; /* 1f1b, gpipe */
         CLI_INT_OPT("--microbatches", T, p.microbatches, 1, 1024, "M",                                           \
                     "pipeline micro-batches per step (default 4 x K)"),                                           \
         CLI_CHOICE_OPT("--pipe-schedule", T, p.pipe_schedule, cli_pipe_schedules, "NAME",                        \
-                       "pipeline schedule: 1f1b (default) or gpipe")
+                       "pipeline schedule: 1f1b (default) or gpipe"),                                             \
+        CLI_FLAG_OPT("--pipe-recompute", T, p.pipe_recompute, 1,                                                 \
+                     "pipeline: keep only each stage's entering activations per\n"                               \
+                     "micro-batch and run its forward again before the backward")
 
 /* ---- shared entries (one definition each: same name, range, help) ---- */
 #define CLI_BATCH_MAX (1 << 20)

@@ -263,12 +263,71 @@ static int nin_edges(const clg_pipe *p, int s)
     return n;
 }
 
-/* A stage's replica, stash, accumulation buffer and saved state. */
+/* The non-trainable parameters (batch-norm running statistics) of replica k. */
+static clg_status stage_state(clg_pipe *p, clg_pipe_stage *st, int k)
+{
+    clg_param_ref *refs = NULL;
+    int n = 0;
+    CLG_TRY(clg_replica_params(st->reps[k], 0, &refs, &n));
+    st->state[k] = calloc((size_t)CLG_MAX(n, 1), sizeof(cl_mem));
+    if (k == 0) {
+        st->state_save = calloc((size_t)CLG_MAX(n, 1), sizeof(cl_mem));
+        st->state_n = calloc((size_t)CLG_MAX(n, 1), sizeof(size_t));
+    }
+    clg_status rc = st->state[k] && st->state_save && st->state_n
+                        ? CLG_OK
+                        : clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    int ns = 0;
+    for (int i = 0; i < n && rc == CLG_OK; i++) {
+        if (refs[i].param->trainable)
+            continue;
+        st->state[k][ns] = refs[i].param->value;
+        if (k == 0) {
+            st->state_n[ns] = refs[i].param->numel;
+            if (p->recompute) /* saved around a re-run forward */
+                rc = clg_buf_alloc(st->dev, refs[i].param->numel * sizeof(float), &st->state_save[ns]);
+        }
+        ns++;
+    }
+    st->nstate = ns;
+    free(refs);
+    return rc;
+}
+
+/* recompute: a device buffer per slot for each activation entering the stage. */
+static clg_status stage_stash(clg_pipe *p, clg_pipe_stage *st)
+{
+    int ne = nin_edges(p, st->index);
+    st->stash = calloc((size_t)CLG_MAX(st->nslots * ne, 1), sizeof(cl_mem));
+    if (!st->stash)
+        return clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    for (int q = 0, k = 0; q < p->nedges && p->recompute; q++) {
+        if (p->edges[q].to != st->index)
+            continue;
+        for (int sl = 0; sl < st->nslots; sl++)
+            CLG_TRY(clg_buf_alloc(st->dev, (size_t)p->mb * p->edges[q].fps * sizeof(float), &st->stash[sl * ne + k]));
+        k++;
+    }
+    return CLG_OK;
+}
+
+/* A stage's replicas, stash, accumulation buffer and state lists. */
 static clg_status stage_init(clg_pipe *p, clg_pipe_stage *st, uint64_t seed)
 {
     clg_device *dev = st->dev;
-    CLG_TRY(clg_replica_create_range(p->net, dev, seed, st->first, st->last, p->mb, &st->rep));
-    clg_replica *r = st->rep;
+    st->nslots = p->schedule == CLG_PIPE_GPIPE ? p->M : CLG_MIN(p->M, p->K - st->s);
+    st->nreps = p->recompute ? 1 : st->nslots;
+    st->reps = calloc((size_t)st->nreps, sizeof *st->reps);
+    st->last_fwd = calloc((size_t)st->nreps, sizeof(int));
+    st->state = calloc((size_t)st->nreps, sizeof(cl_mem *));
+    st->slot_of = malloc(sizeof(int) * (size_t)p->M);
+    if (!st->reps || !st->last_fwd || !st->state || !st->slot_of)
+        return clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    for (int k = 0; k < st->nreps; k++) {
+        CLG_TRY(clg_replica_create_range(p->net, dev, seed, st->first, st->last, p->mb, &st->reps[k]));
+        CLG_TRY(stage_state(p, st, k));
+    }
+    clg_replica *r = st->rep = st->reps[0];
     st->has_loss = r->loss_index >= st->first && r->loss_index <= st->last;
     size_t B = (size_t)p->mb * (size_t)p->M * (size_t)p->D;
     if (st->reads_input)
@@ -276,45 +335,38 @@ static clg_status stage_init(clg_pipe *p, clg_pipe_stage *st, uint64_t seed)
     if (st->has_loss)
         CLG_TRY(clg_buf_alloc(dev, B * sizeof(int32_t), &st->ybuf));
     CLG_TRY(clg_buf_alloc(dev, CLG_MAX(r->arena_bytes, 4), &st->gacc));
-    st->nslots = p->schedule == CLG_PIPE_GPIPE ? p->M : CLG_MIN(p->M, p->K - st->s);
-    int ne = nin_edges(p, st->index);
-    st->stash = calloc((size_t)CLG_MAX(st->nslots * ne, 1), sizeof(cl_mem));
-    st->slot_of = malloc(sizeof(int) * (size_t)p->M);
-    if (!st->stash || !st->slot_of)
-        return clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
-    for (int q = 0, k = 0; q < p->nedges; q++) {
-        if (p->edges[q].to != st->index)
-            continue;
-        for (int sl = 0; sl < st->nslots; sl++)
-            CLG_TRY(clg_buf_alloc(dev, (size_t)p->mb * p->edges[q].fps * sizeof(float), &st->stash[sl * ne + k]));
-        k++;
-    }
+    CLG_TRY(stage_stash(p, st));
     for (int q = 0; q < p->nedges; q++)
         if (p->edges[q].from == st->index)
             st->gscr_bytes = CLG_MAX(st->gscr_bytes, (size_t)p->mb * p->edges[q].fps * sizeof(float));
     if (st->gscr_bytes)
         CLG_TRY(clg_buf_alloc(dev, st->gscr_bytes, &st->gscr));
-    /* non-trainable state: saved around a re-run forward */
-    clg_param_ref *refs = NULL;
-    int n = 0;
-    CLG_TRY(clg_replica_params(r, 0, &refs, &n));
-    st->state = calloc((size_t)CLG_MAX(n, 1), sizeof(cl_mem));
-    st->state_save = calloc((size_t)CLG_MAX(n, 1), sizeof(cl_mem));
-    st->state_n = calloc((size_t)CLG_MAX(n, 1), sizeof(size_t));
-    clg_status rc = st->state && st->state_save && st->state_n
-                        ? CLG_OK
-                        : clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
-    for (int i = 0; i < n && rc == CLG_OK; i++) {
-        if (refs[i].param->trainable)
-            continue;
-        st->state[st->nstate] = refs[i].param->value;
-        st->state_n[st->nstate] = refs[i].param->numel;
-        rc = clg_buf_alloc(dev, refs[i].param->numel * sizeof(float), &st->state_save[st->nstate]);
-        st->nstate++;
+    st->mib = (double)(st->nreps * (r->planned_bytes + (uint64_t)r->arena_bytes * 2) + 2 * (uint64_t)r->arena_bytes) /
+              1048576.0;
+    return CLG_OK;
+}
+
+/* After reps[0]'s weights changed (update, load): every slot replica gets them. */
+static clg_status stage_spread(clg_pipe_stage *st)
+{
+    clg_err *err = clg_dev_err(st->dev);
+    for (int k = 1; k < st->nreps; k++) {
+        if (st->rep->arena_bytes)
+            CLG_CL_CHECK(err, clEnqueueCopyBuffer(st->dev->queue, st->rep->parena, st->reps[k]->parena, 0, 0,
+                                                  st->rep->arena_bytes, 0, NULL, NULL));
+        CLG_TRY(clg_replica_weights_updated(st->reps[k]));
     }
-    free(refs);
-    st->mib = (double)(r->planned_bytes + 3 * (uint64_t)r->arena_bytes) / 1048576.0;
-    return rc;
+    return CLG_OK;
+}
+
+/* Replica k's running statistics := replica j's. */
+static clg_status state_copy(clg_pipe_stage *st, int j, int k)
+{
+    clg_err *err = clg_dev_err(st->dev);
+    for (int i = 0; i < st->nstate && j != k; i++)
+        CLG_CL_CHECK(err, clEnqueueCopyBuffer(st->dev->queue, st->state[j][i], st->state[k][i], 0, 0,
+                                              st->state_n[i] * sizeof(float), 0, NULL, NULL));
+    return CLG_OK;
 }
 
 static clg_status check_layout(clg_ctx *ctx, const clg_net *net, int K, int D, int ndev, int M, int batch)
@@ -385,6 +437,7 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
     p->K = K;
     p->D = D;
     p->L = D * K;
+    p->recompute = pp->recompute != 0;
     p->M = M;
     p->schedule = pp->schedule;
     p->mb = mb;
@@ -451,14 +504,21 @@ void clg_pipe_free(clg_pipe *p)
         int ne = nin_edges(p, s);
         for (int i = 0; st->stash && i < st->nslots * ne; i++)
             clg_buf_release(st->dev, st->stash[i]);
-        for (int i = 0; i < st->nstate; i++)
+        for (int i = 0; st->state_save && i < st->nstate; i++)
             clg_buf_release(st->dev, st->state_save[i]);
+        clg_optim_free(st->opt); /* before its replica */
+        st->opt = NULL;
+        for (int k = 0; k < st->nreps && st->reps; k++) {
+            clg_replica_free(st->reps[k]);
+            free(st->state ? st->state[k] : NULL);
+        }
+        free(st->reps);
+        free(st->last_fwd);
         clg_buf_release(st->dev, st->xbuf);
         clg_buf_release(st->dev, st->ybuf);
         clg_buf_release(st->dev, st->gacc);
         clg_buf_release(st->dev, st->gscr);
         clg_optim_free(st->opt);
-        clg_replica_free(st->rep);
         free(st->stash);
         free(st->slot_of);
         free(st->state);
@@ -677,9 +737,14 @@ static clg_status xfer_setup(clg_pipe *p, int mode)
 
 // ---- one micro-batch on a stage ----
 
-static clg_status set_inputs(clg_pipe *p, clg_pipe_stage *st, int m)
+/* The replica micro-batch m runs on: its slot's (reps[0] with recompute). */
+static int rep_of(const clg_pipe_stage *st, int m) { return st->nreps == 1 ? 0 : st->slot_of[m]; }
+
+/* Points replica k at micro-batch m's inputs and labels; recompute: the
+ * entering activations from the stash slot. */
+static clg_status set_inputs(clg_pipe *p, clg_pipe_stage *st, int k, int m)
 {
-    clg_replica *r = st->rep;
+    clg_replica *r = st->reps[k];
     clg_err *err = clg_dev_err(st->dev);
     if (st->reads_input)
         clg_replica_set_input(r, st->xbuf, (size_t)p->off[st->d][m] * p->sample);
@@ -687,25 +752,24 @@ static clg_status set_inputs(clg_pipe *p, clg_pipe_stage *st, int m)
         clg_replica_set_labels(r, st->ybuf, (size_t)p->off[st->d][m], p->grad_scale);
     for (int i = st->first; i <= st->last; i++)
         clg_layer_set_rng(&r->layers[i], p->seed, p->step, (uint32_t)p->off[st->d][m]);
-    int ne = nin_edges(p, st->index), k = 0;
-    for (int q = 0; q < p->nedges; q++) {
+    int ne = nin_edges(p, st->index), j = 0;
+    for (int q = 0; q < p->nedges && p->recompute; q++) {
         const clg_pipe_edge *e = &p->edges[q];
         if (e->to != st->index)
             continue;
         const clg_tensor *a = &r->act[e->tensor];
-        CLG_CL_CHECK(err, clEnqueueCopyBuffer(st->dev->queue, st->stash[st->slot_of[m] * ne + k], a->mem, 0,
-                                              a->off * sizeof(float), (size_t)p->cnt[st->d][m] * e->fps * sizeof(float), 0,
-                                              NULL, NULL));
-        k++;
+        CLG_CL_CHECK(err, clEnqueueCopyBuffer(st->dev->queue, st->stash[st->slot_of[m] * ne + j], a->mem, 0,
+                                              a->off * sizeof(float), (size_t)p->cnt[st->d][m] * e->fps * sizeof(float),
+                                              0, NULL, NULL));
+        j++;
     }
     return CLG_OK;
 }
 
-static clg_status stage_forward(clg_pipe *p, clg_pipe_stage *st, int m)
+/* A free stash slot for micro-batch m (counted in flight). */
+static clg_status take_slot(clg_pipe *p, clg_pipe_stage *st, int m)
 {
-    clg_replica *r = st->rep;
-    clg_err *err = clg_dev_err(st->dev);
-    int n = p->cnt[st->d][m], ne = nin_edges(p, st->index), slot = -1;
+    int slot = -1;
     for (int sl = 0; sl < st->nslots && slot < 0; sl++) {
         int used = 0;
         for (int q = 0; q < p->nm; q++)
@@ -714,22 +778,37 @@ static clg_status stage_forward(clg_pipe *p, clg_pipe_stage *st, int m)
             slot = sl;
     }
     if (slot < 0)
-        return clg_err_set(err, CLG_ERR_INTERNAL, "pipeline stage %d: more than %d micro-batches in flight",
-                           st->index, st->nslots);
+        return clg_err_set(clg_dev_err(st->dev), CLG_ERR_INTERNAL,
+                           "pipeline stage %d: more than %d micro-batches in flight", st->index, st->nslots);
     st->slot_of[m] = slot;
     st->inflight++;
     st->peak_inflight = CLG_MAX(st->peak_inflight, st->inflight);
-    for (int q = 0, k = 0; q < p->nedges; q++) { /* the entering activations into the slot */
+    return CLG_OK;
+}
+
+static clg_status stage_forward(clg_pipe *p, clg_pipe_stage *st, int m)
+{
+    clg_err *err = clg_dev_err(st->dev);
+    int n = p->cnt[st->d][m], ne = nin_edges(p, st->index);
+    CLG_TRY(take_slot(p, st, m));
+    int k = rep_of(st, m), slot = st->slot_of[m];
+    clg_replica *r = st->reps[k];
+    for (int q = 0, j = 0; q < p->nedges; q++) { /* the entering activations: into the slot */
         const clg_pipe_edge *e = &p->edges[q];
         if (e->to != st->index)
             continue;
         CLG_TRY(wait_ready(p, st, &e->ready_f[m], "wait activation", m));
-        CLG_TRY(xfer_recv(p, (clg_pipe_edge *)e, 0, m, st->stash[slot * ne + k], 0, n));
-        k++;
+        if (p->recompute)
+            CLG_TRY(xfer_recv(p, (clg_pipe_edge *)e, 0, m, st->stash[slot * ne + j], 0, n));
+        else
+            CLG_TRY(xfer_recv(p, (clg_pipe_edge *)e, 0, m, r->act[e->tensor].mem, r->act[e->tensor].off, n));
+        j++;
     }
-    CLG_TRY(set_inputs(p, st, m));
+    CLG_TRY(set_inputs(p, st, k, m));
+    CLG_TRY(state_copy(st, st->state_rep, k)); /* running statistics advance in micro-batch order */
+    st->state_rep = k;
     CLG_TRY(clg_replica_forward(r, n, 1));
-    st->last_fwd = m;
+    st->last_fwd[k] = m;
     if (st->has_loss) {
         float res[2];
         CLG_CL_CHECK(err, clEnqueueReadBuffer(st->dev->queue, r->layers[r->loss_index].loss.result, CL_TRUE, 0,
@@ -750,32 +829,29 @@ static clg_status stage_forward(clg_pipe *p, clg_pipe_stage *st, int m)
     return CLG_OK;
 }
 
-/* The forward of micro-batch m again from its stash (its activations were
- * overwritten by later micro-batches); running statistics kept as they were. */
+/* recompute: the forward of micro-batch m again from its stash (reps[0]'s
+ * activations were overwritten by later micro-batches); running statistics
+ * kept as they were. */
 static clg_status stage_recompute(clg_pipe *p, clg_pipe_stage *st, int m)
 {
     clg_err *err = clg_dev_err(st->dev);
     cl_command_queue q = st->dev->queue;
-    size_t bytes;
-    for (int i = 0; i < st->nstate; i++) {
-        CLG_CL_CHECK(err, clGetMemObjectInfo(st->state[i], CL_MEM_SIZE, sizeof bytes, &bytes, NULL));
-        CLG_CL_CHECK(err, clEnqueueCopyBuffer(q, st->state[i], st->state_save[i], 0, 0, bytes, 0, NULL, NULL));
-    }
-    CLG_TRY(set_inputs(p, st, m));
+    for (int i = 0; i < st->nstate; i++)
+        CLG_CL_CHECK(err, clEnqueueCopyBuffer(q, st->state[0][i], st->state_save[i], 0, 0,
+                                              st->state_n[i] * sizeof(float), 0, NULL, NULL));
+    CLG_TRY(set_inputs(p, st, 0, m));
     CLG_TRY(clg_replica_forward(st->rep, p->cnt[st->d][m], 1));
-    for (int i = 0; i < st->nstate; i++) {
-        CLG_CL_CHECK(err, clGetMemObjectInfo(st->state[i], CL_MEM_SIZE, sizeof bytes, &bytes, NULL));
-        CLG_CL_CHECK(err, clEnqueueCopyBuffer(q, st->state_save[i], st->state[i], 0, 0, bytes, 0, NULL, NULL));
-    }
-    st->last_fwd = m;
+    for (int i = 0; i < st->nstate; i++)
+        CLG_CL_CHECK(err, clEnqueueCopyBuffer(q, st->state_save[i], st->state[0][i], 0, 0,
+                                              st->state_n[i] * sizeof(float), 0, NULL, NULL));
+    st->last_fwd[0] = m;
     st->nrecompute++;
     return CLG_OK;
 }
 
 /* The gradients of this stage's tensors read by later stages, into dact[]. */
-static clg_status receive_grads(clg_pipe *p, clg_pipe_stage *st, int m, char *written)
+static clg_status receive_grads(clg_pipe *p, clg_pipe_stage *st, clg_replica *r, int m, char *written)
 {
-    clg_replica *r = st->rep;
     int n = p->cnt[st->d][m];
     for (int q = 0; q < p->nedges; q++) {
         clg_pipe_edge *e = &p->edges[q];
@@ -796,7 +872,7 @@ static clg_status receive_grads(clg_pipe *p, clg_pipe_stage *st, int m, char *wr
 
 static clg_status stage_backward(clg_pipe *p, clg_pipe_stage *st, int m, int first_bwd)
 {
-    clg_replica *r = st->rep;
+    clg_replica *r = st->reps[rep_of(st, m)];
     clg_err *err = clg_dev_err(st->dev);
     int n = p->cnt[st->d][m];
     if (st->index == p->fault_stage && m == p->fault_mb && (int64_t)p->step == p->fault_step)
@@ -806,12 +882,12 @@ static clg_status stage_backward(clg_pipe *p, clg_pipe_stage *st, int m, int fir
     if (!written)
         return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
     double t0 = clg_now_sec();
-    int rerun = st->last_fwd != m;
+    int rerun = st->last_fwd[rep_of(st, m)] != m;
     clg_status rc = rerun ? stage_recompute(p, st, m) : CLG_OK;
     if (rerun && rc == CLG_OK)
         trace_span(p, st->index, "re-run forward", m, t0);
     if (rc == CLG_OK)
-        rc = receive_grads(p, st, m, written);
+        rc = receive_grads(p, st, r, m, written);
     if (rc == CLG_OK)
         rc = clg_replica_backward_range(r, n, written);
     free(written);
@@ -900,7 +976,7 @@ static clg_status reduce_replicas(clg_pipe *p, clg_pipe_stage *st)
     if (bytes)
         CLG_CL_CHECK(err, clEnqueueReadBuffer(q, st->gacc, CL_TRUE, 0, bytes, p->ghost[st->index], 0, NULL, NULL));
     for (int i = 0; i < st->nstate; off += st->state_n[i], i++)
-        CLG_CL_CHECK(err, clEnqueueReadBuffer(q, st->state[i], CL_TRUE, 0, st->state_n[i] * sizeof(float), sh + off, 0,
+        CLG_CL_CHECK(err, clEnqueueReadBuffer(q, st->state[0][i], CL_TRUE, 0, st->state_n[i] * sizeof(float), sh + off, 0,
                                               NULL, NULL));
     double t0 = clg_now_sec();
     pthread_mutex_lock(&p->mu);
@@ -922,7 +998,7 @@ static clg_status reduce_replicas(clg_pipe *p, clg_pipe_stage *st)
         CLG_CL_CHECK(err, clEnqueueWriteBuffer(q, st->gacc, CL_TRUE, 0, bytes, p->gsum[st->s], 0, NULL, NULL));
     off = 0;
     for (int i = 0; i < st->nstate; off += st->state_n[i], i++)
-        CLG_CL_CHECK(err, clEnqueueWriteBuffer(q, st->state[i], CL_TRUE, 0, st->state_n[i] * sizeof(float),
+        CLG_CL_CHECK(err, clEnqueueWriteBuffer(q, st->state[0][i], CL_TRUE, 0, st->state_n[i] * sizeof(float),
                                                p->ssum[st->s] + off, 0, NULL, NULL));
     return CLG_OK;
 }
@@ -933,7 +1009,8 @@ static clg_status stage_schedule(clg_pipe *p, clg_pipe_stage *st)
 {
     clg_err *err = clg_dev_err(st->dev);
     st->res[0] = st->res[1] = 0;
-    st->last_fwd = -1;
+    for (int k = 0; k < st->nreps; k++)
+        st->last_fwd[k] = -1;
     st->nrecompute = 0;
     st->inflight = 0;
     for (int m = 0; m < p->M; m++)
@@ -956,6 +1033,8 @@ static clg_status stage_schedule(clg_pipe *p, clg_pipe_stage *st)
             CLG_TRY(stage_forward(p, st, m));
         trace_span(p, st->index, bwd ? "backward" : "forward", m, t0);
     }
+    CLG_TRY(state_copy(st, st->state_rep, 0)); /* the latest running statistics into reps[0] */
+    st->state_rep = 0;
     if (p->D > 1)
         CLG_TRY(reduce_replicas(p, st));
     if (st->rep->arena_bytes) {
@@ -982,6 +1061,8 @@ static clg_status stage_fn(void *arg, int s)
         if (!st->rep->arena_bytes)
             return CLG_OK;
         rc = clg_optim_step(st->opt, p->lr, p->gscale);
+        if (rc == CLG_OK)
+            rc = stage_spread(st);
         if (rc == CLG_OK)
             rc = clFinish(st->dev->queue) == CL_SUCCESS ? CLG_OK
                                                         : clg_err_set(clg_dev_err(st->dev), CLG_ERR_OPENCL,
@@ -1151,7 +1232,10 @@ clg_status clg_pipe_sync(clg_pipe *p, clg_replica *full, clg_optim *full_opt, co
         p->st[s].opt->t = full_opt->t;
     if (st == CLG_OK && to_full)
         st = clg_replica_weights_updated(full);
-    for (int s = 0; s < p->L && st == CLG_OK && !to_full; s++)
+    for (int s = 0; s < p->L && st == CLG_OK && !to_full; s++) {
         st = clg_replica_weights_updated(p->st[s].rep);
+        if (st == CLG_OK)
+            st = stage_spread(&p->st[s]);
+    }
     return st;
 }

@@ -23,12 +23,16 @@
  * it on the receiver's), whichever measured faster at creation; each
  * micro-batch's handed over under one lock.
  *
- * Stashed forwards: a stage keeps, per micro-batch in flight, only the
- * activations that entered it (a slot of its stash, counted: peak_inflight);
- * the backward of a micro-batch that is not the stage's last forward runs
- * the stage's forward on the stashed inputs again first (re-materialization,
- * as GPipe does; the same dropout masks; batch-norm running statistics saved
- * and restored around it, so they advance once per micro-batch). */
+ * Stashed forwards: a stage keeps one slot per micro-batch in flight
+ * (counted: peak_inflight). By default a slot is a replica of the stage with
+ * its own activations and layer state (weights copied from the first after
+ * each update; batch-norm running statistics handed from the slot of the
+ * previous forward to the next, so they advance once per micro-batch in
+ * order). With recompute a slot holds only the activations that entered the
+ * stage, and the backward of a micro-batch that is not the stage's latest
+ * forward runs the stage's forward on them again first (re-materialization,
+ * as GPipe does; the same dropout masks; running statistics saved and
+ * restored around it). */
 #ifndef CLG_PARALLEL_PIPE_H
 #define CLG_PARALLEL_PIPE_H
 
@@ -52,6 +56,8 @@ typedef struct clg_pipe_params {
     int schedule;      /* CLG_PIPE_1F1B or CLG_PIPE_GPIPE */
     int transfer;      /* CLG_PIPE_XFER_*: how tensors cross a cut */
     int replicas;      /* D: data-parallel pipelines (dp=D,pp=K over D x K devices; 0: 1) */
+    int recompute;     /* 1: stash only the activations entering a stage and run its forward again before a
+                          backward (less memory, one more forward); 0: a whole activation set per slot */
 } clg_pipe_params;
 
 /* Transfers across a cut: AUTO times both on the largest carried tensor at
@@ -79,7 +85,12 @@ typedef struct clg_pipe_stage {
     int index, first, last;    /* index: lane d * K + s (replica d, stage s) */
     int d, s;
     clg_device *dev;           /* borrowed */
-    clg_replica *rep;
+    clg_replica *rep;          /* reps[0]: holds the parameters the optimizer updates */
+    clg_replica **reps;        /* nreps: one per stash slot (the others' weights copied from reps[0] after each
+                                  update), or just reps[0] with recompute */
+    int nreps;
+    int *last_fwd;             /* per replica: micro-batch of its latest forward (-1: none this step) */
+    int state_rep;             /* the replica whose running statistics are the latest (forwards chain them) */
     clg_optim *opt;
     int reads_input, has_loss;
     cl_mem xbuf, ybuf;         /* the global batch's inputs / labels (where read) */
@@ -87,13 +98,13 @@ typedef struct clg_pipe_stage {
     cl_mem gscr;               /* a received gradient to add (several readers of one tensor) */
     size_t gscr_bytes;
     int nslots;                /* stash slots: micro-batches in flight at most */
-    cl_mem *stash;             /* nslots * nin_edges: the entering activations of each slot */
+    cl_mem *stash;             /* recompute: nslots * nin_edges, the entering activations of each slot */
     int *slot_of;              /* per micro-batch: its slot, -1 none */
     int inflight, peak_inflight;
     int nstate;                /* non-trainable parameters (batch-norm running statistics) */
-    cl_mem *state, *state_save;
+    cl_mem **state;            /* per replica: its non-trainable parameters (nstate each) */
+    cl_mem *state_save;
     size_t *state_n;           /* floats of each */
-    int last_fwd;              /* micro-batch of the replica's latest forward (-1: none this step) */
     int nrecompute;            /* forwards run again this step */
     float res[2];              /* {loss sum, correct} over the step's micro-batches (the loss stage) */
     double norm_sq;            /* squared norm of the accumulated gradient (clipping) */
@@ -107,6 +118,7 @@ typedef struct clg_pipe {
     int K, M, schedule, mb;    /* mb: largest micro-batch */
     int D, L;                  /* data-parallel replicas of the pipeline; lanes D x K (st[0 .. L)) */
     int d2d;                   /* transfers device to device (clEnqueueCopyBuffer in the shared context) */
+    int recompute;             /* clg_pipe_params.recompute */
     double t_host, t_dev;      /* AUTO: measured seconds of the largest carried tensor's transfer (0: not timed) */
     clg_pipe_stage st[CLG_PIPE_MAX_STAGES];
     int *stage_of;             /* per layer */

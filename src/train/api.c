@@ -42,7 +42,8 @@ static clg_status model_create(clg_ctx *ctx, const char *text, const char *sourc
         return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG,
                            "model params: learning_rate, momentum, weight_decay and bucket_mb must be finite");
     clg_pipe_params pp;
-    CLG_TRY(clg_session_pipe_params(&ctx->err, p->parallel, p->stages, p->microbatches, p->pipe_schedule, &pp));
+    CLG_TRY(clg_session_pipe_params(&ctx->err, p->parallel, p->stages, p->microbatches, p->pipe_schedule,
+                                        p->pipe_recompute, &pp));
     clg_dp_params dpp = {.split = p->split, .bucket_mb = p->bucket_mb, .pipe = &pp};
     clg_model *m = NULL;
     CLG_TRY(clg_session_create(ctx, p->devices, p->device, text, source, p->batch, p->seed, fp16, &dpp, &m));
@@ -419,6 +420,7 @@ static clg_status bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg
     mp.stages = p->stages;
     mp.microbatches = p->microbatches;
     mp.pipe_schedule = p->pipe_schedule;
+    mp.pipe_recompute = p->pipe_recompute;
     mp.seed = p->seed;
     mp.precision = p->precision;
     clg_model *m = NULL;

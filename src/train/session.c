@@ -76,7 +76,7 @@ static clg_status create_lanes(clg_model *m, const int *devs, int ndev, const cl
 }
 
 clg_status clg_session_pipe_params(clg_err *err, const char *parallel, const char *stages, int microbatches,
-                                   const char *schedule, clg_pipe_params *pp)
+                                   const char *schedule, int recompute, clg_pipe_params *pp)
 {
     memset(pp, 0, sizeof *pp);
     CLG_TRY(clg_pipe_parse_layout(err, parallel, &pp->stages, &pp->replicas));
@@ -88,6 +88,7 @@ clg_status clg_session_pipe_params(clg_err *err, const char *parallel, const cha
     if (pp->stages == 1 && (microbatches > 0 || (stages && *stages)))
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "micro-batches and stage cuts need a pipeline (pp=K, K >= 2)");
     pp->micro = microbatches; /* 0: clg_pipe_create's default */
+    pp->recompute = recompute != 0;
     pp->cuts = stages;
     return CLG_OK;
 }

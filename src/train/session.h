@@ -75,7 +75,8 @@ CLG_INTERNAL clg_status clg_model_hash(clg_err *err, const char *text, const cha
 /* The pipeline layout of parallel ("pp=K"), stages, microbatches (0: 4K)
  * and schedule name into *pp (stages 1: none); refusals name the value. */
 CLG_INTERNAL clg_status clg_session_pipe_params(clg_err *err, const char *parallel, const char *stages,
-                                                int microbatches, const char *schedule, clg_pipe_params *pp);
+                                                int microbatches, const char *schedule, int recompute,
+                                                clg_pipe_params *pp);
 
 /* Pipeline: lane 0's replica (and optimizer state) brought up to date
  * with the stages' (a no-op without a pipeline or when current). */

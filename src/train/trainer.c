@@ -521,7 +521,8 @@ static clg_status open_model(clg_ctx *ctx, train_state *ts, int fp16)
     clg_ckpt *fw = NULL; /* ONNX: the weights that came with the model file */
     CLG_TRY(clg_model_file_read(&ctx->err, p->model, &text, &fw));
     clg_pipe_params pp;
-    clg_status st = clg_session_pipe_params(&ctx->err, p->parallel, p->stages, p->microbatches, p->pipe_schedule, &pp);
+    clg_status st = clg_session_pipe_params(&ctx->err, p->parallel, p->stages, p->microbatches, p->pipe_schedule,
+                                            p->pipe_recompute, &pp);
     clg_dp_params dpp = {.split = p->split, .bucket_mb = p->bucket_mb, .pipe = &pp};
     if (st == CLG_OK)
         st = clg_session_create(ctx, p->devices, p->device, text, p->model, p->batch, p->seed ? p->seed : 1,

@@ -85,8 +85,9 @@ check 0 "" "pp=2 resumed = uninterrupted, bitwise" -- "$py" "$st_compare" "$tmp/
 cp -r "$tmp/b" "$tmp/c"
 check 0 "epoch 3/3" "a pp=2 checkpoint resumes on one device" -- \
     $T --devices 0 --epochs 3 --checkpoint "$tmp/c" --resume
-check 0 "epoch 4/4" "a one-device checkpoint resumes on pp=2 (gpipe)" -- \
-    $T --devices all --parallel pp=2 --microbatches 4 --pipe-schedule gpipe --epochs 4 --checkpoint "$tmp/c" --resume
+check 0 "epoch 4/4" "a one-device checkpoint resumes on pp=2 (gpipe, recompute)" -- \
+    $T --devices all --parallel pp=2 --microbatches 4 --pipe-schedule gpipe --pipe-recompute --epochs 4 \
+    --checkpoint "$tmp/c" --resume
 check 0 "devices 2 .*pp=2 M=8 1f1b" "bench train pp=2" -- \
     "$clgrad" bench train --model "$tmp/res.cfg" --batch 32 --steps 2 --warmup 1 --devices all --parallel pp=2
 # refusals

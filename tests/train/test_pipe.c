@@ -143,12 +143,13 @@ static void run_session(const char *text, int steps, weights *w)
 
 static int g_xfer;     /* CLG_PIPE_XFER_* of the pipelines made */
 static int g_replicas = 1; /* dp=D of the pipelines made */
+static int g_recompute;    /* clg_pipe_params.recompute of the pipelines made */
 
 static clg_pipe *make_pipe(clg_net *net, int K, int M, int schedule, const char *cuts)
 {
     int devs[4] = {0, 1, 2, 3};
     clg_pipe_params pp = {.stages = K, .cuts = cuts, .micro = M, .schedule = schedule, .transfer = g_xfer,
-                          .replicas = g_replicas};
+                          .replicas = g_replicas, .recompute = g_recompute};
     clg_pipe *p = NULL;
     ck_assert_msg(clg_pipe_create(ctx(), net, devs, K * g_replicas, 7, BATCH, &pp, &p) == CLG_OK, "%s",
                   clg_last_error(ctx()));
@@ -233,11 +234,13 @@ static void pipeline_vs_accumulated(const char *text, const char *model, const c
     weights acc = {0};
     run_pipe(text, STEPS, 1, 4, CLG_PIPE_1F1B, NULL, &acc, NULL);
     /* 1F1B with transfers through the host and device to device (PoCL's devices share a context), GPipe as
-     * measured faster */
-    static const int sched[3] = {CLG_PIPE_1F1B, CLG_PIPE_1F1B, CLG_PIPE_GPIPE};
-    static const int xfer[3] = {CLG_PIPE_XFER_HOST, CLG_PIPE_XFER_DEVICE, CLG_PIPE_XFER_AUTO};
-    static const char *const xname[3] = {"through the host", "device to device", "auto"};
-    for (int c = 0; c < 3; c++) {
+     * measured faster; both again re-running forwards from stashed stage inputs (recompute) */
+    static const int sched[5] = {CLG_PIPE_1F1B, CLG_PIPE_1F1B, CLG_PIPE_GPIPE, CLG_PIPE_1F1B, CLG_PIPE_GPIPE};
+    static const int xfer[5] = {CLG_PIPE_XFER_HOST, CLG_PIPE_XFER_DEVICE, CLG_PIPE_XFER_AUTO, CLG_PIPE_XFER_AUTO,
+                                CLG_PIPE_XFER_AUTO};
+    static const char *const xname[5] = {"through the host", "device to device", "auto", "auto, recompute",
+                                         "auto, recompute"};
+    for (int c = 0; c < 5; c++) {
         int sch = sched[c];
         weights w = {0};
         int peak[4];
@@ -245,8 +248,10 @@ static void pipeline_vs_accumulated(const char *text, const char *model, const c
         snprintf(what, sizeof what, "%s pp=2 M=4 %s (transfers %s) vs one device, 4 micro-batches accumulated, "
                  "%d steps", model, sch == CLG_PIPE_GPIPE ? "gpipe" : "1f1b", xname[c], STEPS);
         g_xfer = xfer[c];
+        g_recompute = c >= 3;
         run_pipe(text, STEPS, 2, 4, sch, cuts, &w, peak);
         g_xfer = CLG_PIPE_XFER_AUTO;
+        g_recompute = 0;
         compare(&w, &acc, what);
         fprintf(stderr, "  peak micro-batches in flight: stage 0 %d, stage 1 %d\n", peak[0], peak[1]);
         if (sch == CLG_PIPE_1F1B) { /* at most K - s micro-batches in flight on stage s */
