@@ -308,6 +308,19 @@ typedef struct clg_model_params {
     const char *split;
     /* Gradient reduction bucket size in MiB (0: 25). */
     double bucket_mb;
+    /* Pipeline parallelism (docs/parallel.md): "pp=K" cuts the network into
+     * K stages, one per device that `devices` selects (it must select K),
+     * each holding only its layers' parameters, optimizer state and
+     * activations; NULL or "": none (data parallelism over `devices`).
+     * "dp=1,pp=K" is the same; dp > 1 with pp > 1 and tp are refused (not
+     * supported yet). */
+    const char *parallel;
+    const char *stages;        /* "conv2,fc1": cut after these layers (K-1 names); NULL: balanced by cost */
+    int microbatches;          /* micro-batches per step (0: 4 x K, at most the batch) */
+    const char *pipe_schedule; /* "1f1b" (default, NULL) or "gpipe" */
+    int pipe_recompute;        /* 1: a stage stashes only its entering activations per micro-batch in flight
+                                * and runs its forward again before the backward (less memory, one more
+                                * forward); 0 (default): a whole activation set per micro-batch in flight */
 } clg_model_params;
 
 typedef struct clg_metrics {
@@ -398,6 +411,11 @@ typedef struct clg_train_params {
     double val_fraction;        /* in (0, 1): hold out this fraction of the training set (seeded by val_seed)
                                  * and evaluate on it instead of the test set; 0: the test set */
     uint64_t val_seed;          /* the hold-out's seed (0: 1); the same seed and data give the same split */
+    const char *parallel;       /* as clg_model_params.parallel ("pp=K") */
+    const char *stages;         /* as clg_model_params.stages */
+    int microbatches;           /* as clg_model_params.microbatches */
+    const char *pipe_schedule;  /* as clg_model_params.pipe_schedule */
+    int pipe_recompute;         /* as clg_model_params.pipe_recompute */
 } clg_train_params;
 
 typedef struct clg_train_report {
@@ -454,6 +472,11 @@ typedef struct clg_bench_train_params {
     const char *split;     /* as clg_model_params.split */
     double bucket_mb;      /* as clg_model_params.bucket_mb */
     const char *trace;     /* Chrome-trace timeline of the timed steps (NULL: none) */
+    const char *parallel;      /* as clg_model_params.parallel ("pp=K") */
+    const char *stages;        /* as clg_model_params.stages */
+    int microbatches;          /* as clg_model_params.microbatches */
+    const char *pipe_schedule; /* as clg_model_params.pipe_schedule */
+    int pipe_recompute;        /* as clg_model_params.pipe_recompute */
 } clg_bench_train_params;
 typedef struct clg_bench_train_report {
     double images_per_s;  /* batch * steps / time of the timed steps */
@@ -468,6 +491,7 @@ typedef struct clg_bench_train_report {
     double first_step_end; /* CLOCK_MONOTONIC seconds at the end of the first step */
     double first_step_cpu_s; /* CPU time of the process (all threads) at the end of the first step */
     double launches_per_step; /* kernel launches per timed step, all devices */
+    double pipe_bubble;   /* a pipeline (parallel "pp=K"): the stages' mean idle share over the timed steps; else -1 */
 } clg_bench_train_report;
 /* Defaults. A macro: passes the sizeof the caller was compiled with. */
 CLG_API void clg_bench_train_params_init_size(clg_bench_train_params *p, size_t size);

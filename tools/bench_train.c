@@ -24,6 +24,7 @@ static const cli_opt opts[] = {
     CLI_SPLIT_OPT(T, p.split, "auto (by measured speed; default), even, or weights such as 3,1"),
     CLI_DOUBLE_OPT("--bucket-mb", T, p.bucket_mb, 0, 65536, CLI_LO_OPEN, "X",
                    "gradient reduction bucket size in MiB (default 25)"),
+    CLI_OPTS_PIPELINE(T),
     CLI_STRING_OPT("--trace", T, p.trace, "FILE", "Chrome-trace timeline of the timed steps (JSON)"),
     CLI_INT_OPT("--seed", T, p.seed, 0, INT64_MAX, "N", "seed (default 1)"),
     CLI_OPT_PRECISION,
@@ -55,9 +56,10 @@ static void print_report(const bench_train_opts *o, const clg_bench_train_params
                p->precision ? p->precision : "fp32", p->batch, rep->devices, p->steps, p->warmup, rep->images_per_s, rep->ms_per_step, rep->ms_per_step_median);
         cli_json_str(info->name);
         printf(", \"shares\": \"%s\", \"ranks\": %d, \"setup_s\": %.4f, \"first_step_s\": %.4f, \"first_step_end\": %.6f, "
-               "\"first_step_cpu_s\": %.3f, \"launches_per_step\": %.1f, \"programs_built\": %d, \"programs_cached\": %d}\n",
+               "\"first_step_cpu_s\": %.3f, \"launches_per_step\": %.1f, \"programs_built\": %d, \"programs_cached\": %d, "
+               "\"pipe_bubble\": %.4f}\n",
                rep->shares, ranks, rep->setup_s, rep->first_step_s, rep->first_step_end, rep->first_step_cpu_s,
-               rep->launches_per_step, built, cached);
+               rep->launches_per_step, built, cached, rep->pipe_bubble);
         return;
     }
     printf("model %s  batch %d  devices %d (%s)  precision %s  split %s\n", p->model, p->batch, rep->devices,
@@ -69,6 +71,9 @@ static void print_report(const bench_train_opts *o, const clg_bench_train_params
            rep->images_per_s, rep->ms_per_step, rep->ms_per_step_median);
     printf("start-up: model setup %.3f s, first step %.3f s; %.1f kernel launches per step\n", rep->setup_s,
            rep->first_step_s, rep->launches_per_step);
+    if (rep->pipe_bubble >= 0)
+        printf("pipeline bubble: the stages were idle %.1f%% of the timed steps (waiting for another stage)\n",
+               100 * rep->pipe_bubble);
 }
 
 int bench_train(int argc, char **argv)

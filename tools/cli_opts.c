@@ -11,6 +11,7 @@
 
 const char *const cli_precisions[] = {"fp32", "fp16", NULL};
 const char *const cli_gemm_backends[] = {"auto", "own", "clblast", NULL};
+const char *const cli_pipe_schedules[] = {"1f1b", "gpipe", NULL};
 
 // ---- values ----
 

@@ -74,6 +74,23 @@ const char *cli_check_split(const char *value);
 
 extern const char *const cli_precisions[];    /* fp32, fp16 */
 extern const char *const cli_gemm_backends[]; /* auto, own, clblast */
+extern const char *const cli_pipe_schedules[]; /* 1f1b, gpipe */
+
+/* Pipeline parallelism (train, bench train): T's p.parallel, p.stages, p.microbatches, p.pipe_schedule. */
+#define CLI_OPTS_PIPELINE(T)                                                                                     \
+    CLI_STRING_OPT("--parallel", T, p.parallel, "LAYOUT",                                                       \
+                   "pp=K: a pipeline of K stages, one per device (--devices must\n"                             \
+                   "select K), each holding only its layers"),                                                    \
+        CLI_LIST_OPT("--stages", T, p.stages, "NAMES",                                                           \
+                     "pipeline cuts: after these layers (K-1 names; default:\n"                                 \
+                     "balanced by the layers' FLOPs)"),                                                           \
+        CLI_INT_OPT("--microbatches", T, p.microbatches, 1, 1024, "M",                                           \
+                    "pipeline micro-batches per step (default 4 x K)"),                                           \
+        CLI_CHOICE_OPT("--pipe-schedule", T, p.pipe_schedule, cli_pipe_schedules, "NAME",                        \
+                       "pipeline schedule: 1f1b (default) or gpipe"),                                             \
+        CLI_FLAG_OPT("--pipe-recompute", T, p.pipe_recompute, 1,                                                 \
+                     "pipeline: keep only each stage's entering activations per\n"                               \
+                     "micro-batch and run its forward again before the backward")
 
 /* ---- shared entries (one definition each: same name, range, help) ---- */
 #define CLI_BATCH_MAX (1 << 20)

@@ -41,6 +41,7 @@ static const cli_opt opts[] = {
                  "re-balanced; default), even, or weights per device such as 3,1"),
     CLI_DOUBLE_OPT("--bucket-mb", T, p.bucket_mb, 0, 65536, CLI_LO_OPEN, "X",
                    "gradient reduction bucket size in MiB (default 25)"),
+    CLI_OPTS_PIPELINE(T),
     CLI_STRING_OPT("--trace", T, p.trace, "FILE",
                    "Chrome-trace timeline (JSON) of the first 20 steps (per device:\n"
                    "layers, uploads, gradient bucket transfers, reduction, waits)"),

@@ -64,6 +64,11 @@ typedef struct clg_replica {
     clg_device *dev;
     clg_layer *layers; /* nlayers, own instances (own parameters) */
     int nlayers;
+    /* layers this replica runs: [first, last] (every layer unless it is a
+     * pipeline stage, clg_replica_create_range); layers outside hold no
+     * parameters (nparams 0) and no activations, except the outputs of
+     * earlier layers the range reads (and their gradients) */
+    int first, last;
     int batch;          /* planned (maximum) batch */
     clg_tensor *act;    /* per layer output, N = batch */
     clg_tensor *dact;   /* per layer output gradient (mem NULL: none) */
@@ -172,6 +177,16 @@ CLG_INTERNAL int clg_net_labels_per_sample(const clg_net *net);
  * same seed on every device gives identical replicas), and plans and
  * allocates activation memory for `batch` samples. */
 CLG_INTERNAL clg_status clg_replica_create(clg_net *net, clg_device *dev, uint64_t seed, clg_replica **out);
+/* A pipeline stage: the replica of layers [first, last] only (fp32 storage).
+ * Parameters are drawn as clg_replica_create draws them (the same seed gives
+ * the stage the single-device replica's weights); those of the other layers
+ * are released. batch: the planned batch (0: the network's). Activations are planned for the range and the earlier
+ * outputs it reads (act[src]/dact[src] of a layer before first: where the
+ * caller puts the received activation and finds the gradient to send back);
+ * an output read by a later stage keeps act[i] until its own backward, and
+ * dact[i] (the gradient received back) from before the range's backward. */
+CLG_INTERNAL clg_status clg_replica_create_range(clg_net *net, clg_device *dev, uint64_t seed, int first, int last,
+                                                 int batch, clg_replica **out);
 CLG_INTERNAL void clg_replica_free(clg_replica *r);
 /* Points the network input at buf (N x C x H x W floats at offset off). */
 CLG_INTERNAL void clg_replica_set_input(clg_replica *r, cl_mem buf, size_t off);
@@ -182,6 +197,10 @@ CLG_INTERNAL clg_status clg_replica_forward(clg_replica *r, int n, int training)
 /* Backward pass (after a training forward over the same n samples). Every
  * trainable param's grad receives this batch's gradient. */
 CLG_INTERNAL clg_status clg_replica_backward(clg_replica *r, int n);
+/* The same over the replica's range; written (may be NULL; nlayers flags):
+ * written[i] != 0 says dact[i] already holds a gradient (received from a
+ * later stage) that the range's contributions are added to. */
+CLG_INTERNAL clg_status clg_replica_backward_range(clg_replica *r, int n, const char *written);
 /* Each layer's forward and backward once on zeros, last layer first when
  * reverse: compiles a step's kernels in another order (state is clobbered). */
 CLG_INTERNAL clg_status clg_replica_precompile(clg_replica *r, int n, int reverse);

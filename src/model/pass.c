@@ -1,5 +1,7 @@
 /* The passes of a replica: forward, backward (fp32, or fp16 storage with
  * fp32 working buffers) and the kernel-compiling precompile pass. */
+#include <string.h>
+
 #include "model/network_impl.h"
 #include "ops/convert.h"
 #include "ops/nn.h"
@@ -40,18 +42,28 @@ static clg_status expand(clg_device *dev, const clg_tensor *h, cl_mem buf, clg_t
     return clg_cvt_f16_to_f32(dev, src.mem, src.off, buf, 0, clg_tensor_numel(&src));
 }
 
+/* Whether a layer of the replica's range reads the network input. */
+static int reads_input(const clg_replica *r)
+{
+    for (int i = r->first; i <= r->last; i++)
+        for (int k = 0; k < r->layers[i].nin; k++)
+            if (r->layers[i].inputs[k] < 0)
+                return 1;
+    return 0;
+}
+
 clg_status clg_replica_forward(clg_replica *r, int n, int training)
 {
     clg_err *err = clg_dev_err(r->dev);
     if (n <= 0 || n > r->batch)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "forward: batch %d outside [1, %d]", n, r->batch);
-    if (!r->input.mem)
+    if (!r->input.mem && reads_input(r))
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "forward: no input set");
     if (r->profile) { /* launches before the forward pass (uploads, fills) are not a layer's */
         clFinish(r->dev->queue);
         clg_kprof_take(r->dev, NULL, NULL);
     }
-    for (int i = 0; i < r->nlayers; i++) {
+    for (int i = r->first; i <= r->last; i++) {
         clg_layer *l = &r->layers[i];
         clg_tensor in[CLG_MAX_INPUTS];
         double t0 = r->profile ? clg_now_sec() : 0;
@@ -156,7 +168,9 @@ static clg_status backward_fp16(clg_replica *r, int n, char *written)
     return CLG_OK;
 }
 
-clg_status clg_replica_backward(clg_replica *r, int n)
+clg_status clg_replica_backward(clg_replica *r, int n) { return clg_replica_backward_range(r, n, NULL); }
+
+clg_status clg_replica_backward_range(clg_replica *r, int n, const char *written_in)
 {
     clg_err *err = clg_dev_err(r->dev);
     int L = r->nlayers;
@@ -168,13 +182,15 @@ clg_status clg_replica_backward(clg_replica *r, int n)
     char *written = calloc((size_t)L, 1);
     if (!written)
         return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    if (written_in)
+        memcpy(written, written_in, (size_t)L);
     if (r->fp16) {
         clg_status st = backward_fp16(r, n, written);
         free(written);
         return st;
     }
     clg_status st = CLG_OK;
-    for (int i = L - 1; i >= 0 && st == CLG_OK; i--) {
+    for (int i = r->last; i >= r->first && st == CLG_OK; i--) {
         clg_layer *l = &r->layers[i];
         clg_tensor in[CLG_MAX_INPUTS], din[CLG_MAX_INPUTS];
         int pending[CLG_MAX_INPUTS]; /* din[k] went to scratch; add into dact[src] after */

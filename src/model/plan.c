@@ -232,6 +232,21 @@ static void plan_layer_half(plan *p, int i, int has_grad)
     p->n = n;
 }
 
+/* Whether a replica of layers [first, last] keeps layer i's output: its
+ * own, or an earlier one it reads. */
+static int stage_needs(const clg_replica *r, int i)
+{
+    if (i >= r->first && i <= r->last)
+        return 1;
+    if (i > r->last)
+        return 0;
+    for (int j = r->first; j <= r->last; j++)
+        for (int k = 0; k < r->layers[j].nin; k++)
+            if (r->layers[j].inputs[k] == i)
+                return 1;
+    return 0;
+}
+
 /* Shapes act[] (and with alloc dact[]) and lists every item to place. */
 static void plan_items(plan *p, int half, int alloc)
 {
@@ -240,6 +255,11 @@ static void plan_items(plan *p, int half, int alloc)
     for (int i = 0; i < L; i++) {
         clg_layer *l = &r->layers[i];
         clg_tensor *a = &r->act[i];
+        if (!stage_needs(r, i)) { /* a pipeline stage's replica: another stage's layer */
+            a->mem = NULL;
+            r->dact[i].mem = NULL;
+            continue;
+        }
         a->n = r->batch;
         a->c = l->out_shape[1];
         a->h = l->out_shape[2];

@@ -8,7 +8,33 @@
 
 clg_status clg_replica_create(clg_net *net, clg_device *dev, uint64_t seed, clg_replica **out)
 {
+    return clg_replica_create_range(net, dev, seed, 0, net->nlayers - 1, 0, out);
+}
+
+/* A stage: the parameters of a layer outside [first, last] go right after
+ * its init (they are drawn so the stage's own match a whole replica's; at
+ * most one such layer's are held at a time). */
+static void drop_outside(clg_replica *r, int i)
+{
+    clg_layer *l = &r->layers[i];
+    if (i >= r->first && i <= r->last)
+        return;
+    for (int p = 0; p < l->nparams; p++) {
+        clg_buf_release(r->dev, l->params[p].value);
+        clg_buf_release(r->dev, l->params[p].grad);
+        l->params[p].value = l->params[p].grad = NULL;
+    }
+    l->nparams = 0;
+}
+
+clg_status clg_replica_create_range(clg_net *net, clg_device *dev, uint64_t seed, int first, int last, int batch,
+                                    clg_replica **out)
+{
     *out = NULL;
+    if (first < 0 || last >= net->nlayers || first > last || ((first > 0 || last < net->nlayers - 1) && net->fp16))
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG,
+                           "replica of layers [%d, %d] of %d%s", first, last, net->nlayers,
+                           net->fp16 ? ": a pipeline stage stores fp32 only" : "");
     clg_err *err = clg_dev_err(dev);
     clg_replica *r = calloc(1, sizeof *r);
     if (!r)
@@ -16,7 +42,9 @@ clg_status clg_replica_create(clg_net *net, clg_device *dev, uint64_t seed, clg_
     r->net = net;
     r->dev = dev;
     r->nlayers = net->nlayers;
-    r->batch = net->batch;
+    r->first = first;
+    r->last = last;
+    r->batch = batch > 0 ? batch : net->batch;
     r->loss_index = net->loss_index;
     r->layers = calloc((size_t)net->nlayers, sizeof *r->layers);
     r->act = calloc((size_t)net->nlayers, sizeof *r->act);
@@ -31,6 +59,8 @@ clg_status clg_replica_create(clg_net *net, clg_device *dev, uint64_t seed, clg_
         st = l->ops->init(l, dev, &rng);
         if (st != CLG_OK)
             st = clg_net_layer_fail(err, st, net, l, "init");
+        else
+            drop_outside(r, i);
     }
     r->fp16 = net->fp16;
     if (st == CLG_OK && r->fp16 && !(r->work = calloc((size_t)r->nlayers, sizeof *r->work)))

@@ -31,6 +31,7 @@ typedef struct clg_dp_params {
     double bucket_mb;  /* reduction bucket size in MiB (default 25) */
     const char *reduce; /* "auto" (default: the faster, measured), "host" or "device" (device to device: lanes
                            sharing one cl_context); the environment's CLGRAD_DP_REDUCE overrides */
+    const struct clg_pipe_params *pipe; /* pipeline layout (pipe.h); NULL or 1 stage x 1 micro-batch: none */
 } clg_dp_params;
 
 /* Parses a split ("auto" or NULL, "even", or n weights "3,1": each a plain decimal in [0, 1e6], the non-zero

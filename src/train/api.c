@@ -41,7 +41,10 @@ static clg_status model_create(clg_ctx *ctx, const char *text, const char *sourc
         !isfinite(p->bucket_mb))
         return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG,
                            "model params: learning_rate, momentum, weight_decay and bucket_mb must be finite");
-    clg_dp_params dpp = {.split = p->split, .bucket_mb = p->bucket_mb};
+    clg_pipe_params pp;
+    CLG_TRY(clg_session_pipe_params(&ctx->err, p->parallel, p->stages, p->microbatches, p->pipe_schedule,
+                                        p->pipe_recompute, &pp));
+    clg_dp_params dpp = {.split = p->split, .bucket_mb = p->bucket_mb, .pipe = &pp};
     clg_model *m = NULL;
     CLG_TRY(clg_session_create(ctx, p->devices, p->device, text, source, p->batch, p->seed, fp16, &dpp, &m));
     if (p->optimizer) {
@@ -93,6 +96,7 @@ clg_status clg_model_export_onnx(clg_model *m, const char *path)
 {
     if (!m || !path)
         return clg_err_set(m ? &m->ctx->err : NULL, CLG_ERR_INVALID_ARG, "model and path are required");
+    CLG_TRY(clg_session_pipe_gather(m));
     return clg_onnx_export(&m->ctx->err, m->net, clg_session_rep(m), m->has_norm ? &m->norm : NULL, path);
 }
 
@@ -427,6 +431,11 @@ static clg_status bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg
     mp.devices = p->devices;
     mp.split = p->split;
     mp.bucket_mb = p->bucket_mb;
+    mp.parallel = p->parallel;
+    mp.stages = p->stages;
+    mp.microbatches = p->microbatches;
+    mp.pipe_schedule = p->pipe_schedule;
+    mp.pipe_recompute = p->pipe_recompute;
     mp.seed = p->seed;
     mp.precision = p->precision;
     clg_model *m = NULL;
@@ -458,6 +467,8 @@ static clg_status bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg
         if (i == p->warmup) {
             st = clg_dp_finish(m->dp);
             clg_replica_profile_reset(clg_session_rep(m));
+            if (m->pipe)
+                clg_pipe_bubble_reset(m->pipe);
             launches0 = 0;
             for (int d = 0; d < ctx->ndev; d++)
                 launches0 += ctx->devs[d].launches;
@@ -501,12 +512,12 @@ static clg_status bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg
         out->ms_per_step = 1000 * el / p->steps;
         qsort(times, (size_t)p->steps, sizeof(double), cmp_d);
         out->ms_per_step_median = 1000 * times[p->steps / 2];
-        out->devices = m->dp->n;
         unsigned long long launches = 0;
         for (int d = 0; d < ctx->ndev; d++)
             launches += ctx->devs[d].launches;
         out->launches_per_step = (double)(launches - launches0) / p->steps;
-        clg_dp_shares(m->dp, out->shares, sizeof out->shares);
+        clg_session_shares(m, out->shares, sizeof out->shares, &out->devices);
+        out->pipe_bubble = m->pipe ? clg_pipe_bubble(m->pipe) : -1;
     }
     free(times);
     if (m->trace) {

@@ -62,6 +62,47 @@ clg_status clg_model_hash(clg_err *err, const char *text, const char *source, ch
     return st;
 }
 
+/* The data-parallel lanes, or a pipeline over the devices and one lane on
+ * the first for checkpoints and evaluation. */
+static clg_status create_lanes(clg_model *m, const int *devs, int ndev, const clg_dp_params *dpp)
+{
+    if (!dpp || !dpp->pipe || dpp->pipe->stages <= 1)
+        return clg_dp_create(m->ctx, m->net, devs, ndev, m->seed, dpp, &m->dp);
+    if (clg_comm_size() > 1)
+        return clg_err_set(&m->ctx->err, CLG_ERR_UNSUPPORTED,
+                           "pipeline parallelism across MPI ranks is not supported yet (run one process)");
+    CLG_TRY(clg_pipe_create(m->ctx, m->net, devs, ndev, m->seed, m->net->batch, dpp->pipe, &m->pipe));
+    return clg_dp_create(m->ctx, m->net, devs, 1, m->seed, dpp, &m->dp);
+}
+
+clg_status clg_session_pipe_params(clg_err *err, const char *parallel, const char *stages, int microbatches,
+                                   const char *schedule, int recompute, clg_pipe_params *pp)
+{
+    memset(pp, 0, sizeof *pp);
+    CLG_TRY(clg_pipe_parse_layout(err, parallel, &pp->stages, &pp->replicas));
+    pp->schedule = clg_pipe_schedule_parse(schedule);
+    if (pp->schedule < 0)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "unknown pipeline schedule '%s' (1f1b or gpipe)", schedule);
+    if (microbatches < 0)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "microbatches %d: must be positive", microbatches);
+    if (pp->stages == 1 && (microbatches > 0 || (stages && *stages)))
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "micro-batches and stage cuts need a pipeline (pp=K, K >= 2)");
+    pp->micro = microbatches; /* 0: clg_pipe_create's default */
+    pp->recompute = recompute != 0;
+    pp->cuts = stages;
+    return CLG_OK;
+}
+
+clg_status clg_session_pipe_gather(clg_model *m)
+{
+    if (!m->pipe || !m->pipe_stale)
+        return CLG_OK;
+    CLG_TRY(clg_dp_ensure_optim(m->dp, &m->hp));
+    CLG_TRY(clg_pipe_sync(m->pipe, clg_session_rep(m), m->dp->lanes[0].opt, &m->hp, 1));
+    m->pipe_stale = 0;
+    return CLG_OK;
+}
+
 clg_status clg_session_create(clg_ctx *ctx, const char *devices, int device, const char *text, const char *source,
                               int batch,
                               uint64_t seed, int fp16, const clg_dp_params *dpp, clg_model **out)
@@ -88,7 +129,7 @@ clg_status clg_session_create(clg_ctx *ctx, const char *devices, int device, con
         m->net->fp16 = m->fp16;
         m->hp = m->net->hp;
         clg_ds_norm_identity(&m->norm, m->net->in_c <= CLG_DS_MAX_CHANNELS ? m->net->in_c : CLG_DS_MAX_CHANNELS);
-        st = clg_dp_create(ctx, m->net, devs, ndev, seed, dpp, &m->dp);
+        st = create_lanes(m, devs, ndev, dpp);
     }
     int B = m->net ? m->net->batch : 0;
     size_t sample = m->net ? (size_t)m->net->in_c * m->net->in_h * m->net->in_w : 0;
@@ -116,7 +157,10 @@ void clg_session_free(clg_model *m)
         return;
     if (m->dp)
         m->dp->trace = NULL;
+    if (m->pipe)
+        m->pipe->trace = NULL;
     clg_trace_free(m->trace);
+    clg_pipe_free(m->pipe);
     clg_dp_free(m->dp);
     for (int s = 0; s < CLG_STAGES; s++) {
         free(m->xhost[s]);
@@ -139,6 +183,16 @@ clg_status clg_session_trace_open(clg_model *m, const char *path, int steps)
     else
         snprintf(rpath, sizeof rpath, "%s", path);
     CLG_TRY(clg_trace_create(err, rpath, (int)CLG_MIN((int64_t)m->step + steps, INT32_MAX), &m->trace));
+    if (m->pipe) { /* a row per stage */
+        for (int s = 0; s < m->pipe->L; s++)
+            if (clg_trace_lane(m->trace, s, m->pipe->st[s].dev) != CLG_OK) {
+                clg_trace_free(m->trace);
+                m->trace = NULL;
+                return clg_err_set(err, CLG_ERR_OPENCL, "trace: %s", m->pipe->st[s].dev->err.msg);
+            }
+        m->pipe->trace = m->trace;
+        return CLG_OK;
+    }
     for (int i = 0; i < m->dp->n; i++) {
         clg_status st = clg_trace_lane(m->trace, i, m->dp->lanes[i].dev);
         if (st != CLG_OK) {
@@ -157,9 +211,27 @@ clg_status clg_session_trace_close(clg_model *m)
         return CLG_OK;
     clg_dp_finish(m->dp);
     m->dp->trace = NULL;
+    if (m->pipe)
+        m->pipe->trace = NULL;
     clg_trace *t = m->trace;
     m->trace = NULL;
     return clg_trace_close(&m->ctx->err, t);
+}
+
+void clg_session_shares(const clg_model *m, char *buf, size_t cap, int *devices)
+{
+    if (!m->pipe) {
+        *devices = m->dp->n;
+        clg_dp_shares(m->dp, buf, cap);
+        return;
+    }
+    *devices = m->pipe->K;
+    *devices = m->pipe->L;
+    char dp[16] = "";
+    if (m->pipe->D > 1)
+        snprintf(dp, sizeof dp, "dp=%d ", m->pipe->D);
+    snprintf(buf, cap, "%spp=%d M=%d %s", dp, m->pipe->K, m->pipe->M,
+             m->pipe->schedule == CLG_PIPE_GPIPE ? "gpipe" : "1f1b");
 }
 
 void clg_session_devices(const clg_model *m, char *buf, size_t cap)
@@ -209,6 +281,17 @@ clg_status clg_session_step_begin(clg_model *m, int s, double lr, float *res, cl
     j.res_ev = res_ev;
     m->check_stage = s;
     m->check_labels = 1;
+    if (m->pipe) { /* synchronous: every stage's work is done when it returns */
+        if (res_ev)
+            res_ev[0] = NULL;
+        m->pipe_stale = 1;
+        float r2[2] = {0, 0};
+        clg_status st = clg_pipe_train_step(m->pipe, &m->hp, m->xhost[s], m->yhost[s], m->dp->total[s], lr,
+                                            j.grad_scale, j.clip_norm, j.seed, j.step, r2);
+        if (res)
+            memcpy(res, r2, sizeof r2);
+        return st;
+    }
     clg_dp_train_begin(m->dp, &j);
     return CLG_OK;
 }
@@ -216,13 +299,17 @@ clg_status clg_session_step_begin(clg_model *m, int s, double lr, float *res, cl
 void clg_session_explain_nonfinite(clg_model *m, char *buf, size_t cap)
 {
     clg_lane *l = &m->dp->lanes[0];
+    if (clg_session_pipe_gather(m) != CLG_OK) /* a pipeline: the whole network on lane 0 */
+        m->pipe_stale = 0;
     clg_replica_explain_nonfinite(l->rep, l->cnt[m->dp->job.stage], buf, cap);
 }
 
 clg_status clg_session_step_end(clg_model *m)
 {
     clg_dp_job j;
-    CLG_TRY(clg_dp_train_end(m->dp, &j));
+    memset(&j, 0, sizeof j);
+    if (!m->pipe)
+        CLG_TRY(clg_dp_train_end(m->dp, &j));
     if (j.overflow) {
         if (m->loss_scale <= CLG_LS_MIN) {
             char why[512];
@@ -310,6 +397,7 @@ clg_status clg_session_forward(clg_model *m, int s, int with_labels, float *res,
     j.out_w = (size_t)o->c * o->h * o->w;
     m->check_stage = s;
     m->check_labels = with_labels != 0;
+    CLG_TRY(clg_session_pipe_gather(m));
     CLG_TRY(clg_dp_forward(m->dp, &j));
     sum_lanes(m, res);
     return CLG_OK;
@@ -473,6 +561,7 @@ clg_status clg_session_save(clg_model *m, const char *path, int with_state, int6
 {
     clg_err *err = &m->ctx->err;
     clg_ckpt *ck = NULL;
+    CLG_TRY(clg_session_pipe_gather(m)); /* the stages' weights and state into lane 0's replica */
     CLG_TRY(check_forward(m, path));
     CLG_TRY(clg_ckpt_create(err, &ck));
     clg_status st = build_ckpt(m, ck, with_state, total_steps);
@@ -832,6 +921,13 @@ clg_status clg_session_load_ckpt(clg_model *m, const clg_ckpt *ck, const char *p
     }
     for (int l = 0; l < m->dp->n && st == CLG_OK; l++) /* fp16: half copies of the loaded masters */
         st = clg_replica_weights_updated(m->dp->lanes[l].rep);
+    if (st == CLG_OK && m->pipe) { /* into the stages, optimizer state too for a resume */
+        if (with_state)
+            st = clg_dp_ensure_optim(m->dp, &m->hp);
+        if (st == CLG_OK)
+            st = clg_pipe_sync(m->pipe, clg_session_rep(m), with_state ? m->dp->lanes[0].opt : NULL, &m->hp, 0);
+        m->pipe_stale = 0;
+    }
     return st;
 }
 

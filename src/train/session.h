@@ -10,6 +10,7 @@
 #include "io/checkpoint.h"
 #include "io/dataset.h"
 #include "parallel/dp.h"
+#include "parallel/pipe.h"
 #include "model/optim.h"
 
 /* Dynamic loss scaling (--precision fp16): the loss gradient is multiplied
@@ -28,6 +29,12 @@ struct clg_model {
     clg_ctx *ctx;
     clg_net *net;
     clg_dp *dp;          /* lanes: one per device */
+    /* pipeline parallelism (--parallel pp=K, --microbatches M): the steps run
+     * on the stages; dp then has one lane, on the first stage's device,
+     * whose whole-network replica holds the weights for checkpoints and
+     * evaluation, copied from the stages when pipe_stale (clg_pipe_sync) */
+    clg_pipe *pipe;
+    int pipe_stale;
     clg_hparams hp;
     uint64_t seed;
     clg_ds_norm norm;    /* input normalization (identity unless loaded / computed) */
@@ -64,6 +71,16 @@ struct clg_model {
  * (hyper-parameters may change between runs). Different layer types or
  * settings with the same tensor shapes hash differently. */
 CLG_INTERNAL clg_status clg_model_hash(clg_err *err, const char *text, const char *source, char out[17]);
+
+/* The pipeline layout of parallel ("pp=K"), stages, microbatches (0: 4K)
+ * and schedule name into *pp (stages 1: none); refusals name the value. */
+CLG_INTERNAL clg_status clg_session_pipe_params(clg_err *err, const char *parallel, const char *stages,
+                                                int microbatches, const char *schedule, int recompute,
+                                                clg_pipe_params *pp);
+
+/* Pipeline: lane 0's replica (and optimizer state) brought up to date
+ * with the stages' (a no-op without a pipeline or when current). */
+CLG_INTERNAL clg_status clg_session_pipe_gather(clg_model *m);
 
 /* Lane 0: the replica checkpoints are written from and summaries describe. */
 static inline clg_replica *clg_session_rep(const clg_model *m) { return m->dp->lanes[0].rep; }
@@ -141,6 +158,9 @@ CLG_INTERNAL clg_status clg_session_evaluate(clg_model *m, const clg_dataset *ds
 CLG_INTERNAL clg_status clg_session_trace_open(clg_model *m, const char *path, int steps);
 CLG_INTERNAL clg_status clg_session_trace_close(clg_model *m);
 
+/* The devices trained on and their shares ("0.50/0.50"; a pipeline:
+ * "pp=2 M=8 1f1b", its stage count in *devices). */
+CLG_INTERNAL void clg_session_shares(const clg_model *m, char *buf, size_t cap, int *devices);
 /* A one-line description of the devices and their current shares. */
 CLG_INTERNAL void clg_session_devices(const clg_model *m, char *buf, size_t cap);
 

@@ -519,8 +519,7 @@ static clg_status run(train_state *ts, clg_train_report *rep)
     rep->steps = m->step;
     rep->seconds = clg_now_sec() - t_run;
     rep->images_per_s = rep->seconds > 0 ? imgs_run / rep->seconds : 0;
-    rep->devices = ts->L;
-    clg_dp_shares(m->dp, rep->shares, sizeof rep->shares);
+    clg_session_shares(m, rep->shares, sizeof rep->shares, &rep->devices);
     return CLG_OK;
 }
 
@@ -545,9 +544,13 @@ static clg_status open_model(clg_ctx *ctx, train_state *ts, int fp16)
     char *text = NULL;
     clg_ckpt *fw = NULL; /* ONNX: the weights that came with the model file */
     CLG_TRY(clg_model_file_read(&ctx->err, p->model, &text, &fw));
-    clg_dp_params dpp = {.split = p->split, .bucket_mb = p->bucket_mb};
-    clg_status st = clg_session_create(ctx, p->devices, p->device, text, p->model, p->batch, p->seed ? p->seed : 1,
-                                       fp16, &dpp, &ts->m);
+    clg_pipe_params pp;
+    clg_status st = clg_session_pipe_params(&ctx->err, p->parallel, p->stages, p->microbatches, p->pipe_schedule,
+                                            p->pipe_recompute, &pp);
+    clg_dp_params dpp = {.split = p->split, .bucket_mb = p->bucket_mb, .pipe = &pp};
+    if (st == CLG_OK)
+        st = clg_session_create(ctx, p->devices, p->device, text, p->model, p->batch, p->seed ? p->seed : 1,
+                                fp16, &dpp, &ts->m);
     free(text);
     if (st == CLG_OK && fw) {
         ts->m->imported = 1;
@@ -657,8 +660,11 @@ static void print_setup(const train_state *ts, int fp16)
             r0->planned_bytes / 1048576.0, r0->naive_bytes / 1048576.0, r0->nslots, m->net->batch);
     char devs[512];
     clg_session_devices(ts->m, devs, sizeof devs);
-    fprintf(stderr, "devices: %s (%s)\n", devs,
-            m->dp->n > 1 ? "data parallel: one replica each, batch split by measured speed" : "one device");
+    if (m->pipe)
+        clg_pipe_print(m->pipe, stderr);
+    else
+        fprintf(stderr, "devices: %s (%s)\n", devs,
+                m->dp->n > 1 ? "data parallel: one replica each, batch split by measured speed" : "one device");
     if (clg_comm_size() > 1)
         fprintf(stderr, "MPI: %d ranks x these devices, each rank takes 1/%d of every global batch of %d (%s "
                         "all-reduce, timeout %.0f s)\n",

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Pipeline parallelism (issue #22) on PoCL CPU devices, both sides in the
+same run: a K-stage pipeline with M micro-batches on POCL_DEVICES="basic
+basic" (PoCL's `basic` device runs kernels in the host thread that waits on
+its queue: with clgrad's thread per stage the two stages compute side by
+side, one core each) against one `basic` device at the same global batch.
+Rounds alternate the sides; medians are reported, with the measured bubble
+(the stages' idle share, `pipe_bubble` of `clgrad bench train --json`)
+against the ideal (K-1)/(M+K-1) of equal stages.
+
+  /usr/bin/python3 bench/pipeline.py --clgrad build/tools/clgrad [--model models/vgg-s.cfg] [--batch 256]
+      [--microbatches 8] [--schedule 1f1b] [--repeat 3] [--steps 5]
+
+The machine's load changes absolute figures; the ratio of the two sides of
+one run is what to compare.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+
+def bench(a, devices, extra):
+    env = dict(os.environ)
+    env["POCL_DEVICES"] = devices
+    cmd = [a.clgrad, "bench", "train", "--model", a.model, "--batch", str(a.batch), "--steps", str(a.steps),
+           "--warmup", str(a.warmup), "--json"] + extra
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit("failed: %s\n%s" % (" ".join(cmd), out.stderr[-2000:]))
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--clgrad", default="build/tools/clgrad")
+    ap.add_argument("--model", default="models/vgg-s.cfg")
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--stages", type=int, default=2)
+    ap.add_argument("--microbatches", type=int, default=8)
+    ap.add_argument("--schedule", default="1f1b", choices=["1f1b", "gpipe"])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=2)
+    a = ap.parse_args()
+    K, M = a.stages, a.microbatches
+    pipe = ["--devices", "all", "--parallel", "pp=%d" % K, "--microbatches", str(M), "--pipe-schedule", a.schedule]
+    cases = [("1 basic, batch %d" % a.batch, "basic", []),
+             ("%d basic, pp=%d, M=%d (%d per micro-batch), %s" % (K, K, M, a.batch // M, a.schedule),
+              " ".join(["basic"] * K), pipe)]
+    # warm the program and conv-algorithm caches at both batch sizes, one device at a time
+    bench(argparse.Namespace(**dict(vars(a), steps=1, warmup=0)), "basic", [])
+    bench(argparse.Namespace(**dict(vars(a), steps=1, warmup=0, batch=a.batch // M)), "basic", [])
+    runs = {}
+    for r in range(a.repeat):
+        for name, dev, extra in (cases if r % 2 == 0 else list(reversed(cases))):
+            j = bench(a, dev, extra)
+            runs.setdefault(name, []).append(j)
+            print("round %d %-48s %8.1f img/s  bubble %s" % (r + 1, name, j["images_per_s"],
+                                                            "%.3f" % j["pipe_bubble"] if j["pipe_bubble"] >= 0
+                                                            else "-"), file=sys.stderr)
+    base = statistics.median(x["images_per_s"] for x in runs[cases[0][0]])
+    print("\n%s, global batch %d, %d timed steps, medians of %d alternating rounds" % (a.model, a.batch, a.steps,
+                                                                                      a.repeat))
+    print("| configuration | images/s | vs 1 basic | bubble measured | bubble ideal (K-1)/(M+K-1) |")
+    print("|---|---|---|---|---|")
+    for name, _, extra in cases:
+        ips = statistics.median(x["images_per_s"] for x in runs[name])
+        bub = [x["pipe_bubble"] for x in runs[name] if x["pipe_bubble"] >= 0]
+        print("| %s | %.1f | %.2fx | %s | %s |" % (name, ips, ips / base,
+                                                    "%.3f" % statistics.median(bub) if bub else "-",
+                                                    "%.3f" % ((K - 1) / (M + K - 1)) if extra else "-"))
+
+
+if __name__ == "__main__":
+    main()

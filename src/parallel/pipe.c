@@ -1,0 +1,1241 @@
+/* Pipeline parallelism (see pipe.h). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/layers.h"
+#include "ops/nn.h"
+#include "parallel/pipe.h"
+
+static clg_status stage_fn(void *arg, int s);
+static clg_status wait_flag(clg_pipe *p, const int64_t *flag);
+static clg_status xfer_setup(clg_pipe *p, int mode);
+static clg_status reduce_setup(clg_pipe *p);
+
+// ---- parsing ----
+
+int clg_pipe_schedule_parse(const char *name)
+{
+    if (!name || !strcmp(name, "1f1b"))
+        return CLG_PIPE_1F1B;
+    if (!strcmp(name, "gpipe"))
+        return CLG_PIPE_GPIPE;
+    return -1;
+}
+
+/* One "key=N" of a layout; *end past it. */
+static int layout_item(const char *s, const char **end, char key[8], long *v)
+{
+    int k = 0;
+    while (*s >= 'a' && *s <= 'z' && k < 7)
+        key[k++] = *s++;
+    key[k] = 0;
+    if (*s++ != '=' || *s < '0' || *s > '9')
+        return 0;
+    char *e = NULL;
+    *v = strtol(s, &e, 10);
+    *end = e;
+    return *v >= 1 && *v <= 1024 && (*e == ',' || *e == 0);
+}
+
+clg_status clg_pipe_parse_layout(clg_err *err, const char *spec, int *stages, int *replicas)
+{
+    *stages = 1;
+    if (replicas)
+        *replicas = 1;
+    if (!spec || !*spec)
+        return CLG_OK;
+    long dp = 1, pp = 1;
+    for (const char *s = spec; *s;) {
+        char key[8];
+        long v = 0;
+        const char *e = s;
+        if (!layout_item(s, &e, key, &v) || (strcmp(key, "dp") && strcmp(key, "pp") && strcmp(key, "tp")))
+            return clg_err_set(err, CLG_ERR_INVALID_ARG,
+                               "parallel layout '%s': expected items dp=N, pp=N separated by commas", spec);
+        if (!strcmp(key, "tp") && v > 1)
+            return clg_err_set(err, CLG_ERR_UNSUPPORTED, "parallel layout '%s': tensor parallelism (tp) is not "
+                                                         "supported yet", spec);
+        if (!strcmp(key, "dp"))
+            dp = v;
+        if (!strcmp(key, "pp"))
+            pp = v;
+        s = *e ? e + 1 : e;
+    }
+    if (dp > 1 && (pp == 1 || !replicas))
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, pp == 1 ? "parallel layout '%s': dp=D alone is plain data "
+                                                               "parallelism: select the devices with --devices"
+                                                             : "parallel layout '%s': dp > 1 is not supported here",
+                           spec);
+    if (pp * dp > CLG_PIPE_MAX_STAGES || dp > CLG_PIPE_MAX_REPLICAS)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "parallel layout '%s': at most %d devices (dp at most %d)",
+                           spec, CLG_PIPE_MAX_STAGES, CLG_PIPE_MAX_REPLICAS);
+    *stages = (int)pp;
+    if (replicas)
+        *replicas = (int)dp;
+    return CLG_OK;
+}
+
+// ---- partition ----
+
+/* Cost of a layer for balancing: forward FLOPs (backward is about twice
+ * that for every layer with weights) plus a small per-layer overhead. */
+static double layer_cost(const clg_layer *l) { return 3.0 * l->flops + 1e5; }
+
+/* The cut after each stage (cut[s] = last layer of stage s) by names. */
+static clg_status cuts_by_name(clg_err *err, const clg_net *net, const char *names, int K, int *cut)
+{
+    int n = 0, prev = -1;
+    const char *s = names;
+    while (*s) {
+        const char *e = strchr(s, ',');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        char name[64];
+        if (len == 0 || len >= sizeof name)
+            return clg_err_set(err, CLG_ERR_INVALID_ARG, "--stages '%s': empty or overlong layer name", names);
+        memcpy(name, s, len);
+        name[len] = 0;
+        int i = clg_net_find(net, name);
+        if (i < 0)
+            return clg_err_set(err, CLG_ERR_NOT_FOUND, "--stages '%s': '%s' is not a layer of %s", names, name,
+                               net->source);
+        if (i <= prev || i >= net->nlayers - 1)
+            return clg_err_set(err, CLG_ERR_INVALID_ARG,
+                               "--stages '%s': '%s' must come after the previous cut and before the last layer",
+                               names, name);
+        if (n >= K - 1)
+            return clg_err_set(err, CLG_ERR_INVALID_ARG, "--stages '%s': %d stages need %d cut%s", names, K, K - 1,
+                               K == 2 ? "" : "s");
+        cut[n++] = prev = i;
+        s = e ? e + 1 : s + len;
+    }
+    if (n != K - 1)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "--stages '%s': %d stages need %d cut%s, got %d", names, K,
+                           K - 1, K == 2 ? "" : "s", n);
+    cut[K - 1] = net->nlayers - 1;
+    return CLG_OK;
+}
+
+/* Per-layer cost by measurement: a whole-network replica at the micro-batch
+ * size on dev, one step to compile and warm, then wall ms of each layer's
+ * forward + backward (each finished before the next) over two steps. 0 when
+ * it cannot be measured (the caller falls back to FLOPs). */
+static int measure_costs(clg_net *net, clg_device *dev, uint64_t seed, int mb, double *cost)
+{
+    clg_err saved = dev->err;
+    clg_replica *r = NULL;
+    cl_mem x = NULL, y = NULL;
+    int L = net->nlayers, kprof = dev->kprof, ok = 0;
+    size_t sample = (size_t)net->in_c * net->in_h * net->in_w;
+    if (net->fp16 || clg_replica_create_range(net, dev, seed, 0, L - 1, mb, &r) != CLG_OK)
+        goto out;
+    if (clg_buf_alloc(dev, (size_t)mb * sample * sizeof(float), &x) != CLG_OK ||
+        clg_buf_alloc(dev, (size_t)mb * sizeof(int32_t), &y) != CLG_OK ||
+        clg_buf_fill(dev, x, 0, (size_t)mb * sample, 0.5f) != CLG_OK || clg_buf_fill(dev, y, 0, (size_t)mb, 0.0f) != CLG_OK)
+        goto out;
+    clg_replica_set_input(r, x, 0);
+    clg_replica_set_labels(r, y, 0, 1.0f / (float)mb);
+    if (clg_replica_forward(r, mb, 1) != CLG_OK || clg_replica_backward(r, mb) != CLG_OK || clFinish(dev->queue))
+        goto out;
+    r->prof_fwd = calloc((size_t)L, sizeof(double));
+    r->prof_bwd = calloc((size_t)L, sizeof(double));
+    r->prof_fwd_k = calloc((size_t)L, sizeof(double));
+    r->prof_bwd_k = calloc((size_t)L, sizeof(double));
+    r->prof_fwd_n = calloc((size_t)L, sizeof(long));
+    r->prof_bwd_n = calloc((size_t)L, sizeof(long));
+    if (!r->prof_fwd || !r->prof_bwd || !r->prof_fwd_k || !r->prof_bwd_k || !r->prof_fwd_n || !r->prof_bwd_n)
+        goto out;
+    r->profile = 1;
+    dev->kprof = 1;
+    for (int t = 0; t < 2; t++)
+        if (clg_replica_forward(r, mb, 1) != CLG_OK || clg_replica_backward(r, mb) != CLG_OK)
+            goto out;
+    for (int i = 0; i < L; i++)
+        cost[i] = (r->prof_fwd[i] + r->prof_bwd[i]) / 2;
+    ok = 1;
+out:
+    if (r)
+        clFinish(dev->queue);
+    clg_kprof_take(dev, NULL, NULL);
+    dev->kprof = kprof;
+    clg_buf_release(dev, x);
+    clg_buf_release(dev, y);
+    clg_replica_free(r);
+    if (!ok)
+        dev->err = saved; /* not a failure of the run: FLOPs decide */
+    return ok;
+}
+
+/* Contiguous partition minimizing the largest stage cost (dynamic
+ * programming over prefix sums; ties: the later cut). */
+static clg_status cuts_balanced(clg_err *err, const clg_net *net, int K, const double *cost, int *cut)
+{
+    int L = net->nlayers;
+    double *pre = calloc((size_t)L + 1, sizeof *pre), *best = malloc(sizeof(double) * (size_t)(L + 1) * (size_t)K);
+    int *arg = malloc(sizeof(int) * (size_t)(L + 1) * (size_t)K);
+    if (!pre || !best || !arg) {
+        free(pre);
+        free(best);
+        free(arg);
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory partitioning the pipeline");
+    }
+    for (int i = 0; i < L; i++)
+        pre[i + 1] = pre[i] + cost[i];
+    /* best[k][j]: the first j layers in k+1 stages */
+    for (int j = 0; j <= L; j++)
+        best[j] = j > 0 ? pre[j] : 1e300;
+    for (int k = 1; k < K; k++)
+        for (int j = 0; j <= L; j++) {
+            double b = 1e300;
+            int a = -1;
+            for (int i = k; i < j; i++) {
+                double c = CLG_MAX(best[(size_t)(k - 1) * (L + 1) + i], pre[j] - pre[i]);
+                if (c <= b) {
+                    b = c;
+                    a = i;
+                }
+            }
+            best[(size_t)k * (L + 1) + j] = b;
+            arg[(size_t)k * (L + 1) + j] = a;
+        }
+    int j = L;
+    for (int k = K - 1; k >= 0; k--) {
+        cut[k] = j - 1;
+        if (k > 0)
+            j = arg[(size_t)k * (L + 1) + j];
+    }
+    free(pre);
+    free(best);
+    free(arg);
+    return CLG_OK;
+}
+
+// ---- creation ----
+
+static clg_status add_edge(clg_pipe *p, int tensor, int from, int to)
+{
+    for (int e = 0; e < p->nedges; e++)
+        if (p->edges[e].tensor == tensor && p->edges[e].to == to)
+            return CLG_OK;
+    clg_pipe_edge *ne = realloc(p->edges, sizeof *ne * (size_t)(p->nedges + 1));
+    if (!ne)
+        return clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    p->edges = ne;
+    const clg_layer *l = &p->net->proto[tensor];
+    clg_pipe_edge *e = &p->edges[p->nedges++];
+    memset(e, 0, sizeof *e);
+    e->tensor = tensor;
+    e->from = from;
+    e->to = to;
+    e->fps = (size_t)l->out_shape[1] * l->out_shape[2] * l->out_shape[3];
+    size_t B = (size_t)p->mb * (size_t)p->M * (size_t)p->D;
+    e->hf = malloc(B * e->fps * sizeof(float));
+    e->hb = malloc(B * e->fps * sizeof(float));
+    e->ready_f = calloc((size_t)p->M, sizeof(int64_t));
+    e->ready_b = calloc((size_t)p->M, sizeof(int64_t));
+    if (!e->hf || !e->hb || !e->ready_f || !e->ready_b)
+        return clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory for the pipeline's transfers");
+    return CLG_OK;
+}
+
+/* Every producer -> consumer pair on different stages (in each replica:
+ * lanes d * K + s); what each stage reads. */
+static clg_status find_edges(clg_pipe *p)
+{
+    const clg_net *net = p->net;
+    for (int d = 0; d < p->D; d++)
+        for (int j = 0; j < net->nlayers; j++)
+            for (int k = 0; k < net->proto[j].nin; k++) {
+                int src = net->proto[j].inputs[k], sj = d * p->K + p->stage_of[j];
+                if (src < 0)
+                    p->st[sj].reads_input = 1;
+                else if (p->stage_of[src] != p->stage_of[j])
+                    CLG_TRY(add_edge(p, src, d * p->K + p->stage_of[src], sj));
+            }
+    return CLG_OK;
+}
+
+static int nin_edges(const clg_pipe *p, int s)
+{
+    int n = 0;
+    for (int e = 0; e < p->nedges; e++)
+        n += p->edges[e].to == s;
+    return n;
+}
+
+/* The non-trainable parameters (batch-norm running statistics) of replica k. */
+static clg_status stage_state(clg_pipe *p, clg_pipe_stage *st, int k)
+{
+    clg_param_ref *refs = NULL;
+    int n = 0;
+    CLG_TRY(clg_replica_params(st->reps[k], 0, &refs, &n));
+    st->state[k] = calloc((size_t)CLG_MAX(n, 1), sizeof(cl_mem));
+    if (k == 0) {
+        st->state_save = calloc((size_t)CLG_MAX(n, 1), sizeof(cl_mem));
+        st->state_n = calloc((size_t)CLG_MAX(n, 1), sizeof(size_t));
+    }
+    clg_status rc = st->state[k] && st->state_save && st->state_n
+                        ? CLG_OK
+                        : clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    int ns = 0;
+    for (int i = 0; i < n && rc == CLG_OK; i++) {
+        if (refs[i].param->trainable)
+            continue;
+        st->state[k][ns] = refs[i].param->value;
+        if (k == 0) {
+            st->state_n[ns] = refs[i].param->numel;
+            if (p->recompute) /* saved around a re-run forward */
+                rc = clg_buf_alloc(st->dev, refs[i].param->numel * sizeof(float), &st->state_save[ns]);
+        }
+        ns++;
+    }
+    st->nstate = ns;
+    free(refs);
+    return rc;
+}
+
+/* recompute: a device buffer per slot for each activation entering the stage. */
+static clg_status stage_stash(clg_pipe *p, clg_pipe_stage *st)
+{
+    int ne = nin_edges(p, st->index);
+    st->stash = calloc((size_t)CLG_MAX(st->nslots * ne, 1), sizeof(cl_mem));
+    if (!st->stash)
+        return clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    for (int q = 0, k = 0; q < p->nedges && p->recompute; q++) {
+        if (p->edges[q].to != st->index)
+            continue;
+        for (int sl = 0; sl < st->nslots; sl++)
+            CLG_TRY(clg_buf_alloc(st->dev, (size_t)p->mb * p->edges[q].fps * sizeof(float), &st->stash[sl * ne + k]));
+        k++;
+    }
+    return CLG_OK;
+}
+
+/* A stage's replicas, stash, accumulation buffer and state lists. */
+static clg_status stage_init(clg_pipe *p, clg_pipe_stage *st, uint64_t seed)
+{
+    clg_device *dev = st->dev;
+    st->nslots = p->schedule == CLG_PIPE_GPIPE ? p->M : CLG_MIN(p->M, p->K - st->s);
+    st->nreps = p->recompute ? 1 : st->nslots;
+    st->reps = calloc((size_t)st->nreps, sizeof *st->reps);
+    st->last_fwd = calloc((size_t)st->nreps, sizeof(int));
+    st->state = calloc((size_t)st->nreps, sizeof(cl_mem *));
+    st->slot_of = malloc(sizeof(int) * (size_t)p->M);
+    if (!st->reps || !st->last_fwd || !st->state || !st->slot_of)
+        return clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    for (int k = 0; k < st->nreps; k++) {
+        CLG_TRY(clg_replica_create_range(p->net, dev, seed, st->first, st->last, p->mb, &st->reps[k]));
+        CLG_TRY(stage_state(p, st, k));
+    }
+    clg_replica *r = st->rep = st->reps[0];
+    st->has_loss = r->loss_index >= st->first && r->loss_index <= st->last;
+    size_t B = (size_t)p->mb * (size_t)p->M * (size_t)p->D;
+    if (st->reads_input)
+        CLG_TRY(clg_buf_alloc(dev, B * p->sample * sizeof(float), &st->xbuf));
+    if (st->has_loss)
+        CLG_TRY(clg_buf_alloc(dev, B * sizeof(int32_t), &st->ybuf));
+    CLG_TRY(clg_buf_alloc(dev, CLG_MAX(r->arena_bytes, 4), &st->gacc));
+    CLG_TRY(stage_stash(p, st));
+    for (int q = 0; q < p->nedges; q++)
+        if (p->edges[q].from == st->index)
+            st->gscr_bytes = CLG_MAX(st->gscr_bytes, (size_t)p->mb * p->edges[q].fps * sizeof(float));
+    if (st->gscr_bytes)
+        CLG_TRY(clg_buf_alloc(dev, st->gscr_bytes, &st->gscr));
+    st->mib = (double)(st->nreps * (r->planned_bytes + (uint64_t)r->arena_bytes * 2) + 2 * (uint64_t)r->arena_bytes) /
+              1048576.0;
+    return CLG_OK;
+}
+
+/* After reps[0]'s weights changed (update, load): every slot replica gets them. */
+static clg_status stage_spread(clg_pipe_stage *st)
+{
+    clg_err *err = clg_dev_err(st->dev);
+    for (int k = 1; k < st->nreps; k++) {
+        if (st->rep->arena_bytes)
+            CLG_CL_CHECK(err, clEnqueueCopyBuffer(st->dev->queue, st->rep->parena, st->reps[k]->parena, 0, 0,
+                                                  st->rep->arena_bytes, 0, NULL, NULL));
+        CLG_TRY(clg_replica_weights_updated(st->reps[k]));
+    }
+    return CLG_OK;
+}
+
+/* Replica k's running statistics := replica j's. */
+static clg_status state_copy(clg_pipe_stage *st, int j, int k)
+{
+    clg_err *err = clg_dev_err(st->dev);
+    for (int i = 0; i < st->nstate && j != k; i++)
+        CLG_CL_CHECK(err, clEnqueueCopyBuffer(st->dev->queue, st->state[j][i], st->state[k][i], 0, 0,
+                                              st->state_n[i] * sizeof(float), 0, NULL, NULL));
+    return CLG_OK;
+}
+
+static clg_status check_layout(clg_ctx *ctx, const clg_net *net, int K, int D, int ndev, int M, int batch)
+{
+    if (K < 1 || K > CLG_PIPE_MAX_STAGES)
+        return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG, "pipeline: %d stages (1 to %d)", K, CLG_PIPE_MAX_STAGES);
+    if (K > net->nlayers)
+        return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG, "pipeline: %d stages but %s has only %d layers", K,
+                           net->source, net->nlayers);
+    if (D < 1 || D > CLG_PIPE_MAX_REPLICAS || D * K > CLG_PIPE_MAX_STAGES)
+        return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG, "pipeline: dp=%d x pp=%d (at most %d devices)", D, K,
+                           CLG_PIPE_MAX_STAGES);
+    if (ndev != D * K && D == 1)
+        return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG,
+                           "pipeline: pp=%d needs %d devices, %d selected (dp x pp must equal the device count)", K,
+                           K, ndev);
+    if (ndev != D * K)
+        return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG,
+                           "pipeline: dp=%d x pp=%d needs %d devices, %d selected (dp x pp must equal the device "
+                           "count)", D, K, D * K, ndev);
+    if (M < 1 || M > CLG_PIPE_MAX_MICRO || D * M > batch)
+        return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG,
+                           "pipeline: %d micro-batches%s for a batch of %d (1 to %d)", M, D > 1 ? " per replica" : "",
+                           batch, CLG_MIN(batch / D, CLG_PIPE_MAX_MICRO));
+    if (net->loss_index != net->nlayers - 1)
+        return clg_err_set(&ctx->err, CLG_ERR_UNSUPPORTED, "pipeline: %s must end with its loss layer",
+                           net->source);
+    if (net->fp16)
+        return clg_err_set(&ctx->err, CLG_ERR_UNSUPPORTED, "pipeline: fp16 storage is not supported yet");
+    return CLG_OK;
+}
+
+clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, uint64_t seed, int batch,
+                           const clg_pipe_params *pp, clg_pipe **out)
+{
+    *out = NULL;
+    int K = pp->stages, M = pp->micro, D = pp->replicas > 0 ? pp->replicas : 1;
+    batch = batch > 0 ? batch : net->batch;
+    if (M == 0) /* default: 4 per stage (bubble (K-1)/(5K-1)), at most one sample each */
+        M = CLG_MIN(4 * K, CLG_MAX(batch / D, 1));
+    CLG_TRY(check_layout(ctx, net, K, D, ndev, M, batch));
+    int cut[CLG_PIPE_MAX_STAGES], mb = (batch + D * M - 1) / (D * M);
+    clg_pipe *p = calloc(1, sizeof *p);
+    if (p) {
+        pthread_mutex_init(&p->mu, NULL);
+        pthread_cond_init(&p->cv, NULL);
+    }
+    if (!p || !(p->stage_of = malloc(sizeof(int) * (size_t)net->nlayers)) ||
+        !(p->cost = malloc(sizeof(double) * (size_t)net->nlayers))) {
+        clg_pipe_free(p);
+        return clg_err_set(&ctx->err, CLG_ERR_HOST_OOM, "out of memory creating the pipeline");
+    }
+    /* per-layer cost: measured at the micro-batch size on the first device, else FLOPs */
+    p->measured = !(pp->cuts && *pp->cuts) && K > 1 && measure_costs(net, &ctx->devs[devs[0]], seed, mb, p->cost);
+    for (int i = 0; i < net->nlayers && !p->measured; i++)
+        p->cost[i] = layer_cost(&net->proto[i]) / 1e9;
+    clg_status rc = CLG_OK;
+    if (pp->cuts && *pp->cuts)
+        rc = cuts_by_name(&ctx->err, net, pp->cuts, K, cut);
+    else
+        rc = cuts_balanced(&ctx->err, net, K, p->cost, cut);
+    if (rc != CLG_OK) {
+        clg_pipe_free(p);
+        return rc;
+    }
+    p->ctx = ctx;
+    p->net = net;
+    p->K = K;
+    p->D = D;
+    p->L = D * K;
+    p->recompute = pp->recompute != 0;
+    p->M = M;
+    p->schedule = pp->schedule;
+    p->mb = mb;
+    p->sample = (size_t)net->in_c * net->in_h * net->in_w;
+    p->fault_stage = -1;
+    for (int s = 0, i = 0; s < K; s++)
+        for (; i <= cut[s]; i++)
+            p->stage_of[i] = s;
+    for (int l = 0; l < p->L; l++) {
+        clg_pipe_stage *st = &p->st[l];
+        st->index = l;
+        st->d = l / K;
+        st->s = l % K;
+        st->first = st->s == 0 ? 0 : cut[st->s - 1] + 1;
+        st->last = cut[st->s];
+        st->dev = &ctx->devs[devs[l]];
+        for (int i = st->first; i <= st->last; i++)
+            st->cost += p->cost[i];
+    }
+    rc = find_edges(p);
+    for (int s = 0; s < p->L && rc == CLG_OK; s++) {
+        rc = stage_init(p, &p->st[s], seed);
+        if (rc != CLG_OK && p->st[s].dev->err.msg[0])
+            rc = clg_err_set(&ctx->err, rc, "pipeline stage %d on device %d (%s): %s", s, p->st[s].dev->index,
+                             p->st[s].dev->info.name, p->st[s].dev->err.msg);
+    }
+    if (rc == CLG_OK)
+        rc = xfer_setup(p, pp->transfer);
+    if (rc == CLG_OK)
+        rc = reduce_setup(p);
+    if (rc == CLG_OK)
+        rc = clg_team_create(&ctx->err, p->L, &p->team);
+    if (rc != CLG_OK) {
+        clg_pipe_free(p);
+        return rc;
+    }
+    *out = p;
+    return CLG_OK;
+}
+
+void clg_pipe_free(clg_pipe *p)
+{
+    if (!p)
+        return;
+    clg_team_free(p->team);
+    for (int l = 0; l < p->L; l++) {
+        free(p->ghost ? p->ghost[l] : NULL);
+        free(p->shost ? p->shost[l] : NULL);
+    }
+    for (int s = 0; s < p->K; s++) {
+        free(p->gsum ? p->gsum[s] : NULL);
+        free(p->ssum ? p->ssum[s] : NULL);
+    }
+    free(p->ghost);
+    free(p->shost);
+    free(p->gsum);
+    free(p->ssum);
+    free(p->sfloats);
+    for (int s = 0; s < p->L; s++) {
+        clg_pipe_stage *st = &p->st[s];
+        if (!st->dev)
+            continue;
+        clFinish(st->dev->queue);
+        int ne = nin_edges(p, s);
+        for (int i = 0; st->stash && i < st->nslots * ne; i++)
+            clg_buf_release(st->dev, st->stash[i]);
+        for (int i = 0; st->state_save && i < st->nstate; i++)
+            clg_buf_release(st->dev, st->state_save[i]);
+        clg_optim_free(st->opt); /* before its replica */
+        st->opt = NULL;
+        for (int k = 0; k < st->nreps && st->reps; k++) {
+            clg_replica_free(st->reps[k]);
+            free(st->state ? st->state[k] : NULL);
+        }
+        free(st->reps);
+        free(st->last_fwd);
+        clg_buf_release(st->dev, st->xbuf);
+        clg_buf_release(st->dev, st->ybuf);
+        clg_buf_release(st->dev, st->gacc);
+        clg_buf_release(st->dev, st->gscr);
+        clg_optim_free(st->opt);
+        free(st->stash);
+        free(st->slot_of);
+        free(st->state);
+        free(st->state_save);
+        free(st->state_n);
+    }
+    free(p->cost);
+    for (int e = 0; e < p->nedges; e++) {
+        clg_pipe_edge *ed = &p->edges[e];
+        for (int m = 0; m < p->M && ed->df; m++) {
+            clg_buf_release(p->st[ed->from].dev, ed->df[m]);
+            clg_buf_release(p->st[ed->from].dev, ed->db[m]);
+        }
+        free(ed->df);
+        free(ed->db);
+        free(p->edges[e].hf);
+        free(p->edges[e].hb);
+        free(p->edges[e].ready_f);
+        free(p->edges[e].ready_b);
+    }
+    free(p->edges);
+    free(p->stage_of);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    free(p);
+}
+
+void clg_pipe_print(const clg_pipe *p, FILE *f)
+{
+    if (p->D > 1)
+        fprintf(f, "data x pipeline: %d replicas of the pipeline below, each on its own %d devices, each taking 1/%d "
+                   "of every batch; gradients summed per stage\n", p->D, p->K, p->D);
+    fprintf(f, "pipeline: %d stages, %d micro-batches of %d, schedule %s; balanced by %s\n", p->K, p->M, p->mb,
+            p->schedule == CLG_PIPE_GPIPE ? "gpipe" : "1f1b",
+            p->measured ? "measured layer times (ms: forward + backward of a step's micro-batches)"
+                        : "FLOPs (GFLOP: forward + backward of a global batch)");
+    fprintf(f, "%-5s %-28s %-24s %7s %9s %8s\n", "stage", "device", "layers", "count",
+            p->measured ? "ms" : "GFLOP", "MiB");
+    for (int s = 0; s < p->L; s++) {
+        const clg_pipe_stage *st = &p->st[s];
+        char range[64];
+        snprintf(range, sizeof range, "%.11s..%.11s", p->net->proto[st->first].name, p->net->proto[st->last].name);
+        fprintf(f, "%-5d %-28.28s %-24s %7d %9.3f %8.2f\n", st->s, st->dev->info.name, range, st->last - st->first + 1,
+                st->cost * (p->measured ? p->M : 1), st->mib);
+    }
+    if (p->nedges)
+        fprintf(f, "  transfers: %s", p->d2d ? "device to device" : "through host memory");
+    if (p->nedges && p->t_host > 0)
+        fprintf(f, " (measured %.3f ms device to device, %.3f ms through the host)", 1e3 * p->t_dev, 1e3 * p->t_host);
+    if (p->nedges)
+        fprintf(f, "\n");
+    for (int e = 0; e < p->nedges; e++)
+        if (p->edges[e].from < p->K) /* replica 0's (the others' are the same) */
+            fprintf(f, "  carried: %s (stage %d -> %d, %zu floats per sample)\n",
+                    p->net->proto[p->edges[e].tensor].name, p->edges[e].from, p->edges[e].to, p->edges[e].fps);
+}
+
+// ---- the schedule ----
+
+/* Operation t (0 .. 2*nm-1) of stage s: *bwd and the micro-batch. */
+static void schedule_op(const clg_pipe *p, int s, int t, int *bwd, int *m)
+{
+    int M = p->nm;
+    if (p->schedule == CLG_PIPE_GPIPE) {
+        *bwd = t >= M;
+        *m = t < M ? t : t - M;
+        return;
+    }
+    int w = CLG_MIN(p->K - 1 - s, M); /* warm-up forwards */
+    if (t < w) {
+        *bwd = 0;
+        *m = t;
+    } else if (t < w + 2 * (M - w)) {
+        int u = t - w;
+        *bwd = u & 1;
+        *m = *bwd ? u / 2 : w + u / 2;
+    } else {
+        *bwd = 1;
+        *m = t - (w + 2 * (M - w)) + (M - w);
+    }
+}
+
+// ---- mailboxes ----
+
+static void trace_span(clg_pipe *p, int s, const char *what, int m, double t0)
+{
+    if (p->trace && clg_trace_on(p->trace, p->step)) {
+        char name[48];
+        snprintf(name, sizeof name, "%s %d", what, m);
+        clg_trace_host(p->trace, s, name, t0, clg_now_sec());
+    }
+}
+
+/* Waits until *flag == seq (or the step is abandoned); the time goes to the
+ * stage's idle sum (the bubble). */
+static clg_status wait_ready(clg_pipe *p, clg_pipe_stage *st, const int64_t *flag, const char *what, int m)
+{
+    double t0 = clg_now_sec();
+    clg_status rc = wait_flag(p, flag);
+    st->t_wait += clg_now_sec() - t0;
+    trace_span(p, st->index, what, m, t0);
+    return rc;
+}
+
+static clg_status wait_flag(clg_pipe *p, const int64_t *flag)
+{
+    pthread_mutex_lock(&p->mu);
+    while (*flag != p->seq && !p->abort)
+        pthread_cond_wait(&p->cv, &p->mu);
+    int ab = p->abort;
+    pthread_mutex_unlock(&p->mu);
+    return ab ? CLG_ERR_INTERNAL : CLG_OK; /* the failing stage holds the message */
+}
+
+static void post_ready(clg_pipe *p, int64_t *flag)
+{
+    pthread_mutex_lock(&p->mu);
+    *flag = p->seq;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+// ---- transfers ----
+
+/* Sends n samples of tensor t (on the sender's device, offset in floats)
+ * for micro-batch m of edge e: into the host buffer (hf / hb) or the
+ * context buffer (df / db); complete when it returns. */
+static clg_status xfer_send(clg_pipe *p, clg_pipe_edge *e, int grad, int m, cl_mem mem, size_t off, int n)
+{
+    clg_device *dev = p->st[grad ? e->to : e->from].dev;
+    clg_err *err = clg_dev_err(dev);
+    size_t bytes = (size_t)n * e->fps * sizeof(float);
+    if (p->d2d) {
+        CLG_CL_CHECK(err, clEnqueueCopyBuffer(dev->queue, mem, grad ? e->db[m] : e->df[m], off * sizeof(float), 0,
+                                              bytes, 0, NULL, NULL));
+        CLG_CL_CHECK(err, clFinish(dev->queue));
+        return CLG_OK;
+    }
+    float *h = (grad ? e->hb : e->hf) + (size_t)p->off[e->from / p->K][m] * e->fps;
+    CLG_CL_CHECK(err, clEnqueueReadBuffer(dev->queue, mem, CL_TRUE, off * sizeof(float), bytes, h, 0, NULL, NULL));
+    return CLG_OK;
+}
+
+/* Receives what xfer_send sent into mem at off (floats) on the receiver's queue. */
+static clg_status xfer_recv(clg_pipe *p, clg_pipe_edge *e, int grad, int m, cl_mem mem, size_t off, int n)
+{
+    clg_device *dev = p->st[grad ? e->from : e->to].dev;
+    clg_err *err = clg_dev_err(dev);
+    size_t bytes = (size_t)n * e->fps * sizeof(float);
+    if (p->d2d) {
+        CLG_CL_CHECK(err, clEnqueueCopyBuffer(dev->queue, grad ? e->db[m] : e->df[m], mem, 0, off * sizeof(float),
+                                              bytes, 0, NULL, NULL));
+        return CLG_OK;
+    }
+    const float *h = (grad ? e->hb : e->hf) + (size_t)p->off[e->from / p->K][m] * e->fps;
+    CLG_CL_CHECK(err, clEnqueueWriteBuffer(dev->queue, mem, CL_TRUE, off * sizeof(float), bytes, h, 0, NULL, NULL));
+    return CLG_OK;
+}
+
+/* Seconds of one transfer of a micro-batch of edge e's tensor (sender's
+ * activation into the receiver's) by the current path, best of 3. */
+static clg_status time_xfer(clg_pipe *p, clg_pipe_edge *e, double *t)
+{
+    p->off[e->from / p->K][0] = 0;
+    *t = 1e30;
+    cl_mem src = p->st[e->from].rep->act[e->tensor].mem, dst = p->st[e->to].rep->act[e->tensor].mem;
+    size_t so = p->st[e->from].rep->act[e->tensor].off, dof = p->st[e->to].rep->act[e->tensor].off;
+    for (int r = 0; r < 4; r++) {
+        double t0 = clg_now_sec();
+        CLG_TRY(xfer_send(p, e, 0, 0, src, so, p->mb));
+        CLG_TRY(xfer_recv(p, e, 0, 0, dst, dof, p->mb));
+        CLG_CL_CHECK(clg_dev_err(p->st[e->to].dev), clFinish(p->st[e->to].dev->queue));
+        if (r > 0) /* the first warms */
+            *t = CLG_MIN(*t, clg_now_sec() - t0);
+    }
+    return CLG_OK;
+}
+
+/* The transfer path: device buffers where every edge joins devices of one
+ * cl_context (mode AUTO: only when that measured faster). */
+static clg_status xfer_setup(clg_pipe *p, int mode)
+{
+    int shared = p->nedges > 0, big = -1;
+    for (int q = 0; q < p->nedges; q++) {
+        clg_pipe_edge *e = &p->edges[q];
+        shared &= p->st[e->from].dev->cl == p->st[e->to].dev->cl;
+        if (big < 0 || e->fps > p->edges[big].fps)
+            big = q;
+    }
+    if (mode == CLG_PIPE_XFER_DEVICE && !shared && p->nedges > 0)
+        return clg_err_set(&p->ctx->err, CLG_ERR_UNSUPPORTED,
+                           "pipeline: device-to-device transfers need the stages' devices in one OpenCL context");
+    if (mode == CLG_PIPE_XFER_HOST || !shared)
+        return CLG_OK;
+    for (int q = 0; q < p->nedges; q++) {
+        clg_pipe_edge *e = &p->edges[q];
+        clg_device *dev = p->st[e->from].dev;
+        e->df = calloc((size_t)p->M, sizeof(cl_mem));
+        e->db = calloc((size_t)p->M, sizeof(cl_mem));
+        if (!e->df || !e->db)
+            return clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+        for (int m = 0; m < p->M; m++) {
+            CLG_TRY(clg_buf_alloc(dev, (size_t)p->mb * e->fps * sizeof(float), &e->df[m]));
+            CLG_TRY(clg_buf_alloc(dev, (size_t)p->mb * e->fps * sizeof(float), &e->db[m]));
+        }
+    }
+    p->d2d = 1;
+    if (mode == CLG_PIPE_XFER_DEVICE)
+        return CLG_OK;
+    CLG_TRY(time_xfer(p, &p->edges[big], &p->t_dev));
+    p->d2d = 0;
+    CLG_TRY(time_xfer(p, &p->edges[big], &p->t_host));
+    p->d2d = p->t_dev < p->t_host;
+    return CLG_OK;
+}
+
+// ---- one micro-batch on a stage ----
+
+/* The replica micro-batch m runs on: its slot's (reps[0] with recompute). */
+static int rep_of(const clg_pipe_stage *st, int m) { return st->nreps == 1 ? 0 : st->slot_of[m]; }
+
+/* Points replica k at micro-batch m's inputs and labels; recompute: the
+ * entering activations from the stash slot. */
+static clg_status set_inputs(clg_pipe *p, clg_pipe_stage *st, int k, int m)
+{
+    clg_replica *r = st->reps[k];
+    clg_err *err = clg_dev_err(st->dev);
+    if (st->reads_input)
+        clg_replica_set_input(r, st->xbuf, (size_t)p->off[st->d][m] * p->sample);
+    if (st->has_loss)
+        clg_replica_set_labels(r, st->ybuf, (size_t)p->off[st->d][m], p->grad_scale);
+    for (int i = st->first; i <= st->last; i++)
+        clg_layer_set_rng(&r->layers[i], p->seed, p->step, (uint32_t)p->off[st->d][m]);
+    int ne = nin_edges(p, st->index), j = 0;
+    for (int q = 0; q < p->nedges && p->recompute; q++) {
+        const clg_pipe_edge *e = &p->edges[q];
+        if (e->to != st->index)
+            continue;
+        const clg_tensor *a = &r->act[e->tensor];
+        CLG_CL_CHECK(err, clEnqueueCopyBuffer(st->dev->queue, st->stash[st->slot_of[m] * ne + j], a->mem, 0,
+                                              a->off * sizeof(float), (size_t)p->cnt[st->d][m] * e->fps * sizeof(float),
+                                              0, NULL, NULL));
+        j++;
+    }
+    return CLG_OK;
+}
+
+/* A free stash slot for micro-batch m (counted in flight). */
+static clg_status take_slot(clg_pipe *p, clg_pipe_stage *st, int m)
+{
+    int slot = -1;
+    for (int sl = 0; sl < st->nslots && slot < 0; sl++) {
+        int used = 0;
+        for (int q = 0; q < p->nm; q++)
+            used |= st->slot_of[q] == sl;
+        if (!used)
+            slot = sl;
+    }
+    if (slot < 0)
+        return clg_err_set(clg_dev_err(st->dev), CLG_ERR_INTERNAL,
+                           "pipeline stage %d: more than %d micro-batches in flight", st->index, st->nslots);
+    st->slot_of[m] = slot;
+    st->inflight++;
+    st->peak_inflight = CLG_MAX(st->peak_inflight, st->inflight);
+    return CLG_OK;
+}
+
+static clg_status stage_forward(clg_pipe *p, clg_pipe_stage *st, int m)
+{
+    clg_err *err = clg_dev_err(st->dev);
+    int n = p->cnt[st->d][m], ne = nin_edges(p, st->index);
+    CLG_TRY(take_slot(p, st, m));
+    int k = rep_of(st, m), slot = st->slot_of[m];
+    clg_replica *r = st->reps[k];
+    for (int q = 0, j = 0; q < p->nedges; q++) { /* the entering activations: into the slot */
+        const clg_pipe_edge *e = &p->edges[q];
+        if (e->to != st->index)
+            continue;
+        CLG_TRY(wait_ready(p, st, &e->ready_f[m], "wait activation", m));
+        if (p->recompute)
+            CLG_TRY(xfer_recv(p, (clg_pipe_edge *)e, 0, m, st->stash[slot * ne + j], 0, n));
+        else
+            CLG_TRY(xfer_recv(p, (clg_pipe_edge *)e, 0, m, r->act[e->tensor].mem, r->act[e->tensor].off, n));
+        j++;
+    }
+    CLG_TRY(set_inputs(p, st, k, m));
+    CLG_TRY(state_copy(st, st->state_rep, k)); /* running statistics advance in micro-batch order */
+    st->state_rep = k;
+    CLG_TRY(clg_replica_forward(r, n, 1));
+    st->last_fwd[k] = m;
+    if (st->has_loss) {
+        float res[2];
+        CLG_CL_CHECK(err, clEnqueueReadBuffer(st->dev->queue, r->layers[r->loss_index].loss.result, CL_TRUE, 0,
+                                              sizeof res, res, 0, NULL, NULL));
+        st->res[0] += res[0];
+        st->res[1] += res[1];
+    }
+    for (int q = 0; q < p->nedges; q++) { /* the leaving activations */
+        clg_pipe_edge *e = &p->edges[q];
+        if (e->from != st->index)
+            continue;
+        const clg_tensor *a = &r->act[e->tensor];
+        double t0 = clg_now_sec();
+        CLG_TRY(xfer_send(p, e, 0, m, a->mem, a->off, n));
+        post_ready(p, &e->ready_f[m]);
+        trace_span(p, st->index, "send activation", m, t0);
+    }
+    return CLG_OK;
+}
+
+/* recompute: the forward of micro-batch m again from its stash (reps[0]'s
+ * activations were overwritten by later micro-batches); running statistics
+ * kept as they were. */
+static clg_status stage_recompute(clg_pipe *p, clg_pipe_stage *st, int m)
+{
+    clg_err *err = clg_dev_err(st->dev);
+    cl_command_queue q = st->dev->queue;
+    for (int i = 0; i < st->nstate; i++)
+        CLG_CL_CHECK(err, clEnqueueCopyBuffer(q, st->state[0][i], st->state_save[i], 0, 0,
+                                              st->state_n[i] * sizeof(float), 0, NULL, NULL));
+    CLG_TRY(set_inputs(p, st, 0, m));
+    CLG_TRY(clg_replica_forward(st->rep, p->cnt[st->d][m], 1));
+    for (int i = 0; i < st->nstate; i++)
+        CLG_CL_CHECK(err, clEnqueueCopyBuffer(q, st->state_save[i], st->state[0][i], 0, 0,
+                                              st->state_n[i] * sizeof(float), 0, NULL, NULL));
+    st->last_fwd[0] = m;
+    st->nrecompute++;
+    return CLG_OK;
+}
+
+/* The gradients of this stage's tensors read by later stages, into dact[]. */
+static clg_status receive_grads(clg_pipe *p, clg_pipe_stage *st, clg_replica *r, int m, char *written)
+{
+    int n = p->cnt[st->d][m];
+    for (int q = 0; q < p->nedges; q++) {
+        clg_pipe_edge *e = &p->edges[q];
+        if (e->from != st->index)
+            continue;
+        CLG_TRY(wait_ready(p, st, &e->ready_b[m], "wait gradient", m));
+        const clg_tensor *g = &r->dact[e->tensor];
+        if (!written[e->tensor]) {
+            CLG_TRY(xfer_recv(p, e, 1, m, g->mem, g->off, n));
+            written[e->tensor] = 1;
+        } else {
+            CLG_TRY(xfer_recv(p, e, 1, m, st->gscr, 0, n));
+            CLG_TRY(clg_nn_add_acc(st->dev, (size_t)n * e->fps, st->gscr, 0, g->mem, g->off));
+        }
+    }
+    return CLG_OK;
+}
+
+static clg_status stage_backward(clg_pipe *p, clg_pipe_stage *st, int m, int first_bwd)
+{
+    clg_replica *r = st->reps[rep_of(st, m)];
+    clg_err *err = clg_dev_err(st->dev);
+    int n = p->cnt[st->d][m];
+    if (st->index == p->fault_stage && m == p->fault_mb && (int64_t)p->step == p->fault_step)
+        return clg_cl_fail(err, CL_INVALID_COMMAND_QUEUE, "clEnqueueNDRangeKernel (injected fault)", __FILE__,
+                           __LINE__);
+    char *written = calloc((size_t)r->nlayers, 1);
+    if (!written)
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    double t0 = clg_now_sec();
+    int rerun = st->last_fwd[rep_of(st, m)] != m;
+    clg_status rc = rerun ? stage_recompute(p, st, m) : CLG_OK;
+    if (rerun && rc == CLG_OK)
+        trace_span(p, st->index, "re-run forward", m, t0);
+    if (rc == CLG_OK)
+        rc = receive_grads(p, st, r, m, written);
+    if (rc == CLG_OK)
+        rc = clg_replica_backward_range(r, n, written);
+    free(written);
+    CLG_TRY(rc);
+    if (r->arena_bytes) { /* accumulate */
+        if (first_bwd)
+            CLG_CL_CHECK(err, clEnqueueCopyBuffer(st->dev->queue, r->garena, st->gacc, 0, 0, r->arena_bytes, 0, NULL,
+                                                  NULL));
+        else
+            CLG_TRY(clg_nn_add_acc(st->dev, r->arena_bytes / sizeof(float), r->garena, 0, st->gacc, 0));
+    }
+    for (int q = 0; q < p->nedges; q++) { /* the entering activations' gradients go back */
+        clg_pipe_edge *e = &p->edges[q];
+        if (e->to != st->index)
+            continue;
+        const clg_tensor *g = &r->dact[e->tensor];
+        double t0 = clg_now_sec();
+        CLG_TRY(xfer_send(p, e, 1, m, g->mem, g->off, n));
+        post_ready(p, &e->ready_b[m]);
+        trace_span(p, st->index, "send gradient", m, t0);
+    }
+    st->slot_of[m] = -1;
+    st->inflight--;
+    return CLG_OK;
+}
+
+// ---- data x pipeline: the replicas' gradients and state ----
+
+static clg_status reduce_setup(clg_pipe *p)
+{
+    if (p->D == 1)
+        return CLG_OK;
+    clg_err *err = &p->ctx->err;
+    p->ghost = calloc((size_t)p->L, sizeof(float *));
+    p->shost = calloc((size_t)p->L, sizeof(float *));
+    p->gsum = calloc((size_t)p->K, sizeof(float *));
+    p->ssum = calloc((size_t)p->K, sizeof(float *));
+    p->sfloats = calloc((size_t)p->K, sizeof(size_t));
+    if (!p->ghost || !p->shost || !p->gsum || !p->ssum || !p->sfloats)
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    for (int l = 0; l < p->L; l++) {
+        const clg_pipe_stage *st = &p->st[l];
+        size_t sf = 0;
+        for (int i = 0; i < st->nstate; i++)
+            sf += st->state_n[i];
+        p->sfloats[st->s] = sf;
+        p->ghost[l] = malloc(CLG_MAX(st->rep->arena_bytes, 4));
+        p->shost[l] = malloc(CLG_MAX(sf, 1) * sizeof(float));
+        if (!p->ghost[l] || !p->shost[l])
+            return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+        if (st->d == 0 && (!(p->gsum[st->s] = malloc(CLG_MAX(st->rep->arena_bytes, 4))) ||
+                           !(p->ssum[st->s] = malloc(CLG_MAX(sf, 1) * sizeof(float)))))
+            return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    }
+    return CLG_OK;
+}
+
+/* The sums over the replicas of stage st->s (the last to arrive adds them
+ * in replica order: the same bits on every replica). */
+static void reduce_sum(clg_pipe *p, int s)
+{
+    size_t ng = p->st[s].rep->arena_bytes / sizeof(float), ns = p->sfloats[s];
+    float *g = p->gsum[s], *st = p->ssum[s];
+    for (size_t k = 0; k < ng; k++)
+        g[k] = p->ghost[s][k];
+    for (size_t k = 0; k < ns; k++)
+        st[k] = (float)((double)p->rcnt[0] / p->n) * p->shost[s][k];
+    for (int d = 1; d < p->D; d++) {
+        const float *gh = p->ghost[d * p->K + s], *sh = p->shost[d * p->K + s];
+        float w = (float)((double)p->rcnt[d] / p->n);
+        for (size_t k = 0; k < ng; k++)
+            g[k] += gh[k];
+        for (size_t k = 0; k < ns; k++)
+            st[k] += w * sh[k];
+    }
+}
+
+/* Every replica's stage st->s ends with the summed gradient (in gacc) and
+ * the slice-weighted average of the running statistics. */
+static clg_status reduce_replicas(clg_pipe *p, clg_pipe_stage *st)
+{
+    clg_err *err = clg_dev_err(st->dev);
+    cl_command_queue q = st->dev->queue;
+    size_t bytes = st->rep->arena_bytes, off = 0;
+    float *sh = p->shost[st->index];
+    if (bytes)
+        CLG_CL_CHECK(err, clEnqueueReadBuffer(q, st->gacc, CL_TRUE, 0, bytes, p->ghost[st->index], 0, NULL, NULL));
+    for (int i = 0; i < st->nstate; off += st->state_n[i], i++)
+        CLG_CL_CHECK(err, clEnqueueReadBuffer(q, st->state[0][i], CL_TRUE, 0, st->state_n[i] * sizeof(float), sh + off, 0,
+                                              NULL, NULL));
+    double t0 = clg_now_sec();
+    pthread_mutex_lock(&p->mu);
+    if (++p->red_arrived[st->s] == p->D) {
+        reduce_sum(p, st->s);
+        p->red_arrived[st->s] = 0;
+        p->red_done[st->s] = p->seq;
+        pthread_cond_broadcast(&p->cv);
+    }
+    while (p->red_done[st->s] != p->seq && !p->abort)
+        pthread_cond_wait(&p->cv, &p->mu);
+    int ab = p->red_done[st->s] != p->seq;
+    pthread_mutex_unlock(&p->mu);
+    st->t_wait += clg_now_sec() - t0;
+    trace_span(p, st->index, "gradient sum over replicas", 0, t0);
+    if (ab)
+        return CLG_ERR_INTERNAL; /* another lane failed: it holds the message */
+    if (bytes)
+        CLG_CL_CHECK(err, clEnqueueWriteBuffer(q, st->gacc, CL_TRUE, 0, bytes, p->gsum[st->s], 0, NULL, NULL));
+    off = 0;
+    for (int i = 0; i < st->nstate; off += st->state_n[i], i++)
+        CLG_CL_CHECK(err, clEnqueueWriteBuffer(q, st->state[0][i], CL_TRUE, 0, st->state_n[i] * sizeof(float),
+                                               p->ssum[st->s] + off, 0, NULL, NULL));
+    return CLG_OK;
+}
+
+// ---- the step ----
+
+static clg_status stage_schedule(clg_pipe *p, clg_pipe_stage *st)
+{
+    clg_err *err = clg_dev_err(st->dev);
+    st->res[0] = st->res[1] = 0;
+    for (int k = 0; k < st->nreps; k++)
+        st->last_fwd[k] = -1;
+    st->nrecompute = 0;
+    st->inflight = 0;
+    for (int m = 0; m < p->M; m++)
+        st->slot_of[m] = -1;
+    if (st->reads_input)
+        CLG_CL_CHECK(err, clEnqueueWriteBuffer(st->dev->queue, st->xbuf, CL_TRUE, 0,
+                                               (size_t)p->n * p->sample * sizeof(float), p->x, 0, NULL, NULL));
+    if (st->has_loss)
+        CLG_CL_CHECK(err, clEnqueueWriteBuffer(st->dev->queue, st->ybuf, CL_TRUE, 0, (size_t)p->n * sizeof(int32_t),
+                                               p->y, 0, NULL, NULL));
+    int nb = 0;
+    st->t_wait = 0;
+    for (int t = 0; t < 2 * p->nm; t++) {
+        int bwd, m;
+        schedule_op(p, st->s, t, &bwd, &m);
+        double t0 = clg_now_sec();
+        if (bwd)
+            CLG_TRY(stage_backward(p, st, m, nb++ == 0));
+        else
+            CLG_TRY(stage_forward(p, st, m));
+        trace_span(p, st->index, bwd ? "backward" : "forward", m, t0);
+    }
+    CLG_TRY(state_copy(st, st->state_rep, 0)); /* the latest running statistics into reps[0] */
+    st->state_rep = 0;
+    if (p->D > 1)
+        CLG_TRY(reduce_replicas(p, st));
+    if (st->rep->arena_bytes) {
+        CLG_CL_CHECK(err, clEnqueueCopyBuffer(st->dev->queue, st->gacc, st->rep->garena, 0, 0, st->rep->arena_bytes,
+                                              0, NULL, NULL));
+        st->norm_sq = 0;
+        if (p->clip_norm > 0) {
+            double norm = 0;
+            CLG_TRY(clg_optim_grad_norm(st->opt, 1.0f, &norm));
+            st->norm_sq = norm * norm;
+        }
+    }
+    CLG_CL_CHECK(err, clFinish(st->dev->queue));
+    st->t_end = clg_now_sec();
+    return CLG_OK;
+}
+
+static clg_status stage_fn(void *arg, int s)
+{
+    clg_pipe *p = arg;
+    clg_pipe_stage *st = &p->st[s];
+    clg_status rc;
+    if (p->phase == 1) {
+        if (!st->rep->arena_bytes)
+            return CLG_OK;
+        rc = clg_optim_step(st->opt, p->lr, p->gscale);
+        if (rc == CLG_OK)
+            rc = stage_spread(st);
+        if (rc == CLG_OK)
+            rc = clFinish(st->dev->queue) == CL_SUCCESS ? CLG_OK
+                                                        : clg_err_set(clg_dev_err(st->dev), CLG_ERR_OPENCL,
+                                                                      "clFinish after the optimizer failed");
+        return rc;
+    }
+    rc = stage_schedule(p, st);
+    if (rc != CLG_OK) {
+        pthread_mutex_lock(&p->mu);
+        if (!p->abort) {
+            p->abort = 1;
+            p->fail_stage = s;
+            p->fail_status = rc;
+        }
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+    return rc;
+}
+
+static clg_status stage_failed(clg_pipe *p, clg_status rc, int s)
+{
+    const clg_pipe_stage *st = &p->st[s];
+    char rep[32] = "";
+    if (p->D > 1)
+        snprintf(rep, sizeof rep, " of replica %d", st->d);
+    return clg_err_set(&p->ctx->err, rc, "pipeline stage %d%s (layers %s..%s) on device %d (%s): %s", st->s, rep,
+                       p->net->proto[st->first].name, p->net->proto[st->last].name, st->dev->index,
+                       st->dev->info.name, st->dev->err.msg);
+}
+
+clg_status clg_pipe_train_step(clg_pipe *p, const clg_hparams *hp, const float *x, const int32_t *y, int n,
+                               double lr, float grad_scale, double clip_norm, uint32_t seed, uint32_t step,
+                               float *res)
+{
+    if (n < p->D || n > p->mb * p->M * p->D)
+        return clg_err_set(&p->ctx->err, CLG_ERR_INVALID_ARG, "pipeline step: %d samples (%d to %d)", n, p->D,
+                           p->mb * p->M * p->D);
+    for (int s = 0; s < p->L; s++)
+        if (!p->st[s].opt)
+            CLG_TRY(clg_optim_create(p->st[s].rep, hp, &p->st[s].opt));
+    /* replica d takes samples [o_d, o_d + n_d) (sizes differ by at most one), in nm micro-batches */
+    p->nm = CLG_MIN(p->M, n / p->D);
+    for (int d = 0, o = 0; d < p->D; d++) {
+        int nd = n / p->D + (d < n % p->D);
+        p->rcnt[d] = nd;
+        for (int m = 0; m < p->nm; m++) {
+            p->cnt[d][m] = nd / p->nm + (m < nd % p->nm);
+            p->off[d][m] = o;
+            o += p->cnt[d][m];
+        }
+    }
+    p->x = x;
+    p->y = y;
+    p->n = n;
+    p->lr = lr;
+    p->grad_scale = grad_scale;
+    p->clip_norm = clip_norm;
+    p->seed = seed;
+    p->step = step;
+    p->abort = 0;
+    p->fail_stage = -1;
+    p->seq++;
+    p->phase = 0;
+    int failed = -1;
+    double t0 = clg_now_sec();
+    clg_status rc = clg_team_run(p->team, stage_fn, p, &failed);
+    if (rc != CLG_OK)
+        return p->fail_stage >= 0 ? stage_failed(p, p->fail_status, p->fail_stage) : stage_failed(p, rc, failed);
+    double wall = clg_now_sec() - t0, idle = 0; /* bubble: idle share of the stages over the schedule's wall time */
+    for (int s = 0; s < p->L; s++)
+        idle += p->st[s].t_wait + (t0 + wall - p->st[s].t_end);
+    if (wall > 0) {
+        p->bubble_sum += idle / (p->L * wall);
+        p->bubble_n++;
+    }
+    double sq = 0; /* the replicas hold the same (summed) gradients: replica 0's stages */
+    for (int s = 0; s < p->K; s++)
+        sq += p->st[s].norm_sq;
+    double norm = sqrt(sq);
+    if (!isfinite(norm))
+        return clg_err_set(&p->ctx->err, CLG_ERR_INTERNAL,
+                           "gradient norm is not finite at step %u (diverged: lower the learning rate)", step);
+    p->gscale = 1.0f;
+    if (clip_norm > 0 && norm > clip_norm)
+        p->gscale = (float)(clip_norm / norm);
+    p->phase = 1;
+    rc = clg_team_run(p->team, stage_fn, p, &failed);
+    if (rc != CLG_OK)
+        return stage_failed(p, rc, failed);
+    if (res) {
+        res[0] = res[1] = 0;
+        for (int d = 0; d < p->D; d++) {
+            res[0] += p->st[d * p->K + p->K - 1].res[0];
+            res[1] += p->st[d * p->K + p->K - 1].res[1];
+        }
+    }
+    return CLG_OK;
+}
+
+// ---- the whole model on one replica (checkpoints, evaluation) ----
+
+/* Copies n floats between buffers of two devices through the host. */
+static clg_status copy_between(clg_device *sd, cl_mem src, clg_device *dd, cl_mem dst, size_t n, float *tmp)
+{
+    CLG_CL_CHECK(clg_dev_err(sd), clEnqueueReadBuffer(sd->queue, src, CL_TRUE, 0, n * sizeof(float), tmp, 0, NULL,
+                                                      NULL));
+    CLG_CL_CHECK(clg_dev_err(dd), clEnqueueWriteBuffer(dd->queue, dst, CL_TRUE, 0, n * sizeof(float), tmp, 0, NULL,
+                                                       NULL));
+    return CLG_OK;
+}
+
+/* Index of ref's parameter among o's (its replica's trainable list), -1 when absent. */
+static int optim_index(const clg_optim *o, int layer, int slot)
+{
+    for (int i = 0; o && i < o->n; i++)
+        if (o->refs[i].layer->index == layer && o->refs[i].param - o->refs[i].layer->params == slot)
+            return i;
+    return -1;
+}
+
+/* One parameter (value and optimizer state) between the full replica and its stage. */
+static clg_status sync_param(clg_pipe *p, clg_replica *full, clg_optim *fo, const clg_param_ref *ref, int to_full,
+                             int d, float *tmp)
+{
+    int li = ref->layer->index, slot = (int)(ref->param - ref->layer->params);
+    clg_pipe_stage *st = &p->st[d * p->K + p->stage_of[li]];
+    clg_param *sp = &st->rep->layers[li].params[slot];
+    size_t n = ref->param->numel;
+    clg_device *a = to_full ? st->dev : full->dev, *b = to_full ? full->dev : st->dev;
+    CLG_TRY(copy_between(a, to_full ? sp->value : ref->param->value, b, to_full ? ref->param->value : sp->value, n,
+                         tmp));
+    if (!ref->param->trainable || !fo || !st->opt)
+        return CLG_OK;
+    int fi = optim_index(fo, li, slot), si = optim_index(st->opt, li, slot);
+    if (fi < 0 || si < 0)
+        return CLG_OK;
+    for (int k = 0; k < clg_optim_nstate(fo); k++) {
+        cl_mem fm = k == 0 ? fo->m[fi] : fo->v[fi], sm = k == 0 ? st->opt->m[si] : st->opt->v[si];
+        if (fm && sm)
+            CLG_TRY(copy_between(a, to_full ? sm : fm, b, to_full ? fm : sm, n, tmp));
+    }
+    return CLG_OK;
+}
+
+clg_status clg_pipe_sync(clg_pipe *p, clg_replica *full, clg_optim *full_opt, const clg_hparams *hp, int to_full)
+{
+    for (int s = 0; s < p->L && full_opt; s++) /* the state goes both ways: every stage has its optimizer */
+        if (!p->st[s].opt)
+            CLG_TRY(clg_optim_create(p->st[s].rep, hp, &p->st[s].opt));
+    clg_param_ref *refs = NULL;
+    int n = 0;
+    CLG_TRY(clg_replica_params(full, 0, &refs, &n));
+    size_t most = 1;
+    for (int i = 0; i < n; i++)
+        most = CLG_MAX(most, refs[i].param->numel);
+    float *tmp = malloc(most * sizeof(float));
+    clg_status st = tmp ? CLG_OK : clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    for (int d = 0; d < (to_full ? 1 : p->D); d++) /* from replica 0; into every replica */
+        for (int i = 0; i < n && st == CLG_OK; i++)
+            st = sync_param(p, full, full_opt, &refs[i], to_full, d, tmp);
+    free(tmp);
+    free(refs);
+    if (st == CLG_OK && full_opt && to_full)
+        full_opt->t = p->st[0].opt->t;
+    for (int s = 0; s < p->L && st == CLG_OK && full_opt && !to_full; s++)
+        p->st[s].opt->t = full_opt->t;
+    if (st == CLG_OK && to_full)
+        st = clg_replica_weights_updated(full);
+    for (int s = 0; s < p->L && st == CLG_OK && !to_full; s++) {
+        st = clg_replica_weights_updated(p->st[s].rep);
+        if (st == CLG_OK)
+            st = stage_spread(&p->st[s]);
+    }
+    return st;
+}

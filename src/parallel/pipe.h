@@ -1,0 +1,205 @@
+/* Pipeline parallelism (issue #22): the layers cut into K contiguous stages,
+ * one per device; the global batch split into M micro-batches that flow
+ * through the stages; gradients accumulated over the micro-batches and the
+ * optimizer run once per step on every stage, so a step equals one device's
+ * step over the global batch with gradient accumulation (batch norm uses
+ * each micro-batch's statistics).
+ *
+ * Stage s = a device running a replica of layers [first, last] only
+ * (clg_replica_create_range): its parameters, optimizer state and
+ * activations. One host thread per stage (team.c) walks the stage's
+ * schedule (both accumulate the micro-batches' gradients in the order
+ * 0 .. M-1, as one device accumulating them does: the same arithmetic):
+ *   GPipe: F0 .. F(M-1), then B0 .. B(M-1) (M micro-batches in flight)
+ *   1F1B (PipeDream-flush): min(K-1-s, M) forwards, then one forward and one
+ *        backward alternately, then the remaining backwards (at most K-s
+ *        micro-batches in flight on stage s)
+ * Activations crossing a cut (every edge from a layer of stage a to a layer
+ * of stage b > a, residual edges over several stages included) travel from
+ * a to b, their gradients from b back to a (summed on a when several stages
+ * read the tensor), through host memory (a read on one device's queue, a
+ * write on the other's) or, between devices of one cl_context, device to
+ * device (a copy into a buffer of the context on the sender's queue, out of
+ * it on the receiver's), whichever measured faster at creation; each
+ * micro-batch's handed over under one lock.
+ *
+ * Stashed forwards: a stage keeps one slot per micro-batch in flight
+ * (counted: peak_inflight). By default a slot is a replica of the stage with
+ * its own activations and layer state (weights copied from the first after
+ * each update; batch-norm running statistics handed from the slot of the
+ * previous forward to the next, so they advance once per micro-batch in
+ * order). With recompute a slot holds only the activations that entered the
+ * stage, and the backward of a micro-batch that is not the stage's latest
+ * forward runs the stage's forward on them again first (re-materialization,
+ * as GPipe does; the same dropout masks; running statistics saved and
+ * restored around it). */
+#ifndef CLG_PARALLEL_PIPE_H
+#define CLG_PARALLEL_PIPE_H
+
+#include <pthread.h>
+
+#include "model/optim.h"
+#include "parallel/team.h"
+#include "parallel/trace.h"
+
+#define CLG_PIPE_MAX_STAGES 16 /* lanes (replicas x stages) */
+#define CLG_PIPE_MAX_MICRO 1024
+#define CLG_PIPE_MAX_REPLICAS 8
+
+enum { CLG_PIPE_1F1B = 0, CLG_PIPE_GPIPE = 1 };
+
+typedef struct clg_pipe_params {
+    int stages;        /* K (>= 1) */
+    const char *cuts;  /* "conv2,fc1": cut after these layers (K-1 names); NULL or "": balanced by each layer's
+                          time measured on the first device at the micro-batch size (FLOPs where that fails) */
+    int micro;         /* M (>= 1; 0: 4K, at most the batch) */
+    int schedule;      /* CLG_PIPE_1F1B or CLG_PIPE_GPIPE */
+    int transfer;      /* CLG_PIPE_XFER_*: how tensors cross a cut */
+    int replicas;      /* D: data-parallel pipelines (dp=D,pp=K over D x K devices; 0: 1) */
+    int recompute;     /* 1: stash only the activations entering a stage and run its forward again before a
+                          backward (less memory, one more forward); 0: a whole activation set per slot */
+} clg_pipe_params;
+
+/* Transfers across a cut: AUTO times both on the largest carried tensor at
+ * creation and keeps the faster (device to device needs the stages' devices
+ * in one cl_context; else host). */
+enum { CLG_PIPE_XFER_AUTO = 0, CLG_PIPE_XFER_HOST = 1, CLG_PIPE_XFER_DEVICE = 2 };
+
+/* "gpipe" / "1f1b" -> CLG_PIPE_*; -1 when unknown. */
+CLG_INTERNAL int clg_pipe_schedule_parse(const char *name);
+/* "pp=K" / "dp=D,pp=K" (NULL or "": 1, 1) -> K and D (replicas may be NULL: then D > 1 is refused); refusals
+ * name the text. tp is not supported yet. */
+CLG_INTERNAL clg_status clg_pipe_parse_layout(clg_err *err, const char *spec, int *stages, int *replicas);
+
+/* A tensor crossing a cut: layer `tensor`'s output, made on stage `from`,
+ * read on stage `to`; host buffers hold the global batch (floats samples). */
+typedef struct clg_pipe_edge {
+    int tensor, from, to;
+    size_t fps;                 /* floats per sample */
+    float *hf, *hb;             /* activation / gradient of every sample of the step */
+    int64_t *ready_f, *ready_b; /* per micro-batch: the step sequence number it was posted in */
+    cl_mem *df, *db;            /* device to device: per micro-batch, buffers of the shared cl_context */
+} clg_pipe_edge;
+
+typedef struct clg_pipe_stage {
+    int index, first, last;    /* index: lane d * K + s (replica d, stage s) */
+    int d, s;
+    clg_device *dev;           /* borrowed */
+    clg_replica *rep;          /* reps[0]: holds the parameters the optimizer updates */
+    clg_replica **reps;        /* nreps: one per stash slot (the others' weights copied from reps[0] after each
+                                  update), or just reps[0] with recompute */
+    int nreps;
+    int *last_fwd;             /* per replica: micro-batch of its latest forward (-1: none this step) */
+    int state_rep;             /* the replica whose running statistics are the latest (forwards chain them) */
+    clg_optim *opt;
+    int reads_input, has_loss;
+    cl_mem xbuf, ybuf;         /* the global batch's inputs / labels (where read) */
+    cl_mem gacc;               /* gradients summed over the micro-batches (arena layout) */
+    cl_mem gscr;               /* a received gradient to add (several readers of one tensor) */
+    size_t gscr_bytes;
+    int nslots;                /* stash slots: micro-batches in flight at most */
+    cl_mem *stash;             /* recompute: nslots * nin_edges, the entering activations of each slot */
+    int *slot_of;              /* per micro-batch: its slot, -1 none */
+    int inflight, peak_inflight;
+    int nstate;                /* non-trainable parameters (batch-norm running statistics) */
+    cl_mem **state;            /* per replica: its non-trainable parameters (nstate each) */
+    cl_mem *state_save;
+    size_t *state_n;           /* floats of each */
+    int nrecompute;            /* forwards run again this step */
+    float res[2];              /* {loss sum, correct} over the step's micro-batches (the loss stage) */
+    double norm_sq;            /* squared norm of the accumulated gradient (clipping) */
+    double t_wait, t_end;      /* this step: seconds waiting for other stages; when its schedule ended */
+    double cost, mib;          /* its layers' cost (pipe.cost) and the MiB it plans (table) */
+} clg_pipe_stage;
+
+typedef struct clg_pipe {
+    clg_ctx *ctx;
+    clg_net *net;              /* borrowed */
+    int K, M, schedule, mb;    /* mb: largest micro-batch */
+    int D, L;                  /* data-parallel replicas of the pipeline; lanes D x K (st[0 .. L)) */
+    int d2d;                   /* transfers device to device (clEnqueueCopyBuffer in the shared context) */
+    int recompute;             /* clg_pipe_params.recompute */
+    double t_host, t_dev;      /* AUTO: measured seconds of the largest carried tensor's transfer (0: not timed) */
+    clg_pipe_stage st[CLG_PIPE_MAX_STAGES];
+    int *stage_of;             /* per layer */
+    double *cost;              /* per layer: measured ms of forward + backward of a micro-batch (measured), or
+                                  GFLOP of a global batch's forward + backward */
+    int measured;
+    clg_pipe_edge *edges;
+    int nedges;
+    size_t sample;             /* floats per input sample */
+    clg_team *team;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int abort, fail_stage;     /* the first stage that failed this step, -1 none */
+    clg_status fail_status;    /* its status (the others only abandon the step) */
+    int64_t seq;               /* steps run (mailbox generations) */
+    /* the step */
+    const float *x;
+    const int32_t *y;
+    int n, nm;                 /* samples; micro-batches per replica */
+    int cnt[CLG_PIPE_MAX_REPLICAS][CLG_PIPE_MAX_MICRO], off[CLG_PIPE_MAX_REPLICAS][CLG_PIPE_MAX_MICRO];
+                               /* per replica and micro-batch: size, offset in the global batch */
+    int rcnt[CLG_PIPE_MAX_REPLICAS]; /* samples of each replica */
+    /* D > 1: per stage, the replicas' accumulated gradients and running
+     * statistics summed on the host in replica order (the last to arrive
+     * sums; every replica writes the same back) */
+    float **ghost, **shost;    /* per lane: arena / state floats */
+    float **gsum, **ssum;      /* per stage */
+    size_t *sfloats;           /* per stage: state floats */
+    int red_arrived[CLG_PIPE_MAX_STAGES];
+    int64_t red_done[CLG_PIPE_MAX_STAGES];
+    double lr, clip_norm;
+    float grad_scale;
+    uint32_t seed, step;
+    int phase;                 /* 0 schedule, 1 update */
+    float gscale;
+    const clg_hparams *hp;
+    clg_trace *trace;          /* borrowed; NULL: none (host rows: forward, backward, re-run forward, waits and
+                                  sends of each micro-batch per stage) */
+    double bubble_sum;         /* sum over steps of the stages' idle share (waits for another stage, and from
+                                  the end of a stage's schedule to the end of the slowest) */
+    int bubble_n;
+    /* fault injection (tests): stage fault_stage fails the backward of
+     * micro-batch fault_mb of step fault_step as an enqueue error would */
+    int fault_stage, fault_mb;
+    int64_t fault_step;
+} clg_pipe;
+
+/* D replicas of K stages on the context's devices devs[0..ndev) (ndev ==
+ * D x K: refused otherwise; replica d's stage s on devs[d * K + s]), weights
+ * from seed, micro-batches of ceil(batch / (D x M)). */
+CLG_INTERNAL clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, uint64_t seed,
+                                        int batch, const clg_pipe_params *p, clg_pipe **out);
+CLG_INTERNAL void clg_pipe_free(clg_pipe *p);
+/* The partition: per stage its device, layers, measured ms (or GFLOP) per step and planned MiB. */
+CLG_INTERNAL void clg_pipe_print(const clg_pipe *p, FILE *f);
+/* One training step over n host samples (x: n * sample floats, y: n labels):
+ * every micro-batch forward and backward on the stages by the schedule, the
+ * gradients accumulated, then the optimizer on every stage (hp: created on
+ * the first step). grad_scale: the loss gradient's scale (1 / global
+ * batch). res (may be NULL): {loss sum, correct} of the whole batch. A
+ * failure names the stage and device; the other stages stop. */
+CLG_INTERNAL clg_status clg_pipe_train_step(clg_pipe *p, const clg_hparams *hp, const float *x, const int32_t *y,
+                                            int n, double lr, float grad_scale, double clip_norm, uint32_t seed,
+                                            uint32_t step, float *res);
+/* Copies every parameter (weights, batch-norm running statistics) and its
+ * optimizer state (and the optimizer's step count) from the stages into
+ * full, a whole-network replica of the same net (to_full = 1: before a
+ * checkpoint or an evaluation on it), or from full into the stages
+ * (to_full = 0: after a checkpoint was loaded into it). full_opt may be
+ * NULL (weights only); the stages' optimizers are created from hp when
+ * missing. Through host memory; blocking. */
+CLG_INTERNAL clg_status clg_pipe_sync(clg_pipe *p, clg_replica *full, clg_optim *full_opt, const clg_hparams *hp,
+                                      int to_full);
+/* Mean idle share of the stages over the steps since the last reset (the
+ * bubble; the ideal for equal stages is (K-1)/(M+K-1)); -1 before a step. */
+static inline double clg_pipe_bubble(const clg_pipe *p) { return p->bubble_n ? p->bubble_sum / p->bubble_n : -1; }
+static inline void clg_pipe_bubble_reset(clg_pipe *p) { p->bubble_sum = 0, p->bubble_n = 0; }
+/* Largest number of micro-batches whose activations stage s held at once
+ * (since creation). */
+static inline int clg_pipe_peak(const clg_pipe *p, int s) { return p->st[s].peak_inflight; }
+/* The stage owning layer i and its replica (parameters, checkpoints). */
+static inline clg_replica *clg_pipe_rep_of(const clg_pipe *p, int layer) { return p->st[p->stage_of[layer]].rep; }
+
+#endif

@@ -1,0 +1,107 @@
+#!/bin/sh
+# clgrad train --parallel pp=2 (pipeline parallelism, issue #22) on two
+# devices and a tiny synthetic dataset: the partition table, checkpoints in
+# the one-device format (a pp=2 checkpoint resumes on one device and a
+# one-device checkpoint on pp=2; a pp=2 run resumed on pp=2 equals an
+# uninterrupted one bitwise), bench train, and clear refusals of bad
+# layouts. usage: cli_pipe.sh PATH/TO/clgrad PYTHON
+clgrad="$1"; py="$2"
+st_compare="$(dirname "$0")/st_compare.py"
+tmp=$(mktemp -d /tmp/clgrad-cli-pipe-XXXXXX) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+fails=0; n=0
+run() { out=$("$@" 2>&1); rc=$?; }
+check() { # check CODE PATTERN DESCRIPTION -- command...
+    code=$1; pat=$2; desc=$3; shift 4
+    n=$((n + 1))
+    run "$@"
+    if [ "$rc" -ne "$code" ] || ! printf '%s\n' "$out" | grep -q -- "$pat"; then
+        echo "FAIL: $desc: exit $rc (expected $code), output lacks '$pat':"; printf '%s\n' "$out" | tail -8
+        fails=$((fails + 1))
+    fi
+}
+ndev=$("$clgrad" devices 2>/dev/null | grep -c '^device [0-9]')
+if [ "$ndev" -lt 2 ]; then echo "cli_pipe: needs two OpenCL devices (POCL_DEVICES=\"pthread pthread\")"; exit 77; fi
+# synthetic 8x8 data: class k = bright quadrant k (4 classes), random noise
+"$py" - "$tmp/data" <<'PYEOF' || { echo "cannot write the dataset"; exit 1; }
+import os, random, struct, sys
+d = sys.argv[1]; os.makedirs(d)
+rng = random.Random(5)
+for split, n in (("train", 256), ("t10k", 64)):
+    imgs, labs = bytearray(), bytearray()
+    for i in range(n):
+        k = rng.randrange(4); labs.append(k)
+        for p in range(64):
+            q = (p // 8 >= 4) * 2 + (p % 8 >= 4)
+            imgs.append(min(255, rng.randrange(70) + (150 if q == k else 0)))
+    open(f"{d}/{split}-images-idx3-ubyte", "wb").write(struct.pack(">IIII", 0x803, n, 8, 8) + imgs)
+    open(f"{d}/{split}-labels-idx1-ubyte", "wb").write(struct.pack(">II", 0x801, n) + labs)
+PYEOF
+# a residual block whose skip edge crosses the cut after c2
+cat > "$tmp/res.cfg" <<'CFG'
+[net]
+channels = 1
+height = 8
+width = 8
+classes = 4
+batch = 32
+learning_rate = 0.05
+momentum = 0.9
+[conv]
+name = c1
+filters = 8
+size = 3
+pad = 1
+activation = relu
+[conv]
+name = c2
+filters = 8
+size = 3
+pad = 1
+bias = 0
+[batchnorm]
+name = bn
+[add]
+name = res
+input = c1, bn
+[maxpool]
+size = 2
+[dense]
+name = fc
+units = 4
+[softmax]
+name = loss
+CFG
+T="$clgrad train $tmp/res.cfg --data $tmp/data --seed 3 --no-eval"
+check 0 "pipeline: 2 stages, 4 micro-batches of 8, schedule 1f1b" "pp=2 trains and prints its partition" -- \
+    $T --devices all --parallel pp=2 --stages c2 --microbatches 4 --epochs 2 --checkpoint "$tmp/a"
+n=$((n + 1)); printf '%s\n' "$out" | grep -q "carried: c1 (stage 0 -> 1" || { echo "FAIL: the residual edge c1 is not listed as carried"; printf '%s\n' "$out" | head -20; fails=$((fails + 1)); }
+# interrupted after epoch 1 and resumed on the same layout: bitwise the uninterrupted run
+check 0 "" "pp=2, 1 epoch" -- $T --devices all --parallel pp=2 --stages c2 --microbatches 4 --epochs 1 --checkpoint "$tmp/b"
+check 0 "" "pp=2 resumed to 2 epochs" -- \
+    $T --devices all --parallel pp=2 --stages c2 --microbatches 4 --epochs 2 --checkpoint "$tmp/b" --resume
+check 0 "" "pp=2 resumed = uninterrupted, bitwise" -- "$py" "$st_compare" "$tmp/a/last.safetensors" "$tmp/b/last.safetensors" 0
+# the pp=2 checkpoint resumes on one device, and a one-device checkpoint on pp=2
+cp -r "$tmp/b" "$tmp/c"
+check 0 "epoch 3/3" "a pp=2 checkpoint resumes on one device" -- \
+    $T --devices 0 --epochs 3 --checkpoint "$tmp/c" --resume
+check 0 "epoch 4/4" "a one-device checkpoint resumes on pp=2 (gpipe, recompute)" -- \
+    $T --devices all --parallel pp=2 --microbatches 4 --pipe-schedule gpipe --pipe-recompute --epochs 4 \
+    --checkpoint "$tmp/c" --resume
+check 0 "devices 2 .*pp=2 M=8 1f1b" "bench train pp=2" -- \
+    "$clgrad" bench train --model "$tmp/res.cfg" --batch 32 --steps 2 --warmup 1 --devices all --parallel pp=2
+# refusals
+check 1 "pp=2 needs 2 devices, 1 selected" "pp=2 on one device" -- $T --devices 0 --parallel pp=2 --steps 1
+check 1 "'nosuch' is not a layer" "an unknown --stages name" -- \
+    $T --devices all --parallel pp=2 --stages nosuch --steps 1
+check 1 "2 stages need 1 cut" "too many cuts" -- $T --devices all --parallel pp=2 --stages c1,c2 --steps 1
+check 1 "pp=3 needs 3 devices, 2 selected" "more stages than devices" -- $T --devices all --parallel pp=3 --steps 1
+check 1 "9 stages but .* has only 7 layers" "more stages than layers" -- $T --devices all --parallel pp=9 --steps 1
+check 1 "dp=2 x pp=2 needs 4 devices, 2 selected" "dp x pp on two devices" -- \
+    $T --devices all --parallel dp=2,pp=2 --steps 1
+check 1 "tensor parallelism (tp) is not supported yet" "tp" -- $T --devices all --parallel tp=2 --steps 1
+check 1 "expected items dp=N, pp=N" "a malformed layout" -- $T --devices all --parallel pp=two --steps 1
+check 1 "need a pipeline" "--microbatches without pp" -- $T --devices all --microbatches 4 --steps 1
+check 2 "gpipe" "an unknown schedule" -- $T --devices all --parallel pp=2 --pipe-schedule zigzag --steps 1
+echo "cli_pipe: $((n - fails))/$n passed"
+[ "$fails" -eq 0 ]

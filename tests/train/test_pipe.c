@@ -1,0 +1,495 @@
+/* Pipeline parallelism (issue #22) on two PoCL devices: K = 2 stages with
+ * M = 4 micro-batches, both schedules, against one device.
+ *
+ * References: one device running the same global batch as the same M
+ * micro-batches with gradient accumulation: the pipeline's one-stage layout
+ * (K = 1, the whole network on one device), itself checked against a
+ * session's plain step (K = 1, M = 1: bitwise). Both schedules accumulate
+ * the micro-batches in the same order (0 .. M-1) as the one-device run, so
+ * the weights after STEPS = 20 steps agree to the bit (measured 0); the
+ * tolerance TOL = 1e-5 (relative L2 per tensor, batch-norm running
+ * statistics included) only leaves room for kernels that block differently
+ * on the two devices. LeNet-5 (no batch norm) is also compared with the
+ * plain one-device step over the whole batch: the same gradient summed in
+ * another order (~1e-7 per step). That comparison runs STEPS_PLAIN = 5 steps:
+ * over 20 steps a ReLU or max-pool decision within rounding of its threshold
+ * can flip and the runs drift apart (seen: 2e-3 at learning rate 0.01),
+ * which says nothing about the pipeline. resnet-mini (batch norm: per
+ * micro-batch statistics, so its plain global-batch step differs by design)
+ * is cut after b1_conv2: the residual edge stem_relu -> b1_add crosses the
+ * cut beside b1_conv2's output (two tensors carried, one gradient summed
+ * from both stages on stage 0).
+ *
+ * What the tolerance catches: a lost or doubled micro-batch, a wrong scale
+ * (1/M or 1/micro-batch), a gradient not carried back over the residual
+ * edge, or running statistics advanced twice by the re-run forward are off
+ * by 1e-2 or more. The loss sums of every step must agree to 1e-4 relative. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parallel/pipe.h"
+#include "testutil.h"
+#include "train/session.h"
+
+#define TOL 1e-5
+#define STEPS 20
+#define STEPS_PLAIN 5
+#define BATCH 16
+#define LR 0.01
+
+static clg_ctx *g_ctx;
+
+static clg_ctx *ctx(void)
+{
+    if (!g_ctx)
+        g_ctx = tu_ctx(NULL);
+    return g_ctx;
+}
+
+static int two_devices(void)
+{
+    if (clg_device_count(ctx()) < 2) {
+        fprintf(stderr, "test_pipe: needs two OpenCL devices (POCL_DEVICES=\"pthread pthread\")\n");
+        return 0;
+    }
+    return 1;
+}
+
+static char *read_model(const char *name)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/%s", CLG_SOURCE_DIR, name);
+    char *text = NULL;
+    size_t len = 0;
+    clg_err err = {0};
+    ck_assert_msg(clg_file_read(&err, path, &text, &len) == CLG_OK, "%s", err.msg);
+    return text;
+}
+
+/* Class k: a bright patch in quadrant k of an image of noise. */
+static void synth(clg_rng *rng, float *x, int32_t *y, int n, int c, int h, int w)
+{
+    for (int i = 0; i < n; i++) {
+        int k = (int)(clg_rng_u32(rng) % 4);
+        y[i] = k;
+        for (int p = 0; p < c * h * w; p++) {
+            int yy = (p / w) % h, xx = p % w;
+            int q = (yy >= h / 2) * 2 + (xx >= w / 2);
+            x[(size_t)i * c * h * w + p] = clg_rng_uniform(rng) + (q == k ? 0.5f : 0.0f);
+        }
+    }
+}
+
+/* A run's trainable weights and running statistics in layer order (host). */
+typedef struct weights {
+    int n, steps;
+    float *v[64];
+    size_t numel[64];
+    double loss[STEPS];
+} weights;
+
+static void weights_free(weights *w)
+{
+    for (int i = 0; i < w->n; i++)
+        free(w->v[i]);
+}
+
+static int g_trainable_only; /* grab: only trainable tensors (not batch-norm running statistics) */
+
+static void grab(weights *w, clg_replica *const *reps, const int *stage_of, const clg_net *net)
+{
+    for (int i = 0; i < net->nlayers; i++) {
+        clg_replica *r = reps[stage_of ? stage_of[i] : 0];
+        clg_layer *l = &r->layers[i];
+        for (int p = 0; p < l->nparams; p++) {
+            if (g_trainable_only && !l->params[p].trainable)
+                continue;
+            ck_assert(w->n < 64);
+            size_t n = l->params[p].numel;
+            float *h = malloc(n * sizeof(float));
+            tu_poison(h, n);
+            tu_download(r->dev, l->params[p].value, h, n);
+            w->v[w->n] = h;
+            w->numel[w->n++] = n;
+        }
+    }
+}
+
+/* STEPS steps of a plain one-device session over BATCH samples. */
+static void run_session(const char *text, int steps, weights *w)
+{
+    clg_model *m = NULL;
+    ck_assert_msg(clg_session_create(ctx(), NULL, 0, text, "t", BATCH, 7, 0, NULL, &m) == CLG_OK, "%s",
+                  clg_last_error(ctx()));
+    clg_rng rng;
+    clg_rng_seed(&rng, 5, 99);
+    for (int s = 0; s < steps; s++) {
+        ck_assert(clg_session_stage_wait(m, 0) == CLG_OK);
+        synth(&rng, m->xhost[0], m->yhost[0], BATCH, m->net->in_c, m->net->in_h, m->net->in_w);
+        ck_assert(clg_session_upload(m, 0, BATCH, 1) == CLG_OK);
+        float res[2];
+        ck_assert_msg(clg_session_train_step(m, 0, LR, res) == CLG_OK, "%s",
+                      clg_last_error(ctx()));
+        w->loss[s] = res[0];
+    }
+    ck_assert(clg_dp_finish(m->dp) == CLG_OK);
+    w->steps = steps;
+    clg_replica *r = clg_session_rep(m);
+    grab(w, &r, NULL, m->net);
+    clg_session_free(m);
+}
+
+static int g_xfer;     /* CLG_PIPE_XFER_* of the pipelines made */
+static int g_replicas = 1; /* dp=D of the pipelines made */
+static int g_recompute;    /* clg_pipe_params.recompute of the pipelines made */
+
+static clg_pipe *make_pipe(clg_net *net, int K, int M, int schedule, const char *cuts)
+{
+    int devs[4] = {0, 1, 2, 3};
+    clg_pipe_params pp = {.stages = K, .cuts = cuts, .micro = M, .schedule = schedule, .transfer = g_xfer,
+                          .replicas = g_replicas, .recompute = g_recompute};
+    clg_pipe *p = NULL;
+    ck_assert_msg(clg_pipe_create(ctx(), net, devs, K * g_replicas, 7, BATCH, &pp, &p) == CLG_OK, "%s",
+                  clg_last_error(ctx()));
+    return p;
+}
+
+/* STEPS pipeline steps on the same data as run_session. */
+static void run_pipe(const char *text, int steps, int K, int M, int schedule, const char *cuts, weights *w, int *peak)
+{
+    clg_err err = {0};
+    clg_net *net = NULL;
+    ck_assert_msg(clg_net_build(&err, text, "t", BATCH, &net) == CLG_OK, "%s", err.msg);
+    clg_pipe *p = make_pipe(net, K, M, schedule, cuts);
+    size_t sample = (size_t)net->in_c * net->in_h * net->in_w;
+    float *x = malloc(BATCH * sample * sizeof(float));
+    int32_t *y = malloc(BATCH * sizeof(int32_t));
+    clg_rng rng;
+    clg_rng_seed(&rng, 5, 99);
+    for (int s = 0; s < steps; s++) {
+        synth(&rng, x, y, BATCH, net->in_c, net->in_h, net->in_w);
+        float res[2];
+        ck_assert_msg(clg_pipe_train_step(p, &net->hp, x, y, BATCH, LR, 1.0f / BATCH,
+                                          net->hp.clip_norm, 7, (uint32_t)s, res) == CLG_OK,
+                      "%s", clg_last_error(ctx()));
+        w->loss[s] = res[0];
+    }
+    clg_replica *reps[CLG_PIPE_MAX_STAGES];
+    for (int s = 0; s < K; s++) {
+        reps[s] = p->st[s].rep;
+        if (peak)
+            peak[s] = clg_pipe_peak(p, s);
+    }
+    grab(w, reps, p->stage_of, net);
+    w->steps = steps;
+    for (int d = 1; d < p->D; d++) { /* every replica holds the same bits */
+        weights o = {0};
+        for (int s = 0; s < K; s++)
+            reps[s] = p->st[d * K + s].rep;
+        grab(&o, reps, p->stage_of, net);
+        for (int i = 0; i < w->n; i++)
+            ck_assert_msg(memcmp(o.v[i], w->v[i], w->numel[i] * sizeof(float)) == 0,
+                          "replica %d differs from replica 0 in tensor %d", d, i);
+        weights_free(&o);
+    }
+    free(x);
+    free(y);
+    clg_pipe_free(p);
+    clg_net_free(net);
+}
+
+static double g_t0;
+
+static void compare(const weights *a, const weights *b, const char *what)
+{
+    ck_assert_int_eq(a->n, b->n);
+    ck_assert_int_eq(a->steps, b->steps);
+    double worst = 0;
+    for (int i = 0; i < a->n; i++) {
+        ck_assert(a->numel[i] == b->numel[i]);
+        double d2 = 0, r2 = 0;
+        for (size_t k = 0; k < a->numel[i]; k++) {
+            double d = (double)a->v[i][k] - b->v[i][k];
+            d2 += isfinite(d) ? d * d : INFINITY;
+            r2 += (double)b->v[i][k] * b->v[i][k];
+        }
+        double rel = sqrt(d2) / (sqrt(r2) + 1e-30);
+        if (!(rel <= worst))
+            worst = rel;
+    }
+    fprintf(stderr, "%s: max relative difference %.3g over %d tensors (%.1f s)\n", what, worst, a->n,
+            clg_now_sec() - g_t0);
+    ck_assert_msg(worst <= TOL, "%s: weights differ by %g (> %g)", what, worst, TOL);
+    for (int s = 0; s < a->steps; s++)
+        ck_assert_msg(fabs(a->loss[s] - b->loss[s]) <= 1e-4 * fabs(b->loss[s]) + 1e-5, "%s: step %d loss %g vs %g",
+                      what, s, a->loss[s], b->loss[s]);
+}
+
+/* pp=2 with both schedules against one device accumulating the same
+ * micro-batches (STEPS steps; peaks of micro-batches in flight). */
+static void pipeline_vs_accumulated(const char *text, const char *model, const char *cuts)
+{
+    weights acc = {0};
+    run_pipe(text, STEPS, 1, 4, CLG_PIPE_1F1B, NULL, &acc, NULL);
+    /* 1F1B with transfers through the host and device to device (PoCL's devices share a context), GPipe as
+     * measured faster; both again re-running forwards from stashed stage inputs (recompute) */
+    static const int sched[5] = {CLG_PIPE_1F1B, CLG_PIPE_1F1B, CLG_PIPE_GPIPE, CLG_PIPE_1F1B, CLG_PIPE_GPIPE};
+    static const int xfer[5] = {CLG_PIPE_XFER_HOST, CLG_PIPE_XFER_DEVICE, CLG_PIPE_XFER_AUTO, CLG_PIPE_XFER_AUTO,
+                                CLG_PIPE_XFER_AUTO};
+    static const char *const xname[5] = {"through the host", "device to device", "auto", "auto, recompute",
+                                         "auto, recompute"};
+    for (int c = 0; c < 5; c++) {
+        int sch = sched[c];
+        weights w = {0};
+        int peak[4];
+        char what[192];
+        snprintf(what, sizeof what, "%s pp=2 M=4 %s (transfers %s) vs one device, 4 micro-batches accumulated, "
+                 "%d steps", model, sch == CLG_PIPE_GPIPE ? "gpipe" : "1f1b", xname[c], STEPS);
+        g_xfer = xfer[c];
+        g_recompute = c >= 3;
+        run_pipe(text, STEPS, 2, 4, sch, cuts, &w, peak);
+        g_xfer = CLG_PIPE_XFER_AUTO;
+        g_recompute = 0;
+        compare(&w, &acc, what);
+        fprintf(stderr, "  peak micro-batches in flight: stage 0 %d, stage 1 %d\n", peak[0], peak[1]);
+        if (sch == CLG_PIPE_1F1B) { /* at most K - s micro-batches in flight on stage s */
+            ck_assert_int_eq(peak[0], 2);
+            ck_assert_int_eq(peak[1], 1);
+        } else { /* all M */
+            ck_assert_int_eq(peak[0], 4);
+            ck_assert_int_eq(peak[1], 4);
+        }
+        weights_free(&w);
+    }
+    weights_free(&acc);
+}
+
+START_TEST(lenet_vs_one_device)
+{
+    if (!two_devices())
+        return;
+    g_t0 = clg_now_sec();
+    char *text = read_model("lenet5.cfg");
+    pipeline_vs_accumulated(text, "lenet5", NULL);
+    /* and the plain step over the global batch (no batch norm: the same gradient) */
+    weights ref = {0}, w = {0};
+    run_session(text, STEPS_PLAIN, &ref);
+    run_pipe(text, STEPS_PLAIN, 2, 4, CLG_PIPE_1F1B, NULL, &w, NULL);
+    compare(&w, &ref, "lenet5 pp=2 M=4 1f1b vs a plain one-device step");
+    weights_free(&ref);
+    weights_free(&w);
+    free(text);
+}
+END_TEST
+
+START_TEST(resnet_residual_cut)
+{
+    if (!two_devices())
+        return;
+    g_t0 = clg_now_sec();
+    char *text = read_model("resnet-mini.cfg");
+    weights plain = {0}, one = {0};
+    run_session(text, STEPS, &plain);
+    run_pipe(text, STEPS, 1, 1, CLG_PIPE_1F1B, NULL, &one, NULL);
+    compare(&one, &plain, "resnet-mini pp=1 M=1 vs a plain one-device step");
+    weights_free(&plain);
+    weights_free(&one);
+    pipeline_vs_accumulated(text, "resnet-mini (cut after b1_conv2)", "b1_conv2");
+    free(text);
+}
+END_TEST
+
+/* Four stages (POCL_DEVICES with four devices: test train-pipe-4): cuts
+ * after stem_relu, b1_conv1 and b1_bn2, so stem_relu feeds stage 1 (b1_conv1)
+ * and, over two cuts, stage 3 (b1_add): its gradient comes back from both and
+ * is summed on stage 0. 1F1B holds at most K - s micro-batches on stage s. */
+START_TEST(four_stages)
+{
+    if (clg_device_count(ctx()) < 4) {
+        fprintf(stderr, "four_stages: skipped (needs four devices; test train-pipe-4 has them)\n");
+        return;
+    }
+    g_t0 = clg_now_sec();
+    char *text = read_model("resnet-mini.cfg");
+    weights acc = {0};
+    run_pipe(text, STEPS, 1, 8, CLG_PIPE_1F1B, NULL, &acc, NULL);
+    for (int sch = 0; sch < 2; sch++) {
+        weights w = {0};
+        int peak[4];
+        char what[160];
+        snprintf(what, sizeof what, "resnet-mini pp=4 M=8 %s vs one device, 8 micro-batches accumulated, %d steps",
+                 sch == CLG_PIPE_GPIPE ? "gpipe" : "1f1b", STEPS);
+        run_pipe(text, STEPS, 4, 8, sch, "stem_relu,b1_conv1,b1_bn2", &w, peak);
+        compare(&w, &acc, what);
+        fprintf(stderr, "  peaks: %d %d %d %d\n", peak[0], peak[1], peak[2], peak[3]);
+        for (int s = 0; s < 4; s++)
+            ck_assert_int_eq(peak[s], sch == CLG_PIPE_GPIPE ? 8 : 4 - s);
+        weights_free(&w);
+    }
+    weights_free(&acc);
+    /* dp=2 x pp=2 (each replica half of the batch, in 2 micro-batches of 4): against dp=2 x pp=1 (the same sums:
+     * each replica's micro-batches accumulated, then the replicas' sums added per stage in replica order)
+     * over STEPS_PLAIN steps, running statistics (averaged over the replicas, weighted by slice) included; and one
+     * step against one device accumulating the same 4 micro-batches (another summation order: ~1e-7; running
+     * statistics advanced 4 times instead of averaged, not compared). Over more steps the summation order alone
+     * moves this model (batch norm over 4 samples) apart: 1e-7 after one step, 1e-3 after five were seen. */
+    weights ref = {0}, hyb = {0}, one = {0}, hyb1 = {0};
+    g_replicas = 2;
+    run_pipe(text, STEPS_PLAIN, 1, 2, CLG_PIPE_1F1B, NULL, &ref, NULL);
+    run_pipe(text, STEPS_PLAIN, 2, 2, CLG_PIPE_1F1B, "b1_conv2", &hyb, NULL);
+    compare(&hyb, &ref, "resnet-mini dp=2 x pp=2 M=2 1f1b vs dp=2 x pp=1");
+    g_trainable_only = 1;
+    run_pipe(text, 1, 2, 2, CLG_PIPE_GPIPE, "b1_conv2", &hyb1, NULL);
+    g_replicas = 1;
+    run_pipe(text, 1, 1, 4, CLG_PIPE_1F1B, NULL, &one, NULL);
+    g_trainable_only = 0;
+    compare(&hyb1, &one, "resnet-mini dp=2 x pp=2 M=2 gpipe vs one device, 4 micro-batches accumulated, 1 step");
+    weights_free(&ref);
+    weights_free(&hyb);
+    weights_free(&one);
+    weights_free(&hyb1);
+    /* a device of replica 1 failing: the other replica's stages, waiting in the gradient sum, stop too */
+    clg_err err = {0};
+    clg_net *net = NULL;
+    ck_assert(clg_net_build(&err, text, "t", BATCH, &net) == CLG_OK);
+    size_t sample = (size_t)net->in_c * net->in_h * net->in_w;
+    float *x = calloc(BATCH * sample, sizeof(float));
+    int32_t *y = calloc(BATCH, sizeof(int32_t));
+    g_replicas = 2;
+    clg_pipe *p = make_pipe(net, 2, 2, CLG_PIPE_1F1B, NULL);
+    g_replicas = 1;
+    p->fault_stage = 3;
+    p->fault_mb = 1;
+    p->fault_step = 0;
+    ck_assert_int_eq(clg_pipe_train_step(p, &net->hp, x, y, BATCH, 0.01, 1.0f / BATCH, 0, 7, 0, NULL), CLG_ERR_OPENCL);
+    ck_assert_msg(strstr(clg_last_error(ctx()), "pipeline stage 1 of replica 1 (layers"), "%s", clg_last_error(ctx()));
+    ck_assert(clg_pipe_train_step(p, &net->hp, x, y, BATCH, 0.01, 1.0f / BATCH, 0, 7, 1, NULL) == CLG_OK);
+    clg_pipe_free(p);
+    clg_net_free(net);
+    free(x);
+    free(y);
+    free(text);
+}
+END_TEST
+
+static clg_status try_pipe(const char *text, int K, int ndev, int M, const char *cuts)
+{
+    clg_err err = {0};
+    clg_net *net = NULL;
+    ck_assert(clg_net_build(&err, text, "t", BATCH, &net) == CLG_OK);
+    int devs[2] = {0, 1};
+    clg_pipe_params pp = {.stages = K, .cuts = cuts, .micro = M, .schedule = CLG_PIPE_1F1B};
+    clg_pipe *p = NULL;
+    clg_status st = clg_pipe_create(ctx(), net, devs, ndev, 7, BATCH, &pp, &p);
+    clg_pipe_free(p);
+    clg_net_free(net);
+    return st;
+}
+
+START_TEST(bad_layouts)
+{
+    const char *tiny = "[net]\nchannels = 1\nheight = 4\nwidth = 4\nclasses = 2\n"
+                       "[dense]\nname = fc\nunits = 2\n[softmax]\nname = loss\n";
+    char *text = read_model("lenet5.cfg");
+    ck_assert_int_eq(try_pipe(tiny, 3, 3, 2, NULL), CLG_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(clg_last_error(ctx()), "3 stages but t has only 2 layers"), "%s", clg_last_error(ctx()));
+    ck_assert_int_eq(try_pipe(text, 2, 1, 4, NULL), CLG_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(clg_last_error(ctx()), "needs 2 devices, 1 selected"), "%s", clg_last_error(ctx()));
+    ck_assert_int_eq(try_pipe(text, 2, 2, 4, "conv9"), CLG_ERR_NOT_FOUND);
+    ck_assert_msg(strstr(clg_last_error(ctx()), "'conv9' is not a layer"), "%s", clg_last_error(ctx()));
+    ck_assert_int_eq(try_pipe(text, 2, 2, 4, "conv2,fc1"), CLG_ERR_INVALID_ARG);
+    ck_assert_int_eq(try_pipe(text, 2, 2, 4, "loss"), CLG_ERR_INVALID_ARG);
+    ck_assert_int_eq(try_pipe(text, 2, 2, 64, NULL), CLG_ERR_INVALID_ARG);
+    clg_err err = {0};
+    int K = 0, D = 0;
+    ck_assert_int_eq(clg_pipe_parse_layout(&err, "pp=2", &K, &D), CLG_OK);
+    ck_assert_int_eq(K, 2);
+    ck_assert_int_eq(D, 1);
+    ck_assert_int_eq(clg_pipe_parse_layout(&err, "dp=1,pp=3", &K, &D), CLG_OK);
+    ck_assert_int_eq(K, 3);
+    ck_assert_int_eq(clg_pipe_parse_layout(&err, "dp=2,pp=2", &K, &D), CLG_OK);
+    ck_assert_int_eq(K * 10 + D, 22);
+    ck_assert_int_eq(clg_pipe_parse_layout(&err, "dp=2,pp=2", &K, NULL), CLG_ERR_UNSUPPORTED);
+    ck_assert_int_eq(clg_pipe_parse_layout(&err, "dp=2", &K, &D), CLG_ERR_UNSUPPORTED);
+    ck_assert_int_eq(clg_pipe_parse_layout(&err, "tp=2", &K, &D), CLG_ERR_UNSUPPORTED);
+    ck_assert_int_eq(clg_pipe_parse_layout(&err, "pp=x", &K, &D), CLG_ERR_INVALID_ARG);
+    ck_assert_int_eq(clg_pipe_parse_layout(&err, "pq=2", &K, &D), CLG_ERR_INVALID_ARG);
+    ck_assert_int_eq(clg_pipe_parse_layout(&err, "dp=4,pp=8", &K, &D), CLG_ERR_INVALID_ARG);
+    free(text);
+}
+END_TEST
+
+/* A stage's device failing in the middle of a step: the step ends (no
+ * stage waits forever for the failed one's activations or gradients) with
+ * a status naming the stage and the device. */
+START_TEST(stage_fault)
+{
+    if (!two_devices())
+        return;
+    char *text = read_model("lenet5.cfg");
+    clg_err err = {0};
+    clg_net *net = NULL;
+    ck_assert(clg_net_build(&err, text, "t", BATCH, &net) == CLG_OK);
+    size_t sample = (size_t)net->in_c * net->in_h * net->in_w;
+    float *x = calloc(BATCH * sample, sizeof(float));
+    int32_t *y = calloc(BATCH, sizeof(int32_t));
+    for (int sch = 0; sch < 2; sch++)
+        for (int fs = 0; fs < 2; fs++) {
+            clg_pipe *p = make_pipe(net, 2, 4, sch, NULL);
+            ck_assert(clg_pipe_train_step(p, &net->hp, x, y, BATCH, 0.01, 1.0f / BATCH, 0, 7, 0, NULL) == CLG_OK);
+            p->fault_stage = fs;
+            p->fault_mb = 1;
+            p->fault_step = 1;
+            double t0 = clg_now_sec();
+            clg_status st = clg_pipe_train_step(p, &net->hp, x, y, BATCH, 0.01, 1.0f / BATCH, 0, 7, 1, NULL);
+            ck_assert_int_eq(st, CLG_ERR_OPENCL);
+            const char *msg = clg_last_error(ctx());
+            char want[64];
+            snprintf(want, sizeof want, "pipeline stage %d (layers", fs);
+            ck_assert_msg(strstr(msg, want) && strstr(msg, "on device") && strstr(msg, "injected fault"), "%s", msg);
+            ck_assert(clg_now_sec() - t0 < 30);
+            /* the pipeline steps again afterwards */
+            ck_assert(clg_pipe_train_step(p, &net->hp, x, y, BATCH, 0.01, 1.0f / BATCH, 0, 7, 2, NULL) == CLG_OK);
+            clg_pipe_free(p);
+        }
+    free(x);
+    free(y);
+    clg_net_free(net);
+    free(text);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("pipe");
+    TCase *tc = tcase_create("pipe");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, bad_layouts);
+    tcase_add_test(tc, lenet_vs_one_device);
+    tcase_add_test(tc, resnet_residual_cut);
+    tcase_add_test(tc, stage_fault);
+    suite_add_tcase(s, tc);
+    TCase *t4 = tcase_create("pipe4"); /* CK_RUN_CASE=pipe4 (test train-pipe-4) runs it alone */
+    tcase_set_timeout(t4, 120);
+    tcase_add_test(t4, four_stages);
+    suite_add_tcase(s, t4);
+    return s;
+}
+
+int main(void)
+{
+    if (!two_devices()) {
+        clg_ctx_destroy(g_ctx);
+        return TU_SKIP;
+    }
+    SRunner *sr = srunner_create(suite());
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    if (g_ctx)
+        clg_ctx_destroy(g_ctx);
+    return failed ? 1 : 0;
+}
