@@ -381,7 +381,7 @@ clg_status clg_seq_token_xent_forward(clg_device *dev, size_t rows, int V, float
     cl_uint ur = (cl_uint)rows, uV = (cl_uint)V;
     cl_float fw = w, fe = eps;
     cl_kernel k;
-    CLG_TRY(kget(dev, "tok_xent_fwd", &k));
+    CLG_TRY(kget(dev, V % 8 == 0 ? "tok_xent_fwd8" : "tok_xent_fwd", &k));
     clg_kargs a = {k, 0, CL_SUCCESS};
     CLG_KA(&a, ur);
     CLG_KA(&a, uV);
