@@ -82,6 +82,29 @@ __kernel void emb_sum(const uint D, const uint V, __global const uint *start, __
     dt[i] = s;
 }
 
+// Sum and maximum of the 8 lanes of v, lane 0 first. Through a private
+// array: oclgrind 21.10's --uninitialized crashes (SIGSEGV in its shadow
+// copy) on arithmetic over swizzled lanes (v.lo + v.hi, v.s0 + v.s1).
+inline float clg_fold8(const float8 v)
+{
+    float t[8];
+    vstore8(v, 0, t);
+    float s = t[0];
+    for (int i = 1; i < 8; i++)
+        s += t[i];
+    return s;
+}
+
+inline float clg_max8(const float8 v)
+{
+    float t[8];
+    vstore8(v, 0, t);
+    float m = t[0];
+    for (int i = 1; i < 8; i++)
+        m = fmax(m, t[i]);
+    return m;
+}
+
 // ---- learned positions ----
 // y[n, t, c] = x[n, t, c] + P[t, c]; tc = T*C.
 __kernel void pos_fwd(const uint total, const uint tc, __global const float *x, const uint ox,
@@ -140,12 +163,6 @@ __kernel void ln_fwd(const uint rows, const uint C, const float eps, __global co
     rstd[r] = rs;
 }
 
-// Sum of the 8 lanes of v, in a fixed order.
-inline float clg_fold8(const float8 v)
-{
-    const float4 a = v.lo + v.hi;
-    return (a.x + a.y) + (a.z + a.w);
-}
 
 // ln_fwd for C a multiple of 8: eight values per step in explicit vectors
 // (the per-row loops otherwise read with a stride of C across work-items).
@@ -332,8 +349,7 @@ __kernel void tok_xent_fwd8(const uint rows, const uint V, const float w, const 
     float8 m8 = vload8(0, xr);
     for (uint k = 1; k < nv; k++)
         m8 = fmax(m8, vload8(k, xr));
-    const float4 m4 = fmax(m8.lo, m8.hi);
-    const float mx = fmax(fmax(m4.x, m4.y), fmax(m4.z, m4.w));
+    const float mx = clg_max8(m8);
     uint am = 0; // the first maximum
     while (am + 1 < V && xr[am] != mx)
         am++;
@@ -346,8 +362,7 @@ __kernel void tok_xent_fwd8(const uint rows, const uint V, const float w, const 
         s8 += select(e, (float8)(0.0f), lane + (int)(8 * k) == (int8)((int)am)); // without the maximum's own 1
         sx8 += d;
     }
-    const float4 s4 = s8.lo + s8.hi, x4 = sx8.lo + sx8.hi;
-    const float s = (s4.x + s4.y) + (s4.z + s4.w), sx = (x4.x + x4.y) + (x4.z + x4.w);
+    const float s = clg_fold8(s8), sx = clg_fold8(sx8);
     const float ls = log1p(s);
     const float inv = 1.0f / (1.0f + s);
     for (uint k = 0; k < nv; k++)
