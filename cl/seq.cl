@@ -82,6 +82,29 @@ __kernel void emb_sum(const uint D, const uint V, __global const uint *start, __
     dt[i] = s;
 }
 
+// Sum and maximum of the 8 lanes of v, lane 0 first. Through a private
+// array: oclgrind 21.10's --uninitialized crashes (SIGSEGV in its shadow
+// copy) on arithmetic over swizzled lanes (v.lo + v.hi, v.s0 + v.s1).
+inline float clg_fold8(const float8 v)
+{
+    float t[8];
+    vstore8(v, 0, t);
+    float s = t[0];
+    for (int i = 1; i < 8; i++)
+        s += t[i];
+    return s;
+}
+
+inline float clg_max8(const float8 v)
+{
+    float t[8];
+    vstore8(v, 0, t);
+    float m = t[0];
+    for (int i = 1; i < 8; i++)
+        m = fmax(m, t[i]);
+    return m;
+}
+
 // ---- learned positions ----
 // y[n, t, c] = x[n, t, c] + P[t, c]; tc = T*C.
 __kernel void pos_fwd(const uint total, const uint tc, __global const float *x, const uint ox,
@@ -140,6 +163,38 @@ __kernel void ln_fwd(const uint rows, const uint C, const float eps, __global co
     rstd[r] = rs;
 }
 
+
+// ln_fwd for C a multiple of 8: eight values per step in explicit vectors
+// (the per-row loops otherwise read with a stride of C across work-items).
+__kernel void ln_fwd8(const uint rows, const uint C, const float eps, __global const float *x, const uint ox,
+                      __global const float *g, __global const float *b, const uint affine, __global float *y,
+                      const uint oy, __global float *mean, __global float *rstd)
+{
+    const uint r = get_global_id(0);
+    if (r >= rows)
+        return;
+    __global const float *xr = x + ox + (size_t)r * C;
+    __global float *yr = y + oy + (size_t)r * C;
+    const uint nv = C / 8;
+    const float x0 = xr[0];
+    float8 s8 = (float8)(0.0f);
+    for (uint k = 0; k < nv; k++)
+        s8 += vload8(k, xr) - x0;
+    const float m = clg_fold8(s8) / (float)C;
+    float8 q8 = (float8)(0.0f);
+    for (uint k = 0; k < nv; k++) {
+        const float8 d = (vload8(k, xr) - x0) - m;
+        q8 = fma(d, d, q8);
+    }
+    const float rs = rsqrt(clg_fold8(q8) / (float)C + eps);
+    for (uint k = 0; k < nv; k++) {
+        const float8 h = ((vload8(k, xr) - x0) - m) * rs;
+        vstore8(affine ? fma(h, vload8(k, g), vload8(k, b)) : h, k, yr);
+    }
+    mean[r] = m;
+    rstd[r] = rs;
+}
+
 // dx = rstd * (gdy - mean(gdy) - xhat * mean(gdy * xhat)), gdy = g * dy;
 // xhat = ((x - x0) - shifted mean) * rstd.
 __kernel void ln_bwd_dx(const uint rows, const uint C, __global const float *x, const uint ox,
@@ -164,6 +219,32 @@ __kernel void ln_bwd_dx(const uint rows, const uint C, __global const float *x, 
     for (uint c = 0; c < C; c++) {
         const float gd = affine ? g[c] * dr[c] : dr[c];
         o[c] = rs * (gd - a - ((xr[c] - x0) - m) * rs * bsum);
+    }
+}
+
+// ln_bwd_dx for C a multiple of 8, in float8 (as ln_fwd8).
+__kernel void ln_bwd_dx8(const uint rows, const uint C, __global const float *x, const uint ox,
+                         __global const float *dy, const uint ody, __global const float *g, const uint affine,
+                         __global const float *mean, __global const float *rstd, __global float *dx, const uint odx)
+{
+    const uint r = get_global_id(0);
+    if (r >= rows)
+        return;
+    __global const float *xr = x + ox + (size_t)r * C;
+    __global const float *dr = dy + ody + (size_t)r * C;
+    __global float *o = dx + odx + (size_t)r * C;
+    const uint nv = C / 8;
+    const float m = mean[r], rs = rstd[r], x0 = xr[0];
+    float8 a8 = (float8)(0.0f), b8 = (float8)(0.0f);
+    for (uint k = 0; k < nv; k++) {
+        const float8 gd = affine ? vload8(k, g) * vload8(k, dr) : vload8(k, dr);
+        a8 += gd;
+        b8 = fma(gd, ((vload8(k, xr) - x0) - m) * rs, b8);
+    }
+    const float a = clg_fold8(a8) / (float)C, bsum = clg_fold8(b8) / (float)C;
+    for (uint k = 0; k < nv; k++) {
+        const float8 gd = affine ? vload8(k, g) * vload8(k, dr) : vload8(k, dr);
+        vstore8(rs * (gd - a - ((vload8(k, xr) - x0) - m) * rs * bsum), k, o);
     }
 }
 
@@ -248,6 +329,48 @@ __kernel void tok_xent_fwd(const uint rows, const uint V, const float w, const f
     const int ok = y >= 0 && (uint)y < V;
     const float nll = ok ? ls - (xr[ok ? y : 0] - mx) : NAN;
     const float uni = ls - sx / (float)V; // mean_c -log p_c
+    loss[r] = w * ((1.0f - eps) * nll + eps * uni);
+    correct[r] = (ok && am == (uint)y) ? w : 0.0f;
+}
+
+// The same for V a multiple of 8, eight classes per step in explicit
+// vectors (the per-row loops otherwise read with a stride of V across
+// work-items); partial sums in 8 lanes, folded in lane order.
+__kernel void tok_xent_fwd8(const uint rows, const uint V, const float w, const float eps,
+                            __global const float *x, const uint ox, __global float *p, const uint op,
+                            __global const int *labels, const uint ol, __global float *loss, __global float *correct)
+{
+    const uint r = get_global_id(0);
+    if (r >= rows)
+        return;
+    __global const float *xr = x + ox + (size_t)r * V;
+    __global float *pr = p + op + (size_t)r * V;
+    const uint nv = V / 8;
+    float8 m8 = vload8(0, xr);
+    for (uint k = 1; k < nv; k++)
+        m8 = fmax(m8, vload8(k, xr));
+    const float mx = clg_max8(m8);
+    uint am = 0; // the first maximum
+    while (am + 1 < V && xr[am] != mx)
+        am++;
+    const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
+    float8 s8 = (float8)(0.0f), sx8 = (float8)(0.0f);
+    for (uint k = 0; k < nv; k++) {
+        const float8 d = vload8(k, xr) - mx;
+        const float8 e = exp(d);
+        vstore8(e, k, pr);
+        s8 += select(e, (float8)(0.0f), lane + (int)(8 * k) == (int8)((int)am)); // without the maximum's own 1
+        sx8 += d;
+    }
+    const float s = clg_fold8(s8), sx = clg_fold8(sx8);
+    const float ls = log1p(s);
+    const float inv = 1.0f / (1.0f + s);
+    for (uint k = 0; k < nv; k++)
+        vstore8(vload8(k, pr) * inv, k, pr);
+    const int y = labels[ol + r];
+    const int ok = y >= 0 && (uint)y < V;
+    const float nll = ok ? ls - (xr[ok ? y : 0] - mx) : NAN;
+    const float uni = ls - sx / (float)V;
     loss[r] = w * ((1.0f - eps) * nll + eps * uni);
     correct[r] = (ok && am == (uint)y) ? w : 0.0f;
 }

@@ -260,7 +260,7 @@ clg_status clg_seq_layernorm_forward(clg_device *dev, size_t rows, int C, float 
     cl_float fe = eps;
     cl_mem g = gamma ? gamma : x, b = beta ? beta : x; /* not read without affine */
     cl_kernel k;
-    CLG_TRY(kget(dev, "ln_fwd", &k));
+    CLG_TRY(kget(dev, C % 8 == 0 ? "ln_fwd8" : "ln_fwd", &k));
     clg_kargs a = {k, 0, CL_SUCCESS};
     CLG_KA(&a, ur);
     CLG_KA(&a, uC);
@@ -344,7 +344,7 @@ clg_status clg_seq_layernorm_backward(clg_device *dev, size_t rows, int C, cl_me
         return CLG_OK;
     cl_uint aff = gamma ? 1u : 0u;
     cl_mem g = gamma ? gamma : x;
-    CLG_TRY(kget(dev, "ln_bwd_dx", &k));
+    CLG_TRY(kget(dev, C % 8 == 0 ? "ln_bwd_dx8" : "ln_bwd_dx", &k));
     clg_kargs a = {k, 0, CL_SUCCESS};
     CLG_KA(&a, ur);
     CLG_KA(&a, uC);
@@ -381,7 +381,7 @@ clg_status clg_seq_token_xent_forward(clg_device *dev, size_t rows, int V, float
     cl_uint ur = (cl_uint)rows, uV = (cl_uint)V;
     cl_float fw = w, fe = eps;
     cl_kernel k;
-    CLG_TRY(kget(dev, "tok_xent_fwd", &k));
+    CLG_TRY(kget(dev, V % 8 == 0 ? "tok_xent_fwd8" : "tok_xent_fwd", &k));
     clg_kargs a = {k, 0, CL_SUCCESS};
     CLG_KA(&a, ur);
     CLG_KA(&a, uV);

@@ -76,7 +76,7 @@ static float *read_param(blk *b, int i, int grad)
 static void setup_block(blk *b, int B, int T, uint64_t stream)
 {
     memset(b, 0, sizeof *b);
-    b->B = B, b->T = T, b->V = 29, b->D = 16, b->H = 40, b->CTX = 12;
+    b->B = B, b->T = T, b->V = T > 1 ? 29 : 32, b->D = 16, b->H = 40, b->CTX = 12; /* 32: the 8-wide loss kernel */
     b->ctx = tu_ctx("0");
     b->dev = &b->ctx->devs[0];
     char text[2048];
