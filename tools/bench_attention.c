@@ -5,7 +5,7 @@
  * around a finished queue; the two algorithms alternate within every round
  * (the order flips each round) so a change in machine load hits both;
  * medians. Also prints how far the two algorithms' outputs and gradients
- * are apart (max |fused - gemm| / (|gemm| + 1e-2)). */
+ * are apart (max |fused - gemm| / (|gemm| + 1e-2)) and fails over 1e-3. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +36,7 @@ const cli_spec cli_spec_bench_attention = {
     .about = "Times causal multi-head attention forward + backward (N 8, 4 heads of width 32,\n"
              "T 128 and 512) with the fused kernels and with the GEMM path through the primitives\n"
              "API, alternating (the order flips every round), and prints the medians, gemm/fused\n"
-             "and how far the two algorithms' results are apart.",
+             "and how far the two algorithms' results are apart (exit 1 over 1e-3).",
     .opts = opts,
 };
 
@@ -187,6 +187,10 @@ static int run_case(clg_prim *h, cl_context ctx, cl_command_queue q, const acase
             printf("%2d %5d %5d %4d %12.2f %12.2f %10.2fx %10.2g %10.2g\n", c->N, c->T, c->heads, c->d, med[0], med[1],
                    med[1] / med[0], eo, eg);
         fflush(stdout);
+        if (!(eo <= 1e-3 && eg <= 1e-3))
+            rc = cli_fail("bench attention: the fused and GEMM results differ by %.3g (output) / %.3g (gradients), "
+                          "over 1e-3",
+                          eo, eg);
     }
     for (int a = 0; a < 2; a++) {
         free_bufs(&b[a]);

@@ -46,9 +46,9 @@ clg_status clg_attn_check(clg_device *dev, const clg_attn_desc *a)
         return clg_err_set(err, CLG_ERR_SHAPE, "attention: head width %d outside 1..%d", a->d, CLG_ATTN_MAX_D);
     if (!isfinite(a->scale))
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "attention: scale is not finite");
-    double tt = (double)a->N * a->heads * a->T * a->T;
-    if (tt > 4294967295.0)
-        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "attention: N x heads x T x T = %.0f over the 2^32 limit", tt);
+    if ((double)a->N * a->heads * a->T > 4294967295.0 / 16)
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "attention: N x heads x T = %.0f is too large",
+                           (double)a->N * a->heads * a->T);
     return CLG_OK;
 }
 
@@ -63,6 +63,12 @@ static clg_status check_saved(clg_device *dev, const clg_attn_desc *a, clg_attn_
 {
     if (!saved)
         return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG, "%s: NULL buffer 'saved'", op);
+    double tt = (double)a->N * a->heads * a->T * a->T;
+    if (algo == CLG_ATTN_GEMM && tt > 4294967295.0)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_UNSUPPORTED,
+                           "%s: the gemm algorithm's N x heads x T x T = %.0f scores are over the 2^32 limit (use "
+                           "fused)",
+                           op, tt);
     if ((double)off + clg_attn_saved_floats(a, algo) > 4294967295.0)
         return clg_err_set(clg_dev_err(dev), CLG_ERR_UNSUPPORTED, "%s: 'saved' over the 2^32 limit", op);
     return CLG_OK;

@@ -81,11 +81,12 @@ static void linear_bwd(int M, int N, int K, const double *x, const float *W, con
 
 static uint64_t stream = 100;
 
-static void run_layer(int N, int T, int C, int heads, int causal, const char *algo)
+/* Layer planned for batch Nplan (in_shape), run on batch N <= Nplan. */
+static void run_layer_n(int Nplan, int N, int T, int C, int heads, int causal, const char *algo)
 {
     lh_case c;
     lh_ctx(&c, NULL);
-    int shp[4] = {N, T, C, 1};
+    int shp[4] = {Nplan, T, C, 1};
     char keys[128];
     snprintf(keys, sizeof keys, "heads=%d causal=%d algo=%s", heads, causal, algo);
     clg_status st = make_layer(&c.ctx->err, keys, shp, &c.l);
@@ -98,6 +99,7 @@ static void run_layer(int N, int T, int C, int heads, int causal, const char *al
     LH_OK(&c, c.l.ops->init(&c.l, c.dev, &rng));
     c.nin = 1;
     c.n = N;
+    shp[0] = N;
     memcpy(c.shp[0], shp, sizeof shp);
     c.nx[0] = (size_t)N * T * C;
     c.x[0] = lh_alloc(c.nx[0]);
@@ -157,6 +159,11 @@ static void run_layer(int N, int T, int C, int heads, int causal, const char *al
     lh_free(&c);
 }
 
+static void run_layer(int N, int T, int C, int heads, int causal, const char *algo)
+{
+    run_layer_n(N, N, T, C, heads, causal, algo);
+}
+
 START_TEST(test_layer_fused)
 {
     run_layer(2, 7, 32, 2, 1, "fused");
@@ -170,6 +177,9 @@ START_TEST(test_layer_gemm)
     run_layer(2, 7, 32, 2, 1, "gemm");
     run_layer(2, 33, 64, 4, 1, "gemm");
     run_layer(1, 1, 32, 1, 1, "auto");
+    /* a batch smaller than planned (the last batch, a device's share) */
+    run_layer_n(3, 2, 10, 32, 2, 1, "gemm");
+    run_layer_n(3, 1, 10, 32, 2, 1, "fused");
 }
 END_TEST
 
