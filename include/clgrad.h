@@ -308,6 +308,11 @@ typedef struct clg_model_params {
     const char *split;
     /* Gradient reduction bucket size in MiB (0: 25). */
     double bucket_mb;
+    /* 1: sharded optimizer state (ZeRO stage 1) over the devices: each keeps
+     * the optimizer state of 1/N of the parameters, updates that part and
+     * the updated parts are gathered to every device; the same numbers as
+     * unsharded (bitwise). 0 (default): every device keeps all of it. */
+    int shard_optimizer;
 } clg_model_params;
 
 typedef struct clg_metrics {
@@ -393,6 +398,7 @@ typedef struct clg_train_params {
     double bucket_mb;           /* as clg_model_params.bucket_mb */
     const char *trace;          /* Chrome-trace timeline of the first trace_steps steps (NULL: none) */
     int trace_steps;            /* 0: 20 */
+    int shard_optimizer;        /* as clg_model_params.shard_optimizer */
 } clg_train_params;
 
 typedef struct clg_train_report {
@@ -446,6 +452,7 @@ typedef struct clg_bench_train_params {
     const char *split;     /* as clg_model_params.split */
     double bucket_mb;      /* as clg_model_params.bucket_mb */
     const char *trace;     /* Chrome-trace timeline of the timed steps (NULL: none) */
+    int shard_optimizer;   /* as clg_model_params.shard_optimizer */
 } clg_bench_train_params;
 typedef struct clg_bench_train_report {
     double images_per_s;  /* batch * steps / time of the timed steps */

@@ -11,6 +11,7 @@
 typedef struct bench_train_opts {
     cli_common c;
     clg_bench_train_params p;
+    double mem_limit;
 } bench_train_opts;
 
 #define T bench_train_opts
@@ -24,6 +25,8 @@ static const cli_opt opts[] = {
     CLI_SPLIT_OPT(T, p.split, "auto (by measured speed; default), even, or weights such as 3,1"),
     CLI_DOUBLE_OPT("--bucket-mb", T, p.bucket_mb, 0, 65536, CLI_LO_OPEN, "X",
                    "gradient reduction bucket size in MiB (default 25)"),
+    CLI_SHARD_OPT(T, p.shard_optimizer),
+    CLI_MEM_LIMIT_OPT(T, mem_limit),
     CLI_STRING_OPT("--trace", T, p.trace, "FILE", "Chrome-trace timeline of the timed steps (JSON)"),
     CLI_INT_OPT("--seed", T, p.seed, 0, INT64_MAX, "N", "seed (default 1)"),
     CLI_OPT_PRECISION,
@@ -83,6 +86,8 @@ int bench_train(int argc, char **argv)
     if (o.c.batch)
         p.batch = o.c.batch;
     if (o.c.gemm_backend && cli_option_set("--gemm-backend", "gemm_backend", o.c.gemm_backend) != CLI_OK)
+        return CLI_USAGE;
+    if (cli_mem_limit(o.mem_limit) != CLI_OK)
         return CLI_USAGE;
     if (!p.model)
         return cli_usage_error("bench train", "missing --model FILE");

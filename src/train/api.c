@@ -41,7 +41,7 @@ static clg_status model_create(clg_ctx *ctx, const char *text, const char *sourc
         !isfinite(p->bucket_mb))
         return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG,
                            "model params: learning_rate, momentum, weight_decay and bucket_mb must be finite");
-    clg_dp_params dpp = {.split = p->split, .bucket_mb = p->bucket_mb};
+    clg_dp_params dpp = {.split = p->split, .bucket_mb = p->bucket_mb, .shard_optimizer = p->shard_optimizer};
     clg_model *m = NULL;
     CLG_TRY(clg_session_create(ctx, p->devices, p->device, text, source, p->batch, p->seed, fp16, &dpp, &m));
     if (p->optimizer) {
@@ -412,6 +412,7 @@ static clg_status bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg
     mp.devices = p->devices;
     mp.split = p->split;
     mp.bucket_mb = p->bucket_mb;
+    mp.shard_optimizer = p->shard_optimizer;
     mp.seed = p->seed;
     mp.precision = p->precision;
     clg_model *m = NULL;

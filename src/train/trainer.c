@@ -521,7 +521,7 @@ static clg_status open_model(clg_ctx *ctx, train_state *ts, int fp16)
     char *text = NULL;
     clg_ckpt *fw = NULL; /* ONNX: the weights that came with the model file */
     CLG_TRY(clg_model_file_read(&ctx->err, p->model, &text, &fw));
-    clg_dp_params dpp = {.split = p->split, .bucket_mb = p->bucket_mb};
+    clg_dp_params dpp = {.split = p->split, .bucket_mb = p->bucket_mb, .shard_optimizer = p->shard_optimizer};
     clg_status st = clg_session_create(ctx, p->devices, p->device, text, p->model, p->batch, p->seed ? p->seed : 1,
                                        fp16, &dpp, &ts->m);
     free(text);
