@@ -366,6 +366,25 @@ CLG_API clg_status clg_model_train_step(clg_model *m, const float *images, const
 CLG_API clg_status clg_model_metrics_size(const clg_model *m, clg_metrics *out, size_t size);
 #define clg_model_metrics(m, out) clg_model_metrics_size((m), (out), sizeof *(out))
 
+/* Device memory of a model on one of its devices (index 0 .. devices - 1
+ * in its device list), in bytes: what the device's account holds for it
+ * now, by kind, and the account's peak since the model was created (the
+ * buffer pool's blocks in use plus the parameter and optimizer arenas; the
+ * cap of the option device_mem_limit applies to the same sum). Before the
+ * first training step the optimizer state is 0 unless it was created. */
+typedef struct clg_device_memory {
+    int devices;          /* the model's devices */
+    int device;           /* this one's index in the context */
+    uint64_t parameters;  /* parameter and gradient arenas (fp16: master, half and view copies too) */
+    uint64_t optimizer;   /* optimizer state (sharded: this device's part) */
+    uint64_t activations; /* planned activation buffers */
+    uint64_t workspace;   /* the rest in use: feeds, convolution and GEMM workspaces, scratch */
+    uint64_t peak;        /* peak of the account since the model was created */
+    uint64_t limit;       /* device_mem_limit in bytes (0: none) */
+} clg_device_memory;
+CLG_API clg_status clg_model_memory_size(const clg_model *m, int index, clg_device_memory *out, size_t size);
+#define clg_model_memory(m, index, out) clg_model_memory_size((m), (index), (out), sizeof *(out))
+
 /* Whole training runs (what `clgrad train` does). */
 typedef struct clg_train_params {
     size_t size;                /* sizeof, set by clg_train_params_init (see "ABI" above) */

@@ -34,9 +34,9 @@ static clg_status over_limit(clg_device *dev, uint64_t more, const char *what)
         return CLG_OK;
     p->stats.failures++;
     return clg_err_set(clg_dev_err(dev), CLG_ERR_DEVICE_OOM,
-                       "device %d (%s): %s of %.2f MiB refused: %.2f MiB in use, past the memory limit of %.2f MiB "
+                       "%s of %.2f MiB refused on device %d: %.2f MiB in use, past its memory limit of %.2f MiB "
                        "(device_mem_limit, --device-mem-limit)",
-                       dev->index, dev->info.name, what, more / 1048576.0,
+                       what, more / 1048576.0, dev->index,
                        (p->stats.bytes_in_use + p->direct_bytes) / 1048576.0, p->limit / 1048576.0);
 }
 

@@ -252,6 +252,27 @@ clg_status clg_model_metrics_size(const clg_model *m, clg_metrics *out, size_t s
     return CLG_OK;
 }
 
+clg_status clg_model_memory_size(const clg_model *m, int index, clg_device_memory *out, size_t size)
+{
+    if (!m || !out)
+        return clg_err_set(NULL, CLG_ERR_INVALID_ARG, "memory: model and out are required");
+    if (index < 0 || index >= m->dp->n)
+        return clg_err_set(&m->ctx->err, CLG_ERR_INVALID_ARG, "memory: device %d of a model on %d device(s)", index,
+                           m->dp->n);
+    clg_dp_mem dm;
+    clg_dp_memory(m->dp, index, &dm);
+    clg_device_memory r = {.devices = m->dp->n,
+                           .device = m->dp->lanes[index].dev->index,
+                           .parameters = dm.params,
+                           .optimizer = dm.optim,
+                           .activations = dm.activations,
+                           .workspace = dm.workspace,
+                           .peak = dm.peak,
+                           .limit = dm.limit};
+    clg_sized_write(out, size, &r, sizeof r); /* the caller's sizeof */
+    return CLG_OK;
+}
+
 static clg_status model_evaluate(clg_model *m, const char *data, long limit, clg_eval_report *out);
 
 clg_status clg_model_evaluate_size(clg_model *m, const char *data, long limit, clg_eval_report *out, size_t size)
