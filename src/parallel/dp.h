@@ -13,6 +13,9 @@
  *      norm -> every lane writes the sum back -> (BN running statistics:
  *      averaged weighted by slice size) -> fp16 overflow / clip decided from
  *      the global gradient -> optimizer on every lane.
+ * Sharded optimizer state (shard_optimizer): each lane writes back only its
+ * slice of every bucket, updates only that slice (its optimizer holds that
+ * slice's state), then the lanes gather the updated slices through the host.
  * The caller fills and uploads the next batch between begin and end. */
 #ifndef CLG_PARALLEL_DP_H
 #define CLG_PARALLEL_DP_H

@@ -99,11 +99,12 @@ static const char *MLP = "[net]\nchannels = 1\nheight = 32\nwidth = 32\nclasses 
  * whose clip norms differ in rounding (float partial sums on the device,
  * double on the host). */
 static const char *g_reduce = "host";
+static const char *g_split = "even"; /* the batch split of the models made */
 
 static clg_status make_in(clg_ctx *c, const char *text, const char *devices, int fp16, int shard, int opt,
                           uint64_t seed, clg_model **m)
 {
-    clg_dp_params dpp = {.split = "even", .bucket_mb = 0.004, .shard_optimizer = shard, .reduce = g_reduce};
+    clg_dp_params dpp = {.split = g_split, .bucket_mb = 0.004, .shard_optimizer = shard, .reduce = g_reduce};
     int batch = 0;
     CLG_TRY(clg_session_create(c, devices, 0, text, "t", batch, seed, fp16, &dpp, m));
     clg_hparams *hp = &(*m)->hp;
@@ -272,6 +273,39 @@ START_TEST(adam_fp16) { if (two_devices()) equivalence(CLG_OPT_ADAM, 1); }
 END_TEST
 START_TEST(adamw_fp16) { if (two_devices()) equivalence(CLG_OPT_ADAMW, 1); }
 END_TEST
+/* a lane without samples still updates its slice and joins the gather */
+START_TEST(sgd_idle_lane)
+{
+    if (!two_devices())
+        return;
+    g_split = "1,0";
+    equivalence(CLG_OPT_SGD, 0);
+    g_split = "even";
+}
+END_TEST
+/* per-tensor updates (option optim_per_tensor) have no arena to slice: refused clearly */
+START_TEST(per_tensor_refused)
+{
+    if (!two_devices())
+        return;
+    clg_options *o = NULL;
+    ck_assert(clg_options_create(&o) == CLG_OK);
+    ck_assert(clg_options_set(o, "optim_per_tensor", "1") == CLG_OK);
+    clg_ctx_params p;
+    clg_ctx_params_init(&p);
+    p.options = o;
+    clg_ctx *c = NULL;
+    ck_assert(clg_ctx_create(&p, &c) == CLG_OK);
+    clg_options_destroy(o);
+    clg_model *m = NULL;
+    ck_assert(make_in(c, NET, "all", 0, 1, CLG_OPT_ADAM, tu_seed(), &m) == CLG_OK);
+    ck_assert_int_eq(clg_session_ensure_optim(m), CLG_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(clg_last_error(c), "sharded optimizer state") && strstr(clg_last_error(c), "device 0"),
+                  "%s", clg_last_error(c));
+    clg_session_free(m);
+    clg_ctx_destroy(c);
+}
+END_TEST
 /* the device-to-device reduction's write-back of a shard's part */
 START_TEST(adam_device_reduction)
 {
@@ -393,6 +427,8 @@ static Suite *suite(void)
     tcase_add_test(tc, adam_fp16);
     tcase_add_test(tc, adamw_fp16);
     tcase_add_test(tc, adam_device_reduction);
+    tcase_add_test(tc, sgd_idle_lane);
+    tcase_add_test(tc, per_tensor_refused);
     tcase_add_test(tc, checkpoint_round_trip);
     tcase_add_test(tc, memory_cap);
     suite_add_tcase(s, tc);
