@@ -58,9 +58,10 @@ static void print_report(const bench_train_opts *o, const clg_bench_train_params
                p->precision ? p->precision : "fp32", p->batch, rep->devices, p->steps, p->warmup, rep->images_per_s, rep->ms_per_step, rep->ms_per_step_median);
         cli_json_str(info->name);
         printf(", \"shares\": \"%s\", \"ranks\": %d, \"setup_s\": %.4f, \"first_step_s\": %.4f, \"first_step_end\": %.6f, "
-               "\"first_step_cpu_s\": %.3f, \"launches_per_step\": %.1f, \"programs_built\": %d, \"programs_cached\": %d}\n",
+               "\"first_step_cpu_s\": %.3f, \"launches_per_step\": %.1f, \"programs_built\": %d, \"programs_cached\": %d",
                rep->shares, ranks, rep->setup_s, rep->first_step_s, rep->first_step_end, rep->first_step_cpu_s,
                rep->launches_per_step, built, cached);
+        printf(", \"mem_peak_mib\": %.3f, \"mem_optim_mib\": %.3f}\n", rep->mem_peak_mib, rep->mem_optim_mib);
         return;
     }
     printf("model %s  batch %d  devices %d (%s)  precision %s  split %s\n", p->model, p->batch, rep->devices,
@@ -72,6 +73,8 @@ static void print_report(const bench_train_opts *o, const clg_bench_train_params
            rep->images_per_s, rep->ms_per_step, rep->ms_per_step_median);
     printf("start-up: model setup %.3f s, first step %.3f s; %.1f kernel launches per step\n", rep->setup_s,
            rep->first_step_s, rep->launches_per_step);
+    printf("device memory (largest device): peak %.2f MiB, optimizer state %.2f MiB\n", rep->mem_peak_mib,
+           rep->mem_optim_mib);
 }
 
 int bench_train(int argc, char **argv)

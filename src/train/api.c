@@ -513,6 +513,12 @@ static clg_status bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg
             launches += ctx->devs[d].launches;
         out->launches_per_step = (double)(launches - launches0) / p->steps;
         clg_dp_shares(m->dp, out->shares, sizeof out->shares);
+        for (int l = 0; l < m->dp->n; l++) {
+            clg_dp_mem dm;
+            clg_dp_memory(m->dp, l, &dm);
+            out->mem_peak_mib = fmax(out->mem_peak_mib, dm.peak / 1048576.0);
+            out->mem_optim_mib = fmax(out->mem_optim_mib, dm.optim / 1048576.0);
+        }
     }
     free(times);
     if (m->trace) {

@@ -598,18 +598,19 @@ static clg_status open_checkpoint(train_state *ts)
 
 /* The set-up on stderr: network, memory plan, devices, ranks, precision, data. */
 /* Per device: what the model holds before the first step (the optimizer
- * state is created by then), MiB. */
+ * state is created by then) and the peak so far (clg_model_memory), MiB. */
 static void print_memory(const clg_model *m)
 {
     const double M = 1048576.0;
     int lim = m->ctx->devs[0].pool.limit != 0;
-    fprintf(stderr, "memory per device, MiB%s:\n  device  parameters   optimizer  activations   workspace       total%s\n",
+    fprintf(stderr, "memory per device, MiB%s:\n  device  parameters   optimizer  activations   workspace       total        peak%s\n",
             m->dp->shard ? " (optimizer state sharded)" : "", lim ? "       limit" : "");
     for (int l = 0; l < m->dp->n; l++) {
         clg_dp_mem d;
         clg_dp_memory(m->dp, l, &d);
-        fprintf(stderr, "  %6d  %10.2f  %10.2f  %11.2f  %10.2f  %10.2f", m->dp->lanes[l].dev->index, d.params / M,
-                d.optim / M, d.activations / M, d.workspace / M, (d.params + d.optim + d.activations + d.workspace) / M);
+        fprintf(stderr, "  %6d  %10.2f  %10.2f  %11.2f  %10.2f  %10.2f  %10.2f", m->dp->lanes[l].dev->index,
+                d.params / M, d.optim / M, d.activations / M, d.workspace / M,
+                (d.params + d.optim + d.activations + d.workspace) / M, d.peak / M);
         if (lim)
             fprintf(stderr, "  %10.2f", d.limit / M);
         fputc('\n', stderr);
