@@ -164,17 +164,19 @@ static clg_status make_layout(clg_dp *dp, clg_err *err)
 }
 
 /* Sharded optimizer state: lane l owns floats [k0, k1) of the arena, an
- * even split in units of the arena's alignment (sub-buffer origins). */
+ * even split in units of the arena's alignment (sub-buffer origins); the
+ * last lane also takes the tail shorter than a unit. */
 static clg_status make_shards(clg_dp *dp, clg_err *err)
 {
     /* in whole update work-groups too, so a slice's launch groups the elements as the whole arena's
      * does and a compiler's per-group code paths (vectorised, partial group) match */
-    size_t ub = CLG_MAX(dp->align, (size_t)CLG_OPTK_STEP_WG * sizeof(float)), unit = ub / sizeof(float), units = dp->lay.bytes / ub;
+    size_t ub = CLG_MAX(dp->align, (size_t)CLG_OPTK_STEP_WG * sizeof(float));
+    size_t unit = ub / sizeof(float), units = dp->lay.bytes / ub;
     for (int l = 0; l < dp->n; l++) {
         dp->sh_k0[l] = units * (size_t)l / (size_t)dp->n * unit;
         dp->sh_k1[l] = units * (size_t)(l + 1) / (size_t)dp->n * unit;
     }
-    dp->sh_k1[dp->n - 1] = dp->lay.bytes / sizeof(float); /* the arena's last align-sized tail */
+    dp->sh_k1[dp->n - 1] = dp->lay.bytes / sizeof(float);
     if (!(dp->phost = calloc(CLG_MAX(dp->lay.bytes / sizeof(float), 1), sizeof(float))))
         return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory for the parameter gather");
     return CLG_OK;

@@ -603,7 +603,9 @@ static void print_memory(const clg_model *m)
 {
     const double M = 1048576.0;
     int lim = m->ctx->devs[0].pool.limit != 0;
-    fprintf(stderr, "memory per device, MiB%s:\n  device  parameters   optimizer  activations   workspace       total        peak%s\n",
+    fprintf(stderr,
+            "memory per device, MiB%s:\n"
+            "  device  parameters   optimizer  activations   workspace       total        peak%s\n",
             m->dp->shard ? " (optimizer state sharded)" : "", lim ? "       limit" : "");
     for (int l = 0; l < m->dp->n; l++) {
         clg_dp_mem d;
