@@ -379,7 +379,7 @@ typedef struct clg_device_memory {
     uint64_t optimizer;   /* optimizer state (sharded: this device's part) */
     uint64_t activations; /* planned activation buffers */
     uint64_t workspace;   /* the rest in use: feeds, convolution and GEMM workspaces, scratch */
-    uint64_t peak;        /* peak of the account since the model was created */
+    uint64_t peak;        /* peak of the account since the model (or a later one on this device) was created */
     uint64_t limit;       /* device_mem_limit in bytes (0: none) */
 } clg_device_memory;
 CLG_API clg_status clg_model_memory_size(const clg_model *m, int index, clg_device_memory *out, size_t size);
