@@ -11,6 +11,7 @@
  *  - each device's optimizer-state bytes <= (1/2 + 5%) of the unsharded.
  *  - checkpoints: sharded -> unsharded -> sharded, the state bitwise the
  *    same, and 5 more steps on all three bitwise equal.
+ *  - the shipped resnet-mini (batch norm, residuals), Adam, 5 steps: bitwise.
  *  - the memory cap (option device_mem_limit): an Adam MLP whose peak on
  *    one device is above the cap is refused with a status naming the device
  *    and the cap, and trains on two devices with sharded state (not without).
@@ -230,19 +231,23 @@ static void same_state(clg_model *u, clg_model *s, const char *what)
     }
 }
 
-static void equivalence(int opt, int fp16)
+static void equivalence_of(const char *text, int steps, int opt, int fp16);
+
+static void equivalence(int opt, int fp16) { equivalence_of(NET, STEPS, opt, fp16); }
+
+static void equivalence_of(const char *text, int steps, int opt, int fp16)
 {
     uint64_t seed = tu_seed();
     char what[64];
     snprintf(what, sizeof what, "%s %s", clg_optim_name(opt), fp16 ? "fp16" : "fp32");
-    clg_model *u = make(NET, fp16, 0, opt, seed), *s = make(NET, fp16, 1, opt, seed);
+    clg_model *u = make(text, fp16, 0, opt, seed), *s = make(text, fp16, 1, opt, seed);
     ck_assert(s->dp->shard && !u->dp->shard);
     clg_rng ru, rs;
     clg_rng_seed(&ru, seed, 5);
     clg_rng_seed(&rs, seed, 5);
-    int cu = train(u, &ru, STEPS, NULL), cs = train(s, &rs, STEPS, NULL);
+    int cu = train(u, &ru, steps, NULL), cs = train(s, &rs, steps, NULL);
     ck_assert_int_eq(cu, cs);
-    ck_assert_msg(cu >= STEPS / 2, "%s: clipping active on %d of %d steps only", what, cu, STEPS);
+    ck_assert_msg(cu >= steps / 2, "%s: clipping active on %d of %d steps only", what, cu, steps);
     same_weights(u, 0, s, 0, what);
     same_weights(s, 0, s, 1, what); /* the gather reached every replica */
     same_state(u, s, what);
@@ -272,6 +277,27 @@ END_TEST
 START_TEST(adam_fp16) { if (two_devices()) equivalence(CLG_OPT_ADAM, 1); }
 END_TEST
 START_TEST(adamw_fp16) { if (two_devices()) equivalence(CLG_OPT_ADAMW, 1); }
+END_TEST
+/* The shipped resnet-mini (batch norm, residual adds, projections), batch
+ * 16, 5 steps: the running statistics are averaged over the lanes as
+ * unsharded (compared too: same_weights covers every parameter). */
+START_TEST(resnet_mini_adam)
+{
+    if (!two_devices())
+        return;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/resnet-mini.cfg", CLG_SOURCE_DIR);
+    char *text = NULL;
+    size_t len = 0;
+    clg_err err = {0};
+    ck_assert_msg(clg_file_read(&err, path, &text, &len) == CLG_OK, "%s", err.msg);
+    char *small = malloc(len + 64), *b = strstr(text, "batch = 128");
+    ck_assert(small && b);
+    snprintf(small, len + 64, "%.*sbatch = 16%s", (int)(b - text), text, b + strlen("batch = 128"));
+    equivalence_of(small, 5, CLG_OPT_ADAM, 0);
+    free(small);
+    free(text);
+}
 END_TEST
 /* a lane without samples still updates its slice and joins the gather */
 START_TEST(sgd_idle_lane)
@@ -428,6 +454,7 @@ static Suite *suite(void)
     tcase_add_test(tc, adamw_fp16);
     tcase_add_test(tc, adam_device_reduction);
     tcase_add_test(tc, sgd_idle_lane);
+    tcase_add_test(tc, resnet_mini_adam);
     tcase_add_test(tc, per_tensor_refused);
     tcase_add_test(tc, checkpoint_round_trip);
     tcase_add_test(tc, memory_cap);
