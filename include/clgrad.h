@@ -321,6 +321,11 @@ typedef struct clg_model_params {
     int pipe_recompute;        /* 1: a stage stashes only its entering activations per micro-batch in flight
                                 * and runs its forward again before the backward (less memory, one more
                                 * forward); 0 (default): a whole activation set per micro-batch in flight */
+    /* 1: sharded optimizer state (ZeRO stage 1) over the devices: each keeps
+     * the optimizer state of 1/N of the parameters, updates that part and
+     * the updated parts are gathered to every device; the same numbers as
+     * unsharded (bitwise). 0 (default): every device keeps all of it. */
+    int shard_optimizer;
 } clg_model_params;
 
 typedef struct clg_metrics {
@@ -376,6 +381,25 @@ CLG_API clg_status clg_model_train_step(clg_model *m, const float *images, const
 CLG_API clg_status clg_model_metrics_size(const clg_model *m, clg_metrics *out, size_t size);
 #define clg_model_metrics(m, out) clg_model_metrics_size((m), (out), sizeof *(out))
 
+/* Device memory of a model on one of its devices (index 0 .. devices - 1
+ * in its device list), in bytes: what the device's account holds for it
+ * now, by kind, and the account's peak since the model was created (the
+ * buffer pool's blocks in use plus the parameter and optimizer arenas; the
+ * cap of the option device_mem_limit applies to the same sum). Before the
+ * first training step the optimizer state is 0 unless it was created. */
+typedef struct clg_device_memory {
+    int devices;          /* the model's devices */
+    int device;           /* this one's index in the context */
+    uint64_t parameters;  /* parameter and gradient arenas (fp16: master, half and view copies too) */
+    uint64_t optimizer;   /* optimizer state (sharded: this device's part) */
+    uint64_t activations; /* planned activation buffers */
+    uint64_t workspace;   /* the rest in use: feeds, convolution and GEMM workspaces, scratch */
+    uint64_t peak;        /* peak of the account since the model (or a later one on this device) was created */
+    uint64_t limit;       /* device_mem_limit in bytes (0: none) */
+} clg_device_memory;
+CLG_API clg_status clg_model_memory_size(const clg_model *m, int index, clg_device_memory *out, size_t size);
+#define clg_model_memory(m, index, out) clg_model_memory_size((m), (index), (out), sizeof *(out))
+
 /* Whole training runs (what `clgrad train` does). */
 typedef struct clg_train_params {
     size_t size;                /* sizeof, set by clg_train_params_init (see "ABI" above) */
@@ -416,6 +440,7 @@ typedef struct clg_train_params {
     int microbatches;           /* as clg_model_params.microbatches */
     const char *pipe_schedule;  /* as clg_model_params.pipe_schedule */
     int pipe_recompute;         /* as clg_model_params.pipe_recompute */
+    int shard_optimizer;        /* as clg_model_params.shard_optimizer */
 } clg_train_params;
 
 typedef struct clg_train_report {
@@ -477,6 +502,7 @@ typedef struct clg_bench_train_params {
     int microbatches;          /* as clg_model_params.microbatches */
     const char *pipe_schedule; /* as clg_model_params.pipe_schedule */
     int pipe_recompute;        /* as clg_model_params.pipe_recompute */
+    int shard_optimizer;   /* as clg_model_params.shard_optimizer */
 } clg_bench_train_params;
 typedef struct clg_bench_train_report {
     double images_per_s;  /* batch * steps / time of the timed steps */
@@ -492,6 +518,9 @@ typedef struct clg_bench_train_report {
     double first_step_cpu_s; /* CPU time of the process (all threads) at the end of the first step */
     double launches_per_step; /* kernel launches per timed step, all devices */
     double pipe_bubble;   /* a pipeline (parallel "pp=K"): the stages' mean idle share over the timed steps; else -1 */
+    /* device memory (clg_model_memory) at the end, the largest over the devices, MiB: */
+    double mem_peak_mib;  /* peak of the device's account */
+    double mem_optim_mib; /* optimizer state */
 } clg_bench_train_report;
 /* Defaults. A macro: passes the sizeof the caller was compiled with. */
 CLG_API void clg_bench_train_params_init_size(clg_bench_train_params *p, size_t size);

@@ -11,6 +11,7 @@
 typedef struct bench_train_opts {
     cli_common c;
     clg_bench_train_params p;
+    double mem_limit;
 } bench_train_opts;
 
 #define T bench_train_opts
@@ -25,6 +26,8 @@ static const cli_opt opts[] = {
     CLI_DOUBLE_OPT("--bucket-mb", T, p.bucket_mb, 0, 65536, CLI_LO_OPEN, "X",
                    "gradient reduction bucket size in MiB (default 25)"),
     CLI_OPTS_PIPELINE(T),
+    CLI_SHARD_OPT(T, p.shard_optimizer),
+    CLI_MEM_LIMIT_OPT(T, mem_limit),
     CLI_STRING_OPT("--trace", T, p.trace, "FILE", "Chrome-trace timeline of the timed steps (JSON)"),
     CLI_INT_OPT("--seed", T, p.seed, 0, INT64_MAX, "N", "seed (default 1)"),
     CLI_OPT_PRECISION,
@@ -57,9 +60,10 @@ static void print_report(const bench_train_opts *o, const clg_bench_train_params
         cli_json_str(info->name);
         printf(", \"shares\": \"%s\", \"ranks\": %d, \"setup_s\": %.4f, \"first_step_s\": %.4f, \"first_step_end\": %.6f, "
                "\"first_step_cpu_s\": %.3f, \"launches_per_step\": %.1f, \"programs_built\": %d, \"programs_cached\": %d, "
-               "\"pipe_bubble\": %.4f}\n",
+               "\"pipe_bubble\": %.4f",
                rep->shares, ranks, rep->setup_s, rep->first_step_s, rep->first_step_end, rep->first_step_cpu_s,
                rep->launches_per_step, built, cached, rep->pipe_bubble);
+        printf(", \"mem_peak_mib\": %.3f, \"mem_optim_mib\": %.3f}\n", rep->mem_peak_mib, rep->mem_optim_mib);
         return;
     }
     printf("model %s  batch %d  devices %d (%s)  precision %s  split %s\n", p->model, p->batch, rep->devices,
@@ -74,6 +78,8 @@ static void print_report(const bench_train_opts *o, const clg_bench_train_params
     if (rep->pipe_bubble >= 0)
         printf("pipeline bubble: the stages were idle %.1f%% of the timed steps (waiting for another stage)\n",
                100 * rep->pipe_bubble);
+    printf("device memory (largest device): peak %.2f MiB, optimizer state %.2f MiB\n", rep->mem_peak_mib,
+           rep->mem_optim_mib);
 }
 
 int bench_train(int argc, char **argv)
@@ -88,6 +94,8 @@ int bench_train(int argc, char **argv)
     if (o.c.batch)
         p.batch = o.c.batch;
     if (o.c.gemm_backend && cli_option_set("--gemm-backend", "gemm_backend", o.c.gemm_backend) != CLI_OK)
+        return CLI_USAGE;
+    if (cli_mem_limit(o.mem_limit) != CLI_OK)
         return CLI_USAGE;
     if (!p.model)
         return cli_usage_error("bench train", "missing --model FILE");

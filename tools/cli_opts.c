@@ -41,6 +41,15 @@ static int plain_decimal(const char *v, int real)
     return *s == 0;
 }
 
+int cli_mem_limit(double mib)
+{
+    char v[64];
+    if (!(mib > 0))
+        return CLI_OK;
+    snprintf(v, sizeof v, "%.17g", mib);
+    return cli_option_set("--device-mem-limit", "device_mem_limit", v);
+}
+
 const char *cli_check_split(const char *value)
 {
     static const char want[] = "auto, even, or weights per device separated by commas, each a plain decimal "

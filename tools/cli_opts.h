@@ -124,6 +124,18 @@ extern const char *const cli_pipe_schedules[]; /* 1f1b, gpipe */
                        "MPI: a rank that died or hangs fails the others after SEC seconds\n"                    \
                        "(default 60; 10x until the first all-reduce completes)")
 
+/* Sharded optimizer state and the device memory cap (train, bench train). */
+#define CLI_SHARD_OPT(T, f)                                                                                     \
+    CLI_FLAG_OPT("--shard-optimizer", T, f, 1,                                                                  \
+                 "with several devices: each keeps the optimizer state of 1/N of the\n"                         \
+                 "parameters and updates that part; the parts are gathered (ZeRO-1)")
+#define CLI_MEM_LIMIT_OPT(T, f)                                                                                 \
+    CLI_DOUBLE_OPT("--device-mem-limit", T, f, 0, 1e9, CLI_LO_OPEN, "MIB",                                     \
+                   "test aid: cap each device's memory (buffer pool and arenas) at MIB MiB;\n"                  \
+                   "allocations past it are refused, naming the device (option device_mem_limit)")
+/* --device-mem-limit given (mib > 0): sets the option device_mem_limit; CLI_OK or CLI_USAGE. */
+int cli_mem_limit(double mib);
+
 /* A command: its table and texts. */
 typedef struct cli_spec {
     const char *name;     /* "train", "bench train" */

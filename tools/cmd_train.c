@@ -15,6 +15,7 @@ typedef struct train_opts {
     cli_common c;
     clg_train_params p;
     int no_eval;
+    double mem_limit;
 } train_opts;
 
 #define T train_opts
@@ -42,6 +43,8 @@ static const cli_opt opts[] = {
     CLI_DOUBLE_OPT("--bucket-mb", T, p.bucket_mb, 0, 65536, CLI_LO_OPEN, "X",
                    "gradient reduction bucket size in MiB (default 25)"),
     CLI_OPTS_PIPELINE(T),
+    CLI_SHARD_OPT(T, p.shard_optimizer),
+    CLI_MEM_LIMIT_OPT(T, mem_limit),
     CLI_STRING_OPT("--trace", T, p.trace, "FILE",
                    "Chrome-trace timeline (JSON) of the first 20 steps (per device:\n"
                    "layers, uploads, gradient bucket transfers, reduction, waits)"),
@@ -125,6 +128,8 @@ int cmd_train(int argc, char **argv)
     if (!p.data)
         return cli_usage_error("train", "missing --data (fashion-mnist, mnist, cifar10 or a path)");
     if (o.c.gemm_backend && cli_option_set("--gemm-backend", "gemm_backend", o.c.gemm_backend) != CLI_OK)
+        return CLI_USAGE;
+    if (cli_mem_limit(o.mem_limit) != CLI_OK)
         return CLI_USAGE;
     clg_mpi_configure(o.c.comm_timeout, o.c.deterministic);
     int rc = CLI_OK;

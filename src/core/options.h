@@ -89,7 +89,9 @@
     X(test_slow_lane, "CLGRAD_TEST_SLOW_LANE", STR, "", 0, 0, "", TEST,                                              \
       "LANE:FACTOR: that data-parallel lane reports FACTOR times its measured time (split tests)")                   \
     X(fp16_scale_interval, "CLGRAD_FP16_SCALE_INTERVAL", INT, "0", 0, 1000000000, "", TEST,                          \
-      "fp16 loss scale: good steps before it grows (0: the built-in interval)")
+      "fp16 loss scale: good steps before it grows (0: the built-in interval)")                                      \
+    X(device_mem_limit, "CLGRAD_DEVICE_MEM_LIMIT", DOUBLE, "0", 0, 1e9, "", TUNING,                                  \
+      "cap on each device's memory in MiB (buffer pool and arenas; refusals name the device; 0: none)")
 
 #define CLG_OPT_STR_MAX 1024
 

@@ -371,6 +371,7 @@ clg_status clg_ctx_create(const clg_ctx_params *params, clg_ctx **out)
         d->info = infos[i];
         d->pool.fail_after = -1;
         d->pool.cache_limit = (uint64_t)1 << 40;
+        d->pool.limit = (uint64_t)(ctx->opts.device_mem_limit * 1048576.0); /* test aid: 0 none */
         ctx->ndev = k + 1;
         cl_int e = CL_SUCCESS;
         /* Devices of one platform share a cl_context (buffers are usable on
@@ -486,6 +487,7 @@ clg_status clg_ctx_wrap_queue(cl_command_queue queue, const clg_ctx_params *p, c
     apply_fp16(&d->info, &ctx->opts);
     d->pool.fail_after = -1;
     d->pool.cache_limit = (uint64_t)1 << 40;
+    d->pool.limit = (uint64_t)(ctx->opts.device_mem_limit * 1048576.0);
     ctx->ndev = 1; /* from here clg_ctx_destroy releases what was retained */
     /* the caller's objects, retained here and released once by clg_ctx_destroy */
     e = clRetainContext(clctx);

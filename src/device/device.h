@@ -75,6 +75,11 @@ typedef struct clg_pool {
     clg_pool_stats stats;
     long fail_after; /* fault injection: fail the allocation after this many more succeed (-1 off) */
     uint64_t cache_limit; /* bytes kept cached at most */
+    /* Memory account: buffers made outside the pool (parameter and optimizer
+     * state arenas) charged by clg_mem_charge; the cap (option
+     * device_mem_limit, 0 none) refuses a pool allocation or a charge that
+     * would take in-use + charged bytes past it. */
+    uint64_t direct_bytes, total_peak, limit;
 } clg_pool;
 
 /* Rounds a request up to its size class (>= 256 bytes, 4 classes per octave). */
@@ -82,6 +87,11 @@ CLG_INTERNAL size_t clg_pool_class(size_t bytes);
 /* Allocates a device buffer of at least `bytes` (read-write). Served from the
  * pool when a released block of the same class exists. */
 CLG_INTERNAL clg_status clg_buf_alloc(clg_device *dev, size_t bytes, cl_mem *out);
+/* Charges `bytes` of a buffer made outside the pool (what: "optimizer state",
+ * for the refusal) to the device's memory account; CLG_ERR_DEVICE_OOM naming
+ * the device and the cap when over the device_mem_limit. */
+CLG_INTERNAL clg_status clg_mem_charge(clg_device *dev, size_t bytes, const char *what);
+CLG_INTERNAL void clg_mem_uncharge(clg_device *dev, size_t bytes);
 /* Returns a buffer obtained from clg_buf_alloc to the pool. NULL is a no-op. */
 CLG_INTERNAL void clg_buf_release(clg_device *dev, cl_mem mem);
 /* buf[off .. off + n) = v (floats), by a kernel (cl/eltwise.cl `fill`)

@@ -22,6 +22,35 @@ static void update_peak(clg_pool *p)
 {
     if (p->stats.bytes_in_use > p->stats.peak_bytes)
         p->stats.peak_bytes = p->stats.bytes_in_use;
+    if (p->stats.bytes_in_use + p->direct_bytes > p->total_peak)
+        p->total_peak = p->stats.bytes_in_use + p->direct_bytes;
+}
+
+/* Whether `more` bytes fit the device's memory cap (device_mem_limit MiB; 0 none); else the refusal. */
+static clg_status over_limit(clg_device *dev, uint64_t more, const char *what)
+{
+    clg_pool *p = &dev->pool;
+    if (!p->limit || p->stats.bytes_in_use + p->direct_bytes + more <= p->limit)
+        return CLG_OK;
+    p->stats.failures++;
+    return clg_err_set(clg_dev_err(dev), CLG_ERR_DEVICE_OOM,
+                       "%s of %.2f MiB refused on device %d: %.2f MiB in use, past its memory limit of %.2f MiB "
+                       "(device_mem_limit, --device-mem-limit)",
+                       what, more / 1048576.0, dev->index,
+                       (p->stats.bytes_in_use + p->direct_bytes) / 1048576.0, p->limit / 1048576.0);
+}
+
+clg_status clg_mem_charge(clg_device *dev, size_t bytes, const char *what)
+{
+    CLG_TRY(over_limit(dev, bytes, what));
+    dev->pool.direct_bytes += bytes;
+    update_peak(&dev->pool);
+    return CLG_OK;
+}
+
+void clg_mem_uncharge(clg_device *dev, size_t bytes)
+{
+    dev->pool.direct_bytes -= CLG_MIN(bytes, dev->pool.direct_bytes);
 }
 
 clg_status clg_buf_alloc(clg_device *dev, size_t bytes, cl_mem *out)
@@ -29,6 +58,7 @@ clg_status clg_buf_alloc(clg_device *dev, size_t bytes, cl_mem *out)
     *out = NULL;
     clg_pool *p = &dev->pool;
     size_t cls = clg_pool_class(bytes ? bytes : 1);
+    CLG_TRY(over_limit(dev, cls, "an allocation"));
     for (int i = p->nfree - 1; i >= 0; i--) {
         if (p->free_blocks[i].size == cls) {
             *out = p->free_blocks[i].mem;

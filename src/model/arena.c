@@ -148,6 +148,8 @@ void clg_replica_arena_free(clg_replica *r)
         if (bufs[a])
             clReleaseMemObject(bufs[a]);
     free(r->arena_off);
+    clg_mem_uncharge(r->dev, r->arena_charged);
+    r->arena_charged = 0;
     r->parena = r->garena = r->varena = r->harena = NULL;
     r->psub = r->gsub = r->vsub = NULL;
     r->arena_off = NULL;
@@ -335,5 +337,9 @@ clg_status clg_replica_arena(clg_replica *r, const size_t *off, size_t bytes)
     }
     arena_install(r, refs, n, na, &an, lay, bytes);
     free(refs);
+    /* counted once in place (the per-parameter buffers they replace are back in the pool) */
+    size_t charge = (size_t)na * bytes + (na == 3 ? bytes / 2 : 0);
+    CLG_TRY(clg_mem_charge(r->dev, charge, "parameter arenas"));
+    r->arena_charged = charge;
     return clg_replica_weights_updated(r); /* fp16: views and half copies; tells the layers */
 }

@@ -140,6 +140,7 @@ typedef struct clg_replica {
     size_t *arena_off;
     size_t arena_bytes;
     int narena;
+    size_t arena_charged; /* bytes of the arenas in the device's memory account (clg_mem_charge) */
 } clg_replica;
 
 struct clg_net {

@@ -130,9 +130,12 @@ static clg_status state_arena(clg_optim *o, cl_mem *arena, cl_mem *sub)
     clg_device *dev = r->dev;
     clg_err *err = clg_dev_err(dev);
     cl_int e = CL_SUCCESS;
+    CLG_TRY(clg_mem_charge(dev, r->arena_bytes, "optimizer state"));
     *arena = clCreateBuffer(dev->cl, CL_MEM_READ_WRITE, r->arena_bytes, NULL, &e);
-    if (e != CL_SUCCESS)
+    if (e != CL_SUCCESS) {
+        clg_mem_uncharge(dev, r->arena_bytes);
         return clg_cl_fail(err, e, "clCreateBuffer (optimizer state arena)", __FILE__, __LINE__);
+    }
     for (int i = 0; i < o->n; i++) {
         size_t nb = o->refs[i].param->numel * sizeof(float);
         if (nb == 0)
@@ -147,7 +150,36 @@ static clg_status state_arena(clg_optim *o, cl_mem *arena, cl_mem *sub)
     return zero_buf(dev, *arena, r->arena_bytes);
 }
 
-clg_status clg_optim_create(clg_replica *rep, const clg_hparams *hp, clg_optim **out)
+/* The state arenas of a shard: (k1 - k0) floats each, zeroed; no per-tensor sub-buffers. */
+static clg_status shard_arenas(clg_optim *o, int ns)
+{
+    clg_replica *r = o->rep;
+    clg_device *dev = r->dev;
+    clg_err *err = clg_dev_err(dev);
+    size_t bytes = (o->k1 - o->k0) * sizeof(float);
+    if (bytes == 0)
+        return CLG_OK;
+    cl_int e = CL_SUCCESS;
+    cl_buffer_region reg = {o->k0 * sizeof(float), bytes};
+    o->psh = clCreateSubBuffer(r->parena, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &reg, &e);
+    if (e == CL_SUCCESS)
+        o->gsh = clCreateSubBuffer(r->garena, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &reg, &e);
+    if (e != CL_SUCCESS)
+        return clg_cl_fail(err, e, "clCreateSubBuffer (optimizer shard)", __FILE__, __LINE__);
+    cl_mem *arenas[2] = {&o->marena, &o->varena};
+    for (int a = 0; a < ns && a < 2; a++) {
+        CLG_TRY(clg_mem_charge(dev, bytes, "optimizer state"));
+        *arenas[a] = clCreateBuffer(dev->cl, CL_MEM_READ_WRITE, bytes, NULL, &e);
+        if (e != CL_SUCCESS) {
+            clg_mem_uncharge(dev, bytes);
+            return clg_cl_fail(err, e, "clCreateBuffer (optimizer state shard)", __FILE__, __LINE__);
+        }
+        CLG_TRY(zero_buf(dev, *arenas[a], bytes));
+    }
+    return CLG_OK;
+}
+
+static clg_status create(clg_replica *rep, const clg_hparams *hp, int shard, size_t k0, size_t k1, clg_optim **out)
 {
     *out = NULL;
     clg_device *dev = rep->dev;
@@ -157,6 +189,9 @@ clg_status clg_optim_create(clg_replica *rep, const clg_hparams *hp, clg_optim *
         return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
     o->hp = *hp;
     o->rep = rep;
+    o->shard = shard;
+    o->k0 = k0;
+    o->k1 = k1;
     clg_status st = clg_replica_params(rep, 1, &o->refs, &o->n);
     if (st == CLG_OK) {
         o->m = calloc((size_t)CLG_MAX(o->n, 1), sizeof(cl_mem));
@@ -168,7 +203,13 @@ clg_status clg_optim_create(clg_replica *rep, const clg_hparams *hp, clg_optim *
     if (st == CLG_OK)
         o->arena = arena_usable(o);
     o->per_tensor = !o->arena || dev->ctx->opts.optim_per_tensor;
-    if (o->arena) {
+    if (st == CLG_OK && shard && (o->per_tensor || k0 > k1 || k1 * sizeof(float) > rep->arena_bytes))
+        st = clg_err_set(err, CLG_ERR_UNSUPPORTED,
+                         "sharded optimizer state needs the one-launch parameter arena (not per-tensor updates, "
+                         "optim_per_tensor) and a slice inside it");
+    if (st == CLG_OK && shard)
+        st = shard_arenas(o, ns);
+    if (o->arena && !shard) {
         if (ns >= 1 && st == CLG_OK)
             st = state_arena(o, &o->marena, o->m);
         if (ns >= 2 && st == CLG_OK)
@@ -201,6 +242,31 @@ clg_status clg_optim_create(clg_replica *rep, const clg_hparams *hp, clg_optim *
     return CLG_OK;
 }
 
+clg_status clg_optim_create(clg_replica *rep, const clg_hparams *hp, clg_optim **out)
+{
+    return create(rep, hp, 0, 0, 0, out);
+}
+
+clg_status clg_optim_create_shard(clg_replica *rep, const clg_hparams *hp, size_t k0, size_t k1, clg_optim **out)
+{
+    return create(rep, hp, 1, k0, k1, out);
+}
+
+uint64_t clg_optim_state_bytes(const clg_optim *o)
+{
+    if (!o)
+        return 0;
+    int ns = clg_optim_nstate(o);
+    if (o->shard)
+        return (uint64_t)ns * (o->k1 - o->k0) * sizeof(float);
+    if (o->arena)
+        return (uint64_t)ns * o->rep->arena_bytes;
+    uint64_t b = 0;
+    for (int i = 0; i < o->n; i++)
+        b += (uint64_t)ns * clg_pool_class(o->refs[i].param->numel * sizeof(float));
+    return b;
+}
+
 void clg_optim_free(clg_optim *o)
 {
     if (!o)
@@ -215,10 +281,19 @@ void clg_optim_free(clg_optim *o)
                 clg_buf_release(dev, b[k]);
         }
     }
-    if (o->marena)
+    size_t sbytes = o->shard ? (o->k1 - o->k0) * sizeof(float) : o->rep->arena_bytes;
+    if (o->marena) {
         clReleaseMemObject(o->marena);
-    if (o->varena)
+        clg_mem_uncharge(dev, sbytes);
+    }
+    if (o->varena) {
         clReleaseMemObject(o->varena);
+        clg_mem_uncharge(dev, sbytes);
+    }
+    if (o->psh)
+        clReleaseMemObject(o->psh);
+    if (o->gsh)
+        clReleaseMemObject(o->gsh);
     clg_buf_release(dev, o->partial);
     clg_buf_release(dev, o->flag);
     clg_buf_release(dev, o->decay_mask);
@@ -289,6 +364,10 @@ clg_status clg_optim_unscale_check(clg_optim *o, float inv_scale, int *overflow)
 /* Parameter i's (or, i == -1, the whole arena's) weights, gradient and state. */
 static int optim_bufs(clg_optim *o, int i, cl_mem *w, cl_mem *g, cl_mem *m, cl_mem *v)
 {
+    if (i < 0 && o->shard) {
+        *w = o->psh, *g = o->gsh, *m = o->marena, *v = o->varena;
+        return (int)(o->k1 - o->k0);
+    }
     if (i < 0) {
         *w = o->rep->parena, *g = o->rep->garena, *m = o->marena, *v = o->varena;
         return (int)(o->rep->arena_bytes / sizeof(float));
@@ -331,6 +410,8 @@ clg_status clg_optim_step(clg_optim *o, double lr, float gscale)
             CLG_TRY(clg_optk_adam_step(dev, &aa));
         }
     }
+    if (o->shard) /* the other slices arrive by the caller's gather, which then updates the copies */
+        return CLG_OK;
     /* fp16: half copies of the new master weights */
     return clg_replica_weights_updated(o->rep);
 }

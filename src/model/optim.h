@@ -32,6 +32,14 @@ typedef struct clg_optim {
     /* hp.decay_matrices_only with a weight decay, arena mode: one byte per
      * arena float, 1 where clg_optim_param_decays (padding 0) */
     cl_mem decay_mask;
+    /* Sharded state (clg_optim_create_shard): the state arenas hold floats
+     * [k0, k1) of the parameter arena only (m[i], v[i] stay NULL), the
+     * update covers that slice (psh, gsh: sub-buffers of the parameter and
+     * gradient arenas over it), and clg_optim_step leaves the rest of the
+     * parameters and the fp16 copies to the caller's gather. */
+    int shard;
+    size_t k0, k1;
+    cl_mem psh, gsh;
 } clg_optim;
 
 /* Whether the weight decay applies to ref's parameter: always, unless
@@ -52,6 +60,15 @@ CLG_INTERNAL int clg_sched_parse(const char *name);
 CLG_INTERNAL double clg_sched_lr(const clg_hparams *hp, int64_t step, int64_t steps_per_epoch, int64_t total_steps);
 
 CLG_INTERNAL clg_status clg_optim_create(clg_replica *rep, const clg_hparams *hp, clg_optim **out);
+/* The optimizer of floats [k0, k1) of rep's parameter arena only (k0, k1
+ * multiples of the device's base alignment in floats): ZeRO-1 state
+ * sharding over data-parallel lanes. Needs the arena mode (refused
+ * otherwise, CLG_ERR_UNSUPPORTED). */
+CLG_INTERNAL clg_status clg_optim_create_shard(clg_replica *rep, const clg_hparams *hp, size_t k0, size_t k1,
+                                               clg_optim **out);
+/* Bytes of device memory the optimizer state takes (state arenas or
+ * per-tensor buffers; not the small partial-sum scratch). */
+CLG_INTERNAL uint64_t clg_optim_state_bytes(const clg_optim *o);
 CLG_INTERNAL void clg_optim_free(clg_optim *o);
 /* Global L2 norm of all gradients (scaled by gscale); blocks on the queue. */
 CLG_INTERNAL clg_status clg_optim_grad_norm(clg_optim *o, float gscale, double *norm);

@@ -5,7 +5,7 @@
  * macro): the device's largest power of two up to it. */
 #define RED_WG 256
 /* Work-group size of the element-wise updates. */
-#define STEP_WG 64
+#define STEP_WG CLG_OPTK_STEP_WG
 
 clg_status clg_optk_sgd_step(clg_device *dev, const clg_sgd_step_args *a)
 {

@@ -36,6 +36,10 @@ typedef struct clg_adam_step_args {
     cl_mem decay_mask; /* as in clg_sgd_step_args */
 } clg_adam_step_args;
 
+/* Work-group size of the element-wise updates (a sharded update aligns its
+ * slices to it, so its launch groups the elements as the whole arena's). */
+#define CLG_OPTK_STEP_WG 64
+
 CLG_INTERNAL clg_status clg_optk_sgd_step(clg_device *dev, const clg_sgd_step_args *a);
 CLG_INTERNAL clg_status clg_optk_adam_step(clg_device *dev, const clg_adam_step_args *a);
 

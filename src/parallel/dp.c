@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "model/layers.h"
+#include "ops/optim_kernels.h"
 #include "parallel/comm.h"
 #include "parallel/dp.h"
 
@@ -128,6 +129,7 @@ static clg_status make_layout(clg_dp *dp, clg_err *err)
             bits / 8 > align)
             align = bits / 8;
     }
+    dp->align = align;
     clg_grad_layout *lay = &dp->lay;
     lay->n = n;
     lay->off = calloc((size_t)CLG_MAX(n, 1), sizeof *lay->off);
@@ -161,9 +163,30 @@ static clg_status make_layout(clg_dp *dp, clg_err *err)
     return CLG_OK;
 }
 
+/* Sharded optimizer state: lane l owns floats [k0, k1) of the arena, an
+ * even split in units of the arena's alignment (sub-buffer origins); the
+ * last lane also takes the tail shorter than a unit. */
+static clg_status make_shards(clg_dp *dp, clg_err *err)
+{
+    /* in whole update work-groups too, so a slice's launch groups the elements as the whole arena's
+     * does and a compiler's per-group code paths (vectorised, partial group) match */
+    size_t ub = CLG_MAX(dp->align, (size_t)CLG_OPTK_STEP_WG * sizeof(float));
+    size_t unit = ub / sizeof(float), units = dp->lay.bytes / ub;
+    for (int l = 0; l < dp->n; l++) {
+        dp->sh_k0[l] = units * (size_t)l / (size_t)dp->n * unit;
+        dp->sh_k1[l] = units * (size_t)(l + 1) / (size_t)dp->n * unit;
+    }
+    dp->sh_k1[dp->n - 1] = dp->lay.bytes / sizeof(float);
+    if (!(dp->phost = calloc(CLG_MAX(dp->lay.bytes / sizeof(float), 1), sizeof(float))))
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory for the parameter gather");
+    return CLG_OK;
+}
+
 static clg_status make_reduction(clg_dp *dp, const char *mode, clg_err *err)
 {
     CLG_TRY(make_layout(dp, err));
+    if (dp->shard)
+        CLG_TRY(make_shards(dp, err));
     size_t floats = dp->lay.bytes / sizeof(float);
     dp->gsum = calloc(CLG_MAX(floats, 1), sizeof(float));
     dp->b_sumsq = calloc((size_t)CLG_MAX(dp->nbuckets, 1), sizeof(double));
@@ -250,6 +273,7 @@ clg_status clg_dp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, 
             dp->min_slice = 2;
     dp->fault_lane = -1;
     dp->ranks = clg_comm_size();
+    dp->shard = p && p->shard_optimizer && ndev > 1; /* one lane: its state is the whole anyway */
     double mb = p && p->bucket_mb > 0 ? p->bucket_mb : DEFAULT_BUCKET_MB;
     dp->bucket_bytes = (size_t)(mb * 1048576.0);
     if (dp->bucket_bytes < 4096)
@@ -266,6 +290,7 @@ clg_status clg_dp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, 
         st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
     for (int i = 0; i < ndev && st == CLG_OK; i++) {
         clg_device *dev = &ctx->devs[devs[i]];
+        dev->pool.total_peak = dev->pool.stats.bytes_in_use + dev->pool.direct_bytes; /* this model's peak */
         /* the lane's own batch is at most the global batch */
         st = clg_lane_init(&dp->lanes[i], i, net, dev, seed, net->batch);
         dp->hooks[i] = (clg_dp_hook){dp, i, {gather, &dp->hooks[i]}};
@@ -310,6 +335,7 @@ void clg_dp_free(clg_dp *dp)
     free(dp->b_bytes);
     free(dp->b_layer);
     free(dp->gsum);
+    free(dp->phost);
     free(dp->b_sumsq);
     free(dp->arrived);
     free(dp->summed);
@@ -702,12 +728,17 @@ static clg_status reduce(clg_dp *dp, clg_lane *l, double t0)
             }
         }
         cl_event wv = NULL;
-        if (dp->dev_reduce)
-            CLG_TRY(clg_dp_dev_writeback(dp, l, b, tr ? &wv : NULL));
-        else
-            CLG_CL_CHECK(err, clEnqueueWriteBuffer(l->dev->queue, l->arena, CL_FALSE, dp->b_off[b], dp->b_bytes[b],
-                                                   (char *)dp->gsum + dp->b_off[b], 0, NULL, tr ? &wv : NULL));
-        if (tr) {
+        size_t o0 = dp->b_off[b], o1 = o0 + dp->b_bytes[b];
+        if (dp->shard) { /* reduce-scatter: the lane's own slice of the sum only */
+            o0 = CLG_MAX(o0, dp->sh_k0[l->index] * sizeof(float));
+            o1 = CLG_MIN(o1, dp->sh_k1[l->index] * sizeof(float));
+        }
+        if (o1 > o0 && dp->dev_reduce)
+            CLG_TRY(clg_dp_dev_writeback(dp, l, b, o0, o1 - o0, tr ? &wv : NULL));
+        else if (o1 > o0)
+            CLG_CL_CHECK(err, clEnqueueWriteBuffer(l->dev->queue, l->arena, CL_FALSE, o0, o1 - o0,
+                                                   (char *)dp->gsum + o0, 0, NULL, tr ? &wv : NULL));
+        if (tr && wv) {
             char name[48];
             snprintf(name, sizeof name, "wait sum bucket %d", b);
             clg_trace_host(dp->trace, l->index, name, w0, clg_now_sec());
@@ -746,6 +777,39 @@ static clg_status read_loss(clg_dp *dp, clg_lane *l, int n)
                  clEnqueueReadBuffer(l->dev->queue, l->rep->layers[l->rep->loss_index].loss.result,
                                      ev ? CL_FALSE : CL_TRUE, 0, 2 * sizeof(float), res, 0, NULL, ev));
     return CLG_OK;
+}
+
+static clg_status params_ready(clg_dp *dp, clg_lane *l, int b)
+{
+    CLG_UNUSED(dp);
+    CLG_UNUSED(l);
+    CLG_UNUSED(b);
+    return CLG_OK;
+}
+
+/* Sharded optimizer state, after the lanes' slice updates (all-gather):
+ * the lane's updated slice to the host, then every other lane's slice
+ * from there; the fp16 copies of the whole arena follow. */
+static clg_status gather_params(clg_dp *dp, clg_lane *l)
+{
+    clg_err *err = clg_dev_err(l->dev);
+    cl_mem pa = l->rep->parena;
+    size_t k0 = dp->sh_k0[l->index], k1 = dp->sh_k1[l->index], nf = dp->lay.bytes / sizeof(float);
+    double w0 = clg_now_sec();
+    if (k1 > k0)
+        CLG_CL_CHECK(err, clEnqueueReadBuffer(l->dev->queue, pa, CL_TRUE, k0 * sizeof(float), (k1 - k0) * sizeof(float),
+                                              dp->phost + k0, 0, NULL, NULL));
+    CLG_TRY(arrive(dp, l, &dp->p_arrived, &dp->p_done, params_ready, 0, NULL));
+    CLG_TRY(wait_flag(dp, l, &dp->p_done));
+    if (k0 > 0) /* (the host copy outlives these writes: the step ends with clFinish) */
+        CLG_CL_CHECK(err, clEnqueueWriteBuffer(l->dev->queue, pa, CL_FALSE, 0, k0 * sizeof(float), dp->phost, 0, NULL,
+                                               NULL));
+    if (k1 < nf)
+        CLG_CL_CHECK(err, clEnqueueWriteBuffer(l->dev->queue, pa, CL_FALSE, k1 * sizeof(float),
+                                               (nf - k1) * sizeof(float), dp->phost + k1, 0, NULL, NULL));
+    if (clg_trace_on(dp->trace, dp->job.step))
+        clg_trace_host(dp->trace, l->index, "parameter gather", w0, clg_now_sec());
+    return clg_replica_weights_updated(l->rep); /* fp16: half copies and views; tells the layers */
 }
 
 static clg_status lane_train(clg_dp *dp, clg_lane *l)
@@ -813,6 +877,8 @@ static clg_status lane_train(clg_dp *dp, clg_lane *l)
     CLG_TRY(mark(dp, l, NULL));
     CLG_TRY(clg_optim_step(l->opt, j->lr, gscale));
     CLG_TRY(mark(dp, l, "optimizer"));
+    if (dp->shard)
+        CLG_TRY(gather_params(dp, l));
     if (dp->n > 1) /* the step is synchronous anyway: run the update in this lane's thread (PoCL basic) */
         CLG_CL_CHECK(err, clFinish(l->dev->queue));
     else
@@ -823,10 +889,70 @@ static clg_status lane_train(clg_dp *dp, clg_lane *l)
 
 clg_status clg_dp_ensure_optim(clg_dp *dp, const clg_hparams *hp)
 {
-    for (int i = 0; i < dp->n; i++)
-        if (!dp->lanes[i].opt)
-            CLG_TRY(clg_optim_create(dp->lanes[i].rep, hp, &dp->lanes[i].opt));
+    for (int i = 0; i < dp->n; i++) {
+        clg_lane *l = &dp->lanes[i];
+        if (l->opt)
+            continue;
+        clg_status st = dp->shard ? clg_optim_create_shard(l->rep, hp, dp->sh_k0[i], dp->sh_k1[i], &l->opt)
+                                  : clg_optim_create(l->rep, hp, &l->opt);
+        if (st != CLG_OK)
+            return device_failed(dp, st, l->dev);
+    }
     return CLG_OK;
+}
+
+/* Parameter i's floats [a, a + n) of the arena against lane l's shard:
+ * the overlap [*x0, *x1) (empty when *x1 <= *x0). */
+static void shard_overlap(const clg_dp *dp, int l, size_t a, size_t n, size_t *x0, size_t *x1)
+{
+    *x0 = CLG_MAX(a, dp->sh_k0[l]);
+    *x1 = CLG_MIN(a + n, dp->sh_k1[l]);
+}
+
+clg_status clg_dp_optim_state(clg_dp *dp, int i, int which, float *host, int write)
+{
+    for (int l = 0; l < dp->n; l++) {
+        clg_lane *ln = &dp->lanes[l];
+        clg_optim *o = ln->opt;
+        clg_err *err = clg_dev_err(ln->dev);
+        if (!o || i < 0 || i >= o->n)
+            return clg_err_set(err, CLG_ERR_INTERNAL, "optimizer state %d of device %d: no such state", i, l);
+        size_t n = o->refs[i].param->numel, a = 0, x0 = 0, x1 = n, boff = 0;
+        cl_mem buf = which == 1 ? (o->shard ? o->marena : o->m[i]) : (o->shard ? o->varena : o->v[i]);
+        if (o->shard) {
+            a = ln->rep->arena_off[i] / sizeof(float);
+            shard_overlap(dp, l, a, n, &x0, &x1);
+            boff = x0 - o->k0;
+        }
+        if (x1 <= x0)
+            continue;
+        if (!buf)
+            return clg_err_set(err, CLG_ERR_INTERNAL, "optimizer state %d of device %d: no buffer", i, l);
+        float *h = host + (x0 - a);
+        size_t off = boff * sizeof(float), bytes = (x1 - x0) * sizeof(float);
+        cl_int e = write ? clEnqueueWriteBuffer(ln->dev->queue, buf, CL_TRUE, off, bytes, h, 0, NULL, NULL)
+                         : clEnqueueReadBuffer(ln->dev->queue, buf, CL_TRUE, off, bytes, h, 0, NULL, NULL);
+        if (e != CL_SUCCESS)
+            return clg_cl_fail(err, e, write ? "write optimizer state" : "read optimizer state", __FILE__, __LINE__);
+        if (!write && !o->shard)
+            break; /* every lane holds the same */
+    }
+    return CLG_OK;
+}
+
+void clg_dp_memory(const clg_dp *dp, int l, clg_dp_mem *out)
+{
+    const clg_lane *ln = &dp->lanes[l];
+    const clg_replica *r = ln->rep;
+    const clg_pool *p = &ln->dev->pool;
+    memset(out, 0, sizeof *out);
+    out->params = r->arena_charged;
+    out->optim = clg_optim_state_bytes(ln->opt);
+    out->activations = r->planned_bytes;
+    uint64_t total = p->stats.bytes_in_use + p->direct_bytes, known = out->params + out->optim + out->activations;
+    out->workspace = total > known ? total - known : 0;
+    out->peak = p->total_peak;
+    out->limit = p->limit;
 }
 
 static void reset_reduction(clg_dp *dp)
@@ -834,6 +960,7 @@ static void reset_reduction(clg_dp *dp)
     for (int b = 0; b < dp->nbuckets; b++)
         dp->arrived[b] = dp->summed[b] = 0;
     dp->s_arrived = dp->s_done = 0;
+    dp->p_arrived = dp->p_done = 0;
     for (int i = 0; dp->gathers && i < 2 * dp->net->nlayers; i++)
         dp->gathers[i].arrived = dp->gathers[i].done = 0;
     dp->abort = 0;

@@ -13,6 +13,9 @@
  *      norm -> every lane writes the sum back -> (BN running statistics:
  *      averaged weighted by slice size) -> fp16 overflow / clip decided from
  *      the global gradient -> optimizer on every lane.
+ * Sharded optimizer state (shard_optimizer): each lane writes back only its
+ * slice of every bucket, updates only that slice (its optimizer holds that
+ * slice's state), then the lanes gather the updated slices through the host.
  * The caller fills and uploads the next batch between begin and end. */
 #ifndef CLG_PARALLEL_DP_H
 #define CLG_PARALLEL_DP_H
@@ -32,6 +35,8 @@ typedef struct clg_dp_params {
     const char *reduce; /* "auto" (default: the faster, measured), "host" or "device" (device to device: lanes
                            sharing one cl_context); the environment's CLGRAD_DP_REDUCE overrides */
     const struct clg_pipe_params *pipe; /* pipeline layout (pipe.h); NULL or 1 stage x 1 micro-batch: none */
+    int shard_optimizer; /* 1: ZeRO-1, each lane keeps the optimizer state of its 1/N slice of the parameter
+                            arena, updates that slice, and the lanes gather the updated slices */
 } clg_dp_params;
 
 /* Parses a split ("auto" or NULL, "even", or n weights "3,1": each a plain decimal in [0, 1e6], the non-zero
@@ -104,6 +109,17 @@ typedef struct clg_dp {
     cl_mem gpart;          /* per bucket: partial sums of squares of the reduced gradient */
     float *hpart;          /* their host copy */
     cl_event *sev, *pev;   /* per bucket: sum done, partials read */
+    /* sharded optimizer state (clg_dp_params.shard_optimizer, N > 1): lane l
+     * owns floats [sh_k0[l], sh_k1[l]) of the parameter arena (aligned for
+     * sub-buffers): only that part of each reduced bucket is written back
+     * (reduce-scatter), its optimizer updates only it, then every lane reads
+     * its updated slice into phost and writes the others' from there
+     * (all-gather; p_arrived / p_done) */
+    int shard;
+    size_t sh_k0[CLG_DP_MAX_LANES], sh_k1[CLG_DP_MAX_LANES];
+    size_t align;          /* the arena's alignment, bytes */
+    float *phost;
+    int p_arrived, p_done;
     clg_dp_gather *gathers; /* per layer and phase (2 * layers) */
     clg_param_ref *srefs;  /* non-trainable state (lane 0's refs: shapes) */
     int nstate;
@@ -147,10 +163,12 @@ CLG_INTERNAL clg_status clg_dp_select(clg_ctx *ctx, const char *sel, int device,
  * clg_dp_params.reduce); sum: lane r enqueues bucket b's sum over the active
  * lanes act[0..na) and the read of its partial squares; writeback: lane l
  * copies the sum into its arena; sumsq: the squared norm of the whole
- * reduced gradient (waits for every bucket's partials). */
+ * reduced gradient (waits for every bucket's partials). writeback copies
+ * bytes [off, off + bytes) of bucket b (all of it, or a shard's part). */
 CLG_INTERNAL clg_status clg_dp_dev_setup(clg_dp *dp, const char *mode, clg_err *err);
 CLG_INTERNAL clg_status clg_dp_dev_sum(clg_dp *dp, clg_lane *r, int b, const int *act, int na);
-CLG_INTERNAL clg_status clg_dp_dev_writeback(clg_dp *dp, clg_lane *l, int b, cl_event *ev);
+CLG_INTERNAL clg_status clg_dp_dev_writeback(clg_dp *dp, clg_lane *l, int b, size_t off, size_t bytes,
+                                             cl_event *ev);
 CLG_INTERNAL clg_status clg_dp_dev_sumsq(clg_dp *dp, clg_lane *l, double *sq);
 CLG_INTERNAL void clg_dp_dev_free(clg_dp *dp);
 
@@ -160,8 +178,21 @@ CLG_INTERNAL clg_status clg_dp_stage_wait(clg_dp *dp, int s);
  * shares and uploads every lane's slice into stage s. */
 CLG_INTERNAL clg_status clg_dp_upload(clg_dp *dp, int s, const float *x, const int32_t *y, int n);
 
-/* Ensures every lane has its optimizer. */
+/* Ensures every lane has its optimizer (sharded: the state of its slice only). */
 CLG_INTERNAL clg_status clg_dp_ensure_optim(clg_dp *dp, const clg_hparams *hp);
+/* Optimizer state `which` (1: momentum / first moment, 2: second moment) of
+ * trainable parameter i (clg_replica_params order) from the lanes into host
+ * (numel floats), or (write) from host into them: lane 0's copy and every
+ * lane's, or with sharded state the parts each lane owns. Blocking. */
+CLG_INTERNAL clg_status clg_dp_optim_state(clg_dp *dp, int i, int which, float *host, int write);
+/* Per-device memory (bytes) of lane l: parameters (arenas, fp16 copies),
+ * optimizer state, activations (the planned buffers), the rest of what the
+ * buffer pool hands out (workspace, feeds), and the peak of the device's
+ * account (pool in use + arenas). */
+typedef struct clg_dp_mem {
+    uint64_t params, optim, activations, workspace, peak, limit;
+} clg_dp_mem;
+CLG_INTERNAL void clg_dp_memory(const clg_dp *dp, int l, clg_dp_mem *out);
 /* A training step on stage s (job filled by the caller; job->stage = s).
  * begin returns once every lane has started (N = 1: once its commands are
  * enqueued); end waits and updates the measured speeds and shares. */

@@ -42,10 +42,10 @@ clg_status clg_dp_dev_sum(clg_dp *dp, clg_lane *r, int b, const int *act, int na
     return CLG_OK;
 }
 
-clg_status clg_dp_dev_writeback(clg_dp *dp, clg_lane *l, int b, cl_event *ev)
+clg_status clg_dp_dev_writeback(clg_dp *dp, clg_lane *l, int b, size_t off, size_t bytes, cl_event *ev)
 {
-    CLG_CL_CHECK(clg_dev_err(l->dev), clEnqueueCopyBuffer(l->dev->queue, dp->gred, l->arena, dp->b_off[b],
-                                                          dp->b_off[b], dp->b_bytes[b], 1, &dp->sev[b], ev));
+    CLG_CL_CHECK(clg_dev_err(l->dev),
+                 clEnqueueCopyBuffer(l->dev->queue, dp->gred, l->arena, off, off, bytes, 1, &dp->sev[b], ev));
     return CLG_OK;
 }
 
@@ -135,7 +135,7 @@ static clg_status time_dev(clg_dp *dp, double *t)
     for (int b = 0; b < nb; b++) {
         CLG_TRY(clg_dp_dev_sum(dp, &dp->lanes[0], b, act, dp->n));
         for (int l = 0; l < dp->n; l++)
-            CLG_TRY(clg_dp_dev_writeback(dp, &dp->lanes[l], b, NULL));
+            CLG_TRY(clg_dp_dev_writeback(dp, &dp->lanes[l], b, dp->b_off[b], dp->b_bytes[b], NULL));
     }
     for (int l = 0; l < dp->n; l++)
         CLG_CL_CHECK(clg_dev_err(dp->lanes[l].dev), clFinish(dp->lanes[l].dev->queue));

@@ -44,7 +44,8 @@ static clg_status model_create(clg_ctx *ctx, const char *text, const char *sourc
     clg_pipe_params pp;
     CLG_TRY(clg_session_pipe_params(&ctx->err, p->parallel, p->stages, p->microbatches, p->pipe_schedule,
                                         p->pipe_recompute, &pp));
-    clg_dp_params dpp = {.split = p->split, .bucket_mb = p->bucket_mb, .pipe = &pp};
+    clg_dp_params dpp = {.split = p->split, .bucket_mb = p->bucket_mb, .pipe = &pp,
+                         .shard_optimizer = p->shard_optimizer};
     clg_model *m = NULL;
     CLG_TRY(clg_session_create(ctx, p->devices, p->device, text, source, p->batch, p->seed, fp16, &dpp, &m));
     if (p->optimizer) {
@@ -257,6 +258,27 @@ clg_status clg_model_metrics_size(const clg_model *m, clg_metrics *out, size_t s
     return CLG_OK;
 }
 
+clg_status clg_model_memory_size(const clg_model *m, int index, clg_device_memory *out, size_t size)
+{
+    if (!m || !out)
+        return clg_err_set(NULL, CLG_ERR_INVALID_ARG, "memory: model and out are required");
+    if (index < 0 || index >= m->dp->n)
+        return clg_err_set(&m->ctx->err, CLG_ERR_INVALID_ARG, "memory: device %d of a model on %d device(s)", index,
+                           m->dp->n);
+    clg_dp_mem dm;
+    clg_dp_memory(m->dp, index, &dm);
+    clg_device_memory r = {.devices = m->dp->n,
+                           .device = m->dp->lanes[index].dev->index,
+                           .parameters = dm.params,
+                           .optimizer = dm.optim,
+                           .activations = dm.activations,
+                           .workspace = dm.workspace,
+                           .peak = dm.peak,
+                           .limit = dm.limit};
+    clg_sized_write(out, size, &r, sizeof r); /* the caller's sizeof */
+    return CLG_OK;
+}
+
 static clg_status model_evaluate(clg_model *m, const char *data, long limit, clg_eval_report *out);
 
 clg_status clg_model_evaluate_size(clg_model *m, const char *data, long limit, clg_eval_report *out, size_t size)
@@ -436,6 +458,7 @@ static clg_status bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg
     mp.microbatches = p->microbatches;
     mp.pipe_schedule = p->pipe_schedule;
     mp.pipe_recompute = p->pipe_recompute;
+    mp.shard_optimizer = p->shard_optimizer;
     mp.seed = p->seed;
     mp.precision = p->precision;
     clg_model *m = NULL;
@@ -518,6 +541,12 @@ static clg_status bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg
         out->launches_per_step = (double)(launches - launches0) / p->steps;
         clg_session_shares(m, out->shares, sizeof out->shares, &out->devices);
         out->pipe_bubble = m->pipe ? clg_pipe_bubble(m->pipe) : -1;
+        for (int l = 0; l < m->dp->n; l++) {
+            clg_dp_mem dm;
+            clg_dp_memory(m->dp, l, &dm);
+            out->mem_peak_mib = fmax(out->mem_peak_mib, dm.peak / 1048576.0);
+            out->mem_optim_mib = fmax(out->mem_optim_mib, dm.optim / 1048576.0);
+        }
     }
     free(times);
     if (m->trace) {

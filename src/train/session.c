@@ -71,6 +71,11 @@ static clg_status create_lanes(clg_model *m, const int *devs, int ndev, const cl
     if (clg_comm_size() > 1)
         return clg_err_set(&m->ctx->err, CLG_ERR_UNSUPPORTED,
                            "pipeline parallelism across MPI ranks is not supported yet (run one process)");
+    if (dpp->shard_optimizer)
+        return clg_err_set(&m->ctx->err, CLG_ERR_UNSUPPORTED,
+                           "sharded optimizer state with a pipeline (pp=%d) is not supported yet: each stage already "
+                           "keeps only its own layers' optimizer state",
+                           dpp->pipe->stages);
     CLG_TRY(clg_pipe_create(m->ctx, m->net, devs, ndev, m->seed, m->net->batch, dpp->pipe, &m->pipe));
     return clg_dp_create(m->ctx, m->net, devs, 1, m->seed, dpp, &m->dp);
 }
@@ -410,9 +415,10 @@ static void param_name(char *dst, size_t n, const char *prefix, const clg_param_
     snprintf(dst, n, "%s%s.%s", prefix, r->layer->name, r->param->name);
 }
 
-/* max_abs: the largest magnitude accepted (weights: CLG_SAVE_MAX_ABS; optimizer state: only finite). */
-static clg_status add_device_tensor(clg_model *m, clg_ckpt *ck, const char *name, const clg_param *p, cl_mem mem,
-                                    double max_abs)
+/* max_abs: the largest magnitude accepted (weights: CLG_SAVE_MAX_ABS; optimizer state: only finite).
+ * opt_which > 0: the optimizer state of trainable parameter opt_i, gathered from the lanes (mem unused). */
+static clg_status add_device_tensor_x(clg_model *m, clg_ckpt *ck, const char *name, const clg_param *p, cl_mem mem,
+                                      double max_abs, int opt_i, int opt_which)
 {
     clg_err *err = &m->ctx->err;
     int64_t shape[4];
@@ -425,8 +431,11 @@ static clg_status add_device_tensor(clg_model *m, clg_ckpt *ck, const char *name
     } else {
         CLG_TRY(clg_ckpt_add(err, ck, name, CLG_CKPT_F32, p->ndim, shape, NULL, &data));
     }
-    CLG_CL_CHECK(err, clEnqueueReadBuffer(clg_session_dev(m)->queue, mem, CL_TRUE, 0, p->numel * sizeof(float), data,
-                                          0, NULL, NULL));
+    if (opt_which > 0)
+        CLG_TRY(clg_dp_optim_state(m->dp, opt_i, opt_which, data, 0));
+    else
+        CLG_CL_CHECK(err, clEnqueueReadBuffer(clg_session_dev(m)->queue, mem, CL_TRUE, 0, p->numel * sizeof(float),
+                                              data, 0, NULL, NULL));
     const float *f = data;
     for (size_t k = 0; k < p->numel; k++) /* a diverged model never replaces a good file */
         if (!isfinite(f[k]))
@@ -440,6 +449,12 @@ static clg_status add_device_tensor(clg_model *m, clg_ckpt *ck, const char *name
                                "reach; the model diverged (lower the learning rate)",
                                name, (double)f[k], k, max_abs);
     return CLG_OK;
+}
+
+static clg_status add_device_tensor(clg_model *m, clg_ckpt *ck, const char *name, const clg_param *p, cl_mem mem,
+                                    double max_abs)
+{
+    return add_device_tensor_x(m, ck, name, p, mem, max_abs, -1, 0);
 }
 
 static clg_status build_ckpt(clg_model *m, clg_ckpt *ck, int with_state, int64_t total_steps)
@@ -509,11 +524,11 @@ static clg_status build_ckpt(clg_model *m, clg_ckpt *ck, int with_state, int64_t
         for (int i = 0; i < o->n; i++) {
             if (ns >= 1) {
                 param_name(name, sizeof name, "opt.m.", &o->refs[i]);
-                CLG_TRY(add_device_tensor(m, ck, name, o->refs[i].param, o->m[i], HUGE_VAL));
+                CLG_TRY(add_device_tensor_x(m, ck, name, o->refs[i].param, NULL, HUGE_VAL, i, 1));
             }
             if (ns >= 2) {
                 param_name(name, sizeof name, "opt.v.", &o->refs[i]);
-                CLG_TRY(add_device_tensor(m, ck, name, o->refs[i].param, o->v[i], HUGE_VAL));
+                CLG_TRY(add_device_tensor_x(m, ck, name, o->refs[i].param, NULL, HUGE_VAL, i, 2));
             }
         }
     }
@@ -571,21 +586,17 @@ clg_status clg_session_save(clg_model *m, const char *path, int with_state, int6
     return st;
 }
 
-/* Lane l's copy of a buffer lane 0 holds for ref (a parameter of lane 0's
- * replica): which 0 the parameter's authoritative value, 1 / 2 the
- * optimizer's first / second state of trainable parameter i. */
-static cl_mem lane_buf(clg_lane *l, const clg_param_ref *ref, int i, int which)
+/* Lane l's copy of the authoritative value of ref (a parameter of lane 0's replica). */
+static cl_mem lane_buf(clg_lane *l, const clg_param_ref *ref)
 {
-    if (which == 1)
-        return l->opt->m[i];
-    if (which == 2)
-        return l->opt->v[i];
     clg_param_ref own = {&l->rep->layers[ref->layer->index], clg_replica_param_of(l->rep, ref)};
     return clg_replica_master(l->rep, &own);
 }
 
 /* The tensor `name` into every lane's copy of the buffer lane_buf names
- * (weights, master copies, optimizer state: identical on every lane). */
+ * (weights, master copies: identical on every lane), or with which 1 / 2
+ * into the optimizer's first / second state of trainable parameter i
+ * (clg_dp_optim_state: every lane's, or each lane's shard). */
 static clg_status load_device_tensor(clg_model *m, const clg_ckpt *ck, const char *name, const clg_param_ref *ref,
                                      int i, int which, const char *path)
 {
@@ -605,9 +616,11 @@ static clg_status load_device_tensor(clg_model *m, const clg_ckpt *ck, const cha
             return clg_err_set(err, CLG_ERR_FORMAT, "%s: tensor '%s' holds a non-finite value at element %zu", path,
                                name, k);
         }
-    for (int l = 0; l < m->dp->n && st == CLG_OK; l++) {
+    if (which > 0) /* optimizer state: every lane's copy, or each lane's shard */
+        st = clg_dp_optim_state(m->dp, i, which, host, 1);
+    for (int l = 0; l < m->dp->n && st == CLG_OK && which == 0; l++) {
         clg_lane *ln = &m->dp->lanes[l];
-        cl_int e = clEnqueueWriteBuffer(ln->dev->queue, lane_buf(ln, ref, i, which), CL_TRUE, 0,
+        cl_int e = clEnqueueWriteBuffer(ln->dev->queue, lane_buf(ln, ref), CL_TRUE, 0,
                                         p->numel * sizeof(float), host, 0, NULL, NULL);
         if (e != CL_SUCCESS)
             st = clg_cl_fail(err, e, "upload checkpoint tensor", __FILE__, __LINE__);

@@ -547,7 +547,8 @@ static clg_status open_model(clg_ctx *ctx, train_state *ts, int fp16)
     clg_pipe_params pp;
     clg_status st = clg_session_pipe_params(&ctx->err, p->parallel, p->stages, p->microbatches, p->pipe_schedule,
                                             p->pipe_recompute, &pp);
-    clg_dp_params dpp = {.split = p->split, .bucket_mb = p->bucket_mb, .pipe = &pp};
+    clg_dp_params dpp = {.split = p->split, .bucket_mb = p->bucket_mb, .pipe = &pp,
+                         .shard_optimizer = p->shard_optimizer};
     if (st == CLG_OK)
         st = clg_session_create(ctx, p->devices, p->device, text, p->model, p->batch, p->seed ? p->seed : 1,
                                 fp16, &dpp, &ts->m);
@@ -651,6 +652,28 @@ static clg_status open_checkpoint(train_state *ts)
 }
 
 /* The set-up on stderr: network, memory plan, devices, ranks, precision, data. */
+/* Per device: what the model holds before the first step (the optimizer
+ * state is created by then) and the peak so far (clg_model_memory), MiB. */
+static void print_memory(const clg_model *m)
+{
+    const double M = 1048576.0;
+    int lim = m->ctx->devs[0].pool.limit != 0;
+    fprintf(stderr,
+            "memory per device, MiB%s:\n"
+            "  device  parameters   optimizer  activations   workspace       total        peak%s\n",
+            m->dp->shard ? " (optimizer state sharded)" : "", lim ? "       limit" : "");
+    for (int l = 0; l < m->dp->n; l++) {
+        clg_dp_mem d;
+        clg_dp_memory(m->dp, l, &d);
+        fprintf(stderr, "  %6d  %10.2f  %10.2f  %11.2f  %10.2f  %10.2f  %10.2f", m->dp->lanes[l].dev->index,
+                d.params / M, d.optim / M, d.activations / M, d.workspace / M,
+                (d.params + d.optim + d.activations + d.workspace) / M, d.peak / M);
+        if (lim)
+            fprintf(stderr, "  %10.2f", d.limit / M);
+        fputc('\n', stderr);
+    }
+}
+
 static void print_setup(const train_state *ts, int fp16)
 {
     const clg_model *m = ts->m;
@@ -665,6 +688,7 @@ static void print_setup(const train_state *ts, int fp16)
     else
         fprintf(stderr, "devices: %s (%s)\n", devs,
                 m->dp->n > 1 ? "data parallel: one replica each, batch split by measured speed" : "one device");
+    print_memory(m);
     if (clg_comm_size() > 1)
         fprintf(stderr, "MPI: %d ranks x these devices, each rank takes 1/%d of every global batch of %d (%s "
                         "all-reduce, timeout %.0f s)\n",

@@ -7,7 +7,8 @@
 #     the same slices, the same per-slice statistics) within 1e-5;
 #  3. --deterministic twice (-np 3): bitwise-equal checkpoints; and a run
 #     stopped after 10 steps and resumed by every rank from that checkpoint
-#     equals the uninterrupted one bitwise;
+#     equals the uninterrupted one bitwise; 2 ranks x 2 devices with
+#     --shard-optimizer bitwise equal to the same without;
 #  4. a rank stopped (SIGSTOP: hung) -> the job exits non-zero within
 #     --comm-timeout (+ grace) with a message naming that rank; a rank killed
 #     (SIGKILL) -> non-zero exit within the timeout; the previous checkpoint loads;
@@ -110,6 +111,13 @@ mpi 3 "$clgrad" train "$tmp/bn.cfg" --data "$tmp/data" --epochs 100 --steps 10 -
 mpi 3 "$clgrad" train "$tmp/bn.cfg" $T --deterministic --checkpoint "$tmp/dr" --resume >"$tmp/o" 2>&1 ||
     { tail -5 "$tmp/o"; fail "--deterministic resume"; }
 cmp_w "$tmp/da/last.safetensors" "$tmp/dr/last.safetensors" 0 || fail "resumed run differs from the uninterrupted one"
+# 3b. sharded optimizer state over each rank's 2 devices: bitwise the unsharded run
+for k in zu zs; do
+    (export POCL_DEVICES="basic basic"
+     mpi 2 "$clgrad" train "$tmp/bn.cfg" $T --deterministic --split even --checkpoint "$tmp/$k" \
+         $([ $k = zs ] && echo --shard-optimizer) >"$tmp/o" 2>&1) || { tail -5 "$tmp/o"; fail "2 x 2 devices run $k"; }
+done
+cmp_w "$tmp/zu/last.safetensors" "$tmp/zs/last.safetensors" 0 || fail "--shard-optimizer under mpirun differs"
 "$py" - "$tmp/da/last.safetensors" <<'PYEOF' || fail "checkpoint metadata lacks ranks = 3"
 import json, struct, sys
 raw = open(sys.argv[1], "rb").read()
