@@ -22,6 +22,7 @@ static clg_status dropout_configure(clg_layer *l, clg_err *err, const clg_cfg *c
 
 void clg_layer_set_rng(clg_layer *l, uint32_t seed, uint32_t step, uint32_t sample_base)
 {
+    clg_layer_attention_set_rng(l, seed, step, sample_base);
     if (!l || l->ops != &clg_layer_dropout_ops || !l->priv)
         return;
     dropout_priv *p = l->priv;

@@ -52,6 +52,8 @@
 extern CLG_INTERNAL const clg_layer_ops clg_layer_conv_ops;
 extern CLG_INTERNAL const clg_layer_ops clg_layer_dense_ops;
 extern CLG_INTERNAL const clg_layer_ops clg_layer_attention_ops;
+/* The dropout mask of an [attention] layer (as clg_layer_set_rng; no-op for other layers). */
+CLG_INTERNAL void clg_layer_attention_set_rng(clg_layer *l, uint32_t seed, uint32_t step, uint32_t sample_base);
 extern CLG_INTERNAL const clg_layer_ops clg_layer_maxpool_ops;
 extern CLG_INTERNAL const clg_layer_ops clg_layer_avgpool_ops;
 extern CLG_INTERNAL const clg_layer_ops clg_layer_gap_ops;

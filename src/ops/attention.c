@@ -46,6 +46,8 @@ clg_status clg_attn_check(clg_device *dev, const clg_attn_desc *a)
         return clg_err_set(err, CLG_ERR_SHAPE, "attention: head width %d outside 1..%d", a->d, CLG_ATTN_MAX_D);
     if (!isfinite(a->scale))
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "attention: scale is not finite");
+    if (!(a->dropout >= 0.0f && a->dropout < 1.0f))
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "attention: dropout %g outside [0, 1)", (double)a->dropout);
     if ((double)a->N * a->heads * a->T > 4294967295.0 / 16)
         return clg_err_set(err, CLG_ERR_UNSUPPORTED, "attention: N x heads x T = %.0f is too large",
                            (double)a->N * a->heads * a->T);
@@ -55,7 +57,7 @@ clg_status clg_attn_check(clg_device *dev, const clg_attn_desc *a)
 size_t clg_attn_saved_floats(const clg_attn_desc *a, clg_attn_algo algo)
 {
     size_t rows = (size_t)a->N * a->heads * a->T;
-    return algo == CLG_ATTN_GEMM ? rows * a->T : rows;
+    return algo == CLG_ATTN_GEMM ? rows * a->T * (a->dropout > 0.0f ? 2 : 1) : rows;
 }
 
 static clg_status check_saved(clg_device *dev, const clg_attn_desc *a, clg_attn_algo algo, const char *op,
@@ -63,7 +65,12 @@ static clg_status check_saved(clg_device *dev, const clg_attn_desc *a, clg_attn_
 {
     if (!saved)
         return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG, "%s: NULL buffer 'saved'", op);
-    double tt = (double)a->N * a->heads * a->T * a->T;
+    if (algo != CLG_ATTN_GEMM && a->dropout > 0.0f)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_UNSUPPORTED,
+                           "%s: dropout on the probabilities is supported by the gemm algorithm only (not yet by the "
+                           "fused kernels)",
+                           op);
+    double tt = (double)a->N * a->heads * a->T * a->T * (a->dropout > 0.0f ? 2 : 1);
     if (algo == CLG_ATTN_GEMM && tt > 4294967295.0)
         return clg_err_set(clg_dev_err(dev), CLG_ERR_UNSUPPORTED,
                            "%s: the gemm algorithm's N x heads x T x T = %.0f scores are over the 2^32 limit (use "
@@ -482,8 +489,13 @@ static clg_status gemm_forward(clg_device *dev, const clg_attn_desc *a, const cl
     for (int n = 0; n < a->N; n++) /* S = scale Q K^T */
         CLG_TRY(head_gemm(dev, a, 0, 1, T, T, d, a->scale, seq_op(a, q, n), seq_op(a, k, n), tt_op(a, P, poff, n)));
     CLG_TRY(masked_softmax(dev, a, P, poff));
-    for (int n = 0; n < a->N; n++) /* O = P V */
-        CLG_TRY(head_gemm(dev, a, 0, 0, T, d, T, 1.0f, tt_op(a, P, poff, n), seq_op(a, v, n), seq_op(a, o, n)));
+    size_t all = (size_t)a->N * a->heads * T * T, pdoff = poff;
+    if (a->dropout > 0.0f) { /* Pd = dropout(P) after P */
+        pdoff = poff + all;
+        CLG_TRY(clg_nn_dropout(dev, all, a->dropout, a->seed, a->step, a->base, P, poff, P, pdoff));
+    }
+    for (int n = 0; n < a->N; n++) /* O = Pd V */
+        CLG_TRY(head_gemm(dev, a, 0, 0, T, d, T, 1.0f, tt_op(a, P, pdoff, n), seq_op(a, v, n), seq_op(a, o, n)));
     return CLG_OK;
 }
 
@@ -494,13 +506,19 @@ static clg_status gemm_backward_n(clg_device *dev, const clg_attn_desc *a, int n
 {
     int T = a->T, d = a->d;
     size_t rows = (size_t)a->heads * T, tt = rows * T;
-    /* dP = dO V^T, then dS = P o (dP - rowsum(dP o P)) in place */
+    /* dP = dO V^T (through the dropout mask), then dS = P o (dP - rowsum(dP o P)) in place */
     CLG_TRY(head_gemm(dev, a, 0, 1, T, T, d, 1.0f, seq_op(a, g, n), seq_op(a, v, n), tt_op(a, dS, 0, 0)));
+    size_t pdoff = poff;
+    if (a->dropout > 0.0f) {
+        pdoff = poff + (size_t)a->N * tt;
+        CLG_TRY(clg_nn_dropout(dev, tt, a->dropout, a->seed, a->step, a->base + (uint32_t)((size_t)n * tt), dS, 0, dS,
+                               0));
+    }
     CLG_TRY(clg_nn_softmax_backward(dev, (int)rows, T, P, poff + (size_t)n * tt, dS, 0, dS, 0));
     /* dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO */
     CLG_TRY(head_gemm(dev, a, 0, 0, T, d, T, a->scale, tt_op(a, dS, 0, 0), seq_op(a, k, n), seq_op(a, dq, n)));
     CLG_TRY(head_gemm(dev, a, 1, 0, T, d, T, a->scale, tt_op(a, dS, 0, 0), seq_op(a, q, n), seq_op(a, dk, n)));
-    return head_gemm(dev, a, 1, 0, T, d, T, 1.0f, tt_op(a, P, poff, n), seq_op(a, g, n), seq_op(a, dv, n));
+    return head_gemm(dev, a, 1, 0, T, d, T, 1.0f, tt_op(a, P, pdoff, n), seq_op(a, g, n), seq_op(a, dv, n));
 }
 
 static clg_status gemm_backward(clg_device *dev, const clg_attn_desc *a, const clg_attn_seq *q,

@@ -16,9 +16,10 @@
  *     for dQ (owns a query row, loops over key tiles), D = rowsum(dO o O)
  *     first. No atomics: deterministic.
  *   gemm: the reference: batched GEMMs (src/ops/gemm.c) for S = scale Q K^T,
- *     a masked softmax in place, O = P V; saves P (N H T T floats).
- * Dropout on the probabilities is not supported yet (the layer refuses
- * dropout > 0). Every launcher only enqueues on dev->queue. */
+ *     a masked softmax in place, O = P V; saves P (N H T T floats; with
+ *     dropout also the dropped-out P, twice that).
+ * Dropout on the probabilities: gemm only (clg_attn_desc.dropout). Every
+ * launcher only enqueues on dev->queue. */
 #ifndef CLG_OPS_ATTENTION_H
 #define CLG_OPS_ATTENTION_H
 
@@ -45,6 +46,11 @@ typedef struct clg_attn_desc {
                            (Q, dO for dK/dV), head width a multiple of 8 (else 2);
                            0 by device: 3 (or 2) on CPUs, 1 elsewhere */
     int rq, rk;         /* variant 3: query / key rows per work-item (0: defaults, 4 and 8) */
+    /* Inverted dropout on the probabilities (gemm algorithm only; the fused one refuses
+     * dropout > 0): element (n, h, i, j) kept when hash(seed, step, base + ((n H + h) T + i) T
+     * + j) >= dropout, as the dropout layer's mask (clg_nn_dropout), scaled by 1/(1 - dropout). */
+    float dropout;
+    uint32_t seed, step, base;
 } clg_attn_desc;
 
 /* One operand: a sequence (N, T, ld) at element offset off of mem. */
@@ -59,7 +65,8 @@ CLG_INTERNAL const char *const *clg_attn_algo_names(void);
 /* CLG_OK when desc is valid (sizes positive, d in range, offsets within
  * 32 bits), else CLG_ERR_SHAPE naming the field on dev's error. */
 CLG_INTERNAL clg_status clg_attn_check(clg_device *dev, const clg_attn_desc *a);
-/* Floats forward saves for backward: N H T (fused: lse) or N H T T (gemm: P). */
+/* Floats forward saves for backward: N H T (fused: lse) or N H T T (gemm: P;
+ * 2 N H T T with dropout). */
 CLG_INTERNAL size_t clg_attn_saved_floats(const clg_attn_desc *a, clg_attn_algo algo);
 
 /* o = attention(q, k, v); saved (clg_attn_saved_floats(a, algo) floats at

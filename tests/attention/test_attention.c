@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "ops/attention.h"
+#include "ops/nn.h"
 #include "attn_ref.h"
 #include "testutil.h"
 
@@ -44,7 +45,7 @@ static aresult run_algo(const acase *c, clg_attn_algo algo, int variant, const f
 {
     int C = c->H * c->d;
     size_t nseq = (size_t)c->N * c->T * C;
-    clg_attn_desc a = {c->N, c->T, c->H, c->d, c->causal, (float)(1.0 / sqrt((double)c->d)), variant, 0, 0};
+    clg_attn_desc a = {c->N, c->T, c->H, c->d, c->causal, (float)(1.0 / sqrt((double)c->d)), variant, 0, 0, 0.0f, 0, 0, 0};
     size_t nsaved = clg_attn_saved_floats(&a, algo);
     cl_mem mqkv = tu_upload(dev, qkv, 3 * nseq), mg = tu_upload_at(dev, g, nseq, OOFF);
     cl_mem mo = tu_upload_at(dev, NULL, nseq, OOFF), msaved = tu_upload(dev, NULL, nsaved);
@@ -217,7 +218,7 @@ START_TEST(test_cached)
         for (int n = 0; n < N; n++)
             memcpy(step + (size_t)n * tn * 3 * C, qkv + ((size_t)n * T + past) * 3 * C, sizeof(float) * tn * 3 * C);
         cl_mem ms = tu_upload(dev, step, nn), mo = tu_upload(dev, NULL, (size_t)N * tn * C);
-        clg_attn_desc a = {N, tn, H, d, 1, 0.25f, 0, 0, 0};
+        clg_attn_desc a = {N, tn, H, d, 1, 0.25f, 0, 0, 0, 0.0f, 0, 0, 0};
         clg_attn_seq q = {ms, 0, 3 * C}, k = {ms, (size_t)C, 3 * C}, v = {ms, 2 * (size_t)C, 3 * C}, so = {mo, 0, C};
         ck_assert_msg(clg_attn_cache_append(dev, &a, Tc, past, &k, &v, &skc, &svc) == CLG_OK, "%s",
                       clg_last_error(ctx));
@@ -240,7 +241,7 @@ START_TEST(test_cached)
     }
     ck_assert_msg(err < TOL, "cached generation: error %g against the full-sequence reference", err);
     /* a cache too small for the new positions */
-    clg_attn_desc a = {N, 5, H, d, 1, 0.25f, 0, 0, 0};
+    clg_attn_desc a = {N, 5, H, d, 1, 0.25f, 0, 0, 0, 0.0f, 0, 0, 0};
     clg_attn_seq q = {kc, 0, C};
     ck_assert_int_eq(clg_attn_forward_cached(dev, &a, Tc, 12, &q, &skc, &svc, &q), CLG_ERR_SHAPE);
     ck_assert_ptr_nonnull(strstr(clg_last_error(ctx), "do not fit a cache of 16 positions"));
@@ -250,12 +251,95 @@ START_TEST(test_cached)
 }
 END_TEST
 
+/* Dropout on the probabilities (gemm algorithm): against a double reference
+ * with the dropout layer's mask (clg_nn_dropout_scale_host) for element
+ * base + ((n H + h) T + i) T + j; the fused algorithm refuses it. */
+START_TEST(test_dropout)
+{
+    const int N = 2, T = 9, H = 2, d = 16, C = H * d;
+    const float pdrop = 0.3f;
+    const uint32_t seed = 11, step = 3, base = 5;
+    clg_rng r;
+    tu_rng(&r, 4242);
+    size_t nseq = (size_t)N * T * C;
+    float *qkv = malloc(sizeof(float) * 3 * nseq), *g = malloc(sizeof(float) * nseq);
+    tu_fill(qkv, 3 * nseq, -1.0f, 1.0f, &r);
+    tu_fill(g, nseq, -1.0f, 1.0f, &r);
+    double *o = calloc(nseq, sizeof(double)), *dqkv = calloc(3 * nseq, sizeof(double));
+    double scale = 0.25, p[16], dp[16];
+    for (int n = 0; n < N; n++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < T; i++) {
+                const float *q = qkv + ((size_t)n * T + i) * 3 * C + h * d, *gi = g + ((size_t)n * T + i) * C + h * d;
+                double m = -INFINITY, sum = 0, D = 0, mk[16];
+                for (int j = 0; j <= i; j++) {
+                    const float *k = qkv + ((size_t)n * T + j) * 3 * C + C + h * d;
+                    double s = 0;
+                    for (int e = 0; e < d; e++)
+                        s += (double)q[e] * k[e];
+                    p[j] = s * scale;
+                    m = fmax(m, p[j]);
+                }
+                for (int j = 0; j <= i; j++)
+                    sum += (p[j] = exp(p[j] - m));
+                for (int j = 0; j <= i; j++) {
+                    const float *v = qkv + ((size_t)n * T + j) * 3 * C + 2 * C + h * d;
+                    p[j] /= sum;
+                    mk[j] = clg_nn_dropout_scale_host(seed, step, base + (uint32_t)((((size_t)n * H + h) * T + i) * T + j),
+                                                      pdrop);
+                    dp[j] = 0;
+                    for (int e = 0; e < d; e++) {
+                        o[((size_t)n * T + i) * C + h * d + e] += p[j] * mk[j] * v[e];
+                        dp[j] += (double)gi[e] * v[e];
+                    }
+                    dp[j] *= mk[j];
+                    D += p[j] * dp[j];
+                }
+                for (int j = 0; j <= i; j++) {
+                    const float *k = qkv + ((size_t)n * T + j) * 3 * C + C + h * d;
+                    double ds = p[j] * (dp[j] - D) * scale;
+                    double *dq = dqkv + ((size_t)n * T + i) * 3 * C + h * d;
+                    double *dk = dqkv + ((size_t)n * T + j) * 3 * C + C + h * d, *dv = dk + C;
+                    for (int e = 0; e < d; e++) {
+                        dq[e] += ds * k[e];
+                        dk[e] += ds * q[e];
+                        dv[e] += p[j] * mk[j] * gi[e];
+                    }
+                }
+            }
+    clg_attn_desc a = {N, T, H, d, 1, (float)scale, 0, 0, 0, pdrop, seed, step, base};
+    size_t ns = clg_attn_saved_floats(&a, CLG_ATTN_GEMM);
+    ck_assert_uint_eq(ns, 2 * (size_t)N * H * T * T);
+    cl_mem mqkv = tu_upload(dev, qkv, 3 * nseq), mg = tu_upload(dev, g, nseq), mo = tu_upload(dev, NULL, nseq);
+    cl_mem ms = tu_upload(dev, NULL, ns), md = tu_upload(dev, NULL, 3 * nseq);
+    clg_attn_seq sq = {mqkv, 0, 3 * C}, sk = {mqkv, (size_t)C, 3 * C}, sv = {mqkv, 2 * (size_t)C, 3 * C};
+    clg_attn_seq so = {mo, 0, C}, sg = {mg, 0, C};
+    clg_attn_seq dq = {md, 0, 3 * C}, dk = {md, (size_t)C, 3 * C}, dv = {md, 2 * (size_t)C, 3 * C};
+    ck_assert_msg(clg_attn_forward(dev, &a, CLG_ATTN_GEMM, &sq, &sk, &sv, &so, ms, 0) == CLG_OK, "%s",
+                  clg_last_error(ctx));
+    ck_assert_msg(clg_attn_backward(dev, &a, CLG_ATTN_GEMM, &sq, &sk, &sv, &so, ms, 0, &sg, &dq, &dk, &dv) == CLG_OK,
+                  "%s", clg_last_error(ctx));
+    float *got = malloc(sizeof(float) * 3 * nseq);
+    tu_download(dev, mo, got, nseq);
+    double eo = tu_max_err(got, o, nseq, ATOL);
+    tu_download(dev, md, got, 3 * nseq);
+    double eg = tu_max_err(got, dqkv, 3 * nseq, ATOL);
+    ck_assert_msg(eo < TOL && eg < TOL, "gemm with dropout: output error %g, gradient error %g", eo, eg);
+    ck_assert_int_eq(clg_attn_forward(dev, &a, CLG_ATTN_FUSED, &sq, &sk, &sv, &so, ms, 0), CLG_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(clg_last_error(ctx), "gemm algorithm only"));
+    cl_mem m[] = {mqkv, mg, mo, ms, md};
+    for (int i = 0; i < 5; i++)
+        clg_buf_release(dev, m[i]);
+    free(qkv), free(g), free(o), free(dqkv), free(got);
+}
+END_TEST
+
 START_TEST(test_errors)
 {
     float one = 0;
     cl_mem m = tu_upload(dev, &one, 1);
     clg_attn_seq s = {m, 0, 16};
-    clg_attn_desc a = {1, 1, 1, 16, 1, 0.25f, 0, 0, 0};
+    clg_attn_desc a = {1, 1, 1, 16, 1, 0.25f, 0, 0, 0, 0.0f, 0, 0, 0};
     clg_attn_desc bad = a;
     bad.d = CLG_ATTN_MAX_D + 1;
     ck_assert_int_eq(clg_attn_forward(dev, &bad, CLG_ATTN_FUSED, &s, &s, &s, &s, m, 0), CLG_ERR_SHAPE);
@@ -281,6 +365,7 @@ int main(void)
     tcase_add_test(tc, test_shapes);
     tcase_add_test(tc, test_heads);
     tcase_add_test(tc, test_cached);
+    tcase_add_test(tc, test_dropout);
     tcase_add_test(tc, test_errors);
     suite_add_tcase(s, tc);
     return tu_run(s);
