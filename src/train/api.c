@@ -432,6 +432,38 @@ clg_status clg_bench_train_size(clg_ctx *ctx, const clg_bench_train_params *p, c
     return st;
 }
 
+/* The model params of a bench train run. */
+static void bench_model_params(const clg_bench_train_params *p, clg_model_params *mp)
+{
+    clg_model_params_init(mp);
+    mp->batch = p->batch;
+    mp->device = p->device;
+    mp->devices = p->devices;
+    mp->split = p->split;
+    mp->bucket_mb = p->bucket_mb;
+    mp->parallel = p->parallel;
+    mp->stages = p->stages;
+    mp->microbatches = p->microbatches;
+    mp->pipe_schedule = p->pipe_schedule;
+    mp->pipe_recompute = p->pipe_recompute;
+    mp->shard_optimizer = p->shard_optimizer;
+    mp->seed = p->seed;
+    mp->precision = p->precision;
+}
+
+/* The layout part of a bench train report: shares, pipeline bubble, the largest device's memory. */
+static void bench_report_layout(clg_model *m, clg_bench_train_report *out)
+{
+    clg_session_shares(m, out->shares, sizeof out->shares, &out->devices);
+    out->pipe_bubble = m->pipe ? clg_pipe_bubble(m->pipe) : -1;
+    for (int l = 0; l < m->dp->n; l++) {
+        clg_dp_mem dm;
+        clg_dp_memory(m->dp, l, &dm);
+        out->mem_peak_mib = fmax(out->mem_peak_mib, dm.peak / 1048576.0);
+        out->mem_optim_mib = fmax(out->mem_optim_mib, dm.optim / 1048576.0);
+    }
+}
+
 static clg_status bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_bench_train_report *out)
 {
     clg_err *err = ctx ? &ctx->err : NULL;
@@ -447,20 +479,7 @@ static clg_status bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "bench train: batch and steps must be >= 1");
     memset(out, 0, sizeof *out);
     clg_model_params mp;
-    clg_model_params_init(&mp);
-    mp.batch = p->batch;
-    mp.device = p->device;
-    mp.devices = p->devices;
-    mp.split = p->split;
-    mp.bucket_mb = p->bucket_mb;
-    mp.parallel = p->parallel;
-    mp.stages = p->stages;
-    mp.microbatches = p->microbatches;
-    mp.pipe_schedule = p->pipe_schedule;
-    mp.pipe_recompute = p->pipe_recompute;
-    mp.shard_optimizer = p->shard_optimizer;
-    mp.seed = p->seed;
-    mp.precision = p->precision;
+    bench_model_params(p, &mp);
     clg_model *m = NULL;
     double t_setup = clg_now_sec();
     CLG_TRY(clg_model_create_file(ctx, p->model, &mp, &m));
@@ -539,14 +558,7 @@ static clg_status bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg
         for (int d = 0; d < ctx->ndev; d++)
             launches += ctx->devs[d].launches;
         out->launches_per_step = (double)(launches - launches0) / p->steps;
-        clg_session_shares(m, out->shares, sizeof out->shares, &out->devices);
-        out->pipe_bubble = m->pipe ? clg_pipe_bubble(m->pipe) : -1;
-        for (int l = 0; l < m->dp->n; l++) {
-            clg_dp_mem dm;
-            clg_dp_memory(m->dp, l, &dm);
-            out->mem_peak_mib = fmax(out->mem_peak_mib, dm.peak / 1048576.0);
-            out->mem_optim_mib = fmax(out->mem_optim_mib, dm.optim / 1048576.0);
-        }
+        bench_report_layout(m, out);
     }
     free(times);
     if (m->trace) {
