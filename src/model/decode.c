@@ -145,9 +145,10 @@ clg_status clg_decoder_step(clg_decoder *d, const int *ids, int n, int pos0, flo
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "decode: position %d does not follow the %d positions fed", pos0,
                            d->pos);
     d->pos = 0; /* until this step is complete */
+    /* host_ids is not touched again before the blocking read below */
     for (int i = 0; i < n; i++)
         d->host_ids[i] = (float)ids[i];
-    cl_int e = clEnqueueWriteBuffer(r->dev->queue, d->ids, CL_TRUE, 0, (size_t)n * sizeof(float), d->host_ids, 0,
+    cl_int e = clEnqueueWriteBuffer(r->dev->queue, d->ids, CL_FALSE, 0, (size_t)n * sizeof(float), d->host_ids, 0,
                                     NULL, NULL);
     if (e != CL_SUCCESS)
         return clg_cl_fail(err, e, "uploading token ids", __FILE__, __LINE__);
