@@ -163,6 +163,9 @@ static clg_status attn_forward_step(clg_layer *l, clg_device *dev, const clg_ten
 {
     attn_priv *p = l->priv;
     int n = in[0].n, C = p->C;
+    if (!p->causal) /* earlier positions would see later ones: their cached keys and values go stale */
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_UNSUPPORTED,
+                           "attention: causal = 0 cannot generate position by position (needs causal = 1)");
     if (pos0 < 0 || pos0 + n > cap)
         return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG, "attention: positions %d..%d outside the cache of %d",
                            pos0, pos0 + n - 1, cap);

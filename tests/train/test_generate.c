@@ -228,6 +228,15 @@ START_TEST(refusals)
     ck_assert_int_eq(gen(m, NULL, 4, 1.0, 0, 1, 0, out, &r), CLG_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(clg_last_error(c), "16 classes"));
     clg_model_destroy(m);
+    /* attention that is not causal */
+    const char *t = gpt_text(V), *h = strstr(t, "heads = 2\n");
+    ck_assert_ptr_nonnull(h);
+    char nc[sizeof model_text + 16];
+    snprintf(nc, sizeof nc, "%.*scausal = 0\n%s", (int)(h - t), t, h); /* the first [attention] */
+    m = make(c, nc, 2, 1);
+    ck_assert_int_eq(gen(m, NULL, 4, 1.0, 0, 1, 0, out, &r), CLG_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(clg_last_error(c), "causal"));
+    clg_model_destroy(m);
     /* a layer that mixes positions without a decode step */
     m = make(c,
              "[net]\nchannels = 1\nheight = 8\nwidth = 1\ninput = tokens\nclasses = 256\nbatch = 2\n"
