@@ -17,6 +17,8 @@
 
 static char model_text[4096];
 
+static const char *gpt_algo = "auto"; /* [attention] algo of gpt_text's model */
+
 static const char *gpt_text(int classes)
 {
     int n = snprintf(model_text, sizeof model_text,
@@ -28,11 +30,11 @@ static const char *gpt_text(int classes)
     char names[2][16];
     for (int b = 1; b <= 2; b++) {
         n += snprintf(model_text + n, sizeof model_text - (size_t)n,
-                      "[layernorm]\nname = b%d_ln1\n[attention]\nname = b%d_attn\nheads = 2\n"
+                      "[layernorm]\nname = b%d_ln1\n[attention]\nname = b%d_attn\nalgo = %s\nheads = 2\n"
                       "[add]\nname = b%d_res1\ninput = %s, b%d_attn\n"
                       "[layernorm]\nname = b%d_ln2\n[dense]\nname = b%d_fc\nunits = 64\nactivation = gelu\n"
                       "[dense]\nname = b%d_proj\nunits = 32\n[add]\nname = b%d_res2\ninput = b%d_res1, b%d_proj\n",
-                      b, b, b, prev, b, b, b, b, b, b, b);
+                      b, b, gpt_algo, b, prev, b, b, b, b, b, b, b);
         snprintf(names[b - 1], sizeof names[0], "b%d_res2", b);
         prev = names[b - 1];
     }
@@ -54,8 +56,9 @@ static clg_model *make(clg_ctx *c, const char *text, int batch, uint64_t seed)
 
 /* The decoder's logits match the full forward of the same window at every
  * position: fed 5 at once, then one by one, then the whole window again. */
-START_TEST(decoder_matches_forward)
+static void decoder_check(const char *algo)
 {
+    gpt_algo = algo;
     clg_ctx *c = tu_ctx(NULL);
     clg_rng r;
     tu_rng(&r, 1);
@@ -106,13 +109,21 @@ START_TEST(decoder_matches_forward)
     /* a position that does not follow the cache is refused */
     ck_assert_int_eq(clg_decoder_step(d, iid, 1, 7, got), CLG_ERR_INVALID_ARG);
     ck_assert_int_eq(clg_decoder_step(d, iid, 2, CTX - 1, got), CLG_ERR_INVALID_ARG);
-    printf("decoder vs forward: max |err| %.3g\n", worst);
+    printf("decoder vs forward (attention algo %s): max |err| %.3g\n", gpt_algo, worst);
+    gpt_algo = "auto";
     clg_decoder_free(d);
     free(ref);
     clg_buf_release(dev, x);
     clg_buf_release(dev, y);
     clg_model_destroy(m);
     clg_ctx_destroy(c);
+}
+
+/* against both attention paths of the full forward */
+START_TEST(decoder_matches_forward)
+{
+    decoder_check("fused");
+    decoder_check("gemm");
 }
 END_TEST
 
