@@ -11,6 +11,7 @@ static const cli_cmd commands[] = {
     {"train", cmd_train, "train a model on a dataset"},
     {"eval", cmd_eval, "evaluate trained weights on a dataset"},
     {"predict", cmd_predict, "classify an image or IDX file"},
+    {"generate", cmd_generate, "sample text from a trained token model"},
     {"export", cmd_export, "write a model with its weights as ONNX"},
     {"bench", cmd_bench, "benchmark gemm, conv or training"},
     {"tune", cmd_tune, "auto-tune kernels for a device"},

@@ -86,6 +86,7 @@ int cmd_train(int argc, char **argv);
 int bench_allreduce(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_predict(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_precompile(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);

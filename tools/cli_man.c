@@ -11,7 +11,7 @@ static const cli_spec *const specs[] = {
     &cli_spec_predict,     &cli_spec_export,     &cli_spec_tune,        &cli_spec_precompile,
     &cli_spec_bench_gemm,  &cli_spec_bench_conv, &cli_spec_bench_train, &cli_spec_bench_prim,
     &cli_spec_bench_allreduce, &cli_spec_bench_start, &cli_spec_options, &cli_spec_sweep,
-    &cli_spec_bench_attention,
+    &cli_spec_bench_attention, &cli_spec_generate,
 };
 
 static const char head[] =

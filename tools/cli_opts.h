@@ -172,7 +172,7 @@ void cli_help(FILE *f, const cli_spec *spec);
 extern const cli_spec cli_spec_devices, cli_spec_selfcheck, cli_spec_train, cli_spec_eval, cli_spec_predict,
     cli_spec_export, cli_spec_tune, cli_spec_precompile, cli_spec_bench_gemm, cli_spec_bench_conv,
     cli_spec_bench_train, cli_spec_bench_prim, cli_spec_bench_allreduce, cli_spec_bench_start, cli_spec_options,
-    cli_spec_sweep, cli_spec_bench_attention;
+    cli_spec_sweep, cli_spec_bench_attention, cli_spec_generate;
 /* Prints the man page (roff) to f; the ENVIRONMENT section is a marker line
  * that tests/cli_man.py fills in from docs/clgrad.1 (the options table's). */
 void cli_man(FILE *f);

@@ -77,6 +77,15 @@ typedef struct clg_layer_ops {
      * layers[0..nlayers) stay where they are for the instance's lifetime.
      * Errors name the file and line. */
     clg_status (*link)(clg_layer *l, clg_err *err, const clg_cfg *cfg, clg_layer *layers, int nlayers);
+    /* (optional) incremental inference (src/model/decode.c): the layer was
+     * set up for T = 1 and in / out hold n consecutive positions pos0 ..
+     * pos0 + n - 1 of one sequence as n samples. For layers whose output
+     * depends on the position or on earlier positions: [posembed] adds the
+     * rows of those positions, [attention] appends their keys and values to
+     * a cache of cap positions kept in priv (pos0 = 0 starts it over) and
+     * attends over it. Per-position layers leave it NULL (forward runs). */
+    clg_status (*forward_step)(clg_layer *l, clg_device *dev, const clg_tensor *in, int nin, clg_tensor *out,
+                               int pos0, int cap);
     /* (optional) called after the optimizer changed the parameters. */
     void (*params_changed)(clg_layer *l);
     /* (optional) frees priv and any device state besides params. */

@@ -26,6 +26,8 @@ typedef struct {
     int trained;            /* the last forward ran in training mode (its dropout mask) */
     cl_mem qkv, att, saved; /* forward results kept for backward */
     size_t qkv_cap, att_cap, saved_cap;
+    cl_mem kc, vc; /* decoding (attn_forward_step): keys, values of up to cache_cap positions */
+    size_t kc_cap, vc_cap;
 } attn_priv;
 
 static clg_status attn_configure(clg_layer *l, clg_err *err, const clg_cfg *cfg, clg_cfg_section *sec)
@@ -181,6 +183,34 @@ static clg_status attn_forward(clg_layer *l, clg_device *dev, const clg_tensor *
     return proj(dev, 0, 1, M, C, C, p->att, 0, l->params[2].value, 0, out->mem, out->off, l->params[3].value);
 }
 
+/* Decoding (layer.h forward_step): the n new positions pos0 .. (n samples of
+ * T = 1) append their keys and values to the cache (cap positions, ld C)
+ * and attend over positions 0 .. pos0 + n - 1. */
+static clg_status attn_forward_step(clg_layer *l, clg_device *dev, const clg_tensor *in, int nin, clg_tensor *out,
+                                    int pos0, int cap)
+{
+    attn_priv *p = l->priv;
+    int n = in[0].n, C = p->C;
+    if (!p->causal) /* earlier positions would see later ones: their cached keys and values go stale */
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_UNSUPPORTED,
+                           "attention: causal = 0 cannot generate position by position (needs causal = 1)");
+    if (pos0 < 0 || pos0 + n > cap)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG, "attention: positions %d..%d outside the cache of %d",
+                           pos0, pos0 + n - 1, cap);
+    clg_attn_desc a = attn_desc(p, 1);
+    a.T = n;
+    CLG_TRY(clg_layer_scratch(dev, &p->qkv, &p->qkv_cap, (size_t)n * 3 * C * sizeof(float)));
+    CLG_TRY(clg_layer_scratch(dev, &p->att, &p->att_cap, (size_t)n * C * sizeof(float)));
+    CLG_TRY(clg_layer_scratch(dev, &p->kc, &p->kc_cap, (size_t)cap * C * sizeof(float)));
+    CLG_TRY(clg_layer_scratch(dev, &p->vc, &p->vc_cap, (size_t)cap * C * sizeof(float)));
+    CLG_TRY(proj(dev, 0, 1, n, 3 * C, C, in[0].mem, in[0].off, l->params[0].value, 0, p->qkv, 0, l->params[1].value));
+    clg_attn_seq q = {p->qkv, 0, 3 * C}, k = {p->qkv, (size_t)C, 3 * C}, v = {p->qkv, 2 * (size_t)C, 3 * C};
+    clg_attn_seq kc = {p->kc, 0, C}, vc = {p->vc, 0, C}, o = {p->att, 0, C};
+    CLG_TRY(clg_attn_cache_append(dev, &a, cap, pos0, &k, &v, &kc, &vc));
+    CLG_TRY(clg_attn_forward_cached(dev, &a, cap, pos0, &q, &kc, &vc, &o));
+    return proj(dev, 0, 1, n, C, C, p->att, 0, l->params[2].value, 0, out->mem, out->off, l->params[3].value);
+}
+
 static clg_status attn_backward_body(clg_layer *l, clg_device *dev, const clg_tensor *in, const clg_tensor *dout,
                                      clg_tensor *din, cl_mem datt, cl_mem dqkv)
 {
@@ -225,6 +255,8 @@ static void attn_destroy(clg_layer *l, clg_device *dev)
         clg_buf_release(dev, p->qkv);
         clg_buf_release(dev, p->att);
         clg_buf_release(dev, p->saved);
+        clg_buf_release(dev, p->kc);
+        clg_buf_release(dev, p->vc);
     }
     free(p);
     l->priv = NULL;
@@ -237,5 +269,6 @@ const clg_layer_ops clg_layer_attention_ops = {
     .init = attn_init,
     .forward = attn_forward,
     .backward = attn_backward,
+    .forward_step = attn_forward_step,
     .destroy = attn_destroy,
 };

@@ -195,6 +195,19 @@ static clg_status pos_forward(clg_layer *l, clg_device *dev, const clg_tensor *i
                                out->off);
 }
 
+/* Decoding (layer.h forward_step): the n positions pos0 .. are n samples of T = 1. */
+static clg_status pos_forward_step(clg_layer *l, clg_device *dev, const clg_tensor *in, int nin, clg_tensor *out,
+                                   int pos0, int cap)
+{
+    pos_priv *p = l->priv;
+    int n = in[0].n;
+    if (pos0 < 0 || pos0 + n > p->context)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG, "posembed: positions %d..%d outside context = %d",
+                           pos0, pos0 + n - 1, p->context);
+    return clg_nn_add(dev, (size_t)n * p->C, in[0].mem, in[0].off, l->params[0].value, (size_t)pos0 * p->C, out->mem,
+                      out->off);
+}
+
 static clg_status pos_backward(clg_layer *l, clg_device *dev, const clg_tensor *in, int nin, const clg_tensor *out,
                                const clg_tensor *dout, clg_tensor *din)
 {
@@ -212,4 +225,5 @@ const clg_layer_ops clg_layer_posembed_ops = {
     .init = pos_init,
     .forward = pos_forward,
     .backward = pos_backward,
+    .forward_step = pos_forward_step,
 };

@@ -240,6 +240,12 @@ static clg_status check_dead_branches(clg_err *err, const clg_net *net)
 
 clg_status clg_net_build(clg_err *err, const char *text, const char *source_name, int batch, clg_net **out)
 {
+    return clg_net_build_shape(err, text, source_name, batch, NULL, out);
+}
+
+clg_status clg_net_build_shape(clg_err *err, const char *text, const char *source_name, int batch, const int *chw,
+                               clg_net **out)
+{
     *out = NULL;
     if (!text)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "model text is NULL");
@@ -256,6 +262,11 @@ clg_status clg_net_build(clg_err *err, const char *text, const char *source_name
                          net->source, net->cfg->nsec ? net->cfg->sec[0].line : 1);
     if (st == CLG_OK)
         st = clg_net_parse_config(err, net, &net->cfg->sec[0]);
+    if (st == CLG_OK && chw) {
+        net->in_c = chw[0];
+        net->in_h = chw[1];
+        net->in_w = chw[2];
+    }
     if (st == CLG_OK && net->cfg->nsec < 2)
         st = clg_err_set(err, CLG_ERR_FORMAT, "%s: the model has no layers after [net]", net->source);
     if (st == CLG_OK) {

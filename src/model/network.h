@@ -164,6 +164,10 @@ struct clg_net {
  * Errors name the file and line. */
 CLG_INTERNAL clg_status clg_net_build(clg_err *err, const char *text, const char *source_name, int batch,
                                       clg_net **out);
+/* clg_net_build with the input shape chw (channels, height, width) in
+ * place of [net]'s (NULL: [net]'s): the decoder's T = 1 instance. */
+CLG_INTERNAL clg_status clg_net_build_shape(clg_err *err, const char *text, const char *source_name, int batch,
+                                            const int *chw, clg_net **out);
 CLG_INTERNAL clg_status clg_net_load(clg_err *err, const char *path, int batch, clg_net **out);
 CLG_INTERNAL void clg_net_free(clg_net *net);
 /* Prints the layer table (name, type, output shape, params, MFLOPs). */

@@ -1,0 +1,267 @@
+/* clgrad generate (issue 23): the decoder (src/model/decode.c) against the
+ * network's full forward, position by position; clg_model_generate with
+ * the key/value cache gives the same bytes as recomputing the window
+ * (greedy and sampled, across the slides of a small context); a seed gives
+ * the same bytes; bad input is refused. A small gpt-like model (2 pre-norm
+ * blocks, width 32, 2 heads, context 32, tied head), randomly initialised
+ * from a fresh seed. */
+#include <math.h>
+#include <string.h>
+
+#include "model/decode.h"
+#include "testutil.h"
+#include "train/session.h"
+
+#define CTX 32
+#define V 256
+
+static char model_text[4096];
+
+static const char *gpt_algo = "auto"; /* [attention] algo of gpt_text's model */
+
+static const char *gpt_text(int classes)
+{
+    int n = snprintf(model_text, sizeof model_text,
+                     "[net]\nchannels = 1\nheight = %d\nwidth = 1\ninput = tokens\nclasses = %d\nbatch = 2\n"
+                     "[embedding]\nname = tok\nvocab = %d\ndim = 32\n"
+                     "[posembed]\nname = pos\ncontext = %d\n",
+                     CTX, classes, classes, CTX);
+    const char *prev = "pos";
+    char names[2][16];
+    for (int b = 1; b <= 2; b++) {
+        n += snprintf(model_text + n, sizeof model_text - (size_t)n,
+                      "[layernorm]\nname = b%d_ln1\n[attention]\nname = b%d_attn\nalgo = %s\nheads = 2\n"
+                      "[add]\nname = b%d_res1\ninput = %s, b%d_attn\n"
+                      "[layernorm]\nname = b%d_ln2\n[dense]\nname = b%d_fc\nunits = 64\nactivation = gelu\n"
+                      "[dense]\nname = b%d_proj\nunits = 32\n[add]\nname = b%d_res2\ninput = b%d_res1, b%d_proj\n",
+                      b, b, gpt_algo, b, prev, b, b, b, b, b, b, b);
+        snprintf(names[b - 1], sizeof names[0], "b%d_res2", b);
+        prev = names[b - 1];
+    }
+    snprintf(model_text + n, sizeof model_text - (size_t)n,
+             "[layernorm]\nname = ln_f\n[dense]\nname = head\nunits = %d\ntie = tok\nbias = 0\n[softmax]\n", classes);
+    return model_text;
+}
+
+static clg_model *make(clg_ctx *c, const char *text, int batch, uint64_t seed)
+{
+    clg_model_params mp;
+    clg_model_params_init(&mp);
+    mp.batch = batch;
+    mp.seed = seed;
+    clg_model *m = NULL;
+    ck_assert_msg(clg_model_create_string(c, text, "gen", &mp, &m) == CLG_OK, "%s", clg_last_error(c));
+    return m;
+}
+
+/* The decoder's logits match the full forward of the same window at every
+ * position: fed 5 at once, then one by one, then the whole window again. */
+static void decoder_check(const char *algo)
+{
+    gpt_algo = algo;
+    clg_ctx *c = tu_ctx(NULL);
+    clg_rng r;
+    tu_rng(&r, 1);
+    clg_model *m = make(c, gpt_text(V), 1, tu_seed());
+    clg_replica *rep = clg_session_rep(m);
+    clg_device *dev = rep->dev;
+    float ids[CTX], zeros[CTX] = {0};
+    int iid[CTX];
+    for (int i = 0; i < CTX; i++) {
+        iid[i] = (int)(clg_rng_u32(&r) % V);
+        ids[i] = (float)iid[i];
+    }
+    cl_mem x = tu_upload(dev, ids, CTX), y = tu_upload(dev, zeros, CTX); /* int32 zero labels */
+    clg_replica_set_input(rep, x, 0);
+    clg_replica_set_labels(rep, y, 0, 1.0f);
+    ck_assert_msg(clg_replica_forward(rep, 1, 0) == CLG_OK, "%s", clg_last_error(c));
+    int L = rep->layers[rep->loss_index].inputs[0];
+    float *ref = malloc((size_t)CTX * V * sizeof(float));
+    ck_assert_ptr_nonnull(ref);
+    tu_poison(ref, (size_t)CTX * V);
+    ck_assert_int_eq(clEnqueueReadBuffer(dev->queue, rep->act[L].mem, CL_TRUE, rep->act[L].off * sizeof(float),
+                                         (size_t)CTX * V * sizeof(float), ref, 0, NULL, NULL),
+                     CL_SUCCESS);
+    clg_decoder *d = NULL;
+    ck_assert_msg(clg_decoder_create(rep, &d) == CLG_OK, "%s", clg_last_error(c));
+    ck_assert_int_eq(clg_decoder_context(d), CTX);
+    ck_assert_int_eq(clg_decoder_vocab(d), V);
+    float got[V];
+    double worst = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int t = 4; t < CTX; t++) {
+            if (pass == 1 && t != CTX - 1)
+                continue;
+            for (int v = 0; v < V; v++)
+                got[v] = NAN;
+            clg_status st = pass == 1  ? clg_decoder_step(d, iid, CTX, 0, got)
+                            : t == 4 ? clg_decoder_step(d, iid, 5, 0, got)
+                                     : clg_decoder_step(d, iid + t, 1, t, got);
+            ck_assert_msg(st == CLG_OK, "%s", clg_last_error(c));
+            for (int v = 0; v < V; v++) {
+                double e = fabs((double)got[v] - ref[(size_t)t * V + v]);
+                ck_assert_msg(e <= 1e-4 * (1 + fabs(ref[(size_t)t * V + v])),
+                              "pass %d position %d class %d: decoder %g, forward %g", pass, t, v, got[v],
+                              ref[(size_t)t * V + v]);
+                worst = fmax(worst, e);
+            }
+        }
+    /* a position that does not follow the cache is refused */
+    ck_assert_int_eq(clg_decoder_step(d, iid, 1, 7, got), CLG_ERR_INVALID_ARG);
+    ck_assert_int_eq(clg_decoder_step(d, iid, 2, CTX - 1, got), CLG_ERR_INVALID_ARG);
+    printf("decoder vs forward (attention algo %s): max |err| %.3g\n", gpt_algo, worst);
+    gpt_algo = "auto";
+    clg_decoder_free(d);
+    free(ref);
+    clg_buf_release(dev, x);
+    clg_buf_release(dev, y);
+    clg_model_destroy(m);
+    clg_ctx_destroy(c);
+}
+
+/* against both attention paths of the full forward */
+START_TEST(decoder_matches_forward)
+{
+    decoder_check("fused");
+    decoder_check("gemm");
+}
+END_TEST
+
+static int gen(clg_model *m, const char *prompt, int tokens, double temp, int top_k, uint64_t seed, int no_cache,
+               unsigned char *out, clg_generate_report *rep)
+{
+    clg_generate_params p;
+    clg_generate_params_init(&p);
+    p.prompt = prompt;
+    p.tokens = tokens;
+    p.temperature = temp;
+    p.top_k = top_k;
+    p.seed = seed;
+    p.no_cache = no_cache;
+    p.out = out;
+    p.out_cap = (size_t)tokens;
+    memset(out, 0, (size_t)tokens);
+    return clg_model_generate(m, &p, rep);
+}
+
+/* Cache vs recomputing the window: greedy and sampled (with and without
+ * top-k), 100 bytes across the slides of context 32, with and without a
+ * prompt (one longer than the context); seeds reproduce. */
+START_TEST(cache_equals_recompute)
+{
+    clg_ctx *c = tu_ctx(NULL);
+    clg_model *m = make(c, gpt_text(V), 2, tu_seed());
+    enum { N = 100 };
+    static const char *prompts[] = {NULL, "The quick brown fox jumps over the lazy dog, twice: the quick brown fox."};
+    const struct { double temp; int k; } modes[] = {{0.0, 0}, {1.0, 0}, {0.8, 10}};
+    unsigned char a[N], b[N], e[N];
+    for (int pi = 0; pi < 2; pi++)
+        for (int mi = 0; mi < 3; mi++) {
+            clg_generate_report ra, rb;
+            uint64_t seed = tu_seed() + (uint64_t)mi;
+            ck_assert_msg(gen(m, prompts[pi], N, modes[mi].temp, modes[mi].k, seed, 0, a, &ra) == CLG_OK, "%s",
+                          clg_last_error(c));
+            ck_assert_msg(gen(m, prompts[pi], N, modes[mi].temp, modes[mi].k, seed, 1, b, &rb) == CLG_OK, "%s",
+                          clg_last_error(c));
+            ck_assert_int_eq(ra.generated, N);
+            ck_assert_int_eq(rb.generated, N);
+            int first = -1;
+            for (int i = 0; i < N && first < 0; i++)
+                if (a[i] != b[i])
+                    first = i;
+            ck_assert_msg(first < 0, "prompt %d, temperature %g, top-k %d: cache and recompute differ from byte %d",
+                          pi, modes[mi].temp, modes[mi].k, first);
+            ck_assert_int_eq(rb.recomputes, N);
+            ck_assert_msg(ra.recomputes >= 2 && ra.recomputes <= 1 + N / (CTX / 2) + 1, "cache: %d recomputes",
+                          ra.recomputes);
+            ck_assert_int_eq(ra.prompt_used, pi ? CTX - 1 : 0);
+            ck_assert_msg(gen(m, prompts[pi], N, modes[mi].temp, modes[mi].k, seed, 0, e, &ra) == CLG_OK, "%s",
+                          clg_last_error(c));
+            ck_assert_msg(memcmp(a, e, N) == 0, "the same seed gave other bytes");
+            if (modes[mi].temp > 0) { /* another seed: other bytes (100 draws of a near-uniform byte) */
+                ck_assert_int_eq(gen(m, prompts[pi], N, modes[mi].temp, modes[mi].k, seed + 1000, 0, e, &ra), CLG_OK);
+                ck_assert_msg(memcmp(a, e, N) != 0, "seeds %llu and +1000 gave the same bytes",
+                              (unsigned long long)seed);
+            }
+        }
+    /* top-k 1 at any temperature is greedy */
+    for (int pi = 0; pi < 2; pi++) {
+        clg_generate_report ra;
+        ck_assert_int_eq(gen(m, prompts[pi], N, 0.0, 0, 5, 0, a, &ra), CLG_OK);
+        ck_assert_int_eq(gen(m, prompts[pi], N, 1.5, 1, 6, 0, b, &ra), CLG_OK);
+        ck_assert_msg(memcmp(a, b, N) == 0, "top-k 1 differs from greedy");
+    }
+    clg_model_destroy(m);
+    clg_ctx_destroy(c);
+}
+END_TEST
+
+static int stop_after(void *user, unsigned char byte)
+{
+    (void)byte;
+    int *n = user;
+    return ++*n >= 5;
+}
+
+START_TEST(refusals)
+{
+    clg_ctx *c = tu_ctx(NULL);
+    clg_model *m = make(c, gpt_text(V), 2, 3);
+    unsigned char out[8];
+    clg_generate_report r;
+    ck_assert_int_eq(gen(m, NULL, 0, 1.0, 0, 1, 0, out, &r), CLG_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(clg_last_error(c), "tokens"));
+    ck_assert_int_eq(gen(m, NULL, 4, -1.0, 0, 1, 0, out, &r), CLG_ERR_INVALID_ARG);
+    ck_assert_int_eq(gen(m, NULL, 4, NAN, 0, 1, 0, out, &r), CLG_ERR_INVALID_ARG);
+    ck_assert_int_eq(gen(m, NULL, 4, 1.0, 257, 1, 0, out, &r), CLG_ERR_INVALID_ARG);
+    ck_assert_int_eq(clg_model_generate(m, NULL, &r), CLG_ERR_INVALID_ARG);
+    clg_generate_params p;
+    memset(&p, 0, sizeof p); /* not initialised: size 0 */
+    ck_assert_int_eq(clg_model_generate(m, &p, &r), CLG_ERR_INVALID_ARG);
+    /* the callback stops it */
+    int seen = 0;
+    clg_generate_params_init(&p);
+    p.tokens = 50;
+    p.on_byte = stop_after;
+    p.user = &seen;
+    ck_assert_int_eq(clg_model_generate(m, &p, &r), CLG_OK);
+    ck_assert_int_eq(r.generated, 5);
+    ck_assert_int_eq(seen, 5);
+    clg_model_destroy(m);
+    /* not a token model */
+    m = make(c, "[net]\nchannels = 1\nheight = 8\nwidth = 1\nclasses = 4\nbatch = 2\n[dense]\nunits = 4\n[softmax]\n",
+             2, 1);
+    ck_assert_int_eq(gen(m, NULL, 4, 1.0, 0, 1, 0, out, &r), CLG_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(clg_last_error(c), "not a token model"));
+    clg_model_destroy(m);
+    /* tokens, but 16 classes, not bytes */
+    m = make(c, gpt_text(16), 2, 1);
+    ck_assert_int_eq(gen(m, NULL, 4, 1.0, 0, 1, 0, out, &r), CLG_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(clg_last_error(c), "16 classes"));
+    clg_model_destroy(m);
+    /* attention that is not causal */
+    const char *t = gpt_text(V), *h = strstr(t, "heads = 2\n");
+    ck_assert_ptr_nonnull(h);
+    char nc[sizeof model_text + 16];
+    snprintf(nc, sizeof nc, "%.*scausal = 0\n%s", (int)(h - t), t, h); /* the first [attention] */
+    m = make(c, nc, 2, 1);
+    ck_assert_int_eq(gen(m, NULL, 4, 1.0, 0, 1, 0, out, &r), CLG_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(clg_last_error(c), "causal"));
+    clg_model_destroy(m);
+    /* a layer that mixes positions without a decode step */
+    m = make(c,
+             "[net]\nchannels = 1\nheight = 8\nwidth = 1\ninput = tokens\nclasses = 256\nbatch = 2\n"
+             "[dense]\nunits = 256\n[softmax]\n",
+             2, 1);
+    ck_assert_int_eq(gen(m, NULL, 4, 1.0, 0, 1, 0, out, &r), CLG_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(clg_last_error(c), "position by position"));
+    clg_model_destroy(m);
+    clg_ctx_destroy(c);
+}
+END_TEST
+
+int main(void)
+{
+    const TTest *const tests[] = {decoder_matches_forward, cache_equals_recompute, refusals};
+    return tu_run_tests("generate", 120, tests, 3);
+}
