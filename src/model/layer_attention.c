@@ -197,7 +197,7 @@ static clg_status attn_forward_step(clg_layer *l, clg_device *dev, const clg_ten
     if (pos0 < 0 || pos0 + n > cap)
         return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG, "attention: positions %d..%d outside the cache of %d",
                            pos0, pos0 + n - 1, cap);
-    clg_attn_desc a = attn_desc(p, 1);
+    clg_attn_desc a = attn_desc(p, 1, 0);
     a.T = n;
     CLG_TRY(clg_layer_scratch(dev, &p->qkv, &p->qkv_cap, (size_t)n * 3 * C * sizeof(float)));
     CLG_TRY(clg_layer_scratch(dev, &p->att, &p->att_cap, (size_t)n * C * sizeof(float)));
