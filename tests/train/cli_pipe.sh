@@ -107,6 +107,8 @@ check 1 "dp=2 x pp=2 needs 4 devices, 2 selected" "dp x pp on two devices" -- \
 check 1 "tensor parallelism (tp) is not supported yet" "tp" -- $T --devices all --parallel tp=2 --steps 1
 check 1 "expected items dp=N, pp=N" "a malformed layout" -- $T --devices all --parallel pp=two --steps 1
 check 1 "need a pipeline" "--microbatches without pp" -- $T --devices all --microbatches 4 --steps 1
+check 1 "fp16 storage is not supported yet" "pp with fp16" -- \
+    $T --devices all --parallel pp=2 --precision fp16 --steps 1
 check 2 "gpipe" "an unknown schedule" -- $T --devices all --parallel pp=2 --pipe-schedule zigzag --steps 1
 echo "cli_pipe: $((n - fails))/$n passed"
 [ "$fails" -eq 0 ]
