@@ -794,14 +794,14 @@ static clg_status stage_forward(clg_pipe *p, clg_pipe_stage *st, int m)
     int k = rep_of(st, m), slot = st->slot_of[m];
     clg_replica *r = st->reps[k];
     for (int q = 0, j = 0; q < p->nedges; q++) { /* the entering activations: into the slot */
-        const clg_pipe_edge *e = &p->edges[q];
+        clg_pipe_edge *e = &p->edges[q];
         if (e->to != st->index)
             continue;
         CLG_TRY(wait_ready(p, st, &e->ready_f[m], "wait activation", m));
         if (p->recompute)
-            CLG_TRY(xfer_recv(p, (clg_pipe_edge *)e, 0, m, st->stash[slot * ne + j], 0, n));
+            CLG_TRY(xfer_recv(p, e, 0, m, st->stash[slot * ne + j], 0, n));
         else
-            CLG_TRY(xfer_recv(p, (clg_pipe_edge *)e, 0, m, r->act[e->tensor].mem, r->act[e->tensor].off, n));
+            CLG_TRY(xfer_recv(p, e, 0, m, r->act[e->tensor].mem, r->act[e->tensor].off, n));
         j++;
     }
     CLG_TRY(set_inputs(p, st, k, m));

@@ -89,7 +89,12 @@ check 0 "epoch 4/4" "a one-device checkpoint resumes on pp=2 (gpipe, recompute)"
     $T --devices all --parallel pp=2 --microbatches 4 --pipe-schedule gpipe --pipe-recompute --epochs 4 \
     --checkpoint "$tmp/c" --resume
 check 0 "devices 2 .*pp=2 M=8 1f1b" "bench train pp=2" -- \
-    "$clgrad" bench train --model "$tmp/res.cfg" --batch 32 --steps 2 --warmup 1 --devices all --parallel pp=2
+    "$clgrad" bench train --model "$tmp/res.cfg" --batch 32 --steps 2 --warmup 1 --devices all --parallel pp=2 \
+    --trace "$tmp/tr.json"
+n=$((n + 1)); printf '%s\n' "$out" | grep -q "pipeline bubble: the stages were idle" || { echo "FAIL: no bubble line"; fails=$((fails + 1)); }
+for ev in '"forward 7"' '"backward 0"' '"send activation 3"' '"wait gradient 5"' 'device 1'; do
+    n=$((n + 1)); grep -q "$ev" "$tmp/tr.json" || { echo "FAIL: the trace lacks $ev"; fails=$((fails + 1)); }
+done
 # refusals
 check 1 "pp=2 needs 2 devices, 1 selected" "pp=2 on one device" -- $T --devices 0 --parallel pp=2 --steps 1
 check 1 "'nosuch' is not a layer" "an unknown --stages name" -- \
@@ -102,6 +107,8 @@ check 1 "dp=2 x pp=2 needs 4 devices, 2 selected" "dp x pp on two devices" -- \
 check 1 "tensor parallelism (tp) is not supported yet" "tp" -- $T --devices all --parallel tp=2 --steps 1
 check 1 "expected items dp=N, pp=N" "a malformed layout" -- $T --devices all --parallel pp=two --steps 1
 check 1 "need a pipeline" "--microbatches without pp" -- $T --devices all --microbatches 4 --steps 1
+check 1 "fp16 storage is not supported yet" "pp with fp16" -- \
+    $T --devices all --parallel pp=2 --precision fp16 --steps 1
 check 2 "gpipe" "an unknown schedule" -- $T --devices all --parallel pp=2 --pipe-schedule zigzag --steps 1
 echo "cli_pipe: $((n - fails))/$n passed"
 [ "$fails" -eq 0 ]
