@@ -120,6 +120,7 @@ step() { # step NAME LIMIT_S command...  (log: RESULTS/NAME.log)
     echo "drivers:$files"; echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 } > "$res/system.log" 2>&1
 
+cd "$res" || exit 1 # tests write scratch files relative to the working directory
 step devices 60 "$clgrad" devices || { say "FAIL: clgrad sees no OpenCL device"; exit 1; }
 "$clgrad" devices --json > "$res/devices.json" 2>/dev/null
 if [ -z "$sel" ]; then
@@ -142,7 +143,7 @@ else
     for t in $first; do
         [ -x "$here/tests/$t" ] && step "test-$t" 90 "$here/tests/$t"
     done
-    step gemm-2048 90 "$clgrad" bench gemm --devices "$sel" --m 2048 --n 2048 --k 2048 --reps 5
+    step gemm-2048 90 "$clgrad" bench gemm --devices "$sel" --m 2048 --n 2048 --k 2048 --reps 3
     step gemm-dl 90 "$clgrad" bench gemm --devices "$sel" --shapes dl --backend own --reps 3
     nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null | head -n 1)
     # the prebuilt probe where the CUDA runtime resolves (no compile time), else nvcc here
