@@ -13,6 +13,8 @@
 #                         source tree
 #   models/               the shipped models
 #   device-check.sh       bench/device-check.sh: run it there
+#   bin/cublas_probe      where nvcc is found here: cuBLAS SGEMM 2048^3
+#                         (bench/cublas_probe.cu; needs CUDA's libcublas there)
 #   MANIFEST              what is in here, with sizes and the build's commit
 # Binaries are copied stripped. The folder must stay under 64 MiB (checked).
 #
@@ -77,6 +79,14 @@ missing=$(for b in $bins; do ldd "$b" 2>/dev/null | grep "not found" || true; do
 
 cp "$src"/models/*.cfg "$src/models/README.md" "$out/models/"
 cp "$src/bench/device-check.sh" "$out/device-check.sh"
+cp "$src/bench/cublas_probe.cu" "$out/cublas_probe.cu"
+# the cuBLAS probe, prebuilt where nvcc is here (CLGRAD_BUNDLE_CUBLAS=0: not);
+# libcublas itself is not bundled (hundreds of MiB): it runs where CUDA is
+nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null | head -n 1 || true)
+if [ -n "$nvcc" ] && [ "${CLGRAD_BUNDLE_CUBLAS:-1}" != 0 ]; then
+    "$nvcc" -O2 -o "$out/bin/cublas_probe" "$src/bench/cublas_probe.cu" -lcublas ||
+        echo "device-bundle: cuBLAS probe not built (nvcc failed)" >&2
+fi
 chmod +x "$out/device-check.sh"
 
 commit=$(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo unknown)
