@@ -460,6 +460,7 @@ typedef struct clg_bench_train_report {
     double first_step_end; /* CLOCK_MONOTONIC seconds at the end of the first step */
     double first_step_cpu_s; /* CPU time of the process (all threads) at the end of the first step */
     double launches_per_step; /* kernel launches per timed step, all devices */
+    char warning[320];    /* "" or why the step times suggest more busy threads than free cores */
 } clg_bench_train_report;
 /* Defaults. A macro: passes the sizeof the caller was compiled with. */
 CLG_API void clg_bench_train_params_init_size(clg_bench_train_params *p, size_t size);

@@ -55,9 +55,11 @@ static void print_report(const bench_train_opts *o, const clg_bench_train_params
                p->precision ? p->precision : "fp32", p->batch, rep->devices, p->steps, p->warmup, rep->images_per_s, rep->ms_per_step, rep->ms_per_step_median);
         cli_json_str(info->name);
         printf(", \"shares\": \"%s\", \"ranks\": %d, \"setup_s\": %.4f, \"first_step_s\": %.4f, \"first_step_end\": %.6f, "
-               "\"first_step_cpu_s\": %.3f, \"launches_per_step\": %.1f, \"programs_built\": %d, \"programs_cached\": %d}\n",
+               "\"first_step_cpu_s\": %.3f, \"launches_per_step\": %.1f, \"programs_built\": %d, \"programs_cached\": %d, \"warning\": ",
                rep->shares, ranks, rep->setup_s, rep->first_step_s, rep->first_step_end, rep->first_step_cpu_s,
                rep->launches_per_step, built, cached);
+        cli_json_str(rep->warning);
+        printf("}\n");
         return;
     }
     printf("model %s  batch %d  devices %d (%s)  precision %s  split %s\n", p->model, p->batch, rep->devices,
@@ -69,6 +71,8 @@ static void print_report(const bench_train_opts *o, const clg_bench_train_params
            rep->images_per_s, rep->ms_per_step, rep->ms_per_step_median);
     printf("start-up: model setup %.3f s, first step %.3f s; %.1f kernel launches per step\n", rep->setup_s,
            rep->first_step_s, rep->launches_per_step);
+    if (rep->warning[0])
+        printf("warning: %s\n", rep->warning);
 }
 
 int bench_train(int argc, char **argv)
