@@ -964,7 +964,8 @@ static int model_shares(const clg_dp *dp, const double *a, const double *b, doub
  * first two warm steps (calibration, normally within a benchmark's
  * warm-up), then looked at every 8 steps and moved only when the model
  * predicts a step 5% shorter (12% when a lane would meet a batch size it
- * has not run yet): every new per-device batch size costs kernel
+ * has not run yet, and only when the previous look pointed the same way),
+ * by two granules at most: every new per-device batch size costs kernel
  * specialisation and algorithm timing once, and timing noise must not
  * keep creating them. Returns 1 when the shares changed. */
 static int rebalance(clg_dp *dp)
@@ -998,13 +999,20 @@ static int rebalance(clg_dp *dp)
         d[i] = w[i] - dp->share[i];
         dot += d[i] * dp->last_move[i];
     }
-    double f = dp->calibrations > 0 && dot > 0 ? 1.0 : 0.5;
+    double f = dp->calibrations > 0 && dot > 0 ? 1.0 : 0.5, sum = 0;
+    int n = slice_batch(dp), now[CLG_DP_MAX_LANES], next[CLG_DP_MAX_LANES], fresh = 0;
+    double cap = 2.0 * CLG_MAX(1, CLG_MIN(8, n / (8 * dp->n))) / CLG_MAX(n, 1); /* two granules */
     for (int i = 0; i < dp->n; i++) {
-        w[i] = dp->share[i] + f * d[i];
+        double mv = f * d[i];
+        if (!calibrating) /* settled: two granules per look at most (noise cannot swing the split) */
+            mv = fmax(-cap, fmin(cap, mv));
+        w[i] = fmax(0.0, dp->share[i] + mv);
+        sum += w[i];
         dp->last_move[i] = d[i];
     }
+    for (int i = 0; i < dp->n && sum > 0; i++)
+        w[i] /= sum;
     dp->calibrations++;
-    int n = slice_batch(dp), now[CLG_DP_MAX_LANES], next[CLG_DP_MAX_LANES], fresh = 0;
     double keep[CLG_DP_MAX_LANES];
     memcpy(keep, dp->share, sizeof keep);
     split(dp, n, now);
@@ -1015,7 +1023,8 @@ static int rebalance(clg_dp *dp)
         fresh |= next[i] > 0 && dp->lanes[i].ready[next[i]] < 2;
     double t_now = plan_time(a, b, dp->n, now), t_next = plan_time(a, b, dp->n, next);
     int same = memcmp(now, next, (size_t)dp->n * sizeof *now) == 0;
-    if (same || (!calibrating && t_next > t_now * (fresh ? 0.88 : 0.95))) {
+    /* after settling, a batch size not run yet only when two checks in a row point that way */
+    if (same || (!calibrating && (t_next > t_now * (fresh ? 0.88 : 0.95) || (fresh && !(dot > 0))))) {
         memcpy(dp->share, keep, sizeof keep);
         return 0;
     }
@@ -1092,7 +1101,7 @@ static clg_status lane_prepare_fn(void *arg, int lane);
 static void spread_note(clg_dp *dp, double t)
 {
     dp->steps_t[dp->nsteps_t++ % CLG_DP_SPREAD_WIN] = t;
-    if (dp->oversub[0] || dp->nsteps_t < CLG_DP_SPREAD_WIN || dp->nsteps_t % 8 != 0)
+    if (dp->oversub[0] || dp->nsteps_t < CLG_DP_SPREAD_WIN || dp->nsteps_t % 4 != 0)
         return;
     double med = 0, p90 = 0;
     if (!clg_dp_spread_suspect(dp->steps_t, CLG_DP_SPREAD_WIN, &med, &p90))

@@ -25,7 +25,7 @@
 #include "parallel/trace.h"
 
 #define CLG_DP_MAX_LANES 16
-#define CLG_DP_SPREAD_WIN 24 /* steps in the window of the step-time spread check */
+#define CLG_DP_SPREAD_WIN 16 /* steps in the window of the step-time spread check */
 
 typedef struct clg_dp_params {
     const char *split; /* "auto" (default: by measured speed), "even", or weights "3,1" */
