@@ -9,6 +9,15 @@ medians are reported.
 
   /usr/bin/python3 bench/dp_scaling.py --clgrad build/tools/clgrad [--repeat 3] [--steps 20]
 
+First run after a one-device cache fill (issue 24 item 3): --first-runs K
+runs K sequences, each on an empty cache directory of its own: one
+`basic` run (fills the cache for the one-device shapes), then `basic
+basic` (the per-device batch sizes meet their kernels and algorithm
+timing for the first time) and `basic` again; the ratio is the 2-device
+run against the mean of the two 1-device runs.
+
+  /usr/bin/python3 bench/dp_scaling.py --first-runs 3 --models models/lenet5.cfg
+
 Heterogeneous pair: lane 1 posing as a device half as fast
 (--set test_slow_lane=1:1.0, a test aid: the lane waits as long again as
 it computed). Ideal = lane 0's own throughput + the slowed lane's own
@@ -23,13 +32,14 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 
 
-def bench(clgrad, model, batch, steps, devices, options, split=None):
+def bench(clgrad, model, batch, steps, devices, options, split=None, warmup=5):
     env = dict(os.environ)
     env["POCL_DEVICES"] = devices
     cmd = [clgrad, "bench", "train", "--model", model, "--batch", str(batch), "--steps", str(steps),
-           "--warmup", "5", "--json"]
+           "--warmup", str(warmup), "--json"]
     for kv in options.items():
         cmd += ["--set", "%s=%s" % kv]
     if split:
@@ -40,6 +50,26 @@ def bench(clgrad, model, batch, steps, devices, options, split=None):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def first_runs(a):
+    """The first 2-device run after a 1-device cache fill, on fresh caches."""
+    for model in a.models.split(","):
+        ratios = []
+        for k in range(a.first_runs):
+            with tempfile.TemporaryDirectory(prefix="clgrad-first-") as cache:
+                os.environ["CLGRAD_CACHE_DIR"] = cache
+                one = bench(a.clgrad, model, a.batch, a.steps, "basic", {}, warmup=a.warmup)
+                two = bench(a.clgrad, model, a.batch, a.steps, "basic basic", {}, warmup=a.warmup)
+                again = bench(a.clgrad, model, a.batch, a.steps, "basic", {}, warmup=a.warmup)
+            base = (one["images_per_s"] + again["images_per_s"]) / 2
+            r = two["images_per_s"] / base
+            ratios.append(r)
+            print("%s sequence %d: 1 basic %.1f / %.1f img/s, 2 basic (first) %.1f img/s (shares %s, first step "
+                  "%.1f s): %.2fx" % (model, k + 1, one["images_per_s"], again["images_per_s"], two["images_per_s"],
+                                      two.get("shares", ""), two.get("first_step_s", 0), r))
+        print("%s: first 2-device run on a fresh cache, %d sequences: %s (lowest %.2fx)" % (
+            model, len(ratios), ", ".join("%.2fx" % r for r in ratios), min(ratios)))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--clgrad", default="build/tools/clgrad")
@@ -48,7 +78,13 @@ def main():
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--models", default="models/vgg-s.cfg,models/lenet5.cfg")
     ap.add_argument("--skip-hetero", action="store_true")
+    ap.add_argument("--first-runs", type=int, default=0,
+                    help="instead: K fresh-cache sequences 1 basic, 2 basic, 1 basic (the first 2-device run)")
+    ap.add_argument("--warmup", type=int, default=5)
     a = ap.parse_args()
+    if a.first_runs > 0:
+        first_runs(a)
+        return
     slow = {"test_slow_lane": "1:1.0"}
     for model in a.models.split(","):
         # warm the program and conv-algorithm caches for both batch sizes a device sees, one device

@@ -560,6 +560,7 @@ typedef struct clg_bench_train_report {
     /* device memory (clg_model_memory) at the end, the largest over the devices, MiB: */
     double mem_peak_mib;  /* peak of the device's account */
     double mem_optim_mib; /* optimizer state */
+    char warning[320];    /* "" or why the step times suggest more busy threads than free cores */
 } clg_bench_train_report;
 /* Defaults. A macro: passes the sizeof the caller was compiled with. */
 CLG_API void clg_bench_train_params_init_size(clg_bench_train_params *p, size_t size);

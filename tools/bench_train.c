@@ -63,7 +63,9 @@ static void print_report(const bench_train_opts *o, const clg_bench_train_params
                "\"pipe_bubble\": %.4f",
                rep->shares, ranks, rep->setup_s, rep->first_step_s, rep->first_step_end, rep->first_step_cpu_s,
                rep->launches_per_step, built, cached, rep->pipe_bubble);
-        printf(", \"mem_peak_mib\": %.3f, \"mem_optim_mib\": %.3f}\n", rep->mem_peak_mib, rep->mem_optim_mib);
+        printf(", \"mem_peak_mib\": %.3f, \"mem_optim_mib\": %.3f, \"warning\": ", rep->mem_peak_mib, rep->mem_optim_mib);
+        cli_json_str(rep->warning);
+        printf("}\n");
         return;
     }
     printf("model %s  batch %d  devices %d (%s)  precision %s  split %s\n", p->model, p->batch, rep->devices,
@@ -80,6 +82,8 @@ static void print_report(const bench_train_opts *o, const clg_bench_train_params
                100 * rep->pipe_bubble);
     printf("device memory (largest device): peak %.2f MiB, optimizer state %.2f MiB\n", rep->mem_peak_mib,
            rep->mem_optim_mib);
+    if (rep->warning[0])
+        printf("warning: %s\n", rep->warning);
 }
 
 int bench_train(int argc, char **argv)

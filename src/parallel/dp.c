@@ -1,8 +1,10 @@
 /* Data parallelism over lanes (see dp.h). */
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "model/layers.h"
 #include "ops/optim_kernels.h"
@@ -971,47 +973,194 @@ void clg_dp_train_begin(clg_dp *dp, const clg_dp_job *job)
 {
     dp->job = *job;
     reset_reduction(dp);
+    for (int i = 0; i < dp->n; i++) { /* a batch size met for the first or second time: kernels built,
+                                         algorithms timed (at their second use: option conv_auto_defer) */
+        clg_lane *l = &dp->lanes[i];
+        int n = dp->cnt[job->stage][i];
+        l->cold = n > 0 && l->ready[n] < 2;
+        if (l->cold)
+            l->ready[n]++;
+    }
+    dp->t_begin = clg_now_sec();
     clg_team_begin(dp->team, lane_train_fn, dp);
 }
 
-/* Re-weights the shares by the measured samples/s. The first step is not
- * measured (kernel builds, algorithm timing); the split is set after the
- * 3rd and 5th steps (calibration), then looked at every 8 steps and moved only when
- * a share drifts by more than 8 points: every new per-device batch size
- * costs kernel specialisation and algorithm timing once, and timing noise
- * must not keep creating them. */
-static void rebalance(clg_dp *dp)
+/* One warm measurement of lane l: n samples in t seconds. */
+static void observe(clg_lane *l, int n, double t)
 {
-    int s = dp->job.stage;
-    for (int i = 0; i < dp->n && dp->measured > 0; i++) {
-        clg_lane *l = &dp->lanes[i];
-        if (dp->cnt[s][i] <= 0 || l->t_compute <= 0)
-            continue;
-        double r = dp->cnt[s][i] / l->t_compute;
-        l->rate = l->rate > 0 ? 0.7 * l->rate + 0.3 * r : r;
+    l->obs_n[l->nobs % CLG_LANE_OBS] = n;
+    l->obs_t[l->nobs % CLG_LANE_OBS] = t;
+    l->nobs++;
+}
+
+/* Median of the lane's recorded times at batch size n (0: none). */
+static double obs_median(const clg_lane *l, int n)
+{
+    double v[CLG_LANE_OBS];
+    int k = 0;
+    for (int i = 0; i < CLG_MIN(l->nobs, CLG_LANE_OBS); i++)
+        if (l->obs_n[i] == n) {
+            int j = k++;
+            for (; j > 0 && v[j - 1] > l->obs_t[i]; j--)
+                v[j] = v[j - 1];
+            v[j] = l->obs_t[i];
+        }
+    return k == 0 ? 0 : k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
+}
+
+/* The lane's step time as t(n) = a + b n (fixed overhead + per-sample
+ * cost) through the median time at its newest batch size; a from a second
+ * size among the recorded steps, kept within [0, 0.3 t] (timing noise
+ * between two sizes must not make a lane look free or sample-less; the
+ * sizes must be 25% apart); 0 when unknown. Medians: on a loaded machine
+ * single steps stall by whole scheduler slices. */
+static int lane_model(const clg_lane *l, double *a, double *b)
+{
+    if (l->nobs == 0)
+        return 0;
+    int n = l->obs_n[(l->nobs - 1) % CLG_LANE_OBS], m = 0;
+    double t = obs_median(l, n);
+    if (n <= 0 || !(t > 0))
+        return 0;
+    for (int i = l->nobs - 2; i >= 0 && i > l->nobs - 1 - CLG_LANE_OBS && !m; i--) {
+        int c = l->obs_n[i % CLG_LANE_OBS];
+        if (c > 0 && abs(c - n) * 4 >= CLG_MAX(c, n))
+            m = c;
     }
+    *a = 0;
+    double tm = m ? obs_median(l, m) : 0;
+    if (tm > 0) {
+        double slope = (t - tm) / (n - m);
+        *a = slope > 0 ? fmin(fmax(t - slope * n, 0.0), 0.3 * t) : 0.0;
+    }
+    *b = (t - *a) / n;
+    return 1;
+}
+
+/* The slowest lane's modelled time with cnt[i] samples each (an idle lane takes 0). */
+static double plan_time(const double *a, const double *b, int nl, const int *cnt)
+{
+    double worst = 0;
+    for (int i = 0; i < nl; i++)
+        if (cnt[i] > 0)
+            worst = fmax(worst, a[i] + b[i] * cnt[i]);
+    return worst;
+}
+
+/* The batch slice of this rank (the split's n, as clg_dp_upload computes it). */
+static int slice_batch(const clg_dp *dp)
+{
+    int off = 0, mine = dp->net->batch;
+    clg_comm_slice(dp->net->batch, &off, &mine);
+    return mine;
+}
+
+/* Shares from the lanes' models: one granule each (every lane stays
+ * measured), then granule by granule (as split() hands them out) to the
+ * lane that would finish it first; returns 0 when a lane is not measured
+ * yet. */
+static int model_shares(const clg_dp *dp, const double *a, const double *b, double *w)
+{
+    int n = slice_batch(dp);
+    int g = CLG_MAX(1, CLG_MIN(8, n / (8 * dp->n))), units = n / g, u[CLG_DP_MAX_LANES] = {0};
+    if (units <= 0)
+        return 0;
+    if (units >= dp->n) /* a granule each: a lane without samples would never be measured again */
+        for (int i = 0; i < dp->n; i++)
+            u[i] = 1;
+    for (int k = units >= dp->n ? dp->n : 0; k < units; k++) {
+        int best = 0;
+        double tb = INFINITY;
+        for (int i = 0; i < dp->n; i++) {
+            double t = a[i] + b[i] * (u[i] + 1) * g;
+            if (t < tb) {
+                tb = t;
+                best = i;
+            }
+        }
+        u[best]++;
+    }
+    for (int i = 0; i < dp->n; i++)
+        w[i] = (double)u[i] / units;
+    return 1;
+}
+
+/* Re-weights the shares by the lanes' modelled step times. Only warm steps
+ * count (not the first, nor one in which a lane met a new batch size: it
+ * built kernels and measured algorithms there). The split is set after the
+ * first two warm steps (calibration, normally within a benchmark's
+ * warm-up), then looked at every 8 steps and moved only when the model
+ * predicts a step 5% shorter (12% when a lane would meet a batch size it
+ * has not run yet, and only when the previous look pointed the same way),
+ * by two granules at most: every new per-device batch size costs kernel
+ * specialisation and algorithm timing once, and timing noise must not
+ * keep creating them. Returns 1 when the shares changed. */
+static int rebalance(clg_dp *dp)
+{
+    int s = dp->job.stage, warm = dp->measured > 0;
+    for (int i = 0; i < dp->n; i++)
+        warm &= dp->cnt[s][i] <= 0 || (!dp->lanes[i].cold && dp->lanes[i].t_compute > 0);
     dp->measured++;
+    if (!warm)
+        return 0;
+    for (int i = 0; i < dp->n; i++)
+        if (dp->cnt[s][i] > 0)
+            observe(&dp->lanes[i], dp->cnt[s][i], dp->lanes[i].t_compute);
     if (dp->split_fixed || dp->n < 2)
-        return;
-    int calibrating = dp->measured == 3 || dp->measured == 5;
-    if (!calibrating && (dp->measured < 5 || dp->measured % 8 != 0))
-        return;
-    double sum = 0;
+        return 0;
+    int calibrating = dp->calibrations < 2;
+    if (!calibrating && dp->measured % 8 != 0)
+        return 0;
+    double a[CLG_DP_MAX_LANES], b[CLG_DP_MAX_LANES], w[CLG_DP_MAX_LANES];
+    for (int i = 0; i < dp->n; i++)
+        if (!lane_model(&dp->lanes[i], &a[i], &b[i]))
+            return 0; /* a lane without samples so far: keep its share */
+    if (!model_shares(dp, a, b, w))
+        return 0;
+    /* the first move and one against the previous move go half way: on a
+     * loaded machine the faster lane changes from step to step (the
+     * scheduler moves threads), and chasing that costs more than an even
+     * split; unequal devices keep pointing the same way and get there */
+    double dot = 0, d[CLG_DP_MAX_LANES];
     for (int i = 0; i < dp->n; i++) {
-        if (dp->lanes[i].rate <= 0)
-            return; /* not measured yet */
-        sum += dp->lanes[i].rate;
+        d[i] = w[i] - dp->share[i];
+        dot += d[i] * dp->last_move[i];
     }
-    double drift = 0, w[CLG_DP_MAX_LANES];
+    double f = dp->calibrations > 0 && dot > 0 ? 1.0 : 0.5, sum = 0;
+    int n = slice_batch(dp), now[CLG_DP_MAX_LANES], next[CLG_DP_MAX_LANES], fresh = 0;
+    double cap = 2.0 * CLG_MAX(1, CLG_MIN(8, n / (8 * dp->n))) / CLG_MAX(n, 1); /* two granules */
     for (int i = 0; i < dp->n; i++) {
-        w[i] = dp->lanes[i].rate / sum;
-        drift = fmax(drift, fabs(w[i] - dp->share[i]));
+        double mv = f * d[i];
+        if (!calibrating) /* settled: two granules per look at most (noise cannot swing the split) */
+            mv = fmax(-cap, fmin(cap, mv));
+        w[i] = fmax(0.0, dp->share[i] + mv);
+        sum += w[i];
+        dp->last_move[i] = d[i];
     }
-    if (!calibrating && drift < 0.08)
-        return;
+    for (int i = 0; i < dp->n && sum > 0; i++)
+        w[i] /= sum;
+    dp->calibrations++;
+    double keep[CLG_DP_MAX_LANES];
+    memcpy(keep, dp->share, sizeof keep);
+    split(dp, n, now);
     for (int i = 0; i < dp->n; i++)
         dp->share[i] = w[i];
+    split(dp, n, next);
+    for (int i = 0; i < dp->n; i++)
+        fresh |= next[i] > 0 && dp->lanes[i].ready[next[i]] < 2;
+    double t_now = plan_time(a, b, dp->n, now), t_next = plan_time(a, b, dp->n, next);
+    int same = memcmp(now, next, (size_t)dp->n * sizeof *now) == 0;
+    /* after settling, a batch size not run yet only when two checks in a row point that way */
+    if (same || (!calibrating && (t_next > t_now * (fresh ? 0.88 : 0.95) || (fresh && !(dot > 0))))) {
+        memcpy(dp->share, keep, sizeof keep);
+        return 0;
+    }
     dp->rebalances++;
+    char sh[128];
+    clg_dp_shares(dp, sh, sizeof sh);
+    clg_log(2, "data parallel: split %s after step %" PRId64 " (modelled step %.1f -> %.1f ms%s)", sh, dp->measured,
+            1e3 * t_now, 1e3 * t_next, fresh ? "; meeting the new batch sizes now" : "");
+    return fresh;
 }
 
 static clg_status report(clg_dp *dp, clg_status st, int failed)
@@ -1026,15 +1175,138 @@ static clg_status report(clg_dp *dp, clg_status st, int failed)
     return device_failed(dp, st, dp->lanes[f].dev);
 }
 
+/* Meets the batch size the next split gives lane l, if new to it, outside
+ * any step: forward and backward on meaningless values build its kernels
+ * and measure its algorithms (clg_replica_precompile; twice for a size
+ * not run yet: algorithms are timed at their second use). Weights
+ * and optimizer state are untouched; the batch-norm running statistics
+ * are saved and put back; the layers' hooks (bucket reads, cross-device
+ * exchanges) are off meanwhile. */
+static clg_status lane_prepare(clg_dp *dp, clg_lane *l)
+{
+    int next[CLG_DP_MAX_LANES];
+    split(dp, slice_batch(dp), next);
+    int n = next[l->index];
+    if (n <= 0 || l->ready[n] >= 2)
+        return CLG_OK;
+    clg_err *err = clg_dev_err(l->dev);
+    clg_replica *r = l->rep;
+    if (dp->nstate > 0)
+        CLG_TRY(state_transfer(dp, l, 0)); /* into l->shost (blocking) */
+    clg_status (*hook)(void *, int, int) = r->after_layer;
+    const clg_layer_sync *sync = r->nlayers > 0 ? r->layers[0].sync : NULL; /* every layer's (clg_dp_create) */
+    r->after_layer = NULL;
+    for (int k = 0; k < r->nlayers; k++)
+        r->layers[k].sync = NULL;
+    clg_replica_set_input(r, l->xbuf[0], 0);
+    clg_replica_set_labels(r, l->dummy_labels, 0, 1.0f);
+    clg_status st = CLG_OK;
+    for (int k = l->ready[n]; k < 2 && st == CLG_OK; k++)
+        st = clg_replica_precompile(r, n, 0);
+    r->after_layer = hook;
+    for (int k = 0; k < r->nlayers; k++)
+        r->layers[k].sync = sync;
+    size_t pos = 0;
+    for (int i = 0; st == CLG_OK && i < dp->nstate; i++) { /* the running statistics back */
+        clg_param *p = clg_replica_param_of(r, &dp->srefs[i]);
+        cl_int e = clEnqueueWriteBuffer(l->dev->queue, p->value, CL_TRUE, 0, p->numel * sizeof(float),
+                                        l->shost + pos, 0, NULL, NULL);
+        if (e != CL_SUCCESS)
+            st = clg_cl_fail(err, e, "restore the batch-norm statistics", __FILE__, __LINE__);
+        pos += p->numel;
+    }
+    CLG_TRY(st);
+    CLG_CL_CHECK(err, clFinish(l->dev->queue));
+    l->ready[n] = 2;
+    return CLG_OK;
+}
+
+static clg_status lane_prepare_fn(void *arg, int lane);
+
+/* Records a warm step's wall time; once a full window suggests
+ * oversubscription, keeps the warning (once per run). */
+static void spread_note(clg_dp *dp, double t)
+{
+    dp->steps_t[dp->nsteps_t++ % CLG_DP_SPREAD_WIN] = t;
+    if (dp->oversub[0] || dp->nsteps_t < CLG_DP_SPREAD_WIN || dp->nsteps_t % 4 != 0)
+        return;
+    double med = 0, p90 = 0;
+    if (!clg_dp_spread_suspect(dp->steps_t, CLG_DP_SPREAD_WIN, &med, &p90))
+        return;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    snprintf(dp->oversub, sizeof dp->oversub,
+             "step times vary widely (median %.1f ms, 90th percentile %.1f ms over %d steps): likely more busy "
+             "threads than free cores (%d device threads here on %ld online CPUs; is another process busy?)",
+             1e3 * med, 1e3 * p90, CLG_DP_SPREAD_WIN, dp->n, cores);
+    clg_log(2, "%s", dp->oversub);
+}
+
 clg_status clg_dp_train_end(clg_dp *dp, clg_dp_job *job)
 {
     int failed = 0;
     clg_status st = clg_team_end(dp->team, &failed);
+    double t = clg_now_sec() - dp->t_begin;
     job->overflow = dp->job.overflow;
     job->norm = dp->job.norm;
-    if (st == CLG_OK && dp->n > 1)
+    int cold = 0;
+    for (int i = 0; i < dp->n; i++)
+        cold |= dp->lanes[i].cold;
+    if (st == CLG_OK && dp->steps_seen++ > 0 && !cold) /* not the first step (builds, set-up) */
+        spread_note(dp, t);
+    st = report(dp, st, failed);
+    if (st == CLG_OK && dp->n > 1) { /* the first step's sizes, or the new split's, met now */
         rebalance(dp);
-    return report(dp, st, failed);
+        st = clg_dp_prepare(dp);
+    }
+    return st;
+}
+
+clg_status clg_dp_prepare(clg_dp *dp)
+{
+    int next[CLG_DP_MAX_LANES], need = 0, failed = 0;
+    split(dp, slice_batch(dp), next);
+    for (int i = 0; i < dp->n; i++)
+        need |= next[i] > 0 && dp->lanes[i].ready[next[i]] < 2;
+    if (!need)
+        return CLG_OK;
+    dp->prepares++;
+    reset_reduction(dp);
+    double t0 = clg_now_sec();
+    clg_status st = report(dp, clg_team_run(dp->team, lane_prepare_fn, dp, &failed), failed);
+    clg_log(2, "data parallel: new per-device batch sizes met between steps in %.3f s", clg_now_sec() - t0);
+    return st;
+}
+
+int clg_dp_spread_suspect(const double *t, int n, double *med, double *p90)
+{
+    *med = *p90 = 0;
+    if (n < 8)
+        return 0;
+    double *v = malloc((size_t)n * sizeof *v);
+    if (!v)
+        return 0;
+    memcpy(v, t, (size_t)n * sizeof *v);
+    for (int i = 1; i < n; i++) /* insertion sort: a window of a few dozen */
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double x = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = x;
+        }
+    *med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    *p90 = v[(int)(0.9 * (n - 1) + 0.5)];
+    int stalls = 0;
+    for (int i = 0; i < n; i++)
+        stalls += v[i] > 4 * *med;
+    free(v);
+    return *med > 0 && (*p90 > 2 * *med || stalls * 8 >= n);
+}
+
+const char *clg_dp_take_warning(clg_dp *dp)
+{
+    if (!dp || !dp->oversub[0] || dp->oversub_shown)
+        return NULL;
+    dp->oversub_shown = 1;
+    return dp->oversub;
 }
 
 static clg_status lane_forward(clg_dp *dp, clg_lane *l)
@@ -1070,6 +1342,7 @@ static clg_status lane_job(clg_dp *dp, int lane, clg_status (*fn)(clg_dp *, clg_
 
 static clg_status lane_train_fn(void *arg, int lane) { return lane_job(arg, lane, lane_train); }
 static clg_status lane_forward_fn(void *arg, int lane) { return lane_job(arg, lane, lane_forward); }
+static clg_status lane_prepare_fn(void *arg, int lane) { return lane_job(arg, lane, lane_prepare); }
 
 clg_status clg_dp_forward(clg_dp *dp, clg_dp_job *job)
 {

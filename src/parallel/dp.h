@@ -28,6 +28,7 @@
 #include "parallel/trace.h"
 
 #define CLG_DP_MAX_LANES 16
+#define CLG_DP_SPREAD_WIN 16 /* steps in the window of the step-time spread check */
 
 typedef struct clg_dp_params {
     const char *split; /* "auto" (default: by measured speed), "even", or weights "3,1" */
@@ -92,6 +93,16 @@ typedef struct clg_dp {
                               no variance) */
     int64_t measured;      /* training steps measured */
     int rebalances;
+    int calibrations;      /* warm steps the split was set from (2: settled) */
+    double last_move[CLG_DP_MAX_LANES]; /* the shares' previous modelled change (consistency) */
+    int prepares;          /* passes run to meet a new per-lane batch size outside a step */
+    /* step-time spread (clg_dp_spread_suspect): wall times of warm steps */
+    double t_begin;
+    int64_t steps_seen;    /* training steps ended */
+    double steps_t[CLG_DP_SPREAD_WIN];
+    int nsteps_t;          /* recorded (ring position: nsteps_t % CLG_DP_SPREAD_WIN) */
+    char oversub[320];     /* the warning once the spread suggested oversubscription ("" none) */
+    int oversub_shown;     /* the caller printed it */
     /* reduction (N > 1) */
     clg_grad_layout lay;
     int nbuckets;
@@ -198,11 +209,25 @@ CLG_INTERNAL void clg_dp_memory(const clg_dp *dp, int l, clg_dp_mem *out);
  * enqueued); end waits and updates the measured speeds and shares. */
 CLG_INTERNAL void clg_dp_train_begin(clg_dp *dp, const clg_dp_job *job);
 CLG_INTERNAL clg_status clg_dp_train_end(clg_dp *dp, clg_dp_job *job);
+/* Meets the batch sizes the current shares give the lanes, where new to a
+ * lane, outside any step: one forward and backward on meaningless values
+ * builds their kernels and measures their algorithms; weights, optimizer
+ * state and batch-norm running statistics are kept (clg_dp_train_end calls
+ * it when the split moves to new sizes). */
+CLG_INTERNAL clg_status clg_dp_prepare(clg_dp *dp);
 /* Forward only (evaluate / predict) on stage s; blocking. */
 CLG_INTERNAL clg_status clg_dp_forward(clg_dp *dp, clg_dp_job *job);
 /* Waits for every lane's queues. */
 CLG_INTERNAL clg_status clg_dp_finish(clg_dp *dp);
 /* "0.52/0.48" (the shares of the last split). */
 CLG_INTERNAL void clg_dp_shares(const clg_dp *dp, char *buf, size_t cap);
+/* Step times t[0..n) (any order) spread as on a machine with more busy
+ * threads than free cores: the 90th percentile above 2x the median, or one
+ * step in 8 above 4x it (preemption stalls, not a one-off). *med and *p90
+ * receive the figures (0 when n < 8: too few to judge, never suspect). */
+CLG_INTERNAL int clg_dp_spread_suspect(const double *t, int n, double *med, double *p90);
+/* The oversubscription warning, once: the text the first time it is asked
+ * for after the spread check fired, NULL otherwise. */
+CLG_INTERNAL const char *clg_dp_take_warning(clg_dp *dp);
 
 #endif

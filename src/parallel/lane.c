@@ -30,6 +30,8 @@ clg_status clg_lane_init(clg_lane *l, int index, clg_net *net, clg_device *dev, 
         CLG_TRY(clg_buf_alloc(dev, B * sample * sizeof(float), &l->xbuf[s]));
         CLG_TRY(clg_buf_alloc(dev, Y * sizeof(int32_t), &l->ybuf[s]));
     }
+    if (!(l->ready = calloc(B + 1, 1)))
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
     CLG_TRY(clg_buf_alloc(dev, Y * sizeof(int32_t), &l->dummy_labels));
     return clg_buf_fill(dev, l->dummy_labels, 0, Y, 0.0f); /* int32 0 has the bits of float 0 */
 }
@@ -58,6 +60,7 @@ void clg_lane_release(clg_lane *l)
     free(l->ghost);
     free(l->shost);
     free(l->bev);
+    free(l->ready);
     memset(l, 0, sizeof *l);
 }
 

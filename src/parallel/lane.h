@@ -10,6 +10,7 @@
 #include "model/optim.h"
 
 #define CLG_STAGES 2
+#define CLG_LANE_OBS 8
 
 /* Where each trainable parameter's gradient lives in the arena; identical
  * on every lane (offsets aligned to the strictest device of the set). */
@@ -36,7 +37,14 @@ typedef struct clg_lane {
     cl_event wev;             /* the last write-back (host buffers reused next step) */
     cl_event res_ev;          /* loss result read of the last step */
     double t_compute;         /* seconds the last step took until its gradients were read */
-    double rate;              /* measured samples/s (exponential average), 0 unknown */
+    /* speed model t(n) = a + b n (dp.c): the compute times of the last
+     * CLG_LANE_OBS warm steps (a step meeting a new batch size is not one) */
+    int obs_n[CLG_LANE_OBS];
+    double obs_t[CLG_LANE_OBS];
+    int nobs;                 /* recorded (ring position: nobs % CLG_LANE_OBS) */
+    unsigned char *ready;     /* [0, batch]: uses of each batch size so far, up to 2 (kernels built at the first,
+                                 algorithms measured by the second) */
+    int cold;                 /* this step meets a new batch size: not a speed measurement */
     cl_event mark;            /* trace: the last marker on the compute queue */
 } clg_lane;
 

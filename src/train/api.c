@@ -559,6 +559,8 @@ static clg_status bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg
             launches += ctx->devs[d].launches;
         out->launches_per_step = (double)(launches - launches0) / p->steps;
         bench_report_layout(m, out);
+        const char *w = clg_dp_take_warning(m->dp);
+        snprintf(out->warning, sizeof out->warning, "%s", w ? w : "");
     }
     free(times);
     if (m->trace) {

@@ -369,6 +369,9 @@ static void show_running(train_state *ts, const epoch_state *es, int b)
     clg_dp_shares(ts->m->dp, shares, sizeof shares);
     progress_show(&ts->pr, es->e, ts->epochs, b + 1, ts->spe, es->seen_mine ? es->lsum / es->seen_mine : 0,
                   es->seen_mine ? es->csum / es->seen_mine : 0, ips, eta, ts->L > 1 ? shares : NULL, 0);
+    const char *w = clg_dp_take_warning(ts->m->dp); /* once a run */
+    if (w && ts->pr.on)
+        fprintf(stderr, "%swarning: %s\n", ts->pr.tty ? "\n" : "", w);
 }
 
 /* One step on batch b (staged already); the next batch is prepared on the

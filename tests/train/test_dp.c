@@ -602,6 +602,131 @@ START_TEST(split_refusals)
 }
 END_TEST
 
+/* The oversubscription check on synthetic step times (fresh random each
+ * run) against a plain double-precision reference: noise of +-15% and a
+ * single one-off (a kernel build) are not suspect; preemption stalls of
+ * 3-6x in one step of five, or a p90 past twice the median, are. */
+static void spread_ref(const double *t, int n, double *med, double *p90)
+{
+    double v[64];
+    memcpy(v, t, (size_t)n * sizeof *v);
+    for (int i = 0; i < n; i++) /* selection sort: a different algorithm from the library's */
+        for (int j = i + 1; j < n; j++)
+            if (v[j] < v[i]) {
+                double x = v[i];
+                v[i] = v[j];
+                v[j] = x;
+            }
+    *med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    *p90 = v[(int)lround(0.9 * (n - 1))];
+}
+
+START_TEST(spread_check)
+{
+    clg_rng rng;
+    tu_rng(&rng, 26);
+    for (int trial = 0; trial < 50; trial++) {
+        enum { N = 24 };
+        double t[N], med, p90, rmed, rp90;
+        double base = 0.002 + 0.2 * clg_rng_uniform(&rng);
+        for (int i = 0; i < N; i++)
+            t[i] = base * (0.85 + 0.3 * clg_rng_uniform(&rng));
+        ck_assert_int_eq(clg_dp_spread_suspect(t, 5, &med, &p90), 0); /* too few to judge */
+        ck_assert(med == 0 && p90 == 0);
+        ck_assert_msg(!clg_dp_spread_suspect(t, N, &med, &p90), "noise only: suspect (median %g p90 %g)", med, p90);
+        spread_ref(t, N, &rmed, &rp90);
+        ck_assert_msg(fabs(med - rmed) <= 1e-12 && fabs(p90 - rp90) <= 1e-12, "median %g / %g, p90 %g / %g", med, rmed,
+                      p90, rp90);
+        t[clg_rng_u32(&rng) % N] = base * 50; /* one-off */
+        ck_assert_msg(!clg_dp_spread_suspect(t, N, &med, &p90), "one outlier: suspect");
+        for (int i = 0; i < N; i++) /* stalls in one step of five */
+            if (i % 5 == 0)
+                t[i] = base * (3 + 3 * clg_rng_uniform(&rng));
+        spread_ref(t, N, &rmed, &rp90);
+        int stalls = 0;
+        for (int i = 0; i < N; i++)
+            stalls += t[i] > 4 * rmed;
+        int expect = rp90 > 2 * rmed || stalls * 8 >= N;
+        ck_assert_int_eq(clg_dp_spread_suspect(t, N, &med, &p90), expect);
+        ck_assert_msg(expect, "trial %d: the stalls do not show (median %g, p90 %g)", trial, rmed, rp90);
+    }
+}
+END_TEST
+
+/* Settling (issue 24 item 3): with lane 1 posing as half as fast, the split
+ * is set from the first two warm steps, and no step after the first meets
+ * a batch size its lane has not run twice (kernel builds and algorithm
+ * timing stay out of the steps): the first step's sizes and every size the
+ * split moves to are met between steps. */
+START_TEST(split_settles_early)
+{
+    if (!two_devices())
+        return;
+    ck_assert_int_eq(clg_ctx_option_set(ctx(), "test_slow_lane", "1:1.0"), CLG_OK);
+    uint64_t seed = tu_seed();
+    char *text = read_model("lenet5.cfg");
+    clg_model *m = make(text, "all", NULL, 64, 0, seed);
+    ck_assert_int_eq(clg_ctx_option_set(ctx(), "test_slow_lane", ""), CLG_OK);
+    clg_rng rng;
+    clg_rng_seed(&rng, seed, 5);
+    for (int s = 0; s < 16; s++) {
+        float res[2];
+        step_on(m, &rng, 64, res);
+        for (int l = 0; l < 2 && s >= 1; l++) /* step 0: the first split's sizes, met after it */
+            ck_assert_msg(!m->dp->lanes[l].cold, "step %d: lane %d met a new batch size (%d) inside the step", s, l,
+                          m->dp->lanes[l].cnt[0]);
+    }
+    char sh[64];
+    clg_dp_shares(m->dp, sh, sizeof sh);
+    fprintf(stderr, "settling: shares %s, %d calibrations, %d re-balances, %d preparations\n", sh,
+            m->dp->calibrations, m->dp->rebalances, m->dp->prepares);
+    ck_assert_msg(m->dp->calibrations >= 2 && m->dp->share[0] > 0.55, "shares %s", sh);
+    check_replicas_identical(m);
+    clg_session_free(m);
+    free(text);
+}
+END_TEST
+
+/* Meeting new batch sizes between steps keeps every parameter, batch-norm
+ * running statistics included, bitwise (the pass runs on zeros: without
+ * the restore the running statistics move towards 0). */
+START_TEST(prepare_keeps_state)
+{
+    if (!two_devices())
+        return;
+    uint64_t seed = tu_seed();
+    clg_model *m = make(NET_BN, "0,1", "even", 32, 0, seed);
+    train(m, seed, 3, 32, NULL);
+    int np = nparams(m);
+    float **before = calloc((size_t)np * 2, sizeof *before);
+    size_t *nb = calloc((size_t)np * 2, sizeof *nb);
+    for (int l = 0; l < 2; l++)
+        for (int i = 0; i < np; i++)
+            before[l * np + i] = download_param(m, l, i, &nb[l * np + i]);
+    m->dp->share[0] = 0.25; /* 8 / 24 samples: sizes neither lane has run */
+    m->dp->share[1] = 0.75;
+    ck_assert(!m->dp->lanes[0].ready[8] && !m->dp->lanes[1].ready[24]);
+    int before_n = m->dp->prepares;
+    ck_assert_msg(clg_dp_prepare(m->dp) == CLG_OK, "%s", clg_last_error(ctx()));
+    ck_assert(m->dp->lanes[0].ready[8] == 2 && m->dp->lanes[1].ready[24] == 2 && m->dp->prepares == before_n + 1);
+    for (int l = 0; l < 2; l++)
+        for (int i = 0; i < np; i++) {
+            size_t n = 0;
+            float *w = download_param(m, l, i, &n);
+            ck_assert(n == nb[l * np + i]);
+            ck_assert_msg(memcmp(w, before[l * np + i], n * sizeof(float)) == 0,
+                          "lane %d parameter %d changed by the preparation", l, i);
+            free(w);
+            free(before[l * np + i]);
+        }
+    free(before);
+    free(nb);
+    train(m, seed, 2, 32, NULL); /* the new split trains */
+    check_replicas_identical(m);
+    clg_session_free(m);
+}
+END_TEST
+
 int main(void)
 {
     if (!two_devices()) {
@@ -614,6 +739,7 @@ int main(void)
     tcase_add_test(tc, lenet5_1_vs_2);
     TCase *tq = tcase_create("split_refusals"); /* quick: CK_RUN_CASE=split_refusals runs it alone */
     tcase_add_test(tq, split_refusals);
+    tcase_add_test(tq, spread_check);
     suite_add_tcase(s, tq);
     tcase_add_test(tc, dropout_residual_1_vs_2);
     tcase_add_test(tc, uneven_splits);
@@ -630,6 +756,9 @@ int main(void)
         tcase_add_test(tc, unequal_devices_finish_together);
     else
         tcase_add_test(tc, shares_follow_speed);
+    tcase_add_test(tc, prepare_keeps_state);
+    if (!(uneq && *uneq == '1'))
+        tcase_add_test(tc, split_settles_early);
     tcase_add_test(tc, fp16_overflow_skips_everywhere);
     tcase_add_test(tc, resume_other_device_count);
     tcase_add_test(tc, resume_same_devices_exact);
