@@ -1593,6 +1593,12 @@ static int reads(const Onnx__NodeProto *n, size_t k, const Onnx__NodeProto *m)
     return k < n->n_input && n->input[k] && m->output[0] && strcmp(n->input[k], m->output[0]) == 0;
 }
 
+/* Input k of node n is the value `name`. */
+static int in_is(const Onnx__NodeProto *n, size_t k, const char *name)
+{
+    return k < n->n_input && n->input[k] && name && strcmp(n->input[k], name) == 0;
+}
+
 /* An int attribute of node n (def when absent). */
 static int64_t node_int(const Onnx__NodeProto *n, const char *name, int64_t def)
 {
@@ -1644,6 +1650,8 @@ static int match_embedding(const imp *im, const Onnx__GraphProto *g, size_t i)
         (to != ONNX__TENSOR_PROTO__DATA_TYPE__INT64 && to != ONNX__TENSOR_PROTO__DATA_TYPE__INT32))
         return -1;
     long long T = (long long)im->vals[xv].c * im->vals[xv].h * im->vals[xv].w;
+    if (T > (1 << 24))
+        return -1;
     return (s[1] == T || s[1] == -1) && (s[0] == -1 || s[0] == 0) && s[0] != s[1] ? (int)(i + 2) : -1;
 }
 
@@ -1683,8 +1691,8 @@ static clg_status op_slice(imp *im, const Onnx__GraphProto *g, size_t *i)
     const cten *t = n->n_input >= 3 && n->input[0] ? cget(im, n->input[0]) : NULL;
     const int64_t *st = i64_in(im, n, 1, 1), *en = i64_in(im, n, 2, 1), *ax = i64_in(im, n, 3, 1),
                   *sp = i64_in(im, n, 4, 1);
-    const Onnx__NodeProto *a = *i + 1 < g->n_node ? g->node[*i + 1] : NULL;
-    const char *xn = a && is_op(a, "Add") ? other_input(a, n->output[0]) : NULL;
+    const Onnx__NodeProto *a = *i + 1 < g->n_node && n->n_output == 1 && n->output[0] ? g->node[*i + 1] : NULL;
+    const char *xn = a && is_op(a, "Add") && a->n_output >= 1 ? other_input(a, n->output[0]) : NULL;
     int xv = xn ? vget(im, xn) : -1;
     if (!t || !t->f || t->ndim != 2 || !st || !en || st[0] != 0 || (n->n_input > 3 && !ax) ||
         (ax && ax[0] != 0 && ax[0] != -2) || (n->n_input > 4 && (!sp || sp[0] != 1)) || xv < 0 ||
@@ -1817,7 +1825,8 @@ static int match_attention(const imp *im, const Onnx__GraphProto *g, size_t i, i
     int xv = vget(im, n[0]->input[0]);
     const int64_t *s5 = i64_in(im, n[2], 1, 5);
     if (xv < 0 || im->vals[xv].rank != 3 || !s5 || s5[0] != 0 || s5[1] != 0 || s5[2] != 3 || s5[3] < 1 ||
-        s5[3] * s5[4] != im->vals[xv].h || !perm_is(n[3], p5, 5) || !perm_is(n[7], pk, 4))
+        s5[3] > 65536 || s5[4] < 1 || s5[4] > (1 << 20) || s5[3] * s5[4] != im->vals[xv].h || !perm_is(n[3], p5, 5) ||
+        !perm_is(n[7], pk, 4) || i + 10 >= g->n_node)
         return -1;
     for (int k = 0; k < 3; k++) {
         const int64_t *ix = i64_in(im, n[4 + k], 1, 1);
@@ -1838,6 +1847,16 @@ static int match_attention(const imp *im, const Onnx__GraphProto *g, size_t i, i
     size_t t0 = i + 10 + (size_t)*causal;
     if (!ops_at(g, t0, tail, 7) || !perm_is(g->node[t0 + 2], po, 4) ||
         !(node_int(g->node[t0], "axis", -1) == -1 || node_int(g->node[t0], "axis", -1) == 3))
+        return -1;
+    const Onnx__NodeProto *const *t = (const Onnx__NodeProto *const *)g->node + t0;
+    const int64_t *s3 = i64_in(im, t[3], 1, 3);
+    int wired = reads(n[1], 0, n[0]) && reads(n[2], 0, n[1]) && reads(n[3], 0, n[2]) && reads(n[7], 0, n[5]) &&
+                reads(n[8], 0, n[4]) && reads(n[8], 1, n[7]) && reads(n[9], 0, n[8]) &&
+                (!*causal || reads(n[10], 0, n[9])) && reads(t[0], 0, g->node[t0 - 1]) && reads(t[1], 0, t[0]) &&
+                reads(t[1], 1, n[6]) && reads(t[2], 0, t[1]) && reads(t[3], 0, t[2]) && reads(t[5], 0, t[3]) &&
+                reads(t[5], 1, t[4]) && reads(t[6], 0, t[5]) && s3 && s3[0] == 0 && s3[1] == 0 &&
+                s3[2] == im->vals[xv].h;
+    if (!wired)
         return -1;
     *heads = (int)s5[3];
     return (int)(t0 + 6);
@@ -1921,13 +1940,13 @@ static clg_status op_mul(imp *im, const Onnx__GraphProto *g, size_t *i)
     static const char *const ops[9] = {"Mul", "Mul", "Mul", "Add", "Mul", "Tanh", "Add", "Mul", "Mul"};
     const Onnx__NodeProto *const *n = (const Onnx__NodeProto *const *)g->node + *i;
     const char *x = n[0]->n_input == 2 ? n[0]->input[0] : NULL;
-    int ok = x && n[0]->input[1] && strcmp(x, n[0]->input[1]) == 0 && ops_at(g, *i, ops, 9);
-    ok = ok && reads(n[1], 0, n[0]) && n[1]->n_input == 2 && strcmp(n[1]->input[1], x) == 0 && reads(n[2], 0, n[1]) &&
-         is_scalar(im, n[2]->n_input == 2 ? n[2]->input[1] : NULL, 0.044715, 1e-6) && n[3]->n_input == 2 &&
-         strcmp(n[3]->input[0], x) == 0 && reads(n[3], 1, n[2]) && reads(n[4], 0, n[3]) &&
+    int ok = x && in_is(n[0], 1, x) && ops_at(g, *i, ops, 9);
+    ok = ok && reads(n[1], 0, n[0]) && in_is(n[1], 1, x) && reads(n[2], 0, n[1]) &&
+         is_scalar(im, n[2]->n_input == 2 ? n[2]->input[1] : NULL, 0.044715, 1e-6) && in_is(n[3], 0, x) &&
+         reads(n[3], 1, n[2]) && reads(n[4], 0, n[3]) &&
          is_scalar(im, n[4]->n_input == 2 ? n[4]->input[1] : NULL, 0.7978845608, 1e-6) && reads(n[5], 0, n[4]) &&
          reads(n[6], 0, n[5]) && is_scalar(im, n[6]->n_input == 2 ? n[6]->input[1] : NULL, 1.0, 0) &&
-         n[7]->n_input == 2 && strcmp(n[7]->input[0], x) == 0 && reads(n[7], 1, n[6]) && reads(n[8], 0, n[7]) &&
+         in_is(n[7], 0, x) && reads(n[7], 1, n[6]) && reads(n[8], 0, n[7]) &&
          is_scalar(im, n[8]->n_input == 2 ? n[8]->input[1] : NULL, 0.5, 0);
     if (!ok)
         return unsupported(im, "Mul is supported only within a GELU (erf or tanh form, as clgrad exports it)");
