@@ -367,7 +367,7 @@ CLG_API clg_status clg_model_load_weights(clg_model *m, const char *path);
 CLG_API clg_status clg_model_save_weights(clg_model *m, const char *path);
 /* 1 when the model file carried its weights (ONNX), so no weights file is needed. */
 CLG_API int clg_model_has_file_weights(const clg_model *m);
-/* Writes the model (layers, weights, input normalization) as ONNX, opset 13. */
+/* Writes the model (layers, weights, input normalization) as ONNX: opset 13, 17 with sequence layers. */
 CLG_API clg_status clg_model_export_onnx(clg_model *m, const char *path);
 /* Inference on n images (any n >= 1; split into batches). probs receives
  * n * classes floats (softmax probabilities, or the raw outputs of a

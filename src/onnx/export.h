@@ -10,9 +10,9 @@
  * weights (their authoritative fp32 values, read on rep's device; rep must
  * be a replica of net) and, when norm is not NULL, the input normalization
  * (Sub / Div nodes before the first layer) as an ONNX model (opset
- * CLG_ONNX_EXPORT_OPSET, input "input" of shape (N, C, H, W) with a symbolic
- * N, output "output"), atomically. Layers without an ONNX equivalent (mse)
- * are refused. Failures are described in err. */
+ * CLG_ONNX_EXPORT_OPSET, CLG_ONNX_EXPORT_OPSET_SEQ with sequence layers;
+ * input "input" of shape (N, C, H, W) with a symbolic N, output "output"),
+ * atomically. Layers without an ONNX equivalent (mse) are refused. Failures are described in err. */
 CLG_INTERNAL clg_status clg_onnx_export(clg_err *err, const clg_net *net, const clg_replica *rep,
                                         const clg_ds_norm *norm, const char *path);
 

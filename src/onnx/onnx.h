@@ -6,7 +6,7 @@
  * norm.* metadata, src/io/checkpoint.h), so an imported model is built,
  * trained, checkpointed and evaluated like a native one. Export
  * (onnx_export.c) writes a model's layers, weights and input normalization
- * as an ONNX graph (opset 13).
+ * as an ONNX graph (opset 13; 17 with sequence layers).
  *
  * Without protobuf-c (-Donnx=disabled) onnx_none.c refuses both; detection
  * (clg_onnx_sniff) and the model-file reader (onnx_model.c) always exist. */
@@ -23,7 +23,8 @@
 #define CLG_ONNX_MAX_TENSOR ((size_t)1 << 28) /* elements of one tensor */
 #define CLG_ONNX_OPSET_MIN 7
 #define CLG_ONNX_OPSET_MAX 21
-#define CLG_ONNX_EXPORT_OPSET 13
+#define CLG_ONNX_EXPORT_OPSET 13     /* CNNs */
+#define CLG_ONNX_EXPORT_OPSET_SEQ 17 /* networks with sequence layers (LayerNormalization) */
 
 /* 1 when data[0..len) parses as the top level of an ONNX ModelProto (every
  * field a ModelProto field with its wire type, lengths in bounds, a graph

@@ -2,6 +2,7 @@
  * options are read back from the model text's sections (the source of truth
  * the layers were configured from); weights from the replica's authoritative
  * fp32 buffers. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +22,7 @@ typedef struct {
     size_t nnodes, capnodes;
     Onnx__TensorProto **inits;
     size_t ninits, capinits;
+    int seq; /* the network has sequence layers: opset 17 */
 } ex;
 
 static void *xalloc(ex *e, size_t n)
@@ -183,6 +185,30 @@ static void init_f32(ex *e, const char *name, const int64_t *dims, int ndim, con
 
 static void init_scalar(ex *e, const char *name, float v) { init_f32(e, name, NULL, 0, &v); }
 
+/* An int64 initializer of cnt values, rank 1 (ndim 1) or a scalar (ndim 0). */
+static void init_i64(ex *e, const char *name, int ndim, const int64_t *v, int cnt)
+{
+    Onnx__TensorProto *t = xalloc(e, sizeof *t);
+    int64_t *d = xalloc(e, sizeof(int64_t));
+    uint8_t *raw = xalloc(e, (size_t)cnt * 8);
+    if (!t || !d || !raw)
+        return;
+    onnx__tensor_proto__init(t);
+    d[0] = cnt;
+    for (int i = 0; i < cnt; i++)
+        for (int b = 0; b < 8; b++)
+            raw[8 * i + b] = (uint8_t)((uint64_t)v[i] >> (8 * b));
+    t->n_dims = (size_t)ndim;
+    t->dims = d;
+    t->has_data_type = 1;
+    t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+    t->name = xstr(e, name);
+    t->has_raw_data = 1;
+    t->raw_data.len = (size_t)cnt * 8;
+    t->raw_data.data = raw;
+    push(e, (void ***)&e->inits, &e->ninits, &e->capinits, t);
+}
+
 static Onnx__ValueInfoProto *value_info(ex *e, const char *name, int ndim, const int64_t *dims)
 {
     Onnx__ValueInfoProto *v = xalloc(e, sizeof *v);
@@ -241,6 +267,40 @@ static const char *sec_str(const clg_cfg_section *s, const char *key, const char
     return kv ? kv->value : def;
 }
 
+/* Binary node op(a, b) -> out named out. */
+static void bin(ex *e, const char *op, const char *a, const char *b, const char *out)
+{
+    const char *in[2] = {a, b};
+    node(e, op, out, in, 2, out);
+}
+
+/* GELU, tanh form: 0.5 x (1 + tanh(k (x + 0.044715 x^3))), k = sqrt(2 / pi),
+ * values base.gt_*: Mul x x, Mul x, Mul a, Add x, Mul k, Tanh, Add 1, Mul x, Mul 0.5. */
+static void gelu_tanh(ex *e, const char *base, const char *x, const char *out)
+{
+    char v[9][160], c[4][160];
+    static const char *const vn[9] = {"x2", "x3", "ax3", "inner", "u", "tanh", "one_plus", "xt", "out"};
+    static const char *const cn[4] = {"a", "k", "one", "half"};
+    static const float cv[4] = {0.044715f, 0.79788456080286536f, 1.0f, 0.5f};
+    for (int i = 0; i < 9; i++)
+        snprintf(v[i], sizeof v[i], "%s.gt_%s", base, vn[i]);
+    for (int i = 0; i < 4; i++) {
+        snprintf(c[i], sizeof c[i], "%s.gt_%s", base, cn[i]);
+        init_scalar(e, c[i], cv[i]);
+    }
+    bin(e, "Mul", x, x, v[0]);
+    bin(e, "Mul", v[0], x, v[1]);
+    bin(e, "Mul", v[1], c[0], v[2]);
+    bin(e, "Add", x, v[2], v[3]);
+    bin(e, "Mul", v[3], c[1], v[4]);
+    const char *tin = v[4];
+    node(e, "Tanh", v[5], &tin, 1, v[5]);
+    bin(e, "Add", v[5], c[2], v[6]);
+    bin(e, "Mul", x, v[6], v[7]);
+    const char *i8[2] = {v[7], c[3]};
+    node(e, "Mul", base, i8, 2, out);
+}
+
 /* Activation node(s) from x to out, named base (the GELU form's inner
  * nodes and values base.gelu_*). type: relu, leaky, sigmoid, tanh, gelu. */
 static clg_status activation(ex *e, const char *type, double alpha, const char *base, const char *x, const char *out)
@@ -272,7 +332,9 @@ static clg_status activation(ex *e, const char *type, double alpha, const char *
         node(e, "Add", c, i2, 2, c);
         node(e, "Mul", d, i3, 2, d);
         node(e, "Mul", base, i4, 2, out);
-    } else if (strcmp(type, "linear") != 0)
+    } else if (strcmp(type, "gelu_tanh") == 0)
+        gelu_tanh(e, base, x, out);
+    else if (strcmp(type, "linear") != 0)
         return clg_err_set(e->err, CLG_ERR_UNSUPPORTED, "ONNX export: activation '%s' has no mapping", type);
     return CLG_OK;
 }
@@ -368,11 +430,43 @@ static clg_status x_conv(ex *e, xlayer *x)
     return st == CLG_OK ? fused_activation(e, x) : st;
 }
 
+/* (.., K) x W^T for a (M, K) weight named w: Transpose(w) -> name.wT, MatMul
+ * (node name) -> out, or, with a bias b, -> name.mm and Add (node
+ * name.bias_add) -> out. */
+static void matmul_wt(ex *e, const char *name, const char *x, const char *w, const char *b, const char *out)
+{
+    char wt[160], mm[160], ba[160];
+    snprintf(wt, sizeof wt, "%s.wT", name);
+    snprintf(mm, sizeof mm, "%s.mm", name);
+    snprintf(ba, sizeof ba, "%s.bias_add", name);
+    int64_t perm[2] = {1, 0};
+    attr_ints(e, node(e, "Transpose", wt, &w, 1, wt), "perm", perm, 2);
+    const char *mi[2] = {x, wt}, *ai[2] = {mm, b};
+    node(e, "MatMul", name, mi, 2, b ? mm : out);
+    if (b)
+        node(e, "Add", ba, ai, 2, out);
+}
+
 static clg_status x_dense(ex *e, xlayer *x)
 {
-    if (x->l->out_seq || x->l->params[0].ndim != 2) /* per position on a sequence, or tied to an embedding */
-        return clg_err_set(e->err, CLG_ERR_UNSUPPORTED,
-                           "ONNX export: dense layer '%s' on a sequence or with tie = is not supported yet", x->l->name);
+    const clg_layer *l = x->l;
+    const char *tie = sec_str(x->s, "tie", "");
+    if (l->in_seq[0] || tie[0]) { /* per position on a sequence: MatMul + Add; tied: the embedding's table */
+        if (!l->in_seq[0])
+            return clg_err_set(e->err, CLG_ERR_UNSUPPORTED,
+                               "ONNX export: dense layer '%s' with tie = on a non-sequence input has no mapping",
+                               l->name);
+        clg_status st = export_params(e, x->index);
+        char tw[160];
+        snprintf(tw, sizeof tw, "%s.weight", tie);
+        const char *bias = NULL;
+        for (int p = 0; p < l->nparams; p++)
+            if (strcmp(l->params[p].name, "bias") == 0)
+                bias = x->bn;
+        matmul_wt(e, l->name, x->in[0], tie[0] ? tw : x->wn, bias, main_out(x));
+        x->rank = 3;
+        return st == CLG_OK ? fused_activation(e, x) : st;
+    }
     clg_status st = export_params(e, x->index);
     const char *ins[3] = {flat_input(e, x), x->wn, x->bn};
     Onnx__NodeProto *n = node(e, "Gemm", x->l->name, ins, x->l->nparams > 1 ? 3 : 2, main_out(x));
@@ -380,6 +474,143 @@ static clg_status x_dense(ex *e, xlayer *x)
     x->rank = 2;
     return st == CLG_OK ? fused_activation(e, x) : st;
 }
+
+/* [embedding]: the float ids (N, C, H, W) -> Reshape (N, T) -> Cast int64 ->
+ * Gather rows of the table (vocab, dim) -> (N, T, dim). */
+static clg_status x_embedding(ex *e, xlayer *x)
+{
+    const clg_layer *l = x->l;
+    clg_status st = export_params(e, x->index);
+    char shp[160], ids[160], idl[160];
+    snprintf(shp, sizeof shp, "%s.ids_shape", l->name);
+    snprintf(ids, sizeof ids, "%s.ids", l->name);
+    snprintf(idl, sizeof idl, "%s.ids_int", l->name);
+    int64_t sv[2] = {-1, (int64_t)l->out_shape[1]};
+    init_i64(e, shp, 1, sv, 2);
+    bin(e, "Reshape", x->in[0], shp, ids);
+    const char *ci = ids;
+    attr_int(e, node(e, "Cast", idl, &ci, 1, idl), "to", ONNX__TENSOR_PROTO__DATA_TYPE__INT64);
+    const char *gi[2] = {x->wn, idl};
+    attr_int(e, node(e, "Gather", l->name, gi, 2, x->out), "axis", 0);
+    x->rank = 3;
+    return st;
+}
+
+/* [posembed]: x + Slice(table, rows 0..T). */
+static clg_status x_posembed(ex *e, xlayer *x)
+{
+    const clg_layer *l = x->l;
+    clg_status st = export_params(e, x->index);
+    char a[4][160], sl[160];
+    static const char *const an[4] = {"starts", "ends", "axes", "steps"};
+    int64_t av[4] = {0, (int64_t)l->in_shape[0][1], 0, 1};
+    for (int k = 0; k < 4; k++) {
+        snprintf(a[k], sizeof a[k], "%s.%s", l->name, an[k]);
+        init_i64(e, a[k], 1, &av[k], 1);
+    }
+    snprintf(sl, sizeof sl, "%s.slice", l->name);
+    const char *si[5] = {x->wn, a[0], a[1], a[2], a[3]};
+    node(e, "Slice", sl, si, 5, sl);
+    const char *ai[2] = {x->in[0], sl};
+    node(e, "Add", l->name, ai, 2, x->out);
+    x->rank = 3;
+    return st;
+}
+
+/* [layernorm]: LayerNormalization over the last axis (opset 17); affine = 0
+ * gets a scale of ones (name.ones). */
+static clg_status x_layernorm(ex *e, xlayer *x)
+{
+    const clg_layer *l = x->l;
+    clg_status st = export_params(e, x->index);
+    char g[160], b[160];
+    int C = l->in_shape[0][2];
+    if (l->nparams == 2) {
+        snprintf(g, sizeof g, "%s.gamma", l->name);
+        snprintf(b, sizeof b, "%s.beta", l->name);
+    } else {
+        snprintf(g, sizeof g, "%s.ones", l->name);
+        float *ones = malloc((size_t)C * sizeof(float));
+        if (!ones)
+            return clg_err_set(e->err, CLG_ERR_HOST_OOM, "out of memory");
+        for (int c = 0; c < C; c++)
+            ones[c] = 1.0f;
+        int64_t d = C;
+        init_f32(e, g, &d, 1, ones);
+        free(ones);
+    }
+    const char *ins[3] = {x->in[0], g, b};
+    Onnx__NodeProto *n = node(e, "LayerNormalization", l->name, ins, l->nparams == 2 ? 3 : 2, x->out);
+    attr_int(e, n, "axis", -1);
+    attr_float(e, n, "epsilon", (float)sec_float(x->s, "eps", 1e-5));
+    x->rank = 3;
+    return st;
+}
+
+/* name.SUFFIX into buf (160 bytes). */
+#define VN(buf, suffix) snprintf(buf, sizeof buf, "%s." suffix, l->name)
+
+/* [attention] (N, T, C): qkv = x Wqkv^T + b -> Reshape (N, T, 3, H, d) ->
+ * Transpose (3, N, H, T, d) -> Gather 0, 1, 2: q, k, v (N, H, T, d);
+ * s = (q k^T) * scale [+ mask: -1e30 above the diagonal]; Softmax(-1); p v ->
+ * Transpose (N, T, H, d) -> Reshape (N, T, C) -> x Wout^T + bout. */
+static clg_status x_attention(ex *e, xlayer *x)
+{
+    const clg_layer *l = x->l;
+    clg_status st = export_params(e, x->index);
+    int T = l->in_shape[0][1], C = l->in_shape[0][2], H = (int)sec_int(x->s, "heads", 1), d = C / H;
+    char qw[160], qb[160], ow[160], ob[160], qkv[160], r5[160], s5[160], t5[160], hv[3][160], iv[3][160], kt[160],
+        sc[160], sn[160], ss[160], mk[160], sm[160], pv[160], pt[160], r3[160], s3[160];
+    VN(qw, "qkv_weight"); VN(qb, "qkv_bias"); VN(ow, "out_weight"); VN(ob, "out_bias");
+    VN(qkv, "qkv"); VN(r5, "qkv_heads"); VN(s5, "qkv_heads_shape"); VN(t5, "qkv_t");
+    VN(hv[0], "q"); VN(hv[1], "k"); VN(hv[2], "v"); VN(iv[0], "i0"); VN(iv[1], "i1"); VN(iv[2], "i2");
+    VN(kt, "kT"); VN(sc, "scores"); VN(sn, "scale"); VN(ss, "scaled"); VN(mk, "mask"); VN(sm, "probs");
+    VN(pv, "pv"); VN(pt, "pv_t"); VN(r3, "merged"); VN(s3, "merged_shape");
+    matmul_wt(e, qkv, x->in[0], qw, qb, qkv);
+    int64_t sh5[5] = {0, 0, 3, H, d}, sh3[3] = {0, 0, C}, p5[5] = {2, 0, 3, 1, 4}, p4k[4] = {0, 1, 3, 2},
+            p4o[4] = {0, 2, 1, 3};
+    init_i64(e, s5, 1, sh5, 5);
+    init_i64(e, s3, 1, sh3, 3);
+    bin(e, "Reshape", qkv, s5, r5);
+    const char *tin = r5;
+    attr_ints(e, node(e, "Transpose", t5, &tin, 1, t5), "perm", p5, 5);
+    for (int k = 0; k < 3; k++) {
+        int64_t idx = k;
+        init_i64(e, iv[k], 0, &idx, 1);
+        const char *gi[2] = {t5, iv[k]};
+        attr_int(e, node(e, "Gather", hv[k], gi, 2, hv[k]), "axis", 0);
+    }
+    tin = hv[1];
+    attr_ints(e, node(e, "Transpose", kt, &tin, 1, kt), "perm", p4k, 4);
+    bin(e, "MatMul", hv[0], kt, sc);
+    init_scalar(e, sn, (float)(1.0 / sqrt((double)d)));
+    bin(e, "Mul", sc, sn, ss);
+    const char *smin = ss;
+    char msk[160];
+    if (sec_int(x->s, "causal", 1)) {
+        float *m = malloc((size_t)T * T * sizeof(float));
+        if (!m)
+            return clg_err_set(e->err, CLG_ERR_HOST_OOM, "out of memory");
+        for (int i = 0; i < T; i++)
+            for (int j = 0; j < T; j++)
+                m[(size_t)i * T + j] = j > i ? -1e30f : 0.0f;
+        int64_t md[2] = {T, T};
+        init_f32(e, mk, md, 2, m);
+        free(m);
+        VN(msk, "masked");
+        bin(e, "Add", ss, mk, msk);
+        smin = msk;
+    }
+    attr_int(e, node(e, "Softmax", sm, &smin, 1, sm), "axis", -1);
+    bin(e, "MatMul", sm, hv[2], pv);
+    tin = pv;
+    attr_ints(e, node(e, "Transpose", pt, &tin, 1, pt), "perm", p4o, 4);
+    bin(e, "Reshape", pt, s3, r3);
+    matmul_wt(e, l->name, r3, ow, ob, x->out);
+    x->rank = 3;
+    return st;
+}
+#undef VN
 
 static clg_status x_pool(ex *e, xlayer *x)
 {
@@ -462,6 +693,11 @@ static clg_status x_concat(ex *e, xlayer *x)
 
 static clg_status x_softmax(ex *e, xlayer *x)
 {
+    if (x->l->in_seq[0]) { /* the token loss: softmax over the classes at every position */
+        attr_int(e, node(e, "Softmax", x->l->name, x->in, 1, x->out), "axis", -1);
+        x->rank = 3;
+        return CLG_OK;
+    }
     const char *in = flat_input(e, x);
     attr_int(e, node(e, "Softmax", x->l->name, &in, 1, x->out), "axis", 1);
     x->rank = 2;
@@ -475,6 +711,7 @@ static const struct {
     {"convolutional", x_conv}, {"dense", x_dense},         {"maxpool", x_pool},      {"avgpool", x_pool},
     {"gap", x_gap},            {"activation", x_activation}, {"batchnorm", x_batchnorm}, {"dropout", x_dropout},
     {"flatten", x_flatten},    {"add", x_add},             {"concat", x_concat},     {"softmax", x_softmax},
+    {"embedding", x_embedding}, {"posembed", x_posembed},  {"layernorm", x_layernorm}, {"attention", x_attention},
 };
 
 /* Layer i: its nodes, its output's value name in vname[i] and rank in rank[i]. */
@@ -560,7 +797,9 @@ static clg_status build(ex *e, const clg_ds_norm *norm, Onnx__GraphProto *g)
         free(rank);
         return clg_err_set(e->err, CLG_ERR_HOST_OOM, "out of memory");
     }
-    const char *in_name = norm ? export_norm(e, norm) : "input";
+    for (int i = 0; i < L; i++)
+        e->seq |= e->rep->layers[i].out_seq;
+    const char *in_name = norm && !e->net->input_tokens ? export_norm(e, norm) : "input";
     clg_status st = CLG_OK;
     for (int i = 0; i < L && st == CLG_OK && !e->oom; i++)
         st = export_layer(e, i, in_name, vname, rank);
@@ -583,14 +822,14 @@ static clg_status pack_model(ex *e, Onnx__GraphProto *g, uint8_t **buf, size_t *
     Onnx__ModelProto mp;
     onnx__model_proto__init(&mp);
     mp.has_ir_version = 1;
-    mp.ir_version = 7; /* ONNX 1.8+: opset 13 */
+    mp.ir_version = e->seq ? 8 : 7; /* ONNX 1.8+: opset 13; 1.12+: opset 17 (LayerNormalization) */
     mp.producer_name = "clgrad";
     mp.producer_version = (char *)clg_version_string();
     Onnx__OperatorSetIdProto op;
     onnx__operator_set_id_proto__init(&op);
     op.domain = "";
     op.has_version = 1;
-    op.version = CLG_ONNX_EXPORT_OPSET;
+    op.version = e->seq ? CLG_ONNX_EXPORT_OPSET_SEQ : CLG_ONNX_EXPORT_OPSET;
     Onnx__OperatorSetIdProto *ops[1] = {&op};
     mp.n_opset_import = 1;
     mp.opset_import = ops;

@@ -193,6 +193,7 @@ static void smap_free(smap *m)
 
 #define IMP_MAX_IN 8 /* inputs of one layer (CLG_MAX_INPUTS) */
 #define IMP_MAX_KV 12
+#define IMP_MAX_TABLES 16 /* embedding tables a head may be tied to */
 
 typedef struct {
     int ndim;
@@ -250,6 +251,12 @@ typedef struct {
     int *usecnt;
     int nuses, capuses;
     int allow_pad; /* the node being mapped folds a pending Pad (Conv, AveragePool) */
+    int tokens;    /* an [embedding] reads the input: [net] input = tokens */
+    struct {
+        const char *name; /* constant: an embedding's table, or (transposed) its transpose */
+        int layer, transposed;
+    } tables[IMP_MAX_TABLES];
+    int ntables;
 } imp;
 
 static clg_status failv(imp *im, clg_status st, const char *fmt, va_list ap)
@@ -904,7 +911,7 @@ static clg_status add_const_bias(imp *im, int xv, const cten *c)
     ilayer *l = &im->layers[x->layer];
     if (!l->fusable || l->bias || l->act || x->layer != im->nlayers - 1)
         return unsupported(im, "adding a constant is supported only as the bias of a Conv / MatMul");
-    int K = l->c;
+    int K = l->rank == 3 ? l->h : l->c; /* a sequence (N, T, units): c = T */
     if (!per_channel(c, K, l->rank))
         return unsupported(im, "a constant of %zu values (%d dimensions) is not a per-channel bias of %d channels",
                            c->numel, c->ndim, K);
@@ -1401,7 +1408,9 @@ static clg_status op_constant(imp *im)
 static const char supported_ops[] =
     "Conv, Gemm, MatMul (+ Add), Relu, LeakyRelu, Sigmoid, Tanh, Gelu (and its Erf form), MaxPool, AveragePool, "
     "GlobalAveragePool, BatchNormalization, Dropout, Flatten, Reshape to 2-D, Add, Concat, Softmax, Identity, "
-    "Constant, Pad (zeros, into Conv / AveragePool), Transpose of a constant, Sub/Div on the input";
+    "Constant, Pad (zeros, into Conv / AveragePool), Transpose of a constant, Sub/Div on the input; for sequences the "
+    "patterns clgrad exports: Reshape+Cast+Gather (embedding), Slice+Add (positions), LayerNormalization, MatMul "
+    "(+ Add), the attention block, GELU (erf or tanh form), Softmax over the last axis";
 
 static clg_status op_activation(imp *im, const char *op)
 {
@@ -1524,6 +1533,13 @@ static clg_status op_transpose(imp *im)
     for (int64_t r = 0; r < c->dims[0]; r++)
         for (int64_t q = 0; q < c->dims[1]; q++)
             t.f[q * c->dims[0] + r] = c->f[r * c->dims[1] + q];
+    for (int k = 0, nt = im->ntables; k < nt; k++) /* an embedding's table transposed: a tied head may use it */
+        if (!im->tables[k].transposed && strcmp(im->tables[k].name, n->input[0]) == 0 &&
+            im->ntables < IMP_MAX_TABLES) {
+            im->tables[im->ntables].name = o;
+            im->tables[im->ntables].layer = im->tables[k].layer;
+            im->tables[im->ntables++].transposed = 1;
+        }
     return const_add(im, o, &t);
 }
 
@@ -1534,6 +1550,18 @@ static clg_status op_softmax(imp *im)
     const value x = im->vals[xv];
     int64_t axis = 0;
     CLG_TRY(attr_int(im, "axis", im->opset >= 13 ? -1 : 1, -4, 3, &axis));
+    if (x.rank == 3) { /* over the classes at every position: the token loss */
+        if (im->opset < 13 || (axis != -1 && axis != 2))
+            return unsupported(im, "softmax over axis %lld of a sequence (only the last axis)", (long long)axis);
+        int in = x.layer;
+        ilayer *l = NULL;
+        CLG_TRY(layer_new(im, "softmax", im->node->name, &in, 1, &l));
+        l->c = x.c;
+        l->h = x.h;
+        l->w = 1;
+        l->rank = 3;
+        return produce(im, im->nlayers - 1);
+    }
     if (x.h != 1 || x.w != 1)
         return unsupported(im, "softmax over a %dx%dx%d tensor (class scores of shape batch x classes only)", x.c,
                            x.h, x.w);
@@ -1542,6 +1570,398 @@ static clg_status op_softmax(imp *im)
     if (!(axis == 1 || (x.rank == 2 && axis == -1) || (x.rank == 4 && axis == -3)))
         return unsupported(im, "axis %lld of a rank-%d tensor (only the class axis, 1)", (long long)axis, x.rank);
     return simple_layer(im, "softmax", xv, x.c, 1, 1);
+}
+
+/* ---- sequences (issue 23): the patterns clgrad's exporter writes ----
+ * A sequence (N, T, C) is a rank-3 value with c = T, h = C, w = 1 (the
+ * layout of clgrad's sequence tensors, {N, T, C, 1}). */
+
+/* Nodes g->node[i..i+n) have the op types ops[0..n) (NULL when the graph ends first). */
+static int ops_at(const Onnx__GraphProto *g, size_t i, const char *const *ops, size_t n)
+{
+    if (i + n > g->n_node)
+        return 0;
+    for (size_t k = 0; k < n; k++)
+        if (!is_op(g->node[i + k], ops[k]) || g->node[i + k]->n_output < 1 || g->node[i + k]->n_input < 1)
+            return 0;
+    return 1;
+}
+
+/* Input k of node n is the output of node m. */
+static int reads(const Onnx__NodeProto *n, size_t k, const Onnx__NodeProto *m)
+{
+    return k < n->n_input && n->input[k] && m->output[0] && strcmp(n->input[k], m->output[0]) == 0;
+}
+
+/* Input k of node n is the value `name`. */
+static int in_is(const Onnx__NodeProto *n, size_t k, const char *name)
+{
+    return k < n->n_input && n->input[k] && name && strcmp(n->input[k], name) == 0;
+}
+
+/* An int attribute of node n (def when absent). */
+static int64_t node_int(const Onnx__NodeProto *n, const char *name, int64_t def)
+{
+    const Onnx__AttributeProto *a = attr(n, name);
+    return a && a->has_i ? a->i : def;
+}
+
+/* Node n's "perm" is exactly p[0..cnt). */
+static int perm_is(const Onnx__NodeProto *n, const int64_t *p, size_t cnt)
+{
+    const Onnx__AttributeProto *a = attr(n, "perm");
+    if (!a || a->n_ints != cnt)
+        return 0;
+    for (size_t k = 0; k < cnt; k++)
+        if (a->ints[k] != p[k])
+            return 0;
+    return 1;
+}
+
+/* The int64 constant input k of node n with cnt values (NULL otherwise). */
+static const int64_t *i64_in(const imp *im, const Onnx__NodeProto *n, size_t k, size_t cnt)
+{
+    const cten *c = k < n->n_input && n->input[k] ? cget(im, n->input[k]) : NULL;
+    return c && c->i64 && c->numel == cnt ? c->i64 : NULL;
+}
+
+static clg_status seq_value(imp *im, int li)
+{
+    const char *o = NULL;
+    CLG_TRY(out_name(im, 0, &o));
+    ilayer *l = &im->layers[li];
+    return vdef(im, o, li, l->c, l->h, 1, 0, 3);
+}
+
+/* Reshape (N, ...) -> (N, T), Cast to int64 (or int32), Gather of a table
+ * (vocab, dim), axis 0: an [embedding] reading token ids. -1: no match. */
+static int match_embedding(const imp *im, const Onnx__GraphProto *g, size_t i)
+{
+    static const char *const ops[3] = {"Reshape", "Cast", "Gather"};
+    if (!ops_at(g, i, ops, 3))
+        return -1;
+    const Onnx__NodeProto *r = g->node[i], *c = g->node[i + 1], *ga = g->node[i + 2];
+    int xv = vget(im, r->input[0]);
+    const int64_t *s = i64_in(im, r, 1, 2);
+    const cten *t = ga->n_input == 2 && ga->input[0] ? cget(im, ga->input[0]) : NULL;
+    int64_t to = node_int(c, "to", 0);
+    if (xv < 0 || im->vals[xv].layer != -1 || !s || !reads(c, 0, r) || !reads(ga, 1, c) || !t || !t->f ||
+        t->ndim != 2 || node_int(ga, "axis", 0) != 0 ||
+        (to != ONNX__TENSOR_PROTO__DATA_TYPE__INT64 && to != ONNX__TENSOR_PROTO__DATA_TYPE__INT32))
+        return -1;
+    long long T = (long long)im->vals[xv].c * im->vals[xv].h * im->vals[xv].w;
+    if (T > (1 << 24))
+        return -1;
+    return (s[1] == T || s[1] == -1) && (s[0] == -1 || s[0] == 0) && s[0] != s[1] ? (int)(i + 2) : -1;
+}
+
+static clg_status op_embedding(imp *im, const Onnx__GraphProto *g, size_t *i)
+{
+    int xv = 0;
+    CLG_TRY(vin(im, 0, &xv));
+    const value x = im->vals[xv];
+    im->node = g->node[*i + 2];
+    const cten *t = cget(im, im->node->input[0]);
+    int in = -1, shape[2] = {(int)t->dims[0], (int)t->dims[1]};
+    if (t->dims[0] < 1 || t->dims[0] > (1 << 24) || t->dims[1] < 1 || t->dims[1] > (1 << 20))
+        return unsupported(im, "an embedding table of %lldx%lld", (long long)t->dims[0], (long long)t->dims[1]);
+    ilayer *l = NULL;
+    CLG_TRY(layer_new(im, "embedding", im->node->name, &in, 1, &l));
+    kv(l, "vocab", "%d", shape[0]);
+    kv(l, "dim", "%d", shape[1]);
+    l->c = x.c * x.h * x.w;
+    l->h = shape[1];
+    l->w = 1;
+    l->rank = 3;
+    im->tokens = 1;
+    CLG_TRY(weight(im, l, "weight", 2, shape, t->f));
+    if (im->ntables < IMP_MAX_TABLES) { /* a MatMul with its transpose is a head tied to it */
+        im->tables[im->ntables].name = im->node->input[0];
+        im->tables[im->ntables++].layer = im->nlayers - 1;
+    }
+    *i += 2;
+    return seq_value(im, im->nlayers - 1);
+}
+
+/* Slice(table (context, C), starts 0, ends T[, axes 0[, steps 1]]) then Add
+ * to a sequence (N, T, C): a [posembed]. */
+static clg_status op_slice(imp *im, const Onnx__GraphProto *g, size_t *i)
+{
+    const Onnx__NodeProto *n = im->node;
+    const cten *t = n->n_input >= 3 && n->input[0] ? cget(im, n->input[0]) : NULL;
+    const int64_t *st = i64_in(im, n, 1, 1), *en = i64_in(im, n, 2, 1), *ax = i64_in(im, n, 3, 1),
+                  *sp = i64_in(im, n, 4, 1);
+    const Onnx__NodeProto *a = *i + 1 < g->n_node && n->n_output == 1 && n->output[0] ? g->node[*i + 1] : NULL;
+    const char *xn = a && is_op(a, "Add") && a->n_output >= 1 ? other_input(a, n->output[0]) : NULL;
+    int xv = xn ? vget(im, xn) : -1;
+    if (!t || !t->f || t->ndim != 2 || !st || !en || st[0] != 0 || (n->n_input > 3 && !ax) ||
+        (ax && ax[0] != 0 && ax[0] != -2) || (n->n_input > 4 && (!sp || sp[0] != 1)) || xv < 0 ||
+        im->vals[xv].rank != 3)
+        return unsupported(im, "only the slice of a position table (context x C, rows 0..T) added to a sequence, "
+                               "as clgrad exports [posembed]");
+    const value x = im->vals[xv];
+    if (CLG_MIN(en[0], t->dims[0]) != x.c || t->dims[1] != x.h)
+        return unsupported(im, "a position table of %lldx%lld sliced to %lld rows does not fit a sequence %dx%d",
+                           (long long)t->dims[0], (long long)t->dims[1], (long long)en[0], x.c, x.h);
+    im->node = a;
+    int in = x.layer, shape[2] = {(int)t->dims[0], (int)t->dims[1]};
+    ilayer *l = NULL;
+    CLG_TRY(layer_new(im, "posembed", a->name, &in, 1, &l));
+    kv(l, "context", "%d", shape[0]);
+    l->c = x.c;
+    l->h = x.h;
+    l->w = 1;
+    l->rank = 3;
+    CLG_TRY(weight(im, l, "weight", 2, shape, t->f));
+    *i += 1;
+    return seq_value(im, im->nlayers - 1);
+}
+
+/* LayerNormalization over the last axis of a sequence: [layernorm]
+ * (affine = 0 when the scale is all ones and the bias absent or zero). */
+static clg_status op_layernorm(imp *im)
+{
+    const Onnx__NodeProto *n = im->node;
+    int xv = 0;
+    clg_status st = CLG_OK;
+    CLG_TRY(vin(im, 0, &xv));
+    const value x = im->vals[xv];
+    const cten *s = cin(im, 1, "scale", &st);
+    CLG_TRY(st);
+    const cten *b = NULL;
+    if (n->n_input > 2 && n->input[2] && n->input[2][0]) {
+        b = cin(im, 2, "bias", &st);
+        CLG_TRY(st);
+    }
+    int64_t axis = -1;
+    double eps = 1e-5;
+    CLG_TRY(attr_int(im, "axis", -1, -3, 2, &axis));
+    CLG_TRY(attr_float(im, "epsilon", 1e-5, 1e-12, 1.0, &eps));
+    CLG_TRY(extra_outputs_unused(im, 1));
+    if (x.rank != 3 || (axis != -1 && axis != 2))
+        return unsupported(im, "only a layer norm over the last axis of a sequence (batch, positions, features)");
+    int C = x.h;
+    if (s->numel != (size_t)C || (b && b->numel != (size_t)C))
+        return unsupported(im, "scale / bias of %zu / %zu values for %d features", s->numel, b ? b->numel : 0, C);
+    int affine = 0;
+    for (int c = 0; c < C; c++)
+        affine |= s->f[c] != 1.0f || (b && b->f[c] != 0.0f);
+    int in = x.layer;
+    ilayer *l = NULL;
+    CLG_TRY(layer_new(im, "layernorm", n->name, &in, 1, &l));
+    kv(l, "eps", "%.9g", eps);
+    kv(l, "affine", "%d", affine);
+    l->c = x.c;
+    l->h = C;
+    l->w = 1;
+    l->rank = 3;
+    if (affine) {
+        float *zero = calloc((size_t)C, sizeof(float));
+        if (!zero)
+            return oom(im);
+        st = weight(im, l, "gamma", 1, &C, s->f);
+        if (st == CLG_OK)
+            st = weight(im, l, "beta", 1, &C, b ? b->f : zero);
+        free(zero);
+        CLG_TRY(st);
+    }
+    return seq_value(im, im->nlayers - 1);
+}
+
+/* MatMul of a sequence by a constant (K, units): [dense] per position
+ * (tie = the embedding when the constant is its table transposed). */
+static clg_status seq_dense(imp *im, int xv, const cten *B, const char *bname)
+{
+    const value x = im->vals[xv];
+    if (B->ndim != 2 || B->dims[0] != x.h || B->dims[1] < 1 || B->dims[1] > (1 << 24))
+        return unsupported(im, "weights of %d dimensions do not fit %d features per position", B->ndim, x.h);
+    int K = (int)B->dims[0], units = (int)B->dims[1];
+    int tied = -1;
+    for (int k = 0; k < im->ntables; k++)
+        if (im->tables[k].transposed && strcmp(im->tables[k].name, bname) == 0)
+            tied = im->tables[k].layer;
+    int in = x.layer;
+    ilayer *l = NULL;
+    CLG_TRY(layer_new(im, "dense", im->node->name, &in, 1, &l));
+    kv(l, "units", "%d", units);
+    l->c = x.c;
+    l->h = units;
+    l->w = 1;
+    l->rank = 3;
+    l->fusable = 1;
+    if (tied >= 0) {
+        kv(l, "tie", "%s", im->layers[tied].name);
+        return seq_value(im, im->nlayers - 1);
+    }
+    float *w = malloc((size_t)K * units * sizeof(float));
+    if (!w)
+        return oom(im);
+    for (int u = 0; u < units; u++)
+        for (int k = 0; k < K; k++)
+            w[(size_t)u * K + k] = B->f[(size_t)k * units + u];
+    int ws[2] = {units, K};
+    clg_status st = weight(im, l, "weight", 2, ws, w);
+    free(w);
+    CLG_TRY(st);
+    return seq_value(im, im->nlayers - 1);
+}
+
+/* The attention pattern clgrad exports, from its first MatMul at node i:
+ *  0 MatMul(x, Wqkv^T)  1 Add(b)  2 Reshape(0, 0, 3, H, d)  3 Transpose(2, 0, 3, 1, 4)
+ *  4-6 Gather(axis 0, 0 / 1 / 2): q, k, v  7 Transpose(k, (0, 1, 3, 2))  8 MatMul(q, kT)
+ *  9 Mul(scale)  [10 Add(mask (T, T): 0 on and below the diagonal, <= -1e4 above)]
+ *  Softmax(-1)  MatMul(p, v)  Transpose(0, 2, 1, 3)  Reshape(0, 0, C)
+ *  Transpose(Wout) MatMul  Add(bout).
+ * Returns the index of the last node, -1 when no match; *causal, *heads. */
+static int match_attention(const imp *im, const Onnx__GraphProto *g, size_t i, int *causal, int *heads)
+{
+    static const char *const head[10] = {"MatMul", "Add",    "Reshape", "Transpose", "Gather",
+                                         "Gather", "Gather", "Transpose", "MatMul",  "Mul"};
+    static const char *const tail[7] = {"Softmax", "MatMul", "Transpose", "Reshape", "Transpose", "MatMul", "Add"};
+    static const int64_t p5[5] = {2, 0, 3, 1, 4}, pk[4] = {0, 1, 3, 2}, po[4] = {0, 2, 1, 3};
+    if (!ops_at(g, i, head, 10))
+        return -1;
+    const Onnx__NodeProto *const *n = (const Onnx__NodeProto *const *)g->node + i;
+    int xv = vget(im, n[0]->input[0]);
+    const int64_t *s5 = i64_in(im, n[2], 1, 5);
+    if (xv < 0 || im->vals[xv].rank != 3 || !s5 || s5[0] != 0 || s5[1] != 0 || s5[2] != 3 || s5[3] < 1 ||
+        s5[3] > 65536 || s5[4] < 1 || s5[4] > (1 << 20) || s5[3] * s5[4] != im->vals[xv].h || !perm_is(n[3], p5, 5) ||
+        !perm_is(n[7], pk, 4) || i + 10 >= g->n_node)
+        return -1;
+    for (int k = 0; k < 3; k++) {
+        const int64_t *ix = i64_in(im, n[4 + k], 1, 1);
+        if (!ix || ix[0] != k || node_int(n[4 + k], "axis", 0) != 0 || !reads(n[4 + k], 0, n[3]))
+            return -1;
+    }
+    int T = im->vals[xv].c;
+    *causal = is_op(n[10], "Add");
+    if (*causal) {
+        const cten *m = n[10]->n_input == 2 ? cget(im, n[10]->input[1]) : NULL;
+        if (!m || !m->f || m->numel != (size_t)T * T)
+            return -1;
+        for (int r = 0; r < T; r++)
+            for (int c = 0; c < T; c++)
+                if (c > r ? !(m->f[r * T + c] <= -1e4f) : m->f[r * T + c] != 0.0f)
+                    return -1;
+    }
+    size_t t0 = i + 10 + (size_t)*causal;
+    if (!ops_at(g, t0, tail, 7) || !perm_is(g->node[t0 + 2], po, 4) ||
+        !(node_int(g->node[t0], "axis", -1) == -1 || node_int(g->node[t0], "axis", -1) == 3))
+        return -1;
+    const Onnx__NodeProto *const *t = (const Onnx__NodeProto *const *)g->node + t0;
+    const int64_t *s3 = i64_in(im, t[3], 1, 3);
+    int wired = reads(n[1], 0, n[0]) && reads(n[2], 0, n[1]) && reads(n[3], 0, n[2]) && reads(n[7], 0, n[5]) &&
+                reads(n[8], 0, n[4]) && reads(n[8], 1, n[7]) && reads(n[9], 0, n[8]) &&
+                (!*causal || reads(n[10], 0, n[9])) && reads(t[0], 0, g->node[t0 - 1]) && reads(t[1], 0, t[0]) &&
+                reads(t[1], 1, n[6]) && reads(t[2], 0, t[1]) && reads(t[3], 0, t[2]) && reads(t[5], 0, t[3]) &&
+                reads(t[5], 1, t[4]) && reads(t[6], 0, t[5]) && s3 && s3[0] == 0 && s3[1] == 0 &&
+                s3[2] == im->vals[xv].h;
+    if (!wired)
+        return -1;
+    *heads = (int)s5[3];
+    return (int)(t0 + 6);
+}
+
+/* A constant (K, M) input k of node n transposed into w (M x K, malloc'd). */
+static clg_status const_t(imp *im, const Onnx__NodeProto *n, size_t k, int K, int M, float **w)
+{
+    const cten *c = k < n->n_input && n->input[k] ? cget(im, n->input[k]) : NULL;
+    if (!c || !c->f || c->ndim != 2 || c->dims[0] != K || c->dims[1] != M)
+        return unsupported(im, "attention: input %zu of '%s' must be a constant %dx%d", k, n->name ? n->name : "",
+                           K, M);
+    *w = malloc((size_t)K * M * sizeof(float));
+    if (!*w)
+        return oom(im);
+    for (int r = 0; r < K; r++)
+        for (int q = 0; q < M; q++)
+            (*w)[(size_t)q * K + r] = c->f[(size_t)r * M + q];
+    return CLG_OK;
+}
+
+static clg_status op_attention(imp *im, const Onnx__GraphProto *g, size_t *i, int end, int causal, int heads)
+{
+    const Onnx__NodeProto *const *n = (const Onnx__NodeProto *const *)g->node;
+    int xv = 0;
+    CLG_TRY(vin(im, 0, &xv));
+    const value x = im->vals[xv];
+    int C = x.h, d = C / heads;
+    const cten *sc = cget(im, n[*i + 9]->n_input == 2 && n[*i + 9]->input[1] ? n[*i + 9]->input[1] : "");
+    if (!sc || !sc->f || sc->numel != 1 || fabs(sc->f[0] * sqrt((double)d) - 1.0) > 1e-5)
+        return unsupported(im, "attention: the scores' scale must be 1/sqrt(head width %d)", d);
+    const cten *bq = cget(im, n[*i + 1]->n_input == 2 && n[*i + 1]->input[1] ? n[*i + 1]->input[1] : "");
+    const cten *bo = cget(im, n[end]->n_input == 2 && n[end]->input[1] ? n[end]->input[1] : "");
+    const cten *wo = cget(im, n[end - 2]->input[0]);
+    if (!bq || !bq->f || bq->numel != (size_t)3 * C || !bo || !bo->f || bo->numel != (size_t)C || !wo || !wo->f ||
+        wo->numel != (size_t)C * C)
+        return unsupported(im, "attention: the biases (3C, C) and the output weight (C x C) must be constants");
+    float *wq = NULL;
+    CLG_TRY(const_t(im, n[*i], 1, C, 3 * C, &wq));
+    int in = x.layer, s2[2] = {3 * C, C}, s3 = 3 * C, o2[2] = {C, C};
+    ilayer *l = NULL;
+    im->node = n[end];
+    clg_status st = layer_new(im, "attention", n[end - 1]->name, &in, 1, &l); /* the output MatMul: the layer's name */
+    if (st == CLG_OK) {
+        kv(l, "heads", "%d", heads);
+        kv(l, "causal", "%d", causal);
+        l->c = x.c;
+        l->h = C;
+        l->w = 1;
+        l->rank = 3;
+        st = weight(im, l, "qkv_weight", 2, s2, wq);
+    }
+    free(wq);
+    CLG_TRY(st);
+    CLG_TRY(weight(im, l, "qkv_bias", 1, &s3, bq->f));
+    CLG_TRY(weight(im, l, "out_weight", 2, o2, wo->f));
+    CLG_TRY(weight(im, l, "out_bias", 1, &C, bo->f));
+    *i = (size_t)end;
+    return seq_value(im, im->nlayers - 1);
+}
+
+/* MatMul: the attention pattern, a per-position dense on a sequence, else a Gemm-like dense. */
+static clg_status op_matmul(imp *im, const Onnx__GraphProto *g, size_t *i)
+{
+    int xv = vget(im, im->node->n_input == 2 ? im->node->input[0] : NULL);
+    if (xv < 0 || im->vals[xv].rank != 3)
+        return op_gemm(im, 1);
+    int causal = 0, heads = 0, end = match_attention(im, g, *i, &causal, &heads);
+    if (end >= 0)
+        return op_attention(im, g, i, end, causal, heads);
+    clg_status st = CLG_OK;
+    const cten *B = cin(im, 1, "weights", &st);
+    CLG_TRY(st);
+    return seq_dense(im, xv, B, im->node->input[1]);
+}
+
+/* GELU, tanh form, as clgrad exports it: Mul(x, x), Mul x, Mul 0.044715,
+ * Add x, Mul sqrt(2/pi), Tanh, Add 1, Mul x, Mul 0.5. */
+static clg_status op_mul(imp *im, const Onnx__GraphProto *g, size_t *i)
+{
+    static const char *const ops[9] = {"Mul", "Mul", "Mul", "Add", "Mul", "Tanh", "Add", "Mul", "Mul"};
+    const Onnx__NodeProto *const *n = (const Onnx__NodeProto *const *)g->node + *i;
+    const char *x = n[0]->n_input == 2 ? n[0]->input[0] : NULL;
+    int ok = x && in_is(n[0], 1, x) && ops_at(g, *i, ops, 9);
+    ok = ok && reads(n[1], 0, n[0]) && in_is(n[1], 1, x) && reads(n[2], 0, n[1]) &&
+         is_scalar(im, n[2]->n_input == 2 ? n[2]->input[1] : NULL, 0.044715, 1e-6) && in_is(n[3], 0, x) &&
+         reads(n[3], 1, n[2]) && reads(n[4], 0, n[3]) &&
+         is_scalar(im, n[4]->n_input == 2 ? n[4]->input[1] : NULL, 0.7978845608, 1e-6) && reads(n[5], 0, n[4]) &&
+         reads(n[6], 0, n[5]) && is_scalar(im, n[6]->n_input == 2 ? n[6]->input[1] : NULL, 1.0, 0) &&
+         in_is(n[7], 0, x) && reads(n[7], 1, n[6]) && reads(n[8], 0, n[7]) &&
+         is_scalar(im, n[8]->n_input == 2 ? n[8]->input[1] : NULL, 0.5, 0);
+    if (!ok)
+        return unsupported(im, "Mul is supported only within a GELU (erf or tanh form, as clgrad exports it)");
+    int xv = 0;
+    CLG_TRY(vin(im, 0, &xv));
+    value *v = &im->vals[xv];
+    int saved = v->nuse; /* the pattern reads x 5 times: fusing into the producer is fine when nothing else does */
+    if (v->nuse == 5)
+        v->nuse = 1;
+    im->node = n[8];
+    clg_status st = act_layer(im, xv, "gelu_tanh", 0.01);
+    im->vals[xv].nuse = saved;
+    CLG_TRY(st);
+    *i += 8;
+    return CLG_OK;
 }
 
 static clg_status map_node(imp *im, const Onnx__GraphProto *g, size_t *i)
@@ -1556,7 +1976,13 @@ static clg_status map_node(imp *im, const Onnx__GraphProto *g, size_t *i)
     if (strcmp(op, "Gemm") == 0)
         return op_gemm(im, 0);
     if (strcmp(op, "MatMul") == 0)
-        return op_gemm(im, 1);
+        return op_matmul(im, g, i);
+    if (strcmp(op, "Mul") == 0)
+        return op_mul(im, g, i);
+    if (strcmp(op, "Slice") == 0)
+        return op_slice(im, g, i);
+    if (strcmp(op, "LayerNormalization") == 0)
+        return op_layernorm(im);
     if (strcmp(op, "Add") == 0)
         return op_add(im);
     if (strcmp(op, "Relu") == 0 || strcmp(op, "Sigmoid") == 0 || strcmp(op, "Tanh") == 0 ||
@@ -1579,7 +2005,7 @@ static clg_status map_node(imp *im, const Onnx__GraphProto *g, size_t *i)
     if (strcmp(op, "Flatten") == 0)
         return op_flatten(im);
     if (strcmp(op, "Reshape") == 0)
-        return op_reshape(im);
+        return match_embedding(im, g, *i) >= 0 ? op_embedding(im, g, i) : op_reshape(im);
     if (strcmp(op, "Identity") == 0)
         return op_identity(im);
     if (strcmp(op, "Concat") == 0)
@@ -1638,9 +2064,10 @@ static clg_status graph_input(imp *im, const Onnx__GraphProto *g)
 static clg_status emit(imp *im, char **text)
 {
     clg_sbuf b = {0};
-    int classes = im->layers[im->nlayers - 1].c;
-    clg_sbuf_printf(&b, "# imported from ONNX (opset %d)\n[net]\nchannels = %d\nheight = %d\nwidth = %d\nclasses = %d\n\n",
-                    im->opset, im->in_c, im->in_h, im->in_w, classes);
+    const ilayer *ll = &im->layers[im->nlayers - 1];
+    int classes = ll->rank == 3 ? ll->h : ll->c;
+    clg_sbuf_printf(&b, "# imported from ONNX (opset %d)\n[net]\nchannels = %d\nheight = %d\nwidth = %d\nclasses = %d\n%s\n",
+                    im->opset, im->in_c, im->in_h, im->in_w, classes, im->tokens ? "input = tokens\n" : "");
     for (int i = 0; i < im->nlayers; i++) {
         const ilayer *l = &im->layers[i];
         clg_sbuf_printf(&b, "[%s]\nname = %s\n", l->type, l->name);
@@ -1735,7 +2162,15 @@ static clg_status import_model(imp *im, const Onnx__ModelProto *mp, char **text)
     if (ov < 0 || im->vals[ov].layer != im->nlayers - 1)
         return unsupported(im, "the graph output '%s' must be the result of the last node", g->output[0]->name);
     ilayer *last = &im->layers[im->nlayers - 1];
-    if (strcmp(last->type, "softmax") != 0) {
+    if (strcmp(last->type, "softmax") != 0 && last->rank == 3) { /* token scores: the token loss */
+        int in = im->nlayers - 1;
+        ilayer *l = NULL;
+        CLG_TRY(layer_new(im, "softmax", "softmax", &in, 1, &l));
+        l->c = im->layers[in].c;
+        l->h = im->layers[in].h;
+        l->w = 1;
+        l->rank = 3;
+    } else if (strcmp(last->type, "softmax") != 0) {
         if (last->h != 1 || last->w != 1)
             return unsupported(im, "the graph output is %dx%dx%d per sample; clgrad needs class scores", last->c,
                                last->h, last->w);

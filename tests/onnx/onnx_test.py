@@ -253,6 +253,7 @@ def mode_errors():
     expect("two graph outputs", model([flat, gemm], init_w, extra_graph=pb_len(12, value_info("f", [1, 16]))),
            "outputs")
     attribute_errors(expect, w, init_w, flat, xi)
+    sequence_errors(expect, w, init_w, flat, gemm)
     r = run(["export", os.path.join(root, "models", "lenet5.cfg"), "--weights", os.path.join(d, "none.safetensors"),
              "-o", os.path.join(d, "o.onnx")], check=False)
     ok = r.returncode == 1
@@ -310,6 +311,24 @@ def attribute_errors(expect, w, init_w, flat, xi):
              ("Conv group given as a STRING", at_str("group", "1"), "attribute group is STRING")]
     for desc, attrs, pattern in cases:
         expect(desc, conv(attrs), "node 'conv' (Conv, opset 13): " + pattern)
+
+
+def sequence_errors(expect, w, init_w, flat, gemm):
+    """The sequence operators outside the patterns clgrad's export writes (issue 23): refused, naming the node."""
+    init_s = pb_len(5, pb_int(1, 4) + pb_int(2, 1) + pb_len(8, "s") + pb_len(9, struct.pack("<4f", 1, 1, 1, 1)))
+    init_t = pb_len(5, pb_int(1, 16) + pb_int(1, 4) + pb_int(2, 1) + pb_len(8, "t") + pb_len(9, w))
+    expect("a Gather that is not an embedding's Reshape + Cast + Gather",
+           model([node("Gather", ["t", "x"], ["g"], "lone_gather"), node("Flatten", ["g"], ["f"], "flat"), gemm],
+                 init_w + init_t, opset=17), "node 'lone_gather' (Gather, opset 17): unsupported operator")
+    expect("LayerNormalization of an image, not a sequence",
+           model([node("LayerNormalization", ["x", "s"], ["l"], "ln_img"), node("Flatten", ["l"], ["f"], "flat"),
+                  gemm], init_w + init_s, opset=17), "node 'ln_img' (LayerNormalization, opset 17): only a layer norm")
+    expect("a Mul outside a GELU pattern",
+           model([node("Mul", ["x", "x"], ["m"], "square"), node("Flatten", ["m"], ["f"], "flat"), gemm], init_w,
+                 opset=17), "node 'square' (Mul, opset 17): Mul is supported only within a GELU")
+    expect("a Slice that is not a position table added to a sequence",
+           model([node("Slice", ["t", "x", "x"], ["sl"], "cut"), flat, gemm], init_w + init_t, opset=17),
+           "node 'cut' (Slice, opset 17): only the slice of a position table")
 
 
 def mode_import():
