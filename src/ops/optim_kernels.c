@@ -91,6 +91,39 @@ clg_status clg_optk_unscale_check(clg_device *dev, cl_mem g, int n, float inv_sc
     return clg_launch_1d(dev, k, (size_t)n, STEP_WG);
 }
 
+clg_status clg_optk_red_wg(clg_device *dev, int *wg)
+{
+    cl_kernel k;
+    size_t w = RED_WG;
+    CLG_TRY(clg_kernel_get_wg(dev, "optim", "lane_add", "WG", RED_WG, &k, &w));
+    *wg = (int)w;
+    return CLG_OK;
+}
+
+double clg_optk_sumsq_host(const float *x, size_t n, int wg, int max_groups)
+{
+    wg = CLG_MAX(1, CLG_MIN(wg, RED_WG));
+    size_t groups = CLG_MIN((size_t)max_groups, CLG_MAX((size_t)1, CLG_CEIL_DIV(n, (size_t)wg)));
+    size_t global = groups * (size_t)wg;
+    float acc[RED_WG];
+    double sq = 0;
+    for (size_t g = 0; g < groups; g++) {
+        for (int t = 0; t < wg; t++) { /* work-item g * wg + t: a grid-stride loop */
+            float s = 0.0f;
+            for (size_t i = g * (size_t)wg + (size_t)t; i < n; i += global) {
+                float p = x[i] * x[i]; /* two statements: never contracted to an fma */
+                s += p;
+            }
+            acc[t] = s;
+        }
+        for (int st = wg / 2; st > 0; st >>= 1) /* group_sum_store's tree */
+            for (int t = 0; t < st; t++)
+                acc[t] += acc[t + st];
+        sq += acc[0];
+    }
+    return sq;
+}
+
 clg_status clg_optk_lane_add(clg_device *dev, cl_mem dst, cl_mem a, cl_mem b, size_t k0, size_t n, int sq,
                              cl_mem partial, int off, int max_groups, cl_event *ev)
 {
