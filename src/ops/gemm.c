@@ -994,8 +994,9 @@ static void auto_note(uint64_t kind, const char *cls, int clblast)
     g_auto[g_nauto++].clblast = clblast;
 }
 
-/* Stores the class's choice in dev's database (saved when measured, so the
- * next process on this machine and cache makes the same one). */
+/* Stores the class's choice in dev's database and saves it, so the next
+ * process on this machine and cache makes the same one (also an adopted
+ * choice: the measurement may have been another context's, on another cache). */
 static void auto_store(clg_device *dev, const char *key, int cb, const double *t_own, const double *t_cb)
 {
     clg_err saved = dev->err;
@@ -1007,7 +1008,7 @@ static void auto_store(clg_device *dev, const char *key, int cb, const double *t
         clg_tune_set(&ne, "own_ms", *t_own);
     if (t_cb)
         clg_tune_set(&ne, "clblast_ms", *t_cb);
-    if (clg_tune_put(dev, &ne) == CLG_OK && t_own && clg_tune_save(dev) != CLG_OK)
+    if (clg_tune_put(dev, &ne) == CLG_OK && clg_tune_save(dev) != CLG_OK)
         clg_log(1, "could not save the tuning database: %s", dev->err.msg);
     dev->err = saved;
 }

@@ -105,8 +105,7 @@ clg_status clg_optk_red_wg(clg_device *dev, int *wg)
 
 /* Each work-item's float sum of squares over its grid-stride elements, into
  * acc[0 .. global): in element order with an accumulator per work-item (one
- * pass over x, vectorisable: no sum is reordered), or, without the scratch
- * memory, work-item by work-item (the same sums, strided, slower). */
+ * pass over x, vectorisable: no sum is reordered). */
 static void item_sums(const float *x, size_t n, size_t global, float *acc)
 {
     memset(acc, 0, global * sizeof *acc);
@@ -136,7 +135,7 @@ double clg_optk_sumsq_host(const float *x, size_t n, int wg, int max_groups)
                 acc[t] = all[g * (size_t)wg + (size_t)t];
                 continue;
             }
-            float s = 0.0f;
+            float s = 0.0f; /* no memory for all: the same sum, strided (slower) */
             for (size_t i = g * (size_t)wg + (size_t)t; i < n; i += global) {
                 float p = x[i] * x[i];
                 s += p;
