@@ -114,6 +114,9 @@ __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void lane_add(__global 
                                                                       const int off, const int n, const int sq,
                                                                       __global float *partial, const int out_off)
 {
+#pragma OPENCL FP_CONTRACT OFF
+    // v * v rounded, then added: what the host path's copy computes
+    // (clg_optk_sumsq_host), so both paths give the same norm to the bit
     __local float acc[WG];
     int lid = get_local_id(0);
     float s = 0.0f;

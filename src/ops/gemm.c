@@ -2,6 +2,7 @@
  * reference), parameter sets of the own kernels and their packing. */
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -961,6 +962,74 @@ out:
     return st;
 }
 
+/* AUTO decisions of this process per device kind (fingerprint hash) and
+ * shape class: identical devices (data-parallel lanes) take the first one's
+ * measured choice rather than each measuring its own, which could differ
+ * (and a later process, reading the one stored in the tuning database,
+ * would then compute differently on some lane). Under g_auto_mu, which also
+ * serialises the measurement itself. */
+#define AUTO_MAX 128
+static pthread_mutex_t g_auto_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    uint64_t kind;
+    char cls[32];
+    int clblast;
+} g_auto[AUTO_MAX];
+static int g_nauto;
+
+static int auto_known(uint64_t kind, const char *cls)
+{
+    for (int i = 0; i < g_nauto; i++)
+        if (g_auto[i].kind == kind && strcmp(g_auto[i].cls, cls) == 0)
+            return g_auto[i].clblast;
+    return -1;
+}
+
+static void auto_note(uint64_t kind, const char *cls, int clblast)
+{
+    if (g_nauto == AUTO_MAX)
+        return;
+    g_auto[g_nauto].kind = kind;
+    snprintf(g_auto[g_nauto].cls, sizeof g_auto[g_nauto].cls, "%s", cls);
+    g_auto[g_nauto++].clblast = clblast;
+}
+
+/* Stores the class's choice in dev's database and saves it, so the next
+ * process on this machine and cache makes the same one (also an adopted
+ * choice: the measurement may have been another context's, on another cache). */
+static void auto_store(clg_device *dev, const char *key, int cb, const double *t_own, const double *t_cb)
+{
+    clg_err saved = dev->err;
+    clg_tune_entry ne;
+    memset(&ne, 0, sizeof ne);
+    snprintf(ne.key, sizeof ne.key, "%s", key);
+    snprintf(ne.backend, sizeof ne.backend, "%s", cb ? "clblast" : "own");
+    if (t_own)
+        clg_tune_set(&ne, "own_ms", *t_own);
+    if (t_cb)
+        clg_tune_set(&ne, "clblast_ms", *t_cb);
+    if (clg_tune_put(dev, &ne) == CLG_OK && clg_tune_save(dev) != CLG_OK)
+        clg_log(1, "could not save the tuning database: %s", dev->err.msg);
+    dev->err = saved;
+}
+
+/* Measures own vs CLBlast on a (errors kept out of the caller's way); 1: CLBlast. */
+static int auto_measure_cb(clg_device *dev, const clg_gemm_args *a, const char *cls, const char *key)
+{
+    clg_err saved = dev->err;
+    double t_own = 0, t_cb = 0;
+    clg_status s1 = clg_gemm_time(dev, a, CLG_GEMM_OWN, NULL, 3, &t_own);
+    clg_status s2 = s1 == CLG_OK ? clg_gemm_time(dev, a, CLG_GEMM_CLBLAST, NULL, 3, &t_cb) : s1;
+    dev->err = saved;
+    if (s1 != CLG_OK)
+        return 0;
+    int cb = s2 == CLG_OK && t_cb > 0 && t_cb < t_own;
+    clg_log(1, "gemm auto %s on %s: own %.3f ms, clblast %.3f ms -> %s", cls, dev->info.name, t_own, t_cb,
+            cb ? "clblast" : "own");
+    auto_store(dev, key, cb, &t_own, s2 == CLG_OK ? &t_cb : NULL);
+    return cb;
+}
+
 /* AUTO: the context default, else the faster of own/CLBlast for the shape
  * class (stored in the tuning db; measured once for large enough shapes). */
 static clg_gemm_backend resolve(clg_device *dev, const clg_gemm_args *a, clg_gemm_backend b)
@@ -981,27 +1050,16 @@ static clg_gemm_backend resolve(clg_device *dev, const clg_gemm_args *a, clg_gem
     double flops = 2.0 * a->M * a->N * a->K * (a->batch > 0 ? a->batch : 1);
     if (!db || !db->auto_measure || flops < 1e9 || flops > 2e11)
         return CLG_GEMM_OWN;
-    /* measure once (errors are kept out of the caller's way) */
-    clg_err saved = dev->err;
-    double t_own = 0, t_cb = 0;
-    clg_status s1 = clg_gemm_time(dev, a, CLG_GEMM_OWN, NULL, 3, &t_own);
-    clg_status s2 = s1 == CLG_OK ? clg_gemm_time(dev, a, CLG_GEMM_CLBLAST, NULL, 3, &t_cb) : s1;
-    dev->err = saved;
-    if (s1 != CLG_OK)
-        return CLG_GEMM_OWN;
-    clg_tune_entry ne;
-    memset(&ne, 0, sizeof ne);
-    snprintf(ne.key, sizeof ne.key, "%s", key);
-    int cb = s2 == CLG_OK && t_cb > 0 && t_cb < t_own;
-    snprintf(ne.backend, sizeof ne.backend, "%s", cb ? "clblast" : "own");
-    clg_tune_set(&ne, "own_ms", t_own);
-    if (s2 == CLG_OK)
-        clg_tune_set(&ne, "clblast_ms", t_cb);
-    clg_log(1, "gemm auto %s on %s: own %.3f ms, clblast %.3f ms -> %s", cls, dev->info.name, t_own, t_cb,
-            ne.backend);
-    if (clg_tune_put(dev, &ne) == CLG_OK && clg_tune_save(dev) != CLG_OK)
-        clg_log(1, "could not save the tuning database: %s", dev->err.msg);
-    dev->err = saved;
+    char fp[700];
+    clg_device_fingerprint(dev, fp, sizeof fp);
+    uint64_t kind = clg_hash_str(fp, CLG_HASH_SEED);
+    pthread_mutex_lock(&g_auto_mu);
+    int cb = auto_known(kind, cls);
+    if (cb >= 0) /* an identical device measured it: the same choice, without measuring */
+        auto_store(dev, key, cb, NULL, NULL);
+    else
+        auto_note(kind, cls, cb = auto_measure_cb(dev, a, cls, key));
+    pthread_mutex_unlock(&g_auto_mu);
     return cb ? CLG_GEMM_CLBLAST : CLG_GEMM_OWN;
 }
 

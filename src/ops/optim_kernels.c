@@ -1,4 +1,7 @@
 /* Launchers of the optimizer kernels (see optim_kernels.h). */
+#include <stdlib.h>
+#include <string.h>
+
 #include "optim_kernels.h"
 
 /* Work-group size of the reductions sumsq_partial and lane_add (their WG
@@ -89,6 +92,63 @@ clg_status clg_optk_unscale_check(clg_device *dev, cl_mem g, int n, float inv_sc
     clg_ka_mem(&ka, flag);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "arguments of unscale_check"));
     return clg_launch_1d(dev, k, (size_t)n, STEP_WG);
+}
+
+clg_status clg_optk_red_wg(clg_device *dev, int *wg)
+{
+    cl_kernel k;
+    size_t w = RED_WG;
+    CLG_TRY(clg_kernel_get_wg(dev, "optim", "lane_add", "WG", RED_WG, &k, &w));
+    *wg = (int)w;
+    return CLG_OK;
+}
+
+/* Each work-item's float sum of squares over its grid-stride elements, into
+ * acc[0 .. global): in element order with an accumulator per work-item (one
+ * pass over x, vectorisable: no sum is reordered). */
+static void item_sums(const float *x, size_t n, size_t global, float *acc)
+{
+    memset(acc, 0, global * sizeof *acc);
+    for (size_t base = 0; base < n; base += global) {
+        size_t m = CLG_MIN(global, n - base);
+        const float *xb = x + base;
+        for (size_t t = 0; t < m; t++) {
+            float p = xb[t] * xb[t]; /* two statements: never contracted to an fma */
+            acc[t] += p;
+        }
+    }
+}
+
+double clg_optk_sumsq_host(const float *x, size_t n, int wg, int max_groups)
+{
+    wg = CLG_MAX(1, CLG_MIN(wg, RED_WG));
+    size_t groups = CLG_MIN((size_t)max_groups, CLG_MAX((size_t)1, CLG_CEIL_DIV(n, (size_t)wg)));
+    size_t global = groups * (size_t)wg;
+    float *all = malloc(global * sizeof *all);
+    if (all)
+        item_sums(x, n, global, all);
+    float acc[RED_WG];
+    double sq = 0;
+    for (size_t g = 0; g < groups; g++) {
+        for (int t = 0; t < wg; t++) { /* work-item g * wg + t */
+            if (all) {
+                acc[t] = all[g * (size_t)wg + (size_t)t];
+                continue;
+            }
+            float s = 0.0f; /* no memory for all: the same sum, strided (slower) */
+            for (size_t i = g * (size_t)wg + (size_t)t; i < n; i += global) {
+                float p = x[i] * x[i];
+                s += p;
+            }
+            acc[t] = s;
+        }
+        for (int st = wg / 2; st > 0; st >>= 1) /* group_sum_store's tree */
+            for (int t = 0; t < st; t++)
+                acc[t] += acc[t + st];
+        sq += acc[0];
+    }
+    free(all);
+    return sq;
 }
 
 clg_status clg_optk_lane_add(clg_device *dev, cl_mem dst, cl_mem a, cl_mem b, size_t k0, size_t n, int sq,

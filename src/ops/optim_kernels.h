@@ -49,6 +49,19 @@ CLG_INTERNAL clg_status clg_optk_adam_step(clg_device *dev, const clg_adam_step_
 CLG_INTERNAL clg_status clg_optk_sumsq_partial(clg_device *dev, cl_mem x, int n, cl_mem partial, int off,
                                                int max_groups, int *groups);
 
+/* The squared norm of a reduced gradient bucket x[0..n) exactly as
+ * lane_add (sq set, max_groups slots) computes it on a device whose
+ * reduction group is wg (clg_optk_red_wg): the same float sums per work-item
+ * and the same tree per group, then the groups' partials added in double in
+ * group order, as the device path adds the partials it reads back. The host
+ * and the device-to-device reduction thus give the same norm to the bit
+ * (IEEE single precision, no contraction on either side; a device flushing
+ * denormal squares to zero could differ in the last bit). */
+CLG_INTERNAL double clg_optk_sumsq_host(const float *x, size_t n, int wg, int max_groups);
+
+/* The work-group size lane_add runs with on dev (builds the program). */
+CLG_INTERNAL clg_status clg_optk_red_wg(clg_device *dev, int *wg);
+
 /* g[0..n) *= inv_scale in place; *flag (an int on the device) is set to 1
  * when a result is inf or NaN (never cleared here). */
 CLG_INTERNAL clg_status clg_optk_unscale_check(clg_device *dev, cl_mem g, int n, float inv_scale, cl_mem flag);

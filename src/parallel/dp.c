@@ -474,17 +474,15 @@ static clg_status sum_bucket(clg_dp *dp, clg_lane *r, int b)
     const float *src[CLG_DP_MAX_LANES];
     for (int i = 0; i < na; i++)
         src[i] = dp->lanes[act[i]].ghost;
-    double sq = 0;
     for (size_t k = k0; k < k1 && na > 0; k++) {
         float acc = src[0][k];
         for (int l = 1; l < na; l++)
             acc += src[l][k];
         dp->gsum[k] = acc;
-        sq += (double)acc * acc;
     }
     if (na == 0) /* this rank has no samples in the batch */
         memset(dp->gsum + k0, 0, (k1 - k0) * sizeof(float));
-    dp->b_sumsq[b] = sq;
+    dp->b_sumsq[b] = clg_dp_bucket_sumsq(dp, dp->gsum + k0, k1 - k0);
     /* then over the ranks (b_sumsq: the global norm when it completes) */
     if (dp->b_op)
         clg_comm_op_start(dp->b_op[b], dp->gsum + k0, k1 - k0, &dp->b_sumsq[b]);

@@ -115,6 +115,7 @@ typedef struct clg_dp {
     /* device-to-device reduction (dreduce.c): every lane's device in one
      * cl_context, buckets summed by a kernel reading the arenas */
     int dev_reduce;        /* 1: on a device, 0: on the host */
+    int red_wg;            /* lane_add's work-group size on lane 0's device (the norm's partial sums) */
     double t_red_host, t_red_dev; /* measured seconds per whole-arena reduction (0: not measured) */
     cl_mem gred;           /* the reduced gradients (arena layout) */
     cl_mem gpart;          /* per bucket: partial sums of squares of the reduced gradient */
@@ -181,6 +182,11 @@ CLG_INTERNAL clg_status clg_dp_dev_sum(clg_dp *dp, clg_lane *r, int b, const int
 CLG_INTERNAL clg_status clg_dp_dev_writeback(clg_dp *dp, clg_lane *l, int b, size_t off, size_t bytes,
                                              cl_event *ev);
 CLG_INTERNAL clg_status clg_dp_dev_sumsq(clg_dp *dp, clg_lane *l, double *sq);
+/* The host path's squared norm of the reduced bucket x[0..n): to the bit
+ * what the device path computes for it (clg_optk_sumsq_host), so the global
+ * norm, and a clipped update, do not depend on the path dp_reduce = auto
+ * measured in this process. */
+CLG_INTERNAL double clg_dp_bucket_sumsq(const clg_dp *dp, const float *x, size_t n);
 CLG_INTERNAL void clg_dp_dev_free(clg_dp *dp);
 
 /* Waits until stage s's host data may be overwritten. */

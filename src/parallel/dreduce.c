@@ -6,7 +6,10 @@
  * bucket to the host, sums there and writes it back. Which one is faster
  * depends on the devices and the link between them: clg_dp_create measures
  * both on the real arenas and keeps the faster (CLGRAD_DP_REDUCE or the
- * `reduce` parameter force one). */
+ * `reduce` parameter force one). Both compute the global gradient norm to
+ * the bit alike (the host path copies lane_add's partial sums:
+ * clg_optk_sumsq_host), so the measured choice, which may differ between a
+ * run and its resumption, never changes a clipped update. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,9 +57,20 @@ clg_status clg_dp_dev_sumsq(clg_dp *dp, clg_lane *l, double *sq)
     *sq = 0;
     if (dp->nbuckets > 0)
         CLG_CL_CHECK(clg_dev_err(l->dev), clWaitForEvents((cl_uint)dp->nbuckets, dp->pev));
-    for (size_t i = 0; i < (size_t)dp->nbuckets * RED_GROUPS; i++) /* fixed order: every lane the same norm */
-        *sq += dp->hpart[i];
+    /* fixed order, every lane the same norm, and the host path's: each
+     * bucket's partials in double, then the buckets (as dp.c adds b_sumsq) */
+    for (int b = 0; b < dp->nbuckets; b++) {
+        double bs = 0;
+        for (int g = 0; g < RED_GROUPS; g++)
+            bs += dp->hpart[(size_t)b * RED_GROUPS + g];
+        *sq += bs;
+    }
     return CLG_OK;
+}
+
+double clg_dp_bucket_sumsq(const clg_dp *dp, const float *x, size_t n)
+{
+    return clg_optk_sumsq_host(x, n, dp->red_wg, RED_GROUPS);
 }
 
 void clg_dp_dev_free(clg_dp *dp)
@@ -104,14 +118,13 @@ static clg_status time_host(clg_dp *dp, double *t)
                                                                ln->ghost, 0, NULL, NULL));
     }
     size_t floats = bytes / sizeof(float);
-    double sq = 0;
     for (size_t k = 0; k < floats; k++) {
         float acc = dp->lanes[0].ghost[k];
         for (int l = 1; l < dp->n; l++)
             acc += dp->lanes[l].ghost[k];
         dp->gsum[k] = acc;
-        sq += (double)acc * acc;
     }
+    double sq = clg_dp_bucket_sumsq(dp, dp->gsum, floats); /* its cost is part of the path's */
     for (int l = 0; l < dp->n; l++) {
         clg_lane *ln = &dp->lanes[l];
         CLG_CL_CHECK(clg_dev_err(ln->dev), clEnqueueWriteBuffer(ln->dev->queue, ln->arena, CL_TRUE, 0, bytes,
@@ -153,6 +166,7 @@ static int cmp_d(const void *a, const void *b)
 clg_status clg_dp_dev_setup(clg_dp *dp, const char *mode, clg_err *err)
 {
     dp->dev_reduce = 0;
+    CLG_TRY(clg_optk_red_wg(dp->lanes[0].dev, &dp->red_wg)); /* both paths' norm partials */
     static const char *const modes[] = {"auto", "host", "device"}; /* option dp_reduce's choices */
     const clg_opts *o = &dp->lanes[0].dev->ctx->opts;
     if (o->source[CLG_OPT_ID_dp_reduce] != CLG_OPTION_DEFAULT)

@@ -556,6 +556,63 @@ START_TEST(test_auto_backend)
 }
 END_TEST
 
+/* AUTO on two identical devices (data-parallel lanes): the first measures
+ * own vs CLBlast, the second takes its choice without measuring (two
+ * measurements could disagree, and a later process reading the stored
+ * choice would then compute differently on one lane); the choice is saved
+ * for the next process. A fresh cache; skipped without CLBlast or a second
+ * device. */
+START_TEST(test_auto_same_kind)
+{
+    if (!clg_gemm_have_clblast() || ctx->ndev < 2 ||
+        strcmp(ctx->devs[0].info.name, ctx->devs[1].info.name) != 0) {
+        fprintf(stderr, "test_auto_same_kind: needs CLBlast and two identical devices: skipped\n");
+        return;
+    }
+    const char *dir = "gemm-auto-kind-test";
+    clg_ctx *c2 = tu_ctx_cache(NULL, dir);
+    char path[1200];
+    clg_tune_path(&c2->devs[0], path, sizeof path);
+    remove(path);
+    clg_ctx_destroy(c2);
+    c2 = tu_ctx_cache(NULL, dir);
+    clg_tune_db_get(c2)->auto_measure = 1;
+    clg_tune_dev_get(&c2->devs[0]); /* both databases read before either measures, as lanes starting together */
+    clg_tune_dev_get(&c2->devs[1]);
+    char cls[32], key[64];
+    gcase c = base(1000, 1000, 500); /* 1e9 flops: large enough to be measured */
+    clg_gemm_class(c.M, c.N, c.K, cls, sizeof cls);
+    snprintf(key, sizeof key, "gemm-auto/%s", cls);
+    clg_device *save = dev;
+    clg_ctx *savec = ctx;
+    ctx = c2;
+    const clg_tune_entry *e[2];
+    for (int d = 0; d < 2; d++) {
+        dev = &c2->devs[d];
+        ck_assert_ptr_null(clg_tune_find(dev, key));
+        check(&c, CLG_GEMM_AUTO, NULL, "auto, identical devices");
+        e[d] = clg_tune_find(dev, key);
+        ck_assert_ptr_nonnull(e[d]);
+    }
+    ck_assert(clg_tune_param(e[0], "own_ms", -1) > 0); /* measured */
+    ck_assert_msg(clg_tune_param(e[1], "own_ms", -1) < 0, "the second identical device measured again");
+    ck_assert_str_eq(e[0]->backend, e[1]->backend);
+    char want[16];
+    snprintf(want, sizeof want, "%s", e[0]->backend);
+    dev = save;
+    ctx = savec;
+    clg_ctx_destroy(c2);
+    c2 = tu_ctx_cache(NULL, dir); /* the next process: the stored choice, on both */
+    for (int d = 0; d < 2; d++) {
+        const clg_tune_entry *f = clg_tune_find(&c2->devs[d], key);
+        ck_assert_ptr_nonnull(f);
+        ck_assert_str_eq(f->backend, want);
+    }
+    clg_ctx_destroy(c2);
+    remove(path);
+}
+END_TEST
+
 /* The own backend's unpacked kernels (clg_gemm with no parameters on a CPU
  * device): small products and long, thin A * B^T run as one gemm_rows /
  * gemm_dot launch; wide ones stay packed; CLGRAD_GEMM_UNPACKED overrides. */
@@ -679,6 +736,11 @@ int main(void)
         tcase_add_test(tc, test_tune_db);
         tcase_add_test(tc, test_tuner_run);
         tcase_add_test(tc, test_auto_backend);
+        TCase *tk = tcase_create("auto_kind"); /* CK_RUN_CASE=auto_kind runs it alone */
+        tcase_add_checked_fixture(tk, setup, teardown);
+        tcase_set_timeout(tk, 600);
+        tcase_add_test(tk, test_auto_same_kind);
+        suite_add_tcase(s, tk);
         tcase_add_test(tc, test_unpacked);
         tcase_add_test(tc, test_tiny);
     }

@@ -78,12 +78,12 @@ static int two_devices(void)
 }
 
 static const char *g_reduce; /* reduction path of the models made (NULL: auto) */
+static double g_bucket_mb = 0.004; /* small buckets: several per step, read while backward runs */
 
 static clg_model *make(const char *text, const char *devices, const char *split, int batch, int fp16,
                        uint64_t seed)
 {
-    /* small buckets: several per step, read while backward runs */
-    clg_dp_params dpp = {.split = split, .bucket_mb = 0.004, .reduce = g_reduce};
+    clg_dp_params dpp = {.split = split, .bucket_mb = g_bucket_mb, .reduce = g_reduce};
     clg_model *m = NULL;
     ck_assert_msg(clg_session_create(ctx(), devices, 0, text, "t", batch, seed, fp16, &dpp, &m) == CLG_OK, "%s",
                   clg_last_error(ctx()));
@@ -285,7 +285,11 @@ END_TEST
  * lane copies the sum) adds in the same lane order as the host path: the
  * weights after 10 steps are bitwise those of the host path, for an even,
  * an uneven and a one-sided split, with a batch-norm net and a dropout one. */
-static void host_vs_device(const char *text, const char *split, int n, int min_buckets)
+/* clip > 0: gradient clipping at that norm, and the global gradient norm of
+ * every step (which scales the update) must be bitwise the same on both
+ * paths, with clipping active on every step; the steps are a fresh random
+ * batch each. */
+static void host_vs_device(const char *text, const char *split, int n, int min_buckets, double clip)
 {
     uint64_t seed = tu_seed();
     g_reduce = "host";
@@ -295,8 +299,24 @@ static void host_vs_device(const char *text, const char *split, int n, int min_b
     g_reduce = NULL;
     ck_assert(!h->dp->dev_reduce && d->dp->dev_reduce);
     ck_assert_int_ge(d->dp->nbuckets, min_buckets);
-    train(h, seed, 10, n, NULL);
-    train(d, seed, 10, n, NULL);
+    h->hp.clip_norm = d->hp.clip_norm = clip;
+    if (clip > 0) {
+        clg_rng rh, rd;
+        clg_rng_seed(&rh, seed, 99);
+        clg_rng_seed(&rd, seed, 99);
+        for (int s = 0; s < 10; s++) {
+            float res[2];
+            step_on(h, &rh, n, res);
+            step_on(d, &rd, n, res);
+            double nh = h->dp->job.norm, nd = d->dp->job.norm;
+            ck_assert_msg(nh > clip, "step %d: norm %g does not exceed the clip %g (clipping inactive)", s, nh, clip);
+            ck_assert_msg(memcmp(&nh, &nd, sizeof nh) == 0, "split %s step %d: gradient norm host %.17g, device %.17g",
+                          split, s, nh, nd);
+        }
+    } else {
+        train(h, seed, 10, n, NULL);
+        train(d, seed, 10, n, NULL);
+    }
     for (int i = 0; i < nparams(h); i++) {
         size_t nh = 0, nd = 0;
         float *wh = download_param(h, 0, i, &nh), *wd = download_param(d, 0, i, &nd);
@@ -315,9 +335,29 @@ START_TEST(device_reduction_equals_host)
 {
     if (!two_devices())
         return;
-    host_vs_device(NET_DROP, "even", 32, 2);
-    host_vs_device(NET_BN, "3,1", 30, 1);
-    host_vs_device(NET_DROP, "0,1", 17, 2);
+    host_vs_device(NET_DROP, "even", 32, 2, 0);
+    host_vs_device(NET_BN, "3,1", 30, 1, 0);
+    host_vs_device(NET_DROP, "0,1", 17, 2, 0);
+}
+END_TEST
+
+/* With gradient clipping the update depends on the global gradient norm:
+ * both reduction paths compute it bitwise alike (the same fixed-order
+ * partial sums), so the choice of path (measured per process with
+ * dp_reduce = auto) cannot make a resumed run differ. */
+START_TEST(device_reduction_equals_host_clipped)
+{
+    if (!two_devices())
+        return;
+    host_vs_device(NET_DROP, "even", 32, 2, 1e-3);
+    host_vs_device(NET_BN, "3,1", 30, 1, 1e-3);
+    /* LeNet-5's 61706 parameters in one bucket: more elements than the
+     * norm's 64 x 256 work-items, so each item's grid-stride sum wraps */
+    char *text = read_model("lenet5.cfg");
+    g_bucket_mb = 1;
+    host_vs_device(text, "even", 32, 1, 1e-3);
+    g_bucket_mb = 0.004;
+    free(text);
 }
 END_TEST
 
@@ -745,8 +785,13 @@ int main(void)
     tcase_add_test(tc, uneven_splits);
     /* identical devices only: PoCL 3.1 deadlocks on cross-device events between
      * a basic and a pthread device (see dreduce.c) */
-    if (!getenv("CLGRAD_TEST_DP_UNEQUAL"))
+    if (!getenv("CLGRAD_TEST_DP_UNEQUAL")) {
         tcase_add_test(tc, device_reduction_equals_host);
+        TCase *tclip = tcase_create("reduce_clip"); /* CK_RUN_CASE=reduce_clip runs it alone */
+        tcase_set_timeout(tclip, 600);
+        tcase_add_test(tclip, device_reduction_equals_host_clipped);
+        suite_add_tcase(s, tclip);
+    }
     tcase_add_test(tc, batchnorm_replicas_identical);
     tcase_add_test(tc, syncbn_1_vs_2);
     /* CLGRAD_TEST_DP_UNEQUAL=1: the devices differ (run with POCL_DEVICES="basic pthread"); the
