@@ -1196,9 +1196,15 @@ static clg_status lane_prepare(clg_dp *dp, clg_lane *l)
     r->after_layer = NULL;
     for (int k = 0; k < r->nlayers; k++)
         r->layers[k].sync = NULL;
-    clg_replica_set_input(r, l->xbuf[0], 0);
-    clg_replica_set_labels(r, l->dummy_labels, 0, 1.0f);
     clg_status st = CLG_OK;
+    if (!l->dummy_x) { /* zeros: the feed buffers may hold garbage (NaN is no token id) or the next batch */
+        size_t numel = (size_t)r->batch * r->net->in_c * r->net->in_h * r->net->in_w;
+        st = clg_buf_alloc(l->dev, numel * sizeof(float), &l->dummy_x);
+        if (st == CLG_OK)
+            st = clg_buf_fill(l->dev, l->dummy_x, 0, numel, 0.0f);
+    }
+    clg_replica_set_input(r, l->dummy_x, 0);
+    clg_replica_set_labels(r, l->dummy_labels, 0, 1.0f);
     for (int k = l->ready[n]; k < 2 && st == CLG_OK; k++)
         st = clg_replica_precompile(r, n, 0);
     r->after_layer = hook;

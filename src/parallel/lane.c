@@ -55,6 +55,7 @@ void clg_lane_release(clg_lane *l)
     clg_release_event(&l->res_ev);
     clg_release_event(&l->mark);
     clg_buf_release(l->dev, l->dummy_labels);
+    clg_buf_release(l->dev, l->dummy_x);
     clg_optim_free(l->opt);
     clg_replica_free(l->rep); /* with its arenas */
     free(l->ghost);

@@ -27,6 +27,9 @@ typedef struct clg_lane {
     clg_optim *opt;           /* created with the first training step */
     cl_command_queue upq;     /* transfer queue: uploads overlap compute */
     cl_mem xbuf[CLG_STAGES], ybuf[CLG_STAGES], dummy_labels;
+    cl_mem dummy_x;           /* zeros, a batch of inputs (a valid image and valid token ids): made by the first
+                                 preparation of a new per-lane size (dp.c: lane_prepare), which must not read a
+                                 feed buffer that holds garbage or a batch being uploaded */
     cl_event up_ev[CLG_STAGES];   /* upload of stage s done */
     cl_event done_ev[CLG_STAGES]; /* compute that read stage s done */
     int cnt[CLG_STAGES], off[CLG_STAGES]; /* slice of the global batch in stage s */
