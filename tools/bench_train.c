@@ -33,7 +33,8 @@ static const cli_opt opts[] = {
     CLI_OPT_PRECISION,
     CLI_OPT_MPI,
     CLI_FLAG_OPT("--json", cli_common, json, 1,
-                 "one JSON object: model, batch, devices, images_per_s, ..."),
+                 "one JSON object: model, batch, devices, images_per_s (token models:\n"
+                 "tokens_per_s too), ..."),
     CLI_OPT_VERBOSE,
     CLI_END,
 };

@@ -2,7 +2,7 @@
 # gpt-tiny (tests/train/gpt-tiny.cfg: gpt-mini's blocks, 2 of them, width 32,
 # context 32) through the command line (issue 23 item 7): a run stopped
 # mid-epoch and resumed equals an uninterrupted one bitwise (1 device; 2
-# devices with the fused attention; fp16 storage), bench train reports
+# devices; fp16 storage on 1 and 2 devices), bench train reports
 # tokens/s, --trace records the transformer layers on both devices, and bad
 # model files and data are refused naming the file and line (or offset).
 # usage: cli_gpt.sh PATH/TO/clgrad PYTHON SRCDIR
@@ -52,6 +52,7 @@ resume() { # resume TAG OPTIONS...
 resume one --devices 0
 resume two --split even
 resume fp16 --devices 0 --precision fp16
+resume two16 --split even --precision fp16
 # the fp16 run trained: finite weights, different from the fp32 run's (fp16 storage was used)
 n=$((n + 1))
 "$py" - "$tmp/one-a.safetensors" "$tmp/fp16-a.safetensors" <<'PYEOF' || { echo "FAIL: fp16 weights"; fails=$((fails + 1)); }
