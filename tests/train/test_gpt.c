@@ -28,7 +28,7 @@
  * steps below 0.75x the first step's: ln 256 = 5.55 -> ~4 measured); the
  * first step's loss within 1e-3 and the last 5 steps' within 1% of the fp32
  * run from the same seed and batches (fp16 activations round at ~5e-4
- * relative; <= 1.5e-4 apart measured over 5 seeds), but not equal on every
+ * relative; <= 6e-4 relative apart measured over 5 seeds), but not equal on every
  * step (the half storage is in effect). */
 #include <math.h>
 #include <stdio.h>
@@ -249,13 +249,6 @@ static void train(clg_model *m, uint64_t seed, int steps, double *loss)
 {
     clg_rng r;
     clg_rng_seed(&r, seed, 4242);
-    /* first a step with rate 0 on an all-zero batch, the same in both
-     * runs whether or not the open bug (gpt_fp16_trains) strikes it */
-    ck_assert(clg_session_stage_wait(m, 0) == CLG_OK);
-    memset(m->xhost[0], 0, (size_t)m->net->batch * m->net->in_h * sizeof(float));
-    memset(m->yhost[0], 0, (size_t)m->net->batch * m->net->in_h * sizeof(int32_t));
-    ck_assert_msg(clg_session_upload(m, 0, m->net->batch, 1) == CLG_OK, "%s", clg_last_error(ctx()));
-    ck_assert_msg(clg_session_train_step(m, 0, 0.0, NULL) == CLG_OK, "%s", clg_last_error(ctx()));
     for (int s = 0; s < steps; s++) {
         float res[2];
         step_on(m, &r, res);
@@ -275,15 +268,6 @@ START_TEST(gpt_fp16_trains)
     clg_model *m32 = make(text, "0", 0, seed);
     train(m32, seed, FP16_STEPS, l32);
     clg_session_free(m32);
-    /* a fresh context for the second model. Open bug (reported, not what
-     * this test checks): the first step of a session made after another
-     * one, and of an fp16 session, sometimes trains on the lanes' zeroed
-     * input buffers instead of the batch just uploaded: its loss equals the
-     * all-zero batch's (CLGRAD_TEST_SEED=22: fp32 5.56040, fp16 5.48906 =
-     * the loss of zero ids and targets); the later steps are right. train()
-     * starts both runs with a rate-0 step on zeros for that reason. */
-    clg_ctx_destroy(g_ctx);
-    g_ctx = NULL;
     clg_model *m16 = make(text, "0", 1, seed);
     ck_assert(clg_session_rep(m16)->fp16);
     train(m16, seed, FP16_STEPS, l16);
