@@ -561,6 +561,9 @@ typedef struct clg_bench_train_report {
     double mem_peak_mib;  /* peak of the device's account */
     double mem_optim_mib; /* optimizer state */
     char warning[320];    /* "" or why the step times suggest more busy threads than free cores */
+    /* token models ([net] input = tokens): positions per sample (0: an image model) and tokens/s */
+    int tokens_per_sample;
+    double tokens_per_s;  /* images_per_s * tokens_per_sample */
 } clg_bench_train_report;
 /* Defaults. A macro: passes the sizeof the caller was compiled with. */
 CLG_API void clg_bench_train_params_init_size(clg_bench_train_params *p, size_t size);

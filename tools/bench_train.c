@@ -33,7 +33,8 @@ static const cli_opt opts[] = {
     CLI_OPT_PRECISION,
     CLI_OPT_MPI,
     CLI_FLAG_OPT("--json", cli_common, json, 1,
-                 "one JSON object: model, batch, devices, images_per_s, ..."),
+                 "one JSON object: model, batch, devices, images_per_s (token models:\n"
+                 "tokens_per_s too), ..."),
     CLI_OPT_VERBOSE,
     CLI_END,
 };
@@ -63,6 +64,8 @@ static void print_report(const bench_train_opts *o, const clg_bench_train_params
                "\"pipe_bubble\": %.4f",
                rep->shares, ranks, rep->setup_s, rep->first_step_s, rep->first_step_end, rep->first_step_cpu_s,
                rep->launches_per_step, built, cached, rep->pipe_bubble);
+        if (rep->tokens_per_sample)
+            printf(", \"tokens_per_sample\": %d, \"tokens_per_s\": %.1f", rep->tokens_per_sample, rep->tokens_per_s);
         printf(", \"mem_peak_mib\": %.3f, \"mem_optim_mib\": %.3f, \"warning\": ", rep->mem_peak_mib, rep->mem_optim_mib);
         cli_json_str(rep->warning);
         printf("}\n");
@@ -73,8 +76,14 @@ static void print_report(const bench_train_opts *o, const clg_bench_train_params
     if (ranks > 1)
         printf("MPI ranks %d x %d device(s): global batch %d, images/s of the whole job\n", ranks, rep->devices,
                p->batch);
-    printf("%d timed steps after %d warm-up: %.1f images/s, %.2f ms/step (median %.2f)\n", p->steps, p->warmup,
-           rep->images_per_s, rep->ms_per_step, rep->ms_per_step_median);
+    if (rep->tokens_per_sample)
+        printf("%d timed steps after %d warm-up: %.1f images/s (%.0f tokens/s, %d per sample), %.2f ms/step "
+               "(median %.2f)\n",
+               p->steps, p->warmup, rep->images_per_s, rep->tokens_per_s, rep->tokens_per_sample, rep->ms_per_step,
+               rep->ms_per_step_median);
+    else
+        printf("%d timed steps after %d warm-up: %.1f images/s, %.2f ms/step (median %.2f)\n", p->steps, p->warmup,
+               rep->images_per_s, rep->ms_per_step, rep->ms_per_step_median);
     printf("start-up: model setup %.3f s, first step %.3f s; %.1f kernel launches per step\n", rep->setup_s,
            rep->first_step_s, rep->launches_per_step);
     if (rep->pipe_bubble >= 0)

@@ -489,10 +489,10 @@ static clg_status bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg
     clg_rng_seed(&r, p->seed, 77);
     int B = m->net->batch;
     size_t sample = (size_t)m->net->in_c * m->net->in_h * m->net->in_w;
-    int lps = clg_net_labels_per_sample(m->net); /* token models: random byte ids, a target per position */
+    int lps = clg_net_labels_per_sample(m->net); /* token models: random ids below the classes, a target per position */
     for (int s = 0; s < CLG_STAGES; s++) {
         for (size_t i = 0; i < (size_t)B * sample; i++)
-            m->xhost[s][i] = lps > 1 ? (float)(clg_rng_u32(&r) % 256u) : clg_rng_normal(&r);
+            m->xhost[s][i] = lps > 1 ? (float)(clg_rng_u32(&r) % (uint32_t)m->net->classes) : clg_rng_normal(&r);
         for (int i = 0; i < B * lps; i++)
             m->yhost[s][i] = (int32_t)(clg_rng_u32(&r) % (uint32_t)m->net->classes);
     }
@@ -551,6 +551,8 @@ static clg_status bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg
         double el = clg_now_sec() - t_start;
         out->seconds = el;
         out->images_per_s = (double)B * p->steps / el;
+        out->tokens_per_sample = m->net->input_tokens ? (int)sample : 0;
+        out->tokens_per_s = out->images_per_s * out->tokens_per_sample;
         out->ms_per_step = 1000 * el / p->steps;
         qsort(times, (size_t)p->steps, sizeof(double), cmp_d);
         out->ms_per_step_median = 1000 * times[p->steps / 2];
