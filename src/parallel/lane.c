@@ -29,13 +29,7 @@ clg_status clg_lane_init(clg_lane *l, int index, clg_net *net, clg_device *dev, 
     for (int s = 0; s < CLG_STAGES; s++) {
         CLG_TRY(clg_buf_alloc(dev, B * sample * sizeof(float), &l->xbuf[s]));
         CLG_TRY(clg_buf_alloc(dev, Y * sizeof(int32_t), &l->ybuf[s]));
-        /* zeros: the warm-up of a new batch size (lane_prepare in dp.c) runs a forward over rows
-         * of xbuf[0] not uploaded yet; garbage there failed an [embedding]'s token id check */
-        CLG_TRY(clg_buf_fill(dev, l->xbuf[s], 0, B * sample, 0.0f));
-        CLG_TRY(clg_buf_fill(dev, l->ybuf[s], 0, Y, 0.0f));
     }
-    /* the fills run on the compute queue, uploads on the transfer queue: done before any upload */
-    CLG_CL_CHECK(err, clFinish(dev->queue));
     if (!(l->ready = calloc(B + 1, 1)))
         return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
     CLG_TRY(clg_buf_alloc(dev, Y * sizeof(int32_t), &l->dummy_labels));
