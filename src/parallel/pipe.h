@@ -199,6 +199,12 @@ static inline void clg_pipe_bubble_reset(clg_pipe *p) { p->bubble_sum = 0, p->bu
 /* Largest number of micro-batches whose activations stage s held at once
  * (since creation). */
 static inline int clg_pipe_peak(const clg_pipe *p, int s) { return p->st[s].peak_inflight; }
+/* Memory of lane s's device (bytes): the stage's parameter arenas (every
+ * stash replica's), optimizer state and planned activations, the rest of
+ * the device's account in use (workspace, feeds, carried tensors), its
+ * peak and cap (clg_dp_mem of parallel/dp.h). */
+struct clg_dp_mem;
+CLG_INTERNAL void clg_pipe_memory(const clg_pipe *p, int s, struct clg_dp_mem *out);
 /* The stage owning layer i and its replica (parameters, checkpoints). */
 static inline clg_replica *clg_pipe_rep_of(const clg_pipe *p, int layer) { return p->st[p->stage_of[layer]].rep; }
 

@@ -77,7 +77,9 @@ static clg_status create_lanes(clg_model *m, const int *devs, int ndev, const cl
                            "keeps only its own layers' optimizer state",
                            dpp->pipe->stages);
     CLG_TRY(clg_pipe_create(m->ctx, m->net, devs, ndev, m->seed, m->net->batch, dpp->pipe, &m->pipe));
-    return clg_dp_create(m->ctx, m->net, devs, 1, m->seed, dpp, &m->dp);
+    clg_dp_params one = *dpp; /* the lane's replica: a stub until a checkpoint or an evaluation (pipe_lane_whole) */
+    one.stub_lanes = 1;
+    return clg_dp_create(m->ctx, m->net, devs, 1, m->seed, &one, &m->dp);
 }
 
 clg_status clg_session_pipe_params(clg_err *err, const char *parallel, const char *stages, int microbatches,
@@ -98,15 +100,66 @@ clg_status clg_session_pipe_params(clg_err *err, const char *parallel, const cha
     return CLG_OK;
 }
 
-clg_status clg_session_pipe_gather(clg_model *m)
+/* Swaps lane 0's replica for r (its optimizer, made for the old one, freed). */
+static void lane_swap(clg_model *m, clg_replica *r)
 {
-    if (!m->pipe || !m->pipe_stale)
+    clg_lane *l = &m->dp->lanes[0];
+    (void)clg_dp_finish(m->dp);
+    clg_optim_free(l->opt);
+    l->opt = NULL;
+    r->after_layer = l->rep->after_layer; /* clg_dp_create's hook */
+    r->after_layer_user = l->rep->after_layer_user;
+    clg_replica_free(l->rep);
+    l->rep = r;
+    m->pipe_stale = 3;
+}
+
+/* Pipeline: lane 0's replica made the whole network (from the stub
+ * create_lanes gives it), for a checkpoint or an evaluation. */
+static clg_status pipe_lane_whole(clg_model *m)
+{
+    if (!m->pipe || m->lane_whole)
         return CLG_OK;
-    CLG_TRY(clg_dp_ensure_optim(m->dp, &m->hp));
-    CLG_TRY(clg_pipe_sync(m->pipe, clg_session_rep(m), m->dp->lanes[0].opt, &m->hp, 1));
-    m->pipe_stale = 0;
+    clg_replica *r = NULL;
+    CLG_TRY(clg_replica_create(m->net, m->dp->lanes[0].dev, m->seed, &r));
+    lane_swap(m, r);
+    m->lane_whole = 1;
     return CLG_OK;
 }
+
+/* Pipeline: lane 0's whole-network replica (and optimizer state) freed,
+ * back to the stub: the stages hold the authoritative weights and state, so
+ * that the first device holds the whole network only while a checkpoint is
+ * written or read or an evaluation runs. Failing to make the stub keeps the
+ * whole replica (correct, only larger). */
+static void pipe_lane_release(clg_model *m)
+{
+    if (!m->pipe || !m->lane_whole)
+        return;
+    clg_replica *r = NULL;
+    (void)clg_dp_finish(m->dp);
+    if (clg_replica_create_range(m->net, m->dp->lanes[0].dev, m->seed, m->net->nlayers - 1, m->net->nlayers - 1,
+                                 m->net->batch, &r) != CLG_OK)
+        return;
+    lane_swap(m, r);
+    m->lane_whole = 0;
+}
+
+clg_status clg_session_pipe_gather(clg_model *m, int with_state)
+{
+    int need = with_state ? 3 : 1;
+    if (!m->pipe)
+        return CLG_OK;
+    CLG_TRY(pipe_lane_whole(m));
+    if (!(m->pipe_stale & need))
+        return CLG_OK;
+    if (with_state)
+        CLG_TRY(clg_dp_ensure_optim(m->dp, &m->hp));
+    CLG_TRY(clg_pipe_sync(m->pipe, clg_session_rep(m), with_state ? m->dp->lanes[0].opt : NULL, &m->hp, 1));
+    m->pipe_stale &= ~need;
+    return CLG_OK;
+}
+
 
 clg_status clg_session_create(clg_ctx *ctx, const char *devices, int device, const char *text, const char *source,
                               int batch,
@@ -254,7 +307,36 @@ clg_status clg_session_ensure_optim(clg_model *m)
     if (clg_session_rep(m)->loss_index < 0)
         return clg_err_set(&m->ctx->err, CLG_ERR_UNSUPPORTED,
                            "%s: the model has no loss layer (softmax or mse): it cannot be trained", m->net->source);
+    if (m->pipe) /* the stages create theirs at the first step; the whole-network lane's only when a checkpoint
+                    or an evaluation copies the stages into it (clg_session_pipe_gather) */
+        return CLG_OK;
     return clg_dp_ensure_optim(m->dp, &m->hp);
+}
+
+int clg_session_mem_rows(const clg_model *m) { return m->pipe ? m->pipe->L : m->dp->n; }
+
+void clg_session_memory(const clg_model *m, int i, clg_dp_mem *out, int *dev, int *stage)
+{
+    if (!m->pipe) {
+        clg_dp_memory(m->dp, i, out);
+        *dev = m->dp->lanes[i].dev->index;
+        *stage = -1;
+        return;
+    }
+    clg_pipe_memory(m->pipe, i, out);
+    const clg_pipe_stage *st = &m->pipe->st[i];
+    *dev = st->dev->index;
+    *stage = st->s;
+    if (st->dev != m->dp->lanes[0].dev)
+        return;
+    clg_dp_mem l; /* the whole-network lane on the same device */
+    clg_dp_memory(m->dp, 0, &l);
+    uint64_t total = out->params + out->optim + out->activations + out->workspace;
+    out->params += l.params;
+    out->optim += l.optim;
+    out->activations += l.activations;
+    uint64_t known = out->params + out->optim + out->activations;
+    out->workspace = total > known ? total - known : 0;
 }
 
 clg_status clg_session_stage_wait(clg_model *m, int s) { return clg_dp_stage_wait(m->dp, s); }
@@ -287,9 +369,10 @@ clg_status clg_session_step_begin(clg_model *m, int s, double lr, float *res, cl
     m->check_stage = s;
     m->check_labels = 1;
     if (m->pipe) { /* synchronous: every stage's work is done when it returns */
+        pipe_lane_release(m);
         if (res_ev)
             res_ev[0] = NULL;
-        m->pipe_stale = 1;
+        m->pipe_stale = 3;
         float r2[2] = {0, 0};
         clg_status st = clg_pipe_train_step(m->pipe, &m->hp, m->xhost[s], m->yhost[s], m->dp->total[s], lr,
                                             j.grad_scale, j.clip_norm, j.seed, j.step, r2);
@@ -304,8 +387,8 @@ clg_status clg_session_step_begin(clg_model *m, int s, double lr, float *res, cl
 void clg_session_explain_nonfinite(clg_model *m, char *buf, size_t cap)
 {
     clg_lane *l = &m->dp->lanes[0];
-    if (clg_session_pipe_gather(m) != CLG_OK) /* a pipeline: the whole network on lane 0 */
-        m->pipe_stale = 0;
+    if (clg_session_pipe_gather(m, 0) != CLG_OK) /* a pipeline: the whole network on lane 0 */
+        m->pipe_stale &= ~1;
     clg_replica_explain_nonfinite(l->rep, l->cnt[m->dp->job.stage], buf, cap);
 }
 
@@ -373,9 +456,12 @@ clg_status clg_session_precompile(clg_model *m, int reverse)
     memset(m->xhost[0], 0, (size_t)B * sample * sizeof(float));
     memset(m->yhost[0], 0, (size_t)B * clg_net_labels_per_sample(m->net) * sizeof(int32_t));
     CLG_TRY(clg_session_upload(m, 0, B, 1));
+    CLG_TRY(pipe_lane_whole(m));
     int trains = clg_session_rep(m)->loss_index >= 0;
     if (trains)
         CLG_TRY(clg_session_ensure_optim(m));
+    if (trains)
+        CLG_TRY(clg_dp_ensure_optim(m->dp, &m->hp)); /* a pipeline's lane too */
     for (int i = 0; i < m->dp->n; i++) {
         clg_lane *l = &m->dp->lanes[i];
         clg_err *err = clg_dev_err(l->dev);
@@ -402,7 +488,7 @@ clg_status clg_session_forward(clg_model *m, int s, int with_labels, float *res,
     j.out_w = (size_t)o->c * o->h * o->w;
     m->check_stage = s;
     m->check_labels = with_labels != 0;
-    CLG_TRY(clg_session_pipe_gather(m));
+    CLG_TRY(clg_session_pipe_gather(m, 0));
     CLG_TRY(clg_dp_forward(m->dp, &j));
     sum_lanes(m, res);
     return CLG_OK;
@@ -576,13 +662,16 @@ clg_status clg_session_save(clg_model *m, const char *path, int with_state, int6
 {
     clg_err *err = &m->ctx->err;
     clg_ckpt *ck = NULL;
-    CLG_TRY(clg_session_pipe_gather(m)); /* the stages' weights and state into lane 0's replica */
-    CLG_TRY(check_forward(m, path));
-    CLG_TRY(clg_ckpt_create(err, &ck));
-    clg_status st = build_ckpt(m, ck, with_state, total_steps);
+    CLG_TRY(clg_session_pipe_gather(m, 1)); /* the stages' weights and state into lane 0's replica */
+    clg_status st = check_forward(m, path);
+    if (st == CLG_OK)
+        st = clg_ckpt_create(err, &ck);
+    if (st == CLG_OK)
+        st = build_ckpt(m, ck, with_state, total_steps);
     if (st == CLG_OK)
         st = clg_ckpt_save(err, ck, path);
     clg_ckpt_free(ck);
+    pipe_lane_release(m);
     return st;
 }
 
@@ -817,6 +906,7 @@ static clg_status load_optim_state(clg_model *m, const clg_ckpt *ck, const char 
     if (clg_ckpt_get_meta(ck, "optimizer.nesterov"))
         CLG_TRY(meta_i64_range(err, ck, path, "optimizer.nesterov", 0, 1, &v));
     CLG_TRY(clg_session_ensure_optim(m));
+    CLG_TRY(clg_dp_ensure_optim(m->dp, &m->hp)); /* a pipeline's lane too: the state goes through it */
     CLG_TRY(meta_i64_range(err, ck, path, "optimizer.t", 0, m->step, &v));
     for (int l = 0; l < m->dp->n; l++)
         m->dp->lanes[l].opt->t = v;
@@ -915,6 +1005,7 @@ static clg_status check_model(clg_model *m, const clg_ckpt *ck, const char *path
 clg_status clg_session_load_ckpt(clg_model *m, const clg_ckpt *ck, const char *path, int with_state)
 {
     int had_norm = m->has_norm;
+    CLG_TRY(pipe_lane_whole(m)); /* a pipeline: the checkpoint goes to the stages through the whole network */
     clg_status st = with_state ? check_model(m, ck, path) : CLG_OK;
     if (st == CLG_OK)
         st = load_weights(m, ck, path);
@@ -941,6 +1032,7 @@ clg_status clg_session_load_ckpt(clg_model *m, const clg_ckpt *ck, const char *p
             st = clg_pipe_sync(m->pipe, clg_session_rep(m), with_state ? m->dp->lanes[0].opt : NULL, &m->hp, 0);
         m->pipe_stale = 0;
     }
+    pipe_lane_release(m);
     return st;
 }
 
@@ -1018,6 +1110,7 @@ clg_status clg_session_evaluate(clg_model *m, const clg_dataset *ds, long limit,
     }
     clg_status fe = clg_dp_finish(m->dp);
     free(probs);
+    pipe_lane_release(m);
     if (st != CLG_OK)
         return st;
     CLG_TRY(fe);
