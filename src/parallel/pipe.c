@@ -1227,11 +1227,18 @@ static clg_status sync_param(clg_pipe *p, clg_replica *full, clg_optim *fo, cons
     return CLG_OK;
 }
 
-clg_status clg_pipe_sync(clg_pipe *p, clg_replica *full, clg_optim *full_opt, const clg_hparams *hp, int to_full)
+clg_status clg_pipe_ensure_optim(clg_pipe *p, const clg_hparams *hp)
 {
-    for (int s = 0; s < p->L && full_opt; s++) /* the state goes both ways: every stage has its optimizer */
+    for (int s = 0; s < p->L; s++)
         if (!p->st[s].opt)
             CLG_TRY(clg_optim_create(p->st[s].rep, hp, &p->st[s].opt));
+    return CLG_OK;
+}
+
+clg_status clg_pipe_sync(clg_pipe *p, clg_replica *full, clg_optim *full_opt, const clg_hparams *hp, int to_full)
+{
+    if (full_opt) /* the state goes both ways: every stage has its optimizer */
+        CLG_TRY(clg_pipe_ensure_optim(p, hp));
     clg_param_ref *refs = NULL;
     int n = 0;
     CLG_TRY(clg_replica_params(full, 0, &refs, &n));

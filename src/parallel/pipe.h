@@ -192,6 +192,8 @@ CLG_INTERNAL clg_status clg_pipe_train_step(clg_pipe *p, const clg_hparams *hp, 
  * missing. Through host memory; blocking. */
 CLG_INTERNAL clg_status clg_pipe_sync(clg_pipe *p, clg_replica *full, clg_optim *full_opt, const clg_hparams *hp,
                                       int to_full);
+/* Creates every stage's optimizer (from hp) where missing. */
+CLG_INTERNAL clg_status clg_pipe_ensure_optim(clg_pipe *p, const clg_hparams *hp);
 /* Mean idle share of the stages over the steps since the last reset (the
  * bubble; the ideal for equal stages is (K-1)/(M+K-1)); -1 before a step. */
 static inline double clg_pipe_bubble(const clg_pipe *p) { return p->bubble_n ? p->bubble_sum / p->bubble_n : -1; }

@@ -502,9 +502,10 @@ static void param_name(char *dst, size_t n, const char *prefix, const clg_param_
 }
 
 /* max_abs: the largest magnitude accepted (weights: CLG_SAVE_MAX_ABS; optimizer state: only finite).
- * opt_which > 0: the optimizer state of trainable parameter opt_i, gathered from the lanes (mem unused). */
+ * opt_which > 0: the optimizer state of trainable parameter opt_i, gathered from the lanes (mem unused).
+ * dev (may be NULL: the session's): mem is read on dev's queue (a pipeline stage's value or state). */
 static clg_status add_device_tensor_x(clg_model *m, clg_ckpt *ck, const char *name, const clg_param *p, cl_mem mem,
-                                      double max_abs, int opt_i, int opt_which)
+                                      double max_abs, int opt_i, int opt_which, clg_device *dev)
 {
     clg_err *err = &m->ctx->err;
     int64_t shape[4];
@@ -517,11 +518,11 @@ static clg_status add_device_tensor_x(clg_model *m, clg_ckpt *ck, const char *na
     } else {
         CLG_TRY(clg_ckpt_add(err, ck, name, CLG_CKPT_F32, p->ndim, shape, NULL, &data));
     }
-    if (opt_which > 0)
+    if (opt_which > 0 && !dev)
         CLG_TRY(clg_dp_optim_state(m->dp, opt_i, opt_which, data, 0));
     else
-        CLG_CL_CHECK(err, clEnqueueReadBuffer(clg_session_dev(m)->queue, mem, CL_TRUE, 0, p->numel * sizeof(float),
-                                              data, 0, NULL, NULL));
+        CLG_CL_CHECK(err, clEnqueueReadBuffer((dev ? dev : clg_session_dev(m))->queue, mem, CL_TRUE, 0,
+                                              p->numel * sizeof(float), data, 0, NULL, NULL));
     const float *f = data;
     for (size_t k = 0; k < p->numel; k++) /* a diverged model never replaces a good file */
         if (!isfinite(f[k]))
@@ -540,7 +541,43 @@ static clg_status add_device_tensor_x(clg_model *m, clg_ckpt *ck, const char *na
 static clg_status add_device_tensor(clg_model *m, clg_ckpt *ck, const char *name, const clg_param *p, cl_mem mem,
                                     double max_abs)
 {
-    return add_device_tensor_x(m, ck, name, p, mem, max_abs, -1, 0);
+    return add_device_tensor_x(m, ck, name, p, mem, max_abs, -1, 0, NULL);
+}
+
+/* A pipeline's tensors straight from its stages (replica 0's) to the host,
+ * under the one-device names: each stage's parameters (weights, batch-norm
+ * statistics) and, with_state, its optimizer state; no whole network. */
+static clg_status build_pipe_tensors(clg_model *m, clg_ckpt *ck, int with_state)
+{
+    clg_pipe *p = m->pipe;
+    char name[160];
+    if (with_state)
+        CLG_TRY(clg_pipe_ensure_optim(p, &m->hp));
+    for (int s = 0; s < p->K; s++) {
+        clg_pipe_stage *sg = &p->st[s];
+        clg_param_ref *refs = NULL;
+        int n = 0;
+        CLG_TRY(clg_replica_params(sg->rep, 0, &refs, &n));
+        clg_status st = CLG_OK;
+        for (int i = 0; i < n && st == CLG_OK; i++) {
+            param_name(name, sizeof name, "", &refs[i]);
+            st = add_device_tensor_x(m, ck, name, refs[i].param, clg_replica_master(sg->rep, &refs[i]),
+                                     CLG_SAVE_MAX_ABS, -1, 0, sg->dev);
+        }
+        free(refs);
+        CLG_TRY(st);
+        const clg_optim *o = sg->opt;
+        int ns = with_state ? clg_optim_nstate(o) : 0;
+        for (int i = 0; ns >= 1 && i < o->n; i++) {
+            param_name(name, sizeof name, "opt.m.", &o->refs[i]);
+            CLG_TRY(add_device_tensor_x(m, ck, name, o->refs[i].param, o->m[i], HUGE_VAL, i, 0, sg->dev));
+            if (ns < 2)
+                continue;
+            param_name(name, sizeof name, "opt.v.", &o->refs[i]);
+            CLG_TRY(add_device_tensor_x(m, ck, name, o->refs[i].param, o->v[i], HUGE_VAL, i, 0, sg->dev));
+        }
+    }
+    return CLG_OK;
 }
 
 static clg_status build_ckpt(clg_model *m, clg_ckpt *ck, int with_state, int64_t total_steps)
@@ -548,7 +585,10 @@ static clg_status build_ckpt(clg_model *m, clg_ckpt *ck, int with_state, int64_t
     clg_err *err = &m->ctx->err;
     clg_param_ref *refs = NULL;
     int n = 0;
-    CLG_TRY(clg_replica_params(clg_session_rep(m), 0, &refs, &n));
+    if (m->pipe) /* from the stages */
+        CLG_TRY(build_pipe_tensors(m, ck, with_state));
+    else
+        CLG_TRY(clg_replica_params(clg_session_rep(m), 0, &refs, &n));
     char name[160];
     clg_status st = CLG_OK;
     for (int i = 0; i < n && st == CLG_OK; i++) {
@@ -604,17 +644,19 @@ static clg_status build_ckpt(clg_model *m, clg_ckpt *ck, int with_state, int64_t
     CLG_TRY(clg_ckpt_set_meta_f64(err, ck, "optimizer.beta2", m->hp.beta2));
     CLG_TRY(clg_ckpt_set_meta_f64(err, ck, "optimizer.epsilon", m->hp.epsilon));
     const clg_optim *o = m->dp->lanes[0].opt; /* every lane's is the same */
+    if (m->pipe) /* the tensors came from the stages */
+        return clg_ckpt_set_meta_i64(err, ck, "optimizer.t", m->pipe->st[0].opt->t);
     CLG_TRY(clg_ckpt_set_meta_i64(err, ck, "optimizer.t", o ? o->t : 0));
     if (o) {
         int ns = clg_optim_nstate(o);
         for (int i = 0; i < o->n; i++) {
             if (ns >= 1) {
                 param_name(name, sizeof name, "opt.m.", &o->refs[i]);
-                CLG_TRY(add_device_tensor_x(m, ck, name, o->refs[i].param, NULL, HUGE_VAL, i, 1));
+                CLG_TRY(add_device_tensor_x(m, ck, name, o->refs[i].param, NULL, HUGE_VAL, i, 1, NULL));
             }
             if (ns >= 2) {
                 param_name(name, sizeof name, "opt.v.", &o->refs[i]);
-                CLG_TRY(add_device_tensor_x(m, ck, name, o->refs[i].param, NULL, HUGE_VAL, i, 2));
+                CLG_TRY(add_device_tensor_x(m, ck, name, o->refs[i].param, NULL, HUGE_VAL, i, 2, NULL));
             }
         }
     }
@@ -662,8 +704,9 @@ clg_status clg_session_save(clg_model *m, const char *path, int with_state, int6
 {
     clg_err *err = &m->ctx->err;
     clg_ckpt *ck = NULL;
-    CLG_TRY(clg_session_pipe_gather(m, 1)); /* the stages' weights and state into lane 0's replica */
-    clg_status st = check_forward(m, path);
+    /* a pipeline: straight from the stages, no whole network (nor its forward check: the weights are
+       checked finite and bounded as they are read) */
+    clg_status st = m->pipe ? CLG_OK : check_forward(m, path);
     if (st == CLG_OK)
         st = clg_ckpt_create(err, &ck);
     if (st == CLG_OK)
