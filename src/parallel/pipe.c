@@ -1227,6 +1227,15 @@ static clg_status sync_param(clg_pipe *p, clg_replica *full, clg_optim *fo, cons
     return CLG_OK;
 }
 
+clg_status clg_pipe_loaded(clg_pipe *p)
+{
+    for (int s = 0; s < p->L; s++) {
+        CLG_TRY(clg_replica_weights_updated(p->st[s].rep));
+        CLG_TRY(stage_spread(&p->st[s]));
+    }
+    return CLG_OK;
+}
+
 clg_status clg_pipe_ensure_optim(clg_pipe *p, const clg_hparams *hp)
 {
     for (int s = 0; s < p->L; s++)

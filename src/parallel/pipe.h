@@ -192,6 +192,10 @@ CLG_INTERNAL clg_status clg_pipe_train_step(clg_pipe *p, const clg_hparams *hp, 
  * missing. Through host memory; blocking. */
 CLG_INTERNAL clg_status clg_pipe_sync(clg_pipe *p, clg_replica *full, clg_optim *full_opt, const clg_hparams *hp,
                                       int to_full);
+/* After new values were written into the stages' first replicas (a
+ * checkpoint loaded straight into them): the other stash slots and the
+ * derived copies updated. */
+CLG_INTERNAL clg_status clg_pipe_loaded(clg_pipe *p);
 /* Creates every stage's optimizer (from hp) where missing. */
 CLG_INTERNAL clg_status clg_pipe_ensure_optim(clg_pipe *p, const clg_hparams *hp);
 /* Mean idle share of the stages over the steps since the last reset (the

@@ -728,9 +728,10 @@ static cl_mem lane_buf(clg_lane *l, const clg_param_ref *ref)
 /* The tensor `name` into every lane's copy of the buffer lane_buf names
  * (weights, master copies: identical on every lane), or with which 1 / 2
  * into the optimizer's first / second state of trainable parameter i
- * (clg_dp_optim_state: every lane's, or each lane's shard). */
+ * (clg_dp_optim_state: every lane's, or each lane's shard). dev (may be
+ * NULL): into mem on dev instead (a pipeline stage's value or state). */
 static clg_status load_device_tensor(clg_model *m, const clg_ckpt *ck, const char *name, const clg_param_ref *ref,
-                                     int i, int which, const char *path)
+                                     int i, int which, const char *path, clg_device *dev, cl_mem mem)
 {
     clg_err *err = &m->ctx->err;
     const clg_param *p = ref->param;
@@ -748,6 +749,11 @@ static clg_status load_device_tensor(clg_model *m, const clg_ckpt *ck, const cha
             return clg_err_set(err, CLG_ERR_FORMAT, "%s: tensor '%s' holds a non-finite value at element %zu", path,
                                name, k);
         }
+    if (dev) {
+        cl_int e = clEnqueueWriteBuffer(dev->queue, mem, CL_TRUE, 0, p->numel * sizeof(float), host, 0, NULL, NULL);
+        free(host);
+        return e == CL_SUCCESS ? CLG_OK : clg_cl_fail(err, e, "upload checkpoint tensor", __FILE__, __LINE__);
+    }
     if (which > 0) /* optimizer state: every lane's copy, or each lane's shard */
         st = clg_dp_optim_state(m->dp, i, which, host, 1);
     for (int l = 0; l < m->dp->n && st == CLG_OK && which == 0; l++) {
@@ -782,20 +788,57 @@ clg_status clg_session_load(clg_model *m, const char *path, int with_state)
 
 /* The weights: every parameter of the model by name, and no other tensor
  * than the optimizer's ("opt.*"). */
+/* A pipeline: the weights (which 0) or the optimizer state (1) straight
+ * into every stage (of every data-parallel replica); *n: the parameters of
+ * one pipeline. */
+static clg_status load_pipe_tensors(clg_model *m, const clg_ckpt *ck, const char *path, int which, int *n)
+{
+    clg_pipe *p = m->pipe;
+    char name[160];
+    *n = 0;
+    if (which)
+        CLG_TRY(clg_pipe_ensure_optim(p, &m->hp));
+    for (int l = 0; l < p->L; l++) {
+        clg_pipe_stage *sg = &p->st[l];
+        clg_param_ref *refs = NULL;
+        int nr = 0;
+        clg_status st = which ? CLG_OK : clg_replica_params(sg->rep, 0, &refs, &nr);
+        for (int i = 0; i < nr && st == CLG_OK; i++) {
+            param_name(name, sizeof name, "", &refs[i]);
+            st = load_device_tensor(m, ck, name, &refs[i], i, 0, path, sg->dev,
+                                    clg_replica_master(sg->rep, &refs[i]));
+        }
+        free(refs);
+        *n += l < p->K ? nr : 0;
+        const clg_optim *o = sg->opt;
+        int ns = which ? clg_optim_nstate(o) : 0;
+        for (int i = 0; ns >= 1 && i < o->n && st == CLG_OK; i++) {
+            param_name(name, sizeof name, "opt.m.", &o->refs[i]);
+            st = load_device_tensor(m, ck, name, &o->refs[i], i, 1, path, sg->dev, o->m[i]);
+            param_name(name, sizeof name, "opt.v.", &o->refs[i]);
+            if (ns >= 2 && st == CLG_OK)
+                st = load_device_tensor(m, ck, name, &o->refs[i], i, 2, path, sg->dev, o->v[i]);
+        }
+        CLG_TRY(st);
+    }
+    return CLG_OK;
+}
+
 static clg_status load_weights(clg_model *m, const clg_ckpt *ck, const char *path)
 {
     clg_err *err = &m->ctx->err;
     clg_param_ref *refs = NULL;
     int n = 0;
-    clg_status st = clg_replica_params(clg_session_rep(m), 0, &refs, &n);
+    clg_status st = m->pipe ? load_pipe_tensors(m, ck, path, 0, &n) /* done: only the count is checked below */
+                            : clg_replica_params(clg_session_rep(m), 0, &refs, &n);
     char name[160];
     int nweights = 0;
     for (int i = 0; i < ck->nt && st == CLG_OK; i++)
         if (strncmp(ck->t[i].name, "opt.", 4) != 0)
             nweights++;
-    for (int i = 0; i < n && st == CLG_OK; i++) {
+    for (int i = 0; i < n && st == CLG_OK && !m->pipe; i++) {
         param_name(name, sizeof name, "", &refs[i]);
-        st = load_device_tensor(m, ck, name, &refs[i], i, 0, path);
+        st = load_device_tensor(m, ck, name, &refs[i], i, 0, path, NULL, NULL);
     }
     free(refs);
     if (st == CLG_OK && nweights != n)
@@ -949,8 +992,14 @@ static clg_status load_optim_state(clg_model *m, const clg_ckpt *ck, const char 
     if (clg_ckpt_get_meta(ck, "optimizer.nesterov"))
         CLG_TRY(meta_i64_range(err, ck, path, "optimizer.nesterov", 0, 1, &v));
     CLG_TRY(clg_session_ensure_optim(m));
-    CLG_TRY(clg_dp_ensure_optim(m->dp, &m->hp)); /* a pipeline's lane too: the state goes through it */
     CLG_TRY(meta_i64_range(err, ck, path, "optimizer.t", 0, m->step, &v));
+    if (m->pipe) { /* straight into the stages */
+        int n = 0;
+        CLG_TRY(load_pipe_tensors(m, ck, path, 1, &n));
+        for (int l = 0; l < m->pipe->L; l++)
+            m->pipe->st[l].opt->t = v;
+        return CLG_OK;
+    }
     for (int l = 0; l < m->dp->n; l++)
         m->dp->lanes[l].opt->t = v;
     const clg_optim *o = m->dp->lanes[0].opt;
@@ -960,11 +1009,11 @@ static clg_status load_optim_state(clg_model *m, const clg_ckpt *ck, const char 
     for (int i = 0; st == CLG_OK && i < o->n; i++) {
         if (ns >= 1) {
             param_name(name, sizeof name, "opt.m.", &o->refs[i]);
-            st = load_device_tensor(m, ck, name, &o->refs[i], i, 1, path);
+            st = load_device_tensor(m, ck, name, &o->refs[i], i, 1, path, NULL, NULL);
         }
         if (ns >= 2 && st == CLG_OK) {
             param_name(name, sizeof name, "opt.v.", &o->refs[i]);
-            st = load_device_tensor(m, ck, name, &o->refs[i], i, 2, path);
+            st = load_device_tensor(m, ck, name, &o->refs[i], i, 2, path, NULL, NULL);
         }
     }
     return st;
@@ -1048,7 +1097,6 @@ static clg_status check_model(clg_model *m, const clg_ckpt *ck, const char *path
 clg_status clg_session_load_ckpt(clg_model *m, const clg_ckpt *ck, const char *path, int with_state)
 {
     int had_norm = m->has_norm;
-    CLG_TRY(pipe_lane_whole(m)); /* a pipeline: the checkpoint goes to the stages through the whole network */
     clg_status st = with_state ? check_model(m, ck, path) : CLG_OK;
     if (st == CLG_OK)
         st = load_weights(m, ck, path);
@@ -1068,13 +1116,10 @@ clg_status clg_session_load_ckpt(clg_model *m, const clg_ckpt *ck, const char *p
     }
     for (int l = 0; l < m->dp->n && st == CLG_OK; l++) /* fp16: half copies of the loaded masters */
         st = clg_replica_weights_updated(m->dp->lanes[l].rep);
-    if (st == CLG_OK && m->pipe) { /* into the stages, optimizer state too for a resume */
-        if (with_state)
-            st = clg_dp_ensure_optim(m->dp, &m->hp);
-        if (st == CLG_OK)
-            st = clg_pipe_sync(m->pipe, clg_session_rep(m), with_state ? m->dp->lanes[0].opt : NULL, &m->hp, 0);
-        m->pipe_stale = 0;
-    }
+    if (st == CLG_OK && m->pipe) /* written into the stages: their stash slots; the lane (if whole) is stale */
+        st = clg_pipe_loaded(m->pipe);
+    if (m->pipe)
+        m->pipe_stale = 3;
     pipe_lane_release(m);
     return st;
 }

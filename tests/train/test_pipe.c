@@ -531,8 +531,10 @@ static clg_status vgg_peak(clg_ctx *c, int pp, int adam, int steps, const char *
     }
     if (st == CLG_OK)
         ck_assert(clg_model_memory(m, pp, &r[2]) == CLG_ERR_INVALID_ARG);
-    if (st == CLG_OK && ckpt) { /* written straight from the stages: no device memory more, the table as before */
+    if (st == CLG_OK && ckpt) { /* written and read straight from the stages: no device memory more */
         ck_assert_msg(clg_session_save(m, ckpt, 1, steps) == CLG_OK, "%s", clg_last_error(c));
+        /* and read back straight into the stages (a resume), again without the whole network */
+        ck_assert_msg(clg_session_load(m, ckpt, 1) == CLG_OK, "%s", clg_last_error(c));
         for (int i = 0; i < pp; i++) {
             clg_device_memory a;
             ck_assert(clg_model_memory(m, i, &a) == CLG_OK);
