@@ -30,9 +30,10 @@ struct clg_model {
     clg_net *net;
     clg_dp *dp;          /* lanes: one per device */
     /* pipeline parallelism (--parallel pp=K, --microbatches M): the steps run
-     * on the stages; dp then has one lane, on the first stage's device,
-     * whose whole-network replica holds the weights for checkpoints and
-     * evaluation, copied from the stages when pipe_stale (clg_pipe_sync;
+     * on the stages, checkpoints go between them and the host; dp then has
+     * one lane, on the first stage's device, whose replica is a stub of the
+     * last layer, made the whole network for an evaluation (lane_whole),
+     * the weights copied from the stages when pipe_stale (clg_pipe_sync;
      * bit 1: the weights, bit 2: the optimizer state, which the lane holds
      * only while a checkpoint is written or read) */
     clg_pipe *pipe;
