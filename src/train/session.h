@@ -34,8 +34,7 @@ struct clg_model {
      * one lane, on the first stage's device, whose replica is a stub of the
      * last layer, made the whole network for an evaluation (lane_whole),
      * the weights copied from the stages when pipe_stale (clg_pipe_sync;
-     * bit 1: the weights, bit 2: the optimizer state, which the lane holds
-     * only while a checkpoint is written or read) */
+     * bit 1: the weights, bit 2: the optimizer state) */
     clg_pipe *pipe;
     int pipe_stale;
     int lane_whole;      /* pipeline: the lane's replica is the whole network now (else a stub of the last
