@@ -386,7 +386,9 @@ CLG_API clg_status clg_model_metrics_size(const clg_model *m, clg_metrics *out, 
  * now, by kind, and the account's peak since the model was created (the
  * buffer pool's blocks in use plus the parameter and optimizer arenas; the
  * cap of the option device_mem_limit applies to the same sum). Before the
- * first training step the optimizer state is 0 unless it was created. */
+ * first training step the optimizer state is 0 unless it was created. A
+ * pipeline (pp=K, dp=D): index 0 .. D*K - 1 is a stage (replica d's stage
+ * s at d*K + s), devices = D*K. */
 typedef struct clg_device_memory {
     int devices;          /* the model's devices */
     int device;           /* this one's index in the context */

@@ -294,7 +294,7 @@ clg_status clg_dp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, 
         clg_device *dev = &ctx->devs[devs[i]];
         dev->pool.total_peak = dev->pool.stats.bytes_in_use + dev->pool.direct_bytes; /* this model's peak */
         /* the lane's own batch is at most the global batch */
-        st = clg_lane_init(&dp->lanes[i], i, net, dev, seed, net->batch);
+        st = clg_lane_init(&dp->lanes[i], i, net, dev, seed, net->batch, p && p->stub_lanes);
         dp->hooks[i] = (clg_dp_hook){dp, i, {gather, &dp->hooks[i]}};
         if (st == CLG_OK) {
             clg_replica *r = dp->lanes[i].rep;

@@ -38,6 +38,7 @@ typedef struct clg_dp_params {
     const struct clg_pipe_params *pipe; /* pipeline layout (pipe.h); NULL or 1 stage x 1 micro-batch: none */
     int shard_optimizer; /* 1: ZeRO-1, each lane keeps the optimizer state of its 1/N slice of the parameter
                             arena, updates that slice, and the lanes gather the updated slices */
+    int stub_lanes;      /* 1: each lane's replica holds only the last layer (clg_lane_init; a pipeline's lane) */
 } clg_dp_params;
 
 /* Parses a split ("auto" or NULL, "even", or n weights "3,1": each a plain decimal in [0, 1e6], the non-zero

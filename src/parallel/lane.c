@@ -12,13 +12,17 @@ void clg_release_event(cl_event *e)
     }
 }
 
-clg_status clg_lane_init(clg_lane *l, int index, clg_net *net, clg_device *dev, uint64_t seed, int batch)
+clg_status clg_lane_init(clg_lane *l, int index, clg_net *net, clg_device *dev, uint64_t seed, int batch,
+                         int stub)
 {
     memset(l, 0, sizeof *l);
     l->index = index;
     l->dev = dev;
     clg_err *err = clg_dev_err(dev);
-    CLG_TRY(clg_replica_create(net, dev, seed, &l->rep));
+    if (stub)
+        CLG_TRY(clg_replica_create_range(net, dev, seed, net->nlayers - 1, net->nlayers - 1, batch, &l->rep));
+    else
+        CLG_TRY(clg_replica_create(net, dev, seed, &l->rep));
     cl_int e = CL_SUCCESS;
     l->upq = clCreateCommandQueue(dev->cl, dev->id, CL_QUEUE_PROFILING_ENABLE, &e);
     if (e != CL_SUCCESS)

@@ -52,9 +52,11 @@ typedef struct clg_lane {
 } clg_lane;
 
 /* Creates the lane's replica (weights from seed: identical on every lane),
- * queues and feed buffers for `batch` samples per stage. */
+ * queues and feed buffers for `batch` samples per stage. stub: the replica
+ * holds only the network's last layer (a pipeline's bookkeeping lane, made
+ * whole by its owner when a checkpoint or an evaluation needs it). */
 CLG_INTERNAL clg_status clg_lane_init(clg_lane *l, int index, clg_net *net, clg_device *dev, uint64_t seed,
-                                      int batch);
+                                      int batch, int stub);
 CLG_INTERNAL void clg_lane_release(clg_lane *l);
 /* Lays the replica's parameter and gradient arenas out by lay
  * (clg_replica_arena). */

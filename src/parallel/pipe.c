@@ -5,6 +5,7 @@
 
 #include "model/layers.h"
 #include "ops/nn.h"
+#include "parallel/dp.h"
 #include "parallel/pipe.h"
 
 static clg_status stage_fn(void *arg, int s);
@@ -458,6 +459,8 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
             st->cost += p->cost[i];
     }
     rc = find_edges(p);
+    for (int l = 0; l < p->L; l++) /* this model's peak (the cost measurement's replica gone) */
+        p->st[l].dev->pool.total_peak = p->st[l].dev->pool.stats.bytes_in_use + p->st[l].dev->pool.direct_bytes;
     for (int s = 0; s < p->L && rc == CLG_OK; s++) {
         rc = stage_init(p, &p->st[s], seed);
         if (rc != CLG_OK && p->st[s].dev->err.msg[0])
@@ -574,6 +577,22 @@ void clg_pipe_print(const clg_pipe *p, FILE *f)
         if (p->edges[e].from < p->K) /* replica 0's (the others' are the same) */
             fprintf(f, "  carried: %s (stage %d -> %d, %zu floats per sample)\n",
                     p->net->proto[p->edges[e].tensor].name, p->edges[e].from, p->edges[e].to, p->edges[e].fps);
+}
+
+void clg_pipe_memory(const clg_pipe *p, int s, clg_dp_mem *out)
+{
+    const clg_pipe_stage *st = &p->st[s];
+    const clg_pool *pool = &st->dev->pool;
+    memset(out, 0, sizeof *out);
+    for (int k = 0; k < st->nreps; k++) {
+        out->params += st->reps[k]->arena_charged;
+        out->activations += st->reps[k]->planned_bytes;
+    }
+    out->optim = clg_optim_state_bytes(st->opt);
+    uint64_t total = pool->stats.bytes_in_use + pool->direct_bytes, known = out->params + out->optim + out->activations;
+    out->workspace = total > known ? total - known : 0;
+    out->peak = pool->total_peak;
+    out->limit = pool->limit;
 }
 
 // ---- the schedule ----
@@ -1208,11 +1227,27 @@ static clg_status sync_param(clg_pipe *p, clg_replica *full, clg_optim *fo, cons
     return CLG_OK;
 }
 
-clg_status clg_pipe_sync(clg_pipe *p, clg_replica *full, clg_optim *full_opt, const clg_hparams *hp, int to_full)
+clg_status clg_pipe_loaded(clg_pipe *p)
 {
-    for (int s = 0; s < p->L && full_opt; s++) /* the state goes both ways: every stage has its optimizer */
+    for (int s = 0; s < p->L; s++) {
+        CLG_TRY(clg_replica_weights_updated(p->st[s].rep));
+        CLG_TRY(stage_spread(&p->st[s]));
+    }
+    return CLG_OK;
+}
+
+clg_status clg_pipe_ensure_optim(clg_pipe *p, const clg_hparams *hp)
+{
+    for (int s = 0; s < p->L; s++)
         if (!p->st[s].opt)
             CLG_TRY(clg_optim_create(p->st[s].rep, hp, &p->st[s].opt));
+    return CLG_OK;
+}
+
+clg_status clg_pipe_sync(clg_pipe *p, clg_replica *full, clg_optim *full_opt, const clg_hparams *hp, int to_full)
+{
+    if (full_opt) /* the state goes both ways: every stage has its optimizer */
+        CLG_TRY(clg_pipe_ensure_optim(p, hp));
     clg_param_ref *refs = NULL;
     int n = 0;
     CLG_TRY(clg_replica_params(full, 0, &refs, &n));

@@ -192,6 +192,12 @@ CLG_INTERNAL clg_status clg_pipe_train_step(clg_pipe *p, const clg_hparams *hp, 
  * missing. Through host memory; blocking. */
 CLG_INTERNAL clg_status clg_pipe_sync(clg_pipe *p, clg_replica *full, clg_optim *full_opt, const clg_hparams *hp,
                                       int to_full);
+/* After new values were written into the stages' first replicas (a
+ * checkpoint loaded straight into them): the other stash slots and the
+ * derived copies updated. */
+CLG_INTERNAL clg_status clg_pipe_loaded(clg_pipe *p);
+/* Creates every stage's optimizer (from hp) where missing. */
+CLG_INTERNAL clg_status clg_pipe_ensure_optim(clg_pipe *p, const clg_hparams *hp);
 /* Mean idle share of the stages over the steps since the last reset (the
  * bubble; the ideal for equal stages is (K-1)/(M+K-1)); -1 before a step. */
 static inline double clg_pipe_bubble(const clg_pipe *p) { return p->bubble_n ? p->bubble_sum / p->bubble_n : -1; }
@@ -199,6 +205,12 @@ static inline void clg_pipe_bubble_reset(clg_pipe *p) { p->bubble_sum = 0, p->bu
 /* Largest number of micro-batches whose activations stage s held at once
  * (since creation). */
 static inline int clg_pipe_peak(const clg_pipe *p, int s) { return p->st[s].peak_inflight; }
+/* Memory of lane s's device (bytes): the stage's parameter arenas (every
+ * stash replica's), optimizer state and planned activations, the rest of
+ * the device's account in use (workspace, feeds, carried tensors), its
+ * peak and cap (clg_dp_mem of parallel/dp.h). */
+struct clg_dp_mem;
+CLG_INTERNAL void clg_pipe_memory(const clg_pipe *p, int s, struct clg_dp_mem *out);
 /* The stage owning layer i and its replica (parameters, checkpoints). */
 static inline clg_replica *clg_pipe_rep_of(const clg_pipe *p, int layer) { return p->st[p->stage_of[layer]].rep; }
 

@@ -97,7 +97,7 @@ clg_status clg_model_export_onnx(clg_model *m, const char *path)
 {
     if (!m || !path)
         return clg_err_set(m ? &m->ctx->err : NULL, CLG_ERR_INVALID_ARG, "model and path are required");
-    CLG_TRY(clg_session_pipe_gather(m));
+    CLG_TRY(clg_session_pipe_gather(m, 0));
     return clg_onnx_export(&m->ctx->err, m->net, clg_session_rep(m), m->has_norm ? &m->norm : NULL, path);
 }
 
@@ -262,13 +262,14 @@ clg_status clg_model_memory_size(const clg_model *m, int index, clg_device_memor
 {
     if (!m || !out)
         return clg_err_set(NULL, CLG_ERR_INVALID_ARG, "memory: model and out are required");
-    if (index < 0 || index >= m->dp->n)
+    int rows = clg_session_mem_rows(m), dev = 0, stage = -1; /* a pipeline: a row per stage */
+    if (index < 0 || index >= rows)
         return clg_err_set(&m->ctx->err, CLG_ERR_INVALID_ARG, "memory: device %d of a model on %d device(s)", index,
-                           m->dp->n);
+                           rows);
     clg_dp_mem dm;
-    clg_dp_memory(m->dp, index, &dm);
-    clg_device_memory r = {.devices = m->dp->n,
-                           .device = m->dp->lanes[index].dev->index,
+    clg_session_memory(m, index, &dm, &dev, &stage);
+    clg_device_memory r = {.devices = rows,
+                           .device = dev,
                            .parameters = dm.params,
                            .optimizer = dm.optim,
                            .activations = dm.activations,
@@ -456,9 +457,10 @@ static void bench_report_layout(clg_model *m, clg_bench_train_report *out)
 {
     clg_session_shares(m, out->shares, sizeof out->shares, &out->devices);
     out->pipe_bubble = m->pipe ? clg_pipe_bubble(m->pipe) : -1;
-    for (int l = 0; l < m->dp->n; l++) {
+    for (int l = 0; l < clg_session_mem_rows(m); l++) { /* a pipeline: its stages' devices */
         clg_dp_mem dm;
-        clg_dp_memory(m->dp, l, &dm);
+        int dev = 0, stage = -1;
+        clg_session_memory(m, l, &dm, &dev, &stage);
         out->mem_peak_mib = fmax(out->mem_peak_mib, dm.peak / 1048576.0);
         out->mem_optim_mib = fmax(out->mem_optim_mib, dm.optim / 1048576.0);
     }

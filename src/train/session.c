@@ -77,7 +77,9 @@ static clg_status create_lanes(clg_model *m, const int *devs, int ndev, const cl
                            "keeps only its own layers' optimizer state",
                            dpp->pipe->stages);
     CLG_TRY(clg_pipe_create(m->ctx, m->net, devs, ndev, m->seed, m->net->batch, dpp->pipe, &m->pipe));
-    return clg_dp_create(m->ctx, m->net, devs, 1, m->seed, dpp, &m->dp);
+    clg_dp_params one = *dpp; /* the lane's replica: a stub until a checkpoint or an evaluation (pipe_lane_whole) */
+    one.stub_lanes = 1;
+    return clg_dp_create(m->ctx, m->net, devs, 1, m->seed, &one, &m->dp);
 }
 
 clg_status clg_session_pipe_params(clg_err *err, const char *parallel, const char *stages, int microbatches,
@@ -98,15 +100,66 @@ clg_status clg_session_pipe_params(clg_err *err, const char *parallel, const cha
     return CLG_OK;
 }
 
-clg_status clg_session_pipe_gather(clg_model *m)
+/* Swaps lane 0's replica for r (its optimizer, made for the old one, freed). */
+static void lane_swap(clg_model *m, clg_replica *r)
 {
-    if (!m->pipe || !m->pipe_stale)
+    clg_lane *l = &m->dp->lanes[0];
+    (void)clg_dp_finish(m->dp);
+    clg_optim_free(l->opt);
+    l->opt = NULL;
+    r->after_layer = l->rep->after_layer; /* clg_dp_create's hook */
+    r->after_layer_user = l->rep->after_layer_user;
+    clg_replica_free(l->rep);
+    l->rep = r;
+    m->pipe_stale = 3;
+}
+
+/* Pipeline: lane 0's replica made the whole network (from the stub
+ * create_lanes gives it), for a checkpoint or an evaluation. */
+static clg_status pipe_lane_whole(clg_model *m)
+{
+    if (!m->pipe || m->lane_whole)
         return CLG_OK;
-    CLG_TRY(clg_dp_ensure_optim(m->dp, &m->hp));
-    CLG_TRY(clg_pipe_sync(m->pipe, clg_session_rep(m), m->dp->lanes[0].opt, &m->hp, 1));
-    m->pipe_stale = 0;
+    clg_replica *r = NULL;
+    CLG_TRY(clg_replica_create(m->net, m->dp->lanes[0].dev, m->seed, &r));
+    lane_swap(m, r);
+    m->lane_whole = 1;
     return CLG_OK;
 }
+
+/* Pipeline: lane 0's whole-network replica (and optimizer state) freed,
+ * back to the stub: the stages hold the authoritative weights and state, so
+ * that the first device holds the whole network only while a checkpoint is
+ * written or read or an evaluation runs. Failing to make the stub keeps the
+ * whole replica (correct, only larger). */
+static void pipe_lane_release(clg_model *m)
+{
+    if (!m->pipe || !m->lane_whole)
+        return;
+    clg_replica *r = NULL;
+    (void)clg_dp_finish(m->dp);
+    if (clg_replica_create_range(m->net, m->dp->lanes[0].dev, m->seed, m->net->nlayers - 1, m->net->nlayers - 1,
+                                 m->net->batch, &r) != CLG_OK)
+        return;
+    lane_swap(m, r);
+    m->lane_whole = 0;
+}
+
+clg_status clg_session_pipe_gather(clg_model *m, int with_state)
+{
+    int need = with_state ? 3 : 1;
+    if (!m->pipe)
+        return CLG_OK;
+    CLG_TRY(pipe_lane_whole(m));
+    if (!(m->pipe_stale & need))
+        return CLG_OK;
+    if (with_state)
+        CLG_TRY(clg_dp_ensure_optim(m->dp, &m->hp));
+    CLG_TRY(clg_pipe_sync(m->pipe, clg_session_rep(m), with_state ? m->dp->lanes[0].opt : NULL, &m->hp, 1));
+    m->pipe_stale &= ~need;
+    return CLG_OK;
+}
+
 
 clg_status clg_session_create(clg_ctx *ctx, const char *devices, int device, const char *text, const char *source,
                               int batch,
@@ -254,7 +307,36 @@ clg_status clg_session_ensure_optim(clg_model *m)
     if (clg_session_rep(m)->loss_index < 0)
         return clg_err_set(&m->ctx->err, CLG_ERR_UNSUPPORTED,
                            "%s: the model has no loss layer (softmax or mse): it cannot be trained", m->net->source);
+    if (m->pipe) /* the stages create theirs at the first step; the whole-network lane's only when a checkpoint
+                    or an evaluation copies the stages into it (clg_session_pipe_gather) */
+        return CLG_OK;
     return clg_dp_ensure_optim(m->dp, &m->hp);
+}
+
+int clg_session_mem_rows(const clg_model *m) { return m->pipe ? m->pipe->L : m->dp->n; }
+
+void clg_session_memory(const clg_model *m, int i, clg_dp_mem *out, int *dev, int *stage)
+{
+    if (!m->pipe) {
+        clg_dp_memory(m->dp, i, out);
+        *dev = m->dp->lanes[i].dev->index;
+        *stage = -1;
+        return;
+    }
+    clg_pipe_memory(m->pipe, i, out);
+    const clg_pipe_stage *st = &m->pipe->st[i];
+    *dev = st->dev->index;
+    *stage = st->s;
+    if (st->dev != m->dp->lanes[0].dev)
+        return;
+    clg_dp_mem l; /* the whole-network lane on the same device */
+    clg_dp_memory(m->dp, 0, &l);
+    uint64_t total = out->params + out->optim + out->activations + out->workspace;
+    out->params += l.params;
+    out->optim += l.optim;
+    out->activations += l.activations;
+    uint64_t known = out->params + out->optim + out->activations;
+    out->workspace = total > known ? total - known : 0;
 }
 
 clg_status clg_session_stage_wait(clg_model *m, int s) { return clg_dp_stage_wait(m->dp, s); }
@@ -287,9 +369,10 @@ clg_status clg_session_step_begin(clg_model *m, int s, double lr, float *res, cl
     m->check_stage = s;
     m->check_labels = 1;
     if (m->pipe) { /* synchronous: every stage's work is done when it returns */
+        pipe_lane_release(m);
         if (res_ev)
             res_ev[0] = NULL;
-        m->pipe_stale = 1;
+        m->pipe_stale = 3;
         float r2[2] = {0, 0};
         clg_status st = clg_pipe_train_step(m->pipe, &m->hp, m->xhost[s], m->yhost[s], m->dp->total[s], lr,
                                             j.grad_scale, j.clip_norm, j.seed, j.step, r2);
@@ -304,8 +387,8 @@ clg_status clg_session_step_begin(clg_model *m, int s, double lr, float *res, cl
 void clg_session_explain_nonfinite(clg_model *m, char *buf, size_t cap)
 {
     clg_lane *l = &m->dp->lanes[0];
-    if (clg_session_pipe_gather(m) != CLG_OK) /* a pipeline: the whole network on lane 0 */
-        m->pipe_stale = 0;
+    if (clg_session_pipe_gather(m, 0) != CLG_OK) /* a pipeline: the whole network on lane 0 */
+        m->pipe_stale &= ~1;
     clg_replica_explain_nonfinite(l->rep, l->cnt[m->dp->job.stage], buf, cap);
 }
 
@@ -373,9 +456,12 @@ clg_status clg_session_precompile(clg_model *m, int reverse)
     memset(m->xhost[0], 0, (size_t)B * sample * sizeof(float));
     memset(m->yhost[0], 0, (size_t)B * clg_net_labels_per_sample(m->net) * sizeof(int32_t));
     CLG_TRY(clg_session_upload(m, 0, B, 1));
+    CLG_TRY(pipe_lane_whole(m));
     int trains = clg_session_rep(m)->loss_index >= 0;
     if (trains)
         CLG_TRY(clg_session_ensure_optim(m));
+    if (trains)
+        CLG_TRY(clg_dp_ensure_optim(m->dp, &m->hp)); /* a pipeline's lane too */
     for (int i = 0; i < m->dp->n; i++) {
         clg_lane *l = &m->dp->lanes[i];
         clg_err *err = clg_dev_err(l->dev);
@@ -402,7 +488,7 @@ clg_status clg_session_forward(clg_model *m, int s, int with_labels, float *res,
     j.out_w = (size_t)o->c * o->h * o->w;
     m->check_stage = s;
     m->check_labels = with_labels != 0;
-    CLG_TRY(clg_session_pipe_gather(m));
+    CLG_TRY(clg_session_pipe_gather(m, 0));
     CLG_TRY(clg_dp_forward(m->dp, &j));
     sum_lanes(m, res);
     return CLG_OK;
@@ -416,9 +502,10 @@ static void param_name(char *dst, size_t n, const char *prefix, const clg_param_
 }
 
 /* max_abs: the largest magnitude accepted (weights: CLG_SAVE_MAX_ABS; optimizer state: only finite).
- * opt_which > 0: the optimizer state of trainable parameter opt_i, gathered from the lanes (mem unused). */
+ * opt_which > 0: the optimizer state of trainable parameter opt_i, gathered from the lanes (mem unused).
+ * dev (may be NULL: the session's): mem is read on dev's queue (a pipeline stage's value or state). */
 static clg_status add_device_tensor_x(clg_model *m, clg_ckpt *ck, const char *name, const clg_param *p, cl_mem mem,
-                                      double max_abs, int opt_i, int opt_which)
+                                      double max_abs, int opt_i, int opt_which, clg_device *dev)
 {
     clg_err *err = &m->ctx->err;
     int64_t shape[4];
@@ -431,11 +518,11 @@ static clg_status add_device_tensor_x(clg_model *m, clg_ckpt *ck, const char *na
     } else {
         CLG_TRY(clg_ckpt_add(err, ck, name, CLG_CKPT_F32, p->ndim, shape, NULL, &data));
     }
-    if (opt_which > 0)
+    if (opt_which > 0 && !dev)
         CLG_TRY(clg_dp_optim_state(m->dp, opt_i, opt_which, data, 0));
     else
-        CLG_CL_CHECK(err, clEnqueueReadBuffer(clg_session_dev(m)->queue, mem, CL_TRUE, 0, p->numel * sizeof(float),
-                                              data, 0, NULL, NULL));
+        CLG_CL_CHECK(err, clEnqueueReadBuffer((dev ? dev : clg_session_dev(m))->queue, mem, CL_TRUE, 0,
+                                              p->numel * sizeof(float), data, 0, NULL, NULL));
     const float *f = data;
     for (size_t k = 0; k < p->numel; k++) /* a diverged model never replaces a good file */
         if (!isfinite(f[k]))
@@ -454,7 +541,43 @@ static clg_status add_device_tensor_x(clg_model *m, clg_ckpt *ck, const char *na
 static clg_status add_device_tensor(clg_model *m, clg_ckpt *ck, const char *name, const clg_param *p, cl_mem mem,
                                     double max_abs)
 {
-    return add_device_tensor_x(m, ck, name, p, mem, max_abs, -1, 0);
+    return add_device_tensor_x(m, ck, name, p, mem, max_abs, -1, 0, NULL);
+}
+
+/* A pipeline's tensors straight from its stages (replica 0's) to the host,
+ * under the one-device names: each stage's parameters (weights, batch-norm
+ * statistics) and, with_state, its optimizer state; no whole network. */
+static clg_status build_pipe_tensors(clg_model *m, clg_ckpt *ck, int with_state)
+{
+    clg_pipe *p = m->pipe;
+    char name[160];
+    if (with_state)
+        CLG_TRY(clg_pipe_ensure_optim(p, &m->hp));
+    for (int s = 0; s < p->K; s++) {
+        clg_pipe_stage *sg = &p->st[s];
+        clg_param_ref *refs = NULL;
+        int n = 0;
+        CLG_TRY(clg_replica_params(sg->rep, 0, &refs, &n));
+        clg_status st = CLG_OK;
+        for (int i = 0; i < n && st == CLG_OK; i++) {
+            param_name(name, sizeof name, "", &refs[i]);
+            st = add_device_tensor_x(m, ck, name, refs[i].param, clg_replica_master(sg->rep, &refs[i]),
+                                     CLG_SAVE_MAX_ABS, -1, 0, sg->dev);
+        }
+        free(refs);
+        CLG_TRY(st);
+        const clg_optim *o = sg->opt;
+        int ns = with_state ? clg_optim_nstate(o) : 0;
+        for (int i = 0; ns >= 1 && i < o->n; i++) {
+            param_name(name, sizeof name, "opt.m.", &o->refs[i]);
+            CLG_TRY(add_device_tensor_x(m, ck, name, o->refs[i].param, o->m[i], HUGE_VAL, i, 0, sg->dev));
+            if (ns < 2)
+                continue;
+            param_name(name, sizeof name, "opt.v.", &o->refs[i]);
+            CLG_TRY(add_device_tensor_x(m, ck, name, o->refs[i].param, o->v[i], HUGE_VAL, i, 0, sg->dev));
+        }
+    }
+    return CLG_OK;
 }
 
 static clg_status build_ckpt(clg_model *m, clg_ckpt *ck, int with_state, int64_t total_steps)
@@ -462,7 +585,10 @@ static clg_status build_ckpt(clg_model *m, clg_ckpt *ck, int with_state, int64_t
     clg_err *err = &m->ctx->err;
     clg_param_ref *refs = NULL;
     int n = 0;
-    CLG_TRY(clg_replica_params(clg_session_rep(m), 0, &refs, &n));
+    if (m->pipe) /* from the stages */
+        CLG_TRY(build_pipe_tensors(m, ck, with_state));
+    else
+        CLG_TRY(clg_replica_params(clg_session_rep(m), 0, &refs, &n));
     char name[160];
     clg_status st = CLG_OK;
     for (int i = 0; i < n && st == CLG_OK; i++) {
@@ -518,17 +644,19 @@ static clg_status build_ckpt(clg_model *m, clg_ckpt *ck, int with_state, int64_t
     CLG_TRY(clg_ckpt_set_meta_f64(err, ck, "optimizer.beta2", m->hp.beta2));
     CLG_TRY(clg_ckpt_set_meta_f64(err, ck, "optimizer.epsilon", m->hp.epsilon));
     const clg_optim *o = m->dp->lanes[0].opt; /* every lane's is the same */
+    if (m->pipe) /* the tensors came from the stages */
+        return clg_ckpt_set_meta_i64(err, ck, "optimizer.t", m->pipe->st[0].opt->t);
     CLG_TRY(clg_ckpt_set_meta_i64(err, ck, "optimizer.t", o ? o->t : 0));
     if (o) {
         int ns = clg_optim_nstate(o);
         for (int i = 0; i < o->n; i++) {
             if (ns >= 1) {
                 param_name(name, sizeof name, "opt.m.", &o->refs[i]);
-                CLG_TRY(add_device_tensor_x(m, ck, name, o->refs[i].param, NULL, HUGE_VAL, i, 1));
+                CLG_TRY(add_device_tensor_x(m, ck, name, o->refs[i].param, NULL, HUGE_VAL, i, 1, NULL));
             }
             if (ns >= 2) {
                 param_name(name, sizeof name, "opt.v.", &o->refs[i]);
-                CLG_TRY(add_device_tensor_x(m, ck, name, o->refs[i].param, NULL, HUGE_VAL, i, 2));
+                CLG_TRY(add_device_tensor_x(m, ck, name, o->refs[i].param, NULL, HUGE_VAL, i, 2, NULL));
             }
         }
     }
@@ -576,13 +704,17 @@ clg_status clg_session_save(clg_model *m, const char *path, int with_state, int6
 {
     clg_err *err = &m->ctx->err;
     clg_ckpt *ck = NULL;
-    CLG_TRY(clg_session_pipe_gather(m)); /* the stages' weights and state into lane 0's replica */
-    CLG_TRY(check_forward(m, path));
-    CLG_TRY(clg_ckpt_create(err, &ck));
-    clg_status st = build_ckpt(m, ck, with_state, total_steps);
+    /* a pipeline: straight from the stages, no whole network (nor its forward check: the weights are
+       checked finite and bounded as they are read) */
+    clg_status st = m->pipe ? CLG_OK : check_forward(m, path);
+    if (st == CLG_OK)
+        st = clg_ckpt_create(err, &ck);
+    if (st == CLG_OK)
+        st = build_ckpt(m, ck, with_state, total_steps);
     if (st == CLG_OK)
         st = clg_ckpt_save(err, ck, path);
     clg_ckpt_free(ck);
+    pipe_lane_release(m);
     return st;
 }
 
@@ -596,9 +728,10 @@ static cl_mem lane_buf(clg_lane *l, const clg_param_ref *ref)
 /* The tensor `name` into every lane's copy of the buffer lane_buf names
  * (weights, master copies: identical on every lane), or with which 1 / 2
  * into the optimizer's first / second state of trainable parameter i
- * (clg_dp_optim_state: every lane's, or each lane's shard). */
+ * (clg_dp_optim_state: every lane's, or each lane's shard). dev (may be
+ * NULL): into mem on dev instead (a pipeline stage's value or state). */
 static clg_status load_device_tensor(clg_model *m, const clg_ckpt *ck, const char *name, const clg_param_ref *ref,
-                                     int i, int which, const char *path)
+                                     int i, int which, const char *path, clg_device *dev, cl_mem mem)
 {
     clg_err *err = &m->ctx->err;
     const clg_param *p = ref->param;
@@ -616,6 +749,11 @@ static clg_status load_device_tensor(clg_model *m, const clg_ckpt *ck, const cha
             return clg_err_set(err, CLG_ERR_FORMAT, "%s: tensor '%s' holds a non-finite value at element %zu", path,
                                name, k);
         }
+    if (dev) {
+        cl_int e = clEnqueueWriteBuffer(dev->queue, mem, CL_TRUE, 0, p->numel * sizeof(float), host, 0, NULL, NULL);
+        free(host);
+        return e == CL_SUCCESS ? CLG_OK : clg_cl_fail(err, e, "upload checkpoint tensor", __FILE__, __LINE__);
+    }
     if (which > 0) /* optimizer state: every lane's copy, or each lane's shard */
         st = clg_dp_optim_state(m->dp, i, which, host, 1);
     for (int l = 0; l < m->dp->n && st == CLG_OK && which == 0; l++) {
@@ -650,20 +788,57 @@ clg_status clg_session_load(clg_model *m, const char *path, int with_state)
 
 /* The weights: every parameter of the model by name, and no other tensor
  * than the optimizer's ("opt.*"). */
+/* A pipeline: the weights (which 0) or the optimizer state (1) straight
+ * into every stage (of every data-parallel replica); *n: the parameters of
+ * one pipeline. */
+static clg_status load_pipe_tensors(clg_model *m, const clg_ckpt *ck, const char *path, int which, int *n)
+{
+    clg_pipe *p = m->pipe;
+    char name[160];
+    *n = 0;
+    if (which)
+        CLG_TRY(clg_pipe_ensure_optim(p, &m->hp));
+    for (int l = 0; l < p->L; l++) {
+        clg_pipe_stage *sg = &p->st[l];
+        clg_param_ref *refs = NULL;
+        int nr = 0;
+        clg_status st = which ? CLG_OK : clg_replica_params(sg->rep, 0, &refs, &nr);
+        for (int i = 0; i < nr && st == CLG_OK; i++) {
+            param_name(name, sizeof name, "", &refs[i]);
+            st = load_device_tensor(m, ck, name, &refs[i], i, 0, path, sg->dev,
+                                    clg_replica_master(sg->rep, &refs[i]));
+        }
+        free(refs);
+        *n += l < p->K ? nr : 0;
+        const clg_optim *o = sg->opt;
+        int ns = which ? clg_optim_nstate(o) : 0;
+        for (int i = 0; ns >= 1 && i < o->n && st == CLG_OK; i++) {
+            param_name(name, sizeof name, "opt.m.", &o->refs[i]);
+            st = load_device_tensor(m, ck, name, &o->refs[i], i, 1, path, sg->dev, o->m[i]);
+            param_name(name, sizeof name, "opt.v.", &o->refs[i]);
+            if (ns >= 2 && st == CLG_OK)
+                st = load_device_tensor(m, ck, name, &o->refs[i], i, 2, path, sg->dev, o->v[i]);
+        }
+        CLG_TRY(st);
+    }
+    return CLG_OK;
+}
+
 static clg_status load_weights(clg_model *m, const clg_ckpt *ck, const char *path)
 {
     clg_err *err = &m->ctx->err;
     clg_param_ref *refs = NULL;
     int n = 0;
-    clg_status st = clg_replica_params(clg_session_rep(m), 0, &refs, &n);
+    clg_status st = m->pipe ? load_pipe_tensors(m, ck, path, 0, &n) /* done: only the count is checked below */
+                            : clg_replica_params(clg_session_rep(m), 0, &refs, &n);
     char name[160];
     int nweights = 0;
     for (int i = 0; i < ck->nt && st == CLG_OK; i++)
         if (strncmp(ck->t[i].name, "opt.", 4) != 0)
             nweights++;
-    for (int i = 0; i < n && st == CLG_OK; i++) {
+    for (int i = 0; i < n && st == CLG_OK && !m->pipe; i++) {
         param_name(name, sizeof name, "", &refs[i]);
-        st = load_device_tensor(m, ck, name, &refs[i], i, 0, path);
+        st = load_device_tensor(m, ck, name, &refs[i], i, 0, path, NULL, NULL);
     }
     free(refs);
     if (st == CLG_OK && nweights != n)
@@ -818,6 +993,13 @@ static clg_status load_optim_state(clg_model *m, const clg_ckpt *ck, const char 
         CLG_TRY(meta_i64_range(err, ck, path, "optimizer.nesterov", 0, 1, &v));
     CLG_TRY(clg_session_ensure_optim(m));
     CLG_TRY(meta_i64_range(err, ck, path, "optimizer.t", 0, m->step, &v));
+    if (m->pipe) { /* straight into the stages */
+        int n = 0;
+        CLG_TRY(load_pipe_tensors(m, ck, path, 1, &n));
+        for (int l = 0; l < m->pipe->L; l++)
+            m->pipe->st[l].opt->t = v;
+        return CLG_OK;
+    }
     for (int l = 0; l < m->dp->n; l++)
         m->dp->lanes[l].opt->t = v;
     const clg_optim *o = m->dp->lanes[0].opt;
@@ -827,11 +1009,11 @@ static clg_status load_optim_state(clg_model *m, const clg_ckpt *ck, const char 
     for (int i = 0; st == CLG_OK && i < o->n; i++) {
         if (ns >= 1) {
             param_name(name, sizeof name, "opt.m.", &o->refs[i]);
-            st = load_device_tensor(m, ck, name, &o->refs[i], i, 1, path);
+            st = load_device_tensor(m, ck, name, &o->refs[i], i, 1, path, NULL, NULL);
         }
         if (ns >= 2 && st == CLG_OK) {
             param_name(name, sizeof name, "opt.v.", &o->refs[i]);
-            st = load_device_tensor(m, ck, name, &o->refs[i], i, 2, path);
+            st = load_device_tensor(m, ck, name, &o->refs[i], i, 2, path, NULL, NULL);
         }
     }
     return st;
@@ -934,13 +1116,11 @@ clg_status clg_session_load_ckpt(clg_model *m, const clg_ckpt *ck, const char *p
     }
     for (int l = 0; l < m->dp->n && st == CLG_OK; l++) /* fp16: half copies of the loaded masters */
         st = clg_replica_weights_updated(m->dp->lanes[l].rep);
-    if (st == CLG_OK && m->pipe) { /* into the stages, optimizer state too for a resume */
-        if (with_state)
-            st = clg_dp_ensure_optim(m->dp, &m->hp);
-        if (st == CLG_OK)
-            st = clg_pipe_sync(m->pipe, clg_session_rep(m), with_state ? m->dp->lanes[0].opt : NULL, &m->hp, 0);
-        m->pipe_stale = 0;
-    }
+    if (st == CLG_OK && m->pipe) /* written into the stages: their stash slots; the lane (if whole) is stale */
+        st = clg_pipe_loaded(m->pipe);
+    if (m->pipe)
+        m->pipe_stale = 3;
+    pipe_lane_release(m);
     return st;
 }
 
@@ -1018,6 +1198,7 @@ clg_status clg_session_evaluate(clg_model *m, const clg_dataset *ds, long limit,
     }
     clg_status fe = clg_dp_finish(m->dp);
     free(probs);
+    pipe_lane_release(m);
     if (st != CLG_OK)
         return st;
     CLG_TRY(fe);

@@ -30,11 +30,16 @@ struct clg_model {
     clg_net *net;
     clg_dp *dp;          /* lanes: one per device */
     /* pipeline parallelism (--parallel pp=K, --microbatches M): the steps run
-     * on the stages; dp then has one lane, on the first stage's device,
-     * whose whole-network replica holds the weights for checkpoints and
-     * evaluation, copied from the stages when pipe_stale (clg_pipe_sync) */
+     * on the stages, checkpoints go between them and the host; dp then has
+     * one lane, on the first stage's device, whose replica is a stub of the
+     * last layer, made the whole network for an evaluation (lane_whole),
+     * the weights copied from the stages when pipe_stale (clg_pipe_sync;
+     * bit 1: the weights, bit 2: the optimizer state) */
     clg_pipe *pipe;
     int pipe_stale;
+    int lane_whole;      /* pipeline: the lane's replica is the whole network now (else a stub of the last
+                          * layer: created whole when a checkpoint or an evaluation needs it, back to the stub
+                          * at the next step, after a checkpoint is written and after an evaluation) */
     clg_hparams hp;
     uint64_t seed;
     clg_ds_norm norm;    /* input normalization (identity unless loaded / computed) */
@@ -78,9 +83,10 @@ CLG_INTERNAL clg_status clg_session_pipe_params(clg_err *err, const char *parall
                                                 int microbatches, const char *schedule, int recompute,
                                                 clg_pipe_params *pp);
 
-/* Pipeline: lane 0's replica (and optimizer state) brought up to date
- * with the stages' (a no-op without a pipeline or when current). */
-CLG_INTERNAL clg_status clg_session_pipe_gather(clg_model *m);
+/* Pipeline: lane 0's replica (with_state: and its optimizer state, created
+ * for it) brought up to date with the stages' (a no-op without a pipeline
+ * or when current). */
+CLG_INTERNAL clg_status clg_session_pipe_gather(clg_model *m, int with_state);
 
 /* Lane 0: the replica checkpoints are written from and summaries describe. */
 static inline clg_replica *clg_session_rep(const clg_model *m) { return m->dp->lanes[0].rep; }
@@ -160,6 +166,13 @@ CLG_INTERNAL clg_status clg_session_trace_close(clg_model *m);
 
 /* The devices trained on and their shares ("0.50/0.50"; a pipeline:
  * "pp=2 M=8 1f1b", its stage count in *devices). */
+/* Devices the memory table has rows for: the lanes, or a pipeline's stages. */
+CLG_INTERNAL int clg_session_mem_rows(const clg_model *m);
+/* Row i of the memory table: what device *dev (its context index) holds
+ * for the model, bytes by kind, and its account's peak; *stage: the
+ * pipeline stage on it (-1: data parallel). A pipeline stage's device that
+ * also holds the session's whole-network lane counts the lane's too. */
+CLG_INTERNAL void clg_session_memory(const clg_model *m, int i, clg_dp_mem *out, int *dev, int *stage);
 CLG_INTERNAL void clg_session_shares(const clg_model *m, char *buf, size_t cap, int *devices);
 /* A one-line description of the devices and their current shares. */
 CLG_INTERNAL void clg_session_devices(const clg_model *m, char *buf, size_t cap);

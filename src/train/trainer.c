@@ -663,12 +663,16 @@ static void print_memory(const clg_model *m)
     int lim = m->ctx->devs[0].pool.limit != 0;
     fprintf(stderr,
             "memory per device, MiB%s:\n"
-            "  device  parameters   optimizer  activations   workspace       total        peak%s\n",
-            m->dp->shard ? " (optimizer state sharded)" : "", lim ? "       limit" : "");
-    for (int l = 0; l < m->dp->n; l++) {
+            "  %sdevice  parameters   optimizer  activations   workspace       total        peak%s\n",
+            m->dp->shard ? " (optimizer state sharded)" : m->pipe ? " (per pipeline stage)" : "",
+            m->pipe ? "stage  " : "", lim ? "       limit" : "");
+    for (int l = 0; l < clg_session_mem_rows(m); l++) {
         clg_dp_mem d;
-        clg_dp_memory(m->dp, l, &d);
-        fprintf(stderr, "  %6d  %10.2f  %10.2f  %11.2f  %10.2f  %10.2f  %10.2f", m->dp->lanes[l].dev->index,
+        int dev = 0, stage = -1;
+        clg_session_memory(m, l, &d, &dev, &stage);
+        if (m->pipe)
+            fprintf(stderr, "  %5d", stage);
+        fprintf(stderr, "  %6d  %10.2f  %10.2f  %11.2f  %10.2f  %10.2f  %10.2f", dev,
                 d.params / M, d.optim / M, d.activations / M, d.workspace / M,
                 (d.params + d.optim + d.activations + d.workspace) / M, d.peak / M);
         if (lim)
@@ -682,8 +686,9 @@ static void print_setup(const train_state *ts, int fp16)
     const clg_model *m = ts->m;
     clg_net_print(m->net, stderr);
     const clg_replica *r0 = clg_session_rep(ts->m);
-    fprintf(stderr, "activations: %.2f MiB planned by liveness vs %.2f MiB naive (%d buffers), batch %d\n",
-            r0->planned_bytes / 1048576.0, r0->naive_bytes / 1048576.0, r0->nslots, m->net->batch);
+    if (!m->pipe) /* a pipeline: per stage in its table */
+        fprintf(stderr, "activations: %.2f MiB planned by liveness vs %.2f MiB naive (%d buffers), batch %d\n",
+                r0->planned_bytes / 1048576.0, r0->naive_bytes / 1048576.0, r0->nslots, m->net->batch);
     char devs[512];
     clg_session_devices(ts->m, devs, sizeof devs);
     if (m->pipe)

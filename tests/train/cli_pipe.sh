@@ -76,6 +76,8 @@ T="$clgrad train $tmp/res.cfg --data $tmp/data --seed 3 --no-eval"
 check 0 "pipeline: 2 stages, 4 micro-batches of 8, schedule 1f1b" "pp=2 trains and prints its partition" -- \
     $T --devices all --parallel pp=2 --stages c2 --microbatches 4 --epochs 2 --checkpoint "$tmp/a"
 n=$((n + 1)); printf '%s\n' "$out" | grep -q "carried: c1 (stage 0 -> 1" || { echo "FAIL: the residual edge c1 is not listed as carried"; printf '%s\n' "$out" | head -20; fails=$((fails + 1)); }
+n=$((n + 1)); printf '%s\n' "$out" | grep -A3 "memory per device, MiB (per pipeline stage)" | grep -q "^      1       1 " ||
+    { echo "FAIL: no per-stage memory table (stage 1 on device 1)"; printf '%s\n' "$out" | grep -A3 memory; fails=$((fails + 1)); }
 # interrupted after epoch 1 and resumed on the same layout: bitwise the uninterrupted run
 check 0 "" "pp=2, 1 epoch" -- $T --devices all --parallel pp=2 --stages c2 --microbatches 4 --epochs 1 --checkpoint "$tmp/b"
 check 0 "" "pp=2 resumed to 2 epochs" -- \
@@ -95,6 +97,21 @@ n=$((n + 1)); printf '%s\n' "$out" | grep -q "pipeline bubble: the stages were i
 for ev in '"forward 7"' '"backward 0"' '"send activation 3"' '"wait gradient 5"' 'device 1'; do
     n=$((n + 1)); grep -q "$ev" "$tmp/tr.json" || { echo "FAIL: the trace lacks $ev"; fails=$((fails + 1)); }
 done
+# the memory cap (issue #22 item 6): VGG-S at batch 32 refused on one device capped halfway between its
+# peak and pp=2's trains as a 2-stage pipeline on two devices capped the same
+B="$clgrad bench train --model vgg-s --batch 32 --steps 1 --warmup 0"
+peak() { sed -n 's/^device memory (largest device): peak \([0-9.]*\) MiB.*/\1/p'; }
+one=$($B --devices 0 2>&1 | peak)
+two=$($B --devices all --parallel pp=2 --microbatches 4 2>&1 | peak)
+cap=$(awk -v a="$one" -v b="$two" 'BEGIN { if (a > 0 && b > 0 && b < 0.6 * a) printf "%.2f", (a + b) / 2 }')
+if [ -z "$cap" ]; then
+    n=$((n + 1)); fails=$((fails + 1)); echo "FAIL: VGG-S peaks: one device '$one' MiB, pp=2 '$two' MiB (want pp=2 < 0.6x)"
+else
+    check 1 "refused on device 0: .* past its memory limit of $cap MiB" "one capped device refuses VGG-S" -- \
+        $B --devices 0 --device-mem-limit "$cap"
+    check 0 "split pp=2 M=4 1f1b" "pp=2 on two capped devices trains VGG-S" -- \
+        $B --devices all --parallel pp=2 --microbatches 4 --device-mem-limit "$cap"
+fi
 # refusals
 check 1 "pp=2 needs 2 devices, 1 selected" "pp=2 on one device" -- $T --devices 0 --parallel pp=2 --steps 1
 check 1 "'nosuch' is not a layer" "an unknown --stages name" -- \

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "parallel/pipe.h"
 #include "testutil.h"
@@ -461,6 +462,148 @@ START_TEST(stage_fault)
 }
 END_TEST
 
+// ---- memory (issue #22 item 6) ----
+
+/* A context with a device cap of mib MiB (0: none; option
+ * device_mem_limit) and no timing-dependent algorithm choices (the
+ * workspaces, so the peaks, are the same in every run). */
+static clg_ctx *cap_ctx(double mib)
+{
+    clg_options *o = NULL;
+    ck_assert(clg_options_create(&o) == CLG_OK);
+    char v[64];
+    snprintf(v, sizeof v, "%.6f", mib);
+    ck_assert(clg_options_set(o, "conv_auto_measure", "0") == CLG_OK);
+    ck_assert(clg_options_set(o, "gemm_auto_measure", "0") == CLG_OK);
+    ck_assert_msg(clg_options_set(o, "device_mem_limit", v) == CLG_OK, "%s", clg_last_error(NULL));
+    clg_ctx_params cp;
+    clg_ctx_params_init(&cp);
+    cp.options = o;
+    clg_ctx *c = NULL;
+    clg_status st = clg_ctx_create(&cp, &c);
+    clg_options_destroy(o);
+    ck_assert_msg(st == CLG_OK, "%s", clg_last_error(NULL));
+    return c;
+}
+
+#define MEM_BATCH 32
+
+/* `steps` steps of VGG-S at MEM_BATCH on one device (pp 1) or as a 2-stage
+ * pipeline of 4 micro-batches (pp 2), Adam when adam; *mib: the largest
+ * device peak of the model's memory table (clg_model_memory, a row per
+ * stage), rows checked; ckpt (may be NULL): a checkpoint written after the
+ * steps, then one more step (the whole-network replica it needs is freed
+ * again: the peak of that step is checked against the training peak). The
+ * status of the run: a refusal at creation or in a step. */
+static clg_status vgg_peak(clg_ctx *c, int pp, int adam, int steps, const char *ckpt, double *mib)
+{
+    char *text = read_model("vgg-s.cfg");
+    clg_pipe_params pipe = {.stages = 2, .micro = 4, .schedule = CLG_PIPE_1F1B};
+    clg_dp_params dpp = {.pipe = pp == 2 ? &pipe : NULL};
+    clg_model *m = NULL;
+    *mib = 0;
+    clg_status st = clg_session_create(c, pp == 2 ? "all" : "0", 0, text, "t", MEM_BATCH, 7, 0, &dpp, &m);
+    free(text);
+    if (st != CLG_OK)
+        return st;
+    if (adam)
+        m->hp.optimizer = CLG_OPT_ADAM;
+    clg_rng rng;
+    clg_rng_seed(&rng, 5, 99);
+    for (int s = 0; s < steps && st == CLG_OK; s++) {
+        st = clg_session_stage_wait(m, 0);
+        synth(&rng, m->xhost[0], m->yhost[0], MEM_BATCH, m->net->in_c, m->net->in_h, m->net->in_w);
+        if (st == CLG_OK)
+            st = clg_session_upload(m, 0, MEM_BATCH, 1);
+        if (st == CLG_OK)
+            st = clg_session_train_step(m, 0, LR, NULL);
+    }
+    clg_device_memory r[3];
+    for (int i = 0; i < pp && st == CLG_OK; i++) {
+        ck_assert(clg_model_memory(m, i, &r[i]) == CLG_OK);
+        ck_assert_int_eq(r[i].devices, pp);
+        ck_assert_int_eq(r[i].device, i);
+        ck_assert_msg(r[i].parameters > 0 && r[i].optimizer > 0 && r[i].activations > 0, "row %d", i);
+        fprintf(stderr, "vgg-s pp=%d %s device %d: params %.2f optim %.2f act %.2f work %.2f peak %.2f MiB\n", pp,
+                adam ? "adam" : "sgd", i, r[i].parameters / 1048576.0, r[i].optimizer / 1048576.0,
+                r[i].activations / 1048576.0, r[i].workspace / 1048576.0, r[i].peak / 1048576.0);
+        *mib = fmax(*mib, r[i].peak / 1048576.0);
+    }
+    if (st == CLG_OK)
+        ck_assert(clg_model_memory(m, pp, &r[2]) == CLG_ERR_INVALID_ARG);
+    if (st == CLG_OK && ckpt) { /* written and read straight from the stages: no device memory more */
+        ck_assert_msg(clg_session_save(m, ckpt, 1, steps) == CLG_OK, "%s", clg_last_error(c));
+        /* and read back straight into the stages (a resume), again without the whole network */
+        ck_assert_msg(clg_session_load(m, ckpt, 1) == CLG_OK, "%s", clg_last_error(c));
+        for (int i = 0; i < pp; i++) {
+            clg_device_memory a;
+            ck_assert(clg_model_memory(m, i, &a) == CLG_OK);
+            ck_assert_msg(a.parameters == r[i].parameters && a.optimizer == r[i].optimizer &&
+                              a.activations == r[i].activations && a.peak == r[i].peak,
+                          "after a checkpoint, device %d: params %.2f -> %.2f MiB, optimizer %.2f -> %.2f MiB, "
+                          "peak %.2f -> %.2f MiB",
+                          i, r[i].parameters / 1048576.0, a.parameters / 1048576.0, r[i].optimizer / 1048576.0,
+                          a.optimizer / 1048576.0, r[i].peak / 1048576.0, a.peak / 1048576.0);
+        }
+        clg_ckpt *ck = NULL; /* the one-device format: every tensor, Adam's two moments */
+        ck_assert_msg(clg_ckpt_load(&c->err, ckpt, &ck) == CLG_OK, "%s", c->err.msg);
+        ck_assert(clg_ckpt_get_meta(ck, "optimizer.t") != NULL);
+        ck_assert_msg(clg_ckpt_find(ck, "fc1.weight") && clg_ckpt_find(ck, "conv1.weight") &&
+                          clg_ckpt_find(ck, "opt.m.fc1.weight") && (!adam || clg_ckpt_find(ck, "opt.v.conv1.bias")),
+                      "tensors missing from %s", ckpt);
+        clg_ckpt_free(ck);
+    }
+    clg_session_free(m);
+    return st;
+}
+
+/* Item 6: with pp=2 each device's peak is at most 0.6x the one-device peak
+ * (VGG-S, batch 32: the first stage's device holds no whole-network
+ * replica while training); a checkpoint's whole network is freed again. */
+START_TEST(memory_per_stage)
+{
+    clg_ctx *c = cap_ctx(0);
+    double one = 0, two = 0;
+    ck_assert(vgg_peak(c, 1, 0, 2, NULL, &one) == CLG_OK);
+    char path[256];
+    snprintf(path, sizeof path, "test_pipe_mem_%d.safetensors", (int)getpid());
+    ck_assert(vgg_peak(c, 2, 0, 2, path, &two) == CLG_OK);
+    unlink(path);
+    fprintf(stderr, "test_pipe: VGG-S batch %d peak per device: 1 device %.2f MiB, pp=2 %.2f MiB (%.2fx)\n",
+            MEM_BATCH, one, two, two / one);
+    ck_assert_msg(two <= 0.6 * one, "pp=2 peak %.2f MiB > 0.6 x %.2f MiB", two, one);
+    clg_ctx_destroy(c);
+}
+END_TEST
+
+/* Item 6: Adam training refused on one device capped between the pp=2 and
+ * the one-device peaks trains as a 2-stage pipeline on two devices capped
+ * the same. */
+START_TEST(memory_cap_pipe)
+{
+    clg_ctx *c = cap_ctx(0);
+    double one = 0, two = 0;
+    ck_assert(vgg_peak(c, 1, 1, 2, NULL, &one) == CLG_OK);
+    ck_assert(vgg_peak(c, 2, 1, 2, NULL, &two) == CLG_OK);
+    clg_ctx_destroy(c);
+    fprintf(stderr, "test_pipe: VGG-S Adam peak per device: 1 device %.2f MiB, pp=2 %.2f MiB\n", one, two);
+    ck_assert(two < one - 2);
+    double cap = (one + two) / 2, got = 0;
+    c = cap_ctx(cap);
+    clg_status st = vgg_peak(c, 1, 1, 2, NULL, &got);
+    ck_assert_msg(st == CLG_ERR_DEVICE_OOM, "one capped device: status %d (%s)", st, clg_last_error(c));
+    const char *msg = clg_last_error(c);
+    ck_assert_msg(strstr(msg, "device 0") && strstr(msg, "memory limit of"), "%s", msg);
+    char path[256]; /* a checkpoint too: from the stages, under the cap */
+    snprintf(path, sizeof path, "test_pipe_cap_%d.safetensors", (int)getpid());
+    st = vgg_peak(c, 2, 1, 2, path, &got);
+    unlink(path);
+    ck_assert_msg(st == CLG_OK, "two capped devices, pp=2: %s", clg_last_error(c));
+    ck_assert(got <= cap);
+    clg_ctx_destroy(c);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("pipe");
@@ -471,6 +614,11 @@ static Suite *suite(void)
     tcase_add_test(tc, resnet_residual_cut);
     tcase_add_test(tc, stage_fault);
     suite_add_tcase(s, tc);
+    TCase *tm = tcase_create("pipemem"); /* CK_RUN_CASE=pipemem runs it alone */
+    tcase_set_timeout(tm, 240);
+    tcase_add_test(tm, memory_per_stage);
+    tcase_add_test(tm, memory_cap_pipe);
+    suite_add_tcase(s, tm);
     TCase *t4 = tcase_create("pipe4"); /* CK_RUN_CASE=pipe4 (test train-pipe-4) runs it alone */
     tcase_set_timeout(t4, 120);
     tcase_add_test(t4, four_stages);
