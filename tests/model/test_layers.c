@@ -488,6 +488,12 @@ static double normwise_err(const float *got, const double *ref, size_t n)
 }
 
 static double g_bn_dx_err; /* normwise dx error of the last bn_case */
+/* the same, less each element's fp32 rounding floor (bn_case_x) */
+static double g_bn_dx_excess;
+static double g_bn_dx_ulps; /* the largest error in units of the floor's ulp */
+/* the floor in those ulps: 8.2 the most measured (42 seeds x 4 cases at
+ * batch 2; xh's own few ulps enter twice), 4x margin */
+#define BN_FLOOR_ULPS 32
 
 /* eps and the input range [lo, hi] as given; bn_case: eps 1e-4, [-1, 3]. */
 static void bn_case_x(int N, int n, int C, int H, int W, double eps, float lo, float hi)
@@ -552,6 +558,31 @@ static void bn_case_x(int N, int n, int C, int H, int W, double eps, float lo, f
     LH_CLOSE(c.g[1], dbt, (size_t)C, ATOL, TOL, "batchnorm dbeta");
     LH_CLOSE(c.dx[0], dx, c.nx[0], ATOL, 5e-3, "batchnorm dx");
     g_bn_dx_err = normwise_err(c.dx[0], dx, c.nx[0]);
+    /* dx = gamma is (dy - mean dy - xh mean(dy xh)) cancels when the batch
+     * is tiny (batch 2: dx = O(eps / var) dy): fp32 gives at best a few
+     * ulps of the terms that cancel, unit = 2^-24 gamma is (|dy| + |mean dy|
+     * + 2 |xh| mean|dy xh|) per element; the floor is BN_FLOOR_ULPS units */
+    double worst = 0, dmax = 0;
+    for (size_t k = 0; k < c.nx[0]; k++)
+        dmax = fmax(dmax, fabs(dx[k]));
+    for (int ch = 0; ch < C; ch++) {
+        double is = 1.0 / sqrt(var[ch] + eps), mdy = 0, mdyx = 0;
+        for (int s = 0; s < n; s++)
+            for (int i = 0; i < HW; i++) {
+                size_t k = ((size_t)s * C + ch) * HW + (size_t)i;
+                mdy += dy[k] / M;
+                mdyx += fabs(dy[k] * (c.x[0][k] - mean[ch]) * is) / M;
+            }
+        for (int s = 0; s < n; s++)
+            for (int i = 0; i < HW; i++) {
+                size_t k = ((size_t)s * C + ch) * HW + (size_t)i;
+                double xh = fabs((c.x[0][k] - mean[ch]) * is);
+                double unit = ldexp(1.0, -24) * c.p[0][ch] * is * (fabs(dy[k]) + fabs(mdy) + 2 * xh * mdyx);
+                worst = fmax(worst, fabs(c.dx[0][k] - dx[k]) - BN_FLOOR_ULPS * unit);
+                g_bn_dx_ulps = fmax(g_bn_dx_ulps, fabs(c.dx[0][k] - dx[k]) / unit);
+            }
+    }
+    g_bn_dx_excess = dmax > 0 ? worst / dmax : worst;
 
     /* inference uses the (updated) running stats */
     lh_forward(&c, 0);
@@ -601,17 +632,25 @@ END_TEST
  * limit, dx = O(eps / var) dy). */
 START_TEST(batchnorm_dense_small_batch)
 {
-    const double tol[] = {0, 0, 2e-3, 1e-4, 1e-4};
+    const double tol[] = {0, 0, 0, 1e-4, 1e-4};
     for (int n = 2; n <= 4; n++) {
-        double worst = 0;
+        double worst = 0, excess = 0;
         for (int rep = 0; rep < 4; rep++) {
             /* default eps; a dense layer's outputs: offset, spread from 0.05 */
             float lo = -50.0f + 100.0f * (float)rand() / (float)RAND_MAX, spread = powf(10.0f, -2.0f + 3.0f * (float)rand() / (float)RAND_MAX);
             bn_case_x(n, n, 8 + rand() % 24, 1, 1, 1e-5, lo, lo + spread);
             worst = fmax(worst, g_bn_dx_err);
+            excess = fmax(excess, g_bn_dx_excess);
         }
-        printf("batchnorm dense batch %d: dx error %.3g (max|err|/max|ref|)\n", n, worst);
-        ck_assert_msg(worst <= tol[n], "batch %d: dx error %.3g > %.3g", n, worst, tol[n]);
+        printf("batchnorm dense batch %d: dx error %.3g, beyond the fp32 floor %.3g (max|err|/max|ref|), %.3g ulps\n", n, worst,
+               excess, g_bn_dx_ulps);
+        g_bn_dx_ulps = 0;
+        /* batch 2: the raw error follows the conditioning (spread^2 / eps:
+         * 1.3e-3 in 1 seed of 15, 4.8e-3 seen once), so only the part
+         * beyond each element's fp32 floor is bounded (0 measured; at a
+         * floor of 0.5 ulp it is 7e-4) */
+        ck_assert_msg(n == 2 || worst <= tol[n], "batch %d: dx error %.3g > %.3g", n, worst, tol[n]);
+        ck_assert_msg(excess <= 1e-5, "batch %d: dx error beyond the fp32 floor %.3g > 1e-5", n, excess);
     }
 }
 END_TEST
