@@ -8,18 +8,30 @@
 #define INV_SQRT_2PI 0.39894228040143268f
 
 // Standard normal CDF Phi(x) = (1 + erf(x / sqrt 2)) / 2 for GELU, with
-// erfc(a) = poly(t) exp(-a^2), t = 1 / (1 + p a) (Abramowitz & Stegun
-// 7.1.26, |erf error| <= 1.5e-7). Built from exp and arithmetic so it
-// vectorizes (the built-in erf is a scalar call on some CPU back-ends, 20x
-// slower); for x < 0 Phi = erfc(|x| / sqrt 2) / 2 directly, so the tail
-// keeps its relative accuracy (no 1 - erf cancellation).
+// erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z / 2), P a degree-9 Chebyshev
+// fit (Press et al., Numerical Recipes 6.2, erfcc: fractional error below
+// 1.2e-7 for every z >= 0). Built from exp and arithmetic so it vectorizes
+// (the built-in erf is a scalar call on some CPU back-ends, 20x slower); for
+// x < 0 Phi = erfc(|x| / sqrt 2) / 2 directly, and the fit's error is
+// relative, so the tail keeps its relative accuracy (no 1 - erf
+// cancellation; -x^2 / 2 + P in one fma). In fp32: relative error <= 1.2e-6
+// on [-4, 0], 6e-6 on [-9, -4], 3e-7 for x >= 0. (Abramowitz & Stegun
+// 7.1.26, used before, has an absolute error bound: 2e-4 relative at x = -3.5,
+// 38% far in the tail.)
 inline float clg_phi(const float x)
 {
-    const float a = fabs(x) * SQRT1_2;
-    const float t = 1.0f / fma(0.3275911f, a, 1.0f);
-    const float poly =
-        t * fma(t, fma(t, fma(t, fma(t, 1.061405429f, -1.453152027f), 1.421413741f), -0.284496736f), 0.254829592f);
-    const float half_erfc = 0.5f * poly * exp(-a * a);
+    const float a = fabs(x);
+    const float t = 1.0f / fma(0.5f * SQRT1_2, a, 1.0f);
+    float p = fma(t, 0.17087277f, -0.82215223f);
+    p = fma(p, t, 1.48851587f);
+    p = fma(p, t, -1.13520398f);
+    p = fma(p, t, 0.27886807f);
+    p = fma(p, t, -0.18628806f);
+    p = fma(p, t, 0.09678418f);
+    p = fma(p, t, 0.37409196f);
+    p = fma(p, t, 1.00002368f);
+    p = fma(p, t, -1.26551223f);
+    const float half_erfc = 0.5f * t * exp(fma(-0.5f * a, a, p));
     return select(half_erfc, 1.0f - half_erfc, x >= 0.0f);
 }
 

@@ -91,6 +91,13 @@ CLG_INTERNAL clg_status clg_file_write_atomic(clg_err *err, const char *path, co
 CLG_INTERNAL int clg_file_remove_stale_temps(const char *path, char *first, size_t cap);
 /* mkdir -p. */
 CLG_INTERNAL clg_status clg_mkdirs(clg_err *err, const char *path);
+/* An advisory exclusive lock (fcntl) on PATH.lock, created when missing, for
+ * read-modify-write of PATH by several processes: the fd to pass to
+ * clg_file_unlock, or -1 when it could not be had within timeout_s seconds
+ * (the caller goes on unlocked: its writes stay atomic, only a concurrent
+ * update may then be lost). A dying process releases its lock. */
+CLG_INTERNAL int clg_file_lock(const char *path, double timeout_s);
+CLG_INTERNAL void clg_file_unlock(int fd);
 
 /* ---- time ---- */
 CLG_INTERNAL double clg_now_sec(void);

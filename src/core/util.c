@@ -223,6 +223,39 @@ int clg_file_remove_stale_temps(const char *path, char *first, size_t cap)
     return n;
 }
 
+int clg_file_lock(const char *path, double timeout_s)
+{
+    size_t pl = strlen(path);
+    char *lp = malloc(pl + 8);
+    if (!lp)
+        return -1;
+    snprintf(lp, pl + 8, "%s.lock", path);
+    int fd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    free(lp);
+    if (fd < 0)
+        return -1;
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    double t0 = clg_now_sec();
+    while (fcntl(fd, F_SETLK, &fl) != 0) {
+        if ((errno != EACCES && errno != EAGAIN && errno != EINTR) || clg_now_sec() - t0 > timeout_s) {
+            close(fd);
+            return -1;
+        }
+        struct timespec nap = {0, 2000000};
+        nanosleep(&nap, NULL);
+    }
+    return fd;
+}
+
+void clg_file_unlock(int fd)
+{
+    if (fd >= 0)
+        close(fd); /* closing drops the process's fcntl locks on the file */
+}
+
 clg_status clg_file_write_atomic(clg_err *err, const char *path, const void *data, size_t len)
 {
     size_t pl = strlen(path);

@@ -225,6 +225,16 @@ int clg_conv_algos_parse(char *text, uint64_t devhash,
         size_t skip = strspn(line, " \t");
         if (skip < len && line[skip] == ',')
             skip++;
+        skip += strspn(line + skip, " \t");
+        size_t end = len;
+        while (end > skip && (line[end - 1] == ' ' || line[end - 1] == '\t' || line[end - 1] == '\r'))
+            end--;
+        /* only "{...}" lines are entries: the header ("{... [") and the closing
+         * "]}" are not, and are not parsed (no JSON error logged for them) */
+        if (end - skip < 2 || line[skip] != '{' || line[end - 1] != '}') {
+            line = next;
+            continue;
+        }
         char key[160];
         clg_conv_algo a;
         double ms;
@@ -250,6 +260,27 @@ static void file_header(clg_device *dev, clg_sbuf *b)
     clg_sbuf_printf(b, ", \"entries\": [\n");
 }
 
+/* Adds the entries of the file at path (when its header is this device's)
+ * that the table lacks. */
+static int file_merge(clg_device *dev, uint64_t devhash, const char *path)
+{
+    char *text = NULL;
+    size_t len = 0;
+    clg_err scratch;
+    if (clg_file_read(&scratch, path, &text, &len) != CLG_OK)
+        return 0;
+    clg_sbuf hdr = {0};
+    file_header(dev, &hdr);
+    int ours = !hdr.oom && len >= hdr.len && memcmp(text, hdr.data, hdr.len) == 0;
+    clg_sbuf_free(&hdr);
+    if (ours)
+        clg_conv_algos_parse(text, devhash, table_add_missing, NULL);
+    else
+        clg_log(1, "conv algorithm cache %s is not for this device (%s); measuring again", path, dev->info.name);
+    free(text);
+    return ours;
+}
+
 /* Loads the file once per (device hash, path); malformed lines and
  * entries of other devices are ignored. */
 static void file_load(clg_device *dev, uint64_t devhash)
@@ -272,22 +303,7 @@ static void file_load(clg_device *dev, uint64_t devhash)
     g_nfiles++;
     if (!dev->ctx->use_cache)
         return;
-    char *text = NULL;
-    size_t len = 0;
-    clg_err scratch;
-    if (clg_file_read(&scratch, path, &text, &len) != CLG_OK)
-        return;
-    clg_sbuf hdr = {0};
-    file_header(dev, &hdr);
-    int ours = !hdr.oom && len >= hdr.len && memcmp(text, hdr.data, hdr.len) == 0;
-    clg_sbuf_free(&hdr);
-    if (!ours) {
-        clg_log(1, "conv algorithm cache %s is not for this device (%s); measuring again", path, dev->info.name);
-        free(text);
-        return;
-    }
-    clg_conv_algos_parse(text, devhash, table_add_missing, NULL);
-    free(text);
+    (void)file_merge(dev, devhash, path);
 }
 
 static void file_save(clg_device *dev, uint64_t devhash)
@@ -296,6 +312,14 @@ static void file_save(clg_device *dev, uint64_t devhash)
         return;
     char path[1100];
     file_path(dev, devhash, path, sizeof path);
+    clg_err scratch;
+    if (clg_mkdirs(&scratch, dev->ctx->cache_dir) != CLG_OK)
+        return;
+    /* Several processes (sweep trials, parallel runs) share the file: under
+     * its lock, merge what the others wrote since this one loaded it, then
+     * replace it atomically, so neither a torn file nor a lost entry. */
+    int lk = clg_file_lock(path, 10.0);
+    (void)file_merge(dev, devhash, path);
     clg_sbuf b = {0};
     file_header(dev, &b);
     int first = 1;
@@ -306,9 +330,9 @@ static void file_save(clg_device *dev, uint64_t devhash)
         first = 0;
     }
     clg_sbuf_printf(&b, "]}\n");
-    clg_err scratch;
-    if (!b.oom && clg_mkdirs(&scratch, dev->ctx->cache_dir) == CLG_OK)
+    if (!b.oom)
         clg_file_write_atomic(&scratch, path, b.data, b.len);
+    clg_file_unlock(lk);
     clg_sbuf_free(&b);
 }
 

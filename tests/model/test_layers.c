@@ -315,7 +315,7 @@ END_TEST
 /* PyTorch semantics: floor, max pads with -inf and routes to the first max,
  * avg counts padding (count_include_pad) clipped to the padded input. */
 static void pool_ref(int is_max, const float *x, int N, int C, int H, int W, int k, int st, int pad, const float *dy,
-                     double *y, double *dx)
+                     double *y, double *dx, double *ymag, double *dxmag)
 {
     int P = (H + 2 * pad - k) / st + 1, Q = (W + 2 * pad - k) / st + 1;
     for (int pl = 0; pl < N * C; pl++) {
@@ -323,7 +323,7 @@ static void pool_ref(int is_max, const float *x, int N, int C, int H, int W, int
         for (int p = 0; p < P; p++)
             for (int q = 0; q < Q; q++) {
                 int h0 = p * st - pad, w0 = q * st - pad;
-                double m = -INFINITY, acc = 0;
+                double m = -INFINITY, acc = 0, mag = 0;
                 int am = -1;
                 for (int r = 0; r < k; r++)
                     for (int s = 0; s < k; s++) {
@@ -332,6 +332,7 @@ static void pool_ref(int is_max, const float *x, int N, int C, int H, int W, int
                             continue;
                         double v = xp[h * W + w];
                         acc += v;
+                        mag += fabs(v);
                         if (am < 0 || v > m) {
                             m = v;
                             am = h * W + w;
@@ -341,10 +342,13 @@ static void pool_ref(int is_max, const float *x, int N, int C, int H, int W, int
                 double div = (double)(h1 - h0) * (w1 - w0);
                 size_t oi = ((size_t)pl * P + p) * Q + q;
                 y[oi] = is_max ? m : acc / div;
+                if (ymag)
+                    ymag[oi] = is_max ? 0 : mag / div;
                 if (!dx)
                     continue;
                 if (is_max) {
                     dx[(size_t)pl * H * W + am] += dy[oi];
+                    dxmag[(size_t)pl * H * W + am] += fabs(dy[oi]);
                 } else {
                     for (int r = 0; r < k; r++)
                         for (int s = 0; s < k; s++) {
@@ -352,6 +356,7 @@ static void pool_ref(int is_max, const float *x, int N, int C, int H, int W, int
                             if (h < 0 || h >= H || w < 0 || w >= W)
                                 continue;
                             dx[(size_t)pl * H * W + h * W + w] += dy[oi] / div;
+                            dxmag[(size_t)pl * H * W + h * W + w] += fabs(dy[oi]) / div;
                         }
                 }
             }
@@ -377,10 +382,15 @@ static void pool_case(int is_max, int N, int C, int H, int W, int k, int st, int
     lh_forward(&c, 1);
     float *dy = rand_vec(c.ny, -1, 1, 601);
     double *y = lh_dalloc(c.ny), *dx = lh_dalloc(c.nx[0]);
-    pool_ref(is_max, c.x[0], N, C, H, W, k, st, pad, dy, y, dx);
-    LH_CLOSE(c.y, y, c.ny, 1e-4, 1e-5, is_max ? "maxpool forward" : "avgpool forward");
+    double *ym = lh_dalloc(c.ny), *dxm = lh_dalloc(c.nx[0]);
+    pool_ref(is_max, c.x[0], N, C, H, W, k, st, pad, dy, y, dx, ym, dxm);
+    /* an average near zero of mixed signs: up to k^2 roundings of the sum of
+     * |terms| / div, one of the division (seed 302: 4e-5 > 1e-5 without) */
+    double ulps = k * k + 1;
+    lh_close_mag(c.y, y, ym, c.ny, 1e-4, 1e-5, ulps, NULL, is_max ? "maxpool forward" : "avgpool forward");
     lh_backward(&c, dy, 0);
-    LH_CLOSE(c.dx[0], dx, c.nx[0], 1e-3, 1e-4, is_max ? "maxpool backward" : "avgpool backward");
+    lh_close_mag(c.dx[0], dx, dxm, c.nx[0], 1e-3, 1e-4, ulps, NULL, is_max ? "maxpool backward" : "avgpool backward");
+    free(ym), free(dxm);
     free(dy);
     free(y);
     free(dx);
@@ -488,6 +498,12 @@ static double normwise_err(const float *got, const double *ref, size_t n)
 }
 
 static double g_bn_dx_err; /* normwise dx error of the last bn_case */
+/* the same, less each element's fp32 rounding floor (bn_case_x) */
+static double g_bn_dx_excess;
+static double g_bn_dx_ulps; /* the largest error in units of the floor's ulp */
+/* the floor in those ulps: 8.2 the most measured (42 seeds x 4 cases at
+ * batch 2; xh's own few ulps enter twice), 4x margin */
+#define BN_FLOOR_ULPS 32
 
 /* eps and the input range [lo, hi] as given; bn_case: eps 1e-4, [-1, 3]. */
 static void bn_case_x(int N, int n, int C, int H, int W, double eps, float lo, float hi)
@@ -552,6 +568,31 @@ static void bn_case_x(int N, int n, int C, int H, int W, double eps, float lo, f
     LH_CLOSE(c.g[1], dbt, (size_t)C, ATOL, TOL, "batchnorm dbeta");
     LH_CLOSE(c.dx[0], dx, c.nx[0], ATOL, 5e-3, "batchnorm dx");
     g_bn_dx_err = normwise_err(c.dx[0], dx, c.nx[0]);
+    /* dx = gamma is (dy - mean dy - xh mean(dy xh)) cancels when the batch
+     * is tiny (batch 2: dx = O(eps / var) dy): fp32 gives at best a few
+     * ulps of the terms that cancel, unit = 2^-24 gamma is (|dy| + |mean dy|
+     * + 2 |xh| mean|dy xh|) per element; the floor is BN_FLOOR_ULPS units */
+    double worst = 0, dmax = 0;
+    for (size_t k = 0; k < c.nx[0]; k++)
+        dmax = fmax(dmax, fabs(dx[k]));
+    for (int ch = 0; ch < C; ch++) {
+        double is = 1.0 / sqrt(var[ch] + eps), mdy = 0, mdyx = 0;
+        for (int s = 0; s < n; s++)
+            for (int i = 0; i < HW; i++) {
+                size_t k = ((size_t)s * C + ch) * HW + (size_t)i;
+                mdy += dy[k] / M;
+                mdyx += fabs(dy[k] * (c.x[0][k] - mean[ch]) * is) / M;
+            }
+        for (int s = 0; s < n; s++)
+            for (int i = 0; i < HW; i++) {
+                size_t k = ((size_t)s * C + ch) * HW + (size_t)i;
+                double xh = fabs((c.x[0][k] - mean[ch]) * is);
+                double unit = ldexp(1.0, -24) * c.p[0][ch] * is * (fabs(dy[k]) + fabs(mdy) + 2 * xh * mdyx);
+                worst = fmax(worst, fabs(c.dx[0][k] - dx[k]) - BN_FLOOR_ULPS * unit);
+                g_bn_dx_ulps = fmax(g_bn_dx_ulps, fabs(c.dx[0][k] - dx[k]) / unit);
+            }
+    }
+    g_bn_dx_excess = dmax > 0 ? worst / dmax : worst;
 
     /* inference uses the (updated) running stats */
     lh_forward(&c, 0);
@@ -601,17 +642,25 @@ END_TEST
  * limit, dx = O(eps / var) dy). */
 START_TEST(batchnorm_dense_small_batch)
 {
-    const double tol[] = {0, 0, 2e-3, 1e-4, 1e-4};
+    const double tol[] = {0, 0, 0, 1e-4, 1e-4};
     for (int n = 2; n <= 4; n++) {
-        double worst = 0;
+        double worst = 0, excess = 0;
         for (int rep = 0; rep < 4; rep++) {
             /* default eps; a dense layer's outputs: offset, spread from 0.05 */
             float lo = -50.0f + 100.0f * (float)rand() / (float)RAND_MAX, spread = powf(10.0f, -2.0f + 3.0f * (float)rand() / (float)RAND_MAX);
             bn_case_x(n, n, 8 + rand() % 24, 1, 1, 1e-5, lo, lo + spread);
             worst = fmax(worst, g_bn_dx_err);
+            excess = fmax(excess, g_bn_dx_excess);
         }
-        printf("batchnorm dense batch %d: dx error %.3g (max|err|/max|ref|)\n", n, worst);
-        ck_assert_msg(worst <= tol[n], "batch %d: dx error %.3g > %.3g", n, worst, tol[n]);
+        printf("batchnorm dense batch %d: dx error %.3g, beyond the fp32 floor %.3g (max|err|/max|ref|), %.3g ulps\n", n, worst,
+               excess, g_bn_dx_ulps);
+        g_bn_dx_ulps = 0;
+        /* batch 2: the raw error follows the conditioning (spread^2 / eps:
+         * 1.3e-3 in 1 seed of 15, 4.8e-3 seen once), so only the part
+         * beyond each element's fp32 floor is bounded (0 measured; at a
+         * floor of 0.5 ulp it is 7e-4) */
+        ck_assert_msg(n == 2 || worst <= tol[n], "batch %d: dx error %.3g > %.3g", n, worst, tol[n]);
+        ck_assert_msg(excess <= 1e-5, "batch %d: dx error beyond the fp32 floor %.3g > 1e-5", n, excess);
     }
 }
 END_TEST
@@ -778,6 +827,11 @@ typedef struct {
     const char *algo;
 } conv_cfg;
 
+/* The backward sums' error floor in ulps of their absolute terms, measured
+ * over 27 seeds (CLGRAD_TEST_VERBOSE=1 prints it): at most 8.2 for im2col,
+ * direct, fft, winograd F(2x2); 162 for winograd4 (F(4x4)'s transforms
+ * amplify rounding), which auto may choose; about 4x margin. */
+#define CONV_ULPS(algo) (strcmp((algo), "winograd4") == 0 || strcmp((algo), "auto") == 0 ? 640.0 : 32.0)
 static void conv_case(const conv_cfg *gin)
 {
     conv_cfg gc = *gin;
@@ -842,6 +896,7 @@ static void conv_case(const conv_cfg *gin)
     float *dy = rand_vec(ny, -1, 1, 1302);
     lh_backward(&c, dy, 0);
     double *dw = lh_dalloc(c.l.params[0].numel), *db = lh_dalloc((size_t)g->K), *dx = lh_dalloc(c.nx[0]);
+    double *mw = lh_dalloc(c.l.params[0].numel), *mb = lh_dalloc((size_t)g->K), *mx = lh_dalloc(c.nx[0]);
     for (int n = 0; n < g->N; n++)
         for (int k = 0; k < g->K; k++)
             for (int p = 0; p < P; p++)
@@ -849,6 +904,7 @@ static void conv_case(const conv_cfg *gin)
                     int grp = k / Kg;
                     double gz = dy[YI(n, k, p, q)] * dact_ref(g->act, 0.01, z[YI(n, k, p, q)]);
                     db[k] += gz;
+                    mb[k] += fabs(gz);
                     for (int ch = 0; ch < Cg; ch++)
                         for (int r = 0; r < g->R; r++)
                             for (int s = 0; s < g->S; s++) {
@@ -857,15 +913,24 @@ static void conv_case(const conv_cfg *gin)
                                     continue;
                                 dw[WI(k, ch, r, s)] += gz * x[XI(n, grp * Cg + ch, h, ww)];
                                 dx[XI(n, grp * Cg + ch, h, ww)] += gz * w[WI(k, ch, r, s)];
+                                mw[WI(k, ch, r, s)] += fabs(gz * x[XI(n, grp * Cg + ch, h, ww)]);
+                                mx[XI(n, grp * Cg + ch, h, ww)] += fabs(gz * w[WI(k, ch, r, s)]);
                             }
                 }
 #undef XI
 #undef WI
 #undef YI
-    LH_CLOSE(c.g[0], dw, c.l.params[0].numel, ATOL, TOL, "conv dW");
+    /* sums over N P Q (dW, db) or K R S (dx) of mixed signs: near zero the
+     * floor is some ulps of the terms (CONV_ULPS; seed 511 failed the plain
+     * tolerance with winograd4's dW) */
+    double seen = 0;
+    lh_close_mag(c.g[0], dw, mw, c.l.params[0].numel, ATOL, TOL, CONV_ULPS(g->algo), &seen, "conv dW");
     if (g->bias)
-        LH_CLOSE(c.g[1], db, (size_t)g->K, ATOL, TOL, "conv db");
-    LH_CLOSE(c.dx[0], dx, c.nx[0], ATOL, TOL, "conv dx");
+        lh_close_mag(c.g[1], db, mb, (size_t)g->K, ATOL, TOL, CONV_ULPS(g->algo), &seen, "conv db");
+    lh_close_mag(c.dx[0], dx, mx, c.nx[0], ATOL, TOL, CONV_ULPS(g->algo), &seen, "conv dx");
+    if (getenv("CLGRAD_TEST_VERBOSE"))
+        printf("conv case %s/%d: largest error %.3g ulps of the terms\n", g->algo, g->act, seen);
+    free(mw), free(mb), free(mx);
     free(z);
     free(ref);
     free(dy);
