@@ -43,6 +43,29 @@ clg_ctx *tu_ctx_cache(const char *devices, const char *cache_dir)
 
 clg_ctx *tu_ctx(const char *devices) { return tu_ctx_cache(devices, NULL); }
 
+clg_ctx *tu_ctx_fixed(double mib)
+{
+    clg_options *o = NULL;
+    ck_assert(clg_options_create(&o) == CLG_OK);
+    char v[64];
+    snprintf(v, sizeof v, "%.6f", mib);
+    ck_assert(clg_options_set(o, "conv_auto_measure", "0") == CLG_OK);
+    ck_assert(clg_options_set(o, "gemm_auto_measure", "0") == CLG_OK);
+    ck_assert_msg(clg_options_set(o, "device_mem_limit", v) == CLG_OK, "%s", clg_last_error(NULL));
+    clg_ctx_params p;
+    clg_ctx_params_init(&p);
+    p.options = o;
+    clg_ctx *c = NULL;
+    clg_status st = clg_ctx_create(&p, &c);
+    clg_options_destroy(o);
+    if (st == CLG_ERR_NO_DEVICE) {
+        fprintf(stderr, "skip: %s\n", clg_last_error(NULL));
+        exit(TU_SKIP);
+    }
+    ck_assert_msg(st == CLG_OK, "%s", clg_last_error(NULL));
+    return c;
+}
+
 void tu_fill(float *x, size_t n, float lo, float hi, clg_rng *r)
 {
     for (size_t i = 0; i < n; i++)

@@ -16,6 +16,12 @@ uint64_t tu_seed(void);
 clg_ctx *tu_ctx(const char *devices);
 /* Context with a private cache directory (created under the build dir). */
 clg_ctx *tu_ctx_cache(const char *devices, const char *cache_dir);
+/* Context on every device with no timing-dependent choices (the convolution
+ * algorithm and the GEMM backend of a shape are otherwise measured at first
+ * use, so the first model of a context could compute with other kernels, and
+ * other workspaces, than the second); mib > 0: every device capped at mib MiB
+ * (option device_mem_limit). Exits 77 (skip) when no device exists. */
+clg_ctx *tu_ctx_fixed(double mib);
 /* Uniform in [lo, hi). */
 void tu_fill(float *x, size_t n, float lo, float hi, clg_rng *r);
 void tu_rng(clg_rng *r, uint64_t stream); /* seeded from tu_seed() */

@@ -464,28 +464,6 @@ END_TEST
 
 // ---- memory (issue #22 item 6) ----
 
-/* A context with a device cap of mib MiB (0: none; option
- * device_mem_limit) and no timing-dependent algorithm choices (the
- * workspaces, so the peaks, are the same in every run). */
-static clg_ctx *cap_ctx(double mib)
-{
-    clg_options *o = NULL;
-    ck_assert(clg_options_create(&o) == CLG_OK);
-    char v[64];
-    snprintf(v, sizeof v, "%.6f", mib);
-    ck_assert(clg_options_set(o, "conv_auto_measure", "0") == CLG_OK);
-    ck_assert(clg_options_set(o, "gemm_auto_measure", "0") == CLG_OK);
-    ck_assert_msg(clg_options_set(o, "device_mem_limit", v) == CLG_OK, "%s", clg_last_error(NULL));
-    clg_ctx_params cp;
-    clg_ctx_params_init(&cp);
-    cp.options = o;
-    clg_ctx *c = NULL;
-    clg_status st = clg_ctx_create(&cp, &c);
-    clg_options_destroy(o);
-    ck_assert_msg(st == CLG_OK, "%s", clg_last_error(NULL));
-    return c;
-}
-
 #define MEM_BATCH 32
 
 /* `steps` steps of VGG-S at MEM_BATCH on one device (pp 1) or as a 2-stage
@@ -562,7 +540,7 @@ static clg_status vgg_peak(clg_ctx *c, int pp, int adam, int steps, const char *
  * replica while training); a checkpoint's whole network is freed again. */
 START_TEST(memory_per_stage)
 {
-    clg_ctx *c = cap_ctx(0);
+    clg_ctx *c = tu_ctx_fixed(0);
     double one = 0, two = 0;
     ck_assert(vgg_peak(c, 1, 0, 2, NULL, &one) == CLG_OK);
     char path[256];
@@ -581,7 +559,7 @@ END_TEST
  * the same. */
 START_TEST(memory_cap_pipe)
 {
-    clg_ctx *c = cap_ctx(0);
+    clg_ctx *c = tu_ctx_fixed(0);
     double one = 0, two = 0;
     ck_assert(vgg_peak(c, 1, 1, 2, NULL, &one) == CLG_OK);
     ck_assert(vgg_peak(c, 2, 1, 2, NULL, &two) == CLG_OK);
@@ -589,7 +567,7 @@ START_TEST(memory_cap_pipe)
     fprintf(stderr, "test_pipe: VGG-S Adam peak per device: 1 device %.2f MiB, pp=2 %.2f MiB\n", one, two);
     ck_assert(two < one - 2);
     double cap = (one + two) / 2, got = 0;
-    c = cap_ctx(cap);
+    c = tu_ctx_fixed(cap);
     clg_status st = vgg_peak(c, 1, 1, 2, NULL, &got);
     ck_assert_msg(st == CLG_ERR_DEVICE_OOM, "one capped device: status %d (%s)", st, clg_last_error(c));
     const char *msg = clg_last_error(c);

@@ -32,37 +32,10 @@
 
 static clg_ctx *g_ctx;
 
-/* A context with no timing-dependent choices (the convolution algorithm and
- * the GEMM backend of a shape are otherwise measured at first use, so the
- * first model of a context could compute with other kernels than the
- * second); mib > 0: every device capped at mib MiB (option device_mem_limit). */
-static clg_ctx *make_ctx(double mib)
-{
-    clg_options *o = NULL;
-    ck_assert(clg_options_create(&o) == CLG_OK);
-    char v[64];
-    snprintf(v, sizeof v, "%.6f", mib);
-    ck_assert(clg_options_set(o, "conv_auto_measure", "0") == CLG_OK);
-    ck_assert(clg_options_set(o, "gemm_auto_measure", "0") == CLG_OK);
-    ck_assert_msg(clg_options_set(o, "device_mem_limit", v) == CLG_OK, "%s", clg_last_error(NULL));
-    clg_ctx_params p;
-    clg_ctx_params_init(&p);
-    p.options = o;
-    clg_ctx *c = NULL;
-    clg_status st = clg_ctx_create(&p, &c);
-    clg_options_destroy(o);
-    if (st == CLG_ERR_NO_DEVICE) {
-        fprintf(stderr, "skip: %s\n", clg_last_error(NULL));
-        exit(TU_SKIP);
-    }
-    ck_assert_msg(st == CLG_OK, "%s", clg_last_error(NULL));
-    return c;
-}
-
 static clg_ctx *ctx(void)
 {
     if (!g_ctx)
-        g_ctx = make_ctx(0);
+        g_ctx = tu_ctx_fixed(0);
     return g_ctx;
 }
 
@@ -425,7 +398,7 @@ START_TEST(memory_cap)
     /* Adam state: 6 MiB on one device, 3 MiB per device sharded */
     ck_assert_msg(two < one - 2.5, "sharded peak %.2f MiB vs %.2f MiB on one device", two, one);
     double cap = (one + two) / 2;
-    clg_ctx *c = make_ctx(cap);
+    clg_ctx *c = tu_ctx_fixed(cap);
     double got = 0;
     clg_status st = mlp_peak(c, "0", 0, seed, &got);
     ck_assert_msg(st == CLG_ERR_DEVICE_OOM, "one capped device: status %d (%s)", st, clg_last_error(c));
