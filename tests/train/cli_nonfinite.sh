@@ -10,20 +10,7 @@ trap 'rm -rf "$tmp"' EXIT
 fails=0; n=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 # synthetic 8x8 data, 4 classes (bright quadrant k = class k)
-"$py" - "$tmp/data" <<'PYEOF' || { echo "cannot write the dataset"; exit 1; }
-import os, random, struct, sys
-d = sys.argv[1]; os.makedirs(d)
-rng = random.Random()
-for split, n in (("train", 256), ("t10k", 64)):
-    imgs, labs = bytearray(), bytearray()
-    for i in range(n):
-        k = rng.randrange(4); labs.append(k)
-        for p in range(64):
-            q = (p // 8 >= 4) * 2 + (p % 8 >= 4)
-            imgs.append(min(255, rng.randrange(70) + (150 if q == k else 0)))
-    open(f"{d}/{split}-images-idx3-ubyte", "wb").write(struct.pack(">IIII", 0x803, n, 8, 8) + imgs)
-    open(f"{d}/{split}-labels-idx1-ubyte", "wb").write(struct.pack(">II", 0x801, n) + labs)
-PYEOF
+"$py" "$(dirname "$0")/make_idx.py" "$tmp/data" 8 256 64 --quadrants || { echo "cannot write the dataset"; exit 1; }
 cat > "$tmp/mlp.cfg" <<'CFG'
 [net]
 channels = 1

@@ -29,20 +29,7 @@ check() { # check CODE PATTERN DESCRIPTION -- command...
 ndev=$("$clgrad" devices 2>/dev/null | grep -c '^device [0-9]')
 if [ "$ndev" -lt 2 ]; then echo "cli_pipe: needs two OpenCL devices (POCL_DEVICES=\"pthread pthread\")"; exit 77; fi
 # synthetic 8x8 data: class k = bright quadrant k (4 classes), random noise
-"$py" - "$tmp/data" <<'PYEOF' || { echo "cannot write the dataset"; exit 1; }
-import os, random, struct, sys
-d = sys.argv[1]; os.makedirs(d)
-rng = random.Random(5)
-for split, n in (("train", 256), ("t10k", 64)):
-    imgs, labs = bytearray(), bytearray()
-    for i in range(n):
-        k = rng.randrange(4); labs.append(k)
-        for p in range(64):
-            q = (p // 8 >= 4) * 2 + (p % 8 >= 4)
-            imgs.append(min(255, rng.randrange(70) + (150 if q == k else 0)))
-    open(f"{d}/{split}-images-idx3-ubyte", "wb").write(struct.pack(">IIII", 0x803, n, 8, 8) + imgs)
-    open(f"{d}/{split}-labels-idx1-ubyte", "wb").write(struct.pack(">II", 0x801, n) + labs)
-PYEOF
+"$py" "$(dirname "$0")/make_idx.py" "$tmp/data" 8 256 64 --quadrants --seed 5 || { echo "cannot write the dataset"; exit 1; }
 # a residual block whose skip edge crosses the cut after c2
 cat > "$tmp/res.cfg" <<'CFG'
 [net]
