@@ -37,6 +37,7 @@ mode, clgrad, root = sys.argv[1], os.path.abspath(sys.argv[2]), sys.argv[3]
 ort_venv = sys.argv[4] if len(sys.argv) > 4 else ""
 sys.path.insert(0, os.path.join(root, "tests", "onnx"))
 import torch_models as tm  # noqa: E402
+from onnx_wire import initializers as onnx_initializers  # noqa: E402
 
 torch.set_num_threads(1)
 tmp = tempfile.mkdtemp(prefix="clgrad-onnx-")
@@ -83,69 +84,6 @@ def report(name, got, want):
 def inputs(seed, n=16):
     g = torch.Generator().manual_seed(seed)
     return torch.rand(n, 1, 28, 28, generator=g)
-
-
-# ---- minimal protobuf reading: the initializers of an ONNX file (no onnx package needed) ----
-
-def _varint(b, i):
-    r = s = 0
-    while True:
-        c = b[i]
-        i += 1
-        r |= (c & 0x7F) << s
-        s += 7
-        if not c & 0x80:
-            return r, i
-
-
-def _fields(b):
-    i = 0
-    while i < len(b):
-        key, i = _varint(b, i)
-        num, wt = key >> 3, key & 7
-        if wt == 0:
-            v, i = _varint(b, i)
-        elif wt == 1:
-            v, i = b[i:i + 8], i + 8
-        elif wt == 5:
-            v, i = b[i:i + 4], i + 4
-        elif wt == 2:
-            n, i = _varint(b, i)
-            v, i = b[i:i + n], i + n
-        else:
-            raise ValueError(f"wire type {wt}")
-        yield num, wt, v
-
-
-def onnx_initializers(path):
-    data = open(path, "rb").read()
-    graph = next(v for n, w, v in _fields(data) if n == 7)
-    out = {}
-    for n, w, t in _fields(graph):
-        if n != 5:
-            continue
-        dims, name, raw, floats, dtype = [], None, None, [], None
-        for fn, fw, v in _fields(t):
-            if fn == 1:
-                if fw == 0:
-                    dims.append(v)
-                else:
-                    j = 0
-                    while j < len(v):
-                        d, j = _varint(v, j)
-                        dims.append(d)
-            elif fn == 2:
-                dtype = v
-            elif fn == 8:
-                name = v.decode()
-            elif fn == 9:
-                raw = v
-            elif fn == 4:
-                floats.extend(struct.unpack("<" + "f" * (len(v) // 4), v) if fw == 2 else struct.unpack("<f", v))
-        assert dtype == 1, f"initializer {name}: data type {dtype}"
-        arr = np.frombuffer(raw, dtype="<f4") if raw is not None else np.array(floats, dtype=np.float32)
-        out[name] = arr.astype(np.float32).reshape(dims)
-    return out
 
 
 # ---- minimal protobuf writing (hand-made hostile files) ----

@@ -20,61 +20,14 @@ import subprocess
 import sys
 
 import numpy as np
+from onnx_wire import initializers
 
 TOL = 1e-4
 
 
-def _varint(b, i):
-    r = s = 0
-    while True:
-        c = b[i]
-        i += 1
-        r |= (c & 0x7F) << s
-        s += 7
-        if not c & 0x80:
-            return r, i
-
-
-def _fields(b):
-    i = 0
-    while i < len(b):
-        key, i = _varint(b, i)
-        num, wt = key >> 3, key & 7
-        if wt == 0:
-            v, i = _varint(b, i)
-        elif wt == 1:
-            v, i = b[i:i + 8], i + 8
-        elif wt == 5:
-            v, i = b[i:i + 4], i + 4
-        elif wt == 2:
-            n, i = _varint(b, i)
-            v, i = b[i:i + n], i + n
-        else:
-            raise ValueError(f"wire type {wt}")
-        yield num, wt, v
-
-
 def float_initializers(path):
     """name -> float32 array of every FLOAT initializer (raw data, as clgrad writes them)."""
-    data = open(path, "rb").read()
-    graph = next(v for n, w, v in _fields(data) if n == 7)
-    out = {}
-    for n, w, t in _fields(graph):
-        if n != 5:
-            continue
-        dims, name, raw, dtype = [], None, None, None
-        for fn, fw, v in _fields(t):
-            if fn == 1:
-                dims.append(v)
-            elif fn == 2:
-                dtype = v
-            elif fn == 8:
-                name = v.decode()
-            elif fn == 9:
-                raw = v
-        if dtype == 1:
-            out[name] = np.frombuffer(raw, dtype="<f4").astype(np.float32).reshape(dims)
-    return out
+    return initializers(path, floats_only=True)
 
 
 def twin(torch, w, ids, T):
