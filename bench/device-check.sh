@@ -9,25 +9,32 @@
 #   gemm       clgrad bench gemm 2048^3 and the DL shapes; cuBLAS through a
 #              tiny probe when nvcc is on the machine
 #   train      clgrad bench train on every shipped model
+#   peers      where python3 has PyTorch with a GPU: the same models in PyTorch
+#              (bench/train_vs_torch.py, bench/gpt_vs_torch.py --torch-device cuda)
+#              and gpt-mini's held-out loss after training on data/fortunes.txt
 #   tests      the bundle's other C test binaries, in the time left
 # Everything goes to one results folder (one log per step, summary.txt).
 #
-# usage: sh device-check.sh [--smoke] [--no-system-icd] [--devices SEL] [RESULTS_DIR]
+# usage: sh device-check.sh [--smoke] [--no-system-icd] [--devices SEL] [--only PATTERNS] [RESULTS_DIR]
 #   --smoke          seconds, not minutes: a few tests, small GEMMs, LeNet-5 only (the CI test)
 #   --no-system-icd  ignore /etc/OpenCL/vendors: only drivers found by the search
 #   --devices SEL    clgrad's device selector (default: gpu when there is one, else all)
+#   --only PATTERNS  run only the steps whose names match these comma-separated shell
+#                    patterns (e.g. 'test-test_prim,torch-*,gpt-*'; `devices` always runs)
 #   RESULTS_DIR      default ./device-check-<date>
 # Environment: CLGRAD_DRIVER_DIRS (more directories to search), DEVICE_CHECK_BUDGET (seconds,
-# default 480), CLGRAD_CACHE_DIR (default RESULTS_DIR/cache; the smoke test reuses the suite's).
+# default 480), CLGRAD_CACHE_DIR (default RESULTS_DIR/cache; the smoke test reuses the suite's),
+# CLGRAD_PEERS_PYTHON (python3), DEVICE_CHECK_TORCH_MODELS (lenet5,vgg-s,resnet-mini).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-smoke=0; sysicd=1; sel=""; res=""
+smoke=0; sysicd=1; sel=""; res=""; only=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --smoke) smoke=1 ;;
     --no-system-icd) sysicd=0 ;;
     --devices) shift; sel="${1:-}" ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    --only) shift; only="${1:-}" ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     -*) echo "device-check: unknown option $1" >&2; exit 2 ;;
     *) res="$1" ;;
     esac
@@ -61,7 +68,7 @@ clgrad="$here/bin/clgrad.real"
 icd="$res/icd"
 mkdir -p "$icd"
 dirs="/usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib /lib/x86_64-linux-gnu /lib64 /usr/local/lib /usr/local/lib64
-      /usr/lib/x86_64-linux-gnu/nvidia/current /usr/lib/nvidia /usr/local/nvidia/lib64 /usr/local/cuda/lib64
+      /usr/lib/x86_64-linux-gnu/nvidia/current /usr/lib/nvidia /usr/lib64/nvidia /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/local/cuda/lib64
       /opt/rocm/lib /opt/rocm/opencl/lib /opt/rocm/lib64 /opt/intel/opencl /usr/lib/x86_64-linux-gnu/intel-opencl
       /usr/lib/wsl/lib /usr/lib/aarch64-linux-gnu ${CLGRAD_DRIVER_DIRS:-}"
 names="libnvidia-opencl.so.1 libamdocl64.so libamdocl-orca64.so libigdrcl.so libpocl.so.2 libpocl.so"
@@ -98,6 +105,16 @@ say "drivers: ${files:-none found}"
 fails=0
 step() { # step NAME LIMIT_S command...  (log: RESULTS/NAME.log)
     name=$1; lim=$2; shift 2
+    if [ -n "$only" ] && [ "$name" != devices ]; then
+        want=0
+        set -f # the patterns are not file names
+        for pat in $(echo "$only" | tr ',' ' '); do
+            # shellcheck disable=SC2254
+            case "$name" in $pat) want=1 ;; esac
+        done
+        set +f
+        [ $want = 1 ] || return 0
+    fi
     left=$((budget - ($(date +%s) - t0)))
     if [ $left -le 5 ]; then say "skip  $name (budget spent)"; return 1; fi
     [ "$lim" -le "$left" ] || lim=$left
@@ -119,6 +136,32 @@ step() { # step NAME LIMIT_S command...  (log: RESULTS/NAME.log)
     command -v rocm-smi >/dev/null 2>&1 && rocm-smi --showproductname
     echo "drivers:$files"; echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 } > "$res/system.log" 2>&1
+
+# ---- PyTorch on the same machine (python3 with torch and a GPU; bench/ scripts in the bundle) ----
+# The same models and recipes as the CPU tables: training throughput, then gpt-mini's
+# held-out loss after as many steps (up to 3000) as clgrad's measured speed fits in ~70 s.
+peers() {
+    py=$(command -v "${CLGRAD_PEERS_PYTHON:-python3}" 2>/dev/null) || py=""
+    [ -n "$py" ] || { say "skip  torch peers (no ${CLGRAD_PEERS_PYTHON:-python3})"; return 0; }
+    [ -f "$here/bench/train_vs_torch.py" ] || { say "skip  torch peers (no bench/ in the bundle)"; return 0; }
+    if ! env -u LD_LIBRARY_PATH "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' \
+        > /dev/null 2>&1; then
+        say "skip  torch peers ($py has no PyTorch with a GPU)"; return 0
+    fi
+    export CLGRAD_PEERS_PYTHON="$py"
+    step torch-train 240 env -u LD_LIBRARY_PATH "$py" "$here/bench/train_vs_torch.py" --clgrad "$here/bin/clgrad" \
+        --models "${DEVICE_CHECK_TORCH_MODELS:-lenet5,vgg-s,resnet-mini}" --sides clgrad,torch2,torch2-cl --devices "$sel" --torch-device cuda \
+        --repeat 1 --json "$res/torch-train.json"
+    step gpt-speed 60 env -u LD_LIBRARY_PATH "$py" "$here/bench/gpt_vs_torch.py" speed --clgrad "$here/bin/clgrad" \
+        --sides clgrad,torch2 --devices "$sel" --torch-device cuda --repeat 1 --json "$res/gpt-speed.json"
+    [ -f "$here/data/fortunes.txt" ] || { say "skip  gpt quality (no data/fortunes.txt in the bundle)"; return 0; }
+    tps=$(sed -n 's/.*"images_per_s": *\([0-9.]*\).*/\1/p' "$res/train-gpt-mini.log" 2>/dev/null | head -n 1)
+    qsteps=$(awk -v r="${tps:-0}" 'BEGIN { s = int(r * 128 * 70 / 4096); if (s > 3000) s = 3000; if (s < 100) s = 100; print s }')
+    say "gpt quality: $qsteps steps (clgrad gpt-mini at ${tps:-?} sequences/s)"
+    step gpt-quality 200 env -u LD_LIBRARY_PATH "$py" "$here/bench/gpt_vs_torch.py" quality --clgrad "$here/bin/clgrad" \
+        --data "$here/data/fortunes.txt" --steps "$qsteps" --sides clgrad,torch2 --devices "$sel" \
+        --torch-device cuda --svg "$res/gpt-quality.svg" --json "$res/gpt-quality.json"
+}
 
 cd "$res" || exit 1 # tests write scratch files relative to the working directory
 step devices 60 "$clgrad" devices || { say "FAIL: clgrad sees no OpenCL device"; exit 1; }
@@ -156,10 +199,11 @@ else
     else
         say "skip  vendor BLAS probe (no nvcc, and no CUDA runtime for the bundle's prebuilt probe)"
     fi
-    for m in lenet5 vgg-s resnet-mini resnet20; do
-        [ -f "$here/models/$m.cfg" ] && step "train-$m" 90 "$clgrad" bench train --model "$here/models/$m.cfg" \
+    for m in lenet5 vgg-s resnet-mini resnet20 gpt-mini; do
+        [ -f "$here/models/$m.cfg" ] && step "train-$m" 60 "$clgrad" bench train --model "$here/models/$m.cfg" \
             --devices "$sel" --steps 20 --warmup 3 --json
     done
+    peers
     for t in $(ls "$here/tests"); do
         case " $first " in *" $t "*) continue ;; esac
         step "test-$t" 90 "$here/tests/$t"

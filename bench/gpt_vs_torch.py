@@ -37,6 +37,8 @@ usage:
 Smoke check with Debian's torch 1.13 only (no torch.compile there):
   /usr/bin/python3 bench/gpt_vs_torch.py speed --sides torch1.13 --steps 2 --warmup 1 --repeat 1
   /usr/bin/python3 bench/gpt_vs_torch.py quality --data F --sides torch1.13 --steps 5 --eval-limit 8
+On a GPU machine: --torch-device cuda runs the PyTorch sides there ($CLGRAD_PEERS_PYTHON
+names the interpreter that has PyTorch) and --devices gpu puts clgrad on the GPU.
 A side whose interpreter, package or model layers are missing is reported as n/a.
 """
 import argparse
@@ -93,7 +95,7 @@ def sched_lr(step, total):
 
 
 # ---------------------------------------------------------------- the PyTorch model
-def build(torch, threads):
+def build(torch, threads, device="cpu"):
     import torch.nn as nn
     import torch.nn.functional as F
 
@@ -145,7 +147,7 @@ def build(torch, threads):
                 x = b(x)
             return self.ln_f(x) @ self.tok.weight.t()  # tied head, no bias
 
-    model = GPT()
+    model = GPT().to(device)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and n not in ("tok.weight", "pos")]
     rest = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and n not in ("tok.weight", "pos"))]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": rest, "weight_decay": 0.0}],
@@ -171,14 +173,16 @@ def worker_speed(a):
     import torch
 
     torch.manual_seed(0)
-    model, opt = build(torch, a.threads)
+    model, opt = build(torch, a.threads, a.torch_device)
     fwd = torch.compile(model) if a.mode == "compile" else model
     g = torch.Generator().manual_seed(1)
-    x = torch.randint(0, VOCAB, (BATCH, CTX), generator=g)
-    y = torch.randint(0, VOCAB, (BATCH, CTX), generator=g)
+    x = torch.randint(0, VOCAB, (BATCH, CTX), generator=g).to(a.torch_device)
+    y = torch.randint(0, VOCAB, (BATCH, CTX), generator=g).to(a.torch_device)
     t0 = time.perf_counter()
     for i in range(a.warmup + a.steps):
         if i == a.warmup:
+            if a.torch_device != "cpu":
+                torch.cuda.synchronize()
             t0 = time.perf_counter()
         loss = train_step(torch, model, fwd, opt, x, y, LR * 0.1)
     loss.item()
@@ -186,7 +190,7 @@ def worker_speed(a):
     return {"tokens_per_s": BATCH * CTX * a.steps / dt, "version": torch.__version__}
 
 
-def heldout_loss(torch, model, tail, limit):
+def heldout_loss(torch, model, tail, limit, device="cpu"):
     import torch.nn.functional as F
 
     n = (len(tail) - 1) // CTX
@@ -197,7 +201,7 @@ def heldout_loss(torch, model, tail, limit):
     with torch.no_grad():
         for b0 in range(0, n, BATCH):
             idx = range(b0, min(n, b0 + BATCH))
-            w = torch.tensor([list(tail[i * CTX:i * CTX + CTX + 1]) for i in idx], dtype=torch.long)
+            w = torch.tensor([list(tail[i * CTX:i * CTX + CTX + 1]) for i in idx], dtype=torch.long).to(device)
             logits = model(w[:, :-1])
             tot += F.cross_entropy(logits.reshape(-1, VOCAB), w[:, 1:].reshape(-1), reduction="sum").item()
             cnt += w.shape[0] * CTX
@@ -209,7 +213,7 @@ def worker_quality(a):
     import torch
 
     torch.manual_seed(a.seed)
-    model, opt = build(torch, a.threads)
+    model, opt = build(torch, a.threads, a.torch_device)
     with open(a.data, "rb") as f:
         head, tail = split_text(f.read())
     n = len(head) // CTX                      # windows per epoch (clgrad's text dataset n)
@@ -222,7 +226,7 @@ def worker_quality(a):
                 break
             pos = range(b * BATCH, min(n, (b + 1) * BATCH))
             w = [window_offset(a.seed, e, p, len(head)) for p in pos]
-            win = torch.tensor([list(head[o:o + CTX + 1]) for o in w], dtype=torch.long)
+            win = torch.tensor([list(head[o:o + CTX + 1]) for o in w], dtype=torch.long).to(a.torch_device)
             loss = train_step(torch, model, model, opt, win[:, :-1], win[:, 1:], sched_lr(step, total))
             step += 1
             if step % 100 == 0:
@@ -230,16 +234,18 @@ def worker_quality(a):
                       file=sys.stderr, flush=True)
         if step >= a.steps and (step % spe) != 0:
             break
-        curve.append((step, heldout_loss(torch, model, tail, a.eval_limit)))  # epoch end, as clgrad
+        curve.append((step, heldout_loss(torch, model, tail, a.eval_limit, a.torch_device)))  # epoch end, as clgrad
         if step >= a.steps:
             break
     if not curve or curve[-1][0] != step:
-        curve.append((step, heldout_loss(torch, model, tail, a.eval_limit)))
+        curve.append((step, heldout_loss(torch, model, tail, a.eval_limit, a.torch_device)))
     return {"curve": curve, "seconds": time.perf_counter() - t0, "version": torch.__version__}
 
 
 # ---------------------------------------------------------------- driver
 def peers_python():
+    if os.environ.get("CLGRAD_PEERS_PYTHON"):
+        return os.environ["CLGRAD_PEERS_PYTHON"]
     return os.path.join(os.environ.get("CLGRAD_PEERS_VENV", "/work/venv-peers"), "bin", "python")
 
 
@@ -259,8 +265,9 @@ def torch_cmd(side, a, worker, extra):
     if not os.access(py, os.X_OK):
         return None, "no interpreter %s" % py
     mode = "compile" if side == "torch2-compile" else "eager"
-    cmd = [py, os.path.abspath(__file__), "--worker", worker, "--mode", mode, "--threads", str(a.threads)] + extra
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    cmd = [py, os.path.abspath(__file__), "--worker", worker, "--mode", mode, "--threads", str(a.threads),
+           "--torch-device", a.torch_device] + extra
+    env = dict(os.environ) if a.torch_device != "cpu" else dict(os.environ, CUDA_VISIBLE_DEVICES="")
     env.pop("PYTHONPATH", None)
     return (cmd, env), ""
 
@@ -418,6 +425,7 @@ def main():
     ap.add_argument("--svg", default="gpt_vs_torch.svg")
     ap.add_argument("--timeout", type=int, default=7200, help="seconds per measurement")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--torch-device", default="cpu", help="PyTorch's device (cpu; cuda on a GPU machine)")
     ap.add_argument("--worker", choices=["speed", "quality"])  # internal
     ap.add_argument("--mode", default="eager", choices=["eager", "compile"])
     a = ap.parse_args()

@@ -16,6 +16,8 @@ Sides (--sides, comma list):
   torch2-compile  PyTorch 2.x torch.compile, NCHW   }  $CLGRAD_PEERS_VENV or
   tinygrad        tinygrad, DEV=CL (OpenCL on PoCL) }  /work/venv-peers)
 A side whose interpreter or package is missing is reported as n/a.
+On a GPU machine: --torch-device cuda runs the PyTorch sides there ($CLGRAD_PEERS_PYTHON names
+the interpreter that has PyTorch) and --devices gpu puts clgrad on the GPU.
 
 usage: /usr/bin/python3 bench/train_vs_torch.py [--clgrad build/tools/clgrad]
            [--models lenet5,vgg-s,resnet-mini] [--sides ...] [--batch 128] [--steps 20] [--warmup 3]
@@ -77,9 +79,9 @@ def worker_torch(a):
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    model = torch_models(nn)[a.model]()
-    x = torch.randn(a.batch, 1, 28, 28)
-    y = torch.randint(0, 10, (a.batch,))
+    model = torch_models(nn)[a.model]().to(a.torch_device)
+    x = torch.randn(a.batch, 1, 28, 28).to(a.torch_device)
+    y = torch.randint(0, 10, (a.batch,)).to(a.torch_device)
     if a.mode == "channels-last":
         model = model.to(memory_format=torch.channels_last)
         x = x.contiguous(memory_format=torch.channels_last)
@@ -90,6 +92,8 @@ def worker_torch(a):
     t0 = time.perf_counter()
     for i in range(a.warmup + a.steps):
         if i == a.warmup:
+            if a.torch_device != "cpu":
+                torch.cuda.synchronize()
             t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(fwd(x), y)
@@ -180,6 +184,8 @@ def worker_tinygrad(a):
 
 # ---------------------------------------------------------------- driver
 def peers_python():
+    if os.environ.get("CLGRAD_PEERS_PYTHON"):
+        return os.environ["CLGRAD_PEERS_PYTHON"]
     venv = os.environ.get("CLGRAD_PEERS_VENV", "/work/venv-peers")
     return os.path.join(venv, "bin", "python")
 
@@ -200,8 +206,9 @@ def run_side(side, a, model):
         mode = {"torch2-cl": "channels-last", "torch2-compile": "compile"}.get(side, "eager")
         steps, warmup = (a.tinygrad_steps, max(a.warmup, 2)) if side == "tinygrad" else (a.steps, a.warmup)
         cmd = [py, os.path.abspath(__file__), "--worker", worker, "--mode", mode, "--model", model,
-               "--batch", str(a.batch), "--steps", str(steps), "--warmup", str(warmup), "--threads", str(a.threads)]
-        env = dict(os.environ, CUDA_VISIBLE_DEVICES="", DEV="CL")
+               "--batch", str(a.batch), "--steps", str(steps), "--warmup", str(warmup), "--threads", str(a.threads),
+               "--torch-device", a.torch_device]
+        env = dict(os.environ, DEV="CL") if a.torch_device != "cpu" else dict(os.environ, CUDA_VISIBLE_DEVICES="", DEV="CL")
         env.pop("PYTHONPATH", None)
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout, env=env)
@@ -232,6 +239,7 @@ def main():
     ap.add_argument("--tinygrad-rounds", type=int, default=1, help="rounds that include tinygrad (slow)")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per measurement")
     ap.add_argument("--json", default=None, help="write every measurement to this file")
+    ap.add_argument("--torch-device", default="cpu", help="PyTorch's device (cpu; cuda on a GPU machine)")
     # worker mode (internal)
     ap.add_argument("--worker", choices=["torch", "tinygrad"])
     ap.add_argument("--mode", default="eager", choices=["eager", "channels-last", "compile"])

@@ -13,6 +13,9 @@
 #                         source tree
 #   models/               the shipped models
 #   device-check.sh       bench/device-check.sh: run it there
+#   bench/                the PyTorch twins (train_vs_torch.py, gpt_vs_torch.py)
+#   data/fortunes.txt     the demo text corpus (tools/text-demo.sh), where
+#                         /usr/share/games/fortunes exists here
 #   bin/cublas_probe      where nvcc is found here: cuBLAS SGEMM 2048^3
 #                         (bench/cublas_probe.cu; needs CUDA's libcublas there)
 #   MANIFEST              what is in here, with sizes and the build's commit
@@ -79,6 +82,14 @@ missing=$(for b in $bins; do ldd "$b" 2>/dev/null | grep "not found" || true; do
 
 cp "$src"/models/*.cfg "$src/models/README.md" "$out/models/"
 cp "$src/bench/device-check.sh" "$out/device-check.sh"
+# the PyTorch twins of the shipped models (device-check's peers step) and the
+# demo text corpus where this machine has it (CLGRAD_BUNDLE_TEXT=0: not)
+mkdir -p "$out/bench"
+cp "$src/bench/train_vs_torch.py" "$src/bench/gpt_vs_torch.py" "$out/bench/"
+if [ -d /usr/share/games/fortunes ] && [ "${CLGRAD_BUNDLE_TEXT:-1}" != 0 ]; then
+    mkdir -p "$out/data"
+    CLGRAD_DATA_DIR="$out/data" sh "$src/tools/text-demo.sh" > /dev/null
+fi
 cp "$src/bench/cublas_probe.cu" "$out/cublas_probe.cu"
 # the cuBLAS probe, prebuilt where nvcc is here (CLGRAD_BUNDLE_CUBLAS=0: not);
 # libcublas itself is not bundled (hundreds of MiB): it runs where CUDA is
