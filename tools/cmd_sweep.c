@@ -97,7 +97,8 @@ const cli_spec cli_spec_sweep = {
              "recorded as failed; one whose process dies is retried once. The live table\n"
              "and an ETA go to stderr; the ranking to stdout (--json for tools), with\n"
              "DIR/results.csv, DIR/best.cfg (the best configuration as a model file) and\n"
-             "DIR/sweep.svg (validation curves, parameter vs metric).",
+             "DIR/sweep.svg (validation curves, parameter vs metric). Under mpirun, rank 0\n"
+             "runs the search and every rank runs trials on its host's devices (DIR shared).",
     .opts = opts,
     .positional = cli_model_positional,
     .notes = "example: clgrad sweep lenet5 --data fashion-mnist --dir sw --method asha --trials 27\n"
