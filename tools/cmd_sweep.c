@@ -603,9 +603,12 @@ static int start_job(sweep_state *s, slot *sl, const sw_job *job)
         snprintf(w.note, sizeof w.note, "finished before the sweep was interrupted");
         return record(s, &w);
     }
+    char where[48] = "";
+    if (s->nranks > 1)
+        snprintf(where, sizeof where, " of rank %d", sl->rank);
     if (s->cfg->o.c.verbose)
-        fprintf(stderr, "  trial %4d rung %d (%3d ep) started on device(s) %s of rank %d\n", job->trial, job->rung,
-                job->epochs, sl->devices, sl->rank);
+        fprintf(stderr, "  trial %4d rung %d (%3d ep) started on device(s) %s%s\n", job->trial, job->rung,
+                job->epochs, sl->devices, where);
     return spawn(s, sl) ? CLI_FAIL : CLI_OK;
 }
 
