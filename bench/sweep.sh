@@ -17,12 +17,30 @@
 #     Target: ASHA's best within 0.3 points of the baseline's best, with <=
 #     35% of its epochs. Hours on CPUs: meant for GPUs (DEVICES=gpu).
 #
+#   bench/sweep.sh asha [BUILD_DIR] --subset N
+#     The same, scaled down to run in minutes on CPUs: every trial trains on
+#     N images of the training split per epoch (the first N after the
+#     hold-out: --limit-train N) and is ranked on a validation split of
+#     VAL_FRACTION of the training set (default 0.01 here, 600 images;
+#     else 0.1); the warm-up is scaled to half an epoch of N images.
+#     Figures of this run are of the scaled-down problem, not of VGG-S on
+#     the whole of Fashion-MNIST.
+#
 # Prints one line per run and a summary; the sweep directories stay under
 # OUT (default /tmp/clgrad-bench-sweep) for their results.csv and plots.
 set -u
 cd "$(dirname "$0")/.."
 target=${1:-parallel}
-build=${2:-build}
+[ $# -gt 0 ] && shift
+build=build
+subset=${SUBSET:-}
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --subset) subset=${2:?--subset needs N}; shift 2 ;;
+    --subset=*) subset=${1#--subset=}; shift ;;
+    *) build=$1; shift ;;
+    esac
+done
 clgrad="$build/tools/clgrad"
 [ -x "$clgrad" ] || { echo "no $clgrad: build first" >&2; exit 2; }
 out=${OUT:-/tmp/clgrad-bench-sweep}
@@ -52,8 +70,8 @@ parallel)
     timed warm lenet5 --param lr=0.01 --max-epochs 1 --limit-train 512 --devices 0 >/dev/null
     r=1; par=""; seq=""
     while [ $r -le "$rounds" ]; do
-        p=$(timed "par$r" $grid --devices 0,1)
-        s=$(timed "seq$r" $grid --devices 0)
+        p=$(timed "par$r" $grid --devices 0,1) || exit 1
+        s=$(timed "seq$r" $grid --devices 0) || exit 1
         echo "round $r: 4 trials x $epochs epochs: two devices ${p} s, one device ${s} s"
         par="$par $p"; seq="$seq $s"; r=$((r + 1))
     done
@@ -65,9 +83,15 @@ asha)
     devices=${DEVICES:-all}
     seed=${SEED:-1}
     space="--param lr=log:0.003:0.1 --param momentum=uniform:0.8:0.95 --param weight_decay=0,0.0005"
+    small="--val-fraction ${VAL_FRACTION:-0.1}"
+    if [ -n "$subset" ]; then # N images an epoch; warm-up: half an epoch of them (VGG-S: batch 64)
+        small="--limit-train $subset --val-fraction ${VAL_FRACTION:-0.01} --param warmup=$(( (subset + 127) / 128 ))"
+        echo "scaled down: $subset training images per epoch, validation fraction ${VAL_FRACTION:-0.01}"
+    fi
     a=$(timed asha vgg-s --method asha --trials 27 --reduction 3 --min-epochs 1 --max-epochs 9 --seed "$seed" \
-        $space --devices "$devices")
-    f=$(timed full vgg-s --method random --trials 27 --max-epochs 9 --seed "$seed" $space --devices "$devices")
+        $space $small --devices "$devices") || exit 1
+    f=$(timed full vgg-s --method random --trials 27 --max-epochs 9 --seed "$seed" $space $small --devices "$devices") ||
+        exit 1
     python3 - "$out" "$a" "$f" <<'PYEOF'
 import csv, sys
 out, ta, tf = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
@@ -87,7 +111,7 @@ print(f"asha - full: {100 * (ba - bf):+.2f} points (target >= -0.3) with {100 * 
 PYEOF
     ;;
 *)
-    echo "usage: bench/sweep.sh parallel|asha [BUILD_DIR]" >&2
+    echo "usage: bench/sweep.sh parallel|asha [BUILD_DIR] [--subset N]" >&2
     exit 2
     ;;
 esac

@@ -97,7 +97,8 @@ const cli_spec cli_spec_sweep = {
              "recorded as failed; one whose process dies is retried once. The live table\n"
              "and an ETA go to stderr; the ranking to stdout (--json for tools), with\n"
              "DIR/results.csv, DIR/best.cfg (the best configuration as a model file) and\n"
-             "DIR/sweep.svg (validation curves, parameter vs metric).",
+             "DIR/sweep.svg (validation curves, parameter vs metric). Under mpirun, rank 0\n"
+             "runs the search and every rank runs trials on its host's devices (DIR shared).",
     .opts = opts,
     .positional = cli_model_positional,
     .notes = "example: clgrad sweep lenet5 --data fashion-mnist --dir sw --method asha --trials 27\n"
@@ -292,7 +293,9 @@ static int read_space_file(const char *path, sw_space *sp)
 // ---- the run ----
 
 typedef struct slot {
-    pid_t pid;
+    pid_t pid;    /* the trial's process; -1: running on another rank */
+    int rank;     /* the rank that runs the slot's jobs (mpirun; else 0) */
+    int rslot;    /* the slot's index on that rank */
     sw_job job;
     double start; /* Unix time */
     int retries;
@@ -312,6 +315,7 @@ typedef struct sweep_state {
     long epochs_done;   /* epochs of the jobs finished so far (all runs) */
     long epochs_here;   /* of those finished by this process */
     int jobs_done;
+    int rank, nranks; /* under mpirun: this process's rank and the ranks */
 } sweep_state;
 
 /* Unix time in whole milliseconds (what results.csv holds, so a resumed
@@ -387,10 +391,30 @@ static void failure_note(const sweep_state *s, int trial, sweep_row *w)
         w->step = strtoll(d + strlen("diverged at step "), NULL, 10);
 }
 
-/* Starts `clgrad train` for a job: output to trial-NNNN/train.log; dies
- * with the sweep (Linux: parent-death signal), so a killed sweep leaves no
- * trial running beside the one that resumes it. */
-static int spawn(sweep_state *s, slot *sl)
+/* The environment of a trial's process: this one's without an MPI
+ * launcher's variables, so that under mpirun a trial is a process of its
+ * own, not one more rank. malloc'd (the strings are environ's). */
+static char **child_env(void)
+{
+    extern char **environ;
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **env = malloc((n + 1) * sizeof *env);
+    if (!env)
+        return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "OMPI_", 5) && strncmp(environ[i], "PMIX_", 5) && strncmp(environ[i], "PMI_", 4))
+            env[k++] = environ[i];
+    env[k] = NULL;
+    return env;
+}
+
+/* Starts `clgrad train` for a job on this process's devices: output to
+ * trial-NNNN/train.log; dies with the sweep (Linux: parent-death signal),
+ * so a killed sweep leaves no trial running beside the one that resumes it. */
+static int spawn_local(sweep_state *s, slot *sl)
 {
     const sweep_opts *o = &s->cfg->o;
     int trial = sl->job.trial;
@@ -424,8 +448,18 @@ static int spawn(sweep_state *s, slot *sl)
     int fd = open(out, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0)
         return cli_fail("sweep: %s: %s", out, strerror(errno)), -1;
-    dprintf(fd, "---- clgrad sweep: trial %d rung %d (%d epochs) on device(s) %s%s\n", trial, sl->job.rung,
-            sl->job.epochs, sl->devices, access(last, F_OK) == 0 ? ", resumed" : "");
+    char where[48] = "";
+    if (s->nranks > 1)
+        snprintf(where, sizeof where, " of rank %d", s->rank);
+    dprintf(fd, "---- clgrad sweep: trial %d rung %d (%d epochs) on device(s) %s%s%s\n", trial, sl->job.rung,
+            sl->job.epochs, sl->devices, where, access(last, F_OK) == 0 ? ", resumed" : "");
+    char **env = child_env();
+    long maxfd = sysconf(_SC_OPEN_MAX);
+    maxfd = maxfd < 0 || maxfd > 65536 ? 65536 : maxfd;
+    if (!env) {
+        close(fd);
+        return cli_fail("sweep: out of memory"), -1;
+    }
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid == 0) {
@@ -439,13 +473,27 @@ static int spawn(sweep_state *s, slot *sl)
             dup2(in, 0);
         dup2(fd, 1);
         dup2(fd, 2);
-        execv(s->self, args);
+        for (long i = 3; i < maxfd; i++) /* an MPI rank's sockets and shared memory stay with it */
+            close((int)i);
+        execve(s->self, args, env);
         _exit(127);
     }
+    free(env);
     close(fd);
     if (pid < 0)
         return cli_fail("sweep: cannot start a trial: %s", strerror(errno)), -1;
     sl->pid = pid;
+    return 0;
+}
+
+/* Starts a slot's job: here, or (mpirun) posted to the slot's rank. */
+static int spawn(sweep_state *s, slot *sl)
+{
+    if (sl->rank == s->rank)
+        return spawn_local(s, sl);
+    if (sweep_ranks_post(s->cfg->o.dir, sl->rank, sl->rslot, &sl->job))
+        return -1;
+    sl->pid = -1;
     return 0;
 }
 
@@ -501,7 +549,10 @@ static int job_ended(sweep_state *s, slot *sl, int status)
 {
     sweep_row w = {.trial = sl->job.trial, .rung = sl->job.rung, .epochs = sl->job.epochs, .start = sl->start,
                    .end = wall_now(), .val_loss = NAN, .val_acc = NAN, .train_loss = NAN, .train_acc = NAN};
-    snprintf(w.devices, sizeof w.devices, "%s", sl->devices);
+    if (s->nranks > 1)
+        snprintf(w.devices, sizeof w.devices, "r%d:%s", sl->rank, sl->devices);
+    else
+        snprintf(w.devices, sizeof w.devices, "%s", sl->devices);
     for (char *c = w.devices; *c; c++)
         *c = *c == ',' ? '+' : *c;
     sl->pid = 0;
@@ -552,10 +603,61 @@ static int start_job(sweep_state *s, slot *sl, const sw_job *job)
         snprintf(w.note, sizeof w.note, "finished before the sweep was interrupted");
         return record(s, &w);
     }
+    char where[48] = "";
+    if (s->nranks > 1)
+        snprintf(where, sizeof where, " of rank %d", sl->rank);
     if (s->cfg->o.c.verbose)
-        fprintf(stderr, "  trial %4d rung %d (%3d ep) started on device(s) %s\n", job->trial, job->rung,
-                job->epochs, sl->devices);
+        fprintf(stderr, "  trial %4d rung %d (%3d ep) started on device(s) %s%s\n", job->trial, job->rung,
+                job->epochs, sl->devices, where);
     return spawn(s, sl) ? CLI_FAIL : CLI_OK;
+}
+
+/* Waits for a trial's process to end (one process, no other ranks). */
+static int wait_ended(sweep_state *s)
+{
+    int status;
+    pid_t pid = waitpid(-1, &status, 0);
+    if (pid < 0)
+        return errno == EINTR ? CLI_OK : cli_fail("sweep: waitpid: %s", strerror(errno));
+    for (int i = 0; i < s->nslots; i++)
+        if (s->slots[i].pid == pid)
+            return job_ended(s, &s->slots[i], status);
+    return CLI_OK;
+}
+
+/* mpirun: polls this rank's processes and the other ranks' mailboxes
+ * until some job ends (every 50 ms). */
+static int poll_ended(sweep_state *s)
+{
+    for (;;) {
+        int status, ended = 0;
+        pid_t pid;
+        while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
+            for (int i = 0; i < s->nslots; i++)
+                if (s->slots[i].pid == pid) {
+                    int rc = job_ended(s, &s->slots[i], status);
+                    if (rc != CLI_OK)
+                        return rc;
+                    ended++;
+                }
+        if (pid < 0 && errno != ECHILD && errno != EINTR)
+            return cli_fail("sweep: waitpid: %s", strerror(errno));
+        for (int i = 0; i < s->nslots; i++) {
+            slot *sl = &s->slots[i];
+            int got = sl->pid == -1 ? sweep_ranks_collect(s->cfg->o.dir, sl->rank, sl->rslot, &status) : 0;
+            if (got < 0)
+                return CLI_FAIL;
+            if (got) {
+                int rc = job_ended(s, sl, status);
+                if (rc != CLI_OK)
+                    return rc;
+                ended++;
+            }
+        }
+        if (ended)
+            return CLI_OK;
+        usleep(50000);
+    }
 }
 
 /* Runs jobs on the free slots until the search ends. */
@@ -574,19 +676,38 @@ static int run_loop(sweep_state *s)
         }
         if (!running) /* nothing runs, so the search has nothing left to hand out */
             return CLI_OK;
-        int status;
-        pid_t pid = waitpid(-1, &status, 0);
-        if (pid < 0) {
-            if (errno == EINTR)
-                continue;
-            return cli_fail("sweep: waitpid: %s", strerror(errno));
+        int rc = s->nranks > 1 ? poll_ended(s) : wait_ended(s);
+        if (rc != CLI_OK)
+            return rc;
+    }
+}
+
+/* mpirun, a rank other than 0: runs the jobs rank 0 posts to its slots and
+ * posts back how their processes ended, until rank 0 says the end. */
+static int worker_loop(sweep_state *s)
+{
+    const char *dir = s->cfg->o.dir;
+    for (;;) {
+        int busy = 0;
+        for (int i = 0; i < s->nslots; i++) {
+            slot *sl = &s->slots[i];
+            int got = sl->pid == 0 ? sweep_ranks_take(dir, s->rank, i, &sl->job) : 0;
+            if (got < 0 || (got && spawn_local(s, sl)))
+                return CLI_FAIL;
+            busy += sl->pid != 0;
         }
-        for (int i = 0; i < s->nslots; i++)
-            if (s->slots[i].pid == pid) {
-                int rc = job_ended(s, &s->slots[i], status);
-                if (rc != CLI_OK)
-                    return rc;
-            }
+        int status;
+        pid_t pid;
+        while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
+            for (int i = 0; i < s->nslots; i++)
+                if (s->slots[i].pid == pid) {
+                    s->slots[i].pid = 0;
+                    if (sweep_ranks_done(dir, s->rank, i, status))
+                        return CLI_FAIL;
+                }
+        if (!busy && sweep_ranks_ended(dir))
+            return CLI_OK;
+        usleep(50000);
     }
 }
 
@@ -727,16 +848,104 @@ static int make_slots(sweep_state *s)
     return CLI_OK;
 }
 
+typedef struct rank_hello {
+    char host[256];
+    int n;
+    char groups[64][32];
+} rank_hello;
+
+/* mpirun: the ranks meet (rank 0 has made the directory and emptied
+ * DIR/ranks/). Each says its host and device groups; the ranks on one
+ * host share its groups out (the l-th of L ranks there takes groups l,
+ * l + L, ...), so ranks beside each other never run two trials on one
+ * device. Rank 0 gets a slot for every rank's groups, the others their own. */
+static int meet_ranks(sweep_state *s)
+{
+    const char *dir = s->cfg->o.dir;
+    char host[256] = "";
+    if (clg_mpi_barrier() != CLG_OK)
+        return cli_fail("sweep: %s", clg_last_error(NULL));
+    if (gethostname(host, sizeof host - 1))
+        snprintf(host, sizeof host, "?");
+    rank_hello *h = calloc((size_t)s->nranks, sizeof *h);
+    slot *ns = calloc((size_t)s->nranks * 64, sizeof *ns);
+    if (!h || !ns) {
+        free(h);
+        free(ns);
+        return cli_fail("sweep: out of memory");
+    }
+    for (int i = 0; i < s->nslots; i++)
+        snprintf(h[0].groups[i], sizeof h[0].groups[i], "%s", s->slots[i].devices);
+    int rc = sweep_ranks_hello(dir, s->rank, host, s->nslots, (const char(*)[32])h[0].groups) ? CLI_FAIL : CLI_OK;
+    if (rc == CLI_OK && clg_mpi_barrier() != CLG_OK)
+        rc = cli_fail("sweep: %s", clg_last_error(NULL));
+    for (int r = 0; r < s->nranks && rc == CLI_OK; r++)
+        if (sweep_ranks_read_hello(dir, r, h[r].host, sizeof h[r].host, &h[r].n, h[r].groups, 64))
+            rc = CLI_FAIL;
+    int k = 0;
+    for (int r = 0; r < s->nranks && rc == CLI_OK; r++) {
+        if (s->rank != 0 && r != s->rank)
+            continue;
+        int l = 0, L = 0, idx = 0;
+        for (int q = 0; q < s->nranks; q++)
+            if (strcmp(h[q].host, h[r].host) == 0) {
+                L++;
+                l += q < r;
+            }
+        for (int g = l; g < h[r].n; g += L, k++) {
+            ns[k].rank = r;
+            ns[k].rslot = idx++;
+            snprintf(ns[k].devices, sizeof ns[k].devices, "%s", h[r].groups[g]);
+        }
+    }
+    free(h);
+    if (rc != CLI_OK) {
+        free(ns);
+        return rc;
+    }
+    free(s->slots);
+    s->slots = ns;
+    s->nslots = k;
+    if (k == 0 && s->rank != 0)
+        fprintf(stderr, "sweep: rank %d: no device group left to it on its host; it runs no trial\n", s->rank);
+    return CLI_OK;
+}
+
+/* The sweep's line on stderr, then the run; under mpirun, rank 0 ends the
+ * other ranks' loops when the search is over. */
+static int run_sweep(sweep_state *s)
+{
+    const sweep_opts *o = &s->cfg->o;
+    if (s->rank != 0)
+        return worker_loop(s);
+    fprintf(stderr, "sweep: %d trial(s), %s%s, %d job(s) at a time on device(s)", s->sched.ntrials, o->method,
+            strcmp(o->method, "asha") ? "" : !strcmp(o->promotion, "sync") ? " (sync)" : " (async)", s->nslots);
+    for (int i = 0; i < s->nslots; i++) {
+        if (s->nranks > 1)
+            fprintf(stderr, " r%d:%s%s", s->slots[i].rank, s->slots[i].devices, i + 1 < s->nslots ? "," : "");
+        else
+            fprintf(stderr, " %s%s", s->slots[i].devices, i + 1 < s->nslots ? "," : "");
+    }
+    fprintf(stderr, "; budget %ld epochs%s\n", sw_budget_epochs(&s->sched),
+            s->nranks > 1 ? " (under mpirun: rank 0 hands out the jobs)" : "");
+    s->t0 = cli_now();
+    int rc = run_loop(s);
+    if (s->nranks > 1 && sweep_ranks_end(o->dir) && rc == CLI_OK)
+        rc = CLI_FAIL;
+    if (rc == CLI_OK && sweep_finish(&s->run, o->c.json, cli_now() - s->t0) == 0)
+        rc = cli_fail("sweep: every trial failed (see %s/results.csv and the trials' train.log)", o->dir);
+    return rc;
+}
+
 int cmd_sweep(int argc, char **argv)
 {
     sweep_cfg *cfg = calloc(1, sizeof *cfg);
     sweep_state *s = calloc(1, sizeof *s);
     int rc = cfg && s ? parse_options(cfg, argc, argv) : cli_fail("sweep: out of memory");
-    if (rc == CLI_OK && clg_mpi_size() > 1)
-        rc = cli_fail("sweep: under mpirun is not supported yet: run the sweep as one process (--devices-per-trial "
-                      "for trials on several devices)");
     if (rc == CLI_OK) {
         s->cfg = cfg;
+        s->rank = clg_mpi_rank();
+        s->nranks = clg_mpi_size();
         rc = setup_search(s);
     }
     if (rc == CLI_OK) {
@@ -748,20 +957,14 @@ int cmd_sweep(int argc, char **argv)
     }
     if (rc == CLI_OK)
         rc = make_slots(s);
-    if (rc == CLI_OK)
+    if (rc == CLI_OK && s->rank == 0)
         rc = prepare_dir(s);
-    if (rc == CLI_OK) {
-        fprintf(stderr, "sweep: %d trial(s), %s%s, %d job(s) at a time on device(s)", s->sched.ntrials,
-                cfg->o.method, strcmp(cfg->o.method, "asha") ? "" : !strcmp(cfg->o.promotion, "sync") ? " (sync)" : " (async)",
-                s->nslots);
-        for (int i = 0; i < s->nslots; i++)
-            fprintf(stderr, " %s%s", s->slots[i].devices, i + 1 < s->nslots ? "," : "");
-        fprintf(stderr, "; budget %ld epochs\n", sw_budget_epochs(&s->sched));
-        s->t0 = cli_now();
-        rc = run_loop(s);
-    }
-    if (rc == CLI_OK && sweep_finish(&s->run, cfg->o.c.json, cli_now() - s->t0) == 0)
-        rc = cli_fail("sweep: every trial failed (see %s/results.csv and the trials' train.log)", cfg->o.dir);
+    if (rc == CLI_OK && s->rank == 0 && s->nranks > 1 && sweep_ranks_reset(cfg->o.dir))
+        rc = CLI_FAIL;
+    if (rc == CLI_OK && s->nranks > 1)
+        rc = meet_ranks(s);
+    if (rc == CLI_OK)
+        rc = run_sweep(s);
     if (s) {
         sw_sched_free(&s->sched);
         free(s->run.rows);

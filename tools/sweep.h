@@ -16,7 +16,7 @@ typedef struct sweep_row {
     double val_loss, val_acc, train_loss, train_acc; /* NAN: none */
     double start, end;                               /* wall-clock seconds (Unix time) */
     long long step;                                  /* steps done; a failure: the step it failed at (-1: unknown) */
-    char devices[32];                                /* the device indices it ran on: "0" or "0+1" */
+    char devices[48];                                /* the device indices it ran on: "0", "0+1"; mpirun: "r1:0" */
     char note[160];                                  /* why it failed, a retry */
 } sweep_row;
 
@@ -56,5 +56,25 @@ int sweep_results_read(sweep_run *r, char *why, size_t cap);
 int sweep_finish(const sweep_run *r, int json, double seconds);
 /* DIR/sweep.svg (sweep_svg.c): the trials' curves, order: the ranking. */
 void sweep_svg(const sweep_run *r, const int *order);
+
+/* Under mpirun (sweep_ranks.c): rank 0 runs the search and hands jobs to
+ * the other ranks through files in DIR/ranks/, written atomically. Each
+ * returns 0, or -1 with a message printed; the takers 1 when a file was
+ * there (read and removed), 0 when not. */
+/* Empties (makes) DIR/ranks/: rank 0, before the ranks meet. */
+int sweep_ranks_reset(const char *dir);
+/* A rank's host name and its device groups (--devices of a trial each). */
+int sweep_ranks_hello(const char *dir, int rank, const char *host, int ngroups, const char (*groups)[32]);
+int sweep_ranks_read_hello(const char *dir, int rank, char *host, size_t hcap, int *ngroups, char (*groups)[32],
+                           int maxg);
+/* Rank 0 posts a job to slot `slot` of rank `rank`; that rank takes it. */
+int sweep_ranks_post(const char *dir, int rank, int slot, const sw_job *job);
+int sweep_ranks_take(const char *dir, int rank, int slot, sw_job *job);
+/* The job's process ended with wait status `status`; rank 0 collects it. */
+int sweep_ranks_done(const char *dir, int rank, int slot, int status);
+int sweep_ranks_collect(const char *dir, int rank, int slot, int *status);
+/* Rank 0: the search is over, the other ranks may leave. */
+int sweep_ranks_end(const char *dir);
+int sweep_ranks_ended(const char *dir);
 
 #endif

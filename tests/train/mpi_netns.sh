@@ -5,7 +5,8 @@
 # (`ip netns exec`; its own UTS namespace, so another host name), MPI traffic
 # and Open MPI's own channel only on that subnet (btl tcp, btl/oob_tcp_if_include).
 # Weights after 20 steps equal one process x one device within 1e-5; bench
-# allreduce runs across the link. Skips (77) where namespaces cannot be made.
+# allreduce runs across the link; a 4-trial clgrad sweep runs a trial on each
+# of the two hosts' two devices. Skips (77) where namespaces cannot be made.
 # usage: mpi_netns.sh PATH/TO/clgrad PYTHON MPI_BUILT(0|1)
 clgrad="$1"; py="$2"; built="$3"
 [ "$built" = 1 ] || { echo "skip: clgrad built without MPI" >&2; exit 77; }
@@ -66,5 +67,12 @@ else
 fi
 on2 "$clgrad" bench allreduce --max-mib 4 >"$tmp/o" 2>&1 || { tail -5 "$tmp/o"; fail "2-host bench allreduce"; }
 grep -E "^ *4194304 |link" "$tmp/o"
+# clgrad sweep over the two hosts (issue 25): rank 0 hands the 4 trials out, each
+# rank runs them on its own host's two devices (one host's ranks share its devices)
+POCL_DEVICES="basic basic" on2 "$clgrad" sweep "$tmp/m.cfg" --data "$tmp/data" --dir "$tmp/sw" --max-epochs 1 \
+    --val-fraction 0.25 --param learning_rate=0.005,0.01,0.02,0.04 >"$tmp/o" 2>&1 || { tail -5 "$tmp/o"; fail "2-host sweep"; }
+"$py" -c 'import csv, sys; d = sorted(r["devices"] for r in csv.DictReader(open(sys.argv[1])) if r["state"] == "ok")
+sys.exit(0 if d == ["r0:0", "r0:1", "r1:0", "r1:1"] else print("  trials ran on", d) or 1)' "$tmp/sw/results.csv" ||
+    fail "2-host sweep: the 4 trials did not run one on each device of the two hosts"
 echo "mpi-netns: $fails failure(s)"
 [ "$fails" -eq 0 ]
