@@ -117,23 +117,8 @@ sleep 0.3 # the trials die with the sweep
 n=$((n + 1))
 "$clgrad" sweep --dir "$tmp/a2" --resume >/dev/null 2>"$tmp/a2r.err" || { fail "resume: exit $?"; tail -5 "$tmp/a2r.err"; }
 grep -q "resuming" "$tmp/a2r.err" || fail "resume did not say so"
-"$py" - "$tmp/a1/results.csv" "$tmp/a2.before.csv" "$tmp/a2/results.csv" <<'PYEOF' || fail "kill + resume (above)"
-import csv, sys
-full, before, after = (list(csv.DictReader(open(p))) for p in sys.argv[1:])
-bad = []
-key = lambda r: (int(r["trial"]), int(r["rung"]))
-if len(full) != 9: bad.append(f"uninterrupted: {len(full)} jobs, expected 6 + 3")
-if len(before) >= len(full): bad.append(f"the kill came after the end ({len(before)} jobs)")
-for b, a in zip(before, after):
-    if a != b: bad.append(f"a finished job changed on resume:\n    {b}\n    {a}")
-keys = [key(r) for r in after]
-if len(set(keys)) != len(keys): bad.append(f"a job ran twice: {sorted(keys)}")
-fm = {key(r): (r["state"], r["val_loss"], r["val_acc"], r["lr"], r["momentum"]) for r in full}
-am = {key(r): (r["state"], r["val_loss"], r["val_acc"], r["lr"], r["momentum"]) for r in after}
-if fm != am: bad.append(f"results differ from the uninterrupted sweep:\n    {sorted(fm.items())}\n    {sorted(am.items())}")
-for b in bad: print("  " + b)
-sys.exit(1 if bad else 0)
-PYEOF
+"$py" "$(dirname "$0")/resume_check.py" "$tmp/a1/results.csv" "$tmp/a2.before.csv" "$tmp/a2/results.csv" ||
+    fail "kill + resume (above)"
 n=$((n + 1))
 "$clgrad" sweep --dir "$tmp/a2" --resume --param lr=0.1 >/dev/null 2>&1; [ $? -eq 2 ] || fail "--resume with --param: not a usage error"
 n=$((n + 1))

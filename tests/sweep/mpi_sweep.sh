@@ -103,21 +103,8 @@ left=$(ps -eo args= | grep -c "[t]rain $tmp/a2/")
 n=$((n + 1))
 mpi "$clgrad" sweep --dir "$tmp/a2" --resume >/dev/null 2>"$tmp/a2r.err" || { fail "resume under mpirun: exit $?"; tail -5 "$tmp/a2r.err"; }
 grep -q "resuming" "$tmp/a2r.err" || fail "resume did not say so"
-"$py" - "$tmp/a1/results.csv" "$tmp/a2.before.csv" "$tmp/a2/results.csv" <<'PYEOF' || fail "kill + resume under mpirun (above)"
-import csv, sys
-full, before, after = (list(csv.DictReader(open(p))) for p in sys.argv[1:])
-bad = []
-key = lambda r: (int(r["trial"]), int(r["rung"]))
-if len(full) != 9: bad.append(f"uninterrupted: {len(full)} jobs, expected 6 + 3")
-if len(before) >= len(full): bad.append(f"the kill came after the end ({len(before)} jobs)")
-for b, a in zip(before, after):
-    if a != b: bad.append(f"a finished job changed on resume:\n    {b}\n    {a}")
-keys = [key(r) for r in after]
-if len(set(keys)) != len(keys): bad.append(f"a job ran twice: {sorted(keys)}")
-if len(after) != len(full): bad.append(f"{len(after)} jobs after the resume, {len(full)} uninterrupted")
-for b in bad: print("  " + b)
-sys.exit(1 if bad else 0)
-PYEOF
+"$py" "$(dirname "$0")/resume_check.py" "$tmp/a1/results.csv" "$tmp/a2.before.csv" "$tmp/a2/results.csv" ||
+    fail "kill + resume under mpirun (above)"
 "$py" "$same" "$tmp/a1/results.csv" "$tmp/a2/results.csv" || fail "the resumed ASHA sweep differs from the uninterrupted one (above)"
 
 echo "$((n - fails))/$n checks passed"
