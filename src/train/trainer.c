@@ -334,15 +334,17 @@ static clg_status stage_batch(train_state *ts, epoch_state *es, int b)
     return st;
 }
 
-/* Folds the finished batches' metrics up to batch b without waiting; a
- * non-finite loss ends the run at once, naming where it went wrong. */
-static clg_status collect_ready(train_state *ts, epoch_state *es, int b)
+/* Folds the finished batches' metrics up to batch b (wait: every one of
+ * them, waiting for each); a non-finite loss ends the run at once, naming
+ * the first batch where it went wrong, so the message and its step do not
+ * depend on how far the device had got when the host looked. */
+static clg_status collect_ready(train_state *ts, epoch_state *es, int b, int wait)
 {
     clg_model *m = ts->m;
     int B = ts->B, N = ts->N;
     while (es->next_read <= b) {
         double l0 = es->lsum;
-        if (!collect(ts, es->next_read, 0, &es->lsum, &es->csum))
+        if (!collect(ts, es->next_read, wait, &es->lsum, &es->csum))
             break;
         if (!isfinite(es->lsum)) {
             char why[512];
@@ -392,7 +394,7 @@ static clg_status train_batch(train_state *ts, epoch_state *es, int b)
     CLG_TRY(st);
     m->batch_in_epoch = b + 1;
     es->imgs += n;
-    CLG_TRY(collect_ready(ts, es, b));
+    CLG_TRY(collect_ready(ts, es, b, 0));
     show_running(ts, es, b);
     return CLG_OK;
 }
@@ -423,11 +425,7 @@ static clg_status epoch_train(train_state *ts, int e, epoch_state *es)
         CLG_TRY(train_batch(ts, es, b));
     }
     CLG_TRY(clg_dp_finish(m->dp));
-    while (es->next_read < m->batch_in_epoch) {
-        collect(ts, es->next_read, 1, &es->lsum, &es->csum);
-        es->seen += CLG_MIN(ts->B, ts->N - es->next_read * ts->B);
-        es->next_read++;
-    }
+    CLG_TRY(collect_ready(ts, es, m->batch_in_epoch - 1, 1));
     if (clg_comm_size() > 1) { /* the epoch's loss and accuracy over every rank's slices */
         double sums[2] = {es->lsum, es->csum};
         CLG_TRY(clg_comm_allreduce_f64(err, sums, 2, "loss all-reduce"));
