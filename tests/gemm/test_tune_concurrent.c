@@ -3,7 +3,8 @@
  * and save at the same moment, round after round; after every round the
  * file must hold every key saved so far (clg_tune_save reads, merges and
  * replaces the file under its lock, so no writer overwrites another's
- * update with an older copy). */
+ * update with an older copy); and the atomic replacement itself under
+ * writers of one file at the same moment. */
 #include <dirent.h>
 #include <signal.h>
 #include <string.h>
@@ -164,8 +165,54 @@ START_TEST(test_concurrent_writers)
 }
 END_TEST
 
+/* The atomic replacement under it (clg_file_write_atomic, no lock): writers
+ * of one file at the same moment must all succeed, each sweeping the
+ * temporaries killed writers left without deleting a live writer's; the
+ * file is always one writer's whole text. */
+START_TEST(test_atomic_writers)
+{
+    const char *path = "tune-concurrent-test/atomic.txt";
+    clg_err err = {0};
+    ck_assert(clg_mkdirs(&err, "tune-concurrent-test") == CLG_OK);
+    enum { WRITES = 40, BYTES = 200000 };
+    pid_t pid[NPROC];
+    for (int p = 0; p < NPROC; p++) {
+        pid[p] = fork();
+        ck_assert_int_ge(pid[p], 0);
+        if (pid[p] == 0) {
+            char *buf = malloc(BYTES);
+            int bad = !buf;
+            for (int i = 0; i < WRITES && !bad; i++) {
+                memset(buf, 'a' + p, BYTES);
+                clg_err e = {0};
+                if (clg_file_write_atomic(&e, path, buf, BYTES) != CLG_OK) {
+                    fprintf(stderr, "writer %d, write %d: %s\n", p, i, e.msg);
+                    bad = 1;
+                }
+            }
+            free(buf);
+            _exit(bad);
+        }
+    }
+    int failed = 0;
+    for (int p = 0; p < NPROC; p++) {
+        int status = 0;
+        ck_assert_int_eq(waitpid(pid[p], &status, 0), pid[p]);
+        failed += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    ck_assert_msg(failed == 0, "%d of %d writers failed", failed, NPROC);
+    char *text = NULL;
+    size_t len = 0;
+    ck_assert(clg_file_read(&err, path, &text, &len) == CLG_OK);
+    ck_assert_uint_eq(len, BYTES);
+    for (size_t i = 1; i < len; i++)
+        ck_assert_msg(text[i] == text[0], "the file mixes two writers' bytes at %zu", i);
+    free(text);
+}
+END_TEST
+
 int main(void)
 {
-    const TTest *tests[] = {test_concurrent_writers};
-    return tu_run_tests("tune-concurrent", 120, tests, 1);
+    const TTest *tests[] = {test_concurrent_writers, test_atomic_writers};
+    return tu_run_tests("tune-concurrent", 120, tests, 2);
 }
