@@ -3,8 +3,8 @@
  * <cache_dir>/conv-algos-<devicehash>.json (one entry per line, each with
  * its device hash). The choices a training run used travel in its
  * checkpoints (clg_conv_auto_state / clg_conv_auto_pin), so a resumed run
- * computes with the same algorithms (docs/reliability.md, "Resume and the
- * convolution algorithm cache"). */
+ * computes with the same algorithms (docs/reliability.md, "Resume and
+ * measured choices"). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
