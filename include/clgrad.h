@@ -372,7 +372,8 @@ CLG_API clg_status clg_model_export_onnx(clg_model *m, const char *path);
 /* Inference on n images (any n >= 1; split into batches). probs receives
  * n * classes floats (softmax probabilities, or the raw outputs of a
  * model without a softmax layer). Input normalization loaded with the
- * weights is applied. */
+ * weights is applied. A model reading token ids ([net] input = tokens) is
+ * refused (CLG_ERR_UNSUPPORTED, naming clg_model_generate). */
 CLG_API clg_status clg_model_predict(clg_model *m, const float *images, int n, float *probs);
 /* One training step (forward, backward, optimizer) on n <= batch images:
  * n labels; for a model reading token ids ([net] input = tokens: images are
@@ -454,6 +455,10 @@ typedef struct clg_train_report {
     double seconds;
     int devices;                       /* devices trained on */
     char shares[128];                  /* their final batch shares, "0.50/0.50" */
+    /* token models ([net] input = tokens): positions per sample (0: an image
+     * model) and the training throughput in tokens/s (images_per_s * tokens_per_sample) */
+    int tokens_per_sample;
+    double tokens_per_s;
 } clg_train_report;
 
 /* Defaults. A macro: passes the sizeof the caller was compiled with. */
@@ -520,7 +525,8 @@ CLG_API clg_status clg_model_generate_size(clg_model *m, const clg_generate_para
 /* Predicts every image of an IDX images file (uint8 pixels / 255, or float32
  * values as they are) or a PGM image (resized
  * images are not supported: the shape must match the model input).
- * *probs (n * classes floats) is malloc'd: release with clg_free. */
+ * *probs (n * classes floats) is malloc'd: release with clg_free. Token
+ * models are refused as by clg_model_predict. */
 CLG_API clg_status clg_model_predict_file(clg_model *m, const char *path, float **probs, int *n);
 CLG_API void clg_free(void *p);
 

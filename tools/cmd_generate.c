@@ -34,6 +34,9 @@ static const cli_opt opts[] = {
                  "recompute the whole window for every byte instead of using the\n"
                  "key/value cache (same bytes, slower: for tests and benchmarks)"),
     CLI_FLAG_OPT("--stats", generate_opts, stats, 1, "print bytes, seconds and bytes/s to stderr at the end"),
+    CLI_CHOICE_OPT("--precision", cli_common, precision, cli_precisions, "P",
+                   "fp32 (the default and the only one supported: the decoder stores and\n"
+                   "computes in fp32; weights trained with --precision fp16 load as fp32)"),
     CLI_OPT_DEVICES,
     CLI_END,
 };
@@ -70,6 +73,10 @@ int cmd_generate(int argc, char **argv)
         return cli_usage_error("generate", "missing MODEL");
     if (!o.c.weights)
         return cli_usage_error("generate", "missing --weights FILE (a trained model's weights)");
+    if (o.c.precision && strcmp(o.c.precision, "fp16") == 0)
+        return cli_fail("generate: --precision fp16 is not supported yet: the decoder keeps the key/value cache and "
+                        "computes in fp32 (weights trained with --precision fp16 load as they are; use --precision "
+                        "fp32 or leave it out)");
     int rc = CLI_OK;
     clg_ctx *ctx = NULL;
     clg_model *m = cli_model_open("generate", o.c.model, o.c.weights, o.c.devices, 1, &ctx, &rc);

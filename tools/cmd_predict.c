@@ -34,6 +34,8 @@ const cli_spec cli_spec_predict = {
              ".gz, or a PGM image) and the most likely class.",
     .opts = opts,
     .positional = cli_model_positional,
+    .notes = "A model reading token ids ([net] input = tokens, e.g. gpt-mini) is refused: continue a\n"
+             "text with clgrad generate, or measure its loss with clgrad eval --data text:FILE.",
 };
 
 int cmd_predict(int argc, char **argv)

@@ -97,8 +97,12 @@ const cli_spec cli_spec_train = {
 /* Prints the results of a finished run (rank 0); text: bits per byte instead of accuracy. */
 static void print_report(const clg_train_report *rep, int val, int text)
 {
-    printf("trained %d epoch(s), %lld steps in %.1f s (%.0f images/s)\n", rep->epochs_done, (long long)rep->steps,
-           rep->seconds, rep->images_per_s);
+    if (rep->tokens_per_sample > 0) /* a token model: a sample is a window of tokens */
+        printf("trained %d epoch(s), %lld steps in %.1f s (%.0f tokens/s)\n", rep->epochs_done, (long long)rep->steps,
+               rep->seconds, rep->tokens_per_s);
+    else
+        printf("trained %d epoch(s), %lld steps in %.1f s (%.0f images/s)\n", rep->epochs_done,
+               (long long)rep->steps, rep->seconds, rep->images_per_s);
     printf("train loss %.4f accuracy %.2f%%\n", rep->train_loss, 100 * rep->train_accuracy);
     if (rep->devices > 1)
         printf("devices %d, batch split %s\n", rep->devices, rep->shares);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
@@ -179,8 +180,14 @@ static int remove_stale_temps(const char *dir, const char *base, const struct ti
             continue;
         if (sb.st_mtim.tv_sec < before->tv_sec ||
             (sb.st_mtim.tv_sec == before->tv_sec && sb.st_mtim.tv_nsec < before->tv_nsec)) {
-            if (unlinkat(dfd, e->d_name, 0) == 0 && removed++ == 0 && cap > 0)
+            /* a live writer holds its temporary under flock (temp_create): not stale */
+            int tfd = openat(dfd, e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+            if (tfd < 0)
+                continue;
+            int live = flock(tfd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+            if (!live && unlinkat(dfd, e->d_name, 0) == 0 && removed++ == 0 && cap > 0)
                 snprintf(first, cap, "%s/%s", dir, e->d_name);
+            close(tfd);
         }
     }
     closedir(d);
@@ -256,6 +263,29 @@ void clg_file_unlock(int fd)
         close(fd); /* closing drops the process's fcntl locks on the file */
 }
 
+/* A new temporary from the template tmp ("...XXXXXX", rewritten), held under
+ * an exclusive flock until its descriptor closes, so another writer's sweep
+ * of stale temporaries leaves it alone; one a sweep removed between its
+ * creation and the lock is replaced. -1 with errno on failure. */
+static int temp_create(char *tmp)
+{
+    size_t tl = strlen(tmp);
+    for (int tries = 0; tries < 8; tries++) {
+        memcpy(tmp + tl - 6, "XXXXXX", 6);
+        int fd = mkstemp(tmp);
+        if (fd < 0)
+            return -1;
+        if (flock(fd, LOCK_EX) != 0)
+            return fd; /* no flock on this file system: as before, unguarded */
+        struct stat a, b;
+        if (fstat(fd, &a) == 0 && stat(tmp, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+            return fd;
+        close(fd); /* swept before the lock: another name */
+    }
+    errno = EAGAIN;
+    return -1;
+}
+
 clg_status clg_file_write_atomic(clg_err *err, const char *path, const void *data, size_t len)
 {
     size_t pl = strlen(path);
@@ -268,7 +298,7 @@ clg_status clg_file_write_atomic(clg_err *err, const char *path, const void *dat
         return clg_err_set(err, CLG_ERR_HOST_OOM, "no memory");
     }
     snprintf(tmp, pl + 32, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
+    int fd = temp_create(tmp);
     if (fd < 0) {
         clg_status st = clg_err_set(err, CLG_ERR_IO, "cannot create temporary file for '%s': %s", path,
                                     strerror(errno));
@@ -292,13 +322,11 @@ clg_status clg_file_write_atomic(clg_err *err, const char *path, const void *dat
     }
     if (fchmod(fd, 0644) != 0 || fsync(fd) != 0)
         goto fail;
-    if (close(fd) != 0) {
-        fd = -1;
-        goto fail;
-    }
-    fd = -1;
+    /* renamed while still open, so under its lock until it has its name */
     if (rename(tmp, path) != 0)
         goto fail;
+    (void)close(fd); /* the data is on disk (fsync) */
+    fd = -1;
     /* make the rename durable, then sweep what killed writers left */
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {

@@ -735,14 +735,19 @@ static clg_status resolve(clg_device *dev, const clg_conv_shape *s, clg_conv_alg
         *out = algo;
         return CLG_OK;
     }
+    unsigned gen = clg_conv_auto_generation(); /* a checkpoint's pins since: resolve again */
+    if (cache && cache->chosen_gen != gen)
+        cache->chosen[0] = cache->chosen[1] = cache->chosen[2] = CLG_CONV_AUTO;
     if (cache && cache->chosen[pass] != CLG_CONV_AUTO && clg_conv_algo_supported(cache->chosen[pass], s, pass)) {
         *out = cache->chosen[pass];
         return CLG_OK;
     }
     int final = 1;
     CLG_TRY(clg_conv_auto_choose(dev, s, pass, io, out, &final));
-    if (cache && final)
+    if (cache && final) {
         cache->chosen[pass] = *out;
+        cache->chosen_gen = gen;
+    }
     return CLG_OK;
 }
 

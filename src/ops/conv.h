@@ -47,10 +47,29 @@ typedef struct clg_conv_cache {
     uint64_t built_version[CLG_CONV_ALGO_COUNT];
     cl_mem transformed[CLG_CONV_ALGO_COUNT];
     clg_conv_algo chosen[3]; /* per pass, resolved from AUTO; 0 = not chosen yet */
+    unsigned chosen_gen;     /* clg_conv_auto_generation() when chosen: older choices resolve again */
     /* (added) backward-data filter transforms (flipped/transposed filters) */
     uint64_t built_version_bwd[CLG_CONV_ALGO_COUNT];
     cl_mem transformed_bwd[CLG_CONV_ALGO_COUNT];
 } clg_conv_cache;
+/* The automatic algorithm choices in force, for checkpoints: a resumed run
+ * computes with the algorithms the interrupted one used, whatever the
+ * cache file holds by then or a new measurement would pick.
+ * clg_conv_auto_state appends, for the context's devices, every (device,
+ * shape, pass) resolved in this process as "<device hash> <shape key>
+ * <algorithm>;" and every shape still served by the default while its
+ * measurement waits (option conv_auto_defer) as "<device hash> <shape key>
+ * ~<uses so far>;". clg_conv_auto_pin takes such a text back: the algorithms
+ * are pinned (they go ahead of the cache file and of measuring, for the rest
+ * of the process) and the pending uses restored, so a deferred shape is
+ * measured at the same use as in the uninterrupted run; entries of other
+ * devices are skipped (logged); a malformed entry fails with CLG_ERR_FORMAT
+ * naming `what` and the entry's number. Layers resolve again after a pin
+ * (clg_conv_auto_generation). */
+CLG_INTERNAL void clg_conv_auto_state(clg_ctx *ctx, clg_sbuf *out);
+CLG_INTERNAL clg_status clg_conv_auto_pin(clg_ctx *ctx, clg_err *err, const char *state, const char *what);
+CLG_INTERNAL unsigned clg_conv_auto_generation(void);
+
 /* A zero-initialised clg_conv_cache is empty; transforms count as built only
  * while transformed[a] != NULL and built_version[a] == weights_version. */
 CLG_INTERNAL void clg_conv_cache_free(clg_device *dev, clg_conv_cache *c);

@@ -1,7 +1,10 @@
 /* Algorithm choice for CLG_CONV_AUTO: measure every eligible algorithm once
  * per (device, shape, pass), keep the fastest in memory and in
  * <cache_dir>/conv-algos-<devicehash>.json (one entry per line, each with
- * its device hash). */
+ * its device hash). The choices a training run used travel in its
+ * checkpoints (clg_conv_auto_state / clg_conv_auto_pin), so a resumed run
+ * computes with the same algorithms (docs/reliability.md, "Resume and
+ * measured choices"). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +38,23 @@ typedef struct {
 } pending_entry;
 static pending_entry *g_pending;
 static int g_npending, g_cappending;
+/* Choices of this process and pinned ones: the final choice each (device,
+ * shape, pass) resolved to here (what a checkpoint records), and the choices
+ * a resumed run takes from its checkpoint ahead of the cache file and of
+ * measuring (clg_conv_auto_pin). */
+typedef struct choice_entry {
+    uint64_t devhash;
+    char key[160];
+    clg_conv_algo algo;
+} choice_entry;
+typedef struct choice_list {
+    choice_entry *e;
+    int n, cap;
+} choice_list;
+static choice_list g_used, g_pins;
+static unsigned g_generation; /* bumped whenever pins change: layers resolve again */
+/* tests: a deterministic time per algorithm in place of the wall clock */
+static double (*g_fake_ms)(clg_device *dev, const clg_conv_shape *s, clg_conv_algo algo, clg_conv_pass pass);
 
 /* F(4x4,3x3) joins the automatic choice only where its fp32 error is within
  * tolerance: measured max|err|/max|ref| = 1.5e-5 (fwd), 1.4e-5 (bwd-data)
@@ -343,6 +363,8 @@ static double time_once(clg_device *dev, const clg_conv_shape *s, clg_conv_algo 
     double t0 = clg_now_sec();
     if (clg_conv_run(dev, s, algo, pass, NULL, io) != CLG_OK || clFinish(dev->queue) != CL_SUCCESS)
         return -1;
+    if (g_fake_ms) /* tests (clg_conv_auto_set_timer) */
+        return g_fake_ms(dev, s, algo, pass);
     return (clg_now_sec() - t0) * 1e3;
 }
 
@@ -444,36 +466,88 @@ clg_status clg_conv_auto_pick(clg_device *dev, const clg_conv_shape *s, clg_conv
 
 static int defer_uses(const clg_device *dev) { return (int)dev->ctx->opts.conv_auto_defer; /* 0..1000 */ }
 
-/* Counts one use of a shape still to be measured; 1 while it is within its deferred uses. */
-static int pending_use(uint64_t devhash, const char *key, int defer)
+/* The shape's pending entry (uses 0 when new); NULL without memory. */
+static pending_entry *pending_slot(uint64_t devhash, const char *key)
 {
     for (int i = 0; i < g_npending; i++)
         if (g_pending[i].devhash == devhash && strcmp(g_pending[i].key, key) == 0)
-            return ++g_pending[i].uses <= defer;
+            return &g_pending[i];
     if (g_npending == g_cappending) {
         int nc = g_cappending ? 2 * g_cappending : 32;
         pending_entry *np = realloc(g_pending, (size_t)nc * sizeof *np);
         if (!np)
-            return 0; /* no memory: measure now */
+            return NULL;
         g_pending = np;
         g_cappending = nc;
     }
     pending_entry *p = &g_pending[g_npending++];
     p->devhash = devhash;
     snprintf(p->key, sizeof p->key, "%s", key);
-    p->uses = 1;
-    return p->uses <= defer;
+    p->uses = 0;
+    return p;
+}
+
+/* Counts one use of a shape still to be measured; 1 while it is within its deferred uses. */
+static int pending_use(uint64_t devhash, const char *key, int defer)
+{
+    pending_entry *p = pending_slot(devhash, key);
+    return p && ++p->uses <= defer; /* no memory: measure now */
+}
+
+static int choice_find(const choice_list *l, uint64_t devhash, const char *key)
+{
+    for (int i = 0; i < l->n; i++)
+        if (l->e[i].devhash == devhash && strcmp(l->e[i].key, key) == 0)
+            return i;
+    return -1;
+}
+
+/* Adds or replaces; 0, or -1 without memory. */
+static int choice_put(choice_list *l, uint64_t devhash, const char *key, clg_conv_algo algo)
+{
+    int i = choice_find(l, devhash, key);
+    if (i < 0) {
+        if (l->n == l->cap) {
+            int nc = l->cap ? 2 * l->cap : 32;
+            choice_entry *ne = realloc(l->e, (size_t)nc * sizeof *ne);
+            if (!ne)
+                return -1;
+            l->e = ne;
+            l->cap = nc;
+        }
+        i = l->n++;
+        l->e[i].devhash = devhash;
+        snprintf(l->e[i].key, sizeof l->e[i].key, "%s", key);
+    }
+    l->e[i].algo = algo;
+    return 0;
+}
+
+static void note_final(uint64_t devhash, const char *key, clg_conv_algo algo)
+{
+    pthread_mutex_lock(&g_lock);
+    (void)choice_put(&g_used, devhash, key, algo); /* without memory a checkpoint lacks it: measured again */
+    pthread_mutex_unlock(&g_lock);
 }
 
 clg_status clg_conv_auto_choose(clg_device *dev, const clg_conv_shape *s, clg_conv_pass pass, const clg_conv_io *io,
                                 clg_conv_algo *out, int *final)
 {
     *final = 1;
+    char key[160];
+    shape_key(key, sizeof key, s, pass);
+    uint64_t dh = device_hash(dev);
+    pthread_mutex_lock(&g_lock);
+    int pin = choice_find(&g_pins, dh, key);
+    clg_conv_algo pinned = pin >= 0 ? g_pins.e[pin].algo : CLG_CONV_AUTO;
+    pthread_mutex_unlock(&g_lock);
+    if (pinned != CLG_CONV_AUTO && clg_conv_algo_supported(pinned, s, pass)) { /* a resumed run's checkpoint */
+        note_final(dh, key, pinned);
+        *out = pinned;
+        return CLG_OK;
+    }
     int defer = defer_uses(dev);
     if (defer > 0 && auto_measure(dev)) {
-        char key[160];
-        shape_key(key, sizeof key, s, pass);
-        uint64_t dh = device_hash(dev);
         pthread_mutex_lock(&g_lock);
         file_load(dev, dh);
         int i = table_find(dh, key);
@@ -488,5 +562,163 @@ clg_status clg_conv_auto_choose(clg_device *dev, const clg_conv_shape *s, clg_co
             return CLG_OK;
         }
     }
-    return clg_conv_auto_pick(dev, s, pass, io, out);
+    CLG_TRY(clg_conv_auto_pick(dev, s, pass, io, out));
+    note_final(dh, key, *out);
+    return CLG_OK;
+}
+
+// ---- the choices in force, through checkpoints ----
+
+/* The distinct device hashes of the context's devices into hs (at most cap); their count. */
+static int ctx_hashes(clg_ctx *ctx, uint64_t *hs, int cap)
+{
+    int n = 0;
+    for (int d = 0; d < ctx->ndev; d++) {
+        uint64_t h = device_hash(&ctx->devs[d]);
+        int seen = 0;
+        for (int j = 0; j < n && !seen; j++)
+            seen = hs[j] == h;
+        if (!seen && n < cap)
+            hs[n++] = h;
+    }
+    return n;
+}
+
+void clg_conv_auto_state(clg_ctx *ctx, clg_sbuf *out)
+{
+    uint64_t hs[64];
+    int nh = ctx_hashes(ctx, hs, 64);
+    pthread_mutex_lock(&g_lock);
+    for (int h = 0; h < nh; h++) {
+        for (int i = 0; i < g_used.n; i++)
+            if (g_used.e[i].devhash == hs[h])
+                clg_sbuf_printf(out, "%016llx %s %s;", (unsigned long long)hs[h], g_used.e[i].key,
+                                clg_conv_algo_name(g_used.e[i].algo));
+        for (int i = 0; i < g_npending; i++)
+            if (g_pending[i].devhash == hs[h] && g_pending[i].uses > 0 &&
+                choice_find(&g_used, hs[h], g_pending[i].key) < 0)
+                clg_sbuf_printf(out, "%016llx %s ~%d;", (unsigned long long)hs[h], g_pending[i].key,
+                                g_pending[i].uses);
+    }
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* One entry "<16 hex digits> <key> <algo>" or "... ~<uses>" of len bytes at
+ * e; 0 when malformed. */
+static int parse_state_entry(const char *e, size_t len, uint64_t *dh, char *key, size_t keycap, clg_conv_algo *algo,
+                             int *uses)
+{
+    char buf[320];
+    if (len >= sizeof buf)
+        return 0;
+    memcpy(buf, e, len);
+    buf[len] = 0;
+    char *sp1 = strchr(buf, ' '), *sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
+    if (!sp1 || !sp2 || sp1 - buf != 16 || strspn(buf, "0123456789abcdef") != 16 || strchr(sp2 + 1, ' '))
+        return 0;
+    *sp1 = *sp2 = 0;
+    size_t kl = strlen(sp1 + 1);
+    if (kl == 0 || kl >= keycap)
+        return 0;
+    for (size_t i = 0; i < kl; i++)
+        if ((unsigned char)sp1[1 + i] < 0x21 || sp1[1 + i] == '"' || sp1[1 + i] == '\\')
+            return 0;
+    *dh = strtoull(buf, NULL, 16);
+    memcpy(key, sp1 + 1, kl + 1);
+    const char *v = sp2 + 1;
+    *uses = 0;
+    *algo = CLG_CONV_AUTO;
+    if (v[0] == '~') {
+        char *end = NULL;
+        long u = strtol(v + 1, &end, 10);
+        if (end == v + 1 || *end || u < 1 || u > 1000000)
+            return 0;
+        *uses = (int)u;
+        return 1;
+    }
+    clg_err scratch;
+    return clg_conv_algo_parse(&scratch, v, algo) == CLG_OK && *algo != CLG_CONV_AUTO;
+}
+
+/* Sets the shape's pending uses to at least uses (without memory: measured at its next use). */
+static void pending_restore(uint64_t devhash, const char *key, int uses)
+{
+    pending_entry *p = pending_slot(devhash, key);
+    if (p)
+        p->uses = CLG_MAX(p->uses, uses);
+}
+
+clg_status clg_conv_auto_pin(clg_ctx *ctx, clg_err *err, const char *state, const char *what)
+{
+    uint64_t hs[64];
+    int nh = ctx_hashes(ctx, hs, 64), pinned = 0, other = 0;
+    clg_status st = CLG_OK;
+    pthread_mutex_lock(&g_lock);
+    int k = 0;
+    for (const char *e = state; *e && st == CLG_OK; k++) {
+        size_t len = strcspn(e, ";");
+        uint64_t dh = 0;
+        char key[160];
+        clg_conv_algo algo;
+        int uses = 0;
+        if (!parse_state_entry(e, len, &dh, key, sizeof key, &algo, &uses)) {
+            st = clg_err_set(err, CLG_ERR_FORMAT,
+                             "%s: entry %d is not '<device hash> <shape key> <algorithm or ~uses>'", what, k + 1);
+            break;
+        }
+        int ours = 0;
+        for (int h = 0; h < nh && !ours; h++)
+            ours = hs[h] == dh;
+        if (!ours)
+            other++;
+        else if (uses > 0)
+            pending_restore(dh, key, uses);
+        else if (choice_put(&g_pins, dh, key, algo) != 0)
+            st = clg_err_set(err, CLG_ERR_HOST_OOM, "%s: out of memory", what);
+        else
+            pinned++;
+        e += len + (e[len] == ';');
+    }
+    g_generation++;
+    pthread_mutex_unlock(&g_lock);
+    if (st == CLG_OK && other)
+        clg_log(1, "%s: %d convolution algorithm choices are for another device; those shapes are chosen anew", what,
+                other);
+    if (st == CLG_OK)
+        clg_log(2, "%s: %d convolution algorithm choices pinned", what, pinned);
+    return st;
+}
+
+unsigned clg_conv_auto_generation(void)
+{
+    pthread_mutex_lock(&g_lock);
+    unsigned g = g_generation;
+    pthread_mutex_unlock(&g_lock);
+    return g;
+}
+
+void clg_conv_auto_set_timer(double (*fn)(clg_device *dev, const clg_conv_shape *s, clg_conv_algo algo,
+                                          clg_conv_pass pass))
+{
+    pthread_mutex_lock(&g_lock);
+    g_fake_ms = fn;
+    pthread_mutex_unlock(&g_lock);
+}
+
+void clg_conv_auto_forget(void)
+{
+    pthread_mutex_lock(&g_lock);
+    free(g_entries);
+    free(g_files);
+    free(g_pending);
+    free(g_used.e);
+    free(g_pins.e);
+    g_entries = NULL;
+    g_files = NULL;
+    g_pending = NULL;
+    g_nentries = g_capentries = g_nfiles = g_capfiles = g_npending = g_cappending = 0;
+    memset(&g_used, 0, sizeof g_used);
+    memset(&g_pins, 0, sizeof g_pins);
+    g_generation++;
+    pthread_mutex_unlock(&g_lock);
 }

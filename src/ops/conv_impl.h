@@ -131,9 +131,19 @@ CLG_INTERNAL clg_status clg_conv_auto_pick(clg_device *dev, const clg_conv_shape
  * again) and measured at the next: a cold start reaches its first step
  * without timing (or compiling) every candidate. Library default 0: measure
  * at the first use, so every step of every model in a process computes with
- * the measured choice (what bitwise-exact resume within a process needs). */
+ * the measured choice. A choice pinned from a checkpoint (clg_conv_auto_pin)
+ * comes first; every final choice is recorded for the next checkpoint
+ * (clg_conv_auto_state). */
 CLG_INTERNAL clg_status clg_conv_auto_choose(clg_device *dev, const clg_conv_shape *s, clg_conv_pass pass,
                                              const clg_conv_io *io, clg_conv_algo *out, int *final);
+
+/* Tests: fn (NULL: the wall clock) gives the time of each candidate the
+ * automatic choice measures (the candidates still run), so the choice is
+ * known in advance; clg_conv_auto_forget drops this process's choices,
+ * loaded files, pending uses and pins, as a new process starts. */
+CLG_INTERNAL void clg_conv_auto_set_timer(double (*fn)(clg_device *dev, const clg_conv_shape *s, clg_conv_algo algo,
+                                                       clg_conv_pass pass));
+CLG_INTERNAL void clg_conv_auto_forget(void);
 
 /* Untuned choice for a device class (docs/portability.md): depthwise ->
  * direct; on CPUs the shape-specialised direct kernels for strided or 4x4+

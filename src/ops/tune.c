@@ -176,8 +176,13 @@ clg_status clg_tune_save(clg_device *dev)
     clg_device_fingerprint(dev, fp, sizeof fp);
     snprintf(dir, sizeof dir, "%s/tune", dev->ctx->cache_dir);
     CLG_TRY(clg_mkdirs(err, dir));
-    /* merge what another context or device of the same kind saved since we
-     * loaded (our entries win) */
+    /* Several processes (a sweep's trials, background tuning beside a
+     * training run) save into the same file: under its lock (<path>.lock),
+     * merge what another context or process saved since we loaded (our
+     * entries win), then replace the file atomically, so no writer puts back
+     * an older copy over another's update. Without the lock (not had within
+     * 10 s) the write stays atomic; only a concurrent update may be lost. */
+    int lk = clg_file_lock(path, 10.0);
     char *text = NULL;
     size_t len = 0;
     clg_err tmp;
@@ -196,11 +201,9 @@ clg_status clg_tune_save(clg_device *dev)
     }
     clg_sbuf b = {0};
     clg_tune_format(d, fp, dev->info.driver_version, &b);
-    if (b.oom) {
-        clg_sbuf_free(&b);
-        return clg_err_set(err, CLG_ERR_HOST_OOM, "tuning database: out of memory");
-    }
-    clg_status st = clg_file_write_atomic(err, path, b.data, b.len);
+    clg_status st = b.oom ? clg_err_set(err, CLG_ERR_HOST_OOM, "tuning database: out of memory")
+                          : clg_file_write_atomic(err, path, b.data, b.len);
+    clg_file_unlock(lk);
     clg_sbuf_free(&b);
     if (st == CLG_OK)
         d->dirty = 0;

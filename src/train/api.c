@@ -193,11 +193,24 @@ static void stage_images(clg_model *m, int s, const float *images, int n)
         }
 }
 
+/* Prediction takes images: a model reading token ids is refused, naming what does apply to it. */
+static clg_status predict_images_only(clg_model *m)
+{
+    if (!m->net->input_tokens)
+        return CLG_OK;
+    return clg_err_set(&m->ctx->err, CLG_ERR_UNSUPPORTED,
+                       "predict: model %s reads token ids ([net] input = tokens), not images: continue a text with "
+                       "clg_model_generate (`clgrad generate MODEL --weights FILE --prompt TEXT`) or measure its loss "
+                       "on a text with clg_model_evaluate (`clgrad eval MODEL --data text:FILE`)",
+                       m->net->source);
+}
+
 clg_status clg_model_predict(clg_model *m, const float *images, int n, float *probs)
 {
     if (!m || !images || !probs || n < 1)
         return clg_err_set(m ? &m->ctx->err : NULL, CLG_ERR_INVALID_ARG, "predict: model, images, probs and n >= 1 are required");
     clg_err *err = &m->ctx->err;
+    CLG_TRY(predict_images_only(m));
     int B = m->net->batch;
     size_t sample = (size_t)m->net->in_c * m->net->in_h * m->net->in_w;
     const clg_tensor *o = clg_replica_output(clg_session_rep(m));
@@ -362,6 +375,7 @@ clg_status clg_model_predict_file(clg_model *m, const char *path, float **probs,
     *probs = NULL;
     *n = 0;
     clg_err *err = &m->ctx->err;
+    CLG_TRY(predict_images_only(m));
     clg_dataset *ds = NULL;
     CLG_TRY(clg_dataset_load_image(err, path, &ds));
     clg_status st = CLG_OK;

@@ -7,6 +7,7 @@
 
 #include "io/cfg.h"
 #include "model/layers.h"
+#include "ops/conv.h"
 #include "parallel/comm.h"
 #include "train/session.h"
 
@@ -580,6 +581,18 @@ static clg_status build_pipe_tensors(clg_model *m, clg_ckpt *ck, int with_state)
     return CLG_OK;
 }
 
+/* The convolution algorithms the run computes with (and the shapes whose
+ * measurement still waits), so a resume uses the same ones: "conv.algos". */
+static clg_status save_conv_algos(clg_model *m, clg_ckpt *ck)
+{
+    clg_sbuf b = {0};
+    clg_conv_auto_state(m->ctx, &b);
+    clg_status st = b.oom ? clg_err_set(&m->ctx->err, CLG_ERR_HOST_OOM, "out of memory")
+                          : clg_ckpt_set_meta(&m->ctx->err, ck, "conv.algos", b.data ? b.data : "");
+    clg_sbuf_free(&b);
+    return st;
+}
+
 static clg_status build_ckpt(clg_model *m, clg_ckpt *ck, int with_state, int64_t total_steps)
 {
     clg_err *err = &m->ctx->err;
@@ -621,6 +634,7 @@ static clg_status build_ckpt(clg_model *m, clg_ckpt *ck, int with_state, int64_t
         CLG_TRY(clg_ckpt_set_meta_f64(err, ck, key, m->dp->share[i]));
     }
     CLG_TRY(clg_ckpt_set_meta(err, ck, "devices", devs));
+    CLG_TRY(save_conv_algos(m, ck));
     CLG_TRY(clg_ckpt_set_meta_i64(err, ck, CLG_CKPT_KEY_STEP, m->step));
     CLG_TRY(clg_ckpt_set_meta_i64(err, ck, CLG_CKPT_KEY_EPOCH, m->epoch));
     CLG_TRY(clg_ckpt_set_meta_i64(err, ck, "batch_in_epoch", m->batch_in_epoch));
@@ -1109,6 +1123,11 @@ clg_status clg_session_load_ckpt(clg_model *m, const clg_ckpt *ck, const char *p
         st = load_position(m, ck, path);
         if (st == CLG_OK)
             st = load_loss_scale(m, ck, path);
+        if (st == CLG_OK && clg_ckpt_get_meta(ck, "conv.algos")) { /* written since the algorithms are kept */
+            char what[1200];
+            snprintf(what, sizeof what, "%s: checkpoint metadata 'conv.algos'", path);
+            st = clg_conv_auto_pin(m->ctx, &m->ctx->err, clg_ckpt_get_meta(ck, "conv.algos"), what);
+        }
         if (st == CLG_OK)
             st = load_optim_state(m, ck, path);
         if (st == CLG_OK)

@@ -520,6 +520,8 @@ static clg_status run(train_state *ts, clg_train_report *rep)
     rep->steps = m->step;
     rep->seconds = clg_now_sec() - t_run;
     rep->images_per_s = rep->seconds > 0 ? imgs_run / rep->seconds : 0;
+    rep->tokens_per_sample = ts->train->text ? ts->train->h : 0;
+    rep->tokens_per_s = rep->images_per_s * rep->tokens_per_sample;
     clg_session_shares(m, rep->shares, sizeof rep->shares, &rep->devices);
     return CLG_OK;
 }

@@ -90,6 +90,8 @@ check 0 "bits per byte" "train a token model on text" -- \
     "$clgrad" train "$tmp/tok.cfg" --data "text:$tmp/corpus.txt" --epochs 2 --seed 5 --split even --save "$tmp/a.safetensors"
 check 0 "tok/s" "progress in tokens/s" -- \
     "$clgrad" train "$tmp/tok.cfg" --data "text:$tmp/corpus.txt" --epochs 1 --steps 1 --seed 5
+check 0 "steps in [0-9.]* s ([0-9]* tokens/s)" "the final summary in tokens/s" -- \
+    "$clgrad" train "$tmp/tok.cfg" --data "text:$tmp/corpus.txt" --epochs 1 --steps 1 --seed 5 --quiet
 check 0 "the last 600 held out" "the set-up names the held-out tail" -- \
     "$clgrad" train "$tmp/tok.cfg" --data "text:$tmp/corpus.txt" --epochs 1 --steps 1 --seed 5
 # interrupted mid-epoch 1 and resumed (below): the same windows, bitwise the same weights

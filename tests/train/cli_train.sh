@@ -62,6 +62,8 @@ n=$((n + 1)); [ "$(wc -l < "$tmp/run.csv")" -eq 3 ] || { echo "FAIL: run.csv sho
 check 0 "epoch 3/3" "resume continues at epoch 3" -- \
     "$clgrad" train "$tmp/mlp.cfg" --data "$tmp/data" --epochs 3 --checkpoint "$tmp/ck" --log "$tmp/run.csv" --resume --seed 3
 n=$((n + 1)); [ "$(wc -l < "$tmp/run.csv")" -eq 4 ] || { echo "FAIL: resumed run.csv should have 3 rows"; fails=$((fails + 1)); }
+check 0 "steps in [0-9.]* s ([0-9]* images/s)" "the final summary of an image model in images/s" -- \
+    "$clgrad" train "$tmp/mlp.cfg" --data "$tmp/data" --epochs 1 --steps 1 --no-eval --quiet
 check 0 "confusion matrix" "eval" -- "$clgrad" eval "$tmp/mlp.cfg" --weights "$tmp/w.safetensors" --data "$tmp/data"
 check 0 "image 63: class" "predict on an IDX file" -- \
     "$clgrad" predict "$tmp/mlp.cfg" --weights "$tmp/w.safetensors" --input "$tmp/data/t10k-images-idx3-ubyte"
