@@ -148,11 +148,14 @@ static int measure_costs(clg_net *net, clg_device *dev, uint64_t seed, int mb, d
         goto out;
     r->profile = 1;
     dev->kprof = 1;
-    for (int t = 0; t < 2; t++)
+    for (int t = 0; t < 3; t++) { /* per layer the least of 3 (other processes' load only adds time) */
+        for (int i = 0; i < L; i++)
+            r->prof_fwd[i] = r->prof_bwd[i] = 0;
         if (clg_replica_forward(r, mb, 1) != CLG_OK || clg_replica_backward(r, mb) != CLG_OK)
             goto out;
-    for (int i = 0; i < L; i++)
-        cost[i] = (r->prof_fwd[i] + r->prof_bwd[i]) / 2;
+        for (int i = 0; i < L; i++)
+            cost[i] = t == 0 ? r->prof_fwd[i] + r->prof_bwd[i] : CLG_MIN(cost[i], r->prof_fwd[i] + r->prof_bwd[i]);
+    }
     ok = 1;
 out:
     if (r)
@@ -322,7 +325,8 @@ static clg_status stage_init(clg_pipe *p, clg_pipe_stage *st, uint64_t seed)
     st->last_fwd = calloc((size_t)st->nreps, sizeof(int));
     st->state = calloc((size_t)st->nreps, sizeof(cl_mem *));
     st->slot_of = malloc(sizeof(int) * (size_t)p->M);
-    if (!st->reps || !st->last_fwd || !st->state || !st->slot_of)
+    st->written = calloc((size_t)p->net->nlayers, 1);
+    if (!st->reps || !st->last_fwd || !st->state || !st->slot_of || !st->written)
         return clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
     for (int k = 0; k < st->nreps; k++) {
         CLG_TRY(clg_replica_create_range(p->net, dev, seed, st->first, st->last, p->mb, &st->reps[k]));
@@ -335,6 +339,8 @@ static clg_status stage_init(clg_pipe *p, clg_pipe_stage *st, uint64_t seed)
         CLG_TRY(clg_buf_alloc(dev, B * p->sample * sizeof(float), &st->xbuf));
     if (st->has_loss)
         CLG_TRY(clg_buf_alloc(dev, B * sizeof(int32_t), &st->ybuf));
+    if (st->has_loss && !(st->lres = calloc((size_t)p->M * 2, sizeof(float))))
+        return clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
     CLG_TRY(clg_buf_alloc(dev, CLG_MAX(r->arena_bytes, 4), &st->gacc));
     CLG_TRY(stage_stash(p, st));
     for (int q = 0; q < p->nedges; q++)
@@ -471,6 +477,10 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
         rc = xfer_setup(p, pp->transfer);
     if (rc == CLG_OK)
         rc = reduce_setup(p);
+    for (int s = 0; s < K && rc == CLG_OK; s++)
+        clg_log(2, "pipeline stage %d: layers %s..%s, %.3f %s per micro-batch; transfers %s", s,
+                net->proto[p->st[s].first].name, net->proto[p->st[s].last].name, p->st[s].cost,
+                p->measured ? "ms" : "GFLOP", p->d2d ? "device to device" : "through the host");
     if (rc == CLG_OK)
         rc = clg_team_create(&ctx->err, p->L, &p->team);
     if (rc != CLG_OK) {
@@ -517,6 +527,8 @@ void clg_pipe_free(clg_pipe *p)
         }
         free(st->reps);
         free(st->last_fwd);
+        free(st->lres);
+        free(st->written);
         clg_buf_release(st->dev, st->xbuf);
         clg_buf_release(st->dev, st->ybuf);
         clg_buf_release(st->dev, st->gacc);
@@ -692,8 +704,10 @@ static clg_status xfer_recv(clg_pipe *p, clg_pipe_edge *e, int grad, int m, cl_m
                                               bytes, 0, NULL, NULL));
         return CLG_OK;
     }
+    /* not blocking: the host rows of micro-batch m stay as they are until the step ends, and every stage
+       finishes its queue before that */
     const float *h = (grad ? e->hb : e->hf) + (size_t)p->off[e->from / p->K][m] * e->fps;
-    CLG_CL_CHECK(err, clEnqueueWriteBuffer(dev->queue, mem, CL_TRUE, off * sizeof(float), bytes, h, 0, NULL, NULL));
+    CLG_CL_CHECK(err, clEnqueueWriteBuffer(dev->queue, mem, CL_FALSE, off * sizeof(float), bytes, h, 0, NULL, NULL));
     return CLG_OK;
 }
 
@@ -828,13 +842,9 @@ static clg_status stage_forward(clg_pipe *p, clg_pipe_stage *st, int m)
     st->state_rep = k;
     CLG_TRY(clg_replica_forward(r, n, 1));
     st->last_fwd[k] = m;
-    if (st->has_loss) {
-        float res[2];
-        CLG_CL_CHECK(err, clEnqueueReadBuffer(st->dev->queue, r->layers[r->loss_index].loss.result, CL_TRUE, 0,
-                                              sizeof res, res, 0, NULL, NULL));
-        st->res[0] += res[0];
-        st->res[1] += res[1];
-    }
+    if (st->has_loss) /* no host round trip: read when the schedule ends (the queue is in order) */
+        CLG_CL_CHECK(err, clEnqueueReadBuffer(st->dev->queue, r->layers[r->loss_index].loss.result, CL_FALSE, 0,
+                                              2 * sizeof(float), st->lres + 2 * m, 0, NULL, NULL));
     for (int q = 0; q < p->nedges; q++) { /* the leaving activations */
         clg_pipe_edge *e = &p->edges[q];
         if (e->from != st->index)
@@ -897,9 +907,8 @@ static clg_status stage_backward(clg_pipe *p, clg_pipe_stage *st, int m, int fir
     if (st->index == p->fault_stage && m == p->fault_mb && (int64_t)p->step == p->fault_step)
         return clg_cl_fail(err, CL_INVALID_COMMAND_QUEUE, "clEnqueueNDRangeKernel (injected fault)", __FILE__,
                            __LINE__);
-    char *written = calloc((size_t)r->nlayers, 1);
-    if (!written)
-        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    char *written = st->written;
+    memset(written, 0, (size_t)r->nlayers);
     double t0 = clg_now_sec();
     int rerun = st->last_fwd[rep_of(st, m)] != m;
     clg_status rc = rerun ? stage_recompute(p, st, m) : CLG_OK;
@@ -909,7 +918,6 @@ static clg_status stage_backward(clg_pipe *p, clg_pipe_stage *st, int m, int fir
         rc = receive_grads(p, st, r, m, written);
     if (rc == CLG_OK)
         rc = clg_replica_backward_range(r, n, written);
-    free(written);
     CLG_TRY(rc);
     if (r->arena_bytes) { /* accumulate */
         if (first_bwd)
@@ -1034,6 +1042,7 @@ static clg_status stage_schedule(clg_pipe *p, clg_pipe_stage *st)
     st->inflight = 0;
     for (int m = 0; m < p->M; m++)
         st->slot_of[m] = -1;
+    CLG_CL_CHECK(err, clFinish(st->dev->queue)); /* nothing left of an abandoned step reads the host rows */
     if (st->reads_input)
         CLG_CL_CHECK(err, clEnqueueWriteBuffer(st->dev->queue, st->xbuf, CL_TRUE, 0,
                                                (size_t)p->n * p->sample * sizeof(float), p->x, 0, NULL, NULL));
@@ -1067,6 +1076,10 @@ static clg_status stage_schedule(clg_pipe *p, clg_pipe_stage *st)
         }
     }
     CLG_CL_CHECK(err, clFinish(st->dev->queue));
+    for (int m = 0; m < p->nm && st->has_loss; m++) { /* in micro-batch order */
+        st->res[0] += st->lres[2 * m];
+        st->res[1] += st->lres[2 * m + 1];
+    }
     st->t_end = clg_now_sec();
     return CLG_OK;
 }
@@ -1273,4 +1286,94 @@ clg_status clg_pipe_sync(clg_pipe *p, clg_replica *full, clg_optim *full_opt, co
             st = stage_spread(&p->st[s]);
     }
     return st;
+}
+
+// ---- forward only (evaluation, predict, the save check) ----
+
+/* Chunk [o, o + n) of the step's samples through the stages of replica 0 in
+ * order on the calling thread: each stage's first replica runs its layers
+ * (training = 0: dropout off, batch norm on its running statistics), the
+ * tensors crossing a cut go through host memory. */
+static clg_status forward_chunk(clg_pipe *p, const int32_t *y, int o, int n, float *res, float *out, size_t out_w,
+                                int *fs)
+{
+    for (int s = 0; s < p->K; s++) {
+        clg_pipe_stage *st = &p->st[s];
+        *fs = s;
+        clg_replica *r = st->rep;
+        clg_err *err = clg_dev_err(st->dev);
+        cl_command_queue q = st->dev->queue;
+        if (st->reads_input)
+            clg_replica_set_input(r, st->xbuf, (size_t)o * p->sample);
+        if (st->has_loss)
+            clg_replica_set_labels(r, st->ybuf, y ? (size_t)o : 0, 1.0f);
+        for (int k = 0; k < p->nedges; k++) { /* the entering tensors */
+            const clg_pipe_edge *e = &p->edges[k];
+            const clg_tensor *a = &r->act[e->tensor];
+            if (e->to == s)
+                CLG_CL_CHECK(err, clEnqueueWriteBuffer(q, a->mem, CL_TRUE, a->off * sizeof(float),
+                                                       (size_t)n * e->fps * sizeof(float), e->hf, 0, NULL, NULL));
+        }
+        CLG_TRY(clg_replica_forward(r, n, 0));
+        for (int k = 0; k < p->nedges; k++) { /* the leaving ones */
+            const clg_pipe_edge *e = &p->edges[k];
+            const clg_tensor *a = &r->act[e->tensor];
+            if (e->from == s)
+                CLG_CL_CHECK(err, clEnqueueReadBuffer(q, a->mem, CL_TRUE, a->off * sizeof(float),
+                                                      (size_t)n * e->fps * sizeof(float), e->hf, 0, NULL, NULL));
+        }
+        if (st->has_loss && res) {
+            float lr[2];
+            CLG_CL_CHECK(err, clEnqueueReadBuffer(q, r->layers[r->loss_index].loss.result, CL_TRUE, 0, sizeof lr, lr,
+                                                  0, NULL, NULL));
+            res[0] += lr[0];
+            res[1] += lr[1];
+        }
+        if (s == p->K - 1 && out) {
+            const clg_tensor *a = &r->act[r->nlayers - 1];
+            CLG_CL_CHECK(err, clEnqueueReadBuffer(q, a->mem, CL_TRUE, a->off * sizeof(float),
+                                                  (size_t)n * out_w * sizeof(float), out + (size_t)o * out_w, 0, NULL,
+                                                  NULL));
+        }
+        CLG_CL_CHECK(err, clFinish(q));
+    }
+    return CLG_OK;
+}
+
+clg_status clg_pipe_forward(clg_pipe *p, const float *x, const int32_t *y, int n, float *res, float *out)
+{
+    int B = p->mb * p->M * p->D;
+    if (n < 1 || n > B)
+        return clg_err_set(&p->ctx->err, CLG_ERR_INVALID_ARG, "pipeline forward: %d samples (1 to %d)", n, B);
+    if (res)
+        res[0] = res[1] = 0;
+    const clg_pipe_stage *last = &p->st[p->K - 1];
+    const clg_tensor *o = &last->rep->act[last->rep->nlayers - 1];
+    size_t out_w = (size_t)o->c * o->h * o->w;
+    clg_status rc = CLG_OK;
+    for (int s = 0; s < p->K && rc == CLG_OK; s++) { /* the batch onto the stages that read it */
+        clg_pipe_stage *st = &p->st[s];
+        clg_err *err = clg_dev_err(st->dev);
+        cl_int e = CL_SUCCESS;
+        if (st->reads_input)
+            e = clEnqueueWriteBuffer(st->dev->queue, st->xbuf, CL_TRUE, 0, (size_t)n * p->sample * sizeof(float), x,
+                                     0, NULL, NULL);
+        if (e == CL_SUCCESS && st->has_loss && y)
+            e = clEnqueueWriteBuffer(st->dev->queue, st->ybuf, CL_TRUE, 0, (size_t)n * sizeof(int32_t), y, 0, NULL,
+                                     NULL);
+        if (e != CL_SUCCESS)
+            rc = clg_cl_fail(err, e, "clEnqueueWriteBuffer (pipeline forward)", __FILE__, __LINE__);
+        else if (st->has_loss && !y) /* labels of 0: the loss is computed and not reported */
+            rc = clg_buf_fill(st->dev, st->ybuf, 0, (size_t)p->mb, 0.0f);
+        if (rc != CLG_OK)
+            return stage_failed(p, rc, s);
+    }
+    for (int o0 = 0; o0 < n; o0 += p->mb) {
+        int c = CLG_MIN(p->mb, n - o0);
+        int fs = 0;
+        rc = forward_chunk(p, y, o0, c, y ? res : NULL, out, out_w, &fs);
+        if (rc != CLG_OK)
+            return stage_failed(p, rc, fs);
+    }
+    return CLG_OK;
 }

@@ -488,7 +488,8 @@ clg_status clg_session_forward(clg_model *m, int s, int with_labels, float *res,
     j.out_w = (size_t)o->c * o->h * o->w;
     m->check_stage = s;
     m->check_labels = with_labels != 0;
-    CLG_TRY(clg_session_pipe_gather(m, 0));
+    if (m->pipe) /* the stages' forwards in order: no device holds the whole network */
+        return clg_pipe_forward(m->pipe, m->xhost[s], with_labels ? m->yhost[s] : NULL, m->dp->total[s], res, out);
     CLG_TRY(clg_dp_forward(m->dp, &j));
     sum_lanes(m, res);
     return CLG_OK;
@@ -704,9 +705,8 @@ clg_status clg_session_save(clg_model *m, const char *path, int with_state, int6
 {
     clg_err *err = &m->ctx->err;
     clg_ckpt *ck = NULL;
-    /* a pipeline: straight from the stages, no whole network (nor its forward check: the weights are
-       checked finite and bounded as they are read) */
-    clg_status st = m->pipe ? CLG_OK : check_forward(m, path);
+    /* a pipeline: straight from the stages, no whole network (the forward check runs the stages in order) */
+    clg_status st = check_forward(m, path);
     if (st == CLG_OK)
         st = clg_ckpt_create(err, &ck);
     if (st == CLG_OK)

@@ -302,6 +302,88 @@ START_TEST(resnet_residual_cut)
 }
 END_TEST
 
+/* Item 3: evaluation and predict of a pp=2 session run the stages' forwards
+ * in order (no whole-network replica is made: the lane stays a stub), and a
+ * save runs its forward check that way. resnet-mini cut after b1_conv2 (the
+ * residual edge crosses the cut; batch norm on its running statistics)
+ * after 3 training steps, on a partial batch of BATCH - 3 = 13 samples
+ * (micro-batch chunks of 4, 4, 4, 1) against one device loaded from the
+ * pp=2 checkpoint running the same 13 samples at once. Tolerance 1e-5
+ * (absolute, on softmax probabilities; relative on the loss sum): the same
+ * kernels on the same weights, only the launches' sample counts differ
+ * (measured 0). A lost or shifted chunk, a carried tensor not carried, or
+ * training-mode batch norm are off by 1e-2 or more. */
+START_TEST(forward_stages)
+{
+    if (!two_devices())
+        return;
+    char *text = read_model("resnet-mini.cfg");
+    clg_pipe_params pipe = {.stages = 2, .cuts = "b1_conv2", .micro = 4, .schedule = CLG_PIPE_1F1B};
+    clg_dp_params dpp = {.pipe = &pipe};
+    clg_model *m = NULL, *one = NULL;
+    ck_assert_msg(clg_session_create(ctx(), "all", 0, text, "t", BATCH, 7, 0, &dpp, &m) == CLG_OK, "%s",
+                  clg_last_error(ctx()));
+    clg_rng rng;
+    clg_rng_seed(&rng, 5, 99);
+    for (int s = 0; s < 3; s++) {
+        ck_assert(clg_session_stage_wait(m, 0) == CLG_OK);
+        synth(&rng, m->xhost[0], m->yhost[0], BATCH, m->net->in_c, m->net->in_h, m->net->in_w);
+        ck_assert(clg_session_upload(m, 0, BATCH, 1) == CLG_OK);
+        ck_assert_msg(clg_session_train_step(m, 0, LR, NULL) == CLG_OK, "%s", clg_last_error(ctx()));
+    }
+    int n = BATCH - 3;
+    size_t sample = (size_t)m->net->in_c * m->net->in_h * m->net->in_w;
+    const clg_tensor *o = clg_replica_output(clg_session_rep(m));
+    size_t ow = (size_t)o->c * o->h * o->w;
+    float *x = malloc((size_t)n * sample * sizeof(float)), *pa = malloc((size_t)BATCH * ow * sizeof(float)),
+          *pb = malloc((size_t)BATCH * ow * sizeof(float)), *pc = malloc((size_t)BATCH * ow * sizeof(float));
+    int32_t y[BATCH];
+    synth(&rng, x, y, n, m->net->in_c, m->net->in_h, m->net->in_w);
+    ck_assert(clg_session_stage_wait(m, 0) == CLG_OK);
+    memcpy(m->xhost[0], x, (size_t)n * sample * sizeof(float));
+    memcpy(m->yhost[0], y, (size_t)n * sizeof(int32_t));
+    ck_assert(clg_session_upload(m, 0, n, 1) == CLG_OK);
+    tu_poison(pa, (size_t)BATCH * ow);
+    tu_poison(pc, (size_t)BATCH * ow);
+    float ra[2] = {-1, -1}, rb[2] = {-1, -1};
+    ck_assert_msg(clg_session_forward(m, 0, 1, ra, pa) == CLG_OK, "%s", clg_last_error(ctx()));
+    ck_assert_msg(clg_session_forward(m, 0, 0, NULL, pc) == CLG_OK, "%s", clg_last_error(ctx()));
+    ck_assert_msg(!m->lane_whole, "an evaluation made the whole network on the first device");
+    char path[256];
+    snprintf(path, sizeof path, "test_pipe_fwd_%d.safetensors", (int)getpid());
+    ck_assert_msg(clg_session_save(m, path, 0, 3) == CLG_OK, "%s", clg_last_error(ctx()));
+    ck_assert(!m->lane_whole);
+    ck_assert_msg(clg_session_create(ctx(), NULL, 0, text, "t", BATCH, 7, 0, NULL, &one) == CLG_OK, "%s",
+                  clg_last_error(ctx()));
+    ck_assert_msg(clg_session_load(one, path, 0) == CLG_OK, "%s", clg_last_error(ctx()));
+    unlink(path);
+    memcpy(one->xhost[0], x, (size_t)n * sample * sizeof(float));
+    memcpy(one->yhost[0], y, (size_t)n * sizeof(int32_t));
+    ck_assert(clg_session_upload(one, 0, n, 1) == CLG_OK);
+    ck_assert_msg(clg_session_forward(one, 0, 1, rb, pb) == CLG_OK, "%s", clg_last_error(ctx()));
+    ck_assert(clg_dp_finish(one->dp) == CLG_OK);
+    double worst = 0;
+    for (size_t k = 0; k < (size_t)n * ow; k++) {
+        double d = fabs((double)pa[k] - pb[k]);
+        if (!(d <= worst))
+            worst = d;
+        ck_assert_msg(memcmp(&pa[k], &pc[k], sizeof(float)) == 0, "predict (no labels) differs at %zu", k);
+    }
+    fprintf(stderr, "resnet-mini pp=2 forward of %d samples vs one device: max |dp| %.3g, loss %.6g vs %.6g, "
+                    "correct %g vs %g\n", n, worst, ra[0], rb[0], ra[1], rb[1]);
+    ck_assert_msg(worst <= 1e-5, "pp=2 forward differs from one device by %g", worst);
+    ck_assert_msg(fabs(ra[0] - rb[0]) <= 1e-5 * fabs(rb[0]) && ra[1] == rb[1], "loss %g vs %g, correct %g vs %g",
+                  ra[0], rb[0], ra[1], rb[1]);
+    clg_session_free(one);
+    clg_session_free(m);
+    free(x);
+    free(pa);
+    free(pb);
+    free(pc);
+    free(text);
+}
+END_TEST
+
 /* Four stages (POCL_DEVICES with four devices: test train-pipe-4): cuts
  * after stem_relu, b1_conv1 and b1_bn2, so stem_relu feeds stage 1 (b1_conv1)
  * and, over two cuts, stage 3 (b1_add): its gradient comes back from both and
@@ -591,6 +673,7 @@ static Suite *suite(void)
     tcase_add_test(tc, lenet_vs_one_device);
     tcase_add_test(tc, resnet_residual_cut);
     tcase_add_test(tc, stage_fault);
+    tcase_add_test(tc, forward_stages);
     suite_add_tcase(s, tc);
     TCase *tm = tcase_create("pipemem"); /* CK_RUN_CASE=pipemem runs it alone */
     tcase_set_timeout(tm, 240);
