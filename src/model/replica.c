@@ -31,10 +31,9 @@ clg_status clg_replica_create_range(clg_net *net, clg_device *dev, uint64_t seed
                                     clg_replica **out)
 {
     *out = NULL;
-    if (first < 0 || last >= net->nlayers || first > last || ((first > 0 || last < net->nlayers - 1) && net->fp16))
-        return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG,
-                           "replica of layers [%d, %d] of %d%s", first, last, net->nlayers,
-                           net->fp16 ? ": a pipeline stage stores fp32 only" : "");
+    if (first < 0 || last >= net->nlayers || first > last)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG, "replica of layers [%d, %d] of %d", first, last,
+                           net->nlayers);
     clg_err *err = clg_dev_err(dev);
     clg_replica *r = calloc(1, sizeof *r);
     if (!r)

@@ -110,6 +110,7 @@ typedef struct clg_pipe_stage {
     float *lres;               /* the loss stage: per micro-batch {loss sum, correct}, read without waiting */
     char *written;             /* per layer: its activation's gradient received this backward (scratch) */
     double norm_sq;            /* squared norm of the accumulated gradient (clipping) */
+    int overflow;              /* fp16: the accumulated gradient had an inf or NaN this step */
     double t_wait, t_end;      /* this step: seconds waiting for other stages; when its schedule ended */
     double cost, mib;          /* its layers' cost (pipe.cost) and the MiB it plans (table) */
 } clg_pipe_stage;
@@ -127,9 +128,14 @@ typedef struct clg_pipe {
     double *cost;              /* per layer: measured ms of forward + backward of a micro-batch (measured), or
                                   GFLOP of a global batch's forward + backward */
     int measured;
+    int mem_moved;             /* the default partition moved a cut so that every stage fits its device's cap */
     clg_pipe_edge *edges;
     int nedges;
     size_t sample;             /* floats per input sample */
+    int fp16;                  /* the net's fp16 storage: activations and their gradients carried in half */
+    size_t esize;              /* bytes per carried element (2 with fp16, else 4) */
+    float inv_loss_scale;      /* fp16: 1 / the loss scale in the loss gradient (set before a step; 1) */
+    int overflow;              /* fp16: the last step's gradients had an inf or NaN: skipped, no update */
     clg_team *team;
     pthread_mutex_t mu;
     pthread_cond_t cv;

@@ -111,7 +111,8 @@ static void grab(weights *w, clg_replica *const *reps, const int *stage_of, cons
             size_t n = l->params[p].numel;
             float *h = malloc(n * sizeof(float));
             tu_poison(h, n);
-            tu_download(r->dev, l->params[p].value, h, n);
+            clg_param_ref ref = {l, &l->params[p]}; /* fp16: the fp32 master copy */
+            tu_download(r->dev, clg_replica_master(r, &ref), h, n);
             w->v[w->n] = h;
             w->numel[w->n++] = n;
         }
@@ -143,6 +144,7 @@ static void run_session(const char *text, int steps, weights *w)
 }
 
 static int g_xfer;     /* CLG_PIPE_XFER_* of the pipelines made */
+static int g_fp16;     /* run_pipe: fp16 storage */
 static int g_replicas = 1; /* dp=D of the pipelines made */
 static int g_recompute;    /* clg_pipe_params.recompute of the pipelines made */
 
@@ -163,6 +165,7 @@ static void run_pipe(const char *text, int steps, int K, int M, int schedule, co
     clg_err err = {0};
     clg_net *net = NULL;
     ck_assert_msg(clg_net_build(&err, text, "t", BATCH, &net) == CLG_OK, "%s", err.msg);
+    net->fp16 = g_fp16;
     clg_pipe *p = make_pipe(net, K, M, schedule, cuts);
     size_t sample = (size_t)net->in_c * net->in_h * net->in_w;
     float *x = malloc(BATCH * sample * sizeof(float));
@@ -298,6 +301,100 @@ START_TEST(resnet_residual_cut)
     weights_free(&plain);
     weights_free(&one);
     pipeline_vs_accumulated(text, "resnet-mini (cut after b1_conv2)", "b1_conv2");
+    free(text);
+}
+END_TEST
+
+/* STEPS_PLAIN steps of a session over BATCH samples (fp16 storage, dynamic
+ * loss scaling; pipe: NULL one device, else that pipeline). */
+static void run_session_fp16(const char *text, const clg_pipe_params *pipe, weights *w)
+{
+    clg_dp_params dpp = {.pipe = pipe};
+    clg_model *m = NULL;
+    ck_assert_msg(clg_session_create(ctx(), pipe ? "all" : NULL, 0, text, "t", BATCH, 7, 1, pipe ? &dpp : NULL, &m) ==
+                      CLG_OK, "%s", clg_last_error(ctx()));
+    clg_rng rng;
+    clg_rng_seed(&rng, 5, 99);
+    for (int s = 0; s < STEPS_PLAIN; s++) {
+        ck_assert(clg_session_stage_wait(m, 0) == CLG_OK);
+        synth(&rng, m->xhost[0], m->yhost[0], BATCH, m->net->in_c, m->net->in_h, m->net->in_w);
+        ck_assert(clg_session_upload(m, 0, BATCH, 1) == CLG_OK);
+        float res[2];
+        ck_assert_msg(clg_session_train_step(m, 0, LR, res) == CLG_OK, "%s", clg_last_error(ctx()));
+        w->loss[s] = res[0];
+    }
+    ck_assert(clg_dp_finish(m->dp) == CLG_OK);
+    ck_assert_msg(m->loss_scale == 4096.0 && m->ls_skipped == 0, "loss scale %g, %d steps skipped", m->loss_scale,
+                  (int)m->ls_skipped);
+    w->steps = STEPS_PLAIN;
+    clg_replica *reps[CLG_PIPE_MAX_STAGES];
+    for (int s = 0; m->pipe && s < m->pipe->K; s++)
+        reps[s] = m->pipe->st[s].rep;
+    if (!m->pipe)
+        reps[0] = clg_session_rep(m);
+    grab(w, reps, m->pipe ? m->pipe->stage_of : NULL, m->net);
+    clg_session_free(m);
+}
+
+/* Item 2: fp16 storage with pp=2 (activations and their gradients carried
+ * across the cut in half; the optimizer on the fp32 masters; the loss scale
+ * unscaled and checked for inf / NaN per stage, an overflow skipping the
+ * step on every stage). LeNet-5: (a) pp=2 M=4 (both schedules) against the
+ * one-stage layout accumulating the same 4 micro-batches in fp16, STEPS
+ * steps: the same arithmetic, so TOL (measured 0) on the fp32 masters; (b)
+ * a pp=2 session against a one-device fp16 session over the whole batch,
+ * both with dynamic loss scaling (4096), STEPS_PLAIN steps: the summation
+ * order of the weight gradients differs (4 micro-batches vs one batch, fp32
+ * sums, ~1e-7 per step), and a master weight that moves by that much can
+ * round to the neighbouring half for the forward (a step of 2^-11 = 4.9e-4
+ * in that one weight, diluted in its tensor's L2 norm), so the tolerance is
+ * 1e-4 relative L2 per tensor (measured 3.9e-6; a lost micro-batch, a wrong
+ * loss scale or half data read as float are off by 1e-2 or more); the loss
+ * sums agree to 1e-4. */
+START_TEST(fp16_two_stages)
+{
+    if (!two_devices())
+        return;
+    g_t0 = clg_now_sec();
+    char *text = read_model("lenet5.cfg");
+    g_fp16 = 1;
+    weights acc = {0};
+    run_pipe(text, STEPS, 1, 4, CLG_PIPE_1F1B, NULL, &acc, NULL);
+    for (int sch = 0; sch < 2; sch++) {
+        weights w = {0};
+        char what[160];
+        snprintf(what, sizeof what, "lenet5 fp16 pp=2 M=4 %s vs one device fp16, 4 micro-batches accumulated",
+                 sch == CLG_PIPE_GPIPE ? "gpipe" : "1f1b");
+        run_pipe(text, STEPS, 2, 4, sch, NULL, &w, NULL);
+        compare(&w, &acc, what);
+        weights_free(&w);
+    }
+    weights_free(&acc);
+    g_fp16 = 0;
+    weights one = {0}, two = {0};
+    clg_pipe_params pipe = {.stages = 2, .micro = 4, .schedule = CLG_PIPE_1F1B};
+    run_session_fp16(text, NULL, &one);
+    run_session_fp16(text, &pipe, &two);
+    double worst = 0;
+    for (int i = 0; i < one.n; i++) {
+        double d2 = 0, r2 = 0;
+        for (size_t k = 0; k < one.numel[i]; k++) {
+            double d = (double)two.v[i][k] - one.v[i][k];
+            d2 += isfinite(d) ? d * d : INFINITY;
+            r2 += (double)one.v[i][k] * one.v[i][k];
+        }
+        double rel = sqrt(d2) / (sqrt(r2) + 1e-30);
+        if (!(rel <= worst))
+            worst = rel;
+    }
+    fprintf(stderr, "lenet5 fp16 sessions, pp=2 M=4 vs one device, %d steps: max relative difference %.3g\n",
+            STEPS_PLAIN, worst);
+    ck_assert_msg(worst <= 1e-4, "fp16 pp=2 vs one device: weights differ by %g", worst);
+    for (int s = 0; s < STEPS_PLAIN; s++)
+        ck_assert_msg(fabs(one.loss[s] - two.loss[s]) <= 1e-4 * fabs(one.loss[s]), "step %d loss %g vs %g", s,
+                      two.loss[s], one.loss[s]);
+    weights_free(&one);
+    weights_free(&two);
     free(text);
 }
 END_TEST
@@ -592,6 +689,9 @@ static clg_status vgg_peak(clg_ctx *c, int pp, int adam, int steps, const char *
     if (st == CLG_OK)
         ck_assert(clg_model_memory(m, pp, &r[2]) == CLG_ERR_INVALID_ARG);
     if (st == CLG_OK && ckpt) { /* written and read straight from the stages: no device memory more */
+        float res[2] = {0, 0}; /* and an evaluation (item 3): the stages' forwards, no whole network */
+        ck_assert_msg(clg_session_forward(m, 0, 1, res, NULL) == CLG_OK, "%s", clg_last_error(c));
+        ck_assert(isfinite(res[0]) && res[0] > 0);
         ck_assert_msg(clg_session_save(m, ckpt, 1, steps) == CLG_OK, "%s", clg_last_error(c));
         /* and read back straight into the stages (a resume), again without the whole network */
         ck_assert_msg(clg_session_load(m, ckpt, 1) == CLG_OK, "%s", clg_last_error(c));
@@ -600,7 +700,7 @@ static clg_status vgg_peak(clg_ctx *c, int pp, int adam, int steps, const char *
             ck_assert(clg_model_memory(m, i, &a) == CLG_OK);
             ck_assert_msg(a.parameters == r[i].parameters && a.optimizer == r[i].optimizer &&
                               a.activations == r[i].activations && a.peak == r[i].peak,
-                          "after a checkpoint, device %d: params %.2f -> %.2f MiB, optimizer %.2f -> %.2f MiB, "
+                          "after an evaluation and a checkpoint, device %d: params %.2f -> %.2f MiB, optimizer %.2f -> %.2f MiB, "
                           "peak %.2f -> %.2f MiB",
                           i, r[i].parameters / 1048576.0, a.parameters / 1048576.0, r[i].optimizer / 1048576.0,
                           a.optimizer / 1048576.0, r[i].peak / 1048576.0, a.peak / 1048576.0);
@@ -674,6 +774,7 @@ static Suite *suite(void)
     tcase_add_test(tc, resnet_residual_cut);
     tcase_add_test(tc, stage_fault);
     tcase_add_test(tc, forward_stages);
+    tcase_add_test(tc, fp16_two_stages);
     suite_add_tcase(s, tc);
     TCase *tm = tcase_create("pipemem"); /* CK_RUN_CASE=pipemem runs it alone */
     tcase_set_timeout(tm, 240);
