@@ -10,6 +10,7 @@ against the ideal (K-1)/(M+K-1) of equal stages.
 
   /usr/bin/python3 bench/pipeline.py --clgrad build/tools/clgrad [--model models/vgg-s.cfg] [--batch 256]
       [--microbatches 8] [--schedule 1f1b] [--repeat 3] [--steps 5] [--against OLD/tools/clgrad]
+      [--cuts conv3]
 
 --against adds the same pipeline run by another build (a copy of an older
 build tree), alternating with this one, to compare changes to the pipeline
@@ -49,9 +50,12 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--against", help="another build's clgrad: its pipeline runs too, alternating")
+    ap.add_argument("--cuts", help="fixed cuts (clgrad --stages NAMES; default: the measured partition)")
     a = ap.parse_args()
     K, M = a.stages, a.microbatches
     pipe = ["--devices", "all", "--parallel", "pp=%d" % K, "--microbatches", str(M), "--pipe-schedule", a.schedule]
+    if a.cuts:
+        pipe += ["--stages", a.cuts]
     pname = "%d basic, pp=%d, M=%d (%d per micro-batch), %s" % (K, K, M, a.batch // M, a.schedule)
     cases = [("1 basic, batch %d" % a.batch, "basic", [], None),
              (pname, " ".join(["basic"] * K), pipe, None)]

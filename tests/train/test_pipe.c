@@ -454,6 +454,26 @@ START_TEST(forward_stages)
                   clg_last_error(ctx()));
     ck_assert_msg(clg_session_load(one, path, 0) == CLG_OK, "%s", clg_last_error(ctx()));
     unlink(path);
+    /* ONNX export from the stages (each layer's weights from its stage) = from one device, byte for byte */
+    char oa[256], ob[256];
+    snprintf(oa, sizeof oa, "test_pipe_fwd_%d_a.onnx", (int)getpid());
+    snprintf(ob, sizeof ob, "test_pipe_fwd_%d_b.onnx", (int)getpid());
+    clg_status ea = clg_model_export_onnx(m, oa);
+    if (ea != CLG_ERR_UNSUPPORTED) { /* built without ONNX support: nothing to compare */
+        ck_assert_msg(ea == CLG_OK, "%s", clg_last_error(ctx()));
+        ck_assert_msg(!m->lane_whole, "an ONNX export made the whole network on the first device");
+        ck_assert_msg(clg_model_export_onnx(one, ob) == CLG_OK, "%s", clg_last_error(ctx()));
+        char *ta = NULL, *tb = NULL;
+        size_t la = 0, lb = 0;
+        clg_err fe = {0};
+        ck_assert(clg_file_read(&fe, oa, &ta, &la) == CLG_OK && clg_file_read(&fe, ob, &tb, &lb) == CLG_OK);
+        ck_assert_msg(la == lb && memcmp(ta, tb, la) == 0, "ONNX from the stages (%zu bytes) differs from one "
+                      "device's (%zu bytes)", la, lb);
+        free(ta);
+        free(tb);
+    }
+    unlink(oa);
+    unlink(ob);
     memcpy(one->xhost[0], x, (size_t)n * sample * sizeof(float));
     memcpy(one->yhost[0], y, (size_t)n * sizeof(int32_t));
     ck_assert(clg_session_upload(one, 0, n, 1) == CLG_OK);
