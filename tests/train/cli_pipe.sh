@@ -110,6 +110,22 @@ else
     check 0 "epoch 1/1.*test" "pp=2 on two capped devices trains and evaluates VGG-S" -- \
         "$clgrad" train vgg-s --data "$tmp/d28" --batch 32 --epochs 1 --seed 3 --devices all --parallel pp=2 \
         --microbatches 4 --device-mem-limit "$cap" --checkpoint "$tmp/cap"
+    # clgrad eval of those weights under a cap of 17.5 MiB: refused on one device (the whole network, about 19
+    # MiB), evaluated as pp=2 (one replica per stage with --pipe-recompute, about 16 MiB on device 0)
+    E="$clgrad eval vgg-s --weights $tmp/cap/last.safetensors --data $tmp/d28 --batch 32"
+    check 1 "past its memory limit of 17.50 MiB" "eval under a cap refused on one device" -- \
+        env CLGRAD_DEVICE_MEM_LIMIT=17.5 $E --devices 0
+    check 0 "accuracy" "eval under the same cap as pp=2" -- \
+        env CLGRAD_DEVICE_MEM_LIMIT=17.5 $E --devices all --parallel pp=2 --microbatches 4 --pipe-recompute
+    check 0 "image 1: class" "predict as pp=2" -- "$clgrad" predict vgg-s --weights "$tmp/cap/last.safetensors" \
+        --input "$tmp/d28/t10k-images-idx3-ubyte" --limit 2 --devices all --parallel pp=2 --microbatches 4
+    # ONNX export from the stages: the bytes of one device's export (skipped without ONNX support)
+    if "$clgrad" export vgg-s --weights "$tmp/cap/last.safetensors" -o "$tmp/one.onnx" --devices 0 >/dev/null 2>&1
+    then
+        check 0 "" "export as pp=2" -- "$clgrad" export vgg-s --weights "$tmp/cap/last.safetensors" \
+            -o "$tmp/pp.onnx" --devices all --parallel pp=2 --microbatches 4
+        check 0 "" "the pp=2 export equals one device's" -- cmp "$tmp/one.onnx" "$tmp/pp.onnx"
+    fi
 fi
 # the default partition within each device's cap (issue #22 item 4): an MLP whose time-balanced cut (after fc2,
 # the big layer, on stage 0 with its two stash slots) exceeds a 24 MiB cap moves the cut before fc2 and trains;
