@@ -9,7 +9,12 @@ Rounds alternate the sides; medians are reported, with the measured bubble
 against the ideal (K-1)/(M+K-1) of equal stages.
 
   /usr/bin/python3 bench/pipeline.py --clgrad build/tools/clgrad [--model models/vgg-s.cfg] [--batch 256]
-      [--microbatches 8] [--schedule 1f1b] [--repeat 3] [--steps 5]
+      [--microbatches 8] [--schedule 1f1b] [--repeat 3] [--steps 5] [--against OLD/tools/clgrad]
+      [--cuts conv3]
+
+--against adds the same pipeline run by another build (a copy of an older
+build tree), alternating with this one, to compare changes to the pipeline
+under the same load (the bubble is the less load-sensitive figure).
 
 The machine's load changes absolute figures; the ratio of the two sides of
 one run is what to compare.
@@ -22,10 +27,10 @@ import subprocess
 import sys
 
 
-def bench(a, devices, extra):
+def bench(a, devices, extra, clgrad=None):
     env = dict(os.environ)
     env["POCL_DEVICES"] = devices
-    cmd = [a.clgrad, "bench", "train", "--model", a.model, "--batch", str(a.batch), "--steps", str(a.steps),
+    cmd = [clgrad or a.clgrad, "bench", "train", "--model", a.model, "--batch", str(a.batch), "--steps", str(a.steps),
            "--warmup", str(a.warmup), "--json"] + extra
     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if out.returncode != 0:
@@ -44,19 +49,25 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--against", help="another build's clgrad: its pipeline runs too, alternating")
+    ap.add_argument("--cuts", help="fixed cuts (clgrad --stages NAMES; default: the measured partition)")
     a = ap.parse_args()
     K, M = a.stages, a.microbatches
     pipe = ["--devices", "all", "--parallel", "pp=%d" % K, "--microbatches", str(M), "--pipe-schedule", a.schedule]
-    cases = [("1 basic, batch %d" % a.batch, "basic", []),
-             ("%d basic, pp=%d, M=%d (%d per micro-batch), %s" % (K, K, M, a.batch // M, a.schedule),
-              " ".join(["basic"] * K), pipe)]
+    if a.cuts:
+        pipe += ["--stages", a.cuts]
+    pname = "%d basic, pp=%d, M=%d (%d per micro-batch), %s" % (K, K, M, a.batch // M, a.schedule)
+    cases = [("1 basic, batch %d" % a.batch, "basic", [], None),
+             (pname, " ".join(["basic"] * K), pipe, None)]
+    if a.against:
+        cases.append((pname + ", --against build", " ".join(["basic"] * K), pipe, a.against))
     # warm the program and conv-algorithm caches at both batch sizes, one device at a time
     bench(argparse.Namespace(**dict(vars(a), steps=1, warmup=0)), "basic", [])
     bench(argparse.Namespace(**dict(vars(a), steps=1, warmup=0, batch=a.batch // M)), "basic", [])
     runs = {}
     for r in range(a.repeat):
-        for name, dev, extra in (cases if r % 2 == 0 else list(reversed(cases))):
-            j = bench(a, dev, extra)
+        for name, dev, extra, exe in (cases if r % 2 == 0 else list(reversed(cases))):
+            j = bench(a, dev, extra, exe)
             runs.setdefault(name, []).append(j)
             print("round %d %-48s %8.1f img/s  bubble %s" % (r + 1, name, j["images_per_s"],
                                                             "%.3f" % j["pipe_bubble"] if j["pipe_bubble"] >= 0
@@ -66,7 +77,7 @@ def main():
                                                                                       a.repeat))
     print("| configuration | images/s | vs 1 basic | bubble measured | bubble ideal (K-1)/(M+K-1) |")
     print("|---|---|---|---|---|")
-    for name, _, extra in cases:
+    for name, _, extra, _ in cases:
         ips = statistics.median(x["images_per_s"] for x in runs[name])
         bub = [x["pipe_bubble"] for x in runs[name] if x["pipe_bubble"] >= 0]
         print("| %s | %.1f | %.2fx | %s | %s |" % (name, ips, ips / base,

@@ -157,6 +157,12 @@ int cli_model_file_check(const char *cmd, const char *path)
 clg_model *cli_model_open(const char *cmd, const char *model, const char *weights, const char *devices, int batch,
                           clg_ctx **ctx, int *rc)
 {
+    return cli_model_open_pipe(cmd, model, weights, devices, batch, NULL, ctx, rc);
+}
+
+clg_model *cli_model_open_pipe(const char *cmd, const char *model, const char *weights, const char *devices,
+                               int batch, const clg_model_params *pipe, clg_ctx **ctx, int *rc)
+{
     *ctx = cli_ctx_open(devices, 0, rc);
     if (!*ctx)
         return NULL;
@@ -164,6 +170,13 @@ clg_model *cli_model_open(const char *cmd, const char *model, const char *weight
     clg_model_params_init(&mp);
     mp.batch = batch;
     mp.devices = "all"; /* eval / predict split their batches over the selected devices */
+    if (pipe) { /* or run them through a pipeline's stages in order */
+        mp.parallel = pipe->parallel;
+        mp.stages = pipe->stages;
+        mp.microbatches = pipe->microbatches;
+        mp.pipe_schedule = pipe->pipe_schedule;
+        mp.pipe_recompute = pipe->pipe_recompute;
+    }
     clg_model *m = NULL;
     clg_status st = clg_model_create_file(*ctx, model, &mp, &m);
     if (st == CLG_OK && !weights && !clg_model_has_file_weights(m)) {

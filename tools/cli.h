@@ -61,6 +61,11 @@ int cli_model_arg(const char *cmd, const char *arg, const char **model);
  * eval and predict: on failure prints the error, releases what was opened,
  * returns NULL with *rc set. batch 0: the model file's. weights may be NULL
  * for an ONNX model (its weights come with it); else a usage error. */
+/* cli_model_open with pipe's parallel, stages, microbatches, pipe_schedule
+ * and pipe_recompute (NULL: none): a pipeline evaluates and predicts through
+ * its stages in order, no device holding the whole network. */
+clg_model *cli_model_open_pipe(const char *cmd, const char *model, const char *weights, const char *devices,
+                               int batch, const clg_model_params *pipe, clg_ctx **ctx, int *rc);
 clg_model *cli_model_open(const char *cmd, const char *model, const char *weights, const char *devices, int batch,
                           clg_ctx **ctx, int *rc);
 

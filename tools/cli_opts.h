@@ -82,8 +82,8 @@ extern const char *const cli_pipe_schedules[]; /* 1f1b, gpipe */
                    "pp=K: a pipeline of K stages, one per device (--devices must\n"                             \
                    "select K), each holding only its layers"),                                                    \
         CLI_LIST_OPT("--stages", T, p.stages, "NAMES",                                                           \
-                     "pipeline cuts: after these layers (K-1 names; default:\n"                                 \
-                     "balanced by the layers' FLOPs)"),                                                           \
+                     "pipeline cuts: after these layers (K-1 names; default: balanced\n"                        \
+                     "by measured layer times, within each device's memory limit)"),                             \
         CLI_INT_OPT("--microbatches", T, p.microbatches, 1, 1024, "M",                                           \
                     "pipeline micro-batches per step (default 4 x K)"),                                           \
         CLI_CHOICE_OPT("--pipe-schedule", T, p.pipe_schedule, cli_pipe_schedules, "NAME",                        \

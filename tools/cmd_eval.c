@@ -10,6 +10,7 @@
 typedef struct eval_opts {
     cli_common c;
     long limit;
+    clg_model_params p; /* the pipeline fields only */
 } eval_opts;
 
 static const cli_opt opts[] = {
@@ -18,6 +19,7 @@ static const cli_opt opts[] = {
     CLI_OPT_BATCH,
     CLI_INT_OPT("--limit", eval_opts, limit, 1, INT32_MAX, "N", "evaluate only the first N samples"),
     CLI_OPT_DEVICES,
+    CLI_OPTS_PIPELINE(eval_opts),
     CLI_END,
 };
 
@@ -47,7 +49,7 @@ int cmd_eval(int argc, char **argv)
         return cli_usage_error("eval", "missing --data");
     int rc = CLI_OK;
     clg_ctx *ctx = NULL;
-    clg_model *m = cli_model_open("eval", model, o.c.weights, o.c.devices, o.c.batch, &ctx, &rc);
+    clg_model *m = cli_model_open_pipe("eval", model, o.c.weights, o.c.devices, o.c.batch, &o.p, &ctx, &rc);
     if (!m)
         return rc;
     clg_eval_report rep = {0};

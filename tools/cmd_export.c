@@ -9,6 +9,7 @@
 typedef struct export_opts {
     cli_common c;
     const char *out;
+    clg_model_params p; /* the pipeline fields only: each layer's weights read from its stage */
 } export_opts;
 
 static const cli_opt opts[] = {
@@ -16,6 +17,7 @@ static const cli_opt opts[] = {
     {.name = "--output", .alias = "-o", .kind = CLI_STRING, CLI_FIELD_(export_opts, out), .arg = "FILE",
      .help = "the ONNX file to write (replaced atomically)"},
     CLI_OPT_DEVICES,
+    CLI_OPTS_PIPELINE(export_opts),
     CLI_END,
 };
 
@@ -41,7 +43,7 @@ int cmd_export(int argc, char **argv)
         return cli_usage_error("export", "missing -o OUT.onnx");
     int rc = CLI_OK;
     clg_ctx *ctx = NULL;
-    clg_model *m = cli_model_open("export", model, o.c.weights, o.c.devices, 0, &ctx, &rc);
+    clg_model *m = cli_model_open_pipe("export", model, o.c.weights, o.c.devices, 0, &o.p, &ctx, &rc);
     if (!m)
         return rc;
     if (clg_model_export_onnx(m, out) != CLG_OK)

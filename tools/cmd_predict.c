@@ -12,6 +12,7 @@ typedef struct predict_opts {
     cli_common c;
     const char *input;
     long limit;
+    clg_model_params p; /* the pipeline fields only */
 } predict_opts;
 
 static const cli_opt opts[] = {
@@ -24,6 +25,7 @@ static const cli_opt opts[] = {
                  "{\"index\": i, \"class\": c, \"probs\": [...]}"),
     CLI_INT_OPT("--limit", predict_opts, limit, 1, INT32_MAX, "N", "print only the first N images"),
     CLI_OPT_DEVICES,
+    CLI_OPTS_PIPELINE(predict_opts),
     CLI_END,
 };
 
@@ -51,7 +53,7 @@ int cmd_predict(int argc, char **argv)
         return cli_usage_error("predict", "missing --input FILE");
     int rc = CLI_OK;
     clg_ctx *ctx = NULL;
-    clg_model *m = cli_model_open("predict", model, o.c.weights, o.c.devices, 0, &ctx, &rc);
+    clg_model *m = cli_model_open_pipe("predict", model, o.c.weights, o.c.devices, 0, &o.p, &ctx, &rc);
     if (!m)
         return rc;
     float *probs = NULL;

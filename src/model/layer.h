@@ -118,6 +118,9 @@ struct clg_layer {
     int out_seq;                /* the output is a sequence (N, T, C) stored as out_shape {N, T, C, 1} */
     clg_param params[CLG_MAX_PARAMS];
     int nparams;
+    int draw_only;      /* init draws its parameters' random numbers without allocating or writing them (a
+                           pipeline stage's replica, for a layer of another stage: its own layers get a whole
+                           replica's draws) */
     double flops;
     int is_loss;        /* softmax/mse: forward computes loss, backward starts the chain */
     clg_loss_io loss;   /* used when is_loss */

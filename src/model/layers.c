@@ -72,7 +72,7 @@ void clg_layer_param_def(clg_layer *l, int idx, const char *name, int trainable,
 
 clg_status clg_layer_alloc_params(clg_layer *l, clg_device *dev)
 {
-    for (int i = 0; i < l->nparams; i++) {
+    for (int i = 0; i < l->nparams && !l->draw_only; i++) {
         clg_param *p = &l->params[i];
         size_t bytes = p->numel * sizeof(float);
         if (!p->value)
@@ -100,13 +100,15 @@ clg_status clg_layer_param_normal(clg_device *dev, clg_param *p, double std, clg
                            p->name, p->numel);
     for (size_t i = 0; i < p->numel; i++)
         h[i] = (float)(std * clg_rng_normal(rng));
-    clg_status st = clg_layer_param_upload(dev, p, h);
+    clg_status st = p->value ? clg_layer_param_upload(dev, p, h) : CLG_OK; /* none: drawn only (draw_only) */
     free(h);
     return st;
 }
 
 clg_status clg_layer_param_const(clg_device *dev, clg_param *p, float v)
 {
+    if (!p->value) /* draw_only */
+        return CLG_OK;
     return clg_buf_fill(dev, p->value, 0, p->numel, v);
 }
 

@@ -112,7 +112,7 @@ static clg_status backward_fp16(clg_replica *r, int n, char *written)
 {
     clg_err *err = clg_dev_err(r->dev);
     int L = r->nlayers;
-    for (int i = L - 1; i >= 0; i--) {
+    for (int i = r->last; i >= r->first; i--) { /* a pipeline stage: its own layers */
         clg_layer *l = &r->layers[i];
         clg_tensor in[CLG_MAX_INPUTS], din[CLG_MAX_INPUTS];
         double t0 = r->profile ? clg_now_sec() : 0;

@@ -203,23 +203,29 @@ static void plan_layer_half(plan *p, int i, int has_grad)
                 use_k = k;
                 next_reads |= j == i + 1;
             }
-    w->fchain = !last && next_reads;
-    w->bchain = has_grad && uses == 1 && p->last_consumer[i] == i + 1;
+    /* chains only inside the replica's layers: a pipeline stage's cut is crossed in half (act / dact); an
+       earlier stage's layer whose output this stage reads has only its half output and gradient here */
+    int inside = i >= r->first && i + 1 <= r->last, own = i >= r->first && i <= r->last;
+    w->fchain = !last && next_reads && inside;
+    w->bchain = has_grad && uses == 1 && p->last_consumer[i] == i + 1 && inside;
     w->bchain_k = w->bchain ? use_k : -1;
     if (last)
         it[n++] = (plan_item){FS(i, 1), BS(i, 1), f32, a, NULL, -1};
     else {
         it[n++] = (plan_item){FS(i, 2), BS(i, 0), numel * 2, a, NULL, -1};
-        it[n++] = (plan_item){FS(i, 1), w->fchain ? FS(i + 1, 1) : FS(i, 2), f32, NULL, &w->f_out, -1};
-        it[n++] = (plan_item){BS(i, 0), BS(i, 1), f32, NULL, &w->b_out, -1};
+        if (own) {
+            it[n++] = (plan_item){FS(i, 1), w->fchain ? FS(i + 1, 1) : FS(i, 2), f32, NULL, &w->f_out, -1};
+            it[n++] = (plan_item){BS(i, 0), BS(i, 1), f32, NULL, &w->b_out, -1};
+        }
         p->halfb += numel * 2;
     }
     if (has_grad && !w->bchain) {
         it[n++] = (plan_item){BS(p->last_consumer[i], 2), BS(i, 0), numel * 2, g, NULL, -1};
-        it[n++] = (plan_item){BS(i, 0), BS(i, 1), f32, NULL, &w->b_dout, -1};
+        if (own)
+            it[n++] = (plan_item){BS(i, 0), BS(i, 1), f32, NULL, &w->b_dout, -1};
         p->halfb += numel * 2;
     }
-    for (int k = 0; k < l->nin; k++) {
+    for (int k = 0; k < l->nin && own; k++) {
         int src = l->inputs[k];
         if (src < 0)
             continue;

@@ -11,9 +11,9 @@ clg_status clg_replica_create(clg_net *net, clg_device *dev, uint64_t seed, clg_
     return clg_replica_create_range(net, dev, seed, 0, net->nlayers - 1, 0, out);
 }
 
-/* A stage: the parameters of a layer outside [first, last] go right after
- * its init (they are drawn so the stage's own match a whole replica's; at
- * most one such layer's are held at a time). */
+/* A stage: a layer outside [first, last] has no parameters (its init only
+ * drew their random numbers, draw_only, so the stage's own match a whole
+ * replica's). */
 static void drop_outside(clg_replica *r, int i)
 {
     clg_layer *l = &r->layers[i];
@@ -31,10 +31,9 @@ clg_status clg_replica_create_range(clg_net *net, clg_device *dev, uint64_t seed
                                     clg_replica **out)
 {
     *out = NULL;
-    if (first < 0 || last >= net->nlayers || first > last || ((first > 0 || last < net->nlayers - 1) && net->fp16))
-        return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG,
-                           "replica of layers [%d, %d] of %d%s", first, last, net->nlayers,
-                           net->fp16 ? ": a pipeline stage stores fp32 only" : "");
+    if (first < 0 || last >= net->nlayers || first > last)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG, "replica of layers [%d, %d] of %d", first, last,
+                           net->nlayers);
     clg_err *err = clg_dev_err(dev);
     clg_replica *r = calloc(1, sizeof *r);
     if (!r)
@@ -56,7 +55,9 @@ clg_status clg_replica_create_range(clg_net *net, clg_device *dev, uint64_t seed
     clg_rng_seed(&rng, seed, 0x6e6574ULL);
     for (int i = 0; i < r->nlayers && st == CLG_OK; i++) {
         clg_layer *l = &r->layers[i];
+        l->draw_only = i < first || i > last; /* another stage's: the same draws, no device memory */
         st = l->ops->init(l, dev, &rng);
+        l->draw_only = 0;
         if (st != CLG_OK)
             st = clg_net_layer_fail(err, st, net, l, "init");
         else

@@ -13,6 +13,10 @@
  * CLG_ONNX_EXPORT_OPSET, CLG_ONNX_EXPORT_OPSET_SEQ with sequence layers;
  * input "input" of shape (N, C, H, W) with a symbolic N, output "output"),
  * atomically. Layers without an ONNX equivalent (mse) are refused. Failures are described in err. */
+/* clg_onnx_export with each layer's weights read from reps[layer] (a
+ * pipeline's stage replicas: no whole network needed). */
+CLG_INTERNAL clg_status clg_onnx_export_stages(clg_err *err, const clg_net *net, const clg_replica *const *reps,
+                                               const clg_ds_norm *norm, const char *path);
 CLG_INTERNAL clg_status clg_onnx_export(clg_err *err, const clg_net *net, const clg_replica *rep,
                                         const clg_ds_norm *norm, const char *path);
 

@@ -15,6 +15,7 @@ typedef struct {
     clg_err *err;
     const clg_net *net;
     const clg_replica *rep; /* the weights */
+    const clg_replica *const *lrep; /* NULL, or per layer the replica holding its weights (pipeline stages) */
     void **allocs; /* everything below is freed through this list */
     size_t nallocs, capallocs;
     int oom;
@@ -342,7 +343,7 @@ static clg_status activation(ex *e, const char *type, double alpha, const char *
 /* Reads parameter p of the replica's layer li into host memory (malloc'd). */
 static clg_status read_param(ex *e, int li, int p, float **out)
 {
-    const clg_replica *r = e->rep;
+    const clg_replica *r = e->lrep ? e->lrep[li] : e->rep;
     clg_param_ref ref = {&r->layers[li], &r->layers[li].params[p]};
     float *h = malloc(CLG_MAX(ref.param->numel, 1) * sizeof(float));
     if (!h)
@@ -359,7 +360,7 @@ static clg_status read_param(ex *e, int li, int p, float **out)
 
 static clg_status export_params(ex *e, int li)
 {
-    const clg_layer *l = &e->rep->layers[li];
+    const clg_layer *l = &(e->lrep ? e->lrep[li] : e->rep)->layers[li];
     for (int p = 0; p < l->nparams; p++) {
         float *h = NULL;
         CLG_TRY(read_param(e, li, p, &h));
@@ -717,7 +718,7 @@ static const struct {
 /* Layer i: its nodes, its output's value name in vname[i] and rank in rank[i]. */
 static clg_status export_layer(ex *e, int i, const char *in_name, char (*vname)[96], int *rank)
 {
-    const clg_layer *l = &e->rep->layers[i];
+    const clg_layer *l = &(e->lrep ? e->lrep[i] : e->rep)->layers[i];
     xlayer x;
     memset(&x, 0, sizeof x);
     x.index = i;
@@ -774,7 +775,7 @@ static void graph_io(ex *e, Onnx__GraphProto *g, int out_rank)
 {
     const clg_net *net = e->net;
     int64_t idims[4] = {-1, net->in_c, net->in_h, net->in_w};
-    const clg_layer *ll = &e->rep->layers[net->nlayers - 1];
+    const clg_layer *ll = &(e->lrep ? e->lrep[net->nlayers - 1] : e->rep)->layers[net->nlayers - 1];
     int64_t odims[4] = {-1, ll->out_shape[1], ll->out_shape[2], ll->out_shape[3]};
     Onnx__ValueInfoProto **gi = xalloc(e, sizeof *gi), **go = xalloc(e, sizeof *go);
     if (gi && go) {
@@ -798,7 +799,7 @@ static clg_status build(ex *e, const clg_ds_norm *norm, Onnx__GraphProto *g)
         return clg_err_set(e->err, CLG_ERR_HOST_OOM, "out of memory");
     }
     for (int i = 0; i < L; i++)
-        e->seq |= e->rep->layers[i].out_seq;
+        e->seq |= (e->lrep ? e->lrep[i] : e->rep)->layers[i].out_seq;
     const char *in_name = norm && !e->net->input_tokens ? export_norm(e, norm) : "input";
     clg_status st = CLG_OK;
     for (int i = 0; i < L && st == CLG_OK && !e->oom; i++)
@@ -845,8 +846,8 @@ static clg_status pack_model(ex *e, Onnx__GraphProto *g, uint8_t **buf, size_t *
     return CLG_OK;
 }
 
-clg_status clg_onnx_export(clg_err *err, const clg_net *net, const clg_replica *rep, const clg_ds_norm *norm,
-                           const char *path)
+static clg_status export_any(clg_err *err, const clg_net *net, const clg_replica *rep,
+                             const clg_replica *const *lrep, const clg_ds_norm *norm, const char *path)
 {
     if (!net || !rep || !path)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "ONNX export: network, replica and path are required");
@@ -858,6 +859,11 @@ clg_status clg_onnx_export(clg_err *err, const clg_net *net, const clg_replica *
     e.err = err;
     e.net = net;
     e.rep = rep;
+    e.lrep = lrep;
+    for (int i = 0; lrep && i < net->nlayers; i++)
+        if (!lrep[i] || lrep[i]->net != net || i < lrep[i]->first || i > lrep[i]->last)
+            return clg_err_set(err, CLG_ERR_INVALID_ARG, "ONNX export: no replica holds layer %d of %s", i,
+                               net->source);
     Onnx__GraphProto g;
     onnx__graph_proto__init(&g);
     g.name = "clgrad";
@@ -875,4 +881,16 @@ clg_status clg_onnx_export(clg_err *err, const clg_net *net, const clg_replica *
     free(e.nodes);
     free(e.inits);
     return st;
+}
+
+clg_status clg_onnx_export(clg_err *err, const clg_net *net, const clg_replica *rep, const clg_ds_norm *norm,
+                           const char *path)
+{
+    return export_any(err, net, rep, NULL, norm, path);
+}
+
+clg_status clg_onnx_export_stages(clg_err *err, const clg_net *net, const clg_replica *const *reps,
+                                  const clg_ds_norm *norm, const char *path)
+{
+    return export_any(err, net, reps ? reps[0] : NULL, reps, norm, path);
 }

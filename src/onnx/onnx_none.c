@@ -27,3 +27,10 @@ clg_status clg_onnx_export(clg_err *err, const clg_net *net, const clg_replica *
                        "at build time, meson option -Donnx)",
                        path);
 }
+
+clg_status clg_onnx_export_stages(clg_err *err, const clg_net *net, const clg_replica *const *reps,
+                                  const clg_ds_norm *norm, const char *path)
+{
+    (void)reps;
+    return clg_onnx_export(err, net, NULL, norm, path);
+}

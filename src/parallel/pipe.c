@@ -148,11 +148,14 @@ static int measure_costs(clg_net *net, clg_device *dev, uint64_t seed, int mb, d
         goto out;
     r->profile = 1;
     dev->kprof = 1;
-    for (int t = 0; t < 2; t++)
+    for (int t = 0; t < 5; t++) { /* per layer the least of 5 (other processes' load only adds time) */
+        for (int i = 0; i < L; i++)
+            r->prof_fwd[i] = r->prof_bwd[i] = 0;
         if (clg_replica_forward(r, mb, 1) != CLG_OK || clg_replica_backward(r, mb) != CLG_OK)
             goto out;
-    for (int i = 0; i < L; i++)
-        cost[i] = (r->prof_fwd[i] + r->prof_bwd[i]) / 2;
+        for (int i = 0; i < L; i++)
+            cost[i] = t == 0 ? r->prof_fwd[i] + r->prof_bwd[i] : CLG_MIN(cost[i], r->prof_fwd[i] + r->prof_bwd[i]);
+    }
     ok = 1;
 out:
     if (r)
@@ -167,9 +170,34 @@ out:
     return ok;
 }
 
+/* The memory a stage plans (bytes), as stage_init makes it: per stash
+ * replica its parameters and their gradients and its activations with
+ * their gradients (counted without liveness sharing: an upper bound), plus
+ * the accumulated gradients and the optimizer state. */
+typedef struct mem_model {
+    double *wpre, *apre;  /* prefix sums over the layers: parameter bytes; activation bytes of a micro-batch */
+    double lim[CLG_PIPE_MAX_STAGES]; /* per stage: its devices' smallest cap (0: none) */
+    int nreps[CLG_PIPE_MAX_STAGES];
+    int nopt;
+} mem_model;
+
+static double stage_bytes(const mem_model *mm, int k, int i, int j) /* stage k holding layers [i, j) */
+{
+    double w = mm->wpre[j] - mm->wpre[i], a = mm->apre[j] - mm->apre[i];
+    return mm->nreps[k] * (2 * w + 2 * a) + (1 + mm->nopt) * w;
+}
+
+static int stage_fits(const mem_model *mm, int k, int i, int j)
+{
+    return !mm || mm->lim[k] <= 0 || stage_bytes(mm, k, i, j) <= mm->lim[k];
+}
+
 /* Contiguous partition minimizing the largest stage cost (dynamic
- * programming over prefix sums; ties: the later cut). */
-static clg_status cuts_balanced(clg_err *err, const clg_net *net, int K, const double *cost, int *cut)
+ * programming over prefix sums; ties: the later cut), among those where
+ * every stage fits its device's memory cap (mm may be NULL: no caps; none
+ * fitting: *fits = 0 and the partition by cost alone). */
+static clg_status cuts_balanced(clg_err *err, const clg_net *net, int K, const double *cost, const mem_model *mm,
+                                int *cut, int *fits)
 {
     int L = net->nlayers;
     double *pre = calloc((size_t)L + 1, sizeof *pre), *best = malloc(sizeof(double) * (size_t)(L + 1) * (size_t)K);
@@ -184,12 +212,14 @@ static clg_status cuts_balanced(clg_err *err, const clg_net *net, int K, const d
         pre[i + 1] = pre[i] + cost[i];
     /* best[k][j]: the first j layers in k+1 stages */
     for (int j = 0; j <= L; j++)
-        best[j] = j > 0 ? pre[j] : 1e300;
+        best[j] = j > 0 && stage_fits(mm, 0, 0, j) ? pre[j] : 1e300;
     for (int k = 1; k < K; k++)
         for (int j = 0; j <= L; j++) {
             double b = 1e300;
             int a = -1;
             for (int i = k; i < j; i++) {
+                if (!stage_fits(mm, k, i, j) || best[(size_t)(k - 1) * (L + 1) + i] >= 1e300)
+                    continue;
                 double c = CLG_MAX(best[(size_t)(k - 1) * (L + 1) + i], pre[j] - pre[i]);
                 if (c <= b) {
                     b = c;
@@ -199,6 +229,13 @@ static clg_status cuts_balanced(clg_err *err, const clg_net *net, int K, const d
             best[(size_t)k * (L + 1) + j] = b;
             arg[(size_t)k * (L + 1) + j] = a;
         }
+    *fits = best[(size_t)(K - 1) * (L + 1) + L] < 1e300;
+    if (!*fits && mm) { /* nothing fits: by cost alone (a stage then fails to allocate, naming its device) */
+        free(pre);
+        free(best);
+        free(arg);
+        return cuts_balanced(err, net, K, cost, NULL, cut, fits);
+    }
     int j = L;
     for (int k = K - 1; k >= 0; k--) {
         cut[k] = j - 1;
@@ -209,6 +246,55 @@ static clg_status cuts_balanced(clg_err *err, const clg_net *net, int K, const d
     free(best);
     free(arg);
     return CLG_OK;
+}
+
+/* The default partition: by cost, within each stage's device memory cap
+ * (--device-mem-limit: what its device has left now). *moved: memory moved a
+ * cut (the cost-only partition has a stage over its cap). */
+static clg_status cuts_default(clg_ctx *ctx, const clg_net *net, const int *devs, int K, int D, int M, int mb,
+                               const clg_pipe_params *pp, const double *cost, int *cut, int *moved)
+{
+    int L = net->nlayers, fits = 0, any = 0, cut0[CLG_PIPE_MAX_STAGES];
+    *moved = 0;
+    mem_model mm = {0};
+    mm.nopt = net->hp.optimizer != CLG_OPT_SGD ? 2 : net->hp.momentum > 0;
+    for (int s = 0; s < K; s++) {
+        mm.nreps[s] = pp->recompute ? 1 : pp->schedule == CLG_PIPE_GPIPE ? M : CLG_MIN(M, K - s);
+        for (int d = 0; d < D; d++) {
+            const clg_pool *pool = &ctx->devs[devs[d * K + s]].pool;
+            double used = (double)(pool->stats.bytes_in_use + pool->direct_bytes);
+            double left = pool->limit > 0 ? CLG_MAX((double)pool->limit - used, 1.0) : 0;
+            if (left > 0 && (mm.lim[s] <= 0 || left < mm.lim[s]))
+                mm.lim[s] = left;
+            any |= left > 0;
+        }
+    }
+    if (!any)
+        return cuts_balanced(&ctx->err, net, K, cost, NULL, cut, &fits);
+    mm.wpre = calloc((size_t)L + 1, sizeof(double));
+    mm.apre = calloc((size_t)L + 1, sizeof(double));
+    clg_status rc = mm.wpre && mm.apre ? CLG_OK : clg_err_set(&ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    for (int i = 0; i < L && rc == CLG_OK; i++) {
+        const clg_layer *l = &net->proto[i];
+        double w = 0;
+        for (int q = 0; q < l->nparams; q++)
+            w += 4.0 * (double)l->params[q].numel;
+        mm.wpre[i + 1] = mm.wpre[i] + w;
+        mm.apre[i + 1] = mm.apre[i] + 4.0 * mb * l->out_shape[1] * l->out_shape[2] * l->out_shape[3];
+    }
+    if (rc == CLG_OK)
+        rc = cuts_balanced(&ctx->err, net, K, cost, NULL, cut0, &fits);
+    if (rc == CLG_OK)
+        rc = cuts_balanced(&ctx->err, net, K, cost, &mm, cut, &fits);
+    for (int s = 0; s < K && rc == CLG_OK; s++) {
+        *moved |= cut[s] != cut0[s];
+        clg_log(2, "pipeline partition: stage %d cut after %s (by cost alone: %s), plans %.2f MiB, %.2f MiB left on "
+                   "its device", s, net->proto[cut[s]].name, net->proto[cut0[s]].name,
+                stage_bytes(&mm, s, s ? cut[s - 1] + 1 : 0, cut[s] + 1) / 1048576.0, mm.lim[s] / 1048576.0);
+    }
+    free(mm.wpre);
+    free(mm.apre);
+    return rc;
 }
 
 // ---- creation ----
@@ -306,7 +392,7 @@ static clg_status stage_stash(clg_pipe *p, clg_pipe_stage *st)
         if (p->edges[q].to != st->index)
             continue;
         for (int sl = 0; sl < st->nslots; sl++)
-            CLG_TRY(clg_buf_alloc(st->dev, (size_t)p->mb * p->edges[q].fps * sizeof(float), &st->stash[sl * ne + k]));
+            CLG_TRY(clg_buf_alloc(st->dev, (size_t)p->mb * p->edges[q].fps * p->esize, &st->stash[sl * ne + k]));
         k++;
     }
     return CLG_OK;
@@ -322,7 +408,8 @@ static clg_status stage_init(clg_pipe *p, clg_pipe_stage *st, uint64_t seed)
     st->last_fwd = calloc((size_t)st->nreps, sizeof(int));
     st->state = calloc((size_t)st->nreps, sizeof(cl_mem *));
     st->slot_of = malloc(sizeof(int) * (size_t)p->M);
-    if (!st->reps || !st->last_fwd || !st->state || !st->slot_of)
+    st->written = calloc((size_t)p->net->nlayers, 1);
+    if (!st->reps || !st->last_fwd || !st->state || !st->slot_of || !st->written)
         return clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
     for (int k = 0; k < st->nreps; k++) {
         CLG_TRY(clg_replica_create_range(p->net, dev, seed, st->first, st->last, p->mb, &st->reps[k]));
@@ -335,11 +422,13 @@ static clg_status stage_init(clg_pipe *p, clg_pipe_stage *st, uint64_t seed)
         CLG_TRY(clg_buf_alloc(dev, B * p->sample * sizeof(float), &st->xbuf));
     if (st->has_loss)
         CLG_TRY(clg_buf_alloc(dev, B * sizeof(int32_t), &st->ybuf));
+    if (st->has_loss && !(st->lres = calloc((size_t)p->M * 2, sizeof(float))))
+        return clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
     CLG_TRY(clg_buf_alloc(dev, CLG_MAX(r->arena_bytes, 4), &st->gacc));
     CLG_TRY(stage_stash(p, st));
     for (int q = 0; q < p->nedges; q++)
         if (p->edges[q].from == st->index)
-            st->gscr_bytes = CLG_MAX(st->gscr_bytes, (size_t)p->mb * p->edges[q].fps * sizeof(float));
+            st->gscr_bytes = CLG_MAX(st->gscr_bytes, (size_t)p->mb * p->edges[q].fps * p->esize);
     if (st->gscr_bytes)
         CLG_TRY(clg_buf_alloc(dev, st->gscr_bytes, &st->gscr));
     st->mib = (double)(st->nreps * (r->planned_bytes + (uint64_t)r->arena_bytes * 2) + 2 * (uint64_t)r->arena_bytes) /
@@ -395,8 +484,6 @@ static clg_status check_layout(clg_ctx *ctx, const clg_net *net, int K, int D, i
     if (net->loss_index != net->nlayers - 1)
         return clg_err_set(&ctx->err, CLG_ERR_UNSUPPORTED, "pipeline: %s must end with its loss layer",
                            net->source);
-    if (net->fp16)
-        return clg_err_set(&ctx->err, CLG_ERR_UNSUPPORTED, "pipeline: fp16 storage is not supported yet");
     return CLG_OK;
 }
 
@@ -428,7 +515,7 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
     if (pp->cuts && *pp->cuts)
         rc = cuts_by_name(&ctx->err, net, pp->cuts, K, cut);
     else
-        rc = cuts_balanced(&ctx->err, net, K, p->cost, cut);
+        rc = cuts_default(ctx, net, devs, K, D, M, mb, pp, p->cost, cut, &p->mem_moved);
     if (rc != CLG_OK) {
         clg_pipe_free(p);
         return rc;
@@ -442,6 +529,9 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
     p->M = M;
     p->schedule = pp->schedule;
     p->mb = mb;
+    p->fp16 = net->fp16 != 0;
+    p->esize = p->fp16 ? 2 : sizeof(float); /* fp16: every carried activation and gradient is stored in half */
+    p->inv_loss_scale = 1.0f;
     p->sample = (size_t)net->in_c * net->in_h * net->in_w;
     p->fault_stage = -1;
     for (int s = 0, i = 0; s < K; s++)
@@ -459,6 +549,14 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
             st->cost += p->cost[i];
     }
     rc = find_edges(p);
+    for (int a = 0; a < p->nedges && rc == CLG_OK && p->fp16; a++)
+        for (int b = a + 1; b < p->nedges && rc == CLG_OK; b++)
+            if (p->edges[a].tensor == p->edges[b].tensor && p->edges[a].from == p->edges[b].from)
+                rc = clg_err_set(&ctx->err, CLG_ERR_UNSUPPORTED,
+                                 "pipeline: with fp16 storage, '%s' is read by stages %d and %d: summing its "
+                                 "gradients from several stages in half precision is not supported yet (cut "
+                                 "elsewhere with --stages)", net->proto[p->edges[a].tensor].name, p->edges[a].to,
+                                 p->edges[b].to);
     for (int l = 0; l < p->L; l++) /* this model's peak (the cost measurement's replica gone) */
         p->st[l].dev->pool.total_peak = p->st[l].dev->pool.stats.bytes_in_use + p->st[l].dev->pool.direct_bytes;
     for (int s = 0; s < p->L && rc == CLG_OK; s++) {
@@ -471,6 +569,12 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
         rc = xfer_setup(p, pp->transfer);
     if (rc == CLG_OK)
         rc = reduce_setup(p);
+    for (int i = 0; i < net->nlayers && rc == CLG_OK; i++)
+        clg_log(2, "pipeline: layer %s %.3f %s", net->proto[i].name, p->cost[i], p->measured ? "ms" : "GFLOP");
+    for (int s = 0; s < K && rc == CLG_OK; s++)
+        clg_log(2, "pipeline stage %d: layers %s..%s, %.3f %s per micro-batch; transfers %s", s,
+                net->proto[p->st[s].first].name, net->proto[p->st[s].last].name, p->st[s].cost,
+                p->measured ? "ms" : "GFLOP", p->d2d ? "device to device" : "through the host");
     if (rc == CLG_OK)
         rc = clg_team_create(&ctx->err, p->L, &p->team);
     if (rc != CLG_OK) {
@@ -517,6 +621,8 @@ void clg_pipe_free(clg_pipe *p)
         }
         free(st->reps);
         free(st->last_fwd);
+        free(st->lres);
+        free(st->written);
         clg_buf_release(st->dev, st->xbuf);
         clg_buf_release(st->dev, st->ybuf);
         clg_buf_release(st->dev, st->gacc);
@@ -554,10 +660,11 @@ void clg_pipe_print(const clg_pipe *p, FILE *f)
     if (p->D > 1)
         fprintf(f, "data x pipeline: %d replicas of the pipeline below, each on its own %d devices, each taking 1/%d "
                    "of every batch; gradients summed per stage\n", p->D, p->K, p->D);
-    fprintf(f, "pipeline: %d stages, %d micro-batches of %d, schedule %s; balanced by %s\n", p->K, p->M, p->mb,
+    fprintf(f, "pipeline: %d stages, %d micro-batches of %d, schedule %s; balanced by %s%s\n", p->K, p->M, p->mb,
             p->schedule == CLG_PIPE_GPIPE ? "gpipe" : "1f1b",
             p->measured ? "measured layer times (ms: forward + backward of a step's micro-batches)"
-                        : "FLOPs (GFLOP: forward + backward of a global batch)");
+                        : "FLOPs (GFLOP: forward + backward of a global batch)",
+            p->mem_moved ? "; cut moved so that every stage fits its device's memory limit" : "");
     fprintf(f, "%-5s %-28s %-24s %7s %9s %8s\n", "stage", "device", "layers", "count",
             p->measured ? "ms" : "GFLOP", "MiB");
     for (int s = 0; s < p->L; s++) {
@@ -669,15 +776,15 @@ static clg_status xfer_send(clg_pipe *p, clg_pipe_edge *e, int grad, int m, cl_m
 {
     clg_device *dev = p->st[grad ? e->to : e->from].dev;
     clg_err *err = clg_dev_err(dev);
-    size_t bytes = (size_t)n * e->fps * sizeof(float);
+    size_t bytes = (size_t)n * e->fps * p->esize;
     if (p->d2d) {
-        CLG_CL_CHECK(err, clEnqueueCopyBuffer(dev->queue, mem, grad ? e->db[m] : e->df[m], off * sizeof(float), 0,
-                                              bytes, 0, NULL, NULL));
+        CLG_CL_CHECK(err, clEnqueueCopyBuffer(dev->queue, mem, grad ? e->db[m] : e->df[m], off * p->esize, 0, bytes,
+                                              0, NULL, NULL));
         CLG_CL_CHECK(err, clFinish(dev->queue));
         return CLG_OK;
     }
-    float *h = (grad ? e->hb : e->hf) + (size_t)p->off[e->from / p->K][m] * e->fps;
-    CLG_CL_CHECK(err, clEnqueueReadBuffer(dev->queue, mem, CL_TRUE, off * sizeof(float), bytes, h, 0, NULL, NULL));
+    char *h = (char *)(grad ? e->hb : e->hf) + (size_t)p->off[e->from / p->K][m] * e->fps * p->esize;
+    CLG_CL_CHECK(err, clEnqueueReadBuffer(dev->queue, mem, CL_TRUE, off * p->esize, bytes, h, 0, NULL, NULL));
     return CLG_OK;
 }
 
@@ -686,14 +793,16 @@ static clg_status xfer_recv(clg_pipe *p, clg_pipe_edge *e, int grad, int m, cl_m
 {
     clg_device *dev = p->st[grad ? e->from : e->to].dev;
     clg_err *err = clg_dev_err(dev);
-    size_t bytes = (size_t)n * e->fps * sizeof(float);
+    size_t bytes = (size_t)n * e->fps * p->esize;
     if (p->d2d) {
-        CLG_CL_CHECK(err, clEnqueueCopyBuffer(dev->queue, grad ? e->db[m] : e->df[m], mem, 0, off * sizeof(float),
-                                              bytes, 0, NULL, NULL));
+        CLG_CL_CHECK(err, clEnqueueCopyBuffer(dev->queue, grad ? e->db[m] : e->df[m], mem, 0, off * p->esize, bytes, 0,
+                                              NULL, NULL));
         return CLG_OK;
     }
-    const float *h = (grad ? e->hb : e->hf) + (size_t)p->off[e->from / p->K][m] * e->fps;
-    CLG_CL_CHECK(err, clEnqueueWriteBuffer(dev->queue, mem, CL_TRUE, off * sizeof(float), bytes, h, 0, NULL, NULL));
+    /* not blocking: the host rows of micro-batch m stay as they are until the step ends, and every stage
+       finishes its queue before that */
+    const char *h = (const char *)(grad ? e->hb : e->hf) + (size_t)p->off[e->from / p->K][m] * e->fps * p->esize;
+    CLG_CL_CHECK(err, clEnqueueWriteBuffer(dev->queue, mem, CL_FALSE, off * p->esize, bytes, h, 0, NULL, NULL));
     return CLG_OK;
 }
 
@@ -740,8 +849,8 @@ static clg_status xfer_setup(clg_pipe *p, int mode)
         if (!e->df || !e->db)
             return clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
         for (int m = 0; m < p->M; m++) {
-            CLG_TRY(clg_buf_alloc(dev, (size_t)p->mb * e->fps * sizeof(float), &e->df[m]));
-            CLG_TRY(clg_buf_alloc(dev, (size_t)p->mb * e->fps * sizeof(float), &e->db[m]));
+            CLG_TRY(clg_buf_alloc(dev, (size_t)p->mb * e->fps * p->esize, &e->df[m]));
+            CLG_TRY(clg_buf_alloc(dev, (size_t)p->mb * e->fps * p->esize, &e->db[m]));
         }
     }
     p->d2d = 1;
@@ -778,7 +887,7 @@ static clg_status set_inputs(clg_pipe *p, clg_pipe_stage *st, int k, int m)
             continue;
         const clg_tensor *a = &r->act[e->tensor];
         CLG_CL_CHECK(err, clEnqueueCopyBuffer(st->dev->queue, st->stash[st->slot_of[m] * ne + j], a->mem, 0,
-                                              a->off * sizeof(float), (size_t)p->cnt[st->d][m] * e->fps * sizeof(float),
+                                              a->off * p->esize, (size_t)p->cnt[st->d][m] * e->fps * p->esize,
                                               0, NULL, NULL));
         j++;
     }
@@ -828,13 +937,9 @@ static clg_status stage_forward(clg_pipe *p, clg_pipe_stage *st, int m)
     st->state_rep = k;
     CLG_TRY(clg_replica_forward(r, n, 1));
     st->last_fwd[k] = m;
-    if (st->has_loss) {
-        float res[2];
-        CLG_CL_CHECK(err, clEnqueueReadBuffer(st->dev->queue, r->layers[r->loss_index].loss.result, CL_TRUE, 0,
-                                              sizeof res, res, 0, NULL, NULL));
-        st->res[0] += res[0];
-        st->res[1] += res[1];
-    }
+    if (st->has_loss) /* no host round trip: read when the schedule ends (the queue is in order) */
+        CLG_CL_CHECK(err, clEnqueueReadBuffer(st->dev->queue, r->layers[r->loss_index].loss.result, CL_FALSE, 0,
+                                              2 * sizeof(float), st->lres + 2 * m, 0, NULL, NULL));
     for (int q = 0; q < p->nedges; q++) { /* the leaving activations */
         clg_pipe_edge *e = &p->edges[q];
         if (e->from != st->index)
@@ -897,9 +1002,8 @@ static clg_status stage_backward(clg_pipe *p, clg_pipe_stage *st, int m, int fir
     if (st->index == p->fault_stage && m == p->fault_mb && (int64_t)p->step == p->fault_step)
         return clg_cl_fail(err, CL_INVALID_COMMAND_QUEUE, "clEnqueueNDRangeKernel (injected fault)", __FILE__,
                            __LINE__);
-    char *written = calloc((size_t)r->nlayers, 1);
-    if (!written)
-        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    char *written = st->written;
+    memset(written, 0, (size_t)r->nlayers);
     double t0 = clg_now_sec();
     int rerun = st->last_fwd[rep_of(st, m)] != m;
     clg_status rc = rerun ? stage_recompute(p, st, m) : CLG_OK;
@@ -909,7 +1013,6 @@ static clg_status stage_backward(clg_pipe *p, clg_pipe_stage *st, int m, int fir
         rc = receive_grads(p, st, r, m, written);
     if (rc == CLG_OK)
         rc = clg_replica_backward_range(r, n, written);
-    free(written);
     CLG_TRY(rc);
     if (r->arena_bytes) { /* accumulate */
         if (first_bwd)
@@ -1034,6 +1137,7 @@ static clg_status stage_schedule(clg_pipe *p, clg_pipe_stage *st)
     st->inflight = 0;
     for (int m = 0; m < p->M; m++)
         st->slot_of[m] = -1;
+    CLG_CL_CHECK(err, clFinish(st->dev->queue)); /* nothing left of an abandoned step reads the host rows */
     if (st->reads_input)
         CLG_CL_CHECK(err, clEnqueueWriteBuffer(st->dev->queue, st->xbuf, CL_TRUE, 0,
                                                (size_t)p->n * p->sample * sizeof(float), p->x, 0, NULL, NULL));
@@ -1060,13 +1164,20 @@ static clg_status stage_schedule(clg_pipe *p, clg_pipe_stage *st)
         CLG_CL_CHECK(err, clEnqueueCopyBuffer(st->dev->queue, st->gacc, st->rep->garena, 0, 0, st->rep->arena_bytes,
                                               0, NULL, NULL));
         st->norm_sq = 0;
-        if (p->clip_norm > 0) {
+        st->overflow = 0;
+        if (p->fp16) /* dynamic loss scaling: the gradient unscaled, an inf / NaN flagged (the step is skipped) */
+            CLG_TRY(clg_optim_unscale_check(st->opt, p->inv_loss_scale, &st->overflow));
+        if (p->clip_norm > 0 && !st->overflow) {
             double norm = 0;
             CLG_TRY(clg_optim_grad_norm(st->opt, 1.0f, &norm));
             st->norm_sq = norm * norm;
         }
     }
     CLG_CL_CHECK(err, clFinish(st->dev->queue));
+    for (int m = 0; m < p->nm && st->has_loss; m++) { /* in micro-batch order */
+        st->res[0] += st->lres[2 * m];
+        st->res[1] += st->lres[2 * m + 1];
+    }
     st->t_end = clg_now_sec();
     return CLG_OK;
 }
@@ -1158,9 +1269,21 @@ clg_status clg_pipe_train_step(clg_pipe *p, const clg_hparams *hp, const float *
         p->bubble_sum += idle / (p->L * wall);
         p->bubble_n++;
     }
+    if (res) {
+        res[0] = res[1] = 0;
+        for (int d = 0; d < p->D; d++) {
+            res[0] += p->st[d * p->K + p->K - 1].res[0];
+            res[1] += p->st[d * p->K + p->K - 1].res[1];
+        }
+    }
     double sq = 0; /* the replicas hold the same (summed) gradients: replica 0's stages */
-    for (int s = 0; s < p->K; s++)
+    p->overflow = 0;
+    for (int s = 0; s < p->K; s++) {
         sq += p->st[s].norm_sq;
+        p->overflow |= p->st[s].overflow;
+    }
+    if (p->overflow) /* fp16: no stage updates; the caller lowers the loss scale */
+        return CLG_OK;
     double norm = sqrt(sq);
     if (!isfinite(norm))
         return clg_err_set(&p->ctx->err, CLG_ERR_INTERNAL,
@@ -1172,13 +1295,6 @@ clg_status clg_pipe_train_step(clg_pipe *p, const clg_hparams *hp, const float *
     rc = clg_team_run(p->team, stage_fn, p, &failed);
     if (rc != CLG_OK)
         return stage_failed(p, rc, failed);
-    if (res) {
-        res[0] = res[1] = 0;
-        for (int d = 0; d < p->D; d++) {
-            res[0] += p->st[d * p->K + p->K - 1].res[0];
-            res[1] += p->st[d * p->K + p->K - 1].res[1];
-        }
-    }
     return CLG_OK;
 }
 
@@ -1209,11 +1325,11 @@ static clg_status sync_param(clg_pipe *p, clg_replica *full, clg_optim *fo, cons
 {
     int li = ref->layer->index, slot = (int)(ref->param - ref->layer->params);
     clg_pipe_stage *st = &p->st[d * p->K + p->stage_of[li]];
-    clg_param *sp = &st->rep->layers[li].params[slot];
+    clg_param_ref sref = {&st->rep->layers[li], &st->rep->layers[li].params[slot]};
+    cl_mem sv = clg_replica_master(st->rep, &sref), fv = clg_replica_master(full, ref); /* fp16: the fp32 masters */
     size_t n = ref->param->numel;
     clg_device *a = to_full ? st->dev : full->dev, *b = to_full ? full->dev : st->dev;
-    CLG_TRY(copy_between(a, to_full ? sp->value : ref->param->value, b, to_full ? ref->param->value : sp->value, n,
-                         tmp));
+    CLG_TRY(copy_between(a, to_full ? sv : fv, b, to_full ? fv : sv, n, tmp));
     if (!ref->param->trainable || !fo || !st->opt)
         return CLG_OK;
     int fi = optim_index(fo, li, slot), si = optim_index(st->opt, li, slot);
@@ -1273,4 +1389,94 @@ clg_status clg_pipe_sync(clg_pipe *p, clg_replica *full, clg_optim *full_opt, co
             st = stage_spread(&p->st[s]);
     }
     return st;
+}
+
+// ---- forward only (evaluation, predict, the save check) ----
+
+/* Chunk [o, o + n) of the step's samples through the stages of replica 0 in
+ * order on the calling thread: each stage's first replica runs its layers
+ * (training = 0: dropout off, batch norm on its running statistics), the
+ * tensors crossing a cut go through host memory. */
+static clg_status forward_chunk(clg_pipe *p, const int32_t *y, int o, int n, float *res, float *out, size_t out_w,
+                                int *fs)
+{
+    for (int s = 0; s < p->K; s++) {
+        clg_pipe_stage *st = &p->st[s];
+        *fs = s;
+        clg_replica *r = st->rep;
+        clg_err *err = clg_dev_err(st->dev);
+        cl_command_queue q = st->dev->queue;
+        if (st->reads_input)
+            clg_replica_set_input(r, st->xbuf, (size_t)o * p->sample);
+        if (st->has_loss)
+            clg_replica_set_labels(r, st->ybuf, y ? (size_t)o : 0, 1.0f);
+        for (int k = 0; k < p->nedges; k++) { /* the entering tensors */
+            const clg_pipe_edge *e = &p->edges[k];
+            const clg_tensor *a = &r->act[e->tensor];
+            if (e->to == s)
+                CLG_CL_CHECK(err, clEnqueueWriteBuffer(q, a->mem, CL_TRUE, a->off * p->esize,
+                                                       (size_t)n * e->fps * p->esize, e->hf, 0, NULL, NULL));
+        }
+        CLG_TRY(clg_replica_forward(r, n, 0));
+        for (int k = 0; k < p->nedges; k++) { /* the leaving ones */
+            const clg_pipe_edge *e = &p->edges[k];
+            const clg_tensor *a = &r->act[e->tensor];
+            if (e->from == s)
+                CLG_CL_CHECK(err, clEnqueueReadBuffer(q, a->mem, CL_TRUE, a->off * p->esize,
+                                                      (size_t)n * e->fps * p->esize, e->hf, 0, NULL, NULL));
+        }
+        if (st->has_loss && res) {
+            float lr[2];
+            CLG_CL_CHECK(err, clEnqueueReadBuffer(q, r->layers[r->loss_index].loss.result, CL_TRUE, 0, sizeof lr, lr,
+                                                  0, NULL, NULL));
+            res[0] += lr[0];
+            res[1] += lr[1];
+        }
+        if (s == p->K - 1 && out) {
+            const clg_tensor *a = &r->act[r->nlayers - 1];
+            CLG_CL_CHECK(err, clEnqueueReadBuffer(q, a->mem, CL_TRUE, a->off * sizeof(float),
+                                                  (size_t)n * out_w * sizeof(float), out + (size_t)o * out_w, 0, NULL,
+                                                  NULL));
+        }
+        CLG_CL_CHECK(err, clFinish(q));
+    }
+    return CLG_OK;
+}
+
+clg_status clg_pipe_forward(clg_pipe *p, const float *x, const int32_t *y, int n, float *res, float *out)
+{
+    int B = p->mb * p->M * p->D;
+    if (n < 1 || n > B)
+        return clg_err_set(&p->ctx->err, CLG_ERR_INVALID_ARG, "pipeline forward: %d samples (1 to %d)", n, B);
+    if (res)
+        res[0] = res[1] = 0;
+    const clg_pipe_stage *last = &p->st[p->K - 1];
+    const clg_tensor *o = &last->rep->act[last->rep->nlayers - 1];
+    size_t out_w = (size_t)o->c * o->h * o->w;
+    clg_status rc = CLG_OK;
+    for (int s = 0; s < p->K && rc == CLG_OK; s++) { /* the batch onto the stages that read it */
+        clg_pipe_stage *st = &p->st[s];
+        clg_err *err = clg_dev_err(st->dev);
+        cl_int e = CL_SUCCESS;
+        if (st->reads_input)
+            e = clEnqueueWriteBuffer(st->dev->queue, st->xbuf, CL_TRUE, 0, (size_t)n * p->sample * sizeof(float), x,
+                                     0, NULL, NULL);
+        if (e == CL_SUCCESS && st->has_loss && y)
+            e = clEnqueueWriteBuffer(st->dev->queue, st->ybuf, CL_TRUE, 0, (size_t)n * sizeof(int32_t), y, 0, NULL,
+                                     NULL);
+        if (e != CL_SUCCESS)
+            rc = clg_cl_fail(err, e, "clEnqueueWriteBuffer (pipeline forward)", __FILE__, __LINE__);
+        else if (st->has_loss && !y) /* labels of 0: the loss is computed and not reported */
+            rc = clg_buf_fill(st->dev, st->ybuf, 0, (size_t)p->mb, 0.0f);
+        if (rc != CLG_OK)
+            return stage_failed(p, rc, s);
+    }
+    for (int o0 = 0; o0 < n; o0 += p->mb) {
+        int c = CLG_MIN(p->mb, n - o0);
+        int fs = 0;
+        rc = forward_chunk(p, y, o0, c, y ? res : NULL, out, out_w, &fs);
+        if (rc != CLG_OK)
+            return stage_failed(p, rc, fs);
+    }
+    return CLG_OK;
 }

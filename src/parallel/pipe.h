@@ -107,7 +107,10 @@ typedef struct clg_pipe_stage {
     size_t *state_n;           /* floats of each */
     int nrecompute;            /* forwards run again this step */
     float res[2];              /* {loss sum, correct} over the step's micro-batches (the loss stage) */
+    float *lres;               /* the loss stage: per micro-batch {loss sum, correct}, read without waiting */
+    char *written;             /* per layer: its activation's gradient received this backward (scratch) */
     double norm_sq;            /* squared norm of the accumulated gradient (clipping) */
+    int overflow;              /* fp16: the accumulated gradient had an inf or NaN this step */
     double t_wait, t_end;      /* this step: seconds waiting for other stages; when its schedule ended */
     double cost, mib;          /* its layers' cost (pipe.cost) and the MiB it plans (table) */
 } clg_pipe_stage;
@@ -125,9 +128,14 @@ typedef struct clg_pipe {
     double *cost;              /* per layer: measured ms of forward + backward of a micro-batch (measured), or
                                   GFLOP of a global batch's forward + backward */
     int measured;
+    int mem_moved;             /* the default partition moved a cut so that every stage fits its device's cap */
     clg_pipe_edge *edges;
     int nedges;
     size_t sample;             /* floats per input sample */
+    int fp16;                  /* the net's fp16 storage: activations and their gradients carried in half */
+    size_t esize;              /* bytes per carried element (2 with fp16, else 4) */
+    float inv_loss_scale;      /* fp16: 1 / the loss scale in the loss gradient (set before a step; 1) */
+    int overflow;              /* fp16: the last step's gradients had an inf or NaN: skipped, no update */
     clg_team *team;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -183,6 +191,15 @@ CLG_INTERNAL void clg_pipe_print(const clg_pipe *p, FILE *f);
 CLG_INTERNAL clg_status clg_pipe_train_step(clg_pipe *p, const clg_hparams *hp, const float *x, const int32_t *y,
                                             int n, double lr, float grad_scale, double clip_norm, uint32_t seed,
                                             uint32_t step, float *res);
+/* Forward only over n host samples (at most the global batch; x: n *
+ * sample floats; y: n labels or NULL): the stages' first replicas run in
+ * order on the calling thread, micro-batch by micro-batch, without
+ * dropout and with batch norm on its running statistics, the tensors
+ * crossing a cut through host memory (no device holds the whole network).
+ * res (may be NULL; needs y): {loss sum, correct}; out (may be NULL): the
+ * last layer's outputs, n rows. A failure names the stage and device. */
+CLG_INTERNAL clg_status clg_pipe_forward(clg_pipe *p, const float *x, const int32_t *y, int n, float *res,
+                                         float *out);
 /* Copies every parameter (weights, batch-norm running statistics) and its
  * optimizer state (and the optimizer's step count) from the stages into
  * full, a whole-network replica of the same net (to_full = 1: before a

@@ -97,7 +97,16 @@ clg_status clg_model_export_onnx(clg_model *m, const char *path)
 {
     if (!m || !path)
         return clg_err_set(m ? &m->ctx->err : NULL, CLG_ERR_INVALID_ARG, "model and path are required");
-    CLG_TRY(clg_session_pipe_gather(m, 0));
+    if (m->pipe) { /* each layer's weights from its stage: no whole network */
+        const clg_replica **reps = malloc(sizeof *reps * (size_t)m->net->nlayers);
+        if (!reps)
+            return clg_err_set(&m->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+        for (int i = 0; i < m->net->nlayers; i++)
+            reps[i] = clg_pipe_rep_of(m->pipe, i);
+        clg_status st = clg_onnx_export_stages(&m->ctx->err, m->net, reps, m->has_norm ? &m->norm : NULL, path);
+        free(reps);
+        return st;
+    }
     return clg_onnx_export(&m->ctx->err, m->net, clg_session_rep(m), m->has_norm ? &m->norm : NULL, path);
 }
 

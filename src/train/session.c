@@ -375,6 +375,7 @@ clg_status clg_session_step_begin(clg_model *m, int s, double lr, float *res, cl
             res_ev[0] = NULL;
         m->pipe_stale = 3;
         float r2[2] = {0, 0};
+        m->pipe->inv_loss_scale = j.inv_loss_scale; /* fp16: an overflow is flagged in m->pipe->overflow */
         clg_status st = clg_pipe_train_step(m->pipe, &m->hp, m->xhost[s], m->yhost[s], m->dp->total[s], lr,
                                             j.grad_scale, j.clip_norm, j.seed, j.step, r2);
         if (res)
@@ -399,6 +400,8 @@ clg_status clg_session_step_end(clg_model *m)
     memset(&j, 0, sizeof j);
     if (!m->pipe)
         CLG_TRY(clg_dp_train_end(m->dp, &j));
+    else
+        j.overflow = m->fp16 && m->pipe->overflow;
     if (j.overflow) {
         if (m->loss_scale <= CLG_LS_MIN) {
             char why[512];
@@ -457,7 +460,9 @@ clg_status clg_session_precompile(clg_model *m, int reverse)
     memset(m->xhost[0], 0, (size_t)B * sample * sizeof(float));
     memset(m->yhost[0], 0, (size_t)B * clg_net_labels_per_sample(m->net) * sizeof(int32_t));
     CLG_TRY(clg_session_upload(m, 0, B, 1));
-    CLG_TRY(pipe_lane_whole(m));
+    if (m->pipe) /* the stages' kernels, front to back (no whole network on the first device) */
+        return clg_session_rep(m)->loss_index >= 0 ? clg_session_train_step(m, 0, 0.0, NULL)
+                                                   : clg_session_forward(m, 0, 0, NULL, NULL);
     int trains = clg_session_rep(m)->loss_index >= 0;
     if (trains)
         CLG_TRY(clg_session_ensure_optim(m));
@@ -489,7 +494,8 @@ clg_status clg_session_forward(clg_model *m, int s, int with_labels, float *res,
     j.out_w = (size_t)o->c * o->h * o->w;
     m->check_stage = s;
     m->check_labels = with_labels != 0;
-    CLG_TRY(clg_session_pipe_gather(m, 0));
+    if (m->pipe) /* the stages' forwards in order: no device holds the whole network */
+        return clg_pipe_forward(m->pipe, m->xhost[s], with_labels ? m->yhost[s] : NULL, m->dp->total[s], res, out);
     CLG_TRY(clg_dp_forward(m->dp, &j));
     sum_lanes(m, res);
     return CLG_OK;
@@ -718,9 +724,8 @@ clg_status clg_session_save(clg_model *m, const char *path, int with_state, int6
 {
     clg_err *err = &m->ctx->err;
     clg_ckpt *ck = NULL;
-    /* a pipeline: straight from the stages, no whole network (nor its forward check: the weights are
-       checked finite and bounded as they are read) */
-    clg_status st = m->pipe ? CLG_OK : check_forward(m, path);
+    /* a pipeline: straight from the stages, no whole network (the forward check runs the stages in order) */
+    clg_status st = check_forward(m, path);
     if (st == CLG_OK)
         st = clg_ckpt_create(err, &ck);
     if (st == CLG_OK)

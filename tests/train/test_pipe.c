@@ -86,6 +86,8 @@ static void synth(clg_rng *rng, float *x, int32_t *y, int n, int c, int h, int w
 /* A run's trainable weights and running statistics in layer order (host). */
 typedef struct weights {
     int n, steps;
+    int skipped;  /* fp16 sessions: steps skipped for inf / NaN gradients */
+    double scale; /* and the loss scale at the end */
     float *v[64];
     size_t numel[64];
     double loss[STEPS];
@@ -111,7 +113,8 @@ static void grab(weights *w, clg_replica *const *reps, const int *stage_of, cons
             size_t n = l->params[p].numel;
             float *h = malloc(n * sizeof(float));
             tu_poison(h, n);
-            tu_download(r->dev, l->params[p].value, h, n);
+            clg_param_ref ref = {l, &l->params[p]}; /* fp16: the fp32 master copy */
+            tu_download(r->dev, clg_replica_master(r, &ref), h, n);
             w->v[w->n] = h;
             w->numel[w->n++] = n;
         }
@@ -143,6 +146,7 @@ static void run_session(const char *text, int steps, weights *w)
 }
 
 static int g_xfer;     /* CLG_PIPE_XFER_* of the pipelines made */
+static int g_fp16;     /* run_pipe: fp16 storage */
 static int g_replicas = 1; /* dp=D of the pipelines made */
 static int g_recompute;    /* clg_pipe_params.recompute of the pipelines made */
 
@@ -163,6 +167,7 @@ static void run_pipe(const char *text, int steps, int K, int M, int schedule, co
     clg_err err = {0};
     clg_net *net = NULL;
     ck_assert_msg(clg_net_build(&err, text, "t", BATCH, &net) == CLG_OK, "%s", err.msg);
+    net->fp16 = g_fp16;
     clg_pipe *p = make_pipe(net, K, M, schedule, cuts);
     size_t sample = (size_t)net->in_c * net->in_h * net->in_w;
     float *x = malloc(BATCH * sample * sizeof(float));
@@ -298,6 +303,227 @@ START_TEST(resnet_residual_cut)
     weights_free(&plain);
     weights_free(&one);
     pipeline_vs_accumulated(text, "resnet-mini (cut after b1_conv2)", "b1_conv2");
+    free(text);
+}
+END_TEST
+
+/* STEPS_PLAIN steps of a session over BATCH samples (fp16 storage, dynamic
+ * loss scaling; pipe: NULL one device, else that pipeline). */
+static void run_session_fp16(const char *text, const clg_pipe_params *pipe, int grow, weights *w)
+{
+    clg_dp_params dpp = {.pipe = pipe};
+    clg_model *m = NULL;
+    ck_assert_msg(clg_session_create(ctx(), pipe ? "all" : NULL, 0, text, "t", BATCH, 7, 1, pipe ? &dpp : NULL, &m) ==
+                      CLG_OK, "%s", clg_last_error(ctx()));
+    int steps = grow ? 12 : STEPS_PLAIN;
+    if (grow) /* the loss scale doubles after every good step: it overflows within a few steps */
+        m->ls_interval = 1;
+    clg_rng rng;
+    clg_rng_seed(&rng, 5, 99);
+    for (int s = 0; s < steps; s++) {
+        ck_assert(clg_session_stage_wait(m, 0) == CLG_OK);
+        synth(&rng, m->xhost[0], m->yhost[0], BATCH, m->net->in_c, m->net->in_h, m->net->in_w);
+        ck_assert(clg_session_upload(m, 0, BATCH, 1) == CLG_OK);
+        float res[2];
+        ck_assert_msg(clg_session_train_step(m, 0, LR, res) == CLG_OK, "%s", clg_last_error(ctx()));
+        w->loss[s] = res[0];
+    }
+    ck_assert(clg_dp_finish(m->dp) == CLG_OK);
+    if (!grow)
+        ck_assert_msg(m->loss_scale == 4096.0 && m->ls_skipped == 0, "loss scale %g, %d steps skipped",
+                      m->loss_scale, (int)m->ls_skipped);
+    w->skipped = (int)m->ls_skipped;
+    w->scale = m->loss_scale;
+    w->steps = steps;
+    clg_replica *reps[CLG_PIPE_MAX_STAGES];
+    for (int s = 0; m->pipe && s < m->pipe->K; s++)
+        reps[s] = m->pipe->st[s].rep;
+    if (!m->pipe)
+        reps[0] = clg_session_rep(m);
+    grab(w, reps, m->pipe ? m->pipe->stage_of : NULL, m->net);
+    clg_session_free(m);
+}
+
+/* A pp=2 fp16 session against a one-device fp16 session (grow: the loss
+ * scale doubled after every good step, so steps overflow and are skipped:
+ * the same steps on both, as the same half gradients overflow). */
+static void fp16_sessions(const char *text, const clg_pipe_params *pipe, int grow)
+{
+    weights one = {0}, two = {0};
+    run_session_fp16(text, NULL, grow, &one);
+    run_session_fp16(text, pipe, grow, &two);
+    double worst = 0;
+    for (int i = 0; i < one.n; i++) {
+        double d2 = 0, r2 = 0;
+        for (size_t k = 0; k < one.numel[i]; k++) {
+            double d = (double)two.v[i][k] - one.v[i][k];
+            d2 += isfinite(d) ? d * d : INFINITY;
+            r2 += (double)one.v[i][k] * one.v[i][k];
+        }
+        double rel = sqrt(d2) / (sqrt(r2) + 1e-30);
+        if (!(rel <= worst))
+            worst = rel;
+    }
+    fprintf(stderr, "lenet5 fp16 sessions%s, pp=2 M=4 vs one device, %d steps: max relative difference %.3g; "
+                    "skipped %d vs %d, loss scale %g vs %g\n", grow ? " (loss scale growing every step)" : "",
+            one.steps, worst, two.skipped, one.skipped, two.scale, one.scale);
+    ck_assert_msg(two.skipped == one.skipped && two.scale == one.scale, "skipped %d vs %d, scale %g vs %g",
+                  two.skipped, one.skipped, two.scale, one.scale);
+    ck_assert_msg(!grow || one.skipped > 0, "the growing loss scale never overflowed");
+    double tol = grow ? 1e-2 : 1e-4; /* 12 steps: room for a flipped ReLU / max-pool decision (see above) */
+    ck_assert_msg(worst <= tol, "fp16 pp=2 vs one device: weights differ by %g", worst);
+    for (int s = 0; s < one.steps; s++)
+        ck_assert_msg(fabs(one.loss[s] - two.loss[s]) <= tol * fabs(one.loss[s]), "step %d loss %g vs %g", s,
+                      two.loss[s], one.loss[s]);
+    weights_free(&one);
+    weights_free(&two);
+}
+
+/* Item 2: fp16 storage with pp=2 (activations and their gradients carried
+ * across the cut in half; the optimizer on the fp32 masters; the loss scale
+ * unscaled and checked for inf / NaN per stage, an overflow skipping the
+ * step on every stage). LeNet-5: (a) pp=2 M=4 (both schedules) against the
+ * one-stage layout accumulating the same 4 micro-batches in fp16, STEPS
+ * steps: the same arithmetic, so TOL (measured 0) on the fp32 masters; (b)
+ * a pp=2 session against a one-device fp16 session over the whole batch,
+ * both with dynamic loss scaling (4096), STEPS_PLAIN steps: the summation
+ * order of the weight gradients differs (4 micro-batches vs one batch, fp32
+ * sums, ~1e-7 per step), and a master weight that moves by that much can
+ * round to the neighbouring half for the forward (a step of 2^-11 = 4.9e-4
+ * in that one weight, diluted in its tensor's L2 norm), so the tolerance is
+ * 1e-4 relative L2 per tensor (measured 3.9e-6; a lost micro-batch, a wrong
+ * loss scale or half data read as float are off by 1e-2 or more); the loss
+ * sums agree to 1e-4. (c) the same with the loss scale doubled after every
+ * good step over 12 steps: both skip the same steps (the same half gradients
+ * overflow; measured 2 of 12) and end at the same scale; weights within 1e-2
+ * (measured 1.6e-3: over 12 steps a ReLU or max-pool decision within
+ * rounding of its threshold can flip, as in the fp32 20-step case above). */
+START_TEST(fp16_two_stages)
+{
+    if (!two_devices())
+        return;
+    g_t0 = clg_now_sec();
+    char *text = read_model("lenet5.cfg");
+    g_fp16 = 1;
+    weights acc = {0};
+    run_pipe(text, STEPS, 1, 4, CLG_PIPE_1F1B, NULL, &acc, NULL);
+    for (int sch = 0; sch < 2; sch++) {
+        weights w = {0};
+        char what[160];
+        snprintf(what, sizeof what, "lenet5 fp16 pp=2 M=4 %s vs one device fp16, 4 micro-batches accumulated",
+                 sch == CLG_PIPE_GPIPE ? "gpipe" : "1f1b");
+        run_pipe(text, STEPS, 2, 4, sch, NULL, &w, NULL);
+        compare(&w, &acc, what);
+        weights_free(&w);
+    }
+    weights_free(&acc);
+    g_fp16 = 0;
+    clg_pipe_params pipe = {.stages = 2, .micro = 4, .schedule = CLG_PIPE_1F1B};
+    for (int grow = 0; grow < 2; grow++)
+        fp16_sessions(text, &pipe, grow);
+    free(text);
+}
+END_TEST
+
+
+/* Item 3: evaluation and predict of a pp=2 session run the stages' forwards
+ * in order (no whole-network replica is made: the lane stays a stub), and a
+ * save runs its forward check that way. resnet-mini cut after b1_conv2 (the
+ * residual edge crosses the cut; batch norm on its running statistics)
+ * after 3 training steps, on a partial batch of BATCH - 3 = 13 samples
+ * (micro-batch chunks of 4, 4, 4, 1) against one device loaded from the
+ * pp=2 checkpoint running the same 13 samples at once. Tolerance 1e-5
+ * (absolute, on softmax probabilities; relative on the loss sum): the same
+ * kernels on the same weights, only the launches' sample counts differ
+ * (measured 0). A lost or shifted chunk, a carried tensor not carried, or
+ * training-mode batch norm are off by 1e-2 or more. */
+START_TEST(forward_stages)
+{
+    if (!two_devices())
+        return;
+    char *text = read_model("resnet-mini.cfg");
+    clg_pipe_params pipe = {.stages = 2, .cuts = "b1_conv2", .micro = 4, .schedule = CLG_PIPE_1F1B};
+    clg_dp_params dpp = {.pipe = &pipe};
+    clg_model *m = NULL, *one = NULL;
+    ck_assert_msg(clg_session_create(ctx(), "all", 0, text, "t", BATCH, 7, 0, &dpp, &m) == CLG_OK, "%s",
+                  clg_last_error(ctx()));
+    clg_rng rng;
+    clg_rng_seed(&rng, 5, 99);
+    for (int s = 0; s < 3; s++) {
+        ck_assert(clg_session_stage_wait(m, 0) == CLG_OK);
+        synth(&rng, m->xhost[0], m->yhost[0], BATCH, m->net->in_c, m->net->in_h, m->net->in_w);
+        ck_assert(clg_session_upload(m, 0, BATCH, 1) == CLG_OK);
+        ck_assert_msg(clg_session_train_step(m, 0, LR, NULL) == CLG_OK, "%s", clg_last_error(ctx()));
+    }
+    int n = BATCH - 3;
+    size_t sample = (size_t)m->net->in_c * m->net->in_h * m->net->in_w;
+    const clg_tensor *o = clg_replica_output(clg_session_rep(m));
+    size_t ow = (size_t)o->c * o->h * o->w;
+    float *x = malloc((size_t)n * sample * sizeof(float)), *pa = malloc((size_t)BATCH * ow * sizeof(float)),
+          *pb = malloc((size_t)BATCH * ow * sizeof(float)), *pc = malloc((size_t)BATCH * ow * sizeof(float));
+    int32_t y[BATCH];
+    synth(&rng, x, y, n, m->net->in_c, m->net->in_h, m->net->in_w);
+    ck_assert(clg_session_stage_wait(m, 0) == CLG_OK);
+    memcpy(m->xhost[0], x, (size_t)n * sample * sizeof(float));
+    memcpy(m->yhost[0], y, (size_t)n * sizeof(int32_t));
+    ck_assert(clg_session_upload(m, 0, n, 1) == CLG_OK);
+    tu_poison(pa, (size_t)BATCH * ow);
+    tu_poison(pc, (size_t)BATCH * ow);
+    float ra[2] = {-1, -1}, rb[2] = {-1, -1};
+    ck_assert_msg(clg_session_forward(m, 0, 1, ra, pa) == CLG_OK, "%s", clg_last_error(ctx()));
+    ck_assert_msg(clg_session_forward(m, 0, 0, NULL, pc) == CLG_OK, "%s", clg_last_error(ctx()));
+    ck_assert_msg(!m->lane_whole, "an evaluation made the whole network on the first device");
+    char path[256];
+    snprintf(path, sizeof path, "test_pipe_fwd_%d.safetensors", (int)getpid());
+    ck_assert_msg(clg_session_save(m, path, 0, 3) == CLG_OK, "%s", clg_last_error(ctx()));
+    ck_assert(!m->lane_whole);
+    ck_assert_msg(clg_session_create(ctx(), NULL, 0, text, "t", BATCH, 7, 0, NULL, &one) == CLG_OK, "%s",
+                  clg_last_error(ctx()));
+    ck_assert_msg(clg_session_load(one, path, 0) == CLG_OK, "%s", clg_last_error(ctx()));
+    unlink(path);
+    /* ONNX export from the stages (each layer's weights from its stage) = from one device, byte for byte */
+    char oa[256], ob[256];
+    snprintf(oa, sizeof oa, "test_pipe_fwd_%d_a.onnx", (int)getpid());
+    snprintf(ob, sizeof ob, "test_pipe_fwd_%d_b.onnx", (int)getpid());
+    clg_status ea = clg_model_export_onnx(m, oa);
+    if (ea != CLG_ERR_UNSUPPORTED) { /* built without ONNX support: nothing to compare */
+        ck_assert_msg(ea == CLG_OK, "%s", clg_last_error(ctx()));
+        ck_assert_msg(!m->lane_whole, "an ONNX export made the whole network on the first device");
+        ck_assert_msg(clg_model_export_onnx(one, ob) == CLG_OK, "%s", clg_last_error(ctx()));
+        char *ta = NULL, *tb = NULL;
+        size_t la = 0, lb = 0;
+        clg_err fe = {0};
+        ck_assert(clg_file_read(&fe, oa, &ta, &la) == CLG_OK && clg_file_read(&fe, ob, &tb, &lb) == CLG_OK);
+        ck_assert_msg(la == lb && memcmp(ta, tb, la) == 0, "ONNX from the stages (%zu bytes) differs from one "
+                      "device's (%zu bytes)", la, lb);
+        free(ta);
+        free(tb);
+    }
+    unlink(oa);
+    unlink(ob);
+    memcpy(one->xhost[0], x, (size_t)n * sample * sizeof(float));
+    memcpy(one->yhost[0], y, (size_t)n * sizeof(int32_t));
+    ck_assert(clg_session_upload(one, 0, n, 1) == CLG_OK);
+    ck_assert_msg(clg_session_forward(one, 0, 1, rb, pb) == CLG_OK, "%s", clg_last_error(ctx()));
+    ck_assert(clg_dp_finish(one->dp) == CLG_OK);
+    double worst = 0;
+    for (size_t k = 0; k < (size_t)n * ow; k++) {
+        double d = fabs((double)pa[k] - pb[k]);
+        if (!(d <= worst))
+            worst = d;
+        ck_assert_msg(memcmp(&pa[k], &pc[k], sizeof(float)) == 0, "predict (no labels) differs at %zu", k);
+    }
+    fprintf(stderr, "resnet-mini pp=2 forward of %d samples vs one device: max |dp| %.3g, loss %.6g vs %.6g, "
+                    "correct %g vs %g\n", n, worst, ra[0], rb[0], ra[1], rb[1]);
+    ck_assert_msg(worst <= 1e-5, "pp=2 forward differs from one device by %g", worst);
+    ck_assert_msg(fabs(ra[0] - rb[0]) <= 1e-5 * fabs(rb[0]) && ra[1] == rb[1], "loss %g vs %g, correct %g vs %g",
+                  ra[0], rb[0], ra[1], rb[1]);
+    clg_session_free(one);
+    clg_session_free(m);
+    free(x);
+    free(pa);
+    free(pb);
+    free(pc);
     free(text);
 }
 END_TEST
@@ -510,6 +736,9 @@ static clg_status vgg_peak(clg_ctx *c, int pp, int adam, int steps, const char *
     if (st == CLG_OK)
         ck_assert(clg_model_memory(m, pp, &r[2]) == CLG_ERR_INVALID_ARG);
     if (st == CLG_OK && ckpt) { /* written and read straight from the stages: no device memory more */
+        float res[2] = {0, 0}; /* and an evaluation (item 3): the stages' forwards, no whole network */
+        ck_assert_msg(clg_session_forward(m, 0, 1, res, NULL) == CLG_OK, "%s", clg_last_error(c));
+        ck_assert(isfinite(res[0]) && res[0] > 0);
         ck_assert_msg(clg_session_save(m, ckpt, 1, steps) == CLG_OK, "%s", clg_last_error(c));
         /* and read back straight into the stages (a resume), again without the whole network */
         ck_assert_msg(clg_session_load(m, ckpt, 1) == CLG_OK, "%s", clg_last_error(c));
@@ -518,7 +747,7 @@ static clg_status vgg_peak(clg_ctx *c, int pp, int adam, int steps, const char *
             ck_assert(clg_model_memory(m, i, &a) == CLG_OK);
             ck_assert_msg(a.parameters == r[i].parameters && a.optimizer == r[i].optimizer &&
                               a.activations == r[i].activations && a.peak == r[i].peak,
-                          "after a checkpoint, device %d: params %.2f -> %.2f MiB, optimizer %.2f -> %.2f MiB, "
+                          "after an evaluation and a checkpoint, device %d: params %.2f -> %.2f MiB, optimizer %.2f -> %.2f MiB, "
                           "peak %.2f -> %.2f MiB",
                           i, r[i].parameters / 1048576.0, a.parameters / 1048576.0, r[i].optimizer / 1048576.0,
                           a.optimizer / 1048576.0, r[i].peak / 1048576.0, a.peak / 1048576.0);
@@ -591,6 +820,8 @@ static Suite *suite(void)
     tcase_add_test(tc, lenet_vs_one_device);
     tcase_add_test(tc, resnet_residual_cut);
     tcase_add_test(tc, stage_fault);
+    tcase_add_test(tc, forward_stages);
+    tcase_add_test(tc, fp16_two_stages);
     suite_add_tcase(s, tc);
     TCase *tm = tcase_create("pipemem"); /* CK_RUN_CASE=pipemem runs it alone */
     tcase_set_timeout(tm, 240);
