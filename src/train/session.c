@@ -8,6 +8,7 @@
 #include "io/cfg.h"
 #include "model/layers.h"
 #include "parallel/comm.h"
+#include "parallel/tensor.h"
 #include "train/session.h"
 
 int clg_precision_parse(const char *name)
@@ -62,10 +63,37 @@ clg_status clg_model_hash(clg_err *err, const char *text, const char *source, ch
     return st;
 }
 
+/* Tensor parallelism: the lanes over the devices and one whole-network lane on the first (checkpoints,
+ * evaluation, the weights the split starts from). */
+static clg_status create_tp(clg_model *m, const int *devs, int ndev, const clg_dp_params *dpp)
+{
+    clg_err *err = &m->ctx->err;
+    int T = dpp->pipe->tensor;
+    if (dpp->pipe->stages > 1 || dpp->pipe->replicas > 1)
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "tensor parallelism (tp=%d) combined with dp or pp is not "
+                                                     "supported yet: use tp=T alone", T);
+    if (clg_comm_size() > 1)
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED,
+                           "tensor parallelism across MPI ranks is not supported yet (run one process)");
+    if (dpp->shard_optimizer)
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "sharded optimizer state with tensor parallelism (tp=%d) is "
+                                                     "not supported yet", T);
+    if (ndev != T)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG,
+                           "tp=%d needs %d devices, %d selected (dp x pp x tp must equal the device count)", T, T,
+                           ndev);
+    clg_dp_params one = *dpp;
+    one.pipe = NULL;
+    CLG_TRY(clg_dp_create(m->ctx, m->net, devs, 1, m->seed, &one, &m->dp));
+    return clg_tp_create(m->ctx, m->net, devs, ndev, T, m->dp->lanes[0].rep, &m->tp);
+}
+
 /* The data-parallel lanes, or a pipeline over the devices and one lane on
  * the first for checkpoints and evaluation. */
 static clg_status create_lanes(clg_model *m, const int *devs, int ndev, const clg_dp_params *dpp)
 {
+    if (dpp && dpp->pipe && dpp->pipe->tensor > 1)
+        return create_tp(m, devs, ndev, dpp);
     if (!dpp || !dpp->pipe || dpp->pipe->stages <= 1)
         return clg_dp_create(m->ctx, m->net, devs, ndev, m->seed, dpp, &m->dp);
     if (clg_comm_size() > 1)
@@ -86,7 +114,13 @@ clg_status clg_session_pipe_params(clg_err *err, const char *parallel, const cha
                                    const char *schedule, int recompute, clg_pipe_params *pp)
 {
     memset(pp, 0, sizeof *pp);
-    CLG_TRY(clg_pipe_parse_layout(err, parallel, &pp->stages, &pp->replicas));
+    char rest[256];
+    CLG_TRY(clg_tp_parse_layout(err, parallel, &pp->tensor, rest, sizeof rest));
+    if (pp->tensor > 1 && rest[0])
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "parallel layout '%s': tensor parallelism (tp=%d) combined with "
+                                                     "dp or pp is not supported yet: use tp=T alone", parallel,
+                           pp->tensor);
+    CLG_TRY(clg_pipe_parse_layout(err, rest, &pp->stages, &pp->replicas));
     pp->schedule = clg_pipe_schedule_parse(schedule);
     if (pp->schedule < 0)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "unknown pipeline schedule '%s' (1f1b or gpipe)", schedule);
@@ -148,6 +182,12 @@ static void pipe_lane_release(clg_model *m)
 clg_status clg_session_pipe_gather(clg_model *m, int with_state)
 {
     int need = with_state ? 3 : 1;
+    if (m->tp && (m->tp_stale & need)) { /* the lanes' slices into the whole-network lane */
+        if (with_state)
+            CLG_TRY(clg_dp_ensure_optim(m->dp, &m->hp));
+        CLG_TRY(clg_tp_sync(m->tp, clg_session_rep(m), with_state ? m->dp->lanes[0].opt : NULL, &m->hp, 1));
+        m->tp_stale &= ~need;
+    }
     if (!m->pipe)
         return CLG_OK;
     CLG_TRY(pipe_lane_whole(m));
@@ -219,6 +259,7 @@ void clg_session_free(clg_model *m)
         m->pipe->trace = NULL;
     clg_trace_free(m->trace);
     clg_pipe_free(m->pipe);
+    clg_tp_free(m->tp);
     clg_dp_free(m->dp);
     for (int s = 0; s < CLG_STAGES; s++) {
         free(m->xhost[s]);
@@ -278,6 +319,11 @@ clg_status clg_session_trace_close(clg_model *m)
 
 void clg_session_shares(const clg_model *m, char *buf, size_t cap, int *devices)
 {
+    if (m->tp) {
+        *devices = m->tp->T;
+        snprintf(buf, cap, "tp=%d", m->tp->T);
+        return;
+    }
     if (!m->pipe) {
         *devices = m->dp->n;
         clg_dp_shares(m->dp, buf, cap);
@@ -368,6 +414,17 @@ clg_status clg_session_step_begin(clg_model *m, int s, double lr, float *res, cl
     j.res_ev = res_ev;
     m->check_stage = s;
     m->check_labels = 1;
+    if (m->tp) { /* synchronous, as a pipeline */
+        if (res_ev)
+            res_ev[0] = NULL;
+        m->tp_stale = 3;
+        float r2[2] = {0, 0};
+        clg_status st = clg_tp_train_step(m->tp, &m->hp, m->xhost[s], m->yhost[s], m->dp->total[s], lr, j.grad_scale,
+                                          j.clip_norm, j.seed, j.step, r2);
+        if (res)
+            memcpy(res, r2, sizeof r2);
+        return st;
+    }
     if (m->pipe) { /* synchronous: every stage's work is done when it returns */
         pipe_lane_release(m);
         if (res_ev)
@@ -706,7 +763,9 @@ clg_status clg_session_save(clg_model *m, const char *path, int with_state, int6
     clg_ckpt *ck = NULL;
     /* a pipeline: straight from the stages, no whole network (nor its forward check: the weights are
        checked finite and bounded as they are read) */
-    clg_status st = m->pipe ? CLG_OK : check_forward(m, path);
+    clg_status st = m->tp ? clg_session_pipe_gather(m, with_state) : CLG_OK; /* tp: into the whole lane */
+    if (st == CLG_OK)
+        st = m->pipe ? CLG_OK : check_forward(m, path);
     if (st == CLG_OK)
         st = clg_ckpt_create(err, &ck);
     if (st == CLG_OK)
@@ -1116,6 +1175,13 @@ clg_status clg_session_load_ckpt(clg_model *m, const clg_ckpt *ck, const char *p
     }
     for (int l = 0; l < m->dp->n && st == CLG_OK; l++) /* fp16: half copies of the loaded masters */
         st = clg_replica_weights_updated(m->dp->lanes[l].rep);
+    if (st == CLG_OK && m->tp) { /* loaded into the whole-network lane: scattered to the tensor-parallel lanes */
+        if (with_state)
+            st = clg_dp_ensure_optim(m->dp, &m->hp);
+        if (st == CLG_OK)
+            st = clg_tp_sync(m->tp, clg_session_rep(m), with_state ? m->dp->lanes[0].opt : NULL, &m->hp, 0);
+        m->tp_stale = 0;
+    }
     if (st == CLG_OK && m->pipe) /* written into the stages: their stash slots; the lane (if whole) is stale */
         st = clg_pipe_loaded(m->pipe);
     if (m->pipe)

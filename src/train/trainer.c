@@ -11,6 +11,7 @@
 
 #include "parallel/comm.h"
 #include "io/metrics.h"
+#include "parallel/tensor.h"
 #include "train/session.h"
 #include "onnx/onnx.h"
 
@@ -693,6 +694,8 @@ static void print_setup(const train_state *ts, int fp16)
     clg_session_devices(ts->m, devs, sizeof devs);
     if (m->pipe)
         clg_pipe_print(m->pipe, stderr);
+    else if (m->tp)
+        clg_tp_print(m->tp, stderr);
     else
         fprintf(stderr, "devices: %s (%s)\n", devs,
                 m->dp->n > 1 ? "data parallel: one replica each, batch split by measured speed" : "one device");
