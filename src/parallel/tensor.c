@@ -344,6 +344,9 @@ static clg_status after_layer(void *user, int i, int backward)
     struct clg_tp_hook *h = user;
     clg_tp *p = h->p;
     clg_replica *r = p->ln[h->t].rep;
+    if (!backward && p->role[i] == CLG_TP_ROW && h->t == p->fault_lane && (int64_t)p->step == p->fault_step)
+        return clg_err_set(clg_dev_err(p->ln[h->t].dev), CLG_ERR_OPENCL, "injected fault after %s's forward",
+                           p->net->proto[i].name);
     if (!backward && p->role[i] == CLG_TP_ROW)
         return all_reduce(p, h->t, r->act[i].mem, r->act[i].off, (size_t)p->n * (clg_tensor_numel(&r->act[i]) /
                                                                                  (size_t)r->act[i].n));
@@ -529,6 +532,7 @@ clg_status clg_tp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, 
     p->ctx = ctx;
     p->net = net;
     p->T = T;
+    p->fault_lane = -1;
     p->sample = (size_t)net->in_c * net->in_h * net->in_w;
     clg_status st = find_pairs(&ctx->err, net, T, p->role, &p->npairs);
     char *text = st == CLG_OK ? lane_text(net, p->role, T) : NULL;

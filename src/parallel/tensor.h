@@ -87,6 +87,10 @@ typedef struct clg_tp {
     uint32_t seed, step;
     int phase;              /* 0 forward + backward, 1 optimizer */
     float *res;             /* lane 0's {loss sum, correct} */
+    /* fault injection (tests): lane fault_lane fails right after the forward of its first row-split layer in
+     * step fault_step, as an enqueue error would (-1: never) */
+    int fault_lane;
+    int64_t fault_step;
 } clg_tp;
 
 /* T = ndev lanes on the context's devices devs[0..ndev); the split layers

@@ -350,6 +350,36 @@ START_TEST(refusals)
 }
 END_TEST
 
+/* A device failing in the middle of a step (after its partial product, before the all-reduce the other waits
+ * in): the step ends with a status naming the lane and device, nothing hangs, and the next step trains. */
+START_TEST(lane_fault)
+{
+    for (int lane = 0; lane < 2; lane++) {
+        clg_model *m = NULL;
+        ck_assert_msg(make(mlp_text(0), "tp=2", "all", &m) == CLG_OK, "%s", clg_last_error(ctx()));
+        clg_rng rng;
+        clg_rng_seed(&rng, 5, 99);
+        train(m, &rng, 1, NULL);
+        m->tp->fault_lane = lane;
+        m->tp->fault_step = m->step;
+        ck_assert(clg_session_stage_wait(m, 0) == CLG_OK);
+        synth(&rng, m->xhost[0], m->yhost[0], BATCH, 784);
+        ck_assert(clg_session_upload(m, 0, BATCH, 1) == CLG_OK);
+        ck_assert_int_eq(clg_session_train_step(m, 0, LR, NULL), CLG_ERR_OPENCL);
+        char want[64];
+        snprintf(want, sizeof want, "tensor-parallel lane %d on device %d (", lane, lane);
+        ck_assert_msg(strstr(clg_last_error(ctx()), want) && strstr(clg_last_error(ctx()), "injected fault after fc2"),
+                      "%s", clg_last_error(ctx()));
+        fprintf(stderr, "lane %d failing: %s\n", lane, clg_last_error(ctx()));
+        m->tp->fault_lane = -1;
+        double loss[2];
+        train(m, &rng, 2, loss);
+        ck_assert(isfinite(loss[0]) && isfinite(loss[1]));
+        clg_session_free(m);
+    }
+}
+END_TEST
+
 int main(void)
 {
     clg_ctx *probe = tu_ctx(NULL); /* tu_ctx_fixed asserts: only inside a test */
@@ -367,6 +397,7 @@ int main(void)
     tcase_add_test(tc, mlp_adam);
     tcase_add_test(tc, lenet);
     tcase_add_test(tc, checkpoints);
+    tcase_add_test(tc, lane_fault);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
