@@ -7,31 +7,50 @@
 #include "model/layers.h"
 #include "parallel/tensor.h"
 
-clg_status clg_tp_parse_layout(clg_err *err, const char *spec, int *tp, char *rest, size_t cap)
+/* "key=N" at s (len characters) with key `key`: *v; 0 when another key, -1 when not a count in [1, max]. */
+static int layout_count(const char *s, size_t len, const char *key, int max, int *v)
 {
-    *tp = 1;
+    size_t k = strlen(key);
+    if (len <= k || strncmp(s, key, k) || s[k] != '=')
+        return 0;
+    char num[16];
+    char *end = NULL;
+    if (len - k - 1 >= sizeof num)
+        return -1;
+    snprintf(num, sizeof num, "%.*s", (int)(len - k - 1), s + k + 1);
+    long x = strtol(num, &end, 10);
+    if (num[0] < '0' || num[0] > '9' || *end || x < 1 || x > max)
+        return -1;
+    *v = (int)x;
+    return 1;
+}
+
+clg_status clg_tp_parse_layout(clg_err *err, const char *spec, int *tp, int *dp, char *rest, size_t cap)
+{
+    *tp = *dp = 1;
+    for (const char *s = spec; s && *s;) { /* tp first: with it, dp belongs to this layout too */
+        size_t len = strcspn(s, ",");
+        if (layout_count(s, len, "tp", CLG_TP_MAX, tp) < 0)
+            return clg_err_set(err, CLG_ERR_INVALID_ARG,
+                               "parallel layout '%s': tp=T takes a whole number of devices from 1 to %d", spec,
+                               CLG_TP_MAX);
+        s += len + (s[len] == ',');
+    }
+    size_t used = 0;
     if (cap)
         rest[0] = 0;
-    size_t used = 0;
     for (const char *s = spec; s && *s;) {
-        const char *e = strchr(s, ',');
-        size_t len = e ? (size_t)(e - s) : strlen(s);
-        if (len > 3 && !strncmp(s, "tp=", 3)) {
-            char num[16];
-            char *end = NULL;
-            snprintf(num, sizeof num, "%.*s", (int)CLG_MIN(len - 3, sizeof num - 1), s + 3);
-            long v = strtol(num, &end, 10);
-            if (num[0] < '0' || num[0] > '9' || *end || v < 1 || v > CLG_TP_MAX || len - 3 >= sizeof num)
-                return clg_err_set(err, CLG_ERR_INVALID_ARG,
-                                   "parallel layout '%s': tp=T takes a whole number of devices from 1 to %d", spec,
-                                   CLG_TP_MAX);
-            *tp = (int)v;
-        } else {
+        size_t len = strcspn(s, ",");
+        int v = 0, isdp = *tp > 1 ? layout_count(s, len, "dp", CLG_TP_MAX / *tp, dp) : 0;
+        if (isdp < 0)
+            return clg_err_set(err, CLG_ERR_INVALID_ARG, "parallel layout '%s': dp=D with tp=%d takes 1 to %d", spec,
+                               *tp, CLG_TP_MAX / *tp);
+        if (!isdp && !layout_count(s, len, "tp", CLG_TP_MAX, &v)) {
             if (used + len + 2 > cap)
                 return clg_err_set(err, CLG_ERR_INVALID_ARG, "parallel layout '%s': too long", spec);
             used += (size_t)snprintf(rest + used, cap - used, "%s%.*s", used ? "," : "", (int)len, s);
         }
-        s = e ? e + 1 : s + len;
+        s += len + (s[len] == ',');
     }
     return CLG_OK;
 }
@@ -227,8 +246,9 @@ static clg_status sync_buf(clg_tp *p, clg_replica *full, clg_optim *fo, const cl
     if (!to_full)
         CLG_CL_CHECK(ferr, clEnqueueReadBuffer(full->dev->queue, fm, CL_TRUE, 0, n * sizeof(float), whole, 0, NULL,
                                                NULL));
-    for (int t = 0; t < p->T; t++) {
-        clg_tp_lane *ln = &p->ln[t];
+    for (int l = 0; l < (to_full ? p->T : p->L); l++) { /* from group 0; into every group */
+        int t = l % p->T;
+        clg_tp_lane *ln = &p->ln[l];
         cl_mem lm = param_buf(ln->rep, ln->opt, ref, k);
         slice s = slice_of(p, ref, t);
         size_t pn = s.rows * s.cols;
@@ -255,9 +275,9 @@ static clg_status sync_buf(clg_tp *p, clg_replica *full, clg_optim *fo, const cl
 
 static clg_status ensure_optim(clg_tp *p, const clg_hparams *hp)
 {
-    for (int t = 0; t < p->T; t++)
-        if (!p->ln[t].opt)
-            CLG_TRY(clg_optim_create(p->ln[t].rep, hp, &p->ln[t].opt));
+    for (int l = 0; l < p->L; l++)
+        if (!p->ln[l].opt)
+            CLG_TRY(clg_optim_create(p->ln[l].rep, hp, &p->ln[l].opt));
     return CLG_OK;
 }
 
@@ -281,59 +301,89 @@ clg_status clg_tp_sync(clg_tp *p, clg_replica *full, clg_optim *full_opt, const 
     free(refs);
     if (st == CLG_OK && full_opt && to_full)
         full_opt->t = p->ln[0].opt->t;
-    for (int t = 0; t < p->T && st == CLG_OK && full_opt && !to_full; t++)
-        p->ln[t].opt->t = full_opt->t;
+    for (int l = 0; l < p->L && st == CLG_OK && full_opt && !to_full; l++)
+        p->ln[l].opt->t = full_opt->t;
     if (st == CLG_OK && to_full)
         st = clg_replica_weights_updated(full);
-    for (int t = 0; t < p->T && st == CLG_OK && !to_full; t++)
-        st = clg_replica_weights_updated(p->ln[t].rep);
+    for (int l = 0; l < p->L && st == CLG_OK && !to_full; l++)
+        st = clg_replica_weights_updated(p->ln[l].rep);
     return st;
 }
 
 // ---- the all-reduce ----
 
-/* Every lane waits for the others; CLG_ERR_INTERNAL when a lane failed (the step is abandoned). */
-static clg_status barrier(clg_tp *p, int t)
+/* The lanes of group g (g < 0: every lane) wait for each other; CLG_ERR_INTERNAL when a lane failed (the step
+ * is abandoned). */
+static clg_status barrier(clg_tp *p, int l, int g)
 {
+    int k = g < 0 ? p->D : g, members = g < 0 ? p->L : p->T;
     pthread_mutex_lock(&p->mu);
-    int64_t gen = p->bgen;
-    if (!p->abort && ++p->bcount == p->T) {
-        p->bcount = 0;
-        p->bgen++;
+    int64_t gen = p->bgen[k];
+    if (!p->abort && ++p->bcount[k] == members) {
+        p->bcount[k] = 0;
+        p->bgen[k]++;
         pthread_cond_broadcast(&p->cv);
     }
-    while (!p->abort && gen == p->bgen)
+    while (!p->abort && gen == p->bgen[k])
         pthread_cond_wait(&p->cv, &p->mu);
     int ab = p->abort;
     pthread_mutex_unlock(&p->mu);
     if (ab)
-        return clg_err_set(clg_dev_err(p->ln[t].dev), CLG_ERR_INTERNAL, "tensor-parallel step abandoned: another "
+        return clg_err_set(clg_dev_err(p->ln[l].dev), CLG_ERR_INTERNAL, "tensor-parallel step abandoned: another "
                                                                         "device failed");
     return CLG_OK;
 }
 
-/* mem[off .. off + count) := its sum over the lanes (lane order, the same bits on every lane). */
-static clg_status all_reduce(clg_tp *p, int t, cl_mem mem, size_t off, size_t count)
+/* Lane l's mem[off .. off + count) := its sum over the T lanes of its group (lane order: the same bits on
+ * each). */
+static clg_status all_reduce(clg_tp *p, int l, cl_mem mem, size_t off, size_t count)
 {
-    clg_tp_lane *ln = &p->ln[t];
+    clg_tp_lane *ln = &p->ln[l];
     clg_err *err = clg_dev_err(ln->dev);
+    int d = l / p->T, t = l % p->T;
     if (count > p->red_cap)
         return clg_err_set(err, CLG_ERR_INTERNAL, "tensor parallel: %zu floats to reduce, room for %zu", count,
                            p->red_cap);
-    float *mine = p->red + (size_t)t * p->red_cap, *sum = p->red + (size_t)p->T * p->red_cap;
+    float *red = p->red + (size_t)d * (p->T + 1) * p->red_cap;
+    float *mine = red + (size_t)t * p->red_cap, *sum = red + (size_t)p->T * p->red_cap;
     CLG_CL_CHECK(err, clEnqueueReadBuffer(ln->dev->queue, mem, CL_TRUE, off * sizeof(float), count * sizeof(float),
                                           mine, 0, NULL, NULL));
-    CLG_TRY(barrier(p, t));
+    CLG_TRY(barrier(p, l, d));
     size_t k0 = count * (size_t)t / (size_t)p->T, k1 = count * (size_t)(t + 1) / (size_t)p->T;
     for (size_t k = k0; k < k1; k++) {
-        float s = p->red[k];
+        float v = red[k];
         for (int u = 1; u < p->T; u++)
-            s += p->red[(size_t)u * p->red_cap + k];
-        sum[k] = s;
+            v += red[(size_t)u * p->red_cap + k];
+        sum[k] = v;
     }
-    CLG_TRY(barrier(p, t));
+    CLG_TRY(barrier(p, l, d));
     CLG_CL_CHECK(err, clEnqueueWriteBuffer(ln->dev->queue, mem, CL_TRUE, off * sizeof(float), count * sizeof(float),
                                            sum, 0, NULL, NULL));
+    return CLG_OK;
+}
+
+/* dp x tp: lane l's gradient arena := its sum over the D groups' lanes of the same slice (group order: every
+ * group gets the same bits); each of those D lanes sums 1/D of the arena. */
+static clg_status reduce_groups(clg_tp *p, int l)
+{
+    clg_tp_lane *ln = &p->ln[l];
+    clg_err *err = clg_dev_err(ln->dev);
+    int d = l / p->T, t = l % p->T;
+    size_t A = p->arena_floats;
+    float *mine = p->gred + (size_t)l * A, *sum = p->gred + ((size_t)p->L + t) * A;
+    CLG_CL_CHECK(err, clEnqueueReadBuffer(ln->dev->queue, ln->rep->garena, CL_TRUE, 0, A * sizeof(float), mine, 0,
+                                          NULL, NULL));
+    CLG_TRY(barrier(p, l, -1));
+    size_t k0 = A * (size_t)d / (size_t)p->D, k1 = A * (size_t)(d + 1) / (size_t)p->D;
+    for (size_t k = k0; k < k1; k++) {
+        float v = p->gred[(size_t)t * A + k];
+        for (int e = 1; e < p->D; e++)
+            v += p->gred[((size_t)e * p->T + t) * A + k];
+        sum[k] = v;
+    }
+    CLG_TRY(barrier(p, l, -1));
+    CLG_CL_CHECK(err, clEnqueueWriteBuffer(ln->dev->queue, ln->rep->garena, CL_TRUE, 0, A * sizeof(float), sum, 0,
+                                           NULL, NULL));
     return CLG_OK;
 }
 
@@ -343,24 +393,26 @@ static clg_status after_layer(void *user, int i, int backward)
 {
     struct clg_tp_hook *h = user;
     clg_tp *p = h->p;
-    clg_replica *r = p->ln[h->t].rep;
-    if (!backward && p->role[i] == CLG_TP_ROW && h->t == p->fault_lane && (int64_t)p->step == p->fault_step)
-        return clg_err_set(clg_dev_err(p->ln[h->t].dev), CLG_ERR_OPENCL, "injected fault after %s's forward",
+    int l = h->l, n = p->cnt[l / p->T];
+    clg_replica *r = p->ln[l].rep;
+    if (!backward && p->role[i] == CLG_TP_ROW && l == p->fault_lane && (int64_t)p->step == p->fault_step)
+        return clg_err_set(clg_dev_err(p->ln[l].dev), CLG_ERR_OPENCL, "injected fault after %s's forward",
                            p->net->proto[i].name);
     if (!backward && p->role[i] == CLG_TP_ROW)
-        return all_reduce(p, h->t, r->act[i].mem, r->act[i].off, (size_t)p->n * (clg_tensor_numel(&r->act[i]) /
-                                                                                 (size_t)r->act[i].n));
+        return all_reduce(p, l, r->act[i].mem, r->act[i].off,
+                          (size_t)n * (clg_tensor_numel(&r->act[i]) / (size_t)r->act[i].n));
     int src = r->layers[i].inputs[0];
     if (backward && p->role[i] == CLG_TP_COL && src >= 0)
-        return all_reduce(p, h->t, r->dact[src].mem, r->dact[src].off,
-                          (size_t)p->n * (clg_tensor_numel(&r->dact[src]) / (size_t)r->dact[src].n));
+        return all_reduce(p, l, r->dact[src].mem, r->dact[src].off,
+                          (size_t)n * (clg_tensor_numel(&r->dact[src]) / (size_t)r->dact[src].n));
     return CLG_OK;
 }
 
-/* The row-split biases' gradients of lane t > 0 zeroed (those biases are zero and stay zero). */
-static clg_status zero_bias_grads(clg_tp *p, int t)
+/* The row-split biases' gradients of lanes t > 0 of a group zeroed (those biases are zero and stay zero). */
+static clg_status zero_bias_grads(clg_tp *p, int l)
 {
-    clg_tp_lane *ln = &p->ln[t];
+    clg_tp_lane *ln = &p->ln[l];
+    int t = l % p->T;
     for (int i = 0; i < p->net->nlayers && t > 0; i++) {
         clg_layer *l = &ln->rep->layers[i];
         for (int k = 0; k < l->nparams && p->role[i] == CLG_TP_ROW; k++) {
@@ -375,28 +427,31 @@ static clg_status zero_bias_grads(clg_tp *p, int t)
     return CLG_OK;
 }
 
-static clg_status lane_step(clg_tp *p, int t, float *res)
+static clg_status lane_step(clg_tp *p, int l, float *res)
 {
-    clg_tp_lane *ln = &p->ln[t];
+    clg_tp_lane *ln = &p->ln[l];
+    int d = l / p->T, t = l % p->T, n = p->cnt[d], off = p->off[d];
     clg_err *err = clg_dev_err(ln->dev);
     clg_replica *r = ln->rep;
     cl_command_queue q = ln->dev->queue;
     int lps = clg_net_labels_per_sample(p->net);
-    CLG_CL_CHECK(err, clEnqueueWriteBuffer(q, ln->xbuf, CL_FALSE, 0, (size_t)p->n * p->sample * sizeof(float), p->x, 0,
-                                           NULL, NULL));
-    CLG_CL_CHECK(err, clEnqueueWriteBuffer(q, ln->ybuf, CL_FALSE, 0, (size_t)p->n * lps * sizeof(int32_t), p->y, 0,
-                                           NULL, NULL));
+    CLG_CL_CHECK(err, clEnqueueWriteBuffer(q, ln->xbuf, CL_FALSE, 0, (size_t)n * p->sample * sizeof(float),
+                                           p->x + (size_t)off * p->sample, 0, NULL, NULL));
+    CLG_CL_CHECK(err, clEnqueueWriteBuffer(q, ln->ybuf, CL_FALSE, 0, (size_t)n * lps * sizeof(int32_t),
+                                           p->y + (size_t)off * lps, 0, NULL, NULL));
     clg_replica_set_input(r, ln->xbuf, 0);
     clg_replica_set_labels(r, ln->ybuf, 0, p->grad_scale);
     for (int i = 0; i < r->nlayers; i++) {
-        clg_layer *l = &r->layers[i];
-        clg_layer_set_rng(l, p->seed, p->step, 0);
-        if (p->role[i] == CLG_TP_MID && l->ops == &clg_layer_dropout_ops) /* the mask of the whole layer's slice */
-            clg_layer_set_rng_slice(l, (uint32_t)p->net->proto[i].out_shape[1], (uint32_t)(l->out_shape[1] * t));
+        clg_layer *y = &r->layers[i];
+        clg_layer_set_rng(y, p->seed, p->step, (uint32_t)off);
+        if (p->role[i] == CLG_TP_MID && y->ops == &clg_layer_dropout_ops) /* the mask of the whole layer's slice */
+            clg_layer_set_rng_slice(y, (uint32_t)p->net->proto[i].out_shape[1], (uint32_t)(y->out_shape[1] * t));
     }
-    CLG_TRY(clg_replica_forward(r, p->n, 1));
-    CLG_TRY(clg_replica_backward(r, p->n));
-    CLG_TRY(zero_bias_grads(p, t));
+    CLG_TRY(clg_replica_forward(r, n, 1));
+    CLG_TRY(clg_replica_backward(r, n));
+    CLG_TRY(zero_bias_grads(p, l));
+    if (p->D > 1)
+        CLG_TRY(reduce_groups(p, l));
     if (res)
         CLG_CL_CHECK(err, clEnqueueReadBuffer(q, r->layers[r->loss_index].loss.result, CL_TRUE, 0, 2 * sizeof(float),
                                               res, 0, NULL, NULL));
@@ -404,10 +459,10 @@ static clg_status lane_step(clg_tp *p, int t, float *res)
     return CLG_OK;
 }
 
-static clg_status lane_fn(void *arg, int t)
+static clg_status lane_fn(void *arg, int l)
 {
     clg_tp *p = arg;
-    clg_tp_lane *ln = &p->ln[t];
+    clg_tp_lane *ln = &p->ln[l];
     clg_status rc;
     if (p->phase == 1) {
         rc = clg_optim_step(ln->opt, p->lr, 1.0f);
@@ -415,12 +470,12 @@ static clg_status lane_fn(void *arg, int t)
             rc = clg_err_set(clg_dev_err(ln->dev), CLG_ERR_OPENCL, "clFinish after the optimizer failed");
         return rc;
     }
-    rc = lane_step(p, t, t == 0 ? p->res : NULL);
+    rc = lane_step(p, l, l % p->T == 0 ? p->res[l / p->T] : NULL);
     if (rc != CLG_OK) {
         pthread_mutex_lock(&p->mu);
         if (!p->abort) {
             p->abort = 1;
-            p->fail_lane = t;
+            p->fail_lane = l;
             p->fail_status = rc;
         }
         pthread_cond_broadcast(&p->cv);
@@ -429,19 +484,19 @@ static clg_status lane_fn(void *arg, int t)
     return rc;
 }
 
-static clg_status lane_failed(clg_tp *p, int t, clg_status rc)
+static clg_status lane_failed(clg_tp *p, int l, clg_status rc)
 {
-    const clg_tp_lane *ln = &p->ln[t];
+    const clg_tp_lane *ln = &p->ln[l];
     return clg_err_set(&p->ctx->err, rc,
-                       "tensor-parallel lane %d on device %d (%s): %s", t, ln->dev->index, ln->dev->info.name,
+                       "tensor-parallel lane %d on device %d (%s): %s", l, ln->dev->index, ln->dev->info.name,
                        ln->dev->err.msg);
 }
 
 clg_status clg_tp_train_step(clg_tp *p, const clg_hparams *hp, const float *x, const int32_t *y, int n, double lr,
                              float grad_scale, double clip_norm, uint32_t seed, uint32_t step, float *res)
 {
-    if (n < 1 || n > p->net->batch)
-        return clg_err_set(&p->ctx->err, CLG_ERR_INVALID_ARG, "tensor-parallel step: %d samples (1 to %d)", n,
+    if (n < p->D || n > p->net->batch)
+        return clg_err_set(&p->ctx->err, CLG_ERR_INVALID_ARG, "tensor-parallel step: %d samples (%d to %d)", n, p->D,
                            p->net->batch);
     if (clip_norm > 0)
         return clg_err_set(&p->ctx->err, CLG_ERR_UNSUPPORTED,
@@ -455,10 +510,15 @@ clg_status clg_tp_train_step(clg_tp *p, const clg_hparams *hp, const float *x, c
     p->seed = seed;
     p->step = step;
     p->abort = 0;
-    p->bcount = 0;
+    memset(p->bcount, 0, sizeof p->bcount);
     p->fail_lane = -1;
-    float r2[2] = {0, 0};
-    p->res = r2;
+    float r2[CLG_TP_MAX][2] = {{0}};
+    for (int d = 0, o = 0; d < p->D; d++) { /* group d takes samples [o, o + cnt): sizes differ by at most one */
+        p->cnt[d] = n / p->D + (d < n % p->D);
+        p->off[d] = o;
+        o += p->cnt[d];
+        p->res[d] = r2[d];
+    }
     p->phase = 0;
     int failed = -1;
     clg_status rc = clg_team_run(p->team, lane_fn, p, &failed);
@@ -468,16 +528,18 @@ clg_status clg_tp_train_step(clg_tp *p, const clg_hparams *hp, const float *x, c
     rc = clg_team_run(p->team, lane_fn, p, &failed);
     if (rc != CLG_OK)
         return lane_failed(p, failed, rc);
-    if (res)
-        memcpy(res, r2, sizeof r2);
+    for (int d = 0; res && d < p->D; d++) {
+        res[0] = d ? res[0] + r2[d][0] : r2[d][0];
+        res[1] = d ? res[1] + r2[d][1] : r2[d][1];
+    }
     return CLG_OK;
 }
 
 // ---- creation ----
 
-static clg_status lane_init(clg_tp *p, int t, clg_device *dev, const char *text)
+static clg_status lane_init(clg_tp *p, int l, clg_device *dev, const char *text)
 {
-    clg_tp_lane *ln = &p->ln[t];
+    clg_tp_lane *ln = &p->ln[l];
     clg_err *err = &p->ctx->err;
     ln->dev = dev;
     CLG_TRY(clg_net_build(err, text, p->net->source, p->net->batch, &ln->net));
@@ -498,25 +560,41 @@ static clg_status lane_init(clg_tp *p, int t, clg_device *dev, const char *text)
     }
     CLG_TRY(clg_replica_create(ln->net, dev, 0, &ln->rep));
     ln->rep->after_layer = after_layer;
-    p->hook[t].p = p;
-    p->hook[t].t = t;
-    ln->rep->after_layer_user = &p->hook[t];
+    p->hook[l].p = p;
+    p->hook[l].l = l;
+    ln->rep->after_layer_user = &p->hook[l];
+    p->arena_floats = ln->rep->arena_bytes / sizeof(float); /* the same on every lane: equal slices */
     int lps = clg_net_labels_per_sample(p->net);
     CLG_TRY(clg_buf_alloc(dev, (size_t)p->net->batch * p->sample * sizeof(float), &ln->xbuf));
     CLG_TRY(clg_buf_alloc(dev, (size_t)p->net->batch * lps * sizeof(int32_t), &ln->ybuf));
     return CLG_OK;
 }
 
-clg_status clg_tp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, int T, clg_replica *full,
+/* A non-trainable parameter (batch-norm running statistics): its name; NULL when none. */
+static const char *state_param(const clg_net *net)
+{
+    for (int i = 0; i < net->nlayers; i++)
+        for (int k = 0; k < net->proto[i].nparams; k++)
+            if (!net->proto[i].params[k].trainable)
+                return net->proto[i].name;
+    return NULL;
+}
+
+clg_status clg_tp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, int T, int D, clg_replica *full,
                          clg_tp **out)
 {
     *out = NULL;
-    if (T < 2 || T > CLG_TP_MAX)
-        return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG, "tp=%d: 2 to %d devices", T, CLG_TP_MAX);
-    if (ndev != T)
+    D = D > 0 ? D : 1;
+    if (T < 2 || D * T > CLG_TP_MAX)
+        return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG, "tp=%d, dp=%d: 2 to %d devices in all", T, D, CLG_TP_MAX);
+    if (ndev != D * T)
         return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG,
-                           "tp=%d needs %d devices, %d selected (dp x pp x tp must equal the device count)", T, T,
-                           ndev);
+                           "%stp=%d needs %d devices, %d selected (dp x pp x tp must equal the device count)",
+                           D > 1 ? "dp x " : "", T, D * T, ndev);
+    if (D > 1 && state_param(net))
+        return clg_err_set(&ctx->err, CLG_ERR_UNSUPPORTED, "dp=%d x tp=%d: layer '%s' keeps running statistics, "
+                                                           "which data-parallel groups would need to average: not "
+                                                           "supported yet (use tp=T alone)", D, T, state_param(net));
     if (net->fp16)
         return clg_err_set(&ctx->err, CLG_ERR_UNSUPPORTED, "tensor parallelism with fp16 storage is not supported yet");
     if (net->loss_index != net->nlayers - 1)
@@ -532,19 +610,24 @@ clg_status clg_tp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, 
     p->ctx = ctx;
     p->net = net;
     p->T = T;
+    p->D = D;
+    p->L = D * T;
     p->fault_lane = -1;
     p->sample = (size_t)net->in_c * net->in_h * net->in_w;
     clg_status st = find_pairs(&ctx->err, net, T, p->role, &p->npairs);
     char *text = st == CLG_OK ? lane_text(net, p->role, T) : NULL;
     if (st == CLG_OK && !text)
         st = clg_err_set(&ctx->err, CLG_ERR_HOST_OOM, "out of memory");
-    for (int t = 0; t < T && st == CLG_OK; t++)
-        st = lane_init(p, t, &ctx->devs[devs[t]], text);
+    for (int l = 0; l < p->L && st == CLG_OK; l++) /* group d's lane t on devs[d T + t] */
+        st = lane_init(p, l, &ctx->devs[devs[l]], text);
     free(text);
-    if (st == CLG_OK && !(p->red = malloc(((size_t)T + 1) * CLG_MAX(p->red_cap, 1) * sizeof(float))))
+    if (st == CLG_OK && !(p->red = malloc((size_t)D * ((size_t)T + 1) * CLG_MAX(p->red_cap, 1) * sizeof(float))))
         st = clg_err_set(&ctx->err, CLG_ERR_HOST_OOM, "out of memory for the tensor-parallel reduction");
+    if (st == CLG_OK && D > 1 &&
+        !(p->gred = malloc(((size_t)p->L + T) * CLG_MAX(p->arena_floats, 1) * sizeof(float))))
+        st = clg_err_set(&ctx->err, CLG_ERR_HOST_OOM, "out of memory for the gradient reduction");
     if (st == CLG_OK)
-        st = clg_team_create(&ctx->err, T, &p->team);
+        st = clg_team_create(&ctx->err, p->L, &p->team);
     if (st == CLG_OK)
         st = clg_tp_sync(p, full, NULL, NULL, 0);
     if (st != CLG_OK) {
@@ -560,8 +643,8 @@ void clg_tp_free(clg_tp *p)
     if (!p)
         return;
     clg_team_free(p->team);
-    for (int t = 0; t < p->T; t++) {
-        clg_tp_lane *ln = &p->ln[t];
+    for (int l = 0; l < p->L; l++) {
+        clg_tp_lane *ln = &p->ln[l];
         if (ln->dev) {
             clFinish(ln->dev->queue);
             clg_buf_release(ln->dev, ln->xbuf);
@@ -572,6 +655,7 @@ void clg_tp_free(clg_tp *p)
         clg_net_free(ln->net);
     }
     free(p->red);
+    free(p->gred);
     free(p->role);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
@@ -580,9 +664,13 @@ void clg_tp_free(clg_tp *p)
 
 void clg_tp_print(const clg_tp *p, FILE *f)
 {
-    fprintf(f, "tensor parallel: tp=%d over", p->T);
-    for (int t = 0; t < p->T; t++)
-        fprintf(f, "%s device %d (%s)", t ? "," : "", p->ln[t].dev->index, p->ln[t].dev->info.name);
+    if (p->D > 1)
+        fprintf(f, "data x tensor parallel: dp=%d groups (each 1/%d of the batch, gradients summed over the groups) "
+                   "x tp=%d over", p->D, p->D, p->T);
+    else
+        fprintf(f, "tensor parallel: tp=%d over", p->T);
+    for (int l = 0; l < p->L; l++)
+        fprintf(f, "%s device %d (%s)", l ? "," : "", p->ln[l].dev->index, p->ln[l].dev->info.name);
     fprintf(f, "; all-reduce through host memory\n");
     for (int a = 0; a < p->net->nlayers; a++) {
         if (p->role[a] != CLG_TP_COL)

@@ -33,7 +33,15 @@
  * whole layer (clg_layer_set_rng_slice), so the masks equal one device's.
  * The all-reduce goes through host memory (each lane reads its partial, the
  * lanes sum 1/T of the elements each in lane order, each writes the sum
- * back), the data-parallel reduction's path on PoCL. */
+ * back), the data-parallel reduction's path on PoCL.
+ *
+ * dp x tp (D groups of T lanes): group d takes 1/D of the batch (sizes
+ * differ by at most one; dropout by global sample index) and runs the above
+ * on its T lanes; after backward, the gradient arenas of the lanes holding
+ * the same slice are summed over the groups in group order (host, each of
+ * those D lanes summing 1/D of the arena), so every group's copy of a slice
+ * gets the same update. Running statistics (batch norm) are refused there:
+ * the groups would need to average them. */
 #ifndef CLG_PARALLEL_TENSOR_H
 #define CLG_PARALLEL_TENSOR_H
 
@@ -46,9 +54,10 @@
 
 enum { CLG_TP_REPL = 0, CLG_TP_COL = 1, CLG_TP_MID = 2, CLG_TP_ROW = 3 };
 
-/* "tp=T" out of a layout ("dp=D,pp=K,tp=T"): *tp (1 when absent) and the
- * layout without it in rest (cap bytes; "" when nothing else). */
-CLG_INTERNAL clg_status clg_tp_parse_layout(clg_err *err, const char *spec, int *tp, char *rest, size_t cap);
+/* "tp=T" out of a layout ("dp=D,tp=T", "pp=K,tp=T"): *tp (1 when absent) and, with tp > 1, *dp (1 when
+ * absent); the layout without them in rest (cap bytes; "" when nothing else). */
+CLG_INTERNAL clg_status clg_tp_parse_layout(clg_err *err, const char *spec, int *tp, int *dp, char *rest,
+                                            size_t cap);
 
 typedef struct clg_tp_lane {
     clg_device *dev;        /* borrowed */
@@ -61,42 +70,47 @@ typedef struct clg_tp_lane {
 typedef struct clg_tp {
     clg_ctx *ctx;
     clg_net *net;           /* borrowed: the whole model */
-    int T;
+    int T;                  /* devices a split layer is divided over */
+    int D, L;               /* dp x tp: D groups of T lanes, each group taking 1/D of the batch (L = D T lanes:
+                               group d's lane t is ln[d T + t]); 1 and T without dp */
     int *role;              /* per layer: CLG_TP_* (MID: an element-wise layer between a pair) */
     int npairs;
     clg_tp_lane ln[CLG_TP_MAX];
     clg_team *team;
     size_t sample;          /* floats per input sample */
     float *red;             /* the all-reduce: T partials of the largest reduced tensor, then their sum */
-    size_t red_cap;         /* floats per partial */
+    size_t red_cap;         /* floats per partial (each group has T partials and a sum) */
+    float *gred;            /* dp x tp: every lane's gradient arena, then the T sums */
+    size_t arena_floats;    /* a lane's gradient arena (the same on every lane) */
     struct clg_tp_hook {
         struct clg_tp *p;
-        int t;
+        int l;
     } hook[CLG_TP_MAX];      /* each lane replica's after_layer user */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int bcount, abort, fail_lane;
+    int bcount[CLG_TP_MAX + 1], abort, fail_lane; /* barriers: per group, [D] all lanes */
+    int64_t bgen[CLG_TP_MAX + 1];
     clg_status fail_status; /* the failing lane's (the others only abandon the step) */
-    int64_t bgen;
     /* the step */
     const float *x;
     const int32_t *y;
     int n;
+    int cnt[CLG_TP_MAX], off[CLG_TP_MAX]; /* per group: its samples, the first one's index in the batch */
     double lr;
     float grad_scale;
     uint32_t seed, step;
     int phase;              /* 0 forward + backward, 1 optimizer */
-    float *res;             /* lane 0's {loss sum, correct} */
+    float *res[CLG_TP_MAX]; /* per group: its lane 0's {loss sum, correct} */
     /* fault injection (tests): lane fault_lane fails right after the forward of its first row-split layer in
      * step fault_step, as an enqueue error would (-1: never) */
     int fault_lane;
     int64_t fault_step;
 } clg_tp;
 
-/* T = ndev lanes on the context's devices devs[0..ndev); the split layers
- * found in net (refused: none, or a width T does not divide); weights the
- * slices of full's (a whole-network replica). */
-CLG_INTERNAL clg_status clg_tp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, int T,
+/* D x T = ndev lanes on the context's devices devs[0..ndev) (D: data-parallel groups, 0 or 1: none); the split
+ * layers found in net (refused: none, or a width T does not divide); weights the slices of full's (a
+ * whole-network replica). */
+CLG_INTERNAL clg_status clg_tp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, int T, int D,
                                       clg_replica *full, clg_tp **out);
 CLG_INTERNAL void clg_tp_free(clg_tp *p);
 /* Prints the split layers and the lanes. */

@@ -69,23 +69,24 @@ static clg_status create_tp(clg_model *m, const int *devs, int ndev, const clg_d
 {
     clg_err *err = &m->ctx->err;
     int T = dpp->pipe->tensor;
-    if (dpp->pipe->stages > 1 || dpp->pipe->replicas > 1)
-        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "tensor parallelism (tp=%d) combined with dp or pp is not "
-                                                     "supported yet: use tp=T alone", T);
+    int D = CLG_MAX(dpp->pipe->replicas, 1);
+    if (dpp->pipe->stages > 1)
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "tensor parallelism (tp=%d) combined with a pipeline is not "
+                                                     "supported yet", T);
     if (clg_comm_size() > 1)
         return clg_err_set(err, CLG_ERR_UNSUPPORTED,
                            "tensor parallelism across MPI ranks is not supported yet (run one process)");
     if (dpp->shard_optimizer)
         return clg_err_set(err, CLG_ERR_UNSUPPORTED, "sharded optimizer state with tensor parallelism (tp=%d) is "
                                                      "not supported yet", T);
-    if (ndev != T)
+    if (ndev != D * T)
         return clg_err_set(err, CLG_ERR_INVALID_ARG,
-                           "tp=%d needs %d devices, %d selected (dp x pp x tp must equal the device count)", T, T,
-                           ndev);
+                           "%stp=%d needs %d devices, %d selected (dp x pp x tp must equal the device count)",
+                           D > 1 ? "dp x " : "", T, D * T, ndev);
     clg_dp_params one = *dpp;
     one.pipe = NULL;
     CLG_TRY(clg_dp_create(m->ctx, m->net, devs, 1, m->seed, &one, &m->dp));
-    return clg_tp_create(m->ctx, m->net, devs, ndev, T, m->dp->lanes[0].rep, &m->tp);
+    return clg_tp_create(m->ctx, m->net, devs, ndev, T, D, m->dp->lanes[0].rep, &m->tp);
 }
 
 /* The data-parallel lanes, or a pipeline over the devices and one lane on
@@ -115,12 +116,15 @@ clg_status clg_session_pipe_params(clg_err *err, const char *parallel, const cha
 {
     memset(pp, 0, sizeof *pp);
     char rest[256];
-    CLG_TRY(clg_tp_parse_layout(err, parallel, &pp->tensor, rest, sizeof rest));
+    int tdp = 1;
+    CLG_TRY(clg_tp_parse_layout(err, parallel, &pp->tensor, &tdp, rest, sizeof rest));
     if (pp->tensor > 1 && rest[0])
         return clg_err_set(err, CLG_ERR_UNSUPPORTED, "parallel layout '%s': tensor parallelism (tp=%d) combined with "
-                                                     "dp or pp is not supported yet: use tp=T alone", parallel,
-                           pp->tensor);
+                                                     "a pipeline (pp) is not supported yet: use tp=T or dp=D,tp=T",
+                           parallel, pp->tensor);
     CLG_TRY(clg_pipe_parse_layout(err, rest, &pp->stages, &pp->replicas));
+    if (pp->tensor > 1)
+        pp->replicas = tdp; /* dp x tp: data-parallel groups of tp lanes */
     pp->schedule = clg_pipe_schedule_parse(schedule);
     if (pp->schedule < 0)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "unknown pipeline schedule '%s' (1f1b or gpipe)", schedule);
@@ -320,8 +324,11 @@ clg_status clg_session_trace_close(clg_model *m)
 void clg_session_shares(const clg_model *m, char *buf, size_t cap, int *devices)
 {
     if (m->tp) {
-        *devices = m->tp->T;
-        snprintf(buf, cap, "tp=%d", m->tp->T);
+        *devices = m->tp->L;
+        if (m->tp->D > 1)
+            snprintf(buf, cap, "dp=%d,tp=%d", m->tp->D, m->tp->T);
+        else
+            snprintf(buf, cap, "tp=%d", m->tp->T);
         return;
     }
     if (!m->pipe) {

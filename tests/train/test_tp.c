@@ -173,10 +173,11 @@ static void compare_loss(const double *a, const double *b, int n, const char *wh
         ck_assert_msg(fabs(a[s] - b[s]) <= 1e-4 * fabs(b[s]) + 1e-5, "%s: step %d loss %g vs %g", what, s, a[s], b[s]);
 }
 
-/* The lanes: replicated parameters bitwise equal on both, the row-split bias zero on lane 1. */
-static void check_lanes(const clg_tp *p)
+/* Lanes la and lb of a group (lb: not its first): replicated parameters bitwise equal on both, the row-split
+ * bias zero on lb. */
+static void check_lanes(const clg_tp *p, int la, int lb)
 {
-    clg_replica *a = p->ln[0].rep, *b = p->ln[1].rep;
+    clg_replica *a = p->ln[la].rep, *b = p->ln[lb].rep;
     int repl = 0;
     for (int i = 0; i < a->nlayers; i++)
         for (int k = 0; k < a->layers[i].nparams; k++) {
@@ -190,7 +191,7 @@ static void check_lanes(const clg_tp *p)
             tu_download(b->dev, qb->value, hb, qb->numel);
             for (size_t e = 0; e < qa->numel; e++) {
                 if (row_bias)
-                    ck_assert_msg(hb[e] == 0.0f, "%s.bias on lane 1: %g (must stay 0)", a->layers[i].name, hb[e]);
+                    ck_assert_msg(hb[e] == 0.0f, "%s.bias on lane %d: %g (must stay 0)", a->layers[i].name, lb, hb[e]);
                 else
                     ck_assert_msg(ha[e] == hb[e], "replicated %s.%s differs between the lanes at %zu: %g vs %g",
                                   a->layers[i].name, qa->name, e, ha[e], hb[e]);
@@ -202,12 +203,30 @@ static void check_lanes(const clg_tp *p)
     ck_assert_msg(repl > 0, "no replicated parameter checked");
 }
 
-static void tp_vs_one(const char *text, const char *what, int expect_pairs)
+/* Lanes la and lb hold the same bits in every parameter (the same slice in two data-parallel groups). */
+static void check_same(const clg_tp *p, int la, int lb)
+{
+    clg_replica *a = p->ln[la].rep, *b = p->ln[lb].rep;
+    for (int i = 0; i < a->nlayers; i++)
+        for (int k = 0; k < a->layers[i].nparams; k++) {
+            clg_param *qa = &a->layers[i].params[k], *qb = &b->layers[i].params[k];
+            float *ha = malloc(qa->numel * sizeof(float)), *hb = malloc(qa->numel * sizeof(float));
+            tu_poison(hb, qa->numel);
+            tu_download(a->dev, qa->value, ha, qa->numel);
+            tu_download(b->dev, qb->value, hb, qb->numel);
+            ck_assert_msg(memcmp(ha, hb, qa->numel * sizeof(float)) == 0, "%s.%s: lanes %d and %d differ",
+                          a->layers[i].name, qa->name, la, lb);
+            free(ha);
+            free(hb);
+        }
+}
+
+static void tp_vs_one_layout(const char *text, const char *what, int expect_pairs, const char *layout, int T, int D)
 {
     clg_model *one = NULL, *tp = NULL;
     ck_assert_msg(make(text, NULL, "0", &one) == CLG_OK, "%s", clg_last_error(ctx()));
-    ck_assert_msg(make(text, "tp=2", "all", &tp) == CLG_OK, "%s", clg_last_error(ctx()));
-    ck_assert(tp->tp && tp->tp->T == 2);
+    ck_assert_msg(make(text, layout, "all", &tp) == CLG_OK, "%s", clg_last_error(ctx()));
+    ck_assert(tp->tp && tp->tp->T == T && tp->tp->D == D);
     ck_assert_int_eq(tp->tp->npairs, expect_pairs);
     clg_tp_print(tp->tp, stderr);
     double la[STEPS], lb[STEPS];
@@ -220,14 +239,24 @@ static void tp_vs_one(const char *text, const char *what, int expect_pairs)
     grab(one, &wa);
     grab(tp, &wb);
     char msg[160];
-    snprintf(msg, sizeof msg, "%s tp=2 vs one device, %d steps", what, STEPS);
+    snprintf(msg, sizeof msg, "%s %s vs one device, %d steps", what, layout, STEPS);
     compare(&wb, &wa, msg);
     compare_loss(lb, la, STEPS, msg);
-    check_lanes(tp->tp);
+    for (int d = 0; d < D; d++)
+        for (int t = 1; t < T; t++)
+            check_lanes(tp->tp, d * T, d * T + t);
+    for (int d = 1; d < D; d++) /* every group holds the same bits (each slice's lanes: the same update) */
+        for (int t = 0; t < T; t++)
+            check_same(tp->tp, t, d * T + t);
     weights_free(&wa);
     weights_free(&wb);
     clg_session_free(one);
     clg_session_free(tp);
+}
+
+static void tp_vs_one(const char *text, const char *what, int expect_pairs)
+{
+    tp_vs_one_layout(text, what, expect_pairs, "tp=2", 2, 1);
 }
 
 START_TEST(mlp_sgd)
@@ -328,8 +357,9 @@ START_TEST(refusals)
     refused(no_pair, "tp=2", "all", CLG_ERR_UNSUPPORTED, "has no layer tensor parallelism can split");
     refused(odd, "tp=2", "all", CLG_ERR_INVALID_ARG, "layer 'wide' (t:6) has 9 units, which 2 devices cannot split");
     refused(lenet, "tp=2", "0", CLG_ERR_INVALID_ARG, "tp=2 needs 2 devices, 1 selected");
-    refused(lenet, "dp=2,tp=2", "all", CLG_ERR_UNSUPPORTED, "combined with dp or pp is not supported yet");
-    refused(lenet, "pp=2,tp=2", "all", CLG_ERR_UNSUPPORTED, "combined with dp or pp is not supported yet");
+    refused(lenet, "dp=2,tp=2", "all", CLG_ERR_INVALID_ARG, "dp x tp=2 needs 4 devices, 2 selected");
+    refused(lenet, "pp=2,tp=2", "all", CLG_ERR_UNSUPPORTED, "combined with a pipeline (pp) is not supported yet");
+    refused(lenet, "dp=3,tp=3", "all", CLG_ERR_INVALID_ARG, "dp=D with tp=3 takes 1 to 2");
     refused(lenet, "tp=x", "all", CLG_ERR_INVALID_ARG, "tp=T takes a whole number");
     refused(lenet, "tp=0", "all", CLG_ERR_INVALID_ARG, "tp=T takes a whole number");
     clg_model *m = NULL; /* tp=1 is no tensor parallelism */
@@ -380,6 +410,23 @@ START_TEST(lane_fault)
 }
 END_TEST
 
+/* Four devices (test train-tp-4): dp=2 x tp=2 and tp=4 against one device; batch norm refused under dp x tp. */
+START_TEST(four_devices)
+{
+    if (clg_device_count(ctx()) < 4) {
+        fprintf(stderr, "four_devices: skipped (needs four devices; test train-tp-4 has them)\n");
+        return;
+    }
+    char *lenet = read_model("lenet5.cfg"), *resnet = read_model("resnet-mini.cfg");
+    tp_vs_one_layout(mlp_text(0), "mlp 784-256-256-10 (dropout in the split, sgd)", 1, "dp=2,tp=2", 2, 2);
+    tp_vs_one_layout(mlp_text(0), "mlp 784-256-256-10 (dropout in the split, sgd)", 1, "tp=4", 4, 1);
+    tp_vs_one_layout(lenet, "lenet5", 1, "dp=2,tp=2", 2, 2);
+    refused(resnet, "dp=2,tp=2", "all", CLG_ERR_UNSUPPORTED, "keeps running statistics");
+    free(lenet);
+    free(resnet);
+}
+END_TEST
+
 int main(void)
 {
     clg_ctx *probe = tu_ctx(NULL); /* tu_ctx_fixed asserts: only inside a test */
@@ -399,6 +446,10 @@ int main(void)
     tcase_add_test(tc, checkpoints);
     tcase_add_test(tc, lane_fault);
     suite_add_tcase(s, tc);
+    TCase *t4 = tcase_create("tp4"); /* CK_RUN_CASE=tp4 (test train-tp-4) runs it alone */
+    tcase_set_timeout(t4, 240);
+    tcase_add_test(t4, four_devices);
+    suite_add_tcase(s, t4);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
     srunner_run_all(sr, CK_NORMAL);
