@@ -63,15 +63,30 @@ static const char *cfg_value(const clg_net *net, int layer, const char *key)
     return kv ? kv->value : NULL;
 }
 
-static int is_dense(const clg_net *net, int i)
+/* A layer whose weight splits by outputs or inputs: a [dense] (not tied, not on a sequence) or a
+ * [convolutional] of one group. */
+static int is_splittable(const clg_net *net, int i)
 {
     const clg_layer *l = &net->proto[i];
+    const char *g = cfg_value(net, i, "groups");
+    if (l->ops == &clg_layer_conv_ops)
+        return !g || !strcmp(g, "1");
     return l->ops == &clg_layer_dense_ops && !l->in_seq[0] && !cfg_value(net, i, "tie");
 }
 
+/* The key holding a splittable layer's width. */
+static const char *width_key(const clg_net *net, int i)
+{
+    return net->proto[i].ops == &clg_layer_conv_ops ? "filters" : "units";
+}
+
+/* A layer that works on each channel (feature) alone, so it runs on a slice of them. */
 static int is_eltwise(const clg_layer *l)
 {
-    return (l->ops == &clg_layer_activation_ops || l->ops == &clg_layer_dropout_ops) && l->nin == 1;
+    return (l->ops == &clg_layer_activation_ops || l->ops == &clg_layer_dropout_ops ||
+            l->ops == &clg_layer_maxpool_ops || l->ops == &clg_layer_avgpool_ops || l->ops == &clg_layer_gap_ops ||
+            l->ops == &clg_layer_flatten_ops) &&
+           l->nin == 1 && !l->in_seq[0];
 }
 
 /* The only layer reading layer i's output, -1 when none or several. */
@@ -87,7 +102,7 @@ static int sole_consumer(const clg_net *net, int i)
     return k == 1 ? c : -1;
 }
 
-/* Pair starting at dense a: the row-split dense it feeds through element-wise layers, -1 when none. */
+/* Pair starting at a: the row-split layer it feeds through per-channel layers, -1 when none. */
 static int pair_end(const clg_net *net, int a)
 {
     int src = net->proto[a].inputs[0];
@@ -95,7 +110,7 @@ static int pair_end(const clg_net *net, int a)
         return -1;
     for (int i = sole_consumer(net, a); i >= 0; i = sole_consumer(net, i)) {
         const clg_layer *l = &net->proto[i];
-        if (is_dense(net, i)) {
+        if (is_splittable(net, i)) {
             const char *act = cfg_value(net, i, "activation");
             return !act || !strcmp(act, "linear") ? i : -1;
         }
@@ -111,7 +126,7 @@ static clg_status find_pairs(clg_err *err, const clg_net *net, int T, int *role,
     for (int i = 0; i < net->nlayers; i++)
         role[i] = CLG_TP_REPL;
     for (int a = 0; a < net->nlayers; a++) {
-        if (!is_dense(net, a))
+        if (!is_splittable(net, a))
             continue;
         int b = pair_end(net, a);
         if (b < 0)
@@ -119,7 +134,7 @@ static clg_status find_pairs(clg_err *err, const clg_net *net, int T, int *role,
         int units = net->proto[a].out_shape[1];
         if (units % T)
             return clg_err_set(err, CLG_ERR_INVALID_ARG,
-                               "tp=%d: layer '%s' (%s:%d) has %d units, which %d devices cannot split evenly (its "
+                               "tp=%d: layer '%s' (%s:%d) has %d outputs, which %d devices cannot split evenly (its "
                                "width must be a multiple of tp)",
                                T, net->proto[a].name, net->source, net->proto[a].line, units, T);
         role[a] = CLG_TP_COL;
@@ -131,8 +146,9 @@ static clg_status find_pairs(clg_err *err, const clg_net *net, int T, int *role,
     }
     if (!*npairs)
         return clg_err_set(err, CLG_ERR_UNSUPPORTED,
-                           "tp=%d: %s has no layer tensor parallelism can split (a [dense] followed, through "
-                           "[activation] or [dropout] layers only, by a [dense] with a linear activation)",
+                           "tp=%d: %s has no layer tensor parallelism can split (a [dense] or [convolutional] "
+                           "followed, through [activation], [dropout], pooling or [flatten] layers only, by a "
+                           "[dense] or [convolutional] with a linear activation)",
                            T, net->source);
     return CLG_OK;
 }
@@ -151,9 +167,9 @@ static char *lane_text(const clg_net *net, const int *role, int T)
         size_t n = e ? (size_t)(e - s) + 1 : strlen(s);
         int rewritten = 0;
         for (int i = 0; i < net->nlayers && !rewritten; i++) {
-            const clg_cfg_kv *kv = clg_cfg_find(&net->cfg->sec[i + 1], "units");
+            const clg_cfg_kv *kv = clg_cfg_find(&net->cfg->sec[i + 1], width_key(net, i));
             if (role[i] == CLG_TP_COL && kv && kv->line == line) {
-                o += (size_t)sprintf(out + o, "units = %d\n", net->proto[i].out_shape[1] / T);
+                o += (size_t)sprintf(out + o, "%s = %d\n", width_key(net, i), net->proto[i].out_shape[1] / T);
                 rewritten = 1;
             }
         }
@@ -444,8 +460,10 @@ static clg_status lane_step(clg_tp *p, int l, float *res)
     for (int i = 0; i < r->nlayers; i++) {
         clg_layer *y = &r->layers[i];
         clg_layer_set_rng(y, p->seed, p->step, (uint32_t)off);
-        if (p->role[i] == CLG_TP_MID && y->ops == &clg_layer_dropout_ops) /* the mask of the whole layer's slice */
-            clg_layer_set_rng_slice(y, (uint32_t)p->net->proto[i].out_shape[1], (uint32_t)(y->out_shape[1] * t));
+        if (p->role[i] == CLG_TP_MID && y->ops == &clg_layer_dropout_ops) { /* the mask of the whole layer's slice */
+            const int *w = p->net->proto[i].out_shape, *v = y->out_shape;
+            clg_layer_set_rng_slice(y, (uint32_t)w[1] * w[2] * w[3], (uint32_t)(v[1] * v[2] * v[3] * t));
+        }
     }
     CLG_TRY(clg_replica_forward(r, n, 1));
     CLG_TRY(clg_replica_backward(r, n));
@@ -678,9 +696,9 @@ void clg_tp_print(const clg_tp *p, FILE *f)
         int b = a + 1;
         while (p->role[b] != CLG_TP_ROW)
             b++;
-        fprintf(f, "  split: %s (columns: %d of %d units per device) -> %s (rows: %d of %d inputs per device)\n",
+        fprintf(f, "  split: %s (outputs: %d of %d per device) -> %s (the same slice of its inputs per device)\n",
                 p->net->proto[a].name, p->net->proto[a].out_shape[1] / p->T, p->net->proto[a].out_shape[1],
-                p->net->proto[b].name, p->ln[0].rep->layers[b].in_shape[0][1], p->net->proto[a].out_shape[1]);
+                p->net->proto[b].name);
     }
     fprintf(f, "  every other layer replicated on each device\n");
 }

@@ -19,13 +19,18 @@
  * over its own slices.
  *
  * Pairs are found in layer order: A is a [dense] (not tied, not on a
- * sequence) whose output, through a chain of single-consumer [activation]
- * and [dropout] layers, is read only by B, a [dense] with a linear
- * activation (the sum must come before a non-linearity); A's input is the
- * network input or a layer read by A alone. A pair whose width (A's units)
- * T does not divide is refused, as is a model with no pair.
+ * sequence) or a [convolutional] (one group) whose output, through a chain
+ * of single-consumer per-channel layers ([activation], [dropout],
+ * [maxpool], [avgpool], [gap], [flatten]), is read only by B, a [dense] or
+ * [convolutional] with a linear activation (the sum must come before a
+ * non-linearity); A's input is the network input or a layer read by A
+ * alone. A convolution A is split by output channels (filters), B by the
+ * same slice of its input channels (a [dense] after [flatten]: the same
+ * slice of its channel-major input features). A pair whose width (A's
+ * units or filters) T does not divide is refused, as is a model with no
+ * pair.
  *
- * The lanes' networks are built from the model text with A's units divided
+ * The lanes' networks are built from the model text with A's width divided
  * by T; their parameters are the slices of a whole-network replica's
  * (clg_tp_sync scatters them from it and gathers them back, optimizer state
  * included, for checkpoints in the one-device format). Dropout inside a
