@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "model/layers.h"
+#include "parallel/dp.h"
 #include "parallel/tensor.h"
 
 /* "key=N" at s (len characters) with key `key`: *v; 0 when another key, -1 when not a count in [1, max]. */
@@ -678,6 +679,20 @@ void clg_tp_free(clg_tp *p)
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
     free(p);
+}
+
+void clg_tp_memory(const clg_tp *p, int l, clg_dp_mem *out)
+{
+    const clg_tp_lane *ln = &p->ln[l];
+    const clg_pool *pool = &ln->dev->pool;
+    memset(out, 0, sizeof *out);
+    out->params = ln->rep->arena_charged;
+    out->optim = clg_optim_state_bytes(ln->opt);
+    out->activations = ln->rep->planned_bytes;
+    uint64_t total = pool->stats.bytes_in_use + pool->direct_bytes, known = out->params + out->optim + out->activations;
+    out->workspace = total > known ? total - known : 0;
+    out->peak = pool->total_peak;
+    out->limit = pool->limit;
 }
 
 void clg_tp_print(const clg_tp *p, FILE *f)

@@ -127,6 +127,11 @@ CLG_INTERNAL void clg_tp_print(const clg_tp *p, FILE *f);
 CLG_INTERNAL clg_status clg_tp_train_step(clg_tp *p, const clg_hparams *hp, const float *x, const int32_t *y, int n,
                                           double lr, float grad_scale, double clip_norm, uint32_t seed,
                                           uint32_t step, float *res);
+/* Memory of lane l's device (bytes): the lane's parameter arena, optimizer
+ * state and planned activations, the rest of the device's account in use,
+ * its peak and cap (clg_dp_mem of parallel/dp.h). */
+struct clg_dp_mem;
+CLG_INTERNAL void clg_tp_memory(const clg_tp *p, int l, struct clg_dp_mem *out);
 /* Parameters (weights, running statistics) and their optimizer state
  * (full_opt may be NULL: weights only) gathered from the lanes into full
  * (to_full = 1) or scattered from full into the lanes (0). Blocking. */

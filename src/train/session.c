@@ -366,10 +366,32 @@ clg_status clg_session_ensure_optim(clg_model *m)
     return clg_dp_ensure_optim(m->dp, &m->hp);
 }
 
-int clg_session_mem_rows(const clg_model *m) { return m->pipe ? m->pipe->L : m->dp->n; }
+int clg_session_mem_rows(const clg_model *m) { return m->pipe ? m->pipe->L : m->tp ? m->tp->L : m->dp->n; }
+
+/* A pipeline's or tensor-parallel lanes' device row (out) plus the whole-network lane when it shares the device. */
+static void add_whole_lane(const clg_model *m, const clg_device *dev, clg_dp_mem *out)
+{
+    if (dev != m->dp->lanes[0].dev)
+        return;
+    clg_dp_mem l;
+    clg_dp_memory(m->dp, 0, &l);
+    uint64_t total = out->params + out->optim + out->activations + out->workspace;
+    out->params += l.params;
+    out->optim += l.optim;
+    out->activations += l.activations;
+    uint64_t known = out->params + out->optim + out->activations;
+    out->workspace = total > known ? total - known : 0;
+}
 
 void clg_session_memory(const clg_model *m, int i, clg_dp_mem *out, int *dev, int *stage)
 {
+    if (m->tp) {
+        clg_tp_memory(m->tp, i, out);
+        *dev = m->tp->ln[i].dev->index;
+        *stage = -1;
+        add_whole_lane(m, m->tp->ln[i].dev, out);
+        return;
+    }
     if (!m->pipe) {
         clg_dp_memory(m->dp, i, out);
         *dev = m->dp->lanes[i].dev->index;
@@ -380,16 +402,7 @@ void clg_session_memory(const clg_model *m, int i, clg_dp_mem *out, int *dev, in
     const clg_pipe_stage *st = &m->pipe->st[i];
     *dev = st->dev->index;
     *stage = st->s;
-    if (st->dev != m->dp->lanes[0].dev)
-        return;
-    clg_dp_mem l; /* the whole-network lane on the same device */
-    clg_dp_memory(m->dp, 0, &l);
-    uint64_t total = out->params + out->optim + out->activations + out->workspace;
-    out->params += l.params;
-    out->optim += l.optim;
-    out->activations += l.activations;
-    uint64_t known = out->params + out->optim + out->activations;
-    out->workspace = total > known ? total - known : 0;
+    add_whole_lane(m, st->dev, out);
 }
 
 clg_status clg_session_stage_wait(clg_model *m, int s) { return clg_dp_stage_wait(m->dp, s); }

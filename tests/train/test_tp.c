@@ -258,6 +258,15 @@ static void tp_vs_one_layout(const char *text, const char *what, int expect_pair
     for (int d = 0; d < D; d++)
         for (int t = 1; t < T; t++)
             check_lanes(tp->tp, d * T, d * T + t);
+    clg_device_memory mem[CLG_TP_MAX]; /* a row per device; the first also holds the whole-network replica */
+    for (int l = 0; l < T * D; l++) {
+        ck_assert(clg_model_memory(tp, l, &mem[l]) == CLG_OK);
+        ck_assert_int_eq(mem[l].devices, T * D);
+        ck_assert_int_eq(mem[l].device, l);
+        ck_assert_msg(mem[l].parameters > 0 && mem[l].optimizer > 0 && mem[l].activations > 0, "row %d", l);
+        ck_assert(l == 0 || mem[l].parameters < mem[0].parameters);
+    }
+    ck_assert(clg_model_memory(tp, T * D, &mem[0]) == CLG_ERR_INVALID_ARG);
     for (int d = 1; d < D; d++) /* every group holds the same bits (each slice's lanes: the same update) */
         for (int t = 0; t < T; t++)
             check_same(tp->tp, t, d * T + t);
