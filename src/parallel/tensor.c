@@ -444,6 +444,38 @@ static clg_status zero_bias_grads(clg_tp *p, int l)
     return CLG_OK;
 }
 
+/* Clipping: the squared norms of lane l's gradients, split and replicated parameters apart (the global norm
+ * counts every slice once and the replicated parameters once). */
+static clg_status lane_norms(clg_tp *p, int l)
+{
+    clg_tp_lane *ln = &p->ln[l];
+    clg_replica *r = ln->rep;
+    size_t A = r->arena_bytes / sizeof(float);
+    float *g = malloc(CLG_MAX(A, 1) * sizeof(float));
+    clg_param_ref *refs = NULL;
+    int n = 0;
+    clg_status st = g ? clg_replica_params(r, 1, &refs, &n)
+                      : clg_err_set(clg_dev_err(ln->dev), CLG_ERR_HOST_OOM, "out of memory");
+    if (st == CLG_OK && A)
+        st = clEnqueueReadBuffer(ln->dev->queue, r->garena, CL_TRUE, 0, A * sizeof(float), g, 0, NULL, NULL) ==
+                     CL_SUCCESS
+                 ? CLG_OK
+                 : clg_err_set(clg_dev_err(ln->dev), CLG_ERR_OPENCL, "reading the gradients for their norm failed");
+    double sq[2] = {0, 0};
+    for (int i = 0; i < n && st == CLG_OK; i++) {
+        const float *v = g + r->arena_off[i] / sizeof(float);
+        double a = 0;
+        for (size_t k = 0; k < refs[i].param->numel; k++)
+            a += (double)v[k] * v[k];
+        sq[p->role[refs[i].layer->index] == CLG_TP_REPL] += a;
+    }
+    p->sq[l][0] = sq[0];
+    p->sq[l][1] = sq[1];
+    free(refs);
+    free(g);
+    return st;
+}
+
 static clg_status lane_step(clg_tp *p, int l, float *res)
 {
     clg_tp_lane *ln = &p->ln[l];
@@ -471,6 +503,8 @@ static clg_status lane_step(clg_tp *p, int l, float *res)
     CLG_TRY(zero_bias_grads(p, l));
     if (p->D > 1)
         CLG_TRY(reduce_groups(p, l));
+    if (p->clip_norm > 0 && l < p->T) /* group 0's (every group holds the same sums) */
+        CLG_TRY(lane_norms(p, l));
     if (res)
         CLG_CL_CHECK(err, clEnqueueReadBuffer(q, r->layers[r->loss_index].loss.result, CL_TRUE, 0, 2 * sizeof(float),
                                               res, 0, NULL, NULL));
@@ -484,7 +518,7 @@ static clg_status lane_fn(void *arg, int l)
     clg_tp_lane *ln = &p->ln[l];
     clg_status rc;
     if (p->phase == 1) {
-        rc = clg_optim_step(ln->opt, p->lr, 1.0f);
+        rc = clg_optim_step(ln->opt, p->lr, p->gscale);
         if (rc == CLG_OK && clFinish(ln->dev->queue) != CL_SUCCESS)
             rc = clg_err_set(clg_dev_err(ln->dev), CLG_ERR_OPENCL, "clFinish after the optimizer failed");
         return rc;
@@ -517,9 +551,6 @@ clg_status clg_tp_train_step(clg_tp *p, const clg_hparams *hp, const float *x, c
     if (n < p->D || n > p->net->batch)
         return clg_err_set(&p->ctx->err, CLG_ERR_INVALID_ARG, "tensor-parallel step: %d samples (%d to %d)", n, p->D,
                            p->net->batch);
-    if (clip_norm > 0)
-        return clg_err_set(&p->ctx->err, CLG_ERR_UNSUPPORTED,
-                           "gradient clipping (clip_norm %g) with tensor parallelism is not supported yet", clip_norm);
     CLG_TRY(ensure_optim(p, hp));
     p->x = x;
     p->y = y;
@@ -528,6 +559,8 @@ clg_status clg_tp_train_step(clg_tp *p, const clg_hparams *hp, const float *x, c
     p->grad_scale = grad_scale;
     p->seed = seed;
     p->step = step;
+    p->clip_norm = clip_norm;
+    p->gscale = 1.0f;
     p->abort = 0;
     memset(p->bcount, 0, sizeof p->bcount);
     p->fail_lane = -1;
@@ -543,6 +576,17 @@ clg_status clg_tp_train_step(clg_tp *p, const clg_hparams *hp, const float *x, c
     clg_status rc = clg_team_run(p->team, lane_fn, p, &failed);
     if (rc != CLG_OK)
         return p->fail_lane >= 0 ? lane_failed(p, p->fail_lane, p->fail_status) : lane_failed(p, failed, rc);
+    if (clip_norm > 0) { /* the global norm: every slice once (group 0's lanes), the replicated once (lane 0's) */
+        double sq = p->sq[0][1];
+        for (int t = 0; t < p->T; t++)
+            sq += p->sq[t][0];
+        double norm = sqrt(sq);
+        if (!isfinite(norm))
+            return clg_err_set(&p->ctx->err, CLG_ERR_INTERNAL,
+                               "gradient norm is not finite at step %u (diverged: lower the learning rate)", step);
+        if (norm > clip_norm)
+            p->gscale = (float)(clip_norm / norm);
+    }
     p->phase = 1;
     rc = clg_team_run(p->team, lane_fn, p, &failed);
     if (rc != CLG_OK)

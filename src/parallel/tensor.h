@@ -101,8 +101,9 @@ typedef struct clg_tp {
     const int32_t *y;
     int n;
     int cnt[CLG_TP_MAX], off[CLG_TP_MAX]; /* per group: its samples, the first one's index in the batch */
-    double lr;
-    float grad_scale;
+    double lr, clip_norm;
+    float grad_scale, gscale; /* gscale: the clipping factor of the update (1: none) */
+    double sq[CLG_TP_MAX][2]; /* clipping: per lane of group 0, squared norms of its split and replicated gradients */
     uint32_t seed, step;
     int phase;              /* 0 forward + backward, 1 optimizer */
     float *res[CLG_TP_MAX]; /* per group: its lane 0's {loss sum, correct} */
@@ -120,10 +121,11 @@ CLG_INTERNAL clg_status clg_tp_create(clg_ctx *ctx, clg_net *net, const int *dev
 CLG_INTERNAL void clg_tp_free(clg_tp *p);
 /* Prints the split layers and the lanes. */
 CLG_INTERNAL void clg_tp_print(const clg_tp *p, FILE *f);
-/* One training step over n host samples (every lane the whole batch):
- * forward, backward, the optimizer on every lane (created from hp on the
- * first step). res (may be NULL): {loss sum, correct}. clip_norm > 0 is
- * refused (not supported yet). */
+/* One training step over n host samples (every group its 1/D, each lane of
+ * a group the group's samples): forward, backward, the optimizer on every
+ * lane (created from hp on the first step). res (may be NULL): {loss sum,
+ * correct}. clip_norm > 0: the update scaled to the global gradient norm
+ * (every slice counted once, read to the host and summed in double). */
 CLG_INTERNAL clg_status clg_tp_train_step(clg_tp *p, const clg_hparams *hp, const float *x, const int32_t *y, int n,
                                           double lr, float grad_scale, double clip_norm, uint32_t seed,
                                           uint32_t step, float *res);
