@@ -329,6 +329,15 @@ clg_status clg_tp_sync(clg_tp *p, clg_replica *full, clg_optim *full_opt, const 
 
 // ---- the all-reduce ----
 
+static void trace_span(clg_tp *p, int l, const char *what, const char *layer, double t0)
+{
+    if (p->trace && clg_trace_on(p->trace, p->step)) {
+        char name[96];
+        snprintf(name, sizeof name, "%s%s%s", what, layer ? " " : "", layer ? layer : "");
+        clg_trace_host(p->trace, l, name, t0, clg_now_sec());
+    }
+}
+
 /* The lanes of group g (g < 0: every lane) wait for each other; CLG_ERR_INTERNAL when a lane failed (the step
  * is abandoned). */
 static clg_status barrier(clg_tp *p, int l, int g)
@@ -415,14 +424,19 @@ static clg_status after_layer(void *user, int i, int backward)
     if (!backward && p->role[i] == CLG_TP_ROW && l == p->fault_lane && (int64_t)p->step == p->fault_step)
         return clg_err_set(clg_dev_err(p->ln[l].dev), CLG_ERR_OPENCL, "injected fault after %s's forward",
                            p->net->proto[i].name);
-    if (!backward && p->role[i] == CLG_TP_ROW)
-        return all_reduce(p, l, r->act[i].mem, r->act[i].off,
-                          (size_t)n * (clg_tensor_numel(&r->act[i]) / (size_t)r->act[i].n));
     int src = r->layers[i].inputs[0];
-    if (backward && p->role[i] == CLG_TP_COL && src >= 0)
-        return all_reduce(p, l, r->dact[src].mem, r->dact[src].off,
-                          (size_t)n * (clg_tensor_numel(&r->dact[src]) / (size_t)r->dact[src].n));
-    return CLG_OK;
+    double t0 = clg_now_sec();
+    clg_status st = CLG_OK;
+    if (!backward && p->role[i] == CLG_TP_ROW)
+        st = all_reduce(p, l, r->act[i].mem, r->act[i].off,
+                        (size_t)n * (clg_tensor_numel(&r->act[i]) / (size_t)r->act[i].n));
+    else if (backward && p->role[i] == CLG_TP_COL && src >= 0)
+        st = all_reduce(p, l, r->dact[src].mem, r->dact[src].off,
+                        (size_t)n * (clg_tensor_numel(&r->dact[src]) / (size_t)r->dact[src].n));
+    else
+        return CLG_OK;
+    trace_span(p, l, backward ? "all-reduce gradient before" : "all-reduce output of", p->net->proto[i].name, t0);
+    return st;
 }
 
 /* The row-split biases' gradients of lanes t > 0 of a group zeroed (those biases are zero and stay zero). */
@@ -498,11 +512,18 @@ static clg_status lane_step(clg_tp *p, int l, float *res)
             clg_layer_set_rng_slice(y, (uint32_t)w[1] * w[2] * w[3], (uint32_t)(v[1] * v[2] * v[3] * t));
         }
     }
+    double t0 = clg_now_sec();
     CLG_TRY(clg_replica_forward(r, n, 1));
+    trace_span(p, l, "forward", NULL, t0);
+    t0 = clg_now_sec();
     CLG_TRY(clg_replica_backward(r, n));
     CLG_TRY(zero_bias_grads(p, l));
+    trace_span(p, l, "backward", NULL, t0);
+    t0 = clg_now_sec();
     if (p->D > 1)
         CLG_TRY(reduce_groups(p, l));
+    if (p->D > 1)
+        trace_span(p, l, "gradients summed over the groups", NULL, t0);
     if (p->clip_norm > 0 && l < p->T) /* group 0's (every group holds the same sums) */
         CLG_TRY(lane_norms(p, l));
     if (res)
@@ -518,9 +539,11 @@ static clg_status lane_fn(void *arg, int l)
     clg_tp_lane *ln = &p->ln[l];
     clg_status rc;
     if (p->phase == 1) {
+        double t0 = clg_now_sec();
         rc = clg_optim_step(ln->opt, p->lr, p->gscale);
         if (rc == CLG_OK && clFinish(ln->dev->queue) != CL_SUCCESS)
             rc = clg_err_set(clg_dev_err(ln->dev), CLG_ERR_OPENCL, "clFinish after the optimizer failed");
+        trace_span(p, l, "optimizer", NULL, t0);
         return rc;
     }
     rc = lane_step(p, l, l % p->T == 0 ? p->res[l / p->T] : NULL);

@@ -54,6 +54,7 @@
 
 #include "model/optim.h"
 #include "parallel/team.h"
+#include "parallel/trace.h"
 
 #define CLG_TP_MAX 8
 
@@ -107,6 +108,8 @@ typedef struct clg_tp {
     uint32_t seed, step;
     int phase;              /* 0 forward + backward, 1 optimizer */
     float *res[CLG_TP_MAX]; /* per group: its lane 0's {loss sum, correct} */
+    clg_trace *trace;       /* borrowed; NULL: none (host rows per lane: forward, backward, each all-reduce with
+                               its wait, the optimizer) */
     /* fault injection (tests): lane fault_lane fails right after the forward of its first row-split layer in
      * step fault_step, as an enqueue error would (-1: never) */
     int fault_lane;

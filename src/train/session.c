@@ -261,6 +261,8 @@ void clg_session_free(clg_model *m)
         m->dp->trace = NULL;
     if (m->pipe)
         m->pipe->trace = NULL;
+    if (m->tp)
+        m->tp->trace = NULL;
     clg_trace_free(m->trace);
     clg_pipe_free(m->pipe);
     clg_tp_free(m->tp);
@@ -286,6 +288,16 @@ clg_status clg_session_trace_open(clg_model *m, const char *path, int steps)
     else
         snprintf(rpath, sizeof rpath, "%s", path);
     CLG_TRY(clg_trace_create(err, rpath, (int)CLG_MIN((int64_t)m->step + steps, INT32_MAX), &m->trace));
+    if (m->tp) { /* a row per tensor-parallel lane */
+        for (int l = 0; l < m->tp->L; l++)
+            if (clg_trace_lane(m->trace, l, m->tp->ln[l].dev) != CLG_OK) {
+                clg_trace_free(m->trace);
+                m->trace = NULL;
+                return clg_err_set(err, CLG_ERR_OPENCL, "trace: %s", m->tp->ln[l].dev->err.msg);
+            }
+        m->tp->trace = m->trace;
+        return CLG_OK;
+    }
     if (m->pipe) { /* a row per stage */
         for (int s = 0; s < m->pipe->L; s++)
             if (clg_trace_lane(m->trace, s, m->pipe->st[s].dev) != CLG_OK) {
@@ -316,6 +328,8 @@ clg_status clg_session_trace_close(clg_model *m)
     m->dp->trace = NULL;
     if (m->pipe)
         m->pipe->trace = NULL;
+    if (m->tp)
+        m->tp->trace = NULL;
     clg_trace *t = m->trace;
     m->trace = NULL;
     return clg_trace_close(&m->ctx->err, t);
