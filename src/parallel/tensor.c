@@ -413,7 +413,7 @@ static clg_status reduce_groups(clg_tp *p, int l)
     return CLG_OK;
 }
 
-/* After layer i's forward (backward = 0) or backward was enqueued on lane t: the row-split layer's partial
+/* After layer i's forward (backward = 0) or backward was enqueued on a lane: the row-split layer's partial
  * outputs summed; the column-split layer's partial input gradient summed. */
 static clg_status after_layer(void *user, int i, int backward)
 {
@@ -445,13 +445,13 @@ static clg_status zero_bias_grads(clg_tp *p, int l)
     clg_tp_lane *ln = &p->ln[l];
     int t = l % p->T;
     for (int i = 0; i < p->net->nlayers && t > 0; i++) {
-        clg_layer *l = &ln->rep->layers[i];
-        for (int k = 0; k < l->nparams && p->role[i] == CLG_TP_ROW; k++) {
-            if (strcmp(l->params[k].name, "bias") || !l->params[k].grad)
+        clg_layer *y = &ln->rep->layers[i];
+        for (int k = 0; k < y->nparams && p->role[i] == CLG_TP_ROW; k++) {
+            if (strcmp(y->params[k].name, "bias") || !y->params[k].grad)
                 continue;
             float zero = 0;
-            CLG_CL_CHECK(clg_dev_err(ln->dev), clEnqueueFillBuffer(ln->dev->queue, l->params[k].grad, &zero,
-                                                                   sizeof zero, 0, l->params[k].numel * sizeof(float),
+            CLG_CL_CHECK(clg_dev_err(ln->dev), clEnqueueFillBuffer(ln->dev->queue, y->params[k].grad, &zero,
+                                                                   sizeof zero, 0, y->params[k].numel * sizeof(float),
                                                                    0, NULL, NULL));
         }
     }
