@@ -666,7 +666,62 @@ static const char *state_param(const clg_net *net)
     return NULL;
 }
 
-clg_status clg_tp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, int T, int D, clg_replica *full,
+/* The first weights one device draws from seed, to the host: each layer's drawn on dev as one device draws them (a
+ * replica of that layer alone, so the whole network never sits on a device); w[i * CLG_MAX_PARAMS + k]. */
+static clg_status draw_weights(clg_tp *p, clg_device *dev, uint64_t seed, float **w)
+{
+    for (int i = 0; i < p->net->nlayers; i++) {
+        if (!p->net->proto[i].nparams)
+            continue;
+        clg_replica *r = NULL;
+        CLG_TRY(clg_replica_create_range(p->net, dev, seed, i, i, 1, &r));
+        clg_status st = CLG_OK;
+        for (int k = 0; k < r->layers[i].nparams && st == CLG_OK; k++) {
+            const clg_param *q = &r->layers[i].params[k];
+            float **h = &w[i * CLG_MAX_PARAMS + k];
+            if (!(*h = malloc(CLG_MAX(q->numel, 1) * sizeof(float))))
+                st = clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory for the first weights");
+            else if (clEnqueueReadBuffer(dev->queue, q->value, CL_TRUE, 0, q->numel * sizeof(float), *h, 0, NULL,
+                                         NULL) != CL_SUCCESS)
+                st = clg_err_set(clg_dev_err(dev), CLG_ERR_OPENCL, "reading the first weights of %s failed",
+                                 r->layers[i].name);
+        }
+        clg_replica_free(r);
+        CLG_TRY(st);
+    }
+    return CLG_OK;
+}
+
+/* The drawn weights sliced into every lane. */
+static clg_status scatter_weights(clg_tp *p, float **w)
+{
+    size_t most = 1;
+    for (int i = 0; i < p->net->nlayers; i++)
+        for (int k = 0; k < p->net->proto[i].nparams; k++)
+            most = CLG_MAX(most, p->net->proto[i].params[k].numel);
+    float *part = malloc(most * sizeof(float));
+    if (!part)
+        return clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    clg_status st = CLG_OK;
+    for (int i = 0; i < p->net->nlayers && st == CLG_OK; i++)
+        for (int k = 0; k < p->net->proto[i].nparams && st == CLG_OK; k++) {
+            clg_param_ref ref = {&p->net->proto[i], &p->net->proto[i].params[k]};
+            for (int l = 0; l < p->L && st == CLG_OK; l++) {
+                slice sl = slice_of(p, &ref, l % p->T);
+                clg_tp_lane *ln = &p->ln[l];
+                slice_copy(&sl, w[i * CLG_MAX_PARAMS + k], part, 0);
+                if (clEnqueueWriteBuffer(ln->dev->queue, ln->rep->layers[i].params[k].value, CL_TRUE, 0,
+                                         sl.rows * sl.cols * sizeof(float), part, 0, NULL, NULL) != CL_SUCCESS)
+                    st = clg_err_set(clg_dev_err(ln->dev), CLG_ERR_OPENCL, "writing the first weights failed");
+            }
+        }
+    free(part);
+    for (int l = 0; l < p->L && st == CLG_OK; l++)
+        st = clg_replica_weights_updated(p->ln[l].rep);
+    return st;
+}
+
+clg_status clg_tp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, int T, int D, uint64_t seed,
                          clg_tp **out)
 {
     *out = NULL;
@@ -700,7 +755,11 @@ clg_status clg_tp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, 
     p->L = D * T;
     p->fault_lane = -1;
     p->sample = (size_t)net->in_c * net->in_h * net->in_w;
-    clg_status st = find_pairs(&ctx->err, net, T, p->role, &p->npairs);
+    float **w = calloc((size_t)net->nlayers * CLG_MAX_PARAMS, sizeof(float *)); /* drawn before the lanes exist */
+    clg_status st = w ? find_pairs(&ctx->err, net, T, p->role, &p->npairs)
+                      : clg_err_set(&ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    if (st == CLG_OK)
+        st = draw_weights(p, &ctx->devs[devs[0]], seed, w);
     char *text = st == CLG_OK ? lane_text(net, p->role, T) : NULL;
     if (st == CLG_OK && !text)
         st = clg_err_set(&ctx->err, CLG_ERR_HOST_OOM, "out of memory");
@@ -715,7 +774,10 @@ clg_status clg_tp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, 
     if (st == CLG_OK)
         st = clg_team_create(&ctx->err, p->L, &p->team);
     if (st == CLG_OK)
-        st = clg_tp_sync(p, full, NULL, NULL, 0);
+        st = scatter_weights(p, w);
+    for (int i = 0; w && i < net->nlayers * CLG_MAX_PARAMS; i++)
+        free(w[i]);
+    free(w);
     if (st != CLG_OK) {
         clg_tp_free(p);
         return st;

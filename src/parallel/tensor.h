@@ -33,7 +33,8 @@
  * The lanes' networks are built from the model text with A's width divided
  * by T; their parameters are the slices of a whole-network replica's
  * (clg_tp_sync scatters them from it and gathers them back, optimizer state
- * included, for checkpoints in the one-device format). Dropout inside a
+ * included, for checkpoints in the one-device format; at creation, one
+ * layer's replica at a time). Dropout inside a
  * split chain draws the mask of each element from its position in the
  * whole layer (clg_layer_set_rng_slice), so the masks equal one device's.
  * The all-reduce goes through host memory (each lane reads its partial, the
@@ -117,10 +118,10 @@ typedef struct clg_tp {
 } clg_tp;
 
 /* D x T = ndev lanes on the context's devices devs[0..ndev) (D: data-parallel groups, 0 or 1: none); the split
- * layers found in net (refused: none, or a width T does not divide); weights the slices of full's (a
- * whole-network replica). */
+ * layers found in net (refused: none, or a width T does not divide); weights the slices of those one device
+ * draws from seed (drawn layer by layer on the first device). */
 CLG_INTERNAL clg_status clg_tp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, int T, int D,
-                                      clg_replica *full, clg_tp **out);
+                                      uint64_t seed, clg_tp **out);
 CLG_INTERNAL void clg_tp_free(clg_tp *p);
 /* Prints the split layers and the lanes. */
 CLG_INTERNAL void clg_tp_print(const clg_tp *p, FILE *f);

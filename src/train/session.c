@@ -79,14 +79,17 @@ static clg_status create_tp(clg_model *m, const int *devs, int ndev, const clg_d
     if (dpp->shard_optimizer)
         return clg_err_set(err, CLG_ERR_UNSUPPORTED, "sharded optimizer state with tensor parallelism (tp=%d) is "
                                                      "not supported yet", T);
+    if (m->net->fp16)
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "tensor parallelism with fp16 storage is not supported yet");
     if (ndev != D * T)
         return clg_err_set(err, CLG_ERR_INVALID_ARG,
                            "%stp=%d needs %d devices, %d selected (dp x pp x tp must equal the device count)",
                            D > 1 ? "dp x " : "", T, D * T, ndev);
-    clg_dp_params one = *dpp;
+    clg_dp_params one = *dpp; /* the lane's replica: a stub until a checkpoint or an evaluation (pipe_lane_whole) */
     one.pipe = NULL;
+    one.stub_lanes = 1;
     CLG_TRY(clg_dp_create(m->ctx, m->net, devs, 1, m->seed, &one, &m->dp));
-    return clg_tp_create(m->ctx, m->net, devs, ndev, T, D, m->dp->lanes[0].rep, &m->tp);
+    return clg_tp_create(m->ctx, m->net, devs, ndev, T, D, m->seed, &m->tp);
 }
 
 /* The data-parallel lanes, or a pipeline over the devices and one lane on
@@ -150,13 +153,14 @@ static void lane_swap(clg_model *m, clg_replica *r)
     clg_replica_free(l->rep);
     l->rep = r;
     m->pipe_stale = 3;
+    m->tp_stale = 3;
 }
 
 /* Pipeline: lane 0's replica made the whole network (from the stub
  * create_lanes gives it), for a checkpoint or an evaluation. */
 static clg_status pipe_lane_whole(clg_model *m)
 {
-    if (!m->pipe || m->lane_whole)
+    if ((!m->pipe && !m->tp) || m->lane_whole)
         return CLG_OK;
     clg_replica *r = NULL;
     CLG_TRY(clg_replica_create(m->net, m->dp->lanes[0].dev, m->seed, &r));
@@ -172,7 +176,7 @@ static clg_status pipe_lane_whole(clg_model *m)
  * whole replica (correct, only larger). */
 static void pipe_lane_release(clg_model *m)
 {
-    if (!m->pipe || !m->lane_whole)
+    if ((!m->pipe && !m->tp) || !m->lane_whole)
         return;
     clg_replica *r = NULL;
     (void)clg_dp_finish(m->dp);
@@ -186,6 +190,8 @@ static void pipe_lane_release(clg_model *m)
 clg_status clg_session_pipe_gather(clg_model *m, int with_state)
 {
     int need = with_state ? 3 : 1;
+    if (m->tp)
+        CLG_TRY(pipe_lane_whole(m));
     if (m->tp && (m->tp_stale & need)) { /* the lanes' slices into the whole-network lane */
         if (with_state)
             CLG_TRY(clg_dp_ensure_optim(m->dp, &m->hp));
@@ -374,8 +380,8 @@ clg_status clg_session_ensure_optim(clg_model *m)
     if (clg_session_rep(m)->loss_index < 0)
         return clg_err_set(&m->ctx->err, CLG_ERR_UNSUPPORTED,
                            "%s: the model has no loss layer (softmax or mse): it cannot be trained", m->net->source);
-    if (m->pipe) /* the stages create theirs at the first step; the whole-network lane's only when a checkpoint
-                    or an evaluation copies the stages into it (clg_session_pipe_gather) */
+    if (m->pipe || m->tp) /* the stages (lanes) create theirs at the first step; the whole-network lane's only when
+                             a checkpoint or an evaluation copies them into it (clg_session_pipe_gather) */
         return CLG_OK;
     return clg_dp_ensure_optim(m->dp, &m->hp);
 }
@@ -449,6 +455,7 @@ clg_status clg_session_step_begin(clg_model *m, int s, double lr, float *res, cl
     m->check_stage = s;
     m->check_labels = 1;
     if (m->tp) { /* synchronous, as a pipeline */
+        pipe_lane_release(m);
         if (res_ev)
             res_ev[0] = NULL;
         m->tp_stale = 3;
@@ -1085,6 +1092,8 @@ static clg_status load_optim_state(clg_model *m, const clg_ckpt *ck, const char 
     if (clg_ckpt_get_meta(ck, "optimizer.nesterov"))
         CLG_TRY(meta_i64_range(err, ck, path, "optimizer.nesterov", 0, 1, &v));
     CLG_TRY(clg_session_ensure_optim(m));
+    if (m->tp) /* the whole-network lane's, scattered to the lanes after */
+        CLG_TRY(clg_dp_ensure_optim(m->dp, &m->hp));
     CLG_TRY(meta_i64_range(err, ck, path, "optimizer.t", 0, m->step, &v));
     if (m->pipe) { /* straight into the stages */
         int n = 0;
@@ -1189,6 +1198,8 @@ static clg_status check_model(clg_model *m, const clg_ckpt *ck, const char *path
 
 clg_status clg_session_load_ckpt(clg_model *m, const clg_ckpt *ck, const char *path, int with_state)
 {
+    if (m->tp) /* loaded into the whole-network lane, then scattered to the lanes */
+        CLG_TRY(pipe_lane_whole(m));
     int had_norm = m->has_norm;
     clg_status st = with_state ? check_model(m, ck, path) : CLG_OK;
     if (st == CLG_OK)

@@ -687,7 +687,7 @@ static void print_setup(const train_state *ts, int fp16)
     const clg_model *m = ts->m;
     clg_net_print(m->net, stderr);
     const clg_replica *r0 = clg_session_rep(ts->m);
-    if (!m->pipe) /* a pipeline: per stage in its table */
+    if (!m->pipe && !m->tp) /* a pipeline: per stage in its table; tensor parallel: per device in the memory table */
         fprintf(stderr, "activations: %.2f MiB planned by liveness vs %.2f MiB naive (%d buffers), batch %d\n",
                 r0->planned_bytes / 1048576.0, r0->naive_bytes / 1048576.0, r0->nslots, m->net->batch);
     char devs[512];
