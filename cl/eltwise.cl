@@ -163,7 +163,8 @@ __kernel void dropout_rows(const uint n, const uint seed, const uint step, const
     const uint i = get_global_id(0);
     if (i >= n)
         return;
-    y[oy + i] = x[ox + i] * clg_dropout_scale(seed, step, base + (i / len) * stride + i % len, p, inv_keep);
+    const uint q = i / len; // no '%' of the same operands: LLVM's freeze, which oclgrind 21.10 cannot run
+    y[oy + i] = x[ox + i] * clg_dropout_scale(seed, step, base + q * stride + (i - q * len), p, inv_keep);
 }
 
 // ---- strided rows copy (concat, flatten) ----

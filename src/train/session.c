@@ -63,8 +63,8 @@ clg_status clg_model_hash(clg_err *err, const char *text, const char *source, ch
     return st;
 }
 
-/* Tensor parallelism: the lanes over the devices and one whole-network lane on the first (checkpoints,
- * evaluation, the weights the split starts from). */
+/* Tensor parallelism: the lanes over the devices and one lane on the first for checkpoints and evaluation (a
+ * stub, made whole only for them, as a pipeline's). */
 static clg_status create_tp(clg_model *m, const int *devs, int ndev, const clg_dp_params *dpp)
 {
     clg_err *err = &m->ctx->err;
