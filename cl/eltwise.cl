@@ -154,6 +154,19 @@ __kernel void dropout(const uint n, const uint seed, const uint step, const uint
     y[oy + i] = x[ox + i] * clg_dropout_scale(seed, step, base + i, p, inv_keep);
 }
 
+// The same mask on a slice of each sample's features (tensor parallelism): element i of rows of len floats
+// is element (i / len) * stride + i % len of the whole layer's rows of stride floats (base: the first one's).
+__kernel void dropout_rows(const uint n, const uint seed, const uint step, const uint base, const float p,
+                           const float inv_keep, __global const float *x, const uint ox, __global float *y,
+                           const uint oy, const uint len, const uint stride)
+{
+    const uint i = get_global_id(0);
+    if (i >= n)
+        return;
+    const uint q = i / len; // no '%' of the same operands: LLVM's freeze, which oclgrind 21.10 cannot run
+    y[oy + i] = x[ox + i] * clg_dropout_scale(seed, step, base + q * stride + (i - q * len), p, inv_keep);
+}
+
 // ---- strided rows copy (concat, flatten) ----
 // dst[od + r*sd + i] = src[os + r*ss + i], i < len, r < rows
 __kernel void copy_rows(const uint len, const uint rows, __global const float *src, const uint os, const uint ss,

@@ -312,8 +312,10 @@ typedef struct clg_model_params {
      * K stages, one per device that `devices` selects (it must select K),
      * each holding only its layers' parameters, optimizer state and
      * activations; NULL or "": none (data parallelism over `devices`).
-     * "dp=1,pp=K" is the same; dp > 1 with pp > 1 and tp are refused (not
-     * supported yet). */
+     * "dp=1,pp=K" is the same; "dp=D,pp=K" runs D pipelines. "tp=T": tensor
+     * parallelism over T devices (split dense pairs, the rest replicated;
+     * docs/parallel.md); "dp=D,tp=T" runs D groups of T; tp with pp is
+     * refused (not supported yet). */
     const char *parallel;
     const char *stages;        /* "conv2,fc1": cut after these layers (K-1 names); NULL: balanced by cost */
     int microbatches;          /* micro-batches per step (0: 4 x K, at most the batch) */

@@ -80,7 +80,8 @@ extern const char *const cli_pipe_schedules[]; /* 1f1b, gpipe */
 #define CLI_OPTS_PIPELINE(T)                                                                                     \
     CLI_STRING_OPT("--parallel", T, p.parallel, "LAYOUT",                                                       \
                    "pp=K: a pipeline of K stages, one per device (--devices must\n"                             \
-                   "select K), each holding only its layers"),                                                    \
+                   "select K), each holding only its layers; tp=T: tensor\n"                                      \
+                   "parallelism, dense pairs split over T devices"),                                              \
         CLI_LIST_OPT("--stages", T, p.stages, "NAMES",                                                           \
                      "pipeline cuts: after these layers (K-1 names; default: balanced\n"                        \
                      "by measured layer times, within each device's memory limit)"),                             \

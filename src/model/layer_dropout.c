@@ -8,6 +8,7 @@
 typedef struct {
     float p;
     uint32_t seed, step, sample_base;
+    uint32_t width, offset; /* a slice of a wider layer's features (0: the whole) */
 } dropout_priv;
 
 static clg_status dropout_configure(clg_layer *l, clg_err *err, const clg_cfg *cfg, clg_cfg_section *sec)
@@ -29,6 +30,16 @@ void clg_layer_set_rng(clg_layer *l, uint32_t seed, uint32_t step, uint32_t samp
     p->seed = seed;
     p->step = step;
     p->sample_base = sample_base;
+    p->width = p->offset = 0;
+}
+
+void clg_layer_set_rng_slice(clg_layer *l, uint32_t width, uint32_t offset)
+{
+    if (!l || l->ops != &clg_layer_dropout_ops || !l->priv)
+        return;
+    dropout_priv *p = l->priv;
+    p->width = width;
+    p->offset = offset;
 }
 
 static clg_status dropout_setup(clg_layer *l, clg_err *err)
@@ -46,6 +57,8 @@ static clg_status dropout_init(clg_layer *l, clg_device *dev, clg_rng *rng) { re
 
 static uint32_t base_index(const dropout_priv *p, const clg_tensor *x)
 {
+    if (p->width)
+        return (uint32_t)((uint64_t)p->sample_base * p->width + p->offset);
     return (uint32_t)((uint64_t)p->sample_base * (uint64_t)x->c * (uint64_t)x->h * (uint64_t)x->w);
 }
 
@@ -56,6 +69,9 @@ static clg_status dropout_forward(clg_layer *l, clg_device *dev, const clg_tenso
     size_t n = clg_tensor_numel(&in[0]);
     if (!training || p->p == 0.0f)
         return clg_nn_copy(dev, n, in[0].mem, in[0].off, out->mem, out->off);
+    if (p->width)
+        return clg_nn_dropout_rows(dev, n, p->p, p->seed, p->step, base_index(p, &in[0]), n / (size_t)in[0].n,
+                                   p->width, in[0].mem, in[0].off, out->mem, out->off);
     return clg_nn_dropout(dev, n, p->p, p->seed, p->step, base_index(p, &in[0]), in[0].mem, in[0].off, out->mem,
                           out->off);
 }
@@ -69,6 +85,9 @@ static clg_status dropout_backward(clg_layer *l, clg_device *dev, const clg_tens
     size_t n = clg_tensor_numel(&in[0]);
     if (p->p == 0.0f)
         return clg_nn_copy(dev, n, dout->mem, dout->off, din[0].mem, din[0].off);
+    if (p->width)
+        return clg_nn_dropout_rows(dev, n, p->p, p->seed, p->step, base_index(p, &in[0]), n / (size_t)in[0].n,
+                                   p->width, dout->mem, dout->off, din[0].mem, din[0].off);
     return clg_nn_dropout(dev, n, p->p, p->seed, p->step, base_index(p, &in[0]), dout->mem, dout->off, din[0].mem,
                           din[0].off);
 }

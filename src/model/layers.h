@@ -87,6 +87,10 @@ CLG_INTERNAL int clg_layer_embedding_tie(clg_layer *l);
  * device, and backward (same step) recomputes forward's mask. Call it on
  * every layer before each training forward: a no-op for other types. */
 CLG_INTERNAL void clg_layer_set_rng(clg_layer *l, uint32_t seed, uint32_t step, uint32_t sample_base);
+/* A [dropout] holding features [offset, offset + its width) of a layer whose samples have width features
+ * (tensor parallelism): its masks those of that slice of the whole layer. Call after clg_layer_set_rng; a no-op
+ * for other types. */
+CLG_INTERNAL void clg_layer_set_rng_slice(clg_layer *l, uint32_t width, uint32_t offset);
 
 /* ---- for tests ---- */
 

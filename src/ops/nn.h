@@ -50,6 +50,11 @@ CLG_INTERNAL clg_status clg_nn_copy_rows(clg_device *dev, size_t len, size_t row
  * base + i) >= p, i < n. Backward is the same call on dy -> dx. */
 CLG_INTERNAL clg_status clg_nn_dropout(clg_device *dev, size_t n, float p, uint32_t seed, uint32_t step,
                                        uint32_t base, cl_mem x, size_t ox, cl_mem y, size_t oy);
+/* The same on rows of len of the stride features a sample has in the whole layer: element i's mask is that of
+ * element base + (i / len) * stride + i % len (a tensor-parallel lane's slice of the features). */
+CLG_INTERNAL clg_status clg_nn_dropout_rows(clg_device *dev, size_t n, float p, uint32_t seed, uint32_t step,
+                                            uint32_t base, size_t len, size_t stride, cl_mem x, size_t ox, cl_mem y,
+                                            size_t oy);
 /* Host mirror of the kernel's keep decision (for tests): scale 0 or 1/(1-p). */
 CLG_INTERNAL float clg_nn_dropout_scale_host(uint32_t seed, uint32_t step, uint32_t idx, float p);
 

@@ -58,6 +58,7 @@ typedef struct clg_pipe_params {
     int replicas;      /* D: data-parallel pipelines (dp=D,pp=K over D x K devices; 0: 1) */
     int recompute;     /* 1: stash only the activations entering a stage and run its forward again before a
                           backward (less memory, one more forward); 0: a whole activation set per slot */
+    int tensor;        /* T: tensor parallelism over T devices (tp=T; parallel/tensor.h; 0 or 1: none) */
 } clg_pipe_params;
 
 /* Transfers across a cut: AUTO times both on the largest carried tensor at

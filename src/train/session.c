@@ -9,6 +9,7 @@
 #include "model/layers.h"
 #include "ops/conv.h"
 #include "parallel/comm.h"
+#include "parallel/tensor.h"
 #include "train/session.h"
 
 int clg_precision_parse(const char *name)
@@ -63,10 +64,41 @@ clg_status clg_model_hash(clg_err *err, const char *text, const char *source, ch
     return st;
 }
 
+/* Tensor parallelism: the lanes over the devices and one lane on the first for checkpoints and evaluation (a
+ * stub, made whole only for them, as a pipeline's). */
+static clg_status create_tp(clg_model *m, const int *devs, int ndev, const clg_dp_params *dpp)
+{
+    clg_err *err = &m->ctx->err;
+    int T = dpp->pipe->tensor;
+    int D = CLG_MAX(dpp->pipe->replicas, 1);
+    if (dpp->pipe->stages > 1)
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "tensor parallelism (tp=%d) combined with a pipeline is not "
+                                                     "supported yet", T);
+    if (clg_comm_size() > 1)
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED,
+                           "tensor parallelism across MPI ranks is not supported yet (run one process)");
+    if (dpp->shard_optimizer)
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "sharded optimizer state with tensor parallelism (tp=%d) is "
+                                                     "not supported yet", T);
+    if (m->net->fp16)
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "tensor parallelism with fp16 storage is not supported yet");
+    if (ndev != D * T)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG,
+                           "%stp=%d needs %d devices, %d selected (dp x pp x tp must equal the device count)",
+                           D > 1 ? "dp x " : "", T, D * T, ndev);
+    clg_dp_params one = *dpp; /* the lane's replica: a stub until a checkpoint or an evaluation (pipe_lane_whole) */
+    one.pipe = NULL;
+    one.stub_lanes = 1;
+    CLG_TRY(clg_dp_create(m->ctx, m->net, devs, 1, m->seed, &one, &m->dp));
+    return clg_tp_create(m->ctx, m->net, devs, ndev, T, D, m->seed, &m->tp);
+}
+
 /* The data-parallel lanes, or a pipeline over the devices and one lane on
  * the first for checkpoints and evaluation. */
 static clg_status create_lanes(clg_model *m, const int *devs, int ndev, const clg_dp_params *dpp)
 {
+    if (dpp && dpp->pipe && dpp->pipe->tensor > 1)
+        return create_tp(m, devs, ndev, dpp);
     if (!dpp || !dpp->pipe || dpp->pipe->stages <= 1)
         return clg_dp_create(m->ctx, m->net, devs, ndev, m->seed, dpp, &m->dp);
     if (clg_comm_size() > 1)
@@ -87,7 +119,16 @@ clg_status clg_session_pipe_params(clg_err *err, const char *parallel, const cha
                                    const char *schedule, int recompute, clg_pipe_params *pp)
 {
     memset(pp, 0, sizeof *pp);
-    CLG_TRY(clg_pipe_parse_layout(err, parallel, &pp->stages, &pp->replicas));
+    char rest[256];
+    int tdp = 1;
+    CLG_TRY(clg_tp_parse_layout(err, parallel, &pp->tensor, &tdp, rest, sizeof rest));
+    if (pp->tensor > 1 && rest[0])
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "parallel layout '%s': tensor parallelism (tp=%d) combined with "
+                                                     "a pipeline (pp) is not supported yet: use tp=T or dp=D,tp=T",
+                           parallel, pp->tensor);
+    CLG_TRY(clg_pipe_parse_layout(err, rest, &pp->stages, &pp->replicas));
+    if (pp->tensor > 1)
+        pp->replicas = tdp; /* dp x tp: data-parallel groups of tp lanes */
     pp->schedule = clg_pipe_schedule_parse(schedule);
     if (pp->schedule < 0)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "unknown pipeline schedule '%s' (1f1b or gpipe)", schedule);
@@ -113,13 +154,14 @@ static void lane_swap(clg_model *m, clg_replica *r)
     clg_replica_free(l->rep);
     l->rep = r;
     m->pipe_stale = 3;
+    m->tp_stale = 3;
 }
 
 /* Pipeline: lane 0's replica made the whole network (from the stub
  * create_lanes gives it), for a checkpoint or an evaluation. */
 static clg_status pipe_lane_whole(clg_model *m)
 {
-    if (!m->pipe || m->lane_whole)
+    if ((!m->pipe && !m->tp) || m->lane_whole)
         return CLG_OK;
     clg_replica *r = NULL;
     CLG_TRY(clg_replica_create(m->net, m->dp->lanes[0].dev, m->seed, &r));
@@ -135,7 +177,7 @@ static clg_status pipe_lane_whole(clg_model *m)
  * whole replica (correct, only larger). */
 static void pipe_lane_release(clg_model *m)
 {
-    if (!m->pipe || !m->lane_whole)
+    if ((!m->pipe && !m->tp) || !m->lane_whole)
         return;
     clg_replica *r = NULL;
     (void)clg_dp_finish(m->dp);
@@ -149,6 +191,14 @@ static void pipe_lane_release(clg_model *m)
 clg_status clg_session_pipe_gather(clg_model *m, int with_state)
 {
     int need = with_state ? 3 : 1;
+    if (m->tp)
+        CLG_TRY(pipe_lane_whole(m));
+    if (m->tp && (m->tp_stale & need)) { /* the lanes' slices into the whole-network lane */
+        if (with_state)
+            CLG_TRY(clg_dp_ensure_optim(m->dp, &m->hp));
+        CLG_TRY(clg_tp_sync(m->tp, clg_session_rep(m), with_state ? m->dp->lanes[0].opt : NULL, &m->hp, 1));
+        m->tp_stale &= ~need;
+    }
     if (!m->pipe)
         return CLG_OK;
     CLG_TRY(pipe_lane_whole(m));
@@ -218,8 +268,11 @@ void clg_session_free(clg_model *m)
         m->dp->trace = NULL;
     if (m->pipe)
         m->pipe->trace = NULL;
+    if (m->tp)
+        m->tp->trace = NULL;
     clg_trace_free(m->trace);
     clg_pipe_free(m->pipe);
+    clg_tp_free(m->tp);
     clg_dp_free(m->dp);
     for (int s = 0; s < CLG_STAGES; s++) {
         free(m->xhost[s]);
@@ -242,6 +295,16 @@ clg_status clg_session_trace_open(clg_model *m, const char *path, int steps)
     else
         snprintf(rpath, sizeof rpath, "%s", path);
     CLG_TRY(clg_trace_create(err, rpath, (int)CLG_MIN((int64_t)m->step + steps, INT32_MAX), &m->trace));
+    if (m->tp) { /* a row per tensor-parallel lane */
+        for (int l = 0; l < m->tp->L; l++)
+            if (clg_trace_lane(m->trace, l, m->tp->ln[l].dev) != CLG_OK) {
+                clg_trace_free(m->trace);
+                m->trace = NULL;
+                return clg_err_set(err, CLG_ERR_OPENCL, "trace: %s", m->tp->ln[l].dev->err.msg);
+            }
+        m->tp->trace = m->trace;
+        return CLG_OK;
+    }
     if (m->pipe) { /* a row per stage */
         for (int s = 0; s < m->pipe->L; s++)
             if (clg_trace_lane(m->trace, s, m->pipe->st[s].dev) != CLG_OK) {
@@ -272,6 +335,8 @@ clg_status clg_session_trace_close(clg_model *m)
     m->dp->trace = NULL;
     if (m->pipe)
         m->pipe->trace = NULL;
+    if (m->tp)
+        m->tp->trace = NULL;
     clg_trace *t = m->trace;
     m->trace = NULL;
     return clg_trace_close(&m->ctx->err, t);
@@ -279,6 +344,14 @@ clg_status clg_session_trace_close(clg_model *m)
 
 void clg_session_shares(const clg_model *m, char *buf, size_t cap, int *devices)
 {
+    if (m->tp) {
+        *devices = m->tp->L;
+        if (m->tp->D > 1)
+            snprintf(buf, cap, "dp=%d,tp=%d", m->tp->D, m->tp->T);
+        else
+            snprintf(buf, cap, "tp=%d", m->tp->T);
+        return;
+    }
     if (!m->pipe) {
         *devices = m->dp->n;
         clg_dp_shares(m->dp, buf, cap);
@@ -308,16 +381,38 @@ clg_status clg_session_ensure_optim(clg_model *m)
     if (clg_session_rep(m)->loss_index < 0)
         return clg_err_set(&m->ctx->err, CLG_ERR_UNSUPPORTED,
                            "%s: the model has no loss layer (softmax or mse): it cannot be trained", m->net->source);
-    if (m->pipe) /* the stages create theirs at the first step; the whole-network lane's only when a checkpoint
-                    or an evaluation copies the stages into it (clg_session_pipe_gather) */
+    if (m->pipe || m->tp) /* the stages (lanes) create theirs at the first step; the whole-network lane's only when
+                             a checkpoint or an evaluation copies them into it (clg_session_pipe_gather) */
         return CLG_OK;
     return clg_dp_ensure_optim(m->dp, &m->hp);
 }
 
-int clg_session_mem_rows(const clg_model *m) { return m->pipe ? m->pipe->L : m->dp->n; }
+int clg_session_mem_rows(const clg_model *m) { return m->pipe ? m->pipe->L : m->tp ? m->tp->L : m->dp->n; }
+
+/* A pipeline's or tensor-parallel lanes' device row (out) plus the whole-network lane when it shares the device. */
+static void add_whole_lane(const clg_model *m, const clg_device *dev, clg_dp_mem *out)
+{
+    if (dev != m->dp->lanes[0].dev)
+        return;
+    clg_dp_mem l;
+    clg_dp_memory(m->dp, 0, &l);
+    uint64_t total = out->params + out->optim + out->activations + out->workspace;
+    out->params += l.params;
+    out->optim += l.optim;
+    out->activations += l.activations;
+    uint64_t known = out->params + out->optim + out->activations;
+    out->workspace = total > known ? total - known : 0;
+}
 
 void clg_session_memory(const clg_model *m, int i, clg_dp_mem *out, int *dev, int *stage)
 {
+    if (m->tp) {
+        clg_tp_memory(m->tp, i, out);
+        *dev = m->tp->ln[i].dev->index;
+        *stage = -1;
+        add_whole_lane(m, m->tp->ln[i].dev, out);
+        return;
+    }
     if (!m->pipe) {
         clg_dp_memory(m->dp, i, out);
         *dev = m->dp->lanes[i].dev->index;
@@ -328,16 +423,7 @@ void clg_session_memory(const clg_model *m, int i, clg_dp_mem *out, int *dev, in
     const clg_pipe_stage *st = &m->pipe->st[i];
     *dev = st->dev->index;
     *stage = st->s;
-    if (st->dev != m->dp->lanes[0].dev)
-        return;
-    clg_dp_mem l; /* the whole-network lane on the same device */
-    clg_dp_memory(m->dp, 0, &l);
-    uint64_t total = out->params + out->optim + out->activations + out->workspace;
-    out->params += l.params;
-    out->optim += l.optim;
-    out->activations += l.activations;
-    uint64_t known = out->params + out->optim + out->activations;
-    out->workspace = total > known ? total - known : 0;
+    add_whole_lane(m, st->dev, out);
 }
 
 clg_status clg_session_stage_wait(clg_model *m, int s) { return clg_dp_stage_wait(m->dp, s); }
@@ -369,6 +455,18 @@ clg_status clg_session_step_begin(clg_model *m, int s, double lr, float *res, cl
     j.res_ev = res_ev;
     m->check_stage = s;
     m->check_labels = 1;
+    if (m->tp) { /* synchronous, as a pipeline */
+        pipe_lane_release(m);
+        if (res_ev)
+            res_ev[0] = NULL;
+        m->tp_stale = 3;
+        float r2[2] = {0, 0};
+        clg_status st = clg_tp_train_step(m->tp, &m->hp, m->xhost[s], m->yhost[s], m->dp->total[s], lr, j.grad_scale,
+                                          j.clip_norm, j.seed, j.step, r2);
+        if (res)
+            memcpy(res, r2, sizeof r2);
+        return st;
+    }
     if (m->pipe) { /* synchronous: every stage's work is done when it returns */
         pipe_lane_release(m);
         if (res_ev)
@@ -724,8 +822,11 @@ clg_status clg_session_save(clg_model *m, const char *path, int with_state, int6
 {
     clg_err *err = &m->ctx->err;
     clg_ckpt *ck = NULL;
-    /* a pipeline: straight from the stages, no whole network (the forward check runs the stages in order) */
-    clg_status st = check_forward(m, path);
+    /* a pipeline: straight from the stages, no whole network (the forward check runs the stages in order);
+       tensor parallelism: the slices are gathered into the whole lane first */
+    clg_status st = m->tp ? clg_session_pipe_gather(m, with_state) : CLG_OK;
+    if (st == CLG_OK)
+        st = check_forward(m, path);
     if (st == CLG_OK)
         st = clg_ckpt_create(err, &ck);
     if (st == CLG_OK)
@@ -1011,6 +1112,8 @@ static clg_status load_optim_state(clg_model *m, const clg_ckpt *ck, const char 
     if (clg_ckpt_get_meta(ck, "optimizer.nesterov"))
         CLG_TRY(meta_i64_range(err, ck, path, "optimizer.nesterov", 0, 1, &v));
     CLG_TRY(clg_session_ensure_optim(m));
+    if (m->tp) /* the whole-network lane's, scattered to the lanes after */
+        CLG_TRY(clg_dp_ensure_optim(m->dp, &m->hp));
     CLG_TRY(meta_i64_range(err, ck, path, "optimizer.t", 0, m->step, &v));
     if (m->pipe) { /* straight into the stages */
         int n = 0;
@@ -1115,6 +1218,8 @@ static clg_status check_model(clg_model *m, const clg_ckpt *ck, const char *path
 
 clg_status clg_session_load_ckpt(clg_model *m, const clg_ckpt *ck, const char *path, int with_state)
 {
+    if (m->tp) /* loaded into the whole-network lane, then scattered to the lanes */
+        CLG_TRY(pipe_lane_whole(m));
     int had_norm = m->has_norm;
     clg_status st = with_state ? check_model(m, ck, path) : CLG_OK;
     if (st == CLG_OK)
@@ -1140,6 +1245,13 @@ clg_status clg_session_load_ckpt(clg_model *m, const clg_ckpt *ck, const char *p
     }
     for (int l = 0; l < m->dp->n && st == CLG_OK; l++) /* fp16: half copies of the loaded masters */
         st = clg_replica_weights_updated(m->dp->lanes[l].rep);
+    if (st == CLG_OK && m->tp) { /* loaded into the whole-network lane: scattered to the tensor-parallel lanes */
+        if (with_state)
+            st = clg_dp_ensure_optim(m->dp, &m->hp);
+        if (st == CLG_OK)
+            st = clg_tp_sync(m->tp, clg_session_rep(m), with_state ? m->dp->lanes[0].opt : NULL, &m->hp, 0);
+        m->tp_stale = 0;
+    }
     if (st == CLG_OK && m->pipe) /* written into the stages: their stash slots; the lane (if whole) is stale */
         st = clg_pipe_loaded(m->pipe);
     if (m->pipe)

@@ -37,6 +37,12 @@ struct clg_model {
      * bit 1: the weights, bit 2: the optimizer state) */
     clg_pipe *pipe;
     int pipe_stale;
+    /* tensor parallelism (--parallel tp=T): the steps run on m->tp's lanes;
+     * lane 0's replica is made whole (lane_whole) and gets their weights
+     * (and optimizer state) when a checkpoint or an evaluation needs them
+     * and tp_stale says it is behind (clg_session_pipe_gather) */
+    struct clg_tp *tp;
+    int tp_stale;
     int lane_whole;      /* pipeline: the lane's replica is the whole network now (else a stub of the last
                           * layer: created whole when a checkpoint or an evaluation needs it, back to the stub
                           * at the next step, after a checkpoint is written and after an evaluation) */

@@ -11,6 +11,7 @@
 
 #include "parallel/comm.h"
 #include "io/metrics.h"
+#include "parallel/tensor.h"
 #include "train/session.h"
 #include "onnx/onnx.h"
 
@@ -686,13 +687,15 @@ static void print_setup(const train_state *ts, int fp16)
     const clg_model *m = ts->m;
     clg_net_print(m->net, stderr);
     const clg_replica *r0 = clg_session_rep(ts->m);
-    if (!m->pipe) /* a pipeline: per stage in its table */
+    if (!m->pipe && !m->tp) /* a pipeline: per stage in its table; tensor parallel: per device in the memory table */
         fprintf(stderr, "activations: %.2f MiB planned by liveness vs %.2f MiB naive (%d buffers), batch %d\n",
                 r0->planned_bytes / 1048576.0, r0->naive_bytes / 1048576.0, r0->nslots, m->net->batch);
     char devs[512];
     clg_session_devices(ts->m, devs, sizeof devs);
     if (m->pipe)
         clg_pipe_print(m->pipe, stderr);
+    else if (m->tp)
+        clg_tp_print(m->tp, stderr);
     else
         fprintf(stderr, "devices: %s (%s)\n", devs,
                 m->dp->n > 1 ? "data parallel: one replica each, batch split by measured speed" : "one device");

@@ -705,6 +705,19 @@ START_TEST(dropout_fwd_bwd)
     for (size_t i = 0; i < c.ny; i++)
         ref[i] = c.x[0][i];
     LH_CLOSE(c.y, ref, c.ny, 1e-7, 1e-7, "dropout inference");
+    /* features [per, 2 per) of a layer 3 per wide (a tensor-parallel slice): that slice of the wide mask */
+    clg_layer_set_rng(&c.l, seed, step, 3);
+    clg_layer_set_rng_slice(&c.l, (uint32_t)(3 * per), (uint32_t)per);
+    lh_forward(&c, 1);
+    for (size_t i = 0; i < c.ny; i++)
+        ref[i] = (double)c.x[0][i] * clg_nn_dropout_scale_host(seed, step, (uint32_t)((3 + i / per) * 3 * per + per +
+                                                                                     i % per), 0.3f);
+    LH_CLOSE(c.y, ref, c.ny, 1e-6, 1e-5, "dropout forward on a slice of the features");
+    lh_backward(&c, dy, 0);
+    for (size_t i = 0; i < c.ny; i++)
+        ref[i] = (double)dy[i] * clg_nn_dropout_scale_host(seed, step, (uint32_t)((3 + i / per) * 3 * per + per +
+                                                                                  i % per), 0.3f);
+    LH_CLOSE(c.dx[0], ref, c.ny, 1e-6, 1e-5, "dropout backward on a slice of the features");
     free(y1);
     free(dy);
     free(ref);

@@ -1,0 +1,848 @@
+/* Tensor parallelism: split dense pairs over T lanes (see tensor.h). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/layers.h"
+#include "parallel/dp.h"
+#include "parallel/tensor.h"
+
+/* "key=N" at s (len characters) with key `key`: *v; 0 when another key, -1 when not a count in [1, max]. */
+static int layout_count(const char *s, size_t len, const char *key, int max, int *v)
+{
+    size_t k = strlen(key);
+    if (len <= k || strncmp(s, key, k) || s[k] != '=')
+        return 0;
+    char num[16];
+    char *end = NULL;
+    if (len - k - 1 >= sizeof num)
+        return -1;
+    snprintf(num, sizeof num, "%.*s", (int)(len - k - 1), s + k + 1);
+    long x = strtol(num, &end, 10);
+    if (num[0] < '0' || num[0] > '9' || *end || x < 1 || x > max)
+        return -1;
+    *v = (int)x;
+    return 1;
+}
+
+clg_status clg_tp_parse_layout(clg_err *err, const char *spec, int *tp, int *dp, char *rest, size_t cap)
+{
+    *tp = *dp = 1;
+    for (const char *s = spec; s && *s;) { /* tp first: with it, dp belongs to this layout too */
+        size_t len = strcspn(s, ",");
+        if (layout_count(s, len, "tp", CLG_TP_MAX, tp) < 0)
+            return clg_err_set(err, CLG_ERR_INVALID_ARG,
+                               "parallel layout '%s': tp=T takes a whole number of devices from 1 to %d", spec,
+                               CLG_TP_MAX);
+        s += len + (s[len] == ',');
+    }
+    size_t used = 0;
+    if (cap)
+        rest[0] = 0;
+    for (const char *s = spec; s && *s;) {
+        size_t len = strcspn(s, ",");
+        int v = 0, isdp = *tp > 1 ? layout_count(s, len, "dp", CLG_TP_MAX / *tp, dp) : 0;
+        if (isdp < 0)
+            return clg_err_set(err, CLG_ERR_INVALID_ARG, "parallel layout '%s': dp=D with tp=%d takes 1 to %d", spec,
+                               *tp, CLG_TP_MAX / *tp);
+        if (!isdp && !layout_count(s, len, "tp", CLG_TP_MAX, &v)) {
+            if (used + len + 2 > cap)
+                return clg_err_set(err, CLG_ERR_INVALID_ARG, "parallel layout '%s': too long", spec);
+            used += (size_t)snprintf(rest + used, cap - used, "%s%.*s", used ? "," : "", (int)len, s);
+        }
+        s += len + (s[len] == ',');
+    }
+    return CLG_OK;
+}
+
+// ---- the split layers ----
+
+static const char *cfg_value(const clg_net *net, int layer, const char *key)
+{
+    const clg_cfg_kv *kv = clg_cfg_find(&net->cfg->sec[layer + 1], key);
+    return kv ? kv->value : NULL;
+}
+
+/* A layer whose weight splits by outputs or inputs: a [dense] (not tied, not on a sequence) or a
+ * [convolutional] of one group. */
+static int is_splittable(const clg_net *net, int i)
+{
+    const clg_layer *l = &net->proto[i];
+    const char *g = cfg_value(net, i, "groups");
+    if (l->ops == &clg_layer_conv_ops)
+        return !g || !strcmp(g, "1");
+    return l->ops == &clg_layer_dense_ops && !l->in_seq[0] && !cfg_value(net, i, "tie");
+}
+
+/* The key holding a splittable layer's width. */
+static const char *width_key(const clg_net *net, int i)
+{
+    return net->proto[i].ops == &clg_layer_conv_ops ? "filters" : "units";
+}
+
+/* A layer that works on each channel (feature) alone, so it runs on a slice of them. */
+static int is_eltwise(const clg_layer *l)
+{
+    return (l->ops == &clg_layer_activation_ops || l->ops == &clg_layer_dropout_ops ||
+            l->ops == &clg_layer_maxpool_ops || l->ops == &clg_layer_avgpool_ops || l->ops == &clg_layer_gap_ops ||
+            l->ops == &clg_layer_flatten_ops) &&
+           l->nin == 1 && !l->in_seq[0];
+}
+
+/* The only layer reading layer i's output, -1 when none or several. */
+static int sole_consumer(const clg_net *net, int i)
+{
+    int c = -1, k = 0;
+    for (int j = 0; j < net->nlayers; j++)
+        for (int q = 0; q < net->proto[j].nin; q++)
+            if (net->proto[j].inputs[q] == i) {
+                c = j;
+                k++;
+            }
+    return k == 1 ? c : -1;
+}
+
+/* Pair starting at a: the row-split layer it feeds through per-channel layers, -1 when none. */
+static int pair_end(const clg_net *net, int a)
+{
+    int src = net->proto[a].inputs[0];
+    if (src >= 0 && sole_consumer(net, src) != a)
+        return -1;
+    for (int i = sole_consumer(net, a); i >= 0; i = sole_consumer(net, i)) {
+        const clg_layer *l = &net->proto[i];
+        if (is_splittable(net, i)) {
+            const char *act = cfg_value(net, i, "activation");
+            return !act || !strcmp(act, "linear") ? i : -1;
+        }
+        if (!is_eltwise(l) || l->is_loss)
+            return -1;
+    }
+    return -1;
+}
+
+static clg_status find_pairs(clg_err *err, const clg_net *net, int T, int *role, int *npairs)
+{
+    *npairs = 0;
+    for (int i = 0; i < net->nlayers; i++)
+        role[i] = CLG_TP_REPL;
+    for (int a = 0; a < net->nlayers; a++) {
+        if (!is_splittable(net, a))
+            continue;
+        int b = pair_end(net, a);
+        if (b < 0)
+            continue;
+        int units = net->proto[a].out_shape[1];
+        if (units % T)
+            return clg_err_set(err, CLG_ERR_INVALID_ARG,
+                               "tp=%d: layer '%s' (%s:%d) has %d outputs, which %d devices cannot split evenly (its "
+                               "width must be a multiple of tp)",
+                               T, net->proto[a].name, net->source, net->proto[a].line, units, T);
+        role[a] = CLG_TP_COL;
+        role[b] = CLG_TP_ROW;
+        for (int i = sole_consumer(net, a); i != b; i = sole_consumer(net, i))
+            role[i] = CLG_TP_MID;
+        (*npairs)++;
+        a = b;
+    }
+    if (!*npairs)
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED,
+                           "tp=%d: %s has no layer tensor parallelism can split (a [dense] or [convolutional] "
+                           "followed, through [activation], [dropout], pooling or [flatten] layers only, by a "
+                           "[dense] or [convolutional] with a linear activation)",
+                           T, net->source);
+    return CLG_OK;
+}
+
+/* The model text with every column-split layer's units divided by T (its `units` line rewritten). */
+static char *lane_text(const clg_net *net, const int *role, int T)
+{
+    size_t len = strlen(net->text);
+    char *out = malloc(len + 64 * (size_t)net->nlayers + 1);
+    if (!out)
+        return NULL;
+    size_t o = 0;
+    int line = 1;
+    for (const char *s = net->text; *s;) {
+        const char *e = strchr(s, '\n');
+        size_t n = e ? (size_t)(e - s) + 1 : strlen(s);
+        int rewritten = 0;
+        for (int i = 0; i < net->nlayers && !rewritten; i++) {
+            const clg_cfg_kv *kv = clg_cfg_find(&net->cfg->sec[i + 1], width_key(net, i));
+            if (role[i] == CLG_TP_COL && kv && kv->line == line) {
+                o += (size_t)sprintf(out + o, "%s = %d\n", width_key(net, i), net->proto[i].out_shape[1] / T);
+                rewritten = 1;
+            }
+        }
+        if (!rewritten) {
+            memcpy(out + o, s, n);
+            o += n;
+        }
+        s += n;
+        line++;
+    }
+    out[o] = 0;
+    return out;
+}
+
+// ---- parameters between the whole network and the lanes ----
+
+/* What part of a whole parameter lane t holds: rows [r0, r0 + rows) x columns [c0, c0 + cols) of a (R, C)
+ * matrix (a vector: R = 1). zero: none (the row-split bias on lanes > 0: zero there). */
+typedef struct slice {
+    size_t R, C, r0, rows, c0, cols;
+    int zero;
+} slice;
+
+static slice slice_of(const clg_tp *p, const clg_param_ref *ref, int t)
+{
+    const clg_param *q = ref->param;
+    slice s = {1, q->numel, 0, 1, 0, q->numel, 0};
+    int role = p->role[ref->layer->index], bias = !strcmp(q->name, "bias");
+    if (role == CLG_TP_COL) { /* weight (units, in) and bias (units): a block of rows */
+        size_t units = (size_t)p->net->proto[ref->layer->index].out_shape[1];
+        s.R = units;
+        s.C = q->numel / units;
+        s.rows = units / p->T;
+        s.r0 = s.rows * t;
+        s.cols = s.C;
+    } else if (role == CLG_TP_ROW && !bias) { /* weight (units, in): a block of columns */
+        s.R = (size_t)q->shape[0];
+        s.C = q->numel / s.R;
+        s.rows = s.R;
+        s.cols = s.C / p->T;
+        s.c0 = s.cols * t;
+    } else if (role == CLG_TP_ROW && bias) {
+        s.zero = t > 0;
+    }
+    return s;
+}
+
+/* whole <-> part (rows x cols floats) by s. */
+static void slice_copy(const slice *s, float *whole, float *part, int to_whole)
+{
+    for (size_t r = 0; r < s->rows; r++) {
+        float *w = whole + (s->r0 + r) * s->C + s->c0, *q = part + r * s->cols;
+        if (to_whole)
+            memcpy(w, q, s->cols * sizeof(float));
+        else if (s->zero)
+            memset(q, 0, s->cols * sizeof(float));
+        else
+            memcpy(q, w, s->cols * sizeof(float));
+    }
+}
+
+static int optim_index(const clg_optim *o, int layer, int slot)
+{
+    for (int i = 0; o && i < o->n; i++)
+        if (o->refs[i].layer->index == layer && o->refs[i].param - o->refs[i].layer->params == slot)
+            return i;
+    return -1;
+}
+
+/* The k-th buffer of ref's parameter in replica r (0 value, 1 and 2 optimizer state of o); NULL when none. */
+static cl_mem param_buf(clg_replica *r, clg_optim *o, const clg_param_ref *ref, int k)
+{
+    int li = ref->layer->index, slot = (int)(ref->param - ref->layer->params);
+    if (k == 0)
+        return r->layers[li].params[slot].value;
+    int i = optim_index(o, li, slot);
+    if (i < 0 || k > clg_optim_nstate(o))
+        return NULL;
+    return k == 1 ? o->m[i] : o->v[i];
+}
+
+static clg_status sync_buf(clg_tp *p, clg_replica *full, clg_optim *fo, const clg_param_ref *ref, int k,
+                           int to_full, float *whole, float *part)
+{
+    cl_mem fm = param_buf(full, fo, ref, k);
+    size_t n = ref->param->numel;
+    if (!fm)
+        return CLG_OK;
+    clg_err *ferr = clg_dev_err(full->dev);
+    if (!to_full)
+        CLG_CL_CHECK(ferr, clEnqueueReadBuffer(full->dev->queue, fm, CL_TRUE, 0, n * sizeof(float), whole, 0, NULL,
+                                               NULL));
+    for (int l = 0; l < (to_full ? p->T : p->L); l++) { /* from group 0; into every group */
+        int t = l % p->T;
+        clg_tp_lane *ln = &p->ln[l];
+        cl_mem lm = param_buf(ln->rep, ln->opt, ref, k);
+        slice s = slice_of(p, ref, t);
+        size_t pn = s.rows * s.cols;
+        clg_err *lerr = clg_dev_err(ln->dev);
+        if (!lm || (to_full && s.zero))
+            continue;
+        if (to_full && p->role[ref->layer->index] == CLG_TP_REPL && t > 0)
+            break; /* replicated: lane 0's */
+        if (to_full) {
+            CLG_CL_CHECK(lerr, clEnqueueReadBuffer(ln->dev->queue, lm, CL_TRUE, 0, pn * sizeof(float), part, 0, NULL,
+                                                   NULL));
+            slice_copy(&s, whole, part, 1);
+        } else {
+            slice_copy(&s, whole, part, 0);
+            CLG_CL_CHECK(lerr, clEnqueueWriteBuffer(ln->dev->queue, lm, CL_TRUE, 0, pn * sizeof(float), part, 0,
+                                                    NULL, NULL));
+        }
+    }
+    if (to_full)
+        CLG_CL_CHECK(ferr, clEnqueueWriteBuffer(full->dev->queue, fm, CL_TRUE, 0, n * sizeof(float), whole, 0, NULL,
+                                                NULL));
+    return CLG_OK;
+}
+
+static clg_status ensure_optim(clg_tp *p, const clg_hparams *hp)
+{
+    for (int l = 0; l < p->L; l++)
+        if (!p->ln[l].opt)
+            CLG_TRY(clg_optim_create(p->ln[l].rep, hp, &p->ln[l].opt));
+    return CLG_OK;
+}
+
+clg_status clg_tp_sync(clg_tp *p, clg_replica *full, clg_optim *full_opt, const clg_hparams *hp, int to_full)
+{
+    if (full_opt)
+        CLG_TRY(ensure_optim(p, hp));
+    clg_param_ref *refs = NULL;
+    int n = 0;
+    CLG_TRY(clg_replica_params(full, 0, &refs, &n));
+    size_t most = 1;
+    for (int i = 0; i < n; i++)
+        most = CLG_MAX(most, refs[i].param->numel);
+    float *whole = malloc(most * sizeof(float)), *part = malloc(most * sizeof(float));
+    clg_status st = whole && part ? CLG_OK : clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    for (int i = 0; i < n && st == CLG_OK; i++)
+        for (int k = 0; k < (full_opt && refs[i].param->trainable ? 3 : 1) && st == CLG_OK; k++)
+            st = sync_buf(p, full, full_opt, &refs[i], k, to_full, whole, part);
+    free(whole);
+    free(part);
+    free(refs);
+    if (st == CLG_OK && full_opt && to_full)
+        full_opt->t = p->ln[0].opt->t;
+    for (int l = 0; l < p->L && st == CLG_OK && full_opt && !to_full; l++)
+        p->ln[l].opt->t = full_opt->t;
+    if (st == CLG_OK && to_full)
+        st = clg_replica_weights_updated(full);
+    for (int l = 0; l < p->L && st == CLG_OK && !to_full; l++)
+        st = clg_replica_weights_updated(p->ln[l].rep);
+    return st;
+}
+
+// ---- the all-reduce ----
+
+static void trace_span(clg_tp *p, int l, const char *what, const char *layer, double t0)
+{
+    if (p->trace && clg_trace_on(p->trace, p->step)) {
+        char name[96];
+        snprintf(name, sizeof name, "%s%s%s", what, layer ? " " : "", layer ? layer : "");
+        clg_trace_host(p->trace, l, name, t0, clg_now_sec());
+    }
+}
+
+/* The lanes of group g (g < 0: every lane) wait for each other; CLG_ERR_INTERNAL when a lane failed (the step
+ * is abandoned). */
+static clg_status barrier(clg_tp *p, int l, int g)
+{
+    int k = g < 0 ? p->D : g, members = g < 0 ? p->L : p->T;
+    pthread_mutex_lock(&p->mu);
+    int64_t gen = p->bgen[k];
+    if (!p->abort && ++p->bcount[k] == members) {
+        p->bcount[k] = 0;
+        p->bgen[k]++;
+        pthread_cond_broadcast(&p->cv);
+    }
+    while (!p->abort && gen == p->bgen[k])
+        pthread_cond_wait(&p->cv, &p->mu);
+    int ab = p->abort;
+    pthread_mutex_unlock(&p->mu);
+    if (ab)
+        return clg_err_set(clg_dev_err(p->ln[l].dev), CLG_ERR_INTERNAL, "tensor-parallel step abandoned: another "
+                                                                        "device failed");
+    return CLG_OK;
+}
+
+/* Lane l's mem[off .. off + count) := its sum over the T lanes of its group (lane order: the same bits on
+ * each). */
+static clg_status all_reduce(clg_tp *p, int l, cl_mem mem, size_t off, size_t count)
+{
+    clg_tp_lane *ln = &p->ln[l];
+    clg_err *err = clg_dev_err(ln->dev);
+    int d = l / p->T, t = l % p->T;
+    if (count > p->red_cap)
+        return clg_err_set(err, CLG_ERR_INTERNAL, "tensor parallel: %zu floats to reduce, room for %zu", count,
+                           p->red_cap);
+    float *red = p->red + (size_t)d * (p->T + 1) * p->red_cap;
+    float *mine = red + (size_t)t * p->red_cap, *sum = red + (size_t)p->T * p->red_cap;
+    CLG_CL_CHECK(err, clEnqueueReadBuffer(ln->dev->queue, mem, CL_TRUE, off * sizeof(float), count * sizeof(float),
+                                          mine, 0, NULL, NULL));
+    CLG_TRY(barrier(p, l, d));
+    size_t k0 = count * (size_t)t / (size_t)p->T, k1 = count * (size_t)(t + 1) / (size_t)p->T;
+    for (size_t k = k0; k < k1; k++) {
+        float v = red[k];
+        for (int u = 1; u < p->T; u++)
+            v += red[(size_t)u * p->red_cap + k];
+        sum[k] = v;
+    }
+    CLG_TRY(barrier(p, l, d));
+    CLG_CL_CHECK(err, clEnqueueWriteBuffer(ln->dev->queue, mem, CL_TRUE, off * sizeof(float), count * sizeof(float),
+                                           sum, 0, NULL, NULL));
+    return CLG_OK;
+}
+
+/* dp x tp: lane l's gradient arena := its sum over the D groups' lanes of the same slice (group order: every
+ * group gets the same bits); each of those D lanes sums 1/D of the arena. */
+static clg_status reduce_groups(clg_tp *p, int l)
+{
+    clg_tp_lane *ln = &p->ln[l];
+    clg_err *err = clg_dev_err(ln->dev);
+    int d = l / p->T, t = l % p->T;
+    size_t A = p->arena_floats;
+    float *mine = p->gred + (size_t)l * A, *sum = p->gred + ((size_t)p->L + t) * A;
+    CLG_CL_CHECK(err, clEnqueueReadBuffer(ln->dev->queue, ln->rep->garena, CL_TRUE, 0, A * sizeof(float), mine, 0,
+                                          NULL, NULL));
+    CLG_TRY(barrier(p, l, -1));
+    size_t k0 = A * (size_t)d / (size_t)p->D, k1 = A * (size_t)(d + 1) / (size_t)p->D;
+    for (size_t k = k0; k < k1; k++) {
+        float v = p->gred[(size_t)t * A + k];
+        for (int e = 1; e < p->D; e++)
+            v += p->gred[((size_t)e * p->T + t) * A + k];
+        sum[k] = v;
+    }
+    CLG_TRY(barrier(p, l, -1));
+    CLG_CL_CHECK(err, clEnqueueWriteBuffer(ln->dev->queue, ln->rep->garena, CL_TRUE, 0, A * sizeof(float), sum, 0,
+                                           NULL, NULL));
+    return CLG_OK;
+}
+
+/* After layer i's forward (backward = 0) or backward was enqueued on a lane: the row-split layer's partial
+ * outputs summed; the column-split layer's partial input gradient summed. */
+static clg_status after_layer(void *user, int i, int backward)
+{
+    struct clg_tp_hook *h = user;
+    clg_tp *p = h->p;
+    int l = h->l, n = p->cnt[l / p->T];
+    clg_replica *r = p->ln[l].rep;
+    if (!backward && p->role[i] == CLG_TP_ROW && l == p->fault_lane && (int64_t)p->step == p->fault_step)
+        return clg_err_set(clg_dev_err(p->ln[l].dev), CLG_ERR_OPENCL, "injected fault after %s's forward",
+                           p->net->proto[i].name);
+    int src = r->layers[i].inputs[0];
+    double t0 = clg_now_sec();
+    clg_status st = CLG_OK;
+    if (!backward && p->role[i] == CLG_TP_ROW)
+        st = all_reduce(p, l, r->act[i].mem, r->act[i].off,
+                        (size_t)n * (clg_tensor_numel(&r->act[i]) / (size_t)r->act[i].n));
+    else if (backward && p->role[i] == CLG_TP_COL && src >= 0)
+        st = all_reduce(p, l, r->dact[src].mem, r->dact[src].off,
+                        (size_t)n * (clg_tensor_numel(&r->dact[src]) / (size_t)r->dact[src].n));
+    else
+        return CLG_OK;
+    trace_span(p, l, backward ? "all-reduce gradient before" : "all-reduce output of", p->net->proto[i].name, t0);
+    return st;
+}
+
+/* The row-split biases' gradients of lanes t > 0 of a group zeroed (those biases are zero and stay zero). */
+static clg_status zero_bias_grads(clg_tp *p, int l)
+{
+    clg_tp_lane *ln = &p->ln[l];
+    int t = l % p->T;
+    for (int i = 0; i < p->net->nlayers && t > 0; i++) {
+        clg_layer *y = &ln->rep->layers[i];
+        for (int k = 0; k < y->nparams && p->role[i] == CLG_TP_ROW; k++) {
+            if (strcmp(y->params[k].name, "bias") || !y->params[k].grad)
+                continue;
+            float zero = 0;
+            CLG_CL_CHECK(clg_dev_err(ln->dev), clEnqueueFillBuffer(ln->dev->queue, y->params[k].grad, &zero,
+                                                                   sizeof zero, 0, y->params[k].numel * sizeof(float),
+                                                                   0, NULL, NULL));
+        }
+    }
+    return CLG_OK;
+}
+
+/* Clipping: the squared norms of lane l's gradients, split and replicated parameters apart (the global norm
+ * counts every slice once and the replicated parameters once). */
+static clg_status lane_norms(clg_tp *p, int l)
+{
+    clg_tp_lane *ln = &p->ln[l];
+    clg_replica *r = ln->rep;
+    size_t A = r->arena_bytes / sizeof(float);
+    float *g = malloc(CLG_MAX(A, 1) * sizeof(float));
+    clg_param_ref *refs = NULL;
+    int n = 0;
+    clg_status st = g ? clg_replica_params(r, 1, &refs, &n)
+                      : clg_err_set(clg_dev_err(ln->dev), CLG_ERR_HOST_OOM, "out of memory");
+    if (st == CLG_OK && A)
+        st = clEnqueueReadBuffer(ln->dev->queue, r->garena, CL_TRUE, 0, A * sizeof(float), g, 0, NULL, NULL) ==
+                     CL_SUCCESS
+                 ? CLG_OK
+                 : clg_err_set(clg_dev_err(ln->dev), CLG_ERR_OPENCL, "reading the gradients for their norm failed");
+    double sq[2] = {0, 0};
+    for (int i = 0; i < n && st == CLG_OK; i++) {
+        const float *v = g + r->arena_off[i] / sizeof(float);
+        double a = 0;
+        for (size_t k = 0; k < refs[i].param->numel; k++)
+            a += (double)v[k] * v[k];
+        sq[p->role[refs[i].layer->index] == CLG_TP_REPL] += a;
+    }
+    p->sq[l][0] = sq[0];
+    p->sq[l][1] = sq[1];
+    free(refs);
+    free(g);
+    return st;
+}
+
+static clg_status lane_step(clg_tp *p, int l, float *res)
+{
+    clg_tp_lane *ln = &p->ln[l];
+    int d = l / p->T, t = l % p->T, n = p->cnt[d], off = p->off[d];
+    clg_err *err = clg_dev_err(ln->dev);
+    clg_replica *r = ln->rep;
+    cl_command_queue q = ln->dev->queue;
+    int lps = clg_net_labels_per_sample(p->net);
+    CLG_CL_CHECK(err, clEnqueueWriteBuffer(q, ln->xbuf, CL_FALSE, 0, (size_t)n * p->sample * sizeof(float),
+                                           p->x + (size_t)off * p->sample, 0, NULL, NULL));
+    CLG_CL_CHECK(err, clEnqueueWriteBuffer(q, ln->ybuf, CL_FALSE, 0, (size_t)n * lps * sizeof(int32_t),
+                                           p->y + (size_t)off * lps, 0, NULL, NULL));
+    clg_replica_set_input(r, ln->xbuf, 0);
+    clg_replica_set_labels(r, ln->ybuf, 0, p->grad_scale);
+    for (int i = 0; i < r->nlayers; i++) {
+        clg_layer *y = &r->layers[i];
+        clg_layer_set_rng(y, p->seed, p->step, (uint32_t)off);
+        if (p->role[i] == CLG_TP_MID && y->ops == &clg_layer_dropout_ops) { /* the mask of the whole layer's slice */
+            const int *w = p->net->proto[i].out_shape, *v = y->out_shape;
+            clg_layer_set_rng_slice(y, (uint32_t)w[1] * w[2] * w[3], (uint32_t)(v[1] * v[2] * v[3] * t));
+        }
+    }
+    double t0 = clg_now_sec();
+    CLG_TRY(clg_replica_forward(r, n, 1));
+    trace_span(p, l, "forward", NULL, t0);
+    t0 = clg_now_sec();
+    CLG_TRY(clg_replica_backward(r, n));
+    CLG_TRY(zero_bias_grads(p, l));
+    trace_span(p, l, "backward", NULL, t0);
+    t0 = clg_now_sec();
+    if (p->D > 1)
+        CLG_TRY(reduce_groups(p, l));
+    if (p->D > 1)
+        trace_span(p, l, "gradients summed over the groups", NULL, t0);
+    if (p->clip_norm > 0 && l < p->T) /* group 0's (every group holds the same sums) */
+        CLG_TRY(lane_norms(p, l));
+    if (res)
+        CLG_CL_CHECK(err, clEnqueueReadBuffer(q, r->layers[r->loss_index].loss.result, CL_TRUE, 0, 2 * sizeof(float),
+                                              res, 0, NULL, NULL));
+    CLG_CL_CHECK(err, clFinish(q));
+    return CLG_OK;
+}
+
+static clg_status lane_fn(void *arg, int l)
+{
+    clg_tp *p = arg;
+    clg_tp_lane *ln = &p->ln[l];
+    clg_status rc;
+    if (p->phase == 1) {
+        double t0 = clg_now_sec();
+        rc = clg_optim_step(ln->opt, p->lr, p->gscale);
+        if (rc == CLG_OK && clFinish(ln->dev->queue) != CL_SUCCESS)
+            rc = clg_err_set(clg_dev_err(ln->dev), CLG_ERR_OPENCL, "clFinish after the optimizer failed");
+        trace_span(p, l, "optimizer", NULL, t0);
+        return rc;
+    }
+    rc = lane_step(p, l, l % p->T == 0 ? p->res[l / p->T] : NULL);
+    if (rc != CLG_OK) {
+        pthread_mutex_lock(&p->mu);
+        if (!p->abort) {
+            p->abort = 1;
+            p->fail_lane = l;
+            p->fail_status = rc;
+        }
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+    return rc;
+}
+
+static clg_status lane_failed(clg_tp *p, int l, clg_status rc)
+{
+    const clg_tp_lane *ln = &p->ln[l];
+    return clg_err_set(&p->ctx->err, rc,
+                       "tensor-parallel lane %d on device %d (%s): %s", l, ln->dev->index, ln->dev->info.name,
+                       ln->dev->err.msg);
+}
+
+clg_status clg_tp_train_step(clg_tp *p, const clg_hparams *hp, const float *x, const int32_t *y, int n, double lr,
+                             float grad_scale, double clip_norm, uint32_t seed, uint32_t step, float *res)
+{
+    if (n < p->D || n > p->net->batch)
+        return clg_err_set(&p->ctx->err, CLG_ERR_INVALID_ARG, "tensor-parallel step: %d samples (%d to %d)", n, p->D,
+                           p->net->batch);
+    CLG_TRY(ensure_optim(p, hp));
+    p->x = x;
+    p->y = y;
+    p->n = n;
+    p->lr = lr;
+    p->grad_scale = grad_scale;
+    p->seed = seed;
+    p->step = step;
+    p->clip_norm = clip_norm;
+    p->gscale = 1.0f;
+    p->abort = 0;
+    memset(p->bcount, 0, sizeof p->bcount);
+    p->fail_lane = -1;
+    float r2[CLG_TP_MAX][2] = {{0}};
+    for (int d = 0, o = 0; d < p->D; d++) { /* group d takes samples [o, o + cnt): sizes differ by at most one */
+        p->cnt[d] = n / p->D + (d < n % p->D);
+        p->off[d] = o;
+        o += p->cnt[d];
+        p->res[d] = r2[d];
+    }
+    p->phase = 0;
+    int failed = -1;
+    clg_status rc = clg_team_run(p->team, lane_fn, p, &failed);
+    if (rc != CLG_OK)
+        return p->fail_lane >= 0 ? lane_failed(p, p->fail_lane, p->fail_status) : lane_failed(p, failed, rc);
+    if (clip_norm > 0) { /* the global norm: every slice once (group 0's lanes), the replicated once (lane 0's) */
+        double sq = p->sq[0][1];
+        for (int t = 0; t < p->T; t++)
+            sq += p->sq[t][0];
+        double norm = sqrt(sq);
+        if (!isfinite(norm))
+            return clg_err_set(&p->ctx->err, CLG_ERR_INTERNAL,
+                               "gradient norm is not finite at step %u (diverged: lower the learning rate)", step);
+        if (norm > clip_norm)
+            p->gscale = (float)(clip_norm / norm);
+    }
+    p->phase = 1;
+    rc = clg_team_run(p->team, lane_fn, p, &failed);
+    if (rc != CLG_OK)
+        return lane_failed(p, failed, rc);
+    for (int d = 0; res && d < p->D; d++) {
+        res[0] = d ? res[0] + r2[d][0] : r2[d][0];
+        res[1] = d ? res[1] + r2[d][1] : r2[d][1];
+    }
+    return CLG_OK;
+}
+
+// ---- creation ----
+
+static clg_status lane_init(clg_tp *p, int l, clg_device *dev, const char *text)
+{
+    clg_tp_lane *ln = &p->ln[l];
+    clg_err *err = &p->ctx->err;
+    ln->dev = dev;
+    CLG_TRY(clg_net_build(err, text, p->net->source, p->net->batch, &ln->net));
+    for (int i = 0; i < p->net->nlayers; i++) {
+        const int *a = ln->net->proto[i].out_shape, *b = p->net->proto[i].out_shape;
+        int want = p->role[i] == CLG_TP_COL || p->role[i] == CLG_TP_MID ? b[1] / p->T : b[1];
+        if (a[1] != want)
+            return clg_err_set(err, CLG_ERR_INTERNAL, "tensor parallel: layer '%s' of the split model has %d "
+                                                      "outputs, expected %d", p->net->proto[i].name, a[1], want);
+        size_t w = clg_tensor_numel(&(clg_tensor){.n = p->net->batch, .c = a[1], .h = a[2], .w = a[3]});
+        if (p->role[i] == CLG_TP_ROW)
+            p->red_cap = CLG_MAX(p->red_cap, w);
+        int src = p->net->proto[i].inputs[0];
+        if (p->role[i] == CLG_TP_COL && src >= 0) {
+            const int *s = ln->net->proto[src].out_shape;
+            p->red_cap = CLG_MAX(p->red_cap, (size_t)p->net->batch * s[1] * s[2] * s[3]);
+        }
+    }
+    CLG_TRY(clg_replica_create(ln->net, dev, 0, &ln->rep));
+    ln->rep->after_layer = after_layer;
+    p->hook[l].p = p;
+    p->hook[l].l = l;
+    ln->rep->after_layer_user = &p->hook[l];
+    p->arena_floats = ln->rep->arena_bytes / sizeof(float); /* the same on every lane: equal slices */
+    int lps = clg_net_labels_per_sample(p->net);
+    CLG_TRY(clg_buf_alloc(dev, (size_t)p->net->batch * p->sample * sizeof(float), &ln->xbuf));
+    CLG_TRY(clg_buf_alloc(dev, (size_t)p->net->batch * lps * sizeof(int32_t), &ln->ybuf));
+    return CLG_OK;
+}
+
+/* A non-trainable parameter (batch-norm running statistics): its name; NULL when none. */
+static const char *state_param(const clg_net *net)
+{
+    for (int i = 0; i < net->nlayers; i++)
+        for (int k = 0; k < net->proto[i].nparams; k++)
+            if (!net->proto[i].params[k].trainable)
+                return net->proto[i].name;
+    return NULL;
+}
+
+/* The first weights one device draws from seed, to the host: each layer's drawn on dev as one device draws them (a
+ * replica of that layer alone, so the whole network never sits on a device); w[i * CLG_MAX_PARAMS + k]. */
+static clg_status draw_weights(clg_tp *p, clg_device *dev, uint64_t seed, float **w)
+{
+    for (int i = 0; i < p->net->nlayers; i++) {
+        if (!p->net->proto[i].nparams)
+            continue;
+        clg_replica *r = NULL;
+        CLG_TRY(clg_replica_create_range(p->net, dev, seed, i, i, 1, &r));
+        clg_status st = CLG_OK;
+        for (int k = 0; k < r->layers[i].nparams && st == CLG_OK; k++) {
+            const clg_param *q = &r->layers[i].params[k];
+            float **h = &w[i * CLG_MAX_PARAMS + k];
+            if (!(*h = malloc(CLG_MAX(q->numel, 1) * sizeof(float))))
+                st = clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory for the first weights");
+            else if (clEnqueueReadBuffer(dev->queue, q->value, CL_TRUE, 0, q->numel * sizeof(float), *h, 0, NULL,
+                                         NULL) != CL_SUCCESS)
+                st = clg_err_set(clg_dev_err(dev), CLG_ERR_OPENCL, "reading the first weights of %s failed",
+                                 r->layers[i].name);
+        }
+        clg_replica_free(r);
+        CLG_TRY(st);
+    }
+    return CLG_OK;
+}
+
+/* The drawn weights sliced into every lane. */
+static clg_status scatter_weights(clg_tp *p, float **w)
+{
+    size_t most = 1;
+    for (int i = 0; i < p->net->nlayers; i++)
+        for (int k = 0; k < p->net->proto[i].nparams; k++)
+            most = CLG_MAX(most, p->net->proto[i].params[k].numel);
+    float *part = malloc(most * sizeof(float));
+    if (!part)
+        return clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    clg_status st = CLG_OK;
+    for (int i = 0; i < p->net->nlayers && st == CLG_OK; i++)
+        for (int k = 0; k < p->net->proto[i].nparams && st == CLG_OK; k++) {
+            clg_param_ref ref = {&p->net->proto[i], &p->net->proto[i].params[k]};
+            for (int l = 0; l < p->L && st == CLG_OK; l++) {
+                slice sl = slice_of(p, &ref, l % p->T);
+                clg_tp_lane *ln = &p->ln[l];
+                slice_copy(&sl, w[i * CLG_MAX_PARAMS + k], part, 0);
+                if (clEnqueueWriteBuffer(ln->dev->queue, ln->rep->layers[i].params[k].value, CL_TRUE, 0,
+                                         sl.rows * sl.cols * sizeof(float), part, 0, NULL, NULL) != CL_SUCCESS)
+                    st = clg_err_set(clg_dev_err(ln->dev), CLG_ERR_OPENCL, "writing the first weights failed");
+            }
+        }
+    free(part);
+    for (int l = 0; l < p->L && st == CLG_OK; l++)
+        st = clg_replica_weights_updated(p->ln[l].rep);
+    return st;
+}
+
+clg_status clg_tp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, int T, int D, uint64_t seed,
+                         clg_tp **out)
+{
+    *out = NULL;
+    D = D > 0 ? D : 1;
+    if (T < 2 || D * T > CLG_TP_MAX)
+        return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG, "tp=%d, dp=%d: 2 to %d devices in all", T, D, CLG_TP_MAX);
+    if (ndev != D * T)
+        return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG,
+                           "%stp=%d needs %d devices, %d selected (dp x pp x tp must equal the device count)",
+                           D > 1 ? "dp x " : "", T, D * T, ndev);
+    if (D > 1 && state_param(net))
+        return clg_err_set(&ctx->err, CLG_ERR_UNSUPPORTED, "dp=%d x tp=%d: layer '%s' keeps running statistics, "
+                                                           "which data-parallel groups would need to average: not "
+                                                           "supported yet (use tp=T alone)", D, T, state_param(net));
+    if (net->fp16)
+        return clg_err_set(&ctx->err, CLG_ERR_UNSUPPORTED, "tensor parallelism with fp16 storage is not supported yet");
+    if (net->loss_index != net->nlayers - 1)
+        return clg_err_set(&ctx->err, CLG_ERR_UNSUPPORTED, "tensor parallelism needs a model whose last layer is its "
+                                                           "loss");
+    clg_tp *p = calloc(1, sizeof *p);
+    if (!p || !(p->role = calloc((size_t)net->nlayers, sizeof(int)))) {
+        free(p);
+        return clg_err_set(&ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    }
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    p->ctx = ctx;
+    p->net = net;
+    p->T = T;
+    p->D = D;
+    p->L = D * T;
+    p->fault_lane = -1;
+    p->sample = (size_t)net->in_c * net->in_h * net->in_w;
+    float **w = calloc((size_t)net->nlayers * CLG_MAX_PARAMS, sizeof(float *)); /* drawn before the lanes exist */
+    clg_status st = w ? find_pairs(&ctx->err, net, T, p->role, &p->npairs)
+                      : clg_err_set(&ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    if (st == CLG_OK)
+        st = draw_weights(p, &ctx->devs[devs[0]], seed, w);
+    char *text = st == CLG_OK ? lane_text(net, p->role, T) : NULL;
+    if (st == CLG_OK && !text)
+        st = clg_err_set(&ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    for (int l = 0; l < p->L && st == CLG_OK; l++) /* group d's lane t on devs[d T + t] */
+        st = lane_init(p, l, &ctx->devs[devs[l]], text);
+    free(text);
+    if (st == CLG_OK && !(p->red = malloc((size_t)D * ((size_t)T + 1) * CLG_MAX(p->red_cap, 1) * sizeof(float))))
+        st = clg_err_set(&ctx->err, CLG_ERR_HOST_OOM, "out of memory for the tensor-parallel reduction");
+    if (st == CLG_OK && D > 1 &&
+        !(p->gred = malloc(((size_t)p->L + T) * CLG_MAX(p->arena_floats, 1) * sizeof(float))))
+        st = clg_err_set(&ctx->err, CLG_ERR_HOST_OOM, "out of memory for the gradient reduction");
+    if (st == CLG_OK)
+        st = clg_team_create(&ctx->err, p->L, &p->team);
+    if (st == CLG_OK)
+        st = scatter_weights(p, w);
+    for (int i = 0; w && i < net->nlayers * CLG_MAX_PARAMS; i++)
+        free(w[i]);
+    free(w);
+    if (st != CLG_OK) {
+        clg_tp_free(p);
+        return st;
+    }
+    *out = p;
+    return CLG_OK;
+}
+
+void clg_tp_free(clg_tp *p)
+{
+    if (!p)
+        return;
+    clg_team_free(p->team);
+    for (int l = 0; l < p->L; l++) {
+        clg_tp_lane *ln = &p->ln[l];
+        if (ln->dev) {
+            clFinish(ln->dev->queue);
+            clg_buf_release(ln->dev, ln->xbuf);
+            clg_buf_release(ln->dev, ln->ybuf);
+        }
+        clg_optim_free(ln->opt);
+        clg_replica_free(ln->rep);
+        clg_net_free(ln->net);
+    }
+    free(p->red);
+    free(p->gred);
+    free(p->role);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    free(p);
+}
+
+void clg_tp_memory(const clg_tp *p, int l, clg_dp_mem *out)
+{
+    const clg_tp_lane *ln = &p->ln[l];
+    const clg_pool *pool = &ln->dev->pool;
+    memset(out, 0, sizeof *out);
+    out->params = ln->rep->arena_charged;
+    out->optim = clg_optim_state_bytes(ln->opt);
+    out->activations = ln->rep->planned_bytes;
+    uint64_t total = pool->stats.bytes_in_use + pool->direct_bytes, known = out->params + out->optim + out->activations;
+    out->workspace = total > known ? total - known : 0;
+    out->peak = pool->total_peak;
+    out->limit = pool->limit;
+}
+
+void clg_tp_print(const clg_tp *p, FILE *f)
+{
+    if (p->D > 1)
+        fprintf(f, "data x tensor parallel: dp=%d groups (each 1/%d of the batch, gradients summed over the groups) "
+                   "x tp=%d over", p->D, p->D, p->T);
+    else
+        fprintf(f, "tensor parallel: tp=%d over", p->T);
+    for (int l = 0; l < p->L; l++)
+        fprintf(f, "%s device %d (%s)", l ? "," : "", p->ln[l].dev->index, p->ln[l].dev->info.name);
+    fprintf(f, "; all-reduce through host memory\n");
+    for (int a = 0; a < p->net->nlayers; a++) {
+        if (p->role[a] != CLG_TP_COL)
+            continue;
+        int b = a + 1;
+        while (p->role[b] != CLG_TP_ROW)
+            b++;
+        fprintf(f, "  split: %s (outputs: %d of %d per device) -> %s (the same slice of its inputs per device)\n",
+                p->net->proto[a].name, p->net->proto[a].out_shape[1] / p->T, p->net->proto[a].out_shape[1],
+                p->net->proto[b].name);
+    }
+    fprintf(f, "  every other layer replicated on each device\n");
+}
