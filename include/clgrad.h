@@ -531,7 +531,7 @@ typedef struct clg_bench_train_params {
     int device;        /* device index (default 0) */
     int batch;         /* default 128 */
     int steps;         /* timed steps (default 20) */
-    int warmup;        /* untimed steps first (default 3) */
+    int warmup;        /* untimed steps first (default 3; data parallel: more until the split settled) */
     uint64_t seed;
     const char *precision; /* "fp32" (default, NULL) or "fp16" */
     const char *devices;   /* as clg_model_params.devices; NULL: the one device `device` */
@@ -566,6 +566,13 @@ typedef struct clg_bench_train_report {
     /* token models ([net] input = tokens): positions per sample (0: an image model) and tokens/s */
     int tokens_per_sample;
     double tokens_per_s;  /* images_per_s * tokens_per_sample */
+    /* data parallel: warm-up steps run (the requested warm-up, or more until the split settled and every
+     * per-device batch size was met: at most 16 more), and within the timed steps the split's moves and the
+     * passes that met new per-device batch sizes between steps (with their seconds) */
+    int warmup_run;
+    int split_moves_timed;
+    int prepares_timed;
+    double prepare_timed_s;
 } clg_bench_train_report;
 /* Defaults. A macro: passes the sizeof the caller was compiled with. */
 CLG_API void clg_bench_train_params_init_size(clg_bench_train_params *p, size_t size);
