@@ -102,6 +102,21 @@ static void print_report(const bench_train_opts *o, const clg_bench_train_params
         printf("warning: %s\n", rep->warning);
 }
 
+/* The warm-up has ended: a background precompile helper still compiling would take a core from the
+ * timed steps (two basic devices compute on both cores of a 2-core machine). */
+typedef struct helper_ref {
+    pid_t pid;
+    int verbose;
+} helper_ref;
+
+static void stop_helper(void *user)
+{
+    helper_ref *h = user;
+    if (cli_precompile_stop(h->pid) && h->verbose)
+        fprintf(stderr, "clgrad: background precompile still running at the end of the warm-up: stopped\n");
+    h->pid = 0;
+}
+
 int bench_train(int argc, char **argv)
 {
     bench_train_opts o = {0};
@@ -130,10 +145,13 @@ int bench_train(int argc, char **argv)
     clg_device_info info;
     clg_device_info_get(ctx, 0, &info);
     p.devices = "all"; /* every device of the context (selected by --devices) */
-    pid_t helper = cli_precompile_spawn(ctx, p.model, p.batch, devices, p.precision, o.c.verbose);
+    helper_ref helper = {cli_precompile_spawn(ctx, p.model, p.batch, devices, p.precision, o.c.verbose),
+                         o.c.verbose};
+    p.warm_done = stop_helper;
+    p.warm_done_user = &helper;
     clg_bench_train_report rep;
     clg_status st = clg_bench_train(ctx, &p, &rep);
-    cli_precompile_stop(helper);
+    cli_precompile_stop(helper.pid);
     if (st != CLG_OK) {
         int code = cli_fail("bench train: %s", clg_last_error(ctx));
         clg_ctx_destroy(ctx);
