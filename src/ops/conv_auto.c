@@ -27,8 +27,11 @@ static algo_entry *g_entries;
 static int g_nentries, g_capentries;
 static loaded_file *g_files;
 static int g_nfiles, g_capfiles;
-/* shapes served by the default while their measurement waits (clg_conv_auto_choose) */
+/* shapes served by the default while their measurement waits (clg_conv_auto_choose), counted per
+ * device: two lanes on identical devices each serve their first use with the default, so neither
+ * measures while the other computes (data parallelism meets the second use between steps, lane by lane) */
 typedef struct {
+    const clg_device *dev;
     uint64_t devhash;
     char key[160];
     int uses;
@@ -445,10 +448,10 @@ clg_status clg_conv_auto_pick(clg_device *dev, const clg_conv_shape *s, clg_conv
 static int defer_uses(const clg_device *dev) { return (int)dev->ctx->opts.conv_auto_defer; /* 0..1000 */ }
 
 /* Counts one use of a shape still to be measured; 1 while it is within its deferred uses. */
-static int pending_use(uint64_t devhash, const char *key, int defer)
+static int pending_use(const clg_device *dev, uint64_t devhash, const char *key, int defer)
 {
     for (int i = 0; i < g_npending; i++)
-        if (g_pending[i].devhash == devhash && strcmp(g_pending[i].key, key) == 0)
+        if (g_pending[i].dev == dev && g_pending[i].devhash == devhash && strcmp(g_pending[i].key, key) == 0)
             return ++g_pending[i].uses <= defer;
     if (g_npending == g_cappending) {
         int nc = g_cappending ? 2 * g_cappending : 32;
@@ -459,6 +462,7 @@ static int pending_use(uint64_t devhash, const char *key, int defer)
         g_cappending = nc;
     }
     pending_entry *p = &g_pending[g_npending++];
+    p->dev = dev;
     p->devhash = devhash;
     snprintf(p->key, sizeof p->key, "%s", key);
     p->uses = 1;
@@ -478,7 +482,7 @@ clg_status clg_conv_auto_choose(clg_device *dev, const clg_conv_shape *s, clg_co
         file_load(dev, dh);
         int i = table_find(dh, key);
         int known = i >= 0 && clg_conv_algo_supported(g_entries[i].algo, s, pass);
-        int wait = !known && pending_use(dh, key, defer);
+        int wait = !known && pending_use(dev, dh, key, defer);
         pthread_mutex_unlock(&g_lock);
         clg_conv_algo d = clg_conv_algo_default(dev, s, pass);
         if (wait && clg_conv_algo_supported(d, s, pass)) {

@@ -1305,7 +1305,16 @@ clg_status clg_dp_prepare(clg_dp *dp)
     dp->last_prepared = 1;
     reset_reduction(dp);
     double t0 = clg_now_sec();
-    clg_status st = report(dp, clg_team_run(dp->team, lane_prepare_fn, dp, &failed), failed);
+    clg_status st = CLG_OK;
+    /* lane by lane: the first lane of a kind to meet a size measures its convolution algorithms alone, as a
+     * one-device run (or a cache filled by one) would, not beside another lane's compiles and kernels, whose
+     * load changes while it measures; identical devices after it find them measured */
+    for (int i = 0; i < dp->n && st == CLG_OK; i++) {
+        if (next[i] <= 0 || dp->lanes[i].ready[next[i]] >= 2)
+            continue;
+        dp->prep_lane = i;
+        st = report(dp, clg_team_run(dp->team, lane_prepare_fn, dp, &failed), failed);
+    }
     double t1 = clg_now_sec();
     dp->prepare_s += t1 - t0;
     if (clg_trace_on(dp->trace, dp->job.step)) /* inside the traced steps: it delays the next one */
@@ -1380,7 +1389,11 @@ static clg_status lane_job(clg_dp *dp, int lane, clg_status (*fn)(clg_dp *, clg_
 
 static clg_status lane_train_fn(void *arg, int lane) { return lane_job(arg, lane, lane_train); }
 static clg_status lane_forward_fn(void *arg, int lane) { return lane_job(arg, lane, lane_forward); }
-static clg_status lane_prepare_fn(void *arg, int lane) { return lane_job(arg, lane, lane_prepare); }
+static clg_status lane_prepare_fn(void *arg, int lane)
+{
+    clg_dp *dp = arg;
+    return lane == dp->prep_lane ? lane_job(dp, lane, lane_prepare) : CLG_OK; /* one lane at a time */
+}
 
 clg_status clg_dp_forward(clg_dp *dp, clg_dp_job *job)
 {

@@ -466,6 +466,13 @@ static void bench_report_layout(clg_model *m, clg_bench_train_report *out)
     }
 }
 
+/* CPU seconds of the process so far (all threads; 0 where unknown). */
+static double cpu_now(void)
+{
+    struct timespec cpu;
+    return clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu) == 0 ? (double)cpu.tv_sec + 1e-9 * (double)cpu.tv_nsec : 0;
+}
+
 /* Extra warm-up steps at most while the data-parallel split settles (clg_dp_settled). */
 #define BENCH_SETTLE_MAX 16
 
@@ -498,7 +505,7 @@ static clg_status bench_steps(clg_ctx *ctx, clg_model *m, const clg_bench_train_
 {
     int B = m->net->batch, warm_end = p->warmup, moves0 = 0, prep0 = 0;
     double lr = m->hp.learning_rate * 0.1; /* small: random labels must not blow up the weights */
-    double t_start = 0, prep_s0 = 0;
+    double t_start = 0, prep_s0 = 0, cpu0 = 0;
     unsigned long long launches0 = 0;
     clg_status st = clg_session_upload(m, 0, B, 1);
     for (int i = 0; i < warm_end + p->steps && st == CLG_OK; i++) {
@@ -511,6 +518,7 @@ static clg_status bench_steps(clg_ctx *ctx, clg_model *m, const clg_bench_train_
             prep0 = m->dp ? m->dp->prepares : 0;
             prep_s0 = m->dp ? m->dp->prepare_s : 0;
             t_start = clg_now_sec();
+            cpu0 = cpu_now();
         }
         double t0 = clg_now_sec();
         if (st == CLG_OK)
@@ -530,9 +538,7 @@ static clg_status bench_steps(clg_ctx *ctx, clg_model *m, const clg_bench_train_
              * when there is warm-up; with --warmup 0 it is waited for anyway) */
             st = clg_dp_finish(m->dp);
             out->first_step_end = clg_now_sec();
-            struct timespec cpu;
-            if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu) == 0)
-                out->first_step_cpu_s = (double)cpu.tv_sec + 1e-9 * (double)cpu.tv_nsec;
+            out->first_step_cpu_s = cpu_now();
             out->first_step_s = out->first_step_end - t0;
         }
         if (st == CLG_OK && i >= warm_end) {
@@ -546,6 +552,7 @@ static clg_status bench_steps(clg_ctx *ctx, clg_model *m, const clg_bench_train_
     if (st != CLG_OK)
         return st;
     double el = clg_now_sec() - t_start;
+    out->cpu_ms_per_step = 1000 * (cpu_now() - cpu0) / p->steps;
     out->seconds = el;
     out->images_per_s = (double)B * p->steps / el;
     out->ms_per_step = 1000 * el / p->steps;
