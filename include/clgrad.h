@@ -577,6 +577,8 @@ typedef struct clg_bench_train_report {
     int split_moves_timed;
     int prepares_timed;
     double prepare_timed_s;
+    double cpu_ms_per_step; /* CPU time of the process (all threads) per timed step: the work a step costs,
+                               which a loaded machine stretches less than the wall time */
 } clg_bench_train_report;
 /* Defaults. A macro: passes the sizeof the caller was compiled with. */
 CLG_API void clg_bench_train_params_init_size(clg_bench_train_params *p, size_t size);

@@ -68,8 +68,10 @@ static void print_report(const bench_train_opts *o, const clg_bench_train_params
                rep->launches_per_step, built, cached, rep->pipe_bubble);
         if (rep->tokens_per_sample)
             printf(", \"tokens_per_sample\": %d, \"tokens_per_s\": %.1f", rep->tokens_per_sample, rep->tokens_per_s);
-        printf(", \"warmup_run\": %d, \"split_moves_timed\": %d, \"prepares_timed\": %d, \"prepare_timed_s\": %.3f",
-               rep->warmup_run, rep->split_moves_timed, rep->prepares_timed, rep->prepare_timed_s);
+        printf(", \"warmup_run\": %d, \"split_moves_timed\": %d, \"prepares_timed\": %d, \"prepare_timed_s\": %.3f, "
+               "\"cpu_ms_per_step\": %.3f",
+               rep->warmup_run, rep->split_moves_timed, rep->prepares_timed, rep->prepare_timed_s,
+               rep->cpu_ms_per_step);
         printf(", \"mem_peak_mib\": %.3f, \"mem_optim_mib\": %.3f, \"warning\": ", rep->mem_peak_mib, rep->mem_optim_mib);
         cli_json_str(rep->warning);
         printf("}\n");
