@@ -544,8 +544,9 @@ typedef struct clg_bench_train_params {
     const char *pipe_schedule; /* as clg_model_params.pipe_schedule */
     int pipe_recompute;        /* as clg_model_params.pipe_recompute */
     int shard_optimizer;   /* as clg_model_params.shard_optimizer */
-    /* called once, when the warm-up has ended and right before the timed steps (NULL: nothing): the clgrad
-     * program stops its background precompile helper there, so that it never competes with a timed step */
+    /* called once, when the warm-up has ended and right before the timed steps (NULL: nothing; not called
+     * with warmup 0): the clgrad program stops its background precompile helper there, so that it never
+     * competes with a timed step */
     void (*warm_done)(void *user);
     void *warm_done_user;
 } clg_bench_train_params;

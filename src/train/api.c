@@ -511,7 +511,7 @@ static clg_status bench_steps(clg_ctx *ctx, clg_model *m, const clg_bench_train_
     for (int i = 0; i < warm_end + p->steps && st == CLG_OK; i++) {
         int s = i % CLG_STAGES, nx = (i + 1) % CLG_STAGES;
         if (i == warm_end) {
-            if (p->warm_done)
+            if (p->warm_done && warm_end > 0) /* (--warmup 0 times the start-up: nothing is stopped) */
                 p->warm_done(p->warm_done_user);
             st = bench_timed_start(ctx, m, p, &launches0);
             moves0 = m->dp ? m->dp->rebalances : 0;
