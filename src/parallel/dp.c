@@ -1164,9 +1164,10 @@ static int rebalance(clg_dp *dp)
     int same = memcmp(now, next, (size_t)dp->n * sizeof *now) == 0;
     /* after settling, a batch size not run yet only when two checks in a row point that way; devices of
      * one kind calibrate only for a 5% shorter step (two identical lanes differ by timing noise, and
-     * chasing it costs new per-device batch sizes on a first run) */
-    if (same || (!calibrating && (t_next > t_now * (fresh ? 0.88 : 0.95) || (fresh && !(dot > 0)))) ||
-        (calibrating && dp->same_kind && t_next > t_now * 0.95)) {
+     * chasing it costs new per-device batch sizes on a first run), and after settling move only when two
+     * checks in a row point the same way (noise flips the faster lane from look to look) */
+    int noise = dp->same_kind && (calibrating ? t_next > t_now * 0.95 : !(dot > 0));
+    if (same || noise || (!calibrating && (t_next > t_now * (fresh ? 0.88 : 0.95) || (fresh && !(dot > 0))))) {
         memcpy(dp->share, keep, sizeof keep);
         return 0;
     }
