@@ -18,6 +18,18 @@ run against the mean of the two 1-device runs.
 
   /usr/bin/python3 bench/dp_scaling.py --first-runs 3 --models models/lenet5.cfg
 
+Fresh pairs (issue 24 target: 2 `basic` devices vs 1 in each of 5
+consecutive runs, the first included, as a new user runs it): --fresh-pairs
+N runs N pairs, each run (2 devices and 1) on an empty cache directory of
+its own, the order alternating (2 then 1, 1 then 2, ...); it prints every
+pair's ratio, the lowest, the load average beside each run (a loaded
+machine ruins the ratio, not the traced busy fractions), and with --trace
+each 2-device run's per-lane busy fraction (compute over the step span),
+idle wait for the other lane and reduction milliseconds per step
+(trace_summary.py). MODEL:STEPS in --models sets a model's timed steps.
+
+  /usr/bin/python3 bench/dp_scaling.py --fresh-pairs 5 --models models/vgg-s.cfg:20,models/lenet5.cfg:300 --trace
+
 Heterogeneous pair: lane 1 posing as a device half as fast
 (--set test_slow_lane=1:1.0, a test aid: the lane waits as long again as
 it computed). Ideal = lane 0's own throughput + the slowed lane's own
@@ -35,11 +47,13 @@ import sys
 import tempfile
 
 
-def bench(clgrad, model, batch, steps, devices, options, split=None, warmup=5):
+def bench(clgrad, model, batch, steps, devices, options, split=None, warmup=5, trace=None):
     env = dict(os.environ)
     env["POCL_DEVICES"] = devices
     cmd = [clgrad, "bench", "train", "--model", model, "--batch", str(batch), "--steps", str(steps),
            "--warmup", str(warmup), "--json"]
+    if trace:
+        cmd += ["--trace", trace]
     for kv in options.items():
         cmd += ["--set", "%s=%s" % kv]
     if split:
@@ -70,6 +84,52 @@ def first_runs(a):
             model, len(ratios), ", ".join("%.2fx" % r for r in ratios), min(ratios)))
 
 
+def lane_figures(trace):
+    """'lane 0 busy 93% idle 4.1 ms, ...; reduction 2.1 ms' from a 2-device run's trace."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import trace_summary
+    lanes = trace_summary.summarize(trace)
+    parts = ["lane %d busy %.0f%% wait %.1f ms" % (i, 100 * r["busy"], r.get("host: wait for other lanes", 0))
+             for i, r in enumerate(lanes.values())]
+    red = max(r["reduction"] for r in lanes.values())
+    span = max(r["span"] for r in lanes.values())
+    return "%s; reduction %.1f ms of a %.1f ms step" % (", ".join(parts), red, span)
+
+
+def fresh_pairs(a):
+    """N pairs of fresh-cache runs, 2 basic devices against 1, the order alternating."""
+    for spec in a.models.split(","):
+        model, _, st = spec.partition(":")
+        steps = int(st) if st else a.steps
+        ratios = []
+        for k in range(a.fresh_pairs):
+            order = ["basic basic", "basic"] if k % 2 == 0 else ["basic", "basic basic"]
+            res = {}
+            with tempfile.TemporaryDirectory(prefix="clgrad-fresh-") as tmp:
+                for dev in order:
+                    cache = os.path.join(tmp, "cache-%d" % len(dev))
+                    os.mkdir(cache)
+                    os.environ["CLGRAD_CACHE_DIR"] = cache
+                    trace = os.path.join(tmp, "trace.json") if a.trace and dev == "basic basic" else None
+                    load = os.getloadavg()[0]
+                    j = bench(a.clgrad, model, a.batch, steps, dev, {}, warmup=a.warmup, trace=trace)
+                    j["load"] = (load, os.getloadavg()[0])
+                    j["lanes"] = lane_figures(trace) if trace else ""
+                    res[dev] = j
+            two, one = res["basic basic"], res["basic"]
+            r = two["images_per_s"] / one["images_per_s"]
+            ratios.append(r)
+            print("%s pair %d (%s first): 2 basic %.1f img/s (shares %s, warm-up %s, timed split moves %s) / 1 basic "
+                  "%.1f img/s = %.2fx; load %.1f-%.1f / %.1f-%.1f%s" % (
+                      model, k + 1, "2" if k % 2 == 0 else "1", two["images_per_s"], two.get("shares", ""),
+                      two.get("warmup_run", "?"), two.get("split_moves_timed", "?"), one["images_per_s"], r,
+                      two["load"][0], two["load"][1], one["load"][0], one["load"][1],
+                      "\n    " + two["lanes"] if two["lanes"] else ""), flush=True)
+        print("%s: %d fresh-cache pairs, 2 basic vs 1: %s; lowest %.2fx, median %.2fx (load average %.1f now, %d "
+              "CPUs)" % (model, len(ratios), ", ".join("%.2fx" % r for r in ratios), min(ratios),
+                         statistics.median(ratios), os.getloadavg()[0], os.cpu_count()), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--clgrad", default="build/tools/clgrad")
@@ -80,8 +140,17 @@ def main():
     ap.add_argument("--skip-hetero", action="store_true")
     ap.add_argument("--first-runs", type=int, default=0,
                     help="instead: K fresh-cache sequences 1 basic, 2 basic, 1 basic (the first 2-device run)")
-    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=None,
+                    help="warm-up steps (default 5; --fresh-pairs: 3, bench train's own default)")
+    ap.add_argument("--fresh-pairs", type=int, default=0,
+                    help="instead: N pairs (2 basic vs 1), every run on an empty cache, order alternating")
+    ap.add_argument("--trace", action="store_true", help="--fresh-pairs: per-lane busy/wait/reduction figures")
     a = ap.parse_args()
+    if a.fresh_pairs > 0:
+        a.warmup = 3 if a.warmup is None else a.warmup
+        fresh_pairs(a)
+        return
+    a.warmup = 5 if a.warmup is None else a.warmup
     if a.first_runs > 0:
         first_runs(a)
         return

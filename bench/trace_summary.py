@@ -5,20 +5,25 @@
 
 Per device lane: milliseconds per step spent in forward and backward
 (summed over layers), the optimizer, uploads, gradient bucket reads and
-write-backs, and on the host waiting for its own buckets, summing buckets
-and waiting for the other lanes' sums; plus the span of a step on that lane.
+write-backs, and on the host waiting for its own buckets, summing buckets,
+waiting for the other lanes' sums and meeting new per-device batch sizes
+between steps; plus the span of a step on that lane, the reduction (reads,
+sums, write-backs) and the busy fraction (compute over span: what survives a
+loaded machine better than throughput). summarize() serves dp_scaling.py.
 """
 import argparse
 import json
 from collections import defaultdict
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("trace")
-    ap.add_argument("--steps", type=int, default=0, help="steps in the trace (default: counted optimizer spans)")
-    a = ap.parse_args()
-    d = json.load(open(a.trace))
+KEYS = ["forward", "backward", "optimizer", "upload", "grad read", "grad write", "host: wait own buckets",
+        "host: sum buckets", "host: wait for other lanes", "host: prepare new batch sizes"]
+
+
+def summarize(path, nsteps=0):
+    """{lane name: {key: ms per step}} plus per lane "span" (ms per step), "busy" (forward + backward +
+    optimizer over the span) and "reduction" (bucket reads, sums and write-backs, ms per step)."""
+    d = json.load(open(path))
     names = {}
     tot = defaultdict(lambda: defaultdict(float))
     steps = defaultdict(int)
@@ -43,7 +48,7 @@ def main():
             k = "upload"
         elif n.startswith("grad read"):
             k = "grad read"
-        elif n.startswith("grad write"):
+        elif n.startswith("grad write") or n.startswith("grad copy"):
             k = "grad write"
         elif n.startswith("wait own"):
             k = "host: wait own buckets"
@@ -51,20 +56,33 @@ def main():
             k = "host: sum buckets"
         elif n.startswith("wait sum"):
             k = "host: wait for other lanes"
+        elif n.startswith("prepare"):
+            k = "host: prepare new batch sizes"
         else:
             k = n
         tot[lane][k] += ms
-    keys = ["forward", "backward", "optimizer", "upload", "grad read", "grad write", "host: wait own buckets",
-            "host: sum buckets", "host: wait for other lanes"]
-    print("| ms per step | " + " | ".join(names.get(l, "lane %d" % l) for l in sorted(tot)) + " |")
-    print("|---|" + "---:|" * len(tot))
-    for k in keys + ["span"]:
-        row = []
-        for l in sorted(tot):
-            s = a.steps or max(steps[l], 1)
-            v = (last[l] - first[l]) / 1000.0 if k == "span" else tot[l].get(k, 0.0)
-            row.append("%.2f" % (v / s))
-        print("| %s | %s |" % (k, " | ".join(row)))
+    out = {}
+    for l in sorted(tot):
+        s = nsteps or max(steps[l], 1)
+        row = {k: v / s for k, v in tot[l].items()}
+        row["span"] = (last[l] - first[l]) / 1000.0 / s
+        row["busy"] = (row.get("forward", 0) + row.get("backward", 0) + row.get("optimizer", 0)) / max(row["span"], 1e-9)
+        row["reduction"] = row.get("grad read", 0) + row.get("host: sum buckets", 0) + row.get("grad write", 0)
+        out[names.get(l, "lane %d" % l)] = row
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("trace")
+    ap.add_argument("--steps", type=int, default=0, help="steps in the trace (default: counted optimizer spans)")
+    a = ap.parse_args()
+    lanes = summarize(a.trace, a.steps)
+    print("| ms per step | " + " | ".join(lanes) + " |")
+    print("|---|" + "---:|" * len(lanes))
+    for k in KEYS + ["span", "reduction"]:
+        print("| %s | %s |" % (k, " | ".join("%.2f" % r.get(k, 0.0) for r in lanes.values())))
+    print("| busy (compute / span) | %s |" % " | ".join("%.1f%%" % (100 * r["busy"]) for r in lanes.values()))
 
 
 if __name__ == "__main__":

@@ -539,7 +539,7 @@ typedef struct clg_bench_train_params {
     int device;        /* device index (default 0) */
     int batch;         /* default 128 */
     int steps;         /* timed steps (default 20) */
-    int warmup;        /* untimed steps first (default 3) */
+    int warmup;        /* untimed steps first (default 3; data parallel: more until the split settled) */
     uint64_t seed;
     const char *precision; /* "fp32" (default, NULL) or "fp16" */
     const char *devices;   /* as clg_model_params.devices; NULL: the one device `device` */
@@ -552,6 +552,11 @@ typedef struct clg_bench_train_params {
     const char *pipe_schedule; /* as clg_model_params.pipe_schedule */
     int pipe_recompute;        /* as clg_model_params.pipe_recompute */
     int shard_optimizer;   /* as clg_model_params.shard_optimizer */
+    /* called once, when the warm-up has ended and right before the timed steps (NULL: nothing; not called
+     * with warmup 0): the clgrad program stops its background precompile helper there, so that it never
+     * competes with a timed step */
+    void (*warm_done)(void *user);
+    void *warm_done_user;
 } clg_bench_train_params;
 typedef struct clg_bench_train_report {
     double images_per_s;  /* batch * steps / time of the timed steps */
@@ -574,6 +579,15 @@ typedef struct clg_bench_train_report {
     /* token models ([net] input = tokens): positions per sample (0: an image model) and tokens/s */
     int tokens_per_sample;
     double tokens_per_s;  /* images_per_s * tokens_per_sample */
+    /* data parallel: warm-up steps run (the requested warm-up, or more until the split settled and every
+     * per-device batch size was met: at most 16 more), and within the timed steps the split's moves and the
+     * passes that met new per-device batch sizes between steps (with their seconds) */
+    int warmup_run;
+    int split_moves_timed;
+    int prepares_timed;
+    double prepare_timed_s;
+    double cpu_ms_per_step; /* CPU time of the process (all threads) per timed step: the work a step costs,
+                               which a loaded machine stretches less than the wall time */
 } clg_bench_train_report;
 /* Defaults. A macro: passes the sizeof the caller was compiled with. */
 CLG_API void clg_bench_train_params_init_size(clg_bench_train_params *p, size_t size);

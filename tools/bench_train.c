@@ -19,7 +19,9 @@ static const cli_opt opts[] = {
     CLI_OPT_MODEL,
     CLI_INT_OPT("--batch", cli_common, batch, 1, CLI_BATCH_MAX, "N", "batch size (default 128)"),
     CLI_INT_OPT("--steps", T, p.steps, 1, 1000000, "S", "timed steps (default 20)"),
-    CLI_INT_OPT("--warmup", T, p.warmup, 0, 1000000, "W", "untimed warm-up steps first (default 3)"),
+    CLI_INT_OPT("--warmup", T, p.warmup, 0, 1000000, "W",
+                "untimed warm-up steps first (default 3; several devices: more, up to\n"
+                "16, until the split has settled and every per-device batch size ran)"),
     CLI_OPT_GEMM_BACKEND,
     CLI_OPT_DEVICES,
     CLI_SPLIT_OPT(T, p.split, "auto (by measured speed; default), even, or weights such as 3,1"),
@@ -66,6 +68,10 @@ static void print_report(const bench_train_opts *o, const clg_bench_train_params
                rep->launches_per_step, built, cached, rep->pipe_bubble);
         if (rep->tokens_per_sample)
             printf(", \"tokens_per_sample\": %d, \"tokens_per_s\": %.1f", rep->tokens_per_sample, rep->tokens_per_s);
+        printf(", \"warmup_run\": %d, \"split_moves_timed\": %d, \"prepares_timed\": %d, \"prepare_timed_s\": %.3f, "
+               "\"cpu_ms_per_step\": %.3f",
+               rep->warmup_run, rep->split_moves_timed, rep->prepares_timed, rep->prepare_timed_s,
+               rep->cpu_ms_per_step);
         printf(", \"mem_peak_mib\": %.3f, \"mem_optim_mib\": %.3f, \"warning\": ", rep->mem_peak_mib, rep->mem_optim_mib);
         cli_json_str(rep->warning);
         printf("}\n");
@@ -79,11 +85,14 @@ static void print_report(const bench_train_opts *o, const clg_bench_train_params
     if (rep->tokens_per_sample)
         printf("%d timed steps after %d warm-up: %.1f images/s (%.0f tokens/s, %d per sample), %.2f ms/step "
                "(median %.2f)\n",
-               p->steps, p->warmup, rep->images_per_s, rep->tokens_per_s, rep->tokens_per_sample, rep->ms_per_step,
+               p->steps, rep->warmup_run, rep->images_per_s, rep->tokens_per_s, rep->tokens_per_sample, rep->ms_per_step,
                rep->ms_per_step_median);
     else
-        printf("%d timed steps after %d warm-up: %.1f images/s, %.2f ms/step (median %.2f)\n", p->steps, p->warmup,
-               rep->images_per_s, rep->ms_per_step, rep->ms_per_step_median);
+        printf("%d timed steps after %d warm-up: %.1f images/s, %.2f ms/step (median %.2f)\n", p->steps,
+               rep->warmup_run, rep->images_per_s, rep->ms_per_step, rep->ms_per_step_median);
+    if (rep->split_moves_timed || rep->prepares_timed)
+        printf("split: moved %d time(s) within the timed steps; new per-device batch sizes met %d time(s) there "
+               "(%.3f s)\n", rep->split_moves_timed, rep->prepares_timed, rep->prepare_timed_s);
     printf("start-up: model setup %.3f s, first step %.3f s; %.1f kernel launches per step\n", rep->setup_s,
            rep->first_step_s, rep->launches_per_step);
     if (rep->pipe_bubble >= 0)
@@ -93,6 +102,21 @@ static void print_report(const bench_train_opts *o, const clg_bench_train_params
            rep->mem_optim_mib);
     if (rep->warning[0])
         printf("warning: %s\n", rep->warning);
+}
+
+/* The warm-up has ended: a background precompile helper still compiling would take a core from the
+ * timed steps (two basic devices compute on both cores of a 2-core machine). */
+typedef struct helper_ref {
+    pid_t pid;
+    int verbose;
+} helper_ref;
+
+static void stop_helper(void *user)
+{
+    helper_ref *h = user;
+    if (cli_precompile_stop(h->pid) && h->verbose)
+        fprintf(stderr, "clgrad: background precompile still running at the end of the warm-up: stopped\n");
+    h->pid = 0;
 }
 
 int bench_train(int argc, char **argv)
@@ -123,10 +147,13 @@ int bench_train(int argc, char **argv)
     clg_device_info info;
     clg_device_info_get(ctx, 0, &info);
     p.devices = "all"; /* every device of the context (selected by --devices) */
-    pid_t helper = cli_precompile_spawn(ctx, p.model, p.batch, devices, p.precision, o.c.verbose);
+    helper_ref helper = {cli_precompile_spawn(ctx, p.model, p.batch, devices, p.precision, o.c.verbose),
+                         o.c.verbose};
+    p.warm_done = stop_helper;
+    p.warm_done_user = &helper;
     clg_bench_train_report rep;
     clg_status st = clg_bench_train(ctx, &p, &rep);
-    cli_precompile_stop(helper);
+    cli_precompile_stop(helper.pid);
     if (st != CLG_OK) {
         int code = cli_fail("bench train: %s", clg_last_error(ctx));
         clg_ctx_destroy(ctx);

@@ -75,8 +75,8 @@ clg_model *cli_model_open(const char *cmd, const char *model, const char *weight
  * 2 says so on stderr. */
 pid_t cli_precompile_spawn(clg_ctx *ctx, const char *model, int batch, const char *devices, const char *precision,
                            int verbose);
-/* Ends the helper (if still running) and reaps it; 0 is a no-op. */
-void cli_precompile_stop(pid_t pid);
+/* Ends the helper (if still running: returns 1) and reaps it; 0 is a no-op. */
+int cli_precompile_stop(pid_t pid);
 /* After a training run: a detached `clgrad tune --background` for the GEMM
  * shapes ctx ran without measurements of their own (option background_tune
  * auto; never with the cache off or read-only, or under MPI). */

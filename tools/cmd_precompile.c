@@ -196,13 +196,15 @@ pid_t cli_precompile_spawn(clg_ctx *ctx, const char *model, int batch, const cha
     return pid > 0 ? pid : 0;
 }
 
-void cli_precompile_stop(pid_t pid)
+int cli_precompile_stop(pid_t pid)
 {
     if (pid <= 0)
-        return;
+        return 0;
     int status = 0;
     if (waitpid(pid, &status, WNOHANG) == 0) { /* still compiling: no longer needed */
         kill(pid, SIGTERM);
         waitpid(pid, &status, 0);
+        return 1;
     }
+    return 0;
 }

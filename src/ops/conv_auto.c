@@ -30,8 +30,11 @@ static algo_entry *g_entries;
 static int g_nentries, g_capentries;
 static loaded_file *g_files;
 static int g_nfiles, g_capfiles;
-/* shapes served by the default while their measurement waits (clg_conv_auto_choose) */
+/* shapes served by the default while their measurement waits (clg_conv_auto_choose), counted per
+ * device: two lanes on identical devices each serve their first use with the default, so neither
+ * measures while the other computes (data parallelism meets the second use between steps, lane by lane) */
 typedef struct {
+    const clg_device *dev;
     uint64_t devhash;
     char key[160];
     int uses;
@@ -466,11 +469,11 @@ clg_status clg_conv_auto_pick(clg_device *dev, const clg_conv_shape *s, clg_conv
 
 static int defer_uses(const clg_device *dev) { return (int)dev->ctx->opts.conv_auto_defer; /* 0..1000 */ }
 
-/* The shape's pending entry (uses 0 when new); NULL without memory. */
-static pending_entry *pending_slot(uint64_t devhash, const char *key)
+/* The shape's pending entry on one device (uses 0 when new); NULL without memory. */
+static pending_entry *pending_slot(const clg_device *dev, uint64_t devhash, const char *key)
 {
     for (int i = 0; i < g_npending; i++)
-        if (g_pending[i].devhash == devhash && strcmp(g_pending[i].key, key) == 0)
+        if (g_pending[i].dev == dev && g_pending[i].devhash == devhash && strcmp(g_pending[i].key, key) == 0)
             return &g_pending[i];
     if (g_npending == g_cappending) {
         int nc = g_cappending ? 2 * g_cappending : 32;
@@ -481,6 +484,7 @@ static pending_entry *pending_slot(uint64_t devhash, const char *key)
         g_cappending = nc;
     }
     pending_entry *p = &g_pending[g_npending++];
+    p->dev = dev;
     p->devhash = devhash;
     snprintf(p->key, sizeof p->key, "%s", key);
     p->uses = 0;
@@ -488,9 +492,9 @@ static pending_entry *pending_slot(uint64_t devhash, const char *key)
 }
 
 /* Counts one use of a shape still to be measured; 1 while it is within its deferred uses. */
-static int pending_use(uint64_t devhash, const char *key, int defer)
+static int pending_use(const clg_device *dev, uint64_t devhash, const char *key, int defer)
 {
-    pending_entry *p = pending_slot(devhash, key);
+    pending_entry *p = pending_slot(dev, devhash, key);
     return p && ++p->uses <= defer; /* no memory: measure now */
 }
 
@@ -552,7 +556,7 @@ clg_status clg_conv_auto_choose(clg_device *dev, const clg_conv_shape *s, clg_co
         file_load(dev, dh);
         int i = table_find(dh, key);
         int known = i >= 0 && clg_conv_algo_supported(g_entries[i].algo, s, pass);
-        int wait = !known && pending_use(dh, key, defer);
+        int wait = !known && pending_use(dev, dh, key, defer);
         pthread_mutex_unlock(&g_lock);
         clg_conv_algo d = clg_conv_algo_default(dev, s, pass);
         if (wait && clg_conv_algo_supported(d, s, pass)) {
@@ -594,11 +598,19 @@ void clg_conv_auto_state(clg_ctx *ctx, clg_sbuf *out)
             if (g_used.e[i].devhash == hs[h])
                 clg_sbuf_printf(out, "%016llx %s %s;", (unsigned long long)hs[h], g_used.e[i].key,
                                 clg_conv_algo_name(g_used.e[i].algo));
-        for (int i = 0; i < g_npending; i++)
-            if (g_pending[i].devhash == hs[h] && g_pending[i].uses > 0 &&
-                choice_find(&g_used, hs[h], g_pending[i].key) < 0)
-                clg_sbuf_printf(out, "%016llx %s ~%d;", (unsigned long long)hs[h], g_pending[i].key,
-                                g_pending[i].uses);
+        for (int i = 0; i < g_npending; i++) { /* per device: one entry per shape, the most uses */
+            if (g_pending[i].devhash != hs[h] || g_pending[i].uses <= 0 ||
+                choice_find(&g_used, hs[h], g_pending[i].key) >= 0)
+                continue;
+            int uses = g_pending[i].uses, first = 1;
+            for (int j = 0; j < g_npending && first; j++)
+                if (j != i && g_pending[j].devhash == hs[h] && strcmp(g_pending[j].key, g_pending[i].key) == 0) {
+                    first = j > i;
+                    uses = CLG_MAX(uses, g_pending[j].uses);
+                }
+            if (first)
+                clg_sbuf_printf(out, "%016llx %s ~%d;", (unsigned long long)hs[h], g_pending[i].key, uses);
+        }
     }
     pthread_mutex_unlock(&g_lock);
 }
@@ -640,12 +652,17 @@ static int parse_state_entry(const char *e, size_t len, uint64_t *dh, char *key,
     return clg_conv_algo_parse(&scratch, v, algo) == CLG_OK && *algo != CLG_CONV_AUTO;
 }
 
-/* Sets the shape's pending uses to at least uses (without memory: measured at its next use). */
-static void pending_restore(uint64_t devhash, const char *key, int uses)
+/* Sets the shape's pending uses to at least uses on every device of ctx
+ * with that hash (without memory: measured at its next use). */
+static void pending_restore(clg_ctx *ctx, uint64_t devhash, const char *key, int uses)
 {
-    pending_entry *p = pending_slot(devhash, key);
-    if (p)
-        p->uses = CLG_MAX(p->uses, uses);
+    for (int d = 0; d < ctx->ndev; d++) {
+        if (device_hash(&ctx->devs[d]) != devhash)
+            continue;
+        pending_entry *p = pending_slot(&ctx->devs[d], devhash, key);
+        if (p)
+            p->uses = CLG_MAX(p->uses, uses);
+    }
 }
 
 clg_status clg_conv_auto_pin(clg_ctx *ctx, clg_err *err, const char *state, const char *what)
@@ -672,7 +689,7 @@ clg_status clg_conv_auto_pin(clg_ctx *ctx, clg_err *err, const char *state, cons
         if (!ours)
             other++;
         else if (uses > 0)
-            pending_restore(dh, key, uses);
+            pending_restore(ctx, dh, key, uses);
         else if (choice_put(&g_pins, dh, key, algo) != 0)
             st = clg_err_set(err, CLG_ERR_HOST_OOM, "%s: out of memory", what);
         else

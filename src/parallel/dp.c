@@ -242,6 +242,19 @@ static clg_status make_reduction(clg_dp *dp, const char *mode, clg_err *err)
     return CLG_OK;
 }
 
+/* Every lane's device of one kind (same fingerprint: vendor, name, driver, compute units, ...). */
+static int same_kind(const clg_dp *dp)
+{
+    char fp0[700], fp[700];
+    clg_device_fingerprint(dp->lanes[0].dev, fp0, sizeof fp0);
+    for (int i = 1; i < dp->n; i++) {
+        clg_device_fingerprint(dp->lanes[i].dev, fp, sizeof fp);
+        if (strcmp(fp, fp0) != 0)
+            return 0;
+    }
+    return 1;
+}
+
 clg_status clg_dp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, uint64_t seed,
                          const clg_dp_params *p, clg_dp **out)
 {
@@ -306,6 +319,7 @@ clg_status clg_dp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, 
         if (st != CLG_OK)
             st = device_failed(dp, st, dev);
     }
+    dp->same_kind = st == CLG_OK && ndev > 1 && same_kind(dp);
     if (st == CLG_OK && reducing(dp))
         st = make_reduction(dp, p ? p->reduce : NULL, err);
     if (st == CLG_OK && ndev > 1 && !(dp->gathers = calloc(2 * (size_t)net->nlayers, sizeof *dp->gathers)))
@@ -1148,8 +1162,12 @@ static int rebalance(clg_dp *dp)
         fresh |= next[i] > 0 && dp->lanes[i].ready[next[i]] < 2;
     double t_now = plan_time(a, b, dp->n, now), t_next = plan_time(a, b, dp->n, next);
     int same = memcmp(now, next, (size_t)dp->n * sizeof *now) == 0;
-    /* after settling, a batch size not run yet only when two checks in a row point that way */
-    if (same || (!calibrating && (t_next > t_now * (fresh ? 0.88 : 0.95) || (fresh && !(dot > 0))))) {
+    /* after settling, a batch size not run yet only when two checks in a row point that way; devices of
+     * one kind calibrate only for a 5% shorter step (two identical lanes differ by timing noise, and
+     * chasing it costs new per-device batch sizes on a first run), and after settling move only when two
+     * checks in a row point the same way (noise flips the faster lane from look to look) */
+    int noise = dp->same_kind && (calibrating ? t_next > t_now * 0.95 : !(dot > 0));
+    if (same || noise || (!calibrating && (t_next > t_now * (fresh ? 0.88 : 0.95) || (fresh && !(dot > 0))))) {
         memcpy(dp->share, keep, sizeof keep);
         return 0;
     }
@@ -1265,19 +1283,45 @@ clg_status clg_dp_train_end(clg_dp *dp, clg_dp_job *job)
     return st;
 }
 
+int clg_dp_settled(const clg_dp *dp)
+{
+    if (!dp || dp->steps_seen < 2 || dp->last_prepared)
+        return 0;
+    for (int i = 0; i < dp->n; i++)
+        if (dp->lanes[i].cold)
+            return 0;
+    return dp->n < 2 || dp->split_fixed || dp->calibrations >= 2;
+}
+
 clg_status clg_dp_prepare(clg_dp *dp)
 {
     int next[CLG_DP_MAX_LANES], need = 0, failed = 0;
+    dp->last_prepared = 0;
     split(dp, slice_batch(dp), next);
     for (int i = 0; i < dp->n; i++)
         need |= next[i] > 0 && dp->lanes[i].ready[next[i]] < 2;
     if (!need)
         return CLG_OK;
     dp->prepares++;
+    dp->last_prepared = 1;
     reset_reduction(dp);
     double t0 = clg_now_sec();
-    clg_status st = report(dp, clg_team_run(dp->team, lane_prepare_fn, dp, &failed), failed);
-    clg_log(2, "data parallel: new per-device batch sizes met between steps in %.3f s", clg_now_sec() - t0);
+    clg_status st = CLG_OK;
+    /* lane by lane: the first lane of a kind to meet a size measures its convolution algorithms alone, as a
+     * one-device run (or a cache filled by one) would, not beside another lane's compiles and kernels, whose
+     * load changes while it measures; identical devices after it find them measured */
+    for (int i = 0; i < dp->n && st == CLG_OK; i++) {
+        if (next[i] <= 0 || dp->lanes[i].ready[next[i]] >= 2)
+            continue;
+        dp->prep_lane = i;
+        st = report(dp, clg_team_run(dp->team, lane_prepare_fn, dp, &failed), failed);
+    }
+    double t1 = clg_now_sec();
+    dp->prepare_s += t1 - t0;
+    if (clg_trace_on(dp->trace, dp->job.step)) /* inside the traced steps: it delays the next one */
+        for (int i = 0; i < dp->n; i++)
+            clg_trace_host(dp->trace, i, "prepare new batch sizes", t0, t1);
+    clg_log(2, "data parallel: new per-device batch sizes met between steps in %.3f s", t1 - t0);
     return st;
 }
 
@@ -1346,7 +1390,11 @@ static clg_status lane_job(clg_dp *dp, int lane, clg_status (*fn)(clg_dp *, clg_
 
 static clg_status lane_train_fn(void *arg, int lane) { return lane_job(arg, lane, lane_train); }
 static clg_status lane_forward_fn(void *arg, int lane) { return lane_job(arg, lane, lane_forward); }
-static clg_status lane_prepare_fn(void *arg, int lane) { return lane_job(arg, lane, lane_prepare); }
+static clg_status lane_prepare_fn(void *arg, int lane)
+{
+    clg_dp *dp = arg;
+    return lane == dp->prep_lane ? lane_job(dp, lane, lane_prepare) : CLG_OK; /* one lane at a time */
+}
 
 clg_status clg_dp_forward(clg_dp *dp, clg_dp_job *job)
 {

@@ -97,6 +97,11 @@ typedef struct clg_dp {
     int calibrations;      /* warm steps the split was set from (2: settled) */
     double last_move[CLG_DP_MAX_LANES]; /* the shares' previous modelled change (consistency) */
     int prepares;          /* passes run to meet a new per-lane batch size outside a step */
+    double prepare_s;      /* seconds those passes took */
+    int last_prepared;     /* the last clg_dp_train_end ran one (clg_dp_settled) */
+    int prep_lane;         /* the lane whose preparation runs (one at a time) */
+    int same_kind;         /* every lane's device has the same fingerprint: the calibration moves the split
+                              only for a modelled step 5% shorter (timing noise is no speed difference) */
     /* step-time spread (clg_dp_spread_suspect): wall times of warm steps */
     double t_begin;
     int64_t steps_seen;    /* training steps ended */
@@ -220,8 +225,16 @@ CLG_INTERNAL clg_status clg_dp_train_end(clg_dp *dp, clg_dp_job *job);
  * lane, outside any step: one forward and backward on meaningless values
  * builds their kernels and measures their algorithms; weights, optimizer
  * state and batch-norm running statistics are kept (clg_dp_train_end calls
- * it when the split moves to new sizes). */
+ * it when the split moves to new sizes). One lane after the other: each
+ * measures alone, and a lane of the same kind after it finds the
+ * measurements made. */
 CLG_INTERNAL clg_status clg_dp_prepare(clg_dp *dp);
+/* 1 once the lanes run at speed: at least two training steps ended, the
+ * split calibrated (auto: two calibrations; fixed weights or one lane: no
+ * calibration), and the last step neither met a new batch size inside it
+ * nor was followed by a preparation (so the next steps build and measure
+ * nothing). What bench train's warm-up waits for. */
+CLG_INTERNAL int clg_dp_settled(const clg_dp *dp);
 /* Forward only (evaluate / predict) on stage s; blocking. */
 CLG_INTERNAL clg_status clg_dp_forward(clg_dp *dp, clg_dp_job *job);
 /* Waits for every lane's queues. */

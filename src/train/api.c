@@ -489,6 +489,109 @@ static void bench_report_layout(clg_model *m, clg_bench_train_report *out)
     }
 }
 
+/* CPU seconds of the process so far (all threads; 0 where unknown). */
+static double cpu_now(void)
+{
+    struct timespec cpu;
+    return clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu) == 0 ? (double)cpu.tv_sec + 1e-9 * (double)cpu.tv_nsec : 0;
+}
+
+/* Extra warm-up steps at most while the data-parallel split settles (clg_dp_settled). */
+#define BENCH_SETTLE_MAX 16
+
+/* 1 when the warm-up must go on: data parallel over 2+ devices (no pipeline) not settled yet. */
+static int bench_unsettled(const clg_model *m) { return !m->pipe && m->dp && m->dp->n > 1 && !clg_dp_settled(m->dp); }
+
+/* Sets up the timed part: queues drained, profiles and counters reset, the trace opened. */
+static clg_status bench_timed_start(clg_ctx *ctx, clg_model *m, const clg_bench_train_params *p,
+                                    unsigned long long *launches0)
+{
+    clg_status st = clg_dp_finish(m->dp);
+    clg_replica_profile_reset(clg_session_rep(m));
+    if (m->pipe)
+        clg_pipe_bubble_reset(m->pipe);
+    *launches0 = 0;
+    for (int d = 0; d < ctx->ndev; d++)
+        *launches0 += ctx->devs[d].launches;
+    if (st == CLG_OK && p->trace)
+        st = clg_session_trace_open(m, p->trace, p->steps);
+    return st;
+}
+
+/* The warm-up and timed steps of bench train: the warm-up runs p->warmup
+ * steps, then (data parallel) on until the split has settled and every
+ * per-device batch size was met (at most BENCH_SETTLE_MAX more), so the
+ * timed steps build and measure nothing; times[] the timed steps' wall
+ * times, out's throughput, start-up and split figures. */
+static clg_status bench_steps(clg_ctx *ctx, clg_model *m, const clg_bench_train_params *p, double *times,
+                              clg_bench_train_report *out)
+{
+    int B = m->net->batch, warm_end = p->warmup, moves0 = 0, prep0 = 0;
+    double lr = m->hp.learning_rate * 0.1; /* small: random labels must not blow up the weights */
+    double t_start = 0, prep_s0 = 0, cpu0 = 0;
+    unsigned long long launches0 = 0;
+    clg_status st = clg_session_upload(m, 0, B, 1);
+    for (int i = 0; i < warm_end + p->steps && st == CLG_OK; i++) {
+        int s = i % CLG_STAGES, nx = (i + 1) % CLG_STAGES;
+        if (i == warm_end) {
+            if (p->warm_done && warm_end > 0) /* (--warmup 0 times the start-up: nothing is stopped) */
+                p->warm_done(p->warm_done_user);
+            st = bench_timed_start(ctx, m, p, &launches0);
+            moves0 = m->dp ? m->dp->rebalances : 0;
+            prep0 = m->dp ? m->dp->prepares : 0;
+            prep_s0 = m->dp ? m->dp->prepare_s : 0;
+            t_start = clg_now_sec();
+            cpu0 = cpu_now();
+        }
+        double t0 = clg_now_sec();
+        if (st == CLG_OK)
+            st = clg_session_step_begin(m, s, lr, NULL, NULL);
+        clg_status su = CLG_OK;
+        if (st == CLG_OK && i + 1 < warm_end + p->steps) { /* the next step's batch */
+            su = clg_session_stage_wait(m, nx);
+            if (su == CLG_OK)
+                su = clg_session_upload(m, nx, B, 1);
+        }
+        if (st == CLG_OK)
+            st = clg_session_step_end(m);
+        if (st == CLG_OK)
+            st = su;
+        if (st == CLG_OK && i == 0) {
+            /* start-up: time to the end of the first step (an untimed one
+             * when there is warm-up; with --warmup 0 it is waited for anyway) */
+            st = clg_dp_finish(m->dp);
+            out->first_step_end = clg_now_sec();
+            out->first_step_cpu_s = cpu_now();
+            out->first_step_s = out->first_step_end - t0;
+        }
+        if (st == CLG_OK && i >= warm_end) {
+            /* per-step time for the median: wait for the step */
+            st = clg_dp_finish(m->dp);
+            times[i - warm_end] = clg_now_sec() - t0;
+        } else if (i + 1 == warm_end && warm_end < p->warmup + BENCH_SETTLE_MAX && bench_unsettled(m)) {
+            warm_end++;
+        }
+    }
+    if (st != CLG_OK)
+        return st;
+    double el = clg_now_sec() - t_start;
+    out->cpu_ms_per_step = 1000 * (cpu_now() - cpu0) / p->steps;
+    out->seconds = el;
+    out->images_per_s = (double)B * p->steps / el;
+    out->ms_per_step = 1000 * el / p->steps;
+    unsigned long long launches = 0;
+    for (int d = 0; d < ctx->ndev; d++)
+        launches += ctx->devs[d].launches;
+    out->launches_per_step = (double)(launches - launches0) / p->steps;
+    out->warmup_run = warm_end;
+    if (m->dp) {
+        out->split_moves_timed = m->dp->rebalances - moves0;
+        out->prepares_timed = m->dp->prepares - prep0;
+        out->prepare_timed_s = m->dp->prepare_s - prep_s0;
+    }
+    return CLG_OK;
+}
+
 static clg_status bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg_bench_train_report *out)
 {
     clg_err *err = ctx ? &ctx->err : NULL;
@@ -523,68 +626,13 @@ static clg_status bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg
     }
     double *times = calloc((size_t)p->steps, sizeof(double));
     clg_status st = times ? CLG_OK : clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
-    double lr = m->hp.learning_rate * 0.1; /* small: random labels must not blow up the weights */
-    double t_start = 0;
-    unsigned long long launches0 = 0;
-    int total = p->warmup + p->steps;
     if (st == CLG_OK)
-        st = clg_session_upload(m, 0, B, 1);
-    for (int i = 0; i < total && st == CLG_OK; i++) {
-        int s = i % CLG_STAGES, nx = (i + 1) % CLG_STAGES;
-        if (i == p->warmup) {
-            st = clg_dp_finish(m->dp);
-            clg_replica_profile_reset(clg_session_rep(m));
-            if (m->pipe)
-                clg_pipe_bubble_reset(m->pipe);
-            launches0 = 0;
-            for (int d = 0; d < ctx->ndev; d++)
-                launches0 += ctx->devs[d].launches;
-            if (st == CLG_OK && p->trace)
-                st = clg_session_trace_open(m, p->trace, p->steps);
-            t_start = clg_now_sec();
-        }
-        double t0 = clg_now_sec();
-        if (st == CLG_OK)
-            st = clg_session_step_begin(m, s, lr, NULL, NULL);
-        clg_status su = CLG_OK;
-        if (st == CLG_OK && i + 1 < total) {
-            su = clg_session_stage_wait(m, nx);
-            if (su == CLG_OK)
-                su = clg_session_upload(m, nx, B, 1);
-        }
-        if (st == CLG_OK)
-            st = clg_session_step_end(m);
-        if (st == CLG_OK)
-            st = su;
-        if (st == CLG_OK && i == 0) {
-            /* start-up: time to the end of the first step (an untimed one
-             * when there is warm-up; with --warmup 0 it is waited for anyway) */
-            st = clg_dp_finish(m->dp);
-            out->first_step_end = clg_now_sec();
-            struct timespec cpu;
-            if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu) == 0)
-                out->first_step_cpu_s = (double)cpu.tv_sec + 1e-9 * (double)cpu.tv_nsec;
-            out->first_step_s = out->first_step_end - t0;
-        }
-        if (st == CLG_OK && i >= p->warmup) {
-            /* per-step time for the median: wait for the step */
-            st = clg_dp_finish(m->dp);
-            times[i - p->warmup] = clg_now_sec() - t0;
-        }
-    }
+        st = bench_steps(ctx, m, p, times, out);
     if (st == CLG_OK) {
-        double el = clg_now_sec() - t_start;
-        out->seconds = el;
-        out->images_per_s = (double)B * p->steps / el;
         out->tokens_per_sample = m->net->input_tokens ? (int)sample : 0;
         out->tokens_per_s = out->images_per_s * out->tokens_per_sample;
-        out->ms_per_step = 1000 * el / p->steps;
         qsort(times, (size_t)p->steps, sizeof(double), cmp_d);
         out->ms_per_step_median = 1000 * times[p->steps / 2];
-        unsigned long long launches = 0;
-        for (int d = 0; d < ctx->ndev; d++)
-            launches += ctx->devs[d].launches;
-        out->launches_per_step = (double)(launches - launches0) / p->steps;
         bench_report_layout(m, out);
         const char *w = clg_dp_take_warning(m->dp);
         snprintf(out->warning, sizeof out->warning, "%s", w ? w : "");

@@ -70,6 +70,10 @@ check 0 "image 63: class" "predict on an IDX file" -- \
 check 0 '"images_per_s"' "bench train --json" -- "$clgrad" bench train --model "$tmp/mlp.cfg" --batch 16 --steps 3 --json
 check 0 '"launches_per_step": [1-9]' "bench train --json counts launches" -- \
     "$clgrad" bench train --model "$tmp/mlp.cfg" --batch 16 --steps 2 --json
+# the warm-up steps run (3 asked; more while a split over several devices settles) and nothing met in the timed steps
+check 0 '"warmup_run": [3-9][0-9]*, "split_moves_timed": [0-9]*, "prepares_timed": 0, "prepare_timed_s": 0.000, "cpu_ms_per_step": [0-9]' \
+    "bench train --json reports the warm-up run and the timed steps' preparations" -- \
+    "$clgrad" bench train --model "$tmp/mlp.cfg" --batch 16 --steps 2 --split even --json
 # bench start: a cold and a warm process; the times must be consistent
 # (setup + first step within the time to the first step, within the process)
 n=$((n + 1))

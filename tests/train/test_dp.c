@@ -734,6 +734,75 @@ START_TEST(split_settles_early)
 }
 END_TEST
 
+/* bench train's warm-up goes on until the split has settled (issue 24 item
+ * 3): with lane 1 posing as half as fast, the split moves during the
+ * calibration after the first warm steps; asked for 1 warm-up step, the
+ * benchmark warms up until those moves and the passes meeting their batch
+ * sizes are done, so the timed steps (2: before the first look at the
+ * settled split, after 8 steps) neither move the split nor meet new
+ * per-device batch sizes. Before, both landed in the first timed steps. */
+START_TEST(bench_warmup_settles)
+{
+    if (!two_devices())
+        return;
+    const char *uneq = getenv("CLGRAD_TEST_DP_UNEQUAL");
+    int unequal = uneq && *uneq == '1';
+    ck_assert_int_eq(clg_ctx_option_set(ctx(), "test_slow_lane", unequal ? "" : "1:1.0"), CLG_OK);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/lenet5.cfg", CLG_SOURCE_DIR);
+    clg_bench_train_params p;
+    clg_bench_train_params_init(&p);
+    p.model = path;
+    p.batch = 64;
+    p.steps = 2;
+    p.warmup = 1;
+    p.devices = "all";
+    p.seed = tu_seed();
+    clg_bench_train_report r;
+    memset(&r, 0x7f, sizeof r); /* poisoned: every field must be written */
+    clg_status st = clg_bench_train(ctx(), &p, &r);
+    ck_assert_int_eq(clg_ctx_option_set(ctx(), "test_slow_lane", ""), CLG_OK);
+    ck_assert_msg(st == CLG_OK, "%s", clg_last_error(ctx()));
+    fprintf(stderr, "bench warm-up: %d steps run (asked 1), shares %s; timed: %d split moves, %d preparations "
+            "(%.3f s)\n", r.warmup_run, r.shares, r.split_moves_timed, r.prepares_timed, r.prepare_timed_s);
+    /* step 0 (cold; its sizes met after it), then two warm steps to calibrate on */
+    ck_assert_msg(r.warmup_run >= 3 && r.warmup_run <= 1 + 16, "warm-up %d", r.warmup_run);
+    ck_assert_msg(r.split_moves_timed == 0 && r.prepares_timed == 0 && r.prepare_timed_s == 0,
+                  "the timed steps moved the split %d time(s), met new sizes %d time(s)", r.split_moves_timed,
+                  r.prepares_timed);
+    ck_assert(r.images_per_s > 0 && isfinite(r.images_per_s));
+}
+END_TEST
+
+/* Devices of one kind are recognised (the calibration then ignores moves
+ * of under 5%: two identical lanes differ by timing noise only); a basic
+ * beside a pthread device is not of the same kind. */
+START_TEST(same_kind_lanes)
+{
+    if (!two_devices())
+        return;
+    const char *uneq = getenv("CLGRAD_TEST_DP_UNEQUAL");
+    int unequal = uneq && *uneq == '1';
+    clg_model *m = make(NET_BN, "0,1", NULL, 32, 0, tu_seed());
+    ck_assert_int_eq(m->dp->same_kind, !unequal);
+    ck_assert(!clg_dp_settled(m->dp)); /* no step yet */
+    /* step 0 cold (its sizes met after it), calibrations after steps 1 and 2 (a move: its sizes met after
+     * it), then warm; 6 steps stay before the first look at the settled split (after 8) */
+    train(m, tu_seed(), 6, 32, NULL);
+    ck_assert_msg(clg_dp_settled(m->dp), "6 steps: %d calibrations, last step prepared %d", m->dp->calibrations,
+                  m->dp->last_prepared);
+    clg_session_free(m);
+    clg_model *one = make(NET_BN, "0", NULL, 32, 0, tu_seed());
+    ck_assert_int_eq(one->dp->same_kind, 0);
+    ck_assert(!clg_dp_settled(one->dp));
+    train(one, tu_seed(), 2, 32, NULL); /* step 0 cold, step 1 measures (second use) */
+    ck_assert(!clg_dp_settled(one->dp));
+    train(one, tu_seed(), 1, 32, NULL);
+    ck_assert(clg_dp_settled(one->dp));
+    clg_session_free(one);
+}
+END_TEST
+
 /* Meeting new batch sizes between steps keeps every parameter, batch-norm
  * running statistics included, bitwise (the pass runs on zeros: without
  * the restore the running statistics move towards 0). */
@@ -809,6 +878,11 @@ int main(void)
     else
         tcase_add_test(tc, shares_follow_speed);
     tcase_add_test(tc, prepare_keeps_state);
+    TCase *tb = tcase_create("settle"); /* CK_RUN_CASE=settle runs it alone */
+    tcase_set_timeout(tb, 600);
+    tcase_add_test(tb, bench_warmup_settles);
+    tcase_add_test(tb, same_kind_lanes);
+    suite_add_tcase(s, tb);
     if (!(uneq && *uneq == '1'))
         tcase_add_test(tc, split_settles_early);
     tcase_add_test(tc, fp16_overflow_skips_everywhere);
