@@ -180,6 +180,50 @@ __kernel void colsum(const uint rows, const uint cols, __global const float *x, 
     y[oy + j] = s;
 }
 
+// ---- column sums of tall matrices in row chunks ----
+// Work-item (j, c) sums rows [c R, min(rows, (c + 1) R)) of column j in row
+// order into part[c cols + j]; colsum_fin adds the chunks in chunk order: a
+// fixed order (bitwise reproducible), and cols x chunks work-items instead
+// of cols (colsum's one work-item per column leaves all but one core idle
+// on a 4096 x 128 bias gradient). The act_*_bwd_colsum_part forms also
+// write dz = dy * f'(x) (x: the forward input) of the rows they sum.
+#define COLSUM_PART(NAME, DZ, STORE)                                                                   \
+    __kernel void NAME(const uint rows, const uint cols, const uint R, __global const float *x,        \
+                       const uint ox, __global const float *dy, const uint ody, __global float *dz,    \
+                       const uint odz, __global float *part)                                           \
+    {                                                                                                  \
+        const uint j = get_global_id(0), c = get_global_id(1);                                         \
+        if (j >= cols)                                                                                 \
+            return;                                                                                    \
+        const uint r1 = min(rows, (c + 1) * R);                                                        \
+        float s = 0.0f;                                                                                \
+        for (uint r = c * R; r < r1; r++) {                                                            \
+            const uint i = r * cols + j;                                                               \
+            const float g = dy[ody + i];                                                               \
+            const float v = (DZ);                                                                      \
+            if (STORE)                                                                                 \
+                dz[odz + i] = v;                                                                       \
+            s += v;                                                                                    \
+        }                                                                                              \
+        part[c * cols + j] = s;                                                                        \
+    }
+COLSUM_PART(colsum_part, g, 0)
+COLSUM_PART(act_gelu_bwd_colsum_part,
+            g * (clg_phi(x[ox + i]) + x[ox + i] * INV_SQRT_2PI * exp(-0.5f * x[ox + i] * x[ox + i])), 1)
+COLSUM_PART(act_gelu_tanh_bwd_colsum_part, g * clg_gelu_tanh_grad(x[ox + i]), 1)
+
+__kernel void colsum_fin(const uint cols, const uint chunks, __global const float *part, __global float *y,
+                         const uint oy)
+{
+    const uint j = get_global_id(0);
+    if (j >= cols)
+        return;
+    float s = 0.0f;
+    for (uint c = 0; c < chunks; c++)
+        s += part[c * cols + j];
+    y[oy + j] = s;
+}
+
 // Dense backward through ReLU with its bias gradient in one pass (one
 // work-item per column j): dz[r, j] = y[r, j] > 0 ? dy[r, j] : 0 (y: the
 // forward output, as act_relu_bwd) and db[j] = sum_r dz[r, j] in row order

@@ -12,12 +12,15 @@
 //   gemm_epilogue bias + ReLU in place (after a backend without epilogue).
 // With -D GEMM_CPU (MR, NV, VW): gemm_cpu, the CPU-friendly family: no
 //   barriers, each work-item owns an MR x (NV*VW) register tile of floatVW
-//   vectors, reads a packed B panel contiguously and broadcasts packed A.
+//   vectors, reads a packed B panel contiguously and broadcasts packed A
+//   (or, with -D A_DIRECT=1, broadcasts A read in place: row-major M x K
+//   with leading dimension lda; no packing pass for A).
 // With -D GEMM_TILED (MWG NWG KWG MDIMC NDIMC VWM VWN PADA PADB): gemm_tiled,
 //   the GPU-style family: a work-group tile MWG x NWG staged KWG deep in
 //   __local memory, each work-item an (MWG/MDIMC) x (NWG/NDIMC) register tile.
 // Both families read packed operands (so any M, N, K is safe: padding is
-// zero) and guard every store to C.
+// zero; gemm_cpu with A_DIRECT reads row M - 1 for rows past M) and guard
+// every store to C.
 // With -D GEMM_DOT (DR, DC): gemm_dot, C = A * B^T on unpacked row-major
 // operands as dot products along K (long thin products, e.g. the reduction
 // over tiles of the Winograd backward-filter pass).
@@ -181,13 +184,55 @@ __kernel void gemm_epilogue(const int M, const int N, __global float *C, const i
 #define VLOAD GEMM_CAT(vload, VW)
 #define VSTORE GEMM_CAT(vstore, VW)
 
+#ifndef GEMM_GELU // epilogue GELU after the bias: 0 none, 1 erf form, 2 tanh form (W receives the pre-activation)
+#define GEMM_GELU 0
+#endif
+#if GEMM_GELU
+// GELU of the epilogue, the same arithmetic as cl/eltwise.cl's act_gelu_fwd
+// (clg_phi: erfc from exp and a degree-9 Chebyshev fit, Numerical Recipes
+// 6.2) and act_gelu_tanh_fwd, for a scalar (T float) and a vector (T VEC).
+#define GEMM_GELU_FNS(T, SUF)                                                                                         \
+    inline T gemm_phi##SUF(const T x)                                                                                 \
+    {                                                                                                                 \
+        const T a = fabs(x);                                                                                          \
+        const T t = (T)(1.0f) / fma((T)(0.5f * 0.70710678118654752f), a, (T)(1.0f));                                \
+        T p = fma(t, (T)(0.17087277f), (T)(-0.82215223f));                                                            \
+        p = fma(p, t, (T)(1.48851587f));                                                                              \
+        p = fma(p, t, (T)(-1.13520398f));                                                                             \
+        p = fma(p, t, (T)(0.27886807f));                                                                              \
+        p = fma(p, t, (T)(-0.18628806f));                                                                             \
+        p = fma(p, t, (T)(0.09678418f));                                                                              \
+        p = fma(p, t, (T)(0.37409196f));                                                                              \
+        p = fma(p, t, (T)(1.00002368f));                                                                              \
+        p = fma(p, t, (T)(-1.26551223f));                                                                             \
+        const T half_erfc = (T)(0.5f) * t * exp(fma((T)(-0.5f) * a, a, p));                                          \
+        return select(half_erfc, (T)(1.0f) - half_erfc, x >= (T)(0.0f));                                              \
+    }                                                                                                                 \
+    inline T gemm_gelu##SUF(const T v)                                                                                \
+    {                                                                                                                 \
+        if (GEMM_GELU == 1)                                                                                           \
+            return v * gemm_phi##SUF(v);                                                                              \
+        const T u = (T)(-2.0f * 0.79788456080286536f) * fma((T)(0.044715f) * v * v, v, v);                           \
+        return v * ((T)(1.0f) / ((T)(1.0f) + exp(u)));                                                                \
+    }
+GEMM_GELU_FNS(float, _s)
+GEMM_GELU_FNS(VEC, _v)
+#endif
+
 // gws: (Mt rounded up to the work-group size, Nt, batch * KS); lws (WGS, 1, 1).
 // Ap: per batch entry apStride floats, panels of MR rows x K; Bp likewise
 // with NR columns. Work-item (mt, nt, b*KS+s) computes rows mt*MR.., columns
 // nt*NR.. over k in [s*kchunk, min(K, (s+1)*kchunk)). With KS > 1 it writes
-// the raw sum into W (see gemm_reduce), else it applies the epilogue to C.
+// the raw sum into W (see gemm_reduce), else it applies the epilogue to C;
+// built with GEMM_GELU (KS = 1 only) the epilogue ends with GELU and W
+// receives the value before it at b * strideC + m * ldc + n (C's index
+// without offC).
+#ifndef A_DIRECT // 0: A packed (panels of MR rows); 1: A in place, M x K row-major (leading dimension lda)
+#define A_DIRECT 0
+#endif
 __kernel void gemm_cpu(const int M, const int N, const int K, const int Mt, const float alpha, const float beta,
-                       __global const float *Ap, const int apStride, __global const float *Bp, const int bpStride,
+                       __global const float *Ap, const int apStride, const int offA, const int lda,
+                       __global const float *Bp, const int bpStride,
                        __global float *C, const int offC, const int ldc, const int strideC,
                        __global const float *bias, const int offBias, const int bias_mode, const int relu,
                        const int KS, const int kchunk, __global float *W)
@@ -201,7 +246,20 @@ __kernel void gemm_cpu(const int M, const int N, const int K, const int Mt, cons
     const int s = bs - b * KS; // (not %: its expansion upsets oclgrind)
     const int k0 = s * kchunk;
     const int k1 = min(K, k0 + kchunk);
+#if A_DIRECT
+    // rows past M read row M - 1 (finite; their outputs are never stored)
+    __global const float *a = Ap + offA + (size_t)b * apStride;
+    int ar[MR];
+#pragma unroll
+    for (int i = 0; i < MR; i++)
+        ar[i] = min(mt * MR + i, M - 1);
+    __global const float *arow[MR];
+#pragma unroll
+    for (int i = 0; i < MR; i++)
+        arow[i] = a + (size_t)ar[i] * lda;
+#else
     __global const float *a = Ap + (size_t)b * apStride + (size_t)mt * K * MR + (size_t)k0 * MR;
+#endif
     __global const float *bp = Bp + (size_t)b * bpStride + (size_t)nt * K * NR + (size_t)k0 * NR;
 
     VEC acc[MR][NV];
@@ -218,12 +276,18 @@ __kernel void gemm_cpu(const int M, const int N, const int K, const int Mt, cons
             bv[v] = VLOAD(v, bp);
 #pragma unroll
         for (int i = 0; i < MR; i++) {
+#if A_DIRECT
+            const VEC av = (VEC)(arow[i][k]);
+#else
             const VEC av = (VEC)(a[i]);
+#endif
 #pragma unroll
             for (int v = 0; v < NV; v++)
                 acc[i][v] = fma(av, bv[v], acc[i][v]);
         }
+#if !A_DIRECT
         a += MR;
+#endif
         bp += NR;
     }
 
@@ -260,6 +324,10 @@ __kernel void gemm_cpu(const int M, const int N, const int K, const int Mt, cons
                         r += VLOAD(0, bi + n);
                     if (relu)
                         r = fmax(r, (VEC)(0.0f));
+#if GEMM_GELU
+                    VSTORE(r, 0, W + (size_t)b * strideC + (size_t)m * ldc + n);
+                    r = gemm_gelu_v(r);
+#endif
                     VSTORE(r, 0, crow + n);
                 }
             }
@@ -296,6 +364,10 @@ __kernel void gemm_cpu(const int M, const int N, const int K, const int Mt, cons
                     r += bi[n + j];
                 if (relu)
                     r = fmax(r, 0.0f);
+#if GEMM_GELU
+                W[(size_t)b * strideC + (size_t)(m0 + i) * ldc + n + j] = r;
+                r = gemm_gelu_s(r);
+#endif
                 crow[j] = r;
             }
         }

@@ -8,6 +8,7 @@
 
 #include "clg_config.h"
 #include "gemm.h"
+#include "nn.h"
 #include "tune.h"
 
 #if CLG_HAVE_CLBLAST
@@ -37,6 +38,11 @@ static clg_status check_args(clg_device *dev, const clg_gemm_args *a)
                            a->lda, a->ldb, a->ldc);
     if (a->bias_mode != CLG_BIAS_NONE && !a->bias)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm: bias mode set without a bias buffer");
+    if (a->gelu < 0 || a->gelu > 2)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm: unknown GELU epilogue %d", a->gelu);
+    if (a->gelu && (!a->pre || (a->batch > 1) || a->ldc != a->N))
+        return clg_err_set(err, CLG_ERR_INVALID_ARG,
+                           "gemm: the GELU epilogue needs a pre-activation buffer, batch 1 and ldc = N");
     if (a->bias_mode < CLG_BIAS_NONE || a->bias_mode > CLG_BIAS_COL)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm: unknown bias mode %d", (int)a->bias_mode);
     /* The kernels take offsets, strides and leading dimensions as int. */
@@ -392,15 +398,29 @@ static int auto_ks(const clg_device *dev, int tiles, int K, size_t out_elems)
 
 /* Main kernel (+ split-K reduction) on packed operands: Ap/Bp hold panels of
  * PA/PB rows x Kp (per batch entry apStride/bpStride floats apart), the
- * product's shape and epilogue come from a (A/B fields unused). */
+ * product's shape and epilogue come from a (A/B fields unused). With adirect
+ * (CPU family only) the kernel reads A in place instead (a->A, offA, lda,
+ * strideA; Ap and apStride unused). */
 static clg_status run_packed(clg_device *dev, const clg_gemm_params *p, const clg_gemm_args *a, int Kp, cl_mem Ap,
-                             int apStride, cl_mem Bp, int bpStride, evs *ev)
+                             int apStride, cl_mem Bp, int bpStride, int adirect, evs *ev)
 {
     clg_err *err = clg_dev_err(dev);
     char opts[256];
     clg_gemm_params_options(p, opts, sizeof opts);
     cl_kernel kmain;
     int cpu = p->family == CLG_GEMM_FAM_CPU;
+    if (a->gelu && !cpu)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_INTERNAL, "gemm: GELU epilogue on a non-CPU family");
+    if (a->gelu) { /* a variant of the kernel (its own program); the plain one is unchanged */
+        size_t ol = strlen(opts);
+        snprintf(opts + ol, sizeof opts - ol, " -D GEMM_GELU=%d", a->gelu);
+    }
+    if (adirect && (!cpu || a->ta))
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_INTERNAL, "gemm: A in place needs the CPU family and op(A) = A");
+    if (adirect) {
+        size_t ol = strlen(opts);
+        snprintf(opts + ol, sizeof opts - ol, " -D A_DIRECT=1");
+    }
     CLG_TRY(clg_kernel_get(dev, "gemm", opts, cpu ? "gemm_cpu" : "gemm_tiled", &kmain));
 
     const int M = a->M, N = a->N, K = a->K;
@@ -410,6 +430,8 @@ static clg_status run_packed(clg_device *dev, const clg_gemm_params *p, const cl
     int KS = 1, kchunk = K;
     if (cpu) {
         KS = p->KS > 0 ? p->KS : auto_ks(dev, Mt * Nt * batch, K, (size_t)batch * Mt * PA * Nt * PB);
+        if (a->gelu) /* the epilogue needs whole sums */
+            KS = 1;
         KS = CLG_MIN(KS, K);
         if (KS > 1) {
             kchunk = CLG_CEIL_DIV(K, KS);
@@ -431,15 +453,19 @@ static clg_status run_packed(clg_device *dev, const clg_gemm_params *p, const cl
         clg_ka_int(&g, Mt);
     clg_ka_float(&g, a->alpha);
     clg_ka_float(&g, a->beta);
-    clg_ka_mem(&g, Ap);
-    clg_ka_int(&g, apStride);
+    clg_ka_mem(&g, adirect ? a->A : Ap);
+    clg_ka_int(&g, adirect ? (int)a->strideA : apStride);
+    if (cpu) {
+        clg_ka_int(&g, adirect ? (int)a->offA : 0);
+        clg_ka_int(&g, adirect ? a->lda : 0);
+    }
     clg_ka_mem(&g, Bp);
     clg_ka_int(&g, bpStride);
     ka_output(&g, a);
     if (cpu) {
         clg_ka_int(&g, KS);
         clg_ka_int(&g, kchunk);
-        clg_ka_mem(&g, W ? W : Ap);
+        clg_ka_mem(&g, W ? W : a->gelu ? a->pre : Ap);
     }
     if ((st = CLG_KA_DONE(err, &g, "arguments of gemm main kernel")) != CLG_OK)
         goto out;
@@ -533,20 +559,29 @@ static clg_status gemm_own(clg_device *dev, const clg_gemm_args *a, const clg_ge
                            M, N, K);
     const int bA = shareA ? 1 : batch, bB = shareB ? 1 : batch;
     const int apStride = shareA ? 0 : (int)panA, bpStride = shareB ? 0 : (int)panB;
+    /* CPU family, op(A) = A: A read in place (the kernel broadcasts one
+     * element of each of its MR rows per k, MR row streams), no packing pass
+     * over it. For gpt-mini's data gradients (dz (N T x units) times a small
+     * weight) packing A was a pass over the largest operand: 4096 x 128 x
+     * 512 took 15-16 ms of CPU instead of 18-20 (bench gemm, PoCL, loaded
+     * machine); neutral at K = 128. Not for op(A) = A^T (a weight gradient's
+     * dz^T: 10% slower in place) nor for B (in place 20-40% slower: the
+     * packed panel streams, the row-major one jumps ldb per k). */
+    const int adirect = cpu && !a->ta;
 
     scratch s = {{NULL, NULL, NULL}};
     clg_status st = CLG_OK;
-    if ((st = clg_buf_alloc(dev, sizeof(float) * CLG_MAX((size_t)1, panA * bA), &s.m[0])) != CLG_OK ||
+    if ((st = clg_buf_alloc(dev, sizeof(float) * (adirect ? 1 : CLG_MAX((size_t)1, panA * bA)), &s.m[0])) != CLG_OK ||
         (st = clg_buf_alloc(dev, sizeof(float) * CLG_MAX((size_t)1, panB * bB), &s.m[1])) != CLG_OK)
         goto out;
     if (Kp > 0) {
-        if ((st = pack(dev, kpack, M, K, Kp, a->ta, a->A, a->offA, a->lda, a->strideA, bA, PA, s.m[0], apStride,
-                       ev)) != CLG_OK ||
+        if ((!adirect && (st = pack(dev, kpack, M, K, Kp, a->ta, a->A, a->offA, a->lda, a->strideA, bA, PA, s.m[0],
+                                    apStride, ev)) != CLG_OK) ||
             (st = pack(dev, kpack, N, K, Kp, !a->tb, a->B, a->offB, a->ldb, a->strideB, bB, PB, s.m[1], bpStride,
                        ev)) != CLG_OK)
             goto out;
     }
-    st = run_packed(dev, p, a, Kp, s.m[0], apStride, s.m[1], bpStride, ev);
+    st = run_packed(dev, p, a, Kp, s.m[0], apStride, s.m[1], bpStride, adirect, ev);
 out:
     scratch_release(dev, &s);
     return st;
@@ -630,6 +665,8 @@ clg_status clg_gemm_packed(clg_device *dev, const clg_gemm_layout *L, const clg_
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm_packed: bias mode set without a bias buffer");
     if (a->bias_mode < CLG_BIAS_NONE || a->bias_mode > CLG_BIAS_COL)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm_packed: unknown bias mode %d", (int)a->bias_mode);
+    if (a->gelu)
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "gemm_packed: no GELU epilogue (clg_gemm has it)");
     if (a->M == 0 || a->N == 0)
         return CLG_OK;
     const int batch = a->batch > 0 ? a->batch : 1;
@@ -646,7 +683,8 @@ clg_status clg_gemm_packed(clg_device *dev, const clg_gemm_layout *L, const clg_
     CLG_TRY(check_size(dev, Ap, needA, "packed A"));
     CLG_TRY(check_size(dev, Bp, needB, "packed B"));
     evs e = {NULL, ev, NULL, 0};
-    clg_status st = run_packed(dev, &L->p, a, clg_gemm_layout_kp(L, a->K), Ap, (int)apStride, Bp, (int)bpStride, &e);
+    clg_status st =
+        run_packed(dev, &L->p, a, clg_gemm_layout_kp(L, a->K), Ap, (int)apStride, Bp, (int)bpStride, 0, &e);
     ev_finish(&e, st);
     return st;
 }
@@ -686,6 +724,8 @@ clg_status clg_gemm_dot(clg_device *dev, const clg_gemm_args *a, cl_event *ev)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm_dot: computes A * B^T only (ta=%d tb=%d, need 0 and 1)",
                            a->ta, a->tb);
     CLG_TRY(check_args(dev, a));
+    if (a->gelu)
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "gemm_dot: no GELU epilogue (clg_gemm has it)");
     if (a->M == 0 || a->N == 0)
         return CLG_OK;
     evs e = {NULL, ev, NULL, 0};
@@ -724,6 +764,8 @@ clg_status clg_gemm_rows(clg_device *dev, const clg_gemm_args *a, cl_event *ev)
     if (a->tb)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm_rows: computes op(A) * B only (tb=%d, need 0)", a->tb);
     CLG_TRY(check_args(dev, a));
+    if (a->gelu)
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "gemm_rows: no GELU epilogue (clg_gemm has it)");
     if (a->M == 0 || a->N == 0)
         return CLG_OK;
     evs e = {NULL, ev, NULL, 0};
@@ -875,8 +917,36 @@ clg_gemm_backend clg_gemm_get_backend(clg_ctx *ctx)
 }
 
 static clg_status run_backend(clg_device *dev, const clg_gemm_args *a, clg_gemm_backend b, const clg_gemm_params *p,
+                              evs *ev);
+
+/* The product with a GELU epilogue (clg_gemm_args.gelu): in the own CPU
+ * family's packed kernel, else the product into pre, then the activation
+ * pass (not among the events: the in-order queue orders it). */
+static clg_status run_gelu(clg_device *dev, const clg_gemm_args *a, clg_gemm_backend b, const clg_gemm_params *p,
+                           evs *ev)
+{
+    clg_gemm_params q;
+    if (b == CLG_GEMM_OWN && !p && a->K > 0 && !unpacked_kind(dev, a)) {
+        clg_gemm_params_for(dev, a->M, a->N, a->K, &q);
+        p = &q;
+    }
+    if (b == CLG_GEMM_OWN && p && p->family == CLG_GEMM_FAM_CPU)
+        return gemm_own(dev, a, p, ev);
+    clg_gemm_args g = *a;
+    g.gelu = 0;
+    g.pre = NULL;
+    g.C = a->pre;
+    g.offC = 0;
+    CLG_TRY(run_backend(dev, &g, b, p, ev));
+    return clg_nn_act_forward(dev, a->gelu == 1 ? CLG_ACT_GELU : CLG_ACT_GELU_TANH, 0.0f, (size_t)a->M * a->N, a->pre,
+                              0, a->C, a->offC);
+}
+
+static clg_status run_backend(clg_device *dev, const clg_gemm_args *a, clg_gemm_backend b, const clg_gemm_params *p,
                               evs *ev)
 {
+    if (a->gelu)
+        return run_gelu(dev, a, b, p, ev);
     if (b == CLG_GEMM_REF)
         return gemm_ref(dev, a, ev);
     if (b == CLG_GEMM_CLBLAST && a->K > 0)
