@@ -12,15 +12,12 @@
 //   gemm_epilogue bias + ReLU in place (after a backend without epilogue).
 // With -D GEMM_CPU (MR, NV, VW): gemm_cpu, the CPU-friendly family: no
 //   barriers, each work-item owns an MR x (NV*VW) register tile of floatVW
-//   vectors, reads a packed B panel contiguously and broadcasts packed A
-//   (or, with -D A_DIRECT=1, broadcasts A read in place: row-major M x K
-//   with leading dimension lda; no packing pass for A).
+//   vectors, reads a packed B panel contiguously and broadcasts packed A.
 // With -D GEMM_TILED (MWG NWG KWG MDIMC NDIMC VWM VWN PADA PADB): gemm_tiled,
 //   the GPU-style family: a work-group tile MWG x NWG staged KWG deep in
 //   __local memory, each work-item an (MWG/MDIMC) x (NWG/NDIMC) register tile.
 // Both families read packed operands (so any M, N, K is safe: padding is
-// zero; gemm_cpu with A_DIRECT reads row M - 1 for rows past M) and guard
-// every store to C.
+// zero) and guard every store to C.
 // With -D GEMM_DOT (DR, DC): gemm_dot, C = A * B^T on unpacked row-major
 // operands as dot products along K (long thin products, e.g. the reduction
 // over tiles of the Winograd backward-filter pass).
@@ -227,12 +224,8 @@ GEMM_GELU_FNS(VEC, _v)
 // built with GEMM_GELU (KS = 1 only) the epilogue ends with GELU and W
 // receives the value before it at b * strideC + m * ldc + n (C's index
 // without offC).
-#ifndef A_DIRECT // 0: A packed (panels of MR rows); 1: A in place, M x K row-major (leading dimension lda)
-#define A_DIRECT 0
-#endif
 __kernel void gemm_cpu(const int M, const int N, const int K, const int Mt, const float alpha, const float beta,
-                       __global const float *Ap, const int apStride, const int offA, const int lda,
-                       __global const float *Bp, const int bpStride,
+                       __global const float *Ap, const int apStride, __global const float *Bp, const int bpStride,
                        __global float *C, const int offC, const int ldc, const int strideC,
                        __global const float *bias, const int offBias, const int bias_mode, const int relu,
                        const int KS, const int kchunk, __global float *W)
@@ -246,20 +239,7 @@ __kernel void gemm_cpu(const int M, const int N, const int K, const int Mt, cons
     const int s = bs - b * KS; // (not %: its expansion upsets oclgrind)
     const int k0 = s * kchunk;
     const int k1 = min(K, k0 + kchunk);
-#if A_DIRECT
-    // rows past M read row M - 1 (finite; their outputs are never stored)
-    __global const float *a = Ap + offA + (size_t)b * apStride;
-    int ar[MR];
-#pragma unroll
-    for (int i = 0; i < MR; i++)
-        ar[i] = min(mt * MR + i, M - 1);
-    __global const float *arow[MR];
-#pragma unroll
-    for (int i = 0; i < MR; i++)
-        arow[i] = a + (size_t)ar[i] * lda;
-#else
     __global const float *a = Ap + (size_t)b * apStride + (size_t)mt * K * MR + (size_t)k0 * MR;
-#endif
     __global const float *bp = Bp + (size_t)b * bpStride + (size_t)nt * K * NR + (size_t)k0 * NR;
 
     VEC acc[MR][NV];
@@ -276,18 +256,12 @@ __kernel void gemm_cpu(const int M, const int N, const int K, const int Mt, cons
             bv[v] = VLOAD(v, bp);
 #pragma unroll
         for (int i = 0; i < MR; i++) {
-#if A_DIRECT
-            const VEC av = (VEC)(arow[i][k]);
-#else
             const VEC av = (VEC)(a[i]);
-#endif
 #pragma unroll
             for (int v = 0; v < NV; v++)
                 acc[i][v] = fma(av, bv[v], acc[i][v]);
         }
-#if !A_DIRECT
         a += MR;
-#endif
         bp += NR;
     }
 

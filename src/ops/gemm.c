@@ -398,11 +398,9 @@ static int auto_ks(const clg_device *dev, int tiles, int K, size_t out_elems)
 
 /* Main kernel (+ split-K reduction) on packed operands: Ap/Bp hold panels of
  * PA/PB rows x Kp (per batch entry apStride/bpStride floats apart), the
- * product's shape and epilogue come from a (A/B fields unused). With adirect
- * (CPU family only) the kernel reads A in place instead (a->A, offA, lda,
- * strideA; Ap and apStride unused). */
+ * product's shape and epilogue come from a (A/B fields unused). */
 static clg_status run_packed(clg_device *dev, const clg_gemm_params *p, const clg_gemm_args *a, int Kp, cl_mem Ap,
-                             int apStride, cl_mem Bp, int bpStride, int adirect, evs *ev)
+                             int apStride, cl_mem Bp, int bpStride, evs *ev)
 {
     clg_err *err = clg_dev_err(dev);
     char opts[256];
@@ -414,12 +412,6 @@ static clg_status run_packed(clg_device *dev, const clg_gemm_params *p, const cl
     if (a->gelu) { /* a variant of the kernel (its own program); the plain one is unchanged */
         size_t ol = strlen(opts);
         snprintf(opts + ol, sizeof opts - ol, " -D GEMM_GELU=%d", a->gelu);
-    }
-    if (adirect && (!cpu || a->ta))
-        return clg_err_set(clg_dev_err(dev), CLG_ERR_INTERNAL, "gemm: A in place needs the CPU family and op(A) = A");
-    if (adirect) {
-        size_t ol = strlen(opts);
-        snprintf(opts + ol, sizeof opts - ol, " -D A_DIRECT=1");
     }
     CLG_TRY(clg_kernel_get(dev, "gemm", opts, cpu ? "gemm_cpu" : "gemm_tiled", &kmain));
 
@@ -453,12 +445,8 @@ static clg_status run_packed(clg_device *dev, const clg_gemm_params *p, const cl
         clg_ka_int(&g, Mt);
     clg_ka_float(&g, a->alpha);
     clg_ka_float(&g, a->beta);
-    clg_ka_mem(&g, adirect ? a->A : Ap);
-    clg_ka_int(&g, adirect ? (int)a->strideA : apStride);
-    if (cpu) {
-        clg_ka_int(&g, adirect ? (int)a->offA : 0);
-        clg_ka_int(&g, adirect ? a->lda : 0);
-    }
+    clg_ka_mem(&g, Ap);
+    clg_ka_int(&g, apStride);
     clg_ka_mem(&g, Bp);
     clg_ka_int(&g, bpStride);
     ka_output(&g, a);
@@ -559,29 +547,20 @@ static clg_status gemm_own(clg_device *dev, const clg_gemm_args *a, const clg_ge
                            M, N, K);
     const int bA = shareA ? 1 : batch, bB = shareB ? 1 : batch;
     const int apStride = shareA ? 0 : (int)panA, bpStride = shareB ? 0 : (int)panB;
-    /* CPU family, op(A) = A: A read in place (the kernel broadcasts one
-     * element of each of its MR rows per k, MR row streams), no packing pass
-     * over it. For gpt-mini's data gradients (dz (N T x units) times a small
-     * weight) packing A was a pass over the largest operand: 4096 x 128 x
-     * 512 took 15-16 ms of CPU instead of 18-20 (bench gemm, PoCL, loaded
-     * machine); neutral at K = 128. Not for op(A) = A^T (a weight gradient's
-     * dz^T: 10% slower in place) nor for B (in place 20-40% slower: the
-     * packed panel streams, the row-major one jumps ldb per k). */
-    const int adirect = cpu && !a->ta;
 
     scratch s = {{NULL, NULL, NULL}};
     clg_status st = CLG_OK;
-    if ((st = clg_buf_alloc(dev, sizeof(float) * (adirect ? 1 : CLG_MAX((size_t)1, panA * bA)), &s.m[0])) != CLG_OK ||
+    if ((st = clg_buf_alloc(dev, sizeof(float) * CLG_MAX((size_t)1, panA * bA), &s.m[0])) != CLG_OK ||
         (st = clg_buf_alloc(dev, sizeof(float) * CLG_MAX((size_t)1, panB * bB), &s.m[1])) != CLG_OK)
         goto out;
     if (Kp > 0) {
-        if ((!adirect && (st = pack(dev, kpack, M, K, Kp, a->ta, a->A, a->offA, a->lda, a->strideA, bA, PA, s.m[0],
-                                    apStride, ev)) != CLG_OK) ||
+        if ((st = pack(dev, kpack, M, K, Kp, a->ta, a->A, a->offA, a->lda, a->strideA, bA, PA, s.m[0], apStride,
+                       ev)) != CLG_OK ||
             (st = pack(dev, kpack, N, K, Kp, !a->tb, a->B, a->offB, a->ldb, a->strideB, bB, PB, s.m[1], bpStride,
                        ev)) != CLG_OK)
             goto out;
     }
-    st = run_packed(dev, p, a, Kp, s.m[0], apStride, s.m[1], bpStride, adirect, ev);
+    st = run_packed(dev, p, a, Kp, s.m[0], apStride, s.m[1], bpStride, ev);
 out:
     scratch_release(dev, &s);
     return st;
@@ -683,8 +662,7 @@ clg_status clg_gemm_packed(clg_device *dev, const clg_gemm_layout *L, const clg_
     CLG_TRY(check_size(dev, Ap, needA, "packed A"));
     CLG_TRY(check_size(dev, Bp, needB, "packed B"));
     evs e = {NULL, ev, NULL, 0};
-    clg_status st =
-        run_packed(dev, &L->p, a, clg_gemm_layout_kp(L, a->K), Ap, (int)apStride, Bp, (int)bpStride, 0, &e);
+    clg_status st = run_packed(dev, &L->p, a, clg_gemm_layout_kp(L, a->K), Ap, (int)apStride, Bp, (int)bpStride, &e);
     ev_finish(&e, st);
     return st;
 }

@@ -305,6 +305,7 @@ clg_status clg_nn_dropout(clg_device *dev, size_t n, float p, uint32_t seed, uin
 static clg_status colsum_chunked(clg_device *dev, const char *kname, cl_uint ur, cl_uint uc, cl_mem x, cl_uint uox,
                                  cl_mem dy, cl_uint uody, cl_mem dz, cl_uint uodz, cl_mem db, cl_uint uodb)
 {
+    int vec8 = strstr(kname, "part8") != NULL; /* 8 columns per work-item */
     cl_uint chunks = (ur + COLSUM_R - 1) / COLSUM_R, R = COLSUM_R;
     if (ur == 0 || uc == 0) /* sums of no rows are 0 */
         return uc ? clg_buf_fill(dev, db, uodb, uc, 0.0f) : CLG_OK;
@@ -327,8 +328,9 @@ static clg_status colsum_chunked(clg_device *dev, const char *kname, cl_uint ur,
         CLG_KA(&ka, part);
         st = CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments");
     }
+    cl_uint n0 = vec8 ? uc / 8 : uc; /* work-items along the columns */
     if (st == CLG_OK)
-        st = run2(dev, k, uc, chunks, uc >= 64 ? 64 : 16);
+        st = run2(dev, k, n0, chunks, n0 >= 64 ? 64 : 16);
     if (st == CLG_OK)
         st = kget(dev, "eltwise", "colsum_fin", &k);
     if (st == CLG_OK) {
@@ -362,8 +364,10 @@ clg_status clg_nn_act_bwd_colsum(clg_device *dev, clg_act act, size_t rows, size
     CLG_TRY(range(dev, o, ody, rows * cols, &uody));
     CLG_TRY(range(dev, o, odz, rows * cols, &uodz));
     CLG_TRY(range(dev, o, odb, cols, &uodb));
-    return colsum_chunked(dev, act == CLG_ACT_GELU ? "act_gelu_bwd_colsum_part" : "act_gelu_tanh_bwd_colsum_part", ur,
-                          uc, x, uox, dy, uody, dz, uodz, db, uodb);
+    char kname[48];
+    snprintf(kname, sizeof kname, "act_%s_bwd_colsum_part%s", act == CLG_ACT_GELU ? "gelu" : "gelu_tanh",
+             cols % 8 == 0 ? "8" : "");
+    return colsum_chunked(dev, kname, ur, uc, x, uox, dy, uody, dz, uodz, db, uodb);
 }
 
 clg_status clg_nn_colsum(clg_device *dev, size_t rows, size_t cols, cl_mem x, size_t ox, cl_mem y, size_t oy)

@@ -215,6 +215,9 @@ START_TEST(test_act_bwd_colsum)
         ck_assert(bwd_case(form, 65, 17, 3) <= TOL);
         ck_assert(bwd_case(form, 1000, 130, 1) <= TOL);
         ck_assert(bwd_case(form, 64, 1, 0) <= TOL);
+        /* columns a multiple of 8: the float8 kernels */
+        ck_assert(bwd_case(form, 1, 8, 0) <= TOL);
+        ck_assert(bwd_case(form, 300, 136, 3) <= TOL);
     }
 }
 END_TEST
