@@ -281,7 +281,7 @@ static clg_status cpu_transpose(clg_device *dev, const clg_attn_desc *a, const c
     ka_seq(&ka, s);
     CLG_KA(&ka, dst);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-    size_t g[2] = {(size_t)Tp, (size_t)NH * a->d};
+    size_t g[2] = {(size_t)Tp / 8, (size_t)NH * a->d / 8}; /* 8 x 8 blocks: Tp and d are multiples of 8 */
     return clg_launch(dev, k, 2, g, NULL, CLG_LAUNCH_PAD, NULL);
 }
 
