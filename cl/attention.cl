@@ -387,10 +387,10 @@ inline float16 attn_keep16(const uint idx0, const uint stride, const float p, co
 #endif
 
 // dst (NH, HD, Tp) = head h of src (N, T, ld) transposed per head, rows t >= T zero;
-// one work-item per 8 x 8 block (t0 = 8 (t < Tp / 8), nh * HD + 8 e): eight rows of
-// 8 floats read, transposed in registers, eight columns of 8 floats written (one work-
-// item per element, lanes along t, gathered every read from rows ld apart: 2x slower).
-#define ATTN_COL(c) (float8)(r[0].c, r[1].c, r[2].c, r[3].c, r[4].c, r[5].c, r[6].c, r[7].c)
+// one work-item per 8 x 8 block (t0 = 8 (t < Tp / 8), nh * HD + 8 e): eight row pieces
+// of 8 floats read, eight column pieces written (one work-item per element, lanes
+// along t, gathered every read from rows ld apart: 1.5-2x slower on PoCL). Scalar
+// copies through a private block: the same in float8 swizzles crashed oclgrind.
 __kernel void attn_transpose(const uint T, const uint H, const uint NH, const uint Tp, __global const float *src,
                              const uint os, const uint lds, __global float *dst)
 {
@@ -399,18 +399,16 @@ __kernel void attn_transpose(const uint T, const uint H, const uint NH, const ui
         return;
     const uint nh = he / HD, e = he - nh * HD;
     const uint n = nh / H, h = nh - n * H;
-    float8 r[8];
-    for (uint i = 0; i < 8; i++)
-        r[i] = t0 + i < T ? vload8(0, src + os + ((size_t)n * T + t0 + i) * lds + h * HD + e) : (float8)(0.0f);
+    __global const float *s = src + os + (size_t)n * T * lds + h * HD + e;
+    float b[8][8];
+    for (uint i = 0; i < 8; i++) {
+        const uint t = t0 + i;
+        for (uint c = 0; c < 8; c++)
+            b[c][i] = t < T ? s[(size_t)t * lds + c] : 0.0f;
+    }
     __global float *d = dst + (size_t)he * Tp + t0;
-    vstore8(ATTN_COL(s0), 0, d);
-    vstore8(ATTN_COL(s1), 0, d + Tp);
-    vstore8(ATTN_COL(s2), 0, d + 2 * Tp);
-    vstore8(ATTN_COL(s3), 0, d + 3 * Tp);
-    vstore8(ATTN_COL(s4), 0, d + 4 * Tp);
-    vstore8(ATTN_COL(s5), 0, d + 5 * Tp);
-    vstore8(ATTN_COL(s6), 0, d + 6 * Tp);
-    vstore8(ATTN_COL(s7), 0, d + 7 * Tp);
+    for (uint c = 0; c < 8; c++)
+        vstore8(vload8(0, b[c]), 0, d + (size_t)c * Tp);
 }
 
 // Forward: RQ query rows of one (n, h) per work-item; the online softmax per row.
