@@ -31,7 +31,7 @@ Two measurements:
 
 usage:
   /usr/bin/python3 bench/gpt_vs_torch.py speed [--sides clgrad,torch1.13,torch2,torch2-compile]
-        [--steps 10] [--warmup 2] [--repeat 3] [--threads 2] [--json FILE]
+        [--steps 10] [--warmup 2] [--repeat 3] [--threads 2] [--json FILE] [--baseline OTHER_CLGRAD]
   /usr/bin/python3 bench/gpt_vs_torch.py quality --data FILE [--steps 3000] [--sides clgrad,torch2]
         [--svg FILE] [--json FILE] [--eval-limit N]
 Smoke check with Debian's torch 1.13 only (no torch.compile there):
@@ -274,14 +274,14 @@ def torch_cmd(side, a, worker, extra):
 
 def speed_side(side, a):
     """tokens/s (None when unavailable) and a note."""
-    if side == "clgrad":
-        cmd = [a.clgrad, "bench", "train", "--model", CFG, "--batch", str(BATCH), "--steps", str(a.steps),
+    if side in ("clgrad", "clgrad-base"):
+        cmd = [a.clgrad if side == "clgrad" else a.baseline, "bench", "train", "--model", CFG, "--batch", str(BATCH), "--steps", str(a.steps),
                "--warmup", str(a.warmup), "--json"] + (["--devices", a.devices] if a.devices else [])
         res, note = run(cmd, a.timeout)
         if res is None:
             return None, note
         r = json.loads([l for l in res.stdout.splitlines() if l.startswith("{")][-1])
-        return r["images_per_s"] * CTX, "clgrad"
+        return r["images_per_s"] * CTX, side
     c, note = torch_cmd(side, a, "speed", ["--steps", str(a.steps), "--warmup", str(a.warmup)])
     if c is None:
         return None, note
@@ -308,11 +308,14 @@ def speed(a, sides):
     med = {s: statistics.median(v) if v else None for s, v in vals.items()}
     t2 = [med[s] for s in ("torch2", "torch2-compile") if med.get(s)]
     ratio = "%.2fx" % (med["clgrad"] / max(t2)) if t2 and med.get("clgrad") else "n/a"
+    if med.get("clgrad") and med.get("clgrad-base"):
+        ratio += " (clgrad / clgrad-base %.2fx)" % (med["clgrad"] / med["clgrad-base"])
     print("\n| model | " + " | ".join(sides) + " | clgrad / best PyTorch 2.x | load (1-min) |")
     print("|---|" + "---:|" * (len(sides) + 1) + "---|")
     print("| gpt-mini (tokens/s) | %s | %s | %.1f-%.1f |" % (
         " | ".join("{:,.0f}".format(med[s]) if med[s] else "n/a" for s in sides), ratio, min(loads), max(loads)))
-    print("\nversions / notes: " + "; ".join("%s %s" % kv for kv in sorted(notes.items()) if kv[0] != "clgrad"))
+    print("\nversions / notes: " + "; ".join("%s %s" % kv for kv in sorted(notes.items())
+                                            if kv[0] not in ("clgrad", "clgrad-base")))
     return {"runs": vals, "median": med, "notes": notes, "load": loads}
 
 
@@ -414,6 +417,8 @@ def main():
     ap.add_argument("what", nargs="?", choices=["speed", "quality"], default="speed")
     ap.add_argument("--clgrad", default=os.path.join(ROOT, "build", "tools", "clgrad"))
     ap.add_argument("--sides", default=None)
+    ap.add_argument("--baseline", default=None,
+                    help="speed: a second clgrad binary (e.g. main's build), side clgrad-base, in the same rounds")
     ap.add_argument("--steps", type=int, default=None, help="speed: timed steps (10); quality: steps (3000)")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
@@ -435,8 +440,10 @@ def main():
         print(json.dumps(worker_speed(a) if a.worker == "speed" else worker_quality(a)))
         return 0
     sides = [s for s in (a.sides or (",".join(SIDES) if a.what == "speed" else "clgrad,torch2")).split(",") if s]
+    if a.baseline and "clgrad-base" not in sides:
+        sides.insert(1, "clgrad-base")
     for s in sides:
-        if s not in SIDES:
+        if s not in SIDES + ["clgrad-base"]:
             sys.exit("unknown side %s (known: %s)" % (s, ", ".join(SIDES)))
     r = speed(a, sides) if a.what == "speed" else quality(a, sides)
     if a.json:

@@ -342,24 +342,81 @@ static inline float hsum16(const float16 v)
 
 #define LANES ((int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
 
+#ifndef DROPOUT // 1: inverted dropout on the probabilities (attn_fwd_cpu, attn_bwd_dq_cpu, attn_bwd_dkdv_cpu)
+#define DROPOUT 0
+#endif
+#if DROPOUT
+// The mask of the gemm path (clg_nn_dropout on P (N, H, T, T)): element (nh, i, j) is
+// kept when the hash of (seed, step, base + (nh T + i) T + j) >= p (cl/eltwise.cl
+// clg_dropout_scale, the same arithmetic), scale 0 or inv = 1 / (1 - p). The extra
+// arguments every kernel of this section ends with:
+#define DROPOUT_ARGS , const float dp_p, const float dp_inv, const uint dp_seed, const uint dp_step, const uint dp_base
+inline uint attn_mix32(uint h)
+{
+    h ^= h >> 16;
+    h *= 0x7feb352du;
+    h ^= h >> 15;
+    h *= 0x846ca68bu;
+    h ^= h >> 16;
+    return h;
+}
+inline uint16 attn_mix32v(uint16 h)
+{
+    h ^= h >> 16;
+    h *= (uint16)(0x7feb352du);
+    h ^= h >> 15;
+    h *= (uint16)(0x846ca68bu);
+    h ^= h >> 16;
+    return h;
+}
+// Scales of the 16 elements idx0 + lane * stride.
+inline float16 attn_keep16(const uint idx0, const uint stride, const float p, const float inv, const uint seed,
+                           const uint step)
+{
+    const uint key = attn_mix32(seed ^ attn_mix32(step + 0x9e3779b9u));
+    const uint16 idx = (uint16)(idx0) + convert_uint16(LANES) * (uint16)(stride);
+    const uint16 h = attn_mix32v(idx ^ (uint16)(key));
+    const float16 u = convert_float16(h >> 8) * (1.0f / 16777216.0f);
+    return select((float16)(0.0f), (float16)(inv), u >= (float16)(p));
+}
+// Row i of head nh, keys j0 .. j0 + 15; key j of head nh, queries i0 .. i0 + 15.
+#define KEEP_ROW(i, j0) attn_keep16(dp_base + (nh * T + (i)) * T + (j0), 1u, dp_p, dp_inv, dp_seed, dp_step)
+#define KEEP_COL(i0, j) attn_keep16(dp_base + (nh * T + (i0)) * T + (j), T, dp_p, dp_inv, dp_seed, dp_step)
+#else
+#define DROPOUT_ARGS
+#endif
+
 // dst (NH, HD, Tp) = head h of src (N, T, ld) transposed per head, rows t >= T zero;
-// one work-item per (t < Tp, nh * HD + e).
+// one work-item per 8 x 8 block (t0 = 8 (t < Tp / 8), nh * HD + 8 e): eight row pieces
+// of 8 floats read, eight column pieces written (one work-item per element, lanes
+// along t, gathered every read from rows ld apart: 1.5-2x slower on PoCL). Scalar
+// copies through a private block: the same in float8 swizzles crashed oclgrind.
 __kernel void attn_transpose(const uint T, const uint H, const uint NH, const uint Tp, __global const float *src,
                              const uint os, const uint lds, __global float *dst)
 {
-    const uint t = get_global_id(0), he = get_global_id(1);
-    if (t >= Tp || he >= NH * HD)
+    const uint t0 = get_global_id(0) * 8, he = get_global_id(1) * 8;
+    if (t0 >= Tp || he >= NH * HD)
         return;
     const uint nh = he / HD, e = he - nh * HD;
     const uint n = nh / H, h = nh - n * H;
-    dst[(size_t)he * Tp + t] = t < T ? src[os + ((size_t)n * T + t) * lds + h * HD + e] : 0.0f;
+    __global const float *s = src + os + (size_t)n * T * lds + h * HD + e;
+    float b[8][8];
+    for (uint i = 0; i < 8; i++) {
+        const uint t = t0 + i;
+        for (uint c = 0; c < 8; c++)
+            b[c][i] = t < T ? s[(size_t)t * lds + c] : 0.0f;
+    }
+    __global float *d = dst + (size_t)he * Tp + t0;
+    for (uint c = 0; c < 8; c++)
+        vstore8(vload8(0, b[c]), 0, d + (size_t)c * Tp);
 }
 
 // Forward: RQ query rows of one (n, h) per work-item; the online softmax per row.
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
 attn_fwd_cpu(const uint T, const uint H, const uint Tp, const float scale, const int causal, __global const float *Q,
              const uint oq, const uint ldq, __global const float *Kt, __global const float *V, const uint ov,
-             const uint ldv, __global float *O, const uint oo, const uint ldo, __global float *L, const uint ol)
+             const uint ldv, __global float *O, const uint oo, const uint ldo, __global float *L,
+             const uint ol DROPOUT_ARGS)
 {
     const uint i0 = get_group_id(0) * RQ, nh = get_group_id(1);
     const uint n = nh / H, h = nh - n * H;
@@ -398,7 +455,11 @@ attn_fwd_cpu(const uint T, const uint H, const uint Tp, const float scale, const
             m[r] = mt;
             for (uint c = 0; c < HV; c++)
                 acc[r][c] *= corr;
+#if DROPOUT // the normalizer l sums the probabilities before dropout; P V takes them after
+            vstore16(pr * KEEP_ROW(i0 + r, j0), 0, p[r]);
+#else
             vstore16(pr, 0, p[r]);
+#endif
         }
         const uint jn = min((uint)KB, jend - j0);
         for (uint jj = 0; jj < jn; jj++) {
@@ -451,7 +512,7 @@ attn_bwd_dq_cpu(const uint T, const uint H, const uint Tp, const float scale, co
                 __global const float *Q, const uint oq, const uint ldq, __global const float *K, const uint ok,
                 const uint ldk, __global const float *Kt, __global const float *Vt, __global const float *dO,
                 const uint odo, const uint lddo, __global const float *Lp, __global const float *Dp,
-                __global float *dQ, const uint odq, const uint lddq)
+                __global float *dQ, const uint odq, const uint lddq DROPOUT_ARGS)
 {
     const uint i0 = get_group_id(0) * RQ, nh = get_group_id(1);
     const uint n = nh / H, h = nh - n * H;
@@ -490,7 +551,11 @@ attn_bwd_dq_cpu(const uint T, const uint H, const uint Tp, const float scale, co
         for (uint r = 0; r < RQ; r++) {
             const int16 okm = (j < (int16)((int)T)) & (causal ? (j <= (int16)((int)(i0 + r))) : (int16)(-1));
             const float16 p = select((float16)(0.0f), exp(s[r] - (float16)(li[r])), okm);
+#if DROPOUT // dS = P o (dP~ o Z - D): D = rowsum(dO o O) already includes the mask
+            vstore16(p * (dp[r] * KEEP_ROW(i0 + r, j0) - (float16)(di[r])), 0, ds[r]);
+#else
             vstore16(p * (dp[r] - (float16)(di[r])), 0, ds[r]);
+#endif
         }
         const uint jn = min((uint)KB, jend - j0);
         for (uint jj = 0; jj < jn; jj++) {
@@ -520,7 +585,7 @@ attn_bwd_dkdv_cpu(const uint T, const uint H, const uint Tp, const float scale, 
                   const uint ldk, __global const float *V, const uint ov, const uint ldv, __global const float *dO,
                   const uint odo, const uint lddo, __global const float *Qt, __global const float *Gt,
                   __global const float *Lp, __global const float *Dp, __global float *dK, const uint odk,
-                  const uint lddk, __global float *dV, const uint odv, const uint lddv)
+                  const uint lddk, __global float *dV, const uint odv, const uint lddv DROPOUT_ARGS)
 {
     const uint j0 = get_group_id(0) * RK, nh = get_group_id(1);
     const uint n = nh / H, h = nh - n * H;
@@ -559,8 +624,14 @@ attn_bwd_dkdv_cpu(const uint T, const uint H, const uint Tp, const float scale, 
         for (uint r = 0; r < RK; r++) {
             const int16 okm = (i < (int16)((int)T)) & (causal ? (i >= (int16)((int)(j0 + r))) : (int16)(-1));
             const float16 pr = select((float16)(0.0f), exp(s[r] - lv), okm);
+#if DROPOUT // dV takes the dropped-out P, dS the mask on dP~
+            const float16 z = KEEP_COL(i0, j0 + r);
+            vstore16(pr * z, 0, p[r]);
+            vstore16(pr * (dp[r] * z - dv16), 0, ds[r]);
+#else
             vstore16(pr, 0, p[r]);
             vstore16(pr * (dp[r] - dv16), 0, ds[r]);
+#endif
         }
         const uint in_ = min((uint)KB, T - i0);
         for (uint ii = 0; ii < in_; ii++) {

@@ -3,8 +3,9 @@
  * softmax(scale q k^T, causal mask) v read straight from qkv (no
  * transposes, see src/ops/attention.h), out = a Wout^T + bout.
  * Keys: heads (required, divides C), causal = 1, dropout = 0 (on the
- * probabilities, in training; gemm algorithm only: auto picks gemm, fused
- * refuses it), algo = auto|fused|gemm. Params (torch.nn.MultiheadAttention's
+ * probabilities, in training; the gemm algorithm and the fused kernels'
+ * CPU variant, which draw the same mask: auto picks gemm, fused on other
+ * devices refuses it at run time), algo = auto|fused|gemm. Params (torch.nn.MultiheadAttention's
  * in_proj / out_proj): qkv_weight (3C x C: rows of Wq, Wk, Wv), qkv_bias
  * (3C), out_weight (C x C), out_bias (C). */
 #include <math.h>
@@ -41,11 +42,6 @@ static clg_status attn_configure(clg_layer *l, clg_err *err, const clg_cfg *cfg,
     CLG_TRY(clg_cfg_int(err, cfg, sec, "causal", 1, 0, 1, &causal));
     CLG_TRY(clg_cfg_float(err, cfg, sec, "dropout", 0.0, 0.0, 0.99, &dropout));
     CLG_TRY(clg_cfg_enum(err, cfg, sec, "algo", "auto", clg_attn_algo_names(), &algo));
-    if (dropout > 0.0 && algo == CLG_ATTN_FUSED)
-        return clg_err_set(err, CLG_ERR_UNSUPPORTED,
-                           "dropout = %g with algo = fused: the fused kernels do not support dropout yet (use algo = "
-                           "gemm or auto)",
-                           dropout);
     p->dropout = (float)dropout;
     p->heads = (int)heads;
     p->causal = (int)causal;

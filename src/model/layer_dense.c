@@ -210,13 +210,39 @@ static clg_status dense_forward(clg_layer *l, clg_device *dev, const clg_tensor 
      * every dense layer of LeNet-5 and VGG-S (fc3 128x10x84: 0.009 against
      * 0.023-0.034 ms) and two launches fewer; larger products keep the
      * tuned packed kernels. */
-    if ((double)n * p->units * p->in_features <= DENSE_DOT_MAX)
+    int small = (double)n * p->units * p->in_features <= DENSE_DOT_MAX;
+    if (!small && clg_act_needs_x(p->act)) {
+        /* GELU in the GEMM's epilogue: the output and the pre-activation
+         * (kept for backward) in one pass, no separate activation launch */
+        g.gelu = p->act == CLG_ACT_GELU ? 1 : 2;
+        g.pre = p->pre;
+        g.C = out->mem;
+        g.offC = out->off;
+        return clg_gemm(dev, &g, NULL);
+    }
+    if (small)
         CLG_TRY(clg_gemm_dot(dev, &g, NULL));
     else
         CLG_TRY(clg_gemm(dev, &g, NULL));
     if (p->act != CLG_ACT_LINEAR && p->act != CLG_ACT_RELU)
         CLG_TRY(clg_nn_act_forward(dev, p->act, p->alpha, ny, y, oy, out->mem, out->off));
     return CLG_OK;
+}
+
+/* dz (tmp) = dout * act'(.), with fused also the bias gradient. */
+static clg_status dense_act_backward(clg_layer *l, clg_device *dev, int n, int fused, const clg_tensor *out,
+                                     const clg_tensor *dout, cl_mem tmp)
+{
+    dense_priv *p = l->priv;
+    size_t rows = (size_t)n, cols = (size_t)p->units;
+    if (fused && p->act == CLG_ACT_RELU)
+        return clg_nn_relu_bwd_colsum(dev, rows, cols, out->mem, out->off, dout->mem, dout->off, tmp, 0,
+                                      l->params[p->bi].grad, 0);
+    if (fused) /* GELU: its derivative from the pre-activation kept by forward */
+        return clg_nn_act_bwd_colsum(dev, p->act, rows, cols, p->pre, 0, dout->mem, dout->off, tmp, 0,
+                                     l->params[p->bi].grad, 0);
+    return clg_nn_act_backward(dev, p->act, p->alpha, rows * cols, clg_act_needs_x(p->act) ? p->pre : NULL, 0,
+                               out->mem, out->off, dout->mem, dout->off, tmp, 0);
 }
 
 static clg_status dense_backward(clg_layer *l, clg_device *dev, const clg_tensor *in, int nin, const clg_tensor *out,
@@ -227,15 +253,11 @@ static clg_status dense_backward(clg_layer *l, clg_device *dev, const clg_tensor
     size_t ny = (size_t)n * p->units;
     cl_mem dz = dout->mem, tmp = NULL;
     size_t odz = dout->off;
-    /* ReLU with a bias: the activation's backward and the bias gradient in one launch */
-    int fused = p->act == CLG_ACT_RELU && p->bias;
+    /* ReLU or GELU with a bias: the activation's backward and the bias gradient in one pass */
+    int fused = (p->act == CLG_ACT_RELU || clg_act_needs_x(p->act)) && p->bias;
     if (p->act != CLG_ACT_LINEAR) {
         CLG_TRY(clg_buf_alloc(dev, ny * sizeof(float), &tmp));
-        clg_status st = fused ? clg_nn_relu_bwd_colsum(dev, (size_t)n, (size_t)p->units, out->mem, out->off,
-                                                       dout->mem, dout->off, tmp, 0, l->params[p->bi].grad, 0)
-                              : clg_nn_act_backward(dev, p->act, p->alpha, ny,
-                                                    clg_act_needs_x(p->act) ? p->pre : NULL, 0, out->mem, out->off,
-                                                    dout->mem, dout->off, tmp, 0);
+        clg_status st = dense_act_backward(l, dev, n, fused, out, dout, tmp);
         if (st != CLG_OK) {
             clg_buf_release(dev, tmp);
             return st;

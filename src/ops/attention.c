@@ -65,11 +65,6 @@ static clg_status check_saved(clg_device *dev, const clg_attn_desc *a, clg_attn_
 {
     if (!saved)
         return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG, "%s: NULL buffer 'saved'", op);
-    if (algo != CLG_ATTN_GEMM && a->dropout > 0.0f)
-        return clg_err_set(clg_dev_err(dev), CLG_ERR_UNSUPPORTED,
-                           "%s: dropout on the probabilities is supported by the gemm algorithm only (not yet by the "
-                           "fused kernels)",
-                           op);
     double tt = (double)a->N * a->heads * a->T * a->T * (a->dropout > 0.0f ? 2 : 1);
     if (algo == CLG_ATTN_GEMM && tt > 4294967295.0)
         return clg_err_set(clg_dev_err(dev), CLG_ERR_UNSUPPORTED,
@@ -97,6 +92,18 @@ static int fused_variant(const clg_device *dev, const clg_attn_desc *a)
 }
 
 static int fused_direct(const clg_device *dev, const clg_attn_desc *a) { return fused_variant(dev, a) >= 2; }
+
+/* Dropout on the probabilities: the gemm algorithm and the fused CPU
+ * register-tile kernels (variant 3); not yet the other fused variants. */
+static clg_status check_dropout(clg_device *dev, const clg_attn_desc *a, clg_attn_algo algo, const char *op)
+{
+    if (algo == CLG_ATTN_GEMM || a->dropout == 0.0f || fused_variant(dev, a) == 3)
+        return CLG_OK;
+    return clg_err_set(clg_dev_err(dev), CLG_ERR_UNSUPPORTED,
+                       "%s: dropout on the probabilities with the fused kernels needs the CPU variant (a CPU device, "
+                       "head width a multiple of 8); not supported yet by variant %d (use algo = gemm)",
+                       op, fused_variant(dev, a));
+}
 
 /* Kernel `name` built for head width d with the largest tile B <= ATTN_B
  * whose group and local memory (lmem_floats(B) floats) the device allows. */
@@ -255,7 +262,8 @@ static clg_status cpu_kernel(clg_device *dev, const clg_attn_desc *a, const char
     char opt[128];
     fused_options(dev, a, ATTN_B, opt, sizeof opt);
     size_t n = strlen(opt);
-    snprintf(opt + n, sizeof opt - n, " -DRQ=%d -DRK=%d", cpu_rq(a), cpu_rk(a));
+    snprintf(opt + n, sizeof opt - n, " -DRQ=%d -DRK=%d%s", cpu_rq(a), cpu_rk(a),
+             a->dropout > 0.0f ? " -DDROPOUT=1" : "");
     return clg_kernel_get(dev, "attention", opt, name, k);
 }
 
@@ -273,7 +281,7 @@ static clg_status cpu_transpose(clg_device *dev, const clg_attn_desc *a, const c
     ka_seq(&ka, s);
     CLG_KA(&ka, dst);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-    size_t g[2] = {(size_t)Tp, (size_t)NH * a->d};
+    size_t g[2] = {(size_t)Tp / 8, (size_t)NH * a->d / 8}; /* 8 x 8 blocks: Tp and d are multiples of 8 */
     return clg_launch(dev, k, 2, g, NULL, CLG_LAUNCH_PAD, NULL);
 }
 
@@ -282,6 +290,20 @@ static clg_status cpu_blocks(clg_device *dev, cl_kernel k, const clg_attn_desc *
     size_t g[2] = {(size_t)CLG_CEIL_DIV(a->T, rows), (size_t)a->N * a->heads};
     size_t l[2] = {1, 1};
     return clg_launch(dev, k, 2, g, l, CLG_LAUNCH_FIXED, NULL);
+}
+
+/* With dropout: the trailing arguments of the CPU kernels (DROPOUT_ARGS). */
+static void ka_cpu_dropout(clg_kargs *ka, const clg_attn_desc *a)
+{
+    if (!(a->dropout > 0.0f))
+        return;
+    cl_float p = a->dropout, inv = 1.0f / (1.0f - a->dropout);
+    cl_uint seed = a->seed, step = a->step, base = a->base;
+    CLG_KA(ka, p);
+    CLG_KA(ka, inv);
+    CLG_KA(ka, seed);
+    CLG_KA(ka, step);
+    CLG_KA(ka, base);
 }
 
 /* T, H, Tp, scale, causal: the leading arguments of the CPU kernels. */
@@ -316,6 +338,7 @@ static clg_status cpu_forward(clg_device *dev, const clg_attn_desc *a, const clg
         ka_seq(&ka, o);
         CLG_KA(&ka, lse);
         CLG_KA(&ka, ol);
+        ka_cpu_dropout(&ka, a);
         st = CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments");
         if (st == CLG_OK)
             st = cpu_blocks(dev, kr, a, cpu_rq(a));
@@ -380,6 +403,7 @@ static clg_status cpu_bwd_run(clg_device *dev, const clg_attn_desc *a, const clg
     CLG_KA(&ka, s->Lp);
     CLG_KA(&ka, s->Dp);
     ka_seq(&ka, dq);
+    ka_cpu_dropout(&ka, a);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     CLG_TRY(cpu_blocks(dev, kq, a, cpu_rq(a)));
     clg_kargs kb = {kkv, 0, CL_SUCCESS};
@@ -394,6 +418,7 @@ static clg_status cpu_bwd_run(clg_device *dev, const clg_attn_desc *a, const clg
     CLG_KA(&kb, s->Dp);
     ka_seq(&kb, dk);
     ka_seq(&kb, dv);
+    ka_cpu_dropout(&kb, a);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &kb, "kernel arguments"));
     return cpu_blocks(dev, kkv, a, cpu_rk(a));
 }
@@ -549,6 +574,7 @@ clg_status clg_attn_forward(clg_device *dev, const clg_attn_desc *a, clg_attn_al
     CLG_TRY(check_seq(dev, a, op, "v", v));
     CLG_TRY(check_seq(dev, a, op, "o", o));
     CLG_TRY(check_saved(dev, a, algo, op, saved, saved_off));
+    CLG_TRY(check_dropout(dev, a, algo, op));
     if (algo == CLG_ATTN_GEMM)
         return gemm_forward(dev, a, q, k, v, o, saved, saved_off);
     if (fused_variant(dev, a) == 3)
@@ -568,6 +594,7 @@ clg_status clg_attn_backward(clg_device *dev, const clg_attn_desc *a, clg_attn_a
     for (int i = 0; i < 7; i++)
         CLG_TRY(check_seq(dev, a, op, names[i], s[i]));
     CLG_TRY(check_saved(dev, a, algo, op, saved, saved_off));
+    CLG_TRY(check_dropout(dev, a, algo, op));
     if (algo == CLG_ATTN_GEMM)
         return gemm_backward(dev, a, q, k, v, saved, saved_off, do_, dq, dk, dv);
     CLG_TRY(check_seq(dev, a, op, "o", o));

@@ -18,8 +18,10 @@
  *   gemm: the reference: batched GEMMs (src/ops/gemm.c) for S = scale Q K^T,
  *     a masked softmax in place, O = P V; saves P (N H T T floats; with
  *     dropout also the dropped-out P, twice that).
- * Dropout on the probabilities: gemm only (clg_attn_desc.dropout). Every
- * launcher only enqueues on dev->queue. */
+ * Dropout on the probabilities (clg_attn_desc.dropout): gemm, and fused in
+ * its CPU variant 3 with the same mask (hashed from the element's index, as
+ * the dropout layer; CLG_ERR_UNSUPPORTED in the other fused variants).
+ * Every launcher only enqueues on dev->queue. */
 #ifndef CLG_OPS_ATTENTION_H
 #define CLG_OPS_ATTENTION_H
 
@@ -46,8 +48,8 @@ typedef struct clg_attn_desc {
                            (Q, dO for dK/dV), head width a multiple of 8 (else 2);
                            0 by device: 3 (or 2) on CPUs, 1 elsewhere */
     int rq, rk;         /* variant 3: query / key rows per work-item (0: defaults, 4 and 8) */
-    /* Inverted dropout on the probabilities (gemm algorithm only; the fused one refuses
-     * dropout > 0): element (n, h, i, j) kept when hash(seed, step, base + ((n H + h) T + i) T
+    /* Inverted dropout on the probabilities (gemm algorithm and fused variant 3; the
+     * other fused variants refuse dropout > 0): element (n, h, i, j) kept when hash(seed, step, base + ((n H + h) T + i) T
      * + j) >= dropout, as the dropout layer's mask (clg_nn_dropout), scaled by 1/(1 - dropout). */
     float dropout;
     uint32_t seed, step, base;

@@ -8,6 +8,7 @@
 
 #include "clg_config.h"
 #include "gemm.h"
+#include "nn.h"
 #include "tune.h"
 
 #if CLG_HAVE_CLBLAST
@@ -37,6 +38,11 @@ static clg_status check_args(clg_device *dev, const clg_gemm_args *a)
                            a->lda, a->ldb, a->ldc);
     if (a->bias_mode != CLG_BIAS_NONE && !a->bias)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm: bias mode set without a bias buffer");
+    if (a->gelu < 0 || a->gelu > 2)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm: unknown GELU epilogue %d", a->gelu);
+    if (a->gelu && (!a->pre || (a->batch > 1) || a->ldc != a->N))
+        return clg_err_set(err, CLG_ERR_INVALID_ARG,
+                           "gemm: the GELU epilogue needs a pre-activation buffer, batch 1 and ldc = N");
     if (a->bias_mode < CLG_BIAS_NONE || a->bias_mode > CLG_BIAS_COL)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm: unknown bias mode %d", (int)a->bias_mode);
     /* The kernels take offsets, strides and leading dimensions as int. */
@@ -401,6 +407,12 @@ static clg_status run_packed(clg_device *dev, const clg_gemm_params *p, const cl
     clg_gemm_params_options(p, opts, sizeof opts);
     cl_kernel kmain;
     int cpu = p->family == CLG_GEMM_FAM_CPU;
+    if (a->gelu && !cpu)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_INTERNAL, "gemm: GELU epilogue on a non-CPU family");
+    if (a->gelu) { /* a variant of the kernel (its own program); the plain one is unchanged */
+        size_t ol = strlen(opts);
+        snprintf(opts + ol, sizeof opts - ol, " -D GEMM_GELU=%d", a->gelu);
+    }
     CLG_TRY(clg_kernel_get(dev, "gemm", opts, cpu ? "gemm_cpu" : "gemm_tiled", &kmain));
 
     const int M = a->M, N = a->N, K = a->K;
@@ -410,6 +422,8 @@ static clg_status run_packed(clg_device *dev, const clg_gemm_params *p, const cl
     int KS = 1, kchunk = K;
     if (cpu) {
         KS = p->KS > 0 ? p->KS : auto_ks(dev, Mt * Nt * batch, K, (size_t)batch * Mt * PA * Nt * PB);
+        if (a->gelu) /* the epilogue needs whole sums */
+            KS = 1;
         KS = CLG_MIN(KS, K);
         if (KS > 1) {
             kchunk = CLG_CEIL_DIV(K, KS);
@@ -439,7 +453,7 @@ static clg_status run_packed(clg_device *dev, const clg_gemm_params *p, const cl
     if (cpu) {
         clg_ka_int(&g, KS);
         clg_ka_int(&g, kchunk);
-        clg_ka_mem(&g, W ? W : Ap);
+        clg_ka_mem(&g, W ? W : a->gelu ? a->pre : Ap);
     }
     if ((st = CLG_KA_DONE(err, &g, "arguments of gemm main kernel")) != CLG_OK)
         goto out;
@@ -630,6 +644,8 @@ clg_status clg_gemm_packed(clg_device *dev, const clg_gemm_layout *L, const clg_
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm_packed: bias mode set without a bias buffer");
     if (a->bias_mode < CLG_BIAS_NONE || a->bias_mode > CLG_BIAS_COL)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm_packed: unknown bias mode %d", (int)a->bias_mode);
+    if (a->gelu)
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "gemm_packed: no GELU epilogue (clg_gemm has it)");
     if (a->M == 0 || a->N == 0)
         return CLG_OK;
     const int batch = a->batch > 0 ? a->batch : 1;
@@ -686,6 +702,8 @@ clg_status clg_gemm_dot(clg_device *dev, const clg_gemm_args *a, cl_event *ev)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm_dot: computes A * B^T only (ta=%d tb=%d, need 0 and 1)",
                            a->ta, a->tb);
     CLG_TRY(check_args(dev, a));
+    if (a->gelu)
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "gemm_dot: no GELU epilogue (clg_gemm has it)");
     if (a->M == 0 || a->N == 0)
         return CLG_OK;
     evs e = {NULL, ev, NULL, 0};
@@ -724,6 +742,8 @@ clg_status clg_gemm_rows(clg_device *dev, const clg_gemm_args *a, cl_event *ev)
     if (a->tb)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm_rows: computes op(A) * B only (tb=%d, need 0)", a->tb);
     CLG_TRY(check_args(dev, a));
+    if (a->gelu)
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "gemm_rows: no GELU epilogue (clg_gemm has it)");
     if (a->M == 0 || a->N == 0)
         return CLG_OK;
     evs e = {NULL, ev, NULL, 0};
@@ -875,8 +895,36 @@ clg_gemm_backend clg_gemm_get_backend(clg_ctx *ctx)
 }
 
 static clg_status run_backend(clg_device *dev, const clg_gemm_args *a, clg_gemm_backend b, const clg_gemm_params *p,
+                              evs *ev);
+
+/* The product with a GELU epilogue (clg_gemm_args.gelu): in the own CPU
+ * family's packed kernel, else the product into pre, then the activation
+ * pass (not among the events: the in-order queue orders it). */
+static clg_status run_gelu(clg_device *dev, const clg_gemm_args *a, clg_gemm_backend b, const clg_gemm_params *p,
+                           evs *ev)
+{
+    clg_gemm_params q;
+    if (b == CLG_GEMM_OWN && !p && a->K > 0 && !unpacked_kind(dev, a)) {
+        clg_gemm_params_for(dev, a->M, a->N, a->K, &q);
+        p = &q;
+    }
+    if (b == CLG_GEMM_OWN && p && p->family == CLG_GEMM_FAM_CPU)
+        return gemm_own(dev, a, p, ev);
+    clg_gemm_args g = *a;
+    g.gelu = 0;
+    g.pre = NULL;
+    g.C = a->pre;
+    g.offC = 0;
+    CLG_TRY(run_backend(dev, &g, b, p, ev));
+    return clg_nn_act_forward(dev, a->gelu == 1 ? CLG_ACT_GELU : CLG_ACT_GELU_TANH, 0.0f, (size_t)a->M * a->N, a->pre,
+                              0, a->C, a->offC);
+}
+
+static clg_status run_backend(clg_device *dev, const clg_gemm_args *a, clg_gemm_backend b, const clg_gemm_params *p,
                               evs *ev)
 {
+    if (a->gelu)
+        return run_gelu(dev, a, b, p, ev);
     if (b == CLG_GEMM_REF)
         return gemm_ref(dev, a, ev);
     if (b == CLG_GEMM_CLBLAST && a->K > 0)

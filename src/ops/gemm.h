@@ -40,6 +40,14 @@ typedef struct clg_gemm_args {
     size_t offBias;
     clg_bias_mode bias_mode;
     int relu;
+    /* GELU at the end of the epilogue (after bias and relu): 0 none, 1 erf
+     * form, 2 tanh form (as clg_nn_act_forward's CLG_ACT_GELU, _GELU_TANH);
+     * pre (required with it) receives the value before the GELU, at C's
+     * index without offC. Needs batch 1 and ldc = N. Applied inside the own
+     * CPU-family kernel's epilogue (no extra pass); any other path runs the
+     * product into pre and then the activation pass. */
+    int gelu;
+    cl_mem pre;
     clg_gemm_backend backend;
 } clg_gemm_args;
 

@@ -328,6 +328,83 @@ clg_status clg_nn_dropout_rows(clg_device *dev, size_t n, float p, uint32_t seed
     return clg_launch_1d(dev, k, n, EW_WG);
 }
 
+/* Rows per chunk of the two-stage column sums (colsum_part, colsum_fin),
+ * and the row count from which clg_nn_colsum takes them. */
+#define COLSUM_R 64
+#define COLSUM_TALL 512
+
+/* Column sums of rows x cols in chunks of COLSUM_R rows (see colsum_part in
+ * cl/eltwise.cl): kname's partial sums into a pool temporary, then
+ * colsum_fin into db. x, dz may be NULL for the plain sum. Offsets checked
+ * by the caller. */
+static clg_status colsum_chunked(clg_device *dev, const char *kname, cl_uint ur, cl_uint uc, cl_mem x, cl_uint uox,
+                                 cl_mem dy, cl_uint uody, cl_mem dz, cl_uint uodz, cl_mem db, cl_uint uodb)
+{
+    int vec8 = strstr(kname, "part8") != NULL; /* 8 columns per work-item */
+    cl_uint chunks = (ur + COLSUM_R - 1) / COLSUM_R, R = COLSUM_R;
+    if (ur == 0 || uc == 0) /* sums of no rows are 0 */
+        return uc ? clg_buf_fill(dev, db, uodb, uc, 0.0f) : CLG_OK;
+    cl_mem part = NULL;
+    CLG_TRY(clg_buf_alloc(dev, (size_t)chunks * uc * sizeof(float), &part));
+    cl_kernel k = NULL;
+    cl_mem xx = x ? x : dy, zz = dz ? dz : part;
+    clg_status st = kget(dev, "eltwise", kname, &k);
+    if (st == CLG_OK) {
+        clg_kargs ka = {k, 0, CL_SUCCESS};
+        CLG_KA(&ka, ur);
+        CLG_KA(&ka, uc);
+        CLG_KA(&ka, R);
+        CLG_KA(&ka, xx);
+        CLG_KA(&ka, uox);
+        CLG_KA(&ka, dy);
+        CLG_KA(&ka, uody);
+        CLG_KA(&ka, zz);
+        CLG_KA(&ka, uodz);
+        CLG_KA(&ka, part);
+        st = CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments");
+    }
+    cl_uint n0 = vec8 ? uc / 8 : uc; /* work-items along the columns */
+    if (st == CLG_OK)
+        st = run2(dev, k, n0, chunks, n0 >= 64 ? 64 : 16);
+    if (st == CLG_OK)
+        st = kget(dev, "eltwise", "colsum_fin", &k);
+    if (st == CLG_OK) {
+        clg_kargs ka = {k, 0, CL_SUCCESS};
+        CLG_KA(&ka, uc);
+        CLG_KA(&ka, chunks);
+        CLG_KA(&ka, part);
+        CLG_KA(&ka, db);
+        CLG_KA(&ka, uodb);
+        st = CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments");
+    }
+    if (st == CLG_OK)
+        st = clg_launch_1d(dev, k, uc, EW_WG);
+    clg_buf_release(dev, part); /* in-order queue: reused only by later commands */
+    return st;
+}
+
+clg_status clg_nn_act_bwd_colsum(clg_device *dev, clg_act act, size_t rows, size_t cols, cl_mem x, size_t ox,
+                                 cl_mem dy, size_t ody, cl_mem dz, size_t odz, cl_mem db, size_t odb)
+{
+    const char *o = "activation backward + column sum";
+    if (act != CLG_ACT_GELU && act != CLG_ACT_GELU_TANH)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_UNSUPPORTED, "%s: activation %d is not a GELU form", o,
+                           (int)act);
+    CLG_TRY(check_mems(dev, o, 4, (const cl_mem[]){x, dy, dz, db}, (const char *const[]){"x", "dy", "dz", "db"}));
+    cl_uint ur = 0, uc = 0, uox = 0, uody = 0, uodz = 0, uodb = 0;
+    CLG_TRY(u32(dev, o, rows, &ur));
+    CLG_TRY(u32(dev, o, cols, &uc));
+    CLG_TRY(u32(dev, o, rows * cols, &uody)); /* the element count must fit too */
+    CLG_TRY(range(dev, o, ox, rows * cols, &uox));
+    CLG_TRY(range(dev, o, ody, rows * cols, &uody));
+    CLG_TRY(range(dev, o, odz, rows * cols, &uodz));
+    CLG_TRY(range(dev, o, odb, cols, &uodb));
+    char kname[48];
+    snprintf(kname, sizeof kname, "act_%s_bwd_colsum_part%s", act == CLG_ACT_GELU ? "gelu" : "gelu_tanh",
+             cols % 8 == 0 ? "8" : "");
+    return colsum_chunked(dev, kname, ur, uc, x, uox, dy, uody, dz, uodz, db, uodb);
+}
+
 clg_status clg_nn_colsum(clg_device *dev, size_t rows, size_t cols, cl_mem x, size_t ox, cl_mem y, size_t oy)
 {
     CLG_TRY(check_mem(dev, "column sum", x, "x"));
@@ -337,6 +414,8 @@ clg_status clg_nn_colsum(clg_device *dev, size_t rows, size_t cols, cl_mem x, si
     CLG_TRY(u32(dev, "column sum", cols, &uc));
     CLG_TRY(range(dev, "column sum", ox, rows * cols, &uox));
     CLG_TRY(range(dev, "column sum", oy, cols, &uoy));
+    if (rows >= COLSUM_TALL)
+        return colsum_chunked(dev, "colsum_part", ur, uc, NULL, 0, x, uox, NULL, 0, y, uoy);
     cl_kernel k;
     CLG_TRY(kget(dev, "eltwise", "colsum", &k));
     clg_kargs ka = {k, 0, CL_SUCCESS};

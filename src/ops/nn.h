@@ -58,7 +58,9 @@ CLG_INTERNAL clg_status clg_nn_dropout_rows(clg_device *dev, size_t n, float p, 
 /* Host mirror of the kernel's keep decision (for tests): scale 0 or 1/(1-p). */
 CLG_INTERNAL float clg_nn_dropout_scale_host(uint32_t seed, uint32_t step, uint32_t idx, float p);
 
-/* y[j] = sum_r x[r*cols + j] (overwrites): the bias gradient of a dense layer. */
+/* y[j] = sum_r x[r*cols + j] (overwrites): the bias gradient of a dense
+ * layer. In row order up to 511 rows; from 512 rows in chunks of 64 rows
+ * (in row order each), then the chunks in order: fixed, reproducible. */
 CLG_INTERNAL clg_status clg_nn_colsum(clg_device *dev, size_t rows, size_t cols, cl_mem x, size_t ox, cl_mem y,
                                       size_t oy);
 /* Dense backward through ReLU and its bias gradient in one launch:
@@ -66,6 +68,14 @@ CLG_INTERNAL clg_status clg_nn_colsum(clg_device *dev, size_t rows, size_t cols,
  * dz[r, j] (overwrites); the same values as clg_nn_act_backward + clg_nn_colsum. */
 CLG_INTERNAL clg_status clg_nn_relu_bwd_colsum(clg_device *dev, size_t rows, size_t cols, cl_mem y, size_t oy,
                                                cl_mem dy, size_t ody, cl_mem dz, size_t odz, cl_mem db, size_t odb);
+/* Dense backward through a GELU form (act CLG_ACT_GELU or _GELU_TANH, else
+ * CLG_ERR_UNSUPPORTED) and its bias gradient in one pass over the rows:
+ * dz = dy * f'(x) (x: the forward input, rows x cols; dz may alias dy),
+ * db[j] = sum_r dz[r, j] (overwrites) in chunks of 64 rows, then the chunks
+ * in order; the same values as clg_nn_act_backward + clg_nn_colsum. */
+CLG_INTERNAL clg_status clg_nn_act_bwd_colsum(clg_device *dev, clg_act act, size_t rows, size_t cols, cl_mem x,
+                                              size_t ox, cl_mem dy, size_t ody, cl_mem dz, size_t odz, cl_mem db,
+                                              size_t odb);
 /* y[c] = sum over n and the hw plane of x (N, C, hw) (overwrites). */
 CLG_INTERNAL clg_status clg_nn_plane_sum(clg_device *dev, int N, int C, size_t hw, cl_mem x, size_t ox, cl_mem y,
                                          size_t oy);

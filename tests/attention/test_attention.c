@@ -251,12 +251,40 @@ START_TEST(test_cached)
 }
 END_TEST
 
-/* Dropout on the probabilities (gemm algorithm): against a double reference
- * with the dropout layer's mask (clg_nn_dropout_scale_host) for element
- * base + ((n H + h) T + i) T + j; the fused algorithm refuses it. */
+/* Runs algo (fused: variant) forward and backward with dropout desc a into
+ * poisoned outputs; returns the errors of o and dqkv against the references. */
+static void dropout_run(const clg_attn_desc *a, clg_attn_algo algo, const float *qkv, const float *g, const double *o,
+                        const double *dqkv, double *eo, double *eg)
+{
+    int C = a->heads * a->d;
+    size_t nseq = (size_t)a->N * a->T * C, ns = clg_attn_saved_floats(a, algo);
+    cl_mem mqkv = tu_upload(dev, qkv, 3 * nseq), mg = tu_upload(dev, g, nseq), mo = tu_upload(dev, NULL, nseq);
+    cl_mem ms = tu_upload(dev, NULL, ns), md = tu_upload(dev, NULL, 3 * nseq);
+    clg_attn_seq sq = {mqkv, 0, 3 * C}, sk = {mqkv, (size_t)C, 3 * C}, sv = {mqkv, 2 * (size_t)C, 3 * C};
+    clg_attn_seq so = {mo, 0, C}, sg = {mg, 0, C};
+    clg_attn_seq dq = {md, 0, 3 * C}, dk = {md, (size_t)C, 3 * C}, dv = {md, 2 * (size_t)C, 3 * C};
+    ck_assert_msg(clg_attn_forward(dev, a, algo, &sq, &sk, &sv, &so, ms, 0) == CLG_OK, "%s", clg_last_error(ctx));
+    ck_assert_msg(clg_attn_backward(dev, a, algo, &sq, &sk, &sv, &so, ms, 0, &sg, &dq, &dk, &dv) == CLG_OK, "%s",
+                  clg_last_error(ctx));
+    float *got = malloc(sizeof(float) * 3 * nseq);
+    tu_download(dev, mo, got, nseq);
+    *eo = tu_max_err(got, o, nseq, ATOL);
+    tu_download(dev, md, got, 3 * nseq);
+    *eg = tu_max_err(got, dqkv, 3 * nseq, ATOL);
+    cl_mem m[] = {mqkv, mg, mo, ms, md};
+    for (int i = 0; i < 5; i++)
+        clg_buf_release(dev, m[i]);
+    free(got);
+}
+
+/* Dropout on the probabilities, the gemm algorithm and the fused CPU kernels
+ * (variant 3): against a double reference with the dropout layer's mask
+ * (clg_nn_dropout_scale_host) for element base + ((n H + h) T + i) T + j;
+ * T = 37 spans three 16-key tiles. The other fused variants refuse it. */
 START_TEST(test_dropout)
 {
-    const int N = 2, T = 9, H = 2, d = 16, C = H * d;
+    enum { TMAX = 64 };
+    const int N = 2, T = 37, H = 2, d = 16, C = H * d;
     const float pdrop = 0.3f;
     const uint32_t seed = 11, step = 3, base = 5;
     clg_rng r;
@@ -266,12 +294,12 @@ START_TEST(test_dropout)
     tu_fill(qkv, 3 * nseq, -1.0f, 1.0f, &r);
     tu_fill(g, nseq, -1.0f, 1.0f, &r);
     double *o = calloc(nseq, sizeof(double)), *dqkv = calloc(3 * nseq, sizeof(double));
-    double scale = 0.25, p[16], dp[16];
+    double scale = 0.25, p[TMAX], dp[TMAX];
     for (int n = 0; n < N; n++)
         for (int h = 0; h < H; h++)
             for (int i = 0; i < T; i++) {
                 const float *q = qkv + ((size_t)n * T + i) * 3 * C + h * d, *gi = g + ((size_t)n * T + i) * C + h * d;
-                double m = -INFINITY, sum = 0, D = 0, mk[16];
+                double m = -INFINITY, sum = 0, D = 0, mk[TMAX];
                 for (int j = 0; j <= i; j++) {
                     const float *k = qkv + ((size_t)n * T + j) * 3 * C + C + h * d;
                     double s = 0;
@@ -308,29 +336,23 @@ START_TEST(test_dropout)
                 }
             }
     clg_attn_desc a = {N, T, H, d, 1, (float)scale, 0, 0, 0, pdrop, seed, step, base};
-    size_t ns = clg_attn_saved_floats(&a, CLG_ATTN_GEMM);
-    ck_assert_uint_eq(ns, 2 * (size_t)N * H * T * T);
-    cl_mem mqkv = tu_upload(dev, qkv, 3 * nseq), mg = tu_upload(dev, g, nseq), mo = tu_upload(dev, NULL, nseq);
-    cl_mem ms = tu_upload(dev, NULL, ns), md = tu_upload(dev, NULL, 3 * nseq);
-    clg_attn_seq sq = {mqkv, 0, 3 * C}, sk = {mqkv, (size_t)C, 3 * C}, sv = {mqkv, 2 * (size_t)C, 3 * C};
-    clg_attn_seq so = {mo, 0, C}, sg = {mg, 0, C};
-    clg_attn_seq dq = {md, 0, 3 * C}, dk = {md, (size_t)C, 3 * C}, dv = {md, 2 * (size_t)C, 3 * C};
-    ck_assert_msg(clg_attn_forward(dev, &a, CLG_ATTN_GEMM, &sq, &sk, &sv, &so, ms, 0) == CLG_OK, "%s",
-                  clg_last_error(ctx));
-    ck_assert_msg(clg_attn_backward(dev, &a, CLG_ATTN_GEMM, &sq, &sk, &sv, &so, ms, 0, &sg, &dq, &dk, &dv) == CLG_OK,
-                  "%s", clg_last_error(ctx));
-    float *got = malloc(sizeof(float) * 3 * nseq);
-    tu_download(dev, mo, got, nseq);
-    double eo = tu_max_err(got, o, nseq, ATOL);
-    tu_download(dev, md, got, 3 * nseq);
-    double eg = tu_max_err(got, dqkv, 3 * nseq, ATOL);
+    ck_assert_uint_eq(clg_attn_saved_floats(&a, CLG_ATTN_GEMM), 2 * (size_t)N * H * T * T);
+    double eo, eg;
+    dropout_run(&a, CLG_ATTN_GEMM, qkv, g, o, dqkv, &eo, &eg);
     ck_assert_msg(eo < TOL && eg < TOL, "gemm with dropout: output error %g, gradient error %g", eo, eg);
-    ck_assert_int_eq(clg_attn_forward(dev, &a, CLG_ATTN_FUSED, &sq, &sk, &sv, &so, ms, 0), CLG_ERR_UNSUPPORTED);
-    ck_assert_ptr_nonnull(strstr(clg_last_error(ctx), "gemm algorithm only"));
-    cl_mem m[] = {mqkv, mg, mo, ms, md};
-    for (int i = 0; i < 5; i++)
-        clg_buf_release(dev, m[i]);
-    free(qkv), free(g), free(o), free(dqkv), free(got);
+    clg_attn_desc f = a;
+    f.variant = 3;
+    dropout_run(&f, CLG_ATTN_FUSED, qkv, g, o, dqkv, &eo, &eg);
+    ck_assert_msg(eo < TOL && eg < TOL, "fused (CPU variant) with dropout: output error %g, gradient error %g", eo,
+                  eg);
+    f.variant = 1;
+    float z[1] = {0};
+    cl_mem mz = tu_upload(dev, z, 1);
+    clg_attn_seq s1 = {mz, 0, 3 * C};
+    ck_assert_int_eq(clg_attn_forward(dev, &f, CLG_ATTN_FUSED, &s1, &s1, &s1, &s1, mz, 0), CLG_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(clg_last_error(ctx), "not supported yet by variant 1"));
+    clg_buf_release(dev, mz);
+    free(qkv), free(g), free(o), free(dqkv);
 }
 END_TEST
 
