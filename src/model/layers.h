@@ -23,7 +23,9 @@
  *   [mse]                     mean squared error (float targets like the input)
  *
  * Activations: relu is fused into the conv/GEMM epilogue; the others run a
- * separate kernel in place on the output. GELU layers inside dense/conv keep
+ * separate kernel in place on the output. A replica's fusion pass
+ * (src/model/fuse.c, option bn_fuse) folds a relu [activation], or an [add]
+ * + relu, that follows a [batchnorm] into the batch norm's apply pass. GELU layers inside dense/conv keep
  * their pre-activation (a private buffer) for backward. GELU is the erf form
  * x * Phi(x), Phi from an erfc approximation with |error| <= 1.5e-7.
  *
