@@ -3,7 +3,7 @@
 PyPI in three CPU modes) and tinygrad (OpenCL backend, same PoCL device).
 
 Every side trains the same architectures: batch 128, SGD with momentum 0.9,
-synthetic 1x28x28 inputs, images/s over the timed steps after warm-up steps
+synthetic inputs of each model's shape (1x28x28; ResNet-20 3x32x32), images/s over the timed steps after warm-up steps
 (torch.compile and tinygrad's JIT compile during the warm-up). PyTorch uses
 --threads threads. Each measurement runs in its own process, sides in
 alternating order from round to round; the table shows medians.
@@ -15,12 +15,14 @@ Sides (--sides, comma list):
   torch2-cl       PyTorch 2.x eager channels-last   } (bench/setup_peers.sh;
   torch2-compile  PyTorch 2.x torch.compile, NCHW   }  $CLGRAD_PEERS_VENV or
   tinygrad        tinygrad, DEV=CL (OpenCL on PoCL) }  /work/venv-peers)
+  clgrad-ref      a second clgrad binary (--clgrad-ref PATH, e.g. another branch's build) for an A/B
+                  in the same alternating rounds; only when named in --sides
 A side whose interpreter or package is missing is reported as n/a.
 On a GPU machine: --torch-device cuda runs the PyTorch sides there ($CLGRAD_PEERS_PYTHON names
 the interpreter that has PyTorch) and --devices gpu puts clgrad on the GPU.
 
 usage: /usr/bin/python3 bench/train_vs_torch.py [--clgrad build/tools/clgrad]
-           [--models lenet5,vgg-s,resnet-mini] [--sides ...] [--batch 128] [--steps 20] [--warmup 3]
+           [--models lenet5,vgg-s,resnet-mini,resnet20] [--sides ...] [--clgrad-ref PATH] [--batch 128] [--steps 20] [--warmup 3]
            [--repeat 3] [--tinygrad-steps 5] [--tinygrad-rounds 1] [--json FILE]
 """
 import argparse
@@ -33,7 +35,11 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ALL_SIDES = ["clgrad", "torch1.13", "torch2", "torch2-cl", "torch2-compile", "tinygrad"]
-CFG = {"lenet5": "models/lenet5.cfg", "vgg-s": "models/vgg-s.cfg", "resnet-mini": "models/resnet-mini.cfg"}
+EXTRA_SIDES = ["clgrad-ref"]  # only when named in --sides: a second clgrad binary (--clgrad-ref) for A/B
+CFG = {"lenet5": "models/lenet5.cfg", "vgg-s": "models/vgg-s.cfg", "resnet-mini": "models/resnet-mini.cfg",
+       "resnet20": "models/resnet20.cfg"}
+# input shape (channels, height, width) per model, as in its .cfg [net] section
+SHAPE = {"lenet5": (1, 28, 28), "vgg-s": (1, 28, 28), "resnet-mini": (1, 28, 28), "resnet20": (3, 32, 32)}
 
 
 # ---------------------------------------------------------------- PyTorch worker
@@ -70,7 +76,14 @@ def torch_models(nn):
                              Block(16, 16, 1), Block(16, 32, 2), Block(32, 32, 1),
                              nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
 
-    return {"lenet5": lenet5, "vgg-s": vgg_s, "resnet-mini": resnet_mini}
+    def resnet20():  # models/resnet20.cfg: 3 stages x 3 blocks at 16/32/64, 1x1 projection + BN at the transitions
+        blocks = []
+        for cin, cout, stride in ((16, 16, 1), (16, 32, 2), (32, 64, 2)):
+            blocks += [Block(cin, cout, stride), Block(cout, cout, 1), Block(cout, cout, 1)]
+        return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(), *blocks,
+                             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+
+    return {"lenet5": lenet5, "vgg-s": vgg_s, "resnet-mini": resnet_mini, "resnet20": resnet20}
 
 
 def worker_torch(a):
@@ -80,7 +93,7 @@ def worker_torch(a):
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     model = torch_models(nn)[a.model]().to(a.torch_device)
-    x = torch.randn(a.batch, 1, 28, 28).to(a.torch_device)
+    x = torch.randn(a.batch, *SHAPE[a.model]).to(a.torch_device)
     y = torch.randint(0, 10, (a.batch,)).to(a.torch_device)
     if a.mode == "channels-last":
         model = model.to(memory_format=torch.channels_last)
@@ -147,10 +160,10 @@ def worker_tinygrad(a):
             return (y + (self.proj[1](self.proj[0](x)) if self.proj else x)).relu()
 
     class ResnetMini:
-        def __init__(self):
-            self.stem, self.bn = nn.Conv2d(1, 16, 3, padding=1, bias=False), nn.BatchNorm(16)
-            self.blocks = [Block(16, 16, 1), Block(16, 32, 2), Block(32, 32, 1)]
-            self.fc = nn.Linear(32, 10)
+        def __init__(self, cin=1, spec=((16, 16, 1), (16, 32, 2), (32, 32, 1))):
+            self.stem, self.bn = nn.Conv2d(cin, 16, 3, padding=1, bias=False), nn.BatchNorm(16)
+            self.blocks = [Block(*b) for b in spec]
+            self.fc = nn.Linear(spec[-1][1], 10)
 
         def __call__(self, x):
             x = self.bn(self.stem(x)).relu()
@@ -159,9 +172,12 @@ def worker_tinygrad(a):
             return self.fc(x.mean(axis=(2, 3)))
 
     Tensor.manual_seed(0)
-    model = {"lenet5": LeNet5, "vgg-s": VggS, "resnet-mini": ResnetMini}[a.model]()
+    r20 = [b for cin, cout, st in ((16, 16, 1), (16, 32, 2), (32, 64, 2)) for b in ((cin, cout, st), (cout, cout, 1),
+                                                                                 (cout, cout, 1))]
+    model = {"lenet5": LeNet5, "vgg-s": VggS, "resnet-mini": ResnetMini,
+             "resnet20": lambda: ResnetMini(3, tuple(r20))}[a.model]()
     opt = nn.optim.SGD(get_parameters(model), lr=0.01, momentum=0.9)
-    x = Tensor.randn(a.batch, 1, 28, 28).realize()
+    x = Tensor.randn(a.batch, *SHAPE[a.model]).realize()
     y = Tensor(np.random.default_rng(0).integers(0, 10, a.batch).astype(np.int32)).realize()
 
     @TinyJit
@@ -192,8 +208,11 @@ def peers_python():
 
 def run_side(side, a, model):
     """images/s (None when the side is unavailable or failed) and a note."""
-    if side == "clgrad":
-        cmd = [a.clgrad, "bench", "train", "--model", os.path.join(HERE, "..", CFG[model]), "--batch", str(a.batch),
+    if side in ("clgrad", "clgrad-ref"):
+        exe = a.clgrad if side == "clgrad" else a.clgrad_ref
+        if not exe or not os.access(exe, os.X_OK):
+            return None, "no clgrad binary %s (--clgrad-ref)" % exe
+        cmd = [exe, "bench", "train", "--model", os.path.join(HERE, "..", CFG[model]), "--batch", str(a.batch),
                "--steps", str(a.steps), "--warmup", str(a.warmup), "--json"]
         if a.devices:
             cmd += ["--devices", a.devices]
@@ -224,10 +243,20 @@ def run_side(side, a, model):
     return r["images_per_s"], r.get("version", "")
 
 
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [l.split(":", 1)[1].strip() for l in f if l.startswith("model name")]
+        return "%s (%d logical CPUs)" % (names[0], len(names)) if names else "unknown"
+    except OSError:
+        return "unknown"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clgrad", default=os.path.join(HERE, "..", "build", "tools", "clgrad"))
-    ap.add_argument("--models", default="lenet5,vgg-s,resnet-mini")
+    ap.add_argument("--clgrad-ref", default=None, help="second clgrad binary for the clgrad-ref side (A/B)")
+    ap.add_argument("--models", default="lenet5,vgg-s,resnet-mini,resnet20")
     ap.add_argument("--sides", default=",".join(ALL_SIDES))
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--steps", type=int, default=20)
@@ -252,13 +281,14 @@ def main():
 
     sides = [s for s in a.sides.split(",") if s]
     for s in sides:
-        if s not in ALL_SIDES:
-            sys.exit("unknown side %s (known: %s)" % (s, ", ".join(ALL_SIDES)))
+        if s not in ALL_SIDES + EXTRA_SIDES:
+            sys.exit("unknown side %s (known: %s)" % (s, ", ".join(ALL_SIDES + EXTRA_SIDES)))
     models = [m for m in a.models.split(",") if m]
     print("batch %d, %d timed steps after %d warm-up (tinygrad %d after %d), %d threads for PyTorch, "
           "median of %d alternating rounds; load average at start %.2f" %
           (a.batch, a.steps, a.warmup, a.tinygrad_steps, max(a.warmup, 2), a.threads, a.repeat, os.getloadavg()[0]),
           flush=True)
+    print("CPU: %s" % cpu_model(), flush=True)
     raw = {}
     for m in models:
         vals = {s: [] for s in sides}
@@ -280,17 +310,24 @@ def main():
         raw[m] = {"runs": vals, "median": med, "notes": notes, "load": loads}
     # table
     print()
-    print("| model | " + " | ".join(sides) + " | clgrad / best PyTorch 2.x | load (1-min) |")
-    print("|---|" + "---:|" * (len(sides) + 1) + "---|")
+    ab = "clgrad" in sides and "clgrad-ref" in sides
+    print("| model | " + " | ".join(sides) + " | clgrad / best PyTorch 2.x |" +
+          (" clgrad-ref / best PyTorch 2.x | clgrad / clgrad-ref |" if ab else "") + " load (1-min) |")
+    print("|---|" + "---:|" * (len(sides) + 1 + (2 if ab else 0)) + "---|")
     for m in models:
         med = raw[m]["median"]
         t2 = [med[s] for s in ("torch2", "torch2-cl", "torch2-compile") if s in med and med[s]]
         best = max(t2) if t2 else None
-        ratio = "%.2fx" % (med["clgrad"] / best) if best and med.get("clgrad") else "n/a"
+
+        def ratio(num, den):
+            return "%.2fx" % (num / den) if num and den else "n/a"
+        ratios = [ratio(med.get("clgrad"), best)]
+        if ab:
+            ratios += [ratio(med["clgrad-ref"], best), ratio(med["clgrad"], med["clgrad-ref"])]
         cells = ["{:,.0f}".format(med[s]) if med[s] else "n/a" for s in sides]
         ld = raw[m]["load"]
-        print("| %s | %s | %s | %.1f-%.1f |" % (m, " | ".join(cells), ratio, min(ld), max(ld)))
-    vers = {s: n for m in models for s, n in raw[m]["notes"].items() if s != "clgrad"}
+        print("| %s | %s | %s | %.1f-%.1f |" % (m, " | ".join(cells), " | ".join(ratios), min(ld), max(ld)))
+    vers = {s: n for m in models for s, n in raw[m]["notes"].items() if not s.startswith("clgrad")}
     print("\nversions / notes: " + "; ".join("%s %s" % kv for kv in sorted(vers.items())))
     if a.json:
         with open(a.json, "w") as f:

@@ -145,10 +145,19 @@ __kernel void im2col_w(__global const float *x, const int offx, const int C, con
 }
 
 #if defined(CR) && defined(CS)
-// col2im for stride 1, dilation 1 with the window fixed at compile time
-// (-D CR=R -D CS=S): unrolled gather of the CR*CS column entries that read
-// input pixel (h, w). gws = (W, H, images*Cg); dim 0 along the row makes
-// every column read consecutive across work-items (masked at the edges).
+// col2im for dilation 1 with the window fixed at compile time (-D CR=R
+// -D CS=S) and the stride too (-D CU=stride_h -D CV=stride_w; 1 when not
+// given): unrolled gather of the column entries that read input pixel
+// (h, w) -- with a stride, only the taps whose offset the stride divides
+// (a 1x1 window with stride 2 reads one entry at even (h, w), none
+// elsewhere). gws = (W, H, images*Cg); dim 0 along the row makes every
+// column read consecutive across work-items (masked at the edges).
+#ifndef CU
+#define CU 1
+#endif
+#ifndef CV
+#define CV 1
+#endif
 __kernel void col2im_s1(__global const float *col, const int offcol, const int bstride, const int ld,
                         const int C, const int H, const int W, const int c0, const int Cg,
                         const int P, const int Q, const int pad_h, const int pad_w,
@@ -164,11 +173,14 @@ __kernel void col2im_s1(__global const float *col, const int offcol, const int b
     float acc = 0.0f;
 #pragma unroll
     for (int r = 0; r < CR; r++) {
-        const int p = h + pad_h - r;
+        const int hh = h + pad_h - r;
+        const int p = hh / CU; /* hh < 0 is refused by the (uint) test below or by hh != p * CU */
+        const int okh = hh == p * CU && (uint)p < (uint)P;
 #pragma unroll
         for (int s = 0; s < CS; s++) {
-            const int q = w + pad_w - s;
-            if ((uint)p < (uint)P && (uint)q < (uint)Q)
+            const int ww = w + pad_w - s;
+            const int q = ww / CV;
+            if (okh && ww == q * CV && (uint)q < (uint)Q)
                 acc += cb[(r * CS + s) * ld + p * Q + q];
         }
     }

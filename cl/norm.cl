@@ -225,3 +225,102 @@ __kernel void bn_bwd_global(const uint C, __global const float *g, __global cons
     gdb[c] = g[c];
     gdg[c] = g[C + c] * invstd[c];
 }
+
+// ---- fused epilogues (the fusion pass of src/model/fuse.c) ----
+// Training statistics stay exact: bn_stats_partial/finish as above, then one
+// pass y = relu(bn(x)) or y = relu(bn(x) + r) (r: the residual branch of an
+// [add]). Backward: g = dy where y > 0 (else 0) -- ReLU's gradient, taken
+// from the stored output -- feeds the usual partial sums; with a residual,
+// the same pass writes g as the residual's gradient (the [add] hands its
+// gradient unchanged to both inputs); bn_bwd_data_relu forms dx from g.
+
+// 2-D range (i < HW, row = n*C + c). RES: 0 none, 1 residual r added.
+#define BN_APPLY_ACT(NAME, RES)                                                                             \
+    __kernel void NAME(const uint N, const uint C, const uint HW, __global const float *x, const uint ox,       \
+                       __global float *y, const uint oy, __global const float *mean,                            \
+                       __global const float *invstd, __global const float *gamma, __global const float *beta,   \
+                       __global const float *r, const uint orr)                                                 \
+    {                                                                                                       \
+        const uint i = get_global_id(0);                                                                    \
+        const uint row = get_global_id(1);                                                                  \
+        const uint c = row % C;                                                                             \
+        const size_t k = (size_t)row * HW + i;                                                              \
+        const float a = invstd[c] * gamma[c];                                                               \
+        float v = ((x[ox + k] - x[ox + (size_t)c * HW]) - mean[c]) * a + beta[c];                           \
+        if (RES)                                                                                            \
+            v += r[orr + k];                                                                                \
+        y[oy + k] = fmax(v, 0.0f);                                                                          \
+    }
+BN_APPLY_ACT(bn_apply_relu, 0)
+BN_APPLY_ACT(bn_apply_add_relu, 1)
+
+// inference (running statistics), the same epilogues
+#define BN_APPLY_INFER_ACT(NAME, RES)                                                                       \
+    __kernel void NAME(const uint N, const uint C, const uint HW, const float eps, __global const float *x,     \
+                       const uint ox, __global float *y, const uint oy, __global const float *rmean,            \
+                       __global const float *rvar, __global const float *gamma, __global const float *beta,     \
+                       __global const float *r, const uint orr)                                                 \
+    {                                                                                                       \
+        const uint i = get_global_id(0);                                                                    \
+        const uint row = get_global_id(1);                                                                  \
+        const uint c = row % C;                                                                             \
+        const size_t k = (size_t)row * HW + i;                                                              \
+        const float a = rsqrt(rvar[c] + eps) * gamma[c];                                                    \
+        float v = (x[ox + k] - rmean[c]) * a + beta[c];                                                     \
+        if (RES)                                                                                            \
+            v += r[orr + k];                                                                                \
+        y[oy + k] = fmax(v, 0.0f);                                                                          \
+    }
+BN_APPLY_INFER_ACT(bn_apply_infer_relu, 0)
+BN_APPLY_INFER_ACT(bn_apply_infer_add_relu, 1)
+
+// part[c*HW + i] = sum_n g, part2[...] = sum_n g * (x - K - mean[c]) with
+// g = dy masked by y > 0; RES: also dr = g. Range (HW / W, C) as above.
+#define BN_BWD_PARTIAL_RELU(NAME, T, LOAD, STORE, RES)                                                      \
+    __kernel void NAME(const uint N, const uint C, const uint HW, __global const float *x, const uint ox,       \
+                       __global const float *dy, const uint ody, __global const float *y, const uint oy,        \
+                       __global const float *mean, __global float *part, __global float *part2,                 \
+                       __global float *dr, const uint odr)                                                      \
+    {                                                                                                       \
+        const uint i = get_global_id(0);                                                                    \
+        const uint c = get_global_id(1);                                                                    \
+        const size_t cs = (size_t)C * HW;                                                                   \
+        __global const float *xc = x + ox + (size_t)c * HW;                                                 \
+        __global const float *gc = dy + ody + (size_t)c * HW;                                               \
+        __global const float *yc = y + oy + (size_t)c * HW;                                                 \
+        __global float *rc = dr + odr + (size_t)c * HW;                                                     \
+        const float K = xc[0], mu = mean[c];                                                                \
+        T sb = (T)(0.0f), sg = (T)(0.0f);                                                                   \
+        for (uint n = 0; n < N; n++) {                                                                      \
+            const T g = select((T)(0.0f), LOAD(i, gc + n * cs), LOAD(i, yc + n * cs) > (T)(0.0f));          \
+            if (RES)                                                                                        \
+                STORE(g, i, rc + n * cs);                                                                   \
+            sb += g;                                                                                        \
+            sg += g * ((LOAD(i, xc + n * cs) - K) - mu);                                                    \
+        }                                                                                                   \
+        STORE(sb, i, part + (size_t)c * HW);                                                                \
+        STORE(sg, i, part2 + (size_t)c * HW);                                                               \
+    }
+BN_BWD_PARTIAL_RELU(bn_bwd_partial_relu, float, VLOAD1, VSTORE1, 0)
+BN_BWD_PARTIAL_RELU(bn_bwd_partial_relu4, float4, vload4, vstore4, 0)
+BN_BWD_PARTIAL_RELU(bn_bwd_partial_relu8, float8, vload8, vstore8, 0)
+BN_BWD_PARTIAL_RELU(bn_bwd_partial_add_relu, float, VLOAD1, VSTORE1, 1)
+BN_BWD_PARTIAL_RELU(bn_bwd_partial_add_relu4, float4, vload4, vstore4, 1)
+BN_BWD_PARTIAL_RELU(bn_bwd_partial_add_relu8, float8, vload8, vstore8, 1)
+
+// bn_bwd_data with g = dy masked by y > 0
+__kernel void bn_bwd_data_relu(const uint N, const uint C, const uint HW, const float invM, __global const float *x,
+                               const uint ox, __global const float *dy, const uint ody, __global const float *y,
+                               const uint oy, __global const float *mean, __global const float *invstd,
+                               __global const float *gamma, __global const float *dgamma,
+                               __global const float *dbeta, __global float *dx, const uint odx)
+{
+    const uint i = get_global_id(0);
+    const uint row = get_global_id(1);
+    const uint c = row % C;
+    const size_t k = (size_t)row * HW + i;
+    const float is = invstd[c];
+    const float xhat = ((x[ox + k] - x[ox + (size_t)c * HW]) - mean[c]) * is;
+    const float g = y[oy + k] > 0.0f ? dy[ody + k] : 0.0f;
+    dx[odx + k] = gamma[c] * is * (g - dbeta[c] * invM - xhat * dgamma[c] * invM);
+}

@@ -80,6 +80,8 @@
       "fused Winograd: scratch budget per work-item, KiB")                                                           \
     X(wfused_xopts, "CLGRAD_WFUSED_XOPTS", STR, "", 0, 0, "", TUNING,                                                \
       "fused Winograd: extra program build options (experiments)")                                                   \
+    X(bn_fuse, "CLGRAD_BN_FUSE", BOOL, "1", 0, 1, "", TUNING,                                                        \
+      "a batch norm computes the relu (and residual add + relu) after it in one pass (0: separate layers)")          \
     X(optim_per_tensor, "CLGRAD_OPTIM_PER_TENSOR", BOOL, "0", 0, 1, "", TUNING,                                      \
       "optimizer: one launch per parameter tensor instead of one over the parameter arena")                          \
     X(comm_poll_us, "CLGRAD_COMM_POLL_US", INT, "200", 1, 1000000, "", TUNING,                                       \

@@ -155,6 +155,8 @@ clg_status clg_decoder_step(clg_decoder *d, const int *ids, int n, int pos0, flo
     for (int i = 0; i <= d->logits; i++) {
         clg_layer *l = &r->layers[i];
         clg_tensor in[CLG_MAX_INPUTS];
+        if (l->fused_into) /* fuse.c: computed by an earlier layer */
+            continue;
         for (int k = 0; k < l->nin; k++)
             in[k] = clg_tensor_with_n(l->inputs[k] < 0 ? &r->input : &r->act[l->inputs[k]], n);
         clg_tensor o = clg_tensor_with_n(&r->act[i], n);

@@ -126,6 +126,11 @@ struct clg_layer {
     clg_loss_io loss;   /* used when is_loss */
     void *priv;         /* layer-specific options and state */
     const clg_layer_sync *sync; /* borrowed; NULL: this replica alone */
+    /* The fusion pass (src/model/fuse.c): 1 + the index of the layer whose
+     * fused epilogue computes this one's output; the passes skip its forward
+     * and backward, its output aliases that layer's and it has no inputs
+     * left (nin 0). 0: not fused. */
+    int fused_into;
 };
 
 /* Looks up a layer type by its section name ("convolutional", "conv"...);

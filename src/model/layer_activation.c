@@ -47,6 +47,11 @@ static clg_status act_backward(clg_layer *l, clg_device *dev, const clg_tensor *
                                out->off, dout->mem, dout->off, din[0].mem, din[0].off);
 }
 
+int clg_layer_activation_is_relu(const clg_layer *l)
+{
+    return l->ops == &clg_layer_activation_ops && l->priv && ((const act_priv *)l->priv)->act == CLG_ACT_RELU;
+}
+
 const clg_layer_ops clg_layer_activation_ops = {
     .type = "activation",
     .configure = act_configure,

@@ -24,6 +24,7 @@
 typedef struct {
     float eps, momentum;
     int sync;            /* statistics over every device's slice */
+    int relu;            /* fused epilogue: y = relu(bn(x) [+ input 1]) (the fusion pass) */
     cl_mem mean, invstd; /* batch statistics of the last training forward */
     /* sync: device scratch (4C floats; 2C each for the global dgamma/dbeta
      * sums), host copies, the global count of the last forward */
@@ -196,6 +197,11 @@ static clg_status bn_forward(clg_layer *l, clg_device *dev, const clg_tensor *in
                            "variance is 0 and the output meaningless: use a batch of 2 or more (or remove [batchnorm] "
                            "after a dense layer)",
                            l->name, x->n, x->h, x->w);
+    if (p->relu)
+        return clg_nn_bn_forward_relu(dev, x->n, x->c, hw, p->eps, p->momentum, training, x->mem, x->off,
+                                      nin > 1 ? in[1].mem : NULL, nin > 1 ? in[1].off : 0, out->mem, out->off,
+                                      l->params[BN_GAMMA].value, l->params[BN_BETA].value,
+                                      l->params[BN_RMEAN].value, l->params[BN_RVAR].value, p->mean, p->invstd);
     if (training && p->sync && l->sync)
         return bn_forward_sync(l, dev, x, out);
     if (training)
@@ -212,6 +218,11 @@ static clg_status bn_backward(clg_layer *l, clg_device *dev, const clg_tensor *i
 {
     bn_priv *p = l->priv;
     const clg_tensor *x = &in[0];
+    if (p->relu)
+        return clg_nn_bn_backward_relu(dev, x->n, x->c, (size_t)x->h * x->w, x->mem, x->off, out->mem, out->off,
+                                       dout->mem, dout->off, p->mean, p->invstd, l->params[BN_GAMMA].value,
+                                       l->params[BN_GAMMA].grad, l->params[BN_BETA].grad, din[0].mem, din[0].off,
+                                       nin > 1 ? din[1].mem : NULL, nin > 1 ? din[1].off : 0);
     if (p->sync && l->sync && p->hst && din[0].mem)
         return bn_backward_sync(l, dev, x, dout, din);
     return clg_nn_bn_backward(dev, x->n, x->c, (size_t)x->h * x->w, x->mem, x->off, dout->mem, dout->off, p->mean,
@@ -236,6 +247,14 @@ static void bn_destroy(clg_layer *l, clg_device *dev)
     free(p);
     l->priv = NULL;
 }
+
+int clg_layer_batchnorm_fusable(const clg_layer *l)
+{
+    const bn_priv *p = l->priv;
+    return l->ops == &clg_layer_batchnorm_ops && p && !p->sync && !p->relu && l->nin == 1;
+}
+
+void clg_layer_batchnorm_fuse_relu(clg_layer *l) { ((bn_priv *)l->priv)->relu = 1; }
 
 const clg_layer_ops clg_layer_batchnorm_ops = {
     .type = "batchnorm",

@@ -23,7 +23,9 @@
  *   [mse]                     mean squared error (float targets like the input)
  *
  * Activations: relu is fused into the conv/GEMM epilogue; the others run a
- * separate kernel in place on the output. GELU layers inside dense/conv keep
+ * separate kernel in place on the output. A replica's fusion pass
+ * (src/model/fuse.c, option bn_fuse) folds a relu [activation], or an [add]
+ * + relu, that follows a [batchnorm] into the batch norm's apply pass. GELU layers inside dense/conv keep
  * their pre-activation (a private buffer) for backward. GELU is the erf form
  * x * Phi(x), Phi from an erfc approximation with |error| <= 1.5e-7.
  *
@@ -78,6 +80,14 @@ CLG_INTERNAL int clg_layer_is_embedding(const clg_layer *l);
  * Returns 1 when l was tied already (one head per table is supported). */
 CLG_INTERNAL int clg_layer_embedding_tie(clg_layer *l);
 
+/* ---- the fusion pass (src/model/fuse.c) ---- */
+/* l is a [batchnorm] that can take a fused epilogue (not synchronized). */
+CLG_INTERNAL int clg_layer_batchnorm_fusable(const clg_layer *l);
+/* Makes l's output relu(bn(x) + input 1), or relu(bn(x)) with one input;
+ * the pass sets input 1 (an [add]'s other operand) itself. */
+CLG_INTERNAL void clg_layer_batchnorm_fuse_relu(clg_layer *l);
+/* l is an [activation] of type relu. */
+CLG_INTERNAL int clg_layer_activation_is_relu(const clg_layer *l);
 /* ---- for the trainer ---- */
 
 /* Dropout randomness for the next forward/backward pair: the keep mask of

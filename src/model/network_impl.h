@@ -30,6 +30,11 @@ CLG_INTERNAL clg_status clg_net_layer_fail(clg_err *err, clg_status st, const cl
  * the plan (alloc == 0 only sizes it); offsets != 0 places everything in one
  * arena of sub-buffers (separate slot buffers when it would exceed the
  * device's largest allocation). *total receives the planned bytes. */
+/* The fusion pass (src/model/fuse.c; option bn_fuse): before planning,
+ * batch norms take the relu (and residual add) after them; after
+ * planning, the fused-away layers' outputs alias theirs. */
+CLG_INTERNAL void clg_replica_fuse(clg_replica *r);
+CLG_INTERNAL void clg_replica_fuse_alias(clg_replica *r);
 CLG_INTERNAL clg_status clg_replica_plan_memory(clg_replica *r, int half, int alloc, int offsets, uint64_t *total);
 
 /* fp16 storage: allocates the master (fp32) and half copies of the

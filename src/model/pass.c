@@ -67,6 +67,11 @@ clg_status clg_replica_forward(clg_replica *r, int n, int training)
         clg_layer *l = &r->layers[i];
         clg_tensor in[CLG_MAX_INPUTS];
         double t0 = r->profile ? clg_now_sec() : 0;
+        if (l->fused_into) { /* computed by the batch norm it was fused into (fuse.c) */
+            if (r->after_layer)
+                CLG_TRY(r->after_layer(r->after_layer_user, i, 0));
+            continue;
+        }
         int half_out = r->fp16 && i != r->nlayers - 1;
         for (int k = 0; k < l->nin; k++) {
             int src = l->inputs[k];
@@ -193,6 +198,11 @@ clg_status clg_replica_backward_range(clg_replica *r, int n, const char *written
     for (int i = r->last; i >= r->first && st == CLG_OK; i--) {
         clg_layer *l = &r->layers[i];
         clg_tensor in[CLG_MAX_INPUTS], din[CLG_MAX_INPUTS];
+        if (l->fused_into) { /* fuse.c: no inputs, nothing to compute */
+            if (r->after_layer)
+                st = r->after_layer(r->after_layer_user, i, 1);
+            continue;
+        }
         int pending[CLG_MAX_INPUTS]; /* din[k] went to scratch; add into dact[src] after */
         for (int k = 0; k < l->nin; k++) {
             int src = l->inputs[k];
@@ -270,6 +280,8 @@ clg_status clg_replica_precompile(clg_replica *r, int n, int reverse)
         int i = reverse ? L - 1 - j : j;
         clg_layer *l = &r->layers[i];
         clg_tensor in[CLG_MAX_INPUTS], din[CLG_MAX_INPUTS];
+        if (l->fused_into)
+            continue;
         for (int k = 0; k < l->nin; k++) {
             int src = l->inputs[k];
             in[k] = clg_tensor_with_n(src < 0 ? &r->input : &r->act[src], n);

@@ -277,6 +277,8 @@ static void plan_items(plan *p, int half, int alloc)
             *g = *a;
             g->mem = NULL;
         }
+        if (l->fused_into) /* its output aliases the fused batch norm's (fuse.c) */
+            continue;
         p->naive += f32 * (has_grad ? 2 : 1);
         if (half) {
             plan_layer_half(p, i, has_grad);

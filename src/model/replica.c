@@ -64,6 +64,8 @@ clg_status clg_replica_create_range(clg_net *net, clg_device *dev, uint64_t seed
             drop_outside(r, i);
     }
     r->fp16 = net->fp16;
+    if (st == CLG_OK)
+        clg_replica_fuse(r);
     if (st == CLG_OK && r->fp16 && !(r->work = calloc((size_t)r->nlayers, sizeof *r->work)))
         st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
     if (st == CLG_OK)
@@ -74,6 +76,8 @@ clg_status clg_replica_create_range(clg_net *net, clg_device *dev, uint64_t seed
         if (st == CLG_OK)
             st = clg_replica_plan_memory(r, 1, 1, 1, &r->planned_bytes);
     }
+    if (st == CLG_OK)
+        clg_replica_fuse_alias(r);
     if (st == CLG_OK && r->fp16)
         st = clg_replica_setup_fp16(r);
     if (st == CLG_OK)

@@ -718,7 +718,9 @@ static const struct {
 /* Layer i: its nodes, its output's value name in vname[i] and rank in rank[i]. */
 static clg_status export_layer(ex *e, int i, const char *in_name, char (*vname)[96], int *rank)
 {
-    const clg_layer *l = &(e->lrep ? e->lrep[i] : e->rep)->layers[i];
+    /* the graph as configured (a replica's fusion pass, src/model/fuse.c, rewires its own layers); the
+       weights come from the replica (or pipeline stage) holding them, read_param */
+    const clg_layer *l = &e->net->proto[i];
     xlayer x;
     memset(&x, 0, sizeof x);
     x.index = i;

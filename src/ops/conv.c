@@ -356,13 +356,17 @@ static clg_status im2col_bwd_data(clg_device *dev, const clg_conv_shape *s, cl_m
         return CLG_OK;
     }
     int nb = chunk_images(dev, s->N, (size_t)CRS * PQ);
-    /* stride-1 windows up to 11x11 use the unrolled, row-vectorised gather */
-    int s1 = !legacy_kernels(dev) && s->stride_h == 1 && s->stride_w == 1 && s->dil_h == 1 && s->dil_w == 1 &&
+    /* windows up to 11x11 with dilation 1 and strides up to 4 use the
+     * unrolled, row-vectorised gather (the stride fixed at compile time) */
+    int s1 = !legacy_kernels(dev) && s->stride_h <= 4 && s->stride_w <= 4 && s->dil_h == 1 && s->dil_w == 1 &&
              s->R <= 11 && s->S <= 11 && (long)nb * Cg < (1L << 23);
     cl_kernel k;
     if (s1) {
-        char opts[64];
-        snprintf(opts, sizeof opts, "-D CR=%d -D CS=%d", s->R, s->S);
+        char opts[96];
+        if (s->stride_h == 1 && s->stride_w == 1)
+            snprintf(opts, sizeof opts, "-D CR=%d -D CS=%d", s->R, s->S);
+        else
+            snprintf(opts, sizeof opts, "-D CR=%d -D CS=%d -D CU=%d -D CV=%d", s->R, s->S, s->stride_h, s->stride_w);
         CLG_TRY(clg_kernel_get(dev, "im2col", opts, "col2im_s1", &k));
     } else {
         CLG_TRY(clg_kernel_get(dev, "im2col", "", "col2im", &k));

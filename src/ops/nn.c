@@ -1062,13 +1062,21 @@ static clg_status bn_stats_partials(clg_device *dev, cl_uint uN, int C, size_t H
     return st;
 }
 
-/* y = (x - mean) * invstd * gamma + beta with the statistics in mean/invstd. */
+/* The fused epilogue of bn_apply (NULL: none): relu, after adding r at
+ * r_off when r is set. */
+typedef struct bn_epi {
+    cl_mem r;
+    cl_uint r_off;
+} bn_epi;
+
+/* y = (x - mean) * invstd * gamma + beta with the statistics in mean/invstd
+ * (epi: then + r, relu). */
 static clg_status bn_apply(clg_device *dev, cl_uint uN, int C, size_t HW, cl_mem x, cl_uint uox, cl_mem y,
-                           cl_uint uoy, cl_mem mean, cl_mem invstd, cl_mem gamma, cl_mem beta)
+                           cl_uint uoy, cl_mem mean, cl_mem invstd, cl_mem gamma, cl_mem beta, const bn_epi *epi)
 {
     cl_uint uC = (cl_uint)C, uHW = (cl_uint)HW;
     cl_kernel k;
-    CLG_TRY(kget(dev, "norm", "bn_apply", &k));
+    CLG_TRY(kget(dev, "norm", !epi ? "bn_apply" : epi->r ? "bn_apply_add_relu" : "bn_apply_relu", &k));
     clg_kargs ka = {k, 0, CL_SUCCESS};
     CLG_KA(&ka, uN);
     CLG_KA(&ka, uC);
@@ -1081,13 +1089,19 @@ static clg_status bn_apply(clg_device *dev, cl_uint uN, int C, size_t HW, cl_mem
     CLG_KA(&ka, invstd);
     CLG_KA(&ka, gamma);
     CLG_KA(&ka, beta);
+    if (epi) {
+        cl_mem r = epi->r ? epi->r : y; /* not read without a residual */
+        CLG_KA(&ka, r);
+        CLG_KA(&ka, epi->r_off);
+    }
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     return run2_exact(dev, k, HW, (size_t)C * uN);
 }
 
-clg_status clg_nn_bn_forward_train(clg_device *dev, int N, int C, size_t HW, float eps, float momentum,
+static clg_status bn_forward_train(clg_device *dev, int N, int C, size_t HW, float eps, float momentum,
                                    int update_running, cl_mem x, size_t ox, cl_mem y, size_t oy, cl_mem gamma,
-                                   cl_mem beta, cl_mem rmean, cl_mem rvar, cl_mem mean, cl_mem invstd)
+                                   cl_mem beta, cl_mem rmean, cl_mem rvar, cl_mem mean, cl_mem invstd,
+                                   const bn_epi *epi)
 {
     size_t n = 0;
     CLG_TRY(bn_check(dev, N, C, HW, &n));
@@ -1126,7 +1140,15 @@ clg_status clg_nn_bn_forward_train(clg_device *dev, int N, int C, size_t HW, flo
     clg_buf_release(dev, pa);
     clg_buf_release(dev, pb);
     CLG_TRY(st);
-    return bn_apply(dev, uN, C, HW, x, uox, y, uoy, mean, invstd, gamma, beta);
+    return bn_apply(dev, uN, C, HW, x, uox, y, uoy, mean, invstd, gamma, beta, epi);
+}
+
+clg_status clg_nn_bn_forward_train(clg_device *dev, int N, int C, size_t HW, float eps, float momentum,
+                                   int update_running, cl_mem x, size_t ox, cl_mem y, size_t oy, cl_mem gamma,
+                                   cl_mem beta, cl_mem rmean, cl_mem rvar, cl_mem mean, cl_mem invstd)
+{
+    return bn_forward_train(dev, N, C, HW, eps, momentum, update_running, x, ox, y, oy, gamma, beta, rmean, rvar,
+                            mean, invstd, NULL);
 }
 
 clg_status clg_nn_bn_stats_local(clg_device *dev, int N, int C, size_t HW, cl_mem x, size_t ox, cl_mem st3)
@@ -1187,11 +1209,12 @@ clg_status clg_nn_bn_sync_apply(clg_device *dev, int N, int C, size_t HW, float 
     CLG_KA(&ka, rvar);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     CLG_TRY(clg_launch_1d(dev, k, (size_t)C, 64));
-    return bn_apply(dev, uN, C, HW, x, uox, y, uoy, mean, invstd, gamma, beta);
+    return bn_apply(dev, uN, C, HW, x, uox, y, uoy, mean, invstd, gamma, beta, NULL);
 }
 
-clg_status clg_nn_bn_forward_infer(clg_device *dev, int N, int C, size_t HW, float eps, cl_mem x, size_t ox,
-                                   cl_mem y, size_t oy, cl_mem gamma, cl_mem beta, cl_mem rmean, cl_mem rvar)
+static clg_status bn_forward_infer(clg_device *dev, int N, int C, size_t HW, float eps, cl_mem x, size_t ox,
+                                   cl_mem y, size_t oy, cl_mem gamma, cl_mem beta, cl_mem rmean, cl_mem rvar,
+                                   const bn_epi *epi)
 {
     size_t n = 0;
     CLG_TRY(bn_check(dev, N, C, HW, &n));
@@ -1203,7 +1226,8 @@ clg_status clg_nn_bn_forward_infer(clg_device *dev, int N, int C, size_t HW, flo
     CLG_TRY(range(dev, o, oy, n, &uoy));
     cl_float fe = eps;
     cl_kernel k;
-    CLG_TRY(kget(dev, "norm", "bn_apply_infer", &k));
+    CLG_TRY(kget(dev, "norm", !epi ? "bn_apply_infer" : epi->r ? "bn_apply_infer_add_relu" : "bn_apply_infer_relu",
+                 &k));
     clg_kargs ka = {k, 0, CL_SUCCESS};
     CLG_KA(&ka, uN);
     CLG_KA(&ka, uC);
@@ -1217,20 +1241,54 @@ clg_status clg_nn_bn_forward_infer(clg_device *dev, int N, int C, size_t HW, flo
     CLG_KA(&ka, rvar);
     CLG_KA(&ka, gamma);
     CLG_KA(&ka, beta);
+    if (epi) {
+        cl_mem r = epi->r ? epi->r : y; /* not read without a residual */
+        CLG_KA(&ka, r);
+        CLG_KA(&ka, epi->r_off);
+    }
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     return run2_exact(dev, k, HW, (size_t)C * (size_t)N);
 }
 
+clg_status clg_nn_bn_forward_infer(clg_device *dev, int N, int C, size_t HW, float eps, cl_mem x, size_t ox,
+                                   cl_mem y, size_t oy, cl_mem gamma, cl_mem beta, cl_mem rmean, cl_mem rvar)
+{
+    return bn_forward_infer(dev, N, C, HW, eps, x, ox, y, oy, gamma, beta, rmean, rvar, NULL);
+}
+
+clg_status clg_nn_bn_forward_relu(clg_device *dev, int N, int C, size_t HW, float eps, float momentum, int training,
+                                  cl_mem x, size_t ox, cl_mem r, size_t orr, cl_mem y, size_t oy, cl_mem gamma,
+                                  cl_mem beta, cl_mem rmean, cl_mem rvar, cl_mem mean, cl_mem invstd)
+{
+    size_t n = 0;
+    CLG_TRY(bn_check(dev, N, C, HW, &n));
+    bn_epi epi = {r, 0};
+    if (r)
+        CLG_TRY(range(dev, "batchnorm + add + relu", orr, n, &epi.r_off));
+    if (training)
+        return bn_forward_train(dev, N, C, HW, eps, momentum, 1, x, ox, y, oy, gamma, beta, rmean, rvar, mean, invstd,
+                                &epi);
+    return bn_forward_infer(dev, N, C, HW, eps, x, ox, y, oy, gamma, beta, rmean, rvar, &epi);
+}
+
+/* The fused epilogue's backward (NULL: none): dy is masked by y > 0 (the
+ * stored relu output); dr (may be NULL) receives the masked dy. */
+typedef struct bn_bepi {
+    cl_mem y, dr;
+    cl_uint y_off, dr_off;
+} bn_bepi;
+
 /* Per-(c, i) partial sums of the backward statistics into fresh pa, pb. */
 static clg_status bn_bwd_partials(clg_device *dev, cl_uint uN, int C, size_t HW, cl_mem x, cl_uint uox, cl_mem dy,
-                                  cl_uint uody, cl_mem mean, cl_mem *pa, cl_mem *pb)
+                                  cl_uint uody, cl_mem mean, const bn_bepi *be, cl_mem *pa, cl_mem *pb)
 {
     CLG_TRY(bn_parts(dev, C, HW, pa, pb));
     cl_uint uC = (cl_uint)C, uHW = (cl_uint)HW;
     cl_kernel k;
     size_t vw = bn_vec(HW);
-    char kn[32];
-    snprintf(kn, sizeof kn, "bn_bwd_partial%s", vw == 8 ? "8" : vw == 4 ? "4" : "");
+    char kn[40];
+    snprintf(kn, sizeof kn, "bn_bwd_partial%s%s", !be ? "" : be->dr ? "_add_relu" : "_relu",
+             vw == 8 ? "8" : vw == 4 ? "4" : "");
     clg_status st = kget(dev, "norm", kn, &k);
     if (st == CLG_OK) {
         clg_kargs ka = {k, 0, CL_SUCCESS};
@@ -1241,9 +1299,18 @@ static clg_status bn_bwd_partials(clg_device *dev, cl_uint uN, int C, size_t HW,
         CLG_KA(&ka, uox);
         CLG_KA(&ka, dy);
         CLG_KA(&ka, uody);
+        if (be) {
+            CLG_KA(&ka, be->y);
+            CLG_KA(&ka, be->y_off);
+        }
         CLG_KA(&ka, mean);
         CLG_KA(&ka, *pa);
         CLG_KA(&ka, *pb);
+        if (be) {
+            cl_mem dr = be->dr ? be->dr : *pa; /* not written without a residual */
+            CLG_KA(&ka, dr);
+            CLG_KA(&ka, be->dr_off);
+        }
         st = CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments");
     }
     if (st == CLG_OK)
@@ -1258,13 +1325,14 @@ static clg_status bn_bwd_partials(clg_device *dev, cl_uint uN, int C, size_t HW,
 /* dgamma, dbeta of this batch (partials, then per-channel sums); st2
  * (may be NULL) also receives {sum dy, sum dy (x - mean)} per channel. */
 static clg_status bn_bwd_params(clg_device *dev, cl_uint uN, int C, size_t HW, cl_mem x, cl_uint uox, cl_mem dy,
-                                cl_uint uody, cl_mem mean, cl_mem invstd, cl_mem dgamma, cl_mem dbeta, cl_mem st2)
+                                cl_uint uody, cl_mem mean, cl_mem invstd, cl_mem dgamma, cl_mem dbeta, cl_mem st2,
+                                const bn_bepi *be)
 {
     cl_uint uC = (cl_uint)C, uHW = (cl_uint)HW;
     cl_int keep = st2 != NULL;
     cl_mem stbuf = st2 ? st2 : dbeta; /* not written when keep is 0 */
     cl_mem pa, pb;
-    CLG_TRY(bn_bwd_partials(dev, uN, C, HW, x, uox, dy, uody, mean, &pa, &pb));
+    CLG_TRY(bn_bwd_partials(dev, uN, C, HW, x, uox, dy, uody, mean, be, &pa, &pb));
     cl_kernel k;
     clg_status st = kget(dev, "norm", "bn_bwd_finish", &k);
     if (st == CLG_OK) {
@@ -1290,12 +1358,12 @@ static clg_status bn_bwd_params(clg_device *dev, cl_uint uN, int C, size_t HW, c
 /* dx from the (global) dgamma / dbeta sums over M values per channel. */
 static clg_status bn_bwd_dx(clg_device *dev, cl_uint uN, int C, size_t HW, double M, cl_mem x, cl_uint uox,
                             cl_mem dy, cl_uint uody, cl_mem mean, cl_mem invstd, cl_mem gamma, cl_mem dgamma,
-                            cl_mem dbeta, cl_mem dx, cl_uint uodx)
+                            cl_mem dbeta, cl_mem dx, cl_uint uodx, const bn_bepi *be)
 {
     cl_uint uC = (cl_uint)C, uHW = (cl_uint)HW;
     cl_float invM = 1.0f / (float)M;
     cl_kernel k;
-    CLG_TRY(kget(dev, "norm", "bn_bwd_data", &k));
+    CLG_TRY(kget(dev, "norm", be ? "bn_bwd_data_relu" : "bn_bwd_data", &k));
     clg_kargs ka = {k, 0, CL_SUCCESS};
     CLG_KA(&ka, uN);
     CLG_KA(&ka, uC);
@@ -1305,6 +1373,10 @@ static clg_status bn_bwd_dx(clg_device *dev, cl_uint uN, int C, size_t HW, doubl
     CLG_KA(&ka, uox);
     CLG_KA(&ka, dy);
     CLG_KA(&ka, uody);
+    if (be) {
+        CLG_KA(&ka, be->y);
+        CLG_KA(&ka, be->y_off);
+    }
     CLG_KA(&ka, mean);
     CLG_KA(&ka, invstd);
     CLG_KA(&ka, gamma);
@@ -1330,10 +1402,36 @@ clg_status clg_nn_bn_backward(clg_device *dev, int N, int C, size_t HW, cl_mem x
     CLG_TRY(range(dev, o, ody, n, &uody));
     if (dx)
         CLG_TRY(range(dev, o, odx, n, &uodx));
-    CLG_TRY(bn_bwd_params(dev, uN, C, HW, x, uox, dy, uody, mean, invstd, dgamma, dbeta, NULL));
+    CLG_TRY(bn_bwd_params(dev, uN, C, HW, x, uox, dy, uody, mean, invstd, dgamma, dbeta, NULL, NULL));
     if (!dx)
         return CLG_OK;
-    return bn_bwd_dx(dev, uN, C, HW, (double)N * HW, x, uox, dy, uody, mean, invstd, gamma, dgamma, dbeta, dx, uodx);
+    return bn_bwd_dx(dev, uN, C, HW, (double)N * HW, x, uox, dy, uody, mean, invstd, gamma, dgamma, dbeta, dx, uodx,
+                     NULL);
+}
+
+clg_status clg_nn_bn_backward_relu(clg_device *dev, int N, int C, size_t HW, cl_mem x, size_t ox, cl_mem y, size_t oy,
+                                   cl_mem dy, size_t ody, cl_mem mean, cl_mem invstd, cl_mem gamma, cl_mem dgamma,
+                                   cl_mem dbeta, cl_mem dx, size_t odx, cl_mem dr, size_t odr)
+{
+    size_t n = 0;
+    CLG_TRY(bn_check(dev, N, C, HW, &n));
+    const char *o = "batchnorm + relu backward";
+    CLG_TRY(check_mems(dev, o, 8, (const cl_mem[]){x, y, dy, mean, invstd, gamma, dgamma, dbeta},
+                       (const char *const[]){"x", "y", "dy", "mean", "invstd", "gamma", "dgamma", "dbeta"}));
+    cl_uint uN = (cl_uint)N, uox, uody, uodx = 0;
+    bn_bepi be = {y, dr, 0, 0};
+    CLG_TRY(range(dev, o, ox, n, &uox));
+    CLG_TRY(range(dev, o, oy, n, &be.y_off));
+    CLG_TRY(range(dev, o, ody, n, &uody));
+    if (dx)
+        CLG_TRY(range(dev, o, odx, n, &uodx));
+    if (dr)
+        CLG_TRY(range(dev, o, odr, n, &be.dr_off));
+    CLG_TRY(bn_bwd_params(dev, uN, C, HW, x, uox, dy, uody, mean, invstd, dgamma, dbeta, NULL, &be));
+    if (!dx)
+        return CLG_OK;
+    return bn_bwd_dx(dev, uN, C, HW, (double)N * HW, x, uox, dy, uody, mean, invstd, gamma, dgamma, dbeta, dx, uodx,
+                     &be);
 }
 
 clg_status clg_nn_bn_bwd_local(clg_device *dev, int N, int C, size_t HW, cl_mem x, size_t ox, cl_mem dy, size_t ody,
@@ -1347,7 +1445,7 @@ clg_status clg_nn_bn_bwd_local(clg_device *dev, int N, int C, size_t HW, cl_mem 
     cl_uint uN = (cl_uint)N, uox, uody;
     CLG_TRY(range(dev, o, ox, n, &uox));
     CLG_TRY(range(dev, o, ody, n, &uody));
-    return bn_bwd_params(dev, uN, C, HW, x, uox, dy, uody, mean, invstd, dgamma, dbeta, st2);
+    return bn_bwd_params(dev, uN, C, HW, x, uox, dy, uody, mean, invstd, dgamma, dbeta, st2, NULL);
 }
 
 clg_status clg_nn_bn_bwd_data_sync(clg_device *dev, int N, int C, size_t HW, double M, cl_mem g2, cl_mem x,
@@ -1376,5 +1474,5 @@ clg_status clg_nn_bn_bwd_data_sync(clg_device *dev, int N, int C, size_t HW, dou
     CLG_KA(&ka, gdb);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     CLG_TRY(clg_launch_1d(dev, k, (size_t)C, 64));
-    return bn_bwd_dx(dev, uN, C, HW, M, x, uox, dy, uody, mean, invstd, gamma, gdg, gdb, dx, uodx);
+    return bn_bwd_dx(dev, uN, C, HW, M, x, uox, dy, uody, mean, invstd, gamma, gdg, gdb, dx, uodx, NULL);
 }

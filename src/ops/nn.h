@@ -146,6 +146,21 @@ CLG_INTERNAL clg_status clg_nn_bn_forward_train(clg_device *dev, int N, int C, s
 CLG_INTERNAL clg_status clg_nn_bn_forward_infer(clg_device *dev, int N, int C, size_t HW, float eps, cl_mem x,
                                                 size_t ox, cl_mem y, size_t oy, cl_mem gamma, cl_mem beta,
                                                 cl_mem rmean, cl_mem rvar);
+/* Batch norm with its fused epilogue (the fusion pass, src/model/fuse.c):
+ * y = relu(bn(x) + r), or relu(bn(x)) when r is NULL; training: the batch
+ * statistics (exact, as clg_nn_bn_forward_train, running stats moved),
+ * else the running ones. */
+CLG_INTERNAL clg_status clg_nn_bn_forward_relu(clg_device *dev, int N, int C, size_t HW, float eps, float momentum,
+                                               int training, cl_mem x, size_t ox, cl_mem r, size_t orr, cl_mem y,
+                                               size_t oy, cl_mem gamma, cl_mem beta, cl_mem rmean, cl_mem rvar,
+                                               cl_mem mean, cl_mem invstd);
+/* Its backward from y (the stored output) and dy: g = dy where y > 0, else
+ * 0; dgamma, dbeta, dx (may be NULL) as clg_nn_bn_backward from g, and dr
+ * (may be NULL) = g, the residual's gradient. */
+CLG_INTERNAL clg_status clg_nn_bn_backward_relu(clg_device *dev, int N, int C, size_t HW, cl_mem x, size_t ox,
+                                                cl_mem y, size_t oy, cl_mem dy, size_t ody, cl_mem mean,
+                                                cl_mem invstd, cl_mem gamma, cl_mem dgamma, cl_mem dbeta, cl_mem dx,
+                                                size_t odx, cl_mem dr, size_t odr);
 /* Gradients for training-mode statistics: dgamma, dbeta overwritten; dx
  * (may be NULL: skipped) overwritten. */
 CLG_INTERNAL clg_status clg_nn_bn_backward(clg_device *dev, int N, int C, size_t HW, cl_mem x, size_t ox, cl_mem dy,

@@ -166,6 +166,36 @@ START_TEST(im2col_random)
 }
 END_TEST
 
+/* im2col backward-data with a stride and dilation 1: the unrolled gather
+ * with the stride fixed at compile time (col2im_s1 -D CU -D CV), strides 2-4,
+ * 1x1 (the projection shortcut of a residual stage) to 4x3 windows, odd
+ * planes, padding 0-2. */
+START_TEST(im2col_strided)
+{
+    clg_rng r;
+    tu_rng(&r, 13);
+    static const int win[][2] = {{1, 1}, {3, 3}, {2, 3}, {4, 1}};
+    for (int i = 0; i < ncases(8); i++) {
+        clg_conv_shape s;
+        memset(&s, 0, sizeof s);
+        s.N = irand(&r, 1, 3);
+        s.C = irand(&r, 1, 6);
+        s.K = irand(&r, 1, 6);
+        s.H = irand(&r, 5, g_tiny ? 7 : 13);
+        s.W = irand(&r, 5, g_tiny ? 7 : 13);
+        s.R = win[i % 4][0];
+        s.S = win[i % 4][1];
+        s.pad_h = irand(&r, 0, CLG_MIN(2, s.R - 1));
+        s.pad_w = irand(&r, 0, CLG_MIN(2, s.S - 1));
+        s.stride_h = irand(&r, 2, 4);
+        s.stride_w = i % 2 ? s.stride_h : irand(&r, 1, 3);
+        s.dil_h = s.dil_w = s.groups = 1;
+        ck_assert_int_eq(clg_conv_check(NULL, &s), CLG_OK);
+        check_algo(&s, CLG_CONV_IM2COL, &r, 1e-4, 7);
+    }
+}
+END_TEST
+
 START_TEST(im2col_1x1_gemm)
 {
     /* 1x1, stride 1, pad 0: straight GEMM (no column buffer), with groups. */
@@ -610,6 +640,7 @@ int main(void)
     } tests[] = {
         {"argument_errors", argument_errors},   {"im2col_random", im2col_random},
         {"im2col_1x1_gemm", im2col_1x1_gemm},   {"direct_random", direct_random},
+        {"im2col_strided", im2col_strided},
         {"direct_jit_random", direct_jit_random},
         {"winograd2_random", winograd2_random}, {"winograd4_random", winograd4_random},
         {"fft_random", fft_random},             {"finite_differences", finite_differences}, {"filter_cache_versions", filter_cache_versions},

@@ -278,8 +278,10 @@ START_TEST(gpt_fp16_trains)
     }
     fprintf(stderr, "gpt-tiny: loss step 0 fp32 %.5f fp16 %.5f; mean of the last 5 of %d steps fp32 %.5f fp16 %.5f\n",
             l32[0], l16[0], FP16_STEPS, e32, e16);
-    ck_assert_msg(e16 < 0.75 * l16[0], "fp16: the loss did not fall: %.4f -> %.4f", l16[0], e16);
-    ck_assert_msg(e32 < 0.75 * l32[0], "fp32: the loss did not fall: %.4f -> %.4f", l32[0], e32);
+    /* training works: from ln 256 = 5.55 the byte statistics alone bring the mean of the last 5 steps to
+     * about 0.75 of it (4.1-4.2, fp32 and fp16 alike, varying with the seed); a broken step stays near 5.5 */
+    ck_assert_msg(e16 < 0.8 * l16[0], "fp16: the loss did not fall: %.4f -> %.4f", l16[0], e16);
+    ck_assert_msg(e32 < 0.8 * l32[0], "fp32: the loss did not fall: %.4f -> %.4f", l32[0], e32);
     int differ = 0; /* half storage rounds the activations: some step's loss differs from fp32's */
     for (int s = 0; s < FP16_STEPS; s++)
         differ += l16[s] != l32[s];

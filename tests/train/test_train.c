@@ -184,6 +184,11 @@ START_TEST(memory_plan)
              * from its last consumer's backward to its own backward */
             for (int i = 0; i < L; i++) {
                 size_t bytes = clg_tensor_numel(&r->act[i]) * sizeof(float);
+                if (r->layers[i].fused_into) { /* the fusion pass: its output is the batch norm's */
+                    const clg_tensor *into = &r->act[r->layers[i].fused_into - 1];
+                    ck_assert(r->act[i].mem == into->mem && r->act[i].off == into->off);
+                    continue;
+                }
                 b[n++] = (live_buf){r->act[i].mem, bytes, i, 2 * L - 1 - i, ""};
                 snprintf(b[n - 1].what, sizeof b[n - 1].what, "act %d", i);
                 if (last[i] >= 0 && !r->layers[i].is_loss) {

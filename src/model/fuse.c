@@ -1,0 +1,91 @@
+/* The fusion pass of a replica (option bn_fuse): a [batchnorm] whose only
+ * consumer is a relu [activation] computes relu(bn(x)) itself, and one
+ * whose only consumer is a two-input [add] whose only consumer is a relu
+ * computes relu(bn(x) + r), r the add's other operand (a residual block's
+ * tail), provided r is computed before the batch norm (its layer index is
+ * lower). The fused-away layers keep their place (indices, names, the
+ * hooks run after each layer) but lose their inputs, their forward and
+ * backward are skipped and their outputs alias the batch norm's; their
+ * consumers read the batch norm instead. Training statistics stay exact:
+ * the batch norm still computes them in full before its one fused pass.
+ *
+ * Only whole fp32 replicas (not a pipeline stage, not fp16 storage) and
+ * unsynchronized batch norms are fused; the last layer never is. */
+#include <string.h>
+
+#include "model/layers.h"
+#include "model/network_impl.h"
+
+/* The only consumer of layer i's output, -1 if none or several. */
+static int only_consumer(const clg_replica *r, int i)
+{
+    int who = -1;
+    for (int j = 0; j < r->nlayers; j++)
+        for (int k = 0; k < r->layers[j].nin; k++)
+            if (r->layers[j].inputs[k] == i) {
+                if (who >= 0)
+                    return -1;
+                who = j;
+            }
+    return who;
+}
+
+/* Layer `gone` is computed by `into`: its consumers read `into`. */
+static void retire(clg_replica *r, int gone, int into)
+{
+    for (int j = 0; j < r->nlayers; j++)
+        for (int k = 0; k < r->layers[j].nin; k++)
+            if (r->layers[j].inputs[k] == gone)
+                r->layers[j].inputs[k] = into;
+    r->layers[gone].nin = 0;
+    r->layers[gone].fused_into = into + 1;
+}
+
+/* Fuses batch norm i with what follows it, where the pattern fits. */
+static void fuse_bn(clg_replica *r, int i)
+{
+    int L = r->nlayers;
+    clg_layer *bn = &r->layers[i];
+    int j = only_consumer(r, i);
+    if (j < 0 || j == L - 1)
+        return;
+    clg_layer *next = &r->layers[j];
+    if (clg_layer_activation_is_relu(next)) {
+        clg_layer_batchnorm_fuse_relu(bn);
+        retire(r, j, i);
+        return;
+    }
+    if (next->ops != &clg_layer_add_ops || next->nin != 2 || next->inputs[0] == next->inputs[1])
+        return;
+    int other = next->inputs[0] == i ? next->inputs[1] : next->inputs[0];
+    int k = only_consumer(r, j);
+    if (other >= i || k < 0 || k == L - 1 || !clg_layer_activation_is_relu(&r->layers[k]))
+        return;
+    if (memcmp(next->in_shape[0], next->in_shape[1], sizeof next->in_shape[0]) != 0)
+        return;
+    clg_layer_batchnorm_fuse_relu(bn);
+    bn->inputs[1] = other;
+    memcpy(bn->in_shape[1], next->in_shape[next->inputs[0] == i ? 1 : 0], sizeof bn->in_shape[1]);
+    bn->in_seq[1] = 0;
+    bn->nin = 2;
+    retire(r, j, i);
+    retire(r, k, i);
+}
+
+void clg_replica_fuse(clg_replica *r)
+{
+    if (!r->dev->ctx->opts.bn_fuse || r->fp16 || r->first != 0 || r->last != r->nlayers - 1)
+        return;
+    for (int i = 0; i < r->nlayers - 1; i++)
+        if (clg_layer_batchnorm_fusable(&r->layers[i]) && !r->layers[i].in_seq[0])
+            fuse_bn(r, i);
+}
+
+void clg_replica_fuse_alias(clg_replica *r)
+{
+    for (int i = 0; i < r->nlayers; i++)
+        if (r->layers[i].fused_into) {
+            r->act[i] = r->act[r->layers[i].fused_into - 1];
+            r->dact[i].mem = NULL;
+        }
+}
