@@ -263,19 +263,23 @@ float clg_nn_dropout_scale_host(uint32_t seed, uint32_t step, uint32_t idx, floa
     return u >= p ? 1.0f / (1.0f - p) : 0.0f;
 }
 
-clg_status clg_nn_dropout(clg_device *dev, size_t n, float p, uint32_t seed, uint32_t step, uint32_t base, cl_mem x,
-                          size_t ox, cl_mem y, size_t oy)
+/* The dropout kernels: "dropout" (element base + i) or, with len > 0,
+ * "dropout_rows" (rows of len elements of a layer stride wide). */
+static clg_status dropout_launch(clg_device *dev, size_t n, float p, uint32_t seed, uint32_t step, uint32_t base,
+                                 size_t len, size_t stride, cl_mem x, size_t ox, cl_mem y, size_t oy)
 {
-    if (!(p >= 0.0f && p < 1.0f))
-        return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG, "dropout: p=%g outside [0, 1)", (double)p);
     CLG_TRY(check_mem(dev, "dropout", x, "x"));
     CLG_TRY(check_mem(dev, "dropout", y, "y"));
-    cl_uint un, uox, uoy;
+    cl_uint un, uox, uoy, ul = 0, us = 0;
     CLG_TRY(u32(dev, "dropout", n, &un));
+    if (len) {
+        CLG_TRY(u32(dev, "dropout", len, &ul));
+        CLG_TRY(u32(dev, "dropout", stride, &us));
+    }
     CLG_TRY(range(dev, "dropout", ox, n, &uox));
     CLG_TRY(range(dev, "dropout", oy, n, &uoy));
     cl_kernel k;
-    CLG_TRY(kget(dev, "eltwise", "dropout", &k));
+    CLG_TRY(kget(dev, "eltwise", len ? "dropout_rows" : "dropout", &k));
     cl_uint s = seed, st = step, b = base;
     cl_float fp = p, inv = 1.0f / (1.0f - p);
     clg_kargs ka = {k, 0, CL_SUCCESS};
@@ -289,8 +293,20 @@ clg_status clg_nn_dropout(clg_device *dev, size_t n, float p, uint32_t seed, uin
     CLG_KA(&ka, uox);
     CLG_KA(&ka, y);
     CLG_KA(&ka, uoy);
+    if (len) {
+        CLG_KA(&ka, ul);
+        CLG_KA(&ka, us);
+    }
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     return clg_launch_1d(dev, k, n, EW_WG);
+}
+
+clg_status clg_nn_dropout(clg_device *dev, size_t n, float p, uint32_t seed, uint32_t step, uint32_t base, cl_mem x,
+                          size_t ox, cl_mem y, size_t oy)
+{
+    if (!(p >= 0.0f && p < 1.0f))
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG, "dropout: p=%g outside [0, 1)", (double)p);
+    return dropout_launch(dev, n, p, seed, step, base, 0, 0, x, ox, y, oy);
 }
 
 clg_status clg_nn_dropout_rows(clg_device *dev, size_t n, float p, uint32_t seed, uint32_t step, uint32_t base,
@@ -299,33 +315,7 @@ clg_status clg_nn_dropout_rows(clg_device *dev, size_t n, float p, uint32_t seed
     if (!(p >= 0.0f && p < 1.0f) || len == 0 || len > stride || n % len)
         return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG, "dropout: p=%g, rows of %zu in %zu, %zu elements",
                            (double)p, len, stride, n);
-    CLG_TRY(check_mem(dev, "dropout", x, "x"));
-    CLG_TRY(check_mem(dev, "dropout", y, "y"));
-    cl_uint un, uox, uoy, ul, us;
-    CLG_TRY(u32(dev, "dropout", n, &un));
-    CLG_TRY(u32(dev, "dropout", len, &ul));
-    CLG_TRY(u32(dev, "dropout", stride, &us));
-    CLG_TRY(range(dev, "dropout", ox, n, &uox));
-    CLG_TRY(range(dev, "dropout", oy, n, &uoy));
-    cl_kernel k;
-    CLG_TRY(kget(dev, "eltwise", "dropout_rows", &k));
-    cl_uint s = seed, st = step, b = base;
-    cl_float fp = p, inv = 1.0f / (1.0f - p);
-    clg_kargs ka = {k, 0, CL_SUCCESS};
-    CLG_KA(&ka, un);
-    CLG_KA(&ka, s);
-    CLG_KA(&ka, st);
-    CLG_KA(&ka, b);
-    CLG_KA(&ka, fp);
-    CLG_KA(&ka, inv);
-    CLG_KA(&ka, x);
-    CLG_KA(&ka, uox);
-    CLG_KA(&ka, y);
-    CLG_KA(&ka, uoy);
-    CLG_KA(&ka, ul);
-    CLG_KA(&ka, us);
-    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-    return clg_launch_1d(dev, k, n, EW_WG);
+    return dropout_launch(dev, n, p, seed, step, base, len, stride, x, ox, y, oy);
 }
 
 /* Rows per chunk of the two-stage column sums (colsum_part, colsum_fin),
