@@ -1309,6 +1309,8 @@ clg_status clg_session_evaluate(clg_model *m, const clg_dataset *ds, long limit,
     if (limit > 0 && limit < N)
         N = (int)limit;
     int B = m->net->batch, classes = m->net->classes;
+    if (m->tp) /* tensor parallelism: lane 0 made the whole network, with the lanes' weights */
+        CLG_TRY(clg_session_pipe_gather(m, 0));
     const clg_tensor *outp = clg_replica_output(clg_session_rep(m));
     int outw = outp->c * outp->h * outp->w;
     float *probs = confusion ? malloc((size_t)B * outw * sizeof(float)) : NULL;

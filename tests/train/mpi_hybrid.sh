@@ -12,6 +12,8 @@
 #     running statistics averaged over the ranks as over the replicas);
 #  3. a checkpoint of 2 ranks x pp=2 (rank 0, one-device format) resumed on
 #     one device ends where the uninterrupted one-device run ends;
+#  eval over 2 ranks x pp=2 / tp=2 and one process x tp=2 reports what one
+#     device does;
 #  4. refused clearly: tp over ranks with batch norm;
 #  5. a stopped rank (SIGSTOP) under pp=2: the job ends non-zero within the
 #     --comm-timeout, naming the rank and the stage.
@@ -97,6 +99,21 @@ POCL_DEVICES=basic "$clgrad" train "$tmp/mlp.cfg" $T --checkpoint "$tmp/ck" --re
     { tail -5 "$tmp/o"; fail "resume on one device"; }
 echo "2 ranks x pp=2, 10 steps, resumed on one device:"
 cmp_w "$tmp/w1.st" "$tmp/wr.st" 1e-5 || fail "resumed on one device: differs from the one-device run"
+
+# eval: every rank its slices through its layout, rank 0 prints the sums once; and one process x tp=2 (whose
+# evaluation once ran the stub lane). Samples and accuracy exact, loss within 2e-4 (4 decimals printed)
+POCL_DEVICES=basic "$clgrad" train "$tmp/mlp.cfg" --data "$tmp/data" --steps 1 --no-eval --quiet --lr 0.001 \
+    --save "$tmp/e.st" >/dev/null 2>&1 || fail "1-step run for eval"
+POCL_DEVICES=basic "$clgrad" eval "$tmp/mlp.cfg" --weights "$tmp/e.st" --data "$tmp/data" 2>/dev/null | head -3 \
+    >"$tmp/e1" || fail "eval"
+for run in "mpi 2:pp=2" "mpi 2:tp=2" ":tp=2"; do
+    POCL_DEVICES="$D2" ${run%%:*} "$clgrad" eval "$tmp/mlp.cfg" --weights "$tmp/e.st" --data "$tmp/data" --devices all \
+        --parallel ${run#*:} 2>/dev/null >"$tmp/e2" || fail "eval ${run#*:} (${run%%:*})"
+    [ "$(grep -c '^samples' "$tmp/e2")" -eq 1 ] || fail "eval ${run#*:} (${run%%:*}) printed no single report"
+    awk 'NR == FNR { v[FNR] = $2; next } FNR <= 3 { d = $2 - v[FNR]; if (d < 0) d = -d;
+         if ((FNR == 2 && d > 2e-4) || (FNR != 2 && $2 != v[FNR])) bad = 1 } END { exit bad }' "$tmp/e1" "$tmp/e2" ||
+        { cat "$tmp/e1" "$tmp/e2"; fail "eval ${run#*:} (${run%%:*}): samples/loss/accuracy differ from one device"; }
+done
 
 # 4. refused: tp over ranks with running statistics
 POCL_DEVICES="$D2" mpi 2 "$clgrad" train "$tmp/bn.cfg" $T --devices all --parallel tp=2 >"$tmp/o" 2>&1 &&
