@@ -11,7 +11,8 @@
 #  2. batch norm: 2 ranks x pp=2 equal 1 process x dp=2,pp=2 (the same slices:
 #     running statistics averaged over the ranks as over the replicas);
 #  3. a checkpoint of 2 ranks x pp=2 (rank 0, one-device format) resumed on
-#     one device ends where the uninterrupted one-device run ends;
+#     one device, and on 2 ranks x tp=2, ends where the uninterrupted
+#     one-device run ends;
 #  eval over 2 ranks x pp=2 / tp=2 and one process x tp=2 reports what one
 #     device does;
 #  4. refused clearly: tp over ranks with batch norm;
@@ -99,6 +100,10 @@ POCL_DEVICES=basic "$clgrad" train "$tmp/mlp.cfg" $T --checkpoint "$tmp/ck" --re
     { tail -5 "$tmp/o"; fail "resume on one device"; }
 echo "2 ranks x pp=2, 10 steps, resumed on one device:"
 cmp_w "$tmp/w1.st" "$tmp/wr.st" 1e-5 || fail "resumed on one device: differs from the one-device run"
+POCL_DEVICES="$D2" mpi 2 "$clgrad" train "$tmp/mlp.cfg" $T --devices all --parallel tp=2 --checkpoint "$tmp/ck" \
+    --resume --save "$tmp/wr2.st" >"$tmp/o" 2>&1 || { tail -5 "$tmp/o"; fail "resume on 2 ranks x tp=2"; }
+echo "2 ranks x pp=2, 10 steps, resumed on 2 ranks x tp=2:"
+cmp_w "$tmp/w1.st" "$tmp/wr2.st" 1e-5 || fail "resumed on 2 ranks x tp=2: differs from the one-device run"
 
 # eval: every rank its slices through its layout, rank 0 prints the sums once; and one process x tp=2 (whose
 # evaluation once ran the stub lane). Samples and accuracy exact, loss within 2e-4 (4 decimals printed)
