@@ -7,7 +7,8 @@
 #     x dp=2,tp=2 (4 per rank): weights after 20 steps equal one process x one
 #     device (same global batch; the pipeline accumulating micro-batches) within
 #     1e-5 (max |a-b| / (1 + max |a|); dropout inside the split pair, so the
-#     masks must follow the global sample index);
+#     masks must follow the global sample index); 3 ranks x pp=2 with uneven
+#     slices (batch 25);
 #  2. batch norm: 2 ranks x pp=2 equal 1 process x dp=2,pp=2 (the same slices:
 #     running statistics averaged over the ranks as over the replicas);
 #  3. a checkpoint of 2 ranks x pp=2 (rank 0, one-device format) resumed on
@@ -80,6 +81,12 @@ for lay in pp=2 tp=2 dp=2,pp=2 dp=2,tp=2; do
         tail -5 "$tmp/o"; fail "2 ranks x $lay run"
     fi
 done
+# uneven slices (25 over 3 ranks: 9, 8, 8) x pp=2
+POCL_DEVICES=basic "$clgrad" train "$tmp/mlp.cfg" $T --batch 25 --save "$tmp/u1.st" >"$tmp/o" 2>&1 || fail "batch 25 run"
+POCL_DEVICES="$D2" mpi 3 "$clgrad" train "$tmp/mlp.cfg" $T --batch 25 --devices all --parallel pp=2 --save "$tmp/u3.st" \
+    >"$tmp/o" 2>&1 || { tail -5 "$tmp/o"; fail "3 ranks x pp=2 run"; }
+echo "3 ranks x pp=2, batch 25:"
+cmp_w "$tmp/u1.st" "$tmp/u3.st" 1e-5 || fail "3 ranks x pp=2 (uneven slices): weights differ from one device"
 # the same global batch over one process x pp=2: the ranks' reduction is what makes them equal (not vacuous)
 POCL_DEVICES="$D2" "$clgrad" train "$tmp/mlp.cfg" $T --batch 12 --devices all --parallel pp=2 --save "$tmp/wh.st" \
     >"$tmp/o" 2>&1 || { tail -5 "$tmp/o"; fail "half-batch run"; }
