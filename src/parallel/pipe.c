@@ -6,6 +6,7 @@
 #include "model/layers.h"
 #include "ops/nn.h"
 #include "parallel/dp.h"
+#include "parallel/hybrid.h"
 #include "parallel/pipe.h"
 
 static clg_status stage_fn(void *arg, int s);
@@ -879,7 +880,7 @@ static clg_status set_inputs(clg_pipe *p, clg_pipe_stage *st, int k, int m)
     if (st->has_loss)
         clg_replica_set_labels(r, st->ybuf, (size_t)p->off[st->d][m], p->grad_scale);
     for (int i = st->first; i <= st->last; i++)
-        clg_layer_set_rng(&r->layers[i], p->seed, p->step, (uint32_t)p->off[st->d][m]);
+        clg_layer_set_rng(&r->layers[i], p->seed, p->step, (uint32_t)(p->base + p->off[st->d][m]));
     int ne = nin_edges(p, st->index), j = 0;
     for (int q = 0; q < p->nedges && p->recompute; q++) {
         const clg_pipe_edge *e = &p->edges[q];
@@ -1040,7 +1041,7 @@ static clg_status stage_backward(clg_pipe *p, clg_pipe_stage *st, int m, int fir
 
 static clg_status reduce_setup(clg_pipe *p)
 {
-    if (p->D == 1)
+    if ((p->D == 1 && !p->hy) || p->ghost)
         return CLG_OK;
     clg_err *err = &p->ctx->err;
     p->ghost = calloc((size_t)p->L, sizeof(float *));
@@ -1101,19 +1102,30 @@ static clg_status reduce_replicas(clg_pipe *p, clg_pipe_stage *st)
         CLG_CL_CHECK(err, clEnqueueReadBuffer(q, st->state[0][i], CL_TRUE, 0, st->state_n[i] * sizeof(float), sh + off, 0,
                                               NULL, NULL));
     double t0 = clg_now_sec();
+    clg_status rr = CLG_OK;
     pthread_mutex_lock(&p->mu);
     if (++p->red_arrived[st->s] == p->D) {
         reduce_sum(p, st->s);
         p->red_arrived[st->s] = 0;
-        p->red_done[st->s] = p->seq;
-        pthread_cond_broadcast(&p->cv);
+        if (p->hy) { /* MPI: the stage's sums over the ranks (outside the lock: other stages go on) */
+            pthread_mutex_unlock(&p->mu);
+            rr = clg_hybrid_reduce(p->hy, st->s, err, p->gsum[st->s], bytes / sizeof(float), p->ssum[st->s],
+                                   p->sfloats[st->s], p->n);
+            pthread_mutex_lock(&p->mu);
+        }
+        if (rr == CLG_OK) {
+            p->red_done[st->s] = p->seq;
+            pthread_cond_broadcast(&p->cv);
+        }
     }
-    while (p->red_done[st->s] != p->seq && !p->abort)
+    while (rr == CLG_OK && p->red_done[st->s] != p->seq && !p->abort)
         pthread_cond_wait(&p->cv, &p->mu);
     int ab = p->red_done[st->s] != p->seq;
     pthread_mutex_unlock(&p->mu);
     st->t_wait += clg_now_sec() - t0;
-    trace_span(p, st->index, "gradient sum over replicas", 0, t0);
+    trace_span(p, st->index, p->hy ? "gradient sum over replicas and ranks" : "gradient sum over replicas", 0, t0);
+    if (rr != CLG_OK)
+        return rr;
     if (ab)
         return CLG_ERR_INTERNAL; /* another lane failed: it holds the message */
     if (bytes)
@@ -1158,7 +1170,7 @@ static clg_status stage_schedule(clg_pipe *p, clg_pipe_stage *st)
     }
     CLG_TRY(state_copy(st, st->state_rep, 0)); /* the latest running statistics into reps[0] */
     st->state_rep = 0;
-    if (p->D > 1)
+    if (p->D > 1 || p->hy)
         CLG_TRY(reduce_replicas(p, st));
     if (st->rep->arena_bytes) {
         CLG_CL_CHECK(err, clEnqueueCopyBuffer(st->dev->queue, st->gacc, st->rep->garena, 0, 0, st->rep->arena_bytes,
@@ -1234,6 +1246,7 @@ clg_status clg_pipe_train_step(clg_pipe *p, const clg_hparams *hp, const float *
     for (int s = 0; s < p->L; s++)
         if (!p->st[s].opt)
             CLG_TRY(clg_optim_create(p->st[s].rep, hp, &p->st[s].opt));
+    CLG_TRY(reduce_setup(p)); /* MPI (hy set after creation): the host sums */
     /* replica d takes samples [o_d, o_d + n_d) (sizes differ by at most one), in nm micro-batches */
     p->nm = CLG_MIN(p->M, n / p->D);
     for (int d = 0, o = 0; d < p->D; d++) {

@@ -173,6 +173,11 @@ typedef struct clg_pipe {
      * micro-batch fault_mb of step fault_step as an enqueue error would */
     int fault_stage, fault_mb;
     int64_t fault_step;
+    /* MPI ranks as an outer data-parallel level (parallel/hybrid.h; borrowed, NULL with one rank): x and y
+     * hold this rank's slice of the global batch, whose first sample has global index base (dropout); each
+     * stage's summed gradients and running statistics are reduced over the ranks before the update */
+    struct clg_hybrid *hy;
+    int base;
 } clg_pipe;
 
 /* D replicas of K stages on the context's devices devs[0..ndev) (ndev ==

@@ -5,7 +5,9 @@
 #include <string.h>
 
 #include "model/layers.h"
+#include "parallel/comm.h"
 #include "parallel/dp.h"
+#include "parallel/hybrid.h"
 #include "parallel/tensor.h"
 
 /* "key=N" at s (len characters) with key `key`: *v; 0 when another key, -1 when not a count in [1, max]. */
@@ -389,7 +391,8 @@ static clg_status all_reduce(clg_tp *p, int l, cl_mem mem, size_t off, size_t co
 }
 
 /* dp x tp: lane l's gradient arena := its sum over the D groups' lanes of the same slice (group order: every
- * group gets the same bits); each of those D lanes sums 1/D of the arena. */
+ * group gets the same bits); each of those D lanes sums 1/D of the arena. MPI (hy): that sum then summed over
+ * the ranks by group 0's lane of the slice (channel t), with D = 1 the lane's own arena. */
 static clg_status reduce_groups(clg_tp *p, int l)
 {
     clg_tp_lane *ln = &p->ln[l];
@@ -399,14 +402,20 @@ static clg_status reduce_groups(clg_tp *p, int l)
     float *mine = p->gred + (size_t)l * A, *sum = p->gred + ((size_t)p->L + t) * A;
     CLG_CL_CHECK(err, clEnqueueReadBuffer(ln->dev->queue, ln->rep->garena, CL_TRUE, 0, A * sizeof(float), mine, 0,
                                           NULL, NULL));
+    if (p->D == 1) /* MPI alone: this lane's arena over the ranks */
+        sum = mine;
     CLG_TRY(barrier(p, l, -1));
     size_t k0 = A * (size_t)d / (size_t)p->D, k1 = A * (size_t)(d + 1) / (size_t)p->D;
-    for (size_t k = k0; k < k1; k++) {
+    for (size_t k = k0; k < k1 && p->D > 1; k++) {
         float v = p->gred[(size_t)t * A + k];
         for (int e = 1; e < p->D; e++)
             v += p->gred[((size_t)e * p->T + t) * A + k];
         sum[k] = v;
     }
+    if (p->hy && p->D > 1) /* every group's part of the sum written */
+        CLG_TRY(barrier(p, l, -1));
+    if (p->hy && d == 0)
+        CLG_TRY(clg_hybrid_reduce(p->hy, t, err, sum, A, NULL, 0, 0));
     CLG_TRY(barrier(p, l, -1));
     CLG_CL_CHECK(err, clEnqueueWriteBuffer(ln->dev->queue, ln->rep->garena, CL_TRUE, 0, A * sizeof(float), sum, 0,
                                            NULL, NULL));
@@ -506,7 +515,7 @@ static clg_status lane_step(clg_tp *p, int l, float *res)
     clg_replica_set_labels(r, ln->ybuf, 0, p->grad_scale);
     for (int i = 0; i < r->nlayers; i++) {
         clg_layer *y = &r->layers[i];
-        clg_layer_set_rng(y, p->seed, p->step, (uint32_t)off);
+        clg_layer_set_rng(y, p->seed, p->step, (uint32_t)(p->base + off));
         if (p->role[i] == CLG_TP_MID && y->ops == &clg_layer_dropout_ops) { /* the mask of the whole layer's slice */
             const int *w = p->net->proto[i].out_shape, *v = y->out_shape;
             clg_layer_set_rng_slice(y, (uint32_t)w[1] * w[2] * w[3], (uint32_t)(v[1] * v[2] * v[3] * t));
@@ -520,10 +529,11 @@ static clg_status lane_step(clg_tp *p, int l, float *res)
     CLG_TRY(zero_bias_grads(p, l));
     trace_span(p, l, "backward", NULL, t0);
     t0 = clg_now_sec();
-    if (p->D > 1)
+    if (p->D > 1 || p->hy)
         CLG_TRY(reduce_groups(p, l));
-    if (p->D > 1)
-        trace_span(p, l, "gradients summed over the groups", NULL, t0);
+    if (p->D > 1 || p->hy)
+        trace_span(p, l, p->hy ? "gradients summed over the groups and ranks" : "gradients summed over the groups",
+                   NULL, t0);
     if (p->clip_norm > 0 && l < p->T) /* group 0's (every group holds the same sums) */
         CLG_TRY(lane_norms(p, l));
     if (res)
@@ -736,6 +746,11 @@ clg_status clg_tp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, 
         return clg_err_set(&ctx->err, CLG_ERR_UNSUPPORTED, "dp=%d x tp=%d: layer '%s' keeps running statistics, "
                                                            "which data-parallel groups would need to average: not "
                                                            "supported yet (use tp=T alone)", D, T, state_param(net));
+    if (clg_comm_size() > 1 && state_param(net))
+        return clg_err_set(&ctx->err, CLG_ERR_UNSUPPORTED, "tp=%d over %d MPI ranks: layer '%s' keeps running "
+                                                           "statistics, which the ranks would need to average: not "
+                                                           "supported yet (run one process)", T, clg_comm_size(),
+                           state_param(net));
     if (net->fp16)
         return clg_err_set(&ctx->err, CLG_ERR_UNSUPPORTED, "tensor parallelism with fp16 storage is not supported yet");
     if (net->loss_index != net->nlayers - 1)
@@ -768,7 +783,7 @@ clg_status clg_tp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, 
     free(text);
     if (st == CLG_OK && !(p->red = malloc((size_t)D * ((size_t)T + 1) * CLG_MAX(p->red_cap, 1) * sizeof(float))))
         st = clg_err_set(&ctx->err, CLG_ERR_HOST_OOM, "out of memory for the tensor-parallel reduction");
-    if (st == CLG_OK && D > 1 &&
+    if (st == CLG_OK && (D > 1 || clg_comm_size() > 1) && /* dp x tp, MPI ranks: the gradient sums */
         !(p->gred = malloc(((size_t)p->L + T) * CLG_MAX(p->arena_floats, 1) * sizeof(float))))
         st = clg_err_set(&ctx->err, CLG_ERR_HOST_OOM, "out of memory for the gradient reduction");
     if (st == CLG_OK)

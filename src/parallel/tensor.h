@@ -115,6 +115,11 @@ typedef struct clg_tp {
      * step fault_step, as an enqueue error would (-1: never) */
     int fault_lane;
     int64_t fault_step;
+    /* MPI ranks as an outer data-parallel level (parallel/hybrid.h; borrowed, NULL with one rank): x and y
+     * hold this rank's slice of the global batch, whose first sample has global index base (dropout); each
+     * slice's gradient sum (over the groups) is summed over the ranks (channel t) before the update */
+    struct clg_hybrid *hy;
+    int base;
 } clg_tp;
 
 /* D x T = ndev lanes on the context's devices devs[0..ndev) (D: data-parallel groups, 0 or 1: none); the split

@@ -9,6 +9,7 @@
 #include "model/layers.h"
 #include "ops/conv.h"
 #include "parallel/comm.h"
+#include "parallel/hybrid.h"
 #include "parallel/tensor.h"
 #include "train/session.h"
 
@@ -74,9 +75,6 @@ static clg_status create_tp(clg_model *m, const int *devs, int ndev, const clg_d
     if (dpp->pipe->stages > 1)
         return clg_err_set(err, CLG_ERR_UNSUPPORTED, "tensor parallelism (tp=%d) combined with a pipeline is not "
                                                      "supported yet", T);
-    if (clg_comm_size() > 1)
-        return clg_err_set(err, CLG_ERR_UNSUPPORTED,
-                           "tensor parallelism across MPI ranks is not supported yet (run one process)");
     if (dpp->shard_optimizer)
         return clg_err_set(err, CLG_ERR_UNSUPPORTED, "sharded optimizer state with tensor parallelism (tp=%d) is "
                                                      "not supported yet", T);
@@ -90,7 +88,11 @@ static clg_status create_tp(clg_model *m, const int *devs, int ndev, const clg_d
     one.pipe = NULL;
     one.stub_lanes = 1;
     CLG_TRY(clg_dp_create(m->ctx, m->net, devs, 1, m->seed, &one, &m->dp));
-    return clg_tp_create(m->ctx, m->net, devs, ndev, T, D, m->seed, &m->tp);
+    CLG_TRY(clg_tp_create(m->ctx, m->net, devs, ndev, T, D, m->seed, &m->tp));
+    /* MPI ranks: the outer data-parallel level, a channel per slice (hybrid.h) */
+    CLG_TRY(clg_hybrid_create(err, T, "tensor-parallel slice", &m->hy));
+    m->tp->hy = m->hy;
+    return CLG_OK;
 }
 
 /* The data-parallel lanes, or a pipeline over the devices and one lane on
@@ -101,15 +103,15 @@ static clg_status create_lanes(clg_model *m, const int *devs, int ndev, const cl
         return create_tp(m, devs, ndev, dpp);
     if (!dpp || !dpp->pipe || dpp->pipe->stages <= 1)
         return clg_dp_create(m->ctx, m->net, devs, ndev, m->seed, dpp, &m->dp);
-    if (clg_comm_size() > 1)
-        return clg_err_set(&m->ctx->err, CLG_ERR_UNSUPPORTED,
-                           "pipeline parallelism across MPI ranks is not supported yet (run one process)");
     if (dpp->shard_optimizer)
         return clg_err_set(&m->ctx->err, CLG_ERR_UNSUPPORTED,
                            "sharded optimizer state with a pipeline (pp=%d) is not supported yet: each stage already "
                            "keeps only its own layers' optimizer state",
                            dpp->pipe->stages);
     CLG_TRY(clg_pipe_create(m->ctx, m->net, devs, ndev, m->seed, m->net->batch, dpp->pipe, &m->pipe));
+    /* MPI ranks: the outer data-parallel level, a channel per stage (hybrid.h) */
+    CLG_TRY(clg_hybrid_create(&m->ctx->err, m->pipe->K, "pipeline stage", &m->hy));
+    m->pipe->hy = m->hy;
     clg_dp_params one = *dpp; /* the lane's replica: a stub until a checkpoint or an evaluation (pipe_lane_whole) */
     one.stub_lanes = 1;
     return clg_dp_create(m->ctx, m->net, devs, 1, m->seed, &one, &m->dp);
@@ -273,6 +275,7 @@ void clg_session_free(clg_model *m)
     clg_trace_free(m->trace);
     clg_pipe_free(m->pipe);
     clg_tp_free(m->tp);
+    clg_hybrid_free(m->hy);
     clg_dp_free(m->dp);
     for (int s = 0; s < CLG_STAGES; s++) {
         free(m->xhost[s]);
@@ -455,14 +458,21 @@ clg_status clg_session_step_begin(clg_model *m, int s, double lr, float *res, cl
     j.res_ev = res_ev;
     m->check_stage = s;
     m->check_labels = 1;
+    int off = 0, mine = m->dp->total[s]; /* MPI: this rank's slice of the global batch (pipeline, tp) */
+    clg_comm_slice(m->dp->total[s], &off, &mine);
+    const float *xs = m->xhost[s] + (size_t)off * m->net->in_c * m->net->in_h * m->net->in_w;
+    const int32_t *ys = m->yhost[s] + (size_t)off * clg_net_labels_per_sample(m->net);
+    if (m->hy)
+        m->hy->total = m->dp->total[s];
     if (m->tp) { /* synchronous, as a pipeline */
         pipe_lane_release(m);
         if (res_ev)
             res_ev[0] = NULL;
         m->tp_stale = 3;
         float r2[2] = {0, 0};
-        clg_status st = clg_tp_train_step(m->tp, &m->hp, m->xhost[s], m->yhost[s], m->dp->total[s], lr, j.grad_scale,
-                                          j.clip_norm, j.seed, j.step, r2);
+        m->tp->base = off;
+        clg_status st = clg_tp_train_step(m->tp, &m->hp, xs, ys, mine, lr, j.grad_scale, j.clip_norm, j.seed, j.step,
+                                          r2);
         if (res)
             memcpy(res, r2, sizeof r2);
         return st;
@@ -474,8 +484,9 @@ clg_status clg_session_step_begin(clg_model *m, int s, double lr, float *res, cl
         m->pipe_stale = 3;
         float r2[2] = {0, 0};
         m->pipe->inv_loss_scale = j.inv_loss_scale; /* fp16: an overflow is flagged in m->pipe->overflow */
-        clg_status st = clg_pipe_train_step(m->pipe, &m->hp, m->xhost[s], m->yhost[s], m->dp->total[s], lr,
-                                            j.grad_scale, j.clip_norm, j.seed, j.step, r2);
+        m->pipe->base = off;
+        clg_status st = clg_pipe_train_step(m->pipe, &m->hp, xs, ys, mine, lr, j.grad_scale, j.clip_norm, j.seed,
+                                            j.step, r2);
         if (res)
             memcpy(res, r2, sizeof r2);
         return st;
@@ -592,8 +603,13 @@ clg_status clg_session_forward(clg_model *m, int s, int with_labels, float *res,
     j.out_w = (size_t)o->c * o->h * o->w;
     m->check_stage = s;
     m->check_labels = with_labels != 0;
-    if (m->pipe) /* the stages' forwards in order: no device holds the whole network */
-        return clg_pipe_forward(m->pipe, m->xhost[s], with_labels ? m->yhost[s] : NULL, m->dp->total[s], res, out);
+    if (m->pipe) { /* the stages' forwards in order: no device holds the whole network; MPI: this rank's slice */
+        int off = 0, mine = m->dp->total[s];
+        clg_comm_slice(m->dp->total[s], &off, &mine);
+        const float *xs = m->xhost[s] + (size_t)off * m->net->in_c * m->net->in_h * m->net->in_w;
+        const int32_t *ys = with_labels ? m->yhost[s] + (size_t)off * clg_net_labels_per_sample(m->net) : NULL;
+        return clg_pipe_forward(m->pipe, xs, ys, mine, res, out ? out + (size_t)off * j.out_w : NULL);
+    }
     CLG_TRY(clg_dp_forward(m->dp, &j));
     sum_lanes(m, res);
     return CLG_OK;
@@ -1293,6 +1309,8 @@ clg_status clg_session_evaluate(clg_model *m, const clg_dataset *ds, long limit,
     if (limit > 0 && limit < N)
         N = (int)limit;
     int B = m->net->batch, classes = m->net->classes;
+    if (m->tp) /* tensor parallelism: lane 0 made the whole network, with the lanes' weights */
+        CLG_TRY(clg_session_pipe_gather(m, 0));
     const clg_tensor *outp = clg_replica_output(clg_session_rep(m));
     int outw = outp->c * outp->h * outp->w;
     float *probs = confusion ? malloc((size_t)B * outw * sizeof(float)) : NULL;

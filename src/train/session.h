@@ -43,6 +43,9 @@ struct clg_model {
      * and tp_stale says it is behind (clg_session_pipe_gather) */
     struct clg_tp *tp;
     int tp_stale;
+    /* MPI ranks around a pipeline or tensor-parallel layout (parallel/hybrid.h; NULL with one rank or plain
+     * data parallelism): the stages' / slices' gradients summed over the ranks before each update */
+    struct clg_hybrid *hy;
     int lane_whole;      /* pipeline: the lane's replica is the whole network now (else a stub of the last
                           * layer: created whole when a checkpoint or an evaluation needs it, back to the stub
                           * at the next step, after a checkpoint is written and after an evaluation) */
