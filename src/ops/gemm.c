@@ -759,7 +759,10 @@ void clg_gemm_own_describe(clg_device *dev, const clg_gemm_args *a, char *buf, s
     if (clg_gemm_splitk_wanted(dev, a)) {
         clg_splitk_plan pl;
         clg_gemm_splitk_plan_for(dev, a, 0, &pl);
-        snprintf(buf, len, "split-K S=%d TS=%d RT=%d", pl.S, pl.TS, pl.RT);
+        if (pl.dot)
+            snprintf(buf, len, "split-K dot S=%d", pl.S);
+        else
+            snprintf(buf, len, "split-K S=%d TS=%d RT=%d", pl.S, pl.TS, pl.RT);
     } else if (uk == 1) {
         snprintf(buf, len, "unpacked rows RR=%d", ROWS_RR);
     } else if (uk == 2) {

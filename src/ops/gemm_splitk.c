@@ -6,7 +6,9 @@
 #include "gemm_splitk.h"
 
 #define SPLITK_TK 16         /* TK of the kernel (its default) */
-#define SPLITK_MIN_CHUNK 256 /* shortest chunk of K the auto plan cuts */
+#define SPLITK_MIN_CHUNK 256      /* shortest chunk of K the auto plan cuts */
+#define SPLITK_MIN_CHUNK_CPU 2048 /* the same for gemm_splitk_dot */
+#define DOT_R 4                   /* DR = DC of gemm_splitk_dot (its default) */
 
 /* Work-group tile: 32 x 32 of 8 x 8 work-items (4 x 4 each) where the
  * device allows 64 work-items per group, else 16 x 16 of 4 x 4. */
@@ -25,19 +27,36 @@ static void plan_tile(const clg_device *dev, clg_splitk_plan *pl)
     }
 }
 
+/* Work-groups of the launch before splitting: tiles of gemm_splitk_part,
+ * or for gemm_splitk_dot the groups of DOT_R x DOT_R work-item blocks a CPU
+ * runtime runs (the canonical local size of CLG_LAUNCH_PAD). */
+static long plan_groups(const clg_gemm_args *a, const clg_splitk_plan *pl)
+{
+    long batch = a->batch > 0 ? a->batch : 1;
+    if (pl->dot)
+        return (long)CLG_CEIL_DIV(CLG_CEIL_DIV(a->M, DOT_R), CLG_WG_CANON_X) *
+               CLG_CEIL_DIV(CLG_CEIL_DIV(a->N, DOT_R), CLG_WG_CANON_Y) * batch;
+    return (long)CLG_CEIL_DIV(a->M, pl->TS) * CLG_CEIL_DIV(a->N, pl->TS) * batch;
+}
+
 void clg_gemm_splitk_plan_for(const clg_device *dev, const clg_gemm_args *a, int S, clg_splitk_plan *pl)
 {
     memset(pl, 0, sizeof *pl);
     plan_tile(dev, pl);
+    pl->dot = (dev->info.type & CLG_DEVICE_CPU) && !a->ta && a->tb;
     int batch = a->batch > 0 ? a->batch : 1;
     int K = CLG_MAX(a->K, 0);
     if (S <= 0) {
         /* enough work-groups for every compute unit four times over, chunks
-         * of at least SPLITK_MIN_CHUNK */
-        long tiles = (long)CLG_CEIL_DIV(a->M, pl->TS) * CLG_CEIL_DIV(a->N, pl->TS) * batch;
+         * of at least SPLITK_MIN_CHUNK; on CPUs also chunks of at most
+         * twice SPLITK_MIN_CHUNK_CPU (one chunk's rows stay in cache while
+         * the work-items sharing them run) */
         long cu = (long)CLG_MAX(1u, dev->info.compute_units);
-        long want = CLG_CEIL_DIV(4 * cu, CLG_MAX(tiles, 1L));
-        S = (int)CLG_MIN(want, (long)CLG_MAX(1, K / SPLITK_MIN_CHUNK));
+        long want = CLG_CEIL_DIV(4 * cu, CLG_MAX(plan_groups(a, pl), 1L));
+        if (pl->dot)
+            want = CLG_MAX(want, (long)CLG_CEIL_DIV(K, 2 * SPLITK_MIN_CHUNK_CPU));
+        int minchunk = pl->dot ? SPLITK_MIN_CHUNK_CPU : SPLITK_MIN_CHUNK;
+        S = (int)CLG_MIN(want, (long)CLG_MAX(1, K / minchunk));
     }
     S = CLG_MAX(1, CLG_MIN(S, CLG_SPLITK_MAX_S));
     size_t part = (size_t)a->M * a->N * batch * sizeof(float);
@@ -54,14 +73,19 @@ void clg_gemm_splitk_plan_for(const clg_device *dev, const clg_gemm_args *a, int
     pl->S = S;
 }
 
-/* The auto rule. The tile grid of the own backend's default kernels has
- * fewer work-groups than compute units for these products, so all but a
- * few units idle while one work-group walks the whole of K. Measured:
- * - GPUs (tiled family, 64 x 64 work-group tiles): vgg.conv1.bwd-weight
- *   (32 x 9 x 100352) ran in one work-group at 5.8 GFLOP/s on an H100.
- * - CPUs under PoCL: see docs/benchmarks.md (split-K) for the shapes where
- *   the unpacked dot / rows kernels and the packed kernel's own split-K
- *   (auto_ks in gemm.c) were faster; the CPU family keeps them. */
+/* The auto rule.
+ * - GPUs: the default tiled kernel's 64 x 64 work-group tiles leave
+ *   compute units idle while few work-groups walk the whole of K:
+ *   vgg.conv1.bwd-weight (32 x 9 x 100352) ran in one work-group at 5.8
+ *   GFLOP/s on an H100 (docs/benchmarks.md). Split where the tiles are
+ *   fewer than twice the compute units and K is long (>= 1024).
+ * - CPUs (PoCL): only the long, thin A * B^T products that otherwise run
+ *   as gemm_dot (unpacked_kind in gemm.c; conv weight gradients) with K
+ *   >= 16384. On 2 cores (loaded machine, alternating runs of the own
+ *   backend) gemm_splitk_dot was 1.7-2.3x gemm_dot for 32 x 288 x 100352
+ *   (chunks of 4096 stay in cache), 1.0-2x for 64 x 288 x 25088 and
+ *   32 x 9 x 100352, and at parity (within the noise) for 6 x 25 x 100352.
+ *   The packed kernel keeps its own split-K (auto_ks in gemm.c). */
 int clg_gemm_splitk_wanted(clg_device *dev, const clg_gemm_args *a)
 {
     if (a->gelu || a->K <= 0 || a->M <= 0 || a->N <= 0)
@@ -69,8 +93,14 @@ int clg_gemm_splitk_wanted(clg_device *dev, const clg_gemm_args *a)
     int mode = (int)dev->ctx->opts.gemm_splitk - 1; /* auto,0,1 -> -1,0,1 */
     if (mode >= 0)
         return mode;
-    if (dev->info.type & CLG_DEVICE_CPU)
-        return 0;
+    if (dev->info.type & CLG_DEVICE_CPU) {
+        int mn = CLG_MAX(a->M, a->N);
+        if (a->ta || !a->tb || a->K < 16384 || (long)a->K < 32L * mn || (long)a->M * a->N > 65536)
+            return 0;
+        clg_splitk_plan pl;
+        clg_gemm_splitk_plan_for(dev, a, 0, &pl);
+        return pl.S >= 2;
+    }
     /* GPUs: the default tiled kernel's 64 x 64 tiles against the compute units */
     int batch = a->batch > 0 ? a->batch : 1;
     long tiles64 = (long)CLG_CEIL_DIV(a->M, 64) * CLG_CEIL_DIV(a->N, 64) * batch;
@@ -132,18 +162,18 @@ static clg_status launch_part(clg_device *dev, const clg_gemm_args *a, const clg
                               cl_event *ev)
 {
     clg_err *err = clg_dev_err(dev);
-    char opts[64];
-    snprintf(opts, sizeof opts, "-D TS=%d -D RT=%d", pl->TS, pl->RT);
+    char opts[64] = "";
+    if (!pl->dot)
+        snprintf(opts, sizeof opts, "-D TS=%d -D RT=%d -D TA=%d -D TB=%d", pl->TS, pl->RT, a->ta ? 1 : 0,
+                 a->tb ? 1 : 0);
     cl_kernel k;
-    CLG_TRY(clg_kernel_get(dev, "gemm_splitk", opts, "gemm_splitk_part", &k));
+    CLG_TRY(clg_kernel_get(dev, "gemm_splitk", opts, pl->dot ? "gemm_splitk_dot" : "gemm_splitk_part", &k));
     clg_kargs g = {k, 0, CL_SUCCESS};
     clg_ka_int(&g, a->M);
     clg_ka_int(&g, a->N);
     clg_ka_int(&g, a->K);
     clg_ka_int(&g, pl->kchunk);
     clg_ka_int(&g, pl->S);
-    clg_ka_int(&g, a->ta ? 1 : 0);
-    clg_ka_int(&g, a->tb ? 1 : 0);
     clg_ka_mem(&g, a->A);
     clg_ka_int(&g, (int)a->offA);
     clg_ka_int(&g, a->lda);
@@ -157,6 +187,11 @@ static clg_status launch_part(clg_device *dev, const clg_gemm_args *a, const clg
     ka_epilogue(&g, a);
     CLG_TRY(CLG_KA_DONE(err, &g, "arguments of gemm_splitk_part"));
     int batch = a->batch > 0 ? a->batch : 1;
+    if (pl->dot) {
+        size_t gws[3] = {(size_t)CLG_CEIL_DIV(a->M, DOT_R), (size_t)CLG_CEIL_DIV(a->N, DOT_R),
+                         (size_t)batch * (size_t)pl->S};
+        return clg_launch(dev, k, 3, gws, NULL, CLG_LAUNCH_PAD, ev);
+    }
     size_t wd = (size_t)(pl->TS / pl->RT);
     size_t gws[3] = {(size_t)CLG_CEIL_DIV(a->N, pl->TS) * wd, (size_t)CLG_CEIL_DIV(a->M, pl->TS) * wd,
                      (size_t)batch * (size_t)pl->S};
@@ -182,15 +217,30 @@ static clg_status launch_reduce(clg_device *dev, const clg_gemm_args *a, const c
 
 clg_status clg_gemm_splitk(clg_device *dev, const clg_gemm_args *a, int S, cl_event *first, cl_event *last)
 {
+    clg_splitk_plan pl;
+    clg_gemm_splitk_plan_for(dev, a, S, &pl);
+    return clg_gemm_splitk_plan_run(dev, a, &pl, first, last);
+}
+
+clg_status clg_gemm_splitk_plan_run(clg_device *dev, const clg_gemm_args *a, const clg_splitk_plan *plan,
+                                    cl_event *first, cl_event *last)
+{
     if (first)
         *first = NULL;
     if (last)
         *last = NULL;
     CLG_TRY(check(dev, a));
+    clg_splitk_plan pl = *plan;
+    if (pl.dot && (a->ta || !a->tb))
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG,
+                           "gemm_splitk: the dot kernel computes A * B^T only (ta=%d tb=%d)", a->ta, a->tb);
+    if (pl.S < 1 || pl.kchunk < 0 || (pl.S > 1 && (long)pl.S * pl.kchunk < a->K) ||
+        (pl.S == 1 && pl.kchunk < a->K) || (!pl.dot && (pl.TS < pl.RT || pl.RT < 1 || pl.TS % pl.RT)))
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG,
+                           "gemm_splitk: plan S=%d kchunk=%d TS=%d RT=%d does not cover K=%d", pl.S, pl.kchunk,
+                           pl.TS, pl.RT, a->K);
     if (a->M == 0 || a->N == 0)
         return CLG_OK;
-    clg_splitk_plan pl;
-    clg_gemm_splitk_plan_for(dev, a, S, &pl);
     cl_mem W = NULL;
     int batch = a->batch > 0 ? a->batch : 1;
     if (pl.S > 1)

@@ -16,14 +16,16 @@
 #define CLG_SPLITK_MAX_S 256
 
 typedef struct clg_splitk_plan {
-    int TS, RT; /* work-group tile TS x TS, work-item tile RT x RT ((TS/RT)^2 work-items) */
+    int dot;    /* 1: gemm_splitk_dot (CPU devices, ta = 0 and tb = 1), 0: gemm_splitk_part */
+    int TS, RT; /* gemm_splitk_part: work-group tile TS x TS, work-item tile RT x RT ((TS/RT)^2 work-items) */
     int S;      /* chunks of K */
     int kchunk; /* depth of one chunk (a multiple of 16 unless S = 1) */
 } clg_splitk_plan;
 
 /* Plan for a's shape with S chunks (0: chosen from the compute units and
- * the tile count, see clg_gemm_splitk_auto). S is bounded by K / 16 chunks
- * and the workspace bound. */
+ * the tile count). S is bounded by CLG_SPLITK_MAX_S and the workspace bound;
+ * chunks past K are empty. The kernel: gemm_splitk_dot on CPU devices for
+ * A * B^T, else gemm_splitk_part. */
 CLG_INTERNAL void clg_gemm_splitk_plan_for(const clg_device *dev, const clg_gemm_args *a, int S, clg_splitk_plan *pl);
 
 /* Whether clg_gemm's own backend should run a (parameters left to it) as
@@ -39,5 +41,9 @@ CLG_INTERNAL int clg_gemm_splitk_wanted(clg_device *dev, const clg_gemm_args *a)
  * kernel (release both; the same event twice when one kernel ran). */
 CLG_INTERNAL clg_status clg_gemm_splitk(clg_device *dev, const clg_gemm_args *a, int S, cl_event *first,
                                         cl_event *last);
+/* The same with an explicit plan (tests: either kernel on any device;
+ * pl->dot needs ta = 0 and tb = 1). */
+CLG_INTERNAL clg_status clg_gemm_splitk_plan_run(clg_device *dev, const clg_gemm_args *a, const clg_splitk_plan *pl,
+                                                 cl_event *first, cl_event *last);
 
 #endif

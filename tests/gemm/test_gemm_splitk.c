@@ -29,6 +29,7 @@ typedef struct scase {
     int bias_mode, relu;
     int via_gemm; /* through clg_gemm (the option must route it) instead of clg_gemm_splitk */
     double tol;   /* 0: TOL */
+    int kern;     /* 0: the plan's kernel, 1: gemm_splitk_part, 2: gemm_splitk_dot (ta 0, tb 1) */
 } scase;
 
 static scase sbase(int ta, int tb, int M, int N, int K, int S)
@@ -111,8 +112,12 @@ static double run_case(const scase *c, float **out, size_t *nout)
     g.relu = c->relu;
     g.backend = CLG_GEMM_OWN;
     cl_event e0 = NULL, e1 = NULL;
+    clg_splitk_plan pl;
+    clg_gemm_splitk_plan_for(dev, &g, c->S, &pl);
+    if (c->kern)
+        pl.dot = c->kern == 2;
     clg_status st = c->via_gemm ? clg_gemm_run(dev, &g, CLG_GEMM_OWN, NULL, &e0, &e1)
-                                : clg_gemm_splitk(dev, &g, c->S, &e0, &e1);
+                                : clg_gemm_splitk_plan_run(dev, &g, &pl, &e0, &e1);
     if (st != CLG_OK)
         fprintf(stderr, "split-K failed: %s\n", clg_last_error(ctx));
     ck_assert_int_eq(st, CLG_OK);
@@ -151,14 +156,28 @@ static double run_case(const scase *c, float **out, size_t *nout)
     return worst;
 }
 
-static void check(const scase *c, const char *what)
+static void check1(const scase *c, const char *what)
 {
     double e = run_case(c, NULL, NULL);
     if (!(e <= TOL))
-        fprintf(stderr, "FAIL %s ta=%d tb=%d M=%d N=%d K=%d batch=%d S=%d alpha=%g beta=%g bias=%d relu=%d: err %g\n",
-                what, c->ta, c->tb, c->M, c->N, c->K, c->batch, c->S, (double)c->alpha, (double)c->beta,
+        fprintf(stderr,
+                "FAIL %s ta=%d tb=%d M=%d N=%d K=%d batch=%d S=%d kern=%d alpha=%g beta=%g bias=%d relu=%d: err %g\n",
+                what, c->ta, c->tb, c->M, c->N, c->K, c->batch, c->S, c->kern, (double)c->alpha, (double)c->beta,
                 c->bias_mode, c->relu, e);
-    ck_assert(e <= TOL);
+    ck_assert(e <= (c->tol > 0 ? c->tol : TOL));
+}
+
+/* c with its plan's kernel; A * B^T cases also with each kernel forced. */
+static void check(const scase *c, const char *what)
+{
+    check1(c, what);
+    if (c->via_gemm || c->kern || c->ta || !c->tb)
+        return;
+    for (int k = 1; k <= 2; k++) {
+        scase d = *c;
+        d.kern = k;
+        check1(&d, what);
+    }
 }
 
 static void setup(void)
@@ -174,7 +193,7 @@ static void teardown(void)
 }
 
 /* Plans: S bounded by the workspace and at least 1; chunks of whole stages;
- * the auto plan gives every compute unit work for a long-K, small output. */
+ * the auto plan splits a long-K, small output. */
 START_TEST(test_plan)
 {
     clg_gemm_args g;
@@ -187,8 +206,6 @@ START_TEST(test_plan)
     ck_assert_int_ge(pl.S, 2);
     ck_assert_int_ge((long)pl.S * pl.kchunk, g.K);
     ck_assert_int_eq(pl.kchunk % 16, 0);
-    ck_assert_int_ge((long)pl.S * CLG_CEIL_DIV(g.M, pl.TS) * CLG_CEIL_DIV(g.N, pl.TS),
-                     (long)CLG_MIN(4 * (long)dev->info.compute_units, g.K / 256));
     clg_gemm_splitk_plan_for(dev, &g, 1, &pl);
     ck_assert_int_eq(pl.S, 1);
     ck_assert_int_eq(pl.kchunk, g.K);
@@ -324,6 +341,17 @@ START_TEST(test_errors)
     g.gelu = 1;
     ck_assert_int_eq(clg_gemm_splitk(dev, &g, 2, NULL, NULL), CLG_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(clg_last_error(ctx), "GELU"));
+    g.gelu = 0;
+    /* plans: the dot kernel for A * B only, chunks that do not cover K */
+    clg_splitk_plan pl;
+    clg_gemm_splitk_plan_for(dev, &g, 2, &pl);
+    pl.dot = 1;
+    ck_assert_int_eq(clg_gemm_splitk_plan_run(dev, &g, &pl, NULL, NULL), CLG_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(clg_last_error(ctx), "dot"));
+    pl.dot = 0;
+    pl.kchunk = 1;
+    ck_assert_int_eq(clg_gemm_splitk_plan_run(dev, &g, &pl, NULL, NULL), CLG_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(clg_last_error(ctx), "cover"));
     clg_buf_release(dev, m);
 }
 END_TEST
