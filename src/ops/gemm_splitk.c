@@ -81,11 +81,14 @@ void clg_gemm_splitk_plan_for(const clg_device *dev, const clg_gemm_args *a, int
  *   fewer than twice the compute units and K is long (>= 1024).
  * - CPUs (PoCL): only the long, thin A * B^T products that otherwise run
  *   as gemm_dot (unpacked_kind in gemm.c; conv weight gradients) with K
- *   >= 16384. On 2 cores (loaded machine, alternating runs of the own
- *   backend) gemm_splitk_dot was 1.7-2.3x gemm_dot for 32 x 288 x 100352
- *   (chunks of 4096 stay in cache), 1.0-2x for 64 x 288 x 25088 and
- *   32 x 9 x 100352, and at parity (within the noise) for 6 x 25 x 100352.
- *   The packed kernel keeps its own split-K (auto_ks in gemm.c). */
+ *   >= 16384 and an output of 4096 to 65536 elements, where gemm_dot reads
+ *   each operand row M/4 or N/4 times over the whole of K and chunks of
+ *   2048-4096 keep them in cache. On 2 cores (loaded machine, alternating
+ *   runs of the own backend) gemm_splitk_dot was 1.5-2.3x gemm_dot for
+ *   32 x 288 x 100352 and 1.1-1.3x for 64 x 576 x 25088; for the smallest
+ *   outputs (6 x 25, 32 x 9, K 100352) it was 0.5-2x from run to run, so
+ *   they keep gemm_dot. The packed kernel keeps its own split-K (auto_ks in
+ *   gemm.c). */
 int clg_gemm_splitk_wanted(clg_device *dev, const clg_gemm_args *a)
 {
     if (a->gelu || a->K <= 0 || a->M <= 0 || a->N <= 0)
@@ -95,7 +98,8 @@ int clg_gemm_splitk_wanted(clg_device *dev, const clg_gemm_args *a)
         return mode;
     if (dev->info.type & CLG_DEVICE_CPU) {
         int mn = CLG_MAX(a->M, a->N);
-        if (a->ta || !a->tb || a->K < 16384 || (long)a->K < 32L * mn || (long)a->M * a->N > 65536)
+        long mn2 = (long)a->M * a->N;
+        if (a->ta || !a->tb || a->K < 16384 || (long)a->K < 32L * mn || mn2 > 65536 || mn2 < 4096)
             return 0;
         clg_splitk_plan pl;
         clg_gemm_splitk_plan_for(dev, a, 0, &pl);

@@ -313,6 +313,23 @@ START_TEST(test_route)
     ck_assert_ptr_null(strstr(d, "split-K"));
     check(&c, "gemm_splitk=0");
     ck_assert_int_eq(clg_ctx_option_set(ctx, "gemm_splitk", "auto"), CLG_OK);
+    /* auto: a long-K weight gradient with a small output on GPUs; on CPUs
+     * only A * B^T with 4096-65536 outputs */
+    g.N = 288;
+    int cpu = (dev->info.type & CLG_DEVICE_CPU) != 0;
+    if (cpu || dev->info.compute_units >= 16) /* a GPU with a few units: too few tiles to matter */
+        ck_assert_int_eq(clg_gemm_splitk_wanted(dev, &g), 1);
+    g.K = 256; /* short K */
+    ck_assert_int_eq(clg_gemm_splitk_wanted(dev, &g), 0);
+    g.K = 100352;
+    if (cpu) {
+        g.N = 9;
+        ck_assert_int_eq(clg_gemm_splitk_wanted(dev, &g), 0);
+        g.N = 288;
+        g.ta = 1;
+        g.tb = 0;
+        ck_assert_int_eq(clg_gemm_splitk_wanted(dev, &g), 0);
+    }
     g.gelu = 1; /* never for a GELU epilogue */
     ck_assert_int_eq(clg_gemm_splitk_wanted(dev, &g), 0);
 }
