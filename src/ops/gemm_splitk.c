@@ -162,16 +162,44 @@ static void ka_epilogue(clg_kargs *g, const clg_gemm_args *a)
     clg_ka_int(g, a->relu);
 }
 
-static clg_status launch_part(clg_device *dev, const clg_gemm_args *a, const clg_splitk_plan *pl, cl_mem W,
+/* gemm_splitk_part for pl's tile, or a smaller one where the compiled
+ * kernel allows fewer work-items per group than the tile needs (registers);
+ * pl->TS / pl->RT are updated. */
+static clg_status get_part(clg_device *dev, const clg_gemm_args *a, clg_splitk_plan *pl, cl_kernel *k)
+{
+    static const int tiles[][2] = {{32, 4}, {16, 4}, {4, 4}}; /* TS, RT: 64, 16, 1 work-items */
+    for (size_t i = 0; i < CLG_ARRAY_LEN(tiles); i++) {
+        if (tiles[i][0] > pl->TS)
+            continue;
+        char opts[64];
+        snprintf(opts, sizeof opts, "-D TS=%d -D RT=%d -D TA=%d -D TB=%d", tiles[i][0], tiles[i][1],
+                 a->ta ? 1 : 0, a->tb ? 1 : 0);
+        CLG_TRY(clg_kernel_get(dev, "gemm_splitk", opts, "gemm_splitk_part", k));
+        clg_wg_limits L;
+        CLG_TRY(clg_kernel_limits(dev, *k, &L));
+        size_t wd = (size_t)(tiles[i][0] / tiles[i][1]);
+        int fits = wd * wd <= L.max_total && (!L.max_item[0] || wd <= L.max_item[0]) &&
+                   (!L.max_item[1] || wd <= L.max_item[1]);
+        if (fits) {
+            pl->TS = tiles[i][0];
+            pl->RT = tiles[i][1];
+            return CLG_OK;
+        }
+    }
+    return clg_err_set(clg_dev_err(dev), CLG_ERR_UNSUPPORTED, "gemm_splitk: no work-group tile fits %s",
+                       dev->info.name);
+}
+
+static clg_status launch_part(clg_device *dev, const clg_gemm_args *a, const clg_splitk_plan *plan, cl_mem W,
                               cl_event *ev)
 {
     clg_err *err = clg_dev_err(dev);
-    char opts[64] = "";
-    if (!pl->dot)
-        snprintf(opts, sizeof opts, "-D TS=%d -D RT=%d -D TA=%d -D TB=%d", pl->TS, pl->RT, a->ta ? 1 : 0,
-                 a->tb ? 1 : 0);
+    clg_splitk_plan tile = *plan, *pl = &tile;
     cl_kernel k;
-    CLG_TRY(clg_kernel_get(dev, "gemm_splitk", opts, pl->dot ? "gemm_splitk_dot" : "gemm_splitk_part", &k));
+    if (pl->dot)
+        CLG_TRY(clg_kernel_get(dev, "gemm_splitk", "", "gemm_splitk_dot", &k));
+    else
+        CLG_TRY(get_part(dev, a, pl, &k));
     clg_kargs g = {k, 0, CL_SUCCESS};
     clg_ka_int(&g, a->M);
     clg_ka_int(&g, a->N);
