@@ -6,7 +6,8 @@
 #   devices    clgrad devices (text and --json)
 #   selfcheck  clgrad selfcheck
 #   tests      the GEMM, limits, layer and fused-Winograd test binaries
-#   gemm       clgrad bench gemm 2048^3 and the DL shapes; cuBLAS through a
+#   gemm       clgrad bench gemm 2048^3 and the DL shapes (also with split-K off:
+#              CLGRAD_GEMM_SPLITK=0); cuBLAS through a
 #              tiny probe when nvcc is on the machine
 #   train      clgrad bench train on every shipped model
 #   peers      where python3 has PyTorch with a GPU: the same models in PyTorch
@@ -182,12 +183,14 @@ if [ $smoke = 1 ]; then
 else
     # the kernels' correctness first (the tests most likely to find a GPU
     # problem), then the benchmarks, then the remaining tests in what is left
-    first="test_gemm test_gemm_packed test_limits test_model_layers test_wfused"
+    first="test_gemm test_gemm_packed test_gemm_splitk test_limits test_model_layers test_wfused"
     for t in $first; do
         [ -x "$here/tests/$t" ] && step "test-$t" 90 "$here/tests/$t"
     done
     step gemm-2048 90 "$clgrad" bench gemm --devices "$sel" --m 2048 --n 2048 --k 2048 --reps 3
     step gemm-dl 90 "$clgrad" bench gemm --devices "$sel" --shapes dl --backend own --reps 3
+    # the same without split-K (A/B for its automatic choice on the weight gradients)
+    step gemm-dl-nosplitk 90 env CLGRAD_GEMM_SPLITK=0 "$clgrad" bench gemm --devices "$sel" --shapes dl --backend own --reps 3
     nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null | head -n 1)
     # the prebuilt probe where the CUDA runtime resolves (no compile time), else nvcc here
     if [ -x "$here/bin/cublas_probe" ] && ! ldd "$here/bin/cublas_probe" 2>/dev/null | grep -q "not found"; then

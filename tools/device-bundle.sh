@@ -39,7 +39,7 @@ strip_copy() { # strip_copy SRC DST
 
 # C tests without Python or source-tree files (those with CLG_SOURCE_DIR
 # compiled in read models/ or dumps from the checkout)
-tests="test_core test_device test_pool test_program test_api test_gemm test_gemm_packed test_tune_family
+tests="test_core test_device test_pool test_program test_api test_gemm test_gemm_packed test_gemm_splitk test_tune_family
        test_conv test_wfused test_limits test_prim test_model_layers test_model_gradcheck test_fp16
        test_nonfinite test_io_cfg test_io_checkpoint test_io_metrics"
 bins="$build/tools/clgrad"

@@ -55,6 +55,8 @@
       "pad launches to canonical work-group sizes: auto on CPU devices, 0 never, 1 on every device")                 \
     X(gemm_unpacked, "CLGRAD_GEMM_UNPACKED", CHOICE, "auto", 0, 0, "auto,0,1", TUNING,                               \
       "CPU products without packing: auto by shape, 0 never, 1 wherever the kernels apply")                          \
+    X(gemm_splitk, "CLGRAD_GEMM_SPLITK", CHOICE, "auto", 0, 0, "auto,0,1", TUNING,                                   \
+      "split-K GEMM for long-K, small-output products: auto by shape and compute units, 0 never, 1 always")          \
     X(gemm_auto_measure, "CLGRAD_GEMM_AUTO_MEASURE", BOOL, "1", 0, 1, "", TUNING,                                    \
       "gemm_backend auto measures both backends per shape (0: takes the stored or default choice)")                  \
     X(conv_auto_measure, "CLGRAD_CONV_AUTO_MEASURE", BOOL, "1", 0, 1, "", TUNING,                                    \

@@ -12,6 +12,7 @@
 
 #include "model/layers.h"
 #include "ops/gemm.h"
+#include "ops/gemm_splitk.h"
 
 /* Largest forward product (batch x units x in_features multiply-adds) run
  * by the single-launch dot-product GEMM. */
@@ -283,7 +284,10 @@ static clg_status dense_backward(clg_layer *l, clg_device *dev, const clg_tensor
     g.ldb = p->in_features;
     g.C = dense_weight(l)->grad;
     g.ldc = p->in_features;
-    st = small ? clg_gemm_rows(dev, &g, NULL) : clg_gemm(dev, &g, NULL);
+    /* a long batch (K) with a small output: clg_gemm's split-K where it would
+     * take it (GPUs; gemm_rows would run few work-items over the whole batch) */
+    int rows = small && !clg_gemm_splitk_wanted(dev, &g);
+    st = rows ? clg_gemm_rows(dev, &g, NULL) : clg_gemm(dev, &g, NULL);
     if (st == CLG_OK && p->bias && !fused)
         st = clg_nn_colsum(dev, (size_t)n, (size_t)p->units, dz, odz, l->params[p->bi].grad, 0);
     if (st == CLG_OK && din[0].mem) {

@@ -8,6 +8,7 @@
 
 #include "clg_config.h"
 #include "gemm.h"
+#include "gemm_splitk.h"
 #include "nn.h"
 #include "tune.h"
 
@@ -755,7 +756,14 @@ clg_status clg_gemm_rows(clg_device *dev, const clg_gemm_args *a, cl_event *ev)
 void clg_gemm_own_describe(clg_device *dev, const clg_gemm_args *a, char *buf, size_t len)
 {
     int uk = unpacked_kind(dev, a);
-    if (uk == 1) {
+    if (clg_gemm_splitk_wanted(dev, a)) {
+        clg_splitk_plan pl;
+        clg_gemm_splitk_plan_for(dev, a, 0, &pl);
+        if (pl.dot)
+            snprintf(buf, len, "split-K dot S=%d", pl.S);
+        else
+            snprintf(buf, len, "split-K S=%d TS=%d RT=%d", pl.S, pl.TS, pl.RT);
+    } else if (uk == 1) {
         snprintf(buf, len, "unpacked rows RR=%d", ROWS_RR);
     } else if (uk == 2) {
         snprintf(buf, len, "unpacked dot DR=%d DC=%d", DOT_DR, DOT_DC);
@@ -920,6 +928,24 @@ static clg_status run_gelu(clg_device *dev, const clg_gemm_args *a, clg_gemm_bac
                               0, a->C, a->offC);
 }
 
+/* Split-K (gemm_splitk.c), its events taken into ev. */
+static clg_status splitk_run(clg_device *dev, const clg_gemm_args *a, evs *ev)
+{
+    cl_event f = NULL, l = NULL;
+    CLG_TRY(clg_gemm_splitk(dev, a, 0, ev->first && ev->n == 0 ? &f : NULL, &l));
+    if (f) {
+        *ev->first = f;
+        ev->n++;
+    }
+    if (l) {
+        if (ev->tmp)
+            clReleaseEvent(ev->tmp);
+        ev->tmp = l;
+        ev->n++;
+    }
+    return CLG_OK;
+}
+
 static clg_status run_backend(clg_device *dev, const clg_gemm_args *a, clg_gemm_backend b, const clg_gemm_params *p,
                               evs *ev)
 {
@@ -929,6 +955,8 @@ static clg_status run_backend(clg_device *dev, const clg_gemm_args *a, clg_gemm_
         return gemm_ref(dev, a, ev);
     if (b == CLG_GEMM_CLBLAST && a->K > 0)
         return gemm_clblast(dev, a, ev);
+    if (!p && clg_gemm_splitk_wanted(dev, a))
+        return splitk_run(dev, a, ev);
     clg_gemm_params q;
     if (!p) {
         int uk = unpacked_kind(dev, a);
