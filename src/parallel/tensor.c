@@ -246,8 +246,10 @@ static int optim_index(const clg_optim *o, int layer, int slot)
 static cl_mem param_buf(clg_replica *r, clg_optim *o, const clg_param_ref *ref, int k)
 {
     int li = ref->layer->index, slot = (int)(ref->param - ref->layer->params);
-    if (k == 0)
-        return r->layers[li].params[slot].value;
+    if (k == 0) { /* fp16: the fp32 master of a trainable weight */
+        clg_param_ref own = {&r->layers[li], &r->layers[li].params[slot]};
+        return clg_replica_master(r, &own);
+    }
     int i = optim_index(o, li, slot);
     if (i < 0 || k > clg_optim_nstate(o))
         return NULL;
@@ -433,6 +435,8 @@ static clg_status after_layer(void *user, int i, int backward)
     if (!backward && p->role[i] == CLG_TP_ROW && l == p->fault_lane && (int64_t)p->step == p->fault_step)
         return clg_err_set(clg_dev_err(p->ln[l].dev), CLG_ERR_OPENCL, "injected fault after %s's forward",
                            p->net->proto[i].name);
+    if (r->fp16) /* summed in before_round, before the rounding to half */
+        return CLG_OK;
     int src = r->layers[i].inputs[0];
     double t0 = clg_now_sec();
     clg_status st = CLG_OK;
@@ -444,6 +448,26 @@ static clg_status after_layer(void *user, int i, int backward)
                         (size_t)n * (clg_tensor_numel(&r->dact[src]) / (size_t)r->dact[src].n));
     else
         return CLG_OK;
+    trace_span(p, l, backward ? "all-reduce gradient before" : "all-reduce output of", p->net->proto[i].name, t0);
+    return st;
+}
+
+/* fp16 storage: the row-split layer's partial outputs (fp32) summed before they are rounded to half; the
+ * column-split layer's partial input gradient (fp32) likewise (as one device rounds the whole product once). */
+static clg_status before_round(void *user, int i, int backward, clg_tensor *t, int nt)
+{
+    struct clg_tp_hook *h = user;
+    clg_tp *p = h->p;
+    int l = h->l;
+    clg_replica *r = p->ln[l].rep;
+    if (!backward && p->role[i] == CLG_TP_ROW && l == p->fault_lane && (int64_t)p->step == p->fault_step)
+        return clg_err_set(clg_dev_err(p->ln[l].dev), CLG_ERR_OPENCL, "injected fault after %s's forward",
+                           p->net->proto[i].name);
+    int sum = !backward ? p->role[i] == CLG_TP_ROW : p->role[i] == CLG_TP_COL && r->layers[i].inputs[0] >= 0;
+    if (!sum || nt < 1 || !t[0].mem)
+        return CLG_OK;
+    double t0 = clg_now_sec();
+    clg_status st = all_reduce(p, l, t[0].mem, t[0].off, clg_tensor_numel(&t[0]));
     trace_span(p, l, backward ? "all-reduce gradient before" : "all-reduce output of", p->net->proto[i].name, t0);
     return st;
 }
@@ -534,6 +558,13 @@ static clg_status lane_step(clg_tp *p, int l, float *res)
     if (p->D > 1 || p->hy)
         trace_span(p, l, p->hy ? "gradients summed over the groups and ranks" : "gradients summed over the groups",
                    NULL, t0);
+    p->ovf[l] = 0;
+    if (l == p->inf_lane && (int64_t)p->step == p->fault_step) { /* test aid: this lane's gradient overflows */
+        float inf = INFINITY;
+        CLG_CL_CHECK(err, clEnqueueWriteBuffer(q, r->garena, CL_TRUE, 0, sizeof inf, &inf, 0, NULL, NULL));
+    }
+    if (p->fp16) /* dynamic loss scaling: the summed gradients unscaled, an inf / NaN flagged */
+        CLG_TRY(clg_optim_unscale_check(ln->opt, p->inv_loss_scale, &p->ovf[l]));
     if (p->clip_norm > 0 && l < p->T) /* group 0's (every group holds the same sums) */
         CLG_TRY(lane_norms(p, l));
     if (res)
@@ -609,6 +640,15 @@ clg_status clg_tp_train_step(clg_tp *p, const clg_hparams *hp, const float *x, c
     clg_status rc = clg_team_run(p->team, lane_fn, p, &failed);
     if (rc != CLG_OK)
         return p->fail_lane >= 0 ? lane_failed(p, p->fail_lane, p->fail_status) : lane_failed(p, failed, rc);
+    for (int d = 0; res && d < p->D; d++) {
+        res[0] = d ? res[0] + r2[d][0] : r2[d][0];
+        res[1] = d ? res[1] + r2[d][1] : r2[d][1];
+    }
+    p->overflow = 0;
+    for (int l = 0; l < p->L && p->fp16; l++) /* global: one lane's inf skips the step on every lane */
+        p->overflow |= p->ovf[l];
+    if (p->overflow) /* fp16: no lane updates; the caller lowers the loss scale */
+        return CLG_OK;
     if (clip_norm > 0) { /* the global norm: every slice once (group 0's lanes), the replicated once (lane 0's) */
         double sq = p->sq[0][1];
         for (int t = 0; t < p->T; t++)
@@ -624,10 +664,6 @@ clg_status clg_tp_train_step(clg_tp *p, const clg_hparams *hp, const float *x, c
     rc = clg_team_run(p->team, lane_fn, p, &failed);
     if (rc != CLG_OK)
         return lane_failed(p, failed, rc);
-    for (int d = 0; res && d < p->D; d++) {
-        res[0] = d ? res[0] + r2[d][0] : r2[d][0];
-        res[1] = d ? res[1] + r2[d][1] : r2[d][1];
-    }
     return CLG_OK;
 }
 
@@ -639,6 +675,7 @@ static clg_status lane_init(clg_tp *p, int l, clg_device *dev, const char *text)
     clg_err *err = &p->ctx->err;
     ln->dev = dev;
     CLG_TRY(clg_net_build(err, text, p->net->source, p->net->batch, &ln->net));
+    ln->net->fp16 = p->net->fp16;
     for (int i = 0; i < p->net->nlayers; i++) {
         const int *a = ln->net->proto[i].out_shape, *b = p->net->proto[i].out_shape;
         int want = p->role[i] == CLG_TP_COL || p->role[i] == CLG_TP_MID ? b[1] / p->T : b[1];
@@ -656,6 +693,7 @@ static clg_status lane_init(clg_tp *p, int l, clg_device *dev, const char *text)
     }
     CLG_TRY(clg_replica_create(ln->net, dev, 0, &ln->rep));
     ln->rep->after_layer = after_layer;
+    ln->rep->before_round = before_round;
     p->hook[l].p = p;
     p->hook[l].l = l;
     ln->rep->after_layer_user = &p->hook[l];
@@ -684,7 +722,11 @@ static clg_status draw_weights(clg_tp *p, clg_device *dev, uint64_t seed, float 
         if (!p->net->proto[i].nparams)
             continue;
         clg_replica *r = NULL;
-        CLG_TRY(clg_replica_create_range(p->net, dev, seed, i, i, 1, &r));
+        int fp16 = p->net->fp16; /* fp32: the drawn values, which one device's fp16 masters start from */
+        p->net->fp16 = 0;
+        clg_status cst = clg_replica_create_range(p->net, dev, seed, i, i, 1, &r);
+        p->net->fp16 = fp16;
+        CLG_TRY(cst);
         clg_status st = CLG_OK;
         for (int k = 0; k < r->layers[i].nparams && st == CLG_OK; k++) {
             const clg_param *q = &r->layers[i].params[k];
@@ -719,8 +761,9 @@ static clg_status scatter_weights(clg_tp *p, float **w)
             for (int l = 0; l < p->L && st == CLG_OK; l++) {
                 slice sl = slice_of(p, &ref, l % p->T);
                 clg_tp_lane *ln = &p->ln[l];
+                clg_param_ref own = {&ln->rep->layers[i], &ln->rep->layers[i].params[k]};
                 slice_copy(&sl, w[i * CLG_MAX_PARAMS + k], part, 0);
-                if (clEnqueueWriteBuffer(ln->dev->queue, ln->rep->layers[i].params[k].value, CL_TRUE, 0,
+                if (clEnqueueWriteBuffer(ln->dev->queue, clg_replica_master(ln->rep, &own), CL_TRUE, 0,
                                          sl.rows * sl.cols * sizeof(float), part, 0, NULL, NULL) != CL_SUCCESS)
                     st = clg_err_set(clg_dev_err(ln->dev), CLG_ERR_OPENCL, "writing the first weights failed");
             }
@@ -751,8 +794,6 @@ clg_status clg_tp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, 
                                                            "statistics, which the ranks would need to average: not "
                                                            "supported yet (run one process)", T, clg_comm_size(),
                            state_param(net));
-    if (net->fp16)
-        return clg_err_set(&ctx->err, CLG_ERR_UNSUPPORTED, "tensor parallelism with fp16 storage is not supported yet");
     if (net->loss_index != net->nlayers - 1)
         return clg_err_set(&ctx->err, CLG_ERR_UNSUPPORTED, "tensor parallelism needs a model whose last layer is its "
                                                            "loss");
@@ -768,7 +809,9 @@ clg_status clg_tp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, 
     p->T = T;
     p->D = D;
     p->L = D * T;
-    p->fault_lane = -1;
+    p->fault_lane = p->inf_lane = -1;
+    p->fp16 = net->fp16 != 0;
+    p->inv_loss_scale = 1.0f;
     p->sample = (size_t)net->in_c * net->in_h * net->in_w;
     float **w = calloc((size_t)net->nlayers * CLG_MAX_PARAMS, sizeof(float *)); /* drawn before the lanes exist */
     clg_status st = w ? find_pairs(&ctx->err, net, T, p->role, &p->npairs)

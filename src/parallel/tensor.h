@@ -115,11 +115,20 @@ typedef struct clg_tp {
      * step fault_step, as an enqueue error would (-1: never) */
     int fault_lane;
     int64_t fault_step;
+    /* (tests, fp16) lane inf_lane finds an inf in its summed gradients in step fault_step (-1: never) */
+    int inf_lane;
     /* MPI ranks as an outer data-parallel level (parallel/hybrid.h; borrowed, NULL with one rank): x and y
      * hold this rank's slice of the global batch, whose first sample has global index base (dropout); each
      * slice's gradient sum (over the groups) is summed over the ranks (channel t) before the update */
     struct clg_hybrid *hy;
     int base;
+    /* fp16 storage (the model's): each lane keeps fp32 master weights of its slices and half activations; the
+     * partial products are summed in fp32 before their rounding to half (clg_replica before_round). Dynamic
+     * loss scaling: each lane unscales its summed gradients by inv_loss_scale (set by the caller) and checks
+     * them; overflow (after a step: skipped on every lane) is the OR over all lanes, so one lane's inf skips the
+     * step everywhere */
+    int fp16, overflow, ovf[CLG_TP_MAX];
+    float inv_loss_scale;
 } clg_tp;
 
 /* D x T = ndev lanes on the context's devices devs[0..ndev) (D: data-parallel groups, 0 or 1: none); the split

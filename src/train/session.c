@@ -78,8 +78,6 @@ static clg_status create_tp(clg_model *m, const int *devs, int ndev, const clg_d
     if (dpp->shard_optimizer)
         return clg_err_set(err, CLG_ERR_UNSUPPORTED, "sharded optimizer state with tensor parallelism (tp=%d) is "
                                                      "not supported yet", T);
-    if (m->net->fp16)
-        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "tensor parallelism with fp16 storage is not supported yet");
     if (ndev != D * T)
         return clg_err_set(err, CLG_ERR_INVALID_ARG,
                            "%stp=%d needs %d devices, %d selected (dp x pp x tp must equal the device count)",
@@ -471,6 +469,7 @@ clg_status clg_session_step_begin(clg_model *m, int s, double lr, float *res, cl
         m->tp_stale = 3;
         float r2[2] = {0, 0};
         m->tp->base = off;
+        m->tp->inv_loss_scale = j.inv_loss_scale; /* fp16: an overflow is flagged in m->tp->overflow */
         clg_status st = clg_tp_train_step(m->tp, &m->hp, xs, ys, mine, lr, j.grad_scale, j.clip_norm, j.seed, j.step,
                                           r2);
         if (res)
@@ -511,6 +510,8 @@ clg_status clg_session_step_end(clg_model *m)
         CLG_TRY(clg_dp_train_end(m->dp, &j));
     else
         j.overflow = m->fp16 && m->pipe->overflow;
+    if (m->tp)
+        j.overflow = m->fp16 && m->tp->overflow;
     if (j.overflow) {
         if (m->loss_scale <= CLG_LS_MIN) {
             char why[512];
