@@ -75,9 +75,6 @@ static clg_status create_tp(clg_model *m, const int *devs, int ndev, const clg_d
     if (dpp->pipe->stages > 1)
         return clg_err_set(err, CLG_ERR_UNSUPPORTED, "tensor parallelism (tp=%d) combined with a pipeline is not "
                                                      "supported yet", T);
-    if (dpp->shard_optimizer)
-        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "sharded optimizer state with tensor parallelism (tp=%d) is "
-                                                     "not supported yet", T);
     if (ndev != D * T)
         return clg_err_set(err, CLG_ERR_INVALID_ARG,
                            "%stp=%d needs %d devices, %d selected (dp x pp x tp must equal the device count)",
@@ -87,6 +84,8 @@ static clg_status create_tp(clg_model *m, const int *devs, int ndev, const clg_d
     one.stub_lanes = 1;
     CLG_TRY(clg_dp_create(m->ctx, m->net, devs, 1, m->seed, &one, &m->dp));
     CLG_TRY(clg_tp_create(m->ctx, m->net, devs, ndev, T, D, m->seed, &m->tp));
+    if (dpp->shard_optimizer) /* each slice's state over its D lanes */
+        CLG_TRY(clg_tp_shard(m->tp));
     /* MPI ranks: the outer data-parallel level, a channel per slice (hybrid.h) */
     CLG_TRY(clg_hybrid_create(err, T, "tensor-parallel slice", &m->hy));
     m->tp->hy = m->hy;

@@ -346,6 +346,91 @@ START_TEST(fp16_resume)
 }
 END_TEST
 
+// ---- sharded optimizer state ----
+
+/* Every tensor of two checkpoint files bitwise equal (weights and optimizer state); the count of "opt." ones. */
+static int same_ckpt(const char *pa, const char *pb, const char *what)
+{
+    clg_ckpt *a = NULL, *b = NULL;
+    ck_assert_msg(clg_ckpt_load(&ctx()->err, pa, &a) == CLG_OK, "%s", ctx()->err.msg);
+    ck_assert_msg(clg_ckpt_load(&ctx()->err, pb, &b) == CLG_OK, "%s", ctx()->err.msg);
+    ck_assert_int_eq(a->nt, b->nt);
+    int nopt = 0;
+    for (int i = 0; i < a->nt; i++) {
+        const clg_ckpt_tensor *t = &a->t[i], *u = clg_ckpt_find(b, t->name);
+        ck_assert_msg(u && u->nbytes == t->nbytes && memcmp(u->data, t->data, t->nbytes) == 0,
+                      "%s: checkpoint tensor %s differs", what, t->name);
+        nopt += !strncmp(t->name, "opt.", 4);
+    }
+    clg_ckpt_free(a);
+    clg_ckpt_free(b);
+    return nopt;
+}
+
+/* dp=2 x tp=2 with --shard-optimizer against the unsharded run: bitwise equal weights after 20 steps and
+ * checkpoints (weights and the whole optimizer state, gathered from the parts) after 10; the sharded checkpoint
+ * resumed sharded goes on bitwise; optimizer state per device <= 1/2 + 5% of the unsharded. */
+static void shard_vs_unsharded(const char *text, int fp16, double clip, const char *what)
+{
+    char pu[256], ps[256];
+    snprintf(pu, sizeof pu, "test_tp_combos_u_%d.safetensors", (int)getpid());
+    snprintf(ps, sizeof ps, "test_tp_combos_s_%d.safetensors", (int)getpid());
+    clg_model *u = NULL, *sh = NULL, *re = NULL;
+    ck_assert_msg(make(text, "dp=2,tp=2", "all", fp16, 0, &u) == CLG_OK, "%s", clg_last_error(ctx()));
+    ck_assert_msg(make(text, "dp=2,tp=2", "all", fp16, 1, &sh) == CLG_OK, "%s", clg_last_error(ctx()));
+    ck_assert(sh->tp && sh->tp->shard && !u->tp->shard);
+    u->hp.clip_norm = sh->hp.clip_norm = clip;
+    clg_tp_print(sh->tp, stderr);
+    clg_rng r1, r2;
+    clg_rng_seed(&r1, 5, 99);
+    clg_rng_seed(&r2, 5, 99);
+    train(u, &r1, STEPS / 2, NULL, NULL);
+    train(sh, &r2, STEPS / 2, NULL, NULL);
+    for (int l = 0; l < 4; l++) {
+        clg_device_memory mu, ms;
+        ck_assert(clg_model_memory(u, l, &mu) == CLG_OK && clg_model_memory(sh, l, &ms) == CLG_OK);
+        ck_assert_msg(mu.optimizer > 0 && ms.optimizer <= (0.5 + 0.05) * mu.optimizer,
+                      "device %d: sharded optimizer state %llu bytes, unsharded %llu", l,
+                      (unsigned long long)ms.optimizer, (unsigned long long)mu.optimizer);
+        fprintf(stderr, "  device %d: optimizer state %.1f KiB sharded, %.1f KiB unsharded (%.3f)\n", l,
+                ms.optimizer / 1024.0, mu.optimizer / 1024.0, (double)ms.optimizer / (double)mu.optimizer);
+    }
+    ck_assert_msg(clg_session_save(u, pu, 1, 100) == CLG_OK, "%s", clg_last_error(ctx()));
+    ck_assert_msg(clg_session_save(sh, ps, 1, 100) == CLG_OK, "%s", clg_last_error(ctx()));
+    double tol = clip > 0 ? 1e-6 : -1; /* clipping: the global norm summed in another order (its last bits) */
+    if (tol < 0)
+        ck_assert_msg(same_ckpt(ps, pu, what) >= 6, "%s: too few optimizer tensors in the checkpoint", what);
+    clg_rng r3 = r2;
+    ck_assert_msg(make(text, "dp=2,tp=2", "all", fp16, 1, &re) == CLG_OK, "%s", clg_last_error(ctx()));
+    ck_assert_msg(clg_session_load(re, ps, 1) == CLG_OK, "%s", clg_last_error(ctx()));
+    re->hp.clip_norm = clip;
+    train(u, &r1, STEPS / 2, NULL, NULL);
+    train(sh, &r2, STEPS / 2, NULL, NULL);
+    train(re, &r3, STEPS / 2, NULL, NULL);
+    weights wu = {0}, ws = {0}, wr = {0};
+    grab(u, &wu);
+    grab(sh, &ws);
+    grab(re, &wr);
+    char msg[200];
+    snprintf(msg, sizeof msg, "%s: sharded dp=2,tp=2 vs unsharded, %d steps (%s)", what, STEPS,
+             tol < 0 ? "bitwise" : "1e-6");
+    compare(&ws, &wu, tol, msg);
+    snprintf(msg, sizeof msg, "%s: sharded checkpoint resumed sharded, %d more steps", what, STEPS / 2);
+    compare(&wr, &ws, tol < 0 ? -1 : 1e-6, msg);
+    double moved = 0; /* the steps trained: the weights are not the first ones */
+    for (size_t k = 0; k < wu.numel[0]; k++)
+        moved += fabs((double)wu.v[0][k]);
+    ck_assert(moved > 0);
+    unlink(pu);
+    unlink(ps);
+    weights_free(&wu);
+    weights_free(&ws);
+    weights_free(&wr);
+    clg_session_free(u);
+    clg_session_free(sh);
+    clg_session_free(re);
+}
+
 // ---- four devices ----
 
 START_TEST(fp16_dp2_tp2)
@@ -355,6 +440,19 @@ START_TEST(fp16_dp2_tp2)
         return;
     }
     fp16_vs_one(mlp_text(0), "dp=2,tp=2", 4);
+}
+END_TEST
+
+START_TEST(shard_dp2_tp2)
+{
+    if (clg_device_count(ctx()) < 4) {
+        fprintf(stderr, "shard_dp2_tp2: skipped (needs four devices; test train-tp-combos-4 has them)\n");
+        return;
+    }
+    shard_vs_unsharded(mlp_text(0), 0, 0, "sgd");
+    shard_vs_unsharded(mlp_text(1), 0, 0, "adam");
+    shard_vs_unsharded(mlp_text(1), 1, 0, "adam, fp16 storage");
+    shard_vs_unsharded(mlp_text(0), 0, 0.5, "sgd clipped at 0.5");
 }
 END_TEST
 
@@ -377,6 +475,7 @@ int main(void)
     TCase *t4 = tcase_create("tp4"); /* CK_RUN_CASE=tp4 (test train-tp-combos-4) runs it alone */
     tcase_set_timeout(t4, 240);
     tcase_add_test(t4, fp16_dp2_tp2);
+    tcase_add_test(t4, shard_dp2_tp2);
     suite_add_tcase(s, t4);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
