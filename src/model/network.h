@@ -124,6 +124,11 @@ typedef struct clg_replica {
      * gradient bucket from here (and the trace places its markers). */
     clg_status (*after_layer)(void *user, int layer, int backward);
     void *after_layer_user;
+    /* (optional, fp16 storage only; user: after_layer_user) called once layer `layer`'s forward (backward = 0)
+     * or backward computed its fp32 results, before they are rounded to half: t[0..nt) its output, or its input
+     * gradients (mem NULL where none), in fp32 working buffers of the pass's n samples. Tensor parallelism sums
+     * partial products there, so that they are rounded once, as one device rounds the whole product. */
+    clg_status (*before_round)(void *user, int layer, int backward, clg_tensor *t, int nt);
     /* Parameter arena (clg_replica_arena): the trainable parameters'
      * authoritative fp32 values (param->value; the master copies in fp16
      * mode) in one buffer and their gradients in another with the same

@@ -93,6 +93,8 @@ clg_status clg_replica_forward(clg_replica *r, int n, int training)
         clg_status st = l->ops->forward(l, r->dev, in, l->nin, &o, training);
         if (st != CLG_OK)
             return clg_net_layer_fail(err, st, r->net, l, "forward");
+        if (half_out && r->before_round)
+            CLG_TRY(r->before_round(r->after_layer_user, i, 0, &o, 1));
         if (half_out) /* round the output to half for storage (and in place when the next layer reads it) */
             CLG_TRY((r->work[i].fchain ? clg_cvt_f32_to_f16_keep : clg_cvt_f32_to_f16)(r->dev, o.mem, o.off, oh.mem,
                                                                                     oh.off, clg_tensor_numel(&o)));
@@ -146,6 +148,8 @@ static clg_status backward_fp16(clg_replica *r, int n, char *written)
         clg_status st = l->ops->backward(l, r->dev, in, l->nin, &o, &dout, din);
         if (st != CLG_OK)
             return clg_net_layer_fail(err, st, r->net, l, "backward");
+        if (r->before_round)
+            CLG_TRY(r->before_round(r->after_layer_user, i, 1, din, l->nin));
         for (int k = 0; k < l->nin; k++) {
             int src = l->inputs[k];
             if (src < 0)

@@ -8,6 +8,7 @@
 #include "parallel/dp.h"
 #include "parallel/hybrid.h"
 #include "parallel/pipe.h"
+#include "parallel/pipe_zero.h"
 
 static clg_status stage_fn(void *arg, int s);
 static clg_status wait_flag(clg_pipe *p, const int64_t *flag);
@@ -591,6 +592,7 @@ void clg_pipe_free(clg_pipe *p)
     if (!p)
         return;
     clg_team_free(p->team);
+    clg_pipe_zero_free(p);
     for (int l = 0; l < p->L; l++) {
         free(p->ghost ? p->ghost[l] : NULL);
         free(p->shost ? p->shost[l] : NULL);
@@ -1203,6 +1205,8 @@ static clg_status stage_fn(void *arg, int s)
         if (!st->rep->arena_bytes)
             return CLG_OK;
         rc = clg_optim_step(st->opt, p->lr, p->gscale);
+        if (p->zero) /* sharded state: the replicas' updated parts gathered */
+            rc = clg_pipe_zero_gather(p, st, rc);
         if (rc == CLG_OK)
             rc = stage_spread(st);
         if (rc == CLG_OK)
@@ -1245,7 +1249,7 @@ clg_status clg_pipe_train_step(clg_pipe *p, const clg_hparams *hp, const float *
                            p->mb * p->M * p->D);
     for (int s = 0; s < p->L; s++)
         if (!p->st[s].opt)
-            CLG_TRY(clg_optim_create(p->st[s].rep, hp, &p->st[s].opt));
+            CLG_TRY(clg_pipe_zero_optim(p, s, hp)); /* sharded (pipe_zero.c) or whole */
     CLG_TRY(reduce_setup(p)); /* MPI (hy set after creation): the host sums */
     /* replica d takes samples [o_d, o_d + n_d) (sizes differ by at most one), in nm micro-batches */
     p->nm = CLG_MIN(p->M, n / p->D);
@@ -1348,6 +1352,8 @@ static clg_status sync_param(clg_pipe *p, clg_replica *full, clg_optim *fo, cons
     int fi = optim_index(fo, li, slot), si = optim_index(st->opt, li, slot);
     if (fi < 0 || si < 0)
         return CLG_OK;
+    if (p->zero) /* sharded: the parts of every replica (pipe_zero.c) */
+        return clg_pipe_zero_state(p, fo, fi, li, slot, to_full, d, tmp);
     for (int k = 0; k < clg_optim_nstate(fo); k++) {
         cl_mem fm = k == 0 ? fo->m[fi] : fo->v[fi], sm = k == 0 ? st->opt->m[si] : st->opt->v[si];
         if (fm && sm)
@@ -1369,7 +1375,7 @@ clg_status clg_pipe_ensure_optim(clg_pipe *p, const clg_hparams *hp)
 {
     for (int s = 0; s < p->L; s++)
         if (!p->st[s].opt)
-            CLG_TRY(clg_optim_create(p->st[s].rep, hp, &p->st[s].opt));
+            CLG_TRY(clg_pipe_zero_optim(p, s, hp)); /* sharded (pipe_zero.c) or whole */
     return CLG_OK;
 }
 

@@ -178,6 +178,7 @@ typedef struct clg_pipe {
      * stage's summed gradients and running statistics are reduced over the ranks before the update */
     struct clg_hybrid *hy;
     int base;
+    struct clg_pipe_zero *zero; /* --shard-optimizer with dp x pp (parallel/pipe_zero.h; owned), NULL: none */
 } clg_pipe;
 
 /* D replicas of K stages on the context's devices devs[0..ndev) (ndev ==

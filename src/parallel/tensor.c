@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "model/layers.h"
+#include "ops/optim_kernels.h"
 #include "parallel/comm.h"
 #include "parallel/dp.h"
 #include "parallel/hybrid.h"
@@ -246,12 +247,50 @@ static int optim_index(const clg_optim *o, int layer, int slot)
 static cl_mem param_buf(clg_replica *r, clg_optim *o, const clg_param_ref *ref, int k)
 {
     int li = ref->layer->index, slot = (int)(ref->param - ref->layer->params);
-    if (k == 0)
-        return r->layers[li].params[slot].value;
+    if (k == 0) { /* fp16: the fp32 master of a trainable weight */
+        clg_param_ref own = {&r->layers[li], &r->layers[li].params[slot]};
+        return clg_replica_master(r, &own);
+    }
     int i = optim_index(o, li, slot);
     if (i < 0 || k > clg_optim_nstate(o))
         return NULL;
     return k == 1 ? o->m[i] : o->v[i];
+}
+
+/* Sharded optimizer state (k = 1, 2) of ref's parameter between whole (the full replica's, on the host) and the
+ * lanes: slice t's state lies in the state arenas of its D lanes, group d's holding arena floats
+ * [sh_k0[d], sh_k1[d]). */
+static clg_status sync_shard_state(clg_tp *p, const clg_param_ref *ref, int k, int to_full, float *whole,
+                                   float *part)
+{
+    int li = ref->layer->index, slot = (int)(ref->param - ref->layer->params);
+    for (int t = 0; t < p->T; t++) {
+        slice s = slice_of(p, ref, t);
+        if (to_full && (s.zero || (p->role[li] == CLG_TP_REPL && t > 0)))
+            continue; /* zero there; replicated: lane 0's */
+        if (!to_full)
+            slice_copy(&s, whole, part, 0);
+        for (int d = 0; d < p->D; d++) {
+            clg_tp_lane *ln = &p->ln[d * p->T + t];
+            clg_optim *o = ln->opt;
+            int oi = optim_index(o, li, slot);
+            cl_mem buf = oi < 0 ? NULL : k == 1 ? o->marena : o->varena;
+            size_t a = buf ? ln->rep->arena_off[oi] / sizeof(float) : 0, n = s.rows * s.cols;
+            size_t x0 = CLG_MAX(a, o->k0), x1 = CLG_MIN(a + n, o->k1);
+            if (!buf || x1 <= x0)
+                continue;
+            clg_err *err = clg_dev_err(ln->dev);
+            if (to_full)
+                CLG_CL_CHECK(err, clEnqueueReadBuffer(ln->dev->queue, buf, CL_TRUE, (x0 - o->k0) * sizeof(float),
+                                                      (x1 - x0) * sizeof(float), part + (x0 - a), 0, NULL, NULL));
+            else
+                CLG_CL_CHECK(err, clEnqueueWriteBuffer(ln->dev->queue, buf, CL_TRUE, (x0 - o->k0) * sizeof(float),
+                                                       (x1 - x0) * sizeof(float), part + (x0 - a), 0, NULL, NULL));
+        }
+        if (to_full)
+            slice_copy(&s, whole, part, 1);
+    }
+    return CLG_OK;
 }
 
 static clg_status sync_buf(clg_tp *p, clg_replica *full, clg_optim *fo, const clg_param_ref *ref, int k,
@@ -265,7 +304,9 @@ static clg_status sync_buf(clg_tp *p, clg_replica *full, clg_optim *fo, const cl
     if (!to_full)
         CLG_CL_CHECK(ferr, clEnqueueReadBuffer(full->dev->queue, fm, CL_TRUE, 0, n * sizeof(float), whole, 0, NULL,
                                                NULL));
-    for (int l = 0; l < (to_full ? p->T : p->L); l++) { /* from group 0; into every group */
+    if (k > 0 && p->shard)
+        CLG_TRY(sync_shard_state(p, ref, k, to_full, whole, part));
+    for (int l = 0; l < (k > 0 && p->shard ? 0 : to_full ? p->T : p->L); l++) { /* from group 0; into every group */
         int t = l % p->T;
         clg_tp_lane *ln = &p->ln[l];
         cl_mem lm = param_buf(ln->rep, ln->opt, ref, k);
@@ -294,9 +335,40 @@ static clg_status sync_buf(clg_tp *p, clg_replica *full, clg_optim *fo, const cl
 
 static clg_status ensure_optim(clg_tp *p, const clg_hparams *hp)
 {
-    for (int l = 0; l < p->L; l++)
-        if (!p->ln[l].opt)
-            CLG_TRY(clg_optim_create(p->ln[l].rep, hp, &p->ln[l].opt));
+    for (int l = 0; l < p->L; l++) {
+        clg_tp_lane *ln = &p->ln[l];
+        if (!ln->opt && p->shard)
+            CLG_TRY(clg_optim_create_shard(ln->rep, hp, p->sh_k0[l / p->T], p->sh_k1[l / p->T], &ln->opt));
+        else if (!ln->opt)
+            CLG_TRY(clg_optim_create(ln->rep, hp, &ln->opt));
+    }
+    return CLG_OK;
+}
+
+clg_status clg_tp_shard(clg_tp *p)
+{
+    if (p->D < 2 || p->shard)
+        return CLG_OK;
+    if (p->ln[0].opt)
+        return clg_err_set(&p->ctx->err, CLG_ERR_INTERNAL, "tensor parallel: the optimizer state is sharded before "
+                                                           "the first step only");
+    size_t align = 128; /* each part a sub-buffer of the arenas on every device, in whole update work-groups */
+    for (int l = 0; l < p->L; l++) {
+        cl_uint bits = 0;
+        if (clGetDeviceInfo(p->ln[l].dev->id, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof bits, &bits, NULL) ==
+                CL_SUCCESS &&
+            bits / 8 > align)
+            align = bits / 8;
+    }
+    size_t ub = CLG_MAX(align, (size_t)CLG_OPTK_STEP_WG * sizeof(float)), unit = ub / sizeof(float);
+    size_t A = p->arena_floats, units = A * sizeof(float) / ub;
+    for (int d = 0; d < p->D; d++) {
+        p->sh_k0[d] = units * (size_t)d / (size_t)p->D * unit;
+        p->sh_k1[d] = d == p->D - 1 ? A : units * (size_t)(d + 1) / (size_t)p->D * unit;
+    }
+    if (!(p->pgat = malloc((size_t)p->T * CLG_MAX(A, 1) * sizeof(float))))
+        return clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory for the parameter gather");
+    p->shard = 1;
     return CLG_OK;
 }
 
@@ -417,8 +489,10 @@ static clg_status reduce_groups(clg_tp *p, int l)
     if (p->hy && d == 0)
         CLG_TRY(clg_hybrid_reduce(p->hy, t, err, sum, A, NULL, 0, 0));
     CLG_TRY(barrier(p, l, -1));
-    CLG_CL_CHECK(err, clEnqueueWriteBuffer(ln->dev->queue, ln->rep->garena, CL_TRUE, 0, A * sizeof(float), sum, 0,
-                                           NULL, NULL));
+    size_t w0 = p->shard ? p->sh_k0[d] : 0, w1 = p->shard ? p->sh_k1[d] : A; /* sharded: a reduce-scatter */
+    if (w1 > w0)
+        CLG_CL_CHECK(err, clEnqueueWriteBuffer(ln->dev->queue, ln->rep->garena, CL_TRUE, w0 * sizeof(float),
+                                               (w1 - w0) * sizeof(float), sum + w0, 0, NULL, NULL));
     return CLG_OK;
 }
 
@@ -433,6 +507,8 @@ static clg_status after_layer(void *user, int i, int backward)
     if (!backward && p->role[i] == CLG_TP_ROW && l == p->fault_lane && (int64_t)p->step == p->fault_step)
         return clg_err_set(clg_dev_err(p->ln[l].dev), CLG_ERR_OPENCL, "injected fault after %s's forward",
                            p->net->proto[i].name);
+    if (r->fp16) /* summed in before_round, before the rounding to half */
+        return CLG_OK;
     int src = r->layers[i].inputs[0];
     double t0 = clg_now_sec();
     clg_status st = CLG_OK;
@@ -444,6 +520,26 @@ static clg_status after_layer(void *user, int i, int backward)
                         (size_t)n * (clg_tensor_numel(&r->dact[src]) / (size_t)r->dact[src].n));
     else
         return CLG_OK;
+    trace_span(p, l, backward ? "all-reduce gradient before" : "all-reduce output of", p->net->proto[i].name, t0);
+    return st;
+}
+
+/* fp16 storage: the row-split layer's partial outputs (fp32) summed before they are rounded to half; the
+ * column-split layer's partial input gradient (fp32) likewise (as one device rounds the whole product once). */
+static clg_status before_round(void *user, int i, int backward, clg_tensor *t, int nt)
+{
+    struct clg_tp_hook *h = user;
+    clg_tp *p = h->p;
+    int l = h->l;
+    clg_replica *r = p->ln[l].rep;
+    if (!backward && p->role[i] == CLG_TP_ROW && l == p->fault_lane && (int64_t)p->step == p->fault_step)
+        return clg_err_set(clg_dev_err(p->ln[l].dev), CLG_ERR_OPENCL, "injected fault after %s's forward",
+                           p->net->proto[i].name);
+    int sum = !backward ? p->role[i] == CLG_TP_ROW : p->role[i] == CLG_TP_COL && r->layers[i].inputs[0] >= 0;
+    if (!sum || nt < 1 || !t[0].mem)
+        return CLG_OK;
+    double t0 = clg_now_sec();
+    clg_status st = all_reduce(p, l, t[0].mem, t[0].off, clg_tensor_numel(&t[0]));
     trace_span(p, l, backward ? "all-reduce gradient before" : "all-reduce output of", p->net->proto[i].name, t0);
     return st;
 }
@@ -485,10 +581,13 @@ static clg_status lane_norms(clg_tp *p, int l)
                  ? CLG_OK
                  : clg_err_set(clg_dev_err(ln->dev), CLG_ERR_OPENCL, "reading the gradients for their norm failed");
     double sq[2] = {0, 0};
+    size_t s0 = p->shard ? p->sh_k0[l / p->T] : 0, s1 = p->shard ? p->sh_k1[l / p->T] : A; /* sharded: its part */
     for (int i = 0; i < n && st == CLG_OK; i++) {
-        const float *v = g + r->arena_off[i] / sizeof(float);
+        size_t a0 = r->arena_off[i] / sizeof(float), k0 = CLG_MAX(a0, s0) - a0,
+               k1 = CLG_MIN(a0 + refs[i].param->numel, CLG_MAX(s1, a0)) - a0;
+        const float *v = g + a0;
         double a = 0;
-        for (size_t k = 0; k < refs[i].param->numel; k++)
+        for (size_t k = k0; k < k1; k++)
             a += (double)v[k] * v[k];
         sq[p->role[refs[i].layer->index] == CLG_TP_REPL] += a;
     }
@@ -534,13 +633,45 @@ static clg_status lane_step(clg_tp *p, int l, float *res)
     if (p->D > 1 || p->hy)
         trace_span(p, l, p->hy ? "gradients summed over the groups and ranks" : "gradients summed over the groups",
                    NULL, t0);
-    if (p->clip_norm > 0 && l < p->T) /* group 0's (every group holds the same sums) */
+    p->ovf[l] = 0;
+    if (l == p->inf_lane && (int64_t)p->step == p->fault_step) { /* test aid: this lane's gradient overflows */
+        float inf = INFINITY;
+        CLG_CL_CHECK(err, clEnqueueWriteBuffer(q, r->garena, CL_TRUE, 0, sizeof inf, &inf, 0, NULL, NULL));
+    }
+    if (p->fp16) /* dynamic loss scaling: the summed gradients unscaled, an inf / NaN flagged */
+        CLG_TRY(clg_optim_unscale_check(ln->opt, p->inv_loss_scale, &p->ovf[l]));
+    if (p->clip_norm > 0 && (l < p->T || p->shard)) /* group 0's (every group holds the same sums); sharded: each
+                                                        lane its part */
         CLG_TRY(lane_norms(p, l));
     if (res)
         CLG_CL_CHECK(err, clEnqueueReadBuffer(q, r->layers[r->loss_index].loss.result, CL_TRUE, 0, 2 * sizeof(float),
                                               res, 0, NULL, NULL));
     CLG_CL_CHECK(err, clFinish(q));
     return CLG_OK;
+}
+
+/* Sharded optimizer state, after the lanes' updates of their parts (all-gather within each slice): the lane's
+ * updated part to the host, then the other parts of its slice from there; the fp16 copies follow. */
+static clg_status gather_parts(clg_tp *p, int l)
+{
+    clg_tp_lane *ln = &p->ln[l];
+    clg_err *err = clg_dev_err(ln->dev);
+    int d = l / p->T, t = l % p->T;
+    size_t A = p->arena_floats, k0 = p->sh_k0[d], k1 = p->sh_k1[d];
+    float *h = p->pgat + (size_t)t * A;
+    cl_mem pa = ln->rep->parena;
+    double t0 = clg_now_sec();
+    if (k1 > k0)
+        CLG_CL_CHECK(err, clEnqueueReadBuffer(ln->dev->queue, pa, CL_TRUE, k0 * sizeof(float),
+                                              (k1 - k0) * sizeof(float), h + k0, 0, NULL, NULL));
+    CLG_TRY(barrier(p, l, -1));
+    if (k0 > 0)
+        CLG_CL_CHECK(err, clEnqueueWriteBuffer(ln->dev->queue, pa, CL_TRUE, 0, k0 * sizeof(float), h, 0, NULL, NULL));
+    if (k1 < A)
+        CLG_CL_CHECK(err, clEnqueueWriteBuffer(ln->dev->queue, pa, CL_TRUE, k1 * sizeof(float),
+                                               (A - k1) * sizeof(float), h + k1, 0, NULL, NULL));
+    trace_span(p, l, "parameter gather", NULL, t0);
+    return clg_replica_weights_updated(ln->rep);
 }
 
 static clg_status lane_fn(void *arg, int l)
@@ -551,12 +682,14 @@ static clg_status lane_fn(void *arg, int l)
     if (p->phase == 1) {
         double t0 = clg_now_sec();
         rc = clg_optim_step(ln->opt, p->lr, p->gscale);
+        trace_span(p, l, "optimizer", NULL, t0);
+        if (rc == CLG_OK && p->shard)
+            rc = gather_parts(p, l);
         if (rc == CLG_OK && clFinish(ln->dev->queue) != CL_SUCCESS)
             rc = clg_err_set(clg_dev_err(ln->dev), CLG_ERR_OPENCL, "clFinish after the optimizer failed");
-        trace_span(p, l, "optimizer", NULL, t0);
-        return rc;
+    } else {
+        rc = lane_step(p, l, l % p->T == 0 ? p->res[l / p->T] : NULL);
     }
-    rc = lane_step(p, l, l % p->T == 0 ? p->res[l / p->T] : NULL);
     if (rc != CLG_OK) {
         pthread_mutex_lock(&p->mu);
         if (!p->abort) {
@@ -609,10 +742,22 @@ clg_status clg_tp_train_step(clg_tp *p, const clg_hparams *hp, const float *x, c
     clg_status rc = clg_team_run(p->team, lane_fn, p, &failed);
     if (rc != CLG_OK)
         return p->fail_lane >= 0 ? lane_failed(p, p->fail_lane, p->fail_status) : lane_failed(p, failed, rc);
-    if (clip_norm > 0) { /* the global norm: every slice once (group 0's lanes), the replicated once (lane 0's) */
-        double sq = p->sq[0][1];
-        for (int t = 0; t < p->T; t++)
-            sq += p->sq[t][0];
+    for (int d = 0; res && d < p->D; d++) {
+        res[0] = d ? res[0] + r2[d][0] : r2[d][0];
+        res[1] = d ? res[1] + r2[d][1] : r2[d][1];
+    }
+    p->overflow = 0;
+    for (int l = 0; l < p->L && p->fp16; l++) /* global: one lane's inf skips the step on every lane */
+        p->overflow |= p->ovf[l];
+    if (p->overflow) /* fp16: no lane updates; the caller lowers the loss scale */
+        return CLG_OK;
+    if (clip_norm > 0) { /* the global norm: every slice once (group 0's lanes), the replicated once (lane 0's);
+                            sharded: every lane's part, the replicated parts of the lanes t = 0 */
+        double sq = 0;
+        for (int d = 0; d < (p->shard ? p->D : 1); d++)
+            sq += p->sq[d * p->T][1];
+        for (int l = 0; l < (p->shard ? p->L : p->T); l++)
+            sq += p->sq[l][0];
         double norm = sqrt(sq);
         if (!isfinite(norm))
             return clg_err_set(&p->ctx->err, CLG_ERR_INTERNAL,
@@ -623,11 +768,7 @@ clg_status clg_tp_train_step(clg_tp *p, const clg_hparams *hp, const float *x, c
     p->phase = 1;
     rc = clg_team_run(p->team, lane_fn, p, &failed);
     if (rc != CLG_OK)
-        return lane_failed(p, failed, rc);
-    for (int d = 0; res && d < p->D; d++) {
-        res[0] = d ? res[0] + r2[d][0] : r2[d][0];
-        res[1] = d ? res[1] + r2[d][1] : r2[d][1];
-    }
+        return p->fail_lane >= 0 ? lane_failed(p, p->fail_lane, p->fail_status) : lane_failed(p, failed, rc);
     return CLG_OK;
 }
 
@@ -639,6 +780,7 @@ static clg_status lane_init(clg_tp *p, int l, clg_device *dev, const char *text)
     clg_err *err = &p->ctx->err;
     ln->dev = dev;
     CLG_TRY(clg_net_build(err, text, p->net->source, p->net->batch, &ln->net));
+    ln->net->fp16 = p->net->fp16;
     for (int i = 0; i < p->net->nlayers; i++) {
         const int *a = ln->net->proto[i].out_shape, *b = p->net->proto[i].out_shape;
         int want = p->role[i] == CLG_TP_COL || p->role[i] == CLG_TP_MID ? b[1] / p->T : b[1];
@@ -656,6 +798,7 @@ static clg_status lane_init(clg_tp *p, int l, clg_device *dev, const char *text)
     }
     CLG_TRY(clg_replica_create(ln->net, dev, 0, &ln->rep));
     ln->rep->after_layer = after_layer;
+    ln->rep->before_round = before_round;
     p->hook[l].p = p;
     p->hook[l].l = l;
     ln->rep->after_layer_user = &p->hook[l];
@@ -684,7 +827,11 @@ static clg_status draw_weights(clg_tp *p, clg_device *dev, uint64_t seed, float 
         if (!p->net->proto[i].nparams)
             continue;
         clg_replica *r = NULL;
-        CLG_TRY(clg_replica_create_range(p->net, dev, seed, i, i, 1, &r));
+        int fp16 = p->net->fp16; /* fp32: the drawn values, which one device's fp16 masters start from */
+        p->net->fp16 = 0;
+        clg_status cst = clg_replica_create_range(p->net, dev, seed, i, i, 1, &r);
+        p->net->fp16 = fp16;
+        CLG_TRY(cst);
         clg_status st = CLG_OK;
         for (int k = 0; k < r->layers[i].nparams && st == CLG_OK; k++) {
             const clg_param *q = &r->layers[i].params[k];
@@ -719,8 +866,9 @@ static clg_status scatter_weights(clg_tp *p, float **w)
             for (int l = 0; l < p->L && st == CLG_OK; l++) {
                 slice sl = slice_of(p, &ref, l % p->T);
                 clg_tp_lane *ln = &p->ln[l];
+                clg_param_ref own = {&ln->rep->layers[i], &ln->rep->layers[i].params[k]};
                 slice_copy(&sl, w[i * CLG_MAX_PARAMS + k], part, 0);
-                if (clEnqueueWriteBuffer(ln->dev->queue, ln->rep->layers[i].params[k].value, CL_TRUE, 0,
+                if (clEnqueueWriteBuffer(ln->dev->queue, clg_replica_master(ln->rep, &own), CL_TRUE, 0,
                                          sl.rows * sl.cols * sizeof(float), part, 0, NULL, NULL) != CL_SUCCESS)
                     st = clg_err_set(clg_dev_err(ln->dev), CLG_ERR_OPENCL, "writing the first weights failed");
             }
@@ -751,8 +899,6 @@ clg_status clg_tp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, 
                                                            "statistics, which the ranks would need to average: not "
                                                            "supported yet (run one process)", T, clg_comm_size(),
                            state_param(net));
-    if (net->fp16)
-        return clg_err_set(&ctx->err, CLG_ERR_UNSUPPORTED, "tensor parallelism with fp16 storage is not supported yet");
     if (net->loss_index != net->nlayers - 1)
         return clg_err_set(&ctx->err, CLG_ERR_UNSUPPORTED, "tensor parallelism needs a model whose last layer is its "
                                                            "loss");
@@ -768,7 +914,9 @@ clg_status clg_tp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, 
     p->T = T;
     p->D = D;
     p->L = D * T;
-    p->fault_lane = -1;
+    p->fault_lane = p->inf_lane = -1;
+    p->fp16 = net->fp16 != 0;
+    p->inv_loss_scale = 1.0f;
     p->sample = (size_t)net->in_c * net->in_h * net->in_w;
     float **w = calloc((size_t)net->nlayers * CLG_MAX_PARAMS, sizeof(float *)); /* drawn before the lanes exist */
     clg_status st = w ? find_pairs(&ctx->err, net, T, p->role, &p->npairs)
@@ -819,6 +967,7 @@ void clg_tp_free(clg_tp *p)
     }
     free(p->red);
     free(p->gred);
+    free(p->pgat);
     free(p->role);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
@@ -848,7 +997,8 @@ void clg_tp_print(const clg_tp *p, FILE *f)
         fprintf(f, "tensor parallel: tp=%d over", p->T);
     for (int l = 0; l < p->L; l++)
         fprintf(f, "%s device %d (%s)", l ? "," : "", p->ln[l].dev->index, p->ln[l].dev->info.name);
-    fprintf(f, "; all-reduce through host memory\n");
+    fprintf(f, "; all-reduce through host memory%s\n",
+            p->shard ? "; optimizer state sharded over the dp groups (reduce-scatter, all-gather)" : "");
     for (int a = 0; a < p->net->nlayers; a++) {
         if (p->role[a] != CLG_TP_COL)
             continue;

@@ -115,11 +115,28 @@ typedef struct clg_tp {
      * step fault_step, as an enqueue error would (-1: never) */
     int fault_lane;
     int64_t fault_step;
+    /* (tests, fp16) lane inf_lane finds an inf in its summed gradients in step fault_step (-1: never) */
+    int inf_lane;
     /* MPI ranks as an outer data-parallel level (parallel/hybrid.h; borrowed, NULL with one rank): x and y
      * hold this rank's slice of the global batch, whose first sample has global index base (dropout); each
      * slice's gradient sum (over the groups) is summed over the ranks (channel t) before the update */
     struct clg_hybrid *hy;
     int base;
+    /* fp16 storage (the model's): each lane keeps fp32 master weights of its slices and half activations; the
+     * partial products are summed in fp32 before their rounding to half (clg_replica before_round). Dynamic
+     * loss scaling: each lane unscales its summed gradients by inv_loss_scale (set by the caller) and checks
+     * them; overflow (after a step: skipped on every lane) is the OR over all lanes, so one lane's inf skips the
+     * step everywhere */
+    int fp16, overflow, ovf[CLG_TP_MAX];
+    float inv_loss_scale;
+    /* --shard-optimizer with dp x tp (ZeRO-1 within the layout; set before the first step, D > 1): each slice's
+     * optimizer state is split over its D lanes, group d's lane keeping floats [sh_k0[d], sh_k1[d]) of the
+     * slice's arena (the same layout on every lane). The gradient sum over the groups is reduce-scattered (each
+     * lane gets the sum of its part only), each lane updates its part, and the updated parts are all-gathered
+     * through host memory (pgat: a slice's arena per t). */
+    int shard;
+    size_t sh_k0[CLG_TP_MAX], sh_k1[CLG_TP_MAX];
+    float *pgat;
 } clg_tp;
 
 /* D x T = ndev lanes on the context's devices devs[0..ndev) (D: data-parallel groups, 0 or 1: none); the split
@@ -128,6 +145,9 @@ typedef struct clg_tp {
 CLG_INTERNAL clg_status clg_tp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, int T, int D,
                                       uint64_t seed, clg_tp **out);
 CLG_INTERNAL void clg_tp_free(clg_tp *p);
+/* --shard-optimizer (before the first step): each slice's optimizer state split over its D data-parallel lanes
+ * (nothing with D = 1: each lane's state is already its slice's alone). */
+CLG_INTERNAL clg_status clg_tp_shard(clg_tp *p);
 /* Prints the split layers and the lanes. */
 CLG_INTERNAL void clg_tp_print(const clg_tp *p, FILE *f);
 /* One training step over n host samples (every group its 1/D, each lane of

@@ -10,6 +10,7 @@
 #include "ops/conv.h"
 #include "parallel/comm.h"
 #include "parallel/hybrid.h"
+#include "parallel/pipe_zero.h"
 #include "parallel/tensor.h"
 #include "train/session.h"
 
@@ -75,11 +76,6 @@ static clg_status create_tp(clg_model *m, const int *devs, int ndev, const clg_d
     if (dpp->pipe->stages > 1)
         return clg_err_set(err, CLG_ERR_UNSUPPORTED, "tensor parallelism (tp=%d) combined with a pipeline is not "
                                                      "supported yet", T);
-    if (dpp->shard_optimizer)
-        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "sharded optimizer state with tensor parallelism (tp=%d) is "
-                                                     "not supported yet", T);
-    if (m->net->fp16)
-        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "tensor parallelism with fp16 storage is not supported yet");
     if (ndev != D * T)
         return clg_err_set(err, CLG_ERR_INVALID_ARG,
                            "%stp=%d needs %d devices, %d selected (dp x pp x tp must equal the device count)",
@@ -89,6 +85,8 @@ static clg_status create_tp(clg_model *m, const int *devs, int ndev, const clg_d
     one.stub_lanes = 1;
     CLG_TRY(clg_dp_create(m->ctx, m->net, devs, 1, m->seed, &one, &m->dp));
     CLG_TRY(clg_tp_create(m->ctx, m->net, devs, ndev, T, D, m->seed, &m->tp));
+    if (dpp->shard_optimizer) /* each slice's state over its D lanes */
+        CLG_TRY(clg_tp_shard(m->tp));
     /* MPI ranks: the outer data-parallel level, a channel per slice (hybrid.h) */
     CLG_TRY(clg_hybrid_create(err, T, "tensor-parallel slice", &m->hy));
     m->tp->hy = m->hy;
@@ -103,12 +101,10 @@ static clg_status create_lanes(clg_model *m, const int *devs, int ndev, const cl
         return create_tp(m, devs, ndev, dpp);
     if (!dpp || !dpp->pipe || dpp->pipe->stages <= 1)
         return clg_dp_create(m->ctx, m->net, devs, ndev, m->seed, dpp, &m->dp);
-    if (dpp->shard_optimizer)
-        return clg_err_set(&m->ctx->err, CLG_ERR_UNSUPPORTED,
-                           "sharded optimizer state with a pipeline (pp=%d) is not supported yet: each stage already "
-                           "keeps only its own layers' optimizer state",
-                           dpp->pipe->stages);
     CLG_TRY(clg_pipe_create(m->ctx, m->net, devs, ndev, m->seed, m->net->batch, dpp->pipe, &m->pipe));
+    if (dpp->shard_optimizer) /* each stage's state over its dp replicas (nothing without dp: a stage's state is
+                                 already its layers' alone) */
+        CLG_TRY(clg_pipe_zero_setup(m->pipe));
     /* MPI ranks: the outer data-parallel level, a channel per stage (hybrid.h) */
     CLG_TRY(clg_hybrid_create(&m->ctx->err, m->pipe->K, "pipeline stage", &m->hy));
     m->pipe->hy = m->hy;
@@ -471,6 +467,7 @@ clg_status clg_session_step_begin(clg_model *m, int s, double lr, float *res, cl
         m->tp_stale = 3;
         float r2[2] = {0, 0};
         m->tp->base = off;
+        m->tp->inv_loss_scale = j.inv_loss_scale; /* fp16: an overflow is flagged in m->tp->overflow */
         clg_status st = clg_tp_train_step(m->tp, &m->hp, xs, ys, mine, lr, j.grad_scale, j.clip_norm, j.seed, j.step,
                                           r2);
         if (res)
@@ -511,6 +508,8 @@ clg_status clg_session_step_end(clg_model *m)
         CLG_TRY(clg_dp_train_end(m->dp, &j));
     else
         j.overflow = m->fp16 && m->pipe->overflow;
+    if (m->tp)
+        j.overflow = m->fp16 && m->tp->overflow;
     if (j.overflow) {
         if (m->loss_scale <= CLG_LS_MIN) {
             char why[512];
@@ -665,6 +664,23 @@ static clg_status add_device_tensor(clg_model *m, clg_ckpt *ck, const char *name
     return add_device_tensor_x(m, ck, name, p, mem, max_abs, -1, 0, NULL);
 }
 
+/* A pipeline stage's optimizer state `which` (1, 2) of its trainable parameter i into the checkpoint (sharded:
+ * gathered from the stage's replicas through a buffer on its device). */
+static clg_status add_pipe_state(clg_model *m, clg_ckpt *ck, const char *name, clg_pipe_stage *sg, int i, int which)
+{
+    const clg_optim *o = sg->opt;
+    if (!m->pipe->zero)
+        return add_device_tensor_x(m, ck, name, o->refs[i].param, which == 1 ? o->m[i] : o->v[i], HUGE_VAL, i, 0,
+                                   sg->dev);
+    cl_mem b = NULL;
+    CLG_TRY(clg_buf_alloc(sg->dev, CLG_MAX(o->refs[i].param->numel, 1) * sizeof(float), &b));
+    clg_status st = clg_pipe_zero_buf(m->pipe, sg->index, i, which - 1, b, 1);
+    if (st == CLG_OK)
+        st = add_device_tensor_x(m, ck, name, o->refs[i].param, b, HUGE_VAL, i, 0, sg->dev);
+    clg_buf_release(sg->dev, b);
+    return st;
+}
+
 /* A pipeline's tensors straight from its stages (replica 0's) to the host,
  * under the one-device names: each stage's parameters (weights, batch-norm
  * statistics) and, with_state, its optimizer state; no whole network. */
@@ -691,11 +707,11 @@ static clg_status build_pipe_tensors(clg_model *m, clg_ckpt *ck, int with_state)
         int ns = with_state ? clg_optim_nstate(o) : 0;
         for (int i = 0; ns >= 1 && i < o->n; i++) {
             param_name(name, sizeof name, "opt.m.", &o->refs[i]);
-            CLG_TRY(add_device_tensor_x(m, ck, name, o->refs[i].param, o->m[i], HUGE_VAL, i, 0, sg->dev));
+            CLG_TRY(add_pipe_state(m, ck, name, sg, i, 1));
             if (ns < 2)
                 continue;
             param_name(name, sizeof name, "opt.v.", &o->refs[i]);
-            CLG_TRY(add_device_tensor_x(m, ck, name, o->refs[i].param, o->v[i], HUGE_VAL, i, 0, sg->dev));
+            CLG_TRY(add_pipe_state(m, ck, name, sg, i, 2));
         }
     }
     return CLG_OK;
@@ -924,6 +940,23 @@ clg_status clg_session_load(clg_model *m, const char *path, int with_state)
 
 /* The weights: every parameter of the model by name, and no other tensor
  * than the optimizer's ("opt.*"). */
+/* A pipeline stage's optimizer state `which` (1, 2) of its trainable parameter i from the checkpoint (sharded:
+ * its part, through a buffer on its device). */
+static clg_status load_pipe_state(clg_model *m, const clg_ckpt *ck, const char *name, clg_pipe_stage *sg, int i,
+                                  int which, const char *path)
+{
+    const clg_optim *o = sg->opt;
+    if (!m->pipe->zero)
+        return load_device_tensor(m, ck, name, &o->refs[i], i, which, path, sg->dev, which == 1 ? o->m[i] : o->v[i]);
+    cl_mem b = NULL;
+    CLG_TRY(clg_buf_alloc(sg->dev, CLG_MAX(o->refs[i].param->numel, 1) * sizeof(float), &b));
+    clg_status st = load_device_tensor(m, ck, name, &o->refs[i], i, which, path, sg->dev, b);
+    if (st == CLG_OK)
+        st = clg_pipe_zero_buf(m->pipe, sg->index, i, which - 1, b, 0);
+    clg_buf_release(sg->dev, b);
+    return st;
+}
+
 /* A pipeline: the weights (which 0) or the optimizer state (1) straight
  * into every stage (of every data-parallel replica); *n: the parameters of
  * one pipeline. */
@@ -950,10 +983,10 @@ static clg_status load_pipe_tensors(clg_model *m, const clg_ckpt *ck, const char
         int ns = which ? clg_optim_nstate(o) : 0;
         for (int i = 0; ns >= 1 && i < o->n && st == CLG_OK; i++) {
             param_name(name, sizeof name, "opt.m.", &o->refs[i]);
-            st = load_device_tensor(m, ck, name, &o->refs[i], i, 1, path, sg->dev, o->m[i]);
+            st = load_pipe_state(m, ck, name, sg, i, 1, path);
             param_name(name, sizeof name, "opt.v.", &o->refs[i]);
             if (ns >= 2 && st == CLG_OK)
-                st = load_device_tensor(m, ck, name, &o->refs[i], i, 2, path, sg->dev, o->v[i]);
+                st = load_pipe_state(m, ck, name, sg, i, 2, path);
         }
         CLG_TRY(st);
     }

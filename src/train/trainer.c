@@ -665,7 +665,10 @@ static void print_memory(const clg_model *m)
     fprintf(stderr,
             "memory per device, MiB%s:\n"
             "  %sdevice  parameters   optimizer  activations   workspace       total        peak%s\n",
-            m->dp->shard ? " (optimizer state sharded)" : m->pipe ? " (per pipeline stage)" : "",
+            m->dp->shard || (m->tp && m->tp->shard) ? " (optimizer state sharded)"
+            : m->pipe && m->pipe->zero              ? " (per pipeline stage, optimizer state sharded)"
+            : m->pipe                               ? " (per pipeline stage)"
+                                                    : "",
             m->pipe ? "stage  " : "", lim ? "       limit" : "");
     for (int l = 0; l < clg_session_mem_rows(m); l++) {
         clg_dp_mem d;

@@ -76,7 +76,7 @@ check 1 "tp=2 needs 2 devices, 1 selected" "tp=2 on one device" -- $T --devices 
 check 1 "has no layer tensor parallelism can split" "tp on a model without pairs (resnet-mini)" -- \
     "$clgrad" train "$(dirname "$0")/../../models/resnet-mini.cfg" --data "$tmp/data" --devices all --parallel tp=2 \
     --steps 1
-check 1 "fp16 storage is not supported yet" "tp with fp16" -- \
-    $T --devices all --parallel tp=2 --precision fp16 --steps 1
+check 0 "split: fc1 (outputs: 16 of 32 per device)" "tp=2 with fp16 storage trains" -- \
+    $T --devices all --parallel tp=2 --precision fp16 --steps 3
 echo "cli_tp: $((n - fails))/$n passed"
 [ "$fails" -eq 0 ]
