@@ -530,6 +530,18 @@ CLG_API clg_status clg_model_generate_size(clg_model *m, const clg_generate_para
  * *probs (n * classes floats) is malloc'd: release with clg_free. Token
  * models are refused as by clg_model_predict. */
 CLG_API clg_status clg_model_predict_file(clg_model *m, const char *path, float **probs, int *n);
+/* Next-byte distributions of a token model ([net] input = tokens, 256 or
+ * more classes per position, e.g. models/gpt-mini.cfg) over a text of
+ * len >= 1 bytes: *probs (len * classes floats, malloc'd: release with
+ * clg_free), row i the softmax probabilities of the byte after text[i]
+ * (row len - 1: of the byte that would follow the text). The text is cut
+ * into consecutive windows of the model's context T, window k the bytes
+ * k T .. k T + T - 1, each seen from its first byte (as clg_model_evaluate
+ * sees the held-out tail of text data, so the mean of -ln p(text[i + 1])
+ * over a tail of k T + 1 bytes is evaluate's loss); the last window is
+ * padded with byte 0 after the text, which a causal model does not see.
+ * Image models are refused (CLG_ERR_UNSUPPORTED). */
+CLG_API clg_status clg_model_predict_text(clg_model *m, const unsigned char *text, size_t len, float **probs);
 CLG_API void clg_free(void *p);
 
 /* Training throughput on synthetic data (what `clgrad bench train` does). */

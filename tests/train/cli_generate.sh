@@ -76,7 +76,7 @@ check 2 "weights" "no --weights" -- "$clgrad" generate "$tmp/gpt.cfg"
 check 1 "precision fp16 is not supported yet" "--precision fp16 refused, naming fp32" -- \
     "$clgrad" generate "$tmp/gpt.cfg" --weights "$tmp/w.safetensors" --precision fp16
 check 0 "" "--precision fp32" -- "$clgrad" generate "$tmp/gpt.cfg" --weights "$tmp/w.safetensors" --precision fp32 --tokens 4
-check 1 "reads token ids.*clgrad generate" "predict refuses a token model, naming generate" -- \
+check 1 "reads token ids.*clgrad generate" "predict refuses a token model's images, naming generate" -- \
     "$clgrad" predict "$tmp/gpt.cfg" --weights "$tmp/w.safetensors" --input "$tmp/corpus.txt"
 check 1 "" "weights of another model" -- "$clgrad" generate "$tmp/other.cfg" --weights "$tmp/w.safetensors"
 [ "$fails" -eq 0 ] && { echo "ok: $n checks"; exit 0; }
