@@ -233,14 +233,6 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("gemm-gelu");
-    TCase *tc = tcase_create("gemm-gelu");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, test_gemm_gelu);
-    tcase_add_test(tc, test_gemm_gelu_errors);
-    tcase_add_test(tc, test_act_bwd_colsum);
-    tcase_add_test(tc, test_colsum_tall);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
+    const TTest *const all[] = {test_gemm_gelu, test_gemm_gelu_errors, test_act_bwd_colsum, test_colsum_tall};
+    return tu_run_fixture("gemm-gelu", 300, setup, teardown, all, (int)(sizeof all / sizeof all[0]));
 }

@@ -10,6 +10,9 @@
 # need_devices K NAME: exits 77 (skip) unless clgrad lists K devices.
 # make_idx DIR ARGS...: tests/train/make_idx.py (synthetic IDX data).
 # make_words FILE BYTES: a fresh text of random words, BYTES long.
+# make_small_gpt FILE: a gpt-like token model: 2 pre-layer-norm blocks, 2 heads,
+#   width 32, MLP 64 (GELU), context 32, head tied to the embedding.
+# shellcheck disable=SC2154 # clgrad and py: set by the sourcing script
 here=$(cd "$(dirname "$0")" && pwd)
 cli_setup() {
     tmp=$(mktemp -d "/tmp/clgrad-$1-XXXXXX") || exit 1
@@ -49,4 +52,20 @@ while len(s) < size:
     s += rng.choice(words) + " "
 open(sys.argv[1], "w").write(s[:size])
 PYEOF
+}
+make_small_gpt() { # make_small_gpt FILE
+    {
+        printf '[net]\nchannels = 1\nheight = 32\nwidth = 1\ninput = tokens\nclasses = 256\nbatch = 8\n'
+        printf 'optimizer = adamw\nlearning_rate = 0.003\n'
+        printf '[embedding]\nname = tok\nvocab = 256\ndim = 32\n[posembed]\nname = pos\ncontext = 32\n'
+        prev=pos
+        for b in 1 2; do
+            printf '[layernorm]\nname = b%s_ln1\n[attention]\nname = b%s_attn\nheads = 2\n' $b $b
+            printf '[add]\nname = b%s_res1\ninput = %s, b%s_attn\n' $b $prev $b
+            printf '[layernorm]\nname = b%s_ln2\n[dense]\nname = b%s_fc\nunits = 64\nactivation = gelu\n' $b $b
+            printf '[dense]\nname = b%s_proj\nunits = 32\n[add]\nname = b%s_res2\ninput = b%s_res1, b%s_proj\n' $b $b $b $b
+            prev=b${b}_res2
+        done
+        printf '[layernorm]\nname = ln_f\n[dense]\nname = head\nunits = 256\ntie = tok\nbias = 0\n[softmax]\n'
+    } > "$1"
 }

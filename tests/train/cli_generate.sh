@@ -5,19 +5,8 @@
 # window slides); a seed repeats its bytes; bad input is refused.
 # usage: cli_generate.sh PATH/TO/clgrad PYTHON
 clgrad="$1"; py="$2"
-tmp=$(mktemp -d /tmp/clgrad-cli-generate-XXXXXX) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-fails=0; n=0
-run() { out=$("$@" 2>&1); rc=$?; }
-check() { # check CODE PATTERN DESCRIPTION -- command...
-    code=$1; pat=$2; desc=$3; shift 4
-    n=$((n + 1))
-    run "$@"
-    if [ "$rc" -ne "$code" ] || ! printf '%s\n' "$out" | grep -q -- "$pat"; then
-        echo "FAIL: $desc: exit $rc (expected $code), output lacks '$pat':"; printf '%s\n' "$out" | tail -8
-        fails=$((fails + 1))
-    fi
-}
+. "$(dirname "$0")/cli_common.sh"
+cli_setup cli-generate
 same() { # same DESCRIPTION FILE1 FILE2
     n=$((n + 1))
     if ! cmp -s "$2" "$3" || [ ! -s "$2" ]; then
@@ -25,29 +14,8 @@ same() { # same DESCRIPTION FILE1 FILE2
         fails=$((fails + 1))
     fi
 }
-"$py" - "$tmp/corpus.txt" <<'PYEOF' || { echo "cannot write the corpus"; exit 1; }
-import random, sys
-rng = random.Random()
-words = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far", "\n"]
-s = ""
-while len(s) < 4000:
-    s += rng.choice(words) + " "
-open(sys.argv[1], "w").write(s[:4000])
-PYEOF
-{
-    printf '[net]\nchannels = 1\nheight = 32\nwidth = 1\ninput = tokens\nclasses = 256\nbatch = 8\n'
-    printf 'optimizer = adamw\nlearning_rate = 0.003\n'
-    printf '[embedding]\nname = tok\nvocab = 256\ndim = 32\n[posembed]\nname = pos\ncontext = 32\n'
-    prev=pos
-    for b in 1 2; do
-        printf '[layernorm]\nname = b%s_ln1\n[attention]\nname = b%s_attn\nheads = 2\n' $b $b
-        printf '[add]\nname = b%s_res1\ninput = %s, b%s_attn\n' $b $prev $b
-        printf '[layernorm]\nname = b%s_ln2\n[dense]\nname = b%s_fc\nunits = 64\nactivation = gelu\n' $b $b
-        printf '[dense]\nname = b%s_proj\nunits = 32\n[add]\nname = b%s_res2\ninput = b%s_res1, b%s_proj\n' $b $b $b $b
-        prev=b${b}_res2
-    done
-    printf '[layernorm]\nname = ln_f\n[dense]\nname = head\nunits = 256\ntie = tok\nbias = 0\n[softmax]\n'
-} > "$tmp/gpt.cfg"
+make_words "$tmp/corpus.txt" 4000
+make_small_gpt "$tmp/gpt.cfg"
 sed 's/dim = 32/dim = 16/; s/units = 32/units = 16/g' "$tmp/gpt.cfg" > "$tmp/other.cfg"
 
 check 0 "trained" "the small model trains" -- \
@@ -79,5 +47,4 @@ check 0 "" "--precision fp32" -- "$clgrad" generate "$tmp/gpt.cfg" --weights "$t
 check 1 "reads token ids.*clgrad generate" "predict refuses a token model's images, naming generate" -- \
     "$clgrad" predict "$tmp/gpt.cfg" --weights "$tmp/w.safetensors" --input "$tmp/corpus.txt"
 check 1 "" "weights of another model" -- "$clgrad" generate "$tmp/other.cfg" --weights "$tmp/w.safetensors"
-[ "$fails" -eq 0 ] && { echo "ok: $n checks"; exit 0; }
-echo "$fails of $n checks failed"; exit 1
+cli_done

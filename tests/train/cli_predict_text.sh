@@ -13,20 +13,7 @@ cli_setup cli-predict-text
 # 3210 bytes: the held-out tail (the last 321) is 10 windows of 32 + 1 byte
 make_words "$tmp/corpus.txt" 3210
 tail -c 321 "$tmp/corpus.txt" > "$tmp/tail.txt"
-{
-    printf '[net]\nchannels = 1\nheight = 32\nwidth = 1\ninput = tokens\nclasses = 256\nbatch = 8\n'
-    printf 'optimizer = adamw\nlearning_rate = 0.003\n'
-    printf '[embedding]\nname = tok\nvocab = 256\ndim = 32\n[posembed]\nname = pos\ncontext = 32\n'
-    prev=pos
-    for b in 1 2; do
-        printf '[layernorm]\nname = b%s_ln1\n[attention]\nname = b%s_attn\nheads = 2\n' $b $b
-        printf '[add]\nname = b%s_res1\ninput = %s, b%s_attn\n' $b $prev $b
-        printf '[layernorm]\nname = b%s_ln2\n[dense]\nname = b%s_fc\nunits = 64\nactivation = gelu\n' $b $b
-        printf '[dense]\nname = b%s_proj\nunits = 32\n[add]\nname = b%s_res2\ninput = b%s_res1, b%s_proj\n' $b $b $b $b
-        prev=b${b}_res2
-    done
-    printf '[layernorm]\nname = ln_f\n[dense]\nname = head\nunits = 256\ntie = tok\nbias = 0\n[softmax]\n'
-} > "$tmp/gpt.cfg"
+make_small_gpt "$tmp/gpt.cfg"
 printf '[net]\nchannels = 1\nheight = 4\nwidth = 4\nclasses = 2\nbatch = 8\n[dense]\nunits = 2\n[softmax]\n' > "$tmp/img.cfg"
 W="$tmp/w.safetensors"
 check 0 "trained" "the small model trains" -- \
