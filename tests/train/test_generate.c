@@ -55,8 +55,13 @@ static clg_model *make(clg_ctx *c, const char *text, int batch, uint64_t seed)
 }
 
 /* The decoder's logits match the full forward of the same window at every
- * position: fed 5 at once, then one by one, then the whole window again. */
-static void decoder_check(const char *algo)
+ * position: fed 5 at once, then one by one, then the whole window again.
+ * half: the decoder in fp16 storage (weights, activations and key/value
+ * cache in half) against the fp32 forward, within HALF_TOL. */
+/* |err| / (1 + |ref|): half rounds each stored value by up to 2^-11 relative (4.9e-4); about ten
+ * roundings lie between the embedding and the logits (measured: 6e-4 at random init) */
+#define HALF_TOL 5e-3
+static void decoder_check(const char *algo, int half)
 {
     gpt_algo = algo;
     clg_ctx *c = tu_ctx(NULL);
@@ -83,9 +88,12 @@ static void decoder_check(const char *algo)
                                          (size_t)CTX * V * sizeof(float), ref, 0, NULL, NULL),
                      CL_SUCCESS);
     clg_decoder *d = NULL;
-    ck_assert_msg(clg_decoder_create(rep, &d) == CLG_OK, "%s", clg_last_error(c));
+    ck_assert_msg(clg_decoder_create(rep, half, &d) == CLG_OK, "%s", clg_last_error(c));
+    const double tol = half ? HALF_TOL : 1e-4;
     ck_assert_int_eq(clg_decoder_context(d), CTX);
     ck_assert_int_eq(clg_decoder_vocab(d), V);
+    /* 2 attention layers, keys and values of CTX positions of width 32, in half or float */
+    ck_assert_uint_eq(clg_decoder_cache_bytes(d), 2u * 2u * CTX * 32u * (half ? 2u : 4u));
     float got[V];
     double worst = 0;
     for (int pass = 0; pass < 2; pass++)
@@ -100,7 +108,7 @@ static void decoder_check(const char *algo)
             ck_assert_msg(st == CLG_OK, "%s", clg_last_error(c));
             for (int v = 0; v < V; v++) {
                 double e = fabs((double)got[v] - ref[(size_t)t * V + v]);
-                ck_assert_msg(e <= 1e-4 * (1 + fabs(ref[(size_t)t * V + v])),
+                ck_assert_msg(e <= tol * (1 + fabs(ref[(size_t)t * V + v])),
                               "pass %d position %d class %d: decoder %g, forward %g", pass, t, v, got[v],
                               ref[(size_t)t * V + v]);
                 worst = fmax(worst, e);
@@ -109,7 +117,7 @@ static void decoder_check(const char *algo)
     /* a position that does not follow the cache is refused */
     ck_assert_int_eq(clg_decoder_step(d, iid, 1, 7, got), CLG_ERR_INVALID_ARG);
     ck_assert_int_eq(clg_decoder_step(d, iid, 2, CTX - 1, got), CLG_ERR_INVALID_ARG);
-    printf("decoder vs forward (attention algo %s): max |err| %.3g\n", gpt_algo, worst);
+    printf("decoder (%s) vs forward (attention algo %s): max |err| %.3g\n", half ? "fp16" : "fp32", gpt_algo, worst);
     gpt_algo = "auto";
     clg_decoder_free(d);
     free(ref);
@@ -122,8 +130,9 @@ static void decoder_check(const char *algo)
 /* against both attention paths of the full forward */
 START_TEST(decoder_matches_forward)
 {
-    decoder_check("fused");
-    decoder_check("gemm");
+    decoder_check("fused", 0);
+    decoder_check("gemm", 0);
+    decoder_check("fused", 1);
 }
 END_TEST
 
@@ -218,6 +227,10 @@ START_TEST(refusals)
     clg_generate_params p;
     memset(&p, 0, sizeof p); /* not initialised: size 0 */
     ck_assert_int_eq(clg_model_generate(m, &p, &r), CLG_ERR_INVALID_ARG);
+    clg_generate_params_init(&p);
+    p.fp16 = 2;
+    ck_assert_int_eq(clg_model_generate(m, &p, &r), CLG_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(clg_last_error(c), "fp16"));
     /* the callback stops it */
     int seen = 0;
     clg_generate_params_init(&p);
