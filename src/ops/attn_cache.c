@@ -1,9 +1,10 @@
-/* The half key/value cache of generation (attn_cache.h, cl/decode.cl). */
+/* Generation's key/value cache in fp32 or half (attn_cache.h, attention.h;
+ * kernels in cl/decode.cl, the half variants built with -DKV_HALF). */
 #include <stdio.h>
 
 #include "ops/attn_cache.h"
 
-/* seq holds rows rows of a->heads * a->d values at pitch ld from off, within 32-bit offsets. */
+/* s holds rows rows of a->heads * a->d values at pitch ld from off, within 32-bit offsets. */
 static clg_status check_rows(clg_device *dev, const clg_attn_desc *a, const char *op, const char *name,
                              const clg_attn_seq *s, double rows)
 {
@@ -20,10 +21,14 @@ static clg_status check_rows(clg_device *dev, const clg_attn_desc *a, const char
     return CLG_OK;
 }
 
-static clg_status check_cache(clg_device *dev, const clg_attn_desc *a, const char *op, int Tc, int past,
-                              const clg_attn_seq *kc, const clg_attn_seq *vc)
+/* The descriptor, a->T new rows of x and y (N samples each) and the caches of Tc rows per sample. */
+static clg_status check_all(clg_device *dev, const clg_attn_desc *a, const char *op, int Tc, int past,
+                            const char *xn, const clg_attn_seq *x, const char *yn, const clg_attn_seq *y,
+                            const clg_attn_seq *kc, const clg_attn_seq *vc)
 {
     CLG_TRY(clg_attn_check(dev, a));
+    CLG_TRY(check_rows(dev, a, op, xn, x, (double)a->N * a->T));
+    CLG_TRY(check_rows(dev, a, op, yn, y, (double)a->N * a->T));
     if (Tc < 1 || past < 0 || past > Tc - a->T)
         return clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE,
                            "%s: %d cached + %d new positions do not fit a cache of %d positions", op, past, a->T, Tc);
@@ -39,11 +44,19 @@ static void ka_seq(clg_kargs *ka, const clg_attn_seq *s)
     CLG_KA(ka, ld);
 }
 
-static clg_status append_one(clg_device *dev, const clg_attn_desc *a, int Tc, int past, const clg_attn_seq *x,
-                             const clg_attn_seq *cache)
+static clg_status kernel(clg_device *dev, const clg_attn_desc *a, int half, const char *name, cl_kernel *k)
+{
+    char opt[48];
+    snprintf(opt, sizeof opt, "-DHD=%d%s", a->d, half ? " -DKV_HALF" : "");
+    return clg_kernel_get(dev, "decode", opt, name, k);
+}
+
+/* Rows past .. of each sample's cache = the a->T new rows of x. */
+static clg_status append_one(clg_device *dev, const clg_attn_desc *a, int half, int Tc, int past,
+                             const clg_attn_seq *x, const clg_attn_seq *cache)
 {
     cl_kernel k;
-    CLG_TRY(clg_kernel_get(dev, "decode", "", "kv_append_half", &k));
+    CLG_TRY(kernel(dev, a, half, "kv_append", &k));
     cl_uint C = (cl_uint)(a->heads * a->d), Tq = (cl_uint)a->T, utc = (cl_uint)Tc, upast = (cl_uint)past;
     cl_uint N = (cl_uint)a->N;
     clg_kargs ka = {k, 0, CL_SUCCESS};
@@ -59,30 +72,24 @@ static clg_status append_one(clg_device *dev, const clg_attn_desc *a, int Tc, in
     return clg_launch(dev, k, 2, g, NULL, CLG_LAUNCH_PAD, NULL);
 }
 
-clg_status clg_attn_cache_append_half(clg_device *dev, const clg_attn_desc *a, int Tc, int past,
-                                      const clg_attn_seq *k_new, const clg_attn_seq *v_new, const clg_attn_seq *kc,
-                                      const clg_attn_seq *vc)
+static clg_status cache_append(clg_device *dev, const clg_attn_desc *a, int half, int Tc, int past,
+                               const clg_attn_seq *k_new, const clg_attn_seq *v_new, const clg_attn_seq *kc,
+                               const clg_attn_seq *vc)
 {
-    const char *op = "attention cache append (half)";
-    CLG_TRY(check_cache(dev, a, op, Tc, past, kc, vc));
-    CLG_TRY(check_rows(dev, a, op, "k", k_new, (double)a->N * a->T));
-    CLG_TRY(check_rows(dev, a, op, "v", v_new, (double)a->N * a->T));
-    CLG_TRY(append_one(dev, a, Tc, past, k_new, kc));
-    return append_one(dev, a, Tc, past, v_new, vc);
+    const char *op = half ? "attention cache append (half)" : "attention cache append";
+    CLG_TRY(check_all(dev, a, op, Tc, past, "k", k_new, "v", v_new, kc, vc));
+    CLG_TRY(append_one(dev, a, half, Tc, past, k_new, kc));
+    return append_one(dev, a, half, Tc, past, v_new, vc);
 }
 
-clg_status clg_attn_forward_cached_half(clg_device *dev, const clg_attn_desc *a, int Tc, int past,
-                                        const clg_attn_seq *q, const clg_attn_seq *kc, const clg_attn_seq *vc,
-                                        const clg_attn_seq *o)
+static clg_status forward_cached(clg_device *dev, const clg_attn_desc *a, int half, int Tc, int past,
+                                 const clg_attn_seq *q, const clg_attn_seq *kc, const clg_attn_seq *vc,
+                                 const clg_attn_seq *o)
 {
-    const char *op = "attention forward (cached, half)";
-    CLG_TRY(check_cache(dev, a, op, Tc, past, kc, vc));
-    CLG_TRY(check_rows(dev, a, op, "q", q, (double)a->N * a->T));
-    CLG_TRY(check_rows(dev, a, op, "o", o, (double)a->N * a->T));
-    char opt[32];
-    snprintf(opt, sizeof opt, "-DHD=%d", a->d);
+    const char *op = half ? "attention forward (cached, half)" : "attention forward (cached)";
+    CLG_TRY(check_all(dev, a, op, Tc, past, "q", q, "o", o, kc, vc));
     cl_kernel k;
-    CLG_TRY(clg_kernel_get(dev, "decode", opt, "attn_fwd_cached_half", &k));
+    CLG_TRY(kernel(dev, a, half, "attn_fwd_cached", &k));
     cl_uint Tq = (cl_uint)a->T, utc = (cl_uint)Tc, upast = (cl_uint)past, H = (cl_uint)a->heads;
     cl_uint NH = (cl_uint)(a->N * a->heads);
     cl_float sc = a->scale;
@@ -102,4 +109,30 @@ clg_status clg_attn_forward_cached_half(clg_device *dev, const clg_attn_desc *a,
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     size_t g[2] = {(size_t)a->T, (size_t)NH};
     return clg_launch(dev, k, 2, g, NULL, CLG_LAUNCH_PAD, NULL);
+}
+
+clg_status clg_attn_cache_append(clg_device *dev, const clg_attn_desc *a, int Tc, int past, const clg_attn_seq *k_new,
+                                 const clg_attn_seq *v_new, const clg_attn_seq *kc, const clg_attn_seq *vc)
+{
+    return cache_append(dev, a, 0, Tc, past, k_new, v_new, kc, vc);
+}
+
+clg_status clg_attn_cache_append_half(clg_device *dev, const clg_attn_desc *a, int Tc, int past,
+                                      const clg_attn_seq *k_new, const clg_attn_seq *v_new, const clg_attn_seq *kc,
+                                      const clg_attn_seq *vc)
+{
+    return cache_append(dev, a, 1, Tc, past, k_new, v_new, kc, vc);
+}
+
+clg_status clg_attn_forward_cached(clg_device *dev, const clg_attn_desc *a, int Tc, int past, const clg_attn_seq *q,
+                                   const clg_attn_seq *kc, const clg_attn_seq *vc, const clg_attn_seq *o)
+{
+    return forward_cached(dev, a, 0, Tc, past, q, kc, vc, o);
+}
+
+clg_status clg_attn_forward_cached_half(clg_device *dev, const clg_attn_desc *a, int Tc, int past,
+                                        const clg_attn_seq *q, const clg_attn_seq *kc, const clg_attn_seq *vc,
+                                        const clg_attn_seq *o)
+{
+    return forward_cached(dev, a, 1, Tc, past, q, kc, vc, o);
 }
