@@ -204,13 +204,8 @@ static clg_status attn_forward_step(clg_layer *l, clg_device *dev, const clg_ten
     CLG_TRY(proj(dev, 0, 1, n, 3 * C, C, in[0].mem, in[0].off, l->params[0].value, 0, p->qkv, 0, l->params[1].value));
     clg_attn_seq q = {p->qkv, 0, 3 * C}, k = {p->qkv, (size_t)C, 3 * C}, v = {p->qkv, 2 * (size_t)C, 3 * C};
     clg_attn_seq kc = {p->kc, 0, C}, vc = {p->vc, 0, C}, o = {p->att, 0, C};
-    if (l->cache_half) {
-        CLG_TRY(clg_attn_cache_append_half(dev, &a, cap, pos0, &k, &v, &kc, &vc));
-        CLG_TRY(clg_attn_forward_cached_half(dev, &a, cap, pos0, &q, &kc, &vc, &o));
-    } else {
-        CLG_TRY(clg_attn_cache_append(dev, &a, cap, pos0, &k, &v, &kc, &vc));
-        CLG_TRY(clg_attn_forward_cached(dev, &a, cap, pos0, &q, &kc, &vc, &o));
-    }
+    CLG_TRY(clg_attn_cache_append_prec(dev, &a, l->cache_half, cap, pos0, &k, &v, &kc, &vc));
+    CLG_TRY(clg_attn_forward_cached_prec(dev, &a, l->cache_half, cap, pos0, &q, &kc, &vc, &o));
     return proj(dev, 0, 1, n, C, C, p->att, 0, l->params[2].value, 0, out->mem, out->off, l->params[3].value);
 }
 

@@ -72,9 +72,9 @@ static clg_status append_one(clg_device *dev, const clg_attn_desc *a, int half, 
     return clg_launch(dev, k, 2, g, NULL, CLG_LAUNCH_PAD, NULL);
 }
 
-static clg_status cache_append(clg_device *dev, const clg_attn_desc *a, int half, int Tc, int past,
-                               const clg_attn_seq *k_new, const clg_attn_seq *v_new, const clg_attn_seq *kc,
-                               const clg_attn_seq *vc)
+clg_status clg_attn_cache_append_prec(clg_device *dev, const clg_attn_desc *a, int half, int Tc, int past,
+                                      const clg_attn_seq *k_new, const clg_attn_seq *v_new, const clg_attn_seq *kc,
+                                      const clg_attn_seq *vc)
 {
     const char *op = half ? "attention cache append (half)" : "attention cache append";
     CLG_TRY(check_all(dev, a, op, Tc, past, "k", k_new, "v", v_new, kc, vc));
@@ -82,9 +82,9 @@ static clg_status cache_append(clg_device *dev, const clg_attn_desc *a, int half
     return append_one(dev, a, half, Tc, past, v_new, vc);
 }
 
-static clg_status forward_cached(clg_device *dev, const clg_attn_desc *a, int half, int Tc, int past,
-                                 const clg_attn_seq *q, const clg_attn_seq *kc, const clg_attn_seq *vc,
-                                 const clg_attn_seq *o)
+clg_status clg_attn_forward_cached_prec(clg_device *dev, const clg_attn_desc *a, int half, int Tc, int past,
+                                        const clg_attn_seq *q, const clg_attn_seq *kc, const clg_attn_seq *vc,
+                                        const clg_attn_seq *o)
 {
     const char *op = half ? "attention forward (cached, half)" : "attention forward (cached)";
     CLG_TRY(check_all(dev, a, op, Tc, past, "q", q, "o", o, kc, vc));
@@ -114,25 +114,11 @@ static clg_status forward_cached(clg_device *dev, const clg_attn_desc *a, int ha
 clg_status clg_attn_cache_append(clg_device *dev, const clg_attn_desc *a, int Tc, int past, const clg_attn_seq *k_new,
                                  const clg_attn_seq *v_new, const clg_attn_seq *kc, const clg_attn_seq *vc)
 {
-    return cache_append(dev, a, 0, Tc, past, k_new, v_new, kc, vc);
-}
-
-clg_status clg_attn_cache_append_half(clg_device *dev, const clg_attn_desc *a, int Tc, int past,
-                                      const clg_attn_seq *k_new, const clg_attn_seq *v_new, const clg_attn_seq *kc,
-                                      const clg_attn_seq *vc)
-{
-    return cache_append(dev, a, 1, Tc, past, k_new, v_new, kc, vc);
+    return clg_attn_cache_append_prec(dev, a, 0, Tc, past, k_new, v_new, kc, vc);
 }
 
 clg_status clg_attn_forward_cached(clg_device *dev, const clg_attn_desc *a, int Tc, int past, const clg_attn_seq *q,
                                    const clg_attn_seq *kc, const clg_attn_seq *vc, const clg_attn_seq *o)
 {
-    return forward_cached(dev, a, 0, Tc, past, q, kc, vc, o);
-}
-
-clg_status clg_attn_forward_cached_half(clg_device *dev, const clg_attn_desc *a, int Tc, int past,
-                                        const clg_attn_seq *q, const clg_attn_seq *kc, const clg_attn_seq *vc,
-                                        const clg_attn_seq *o)
-{
-    return forward_cached(dev, a, 1, Tc, past, q, kc, vc, o);
+    return clg_attn_forward_cached_prec(dev, a, 0, Tc, past, q, kc, vc, o);
 }
