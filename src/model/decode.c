@@ -72,8 +72,9 @@ static clg_status copy_weights(clg_replica *src, clg_replica *dst)
             st = clg_err_set(err, CLG_ERR_INTERNAL, "decoder: parameter %d holds %zu values, the model's %zu", i,
                              pb->numel, pa->numel);
         else if (pa->value && pb->value && pa->value != pb->value) {
-            cl_int e = clEnqueueCopyBuffer(dst->dev->queue, clg_replica_master(src, &a[i]), clg_replica_master(dst, &b[i]),
-                                           0, 0, pa->numel * sizeof(float), 0, NULL, NULL);
+            cl_int e = clEnqueueCopyBuffer(dst->dev->queue, clg_replica_master(src, &a[i]),
+                                           clg_replica_master(dst, &b[i]), 0, 0, pa->numel * sizeof(float), 0, NULL,
+                                           NULL);
             if (e != CL_SUCCESS)
                 st = clg_cl_fail(err, e, "copying weights into the decoder", __FILE__, __LINE__);
         }
