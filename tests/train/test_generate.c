@@ -4,11 +4,14 @@
  * (greedy and sampled, across the slides of a small context); a seed gives
  * the same bytes; bad input is refused. A small gpt-like model (2 pre-norm
  * blocks, width 32, 2 heads, context 32, tied head), randomly initialised
- * from a fresh seed. */
+ * from a fresh seed. fp16 storage (generate --precision fp16): the decoder
+ * against the fp32 forward, and the half key/value cache's operations
+ * against a double reference over half-rounded keys and values. */
 #include <math.h>
 #include <string.h>
 
 #include "model/decode.h"
+#include "ops/attn_cache.h"
 #include "testutil.h"
 #include "train/session.h"
 
@@ -273,8 +276,107 @@ START_TEST(refusals)
 }
 END_TEST
 
+/* ---- the half key/value cache (src/ops/attn_cache.c, cl/decode.cl) ---- */
+
+/* x rounded to the nearest IEEE half (ties to even; no overflow for |x| < 65504). */
+static double to_half(double x)
+{
+    if (x == 0.0)
+        return x;
+    int e;
+    frexp(x, &e); /* |x| in [2^(e-1), 2^e) */
+    int q = e - 11 < -24 ? -24 : e - 11; /* the quantum's exponent: 11 significant bits, subnormals below 2^-14 */
+    return ldexp(nearbyint(ldexp(x, -q)), q);
+}
+
+static double half_bits(uint16_t h)
+{
+    int e = (h >> 10) & 31, m = h & 1023;
+    double v = e ? ldexp(1024 + m, e - 25) : ldexp(m, -24);
+    return (h & 0x8000) ? -v : v;
+}
+
+/* Appending N samples' keys and values chunk by chunk (5 positions, then 1
+ * at a time, then 3) and attending from the new positions: the cache holds
+ * exactly the half-rounded keys and values, and the output equals a double
+ * reference over them (the queries and arithmetic stay fp32). */
+START_TEST(half_cache_ops)
+{
+    enum { N = 2, H = 2, D = 16, C = H * D, TC = 12, LD = 3 * C };
+    clg_ctx *c = tu_ctx(NULL);
+    clg_device *dev = &c->devs[0];
+    clg_rng r;
+    tu_rng(&r, 7);
+    float *x = malloc(sizeof(float) * N * TC * LD); /* q | k | v rows, as the layer's fused projection */
+    ck_assert_ptr_nonnull(x);
+    tu_fill(x, (size_t)N * TC * LD, -2, 2, &r);
+    cl_mem kc = tu_upload(dev, NULL, N * TC * C / 2), vc = tu_upload(dev, NULL, N * TC * C / 2); /* halves */
+    const int chunks[] = {5, 1, 1, 1, 1, 3};
+    double worst = 0;
+    for (int ci = 0, past = 0; ci < 6; past += chunks[ci++]) {
+        int T = chunks[ci];
+        float *xs = malloc(sizeof(float) * N * T * LD);
+        ck_assert_ptr_nonnull(xs);
+        for (int n = 0; n < N; n++) /* the chunk's rows of each sample: N samples of T new positions */
+            memcpy(xs + (size_t)n * T * LD, x + ((size_t)n * TC + past) * LD, sizeof(float) * T * LD);
+        cl_mem dx = tu_upload(dev, xs, (size_t)N * T * LD), o = tu_upload(dev, NULL, (size_t)N * T * C);
+        clg_attn_desc a = {N, T, H, D, 1, 0.25f, 0, 0, 0, 0.0f, 0, 0, 0};
+        clg_attn_seq q = {dx, 0, LD}, k = {dx, C, LD}, v = {dx, 2 * C, LD}, skc = {kc, 0, C}, svc = {vc, 0, C};
+        clg_attn_seq so = {o, 0, C};
+        ck_assert_msg(clg_attn_cache_append_prec(dev, &a, 1, TC, past, &k, &v, &skc, &svc) == CLG_OK, "%s",
+                      clg_last_error(c));
+        ck_assert_msg(clg_attn_forward_cached_prec(dev, &a, 1, TC, past, &q, &skc, &svc, &so) == CLG_OK, "%s",
+                      clg_last_error(c));
+        float *got = malloc(sizeof(float) * N * T * C);
+        double *ref = malloc(sizeof(double) * N * T * C);
+        ck_assert(got && ref);
+        tu_download(dev, o, got, (size_t)N * T * C);
+        for (int n = 0; n < N; n++)
+            for (int i = 0; i < T; i++)
+                for (int h = 0; h < H; h++) {
+                    const float *qr = x + ((size_t)n * TC + past + i) * LD + h * D;
+                    double s[TC], m = -INFINITY, l = 0;
+                    for (int j = 0; j <= past + i; j++) {
+                        const float *kr = x + ((size_t)n * TC + j) * LD + C + h * D;
+                        s[j] = 0;
+                        for (int d = 0; d < D; d++)
+                            s[j] += (double)(qr[d] * 0.25f) * to_half(kr[d]);
+                        m = fmax(m, s[j]);
+                    }
+                    for (int j = 0; j <= past + i; j++)
+                        l += exp(s[j] - m);
+                    for (int d = 0; d < D; d++) {
+                        double acc = 0;
+                        for (int j = 0; j <= past + i; j++)
+                            acc += exp(s[j] - m) / l * to_half(x[((size_t)n * TC + j) * LD + 2 * C + h * D + d]);
+                        ref[((size_t)n * T + i) * C + h * D + d] = acc;
+                    }
+                }
+        worst = fmax(worst, tu_max_err(got, ref, (size_t)N * T * C, 1.0));
+        clg_buf_release(dev, dx);
+        clg_buf_release(dev, o);
+        free(xs), free(got), free(ref);
+    }
+    ck_assert_msg(worst <= 1e-5, "cached attention over half keys and values: error %g", worst);
+    uint16_t hk[N * TC * C], hv[N * TC * C];
+    ck_assert_int_eq(clEnqueueReadBuffer(dev->queue, kc, CL_TRUE, 0, sizeof hk, hk, 0, NULL, NULL), CL_SUCCESS);
+    ck_assert_int_eq(clEnqueueReadBuffer(dev->queue, vc, CL_TRUE, 0, sizeof hv, hv, 0, NULL, NULL), CL_SUCCESS);
+    for (size_t i = 0; i < (size_t)N * TC * C; i++) { /* row n TC + j, column c */
+        const float *row = x + i / C * LD + i % C;
+        ck_assert_msg(half_bits(hk[i]) == to_half(row[C]) && half_bits(hv[i]) == to_half(row[2 * C]),
+                      "cache element %zu: %g, %g; keys and values %g, %g", i, half_bits(hk[i]), half_bits(hv[i]),
+                      (double)row[C], (double)row[2 * C]);
+    }
+    printf("half key/value cache: exact half rounding; cached attention error %.3g\n", worst);
+    clg_buf_release(dev, kc);
+    clg_buf_release(dev, vc);
+    free(x);
+    clg_ctx_destroy(c);
+}
+END_TEST
+
 int main(void)
 {
-    const TTest *const tests[] = {decoder_matches_forward, cache_equals_recompute, refusals};
-    return tu_run_tests("generate", 120, tests, 3);
+    const TTest *const tests[] = {decoder_matches_forward, cache_equals_recompute, refusals, half_cache_ops};
+    return tu_run_tests("generate", 120, tests, 4);
 }
