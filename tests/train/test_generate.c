@@ -377,6 +377,16 @@ END_TEST
 
 int main(void)
 {
-    const TTest *const tests[] = {decoder_matches_forward, cache_equals_recompute, refusals, half_cache_ops};
-    return tu_run_tests("generate", 120, tests, 4);
+    /* two cases: CK_RUN_CASE=half-cache runs the kernel check alone (oclgrind-generate-half) */
+    Suite *s = suite_create("generate");
+    TCase *tc = tcase_create("generate"), *th = tcase_create("half-cache");
+    tcase_set_timeout(tc, 120);
+    tcase_set_timeout(th, 120);
+    tcase_add_test(tc, decoder_matches_forward);
+    tcase_add_test(tc, cache_equals_recompute);
+    tcase_add_test(tc, refusals);
+    tcase_add_test(th, half_cache_ops);
+    suite_add_tcase(s, tc);
+    suite_add_tcase(s, th);
+    return tu_run(s);
 }
