@@ -10,6 +10,8 @@
 # need_devices K NAME: exits 77 (skip) unless clgrad lists K devices.
 # make_idx DIR ARGS...: tests/train/make_idx.py (synthetic IDX data).
 # make_words FILE BYTES: a fresh text of random words, BYTES long.
+# make_mlp FILE: an MLP for make_idx's 8x8 --quadrants data (4 classes): fc1 (16,
+#   relu), fc2 (4), softmax; batch 32, learning rate 0.1.
 # make_small_gpt FILE: a gpt-like token model: 2 pre-layer-norm blocks, 2 heads,
 #   width 32, MLP 64 (GELU), context 32, head tied to the embedding.
 # shellcheck disable=SC2154 # clgrad and py: set by the sourcing script
@@ -68,4 +70,8 @@ make_small_gpt() { # make_small_gpt FILE
         done
         printf '[layernorm]\nname = ln_f\n[dense]\nname = head\nunits = 256\ntie = tok\nbias = 0\n[softmax]\n'
     } > "$1"
+}
+make_mlp() { # make_mlp FILE
+    printf '[net]\nchannels = 1\nheight = 8\nwidth = 8\nclasses = 4\nbatch = 32\nlearning_rate = 0.1\n' > "$1"
+    printf '[dense]\nname = fc1\nunits = 16\nactivation = relu\n[dense]\nname = fc2\nunits = 4\n[softmax]\n' >> "$1"
 }

@@ -9,23 +9,7 @@ clgrad="$1"; py="$2"
 cli_setup nonfinite
 # synthetic 8x8 data, 4 classes (bright quadrant k = class k)
 make_idx "$tmp/data" 8 256 64 --quadrants
-cat > "$tmp/mlp.cfg" <<'CFG'
-[net]
-channels = 1
-height = 8
-width = 8
-classes = 4
-batch = 32
-learning_rate = 0.1
-[dense]
-name = fc1
-units = 16
-activation = relu
-[dense]
-name = fc2
-units = 4
-[softmax]
-CFG
+make_mlp "$tmp/mlp.cfg"
 cat > "$tmp/bn.cfg" <<'CFG'
 [net]
 channels = 1
