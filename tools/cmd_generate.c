@@ -96,8 +96,7 @@ int cmd_generate(int argc, char **argv)
     } else if (o.stats) {
         fflush(stdout);
         fprintf(stderr,
-                "generate: %d bytes in %.3f s (%.1f bytes/s), %d window recomputes, %s, %s, key/value cache %llu "
-                "bytes\n",
+                "generate: %d bytes in %.3f s (%.1f bytes/s), %d window recomputes, %s, %s, cache %llu bytes\n",
                 r.generated, r.seconds, r.seconds > 0 ? r.generated / r.seconds : 0.0, r.recomputes,
                 o.no_cache ? "no cache" : "key/value cache", p.fp16 ? "fp16" : "fp32",
                 (unsigned long long)r.cache_bytes);

@@ -45,9 +45,9 @@ check 2 "weights" "no --weights" -- "$clgrad" generate "$tmp/gpt.cfg"
 # fp16 storage: the cache takes half the bytes; greedy bytes equal fp32's, or first differ where fp32's two
 # most likely next bytes (predict on the text so far) are within fp16 rounding: a logit gap ln(p1 / p2) below
 # 0.05 (half rounds each stored value by up to 4.9e-4 relative; about ten roundings lie on the way to a logit)
-check 0 "fp32, key/value cache 16384 bytes" "--stats: fp32 cache bytes" -- \
+check 0 "fp32, cache 16384 bytes" "--stats: fp32 cache bytes" -- \
     "$clgrad" generate "$tmp/gpt.cfg" --weights "$tmp/w.safetensors" --tokens 3 --stats
-check 0 "fp16, key/value cache 8192 bytes" "--stats: fp16 cache bytes (half)" -- \
+check 0 "fp16, cache 8192 bytes" "--stats: fp16 cache bytes (half)" -- \
     "$clgrad" generate "$tmp/gpt.cfg" --weights "$tmp/w.safetensors" --tokens 3 --stats --precision fp16
 g --precision fp16 --tokens 80 --prompt "the cat " > "$tmp/h80" 2> "$tmp/err" || fail "fp16, 80 bytes: $(cat "$tmp/err")"
 n=$((n + 1))
