@@ -20,21 +20,8 @@
 
 #define TOL 1e-4 /* |got - ref| / (|ref| + 1); inputs in [-1, 1], K <= a few hundred */
 
-static clg_ctx *ctx;
-static clg_device *dev;
+TG_FIXTURE()
 static uint64_t stream = 300;
-
-static void setup(void)
-{
-    ctx = tg_ctx();
-    dev = &ctx->devs[0];
-}
-
-static void teardown(void)
-{
-    clg_ctx_destroy(ctx);
-    ctx = NULL;
-}
 
 static double gelu_ref(int form, double v)
 {

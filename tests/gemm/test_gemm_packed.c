@@ -17,8 +17,7 @@
 #define TOL 1e-4 /* |got - ref| / (|ref| + 1): inputs in [-1, 1], K <= a few hundred */
 #define SENTINEL 1234.5f
 
-static clg_ctx *ctx;
-static clg_device *dev;
+TG_FIXTURE()
 static uint64_t stream = 100;
 
 typedef struct pcase {
@@ -164,18 +163,6 @@ static void pcheck(const pcase *c, const clg_gemm_params *p, const char *what)
                 what, desc, c->M, c->N, c->K, c->batch, c->shareA, c->shareB, (double)c->alpha, (double)c->beta,
                 c->bias_mode, c->relu, e);
     ck_assert(e <= TOL);
-}
-
-static void setup(void)
-{
-    ctx = tg_ctx();
-    dev = &ctx->devs[0];
-}
-
-static void teardown(void)
-{
-    clg_ctx_destroy(ctx);
-    ctx = NULL;
 }
 
 /* The layout matches the parameters it was derived from. */
