@@ -432,14 +432,21 @@ START_TEST(test_rows)
 }
 END_TEST
 
-START_TEST(test_rows_errors)
+/* 4 x 4 x 4 on one buffer m, no transposes: the refusal tests' starting point. */
+static clg_gemm_args args4(cl_mem m)
 {
-    cl_mem m = tu_upload(dev, NULL, 64);
     clg_gemm_args g;
     clg_gemm_args_init(&g);
     g.M = g.N = g.K = 4;
     g.A = g.B = g.C = m;
     g.lda = g.ldb = g.ldc = 4;
+    return g;
+}
+
+START_TEST(test_rows_errors)
+{
+    cl_mem m = tu_upload(dev, NULL, 64);
+    clg_gemm_args g = args4(m);
     g.tb = 1;
     ck_assert_int_eq(clg_gemm_rows(dev, &g, NULL), CLG_ERR_INVALID_ARG);
     ck_assert_ptr_nonnull(strstr(clg_last_error(ctx), "gemm_rows"));
@@ -469,11 +476,7 @@ END_TEST
 START_TEST(test_dot_errors)
 {
     cl_mem m = tu_upload(dev, NULL, 64);
-    clg_gemm_args g;
-    clg_gemm_args_init(&g);
-    g.M = g.N = g.K = 4;
-    g.A = g.B = g.C = m;
-    g.lda = g.ldb = g.ldc = 4;
+    clg_gemm_args g = args4(m);
     ck_assert_int_eq(clg_gemm_dot(dev, &g, NULL), CLG_ERR_INVALID_ARG); /* tb = 0 */
     ck_assert_ptr_nonnull(strstr(clg_last_error(ctx), "gemm_dot"));
     g.tb = 1;
