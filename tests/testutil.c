@@ -162,14 +162,136 @@ void tu_gemm_ref(int ta, int tb, int M, int N, int K, double alpha, const float 
         }
 }
 
-int tu_run_tests(const char *name, double timeout, const TTest *const *tests, int n)
+void tu_bn_ref_train(const float *x, const float *r, int N, int C, int HW, const float *gamma, const float *beta,
+                     double eps, int relu, double *y, double *mean, double *var)
 {
-    Suite *s = suite_create(name);
+    double M = (double)N * HW;
+    for (int ch = 0; ch < C; ch++) {
+        double s = 0, q = 0;
+        for (int n = 0; n < N; n++)
+            for (int i = 0; i < HW; i++)
+                s += x[((size_t)n * C + ch) * HW + i];
+        double mu = s / M;
+        for (int n = 0; n < N; n++)
+            for (int i = 0; i < HW; i++) {
+                double d = x[((size_t)n * C + ch) * HW + i] - mu;
+                q += d * d;
+            }
+        mean[ch] = mu;
+        var[ch] = q / M;
+        double is = 1.0 / sqrt(var[ch] + eps);
+        for (int n = 0; n < N; n++)
+            for (int i = 0; i < HW; i++) {
+                size_t k = ((size_t)n * C + ch) * HW + i;
+                double v = (x[k] - mu) * is * gamma[ch] + beta[ch] + (r ? r[k] : 0.0);
+                y[k] = relu && v < 0 ? 0 : v;
+            }
+    }
+}
+
+void tu_bn_ref_infer(const float *x, const float *r, int N, int C, int HW, const float *gamma, const float *beta,
+                     const float *rmean, const float *rvar, double eps, int relu, double *y)
+{
+    for (int ch = 0; ch < C; ch++) {
+        double is = 1.0 / sqrt((double)rvar[ch] + eps);
+        for (int n = 0; n < N; n++)
+            for (int i = 0; i < HW; i++) {
+                size_t k = ((size_t)n * C + ch) * HW + i;
+                double v = (x[k] - rmean[ch]) * is * gamma[ch] + beta[ch] + (r ? r[k] : 0.0);
+                y[k] = relu && v < 0 ? 0 : v;
+            }
+    }
+}
+
+void tu_bn_ref_running(const float *rmean, const float *rvar, const double *mean, const double *var, int C, double M,
+                       double mom, double *erm, double *erv)
+{
+    for (int ch = 0; ch < C; ch++) {
+        erm[ch] = (1 - mom) * rmean[ch] + mom * mean[ch];
+        erv[ch] = (1 - mom) * rvar[ch] + mom * var[ch] * M / (M - 1);
+    }
+}
+
+void tu_bn_ref_backward(const float *x, const double *g, int N, int C, int HW, const float *gamma, const double *mean,
+                        const double *var, double eps, double *dgamma, double *dbeta, double *dx)
+{
+    double M = (double)N * HW;
+    for (int ch = 0; ch < C; ch++) {
+        double is = 1.0 / sqrt(var[ch] + eps);
+        dgamma[ch] = dbeta[ch] = 0;
+        for (int n = 0; n < N; n++)
+            for (int i = 0; i < HW; i++) {
+                size_t k = ((size_t)n * C + ch) * HW + i;
+                dbeta[ch] += g[k];
+                dgamma[ch] += g[k] * (x[k] - mean[ch]) * is;
+            }
+        for (int n = 0; n < N; n++)
+            for (int i = 0; i < HW; i++) {
+                size_t k = ((size_t)n * C + ch) * HW + i;
+                double xh = (x[k] - mean[ch]) * is;
+                dx[k] = gamma[ch] * is * (g[k] - dbeta[ch] / M - xh * dgamma[ch] / M);
+            }
+    }
+}
+
+void tu_fill_blocks(float *C0, size_t n, float sentinel, size_t off, size_t stride, int batch, int M, int N, int ld,
+                    int random, clg_rng *r)
+{
+    for (size_t i = 0; i < n; i++)
+        C0[i] = sentinel;
+    for (int b = 0; b < batch; b++)
+        for (int m = 0; m < M; m++)
+            for (int j = 0; j < N; j++) {
+                float v;
+                if (random)
+                    tu_fill(&v, 1, -1, 1, r);
+                else
+                    tu_poison(&v, 1);
+                C0[off + (size_t)b * stride + (size_t)m * ld + j] = v;
+            }
+}
+
+size_t tu_count_stray(const float *before, const float *after, size_t n, float sentinel, const char *what)
+{
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        if (before[i] == sentinel && after[i] != sentinel)
+            bad++;
+    if (bad)
+        fprintf(stderr, "%s: %zu elements outside the output were written\n", what, bad);
+    return bad;
+}
+
+void tu_wait_event(cl_event ev)
+{
+    ck_assert_ptr_nonnull(ev);
+    ck_assert_int_eq(clWaitForEvents(1, &ev), CL_SUCCESS);
+    clReleaseEvent(ev);
+}
+
+static TCase *tcase_of(const char *name, double timeout, const TTest *const *tests, int n)
+{
     TCase *tc = tcase_create(name);
     tcase_set_timeout(tc, timeout);
     for (int i = 0; i < n; i++)
         tcase_add_test(tc, tests[i]);
+    return tc;
+}
+
+int tu_run_fixture(const char *name, double timeout, void (*setup)(void), void (*teardown)(void),
+                   const TTest *const *tests, int n)
+{
+    Suite *s = suite_create(name);
+    TCase *tc = tcase_of(name, timeout, tests, n);
+    tcase_add_checked_fixture(tc, setup, teardown);
     suite_add_tcase(s, tc);
+    return tu_run(s);
+}
+
+int tu_run_tests(const char *name, double timeout, const TTest *const *tests, int n)
+{
+    Suite *s = suite_create(name);
+    suite_add_tcase(s, tcase_of(name, timeout, tests, n));
     return tu_run(s);
 }
 

@@ -49,10 +49,37 @@ double tu_max_err(const float *got, const double *ref, size_t n, double atol);
 /* Row-major double reference: C = alpha*op(A)op(B) + beta*C. */
 void tu_gemm_ref(int ta, int tb, int M, int N, int K, double alpha, const float *A, int lda, const float *B, int ldb,
                  double beta, double *C, int ldc);
+/* Batch-norm references in double over x (N x C x HW): y = bn(x) [+ r]
+ * [then relu] with the batch statistics (written to mean, var: biased) or
+ * with given running statistics; NULL r: no residual. */
+void tu_bn_ref_train(const float *x, const float *r, int N, int C, int HW, const float *gamma, const float *beta,
+                     double eps, int relu, double *y, double *mean, double *var);
+void tu_bn_ref_infer(const float *x, const float *r, int N, int C, int HW, const float *gamma, const float *beta,
+                     const float *rmean, const float *rvar, double eps, int relu, double *y);
+/* The running statistics after a training step with momentum mom over
+ * M = N HW values per channel (unbiased variance): erm, erv (C doubles). */
+void tu_bn_ref_running(const float *rmean, const float *rvar, const double *mean, const double *var, int C, double M,
+                       double mom, double *erm, double *erv);
+/* The training backward for the output gradient g (doubles): dgamma,
+ * dbeta (C doubles, overwritten) and dx (N C HW doubles). */
+void tu_bn_ref_backward(const float *x, const double *g, int N, int C, int HW, const float *gamma, const double *mean,
+                        const double *var, double eps, double *dgamma, double *dbeta, double *dx);
+/* GEMM output buffers: C0[0..n) = sentinel, then batch blocks of M x N at
+ * off + b stride, row stride ld, random in [-1, 1) (random != 0) or NaN. */
+void tu_fill_blocks(float *C0, size_t n, float sentinel, size_t off, size_t stride, int batch, int M, int N, int ld,
+                    int random, clg_rng *r);
+/* Elements that held sentinel in before and hold something else in after:
+ * writes outside the blocks (printed as `what` when any). */
+size_t tu_count_stray(const float *before, const float *after, size_t n, float sentinel, const char *what);
+/* Asserts an operation's event out, waits for it and releases it. */
+void tu_wait_event(cl_event ev);
 /* Runs a Check suite; returns the process exit code. */
 int tu_run(Suite *s);
 /* Runs tests[0..n) as one suite and test case called `name` with a timeout
  * of `timeout` s (tu_run); returns the process exit code. */
 int tu_run_tests(const char *name, double timeout, const TTest *const *tests, int n);
+/* The same with a checked fixture (setup, teardown around every test). */
+int tu_run_fixture(const char *name, double timeout, void (*setup)(void), void (*teardown)(void),
+                   const TTest *const *tests, int n);
 
 #endif

@@ -35,8 +35,9 @@ static const cli_opt opts[] = {
                  "key/value cache (same bytes, slower: for tests and benchmarks)"),
     CLI_FLAG_OPT("--stats", generate_opts, stats, 1, "print bytes, seconds and bytes/s to stderr at the end"),
     CLI_CHOICE_OPT("--precision", cli_common, precision, cli_precisions, "P",
-                   "fp32 (the default and the only one supported: the decoder stores and\n"
-                   "computes in fp32; weights trained with --precision fp16 load as fp32)"),
+                   "fp32 (default) or fp16: the decoder stores its weights (rounded to half),\n"
+                   "the activations and the key/value cache in half (half the cache's\n"
+                   "memory; fp32 arithmetic); weights of either precision load"),
     CLI_OPT_DEVICES,
     CLI_END,
 };
@@ -73,10 +74,6 @@ int cmd_generate(int argc, char **argv)
         return cli_usage_error("generate", "missing MODEL");
     if (!o.c.weights)
         return cli_usage_error("generate", "missing --weights FILE (a trained model's weights)");
-    if (o.c.precision && strcmp(o.c.precision, "fp16") == 0)
-        return cli_fail("generate: --precision fp16 is not supported yet: the decoder keeps the key/value cache and "
-                        "computes in fp32 (weights trained with --precision fp16 load as they are; use --precision "
-                        "fp32 or leave it out)");
     int rc = CLI_OK;
     clg_ctx *ctx = NULL;
     clg_model *m = cli_model_open("generate", o.c.model, o.c.weights, o.c.devices, 1, &ctx, &rc);
@@ -90,6 +87,7 @@ int cmd_generate(int argc, char **argv)
     p.top_k = o.top_k;
     p.seed = (uint64_t)o.seed;
     p.no_cache = o.no_cache;
+    p.fp16 = o.c.precision && strcmp(o.c.precision, "fp16") == 0;
     p.on_byte = put_byte;
     clg_generate_report r;
     if (clg_model_generate(m, &p, &r) != CLG_OK) {
@@ -97,9 +95,11 @@ int cmd_generate(int argc, char **argv)
         rc = cli_fail("generate: %s", clg_last_error(ctx));
     } else if (o.stats) {
         fflush(stdout);
-        fprintf(stderr, "generate: %d bytes in %.3f s (%.1f bytes/s), %d window recomputes, %s\n", r.generated,
-                r.seconds, r.seconds > 0 ? r.generated / r.seconds : 0.0, r.recomputes,
-                o.no_cache ? "no cache" : "key/value cache");
+        fprintf(stderr,
+                "generate: %d bytes in %.3f s (%.1f bytes/s), %d window recomputes, %s, %s, cache %llu bytes\n",
+                r.generated, r.seconds, r.seconds > 0 ? r.generated / r.seconds : 0.0, r.recomputes,
+                o.no_cache ? "no cache" : "key/value cache", p.fp16 ? "fp16" : "fp32",
+                (unsigned long long)r.cache_bytes);
     }
     clg_model_destroy(m);
     clg_ctx_destroy(ctx);

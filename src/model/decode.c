@@ -4,6 +4,7 @@
 
 #include "model/decode.h"
 #include "model/network_impl.h"
+#include "ops/convert.h"
 
 struct clg_decoder {
     clg_net *net;     /* the model's layers set up for T = 1 (owned) */
@@ -12,6 +13,8 @@ struct clg_decoder {
     int vocab;        /* classes per position */
     int logits;       /* index of the layer giving the logits */
     int pos;          /* positions fed so far (in every attention cache) */
+    int half;         /* fp16 storage: weights, activations and the key/value caches in half */
+    uint64_t cache_bytes; /* the attention layers' key/value caches */
     cl_mem ids;       /* context floats: the network input */
     float *host_ids;
 };
@@ -51,7 +54,8 @@ static clg_status check_net(clg_err *err, const clg_net *net, int *logits)
 }
 
 /* Copies every parameter value of src into the decoder's replica (same
- * network, so the same parameter order and sizes). */
+ * network, so the same parameter order and sizes): into its authoritative
+ * copies (fp16: the masters, then rounded to half). */
 static clg_status copy_weights(clg_replica *src, clg_replica *dst)
 {
     clg_err *err = clg_dev_err(dst->dev);
@@ -68,8 +72,9 @@ static clg_status copy_weights(clg_replica *src, clg_replica *dst)
             st = clg_err_set(err, CLG_ERR_INTERNAL, "decoder: parameter %d holds %zu values, the model's %zu", i,
                              pb->numel, pa->numel);
         else if (pa->value && pb->value && pa->value != pb->value) {
-            cl_int e = clEnqueueCopyBuffer(dst->dev->queue, pa->value, pb->value, 0, 0, pa->numel * sizeof(float), 0,
-                                           NULL, NULL);
+            cl_int e = clEnqueueCopyBuffer(dst->dev->queue, clg_replica_master(src, &a[i]),
+                                           clg_replica_master(dst, &b[i]), 0, 0, pa->numel * sizeof(float), 0, NULL,
+                                           NULL);
             if (e != CL_SUCCESS)
                 st = clg_cl_fail(err, e, "copying weights into the decoder", __FILE__, __LINE__);
         }
@@ -82,11 +87,25 @@ static clg_status copy_weights(clg_replica *src, clg_replica *dst)
             st = clg_cl_fail(err, e, "copying weights into the decoder", __FILE__, __LINE__);
     }
     if (st == CLG_OK)
-        clg_replica_params_changed(dst);
+        st = clg_replica_weights_updated(dst);
     return st;
 }
 
-clg_status clg_decoder_create(clg_replica *src, clg_decoder **out)
+/* Every attention layer keeps its cache in half (half) and the cache's bytes. */
+static uint64_t setup_caches(clg_decoder *d)
+{
+    uint64_t bytes = 0;
+    for (int i = 0; i <= d->logits; i++) {
+        clg_layer *l = &d->rep->layers[i];
+        if (strcmp(l->ops->type, "attention") != 0)
+            continue;
+        l->cache_half = d->half;
+        bytes += 2ull * (uint64_t)d->context * (uint64_t)l->out_shape[2] * (d->half ? 2u : 4u);
+    }
+    return bytes;
+}
+
+clg_status clg_decoder_create(clg_replica *src, int half, clg_decoder **out)
 {
     *out = NULL;
     clg_err *err = clg_dev_err(src->dev);
@@ -99,10 +118,13 @@ clg_status clg_decoder_create(clg_replica *src, clg_decoder **out)
     d->context = net->in_c * net->in_h * net->in_w;
     d->logits = logits;
     d->vocab = net->proto[logits].out_shape[2];
+    d->half = half != 0;
     const int chw[3] = {1, 1, 1};
     clg_status st = clg_net_build_shape(err, net->text, net->source, d->context, chw, &d->net);
-    if (st == CLG_OK)
+    if (st == CLG_OK) {
+        d->net->fp16 = d->half; /* the replica stores activations and weights in half */
         st = clg_replica_create(d->net, src->dev, 1, &d->rep);
+    }
     if (st == CLG_OK)
         st = copy_weights(src, d->rep);
     if (st == CLG_OK)
@@ -114,6 +136,7 @@ clg_status clg_decoder_create(clg_replica *src, clg_decoder **out)
         return st;
     }
     clg_replica_set_input(d->rep, d->ids, 0);
+    d->cache_bytes = setup_caches(d);
     *out = d;
     return CLG_OK;
 }
@@ -133,6 +156,56 @@ void clg_decoder_free(clg_decoder *d)
 
 int clg_decoder_context(const clg_decoder *d) { return d->context; }
 int clg_decoder_vocab(const clg_decoder *d) { return d->vocab; }
+uint64_t clg_decoder_cache_bytes(const clg_decoder *d) { return d->cache_bytes; }
+
+/* Layer i's inputs for n positions; fp16: expanded from half into the
+ * layer's fp32 working buffers (or the previous layer's fp32 output where
+ * the replica chains them), as clg_replica_forward does. */
+static clg_status step_inputs(clg_replica *r, int i, int n, clg_tensor *in)
+{
+    const clg_layer *l = &r->layers[i];
+    for (int k = 0; k < l->nin; k++) {
+        int src = l->inputs[k];
+        in[k] = clg_tensor_with_n(src < 0 ? &r->input : &r->act[src], n);
+        if (!r->fp16 || src < 0)
+            continue;
+        if (src == i - 1 && r->work[src].fchain) {
+            in[k].mem = r->work[src].f_out;
+            in[k].off = 0;
+            continue;
+        }
+        clg_tensor h = in[k];
+        in[k].mem = r->work[i].f_in[k];
+        in[k].off = 0;
+        CLG_TRY(clg_cvt_f16_to_f32(r->dev, h.mem, h.off, in[k].mem, 0, clg_tensor_numel(&h)));
+    }
+    return CLG_OK;
+}
+
+/* Layer i on n positions from pos0; fp16: computed into its fp32 working
+ * output, then rounded to half for storage. *fout: the fp32 output. */
+static clg_status step_layer(clg_decoder *d, int i, int n, int pos0, clg_tensor *fout)
+{
+    clg_replica *r = d->rep;
+    clg_layer *l = &r->layers[i];
+    clg_tensor in[CLG_MAX_INPUTS];
+    CLG_TRY(step_inputs(r, i, n, in));
+    clg_tensor o = clg_tensor_with_n(&r->act[i], n), oh = o;
+    int half_out = r->fp16 && i != r->nlayers - 1;
+    if (half_out) {
+        o.mem = r->work[i].f_out;
+        o.off = 0;
+    }
+    clg_status st = l->ops->forward_step ? l->ops->forward_step(l, r->dev, in, l->nin, &o, pos0, d->context)
+                                         : l->ops->forward(l, r->dev, in, l->nin, &o, 0);
+    if (st != CLG_OK)
+        return clg_net_layer_fail(clg_dev_err(r->dev), st, d->net, l, "decode");
+    *fout = o;
+    if (half_out)
+        CLG_TRY((r->work[i].fchain ? clg_cvt_f32_to_f16_keep : clg_cvt_f32_to_f16)(r->dev, o.mem, o.off, oh.mem,
+                                                                                oh.off, clg_tensor_numel(&o)));
+    return CLG_OK;
+}
 
 clg_status clg_decoder_step(clg_decoder *d, const int *ids, int n, int pos0, float *logits)
 {
@@ -152,20 +225,13 @@ clg_status clg_decoder_step(clg_decoder *d, const int *ids, int n, int pos0, flo
                                     NULL, NULL);
     if (e != CL_SUCCESS)
         return clg_cl_fail(err, e, "uploading token ids", __FILE__, __LINE__);
+    clg_tensor last = {0};
     for (int i = 0; i <= d->logits; i++) {
-        clg_layer *l = &r->layers[i];
-        clg_tensor in[CLG_MAX_INPUTS];
-        if (l->fused_into) /* fuse.c: computed by an earlier layer */
+        if (r->layers[i].fused_into) /* fuse.c: computed by an earlier layer */
             continue;
-        for (int k = 0; k < l->nin; k++)
-            in[k] = clg_tensor_with_n(l->inputs[k] < 0 ? &r->input : &r->act[l->inputs[k]], n);
-        clg_tensor o = clg_tensor_with_n(&r->act[i], n);
-        clg_status st = l->ops->forward_step ? l->ops->forward_step(l, r->dev, in, l->nin, &o, pos0, d->context)
-                                             : l->ops->forward(l, r->dev, in, l->nin, &o, 0);
-        if (st != CLG_OK)
-            return clg_net_layer_fail(err, st, d->net, l, "decode");
+        CLG_TRY(step_layer(d, i, n, pos0, &last));
     }
-    const clg_tensor *t = &r->act[d->logits];
+    const clg_tensor *t = &last; /* fp32 (fp16: the working output, before it was stored in half) */
     e = clEnqueueReadBuffer(r->dev->queue, t->mem, CL_TRUE, (t->off + (size_t)(n - 1) * d->vocab) * sizeof(float),
                             (size_t)d->vocab * sizeof(float), logits, 0, NULL, NULL);
     if (e != CL_SUCCESS)

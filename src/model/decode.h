@@ -15,15 +15,21 @@
 
 typedef struct clg_decoder clg_decoder;
 
-/* A decoder of src's network with src's current weights. Refused (errors on
+/* A decoder of src's network with src's current weights; half = 1: fp16
+ * storage (weights rounded to half, activations stored in half, the
+ * attention layers' key/value caches in half; fp32 arithmetic, as
+ * --precision fp16 training). Refused (errors on
  * src's device) for a model that does not read token ids, whose output is
  * not a sequence of class scores, or with a layer that is not per position
  * and has no forward_step. */
-CLG_INTERNAL clg_status clg_decoder_create(clg_replica *src, clg_decoder **out);
+CLG_INTERNAL clg_status clg_decoder_create(clg_replica *src, int half, clg_decoder **out);
 CLG_INTERNAL void clg_decoder_free(clg_decoder *d);
 /* Positions the model takes (its T) and classes per position. */
 CLG_INTERNAL int clg_decoder_context(const clg_decoder *d);
 CLG_INTERNAL int clg_decoder_vocab(const clg_decoder *d);
+/* Device bytes of the attention layers' key/value caches (context
+ * positions each; half as many in fp16). */
+CLG_INTERNAL uint64_t clg_decoder_cache_bytes(const clg_decoder *d);
 /* Feeds ids[0..n) at positions pos0 .. pos0 + n - 1 (pos0 0 or the number of
  * positions fed so far; pos0 + n <= context) and writes the vocab logits of
  * the last of them into logits. */

@@ -131,6 +131,9 @@ struct clg_layer {
      * and backward, its output aliases that layer's and it has no inputs
      * left (nin 0). 0: not fused. */
     int fused_into;
+    /* Decoding (forward_step, set by src/model/decode.c): 1 keeps the key/
+     * value cache in IEEE half (clgrad generate --precision fp16). */
+    int cache_half;
 };
 
 /* Looks up a layer type by its section name ("convolutional", "conv"...);

@@ -14,6 +14,7 @@
 
 #include "model/layers.h"
 #include "ops/attention.h"
+#include "ops/attn_cache.h"
 #include "ops/gemm.h"
 #include "ops/nn.h"
 
@@ -197,13 +198,14 @@ static clg_status attn_forward_step(clg_layer *l, clg_device *dev, const clg_ten
     a.T = n;
     CLG_TRY(clg_layer_scratch(dev, &p->qkv, &p->qkv_cap, (size_t)n * 3 * C * sizeof(float)));
     CLG_TRY(clg_layer_scratch(dev, &p->att, &p->att_cap, (size_t)n * C * sizeof(float)));
-    CLG_TRY(clg_layer_scratch(dev, &p->kc, &p->kc_cap, (size_t)cap * C * sizeof(float)));
-    CLG_TRY(clg_layer_scratch(dev, &p->vc, &p->vc_cap, (size_t)cap * C * sizeof(float)));
+    size_t esz = l->cache_half ? sizeof(cl_half) : sizeof(float); /* the cache's values: half or float */
+    CLG_TRY(clg_layer_scratch(dev, &p->kc, &p->kc_cap, (size_t)cap * C * esz));
+    CLG_TRY(clg_layer_scratch(dev, &p->vc, &p->vc_cap, (size_t)cap * C * esz));
     CLG_TRY(proj(dev, 0, 1, n, 3 * C, C, in[0].mem, in[0].off, l->params[0].value, 0, p->qkv, 0, l->params[1].value));
     clg_attn_seq q = {p->qkv, 0, 3 * C}, k = {p->qkv, (size_t)C, 3 * C}, v = {p->qkv, 2 * (size_t)C, 3 * C};
     clg_attn_seq kc = {p->kc, 0, C}, vc = {p->vc, 0, C}, o = {p->att, 0, C};
-    CLG_TRY(clg_attn_cache_append(dev, &a, cap, pos0, &k, &v, &kc, &vc));
-    CLG_TRY(clg_attn_forward_cached(dev, &a, cap, pos0, &q, &kc, &vc, &o));
+    CLG_TRY(clg_attn_cache_append_prec(dev, &a, l->cache_half, cap, pos0, &k, &v, &kc, &vc));
+    CLG_TRY(clg_attn_forward_cached_prec(dev, &a, l->cache_half, cap, pos0, &q, &kc, &vc, &o));
     return proj(dev, 0, 1, n, C, C, p->att, 0, l->params[2].value, 0, out->mem, out->off, l->params[3].value);
 }
 

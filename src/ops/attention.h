@@ -84,7 +84,7 @@ CLG_INTERNAL clg_status clg_attn_backward(clg_device *dev, const clg_attn_desc *
                                           const clg_attn_seq *do_, const clg_attn_seq *dq, const clg_attn_seq *dk,
                                           const clg_attn_seq *dv);
 
-/* ---- generation with a key/value cache ----
+/* ---- generation with a key/value cache (attn_cache.c, cl/decode.cl; half caches: attn_cache.h) ----
  * A cache holds the keys or values of up to Tc positions per sample:
  * (N, Tc, ld) rows, position j of sample n at row n Tc + j (cache.off,
  * cache.ld as in clg_attn_seq; rows counted with Tc, not a->T).

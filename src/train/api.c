@@ -208,9 +208,10 @@ static clg_status predict_images_only(clg_model *m)
     if (!m->net->input_tokens)
         return CLG_OK;
     return clg_err_set(&m->ctx->err, CLG_ERR_UNSUPPORTED,
-                       "predict: model %s reads token ids ([net] input = tokens), not images: continue a text with "
-                       "clg_model_generate (`clgrad generate MODEL --weights FILE --prompt TEXT`) or measure its loss "
-                       "on a text with clg_model_evaluate (`clgrad eval MODEL --data text:FILE`)",
+                       "predict: model %s reads token ids ([net] input = tokens), not images: predict a text's next "
+                       "bytes with clg_model_predict_text (`clgrad predict MODEL --data text:FILE` or --prompt TEXT), "
+                       "continue it with clg_model_generate (`clgrad generate MODEL --weights FILE --prompt TEXT`) or "
+                       "measure its loss with clg_model_evaluate (`clgrad eval MODEL --data text:FILE`)",
                        m->net->source);
 }
 

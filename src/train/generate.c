@@ -67,6 +67,8 @@ static clg_status check_params(clg_err *err, const clg_generate_params *p)
     if (!isfinite(p->temperature) || p->temperature < 0.0)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "generate: temperature %g: must be finite and >= 0 (0: greedy)",
                            p->temperature);
+    if (p->fp16 != 0 && p->fp16 != 1)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "generate: fp16 = %d: 0 (fp32) or 1 (fp16 storage)", p->fp16);
     if (p->top_k < 0 || p->top_k > GEN_VOCAB)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "generate: top_k = %d outside [0, %d] (0: all)", p->top_k,
                            GEN_VOCAB);
@@ -155,9 +157,10 @@ static clg_status model_generate(clg_model *m, const clg_generate_params *p, clg
     CLG_TRY(check_params(err, &def));
     gen_state g;
     memset(&g, 0, sizeof g);
-    CLG_TRY(clg_decoder_create(clg_session_rep(m), &g.dec));
+    CLG_TRY(clg_decoder_create(clg_session_rep(m), def.fp16, &g.dec));
     clg_status st = CLG_OK;
     g.ctx = clg_decoder_context(g.dec);
+    r->cache_bytes = clg_decoder_cache_bytes(g.dec);
     if (clg_decoder_vocab(g.dec) != GEN_VOCAB)
         st = clg_err_set(err, CLG_ERR_UNSUPPORTED,
                          "generate: the model predicts %d classes per position, not the %d byte values",

@@ -53,6 +53,23 @@ static inline clg_ctx *tg_ctx(void)
     return c;
 }
 
+/* The checked fixture of a GEMM test program: a file-scope ctx and dev (its
+ * first device) from tg_ctx, set before and destroyed after every test:
+ *   TG_FIXTURE(); ... tu_run_fixture(name, timeout, setup, teardown, ...) */
+#define TG_FIXTURE()                                                                                            \
+    static clg_ctx *ctx;                                                                                        \
+    static clg_device *dev;                                                                                     \
+    static void setup(void)                                                                                     \
+    {                                                                                                           \
+        ctx = tg_ctx();                                                                                         \
+        dev = &ctx->devs[0];                                                                                    \
+    }                                                                                                           \
+    static void teardown(void)                                                                                  \
+    {                                                                                                           \
+        clg_ctx_destroy(ctx);                                                                                   \
+        ctx = NULL;                                                                                             \
+    }
+
 /* ref (M x N doubles, row stride N) = the M x N block of C0 at offset co,
  * row stride ldc: the beta input of the double reference. */
 static inline void tg_ref_from(double *ref, const float *C0, size_t co, int ldc, int M, int N)

@@ -20,21 +20,8 @@
 
 #define TOL 1e-4 /* |got - ref| / (|ref| + 1); inputs in [-1, 1], K <= a few hundred */
 
-static clg_ctx *ctx;
-static clg_device *dev;
+TG_FIXTURE()
 static uint64_t stream = 300;
-
-static void setup(void)
-{
-    ctx = tg_ctx();
-    dev = &ctx->devs[0];
-}
-
-static void teardown(void)
-{
-    clg_ctx_destroy(ctx);
-    ctx = NULL;
-}
 
 static double gelu_ref(int form, double v)
 {
@@ -233,14 +220,6 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("gemm-gelu");
-    TCase *tc = tcase_create("gemm-gelu");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, test_gemm_gelu);
-    tcase_add_test(tc, test_gemm_gelu_errors);
-    tcase_add_test(tc, test_act_bwd_colsum);
-    tcase_add_test(tc, test_colsum_tall);
-    suite_add_tcase(s, tc);
-    return tu_run(s);
+    const TTest *const all[] = {test_gemm_gelu, test_gemm_gelu_errors, test_act_bwd_colsum, test_colsum_tall};
+    return tu_run_fixture("gemm-gelu", 300, setup, teardown, all, (int)(sizeof all / sizeof all[0]));
 }

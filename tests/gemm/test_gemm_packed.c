@@ -17,8 +17,7 @@
 #define TOL 1e-4 /* |got - ref| / (|ref| + 1): inputs in [-1, 1], K <= a few hundred */
 #define SENTINEL 1234.5f
 
-static clg_ctx *ctx;
-static clg_device *dev;
+TG_FIXTURE()
 static uint64_t stream = 100;
 
 typedef struct pcase {
@@ -104,18 +103,7 @@ static double run_packed_case(const pcase *c, const clg_gemm_params *p)
     float *got = malloc(sizeof(float) * CLG_MAX((size_t)1, (size_t)M * N));
     ck_assert(C0 && C && bias && ref && got);
     tu_fill(bias, (size_t)nbias, -1, 1, &r);
-    for (size_t i = 0; i < nC; i++)
-        C0[i] = SENTINEL;
-    for (int b = 0; b < batch; b++)
-        for (int m = 0; m < M; m++)
-            for (int n = 0; n < N; n++) {
-                float v;
-                if (c->beta != 0.0f)
-                    tu_fill(&v, 1, -1, 1, &r);
-                else
-                    tu_poison(&v, 1);
-                C0[(size_t)c->offC + b * sC + (size_t)m * ldc + n] = v;
-            }
+    tu_fill_blocks(C0, nC, SENTINEL, (size_t)c->offC, sC, batch, M, N, ldc, c->beta != 0.0f, &r);
     cl_mem dAp = tu_upload(dev, Ap, nAp + 1), dBp = tu_upload(dev, Bp, nBp + 1), dC = tu_upload(dev, C0, nC);
     cl_mem dBias = tu_upload(dev, bias, (size_t)nbias);
 
@@ -141,9 +129,7 @@ static double run_packed_case(const pcase *c, const clg_gemm_params *p)
     if (st != CLG_OK)
         fprintf(stderr, "gemm_packed failed: %s\n", clg_last_error(ctx));
     ck_assert_int_eq(st, CLG_OK);
-    ck_assert_ptr_nonnull(ev);
-    ck_assert_int_eq(clWaitForEvents(1, &ev), CL_SUCCESS);
-    clReleaseEvent(ev);
+    tu_wait_event(ev);
     tu_download(dev, dC, C, nC);
 
     double worst = 0;
@@ -155,13 +141,7 @@ static double run_packed_case(const pcase *c, const clg_gemm_params *p)
         double e = tg_epilogue_err(ref, got, C, co, ldc, M, N, bias, c->bias_mode, c->relu, TOL, b);
         worst = fmax(worst, e);
     }
-    size_t bad = 0;
-    for (size_t i = 0; i < nC; i++)
-        if (C0[i] == SENTINEL && C[i] != SENTINEL)
-            bad++;
-    if (bad)
-        fprintf(stderr, "%zu elements outside C were written\n", bad);
-    ck_assert_uint_eq(bad, 0);
+    ck_assert_uint_eq(tu_count_stray(C0, C, nC, SENTINEL, "gemm_packed"), 0);
     clg_buf_release(dev, dAp);
     clg_buf_release(dev, dBp);
     clg_buf_release(dev, dC);
@@ -183,18 +163,6 @@ static void pcheck(const pcase *c, const clg_gemm_params *p, const char *what)
                 what, desc, c->M, c->N, c->K, c->batch, c->shareA, c->shareB, (double)c->alpha, (double)c->beta,
                 c->bias_mode, c->relu, e);
     ck_assert(e <= TOL);
-}
-
-static void setup(void)
-{
-    ctx = tg_ctx();
-    dev = &ctx->devs[0];
-}
-
-static void teardown(void)
-{
-    clg_ctx_destroy(ctx);
-    ctx = NULL;
 }
 
 /* The layout matches the parameters it was derived from. */
@@ -389,18 +357,7 @@ static double run_unpacked_case(int rows, int ta, int M, int N, int K, int batch
     tu_fill(A, nA, -1, 1, &r);
     tu_fill(B, nB, -1, 1, &r);
     tu_fill(bias, (size_t)nbias, -1, 1, &r);
-    for (size_t i = 0; i < nC; i++)
-        C0[i] = SENTINEL;
-    for (int b = 0; b < batch; b++)
-        for (int m = 0; m < M; m++)
-            for (int n = 0; n < N; n++) {
-                float v;
-                if (beta != 0.0f)
-                    tu_fill(&v, 1, -1, 1, &r);
-                else
-                    tu_poison(&v, 1);
-                C0[offC + b * sC + (size_t)m * ldc + n] = v;
-            }
+    tu_fill_blocks(C0, nC, SENTINEL, (size_t)offC, sC, batch, M, N, ldc, beta != 0.0f, &r);
     cl_mem dA = tu_upload(dev, A, nA), dB = tu_upload(dev, B, nB), dC = tu_upload(dev, C0, nC);
     cl_mem dBias = tu_upload(dev, bias, (size_t)nbias);
     clg_gemm_args g;
@@ -434,9 +391,7 @@ static double run_unpacked_case(int rows, int ta, int M, int N, int K, int batch
     if (st != CLG_OK)
         fprintf(stderr, "%s failed: %s\n", fn, clg_last_error(ctx));
     ck_assert_int_eq(st, CLG_OK);
-    ck_assert_ptr_nonnull(ev);
-    ck_assert_int_eq(clWaitForEvents(1, &ev), CL_SUCCESS);
-    clReleaseEvent(ev);
+    tu_wait_event(ev);
     tu_download(dev, dC, C, nC);
     double worst = 0;
     for (int b = 0; b < batch; b++) {
@@ -445,11 +400,7 @@ static double run_unpacked_case(int rows, int ta, int M, int N, int K, int batch
         tu_gemm_ref(ta, !rows, M, N, K, alpha, A + offA + b * sA, lda, B + offB + b * sB, ldb, beta, ref, CLG_MAX(N, 1));
         worst = fmax(worst, tg_epilogue_err(ref, got, C, co, ldc, M, N, bias, bias_mode, relu, TOL, b));
     }
-    size_t bad = 0;
-    for (size_t i = 0; i < nC; i++)
-        if (C0[i] == SENTINEL && C[i] != SENTINEL)
-            bad++;
-    ck_assert_uint_eq(bad, 0);
+    ck_assert_uint_eq(tu_count_stray(C0, C, nC, SENTINEL, fn), 0);
     if (!(worst <= TOL))
         fprintf(stderr, "FAIL %s ta=%d M=%d N=%d K=%d batch=%d shareA=%d alpha=%g beta=%g bias=%d relu=%d: err %g\n",
                 fn, ta, M, N, K, batch, shareA, (double)alpha, (double)beta, bias_mode, relu, worst);
@@ -481,14 +432,21 @@ START_TEST(test_rows)
 }
 END_TEST
 
-START_TEST(test_rows_errors)
+/* 4 x 4 x 4 on one buffer m, no transposes: the refusal tests' starting point. */
+static clg_gemm_args args4(cl_mem m)
 {
-    cl_mem m = tu_upload(dev, NULL, 64);
     clg_gemm_args g;
     clg_gemm_args_init(&g);
     g.M = g.N = g.K = 4;
     g.A = g.B = g.C = m;
     g.lda = g.ldb = g.ldc = 4;
+    return g;
+}
+
+START_TEST(test_rows_errors)
+{
+    cl_mem m = tu_upload(dev, NULL, 64);
+    clg_gemm_args g = args4(m);
     g.tb = 1;
     ck_assert_int_eq(clg_gemm_rows(dev, &g, NULL), CLG_ERR_INVALID_ARG);
     ck_assert_ptr_nonnull(strstr(clg_last_error(ctx), "gemm_rows"));
@@ -518,11 +476,7 @@ END_TEST
 START_TEST(test_dot_errors)
 {
     cl_mem m = tu_upload(dev, NULL, 64);
-    clg_gemm_args g;
-    clg_gemm_args_init(&g);
-    g.M = g.N = g.K = 4;
-    g.A = g.B = g.C = m;
-    g.lda = g.ldb = g.ldc = 4;
+    clg_gemm_args g = args4(m);
     ck_assert_int_eq(clg_gemm_dot(dev, &g, NULL), CLG_ERR_INVALID_ARG); /* tb = 0 */
     ck_assert_ptr_nonnull(strstr(clg_last_error(ctx), "gemm_dot"));
     g.tb = 1;
@@ -560,24 +514,10 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("gemm-packed");
-    TCase *tc = tcase_create("gemm-packed");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, test_packed_tiny);
-    tcase_add_test(tc, test_packed_errors);
-    tcase_add_test(tc, test_dot_errors);
-    tcase_add_test(tc, test_rows_errors);
-    if (!getenv("CLGRAD_TEST_TINY")) {
-        tcase_add_test(tc, test_layout);
-        tcase_add_test(tc, test_packed_cpu);
-        tcase_add_test(tc, test_packed_batched);
-        tcase_add_test(tc, test_packed_epilogue);
-        tcase_add_test(tc, test_packed_split_k);
-        tcase_add_test(tc, test_packed_k_zero);
-        tcase_add_test(tc, test_dot);
-        tcase_add_test(tc, test_rows);
-    }
-    suite_add_tcase(s, tc);
-    return tu_run(s);
+    const TTest *const all[] = {test_packed_tiny, test_packed_errors,   test_dot_errors,     test_rows_errors,
+                                test_layout,      test_packed_cpu,      test_packed_batched, test_packed_epilogue,
+                                test_packed_split_k, test_packed_k_zero, test_dot,            test_rows};
+    /* CLGRAD_TEST_TINY: the first four (tiny shapes and refusals) */
+    int n = getenv("CLGRAD_TEST_TINY") ? 4 : (int)(sizeof all / sizeof all[0]);
+    return tu_run_fixture("gemm-packed", 300, setup, teardown, all, n);
 }

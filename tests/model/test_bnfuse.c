@@ -14,34 +14,6 @@
 
 #define ATOL 1e-3
 
-/* double reference: y = relu(bn(x) [+ r]) with the batch statistics */
-static void ref_fwd(const float *x, const float *r, int N, int C, int HW, const float *gamma, const float *beta,
-                    double eps, double *y, double *mean, double *var)
-{
-    double M = (double)N * HW;
-    for (int ch = 0; ch < C; ch++) {
-        double s = 0, q = 0;
-        for (int n = 0; n < N; n++)
-            for (int i = 0; i < HW; i++)
-                s += x[((size_t)n * C + ch) * HW + i];
-        double mu = s / M;
-        for (int n = 0; n < N; n++)
-            for (int i = 0; i < HW; i++) {
-                double d = x[((size_t)n * C + ch) * HW + i] - mu;
-                q += d * d;
-            }
-        mean[ch] = mu;
-        var[ch] = q / M;
-        double is = 1.0 / sqrt(var[ch] + eps);
-        for (int n = 0; n < N; n++)
-            for (int i = 0; i < HW; i++) {
-                size_t k = ((size_t)n * C + ch) * HW + i;
-                double v = (x[k] - mu) * is * gamma[ch] + beta[ch] + (r ? r[k] : 0.0);
-                y[k] = v > 0 ? v : 0;
-            }
-    }
-}
-
 /* One case: batch N x C x H x W, res: with a residual input. */
 static void fused_case(int N, int C, int H, int W, int res)
 {
@@ -77,7 +49,7 @@ static void fused_case(int N, int C, int H, int W, int res)
     /* training forward */
     lh_forward(&c, 1);
     double *y = lh_dalloc(c.ny), *mean = lh_dalloc((size_t)C), *var = lh_dalloc((size_t)C);
-    ref_fwd(c.x[0], r, N, C, HW, c.p[0], c.p[1], eps, y, mean, var);
+    tu_bn_ref_train(c.x[0], r, N, C, HW, c.p[0], c.p[1], eps, 1, y, mean, var);
     LH_CLOSE(c.y, y, c.ny, ATOL, 2e-4, "fused batchnorm train forward");
     size_t zeros = 0;
     for (size_t k = 0; k < c.ny; k++)
@@ -87,11 +59,8 @@ static void fused_case(int N, int C, int H, int W, int res)
     float *rm = lh_alloc((size_t)C), *rv = lh_alloc((size_t)C);
     tu_download(c.dev, c.l.params[2].value, rm, (size_t)C);
     tu_download(c.dev, c.l.params[3].value, rv, (size_t)C);
-    double M = (double)N * HW, *erm = lh_dalloc((size_t)C), *erv = lh_dalloc((size_t)C);
-    for (int ch = 0; ch < C; ch++) {
-        erm[ch] = 0.8 * c.p[2][ch] + 0.2 * mean[ch];
-        erv[ch] = 0.8 * c.p[3][ch] + 0.2 * var[ch] * M / (M - 1);
-    }
+    double *erm = lh_dalloc((size_t)C), *erv = lh_dalloc((size_t)C);
+    tu_bn_ref_running(c.p[2], c.p[3], mean, var, C, (double)N * HW, 0.2, erm, erv);
     LH_CLOSE(rm, erm, (size_t)C, 1e-4, 1e-4, "running_mean");
     LH_CLOSE(rv, erv, (size_t)C, 1e-4, 1e-4, "running_var");
 
@@ -106,21 +75,7 @@ static void fused_case(int N, int C, int H, int W, int res)
     double *g = lh_dalloc(c.ny), *dg = lh_dalloc((size_t)C), *db = lh_dalloc((size_t)C), *dx = lh_dalloc(c.ny);
     for (size_t k = 0; k < c.ny; k++)
         g[k] = yout[k] > 0 ? dy[k] : 0.0;
-    for (int ch = 0; ch < C; ch++) {
-        double is = 1.0 / sqrt(var[ch] + eps);
-        for (int n = 0; n < N; n++)
-            for (int i = 0; i < HW; i++) {
-                size_t k = ((size_t)n * C + ch) * HW + i;
-                db[ch] += g[k];
-                dg[ch] += g[k] * (c.x[0][k] - mean[ch]) * is;
-            }
-        for (int n = 0; n < N; n++)
-            for (int i = 0; i < HW; i++) {
-                size_t k = ((size_t)n * C + ch) * HW + i;
-                double xh = (c.x[0][k] - mean[ch]) * is;
-                dx[k] = c.p[0][ch] * is * (g[k] - db[ch] / M - xh * dg[ch] / M);
-            }
-    }
+    tu_bn_ref_backward(c.x[0], g, N, C, HW, c.p[0], mean, var, eps, dg, db, dx);
     LH_CLOSE(c.g[0], dg, (size_t)C, ATOL, 2e-3, "fused batchnorm dgamma");
     LH_CLOSE(c.g[1], db, (size_t)C, ATOL, 2e-3, "fused batchnorm dbeta");
     LH_CLOSE(c.dx[0], dx, c.ny, ATOL, 5e-3, "fused batchnorm dx");
@@ -133,15 +88,7 @@ static void fused_case(int N, int C, int H, int W, int res)
 
     /* inference: the running statistics */
     lh_forward(&c, 0);
-    for (int ch = 0; ch < C; ch++) {
-        double is = 1.0 / sqrt((double)rv[ch] + eps);
-        for (int n = 0; n < N; n++)
-            for (int i = 0; i < HW; i++) {
-                size_t k = ((size_t)n * C + ch) * HW + i;
-                double v = (c.x[0][k] - rm[ch]) * is * c.p[0][ch] + c.p[1][ch] + (r ? r[k] : 0.0);
-                y[k] = v > 0 ? v : 0;
-            }
-    }
+    tu_bn_ref_infer(c.x[0], r, N, C, HW, c.p[0], c.p[1], rm, rv, eps, 1, y);
     LH_CLOSE(c.y, y, c.ny, ATOL, 2e-4, "fused batchnorm inference forward");
     free(y);
     free(mean);

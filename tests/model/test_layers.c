@@ -458,32 +458,6 @@ END_TEST
 
 /* ---------------- batchnorm ---------------- */
 
-static void bn_ref_train(const float *x, int N, int C, int HW, const float *gamma, const float *beta, double eps,
-                         double *y, double *mean, double *var)
-{
-    double M = (double)N * HW;
-    for (int ch = 0; ch < C; ch++) {
-        double s = 0, q = 0;
-        for (int n = 0; n < N; n++)
-            for (int i = 0; i < HW; i++)
-                s += x[((size_t)n * C + ch) * HW + i];
-        double mu = s / M;
-        for (int n = 0; n < N; n++)
-            for (int i = 0; i < HW; i++) {
-                double d = x[((size_t)n * C + ch) * HW + i] - mu;
-                q += d * d;
-            }
-        mean[ch] = mu;
-        var[ch] = q / M;
-        double is = 1.0 / sqrt(var[ch] + eps);
-        for (int n = 0; n < N; n++)
-            for (int i = 0; i < HW; i++) {
-                size_t k = ((size_t)n * C + ch) * HW + i;
-                y[k] = (x[k] - mu) * is * gamma[ch] + beta[ch];
-            }
-    }
-}
-
 /* max |got - ref| / max |ref|: the measure PyTorch's fp32 batch norm meets
  * at about 3e-5 at batch 3 and 2e-6 at batch 4 (one value per channel, eps
  * 1e-5, against float64) */
@@ -530,7 +504,7 @@ static void bn_case_x(int N, int n, int C, int H, int W, double eps, float lo, f
     lh_set_params(&c);
     lh_forward(&c, 1);
     double *y = lh_dalloc(c.ny), *mean = lh_dalloc((size_t)C), *var = lh_dalloc((size_t)C);
-    bn_ref_train(c.x[0], n, C, HW, c.p[0], c.p[1], eps, y, mean, var);
+    tu_bn_ref_train(c.x[0], NULL, n, C, HW, c.p[0], c.p[1], eps, 0, y, mean, var);
     LH_CLOSE(c.y, y, c.ny, ATOL, TOL, "batchnorm train forward");
     /* running stats moved with momentum 0.2, unbiased variance */
     float *rm = lh_alloc((size_t)C), *rv = lh_alloc((size_t)C);
@@ -538,10 +512,7 @@ static void bn_case_x(int N, int n, int C, int H, int W, double eps, float lo, f
     tu_download(c.dev, c.l.params[3].value, rv, (size_t)C);
     double *erm = lh_dalloc((size_t)C), *erv = lh_dalloc((size_t)C);
     double M = (double)n * HW;
-    for (int ch = 0; ch < C; ch++) {
-        erm[ch] = 0.8 * c.p[2][ch] + 0.2 * mean[ch];
-        erv[ch] = 0.8 * c.p[3][ch] + 0.2 * var[ch] * M / (M - 1);
-    }
+    tu_bn_ref_running(c.p[2], c.p[3], mean, var, C, M, 0.2, erm, erv);
     LH_CLOSE(rm, erm, (size_t)C, 1e-4, 1e-4, "running_mean");
     LH_CLOSE(rv, erv, (size_t)C, 1e-4, 1e-4, "running_var");
 
@@ -549,21 +520,11 @@ static void bn_case_x(int N, int n, int C, int H, int W, double eps, float lo, f
     float *dy = rand_vec(c.ny, -1, 1, 802);
     lh_backward(&c, dy, 0);
     double *dg = lh_dalloc((size_t)C), *dbt = lh_dalloc((size_t)C), *dx = lh_dalloc(c.nx[0]);
-    for (int ch = 0; ch < C; ch++) {
-        double is = 1.0 / sqrt(var[ch] + eps);
-        for (int s = 0; s < n; s++)
-            for (int i = 0; i < HW; i++) {
-                size_t k = ((size_t)s * C + ch) * HW + (size_t)i;
-                dbt[ch] += dy[k];
-                dg[ch] += dy[k] * (c.x[0][k] - mean[ch]) * is;
-            }
-        for (int s = 0; s < n; s++)
-            for (int i = 0; i < HW; i++) {
-                size_t k = ((size_t)s * C + ch) * HW + (size_t)i;
-                double xh = (c.x[0][k] - mean[ch]) * is;
-                dx[k] = c.p[0][ch] * is * (dy[k] - dbt[ch] / M - xh * dg[ch] / M);
-            }
-    }
+    double *dyd = lh_dalloc(c.ny);
+    for (size_t k = 0; k < c.ny; k++)
+        dyd[k] = dy[k];
+    tu_bn_ref_backward(c.x[0], dyd, n, C, HW, c.p[0], mean, var, eps, dg, dbt, dx);
+    free(dyd);
     LH_CLOSE(c.g[0], dg, (size_t)C, ATOL, TOL, "batchnorm dgamma");
     LH_CLOSE(c.g[1], dbt, (size_t)C, ATOL, TOL, "batchnorm dbeta");
     LH_CLOSE(c.dx[0], dx, c.nx[0], ATOL, 5e-3, "batchnorm dx");
@@ -596,14 +557,7 @@ static void bn_case_x(int N, int n, int C, int H, int W, double eps, float lo, f
 
     /* inference uses the (updated) running stats */
     lh_forward(&c, 0);
-    for (int ch = 0; ch < C; ch++) {
-        double is = 1.0 / sqrt((double)rv[ch] + eps);
-        for (int s = 0; s < n; s++)
-            for (int i = 0; i < HW; i++) {
-                size_t k = ((size_t)s * C + ch) * HW + (size_t)i;
-                y[k] = (c.x[0][k] - rm[ch]) * is * c.p[0][ch] + c.p[1][ch];
-            }
-    }
+    tu_bn_ref_infer(c.x[0], NULL, n, C, HW, c.p[0], c.p[1], rm, rv, eps, 0, y);
     LH_CLOSE(c.y, y, c.ny, ATOL, TOL, "batchnorm inference forward");
     float *rm2 = lh_alloc((size_t)C);
     tu_download(c.dev, c.l.params[2].value, rm2, (size_t)C);

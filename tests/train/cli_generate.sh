@@ -2,22 +2,12 @@
 # clgrad generate: a small gpt-like model (2 blocks, width 32, context 32)
 # trained briefly on a fresh random text; with the key/value cache it gives
 # the same bytes as recomputing the window (greedy and sampled, across the
-# window slides); a seed repeats its bytes; bad input is refused.
+# window slides); a seed repeats its bytes; --precision fp16 halves the cache
+# and keeps greedy bytes (or leaves them only at a near-tie); bad input is refused.
 # usage: cli_generate.sh PATH/TO/clgrad PYTHON
 clgrad="$1"; py="$2"
-tmp=$(mktemp -d /tmp/clgrad-cli-generate-XXXXXX) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-fails=0; n=0
-run() { out=$("$@" 2>&1); rc=$?; }
-check() { # check CODE PATTERN DESCRIPTION -- command...
-    code=$1; pat=$2; desc=$3; shift 4
-    n=$((n + 1))
-    run "$@"
-    if [ "$rc" -ne "$code" ] || ! printf '%s\n' "$out" | grep -q -- "$pat"; then
-        echo "FAIL: $desc: exit $rc (expected $code), output lacks '$pat':"; printf '%s\n' "$out" | tail -8
-        fails=$((fails + 1))
-    fi
-}
+. "$(dirname "$0")/cli_common.sh"
+cli_setup cli-generate
 same() { # same DESCRIPTION FILE1 FILE2
     n=$((n + 1))
     if ! cmp -s "$2" "$3" || [ ! -s "$2" ]; then
@@ -25,29 +15,8 @@ same() { # same DESCRIPTION FILE1 FILE2
         fails=$((fails + 1))
     fi
 }
-"$py" - "$tmp/corpus.txt" <<'PYEOF' || { echo "cannot write the corpus"; exit 1; }
-import random, sys
-rng = random.Random()
-words = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far", "\n"]
-s = ""
-while len(s) < 4000:
-    s += rng.choice(words) + " "
-open(sys.argv[1], "w").write(s[:4000])
-PYEOF
-{
-    printf '[net]\nchannels = 1\nheight = 32\nwidth = 1\ninput = tokens\nclasses = 256\nbatch = 8\n'
-    printf 'optimizer = adamw\nlearning_rate = 0.003\n'
-    printf '[embedding]\nname = tok\nvocab = 256\ndim = 32\n[posembed]\nname = pos\ncontext = 32\n'
-    prev=pos
-    for b in 1 2; do
-        printf '[layernorm]\nname = b%s_ln1\n[attention]\nname = b%s_attn\nheads = 2\n' $b $b
-        printf '[add]\nname = b%s_res1\ninput = %s, b%s_attn\n' $b $prev $b
-        printf '[layernorm]\nname = b%s_ln2\n[dense]\nname = b%s_fc\nunits = 64\nactivation = gelu\n' $b $b
-        printf '[dense]\nname = b%s_proj\nunits = 32\n[add]\nname = b%s_res2\ninput = b%s_res1, b%s_proj\n' $b $b $b $b
-        prev=b${b}_res2
-    done
-    printf '[layernorm]\nname = ln_f\n[dense]\nname = head\nunits = 256\ntie = tok\nbias = 0\n[softmax]\n'
-} > "$tmp/gpt.cfg"
+make_words "$tmp/corpus.txt" 4000
+make_small_gpt "$tmp/gpt.cfg"
 sed 's/dim = 32/dim = 16/; s/units = 32/units = 16/g' "$tmp/gpt.cfg" > "$tmp/other.cfg"
 
 check 0 "trained" "the small model trains" -- \
@@ -73,11 +42,43 @@ check 2 "temperature" "a negative temperature" -- \
     "$clgrad" generate "$tmp/gpt.cfg" --weights "$tmp/w.safetensors" --temperature -1
 check 2 "top-k" "--top-k 300" -- "$clgrad" generate "$tmp/gpt.cfg" --weights "$tmp/w.safetensors" --top-k 300
 check 2 "weights" "no --weights" -- "$clgrad" generate "$tmp/gpt.cfg"
-check 1 "precision fp16 is not supported yet" "--precision fp16 refused, naming fp32" -- \
-    "$clgrad" generate "$tmp/gpt.cfg" --weights "$tmp/w.safetensors" --precision fp16
+# fp16 storage: the cache takes half the bytes; greedy bytes equal fp32's, or first differ where fp32's two
+# most likely next bytes (predict on the text so far) are within fp16 rounding: a logit gap ln(p1 / p2) below
+# 0.05 (half rounds each stored value by up to 4.9e-4 relative; about ten roundings lie on the way to a logit)
+check 0 "fp32, cache 16384 bytes" "--stats: fp32 cache bytes" -- \
+    "$clgrad" generate "$tmp/gpt.cfg" --weights "$tmp/w.safetensors" --tokens 3 --stats
+check 0 "fp16, cache 8192 bytes" "--stats: fp16 cache bytes (half)" -- \
+    "$clgrad" generate "$tmp/gpt.cfg" --weights "$tmp/w.safetensors" --tokens 3 --stats --precision fp16
+g --precision fp16 --tokens 80 --prompt "the cat " > "$tmp/h80" 2> "$tmp/err" || fail "fp16, 80 bytes: $(cat "$tmp/err")"
+n=$((n + 1))
+[ "$(wc -c < "$tmp/h80")" -eq 80 ] || fail "fp16 across the window slides: $(wc -c < "$tmp/h80") bytes, not 80"
+g --temperature 0 --tokens 23 --prompt "the cat " > "$tmp/g32" 2>&1 || fail "greedy fp32: $(cat "$tmp/g32")"
+g --temperature 0 --tokens 23 --prompt "the cat " --precision fp16 > "$tmp/g16" 2>&1 || fail "greedy fp16: $(cat "$tmp/g16")"
+n=$((n + 1))
+"$py" - "$tmp/g32" "$tmp/g16" "$tmp/upto.txt" <<'PYEOF'
+import sys
+a, b = open(sys.argv[1], "rb").read(), open(sys.argv[2], "rb").read()
+assert len(a) == len(b) == 23, (len(a), len(b))
+k = next((i for i in range(23) if a[i] != b[i]), -1)
+print(f"greedy fp16 vs fp32: {'the same 23 bytes' if k < 0 else f'first differ at byte {k}'}")
+open(sys.argv[3], "wb").write(b"the cat " + a[:k] + bytes([b[k]]) if k >= 0 else b"")
+PYEOF
+[ $? -eq 0 ] || fail "greedy fp16 vs fp32: lengths"
+if [ -s "$tmp/upto.txt" ]; then # the fp16 byte was fp32's runner-up by a logit gap within fp16 rounding
+    check 0 "" "predict at the first difference" -- "$clgrad" predict "$tmp/gpt.cfg" --weights "$tmp/w.safetensors" \
+        --data "text:$tmp/upto.txt" --json --top-k 2
+    printf '%s\n' "$out" | "$py" -c '
+import json, math, sys
+rows = [json.loads(l) for l in sys.stdin][:-1]
+r = rows[-2]  # the position before the fp16 byte
+(b1, p1), (b2, p2) = r["top"]
+gap = math.log(p1 / p2)
+nb = r["next"]
+print(f"fp32 top two: {b1} p={p1:.5f}, {b2} p={p2:.5f} (logit gap {gap:.4f}); fp16 chose {nb}")
+sys.exit(0 if nb == b2 and gap < 0.05 else 1)' || fail "fp16 left fp32's greedy bytes where they were not near a tie"
+fi
 check 0 "" "--precision fp32" -- "$clgrad" generate "$tmp/gpt.cfg" --weights "$tmp/w.safetensors" --precision fp32 --tokens 4
-check 1 "reads token ids.*clgrad generate" "predict refuses a token model, naming generate" -- \
+check 1 "reads token ids.*clgrad generate" "predict refuses a token model's images, naming generate" -- \
     "$clgrad" predict "$tmp/gpt.cfg" --weights "$tmp/w.safetensors" --input "$tmp/corpus.txt"
 check 1 "" "weights of another model" -- "$clgrad" generate "$tmp/other.cfg" --weights "$tmp/w.safetensors"
-[ "$fails" -eq 0 ] && { echo "ok: $n checks"; exit 0; }
-echo "$fails of $n checks failed"; exit 1
+cli_done

@@ -8,33 +8,14 @@
 # usage: cli_gpt.sh PATH/TO/clgrad PYTHON SRCDIR
 clgrad="$1"; py="$2"; src="$3"
 cfg="$src/tests/train/gpt-tiny.cfg"
-tmp=$(mktemp -d /tmp/clgrad-cli-gpt-XXXXXX) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-fails=0; n=0
-run() { out=$("$@" 2>&1); rc=$?; }
-check() { # check CODE PATTERN DESCRIPTION -- command...
-    code=$1; pat=$2; desc=$3; shift 4
-    n=$((n + 1))
-    run "$@"
-    if [ "$rc" -ne "$code" ] || ! printf '%s\n' "$out" | grep -q -- "$pat"; then
-        echo "FAIL: $desc: exit $rc (expected $code), output lacks '$pat':"; printf '%s\n' "$out" | tail -8
-        fails=$((fails + 1))
-    fi
-}
+. "$(dirname "$0")/cli_common.sh"
+cli_setup cli-gpt
 same() { # same A B DESCRIPTION: bitwise equal weights
     n=$((n + 1))
     "$py" "$src/tests/train/st_compare.py" "$1" "$2" 0 || { echo "FAIL: $3"; fails=$((fails + 1)); }
 }
 # a text of random words (fresh each run), 3000 bytes: the head (2700) holds 81 windows of 33 bytes, 10 steps of 8
-"$py" - "$tmp/corpus.txt" <<'PYEOF' || { echo "cannot write the corpus"; exit 1; }
-import random, sys
-rng = random.Random()
-words = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far", "\n"]
-s = ""
-while len(s) < 3000:
-    s += rng.choice(words) + " "
-open(sys.argv[1], "w").write(s[:3000])
-PYEOF
+make_words "$tmp/corpus.txt" 3000
 unset CLGRAD_DP_REDUCE CLGRAD_GEMM_BACKEND
 
 # resume is bitwise: 2 epochs (20 steps) straight vs stopped at step 13 (mid-epoch 2) and resumed
@@ -114,5 +95,4 @@ check 1 "ids.bin: byte 100 at offset 1234 is not a token id of model .*v64.cfg (
 "$py" -c 'import sys; open(sys.argv[1], "wb").write(bytearray(i % 60 for i in range(3000)))' "$tmp/ids_ok.bin"
 check 0 "trained" "ids within the vocabulary train" -- \
     "$clgrad" train "$tmp/v64.cfg" --data "text:$tmp/ids_ok.bin" --steps 2
-[ "$fails" -eq 0 ] && { echo "ok: $n checks"; exit 0; }
-echo "$fails of $n checks failed"; exit 1
+cli_done

@@ -5,20 +5,10 @@
 # fail (1) with a message naming the file and the problem; nothing blocks.
 # usage: cli_hardening.sh PATH/TO/clgrad PYTHON
 clgrad="$1"; py="$2"
-tmp=$(mktemp -d /tmp/clgrad-cli-hard-XXXXXX) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-fails=0; n=0
-check() { # check CODE PATTERN DESCRIPTION -- command...
-    code=$1; pat=$2; desc=$3; shift 4
-    n=$((n + 1))
-    out=$("$@" 2>&1); rc=$?
-    if [ "$rc" -ne "$code" ] || ! printf '%s\n' "$out" | grep -q -- "$pat"; then
-        echo "FAIL: $desc: exit $rc (expected $code), output lacks '$pat':"; printf '%s\n' "$out" | tail -6
-        fails=$((fails + 1))
-    fi
-}
+. "$(dirname "$0")/cli_common.sh"
+cli_setup cli-hard
 # 4x4 images, 2 classes (bright left or right half), fresh noise each run
-"$py" "$(dirname "$0")/make_idx.py" "$tmp/data" 4 64 16 || { echo "cannot write the dataset"; exit 1; }
+make_idx "$tmp/data" 4 64 16
 net='[net]
 channels = 1
 height = 4

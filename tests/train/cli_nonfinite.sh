@@ -5,29 +5,11 @@
 # the good checkpoint it resumed from stays as it was (nothing non-finite is
 # written). usage: cli_nonfinite.sh PATH/TO/clgrad PYTHON
 clgrad="$1"; py="$2"
-tmp=$(mktemp -d /tmp/clgrad-nonfinite-XXXXXX) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-fails=0; n=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/cli_common.sh"
+cli_setup nonfinite
 # synthetic 8x8 data, 4 classes (bright quadrant k = class k)
-"$py" "$(dirname "$0")/make_idx.py" "$tmp/data" 8 256 64 --quadrants || { echo "cannot write the dataset"; exit 1; }
-cat > "$tmp/mlp.cfg" <<'CFG'
-[net]
-channels = 1
-height = 8
-width = 8
-classes = 4
-batch = 32
-learning_rate = 0.1
-[dense]
-name = fc1
-units = 16
-activation = relu
-[dense]
-name = fc2
-units = 4
-[softmax]
-CFG
+make_idx "$tmp/data" 8 256 64 --quadrants
+make_mlp "$tmp/mlp.cfg"
 cat > "$tmp/bn.cfg" <<'CFG'
 [net]
 channels = 1

@@ -13,23 +13,11 @@ clgrad="$1"; py="$2"
 # differed bitwise right after a build. The per-device default, no timing:
 export CLGRAD_CONV_AUTO_MEASURE=0
 st_compare="$(dirname "$0")/st_compare.py"
-tmp=$(mktemp -d /tmp/clgrad-cli-pipe-XXXXXX) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-fails=0; n=0
-run() { out=$("$@" 2>&1); rc=$?; }
-check() { # check CODE PATTERN DESCRIPTION -- command...
-    code=$1; pat=$2; desc=$3; shift 4
-    n=$((n + 1))
-    run "$@"
-    if [ "$rc" -ne "$code" ] || ! printf '%s\n' "$out" | grep -q -- "$pat"; then
-        echo "FAIL: $desc: exit $rc (expected $code), output lacks '$pat':"; printf '%s\n' "$out" | tail -8
-        fails=$((fails + 1))
-    fi
-}
-ndev=$("$clgrad" devices 2>/dev/null | grep -c '^device [0-9]')
-if [ "$ndev" -lt 2 ]; then echo "cli_pipe: needs two OpenCL devices (POCL_DEVICES=\"pthread pthread\")"; exit 77; fi
+. "$(dirname "$0")/cli_common.sh"
+cli_setup cli-pipe
+need_devices 2 cli_pipe
 # synthetic 8x8 data: class k = bright quadrant k (4 classes), random noise
-"$py" "$(dirname "$0")/make_idx.py" "$tmp/data" 8 256 64 --quadrants --seed 5 || { echo "cannot write the dataset"; exit 1; }
+make_idx "$tmp/data" 8 256 64 --quadrants --seed 5
 # a residual block whose skip edge crosses the cut after c2
 cat > "$tmp/res.cfg" <<'CFG'
 [net]
@@ -106,7 +94,7 @@ else
         $B --devices all --parallel pp=2 --microbatches 4 --device-mem-limit "$cap"
     # and evaluates it under the same cap (the stages' forwards in order, no whole network on device 0), and
     # saves it (the save's forward check runs on the stages too)
-    "$py" "$(dirname "$0")/make_idx.py" "$tmp/d28" 28 64 32 --quadrants --seed 5 || { echo "cannot write the dataset"; exit 1; }
+    make_idx "$tmp/d28" 28 64 32 --quadrants --seed 5
     check 0 "epoch 1/1.*test" "pp=2 on two capped devices trains and evaluates VGG-S" -- \
         "$clgrad" train vgg-s --data "$tmp/d28" --batch 32 --epochs 1 --seed 3 --devices all --parallel pp=2 \
         --microbatches 4 --device-mem-limit "$cap" --checkpoint "$tmp/cap"

@@ -4,11 +4,9 @@
 # path (--steps, --save). usage: cli_resume_guard.sh PATH/TO/clgrad PYTHON
 clgrad="$1"; py="$2"
 here=$(cd "$(dirname "$0")" && pwd)
-tmp=$(mktemp -d /tmp/clgrad-guard-XXXXXX) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-fails=0; n=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-"$py" "$here/make_idx.py" "$tmp/data" 8 96 32 || { echo "cannot write the dataset"; exit 1; }
+. "$(dirname "$0")/cli_common.sh"
+cli_setup guard
+make_idx "$tmp/data" 8 96 32
 cat > "$tmp/a.cfg" <<'CFG'
 [net]
 channels = 1

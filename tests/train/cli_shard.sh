@@ -5,23 +5,10 @@
 # the device, usage errors. usage: cli_shard.sh PATH/TO/clgrad PYTHON
 clgrad="$1"; py="$2"
 here=$(dirname "$0")
-tmp=$(mktemp -d /tmp/clgrad-cli-shard-XXXXXX) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-fails=0; n=0
-run() { out=$("$@" 2>&1); rc=$?; }
-check() { # check CODE PATTERN DESCRIPTION -- command...
-    code=$1; pat=$2; desc=$3; shift 4
-    n=$((n + 1))
-    run "$@"
-    if [ "$rc" -ne "$code" ] || ! printf '%s\n' "$out" | grep -q -- "$pat"; then
-        echo "FAIL: $desc: exit $rc (expected $code), output lacks '$pat':"; printf '%s\n' "$out" | tail -8
-        fails=$((fails + 1))
-    fi
-}
-if [ "$("$clgrad" devices 2>/dev/null | grep -c '^device [0-9]')" -lt 2 ]; then
-    echo "skip: needs two OpenCL devices"; exit 77
-fi
-"$py" "$(dirname "$0")/make_idx.py" "$tmp/data" 8 256 64 --quadrants || { echo "cannot write the dataset"; exit 1; }
+. "$(dirname "$0")/cli_common.sh"
+cli_setup cli-shard
+need_devices 2 cli_shard
+make_idx "$tmp/data" 8 256 64 --quadrants
 cat > "$tmp/mlp.cfg" <<'CFG'
 [net]
 channels = 1

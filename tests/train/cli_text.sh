@@ -8,29 +8,10 @@
 # skips (exit 77) while a layer type it uses is unknown to this build (the
 # transformer layers land separately).
 clgrad="$1"; py="$2"; src="$3"; mode="$4"
-tmp=$(mktemp -d /tmp/clgrad-cli-text-XXXXXX) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-fails=0; n=0
-run() { out=$("$@" 2>&1); rc=$?; }
-check() { # check CODE PATTERN DESCRIPTION -- command...
-    code=$1; pat=$2; desc=$3; shift 4
-    n=$((n + 1))
-    run "$@"
-    if [ "$rc" -ne "$code" ] || ! printf '%s\n' "$out" | grep -q -- "$pat"; then
-        echo "FAIL: $desc: exit $rc (expected $code), output lacks '$pat':"; printf '%s\n' "$out" | tail -8
-        fails=$((fails + 1))
-    fi
-}
+. "$(dirname "$0")/cli_common.sh"
+cli_setup cli-text
 # a text of random words (fresh each run), 6000 bytes
-"$py" - "$tmp/corpus.txt" <<'PYEOF' || { echo "cannot write the corpus"; exit 1; }
-import random, sys
-rng = random.Random()
-words = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far", "\n"]
-s = ""
-while len(s) < 6000:
-    s += rng.choice(words) + " "
-open(sys.argv[1], "w").write(s[:6000])
-PYEOF
+make_words "$tmp/corpus.txt" 6000
 
 if [ "$mode" = gpt ]; then
     run "$clgrad" train "$src/models/gpt-mini.cfg" --data "text:$tmp/corpus.txt" --steps 2 --batch 2 --no-eval --quiet
@@ -142,5 +123,4 @@ check 1 "augmentation (flip, shift) is for images" "augmentation with text" -- \
     "$clgrad" train "$tmp/tok.cfg" --data "text:$tmp/corpus.txt" --augment flip --quiet
 check 1 "missing.txt' does not exist" "a missing file" -- \
     "$clgrad" train "$tmp/tok.cfg" --data "text:$tmp/missing.txt" --quiet
-[ "$fails" -eq 0 ] && { echo "ok: $n checks"; exit 0; }
-echo "$fails of $n checks failed"; exit 1
+cli_done

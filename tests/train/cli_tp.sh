@@ -7,22 +7,10 @@
 # usage: cli_tp.sh PATH/TO/clgrad PYTHON
 clgrad="$1"; py="$2"
 export CLGRAD_CONV_AUTO_MEASURE=0
-tmp=$(mktemp -d /tmp/clgrad-cli-tp-XXXXXX) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-fails=0; n=0
-run() { out=$("$@" 2>&1); rc=$?; }
-check() { # check CODE PATTERN DESCRIPTION -- command...
-    code=$1; pat=$2; desc=$3; shift 4
-    n=$((n + 1))
-    run "$@"
-    if [ "$rc" -ne "$code" ] || ! printf '%s\n' "$out" | grep -q -- "$pat"; then
-        echo "FAIL: $desc: exit $rc (expected $code), output lacks '$pat':"; printf '%s\n' "$out" | tail -8
-        fails=$((fails + 1))
-    fi
-}
-ndev=$("$clgrad" devices 2>/dev/null | grep -c '^device [0-9]')
-if [ "$ndev" -lt 2 ]; then echo "cli_tp: needs two OpenCL devices (POCL_DEVICES=\"pthread pthread\")"; exit 77; fi
-"$py" "$(dirname "$0")/make_idx.py" "$tmp/data" 8 256 64 --quadrants --seed 5 || { echo "cannot write the dataset"; exit 1; }
+. "$(dirname "$0")/cli_common.sh"
+cli_setup cli-tp
+need_devices 2 cli_tp
+make_idx "$tmp/data" 8 256 64 --quadrants --seed 5
 cat > "$tmp/mlp.cfg" <<'CFG'
 [net]
 channels = 1

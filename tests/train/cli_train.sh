@@ -3,38 +3,11 @@
 # outputs, exit codes (0 ok, 1 failure, 2 usage) and clear messages for bad
 # input. usage: cli_train.sh PATH/TO/clgrad PYTHON
 clgrad="$1"; py="$2"
-tmp=$(mktemp -d /tmp/clgrad-cli-train-XXXXXX) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-fails=0; n=0
-run() { out=$("$@" 2>&1); rc=$?; }
-check() { # check CODE PATTERN DESCRIPTION -- command...
-    code=$1; pat=$2; desc=$3; shift 4
-    n=$((n + 1))
-    run "$@"
-    if [ "$rc" -ne "$code" ] || ! printf '%s\n' "$out" | grep -q -- "$pat"; then
-        echo "FAIL: $desc: exit $rc (expected $code), output lacks '$pat':"; printf '%s\n' "$out" | tail -8
-        fails=$((fails + 1))
-    fi
-}
+. "$(dirname "$0")/cli_common.sh"
+cli_setup cli-train
 # synthetic 8x8 data: class k = bright quadrant k (4 classes), random noise
-"$py" "$(dirname "$0")/make_idx.py" "$tmp/data" 8 256 64 --quadrants || { echo "cannot write the dataset"; exit 1; }
-cat > "$tmp/mlp.cfg" <<'CFG'
-[net]
-channels = 1
-height = 8
-width = 8
-classes = 4
-batch = 32
-learning_rate = 0.1
-[dense]
-name = fc1
-units = 16
-activation = relu
-[dense]
-name = fc2
-units = 4
-[softmax]
-CFG
+make_idx "$tmp/data" 8 256 64 --quadrants
+make_mlp "$tmp/mlp.cfg"
 cat > "$tmp/other.cfg" <<'CFG'
 [net]
 channels = 1

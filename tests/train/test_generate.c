@@ -4,11 +4,14 @@
  * (greedy and sampled, across the slides of a small context); a seed gives
  * the same bytes; bad input is refused. A small gpt-like model (2 pre-norm
  * blocks, width 32, 2 heads, context 32, tied head), randomly initialised
- * from a fresh seed. */
+ * from a fresh seed. fp16 storage (generate --precision fp16): the decoder
+ * against the fp32 forward, and the half key/value cache's operations
+ * against a double reference over half-rounded keys and values. */
 #include <math.h>
 #include <string.h>
 
 #include "model/decode.h"
+#include "ops/attn_cache.h"
 #include "testutil.h"
 #include "train/session.h"
 
@@ -55,8 +58,13 @@ static clg_model *make(clg_ctx *c, const char *text, int batch, uint64_t seed)
 }
 
 /* The decoder's logits match the full forward of the same window at every
- * position: fed 5 at once, then one by one, then the whole window again. */
-static void decoder_check(const char *algo)
+ * position: fed 5 at once, then one by one, then the whole window again.
+ * half: the decoder in fp16 storage (weights, activations and key/value
+ * cache in half) against the fp32 forward, within HALF_TOL. */
+/* |err| / (1 + |ref|): half rounds each stored value by up to 2^-11 relative (4.9e-4); about ten
+ * roundings lie between the embedding and the logits (measured: 6e-4 at random init) */
+#define HALF_TOL 5e-3
+static void decoder_check(const char *algo, int half)
 {
     gpt_algo = algo;
     clg_ctx *c = tu_ctx(NULL);
@@ -83,9 +91,12 @@ static void decoder_check(const char *algo)
                                          (size_t)CTX * V * sizeof(float), ref, 0, NULL, NULL),
                      CL_SUCCESS);
     clg_decoder *d = NULL;
-    ck_assert_msg(clg_decoder_create(rep, &d) == CLG_OK, "%s", clg_last_error(c));
+    ck_assert_msg(clg_decoder_create(rep, half, &d) == CLG_OK, "%s", clg_last_error(c));
+    const double tol = half ? HALF_TOL : 1e-4;
     ck_assert_int_eq(clg_decoder_context(d), CTX);
     ck_assert_int_eq(clg_decoder_vocab(d), V);
+    /* 2 attention layers, keys and values of CTX positions of width 32, in half or float */
+    ck_assert_uint_eq(clg_decoder_cache_bytes(d), 2u * 2u * CTX * 32u * (half ? 2u : 4u));
     float got[V];
     double worst = 0;
     for (int pass = 0; pass < 2; pass++)
@@ -100,7 +111,7 @@ static void decoder_check(const char *algo)
             ck_assert_msg(st == CLG_OK, "%s", clg_last_error(c));
             for (int v = 0; v < V; v++) {
                 double e = fabs((double)got[v] - ref[(size_t)t * V + v]);
-                ck_assert_msg(e <= 1e-4 * (1 + fabs(ref[(size_t)t * V + v])),
+                ck_assert_msg(e <= tol * (1 + fabs(ref[(size_t)t * V + v])),
                               "pass %d position %d class %d: decoder %g, forward %g", pass, t, v, got[v],
                               ref[(size_t)t * V + v]);
                 worst = fmax(worst, e);
@@ -109,7 +120,7 @@ static void decoder_check(const char *algo)
     /* a position that does not follow the cache is refused */
     ck_assert_int_eq(clg_decoder_step(d, iid, 1, 7, got), CLG_ERR_INVALID_ARG);
     ck_assert_int_eq(clg_decoder_step(d, iid, 2, CTX - 1, got), CLG_ERR_INVALID_ARG);
-    printf("decoder vs forward (attention algo %s): max |err| %.3g\n", gpt_algo, worst);
+    printf("decoder (%s) vs forward (attention algo %s): max |err| %.3g\n", half ? "fp16" : "fp32", gpt_algo, worst);
     gpt_algo = "auto";
     clg_decoder_free(d);
     free(ref);
@@ -122,8 +133,9 @@ static void decoder_check(const char *algo)
 /* against both attention paths of the full forward */
 START_TEST(decoder_matches_forward)
 {
-    decoder_check("fused");
-    decoder_check("gemm");
+    decoder_check("fused", 0);
+    decoder_check("gemm", 0);
+    decoder_check("fused", 1);
 }
 END_TEST
 
@@ -218,6 +230,10 @@ START_TEST(refusals)
     clg_generate_params p;
     memset(&p, 0, sizeof p); /* not initialised: size 0 */
     ck_assert_int_eq(clg_model_generate(m, &p, &r), CLG_ERR_INVALID_ARG);
+    clg_generate_params_init(&p);
+    p.fp16 = 2;
+    ck_assert_int_eq(clg_model_generate(m, &p, &r), CLG_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(clg_last_error(c), "fp16"));
     /* the callback stops it */
     int seen = 0;
     clg_generate_params_init(&p);
@@ -260,8 +276,117 @@ START_TEST(refusals)
 }
 END_TEST
 
+/* ---- the half key/value cache (src/ops/attn_cache.c, cl/decode.cl) ---- */
+
+/* x rounded to the nearest IEEE half (ties to even; no overflow for |x| < 65504). */
+static double to_half(double x)
+{
+    if (x == 0.0)
+        return x;
+    int e;
+    frexp(x, &e); /* |x| in [2^(e-1), 2^e) */
+    int q = e - 11 < -24 ? -24 : e - 11; /* the quantum's exponent: 11 significant bits, subnormals below 2^-14 */
+    return ldexp(nearbyint(ldexp(x, -q)), q);
+}
+
+static double half_bits(uint16_t h)
+{
+    int e = (h >> 10) & 31, m = h & 1023;
+    double v = e ? ldexp(1024 + m, e - 25) : ldexp(m, -24);
+    return (h & 0x8000) ? -v : v;
+}
+
+/* Appending N samples' keys and values chunk by chunk (5 positions, then 1
+ * at a time, then 3) and attending from the new positions: the cache holds
+ * exactly the half-rounded keys and values, and the output equals a double
+ * reference over them (the queries and arithmetic stay fp32). */
+START_TEST(half_cache_ops)
+{
+    enum { N = 2, H = 2, D = 16, C = H * D, TC = 12, LD = 3 * C };
+    clg_ctx *c = tu_ctx(NULL);
+    clg_device *dev = &c->devs[0];
+    clg_rng r;
+    tu_rng(&r, 7);
+    float *x = malloc(sizeof(float) * N * TC * LD); /* q | k | v rows, as the layer's fused projection */
+    ck_assert_ptr_nonnull(x);
+    tu_fill(x, (size_t)N * TC * LD, -2, 2, &r);
+    cl_mem kc = tu_upload(dev, NULL, N * TC * C / 2), vc = tu_upload(dev, NULL, N * TC * C / 2); /* halves */
+    const int chunks[] = {5, 1, 1, 1, 1, 3};
+    double worst = 0;
+    for (int ci = 0, past = 0; ci < 6; past += chunks[ci++]) {
+        int T = chunks[ci];
+        float *xs = malloc(sizeof(float) * N * T * LD);
+        ck_assert_ptr_nonnull(xs);
+        for (int n = 0; n < N; n++) /* the chunk's rows of each sample: N samples of T new positions */
+            memcpy(xs + (size_t)n * T * LD, x + ((size_t)n * TC + past) * LD, sizeof(float) * T * LD);
+        cl_mem dx = tu_upload(dev, xs, (size_t)N * T * LD), o = tu_upload(dev, NULL, (size_t)N * T * C);
+        clg_attn_desc a = {N, T, H, D, 1, 0.25f, 0, 0, 0, 0.0f, 0, 0, 0};
+        clg_attn_seq q = {dx, 0, LD}, k = {dx, C, LD}, v = {dx, 2 * C, LD}, skc = {kc, 0, C}, svc = {vc, 0, C};
+        clg_attn_seq so = {o, 0, C};
+        ck_assert_msg(clg_attn_cache_append_prec(dev, &a, 1, TC, past, &k, &v, &skc, &svc) == CLG_OK, "%s",
+                      clg_last_error(c));
+        ck_assert_msg(clg_attn_forward_cached_prec(dev, &a, 1, TC, past, &q, &skc, &svc, &so) == CLG_OK, "%s",
+                      clg_last_error(c));
+        float *got = malloc(sizeof(float) * N * T * C);
+        double *ref = malloc(sizeof(double) * N * T * C);
+        ck_assert(got && ref);
+        tu_download(dev, o, got, (size_t)N * T * C);
+        for (int n = 0; n < N; n++)
+            for (int i = 0; i < T; i++)
+                for (int h = 0; h < H; h++) {
+                    const float *qr = x + ((size_t)n * TC + past + i) * LD + h * D;
+                    double s[TC], m = -INFINITY, l = 0;
+                    for (int j = 0; j <= past + i; j++) {
+                        const float *kr = x + ((size_t)n * TC + j) * LD + C + h * D;
+                        s[j] = 0;
+                        for (int d = 0; d < D; d++)
+                            s[j] += (double)(qr[d] * 0.25f) * to_half(kr[d]);
+                        m = fmax(m, s[j]);
+                    }
+                    for (int j = 0; j <= past + i; j++)
+                        l += exp(s[j] - m);
+                    for (int d = 0; d < D; d++) {
+                        double acc = 0;
+                        for (int j = 0; j <= past + i; j++)
+                            acc += exp(s[j] - m) / l * to_half(x[((size_t)n * TC + j) * LD + 2 * C + h * D + d]);
+                        ref[((size_t)n * T + i) * C + h * D + d] = acc;
+                    }
+                }
+        worst = fmax(worst, tu_max_err(got, ref, (size_t)N * T * C, 1.0));
+        clg_buf_release(dev, dx);
+        clg_buf_release(dev, o);
+        free(xs), free(got), free(ref);
+    }
+    ck_assert_msg(worst <= 1e-5, "cached attention over half keys and values: error %g", worst);
+    uint16_t hk[N * TC * C], hv[N * TC * C];
+    ck_assert_int_eq(clEnqueueReadBuffer(dev->queue, kc, CL_TRUE, 0, sizeof hk, hk, 0, NULL, NULL), CL_SUCCESS);
+    ck_assert_int_eq(clEnqueueReadBuffer(dev->queue, vc, CL_TRUE, 0, sizeof hv, hv, 0, NULL, NULL), CL_SUCCESS);
+    for (size_t i = 0; i < (size_t)N * TC * C; i++) { /* row n TC + j, column c */
+        const float *row = x + i / C * LD + i % C;
+        ck_assert_msg(half_bits(hk[i]) == to_half(row[C]) && half_bits(hv[i]) == to_half(row[2 * C]),
+                      "cache element %zu: %g, %g; keys and values %g, %g", i, half_bits(hk[i]), half_bits(hv[i]),
+                      (double)row[C], (double)row[2 * C]);
+    }
+    printf("half key/value cache: exact half rounding; cached attention error %.3g\n", worst);
+    clg_buf_release(dev, kc);
+    clg_buf_release(dev, vc);
+    free(x);
+    clg_ctx_destroy(c);
+}
+END_TEST
+
 int main(void)
 {
-    const TTest *const tests[] = {decoder_matches_forward, cache_equals_recompute, refusals};
-    return tu_run_tests("generate", 120, tests, 3);
+    /* two cases: CK_RUN_CASE=half-cache runs the kernel check alone (oclgrind-generate-half) */
+    Suite *s = suite_create("generate");
+    TCase *tc = tcase_create("generate"), *th = tcase_create("half-cache");
+    tcase_set_timeout(tc, 120);
+    tcase_set_timeout(th, 120);
+    tcase_add_test(tc, decoder_matches_forward);
+    tcase_add_test(tc, cache_equals_recompute);
+    tcase_add_test(tc, refusals);
+    tcase_add_test(th, half_cache_ops);
+    suite_add_tcase(s, tc);
+    suite_add_tcase(s, th);
+    return tu_run(s);
 }
