@@ -34,8 +34,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
+#include "io/checkpoint.h"
 #include "parallel/pipe.h"
 #include "testutil.h"
+#include "train/session.h"
 
 #define TOL 1e-5
 #define STEPS 20
@@ -301,6 +305,94 @@ END_TEST
 START_TEST(resnet_bn_split) { split_vs_one_device("resnet-mini.cfg", "b1_conv1:0.5", "b1_conv1", 8, 2, 1, 2); }
 END_TEST
 
+// ---- sessions: checkpoints in the one-device format ----
+
+/* Steps [s0, s1) of a session on the data every run draws (the draws before s0 skipped). */
+static void session_steps(clg_model *m, int s0, int s1)
+{
+    clg_rng rng;
+    clg_rng_seed(&rng, 5, 99);
+    for (int s = 0; s < s1; s++) {
+        ck_assert(clg_session_stage_wait(m, 0) == CLG_OK);
+        synth(&rng, m->xhost[0], m->yhost[0], BATCH, m->net->in_c, m->net->in_h, m->net->in_w);
+        if (s < s0)
+            continue;
+        ck_assert(clg_session_upload(m, 0, BATCH, 1) == CLG_OK);
+        ck_assert_msg(clg_session_train_step(m, 0, LR, NULL) == CLG_OK, "%s", clg_last_error(ctx()));
+    }
+    ck_assert(clg_dp_finish(m->dp) == CLG_OK);
+}
+
+static clg_model *session(const char *text, const clg_pipe_params *pipe)
+{
+    clg_dp_params dpp = {.pipe = pipe};
+    clg_model *m = NULL;
+    ck_assert_msg(clg_session_create(ctx(), pipe ? "all" : NULL, 0, text, "t", BATCH, 7, 0, pipe ? &dpp : NULL,
+                                     &m) == CLG_OK, "%s", clg_last_error(ctx()));
+    return m;
+}
+
+/* The session's parameters in the one-device layout (a pipeline's gathered into the whole-network lane). */
+static void session_weights(clg_model *m, weights *w)
+{
+    ck_assert(clg_session_pipe_gather(m, 0) == CLG_OK);
+    grab(w, clg_session_rep(m));
+}
+
+static void same_bits(const weights *a, const weights *b, const char *what)
+{
+    ck_assert_int_eq(a->n, b->n);
+    for (int i = 0; i < a->n; i++)
+        ck_assert_msg(a->numel[i] == b->numel[i] && memcmp(a->v[i], b->v[i], a->numel[i] * sizeof(float)) == 0,
+                      "%s: tensor %d differs", what, i);
+}
+
+/* A --stages conv2:0.4 session (SGD with momentum) writes a checkpoint after 10 steps: it holds the one-device
+ * tensors (conv2.weight whole, its momentum too), a one-device session reads it with its state to the same bits,
+ * and a split session resumed from it runs steps 10 .. 19 to the bits of the uninterrupted run. */
+START_TEST(session_checkpoint)
+{
+    char *text = read_model("lenet5.cfg");
+    clg_pipe_params pipe = {.stages = 2, .cuts = "conv2:0.4", .micro = 4, .schedule = CLG_PIPE_1F1B};
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/clg_pipe_split_%d.ckpt", (int)getpid());
+    clg_model *a = session(text, &pipe);
+    ck_assert(a->pipe && a->pipe->split_layer == 2 && a->pipe->split_c == 6);
+    session_steps(a, 0, STEPS / 2);
+    weights w10 = {0}, w20 = {0}, one = {0}, res = {0};
+    session_weights(a, &w10);
+    ck_assert_msg(clg_session_save(a, path, 1, STEPS) == CLG_OK, "%s", clg_last_error(ctx()));
+    session_steps(a, STEPS / 2, STEPS);
+    session_weights(a, &w20);
+    clg_session_free(a);
+    clg_ckpt *ck = NULL;
+    ck_assert(clg_ckpt_load(&ctx()->err, path, &ck) == CLG_OK);
+    ck_assert_msg(clg_ckpt_find(ck, "conv2.weight") && clg_ckpt_find(ck, "opt.m.conv2.weight") &&
+                      !clg_ckpt_find(ck, "conv2@0.weight") && !clg_ckpt_find(ck, "conv2@1.bias"),
+                  "%s: not the one-device tensors", path);
+    clg_ckpt_free(ck);
+    clg_model *o = session(text, NULL); /* the one-device run reads it */
+    ck_assert_msg(clg_session_load(o, path, 1) == CLG_OK, "%s", clg_last_error(ctx()));
+    session_weights(o, &one);
+    same_bits(&one, &w10, "one device loading the split pipeline's checkpoint");
+    clg_session_free(o);
+    clg_model *b = session(text, &pipe); /* and the split pipeline resumes from it */
+    ck_assert_msg(clg_session_load(b, path, 1) == CLG_OK, "%s", clg_last_error(ctx()));
+    session_steps(b, STEPS / 2, STEPS);
+    session_weights(b, &res);
+    same_bits(&res, &w20, "the split pipeline resumed after 10 steps");
+    clg_session_free(b);
+    fprintf(stderr, "lenet5 --stages conv2:0.4 session: checkpoint in the one-device format, read by one device "
+            "and resumed to the same bits\n");
+    unlink(path);
+    weights_free(&w10);
+    weights_free(&w20);
+    weights_free(&one);
+    weights_free(&res);
+    free(text);
+}
+END_TEST
+
 static void refused(const char *text, const char *cuts, clg_status want, const char *msg)
 {
     clg_err err = {0};
@@ -345,6 +437,7 @@ int main(void)
     tcase_add_test(tc, lenet_conv_split);
     tcase_add_test(tc, lenet_dense_split);
     tcase_add_test(tc, resnet_bn_split);
+    tcase_add_test(tc, session_checkpoint);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
