@@ -489,8 +489,9 @@ static clg_status check_layout(clg_ctx *ctx, const clg_net *net, int K, int D, i
 }
 
 /* K = 2 by measured cost: a cut inside the layer where half the cost falls, when the best cut between layers
- * leaves the larger stage more than 3% over half the total and the split (whole channels, 1% allowed for the
- * concat and the extra transfer) predicts a smaller largest stage. The layer (-1: none); *c its channels before
+ * leaves the larger stage more than 3% over half the total and the split (channels in multiples of 8 or 4 where
+ * C allows, the tiles kernels block by; 1% allowed for the concat and the extra transfer) predicts a smaller
+ * largest stage. The layer (-1: none); *c its channels before
  * the cut. */
 static int split_auto(const clg_net *net, const double *cost, const int *cut, int *c)
 {
@@ -507,7 +508,8 @@ static int split_auto(const clg_net *net, const double *cost, const int *cut, in
             int C = clg_pipe_split_channels(net, i);
             if (!C)
                 return -1;
-            int k = CLG_MAX(1, CLG_MIN(C - 1, (int)((tot / 2 - pre) / cost[i] * C + 0.5)));
+            int g = C % 8 == 0 && C >= 16 ? 8 : C % 4 == 0 && C >= 8 ? 4 : 1; /* whole kernel tiles */
+            int k = CLG_MAX(g, CLG_MIN(C - g, (int)((tot / 2 - pre) / cost[i] * C / g + 0.5) * g));
             double s0 = pre + cost[i] * k / C;
             if (CLG_MAX(s0, tot - s0) * 1.01 >= best)
                 return -1;
