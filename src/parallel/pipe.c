@@ -6,6 +6,7 @@
 #include "model/layers.h"
 #include "ops/nn.h"
 #include "parallel/dp.h"
+#include "parallel/fail.h"
 #include "parallel/pipe.h"
 
 static clg_status stage_fn(void *arg, int s);
@@ -591,7 +592,8 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
         rc = cuts_by_name(&ctx->err, net, pp->cuts, K, cut);
     else
         rc = cuts_default(ctx, net, devs, K, D, M, mb, pp, p->cost, cut, &p->mem_moved);
-    if (rc == CLG_OK && !(pp->cuts && *pp->cuts) && K == 2 && p->measured && !p->mem_moved && !capped)
+    if (rc == CLG_OK && !(pp->cuts && *pp->cuts) && K == 2 && p->measured && !p->mem_moved && !capped &&
+        !pp->whole_layers)
         split = split_auto(net, p->cost, cut, &split_c);
     p->ctx = ctx;
     p->user_net = net;
@@ -1288,28 +1290,20 @@ static clg_status stage_fn(void *arg, int s)
         return rc;
     }
     rc = stage_schedule(p, st);
-    if (rc != CLG_OK) {
-        pthread_mutex_lock(&p->mu);
-        if (!p->abort) {
-            p->abort = 1;
-            p->fail_stage = s;
-            p->fail_status = rc;
-        }
-        pthread_cond_broadcast(&p->cv);
-        pthread_mutex_unlock(&p->mu);
-    }
+    if (rc != CLG_OK)
+        clg_fail_once(&p->mu, &p->cv, &p->abort, &p->fail_stage, &p->fail_status, s, rc);
     return rc;
 }
 
 static clg_status stage_failed(clg_pipe *p, clg_status rc, int s)
 {
     const clg_pipe_stage *st = &p->st[s];
-    char rep[32] = "";
+    char rep[32] = "", where[200];
     if (p->D > 1)
         snprintf(rep, sizeof rep, " of replica %d", st->d);
-    return clg_err_set(&p->ctx->err, rc, "pipeline stage %d%s (layers %s..%s) on device %d (%s): %s", st->s, rep,
-                       p->net->proto[st->first].name, p->net->proto[st->last].name, st->dev->index,
-                       st->dev->info.name, st->dev->err.msg);
+    snprintf(where, sizeof where, "pipeline stage %d%s (layers %s..%s)", st->s, rep, p->net->proto[st->first].name,
+             p->net->proto[st->last].name);
+    return clg_fail_report(&p->ctx->err, rc, where, st->dev);
 }
 
 clg_status clg_pipe_train_step(clg_pipe *p, const clg_hparams *hp, const float *x, const int32_t *y, int n,

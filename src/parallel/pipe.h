@@ -61,6 +61,8 @@ typedef struct clg_pipe_params {
     int recompute;     /* 1: stash only the activations entering a stage and run its forward again before a
                           backward (less memory, one more forward); 0: a whole activation set per slot */
     int tensor;        /* T: tensor parallelism over T devices (tp=T; parallel/tensor.h; 0 or 1: none) */
+    int whole_layers;  /* 1: the default partition cuts between layers only (tests comparing with the unsplit
+                          arithmetic bitwise, checkpoints straight from the stages); 0: inside one when better */
 } clg_pipe_params;
 
 /* Transfers across a cut: AUTO times both on the largest carried tensor at
