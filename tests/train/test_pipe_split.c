@@ -12,7 +12,8 @@
  *    the parts) over the same 4 micro-batches with gradient accumulation,
  *    both schedules, STEPS = 20 steps: weights (as the stages hold them)
  *    within TOL = 1e-5 relative L2 per tensor, batch-norm running statistics
- *    included, losses to 1e-4 (the same arithmetic: measured 0).
+ *    included, losses to 1e-4 (the same arithmetic: measured 0). LeNet-5
+ *    inside conv2 in fp16 storage too (the crossing tensors in half).
  * 2. The split itself: the stages' slices gathered (clg_pipe_sync, what a
  *    checkpoint writes) against one device running the model with the layer
  *    whole: the same gradient, but the split layer's GEMMs are narrower and
@@ -95,6 +96,8 @@ static void weights_free(weights *w)
     w->n = 0;
 }
 
+static int g_fp16; /* run: fp16 storage */
+
 static clg_pipe *make_pipe(clg_net *net, int K, int M, int schedule, const char *cuts)
 {
     int devs[2] = {0, 1};
@@ -161,6 +164,7 @@ static void run(const char *text, int steps, int K, int schedule, const char *cu
     clg_err err = {0};
     clg_net *net = NULL, *snet = NULL;
     ck_assert_msg(clg_net_build(&err, text, "t", BATCH, &net) == CLG_OK, "%s", err.msg);
+    net->fp16 = g_fp16;
     if (split_ref >= 0)
         ck_assert_msg(clg_pipe_split_net(&err, net, split_ref, split_c, BATCH, &snet) == CLG_OK, "%s", err.msg);
     clg_net *rn = snet ? snet : net;
@@ -178,12 +182,14 @@ static void run(const char *text, int steps, int K, int schedule, const char *cu
             clg_layer *a = &full->layers[i];
             for (int part = 0; part < 1 + (i == split_ref); part++) {
                 clg_layer *b = &p->st[0].rep->layers[j + part];
-                for (int q = 0; q < a->nparams; q++) {
+                for (int q = 0; q < a->nparams; q++) { /* fp16: the fp32 masters */
                     size_t n = b->params[q].numel, off = part ? a->params[q].numel - n : 0;
                     float *h = malloc(a->params[q].numel * sizeof(float));
-                    tu_download(full->dev, a->params[q].value, h, a->params[q].numel);
-                    ck_assert(clEnqueueWriteBuffer(p->st[0].dev->queue, b->params[q].value, CL_TRUE, 0,
-                                                   n * sizeof(float), h + off, 0, NULL, NULL) == CL_SUCCESS);
+                    clg_param_ref ra = {a, &a->params[q]}, rb = {b, &b->params[q]};
+                    tu_download(full->dev, clg_replica_master(full, &ra), h, a->params[q].numel);
+                    ck_assert(clEnqueueWriteBuffer(p->st[0].dev->queue, clg_replica_master(p->st[0].rep, &rb),
+                                                   CL_TRUE, 0, n * sizeof(float), h + off, 0, NULL,
+                                                   NULL) == CL_SUCCESS);
                     free(h);
                 }
             }
@@ -300,6 +306,28 @@ START_TEST(lenet_conv_split) { split_vs_one_device("lenet5.cfg", "conv2:0.4", "c
 END_TEST
 
 START_TEST(lenet_dense_split) { split_vs_one_device("lenet5.cfg", "fc1:0.5", "fc1", 60, 1, 0, 5); }
+END_TEST
+
+/* fp16 storage: the tensors crossing the cut (the split layer's input and its first part's output) and their
+ * gradients in half; the stages against one device running the split network in fp16, 20 steps. */
+START_TEST(lenet_fp16_split)
+{
+    char *text = read_model("lenet5.cfg");
+    clg_err err = {0};
+    clg_net *net = NULL;
+    ck_assert(clg_net_build(&err, text, "t", BATCH, &net) == CLG_OK);
+    int L = clg_net_find(net, "conv2");
+    clg_net_free(net);
+    g_fp16 = 1;
+    weights ref = {0}, w = {0};
+    run(text, STEPS, 1, CLG_PIPE_1F1B, NULL, L, 6, 1, -1, &ref);
+    run(text, STEPS, 2, CLG_PIPE_1F1B, "conv2:0.4", -1, 0, 1, -1, &w);
+    g_fp16 = 0;
+    compare(&w, &ref, "lenet5 fp16 pp=2 --stages conv2:0.4 M=4 1f1b vs one device accumulating, 20 steps");
+    weights_free(&ref);
+    weights_free(&w);
+    free(text);
+}
 END_TEST
 
 START_TEST(resnet_bn_split) { split_vs_one_device("resnet-mini.cfg", "b1_conv1:0.5", "b1_conv1", 8, 2, 1, 2); }
@@ -436,6 +464,7 @@ int main(void)
     tcase_add_test(tc, bad_cuts);
     tcase_add_test(tc, lenet_conv_split);
     tcase_add_test(tc, lenet_dense_split);
+    tcase_add_test(tc, lenet_fp16_split);
     tcase_add_test(tc, resnet_bn_split);
     tcase_add_test(tc, session_checkpoint);
     suite_add_tcase(s, tc);
