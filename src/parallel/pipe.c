@@ -492,8 +492,7 @@ static clg_status check_layout(clg_ctx *ctx, const clg_net *net, int K, int D, i
 /* K = 2 by measured cost: a cut inside the layer where half the cost falls, when the best cut between layers
  * leaves the larger stage more than 3% over half the total and the split (channels in multiples of 8 or 4 where
  * C allows, the tiles kernels block by; 1% allowed for the concat and the extra transfer) predicts a smaller
- * largest stage. The layer (-1: none); *c its channels before
- * the cut. */
+ * largest stage. Returns the layer (-1: none); *c its channels before the cut. */
 static int split_auto(const clg_net *net, const double *cost, const int *cut, int *c)
 {
     double tot = 0, pre = 0, a = 0;
