@@ -493,7 +493,7 @@ static clg_status check_layout(clg_ctx *ctx, const clg_net *net, int K, int D, i
  * leaves the larger stage more than 3% over half the total and the split (channels in multiples of 8 or 4 where
  * C allows, the tiles kernels block by; 1% allowed for the concat and the extra transfer) predicts a smaller
  * largest stage. Returns the layer (-1: none); *c its channels before the cut. */
-static int split_auto(const clg_net *net, const double *cost, const int *cut, int *c)
+int clg_pipe_split_auto(const clg_net *net, const double *cost, const int *cut, int *c)
 {
     double tot = 0, pre = 0, a = 0;
     for (int i = 0; i < net->nlayers; i++)
@@ -593,7 +593,7 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
         rc = cuts_default(ctx, net, devs, K, D, M, mb, pp, p->cost, cut, &p->mem_moved);
     if (rc == CLG_OK && !(pp->cuts && *pp->cuts) && K == 2 && p->measured && !p->mem_moved && !capped &&
         !pp->whole_layers)
-        split = split_auto(net, p->cost, cut, &split_c);
+        split = clg_pipe_split_auto(net, p->cost, cut, &split_c);
     p->ctx = ctx;
     p->user_net = net;
     p->split_layer = -1;

@@ -258,6 +258,11 @@ CLG_INTERNAL int clg_pipe_split_channels(const clg_net *net, int layer);
  * split and a second such item, naming them. */
 CLG_INTERNAL clg_status clg_pipe_split_spec(clg_err *err, const clg_net *net, const char *cuts, int *layer, int *c,
                                             char *rest, size_t cap);
+/* The default partition's choice for K = 2 from per-layer costs and the best cut between layers (cut[0]): the
+ * layer to cut inside (-1: none) and *c its channels before the cut (pipe.c: when that cut leaves the larger stage
+ * more than 3% over half, the layer where half the cost falls, in whole tiles of 8 or 4 channels where possible,
+ * if that predicts a smaller largest stage). */
+CLG_INTERNAL int clg_pipe_split_auto(const clg_net *net, const double *cost, const int *cut, int *c);
 /* The network net with layer `layer` cut after its first c output channels (see pipe_split.c); *out owned by the
  * caller (clg_net_free). */
 CLG_INTERNAL clg_status clg_pipe_split_net(clg_err *err, const clg_net *net, int layer, int c, int batch,

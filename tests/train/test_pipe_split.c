@@ -29,7 +29,8 @@
  *    one-device replica and its optimizer, the pipeline freed, a new one made
  *    and scattered into, 10 more steps: bitwise equal to 20 uninterrupted.
  * 4. Refusals: a fraction of 0 or 1 or malformed, one leaving a side without
- *    a channel, a layer that cannot be split, two cuts inside layers. */
+ *    a channel, a layer that cannot be split, two cuts inside layers.
+ * 5. The default partition's choice (clg_pipe_split_auto) on given costs. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -421,6 +422,38 @@ START_TEST(session_checkpoint)
 }
 END_TEST
 
+/* The default partition's choice from per-layer costs (VGG-S: conv1 conv2 pool1 conv3 conv4 pool2 fc1 drop1 fc2
+ * loss). */
+START_TEST(auto_choice)
+{
+    char *text = read_model("vgg-s.cfg");
+    clg_err err = {0};
+    clg_net *net = NULL;
+    ck_assert(clg_net_build(&err, text, "t", BATCH, &net) == CLG_OK);
+    int c = -1, cut[2] = {3, 9};
+    /* the costs the pipeline measured on a basic device (ms, micro-batch 32): the best layer cut (after conv3)
+     * leaves 57.4 / 46.7; half is 52.2, 9.6 ms into conv3's 14.8: 41 of 64 channels, 40 in tiles of 8 */
+    double vgg[10] = {1.414, 40.625, 0.636, 14.848, 43.975, 0.535, 2.147, 0.015, 0.032, 0.018};
+    ck_assert_int_eq(clg_pipe_split_auto(net, vgg, cut, &c), 3);
+    ck_assert_int_eq(c, 40);
+    /* within 3% of half: no split */
+    double even[10] = {1, 44, 1, 2, 44, 1, 1, 0, 0, 0};
+    cut[0] = 2;
+    ck_assert_int_eq(clg_pipe_split_auto(net, even, cut, &c), -1);
+    /* half falls in pool2 (cannot be split): none */
+    double pool[10] = {1, 40, 1, 1, 1, 60, 1, 0, 0, 0};
+    cut[0] = 4;
+    ck_assert_int_eq(clg_pipe_split_auto(net, pool, cut, &c), -1);
+    /* half falls in fc1 (dense, 256 units): inside it */
+    double fc[10] = {1, 1, 1, 1, 1, 1, 100, 1, 1, 1};
+    cut[0] = 6;
+    ck_assert_int_eq(clg_pipe_split_auto(net, fc, cut, &c), 6);
+    ck_assert_int_eq(c, 128);
+    clg_net_free(net);
+    free(text);
+}
+END_TEST
+
 static void refused(const char *text, const char *cuts, clg_status want, const char *msg)
 {
     clg_err err = {0};
@@ -462,6 +495,7 @@ int main(void)
     TCase *tc = tcase_create("pipe_split");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, bad_cuts);
+    tcase_add_test(tc, auto_choice);
     tcase_add_test(tc, lenet_conv_split);
     tcase_add_test(tc, lenet_dense_split);
     tcase_add_test(tc, lenet_fp16_split);
