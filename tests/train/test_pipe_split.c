@@ -30,7 +30,9 @@
  *    and scattered into, 10 more steps: bitwise equal to 20 uninterrupted.
  * 4. Refusals: a fraction of 0 or 1 or malformed, one leaving a side without
  *    a channel, a layer that cannot be split, two cuts inside layers.
- * 5. The default partition's choice (clg_pipe_split_auto) on given costs. */
+ * 5. The default partition's choice (clg_pipe_split_auto) on given costs.
+ * 6. Four devices (test train-pipe-split-4): dp=2 x pp=2 with the cut inside
+ *    conv2 against dp=2 x pp=1 on the split network, 20 steps. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,14 +99,16 @@ static void weights_free(weights *w)
     w->n = 0;
 }
 
-static int g_fp16; /* run: fp16 storage */
+static int g_fp16;         /* run: fp16 storage */
+static int g_replicas = 1; /* dp=D of the pipelines made (D x K devices) */
 
 static clg_pipe *make_pipe(clg_net *net, int K, int M, int schedule, const char *cuts)
 {
-    int devs[2] = {0, 1};
-    clg_pipe_params pp = {.stages = K, .cuts = cuts, .micro = M, .schedule = schedule};
+    int devs[4] = {0, 1, 2, 3};
+    clg_pipe_params pp = {.stages = K, .cuts = cuts, .micro = M, .schedule = schedule, .replicas = g_replicas};
     clg_pipe *p = NULL;
-    ck_assert_msg(clg_pipe_create(ctx(), net, devs, K, 7, BATCH, &pp, &p) == CLG_OK, "%s", clg_last_error(ctx()));
+    ck_assert_msg(clg_pipe_create(ctx(), net, devs, K * g_replicas, 7, BATCH, &pp, &p) == CLG_OK, "%s",
+                  clg_last_error(ctx()));
     return p;
 }
 
@@ -162,6 +166,7 @@ static void grab_stages(weights *w, clg_pipe *p)
 static void run(const char *text, int steps, int K, int schedule, const char *cuts, int split_ref, int split_c,
                 int stages, int resume_at, weights *w)
 {
+    int M = g_replicas > 1 ? 2 : 4;
     clg_err err = {0};
     clg_net *net = NULL, *snet = NULL;
     ck_assert_msg(clg_net_build(&err, text, "t", BATCH, &net) == CLG_OK, "%s", err.msg);
@@ -169,26 +174,32 @@ static void run(const char *text, int steps, int K, int schedule, const char *cu
     if (split_ref >= 0)
         ck_assert_msg(clg_pipe_split_net(&err, net, split_ref, split_c, BATCH, &snet) == CLG_OK, "%s", err.msg);
     clg_net *rn = snet ? snet : net;
-    clg_pipe *p = make_pipe(rn, K, 4, schedule, cuts);
+    clg_pipe *p = make_pipe(rn, K, M, schedule, cuts);
     size_t sample = (size_t)net->in_c * net->in_h * net->in_w;
     float *x = malloc(BATCH * sample * sizeof(float));
     int32_t *y = malloc(BATCH * sizeof(int32_t));
     clg_rng rng;
     clg_rng_seed(&rng, 5, 99);
     if (snet) { /* the whole layer's initial weights in its two parts, as the split pipeline scatters them */
+        int D = g_replicas;
+        g_replicas = 1;
         clg_pipe *u = make_pipe(net, 1, 4, schedule, NULL);
+        g_replicas = D;
         clg_replica *full = gather(u, net, NULL);
         clg_pipe_free(u);
         for (int i = 0, j = 0; i < net->nlayers; j += i == split_ref ? 3 : 1, i++) {
             clg_layer *a = &full->layers[i];
-            for (int part = 0; part < 1 + (i == split_ref); part++) {
-                clg_layer *b = &p->st[0].rep->layers[j + part];
+            for (int part = 0; part < 2 * p->L; part++) { /* K = 1: every replica's one stage */
+                if (part % 2 && i != split_ref)
+                    continue;
+                clg_pipe_stage *sg = &p->st[part / 2];
+                clg_layer *b = &sg->rep->layers[j + part % 2];
                 for (int q = 0; q < a->nparams; q++) { /* fp16: the fp32 masters */
-                    size_t n = b->params[q].numel, off = part ? a->params[q].numel - n : 0;
+                    size_t n = b->params[q].numel, off = part % 2 ? a->params[q].numel - n : 0;
                     float *h = malloc(a->params[q].numel * sizeof(float));
                     clg_param_ref ra = {a, &a->params[q]}, rb = {b, &b->params[q]};
                     tu_download(full->dev, clg_replica_master(full, &ra), h, a->params[q].numel);
-                    ck_assert(clEnqueueWriteBuffer(p->st[0].dev->queue, clg_replica_master(p->st[0].rep, &rb),
+                    ck_assert(clEnqueueWriteBuffer(sg->dev->queue, clg_replica_master(sg->rep, &rb),
                                                    CL_TRUE, 0, n * sizeof(float), h + off, 0, NULL,
                                                    NULL) == CL_SUCCESS);
                     free(h);
@@ -203,7 +214,7 @@ static void run(const char *text, int steps, int K, int schedule, const char *cu
             clg_optim *fo = NULL;
             clg_replica *full = gather(p, rn, &fo);
             clg_pipe_free(p);
-            p = make_pipe(rn, K, 4, schedule, cuts);
+            p = make_pipe(rn, K, M, schedule, cuts);
             ck_assert_msg(clg_pipe_sync(p, full, fo, &rn->hp, 0) == CLG_OK, "%s", clg_last_error(ctx()));
             clg_optim_free(fo);
             clg_replica_free(full);
@@ -325,6 +336,28 @@ START_TEST(lenet_fp16_split)
     run(text, STEPS, 2, CLG_PIPE_1F1B, "conv2:0.4", -1, 0, 1, -1, &w);
     g_fp16 = 0;
     compare(&w, &ref, "lenet5 fp16 pp=2 --stages conv2:0.4 M=4 1f1b vs one device accumulating, 20 steps");
+    weights_free(&ref);
+    weights_free(&w);
+    free(text);
+}
+END_TEST
+
+/* dp=2 x pp=2 on four devices (test train-pipe-split-4), each replica half of the batch in 2 micro-batches: against
+ * dp=2 x pp=1 running the split network (the same sums: each replica's micro-batches accumulated, then the
+ * replicas' sums added per stage in replica order), 20 steps. */
+START_TEST(hybrid_split)
+{
+    if (clg_device_count(ctx()) < 4) {
+        fprintf(stderr, "hybrid_split: skipped (needs four devices; test train-pipe-split-4 has them)\n");
+        return;
+    }
+    char *text = read_model("lenet5.cfg");
+    g_replicas = 2;
+    weights ref = {0}, w = {0};
+    run(text, STEPS, 1, CLG_PIPE_1F1B, NULL, 2, 6, 1, -1, &ref);
+    run(text, STEPS, 2, CLG_PIPE_1F1B, "conv2:0.4", -1, 0, 1, -1, &w);
+    g_replicas = 1;
+    compare(&w, &ref, "lenet5 dp=2 x pp=2 --stages conv2:0.4 M=2 1f1b vs dp=2 x pp=1 on the split network, 20 steps");
     weights_free(&ref);
     weights_free(&w);
     free(text);
@@ -502,6 +535,10 @@ int main(void)
     tcase_add_test(tc, resnet_bn_split);
     tcase_add_test(tc, session_checkpoint);
     suite_add_tcase(s, tc);
+    TCase *t4 = tcase_create("pipe_split4"); /* CK_RUN_CASE=pipe_split4 (test train-pipe-split-4) runs it alone */
+    tcase_set_timeout(t4, 120);
+    tcase_add_test(t4, hybrid_split);
+    suite_add_tcase(s, t4);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
     srunner_run_all(sr, CK_NORMAL);
