@@ -68,9 +68,9 @@ clg_status clg_pipe_split_spec(clg_err *err, const clg_net *net, const char *cut
     for (const char *s = cuts; s && *s;) {
         const char *e = strchr(s, ','), *colon = strchr(s, ':');
         size_t len = e ? (size_t)(e - s) : strlen(s);
-        char name[64];
+        char name[64 + 2]; /* a layer name and "@0" */
         size_t nlen = colon && colon < s + len ? (size_t)(colon - s) : len;
-        if (nlen == 0 || nlen >= sizeof name)
+        if (nlen == 0 || nlen >= 64)
             return clg_err_set(err, CLG_ERR_INVALID_ARG, "--stages '%s': empty or overlong layer name", cuts);
         memcpy(name, s, nlen);
         name[nlen] = 0;
