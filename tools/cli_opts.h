@@ -83,8 +83,11 @@ extern const char *const cli_pipe_schedules[]; /* 1f1b, gpipe */
                    "select K), each holding only its layers; tp=T: tensor\n"                                      \
                    "parallelism, dense pairs split over T devices"),                                              \
         CLI_LIST_OPT("--stages", T, p.stages, "NAMES",                                                           \
-                     "pipeline cuts: after these layers (K-1 names; default: balanced\n"                        \
-                     "by measured layer times, within each device's memory limit)"),                             \
+                     "pipeline cuts: after these layers (K-1 names; NAME:F cuts inside\n"                       \
+                     "a conv or dense layer after the fraction F of its output\n"                                 \
+                     "channels; default: balanced by measured layer times, within\n"                             \
+                     "each device's memory limit, inside a layer when that balances\n"                           \
+                     "2 stages better)"),                                                                          \
         CLI_INT_OPT("--microbatches", T, p.microbatches, 1, 1024, "M",                                           \
                     "pipeline micro-batches per step (default 4 x K)"),                                           \
         CLI_CHOICE_OPT("--pipe-schedule", T, p.pipe_schedule, cli_pipe_schedules, "NAME",                        \

@@ -6,6 +6,7 @@
 #include "model/layers.h"
 #include "ops/nn.h"
 #include "parallel/dp.h"
+#include "parallel/fail.h"
 #include "parallel/hybrid.h"
 #include "parallel/pipe.h"
 #include "parallel/pipe_zero.h"
@@ -14,6 +15,7 @@ static clg_status stage_fn(void *arg, int s);
 static clg_status wait_flag(clg_pipe *p, const int64_t *flag);
 static clg_status xfer_setup(clg_pipe *p, int mode);
 static clg_status reduce_setup(clg_pipe *p);
+static clg_status split_init(clg_pipe *p, uint64_t seed);
 
 // ---- parsing ----
 
@@ -489,6 +491,73 @@ static clg_status check_layout(clg_ctx *ctx, const clg_net *net, int K, int D, i
     return CLG_OK;
 }
 
+/* K = 2 by measured cost: a cut inside the layer where half the cost falls, when the best cut between layers
+ * leaves the larger stage more than 3% over half the total and the split (channels in multiples of 8 or 4 where
+ * C allows, the tiles kernels block by; 1% allowed for the concat and the extra transfer) predicts a smaller
+ * largest stage. Returns the layer (-1: none); *c its channels before the cut. */
+int clg_pipe_split_auto(const clg_net *net, const double *cost, const int *cut, int *c)
+{
+    double tot = 0, pre = 0, a = 0;
+    for (int i = 0; i < net->nlayers; i++)
+        tot += cost[i];
+    for (int i = 0; i <= cut[0]; i++)
+        a += cost[i];
+    double best = CLG_MAX(a, tot - a);
+    if (best <= 0.515 * tot)
+        return -1;
+    for (int i = 0; i < net->nlayers; i++) {
+        if (pre + cost[i] > tot / 2) {
+            int C = clg_pipe_split_channels(net, i);
+            if (!C)
+                return -1;
+            int g = C % 8 == 0 && C >= 16 ? 8 : C % 4 == 0 && C >= 8 ? 4 : 1; /* whole kernel tiles */
+            int k = CLG_MAX(g, CLG_MIN(C - g, (int)((tot / 2 - pre) / cost[i] * C / g + 0.5) * g));
+            double s0 = pre + cost[i] * k / C;
+            if (CLG_MAX(s0, tot - s0) * 1.01 >= best)
+                return -1;
+            *c = k;
+            return i;
+        }
+        pre += cost[i];
+    }
+    return -1;
+}
+
+/* The split network of layer L cut after c channels: the per-layer costs and stage_of remade for it and the cuts
+ * (by name in it: names, NULL: the split is the cut of K = 2). */
+static clg_status split_setup(clg_pipe *p, int L, int c, const char *names, int K, int batch, int *cut)
+{
+    const clg_net *un = p->user_net;
+    CLG_TRY(clg_pipe_split_net(&p->ctx->err, un, L, c, batch, &p->split_net));
+    clg_net *sn = p->split_net;
+    double *cost = malloc(sizeof(double) * (size_t)sn->nlayers);
+    int *so = realloc(p->stage_of, sizeof(int) * (size_t)sn->nlayers);
+    if (so)
+        p->stage_of = so;
+    if (!cost || !so) {
+        free(cost);
+        return clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    }
+    double C = un->proto[L].out_shape[1];
+    for (int j = 0; j < sn->nlayers; j++)
+        cost[j] = !p->measured ? layer_cost(&sn->proto[j]) / 1e9
+                  : j < L      ? p->cost[j]
+                  : j == L     ? p->cost[L] * c / C
+                  : j == L + 1 ? p->cost[L] * (C - c) / C
+                  : j == L + 2 ? 0.01 * p->cost[L]
+                               : p->cost[j - 2];
+    free(p->cost);
+    p->cost = cost;
+    p->split_layer = L;
+    p->split_c = c;
+    clg_log(1, "pipeline: cut inside %s after %d of its %d output channels", un->proto[L].name, c, (int)C);
+    if (names)
+        return cuts_by_name(&p->ctx->err, sn, names, K, cut);
+    cut[0] = L;
+    cut[1] = sn->nlayers - 1;
+    return CLG_OK;
+}
+
 clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, uint64_t seed, int batch,
                            const clg_pipe_params *pp, clg_pipe **out)
 {
@@ -514,15 +583,30 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
     for (int i = 0; i < net->nlayers && !p->measured; i++)
         p->cost[i] = layer_cost(&net->proto[i]) / 1e9;
     clg_status rc = CLG_OK;
-    if (pp->cuts && *pp->cuts)
+    char scuts[1024];
+    int split = -1, split_c = 0, capped = 0;
+    for (int l = 0; l < ndev; l++)
+        capped |= ctx->devs[devs[l]].pool.limit > 0;
+    if (pp->cuts && strchr(pp->cuts, ':'))
+        rc = clg_pipe_split_spec(&ctx->err, net, pp->cuts, &split, &split_c, scuts, sizeof scuts);
+    else if (pp->cuts && *pp->cuts)
         rc = cuts_by_name(&ctx->err, net, pp->cuts, K, cut);
     else
         rc = cuts_default(ctx, net, devs, K, D, M, mb, pp, p->cost, cut, &p->mem_moved);
+    if (rc == CLG_OK && !(pp->cuts && *pp->cuts) && K == 2 && p->measured && !p->mem_moved && !capped &&
+        !pp->whole_layers)
+        split = clg_pipe_split_auto(net, p->cost, cut, &split_c);
+    p->ctx = ctx;
+    p->user_net = net;
+    p->split_layer = -1;
+    if (rc == CLG_OK && split >= 0)
+        rc = split_setup(p, split, split_c, pp->cuts && *pp->cuts ? scuts : NULL, K, batch, cut);
     if (rc != CLG_OK) {
         clg_pipe_free(p);
         return rc;
     }
-    p->ctx = ctx;
+    if (p->split_net)
+        net = p->split_net;
     p->net = net;
     p->K = K;
     p->D = D;
@@ -567,6 +651,10 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
             rc = clg_err_set(&ctx->err, rc, "pipeline stage %d on device %d (%s): %s", s, p->st[s].dev->index,
                              p->st[s].dev->info.name, p->st[s].dev->err.msg);
     }
+    if (rc == CLG_OK && p->split_net) /* the split layer's weights as one device draws them */
+        rc = split_init(p, seed);
+    if (rc == CLG_OK && p->split_net)
+        rc = clg_pipe_loaded(p);
     if (rc == CLG_OK)
         rc = xfer_setup(p, pp->transfer);
     if (rc == CLG_OK)
@@ -653,6 +741,7 @@ void clg_pipe_free(clg_pipe *p)
     }
     free(p->edges);
     free(p->stage_of);
+    clg_net_free(p->split_net); /* after the stages' replicas of it */
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
     free(p);
@@ -1216,28 +1305,20 @@ static clg_status stage_fn(void *arg, int s)
         return rc;
     }
     rc = stage_schedule(p, st);
-    if (rc != CLG_OK) {
-        pthread_mutex_lock(&p->mu);
-        if (!p->abort) {
-            p->abort = 1;
-            p->fail_stage = s;
-            p->fail_status = rc;
-        }
-        pthread_cond_broadcast(&p->cv);
-        pthread_mutex_unlock(&p->mu);
-    }
+    if (rc != CLG_OK)
+        clg_fail_once(&p->mu, &p->cv, &p->abort, &p->fail_stage, &p->fail_status, s, rc);
     return rc;
 }
 
 static clg_status stage_failed(clg_pipe *p, clg_status rc, int s)
 {
     const clg_pipe_stage *st = &p->st[s];
-    char rep[32] = "";
+    char rep[32] = "", where[200];
     if (p->D > 1)
         snprintf(rep, sizeof rep, " of replica %d", st->d);
-    return clg_err_set(&p->ctx->err, rc, "pipeline stage %d%s (layers %s..%s) on device %d (%s): %s", st->s, rep,
-                       p->net->proto[st->first].name, p->net->proto[st->last].name, st->dev->index,
-                       st->dev->info.name, st->dev->err.msg);
+    snprintf(where, sizeof where, "pipeline stage %d%s (layers %s..%s)", st->s, rep, p->net->proto[st->first].name,
+             p->net->proto[st->last].name);
+    return clg_fail_report(&p->ctx->err, rc, where, st->dev);
 }
 
 clg_status clg_pipe_train_step(clg_pipe *p, const clg_hparams *hp, const float *x, const int32_t *y, int n,
@@ -1317,13 +1398,14 @@ clg_status clg_pipe_train_step(clg_pipe *p, const clg_hparams *hp, const float *
 
 // ---- the whole model on one replica (checkpoints, evaluation) ----
 
-/* Copies n floats between buffers of two devices through the host. */
-static clg_status copy_between(clg_device *sd, cl_mem src, clg_device *dd, cl_mem dst, size_t n, float *tmp)
+/* Copies n floats between buffers of two devices through the host (offsets in floats). */
+static clg_status copy_between(clg_device *sd, cl_mem src, size_t so, clg_device *dd, cl_mem dst, size_t doff,
+                               size_t n, float *tmp)
 {
-    CLG_CL_CHECK(clg_dev_err(sd), clEnqueueReadBuffer(sd->queue, src, CL_TRUE, 0, n * sizeof(float), tmp, 0, NULL,
-                                                      NULL));
-    CLG_CL_CHECK(clg_dev_err(dd), clEnqueueWriteBuffer(dd->queue, dst, CL_TRUE, 0, n * sizeof(float), tmp, 0, NULL,
-                                                       NULL));
+    CLG_CL_CHECK(clg_dev_err(sd), clEnqueueReadBuffer(sd->queue, src, CL_TRUE, so * sizeof(float), n * sizeof(float),
+                                                      tmp, 0, NULL, NULL));
+    CLG_CL_CHECK(clg_dev_err(dd), clEnqueueWriteBuffer(dd->queue, dst, CL_TRUE, doff * sizeof(float),
+                                                       n * sizeof(float), tmp, 0, NULL, NULL));
     return CLG_OK;
 }
 
@@ -1336,30 +1418,60 @@ static int optim_index(const clg_optim *o, int layer, int slot)
     return -1;
 }
 
-/* One parameter (value and optimizer state) between the full replica and its stage. */
+/* One parameter (value and optimizer state) between the full replica (of the caller's net) and its stage; a
+ * layer cut inside: its leading rows with L@0's stage, the rest with L@1's. */
 static clg_status sync_param(clg_pipe *p, clg_replica *full, clg_optim *fo, const clg_param_ref *ref, int to_full,
                              int d, float *tmp)
 {
-    int li = ref->layer->index, slot = (int)(ref->param - ref->layer->params);
-    clg_pipe_stage *st = &p->st[d * p->K + p->stage_of[li]];
-    clg_param_ref sref = {&st->rep->layers[li], &st->rep->layers[li].params[slot]};
-    cl_mem sv = clg_replica_master(st->rep, &sref), fv = clg_replica_master(full, ref); /* fp16: the fp32 masters */
-    size_t n = ref->param->numel;
-    clg_device *a = to_full ? st->dev : full->dev, *b = to_full ? full->dev : st->dev;
-    CLG_TRY(copy_between(a, to_full ? sv : fv, b, to_full ? fv : sv, n, tmp));
-    if (!ref->param->trainable || !fo || !st->opt)
-        return CLG_OK;
-    int fi = optim_index(fo, li, slot), si = optim_index(st->opt, li, slot);
-    if (fi < 0 || si < 0)
-        return CLG_OK;
-    if (p->zero) /* sharded: the parts of every replica (pipe_zero.c) */
-        return clg_pipe_zero_state(p, fo, fi, li, slot, to_full, d, tmp);
-    for (int k = 0; k < clg_optim_nstate(fo); k++) {
-        cl_mem fm = k == 0 ? fo->m[fi] : fo->v[fi], sm = k == 0 ? st->opt->m[si] : st->opt->v[si];
-        if (fm && sm)
-            CLG_TRY(copy_between(a, to_full ? sm : fm, b, to_full ? fm : sm, n, tmp));
+    int ui = ref->layer->index, slot = (int)(ref->param - ref->layer->params);
+    int split = p->split_layer >= 0 && ui == p->split_layer, C = ref->layer->out_shape[1];
+    size_t numel = ref->param->numel, n0 = split ? numel / (size_t)C * (size_t)p->split_c : numel;
+    for (int part = 0; part < 1 + split; part++) {
+        int li = p->split_layer >= 0 && ui >= p->split_layer ? ui + (ui == p->split_layer ? part : 2) : ui;
+        size_t foff = part ? n0 : 0, n = part ? numel - n0 : n0;
+        clg_pipe_stage *st = &p->st[d * p->K + p->stage_of[li]];
+        clg_param_ref sref = {&st->rep->layers[li], &st->rep->layers[li].params[slot]};
+        cl_mem sv = clg_replica_master(st->rep, &sref), fv = clg_replica_master(full, ref); /* fp16: fp32 masters */
+        clg_device *a = to_full ? st->dev : full->dev, *b = to_full ? full->dev : st->dev;
+        CLG_TRY(to_full ? copy_between(a, sv, 0, b, fv, foff, n, tmp) : copy_between(a, fv, foff, b, sv, 0, n, tmp));
+        if (!ref->param->trainable || !fo || !st->opt)
+            continue;
+        int fi = optim_index(fo, ui, slot), si = optim_index(st->opt, li, slot);
+        if (p->zero && fi >= 0 && si >= 0) /* sharded: the parts of every replica (pipe_zero.c; no split layer) */
+            return clg_pipe_zero_state(p, fo, fi, li, slot, to_full, d, tmp);
+        for (int k = 0; fi >= 0 && si >= 0 && k < clg_optim_nstate(fo); k++) {
+            cl_mem fm = k == 0 ? fo->m[fi] : fo->v[fi], sm = k == 0 ? st->opt->m[si] : st->opt->v[si];
+            if (fm && sm)
+                CLG_TRY(to_full ? copy_between(a, sm, 0, b, fm, foff, n, tmp)
+                                : copy_between(a, fm, foff, b, sm, 0, n, tmp));
+        }
     }
     return CLG_OK;
+}
+
+/* A cut inside a layer: its parameters as one device draws them (a replica of that layer alone from seed),
+ * scattered to L@0 and L@1 of every replica's stages (which drew theirs for the split shapes). */
+static clg_status split_init(clg_pipe *p, uint64_t seed)
+{
+    clg_replica *r = NULL;
+    CLG_TRY(clg_replica_create_range(p->user_net, p->st[0].dev, seed, p->split_layer, p->split_layer, 1, &r));
+    clg_param_ref *refs = NULL;
+    int n = 0;
+    clg_status st = clg_replica_params(r, 0, &refs, &n);
+    size_t most = 1;
+    for (int i = 0; i < n && st == CLG_OK; i++)
+        most = CLG_MAX(most, refs[i].param->numel);
+    float *tmp = st == CLG_OK ? malloc(most * sizeof(float)) : NULL;
+    if (st == CLG_OK && !tmp)
+        st = clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    for (int d = 0; d < p->D; d++)
+        for (int i = 0; i < n && st == CLG_OK; i++)
+            if (refs[i].layer->index == p->split_layer)
+                st = sync_param(p, r, NULL, &refs[i], 0, d, tmp);
+    free(tmp);
+    free(refs);
+    clg_replica_free(r);
+    return st;
 }
 
 clg_status clg_pipe_loaded(clg_pipe *p)

@@ -50,8 +50,10 @@ enum { CLG_PIPE_1F1B = 0, CLG_PIPE_GPIPE = 1 };
 
 typedef struct clg_pipe_params {
     int stages;        /* K (>= 1) */
-    const char *cuts;  /* "conv2,fc1": cut after these layers (K-1 names); NULL or "": balanced by each layer's
-                          time measured on the first device at the micro-batch size (FLOPs where that fails) */
+    const char *cuts;  /* "conv2,fc1": cut after these layers (K-1 names); "conv3:0.4": inside conv3, after 40% of
+                          its output channels (pipe_split.c; one such cut at most); NULL or "": balanced by each
+                          layer's time measured on the first device at the micro-batch size (FLOPs where that
+                          fails), with a cut inside a layer when K = 2 and no layer boundary comes within 3% */
     int micro;         /* M (>= 1; 0: 4K, at most the batch) */
     int schedule;      /* CLG_PIPE_1F1B or CLG_PIPE_GPIPE */
     int transfer;      /* CLG_PIPE_XFER_*: how tensors cross a cut */
@@ -59,6 +61,8 @@ typedef struct clg_pipe_params {
     int recompute;     /* 1: stash only the activations entering a stage and run its forward again before a
                           backward (less memory, one more forward); 0: a whole activation set per slot */
     int tensor;        /* T: tensor parallelism over T devices (tp=T; parallel/tensor.h; 0 or 1: none) */
+    int whole_layers;  /* 1: the default partition cuts between layers only (tests comparing with the unsplit
+                          arithmetic bitwise, checkpoints straight from the stages); 0: inside one when better */
 } clg_pipe_params;
 
 /* Transfers across a cut: AUTO times both on the largest carried tensor at
@@ -118,7 +122,12 @@ typedef struct clg_pipe_stage {
 
 typedef struct clg_pipe {
     clg_ctx *ctx;
-    clg_net *net;              /* borrowed */
+    clg_net *net;              /* the network the stages run: the caller's, or split_net */
+    clg_net *user_net;         /* the caller's (borrowed): clg_pipe_sync, clg_pipe_rep_of name its layers */
+    clg_net *split_net;        /* a cut inside a layer (pipe_split.c): the caller's with layer split_layer made
+                                  L@0 (its first split_c output channels), L@1 (the rest) and a concat named L;
+                                  owned; NULL: none */
+    int split_layer, split_c;  /* in the caller's net; -1: no cut inside a layer */
     int K, M, schedule, mb;    /* mb: largest micro-batch */
     int D, L;                  /* data-parallel replicas of the pipeline; lanes D x K (st[0 .. L)) */
     int d2d;                   /* transfers device to device (clEnqueueCopyBuffer in the shared context) */
@@ -235,7 +244,34 @@ static inline int clg_pipe_peak(const clg_pipe *p, int s) { return p->st[s].peak
  * peak and cap (clg_dp_mem of parallel/dp.h). */
 struct clg_dp_mem;
 CLG_INTERNAL void clg_pipe_memory(const clg_pipe *p, int s, struct clg_dp_mem *out);
-/* The stage owning layer i and its replica (parameters, checkpoints). */
-static inline clg_replica *clg_pipe_rep_of(const clg_pipe *p, int layer) { return p->st[p->stage_of[layer]].rep; }
+/* The stage owning layer i of the caller's net and its replica (parameters, checkpoints); NULL for a layer cut
+ * inside (its parameters are on two stages: clg_pipe_sync gathers them). */
+static inline clg_replica *clg_pipe_rep_of(const clg_pipe *p, int layer)
+{
+    if (p->split_layer >= 0 && layer >= p->split_layer)
+        layer = layer == p->split_layer ? -1 : layer + 2;
+    return layer < 0 ? NULL : p->st[p->stage_of[layer]].rep;
+}
+
+// ---- a cut inside a layer (pipe_split.c) ----
+
+/* The output channels of layer `layer` when it can be cut inside (a convolution with groups 1, or a dense layer
+ * on features, not the last layer), else 0. */
+CLG_INTERNAL int clg_pipe_split_channels(const clg_net *net, int layer);
+/* Finds a "name:fraction" item in cuts ("conv2,conv3:0.4"): *layer its index (-1: none) and *c the channels
+ * before the cut (fraction x C rounded); rest (cap bytes) the cuts by name in the split network (the item made
+ * "name@0"). Refuses a fraction outside (0, 1), one that leaves a side without a channel, a layer that cannot be
+ * split and a second such item, naming them. */
+CLG_INTERNAL clg_status clg_pipe_split_spec(clg_err *err, const clg_net *net, const char *cuts, int *layer, int *c,
+                                            char *rest, size_t cap);
+/* The default partition's choice for K = 2 from per-layer costs and the best cut between layers (cut[0]): the
+ * layer to cut inside (-1: none) and *c its channels before the cut (pipe.c: when that cut leaves the larger stage
+ * more than 3% over half, the layer where half the cost falls, in whole tiles of 8 or 4 channels where possible,
+ * if that predicts a smaller largest stage). */
+CLG_INTERNAL int clg_pipe_split_auto(const clg_net *net, const double *cost, const int *cut, int *c);
+/* The network net with layer `layer` cut after its first c output channels (see pipe_split.c); *out owned by the
+ * caller (clg_net_free). */
+CLG_INTERNAL clg_status clg_pipe_split_net(clg_err *err, const clg_net *net, int layer, int c, int batch,
+                                           clg_net **out);
 
 #endif

@@ -9,6 +9,9 @@ clg_status clg_pipe_zero_setup(clg_pipe *p)
 {
     if (p->D < 2 || p->zero)
         return CLG_OK;
+    if (p->split_layer >= 0)
+        return clg_err_set(&p->ctx->err, CLG_ERR_UNSUPPORTED, "sharded optimizer state with a cut inside a layer "
+                                                             "is not supported yet: cut after whole layers (--stages)");
     for (int s = 0; s < p->L; s++)
         if (p->st[s].opt)
             return clg_err_set(&p->ctx->err, CLG_ERR_INTERNAL, "pipeline: the optimizer state is sharded before "

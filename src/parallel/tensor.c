@@ -8,6 +8,7 @@
 #include "ops/optim_kernels.h"
 #include "parallel/comm.h"
 #include "parallel/dp.h"
+#include "parallel/fail.h"
 #include "parallel/hybrid.h"
 #include "parallel/tensor.h"
 
@@ -690,25 +691,16 @@ static clg_status lane_fn(void *arg, int l)
     } else {
         rc = lane_step(p, l, l % p->T == 0 ? p->res[l / p->T] : NULL);
     }
-    if (rc != CLG_OK) {
-        pthread_mutex_lock(&p->mu);
-        if (!p->abort) {
-            p->abort = 1;
-            p->fail_lane = l;
-            p->fail_status = rc;
-        }
-        pthread_cond_broadcast(&p->cv);
-        pthread_mutex_unlock(&p->mu);
-    }
+    if (rc != CLG_OK)
+        clg_fail_once(&p->mu, &p->cv, &p->abort, &p->fail_lane, &p->fail_status, l, rc);
     return rc;
 }
 
 static clg_status lane_failed(clg_tp *p, int l, clg_status rc)
 {
-    const clg_tp_lane *ln = &p->ln[l];
-    return clg_err_set(&p->ctx->err, rc,
-                       "tensor-parallel lane %d on device %d (%s): %s", l, ln->dev->index, ln->dev->info.name,
-                       ln->dev->err.msg);
+    char where[48];
+    snprintf(where, sizeof where, "tensor-parallel lane %d", l);
+    return clg_fail_report(&p->ctx->err, rc, where, p->ln[l].dev);
 }
 
 clg_status clg_tp_train_step(clg_tp *p, const clg_hparams *hp, const float *x, const int32_t *y, int n, double lr,

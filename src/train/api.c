@@ -97,7 +97,9 @@ clg_status clg_model_export_onnx(clg_model *m, const char *path)
 {
     if (!m || !path)
         return clg_err_set(m ? &m->ctx->err : NULL, CLG_ERR_INVALID_ARG, "model and path are required");
-    if (m->pipe) { /* each layer's weights from its stage: no whole network */
+    if (m->pipe && m->pipe->split_net) /* a layer cut inside: its slices gathered into the whole-network lane */
+        CLG_TRY(clg_session_pipe_gather(m, 0));
+    else if (m->pipe) { /* each layer's weights from its stage: no whole network */
         const clg_replica **reps = malloc(sizeof *reps * (size_t)m->net->nlayers);
         if (!reps)
             return clg_err_set(&m->ctx->err, CLG_ERR_HOST_OOM, "out of memory");

@@ -101,7 +101,9 @@ static clg_status create_lanes(clg_model *m, const int *devs, int ndev, const cl
         return create_tp(m, devs, ndev, dpp);
     if (!dpp || !dpp->pipe || dpp->pipe->stages <= 1)
         return clg_dp_create(m->ctx, m->net, devs, ndev, m->seed, dpp, &m->dp);
-    CLG_TRY(clg_pipe_create(m->ctx, m->net, devs, ndev, m->seed, m->net->batch, dpp->pipe, &m->pipe));
+    clg_pipe_params pp = *dpp->pipe;
+    pp.whole_layers |= dpp->shard_optimizer != 0; /* sharded state keeps whole layers (pipe_zero.c) */
+    CLG_TRY(clg_pipe_create(m->ctx, m->net, devs, ndev, m->seed, m->net->batch, &pp, &m->pipe));
     if (dpp->shard_optimizer) /* each stage's state over its dp replicas (nothing without dp: a stage's state is
                                  already its layers' alone) */
         CLG_TRY(clg_pipe_zero_setup(m->pipe));
@@ -139,6 +141,10 @@ clg_status clg_session_pipe_params(clg_err *err, const char *parallel, const cha
     pp->cuts = stages;
     return CLG_OK;
 }
+
+/* A pipeline with a cut inside a layer: checkpoints go through the whole-network lane (which gathers the split
+ * layer's slices), as with tensor parallelism, not straight from the stages. */
+static int pipe_split(const clg_model *m) { return m->pipe && m->pipe->split_net; }
 
 /* Swaps lane 0's replica for r (its optimizer, made for the old one, freed). */
 static void lane_swap(clg_model *m, clg_replica *r)
@@ -734,7 +740,7 @@ static clg_status build_ckpt(clg_model *m, clg_ckpt *ck, int with_state, int64_t
     clg_err *err = &m->ctx->err;
     clg_param_ref *refs = NULL;
     int n = 0;
-    if (m->pipe) /* from the stages */
+    if (m->pipe && !pipe_split(m)) /* from the stages */
         CLG_TRY(build_pipe_tensors(m, ck, with_state));
     else
         CLG_TRY(clg_replica_params(clg_session_rep(m), 0, &refs, &n));
@@ -794,7 +800,7 @@ static clg_status build_ckpt(clg_model *m, clg_ckpt *ck, int with_state, int64_t
     CLG_TRY(clg_ckpt_set_meta_f64(err, ck, "optimizer.beta2", m->hp.beta2));
     CLG_TRY(clg_ckpt_set_meta_f64(err, ck, "optimizer.epsilon", m->hp.epsilon));
     const clg_optim *o = m->dp->lanes[0].opt; /* every lane's is the same */
-    if (m->pipe) /* the tensors came from the stages */
+    if (m->pipe && !pipe_split(m)) /* the tensors came from the stages */
         return clg_ckpt_set_meta_i64(err, ck, "optimizer.t", m->pipe->st[0].opt->t);
     CLG_TRY(clg_ckpt_set_meta_i64(err, ck, "optimizer.t", o ? o->t : 0));
     if (o) {
@@ -856,7 +862,7 @@ clg_status clg_session_save(clg_model *m, const char *path, int with_state, int6
     clg_ckpt *ck = NULL;
     /* a pipeline: straight from the stages, no whole network (the forward check runs the stages in order);
        tensor parallelism: the slices are gathered into the whole lane first */
-    clg_status st = m->tp ? clg_session_pipe_gather(m, with_state) : CLG_OK;
+    clg_status st = m->tp || pipe_split(m) ? clg_session_pipe_gather(m, with_state) : CLG_OK;
     if (st == CLG_OK)
         st = check_forward(m, path);
     if (st == CLG_OK)
@@ -998,14 +1004,15 @@ static clg_status load_weights(clg_model *m, const clg_ckpt *ck, const char *pat
     clg_err *err = &m->ctx->err;
     clg_param_ref *refs = NULL;
     int n = 0;
-    clg_status st = m->pipe ? load_pipe_tensors(m, ck, path, 0, &n) /* done: only the count is checked below */
+    int straight = m->pipe && !pipe_split(m);
+    clg_status st = straight ? load_pipe_tensors(m, ck, path, 0, &n) /* done: only the count is checked below */
                             : clg_replica_params(clg_session_rep(m), 0, &refs, &n);
     char name[160];
     int nweights = 0;
     for (int i = 0; i < ck->nt && st == CLG_OK; i++)
         if (strncmp(ck->t[i].name, "opt.", 4) != 0)
             nweights++;
-    for (int i = 0; i < n && st == CLG_OK && !m->pipe; i++) {
+    for (int i = 0; i < n && st == CLG_OK && !straight; i++) {
         param_name(name, sizeof name, "", &refs[i]);
         st = load_device_tensor(m, ck, name, &refs[i], i, 0, path, NULL, NULL);
     }
@@ -1161,10 +1168,10 @@ static clg_status load_optim_state(clg_model *m, const clg_ckpt *ck, const char 
     if (clg_ckpt_get_meta(ck, "optimizer.nesterov"))
         CLG_TRY(meta_i64_range(err, ck, path, "optimizer.nesterov", 0, 1, &v));
     CLG_TRY(clg_session_ensure_optim(m));
-    if (m->tp) /* the whole-network lane's, scattered to the lanes after */
+    if (m->tp || pipe_split(m)) /* the whole-network lane's, scattered to the lanes after */
         CLG_TRY(clg_dp_ensure_optim(m->dp, &m->hp));
     CLG_TRY(meta_i64_range(err, ck, path, "optimizer.t", 0, m->step, &v));
-    if (m->pipe) { /* straight into the stages */
+    if (m->pipe && !pipe_split(m)) { /* straight into the stages */
         int n = 0;
         CLG_TRY(load_pipe_tensors(m, ck, path, 1, &n));
         for (int l = 0; l < m->pipe->L; l++)
@@ -1267,7 +1274,7 @@ static clg_status check_model(clg_model *m, const clg_ckpt *ck, const char *path
 
 clg_status clg_session_load_ckpt(clg_model *m, const clg_ckpt *ck, const char *path, int with_state)
 {
-    if (m->tp) /* loaded into the whole-network lane, then scattered to the lanes */
+    if (m->tp || pipe_split(m)) /* loaded into the whole-network lane, then scattered to the lanes */
         CLG_TRY(pipe_lane_whole(m));
     int had_norm = m->has_norm;
     clg_status st = with_state ? check_model(m, ck, path) : CLG_OK;
@@ -1301,8 +1308,14 @@ clg_status clg_session_load_ckpt(clg_model *m, const clg_ckpt *ck, const char *p
             st = clg_tp_sync(m->tp, clg_session_rep(m), with_state ? m->dp->lanes[0].opt : NULL, &m->hp, 0);
         m->tp_stale = 0;
     }
-    if (st == CLG_OK && m->pipe) /* written into the stages: their stash slots; the lane (if whole) is stale */
+    if (st == CLG_OK && pipe_split(m)) { /* loaded into the whole-network lane: scattered to the stages */
+        if (with_state)
+            st = clg_dp_ensure_optim(m->dp, &m->hp);
+        if (st == CLG_OK)
+            st = clg_pipe_sync(m->pipe, clg_session_rep(m), with_state ? m->dp->lanes[0].opt : NULL, &m->hp, 0);
+    } else if (st == CLG_OK && m->pipe) { /* written into the stages: their stash slots; the lane (if whole) is stale */
         st = clg_pipe_loaded(m->pipe);
+    }
     if (m->pipe)
         m->pipe_stale = 3;
     pipe_lane_release(m);

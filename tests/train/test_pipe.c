@@ -154,7 +154,7 @@ static clg_pipe *make_pipe(clg_net *net, int K, int M, int schedule, const char 
 {
     int devs[4] = {0, 1, 2, 3};
     clg_pipe_params pp = {.stages = K, .cuts = cuts, .micro = M, .schedule = schedule, .transfer = g_xfer,
-                          .replicas = g_replicas, .recompute = g_recompute};
+                          .replicas = g_replicas, .recompute = g_recompute, .whole_layers = 1};
     clg_pipe *p = NULL;
     ck_assert_msg(clg_pipe_create(ctx(), net, devs, K * g_replicas, 7, BATCH, &pp, &p) == CLG_OK, "%s",
                   clg_last_error(ctx()));
@@ -702,7 +702,7 @@ END_TEST
 static clg_status vgg_peak(clg_ctx *c, int pp, int adam, int steps, const char *ckpt, double *mib)
 {
     char *text = read_model("vgg-s.cfg");
-    clg_pipe_params pipe = {.stages = 2, .micro = 4, .schedule = CLG_PIPE_1F1B};
+    clg_pipe_params pipe = {.stages = 2, .micro = 4, .schedule = CLG_PIPE_1F1B, .whole_layers = 1};
     clg_dp_params dpp = {.pipe = pp == 2 ? &pipe : NULL};
     clg_model *m = NULL;
     *mib = 0;
