@@ -5,6 +5,7 @@
 
 #include "model/layers.h"
 #include "ops/nn.h"
+#include "parallel/comm.h"
 #include "parallel/dp.h"
 #include "parallel/fail.h"
 #include "parallel/hybrid.h"
@@ -200,6 +201,27 @@ static int stage_fits(const mem_model *mm, int k, int i, int j)
  * programming over prefix sums; ties: the later cut), among those where
  * every stage fits its device's memory cap (mm may be NULL: no caps; none
  * fitting: *fits = 0 and the partition by cost alone). */
+/* MPI ranks: every rank cuts where rank 0 would, from the ranks' mean measured costs (rounded, so last-bit
+ * differences of the sum cannot move a cut); a rank without a measurement makes every rank use FLOPs. */
+static clg_status costs_agree(clg_err *err, const clg_net *net, clg_pipe *p)
+{
+    int n = net->nlayers, ranks = clg_comm_size();
+    if (ranks < 2)
+        return CLG_OK;
+    double *v = malloc(sizeof(double) * (size_t)(n + 1));
+    if (!v)
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory agreeing on the pipeline cuts");
+    for (int i = 0; i < n; i++)
+        v[i] = p->measured ? p->cost[i] : 0.0;
+    v[n] = p->measured ? 1.0 : 0.0;
+    clg_status rc = clg_comm_allreduce_f64(err, v, n + 1, "the pipeline's layer costs");
+    p->measured = rc == CLG_OK && v[n] > ranks - 0.5;
+    for (int i = 0; i < n && p->measured; i++)
+        p->cost[i] = round(v[i] / ranks * 1e4) / 1e4;
+    free(v);
+    return rc;
+}
+
 static clg_status cuts_balanced(clg_err *err, const clg_net *net, int K, const double *cost, const mem_model *mm,
                                 int *cut, int *fits)
 {
@@ -580,21 +602,24 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
     }
     /* per-layer cost: measured at the micro-batch size on the first device, else FLOPs */
     p->measured = !(pp->cuts && *pp->cuts) && K > 1 && measure_costs(net, &ctx->devs[devs[0]], seed, mb, p->cost);
+    clg_status rc = CLG_OK;
+    if (!(pp->cuts && *pp->cuts) && K > 1)
+        rc = costs_agree(&ctx->err, net, p);
     for (int i = 0; i < net->nlayers && !p->measured; i++)
         p->cost[i] = layer_cost(&net->proto[i]) / 1e9;
-    clg_status rc = CLG_OK;
     char scuts[1024];
     int split = -1, split_c = 0, capped = 0;
     for (int l = 0; l < ndev; l++)
         capped |= ctx->devs[devs[l]].pool.limit > 0;
-    if (pp->cuts && strchr(pp->cuts, ':'))
+    if (rc == CLG_OK && pp->cuts && strchr(pp->cuts, ':'))
         rc = clg_pipe_split_spec(&ctx->err, net, pp->cuts, &split, &split_c, scuts, sizeof scuts);
-    else if (pp->cuts && *pp->cuts)
+    else if (rc == CLG_OK && pp->cuts && *pp->cuts)
         rc = cuts_by_name(&ctx->err, net, pp->cuts, K, cut);
-    else
+    else if (rc == CLG_OK)
         rc = cuts_default(ctx, net, devs, K, D, M, mb, pp, p->cost, cut, &p->mem_moved);
+    /* a cut inside a layer only where one process measures: ranks measuring apart could split differently */
     if (rc == CLG_OK && !(pp->cuts && *pp->cuts) && K == 2 && p->measured && !p->mem_moved && !capped &&
-        !pp->whole_layers)
+        !pp->whole_layers && clg_comm_size() <= 1)
         split = clg_pipe_split_auto(net, p->cost, cut, &split_c);
     p->ctx = ctx;
     p->user_net = net;
