@@ -188,11 +188,13 @@ static int ph_ok(const clg_conv_shape *s)
 }
 
 /* Phases or dconv_bwdd's row vectors (fs: the pass's forward form): the
- * phases pay four launches and scattered stores, and won only where a row
- * phase fills less than 3/4 of dconv_bwdd's vector lanes (measured on PoCL,
- * AVX-512, batch 128, 3x3 stride 2, minima under load: 32->64 channels at
- * 16x16 3.4 against 12.9 ms, half the lanes idle there; 16->32 at 32x32 about
- * even to slower, every lane busy). djit_fwd=k forces the phases (tests). */
+ * phases pay four launches and scattered stores; they are taken where a row
+ * phase leaves some of dconv_bwdd's vector lanes idle (measured on PoCL,
+ * AVX-512, batch 128, 3x3 stride 2, minima of alternating rounds under load:
+ * 32->64 channels at 16x16 3.4 against 12.9 ms, half the lanes idle; 16->32
+ * at 28x28 3.4 against 6.1 ms, 14 of 16 lanes busy; at 32x32, every lane
+ * busy, 5.5 against 6.5 ms but with a long tail of slow rounds, so the row
+ * vectors stay there). djit_fwd=k forces the phases (tests), q never. */
 static int use_phases(const clg_device *dev, const clg_conv_shape *s, const clg_conv_shape *fs)
 {
     long mode = dev->ctx->opts.djit_fwd; /* auto,q,k */
@@ -201,7 +203,7 @@ static int use_phases(const clg_device *dev, const clg_conv_shape *s, const clg_
     if (mode == 2)
         return 1;
     int vw = djit_vw(dev), wq = CLG_CEIL_DIV(s->W, s->stride_w), qt = vw * djit_nv(wq, vw);
-    return use_fwdk(dev, fs) && 4 * wq < 3 * CLG_CEIL_DIV(wq, qt) * qt;
+    return use_fwdk(dev, fs) && wq % qt != 0;
 }
 
 typedef struct ph_ctx {
