@@ -203,7 +203,7 @@ static int use_phases(const clg_device *dev, const clg_conv_shape *s, const clg_
     if (mode == 2)
         return 1;
     int vw = djit_vw(dev), wq = CLG_CEIL_DIV(s->W, s->stride_w), qt = vw * djit_nv(wq, vw);
-    return use_fwdk(dev, fs) && wq % qt != 0;
+    return vw > 1 && use_fwdk(dev, fs) && wq % qt != 0; /* (GPUs: one lane per work-item, not measured) */
 }
 
 typedef struct ph_ctx {
