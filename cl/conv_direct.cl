@@ -419,29 +419,22 @@ __kernel void dconv_fwdk(const int N, __global const float *x, const int offx, _
 // columns, phase b) receive the taps r = a + DPH (mod DSH) only, from output
 // rows i + (rmax - r)/DSH + mo (rmax the phase's largest tap, mo =
 // (a + DPH - rmax) / DSH), so each phase is a stride-1 forward convolution of
-// dy with a sub-window of PH_TAPS taps per dimension and padding -mo. This
-// kernel lays every phase's filters out as dconv_wt does (channel vectors,
-// KP = PHWT), phases in row-major (a, b) order, one after the other.
-// Built with the layer's shape; gws = (PHWT, DK*DR*DS).
-#define PH_TAPS(a, R, S, P) (((a) + (P)) % (S) < (R) ? ((R)-1 - ((a) + (P)) % (S)) / (S) + 1 : 0)
-#define PH_RMAX(a, R, S, P) (((a) + (P)) % (S) + (S) * (PH_TAPS(a, R, S, P) - 1))
+// dy with a sub-window and padding -mo. This kernel lays every phase's
+// filters out as dconv_wt does (channel vectors, KP = PHWT), phases one after
+// the other: tap t = r*DS + s of output channel k goes to PHO[t] + k*PHK[t]
+// (tables from the host, so no division here: a signed '/' and '%' pair
+// gets an LLVM freeze, which oclgrind 21.10 cannot run).
+// Built with the layer's shape; gws = (PHWT, DR*DS, DK).
+__constant int pho[DR * DS] = {PHO};
+__constant int phk[DR * DS] = {PHK};
 __kernel void dconv_wt_phases(__global const float *w, const int offw, __global float *wt)
 {
-    const int kf = get_global_id(0);  // the phase forms' output channel: the layer's input channel
-    const int krs = get_global_id(1); // the layer's output channel k and tap (r, s)
-    if (kf >= PHWT || krs >= DK * DR * DS)
+    const int kf = get_global_id(0); // the phase forms' output channel: the layer's input channel
+    const int t = get_global_id(1);  // the tap r*DS + s
+    const int k = get_global_id(2);  // the layer's output channel
+    if (kf >= PHWT || t >= DR * DS || k >= DK)
         return;
-    const int k = krs / (DR * DS), r = krs / DS % DR, s = krs % DS;
-    const int a = ((r - DPH) % DSH + DSH) % DSH, b = ((s - DPW) % DSW + DSW) % DSW;
-    int base = 0;
-    for (int a2 = 0; a2 < DSH; a2++)
-        for (int b2 = 0; b2 < DSW; b2++)
-            if (a2 * DSW + b2 < a * DSW + b)
-                base += PH_TAPS(a2, DR, DSH, DPH) * PH_TAPS(b2, DS, DSW, DPW);
-    const int rt = PH_TAPS(a, DR, DSH, DPH), st = PH_TAPS(b, DS, DSW, DPW);
-    const int tr = (PH_RMAX(a, DR, DSH, DPH) - r) / DSH, ts = (PH_RMAX(b, DS, DSW, DPW) - s) / DSW;
-    wt[base * PHWT * DK + ((k * rt + tr) * st + ts) * PHWT + kf] =
-        kf < DC ? w[offw + ((k * DC + kf) * DR + r) * DS + s] : 0.0f;
+    wt[pho[t] + k * phk[t] + kf] = kf < DC ? w[offw + (k * DC + kf) * RS + t] : 0.0f;
 }
 #endif // PHWT
 

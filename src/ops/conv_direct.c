@@ -214,6 +214,34 @@ typedef struct ph_ctx {
     int KP;
 } ph_ctx;
 
+/* The phase of tap r (stride S, padding P): a = (r - P) mod S. */
+static int ph_of(int r, int S, int P) { return ((r - P) % S + S) % S; }
+
+/* Build options of dconv_wt_phases: the layer's shape, KP and the tables
+ * PHO (where tap t's filters start) and PHK (their stride per output channel). */
+static void ph_wt_opts(char *o, size_t n, const clg_device *dev, const clg_conv_shape *s, int KP)
+{
+    int base[16] = {0}, nb = s->stride_h * s->stride_w, acc = 0; /* stride_h <= 4, stride_w <= 2 */
+    for (int ab = 0; ab < nb; ab++) {
+        base[ab] = acc;
+        acc += ph_taps(ab / s->stride_w, s->R, s->stride_h, s->pad_h) *
+               ph_taps(ab % s->stride_w, s->S, s->stride_w, s->pad_w);
+    }
+    int m = shape_opts(o, n, s, djit_vw(dev), 1, "PHWT", KP);
+    for (int pass = 0; pass < 2; pass++) {
+        m += snprintf(o + m, n - (size_t)m, pass ? " -D PHK=" : " -D PHO=");
+        for (int t = 0; t < s->R * s->S && (size_t)m < n; t++) {
+            int r = t / s->S, c = t % s->S, a = ph_of(r, s->stride_h, s->pad_h), b = ph_of(c, s->stride_w, s->pad_w);
+            int rt = ph_taps(a, s->R, s->stride_h, s->pad_h), st = ph_taps(b, s->S, s->stride_w, s->pad_w);
+            int rmax = (a + s->pad_h) % s->stride_h + s->stride_h * (rt - 1);
+            int cmax = (b + s->pad_w) % s->stride_w + s->stride_w * (st - 1);
+            int tt = (rmax - r) / s->stride_h * st + (cmax - c) / s->stride_w;
+            int v = pass ? rt * st * KP : (base[a * s->stride_w + b] * s->K + tt) * KP;
+            m += snprintf(o + m, n - (size_t)m, "%s%d", t ? "," : "", v);
+        }
+    }
+}
+
 static clg_status build_wt_phases(clg_device *dev, void *vctx, cl_mem dst)
 {
     const ph_ctx *c = vctx;
@@ -224,8 +252,8 @@ static clg_status build_wt_phases(clg_device *dev, void *vctx, cl_mem dst)
     clg_ka_int(&a, (int)c->offw);
     clg_ka_mem(&a, dst);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &a, "dconv_wt_phases args"));
-    size_t gws[2] = {(size_t)c->KP, (size_t)c->s->K * c->s->R * c->s->S};
-    return clg_conv_enqueue(dev, k, 2, gws, NULL);
+    size_t gws[3] = {(size_t)c->KP, (size_t)c->s->R * c->s->S, (size_t)c->s->K};
+    return clg_conv_enqueue(dev, k, 3, gws, NULL);
 }
 
 /* One phase (a, b) with rt x st taps whose filters start at float woff of U. */
@@ -266,8 +294,8 @@ static clg_status djit_bwdd_phases(clg_device *dev, const clg_conv_shape *s, clg
                                    size_t offdy, cl_mem w, size_t offw, cl_mem dx, size_t offdx)
 {
     int vk = djit_vk(dev, s->C), KP = CLG_CEIL_DIV(s->C, vk) * vk;
-    char lopts[360];
-    shape_opts(lopts, sizeof lopts, s, djit_vw(dev), 1, "PHWT", KP);
+    char lopts[2400];
+    ph_wt_opts(lopts, sizeof lopts, dev, s, KP);
     ph_ctx pc = {s, w, offw, lopts, KP};
     cl_mem U = NULL;
     int tmp = 0;
