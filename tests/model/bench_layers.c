@@ -2,7 +2,7 @@
  *   bench_layers              element-wise/pool/norm/loss ops at VGG-S-like shapes
  *   bench_layers bn           the fused batch-norm epilogues at ResNet-20's shapes only
  *   bench_layers MODEL.cfg    per-layer forward/backward times of a model at batch 128
- * Medians (and minima: loaded machines) of 7 runs after 2 warm-ups, wall time around clFinish, device 0
+ * Medians (and minima: loaded machines) of 15 runs after 2 warm-ups, wall time around clFinish, device 0
  * (set CLGRAD_DEVICES / POCL_DEVICES to choose). */
 #include <stdio.h>
 #include <stdlib.h>
