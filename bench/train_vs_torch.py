@@ -24,6 +24,9 @@ the interpreter that has PyTorch) and --devices gpu puts clgrad on the GPU.
 usage: /usr/bin/python3 bench/train_vs_torch.py [--clgrad build/tools/clgrad]
            [--models lenet5,vgg-s,resnet-mini,resnet20] [--sides ...] [--clgrad-ref PATH] [--batch 128] [--steps 20] [--warmup 3]
            [--repeat 3] [--tinygrad-steps 5] [--tinygrad-rounds 1] [--json FILE]
+Per-op profile of the PyTorch twin (one worker, channels-last, self CPU time per op and input shape):
+  /work/venv-peers/bin/python bench/train_vs_torch.py --worker torch --mode channels-last --model resnet20 \
+      --steps 5 --torch-profile 30
 """
 import argparse
 import json
@@ -102,6 +105,8 @@ def worker_torch(a):
     fwd = torch.compile(model) if a.mode == "compile" else model
     loss_fn = nn.CrossEntropyLoss()
     model.train()
+    if a.torch_profile:  # per-op profile of the timed steps (grouped by input shape: one row per layer shape)
+        return torch_profile(a, torch, model, fwd, opt, loss_fn, x, y)
     t0 = time.perf_counter()
     for i in range(a.warmup + a.steps):
         if i == a.warmup:
@@ -114,6 +119,30 @@ def worker_torch(a):
         opt.step()
     loss.item()
     dt = time.perf_counter() - t0
+    return {"images_per_s": a.batch * a.steps / dt, "version": torch.__version__}
+
+
+def torch_profile(a, torch, model, fwd, opt, loss_fn, x, y):
+    """--torch-profile: torch.profiler over the timed steps; prints self CPU time per op and input shape,
+    ms per step (the PyTorch half of the per-layer table in docs/benchmarks.md)."""
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss_fn(fwd(x), y).backward()
+        opt.step()
+    for _ in range(a.warmup):
+        step()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+        t0 = time.perf_counter()
+        for _ in range(a.steps):
+            step()
+        dt = time.perf_counter() - t0
+    rows = [(e.self_cpu_time_total / 1e3 / a.steps, e.key, str(e.input_shapes)[:70], e.count // a.steps)
+            for e in prof.key_averages(group_by_input_shape=True)]
+    rows.sort(reverse=True)
+    print("%-9s %-34s %-6s %s" % ("ms/step", "op (self CPU)", "calls", "input shapes"), file=sys.stderr)
+    for ms, key, shapes, calls in rows[:a.torch_profile]:
+        print("%9.3f %-34s %-6d %s" % (ms, key[:34], calls, shapes), file=sys.stderr)
+    print("%9.3f total ms/step (profiled)" % (dt / a.steps * 1e3), file=sys.stderr)
     return {"images_per_s": a.batch * a.steps / dt, "version": torch.__version__}
 
 
@@ -273,6 +302,8 @@ def main():
     ap.add_argument("--worker", choices=["torch", "tinygrad"])
     ap.add_argument("--mode", default="eager", choices=["eager", "channels-last", "compile"])
     ap.add_argument("--model", default="lenet5")
+    ap.add_argument("--torch-profile", type=int, default=0, metavar="ROWS",
+                    help="worker: profile the timed steps with torch.profiler, print the ROWS costliest ops")
     a = ap.parse_args()
     if a.worker:
         r = worker_torch(a) if a.worker == "torch" else worker_tinygrad(a)

@@ -320,6 +320,20 @@ __kernel void dconv_wt(__global const float *w, const int offw, const int flip, 
 // Forward vectorised over output channels: a work-item holds QB output
 // pixels of one row (a strip) for KVB channel vectors; every input value it
 // reads multiplies KVB weight vectors. gws = (strips, P, N * KP/(VK*KVB)).
+// A phase of a strided backward-data pass (dconv_wt_phases) also sets WOFF
+// (its filters' offset in wt) and places output (p, q) at row p*OSH + OPH,
+// column q*OSW + OPW of an OH x OW plane.
+#ifndef WOFF
+#define WOFF 0
+#endif
+#ifndef OSH
+#define OSH 1
+#define OSW 1
+#define OPH 0
+#define OPW 0
+#define OH DP
+#define OW DQ
+#endif
 #define FWDK_TAPS(CC)                                                                                  \
     _Pragma("unroll") for (int s = 0; s < DS; s++)                                                     \
     {                                                                                                  \
@@ -358,7 +372,7 @@ __kernel void dconv_fwdk(const int N, __global const float *x, const int offx, _
             acc[j][jq] = (veck)(0.0f);
     for (int c = 0; c < DC; c++) {
         __global const float *xc = x + offx + (n * DC + c) * DH * DW;
-        __global const float *wc = wt + c * RS * KP + kv * VK;
+        __global const float *wc = wt + WOFF + c * RS * KP + kv * VK;
 #pragma unroll 1
         for (int rr = 0; rr < DR; rr++) {
             const int h = p * DSH - DPH + rr;
@@ -388,16 +402,41 @@ __kernel void dconv_fwdk(const int N, __global const float *x, const int offx, _
             KST(o, t + jq * VK);
         }
         for (int l = 0; l < VK && k0 + l < DK; l++) {
-            __global float *yr = y + offy + ((n * DK + k0 + l) * DP + p) * DQ + q0;
+            __global float *yr = y + offy + ((n * DK + k0 + l) * OH + p * OSH + OPH) * OW + q0 * OSW + OPW;
 #pragma unroll
             for (int jq = 0; jq < QB; jq++)
                 if (q0 + jq < DQ)
-                    yr[jq] = t[jq * VK + l];
+                    yr[jq * OSW] = t[jq * VK + l];
         }
     }
 }
 #endif // QB
 #endif // VK
+
+#ifdef PHWT
+// Strided backward-data by phases (src/ops/conv_direct.c, djit_bwdd_phases):
+// the input positions h = a + DSH*i of one phase a (a < DSH; likewise
+// columns, phase b) receive the taps r = a + DPH (mod DSH) only, from output
+// rows i + (rmax - r)/DSH + mo (rmax the phase's largest tap, mo =
+// (a + DPH - rmax) / DSH), so each phase is a stride-1 forward convolution of
+// dy with a sub-window and padding -mo. This kernel lays every phase's
+// filters out as dconv_wt does (channel vectors, KP = PHWT), phases one after
+// the other: tap t = r*DS + s of output channel k goes to PHO[t] + k*PHK[t]
+// (tables from the host, so no division here: a signed '/' and '%' pair
+// gets an LLVM freeze, which oclgrind 21.10 cannot run).
+// Built with the layer's shape; gws = (PHWT, DR*DS, DK).
+__constant int pho[DR * DS] = {PHO};
+__constant int phk[DR * DS] = {PHK};
+__kernel void dconv_wt_phases(__global const float *w, const int offw, __global float *wt)
+{
+    const int kf = get_global_id(0); // the phase forms' output channel: the layer's input channel
+    const int t = get_global_id(1);  // the tap r*DS + s
+    const int k = get_global_id(2);  // the layer's output channel
+    if (kf >= PHWT || t >= DR * DS || k >= DK)
+        return;
+    wt[pho[t] + k * phk[t] + kf] = kf < DC ? w[offw + (k * DC + kf) * RS + t] : 0.0f;
+}
+#endif // PHWT
 
 #ifdef CB
 #define FLOORDIV(a, b) ((a) >= 0 ? (a) / (b) : -((-(a) + (b)-1) / (b)))

@@ -324,3 +324,60 @@ __kernel void bn_bwd_data_relu(const uint N, const uint C, const uint HW, const 
     const float g = y[oy + k] > 0.0f ? dy[ody + k] : 0.0f;
     dx[odx + k] = gamma[c] * is * (g - dbeta[c] * invM - xhat * dgamma[c] * invM);
 }
+
+// ---- vector forms of the element-wise passes ----
+// The same arithmetic as bn_apply*, bn_bwd_data* above, W consecutive
+// elements of a row per work-item (W = 8 or 4, chosen by the host from
+// HW % W): range (HW / W, row = n*C + c). On CPU back-ends the scalar 2-D
+// kernels pay per-element index and per-channel loads that these pay once
+// per vector. EPI: 0 none, 1 relu, 2 + residual r then relu.
+#define BN_APPLY_V(NAME, T, LOAD, STORE, EPI)                                                               \
+    __kernel void NAME(const uint N, const uint C, const uint HW, __global const float *x, const uint ox,       \
+                       __global float *y, const uint oy, __global const float *mean,                            \
+                       __global const float *invstd, __global const float *gamma, __global const float *beta,   \
+                       __global const float *r, const uint orr)                                                 \
+    {                                                                                                       \
+        const uint i = get_global_id(0);                                                                    \
+        const uint row = get_global_id(1);                                                                  \
+        const uint c = row % C;                                                                             \
+        const size_t k = (size_t)row * HW;                                                                  \
+        const float a = invstd[c] * gamma[c], K = x[ox + (size_t)c * HW], mu = mean[c], be = beta[c];       \
+        T v = ((LOAD(i, x + ox + k) - K) - mu) * a + be;                                                    \
+        if (EPI == 2)                                                                                       \
+            v += LOAD(i, r + orr + k);                                                                      \
+        if (EPI)                                                                                            \
+            v = fmax(v, (T)(0.0f));                                                                         \
+        STORE(v, i, y + oy + k);                                                                            \
+    }
+BN_APPLY_V(bn_apply4, float4, vload4, vstore4, 0)
+BN_APPLY_V(bn_apply8, float8, vload8, vstore8, 0)
+BN_APPLY_V(bn_apply_relu4, float4, vload4, vstore4, 1)
+BN_APPLY_V(bn_apply_relu8, float8, vload8, vstore8, 1)
+BN_APPLY_V(bn_apply_add_relu4, float4, vload4, vstore4, 2)
+BN_APPLY_V(bn_apply_add_relu8, float8, vload8, vstore8, 2)
+
+// dx = gamma * invstd * (g - dbeta / M - xhat * dgamma / M), g = dy (RELU 0)
+// or dy masked by y > 0 (RELU 1); range (HW / W, row = n*C + c).
+#define BN_BWD_DATA_V(NAME, T, LOAD, STORE, RELU)                                                           \
+    __kernel void NAME(const uint N, const uint C, const uint HW, const float invM, __global const float *x,   \
+                       const uint ox, __global const float *dy, const uint ody, __global const float *y,        \
+                       const uint oy, __global const float *mean, __global const float *invstd,                 \
+                       __global const float *gamma, __global const float *dgamma,                               \
+                       __global const float *dbeta, __global float *dx, const uint odx)                         \
+    {                                                                                                       \
+        const uint i = get_global_id(0);                                                                    \
+        const uint row = get_global_id(1);                                                                  \
+        const uint c = row % C;                                                                             \
+        const size_t k = (size_t)row * HW;                                                                  \
+        const float is = invstd[c], K = x[ox + (size_t)c * HW], mu = mean[c];                               \
+        const float gs = gamma[c] * is, db = dbeta[c] * invM, dg = dgamma[c] * invM;                        \
+        const T xhat = ((LOAD(i, x + ox + k) - K) - mu) * is;                                               \
+        T g = LOAD(i, dy + ody + k);                                                                        \
+        if (RELU)                                                                                           \
+            g = select((T)(0.0f), g, LOAD(i, y + oy + k) > (T)(0.0f));                                      \
+        STORE(gs * (g - db - xhat * dg), i, dx + odx + k);                                                  \
+    }
+BN_BWD_DATA_V(bn_bwd_data4, float4, vload4, vstore4, 0)
+BN_BWD_DATA_V(bn_bwd_data8, float8, vload8, vstore8, 0)
+BN_BWD_DATA_V(bn_bwd_data_relu4, float4, vload4, vstore4, 1)
+BN_BWD_DATA_V(bn_bwd_data_relu8, float8, vload8, vstore8, 1)

@@ -72,7 +72,8 @@
     X(conv_profile, "CLGRAD_CONV_PROFILE", BOOL, "0", 0, 1, "", TUNING,                                              \
       "print the time of each convolution step to stderr (finishes the queue after each)")                           \
     X(djit_fwd, "CLGRAD_DJIT_FWD", CHOICE, "auto", 0, 0, "auto,q,k", TUNING,                                         \
-      "direct convolution forward design: auto by shape, q row vectors, k output-channel vectors")                   \
+      "direct convolution design: auto by shape, q row vectors, k output-channel vectors (forward; "               \
+      "k also runs strided backward-data by stride phases)")                                                         \
     X(wfused_nt, "CLGRAD_WFUSED_NT", INT, "2", 1, 4, "", TUNING, "fused Winograd: tiles per work-item")               \
     X(wfused_kb, "CLGRAD_WFUSED_KB", CHOICE, "auto", 0, 0, "auto,1,2,4,8,16", TUNING,                                \
       "fused Winograd: output channels per register block (auto: 8, fewer for narrow layers)")                       \

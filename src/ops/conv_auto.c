@@ -149,9 +149,10 @@ static void shape_key(char *dst, size_t n, const clg_conv_shape *s, clg_conv_pas
      * the candidates, keyed by batch class (older entries are ignored);
      * "v6" for strided backward-data with dilation 1, whose im2col gather
      * became the unrolled one (col2im_s1 with the stride compiled in), so
-     * its v5 measurements are stale */
-    int v6 = pass == CLG_CONV_BWD_DATA && (s->stride_h > 1 || s->stride_w > 1) && s->dil_h == 1 && s->dil_w == 1;
-    snprintf(dst, n, "%s:%s:n%d,c%d,h%d,w%d,k%d,r%d,s%d,p%dx%d,u%dx%d,d%dx%d,g%d", v6 ? "v6" : "v5", pass_tag(pass),
+     * its v5 measurements are stale; "v7" for the same shapes once direct
+     * ran them by stride phases (dconv_fwdk per phase, no wasted taps) */
+    int v7 = pass == CLG_CONV_BWD_DATA && (s->stride_h > 1 || s->stride_w > 1) && s->dil_h == 1 && s->dil_w == 1;
+    snprintf(dst, n, "%s:%s:n%d,c%d,h%d,w%d,k%d,r%d,s%d,p%dx%d,u%dx%d,d%dx%d,g%d", v7 ? "v7" : "v5", pass_tag(pass),
              batch_class(s->N), s->C, s->H, s->W, s->K, s->R, s->S, s->pad_h, s->pad_w, s->stride_h, s->stride_w,
              s->dil_h, s->dil_w, s->groups);
 }

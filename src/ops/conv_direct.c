@@ -164,6 +164,156 @@ clg_status clg_conv_djit_fwd(clg_device *dev, const clg_conv_shape *s, clg_conv_
     return clg_conv_enqueue(dev, k, 3, gws, lws);
 }
 
+/* ---- strided backward-data by phases ----
+ * dx's positions of one stride phase (rows a + stride_h*i, columns
+ * b + stride_w*j) receive a fixed subset of the taps from consecutive dy
+ * positions: a stride-1 forward convolution of dy with a sub-window, run by
+ * dconv_fwdk straight into those positions of dx (cl/conv_direct.cl,
+ * dconv_wt_phases). Every tap is used by exactly one phase, so no multiply
+ * lands on the zeros a transposed convolution would insert between dy's
+ * values. Needs every phase to have a tap (R >= stride_h, S >= stride_w). */
+static int ph_taps(int a, int R, int S, int P) { return (a + P) % S < R ? (R - 1 - (a + P) % S) / S + 1 : 0; }
+
+/* The phase's smallest dy offset: input i reads dy from i + mo on. */
+static int ph_minoff(int a, int R, int S, int P)
+{
+    int rmax = (a + P) % S + S * (ph_taps(a, R, S, P) - 1);
+    return (a + P - rmax) / S;
+}
+
+static int ph_ok(const clg_conv_shape *s)
+{
+    return (s->stride_h > 1 || s->stride_w > 1) && s->R >= s->stride_h && s->S >= s->stride_w && s->pad_h < s->R &&
+           s->pad_w < s->S;
+}
+
+/* Phases or dconv_bwdd's row vectors (fs: the pass's forward form): the
+ * phases pay four launches and scattered stores; they are taken where a row
+ * phase leaves some of dconv_bwdd's vector lanes idle (measured on PoCL,
+ * AVX-512, batch 128, 3x3 stride 2, minima of alternating rounds under load:
+ * 32->64 channels at 16x16 3.4 against 12.9 ms, half the lanes idle; 16->32
+ * at 28x28 3.4 against 6.1 ms, 14 of 16 lanes busy; at 32x32, every lane
+ * busy, 5.5 against 6.5 ms but with a long tail of slow rounds, so the row
+ * vectors stay there). djit_fwd=k forces the phases (tests), q never. */
+static int use_phases(const clg_device *dev, const clg_conv_shape *s, const clg_conv_shape *fs)
+{
+    long mode = dev->ctx->opts.djit_fwd; /* auto,q,k */
+    if (!ph_ok(s) || mode == 1)
+        return 0;
+    if (mode == 2)
+        return 1;
+    int vw = djit_vw(dev), wq = CLG_CEIL_DIV(s->W, s->stride_w), qt = vw * djit_nv(wq, vw);
+    return vw > 1 && use_fwdk(dev, fs) && wq % qt != 0; /* (GPUs: one lane per work-item, not measured) */
+}
+
+typedef struct ph_ctx {
+    const clg_conv_shape *s;
+    cl_mem w;
+    size_t offw;
+    const char *opts;
+    int KP;
+} ph_ctx;
+
+/* The phase of tap r (stride S, padding P): a = (r - P) mod S. */
+static int ph_of(int r, int S, int P) { return ((r - P) % S + S) % S; }
+
+/* Build options of dconv_wt_phases: the layer's shape, KP and the tables
+ * PHO (where tap t's filters start) and PHK (their stride per output channel). */
+static void ph_wt_opts(char *o, size_t n, const clg_device *dev, const clg_conv_shape *s, int KP)
+{
+    int base[16] = {0}, nb = s->stride_h * s->stride_w, acc = 0; /* stride_h <= 4, stride_w <= 2 */
+    for (int ab = 0; ab < nb; ab++) {
+        base[ab] = acc;
+        acc += ph_taps(ab / s->stride_w, s->R, s->stride_h, s->pad_h) *
+               ph_taps(ab % s->stride_w, s->S, s->stride_w, s->pad_w);
+    }
+    int m = shape_opts(o, n, s, djit_vw(dev), 1, "PHWT", KP);
+    for (int pass = 0; pass < 2; pass++) {
+        m += snprintf(o + m, n - (size_t)m, pass ? " -D PHK=" : " -D PHO=");
+        for (int t = 0; t < s->R * s->S && (size_t)m < n; t++) {
+            int r = t / s->S, c = t % s->S, a = ph_of(r, s->stride_h, s->pad_h), b = ph_of(c, s->stride_w, s->pad_w);
+            int rt = ph_taps(a, s->R, s->stride_h, s->pad_h), st = ph_taps(b, s->S, s->stride_w, s->pad_w);
+            int rmax = (a + s->pad_h) % s->stride_h + s->stride_h * (rt - 1);
+            int cmax = (b + s->pad_w) % s->stride_w + s->stride_w * (st - 1);
+            int tt = (rmax - r) / s->stride_h * st + (cmax - c) / s->stride_w;
+            int v = pass ? rt * st * KP : (base[a * s->stride_w + b] * s->K + tt) * KP;
+            m += snprintf(o + m, n - (size_t)m, "%s%d", t ? "," : "", v);
+        }
+    }
+}
+
+static clg_status build_wt_phases(clg_device *dev, void *vctx, cl_mem dst)
+{
+    const ph_ctx *c = vctx;
+    cl_kernel k;
+    CLG_TRY(clg_kernel_get(dev, "conv_direct", c->opts, "dconv_wt_phases", &k));
+    clg_kargs a = {k, 0, CL_SUCCESS};
+    clg_ka_mem(&a, c->w);
+    clg_ka_int(&a, (int)c->offw);
+    clg_ka_mem(&a, dst);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &a, "dconv_wt_phases args"));
+    size_t gws[3] = {(size_t)c->KP, (size_t)c->s->R * c->s->S, (size_t)c->s->K};
+    return clg_conv_enqueue(dev, k, 3, gws, NULL);
+}
+
+/* One phase (a, b) with rt x st taps whose filters start at float woff of U. */
+static clg_status ph_launch(clg_device *dev, const clg_conv_shape *s, int a, int b, int woff, cl_mem dy, size_t offdy,
+                            cl_mem U, cl_mem dx, size_t offdx)
+{
+    int P = clg_conv_out_h(s), Q = clg_conv_out_w(s);
+    int rt = ph_taps(a, s->R, s->stride_h, s->pad_h), st = ph_taps(b, s->S, s->stride_w, s->pad_w);
+    int Hp = CLG_CEIL_DIV(s->H - a, s->stride_h), Wp = CLG_CEIL_DIV(s->W - b, s->stride_w);
+    if (Hp <= 0 || Wp <= 0)
+        return CLG_OK;
+    int vk = djit_vk(dev, s->C), KP = CLG_CEIL_DIV(s->C, vk) * vk, nkv = KP / vk;
+    int kvb = nkv % 2 == 0 ? 2 : 1;
+    int strips = CLG_CEIL_DIV(Wp, 28 / kvb), qb = CLG_CEIL_DIV(Wp, strips);
+    char opts[480];
+    snprintf(opts, sizeof opts,
+             "-D DC=%d -D DK=%d -D DR=%d -D DS=%d -D DSH=1 -D DSW=1 -D DPH=%d -D DPW=%d -D DH=%d -D DW=%d -D DP=%d "
+             "-D DQ=%d -D VW=%d -D NV=1 -D VK=%d -D KVB=%d -D QB=%d -D WOFF=%d -D OSH=%d -D OSW=%d -D OPH=%d "
+             "-D OPW=%d -D OH=%d -D OW=%d",
+             s->K, s->C, rt, st, -ph_minoff(a, s->R, s->stride_h, s->pad_h),
+             -ph_minoff(b, s->S, s->stride_w, s->pad_w), P, Q, Hp, Wp, djit_vw(dev), vk, kvb, qb, woff,
+             s->stride_h, s->stride_w, a, b, s->H, s->W);
+    cl_kernel k;
+    CLG_TRY(clg_kernel_get(dev, "conv_direct", opts, "dconv_fwdk", &k));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    clg_ka_int(&ka, s->N);
+    clg_ka_mem(&ka, dy);
+    clg_ka_int(&ka, (int)offdy);
+    clg_ka_mem(&ka, U);
+    clg_conv_ka_epilogue(&ka, NULL, 0, U, 0, dx, offdx);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "dconv_fwdk (phase) args"));
+    size_t gws[3], lws[3];
+    clg_conv_geom(dev, k, strips, Hp, s->N * nkv / kvb, gws, lws);
+    return clg_conv_enqueue(dev, k, 3, gws, lws);
+}
+
+static clg_status djit_bwdd_phases(clg_device *dev, const clg_conv_shape *s, clg_conv_cache *cache, cl_mem dy,
+                                   size_t offdy, cl_mem w, size_t offw, cl_mem dx, size_t offdx)
+{
+    int vk = djit_vk(dev, s->C), KP = CLG_CEIL_DIV(s->C, vk) * vk;
+    char lopts[2400];
+    ph_wt_opts(lopts, sizeof lopts, dev, s, KP);
+    ph_ctx pc = {s, w, offw, lopts, KP};
+    cl_mem U = NULL;
+    int tmp = 0;
+    /* the flipped slot: a strided layer never takes the stride-1 flipped layout */
+    CLG_TRY(clg_conv_cached_filters(dev, cache, CLG_CONV_DIRECT, 1, sizeof(float) * (size_t)KP * s->K * s->R * s->S,
+                                    build_wt_phases, &pc, &U, &tmp));
+    clg_status st = CLG_OK;
+    int taps = 0;
+    for (int a = 0; a < s->stride_h && st == CLG_OK; a++)
+        for (int b = 0; b < s->stride_w && st == CLG_OK; b++) {
+            st = ph_launch(dev, s, a, b, taps * KP * s->K, dy, offdy, U, dx, offdx);
+            taps += ph_taps(a, s->R, s->stride_h, s->pad_h) * ph_taps(b, s->S, s->stride_w, s->pad_w);
+        }
+    if (tmp)
+        clg_buf_release(dev, U);
+    return st;
+}
+
 clg_status clg_conv_djit_bwd_data(clg_device *dev, const clg_conv_shape *s, clg_conv_cache *cache, cl_mem dy,
                                   size_t offdy, cl_mem w, size_t offw, cl_mem dx, size_t offdx)
 {
@@ -177,6 +327,8 @@ clg_status clg_conv_djit_bwd_data(clg_device *dev, const clg_conv_shape *s, clg_
     fs.pad_w = s->S - 1 - s->pad_w;
     if (s->stride_h == 1 && s->stride_w == 1 && s->pad_h < s->R && s->pad_w < s->S && use_fwdk(dev, &fs))
         return djit_fwdk(dev, &fs, 1, cache, dy, offdy, w, offw, NULL, 0, 0, dx, offdx);
+    if (use_phases(dev, s, &fs))
+        return djit_bwdd_phases(dev, s, cache, dy, offdy, w, offw, dx, offdx);
     int vw = djit_vw(dev);
     /* a run covers stride_w phases of QT columns each */
     int nv = djit_nv(CLG_CEIL_DIV(s->W, s->stride_w), vw);

@@ -1066,7 +1066,11 @@ static clg_status bn_apply(clg_device *dev, cl_uint uN, int C, size_t HW, cl_mem
 {
     cl_uint uC = (cl_uint)C, uHW = (cl_uint)HW;
     cl_kernel k;
-    CLG_TRY(kget(dev, "norm", !epi ? "bn_apply" : epi->r ? "bn_apply_add_relu" : "bn_apply_relu", &k));
+    size_t vw = bn_vec(HW); /* vector forms (W elements per work-item) where HW allows */
+    char kn[40];
+    snprintf(kn, sizeof kn, "%s%s", !epi ? "bn_apply" : epi->r ? "bn_apply_add_relu" : "bn_apply_relu",
+             vw == 8 ? "8" : vw == 4 ? "4" : "");
+    CLG_TRY(kget(dev, "norm", kn, &k));
     clg_kargs ka = {k, 0, CL_SUCCESS};
     CLG_KA(&ka, uN);
     CLG_KA(&ka, uC);
@@ -1079,13 +1083,14 @@ static clg_status bn_apply(clg_device *dev, cl_uint uN, int C, size_t HW, cl_mem
     CLG_KA(&ka, invstd);
     CLG_KA(&ka, gamma);
     CLG_KA(&ka, beta);
-    if (epi) {
-        cl_mem r = epi->r ? epi->r : y; /* not read without a residual */
+    if (epi || vw > 1) {
+        cl_mem r = epi && epi->r ? epi->r : y; /* not read without a residual */
+        cl_uint ro = epi ? epi->r_off : 0;
         CLG_KA(&ka, r);
-        CLG_KA(&ka, epi->r_off);
+        CLG_KA(&ka, ro);
     }
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-    return run2_exact(dev, k, HW, (size_t)C * uN);
+    return run2_exact(dev, k, HW / vw, (size_t)C * uN);
 }
 
 static clg_status bn_forward_train(clg_device *dev, int N, int C, size_t HW, float eps, float momentum,
@@ -1353,7 +1358,10 @@ static clg_status bn_bwd_dx(clg_device *dev, cl_uint uN, int C, size_t HW, doubl
     cl_uint uC = (cl_uint)C, uHW = (cl_uint)HW;
     cl_float invM = 1.0f / (float)M;
     cl_kernel k;
-    CLG_TRY(kget(dev, "norm", be ? "bn_bwd_data_relu" : "bn_bwd_data", &k));
+    size_t vw = bn_vec(HW); /* vector forms (W elements per work-item) where HW allows */
+    char kn[40];
+    snprintf(kn, sizeof kn, "%s%s", be ? "bn_bwd_data_relu" : "bn_bwd_data", vw == 8 ? "8" : vw == 4 ? "4" : "");
+    CLG_TRY(kget(dev, "norm", kn, &k));
     clg_kargs ka = {k, 0, CL_SUCCESS};
     CLG_KA(&ka, uN);
     CLG_KA(&ka, uC);
@@ -1363,9 +1371,11 @@ static clg_status bn_bwd_dx(clg_device *dev, cl_uint uN, int C, size_t HW, doubl
     CLG_KA(&ka, uox);
     CLG_KA(&ka, dy);
     CLG_KA(&ka, uody);
-    if (be) {
-        CLG_KA(&ka, be->y);
-        CLG_KA(&ka, be->y_off);
+    if (be || vw > 1) {
+        cl_mem ym = be ? be->y : dy; /* not read without the relu mask */
+        cl_uint yo = be ? be->y_off : 0;
+        CLG_KA(&ka, ym);
+        CLG_KA(&ka, yo);
     }
     CLG_KA(&ka, mean);
     CLG_KA(&ka, invstd);
@@ -1375,7 +1385,7 @@ static clg_status bn_bwd_dx(clg_device *dev, cl_uint uN, int C, size_t HW, doubl
     CLG_KA(&ka, dx);
     CLG_KA(&ka, uodx);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-    return run2_exact(dev, k, HW, (size_t)C * uN);
+    return run2_exact(dev, k, HW / vw, (size_t)C * uN);
 }
 
 clg_status clg_nn_bn_backward(clg_device *dev, int N, int C, size_t HW, cl_mem x, size_t ox, cl_mem dy, size_t ody,
@@ -1420,6 +1430,9 @@ clg_status clg_nn_bn_backward_relu(clg_device *dev, int N, int C, size_t HW, cl_
     CLG_TRY(bn_bwd_params(dev, uN, C, HW, x, uox, dy, uody, mean, invstd, dgamma, dbeta, NULL, &be));
     if (!dx)
         return CLG_OK;
+    if (dr) /* the partial pass wrote the masked gradient there: one read in place of dy and y */
+        return bn_bwd_dx(dev, uN, C, HW, (double)N * HW, x, uox, dr, be.dr_off, mean, invstd, gamma, dgamma, dbeta,
+                         dx, uodx, NULL);
     return bn_bwd_dx(dev, uN, C, HW, (double)N * HW, x, uox, dy, uody, mean, invstd, gamma, dgamma, dbeta, dx, uodx,
                      &be);
 }

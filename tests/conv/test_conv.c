@@ -222,6 +222,38 @@ START_TEST(direct_random)
 }
 END_TEST
 
+/* Strided backward-data by stride phases (direct: one dconv_fwdk per phase
+ * writing straight into dx): a ResNet-like stride-2 3x3 shape left to the
+ * automatic choice (phases on wide-vector CPUs) and, with the phases forced
+ * (djit_fwd=k), more ResNet-like shapes and small odd ones -- strides 2-3, windows 2-5, paddings up to R-1, one stride
+ * 1 dimension, sizes that leave a phase one row short. bwd-data only (the
+ * other passes are direct_jit_random's); outputs poisoned, double reference. */
+START_TEST(direct_phases)
+{
+    static const struct {
+        int N, C, K, H, W, R, S, ph, pw, sh, sw, force;
+    } cases[] = {
+        {2, 16, 20, 15, 16, 3, 3, 1, 1, 2, 2, 0}, /* ResNet transition, odd height */
+        {1, 17, 8, 16, 13, 3, 3, 1, 1, 2, 1, 1},  /* stride 1 along columns */
+        {2, 16, 24, 16, 16, 3, 3, 1, 1, 2, 2, 1},
+        {2, 5, 3, 11, 9, 5, 4, 2, 1, 3, 2, 1},
+        {1, 3, 7, 8, 8, 2, 2, 0, 0, 2, 2, 1},
+        {1, 4, 5, 10, 7, 4, 3, 3, 2, 2, 2, 1},
+    };
+    clg_rng r;
+    tu_rng(&r, 23);
+    for (size_t i = 0; i < CLG_ARRAY_LEN(cases); i++) {
+        clg_conv_shape s = {.N = cases[i].N, .C = cases[i].C, .K = cases[i].K, .H = cases[i].H, .W = cases[i].W,
+                            .R = cases[i].R, .S = cases[i].S, .pad_h = cases[i].ph, .pad_w = cases[i].pw,
+                            .stride_h = cases[i].sh, .stride_w = cases[i].sw, .dil_h = 1, .dil_w = 1, .groups = 1};
+        ck_assert_int_eq(clg_conv_check(NULL, &s), CLG_OK);
+        ck_assert_int_eq(clg_ctx_option_set(g_ctx, "djit_fwd", cases[i].force ? "k" : "auto"), CLG_OK);
+        check_algo(&s, CLG_CONV_DIRECT, &r, 1e-4, 2);
+    }
+    ck_assert_int_eq(clg_ctx_option_set(g_ctx, "djit_fwd", "auto"), CLG_OK);
+}
+END_TEST
+
 /* The shape-specialised direct kernels (groups 1, dilation 1): strides 1-2
  * along rows and columns (3 along rows), windows 1-7, rows one to several
  * vectors long and longer than one run (wide images), channel counts that
@@ -641,7 +673,7 @@ int main(void)
         {"argument_errors", argument_errors},   {"im2col_random", im2col_random},
         {"im2col_1x1_gemm", im2col_1x1_gemm},   {"direct_random", direct_random},
         {"im2col_strided", im2col_strided},
-        {"direct_jit_random", direct_jit_random},
+        {"direct_jit_random", direct_jit_random}, {"direct_phases", direct_phases},
         {"winograd2_random", winograd2_random}, {"winograd4_random", winograd4_random},
         {"fft_random", fft_random},             {"finite_differences", finite_differences}, {"filter_cache_versions", filter_cache_versions},
         {"auto_choice", auto_choice},           {"algo_cache_file", algo_cache_file},

@@ -1,7 +1,8 @@
 /* Layer-op timings (not a test). Usage:
  *   bench_layers              element-wise/pool/norm/loss ops at VGG-S-like shapes
+ *   bench_layers bn           the fused batch-norm epilogues at ResNet-20's shapes only
  *   bench_layers MODEL.cfg    per-layer forward/backward times of a model at batch 128
- * Medians of 7 runs after 2 warm-ups, wall time around clFinish, device 0
+ * Medians (and minima: loaded machines) of 15 runs after 2 warm-ups, wall time around clFinish, device 0
  * (set CLGRAD_DEVICES / POCL_DEVICES to choose). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +12,9 @@
 #include "model/network.h"
 #include "ops/nn.h"
 
-#define REPS 7
+#ifndef REPS
+#define REPS 15
+#endif
 
 static int cmpd(const void *a, const void *b)
 {
@@ -41,8 +44,50 @@ static double median(double *v, int n)
             t_[r_] = clg_now_sec() - t0_;                                                                     \
         }                                                                                                     \
         double m_ = median(t_, REPS);                                                                         \
-        printf("%-34s %9.3f ms %8.2f GB/s\n", label, m_ * 1e3, (double)(bytes) / m_ * 1e-9);                  \
+        printf("%-34s %9.3f ms %8.2f GB/s  (min %.3f ms)\n", label, m_ * 1e3, (double)(bytes) / m_ * 1e-9,     \
+               t_[0] * 1e3);                                                                                  \
     } while (0)
+
+/* The fused batch-norm epilogues at ResNet-20's stage shapes (128 x C x H x W):
+ * a = x, b = dy / residual, c = y; dx into a buffer of its own. */
+static int bench_bn_resnet(clg_ctx *ctx, clg_device *dev, cl_mem a, cl_mem b, cl_mem c)
+{
+    static const int shp[3][2] = {{16, 32}, {32, 16}, {64, 8}};
+    cl_mem pm[8], e;
+    float one[64];
+    for (int i = 0; i < 64; i++)
+        one[i] = 1.0f;
+    for (int i = 0; i < 8; i++)
+        if (clg_buf_alloc(dev, sizeof one, &pm[i]) != CLG_OK ||
+            clEnqueueWriteBuffer(dev->queue, pm[i], CL_TRUE, 0, sizeof one, one, 0, NULL, NULL) != CL_SUCCESS)
+            return 1;
+    if (clg_buf_alloc(dev, (size_t)128 * 16 * 32 * 32 * 4, &e) != CLG_OK)
+        return 1;
+    for (int t = 0; t < 3; t++) {
+        int C = shp[t][0], H = shp[t][1];
+        size_t HW = (size_t)H * H, B = (size_t)128 * C * HW * 4;
+        char lab[4][64];
+        snprintf(lab[0], sizeof lab[0], "bn+relu fwd 128x%dx%dx%d", C, H, H);
+        snprintf(lab[1], sizeof lab[1], "bn+add+relu fwd 128x%dx%dx%d", C, H, H);
+        snprintf(lab[2], sizeof lab[2], "bn+relu bwd 128x%dx%dx%d", C, H, H);
+        snprintf(lab[3], sizeof lab[3], "bn+add+relu bwd 128x%dx%dx%d", C, H, H);
+        TIME(lab[0], 3 * B,
+             clg_nn_bn_forward_relu(dev, 128, C, HW, 1e-5f, 0.1f, 1, a, 0, NULL, 0, c, 0, pm[0], pm[1], pm[2], pm[3],
+                                    pm[4], pm[5]));
+        TIME(lab[1], 4 * B,
+             clg_nn_bn_forward_relu(dev, 128, C, HW, 1e-5f, 0.1f, 1, a, 0, b, 0, c, 0, pm[0], pm[1], pm[2], pm[3],
+                                    pm[4], pm[5]));
+        TIME(lab[2], 7 * B,
+             clg_nn_bn_backward_relu(dev, 128, C, HW, a, 0, c, 0, b, 0, pm[4], pm[5], pm[0], pm[6], pm[7], e, 0, NULL,
+                                     0));
+        TIME(lab[3], 8 * B,
+             clg_nn_bn_backward_relu(dev, 128, C, HW, a, 0, c, 0, b, 0, pm[4], pm[5], pm[0], pm[6], pm[7], e, 0, e, 0));
+    }
+    for (int i = 0; i < 8; i++)
+        clg_buf_release(dev, pm[i]);
+    clg_buf_release(dev, e);
+    return 0;
+}
 
 static int bench_ops(clg_ctx *ctx, clg_device *dev)
 {
@@ -87,6 +132,8 @@ static int bench_ops(clg_ctx *ctx, clg_device *dev)
          clg_nn_bn_forward_train(dev, 128, 32, 784, 1e-5f, 0.1f, 1, a, 0, c, 0, b, b, d, d, d, d));
     TIME("batchnorm bwd", 5 * B, clg_nn_bn_backward(dev, 128, 32, 784, a, 0, b, 0, d, d, b, d, d, c, 0));
     TIME("batchnorm infer fwd", 2 * B, clg_nn_bn_forward_infer(dev, 128, 32, 784, 1e-5f, a, 0, c, 0, b, b, d, d));
+    if (bench_bn_resnet(ctx, dev, a, b, c) != 0)
+        return 1;
     TIME("colsum 128x256 (dense bias grad)", 128 * 256 * 4, clg_nn_colsum(dev, 128, 256, a, 0, c, 0));
     TIME("softmax xent fwd 128x10", 128 * 10 * 8,
          clg_nn_softmax_xent_forward(dev, 128, 10, a, 0, c, 0, d, 0, b, b));
@@ -95,6 +142,28 @@ static int bench_ops(clg_ctx *ctx, clg_device *dev)
     clg_buf_release(dev, c);
     clg_buf_release(dev, d);
     return 0;
+}
+
+static int bench_ops_bn(clg_ctx *ctx, clg_device *dev)
+{
+    const size_t big = (size_t)128 * 16 * 32 * 32;
+    cl_mem a, b, c;
+    if (clg_buf_alloc(dev, big * 4, &a) || clg_buf_alloc(dev, big * 4, &b) || clg_buf_alloc(dev, big * 4, &c))
+        return 1;
+    float *h = malloc(big * 4);
+    clg_rng r;
+    clg_rng_seed(&r, 1, 1);
+    for (size_t i = 0; i < big; i++)
+        h[i] = clg_rng_uniform(&r) - 0.5f;
+    clEnqueueWriteBuffer(dev->queue, a, CL_TRUE, 0, big * 4, h, 0, NULL, NULL);
+    clEnqueueWriteBuffer(dev->queue, b, CL_TRUE, 0, big * 4, h, 0, NULL, NULL);
+    clEnqueueWriteBuffer(dev->queue, c, CL_TRUE, 0, big * 4, h, 0, NULL, NULL);
+    free(h);
+    int rc = bench_bn_resnet(ctx, dev, a, b, c);
+    clg_buf_release(dev, a);
+    clg_buf_release(dev, b);
+    clg_buf_release(dev, c);
+    return rc;
 }
 
 static int bench_model(clg_ctx *ctx, clg_device *dev, const char *path)
@@ -188,7 +257,9 @@ int main(int argc, char **argv)
     }
     clg_device *dev = &ctx->devs[0];
     printf("device: %s\n", dev->info.name);
-    int rc = argc > 1 ? bench_model(ctx, dev, argv[1]) : bench_ops(ctx, dev);
+    int rc = argc > 1 && strcmp(argv[1], "bn") == 0 ? bench_ops_bn(ctx, dev)
+             : argc > 1                              ? bench_model(ctx, dev, argv[1])
+                                                     : bench_ops(ctx, dev);
     clg_ctx_destroy(ctx);
     return rc;
 }
