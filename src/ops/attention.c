@@ -347,19 +347,19 @@ static clg_status cpu_forward(clg_device *dev, const clg_attn_desc *a, const clg
     return st;
 }
 
-/* Scratch of the CPU backward: transposed K, V, Q, dO and the padded D, lse. */
+/* Scratch of the CPU backward: transposed Q, dO (and K, V for the split kernels) and the padded D, lse. */
 typedef struct {
     cl_mem Kt, Vt, Qt, Gt, Dp, Lp;
 } cpu_bwd_scratch;
 
 static clg_status cpu_bwd_prep(clg_device *dev, const clg_attn_desc *a, const clg_attn_seq *q,
                                const clg_attn_seq *k, const clg_attn_seq *v, const clg_attn_seq *o, cl_mem lse,
-                               size_t lse_off, const clg_attn_seq *g, cpu_bwd_scratch *s)
+                               size_t lse_off, const clg_attn_seq *g, int one, cpu_bwd_scratch *s)
 {
     size_t rows = (size_t)a->N * a->heads * t_pad(a->T), tsz = rows * a->d * sizeof(float);
-    cl_mem *t[4] = {&s->Kt, &s->Vt, &s->Qt, &s->Gt};
-    const clg_attn_seq *src[4] = {k, v, q, g};
-    for (int i = 0; i < 4; i++) {
+    cl_mem *t[4] = {&s->Qt, &s->Gt, &s->Kt, &s->Vt};
+    const clg_attn_seq *src[4] = {q, g, k, v};
+    for (int i = 0; i < (one ? 2 : 4); i++) { /* the one pass reads no transposed K, V */
         CLG_TRY(clg_buf_alloc(dev, tsz, t[i]));
         CLG_TRY(cpu_transpose(dev, a, src[i], *t[i]));
     }
@@ -423,15 +423,52 @@ static clg_status cpu_bwd_run(clg_device *dev, const clg_attn_desc *a, const clg
     return cpu_blocks(dev, kkv, a, cpu_rk(a));
 }
 
+/* attn_bwd_cpu1: one work-item per head computes dQ with dK, dV. */
+static clg_status cpu_bwd_run1(clg_device *dev, const clg_attn_desc *a, const clg_attn_seq *q,
+                               const clg_attn_seq *k, const clg_attn_seq *v, const clg_attn_seq *g,
+                               const cpu_bwd_scratch *s, const clg_attn_seq *dq, const clg_attn_seq *dk,
+                               const clg_attn_seq *dv)
+{
+    cl_kernel kr;
+    CLG_TRY(cpu_kernel(dev, a, "attn_bwd_cpu1", &kr));
+    clg_kargs ka = {kr, 0, CL_SUCCESS};
+    ka_cpu_head(&ka, a);
+    ka_seq(&ka, q);
+    ka_seq(&ka, k);
+    ka_seq(&ka, v);
+    ka_seq(&ka, g);
+    CLG_KA(&ka, s->Qt);
+    CLG_KA(&ka, s->Gt);
+    CLG_KA(&ka, s->Lp);
+    CLG_KA(&ka, s->Dp);
+    ka_seq(&ka, dq);
+    ka_seq(&ka, dk);
+    ka_seq(&ka, dv);
+    ka_cpu_dropout(&ka, a);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
+    size_t gw[2] = {1, (size_t)a->N * a->heads}, l[2] = {1, 1};
+    return clg_launch(dev, kr, 2, gw, l, CLG_LAUNCH_FIXED, NULL);
+}
+
+/* clg_attn_desc.bwd_pass resolved: 1 one pass per head, 2 split kernels. */
+static int cpu_bwd_pass(const clg_device *dev, const clg_attn_desc *a)
+{
+    if (a->bwd_pass == 1 || a->bwd_pass == 2)
+        return a->bwd_pass;
+    unsigned cu = dev->info.compute_units ? dev->info.compute_units : 1;
+    return (size_t)a->N * a->heads >= 4 * (size_t)cu ? 1 : 2;
+}
+
 static clg_status cpu_backward(clg_device *dev, const clg_attn_desc *a, const clg_attn_seq *q,
                                const clg_attn_seq *k, const clg_attn_seq *v, const clg_attn_seq *o, cl_mem lse,
                                size_t lse_off, const clg_attn_seq *g, const clg_attn_seq *dq,
                                const clg_attn_seq *dk, const clg_attn_seq *dv)
 {
     cpu_bwd_scratch s = {NULL, NULL, NULL, NULL, NULL, NULL};
-    clg_status st = cpu_bwd_prep(dev, a, q, k, v, o, lse, lse_off, g, &s);
+    int one = cpu_bwd_pass(dev, a) == 1;
+    clg_status st = cpu_bwd_prep(dev, a, q, k, v, o, lse, lse_off, g, one, &s);
     if (st == CLG_OK)
-        st = cpu_bwd_run(dev, a, q, k, v, g, &s, dq, dk, dv);
+        st = one ? cpu_bwd_run1(dev, a, q, k, v, g, &s, dq, dk, dv) : cpu_bwd_run(dev, a, q, k, v, g, &s, dq, dk, dv);
     cl_mem m[6] = {s.Kt, s.Vt, s.Qt, s.Gt, s.Dp, s.Lp};
     for (int i = 0; i < 6; i++)
         clg_buf_release(dev, m[i]);
