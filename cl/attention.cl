@@ -660,32 +660,49 @@ attn_bwd_dkdv_cpu(const uint T, const uint H, const uint Tp, const float scale, 
 }
 
 // dQ, dK, dV in one pass (the CPU backward when there are heads enough to keep every
-// core busy): one work-item per (n, h) runs attn_bwd_dkdv_cpu's loop over its key
+// core busy): one work-item per (n, h) first writes its head's scratch (Qt, Gt: Q and
+// dO transposed as attn_transpose does; Lp, Dp: lse and D_i = dO_i . O_i as
+// attn_bwd_dot_cpu does, zero past T), then runs attn_bwd_dkdv_cpu's loop over its key
 // blocks of RK rows in order and adds each block's dS^T K into the dQ rows of the
 // query tile right away (dq_i += scale sum_j ds_ij k_j, k scaled on load), so the
-// scores and dO V^T are computed once, not again by attn_bwd_dq_cpu, and no
-// transposed K, V are needed. The work-item owns its head's dQ rows (zeroed first):
-// a fixed order of additions, deterministic.
+// scores and dO V^T are computed once, not again by attn_bwd_dq_cpu, no transposed
+// K, V are needed, and the backward is one launch. The work-item owns its head's dQ
+// rows (zeroed first) and scratch: a fixed order of additions, deterministic.
 __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
 attn_bwd_cpu1(const uint T, const uint H, const uint Tp, const float scale, const int causal,
               __global const float *Q, const uint oq, const uint ldq, __global const float *K, const uint ok,
-              const uint ldk, __global const float *V, const uint ov, const uint ldv, __global const float *dO,
-              const uint odo, const uint lddo, __global const float *Qt, __global const float *Gt,
-              __global const float *Lp, __global const float *Dp, __global float *dQ, const uint odq,
-              const uint lddq, __global float *dK, const uint odk, const uint lddk, __global float *dV,
-              const uint odv, const uint lddv DROPOUT_ARGS)
+              const uint ldk, __global const float *V, const uint ov, const uint ldv, __global const float *O,
+              const uint oo, const uint ldo, __global const float *dO, const uint odo, const uint lddo,
+              __global const float *L, const uint ol, __global float *Qt, __global float *Gt, __global float *Lp,
+              __global float *Dp, __global float *dQ, const uint odq, const uint lddq, __global float *dK,
+              const uint odk, const uint lddk, __global float *dV, const uint odv, const uint lddv DROPOUT_ARGS)
 {
     const uint nh = get_group_id(1);
     const uint n = nh / H, h = nh - n * H;
+    __global float *qt = Qt + (size_t)nh * HD * Tp;
+    __global float *gt = Gt + (size_t)nh * HD * Tp;
+    __global float *lp = Lp + (size_t)nh * Tp;
+    __global float *dp_ = Dp + (size_t)nh * Tp;
+    for (uint t = 0; t < Tp; t++) {
+        const int live = t < T;
+        const size_t row = (size_t)n * T + min(t, T - 1);
+        __global const float *qr = Q + oq + row * ldq + h * HD;
+        __global const float *gr = dO + odo + row * lddo + h * HD;
+        __global const float *orow = O + oo + row * ldo + h * HD;
+        float acc = 0.0f;
+        for (uint d = 0; d < HD; d++) {
+            qt[(size_t)d * Tp + t] = live ? qr[d] : 0.0f;
+            gt[(size_t)d * Tp + t] = live ? gr[d] : 0.0f;
+            acc += orow[d] * gr[d];
+        }
+        lp[t] = live ? L[ol + (size_t)nh * T + t] : 0.0f;
+        dp_[t] = live ? acc : 0.0f;
+    }
     for (uint i = 0; i < T; i++) {
         __global float *out = dQ + odq + ((size_t)n * T + i) * lddq + h * HD;
         for (uint c = 0; c < HV; c++)
             vstore8((float8)(0.0f), c, out);
     }
-    __global const float *qt = Qt + (size_t)nh * HD * Tp;
-    __global const float *gt = Gt + (size_t)nh * HD * Tp;
-    __global const float *lp = Lp + (size_t)nh * Tp;
-    __global const float *dp_ = Dp + (size_t)nh * Tp;
     for (uint j0 = 0; j0 < T; j0 += RK) {
         float k[RK][HD], v[RK][HD];
         float8 dk[RK][HV], dv[RK][HV];

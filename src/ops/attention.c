@@ -357,14 +357,17 @@ static clg_status cpu_bwd_prep(clg_device *dev, const clg_attn_desc *a, const cl
                                size_t lse_off, const clg_attn_seq *g, int one, cpu_bwd_scratch *s)
 {
     size_t rows = (size_t)a->N * a->heads * t_pad(a->T), tsz = rows * a->d * sizeof(float);
-    cl_mem *t[4] = {&s->Qt, &s->Gt, &s->Kt, &s->Vt};
-    const clg_attn_seq *src[4] = {q, g, k, v};
-    for (int i = 0; i < (one ? 2 : 4); i++) { /* the one pass reads no transposed K, V */
-        CLG_TRY(clg_buf_alloc(dev, tsz, t[i]));
-        CLG_TRY(cpu_transpose(dev, a, src[i], *t[i]));
-    }
     CLG_TRY(clg_buf_alloc(dev, rows * sizeof(float), &s->Dp));
     CLG_TRY(clg_buf_alloc(dev, rows * sizeof(float), &s->Lp));
+    cl_mem *t[4] = {&s->Qt, &s->Gt, &s->Kt, &s->Vt};
+    const clg_attn_seq *src[4] = {q, g, k, v};
+    for (int i = 0; i < (one ? 2 : 4); i++) { /* the one pass fills Qt, Gt, Dp, Lp itself, reads no Kt, Vt */
+        CLG_TRY(clg_buf_alloc(dev, tsz, t[i]));
+        if (!one)
+            CLG_TRY(cpu_transpose(dev, a, src[i], *t[i]));
+    }
+    if (one)
+        return CLG_OK;
     cl_kernel kd;
     CLG_TRY(cpu_kernel(dev, a, "attn_bwd_dot_cpu", &kd));
     cl_uint T = (cl_uint)a->T, H = (cl_uint)a->heads, NH = (cl_uint)(a->N * a->heads), Tp = (cl_uint)t_pad(a->T);
@@ -423,20 +426,24 @@ static clg_status cpu_bwd_run(clg_device *dev, const clg_attn_desc *a, const clg
     return cpu_blocks(dev, kkv, a, cpu_rk(a));
 }
 
-/* attn_bwd_cpu1: one work-item per head computes dQ with dK, dV. */
+/* attn_bwd_cpu1: one work-item per head fills its scratch and computes dQ with dK, dV (one launch). */
 static clg_status cpu_bwd_run1(clg_device *dev, const clg_attn_desc *a, const clg_attn_seq *q,
-                               const clg_attn_seq *k, const clg_attn_seq *v, const clg_attn_seq *g,
-                               const cpu_bwd_scratch *s, const clg_attn_seq *dq, const clg_attn_seq *dk,
-                               const clg_attn_seq *dv)
+                               const clg_attn_seq *k, const clg_attn_seq *v, const clg_attn_seq *o, cl_mem lse,
+                               size_t lse_off, const clg_attn_seq *g, const cpu_bwd_scratch *s,
+                               const clg_attn_seq *dq, const clg_attn_seq *dk, const clg_attn_seq *dv)
 {
     cl_kernel kr;
     CLG_TRY(cpu_kernel(dev, a, "attn_bwd_cpu1", &kr));
     clg_kargs ka = {kr, 0, CL_SUCCESS};
+    cl_uint ol = (cl_uint)lse_off;
     ka_cpu_head(&ka, a);
     ka_seq(&ka, q);
     ka_seq(&ka, k);
     ka_seq(&ka, v);
+    ka_seq(&ka, o);
     ka_seq(&ka, g);
+    CLG_KA(&ka, lse);
+    CLG_KA(&ka, ol);
     CLG_KA(&ka, s->Qt);
     CLG_KA(&ka, s->Gt);
     CLG_KA(&ka, s->Lp);
@@ -468,7 +475,8 @@ static clg_status cpu_backward(clg_device *dev, const clg_attn_desc *a, const cl
     int one = cpu_bwd_pass(dev, a) == 1;
     clg_status st = cpu_bwd_prep(dev, a, q, k, v, o, lse, lse_off, g, one, &s);
     if (st == CLG_OK)
-        st = one ? cpu_bwd_run1(dev, a, q, k, v, g, &s, dq, dk, dv) : cpu_bwd_run(dev, a, q, k, v, g, &s, dq, dk, dv);
+        st = one ? cpu_bwd_run1(dev, a, q, k, v, o, lse, lse_off, g, &s, dq, dk, dv)
+                 : cpu_bwd_run(dev, a, q, k, v, g, &s, dq, dk, dv);
     cl_mem m[6] = {s.Kt, s.Vt, s.Qt, s.Gt, s.Dp, s.Lp};
     for (int i = 0; i < 6; i++)
         clg_buf_release(dev, m[i]);
