@@ -351,6 +351,7 @@ static inline float hsum16(const float16 v)
 // clg_dropout_scale, the same arithmetic), scale 0 or inv = 1 / (1 - p). The extra
 // arguments every kernel of this section ends with:
 #define DROPOUT_ARGS , const float dp_p, const float dp_inv, const uint dp_seed, const uint dp_step, const uint dp_base
+#define DROPOUT_PASS , dp_p, dp_inv, dp_seed, dp_step, dp_base
 inline uint attn_mix32(uint h)
 {
     h ^= h >> 16;
@@ -384,6 +385,7 @@ inline float16 attn_keep16(const uint idx0, const uint stride, const float p, co
 #define KEEP_COL(i0, j) attn_keep16(dp_base + (nh * T + (i0)) * T + (j), T, dp_p, dp_inv, dp_seed, dp_step)
 #else
 #define DROPOUT_ARGS
+#define DROPOUT_PASS
 #endif
 
 // dst (NH, HD, Tp) = head h of src (N, T, ld) transposed per head, rows t >= T zero;
@@ -411,14 +413,13 @@ __kernel void attn_transpose(const uint T, const uint H, const uint NH, const ui
         vstore8(vload8(0, b[c]), 0, d + (size_t)c * Tp);
 }
 
-// Forward: RQ query rows of one (n, h) per work-item; the online softmax per row.
-__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
-attn_fwd_cpu(const uint T, const uint H, const uint Tp, const float scale, const int causal, __global const float *Q,
-             const uint oq, const uint ldq, __global const float *Kt, __global const float *V, const uint ov,
-             const uint ldv, __global float *O, const uint oo, const uint ldo, __global float *L,
-             const uint ol DROPOUT_ARGS)
+// Forward: RQ query rows i0.. of head nh = n H + h; the online softmax per row.
+static inline void attn_fwd_rows(const uint T, const uint H, const uint Tp, const float scale, const int causal,
+                                 __global const float *Q, const uint oq, const uint ldq, __global const float *Kt,
+                                 __global const float *V, const uint ov, const uint ldv, __global float *O,
+                                 const uint oo, const uint ldo, __global float *L, const uint ol, const uint i0,
+                                 const uint nh DROPOUT_ARGS)
 {
-    const uint i0 = get_group_id(0) * RQ, nh = get_group_id(1);
     const uint n = nh / H, h = nh - n * H;
     float q[RQ][HD];
     float8 acc[RQ][HV];
@@ -481,6 +482,38 @@ attn_fwd_cpu(const uint T, const uint H, const uint Tp, const float scale, const
             vstore8(acc[r][c] * inv, c, orow);
         L[ol + (size_t)nh * T + i] = m[r] + log(l[r]);
     }
+}
+
+// One work-item per (RQ query rows, n * H + h).
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
+attn_fwd_cpu(const uint T, const uint H, const uint Tp, const float scale, const int causal, __global const float *Q,
+             const uint oq, const uint ldq, __global const float *Kt, __global const float *V, const uint ov,
+             const uint ldv, __global float *O, const uint oo, const uint ldo, __global float *L,
+             const uint ol DROPOUT_ARGS)
+{
+    attn_fwd_rows(T, H, Tp, scale, causal, Q, oq, ldq, Kt, V, ov, ldv, O, oo, ldo, L, ol, get_group_id(0) * RQ,
+                  get_group_id(1) DROPOUT_PASS);
+}
+
+// One work-item per head n * H + h (when there are heads enough to keep the cores
+// busy): writes its head of Kt (K transposed, zero past T, as attn_transpose does),
+// then runs every block of RQ rows: one launch, no transpose pass.
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
+attn_fwd_cpu1(const uint T, const uint H, const uint Tp, const float scale, const int causal, __global const float *Q,
+              const uint oq, const uint ldq, __global const float *K, const uint ok, const uint ldk,
+              __global float *Kt, __global const float *V, const uint ov, const uint ldv, __global float *O,
+              const uint oo, const uint ldo, __global float *L, const uint ol DROPOUT_ARGS)
+{
+    const uint nh = get_group_id(1);
+    const uint n = nh / H, h = nh - n * H;
+    __global float *kt = Kt + (size_t)nh * HD * Tp;
+    for (uint t = 0; t < Tp; t++) {
+        __global const float *kr = K + ok + ((size_t)n * T + min(t, T - 1)) * ldk + h * HD;
+        for (uint d = 0; d < HD; d++)
+            kt[(size_t)d * Tp + t] = t < T ? kr[d] : 0.0f;
+    }
+    for (uint i0 = 0; i0 < T; i0 += RQ)
+        attn_fwd_rows(T, H, Tp, scale, causal, Q, oq, ldq, Kt, V, ov, ldv, O, oo, ldo, L, ol, i0, nh DROPOUT_PASS);
 }
 
 // D_i = sum_d dO_id O_id and a copy of lse, both (NH, Tp) with zero pad; one work-item

@@ -319,20 +319,32 @@ static void ka_cpu_head(clg_kargs *ka, const clg_attn_desc *a)
     CLG_KA(ka, causal);
 }
 
+/* clg_attn_desc.per_head resolved: 1 one work-item per head, 0 blocks of rows. */
+static int cpu_per_head(const clg_device *dev, const clg_attn_desc *a)
+{
+    if (a->per_head == 1 || a->per_head == 2)
+        return a->per_head == 1;
+    unsigned cu = dev->info.compute_units ? dev->info.compute_units : 1;
+    return (size_t)a->N * a->heads >= 4 * (size_t)cu;
+}
+
 static clg_status cpu_forward(clg_device *dev, const clg_attn_desc *a, const clg_attn_seq *q, const clg_attn_seq *k,
                               const clg_attn_seq *v, const clg_attn_seq *o, cl_mem lse, size_t lse_off)
 {
     size_t tsz = (size_t)a->N * a->heads * a->d * t_pad(a->T) * sizeof(float);
     cl_mem Kt = NULL;
     cl_kernel kr;
-    CLG_TRY(cpu_kernel(dev, a, "attn_fwd_cpu", &kr));
+    int one = cpu_per_head(dev, a); /* attn_fwd_cpu1 transposes its head of K itself */
+    CLG_TRY(cpu_kernel(dev, a, one ? "attn_fwd_cpu1" : "attn_fwd_cpu", &kr));
     CLG_TRY(clg_buf_alloc(dev, tsz, &Kt));
-    clg_status st = cpu_transpose(dev, a, k, Kt);
+    clg_status st = one ? CLG_OK : cpu_transpose(dev, a, k, Kt);
     if (st == CLG_OK) {
         clg_kargs ka = {kr, 0, CL_SUCCESS};
         cl_uint ol = (cl_uint)lse_off;
         ka_cpu_head(&ka, a);
         ka_seq(&ka, q);
+        if (one)
+            ka_seq(&ka, k);
         CLG_KA(&ka, Kt);
         ka_seq(&ka, v);
         ka_seq(&ka, o);
@@ -341,7 +353,7 @@ static clg_status cpu_forward(clg_device *dev, const clg_attn_desc *a, const clg
         ka_cpu_dropout(&ka, a);
         st = CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments");
         if (st == CLG_OK)
-            st = cpu_blocks(dev, kr, a, cpu_rq(a));
+            st = cpu_blocks(dev, kr, a, one ? a->T : cpu_rq(a)); /* per head: one group of all rows */
     }
     clg_buf_release(dev, Kt);
     return st;
@@ -457,22 +469,13 @@ static clg_status cpu_bwd_run1(clg_device *dev, const clg_attn_desc *a, const cl
     return clg_launch(dev, kr, 2, gw, l, CLG_LAUNCH_FIXED, NULL);
 }
 
-/* clg_attn_desc.bwd_pass resolved: 1 one pass per head, 2 split kernels. */
-static int cpu_bwd_pass(const clg_device *dev, const clg_attn_desc *a)
-{
-    if (a->bwd_pass == 1 || a->bwd_pass == 2)
-        return a->bwd_pass;
-    unsigned cu = dev->info.compute_units ? dev->info.compute_units : 1;
-    return (size_t)a->N * a->heads >= 4 * (size_t)cu ? 1 : 2;
-}
-
 static clg_status cpu_backward(clg_device *dev, const clg_attn_desc *a, const clg_attn_seq *q,
                                const clg_attn_seq *k, const clg_attn_seq *v, const clg_attn_seq *o, cl_mem lse,
                                size_t lse_off, const clg_attn_seq *g, const clg_attn_seq *dq,
                                const clg_attn_seq *dk, const clg_attn_seq *dv)
 {
     cpu_bwd_scratch s = {NULL, NULL, NULL, NULL, NULL, NULL};
-    int one = cpu_bwd_pass(dev, a) == 1;
+    int one = cpu_per_head(dev, a);
     clg_status st = cpu_bwd_prep(dev, a, q, k, v, o, lse, lse_off, g, one, &s);
     if (st == CLG_OK)
         st = one ? cpu_bwd_run1(dev, a, q, k, v, o, lse, lse_off, g, &s, dq, dk, dv)
