@@ -351,6 +351,7 @@ static inline float hsum16(const float16 v)
 // clg_dropout_scale, the same arithmetic), scale 0 or inv = 1 / (1 - p). The extra
 // arguments every kernel of this section ends with:
 #define DROPOUT_ARGS , const float dp_p, const float dp_inv, const uint dp_seed, const uint dp_step, const uint dp_base
+#define DROPOUT_PASS , dp_p, dp_inv, dp_seed, dp_step, dp_base
 inline uint attn_mix32(uint h)
 {
     h ^= h >> 16;
@@ -384,6 +385,7 @@ inline float16 attn_keep16(const uint idx0, const uint stride, const float p, co
 #define KEEP_COL(i0, j) attn_keep16(dp_base + (nh * T + (i0)) * T + (j), T, dp_p, dp_inv, dp_seed, dp_step)
 #else
 #define DROPOUT_ARGS
+#define DROPOUT_PASS
 #endif
 
 // dst (NH, HD, Tp) = head h of src (N, T, ld) transposed per head, rows t >= T zero;
@@ -411,14 +413,13 @@ __kernel void attn_transpose(const uint T, const uint H, const uint NH, const ui
         vstore8(vload8(0, b[c]), 0, d + (size_t)c * Tp);
 }
 
-// Forward: RQ query rows of one (n, h) per work-item; the online softmax per row.
-__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
-attn_fwd_cpu(const uint T, const uint H, const uint Tp, const float scale, const int causal, __global const float *Q,
-             const uint oq, const uint ldq, __global const float *Kt, __global const float *V, const uint ov,
-             const uint ldv, __global float *O, const uint oo, const uint ldo, __global float *L,
-             const uint ol DROPOUT_ARGS)
+// Forward: RQ query rows i0.. of head nh = n H + h; the online softmax per row.
+static inline void attn_fwd_rows(const uint T, const uint H, const uint Tp, const float scale, const int causal,
+                                 __global const float *Q, const uint oq, const uint ldq, __global const float *Kt,
+                                 __global const float *V, const uint ov, const uint ldv, __global float *O,
+                                 const uint oo, const uint ldo, __global float *L, const uint ol, const uint i0,
+                                 const uint nh DROPOUT_ARGS)
 {
-    const uint i0 = get_group_id(0) * RQ, nh = get_group_id(1);
     const uint n = nh / H, h = nh - n * H;
     float q[RQ][HD];
     float8 acc[RQ][HV];
@@ -481,6 +482,38 @@ attn_fwd_cpu(const uint T, const uint H, const uint Tp, const float scale, const
             vstore8(acc[r][c] * inv, c, orow);
         L[ol + (size_t)nh * T + i] = m[r] + log(l[r]);
     }
+}
+
+// One work-item per (RQ query rows, n * H + h).
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
+attn_fwd_cpu(const uint T, const uint H, const uint Tp, const float scale, const int causal, __global const float *Q,
+             const uint oq, const uint ldq, __global const float *Kt, __global const float *V, const uint ov,
+             const uint ldv, __global float *O, const uint oo, const uint ldo, __global float *L,
+             const uint ol DROPOUT_ARGS)
+{
+    attn_fwd_rows(T, H, Tp, scale, causal, Q, oq, ldq, Kt, V, ov, ldv, O, oo, ldo, L, ol, get_group_id(0) * RQ,
+                  get_group_id(1) DROPOUT_PASS);
+}
+
+// One work-item per head n * H + h (when there are heads enough to keep the cores
+// busy): writes its head of Kt (K transposed, zero past T, as attn_transpose does),
+// then runs every block of RQ rows: one launch, no transpose pass.
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
+attn_fwd_cpu1(const uint T, const uint H, const uint Tp, const float scale, const int causal, __global const float *Q,
+              const uint oq, const uint ldq, __global const float *K, const uint ok, const uint ldk,
+              __global float *Kt, __global const float *V, const uint ov, const uint ldv, __global float *O,
+              const uint oo, const uint ldo, __global float *L, const uint ol DROPOUT_ARGS)
+{
+    const uint nh = get_group_id(1);
+    const uint n = nh / H, h = nh - n * H;
+    __global float *kt = Kt + (size_t)nh * HD * Tp;
+    for (uint t = 0; t < Tp; t++) {
+        __global const float *kr = K + ok + ((size_t)n * T + min(t, T - 1)) * ldk + h * HD;
+        for (uint d = 0; d < HD; d++)
+            kt[(size_t)d * Tp + t] = t < T ? kr[d] : 0.0f;
+    }
+    for (uint i0 = 0; i0 < T; i0 += RQ)
+        attn_fwd_rows(T, H, Tp, scale, causal, Q, oq, ldq, Kt, V, ov, ldv, O, oo, ldo, L, ol, i0, nh DROPOUT_PASS);
 }
 
 // D_i = sum_d dO_id O_id and a copy of lse, both (NH, Tp) with zero pad; one work-item
@@ -655,6 +688,123 @@ attn_bwd_dkdv_cpu(const uint T, const uint H, const uint Tp, const float scale, 
         for (uint c = 0; c < HV; c++) {
             vstore8(dk[r][c] * scale, c, ko);
             vstore8(dv[r][c], c, vo);
+        }
+    }
+}
+
+// dQ, dK, dV in one pass (the CPU backward when there are heads enough to keep every
+// core busy): one work-item per (n, h) first writes its head's scratch (Qt, Gt: Q and
+// dO transposed as attn_transpose does; Lp, Dp: lse and D_i = dO_i . O_i as
+// attn_bwd_dot_cpu does, zero past T), then runs attn_bwd_dkdv_cpu's loop over its key
+// blocks of RK rows in order and adds each block's dS^T K into the dQ rows of the
+// query tile right away (dq_i += scale sum_j ds_ij k_j, k scaled on load), so the
+// scores and dO V^T are computed once, not again by attn_bwd_dq_cpu, no transposed
+// K, V are needed, and the backward is one launch. The work-item owns its head's dQ
+// rows (zeroed first) and scratch: a fixed order of additions, deterministic.
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
+attn_bwd_cpu1(const uint T, const uint H, const uint Tp, const float scale, const int causal,
+              __global const float *Q, const uint oq, const uint ldq, __global const float *K, const uint ok,
+              const uint ldk, __global const float *V, const uint ov, const uint ldv, __global const float *O,
+              const uint oo, const uint ldo, __global const float *dO, const uint odo, const uint lddo,
+              __global const float *L, const uint ol, __global float *Qt, __global float *Gt, __global float *Lp,
+              __global float *Dp, __global float *dQ, const uint odq, const uint lddq, __global float *dK,
+              const uint odk, const uint lddk, __global float *dV, const uint odv, const uint lddv DROPOUT_ARGS)
+{
+    const uint nh = get_group_id(1);
+    const uint n = nh / H, h = nh - n * H;
+    __global float *qt = Qt + (size_t)nh * HD * Tp;
+    __global float *gt = Gt + (size_t)nh * HD * Tp;
+    __global float *lp = Lp + (size_t)nh * Tp;
+    __global float *dp_ = Dp + (size_t)nh * Tp;
+    for (uint t = 0; t < Tp; t++) {
+        const int live = t < T;
+        const size_t row = (size_t)n * T + min(t, T - 1);
+        __global const float *qr = Q + oq + row * ldq + h * HD;
+        __global const float *gr = dO + odo + row * lddo + h * HD;
+        __global const float *orow = O + oo + row * ldo + h * HD;
+        float acc = 0.0f;
+        for (uint d = 0; d < HD; d++) {
+            qt[(size_t)d * Tp + t] = live ? qr[d] : 0.0f;
+            gt[(size_t)d * Tp + t] = live ? gr[d] : 0.0f;
+            acc += orow[d] * gr[d];
+        }
+        lp[t] = live ? L[ol + (size_t)nh * T + t] : 0.0f;
+        dp_[t] = live ? acc : 0.0f;
+    }
+    for (uint i = 0; i < T; i++) {
+        __global float *out = dQ + odq + ((size_t)n * T + i) * lddq + h * HD;
+        for (uint c = 0; c < HV; c++)
+            vstore8((float8)(0.0f), c, out);
+    }
+    for (uint j0 = 0; j0 < T; j0 += RK) {
+        float k[RK][HD], v[RK][HD];
+        float8 dk[RK][HV], dv[RK][HV];
+        for (uint r = 0; r < RK; r++) {
+            const uint jc = min(j0 + r, T - 1);
+            __global const float *kr = K + ok + ((size_t)n * T + jc) * ldk + h * HD;
+            __global const float *vr = V + ov + ((size_t)n * T + jc) * ldv + h * HD;
+            for (uint d = 0; d < HD; d++) {
+                k[r][d] = kr[d] * scale;
+                v[r][d] = vr[d];
+            }
+            for (uint c = 0; c < HV; c++)
+                dk[r][c] = dv[r][c] = (float8)(0.0f);
+        }
+        for (uint i0 = causal ? j0 / KB * KB : 0; i0 < T; i0 += KB) {
+            float16 s[RK], dp[RK];
+            for (uint r = 0; r < RK; r++)
+                s[r] = dp[r] = (float16)(0.0f);
+            for (uint d = 0; d < HD; d++) {
+                const float16 qv = vload16(0, qt + (size_t)d * Tp + i0);
+                const float16 gv = vload16(0, gt + (size_t)d * Tp + i0);
+                for (uint r = 0; r < RK; r++) {
+                    s[r] = fma((float16)(k[r][d]), qv, s[r]);
+                    dp[r] = fma((float16)(v[r][d]), gv, dp[r]);
+                }
+            }
+            const int16 i = (int16)((int)i0) + LANES;
+            const float16 lv = vload16(0, lp + i0), dv16 = vload16(0, dp_ + i0);
+            float p[RK][KB], ds[RK][KB];
+            for (uint r = 0; r < RK; r++) { // key rows past T (clamped copies) must not reach dQ
+                const int16 okm = (i < (int16)((int)T)) & (int16)(j0 + r < T ? -1 : 0) &
+                                  (causal ? (i >= (int16)((int)(j0 + r))) : (int16)(-1));
+                const float16 pr = select((float16)(0.0f), exp(s[r] - lv), okm);
+#if DROPOUT
+                const float16 z = KEEP_COL(i0, j0 + r);
+                vstore16(pr * z, 0, p[r]);
+                vstore16(pr * (dp[r] * z - dv16), 0, ds[r]);
+#else
+                vstore16(pr, 0, p[r]);
+                vstore16(pr * (dp[r] - dv16), 0, ds[r]);
+#endif
+            }
+            const uint in_ = min((uint)KB, T - i0);
+            for (uint ii = 0; ii < in_; ii++) {
+                __global const float *qr = Q + oq + ((size_t)n * T + i0 + ii) * ldq + h * HD;
+                __global const float *gr = dO + odo + ((size_t)n * T + i0 + ii) * lddo + h * HD;
+                __global float *dqr = dQ + odq + ((size_t)n * T + i0 + ii) * lddq + h * HD;
+                for (uint c = 0; c < HV; c++) {
+                    const float8 qv = vload8(c, qr), gv = vload8(c, gr);
+                    float8 dqv = vload8(c, dqr);
+                    for (uint r = 0; r < RK; r++) {
+                        dv[r][c] = fma((float8)(p[r][ii]), gv, dv[r][c]);
+                        dk[r][c] = fma((float8)(ds[r][ii]), qv, dk[r][c]);
+                        dqv = fma((float8)(ds[r][ii]), vload8(c, k[r]), dqv);
+                    }
+                    vstore8(dqv, c, dqr);
+                }
+            }
+        }
+        for (uint r = 0; r < RK; r++) {
+            const uint j = j0 + r;
+            if (j >= T)
+                break;
+            __global float *ko = dK + odk + ((size_t)n * T + j) * lddk + h * HD;
+            __global float *vo = dV + odv + ((size_t)n * T + j) * lddv + h * HD;
+            for (uint c = 0; c < HV; c++) {
+                vstore8(dk[r][c] * scale, c, ko);
+                vstore8(dv[r][c], c, vo);
+            }
         }
     }
 }

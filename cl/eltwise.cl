@@ -4,39 +4,9 @@
 // beyond select()s, so the CPU back-ends vectorize across work-items.
 // Offsets and counts are in elements (uint); see src/ops/nn.h.
 
-#define SQRT1_2 0.70710678118654752f
-#define INV_SQRT_2PI 0.39894228040143268f
-
-// Standard normal CDF Phi(x) = (1 + erf(x / sqrt 2)) / 2 for GELU, with
-// erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z / 2), P a degree-9 Chebyshev
-// fit (Press et al., Numerical Recipes 6.2, erfcc: fractional error below
-// 1.2e-7 for every z >= 0). Built from exp and arithmetic so it vectorizes
-// (the built-in erf is a scalar call on some CPU back-ends, 20x slower); for
-// x < 0 Phi = erfc(|x| / sqrt 2) / 2 directly, and the fit's error is
-// relative, so the tail keeps its relative accuracy (no 1 - erf
-// cancellation; -x^2 / 2 + P in one fma). In fp32: relative error <= 1.2e-6
-// on [-4, 0], 6e-6 on [-9, -4], 3e-7 for x >= 0. (Abramowitz & Stegun
-// 7.1.26, used before, has an absolute error bound: 2e-4 relative at x = -3.5,
-// 38% far in the tail.)
-#define CLG_PHI_FN(T, NAME)                                                                            \
-    inline T NAME(const T x)                                                                           \
-    {                                                                                                  \
-        const T a = fabs(x);                                                                           \
-        const T t = (T)(1.0f) / fma((T)(0.5f * SQRT1_2), a, (T)(1.0f));                                \
-        T p = fma(t, (T)(0.17087277f), (T)(-0.82215223f));                                             \
-        p = fma(p, t, (T)(1.48851587f));                                                               \
-        p = fma(p, t, (T)(-1.13520398f));                                                              \
-        p = fma(p, t, (T)(0.27886807f));                                                               \
-        p = fma(p, t, (T)(-0.18628806f));                                                              \
-        p = fma(p, t, (T)(0.09678418f));                                                               \
-        p = fma(p, t, (T)(0.37409196f));                                                               \
-        p = fma(p, t, (T)(1.00002368f));                                                               \
-        p = fma(p, t, (T)(-1.26551223f));                                                              \
-        const T half_erfc = (T)(0.5f) * t * exp(fma((T)(-0.5f) * a, a, p));                           \
-        return select(half_erfc, (T)(1.0f) - half_erfc, x >= (T)(0.0f));                               \
-    }
-CLG_PHI_FN(float, clg_phi)
-CLG_PHI_FN(float8, clg_phi8) // the same on 8 lanes (explicit vectors for kernels with a row loop)
+#include "gelu.h"
+CLG_GELU_FNS(float, )
+CLG_GELU_FNS(float8, 8) // on 8 lanes (explicit vectors for kernels with a row loop)
 
 // ---- activations ----
 // fwd: y = f(x).  bwd: dx = dy * f'(.) computed from y where f' is a
@@ -68,26 +38,8 @@ ACT_KERNELS(relu, fmax(v, 0.0f), select(0.0f, g, y[oy + i] > 0.0f))
 ACT_KERNELS(leaky, select(alpha * v, v, v > 0.0f), select(alpha * g, g, y[oy + i] > 0.0f))
 ACT_KERNELS(sigmoid, 1.0f / (1.0f + exp(-v)), g * y[oy + i] * (1.0f - y[oy + i]))
 ACT_KERNELS(tanh, tanh(v), g * (1.0f - y[oy + i] * y[oy + i]))
-ACT_KERNELS(gelu, v * clg_phi(v),
-            g * (clg_phi(x[ox + i]) +
-                 x[ox + i] * INV_SQRT_2PI * exp(-0.5f * x[ox + i] * x[ox + i])))
-
-// GELU, tanh form: 0.5 x (1 + tanh(u)), u = k (x + 0.044715 x^3), k =
-// sqrt(2 / pi), computed as x * s with s = 0.5 (1 + tanh(u)) = 1 / (1 +
-// exp(-2u)): no 1 + tanh cancellation in the negative tail.
-// d/dx = s + x s (1 - s) 2k (1 + 3 * 0.044715 x^2).
-#define GELU_K 0.79788456080286536f
-#define GELU_A 0.044715f
-inline float clg_gelu_tanh_s(const float v) { return 1.0f / (1.0f + exp(-2.0f * GELU_K * fma(GELU_A * v * v, v, v))); }
-#define CLG_GELU_TANH_GRAD_FN(T, NAME)                                                                 \
-    inline T NAME(const T v)                                                                           \
-    {                                                                                                  \
-        const T s = (T)(1.0f) / ((T)(1.0f) + exp((T)(-2.0f * GELU_K) * fma((T)(GELU_A) * v * v, v, v))); \
-        return fma(v * s * ((T)(1.0f) - s), (T)(2.0f * GELU_K) * fma((T)(3.0f * GELU_A), v * v, (T)(1.0f)), s); \
-    }
-CLG_GELU_TANH_GRAD_FN(float, clg_gelu_tanh_grad)
-CLG_GELU_TANH_GRAD_FN(float8, clg_gelu_tanh_grad8)
-ACT_KERNELS(gelu_tanh, v * clg_gelu_tanh_s(v), g * clg_gelu_tanh_grad(x[ox + i]))
+ACT_KERNELS(gelu, clg_gelu(v), g * clg_gelu_grad(x[ox + i]))
+ACT_KERNELS(gelu_tanh, clg_gelu_tanh(v), g * clg_gelu_tanh_grad(x[ox + i]))
 
 // ---- fill ----
 // y[oy + i] = v (clg_buf_fill: stores the simulator's shadow memory tracks,
@@ -227,8 +179,7 @@ __kernel void colsum(const uint rows, const uint cols, __global const float *x, 
         part[c * cols + j] = s;                                                                        \
     }
 COLSUM_PART(colsum_part, g, 0)
-COLSUM_PART(act_gelu_bwd_colsum_part,
-            g * (clg_phi(x[ox + i]) + x[ox + i] * INV_SQRT_2PI * exp(-0.5f * x[ox + i] * x[ox + i])), 1)
+COLSUM_PART(act_gelu_bwd_colsum_part, g * clg_gelu_grad(x[ox + i]), 1)
 COLSUM_PART(act_gelu_tanh_bwd_colsum_part, g * clg_gelu_tanh_grad(x[ox + i]), 1)
 
 // The same on 8 columns per work-item in explicit float8 vectors (cols a
@@ -254,7 +205,7 @@ COLSUM_PART(act_gelu_tanh_bwd_colsum_part, g * clg_gelu_tanh_grad(x[ox + i]), 1)
         }                                                                                              \
         vstore8(s, 0, part + c * cols + j);                                                            \
     }
-COLSUM_PART8(act_gelu_bwd_colsum_part8, g * (clg_phi8(xv) + xv * INV_SQRT_2PI * exp(-0.5f * xv * xv)))
+COLSUM_PART8(act_gelu_bwd_colsum_part8, g * clg_gelu_grad8(xv))
 COLSUM_PART8(act_gelu_tanh_bwd_colsum_part8, g * clg_gelu_tanh_grad8(xv))
 
 __kernel void colsum_fin(const uint cols, const uint chunks, __global const float *part, __global float *y,

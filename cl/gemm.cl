@@ -185,35 +185,12 @@ __kernel void gemm_epilogue(const int M, const int N, __global float *C, const i
 #define GEMM_GELU 0
 #endif
 #if GEMM_GELU
-// GELU of the epilogue, the same arithmetic as cl/eltwise.cl's act_gelu_fwd
-// (clg_phi: erfc from exp and a degree-9 Chebyshev fit, Numerical Recipes
-// 6.2) and act_gelu_tanh_fwd, for a scalar (T float) and a vector (T VEC).
-#define GEMM_GELU_FNS(T, SUF)                                                                                         \
-    inline T gemm_phi##SUF(const T x)                                                                                 \
-    {                                                                                                                 \
-        const T a = fabs(x);                                                                                          \
-        const T t = (T)(1.0f) / fma((T)(0.5f * 0.70710678118654752f), a, (T)(1.0f));                                \
-        T p = fma(t, (T)(0.17087277f), (T)(-0.82215223f));                                                            \
-        p = fma(p, t, (T)(1.48851587f));                                                                              \
-        p = fma(p, t, (T)(-1.13520398f));                                                                             \
-        p = fma(p, t, (T)(0.27886807f));                                                                              \
-        p = fma(p, t, (T)(-0.18628806f));                                                                             \
-        p = fma(p, t, (T)(0.09678418f));                                                                              \
-        p = fma(p, t, (T)(0.37409196f));                                                                              \
-        p = fma(p, t, (T)(1.00002368f));                                                                              \
-        p = fma(p, t, (T)(-1.26551223f));                                                                             \
-        const T half_erfc = (T)(0.5f) * t * exp(fma((T)(-0.5f) * a, a, p));                                          \
-        return select(half_erfc, (T)(1.0f) - half_erfc, x >= (T)(0.0f));                                              \
-    }                                                                                                                 \
-    inline T gemm_gelu##SUF(const T v)                                                                                \
-    {                                                                                                                 \
-        if (GEMM_GELU == 1)                                                                                           \
-            return v * gemm_phi##SUF(v);                                                                              \
-        const T u = (T)(-2.0f * 0.79788456080286536f) * fma((T)(0.044715f) * v * v, v, v);                           \
-        return v * ((T)(1.0f) / ((T)(1.0f) + exp(u)));                                                                \
-    }
-GEMM_GELU_FNS(float, _s)
-GEMM_GELU_FNS(VEC, _v)
+// GELU of the epilogue: cl/gelu.h, the arithmetic of cl/eltwise.cl's act_gelu_fwd and
+// act_gelu_tanh_fwd, for a scalar (float) and a vector (VEC).
+#include "gelu.h"
+CLG_GELU_FNS(float, _s)
+CLG_GELU_FNS(VEC, _v)
+#define GEMM_GELU_APPLY(SUF, r) (GEMM_GELU == 1 ? clg_gelu##SUF(r) : clg_gelu_tanh##SUF(r))
 #endif
 
 // gws: (Mt rounded up to the work-group size, Nt, batch * KS); lws (WGS, 1, 1).
@@ -300,7 +277,7 @@ __kernel void gemm_cpu(const int M, const int N, const int K, const int Mt, cons
                         r = fmax(r, (VEC)(0.0f));
 #if GEMM_GELU
                     VSTORE(r, 0, W + (size_t)b * strideC + (size_t)m * ldc + n);
-                    r = gemm_gelu_v(r);
+                    r = GEMM_GELU_APPLY(_v, r);
 #endif
                     VSTORE(r, 0, crow + n);
                 }
@@ -340,7 +317,7 @@ __kernel void gemm_cpu(const int M, const int N, const int K, const int Mt, cons
                     r = fmax(r, 0.0f);
 #if GEMM_GELU
                 W[(size_t)b * strideC + (size_t)(m0 + i) * ldc + n + j] = r;
-                r = gemm_gelu_s(r);
+                r = GEMM_GELU_APPLY(_s, r);
 #endif
                 crow[j] = r;
             }

@@ -277,6 +277,61 @@ START_TEST(build_failure_reports_log)
 }
 END_TEST
 
+/* A CLGRAD_KERNEL_DIR program's `#include "NAME"` lines take NAME from the same
+ * folder (as tools/embed_cl.py splices cl/gelu.h into the embedded copies); a
+ * missing one is an error naming it, not a silent fall-back to the embedded copy. */
+START_TEST(kernel_dir_includes)
+{
+    char kdir[] = "/tmp/clg_kdir_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(kdir));
+    char p1[256], p2[256], p3[256];
+    snprintf(p1, sizeof p1, "%s/snip.h", kdir);
+    snprintf(p2, sizeof p2, "%s/uses.cl", kdir);
+    snprintf(p3, sizeof p3, "%s/lacks.cl", kdir);
+    FILE *f = fopen(p1, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("#define SNIP_VALUE 42.5f\n", f);
+    fclose(f);
+    f = fopen(p2, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("// a comment naming #include \"snip.h\" is left alone\n#include \"snip.h\"\n"
+          "__kernel void k(__global float *x) { x[0] = SNIP_VALUE; }\n", f);
+    fclose(f);
+    f = fopen(p3, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("#include \"absent.h\"\n__kernel void k(__global float *x) { x[0] = 1.0f; }\n", f);
+    fclose(f);
+    clg_ctx_params p;
+    clg_ctx_params_init(&p);
+    p.devices = "0";
+    p.kernel_dir = kdir;
+    p.use_cache = 0;
+    clg_ctx *ctx = NULL;
+    ck_assert_int_eq(clg_ctx_create(&p, &ctx), CLG_OK);
+    clg_device *dev = &ctx->devs[0];
+    cl_kernel k = NULL;
+    ck_assert_int_eq(clg_kernel_get(dev, "uses", "", "k", &k), CLG_OK);
+    cl_int e;
+    cl_mem buf = clCreateBuffer(dev->cl, CL_MEM_READ_WRITE, sizeof(float), NULL, &e);
+    ck_assert_int_eq(e, CL_SUCCESS);
+    ck_assert_int_eq(clSetKernelArg(k, 0, sizeof buf, &buf), CL_SUCCESS);
+    size_t g = 1;
+    ck_assert_int_eq(clEnqueueNDRangeKernel(dev->queue, k, 1, NULL, &g, NULL, 0, NULL, NULL), CL_SUCCESS);
+    float v = 0.0f;
+    ck_assert_int_eq(clEnqueueReadBuffer(dev->queue, buf, CL_TRUE, 0, sizeof v, &v, 0, NULL, NULL), CL_SUCCESS);
+    ck_assert(v == 42.5f);
+    clReleaseMemObject(buf);
+    cl_program prog = NULL;
+    ck_assert_int_eq(clg_program_get(dev, "lacks", "", &prog), CLG_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(clg_last_error(ctx), "absent.h"));
+    clg_ctx_destroy(ctx);
+    unlink(p1);
+    unlink(p2);
+    unlink(p3);
+    rmdir(kdir);
+}
+END_TEST
+
 int main(void)
 {
     snprintf(cache_dir, sizeof cache_dir, "/tmp/clg_cache_main_XXXXXX");
@@ -295,6 +350,7 @@ int main(void)
     tcase_add_test(tc, options_are_part_of_the_key);
     tcase_add_test(tc, binary_cache_policy);
     tcase_add_test(tc, build_failure_reports_log);
+    tcase_add_test(tc, kernel_dir_includes);
     suite_add_tcase(s, tc);
     int rc = tu_run(s);
     char path[512];

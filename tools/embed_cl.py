@@ -1,9 +1,24 @@
 #!/usr/bin/env python3
 """Embeds OpenCL sources into a C file: embed_cl.py OUT.c a.cl b.cl ...
 
-Each program is named after its file stem (cl/gemm.cl -> "gemm")."""
+Each program is named after its file stem (cl/gemm.cl -> "gemm"). A line
+`#include "NAME"` of a .cl file is replaced by the text of NAME from the same
+folder (shared snippets such as cl/gelu.h; one level, as src/device/program.c
+does for CLGRAD_KERNEL_DIR sources)."""
 import os
+import re
 import sys
+
+INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"/]+)"[ \t]*$', re.M)
+
+
+def splice_includes(path, text):
+    folder = os.path.dirname(path)
+
+    def one(m):
+        with open(os.path.join(folder, m.group(1)), encoding="utf-8") as f:
+            return f.read().rstrip("\n")
+    return INCLUDE.sub(one, text)
 
 
 def c_bytes(text):
@@ -24,6 +39,8 @@ def main():
         name = os.path.splitext(os.path.basename(path))[0]
         with open(path, encoding="utf-8") as f:
             text = f.read()
+        if path.endswith(".cl"):
+            text = splice_includes(path, text)
         parts.append("static const char src_%d[] = %s;\n" % (i, c_bytes(text)))
         names.append(name)
     parts.append("static const char *const names[] = {%s NULL};" %

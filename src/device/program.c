@@ -92,6 +92,46 @@ static clg_status device_source(clg_device *dev, const char **src, char **owned)
     return CLG_OK;
 }
 
+/* Replaces each line `#include "NAME"` of the CLGRAD_KERNEL_DIR source *text
+ * (owned) by the text of dir/NAME, one level, as tools/embed_cl.py does for
+ * the embedded copies (shared snippets such as cl/gelu.h): the build sees one
+ * source, and the program cache key covers the snippet. */
+static clg_status splice_includes(clg_device *dev, const char *dir, char **text)
+{
+    const char *tag = "#include \"";
+    char *at = strstr(*text, tag);
+    while (at) {
+        char *name = at + strlen(tag), *q = strchr(name, '"');
+        if (!q)
+            break;
+        if (at != *text && at[-1] != '\n') { /* not a directive at the start of a line */
+            at = strstr(name, tag);
+            continue;
+        }
+        char path[1200], *inc = NULL;
+        snprintf(path, sizeof path, "%s/%.*s", dir, (int)(q - name), name);
+        clg_status st = clg_file_read(clg_dev_err(dev), path, &inc, NULL);
+        if (st == CLG_ERR_NOT_FOUND) /* not a fall-back to the embedded program: the .cl was found */
+            st = clg_err_set(clg_dev_err(dev), CLG_ERR_IO, "%s: included by a program of %s, not found", path, dir);
+        CLG_TRY(st);
+        size_t head = (size_t)(at - *text), ni = strlen(inc);
+        const char *tail = q + 1 + strcspn(q + 1, "\n");
+        char *s = malloc(head + ni + strlen(tail) + 1);
+        if (!s) {
+            free(inc);
+            return clg_err_set(clg_dev_err(dev), CLG_ERR_HOST_OOM, "no memory");
+        }
+        memcpy(s, *text, head);
+        memcpy(s + head, inc, ni);
+        strcpy(s + head + ni, tail);
+        free(inc);
+        free(*text);
+        *text = s;
+        at = strstr(s + head + ni, tag);
+    }
+    return CLG_OK;
+}
+
 /* Fetches a program's source as this device builds it:
  * CLGRAD_KERNEL_DIR/<name>.cl when set, else the embedded copy, with the
  * device's slot kernel (device_source). *owned is set when the caller must
@@ -104,6 +144,8 @@ static clg_status load_source(clg_device *dev, const char *name, const char **sr
         char path[1200];
         snprintf(path, sizeof path, "%s/%s.cl", dev->ctx->kernel_dir, name);
         clg_status st = clg_file_read(clg_dev_err(dev), path, owned, NULL);
+        if (st == CLG_OK)
+            st = splice_includes(dev, dev->ctx->kernel_dir, owned);
         if (st == CLG_OK) {
             *src = *owned;
             return device_source(dev, src, owned);

@@ -153,7 +153,7 @@ static clg_status proj(clg_device *dev, int ta, int tb, int M, int N, int K, cl_
  * draw the mask a single device would). */
 static clg_attn_desc attn_desc(const attn_priv *p, int n, int training)
 {
-    clg_attn_desc a = {n, p->T, p->heads, p->d, p->causal, (float)(1.0 / sqrt((double)p->d)), 0, 0, 0, 0.0f, 0, 0, 0};
+    clg_attn_desc a = {n, p->T, p->heads, p->d, p->causal, (float)(1.0 / sqrt((double)p->d)), 0, 0, 0, 0.0f, 0, 0, 0, 0};
     if (training && p->dropout > 0.0f) {
         a.dropout = p->dropout;
         a.seed = p->seed;

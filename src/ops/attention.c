@@ -319,20 +319,32 @@ static void ka_cpu_head(clg_kargs *ka, const clg_attn_desc *a)
     CLG_KA(ka, causal);
 }
 
+/* clg_attn_desc.per_head resolved: 1 one work-item per head, 0 blocks of rows. */
+static int cpu_per_head(const clg_device *dev, const clg_attn_desc *a)
+{
+    if (a->per_head == 1 || a->per_head == 2)
+        return a->per_head == 1;
+    unsigned cu = dev->info.compute_units ? dev->info.compute_units : 1;
+    return (size_t)a->N * a->heads >= 4 * (size_t)cu;
+}
+
 static clg_status cpu_forward(clg_device *dev, const clg_attn_desc *a, const clg_attn_seq *q, const clg_attn_seq *k,
                               const clg_attn_seq *v, const clg_attn_seq *o, cl_mem lse, size_t lse_off)
 {
     size_t tsz = (size_t)a->N * a->heads * a->d * t_pad(a->T) * sizeof(float);
     cl_mem Kt = NULL;
     cl_kernel kr;
-    CLG_TRY(cpu_kernel(dev, a, "attn_fwd_cpu", &kr));
+    int one = cpu_per_head(dev, a); /* attn_fwd_cpu1 transposes its head of K itself */
+    CLG_TRY(cpu_kernel(dev, a, one ? "attn_fwd_cpu1" : "attn_fwd_cpu", &kr));
     CLG_TRY(clg_buf_alloc(dev, tsz, &Kt));
-    clg_status st = cpu_transpose(dev, a, k, Kt);
+    clg_status st = one ? CLG_OK : cpu_transpose(dev, a, k, Kt);
     if (st == CLG_OK) {
         clg_kargs ka = {kr, 0, CL_SUCCESS};
         cl_uint ol = (cl_uint)lse_off;
         ka_cpu_head(&ka, a);
         ka_seq(&ka, q);
+        if (one)
+            ka_seq(&ka, k);
         CLG_KA(&ka, Kt);
         ka_seq(&ka, v);
         ka_seq(&ka, o);
@@ -341,30 +353,33 @@ static clg_status cpu_forward(clg_device *dev, const clg_attn_desc *a, const clg
         ka_cpu_dropout(&ka, a);
         st = CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments");
         if (st == CLG_OK)
-            st = cpu_blocks(dev, kr, a, cpu_rq(a));
+            st = cpu_blocks(dev, kr, a, one ? a->T : cpu_rq(a)); /* per head: one group of all rows */
     }
     clg_buf_release(dev, Kt);
     return st;
 }
 
-/* Scratch of the CPU backward: transposed K, V, Q, dO and the padded D, lse. */
+/* Scratch of the CPU backward: transposed Q, dO (and K, V for the split kernels) and the padded D, lse. */
 typedef struct {
     cl_mem Kt, Vt, Qt, Gt, Dp, Lp;
 } cpu_bwd_scratch;
 
 static clg_status cpu_bwd_prep(clg_device *dev, const clg_attn_desc *a, const clg_attn_seq *q,
                                const clg_attn_seq *k, const clg_attn_seq *v, const clg_attn_seq *o, cl_mem lse,
-                               size_t lse_off, const clg_attn_seq *g, cpu_bwd_scratch *s)
+                               size_t lse_off, const clg_attn_seq *g, int one, cpu_bwd_scratch *s)
 {
     size_t rows = (size_t)a->N * a->heads * t_pad(a->T), tsz = rows * a->d * sizeof(float);
-    cl_mem *t[4] = {&s->Kt, &s->Vt, &s->Qt, &s->Gt};
-    const clg_attn_seq *src[4] = {k, v, q, g};
-    for (int i = 0; i < 4; i++) {
-        CLG_TRY(clg_buf_alloc(dev, tsz, t[i]));
-        CLG_TRY(cpu_transpose(dev, a, src[i], *t[i]));
-    }
     CLG_TRY(clg_buf_alloc(dev, rows * sizeof(float), &s->Dp));
     CLG_TRY(clg_buf_alloc(dev, rows * sizeof(float), &s->Lp));
+    cl_mem *t[4] = {&s->Qt, &s->Gt, &s->Kt, &s->Vt};
+    const clg_attn_seq *src[4] = {q, g, k, v};
+    for (int i = 0; i < (one ? 2 : 4); i++) { /* the one pass fills Qt, Gt, Dp, Lp itself, reads no Kt, Vt */
+        CLG_TRY(clg_buf_alloc(dev, tsz, t[i]));
+        if (!one)
+            CLG_TRY(cpu_transpose(dev, a, src[i], *t[i]));
+    }
+    if (one)
+        return CLG_OK;
     cl_kernel kd;
     CLG_TRY(cpu_kernel(dev, a, "attn_bwd_dot_cpu", &kd));
     cl_uint T = (cl_uint)a->T, H = (cl_uint)a->heads, NH = (cl_uint)(a->N * a->heads), Tp = (cl_uint)t_pad(a->T);
@@ -423,15 +438,48 @@ static clg_status cpu_bwd_run(clg_device *dev, const clg_attn_desc *a, const clg
     return cpu_blocks(dev, kkv, a, cpu_rk(a));
 }
 
+/* attn_bwd_cpu1: one work-item per head fills its scratch and computes dQ with dK, dV (one launch). */
+static clg_status cpu_bwd_run1(clg_device *dev, const clg_attn_desc *a, const clg_attn_seq *q,
+                               const clg_attn_seq *k, const clg_attn_seq *v, const clg_attn_seq *o, cl_mem lse,
+                               size_t lse_off, const clg_attn_seq *g, const cpu_bwd_scratch *s,
+                               const clg_attn_seq *dq, const clg_attn_seq *dk, const clg_attn_seq *dv)
+{
+    cl_kernel kr;
+    CLG_TRY(cpu_kernel(dev, a, "attn_bwd_cpu1", &kr));
+    clg_kargs ka = {kr, 0, CL_SUCCESS};
+    cl_uint ol = (cl_uint)lse_off;
+    ka_cpu_head(&ka, a);
+    ka_seq(&ka, q);
+    ka_seq(&ka, k);
+    ka_seq(&ka, v);
+    ka_seq(&ka, o);
+    ka_seq(&ka, g);
+    CLG_KA(&ka, lse);
+    CLG_KA(&ka, ol);
+    CLG_KA(&ka, s->Qt);
+    CLG_KA(&ka, s->Gt);
+    CLG_KA(&ka, s->Lp);
+    CLG_KA(&ka, s->Dp);
+    ka_seq(&ka, dq);
+    ka_seq(&ka, dk);
+    ka_seq(&ka, dv);
+    ka_cpu_dropout(&ka, a);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
+    size_t gw[2] = {1, (size_t)a->N * a->heads}, l[2] = {1, 1};
+    return clg_launch(dev, kr, 2, gw, l, CLG_LAUNCH_FIXED, NULL);
+}
+
 static clg_status cpu_backward(clg_device *dev, const clg_attn_desc *a, const clg_attn_seq *q,
                                const clg_attn_seq *k, const clg_attn_seq *v, const clg_attn_seq *o, cl_mem lse,
                                size_t lse_off, const clg_attn_seq *g, const clg_attn_seq *dq,
                                const clg_attn_seq *dk, const clg_attn_seq *dv)
 {
     cpu_bwd_scratch s = {NULL, NULL, NULL, NULL, NULL, NULL};
-    clg_status st = cpu_bwd_prep(dev, a, q, k, v, o, lse, lse_off, g, &s);
+    int one = cpu_per_head(dev, a);
+    clg_status st = cpu_bwd_prep(dev, a, q, k, v, o, lse, lse_off, g, one, &s);
     if (st == CLG_OK)
-        st = cpu_bwd_run(dev, a, q, k, v, g, &s, dq, dk, dv);
+        st = one ? cpu_bwd_run1(dev, a, q, k, v, o, lse, lse_off, g, &s, dq, dk, dv)
+                 : cpu_bwd_run(dev, a, q, k, v, g, &s, dq, dk, dv);
     cl_mem m[6] = {s.Kt, s.Vt, s.Qt, s.Gt, s.Dp, s.Lp};
     for (int i = 0; i < 6; i++)
         clg_buf_release(dev, m[i]);

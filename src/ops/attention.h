@@ -53,6 +53,10 @@ typedef struct clg_attn_desc {
      * + j) >= dropout, as the dropout layer's mask (clg_nn_dropout), scaled by 1/(1 - dropout). */
     float dropout;
     uint32_t seed, step, base;
+    int per_head; /* variant 3: 1 one work-item per head (forward: K transposed by the work-item, then
+                     every row block, attn_fwd_cpu1; backward: dQ, dK, dV in one pass, attn_bwd_cpu1);
+                     2 blocks of rows per work-item (transposes, separate dQ and dK/dV kernels); 0 by
+                     heads: 1 when N heads >= 4 x the device's compute units (they keep them busy) */
 } clg_attn_desc;
 
 /* One operand: a sequence (N, T, ld) at element offset off of mem. */

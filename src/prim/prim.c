@@ -733,7 +733,7 @@ static clg_status attn_args_get(clg_err *err, const char *op, const clg_prim_att
         out->ld[i] = (int)ld;
     }
     out->a = (clg_attn_desc){x.n, x.t, x.heads, x.head_dim, x.causal ? 1 : 0,
-                             x.scale > 0.0f ? x.scale : (float)(1.0 / sqrt((double)x.head_dim)), 0, 0, 0, 0.0f, 0, 0, 0};
+                             x.scale > 0.0f ? x.scale : (float)(1.0 / sqrt((double)x.head_dim)), 0, 0, 0, 0.0f, 0, 0, 0, 0};
     out->algo = x.algo == CLG_PRIM_ATTENTION_GEMM ? CLG_ATTN_GEMM : CLG_ATTN_FUSED;
     return CLG_OK;
 }

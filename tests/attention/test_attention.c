@@ -41,11 +41,13 @@ static void result_free(aresult *r)
 #define OOFF 5 /* element offset of O / dO inside their buffers */
 
 /* Runs algo (fused: kernel variant, see clg_attn_desc) forward and backward on device with qkv and g (dO). */
-static aresult run_algo(const acase *c, clg_attn_algo algo, int variant, const float *qkv, const float *g)
+static aresult run_algo_pass(const acase *c, clg_attn_algo algo, int variant, int per_head, const float *qkv,
+                             const float *g)
 {
     int C = c->H * c->d;
     size_t nseq = (size_t)c->N * c->T * C;
-    clg_attn_desc a = {c->N, c->T, c->H, c->d, c->causal, (float)(1.0 / sqrt((double)c->d)), variant, 0, 0, 0.0f, 0, 0, 0};
+    clg_attn_desc a = {c->N, c->T, c->H, c->d, c->causal, (float)(1.0 / sqrt((double)c->d)), variant, 0, 0, 0.0f, 0, 0, 0,
+                       per_head};
     size_t nsaved = clg_attn_saved_floats(&a, algo);
     cl_mem mqkv = tu_upload(dev, qkv, 3 * nseq), mg = tu_upload_at(dev, g, nseq, OOFF);
     cl_mem mo = tu_upload_at(dev, NULL, nseq, OOFF), msaved = tu_upload(dev, NULL, nsaved);
@@ -71,6 +73,11 @@ static aresult run_algo(const acase *c, clg_attn_algo algo, int variant, const f
     clg_buf_release(dev, msaved);
     clg_buf_release(dev, mdqkv);
     return r;
+}
+
+static aresult run_algo(const acase *c, clg_attn_algo algo, int variant, const float *qkv, const float *g)
+{
+    return run_algo_pass(c, algo, variant, 0, qkv, g);
 }
 
 static double max_err_ff(const float *a, const float *b, size_t n)
@@ -121,6 +128,17 @@ static void run_case(const acase *c)
         ck_assert_msg(e2 < TOL, "fused (variant %d) N=%d T=%d H=%d d=%d causal=%d: err %g", variant, c->N, c->T, c->H,
                       c->d, c->causal, e2);
         result_free(&f2);
+    }
+    /* the CPU variant's two forms (one work-item per head: forward transposing its own K,
+     * backward in one pass; blocks of rows: transposes, split dQ and dK/dV), every shape whose
+     * width it takes */
+    for (int ph = 1; ph <= 2 && c->d % 8 == 0; ph++) {
+        aresult f3 = run_algo_pass(c, CLG_ATTN_FUSED, 3, ph, qkv, g);
+        double e3 = CLG_MAX(CLG_MAX(tu_max_err(f3.o, o, nseq, ATOL), tu_max_err(f3.lse, lse, rows, ATOL)),
+                            tu_max_err(f3.dqkv, dqkv, 3 * nseq, ATOL));
+        ck_assert_msg(e3 < TOL, "fused (variant 3, per_head %d) N=%d T=%d H=%d d=%d causal=%d: err %g", ph, c->N, c->T,
+                      c->H, c->d, c->causal, e3);
+        result_free(&f3);
     }
     double ef = tu_max_err(f.o, o, nseq, ATOL), el = tu_max_err(f.lse, lse, rows, ATOL);
     double edf = tu_max_err(f.dqkv, dqkv, 3 * nseq, ATOL);
@@ -218,7 +236,7 @@ START_TEST(test_cached)
         for (int n = 0; n < N; n++)
             memcpy(step + (size_t)n * tn * 3 * C, qkv + ((size_t)n * T + past) * 3 * C, sizeof(float) * tn * 3 * C);
         cl_mem ms = tu_upload(dev, step, nn), mo = tu_upload(dev, NULL, (size_t)N * tn * C);
-        clg_attn_desc a = {N, tn, H, d, 1, 0.25f, 0, 0, 0, 0.0f, 0, 0, 0};
+        clg_attn_desc a = {N, tn, H, d, 1, 0.25f, 0, 0, 0, 0.0f, 0, 0, 0, 0};
         clg_attn_seq q = {ms, 0, 3 * C}, k = {ms, (size_t)C, 3 * C}, v = {ms, 2 * (size_t)C, 3 * C}, so = {mo, 0, C};
         ck_assert_msg(clg_attn_cache_append(dev, &a, Tc, past, &k, &v, &skc, &svc) == CLG_OK, "%s",
                       clg_last_error(ctx));
@@ -241,7 +259,7 @@ START_TEST(test_cached)
     }
     ck_assert_msg(err < TOL, "cached generation: error %g against the full-sequence reference", err);
     /* a cache too small for the new positions */
-    clg_attn_desc a = {N, 5, H, d, 1, 0.25f, 0, 0, 0, 0.0f, 0, 0, 0};
+    clg_attn_desc a = {N, 5, H, d, 1, 0.25f, 0, 0, 0, 0.0f, 0, 0, 0, 0};
     clg_attn_seq q = {kc, 0, C};
     ck_assert_int_eq(clg_attn_forward_cached(dev, &a, Tc, 12, &q, &skc, &svc, &q), CLG_ERR_SHAPE);
     ck_assert_ptr_nonnull(strstr(clg_last_error(ctx), "do not fit a cache of 16 positions"));
@@ -335,16 +353,19 @@ START_TEST(test_dropout)
                     }
                 }
             }
-    clg_attn_desc a = {N, T, H, d, 1, (float)scale, 0, 0, 0, pdrop, seed, step, base};
+    clg_attn_desc a = {N, T, H, d, 1, (float)scale, 0, 0, 0, pdrop, seed, step, base, 0};
     ck_assert_uint_eq(clg_attn_saved_floats(&a, CLG_ATTN_GEMM), 2 * (size_t)N * H * T * T);
     double eo, eg;
     dropout_run(&a, CLG_ATTN_GEMM, qkv, g, o, dqkv, &eo, &eg);
     ck_assert_msg(eo < TOL && eg < TOL, "gemm with dropout: output error %g, gradient error %g", eo, eg);
     clg_attn_desc f = a;
     f.variant = 3;
-    dropout_run(&f, CLG_ATTN_FUSED, qkv, g, o, dqkv, &eo, &eg);
-    ck_assert_msg(eo < TOL && eg < TOL, "fused (CPU variant) with dropout: output error %g, gradient error %g", eo,
-                  eg);
+    for (f.per_head = 0; f.per_head <= 2; f.per_head++) {
+        dropout_run(&f, CLG_ATTN_FUSED, qkv, g, o, dqkv, &eo, &eg);
+        ck_assert_msg(eo < TOL && eg < TOL,
+                      "fused (CPU variant, per_head %d) with dropout: output error %g, gradient error %g", f.per_head,
+                      eo, eg);
+    }
     f.variant = 1;
     float z[1] = {0};
     cl_mem mz = tu_upload(dev, z, 1);
@@ -361,7 +382,7 @@ START_TEST(test_errors)
     float one = 0;
     cl_mem m = tu_upload(dev, &one, 1);
     clg_attn_seq s = {m, 0, 16};
-    clg_attn_desc a = {1, 1, 1, 16, 1, 0.25f, 0, 0, 0, 0.0f, 0, 0, 0};
+    clg_attn_desc a = {1, 1, 1, 16, 1, 0.25f, 0, 0, 0, 0.0f, 0, 0, 0, 0};
     clg_attn_desc bad = a;
     bad.d = CLG_ATTN_MAX_D + 1;
     ck_assert_int_eq(clg_attn_forward(dev, &bad, CLG_ATTN_FUSED, &s, &s, &s, &s, m, 0), CLG_ERR_SHAPE);
