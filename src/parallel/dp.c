@@ -653,6 +653,13 @@ static clg_status after_layer(void *user, int layer, int backward)
     return CLG_OK;
 }
 
+/* CPU seconds of the calling thread (0 when unknown). */
+static double thread_cpu(void)
+{
+    struct timespec ts;
+    return clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0 ? (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec : 0;
+}
+
 static void sleep_s(double s)
 {
     if (s <= 0)
@@ -723,9 +730,11 @@ static clg_status reduce(clg_dp *dp, clg_lane *l, double t0)
         CLG_TRY(arrive(dp, l, &dp->s_arrived, &dp->s_done, state_fn, 0, NULL));
     }
     l->t_compute = clg_now_sec() - t0;
+    l->t_cpu = thread_cpu() - l->t_cpu0;
     if (l->index == dp->slow_lane && on) { /* test aid: pose as a slower device */
         sleep_s(l->t_compute * dp->slow_factor);
         l->t_compute *= 1 + dp->slow_factor;
+        l->t_cpu *= 1 + dp->slow_factor;
     }
     int tr = clg_trace_on(dp->trace, dp->job.step);
     for (int b = 0; b < dp->nbuckets; b++) {
@@ -831,6 +840,7 @@ static clg_status lane_train(clg_dp *dp, clg_lane *l)
     clg_dp_job *j = &dp->job;
     clg_err *err = clg_dev_err(l->dev);
     double t0 = clg_now_sec();
+    l->t_cpu0 = thread_cpu();
     int s = j->stage, n = l->cnt[s];
     if (l->index == dp->fault_lane && j->step == dp->fault_step)
         return clg_cl_fail(err, CL_INVALID_COMMAND_QUEUE, "clEnqueueNDRangeKernel (injected fault)", __FILE__, __LINE__);
@@ -1125,9 +1135,17 @@ static int rebalance(clg_dp *dp)
     dp->measured++;
     if (!warm)
         return 0;
+    /* Devices of one kind that compute in their lane's own thread (PoCL basic: every lane thread spends a
+     * tenth of the step or more on its CPU; a driver with worker threads, such as PoCL pthread, a few
+     * percent) are timed by that thread's CPU time: its wall time counts whatever else ran on the core
+     * meanwhile (another process, the other lane's thread moved there for a while), which the scheduler
+     * spreads over both lanes alike in the long run but not within a step. */
+    int cpu = dp->same_kind;
+    for (int i = 0; i < dp->n; i++)
+        cpu &= dp->cnt[s][i] <= 0 || dp->lanes[i].t_cpu >= 0.1 * dp->lanes[i].t_compute;
     for (int i = 0; i < dp->n; i++)
         if (dp->cnt[s][i] > 0)
-            observe(&dp->lanes[i], dp->cnt[s][i], dp->lanes[i].t_compute);
+            observe(&dp->lanes[i], dp->cnt[s][i], cpu ? dp->lanes[i].t_cpu : dp->lanes[i].t_compute);
     if (dp->split_fixed || dp->n < 2)
         return 0;
     int calibrating = dp->calibrations < 2;
