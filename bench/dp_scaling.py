@@ -129,7 +129,7 @@ def fresh_pairs(a):
             r = two["images_per_s"] / one["images_per_s"]
             ratios.append(r)
             print("%s pair %d (%s first): 2 basic %.1f img/s (shares %s, warm-up %s, timed split moves %s) / 1 basic "
-                  "%.1f img/s (warm-up %s) = %.2fx; CPU ms per step %.0f / %.0f; load %.1f-%.1f / %.1f-%.1f%s" % (
+                  "%.1f img/s (warm-up %s) = %.2fx; CPU ms per step %.1f / %.1f; load %.1f-%.1f / %.1f-%.1f%s" % (
                       model, k + 1, "2" if k % 2 == 0 else "1", two["images_per_s"], two.get("shares", ""),
                       two.get("warmup_run", "?"), two.get("split_moves_timed", "?"), one["images_per_s"],
                       one.get("warmup_run", "?"), r, two.get("cpu_ms_per_step", 0), one.get("cpu_ms_per_step", 0),
