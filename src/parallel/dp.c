@@ -1124,9 +1124,10 @@ static int model_shares(const clg_dp *dp, const double *a, const double *b, doub
  * predicts a step 5% shorter (12% when a lane would meet a batch size it
  * has not run yet, and only when the previous look pointed the same way;
  * devices of one kind: 15%, and only when the previous look pointed the
- * same way, calibrating too), by two granules at most: every new per-device batch size costs kernel
- * specialisation and algorithm timing once, and timing noise must not
- * keep creating them. Returns 1 when the shares changed. */
+ * same way, calibrating too), by two granules at most: every new
+ * per-device batch size costs kernel specialisation and algorithm timing
+ * once, and timing noise must not keep creating them. Returns 1 when the
+ * shares changed. */
 static int rebalance(clg_dp *dp)
 {
     int s = dp->job.stage, warm = dp->measured > 0;
