@@ -21,7 +21,9 @@ run against the mean of the two 1-device runs.
 Fresh pairs (issue 24 target: 2 `basic` devices vs 1 in each of 5
 consecutive runs, the first included, as a new user runs it): --fresh-pairs
 N runs N pairs, each run (2 devices and 1) on an empty cache directory of
-its own, the order alternating (2 then 1, 1 then 2, ...); it prints every
+its own, the order alternating (2 then 1, 1 then 2, ...), the 1-device run
+warmed up for as many steps as the 2-device run ran (the pair's own, or the
+previous pair's when the 1-device run goes first); it prints every
 pair's ratio, the lowest, the load average beside each run (a loaded
 machine ruins the ratio, not the traced busy fractions), and with --trace
 each 2-device run's per-lane busy fraction (compute over the step span),
@@ -102,6 +104,7 @@ def fresh_pairs(a):
         model, _, st = spec.partition(":")
         steps = int(st) if st else a.steps
         ratios = []
+        warm2 = a.warmup  # the warm-up steps the last 2-device run ran (its own, or the previous pair's)
         for k in range(a.fresh_pairs):
             order = ["basic basic", "basic"] if k % 2 == 0 else ["basic", "basic basic"]
             res = {}
@@ -112,7 +115,13 @@ def fresh_pairs(a):
                     os.environ["CLGRAD_CACHE_DIR"] = cache
                     trace = os.path.join(tmp, "trace.json") if a.trace and dev == "basic basic" else None
                     load = os.getloadavg()[0]
-                    j = bench(a.clgrad, model, a.batch, steps, dev, {}, warmup=a.warmup, trace=trace)
+                    # the same warm-up on both sides: the 1-device run warms up for as many steps as the
+                    # 2-device run did (it runs on until its split settled), so neither side's timed steps
+                    # start earlier after its algorithm timing and first touches
+                    warm = a.warmup if dev == "basic basic" else max(a.warmup, warm2)
+                    j = bench(a.clgrad, model, a.batch, steps, dev, {}, warmup=warm, trace=trace)
+                    if dev == "basic basic":
+                        warm2 = j.get("warmup_run", a.warmup)
                     j["load"] = (load, os.getloadavg()[0])
                     j["lanes"] = lane_figures(trace) if trace else ""
                     res[dev] = j
@@ -120,9 +129,10 @@ def fresh_pairs(a):
             r = two["images_per_s"] / one["images_per_s"]
             ratios.append(r)
             print("%s pair %d (%s first): 2 basic %.1f img/s (shares %s, warm-up %s, timed split moves %s) / 1 basic "
-                  "%.1f img/s = %.2fx; load %.1f-%.1f / %.1f-%.1f%s" % (
+                  "%.1f img/s (warm-up %s) = %.2fx; CPU ms per step %.1f / %.1f; load %.1f-%.1f / %.1f-%.1f%s" % (
                       model, k + 1, "2" if k % 2 == 0 else "1", two["images_per_s"], two.get("shares", ""),
-                      two.get("warmup_run", "?"), two.get("split_moves_timed", "?"), one["images_per_s"], r,
+                      two.get("warmup_run", "?"), two.get("split_moves_timed", "?"), one["images_per_s"],
+                      one.get("warmup_run", "?"), r, two.get("cpu_ms_per_step", 0), one.get("cpu_ms_per_step", 0),
                       two["load"][0], two["load"][1], one["load"][0], one["load"][1],
                       "\n    " + two["lanes"] if two["lanes"] else ""), flush=True)
         print("%s: %d fresh-cache pairs, 2 basic vs 1: %s; lowest %.2fx, median %.2fx (load average %.1f now, %d "

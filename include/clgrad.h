@@ -446,6 +446,11 @@ typedef struct clg_train_params {
     const char *pipe_schedule;  /* as clg_model_params.pipe_schedule */
     int pipe_recompute;         /* as clg_model_params.pipe_recompute */
     int shard_optimizer;        /* as clg_model_params.shard_optimizer */
+    /* called once, when the run's first training step has ended (NULL: nothing): every kernel of a step is
+     * built by then, and the clgrad program stops its background precompile helper there, so that it does
+     * not compete with the algorithm timing, the split's calibration and the steps after */
+    void (*first_step_done)(void *user);
+    void *first_step_done_user;
 } clg_train_params;
 
 typedef struct clg_train_report {
@@ -571,9 +576,9 @@ typedef struct clg_bench_train_params {
     const char *pipe_schedule; /* as clg_model_params.pipe_schedule */
     int pipe_recompute;        /* as clg_model_params.pipe_recompute */
     int shard_optimizer;   /* as clg_model_params.shard_optimizer */
-    /* called once, when the warm-up has ended and right before the timed steps (NULL: nothing; not called
-     * with warmup 0): the clgrad program stops its background precompile helper there, so that it never
-     * competes with a timed step */
+    /* called once, when the first warm-up step has ended (NULL: nothing; not called with warmup 0): every
+     * kernel of a step is built by then, and the clgrad program stops its background precompile helper
+     * there, so that it never competes with algorithm timing, the split's calibration or a timed step */
     void (*warm_done)(void *user);
     void *warm_done_user;
 } clg_bench_train_params;

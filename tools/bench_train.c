@@ -104,8 +104,9 @@ static void print_report(const bench_train_opts *o, const clg_bench_train_params
         printf("warning: %s\n", rep->warning);
 }
 
-/* The warm-up has ended: a background precompile helper still compiling would take a core from the
- * timed steps (two basic devices compute on both cores of a 2-core machine). */
+/* The first step has ended (its kernels are built): a background precompile helper still compiling
+ * would take a core from the algorithm timing, the split's calibration and the timed steps (two basic
+ * devices compute on both cores of a 2-core machine). */
 typedef struct helper_ref {
     pid_t pid;
     int verbose;
@@ -115,7 +116,7 @@ static void stop_helper(void *user)
 {
     helper_ref *h = user;
     if (cli_precompile_stop(h->pid) && h->verbose)
-        fprintf(stderr, "clgrad: background precompile still running at the end of the warm-up: stopped\n");
+        fprintf(stderr, "clgrad: background precompile still running after the first step: stopped\n");
     h->pid = 0;
 }
 

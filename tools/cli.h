@@ -77,6 +77,8 @@ pid_t cli_precompile_spawn(clg_ctx *ctx, const char *model, int batch, const cha
                            int verbose);
 /* Ends the helper (if still running: returns 1) and reaps it; 0 is a no-op. */
 int cli_precompile_stop(pid_t pid);
+/* cli_precompile_stop as a callback (clg_train_params.first_step_done): user is the pid_t, set to 0 */
+void cli_precompile_stop_cb(void *user);
 /* After a training run: a detached `clgrad tune --background` for the GEMM
  * shapes ctx ran without measurements of their own (option background_tune
  * auto; never with the cache off or read-only, or under MPI). */

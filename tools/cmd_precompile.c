@@ -57,7 +57,9 @@ const cli_spec cli_spec_precompile = {
              "(reverse order, one PoCL thread, caches read-only, untuned convolution defaults)\n"
              "while they take their first step front to back: a PoCL process compiles one kernel\n"
              "at a time, two processes compile two, and each finds the other's in PoCL's kernel\n"
-             "cache. CLGRAD_PRECOMPILE=0 (--set precompile=0) turns the helper off, =1 starts it\n"
+             "cache. They stop it when their first step has ended (every kernel is built then,\n"
+             "and it would only compete with algorithm timing and the steps after).\n"
+             "CLGRAD_PRECOMPILE=0 (--set precompile=0) turns the helper off, =1 starts it\n"
              "even on a warm cache; by default it runs on PoCL devices with at least 2 CPUs online, outside MPI jobs.",
 };
 
@@ -207,4 +209,11 @@ int cli_precompile_stop(pid_t pid)
         return 1;
     }
     return 0;
+}
+
+void cli_precompile_stop_cb(void *user)
+{
+    pid_t *pid = user;
+    cli_precompile_stop(*pid);
+    *pid = 0;
 }

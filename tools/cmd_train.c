@@ -142,6 +142,8 @@ int cmd_train(int argc, char **argv)
         return rc;
     p.devices = "all"; /* every device of the context (selected by --devices) */
     pid_t helper = cli_precompile_spawn(ctx, p.model, p.batch, o.c.devices, p.precision, o.c.verbose);
+    p.first_step_done = cli_precompile_stop_cb; /* its work is done once the first step built every kernel */
+    p.first_step_done_user = &helper;
     clg_train_report rep;
     clg_status st = clg_train_run(ctx, &p, &rep);
     cli_precompile_stop(helper);

@@ -653,6 +653,13 @@ static clg_status after_layer(void *user, int layer, int backward)
     return CLG_OK;
 }
 
+/* CPU seconds of the calling thread (0 when unknown). */
+static double thread_cpu(void)
+{
+    struct timespec ts;
+    return clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0 ? (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec : 0;
+}
+
 static void sleep_s(double s)
 {
     if (s <= 0)
@@ -723,9 +730,11 @@ static clg_status reduce(clg_dp *dp, clg_lane *l, double t0)
         CLG_TRY(arrive(dp, l, &dp->s_arrived, &dp->s_done, state_fn, 0, NULL));
     }
     l->t_compute = clg_now_sec() - t0;
+    l->t_cpu = thread_cpu() - l->t_cpu0;
     if (l->index == dp->slow_lane && on) { /* test aid: pose as a slower device */
         sleep_s(l->t_compute * dp->slow_factor);
         l->t_compute *= 1 + dp->slow_factor;
+        l->t_cpu *= 1 + dp->slow_factor;
     }
     int tr = clg_trace_on(dp->trace, dp->job.step);
     for (int b = 0; b < dp->nbuckets; b++) {
@@ -831,6 +840,7 @@ static clg_status lane_train(clg_dp *dp, clg_lane *l)
     clg_dp_job *j = &dp->job;
     clg_err *err = clg_dev_err(l->dev);
     double t0 = clg_now_sec();
+    l->t_cpu0 = thread_cpu();
     int s = j->stage, n = l->cnt[s];
     if (l->index == dp->fault_lane && j->step == dp->fault_step)
         return clg_cl_fail(err, CL_INVALID_COMMAND_QUEUE, "clEnqueueNDRangeKernel (injected fault)", __FILE__, __LINE__);
@@ -1020,6 +1030,15 @@ static double obs_median(const clg_lane *l, int n)
     return k == 0 ? 0 : k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
 }
 
+/* Recorded times of the lane at batch size n. */
+static int obs_count(const clg_lane *l, int n)
+{
+    int k = 0;
+    for (int i = 0; i < CLG_MIN(l->nobs, CLG_LANE_OBS); i++)
+        k += l->obs_n[i] == n;
+    return k;
+}
+
 /* The lane's step time as t(n) = a + b n (fixed overhead + per-sample
  * cost) through the median time at its newest batch size; a from a second
  * size among the recorded steps, kept within [0, 0.3 t] (timing noise
@@ -1103,10 +1122,12 @@ static int model_shares(const clg_dp *dp, const double *a, const double *b, doub
  * first two warm steps (calibration, normally within a benchmark's
  * warm-up), then looked at every 8 steps and moved only when the model
  * predicts a step 5% shorter (12% when a lane would meet a batch size it
- * has not run yet, and only when the previous look pointed the same way),
- * by two granules at most: every new per-device batch size costs kernel
- * specialisation and algorithm timing once, and timing noise must not
- * keep creating them. Returns 1 when the shares changed. */
+ * has not run yet, and only when the previous look pointed the same way;
+ * devices of one kind: 15%, and only when the previous look pointed the
+ * same way, calibrating too), by two granules at most: every new
+ * per-device batch size costs kernel specialisation and algorithm timing
+ * once, and timing noise must not keep creating them. Returns 1 when the
+ * shares changed. */
 static int rebalance(clg_dp *dp)
 {
     int s = dp->job.stage, warm = dp->measured > 0;
@@ -1115,14 +1136,27 @@ static int rebalance(clg_dp *dp)
     dp->measured++;
     if (!warm)
         return 0;
+    /* Devices of one kind that compute in their lane's own thread (PoCL basic: every lane thread spends a
+     * tenth of the step or more on its CPU; a driver with worker threads, such as PoCL pthread, a few
+     * percent) are timed by that thread's CPU time: its wall time counts whatever else ran on the core
+     * meanwhile (another process, the other lane's thread moved there for a while), which the scheduler
+     * spreads over both lanes alike in the long run but not within a step. */
+    int cpu = dp->same_kind;
+    for (int i = 0; i < dp->n; i++)
+        cpu &= dp->cnt[s][i] <= 0 || dp->lanes[i].t_cpu >= 0.1 * dp->lanes[i].t_compute;
     for (int i = 0; i < dp->n; i++)
         if (dp->cnt[s][i] > 0)
-            observe(&dp->lanes[i], dp->cnt[s][i], dp->lanes[i].t_compute);
+            observe(&dp->lanes[i], dp->cnt[s][i], cpu ? dp->lanes[i].t_cpu : dp->lanes[i].t_compute);
     if (dp->split_fixed || dp->n < 2)
         return 0;
     int calibrating = dp->calibrations < 2;
-    if (!calibrating && dp->measured % 8 != 0)
+    if (!calibrating && (dp->measured - dp->settled_at) % 8 != 0) /* every 8 steps after the calibration */
         return 0;
+    /* devices of one kind calibrate from the median of 3 warm steps at the current sizes: a single step
+     * of two identical lanes shows which one the scheduler or another process delayed, not their speed */
+    for (int i = 0; i < dp->n && calibrating && dp->same_kind; i++)
+        if (dp->cnt[s][i] > 0 && obs_count(&dp->lanes[i], dp->cnt[s][i]) < 3)
+            return 0;
     double a[CLG_DP_MAX_LANES], b[CLG_DP_MAX_LANES], w[CLG_DP_MAX_LANES];
     for (int i = 0; i < dp->n; i++)
         if (!lane_model(&dp->lanes[i], &a[i], &b[i]))
@@ -1151,7 +1185,8 @@ static int rebalance(clg_dp *dp)
     }
     for (int i = 0; i < dp->n && sum > 0; i++)
         w[i] /= sum;
-    dp->calibrations++;
+    if (++dp->calibrations == 2)
+        dp->settled_at = dp->measured;
     double keep[CLG_DP_MAX_LANES];
     memcpy(keep, dp->share, sizeof keep);
     split(dp, n, now);
@@ -1162,11 +1197,14 @@ static int rebalance(clg_dp *dp)
         fresh |= next[i] > 0 && dp->lanes[i].ready[next[i]] < 2;
     double t_now = plan_time(a, b, dp->n, now), t_next = plan_time(a, b, dp->n, next);
     int same = memcmp(now, next, (size_t)dp->n * sizeof *now) == 0;
-    /* after settling, a batch size not run yet only when two checks in a row point that way; devices of
-     * one kind calibrate only for a 5% shorter step (two identical lanes differ by timing noise, and
-     * chasing it costs new per-device batch sizes on a first run), and after settling move only when two
-     * checks in a row point the same way (noise flips the faster lane from look to look) */
-    int noise = dp->same_kind && (calibrating ? t_next > t_now * 0.95 : !(dot > 0));
+    /* after settling, a batch size not run yet only when two checks in a row point that way. Devices of
+     * one kind move, calibrating or not, only for a modelled step 15% shorter and only when the previous
+     * look pointed the same way (so never at the first look): two identical lanes differ by timing noise
+     * (a third busy thread, a core shared with another process for a while, a compile), noise flips the
+     * faster lane from look to look, and every move away from the even split costs new per-device batch
+     * sizes on a first run; a lane really slowed (a busy core, test_slow_lane) is slower by far more than
+     * that, and stays so from look to look */
+    int noise = dp->same_kind && (t_next > t_now * 0.85 || !(dot > 0));
     if (same || noise || (!calibrating && (t_next > t_now * (fresh ? 0.88 : 0.95) || (fresh && !(dot > 0))))) {
         memcpy(dp->share, keep, sizeof keep);
         return 0;
@@ -1268,6 +1306,11 @@ clg_status clg_dp_train_end(clg_dp *dp, clg_dp_job *job)
     int failed = 0;
     clg_status st = clg_team_end(dp->team, &failed);
     double t = clg_now_sec() - dp->t_begin;
+    if (dp->first_end) { /* every kernel of a step is built: nothing else may compete with what follows */
+        void (*fn)(void *) = dp->first_end;
+        dp->first_end = NULL;
+        fn(dp->first_end_user);
+    }
     job->overflow = dp->job.overflow;
     job->norm = dp->job.norm;
     int cold = 0;

@@ -95,6 +95,7 @@ typedef struct clg_dp {
     int64_t measured;      /* training steps measured */
     int rebalances;
     int calibrations;      /* warm steps the split was set from (2: settled) */
+    int64_t settled_at;    /* measured when the second calibration was done (later looks: every 8 steps) */
     double last_move[CLG_DP_MAX_LANES]; /* the shares' previous modelled change (consistency) */
     int prepares;          /* passes run to meet a new per-lane batch size outside a step */
     double prepare_s;      /* seconds those passes took */
@@ -154,6 +155,10 @@ typedef struct clg_dp {
     int slow_lane;
     double slow_factor;
     clg_trace *trace;      /* borrowed; NULL: no trace */
+    /* called once (then cleared) when the first training step's lanes have ended, before the split is
+     * calibrated or new batch sizes measured (clg_dp_train_end): the caller stops its precompile helper */
+    void (*first_end)(void *user);
+    void *first_end_user;
     /* fault injection (tests): lane fault_lane fails training step
      * fault_step (job step) as an enqueue error would */
     int fault_lane;

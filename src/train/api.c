@@ -534,11 +534,15 @@ static clg_status bench_steps(clg_ctx *ctx, clg_model *m, const clg_bench_train_
     double t_start = 0, prep_s0 = 0, cpu0 = 0;
     unsigned long long launches0 = 0;
     clg_status st = clg_session_upload(m, 0, B, 1);
+    int hooked = 0; /* warm_done from the lanes' end of the first step, before its new batch sizes are met */
+    if (p->warm_done && warm_end > 0 && m->dp && !m->pipe) {
+        m->dp->first_end = p->warm_done;
+        m->dp->first_end_user = p->warm_done_user;
+        hooked = 1;
+    }
     for (int i = 0; i < warm_end + p->steps && st == CLG_OK; i++) {
         int s = i % CLG_STAGES, nx = (i + 1) % CLG_STAGES;
         if (i == warm_end) {
-            if (p->warm_done && warm_end > 0) /* (--warmup 0 times the start-up: nothing is stopped) */
-                p->warm_done(p->warm_done_user);
             st = bench_timed_start(ctx, m, p, &launches0);
             moves0 = m->dp ? m->dp->rebalances : 0;
             prep0 = m->dp ? m->dp->prepares : 0;
@@ -566,6 +570,11 @@ static clg_status bench_steps(clg_ctx *ctx, clg_model *m, const clg_bench_train_
             out->first_step_end = clg_now_sec();
             out->first_step_cpu_s = cpu_now();
             out->first_step_s = out->first_step_end - t0;
+            /* every kernel of a step is built now: a background precompile helper still compiling would
+             * only compete with the algorithm timing and the split's calibration of the next warm-up steps
+             * (--warmup 0 times the start-up: nothing is stopped) */
+            if (p->warm_done && warm_end > 0 && !hooked)
+                p->warm_done(p->warm_done_user);
         }
         if (st == CLG_OK && i >= warm_end) {
             /* per-step time for the median: wait for the step */

@@ -213,6 +213,7 @@ typedef struct train_state {
     int N, B, L, spe, epochs; /* samples used per epoch, batch, lanes, steps per epoch, epochs */
     int64_t total;            /* steps of the whole run */
     progress pr;
+    int first_done; /* p->first_step_done was called */
 } train_state;
 
 /* One epoch in progress. */
@@ -393,6 +394,11 @@ static clg_status train_batch(train_state *ts, epoch_state *es, int b)
     clg_status st2 = clg_session_step_end(m);
     CLG_TRY(st2);
     CLG_TRY(st);
+    if (!ts->first_done) { /* every kernel of a step is built now (the clgrad program stops its helper) */
+        ts->first_done = 1;
+        if (p->first_step_done)
+            p->first_step_done(p->first_step_done_user);
+    }
     m->batch_in_epoch = b + 1;
     es->imgs += n;
     CLG_TRY(collect_ready(ts, es, b, 0));
@@ -804,6 +810,12 @@ static clg_status train_run(clg_ctx *ctx, const clg_train_params *p, clg_train_r
     memset(&ts, 0, sizeof ts);
     ts.p = p;
     clg_status st = train_prepare(ctx, &ts, fp16);
+    if (st == CLG_OK && p->first_step_done && ts.m->dp && !ts.m->pipe) { /* from the lanes' end of the first
+                                                                             step, before its new sizes are met */
+        ts.m->dp->first_end = p->first_step_done;
+        ts.m->dp->first_end_user = p->first_step_done_user;
+        ts.first_done = 1;
+    }
     if (st == CLG_OK)
         st = run(&ts, &rep);
     st = train_finish(&ts, st, fp16);

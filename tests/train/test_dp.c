@@ -803,6 +803,37 @@ START_TEST(same_kind_lanes)
 }
 END_TEST
 
+/* The first step's hook (the clgrad program stops its precompile helper there) runs once, when the lanes
+ * have ended the first step and before its per-device batch sizes are met (algorithm timing) or the split
+ * calibrated. */
+static int g_first_calls, g_first_prepares, g_first_cal;
+static void first_end_cb(void *user)
+{
+    clg_dp *dp = user;
+    g_first_calls++;
+    g_first_prepares = dp->prepares;
+    g_first_cal = dp->calibrations;
+}
+
+START_TEST(first_end_hook)
+{
+    if (!two_devices())
+        return;
+    clg_model *m = make(NET_BN, "0,1", NULL, 32, 0, tu_seed());
+    g_first_calls = 0;
+    g_first_prepares = g_first_cal = -1;
+    m->dp->first_end = first_end_cb;
+    m->dp->first_end_user = m->dp;
+    train(m, tu_seed(), 3, 32, NULL);
+    ck_assert_int_eq(g_first_calls, 1);
+    ck_assert_msg(g_first_prepares == 0 && g_first_cal == 0, "hook after %d preparations, %d calibrations",
+                  g_first_prepares, g_first_cal);
+    ck_assert_msg(m->dp->prepares >= 1, "the first step's sizes were not met after it");
+    ck_assert(m->dp->first_end == NULL);
+    clg_session_free(m);
+}
+END_TEST
+
 /* Meeting new batch sizes between steps keeps every parameter, batch-norm
  * running statistics included, bitwise (the pass runs on zeros: without
  * the restore the running statistics move towards 0). */
@@ -882,6 +913,7 @@ int main(void)
     tcase_set_timeout(tb, 600);
     tcase_add_test(tb, bench_warmup_settles);
     tcase_add_test(tb, same_kind_lanes);
+    tcase_add_test(tb, first_end_hook);
     suite_add_tcase(s, tb);
     if (!(uneq && *uneq == '1'))
         tcase_add_test(tc, split_settles_early);
