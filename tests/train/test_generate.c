@@ -320,7 +320,7 @@ START_TEST(half_cache_ops)
         for (int n = 0; n < N; n++) /* the chunk's rows of each sample: N samples of T new positions */
             memcpy(xs + (size_t)n * T * LD, x + ((size_t)n * TC + past) * LD, sizeof(float) * T * LD);
         cl_mem dx = tu_upload(dev, xs, (size_t)N * T * LD), o = tu_upload(dev, NULL, (size_t)N * T * C);
-        clg_attn_desc a = {N, T, H, D, 1, 0.25f, 0, 0, 0, 0.0f, 0, 0, 0};
+        clg_attn_desc a = {N, T, H, D, 1, 0.25f, 0, 0, 0, 0.0f, 0, 0, 0, 0};
         clg_attn_seq q = {dx, 0, LD}, k = {dx, C, LD}, v = {dx, 2 * C, LD}, skc = {kc, 0, C}, svc = {vc, 0, C};
         clg_attn_seq so = {o, 0, C};
         ck_assert_msg(clg_attn_cache_append_prec(dev, &a, 1, TC, past, &k, &v, &skc, &svc) == CLG_OK, "%s",
