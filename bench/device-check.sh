@@ -25,7 +25,7 @@
 #   RESULTS_DIR      default ./device-check-<date>
 # Environment: CLGRAD_DRIVER_DIRS (more directories to search), DEVICE_CHECK_BUDGET (seconds,
 # default 480), CLGRAD_CACHE_DIR (default RESULTS_DIR/cache; the smoke test reuses the suite's),
-# CLGRAD_PEERS_PYTHON (python3), DEVICE_CHECK_TORCH_MODELS (lenet5,vgg-s,resnet-mini).
+# CLGRAD_PEERS_PYTHON (python3), DEVICE_CHECK_TORCH_MODELS (lenet5,vgg-s,resnet-mini,resnet20).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 smoke=0; sysicd=1; sel=""; res=""; only=""
@@ -151,7 +151,7 @@ peers() {
     fi
     export CLGRAD_PEERS_PYTHON="$py"
     step torch-train 240 env -u LD_LIBRARY_PATH "$py" "$here/bench/train_vs_torch.py" --clgrad "$here/bin/clgrad" \
-        --models "${DEVICE_CHECK_TORCH_MODELS:-lenet5,vgg-s,resnet-mini}" --sides clgrad,torch2,torch2-cl --devices "$sel" --torch-device cuda \
+        --models "${DEVICE_CHECK_TORCH_MODELS:-lenet5,vgg-s,resnet-mini,resnet20}" --sides clgrad,torch2,torch2-cl --devices "$sel" --torch-device cuda \
         --repeat 1 --json "$res/torch-train.json"
     step gpt-speed 60 env -u LD_LIBRARY_PATH "$py" "$here/bench/gpt_vs_torch.py" speed --clgrad "$here/bin/clgrad" \
         --sides clgrad,torch2 --devices "$sel" --torch-device cuda --repeat 1 --json "$res/gpt-speed.json"

@@ -57,6 +57,8 @@
       "CPU products without packing: auto by shape, 0 never, 1 wherever the kernels apply")                          \
     X(gemm_splitk, "CLGRAD_GEMM_SPLITK", CHOICE, "auto", 0, 0, "auto,0,1", TUNING,                                   \
       "split-K GEMM for long-K, small-output products: auto by shape and compute units, 0 never, 1 always")          \
+    X(act_arena, "CLGRAD_ACT_ARENA", CHOICE, "auto", 0, 0, "auto,0,1", TUNING,                                       \
+      "fp16 activations as sub-buffers of one arena: auto (not on NVIDIA's driver), 0 separate buffers, 1 always")   \
     X(gemm_auto_measure, "CLGRAD_GEMM_AUTO_MEASURE", BOOL, "1", 0, 1, "", TUNING,                                    \
       "gemm_backend auto measures both backends per shape (0: takes the stored or default choice)")                  \
     X(conv_auto_measure, "CLGRAD_CONV_AUTO_MEASURE", BOOL, "1", 0, 1, "", TUNING,                                    \

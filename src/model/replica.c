@@ -72,9 +72,14 @@ clg_status clg_replica_create_range(clg_net *net, clg_device *dev, uint64_t seed
         st = clg_replica_plan_memory(r, 0, !r->fp16, 0, &r->fp32_bytes);
     r->planned_bytes = r->fp32_bytes;
     if (st == CLG_OK && r->fp16) {
+        /* NVIDIA's OpenCL driver (580.159) crashes releasing some activation
+         * sub-buffers of an fp16 arena (no double release, parent alive:
+         * docs/benchmarks.md, the H100 section): separate buffers there */
+        int mode = (int)dev->ctx->opts.act_arena - 1; /* auto,0,1 -> -1,0,1 */
+        int arena = mode >= 0 ? mode : clg_device_vendor(dev) != CLG_VENDOR_NVIDIA;
         st = clg_replica_plan_memory(r, 0, 0, 1, &r->fp32_offset_bytes);
         if (st == CLG_OK)
-            st = clg_replica_plan_memory(r, 1, 1, 1, &r->planned_bytes);
+            st = clg_replica_plan_memory(r, 1, 1, arena, &r->planned_bytes);
     }
     if (st == CLG_OK)
         clg_replica_fuse_alias(r);

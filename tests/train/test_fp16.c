@@ -526,6 +526,52 @@ START_TEST(fp16_vs_fp32)
 }
 END_TEST
 
+// ---- fp16 activations: one arena of sub-buffers against separate buffers ----
+
+/* The option act_arena picks where the half activations live (NVIDIA's
+ * driver takes separate buffers by default). Both layouts must train
+ * bitwise alike: the same kernels on the same values, only the buffers
+ * differ. */
+START_TEST(arena_vs_buffers)
+{
+    uint64_t seed = tu_seed();
+    float loss[2][12];
+    float *w[2] = {NULL, NULL};
+    int nw = 0;
+    long saved = ctx()->opts.act_arena;
+    for (int mode = 0; mode < 2; mode++) {
+        ctx()->opts.act_arena = mode ? 2 : 1; /* auto,0,1: 1 = separate buffers, 2 = one arena */
+        clg_model *m = make(CNN, 1, seed);
+        clg_replica *r = clg_session_rep(m);
+        ck_assert_msg(mode ? r->nsubs > 0 : r->nsubs == 0, "act_arena=%d: %d activation sub-buffers", mode, r->nsubs);
+        clg_rng rng;
+        clg_rng_seed(&rng, seed, 99);
+        float x[32 * 64], res[2];
+        int32_t y[32];
+        for (int s = 0; s < 12; s++) {
+            synth(&rng, x, y, 32, SIGNAL);
+            stage(m, x, y, 32);
+            ck_assert_msg(clg_session_train_step(m, 0, LR, res) == CLG_OK, "%s", clg_last_error(ctx()));
+            loss[mode][s] = res[0];
+        }
+        clg_param_ref *refs = NULL;
+        int np = 0;
+        ck_assert(clg_replica_params(r, 1, &refs, &np) == CLG_OK);
+        w[mode] = read_param(m, &refs[0], 1);
+        nw = (int)refs[0].param->numel;
+        free(refs);
+        clg_session_free(m);
+    }
+    ctx()->opts.act_arena = saved;
+    for (int s = 0; s < 12; s++)
+        ck_assert_msg(loss[0][s] == loss[1][s], "step %d: loss %.9g (buffers) vs %.9g (arena)", s, loss[0][s],
+                      loss[1][s]);
+    ck_assert_msg(memcmp(w[0], w[1], (size_t)nw * sizeof(float)) == 0, "first layer's weights differ");
+    free(w[0]);
+    free(w[1]);
+}
+END_TEST
+
 // ---- the public API: clg_model_params.precision ----
 
 START_TEST(api_precision)
@@ -578,6 +624,7 @@ int main(void)
     tcase_add_test(tc, convert_kernels);
     tcase_add_test(tc, loss_scaling);
     tcase_add_test(tc, fp16_vs_fp32);
+    tcase_add_test(tc, arena_vs_buffers);
     tcase_add_test(tc, api_precision);
     suite_add_tcase(s, tc);
     int rc = tu_run(s);
