@@ -2,7 +2,11 @@
  * OpenBLAS) on the same shapes in the same run. Device backends are timed
  * with OpenCL events (first kernel start to last kernel end, packing
  * included), OpenBLAS with the wall clock; the backends run interleaved and
- * the median of --reps timed runs (each after a warm-up) is reported. */
+ * the median of --reps timed runs (each after a warm-up) is reported.
+ * OpenBLAS is loaded at run time (dlopen), so clgrad itself does not need
+ * it: the column is left out where the library is absent (e.g. a GPU
+ * bundle, tools/device-bundle.sh, which leaves its 36 MiB behind). */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,9 +14,30 @@
 #include "cli.h"
 #include "cli_opts.h"
 
-#if CLI_HAVE_OPENBLAS
-#include <cblas.h>
-#endif
+/* cblas_sgemm with the CBLAS enums as ints (row major 101, no transpose
+ * 111, transpose 112) and 32-bit indices (LP64 OpenBLAS) */
+typedef void (*cblas_sgemm_fn)(int order, int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda,
+                               const float *B, int ldb, float beta, float *C, int ldc);
+
+/* OpenBLAS's cblas_sgemm, or NULL where no OpenBLAS is installed. */
+static cblas_sgemm_fn openblas_sgemm(void)
+{
+    static const char *const names[] = {"libopenblas.so.0", "libopenblas.so", "libopenblas.dylib", NULL};
+    static int tried;
+    static cblas_sgemm_fn fn;
+    if (tried)
+        return fn;
+    tried = 1;
+    for (int i = 0; names[i] && !fn; i++) {
+        void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        void *sym = h ? dlsym(h, "cblas_sgemm") : NULL;
+        if (sym)
+            memcpy(&fn, &sym, sizeof fn); /* object to function pointer, as POSIX allows */
+        else if (h)
+            dlclose(h);
+    }
+    return fn;
+}
 
 #define MIN_(a, b) ((a) < (b) ? (a) : (b))
 #define MAX_(a, b) ((a) > (b) ? (a) : (b))
@@ -72,7 +97,6 @@ static double median(double *t, int n)
     return t[n / 2];
 }
 
-#if CLI_HAVE_OPENBLAS
 typedef struct host_op {
     float *A, *B, *C;
     size_t na, nb, nc;
@@ -108,14 +132,13 @@ static void host_free(host_op *h)
 static double host_run(const host_op *h, const clg_bench_gemm_shape *s)
 {
     int batch = s->batch > 0 ? s->batch : 1;
+    cblas_sgemm_fn sgemm = openblas_sgemm();
     double t0 = cli_now();
     for (int b = 0; b < batch; b++)
-        cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans, s->tb ? CblasTrans : CblasNoTrans, s->m, s->n,
-                    s->k, 1.0f, h->A + b * h->na, s->ta ? s->m : s->k, h->B + b * h->nb, s->tb ? s->k : s->n, 0.0f,
-                    h->C + b * h->nc, s->n);
+        sgemm(101, s->ta ? 112 : 111, s->tb ? 112 : 111, s->m, s->n, s->k, 1.0f, h->A + b * h->na, s->ta ? s->m : s->k,
+              h->B + b * h->nb, s->tb ? s->k : s->n, 0.0f, h->C + b * h->nc, s->n);
     return (cli_now() - t0) * 1e3;
 }
-#endif
 
 static void report(int json, const char *dev, const clg_bench_gemm_shape *s, const char *backend, double ms, const char *note)
 {
@@ -154,9 +177,9 @@ static int pick_backends(const char *backend, gemm_run *g)
             return cli_fail("this clgrad was built without CLBlast");
         g->want_cb = 0;
     }
-    if (g->want_ob && !CLI_HAVE_OPENBLAS) {
+    if (g->want_ob && !openblas_sgemm()) {
         if (!all)
-            return cli_fail("this clgrad was built without OpenBLAS");
+            return cli_fail("OpenBLAS (libopenblas.so.0) is not installed: no host column");
         g->want_ob = 0;
     }
     return CLI_OK;
@@ -178,10 +201,8 @@ static int time_on_device(gemm_run *g, int d, const clg_bench_gemm_shape *sh, vo
     int cb_ok = dev && g->want_cb;
     double t_ob[64], t_own[64], t_cb[64];
     for (int r = 0; r < g->reps; r++) {
-#if CLI_HAVE_OPENBLAS
         if (host)
             t_ob[r] = host_run(host, sh);
-#endif
         if (dev && g->want_own && clg_bench_gemm_time(g->ctx, d, sh, "own", 1, &t_own[r]) != CLG_OK)
             return cli_fail("own gemm on device %d: %s", d, clg_last_error(g->ctx));
         if (cb_ok && clg_bench_gemm_time(g->ctx, d, sh, "clblast", 1, &t_cb[r]) != CLG_OK) {
@@ -214,7 +235,6 @@ static int time_shape(gemm_run *g, const clg_bench_gemm_shape *sh)
     int ndev = g->ctx ? clg_device_count(g->ctx) : 0;
     void *host = NULL;
     int rc = CLI_OK;
-#if CLI_HAVE_OPENBLAS
     host_op h;
     memset(&h, 0, sizeof h);
     if (g->want_ob) {
@@ -225,12 +245,9 @@ static int time_shape(gemm_run *g, const clg_bench_gemm_shape *sh)
             host = &h;
         }
     }
-#endif
     for (int d = 0; d < MAX_(ndev, 1) && rc == CLI_OK; d++)
         rc = time_on_device(g, d, sh, d == 0 ? host : NULL);
-#if CLI_HAVE_OPENBLAS
     host_free(&h);
-#endif
     return rc;
 }
 

@@ -4,7 +4,7 @@
 #   bin/clgrad            wrapper (LD_LIBRARY_PATH=lib) around bin/clgrad.real
 #   lib/                  libclgrad and every shared library the binaries load
 #                         that a bare machine may lack (ICD loader, CLBlast,
-#                         clFFT, protobuf-c, OpenBLAS, Open MPI, ...), found
+#                         clFFT, protobuf-c, Open MPI, ...), found
 #                         with ldd; not the C runtime (libc, libm, libpthread,
 #                         libdl, librt, ld.so)
 #   lib/fallback/         libstdc++ / libgcc_s: used only where the machine
