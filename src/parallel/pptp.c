@@ -1,0 +1,229 @@
+/* Pipeline x tensor parallelism (pp=K,tp=T; dp=D,pp=K,tp=T): see pptp.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/layers.h"
+#include "parallel/pptp.h"
+#include "parallel/tensor.h"
+
+/* The cuts (stage s ends after layer cut[s]) kept between split pairs: a user's cut inside a pair is refused, a
+ * default one moved after the pair's B (or before its A when that would empty the next stage). */
+static clg_status cuts_between_pairs(clg_pipe *p, const clg_net *net, int *cut, int user_cuts, const int *role)
+{
+    for (int s = 0; s + 1 < p->K; s++)
+        for (int a = 0; a < net->nlayers; a++) {
+            if (role[a] != CLG_TP_COL)
+                continue;
+            int b = a + 1;
+            while (role[b] != CLG_TP_ROW)
+                b++;
+            if (cut[s] < a || cut[s] >= b)
+                continue;
+            int prev = s ? cut[s - 1] : -1;
+            if (user_cuts || (b >= cut[s + 1] && a - 1 <= prev))
+                return clg_err_set(&p->ctx->err, CLG_ERR_UNSUPPORTED,
+                                   "pp=%d,tp=%d: the cut after '%s' separates the split pair %s -> %s (its slices "
+                                   "cannot cross a cut yet): cut before '%s' or after '%s' (--stages)",
+                                   p->K, p->T, net->proto[cut[s]].name, net->proto[a].name, net->proto[b].name,
+                                   net->proto[a].name, net->proto[b].name);
+            cut[s] = b < cut[s + 1] ? b : a - 1;
+            clg_log(1, "pipeline x tensor: stage %d ends after %s, not inside the pair %s -> %s", s,
+                    net->proto[cut[s]].name, net->proto[a].name, net->proto[b].name);
+        }
+    return CLG_OK;
+}
+
+/* Floats per partial of the largest all-reduce (a micro-batch of a row-split output or of a column-split layer's
+ * input gradient) in the lane network. */
+static size_t reduce_floats(const clg_net *ln, const int *role, int mb)
+{
+    size_t most = 1;
+    for (int i = 0; i < ln->nlayers; i++) {
+        const int *o = ln->proto[i].out_shape;
+        int src = ln->proto[i].inputs[0];
+        if (role[i] == CLG_TP_ROW)
+            most = CLG_MAX(most, (size_t)mb * o[1] * o[2] * o[3]);
+        if (role[i] == CLG_TP_COL && src >= 0) {
+            const int *s = ln->proto[src].out_shape;
+            most = CLG_MAX(most, (size_t)mb * s[1] * s[2] * s[3]);
+        }
+    }
+    return most;
+}
+
+clg_status clg_pptp_setup(clg_pipe *p, clg_net *net, int *cut, int user_cuts, int D)
+{
+    clg_err *err = &p->ctx->err;
+    int T = p->T, n = 0;
+    if (!(p->tp_role = calloc((size_t)net->nlayers, sizeof(int))))
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    CLG_TRY(clg_tp_find_pairs(err, net, 0, net->nlayers - 1, T, p->tp_role, &n));
+    CLG_TRY(cuts_between_pairs(p, net, cut, user_cuts, p->tp_role));
+    for (int s = 0, first = 0; s < p->K; first = cut[s] + 1, s++) { /* the stages first, then their pairs */
+        CLG_TRY(clg_tp_find_pairs(err, net, first, cut[s], T, p->tp_role, &n));
+        if (!n)
+            return clg_err_set(err, CLG_ERR_UNSUPPORTED,
+                               "pp=%d,tp=%d: stage %d (layers %s..%s) has no layer pair tensor parallelism can "
+                               "split (a [dense] or [convolutional] followed, through [activation], [dropout], "
+                               "pooling or [flatten] layers only, by a [dense] or [convolutional] with a linear "
+                               "activation, both in the stage): move the cuts (--stages) or use pp=%d alone",
+                               p->K, T, s, net->proto[first].name, net->proto[cut[s]].name, p->K);
+    }
+    char *text = clg_tp_lane_text(net, p->tp_role, T);
+    if (!text)
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    clg_status st = clg_net_build(err, text, net->source, net->batch, &p->tp_net);
+    free(text);
+    CLG_TRY(st);
+    p->tp_net->fp16 = net->fp16;
+    return clg_tp_group_create(err, D * p->K, T, reduce_floats(p->tp_net, p->tp_role, p->mb), &p->tpg);
+}
+
+/* After layer i's forward (backward = 0) or backward on a stage's replica: the row-split layer's partial outputs
+ * summed over the stage's T lanes; the column-split layer's partial input gradient likewise. */
+static clg_status after_layer(void *user, int i, int backward)
+{
+    const struct clg_pptp_hook *h = user;
+    clg_pipe *p = h->p;
+    clg_pipe_stage *st = &p->st[h->l];
+    clg_replica *r = st->reps[h->k];
+    int role = p->tp_role[i], src = r->layers[i].inputs[0];
+    int g = st->d / p->T * p->K + st->s, t = st->d % p->T;
+    if (!backward && role == CLG_TP_ROW)
+        return clg_tp_group_reduce(p->tpg, st->dev, g, t, r->act[i].mem, r->act[i].off,
+                                   (size_t)st->cur_n * (clg_tensor_numel(&r->act[i]) / (size_t)r->act[i].n));
+    if (backward && role == CLG_TP_COL && src >= 0)
+        return clg_tp_group_reduce(p->tpg, st->dev, g, t, r->dact[src].mem, r->dact[src].off,
+                                   (size_t)st->cur_n * (clg_tensor_numel(&r->dact[src]) / (size_t)r->dact[src].n));
+    return CLG_OK;
+}
+
+clg_status clg_pptp_init(clg_pipe *p, uint64_t seed)
+{
+    clg_net *net = p->user_net;
+    int nh = 0;
+    for (int l = 0; l < p->L; l++)
+        nh += p->st[l].nreps;
+    float **w = calloc((size_t)net->nlayers * CLG_MAX_PARAMS, sizeof(float *));
+    float *part = malloc(clg_tp_most_floats(net) * sizeof(float));
+    p->tp_hooks = calloc((size_t)nh, sizeof *p->tp_hooks);
+    clg_status st = w && part && p->tp_hooks ? CLG_OK : clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    if (st == CLG_OK) /* one device's first weights, a layer at a time */
+        st = clg_tp_draw_weights(p->ctx, net, p->st[0].dev, seed, 0, net->nlayers - 1, w);
+    for (int l = 0, j = 0; l < p->L && st == CLG_OK; l++) {
+        clg_pipe_stage *sg = &p->st[l];
+        st = clg_tp_scatter(p->tp_role, net, p->T, sg->d % p->T, w, sg->rep, sg->dev, sg->first, sg->last, part);
+        for (int k = 0; k < sg->nreps; k++, j++) {
+            p->tp_hooks[j] = (struct clg_pptp_hook){p, l, k};
+            sg->reps[k]->after_layer = after_layer;
+            sg->reps[k]->after_layer_user = &p->tp_hooks[j];
+        }
+    }
+    for (int i = 0; w && i < net->nlayers * CLG_MAX_PARAMS; i++)
+        free(w[i]);
+    free(w);
+    free(part);
+    return st == CLG_OK ? clg_pipe_loaded(p) : st;
+}
+
+void clg_pptp_rng(const clg_pipe *p, const clg_pipe_stage *st, clg_replica *r)
+{
+    for (int i = st->first; i <= st->last; i++) {
+        clg_layer *y = &r->layers[i];
+        if (p->tp_role[i] != CLG_TP_MID || y->ops != &clg_layer_dropout_ops)
+            continue;
+        const int *w = p->user_net->proto[i].out_shape, *v = y->out_shape; /* the mask of the whole layer's slice */
+        clg_layer_set_rng_slice(y, (uint32_t)w[1] * w[2] * w[3], (uint32_t)(v[1] * v[2] * v[3] * (st->d % p->T)));
+    }
+}
+
+clg_status clg_pptp_grads(clg_pipe *p, clg_pipe_stage *st, int clip)
+{
+    int t = st->d % p->T;
+    if (t > 0)
+        CLG_TRY(clg_tp_zero_row_bias(p->tp_role, st->rep, st->dev, st->first, st->last));
+    if (!clip)
+        return CLG_OK;
+    double sq[2];
+    CLG_TRY(clg_tp_grad_sq(p->tp_role, st->rep, st->dev, 0, SIZE_MAX, sq));
+    st->norm_sq = sq[0] + (t == 0 ? sq[1] : 0); /* every slice once, the replicated parameters once */
+    return CLG_OK;
+}
+
+static int optim_index(const clg_optim *o, int layer, int slot)
+{
+    for (int i = 0; o && i < o->n; i++)
+        if (o->refs[i].layer->index == layer && o->refs[i].param - o->refs[i].layer->params == slot)
+            return i;
+    return -1;
+}
+
+/* The k-th buffer of parameter (li, slot) in replica r: 0 its (fp32) value, 1 and 2 o's state; NULL: none. */
+static cl_mem param_buf(clg_replica *r, clg_optim *o, int li, int slot, int k)
+{
+    if (k == 0) {
+        clg_param_ref own = {&r->layers[li], &r->layers[li].params[slot]};
+        return clg_replica_master(r, &own);
+    }
+    int i = optim_index(o, li, slot);
+    if (i < 0 || k > clg_optim_nstate(o))
+        return NULL;
+    return k == 1 ? o->m[i] : o->v[i];
+}
+
+/* Buffer k of one whole parameter between full and the stages' slices (to_full: from the lanes of data replica
+ * 0, a slice once, a replicated parameter from lane t = 0; else into every lane). */
+static clg_status sync_buf(clg_pipe *p, clg_replica *full, clg_optim *fo, const clg_param_ref *ref, int k,
+                           int to_full, float *whole, float *part)
+{
+    int li = ref->layer->index, slot = (int)(ref->param - ref->layer->params), s = p->stage_of[li];
+    cl_mem fm = param_buf(full, fo, li, slot, k);
+    size_t n = ref->param->numel;
+    clg_err *ferr = clg_dev_err(full->dev);
+    if (!fm)
+        return CLG_OK;
+    if (!to_full)
+        CLG_CL_CHECK(ferr, clEnqueueReadBuffer(full->dev->queue, fm, CL_TRUE, 0, n * sizeof(float), whole, 0, NULL,
+                                               NULL));
+    for (int r = 0; r < (to_full ? p->T : p->D); r++) {
+        clg_pipe_stage *sg = &p->st[r * p->K + s];
+        int t = r % p->T;
+        cl_mem lm = param_buf(sg->rep, sg->opt, li, slot, k);
+        clg_tp_slice sl = clg_tp_slice_of(p->tp_role, p->user_net, p->T, ref, t);
+        size_t pn = sl.rows * sl.cols;
+        clg_err *lerr = clg_dev_err(sg->dev);
+        if (!lm || (to_full && (sl.zero || (p->tp_role[li] == CLG_TP_REPL && t > 0))))
+            continue;
+        if (to_full) {
+            CLG_CL_CHECK(lerr, clEnqueueReadBuffer(sg->dev->queue, lm, CL_TRUE, 0, pn * sizeof(float), part, 0, NULL,
+                                                   NULL));
+            clg_tp_slice_copy(&sl, whole, part, 1);
+        } else {
+            clg_tp_slice_copy(&sl, whole, part, 0);
+            CLG_CL_CHECK(lerr, clEnqueueWriteBuffer(sg->dev->queue, lm, CL_TRUE, 0, pn * sizeof(float), part, 0,
+                                                    NULL, NULL));
+        }
+    }
+    if (to_full)
+        CLG_CL_CHECK(ferr, clEnqueueWriteBuffer(full->dev->queue, fm, CL_TRUE, 0, n * sizeof(float), whole, 0, NULL,
+                                                NULL));
+    return CLG_OK;
+}
+
+clg_status clg_pptp_sync(clg_pipe *p, clg_replica *full, clg_optim *full_opt, int to_full)
+{
+    clg_param_ref *refs = NULL;
+    int n = 0;
+    CLG_TRY(clg_replica_params(full, 0, &refs, &n));
+    size_t most = clg_tp_most_floats(p->user_net);
+    float *whole = malloc(most * sizeof(float)), *part = malloc(most * sizeof(float));
+    clg_status st = whole && part ? CLG_OK : clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    for (int i = 0; i < n && st == CLG_OK; i++)
+        for (int k = 0; k < (full_opt && refs[i].param->trainable ? 3 : 1) && st == CLG_OK; k++)
+            st = sync_buf(p, full, full_opt, &refs[i], k, to_full, whole, part);
+    free(whole);
+    free(part);
+    free(refs);
+    return st;
+}
