@@ -1,4 +1,5 @@
 /* Pipeline x tensor parallelism (pp=K,tp=T; dp=D,pp=K,tp=T): see pptp.h. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,31 +8,82 @@
 #include "parallel/pptp.h"
 #include "parallel/tensor.h"
 
-/* The cuts (stage s ends after layer cut[s]) kept between split pairs: a user's cut inside a pair is refused, a
- * default one moved after the pair's B (or before its A when that would empty the next stage). */
+/* The pairs (a[j], b[j]) of role, in order; their count. */
+static int pair_list(const clg_net *net, const int *role, int *a, int *b)
+{
+    int n = 0;
+    for (int i = 0; i < net->nlayers; i++) {
+        if (role[i] == CLG_TP_COL)
+            a[n] = i;
+        if (role[i] == CLG_TP_ROW)
+            b[n++] = i;
+    }
+    return n;
+}
+
+/* Pairs lying wholly in layers [lo, hi]; *cross: one starts at or before c and ends after it (c = hi). */
+static int pairs_in(const int *a, const int *b, int np, int lo, int hi, int *cross)
+{
+    int n = 0;
+    *cross = 0;
+    for (int j = 0; j < np; j++) {
+        n += a[j] >= lo && b[j] <= hi;
+        *cross |= a[j] <= hi && b[j] > hi;
+    }
+    return n;
+}
+
+/* The cuts (stage s ends after layer cut[s]) between split pairs, each stage holding one at least: a user's cut
+ * inside a pair is refused; the default partition is made again from the layers' costs, the cut of stage s the
+ * allowed one nearest to (s + 1) / K of the total (every later stage keeping a pair). */
 static clg_status cuts_between_pairs(clg_pipe *p, const clg_net *net, int *cut, int user_cuts, const int *role)
 {
-    for (int s = 0; s + 1 < p->K; s++)
-        for (int a = 0; a < net->nlayers; a++) {
-            if (role[a] != CLG_TP_COL)
-                continue;
-            int b = a + 1;
-            while (role[b] != CLG_TP_ROW)
-                b++;
-            if (cut[s] < a || cut[s] >= b)
-                continue;
-            int prev = s ? cut[s - 1] : -1;
-            if (user_cuts || (b >= cut[s + 1] && a - 1 <= prev))
-                return clg_err_set(&p->ctx->err, CLG_ERR_UNSUPPORTED,
-                                   "pp=%d,tp=%d: the cut after '%s' separates the split pair %s -> %s (its slices "
-                                   "cannot cross a cut yet): cut before '%s' or after '%s' (--stages)",
-                                   p->K, p->T, net->proto[cut[s]].name, net->proto[a].name, net->proto[b].name,
-                                   net->proto[a].name, net->proto[b].name);
-            cut[s] = b < cut[s + 1] ? b : a - 1;
-            clg_log(1, "pipeline x tensor: stage %d ends after %s, not inside the pair %s -> %s", s,
-                    net->proto[cut[s]].name, net->proto[a].name, net->proto[b].name);
+    int *a = malloc(sizeof(int) * (size_t)net->nlayers), *b = malloc(sizeof(int) * (size_t)net->nlayers);
+    double *pre = malloc(sizeof(double) * (size_t)net->nlayers);
+    if (!a || !b || !pre) {
+        free(a);
+        free(b);
+        free(pre);
+        return clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    }
+    int np = pair_list(net, role, a, b), cross = 0;
+    for (int i = 0; i < net->nlayers; i++)
+        pre[i] = (i ? pre[i - 1] : 0) + p->cost[i];
+    clg_status st = CLG_OK;
+    for (int s = 0, prev = -1; s + 1 < p->K && st == CLG_OK; prev = cut[s], s++) {
+        if (user_cuts) {
+            pairs_in(a, b, np, prev + 1, cut[s], &cross);
+            for (int j = 0; j < np && cross; j++)
+                if (a[j] <= cut[s] && b[j] > cut[s])
+                    st = clg_err_set(&p->ctx->err, CLG_ERR_UNSUPPORTED,
+                                     "pp=%d,tp=%d: the cut after '%s' separates the split pair %s -> %s (its slices "
+                                     "cannot cross a cut yet): cut after '%s' or before '%s' (--stages)",
+                                     p->K, p->T, net->proto[cut[s]].name, net->proto[a[j]].name,
+                                     net->proto[b[j]].name, net->proto[b[j]].name, net->proto[a[j]].name);
+            continue;
         }
-    return CLG_OK;
+        int best = -1;
+        double target = pre[net->nlayers - 1] * (s + 1) / p->K, bd = 0;
+        for (int c = prev + 1; c + 1 < net->nlayers; c++) {
+            int c2 = 0, mine = pairs_in(a, b, np, prev + 1, c, &cross);
+            if (cross || !mine || pairs_in(a, b, np, c + 1, net->nlayers - 1, &c2) < p->K - 1 - s)
+                continue;
+            if (best < 0 || fabs(pre[c] - target) < bd) {
+                best = c;
+                bd = fabs(pre[c] - target);
+            }
+        }
+        if (best < 0)
+            st = clg_err_set(&p->ctx->err, CLG_ERR_UNSUPPORTED,
+                             "pp=%d,tp=%d: %s has %d layer pairs tensor parallelism can split, and each of the %d "
+                             "stages needs one of its own", p->K, p->T, net->source, np, p->K);
+        else
+            cut[s] = best;
+    }
+    free(a);
+    free(b);
+    free(pre);
+    return st;
 }
 
 /* Floats per partial of the largest all-reduce (a micro-batch of a row-split output or of a column-split layer's

@@ -314,6 +314,8 @@ START_TEST(refusals)
                                   "[dense]\nname = fc3\nunits = 10\n[softmax]\nname = loss\n";
     refused(one_pair, "pp=2,tp=2", "fc2", "all", 0, CLG_ERR_UNSUPPORTED, "stage 1 (layers activation3..loss) has no "
                                                                          "layer pair");
+    refused(one_pair, "pp=2,tp=2", NULL, "all", 0, CLG_ERR_UNSUPPORTED, "has 1 layer pairs tensor parallelism can "
+                                                                        "split, and each of the 2 stages needs one");
     refused(mlp_text, "pp=2,tp=2", NULL, "0,1", 0, CLG_ERR_INVALID_ARG, "pp=2,tp=2 needs 4 devices, 2 selected");
     refused(mlp_text, "pp=2,tp=2", "relu1", "all", 0, CLG_ERR_UNSUPPORTED,
             "the cut after 'relu1' separates the split pair fc1 -> fc2");
