@@ -515,6 +515,25 @@ static clg_status check_layout(clg_ctx *ctx, const clg_net *net, int K, int D, i
     return CLG_OK;
 }
 
+/* Layers to stages by the cuts; lane l (copy l / K's stage l % K) on the context's device devs[l]. */
+static void lanes_place(clg_pipe *p, const int *cut, const int *devs)
+{
+    for (int s = 0, i = 0; s < p->K; s++)
+        for (; i <= cut[s]; i++)
+            p->stage_of[i] = s;
+    for (int l = 0; l < p->L; l++) {
+        clg_pipe_stage *st = &p->st[l];
+        st->index = l;
+        st->d = l / p->K;
+        st->s = l % p->K;
+        st->first = st->s == 0 ? 0 : cut[st->s - 1] + 1;
+        st->last = cut[st->s];
+        st->dev = &p->ctx->devs[devs[l]];
+        for (int i = st->first; i <= st->last; i++)
+            st->cost += p->cost[i];
+    }
+}
+
 /* pp x tp: the device count and the combinations not supported yet. */
 static clg_status check_tensor(clg_ctx *ctx, const clg_net *net, int K, int D, int T, int ndev,
                                const clg_pipe_params *pp)
@@ -674,26 +693,12 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
     p->recompute = pp->recompute != 0;
     p->M = M;
     p->schedule = pp->schedule;
-    p->mb = mb;
     p->fp16 = net->fp16 != 0;
     p->esize = p->fp16 ? 2 : sizeof(float); /* fp16: every carried activation and gradient is stored in half */
     p->inv_loss_scale = 1.0f;
     p->sample = (size_t)net->in_c * net->in_h * net->in_w;
     p->fault_stage = -1;
-    for (int s = 0, i = 0; s < K; s++)
-        for (; i <= cut[s]; i++)
-            p->stage_of[i] = s;
-    for (int l = 0; l < p->L; l++) {
-        clg_pipe_stage *st = &p->st[l];
-        st->index = l;
-        st->d = l / K;
-        st->s = l % K;
-        st->first = st->s == 0 ? 0 : cut[st->s - 1] + 1;
-        st->last = cut[st->s];
-        st->dev = &ctx->devs[devs[l]];
-        for (int i = st->first; i <= st->last; i++)
-            st->cost += p->cost[i];
-    }
+    lanes_place(p, cut, devs);
     rc = find_edges(p);
     for (int a = 0; a < p->nedges && rc == CLG_OK && p->fp16; a++)
         for (int b = a + 1; b < p->nedges && rc == CLG_OK; b++)
