@@ -203,79 +203,40 @@ clg_status clg_pptp_grads(clg_pipe *p, clg_pipe_stage *st, int clip)
     return CLG_OK;
 }
 
-static int optim_index(const clg_optim *o, int layer, int slot)
-{
-    for (int i = 0; o && i < o->n; i++)
-        if (o->refs[i].layer->index == layer && o->refs[i].param - o->refs[i].layer->params == slot)
-            return i;
-    return -1;
-}
+/* Buffer k of one whole parameter (0 its fp32 value, 1 and 2 its optimizer state) between full and the stages'
+ * slices (to_full: from the lanes of data replica 0, a slice once, a replicated parameter from lane t = 0; else
+ * into every lane). */
+struct pptp_sync {
+    clg_pipe *p;
+    clg_replica *full;
+    clg_optim *fo;
+    int to_full;
+};
 
-/* The k-th buffer of parameter (li, slot) in replica r: 0 its (fp32) value, 1 and 2 o's state; NULL: none. */
-static cl_mem param_buf(clg_replica *r, clg_optim *o, int li, int slot, int k)
+static clg_status sync_buf(void *user, const clg_param_ref *ref, int k, float *whole, float *part)
 {
-    if (k == 0) {
-        clg_param_ref own = {&r->layers[li], &r->layers[li].params[slot]};
-        return clg_replica_master(r, &own);
-    }
-    int i = optim_index(o, li, slot);
-    if (i < 0 || k > clg_optim_nstate(o))
-        return NULL;
-    return k == 1 ? o->m[i] : o->v[i];
-}
-
-/* Buffer k of one whole parameter between full and the stages' slices (to_full: from the lanes of data replica
- * 0, a slice once, a replicated parameter from lane t = 0; else into every lane). */
-static clg_status sync_buf(clg_pipe *p, clg_replica *full, clg_optim *fo, const clg_param_ref *ref, int k,
-                           int to_full, float *whole, float *part)
-{
-    int li = ref->layer->index, slot = (int)(ref->param - ref->layer->params), s = p->stage_of[li];
-    cl_mem fm = param_buf(full, fo, li, slot, k);
-    size_t n = ref->param->numel;
-    clg_err *ferr = clg_dev_err(full->dev);
+    const struct pptp_sync *j = user;
+    clg_pipe *p = j->p;
+    clg_replica *full = j->full;
+    int to_full = j->to_full, li = ref->layer->index, slot = (int)(ref->param - ref->layer->params), s = p->stage_of[li];
+    cl_mem fm = clg_tp_param_buf(full, j->fo, li, slot, k);
     if (!fm)
         return CLG_OK;
     if (!to_full)
-        CLG_CL_CHECK(ferr, clEnqueueReadBuffer(full->dev->queue, fm, CL_TRUE, 0, n * sizeof(float), whole, 0, NULL,
-                                               NULL));
+        CLG_TRY(clg_tp_whole_io(full->dev, fm, ref->param->numel, whole, 0));
     for (int r = 0; r < (to_full ? p->T : p->D); r++) {
         clg_pipe_stage *sg = &p->st[r * p->K + s];
         int t = r % p->T;
-        cl_mem lm = param_buf(sg->rep, sg->opt, li, slot, k);
+        cl_mem lm = clg_tp_param_buf(sg->rep, sg->opt, li, slot, k);
         clg_tp_slice sl = clg_tp_slice_of(p->tp_role, p->user_net, p->T, ref, t);
-        size_t pn = sl.rows * sl.cols;
-        clg_err *lerr = clg_dev_err(sg->dev);
-        if (!lm || (to_full && (sl.zero || (p->tp_role[li] == CLG_TP_REPL && t > 0))))
-            continue;
-        if (to_full) {
-            CLG_CL_CHECK(lerr, clEnqueueReadBuffer(sg->dev->queue, lm, CL_TRUE, 0, pn * sizeof(float), part, 0, NULL,
-                                                   NULL));
-            clg_tp_slice_copy(&sl, whole, part, 1);
-        } else {
-            clg_tp_slice_copy(&sl, whole, part, 0);
-            CLG_CL_CHECK(lerr, clEnqueueWriteBuffer(sg->dev->queue, lm, CL_TRUE, 0, pn * sizeof(float), part, 0,
-                                                    NULL, NULL));
-        }
+        if (lm && !(to_full && (sl.zero || (p->tp_role[li] == CLG_TP_REPL && t > 0))))
+            CLG_TRY(clg_tp_slice_xfer(&sl, sg->dev, lm, whole, part, to_full));
     }
-    if (to_full)
-        CLG_CL_CHECK(ferr, clEnqueueWriteBuffer(full->dev->queue, fm, CL_TRUE, 0, n * sizeof(float), whole, 0, NULL,
-                                                NULL));
-    return CLG_OK;
+    return to_full ? clg_tp_whole_io(full->dev, fm, ref->param->numel, whole, 1) : CLG_OK;
 }
 
 clg_status clg_pptp_sync(clg_pipe *p, clg_replica *full, clg_optim *full_opt, int to_full)
 {
-    clg_param_ref *refs = NULL;
-    int n = 0;
-    CLG_TRY(clg_replica_params(full, 0, &refs, &n));
-    size_t most = clg_tp_most_floats(p->user_net);
-    float *whole = malloc(most * sizeof(float)), *part = malloc(most * sizeof(float));
-    clg_status st = whole && part ? CLG_OK : clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
-    for (int i = 0; i < n && st == CLG_OK; i++)
-        for (int k = 0; k < (full_opt && refs[i].param->trainable ? 3 : 1) && st == CLG_OK; k++)
-            st = sync_buf(p, full, full_opt, &refs[i], k, to_full, whole, part);
-    free(whole);
-    free(part);
-    free(refs);
-    return st;
+    struct pptp_sync j = {p, full, full_opt, to_full};
+    return clg_tp_sync_each(&p->ctx->err, full, full_opt != NULL, sync_buf, &j);
 }

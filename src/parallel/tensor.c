@@ -250,10 +250,23 @@ static int optim_index(const clg_optim *o, int layer, int slot)
     return -1;
 }
 
-/* The k-th buffer of ref's parameter in replica r (0 value, 1 and 2 optimizer state of o); NULL when none. */
-static cl_mem param_buf(clg_replica *r, clg_optim *o, const clg_param_ref *ref, int k)
+clg_status clg_tp_slice_xfer(const clg_tp_slice *s, clg_device *dev, cl_mem lm, float *whole, float *part,
+                             int to_whole)
 {
-    int li = ref->layer->index, slot = (int)(ref->param - ref->layer->params);
+    size_t pn = s->rows * s->cols;
+    clg_err *err = clg_dev_err(dev);
+    if (to_whole) {
+        CLG_CL_CHECK(err, clEnqueueReadBuffer(dev->queue, lm, CL_TRUE, 0, pn * sizeof(float), part, 0, NULL, NULL));
+        clg_tp_slice_copy(s, whole, part, 1);
+    } else {
+        clg_tp_slice_copy(s, whole, part, 0);
+        CLG_CL_CHECK(err, clEnqueueWriteBuffer(dev->queue, lm, CL_TRUE, 0, pn * sizeof(float), part, 0, NULL, NULL));
+    }
+    return CLG_OK;
+}
+
+cl_mem clg_tp_param_buf(clg_replica *r, clg_optim *o, int li, int slot, int k)
+{
     if (k == 0) { /* fp16: the fp32 master of a trainable weight */
         clg_param_ref own = {&r->layers[li], &r->layers[li].params[slot]};
         return clg_replica_master(r, &own);
@@ -300,44 +313,39 @@ static clg_status sync_shard_state(clg_tp *p, const clg_param_ref *ref, int k, i
     return CLG_OK;
 }
 
+clg_status clg_tp_whole_io(clg_device *dev, cl_mem mem, size_t n, float *whole, int write)
+{
+    clg_err *err = clg_dev_err(dev);
+    if (write)
+        CLG_CL_CHECK(err, clEnqueueWriteBuffer(dev->queue, mem, CL_TRUE, 0, n * sizeof(float), whole, 0, NULL, NULL));
+    else
+        CLG_CL_CHECK(err, clEnqueueReadBuffer(dev->queue, mem, CL_TRUE, 0, n * sizeof(float), whole, 0, NULL, NULL));
+    return CLG_OK;
+}
+
 static clg_status sync_buf(clg_tp *p, clg_replica *full, clg_optim *fo, const clg_param_ref *ref, int k,
                            int to_full, float *whole, float *part)
 {
-    cl_mem fm = param_buf(full, fo, ref, k);
-    size_t n = ref->param->numel;
+    int li = ref->layer->index, slot = (int)(ref->param - ref->layer->params);
+    cl_mem fm = clg_tp_param_buf(full, fo, li, slot, k);
     if (!fm)
         return CLG_OK;
-    clg_err *ferr = clg_dev_err(full->dev);
     if (!to_full)
-        CLG_CL_CHECK(ferr, clEnqueueReadBuffer(full->dev->queue, fm, CL_TRUE, 0, n * sizeof(float), whole, 0, NULL,
-                                               NULL));
+        CLG_TRY(clg_tp_whole_io(full->dev, fm, ref->param->numel, whole, 0));
     if (k > 0 && p->shard)
         CLG_TRY(sync_shard_state(p, ref, k, to_full, whole, part));
     for (int l = 0; l < (k > 0 && p->shard ? 0 : to_full ? p->T : p->L); l++) { /* from group 0; into every group */
         int t = l % p->T;
         clg_tp_lane *ln = &p->ln[l];
-        cl_mem lm = param_buf(ln->rep, ln->opt, ref, k);
+        cl_mem lm = clg_tp_param_buf(ln->rep, ln->opt, li, slot, k);
         slice s = slice_of(p, ref, t);
-        size_t pn = s.rows * s.cols;
-        clg_err *lerr = clg_dev_err(ln->dev);
         if (!lm || (to_full && s.zero))
             continue;
-        if (to_full && p->role[ref->layer->index] == CLG_TP_REPL && t > 0)
+        if (to_full && p->role[li] == CLG_TP_REPL && t > 0)
             break; /* replicated: lane 0's */
-        if (to_full) {
-            CLG_CL_CHECK(lerr, clEnqueueReadBuffer(ln->dev->queue, lm, CL_TRUE, 0, pn * sizeof(float), part, 0, NULL,
-                                                   NULL));
-            clg_tp_slice_copy(&s, whole, part, 1);
-        } else {
-            clg_tp_slice_copy(&s, whole, part, 0);
-            CLG_CL_CHECK(lerr, clEnqueueWriteBuffer(ln->dev->queue, lm, CL_TRUE, 0, pn * sizeof(float), part, 0,
-                                                    NULL, NULL));
-        }
+        CLG_TRY(clg_tp_slice_xfer(&s, ln->dev, lm, whole, part, to_full));
     }
-    if (to_full)
-        CLG_CL_CHECK(ferr, clEnqueueWriteBuffer(full->dev->queue, fm, CL_TRUE, 0, n * sizeof(float), whole, 0, NULL,
-                                                NULL));
-    return CLG_OK;
+    return to_full ? clg_tp_whole_io(full->dev, fm, ref->param->numel, whole, 1) : CLG_OK;
 }
 
 static clg_status ensure_optim(clg_tp *p, const clg_hparams *hp)
@@ -379,10 +387,8 @@ clg_status clg_tp_shard(clg_tp *p)
     return CLG_OK;
 }
 
-clg_status clg_tp_sync(clg_tp *p, clg_replica *full, clg_optim *full_opt, const clg_hparams *hp, int to_full)
+clg_status clg_tp_sync_each(clg_err *err, clg_replica *full, int with_state, clg_tp_sync_fn fn, void *user)
 {
-    if (full_opt)
-        CLG_TRY(ensure_optim(p, hp));
     clg_param_ref *refs = NULL;
     int n = 0;
     CLG_TRY(clg_replica_params(full, 0, &refs, &n));
@@ -390,13 +396,35 @@ clg_status clg_tp_sync(clg_tp *p, clg_replica *full, clg_optim *full_opt, const 
     for (int i = 0; i < n; i++)
         most = CLG_MAX(most, refs[i].param->numel);
     float *whole = malloc(most * sizeof(float)), *part = malloc(most * sizeof(float));
-    clg_status st = whole && part ? CLG_OK : clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    clg_status st = whole && part ? CLG_OK : clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
     for (int i = 0; i < n && st == CLG_OK; i++)
-        for (int k = 0; k < (full_opt && refs[i].param->trainable ? 3 : 1) && st == CLG_OK; k++)
-            st = sync_buf(p, full, full_opt, &refs[i], k, to_full, whole, part);
+        for (int k = 0; k < (with_state && refs[i].param->trainable ? 3 : 1) && st == CLG_OK; k++)
+            st = fn(user, &refs[i], k, whole, part);
     free(whole);
     free(part);
     free(refs);
+    return st;
+}
+
+struct sync_job {
+    clg_tp *p;
+    clg_replica *full;
+    clg_optim *fo;
+    int to_full;
+};
+
+static clg_status sync_one(void *user, const clg_param_ref *ref, int k, float *whole, float *part)
+{
+    struct sync_job *j = user;
+    return sync_buf(j->p, j->full, j->fo, ref, k, j->to_full, whole, part);
+}
+
+clg_status clg_tp_sync(clg_tp *p, clg_replica *full, clg_optim *full_opt, const clg_hparams *hp, int to_full)
+{
+    if (full_opt)
+        CLG_TRY(ensure_optim(p, hp));
+    struct sync_job j = {p, full, full_opt, to_full};
+    clg_status st = clg_tp_sync_each(&p->ctx->err, full, full_opt != NULL, sync_one, &j);
     if (st == CLG_OK && full_opt && to_full)
         full_opt->t = p->ln[0].opt->t;
     for (int l = 0; l < p->L && st == CLG_OK && full_opt && !to_full; l++)

@@ -188,6 +188,20 @@ CLG_INTERNAL clg_tp_slice clg_tp_slice_of(const int *role, const clg_net *net, i
                                           int t);
 /* whole <-> part (rows x cols floats) by s. */
 CLG_INTERNAL void clg_tp_slice_copy(const clg_tp_slice *s, float *whole, float *part, int to_whole);
+/* The slice s of a whole parameter (host: whole) and lane buffer lm on dev (part: room for the slice): read
+ * into whole (to_whole = 1) or written from it. Blocking. */
+CLG_INTERNAL clg_status clg_tp_slice_xfer(const clg_tp_slice *s, clg_device *dev, cl_mem lm, float *whole,
+                                          float *part, int to_whole);
+/* n floats of mem on dev read into whole (write = 0) or written from it. Blocking. */
+CLG_INTERNAL clg_status clg_tp_whole_io(clg_device *dev, cl_mem mem, size_t n, float *whole, int write);
+/* fn(user, ref, k, whole, part) for every parameter ref of full (k = 0: its value; with_state, trainable: also 1
+ * and 2, its optimizer state), whole and part host scratch of the largest parameter's size. */
+typedef clg_status (*clg_tp_sync_fn)(void *user, const clg_param_ref *ref, int k, float *whole, float *part);
+CLG_INTERNAL clg_status clg_tp_sync_each(clg_err *err, clg_replica *full, int with_state, clg_tp_sync_fn fn,
+                                         void *user);
+/* The k-th buffer of parameter `slot` of layer li in replica r: 0 its (fp32 master) value, 1 and 2 o's state;
+ * NULL when none. */
+CLG_INTERNAL cl_mem clg_tp_param_buf(clg_replica *r, clg_optim *o, int li, int slot, int k);
 /* The first weights one device draws from seed for layers [first, last], to the host: each layer's drawn on dev
  * (a replica of that layer alone); w[i * CLG_MAX_PARAMS + k] (malloc'd, the caller frees). */
 CLG_INTERNAL clg_status clg_tp_draw_weights(clg_ctx *ctx, clg_net *net, clg_device *dev, uint64_t seed, int first,

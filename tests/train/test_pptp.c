@@ -347,12 +347,8 @@ int main(void)
     tcase_add_test(t8, dp_pp_tp);
     if (ndev >= 8)
         suite_add_tcase(s, t8);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int rc = tu_run(s);
     if (g_ctx)
         clg_ctx_destroy(g_ctx);
-    return failed ? 1 : 0;
+    return rc;
 }
