@@ -218,6 +218,8 @@ START_TEST(dp_pp_tp)
 }
 END_TEST
 
+static int g_fp16; /* make: fp16 storage */
+
 static clg_status make(const char *text, const char *layout, const char *cuts, const char *devices, int shard,
                        clg_model **m)
 {
@@ -226,7 +228,7 @@ static clg_status make(const char *text, const char *layout, const char *cuts, c
     *m = NULL;
     CLG_TRY(clg_session_pipe_params(err, layout, cuts, 0, NULL, 0, &pp));
     clg_dp_params dpp = {.pipe = &pp, .shard_optimizer = shard};
-    return clg_session_create(ctx(), devices, 0, text, "t", BATCH, 7, 0, &dpp, m);
+    return clg_session_create(ctx(), devices, 0, text, "t", BATCH, 7, g_fp16, &dpp, m);
 }
 
 static void train(clg_model *m, clg_rng *rng, int steps, double *loss)
@@ -322,6 +324,9 @@ START_TEST(refusals)
     refused(mlp_text, "pp=2,tp=2", "fc1:0.5", "all", 0, CLG_ERR_UNSUPPORTED, "with a cut inside a layer is not "
                                                                               "supported yet");
     refused(mlp_text, "pp=2,tp=2", NULL, "all", 1, CLG_ERR_UNSUPPORTED, "with --shard-optimizer is not supported");
+    g_fp16 = 1;
+    refused(mlp_text, "pp=2,tp=2", NULL, "all", 0, CLG_ERR_UNSUPPORTED, "with fp16 storage is not supported yet");
+    g_fp16 = 0;
 }
 END_TEST
 
