@@ -220,6 +220,42 @@ END_TEST
 
 static int g_fp16; /* make: fp16 storage */
 
+/* A lane failing mid-step (tensor lane 1 of stage 1, in a backward, while its partner waits in an all-reduce):
+ * the step ends with a status naming it, nothing hangs, and the next step trains. */
+START_TEST(fault)
+{
+    clg_err err = {0};
+    clg_net *net = NULL;
+    ck_assert_msg(clg_net_build(&err, mlp_text, "t", BATCH, &net) == CLG_OK, "%s", err.msg);
+    int devs[4] = {0, 1, 2, 3};
+    clg_pipe_params pp = {.stages = 2, .cuts = "fc2", .micro = 4, .tensor = 2, .whole_layers = 1};
+    clg_pipe *p = NULL;
+    ck_assert_msg(clg_pipe_create(ctx(), net, devs, 4, 7, BATCH, &pp, &p) == CLG_OK, "%s", clg_last_error(ctx()));
+    size_t sample = (size_t)net->in_c * net->in_h * net->in_w;
+    float *x = malloc(BATCH * sample * sizeof(float));
+    int32_t *y = malloc(BATCH * sizeof(int32_t));
+    clg_rng rng;
+    clg_rng_seed(&rng, 5, 99);
+    p->fault_stage = 3; /* copy 1 (tensor lane 1), stage 1 */
+    p->fault_mb = 1;
+    p->fault_step = 1;
+    for (int s = 0; s < 3; s++) {
+        synth(&rng, x, y, BATCH, sample);
+        clg_status st = clg_pipe_train_step(p, &net->hp, x, y, BATCH, LR, 1.0f / BATCH, 0, 7, (uint32_t)s, NULL);
+        ck_assert_msg((st != CLG_OK) == (s == 1), "step %d: status %d (%s)", s, st, clg_last_error(ctx()));
+        if (s == 1) {
+            ck_assert_msg(strstr(clg_last_error(ctx()), "pipeline stage 1, tensor lane 1 of replica 0"), "%s",
+                          clg_last_error(ctx()));
+            fprintf(stderr, "fault: %s\n", clg_last_error(ctx()));
+        }
+    }
+    free(x);
+    free(y);
+    clg_pipe_free(p);
+    clg_net_free(net);
+}
+END_TEST
+
 static clg_status make(const char *text, const char *layout, const char *cuts, const char *devices, int shard,
                        clg_model **m)
 {
@@ -346,6 +382,7 @@ int main(void)
     tcase_add_test(tc, cnn);
     tcase_add_test(tc, checkpoints);
     tcase_add_test(tc, refusals);
+    tcase_add_test(tc, fault);
     suite_add_tcase(s, tc);
     TCase *t8 = tcase_create("pptp8"); /* dp=2,pp=2,tp=2: eight devices (CK_RUN_CASE=pptp8) */
     tcase_set_timeout(t8, 600);
