@@ -343,7 +343,7 @@ static clg_status add_edge(clg_pipe *p, int tensor, int from, int to)
     e->from = from;
     e->to = to;
     e->fps = (size_t)l->out_shape[1] * l->out_shape[2] * l->out_shape[3];
-    size_t B = (size_t)p->mb * (size_t)p->M * (size_t)p->D;
+    size_t B = (size_t)p->mb * (size_t)p->M * (size_t)(p->D / p->T); /* the global batch */
     e->hf = malloc(B * e->fps * sizeof(float));
     e->hb = malloc(B * e->fps * sizeof(float));
     e->ready_f = calloc((size_t)p->M, sizeof(int64_t));
@@ -445,7 +445,7 @@ static clg_status stage_init(clg_pipe *p, clg_pipe_stage *st, uint64_t seed)
     }
     clg_replica *r = st->rep = st->reps[0];
     st->has_loss = r->loss_index >= st->first && r->loss_index <= st->last;
-    size_t B = (size_t)p->mb * (size_t)p->M * (size_t)p->D;
+    size_t B = (size_t)p->mb * (size_t)p->M * (size_t)(p->D / p->T); /* the global batch */
     if (st->reads_input)
         CLG_TRY(clg_buf_alloc(dev, B * p->sample * sizeof(float), &st->xbuf));
     if (st->has_loss)
