@@ -549,7 +549,6 @@ static clg_status check_tensor(clg_ctx *ctx, const clg_net *net, int K, int D, i
                            lay, CLG_PIPE_MAX_STAGES, CLG_PIPE_MAX_REPLICAS);
     const char *what = net->fp16                     ? "fp16 storage"
                        : clg_comm_size() > 1         ? "MPI ranks"
-                       : pp->recompute               ? "re-computation"
                        : pp->cuts && strchr(pp->cuts, ':') ? "a cut inside a layer"
                        : D > 1 && clg_tp_state_param(net) ? "batch norm (running statistics) with dp > 1"
                                                           : NULL;

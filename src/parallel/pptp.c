@@ -142,13 +142,21 @@ static clg_status after_layer(void *user, int i, int backward)
     clg_replica *r = st->reps[h->k];
     int role = p->tp_role[i], src = r->layers[i].inputs[0];
     int g = st->d / p->T * p->K + st->s, t = st->d % p->T;
-    if (!backward && role == CLG_TP_ROW)
-        return clg_tp_group_reduce(p->tpg, st->dev, g, t, r->act[i].mem, r->act[i].off,
-                                   (size_t)st->cur_n * (clg_tensor_numel(&r->act[i]) / (size_t)r->act[i].n));
-    if (backward && role == CLG_TP_COL && src >= 0)
-        return clg_tp_group_reduce(p->tpg, st->dev, g, t, r->dact[src].mem, r->dact[src].off,
-                                   (size_t)st->cur_n * (clg_tensor_numel(&r->dact[src]) / (size_t)r->dact[src].n));
-    return CLG_OK;
+    const clg_tensor *x = !backward && role == CLG_TP_ROW                ? &r->act[i]
+                          : backward && role == CLG_TP_COL && src >= 0 ? &r->dact[src]
+                                                                       : NULL;
+    if (!x)
+        return CLG_OK;
+    double t0 = clg_now_sec();
+    clg_status rc = clg_tp_group_reduce(p->tpg, st->dev, g, t, x->mem, x->off,
+                                        (size_t)st->cur_n * (clg_tensor_numel(x) / (size_t)x->n));
+    if (p->trace && clg_trace_on(p->trace, p->step)) { /* a row per lane: the all-reduce, its wait included */
+        char name[96];
+        snprintf(name, sizeof name, "%s %s", backward ? "all-reduce gradient before" : "all-reduce output of",
+                 r->layers[i].name);
+        clg_trace_host(p->trace, h->l, name, t0, clg_now_sec());
+    }
+    return rc;
 }
 
 clg_status clg_pptp_init(clg_pipe *p, uint64_t seed)

@@ -12,7 +12,7 @@
  * per (t, s); the row-split biases' gradients are zeroed on t > 0; the clipping norm counts every slice once
  * and the replicated parameters once. Checkpoints and evaluation go through a whole-network replica
  * (clg_pipe_sync slices and gathers, optimizer state included). Refused: fp16 storage, MPI ranks,
- * --shard-optimizer, re-computation, and batch norm with dp > 1. */
+ * --shard-optimizer and batch norm with dp > 1. */
 #ifndef CLG_PARALLEL_PPTP_H
 #define CLG_PARALLEL_PPTP_H
 

@@ -32,6 +32,7 @@
 
 static clg_ctx *g_ctx;
 static double g_clip;
+static int g_recompute; /* run: re-run forwards from the stashed stage inputs */
 
 static clg_ctx *ctx(void)
 {
@@ -153,7 +154,7 @@ static void run(const char *text, int K, int T, int D, const char *cuts, weights
     ck_assert_msg(clg_net_build(&err, text, "t", BATCH, &net) == CLG_OK, "%s", err.msg);
     int devs[8] = {0, 1, 2, 3, 4, 5, 6, 7};
     clg_pipe_params pp = {.stages = K, .cuts = cuts, .micro = 4, .schedule = CLG_PIPE_1F1B, .tensor = T,
-                          .replicas = D, .whole_layers = 1};
+                          .replicas = D, .recompute = g_recompute, .whole_layers = 1};
     clg_pipe *p = NULL;
     ck_assert_msg(clg_pipe_create(ctx(), net, devs, D * K * T, 7, BATCH, &pp, &p) == CLG_OK, "%s",
                   clg_last_error(ctx()));
@@ -203,6 +204,9 @@ START_TEST(mlp)
     g_clip = 0.5;
     vs_accumulated(mlp_text, "fc2", 1, "mlp clipped at 0.5");
     g_clip = 0;
+    g_recompute = 1;
+    vs_accumulated(mlp_text, "fc2", 1, "mlp, forwards re-run (recompute)");
+    g_recompute = 0;
 }
 END_TEST
 
