@@ -314,8 +314,8 @@ typedef struct clg_model_params {
      * activations; NULL or "": none (data parallelism over `devices`).
      * "dp=1,pp=K" is the same; "dp=D,pp=K" runs D pipelines. "tp=T": tensor
      * parallelism over T devices (split dense pairs, the rest replicated;
-     * docs/parallel.md); "dp=D,tp=T" runs D groups of T; tp with pp is
-     * refused (not supported yet). */
+     * docs/parallel.md); "dp=D,tp=T" runs D groups of T; "pp=K,tp=T" runs
+     * each of K stages on T devices, "dp=D,pp=K,tp=T" D such pipelines. */
     const char *parallel;
     const char *stages;        /* "conv2,fc1": cut after these layers (K-1 names); NULL: balanced by cost */
     int microbatches;          /* micro-batches per step (0: 4 x K, at most the batch) */

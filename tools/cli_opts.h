@@ -81,7 +81,9 @@ extern const char *const cli_pipe_schedules[]; /* 1f1b, gpipe */
     CLI_STRING_OPT("--parallel", T, p.parallel, "LAYOUT",                                                       \
                    "pp=K: a pipeline of K stages, one per device (--devices must\n"                             \
                    "select K), each holding only its layers; tp=T: tensor\n"                                      \
-                   "parallelism, dense pairs split over T devices"),                                              \
+                   "parallelism, dense pairs split over T devices; pp=K,tp=T:\n"                                 \
+                   "each stage over T devices (K x T); dp=D,...: D copies, each\n"                               \
+                   "1/D of the batch"),                                                                           \
         CLI_LIST_OPT("--stages", T, p.stages, "NAMES",                                                           \
                      "pipeline cuts: after these layers (K-1 names; NAME:F cuts inside\n"                       \
                      "a conv or dense layer after the fraction F of its output\n"                                 \

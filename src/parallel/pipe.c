@@ -11,6 +11,8 @@
 #include "parallel/hybrid.h"
 #include "parallel/pipe.h"
 #include "parallel/pipe_zero.h"
+#include "parallel/pptp.h"
+#include "parallel/tensor.h"
 
 static clg_status stage_fn(void *arg, int s);
 static clg_status wait_flag(clg_pipe *p, const int64_t *flag);
@@ -341,7 +343,7 @@ static clg_status add_edge(clg_pipe *p, int tensor, int from, int to)
     e->from = from;
     e->to = to;
     e->fps = (size_t)l->out_shape[1] * l->out_shape[2] * l->out_shape[3];
-    size_t B = (size_t)p->mb * (size_t)p->M * (size_t)p->D;
+    size_t B = (size_t)p->mb * (size_t)p->M * (size_t)(p->D / p->T); /* the global batch */
     e->hf = malloc(B * e->fps * sizeof(float));
     e->hb = malloc(B * e->fps * sizeof(float));
     e->ready_f = calloc((size_t)p->M, sizeof(int64_t));
@@ -443,7 +445,7 @@ static clg_status stage_init(clg_pipe *p, clg_pipe_stage *st, uint64_t seed)
     }
     clg_replica *r = st->rep = st->reps[0];
     st->has_loss = r->loss_index >= st->first && r->loss_index <= st->last;
-    size_t B = (size_t)p->mb * (size_t)p->M * (size_t)p->D;
+    size_t B = (size_t)p->mb * (size_t)p->M * (size_t)(p->D / p->T); /* the global batch */
     if (st->reads_input)
         CLG_TRY(clg_buf_alloc(dev, B * p->sample * sizeof(float), &st->xbuf));
     if (st->has_loss)
@@ -510,6 +512,49 @@ static clg_status check_layout(clg_ctx *ctx, const clg_net *net, int K, int D, i
     if (net->loss_index != net->nlayers - 1)
         return clg_err_set(&ctx->err, CLG_ERR_UNSUPPORTED, "pipeline: %s must end with its loss layer",
                            net->source);
+    return CLG_OK;
+}
+
+/* Layers to stages by the cuts; lane l (copy l / K's stage l % K) on the context's device devs[l]. */
+static void lanes_place(clg_pipe *p, const int *cut, const int *devs)
+{
+    for (int s = 0, i = 0; s < p->K; s++)
+        for (; i <= cut[s]; i++)
+            p->stage_of[i] = s;
+    for (int l = 0; l < p->L; l++) {
+        clg_pipe_stage *st = &p->st[l];
+        st->index = l;
+        st->d = l / p->K;
+        st->s = l % p->K;
+        st->first = st->s == 0 ? 0 : cut[st->s - 1] + 1;
+        st->last = cut[st->s];
+        st->dev = &p->ctx->devs[devs[l]];
+        for (int i = st->first; i <= st->last; i++)
+            st->cost += p->cost[i];
+    }
+}
+
+/* pp x tp: the device count and the combinations not supported yet. */
+static clg_status check_tensor(clg_ctx *ctx, const clg_net *net, int K, int D, int T, int ndev,
+                               const clg_pipe_params *pp)
+{
+    char lay[48];
+    snprintf(lay, sizeof lay, "%spp=%d,tp=%d", D > 1 ? "dp x " : "", K, T);
+    if (ndev != D * K * T)
+        return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG,
+                           "pipeline: %s needs %d devices, %d selected (dp x pp x tp must equal the device count)",
+                           lay, D * K * T, ndev);
+    if (D * K * T > CLG_PIPE_MAX_STAGES || D * T > CLG_PIPE_MAX_REPLICAS)
+        return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG, "pipeline: %s: at most %d devices (dp x tp at most %d)",
+                           lay, CLG_PIPE_MAX_STAGES, CLG_PIPE_MAX_REPLICAS);
+    const char *what = net->fp16                     ? "fp16 storage"
+                       : clg_comm_size() > 1         ? "MPI ranks"
+                       : pp->cuts && strchr(pp->cuts, ':') ? "a cut inside a layer"
+                       : D > 1 && clg_tp_state_param(net) ? "batch norm (running statistics) with dp > 1"
+                                                          : NULL;
+    if (what)
+        return clg_err_set(&ctx->err, CLG_ERR_UNSUPPORTED, "pipeline x tensor parallelism (%s) with %s is not "
+                                                           "supported yet", lay, what);
     return CLG_OK;
 }
 
@@ -584,11 +629,13 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
                            const clg_pipe_params *pp, clg_pipe **out)
 {
     *out = NULL;
-    int K = pp->stages, M = pp->micro, D = pp->replicas > 0 ? pp->replicas : 1;
+    int K = pp->stages, M = pp->micro, D = pp->replicas > 0 ? pp->replicas : 1, T = CLG_MAX(pp->tensor, 1);
     batch = batch > 0 ? batch : net->batch;
     if (M == 0) /* default: 4 per stage (bubble (K-1)/(5K-1)), at most one sample each */
         M = CLG_MIN(4 * K, CLG_MAX(batch / D, 1));
-    CLG_TRY(check_layout(ctx, net, K, D, ndev, M, batch));
+    if (T > 1)
+        CLG_TRY(check_tensor(ctx, net, K, D, T, ndev, pp));
+    CLG_TRY(check_layout(ctx, net, K, D, ndev / T, M, batch));
     int cut[CLG_PIPE_MAX_STAGES], mb = (batch + D * M - 1) / (D * M);
     clg_pipe *p = calloc(1, sizeof *p);
     if (p) {
@@ -619,46 +666,38 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
         rc = cuts_default(ctx, net, devs, K, D, M, mb, pp, p->cost, cut, &p->mem_moved);
     /* a cut inside a layer only where one process measures: ranks measuring apart could split differently */
     if (rc == CLG_OK && !(pp->cuts && *pp->cuts) && K == 2 && p->measured && !p->mem_moved && !capped &&
-        !pp->whole_layers && clg_comm_size() <= 1)
+        !pp->whole_layers && clg_comm_size() <= 1 && T == 1)
         split = clg_pipe_split_auto(net, p->cost, cut, &split_c);
     p->ctx = ctx;
     p->user_net = net;
     p->split_layer = -1;
     if (rc == CLG_OK && split >= 0)
         rc = split_setup(p, split, split_c, pp->cuts && *pp->cuts ? scuts : NULL, K, batch, cut);
+    p->K = K;
+    p->T = T;
+    p->mb = mb;
+    if (rc == CLG_OK && T > 1) /* pp x tp: the pairs inside each stage, the lane network */
+        rc = clg_pptp_setup(p, net, cut, pp->cuts && *pp->cuts, D);
     if (rc != CLG_OK) {
         clg_pipe_free(p);
         return rc;
     }
     if (p->split_net)
         net = p->split_net;
+    if (p->tp_net)
+        net = p->tp_net;
     p->net = net;
-    p->K = K;
-    p->D = D;
-    p->L = D * K;
+    p->D = D * T;
+    p->L = D * T * K;
     p->recompute = pp->recompute != 0;
     p->M = M;
     p->schedule = pp->schedule;
-    p->mb = mb;
     p->fp16 = net->fp16 != 0;
     p->esize = p->fp16 ? 2 : sizeof(float); /* fp16: every carried activation and gradient is stored in half */
     p->inv_loss_scale = 1.0f;
     p->sample = (size_t)net->in_c * net->in_h * net->in_w;
     p->fault_stage = -1;
-    for (int s = 0, i = 0; s < K; s++)
-        for (; i <= cut[s]; i++)
-            p->stage_of[i] = s;
-    for (int l = 0; l < p->L; l++) {
-        clg_pipe_stage *st = &p->st[l];
-        st->index = l;
-        st->d = l / K;
-        st->s = l % K;
-        st->first = st->s == 0 ? 0 : cut[st->s - 1] + 1;
-        st->last = cut[st->s];
-        st->dev = &ctx->devs[devs[l]];
-        for (int i = st->first; i <= st->last; i++)
-            st->cost += p->cost[i];
-    }
+    lanes_place(p, cut, devs);
     rc = find_edges(p);
     for (int a = 0; a < p->nedges && rc == CLG_OK && p->fp16; a++)
         for (int b = a + 1; b < p->nedges && rc == CLG_OK; b++)
@@ -680,6 +719,8 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
         rc = split_init(p, seed);
     if (rc == CLG_OK && p->split_net)
         rc = clg_pipe_loaded(p);
+    if (rc == CLG_OK && T > 1) /* one device's weights sliced into the lanes */
+        rc = clg_pptp_init(p, seed);
     if (rc == CLG_OK)
         rc = xfer_setup(p, pp->transfer);
     if (rc == CLG_OK)
@@ -767,6 +808,10 @@ void clg_pipe_free(clg_pipe *p)
     free(p->edges);
     free(p->stage_of);
     clg_net_free(p->split_net); /* after the stages' replicas of it */
+    clg_net_free(p->tp_net);
+    clg_tp_free(p->tpg);
+    free(p->tp_role);
+    free(p->tp_hooks);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
     free(p);
@@ -774,9 +819,18 @@ void clg_pipe_free(clg_pipe *p)
 
 void clg_pipe_print(const clg_pipe *p, FILE *f)
 {
-    if (p->D > 1)
+    int Dd = p->D / p->T;
+    if (Dd > 1)
         fprintf(f, "data x pipeline: %d replicas of the pipeline below, each on its own %d devices, each taking 1/%d "
-                   "of every batch; gradients summed per stage\n", p->D, p->K, p->D);
+                   "of every batch; gradients summed per stage\n", Dd, p->K * p->T, Dd);
+    if (p->T > 1)
+        fprintf(f, "pipeline x tensor: each stage on %d devices (the rows below: copy d x %d + t, t its tensor "
+                   "lane), its split pairs' slices summed among them (all-reduce through host memory)\n", p->T,
+                p->T);
+    for (int a = 0; a < p->net->nlayers && p->T > 1; a++)
+        if (p->tp_role[a] == CLG_TP_COL)
+            fprintf(f, "  split: %s (outputs: %d of %d per device), stage %d\n", p->net->proto[a].name,
+                    p->net->proto[a].out_shape[1], p->user_net->proto[a].out_shape[1], p->stage_of[a]);
     fprintf(f, "pipeline: %d stages, %d micro-batches of %d, schedule %s; balanced by %s%s\n", p->K, p->M, p->mb,
             p->schedule == CLG_PIPE_GPIPE ? "gpipe" : "1f1b",
             p->measured ? "measured layer times (ms: forward + backward of a step's micro-batches)"
@@ -997,6 +1051,8 @@ static clg_status set_inputs(clg_pipe *p, clg_pipe_stage *st, int k, int m)
         clg_replica_set_labels(r, st->ybuf, (size_t)p->off[st->d][m], p->grad_scale);
     for (int i = st->first; i <= st->last; i++)
         clg_layer_set_rng(&r->layers[i], p->seed, p->step, (uint32_t)(p->base + p->off[st->d][m]));
+    if (p->T > 1) /* dropout inside a split pair: the slice's masks */
+        clg_pptp_rng(p, st, r);
     int ne = nin_edges(p, st->index), j = 0;
     for (int q = 0; q < p->nedges && p->recompute; q++) {
         const clg_pipe_edge *e = &p->edges[q];
@@ -1052,6 +1108,7 @@ static clg_status stage_forward(clg_pipe *p, clg_pipe_stage *st, int m)
     CLG_TRY(set_inputs(p, st, k, m));
     CLG_TRY(state_copy(st, st->state_rep, k)); /* running statistics advance in micro-batch order */
     st->state_rep = k;
+    st->cur_n = n;
     CLG_TRY(clg_replica_forward(r, n, 1));
     st->last_fwd[k] = m;
     if (st->has_loss) /* no host round trip: read when the schedule ends (the queue is in order) */
@@ -1081,6 +1138,7 @@ static clg_status stage_recompute(clg_pipe *p, clg_pipe_stage *st, int m)
         CLG_CL_CHECK(err, clEnqueueCopyBuffer(q, st->state[0][i], st->state_save[i], 0, 0,
                                               st->state_n[i] * sizeof(float), 0, NULL, NULL));
     CLG_TRY(set_inputs(p, st, 0, m));
+    st->cur_n = p->cnt[st->d][m];
     CLG_TRY(clg_replica_forward(st->rep, p->cnt[st->d][m], 1));
     for (int i = 0; i < st->nstate; i++)
         CLG_CL_CHECK(err, clEnqueueCopyBuffer(q, st->state_save[i], st->state[0][i], 0, 0,
@@ -1128,6 +1186,7 @@ static clg_status stage_backward(clg_pipe *p, clg_pipe_stage *st, int m, int fir
         trace_span(p, st->index, "re-run forward", m, t0);
     if (rc == CLG_OK)
         rc = receive_grads(p, st, r, m, written);
+    st->cur_n = n;
     if (rc == CLG_OK)
         rc = clg_replica_backward_range(r, n, written);
     CLG_TRY(rc);
@@ -1155,16 +1214,20 @@ static clg_status stage_backward(clg_pipe *p, clg_pipe_stage *st, int m, int fir
 
 // ---- data x pipeline: the replicas' gradients and state ----
 
+/* The sums' key of a lane: its stage and, with pp x tp, its tensor lane (the copies of one slice are summed). */
+static int red_key(const clg_pipe *p, const clg_pipe_stage *st) { return st->d % p->T * p->K + st->s; }
+
 static clg_status reduce_setup(clg_pipe *p)
 {
-    if ((p->D == 1 && !p->hy) || p->ghost)
+    if ((p->D == p->T && !p->hy) || p->ghost)
         return CLG_OK;
     clg_err *err = &p->ctx->err;
+    size_t nk = (size_t)p->K * (size_t)p->T;
     p->ghost = calloc((size_t)p->L, sizeof(float *));
     p->shost = calloc((size_t)p->L, sizeof(float *));
-    p->gsum = calloc((size_t)p->K, sizeof(float *));
-    p->ssum = calloc((size_t)p->K, sizeof(float *));
-    p->sfloats = calloc((size_t)p->K, sizeof(size_t));
+    p->gsum = calloc(nk, sizeof(float *));
+    p->ssum = calloc(nk, sizeof(float *));
+    p->sfloats = calloc(nk, sizeof(size_t));
     if (!p->ghost || !p->shost || !p->gsum || !p->ssum || !p->sfloats)
         return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
     for (int l = 0; l < p->L; l++) {
@@ -1172,29 +1235,30 @@ static clg_status reduce_setup(clg_pipe *p)
         size_t sf = 0;
         for (int i = 0; i < st->nstate; i++)
             sf += st->state_n[i];
-        p->sfloats[st->s] = sf;
+        p->sfloats[red_key(p, st)] = sf;
         p->ghost[l] = malloc(CLG_MAX(st->rep->arena_bytes, 4));
         p->shost[l] = malloc(CLG_MAX(sf, 1) * sizeof(float));
         if (!p->ghost[l] || !p->shost[l])
             return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
-        if (st->d == 0 && (!(p->gsum[st->s] = malloc(CLG_MAX(st->rep->arena_bytes, 4))) ||
-                           !(p->ssum[st->s] = malloc(CLG_MAX(sf, 1) * sizeof(float)))))
+        if (st->d < p->T && (!(p->gsum[red_key(p, st)] = malloc(CLG_MAX(st->rep->arena_bytes, 4))) ||
+                             !(p->ssum[red_key(p, st)] = malloc(CLG_MAX(sf, 1) * sizeof(float)))))
             return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
     }
     return CLG_OK;
 }
 
-/* The sums over the replicas of stage st->s (the last to arrive adds them
- * in replica order: the same bits on every replica). */
-static void reduce_sum(clg_pipe *p, int s)
+/* The sums over the replicas of stage s (key: pp x tp, of its tensor lane t's copies; the last to arrive adds
+ * them in replica order: the same bits on every replica). */
+static void reduce_sum(clg_pipe *p, int key)
 {
-    size_t ng = p->st[s].rep->arena_bytes / sizeof(float), ns = p->sfloats[s];
-    float *g = p->gsum[s], *st = p->ssum[s];
+    int s = key % p->K, t = key / p->K, l0 = t * p->K + s;
+    size_t ng = p->st[l0].rep->arena_bytes / sizeof(float), ns = p->sfloats[key];
+    float *g = p->gsum[key], *st = p->ssum[key];
     for (size_t k = 0; k < ng; k++)
-        g[k] = p->ghost[s][k];
+        g[k] = p->ghost[l0][k];
     for (size_t k = 0; k < ns; k++)
-        st[k] = (float)((double)p->rcnt[0] / p->n) * p->shost[s][k];
-    for (int d = 1; d < p->D; d++) {
+        st[k] = (float)((double)p->rcnt[t] / p->n) * p->shost[l0][k];
+    for (int d = p->T + t; d < p->D; d += p->T) {
         const float *gh = p->ghost[d * p->K + s], *sh = p->shost[d * p->K + s];
         float w = (float)((double)p->rcnt[d] / p->n);
         for (size_t k = 0; k < ng; k++)
@@ -1219,10 +1283,11 @@ static clg_status reduce_replicas(clg_pipe *p, clg_pipe_stage *st)
                                               NULL, NULL));
     double t0 = clg_now_sec();
     clg_status rr = CLG_OK;
+    int key = red_key(p, st);
     pthread_mutex_lock(&p->mu);
-    if (++p->red_arrived[st->s] == p->D) {
-        reduce_sum(p, st->s);
-        p->red_arrived[st->s] = 0;
+    if (++p->red_arrived[key] == p->D / p->T) {
+        reduce_sum(p, key);
+        p->red_arrived[key] = 0;
         if (p->hy) { /* MPI: the stage's sums over the ranks (outside the lock: other stages go on) */
             pthread_mutex_unlock(&p->mu);
             rr = clg_hybrid_reduce(p->hy, st->s, err, p->gsum[st->s], bytes / sizeof(float), p->ssum[st->s],
@@ -1230,13 +1295,13 @@ static clg_status reduce_replicas(clg_pipe *p, clg_pipe_stage *st)
             pthread_mutex_lock(&p->mu);
         }
         if (rr == CLG_OK) {
-            p->red_done[st->s] = p->seq;
+            p->red_done[key] = p->seq;
             pthread_cond_broadcast(&p->cv);
         }
     }
-    while (rr == CLG_OK && p->red_done[st->s] != p->seq && !p->abort)
+    while (rr == CLG_OK && p->red_done[key] != p->seq && !p->abort)
         pthread_cond_wait(&p->cv, &p->mu);
-    int ab = p->red_done[st->s] != p->seq;
+    int ab = p->red_done[key] != p->seq;
     pthread_mutex_unlock(&p->mu);
     st->t_wait += clg_now_sec() - t0;
     trace_span(p, st->index, p->hy ? "gradient sum over replicas and ranks" : "gradient sum over replicas", 0, t0);
@@ -1245,11 +1310,11 @@ static clg_status reduce_replicas(clg_pipe *p, clg_pipe_stage *st)
     if (ab)
         return CLG_ERR_INTERNAL; /* another lane failed: it holds the message */
     if (bytes)
-        CLG_CL_CHECK(err, clEnqueueWriteBuffer(q, st->gacc, CL_TRUE, 0, bytes, p->gsum[st->s], 0, NULL, NULL));
+        CLG_CL_CHECK(err, clEnqueueWriteBuffer(q, st->gacc, CL_TRUE, 0, bytes, p->gsum[key], 0, NULL, NULL));
     off = 0;
     for (int i = 0; i < st->nstate; off += st->state_n[i], i++)
         CLG_CL_CHECK(err, clEnqueueWriteBuffer(q, st->state[0][i], CL_TRUE, 0, st->state_n[i] * sizeof(float),
-                                               p->ssum[st->s] + off, 0, NULL, NULL));
+                                               p->ssum[key] + off, 0, NULL, NULL));
     return CLG_OK;
 }
 
@@ -1286,7 +1351,7 @@ static clg_status stage_schedule(clg_pipe *p, clg_pipe_stage *st)
     }
     CLG_TRY(state_copy(st, st->state_rep, 0)); /* the latest running statistics into reps[0] */
     st->state_rep = 0;
-    if (p->D > 1 || p->hy)
+    if (p->D > p->T || p->hy)
         CLG_TRY(reduce_replicas(p, st));
     if (st->rep->arena_bytes) {
         CLG_CL_CHECK(err, clEnqueueCopyBuffer(st->dev->queue, st->gacc, st->rep->garena, 0, 0, st->rep->arena_bytes,
@@ -1295,7 +1360,9 @@ static clg_status stage_schedule(clg_pipe *p, clg_pipe_stage *st)
         st->overflow = 0;
         if (p->fp16) /* dynamic loss scaling: the gradient unscaled, an inf / NaN flagged (the step is skipped) */
             CLG_TRY(clg_optim_unscale_check(st->opt, p->inv_loss_scale, &st->overflow));
-        if (p->clip_norm > 0 && !st->overflow) {
+        if (p->T > 1) /* pp x tp: row-split biases, the norm's share */
+            CLG_TRY(clg_pptp_grads(p, st, p->clip_norm > 0));
+        if (p->clip_norm > 0 && !st->overflow && p->T == 1) {
             double norm = 0;
             CLG_TRY(clg_optim_grad_norm(st->opt, 1.0f, &norm));
             st->norm_sq = norm * norm;
@@ -1332,14 +1399,18 @@ static clg_status stage_fn(void *arg, int s)
     rc = stage_schedule(p, st);
     if (rc != CLG_OK)
         clg_fail_once(&p->mu, &p->cv, &p->abort, &p->fail_stage, &p->fail_status, s, rc);
+    if (rc != CLG_OK && p->tpg) /* its tensor-parallel partners' all-reduces woken */
+        clg_tp_group_abort(p->tpg, 1);
     return rc;
 }
 
 static clg_status stage_failed(clg_pipe *p, clg_status rc, int s)
 {
     const clg_pipe_stage *st = &p->st[s];
-    char rep[32] = "", where[200];
-    if (p->D > 1)
+    char rep[64] = "", where[256];
+    if (p->T > 1)
+        snprintf(rep, sizeof rep, ", tensor lane %d of replica %d", st->d % p->T, st->d / p->T);
+    else if (p->D > 1)
         snprintf(rep, sizeof rep, " of replica %d", st->d);
     snprintf(where, sizeof where, "pipeline stage %d%s (layers %s..%s)", st->s, rep, p->net->proto[st->first].name,
              p->net->proto[st->last].name);
@@ -1350,24 +1421,28 @@ clg_status clg_pipe_train_step(clg_pipe *p, const clg_hparams *hp, const float *
                                double lr, float grad_scale, double clip_norm, uint32_t seed, uint32_t step,
                                float *res)
 {
-    if (n < p->D || n > p->mb * p->M * p->D)
-        return clg_err_set(&p->ctx->err, CLG_ERR_INVALID_ARG, "pipeline step: %d samples (%d to %d)", n, p->D,
-                           p->mb * p->M * p->D);
+    int Dd = p->D / p->T; /* data replicas (pp x tp: each over T copies that take the same samples) */
+    if (n < Dd || n > p->mb * p->M * Dd)
+        return clg_err_set(&p->ctx->err, CLG_ERR_INVALID_ARG, "pipeline step: %d samples (%d to %d)", n, Dd,
+                           p->mb * p->M * Dd);
     for (int s = 0; s < p->L; s++)
         if (!p->st[s].opt)
             CLG_TRY(clg_pipe_zero_optim(p, s, hp)); /* sharded (pipe_zero.c) or whole */
     CLG_TRY(reduce_setup(p)); /* MPI (hy set after creation): the host sums */
     /* replica d takes samples [o_d, o_d + n_d) (sizes differ by at most one), in nm micro-batches */
-    p->nm = CLG_MIN(p->M, n / p->D);
+    p->nm = CLG_MIN(p->M, n / Dd);
     for (int d = 0, o = 0; d < p->D; d++) {
-        int nd = n / p->D + (d < n % p->D);
+        int dd = d / p->T, nd = n / Dd + (dd < n % Dd);
         p->rcnt[d] = nd;
+        o = d % p->T ? o - nd : o; /* the T copies of a data replica: its samples again */
         for (int m = 0; m < p->nm; m++) {
             p->cnt[d][m] = nd / p->nm + (m < nd % p->nm);
             p->off[d][m] = o;
             o += p->cnt[d][m];
         }
     }
+    if (p->tpg)
+        clg_tp_group_abort(p->tpg, 0);
     p->x = x;
     p->y = y;
     p->n = n;
@@ -1394,14 +1469,14 @@ clg_status clg_pipe_train_step(clg_pipe *p, const clg_hparams *hp, const float *
     }
     if (res) {
         res[0] = res[1] = 0;
-        for (int d = 0; d < p->D; d++) {
+        for (int d = 0; d < p->D; d += p->T) { /* pp x tp: lane t = 0's */
             res[0] += p->st[d * p->K + p->K - 1].res[0];
             res[1] += p->st[d * p->K + p->K - 1].res[1];
         }
     }
-    double sq = 0; /* the replicas hold the same (summed) gradients: replica 0's stages */
+    double sq = 0; /* the replicas hold the same (summed) gradients: replica 0's stages (pp x tp: its T lanes) */
     p->overflow = 0;
-    for (int s = 0; s < p->K; s++) {
+    for (int s = 0; s < p->K * p->T; s++) {
         sq += p->st[s].norm_sq;
         p->overflow |= p->st[s].overflow;
     }
@@ -1528,7 +1603,9 @@ clg_status clg_pipe_sync(clg_pipe *p, clg_replica *full, clg_optim *full_opt, co
         most = CLG_MAX(most, refs[i].param->numel);
     float *tmp = malloc(most * sizeof(float));
     clg_status st = tmp ? CLG_OK : clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
-    for (int d = 0; d < (to_full ? 1 : p->D); d++) /* from replica 0; into every replica */
+    if (p->T > 1 && st == CLG_OK) /* pp x tp: the lanes' slices */
+        st = clg_pptp_sync(p, full, full_opt, to_full);
+    for (int d = 0; d < (to_full ? 1 : p->D) && p->T == 1; d++) /* from replica 0; into every replica */
         for (int i = 0; i < n && st == CLG_OK; i++)
             st = sync_param(p, full, full_opt, &refs[i], to_full, d, tmp);
     free(tmp);
@@ -1602,6 +1679,9 @@ static clg_status forward_chunk(clg_pipe *p, const int32_t *y, int o, int n, flo
 clg_status clg_pipe_forward(clg_pipe *p, const float *x, const int32_t *y, int n, float *res, float *out)
 {
     int B = p->mb * p->M * p->D;
+    if (p->T > 1) /* the T lanes of a stage would have to run side by side: a whole replica evaluates */
+        return clg_err_set(&p->ctx->err, CLG_ERR_UNSUPPORTED, "pipeline forward with tp=%d: evaluate on a "
+                                                              "whole-network replica (clg_pipe_sync)", p->T);
     if (n < 1 || n > B)
         return clg_err_set(&p->ctx->err, CLG_ERR_INVALID_ARG, "pipeline forward: %d samples (1 to %d)", n, B);
     if (res)

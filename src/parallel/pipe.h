@@ -60,7 +60,8 @@ typedef struct clg_pipe_params {
     int replicas;      /* D: data-parallel pipelines (dp=D,pp=K over D x K devices; 0: 1) */
     int recompute;     /* 1: stash only the activations entering a stage and run its forward again before a
                           backward (less memory, one more forward); 0: a whole activation set per slot */
-    int tensor;        /* T: tensor parallelism over T devices (tp=T; parallel/tensor.h; 0 or 1: none) */
+    int tensor;        /* T: tensor parallelism over T devices (tp=T alone: parallel/tensor.h; with K >= 2: each
+                          stage over T devices, parallel/pptp.h; 0 or 1: none) */
     int whole_layers;  /* 1: the default partition cuts between layers only (tests comparing with the unsplit
                           arithmetic bitwise, checkpoints straight from the stages); 0: inside one when better */
 } clg_pipe_params;
@@ -73,7 +74,7 @@ enum { CLG_PIPE_XFER_AUTO = 0, CLG_PIPE_XFER_HOST = 1, CLG_PIPE_XFER_DEVICE = 2 
 /* "gpipe" / "1f1b" -> CLG_PIPE_*; -1 when unknown. */
 CLG_INTERNAL int clg_pipe_schedule_parse(const char *name);
 /* "pp=K" / "dp=D,pp=K" (NULL or "": 1, 1) -> K and D (replicas may be NULL: then D > 1 is refused); refusals
- * name the text. tp is not supported yet. */
+ * name the text. tp is parsed apart (clg_tp_parse_layout) and refused here. */
 CLG_INTERNAL clg_status clg_pipe_parse_layout(clg_err *err, const char *spec, int *stages, int *replicas);
 
 /* A tensor crossing a cut: layer `tensor`'s output, made on stage `from`,
@@ -118,6 +119,7 @@ typedef struct clg_pipe_stage {
     int overflow;              /* fp16: the accumulated gradient had an inf or NaN this step */
     double t_wait, t_end;      /* this step: seconds waiting for other stages; when its schedule ended */
     double cost, mib;          /* its layers' cost (pipe.cost) and the MiB it plans (table) */
+    int cur_n;                 /* samples of the micro-batch its replica is running (pp x tp's all-reduce) */
 } clg_pipe_stage;
 
 typedef struct clg_pipe {
@@ -188,6 +190,16 @@ typedef struct clg_pipe {
     struct clg_hybrid *hy;
     int base;
     struct clg_pipe_zero *zero; /* --shard-optimizer with dp x pp (parallel/pipe_zero.h; owned), NULL: none */
+    /* pp x tp (parallel/pptp.h): T > 1 tensor-parallel lanes per stage; D above counts the copies (data
+     * replicas x T: copy r is data replica r / T's lane r % T) */
+    int T;
+    clg_net *tp_net;            /* owned: the lane network (the split widths divided by T) that net points to */
+    int *tp_role;               /* per layer: CLG_TP_* (tensor.h) */
+    struct clg_tp *tpg;         /* the stage groups' all-reduce (owned) */
+    struct clg_pptp_hook {
+        struct clg_pipe *p;
+        int l, k;               /* lane, stash replica */
+    } *tp_hooks;
 } clg_pipe;
 
 /* D replicas of K stages on the context's devices devs[0..ndev) (ndev ==

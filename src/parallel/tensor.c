@@ -1,5 +1,6 @@
 /* Tensor parallelism: split dense pairs over T lanes (see tensor.h). */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,16 +126,16 @@ static int pair_end(const clg_net *net, int a)
     return -1;
 }
 
-static clg_status find_pairs(clg_err *err, const clg_net *net, int T, int *role, int *npairs)
+clg_status clg_tp_find_pairs(clg_err *err, const clg_net *net, int first, int last, int T, int *role, int *npairs)
 {
     *npairs = 0;
-    for (int i = 0; i < net->nlayers; i++)
+    for (int i = first; i <= last; i++)
         role[i] = CLG_TP_REPL;
-    for (int a = 0; a < net->nlayers; a++) {
+    for (int a = first; a <= last; a++) {
         if (!is_splittable(net, a))
             continue;
         int b = pair_end(net, a);
-        if (b < 0)
+        if (b < 0 || b > last)
             continue;
         int units = net->proto[a].out_shape[1];
         if (units % T)
@@ -149,6 +150,12 @@ static clg_status find_pairs(clg_err *err, const clg_net *net, int T, int *role,
         (*npairs)++;
         a = b;
     }
+    return CLG_OK;
+}
+
+static clg_status find_pairs(clg_err *err, const clg_net *net, int T, int *role, int *npairs)
+{
+    CLG_TRY(clg_tp_find_pairs(err, net, 0, net->nlayers - 1, T, role, npairs));
     if (!*npairs)
         return clg_err_set(err, CLG_ERR_UNSUPPORTED,
                            "tp=%d: %s has no layer tensor parallelism can split (a [dense] or [convolutional] "
@@ -159,7 +166,7 @@ static clg_status find_pairs(clg_err *err, const clg_net *net, int T, int *role,
 }
 
 /* The model text with every column-split layer's units divided by T (its `units` line rewritten). */
-static char *lane_text(const clg_net *net, const int *role, int T)
+char *clg_tp_lane_text(const clg_net *net, const int *role, int T)
 {
     size_t len = strlen(net->text);
     char *out = malloc(len + 64 * (size_t)net->nlayers + 1);
@@ -191,30 +198,23 @@ static char *lane_text(const clg_net *net, const int *role, int T)
 
 // ---- parameters between the whole network and the lanes ----
 
-/* What part of a whole parameter lane t holds: rows [r0, r0 + rows) x columns [c0, c0 + cols) of a (R, C)
- * matrix (a vector: R = 1). zero: none (the row-split bias on lanes > 0: zero there). */
-typedef struct slice {
-    size_t R, C, r0, rows, c0, cols;
-    int zero;
-} slice;
-
-static slice slice_of(const clg_tp *p, const clg_param_ref *ref, int t)
+clg_tp_slice clg_tp_slice_of(const int *role_of, const clg_net *net, int T, const clg_param_ref *ref, int t)
 {
     const clg_param *q = ref->param;
-    slice s = {1, q->numel, 0, 1, 0, q->numel, 0};
-    int role = p->role[ref->layer->index], bias = !strcmp(q->name, "bias");
+    clg_tp_slice s = {1, q->numel, 0, 1, 0, q->numel, 0};
+    int role = role_of[ref->layer->index], bias = !strcmp(q->name, "bias");
     if (role == CLG_TP_COL) { /* weight (units, in) and bias (units): a block of rows */
-        size_t units = (size_t)p->net->proto[ref->layer->index].out_shape[1];
+        size_t units = (size_t)net->proto[ref->layer->index].out_shape[1];
         s.R = units;
         s.C = q->numel / units;
-        s.rows = units / p->T;
+        s.rows = units / T;
         s.r0 = s.rows * t;
         s.cols = s.C;
     } else if (role == CLG_TP_ROW && !bias) { /* weight (units, in): a block of columns */
         s.R = (size_t)q->shape[0];
         s.C = q->numel / s.R;
         s.rows = s.R;
-        s.cols = s.C / p->T;
+        s.cols = s.C / T;
         s.c0 = s.cols * t;
     } else if (role == CLG_TP_ROW && bias) {
         s.zero = t > 0;
@@ -222,8 +222,14 @@ static slice slice_of(const clg_tp *p, const clg_param_ref *ref, int t)
     return s;
 }
 
-/* whole <-> part (rows x cols floats) by s. */
-static void slice_copy(const slice *s, float *whole, float *part, int to_whole)
+typedef clg_tp_slice slice;
+
+static slice slice_of(const clg_tp *p, const clg_param_ref *ref, int t)
+{
+    return clg_tp_slice_of(p->role, p->net, p->T, ref, t);
+}
+
+void clg_tp_slice_copy(const clg_tp_slice *s, float *whole, float *part, int to_whole)
 {
     for (size_t r = 0; r < s->rows; r++) {
         float *w = whole + (s->r0 + r) * s->C + s->c0, *q = part + r * s->cols;
@@ -244,10 +250,23 @@ static int optim_index(const clg_optim *o, int layer, int slot)
     return -1;
 }
 
-/* The k-th buffer of ref's parameter in replica r (0 value, 1 and 2 optimizer state of o); NULL when none. */
-static cl_mem param_buf(clg_replica *r, clg_optim *o, const clg_param_ref *ref, int k)
+clg_status clg_tp_slice_xfer(const clg_tp_slice *s, clg_device *dev, cl_mem lm, float *whole, float *part,
+                             int to_whole)
 {
-    int li = ref->layer->index, slot = (int)(ref->param - ref->layer->params);
+    size_t pn = s->rows * s->cols;
+    clg_err *err = clg_dev_err(dev);
+    if (to_whole) {
+        CLG_CL_CHECK(err, clEnqueueReadBuffer(dev->queue, lm, CL_TRUE, 0, pn * sizeof(float), part, 0, NULL, NULL));
+        clg_tp_slice_copy(s, whole, part, 1);
+    } else {
+        clg_tp_slice_copy(s, whole, part, 0);
+        CLG_CL_CHECK(err, clEnqueueWriteBuffer(dev->queue, lm, CL_TRUE, 0, pn * sizeof(float), part, 0, NULL, NULL));
+    }
+    return CLG_OK;
+}
+
+cl_mem clg_tp_param_buf(clg_replica *r, clg_optim *o, int li, int slot, int k)
+{
     if (k == 0) { /* fp16: the fp32 master of a trainable weight */
         clg_param_ref own = {&r->layers[li], &r->layers[li].params[slot]};
         return clg_replica_master(r, &own);
@@ -270,7 +289,7 @@ static clg_status sync_shard_state(clg_tp *p, const clg_param_ref *ref, int k, i
         if (to_full && (s.zero || (p->role[li] == CLG_TP_REPL && t > 0)))
             continue; /* zero there; replicated: lane 0's */
         if (!to_full)
-            slice_copy(&s, whole, part, 0);
+            clg_tp_slice_copy(&s, whole, part, 0);
         for (int d = 0; d < p->D; d++) {
             clg_tp_lane *ln = &p->ln[d * p->T + t];
             clg_optim *o = ln->opt;
@@ -289,49 +308,44 @@ static clg_status sync_shard_state(clg_tp *p, const clg_param_ref *ref, int k, i
                                                        (x1 - x0) * sizeof(float), part + (x0 - a), 0, NULL, NULL));
         }
         if (to_full)
-            slice_copy(&s, whole, part, 1);
+            clg_tp_slice_copy(&s, whole, part, 1);
     }
+    return CLG_OK;
+}
+
+clg_status clg_tp_whole_io(clg_device *dev, cl_mem mem, size_t n, float *whole, int write)
+{
+    clg_err *err = clg_dev_err(dev);
+    if (write)
+        CLG_CL_CHECK(err, clEnqueueWriteBuffer(dev->queue, mem, CL_TRUE, 0, n * sizeof(float), whole, 0, NULL, NULL));
+    else
+        CLG_CL_CHECK(err, clEnqueueReadBuffer(dev->queue, mem, CL_TRUE, 0, n * sizeof(float), whole, 0, NULL, NULL));
     return CLG_OK;
 }
 
 static clg_status sync_buf(clg_tp *p, clg_replica *full, clg_optim *fo, const clg_param_ref *ref, int k,
                            int to_full, float *whole, float *part)
 {
-    cl_mem fm = param_buf(full, fo, ref, k);
-    size_t n = ref->param->numel;
+    int li = ref->layer->index, slot = (int)(ref->param - ref->layer->params);
+    cl_mem fm = clg_tp_param_buf(full, fo, li, slot, k);
     if (!fm)
         return CLG_OK;
-    clg_err *ferr = clg_dev_err(full->dev);
     if (!to_full)
-        CLG_CL_CHECK(ferr, clEnqueueReadBuffer(full->dev->queue, fm, CL_TRUE, 0, n * sizeof(float), whole, 0, NULL,
-                                               NULL));
+        CLG_TRY(clg_tp_whole_io(full->dev, fm, ref->param->numel, whole, 0));
     if (k > 0 && p->shard)
         CLG_TRY(sync_shard_state(p, ref, k, to_full, whole, part));
     for (int l = 0; l < (k > 0 && p->shard ? 0 : to_full ? p->T : p->L); l++) { /* from group 0; into every group */
         int t = l % p->T;
         clg_tp_lane *ln = &p->ln[l];
-        cl_mem lm = param_buf(ln->rep, ln->opt, ref, k);
+        cl_mem lm = clg_tp_param_buf(ln->rep, ln->opt, li, slot, k);
         slice s = slice_of(p, ref, t);
-        size_t pn = s.rows * s.cols;
-        clg_err *lerr = clg_dev_err(ln->dev);
         if (!lm || (to_full && s.zero))
             continue;
-        if (to_full && p->role[ref->layer->index] == CLG_TP_REPL && t > 0)
+        if (to_full && p->role[li] == CLG_TP_REPL && t > 0)
             break; /* replicated: lane 0's */
-        if (to_full) {
-            CLG_CL_CHECK(lerr, clEnqueueReadBuffer(ln->dev->queue, lm, CL_TRUE, 0, pn * sizeof(float), part, 0, NULL,
-                                                   NULL));
-            slice_copy(&s, whole, part, 1);
-        } else {
-            slice_copy(&s, whole, part, 0);
-            CLG_CL_CHECK(lerr, clEnqueueWriteBuffer(ln->dev->queue, lm, CL_TRUE, 0, pn * sizeof(float), part, 0,
-                                                    NULL, NULL));
-        }
+        CLG_TRY(clg_tp_slice_xfer(&s, ln->dev, lm, whole, part, to_full));
     }
-    if (to_full)
-        CLG_CL_CHECK(ferr, clEnqueueWriteBuffer(full->dev->queue, fm, CL_TRUE, 0, n * sizeof(float), whole, 0, NULL,
-                                                NULL));
-    return CLG_OK;
+    return to_full ? clg_tp_whole_io(full->dev, fm, ref->param->numel, whole, 1) : CLG_OK;
 }
 
 static clg_status ensure_optim(clg_tp *p, const clg_hparams *hp)
@@ -373,10 +387,8 @@ clg_status clg_tp_shard(clg_tp *p)
     return CLG_OK;
 }
 
-clg_status clg_tp_sync(clg_tp *p, clg_replica *full, clg_optim *full_opt, const clg_hparams *hp, int to_full)
+clg_status clg_tp_sync_each(clg_err *err, clg_replica *full, int with_state, clg_tp_sync_fn fn, void *user)
 {
-    if (full_opt)
-        CLG_TRY(ensure_optim(p, hp));
     clg_param_ref *refs = NULL;
     int n = 0;
     CLG_TRY(clg_replica_params(full, 0, &refs, &n));
@@ -384,13 +396,35 @@ clg_status clg_tp_sync(clg_tp *p, clg_replica *full, clg_optim *full_opt, const 
     for (int i = 0; i < n; i++)
         most = CLG_MAX(most, refs[i].param->numel);
     float *whole = malloc(most * sizeof(float)), *part = malloc(most * sizeof(float));
-    clg_status st = whole && part ? CLG_OK : clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    clg_status st = whole && part ? CLG_OK : clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
     for (int i = 0; i < n && st == CLG_OK; i++)
-        for (int k = 0; k < (full_opt && refs[i].param->trainable ? 3 : 1) && st == CLG_OK; k++)
-            st = sync_buf(p, full, full_opt, &refs[i], k, to_full, whole, part);
+        for (int k = 0; k < (with_state && refs[i].param->trainable ? 3 : 1) && st == CLG_OK; k++)
+            st = fn(user, &refs[i], k, whole, part);
     free(whole);
     free(part);
     free(refs);
+    return st;
+}
+
+struct sync_job {
+    clg_tp *p;
+    clg_replica *full;
+    clg_optim *fo;
+    int to_full;
+};
+
+static clg_status sync_one(void *user, const clg_param_ref *ref, int k, float *whole, float *part)
+{
+    struct sync_job *j = user;
+    return sync_buf(j->p, j->full, j->fo, ref, k, j->to_full, whole, part);
+}
+
+clg_status clg_tp_sync(clg_tp *p, clg_replica *full, clg_optim *full_opt, const clg_hparams *hp, int to_full)
+{
+    if (full_opt)
+        CLG_TRY(ensure_optim(p, hp));
+    struct sync_job j = {p, full, full_opt, to_full};
+    clg_status st = clg_tp_sync_each(&p->ctx->err, full, full_opt != NULL, sync_one, &j);
     if (st == CLG_OK && full_opt && to_full)
         full_opt->t = p->ln[0].opt->t;
     for (int l = 0; l < p->L && st == CLG_OK && full_opt && !to_full; l++)
@@ -413,9 +447,9 @@ static void trace_span(clg_tp *p, int l, const char *what, const char *layer, do
     }
 }
 
-/* The lanes of group g (g < 0: every lane) wait for each other; CLG_ERR_INTERNAL when a lane failed (the step
- * is abandoned). */
-static clg_status barrier(clg_tp *p, int l, int g)
+/* The lanes of group g (g < 0: every lane) wait for each other; CLG_ERR_INTERNAL (on dev's error buffer) when a
+ * lane failed (the step is abandoned). */
+static clg_status barrier_dev(clg_tp *p, clg_device *dev, int g)
 {
     int k = g < 0 ? p->D : g, members = g < 0 ? p->L : p->T;
     pthread_mutex_lock(&p->mu);
@@ -430,26 +464,24 @@ static clg_status barrier(clg_tp *p, int l, int g)
     int ab = p->abort;
     pthread_mutex_unlock(&p->mu);
     if (ab)
-        return clg_err_set(clg_dev_err(p->ln[l].dev), CLG_ERR_INTERNAL, "tensor-parallel step abandoned: another "
-                                                                        "device failed");
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_INTERNAL, "tensor-parallel step abandoned: another device "
+                                                               "failed");
     return CLG_OK;
 }
 
-/* Lane l's mem[off .. off + count) := its sum over the T lanes of its group (lane order: the same bits on
- * each). */
-static clg_status all_reduce(clg_tp *p, int l, cl_mem mem, size_t off, size_t count)
+static clg_status barrier(clg_tp *p, int l, int g) { return barrier_dev(p, p->ln[l].dev, g); }
+
+clg_status clg_tp_group_reduce(clg_tp *p, clg_device *dev, int d, int t, cl_mem mem, size_t off, size_t count)
 {
-    clg_tp_lane *ln = &p->ln[l];
-    clg_err *err = clg_dev_err(ln->dev);
-    int d = l / p->T, t = l % p->T;
+    clg_err *err = clg_dev_err(dev);
     if (count > p->red_cap)
         return clg_err_set(err, CLG_ERR_INTERNAL, "tensor parallel: %zu floats to reduce, room for %zu", count,
                            p->red_cap);
     float *red = p->red + (size_t)d * (p->T + 1) * p->red_cap;
     float *mine = red + (size_t)t * p->red_cap, *sum = red + (size_t)p->T * p->red_cap;
-    CLG_CL_CHECK(err, clEnqueueReadBuffer(ln->dev->queue, mem, CL_TRUE, off * sizeof(float), count * sizeof(float),
-                                          mine, 0, NULL, NULL));
-    CLG_TRY(barrier(p, l, d));
+    CLG_CL_CHECK(err, clEnqueueReadBuffer(dev->queue, mem, CL_TRUE, off * sizeof(float), count * sizeof(float), mine,
+                                          0, NULL, NULL));
+    CLG_TRY(barrier_dev(p, dev, d));
     size_t k0 = count * (size_t)t / (size_t)p->T, k1 = count * (size_t)(t + 1) / (size_t)p->T;
     for (size_t k = k0; k < k1; k++) {
         float v = red[k];
@@ -457,10 +489,49 @@ static clg_status all_reduce(clg_tp *p, int l, cl_mem mem, size_t off, size_t co
             v += red[(size_t)u * p->red_cap + k];
         sum[k] = v;
     }
-    CLG_TRY(barrier(p, l, d));
-    CLG_CL_CHECK(err, clEnqueueWriteBuffer(ln->dev->queue, mem, CL_TRUE, off * sizeof(float), count * sizeof(float),
-                                           sum, 0, NULL, NULL));
+    CLG_TRY(barrier_dev(p, dev, d));
+    CLG_CL_CHECK(err, clEnqueueWriteBuffer(dev->queue, mem, CL_TRUE, off * sizeof(float), count * sizeof(float), sum,
+                                           0, NULL, NULL));
     return CLG_OK;
+}
+
+/* Lane l's mem[off .. off + count) := its sum over the T lanes of its group (lane order: the same bits on
+ * each). */
+static clg_status all_reduce(clg_tp *p, int l, cl_mem mem, size_t off, size_t count)
+{
+    return clg_tp_group_reduce(p, p->ln[l].dev, l / p->T, l % p->T, mem, off, count);
+}
+
+clg_status clg_tp_group_create(clg_err *err, int groups, int T, size_t red_cap, clg_tp **out)
+{
+    *out = NULL;
+    if (groups < 1 || groups > CLG_TP_MAX || T < 2)
+        return clg_err_set(err, CLG_ERR_INVALID_ARG, "tensor parallel: %d groups of %d devices (at most %d groups)",
+                           groups, T, CLG_TP_MAX);
+    clg_tp *p = calloc(1, sizeof *p);
+    if (p)
+        p->red = malloc((size_t)groups * ((size_t)T + 1) * CLG_MAX(red_cap, 1) * sizeof(float));
+    if (!p || !p->red) {
+        free(p);
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory for the tensor-parallel reduction");
+    }
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    p->T = T;
+    p->D = groups;
+    p->red_cap = red_cap;
+    *out = p;
+    return CLG_OK;
+}
+
+void clg_tp_group_abort(clg_tp *p, int abort)
+{
+    pthread_mutex_lock(&p->mu);
+    p->abort = abort;
+    if (!abort)
+        memset(p->bcount, 0, sizeof p->bcount);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
 }
 
 /* dp x tp: lane l's gradient arena := its sum over the D groups' lanes of the same slice (group order: every
@@ -545,44 +616,44 @@ static clg_status before_round(void *user, int i, int backward, clg_tensor *t, i
     return st;
 }
 
-/* The row-split biases' gradients of lanes t > 0 of a group zeroed (those biases are zero and stay zero). */
-static clg_status zero_bias_grads(clg_tp *p, int l)
+clg_status clg_tp_zero_row_bias(const int *role, clg_replica *r, clg_device *dev, int first, int last)
 {
-    clg_tp_lane *ln = &p->ln[l];
-    int t = l % p->T;
-    for (int i = 0; i < p->net->nlayers && t > 0; i++) {
-        clg_layer *y = &ln->rep->layers[i];
-        for (int k = 0; k < y->nparams && p->role[i] == CLG_TP_ROW; k++) {
+    for (int i = first; i <= last; i++) {
+        clg_layer *y = &r->layers[i];
+        for (int k = 0; k < y->nparams && role[i] == CLG_TP_ROW; k++) {
             if (strcmp(y->params[k].name, "bias") || !y->params[k].grad)
                 continue;
             float zero = 0;
-            CLG_CL_CHECK(clg_dev_err(ln->dev), clEnqueueFillBuffer(ln->dev->queue, y->params[k].grad, &zero,
-                                                                   sizeof zero, 0, y->params[k].numel * sizeof(float),
-                                                                   0, NULL, NULL));
+            CLG_CL_CHECK(clg_dev_err(dev), clEnqueueFillBuffer(dev->queue, y->params[k].grad, &zero, sizeof zero, 0,
+                                                               y->params[k].numel * sizeof(float), 0, NULL, NULL));
         }
     }
     return CLG_OK;
 }
 
-/* Clipping: the squared norms of lane l's gradients, split and replicated parameters apart (the global norm
- * counts every slice once and the replicated parameters once). */
-static clg_status lane_norms(clg_tp *p, int l)
+/* The row-split biases' gradients of lanes t > 0 of a group zeroed (those biases are zero and stay zero). */
+static clg_status zero_bias_grads(clg_tp *p, int l)
 {
-    clg_tp_lane *ln = &p->ln[l];
-    clg_replica *r = ln->rep;
+    if (l % p->T == 0)
+        return CLG_OK;
+    return clg_tp_zero_row_bias(p->role, p->ln[l].rep, p->ln[l].dev, 0, p->net->nlayers - 1);
+}
+
+clg_status clg_tp_grad_sq(const int *role, clg_replica *r, clg_device *dev, size_t s0, size_t s1, double sq[2])
+{
     size_t A = r->arena_bytes / sizeof(float);
     float *g = malloc(CLG_MAX(A, 1) * sizeof(float));
     clg_param_ref *refs = NULL;
     int n = 0;
     clg_status st = g ? clg_replica_params(r, 1, &refs, &n)
-                      : clg_err_set(clg_dev_err(ln->dev), CLG_ERR_HOST_OOM, "out of memory");
+                      : clg_err_set(clg_dev_err(dev), CLG_ERR_HOST_OOM, "out of memory");
     if (st == CLG_OK && A)
-        st = clEnqueueReadBuffer(ln->dev->queue, r->garena, CL_TRUE, 0, A * sizeof(float), g, 0, NULL, NULL) ==
+        st = clEnqueueReadBuffer(dev->queue, r->garena, CL_TRUE, 0, A * sizeof(float), g, 0, NULL, NULL) ==
                      CL_SUCCESS
                  ? CLG_OK
-                 : clg_err_set(clg_dev_err(ln->dev), CLG_ERR_OPENCL, "reading the gradients for their norm failed");
-    double sq[2] = {0, 0};
-    size_t s0 = p->shard ? p->sh_k0[l / p->T] : 0, s1 = p->shard ? p->sh_k1[l / p->T] : A; /* sharded: its part */
+                 : clg_err_set(clg_dev_err(dev), CLG_ERR_OPENCL, "reading the gradients for their norm failed");
+    sq[0] = sq[1] = 0;
+    s1 = CLG_MIN(s1, A);
     for (int i = 0; i < n && st == CLG_OK; i++) {
         size_t a0 = r->arena_off[i] / sizeof(float), k0 = CLG_MAX(a0, s0) - a0,
                k1 = CLG_MIN(a0 + refs[i].param->numel, CLG_MAX(s1, a0)) - a0;
@@ -590,13 +661,20 @@ static clg_status lane_norms(clg_tp *p, int l)
         double a = 0;
         for (size_t k = k0; k < k1; k++)
             a += (double)v[k] * v[k];
-        sq[p->role[refs[i].layer->index] == CLG_TP_REPL] += a;
+        sq[role[refs[i].layer->index] == CLG_TP_REPL] += a;
     }
-    p->sq[l][0] = sq[0];
-    p->sq[l][1] = sq[1];
     free(refs);
     free(g);
     return st;
+}
+
+/* Clipping: the squared norms of lane l's gradients, split and replicated parameters apart (the global norm
+ * counts every slice once and the replicated parameters once); sharded: its part. */
+static clg_status lane_norms(clg_tp *p, int l)
+{
+    clg_tp_lane *ln = &p->ln[l];
+    size_t s0 = p->shard ? p->sh_k0[l / p->T] : 0, s1 = p->shard ? p->sh_k1[l / p->T] : SIZE_MAX;
+    return clg_tp_grad_sq(p->role, ln->rep, ln->dev, s0, s1, p->sq[l]);
 }
 
 static clg_status lane_step(clg_tp *p, int l, float *res)
@@ -802,7 +880,7 @@ static clg_status lane_init(clg_tp *p, int l, clg_device *dev, const char *text)
 }
 
 /* A non-trainable parameter (batch-norm running statistics): its name; NULL when none. */
-static const char *state_param(const clg_net *net)
+const char *clg_tp_state_param(const clg_net *net)
 {
     for (int i = 0; i < net->nlayers; i++)
         for (int k = 0; k < net->proto[i].nparams; k++)
@@ -811,25 +889,24 @@ static const char *state_param(const clg_net *net)
     return NULL;
 }
 
-/* The first weights one device draws from seed, to the host: each layer's drawn on dev as one device draws them (a
- * replica of that layer alone, so the whole network never sits on a device); w[i * CLG_MAX_PARAMS + k]. */
-static clg_status draw_weights(clg_tp *p, clg_device *dev, uint64_t seed, float **w)
+clg_status clg_tp_draw_weights(clg_ctx *ctx, clg_net *net, clg_device *dev, uint64_t seed, int first, int last,
+                               float **w)
 {
-    for (int i = 0; i < p->net->nlayers; i++) {
-        if (!p->net->proto[i].nparams)
+    for (int i = first; i <= last; i++) {
+        if (!net->proto[i].nparams)
             continue;
         clg_replica *r = NULL;
-        int fp16 = p->net->fp16; /* fp32: the drawn values, which one device's fp16 masters start from */
-        p->net->fp16 = 0;
-        clg_status cst = clg_replica_create_range(p->net, dev, seed, i, i, 1, &r);
-        p->net->fp16 = fp16;
+        int fp16 = net->fp16; /* fp32: the drawn values, which one device's fp16 masters start from */
+        net->fp16 = 0;
+        clg_status cst = clg_replica_create_range(net, dev, seed, i, i, 1, &r);
+        net->fp16 = fp16;
         CLG_TRY(cst);
         clg_status st = CLG_OK;
         for (int k = 0; k < r->layers[i].nparams && st == CLG_OK; k++) {
             const clg_param *q = &r->layers[i].params[k];
             float **h = &w[i * CLG_MAX_PARAMS + k];
             if (!(*h = malloc(CLG_MAX(q->numel, 1) * sizeof(float))))
-                st = clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory for the first weights");
+                st = clg_err_set(&ctx->err, CLG_ERR_HOST_OOM, "out of memory for the first weights");
             else if (clEnqueueReadBuffer(dev->queue, q->value, CL_TRUE, 0, q->numel * sizeof(float), *h, 0, NULL,
                                          NULL) != CL_SUCCESS)
                 st = clg_err_set(clg_dev_err(dev), CLG_ERR_OPENCL, "reading the first weights of %s failed",
@@ -841,33 +918,42 @@ static clg_status draw_weights(clg_tp *p, clg_device *dev, uint64_t seed, float 
     return CLG_OK;
 }
 
+clg_status clg_tp_scatter(const int *role, const clg_net *net, int T, int t, float **w, clg_replica *rep,
+                          clg_device *dev, int first, int last, float *part)
+{
+    for (int i = first; i <= last; i++)
+        for (int k = 0; k < net->proto[i].nparams; k++) {
+            clg_param_ref ref = {&net->proto[i], &net->proto[i].params[k]};
+            clg_tp_slice sl = clg_tp_slice_of(role, net, T, &ref, t);
+            clg_param_ref own = {&rep->layers[i], &rep->layers[i].params[k]};
+            clg_tp_slice_copy(&sl, w[i * CLG_MAX_PARAMS + k], part, 0);
+            if (clEnqueueWriteBuffer(dev->queue, clg_replica_master(rep, &own), CL_TRUE, 0,
+                                     sl.rows * sl.cols * sizeof(float), part, 0, NULL, NULL) != CL_SUCCESS)
+                return clg_err_set(clg_dev_err(dev), CLG_ERR_OPENCL, "writing the first weights failed");
+        }
+    return clg_replica_weights_updated(rep);
+}
+
+size_t clg_tp_most_floats(const clg_net *net)
+{
+    size_t most = 1;
+    for (int i = 0; i < net->nlayers; i++)
+        for (int k = 0; k < net->proto[i].nparams; k++)
+            most = CLG_MAX(most, net->proto[i].params[k].numel);
+    return most;
+}
+
 /* The drawn weights sliced into every lane. */
 static clg_status scatter_weights(clg_tp *p, float **w)
 {
-    size_t most = 1;
-    for (int i = 0; i < p->net->nlayers; i++)
-        for (int k = 0; k < p->net->proto[i].nparams; k++)
-            most = CLG_MAX(most, p->net->proto[i].params[k].numel);
-    float *part = malloc(most * sizeof(float));
+    float *part = malloc(clg_tp_most_floats(p->net) * sizeof(float));
     if (!part)
         return clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
     clg_status st = CLG_OK;
-    for (int i = 0; i < p->net->nlayers && st == CLG_OK; i++)
-        for (int k = 0; k < p->net->proto[i].nparams && st == CLG_OK; k++) {
-            clg_param_ref ref = {&p->net->proto[i], &p->net->proto[i].params[k]};
-            for (int l = 0; l < p->L && st == CLG_OK; l++) {
-                slice sl = slice_of(p, &ref, l % p->T);
-                clg_tp_lane *ln = &p->ln[l];
-                clg_param_ref own = {&ln->rep->layers[i], &ln->rep->layers[i].params[k]};
-                slice_copy(&sl, w[i * CLG_MAX_PARAMS + k], part, 0);
-                if (clEnqueueWriteBuffer(ln->dev->queue, clg_replica_master(ln->rep, &own), CL_TRUE, 0,
-                                         sl.rows * sl.cols * sizeof(float), part, 0, NULL, NULL) != CL_SUCCESS)
-                    st = clg_err_set(clg_dev_err(ln->dev), CLG_ERR_OPENCL, "writing the first weights failed");
-            }
-        }
-    free(part);
     for (int l = 0; l < p->L && st == CLG_OK; l++)
-        st = clg_replica_weights_updated(p->ln[l].rep);
+        st = clg_tp_scatter(p->role, p->net, p->T, l % p->T, w, p->ln[l].rep, p->ln[l].dev, 0, p->net->nlayers - 1,
+                            part);
+    free(part);
     return st;
 }
 
@@ -882,15 +968,15 @@ clg_status clg_tp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, 
         return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG,
                            "%stp=%d needs %d devices, %d selected (dp x pp x tp must equal the device count)",
                            D > 1 ? "dp x " : "", T, D * T, ndev);
-    if (D > 1 && state_param(net))
+    if (D > 1 && clg_tp_state_param(net))
         return clg_err_set(&ctx->err, CLG_ERR_UNSUPPORTED, "dp=%d x tp=%d: layer '%s' keeps running statistics, "
                                                            "which data-parallel groups would need to average: not "
-                                                           "supported yet (use tp=T alone)", D, T, state_param(net));
-    if (clg_comm_size() > 1 && state_param(net))
+                                                           "supported yet (use tp=T alone)", D, T, clg_tp_state_param(net));
+    if (clg_comm_size() > 1 && clg_tp_state_param(net))
         return clg_err_set(&ctx->err, CLG_ERR_UNSUPPORTED, "tp=%d over %d MPI ranks: layer '%s' keeps running "
                                                            "statistics, which the ranks would need to average: not "
                                                            "supported yet (run one process)", T, clg_comm_size(),
-                           state_param(net));
+                           clg_tp_state_param(net));
     if (net->loss_index != net->nlayers - 1)
         return clg_err_set(&ctx->err, CLG_ERR_UNSUPPORTED, "tensor parallelism needs a model whose last layer is its "
                                                            "loss");
@@ -914,8 +1000,8 @@ clg_status clg_tp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, 
     clg_status st = w ? find_pairs(&ctx->err, net, T, p->role, &p->npairs)
                       : clg_err_set(&ctx->err, CLG_ERR_HOST_OOM, "out of memory");
     if (st == CLG_OK)
-        st = draw_weights(p, &ctx->devs[devs[0]], seed, w);
-    char *text = st == CLG_OK ? lane_text(net, p->role, T) : NULL;
+        st = clg_tp_draw_weights(ctx, net, &ctx->devs[devs[0]], seed, 0, net->nlayers - 1, w);
+    char *text = st == CLG_OK ? clg_tp_lane_text(net, p->role, T) : NULL;
     if (st == CLG_OK && !text)
         st = clg_err_set(&ctx->err, CLG_ERR_HOST_OOM, "out of memory");
     for (int l = 0; l < p->L && st == CLG_OK; l++) /* group d's lane t on devs[d T + t] */

@@ -52,6 +52,7 @@
 #define CLG_PARALLEL_TENSOR_H
 
 #include <pthread.h>
+#include <stdint.h>
 
 #include "model/optim.h"
 #include "parallel/team.h"
@@ -168,5 +169,64 @@ CLG_INTERNAL void clg_tp_memory(const clg_tp *p, int l, struct clg_dp_mem *out);
  * (to_full = 1) or scattered from full into the lanes (0). Blocking. */
 CLG_INTERNAL clg_status clg_tp_sync(clg_tp *p, clg_replica *full, clg_optim *full_opt, const clg_hparams *hp,
                                     int to_full);
+
+// ---- pieces over a layer range (tensor.c; the pipeline's pp x tp, pptp.c, uses them per stage) ----
+
+/* The split pairs with both layers in [first, last] (role[first..last] set: CLG_TP_*); refused: a pair's width
+ * that T does not divide. *npairs may be 0. */
+CLG_INTERNAL clg_status clg_tp_find_pairs(clg_err *err, const clg_net *net, int first, int last, int T, int *role,
+                                          int *npairs);
+/* The model text with every column-split layer's width divided by T (malloc'd; NULL: out of memory). */
+CLG_INTERNAL char *clg_tp_lane_text(const clg_net *net, const int *role, int T);
+/* What part of a whole parameter (ref: of the whole net) lane t holds: rows [r0, r0 + rows) x columns [c0, c0 +
+ * cols) of a (R, C) matrix (a vector: R = 1). zero: none (the row-split bias on lanes > 0: zero there). */
+typedef struct clg_tp_slice {
+    size_t R, C, r0, rows, c0, cols;
+    int zero;
+} clg_tp_slice;
+CLG_INTERNAL clg_tp_slice clg_tp_slice_of(const int *role, const clg_net *net, int T, const clg_param_ref *ref,
+                                          int t);
+/* whole <-> part (rows x cols floats) by s. */
+CLG_INTERNAL void clg_tp_slice_copy(const clg_tp_slice *s, float *whole, float *part, int to_whole);
+/* The slice s of a whole parameter (host: whole) and lane buffer lm on dev (part: room for the slice): read
+ * into whole (to_whole = 1) or written from it. Blocking. */
+CLG_INTERNAL clg_status clg_tp_slice_xfer(const clg_tp_slice *s, clg_device *dev, cl_mem lm, float *whole,
+                                          float *part, int to_whole);
+/* n floats of mem on dev read into whole (write = 0) or written from it. Blocking. */
+CLG_INTERNAL clg_status clg_tp_whole_io(clg_device *dev, cl_mem mem, size_t n, float *whole, int write);
+/* fn(user, ref, k, whole, part) for every parameter ref of full (k = 0: its value; with_state, trainable: also 1
+ * and 2, its optimizer state), whole and part host scratch of the largest parameter's size. */
+typedef clg_status (*clg_tp_sync_fn)(void *user, const clg_param_ref *ref, int k, float *whole, float *part);
+CLG_INTERNAL clg_status clg_tp_sync_each(clg_err *err, clg_replica *full, int with_state, clg_tp_sync_fn fn,
+                                         void *user);
+/* The k-th buffer of parameter `slot` of layer li in replica r: 0 its (fp32 master) value, 1 and 2 o's state;
+ * NULL when none. */
+CLG_INTERNAL cl_mem clg_tp_param_buf(clg_replica *r, clg_optim *o, int li, int slot, int k);
+/* The first weights one device draws from seed for layers [first, last], to the host: each layer's drawn on dev
+ * (a replica of that layer alone); w[i * CLG_MAX_PARAMS + k] (malloc'd, the caller frees). */
+CLG_INTERNAL clg_status clg_tp_draw_weights(clg_ctx *ctx, clg_net *net, clg_device *dev, uint64_t seed, int first,
+                                            int last, float **w);
+/* Lane t's slices of the drawn weights w into replica rep's layers [first, last] (part: clg_tp_most_floats). */
+CLG_INTERNAL clg_status clg_tp_scatter(const int *role, const clg_net *net, int T, int t, float **w, clg_replica *rep,
+                                       clg_device *dev, int first, int last, float *part);
+/* The largest parameter of net (floats, at least 1). */
+CLG_INTERNAL size_t clg_tp_most_floats(const clg_net *net);
+/* The row-split biases' gradients of rep's layers [first, last] zeroed (lanes t > 0: those biases stay zero). */
+CLG_INTERNAL clg_status clg_tp_zero_row_bias(const int *role, clg_replica *r, clg_device *dev, int first, int last);
+/* Squared norms of rep's gradients within arena floats [s0, s1): sq[0] the split parameters', sq[1] the
+ * replicated ones'. */
+CLG_INTERNAL clg_status clg_tp_grad_sq(const int *role, clg_replica *r, clg_device *dev, size_t s0, size_t s1,
+                                       double sq[2]);
+/* A layer keeping non-trainable parameters (batch-norm running statistics): its name; NULL when none. */
+CLG_INTERNAL const char *clg_tp_state_param(const clg_net *net);
+/* The all-reduce alone, for `groups` groups of T threads (the other fields unused; clg_tp_free frees it): room
+ * for red_cap floats per partial. */
+CLG_INTERNAL clg_status clg_tp_group_create(clg_err *err, int groups, int T, size_t red_cap, clg_tp **out);
+/* Thread t of group d: mem[off .. off + count) on dev := its sum over the group's T threads (thread order: the
+ * same bits on each); CLG_ERR_INTERNAL when the step was abandoned (clg_tp_group_abort). */
+CLG_INTERNAL clg_status clg_tp_group_reduce(clg_tp *p, clg_device *dev, int d, int t, cl_mem mem, size_t off,
+                                            size_t count);
+/* abort = 1: every waiting thread woken, the step abandoned; 0: reset before a step. */
+CLG_INTERNAL void clg_tp_group_abort(clg_tp *p, int abort);
 
 #endif

@@ -97,7 +97,8 @@ clg_status clg_model_export_onnx(clg_model *m, const char *path)
 {
     if (!m || !path)
         return clg_err_set(m ? &m->ctx->err : NULL, CLG_ERR_INVALID_ARG, "model and path are required");
-    if (m->pipe && m->pipe->split_net) /* a layer cut inside: its slices gathered into the whole-network lane */
+    if (m->pipe && (m->pipe->split_net || m->pipe->T > 1)) /* a layer cut inside, tp: slices gathered into the
+                                                               whole-network lane */
         CLG_TRY(clg_session_pipe_gather(m, 0));
     else if (m->pipe) { /* each layer's weights from its stage: no whole network */
         const clg_replica **reps = malloc(sizeof *reps * (size_t)m->net->nlayers);

@@ -73,9 +73,6 @@ static clg_status create_tp(clg_model *m, const int *devs, int ndev, const clg_d
     clg_err *err = &m->ctx->err;
     int T = dpp->pipe->tensor;
     int D = CLG_MAX(dpp->pipe->replicas, 1);
-    if (dpp->pipe->stages > 1)
-        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "tensor parallelism (tp=%d) combined with a pipeline is not "
-                                                     "supported yet", T);
     if (ndev != D * T)
         return clg_err_set(err, CLG_ERR_INVALID_ARG,
                            "%stp=%d needs %d devices, %d selected (dp x pp x tp must equal the device count)",
@@ -97,10 +94,14 @@ static clg_status create_tp(clg_model *m, const int *devs, int ndev, const clg_d
  * the first for checkpoints and evaluation. */
 static clg_status create_lanes(clg_model *m, const int *devs, int ndev, const clg_dp_params *dpp)
 {
-    if (dpp && dpp->pipe && dpp->pipe->tensor > 1)
+    if (dpp && dpp->pipe && dpp->pipe->tensor > 1 && dpp->pipe->stages <= 1)
         return create_tp(m, devs, ndev, dpp);
     if (!dpp || !dpp->pipe || dpp->pipe->stages <= 1)
         return clg_dp_create(m->ctx, m->net, devs, ndev, m->seed, dpp, &m->dp);
+    if (dpp->pipe->tensor > 1 && dpp->shard_optimizer) /* pp x tp (pptp.h) */
+        return clg_err_set(&m->ctx->err, CLG_ERR_UNSUPPORTED, "pipeline x tensor parallelism (pp=%d,tp=%d) with "
+                                                              "--shard-optimizer is not supported yet",
+                           dpp->pipe->stages, dpp->pipe->tensor);
     clg_pipe_params pp = *dpp->pipe;
     pp.whole_layers |= dpp->shard_optimizer != 0; /* sharded state keeps whole layers (pipe_zero.c) */
     CLG_TRY(clg_pipe_create(m->ctx, m->net, devs, ndev, m->seed, m->net->batch, &pp, &m->pipe));
@@ -122,13 +123,9 @@ clg_status clg_session_pipe_params(clg_err *err, const char *parallel, const cha
     char rest[256];
     int tdp = 1;
     CLG_TRY(clg_tp_parse_layout(err, parallel, &pp->tensor, &tdp, rest, sizeof rest));
-    if (pp->tensor > 1 && rest[0])
-        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "parallel layout '%s': tensor parallelism (tp=%d) combined with "
-                                                     "a pipeline (pp) is not supported yet: use tp=T or dp=D,tp=T",
-                           parallel, pp->tensor);
-    CLG_TRY(clg_pipe_parse_layout(err, rest, &pp->stages, &pp->replicas));
+    CLG_TRY(clg_pipe_parse_layout(err, rest, &pp->stages, pp->tensor > 1 ? NULL : &pp->replicas));
     if (pp->tensor > 1)
-        pp->replicas = tdp; /* dp x tp: data-parallel groups of tp lanes */
+        pp->replicas = tdp; /* dp x tp, dp x pp x tp: data-parallel groups of tp lanes (pipelines) */
     pp->schedule = clg_pipe_schedule_parse(schedule);
     if (pp->schedule < 0)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "unknown pipeline schedule '%s' (1f1b or gpipe)", schedule);
@@ -144,7 +141,7 @@ clg_status clg_session_pipe_params(clg_err *err, const char *parallel, const cha
 
 /* A pipeline with a cut inside a layer: checkpoints go through the whole-network lane (which gathers the split
  * layer's slices), as with tensor parallelism, not straight from the stages. */
-static int pipe_split(const clg_model *m) { return m->pipe && m->pipe->split_net; }
+static int pipe_split(const clg_model *m) { return m->pipe && (m->pipe->split_net || m->pipe->T > 1); }
 
 /* Swaps lane 0's replica for r (its optimizer, made for the old one, freed). */
 static void lane_swap(clg_model *m, clg_replica *r)
@@ -364,10 +361,12 @@ void clg_session_shares(const clg_model *m, char *buf, size_t cap, int *devices)
     }
     *devices = m->pipe->K;
     *devices = m->pipe->L;
-    char dp[16] = "";
-    if (m->pipe->D > 1)
-        snprintf(dp, sizeof dp, "dp=%d ", m->pipe->D);
-    snprintf(buf, cap, "%spp=%d M=%d %s", dp, m->pipe->K, m->pipe->M,
+    char dp[16] = "", tp[16] = "";
+    if (m->pipe->D / m->pipe->T > 1)
+        snprintf(dp, sizeof dp, "dp=%d ", m->pipe->D / m->pipe->T);
+    if (m->pipe->T > 1)
+        snprintf(tp, sizeof tp, "tp=%d ", m->pipe->T);
+    snprintf(buf, cap, "%spp=%d %sM=%d %s", dp, m->pipe->K, tp, m->pipe->M,
              m->pipe->schedule == CLG_PIPE_GPIPE ? "gpipe" : "1f1b");
 }
 
@@ -608,7 +607,9 @@ clg_status clg_session_forward(clg_model *m, int s, int with_labels, float *res,
     j.out_w = (size_t)o->c * o->h * o->w;
     m->check_stage = s;
     m->check_labels = with_labels != 0;
-    if (m->pipe) { /* the stages' forwards in order: no device holds the whole network; MPI: this rank's slice */
+    if (m->pipe && m->pipe->T > 1) /* pp x tp: the whole-network lane, with the lanes' weights */
+        CLG_TRY(clg_session_pipe_gather(m, 0));
+    else if (m->pipe) { /* the stages' forwards in order: no device holds the whole network; MPI: this rank's slice */
         int off = 0, mine = m->dp->total[s];
         clg_comm_slice(m->dp->total[s], &off, &mine);
         const float *xs = m->xhost[s] + (size_t)off * m->net->in_c * m->net->in_h * m->net->in_w;
@@ -1355,7 +1356,8 @@ clg_status clg_session_evaluate(clg_model *m, const clg_dataset *ds, long limit,
     if (limit > 0 && limit < N)
         N = (int)limit;
     int B = m->net->batch, classes = m->net->classes;
-    if (m->tp) /* tensor parallelism: lane 0 made the whole network, with the lanes' weights */
+    if (m->tp || (m->pipe && m->pipe->T > 1)) /* tensor parallelism: lane 0 made the whole network, with the
+                                                   lanes' weights */
         CLG_TRY(clg_session_pipe_gather(m, 0));
     const clg_tensor *outp = clg_replica_output(clg_session_rep(m));
     int outw = outp->c * outp->h * outp->w;

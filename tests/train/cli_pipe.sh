@@ -159,7 +159,7 @@ check 1 "pp=3 needs 3 devices, 2 selected" "more stages than devices" -- $T --de
 check 1 "9 stages but .* has only 7 layers" "more stages than layers" -- $T --devices all --parallel pp=9 --steps 1
 check 1 "dp=2 x pp=2 needs 4 devices, 2 selected" "dp x pp on two devices" -- \
     $T --devices all --parallel dp=2,pp=2 --steps 1
-check 1 "combined with a pipeline (pp) is not supported yet" "pp x tp" -- \
+check 1 "pp=2,tp=2 needs 4 devices, 2 selected" "pp x tp on two devices" -- \
     $T --devices all --parallel pp=2,tp=2 --steps 1
 check 1 "expected items dp=N, pp=N" "a malformed layout" -- $T --devices all --parallel pp=two --steps 1
 check 1 "need a pipeline" "--microbatches without pp" -- $T --devices all --microbatches 4 --steps 1

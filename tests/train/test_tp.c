@@ -437,7 +437,7 @@ START_TEST(refusals)
     refused(odd, "tp=2", "all", CLG_ERR_INVALID_ARG, "layer 'wide' (t:6) has 9 outputs, which 2 devices cannot split");
     refused(lenet, "tp=2", "0", CLG_ERR_INVALID_ARG, "tp=2 needs 2 devices, 1 selected");
     refused(lenet, "dp=2,tp=2", "all", CLG_ERR_INVALID_ARG, "dp x tp=2 needs 4 devices, 2 selected");
-    refused(lenet, "pp=2,tp=2", "all", CLG_ERR_UNSUPPORTED, "combined with a pipeline (pp) is not supported yet");
+    refused(lenet, "pp=2,tp=2", "all", CLG_ERR_INVALID_ARG, "pp=2,tp=2 needs 4 devices, 2 selected");
     refused(lenet, "dp=3,tp=3", "all", CLG_ERR_INVALID_ARG, "dp=D with tp=3 takes 1 to 2");
     refused(lenet, "tp=x", "all", CLG_ERR_INVALID_ARG, "tp=T takes a whole number");
     refused(lenet, "tp=0", "all", CLG_ERR_INVALID_ARG, "tp=T takes a whole number");
