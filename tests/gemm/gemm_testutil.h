@@ -109,6 +109,25 @@ static inline double tg_epilogue_err(double *ref, float *got, const float *C, si
     return e;
 }
 
+/* g's layout from its shape and transposes: A, B, C at offsets off[0..2],
+ * leading dimensions the operand's columns (at least 1) + pad[i], batch
+ * strides its rows x ld + gap[i] (shareA: strideA 0, one A for every
+ * entry). */
+static inline void tg_layout(clg_gemm_args *g, const int off[3], const int pad[3], const int gap[3], int shareA)
+{
+    const int colsA = g->ta ? g->M : g->K, rowsA = g->ta ? g->K : g->M;
+    const int colsB = g->tb ? g->K : g->N, rowsB = g->tb ? g->N : g->K;
+    g->offA = (size_t)off[0];
+    g->lda = CLG_MAX(colsA, 1) + pad[0];
+    g->strideA = shareA ? 0 : (size_t)rowsA * g->lda + (size_t)gap[0];
+    g->offB = (size_t)off[1];
+    g->ldb = CLG_MAX(colsB, 1) + pad[1];
+    g->strideB = (size_t)rowsB * g->ldb + (size_t)gap[1];
+    g->offC = (size_t)off[2];
+    g->ldc = CLG_MAX(g->N, 1) + pad[2];
+    g->strideC = (size_t)g->M * g->ldc + (size_t)gap[2];
+}
+
 /* One unpacked GEMM case (A, B, C row-major in place): g is the caller's
  * template (shape, transposes, leading dimensions, offsets, batch strides,
  * strideA 0 for one A shared by every entry, alpha, beta, epilogue);

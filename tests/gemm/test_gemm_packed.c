@@ -339,7 +339,6 @@ static double run_unpacked_case(int rows, int ta, int M, int N, int K, int batch
     const char *fn = rows ? "gemm_rows" : "gemm_dot";
     if (!rows)
         ta = 0;
-    int colsA = ta ? M : K, rowsA = ta ? K : M, colsB = rows ? N : K, rowsB = rows ? K : N;
     clg_rng r;
     tu_rng(&r, stream++);
     clg_gemm_args g;
@@ -351,15 +350,7 @@ static double run_unpacked_case(int rows, int ta, int M, int N, int K, int batch
     g.K = K;
     g.alpha = alpha;
     g.beta = beta;
-    g.offA = 3;
-    g.lda = CLG_MAX(colsA, 1) + (colsA % 3);
-    g.strideA = shareA ? 0 : (size_t)rowsA * g.lda + 1;
-    g.offB = 1;
-    g.ldb = CLG_MAX(colsB, 1) + 1;
-    g.strideB = (size_t)rowsB * g.ldb + 2;
-    g.offC = 2;
-    g.ldc = CLG_MAX(N, 1) + 2;
-    g.strideC = (size_t)M * g.ldc + 3;
+    tg_layout(&g, (const int[]){3, 1, 2}, (const int[]){(ta ? M : K) % 3, 1, 2}, (const int[]){1, 2, 3}, shareA);
     g.batch = batch;
     g.offBias = 1;
     g.bias_mode = (clg_bias_mode)bias_mode;
