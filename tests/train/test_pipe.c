@@ -39,14 +39,7 @@
 #define BATCH 16
 #define LR 0.01
 
-static clg_ctx *g_ctx;
-
-static clg_ctx *ctx(void)
-{
-    if (!g_ctx)
-        g_ctx = tu_ctx(NULL);
-    return g_ctx;
-}
+static clg_ctx *ctx(void) { return tt_ctx(0); }
 
 static int two_devices(void)
 {
@@ -793,9 +786,7 @@ static Suite *suite(void)
 
 int main(void)
 {
-    if (!two_devices()) {
-        clg_ctx_destroy(g_ctx);
+    if (!tt_two_devices("test_pipe"))
         return TU_SKIP;
-    }
-    return tt_run_suite(suite(), &g_ctx);
+    return tt_run_suite(suite());
 }

@@ -49,14 +49,7 @@
 #define BATCH 16
 #define LR 0.01
 
-static clg_ctx *g_ctx;
-
-static clg_ctx *ctx(void)
-{
-    if (!g_ctx)
-        g_ctx = tu_ctx(NULL);
-    return g_ctx;
-}
+static clg_ctx *ctx(void) { return tt_ctx(0); }
 
 /* A run's parameters (weights and running statistics, one-device layout) and losses. */
 typedef struct weights {
@@ -496,5 +489,5 @@ int main(void)
     tcase_set_timeout(t4, 120);
     tcase_add_test(t4, hybrid_split);
     suite_add_tcase(s, t4);
-    return tt_run_suite(s, &g_ctx);
+    return tt_run_suite(s);
 }

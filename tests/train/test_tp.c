@@ -45,14 +45,7 @@ static double g_lr = LR; /* the runs' learning rate (Adam's smaller) */
 static double g_clip;     /* > 0: the sessions clip the gradient norm to this */
 static double g_mem_ratio; /* > 0: each device's parameter (and optimizer) memory at most this x one device's */
 
-static clg_ctx *g_ctx;
-
-static clg_ctx *ctx(void)
-{
-    if (!g_ctx)
-        g_ctx = tu_ctx_fixed(0);
-    return g_ctx;
-}
+static clg_ctx *ctx(void) { return tt_ctx(1); }
 
 static clg_status make(const char *text, const char *layout, const char *devices, clg_model **m)
 {
@@ -391,5 +384,5 @@ int main(void)
     tcase_set_timeout(t4, 240);
     tcase_add_test(t4, four_devices);
     suite_add_tcase(s, t4);
-    return tt_run_suite(s, &g_ctx);
+    return tt_run_suite(s);
 }

@@ -43,14 +43,7 @@
 #define LR 0.02
 #define LR16 0.005
 
-static clg_ctx *g_ctx;
-
-static clg_ctx *ctx(void)
-{
-    if (!g_ctx)
-        g_ctx = tu_ctx_fixed(0);
-    return g_ctx;
-}
+static clg_ctx *ctx(void) { return tt_ctx(1); }
 
 static clg_status make(const char *text, const char *layout, const char *devices, int fp16, int shard,
                        clg_model **m)
@@ -390,5 +383,5 @@ int main(void)
     tcase_add_test(t4, shard_dp2_tp2);
     tcase_add_test(t4, shard_dp2_pp2);
     suite_add_tcase(s, t4);
-    return tt_run_suite(s, &g_ctx);
+    return tt_run_suite(s);
 }

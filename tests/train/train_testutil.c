@@ -24,17 +24,22 @@ int tt_four_devices(clg_ctx *ctx, const char *what, const char *test)
     return 0;
 }
 
-int tt_run_suite(Suite *s, clg_ctx **ctx)
+static clg_ctx *g_ctx;
+
+clg_ctx *tt_ctx(int fixed)
 {
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    if (*ctx)
-        clg_ctx_destroy(*ctx);
-    *ctx = NULL;
-    return failed ? 1 : 0;
+    if (!g_ctx)
+        g_ctx = fixed ? tu_ctx_fixed(0) : tu_ctx(NULL);
+    return g_ctx;
+}
+
+int tt_run_suite(Suite *s)
+{
+    int rc = tu_run(s);
+    if (g_ctx)
+        clg_ctx_destroy(g_ctx);
+    g_ctx = NULL;
+    return rc;
 }
 
 char *tt_read_model(const char *name)

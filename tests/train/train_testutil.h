@@ -12,14 +12,18 @@
 
 #define TT_MAX_TENSORS 64
 
+/* The test program's context, made on first use (inside a test when fixed:
+ * tu_ctx_fixed(0), else tu_ctx(NULL)); tt_run_suite destroys it. */
+clg_ctx *tt_ctx(int fixed);
+/* tu_run(s), then destroys tt_ctx's context: main's exit status. */
+int tt_run_suite(Suite *s);
+
 /* main's check: 1 when a context sees two OpenCL devices or more, else 0
  * after "prog: needs two OpenCL devices (...)". */
 int tt_two_devices(const char *prog);
 /* 1 when ctx has four devices or more, else 0 after "what: skipped (needs
  * four devices; test TEST has them)". */
 int tt_four_devices(clg_ctx *ctx, const char *what, const char *test);
-/* Runs s without forking, destroys *ctx (when set) and returns main's exit status. */
-int tt_run_suite(Suite *s, clg_ctx **ctx);
 
 /* The text of models/NAME of the source tree (malloc'd). */
 char *tt_read_model(const char *name);
