@@ -610,17 +610,22 @@ attn_bwd_dq_cpu(const uint T, const uint H, const uint Tp, const float scale, co
     }
 }
 
-// dK, dV: RK key rows per work-item over the query tiles that see them; scores and
-// V dO^T from transposed Q and dO (Qt, Gt), lse and D as 16-lane loads (Lp, Dp).
-__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
-attn_bwd_dkdv_cpu(const uint T, const uint H, const uint Tp, const float scale, const int causal,
-                  __global const float *Q, const uint oq, const uint ldq, __global const float *K, const uint ok,
-                  const uint ldk, __global const float *V, const uint ov, const uint ldv, __global const float *dO,
-                  const uint odo, const uint lddo, __global const float *Qt, __global const float *Gt,
-                  __global const float *Lp, __global const float *Dp, __global float *dK, const uint odk,
-                  const uint lddk, __global float *dV, const uint odv, const uint lddv DROPOUT_ARGS)
+// dK, dV of the RK key rows j0.. of head nh = n H + h over the query tiles that see
+// them: scores and V dO^T from Q and dO transposed per head (Qt, Gt), lse and D as
+// 16-lane loads (Lp, Dp), all (NH, HD or 1, Tp). With with_dq (a constant at each
+// call) also adds each tile's dS^T K into the dQ rows of the tile (dq_i += scale
+// sum_j ds_ij k_j, k scaled on load). Key rows past T (clamped copies) are masked
+// off and never stored.
+static inline void attn_dkdv_rows(const uint T, const uint H, const uint Tp, const float scale, const int causal,
+                                  __global const float *Q, const uint oq, const uint ldq, __global const float *K,
+                                  const uint ok, const uint ldk, __global const float *V, const uint ov,
+                                  const uint ldv, __global const float *dO, const uint odo, const uint lddo,
+                                  __global const float *Qt, __global const float *Gt, __global const float *Lp,
+                                  __global const float *Dp, __global float *dK, const uint odk, const uint lddk,
+                                  __global float *dV, const uint odv, const uint lddv, const int with_dq,
+                                  __global float *dQ, const uint odq, const uint lddq, const uint j0,
+                                  const uint nh DROPOUT_ARGS)
 {
-    const uint j0 = get_group_id(0) * RK, nh = get_group_id(1);
     const uint n = nh / H, h = nh - n * H;
     float k[RK][HD], v[RK][HD];
     float8 dk[RK][HV], dv[RK][HV];
@@ -655,7 +660,8 @@ attn_bwd_dkdv_cpu(const uint T, const uint H, const uint Tp, const float scale, 
         const float16 lv = vload16(0, lp + i0), dv16 = vload16(0, dp_ + i0);
         float p[RK][KB], ds[RK][KB];
         for (uint r = 0; r < RK; r++) {
-            const int16 okm = (i < (int16)((int)T)) & (causal ? (i >= (int16)((int)(j0 + r))) : (int16)(-1));
+            const int16 okm = (i < (int16)((int)T)) & (int16)(j0 + r < T ? -1 : 0) &
+                              (causal ? (i >= (int16)((int)(j0 + r))) : (int16)(-1));
             const float16 pr = select((float16)(0.0f), exp(s[r] - lv), okm);
 #if DROPOUT // dV takes the dropped-out P, dS the mask on dP~
             const float16 z = KEEP_COL(i0, j0 + r);
@@ -670,11 +676,18 @@ attn_bwd_dkdv_cpu(const uint T, const uint H, const uint Tp, const float scale, 
         for (uint ii = 0; ii < in_; ii++) {
             __global const float *qr = Q + oq + ((size_t)n * T + i0 + ii) * ldq + h * HD;
             __global const float *gr = dO + odo + ((size_t)n * T + i0 + ii) * lddo + h * HD;
+            __global float *dqr = with_dq ? dQ + odq + ((size_t)n * T + i0 + ii) * lddq + h * HD : 0;
             for (uint c = 0; c < HV; c++) {
                 const float8 qv = vload8(c, qr), gv = vload8(c, gr);
                 for (uint r = 0; r < RK; r++) {
                     dv[r][c] = fma((float8)(p[r][ii]), gv, dv[r][c]);
                     dk[r][c] = fma((float8)(ds[r][ii]), qv, dk[r][c]);
+                }
+                if (with_dq) {
+                    float8 dqv = vload8(c, dqr);
+                    for (uint r = 0; r < RK; r++)
+                        dqv = fma((float8)(ds[r][ii]), vload8(c, k[r]), dqv);
+                    vstore8(dqv, c, dqr);
                 }
             }
         }
@@ -692,12 +705,25 @@ attn_bwd_dkdv_cpu(const uint T, const uint H, const uint Tp, const float scale, 
     }
 }
 
+// dK, dV: RK key rows per work-item (attn_dkdv_rows).
+__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void
+attn_bwd_dkdv_cpu(const uint T, const uint H, const uint Tp, const float scale, const int causal,
+                  __global const float *Q, const uint oq, const uint ldq, __global const float *K, const uint ok,
+                  const uint ldk, __global const float *V, const uint ov, const uint ldv, __global const float *dO,
+                  const uint odo, const uint lddo, __global const float *Qt, __global const float *Gt,
+                  __global const float *Lp, __global const float *Dp, __global float *dK, const uint odk,
+                  const uint lddk, __global float *dV, const uint odv, const uint lddv DROPOUT_ARGS)
+{
+    attn_dkdv_rows(T, H, Tp, scale, causal, Q, oq, ldq, K, ok, ldk, V, ov, ldv, dO, odo, lddo, Qt, Gt, Lp, Dp, dK, odk,
+                   lddk, dV, odv, lddv, 0, 0, 0, 0, get_group_id(0) * RK, get_group_id(1) DROPOUT_PASS);
+}
+
 // dQ, dK, dV in one pass (the CPU backward when there are heads enough to keep every
 // core busy): one work-item per (n, h) first writes its head's scratch (Qt, Gt: Q and
 // dO transposed as attn_transpose does; Lp, Dp: lse and D_i = dO_i . O_i as
-// attn_bwd_dot_cpu does, zero past T), then runs attn_bwd_dkdv_cpu's loop over its key
-// blocks of RK rows in order and adds each block's dS^T K into the dQ rows of the
-// query tile right away (dq_i += scale sum_j ds_ij k_j, k scaled on load), so the
+// attn_bwd_dot_cpu does, zero past T), then runs attn_dkdv_rows over its key blocks
+// of RK rows in order, which adds each block's dS^T K into the dQ rows of the query
+// tile right away (with_dq), so the
 // scores and dO V^T are computed once, not again by attn_bwd_dq_cpu, no transposed
 // K, V are needed, and the backward is one launch. The work-item owns its head's dQ
 // rows (zeroed first) and scratch: a fixed order of additions, deterministic.
@@ -736,76 +762,9 @@ attn_bwd_cpu1(const uint T, const uint H, const uint Tp, const float scale, cons
         for (uint c = 0; c < HV; c++)
             vstore8((float8)(0.0f), c, out);
     }
-    for (uint j0 = 0; j0 < T; j0 += RK) {
-        float k[RK][HD], v[RK][HD];
-        float8 dk[RK][HV], dv[RK][HV];
-        for (uint r = 0; r < RK; r++) {
-            const uint jc = min(j0 + r, T - 1);
-            __global const float *kr = K + ok + ((size_t)n * T + jc) * ldk + h * HD;
-            __global const float *vr = V + ov + ((size_t)n * T + jc) * ldv + h * HD;
-            for (uint d = 0; d < HD; d++) {
-                k[r][d] = kr[d] * scale;
-                v[r][d] = vr[d];
-            }
-            for (uint c = 0; c < HV; c++)
-                dk[r][c] = dv[r][c] = (float8)(0.0f);
-        }
-        for (uint i0 = causal ? j0 / KB * KB : 0; i0 < T; i0 += KB) {
-            float16 s[RK], dp[RK];
-            for (uint r = 0; r < RK; r++)
-                s[r] = dp[r] = (float16)(0.0f);
-            for (uint d = 0; d < HD; d++) {
-                const float16 qv = vload16(0, qt + (size_t)d * Tp + i0);
-                const float16 gv = vload16(0, gt + (size_t)d * Tp + i0);
-                for (uint r = 0; r < RK; r++) {
-                    s[r] = fma((float16)(k[r][d]), qv, s[r]);
-                    dp[r] = fma((float16)(v[r][d]), gv, dp[r]);
-                }
-            }
-            const int16 i = (int16)((int)i0) + LANES;
-            const float16 lv = vload16(0, lp + i0), dv16 = vload16(0, dp_ + i0);
-            float p[RK][KB], ds[RK][KB];
-            for (uint r = 0; r < RK; r++) { // key rows past T (clamped copies) must not reach dQ
-                const int16 okm = (i < (int16)((int)T)) & (int16)(j0 + r < T ? -1 : 0) &
-                                  (causal ? (i >= (int16)((int)(j0 + r))) : (int16)(-1));
-                const float16 pr = select((float16)(0.0f), exp(s[r] - lv), okm);
-#if DROPOUT
-                const float16 z = KEEP_COL(i0, j0 + r);
-                vstore16(pr * z, 0, p[r]);
-                vstore16(pr * (dp[r] * z - dv16), 0, ds[r]);
-#else
-                vstore16(pr, 0, p[r]);
-                vstore16(pr * (dp[r] - dv16), 0, ds[r]);
-#endif
-            }
-            const uint in_ = min((uint)KB, T - i0);
-            for (uint ii = 0; ii < in_; ii++) {
-                __global const float *qr = Q + oq + ((size_t)n * T + i0 + ii) * ldq + h * HD;
-                __global const float *gr = dO + odo + ((size_t)n * T + i0 + ii) * lddo + h * HD;
-                __global float *dqr = dQ + odq + ((size_t)n * T + i0 + ii) * lddq + h * HD;
-                for (uint c = 0; c < HV; c++) {
-                    const float8 qv = vload8(c, qr), gv = vload8(c, gr);
-                    float8 dqv = vload8(c, dqr);
-                    for (uint r = 0; r < RK; r++) {
-                        dv[r][c] = fma((float8)(p[r][ii]), gv, dv[r][c]);
-                        dk[r][c] = fma((float8)(ds[r][ii]), qv, dk[r][c]);
-                        dqv = fma((float8)(ds[r][ii]), vload8(c, k[r]), dqv);
-                    }
-                    vstore8(dqv, c, dqr);
-                }
-            }
-        }
-        for (uint r = 0; r < RK; r++) {
-            const uint j = j0 + r;
-            if (j >= T)
-                break;
-            __global float *ko = dK + odk + ((size_t)n * T + j) * lddk + h * HD;
-            __global float *vo = dV + odv + ((size_t)n * T + j) * lddv + h * HD;
-            for (uint c = 0; c < HV; c++) {
-                vstore8(dk[r][c] * scale, c, ko);
-                vstore8(dv[r][c], c, vo);
-            }
-        }
-    }
+    for (uint j0 = 0; j0 < T; j0 += RK)
+        attn_dkdv_rows(T, H, Tp, scale, causal, Q, oq, ldq, K, ok, ldk, V, ov, ldv, dO, odo, lddo, Qt, Gt, Lp, Dp, dK,
+                       odk, lddk, dV, odv, lddv, 1, dQ, odq, lddq, j0, nh DROPOUT_PASS);
 }
+
 #endif // HD % 8 == 0

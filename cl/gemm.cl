@@ -60,19 +60,8 @@ __kernel void gemm_ref(const int M, const int N, const int K, const float alpha,
     c[(size_t)m * ldc + n] = v;
 }
 
-// Scalar epilogue shared by the guarded paths. beta == 0 never reads C.
-inline float gemm_epi(float acc, const float alpha, const float beta, __global const float *cp,
-                      __global const float *bias, const int bias_mode, const int m, const int n, const int relu)
-{
-    float v = alpha * acc;
-    if (beta != 0.0f)
-        v += beta * *cp;
-    if (bias_mode == 1)
-        v += bias[m];
-    else if (bias_mode == 2)
-        v += bias[n];
-    return relu ? fmax(v, 0.0f) : v;
-}
+// gemm_epi (the scalar epilogue of the guarded paths) and gemm_dot_block.
+#include "gemm_common.h"
 
 // gws: (ceil(Kp/16), R panels, batch), dims 0-1 possibly rounded up. Each work-item writes 16 k-rows of
 // one panel; the strided case reads 16 consecutive k (one cache line) per row.
@@ -412,12 +401,6 @@ void gemm_tiled(const int M, const int N, const int Kp, const float alpha, const
 #endif /* GEMM_TILED */
 
 #ifdef GEMM_DOT
-#ifndef DR
-#define DR 4
-#endif
-#ifndef DC
-#define DC 4
-#endif
 // gws: (ceil(M/DR), ceil(N/DC), batch). C = act(alpha * A * B^T + beta * C
 // + bias) for A (M x K) and B (N x K), both row-major with K contiguous:
 // products of long, thin operands (K >> M, N) read in place, without
@@ -434,54 +417,9 @@ __kernel void gemm_dot(const int M, const int N, const int K, const float alpha,
     const int b = get_global_id(2);
     if (m0 >= M || n0 >= N)
         return;
-    // rows past the edge repeat the last one (computed, never stored)
-    __global const float *ap[DR], *bp[DC];
-#pragma unroll
-    for (int i = 0; i < DR; i++)
-        ap[i] = A + offA + (size_t)b * strideA + (size_t)min(m0 + i, M - 1) * lda;
-#pragma unroll
-    for (int j = 0; j < DC; j++)
-        bp[j] = B + offB + (size_t)b * strideB + (size_t)min(n0 + j, N - 1) * ldb;
-    float16 acc[DR][DC];
-#pragma unroll
-    for (int i = 0; i < DR; i++)
-#pragma unroll
-        for (int j = 0; j < DC; j++)
-            acc[i][j] = (float16)(0.0f);
-    int k = 0;
-    for (; k + 16 <= K; k += 16) {
-        float16 av[DR], bv[DC];
-#pragma unroll
-        for (int i = 0; i < DR; i++)
-            av[i] = vload16(0, ap[i] + k);
-#pragma unroll
-        for (int j = 0; j < DC; j++)
-            bv[j] = vload16(0, bp[j] + k);
-#pragma unroll
-        for (int i = 0; i < DR; i++)
-#pragma unroll
-            for (int j = 0; j < DC; j++)
-                acc[i][j] = fma(av[i], bv[j], acc[i][j]);
-    }
     float sum[DR][DC];
-#pragma unroll
-    for (int i = 0; i < DR; i++)
-#pragma unroll
-        for (int j = 0; j < DC; j++) {
-            // (halves through private memory and the last lanes through
-            // dot(): oclgrind mis-tracks float16 swizzles and crashes on a
-            // sum of lanes of one vector, see tests/oclgrind_check.sh)
-            float t[16];
-            vstore16(acc[i][j], 0, t);
-            const float8 s8 = vload8(0, t) + vload8(1, t);
-            sum[i][j] = dot(s8.lo + s8.hi, (float4)(1.0f));
-        }
-    for (; k < K; k++)
-#pragma unroll
-        for (int i = 0; i < DR; i++)
-#pragma unroll
-            for (int j = 0; j < DC; j++)
-                sum[i][j] = fma(ap[i][k], bp[j][k], sum[i][j]);
+    gemm_dot_block(A + offA + (size_t)b * strideA, lda, B + offB + (size_t)b * strideB, ldb, M, N, m0, n0, 0, K,
+                   sum);
     __global float *c = C + offC + (size_t)b * strideC;
     __global const float *bi = bias + offBias;
 #pragma unroll

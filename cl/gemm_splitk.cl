@@ -32,19 +32,8 @@
 #define WD (TS / RT)   // work-items per dimension
 #define WGS (WD * WD)  // work-items per work-group
 
-// beta == 0 never reads C (it may hold anything, NaN included).
-inline float splitk_epi(float acc, const float alpha, const float beta, __global const float *cp,
-                        __global const float *bias, const int bias_mode, const int m, const int n, const int relu)
-{
-    float v = alpha * acc;
-    if (beta != 0.0f)
-        v += beta * *cp;
-    if (bias_mode == 1)
-        v += bias[m];
-    else if (bias_mode == 2)
-        v += bias[n];
-    return relu ? fmax(v, 0.0f) : v;
-}
+// gemm_epi (the epilogue) and gemm_dot_block (the float16 dot products).
+#include "gemm_common.h"
 
 // gws: (ceil(N/TS)*WD, ceil(M/TS)*WD, batch*S), lws (WD, WD, 1).
 // W: batch*S partial products of M x N (row-major), entry b*S + s.
@@ -122,7 +111,7 @@ void gemm_splitk_part(const int M, const int N, const int K, const int kchunk, c
                 break;
             if (direct) {
                 __global float *cp = C + offC + (size_t)b * strideC + (size_t)m * ldc + n;
-                *cp = splitk_epi(acc[i][j], alpha, beta, cp, bias + offBias, bias_mode, m, n, relu);
+                *cp = gemm_epi(acc[i][j], alpha, beta, cp, bias + offBias, bias_mode, m, n, relu);
             } else {
                 W[((size_t)z * M + m) * N + n] = acc[i][j];
             }
@@ -145,16 +134,10 @@ __kernel void gemm_splitk_reduce(const int M, const int N, const int S, __global
     for (int s = 0; s < S; s++)
         acc += w[(size_t)s * mn];
     __global float *cp = C + offC + (size_t)b * strideC + (size_t)m * ldc + n;
-    *cp = splitk_epi(acc, alpha, beta, cp, bias + offBias, bias_mode, m, n, relu);
+    *cp = gemm_epi(acc, alpha, beta, cp, bias + offBias, bias_mode, m, n, relu);
 }
 
 // ---- barrier-free variant for CPU devices ----
-#ifndef DR
-#define DR 4 // rows of C per work-item
-#endif
-#ifndef DC
-#define DC 4 // columns of C per work-item
-#endif
 // gws: (ceil(M/DR), ceil(N/DC), batch*S), dims 0-1 possibly rounded up.
 // A (M x K) and B (N x K) row-major with K contiguous (op = A * B^T, the
 // weight gradient's layout): each work-item owns a DR x DC block of C over
@@ -174,53 +157,9 @@ __kernel void gemm_splitk_dot(const int M, const int N, const int K, const int k
     if (m0 >= M || n0 >= N)
         return;
     const int kb = s * kchunk, ke = min(K, kb + kchunk);
-    // rows past the edge repeat the last one (computed, never stored)
-    __global const float *ap[DR], *bp[DC];
-#pragma unroll
-    for (int i = 0; i < DR; i++)
-        ap[i] = A + offA + (size_t)b * strideA + (size_t)min(m0 + i, M - 1) * lda;
-#pragma unroll
-    for (int j = 0; j < DC; j++)
-        bp[j] = B + offB + (size_t)b * strideB + (size_t)min(n0 + j, N - 1) * ldb;
-    float16 acc[DR][DC];
-#pragma unroll
-    for (int i = 0; i < DR; i++)
-#pragma unroll
-        for (int j = 0; j < DC; j++)
-            acc[i][j] = (float16)(0.0f);
-    int k = kb;
-    for (; k + 16 <= ke; k += 16) {
-        float16 av[DR], bv[DC];
-#pragma unroll
-        for (int i = 0; i < DR; i++)
-            av[i] = vload16(0, ap[i] + k);
-#pragma unroll
-        for (int j = 0; j < DC; j++)
-            bv[j] = vload16(0, bp[j] + k);
-#pragma unroll
-        for (int i = 0; i < DR; i++)
-#pragma unroll
-            for (int j = 0; j < DC; j++)
-                acc[i][j] = fma(av[i], bv[j], acc[i][j]);
-    }
     float sum[DR][DC];
-#pragma unroll
-    for (int i = 0; i < DR; i++)
-#pragma unroll
-        for (int j = 0; j < DC; j++) {
-            // lanes summed through private memory and dot() (oclgrind
-            // mis-tracks float16 swizzles, see tests/oclgrind_check.sh)
-            float t[16];
-            vstore16(acc[i][j], 0, t);
-            const float8 s8 = vload8(0, t) + vload8(1, t);
-            sum[i][j] = dot(s8.lo + s8.hi, (float4)(1.0f));
-        }
-    for (; k < ke; k++)
-#pragma unroll
-        for (int i = 0; i < DR; i++)
-#pragma unroll
-            for (int j = 0; j < DC; j++)
-                sum[i][j] = fma(ap[i][k], bp[j][k], sum[i][j]);
+    gemm_dot_block(A + offA + (size_t)b * strideA, lda, B + offB + (size_t)b * strideB, ldb, M, N, m0, n0, kb, ke,
+                   sum);
 #pragma unroll
     for (int i = 0; i < DR; i++) {
         const int m = m0 + i;
@@ -233,7 +172,7 @@ __kernel void gemm_splitk_dot(const int M, const int N, const int K, const int k
                 break;
             if (direct) {
                 __global float *cp = C + offC + (size_t)b * strideC + (size_t)m * ldc + n;
-                *cp = splitk_epi(sum[i][j], alpha, beta, cp, bias + offBias, bias_mode, m, n, relu);
+                *cp = gemm_epi(sum[i][j], alpha, beta, cp, bias + offBias, bias_mode, m, n, relu);
             } else {
                 W[((size_t)z * M + m) * N + n] = sum[i][j];
             }

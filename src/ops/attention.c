@@ -18,8 +18,8 @@ const char *const *clg_attn_algo_names(void) { return algo_names; }
 
 // ---- checks ----
 
-static clg_status check_seq(clg_device *dev, const clg_attn_desc *a, const char *op, const char *name,
-                            const clg_attn_seq *s)
+clg_status clg_attn_check_rows(clg_device *dev, const clg_attn_desc *a, const char *op, const char *name,
+                               const clg_attn_seq *s, double rows)
 {
     clg_err *err = clg_dev_err(dev);
     if (!s || !s->mem)
@@ -27,11 +27,18 @@ static clg_status check_seq(clg_device *dev, const clg_attn_desc *a, const char 
     if (s->ld < a->heads * a->d)
         return clg_err_set(err, CLG_ERR_SHAPE, "%s: '%s' row pitch %d is below heads x d = %d", op, name, s->ld,
                            a->heads * a->d);
-    double end = (double)s->off + ((double)a->N * a->T) * s->ld;
+    double end = (double)s->off + rows * s->ld;
     if (end > 4294967295.0)
         return clg_err_set(err, CLG_ERR_UNSUPPORTED, "%s: '%s' spans %.0f elements, over the 2^32 limit", op, name,
                            end);
     return CLG_OK;
+}
+
+/* A sequence of a->N x a->T rows. */
+static clg_status check_seq(clg_device *dev, const clg_attn_desc *a, const char *op, const char *name,
+                            const clg_attn_seq *s)
+{
+    return clg_attn_check_rows(dev, a, op, name, s, (double)a->N * a->T);
 }
 
 clg_status clg_attn_check(clg_device *dev, const clg_attn_desc *a)

@@ -71,6 +71,10 @@ CLG_INTERNAL const char *const *clg_attn_algo_names(void);
 /* CLG_OK when desc is valid (sizes positive, d in range, offsets within
  * 32 bits), else CLG_ERR_SHAPE naming the field on dev's error. */
 CLG_INTERNAL clg_status clg_attn_check(clg_device *dev, const clg_attn_desc *a);
+/* s holds rows rows of a->heads * a->d values at pitch s->ld from s->off,
+ * within 32-bit offsets; errors name the operation op and the buffer name. */
+CLG_INTERNAL clg_status clg_attn_check_rows(clg_device *dev, const clg_attn_desc *a, const char *op,
+                                            const char *name, const clg_attn_seq *s, double rows);
 /* Floats forward saves for backward: N H T (fused: lse) or N H T T (gemm: P;
  * 2 N H T T with dropout). */
 CLG_INTERNAL size_t clg_attn_saved_floats(const clg_attn_desc *a, clg_attn_algo algo);

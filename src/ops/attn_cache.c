@@ -4,36 +4,19 @@
 
 #include "ops/attn_cache.h"
 
-/* s holds rows rows of a->heads * a->d values at pitch ld from off, within 32-bit offsets. */
-static clg_status check_rows(clg_device *dev, const clg_attn_desc *a, const char *op, const char *name,
-                             const clg_attn_seq *s, double rows)
-{
-    clg_err *err = clg_dev_err(dev);
-    if (!s || !s->mem)
-        return clg_err_set(err, CLG_ERR_INVALID_ARG, "%s: NULL buffer '%s'", op, name);
-    if (s->ld < a->heads * a->d)
-        return clg_err_set(err, CLG_ERR_SHAPE, "%s: '%s' row pitch %d is below heads x d = %d", op, name, s->ld,
-                           a->heads * a->d);
-    double end = (double)s->off + rows * s->ld;
-    if (end > 4294967295.0)
-        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "%s: '%s' spans %.0f elements, over the 2^32 limit", op, name,
-                           end);
-    return CLG_OK;
-}
-
 /* The descriptor, a->T new rows of x and y (N samples each) and the caches of Tc rows per sample. */
 static clg_status check_all(clg_device *dev, const clg_attn_desc *a, const char *op, int Tc, int past,
                             const char *xn, const clg_attn_seq *x, const char *yn, const clg_attn_seq *y,
                             const clg_attn_seq *kc, const clg_attn_seq *vc)
 {
     CLG_TRY(clg_attn_check(dev, a));
-    CLG_TRY(check_rows(dev, a, op, xn, x, (double)a->N * a->T));
-    CLG_TRY(check_rows(dev, a, op, yn, y, (double)a->N * a->T));
+    CLG_TRY(clg_attn_check_rows(dev, a, op, xn, x, (double)a->N * a->T));
+    CLG_TRY(clg_attn_check_rows(dev, a, op, yn, y, (double)a->N * a->T));
     if (Tc < 1 || past < 0 || past > Tc - a->T)
         return clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE,
                            "%s: %d cached + %d new positions do not fit a cache of %d positions", op, past, a->T, Tc);
-    CLG_TRY(check_rows(dev, a, op, "k cache", kc, (double)a->N * Tc));
-    return check_rows(dev, a, op, "v cache", vc, (double)a->N * Tc);
+    CLG_TRY(clg_attn_check_rows(dev, a, op, "k cache", kc, (double)a->N * Tc));
+    return clg_attn_check_rows(dev, a, op, "v cache", vc, (double)a->N * Tc);
 }
 
 static void ka_seq(clg_kargs *ka, const clg_attn_seq *s)

@@ -102,10 +102,19 @@ static void ev_finish(evs *ev, clg_status st)
 
 /* ---- reference backend ---- */
 
-/* The output and epilogue arguments every GEMM kernel ends with (gemm_ref,
- * gemm_dot, gemm_cpu/gemm_tiled, gemm_reduce, gemm_epilogue): C, offC, ldc,
- * strideC, bias (C when none), offBias, bias_mode, relu. */
-static void ka_output(clg_kargs *g, const clg_gemm_args *a)
+void clg_gemm_ka_inputs(clg_kargs *g, const clg_gemm_args *a)
+{
+    clg_ka_mem(g, a->A);
+    clg_ka_int(g, (int)a->offA);
+    clg_ka_int(g, a->lda);
+    clg_ka_int(g, (int)a->strideA);
+    clg_ka_mem(g, a->B);
+    clg_ka_int(g, (int)a->offB);
+    clg_ka_int(g, a->ldb);
+    clg_ka_int(g, (int)a->strideB);
+}
+
+void clg_gemm_ka_output(clg_kargs *g, const clg_gemm_args *a)
 {
     clg_ka_mem(g, a->C);
     clg_ka_int(g, (int)a->offC);
@@ -117,19 +126,11 @@ static void ka_output(clg_kargs *g, const clg_gemm_args *a)
     clg_ka_int(g, a->relu);
 }
 
-/* The unpacked-operand arguments shared by gemm_ref and gemm_dot: A, offA,
- * lda, strideA, the same for B, then ka_output. */
+/* The unpacked-operand arguments shared by gemm_ref and gemm_dot. */
 static void ka_operands(clg_kargs *g, const clg_gemm_args *a)
 {
-    clg_ka_mem(g, a->A);
-    clg_ka_int(g, (int)a->offA);
-    clg_ka_int(g, a->lda);
-    clg_ka_int(g, (int)a->strideA);
-    clg_ka_mem(g, a->B);
-    clg_ka_int(g, (int)a->offB);
-    clg_ka_int(g, a->ldb);
-    clg_ka_int(g, (int)a->strideB);
-    ka_output(g, a);
+    clg_gemm_ka_inputs(g, a);
+    clg_gemm_ka_output(g, a);
 }
 
 static clg_status gemm_ref(clg_device *dev, const clg_gemm_args *a, evs *ev)
@@ -450,7 +451,7 @@ static clg_status run_packed(clg_device *dev, const clg_gemm_params *p, const cl
     clg_ka_int(&g, apStride);
     clg_ka_mem(&g, Bp);
     clg_ka_int(&g, bpStride);
-    ka_output(&g, a);
+    clg_gemm_ka_output(&g, a);
     if (cpu) {
         clg_ka_int(&g, KS);
         clg_ka_int(&g, kchunk);
@@ -482,7 +483,7 @@ static clg_status run_packed(clg_device *dev, const clg_gemm_params *p, const cl
         clg_ka_mem(&r, W);
         clg_ka_float(&r, a->alpha);
         clg_ka_float(&r, a->beta);
-        ka_output(&r, a);
+        clg_gemm_ka_output(&r, a);
         if ((st = CLG_KA_DONE(err, &r, "arguments of gemm_reduce")) != CLG_OK)
             goto out;
         size_t gws[3] = {(size_t)N, (size_t)M, (size_t)batch};
@@ -787,7 +788,7 @@ static clg_status gemm_epilogue(clg_device *dev, const clg_gemm_args *a, evs *ev
     clg_kargs g = {k, 0, CL_SUCCESS};
     clg_ka_int(&g, a->M);
     clg_ka_int(&g, a->N);
-    ka_output(&g, a);
+    clg_gemm_ka_output(&g, a);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &g, "arguments of gemm_epilogue"));
     size_t gws[3] = {(size_t)a->N, (size_t)a->M, (size_t)(a->batch > 0 ? a->batch : 1)};
     return enqueue(dev, k, 3, gws, NULL, CLG_LAUNCH_PAD, ev);

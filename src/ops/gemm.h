@@ -161,6 +161,14 @@ CLG_INTERNAL clg_status clg_gemm_dot(clg_device *dev, const clg_gemm_args *a, cl
  * clg_gemm; a->backend is ignored. */
 CLG_INTERNAL clg_status clg_gemm_rows(clg_device *dev, const clg_gemm_args *a, cl_event *ev);
 
+/* Kernel arguments of the GEMM kernels (cl/gemm.cl, cl/gemm_splitk.cl):
+ * clg_gemm_ka_inputs sets the unpacked operands A, offA, lda, strideA, then
+ * the same for B; clg_gemm_ka_output the output and epilogue every GEMM
+ * kernel ends with: C, offC, ldc, strideC, bias (C when none), offBias,
+ * bias_mode, relu. */
+CLG_INTERNAL void clg_gemm_ka_inputs(clg_kargs *g, const clg_gemm_args *a);
+CLG_INTERNAL void clg_gemm_ka_output(clg_kargs *g, const clg_gemm_args *a);
+
 /* Shape class of a product ("M3N4K2": log4-sized buckets 0..5 per dim). */
 CLG_INTERNAL void clg_gemm_class(int M, int N, int K, char *buf, size_t len);
 

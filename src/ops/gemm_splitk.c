@@ -146,20 +146,13 @@ static clg_status check(clg_device *dev, const clg_gemm_args *a)
     return CLG_OK;
 }
 
-/* The epilogue arguments both kernels end with: alpha, beta, C, offC, ldc,
- * strideC, bias (C when none), offBias, bias_mode, relu. */
+/* The epilogue arguments both kernels end with: alpha, beta, then
+ * clg_gemm_ka_output's. */
 static void ka_epilogue(clg_kargs *g, const clg_gemm_args *a)
 {
     clg_ka_float(g, a->alpha);
     clg_ka_float(g, a->beta);
-    clg_ka_mem(g, a->C);
-    clg_ka_int(g, (int)a->offC);
-    clg_ka_int(g, a->ldc);
-    clg_ka_int(g, (int)a->strideC);
-    clg_ka_mem(g, a->bias ? a->bias : a->C);
-    clg_ka_int(g, (int)a->offBias);
-    clg_ka_int(g, (int)a->bias_mode);
-    clg_ka_int(g, a->relu);
+    clg_gemm_ka_output(g, a);
 }
 
 /* gemm_splitk_part for pl's tile, or a smaller one where the compiled
@@ -206,14 +199,7 @@ static clg_status launch_part(clg_device *dev, const clg_gemm_args *a, const clg
     clg_ka_int(&g, a->K);
     clg_ka_int(&g, pl->kchunk);
     clg_ka_int(&g, pl->S);
-    clg_ka_mem(&g, a->A);
-    clg_ka_int(&g, (int)a->offA);
-    clg_ka_int(&g, a->lda);
-    clg_ka_int(&g, (int)a->strideA);
-    clg_ka_mem(&g, a->B);
-    clg_ka_int(&g, (int)a->offB);
-    clg_ka_int(&g, a->ldb);
-    clg_ka_int(&g, (int)a->strideB);
+    clg_gemm_ka_inputs(&g, a);
     clg_ka_mem(&g, W ? W : a->C);
     clg_ka_int(&g, W ? 0 : 1);
     ka_epilogue(&g, a);

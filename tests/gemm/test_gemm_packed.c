@@ -339,27 +339,8 @@ static double run_unpacked_case(int rows, int ta, int M, int N, int K, int batch
     const char *fn = rows ? "gemm_rows" : "gemm_dot";
     if (!rows)
         ta = 0;
-    int colsA = ta ? M : K, rowsA = ta ? K : M, colsB = rows ? N : K, rowsB = rows ? K : N;
     clg_rng r;
     tu_rng(&r, stream++);
-    int lda = CLG_MAX(colsA, 1) + (colsA % 3), ldb = CLG_MAX(colsB, 1) + 1, ldc = CLG_MAX(N, 1) + 2;
-    int offA = 3, offB = 1, offC = 2;
-    size_t sA = shareA ? 0 : (size_t)rowsA * lda + 1, sB = (size_t)rowsB * ldb + 2, sC = (size_t)M * ldc + 3;
-    size_t nA = offA + (size_t)(batch - 1) * sA + (size_t)rowsA * lda + 1;
-    size_t nB = offB + (size_t)(batch - 1) * sB + (size_t)rowsB * ldb + 1;
-    size_t nC = offC + (size_t)(batch - 1) * sC + (size_t)M * ldc + 4;
-    int nbias = CLG_MAX(M, N) + 2;
-    float *A = malloc(sizeof(float) * nA), *B = malloc(sizeof(float) * nB), *C0 = malloc(sizeof(float) * nC);
-    float *C = malloc(sizeof(float) * nC), *bias = malloc(sizeof(float) * (size_t)nbias);
-    double *ref = malloc(sizeof(double) * CLG_MAX((size_t)1, (size_t)M * N));
-    float *got = malloc(sizeof(float) * CLG_MAX((size_t)1, (size_t)M * N));
-    ck_assert(A && B && C0 && C && bias && ref && got);
-    tu_fill(A, nA, -1, 1, &r);
-    tu_fill(B, nB, -1, 1, &r);
-    tu_fill(bias, (size_t)nbias, -1, 1, &r);
-    tu_fill_blocks(C0, nC, SENTINEL, (size_t)offC, sC, batch, M, N, ldc, beta != 0.0f, &r);
-    cl_mem dA = tu_upload(dev, A, nA), dB = tu_upload(dev, B, nB), dC = tu_upload(dev, C0, nC);
-    cl_mem dBias = tu_upload(dev, bias, (size_t)nbias);
     clg_gemm_args g;
     clg_gemm_args_init(&g);
     g.tb = !rows;
@@ -369,46 +350,24 @@ static double run_unpacked_case(int rows, int ta, int M, int N, int K, int batch
     g.K = K;
     g.alpha = alpha;
     g.beta = beta;
-    g.A = dA;
-    g.offA = (size_t)offA;
-    g.lda = lda;
-    g.strideA = sA;
-    g.B = dB;
-    g.offB = (size_t)offB;
-    g.ldb = ldb;
-    g.strideB = sB;
-    g.C = dC;
-    g.offC = (size_t)offC;
-    g.ldc = ldc;
-    g.strideC = sC;
+    tg_layout(&g, (const int[]){3, 1, 2}, (const int[]){(ta ? M : K) % 3, 1, 2}, (const int[]){1, 2, 3}, shareA);
     g.batch = batch;
-    g.bias = bias_mode ? dBias : NULL;
     g.offBias = 1;
     g.bias_mode = (clg_bias_mode)bias_mode;
     g.relu = relu;
+    tg_case t;
+    tg_case_make(&t, dev, &g, SENTINEL, &r);
     cl_event ev = NULL;
-    clg_status st = rows ? clg_gemm_rows(dev, &g, &ev) : clg_gemm_dot(dev, &g, &ev);
+    clg_status st = rows ? clg_gemm_rows(dev, &t.g, &ev) : clg_gemm_dot(dev, &t.g, &ev);
     if (st != CLG_OK)
         fprintf(stderr, "%s failed: %s\n", fn, clg_last_error(ctx));
     ck_assert_int_eq(st, CLG_OK);
     tu_wait_event(ev);
-    tu_download(dev, dC, C, nC);
-    double worst = 0;
-    for (int b = 0; b < batch; b++) {
-        size_t co = offC + b * sC;
-        tg_ref_from(ref, C0, co, ldc, M, N);
-        tu_gemm_ref(ta, !rows, M, N, K, alpha, A + offA + b * sA, lda, B + offB + b * sB, ldb, beta, ref, CLG_MAX(N, 1));
-        worst = fmax(worst, tg_epilogue_err(ref, got, C, co, ldc, M, N, bias, bias_mode, relu, TOL, b));
-    }
-    ck_assert_uint_eq(tu_count_stray(C0, C, nC, SENTINEL, fn), 0);
+    double worst = tg_case_check(&t, dev, TOL, fn);
     if (!(worst <= TOL))
         fprintf(stderr, "FAIL %s ta=%d M=%d N=%d K=%d batch=%d shareA=%d alpha=%g beta=%g bias=%d relu=%d: err %g\n",
                 fn, ta, M, N, K, batch, shareA, (double)alpha, (double)beta, bias_mode, relu, worst);
-    clg_buf_release(dev, dA);
-    clg_buf_release(dev, dB);
-    clg_buf_release(dev, dC);
-    clg_buf_release(dev, dBias);
-    free(A), free(B), free(C0), free(C), free(bias), free(ref), free(got);
+    tg_case_free(&t, dev);
     return worst;
 }
 

@@ -18,8 +18,7 @@
 #define TOL 1e-4 /* |got - ref| / (|ref| + 1), inputs in [-1, 1], K up to a few thousand */
 #define SENTINEL 1234.5f
 
-static clg_ctx *ctx;
-static clg_device *dev;
+TG_FIXTURE()
 static uint64_t stream = 300;
 
 typedef struct scase {
@@ -53,71 +52,30 @@ static double run_case(const scase *c, float **out, size_t *nout)
 {
     clg_rng r;
     tu_rng(&r, stream++);
-    const int M = c->M, N = c->N, K = c->K, batch = c->batch;
-    int colsA = c->ta ? M : K, rowsA = c->ta ? K : M, colsB = c->tb ? K : N, rowsB = c->tb ? N : K;
-    int lda = CLG_MAX(colsA, 1) + 1, ldb = CLG_MAX(colsB, 1) + 2, ldc = CLG_MAX(N, 1) + 3;
-    int offA = 5, offB = 2, offC = 3;
-    size_t sA = c->shareA ? 0 : (size_t)rowsA * lda + 7, sB = (size_t)rowsB * ldb + 1, sC = (size_t)M * ldc + 2;
-    size_t nA = offA + (size_t)(batch - 1) * sA + (size_t)rowsA * lda + 1;
-    size_t nB = offB + (size_t)(batch - 1) * sB + (size_t)rowsB * ldb + 1;
-    size_t nC = offC + (size_t)(batch - 1) * sC + (size_t)M * ldc + 4;
-    int nbias = CLG_MAX(M, N) + 2;
-    float *A = malloc(sizeof(float) * nA), *B = malloc(sizeof(float) * nB), *C0 = malloc(sizeof(float) * nC);
-    float *C = malloc(sizeof(float) * nC), *bias = malloc(sizeof(float) * (size_t)nbias);
-    double *ref = malloc(sizeof(double) * CLG_MAX((size_t)1, (size_t)M * N));
-    float *got = malloc(sizeof(float) * CLG_MAX((size_t)1, (size_t)M * N));
-    ck_assert(A && B && C0 && C && bias && ref && got);
-    tu_fill(A, nA, -1, 1, &r);
-    tu_fill(B, nB, -1, 1, &r);
-    tu_fill(bias, (size_t)nbias, -1, 1, &r);
-    for (size_t i = 0; i < nC; i++)
-        C0[i] = SENTINEL;
-    for (int b = 0; b < batch; b++)
-        for (int m = 0; m < M; m++)
-            for (int n = 0; n < N; n++) {
-                float v;
-                if (c->beta != 0.0f)
-                    tu_fill(&v, 1, -1, 1, &r);
-                else
-                    tu_poison(&v, 1);
-                C0[offC + b * sC + (size_t)m * ldc + n] = v;
-            }
-    cl_mem dA = tu_upload(dev, A, nA), dB = tu_upload(dev, B, nB), dC = tu_upload(dev, C0, nC);
-    cl_mem dBias = tu_upload(dev, bias, (size_t)nbias);
     clg_gemm_args g;
     clg_gemm_args_init(&g);
     g.ta = c->ta;
     g.tb = c->tb;
-    g.M = M;
-    g.N = N;
-    g.K = K;
+    g.M = c->M;
+    g.N = c->N;
+    g.K = c->K;
     g.alpha = c->alpha;
     g.beta = c->beta;
-    g.A = dA;
-    g.offA = (size_t)offA;
-    g.lda = lda;
-    g.strideA = sA;
-    g.B = dB;
-    g.offB = (size_t)offB;
-    g.ldb = ldb;
-    g.strideB = sB;
-    g.C = dC;
-    g.offC = (size_t)offC;
-    g.ldc = ldc;
-    g.strideC = sC;
-    g.batch = batch;
-    g.bias = c->bias_mode ? dBias : NULL;
+    tg_layout(&g, (const int[]){5, 2, 3}, (const int[]){1, 2, 3}, (const int[]){7, 1, 2}, c->shareA);
+    g.batch = c->batch;
     g.offBias = 1;
     g.bias_mode = (clg_bias_mode)c->bias_mode;
     g.relu = c->relu;
     g.backend = CLG_GEMM_OWN;
+    tg_case t;
+    tg_case_make(&t, dev, &g, SENTINEL, &r);
     cl_event e0 = NULL, e1 = NULL;
     clg_splitk_plan pl;
-    clg_gemm_splitk_plan_for(dev, &g, c->S, &pl);
+    clg_gemm_splitk_plan_for(dev, &t.g, c->S, &pl);
     if (c->kern)
         pl.dot = c->kern == 2;
-    clg_status st = c->via_gemm ? clg_gemm_run(dev, &g, CLG_GEMM_OWN, NULL, &e0, &e1)
-                                : clg_gemm_splitk_plan_run(dev, &g, &pl, &e0, &e1);
+    clg_status st = c->via_gemm ? clg_gemm_run(dev, &t.g, CLG_GEMM_OWN, NULL, &e0, &e1)
+                                : clg_gemm_splitk_plan_run(dev, &t.g, &pl, &e0, &e1);
     if (st != CLG_OK)
         fprintf(stderr, "split-K failed: %s\n", clg_last_error(ctx));
     ck_assert_int_eq(st, CLG_OK);
@@ -126,33 +84,13 @@ static double run_case(const scase *c, float **out, size_t *nout)
     if (e0)
         clReleaseEvent(e0);
     clReleaseEvent(e1);
-    tu_download(dev, dC, C, nC);
-
-    double worst = 0, tol = c->tol > 0 ? c->tol : TOL;
-    for (int b = 0; b < batch; b++) {
-        size_t co = offC + b * sC;
-        tg_ref_from(ref, C0, co, ldc, M, N);
-        tu_gemm_ref(c->ta, c->tb, M, N, K, c->alpha, A + offA + (size_t)b * sA, lda, B + offB + (size_t)b * sB, ldb,
-                    c->beta, ref, CLG_MAX(N, 1));
-        worst = fmax(worst, tg_epilogue_err(ref, got, C, co, ldc, M, N, bias, c->bias_mode, c->relu, tol, b));
-    }
-    size_t bad = 0;
-    for (size_t i = 0; i < nC; i++)
-        if (C0[i] == SENTINEL && C[i] != SENTINEL)
-            bad++;
-    if (bad)
-        fprintf(stderr, "%zu elements outside C were written\n", bad);
-    ck_assert_uint_eq(bad, 0);
+    double worst = tg_case_check(&t, dev, c->tol > 0 ? c->tol : TOL, "split-K");
     if (out) {
-        *out = C;
-        *nout = nC;
-        C = NULL;
+        *out = t.C;
+        *nout = t.nC;
+        t.C = NULL;
     }
-    clg_buf_release(dev, dA);
-    clg_buf_release(dev, dB);
-    clg_buf_release(dev, dC);
-    clg_buf_release(dev, dBias);
-    free(A), free(B), free(C0), free(C), free(bias), free(ref), free(got);
+    tg_case_free(&t, dev);
     return worst;
 }
 
@@ -178,18 +116,6 @@ static void check(const scase *c, const char *what)
         d.kern = k;
         check1(&d, what);
     }
-}
-
-static void setup(void)
-{
-    ctx = tg_ctx();
-    dev = &ctx->devs[0];
-}
-
-static void teardown(void)
-{
-    clg_ctx_destroy(ctx);
-    ctx = NULL;
 }
 
 /* Plans: S bounded by the workspace and at least 1; chunks of whole stages;

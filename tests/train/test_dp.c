@@ -21,8 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "testutil.h"
-#include "train/session.h"
+#include "train_testutil.h"
 
 #define TOL 1e-5
 #define TOL_STEP 2e-2
@@ -57,17 +56,6 @@ static const char *NET_BN = "[net]\nchannels = 1\nheight = 8\nwidth = 8\nclasses
                             "[dense]\nname = fc\nunits = 4\n"
                             "[softmax]\nname = loss\n";
 
-static char *read_model(const char *name)
-{
-    char path[1024];
-    snprintf(path, sizeof path, "%s/models/%s", CLG_SOURCE_DIR, name);
-    char *text = NULL;
-    size_t len = 0;
-    clg_err err = {0};
-    ck_assert_msg(clg_file_read(&err, path, &text, &len) == CLG_OK, "%s", err.msg);
-    return text;
-}
-
 static int two_devices(void)
 {
     if (clg_device_count(ctx()) < 2) {
@@ -90,25 +78,11 @@ static clg_model *make(const char *text, const char *devices, const char *split,
     return m;
 }
 
-/* Class k: a bright patch in quadrant k of an image of noise. */
-static void synth(clg_rng *rng, float *x, int32_t *y, int n, int c, int h, int w)
-{
-    for (int i = 0; i < n; i++) {
-        int k = (int)(clg_rng_u32(rng) % 4);
-        y[i] = k;
-        for (int p = 0; p < c * h * w; p++) {
-            int yy = (p / w) % h, xx = p % w;
-            int q = (yy >= h / 2) * 2 + (xx >= w / 2);
-            x[(size_t)i * c * h * w + p] = clg_rng_uniform(rng) + (q == k ? 0.5f : 0.0f);
-        }
-    }
-}
-
 /* One step on n fresh samples; res: the global {loss sum, correct}. */
 static void step_on(clg_model *m, clg_rng *rng, int n, float *res)
 {
     ck_assert(clg_session_stage_wait(m, 0) == CLG_OK);
-    synth(rng, m->xhost[0], m->yhost[0], n, m->net->in_c, m->net->in_h, m->net->in_w);
+    tt_synth_quadrants(rng, m->xhost[0], m->yhost[0], n, m->net->in_c, m->net->in_h, m->net->in_w);
     ck_assert_msg(clg_session_upload(m, 0, n, 1) == CLG_OK, "%s", clg_last_error(ctx()));
     ck_assert_msg(clg_session_train_step(m, 0, m->hp.learning_rate, res) == CLG_OK, "%s", clg_last_error(ctx()));
 }
@@ -121,7 +95,7 @@ static void train(clg_model *m, uint64_t seed, int steps, int n, double *loss_fi
     const clg_net *net = m->net;
     for (int s = 0; s < steps; s++) {
         ck_assert(clg_session_stage_wait(m, 0) == CLG_OK);
-        synth(&rng, m->xhost[0], m->yhost[0], n, net->in_c, net->in_h, net->in_w);
+        tt_synth_quadrants(&rng, m->xhost[0], m->yhost[0], n, net->in_c, net->in_h, net->in_w);
         ck_assert_msg(clg_session_upload(m, 0, n, 1) == CLG_OK, "%s", clg_last_error(ctx()));
         float res[2];
         ck_assert_msg(clg_session_train_step(m, 0, m->hp.learning_rate, res) == CLG_OK, "%s", clg_last_error(ctx()));
@@ -267,7 +241,7 @@ START_TEST(lenet5_1_vs_2)
 {
     if (!two_devices())
         return;
-    char *text = read_model("lenet5.cfg");
+    char *text = tt_read_model("lenet5.cfg");
     compare_1_vs_2(text, "lenet5", 32, 32, NULL);
     free(text);
 }
@@ -360,7 +334,7 @@ START_TEST(device_reduction_equals_host_clipped)
     host_vs_device(NET_BN, "3,1", 30, 1, 1e-3);
     /* LeNet-5's 61706 parameters in one bucket: more elements than the
      * norm's 64 x 256 work-items, so each item's grid-stride sum wraps */
-    char *text = read_model("lenet5.cfg");
+    char *text = tt_read_model("lenet5.cfg");
     g_bucket_mb = 1;
     host_vs_device(text, "even", 32, 1, 1e-3);
     g_bucket_mb = 0.004;
@@ -425,7 +399,7 @@ START_TEST(shares_follow_speed)
         return;
     ck_assert_int_eq(clg_ctx_option_set(ctx(), "test_slow_lane", "1:1.0"), CLG_OK);
     uint64_t seed = tu_seed();
-    char *text = read_model("lenet5.cfg");
+    char *text = tt_read_model("lenet5.cfg");
     clg_model *m = make(text, "all", NULL, 64, 0, seed);
     ck_assert_int_eq(clg_ctx_option_set(ctx(), "test_slow_lane", ""), CLG_OK);
     train(m, seed, 24, 64, NULL);
@@ -452,7 +426,7 @@ START_TEST(unequal_devices_finish_together)
     if (!two_devices())
         return;
     uint64_t seed = tu_seed();
-    char *text = read_model("lenet5.cfg");
+    char *text = tt_read_model("lenet5.cfg");
     clg_model *m = make(text, "all", NULL, 64, 0, seed);
     train(m, seed, 16, 64, NULL);
     /* per-step compute times, compared as medians over 7 steps: a step in
@@ -505,7 +479,7 @@ START_TEST(fp16_overflow_skips_everywhere)
     clg_rng rng;
     clg_rng_seed(&rng, seed, 5);
     ck_assert(clg_session_stage_wait(m, 0) == CLG_OK);
-    synth(&rng, m->xhost[0], m->yhost[0], 32, 1, 8, 8);
+    tt_synth_quadrants(&rng, m->xhost[0], m->yhost[0], 32, 1, 8, 8);
     m->xhost[0][30 * 64 + 7] = INFINITY; /* sample 30: device 1's half */
     ck_assert(clg_session_upload(m, 0, 32, 1) == CLG_OK);
     ck_assert_int_eq(m->dp->cnt[0][0], 16);
@@ -532,7 +506,7 @@ START_TEST(resume_other_device_count)
     if (!two_devices())
         return;
     uint64_t seed = tu_seed();
-    char *text = read_model("lenet5.cfg");
+    char *text = tt_read_model("lenet5.cfg");
     clg_model *two = make(text, "all", NULL, 16, 0, seed);
     train(two, seed, 5, 16, NULL);
     char path[256];
@@ -608,7 +582,7 @@ START_TEST(failing_device)
     clg_rng rng;
     clg_rng_seed(&rng, seed, 6);
     ck_assert(clg_session_stage_wait(m, 0) == CLG_OK);
-    synth(&rng, m->xhost[0], m->yhost[0], 32, 1, 8, 8);
+    tt_synth_quadrants(&rng, m->xhost[0], m->yhost[0], 32, 1, 8, 8);
     ck_assert(clg_session_upload(m, 0, 32, 1) == CLG_OK);
     double t0 = clg_now_sec();
     clg_status st = clg_session_train_step(m, 0, 0.05, NULL);
@@ -711,7 +685,7 @@ START_TEST(split_settles_early)
         return;
     ck_assert_int_eq(clg_ctx_option_set(ctx(), "test_slow_lane", "1:1.0"), CLG_OK);
     uint64_t seed = tu_seed();
-    char *text = read_model("lenet5.cfg");
+    char *text = tt_read_model("lenet5.cfg");
     clg_model *m = make(text, "all", NULL, 64, 0, seed);
     ck_assert_int_eq(clg_ctx_option_set(ctx(), "test_slow_lane", ""), CLG_OK);
     clg_rng rng;

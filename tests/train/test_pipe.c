@@ -31,8 +31,7 @@
 #include <unistd.h>
 
 #include "parallel/pipe.h"
-#include "testutil.h"
-#include "train/session.h"
+#include "train_testutil.h"
 
 #define TOL 1e-5
 #define STEPS 20
@@ -40,14 +39,7 @@
 #define BATCH 16
 #define LR 0.01
 
-static clg_ctx *g_ctx;
-
-static clg_ctx *ctx(void)
-{
-    if (!g_ctx)
-        g_ctx = tu_ctx(NULL);
-    return g_ctx;
-}
+static clg_ctx *ctx(void) { return tt_ctx(0); }
 
 static int two_devices(void)
 {
@@ -56,31 +48,6 @@ static int two_devices(void)
         return 0;
     }
     return 1;
-}
-
-static char *read_model(const char *name)
-{
-    char path[1024];
-    snprintf(path, sizeof path, "%s/models/%s", CLG_SOURCE_DIR, name);
-    char *text = NULL;
-    size_t len = 0;
-    clg_err err = {0};
-    ck_assert_msg(clg_file_read(&err, path, &text, &len) == CLG_OK, "%s", err.msg);
-    return text;
-}
-
-/* Class k: a bright patch in quadrant k of an image of noise. */
-static void synth(clg_rng *rng, float *x, int32_t *y, int n, int c, int h, int w)
-{
-    for (int i = 0; i < n; i++) {
-        int k = (int)(clg_rng_u32(rng) % 4);
-        y[i] = k;
-        for (int p = 0; p < c * h * w; p++) {
-            int yy = (p / w) % h, xx = p % w;
-            int q = (yy >= h / 2) * 2 + (xx >= w / 2);
-            x[(size_t)i * c * h * w + p] = clg_rng_uniform(rng) + (q == k ? 0.5f : 0.0f);
-        }
-    }
 }
 
 /* A run's trainable weights and running statistics in layer order (host). */
@@ -111,10 +78,8 @@ static void grab(weights *w, clg_replica *const *reps, const int *stage_of, cons
                 continue;
             ck_assert(w->n < 64);
             size_t n = l->params[p].numel;
-            float *h = malloc(n * sizeof(float));
-            tu_poison(h, n);
             clg_param_ref ref = {l, &l->params[p]}; /* fp16: the fp32 master copy */
-            tu_download(r->dev, clg_replica_master(r, &ref), h, n);
+            float *h = tt_fetch(r->dev, clg_replica_master(r, &ref), n);
             w->v[w->n] = h;
             w->numel[w->n++] = n;
         }
@@ -131,7 +96,7 @@ static void run_session(const char *text, int steps, weights *w)
     clg_rng_seed(&rng, 5, 99);
     for (int s = 0; s < steps; s++) {
         ck_assert(clg_session_stage_wait(m, 0) == CLG_OK);
-        synth(&rng, m->xhost[0], m->yhost[0], BATCH, m->net->in_c, m->net->in_h, m->net->in_w);
+        tt_synth_quadrants(&rng, m->xhost[0], m->yhost[0], BATCH, m->net->in_c, m->net->in_h, m->net->in_w);
         ck_assert(clg_session_upload(m, 0, BATCH, 1) == CLG_OK);
         float res[2];
         ck_assert_msg(clg_session_train_step(m, 0, LR, res) == CLG_OK, "%s",
@@ -175,7 +140,7 @@ static void run_pipe(const char *text, int steps, int K, int M, int schedule, co
     clg_rng rng;
     clg_rng_seed(&rng, 5, 99);
     for (int s = 0; s < steps; s++) {
-        synth(&rng, x, y, BATCH, net->in_c, net->in_h, net->in_w);
+        tt_synth_quadrants(&rng, x, y, BATCH, net->in_c, net->in_h, net->in_w);
         float res[2];
         ck_assert_msg(clg_pipe_train_step(p, &net->hp, x, y, BATCH, LR, 1.0f / BATCH,
                                           net->hp.clip_norm, 7, (uint32_t)s, res) == CLG_OK,
@@ -215,22 +180,14 @@ static void compare(const weights *a, const weights *b, const char *what)
     double worst = 0;
     for (int i = 0; i < a->n; i++) {
         ck_assert(a->numel[i] == b->numel[i]);
-        double d2 = 0, r2 = 0;
-        for (size_t k = 0; k < a->numel[i]; k++) {
-            double d = (double)a->v[i][k] - b->v[i][k];
-            d2 += isfinite(d) ? d * d : INFINITY;
-            r2 += (double)b->v[i][k] * b->v[i][k];
-        }
-        double rel = sqrt(d2) / (sqrt(r2) + 1e-30);
+        double rel = tt_rel_l2(a->v[i], b->v[i], a->numel[i]);
         if (!(rel <= worst))
             worst = rel;
     }
     fprintf(stderr, "%s: max relative difference %.3g over %d tensors (%.1f s)\n", what, worst, a->n,
             clg_now_sec() - g_t0);
     ck_assert_msg(worst <= TOL, "%s: weights differ by %g (> %g)", what, worst, TOL);
-    for (int s = 0; s < a->steps; s++)
-        ck_assert_msg(fabs(a->loss[s] - b->loss[s]) <= 1e-4 * fabs(b->loss[s]) + 1e-5, "%s: step %d loss %g vs %g",
-                      what, s, a->loss[s], b->loss[s]);
+    tt_compare_loss(a->loss, b->loss, a->steps, 1e-4, what);
 }
 
 /* pp=2 with both schedules against one device accumulating the same
@@ -277,7 +234,7 @@ START_TEST(lenet_vs_one_device)
     if (!two_devices())
         return;
     g_t0 = clg_now_sec();
-    char *text = read_model("lenet5.cfg");
+    char *text = tt_read_model("lenet5.cfg");
     pipeline_vs_accumulated(text, "lenet5", NULL);
     /* and the plain step over the global batch (no batch norm: the same gradient) */
     weights ref = {0}, w = {0};
@@ -295,7 +252,7 @@ START_TEST(resnet_residual_cut)
     if (!two_devices())
         return;
     g_t0 = clg_now_sec();
-    char *text = read_model("resnet-mini.cfg");
+    char *text = tt_read_model("resnet-mini.cfg");
     weights plain = {0}, one = {0};
     run_session(text, STEPS, &plain);
     run_pipe(text, STEPS, 1, 1, CLG_PIPE_1F1B, NULL, &one, NULL);
@@ -322,7 +279,7 @@ static void run_session_fp16(const char *text, const clg_pipe_params *pipe, int 
     clg_rng_seed(&rng, 5, 99);
     for (int s = 0; s < steps; s++) {
         ck_assert(clg_session_stage_wait(m, 0) == CLG_OK);
-        synth(&rng, m->xhost[0], m->yhost[0], BATCH, m->net->in_c, m->net->in_h, m->net->in_w);
+        tt_synth_quadrants(&rng, m->xhost[0], m->yhost[0], BATCH, m->net->in_c, m->net->in_h, m->net->in_w);
         ck_assert(clg_session_upload(m, 0, BATCH, 1) == CLG_OK);
         float res[2];
         ck_assert_msg(clg_session_train_step(m, 0, LR, res) == CLG_OK, "%s", clg_last_error(ctx()));
@@ -354,13 +311,7 @@ static void fp16_sessions(const char *text, const clg_pipe_params *pipe, int gro
     run_session_fp16(text, pipe, grow, &two);
     double worst = 0;
     for (int i = 0; i < one.n; i++) {
-        double d2 = 0, r2 = 0;
-        for (size_t k = 0; k < one.numel[i]; k++) {
-            double d = (double)two.v[i][k] - one.v[i][k];
-            d2 += isfinite(d) ? d * d : INFINITY;
-            r2 += (double)one.v[i][k] * one.v[i][k];
-        }
-        double rel = sqrt(d2) / (sqrt(r2) + 1e-30);
+        double rel = tt_rel_l2(two.v[i], one.v[i], one.numel[i]);
         if (!(rel <= worst))
             worst = rel;
     }
@@ -403,7 +354,7 @@ START_TEST(fp16_two_stages)
     if (!two_devices())
         return;
     g_t0 = clg_now_sec();
-    char *text = read_model("lenet5.cfg");
+    char *text = tt_read_model("lenet5.cfg");
     g_fp16 = 1;
     weights acc = {0};
     run_pipe(text, STEPS, 1, 4, CLG_PIPE_1F1B, NULL, &acc, NULL);
@@ -441,7 +392,7 @@ START_TEST(forward_stages)
 {
     if (!two_devices())
         return;
-    char *text = read_model("resnet-mini.cfg");
+    char *text = tt_read_model("resnet-mini.cfg");
     clg_pipe_params pipe = {.stages = 2, .cuts = "b1_conv2", .micro = 4, .schedule = CLG_PIPE_1F1B};
     clg_dp_params dpp = {.pipe = &pipe};
     clg_model *m = NULL, *one = NULL;
@@ -451,7 +402,7 @@ START_TEST(forward_stages)
     clg_rng_seed(&rng, 5, 99);
     for (int s = 0; s < 3; s++) {
         ck_assert(clg_session_stage_wait(m, 0) == CLG_OK);
-        synth(&rng, m->xhost[0], m->yhost[0], BATCH, m->net->in_c, m->net->in_h, m->net->in_w);
+        tt_synth_quadrants(&rng, m->xhost[0], m->yhost[0], BATCH, m->net->in_c, m->net->in_h, m->net->in_w);
         ck_assert(clg_session_upload(m, 0, BATCH, 1) == CLG_OK);
         ck_assert_msg(clg_session_train_step(m, 0, LR, NULL) == CLG_OK, "%s", clg_last_error(ctx()));
     }
@@ -462,7 +413,7 @@ START_TEST(forward_stages)
     float *x = malloc((size_t)n * sample * sizeof(float)), *pa = malloc((size_t)BATCH * ow * sizeof(float)),
           *pb = malloc((size_t)BATCH * ow * sizeof(float)), *pc = malloc((size_t)BATCH * ow * sizeof(float));
     int32_t y[BATCH];
-    synth(&rng, x, y, n, m->net->in_c, m->net->in_h, m->net->in_w);
+    tt_synth_quadrants(&rng, x, y, n, m->net->in_c, m->net->in_h, m->net->in_w);
     ck_assert(clg_session_stage_wait(m, 0) == CLG_OK);
     memcpy(m->xhost[0], x, (size_t)n * sample * sizeof(float));
     memcpy(m->yhost[0], y, (size_t)n * sizeof(int32_t));
@@ -534,12 +485,10 @@ END_TEST
  * is summed on stage 0. 1F1B holds at most K - s micro-batches on stage s. */
 START_TEST(four_stages)
 {
-    if (clg_device_count(ctx()) < 4) {
-        fprintf(stderr, "four_stages: skipped (needs four devices; test train-pipe-4 has them)\n");
+    if (!tt_four_devices(ctx(), "four_stages", "train-pipe-4"))
         return;
-    }
     g_t0 = clg_now_sec();
-    char *text = read_model("resnet-mini.cfg");
+    char *text = tt_read_model("resnet-mini.cfg");
     weights acc = {0};
     run_pipe(text, STEPS, 1, 8, CLG_PIPE_1F1B, NULL, &acc, NULL);
     for (int sch = 0; sch < 2; sch++) {
@@ -619,7 +568,7 @@ START_TEST(bad_layouts)
 {
     const char *tiny = "[net]\nchannels = 1\nheight = 4\nwidth = 4\nclasses = 2\n"
                        "[dense]\nname = fc\nunits = 2\n[softmax]\nname = loss\n";
-    char *text = read_model("lenet5.cfg");
+    char *text = tt_read_model("lenet5.cfg");
     ck_assert_int_eq(try_pipe(tiny, 3, 3, 2, NULL), CLG_ERR_INVALID_ARG);
     ck_assert_msg(strstr(clg_last_error(ctx()), "3 stages but t has only 2 layers"), "%s", clg_last_error(ctx()));
     ck_assert_int_eq(try_pipe(text, 2, 1, 4, NULL), CLG_ERR_INVALID_ARG);
@@ -655,7 +604,7 @@ START_TEST(stage_fault)
 {
     if (!two_devices())
         return;
-    char *text = read_model("lenet5.cfg");
+    char *text = tt_read_model("lenet5.cfg");
     clg_err err = {0};
     clg_net *net = NULL;
     ck_assert(clg_net_build(&err, text, "t", BATCH, &net) == CLG_OK);
@@ -701,7 +650,7 @@ END_TEST
  * status of the run: a refusal at creation or in a step. */
 static clg_status vgg_peak(clg_ctx *c, int pp, int adam, int steps, const char *ckpt, double *mib)
 {
-    char *text = read_model("vgg-s.cfg");
+    char *text = tt_read_model("vgg-s.cfg");
     clg_pipe_params pipe = {.stages = 2, .micro = 4, .schedule = CLG_PIPE_1F1B, .whole_layers = 1};
     clg_dp_params dpp = {.pipe = pp == 2 ? &pipe : NULL};
     clg_model *m = NULL;
@@ -716,7 +665,7 @@ static clg_status vgg_peak(clg_ctx *c, int pp, int adam, int steps, const char *
     clg_rng_seed(&rng, 5, 99);
     for (int s = 0; s < steps && st == CLG_OK; s++) {
         st = clg_session_stage_wait(m, 0);
-        synth(&rng, m->xhost[0], m->yhost[0], MEM_BATCH, m->net->in_c, m->net->in_h, m->net->in_w);
+        tt_synth_quadrants(&rng, m->xhost[0], m->yhost[0], MEM_BATCH, m->net->in_c, m->net->in_h, m->net->in_w);
         if (st == CLG_OK)
             st = clg_session_upload(m, 0, MEM_BATCH, 1);
         if (st == CLG_OK)
@@ -837,16 +786,7 @@ static Suite *suite(void)
 
 int main(void)
 {
-    if (!two_devices()) {
-        clg_ctx_destroy(g_ctx);
+    if (!tt_two_devices("test_pipe"))
         return TU_SKIP;
-    }
-    SRunner *sr = srunner_create(suite());
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    if (g_ctx)
-        clg_ctx_destroy(g_ctx);
-    return failed ? 1 : 0;
+    return tt_run_suite(suite());
 }

@@ -42,47 +42,14 @@
 
 #include "io/checkpoint.h"
 #include "parallel/pipe.h"
-#include "testutil.h"
-#include "train/session.h"
+#include "train_testutil.h"
 
 #define TOL 1e-5
 #define STEPS 20
 #define BATCH 16
 #define LR 0.01
 
-static clg_ctx *g_ctx;
-
-static clg_ctx *ctx(void)
-{
-    if (!g_ctx)
-        g_ctx = tu_ctx(NULL);
-    return g_ctx;
-}
-
-static char *read_model(const char *name)
-{
-    char path[1024];
-    snprintf(path, sizeof path, "%s/models/%s", CLG_SOURCE_DIR, name);
-    char *text = NULL;
-    size_t len = 0;
-    clg_err err = {0};
-    ck_assert_msg(clg_file_read(&err, path, &text, &len) == CLG_OK, "%s", err.msg);
-    return text;
-}
-
-/* Class k: a bright patch in quadrant k of an image of noise. */
-static void synth(clg_rng *rng, float *x, int32_t *y, int n, int c, int h, int w)
-{
-    for (int i = 0; i < n; i++) {
-        int k = (int)(clg_rng_u32(rng) % 4);
-        y[i] = k;
-        for (int p = 0; p < c * h * w; p++) {
-            int yy = (p / w) % h, xx = p % w;
-            int q = (yy >= h / 2) * 2 + (xx >= w / 2);
-            x[(size_t)i * c * h * w + p] = clg_rng_uniform(rng) + (q == k ? 0.5f : 0.0f);
-        }
-    }
-}
+static clg_ctx *ctx(void) { return tt_ctx(0); }
 
 /* A run's parameters (weights and running statistics, one-device layout) and losses. */
 typedef struct weights {
@@ -131,9 +98,7 @@ static void grab(weights *w, clg_replica *r)
     for (int i = 0; i < n; i++) {
         ck_assert(w->n < 64);
         size_t k = refs[i].param->numel;
-        float *h = malloc(k * sizeof(float));
-        tu_poison(h, k);
-        tu_download(r->dev, clg_replica_master(r, &refs[i]), h, k);
+        float *h = tt_fetch(r->dev, clg_replica_master(r, &refs[i]), k);
         w->v[w->n] = h;
         w->numel[w->n++] = k;
     }
@@ -149,10 +114,8 @@ static void grab_stages(weights *w, clg_pipe *p)
         for (int q = 0; q < l->nparams; q++) {
             ck_assert(w->n < 64);
             size_t k = l->params[q].numel;
-            float *h = malloc(k * sizeof(float));
-            tu_poison(h, k);
             clg_param_ref ref = {l, &l->params[q]};
-            tu_download(r->dev, clg_replica_master(r, &ref), h, k);
+            float *h = tt_fetch(r->dev, clg_replica_master(r, &ref), k);
             w->v[w->n] = h;
             w->numel[w->n++] = k;
         }
@@ -219,7 +182,7 @@ static void run(const char *text, int steps, int K, int schedule, const char *cu
             clg_optim_free(fo);
             clg_replica_free(full);
         }
-        synth(&rng, x, y, BATCH, net->in_c, net->in_h, net->in_w);
+        tt_synth_quadrants(&rng, x, y, BATCH, net->in_c, net->in_h, net->in_w);
         float res[2];
         ck_assert_msg(clg_pipe_train_step(p, &rn->hp, x, y, BATCH, LR, 1.0f / BATCH, rn->hp.clip_norm, 7,
                                           (uint32_t)s, res) == CLG_OK,
@@ -247,22 +210,14 @@ static void compare(const weights *a, const weights *b, const char *what)
     double worst = 0;
     for (int i = 0; i < a->n; i++) {
         ck_assert(a->numel[i] == b->numel[i]);
-        double d2 = 0, r2 = 0;
-        for (size_t k = 0; k < a->numel[i]; k++) {
-            double d = (double)a->v[i][k] - b->v[i][k];
-            d2 += isfinite(d) ? d * d : INFINITY;
-            r2 += (double)b->v[i][k] * b->v[i][k];
-        }
-        double rel = sqrt(d2) / (sqrt(r2) + 1e-30);
+        double rel = tt_rel_l2(a->v[i], b->v[i], a->numel[i]);
         if (!(rel <= worst))
             worst = rel;
     }
     fprintf(stderr, "%s: max relative difference %.3g over %d tensors\n", what, worst, a->n);
     ck_assert_msg(worst <= TOL, "%s: weights differ by %g (> %g)", what, worst, TOL);
     ck_assert_int_eq(a->steps, b->steps);
-    for (int s = 0; s < a->steps; s++)
-        ck_assert_msg(fabs(a->loss[s] - b->loss[s]) <= 1e-4 * fabs(b->loss[s]) + 1e-5, "%s: step %d loss %g vs %g",
-                      what, s, a->loss[s], b->loss[s]);
+    tt_compare_loss(a->loss, b->loss, a->steps, 1e-4, what);
 }
 
 /* model cut inside layer `layer` by cuts: against one device running the split network (STEPS, the schedules
@@ -270,7 +225,7 @@ static void compare(const weights *a, const weights *b, const char *what)
 static void split_vs_one_device(const char *model, const char *cuts, const char *layer, int c, int nsch, int resume,
                                 int plain_steps)
 {
-    char *text = read_model(model);
+    char *text = tt_read_model(model);
     clg_err err = {0};
     clg_net *net = NULL;
     ck_assert(clg_net_build(&err, text, "t", BATCH, &net) == CLG_OK);
@@ -324,7 +279,7 @@ END_TEST
  * gradients in half; the stages against one device running the split network in fp16, 20 steps. */
 START_TEST(lenet_fp16_split)
 {
-    char *text = read_model("lenet5.cfg");
+    char *text = tt_read_model("lenet5.cfg");
     clg_err err = {0};
     clg_net *net = NULL;
     ck_assert(clg_net_build(&err, text, "t", BATCH, &net) == CLG_OK);
@@ -347,11 +302,9 @@ END_TEST
  * replicas' sums added per stage in replica order), 20 steps. */
 START_TEST(hybrid_split)
 {
-    if (clg_device_count(ctx()) < 4) {
-        fprintf(stderr, "hybrid_split: skipped (needs four devices; test train-pipe-split-4 has them)\n");
+    if (!tt_four_devices(ctx(), "hybrid_split", "train-pipe-split-4"))
         return;
-    }
-    char *text = read_model("lenet5.cfg");
+    char *text = tt_read_model("lenet5.cfg");
     g_replicas = 2;
     weights ref = {0}, w = {0};
     run(text, STEPS, 1, CLG_PIPE_1F1B, NULL, 2, 6, 1, -1, &ref);
@@ -376,7 +329,7 @@ static void session_steps(clg_model *m, int s0, int s1)
     clg_rng_seed(&rng, 5, 99);
     for (int s = 0; s < s1; s++) {
         ck_assert(clg_session_stage_wait(m, 0) == CLG_OK);
-        synth(&rng, m->xhost[0], m->yhost[0], BATCH, m->net->in_c, m->net->in_h, m->net->in_w);
+        tt_synth_quadrants(&rng, m->xhost[0], m->yhost[0], BATCH, m->net->in_c, m->net->in_h, m->net->in_w);
         if (s < s0)
             continue;
         ck_assert(clg_session_upload(m, 0, BATCH, 1) == CLG_OK);
@@ -414,7 +367,7 @@ static void same_bits(const weights *a, const weights *b, const char *what)
  * and a split session resumed from it runs steps 10 .. 19 to the bits of the uninterrupted run. */
 START_TEST(session_checkpoint)
 {
-    char *text = read_model("lenet5.cfg");
+    char *text = tt_read_model("lenet5.cfg");
     clg_pipe_params pipe = {.stages = 2, .cuts = "conv2:0.4", .micro = 4, .schedule = CLG_PIPE_1F1B};
     char path[256];
     snprintf(path, sizeof path, "/tmp/clg_pipe_split_%d.ckpt", (int)getpid());
@@ -459,7 +412,7 @@ END_TEST
  * loss). */
 START_TEST(auto_choice)
 {
-    char *text = read_model("vgg-s.cfg");
+    char *text = tt_read_model("vgg-s.cfg");
     clg_err err = {0};
     clg_net *net = NULL;
     ck_assert(clg_net_build(&err, text, "t", BATCH, &net) == CLG_OK);
@@ -503,7 +456,7 @@ static void refused(const char *text, const char *cuts, clg_status want, const c
 
 START_TEST(bad_cuts)
 {
-    char *text = read_model("lenet5.cfg");
+    char *text = tt_read_model("lenet5.cfg");
     refused(text, "conv2:0", CLG_ERR_INVALID_ARG, "strictly between 0 and 1");
     refused(text, "conv2:1", CLG_ERR_INVALID_ARG, "strictly between 0 and 1");
     refused(text, "conv2:1.5", CLG_ERR_INVALID_ARG, "strictly between 0 and 1");
@@ -519,11 +472,8 @@ END_TEST
 
 int main(void)
 {
-    if (clg_device_count(ctx()) < 2) {
-        fprintf(stderr, "test_pipe_split: needs two OpenCL devices (POCL_DEVICES=\"pthread pthread\")\n");
-        clg_ctx_destroy(g_ctx);
+    if (!tt_two_devices("test_pipe_split"))
         return TU_SKIP;
-    }
     Suite *s = suite_create("pipe_split");
     TCase *tc = tcase_create("pipe_split");
     tcase_set_timeout(tc, 120);
@@ -539,11 +489,5 @@ int main(void)
     tcase_set_timeout(t4, 120);
     tcase_add_test(t4, hybrid_split);
     suite_add_tcase(s, t4);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    clg_ctx_destroy(g_ctx);
-    return failed ? 1 : 0;
+    return tt_run_suite(s);
 }

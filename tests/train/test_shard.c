@@ -25,8 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "testutil.h"
-#include "train/session.h"
+#include "train_testutil.h"
 
 #define STEPS 20
 
@@ -100,20 +99,6 @@ static clg_model *make(const char *text, int fp16, int shard, int opt, uint64_t 
     return m;
 }
 
-/* Class k: a bright patch in quadrant k of an image of noise. */
-static void synth(clg_rng *rng, float *x, int32_t *y, int n, int c, int h, int w)
-{
-    for (int i = 0; i < n; i++) {
-        int k = (int)(clg_rng_u32(rng) % 4);
-        y[i] = k;
-        for (int p = 0; p < c * h * w; p++) {
-            int yy = (p / w) % h, xx = p % w;
-            int q = (yy >= h / 2) * 2 + (xx >= w / 2);
-            x[(size_t)i * c * h * w + p] = clg_rng_uniform(rng) + (q == k ? 0.5f : 0.0f);
-        }
-    }
-}
-
 /* `steps` steps on fresh samples from rng; returns the steps that clipped
  * (global norm above clip_norm); *st the first failure (NULL: must pass). */
 static int train(clg_model *m, clg_rng *rng, int steps, clg_status *st)
@@ -121,7 +106,7 @@ static int train(clg_model *m, clg_rng *rng, int steps, clg_status *st)
     int clipped = 0, n = m->net->batch;
     for (int s = 0; s < steps; s++) {
         ck_assert(clg_session_stage_wait(m, 0) == CLG_OK);
-        synth(rng, m->xhost[0], m->yhost[0], n, m->net->in_c, m->net->in_h, m->net->in_w);
+        tt_synth_quadrants(rng, m->xhost[0], m->yhost[0], n, m->net->in_c, m->net->in_h, m->net->in_w);
         ck_assert_msg(clg_session_upload(m, 0, n, 1) == CLG_OK, "%s", clg_last_error(m->ctx));
         float res[2];
         clg_status r = clg_session_train_step(m, 0, m->hp.learning_rate, res);

@@ -32,8 +32,7 @@
 #include <unistd.h>
 
 #include "parallel/tensor.h"
-#include "testutil.h"
-#include "train/session.h"
+#include "train_testutil.h"
 
 #define TOL 1e-5
 #define STEPS 20
@@ -46,63 +45,7 @@ static double g_lr = LR; /* the runs' learning rate (Adam's smaller) */
 static double g_clip;     /* > 0: the sessions clip the gradient norm to this */
 static double g_mem_ratio; /* > 0: each device's parameter (and optimizer) memory at most this x one device's */
 
-static clg_ctx *g_ctx;
-
-static clg_ctx *ctx(void)
-{
-    if (!g_ctx)
-        g_ctx = tu_ctx_fixed(0);
-    return g_ctx;
-}
-
-static const char *mlp_text(int adam)
-{
-    static char buf[1024];
-    snprintf(buf, sizeof buf,
-             "[net]\nchannels = 1\nheight = 28\nwidth = 28\nclasses = 10\nbatch = 32\n"
-             "optimizer = %s\nlearning_rate = 0.02\nmomentum = 0.9\nweight_decay = 0.0005\n"
-             "[dense]\nname = fc1\nunits = 256\n[activation]\nname = relu1\ntype = relu\n"
-             "[dropout]\nname = drop1\np = 0.25\n"
-             "[dense]\nname = fc2\nunits = 256\n[activation]\nname = relu2\ntype = relu\n"
-             "[dense]\nname = fc3\nunits = 10\n[softmax]\nname = loss\n",
-             adam ? "adam" : "sgd");
-    return buf;
-}
-
-/* Two convolution pairs: conv1 (8 filters) split by output channels, relu, max pool and dropout on each
- * device's channels, conv2 (linear) split by input channels; conv3 split by output channels (fused relu),
- * flattened, and the dense output layer split by the same slice of its input features. */
-static const char *cnn_text =
-    "[net]\nchannels = 1\nheight = 28\nwidth = 28\nclasses = 10\nbatch = 32\n"
-    "optimizer = sgd\nlearning_rate = 0.02\nmomentum = 0.9\nweight_decay = 0.0005\n"
-    "[convolutional]\nname = conv1\nfilters = 8\nsize = 3\npad = 1\n[activation]\ntype = relu\n"
-    "[maxpool]\nsize = 2\n[dropout]\np = 0.2\n"
-    "[convolutional]\nname = conv2\nfilters = 8\nsize = 3\npad = 1\n[activation]\ntype = relu\n"
-    "[maxpool]\nsize = 2\n"
-    "[convolutional]\nname = conv3\nfilters = 8\nsize = 3\nactivation = relu\n[flatten]\n"
-    "[dense]\nname = fc\nunits = 10\n[softmax]\nname = loss\n";
-
-static char *read_model(const char *name)
-{
-    char path[1024];
-    snprintf(path, sizeof path, "%s/models/%s", CLG_SOURCE_DIR, name);
-    char *text = NULL;
-    size_t len = 0;
-    clg_err err = {0};
-    ck_assert_msg(clg_file_read(&err, path, &text, &len) == CLG_OK, "%s", err.msg);
-    return text;
-}
-
-/* Class k: a bright patch in a region of an image of noise. */
-static void synth(clg_rng *rng, float *x, int32_t *y, int n, size_t sample)
-{
-    for (int i = 0; i < n; i++) {
-        int k = (int)(clg_rng_u32(rng) % 10);
-        y[i] = k;
-        for (size_t p = 0; p < sample; p++)
-            x[(size_t)i * sample + p] = clg_rng_uniform(rng) + ((p * 10 / sample) == (size_t)k ? 0.5f : 0.0f);
-    }
-}
+static clg_ctx *ctx(void) { return tt_ctx(1); }
 
 static clg_status make(const char *text, const char *layout, const char *devices, clg_model **m)
 {
@@ -117,76 +60,7 @@ static clg_status make(const char *text, const char *layout, const char *devices
 /* steps more steps on the data stream rng; loss of each into loss (may be NULL). */
 static void train(clg_model *m, clg_rng *rng, int steps, double *loss)
 {
-    size_t sample = (size_t)m->net->in_c * m->net->in_h * m->net->in_w;
-    for (int s = 0; s < steps; s++) {
-        ck_assert(clg_session_stage_wait(m, 0) == CLG_OK);
-        synth(rng, m->xhost[0], m->yhost[0], BATCH, sample);
-        ck_assert(clg_session_upload(m, 0, BATCH, 1) == CLG_OK);
-        float res[2] = {NAN, NAN};
-        ck_assert_msg(clg_session_train_step(m, 0, g_lr, res) == CLG_OK, "%s", clg_last_error(ctx()));
-        if (loss)
-            loss[s] = res[0];
-    }
-    ck_assert(clg_dp_finish(m->dp) == CLG_OK);
-}
-
-typedef struct weights {
-    int n;
-    float *v[64];
-    size_t numel[64];
-    char name[64][80];
-} weights;
-
-static void weights_free(weights *w)
-{
-    for (int i = 0; i < w->n; i++)
-        free(w->v[i]);
-    w->n = 0;
-}
-
-/* Every parameter of the whole network (tp: gathered from the lanes). */
-static void grab(clg_model *m, weights *w)
-{
-    ck_assert_msg(clg_session_pipe_gather(m, 0) == CLG_OK, "%s", clg_last_error(ctx()));
-    clg_replica *r = clg_session_rep(m);
-    for (int i = 0; i < r->nlayers; i++)
-        for (int p = 0; p < r->layers[i].nparams; p++) {
-            clg_param *q = &r->layers[i].params[p];
-            ck_assert(w->n < 64);
-            float *h = malloc(q->numel * sizeof(float));
-            tu_poison(h, q->numel);
-            tu_download(r->dev, q->value, h, q->numel);
-            snprintf(w->name[w->n], sizeof w->name[0], "%s.%s", r->layers[i].name, q->name);
-            w->v[w->n] = h;
-            w->numel[w->n++] = q->numel;
-        }
-}
-
-static double compare(const weights *a, const weights *b, const char *what)
-{
-    ck_assert_int_eq(a->n, b->n);
-    double worst = 0;
-    for (int i = 0; i < a->n; i++) {
-        ck_assert(a->numel[i] == b->numel[i]);
-        double d2 = 0, r2 = 0;
-        for (size_t k = 0; k < a->numel[i]; k++) {
-            double d = (double)a->v[i][k] - b->v[i][k];
-            d2 += isfinite(d) ? d * d : INFINITY;
-            r2 += (double)b->v[i][k] * b->v[i][k];
-        }
-        double rel = sqrt(d2) / (sqrt(r2) + 1e-30);
-        ck_assert_msg(rel <= TOL, "%s: %s differs by %g (> %g)", what, a->name[i], rel, TOL);
-        if (!(rel <= worst))
-            worst = rel;
-    }
-    fprintf(stderr, "%s: max relative difference %.3g over %d tensors\n", what, worst, a->n);
-    return worst;
-}
-
-static void compare_loss(const double *a, const double *b, int n, const char *what)
-{
-    for (int s = 0; s < n; s++)
-        ck_assert_msg(fabs(a[s] - b[s]) <= 1e-4 * fabs(b[s]) + 1e-5, "%s: step %d loss %g vs %g", what, s, a[s], b[s]);
+    tt_train(m, rng, steps, BATCH, g_lr, loss, NULL);
 }
 
 /* Lanes la and lb of a group (lb: not its first): replicated parameters bitwise equal on both, the row-split
@@ -272,21 +146,21 @@ static void tp_vs_one_layout(const char *text, const char *what, int expect_pair
                       mem[l].parameters / 1048576.0, mem[l].optimizer / 1048576.0, m1.parameters / 1048576.0,
                       m1.optimizer / 1048576.0, g_mem_ratio);
     ck_assert(clg_model_memory(tp, T * D, &mem[0]) == CLG_ERR_INVALID_ARG);
-    weights wa = {0}, wb = {0};
-    grab(one, &wa);
-    grab(tp, &wb);
+    tt_weights wa = {0}, wb = {0};
+    tt_grab_session(one, &wa);
+    tt_grab_session(tp, &wb);
     char msg[160];
     snprintf(msg, sizeof msg, "%s %s vs one device, %d steps", what, layout, STEPS);
-    compare(&wb, &wa, msg);
-    compare_loss(lb, la, STEPS, msg);
+    tt_compare(&wb, &wa, TOL, msg);
+    tt_compare_loss(lb, la, STEPS, 1e-4, msg);
     for (int d = 0; d < D; d++)
         for (int t = 1; t < T; t++)
             check_lanes(tp->tp, d * T, d * T + t);
     for (int d = 1; d < D; d++) /* every group holds the same bits (each slice's lanes: the same update) */
         for (int t = 0; t < T; t++)
             check_same(tp->tp, t, d * T + t);
-    weights_free(&wa);
-    weights_free(&wb);
+    tt_weights_free(&wa);
+    tt_weights_free(&wb);
     clg_session_free(one);
     clg_session_free(tp);
 }
@@ -300,7 +174,7 @@ START_TEST(mlp_sgd)
 {
     g_mem_ratio = 0.6; /* fc1 and fc2 halved, fc3 (1%) whole: 0.51 (the device pools, shared with the one-device
                           session of the same context, are not compared) */
-    tp_vs_one(mlp_text(0), "mlp 784-256-256-10 (dropout in the split, sgd)", 1);
+    tp_vs_one(tt_mlp_text(0), "mlp 784-256-256-10 (dropout in the split, sgd)", 1);
     g_mem_ratio = 0;
 }
 END_TEST
@@ -308,7 +182,7 @@ END_TEST
 START_TEST(mlp_adam)
 {
     g_lr = LR_ADAM;
-    tp_vs_one(mlp_text(1), "mlp 784-256-256-10 (dropout in the split, adam)", 1);
+    tp_vs_one(tt_mlp_text(1), "mlp 784-256-256-10 (dropout in the split, adam)", 1);
     g_lr = LR;
 }
 END_TEST
@@ -318,29 +192,25 @@ END_TEST
 START_TEST(clipping)
 {
     g_clip = CLIP;
-    tp_vs_one(mlp_text(0), "mlp 784-256-256-10 clipped at 0.5", 1);
+    tp_vs_one(tt_mlp_text(0), "mlp 784-256-256-10 clipped at 0.5", 1);
     g_clip = 0;
     clg_model *a = NULL, *b = NULL;
-    ck_assert_msg(make(mlp_text(0), NULL, "0", &a) == CLG_OK, "%s", clg_last_error(ctx()));
-    ck_assert_msg(make(mlp_text(0), NULL, "0", &b) == CLG_OK, "%s", clg_last_error(ctx()));
+    ck_assert_msg(make(tt_mlp_text(0), NULL, "0", &a) == CLG_OK, "%s", clg_last_error(ctx()));
+    ck_assert_msg(make(tt_mlp_text(0), NULL, "0", &b) == CLG_OK, "%s", clg_last_error(ctx()));
     b->hp.clip_norm = CLIP;
     clg_rng r1, r2;
     clg_rng_seed(&r1, 5, 99);
     clg_rng_seed(&r2, 5, 99);
     train(a, &r1, 3, NULL);
     train(b, &r2, 3, NULL);
-    weights wa = {0}, wb = {0};
-    grab(a, &wa);
-    grab(b, &wb);
-    double d2 = 0, r2s = 0;
-    for (size_t k = 0; k < wa.numel[0]; k++) { /* fc1.weight */
-        d2 += ((double)wa.v[0][k] - wb.v[0][k]) * ((double)wa.v[0][k] - wb.v[0][k]);
-        r2s += (double)wa.v[0][k] * wa.v[0][k];
-    }
-    fprintf(stderr, "clipping at %g moves fc1.weight by %.3g (relative) in 3 steps\n", CLIP, sqrt(d2 / r2s));
-    ck_assert_msg(sqrt(d2 / r2s) > 1e-3, "clipping at %g changed nothing (%g)", CLIP, sqrt(d2 / r2s));
-    weights_free(&wa);
-    weights_free(&wb);
+    tt_weights wa = {0}, wb = {0};
+    tt_grab_session(a, &wa);
+    tt_grab_session(b, &wb);
+    double moved = tt_rel_l2(wb.v[0], wa.v[0], wa.numel[0]); /* fc1.weight */
+    fprintf(stderr, "clipping at %g moves fc1.weight by %.3g (relative) in 3 steps\n", CLIP, moved);
+    ck_assert_msg(moved > 1e-3, "clipping at %g changed nothing (%g)", CLIP, moved);
+    tt_weights_free(&wa);
+    tt_weights_free(&wb);
     clg_session_free(a);
     clg_session_free(b);
 }
@@ -348,13 +218,13 @@ END_TEST
 
 START_TEST(cnn)
 {
-    tp_vs_one(cnn_text, "cnn (convolutions split by channels, dropout in the split)", 2);
+    tp_vs_one(tt_cnn_text, "cnn (convolutions split by channels, dropout in the split)", 2);
 }
 END_TEST
 
 START_TEST(lenet)
 {
-    char *text = read_model("lenet5.cfg");
+    char *text = tt_read_model("lenet5.cfg");
     tp_vs_one(text, "lenet5", 1);
     free(text);
 }
@@ -379,14 +249,14 @@ static void resume_across(const char *text, const char *a, const char *da, const
     ck_assert_msg(clg_session_load(n, path, 1) == CLG_OK, "%s", clg_last_error(ctx()));
     ck_assert_int_eq(n->step, 5);
     train(n, &r2, 5, lb);
-    weights wa = {0}, wb = {0};
-    grab(m, &wa);
-    grab(n, &wb);
+    tt_weights wa = {0}, wb = {0};
+    tt_grab_session(m, &wa);
+    tt_grab_session(n, &wb);
     char msg[160];
     snprintf(msg, sizeof msg, "checkpoint of %s resumed as %s, 5 more steps", a ? a : "one device",
              b ? b : "one device");
-    compare(&wb, &wa, msg);
-    compare_loss(lb, la, 5, msg);
+    tt_compare(&wb, &wa, TOL, msg);
+    tt_compare_loss(lb, la, 5, 1e-4, msg);
     clg_ckpt *ck = NULL; /* the one-device format: whole tensors */
     ck_assert_msg(clg_ckpt_load(&ctx()->err, path, &ck) == CLG_OK, "%s", ctx()->err.msg);
     const clg_ckpt_tensor *t = clg_ckpt_find(ck, "fc1.weight"), *o = clg_ckpt_find(ck, "opt.v.fc2.weight");
@@ -394,8 +264,8 @@ static void resume_across(const char *text, const char *a, const char *da, const
     ck_assert_msg(o && o->shape[0] == 256 && o->shape[1] == 256, "opt.v.fc2.weight missing or not whole");
     clg_ckpt_free(ck);
     unlink(path);
-    weights_free(&wa);
-    weights_free(&wb);
+    tt_weights_free(&wa);
+    tt_weights_free(&wb);
     clg_session_free(m);
     clg_session_free(n);
 }
@@ -403,8 +273,8 @@ static void resume_across(const char *text, const char *a, const char *da, const
 START_TEST(checkpoints)
 {
     g_lr = LR_ADAM;
-    resume_across(mlp_text(1), "tp=2", "all", NULL, "0");
-    resume_across(mlp_text(1), NULL, "0", "tp=2", "all");
+    resume_across(tt_mlp_text(1), "tp=2", "all", NULL, "0");
+    resume_across(tt_mlp_text(1), NULL, "0", "tp=2", "all");
     g_lr = LR;
 }
 END_TEST
@@ -422,7 +292,7 @@ static void refused(const char *text, const char *layout, const char *devices, c
 
 START_TEST(refusals)
 {
-    char *lenet = read_model("lenet5.cfg");
+    char *lenet = tt_read_model("lenet5.cfg");
     const char *one_dense = "[net]\nchannels = 1\nheight = 4\nwidth = 4\nclasses = 2\n"
                             "[dense]\nname = fc\nunits = 2\n[softmax]\nname = loss\n";
     /* fc2 has a fused relu: the sum of the partial products must come first; nothing else pairs */
@@ -455,14 +325,14 @@ START_TEST(lane_fault)
 {
     for (int lane = 0; lane < 2; lane++) {
         clg_model *m = NULL;
-        ck_assert_msg(make(mlp_text(0), "tp=2", "all", &m) == CLG_OK, "%s", clg_last_error(ctx()));
+        ck_assert_msg(make(tt_mlp_text(0), "tp=2", "all", &m) == CLG_OK, "%s", clg_last_error(ctx()));
         clg_rng rng;
         clg_rng_seed(&rng, 5, 99);
         train(m, &rng, 1, NULL);
         m->tp->fault_lane = lane;
         m->tp->fault_step = m->step;
         ck_assert(clg_session_stage_wait(m, 0) == CLG_OK);
-        synth(&rng, m->xhost[0], m->yhost[0], BATCH, 784);
+        tt_synth_bands(&rng, m->xhost[0], m->yhost[0], BATCH, 784);
         ck_assert(clg_session_upload(m, 0, BATCH, 1) == CLG_OK);
         ck_assert_int_eq(clg_session_train_step(m, 0, LR, NULL), CLG_ERR_OPENCL);
         char want[64];
@@ -482,13 +352,11 @@ END_TEST
 /* Four devices (test train-tp-4): dp=2 x tp=2 and tp=4 against one device; batch norm refused under dp x tp. */
 START_TEST(four_devices)
 {
-    if (clg_device_count(ctx()) < 4) {
-        fprintf(stderr, "four_devices: skipped (needs four devices; test train-tp-4 has them)\n");
+    if (!tt_four_devices(ctx(), "four_devices", "train-tp-4"))
         return;
-    }
-    char *lenet = read_model("lenet5.cfg"), *resnet = read_model("resnet-mini.cfg");
-    tp_vs_one_layout(mlp_text(0), "mlp 784-256-256-10 (dropout in the split, sgd)", 1, "dp=2,tp=2", 2, 2);
-    tp_vs_one_layout(mlp_text(0), "mlp 784-256-256-10 (dropout in the split, sgd)", 1, "tp=4", 4, 1);
+    char *lenet = tt_read_model("lenet5.cfg"), *resnet = tt_read_model("resnet-mini.cfg");
+    tp_vs_one_layout(tt_mlp_text(0), "mlp 784-256-256-10 (dropout in the split, sgd)", 1, "dp=2,tp=2", 2, 2);
+    tp_vs_one_layout(tt_mlp_text(0), "mlp 784-256-256-10 (dropout in the split, sgd)", 1, "tp=4", 4, 1);
     tp_vs_one_layout(lenet, "lenet5", 1, "dp=2,tp=2", 2, 2);
     refused(resnet, "dp=2,tp=2", "all", CLG_ERR_UNSUPPORTED, "keeps running statistics");
     free(lenet);
@@ -498,13 +366,8 @@ END_TEST
 
 int main(void)
 {
-    clg_ctx *probe = tu_ctx(NULL); /* tu_ctx_fixed asserts: only inside a test */
-    int ndev = clg_device_count(probe);
-    clg_ctx_destroy(probe);
-    if (ndev < 2) {
-        fprintf(stderr, "test_tp: needs two OpenCL devices (POCL_DEVICES=\"pthread pthread\")\n");
+    if (!tt_two_devices("test_tp")) /* a probe: tu_ctx_fixed asserts, only inside a test */
         return TU_SKIP;
-    }
     Suite *s = suite_create("tp");
     TCase *tc = tcase_create("tp");
     tcase_set_timeout(tc, 240);
@@ -521,12 +384,5 @@ int main(void)
     tcase_set_timeout(t4, 240);
     tcase_add_test(t4, four_devices);
     suite_add_tcase(s, t4);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    if (g_ctx)
-        clg_ctx_destroy(g_ctx);
-    return failed ? 1 : 0;
+    return tt_run_suite(s);
 }

@@ -34,8 +34,7 @@
 #include <unistd.h>
 
 #include "parallel/tensor.h"
-#include "testutil.h"
-#include "train/session.h"
+#include "train_testutil.h"
 
 #define TOL16_1 2e-4
 #define TOL16 5e-2
@@ -44,52 +43,7 @@
 #define LR 0.02
 #define LR16 0.005
 
-static clg_ctx *g_ctx;
-
-static clg_ctx *ctx(void)
-{
-    if (!g_ctx)
-        g_ctx = tu_ctx_fixed(0);
-    return g_ctx;
-}
-
-static const char *mlp_text(int adam)
-{
-    static char buf[1024];
-    snprintf(buf, sizeof buf,
-             "[net]\nchannels = 1\nheight = 28\nwidth = 28\nclasses = 10\nbatch = 32\n"
-             "optimizer = %s\nlearning_rate = 0.02\nmomentum = 0.9\nweight_decay = 0.0005\n"
-             "[dense]\nname = fc1\nunits = 256\n[activation]\nname = relu1\ntype = relu\n"
-             "[dropout]\nname = drop1\np = 0.25\n"
-             "[dense]\nname = fc2\nunits = 256\n[activation]\nname = relu2\ntype = relu\n"
-             "[dense]\nname = fc3\nunits = 10\n[softmax]\nname = loss\n",
-             adam ? "adam" : "sgd");
-    return buf;
-}
-
-/* Two convolution pairs: conv1 split by output channels (relu, max pool, dropout on each device's channels),
- * conv2 (linear) by input channels; conv3 by output channels (fused relu), flattened, the dense output layer by
- * the same slice of its input features. */
-static const char *cnn_text =
-    "[net]\nchannels = 1\nheight = 28\nwidth = 28\nclasses = 10\nbatch = 32\n"
-    "optimizer = sgd\nlearning_rate = 0.02\nmomentum = 0.9\nweight_decay = 0.0005\n"
-    "[convolutional]\nname = conv1\nfilters = 8\nsize = 3\npad = 1\n[activation]\ntype = relu\n"
-    "[maxpool]\nsize = 2\n[dropout]\np = 0.2\n"
-    "[convolutional]\nname = conv2\nfilters = 8\nsize = 3\npad = 1\n[activation]\ntype = relu\n"
-    "[maxpool]\nsize = 2\n"
-    "[convolutional]\nname = conv3\nfilters = 8\nsize = 3\nactivation = relu\n[flatten]\n"
-    "[dense]\nname = fc\nunits = 10\n[softmax]\nname = loss\n";
-
-/* Class k: a bright patch in a region of an image of noise. */
-static void synth(clg_rng *rng, float *x, int32_t *y, int n, size_t sample)
-{
-    for (int i = 0; i < n; i++) {
-        int k = (int)(clg_rng_u32(rng) % 10);
-        y[i] = k;
-        for (size_t p = 0; p < sample; p++)
-            x[(size_t)i * sample + p] = clg_rng_uniform(rng) + ((p * 10 / sample) == (size_t)k ? 0.5f : 0.0f);
-    }
-}
+static clg_ctx *ctx(void) { return tt_ctx(1); }
 
 static clg_status make(const char *text, const char *layout, const char *devices, int fp16, int shard,
                        clg_model **m)
@@ -104,88 +58,12 @@ static clg_status make(const char *text, const char *layout, const char *devices
     return CLG_OK;
 }
 
-/* steps more steps on the data stream rng; per step its loss and the loss scale after it (may be NULL). */
 static double g_lr = LR;
 
+/* steps more steps on the data stream rng; per step its loss and the loss scale after it (may be NULL). */
 static void train(clg_model *m, clg_rng *rng, int steps, double *loss, double *scale)
 {
-    size_t sample = (size_t)m->net->in_c * m->net->in_h * m->net->in_w;
-    for (int s = 0; s < steps; s++) {
-        ck_assert(clg_session_stage_wait(m, 0) == CLG_OK);
-        synth(rng, m->xhost[0], m->yhost[0], BATCH, sample);
-        ck_assert(clg_session_upload(m, 0, BATCH, 1) == CLG_OK);
-        float res[2] = {NAN, NAN};
-        ck_assert_msg(clg_session_train_step(m, 0, g_lr, res) == CLG_OK, "%s", clg_last_error(ctx()));
-        if (loss)
-            loss[s] = res[0];
-        if (scale)
-            scale[s] = m->loss_scale;
-    }
-    ck_assert(clg_dp_finish(m->dp) == CLG_OK);
-}
-
-typedef struct weights {
-    int n;
-    float *v[64];
-    size_t numel[64];
-    char name[64][128];
-} weights;
-
-static void weights_free(weights *w)
-{
-    for (int i = 0; i < w->n; i++)
-        free(w->v[i]);
-    w->n = 0;
-}
-
-/* Every parameter of the whole network (tp: gathered from the lanes); fp16: the fp32 masters. */
-static void grab(clg_model *m, weights *w)
-{
-    ck_assert_msg(clg_session_pipe_gather(m, 0) == CLG_OK, "%s", clg_last_error(ctx()));
-    clg_replica *r = clg_session_rep(m);
-    for (int i = 0; i < r->nlayers; i++)
-        for (int p = 0; p < r->layers[i].nparams; p++) {
-            clg_param_ref ref = {&r->layers[i], &r->layers[i].params[p]};
-            ck_assert(w->n < 64);
-            float *h = malloc(ref.param->numel * sizeof(float));
-            tu_poison(h, ref.param->numel);
-            tu_download(r->dev, clg_replica_master(r, &ref), h, ref.param->numel);
-            snprintf(w->name[w->n], sizeof w->name[0], "%s.%s", r->layers[i].name, ref.param->name);
-            w->v[w->n] = h;
-            w->numel[w->n++] = ref.param->numel;
-        }
-}
-
-/* Worst relative L2 difference of a from b over the tensors; tol < 0: bitwise. */
-static double compare(const weights *a, const weights *b, double tol, const char *what)
-{
-    ck_assert_int_eq(a->n, b->n);
-    double worst = 0;
-    for (int i = 0; i < a->n; i++) {
-        ck_assert(a->numel[i] == b->numel[i]);
-        if (tol < 0)
-            ck_assert_msg(memcmp(a->v[i], b->v[i], a->numel[i] * sizeof(float)) == 0, "%s: %s not bitwise equal",
-                          what, a->name[i]);
-        double d2 = 0, r2 = 0;
-        for (size_t k = 0; k < a->numel[i]; k++) {
-            double d = (double)a->v[i][k] - b->v[i][k];
-            d2 += isfinite(d) ? d * d : INFINITY;
-            r2 += (double)b->v[i][k] * b->v[i][k];
-        }
-        double rel = sqrt(d2) / (sqrt(r2) + 1e-30);
-        ck_assert_msg(tol < 0 || rel <= tol, "%s: %s differs by %g (> %g)", what, a->name[i], rel, tol);
-        if (!(rel <= worst))
-            worst = rel;
-    }
-    fprintf(stderr, "%s: max relative difference %.3g over %d tensors\n", what, worst, a->n);
-    return worst;
-}
-
-/* Every step's loss within rel of b's. */
-static void compare_loss(const double *a, const double *b, int n, double rel, const char *what)
-{
-    for (int s = 0; s < n; s++)
-        ck_assert_msg(fabs(a[s] - b[s]) <= rel * fabs(b[s]) + 1e-5, "%s: step %d loss %g vs %g", what, s, a[s], b[s]);
+    tt_train(m, rng, steps, BATCH, g_lr, loss, scale);
 }
 
 // ---- fp16 storage ----
@@ -202,15 +80,15 @@ static void fp16_vs_one(const char *text, const char *layout, int L)
     clg_rng_seed(&r2, 5, 99);
     g_lr = LR16;
     char msg[160];
-    weights wa = {0}, wb = {0};
+    tt_weights wa = {0}, wb = {0};
     train(one, &r1, 1, la, sa); /* one clean step: before rounding differences have compounded */
     train(tp, &r2, 1, lb, sb);
-    grab(one, &wa);
-    grab(tp, &wb);
+    tt_grab_session(one, &wa);
+    tt_grab_session(tp, &wb);
     snprintf(msg, sizeof msg, "fp16 %s vs one device (fp16), 1 step (%s)", layout, tp->net->proto[0].name);
-    compare(&wb, &wa, TOL16_1, msg);
-    weights_free(&wa);
-    weights_free(&wb);
+    tt_compare(&wb, &wa, TOL16_1, msg);
+    tt_weights_free(&wa);
+    tt_weights_free(&wb);
     for (int i = 0; i < 2; i++) { /* many overflows: the largest scale, grown again after 3 clean steps */
         clg_model *m = i ? tp : one;
         m->loss_scale = CLG_LS_MAX;
@@ -228,20 +106,20 @@ static void fp16_vs_one(const char *text, const char *layout, int L)
                   (long long)one->ls_skipped);
     fprintf(stderr, "%s: %lld steps skipped on both, final loss scale %g\n", msg, (long long)one->ls_skipped,
             one->loss_scale);
-    grab(one, &wa);
-    grab(tp, &wb);
-    compare(&wb, &wa, TOL16, msg);
-    compare_loss(lb, la, STEPS, 1e-2, msg); /* the skipped steps' too (computed before the overflow check) */
-    weights_free(&wa);
-    weights_free(&wb);
+    tt_grab_session(one, &wa);
+    tt_grab_session(tp, &wb);
+    tt_compare(&wb, &wa, TOL16, msg);
+    tt_compare_loss(lb, la, STEPS, 1e-2, msg); /* the skipped steps' too (computed before the overflow check) */
+    tt_weights_free(&wa);
+    tt_weights_free(&wb);
     clg_session_free(one);
     clg_session_free(tp);
 }
 
 START_TEST(fp16_tp2)
 {
-    fp16_vs_one(mlp_text(0), "tp=2", 2);
-    fp16_vs_one(cnn_text, "tp=2", 2); /* convolutions split by channels */
+    fp16_vs_one(tt_mlp_text(0), "tp=2", 2);
+    fp16_vs_one(tt_cnn_text, "tp=2", 2); /* convolutions split by channels */
 }
 END_TEST
 
@@ -272,7 +150,7 @@ START_TEST(fp16_one_lane_overflow)
 {
     for (int bad = 0; bad < 2; bad++) {
         clg_model *m = NULL;
-        ck_assert_msg(make(mlp_text(1), "tp=2", "all", 1, 0, &m) == CLG_OK, "%s", clg_last_error(ctx()));
+        ck_assert_msg(make(tt_mlp_text(1), "tp=2", "all", 1, 0, &m) == CLG_OK, "%s", clg_last_error(ctx()));
         clg_rng rng;
         clg_rng_seed(&rng, 5, 99);
         train(m, &rng, 2, NULL, NULL);
@@ -323,7 +201,7 @@ START_TEST(fp16_resume)
     char path[256];
     snprintf(path, sizeof path, "test_tp_combos_%d.safetensors", (int)getpid());
     clg_model *m = NULL, *n = NULL;
-    ck_assert_msg(make(mlp_text(1), "tp=2", "all", 1, 0, &m) == CLG_OK, "%s", clg_last_error(ctx()));
+    ck_assert_msg(make(tt_mlp_text(1), "tp=2", "all", 1, 0, &m) == CLG_OK, "%s", clg_last_error(ctx()));
     clg_rng r1;
     clg_rng_seed(&r1, 5, 99);
     train(m, &r1, 8, NULL, NULL);
@@ -331,14 +209,14 @@ START_TEST(fp16_resume)
     m->ls_skipped = 3;
     m->ls_good = 1;
     ck_assert_msg(clg_session_save(m, path, 1, 100) == CLG_OK, "%s", clg_last_error(ctx()));
-    weights w0 = {0};
-    grab(m, &w0);
+    tt_weights w0 = {0};
+    tt_grab_session(m, &w0);
     clg_rng r2 = r1;
     double la[5], lb[5], sa[5], sb[5];
     double scale = m->loss_scale;
     int64_t skipped = m->ls_skipped;
     train(m, &r1, 5, la, sa);
-    ck_assert_msg(make(mlp_text(1), NULL, "0", 1, 0, &n) == CLG_OK, "%s", clg_last_error(ctx()));
+    ck_assert_msg(make(tt_mlp_text(1), NULL, "0", 1, 0, &n) == CLG_OK, "%s", clg_last_error(ctx()));
     n->loss_scale = CLG_LS_INIT; /* must come from the checkpoint */
     ck_assert_msg(clg_session_load(n, path, 1) == CLG_OK, "%s", clg_last_error(ctx()));
     ck_assert_int_eq(n->step, 8);
@@ -346,20 +224,20 @@ START_TEST(fp16_resume)
     train(n, &r2, 5, lb, sb);
     for (int s = 0; s < 5; s++)
         ck_assert_msg(sa[s] == sb[s], "loss scale after resumed step %d: %g vs %g", s, sb[s], sa[s]);
-    weights wa = {0}, wb = {0};
-    grab(m, &wa);
-    grab(n, &wb);
-    compare(&wb, &wa, TOL16, "fp16 checkpoint of tp=2 resumed on one device, 5 more steps");
+    tt_weights wa = {0}, wb = {0};
+    tt_grab_session(m, &wa);
+    tt_grab_session(n, &wb);
+    tt_compare(&wb, &wa, TOL16, "fp16 checkpoint of tp=2 resumed on one device, 5 more steps");
     ck_assert_msg(m->ls_skipped == 3, "a resumed step was skipped");
     double moved = 0; /* the 5 steps trained (the comparison could fail) */
     for (size_t k = 0; k < wa.numel[0]; k++)
         moved += ((double)wa.v[0][k] - w0.v[0][k]) * ((double)wa.v[0][k] - w0.v[0][k]);
     ck_assert_msg(sqrt(moved) > 1e-3, "5 steps moved %s by %g only", wa.name[0], sqrt(moved));
-    weights_free(&w0);
-    compare_loss(lb, la, 5, 2e-3, "fp16 resume");
+    tt_weights_free(&w0);
+    tt_compare_loss(lb, la, 5, 2e-3, "fp16 resume");
     unlink(path);
-    weights_free(&wa);
-    weights_free(&wb);
+    tt_weights_free(&wa);
+    tt_weights_free(&wb);
     clg_session_free(m);
     clg_session_free(n);
 }
@@ -431,25 +309,25 @@ static void shard_vs_unsharded(const char *text, const char *layout, int fp16, d
     train(u, &r1, STEPS / 2, NULL, NULL);
     train(sh, &r2, STEPS / 2, NULL, NULL);
     train(re, &r3, STEPS / 2, NULL, NULL);
-    weights wu = {0}, ws = {0}, wr = {0};
-    grab(u, &wu);
-    grab(sh, &ws);
-    grab(re, &wr);
+    tt_weights wu = {0}, ws = {0}, wr = {0};
+    tt_grab_session(u, &wu);
+    tt_grab_session(sh, &ws);
+    tt_grab_session(re, &wr);
     char msg[200];
     snprintf(msg, sizeof msg, "%s: sharded %s vs unsharded, %d steps (%s)", what, layout, STEPS,
              tol < 0 ? "bitwise" : "1e-6");
-    compare(&ws, &wu, tol, msg);
+    tt_compare(&ws, &wu, tol, msg);
     snprintf(msg, sizeof msg, "%s: sharded checkpoint resumed sharded, %d more steps", what, STEPS / 2);
-    compare(&wr, &ws, tol < 0 ? -1 : 1e-6, msg);
+    tt_compare(&wr, &ws, tol < 0 ? -1 : 1e-6, msg);
     double moved = 0; /* the steps trained: the weights are not the first ones */
     for (size_t k = 0; k < wu.numel[0]; k++)
         moved += fabs((double)wu.v[0][k]);
     ck_assert(moved > 0);
     unlink(pu);
     unlink(ps);
-    weights_free(&wu);
-    weights_free(&ws);
-    weights_free(&wr);
+    tt_weights_free(&wu);
+    tt_weights_free(&ws);
+    tt_weights_free(&wr);
     clg_session_free(u);
     clg_session_free(sh);
     clg_session_free(re);
@@ -459,50 +337,39 @@ static void shard_vs_unsharded(const char *text, const char *layout, int fp16, d
 
 START_TEST(fp16_dp2_tp2)
 {
-    if (clg_device_count(ctx()) < 4) {
-        fprintf(stderr, "fp16_dp2_tp2: skipped (needs four devices; test train-tp-combos-4 has them)\n");
+    if (!tt_four_devices(ctx(), "fp16_dp2_tp2", "train-tp-combos-4"))
         return;
-    }
-    fp16_vs_one(mlp_text(0), "dp=2,tp=2", 4);
+    fp16_vs_one(tt_mlp_text(0), "dp=2,tp=2", 4);
 }
 END_TEST
 
 START_TEST(shard_dp2_tp2)
 {
-    if (clg_device_count(ctx()) < 4) {
-        fprintf(stderr, "shard_dp2_tp2: skipped (needs four devices; test train-tp-combos-4 has them)\n");
+    if (!tt_four_devices(ctx(), "shard_dp2_tp2", "train-tp-combos-4"))
         return;
-    }
-    shard_vs_unsharded(mlp_text(0), "dp=2,tp=2", 0, 0, "sgd");
-    shard_vs_unsharded(mlp_text(1), "dp=2,tp=2", 0, 0, "adam");
-    shard_vs_unsharded(mlp_text(1), "dp=2,tp=2", 1, 0, "adam, fp16 storage");
-    shard_vs_unsharded(mlp_text(0), "dp=2,tp=2", 0, 0.5, "sgd clipped at 0.5");
+    shard_vs_unsharded(tt_mlp_text(0), "dp=2,tp=2", 0, 0, "sgd");
+    shard_vs_unsharded(tt_mlp_text(1), "dp=2,tp=2", 0, 0, "adam");
+    shard_vs_unsharded(tt_mlp_text(1), "dp=2,tp=2", 1, 0, "adam, fp16 storage");
+    shard_vs_unsharded(tt_mlp_text(0), "dp=2,tp=2", 0, 0.5, "sgd clipped at 0.5");
 }
 END_TEST
 
 /* The same with a pipeline: dp=2 x pp=2, each stage's state over its two replicas. */
 START_TEST(shard_dp2_pp2)
 {
-    if (clg_device_count(ctx()) < 4) {
-        fprintf(stderr, "shard_dp2_pp2: skipped (needs four devices; test train-tp-combos-4 has them)\n");
+    if (!tt_four_devices(ctx(), "shard_dp2_pp2", "train-tp-combos-4"))
         return;
-    }
-    shard_vs_unsharded(mlp_text(0), "dp=2,pp=2", 0, 0, "sgd");
-    shard_vs_unsharded(mlp_text(1), "dp=2,pp=2", 0, 0, "adam");
-    shard_vs_unsharded(mlp_text(1), "dp=2,pp=2", 1, 0, "adam, fp16 storage");
-    shard_vs_unsharded(mlp_text(0), "dp=2,pp=2", 0, 0.5, "sgd clipped at 0.5");
+    shard_vs_unsharded(tt_mlp_text(0), "dp=2,pp=2", 0, 0, "sgd");
+    shard_vs_unsharded(tt_mlp_text(1), "dp=2,pp=2", 0, 0, "adam");
+    shard_vs_unsharded(tt_mlp_text(1), "dp=2,pp=2", 1, 0, "adam, fp16 storage");
+    shard_vs_unsharded(tt_mlp_text(0), "dp=2,pp=2", 0, 0.5, "sgd clipped at 0.5");
 }
 END_TEST
 
 int main(void)
 {
-    clg_ctx *probe = tu_ctx(NULL); /* tu_ctx_fixed asserts: only inside a test */
-    int ndev = clg_device_count(probe);
-    clg_ctx_destroy(probe);
-    if (ndev < 2) {
-        fprintf(stderr, "test_tp_combos: needs two OpenCL devices (POCL_DEVICES=\"pthread pthread\")\n");
+    if (!tt_two_devices("test_tp_combos")) /* a probe: tu_ctx_fixed asserts, only inside a test */
         return TU_SKIP;
-    }
     Suite *s = suite_create("tp_combos");
     TCase *tc = tcase_create("tp2");
     tcase_set_timeout(tc, 240);
@@ -516,12 +383,5 @@ int main(void)
     tcase_add_test(t4, shard_dp2_tp2);
     tcase_add_test(t4, shard_dp2_pp2);
     suite_add_tcase(s, t4);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    if (g_ctx)
-        clg_ctx_destroy(g_ctx);
-    return failed ? 1 : 0;
+    return tt_run_suite(s);
 }
