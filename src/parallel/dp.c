@@ -325,7 +325,7 @@ clg_status clg_dp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, 
     if (st == CLG_OK && ndev > 1 && !(dp->gathers = calloc(2 * (size_t)net->nlayers, sizeof *dp->gathers)))
         st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
     if (st == CLG_OK)
-        st = clg_team_create(err, ndev, &dp->team);
+        st = clg_team_create_ex(err, ndev, (int)ctx->opts.dp_caller_lane, &dp->team);
     if (st != CLG_OK) {
         clg_dp_free(dp);
         return st;
