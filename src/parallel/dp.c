@@ -1140,23 +1140,22 @@ static int rebalance(clg_dp *dp)
     dp->measured++;
     if (!warm)
         return 0;
-    /* Devices of one kind that compute in their lane's own thread (PoCL basic: every lane thread spends a
-     * tenth of the step or more on its CPU; a driver with worker threads, such as PoCL pthread, a few
-     * percent) are timed by that thread's CPU time: its wall time counts whatever else ran on the core
-     * meanwhile (another process, the other lane's thread moved there for a while), which the scheduler
-     * spreads over both lanes alike in the long run but not within a step. */
+    /* Devices of one kind that compute in their lane's own thread are timed by that thread's CPU time: its
+     * wall time counts whatever else ran on the core meanwhile (another process, the other lane's thread
+     * moved there for a while), which the scheduler spreads over both lanes alike in the long run but not
+     * within a step. Such lanes (PoCL basic) spend nearly all of the process's CPU time over the step, at
+     * least 0.6 / lanes each; a driver with worker threads (PoCL pthread on a large net) leaves the lanes'
+     * threads a few percent. CPU time against CPU time: other processes' load cannot tip it (a share of
+     * the wall time fell below its mark once a dozen threads shared 2 cores). */
     int cpu = dp->same_kind, nact = 0;
     for (int i = 0; i < dp->n; i++)
         nact += dp->cnt[s][i] > 0;
-    for (int i = 0; i < dp->n; i++) { /* the lanes' threads do the work: a third of the process's CPU time
-                                         or more over the step (basic: all of it; pthread: a few percent).
-                                         Both are CPU times, so other processes' load cannot tip it, where a
-                                         share of the wall time (without the process's clock) drops below
-                                         the mark once a dozen threads share the cores */
+    for (int i = 0; i < dp->n; i++) {
         const clg_lane *l = &dp->lanes[i];
         cpu &= dp->cnt[s][i] <= 0 ||
-               (l->t_pcpu > 0 ? l->t_cpu * nact >= 0.3 * l->t_pcpu : l->t_cpu >= 0.1 * l->t_compute);
+               (l->t_pcpu > 0 ? l->t_cpu * nact >= 0.6 * l->t_pcpu : l->t_cpu >= 0.1 * l->t_compute);
     }
+    dp->cpu_timed = cpu;
     for (int i = 0; i < dp->n; i++)
         if (dp->cnt[s][i] > 0)
             observe(&dp->lanes[i], dp->cnt[s][i], cpu ? dp->lanes[i].t_cpu : dp->lanes[i].t_compute);
