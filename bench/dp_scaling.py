@@ -29,6 +29,11 @@ machine ruins the ratio, not the traced busy fractions), and with --trace
 each 2-device run's per-lane busy fraction (compute over the step span),
 idle wait for the other lane and reduction milliseconds per step
 (trace_summary.py). MODEL:STEPS in --models sets a model's timed steps.
+After the pairs, each side's throughput in each pair against that side's
+median (which side a low pair owes its ratio to) and the convolution
+algorithms a run chose otherwise than most runs of its side (each run
+measures its own on its empty cache). --set KEY=VALUE passes an option to
+both sides (e.g. --set dp_caller_lane=0: lane 0 on a thread of its own).
 
   /usr/bin/python3 bench/dp_scaling.py --fresh-pairs 5 --models models/vgg-s.cfg:20,models/lenet5.cfg:300 --trace
 
@@ -87,15 +92,47 @@ def first_runs(a):
 
 
 def lane_figures(trace):
-    """'lane 0 busy 93% idle 4.1 ms, ...; reduction 2.1 ms' from a 2-device run's trace."""
+    """'lane 0 busy 93% wait 4.1 ms, 0.12 ms between steps, ...; reduction 2.1 ms' from a 2-device run's trace."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import trace_summary
     lanes = trace_summary.summarize(trace)
-    parts = ["lane %d busy %.0f%% wait %.1f ms" % (i, 100 * r["busy"], r.get("host: wait for other lanes", 0))
+    parts = ["lane %d busy %.0f%% wait %.1f ms, %.2f ms between steps" % (
+        i, 100 * r["busy"], r.get("host: wait for other lanes", 0), r.get("between steps", 0))
              for i, r in enumerate(lanes.values())]
     red = max(r["reduction"] for r in lanes.values())
     span = max(r["span"] for r in lanes.values())
     return "%s; reduction %.1f ms of a %.1f ms step" % (", ".join(parts), red, span)
+
+
+def algo_choices(cache):
+    """{shape key: algorithm} the run measured into its cache's conv-algos files."""
+    out = {}
+    for f in sorted(os.listdir(cache)):
+        if f.startswith("conv-algos-") and f.endswith(".json"):
+            try:
+                for e in json.load(open(os.path.join(cache, f))).get("entries", []):
+                    out[e["key"]] = e["algo"]
+            except (OSError, ValueError, KeyError):
+                pass
+    return out
+
+
+def off_side(model, pairs):
+    """Per pair: each side's throughput against that side's median over the pairs (which side was off),
+    and the convolution algorithms where a run chose otherwise than most runs of its side."""
+    for dev, name in (("basic basic", "2-device"), ("basic", "1-device")):
+        med = statistics.median(p[dev]["images_per_s"] for p in pairs)
+        common = {}
+        for key in set().union(*(p[dev]["algos"] for p in pairs)):
+            votes = [p[dev]["algos"][key] for p in pairs if key in p[dev]["algos"]]
+            common[key] = max(set(votes), key=votes.count)
+        for k, p in enumerate(pairs):
+            j = p[dev]
+            odd = ["%s: %s (most runs: %s)" % (key, algo, common[key]) for key, algo in sorted(j["algos"].items())
+                   if algo != common[key]]
+            print("%s pair %d %s side: %.2fx its median (%.1f img/s, CPU ms per step %.1f)%s" % (
+                model, k + 1, name, j["images_per_s"] / med, j["images_per_s"], j.get("cpu_ms_per_step", 0),
+                "".join("\n    other choice " + o for o in odd)), flush=True)
 
 
 def fresh_pairs(a):
@@ -104,6 +141,7 @@ def fresh_pairs(a):
         model, _, st = spec.partition(":")
         steps = int(st) if st else a.steps
         ratios = []
+        pairs = []
         warm2 = a.warmup  # the warm-up steps the last 2-device run ran (its own, or the previous pair's)
         for k in range(a.fresh_pairs):
             order = ["basic basic", "basic"] if k % 2 == 0 else ["basic", "basic basic"]
@@ -119,12 +157,14 @@ def fresh_pairs(a):
                     # 2-device run did (it runs on until its split settled), so neither side's timed steps
                     # start earlier after its algorithm timing and first touches
                     warm = a.warmup if dev == "basic basic" else max(a.warmup, warm2)
-                    j = bench(a.clgrad, model, a.batch, steps, dev, {}, warmup=warm, trace=trace)
+                    j = bench(a.clgrad, model, a.batch, steps, dev, a.options, warmup=warm, trace=trace)
+                    j["algos"] = algo_choices(cache)
                     if dev == "basic basic":
                         warm2 = j.get("warmup_run", a.warmup)
                     j["load"] = (load, os.getloadavg()[0])
                     j["lanes"] = lane_figures(trace) if trace else ""
                     res[dev] = j
+            pairs.append(res)
             two, one = res["basic basic"], res["basic"]
             r = two["images_per_s"] / one["images_per_s"]
             ratios.append(r)
@@ -138,6 +178,7 @@ def fresh_pairs(a):
         print("%s: %d fresh-cache pairs, 2 basic vs 1: %s; lowest %.2fx, median %.2fx (load average %.1f now, %d "
               "CPUs)" % (model, len(ratios), ", ".join("%.2fx" % r for r in ratios), min(ratios),
                          statistics.median(ratios), os.getloadavg()[0], os.cpu_count()), flush=True)
+        off_side(model, pairs)
 
 
 def main():
@@ -155,7 +196,10 @@ def main():
     ap.add_argument("--fresh-pairs", type=int, default=0,
                     help="instead: N pairs (2 basic vs 1), every run on an empty cache, order alternating")
     ap.add_argument("--trace", action="store_true", help="--fresh-pairs: per-lane busy/wait/reduction figures")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="--fresh-pairs: an option for both sides' runs (e.g. dp_caller_lane=0 for an A/B)")
     a = ap.parse_args()
+    a.options = dict(kv.split("=", 1) for kv in a.set)
     if a.fresh_pairs > 0:
         a.warmup = 3 if a.warmup is None else a.warmup
         fresh_pairs(a)

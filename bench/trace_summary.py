@@ -7,7 +7,9 @@ Per device lane: milliseconds per step spent in forward and backward
 (summed over layers), the optimizer, uploads, gradient bucket reads and
 write-backs, and on the host waiting for its own buckets, summing buckets,
 waiting for the other lanes' sums and meeting new per-device batch sizes
-between steps; plus the span of a step on that lane, the reduction (reads,
+between steps; the gap between a step's optimizer and the next step's
+first forward (the hand-over through the host thread: the step's end, the
+next batch's upload, the lanes' start); plus the span of a step on that lane, the reduction (reads,
 sums, write-backs) and the busy fraction (compute over span: what survives a
 loaded machine better than throughput). summarize() serves dp_scaling.py.
 """
@@ -29,6 +31,13 @@ def summarize(path, nsteps=0):
     steps = defaultdict(int)
     first = {}
     last = {}
+    gap = defaultdict(float)  # per lane: from a step's optimizer end to the next step's first forward
+    opt_end = {}
+    for e in sorted((e for e in d["traceEvents"] if e["ph"] == "X"), key=lambda e: e["ts"]):
+        if e["name"] == "optimizer":
+            opt_end[e["pid"]] = e["ts"] + e["dur"]
+        elif e["name"].startswith("fwd ") and e["pid"] in opt_end:
+            gap[e["pid"]] += max(0.0, e["ts"] - opt_end.pop(e["pid"])) / 1000.0
     for e in d["traceEvents"]:
         if e["ph"] == "M" and e["name"] == "process_name":
             names[e["pid"]] = e["args"]["name"]
@@ -66,6 +75,7 @@ def summarize(path, nsteps=0):
         s = nsteps or max(steps[l], 1)
         row = {k: v / s for k, v in tot[l].items()}
         row["span"] = (last[l] - first[l]) / 1000.0 / s
+        row["between steps"] = gap[l] / s
         row["busy"] = (row.get("forward", 0) + row.get("backward", 0) + row.get("optimizer", 0)) / max(row["span"], 1e-9)
         row["reduction"] = row.get("grad read", 0) + row.get("host: sum buckets", 0) + row.get("grad write", 0)
         out[names.get(l, "lane %d" % l)] = row
@@ -80,7 +90,7 @@ def main():
     lanes = summarize(a.trace, a.steps)
     print("| ms per step | " + " | ".join(lanes) + " |")
     print("|---|" + "---:|" * len(lanes))
-    for k in KEYS + ["span", "reduction"]:
+    for k in KEYS + ["between steps", "span", "reduction"]:
         print("| %s | %s |" % (k, " | ".join("%.2f" % r.get(k, 0.0) for r in lanes.values())))
     print("| busy (compute / span) | %s |" % " | ".join("%.1f%%" % (100 * r["busy"]) for r in lanes.values()))
 

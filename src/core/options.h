@@ -41,6 +41,8 @@
       "matrix products: own kernels, CLBlast, the faster of both per shape (auto), or the reference kernel")         \
     X(dp_reduce, "CLGRAD_DP_REDUCE", CHOICE, "auto", 0, 0, "auto,host,device", USER,                                 \
       "gradient sum of lanes sharing a cl_context: on the host, on a device, or the faster (overrides the model's)") \
+    X(dp_caller_lane, "CLGRAD_DP_CALLER_LANE", BOOL, "1", 0, 1, "", TUNING,                                          \
+      "data parallelism: the calling thread drives device lane 0 (0: a host thread of its own for every lane)")      \
     X(allreduce, "CLGRAD_ALLREDUCE", CHOICE, "ring", 0, 0, "ring,mpi", USER,                                         \
       "under mpirun: clgrad's ring all-reduce or MPI_Iallreduce")                                                    \
     X(precompile, "CLGRAD_PRECOMPILE", CHOICE, "auto", 0, 0, "auto,0,1", USER,                                       \

@@ -325,7 +325,7 @@ clg_status clg_dp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, 
     if (st == CLG_OK && ndev > 1 && !(dp->gathers = calloc(2 * (size_t)net->nlayers, sizeof *dp->gathers)))
         st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
     if (st == CLG_OK)
-        st = clg_team_create(err, ndev, &dp->team);
+        st = clg_team_create_ex(err, ndev, (int)ctx->opts.dp_caller_lane, &dp->team);
     if (st != CLG_OK) {
         clg_dp_free(dp);
         return st;
@@ -653,12 +653,14 @@ static clg_status after_layer(void *user, int layer, int backward)
     return CLG_OK;
 }
 
-/* CPU seconds of the calling thread (0 when unknown). */
-static double thread_cpu(void)
+/* CPU seconds of the calling thread, or of the whole process (0 when unknown). */
+static double cpu_clock(clockid_t id)
 {
     struct timespec ts;
-    return clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0 ? (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec : 0;
+    return clock_gettime(id, &ts) == 0 ? (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec : 0;
 }
+static double thread_cpu(void) { return cpu_clock(CLOCK_THREAD_CPUTIME_ID); }
+static double process_cpu(void) { return cpu_clock(CLOCK_PROCESS_CPUTIME_ID); }
 
 static void sleep_s(double s)
 {
@@ -731,6 +733,7 @@ static clg_status reduce(clg_dp *dp, clg_lane *l, double t0)
     }
     l->t_compute = clg_now_sec() - t0;
     l->t_cpu = thread_cpu() - l->t_cpu0;
+    l->t_pcpu = process_cpu() - l->t_pcpu0;
     if (l->index == dp->slow_lane && on) { /* test aid: pose as a slower device */
         sleep_s(l->t_compute * dp->slow_factor);
         l->t_compute *= 1 + dp->slow_factor;
@@ -841,6 +844,7 @@ static clg_status lane_train(clg_dp *dp, clg_lane *l)
     clg_err *err = clg_dev_err(l->dev);
     double t0 = clg_now_sec();
     l->t_cpu0 = thread_cpu();
+    l->t_pcpu0 = process_cpu();
     int s = j->stage, n = l->cnt[s];
     if (l->index == dp->fault_lane && j->step == dp->fault_step)
         return clg_cl_fail(err, CL_INVALID_COMMAND_QUEUE, "clEnqueueNDRangeKernel (injected fault)", __FILE__, __LINE__);
@@ -1136,14 +1140,22 @@ static int rebalance(clg_dp *dp)
     dp->measured++;
     if (!warm)
         return 0;
-    /* Devices of one kind that compute in their lane's own thread (PoCL basic: every lane thread spends a
-     * tenth of the step or more on its CPU; a driver with worker threads, such as PoCL pthread, a few
-     * percent) are timed by that thread's CPU time: its wall time counts whatever else ran on the core
-     * meanwhile (another process, the other lane's thread moved there for a while), which the scheduler
-     * spreads over both lanes alike in the long run but not within a step. */
-    int cpu = dp->same_kind;
+    /* Devices of one kind that compute in their lane's own thread are timed by that thread's CPU time: its
+     * wall time counts whatever else ran on the core meanwhile (another process, the other lane's thread
+     * moved there for a while), which the scheduler spreads over both lanes alike in the long run but not
+     * within a step. Such lanes (PoCL basic) spend nearly all of the process's CPU time over the step, at
+     * least 0.6 / lanes each; a driver with worker threads (PoCL pthread on a large net) leaves the lanes'
+     * threads a few percent. CPU time against CPU time: other processes' load cannot tip it (a share of
+     * the wall time fell below its mark once a dozen threads shared 2 cores). */
+    int cpu = dp->same_kind, nact = 0;
     for (int i = 0; i < dp->n; i++)
-        cpu &= dp->cnt[s][i] <= 0 || dp->lanes[i].t_cpu >= 0.1 * dp->lanes[i].t_compute;
+        nact += dp->cnt[s][i] > 0;
+    for (int i = 0; i < dp->n; i++) {
+        const clg_lane *l = &dp->lanes[i];
+        cpu &= dp->cnt[s][i] <= 0 ||
+               (l->t_pcpu > 0 ? l->t_cpu * nact >= 0.6 * l->t_pcpu : l->t_cpu >= 0.1 * l->t_compute);
+    }
+    dp->cpu_timed = cpu;
     for (int i = 0; i < dp->n; i++)
         if (dp->cnt[s][i] > 0)
             observe(&dp->lanes[i], dp->cnt[s][i], cpu ? dp->lanes[i].t_cpu : dp->lanes[i].t_compute);

@@ -103,6 +103,8 @@ typedef struct clg_dp {
     int prep_lane;         /* the lane whose preparation runs (one at a time) */
     int same_kind;         /* every lane's device has the same fingerprint: the calibration moves the split
                               only for a modelled step 5% shorter (timing noise is no speed difference) */
+    int cpu_timed;         /* the last look timed the lanes by their threads' CPU time (same kind, computing
+                              in the lane's own thread: PoCL basic), not by the wall time */
     /* step-time spread (clg_dp_spread_suspect): wall times of warm steps */
     double t_begin;
     int64_t steps_seen;    /* training steps ended */

@@ -41,6 +41,7 @@ typedef struct clg_lane {
     cl_event res_ev;          /* loss result read of the last step */
     double t_compute;         /* seconds the last step took until its gradients were read */
     double t_cpu0, t_cpu;     /* this thread's CPU seconds at the step's start; over the same span as t_compute */
+    double t_pcpu0, t_pcpu;   /* the process's CPU seconds, likewise (every thread's: lanes, driver workers) */
     /* speed model t(n) = a + b n (dp.c): the compute times of the last
      * CLG_LANE_OBS warm steps (a step meeting a new batch size is not one) */
     int obs_n[CLG_LANE_OBS];

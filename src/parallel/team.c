@@ -19,6 +19,8 @@ struct clg_team {
     uint64_t gen;      /* job generation: a worker runs each generation once */
     int pending;       /* lanes still running the current job */
     int quit;
+    int caller0;       /* lane 0 runs on the caller's thread, in clg_team_end */
+    int inline0;       /* lane 0 of the current job still to run there */
     clg_team_fn fn;
     void *arg;
     clg_status *st;    /* per lane */
@@ -49,7 +51,9 @@ static void *worker_main(void *p)
     return NULL;
 }
 
-clg_status clg_team_create(clg_err *err, int lanes, clg_team **out)
+clg_status clg_team_create(clg_err *err, int lanes, clg_team **out) { return clg_team_create_ex(err, lanes, 0, out); }
+
+clg_status clg_team_create_ex(clg_err *err, int lanes, int caller_lane0, clg_team **out)
 {
     *out = NULL;
     clg_team *t = calloc(1, sizeof *t);
@@ -58,6 +62,7 @@ clg_status clg_team_create(clg_err *err, int lanes, clg_team **out)
         return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory creating the lane threads");
     }
     t->n = lanes;
+    t->caller0 = caller_lane0 != 0;
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->go, NULL);
     pthread_cond_init(&t->done, NULL);
@@ -67,7 +72,7 @@ clg_status clg_team_create(clg_err *err, int lanes, clg_team **out)
             clg_team_free(t);
             return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory creating the lane threads");
         }
-        for (int i = 0; i < lanes; i++) {
+        for (int i = t->caller0; i < lanes; i++) {
             t->w[i].team = t;
             t->w[i].lane = i;
             if (pthread_create(&t->w[i].thread, NULL, worker_main, &t->w[i]) != 0) {
@@ -109,7 +114,8 @@ void clg_team_begin(clg_team *t, clg_team_fn fn, void *arg)
     pthread_mutex_lock(&t->mu);
     t->fn = fn;
     t->arg = arg;
-    t->pending = t->n;
+    t->pending = t->n - t->caller0;
+    t->inline0 = t->caller0;
     t->gen++;
     pthread_cond_broadcast(&t->go);
     pthread_mutex_unlock(&t->mu);
@@ -118,6 +124,10 @@ void clg_team_begin(clg_team *t, clg_team_fn fn, void *arg)
 clg_status clg_team_end(clg_team *t, int *failed)
 {
     if (t->n > 1) {
+        if (t->inline0) { /* lane 0 here: no hand-off to a thread of its own and back */
+            t->inline0 = 0;
+            t->st[0] = t->fn(t->arg, 0);
+        }
         pthread_mutex_lock(&t->mu);
         while (t->pending > 0)
             pthread_cond_wait(&t->done, &t->mu);

@@ -2,7 +2,12 @@
  * thread (PoCL's `basic` device, for one, runs kernels in the thread that
  * waits on its queue; a GPU driver overlaps either way). With one lane the
  * job runs inline on the caller's thread: the N = 1 case is the same code
- * without a thread hand-off.
+ * without a thread hand-off. clg_team_create_ex(.., caller_lane0 = 1, ..)
+ * runs lane 0 on the caller's thread too, inside clg_team_end (after what
+ * the caller did between begin and end), and starts threads for lanes 1..
+ * only: one host thread fewer competing for the cores and one hand-off
+ * less per job (data parallelism on PoCL `basic`, where every lane thread
+ * computes).
  *
  *   clg_team_begin(t, fn, arg);   // fn(arg, lane) starts on every lane
  *   ... the caller prepares the next batch ...
@@ -17,6 +22,7 @@ typedef struct clg_team clg_team;
 typedef clg_status (*clg_team_fn)(void *arg, int lane);
 
 CLG_INTERNAL clg_status clg_team_create(clg_err *err, int lanes, clg_team **out);
+CLG_INTERNAL clg_status clg_team_create_ex(clg_err *err, int lanes, int caller_lane0, clg_team **out);
 /* Joins the threads. NULL is a no-op. */
 CLG_INTERNAL void clg_team_free(clg_team *t);
 CLG_INTERNAL void clg_team_begin(clg_team *t, clg_team_fn fn, void *arg);

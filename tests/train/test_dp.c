@@ -16,6 +16,7 @@
  * on the device count is off by 1e-2 or more on every step. The global
  * loss sum and correct count must agree on every step. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -596,6 +597,93 @@ START_TEST(failing_device)
 }
 END_TEST
 
+/* clg_team_create_ex with caller_lane0: lane 0 runs on the calling thread
+ * inside clg_team_end (after what the caller did between begin and end),
+ * the other lanes on threads of their own; without it every lane has its
+ * own thread. Every lane runs once per job; a failing lane's status (the
+ * lowest-numbered) comes back, lane 0 on the caller's thread included. */
+typedef struct {
+    pthread_t self[4];
+    int runs[4];
+    int fail_lane;
+    int began;   /* set by the caller between begin and end */
+    int saw[4];  /* what each lane saw of it */
+} team_probe;
+
+static clg_status team_probe_fn(void *arg, int lane)
+{
+    team_probe *p = arg;
+    p->self[lane] = pthread_self();
+    p->runs[lane]++;
+    p->saw[lane] = __atomic_load_n(&p->began, __ATOMIC_SEQ_CST);
+    return lane == p->fail_lane ? CLG_ERR_INTERNAL : CLG_OK;
+}
+
+START_TEST(team_caller_lane)
+{
+    for (int caller = 0; caller < 2; caller++)
+        for (int lanes = 2; lanes <= 4; lanes++) {
+            clg_team *t = NULL;
+            ck_assert_int_eq(clg_team_create_ex(&ctx()->err, lanes, caller, &t), CLG_OK);
+            for (int job = 0; job < 3; job++) {
+                team_probe p;
+                memset(&p, 0, sizeof p);
+                p.fail_lane = job == 1 ? 0 : job == 2 ? lanes - 1 : -1;
+                clg_team_begin(t, team_probe_fn, &p);
+                __atomic_store_n(&p.began, 1, __ATOMIC_SEQ_CST);
+                int failed = -1;
+                clg_status st = clg_team_end(t, &failed);
+                ck_assert_int_eq(st, p.fail_lane < 0 ? CLG_OK : CLG_ERR_INTERNAL);
+                if (p.fail_lane >= 0)
+                    ck_assert_int_eq(failed, p.fail_lane);
+                for (int l = 0; l < lanes; l++) {
+                    ck_assert_int_eq(p.runs[l], 1);
+                    int here = pthread_equal(p.self[l], pthread_self());
+                    ck_assert_msg(here == (caller && l == 0), "caller %d, %d lanes: lane %d on the caller's thread: %d",
+                                  caller, lanes, l, here);
+                    for (int k = 0; k < l; k++)
+                        ck_assert(!pthread_equal(p.self[k], p.self[l]));
+                }
+                if (caller) /* lane 0 ran after the caller's work between begin and end */
+                    ck_assert_int_eq(p.saw[0], 1);
+            }
+            clg_team_free(t);
+        }
+}
+END_TEST
+
+/* The option dp_caller_lane (lane 0 on the calling thread, the default, or
+ * on a thread of its own) changes no bit of a data-parallel step: the same
+ * seed and batches give bitwise the same weights either way. */
+START_TEST(caller_lane_same_bits)
+{
+    if (!two_devices())
+        return;
+    uint64_t seed = tu_seed();
+    ck_assert(clg_ctx_option_set(ctx(), "conv_auto_measure", "0") == CLG_OK);
+    ck_assert(clg_ctx_option_set(ctx(), "gemm_auto_measure", "0") == CLG_OK);
+    clg_model *m[2];
+    for (int c = 0; c < 2; c++) {
+        ck_assert(clg_ctx_option_set(ctx(), "dp_caller_lane", c ? "1" : "0") == CLG_OK);
+        m[c] = make(NET_DROP, "0,1", "even", 32, 0, seed);
+        clg_rng r;
+        clg_rng_seed(&r, seed, 7);
+        for (int s = 0; s < 4; s++) {
+            float res[2];
+            step_on(m[c], &r, 32, res);
+        }
+        check_replicas_identical(m[c]);
+    }
+    ck_assert(clg_ctx_option_set(ctx(), "dp_caller_lane", "1") == CLG_OK);
+    ck_assert(clg_ctx_option_set(ctx(), "conv_auto_measure", "1") == CLG_OK);
+    ck_assert(clg_ctx_option_set(ctx(), "gemm_auto_measure", "1") == CLG_OK);
+    double d = max_rel_diff(m[0], m[1]);
+    ck_assert_msg(d == 0, "lane 0 on its own thread vs the caller's: weights differ by %g", d);
+    clg_session_free(m[0]);
+    clg_session_free(m[1]);
+}
+END_TEST
+
 /* Split weights: plain decimal in [0, 1e6], non-zero ones within a ratio of 1e6, one per device; anything
  * else refused naming the split (issue 26 item 5: 1e308,1e308 summed to inf and gave shares 0/0). */
 START_TEST(split_refusals)
@@ -765,6 +853,16 @@ START_TEST(same_kind_lanes)
     train(m, tu_seed(), 6, 32, NULL);
     ck_assert_msg(clg_dp_settled(m->dp), "6 steps: %d calibrations, last step prepared %d", m->dp->calibrations,
                   m->dp->last_prepared);
+    /* identical PoCL basic devices compute in their lanes' threads: timed by those threads' CPU time
+     * (they spend nearly all of the process's); unequal devices by the wall time. (PoCL pthread
+     * devices running this small net spend most of the process's CPU time enqueueing in the lanes'
+     * threads too: either way is right there.) */
+    int basic = 1;
+    for (int i = 0; i < m->dp->n; i++)
+        basic &= strncmp(m->dp->lanes[i].dev->info.name, "basic", 5) == 0;
+    if (basic || unequal)
+        ck_assert_msg(m->dp->cpu_timed == !unequal, "lanes timed by CPU time: %d, devices %s / %s",
+                      m->dp->cpu_timed, m->dp->lanes[0].dev->info.name, m->dp->lanes[1].dev->info.name);
     clg_session_free(m);
     clg_model *one = make(NET_BN, "0", NULL, 32, 0, tu_seed());
     ck_assert_int_eq(one->dp->same_kind, 0);
@@ -861,6 +959,8 @@ int main(void)
     TCase *tq = tcase_create("split_refusals"); /* quick: CK_RUN_CASE=split_refusals runs it alone */
     tcase_add_test(tq, split_refusals);
     tcase_add_test(tq, spread_check);
+    tcase_add_test(tq, team_caller_lane);
+    tcase_add_test(tq, caller_lane_same_bits);
     suite_add_tcase(s, tq);
     tcase_add_test(tc, dropout_residual_1_vs_2);
     tcase_add_test(tc, uneven_splits);
