@@ -6,7 +6,10 @@ its queue: with clgrad's thread per stage the two stages compute side by
 side, one core each) against one `basic` device at the same global batch.
 Rounds alternate the sides; medians are reported, with the measured bubble
 (the stages' idle share, `pipe_bubble` of `clgrad bench train --json`)
-against the ideal (K-1)/(M+K-1) of equal stages.
+against the ideal (K-1)/(M+K-1) of equal stages, and the process's CPU
+milliseconds per step (the work a step costs, summed over the stages' threads:
+what a loaded machine changes least; the 1-minute load is printed at the start
+and the end).
 
   /usr/bin/python3 bench/pipeline.py --clgrad build/tools/clgrad [--model models/vgg-s.cfg] [--batch 256]
       [--microbatches 8] [--schedule 1f1b] [--repeat 3] [--steps 5] [--against OLD/tools/clgrad]
@@ -43,6 +46,13 @@ def bench(a, devices, extra, clgrad=None):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def loadavg():
+    try:
+        return open("/proc/loadavg").read().split()[0]
+    except OSError:
+        return "?"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--clgrad", default="build/tools/clgrad")
@@ -73,6 +83,7 @@ def main():
     # warm the program and conv-algorithm caches at both batch sizes, one device at a time
     bench(argparse.Namespace(**dict(vars(a), steps=1, warmup=0)), "basic", [])
     bench(argparse.Namespace(**dict(vars(a), steps=1, warmup=0, batch=a.batch // M)), "basic", [])
+    load0 = loadavg()
     runs = {}
     for r in range(a.repeat):
         for name, dev, extra, exe in (cases if r % 2 == 0 else list(reversed(cases))):
@@ -82,16 +93,17 @@ def main():
                                                             "%.3f" % j["pipe_bubble"] if j["pipe_bubble"] >= 0
                                                             else "-"), file=sys.stderr)
     base = statistics.median(x["images_per_s"] for x in runs[cases[0][0]])
-    print("\n%s, global batch %d, %d timed steps, medians of %d alternating rounds" % (a.model, a.batch, a.steps,
-                                                                                      a.repeat))
-    print("| configuration | images/s | vs 1 basic | bubble measured | bubble ideal (K-1)/(M+K-1) |")
-    print("|---|---|---|---|---|")
+    print("\n%s, global batch %d, %d timed steps, medians of %d alternating rounds; 1-minute load %s at the "
+          "start, %s at the end" % (a.model, a.batch, a.steps, a.repeat, load0, loadavg()))
+    print("| configuration | images/s | vs 1 basic | bubble measured | bubble ideal (K-1)/(M+K-1) | CPU ms/step |")
+    print("|---|---|---|---|---|---|")
     for name, _, extra, _ in cases:
         ips = statistics.median(x["images_per_s"] for x in runs[name])
         bub = [x["pipe_bubble"] for x in runs[name] if x["pipe_bubble"] >= 0]
-        print("| %s | %.1f | %.2fx | %s | %s |" % (name, ips, ips / base,
-                                                    "%.3f" % statistics.median(bub) if bub else "-",
-                                                    "%.3f" % ((K - 1) / (M + K - 1)) if extra else "-"))
+        cpu = statistics.median(x.get("cpu_ms_per_step", 0) for x in runs[name])
+        print("| %s | %.1f | %.2fx | %s | %s | %.0f |" % (name, ips, ips / base,
+                                                          "%.3f" % statistics.median(bub) if bub else "-",
+                                                          "%.3f" % ((K - 1) / (M + K - 1)) if extra else "-", cpu))
 
 
 if __name__ == "__main__":

@@ -134,6 +134,10 @@ struct clg_layer {
     /* Decoding (forward_step, set by src/model/decode.c): 1 keeps the key/
      * value cache in IEEE half (clgrad generate --precision fp16). */
     int cache_half;
+    /* [concat] only: bit k set, input k's channels are already in their slice of the output (written there by
+     * its producer's transfer, a pipeline cut inside a layer) and its gradient is read from the output
+     * gradient's slice: forward and backward skip that input. 0: every input copied. */
+    unsigned in_place;
 };
 
 /* Looks up a layer type by its section name ("convolutional", "conv"...);

@@ -144,8 +144,9 @@ static clg_status concat_forward(clg_layer *l, clg_device *dev, const clg_tensor
     size_t coff = 0;
     for (int i = 0; i < nin; i++) {
         size_t len = (size_t)in[i].c * hw;
-        CLG_TRY(clg_nn_copy_rows(dev, len, (size_t)in[i].n, in[i].mem, in[i].off, len, out->mem,
-                                 out->off + coff * hw, ctot * hw));
+        if (!(l->in_place >> i & 1u))
+            CLG_TRY(clg_nn_copy_rows(dev, len, (size_t)in[i].n, in[i].mem, in[i].off, len, out->mem,
+                                     out->off + coff * hw, ctot * hw));
         coff += (size_t)in[i].c;
     }
     return CLG_OK;
@@ -160,7 +161,7 @@ static clg_status concat_backward(clg_layer *l, clg_device *dev, const clg_tenso
     size_t coff = 0;
     for (int i = 0; i < nin; i++) {
         size_t len = (size_t)in[i].c * hw;
-        if (din[i].mem)
+        if (din[i].mem && !(l->in_place >> i & 1u))
             CLG_TRY(clg_nn_copy_rows(dev, len, (size_t)in[i].n, dout->mem, dout->off + coff * hw, ctot * hw,
                                      din[i].mem, din[i].off, len));
         coff += (size_t)in[i].c;

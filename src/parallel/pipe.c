@@ -343,6 +343,8 @@ static clg_status add_edge(clg_pipe *p, int tensor, int from, int to)
     e->from = from;
     e->to = to;
     e->fps = (size_t)l->out_shape[1] * l->out_shape[2] * l->out_shape[3];
+    e->at = tensor;
+    e->pitch = e->fps;
     size_t B = (size_t)p->mb * (size_t)p->M * (size_t)(p->D / p->T); /* the global batch */
     e->hf = malloc(B * e->fps * sizeof(float));
     e->hb = malloc(B * e->fps * sizeof(float));
@@ -719,6 +721,8 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
         rc = split_init(p, seed);
     if (rc == CLG_OK && p->split_net)
         rc = clg_pipe_loaded(p);
+    if (rc == CLG_OK && p->split_net) /* L@0's output straight into the concat's slice */
+        clg_pipe_split_inplace(p);
     if (rc == CLG_OK && T > 1) /* one device's weights sliced into the lanes */
         rc = clg_pptp_init(p, seed);
     if (rc == CLG_OK)
@@ -940,41 +944,71 @@ static void post_ready(clg_pipe *p, int64_t *flag)
 
 // ---- transfers ----
 
-/* Sends n samples of tensor t (on the sender's device, offset in floats)
- * for micro-batch m of edge e: into the host buffer (hf / hb) or the
- * context buffer (df / db); complete when it returns. */
-static clg_status xfer_send(clg_pipe *p, clg_pipe_edge *e, int grad, int m, cl_mem mem, size_t off, int n)
+/* n rows of row floats from src (off so, pitch sp floats per sample) to dst (dof, dp) on queue q: one copy, or a
+ * strided one (a channel slice of a concat's output). es: bytes per float stored. */
+static clg_status copy_rows(clg_err *err, cl_command_queue q, cl_mem src, size_t so, size_t sp, cl_mem dst,
+                            size_t dof, size_t dp, size_t row, int n, size_t es)
+{
+    if (sp == row && dp == row) {
+        CLG_CL_CHECK(err, clEnqueueCopyBuffer(q, src, dst, so * es, dof * es, (size_t)n * row * es, 0, NULL, NULL));
+        return CLG_OK;
+    }
+    size_t sorg[3] = {so * es, 0, 0}, dorg[3] = {dof * es, 0, 0}, reg[3] = {row * es, (size_t)n, 1};
+    CLG_CL_CHECK(err, clEnqueueCopyBufferRect(q, src, dst, sorg, dorg, reg, sp * es, 0, dp * es, 0, 0, NULL, NULL));
+    return CLG_OK;
+}
+
+/* n rows of row floats between mem (off, pitch floats per sample) and packed host rows h (to_host: a blocking
+ * read; else a write that does not block). */
+static clg_status host_rows(clg_err *err, cl_command_queue q, int to_host, cl_mem mem, size_t off, size_t pitch,
+                            void *h, size_t row, int n, size_t es)
+{
+    if (pitch == row) {
+        CLG_CL_CHECK(err, to_host ? clEnqueueReadBuffer(q, mem, CL_TRUE, off * es, (size_t)n * row * es, h, 0, NULL,
+                                                        NULL)
+                                  : clEnqueueWriteBuffer(q, mem, CL_FALSE, off * es, (size_t)n * row * es, h, 0, NULL,
+                                                         NULL));
+        return CLG_OK;
+    }
+    size_t borg[3] = {off * es, 0, 0}, horg[3] = {0, 0, 0}, reg[3] = {row * es, (size_t)n, 1};
+    CLG_CL_CHECK(err, to_host ? clEnqueueReadBufferRect(q, mem, CL_TRUE, borg, horg, reg, pitch * es, 0, row * es, 0,
+                                                        h, 0, NULL, NULL)
+                              : clEnqueueWriteBufferRect(q, mem, CL_FALSE, borg, horg, reg, pitch * es, 0, row * es,
+                                                         0, h, 0, NULL, NULL));
+    return CLG_OK;
+}
+
+/* Sends n samples of a tensor (on the sender's device at off, pitch floats
+ * per sample) for micro-batch m of edge e: into the host buffer (hf / hb)
+ * or the context buffer (df / db); complete when it returns. */
+static clg_status xfer_send(clg_pipe *p, clg_pipe_edge *e, int grad, int m, cl_mem mem, size_t off, size_t pitch,
+                            int n)
 {
     clg_device *dev = p->st[grad ? e->to : e->from].dev;
     clg_err *err = clg_dev_err(dev);
-    size_t bytes = (size_t)n * e->fps * p->esize;
     if (p->d2d) {
-        CLG_CL_CHECK(err, clEnqueueCopyBuffer(dev->queue, mem, grad ? e->db[m] : e->df[m], off * p->esize, 0, bytes,
-                                              0, NULL, NULL));
+        CLG_TRY(copy_rows(err, dev->queue, mem, off, pitch, grad ? e->db[m] : e->df[m], 0, e->fps, e->fps, n,
+                          p->esize));
         CLG_CL_CHECK(err, clFinish(dev->queue));
         return CLG_OK;
     }
     char *h = (char *)(grad ? e->hb : e->hf) + (size_t)p->off[e->from / p->K][m] * e->fps * p->esize;
-    CLG_CL_CHECK(err, clEnqueueReadBuffer(dev->queue, mem, CL_TRUE, off * p->esize, bytes, h, 0, NULL, NULL));
-    return CLG_OK;
+    return host_rows(err, dev->queue, 1, mem, off, pitch, h, e->fps, n, p->esize);
 }
 
-/* Receives what xfer_send sent into mem at off (floats) on the receiver's queue. */
-static clg_status xfer_recv(clg_pipe *p, clg_pipe_edge *e, int grad, int m, cl_mem mem, size_t off, int n)
+/* Receives what xfer_send sent into mem at off (pitch floats per sample) on the receiver's queue. */
+static clg_status xfer_recv(clg_pipe *p, clg_pipe_edge *e, int grad, int m, cl_mem mem, size_t off, size_t pitch,
+                            int n)
 {
     clg_device *dev = p->st[grad ? e->from : e->to].dev;
     clg_err *err = clg_dev_err(dev);
-    size_t bytes = (size_t)n * e->fps * p->esize;
-    if (p->d2d) {
-        CLG_CL_CHECK(err, clEnqueueCopyBuffer(dev->queue, grad ? e->db[m] : e->df[m], mem, 0, off * p->esize, bytes, 0,
-                                              NULL, NULL));
-        return CLG_OK;
-    }
+    if (p->d2d)
+        return copy_rows(err, dev->queue, grad ? e->db[m] : e->df[m], 0, e->fps, mem, off, pitch, e->fps, n,
+                         p->esize);
     /* not blocking: the host rows of micro-batch m stay as they are until the step ends, and every stage
        finishes its queue before that */
-    const char *h = (const char *)(grad ? e->hb : e->hf) + (size_t)p->off[e->from / p->K][m] * e->fps * p->esize;
-    CLG_CL_CHECK(err, clEnqueueWriteBuffer(dev->queue, mem, CL_FALSE, off * p->esize, bytes, h, 0, NULL, NULL));
-    return CLG_OK;
+    char *h = (char *)(grad ? e->hb : e->hf) + (size_t)p->off[e->from / p->K][m] * e->fps * p->esize;
+    return host_rows(err, dev->queue, 0, mem, off, pitch, h, e->fps, n, p->esize);
 }
 
 /* Seconds of one transfer of a micro-batch of edge e's tensor (sender's
@@ -987,8 +1021,8 @@ static clg_status time_xfer(clg_pipe *p, clg_pipe_edge *e, double *t)
     size_t so = p->st[e->from].rep->act[e->tensor].off, dof = p->st[e->to].rep->act[e->tensor].off;
     for (int r = 0; r < 4; r++) {
         double t0 = clg_now_sec();
-        CLG_TRY(xfer_send(p, e, 0, 0, src, so, p->mb));
-        CLG_TRY(xfer_recv(p, e, 0, 0, dst, dof, p->mb));
+        CLG_TRY(xfer_send(p, e, 0, 0, src, so, e->fps, p->mb));
+        CLG_TRY(xfer_recv(p, e, 0, 0, dst, dof, e->fps, p->mb));
         CLG_CL_CHECK(clg_dev_err(p->st[e->to].dev), clFinish(p->st[e->to].dev->queue));
         if (r > 0) /* the first warms */
             *t = CLG_MIN(*t, clg_now_sec() - t0);
@@ -1058,10 +1092,9 @@ static clg_status set_inputs(clg_pipe *p, clg_pipe_stage *st, int k, int m)
         const clg_pipe_edge *e = &p->edges[q];
         if (e->to != st->index)
             continue;
-        const clg_tensor *a = &r->act[e->tensor];
-        CLG_CL_CHECK(err, clEnqueueCopyBuffer(st->dev->queue, st->stash[st->slot_of[m] * ne + j], a->mem, 0,
-                                              a->off * p->esize, (size_t)p->cnt[st->d][m] * e->fps * p->esize,
-                                              0, NULL, NULL));
+        const clg_tensor *a = &r->act[e->at];
+        CLG_TRY(copy_rows(err, st->dev->queue, st->stash[st->slot_of[m] * ne + j], 0, e->fps, a->mem, a->off,
+                          e->pitch, e->fps, p->cnt[st->d][m], p->esize));
         j++;
     }
     return CLG_OK;
@@ -1100,9 +1133,9 @@ static clg_status stage_forward(clg_pipe *p, clg_pipe_stage *st, int m)
             continue;
         CLG_TRY(wait_ready(p, st, &e->ready_f[m], "wait activation", m));
         if (p->recompute)
-            CLG_TRY(xfer_recv(p, e, 0, m, st->stash[slot * ne + j], 0, n));
+            CLG_TRY(xfer_recv(p, e, 0, m, st->stash[slot * ne + j], 0, e->fps, n));
         else
-            CLG_TRY(xfer_recv(p, e, 0, m, r->act[e->tensor].mem, r->act[e->tensor].off, n));
+            CLG_TRY(xfer_recv(p, e, 0, m, r->act[e->at].mem, r->act[e->at].off, e->pitch, n));
         j++;
     }
     CLG_TRY(set_inputs(p, st, k, m));
@@ -1120,7 +1153,7 @@ static clg_status stage_forward(clg_pipe *p, clg_pipe_stage *st, int m)
             continue;
         const clg_tensor *a = &r->act[e->tensor];
         double t0 = clg_now_sec();
-        CLG_TRY(xfer_send(p, e, 0, m, a->mem, a->off, n));
+        CLG_TRY(xfer_send(p, e, 0, m, a->mem, a->off, e->fps, n));
         post_ready(p, &e->ready_f[m]);
         trace_span(p, st->index, "send activation", m, t0);
     }
@@ -1159,10 +1192,10 @@ static clg_status receive_grads(clg_pipe *p, clg_pipe_stage *st, clg_replica *r,
         CLG_TRY(wait_ready(p, st, &e->ready_b[m], "wait gradient", m));
         const clg_tensor *g = &r->dact[e->tensor];
         if (!written[e->tensor]) {
-            CLG_TRY(xfer_recv(p, e, 1, m, g->mem, g->off, n));
+            CLG_TRY(xfer_recv(p, e, 1, m, g->mem, g->off, e->fps, n));
             written[e->tensor] = 1;
         } else {
-            CLG_TRY(xfer_recv(p, e, 1, m, st->gscr, 0, n));
+            CLG_TRY(xfer_recv(p, e, 1, m, st->gscr, 0, e->fps, n));
             CLG_TRY(clg_nn_add_acc(st->dev, (size_t)n * e->fps, st->gscr, 0, g->mem, g->off));
         }
     }
@@ -1190,22 +1223,23 @@ static clg_status stage_backward(clg_pipe *p, clg_pipe_stage *st, int m, int fir
     if (rc == CLG_OK)
         rc = clg_replica_backward_range(r, n, written);
     CLG_TRY(rc);
+    /* the entering activations' gradients go back before the accumulation: the other stage waits on them */
+    for (int q = 0; q < p->nedges; q++) {
+        clg_pipe_edge *e = &p->edges[q];
+        if (e->to != st->index)
+            continue;
+        const clg_tensor *g = &r->dact[e->at];
+        double t0 = clg_now_sec();
+        CLG_TRY(xfer_send(p, e, 1, m, g->mem, g->off, e->pitch, n));
+        post_ready(p, &e->ready_b[m]);
+        trace_span(p, st->index, "send gradient", m, t0);
+    }
     if (r->arena_bytes) { /* accumulate */
         if (first_bwd)
             CLG_CL_CHECK(err, clEnqueueCopyBuffer(st->dev->queue, r->garena, st->gacc, 0, 0, r->arena_bytes, 0, NULL,
                                                   NULL));
         else
             CLG_TRY(clg_nn_add_acc(st->dev, r->arena_bytes / sizeof(float), r->garena, 0, st->gacc, 0));
-    }
-    for (int q = 0; q < p->nedges; q++) { /* the entering activations' gradients go back */
-        clg_pipe_edge *e = &p->edges[q];
-        if (e->to != st->index)
-            continue;
-        const clg_tensor *g = &r->dact[e->tensor];
-        double t0 = clg_now_sec();
-        CLG_TRY(xfer_send(p, e, 1, m, g->mem, g->off, n));
-        post_ready(p, &e->ready_b[m]);
-        trace_span(p, st->index, "send gradient", m, t0);
     }
     st->slot_of[m] = -1;
     st->inflight--;
@@ -1643,12 +1677,11 @@ static clg_status forward_chunk(clg_pipe *p, const int32_t *y, int o, int n, flo
             clg_replica_set_input(r, st->xbuf, (size_t)o * p->sample);
         if (st->has_loss)
             clg_replica_set_labels(r, st->ybuf, y ? (size_t)o : 0, 1.0f);
-        for (int k = 0; k < p->nedges; k++) { /* the entering tensors */
+        for (int k = 0; k < p->nedges; k++) { /* the entering tensors (the queue finishes before hf changes) */
             const clg_pipe_edge *e = &p->edges[k];
-            const clg_tensor *a = &r->act[e->tensor];
+            const clg_tensor *a = &r->act[e->at];
             if (e->to == s)
-                CLG_CL_CHECK(err, clEnqueueWriteBuffer(q, a->mem, CL_TRUE, a->off * p->esize,
-                                                       (size_t)n * e->fps * p->esize, e->hf, 0, NULL, NULL));
+                CLG_TRY(host_rows(err, q, 0, a->mem, a->off, e->pitch, e->hf, e->fps, n, p->esize));
         }
         CLG_TRY(clg_replica_forward(r, n, 0));
         for (int k = 0; k < p->nedges; k++) { /* the leaving ones */

@@ -82,6 +82,9 @@ CLG_INTERNAL clg_status clg_pipe_parse_layout(clg_err *err, const char *spec, in
 typedef struct clg_pipe_edge {
     int tensor, from, to;
     size_t fps;                 /* floats per sample */
+    int at;                     /* the receiver's tensor it lands in: `tensor`, or (a cut inside a layer: L@0's
+                                   output) the concat L, at its channel 0, its gradient read from there */
+    size_t pitch;               /* floats per sample of tensor `at` on the receiver (fps unless a slice) */
     float *hf, *hb;             /* activation / gradient of every sample of the step */
     int64_t *ready_f, *ready_b; /* per micro-batch: the step sequence number it was posted in */
     cl_mem *df, *db;            /* device to device: per micro-batch, buffers of the shared cl_context */
@@ -281,6 +284,10 @@ CLG_INTERNAL clg_status clg_pipe_split_spec(clg_err *err, const clg_net *net, co
  * more than 3% over half, the layer where half the cost falls, in whole tiles of 8 or 4 channels where possible,
  * if that predicts a smaller largest stage). */
 CLG_INTERNAL int clg_pipe_split_auto(const clg_net *net, const double *cost, const int *cut, int *c);
+/* A cut inside a layer in fp32 without tensor parallelism: the edge carrying L@0's output lands straight in its
+ * channel slice of the concat's output on the stage after the cut, its gradient read from that slice of the
+ * concat's output gradient (strided transfers), and that stage's concat skips the input (clg_layer.in_place). */
+CLG_INTERNAL void clg_pipe_split_inplace(clg_pipe *p);
 /* The network net with layer `layer` cut after its first c output channels (see pipe_split.c); *out owned by the
  * caller (clg_net_free). */
 CLG_INTERNAL clg_status clg_pipe_split_net(clg_err *err, const clg_net *net, int layer, int c, int batch,

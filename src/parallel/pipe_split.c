@@ -183,3 +183,23 @@ clg_status clg_pipe_split_net(clg_err *err, const clg_net *net, int layer, int c
     *out = s;
     return CLG_OK;
 }
+
+void clg_pipe_split_inplace(clg_pipe *p)
+{
+    int L0 = p->split_layer, cat = L0 + 2;
+    if (L0 < 0 || p->fp16 || p->T > 1) /* fp16: the concat writes its whole fp32 output and rounds it */
+        return;
+    const clg_layer *c = &p->net->proto[cat];
+    if (c->ops != &clg_layer_concat_ops || c->nin != 2 || c->inputs[0] != L0)
+        return;
+    for (int q = 0; q < p->nedges; q++) {
+        clg_pipe_edge *e = &p->edges[q];
+        if (e->tensor != L0 || p->stage_of[cat] != e->to % p->K)
+            continue;
+        e->at = cat;
+        e->pitch = (size_t)c->out_shape[1] * c->out_shape[2] * c->out_shape[3];
+        clg_pipe_stage *st = &p->st[e->to];
+        for (int k = 0; k < st->nreps; k++)
+            st->reps[k]->layers[cat].in_place |= 1u;
+    }
+}

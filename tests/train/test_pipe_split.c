@@ -13,7 +13,11 @@
  *    both schedules, STEPS = 20 steps: weights (as the stages hold them)
  *    within TOL = 1e-5 relative L2 per tensor, batch-norm running statistics
  *    included, losses to 1e-4 (the same arithmetic: measured 0). LeNet-5
- *    inside conv2 in fp16 storage too (the crossing tensors in half).
+ *    inside conv2 in fp16 storage too (the crossing tensors in half). The
+ *    first part's output lands in its channel slice of the concat's output
+ *    on stage 1 (and its gradient leaves from there): device-to-device
+ *    copies inside conv2, through the host with re-run forwards (recompute)
+ *    inside fc1, the measured choice for resnet-mini.
  * 2. The split itself: the stages' slices gathered (clg_pipe_sync, what a
  *    checkpoint writes) against one device running the model with the layer
  *    whole: the same gradient, but the split layer's GEMMs are narrower and
@@ -68,11 +72,15 @@ static void weights_free(weights *w)
 
 static int g_fp16;         /* run: fp16 storage */
 static int g_replicas = 1; /* dp=D of the pipelines made (D x K devices) */
+static int g_xfer;         /* CLG_PIPE_XFER_*: the split layer's first part lands in its slice of the concat's
+                              output by a strided copy (device) or a strided write (host) */
+static int g_recompute;    /* re-run forwards: the slice filled from the stash */
 
 static clg_pipe *make_pipe(clg_net *net, int K, int M, int schedule, const char *cuts)
 {
     int devs[4] = {0, 1, 2, 3};
-    clg_pipe_params pp = {.stages = K, .cuts = cuts, .micro = M, .schedule = schedule, .replicas = g_replicas};
+    clg_pipe_params pp = {.stages = K, .cuts = cuts, .micro = M, .schedule = schedule, .replicas = g_replicas,
+                          .transfer = g_xfer, .recompute = g_recompute};
     clg_pipe *p = NULL;
     ck_assert_msg(clg_pipe_create(ctx(), net, devs, K * g_replicas, 7, BATCH, &pp, &p) == CLG_OK, "%s",
                   clg_last_error(ctx()));
@@ -269,10 +277,22 @@ static void split_vs_one_device(const char *model, const char *cuts, const char 
     free(text);
 }
 
-START_TEST(lenet_conv_split) { split_vs_one_device("lenet5.cfg", "conv2:0.4", "conv2", 6, 2, 1, 5); }
+START_TEST(lenet_conv_split)
+{
+    g_xfer = CLG_PIPE_XFER_DEVICE;
+    split_vs_one_device("lenet5.cfg", "conv2:0.4", "conv2", 6, 2, 1, 5);
+    g_xfer = CLG_PIPE_XFER_AUTO;
+}
 END_TEST
 
-START_TEST(lenet_dense_split) { split_vs_one_device("lenet5.cfg", "fc1:0.5", "fc1", 60, 1, 0, 5); }
+START_TEST(lenet_dense_split)
+{
+    g_xfer = CLG_PIPE_XFER_HOST;
+    g_recompute = 1;
+    split_vs_one_device("lenet5.cfg", "fc1:0.5", "fc1", 60, 1, 0, 5);
+    g_xfer = CLG_PIPE_XFER_AUTO;
+    g_recompute = 0;
+}
 END_TEST
 
 /* fp16 storage: the tensors crossing the cut (the split layer's input and its first part's output) and their
