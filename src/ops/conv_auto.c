@@ -1,12 +1,13 @@
 /* Algorithm choice for CLG_CONV_AUTO: measure every eligible algorithm once
  * per (device, shape, pass), keep the fastest in memory and in
  * <cache_dir>/conv-algos-<devicehash>.json (one entry per line, each with
- * its device hash). The choices a training run used travel in its
+ * its device hash and how far its timing can be trusted: an unconfirmed
+ * choice is measured again at a later run, see clg_conv_algo_rec and
+ * docs/benchmarks.md). The choices a training run used travel in its
  * checkpoints (clg_conv_auto_state / clg_conv_auto_pin), so a resumed run
  * computes with the same algorithms (docs/reliability.md, "Resume and
  * measured choices"). */
 #include <dirent.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>

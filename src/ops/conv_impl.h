@@ -135,7 +135,8 @@ CLG_INTERNAL clg_status clg_conv_run(clg_device *dev, const clg_conv_shape *s, c
                                      clg_conv_pass pass, clg_conv_cache *cache, const clg_conv_io *io);
 
 /* Resolves CLG_CONV_AUTO: looks the (device, shape, pass) up in the
- * measurement cache, measuring the eligible algorithms on a miss; with
+ * measurement cache, measuring the eligible algorithms on a miss, and again
+ * (once per process) where the cached choice is unconfirmed; with
  * CLGRAD_CONV_AUTO_MEASURE=0 takes clg_conv_algo_default instead. */
 CLG_INTERNAL clg_status clg_conv_auto_pick(clg_device *dev, const clg_conv_shape *s, clg_conv_pass pass,
                                            const clg_conv_io *io, clg_conv_algo *out);
