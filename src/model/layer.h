@@ -90,6 +90,10 @@ typedef struct clg_layer_ops {
     void (*params_changed)(clg_layer *l);
     /* (optional) frees priv and any device state besides params. */
     void (*destroy)(clg_layer *l, clg_device *dev);
+    /* (optional) the per-layer profile of a run: the layer's kernels took
+     * fwd_ms / bwd_ms per step over `steps` steps (conv: an automatic
+     * choice far slower than measured is re-measured at the next run). */
+    void (*profiled)(clg_layer *l, clg_device *dev, double fwd_ms, double bwd_ms, int steps);
 } clg_layer_ops;
 
 /* Cross-device exchange for layers whose forward or backward needs the

@@ -20,6 +20,7 @@ typedef struct {
     clg_conv_cache cache;
     cl_mem pre; /* gelu: pre-activation kept for backward */
     size_t pre_cap;
+    int last_n; /* the batch of the latest forward (the profile's shape) */
 } conv_priv;
 
 static const char *const algo_choices[] = {"auto",   "im2col", "winograd", "winograd4", "direct",
@@ -128,6 +129,7 @@ static clg_status conv_forward(clg_layer *l, clg_device *dev, const clg_tensor *
 {
     conv_priv *p = l->priv;
     clg_conv_shape s = cshape(p, in[0].n, in[0].c, in[0].h, in[0].w);
+    p->last_n = in[0].n;
     size_t ny = clg_tensor_numel(out);
     cl_mem y = out->mem;
     size_t oy = out->off;
@@ -180,6 +182,16 @@ static void conv_params_changed(clg_layer *l)
         p->cache.weights_version++;
 }
 
+static void conv_profiled(clg_layer *l, clg_device *dev, double fwd_ms, double bwd_ms, int steps)
+{
+    conv_priv *p = l->priv;
+    if (!p || p->algo != CLG_CONV_AUTO || p->last_n <= 0)
+        return;
+    const int *in = l->in_shape[0];
+    clg_conv_shape s = cshape(p, p->last_n, in[1], in[2], in[3]);
+    clg_conv_auto_observe(dev, &s, fwd_ms, bwd_ms, steps);
+}
+
 static void conv_destroy(clg_layer *l, clg_device *dev)
 {
     conv_priv *p = l->priv;
@@ -200,4 +212,5 @@ const clg_layer_ops clg_layer_conv_ops = {
     .backward = conv_backward,
     .params_changed = conv_params_changed,
     .destroy = conv_destroy,
+    .profiled = conv_profiled,
 };

@@ -260,6 +260,8 @@ CLG_INTERNAL void clg_replica_explain_nonfinite(clg_replica *r, int n, char *buf
 CLG_INTERNAL clg_status clg_replica_arena(clg_replica *r, const size_t *off, size_t bytes);
 /* Prints the per-layer profile (when profiling was on). */
 CLG_INTERNAL void clg_replica_print_profile(const clg_replica *r, FILE *f);
+/* Hands each layer its profiled kernel times (clg_layer_ops.profiled). */
+CLG_INTERNAL void clg_replica_profile_feedback(clg_replica *r);
 /* Clears the CLGRAD_PROFILE sums (bench train: from the timed steps on). */
 CLG_INTERNAL void clg_replica_profile_reset(clg_replica *r);
 

@@ -191,6 +191,16 @@ void clg_replica_profile_reset(clg_replica *r)
     r->prof_calls = 0;
 }
 
+void clg_replica_profile_feedback(clg_replica *r)
+{
+    if (!r || !r->profile || r->prof_calls == 0)
+        return;
+    for (int i = 0; i < r->nlayers; i++)
+        if (r->layers[i].ops->profiled)
+            r->layers[i].ops->profiled(&r->layers[i], r->dev, r->prof_fwd_k[i] / r->prof_calls,
+                                       r->prof_bwd_k[i] / r->prof_calls, r->prof_calls);
+}
+
 void clg_replica_print_profile(const clg_replica *r, FILE *f)
 {
     if (!r->profile || r->prof_calls == 0)

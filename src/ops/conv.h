@@ -69,6 +69,14 @@ typedef struct clg_conv_cache {
 CLG_INTERNAL void clg_conv_auto_state(clg_ctx *ctx, clg_sbuf *out);
 CLG_INTERNAL clg_status clg_conv_auto_pin(clg_ctx *ctx, clg_err *err, const char *state, const char *what);
 CLG_INTERNAL unsigned clg_conv_auto_generation(void);
+/* Training's per-layer profile: a convolution layer of shape s (s->N: the
+ * batch it ran) spent fwd_ms and bwd_ms (backward-data + backward-filter;
+ * <= 0: not measured) of kernel time per step over `steps` steps. From 3
+ * steps on, an automatic choice the process computed with whose kernels ran
+ * over 1.5x its recorded figure is marked in the algorithm cache to be
+ * measured again at the next run (never in this one). */
+CLG_INTERNAL void clg_conv_auto_observe(clg_device *dev, const clg_conv_shape *s, double fwd_ms, double bwd_ms,
+                                        int steps);
 
 /* A zero-initialised clg_conv_cache is empty; transforms count as built only
  * while transformed[a] != NULL and built_version[a] == weights_version. */

@@ -1,10 +1,13 @@
 /* Algorithm choice for CLG_CONV_AUTO: measure every eligible algorithm once
  * per (device, shape, pass), keep the fastest in memory and in
  * <cache_dir>/conv-algos-<devicehash>.json (one entry per line, each with
- * its device hash). The choices a training run used travel in its
+ * its device hash and how far its timing can be trusted: an unconfirmed
+ * choice is measured again at a later run, see clg_conv_algo_rec and
+ * docs/benchmarks.md). The choices a training run used travel in its
  * checkpoints (clg_conv_auto_state / clg_conv_auto_pin), so a resumed run
  * computes with the same algorithms (docs/reliability.md, "Resume and
  * measured choices"). */
+#include <dirent.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,8 +19,8 @@
 typedef struct algo_entry {
     uint64_t devhash;
     char key[160];
-    clg_conv_algo algo;
-    double ms;
+    clg_conv_algo_rec r;
+    int checked; /* measured, re-measured or marked in this process: not measured again here */
 } algo_entry;
 
 typedef struct loaded_file {
@@ -58,6 +61,20 @@ static choice_list g_used, g_pins;
 static unsigned g_generation; /* bumped whenever pins change: layers resolve again */
 /* tests: a deterministic time per algorithm in place of the wall clock */
 static double (*g_fake_ms)(clg_device *dev, const clg_conv_shape *s, clg_conv_algo algo, clg_conv_pass pass);
+static double (*g_fake_load)(void); /* tests: the load signal of a measurement */
+static char g_dir[1024];             /* tests: the algorithm cache file's directory in place of the cache dir */
+
+/* Trust in a measurement (docs/benchmarks.md, "Trusting a measurement"):
+ * timed on a quiet machine (threads waited for a CPU at most LOAD_MAX of
+ * their CPU time, the winner's rounds within SPREAD_MAX of each other) and
+ * won by at least MARGIN_MIN; else re-measured at a later run, at most
+ * MAX_TRIES times per shape. */
+#define LOAD_MAX 0.25
+#define SPREAD_MAX 0.5
+#define MARGIN_MIN 0.03
+#define MAX_TRIES 2
+#define SLOW_RATIO 1.5 /* training time over the recorded figure that marks a choice */
+#define SLOW_USES 3    /* ... averaged over at least this many uses */
 
 /* F(4x4,3x3) joins the automatic choice only where its fp32 error is within
  * tolerance: measured max|err|/max|ref| = 1.5e-5 (fwd), 1.4e-5 (bwd-data)
@@ -165,7 +182,7 @@ static int table_find(uint64_t devhash, const char *key)
     return -1;
 }
 
-static int table_put(uint64_t devhash, const char *key, clg_conv_algo algo, double ms)
+static int table_put(uint64_t devhash, const char *key, const clg_conv_algo_rec *r)
 {
     int i = table_find(devhash, key);
     if (i < 0) {
@@ -180,30 +197,59 @@ static int table_put(uint64_t devhash, const char *key, clg_conv_algo algo, doub
         i = g_nentries++;
         g_entries[i].devhash = devhash;
         snprintf(g_entries[i].key, sizeof g_entries[i].key, "%s", key);
+        g_entries[i].checked = 0;
     }
-    g_entries[i].algo = algo;
-    g_entries[i].ms = ms;
+    g_entries[i].r = *r;
     return i;
 }
 
+static const char *file_dir(clg_device *dev) { return g_dir[0] ? g_dir : dev->ctx->cache_dir; }
+
 static void file_path(clg_device *dev, uint64_t devhash, char *dst, size_t n)
 {
-    snprintf(dst, n, "%s/conv-algos-%016llx.json", dev->ctx->cache_dir, (unsigned long long)devhash);
+    snprintf(dst, n, "%s/conv-algos-%016llx.json", file_dir(dev), (unsigned long long)devhash);
 }
 
-static void table_add_missing(void *user, uint64_t devhash, const char *key, clg_conv_algo algo, double ms)
+/* A file's entry: added where the table lacks the shape, and replacing the
+ * table's where another process changed it later (higher rev). */
+static void table_merge(void *user, uint64_t devhash, const char *key, const clg_conv_algo_rec *r)
 {
     (void)user;
-    if (table_find(devhash, key) < 0)
-        table_put(devhash, key, algo, ms);
+    int i = table_find(devhash, key);
+    if (i < 0 || r->rev > g_entries[i].r.rev)
+        table_put(devhash, key, r);
 }
 
 // ---- the cache file: a JSON object with one entry per line ----
 
-void clg_conv_algos_format(clg_sbuf *b, int first, uint64_t devhash, const char *key, clg_conv_algo algo, double ms)
+void clg_conv_algos_format(clg_sbuf *b, int first, uint64_t devhash, const char *key, const clg_conv_algo_rec *r)
 {
-    clg_sbuf_printf(b, "%s {\"key\": \"%s\", \"algo\": \"%s\", \"ms\": %.4f, \"dev\": \"%016llx\"}\n", first ? "" : ",",
-                    key, clg_conv_algo_name(algo), ms, (unsigned long long)devhash);
+    clg_sbuf_printf(b,
+                    "%s {\"key\": \"%s\", \"algo\": \"%s\", \"ms\": %.4f, \"dev\": \"%016llx\", \"n\": %d, "
+                    "\"margin\": %.4f, \"spread\": %.4f, \"load\": %.3f, \"conf\": %d, \"tries\": %d, \"rev\": %d, "
+                    "\"slow\": %d}\n",
+                    first ? "" : ",", key, clg_conv_algo_name(r->algo), r->ms, (unsigned long long)devhash, r->n,
+                    r->margin, r->spread, r->load, r->conf, r->tries, r->rev, r->slow);
+}
+
+/* A number field of an entry within [lo, hi], else dflt (absent: an older file version). */
+static double num_field(const clg_json *j, const char *name, double lo, double hi, double dflt)
+{
+    const clg_json *v = clg_json_get(j, name);
+    return v && v->type == CLG_JSON_NUM && v->num >= lo && v->num <= hi ? v->num : dflt;
+}
+
+/* The trust fields of a version-3 entry; an entry without a valid "conf" is unconfirmed. */
+static void parse_trust(const clg_json *j, clg_conv_algo_rec *r)
+{
+    r->conf = (int)num_field(j, "conf", 0, 1, 0);
+    r->n = (int)num_field(j, "n", 1, 1e9, 0);
+    r->margin = num_field(j, "margin", -1, 1e9, -1);
+    r->spread = num_field(j, "spread", 0, 1e9, 0);
+    r->load = num_field(j, "load", -1, 1e9, -1);
+    r->tries = (int)num_field(j, "tries", 0, 1000, 0);
+    r->rev = (int)num_field(j, "rev", 0, 1e9, 0);
+    r->slow = (int)num_field(j, "slow", 0, 1, 0);
 }
 
 /* A key as the writer writes it: unescaped, so no quote, backslash or control character. */
@@ -219,7 +265,7 @@ static int plain_key(const clg_json *k)
 
 /* One line's entry, {"key": "...", "algo": "...", "ms": N, "dev": "<16 hex digits>"}
  * (io/json.c's reader); 0 when malformed. */
-static int parse_entry_line(const char *line, size_t len, char *key, size_t keycap, clg_conv_algo *algo, double *ms,
+static int parse_entry_line(const char *line, size_t len, char *key, size_t keycap, clg_conv_algo_rec *r,
                             uint64_t *dev)
 {
     clg_err scratch;
@@ -231,18 +277,19 @@ static int parse_entry_line(const char *line, size_t len, char *key, size_t keyc
     int ok = k && k->type == CLG_JSON_STR && plain_key(k) && k->len < keycap && a &&
              a->type == CLG_JSON_STR && m && m->type == CLG_JSON_NUM && m->num >= 0 && m->num < 1e12 && d &&
              d->type == CLG_JSON_STR && d->len == 16 && strspn(d->str, "0123456789abcdef") == 16 &&
-             clg_conv_algo_parse(&scratch, a->str, algo) == CLG_OK && *algo != CLG_CONV_AUTO;
+             clg_conv_algo_parse(&scratch, a->str, &r->algo) == CLG_OK && r->algo != CLG_CONV_AUTO;
     if (ok) {
         memcpy(key, k->str, k->len + 1);
-        *ms = m->num;
+        r->ms = m->num;
         *dev = strtoull(d->str, NULL, 16);
+        parse_trust(j, r);
     }
     clg_json_free(j);
     return ok;
 }
 
 int clg_conv_algos_parse(char *text, uint64_t devhash,
-                         void (*put)(void *user, uint64_t devhash, const char *key, clg_conv_algo algo, double ms),
+                         void (*put)(void *user, uint64_t devhash, const char *key, const clg_conv_algo_rec *r),
                          void *user)
 {
     int n = 0;
@@ -265,11 +312,10 @@ int clg_conv_algos_parse(char *text, uint64_t devhash,
             continue;
         }
         char key[160];
-        clg_conv_algo a;
-        double ms;
+        clg_conv_algo_rec r = {0};
         uint64_t dev;
-        if (parse_entry_line(line + skip, len - skip, key, sizeof key, &a, &ms, &dev) && dev == devhash) {
-            put(user, devhash, key, a, ms);
+        if (parse_entry_line(line + skip, len - skip, key, sizeof key, &r, &dev) && dev == devhash) {
+            put(user, devhash, key, &r);
             n++;
         }
         line = next;
@@ -279,12 +325,13 @@ int clg_conv_algos_parse(char *text, uint64_t devhash,
 
 /* First line of the file: format, version and the device fingerprint (a
  * file whose first line differs, e.g. one measured on another device or
- * copied from one, is ignored). */
-static void file_header(clg_device *dev, clg_sbuf *b)
+ * copied from one, is ignored). Version 3 records how far each timing can be
+ * trusted; a version-2 file is read, its entries unconfirmed. */
+static void file_header(clg_device *dev, clg_sbuf *b, int version)
 {
     char fp[700];
     clg_device_fingerprint(dev, fp, sizeof fp);
-    clg_sbuf_printf(b, "{\"format\": \"clgrad-conv-algos\", \"version\": 2, \"device\": ");
+    clg_sbuf_printf(b, "{\"format\": \"clgrad-conv-algos\", \"version\": %d, \"device\": ", version);
     clg_sbuf_json_str(b, fp);
     clg_sbuf_printf(b, ", \"entries\": [\n");
 }
@@ -298,12 +345,15 @@ static int file_merge(clg_device *dev, uint64_t devhash, const char *path)
     clg_err scratch;
     if (clg_file_read(&scratch, path, &text, &len) != CLG_OK)
         return 0;
-    clg_sbuf hdr = {0};
-    file_header(dev, &hdr);
-    int ours = !hdr.oom && len >= hdr.len && memcmp(text, hdr.data, hdr.len) == 0;
-    clg_sbuf_free(&hdr);
+    int ours = 0;
+    for (int version = 3; version >= 2 && !ours; version--) {
+        clg_sbuf hdr = {0};
+        file_header(dev, &hdr, version);
+        ours = !hdr.oom && len >= hdr.len && memcmp(text, hdr.data, hdr.len) == 0;
+        clg_sbuf_free(&hdr);
+    }
     if (ours)
-        clg_conv_algos_parse(text, devhash, table_add_missing, NULL);
+        clg_conv_algos_parse(text, devhash, table_merge, NULL);
     else
         clg_log(1, "conv algorithm cache %s is not for this device (%s); measuring again", path, dev->info.name);
     free(text);
@@ -342,7 +392,7 @@ static void file_save(clg_device *dev, uint64_t devhash)
     char path[1100];
     file_path(dev, devhash, path, sizeof path);
     clg_err scratch;
-    if (clg_mkdirs(&scratch, dev->ctx->cache_dir) != CLG_OK)
+    if (clg_mkdirs(&scratch, file_dir(dev)) != CLG_OK)
         return;
     /* Several processes (sweep trials, parallel runs) share the file: under
      * its lock, merge what the others wrote since this one loaded it, then
@@ -350,12 +400,12 @@ static void file_save(clg_device *dev, uint64_t devhash)
     int lk = clg_file_lock(path, 10.0);
     (void)file_merge(dev, devhash, path);
     clg_sbuf b = {0};
-    file_header(dev, &b);
+    file_header(dev, &b, 3);
     int first = 1;
     for (int i = 0; i < g_nentries; i++) {
         if (g_entries[i].devhash != devhash)
             continue;
-        clg_conv_algos_format(&b, first, devhash, g_entries[i].key, g_entries[i].algo, g_entries[i].ms);
+        clg_conv_algos_format(&b, first, devhash, g_entries[i].key, &g_entries[i].r);
         first = 0;
     }
     clg_sbuf_printf(&b, "]}\n");
@@ -396,6 +446,146 @@ static int candidate(const clg_device *dev, clg_conv_algo a, const clg_conv_shap
     return 1;
 }
 
+/* CPU time and time spent waiting for a CPU (runnable, not running) of this
+ * process's threads so far, seconds (Linux schedstat); 0 where unknown. */
+static int sched_totals(double *run_s, double *wait_s)
+{
+#ifdef __linux__
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return 0;
+    double run = 0, wait = 0;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[300];
+        snprintf(path, sizeof path, "/proc/self/task/%s/schedstat", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        unsigned long long a = 0, b = 0;
+        if (fscanf(f, "%llu %llu", &a, &b) == 2) {
+            run += (double)a * 1e-9;
+            wait += (double)b * 1e-9;
+            n++;
+        }
+        fclose(f);
+    }
+    closedir(d);
+    *run_s = run;
+    *wait_s = wait;
+    return n > 0;
+#else
+    (void)run_s;
+    (void)wait_s;
+    return 0;
+#endif
+}
+
+/* The load signal between two sched_totals samples: wait per unit of CPU time; -1 unknown
+ * (no schedstat, too little CPU time to tell, or a thread that ended in between). */
+static double load_between(int ok, double run0, double wait0, double run1, double wait1)
+{
+    double (*fake)(void);
+    pthread_mutex_lock(&g_lock);
+    fake = g_fake_load;
+    pthread_mutex_unlock(&g_lock);
+    if (fake)
+        return fake();
+    if (!ok || run1 - run0 < 1e-3 || wait1 < wait0)
+        return -1;
+    return (wait1 - wait0) / (run1 - run0);
+}
+
+/* Times the eligible algorithms into scratch outputs, so the caller's buffers
+ * stay untouched, and fills r (algo, its figures and their trust). One
+ * warm-up run each (kernel builds), then 3 rounds over all candidates in
+ * turn, keeping each one's fastest and slowest run: interleaving makes the
+ * comparison fair when the machine's load changes during measurement. */
+static clg_status measure(clg_device *dev, const clg_conv_shape *s, clg_conv_pass pass, const clg_conv_io *io,
+                          const char *key, clg_conv_algo_rec *r)
+{
+    size_t P = (size_t)clg_conv_out_h(s), Q = (size_t)clg_conv_out_w(s);
+    size_t nout = pass == CLG_CONV_FWD       ? (size_t)s->N * s->K * P * Q
+                  : pass == CLG_CONV_BWD_DATA ? (size_t)s->N * s->C * s->H * s->W
+                                              : (size_t)s->K * (s->C / s->groups) * s->R * s->S;
+    cl_mem scratch = NULL;
+    CLG_TRY(clg_buf_alloc(dev, sizeof(float) * nout, &scratch));
+    clg_conv_io mio = *io;
+    mio.y = mio.dx = mio.dw = scratch;
+    mio.offy = mio.offdx = mio.offdw = 0;
+    mio.db = NULL;
+    mio.beta = 0.0f;
+    char saved[CLG_ERR_LEN];
+    snprintf(saved, sizeof saved, "%s", clg_dev_err(dev)->msg);
+    double lo[CLG_CONV_ALGO_COUNT], hi[CLG_CONV_ALGO_COUNT];
+    for (int a = 0; a < CLG_CONV_ALGO_COUNT; a++) {
+        lo[a] = candidate(dev, (clg_conv_algo)a, s, pass) && a != CLG_CONV_AUTO &&
+                        time_once(dev, s, (clg_conv_algo)a, pass, &mio) >= 0
+                    ? 1e300
+                    : -1;
+        hi[a] = 0;
+    }
+    double run0 = 0, wait0 = 0, run1 = 0, wait1 = 0;
+    int sched = sched_totals(&run0, &wait0);
+    for (int round = 0; round < 3; round++)
+        for (int a = 1; a < CLG_CONV_ALGO_COUNT; a++) {
+            if (lo[a] < 0)
+                continue;
+            double ms = time_once(dev, s, (clg_conv_algo)a, pass, &mio);
+            lo[a] = ms < 0 ? -1 : ms < lo[a] ? ms : lo[a];
+            hi[a] = ms > hi[a] ? ms : hi[a];
+        }
+    sched = sched && sched_totals(&run1, &wait1);
+    int best = -1, second = -1;
+    for (int a = 1; a < CLG_CONV_ALGO_COUNT; a++) {
+        clg_log(2, "conv auto %s: %s %.3f ms", key, clg_conv_algo_name((clg_conv_algo)a), lo[a]);
+        if (lo[a] < 0)
+            continue;
+        if (best < 0 || lo[a] < lo[best]) {
+            second = best;
+            best = a;
+        } else if (second < 0 || lo[a] < lo[second])
+            second = a;
+    }
+    snprintf(clg_dev_err(dev)->msg, sizeof clg_dev_err(dev)->msg, "%s", saved);
+    clg_buf_release(dev, scratch);
+    if (best < 0)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_INTERNAL,
+                           "conv auto: no algorithm could run the %s pass of %s", pass_tag(pass), key);
+    memset(r, 0, sizeof *r);
+    r->algo = (clg_conv_algo)best;
+    r->ms = lo[best];
+    r->margin = second >= 0 && lo[best] > 0 ? lo[second] / lo[best] - 1 : -1;
+    r->spread = lo[best] > 0 ? hi[best] / lo[best] - 1 : 0;
+    r->load = load_between(sched, run0, wait0, run1, wait1);
+    r->n = s->N;
+    return CLG_OK;
+}
+
+/* Timed on a quiet machine (load -1, unknown, counts as quiet); trusted when also won by a clear margin. */
+static int quiet(const clg_conv_algo_rec *r) { return r->load <= LOAD_MAX && r->spread <= SPREAD_MAX; }
+static int trusted(const clg_conv_algo_rec *r) { return quiet(r) && (r->margin < 0 || r->margin >= MARGIN_MIN); }
+
+/* Measured before this process but not trusted, and not yet re-measured here. */
+static int recheck_due(const algo_entry *e) { return !e->checked && !e->r.conf && e->r.tries < MAX_TRIES; }
+
+/* A re-measurement r of an unconfirmed choice old: a quiet one replaces it
+ * for good, and so does one that agrees with it (two measurements, one
+ * winner); of two loaded ones that disagree the less loaded is kept,
+ * unconfirmed until MAX_TRIES re-measurements. */
+static void settle(const clg_conv_algo_rec *old, clg_conv_algo_rec *r)
+{
+    int tries = old->tries + 1, rev = old->rev + 1;
+    if (!quiet(r) && r->algo != old->algo && old->load >= 0 && (r->load < 0 || old->load < r->load))
+        *r = *old;
+    r->conf = quiet(r) || r->algo == old->algo || tries >= MAX_TRIES;
+    r->tries = tries;
+    r->rev = rev;
+    r->slow = 0;
+}
+
 clg_status clg_conv_auto_pick(clg_device *dev, const clg_conv_shape *s, clg_conv_pass pass, const clg_conv_io *io,
                               clg_conv_algo *out)
 {
@@ -410,66 +600,41 @@ clg_status clg_conv_auto_pick(clg_device *dev, const clg_conv_shape *s, clg_conv
         return CLG_OK;
     }
     int i = table_find(dh, key);
-    if (i >= 0 && clg_conv_algo_supported(g_entries[i].algo, s, pass)) {
-        *out = g_entries[i].algo;
-        pthread_mutex_unlock(&g_lock);
-        return CLG_OK;
+    clg_conv_algo_rec old = {0};
+    int have_old = i >= 0 && clg_conv_algo_supported(g_entries[i].r.algo, s, pass);
+    if (have_old) {
+        old = g_entries[i].r;
+        if (!recheck_due(&g_entries[i])) {
+            *out = old.algo;
+            pthread_mutex_unlock(&g_lock);
+            return CLG_OK;
+        }
+        g_entries[i].checked = 1; /* once per process, whatever comes of it */
     }
     pthread_mutex_unlock(&g_lock);
 
-    /* Measure into scratch outputs so the caller's buffers stay untouched. */
-    size_t P = (size_t)clg_conv_out_h(s), Q = (size_t)clg_conv_out_w(s);
-    size_t nout = pass == CLG_CONV_FWD       ? (size_t)s->N * s->K * P * Q
-                  : pass == CLG_CONV_BWD_DATA ? (size_t)s->N * s->C * s->H * s->W
-                                              : (size_t)s->K * (s->C / s->groups) * s->R * s->S;
-    cl_mem scratch = NULL;
-    CLG_TRY(clg_buf_alloc(dev, sizeof(float) * nout, &scratch));
-    clg_conv_io mio = *io;
-    mio.y = mio.dx = mio.dw = scratch;
-    mio.offy = mio.offdx = mio.offdw = 0;
-    mio.db = NULL;
-    mio.beta = 0.0f;
-    clg_conv_algo best = CLG_CONV_IM2COL;
-    double best_ms = -1;
-    char saved[CLG_ERR_LEN];
-    snprintf(saved, sizeof saved, "%s", clg_dev_err(dev)->msg);
-    /* One warm-up run each (kernel builds), then AUTO_ROUNDS rounds over all
-     * candidates in turn, keeping each one's fastest run: interleaving makes
-     * the comparison fair when the machine's load changes during measurement. */
-    double ms_of[CLG_CONV_ALGO_COUNT];
-    for (int a = 0; a < CLG_CONV_ALGO_COUNT; a++)
-        ms_of[a] = candidate(dev, (clg_conv_algo)a, s, pass) && a != CLG_CONV_AUTO &&
-                           time_once(dev, s, (clg_conv_algo)a, pass, &mio) >= 0
-                       ? 1e300
-                       : -1;
-    for (int round = 0; round < 3; round++)
-        for (int a = 1; a < CLG_CONV_ALGO_COUNT; a++) {
-            if (ms_of[a] < 0)
-                continue;
-            double ms = time_once(dev, s, (clg_conv_algo)a, pass, &mio);
-            if (ms < 0)
-                ms_of[a] = -1;
-            else if (ms < ms_of[a])
-                ms_of[a] = ms;
-        }
-    for (int a = 1; a < CLG_CONV_ALGO_COUNT; a++) {
-        clg_log(2, "conv auto %s: %s %.3f ms", key, clg_conv_algo_name((clg_conv_algo)a), ms_of[a]);
-        if (ms_of[a] >= 0 && (best_ms < 0 || ms_of[a] < best_ms)) {
-            best_ms = ms_of[a];
-            best = (clg_conv_algo)a;
-        }
+    clg_conv_algo_rec r;
+    clg_status st = measure(dev, s, pass, io, key, &r);
+    if (st != CLG_OK && have_old) { /* the earlier measurement stands */
+        *out = old.algo;
+        return CLG_OK;
     }
-    snprintf(clg_dev_err(dev)->msg, sizeof clg_dev_err(dev)->msg, "%s", saved);
-    clg_buf_release(dev, scratch);
-    if (best_ms < 0)
-        return clg_err_set(clg_dev_err(dev), CLG_ERR_INTERNAL,
-                           "conv auto: no algorithm could run the %s pass of %s", pass_tag(pass), key);
-    clg_log(1, "conv auto %s: chose %s (%.3f ms)", key, clg_conv_algo_name(best), best_ms);
+    CLG_TRY(st);
+    if (have_old)
+        settle(&old, &r);
+    else
+        r.conf = trusted(&r);
+    clg_log(1, "conv auto %s: %s %s (%.3f ms, margin %.0f%%, spread %.0f%%, load %.2f%s)", key,
+            have_old ? "re-measured," : "chose", clg_conv_algo_name(r.algo), r.ms, 100 * r.margin, 100 * r.spread,
+            r.load, r.conf ? "" : "; unconfirmed: measured again at a later run");
     pthread_mutex_lock(&g_lock);
-    if (table_put(dh, key, best, best_ms) >= 0)
+    i = table_put(dh, key, &r);
+    if (i >= 0) {
+        g_entries[i].checked = 1;
         file_save(dev, dh);
+    }
     pthread_mutex_unlock(&g_lock);
-    *out = best;
+    *out = r.algo;
     return CLG_OK;
 }
 
@@ -561,10 +726,11 @@ clg_status clg_conv_auto_choose(clg_device *dev, const clg_conv_shape *s, clg_co
         pthread_mutex_lock(&g_lock);
         file_load(dev, dh);
         int i = table_find(dh, key);
-        int known = i >= 0 && clg_conv_algo_supported(g_entries[i].algo, s, pass);
-        int wait = !known && pending_use(dev, dh, key, defer);
+        int known = i >= 0 && clg_conv_algo_supported(g_entries[i].r.algo, s, pass);
+        /* an unconfirmed choice waits for its re-measurement as a new shape does, with its own algorithm */
+        int wait = (!known || recheck_due(&g_entries[i])) && pending_use(dev, dh, key, defer);
+        clg_conv_algo d = known ? g_entries[i].r.algo : clg_conv_algo_default(dev, s, pass);
         pthread_mutex_unlock(&g_lock);
-        clg_conv_algo d = clg_conv_algo_default(dev, s, pass);
         if (wait && clg_conv_algo_supported(d, s, pass)) {
             clg_log(2, "conv auto %s: %s until measured", key, clg_conv_algo_name(d));
             *out = d;
@@ -712,6 +878,63 @@ clg_status clg_conv_auto_pin(clg_ctx *ctx, clg_err *err, const char *state, cons
     return st;
 }
 
+/* Marks the final choice of (shape, pass) for re-measurement at the next run
+ * when its kernels took more than SLOW_RATIO x its recorded figure (per
+ * sample) in training; 1 when marked. Only a trusted choice this process
+ * computed with, and at most MAX_TRIES times per shape; never re-measured in
+ * this process (checked). */
+static int observe_one(clg_device *dev, uint64_t dh, const clg_conv_shape *s, clg_conv_pass pass, double expect_ratio)
+{
+    char key[160];
+    shape_key(key, sizeof key, s, pass);
+    int i = table_find(dh, key), u = choice_find(&g_used, dh, key);
+    if (i < 0 || u < 0 || g_used.e[u].algo != g_entries[i].r.algo || !g_entries[i].r.conf ||
+        g_entries[i].r.tries >= MAX_TRIES || !(expect_ratio > SLOW_RATIO))
+        return 0;
+    clg_conv_algo_rec *r = &g_entries[i].r;
+    r->conf = 0;
+    r->slow = 1;
+    r->rev++;
+    g_entries[i].checked = 1;
+    clg_log(1, "conv auto %s: %s ran %.1fx its measured time in training; measured again at the next run", key,
+            clg_conv_algo_name(r->algo), expect_ratio);
+    (void)dev;
+    return 1;
+}
+
+/* The recorded time of (shape, pass) scaled to s's batch, where this process computed with the recorded
+ * choice; 0 otherwise. */
+static double expected_ms(uint64_t dh, const clg_conv_shape *s, clg_conv_pass pass)
+{
+    char key[160];
+    shape_key(key, sizeof key, s, pass);
+    int i = table_find(dh, key), u = choice_find(&g_used, dh, key);
+    if (i < 0 || u < 0 || g_used.e[u].algo != g_entries[i].r.algo || g_entries[i].r.n <= 0)
+        return 0;
+    return g_entries[i].r.ms * s->N / g_entries[i].r.n;
+}
+
+void clg_conv_auto_observe(clg_device *dev, const clg_conv_shape *s, double fwd_ms, double bwd_ms, int steps)
+{
+    if (steps < SLOW_USES || !auto_measure(dev))
+        return;
+    uint64_t dh = device_hash(dev);
+    pthread_mutex_lock(&g_lock);
+    int marked = 0;
+    double ef = expected_ms(dh, s, CLG_CONV_FWD);
+    if (fwd_ms > 0 && ef > 0)
+        marked += observe_one(dev, dh, s, CLG_CONV_FWD, fwd_ms / ef);
+    /* the backward passes together: the layer's profile does not split them */
+    double ed = expected_ms(dh, s, CLG_CONV_BWD_DATA), eb = expected_ms(dh, s, CLG_CONV_BWD_FILTER);
+    if (bwd_ms > 0 && ed + eb > 0) {
+        marked += observe_one(dev, dh, s, CLG_CONV_BWD_DATA, bwd_ms / (ed + eb));
+        marked += observe_one(dev, dh, s, CLG_CONV_BWD_FILTER, bwd_ms / (ed + eb));
+    }
+    if (marked)
+        file_save(dev, dh);
+    pthread_mutex_unlock(&g_lock);
+}
+
 unsigned clg_conv_auto_generation(void)
 {
     pthread_mutex_lock(&g_lock);
@@ -725,6 +948,14 @@ void clg_conv_auto_set_timer(double (*fn)(clg_device *dev, const clg_conv_shape 
 {
     pthread_mutex_lock(&g_lock);
     g_fake_ms = fn;
+    pthread_mutex_unlock(&g_lock);
+}
+
+void clg_conv_auto_set_load(double (*fn)(void), const char *dir)
+{
+    pthread_mutex_lock(&g_lock);
+    g_fake_load = fn;
+    snprintf(g_dir, sizeof g_dir, "%s", dir ? dir : "");
     pthread_mutex_unlock(&g_lock);
 }
 

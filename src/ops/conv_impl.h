@@ -8,15 +8,31 @@
 #include "gemm.h"
 
 /* Largest workspace buffer a launcher allocates, in floats. */
+/* One measured choice of the conv-algorithm cache, with how far its timing
+ * can be trusted: margin = runner-up's time / winner's - 1 (-1: no runner-up),
+ * spread = the winner's slowest timed round / its fastest - 1, load = the
+ * time this process's threads waited for a CPU per unit of CPU time they ran
+ * while timing (Linux schedstat; about 0 on a quiet machine, 0.5 with one
+ * other busy thread per core; -1 unknown). conf = 0 marks a choice to
+ * re-measure at a later run (measured under load, by a near tie, read from
+ * an older file version, or seen running much slower in training); tries
+ * counts its re-measurements, rev every change (the higher rev wins when two
+ * processes' files merge). */
+typedef struct clg_conv_algo_rec {
+    clg_conv_algo algo;
+    double ms, margin, spread, load;
+    int n, conf, tries, rev, slow;
+} clg_conv_algo_rec;
 /* The conv-algorithm cache file's entry lines: format appends one (first:
  * no leading comma); parse calls put for every well-formed entry of
  * devhash in text (modified: split into lines), ignoring the rest, and
- * returns how many it passed on. */
-CLG_INTERNAL void clg_conv_algos_format(clg_sbuf *b, int first, uint64_t devhash, const char *key, clg_conv_algo algo,
-                                        double ms);
+ * returns how many it passed on. Entries without the trust fields (file
+ * version 2) read as unconfirmed (conf 0, load -1). */
+CLG_INTERNAL void clg_conv_algos_format(clg_sbuf *b, int first, uint64_t devhash, const char *key,
+                                        const clg_conv_algo_rec *r);
 CLG_INTERNAL int clg_conv_algos_parse(char *text, uint64_t devhash,
-                                      void (*put)(void *user, uint64_t devhash, const char *key, clg_conv_algo algo,
-                                                  double ms),
+                                      void (*put)(void *user, uint64_t devhash, const char *key,
+                                                  const clg_conv_algo_rec *r),
                                       void *user);
 CLG_INTERNAL size_t clg_conv_ws_floats(clg_device *dev);
 /* Enqueues k over gws (dims 1..3), local size lws (NULL: runtime's choice)
@@ -119,7 +135,8 @@ CLG_INTERNAL clg_status clg_conv_run(clg_device *dev, const clg_conv_shape *s, c
                                      clg_conv_pass pass, clg_conv_cache *cache, const clg_conv_io *io);
 
 /* Resolves CLG_CONV_AUTO: looks the (device, shape, pass) up in the
- * measurement cache, measuring the eligible algorithms on a miss; with
+ * measurement cache, measuring the eligible algorithms on a miss, and again
+ * (once per process) where the cached choice is unconfirmed; with
  * CLGRAD_CONV_AUTO_MEASURE=0 takes clg_conv_algo_default instead. */
 CLG_INTERNAL clg_status clg_conv_auto_pick(clg_device *dev, const clg_conv_shape *s, clg_conv_pass pass,
                                            const clg_conv_io *io, clg_conv_algo *out);
@@ -144,6 +161,11 @@ CLG_INTERNAL clg_status clg_conv_auto_choose(clg_device *dev, const clg_conv_sha
 CLG_INTERNAL void clg_conv_auto_set_timer(double (*fn)(clg_device *dev, const clg_conv_shape *s, clg_conv_algo algo,
                                                        clg_conv_pass pass));
 CLG_INTERNAL void clg_conv_auto_forget(void);
+/* Tests: fn (NULL: the process's schedstat) gives the load signal of each
+ * measurement (clg_conv_algo_rec.load) in place of the machine's, and the
+ * algorithm cache file lives in dir (NULL: the context's cache directory,
+ * where the compiled programs stay). */
+CLG_INTERNAL void clg_conv_auto_set_load(double (*fn)(void), const char *dir);
 
 /* Untuned choice for a device class (docs/portability.md): depthwise ->
  * direct; on CPUs the shape-specialised direct kernels for strided or 4x4+

@@ -656,6 +656,8 @@ static clg_status bench_train(clg_ctx *ctx, const clg_bench_train_params *p, clg
         if (st == CLG_OK)
             st = tst;
     }
+    if (st == CLG_OK)
+        clg_replica_profile_feedback(clg_session_rep(m));
     clg_replica_print_profile(clg_session_rep(m), stderr);
     clg_model_destroy(m);
     return st;

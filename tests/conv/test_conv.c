@@ -608,21 +608,22 @@ END_TEST
 typedef struct algos_seen {
     int n;
     char keys[16][160];
-    clg_conv_algo algo[16];
+    clg_conv_algo_rec rec[16];
 } algos_seen;
 
-static void algos_put(void *user, uint64_t devhash, const char *key, clg_conv_algo algo, double ms)
+static void algos_put(void *user, uint64_t devhash, const char *key, const clg_conv_algo_rec *rec)
 {
     (void)devhash;
-    (void)ms;
     algos_seen *a = user;
     ck_assert_int_lt(a->n, 16);
     snprintf(a->keys[a->n], sizeof a->keys[a->n], "%s", key);
-    a->algo[a->n++] = algo;
+    a->rec[a->n++] = *rec;
 }
 
 /* The algorithm cache file reads back every entry the saver wrote (not only
- * the first), and skips entries of another device and malformed lines. */
+ * the first) with its trust fields, reads a version-2 entry (no trust
+ * fields) as unconfirmed, and skips entries of another device and malformed
+ * lines. */
 START_TEST(algo_cache_file)
 {
     clg_rng r;
@@ -631,21 +632,36 @@ START_TEST(algo_cache_file)
     const clg_conv_algo algos[] = {CLG_CONV_IM2COL, CLG_CONV_DIRECT, CLG_CONV_WINOGRAD, CLG_CONV_WINOGRAD4};
     int n = 3 + (int)(clg_rng_u32(&r) % 6), want = 0;
     char keys[16][160], wkeys[16][160];
-    clg_conv_algo wanted[16];
+    clg_conv_algo_rec wanted[16];
     clg_sbuf b = {0};
-    clg_sbuf_printf(&b, "{\"format\": \"clgrad-conv-algos\", \"version\": 2, \"entries\": [\n");
+    clg_sbuf_printf(&b, "{\"format\": \"clgrad-conv-algos\", \"version\": 3, \"entries\": [\n");
     for (int i = 0; i < n; i++) {
         int mine = i == 0 || clg_rng_u32(&r) % 3 != 0;
         snprintf(keys[i], sizeof keys[i], "v3:fwd:n%d,c%u", i, clg_rng_u32(&r) % 1000);
-        clg_conv_algo a = algos[clg_rng_u32(&r) % CLG_ARRAY_LEN(algos)];
-        clg_conv_algos_format(&b, i == 0, mine ? dev : other, keys[i], a, 0.1 + clg_rng_uniform(&r));
+        clg_conv_algo_rec rec = {.algo = algos[clg_rng_u32(&r) % CLG_ARRAY_LEN(algos)],
+                                 .ms = 0.1 + clg_rng_uniform(&r),
+                                 .margin = clg_rng_uniform(&r),
+                                 .spread = clg_rng_uniform(&r),
+                                 .load = clg_rng_uniform(&r) * 2,
+                                 .n = 1 + (int)(clg_rng_u32(&r) % 256),
+                                 .conf = (int)(clg_rng_u32(&r) % 2),
+                                 .tries = (int)(clg_rng_u32(&r) % 3),
+                                 .rev = (int)(clg_rng_u32(&r) % 9),
+                                 .slow = (int)(clg_rng_u32(&r) % 2)};
+        clg_conv_algos_format(&b, i == 0, mine ? dev : other, keys[i], &rec);
         if (mine) {
             memcpy(wkeys[want], keys[i], sizeof keys[i]);
-            wanted[want++] = a;
+            wanted[want++] = rec;
         }
-        if (i == 1) /* a damaged line and an old-format entry (no device) in between */
+        if (i == 1) { /* a damaged line and an old-format entry (no device) in between */
             clg_sbuf_printf(&b, ", {\"key\": \"v3:x\", \"algo\": \"im2col\", \"ms\": 1.0, \"dev\": \"zz\"}\n"
                                 ", {\"key\": \"v3:y\", \"algo\": \"im2col\", \"ms\": 1.0}\n");
+            /* a version-2 entry of this device: read, unconfirmed */
+            clg_sbuf_printf(&b, ", {\"key\": \"v5:old\", \"algo\": \"direct\", \"ms\": 2.5, \"dev\": \"%016llx\"}\n",
+                            (unsigned long long)dev);
+            snprintf(wkeys[want], sizeof wkeys[want], "v5:old");
+            wanted[want++] = (clg_conv_algo_rec){.algo = CLG_CONV_DIRECT, .ms = 2.5, .margin = -1, .load = -1};
+        }
     }
     clg_sbuf_printf(&b, "]}\n");
     ck_assert(!b.oom);
@@ -653,10 +669,256 @@ START_TEST(algo_cache_file)
     ck_assert_int_eq(clg_conv_algos_parse(b.data, dev, algos_put, &seen), want);
     ck_assert_int_eq(seen.n, want);
     for (int i = 0; i < want; i++) {
+        const clg_conv_algo_rec *g = &seen.rec[i], *w = &wanted[i];
         ck_assert_str_eq(seen.keys[i], wkeys[i]);
-        ck_assert_int_eq(seen.algo[i], wanted[i]);
+        ck_assert_int_eq(g->algo, w->algo);
+        ck_assert_double_eq_tol(g->ms, w->ms, 1e-4);
+        ck_assert_double_eq_tol(g->margin, w->margin, 1e-4);
+        ck_assert_double_eq_tol(g->spread, w->spread, 1e-4);
+        ck_assert_double_eq_tol(g->load, w->load, 1e-3);
+        ck_assert_int_eq(g->n, w->n);
+        ck_assert_int_eq(g->conf, w->conf);
+        ck_assert_int_eq(g->tries, w->tries);
+        ck_assert_int_eq(g->rev, w->rev);
+        ck_assert_int_eq(g->slow, w->slow);
     }
     clg_sbuf_free(&b);
+}
+END_TEST
+
+/* ---- trust in a cached measurement: re-measured when timed under load,
+ * by a near tie, in an older file version, or slow in training ---- */
+
+static int g_favour, g_timed;
+static double g_favour_ms, g_load;
+static char g_algo_dir[256]; /* a private algorithm cache file (the programs stay in the shared cache) */
+
+static double trust_timer(clg_device *dev, const clg_conv_shape *s, clg_conv_algo algo, clg_conv_pass pass)
+{
+    (void)dev, (void)s, (void)pass;
+    g_timed++;
+    return algo == (clg_conv_algo)g_favour ? g_favour_ms : 1.0;
+}
+
+static double trust_load(void) { return g_load; }
+
+/* One forward pass of s through AUTO with a new layer cache, checked against
+ * the reference; the algorithm it resolved to. */
+static clg_conv_algo trust_forward(const clg_conv_shape *s, clg_rng *r)
+{
+    clg_device *dev = dev0();
+    size_t nx = cr_nx(s), nw = cr_nw(s), ny = cr_ny(s);
+    float *x = rnd(nx, r), *w = rnd(nw, r), *got = malloc(sizeof(float) * ny);
+    double *ref = malloc(sizeof(double) * ny);
+    cl_mem mx = tu_upload(dev, x, nx), mw = tu_upload(dev, w, nw), my = tu_upload(dev, NULL, ny);
+    tu_write_full(dev, my, NULL, ny); /* poisoned */
+    clg_conv_cache cache;
+    memset(&cache, 0, sizeof cache);
+    ck_assert_int_eq(clg_conv_forward(dev, s, CLG_CONV_AUTO, &cache, mx, 0, mw, 0, NULL, 0, 1, my, 0), CLG_OK);
+    tu_download(dev, my, got, ny);
+    cr_fwd(s, x, w, NULL, 1, ref);
+    ck_assert_double_lt(tu_max_err(got, ref, ny, 1.0), 1e-4);
+    clg_conv_algo a = cache.chosen[CLG_CONV_FWD];
+    clg_conv_cache_free(dev, &cache);
+    clg_buf_release(dev, mx), clg_buf_release(dev, mw), clg_buf_release(dev, my);
+    free(x), free(w), free(got), free(ref);
+    return a;
+}
+
+/* A run in a new process (the tables dropped): the favoured algorithm times
+ * fav_ms against 1.0 for the others under load signal `load`; a second layer
+ * of the same shape in the same run never measures again. */
+static clg_conv_algo trust_run(const clg_conv_shape *s, clg_rng *r, int fav, double fav_ms, double load, int *timed)
+{
+    clg_conv_auto_forget();
+    g_favour = fav, g_favour_ms = fav_ms, g_load = load, g_timed = 0;
+    clg_conv_algo a = trust_forward(s, r);
+    *timed = g_timed;
+    ck_assert_int_eq(trust_forward(s, r), a);
+    ck_assert_msg(g_timed == *timed, "a shape was measured twice in one run");
+    return a;
+}
+
+static uint64_t dev_hash0(void)
+{
+    char fp[700];
+    clg_device_fingerprint(dev0(), fp, sizeof fp);
+    return clg_hash_str(fp, CLG_HASH_SEED);
+}
+
+static void trust_path(char *dst, size_t n)
+{
+    snprintf(dst, n, "%s/conv-algos-%016llx.json", g_algo_dir, (unsigned long long)dev_hash0());
+}
+
+typedef struct {
+    char pat[160];
+    int found;
+    clg_conv_algo_rec rec;
+} rec_find;
+
+static void rec_put(void *user, uint64_t devhash, const char *key, const clg_conv_algo_rec *rec)
+{
+    (void)devhash;
+    rec_find *f = user;
+    if (strstr(key, f->pat))
+        f->found = 1, f->rec = *rec;
+}
+
+static void shape_pat(const clg_conv_shape *s, char *dst, size_t n)
+{
+    snprintf(dst, n, ":fwd:n%d,c%d,h%d,w%d,k%d,r3,s3,", s->N, s->C, s->H, s->W, s->K);
+}
+
+/* The cache file's record of s's forward choice. */
+static clg_conv_algo_rec trust_rec(const clg_conv_shape *s)
+{
+    char path[1200];
+    trust_path(path, sizeof path);
+    char *text = NULL;
+    size_t len = 0;
+    clg_err err;
+    ck_assert_msg(clg_file_read(&err, path, &text, &len) == CLG_OK, "%s", err.msg);
+    ck_assert_msg(strstr(text, "\"version\": 3,") != NULL, "cache file not rewritten as version 3");
+    rec_find f = {0};
+    shape_pat(s, f.pat, sizeof f.pat);
+    clg_conv_algos_parse(text, dev_hash0(), rec_put, &f);
+    free(text);
+    ck_assert_msg(f.found, "no cache entry for %s", f.pat);
+    return f.rec;
+}
+
+/* Rewrites the cache file as an older clgrad wrote it: version 2, and s's
+ * entry (naming algo) without the trust fields. */
+static void trust_make_old(const clg_conv_shape *s, clg_conv_algo algo)
+{
+    char path[1200], pat[160];
+    trust_path(path, sizeof path);
+    shape_pat(s, pat, sizeof pat);
+    int lk = clg_file_lock(path, 10.0);
+    char *text = NULL;
+    size_t len = 0;
+    clg_err err;
+    ck_assert_msg(clg_file_read(&err, path, &text, &len) == CLG_OK, "%s", err.msg);
+    clg_sbuf b = {0};
+    int replaced = 0;
+    for (char *line = text; *line;) {
+        size_t l = strcspn(line, "\n");
+        char *next = line + l + (line[l] == '\n');
+        line[l] = 0;
+        char *v = strstr(line, "\"version\": 3,");
+        if (v && line == text)
+            clg_sbuf_printf(&b, "%.*s\"version\": 2,%s\n", (int)(v - line), line, v + strlen("\"version\": 3,"));
+        else if (strstr(line, pat)) {
+            char *al = strstr(line, "\"algo\""), *dev = strstr(line, "\"dev\": \"");
+            ck_assert(al && dev);
+            clg_sbuf_printf(&b, "%.*s\"algo\": \"%s\", \"ms\": 0.5, %.25s}\n", (int)(al - line), line,
+                            clg_conv_algo_name(algo), dev);
+            replaced = 1;
+        } else
+            clg_sbuf_printf(&b, "%s\n", line);
+        line = next;
+    }
+    ck_assert(replaced && !b.oom);
+    ck_assert_msg(clg_file_write_atomic(&err, path, b.data, b.len) == CLG_OK, "%s", err.msg);
+    clg_file_unlock(lk);
+    clg_sbuf_free(&b);
+    free(text);
+}
+
+START_TEST(auto_trust)
+{
+    if (!g_ctx->use_cache || g_ctx->cache_readonly) {
+        fprintf(stderr, "auto_trust: needs a writable cache\n");
+        return;
+    }
+    ck_assert_int_eq(clg_ctx_option_set(g_ctx, "conv_auto_defer", "0"), CLG_OK);
+    clg_rng r;
+    tu_rng(&r, 0);
+    snprintf(g_algo_dir, sizeof g_algo_dir, "/tmp/clgrad-trust-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(g_algo_dir));
+    clg_conv_auto_set_timer(trust_timer);
+    clg_conv_auto_set_load(trust_load, g_algo_dir);
+    /* a fixed geometry (its kernels built once into the shared cache), one batch size per case */
+    clg_conv_shape s = {.N = 1, .C = 12, .H = 10, .W = 10, .K = 4,
+                        .R = 3, .S = 3, .pad_h = 1, .pad_w = 1, .stride_h = 1, .stride_w = 1, .dil_h = 1,
+                        .dil_w = 1, .groups = 1};
+    const int A = CLG_CONV_IM2COL, B = CLG_CONV_WINOGRAD;
+    int timed;
+    clg_conv_algo_rec rec;
+    /* 1. filled under load: unconfirmed; the next run (quiet) re-measures and replaces it; then kept */
+    s.N = 1;
+    ck_assert_int_eq(trust_run(&s, &r, A, 0.5, 2.0, &timed), A);
+    ck_assert_int_gt(timed, 0);
+    rec = trust_rec(&s);
+    ck_assert(!rec.conf && rec.tries == 0 && fabs(rec.load - 2.0) < 1e-3 && fabs(rec.margin - 1.0) < 1e-3);
+    ck_assert_int_eq(trust_run(&s, &r, B, 0.5, 0.0, &timed), B);
+    ck_assert_msg(timed > 0, "an entry measured under load was not measured again");
+    rec = trust_rec(&s);
+    ck_assert(rec.conf && rec.tries == 1 && rec.algo == (clg_conv_algo)B);
+    ck_assert_int_eq(trust_run(&s, &r, A, 0.5, 2.0, &timed), B);
+    ck_assert_msg(timed == 0, "a confirmed entry was measured again");
+    /* 2. filled quietly with a clear margin: kept without re-measuring */
+    s.N = 2;
+    ck_assert_int_eq(trust_run(&s, &r, A, 0.5, 0.0, &timed), A);
+    ck_assert(trust_rec(&s).conf);
+    ck_assert_int_eq(trust_run(&s, &r, B, 0.5, 0.0, &timed), A);
+    ck_assert_int_eq(timed, 0);
+    /* 3. a near tie (1%), quiet: unconfirmed, re-measured once */
+    s.N = 3;
+    ck_assert_int_eq(trust_run(&s, &r, A, 0.99, 0.0, &timed), A);
+    ck_assert(!trust_rec(&s).conf);
+    ck_assert_int_eq(trust_run(&s, &r, B, 0.5, 0.0, &timed), B);
+    ck_assert(timed > 0 && trust_rec(&s).conf);
+    /* 4. loaded every time, the winners disagreeing: the less loaded kept,
+     * confirmed after 2 re-measurements, then never measured again */
+    s.N = 4;
+    ck_assert_int_eq(trust_run(&s, &r, A, 0.5, 2.0, &timed), A);
+    ck_assert_int_eq(trust_run(&s, &r, B, 0.5, 1.0, &timed), B);
+    rec = trust_rec(&s);
+    ck_assert(timed > 0 && !rec.conf && rec.tries == 1 && rec.algo == (clg_conv_algo)B);
+    ck_assert_int_eq(trust_run(&s, &r, A, 0.5, 3.0, &timed), B);
+    rec = trust_rec(&s);
+    ck_assert(timed > 0 && rec.conf && rec.tries == 2 && fabs(rec.load - 1.0) < 1e-3);
+    ck_assert_int_eq(trust_run(&s, &r, A, 0.5, 3.0, &timed), B);
+    ck_assert_int_eq(timed, 0);
+    /* 5. loaded twice, agreeing: confirmed */
+    s.N = 5;
+    ck_assert_int_eq(trust_run(&s, &r, A, 0.5, 2.0, &timed), A);
+    ck_assert_int_eq(trust_run(&s, &r, A, 0.5, 2.0, &timed), A);
+    ck_assert(timed > 0 && trust_rec(&s).conf);
+    /* 6. a version-2 file: read (its choice serves), the entry re-measured once, the file rewritten as version 3 */
+    s.N = 6;
+    ck_assert_int_eq(trust_run(&s, &r, A, 0.5, 0.0, &timed), A);
+    trust_make_old(&s, (clg_conv_algo)A);
+    ck_assert_int_eq(trust_run(&s, &r, B, 0.5, 0.0, &timed), B);
+    rec = trust_rec(&s);
+    ck_assert(timed > 0 && rec.conf && rec.tries == 1);
+    ck_assert_msg(trust_rec((clg_conv_shape[]){{.N = 5, .C = s.C, .H = s.H, .W = s.W, .K = s.K}}).conf,
+                  "another entry of the version-2 file was lost or not read");
+    /* 7. slow in training: 1.2x leaves it, 2x marks it (not measured again in this run), the next run re-measures */
+    s.N = 7;
+    ck_assert_int_eq(trust_run(&s, &r, A, 0.5, 0.0, &timed), A);
+    ck_assert_int_eq(trust_run(&s, &r, B, 0.5, 0.0, &timed), A);
+    clg_conv_auto_observe(dev0(), &s, 0.6, -1, 5);
+    ck_assert(trust_rec(&s).conf);
+    clg_conv_auto_observe(dev0(), &s, 1.0, -1, 2); /* too few steps */
+    ck_assert(trust_rec(&s).conf);
+    clg_conv_auto_observe(dev0(), &s, 1.0, -1, 5);
+    rec = trust_rec(&s);
+    ck_assert(!rec.conf && rec.slow);
+    g_timed = 0;
+    ck_assert_int_eq(trust_forward(&s, &r), A);
+    ck_assert_int_eq(g_timed, 0);
+    ck_assert_int_eq(trust_run(&s, &r, B, 0.5, 0.0, &timed), B);
+    rec = trust_rec(&s);
+    ck_assert(timed > 0 && rec.conf && !rec.slow && rec.tries == 1);
+    clg_conv_auto_set_timer(NULL);
+    clg_conv_auto_set_load(NULL, NULL);
+    clg_conv_auto_forget();
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_algo_dir);
+    ck_assert_int_eq(system(cmd), 0);
 }
 END_TEST
 
@@ -677,6 +939,7 @@ int main(void)
         {"winograd2_random", winograd2_random}, {"winograd4_random", winograd4_random},
         {"fft_random", fft_random},             {"finite_differences", finite_differences}, {"filter_cache_versions", filter_cache_versions},
         {"auto_choice", auto_choice},           {"algo_cache_file", algo_cache_file},
+        {"auto_trust", auto_trust},
     };
     for (size_t i = 0; i < CLG_ARRAY_LEN(tests); i++) {
         TCase *tc = tcase_create(tests[i].name);

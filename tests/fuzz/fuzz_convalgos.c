@@ -2,10 +2,10 @@
 #include "fuzz_util.h"
 #include "ops/conv_impl.h"
 
-static void put(void *user, uint64_t devhash, const char *key, clg_conv_algo algo, double ms)
+static void put(void *user, uint64_t devhash, const char *key, const clg_conv_algo_rec *r)
 {
     (void)devhash;
-    if (!key[0] || algo == CLG_CONV_AUTO || !(ms >= 0))
+    if (!key[0] || r->algo == CLG_CONV_AUTO || !(r->ms >= 0) || (r->conf != 0 && r->conf != 1) || r->tries < 0)
         abort();
     ++*(int *)user;
 }
