@@ -73,6 +73,31 @@ static clg_status range(clg_device *dev, const char *op, size_t off, size_t n, c
 
 /* ---- activations ---- */
 
+/* The element-wise kernel kname of eltwise.cl over n elements, arguments (uint n, [float *alpha], then per buffer
+ * m[i] its uint offset o[i]): every buffer non-NULL (names[i] in the message), n and each o[i] + n within 32 bits. */
+static clg_status ew_run(clg_device *dev, const char *op, const char *kname, size_t n, const float *alpha, int nb,
+                         const cl_mem *m, const size_t *o, const char *const *names)
+{
+    CLG_TRY(check_mems(dev, op, nb, m, names));
+    cl_uint un, uo[4];
+    CLG_TRY(u32(dev, op, n, &un));
+    for (int i = 0; i < nb; i++)
+        CLG_TRY(range(dev, op, o[i], n, &uo[i]));
+    cl_kernel k;
+    CLG_TRY(kget(dev, "eltwise", kname, &k));
+    cl_float a = alpha ? *alpha : 0.0f;
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, un);
+    if (alpha)
+        CLG_KA(&ka, a);
+    for (int i = 0; i < nb; i++) {
+        CLG_KA(&ka, m[i]);
+        CLG_KA(&ka, uo[i]);
+    }
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
+    return clg_launch_1d(dev, k, n, EW_WG);
+}
+
 clg_status clg_nn_act_forward(clg_device *dev, clg_act act, float alpha, size_t n, cl_mem x, size_t ox, cl_mem y,
                               size_t oy)
 {
@@ -82,24 +107,10 @@ clg_status clg_nn_act_forward(clg_device *dev, clg_act act, float alpha, size_t 
     CLG_TRY(check_mem(dev, "activation", y, "y"));
     if (act == CLG_ACT_LINEAR)
         return (x == y && ox == oy) ? CLG_OK : clg_nn_copy(dev, n, x, ox, y, oy);
-    cl_uint un, uox, uoy;
-    CLG_TRY(u32(dev, "activation", n, &un));
-    CLG_TRY(range(dev, "activation", ox, n, &uox));
-    CLG_TRY(range(dev, "activation", oy, n, &uoy));
     char name[32];
     snprintf(name, sizeof name, "act_%s_fwd", act_names[act]);
-    cl_kernel k;
-    CLG_TRY(kget(dev, "eltwise", name, &k));
-    cl_float a = alpha;
-    clg_kargs ka = {k, 0, CL_SUCCESS};
-    CLG_KA(&ka, un);
-    CLG_KA(&ka, a);
-    CLG_KA(&ka, x);
-    CLG_KA(&ka, uox);
-    CLG_KA(&ka, y);
-    CLG_KA(&ka, uoy);
-    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-    return clg_launch_1d(dev, k, n, EW_WG);
+    static const char *const names[] = {"x", "y"};
+    return ew_run(dev, "activation", name, n, &alpha, 2, (cl_mem[]){x, y}, (size_t[]){ox, oy}, names);
 }
 
 clg_status clg_nn_act_backward(clg_device *dev, clg_act act, float alpha, size_t n, cl_mem x, size_t ox, cl_mem y,
@@ -123,76 +134,25 @@ clg_status clg_nn_act_backward(clg_device *dev, clg_act act, float alpha, size_t
         y = x;
         oy = ox;
     }
-    cl_uint un, uox, uoy, uody, uodx;
-    CLG_TRY(u32(dev, "activation backward", n, &un));
-    CLG_TRY(range(dev, "activation backward", ox, n, &uox));
-    CLG_TRY(range(dev, "activation backward", oy, n, &uoy));
-    CLG_TRY(range(dev, "activation backward", ody, n, &uody));
-    CLG_TRY(range(dev, "activation backward", odx, n, &uodx));
     char name[32];
     snprintf(name, sizeof name, "act_%s_bwd", act_names[act]);
-    cl_kernel k;
-    CLG_TRY(kget(dev, "eltwise", name, &k));
-    cl_float a = alpha;
-    clg_kargs ka = {k, 0, CL_SUCCESS};
-    CLG_KA(&ka, un);
-    CLG_KA(&ka, a);
-    CLG_KA(&ka, x);
-    CLG_KA(&ka, uox);
-    CLG_KA(&ka, y);
-    CLG_KA(&ka, uoy);
-    CLG_KA(&ka, dy);
-    CLG_KA(&ka, uody);
-    CLG_KA(&ka, dx);
-    CLG_KA(&ka, uodx);
-    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-    return clg_launch_1d(dev, k, n, EW_WG);
+    static const char *const names[] = {"x", "y", "dy", "dx"};
+    return ew_run(dev, "activation backward", name, n, &alpha, 4, (cl_mem[]){x, y, dy, dx},
+                  (size_t[]){ox, oy, ody, odx}, names);
 }
 
 /* ---- add, copies, dropout, sums ---- */
 
 clg_status clg_nn_add(clg_device *dev, size_t n, cl_mem a, size_t oa, cl_mem b, size_t ob, cl_mem y, size_t oy)
 {
-    CLG_TRY(check_mem(dev, "add", a, "a"));
-    CLG_TRY(check_mem(dev, "add", b, "b"));
-    CLG_TRY(check_mem(dev, "add", y, "y"));
-    cl_uint un, uoa, uob, uoy;
-    CLG_TRY(u32(dev, "add", n, &un));
-    CLG_TRY(range(dev, "add", oa, n, &uoa));
-    CLG_TRY(range(dev, "add", ob, n, &uob));
-    CLG_TRY(range(dev, "add", oy, n, &uoy));
-    cl_kernel k;
-    CLG_TRY(kget(dev, "eltwise", "add2", &k));
-    clg_kargs ka = {k, 0, CL_SUCCESS};
-    CLG_KA(&ka, un);
-    CLG_KA(&ka, a);
-    CLG_KA(&ka, uoa);
-    CLG_KA(&ka, b);
-    CLG_KA(&ka, uob);
-    CLG_KA(&ka, y);
-    CLG_KA(&ka, uoy);
-    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-    return clg_launch_1d(dev, k, n, EW_WG);
+    static const char *const names[] = {"a", "b", "y"};
+    return ew_run(dev, "add", "add2", n, NULL, 3, (cl_mem[]){a, b, y}, (size_t[]){oa, ob, oy}, names);
 }
 
 clg_status clg_nn_add_acc(clg_device *dev, size_t n, cl_mem a, size_t oa, cl_mem y, size_t oy)
 {
-    CLG_TRY(check_mem(dev, "add", a, "a"));
-    CLG_TRY(check_mem(dev, "add", y, "y"));
-    cl_uint un, uoa, uoy;
-    CLG_TRY(u32(dev, "add", n, &un));
-    CLG_TRY(range(dev, "add", oa, n, &uoa));
-    CLG_TRY(range(dev, "add", oy, n, &uoy));
-    cl_kernel k;
-    CLG_TRY(kget(dev, "eltwise", "add_acc", &k));
-    clg_kargs ka = {k, 0, CL_SUCCESS};
-    CLG_KA(&ka, un);
-    CLG_KA(&ka, a);
-    CLG_KA(&ka, uoa);
-    CLG_KA(&ka, y);
-    CLG_KA(&ka, uoy);
-    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-    return clg_launch_1d(dev, k, n, EW_WG);
+    static const char *const names[] = {"a", "y"};
+    return ew_run(dev, "add", "add_acc", n, NULL, 2, (cl_mem[]){a, y}, (size_t[]){oa, oy}, names);
 }
 
 clg_status clg_nn_copy(clg_device *dev, size_t n, cl_mem src, size_t os, cl_mem dst, size_t od)
@@ -201,20 +161,9 @@ clg_status clg_nn_copy(clg_device *dev, size_t n, cl_mem src, size_t os, cl_mem 
     CLG_TRY(check_mem(dev, "copy", dst, "dst"));
     if (n == 0 || (src == dst && os == od))
         return CLG_OK;
-    cl_uint un, uos, uod;
-    CLG_TRY(u32(dev, "copy", n, &un));
-    CLG_TRY(range(dev, "copy", os, n, &uos));
-    CLG_TRY(range(dev, "copy", od, n, &uod));
-    cl_kernel k; /* a kernel, not clEnqueueCopyBuffer: see cl/eltwise.cl `copy` */
-    CLG_TRY(kget(dev, "eltwise", "copy", &k));
-    clg_kargs ka = {k, 0, CL_SUCCESS};
-    CLG_KA(&ka, un);
-    CLG_KA(&ka, src);
-    CLG_KA(&ka, uos);
-    CLG_KA(&ka, dst);
-    CLG_KA(&ka, uod);
-    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-    return clg_launch_1d(dev, k, n, EW_WG);
+    /* a kernel, not clEnqueueCopyBuffer: see cl/eltwise.cl `copy` */
+    static const char *const names[] = {"src", "dst"};
+    return ew_run(dev, "copy", "copy", n, NULL, 2, (cl_mem[]){src, dst}, (size_t[]){os, od}, names);
 }
 
 clg_status clg_nn_copy_rows(clg_device *dev, size_t len, size_t rows, cl_mem src, size_t os, size_t ss, cl_mem dst,
@@ -732,49 +681,40 @@ clg_status clg_nn_pool_backward(clg_device *dev, int is_max, const clg_pool_shap
     return run3(dev, k, (size_t)s->W, (size_t)s->H, planes);
 }
 
-clg_status clg_nn_gap_forward(clg_device *dev, size_t planes, size_t hw, cl_mem x, size_t ox, cl_mem y, size_t oy)
+/* Global average pooling, forward (a = x, b = y) or backward (a = dy, b = dx): planes planes of hw elements on the
+ * side of x and dx, one per plane on the side of y and dy. */
+static clg_status gap_run(clg_device *dev, int bwd, size_t planes, size_t hw, cl_mem a, size_t oa, cl_mem b, size_t ob)
 {
-    CLG_TRY(check_mem(dev, "global avgpool", x, "x"));
-    CLG_TRY(check_mem(dev, "global avgpool", y, "y"));
-    cl_uint up, uhw, uox, uoy;
-    CLG_TRY(u32(dev, "global avgpool", planes, &up));
-    CLG_TRY(u32(dev, "global avgpool", hw, &uhw));
-    CLG_TRY(range(dev, "global avgpool", ox, planes * hw, &uox));
-    CLG_TRY(range(dev, "global avgpool", oy, planes, &uoy));
+    const char *o = bwd ? "global avgpool backward" : "global avgpool";
+    CLG_TRY(check_mem(dev, o, a, bwd ? "dy" : "x"));
+    CLG_TRY(check_mem(dev, o, b, bwd ? "dx" : "y"));
+    cl_uint up, uhw, uoa, uob;
+    CLG_TRY(u32(dev, o, planes, &up));
+    CLG_TRY(u32(dev, o, hw, &uhw));
+    CLG_TRY(range(dev, o, oa, bwd ? planes : planes * hw, &uoa));
+    CLG_TRY(range(dev, o, ob, bwd ? planes * hw : planes, &uob));
     cl_kernel k;
-    CLG_TRY(kget(dev, "pool", "gap_fwd", &k));
+    CLG_TRY(kget(dev, "pool", bwd ? "gap_bwd" : "gap_fwd", &k));
     clg_kargs ka = {k, 0, CL_SUCCESS};
     CLG_KA(&ka, up);
     CLG_KA(&ka, uhw);
-    CLG_KA(&ka, x);
-    CLG_KA(&ka, uox);
-    CLG_KA(&ka, y);
-    CLG_KA(&ka, uoy);
+    CLG_KA(&ka, a);
+    CLG_KA(&ka, uoa);
+    CLG_KA(&ka, b);
+    CLG_KA(&ka, uob);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-    return clg_launch_1d(dev, k, planes, EW_WG);
+    return clg_launch_1d(dev, k, bwd ? planes * hw : planes, EW_WG);
+}
+
+clg_status clg_nn_gap_forward(clg_device *dev, size_t planes, size_t hw, cl_mem x, size_t ox, cl_mem y, size_t oy)
+{
+    return gap_run(dev, 0, planes, hw, x, ox, y, oy);
 }
 
 clg_status clg_nn_gap_backward(clg_device *dev, size_t planes, size_t hw, cl_mem dy, size_t ody, cl_mem dx,
                                size_t odx)
 {
-    CLG_TRY(check_mem(dev, "global avgpool backward", dy, "dy"));
-    CLG_TRY(check_mem(dev, "global avgpool backward", dx, "dx"));
-    cl_uint up, uhw, uody, uodx;
-    CLG_TRY(u32(dev, "global avgpool backward", planes, &up));
-    CLG_TRY(u32(dev, "global avgpool backward", hw, &uhw));
-    CLG_TRY(range(dev, "global avgpool backward", ody, planes, &uody));
-    CLG_TRY(range(dev, "global avgpool backward", odx, planes * hw, &uodx));
-    cl_kernel k;
-    CLG_TRY(kget(dev, "pool", "gap_bwd", &k));
-    clg_kargs ka = {k, 0, CL_SUCCESS};
-    CLG_KA(&ka, up);
-    CLG_KA(&ka, uhw);
-    CLG_KA(&ka, dy);
-    CLG_KA(&ka, uody);
-    CLG_KA(&ka, dx);
-    CLG_KA(&ka, uodx);
-    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-    return clg_launch_1d(dev, k, planes * hw, EW_WG);
+    return gap_run(dev, 1, planes, hw, dy, ody, dx, odx);
 }
 
 /* ---- losses ---- */
