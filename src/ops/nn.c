@@ -62,6 +62,20 @@ static clg_status check_mems(clg_device *dev, const char *op, int n, const cl_me
     return CLG_OK;
 }
 
+/* Kernel k's arguments: u0, u1, then per buffer m[i] its uint element offset o[i] (nb of them). */
+static clg_status ka_uu_bufs(clg_device *dev, cl_kernel k, cl_uint u0, cl_uint u1, int nb, const cl_mem *m,
+                             const cl_uint *o)
+{
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, u0);
+    CLG_KA(&ka, u1);
+    for (int i = 0; i < nb; i++) {
+        CLG_KA(&ka, m[i]);
+        CLG_KA(&ka, o[i]);
+    }
+    return CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments");
+}
+
 /* Checks that n elements from off fit in 32 bits. */
 static clg_status range(clg_device *dev, const char *op, size_t off, size_t n, cl_uint *o)
 {
@@ -348,7 +362,7 @@ clg_status clg_nn_colsum(clg_device *dev, size_t rows, size_t cols, cl_mem x, si
 {
     CLG_TRY(check_mem(dev, "column sum", x, "x"));
     CLG_TRY(check_mem(dev, "column sum", y, "y"));
-    cl_uint ur, uc, uox, uoy;
+    cl_uint ur = 0, uc = 0, uox = 0, uoy = 0;
     CLG_TRY(u32(dev, "column sum", rows, &ur));
     CLG_TRY(u32(dev, "column sum", cols, &uc));
     CLG_TRY(range(dev, "column sum", ox, rows * cols, &uox));
@@ -357,14 +371,7 @@ clg_status clg_nn_colsum(clg_device *dev, size_t rows, size_t cols, cl_mem x, si
         return colsum_chunked(dev, "colsum_part", ur, uc, NULL, 0, x, uox, NULL, 0, y, uoy);
     cl_kernel k;
     CLG_TRY(kget(dev, "eltwise", "colsum", &k));
-    clg_kargs ka = {k, 0, CL_SUCCESS};
-    CLG_KA(&ka, ur);
-    CLG_KA(&ka, uc);
-    CLG_KA(&ka, x);
-    CLG_KA(&ka, uox);
-    CLG_KA(&ka, y);
-    CLG_KA(&ka, uoy);
-    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
+    CLG_TRY(ka_uu_bufs(dev, k, ur, uc, 2, (const cl_mem[]){x, y}, (const cl_uint[]){uox, uoy}));
     return clg_launch_1d(dev, k, cols, EW_WG);
 }
 
@@ -373,7 +380,7 @@ clg_status clg_nn_relu_bwd_colsum(clg_device *dev, size_t rows, size_t cols, cl_
 {
     const char *o = "relu backward + column sum";
     CLG_TRY(check_mems(dev, o, 4, (const cl_mem[]){y, dy, dz, db}, (const char *const[]){"y", "dy", "dz", "db"}));
-    cl_uint ur, uc, uoy, uody, uodz, uodb;
+    cl_uint ur = 0, uc = 0, uoy = 0, uody = 0, uodz = 0, uodb = 0;
     CLG_TRY(u32(dev, o, rows, &ur));
     CLG_TRY(u32(dev, o, cols, &uc));
     CLG_TRY(u32(dev, o, rows * cols, &uody)); /* the element count must fit too */
@@ -383,18 +390,7 @@ clg_status clg_nn_relu_bwd_colsum(clg_device *dev, size_t rows, size_t cols, cl_
     CLG_TRY(range(dev, o, odb, cols, &uodb));
     cl_kernel k;
     CLG_TRY(kget(dev, "eltwise", "relu_bwd_colsum", &k));
-    clg_kargs ka = {k, 0, CL_SUCCESS};
-    CLG_KA(&ka, ur);
-    CLG_KA(&ka, uc);
-    CLG_KA(&ka, y);
-    CLG_KA(&ka, uoy);
-    CLG_KA(&ka, dy);
-    CLG_KA(&ka, uody);
-    CLG_KA(&ka, dz);
-    CLG_KA(&ka, uodz);
-    CLG_KA(&ka, db);
-    CLG_KA(&ka, uodb);
-    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
+    CLG_TRY(ka_uu_bufs(dev, k, ur, uc, 4, (const cl_mem[]){y, dy, dz, db}, (const cl_uint[]){uoy, uody, uodz, uodb}));
     return clg_launch_1d(dev, k, cols, EW_WG);
 }
 
@@ -520,27 +516,13 @@ clg_status clg_nn_pool_forward(clg_device *dev, int is_max, const clg_pool_shape
     if (is_max && pool_is_2x2(s) && Q % 2 == 0) {
         cl_uint rows = planes * (cl_uint)P, uq2 = (cl_uint)Q / 2;
         CLG_TRY(kget(dev, "pool", "maxpool2_fwd4", &k));
-        clg_kargs ka = {k, 0, CL_SUCCESS};
-        CLG_KA(&ka, rows);
-        CLG_KA(&ka, uq2);
-        CLG_KA(&ka, x);
-        CLG_KA(&ka, uox);
-        CLG_KA(&ka, y);
-        CLG_KA(&ka, uoy);
-        CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
+        CLG_TRY(ka_uu_bufs(dev, k, rows, uq2, 2, (const cl_mem[]){x, y}, (const cl_uint[]){uox, uoy}));
         return run2_exact(dev, k, (size_t)uq2, rows);
     }
     if (pool_is_2x2(s)) {
         cl_uint rows = planes * (cl_uint)P, uq = (cl_uint)Q;
         CLG_TRY(kget(dev, "pool", is_max ? "maxpool2_fwd" : "avgpool2_fwd", &k));
-        clg_kargs ka = {k, 0, CL_SUCCESS};
-        CLG_KA(&ka, rows);
-        CLG_KA(&ka, uq);
-        CLG_KA(&ka, x);
-        CLG_KA(&ka, uox);
-        CLG_KA(&ka, y);
-        CLG_KA(&ka, uoy);
-        CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
+        CLG_TRY(ka_uu_bufs(dev, k, rows, uq, 2, (const cl_mem[]){x, y}, (const cl_uint[]){uox, uoy}));
         return run3(dev, k, (size_t)Q, rows, 1);
     }
     CLG_TRY(kget(dev, "pool", is_max ? "maxpool_fwd" : "avgpool_fwd", &k));
@@ -613,41 +595,16 @@ clg_status clg_nn_pool_backward(clg_device *dev, int is_max, const clg_pool_shap
     if (is_max && pool_is_2x2(s) && Q % 2 == 0) {
         cl_uint rows = planes * (cl_uint)P, uq2 = (cl_uint)Q / 2;
         CLG_TRY(kget(dev, "pool", "maxpool2_bwd4", &k));
-        clg_kargs ka = {k, 0, CL_SUCCESS};
-        CLG_KA(&ka, rows);
-        CLG_KA(&ka, uq2);
-        CLG_KA(&ka, x);
-        CLG_KA(&ka, uox);
-        CLG_KA(&ka, dy);
-        CLG_KA(&ka, uody);
-        CLG_KA(&ka, dx);
-        CLG_KA(&ka, uodx);
-        CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
+        CLG_TRY(ka_uu_bufs(dev, k, rows, uq2, 3, (const cl_mem[]){x, dy, dx}, (const cl_uint[]){uox, uody, uodx}));
         return run2_exact(dev, k, (size_t)uq2, rows);
     }
     if (pool_is_2x2(s)) {
         cl_uint rows = planes * (cl_uint)P, uq = (cl_uint)Q;
         CLG_TRY(kget(dev, "pool", is_max ? "maxpool2_bwd" : "avgpool2_bwd", &k));
         if (is_max) {
-            clg_kargs ka = {k, 0, CL_SUCCESS};
-            CLG_KA(&ka, rows);
-            CLG_KA(&ka, uq);
-            CLG_KA(&ka, x);
-            CLG_KA(&ka, uox);
-            CLG_KA(&ka, dy);
-            CLG_KA(&ka, uody);
-            CLG_KA(&ka, dx);
-            CLG_KA(&ka, uodx);
-            CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
+            CLG_TRY(ka_uu_bufs(dev, k, rows, uq, 3, (const cl_mem[]){x, dy, dx}, (const cl_uint[]){uox, uody, uodx}));
         } else {
-            clg_kargs ka = {k, 0, CL_SUCCESS};
-            CLG_KA(&ka, rows);
-            CLG_KA(&ka, uq);
-            CLG_KA(&ka, dy);
-            CLG_KA(&ka, uody);
-            CLG_KA(&ka, dx);
-            CLG_KA(&ka, uodx);
-            CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
+            CLG_TRY(ka_uu_bufs(dev, k, rows, uq, 2, (const cl_mem[]){dy, dx}, (const cl_uint[]){uody, uodx}));
         }
         return run3(dev, k, (size_t)Q, rows, 1);
     }
@@ -688,21 +645,14 @@ static clg_status gap_run(clg_device *dev, int bwd, size_t planes, size_t hw, cl
     const char *o = bwd ? "global avgpool backward" : "global avgpool";
     CLG_TRY(check_mem(dev, o, a, bwd ? "dy" : "x"));
     CLG_TRY(check_mem(dev, o, b, bwd ? "dx" : "y"));
-    cl_uint up, uhw, uoa, uob;
+    cl_uint up = 0, uhw = 0, uoa = 0, uob = 0;
     CLG_TRY(u32(dev, o, planes, &up));
     CLG_TRY(u32(dev, o, hw, &uhw));
     CLG_TRY(range(dev, o, oa, bwd ? planes : planes * hw, &uoa));
     CLG_TRY(range(dev, o, ob, bwd ? planes * hw : planes, &uob));
     cl_kernel k;
     CLG_TRY(kget(dev, "pool", bwd ? "gap_bwd" : "gap_fwd", &k));
-    clg_kargs ka = {k, 0, CL_SUCCESS};
-    CLG_KA(&ka, up);
-    CLG_KA(&ka, uhw);
-    CLG_KA(&ka, a);
-    CLG_KA(&ka, uoa);
-    CLG_KA(&ka, b);
-    CLG_KA(&ka, uob);
-    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
+    CLG_TRY(ka_uu_bufs(dev, k, up, uhw, 2, (const cl_mem[]){a, b}, (const cl_uint[]){uoa, uob}));
     return clg_launch_1d(dev, k, bwd ? planes * hw : planes, EW_WG);
 }
 
@@ -778,52 +728,41 @@ clg_status clg_nn_softmax_xent_forward_reduce(clg_device *dev, int N, int C, cl_
     return run_groups(dev, k, 1, wg);
 }
 
-clg_status clg_nn_softmax_forward(clg_device *dev, int N, int C, cl_mem x, size_t ox, cl_mem y, size_t oy)
+/* A row-wise softmax kernel kname of N rows of C: arguments (uint C, then per buffer m[i] its uint offset o[i]),
+ * each buffer N x C from o[i]; a work-group a row. */
+static clg_status sm_rows(clg_device *dev, const char *op, const char *kname, int N, int C, int nb, const cl_mem *m,
+                          const size_t *o, const char *const *names)
 {
-    const char *o = "softmax";
-    CLG_TRY(check_mems(dev, o, 2, (const cl_mem[]){x, y}, (const char *const[]){"x", "y"}));
+    CLG_TRY(check_mems(dev, op, nb, m, names));
     if (N < 0 || C <= 0)
-        return clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE, "%s: bad shape rows=%d columns=%d", o, N, C);
-    cl_uint uc = (cl_uint)C, uox, uoy;
-    CLG_TRY(range(dev, o, ox, (size_t)N * C, &uox));
-    CLG_TRY(range(dev, o, oy, (size_t)N * C, &uoy));
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE, "%s: bad shape rows=%d columns=%d", op, N, C);
+    cl_uint uc = (cl_uint)C, uo[3];
+    for (int i = 0; i < nb; i++)
+        CLG_TRY(range(dev, op, o[i], (size_t)N * C, &uo[i]));
     cl_kernel k;
     size_t wg;
-    CLG_TRY(clg_kernel_get_wg(dev, "softmax", "softmax_fwd", "SM_WG", SM_WG, &k, &wg));
+    CLG_TRY(clg_kernel_get_wg(dev, "softmax", kname, "SM_WG", SM_WG, &k, &wg));
     clg_kargs ka = {k, 0, CL_SUCCESS};
     CLG_KA(&ka, uc);
-    CLG_KA(&ka, x);
-    CLG_KA(&ka, uox);
-    CLG_KA(&ka, y);
-    CLG_KA(&ka, uoy);
+    for (int i = 0; i < nb; i++) {
+        CLG_KA(&ka, m[i]);
+        CLG_KA(&ka, uo[i]);
+    }
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
     return run_groups(dev, k, (size_t)N, wg);
+}
+
+clg_status clg_nn_softmax_forward(clg_device *dev, int N, int C, cl_mem x, size_t ox, cl_mem y, size_t oy)
+{
+    return sm_rows(dev, "softmax", "softmax_fwd", N, C, 2, (const cl_mem[]){x, y}, (const size_t[]){ox, oy},
+                   (const char *const[]){"x", "y"});
 }
 
 clg_status clg_nn_softmax_backward(clg_device *dev, int N, int C, cl_mem y, size_t oy, cl_mem dy, size_t ody,
                                    cl_mem dx, size_t odx)
 {
-    const char *o = "softmax backward";
-    CLG_TRY(check_mems(dev, o, 3, (const cl_mem[]){y, dy, dx}, (const char *const[]){"y", "dy", "dx"}));
-    if (N < 0 || C <= 0)
-        return clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE, "%s: bad shape rows=%d columns=%d", o, N, C);
-    cl_uint uc = (cl_uint)C, uoy, uody, uodx;
-    CLG_TRY(range(dev, o, oy, (size_t)N * C, &uoy));
-    CLG_TRY(range(dev, o, ody, (size_t)N * C, &uody));
-    CLG_TRY(range(dev, o, odx, (size_t)N * C, &uodx));
-    cl_kernel k;
-    size_t wg;
-    CLG_TRY(clg_kernel_get_wg(dev, "softmax", "softmax_bwd", "SM_WG", SM_WG, &k, &wg));
-    clg_kargs ka = {k, 0, CL_SUCCESS};
-    CLG_KA(&ka, uc);
-    CLG_KA(&ka, y);
-    CLG_KA(&ka, uoy);
-    CLG_KA(&ka, dy);
-    CLG_KA(&ka, uody);
-    CLG_KA(&ka, dx);
-    CLG_KA(&ka, uodx);
-    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-    return run_groups(dev, k, (size_t)N, wg);
+    return sm_rows(dev, "softmax backward", "softmax_bwd", N, C, 3, (const cl_mem[]){y, dy, dx},
+                   (const size_t[]){oy, ody, odx}, (const char *const[]){"y", "dy", "dx"});
 }
 
 clg_status clg_nn_softmax_xent_backward(clg_device *dev, int N, int C, float scale, cl_mem p, size_t op,
