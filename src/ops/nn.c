@@ -669,53 +669,31 @@ clg_status clg_nn_gap_backward(clg_device *dev, size_t planes, size_t hw, cl_mem
 
 /* ---- losses ---- */
 
-clg_status clg_nn_softmax_xent_forward(clg_device *dev, int N, int C, cl_mem x, size_t ox, cl_mem p, size_t op,
-                                       cl_mem labels, size_t ol, cl_mem loss, cl_mem correct)
+/* Softmax cross-entropy forward of N rows of C: per row (a = loss, b = correct) or, reduce, the whole batch in one
+ * work-group (a = result, b unused). */
+static clg_status xent_forward(clg_device *dev, int reduce, int N, int C, cl_mem x, size_t ox, cl_mem p, size_t op,
+                               cl_mem labels, size_t ol, cl_mem a, cl_mem b)
 {
-    const char *o = "softmax cross-entropy";
-    CLG_TRY(check_mems(dev, o, 5, (const cl_mem[]){x, p, labels, loss, correct},
-                       (const char *const[]){"x", "p", "labels", "loss", "correct"}));
-    if (N < 0 || C <= 0)
-        return clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE, "%s: bad shape N=%d classes=%d", o, N, C);
-    cl_uint uc = (cl_uint)C, uox, uop, uol;
-    CLG_TRY(range(dev, o, ox, (size_t)N * C, &uox));
-    CLG_TRY(range(dev, o, op, (size_t)N * C, &uop));
-    CLG_TRY(range(dev, o, ol, (size_t)N, &uol));
-    cl_kernel k;
-    size_t wg;
-    CLG_TRY(clg_kernel_get_wg(dev, "softmax", "softmax_xent_fwd", "SM_WG", SM_WG, &k, &wg));
-    clg_kargs ka = {k, 0, CL_SUCCESS};
-    CLG_KA(&ka, uc);
-    CLG_KA(&ka, x);
-    CLG_KA(&ka, uox);
-    CLG_KA(&ka, p);
-    CLG_KA(&ka, uop);
-    CLG_KA(&ka, labels);
-    CLG_KA(&ka, uol);
-    CLG_KA(&ka, loss);
-    CLG_KA(&ka, correct);
-    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-    return run_groups(dev, k, (size_t)N, wg);
-}
-
-clg_status clg_nn_softmax_xent_forward_reduce(clg_device *dev, int N, int C, cl_mem x, size_t ox, cl_mem p,
-                                              size_t op, cl_mem labels, size_t ol, cl_mem result)
-{
-    const char *o = "softmax cross-entropy (one launch)";
-    CLG_TRY(check_mems(dev, o, 4, (const cl_mem[]){x, p, labels, result},
-                       (const char *const[]){"x", "p", "labels", "result"}));
-    if (N < 0 || C <= 0 || (size_t)N * C > CLG_SM_FUSED_MAX)
-        return clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE, "%s: bad shape N=%d classes=%d (N * classes at most %d)",
-                           o, N, C, CLG_SM_FUSED_MAX);
+    const char *o = reduce ? "softmax cross-entropy (one launch)" : "softmax cross-entropy";
+    CLG_TRY(check_mems(dev, o, reduce ? 4 : 5, (const cl_mem[]){x, p, labels, a, b},
+                       reduce ? (const char *const[]){"x", "p", "labels", "result", ""}
+                              : (const char *const[]){"x", "p", "labels", "loss", "correct"}));
+    if (N < 0 || C <= 0 || (reduce && (size_t)N * C > CLG_SM_FUSED_MAX))
+        return reduce ? clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE,
+                                    "%s: bad shape N=%d classes=%d (N * classes at most %d)", o, N, C,
+                                    CLG_SM_FUSED_MAX)
+                      : clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE, "%s: bad shape N=%d classes=%d", o, N, C);
     cl_uint un = (cl_uint)N, uc = (cl_uint)C, uox, uop, uol;
     CLG_TRY(range(dev, o, ox, (size_t)N * C, &uox));
     CLG_TRY(range(dev, o, op, (size_t)N * C, &uop));
     CLG_TRY(range(dev, o, ol, (size_t)N, &uol));
     cl_kernel k;
     size_t wg;
-    CLG_TRY(clg_kernel_get_wg(dev, "softmax", "softmax_xent_fwd_reduce", "SM_WG", SM_WG, &k, &wg));
+    CLG_TRY(clg_kernel_get_wg(dev, "softmax", reduce ? "softmax_xent_fwd_reduce" : "softmax_xent_fwd", "SM_WG", SM_WG,
+                              &k, &wg));
     clg_kargs ka = {k, 0, CL_SUCCESS};
-    CLG_KA(&ka, un);
+    if (reduce)
+        CLG_KA(&ka, un);
     CLG_KA(&ka, uc);
     CLG_KA(&ka, x);
     CLG_KA(&ka, uox);
@@ -723,9 +701,23 @@ clg_status clg_nn_softmax_xent_forward_reduce(clg_device *dev, int N, int C, cl_
     CLG_KA(&ka, uop);
     CLG_KA(&ka, labels);
     CLG_KA(&ka, uol);
-    CLG_KA(&ka, result);
+    CLG_KA(&ka, a);
+    if (!reduce)
+        CLG_KA(&ka, b);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-    return run_groups(dev, k, 1, wg);
+    return run_groups(dev, k, reduce ? 1 : (size_t)N, wg);
+}
+
+clg_status clg_nn_softmax_xent_forward(clg_device *dev, int N, int C, cl_mem x, size_t ox, cl_mem p, size_t op,
+                                       cl_mem labels, size_t ol, cl_mem loss, cl_mem correct)
+{
+    return xent_forward(dev, 0, N, C, x, ox, p, op, labels, ol, loss, correct);
+}
+
+clg_status clg_nn_softmax_xent_forward_reduce(clg_device *dev, int N, int C, cl_mem x, size_t ox, cl_mem p,
+                                              size_t op, cl_mem labels, size_t ol, cl_mem result)
+{
+    return xent_forward(dev, 1, N, C, x, ox, p, op, labels, ol, result, NULL);
 }
 
 /* A row-wise softmax kernel kname of N rows of C: arguments (uint C, then per buffer m[i] its uint offset o[i]),
