@@ -31,6 +31,20 @@ static void info_str(cl_device_id d, cl_device_info what, char *dst, size_t n)
         dst[--l] = 0;
 }
 
+/* A numeric device property of bytes bytes (cl_uint, cl_ulong or size_t); 0 where the query fails. */
+static cl_ulong info_num(cl_device_id d, cl_device_info what, size_t bytes)
+{
+    union {
+        cl_uint u;
+        cl_ulong ul;
+        size_t z;
+    } v;
+    memset(&v, 0, sizeof v);
+    if (clGetDeviceInfo(d, what, bytes, &v, NULL) != CL_SUCCESS)
+        return 0;
+    return bytes == sizeof(cl_uint) ? v.u : bytes == sizeof(cl_ulong) ? v.ul : (cl_ulong)v.z;
+}
+
 static void fill_info(cl_platform_id p, cl_device_id d, int pi, int di, clg_device_info *o)
 {
     memset(o, 0, sizeof *o);
@@ -50,24 +64,12 @@ static void fill_info(cl_platform_id p, cl_device_id d, int pi, int di, clg_devi
                                                  : CLG_DEVICE_OTHER;
     o->platform_index = pi;
     o->device_index = di;
-    cl_uint u = 0;
-    clGetDeviceInfo(d, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof u, &u, NULL);
-    o->compute_units = u;
-    u = 0;
-    clGetDeviceInfo(d, CL_DEVICE_MAX_CLOCK_FREQUENCY, sizeof u, &u, NULL);
-    o->max_clock_mhz = u;
-    cl_ulong ul = 0;
-    clGetDeviceInfo(d, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof ul, &ul, NULL);
-    o->global_mem_bytes = ul;
-    ul = 0;
-    clGetDeviceInfo(d, CL_DEVICE_LOCAL_MEM_SIZE, sizeof ul, &ul, NULL);
-    o->local_mem_bytes = ul;
-    ul = 0;
-    clGetDeviceInfo(d, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof ul, &ul, NULL);
-    o->max_alloc_bytes = ul;
-    size_t wg = 0;
-    clGetDeviceInfo(d, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof wg, &wg, NULL);
-    o->max_work_group_size = wg;
+    o->compute_units = (cl_uint)info_num(d, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof(cl_uint));
+    o->max_clock_mhz = (cl_uint)info_num(d, CL_DEVICE_MAX_CLOCK_FREQUENCY, sizeof(cl_uint));
+    o->global_mem_bytes = info_num(d, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof(cl_ulong));
+    o->local_mem_bytes = info_num(d, CL_DEVICE_LOCAL_MEM_SIZE, sizeof(cl_ulong));
+    o->max_alloc_bytes = info_num(d, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof(cl_ulong));
+    o->max_work_group_size = (size_t)info_num(d, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof(size_t));
     size_t elen = 0;
     if (clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, 0, NULL, &elen) == CL_SUCCESS && elen > 0) {
         char *ext = malloc(elen + 1);
@@ -314,6 +316,17 @@ clg_status clg_ctx_option_set(clg_ctx *ctx, const char *name, const char *value)
 
 const clg_options *clg_ctx_options(const clg_ctx *ctx) { return ctx ? &ctx->opts : NULL; }
 
+/* d->extensions (NULL where unknown) and d->max_item (zeros) of the device d->id. */
+static void query_caps(clg_device *d)
+{
+    size_t elen = 0;
+    if (clGetDeviceInfo(d->id, CL_DEVICE_EXTENSIONS, 0, NULL, &elen) == CL_SUCCESS &&
+        (d->extensions = calloc(elen + 1, 1)) != NULL)
+        clGetDeviceInfo(d->id, CL_DEVICE_EXTENSIONS, elen, d->extensions, NULL);
+    if (clGetDeviceInfo(d->id, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof d->max_item, d->max_item, NULL) != CL_SUCCESS)
+        memset(d->max_item, 0, sizeof d->max_item);
+}
+
 clg_status clg_ctx_create(const clg_ctx_params *params, clg_ctx **out)
 {
     if (!out)
@@ -405,13 +418,7 @@ clg_status clg_ctx_create(const clg_ctx_params *params, clg_ctx **out)
             clg_ctx_destroy(ctx);
             goto out_free;
         }
-        size_t elen = 0;
-        if (clGetDeviceInfo(d->id, CL_DEVICE_EXTENSIONS, 0, NULL, &elen) == CL_SUCCESS &&
-            (d->extensions = calloc(elen + 1, 1)) != NULL)
-            clGetDeviceInfo(d->id, CL_DEVICE_EXTENSIONS, elen, d->extensions, NULL);
-        if (clGetDeviceInfo(d->id, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof d->max_item, d->max_item, NULL) !=
-            CL_SUCCESS)
-            memset(d->max_item, 0, sizeof d->max_item);
+        query_caps(d);
         clg_log(1, "device %d: %s (%s, %s)", k, d->info.name, d->info.platform, d->info.driver_version);
     }
     *out = ctx;
@@ -502,12 +509,7 @@ clg_status clg_ctx_wrap_queue(cl_command_queue queue, const clg_ctx_params *p, c
         return clg_cl_fail(NULL, e, "clRetainCommandQueue", __FILE__, __LINE__);
     }
     d->queue = queue;
-    size_t elen = 0;
-    if (clGetDeviceInfo(id, CL_DEVICE_EXTENSIONS, 0, NULL, &elen) == CL_SUCCESS &&
-        (d->extensions = calloc(elen + 1, 1)) != NULL)
-        clGetDeviceInfo(id, CL_DEVICE_EXTENSIONS, elen, d->extensions, NULL);
-    if (clGetDeviceInfo(id, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof d->max_item, d->max_item, NULL) != CL_SUCCESS)
-        memset(d->max_item, 0, sizeof d->max_item);
+    query_caps(d);
     clg_log(1, "wrapped queue on %s (%s, %s)", d->info.name, d->info.platform, d->info.driver_version);
     *out = ctx;
     return CLG_OK;

@@ -16,16 +16,7 @@ static clg_status act_configure(clg_layer *l, clg_err *err, const clg_cfg *cfg, 
     return clg_layer_read_act(err, cfg, sec, "type", NULL, 0, &p->act, &p->alpha);
 }
 
-static clg_status act_setup(clg_layer *l, clg_err *err)
-{
-    CLG_TRY(clg_layer_check_nin(l, err, 1, 1));
-    for (int d = 0; d < 4; d++)
-        l->out_shape[d] = l->in_shape[0][d];
-    l->out_seq = l->in_seq[0];
-    l->nparams = 0;
-    l->flops = (double)l->in_shape[0][0] * l->in_shape[0][1] * l->in_shape[0][2] * l->in_shape[0][3];
-    return CLG_OK;
-}
+static clg_status act_setup(clg_layer *l, clg_err *err) { return clg_layer_setup_pointwise(l, err); }
 
 static clg_status act_init(clg_layer *l, clg_device *dev, clg_rng *rng) { return CLG_OK; }
 

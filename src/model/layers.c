@@ -174,6 +174,17 @@ clg_status clg_layer_check_nin(clg_layer *l, clg_err *err, int lo, int hi)
     return CLG_OK;
 }
 
+clg_status clg_layer_setup_pointwise(clg_layer *l, clg_err *err)
+{
+    CLG_TRY(clg_layer_check_nin(l, err, 1, 1));
+    for (int d = 0; d < 4; d++)
+        l->out_shape[d] = l->in_shape[0][d];
+    l->out_seq = l->in_seq[0];
+    l->nparams = 0;
+    l->flops = (double)l->in_shape[0][0] * l->in_shape[0][1] * l->in_shape[0][2] * l->in_shape[0][3];
+    return CLG_OK;
+}
+
 clg_status clg_layer_priv(clg_layer *l, clg_err *err, size_t bytes)
 {
     free(l->priv);

@@ -142,6 +142,9 @@ CLG_INTERNAL clg_status clg_layer_req_int(clg_err *err, const clg_cfg *cfg, clg_
 CLG_INTERNAL clg_status clg_layer_scratch(clg_device *dev, cl_mem *m, size_t *cap, size_t bytes);
 /* Checks nin against [lo, hi]; error names the layer. */
 CLG_INTERNAL clg_status clg_layer_check_nin(clg_layer *l, clg_err *err, int lo, int hi);
+/* setup of an element-wise layer of one input and no parameters: the output
+ * shape (and sequence flag) the input's, one flop per element. */
+CLG_INTERNAL clg_status clg_layer_setup_pointwise(clg_layer *l, clg_err *err);
 /* Allocates zeroed priv of size bytes. */
 CLG_INTERNAL clg_status clg_layer_priv(clg_layer *l, clg_err *err, size_t bytes);
 

@@ -30,6 +30,9 @@
  * field a ModelProto field with its wire type, lengths in bounds, a graph
  * present). Linear, no allocation; a clgrad model text never passes. */
 CLG_INTERNAL int clg_onnx_sniff(const void *data, size_t len);
+/* Reads a protobuf base-128 varint at *p (before end) into v and moves *p past it; 0 where it is cut short or
+ * longer than 64 bits. */
+CLG_INTERNAL int clg_onnx_varint(const uint8_t **p, const uint8_t *end, uint64_t *v);
 
 /* data[0..len) -> model text (malloc'd) + weights. source names the file in
  * messages. Unsupported nodes are refused naming the node, op type and

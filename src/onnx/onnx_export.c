@@ -98,7 +98,9 @@ static Onnx__NodeProto *node(ex *e, const char *op, const char *name, const char
     return n;
 }
 
-static Onnx__AttributeProto *new_attr(ex *e, Onnx__NodeProto *n, const char *name)
+/* A new attribute name of the given type appended to node n (NULL where n is NULL or an allocation fails). */
+static Onnx__AttributeProto *new_attr(ex *e, Onnx__NodeProto *n, const char *name,
+                                      Onnx__AttributeProto__AttributeType type)
 {
     if (!n)
         return NULL;
@@ -108,6 +110,8 @@ static Onnx__AttributeProto *new_attr(ex *e, Onnx__NodeProto *n, const char *nam
         return NULL;
     onnx__attribute_proto__init(a);
     a->name = xstr(e, name);
+    a->has_type = 1;
+    a->type = type;
     for (size_t i = 0; i < n->n_attribute; i++)
         na[i] = n->attribute[i];
     na[n->n_attribute] = a;
@@ -118,35 +122,29 @@ static Onnx__AttributeProto *new_attr(ex *e, Onnx__NodeProto *n, const char *nam
 
 static void attr_int(ex *e, Onnx__NodeProto *n, const char *name, int64_t v)
 {
-    Onnx__AttributeProto *a = new_attr(e, n, name);
+    Onnx__AttributeProto *a = new_attr(e, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
     if (!a)
         return;
-    a->has_type = 1;
-    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
     a->has_i = 1;
     a->i = v;
 }
 
 static void attr_float(ex *e, Onnx__NodeProto *n, const char *name, float v)
 {
-    Onnx__AttributeProto *a = new_attr(e, n, name);
+    Onnx__AttributeProto *a = new_attr(e, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
     if (!a)
         return;
-    a->has_type = 1;
-    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
     a->has_f = 1;
     a->f = v;
 }
 
 static void attr_ints(ex *e, Onnx__NodeProto *n, const char *name, const int64_t *v, int cnt)
 {
-    Onnx__AttributeProto *a = new_attr(e, n, name);
+    Onnx__AttributeProto *a = new_attr(e, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
     int64_t *d = xalloc(e, sizeof(int64_t) * (size_t)cnt);
     if (!a || !d)
         return;
     memcpy(d, v, sizeof(int64_t) * (size_t)cnt);
-    a->has_type = 1;
-    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
     a->n_ints = (size_t)cnt;
     a->ints = d;
 }

@@ -32,22 +32,6 @@ typedef struct {
     const ProtobufCMessageDescriptor *desc;
 } walk_frame;
 
-static int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
-{
-    uint64_t r = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-        if (*p >= end)
-            return 0;
-        uint8_t b = *(*p)++;
-        r |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) {
-            *v = r;
-            return 1;
-        }
-    }
-    return 0;
-}
-
 static const ProtobufCFieldDescriptor *find_field(const ProtobufCMessageDescriptor *d, uint32_t num)
 {
     for (unsigned i = 0; i < d->n_fields; i++)
@@ -71,14 +55,14 @@ static clg_status walk_check(clg_err *err, const char *src, const uint8_t *data,
             continue;
         }
         uint64_t key = 0, v = 0;
-        if (!read_varint(&p, f->end, &key))
+        if (!clg_onnx_varint(&p, f->end, &key))
             return clg_err_set(err, CLG_ERR_FORMAT, "%s: not a valid ONNX file (bad field key at byte %zu)", src,
                                (size_t)(p - data));
         unsigned wt = (unsigned)(key & 7);
         uint32_t num = (uint32_t)(key >> 3);
         switch (wt) {
         case 0:
-            if (!read_varint(&p, f->end, &v))
+            if (!clg_onnx_varint(&p, f->end, &v))
                 return clg_err_set(err, CLG_ERR_FORMAT, "%s: not a valid ONNX file (bad varint at byte %zu)", src,
                                    (size_t)(p - data));
             break;
@@ -92,7 +76,7 @@ static clg_status walk_check(clg_err *err, const char *src, const uint8_t *data,
             break;
         }
         case 2: {
-            if (!read_varint(&p, f->end, &v) || v > (uint64_t)(f->end - p))
+            if (!clg_onnx_varint(&p, f->end, &v) || v > (uint64_t)(f->end - p))
                 return clg_err_set(err, CLG_ERR_FORMAT,
                                    "%s: not a valid ONNX file (length beyond its message at byte %zu)", src,
                                    (size_t)(p - data));

@@ -4,7 +4,7 @@
 
 #include "onnx/onnx.h"
 
-static int varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+int clg_onnx_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
 {
     uint64_t r = 0;
     for (int shift = 0; shift < 64; shift += 7) {
@@ -28,7 +28,7 @@ int clg_onnx_sniff(const void *data, size_t len)
         return 0;
     while (p < end) {
         uint64_t key = 0, v = 0;
-        if (!varint(&p, end, &key))
+        if (!clg_onnx_varint(&p, end, &key))
             return 0;
         unsigned wt = (unsigned)(key & 7);
         uint64_t num = key >> 3;
@@ -37,10 +37,10 @@ int clg_onnx_sniff(const void *data, size_t len)
         int is_varint = num == 1 || num == 5;
         int is_len = (num >= 2 && num <= 4) || (num >= 6 && num <= 8) || num == 14 || num == 20 || num == 25;
         if (is_varint && wt == 0) {
-            if (!varint(&p, end, &v))
+            if (!clg_onnx_varint(&p, end, &v))
                 return 0;
         } else if (is_len && wt == 2) {
-            if (!varint(&p, end, &v) || v > (uint64_t)(end - p))
+            if (!clg_onnx_varint(&p, end, &v) || v > (uint64_t)(end - p))
                 return 0;
             p += v;
             graph |= num == 7;

@@ -189,6 +189,26 @@ static clg_status fused_forward(clg_device *dev, const clg_attn_desc *a, const c
     return run_tiles(dev, kr, a, B);
 }
 
+/* A backward tile kernel kr (B rows a tile) of s = {q, k, v, g, out1, out2 or NULL}: the common head, g, the
+ * log-sum-exp lse at element ol, the row sums D, then the gradients it writes. */
+static clg_status bwd_tiles(clg_device *dev, cl_kernel kr, int B, const clg_attn_desc *a, const clg_attn_seq *const *s,
+                            cl_mem lse, cl_uint ol, cl_mem D)
+{
+    cl_uint zero = 0;
+    clg_kargs ka = {kr, 0, CL_SUCCESS};
+    ka_head(&ka, a, s[0], s[1], s[2]);
+    ka_seq(&ka, s[3]);
+    CLG_KA(&ka, lse);
+    CLG_KA(&ka, ol);
+    CLG_KA(&ka, D);
+    CLG_KA(&ka, zero);
+    ka_seq(&ka, s[4]);
+    if (s[5])
+        ka_seq(&ka, s[5]);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
+    return run_tiles(dev, kr, a, B);
+}
+
 static clg_status fused_backward(clg_device *dev, const clg_attn_desc *a, const clg_attn_seq *q,
                                  const clg_attn_seq *k, const clg_attn_seq *v, const clg_attn_seq *o, cl_mem lse,
                                  size_t lse_off, const clg_attn_seq *g, const clg_attn_seq *dq,
@@ -221,33 +241,10 @@ static clg_status fused_backward(clg_device *dev, const clg_attn_desc *a, const 
         if (st == CLG_OK)
             st = clg_launch(dev, kd, 2, gw, NULL, CLG_LAUNCH_PAD, NULL);
     }
-    if (st == CLG_OK) {
-        clg_kargs ka = {kkv, 0, CL_SUCCESS};
-        ka_head(&ka, a, q, k, v);
-        ka_seq(&ka, g);
-        CLG_KA(&ka, lse);
-        CLG_KA(&ka, ol);
-        CLG_KA(&ka, D);
-        CLG_KA(&ka, zero);
-        ka_seq(&ka, dk);
-        ka_seq(&ka, dv);
-        st = CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments");
-        if (st == CLG_OK)
-            st = run_tiles(dev, kkv, a, B1);
-    }
-    if (st == CLG_OK && (st = fused_kernel(dev, a, "attn_bwd_dq", 0, &kq, &B2)) == CLG_OK) {
-        clg_kargs ka = {kq, 0, CL_SUCCESS};
-        ka_head(&ka, a, q, k, v);
-        ka_seq(&ka, g);
-        CLG_KA(&ka, lse);
-        CLG_KA(&ka, ol);
-        CLG_KA(&ka, D);
-        CLG_KA(&ka, zero);
-        ka_seq(&ka, dq);
-        st = CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments");
-        if (st == CLG_OK)
-            st = run_tiles(dev, kq, a, B2);
-    }
+    if (st == CLG_OK)
+        st = bwd_tiles(dev, kkv, B1, a, (const clg_attn_seq *[]){q, k, v, g, dk, dv}, lse, ol, D);
+    if (st == CLG_OK && (st = fused_kernel(dev, a, "attn_bwd_dq", 0, &kq, &B2)) == CLG_OK)
+        st = bwd_tiles(dev, kq, B2, a, (const clg_attn_seq *[]){q, k, v, g, dq, NULL}, lse, ol, D);
     clg_buf_release(dev, D);
     return st;
 }

@@ -62,6 +62,20 @@ static clg_status check_mems(clg_device *dev, const char *op, int n, const cl_me
     return CLG_OK;
 }
 
+/* Kernel k's arguments: u0, u1, then per buffer m[i] its uint element offset o[i] (nb of them). */
+static clg_status ka_uu_bufs(clg_device *dev, cl_kernel k, cl_uint u0, cl_uint u1, int nb, const cl_mem *m,
+                             const cl_uint *o)
+{
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, u0);
+    CLG_KA(&ka, u1);
+    for (int i = 0; i < nb; i++) {
+        CLG_KA(&ka, m[i]);
+        CLG_KA(&ka, o[i]);
+    }
+    return CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments");
+}
+
 /* Checks that n elements from off fit in 32 bits. */
 static clg_status range(clg_device *dev, const char *op, size_t off, size_t n, cl_uint *o)
 {
@@ -73,6 +87,31 @@ static clg_status range(clg_device *dev, const char *op, size_t off, size_t n, c
 
 /* ---- activations ---- */
 
+/* The element-wise kernel kname of eltwise.cl over n elements, arguments (uint n, [float *alpha], then per buffer
+ * m[i] its uint offset o[i]): every buffer non-NULL (names[i] in the message), n and each o[i] + n within 32 bits. */
+static clg_status ew_run(clg_device *dev, const char *op, const char *kname, size_t n, const float *alpha, int nb,
+                         const cl_mem *m, const size_t *o, const char *const *names)
+{
+    CLG_TRY(check_mems(dev, op, nb, m, names));
+    cl_uint un, uo[4];
+    CLG_TRY(u32(dev, op, n, &un));
+    for (int i = 0; i < nb; i++)
+        CLG_TRY(range(dev, op, o[i], n, &uo[i]));
+    cl_kernel k;
+    CLG_TRY(kget(dev, "eltwise", kname, &k));
+    cl_float a = alpha ? *alpha : 0.0f;
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, un);
+    if (alpha)
+        CLG_KA(&ka, a);
+    for (int i = 0; i < nb; i++) {
+        CLG_KA(&ka, m[i]);
+        CLG_KA(&ka, uo[i]);
+    }
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
+    return clg_launch_1d(dev, k, n, EW_WG);
+}
+
 clg_status clg_nn_act_forward(clg_device *dev, clg_act act, float alpha, size_t n, cl_mem x, size_t ox, cl_mem y,
                               size_t oy)
 {
@@ -82,24 +121,10 @@ clg_status clg_nn_act_forward(clg_device *dev, clg_act act, float alpha, size_t 
     CLG_TRY(check_mem(dev, "activation", y, "y"));
     if (act == CLG_ACT_LINEAR)
         return (x == y && ox == oy) ? CLG_OK : clg_nn_copy(dev, n, x, ox, y, oy);
-    cl_uint un, uox, uoy;
-    CLG_TRY(u32(dev, "activation", n, &un));
-    CLG_TRY(range(dev, "activation", ox, n, &uox));
-    CLG_TRY(range(dev, "activation", oy, n, &uoy));
     char name[32];
     snprintf(name, sizeof name, "act_%s_fwd", act_names[act]);
-    cl_kernel k;
-    CLG_TRY(kget(dev, "eltwise", name, &k));
-    cl_float a = alpha;
-    clg_kargs ka = {k, 0, CL_SUCCESS};
-    CLG_KA(&ka, un);
-    CLG_KA(&ka, a);
-    CLG_KA(&ka, x);
-    CLG_KA(&ka, uox);
-    CLG_KA(&ka, y);
-    CLG_KA(&ka, uoy);
-    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-    return clg_launch_1d(dev, k, n, EW_WG);
+    static const char *const names[] = {"x", "y"};
+    return ew_run(dev, "activation", name, n, &alpha, 2, (cl_mem[]){x, y}, (size_t[]){ox, oy}, names);
 }
 
 clg_status clg_nn_act_backward(clg_device *dev, clg_act act, float alpha, size_t n, cl_mem x, size_t ox, cl_mem y,
@@ -123,76 +148,25 @@ clg_status clg_nn_act_backward(clg_device *dev, clg_act act, float alpha, size_t
         y = x;
         oy = ox;
     }
-    cl_uint un, uox, uoy, uody, uodx;
-    CLG_TRY(u32(dev, "activation backward", n, &un));
-    CLG_TRY(range(dev, "activation backward", ox, n, &uox));
-    CLG_TRY(range(dev, "activation backward", oy, n, &uoy));
-    CLG_TRY(range(dev, "activation backward", ody, n, &uody));
-    CLG_TRY(range(dev, "activation backward", odx, n, &uodx));
     char name[32];
     snprintf(name, sizeof name, "act_%s_bwd", act_names[act]);
-    cl_kernel k;
-    CLG_TRY(kget(dev, "eltwise", name, &k));
-    cl_float a = alpha;
-    clg_kargs ka = {k, 0, CL_SUCCESS};
-    CLG_KA(&ka, un);
-    CLG_KA(&ka, a);
-    CLG_KA(&ka, x);
-    CLG_KA(&ka, uox);
-    CLG_KA(&ka, y);
-    CLG_KA(&ka, uoy);
-    CLG_KA(&ka, dy);
-    CLG_KA(&ka, uody);
-    CLG_KA(&ka, dx);
-    CLG_KA(&ka, uodx);
-    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-    return clg_launch_1d(dev, k, n, EW_WG);
+    static const char *const names[] = {"x", "y", "dy", "dx"};
+    return ew_run(dev, "activation backward", name, n, &alpha, 4, (cl_mem[]){x, y, dy, dx},
+                  (size_t[]){ox, oy, ody, odx}, names);
 }
 
 /* ---- add, copies, dropout, sums ---- */
 
 clg_status clg_nn_add(clg_device *dev, size_t n, cl_mem a, size_t oa, cl_mem b, size_t ob, cl_mem y, size_t oy)
 {
-    CLG_TRY(check_mem(dev, "add", a, "a"));
-    CLG_TRY(check_mem(dev, "add", b, "b"));
-    CLG_TRY(check_mem(dev, "add", y, "y"));
-    cl_uint un, uoa, uob, uoy;
-    CLG_TRY(u32(dev, "add", n, &un));
-    CLG_TRY(range(dev, "add", oa, n, &uoa));
-    CLG_TRY(range(dev, "add", ob, n, &uob));
-    CLG_TRY(range(dev, "add", oy, n, &uoy));
-    cl_kernel k;
-    CLG_TRY(kget(dev, "eltwise", "add2", &k));
-    clg_kargs ka = {k, 0, CL_SUCCESS};
-    CLG_KA(&ka, un);
-    CLG_KA(&ka, a);
-    CLG_KA(&ka, uoa);
-    CLG_KA(&ka, b);
-    CLG_KA(&ka, uob);
-    CLG_KA(&ka, y);
-    CLG_KA(&ka, uoy);
-    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-    return clg_launch_1d(dev, k, n, EW_WG);
+    static const char *const names[] = {"a", "b", "y"};
+    return ew_run(dev, "add", "add2", n, NULL, 3, (cl_mem[]){a, b, y}, (size_t[]){oa, ob, oy}, names);
 }
 
 clg_status clg_nn_add_acc(clg_device *dev, size_t n, cl_mem a, size_t oa, cl_mem y, size_t oy)
 {
-    CLG_TRY(check_mem(dev, "add", a, "a"));
-    CLG_TRY(check_mem(dev, "add", y, "y"));
-    cl_uint un, uoa, uoy;
-    CLG_TRY(u32(dev, "add", n, &un));
-    CLG_TRY(range(dev, "add", oa, n, &uoa));
-    CLG_TRY(range(dev, "add", oy, n, &uoy));
-    cl_kernel k;
-    CLG_TRY(kget(dev, "eltwise", "add_acc", &k));
-    clg_kargs ka = {k, 0, CL_SUCCESS};
-    CLG_KA(&ka, un);
-    CLG_KA(&ka, a);
-    CLG_KA(&ka, uoa);
-    CLG_KA(&ka, y);
-    CLG_KA(&ka, uoy);
-    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-    return clg_launch_1d(dev, k, n, EW_WG);
+    static const char *const names[] = {"a", "y"};
+    return ew_run(dev, "add", "add_acc", n, NULL, 2, (cl_mem[]){a, y}, (size_t[]){oa, oy}, names);
 }
 
 clg_status clg_nn_copy(clg_device *dev, size_t n, cl_mem src, size_t os, cl_mem dst, size_t od)
@@ -201,20 +175,9 @@ clg_status clg_nn_copy(clg_device *dev, size_t n, cl_mem src, size_t os, cl_mem 
     CLG_TRY(check_mem(dev, "copy", dst, "dst"));
     if (n == 0 || (src == dst && os == od))
         return CLG_OK;
-    cl_uint un, uos, uod;
-    CLG_TRY(u32(dev, "copy", n, &un));
-    CLG_TRY(range(dev, "copy", os, n, &uos));
-    CLG_TRY(range(dev, "copy", od, n, &uod));
-    cl_kernel k; /* a kernel, not clEnqueueCopyBuffer: see cl/eltwise.cl `copy` */
-    CLG_TRY(kget(dev, "eltwise", "copy", &k));
-    clg_kargs ka = {k, 0, CL_SUCCESS};
-    CLG_KA(&ka, un);
-    CLG_KA(&ka, src);
-    CLG_KA(&ka, uos);
-    CLG_KA(&ka, dst);
-    CLG_KA(&ka, uod);
-    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-    return clg_launch_1d(dev, k, n, EW_WG);
+    /* a kernel, not clEnqueueCopyBuffer: see cl/eltwise.cl `copy` */
+    static const char *const names[] = {"src", "dst"};
+    return ew_run(dev, "copy", "copy", n, NULL, 2, (cl_mem[]){src, dst}, (size_t[]){os, od}, names);
 }
 
 clg_status clg_nn_copy_rows(clg_device *dev, size_t len, size_t rows, cl_mem src, size_t os, size_t ss, cl_mem dst,
@@ -399,7 +362,7 @@ clg_status clg_nn_colsum(clg_device *dev, size_t rows, size_t cols, cl_mem x, si
 {
     CLG_TRY(check_mem(dev, "column sum", x, "x"));
     CLG_TRY(check_mem(dev, "column sum", y, "y"));
-    cl_uint ur, uc, uox, uoy;
+    cl_uint ur = 0, uc = 0, uox = 0, uoy = 0;
     CLG_TRY(u32(dev, "column sum", rows, &ur));
     CLG_TRY(u32(dev, "column sum", cols, &uc));
     CLG_TRY(range(dev, "column sum", ox, rows * cols, &uox));
@@ -408,14 +371,7 @@ clg_status clg_nn_colsum(clg_device *dev, size_t rows, size_t cols, cl_mem x, si
         return colsum_chunked(dev, "colsum_part", ur, uc, NULL, 0, x, uox, NULL, 0, y, uoy);
     cl_kernel k;
     CLG_TRY(kget(dev, "eltwise", "colsum", &k));
-    clg_kargs ka = {k, 0, CL_SUCCESS};
-    CLG_KA(&ka, ur);
-    CLG_KA(&ka, uc);
-    CLG_KA(&ka, x);
-    CLG_KA(&ka, uox);
-    CLG_KA(&ka, y);
-    CLG_KA(&ka, uoy);
-    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
+    CLG_TRY(ka_uu_bufs(dev, k, ur, uc, 2, (const cl_mem[]){x, y}, (const cl_uint[]){uox, uoy}));
     return clg_launch_1d(dev, k, cols, EW_WG);
 }
 
@@ -424,7 +380,7 @@ clg_status clg_nn_relu_bwd_colsum(clg_device *dev, size_t rows, size_t cols, cl_
 {
     const char *o = "relu backward + column sum";
     CLG_TRY(check_mems(dev, o, 4, (const cl_mem[]){y, dy, dz, db}, (const char *const[]){"y", "dy", "dz", "db"}));
-    cl_uint ur, uc, uoy, uody, uodz, uodb;
+    cl_uint ur = 0, uc = 0, uoy = 0, uody = 0, uodz = 0, uodb = 0;
     CLG_TRY(u32(dev, o, rows, &ur));
     CLG_TRY(u32(dev, o, cols, &uc));
     CLG_TRY(u32(dev, o, rows * cols, &uody)); /* the element count must fit too */
@@ -434,18 +390,7 @@ clg_status clg_nn_relu_bwd_colsum(clg_device *dev, size_t rows, size_t cols, cl_
     CLG_TRY(range(dev, o, odb, cols, &uodb));
     cl_kernel k;
     CLG_TRY(kget(dev, "eltwise", "relu_bwd_colsum", &k));
-    clg_kargs ka = {k, 0, CL_SUCCESS};
-    CLG_KA(&ka, ur);
-    CLG_KA(&ka, uc);
-    CLG_KA(&ka, y);
-    CLG_KA(&ka, uoy);
-    CLG_KA(&ka, dy);
-    CLG_KA(&ka, uody);
-    CLG_KA(&ka, dz);
-    CLG_KA(&ka, uodz);
-    CLG_KA(&ka, db);
-    CLG_KA(&ka, uodb);
-    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
+    CLG_TRY(ka_uu_bufs(dev, k, ur, uc, 4, (const cl_mem[]){y, dy, dz, db}, (const cl_uint[]){uoy, uody, uodz, uodb}));
     return clg_launch_1d(dev, k, cols, EW_WG);
 }
 
@@ -571,27 +516,13 @@ clg_status clg_nn_pool_forward(clg_device *dev, int is_max, const clg_pool_shape
     if (is_max && pool_is_2x2(s) && Q % 2 == 0) {
         cl_uint rows = planes * (cl_uint)P, uq2 = (cl_uint)Q / 2;
         CLG_TRY(kget(dev, "pool", "maxpool2_fwd4", &k));
-        clg_kargs ka = {k, 0, CL_SUCCESS};
-        CLG_KA(&ka, rows);
-        CLG_KA(&ka, uq2);
-        CLG_KA(&ka, x);
-        CLG_KA(&ka, uox);
-        CLG_KA(&ka, y);
-        CLG_KA(&ka, uoy);
-        CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
+        CLG_TRY(ka_uu_bufs(dev, k, rows, uq2, 2, (const cl_mem[]){x, y}, (const cl_uint[]){uox, uoy}));
         return run2_exact(dev, k, (size_t)uq2, rows);
     }
     if (pool_is_2x2(s)) {
         cl_uint rows = planes * (cl_uint)P, uq = (cl_uint)Q;
         CLG_TRY(kget(dev, "pool", is_max ? "maxpool2_fwd" : "avgpool2_fwd", &k));
-        clg_kargs ka = {k, 0, CL_SUCCESS};
-        CLG_KA(&ka, rows);
-        CLG_KA(&ka, uq);
-        CLG_KA(&ka, x);
-        CLG_KA(&ka, uox);
-        CLG_KA(&ka, y);
-        CLG_KA(&ka, uoy);
-        CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
+        CLG_TRY(ka_uu_bufs(dev, k, rows, uq, 2, (const cl_mem[]){x, y}, (const cl_uint[]){uox, uoy}));
         return run3(dev, k, (size_t)Q, rows, 1);
     }
     CLG_TRY(kget(dev, "pool", is_max ? "maxpool_fwd" : "avgpool_fwd", &k));
@@ -664,41 +595,16 @@ clg_status clg_nn_pool_backward(clg_device *dev, int is_max, const clg_pool_shap
     if (is_max && pool_is_2x2(s) && Q % 2 == 0) {
         cl_uint rows = planes * (cl_uint)P, uq2 = (cl_uint)Q / 2;
         CLG_TRY(kget(dev, "pool", "maxpool2_bwd4", &k));
-        clg_kargs ka = {k, 0, CL_SUCCESS};
-        CLG_KA(&ka, rows);
-        CLG_KA(&ka, uq2);
-        CLG_KA(&ka, x);
-        CLG_KA(&ka, uox);
-        CLG_KA(&ka, dy);
-        CLG_KA(&ka, uody);
-        CLG_KA(&ka, dx);
-        CLG_KA(&ka, uodx);
-        CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
+        CLG_TRY(ka_uu_bufs(dev, k, rows, uq2, 3, (const cl_mem[]){x, dy, dx}, (const cl_uint[]){uox, uody, uodx}));
         return run2_exact(dev, k, (size_t)uq2, rows);
     }
     if (pool_is_2x2(s)) {
         cl_uint rows = planes * (cl_uint)P, uq = (cl_uint)Q;
         CLG_TRY(kget(dev, "pool", is_max ? "maxpool2_bwd" : "avgpool2_bwd", &k));
         if (is_max) {
-            clg_kargs ka = {k, 0, CL_SUCCESS};
-            CLG_KA(&ka, rows);
-            CLG_KA(&ka, uq);
-            CLG_KA(&ka, x);
-            CLG_KA(&ka, uox);
-            CLG_KA(&ka, dy);
-            CLG_KA(&ka, uody);
-            CLG_KA(&ka, dx);
-            CLG_KA(&ka, uodx);
-            CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
+            CLG_TRY(ka_uu_bufs(dev, k, rows, uq, 3, (const cl_mem[]){x, dy, dx}, (const cl_uint[]){uox, uody, uodx}));
         } else {
-            clg_kargs ka = {k, 0, CL_SUCCESS};
-            CLG_KA(&ka, rows);
-            CLG_KA(&ka, uq);
-            CLG_KA(&ka, dy);
-            CLG_KA(&ka, uody);
-            CLG_KA(&ka, dx);
-            CLG_KA(&ka, uodx);
-            CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
+            CLG_TRY(ka_uu_bufs(dev, k, rows, uq, 2, (const cl_mem[]){dy, dx}, (const cl_uint[]){uody, uodx}));
         }
         return run3(dev, k, (size_t)Q, rows, 1);
     }
@@ -732,100 +638,62 @@ clg_status clg_nn_pool_backward(clg_device *dev, int is_max, const clg_pool_shap
     return run3(dev, k, (size_t)s->W, (size_t)s->H, planes);
 }
 
+/* Global average pooling, forward (a = x, b = y) or backward (a = dy, b = dx): planes planes of hw elements on the
+ * side of x and dx, one per plane on the side of y and dy. */
+static clg_status gap_run(clg_device *dev, int bwd, size_t planes, size_t hw, cl_mem a, size_t oa, cl_mem b, size_t ob)
+{
+    const char *o = bwd ? "global avgpool backward" : "global avgpool";
+    CLG_TRY(check_mem(dev, o, a, bwd ? "dy" : "x"));
+    CLG_TRY(check_mem(dev, o, b, bwd ? "dx" : "y"));
+    cl_uint up = 0, uhw = 0, uoa = 0, uob = 0;
+    CLG_TRY(u32(dev, o, planes, &up));
+    CLG_TRY(u32(dev, o, hw, &uhw));
+    CLG_TRY(range(dev, o, oa, bwd ? planes : planes * hw, &uoa));
+    CLG_TRY(range(dev, o, ob, bwd ? planes * hw : planes, &uob));
+    cl_kernel k;
+    CLG_TRY(kget(dev, "pool", bwd ? "gap_bwd" : "gap_fwd", &k));
+    CLG_TRY(ka_uu_bufs(dev, k, up, uhw, 2, (const cl_mem[]){a, b}, (const cl_uint[]){uoa, uob}));
+    return clg_launch_1d(dev, k, bwd ? planes * hw : planes, EW_WG);
+}
+
 clg_status clg_nn_gap_forward(clg_device *dev, size_t planes, size_t hw, cl_mem x, size_t ox, cl_mem y, size_t oy)
 {
-    CLG_TRY(check_mem(dev, "global avgpool", x, "x"));
-    CLG_TRY(check_mem(dev, "global avgpool", y, "y"));
-    cl_uint up, uhw, uox, uoy;
-    CLG_TRY(u32(dev, "global avgpool", planes, &up));
-    CLG_TRY(u32(dev, "global avgpool", hw, &uhw));
-    CLG_TRY(range(dev, "global avgpool", ox, planes * hw, &uox));
-    CLG_TRY(range(dev, "global avgpool", oy, planes, &uoy));
-    cl_kernel k;
-    CLG_TRY(kget(dev, "pool", "gap_fwd", &k));
-    clg_kargs ka = {k, 0, CL_SUCCESS};
-    CLG_KA(&ka, up);
-    CLG_KA(&ka, uhw);
-    CLG_KA(&ka, x);
-    CLG_KA(&ka, uox);
-    CLG_KA(&ka, y);
-    CLG_KA(&ka, uoy);
-    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-    return clg_launch_1d(dev, k, planes, EW_WG);
+    return gap_run(dev, 0, planes, hw, x, ox, y, oy);
 }
 
 clg_status clg_nn_gap_backward(clg_device *dev, size_t planes, size_t hw, cl_mem dy, size_t ody, cl_mem dx,
                                size_t odx)
 {
-    CLG_TRY(check_mem(dev, "global avgpool backward", dy, "dy"));
-    CLG_TRY(check_mem(dev, "global avgpool backward", dx, "dx"));
-    cl_uint up, uhw, uody, uodx;
-    CLG_TRY(u32(dev, "global avgpool backward", planes, &up));
-    CLG_TRY(u32(dev, "global avgpool backward", hw, &uhw));
-    CLG_TRY(range(dev, "global avgpool backward", ody, planes, &uody));
-    CLG_TRY(range(dev, "global avgpool backward", odx, planes * hw, &uodx));
-    cl_kernel k;
-    CLG_TRY(kget(dev, "pool", "gap_bwd", &k));
-    clg_kargs ka = {k, 0, CL_SUCCESS};
-    CLG_KA(&ka, up);
-    CLG_KA(&ka, uhw);
-    CLG_KA(&ka, dy);
-    CLG_KA(&ka, uody);
-    CLG_KA(&ka, dx);
-    CLG_KA(&ka, uodx);
-    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-    return clg_launch_1d(dev, k, planes * hw, EW_WG);
+    return gap_run(dev, 1, planes, hw, dy, ody, dx, odx);
 }
 
 /* ---- losses ---- */
 
-clg_status clg_nn_softmax_xent_forward(clg_device *dev, int N, int C, cl_mem x, size_t ox, cl_mem p, size_t op,
-                                       cl_mem labels, size_t ol, cl_mem loss, cl_mem correct)
+/* Softmax cross-entropy forward of N rows of C: per row (a = loss, b = correct) or, reduce, the whole batch in one
+ * work-group (a = result, b unused). */
+static clg_status xent_forward(clg_device *dev, int reduce, int N, int C, cl_mem x, size_t ox, cl_mem p, size_t op,
+                               cl_mem labels, size_t ol, cl_mem a, cl_mem b)
 {
-    const char *o = "softmax cross-entropy";
-    CLG_TRY(check_mems(dev, o, 5, (const cl_mem[]){x, p, labels, loss, correct},
-                       (const char *const[]){"x", "p", "labels", "loss", "correct"}));
-    if (N < 0 || C <= 0)
-        return clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE, "%s: bad shape N=%d classes=%d", o, N, C);
-    cl_uint uc = (cl_uint)C, uox, uop, uol;
-    CLG_TRY(range(dev, o, ox, (size_t)N * C, &uox));
-    CLG_TRY(range(dev, o, op, (size_t)N * C, &uop));
-    CLG_TRY(range(dev, o, ol, (size_t)N, &uol));
-    cl_kernel k;
-    size_t wg;
-    CLG_TRY(clg_kernel_get_wg(dev, "softmax", "softmax_xent_fwd", "SM_WG", SM_WG, &k, &wg));
-    clg_kargs ka = {k, 0, CL_SUCCESS};
-    CLG_KA(&ka, uc);
-    CLG_KA(&ka, x);
-    CLG_KA(&ka, uox);
-    CLG_KA(&ka, p);
-    CLG_KA(&ka, uop);
-    CLG_KA(&ka, labels);
-    CLG_KA(&ka, uol);
-    CLG_KA(&ka, loss);
-    CLG_KA(&ka, correct);
-    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-    return run_groups(dev, k, (size_t)N, wg);
-}
-
-clg_status clg_nn_softmax_xent_forward_reduce(clg_device *dev, int N, int C, cl_mem x, size_t ox, cl_mem p,
-                                              size_t op, cl_mem labels, size_t ol, cl_mem result)
-{
-    const char *o = "softmax cross-entropy (one launch)";
-    CLG_TRY(check_mems(dev, o, 4, (const cl_mem[]){x, p, labels, result},
-                       (const char *const[]){"x", "p", "labels", "result"}));
-    if (N < 0 || C <= 0 || (size_t)N * C > CLG_SM_FUSED_MAX)
-        return clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE, "%s: bad shape N=%d classes=%d (N * classes at most %d)",
-                           o, N, C, CLG_SM_FUSED_MAX);
+    const char *o = reduce ? "softmax cross-entropy (one launch)" : "softmax cross-entropy";
+    CLG_TRY(check_mems(dev, o, reduce ? 4 : 5, (const cl_mem[]){x, p, labels, a, b},
+                       reduce ? (const char *const[]){"x", "p", "labels", "result", ""}
+                              : (const char *const[]){"x", "p", "labels", "loss", "correct"}));
+    if (N < 0 || C <= 0 || (reduce && (size_t)N * C > CLG_SM_FUSED_MAX))
+        return reduce ? clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE,
+                                    "%s: bad shape N=%d classes=%d (N * classes at most %d)", o, N, C,
+                                    CLG_SM_FUSED_MAX)
+                      : clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE, "%s: bad shape N=%d classes=%d", o, N, C);
     cl_uint un = (cl_uint)N, uc = (cl_uint)C, uox, uop, uol;
     CLG_TRY(range(dev, o, ox, (size_t)N * C, &uox));
     CLG_TRY(range(dev, o, op, (size_t)N * C, &uop));
     CLG_TRY(range(dev, o, ol, (size_t)N, &uol));
     cl_kernel k;
     size_t wg;
-    CLG_TRY(clg_kernel_get_wg(dev, "softmax", "softmax_xent_fwd_reduce", "SM_WG", SM_WG, &k, &wg));
+    CLG_TRY(clg_kernel_get_wg(dev, "softmax", reduce ? "softmax_xent_fwd_reduce" : "softmax_xent_fwd", "SM_WG", SM_WG,
+                              &k, &wg));
     clg_kargs ka = {k, 0, CL_SUCCESS};
-    CLG_KA(&ka, un);
+    if (reduce)
+        CLG_KA(&ka, un);
     CLG_KA(&ka, uc);
     CLG_KA(&ka, x);
     CLG_KA(&ka, uox);
@@ -833,57 +701,60 @@ clg_status clg_nn_softmax_xent_forward_reduce(clg_device *dev, int N, int C, cl_
     CLG_KA(&ka, uop);
     CLG_KA(&ka, labels);
     CLG_KA(&ka, uol);
-    CLG_KA(&ka, result);
+    CLG_KA(&ka, a);
+    if (!reduce)
+        CLG_KA(&ka, b);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-    return run_groups(dev, k, 1, wg);
+    return run_groups(dev, k, reduce ? 1 : (size_t)N, wg);
+}
+
+clg_status clg_nn_softmax_xent_forward(clg_device *dev, int N, int C, cl_mem x, size_t ox, cl_mem p, size_t op,
+                                       cl_mem labels, size_t ol, cl_mem loss, cl_mem correct)
+{
+    return xent_forward(dev, 0, N, C, x, ox, p, op, labels, ol, loss, correct);
+}
+
+clg_status clg_nn_softmax_xent_forward_reduce(clg_device *dev, int N, int C, cl_mem x, size_t ox, cl_mem p,
+                                              size_t op, cl_mem labels, size_t ol, cl_mem result)
+{
+    return xent_forward(dev, 1, N, C, x, ox, p, op, labels, ol, result, NULL);
+}
+
+/* A row-wise softmax kernel kname of N rows of C: arguments (uint C, then per buffer m[i] its uint offset o[i]),
+ * each buffer N x C from o[i]; a work-group a row. */
+static clg_status sm_rows(clg_device *dev, const char *op, const char *kname, int N, int C, int nb, const cl_mem *m,
+                          const size_t *o, const char *const *names)
+{
+    CLG_TRY(check_mems(dev, op, nb, m, names));
+    if (N < 0 || C <= 0)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE, "%s: bad shape rows=%d columns=%d", op, N, C);
+    cl_uint uc = (cl_uint)C, uo[3];
+    for (int i = 0; i < nb; i++)
+        CLG_TRY(range(dev, op, o[i], (size_t)N * C, &uo[i]));
+    cl_kernel k;
+    size_t wg;
+    CLG_TRY(clg_kernel_get_wg(dev, "softmax", kname, "SM_WG", SM_WG, &k, &wg));
+    clg_kargs ka = {k, 0, CL_SUCCESS};
+    CLG_KA(&ka, uc);
+    for (int i = 0; i < nb; i++) {
+        CLG_KA(&ka, m[i]);
+        CLG_KA(&ka, uo[i]);
+    }
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
+    return run_groups(dev, k, (size_t)N, wg);
 }
 
 clg_status clg_nn_softmax_forward(clg_device *dev, int N, int C, cl_mem x, size_t ox, cl_mem y, size_t oy)
 {
-    const char *o = "softmax";
-    CLG_TRY(check_mems(dev, o, 2, (const cl_mem[]){x, y}, (const char *const[]){"x", "y"}));
-    if (N < 0 || C <= 0)
-        return clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE, "%s: bad shape rows=%d columns=%d", o, N, C);
-    cl_uint uc = (cl_uint)C, uox, uoy;
-    CLG_TRY(range(dev, o, ox, (size_t)N * C, &uox));
-    CLG_TRY(range(dev, o, oy, (size_t)N * C, &uoy));
-    cl_kernel k;
-    size_t wg;
-    CLG_TRY(clg_kernel_get_wg(dev, "softmax", "softmax_fwd", "SM_WG", SM_WG, &k, &wg));
-    clg_kargs ka = {k, 0, CL_SUCCESS};
-    CLG_KA(&ka, uc);
-    CLG_KA(&ka, x);
-    CLG_KA(&ka, uox);
-    CLG_KA(&ka, y);
-    CLG_KA(&ka, uoy);
-    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-    return run_groups(dev, k, (size_t)N, wg);
+    return sm_rows(dev, "softmax", "softmax_fwd", N, C, 2, (const cl_mem[]){x, y}, (const size_t[]){ox, oy},
+                   (const char *const[]){"x", "y"});
 }
 
 clg_status clg_nn_softmax_backward(clg_device *dev, int N, int C, cl_mem y, size_t oy, cl_mem dy, size_t ody,
                                    cl_mem dx, size_t odx)
 {
-    const char *o = "softmax backward";
-    CLG_TRY(check_mems(dev, o, 3, (const cl_mem[]){y, dy, dx}, (const char *const[]){"y", "dy", "dx"}));
-    if (N < 0 || C <= 0)
-        return clg_err_set(clg_dev_err(dev), CLG_ERR_SHAPE, "%s: bad shape rows=%d columns=%d", o, N, C);
-    cl_uint uc = (cl_uint)C, uoy, uody, uodx;
-    CLG_TRY(range(dev, o, oy, (size_t)N * C, &uoy));
-    CLG_TRY(range(dev, o, ody, (size_t)N * C, &uody));
-    CLG_TRY(range(dev, o, odx, (size_t)N * C, &uodx));
-    cl_kernel k;
-    size_t wg;
-    CLG_TRY(clg_kernel_get_wg(dev, "softmax", "softmax_bwd", "SM_WG", SM_WG, &k, &wg));
-    clg_kargs ka = {k, 0, CL_SUCCESS};
-    CLG_KA(&ka, uc);
-    CLG_KA(&ka, y);
-    CLG_KA(&ka, uoy);
-    CLG_KA(&ka, dy);
-    CLG_KA(&ka, uody);
-    CLG_KA(&ka, dx);
-    CLG_KA(&ka, uodx);
-    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-    return run_groups(dev, k, (size_t)N, wg);
+    return sm_rows(dev, "softmax backward", "softmax_bwd", N, C, 3, (const cl_mem[]){y, dy, dx},
+                   (const size_t[]){oy, ody, odx}, (const char *const[]){"y", "dy", "dx"});
 }
 
 clg_status clg_nn_softmax_xent_backward(clg_device *dev, int N, int C, float scale, cl_mem p, size_t op,

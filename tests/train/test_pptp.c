@@ -21,25 +21,17 @@
 #include <unistd.h>
 
 #include "parallel/pipe.h"
-#include "parallel/tensor.h"
-#include "testutil.h"
-#include "train/session.h"
+#include "train_testutil.h"
 
 #define TOL 1e-5
 #define STEPS 20
 #define BATCH 16
 #define LR 0.02
 
-static clg_ctx *g_ctx;
 static double g_clip;
 static int g_recompute; /* run: re-run forwards from the stashed stage inputs */
 
-static clg_ctx *ctx(void)
-{
-    if (!g_ctx)
-        g_ctx = tu_ctx_fixed(0);
-    return g_ctx;
-}
+static clg_ctx *ctx(void) { return tt_ctx(1); }
 
 static const char *mlp_text =
     "[net]\nchannels = 1\nheight = 12\nwidth = 12\nclasses = 10\nbatch = 16\n"
@@ -58,96 +50,9 @@ static const char *cnn_text =
     "[convolutional]\nname = conv3\nfilters = 8\nsize = 3\nactivation = relu\n[flatten]\n"
     "[dense]\nname = fc\nunits = 10\n[softmax]\nname = loss\n";
 
-/* Class k: a bright band in an image of noise. */
-static void synth(clg_rng *rng, float *x, int32_t *y, int n, size_t sample)
-{
-    for (int i = 0; i < n; i++) {
-        int k = (int)(clg_rng_u32(rng) % 10);
-        y[i] = k;
-        for (size_t p = 0; p < sample; p++)
-            x[(size_t)i * sample + p] = clg_rng_uniform(rng) + ((p * 10 / sample) == (size_t)k ? 0.5f : 0.0f);
-    }
-}
-
-typedef struct weights {
-    int n;
-    float *v[32];
-    size_t numel[32];
-    char name[32][80];
-    double loss[STEPS];
-} weights;
-
-static void weights_free(weights *w)
-{
-    for (int i = 0; i < w->n; i++)
-        free(w->v[i]);
-    w->n = 0;
-}
-
-/* Every parameter of replica r (a whole network). */
-static void grab_rep(clg_replica *r, weights *w)
-{
-    for (int i = 0; i < r->nlayers; i++)
-        for (int k = 0; k < r->layers[i].nparams; k++) {
-            clg_param *q = &r->layers[i].params[k];
-            ck_assert(w->n < 32);
-            float *h = malloc(q->numel * sizeof(float));
-            tu_poison(h, q->numel);
-            tu_download(r->dev, q->value, h, q->numel);
-            snprintf(w->name[w->n], sizeof w->name[0], "%s.%s", r->layers[i].name, q->name);
-            w->v[w->n] = h;
-            w->numel[w->n++] = q->numel;
-        }
-}
-
-static void compare(const weights *a, const weights *b, int steps, double tol, const char *what)
-{
-    ck_assert_int_eq(a->n, b->n);
-    double worst = 0;
-    for (int i = 0; i < a->n; i++) {
-        ck_assert(a->numel[i] == b->numel[i]);
-        double d2 = 0, r2 = 0;
-        for (size_t k = 0; k < a->numel[i]; k++) {
-            double d = (double)a->v[i][k] - b->v[i][k];
-            d2 += isfinite(d) ? d * d : INFINITY;
-            r2 += (double)b->v[i][k] * b->v[i][k];
-        }
-        double rel = sqrt(d2) / (sqrt(r2) + 1e-30);
-        ck_assert_msg(rel <= tol, "%s: %s differs by %g (> %g)", what, a->name[i], rel, tol);
-        if (!(rel <= worst))
-            worst = rel;
-    }
-    for (int s = 0; s < steps; s++)
-        ck_assert_msg(fabs(a->loss[s] - b->loss[s]) <= 1e-4 * fabs(b->loss[s]) + 1e-5, "%s: step %d loss %g vs %g",
-                      what, s, a->loss[s], b->loss[s]);
-    fprintf(stderr, "%s: max relative difference %.3g over %d tensors\n", what, worst, a->n);
-}
-
-/* Lane l's replicated parameters bitwise equal to lane l0's, its row-split biases zero. */
-static void check_lane(const clg_pipe *p, int l0, int l)
-{
-    clg_replica *a = p->st[l0].rep, *b = p->st[l].rep;
-    for (int i = p->st[l].first; i <= p->st[l].last; i++)
-        for (int k = 0; k < a->layers[i].nparams; k++) {
-            clg_param *qa = &a->layers[i].params[k], *qb = &b->layers[i].params[k];
-            int role = p->tp_role[i], bias = !strcmp(qb->name, "bias");
-            if (role != CLG_TP_REPL && !(role == CLG_TP_ROW && bias))
-                continue;
-            float *ha = malloc(qa->numel * sizeof(float)), *hb = malloc(qb->numel * sizeof(float));
-            tu_download(a->dev, qa->value, ha, qa->numel);
-            tu_download(b->dev, qb->value, hb, qb->numel);
-            for (size_t e = 0; e < qb->numel; e++)
-                ck_assert_msg(role == CLG_TP_ROW ? hb[e] == 0.0f : memcmp(&ha[e], &hb[e], sizeof(float)) == 0,
-                              "lane %d: %s.%s[%zu] = %g (lane %d: %g)", l, a->layers[i].name, qa->name, e, hb[e],
-                              l0, ha[e]);
-            free(ha);
-            free(hb);
-        }
-}
-
 /* STEPS steps of a pipeline dp=D,pp=K,tp=T (M = 4 micro-batches per data replica) on the first D K T devices;
  * the whole network's parameters after them (gathered into a replica on device 0). */
-static void run(const char *text, int K, int T, int D, const char *cuts, weights *w)
+static void run(const char *text, int K, int T, int D, const char *cuts, tt_weights *w, double *loss)
 {
     clg_err err = {0};
     clg_net *net = NULL;
@@ -164,20 +69,21 @@ static void run(const char *text, int K, int T, int D, const char *cuts, weights
     clg_rng rng;
     clg_rng_seed(&rng, 5, 99);
     for (int s = 0; s < STEPS; s++) {
-        synth(&rng, x, y, BATCH, sample);
+        tt_synth_bands(&rng, x, y, BATCH, sample);
         float res[2] = {NAN, NAN};
         ck_assert_msg(clg_pipe_train_step(p, &net->hp, x, y, BATCH, LR, 1.0f / BATCH, g_clip, 7, (uint32_t)s, res) ==
                           CLG_OK,
                       "%s", clg_last_error(ctx()));
-        w->loss[s] = res[0];
+        loss[s] = res[0];
     }
     for (int l = 0; T > 1 && l < p->L; l++) /* lane t > 0 of every stage against lane 0 of its stage */
         if (l / p->K % T)
-            check_lane(p, (l / (p->K * T) * T) * p->K + l % p->K, l);
+            tt_check_lanes(p->st[(l / (p->K * T) * T) * p->K + l % p->K].rep, p->st[l].rep, p->tp_role,
+                           p->st[l].first, p->st[l].last);
     clg_replica *full = NULL;
     ck_assert_msg(clg_replica_create(net, &ctx()->devs[0], 1, &full) == CLG_OK, "%s", clg_last_error(ctx()));
     ck_assert_msg(clg_pipe_sync(p, full, NULL, &net->hp, 1) == CLG_OK, "%s", clg_last_error(ctx()));
-    grab_rep(full, w);
+    tt_grab_replica(full, w);
     clg_replica_free(full);
     free(x);
     free(y);
@@ -187,15 +93,17 @@ static void run(const char *text, int K, int T, int D, const char *cuts, weights
 
 static void vs_accumulated(const char *text, const char *cuts, int D, const char *what)
 {
-    weights one = {0}, w = {0};
-    run(text, 1, 1, 1, NULL, &one);
-    run(text, 2, 2, D, cuts, &w);
+    tt_weights one = {0}, w = {0};
+    double l1[STEPS], lw[STEPS];
+    run(text, 1, 1, 1, NULL, &one, l1);
+    run(text, 2, 2, D, cuts, &w, lw);
     char msg[160];
     snprintf(msg, sizeof msg, "%s %s vs one device, 4 micro-batches accumulated, %d steps", what,
              D > 1 ? "dp=2,pp=2,tp=2" : "pp=2,tp=2", STEPS);
-    compare(&w, &one, STEPS, TOL, msg);
-    weights_free(&one);
-    weights_free(&w);
+    tt_compare(&w, &one, TOL, msg);
+    tt_compare_loss(lw, l1, STEPS, 1e-4, msg);
+    tt_weights_free(&one);
+    tt_weights_free(&w);
 }
 
 START_TEST(mlp)
@@ -244,7 +152,7 @@ START_TEST(fault)
     p->fault_mb = 1;
     p->fault_step = 1;
     for (int s = 0; s < 3; s++) {
-        synth(&rng, x, y, BATCH, sample);
+        tt_synth_bands(&rng, x, y, BATCH, sample);
         clg_status st = clg_pipe_train_step(p, &net->hp, x, y, BATCH, LR, 1.0f / BATCH, 0, 7, (uint32_t)s, NULL);
         ck_assert_msg((st != CLG_OK) == (s == 1), "step %d: status %d (%s)", s, st, clg_last_error(ctx()));
         if (s == 1) {
@@ -273,22 +181,7 @@ static clg_status make(const char *text, const char *layout, const char *cuts, c
 
 static void train(clg_model *m, clg_rng *rng, int steps, double *loss)
 {
-    size_t sample = (size_t)m->net->in_c * m->net->in_h * m->net->in_w;
-    for (int s = 0; s < steps; s++) {
-        ck_assert(clg_session_stage_wait(m, 0) == CLG_OK);
-        synth(rng, m->xhost[0], m->yhost[0], BATCH, sample);
-        ck_assert(clg_session_upload(m, 0, BATCH, 1) == CLG_OK);
-        float res[2] = {NAN, NAN};
-        ck_assert_msg(clg_session_train_step(m, 0, LR, res) == CLG_OK, "%s", clg_last_error(ctx()));
-        loss[s] = res[0];
-    }
-    ck_assert(clg_dp_finish(m->dp) == CLG_OK);
-}
-
-static void grab(clg_model *m, weights *w)
-{
-    ck_assert_msg(clg_session_pipe_gather(m, 0) == CLG_OK, "%s", clg_last_error(ctx()));
-    grab_rep(clg_session_rep(m), w);
+    tt_train(m, rng, steps, BATCH, LR, loss, NULL);
 }
 
 /* A checkpoint written in layout a resumes in layout b: the same weights when loaded, 3 more steps within TOL
@@ -301,30 +194,32 @@ static void resume_across(const char *a, const char *da, const char *b, const ch
     ck_assert_msg(make(mlp_text, a, NULL, da, 0, &m) == CLG_OK, "%s", clg_last_error(ctx()));
     clg_rng r1;
     clg_rng_seed(&r1, 5, 99);
-    weights wa = {0}, wb = {0}, la = {0}, lb = {0};
-    train(m, &r1, 3, wa.loss);
+    tt_weights wa = {0}, wb = {0}, la = {0}, lb = {0};
+    double lossa[3], lossb[3];
+    train(m, &r1, 3, NULL);
     ck_assert_msg(clg_session_save(m, path, 1, 100) == CLG_OK, "%s", clg_last_error(ctx()));
-    grab(m, &la);
+    tt_grab_session(m, &la);
     clg_rng r2 = r1;
-    train(m, &r1, 3, wa.loss);
+    train(m, &r1, 3, lossa);
     ck_assert_msg(make(mlp_text, b, NULL, db, 0, &n) == CLG_OK, "%s", clg_last_error(ctx()));
     ck_assert_msg(clg_session_load(n, path, 1) == CLG_OK, "%s", clg_last_error(ctx()));
     ck_assert_int_eq(n->step, 3);
-    grab(n, &lb);
+    tt_grab_session(n, &lb);
     char msg[160];
     snprintf(msg, sizeof msg, "checkpoint of %s loaded as %s", a ? a : "one device", b ? b : "one device");
-    compare(&lb, &la, 0, 0.0, msg);
-    train(n, &r2, 3, wb.loss);
-    grab(m, &wa);
-    grab(n, &wb);
+    tt_compare(&lb, &la, -1, msg);
+    train(n, &r2, 3, lossb);
+    tt_grab_session(m, &wa);
+    tt_grab_session(n, &wb);
     snprintf(msg, sizeof msg, "checkpoint of %s resumed as %s, 3 more steps", a ? a : "one device",
              b ? b : "one device");
-    compare(&wb, &wa, 3, TOL, msg);
+    tt_compare(&wb, &wa, TOL, msg);
+    tt_compare_loss(lossb, lossa, 3, 1e-4, msg);
     unlink(path);
-    weights_free(&wa);
-    weights_free(&wb);
-    weights_free(&la);
-    weights_free(&lb);
+    tt_weights_free(&wa);
+    tt_weights_free(&wb);
+    tt_weights_free(&la);
+    tt_weights_free(&lb);
     clg_session_free(m);
     clg_session_free(n);
 }
@@ -342,10 +237,9 @@ static void refused(const char *text, const char *layout, const char *cuts, cons
     clg_model *m = NULL;
     clg_status st = make(text, layout, cuts, devices, shard, &m);
     clg_session_free(m);
-    ck_assert_msg(st == want, "%s on %s: status %d, expected %d (%s)", layout, devices, st, want,
-                  clg_last_error(ctx()));
-    ck_assert_msg(strstr(clg_last_error(ctx()), msg), "%s: '%s' lacks '%s'", layout, clg_last_error(ctx()), msg);
-    fprintf(stderr, "refused %s: %s\n", layout, clg_last_error(ctx()));
+    char what[128];
+    snprintf(what, sizeof what, "%s on %s", layout, devices);
+    tt_refused(ctx(), st, want, what, msg);
 }
 
 START_TEST(refusals)
@@ -372,13 +266,9 @@ END_TEST
 
 int main(void)
 {
-    clg_ctx *probe = tu_ctx(NULL); /* tu_ctx_fixed asserts: only inside a test */
-    int ndev = clg_device_count(probe);
-    clg_ctx_destroy(probe);
-    if (ndev < 4) {
-        fprintf(stderr, "test_pptp: needs four OpenCL devices (POCL_DEVICES=\"pthread pthread pthread pthread\")\n");
+    int ndev = tt_devices("test_pptp", 4); /* a probe: tu_ctx_fixed asserts, only inside a test */
+    if (!ndev)
         return TU_SKIP;
-    }
     Suite *s = suite_create("pptp");
     TCase *tc = tcase_create("pptp4");
     tcase_set_timeout(tc, 600);
@@ -393,8 +283,5 @@ int main(void)
     tcase_add_test(t8, dp_pp_tp);
     if (ndev >= 8)
         suite_add_tcase(s, t8);
-    int rc = tu_run(s);
-    if (g_ctx)
-        clg_ctx_destroy(g_ctx);
-    return rc;
+    return tt_run_suite(s);
 }

@@ -67,29 +67,7 @@ static void train(clg_model *m, clg_rng *rng, int steps, double *loss)
  * bias zero on lb. */
 static void check_lanes(const clg_tp *p, int la, int lb)
 {
-    clg_replica *a = p->ln[la].rep, *b = p->ln[lb].rep;
-    int repl = 0;
-    for (int i = 0; i < a->nlayers; i++)
-        for (int k = 0; k < a->layers[i].nparams; k++) {
-            clg_param *qa = &a->layers[i].params[k], *qb = &b->layers[i].params[k];
-            int row_bias = p->role[i] == CLG_TP_ROW && !strcmp(qa->name, "bias");
-            if (p->role[i] != CLG_TP_REPL && !row_bias)
-                continue;
-            float *ha = malloc(qa->numel * sizeof(float)), *hb = malloc(qa->numel * sizeof(float));
-            tu_poison(hb, qa->numel);
-            tu_download(a->dev, qa->value, ha, qa->numel);
-            tu_download(b->dev, qb->value, hb, qb->numel);
-            for (size_t e = 0; e < qa->numel; e++) {
-                if (row_bias)
-                    ck_assert_msg(hb[e] == 0.0f, "%s.bias on lane %d: %g (must stay 0)", a->layers[i].name, lb, hb[e]);
-                else
-                    ck_assert_msg(ha[e] == hb[e], "replicated %s.%s differs between the lanes at %zu: %g vs %g",
-                                  a->layers[i].name, qa->name, e, ha[e], hb[e]);
-            }
-            repl += !row_bias;
-            free(ha);
-            free(hb);
-        }
+    int repl = tt_check_lanes(p->ln[la].rep, p->ln[lb].rep, p->role, 0, p->ln[la].rep->nlayers - 1);
     fprintf(stderr, "  lanes %d and %d: %d replicated tensors bitwise equal\n", la, lb, repl);
 }
 
@@ -284,10 +262,9 @@ static void refused(const char *text, const char *layout, const char *devices, c
     clg_model *m = NULL;
     clg_status st = make(text, layout, devices, &m);
     clg_session_free(m);
-    ck_assert_msg(st == want, "%s on %s: status %d, expected %d (%s)", layout, devices, st, want,
-                  clg_last_error(ctx()));
-    ck_assert_msg(strstr(clg_last_error(ctx()), msg), "%s: '%s' lacks '%s'", layout, clg_last_error(ctx()), msg);
-    fprintf(stderr, "refused %s: %s\n", layout, clg_last_error(ctx()));
+    char what[128];
+    snprintf(what, sizeof what, "%s on %s", layout, devices);
+    tt_refused(ctx(), st, want, what, msg);
 }
 
 START_TEST(refusals)

@@ -1,20 +1,28 @@
 /* Shared by the parallel-training tests (see train_testutil.h). */
 #include "train_testutil.h"
 
+#include "parallel/tensor.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-int tt_two_devices(const char *prog)
+int tt_devices(const char *prog, int need)
 {
     clg_ctx *probe = tu_ctx(NULL);
     int ndev = clg_device_count(probe);
     clg_ctx_destroy(probe);
-    if (ndev < 2)
-        fprintf(stderr, "%s: needs two OpenCL devices (POCL_DEVICES=\"pthread pthread\")\n", prog);
-    return ndev >= 2;
+    if (ndev >= need)
+        return ndev;
+    char list[128] = "";
+    for (int i = 0; i < need && strlen(list) + 8 < sizeof list; i++)
+        strcat(list, i ? " pthread" : "pthread");
+    fprintf(stderr, "%s: needs %d OpenCL devices (POCL_DEVICES=\"%s\")\n", prog, need, list);
+    return 0;
 }
+
+int tt_two_devices(const char *prog) { return tt_devices(prog, 2) != 0; }
 
 int tt_four_devices(clg_ctx *ctx, const char *what, const char *test)
 {
@@ -133,10 +141,8 @@ float *tt_fetch(clg_device *dev, cl_mem mem, size_t n)
     return h;
 }
 
-void tt_grab_session(clg_model *m, tt_weights *w)
+void tt_grab_replica(const clg_replica *r, tt_weights *w)
 {
-    ck_assert_msg(clg_session_pipe_gather(m, 0) == CLG_OK, "%s", clg_last_error(m->ctx));
-    clg_replica *r = clg_session_rep(m);
     for (int i = 0; i < r->nlayers; i++)
         for (int p = 0; p < r->layers[i].nparams; p++) {
             clg_param_ref ref = {&r->layers[i], &r->layers[i].params[p]};
@@ -145,6 +151,38 @@ void tt_grab_session(clg_model *m, tt_weights *w)
             w->v[w->n] = tt_fetch(r->dev, clg_replica_master(r, &ref), ref.param->numel);
             w->numel[w->n++] = ref.param->numel;
         }
+}
+
+void tt_grab_session(clg_model *m, tt_weights *w)
+{
+    ck_assert_msg(clg_session_pipe_gather(m, 0) == CLG_OK, "%s", clg_last_error(m->ctx));
+    tt_grab_replica(clg_session_rep(m), w);
+}
+
+int tt_check_lanes(const clg_replica *a, const clg_replica *b, const int *role, int first, int last)
+{
+    int repl = 0;
+    for (int i = first; i <= last; i++)
+        for (int k = 0; k < a->layers[i].nparams; k++) {
+            const clg_param *qa = &a->layers[i].params[k], *qb = &b->layers[i].params[k];
+            int row_bias = role[i] == CLG_TP_ROW && !strcmp(qa->name, "bias");
+            if (role[i] != CLG_TP_REPL && !row_bias)
+                continue;
+            float *ha = tt_fetch(a->dev, qa->value, qa->numel), *hb = tt_fetch(b->dev, qb->value, qb->numel);
+            for (size_t e = 0; e < qa->numel; e++) {
+                if (row_bias)
+                    ck_assert_msg(hb[e] == 0.0f, "%s.bias on device %d: %g (must stay 0)", a->layers[i].name,
+                                  b->dev->index, hb[e]);
+                else
+                    ck_assert_msg(memcmp(&ha[e], &hb[e], sizeof(float)) == 0,
+                                  "replicated %s.%s differs between the lanes at %zu: %g vs %g", a->layers[i].name,
+                                  qa->name, e, ha[e], hb[e]);
+            }
+            repl += !row_bias;
+            free(ha);
+            free(hb);
+        }
+    return repl;
 }
 
 double tt_rel_l2(const float *a, const float *b, size_t n)
@@ -174,6 +212,13 @@ double tt_compare(const tt_weights *a, const tt_weights *b, double tol, const ch
     }
     fprintf(stderr, "%s: max relative difference %.3g over %d tensors\n", what, worst, a->n);
     return worst;
+}
+
+void tt_refused(clg_ctx *ctx, clg_status st, clg_status want, const char *what, const char *msg)
+{
+    ck_assert_msg(st == want, "%s: status %d, expected %d (%s)", what, st, want, clg_last_error(ctx));
+    ck_assert_msg(strstr(clg_last_error(ctx), msg), "%s: '%s' lacks '%s'", what, clg_last_error(ctx), msg);
+    fprintf(stderr, "refused %s: %s\n", what, clg_last_error(ctx));
 }
 
 void tt_compare_loss(const double *a, const double *b, int n, double rel, const char *what)

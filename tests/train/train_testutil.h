@@ -1,5 +1,5 @@
 /* Shared by the parallel-training tests (test_dp, test_shard, test_pipe,
- * test_pipe_split, test_tp, test_tp_combos): models, synthetic data, a
+ * test_pipe_split, test_tp, test_tp_combos, test_pptp): models, synthetic data, a
  * run's parameters on the host and their comparison, device checks, main. */
 #ifndef CLG_TESTS_TRAIN_TESTUTIL_H
 #define CLG_TESTS_TRAIN_TESTUTIL_H
@@ -18,8 +18,10 @@ clg_ctx *tt_ctx(int fixed);
 /* tu_run(s), then destroys tt_ctx's context: main's exit status. */
 int tt_run_suite(Suite *s);
 
-/* main's check: 1 when a context sees two OpenCL devices or more, else 0
- * after "prog: needs two OpenCL devices (...)". */
+/* main's check: the number of OpenCL devices a context sees when need or
+ * more, else 0 after "prog: needs N OpenCL devices (POCL_DEVICES=...)". */
+int tt_devices(const char *prog, int need);
+/* tt_devices(prog, 2) != 0. */
 int tt_two_devices(const char *prog);
 /* 1 when ctx has four devices or more, else 0 after "what: skipped (needs
  * four devices; test TEST has them)". */
@@ -59,15 +61,28 @@ typedef struct tt_weights {
 void tt_weights_free(tt_weights *w);
 /* A host copy of the n floats of mem on dev (poisoned before the read). */
 float *tt_fetch(clg_device *dev, cl_mem mem, size_t n);
-/* Every parameter of the session's whole network (tp: gathered from the
- * lanes; fp16: the fp32 masters) appended to w, named LAYER.PARAM. */
+/* Every parameter of replica r (fp16: the fp32 masters) appended to w,
+ * named LAYER.PARAM. */
+void tt_grab_replica(const clg_replica *r, tt_weights *w);
+/* tt_grab_replica of the session's whole network (pipeline, tp: gathered
+ * from the stages and lanes). */
 void tt_grab_session(clg_model *m, tt_weights *w);
+
+/* Two tensor-parallel lanes a and b of layers first..last (role: CLG_TP_*
+ * per layer; b not its group's first lane): the replicated parameters
+ * bitwise equal, b's row-split biases zero. The number of replicated
+ * tensors compared. */
+int tt_check_lanes(const clg_replica *a, const clg_replica *b, const int *role, int first, int last);
 
 /* Relative L2 difference |a - b| / |b| of n floats (inf where non-finite). */
 double tt_rel_l2(const float *a, const float *b, size_t n);
 /* The worst tt_rel_l2 of a's tensors against b's (same count and sizes),
  * printed with what; each must be within tol (tol < 0: bitwise equal). */
 double tt_compare(const tt_weights *a, const tt_weights *b, double tol, const char *what);
+/* A session refused: st == want, the context's last error holds msg
+ * (printed after "refused what: "). */
+void tt_refused(clg_ctx *ctx, clg_status st, clg_status want, const char *what, const char *msg);
+
 /* Every one of n losses of a within rel (+ 1e-5) of b's. */
 void tt_compare_loss(const double *a, const double *b, int n, double rel, const char *what);
 
