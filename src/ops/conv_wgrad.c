@@ -13,10 +13,13 @@
  * rows of 16 transform points) within about 256 KiB, an L2 share. */
 #define WG_SCRATCH_FLOATS (64 * 1024)
 
+/* Largest C*K: every work-item keeps a 16 x K x C partial (16 MiB at 512 x 512). */
+#define WG_MAX_CK (512L * 512L)
+
 int clg_conv_wgrad_ok(const clg_conv_shape *s)
 {
     return s->R == 3 && s->S == 3 && s->stride_h == 1 && s->stride_w == 1 && s->dil_h == 1 && s->dil_w == 1 &&
-           s->groups == 1 && s->pad_w <= 2;
+           s->groups == 1 && s->pad_w <= 2 && (long)s->C * s->K <= WG_MAX_CK;
 }
 
 clg_status clg_conv_wgrad_bwd_filter(clg_device *dev, const clg_conv_shape *s, cl_mem x, size_t offx, cl_mem dy,
@@ -25,18 +28,23 @@ clg_status clg_conv_wgrad_bwd_filter(clg_device *dev, const clg_conv_shape *s, c
     clg_err *err = clg_dev_err(dev);
     if (!clg_conv_wgrad_ok(s))
         return clg_err_set(err, CLG_ERR_UNSUPPORTED,
-                           "winograd-fused: the weight gradient needs a 3x3 stride-1 filter with column padding <= 2");
+                           "winograd-fused: the weight gradient needs a 3x3 stride-1 filter (groups 1) with column "
+                           "padding <= 2 and at most 512 x 512 channels");
     int P = clg_conv_out_h(s), Q = clg_conv_out_w(s);
     int TH = CLG_CEIL_DIV(P, 2), TW = CLG_CEIL_DIV(Q, 2);
     int VL = TW <= 4 ? 4 : 8, TWG = CLG_CEIL_DIV(TW, VL);
     int Cp = CLG_CEIL_DIV(s->C, 4) * 4, Kp = CLG_CEIL_DIV(s->K, 4) * 4;
     long G = (long)s->N * TH * TWG;
-    int cu = (int)CLG_MAX(1u, dev->info.compute_units);
-    int nw = (int)CLG_MIN(G, (long)2 * cu);
+    /* work-items: several per compute unit so that a core slowed by other
+     * work does not hold up the rest, fewer when their partials (16 x K x C
+     * each, zeroed and summed) would cost more than they balance */
+    size_t msz = (size_t)16 * Kp * Cp;
+    long cu = (long)CLG_MAX(1u, dev->info.compute_units);
+    int nw = (int)CLG_MIN(G, CLG_MIN(8 * cu, CLG_MAX(2 * cu, (long)((1u << 18) / msz))));
     /* tiles per chunk: within the scratch budget, at least one group, no more than a work-item's share */
     long per_group = 16L * (Cp + Kp) * VL;
     int GC = (int)CLG_MAX(1L, CLG_MIN((long)CLG_CEIL_DIV(G, nw), WG_SCRATCH_FLOATS / per_group));
-    size_t sws = (size_t)per_group * (GC + 1), msz = (size_t)16 * Kp * Cp; /* + 1: the kernel's row skew */
+    size_t sws = (size_t)per_group * (GC + 1); /* + 1: the kernel's row skew */
     size_t xn = (size_t)s->N * s->C * s->H * s->W, dyn = (size_t)s->N * s->K * P * Q;
     if (G > INT_MAX || offx + xn > INT_MAX || offdy + dyn > INT_MAX || offdw + (size_t)s->K * s->C * 9 > INT_MAX ||
         sws * nw > INT_MAX || msz * nw > INT_MAX)
