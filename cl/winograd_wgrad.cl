@@ -14,98 +14,87 @@
 // shared between work-items: no barriers. wg_f2_out sums the partials and
 // applies the output transform.
 //
-// Input rows are read as 2*VL consecutive floats (vload) plus the few
-// neighbours the padding needs; the even / odd elements give the tile
-// columns (column pad PW = 0, 1 or 2 is a build option). A group whose
-// row segment leaves the image is read element by element with zero fill.
+// Input and dy rows are read as float8 pieces whose even / odd elements are
+// the tile columns (wg_phases), so any padding works.
 
 #ifndef VL
 #define VL 8
 #endif
-#ifndef PW
-#define PW 1
-#endif
 
 #if VL == 8
 #define VF float8
-#define VF2 float16
 #define VLOAD vload8
-#define VLOAD2 vload16
 #define VSTORE vstore8
-// lane l <- v[l - 1], lane 0 <- s
-#define SHR(v, s) ((float8)((s), (v).s0123, (v).s456))
-// lane l <- v[l + 1], last lane <- s
-#define SHL(v, s) ((float8)((v).s1234, (v).s567, (s)))
+#define LSUM(v) dot((v).lo + (v).hi, (float4)(1.0f))
 #elif VL == 4
 #define VF float4
-#define VF2 float8
 #define VLOAD vload4
-#define VLOAD2 vload8
 #define VSTORE vstore4
-#define SHR(v, s) ((float4)((s), (v).s012))
-#define SHL(v, s) ((float4)((v).s123, (s)))
+#define LSUM(v) dot((v), (float4)(1.0f))
 #else
 #error "VL must be 4 or 8"
 #endif
 
-// (sum of a's lanes, of b's, of c's, of d's)
+// (sum of a's lanes, of b's, of c's, of d's). Lane sums through dot(), not
+// through swizzled additions, which oclgrind 21.10's --uninitialized checker
+// crashes on (as in cl/conv_bwdf.cl).
 static inline __attribute__((always_inline)) float4 wg_sum4(const VF a, const VF b, const VF c, const VF d)
 {
-#if VL == 8
-    const float4 a4 = a.lo + a.hi, b4 = b.lo + b.hi, c4 = c.lo + c.hi, d4 = d.lo + d.hi;
-#else
-    const float4 a4 = a, b4 = b, c4 = c, d4 = d;
-#endif
-    const float4 ab = (float4)(a4.s01 + a4.s23, b4.s01 + b4.s23), cd = (float4)(c4.s01 + c4.s23, d4.s01 + d4.s23);
-    return (float4)(ab.s0 + ab.s1, ab.s2 + ab.s3, cd.s0 + cd.s1, cd.s2 + cd.s3);
+    return (float4)(LSUM(a), LSUM(b), LSUM(c), LSUM(d));
 }
 
-// 2*VL floats of row p from column c0 (row of width n), zero outside [0, n)
-// or when the row is invalid (ok == 0); wg_seg_slow: element by element.
-static VF2 wg_seg_slow(__global const float *p, const int c0, const int n, const int ok)
+// Row r of a plane (rows x n floats at p) read from column w0 as the two
+// column phases of a group, d0[l] = row[w0 + 2l], d1[l] = row[w0 + 2l + 1]
+// (the phases at w0 + 2 come from a second call), zero outside the row or
+// for an invalid row. Inside the plane: float8 loads (they may run into the
+// neighbouring rows) masked to the row (16-wide loads and selects trip
+// oclgrind's uninitialised-value tracking); at the plane's edges element by
+// element.
+static inline __attribute__((always_inline)) void wg_phases(__global const float *p, const int rows, const int n,
+                                                            const int r, const int w0, VF *d0, VF *d1)
 {
-    float t[2 * VL];
-    for (int i = 0; i < 2 * VL; i++) {
-        const int c = c0 + i;
-        t[i] = ok && c >= 0 && c < n ? p[c] : 0.0f;
+    if (r < 0 || r >= rows) {
+        *d0 = *d1 = (VF)(0.0f);
+        return;
     }
-    return VLOAD2(0, t);
-}
-
-static inline __attribute__((always_inline)) VF2 wg_seg(__global const float *p, const int c0, const int n,
-                                                        const int ok)
-{
-    if (!ok)
-        return (VF2)(0.0f);
-    if (c0 >= 0 && c0 + 2 * VL <= n)
-        return VLOAD2(0, p + c0);
-    return wg_seg_slow(p, c0, n, ok);
-}
-
-static inline __attribute__((always_inline)) float wg_at(__global const float *p, const int c, const int n, const int ok)
-{
-    return ok && c >= 0 && c < n ? p[c] : 0.0f;
+    const int base = r * n + w0;
+    if (base >= 0 && base + 2 * VL <= rows * n) {
+        const int8 iota8 = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
+#define LDM8(off) select((float8)(0.0f), vload8(0, p + base + (off)), (w0 + (off) + iota8 >= 0) & (w0 + (off) + iota8 < n))
+#if VL == 8
+        const float8 A0 = LDM8(0), A1 = LDM8(8);
+        *d0 = (float8)(A0.even, A1.even);
+        *d1 = (float8)(A0.odd, A1.odd);
+#else
+        const float8 A = LDM8(0);
+        *d0 = A.even;
+        *d1 = A.odd;
+#endif
+#undef LDM8
+        return;
+    }
+    float e[VL], o[VL];
+    for (int l = 0; l < VL; l++) {
+        const int c0 = w0 + 2 * l, c1 = c0 + 1;
+        e[l] = c0 >= 0 && c0 < n ? p[r * n + c0] : 0.0f;
+        o[l] = c1 >= 0 && c1 < n ? p[r * n + c1] : 0.0f;
+    }
+    *d0 = VLOAD(0, e);
+    *d1 = VLOAD(0, o);
 }
 
 // Input patch rows of one channel for a group: o[a][b] = (B^T d B)[a][b] per lane.
-// x: the channel's plane (H x W), r0: first patch row (may be < 0), c0 = 2*tw0.
-static inline __attribute__((always_inline)) void wg_input(__global const float *x, const int H, const int W, const int r0, const int c0,
-                            VF o[4][4])
+// x: the channel's plane (H x W), r0: first patch row (may be < 0), w0: first
+// patch column of the group's first tile (2*tw0 - pad_w).
+static inline __attribute__((always_inline)) void wg_input(__global const float *x, const int H, const int W,
+                                                           const int r0, const int w0, VF o[4][4])
 {
     VF t[4][4]; // t[i][b]: row i of the patch, B^T applied along the columns
     #pragma unroll
     for (int i = 0; i < 4; i++) {
-        const int r = r0 + i, ok = r >= 0 && r < H;
-        __global const float *p = x + (size_t)(ok ? r : 0) * W;
-        const VF2 seg = wg_seg(p, c0, W, ok);
-        const VF E = seg.even, O = seg.odd; // columns c0 + 2l, c0 + 2l + 1
-#if PW == 0
-        const VF d0 = E, d1 = O, d2 = SHL(E, wg_at(p, c0 + 2 * VL, W, ok)), d3 = SHL(O, wg_at(p, c0 + 2 * VL + 1, W, ok));
-#elif PW == 1
-        const VF d0 = SHR(O, wg_at(p, c0 - 1, W, ok)), d1 = E, d2 = O, d3 = SHL(E, wg_at(p, c0 + 2 * VL, W, ok));
-#else
-        const VF d0 = SHR(E, wg_at(p, c0 - 2, W, ok)), d1 = SHR(O, wg_at(p, c0 - 1, W, ok)), d2 = E, d3 = O;
-#endif
+        VF d0, d1, d2, d3; // patch columns 0..3 of each lane's tile
+        wg_phases(x, H, W, r0 + i, w0, &d0, &d1);
+        wg_phases(x, H, W, r0 + i, w0 + 2, &d2, &d3);
         t[i][0] = d0 - d2;
         t[i][1] = d1 + d2;
         t[i][2] = d2 - d1;
@@ -127,9 +116,8 @@ static inline __attribute__((always_inline)) void wg_dy(__global const float *d,
     VF t[2][4];
     #pragma unroll
     for (int i = 0; i < 2; i++) {
-        const int r = r0 + i, ok = r < P;
-        const VF2 seg = wg_seg(d + (size_t)(ok ? r : 0) * Q, c0, Q, ok);
-        const VF E = seg.even, O = seg.odd;
+        VF E, O;
+        wg_phases(d, P, Q, r0 + i, c0, &E, &O);
         t[i][0] = E;
         t[i][1] = E + O;
         t[i][2] = E - O;
@@ -149,7 +137,7 @@ static inline __attribute__((always_inline)) void wg_dy(__global const float *d,
 // work-items; scratch: sws floats per work-item (16*(Cp+Kp)*GC*VL), part:
 // 16*Kp*Cp floats per work-item. Cp, Kp: C, K rounded up to 4.
 __kernel void wg_f2(__global const float *x, const int offx, __global const float *dy, const int offdy, const int C,
-                    const int H, const int W, const int K, const int P, const int Q, const int pad_h, const int TH,
+                    const int H, const int W, const int K, const int P, const int Q, const int pad_h, const int pad_w, const int TH,
                     const int TWG, const int G, const int GC, const int Cp, const int Kp, __global float *scratch,
                     const int sws, __global float *part)
 {
@@ -185,7 +173,7 @@ __kernel void wg_f2(__global const float *x, const int offx, __global const floa
             const size_t xs = isx ? (size_t)Cp * TC : (size_t)Kp * TC; // floats between transform points
             for (int gl = 0; gl < gc; gl++) {
                 if (isx)
-                    wg_input(x + offx + ((size_t)n * C + c) * HW, H, W, 2 * th - pad_h, twg * 2 * VL, o);
+                    wg_input(x + offx + ((size_t)n * C + c) * HW, H, W, 2 * th - pad_h, twg * 2 * VL - pad_w, o);
                 else
                     wg_dy(dy + offdy + ((size_t)n * K + c - C) * PQ, P, Q, 2 * th, twg * 2 * VL, o);
                 #pragma unroll

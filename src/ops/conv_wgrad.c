@@ -1,5 +1,5 @@
 /* Fused Winograd weight gradient, F(3x3, 2x2), for 3x3 stride-1
- * convolutions with column padding <= 2 (cl/winograd_wgrad.cl): the
+ * convolutions (cl/winograd_wgrad.cl): the
  * backward-filter pass of algorithm `winograd-fused`. One launch transforms
  * the input patches and dy tiles chunk by chunk into a per-work-item scratch
  * that stays in the core's cache and reduces them there (16 products of
@@ -19,7 +19,7 @@
 int clg_conv_wgrad_ok(const clg_conv_shape *s)
 {
     return s->R == 3 && s->S == 3 && s->stride_h == 1 && s->stride_w == 1 && s->dil_h == 1 && s->dil_w == 1 &&
-           s->groups == 1 && s->pad_w <= 2 && (long)s->C * s->K <= WG_MAX_CK;
+           s->groups == 1 && (long)s->C * s->K <= WG_MAX_CK;
 }
 
 clg_status clg_conv_wgrad_bwd_filter(clg_device *dev, const clg_conv_shape *s, cl_mem x, size_t offx, cl_mem dy,
@@ -28,8 +28,8 @@ clg_status clg_conv_wgrad_bwd_filter(clg_device *dev, const clg_conv_shape *s, c
     clg_err *err = clg_dev_err(dev);
     if (!clg_conv_wgrad_ok(s))
         return clg_err_set(err, CLG_ERR_UNSUPPORTED,
-                           "winograd-fused: the weight gradient needs a 3x3 stride-1 filter (groups 1) with column "
-                           "padding <= 2 and at most 512 x 512 channels");
+                           "winograd-fused: the weight gradient needs a 3x3 stride-1 filter (groups 1, dilation 1) "
+                           "with at most 512 x 512 channels");
     int P = clg_conv_out_h(s), Q = clg_conv_out_w(s);
     int TH = CLG_CEIL_DIV(P, 2), TW = CLG_CEIL_DIV(Q, 2);
     int VL = TW <= 4 ? 4 : 8, TWG = CLG_CEIL_DIV(TW, VL);
@@ -50,8 +50,8 @@ clg_status clg_conv_wgrad_bwd_filter(clg_device *dev, const clg_conv_shape *s, c
         sws * nw > INT_MAX || msz * nw > INT_MAX)
         return clg_err_set(err, CLG_ERR_UNSUPPORTED, "winograd-fused: weight gradient of %d images x %d x %d channels "
                            "exceeds 2^31 elements", s->N, s->C, s->K);
-    char opts[48];
-    snprintf(opts, sizeof opts, "-D VL=%d -D PW=%d", VL, s->pad_w);
+    char opts[16];
+    snprintf(opts, sizeof opts, "-D VL=%d", VL);
     cl_kernel k, ko;
     CLG_TRY(clg_kernel_get(dev, "winograd_wgrad", opts, "wg_f2", &k));
     CLG_TRY(clg_kernel_get(dev, "winograd_wgrad", opts, "wg_f2_out", &ko));
@@ -72,6 +72,7 @@ clg_status clg_conv_wgrad_bwd_filter(clg_device *dev, const clg_conv_shape *s, c
         clg_ka_int(&a, P);
         clg_ka_int(&a, Q);
         clg_ka_int(&a, s->pad_h);
+        clg_ka_int(&a, s->pad_w);
         clg_ka_int(&a, TH);
         clg_ka_int(&a, TWG);
         clg_ka_int(&a, (int)G);
