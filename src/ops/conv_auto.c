@@ -386,8 +386,12 @@ static int candidate(const clg_device *dev, clg_conv_algo a, const clg_conv_shap
         return 0;
     if ((a == CLG_CONV_WINOGRAD4 || a == CLG_CONV_WINOGRAD4_FUSED) && !wino4_in_auto(dev, s, pass))
         return 0; /* fused F(4x4) has the same transforms, so the same error policy */
-    if (a == CLG_CONV_WINOGRAD_FUSED && pass == CLG_CONV_BWD_FILTER && !(dev->info.type & CLG_DEVICE_CPU))
-        return 0; /* the fused weight gradient runs 2 work-items per compute unit: written for CPUs */
+    /* the fused weight gradient runs a few work-items per compute unit (written for CPUs); with
+     * outputs of 8 columns or fewer it runs 4-tile groups, measured 1.7x slower than direct
+     * (docs/benchmarks.md, "Fused Winograd weight gradient") */
+    if (a == CLG_CONV_WINOGRAD_FUSED && pass == CLG_CONV_BWD_FILTER &&
+        (!(dev->info.type & CLG_DEVICE_CPU) || clg_conv_out_w(s) <= 8))
+        return 0;
     if (a == CLG_CONV_FFT) /* meant for large kernels; forced runs may use it from 2x2 */
         return s->R >= 5 && s->S >= 5;
     if (a == CLG_CONV_DIRECT) {
