@@ -86,7 +86,10 @@ int clg_conv_algo_supported(clg_conv_algo algo, const clg_conv_shape *s, clg_con
         return wino && (pass != CLG_CONV_BWD_DATA || (s->pad_h <= 2 && s->pad_w <= 2));
     case CLG_CONV_WINOGRAD4:
         return wino && (pass != CLG_CONV_BWD_DATA || (s->pad_h <= 2 && s->pad_w <= 2));
-    case CLG_CONV_WINOGRAD_FUSED:
+    case CLG_CONV_WINOGRAD_FUSED: /* backward-filter: F(3x3, 2x2), conv_wgrad.c */
+        if (pass == CLG_CONV_BWD_FILTER)
+            return clg_conv_wgrad_ok(s);
+        return wino && s->pad_h <= 2 && s->pad_w <= 2;
     case CLG_CONV_WINOGRAD4_FUSED: /* forward and backward-data only */
         return wino && s->pad_h <= 2 && s->pad_w <= 2 && pass != CLG_CONV_BWD_FILTER;
     case CLG_CONV_FFT:
@@ -688,6 +691,9 @@ clg_status clg_conv_run(clg_device *dev, const clg_conv_shape *s, clg_conv_algo 
         case CLG_CONV_WINOGRAD4:
             st = clg_conv_wino_bwd_filter(dev, s, algo == CLG_CONV_WINOGRAD ? 2 : 4, io->x, io->offx, io->dy,
                                           io->offdy, io->beta, io->dw, io->offdw);
+            break;
+        case CLG_CONV_WINOGRAD_FUSED:
+            st = clg_conv_wgrad_bwd_filter(dev, s, io->x, io->offx, io->dy, io->offdy, io->beta, io->dw, io->offdw);
             break;
         default:
             st = CLG_ERR_UNSUPPORTED;

@@ -13,7 +13,7 @@ typedef enum clg_conv_algo {
     CLG_CONV_WINOGRAD4, /* F(4x4,3x3), 3x3 stride 1 */
     CLG_CONV_DIRECT,    /* direct kernel (depthwise and small cases) */
     CLG_CONV_FFT,       /* clFFT, large kernels, forward */
-    CLG_CONV_WINOGRAD_FUSED,  /* F(2x2,3x3) one-launch fused kernel, fwd + bwd-data */
+    CLG_CONV_WINOGRAD_FUSED,  /* F(2x2,3x3) one-launch fused kernel, fwd + bwd-data; F(3x3,2x2) bwd-filter */
     CLG_CONV_WINOGRAD4_FUSED, /* F(4x4,3x3) one-launch fused kernel, fwd + bwd-data */
     CLG_CONV_ALGO_COUNT
 } clg_conv_algo;

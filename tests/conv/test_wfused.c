@@ -1,5 +1,6 @@
 /* Fused Winograd convolution ("winograd-fused" F(2x2,3x3), "winograd4-fused"
- * F(4x4,3x3)): forward with bias + ReLU and backward-data against a
+ * F(4x4,3x3)): forward with bias + ReLU, backward-data and (winograd-fused,
+ * F(3x3,2x2)) the weight gradient with beta 0 / 1 against a
  * double-precision host reference on random shapes (odd sizes, channel
  * counts off the kernel's blocking, batch 1, C = 1, padding 0..2), poisoned
  * outputs, the channel-chunked scratch path, the kernel variants, and the
@@ -54,6 +55,35 @@ static clg_conv_shape wshape(int N, int C, int H, int W, int K, int ph, int pw)
     return s;
 }
 
+/* Weight gradient of algo (mx, mdy: x and dy uploaded at element offset
+ * off) with beta 0 into a poisoned dw, and with beta 1 onto random dw0 /
+ * db0 (the bias gradient too); worst relative error. */
+static double check_bwd_filter(const clg_conv_shape *s, clg_conv_algo algo, clg_rng *r, const float *x,
+                               const float *dy, cl_mem mx, cl_mem mdy, size_t off, const char *desc)
+{
+    clg_device *dev = dev0();
+    size_t nw = cr_nw(s), K = (size_t)s->K;
+    float *dw0 = randn(nw, r), *db0 = randn(K, r);
+    double *rdw = malloc(sizeof(double) * nw), *rdb = malloc(sizeof(double) * K);
+    double worst = 0;
+    for (int beta = 0; beta <= 1; beta++) {
+        cl_mem mdw = tu_upload_at(dev, beta ? dw0 : NULL, nw, off), mdb = tu_upload_at(dev, beta ? db0 : NULL, K, off);
+        ck_assert_msg(clg_conv_backward_filter(dev, s, algo, mx, off, mdy, off, (float)beta, mdw, off, mdb, off) ==
+                          CLG_OK,
+                      "%s bwd-filter %s: %s", clg_conv_algo_name(algo), desc, clg_last_error(g_ctx));
+        cr_bwd_filter(s, x, dy, (float)beta, beta ? dw0 : NULL, rdw, rdb, beta ? db0 : NULL);
+        float *gw = tu_download_at(dev, mdw, nw, off), *gb = tu_download_at(dev, mdb, K, off);
+        double e = fmax(rel_err(gw, rdw, nw), rel_err(gb, rdb, K));
+        ck_assert_msg(e < TOL, "%s bwd-filter %s (beta %d): relative error %g >= %g", clg_conv_algo_name(algo), desc,
+                      beta, e, TOL);
+        worst = fmax(worst, e);
+        free(gw), free(gb);
+        clg_buf_release(dev, mdw), clg_buf_release(dev, mdb);
+    }
+    free(dw0), free(db0), free(rdw), free(rdb);
+    return worst;
+}
+
 /* Forward (passes & 1, random bias/ReLU) and backward-data (passes & 2) of
  * algo on s against the reference; returns the worst relative error. */
 static double check_case(const clg_conv_shape *s, clg_conv_algo algo, clg_rng *r, int passes)
@@ -61,7 +91,10 @@ static double check_case(const clg_conv_shape *s, clg_conv_algo algo, clg_rng *r
     clg_device *dev = dev0();
     char desc[160];
     cr_shape_str(s, desc, sizeof desc);
-    ck_assert_msg(clg_conv_algo_supported(algo, s, passes & 1 ? CLG_CONV_FWD : CLG_CONV_BWD_DATA),
+    ck_assert_msg(clg_conv_algo_supported(algo, s,
+                                          passes & 1   ? CLG_CONV_FWD
+                                          : passes & 2 ? CLG_CONV_BWD_DATA
+                                                       : CLG_CONV_BWD_FILTER),
                   "%s should support %s", clg_conv_algo_name(algo), desc);
     size_t nx = cr_nx(s), nw = cr_nw(s), ny = cr_ny(s);
     size_t off = (size_t)irand(r, 0, 5);
@@ -97,6 +130,8 @@ static double check_case(const clg_conv_shape *s, clg_conv_algo algo, clg_rng *r
         free(got);
         clg_buf_release(dev, mdx);
     }
+    if (passes & 4)
+        worst = fmax(worst, check_bwd_filter(s, algo, r, x, dy, mx, mdy, off, desc));
     if (getenv("CLGRAD_TEST_VERBOSE"))
         fprintf(stderr, "%s %s: worst relative error %.3g\n", clg_conv_algo_name(algo), desc, worst);
     clg_buf_release(dev, mx), clg_buf_release(dev, mw), clg_buf_release(dev, mb), clg_buf_release(dev, mdy);
@@ -142,6 +177,22 @@ END_TEST
 START_TEST(fused2_backward_data) { random_cases(CLG_CONV_WINOGRAD_FUSED, 43, 2); }
 END_TEST
 START_TEST(fused4_backward_data) { random_cases(CLG_CONV_WINOGRAD4_FUSED, 44, 2); }
+END_TEST
+START_TEST(fused2_backward_filter)
+{
+    if (!g_tiny) /* oclgrind: the first shape below */
+        random_cases(CLG_CONV_WINOGRAD_FUSED, 48, 4);
+    /* several chunks per work-item, chunks across tile rows and images,
+     * partial 8-tile groups; 4-tile groups (<= 8 columns); N = 1, C = 1 */
+    clg_rng r;
+    tu_rng(&r, 49);
+    clg_conv_shape s = g_tiny ? wshape(1, 3, 5, 11, 2, 1, 1) : wshape(3, 20, 33, 31, 22, 1, 1);
+    check_case(&s, CLG_CONV_WINOGRAD_FUSED, &r, 4);
+    if (g_tiny) /* oclgrind: one small shape (CI time) */
+        return;
+    s = wshape(1, 1, 9, 8, 7, 2, 0);
+    check_case(&s, CLG_CONV_WINOGRAD_FUSED, &r, 4);
+}
 END_TEST
 
 /* VGG-S conv1 style: one input channel, 28x28 (small batch). */
@@ -260,6 +311,12 @@ START_TEST(names_and_support)
     ck_assert_str_eq(clg_conv_algo_name(CLG_CONV_WINOGRAD4_FUSED), "winograd4-fused");
     clg_conv_shape s = wshape(1, 3, 8, 8, 4, 1, 1);
     ck_assert(!clg_conv_algo_supported(CLG_CONV_WINOGRAD4_FUSED, &s, CLG_CONV_BWD_FILTER));
+    ck_assert(clg_conv_algo_supported(CLG_CONV_WINOGRAD_FUSED, &s, CLG_CONV_BWD_FILTER));
+    s.C = 600; /* the weight gradient's per-work-item partials: C*K <= 512*512 */
+    s.K = 500;
+    ck_assert(!clg_conv_algo_supported(CLG_CONV_WINOGRAD_FUSED, &s, CLG_CONV_BWD_FILTER));
+    s.C = 3;
+    s.K = 4;
     ck_assert(clg_conv_algo_supported(CLG_CONV_WINOGRAD4_FUSED, &s, CLG_CONV_BWD_DATA));
     s.pad_h = 3;
     ck_assert(!clg_conv_algo_supported(CLG_CONV_WINOGRAD_FUSED, &s, CLG_CONV_FWD));
@@ -290,6 +347,7 @@ int main(void)
         {"fused4_forward", fused4_forward},
         {"fused2_backward_data", fused2_backward_data},
         {"fused4_backward_data", fused4_backward_data},
+        {"fused2_backward_filter", fused2_backward_filter},
         {"single_input_channel", single_input_channel},
         {"chunked_and_variants", chunked_and_variants},
         {"filter_cache_versions", filter_cache_versions},

@@ -877,7 +877,7 @@ START_TEST(errors)
     expect_err(clg_prim_conv_forward(g_h, &d, big, 0, big, 0, NULL, 0, 0, big, 0, 0, NULL, NULL), CLG_ERR_UNSUPPORTED,
                "winograd");
     d = desc(1, 2, 6, 6, 2, 3, 3, 0, 0, 1, 1, 1);
-    d.algo = CLG_PRIM_CONV_WINOGRAD_FUSED;
+    d.algo = CLG_PRIM_CONV_WINOGRAD4_FUSED;
     expect_err(clg_prim_conv_backward_filter(g_h, &d, big, 0, big, 0, 0, big, 0, NULL, 0, 0, NULL, NULL),
                CLG_ERR_UNSUPPORTED, "backward-filter");
     clg_prim_pool_desc pd;

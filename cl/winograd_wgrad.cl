@@ -1,0 +1,261 @@
+// Fused Winograd weight gradient for 3x3 filters, stride 1 (F(3x3, 2x2),
+// alpha 4): dw = G^T [ sum over tiles (A dy A^T) .* (B^T d B) ] G, where d
+// is the 4x4 input patch under a 2x2 tile of dy (Lavin & Gray's transforms
+// for F(2x2,3x3) used the other way round). See src/ops/conv_wgrad.c.
+//
+// wg_f2: one work-item (local size 1) owns a contiguous range of tile
+// groups, a group being VL tiles side by side in one tile row of one image
+// (one lane of a float8 / float4 per tile). Per chunk of at most GC groups
+// it transforms its input patches (all C channels) and dy tiles (all K
+// channels) into its own slice of the scratch buffer, Vs[xi][c][t] and
+// Us[xi][k][t] (t: GC*VL tiles, contiguous), then forms the 16 products
+// M[xi] (K x C) += Us[xi] Vs[xi]^T over the chunk with 4x4 register blocks of
+// vectors, and adds them to its partial M (16 x Kp x Cp floats). Nothing is
+// shared between work-items: no barriers. wg_f2_out sums the partials and
+// applies the output transform.
+//
+// Input and dy rows are read as float8 pieces whose even / odd elements are
+// the tile columns (wg_phases), so any padding works.
+
+#ifndef VL
+#define VL 8
+#endif
+
+#if VL == 8
+#define VF float8
+#define VLOAD vload8
+#define VSTORE vstore8
+#define LSUM(v) dot((v).lo + (v).hi, (float4)(1.0f))
+#elif VL == 4
+#define VF float4
+#define VLOAD vload4
+#define VSTORE vstore4
+#define LSUM(v) dot((v), (float4)(1.0f))
+#else
+#error "VL must be 4 or 8"
+#endif
+
+// (sum of a's lanes, of b's, of c's, of d's). Lane sums through dot(), not
+// through swizzled additions, which oclgrind 21.10's --uninitialized checker
+// crashes on (as in cl/conv_bwdf.cl).
+static inline __attribute__((always_inline)) float4 wg_sum4(const VF a, const VF b, const VF c, const VF d)
+{
+    return (float4)(LSUM(a), LSUM(b), LSUM(c), LSUM(d));
+}
+
+// Row r of a plane (rows x n floats at p) read from column w0 as the two
+// column phases of a group, d0[l] = row[w0 + 2l], d1[l] = row[w0 + 2l + 1]
+// (the phases at w0 + 2 come from a second call), zero outside the row or
+// for an invalid row. Inside the plane: float8 loads (they may run into the
+// neighbouring rows) masked to the row (16-wide loads and selects trip
+// oclgrind's uninitialised-value tracking); at the plane's edges element by
+// element.
+static inline __attribute__((always_inline)) void wg_phases(__global const float *p, const int rows, const int n,
+                                                            const int r, const int w0, VF *d0, VF *d1)
+{
+    if (r < 0 || r >= rows) {
+        *d0 = *d1 = (VF)(0.0f);
+        return;
+    }
+    const int base = r * n + w0;
+    if (base >= 0 && base + 2 * VL <= rows * n) {
+        const int8 iota8 = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
+#define LDM8(off) select((float8)(0.0f), vload8(0, p + base + (off)), (w0 + (off) + iota8 >= 0) & (w0 + (off) + iota8 < n))
+#if VL == 8
+        const float8 A0 = LDM8(0), A1 = LDM8(8);
+        *d0 = (float8)(A0.even, A1.even);
+        *d1 = (float8)(A0.odd, A1.odd);
+#else
+        const float8 A = LDM8(0);
+        *d0 = A.even;
+        *d1 = A.odd;
+#endif
+#undef LDM8
+        return;
+    }
+    float e[VL], o[VL];
+    for (int l = 0; l < VL; l++) {
+        const int c0 = w0 + 2 * l, c1 = c0 + 1;
+        e[l] = c0 >= 0 && c0 < n ? p[r * n + c0] : 0.0f;
+        o[l] = c1 >= 0 && c1 < n ? p[r * n + c1] : 0.0f;
+    }
+    *d0 = VLOAD(0, e);
+    *d1 = VLOAD(0, o);
+}
+
+// Input patch rows of one channel for a group: o[a][b] = (B^T d B)[a][b] per lane.
+// x: the channel's plane (H x W), r0: first patch row (may be < 0), w0: first
+// patch column of the group's first tile (2*tw0 - pad_w).
+static inline __attribute__((always_inline)) void wg_input(__global const float *x, const int H, const int W,
+                                                           const int r0, const int w0, VF o[4][4])
+{
+    VF t[4][4]; // t[i][b]: row i of the patch, B^T applied along the columns
+    #pragma unroll
+    for (int i = 0; i < 4; i++) {
+        VF d0, d1, d2, d3; // patch columns 0..3 of each lane's tile
+        wg_phases(x, H, W, r0 + i, w0, &d0, &d1);
+        wg_phases(x, H, W, r0 + i, w0 + 2, &d2, &d3);
+        t[i][0] = d0 - d2;
+        t[i][1] = d1 + d2;
+        t[i][2] = d2 - d1;
+        t[i][3] = d1 - d3;
+    }
+    #pragma unroll
+    for (int b = 0; b < 4; b++) {
+        o[0][b] = t[0][b] - t[2][b];
+        o[1][b] = t[1][b] + t[2][b];
+        o[2][b] = t[2][b] - t[1][b];
+        o[3][b] = t[1][b] - t[3][b];
+    }
+}
+
+// dy tile of one channel for a group: o = A' dy A'^T, A' rows (1,0), (1,1),
+// (1,-1), (0,1) (A's last row with its sign flipped; wg_f2_out flips it back).
+static inline __attribute__((always_inline)) void wg_dy(__global const float *d, const int P, const int Q, const int r0, const int c0, VF o[4][4])
+{
+    VF t[2][4];
+    #pragma unroll
+    for (int i = 0; i < 2; i++) {
+        VF E, O;
+        wg_phases(d, P, Q, r0 + i, c0, &E, &O);
+        t[i][0] = E;
+        t[i][1] = E + O;
+        t[i][2] = E - O;
+        t[i][3] = O;
+    }
+    #pragma unroll
+    for (int b = 0; b < 4; b++) {
+        o[0][b] = t[0][b];
+        o[1][b] = t[0][b] + t[1][b];
+        o[2][b] = t[0][b] - t[1][b];
+        o[3][b] = t[1][b];
+    }
+}
+
+// x: N x C x H x W (from offx), dy: N x K x P x Q (from offdy); tiles TH x TW
+// per image, TWG groups per tile row, G groups in all, split evenly over the
+// work-items; scratch: sws floats per work-item (16*(Cp+Kp)*GC*VL), part:
+// 16*Kp*Cp floats per work-item. Cp, Kp: C, K rounded up to 4.
+__kernel void wg_f2(__global const float *x, const int offx, __global const float *dy, const int offdy, const int C,
+                    const int H, const int W, const int K, const int P, const int Q, const int pad_h, const int pad_w, const int TH,
+                    const int TWG, const int G, const int GC, const int Cp, const int Kp, __global float *scratch,
+                    const int sws, __global float *part)
+{
+    const int w = get_global_id(0), nw = get_global_size(0);
+    const int g0 = (int)((long)G * w / nw), g1 = (int)((long)G * (w + 1) / nw);
+    const int TC = GC * VL + VL; // floats per scratch row: GC*VL tiles, skewed so rows of a transform point do not
+                                 // fall 4 KiB apart (cache-set conflicts)
+    __global float *Vs = scratch + (size_t)w * sws;
+    __global float *Us = Vs + (size_t)16 * Cp * TC;
+    __global float *M = part + (size_t)w * 16 * Kp * Cp;
+    for (int i = 0; i < 16 * Kp * Cp; i++)
+        M[i] = 0.0f;
+    // padding rows of the scratch stay zero
+    for (int xi = 0; xi < 16; xi++) {
+        for (int c = C; c < Cp; c++)
+            for (int t = 0; t < TC; t++)
+                Vs[((size_t)xi * Cp + c) * TC + t] = 0.0f;
+        for (int k = K; k < Kp; k++)
+            for (int t = 0; t < TC; t++)
+                Us[((size_t)xi * Kp + k) * TC + t] = 0.0f;
+    }
+    const int PQ = P * Q, HW = H * W;
+    for (int gs = g0; gs < g1; gs += GC) {
+        const int gc = min(GC, g1 - gs);
+        // channel by channel, each over the chunk's groups: the rows of one
+        // plane are read in order (one stream for the prefetcher)
+        const int n0 = gs / (TH * TWG), r0 = gs - n0 * (TH * TWG), th0 = r0 / TWG, tw0 = r0 - th0 * TWG;
+        VF o[4][4];
+        for (int c = 0; c < C + K; c++) {
+            int n = n0, th = th0, twg = tw0;
+            const int isx = c < C;
+            __global float *dst = isx ? Vs + (size_t)c * TC : Us + (size_t)(c - C) * TC;
+            const size_t xs = isx ? (size_t)Cp * TC : (size_t)Kp * TC; // floats between transform points
+            for (int gl = 0; gl < gc; gl++) {
+                if (isx)
+                    wg_input(x + offx + ((size_t)n * C + c) * HW, H, W, 2 * th - pad_h, twg * 2 * VL - pad_w, o);
+                else
+                    wg_dy(dy + offdy + ((size_t)n * K + c - C) * PQ, P, Q, 2 * th, twg * 2 * VL, o);
+                #pragma unroll
+                for (int a = 0; a < 4; a++)
+                    #pragma unroll
+                    for (int b = 0; b < 4; b++)
+                        VSTORE(o[a][b], 0, dst + (a * 4 + b) * xs + gl * VL);
+                if (++twg == TWG) {
+                    twg = 0;
+                    if (++th == TH) {
+                        th = 0;
+                        n++;
+                    }
+                }
+            }
+        }
+        for (int xi = 0; xi < 16; xi++)
+            for (int kb = 0; kb < Kp; kb += 4) {
+                __global const float *u = Us + ((size_t)xi * Kp + kb) * TC;
+                for (int cb = 0; cb < Cp; cb += 4) {
+                    __global const float *v = Vs + ((size_t)xi * Cp + cb) * TC;
+                    VF acc[4][4];
+                    #pragma unroll
+                    for (int i = 0; i < 4; i++)
+                        #pragma unroll
+                        for (int j = 0; j < 4; j++)
+                            acc[i][j] = (VF)(0.0f);
+                    for (int t = 0; t < gc * VL; t += VL) {
+                        VF uv[4], vv[4];
+                        #pragma unroll
+                        for (int i = 0; i < 4; i++) {
+                            uv[i] = VLOAD(0, u + (size_t)i * TC + t);
+                            vv[i] = VLOAD(0, v + (size_t)i * TC + t);
+                        }
+                        #pragma unroll
+                        for (int i = 0; i < 4; i++)
+                            #pragma unroll
+                            for (int j = 0; j < 4; j++)
+                                acc[i][j] = fma(uv[i], vv[j], acc[i][j]);
+                    }
+                    __global float *m = M + ((size_t)xi * Kp + kb) * Cp + cb;
+                    #pragma unroll
+                    for (int i = 0; i < 4; i++)
+                        vstore4(vload4(0, m + i * Cp) + wg_sum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]), 0,
+                                m + i * Cp);
+                }
+            }
+    }
+}
+
+// dw[k][c] = beta*dw + G'^T (sum_w part[w][xi][k][c]) G' (3x3), G' = G with
+// its last row negated (see wg_dy). gws = (C, K).
+__kernel void wg_f2_out(__global const float *part, const int nw, const int K, const int C, const int Kp,
+                        const int Cp, const float beta, __global float *dw, const int offdw)
+{
+    const int c = get_global_id(0), k = get_global_id(1);
+    if (c >= C || k >= K)
+        return;
+    float m[4][4];
+    #pragma unroll
+    for (int a = 0; a < 4; a++)
+        #pragma unroll
+        for (int b = 0; b < 4; b++) {
+            float s = 0.0f;
+            for (int w = 0; w < nw; w++)
+                s += part[(((size_t)w * 16 + a * 4 + b) * Kp + k) * Cp + c];
+            m[a][b] = s;
+        }
+    float t[3][4]; // G'^T m
+    #pragma unroll
+    for (int b = 0; b < 4; b++) {
+        t[0][b] = m[0][b] + 0.5f * (m[1][b] + m[2][b]);
+        t[1][b] = 0.5f * (m[1][b] - m[2][b]);
+        t[2][b] = 0.5f * (m[1][b] + m[2][b]) - m[3][b];
+    }
+    __global float *d = dw + offdw + ((size_t)k * C + c) * 9;
+    #pragma unroll
+    for (int r = 0; r < 3; r++) {
+        const float v[3] = {t[r][0] + 0.5f * (t[r][1] + t[r][2]), 0.5f * (t[r][1] - t[r][2]),
+                            0.5f * (t[r][1] + t[r][2]) - t[r][3]};
+        #pragma unroll
+        for (int s = 0; s < 3; s++)
+            d[r * 3 + s] = beta == 0.0f ? v[s] : fma(beta, d[r * 3 + s], v[s]);
+    }
+}

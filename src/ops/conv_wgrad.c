@@ -1,0 +1,113 @@
+/* Fused Winograd weight gradient, F(3x3, 2x2), for 3x3 stride-1
+ * convolutions (cl/winograd_wgrad.cl): the
+ * backward-filter pass of algorithm `winograd-fused`. One launch transforms
+ * the input patches and dy tiles chunk by chunk into a per-work-item scratch
+ * that stays in the core's cache and reduces them there (16 products of
+ * K x C per tile instead of the 36 multiplies per (k, c) of a direct
+ * kernel); a second, small launch sums the work-items' partials and applies
+ * the output transform. No transform-domain tensor of the whole batch is
+ * written to memory, unlike the separate design (conv_wino.c). */
+#include "conv_impl.h"
+
+/* Scratch floats per work-item: the transforms of one chunk of tiles (C + K
+ * rows of 16 transform points) within about 256 KiB, an L2 share. */
+#define WG_SCRATCH_FLOATS (64 * 1024)
+
+/* Largest C*K: every work-item keeps a 16 x K x C partial (16 MiB at 512 x 512). */
+#define WG_MAX_CK (512L * 512L)
+
+int clg_conv_wgrad_ok(const clg_conv_shape *s)
+{
+    return s->R == 3 && s->S == 3 && s->stride_h == 1 && s->stride_w == 1 && s->dil_h == 1 && s->dil_w == 1 &&
+           s->groups == 1 && (long)s->C * s->K <= WG_MAX_CK;
+}
+
+clg_status clg_conv_wgrad_bwd_filter(clg_device *dev, const clg_conv_shape *s, cl_mem x, size_t offx, cl_mem dy,
+                                     size_t offdy, float beta, cl_mem dw, size_t offdw)
+{
+    clg_err *err = clg_dev_err(dev);
+    if (!clg_conv_wgrad_ok(s))
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED,
+                           "winograd-fused: the weight gradient needs a 3x3 stride-1 filter (groups 1, dilation 1) "
+                           "with at most 512 x 512 channels");
+    int P = clg_conv_out_h(s), Q = clg_conv_out_w(s);
+    int TH = CLG_CEIL_DIV(P, 2), TW = CLG_CEIL_DIV(Q, 2);
+    int VL = TW <= 4 ? 4 : 8, TWG = CLG_CEIL_DIV(TW, VL);
+    int Cp = CLG_CEIL_DIV(s->C, 4) * 4, Kp = CLG_CEIL_DIV(s->K, 4) * 4;
+    long G = (long)s->N * TH * TWG;
+    /* work-items: several per compute unit so that a core slowed by other
+     * work does not hold up the rest, fewer when their partials (16 x K x C
+     * each, zeroed and summed) would cost more than they balance */
+    size_t msz = (size_t)16 * Kp * Cp;
+    long cu = (long)CLG_MAX(1u, dev->info.compute_units);
+    int nw = (int)CLG_MIN(G, CLG_MIN(8 * cu, CLG_MAX(2 * cu, (long)((1u << 18) / msz))));
+    /* tiles per chunk: within the scratch budget, at least one group, no more than a work-item's share */
+    long per_group = 16L * (Cp + Kp) * VL;
+    int GC = (int)CLG_MAX(1L, CLG_MIN((long)CLG_CEIL_DIV(G, nw), WG_SCRATCH_FLOATS / per_group));
+    size_t sws = (size_t)per_group * (GC + 1); /* + 1: the kernel's row skew */
+    size_t xn = (size_t)s->N * s->C * s->H * s->W, dyn = (size_t)s->N * s->K * P * Q;
+    if (G > INT_MAX || offx + xn > INT_MAX || offdy + dyn > INT_MAX || offdw + (size_t)s->K * s->C * 9 > INT_MAX ||
+        sws * nw > INT_MAX || msz * nw > INT_MAX)
+        return clg_err_set(err, CLG_ERR_UNSUPPORTED, "winograd-fused: weight gradient of %d images x %d x %d channels "
+                           "exceeds 2^31 elements", s->N, s->C, s->K);
+    char opts[16];
+    snprintf(opts, sizeof opts, "-D VL=%d", VL);
+    cl_kernel k, ko;
+    CLG_TRY(clg_kernel_get(dev, "winograd_wgrad", opts, "wg_f2", &k));
+    CLG_TRY(clg_kernel_get(dev, "winograd_wgrad", opts, "wg_f2_out", &ko));
+    cl_mem scratch = NULL, part = NULL;
+    clg_status st = clg_buf_alloc(dev, sizeof(float) * sws * nw, &scratch);
+    if (st == CLG_OK)
+        st = clg_buf_alloc(dev, sizeof(float) * msz * nw, &part);
+    if (st == CLG_OK) {
+        clg_kargs a = {k, 0, CL_SUCCESS};
+        clg_ka_mem(&a, x);
+        clg_ka_int(&a, (int)offx);
+        clg_ka_mem(&a, dy);
+        clg_ka_int(&a, (int)offdy);
+        clg_ka_int(&a, s->C);
+        clg_ka_int(&a, s->H);
+        clg_ka_int(&a, s->W);
+        clg_ka_int(&a, s->K);
+        clg_ka_int(&a, P);
+        clg_ka_int(&a, Q);
+        clg_ka_int(&a, s->pad_h);
+        clg_ka_int(&a, s->pad_w);
+        clg_ka_int(&a, TH);
+        clg_ka_int(&a, TWG);
+        clg_ka_int(&a, (int)G);
+        clg_ka_int(&a, GC);
+        clg_ka_int(&a, Cp);
+        clg_ka_int(&a, Kp);
+        clg_ka_mem(&a, scratch);
+        clg_ka_int(&a, (int)sws);
+        clg_ka_mem(&a, part);
+        st = CLG_KA_DONE(err, &a, "wg_f2 args");
+    }
+    if (st == CLG_OK) {
+        size_t gws = (size_t)nw, lws = 1;
+        clg_conv_prof(dev, NULL);
+        st = clg_conv_enqueue(dev, k, 1, &gws, &lws);
+        clg_conv_prof(dev, "wgrad reduce");
+    }
+    if (st == CLG_OK) {
+        clg_kargs a = {ko, 0, CL_SUCCESS};
+        clg_ka_mem(&a, part);
+        clg_ka_int(&a, nw);
+        clg_ka_int(&a, s->K);
+        clg_ka_int(&a, s->C);
+        clg_ka_int(&a, Kp);
+        clg_ka_int(&a, Cp);
+        clg_ka_float(&a, beta);
+        clg_ka_mem(&a, dw);
+        clg_ka_int(&a, (int)offdw);
+        st = CLG_KA_DONE(err, &a, "wg_f2_out args");
+        size_t gws[2] = {(size_t)s->C, (size_t)s->K};
+        if (st == CLG_OK)
+            st = clg_launch(dev, ko, 2, gws, NULL, CLG_LAUNCH_PAD, NULL);
+        clg_conv_prof(dev, "wgrad output");
+    }
+    clg_buf_release(dev, scratch);
+    clg_buf_release(dev, part);
+    return st;
+}
