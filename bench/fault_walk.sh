@@ -6,7 +6,8 @@
 # fault absorbed, or 1 with a status and message), with no hang (timeout),
 # crash, sanitizer report, leaked OpenCL object, stale temporary file, and
 # with the checkpoint it resumed from (or the one it wrote) still loading.
-# The suite runs a 60-s sample of the same (Meson test fault-sample).
+# The suite runs a sample of the same (Meson tests fault-sample: 20 s, and
+# fault-sample-dp: 15 s on two devices).
 #
 # usage: bench/fault_walk.sh [BUILD_DIR] [DEVICES]
 #   BUILD_DIR  default build-asan: an ASan+UBSan build, so LeakSanitizer

@@ -15,50 +15,9 @@
 #  5. bench allreduce checks its sums (-np 3) and prints bus bandwidth.
 # usage: mpi_test.sh PATH/TO/clgrad PYTHON MPI_BUILT(0|1)
 clgrad="$1"; py="$2"; built="$3"
-[ "$built" = 1 ] || { echo "skip: clgrad built without MPI (meson feature 'mpi' off or Open MPI not found)" >&2; exit 77; }
-command -v mpirun >/dev/null 2>&1 || { echo "skip: no mpirun on PATH (Debian: openmpi-bin)" >&2; exit 77; }
-here=$(cd "$(dirname "$0")" && pwd)
-tmp=$(mktemp -d /tmp/clgrad-mpi-XXXXXX) || exit 1
-bg=""
-trap 'for p in $bg; do kill -9 $p 2>/dev/null; done; rm -rf "$tmp"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-# (Open MPI picks its transports: shared memory on one machine; TCP would need
-# an interface other than loopback, which it excludes by default)
+. "$(dirname "$0")/cli_common.sh"
+mpi_setup mpi "$built" 120
 export POCL_DEVICES=basic # one one-thread device per rank
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-mpi() { np=$1; shift; timeout 120 mpirun -np "$np" --oversubscribe --bind-to none -x POCL_DEVICES -x CLGRAD_CACHE_DIR "$@"; }
-cmp_w() { "$py" "$here/st_compare.py" "$1" "$2" "$3"; }
-"$py" "$here/make_idx.py" "$tmp/data" 8 96 32 || { echo "cannot write the dataset"; exit 1; }
-cat > "$tmp/mlp.cfg" <<'CFG'
-[net]
-channels = 1
-height = 8
-width = 8
-classes = 2
-batch = 24
-learning_rate = 0.02
-momentum = 0.9
-[convolutional]
-name = c1
-filters = 4
-size = 3
-pad = 1
-[activation]
-name = r1
-type = relu
-[dense]
-name = fc1
-units = 8
-activation = relu
-[dense]
-name = fc2
-units = 2
-[softmax]
-CFG
-sed 's/^\[activation\]$/[batchnorm]\nname = bn1\n[activation]/' "$tmp/mlp.cfg" > "$tmp/bn.cfg"
-grep -q batchnorm "$tmp/bn.cfg" || { echo "cannot write the batch-norm model"; exit 1; }
-T="--data $tmp/data --epochs 100 --steps 20 --no-eval --quiet"
 
 # 1. ranks vs one process
 "$clgrad" train "$tmp/mlp.cfg" $T --save "$tmp/w1.st" >"$tmp/o" 2>&1 || { cat "$tmp/o"; fail "1 process run"; }
