@@ -33,7 +33,7 @@ t0=$(date +%s)
 if [ ! -f "$bdir/build.ninja" ]; then
     CC=clang meson setup "$bdir" "$root" --buildtype=debugoptimized -Dfuzz=enabled -Dtests=disabled \
         -Db_sanitize=address,undefined -Db_lundef=false -Dclblast=disabled -Dclfft=disabled -Dmpi=disabled \
-        -Dopenblas=disabled >"${TMPDIR:-/tmp}/clgrad-fuzz-setup.log" 2>&1 ||
+        >"${TMPDIR:-/tmp}/clgrad-fuzz-setup.log" 2>&1 ||
         { tail -30 "${TMPDIR:-/tmp}/clgrad-fuzz-setup.log"; exit 2; }
 fi
 # onnx exists only where protobuf-c and libonnx-dev were found at setup
