@@ -194,15 +194,18 @@ CLG_GELU_FNS(VEC, _v)
 #endif
 
 // gws: (Mt rounded up to the work-group size, Nt, batch * KS); lws (WGS, 1, 1).
-// Ap: per batch entry apStride floats, panels of MR rows x K; Bp likewise
-// with NR columns. Work-item (mt, nt, b*KS+s) computes rows mt*MR.., columns
+// Ap: per batch entry apStride floats from apOff, panels of MR rows x K,
+// panel i at i * aps, depth k at k * aks (packed: aps = K * MR, aks = MR;
+// a view of a K x M row-major operand in place: aps = MR, aks = its lda);
+// Bp likewise with NR columns (bps, bks). Work-item (mt, nt, b*KS+s) computes rows mt*MR.., columns
 // nt*NR.. over k in [s*kchunk, min(K, (s+1)*kchunk)). With KS > 1 it writes
 // the raw sum into W (see gemm_reduce), else it applies the epilogue to C;
 // built with GEMM_GELU (KS = 1 only) the epilogue ends with GELU and W
 // receives the value before it at b * strideC + m * ldc + n (C's index
 // without offC).
 __kernel void gemm_cpu(const int M, const int N, const int K, const int Mt, const float alpha, const float beta,
-                       __global const float *Ap, const int apStride, __global const float *Bp, const int bpStride,
+                       __global const float *Ap, const int apOff, const int apStride, const int aps, const int aks,
+                       __global const float *Bp, const int bpOff, const int bpStride, const int bps, const int bks,
                        __global float *C, const int offC, const int ldc, const int strideC,
                        __global const float *bias, const int offBias, const int bias_mode, const int relu,
                        const int KS, const int kchunk, __global float *W)
@@ -216,8 +219,8 @@ __kernel void gemm_cpu(const int M, const int N, const int K, const int Mt, cons
     const int s = bs - b * KS; // (not %: its expansion upsets oclgrind)
     const int k0 = s * kchunk;
     const int k1 = min(K, k0 + kchunk);
-    __global const float *a = Ap + (size_t)b * apStride + (size_t)mt * K * MR + (size_t)k0 * MR;
-    __global const float *bp = Bp + (size_t)b * bpStride + (size_t)nt * K * NR + (size_t)k0 * NR;
+    __global const float *a = Ap + apOff + (size_t)b * apStride + (size_t)mt * aps + (size_t)k0 * aks;
+    __global const float *bp = Bp + bpOff + (size_t)b * bpStride + (size_t)nt * bps + (size_t)k0 * bks;
 
     VEC acc[MR][NV];
 #pragma unroll
@@ -238,8 +241,8 @@ __kernel void gemm_cpu(const int M, const int N, const int K, const int Mt, cons
             for (int v = 0; v < NV; v++)
                 acc[i][v] = fma(av, bv[v], acc[i][v]);
         }
-        a += MR;
-        bp += NR;
+        a += aks;
+        bp += bks;
     }
 
     const int m0 = mt * MR, n0 = nt * NR;

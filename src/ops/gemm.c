@@ -397,12 +397,28 @@ static int auto_ks(const clg_device *dev, int tiles, int K, size_t out_elems)
     return ks;
 }
 
-/* Main kernel (+ split-K reduction) on packed operands: Ap/Bp hold panels of
- * PA/PB rows x Kp (per batch entry apStride/bpStride floats apart), the
- * product's shape and epilogue come from a (A/B fields unused). */
-static clg_status run_packed(clg_device *dev, const clg_gemm_params *p, const clg_gemm_args *a, int Kp, cl_mem Ap,
-                             int apStride, cl_mem Bp, int bpStride, evs *ev)
+/* One operand of the main kernel: panel i of batch entry b at off + b *
+ * stride + i * ps, depth k at k * ks. Packed: off 0, ps = Kp * P, ks = P;
+ * a view in place (CPU family only) of an operand whose panel rows are
+ * contiguous per k: ps = P, ks = its leading dimension. */
+typedef struct panels {
+    cl_mem m;
+    int off, stride, ps, ks;
+} panels;
+
+static panels panels_packed(cl_mem m, int stride, int Kp, int P)
 {
+    panels v = {m, 0, stride, Kp * P, P};
+    return v;
+}
+
+/* Main kernel (+ split-K reduction) on operands in panel layout (pa, pb:
+ * panels of PA/PB rows x Kp), the product's shape and epilogue come from a
+ * (A/B fields unused). */
+static clg_status run_packed(clg_device *dev, const clg_gemm_params *p, const clg_gemm_args *a, int Kp,
+                             const panels *pa, const panels *pb, evs *ev)
+{
+    cl_mem Ap = pa->m;
     clg_err *err = clg_dev_err(dev);
     char opts[256];
     clg_gemm_params_options(p, opts, sizeof opts);
@@ -446,10 +462,17 @@ static clg_status run_packed(clg_device *dev, const clg_gemm_params *p, const cl
         clg_ka_int(&g, Mt);
     clg_ka_float(&g, a->alpha);
     clg_ka_float(&g, a->beta);
-    clg_ka_mem(&g, Ap);
-    clg_ka_int(&g, apStride);
-    clg_ka_mem(&g, Bp);
-    clg_ka_int(&g, bpStride);
+    for (int i = 0; i < 2; i++) {
+        const panels *v = i ? pb : pa;
+        clg_ka_mem(&g, v->m);
+        if (cpu)
+            clg_ka_int(&g, v->off);
+        clg_ka_int(&g, v->stride);
+        if (cpu) {
+            clg_ka_int(&g, v->ps);
+            clg_ka_int(&g, v->ks);
+        }
+    }
     ka_output(&g, a);
     if (cpu) {
         clg_ka_int(&g, KS);
@@ -526,6 +549,14 @@ static int unpacked_kind(const clg_device *dev, const clg_gemm_args *a)
     return 0;
 }
 
+/* Whether an operand of K rows, leading dimension ld, in n batch entries is
+ * small enough to read in place (see gemm_own): at most 256 KiB. */
+#define VIEW_MAX_FLOATS (1 << 16)
+static int view_small(int K, int ld, int n)
+{
+    return (double)K * ld * n <= VIEW_MAX_FLOATS;
+}
+
 static clg_status gemm_own(clg_device *dev, const clg_gemm_args *a, const clg_gemm_params *p, evs *ev)
 {
     if (p->family == CLG_GEMM_FAM_REF)
@@ -549,19 +580,37 @@ static clg_status gemm_own(clg_device *dev, const clg_gemm_args *a, const clg_ge
     const int bA = shareA ? 1 : batch, bB = shareB ? 1 : batch;
     const int apStride = shareA ? 0 : (int)panA, bpStride = shareB ? 0 : (int)panB;
 
+    /* op(A) = A^T and op(B) = B: each panel's rows at a depth k are already
+     * contiguous (a row of the operand), so the CPU kernel reads them in
+     * place when the panels tile the operand exactly (no padding needed)
+     * and the operand is small (a dense layer's weight in its input
+     * gradient), saving the packing pass and its launch. Large operands stay
+     * packed: read in place, a panel spans K rows a leading dimension apart
+     * (often a power of two: few cache sets), and the main kernel lost more
+     * than the packing cost (gpt-mini's weight gradients, K = 4096). */
+    const int inplace = cpu && dev->ctx->opts.gemm_unpacked != 1; /* not CLGRAD_GEMM_UNPACKED=0 */
+    const int viewA = inplace && a->ta && M % PA == 0 && view_small(K, a->lda, bA);
+    const int viewB = inplace && !a->tb && N % PB == 0 && view_small(K, a->ldb, bB);
+    panels pa = {a->A, (int)a->offA, (int)a->strideA, PA, a->lda};
+    panels pb = {a->B, (int)a->offB, (int)a->strideB, PB, a->ldb};
     scratch s = {{NULL, NULL, NULL}};
     clg_status st = CLG_OK;
-    if ((st = clg_buf_alloc(dev, sizeof(float) * CLG_MAX((size_t)1, panA * bA), &s.m[0])) != CLG_OK ||
-        (st = clg_buf_alloc(dev, sizeof(float) * CLG_MAX((size_t)1, panB * bB), &s.m[1])) != CLG_OK)
+    if ((!viewA && (st = clg_buf_alloc(dev, sizeof(float) * CLG_MAX((size_t)1, panA * bA), &s.m[0])) != CLG_OK) ||
+        (!viewB && (st = clg_buf_alloc(dev, sizeof(float) * CLG_MAX((size_t)1, panB * bB), &s.m[1])) != CLG_OK))
         goto out;
-    if (Kp > 0) {
-        if ((st = pack(dev, kpack, M, K, Kp, a->ta, a->A, a->offA, a->lda, a->strideA, bA, PA, s.m[0], apStride,
-                       ev)) != CLG_OK ||
-            (st = pack(dev, kpack, N, K, Kp, !a->tb, a->B, a->offB, a->ldb, a->strideB, bB, PB, s.m[1], bpStride,
-                       ev)) != CLG_OK)
+    if (!viewA) {
+        pa = panels_packed(s.m[0], apStride, Kp, PA);
+        if (Kp > 0 && (st = pack(dev, kpack, M, K, Kp, a->ta, a->A, a->offA, a->lda, a->strideA, bA, PA, s.m[0],
+                                 apStride, ev)) != CLG_OK)
             goto out;
     }
-    st = run_packed(dev, p, a, Kp, s.m[0], apStride, s.m[1], bpStride, ev);
+    if (!viewB) {
+        pb = panels_packed(s.m[1], bpStride, Kp, PB);
+        if (Kp > 0 && (st = pack(dev, kpack, N, K, Kp, !a->tb, a->B, a->offB, a->ldb, a->strideB, bB, PB, s.m[1],
+                                 bpStride, ev)) != CLG_OK)
+            goto out;
+    }
+    st = run_packed(dev, p, a, Kp, &pa, &pb, ev);
 out:
     scratch_release(dev, &s);
     return st;
@@ -663,7 +712,9 @@ clg_status clg_gemm_packed(clg_device *dev, const clg_gemm_layout *L, const clg_
     CLG_TRY(check_size(dev, Ap, needA, "packed A"));
     CLG_TRY(check_size(dev, Bp, needB, "packed B"));
     evs e = {NULL, ev, NULL, 0};
-    clg_status st = run_packed(dev, &L->p, a, clg_gemm_layout_kp(L, a->K), Ap, (int)apStride, Bp, (int)bpStride, &e);
+    const int Kp = clg_gemm_layout_kp(L, a->K);
+    panels pa = panels_packed(Ap, (int)apStride, Kp, L->PA), pb = panels_packed(Bp, (int)bpStride, Kp, L->PB);
+    clg_status st = run_packed(dev, &L->p, a, Kp, &pa, &pb, &e);
     ev_finish(&e, st);
     return st;
 }

@@ -685,6 +685,66 @@ START_TEST(test_unpacked)
 }
 END_TEST
 
+/* op(A) = A^T and op(B) = B read in place by the CPU kernel where the
+ * panels tile the operand (M a multiple of MR, N of NV * VW): every
+ * combination with padded leading dimensions, offsets, batches (shared A),
+ * split-K and epilogues; the launch count shows which operands were packed
+ * (one gemm_pack launch each). */
+static void inplace_case(const gcase *c, const clg_gemm_params *p, long want, const char *what)
+{
+    long l0 = (long)dev->launches;
+    check(c, CLG_GEMM_OWN, p, what);
+    long got = (long)dev->launches - l0;
+    if (got != want)
+        fprintf(stderr, "FAIL %s: ta=%d tb=%d M=%d N=%d K=%d: %ld launches, expected %ld\n", what, c->ta, c->tb, c->M,
+                c->N, c->K, got, want);
+    ck_assert_int_eq(got, want);
+}
+
+START_TEST(test_inplace)
+{
+    if (!(dev->info.type & CLG_DEVICE_CPU)) {
+        fprintf(stderr, "in place: %s is not a CPU device; the tiled kernels read packed operands\n", dev->info.name);
+        return;
+    }
+    clg_gemm_params pc = tg_cpu_params(4, 1, 8, 2, 0), pk = tg_cpu_params(4, 2, 8, 1, 3);
+    for (int t = 0; t < 4; t++) {
+        const clg_gemm_params *p = t & 2 ? &pk : &pc;
+        int PB = p->NV * p->VW, ks = t & 2 ? 3 : 1;
+        gcase c = base(4 * (9 + t), PB * (3 + t), 37 + 20 * t);
+        c.ta = 1;
+        c.tb = t & 1;
+        c.padA = 3;
+        c.padB = 5;
+        c.padC = 1;
+        c.offA = 7;
+        c.offB = 2;
+        c.offC = 3;
+        c.batch = 1 + t % 2 * 2;
+        c.shareA = t == 3;
+        c.alpha = 0.75f;
+        c.beta = t == 1 ? -0.5f : 0.0f;
+        c.bias_mode = t % 3;
+        c.relu = t == 2;
+        /* A in place, B packed unless tb = 0; split-K adds its reduction */
+        inplace_case(&c, p, 1 + c.tb + (ks > 1), "in place A");
+        c.ta = 0; /* B in place only when tb = 0 */
+        inplace_case(&c, p, 2 + c.tb + (ks > 1), "in place B");
+        c.M += 1; /* A no longer tiled exactly: packed */
+        c.ta = 1;
+        inplace_case(&c, p, 2 + c.tb + (ks > 1), "A not tiled");
+        c.N += 3;
+        inplace_case(&c, p, 3 + (ks > 1), "neither tiled");
+    }
+    /* CLGRAD_GEMM_UNPACKED=0: always packed */
+    ck_assert_int_eq(clg_ctx_option_set(dev->ctx, "gemm_unpacked", "0"), CLG_OK);
+    gcase c = base(16, 16, 40);
+    c.ta = 1;
+    inplace_case(&c, &pc, 3, "gemm_unpacked=0");
+    ck_assert_int_eq(clg_ctx_option_set(dev->ctx, "gemm_unpacked", "auto"), CLG_OK);
+}
+END_TEST
+
 START_TEST(test_tiny)
 {
     /* oclgrind mode: each kernel once on tiny shapes */
@@ -742,6 +802,7 @@ int main(void)
         tcase_add_test(tk, test_auto_same_kind);
         suite_add_tcase(s, tk);
         tcase_add_test(tc, test_unpacked);
+        tcase_add_test(tc, test_inplace);
         tcase_add_test(tc, test_tiny);
     }
     suite_add_tcase(s, tc);
