@@ -4,7 +4,8 @@
 // Always compiled (no options):
 //   gemm_ref      one work-item per C element, guarded for any M, N, K; the
 //                 correctness fallback. TA/TB are run-time arguments.
-//   gemm_pack     copies op(A) (or op(B)^T) into zero-padded panels:
+//   gemm_pack     copies op(A) (or op(B)^T) into zero-padded panels (gemm_pack2:
+//                 both operands of a product in one launch):
 //                 dst[b][p][k][j] = X(row p*P+j, col k), P rows per panel,
 //                 Kp (>= K) columns; rows >= R and columns >= K are zero.
 //                 With kmaj the element (r, k) is X[k*ld + r], else X[r*ld + k].
@@ -74,15 +75,11 @@ inline float gemm_epi(float acc, const float alpha, const float beta, __global c
     return relu ? fmax(v, 0.0f) : v;
 }
 
-// gws: (ceil(Kp/16), R panels, batch), dims 0-1 possibly rounded up. Each work-item writes 16 k-rows of
-// one panel; the strided case reads 16 consecutive k (one cache line) per row.
-__kernel void gemm_pack(const int R, const int K, const int Kp, const int kmaj,
-                        __global const float *X, const int off, const int ld, const int stride,
-                        const int P, __global float *D, const int dstride)
+// One work-item's block of gemm_pack: depths k0 .. k0 + 15 of panel p of batch entry b.
+inline void gemm_pack_block(const int R, const int K, const int Kp, const int kmaj, __global const float *X,
+                            const int off, const int ld, const int stride, const int P, __global float *D,
+                            const int dstride, const int k0, const int p, const int b)
 {
-    const int k0 = get_global_id(0) * 16;
-    const int p = get_global_id(1);
-    const int b = get_global_id(2);
     if (k0 >= Kp || p * P >= R) // the range may be padded to whole work-groups
         return;
     __global const float *x = X + off + (size_t)b * stride;
@@ -129,6 +126,33 @@ __kernel void gemm_pack(const int R, const int K, const int Kp, const int kmaj,
                 d[kk * P + j] = v;
             }
         }
+    }
+}
+
+// gws: (ceil(Kp/16), R panels, batch), dims 0-1 possibly rounded up. Each work-item writes 16 k-rows of
+// one panel; the strided case reads 16 consecutive k (one cache line) per row.
+__kernel void gemm_pack(const int R, const int K, const int Kp, const int kmaj,
+                        __global const float *X, const int off, const int ld, const int stride,
+                        const int P, __global float *D, const int dstride)
+{
+    gemm_pack_block(R, K, Kp, kmaj, X, off, ld, stride, P, D, dstride, get_global_id(0) * 16, get_global_id(1),
+                    get_global_id(2));
+}
+
+// Both operands of a product in one launch (as two gemm_pack launches): panels
+// p < pa of dimension 1 are A's (ba batch entries), the rest B's (bb entries).
+__kernel void gemm_pack2(const int K, const int Kp, const int pa,
+                         const int Ra, const int kmaja, __global const float *XA, const int offa, const int lda,
+                         const int stridea, const int PA, __global float *DA, const int dstridea, const int ba,
+                         const int Rb, const int kmajb, __global const float *XB, const int offb, const int ldb,
+                         const int strideb, const int PB, __global float *DB, const int dstrideb, const int bb)
+{
+    const int k0 = get_global_id(0) * 16, p = get_global_id(1), b = get_global_id(2);
+    if (p < pa) {
+        if (b < ba)
+            gemm_pack_block(Ra, K, Kp, kmaja, XA, offa, lda, stridea, PA, DA, dstridea, k0, p, b);
+    } else if (b < bb) {
+        gemm_pack_block(Rb, K, Kp, kmajb, XB, offb, ldb, strideb, PB, DB, dstrideb, k0, p - pa, b);
     }
 }
 

@@ -356,25 +356,68 @@ static void scratch_release(clg_device *dev, scratch *s)
         clg_buf_release(dev, s->m[i]);
 }
 
+/* One operand to pack (its panels of P rows into D). */
+typedef struct pack_op {
+    int R, kmaj;
+    cl_mem X;
+    size_t off;
+    int ld;
+    size_t stride;
+    int batch, P;
+    cl_mem D;
+    int dstride;
+} pack_op;
+
+static void ka_pack_op(clg_kargs *g, const pack_op *o)
+{
+    clg_ka_int(g, o->R);
+    clg_ka_int(g, o->kmaj);
+    clg_ka_mem(g, o->X);
+    clg_ka_int(g, (int)o->off);
+    clg_ka_int(g, o->ld);
+    clg_ka_int(g, (int)o->stride);
+    clg_ka_int(g, o->P);
+    clg_ka_mem(g, o->D);
+    clg_ka_int(g, o->dstride);
+    clg_ka_int(g, o->batch);
+}
+
 /* Packs op(X) for one operand: R rows (M or N) x K, P rows per panel. With
  * shared (stride 0 and batch > 1) the operand is packed once. */
-static clg_status pack(clg_device *dev, cl_kernel k, int R, int K, int Kp, int kmaj, cl_mem X, size_t off, int ld,
-                       size_t stride, int batch, int P, cl_mem D, int dstride, evs *ev)
+static clg_status pack(clg_device *dev, cl_kernel k, const pack_op *o, int K, int Kp, evs *ev)
 {
     clg_kargs g = {k, 0, CL_SUCCESS};
-    clg_ka_int(&g, R);
+    clg_ka_int(&g, o->R);
     clg_ka_int(&g, K);
     clg_ka_int(&g, Kp);
-    clg_ka_int(&g, kmaj);
-    clg_ka_mem(&g, X);
-    clg_ka_int(&g, (int)off);
-    clg_ka_int(&g, ld);
-    clg_ka_int(&g, (int)stride);
-    clg_ka_int(&g, P);
-    clg_ka_mem(&g, D);
-    clg_ka_int(&g, dstride);
+    clg_ka_int(&g, o->kmaj);
+    clg_ka_mem(&g, o->X);
+    clg_ka_int(&g, (int)o->off);
+    clg_ka_int(&g, o->ld);
+    clg_ka_int(&g, (int)o->stride);
+    clg_ka_int(&g, o->P);
+    clg_ka_mem(&g, o->D);
+    clg_ka_int(&g, o->dstride);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &g, "arguments of gemm_pack"));
-    size_t gws[3] = {(size_t)CLG_CEIL_DIV(Kp, 16), (size_t)CLG_CEIL_DIV(R, P), (size_t)batch};
+    size_t gws[3] = {(size_t)CLG_CEIL_DIV(Kp, 16), (size_t)CLG_CEIL_DIV(o->R, o->P), (size_t)o->batch};
+    return enqueue(dev, k, 3, gws, NULL, CLG_LAUNCH_PAD, ev);
+}
+
+/* Packs both operands of a product in one launch (gemm_pack2): one launch
+ * fewer than two pack() calls. */
+static clg_status pack2(clg_device *dev, int K, int Kp, const pack_op *a, const pack_op *b, evs *ev)
+{
+    cl_kernel k;
+    CLG_TRY(clg_kernel_get(dev, "gemm", "", "gemm_pack2", &k));
+    const int pa = CLG_CEIL_DIV(a->R, a->P), pb = CLG_CEIL_DIV(b->R, b->P);
+    clg_kargs g = {k, 0, CL_SUCCESS};
+    clg_ka_int(&g, K);
+    clg_ka_int(&g, Kp);
+    clg_ka_int(&g, pa);
+    ka_pack_op(&g, a);
+    ka_pack_op(&g, b);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &g, "arguments of gemm_pack2"));
+    size_t gws[3] = {(size_t)CLG_CEIL_DIV(Kp, 16), (size_t)pa + (size_t)pb, (size_t)CLG_MAX(a->batch, b->batch)};
     return enqueue(dev, k, 3, gws, NULL, CLG_LAUNCH_PAD, ev);
 }
 
@@ -598,18 +641,20 @@ static clg_status gemm_own(clg_device *dev, const clg_gemm_args *a, const clg_ge
     if ((!viewA && (st = clg_buf_alloc(dev, sizeof(float) * CLG_MAX((size_t)1, panA * bA), &s.m[0])) != CLG_OK) ||
         (!viewB && (st = clg_buf_alloc(dev, sizeof(float) * CLG_MAX((size_t)1, panB * bB), &s.m[1])) != CLG_OK))
         goto out;
-    if (!viewA) {
+    pack_op oa = {M, a->ta, a->A, a->offA, a->lda, a->strideA, bA, PA, s.m[0], apStride};
+    pack_op ob = {N, !a->tb, a->B, a->offB, a->ldb, a->strideB, bB, PB, s.m[1], bpStride};
+    if (!viewA)
         pa = panels_packed(s.m[0], apStride, Kp, PA);
-        if (Kp > 0 && (st = pack(dev, kpack, M, K, Kp, a->ta, a->A, a->offA, a->lda, a->strideA, bA, PA, s.m[0],
-                                 apStride, ev)) != CLG_OK)
-            goto out;
-    }
-    if (!viewB) {
+    if (!viewB)
         pb = panels_packed(s.m[1], bpStride, Kp, PB);
-        if (Kp > 0 && (st = pack(dev, kpack, N, K, Kp, !a->tb, a->B, a->offB, a->ldb, a->strideB, bB, PB, s.m[1],
-                                 bpStride, ev)) != CLG_OK)
-            goto out;
-    }
+    if (Kp > 0 && !viewA && !viewB) /* both in one launch */
+        st = pack2(dev, K, Kp, &oa, &ob, ev);
+    else if (Kp > 0 && !viewA)
+        st = pack(dev, kpack, &oa, K, Kp, ev);
+    else if (Kp > 0 && !viewB)
+        st = pack(dev, kpack, &ob, K, Kp, ev);
+    if (st != CLG_OK)
+        goto out;
     st = run_packed(dev, p, a, Kp, &pa, &pb, ev);
 out:
     scratch_release(dev, &s);
