@@ -131,10 +131,12 @@ inline void gemm_pack_block(const int R, const int K, const int Kp, const int km
 
 // gws: (ceil(Kp/16), R panels, batch), dims 0-1 possibly rounded up. Each work-item writes 16 k-rows of
 // one panel; the strided case reads 16 consecutive k (one cache line) per row.
-__kernel void gemm_pack(const int R, const int K, const int Kp, const int kmaj,
+__kernel void gemm_pack(const int K, const int Kp, const int R, const int kmaj,
                         __global const float *X, const int off, const int ld, const int stride,
-                        const int P, __global float *D, const int dstride)
+                        const int P, __global float *D, const int dstride, const int batch)
 {
+    if (get_global_id(2) >= batch) // (never: dimension 2 is not padded)
+        return;
     gemm_pack_block(R, K, Kp, kmaj, X, off, ld, stride, P, D, dstride, get_global_id(0) * 16, get_global_id(1),
                     get_global_id(2));
 }

@@ -387,17 +387,9 @@ static void ka_pack_op(clg_kargs *g, const pack_op *o)
 static clg_status pack(clg_device *dev, cl_kernel k, const pack_op *o, int K, int Kp, evs *ev)
 {
     clg_kargs g = {k, 0, CL_SUCCESS};
-    clg_ka_int(&g, o->R);
     clg_ka_int(&g, K);
     clg_ka_int(&g, Kp);
-    clg_ka_int(&g, o->kmaj);
-    clg_ka_mem(&g, o->X);
-    clg_ka_int(&g, (int)o->off);
-    clg_ka_int(&g, o->ld);
-    clg_ka_int(&g, (int)o->stride);
-    clg_ka_int(&g, o->P);
-    clg_ka_mem(&g, o->D);
-    clg_ka_int(&g, o->dstride);
+    ka_pack_op(&g, o);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &g, "arguments of gemm_pack"));
     size_t gws[3] = {(size_t)CLG_CEIL_DIV(Kp, 16), (size_t)CLG_CEIL_DIV(o->R, o->P), (size_t)o->batch};
     return enqueue(dev, k, 3, gws, NULL, CLG_LAUNCH_PAD, ev);

@@ -711,21 +711,10 @@ START_TEST(test_inplace)
     for (int t = 0; t < 4; t++) {
         const clg_gemm_params *p = t & 2 ? &pk : &pc;
         int PB = p->NV * p->VW, ks = t & 2 ? 3 : 1;
-        gcase c = base(4 * (9 + t), PB * (3 + t), 37 + 20 * t);
-        c.ta = 1;
-        c.tb = t & 1;
-        c.padA = 3;
-        c.padB = 5;
-        c.padC = 1;
-        c.offA = 7;
-        c.offB = 2;
-        c.offC = 3;
-        c.batch = 1 + t % 2 * 2;
-        c.shareA = t == 3;
-        c.alpha = 0.75f;
-        c.beta = t == 1 ? -0.5f : 0.0f;
-        c.bias_mode = t % 3;
-        c.relu = t == 2;
+        gcase c = {.ta = 1, .tb = t & 1, .M = 4 * (9 + t), .N = PB * (3 + t), .K = 37 + 20 * t,
+                   .batch = 1 + t % 2 * 2, .padA = 3, .padB = 5, .padC = 1, .offA = 7, .offB = 2, .offC = 3,
+                   .shareA = t == 3, .alpha = 0.75f, .beta = t == 1 ? -0.5f : 0.0f, .bias_mode = t % 3,
+                   .relu = t == 2};
         /* A in place, B packed unless tb = 0; split-K adds its reduction */
         inplace_case(&c, p, 1 + c.tb + (ks > 1), "in place A");
         c.ta = 0; /* B in place only when tb = 0 */
