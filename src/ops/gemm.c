@@ -616,16 +616,18 @@ static clg_status gemm_own(clg_device *dev, const clg_gemm_args *a, const clg_ge
     const int apStride = shareA ? 0 : (int)panA, bpStride = shareB ? 0 : (int)panB;
 
     /* op(A) = A^T and op(B) = B: each panel's rows at a depth k are already
-     * contiguous (a row of the operand), so the CPU kernel reads them in
-     * place when the panels tile the operand exactly (no padding needed)
-     * and the operand is small (a dense layer's weight in its input
-     * gradient), saving the packing pass and its launch. Large operands stay
-     * packed: read in place, a panel spans K rows a leading dimension apart
-     * (often a power of two: few cache sets), and the main kernel lost more
-     * than the packing cost (gpt-mini's weight gradients, K = 4096). */
-    const int inplace = cpu && dev->ctx->opts.gemm_unpacked != 1; /* not CLGRAD_GEMM_UNPACKED=0 */
-    const int viewA = inplace && a->ta && M % PA == 0 && view_small(K, a->lda, bA);
-    const int viewB = inplace && !a->tb && N % PB == 0 && view_small(K, a->ldb, bB);
+     * contiguous (a row of the operand), so the CPU kernel can read them in
+     * place when the panels tile the operand exactly (no padding needed).
+     * By default only when that saves the packing launch (both operands)
+     * and both are small: read in place, a panel spans K rows a leading
+     * dimension apart (often a power of two: few cache sets), and the main
+     * kernel lost more than the packing cost (gpt-mini's weight gradients,
+     * K = 4096, in place: gemm_cpu +15-20%, packing -33%, the sum higher).
+     * CLGRAD_GEMM_UNPACKED=1: wherever it applies, =0 never. */
+    const int mode = cpu ? (int)dev->ctx->opts.gemm_unpacked - 1 : 0; /* auto,0,1 -> -1,0,1 */
+    const int canA = mode != 0 && a->ta && M % PA == 0, canB = mode != 0 && !a->tb && N % PB == 0;
+    const int both = canA && canB && view_small(K, a->lda, bA) && view_small(K, a->ldb, bB);
+    const int viewA = mode == 1 ? canA : both, viewB = mode == 1 ? canB : both;
     panels pa = {a->A, (int)a->offA, (int)a->strideA, PA, a->lda};
     panels pb = {a->B, (int)a->offB, (int)a->strideB, PB, a->ldb};
     scratch s = {{NULL, NULL, NULL}};

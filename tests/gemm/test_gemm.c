@@ -708,15 +708,19 @@ START_TEST(test_inplace)
         return;
     }
     clg_gemm_params pc = tg_cpu_params(4, 1, 8, 2, 0), pk = tg_cpu_params(4, 2, 8, 1, 3);
-    for (int t = 0; t < 4; t++) {
+    /* auto: in place when both operands are (small ones); gemm_unpacked=1:
+     * either operand alone too (the same launch counts: one pack launch) */
+    for (int t = 0; t < 8; t++) {
+        if (t % 4 == 0)
+            ck_assert_int_eq(clg_ctx_option_set(dev->ctx, "gemm_unpacked", t ? "1" : "auto"), CLG_OK);
         const clg_gemm_params *p = t & 2 ? &pk : &pc;
         int PB = p->NV * p->VW, ks = t & 2 ? 3 : 1;
         gcase c = {.ta = 1, .tb = t & 1, .M = 4 * (9 + t), .N = PB * (3 + t), .K = 37 + 20 * t,
                    .batch = 1 + t % 2 * 2, .padA = 3, .padB = 5, .padC = 1, .offA = 7, .offB = 2, .offC = 3,
                    .shareA = t == 3, .alpha = 0.75f, .beta = t == 1 ? -0.5f : 0.0f, .bias_mode = t % 3,
                    .relu = t == 2};
-        /* A in place, B packed unless tb = 0; split-K adds its reduction */
-        inplace_case(&c, p, 1 + c.tb + (ks > 1), "in place A");
+        /* A in place (and B with tb = 0: no pack launch); split-K adds its reduction */
+        inplace_case(&c, p, 1 + c.tb + (ks > 1), t < 4 ? "in place A and B" : "in place A");
         c.ta = 0; /* B in place only when tb = 0 */
         inplace_case(&c, p, 2 + (ks > 1), "in place B");
         c.M += 1; /* A no longer tiled exactly: packed */
