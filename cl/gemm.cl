@@ -4,7 +4,8 @@
 // Always compiled (no options):
 //   gemm_ref      one work-item per C element, guarded for any M, N, K; the
 //                 correctness fallback. TA/TB are run-time arguments.
-//   gemm_pack     copies op(A) (or op(B)^T) into zero-padded panels:
+//   gemm_pack     copies op(A) (or op(B)^T) into zero-padded panels (gemm_pack2:
+//                 both operands of a product in one launch):
 //                 dst[b][p][k][j] = X(row p*P+j, col k), P rows per panel,
 //                 Kp (>= K) columns; rows >= R and columns >= K are zero.
 //                 With kmaj the element (r, k) is X[k*ld + r], else X[r*ld + k].
@@ -63,15 +64,11 @@ __kernel void gemm_ref(const int M, const int N, const int K, const float alpha,
 // gemm_epi (the scalar epilogue of the guarded paths) and gemm_dot_block.
 #include "gemm_common.h"
 
-// gws: (ceil(Kp/16), R panels, batch), dims 0-1 possibly rounded up. Each work-item writes 16 k-rows of
-// one panel; the strided case reads 16 consecutive k (one cache line) per row.
-__kernel void gemm_pack(const int R, const int K, const int Kp, const int kmaj,
-                        __global const float *X, const int off, const int ld, const int stride,
-                        const int P, __global float *D, const int dstride)
+// One work-item's block of gemm_pack: depths k0 .. k0 + 15 of panel p of batch entry b.
+inline void gemm_pack_block(const int R, const int K, const int Kp, const int kmaj, __global const float *X,
+                            const int off, const int ld, const int stride, const int P, __global float *D,
+                            const int dstride, const int k0, const int p, const int b)
 {
-    const int k0 = get_global_id(0) * 16;
-    const int p = get_global_id(1);
-    const int b = get_global_id(2);
     if (k0 >= Kp || p * P >= R) // the range may be padded to whole work-groups
         return;
     __global const float *x = X + off + (size_t)b * stride;
@@ -118,6 +115,35 @@ __kernel void gemm_pack(const int R, const int K, const int Kp, const int kmaj,
                 d[kk * P + j] = v;
             }
         }
+    }
+}
+
+// gws: (ceil(Kp/16), R panels, batch), dims 0-1 possibly rounded up. Each work-item writes 16 k-rows of
+// one panel; the strided case reads 16 consecutive k (one cache line) per row.
+__kernel void gemm_pack(const int K, const int Kp, const int R, const int kmaj,
+                        __global const float *X, const int off, const int ld, const int stride,
+                        const int P, __global float *D, const int dstride, const int batch)
+{
+    if (get_global_id(2) >= batch) // (never: dimension 2 is not padded)
+        return;
+    gemm_pack_block(R, K, Kp, kmaj, X, off, ld, stride, P, D, dstride, get_global_id(0) * 16, get_global_id(1),
+                    get_global_id(2));
+}
+
+// Both operands of a product in one launch (as two gemm_pack launches): panels
+// p < pa of dimension 1 are A's (ba batch entries), the rest B's (bb entries).
+__kernel void gemm_pack2(const int K, const int Kp, const int pa,
+                         const int Ra, const int kmaja, __global const float *XA, const int offa, const int lda,
+                         const int stridea, const int PA, __global float *DA, const int dstridea, const int ba,
+                         const int Rb, const int kmajb, __global const float *XB, const int offb, const int ldb,
+                         const int strideb, const int PB, __global float *DB, const int dstrideb, const int bb)
+{
+    const int k0 = get_global_id(0) * 16, p = get_global_id(1), b = get_global_id(2);
+    if (p < pa) {
+        if (b < ba)
+            gemm_pack_block(Ra, K, Kp, kmaja, XA, offa, lda, stridea, PA, DA, dstridea, k0, p, b);
+    } else if (b < bb) {
+        gemm_pack_block(Rb, K, Kp, kmajb, XB, offb, ldb, strideb, PB, DB, dstrideb, k0, p - pa, b);
     }
 }
 
@@ -183,15 +209,18 @@ CLG_GELU_FNS(VEC, _v)
 #endif
 
 // gws: (Mt rounded up to the work-group size, Nt, batch * KS); lws (WGS, 1, 1).
-// Ap: per batch entry apStride floats, panels of MR rows x K; Bp likewise
-// with NR columns. Work-item (mt, nt, b*KS+s) computes rows mt*MR.., columns
+// Ap: per batch entry apStride floats from apOff, panels of MR rows x K,
+// panel i at i * aps, depth k at k * aks (packed: aps = K * MR, aks = MR;
+// a view of a K x M row-major operand in place: aps = MR, aks = its lda);
+// Bp likewise with NR columns (bps, bks). Work-item (mt, nt, b*KS+s) computes rows mt*MR.., columns
 // nt*NR.. over k in [s*kchunk, min(K, (s+1)*kchunk)). With KS > 1 it writes
 // the raw sum into W (see gemm_reduce), else it applies the epilogue to C;
 // built with GEMM_GELU (KS = 1 only) the epilogue ends with GELU and W
 // receives the value before it at b * strideC + m * ldc + n (C's index
 // without offC).
 __kernel void gemm_cpu(const int M, const int N, const int K, const int Mt, const float alpha, const float beta,
-                       __global const float *Ap, const int apStride, __global const float *Bp, const int bpStride,
+                       __global const float *Ap, const int apOff, const int apStride, const int aps, const int aks,
+                       __global const float *Bp, const int bpOff, const int bpStride, const int bps, const int bks,
                        __global float *C, const int offC, const int ldc, const int strideC,
                        __global const float *bias, const int offBias, const int bias_mode, const int relu,
                        const int KS, const int kchunk, __global float *W)
@@ -205,8 +234,8 @@ __kernel void gemm_cpu(const int M, const int N, const int K, const int Mt, cons
     const int s = bs - b * KS; // (not %: its expansion upsets oclgrind)
     const int k0 = s * kchunk;
     const int k1 = min(K, k0 + kchunk);
-    __global const float *a = Ap + (size_t)b * apStride + (size_t)mt * K * MR + (size_t)k0 * MR;
-    __global const float *bp = Bp + (size_t)b * bpStride + (size_t)nt * K * NR + (size_t)k0 * NR;
+    __global const float *a = Ap + apOff + (size_t)b * apStride + (size_t)mt * aps + (size_t)k0 * aks;
+    __global const float *bp = Bp + bpOff + (size_t)b * bpStride + (size_t)nt * bps + (size_t)k0 * bks;
 
     VEC acc[MR][NV];
 #pragma unroll
@@ -227,8 +256,8 @@ __kernel void gemm_cpu(const int M, const int N, const int K, const int Mt, cons
             for (int v = 0; v < NV; v++)
                 acc[i][v] = fma(av, bv[v], acc[i][v]);
         }
-        a += MR;
-        bp += NR;
+        a += aks;
+        bp += bks;
     }
 
     const int m0 = mt * MR, n0 = nt * NR;

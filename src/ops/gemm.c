@@ -357,25 +357,60 @@ static void scratch_release(clg_device *dev, scratch *s)
         clg_buf_release(dev, s->m[i]);
 }
 
+/* One operand to pack (its panels of P rows into D). */
+typedef struct pack_op {
+    int R, kmaj;
+    cl_mem X;
+    size_t off;
+    int ld;
+    size_t stride;
+    int batch, P;
+    cl_mem D;
+    int dstride;
+} pack_op;
+
+static void ka_pack_op(clg_kargs *g, const pack_op *o)
+{
+    clg_ka_int(g, o->R);
+    clg_ka_int(g, o->kmaj);
+    clg_ka_mem(g, o->X);
+    clg_ka_int(g, (int)o->off);
+    clg_ka_int(g, o->ld);
+    clg_ka_int(g, (int)o->stride);
+    clg_ka_int(g, o->P);
+    clg_ka_mem(g, o->D);
+    clg_ka_int(g, o->dstride);
+    clg_ka_int(g, o->batch);
+}
+
 /* Packs op(X) for one operand: R rows (M or N) x K, P rows per panel. With
  * shared (stride 0 and batch > 1) the operand is packed once. */
-static clg_status pack(clg_device *dev, cl_kernel k, int R, int K, int Kp, int kmaj, cl_mem X, size_t off, int ld,
-                       size_t stride, int batch, int P, cl_mem D, int dstride, evs *ev)
+static clg_status pack(clg_device *dev, cl_kernel k, const pack_op *o, int K, int Kp, evs *ev)
 {
     clg_kargs g = {k, 0, CL_SUCCESS};
-    clg_ka_int(&g, R);
     clg_ka_int(&g, K);
     clg_ka_int(&g, Kp);
-    clg_ka_int(&g, kmaj);
-    clg_ka_mem(&g, X);
-    clg_ka_int(&g, (int)off);
-    clg_ka_int(&g, ld);
-    clg_ka_int(&g, (int)stride);
-    clg_ka_int(&g, P);
-    clg_ka_mem(&g, D);
-    clg_ka_int(&g, dstride);
+    ka_pack_op(&g, o);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &g, "arguments of gemm_pack"));
-    size_t gws[3] = {(size_t)CLG_CEIL_DIV(Kp, 16), (size_t)CLG_CEIL_DIV(R, P), (size_t)batch};
+    size_t gws[3] = {(size_t)CLG_CEIL_DIV(Kp, 16), (size_t)CLG_CEIL_DIV(o->R, o->P), (size_t)o->batch};
+    return enqueue(dev, k, 3, gws, NULL, CLG_LAUNCH_PAD, ev);
+}
+
+/* Packs both operands of a product in one launch (gemm_pack2): one launch
+ * fewer than two pack() calls. */
+static clg_status pack2(clg_device *dev, int K, int Kp, const pack_op *a, const pack_op *b, evs *ev)
+{
+    cl_kernel k;
+    CLG_TRY(clg_kernel_get(dev, "gemm", "", "gemm_pack2", &k));
+    const int pa = CLG_CEIL_DIV(a->R, a->P), pb = CLG_CEIL_DIV(b->R, b->P);
+    clg_kargs g = {k, 0, CL_SUCCESS};
+    clg_ka_int(&g, K);
+    clg_ka_int(&g, Kp);
+    clg_ka_int(&g, pa);
+    ka_pack_op(&g, a);
+    ka_pack_op(&g, b);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &g, "arguments of gemm_pack2"));
+    size_t gws[3] = {(size_t)CLG_CEIL_DIV(Kp, 16), (size_t)pa + (size_t)pb, (size_t)CLG_MAX(a->batch, b->batch)};
     return enqueue(dev, k, 3, gws, NULL, CLG_LAUNCH_PAD, ev);
 }
 
@@ -398,12 +433,28 @@ static int auto_ks(const clg_device *dev, int tiles, int K, size_t out_elems)
     return ks;
 }
 
-/* Main kernel (+ split-K reduction) on packed operands: Ap/Bp hold panels of
- * PA/PB rows x Kp (per batch entry apStride/bpStride floats apart), the
- * product's shape and epilogue come from a (A/B fields unused). */
-static clg_status run_packed(clg_device *dev, const clg_gemm_params *p, const clg_gemm_args *a, int Kp, cl_mem Ap,
-                             int apStride, cl_mem Bp, int bpStride, evs *ev)
+/* One operand of the main kernel: panel i of batch entry b at off + b *
+ * stride + i * ps, depth k at k * ks. Packed: off 0, ps = Kp * P, ks = P;
+ * a view in place (CPU family only) of an operand whose panel rows are
+ * contiguous per k: ps = P, ks = its leading dimension. */
+typedef struct panels {
+    cl_mem m;
+    int off, stride, ps, ks;
+} panels;
+
+static panels panels_packed(cl_mem m, int stride, int Kp, int P)
 {
+    panels v = {m, 0, stride, Kp * P, P};
+    return v;
+}
+
+/* Main kernel (+ split-K reduction) on operands in panel layout (pa, pb:
+ * panels of PA/PB rows x Kp), the product's shape and epilogue come from a
+ * (A/B fields unused). */
+static clg_status run_packed(clg_device *dev, const clg_gemm_params *p, const clg_gemm_args *a, int Kp,
+                             const panels *pa, const panels *pb, evs *ev)
+{
+    cl_mem Ap = pa->m;
     clg_err *err = clg_dev_err(dev);
     char opts[256];
     clg_gemm_params_options(p, opts, sizeof opts);
@@ -447,10 +498,17 @@ static clg_status run_packed(clg_device *dev, const clg_gemm_params *p, const cl
         clg_ka_int(&g, Mt);
     clg_ka_float(&g, a->alpha);
     clg_ka_float(&g, a->beta);
-    clg_ka_mem(&g, Ap);
-    clg_ka_int(&g, apStride);
-    clg_ka_mem(&g, Bp);
-    clg_ka_int(&g, bpStride);
+    for (int i = 0; i < 2; i++) {
+        const panels *v = i ? pb : pa;
+        clg_ka_mem(&g, v->m);
+        if (cpu)
+            clg_ka_int(&g, v->off);
+        clg_ka_int(&g, v->stride);
+        if (cpu) {
+            clg_ka_int(&g, v->ps);
+            clg_ka_int(&g, v->ks);
+        }
+    }
     clg_gemm_ka_output(&g, a);
     if (cpu) {
         clg_ka_int(&g, KS);
@@ -527,6 +585,14 @@ static int unpacked_kind(const clg_device *dev, const clg_gemm_args *a)
     return 0;
 }
 
+/* Whether an operand of K rows, leading dimension ld, in n batch entries is
+ * small enough to read in place (see gemm_own): at most 256 KiB. */
+#define VIEW_MAX_FLOATS (1 << 16)
+static int view_small(int K, int ld, int n)
+{
+    return (double)K * ld * n <= VIEW_MAX_FLOATS;
+}
+
 static clg_status gemm_own(clg_device *dev, const clg_gemm_args *a, const clg_gemm_params *p, evs *ev)
 {
     if (p->family == CLG_GEMM_FAM_REF)
@@ -550,19 +616,41 @@ static clg_status gemm_own(clg_device *dev, const clg_gemm_args *a, const clg_ge
     const int bA = shareA ? 1 : batch, bB = shareB ? 1 : batch;
     const int apStride = shareA ? 0 : (int)panA, bpStride = shareB ? 0 : (int)panB;
 
+    /* op(A) = A^T and op(B) = B: each panel's rows at a depth k are already
+     * contiguous (a row of the operand), so the CPU kernel can read them in
+     * place when the panels tile the operand exactly (no padding needed).
+     * By default only when that saves the packing launch (both operands)
+     * and both are small: read in place, a panel spans K rows a leading
+     * dimension apart (often a power of two: few cache sets), and the main
+     * kernel lost more than the packing cost (gpt-mini's weight gradients,
+     * K = 4096, in place: gemm_cpu +15-20%, packing -33%, the sum higher).
+     * CLGRAD_GEMM_UNPACKED=1: wherever it applies, =0 never. */
+    const int mode = cpu ? (int)dev->ctx->opts.gemm_unpacked - 1 : 0; /* auto,0,1 -> -1,0,1 */
+    const int canA = mode != 0 && a->ta && M % PA == 0, canB = mode != 0 && !a->tb && N % PB == 0;
+    const int both = canA && canB && view_small(K, a->lda, bA) && view_small(K, a->ldb, bB);
+    const int viewA = mode == 1 ? canA : both, viewB = mode == 1 ? canB : both;
+    panels pa = {a->A, (int)a->offA, (int)a->strideA, PA, a->lda};
+    panels pb = {a->B, (int)a->offB, (int)a->strideB, PB, a->ldb};
     scratch s = {{NULL, NULL, NULL}};
     clg_status st = CLG_OK;
-    if ((st = clg_buf_alloc(dev, sizeof(float) * CLG_MAX((size_t)1, panA * bA), &s.m[0])) != CLG_OK ||
-        (st = clg_buf_alloc(dev, sizeof(float) * CLG_MAX((size_t)1, panB * bB), &s.m[1])) != CLG_OK)
+    if ((!viewA && (st = clg_buf_alloc(dev, sizeof(float) * CLG_MAX((size_t)1, panA * bA), &s.m[0])) != CLG_OK) ||
+        (!viewB && (st = clg_buf_alloc(dev, sizeof(float) * CLG_MAX((size_t)1, panB * bB), &s.m[1])) != CLG_OK))
         goto out;
-    if (Kp > 0) {
-        if ((st = pack(dev, kpack, M, K, Kp, a->ta, a->A, a->offA, a->lda, a->strideA, bA, PA, s.m[0], apStride,
-                       ev)) != CLG_OK ||
-            (st = pack(dev, kpack, N, K, Kp, !a->tb, a->B, a->offB, a->ldb, a->strideB, bB, PB, s.m[1], bpStride,
-                       ev)) != CLG_OK)
-            goto out;
-    }
-    st = run_packed(dev, p, a, Kp, s.m[0], apStride, s.m[1], bpStride, ev);
+    pack_op oa = {M, a->ta, a->A, a->offA, a->lda, a->strideA, bA, PA, s.m[0], apStride};
+    pack_op ob = {N, !a->tb, a->B, a->offB, a->ldb, a->strideB, bB, PB, s.m[1], bpStride};
+    if (!viewA)
+        pa = panels_packed(s.m[0], apStride, Kp, PA);
+    if (!viewB)
+        pb = panels_packed(s.m[1], bpStride, Kp, PB);
+    if (Kp > 0 && !viewA && !viewB) /* both in one launch */
+        st = pack2(dev, K, Kp, &oa, &ob, ev);
+    else if (Kp > 0 && !viewA)
+        st = pack(dev, kpack, &oa, K, Kp, ev);
+    else if (Kp > 0 && !viewB)
+        st = pack(dev, kpack, &ob, K, Kp, ev);
+    if (st != CLG_OK)
+        goto out;
+    st = run_packed(dev, p, a, Kp, &pa, &pb, ev);
 out:
     scratch_release(dev, &s);
     return st;
@@ -664,7 +752,9 @@ clg_status clg_gemm_packed(clg_device *dev, const clg_gemm_layout *L, const clg_
     CLG_TRY(check_size(dev, Ap, needA, "packed A"));
     CLG_TRY(check_size(dev, Bp, needB, "packed B"));
     evs e = {NULL, ev, NULL, 0};
-    clg_status st = run_packed(dev, &L->p, a, clg_gemm_layout_kp(L, a->K), Ap, (int)apStride, Bp, (int)bpStride, &e);
+    const int Kp = clg_gemm_layout_kp(L, a->K);
+    panels pa = panels_packed(Ap, (int)apStride, Kp, L->PA), pb = panels_packed(Bp, (int)bpStride, Kp, L->PB);
+    clg_status st = run_packed(dev, &L->p, a, Kp, &pa, &pb, &e);
     ev_finish(&e, st);
     return st;
 }

@@ -685,6 +685,59 @@ START_TEST(test_unpacked)
 }
 END_TEST
 
+/* op(A) = A^T and op(B) = B read in place by the CPU kernel where the
+ * panels tile the operand (M a multiple of MR, N of NV * VW): every
+ * combination with padded leading dimensions, offsets, batches (shared A),
+ * split-K and epilogues. The launch count shows whether anything was packed
+ * (one launch for one operand or both: gemm_pack / gemm_pack2). */
+static void inplace_case(const gcase *c, const clg_gemm_params *p, long want, const char *what)
+{
+    long l0 = (long)dev->launches;
+    check(c, CLG_GEMM_OWN, p, what);
+    long got = (long)dev->launches - l0;
+    if (got != want)
+        fprintf(stderr, "FAIL %s: ta=%d tb=%d M=%d N=%d K=%d: %ld launches, expected %ld\n", what, c->ta, c->tb, c->M,
+                c->N, c->K, got, want);
+    ck_assert_int_eq(got, want);
+}
+
+START_TEST(test_inplace)
+{
+    if (!(dev->info.type & CLG_DEVICE_CPU)) {
+        fprintf(stderr, "in place: %s is not a CPU device; the tiled kernels read packed operands\n", dev->info.name);
+        return;
+    }
+    clg_gemm_params pc = tg_cpu_params(4, 1, 8, 2, 0), pk = tg_cpu_params(4, 2, 8, 1, 3);
+    /* auto: in place when both operands are (small ones); gemm_unpacked=1:
+     * either operand alone too (the same launch counts: one pack launch) */
+    for (int t = 0; t < 8; t++) {
+        if (t % 4 == 0)
+            ck_assert_int_eq(clg_ctx_option_set(dev->ctx, "gemm_unpacked", t ? "1" : "auto"), CLG_OK);
+        const clg_gemm_params *p = t & 2 ? &pk : &pc;
+        int PB = p->NV * p->VW, ks = t & 2 ? 3 : 1;
+        gcase c = {.ta = 1, .tb = t & 1, .M = 4 * (9 + t), .N = PB * (3 + t), .K = 37 + 20 * t,
+                   .batch = 1 + t % 2 * 2, .padA = 3, .padB = 5, .padC = 1, .offA = 7, .offB = 2, .offC = 3,
+                   .shareA = t == 3, .alpha = 0.75f, .beta = t == 1 ? -0.5f : 0.0f, .bias_mode = t % 3,
+                   .relu = t == 2};
+        /* A in place (and B with tb = 0: no pack launch); split-K adds its reduction */
+        inplace_case(&c, p, 1 + c.tb + (ks > 1), t < 4 ? "in place A and B" : "in place A");
+        c.ta = 0; /* B in place only when tb = 0 */
+        inplace_case(&c, p, 2 + (ks > 1), "in place B");
+        c.M += 1; /* A no longer tiled exactly: packed */
+        c.ta = 1;
+        inplace_case(&c, p, 2 + (ks > 1), "A not tiled");
+        c.N += 3;
+        inplace_case(&c, p, 2 + (ks > 1), "neither tiled");
+    }
+    /* CLGRAD_GEMM_UNPACKED=0: always packed (both operands, one launch) */
+    ck_assert_int_eq(clg_ctx_option_set(dev->ctx, "gemm_unpacked", "0"), CLG_OK);
+    gcase c = base(16, 16, 40);
+    c.ta = 1;
+    inplace_case(&c, &pc, 2, "gemm_unpacked=0");
+    ck_assert_int_eq(clg_ctx_option_set(dev->ctx, "gemm_unpacked", "auto"), CLG_OK);
+}
+END_TEST
+
 START_TEST(test_tiny)
 {
     /* oclgrind mode: each kernel once on tiny shapes */
@@ -742,6 +795,7 @@ int main(void)
         tcase_add_test(tk, test_auto_same_kind);
         suite_add_tcase(s, tk);
         tcase_add_test(tc, test_unpacked);
+        tcase_add_test(tc, test_inplace);
         tcase_add_test(tc, test_tiny);
     }
     suite_add_tcase(s, tc);
