@@ -236,6 +236,19 @@ START_TEST(binary_cache_policy)
 }
 END_TEST
 
+/* A one-device context that reads kernel sources from kdir, no binary cache. */
+static clg_ctx *kernel_dir_ctx(const char *kdir)
+{
+    clg_ctx_params p;
+    clg_ctx_params_init(&p);
+    p.devices = "0";
+    p.kernel_dir = kdir;
+    p.use_cache = 0;
+    clg_ctx *ctx = NULL;
+    ck_assert_int_eq(clg_ctx_create(&p, &ctx), CLG_OK);
+    return ctx;
+}
+
 START_TEST(build_failure_reports_log)
 {
     char kdir[] = "/tmp/clg_kdir_XXXXXX";
@@ -246,13 +259,7 @@ START_TEST(build_failure_reports_log)
     ck_assert_ptr_nonnull(f);
     fputs("__kernel void k(__global float *x) { x[0] = undefined_symbol_42; }\n", f);
     fclose(f);
-    clg_ctx_params p;
-    clg_ctx_params_init(&p);
-    p.devices = "0";
-    p.kernel_dir = kdir;
-    p.use_cache = 0;
-    clg_ctx *ctx = NULL;
-    ck_assert_int_eq(clg_ctx_create(&p, &ctx), CLG_OK);
+    clg_ctx *ctx = kernel_dir_ctx(kdir);
     cl_program prog = NULL;
     ck_assert_int_eq(clg_program_get(&ctx->devs[0], "broken", "", &prog), CLG_ERR_BUILD);
     ck_assert_ptr_null(prog);
@@ -301,13 +308,7 @@ START_TEST(kernel_dir_includes)
     ck_assert_ptr_nonnull(f);
     fputs("#include \"absent.h\"\n__kernel void k(__global float *x) { x[0] = 1.0f; }\n", f);
     fclose(f);
-    clg_ctx_params p;
-    clg_ctx_params_init(&p);
-    p.devices = "0";
-    p.kernel_dir = kdir;
-    p.use_cache = 0;
-    clg_ctx *ctx = NULL;
-    ck_assert_int_eq(clg_ctx_create(&p, &ctx), CLG_OK);
+    clg_ctx *ctx = kernel_dir_ctx(kdir);
     clg_device *dev = &ctx->devs[0];
     cl_kernel k = NULL;
     ck_assert_int_eq(clg_kernel_get(dev, "uses", "", "k", &k), CLG_OK);

@@ -50,6 +50,22 @@ static double median(double *v, int n)
 
 /* The fused batch-norm epilogues at ResNet-20's stage shapes (128 x C x H x W):
  * a = x, b = dy / residual, c = y; dx into a buffer of its own. */
+/* Writes the same uniform [-0.5, 0.5) values (seed 1) into three buffers of n floats. */
+static void fill_uniform(clg_device *dev, size_t n, cl_mem x, cl_mem y, cl_mem z)
+{
+    float *h = malloc(n * 4);
+    if (!h)
+        return;
+    clg_rng r;
+    clg_rng_seed(&r, 1, 1);
+    for (size_t i = 0; i < n; i++)
+        h[i] = clg_rng_uniform(&r) - 0.5f;
+    cl_mem m[3] = {x, y, z};
+    for (int i = 0; i < 3; i++)
+        clEnqueueWriteBuffer(dev->queue, m[i], CL_TRUE, 0, n * 4, h, 0, NULL, NULL);
+    free(h);
+}
+
 static int bench_bn_resnet(clg_ctx *ctx, clg_device *dev, cl_mem a, cl_mem b, cl_mem c)
 {
     static const int shp[3][2] = {{16, 32}, {32, 16}, {64, 8}};
@@ -98,15 +114,7 @@ static int bench_ops(clg_ctx *ctx, clg_device *dev)
         fprintf(stderr, "allocation failed: %s\n", clg_last_error(ctx));
         return 1;
     }
-    float *h = malloc(big * 4);
-    clg_rng r;
-    clg_rng_seed(&r, 1, 1);
-    for (size_t i = 0; i < big; i++)
-        h[i] = clg_rng_uniform(&r) - 0.5f;
-    clEnqueueWriteBuffer(dev->queue, a, CL_TRUE, 0, big * 4, h, 0, NULL, NULL);
-    clEnqueueWriteBuffer(dev->queue, b, CL_TRUE, 0, big * 4, h, 0, NULL, NULL);
-    clEnqueueWriteBuffer(dev->queue, d, CL_TRUE, 0, big * 4, h, 0, NULL, NULL);
-    free(h);
+    fill_uniform(dev, big, a, b, d);
     printf("shapes: activations 128x32x28x28 (%zu floats); pool2 128x64x14x14\n", big);
     clg_pool_shape s1 = {128, 32, 28, 28, 2, 2, 2, 2, 0, 0}, s2 = {128, 64, 14, 14, 2, 2, 2, 2, 0, 0};
     clg_pool_shape s3 = {128, 32, 28, 28, 3, 3, 2, 2, 1, 1};
@@ -150,15 +158,7 @@ static int bench_ops_bn(clg_ctx *ctx, clg_device *dev)
     cl_mem a, b, c;
     if (clg_buf_alloc(dev, big * 4, &a) || clg_buf_alloc(dev, big * 4, &b) || clg_buf_alloc(dev, big * 4, &c))
         return 1;
-    float *h = malloc(big * 4);
-    clg_rng r;
-    clg_rng_seed(&r, 1, 1);
-    for (size_t i = 0; i < big; i++)
-        h[i] = clg_rng_uniform(&r) - 0.5f;
-    clEnqueueWriteBuffer(dev->queue, a, CL_TRUE, 0, big * 4, h, 0, NULL, NULL);
-    clEnqueueWriteBuffer(dev->queue, b, CL_TRUE, 0, big * 4, h, 0, NULL, NULL);
-    clEnqueueWriteBuffer(dev->queue, c, CL_TRUE, 0, big * 4, h, 0, NULL, NULL);
-    free(h);
+    fill_uniform(dev, big, a, b, c);
     int rc = bench_bn_resnet(ctx, dev, a, b, c);
     clg_buf_release(dev, a);
     clg_buf_release(dev, b);
