@@ -234,25 +234,7 @@ __kernel void bn_bwd_global(const uint C, __global const float *g, __global cons
 // the same pass writes g as the residual's gradient (the [add] hands its
 // gradient unchanged to both inputs); bn_bwd_data_relu forms dx from g.
 
-// 2-D range (i < HW, row = n*C + c). RES: 0 none, 1 residual r added.
-#define BN_APPLY_ACT(NAME, RES)                                                                             \
-    __kernel void NAME(const uint N, const uint C, const uint HW, __global const float *x, const uint ox,       \
-                       __global float *y, const uint oy, __global const float *mean,                            \
-                       __global const float *invstd, __global const float *gamma, __global const float *beta,   \
-                       __global const float *r, const uint orr)                                                 \
-    {                                                                                                       \
-        const uint i = get_global_id(0);                                                                    \
-        const uint row = get_global_id(1);                                                                  \
-        const uint c = row % C;                                                                             \
-        const size_t k = (size_t)row * HW + i;                                                              \
-        const float a = invstd[c] * gamma[c];                                                               \
-        float v = ((x[ox + k] - x[ox + (size_t)c * HW]) - mean[c]) * a + beta[c];                           \
-        if (RES)                                                                                            \
-            v += r[orr + k];                                                                                \
-        y[oy + k] = fmax(v, 0.0f);                                                                          \
-    }
-BN_APPLY_ACT(bn_apply_relu, 0)
-BN_APPLY_ACT(bn_apply_add_relu, 1)
+// bn_apply_relu, bn_apply_add_relu: BN_APPLY_V below with W = 1.
 
 // inference (running statistics), the same epilogues
 #define BN_APPLY_INFER_ACT(NAME, RES)                                                                       \
@@ -308,29 +290,15 @@ BN_BWD_PARTIAL_RELU(bn_bwd_partial_add_relu, float, VLOAD1, VSTORE1, 1)
 BN_BWD_PARTIAL_RELU(bn_bwd_partial_add_relu4, float4, vload4, vstore4, 1)
 BN_BWD_PARTIAL_RELU(bn_bwd_partial_add_relu8, float8, vload8, vstore8, 1)
 
-// bn_bwd_data with g = dy masked by y > 0
-__kernel void bn_bwd_data_relu(const uint N, const uint C, const uint HW, const float invM, __global const float *x,
-                               const uint ox, __global const float *dy, const uint ody, __global const float *y,
-                               const uint oy, __global const float *mean, __global const float *invstd,
-                               __global const float *gamma, __global const float *dgamma,
-                               __global const float *dbeta, __global float *dx, const uint odx)
-{
-    const uint i = get_global_id(0);
-    const uint row = get_global_id(1);
-    const uint c = row % C;
-    const size_t k = (size_t)row * HW + i;
-    const float is = invstd[c];
-    const float xhat = ((x[ox + k] - x[ox + (size_t)c * HW]) - mean[c]) * is;
-    const float g = y[oy + k] > 0.0f ? dy[ody + k] : 0.0f;
-    dx[odx + k] = gamma[c] * is * (g - dbeta[c] * invM - xhat * dgamma[c] * invM);
-}
+// bn_bwd_data_relu (bn_bwd_data with g = dy masked by y > 0): BN_BWD_DATA_V below with W = 1.
 
 // ---- vector forms of the element-wise passes ----
-// The same arithmetic as bn_apply*, bn_bwd_data* above, W consecutive
+// The same arithmetic as bn_apply, bn_bwd_data above, W consecutive
 // elements of a row per work-item (W = 8 or 4, chosen by the host from
-// HW % W): range (HW / W, row = n*C + c). On CPU back-ends the scalar 2-D
-// kernels pay per-element index and per-channel loads that these pay once
-// per vector. EPI: 0 none, 1 relu, 2 + residual r then relu.
+// HW % W; W = 1 for the scalar fused forms): range (HW / W, row = n*C + c).
+// On CPU back-ends the scalar 2-D kernels pay per-element index and
+// per-channel loads that these pay once per vector. EPI: 0 none, 1 relu,
+// 2 + residual r then relu.
 #define BN_APPLY_V(NAME, T, LOAD, STORE, EPI)                                                               \
     __kernel void NAME(const uint N, const uint C, const uint HW, __global const float *x, const uint ox,       \
                        __global float *y, const uint oy, __global const float *mean,                            \
@@ -349,6 +317,8 @@ __kernel void bn_bwd_data_relu(const uint N, const uint C, const uint HW, const 
             v = fmax(v, (T)(0.0f));                                                                         \
         STORE(v, i, y + oy + k);                                                                            \
     }
+BN_APPLY_V(bn_apply_relu, float, VLOAD1, VSTORE1, 1)
+BN_APPLY_V(bn_apply_add_relu, float, VLOAD1, VSTORE1, 2)
 BN_APPLY_V(bn_apply4, float4, vload4, vstore4, 0)
 BN_APPLY_V(bn_apply8, float8, vload8, vstore8, 0)
 BN_APPLY_V(bn_apply_relu4, float4, vload4, vstore4, 1)
@@ -377,6 +347,7 @@ BN_APPLY_V(bn_apply_add_relu8, float8, vload8, vstore8, 2)
             g = select((T)(0.0f), g, LOAD(i, y + oy + k) > (T)(0.0f));                                      \
         STORE(gs * (g - db - xhat * dg), i, dx + odx + k);                                                  \
     }
+BN_BWD_DATA_V(bn_bwd_data_relu, float, VLOAD1, VSTORE1, 1)
 BN_BWD_DATA_V(bn_bwd_data4, float4, vload4, vstore4, 0)
 BN_BWD_DATA_V(bn_bwd_data8, float8, vload8, vstore8, 0)
 BN_BWD_DATA_V(bn_bwd_data_relu4, float4, vload4, vstore4, 1)
