@@ -1120,6 +1120,23 @@ static int model_shares(const clg_dp *dp, const double *a, const double *b, doub
     return 1;
 }
 
+/* Steps over which a move to batch sizes not run yet must win back its preparation (rebalance). */
+#define CLG_DP_PAYBACK_STEPS 256
+
+/* 1 when a modelled saving of `gain` seconds per step wins back, within
+ * CLG_DP_PAYBACK_STEPS steps, the mean time the passes meeting new batch
+ * sizes took so far (the first step's sizes are always met: an estimate
+ * exists by the first look). On a fresh cache a pass builds kernels and
+ * times algorithms (LeNet-5: ~1.5 s, 300 steps of two basic lanes), where
+ * two identical lanes differ by at most a few percent of a step; with
+ * built kernels and measured algorithms it costs a step or two. */
+static int pays_back(const clg_dp *dp, double gain)
+{
+    if (dp->prepares <= 0)
+        return 1;
+    return gain * CLG_DP_PAYBACK_STEPS >= dp->prepare_s / dp->prepares;
+}
+
 /* Re-weights the shares by the lanes' modelled step times. Only warm steps
  * count (not the first, nor one in which a lane met a new batch size: it
  * built kernels and measured algorithms there). The split is set after the
@@ -1130,7 +1147,10 @@ static int model_shares(const clg_dp *dp, const double *a, const double *b, doub
  * devices of one kind: 15%, and only when the previous look pointed the
  * same way, calibrating too), by two granules at most: every new
  * per-device batch size costs kernel specialisation and algorithm timing
- * once, and timing noise must not keep creating them. Returns 1 when the
+ * once, and timing noise must not keep creating them. After settling, a
+ * move to sizes not run yet also waits until its modelled saving would win
+ * back the passes' measured cost within CLG_DP_PAYBACK_STEPS steps; a
+ * frozen split (bench train's timed steps) never moves. Returns 1 when the
  * shares changed. */
 static int rebalance(clg_dp *dp)
 {
@@ -1219,6 +1239,14 @@ static int rebalance(clg_dp *dp)
     int noise = dp->same_kind && (t_next > t_now * 0.85 || !(dot > 0));
     if (same || noise || (!calibrating && (t_next > t_now * (fresh ? 0.88 : 0.95) || (fresh && !(dot > 0))))) {
         memcpy(dp->share, keep, sizeof keep);
+        return 0;
+    }
+    if (dp->frozen || (!calibrating && fresh && !pays_back(dp, t_now - t_next))) {
+        memcpy(dp->share, keep, sizeof keep);
+        dp->moves_held++;
+        clg_log(2, "data parallel: split kept after step %" PRId64 " (modelled step %.2f -> %.2f ms; %s)",
+                dp->measured, 1e3 * t_now, 1e3 * t_next,
+                dp->frozen ? "frozen" : "the new batch sizes' preparation would not pay back");
         return 0;
     }
     dp->rebalances++;

@@ -105,6 +105,10 @@ typedef struct clg_dp {
                               only for a modelled step 5% shorter (timing noise is no speed difference) */
     int cpu_timed;         /* the last look timed the lanes by their threads' CPU time (same kind, computing
                               in the lane's own thread: PoCL basic), not by the wall time */
+    int frozen;            /* 1: the looks keep the split (bench train's timed steps: the split settled in
+                              the warm-up; a move there would meet new batch sizes inside the timed window) */
+    int moves_held;        /* looks that would have moved the split but kept it (frozen, or a move to new
+                              batch sizes that would not pay back its preparation: rebalance) */
     /* step-time spread (clg_dp_spread_suspect): wall times of warm steps */
     double t_begin;
     int64_t steps_seen;    /* training steps ended */

@@ -548,6 +548,8 @@ static clg_status bench_steps(clg_ctx *ctx, clg_model *m, const clg_bench_train_
             moves0 = m->dp ? m->dp->rebalances : 0;
             prep0 = m->dp ? m->dp->prepares : 0;
             prep_s0 = m->dp ? m->dp->prepare_s : 0;
+            if (m->dp && warm_end > 0) /* settled in the warm-up: kept (--warmup 0 times the calibration too) */
+                m->dp->frozen = 1;
             t_start = clg_now_sec();
             cpu0 = cpu_now();
         }
@@ -585,6 +587,8 @@ static clg_status bench_steps(clg_ctx *ctx, clg_model *m, const clg_bench_train_
             warm_end++;
         }
     }
+    if (m->dp)
+        m->dp->frozen = 0;
     if (st != CLG_OK)
         return st;
     double el = clg_now_sec() - t_start;

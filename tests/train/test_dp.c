@@ -796,6 +796,55 @@ START_TEST(split_settles_early)
 }
 END_TEST
 
+/* Late moves (issue 24 item 3): once settled, lane 1 slowed to a third of
+ * its speed. Frozen (bench train's timed steps), the looks keep the split
+ * and meet no new batch size; unfrozen, a move to sizes not run yet waits
+ * while its preparation would not pay back within 256 steps (the passes'
+ * measured cost raised to 1000 s a pass), and goes ahead once it would
+ * (passes made free). */
+START_TEST(late_moves_held)
+{
+    if (!two_devices())
+        return;
+    uint64_t seed = tu_seed();
+    char *text = tt_read_model("lenet5.cfg");
+    clg_model *m = make(text, "all", NULL, 64, 0, seed);
+    clg_dp *dp = m->dp;
+    for (int s = 0; s < 12 && !clg_dp_settled(dp); s++)
+        train(m, seed, 1, 64, NULL);
+    ck_assert_msg(clg_dp_settled(dp), "12 steps: %d calibrations", dp->calibrations);
+    dp->slow_lane = 1;
+    dp->slow_factor = 2.0;
+    int r0 = dp->rebalances, p0 = dp->prepares, h0 = dp->moves_held;
+    double share0 = dp->share[0];
+    dp->frozen = 1;
+    train(m, seed, 17, 64, NULL); /* two looks (every 8 steps after the calibration) */
+    ck_assert_msg(dp->rebalances == r0 && dp->prepares == p0 && dp->share[0] == share0,
+                  "frozen: %d moves, %d preparations, share %.3f -> %.3f", dp->rebalances - r0, dp->prepares - p0,
+                  share0, dp->share[0]);
+    ck_assert_msg(dp->moves_held > h0, "frozen: no look wanted to move (lane 1 three times slower)");
+    dp->frozen = 0;
+    h0 = dp->moves_held;
+    dp->prepare_s = 1000.0 * dp->prepares; /* each pass 1000 s: no gain wins that back in 256 steps */
+    train(m, seed, 17, 64, NULL);
+    ck_assert_msg(dp->prepares == p0, "costly passes: %d preparations", dp->prepares - p0);
+    ck_assert_msg(dp->moves_held > h0, "costly passes: no move held back");
+    dp->prepare_s = 0; /* free */
+    train(m, seed, 17, 64, NULL);
+    char sh[64];
+    clg_dp_shares(dp, sh, sizeof sh);
+    fprintf(stderr, "late moves: held %d, then shares %s after %d preparations\n", dp->moves_held, sh,
+            dp->prepares - p0);
+    ck_assert_msg(dp->prepares > p0 && dp->share[0] > share0, "free passes: %d preparations, shares %s",
+                  dp->prepares - p0, sh);
+    for (int l = 0; l < 2; l++)
+        ck_assert(!dp->lanes[l].cold);
+    check_replicas_identical(m);
+    clg_session_free(m);
+    free(text);
+}
+END_TEST
+
 /* bench train's warm-up goes on until the split has settled (issue 24 item
  * 3): with lane 1 posing as half as fast, the split moves during the
  * calibration after the first warm steps; asked for 1 warm-up step, the
@@ -989,8 +1038,10 @@ int main(void)
     tcase_add_test(tb, same_kind_lanes);
     tcase_add_test(tb, first_end_hook);
     suite_add_tcase(s, tb);
-    if (!(uneq && *uneq == '1'))
+    if (!(uneq && *uneq == '1')) {
         tcase_add_test(tc, split_settles_early);
+        tcase_add_test(tb, late_moves_held);
+    }
     tcase_add_test(tc, fp16_overflow_skips_everywhere);
     tcase_add_test(tc, resume_other_device_count);
     tcase_add_test(tc, resume_same_devices_exact);
