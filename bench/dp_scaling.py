@@ -34,6 +34,8 @@ median (which side a low pair owes its ratio to) and the convolution
 algorithms a run chose otherwise than most runs of its side (each run
 measures its own on its empty cache). --set KEY=VALUE passes an option to
 both sides (e.g. --set dp_caller_lane=0: lane 0 on a thread of its own).
+--ref CLGRAD runs every pair on that build too (an A/B: the builds' order
+alternates from pair to pair; each build's ratios and sides are reported).
 
   /usr/bin/python3 bench/dp_scaling.py --fresh-pairs 5 --models models/vgg-s.cfg:20,models/lenet5.cfg:300 --trace
 
@@ -135,50 +137,64 @@ def off_side(model, pairs):
                 "".join("\n    other choice " + o for o in odd)), flush=True)
 
 
+def fresh_pair(a, clgrad, model, steps, k, warm2):
+    """One pair of fresh-cache runs of clgrad (2 basic devices and 1, order by k); returns {devices: report}."""
+    order = ["basic basic", "basic"] if k % 2 == 0 else ["basic", "basic basic"]
+    res = {}
+    with tempfile.TemporaryDirectory(prefix="clgrad-fresh-") as tmp:
+        for dev in order:
+            cache = os.path.join(tmp, "cache-%d" % len(dev))
+            os.mkdir(cache)
+            os.environ["CLGRAD_CACHE_DIR"] = cache
+            trace = os.path.join(tmp, "trace.json") if a.trace and dev == "basic basic" else None
+            load = os.getloadavg()[0]
+            # the same warm-up on both sides: the 1-device run warms up for as many steps as the
+            # 2-device run did (it runs on until its split settled), so neither side's timed steps
+            # start earlier after its algorithm timing and first touches
+            warm = a.warmup if dev == "basic basic" else max(a.warmup, warm2)
+            j = bench(clgrad, model, a.batch, steps, dev, a.options, warmup=warm, trace=trace)
+            j["algos"] = algo_choices(cache)
+            if dev == "basic basic":
+                warm2 = j.get("warmup_run", a.warmup)
+            j["load"] = (load, os.getloadavg()[0])
+            j["lanes"] = lane_figures(trace) if trace else ""
+            res[dev] = j
+    res["warm2"] = warm2
+    return res
+
+
 def fresh_pairs(a):
-    """N pairs of fresh-cache runs, 2 basic devices against 1, the order alternating."""
+    """N pairs of fresh-cache runs, 2 basic devices against 1, the order alternating; with --ref, each pair
+    also on the reference build, the builds' order alternating too."""
+    builds = [("", a.clgrad)] + ([("ref ", a.ref)] if a.ref else [])
     for spec in a.models.split(","):
         model, _, st = spec.partition(":")
         steps = int(st) if st else a.steps
-        ratios = []
-        pairs = []
-        warm2 = a.warmup  # the warm-up steps the last 2-device run ran (its own, or the previous pair's)
+        ratios = {tag: [] for tag, _ in builds}
+        pairs = {tag: [] for tag, _ in builds}
+        warm2 = {tag: a.warmup for tag, _ in builds}  # the warm-up the build's last 2-device run ran
         for k in range(a.fresh_pairs):
-            order = ["basic basic", "basic"] if k % 2 == 0 else ["basic", "basic basic"]
-            res = {}
-            with tempfile.TemporaryDirectory(prefix="clgrad-fresh-") as tmp:
-                for dev in order:
-                    cache = os.path.join(tmp, "cache-%d" % len(dev))
-                    os.mkdir(cache)
-                    os.environ["CLGRAD_CACHE_DIR"] = cache
-                    trace = os.path.join(tmp, "trace.json") if a.trace and dev == "basic basic" else None
-                    load = os.getloadavg()[0]
-                    # the same warm-up on both sides: the 1-device run warms up for as many steps as the
-                    # 2-device run did (it runs on until its split settled), so neither side's timed steps
-                    # start earlier after its algorithm timing and first touches
-                    warm = a.warmup if dev == "basic basic" else max(a.warmup, warm2)
-                    j = bench(a.clgrad, model, a.batch, steps, dev, a.options, warmup=warm, trace=trace)
-                    j["algos"] = algo_choices(cache)
-                    if dev == "basic basic":
-                        warm2 = j.get("warmup_run", a.warmup)
-                    j["load"] = (load, os.getloadavg()[0])
-                    j["lanes"] = lane_figures(trace) if trace else ""
-                    res[dev] = j
-            pairs.append(res)
-            two, one = res["basic basic"], res["basic"]
-            r = two["images_per_s"] / one["images_per_s"]
-            ratios.append(r)
-            print("%s pair %d (%s first): 2 basic %.1f img/s (shares %s, warm-up %s, timed split moves %s) / 1 basic "
-                  "%.1f img/s (warm-up %s) = %.2fx; CPU ms per step %.1f / %.1f; load %.1f-%.1f / %.1f-%.1f%s" % (
-                      model, k + 1, "2" if k % 2 == 0 else "1", two["images_per_s"], two.get("shares", ""),
-                      two.get("warmup_run", "?"), two.get("split_moves_timed", "?"), one["images_per_s"],
-                      one.get("warmup_run", "?"), r, two.get("cpu_ms_per_step", 0), one.get("cpu_ms_per_step", 0),
-                      two["load"][0], two["load"][1], one["load"][0], one["load"][1],
-                      "\n    " + two["lanes"] if two["lanes"] else ""), flush=True)
-        print("%s: %d fresh-cache pairs, 2 basic vs 1: %s; lowest %.2fx, median %.2fx (load average %.1f now, %d "
-              "CPUs)" % (model, len(ratios), ", ".join("%.2fx" % r for r in ratios), min(ratios),
-                         statistics.median(ratios), os.getloadavg()[0], os.cpu_count()), flush=True)
-        off_side(model, pairs)
+            for tag, clgrad in (builds if k % 2 == 0 else builds[::-1]):
+                res = fresh_pair(a, clgrad, model, steps, k, warm2[tag])
+                warm2[tag] = res.pop("warm2")
+                pairs[tag].append(res)
+                two, one = res["basic basic"], res["basic"]
+                r = two["images_per_s"] / one["images_per_s"]
+                ratios[tag].append(r)
+                print("%s%s pair %d (%s first): 2 basic %.1f img/s (shares %s, warm-up %s, timed split moves %s) / "
+                      "1 basic %.1f img/s (warm-up %s) = %.2fx; CPU ms per step %.1f / %.1f; load %.1f-%.1f / "
+                      "%.1f-%.1f%s" % (
+                          tag, model, k + 1, "2" if k % 2 == 0 else "1", two["images_per_s"], two.get("shares", ""),
+                          two.get("warmup_run", "?"), two.get("split_moves_timed", "?"), one["images_per_s"],
+                          one.get("warmup_run", "?"), r, two.get("cpu_ms_per_step", 0), one.get("cpu_ms_per_step", 0),
+                          two["load"][0], two["load"][1], one["load"][0], one["load"][1],
+                          "\n    " + two["lanes"] if two["lanes"] else ""), flush=True)
+        for tag, clgrad in builds:
+            rs = ratios[tag]
+            print("%s%s (%s): %d fresh-cache pairs, 2 basic vs 1: %s; lowest %.2fx, median %.2fx (load average %.1f "
+                  "now, %d CPUs)" % (tag, model, clgrad, len(rs), ", ".join("%.2fx" % r for r in rs), min(rs),
+                                     statistics.median(rs), os.getloadavg()[0], os.cpu_count()), flush=True)
+            off_side(tag + model, pairs[tag])
 
 
 def main():
@@ -195,6 +211,8 @@ def main():
                     help="warm-up steps (default 5; --fresh-pairs: 3, bench train's own default)")
     ap.add_argument("--fresh-pairs", type=int, default=0,
                     help="instead: N pairs (2 basic vs 1), every run on an empty cache, order alternating")
+    ap.add_argument("--ref", default=None, metavar="CLGRAD",
+                    help="--fresh-pairs: also every pair on this build, alternating with --clgrad")
     ap.add_argument("--trace", action="store_true", help="--fresh-pairs: per-lane busy/wait/reduction figures")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="--fresh-pairs: an option for both sides' runs (e.g. dp_caller_lane=0 for an A/B)")
