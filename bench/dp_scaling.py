@@ -98,8 +98,8 @@ def lane_figures(trace):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import trace_summary
     lanes = trace_summary.summarize(trace)
-    parts = ["lane %d busy %.0f%% wait %.1f ms, %.2f ms between steps" % (
-        i, 100 * r["busy"], r.get("host: wait for other lanes", 0), r.get("between steps", 0))
+    parts = ["lane %d busy %.0f%% wait %.1f ms, %.2f ms between steps, last %.0f%%" % (
+        i, 100 * r["busy"], r.get("host: wait for other lanes", 0), r.get("between steps", 0), 100 * r["last"])
              for i, r in enumerate(lanes.values())]
     red = max(r["reduction"] for r in lanes.values())
     span = max(r["span"] for r in lanes.values())

@@ -11,7 +11,10 @@ between steps; the gap between a step's optimizer and the next step's
 first forward (the hand-over through the host thread: the step's end, the
 next batch's upload, the lanes' start); plus the span of a step on that lane, the reduction (reads,
 sums, write-backs) and the busy fraction (compute over span: what survives a
-loaded machine better than throughput). summarize() serves dp_scaling.py.
+loaded machine better than throughput), and how often the lane was the last
+to finish its backward (it sums the last bucket, the others wait for it): near
+1/lanes each when the lanes only jitter, near 1 for one lane when it is
+slower every step. summarize() serves dp_scaling.py.
 """
 import argparse
 import json
@@ -33,6 +36,9 @@ def summarize(path, nsteps=0):
     last = {}
     gap = defaultdict(float)  # per lane: from a step's optimizer end to the next step's first forward
     opt_end = {}
+    last_b = max([int(e["name"].rsplit(" ", 1)[1]) for e in d["traceEvents"]
+                  if e["ph"] == "X" and e["name"].startswith("sum bucket ")] or [-1])
+    sums_last = defaultdict(int)  # per lane: steps in which it summed the last bucket (it finished last)
     for e in sorted((e for e in d["traceEvents"] if e["ph"] == "X"), key=lambda e: e["ts"]):
         if e["name"] == "optimizer":
             opt_end[e["pid"]] = e["ts"] + e["dur"]
@@ -63,6 +69,7 @@ def summarize(path, nsteps=0):
             k = "host: wait own buckets"
         elif n.startswith("sum bucket"):
             k = "host: sum buckets"
+            sums_last[lane] += n == "sum bucket %d" % last_b
         elif n.startswith("wait sum"):
             k = "host: wait for other lanes"
         elif n.startswith("prepare"):
@@ -78,6 +85,7 @@ def summarize(path, nsteps=0):
         row["between steps"] = gap[l] / s
         row["busy"] = (row.get("forward", 0) + row.get("backward", 0) + row.get("optimizer", 0)) / max(row["span"], 1e-9)
         row["reduction"] = row.get("grad read", 0) + row.get("host: sum buckets", 0) + row.get("grad write", 0)
+        row["last"] = sums_last[l] / s
         out[names.get(l, "lane %d" % l)] = row
     return out
 
@@ -93,6 +101,7 @@ def main():
     for k in KEYS + ["between steps", "span", "reduction"]:
         print("| %s | %s |" % (k, " | ".join("%.2f" % r.get(k, 0.0) for r in lanes.values())))
     print("| busy (compute / span) | %s |" % " | ".join("%.1f%%" % (100 * r["busy"]) for r in lanes.values()))
+    print("| last to finish backward | %s |" % " | ".join("%.0f%%" % (100 * r["last"]) for r in lanes.values()))
 
 
 if __name__ == "__main__":
