@@ -1127,9 +1127,10 @@ static int model_shares(const clg_dp *dp, const double *a, const double *b, doub
  * CLG_DP_PAYBACK_STEPS steps, the mean time the passes meeting new batch
  * sizes took so far (the first step's sizes are always met: an estimate
  * exists by the first look). On a fresh cache a pass builds kernels and
- * times algorithms (LeNet-5: ~1.5 s, 300 steps of two basic lanes), where
- * two identical lanes differ by at most a few percent of a step; with
- * built kernels and measured algorithms it costs a step or two. */
+ * times algorithms: for LeNet-5 on two basic lanes 1.0-2.4 s, some 300 of
+ * its steps, which a move of two granules between identical lanes never
+ * wins back; a pass that finds kernels built and algorithms measured costs
+ * little, and a really slower device gains far more per step. */
 static int pays_back(const clg_dp *dp, double gain)
 {
     if (dp->prepares <= 0)
