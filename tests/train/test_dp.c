@@ -849,9 +849,10 @@ END_TEST
  * 3): with lane 1 posing as half as fast, the split moves during the
  * calibration after the first warm steps; asked for 1 warm-up step, the
  * benchmark warms up until those moves and the passes meeting their batch
- * sizes are done, so the timed steps (2: before the first look at the
- * settled split, after 8 steps) neither move the split nor meet new
- * per-device batch sizes. Before, both landed in the first timed steps. */
+ * sizes are done, so the timed steps neither move the split nor meet new
+ * per-device batch sizes. Before, both landed in the first timed steps.
+ * 18 timed steps: two looks at the settled split (every 8 steps), which
+ * keep it there (the timed steps freeze it). */
 START_TEST(bench_warmup_settles)
 {
     if (!two_devices())
@@ -865,7 +866,7 @@ START_TEST(bench_warmup_settles)
     clg_bench_train_params_init(&p);
     p.model = path;
     p.batch = 64;
-    p.steps = 2;
+    p.steps = 18;
     p.warmup = 1;
     p.devices = "all";
     p.seed = tu_seed();
