@@ -10,6 +10,7 @@
 #include "parallel/fail.h"
 #include "parallel/hybrid.h"
 #include "parallel/pipe.h"
+#include "parallel/pipe_wdefer.h"
 #include "parallel/pipe_zero.h"
 #include "parallel/pptp.h"
 #include "parallel/tensor.h"
@@ -692,6 +693,7 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
     p->D = D * T;
     p->L = D * T * K;
     p->recompute = pp->recompute != 0;
+    p->wdefer = pp->wdefer ? pp->wdefer > 0 : ctx->opts.pipe_wdefer == 2; /* auto,0,1: auto off */
     p->M = M;
     p->schedule = pp->schedule;
     p->fp16 = net->fp16 != 0;
@@ -713,6 +715,8 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
         p->st[l].dev->pool.total_peak = p->st[l].dev->pool.stats.bytes_in_use + p->st[l].dev->pool.direct_bytes;
     for (int s = 0; s < p->L && rc == CLG_OK; s++) {
         rc = stage_init(p, &p->st[s], seed);
+        if (rc == CLG_OK)
+            rc = clg_pipe_wdefer_init(p, &p->st[s]);
         if (rc != CLG_OK && p->st[s].dev->err.msg[0])
             rc = clg_err_set(&ctx->err, rc, "pipeline stage %d on device %d (%s): %s", s, p->st[s].dev->index,
                              p->st[s].dev->info.name, p->st[s].dev->err.msg);
@@ -776,6 +780,7 @@ void clg_pipe_free(clg_pipe *p)
             clg_buf_release(st->dev, st->state_save[i]);
         clg_optim_free(st->opt); /* before its replica */
         st->opt = NULL;
+        clg_pipe_wdefer_free(st);
         for (int k = 0; k < st->nreps && st->reps; k++) {
             clg_replica_free(st->reps[k]);
             free(st->state ? st->state[k] : NULL);
@@ -1220,8 +1225,10 @@ static clg_status stage_backward(clg_pipe *p, clg_pipe_stage *st, int m, int fir
     if (rc == CLG_OK)
         rc = receive_grads(p, st, r, m, written);
     st->cur_n = n;
+    clg_pipe_wdefer_arm(p, st, r, m, 1);
     if (rc == CLG_OK)
         rc = clg_replica_backward_range(r, n, written);
+    clg_pipe_wdefer_arm(p, st, r, m, 0);
     CLG_TRY(rc);
     /* the entering activations' gradients go back before the accumulation: the other stage waits on them */
     for (int q = 0; q < p->nedges; q++) {
@@ -1234,13 +1241,8 @@ static clg_status stage_backward(clg_pipe *p, clg_pipe_stage *st, int m, int fir
         post_ready(p, &e->ready_b[m]);
         trace_span(p, st->index, "send gradient", m, t0);
     }
-    if (r->arena_bytes) { /* accumulate */
-        if (first_bwd)
-            CLG_CL_CHECK(err, clEnqueueCopyBuffer(st->dev->queue, r->garena, st->gacc, 0, 0, r->arena_bytes, 0, NULL,
-                                                  NULL));
-        else
-            CLG_TRY(clg_nn_add_acc(st->dev, r->arena_bytes / sizeof(float), r->garena, 0, st->gacc, 0));
-    }
+    if (r->arena_bytes) /* accumulate (without the deferred weight gradients) */
+        CLG_TRY(clg_pipe_wdefer_acc(st, r, first_bwd));
     st->slot_of[m] = -1;
     st->inflight--;
     return CLG_OK;
@@ -1382,6 +1384,11 @@ static clg_status stage_schedule(clg_pipe *p, clg_pipe_stage *st)
         else
             CLG_TRY(stage_forward(p, st, m));
         trace_span(p, st->index, bwd ? "backward" : "forward", m, t0);
+    }
+    if (st->nwd) { /* the deferred weight gradients over the step's samples */
+        double t0 = clg_now_sec();
+        CLG_TRY(clg_pipe_wdefer_finish(p, st));
+        trace_span(p, st->index, "weight gradients", p->nm, t0);
     }
     CLG_TRY(state_copy(st, st->state_rep, 0)); /* the latest running statistics into reps[0] */
     st->state_rep = 0;

@@ -1,0 +1,128 @@
+/* Deferred weight gradients in a pipeline stage: see pipe_wdefer.h. */
+#include "parallel/pipe_wdefer.h"
+
+#include <stdlib.h>
+
+#include "model/layers.h"
+#include "ops/nn.h"
+
+static int by_off(const void *a, const void *b)
+{
+    size_t x = ((const clg_pipe_wd *)a)->woff, y = ((const clg_pipe_wd *)b)->woff;
+    return x < y ? -1 : x > y;
+}
+
+/* The arena ranges outside the deferred weights: [acc_lo[i], acc_hi[i]) floats. */
+static clg_status acc_ranges(clg_err *err, clg_pipe_stage *st)
+{
+    size_t total = st->rep->arena_bytes / sizeof(float), at = 0;
+    st->acc_lo = malloc(sizeof(size_t) * (size_t)(st->nwd + 1));
+    st->acc_hi = malloc(sizeof(size_t) * (size_t)(st->nwd + 1));
+    if (!st->acc_lo || !st->acc_hi)
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    qsort(st->wd, (size_t)st->nwd, sizeof *st->wd, by_off);
+    st->nacc = 0;
+    for (int i = 0; i <= st->nwd; i++) {
+        size_t end = i < st->nwd ? st->wd[i].woff : total;
+        if (end > at) {
+            st->acc_lo[st->nacc] = at;
+            st->acc_hi[st->nacc++] = end;
+        }
+        if (i < st->nwd)
+            at = st->wd[i].woff + st->wd[i].wn;
+    }
+    return CLG_OK;
+}
+
+/* The arena offset (floats) of layer i's weight gradient in r; 0 with *found 0 when absent. */
+static size_t weight_off(const clg_replica *r, const clg_param_ref *refs, int n, int i, int *found)
+{
+    *found = 0;
+    for (int k = 0; k < n; k++)
+        if (refs[k].layer->index == i && refs[k].param == &r->layers[i].params[0]) {
+            *found = 1;
+            return r->arena_off[k] / sizeof(float);
+        }
+    return 0;
+}
+
+clg_status clg_pipe_wdefer_init(clg_pipe *p, clg_pipe_stage *st)
+{
+    clg_err *err = &p->ctx->err;
+    clg_replica *r = st->rep;
+    st->nwd = 0;
+    if (!r->arena_bytes)
+        return CLG_OK;
+    if (!p->wdefer || p->fp16 || p->T > 1)
+        return acc_ranges(err, st);
+    clg_param_ref *refs = NULL;
+    int n = 0;
+    CLG_TRY(clg_replica_params(r, 1, &refs, &n));
+    st->wd = calloc((size_t)(st->last - st->first + 1), sizeof *st->wd);
+    clg_status rc = st->wd ? CLG_OK : clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    size_t rows = (size_t)p->mb * (size_t)p->M; /* a replica's samples at most */
+    for (int i = st->first; i <= st->last && rc == CLG_OK; i++) {
+        clg_pipe_wd w = {.layer = i};
+        int found = 0;
+        if (!clg_dense_dims(&r->layers[i], &w.per, &w.in, &w.units) || r->layers[i].fused_into)
+            continue;
+        w.woff = weight_off(r, refs, n, i, &found);
+        w.wn = (size_t)w.in * (size_t)w.units;
+        if (!found)
+            continue;
+        rc = clg_buf_alloc(st->dev, rows * (size_t)w.per * (size_t)w.in * sizeof(float), &w.x);
+        if (rc == CLG_OK)
+            rc = clg_buf_alloc(st->dev, rows * (size_t)w.per * (size_t)w.units * sizeof(float), &w.dz);
+        st->wd[st->nwd++] = w;
+    }
+    free(refs);
+    return rc == CLG_OK ? acc_ranges(err, st) : rc;
+}
+
+void clg_pipe_wdefer_free(clg_pipe_stage *st)
+{
+    for (int i = 0; i < st->nwd; i++) {
+        clg_buf_release(st->dev, st->wd[i].x);
+        clg_buf_release(st->dev, st->wd[i].dz);
+    }
+    free(st->wd);
+    free(st->acc_lo);
+    free(st->acc_hi);
+    st->wd = NULL;
+    st->acc_lo = st->acc_hi = NULL;
+    st->nwd = st->nacc = 0;
+}
+
+void clg_pipe_wdefer_arm(const clg_pipe *p, clg_pipe_stage *st, clg_replica *r, int m, int on)
+{
+    size_t row = (size_t)(p->off[st->d][m] - p->off[st->d][0]);
+    for (int i = 0; i < st->nwd; i++) {
+        const clg_pipe_wd *w = &st->wd[i];
+        clg_dense_defer(&r->layers[w->layer], on ? w->x : NULL, w->dz, row * (size_t)w->per);
+    }
+}
+
+clg_status clg_pipe_wdefer_acc(clg_pipe_stage *st, clg_replica *r, int first)
+{
+    clg_err *err = clg_dev_err(st->dev);
+    for (int i = 0; i < st->nacc; i++) {
+        size_t lo = st->acc_lo[i], n = st->acc_hi[i] - lo;
+        if (first)
+            CLG_CL_CHECK(err, clEnqueueCopyBuffer(st->dev->queue, r->garena, st->gacc, lo * sizeof(float),
+                                                  lo * sizeof(float), n * sizeof(float), 0, NULL, NULL));
+        else
+            CLG_TRY(clg_nn_add_acc(st->dev, n, r->garena, lo, st->gacc, lo));
+    }
+    return CLG_OK;
+}
+
+clg_status clg_pipe_wdefer_finish(const clg_pipe *p, clg_pipe_stage *st)
+{
+    int rows = p->rcnt[st->d];
+    for (int i = 0; i < st->nwd; i++) {
+        clg_pipe_wd *w = &st->wd[i];
+        CLG_TRY(clg_dense_wgrad(&st->rep->layers[w->layer], st->dev, rows * w->per, w->dz, 0, w->x, 0, st->gacc,
+                                w->woff));
+    }
+    return CLG_OK;
+}
