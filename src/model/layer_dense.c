@@ -248,9 +248,10 @@ static clg_status dense_act_backward(clg_layer *l, clg_device *dev, int n, int f
                                out->mem, out->off, dout->mem, dout->off, tmp, 0);
 }
 
-/* dW = dz^T x over n GEMM rows into C (offC floats); the product's kernel chosen by its size as backward does. */
+/* dW = dz^T x (+ C with acc) over n GEMM rows into C (offC floats); the product's kernel chosen by its size as
+ * backward does. */
 clg_status clg_dense_wgrad(clg_layer *l, clg_device *dev, int n, cl_mem dz, size_t odz, cl_mem x, size_t ox, cl_mem C,
-                           size_t offC)
+                           size_t offC, int acc)
 {
     dense_priv *p = l->priv;
     int small = (double)n * p->units * p->in_features <= DENSE_DOT_MAX;
@@ -269,6 +270,7 @@ clg_status clg_dense_wgrad(clg_layer *l, clg_device *dev, int n, cl_mem dz, size
     g.C = C;
     g.offC = offC;
     g.ldc = p->in_features;
+    g.beta = acc ? 1.0f : 0.0f; /* C + the product: rounded as an addition of the product to C */
     /* a long batch (K) with a small output: clg_gemm's split-K where it would
      * take it (GPUs; gemm_rows would run few work-items over the whole batch) */
     int rows = small && !clg_gemm_splitk_wanted(dev, &g);
@@ -329,7 +331,7 @@ static clg_status dense_backward(clg_layer *l, clg_device *dev, const clg_tensor
     if (p->keep_x) /* the weight gradient deferred: its operands kept */
         st = dense_keep(l, dev, n, in, dz, odz);
     else
-        st = clg_dense_wgrad(l, dev, n, dz, odz, in[0].mem, in[0].off, dense_weight(l)->grad, 0);
+        st = clg_dense_wgrad(l, dev, n, dz, odz, in[0].mem, in[0].off, dense_weight(l)->grad, 0, 0);
     if (st == CLG_OK && p->bias && !fused)
         st = clg_nn_colsum(dev, (size_t)n, (size_t)p->units, dz, odz, l->params[p->bi].grad, 0);
     if (st == CLG_OK && din[0].mem) {

@@ -87,9 +87,10 @@ CLG_INTERNAL int clg_dense_dims(const clg_layer *l, int *per, int *in, int *unit
  * the weight product takes (dz: after the activation's derivative) into x (rows x in features) and dz (rows x
  * units) from GEMM row `row` on, for clg_dense_wgrad later; x NULL: the weight gradient computed in backward. */
 CLG_INTERNAL void clg_dense_defer(clg_layer *l, cl_mem x, cl_mem dz, size_t row);
-/* dW = dz^T x over n GEMM rows into C from float offC (the kernel chosen by the product's size, as backward). */
+/* dW = dz^T x over n GEMM rows into C from float offC (the kernel chosen by the product's size, as backward);
+ * acc: added to C (each element C + the product, rounded once: as adding a gradient computed apart). */
 CLG_INTERNAL clg_status clg_dense_wgrad(clg_layer *l, clg_device *dev, int n, cl_mem dz, size_t odz, cl_mem x,
-                                        size_t ox, cl_mem C, size_t offC);
+                                        size_t ox, cl_mem C, size_t offC, int acc);
 
 /* ---- the fusion pass (src/model/fuse.c) ---- */
 /* l is a [batchnorm] that can take a fused epilogue (not synchronized). */

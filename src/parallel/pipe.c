@@ -128,12 +128,13 @@ static clg_status cuts_by_name(clg_err *err, const clg_net *net, const char *nam
 /* Per-layer cost by measurement: a whole-network replica at the micro-batch
  * size on dev, one step to compile and warm, then wall ms of each layer's
  * forward + backward (each finished before the next) over two steps. 0 when
- * it cannot be measured (the caller falls back to FLOPs). */
-static int measure_costs(clg_net *net, clg_device *dev, uint64_t seed, int mb, double *cost)
+ * it cannot be measured (the caller falls back to FLOPs). wdefer: dense
+ * weight gradients deferred (pipe_wdefer.h), not counted. */
+static int measure_costs(clg_net *net, clg_device *dev, uint64_t seed, int mb, int wdefer, double *cost)
 {
     clg_err saved = dev->err;
     clg_replica *r = NULL;
-    cl_mem x = NULL, y = NULL;
+    cl_mem x = NULL, y = NULL, *keep = NULL;
     int L = net->nlayers, kprof = dev->kprof, ok = 0;
     size_t sample = (size_t)net->in_c * net->in_h * net->in_w;
     if (net->fp16 || clg_replica_create_range(net, dev, seed, 0, L - 1, mb, &r) != CLG_OK)
@@ -144,6 +145,8 @@ static int measure_costs(clg_net *net, clg_device *dev, uint64_t seed, int mb, d
         goto out;
     clg_replica_set_input(r, x, 0);
     clg_replica_set_labels(r, y, 0, 1.0f / (float)mb);
+    if (wdefer && clg_pipe_wdefer_measure(r, mb, &keep) != CLG_OK)
+        goto out;
     if (clg_replica_forward(r, mb, 1) != CLG_OK || clg_replica_backward(r, mb) != CLG_OK || clFinish(dev->queue))
         goto out;
     r->prof_fwd = calloc((size_t)L, sizeof(double));
@@ -172,6 +175,8 @@ out:
     dev->kprof = kprof;
     clg_buf_release(dev, x);
     clg_buf_release(dev, y);
+    if (r)
+        clg_pipe_wdefer_unmeasure(r, keep);
     clg_replica_free(r);
     if (!ok)
         dev->err = saved; /* not a failure of the run: FLOPs decide */
@@ -651,7 +656,10 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
         return clg_err_set(&ctx->err, CLG_ERR_HOST_OOM, "out of memory creating the pipeline");
     }
     /* per-layer cost: measured at the micro-batch size on the first device, else FLOPs */
-    p->measured = !(pp->cuts && *pp->cuts) && K > 1 && measure_costs(net, &ctx->devs[devs[0]], seed, mb, p->cost);
+    /* option auto,0,1,step -> 0, 0, 1, 2 */
+    int wdefer = pp->wdefer ? CLG_MAX(pp->wdefer, 0) : ctx->opts.pipe_wdefer >= 2 ? (int)ctx->opts.pipe_wdefer - 1 : 0;
+    p->measured = !(pp->cuts && *pp->cuts) && K > 1 &&
+                  measure_costs(net, &ctx->devs[devs[0]], seed, mb, wdefer && T == 1, p->cost);
     clg_status rc = CLG_OK;
     if (!(pp->cuts && *pp->cuts) && K > 1)
         rc = costs_agree(&ctx->err, net, p);
@@ -693,7 +701,7 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
     p->D = D * T;
     p->L = D * T * K;
     p->recompute = pp->recompute != 0;
-    p->wdefer = pp->wdefer ? pp->wdefer > 0 : ctx->opts.pipe_wdefer == 2; /* auto,0,1: auto off */
+    p->wdefer = wdefer;
     p->M = M;
     p->schedule = pp->schedule;
     p->fp16 = net->fp16 != 0;

@@ -118,11 +118,46 @@ clg_status clg_pipe_wdefer_acc(clg_pipe_stage *st, clg_replica *r, int first)
 
 clg_status clg_pipe_wdefer_finish(const clg_pipe *p, clg_pipe_stage *st)
 {
-    int rows = p->rcnt[st->d];
+    int d = st->d;
     for (int i = 0; i < st->nwd; i++) {
         clg_pipe_wd *w = &st->wd[i];
-        CLG_TRY(clg_dense_wgrad(&st->rep->layers[w->layer], st->dev, rows * w->per, w->dz, 0, w->x, 0, st->gacc,
-                                w->woff));
+        clg_layer *l = &st->rep->layers[w->layer];
+        if (p->wdefer == 2) { /* one product over the replica's samples */
+            CLG_TRY(clg_dense_wgrad(l, st->dev, p->rcnt[d] * w->per, w->dz, 0, w->x, 0, st->gacc, w->woff, 0));
+            continue;
+        }
+        for (int m = 0; m < p->nm; m++) { /* per micro-batch, added in order: the accumulated bits */
+            size_t row = (size_t)(p->off[d][m] - p->off[d][0]) * (size_t)w->per;
+            CLG_TRY(clg_dense_wgrad(l, st->dev, p->cnt[d][m] * w->per, w->dz, row * (size_t)w->units, w->x,
+                                    row * (size_t)w->in, st->gacc, w->woff, m > 0));
+        }
     }
     return CLG_OK;
+}
+
+clg_status clg_pipe_wdefer_measure(clg_replica *r, int mb, cl_mem **keep)
+{
+    if (!(*keep = calloc((size_t)r->nlayers * 2, sizeof(cl_mem))))
+        return clg_err_set(clg_dev_err(r->dev), CLG_ERR_HOST_OOM, "out of memory");
+    for (int i = r->first; i <= r->last; i++) {
+        int per, in, units;
+        if (!clg_dense_dims(&r->layers[i], &per, &in, &units) || r->layers[i].fused_into)
+            continue;
+        size_t rows = (size_t)mb * (size_t)per;
+        CLG_TRY(clg_buf_alloc(r->dev, rows * (size_t)in * sizeof(float), &(*keep)[2 * i]));
+        CLG_TRY(clg_buf_alloc(r->dev, rows * (size_t)units * sizeof(float), &(*keep)[2 * i + 1]));
+        clg_dense_defer(&r->layers[i], (*keep)[2 * i], (*keep)[2 * i + 1], 0);
+    }
+    return CLG_OK;
+}
+
+void clg_pipe_wdefer_unmeasure(clg_replica *r, cl_mem *keep)
+{
+    for (int i = 0; keep && i < r->nlayers; i++) {
+        if (keep[2 * i])
+            clg_dense_defer(&r->layers[i], NULL, NULL, 0);
+        clg_buf_release(r->dev, keep[2 * i]);
+        clg_buf_release(r->dev, keep[2 * i + 1]);
+    }
+    free(keep);
 }

@@ -8,10 +8,13 @@
  * (one GEMM with K = the replica's batch instead of M with K = a
  * micro-batch) straight into the accumulated gradient, while the stages
  * before it still run their last backwards. The per-micro-batch
- * accumulation then adds only the rest of the parameter arena. The weight
- * gradient sums the samples in the GEMM's order, not micro-batch by
- * micro-batch: equal to the accumulated one within rounding. Not with fp16
- * storage or tensor parallelism (those stages compute W as before). */
+ * accumulation then adds only the rest of the parameter arena. wdefer 1: the
+ * weight products per micro-batch, each added to the sum in micro-batch
+ * order by the GEMM's epilogue (C + product, rounded once, as the
+ * accumulation adds a micro-batch's gradient: the same bits); 2: one product
+ * over the replica's samples (K = its batch; the samples summed in the
+ * GEMM's order: equal within rounding). Not with fp16 storage or tensor
+ * parallelism (those stages compute W as before). */
 #ifndef CLG_PARALLEL_PIPE_WDEFER_H
 #define CLG_PARALLEL_PIPE_WDEFER_H
 
@@ -36,5 +39,12 @@ CLG_INTERNAL void clg_pipe_wdefer_arm(const clg_pipe *p, clg_pipe_stage *st, clg
 CLG_INTERNAL clg_status clg_pipe_wdefer_acc(clg_pipe_stage *st, clg_replica *r, int first);
 /* After the schedule: each deferred weight gradient over the replica's samples into st->gacc. */
 CLG_INTERNAL clg_status clg_pipe_wdefer_finish(const clg_pipe *p, clg_pipe_stage *st);
+
+/* The per-layer cost measurement of a pipeline with deferral (pipe.c): r's untied dense layers keep their
+ * operands in scratch buffers of mb rows (*keep: two per layer, owned), so their measured backward leaves out the
+ * weight product a stage computes once per step, at the end of its schedule, where the stages before it still
+ * run their last backwards (the bubble). clg_pipe_wdefer_unmeasure releases them (keep may be NULL). */
+CLG_INTERNAL clg_status clg_pipe_wdefer_measure(clg_replica *r, int mb, cl_mem **keep);
+CLG_INTERNAL void clg_pipe_wdefer_unmeasure(clg_replica *r, cl_mem *keep);
 
 #endif

@@ -575,13 +575,14 @@ START_TEST(four_stages)
 }
 END_TEST
 
-/* Deferred weight gradients (clg_pipe_params.wdefer): each dense layer's weight gradient computed once per step
- * over the stage's samples instead of per micro-batch and accumulated. LeNet-5 (fc1, fc2, fc3) cut after fc1 (a
- * deferred layer on each stage), on fresh random data, against one device accumulating the same micro-batches
- * without deferral: the weight gradient sums the step's samples in the GEMM's order instead of micro-batch sums
- * added in order (measured ~1e-7 relative per step), so STEPS_PLAIN steps within TOL (a lost or doubled
- * micro-batch's rows, an arena range left out of the accumulation, NaN from the poisoned buffers are >= 1e-2 off
- * or not finite). Both schedules; GPipe also re-running forwards (recompute); one device deferring too. */
+/* Deferred weight gradients (clg_pipe_params.wdefer): each dense layer's weight gradient computed after the
+ * stage's schedule from operands kept per micro-batch, the rest of the arena accumulated per micro-batch. LeNet-5
+ * (fc1, fc2, fc3) on fresh random data against one device accumulating the same micro-batches without deferral,
+ * STEPS_PLAIN steps. wdefer 1 (products per micro-batch added in order by the GEMM epilogue) must give the same
+ * bits (cut after fc1: a deferred layer on each stage; a difference means a wrong row, range or order); wdefer 2
+ * (one product over the step's samples: another summation order, measured ~1e-7) within TOL. A lost or doubled
+ * micro-batch's rows or an arena range left out of the accumulation is >= 1e-2 off, and the poisoned buffers
+ * (NaN) make any unwritten row show. Both schedules; GPipe with re-run forwards; one device deferring too. */
 START_TEST(deferred_wgrad)
 {
     if (!two_devices())
@@ -592,21 +593,24 @@ START_TEST(deferred_wgrad)
     weights acc = {0};
     run_pipe(text, STEPS_PLAIN, 1, 4, CLG_PIPE_1F1B, NULL, &acc, NULL);
     ck_assert_int_eq(g_nwd, 0);
-    static const struct { int K, sch, recompute; const char *cuts, *what; } c[3] = {
-        {2, CLG_PIPE_1F1B, 0, "fc1", "lenet5 pp=2 M=4 1f1b, cut after fc1"},
-        {2, CLG_PIPE_GPIPE, 1, "pool2", "lenet5 pp=2 M=4 gpipe recompute, cut after pool2"},
-        {1, CLG_PIPE_1F1B, 0, NULL, "lenet5 pp=1 M=4"},
+    static const struct { int K, sch, recompute, wdefer; const char *cuts, *what; } c[4] = {
+        {2, CLG_PIPE_1F1B, 0, 1, "fc1", "lenet5 pp=2 M=4 1f1b, cut after fc1, wdefer 1"},
+        {2, CLG_PIPE_GPIPE, 1, 1, NULL, "lenet5 pp=2 M=4 gpipe recompute, measured partition, wdefer 1"},
+        {2, CLG_PIPE_1F1B, 0, 2, "fc1", "lenet5 pp=2 M=4 1f1b, cut after fc1, wdefer 2 (one product)"},
+        {1, CLG_PIPE_1F1B, 0, 2, NULL, "lenet5 pp=1 M=4, wdefer 2"},
     };
-    g_wdefer = 1;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         weights w = {0};
         char what[192];
-        snprintf(what, sizeof what, "%s, weight gradients deferred, vs one device accumulating, %d steps", c[k].what,
-                 STEPS_PLAIN);
+        snprintf(what, sizeof what, "%s vs one device accumulating, %d steps", c[k].what, STEPS_PLAIN);
         g_recompute = c[k].recompute;
+        g_wdefer = c[k].wdefer;
         run_pipe(text, STEPS_PLAIN, c[k].K, 4, c[k].sch, c[k].cuts, &w, NULL);
         ck_assert_int_eq(g_nwd, 3);
         compare(&w, &acc, what);
+        for (int i = 0; i < w.n && c[k].wdefer == 1; i++)
+            ck_assert_msg(memcmp(w.v[i], acc.v[i], w.numel[i] * sizeof(float)) == 0, "%s: tensor %d differs", what,
+                          i);
         weights_free(&w);
     }
     g_wdefer = -1;
