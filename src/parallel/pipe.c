@@ -656,10 +656,9 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
         return clg_err_set(&ctx->err, CLG_ERR_HOST_OOM, "out of memory creating the pipeline");
     }
     /* per-layer cost: measured at the micro-batch size on the first device, else FLOPs */
-    /* option auto,0,1,step -> 0, 0, 1, 2 */
-    int wdefer = pp->wdefer ? CLG_MAX(pp->wdefer, 0) : ctx->opts.pipe_wdefer >= 2 ? (int)ctx->opts.pipe_wdefer - 1 : 0;
-    p->measured = !(pp->cuts && *pp->cuts) && K > 1 &&
-                  measure_costs(net, &ctx->devs[devs[0]], seed, mb, wdefer && T == 1, p->cost);
+    int wdefer = clg_pipe_wdefer_mode(ctx, pp, T);
+    p->measured = !(pp->cuts && *pp->cuts) && K > 1 && measure_costs(net, &ctx->devs[devs[0]], seed, mb, wdefer,
+                                                                      p->cost);
     clg_status rc = CLG_OK;
     if (!(pp->cuts && *pp->cuts) && K > 1)
         rc = costs_agree(&ctx->err, net, p);

@@ -6,6 +6,15 @@
 #include "model/layers.h"
 #include "ops/nn.h"
 
+int clg_pipe_wdefer_mode(const clg_ctx *ctx, const clg_pipe_params *pp, int T)
+{
+    if (T > 1)
+        return 0;
+    if (pp->wdefer)
+        return CLG_MAX(pp->wdefer, 0);
+    return ctx->opts.pipe_wdefer >= 2 ? (int)ctx->opts.pipe_wdefer - 1 : 0; /* auto,0,1,step -> 0, 0, 1, 2 */
+}
+
 static int by_off(const void *a, const void *b)
 {
     size_t x = ((const clg_pipe_wd *)a)->woff, y = ((const clg_pipe_wd *)b)->woff;

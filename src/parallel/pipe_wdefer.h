@@ -28,6 +28,9 @@ typedef struct clg_pipe_wd {
     cl_mem x, dz;        /* the step's input rows and product gradients (rows of the replica's batch) */
 } clg_pipe_wd;
 
+/* The mode (0 off, 1 per micro-batch, 2 one product) of pipeline params pp with T tensor lanes: pp->wdefer, or
+ * where that is 0 the option pipe_wdefer; 0 with T > 1. */
+CLG_INTERNAL int clg_pipe_wdefer_mode(const clg_ctx *ctx, const clg_pipe_params *pp, int T);
 /* Stage st's deferred layers (none unless p->wdefer, fp32, no tensor parallelism) and the arena ranges the
  * micro-batches accumulate; after stage_init. */
 CLG_INTERNAL clg_status clg_pipe_wdefer_init(clg_pipe *p, clg_pipe_stage *st);
