@@ -541,6 +541,15 @@ START_TEST(four_stages)
     run_pipe(text, STEPS_PLAIN, 1, 2, CLG_PIPE_1F1B, NULL, &ref, NULL);
     run_pipe(text, STEPS_PLAIN, 2, 2, CLG_PIPE_1F1B, "b1_conv2", &hyb, NULL);
     compare(&hyb, &ref, "resnet-mini dp=2 x pp=2 M=2 1f1b vs dp=2 x pp=1");
+    weights hwd = {0}; /* deferred dense weight gradients per replica (its rows of the batch): the same bits */
+    g_wdefer = 1;
+    run_pipe(text, STEPS_PLAIN, 2, 2, CLG_PIPE_1F1B, "b1_conv2", &hwd, NULL);
+    g_wdefer = -1;
+    ck_assert_int_gt(g_nwd, 0);
+    compare(&hwd, &hyb, "resnet-mini dp=2 x pp=2 M=2 1f1b, weight gradients deferred, vs not deferred");
+    for (int i = 0; i < hwd.n; i++)
+        ck_assert_msg(memcmp(hwd.v[i], hyb.v[i], hwd.numel[i] * sizeof(float)) == 0, "deferred: tensor %d differs", i);
+    weights_free(&hwd);
     g_trainable_only = 1;
     run_pipe(text, 1, 2, 2, CLG_PIPE_GPIPE, "b1_conv2", &hyb1, NULL);
     g_replicas = 1;
