@@ -871,6 +871,7 @@ void clg_pipe_print(const clg_pipe *p, FILE *f)
         if (p->edges[e].from < p->K) /* replica 0's (the others' are the same) */
             fprintf(f, "  carried: %s (stage %d -> %d, %zu floats per sample)\n",
                     p->net->proto[p->edges[e].tensor].name, p->edges[e].from, p->edges[e].to, p->edges[e].fps);
+    clg_pipe_wdefer_print(p, f);
 }
 
 void clg_pipe_memory(const clg_pipe *p, int s, clg_dp_mem *out)

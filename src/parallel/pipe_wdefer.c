@@ -83,9 +83,26 @@ clg_status clg_pipe_wdefer_init(clg_pipe *p, clg_pipe_stage *st)
         if (rc == CLG_OK)
             rc = clg_buf_alloc(st->dev, rows * (size_t)w.per * (size_t)w.units * sizeof(float), &w.dz);
         st->wd[st->nwd++] = w;
+        st->mib += (double)rows * w.per * (w.in + w.units) * sizeof(float) / 1048576.0; /* the table's plan */
     }
     free(refs);
     return rc == CLG_OK ? acc_ranges(err, st) : rc;
+}
+
+void clg_pipe_wdefer_print(const clg_pipe *p, FILE *f)
+{
+    size_t rows = (size_t)p->mb * (size_t)p->M;
+    for (int s = 0; s < p->K; s++) {
+        const clg_pipe_stage *st = &p->st[s];
+        if (!st->nwd)
+            continue;
+        fprintf(f, "  weight gradients after the schedule on stage %d (%s):", s,
+                p->wdefer == 2 ? "one product per step" : "a product per micro-batch");
+        for (int i = 0; i < st->nwd; i++)
+            fprintf(f, " %s (%.2f MiB)", p->net->proto[st->wd[i].layer].name,
+                    (double)rows * st->wd[i].per * (st->wd[i].in + st->wd[i].units) * sizeof(float) / 1048576.0);
+        fprintf(f, "\n");
+    }
 }
 
 void clg_pipe_wdefer_free(clg_pipe_stage *st)

@@ -18,6 +18,8 @@
 #ifndef CLG_PARALLEL_PIPE_WDEFER_H
 #define CLG_PARALLEL_PIPE_WDEFER_H
 
+#include <stdio.h>
+
 #include "parallel/pipe.h"
 
 typedef struct clg_pipe_wd {
@@ -43,6 +45,9 @@ CLG_INTERNAL clg_status clg_pipe_wdefer_acc(clg_pipe_stage *st, clg_replica *r, 
 /* After the schedule: each deferred weight gradient over the replica's samples into st->gacc. */
 CLG_INTERNAL clg_status clg_pipe_wdefer_finish(const clg_pipe *p, clg_pipe_stage *st);
 
+/* The partition table's lines (clg_pipe_print): per stage of replica 0 its deferred layers and their buffers' MiB
+ * (nothing when none). */
+CLG_INTERNAL void clg_pipe_wdefer_print(const clg_pipe *p, FILE *f);
 /* The per-layer cost measurement of a pipeline with deferral (pipe.c): r's untied dense layers keep their
  * operands in scratch buffers of mb rows (*keep: two per layer, owned), so their measured backward leaves out the
  * weight product a stage computes once per step, at the end of its schedule, where the stages before it still
