@@ -591,7 +591,8 @@ END_TEST
  * bits (cut after fc1: a deferred layer on each stage; a difference means a wrong row, range or order); wdefer 2
  * (one product over the step's samples: another summation order, measured ~1e-7) within TOL. A lost or doubled
  * micro-batch's rows or an arena range left out of the accumulation is >= 1e-2 off, and the poisoned buffers
- * (NaN) make any unwritten row show. Both schedules; GPipe with re-run forwards; one device deferring too. */
+ * (NaN) make any unwritten row show. Both schedules; GPipe with re-run forwards; one device deferring too;
+ * micro-batches of unequal size. */
 START_TEST(deferred_wgrad)
 {
     if (!two_devices())
@@ -622,8 +623,19 @@ START_TEST(deferred_wgrad)
                           i);
         weights_free(&w);
     }
+    /* micro-batches of unequal size (16 samples in 3: rows 0, 6, 11) */
+    weights acc3 = {0}, w3 = {0};
     g_wdefer = -1;
     g_recompute = 0;
+    run_pipe(text, STEPS_PLAIN, 1, 3, CLG_PIPE_1F1B, NULL, &acc3, NULL);
+    g_wdefer = 1;
+    run_pipe(text, STEPS_PLAIN, 2, 3, CLG_PIPE_1F1B, "fc1", &w3, NULL);
+    compare(&w3, &acc3, "lenet5 pp=2 M=3 (6, 5, 5 samples) 1f1b, wdefer 1, vs one device accumulating");
+    for (int i = 0; i < w3.n; i++)
+        ck_assert_msg(memcmp(w3.v[i], acc3.v[i], w3.numel[i] * sizeof(float)) == 0, "M=3: tensor %d differs", i);
+    weights_free(&acc3);
+    weights_free(&w3);
+    g_wdefer = -1;
     g_data = 99;
     weights_free(&acc);
     free(text);
