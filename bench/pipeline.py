@@ -13,12 +13,14 @@ and the end).
 
   /usr/bin/python3 bench/pipeline.py --clgrad build/tools/clgrad [--model models/vgg-s.cfg] [--batch 256]
       [--microbatches 8] [--schedule 1f1b] [--repeat 3] [--steps 5] [--against OLD/tools/clgrad]
-      [--cuts conv3] [--also-cuts conv3]
+      [--cuts conv3] [--also-cuts conv3] [--also-set pipe_wdefer=1]
 
 --cuts conv3:0.4 cuts inside conv3 (after 40% of its output channels); the default
 partition cuts inside a layer by itself when no layer boundary balances the stages.
 --also-cuts CUTS adds the pipeline with those cuts as a third side (e.g. the best
-cut between layers against the default one inside a layer).
+cut between layers against the default one inside a layer). --also-set OPT=V
+(repeatable) adds the pipeline with `clgrad --set OPT=V` as one more side each
+(e.g. pipe_wdefer=1: dense weight gradients once per step).
 
 --against adds the same pipeline run by another build (a copy of an older
 build tree), alternating with this one, to compare changes to the pipeline
@@ -67,6 +69,8 @@ def main():
     ap.add_argument("--against", help="another build's clgrad: its pipeline runs too, alternating")
     ap.add_argument("--cuts", help="fixed cuts (clgrad --stages NAMES; default: the measured partition)")
     ap.add_argument("--also-cuts", help="a third side: the pipeline with these cuts")
+    ap.add_argument("--also-set", action="append", default=[], metavar="OPT=V",
+                    help="one more side per item: the pipeline with clgrad --set OPT=V (e.g. pipe_wdefer=1)")
     a = ap.parse_args()
     K, M = a.stages, a.microbatches
     pipe = ["--devices", "all", "--parallel", "pp=%d" % K, "--microbatches", str(M), "--pipe-schedule", a.schedule]
@@ -78,6 +82,8 @@ def main():
     if a.also_cuts:
         alt = [x for x in pipe if x not in ("--stages", a.cuts)] + ["--stages", a.also_cuts]
         cases.append((pname + ", --stages " + a.also_cuts, " ".join(["basic"] * K), alt, None))
+    for opt in a.also_set:
+        cases.append((pname + ", --set " + opt, " ".join(["basic"] * K), pipe + ["--set", opt], None))
     if a.against:
         cases.append((pname + ", --against build", " ".join(["basic"] * K), pipe, a.against))
     # warm the program and conv-algorithm caches at both batch sizes, one device at a time

@@ -15,6 +15,15 @@ loaded machine better than throughput), and how often the lane was the last
 to finish its backward (it sums the last bucket, the others wait for it): near
 1/lanes each when the lanes only jitter, near 1 for one lane when it is
 slower every step. summarize() serves dp_scaling.py.
+
+A pipeline's trace (--parallel pp=K: a row per stage, spans "forward M",
+"backward M", "re-run forward M", "weight gradients", "wait activation M",
+"wait gradient M", "send activation M", "send gradient M") gets a table of
+its own: per stage ms per step of each kind, the span and the busy share
+(forward, backward and weight gradients less the waits, over the span: a
+forward's span holds its wait for the activation and its sends, a
+backward's its wait for the gradient, re-run forward and sends; the sends
+include the clFinish that runs a `basic` device's kernels).
 """
 import argparse
 import json
@@ -90,11 +99,55 @@ def summarize(path, nsteps=0):
     return out
 
 
+PIPE_KEYS = ["forward", "backward", "re-run forward", "weight gradients", "wait activation", "wait gradient",
+             "send activation", "send gradient"]
+
+
+def summarize_pipeline(path):
+    """{stage name: {key: ms per step}} of a pipeline trace (steps: the stage's "backward 0" spans); {} when the
+    trace has no pipeline rows."""
+    d = json.load(open(path))
+    names = {e["pid"]: e["args"]["name"] for e in d["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "process_name"}
+    tot = defaultdict(lambda: defaultdict(float))
+    steps = defaultdict(int)
+    span = {}
+    for e in d["traceEvents"]:
+        if e["ph"] != "X":
+            continue
+        k = e["name"].rstrip("0123456789").rstrip()
+        if k not in PIPE_KEYS:
+            continue
+        pid = e["pid"]
+        tot[pid][k] += e["dur"] / 1000.0
+        steps[pid] += e["name"] == "backward 0"
+        a, b = span.get(pid, (e["ts"], e["ts"] + e["dur"]))
+        span[pid] = (min(a, e["ts"]), max(b, e["ts"] + e["dur"]))
+    out = {}
+    for pid in sorted(tot):
+        s = max(steps[pid], 1)
+        row = {k: v / s for k, v in tot[pid].items()}
+        row["span"] = (span[pid][1] - span[pid][0]) / 1000.0 / s
+        work = sum(row.get(k, 0) for k in ("forward", "backward", "weight gradients")) - \
+            row.get("wait activation", 0) - row.get("wait gradient", 0)
+        row["busy"] = work / max(row["span"], 1e-9)
+        out[names.get(pid, "stage %d" % pid)] = row
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("trace")
     ap.add_argument("--steps", type=int, default=0, help="steps in the trace (default: counted optimizer spans)")
     a = ap.parse_args()
+    stages = summarize_pipeline(a.trace)
+    if stages:
+        print("| ms per step | " + " | ".join(stages) + " |")
+        print("|---|" + "---:|" * len(stages))
+        for k in PIPE_KEYS + ["span"]:
+            print("| %s | %s |" % (k, " | ".join("%.2f" % r.get(k, 0.0) for r in stages.values())))
+        print("| busy (compute / span) | %s |" % " | ".join("%.1f%%" % (100 * r["busy"]) for r in stages.values()))
+        return
     lanes = summarize(a.trace, a.steps)
     print("| ms per step | " + " | ".join(lanes) + " |")
     print("|---|" + "---:|" * len(lanes))

@@ -43,6 +43,8 @@
       "gradient sum of lanes sharing a cl_context: on the host, on a device, or the faster (overrides the model's)") \
     X(dp_caller_lane, "CLGRAD_DP_CALLER_LANE", BOOL, "1", 0, 1, "", TUNING,                                          \
       "data parallelism: the calling thread drives device lane 0 (0: a host thread of its own for every lane)")      \
+    X(pipe_wdefer, "CLGRAD_PIPE_WDEFER", CHOICE, "auto", 0, 0, "auto,0,1,step", TUNING,                              \
+      "pipeline: dense weight gradients after a stage's schedule (1: per micro-batch; step: one product; auto: 0)")\
     X(allreduce, "CLGRAD_ALLREDUCE", CHOICE, "ring", 0, 0, "ring,mpi", USER,                                         \
       "under mpirun: clgrad's ring all-reduce or MPI_Iallreduce")                                                    \
     X(precompile, "CLGRAD_PRECOMPILE", CHOICE, "auto", 0, 0, "auto,0,1", USER,                                       \

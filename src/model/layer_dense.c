@@ -30,6 +30,8 @@ typedef struct {
     clg_layer *tied; /* that layer in this instance set (link) */
     cl_mem pre; /* gelu: pre-activation kept for backward */
     size_t pre_cap;
+    cl_mem keep_x, keep_dz; /* clg_dense_defer: the weight gradient's operands kept at row keep_row (NULL: none) */
+    size_t keep_row;
 } dense_priv;
 
 /* The section named `name` in cfg (a layer's `name` key, else its default
@@ -246,6 +248,63 @@ static clg_status dense_act_backward(clg_layer *l, clg_device *dev, int n, int f
                                out->mem, out->off, dout->mem, dout->off, tmp, 0);
 }
 
+/* dW = dz^T x (+ C with acc) over n GEMM rows into C (offC floats); the product's kernel chosen by its size as
+ * backward does. */
+clg_status clg_dense_wgrad(clg_layer *l, clg_device *dev, int n, cl_mem dz, size_t odz, cl_mem x, size_t ox, cl_mem C,
+                           size_t offC, int acc)
+{
+    dense_priv *p = l->priv;
+    int small = (double)n * p->units * p->in_features <= DENSE_DOT_MAX;
+    clg_gemm_args g;
+    clg_gemm_args_init(&g);
+    g.ta = 1;
+    g.M = p->units;
+    g.N = p->in_features;
+    g.K = n;
+    g.A = dz;
+    g.offA = odz;
+    g.lda = p->units;
+    g.B = x;
+    g.offB = ox;
+    g.ldb = p->in_features;
+    g.C = C;
+    g.offC = offC;
+    g.ldc = p->in_features;
+    g.beta = acc ? 1.0f : 0.0f; /* C + the product: rounded as an addition of the product to C */
+    /* a long batch (K) with a small output: clg_gemm's split-K where it would
+     * take it (GPUs; gemm_rows would run few work-items over the whole batch) */
+    int rows = small && !clg_gemm_splitk_wanted(dev, &g);
+    return rows ? clg_gemm_rows(dev, &g, NULL) : clg_gemm(dev, &g, NULL);
+}
+
+int clg_dense_dims(const clg_layer *l, int *per, int *in, int *units)
+{
+    if (l->ops != &clg_layer_dense_ops || !l->priv || ((const dense_priv *)l->priv)->tie[0])
+        return 0;
+    const dense_priv *p = l->priv;
+    *per = p->per;
+    *in = p->in_features;
+    *units = p->units;
+    return 1;
+}
+
+void clg_dense_defer(clg_layer *l, cl_mem x, cl_mem dz, size_t row)
+{
+    dense_priv *p = l->priv;
+    p->keep_x = x;
+    p->keep_dz = x ? dz : NULL;
+    p->keep_row = row;
+}
+
+/* The deferred weight gradient's operands: the n input rows and dz rows into keep_x / keep_dz at keep_row. */
+static clg_status dense_keep(clg_layer *l, clg_device *dev, int n, const clg_tensor *in, cl_mem dz, size_t odz)
+{
+    dense_priv *p = l->priv;
+    CLG_TRY(clg_nn_copy(dev, (size_t)n * p->in_features, in[0].mem, in[0].off, p->keep_x,
+                        p->keep_row * p->in_features));
+    return clg_nn_copy(dev, (size_t)n * p->units, dz, odz, p->keep_dz, p->keep_row * p->units);
+}
+
 static clg_status dense_backward(clg_layer *l, clg_device *dev, const clg_tensor *in, int nin, const clg_tensor *out,
                                  const clg_tensor *dout, clg_tensor *din)
 {
@@ -269,29 +328,15 @@ static clg_status dense_backward(clg_layer *l, clg_device *dev, const clg_tensor
     clg_status st = CLG_OK;
     /* small: both products in one launch each (clg_gemm_rows) */
     int small = (double)n * p->units * p->in_features <= DENSE_DOT_MAX;
-    /* dW = dz^T x */
-    clg_gemm_args g;
-    clg_gemm_args_init(&g);
-    g.ta = 1;
-    g.M = p->units;
-    g.N = p->in_features;
-    g.K = n;
-    g.A = dz;
-    g.offA = odz;
-    g.lda = p->units;
-    g.B = in[0].mem;
-    g.offB = in[0].off;
-    g.ldb = p->in_features;
-    g.C = dense_weight(l)->grad;
-    g.ldc = p->in_features;
-    /* a long batch (K) with a small output: clg_gemm's split-K where it would
-     * take it (GPUs; gemm_rows would run few work-items over the whole batch) */
-    int rows = small && !clg_gemm_splitk_wanted(dev, &g);
-    st = rows ? clg_gemm_rows(dev, &g, NULL) : clg_gemm(dev, &g, NULL);
+    if (p->keep_x) /* the weight gradient deferred: its operands kept */
+        st = dense_keep(l, dev, n, in, dz, odz);
+    else
+        st = clg_dense_wgrad(l, dev, n, dz, odz, in[0].mem, in[0].off, dense_weight(l)->grad, 0, 0);
     if (st == CLG_OK && p->bias && !fused)
         st = clg_nn_colsum(dev, (size_t)n, (size_t)p->units, dz, odz, l->params[p->bi].grad, 0);
     if (st == CLG_OK && din[0].mem) {
         /* dx = dz W */
+        clg_gemm_args g;
         clg_gemm_args_init(&g);
         g.M = n;
         g.N = p->in_features;

@@ -80,6 +80,18 @@ CLG_INTERNAL int clg_layer_is_embedding(const clg_layer *l);
  * Returns 1 when l was tied already (one head per table is supported). */
 CLG_INTERNAL int clg_layer_embedding_tie(clg_layer *l);
 
+/* ---- a [dense] layer's weight gradient deferred (a pipeline stage's W/B split, parallel/pipe_wdefer.c) ---- */
+/* l is an untied [dense]: *per its GEMM rows per sample, *in its input features, *units its outputs; else 0. */
+CLG_INTERNAL int clg_dense_dims(const clg_layer *l, int *per, int *in, int *units);
+/* With x set, l's backward computes its input and bias gradients only and copies its input rows and the gradient
+ * the weight product takes (dz: after the activation's derivative) into x (rows x in features) and dz (rows x
+ * units) from GEMM row `row` on, for clg_dense_wgrad later; x NULL: the weight gradient computed in backward. */
+CLG_INTERNAL void clg_dense_defer(clg_layer *l, cl_mem x, cl_mem dz, size_t row);
+/* dW = dz^T x over n GEMM rows into C from float offC (the kernel chosen by the product's size, as backward);
+ * acc: added to C (each element C + the product, rounded once: as adding a gradient computed apart). */
+CLG_INTERNAL clg_status clg_dense_wgrad(clg_layer *l, clg_device *dev, int n, cl_mem dz, size_t odz, cl_mem x,
+                                        size_t ox, cl_mem C, size_t offC, int acc);
+
 /* ---- the fusion pass (src/model/fuse.c) ---- */
 /* l is a [batchnorm] that can take a fused epilogue (not synchronized). */
 CLG_INTERNAL int clg_layer_batchnorm_fusable(const clg_layer *l);

@@ -10,6 +10,7 @@
 #include "parallel/fail.h"
 #include "parallel/hybrid.h"
 #include "parallel/pipe.h"
+#include "parallel/pipe_wdefer.h"
 #include "parallel/pipe_zero.h"
 #include "parallel/pptp.h"
 #include "parallel/tensor.h"
@@ -127,12 +128,13 @@ static clg_status cuts_by_name(clg_err *err, const clg_net *net, const char *nam
 /* Per-layer cost by measurement: a whole-network replica at the micro-batch
  * size on dev, one step to compile and warm, then wall ms of each layer's
  * forward + backward (each finished before the next) over two steps. 0 when
- * it cannot be measured (the caller falls back to FLOPs). */
-static int measure_costs(clg_net *net, clg_device *dev, uint64_t seed, int mb, double *cost)
+ * it cannot be measured (the caller falls back to FLOPs). wdefer: dense
+ * weight gradients deferred (pipe_wdefer.h), not counted. */
+static int measure_costs(clg_net *net, clg_device *dev, uint64_t seed, int mb, int wdefer, double *cost)
 {
     clg_err saved = dev->err;
     clg_replica *r = NULL;
-    cl_mem x = NULL, y = NULL;
+    cl_mem x = NULL, y = NULL, *keep = NULL;
     int L = net->nlayers, kprof = dev->kprof, ok = 0;
     size_t sample = (size_t)net->in_c * net->in_h * net->in_w;
     if (net->fp16 || clg_replica_create_range(net, dev, seed, 0, L - 1, mb, &r) != CLG_OK)
@@ -143,6 +145,8 @@ static int measure_costs(clg_net *net, clg_device *dev, uint64_t seed, int mb, d
         goto out;
     clg_replica_set_input(r, x, 0);
     clg_replica_set_labels(r, y, 0, 1.0f / (float)mb);
+    if (wdefer && clg_pipe_wdefer_measure(r, mb, &keep) != CLG_OK)
+        goto out;
     if (clg_replica_forward(r, mb, 1) != CLG_OK || clg_replica_backward(r, mb) != CLG_OK || clFinish(dev->queue))
         goto out;
     r->prof_fwd = calloc((size_t)L, sizeof(double));
@@ -171,6 +175,8 @@ out:
     dev->kprof = kprof;
     clg_buf_release(dev, x);
     clg_buf_release(dev, y);
+    if (r)
+        clg_pipe_wdefer_unmeasure(r, keep);
     clg_replica_free(r);
     if (!ok)
         dev->err = saved; /* not a failure of the run: FLOPs decide */
@@ -650,7 +656,9 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
         return clg_err_set(&ctx->err, CLG_ERR_HOST_OOM, "out of memory creating the pipeline");
     }
     /* per-layer cost: measured at the micro-batch size on the first device, else FLOPs */
-    p->measured = !(pp->cuts && *pp->cuts) && K > 1 && measure_costs(net, &ctx->devs[devs[0]], seed, mb, p->cost);
+    int wdefer = clg_pipe_wdefer_mode(ctx, pp, T);
+    p->measured = !(pp->cuts && *pp->cuts) && K > 1 && measure_costs(net, &ctx->devs[devs[0]], seed, mb, wdefer,
+                                                                      p->cost);
     clg_status rc = CLG_OK;
     if (!(pp->cuts && *pp->cuts) && K > 1)
         rc = costs_agree(&ctx->err, net, p);
@@ -692,6 +700,7 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
     p->D = D * T;
     p->L = D * T * K;
     p->recompute = pp->recompute != 0;
+    p->wdefer = wdefer;
     p->M = M;
     p->schedule = pp->schedule;
     p->fp16 = net->fp16 != 0;
@@ -713,6 +722,8 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
         p->st[l].dev->pool.total_peak = p->st[l].dev->pool.stats.bytes_in_use + p->st[l].dev->pool.direct_bytes;
     for (int s = 0; s < p->L && rc == CLG_OK; s++) {
         rc = stage_init(p, &p->st[s], seed);
+        if (rc == CLG_OK)
+            rc = clg_pipe_wdefer_init(p, &p->st[s]);
         if (rc != CLG_OK && p->st[s].dev->err.msg[0])
             rc = clg_err_set(&ctx->err, rc, "pipeline stage %d on device %d (%s): %s", s, p->st[s].dev->index,
                              p->st[s].dev->info.name, p->st[s].dev->err.msg);
@@ -776,6 +787,7 @@ void clg_pipe_free(clg_pipe *p)
             clg_buf_release(st->dev, st->state_save[i]);
         clg_optim_free(st->opt); /* before its replica */
         st->opt = NULL;
+        clg_pipe_wdefer_free(st);
         for (int k = 0; k < st->nreps && st->reps; k++) {
             clg_replica_free(st->reps[k]);
             free(st->state ? st->state[k] : NULL);
@@ -859,6 +871,7 @@ void clg_pipe_print(const clg_pipe *p, FILE *f)
         if (p->edges[e].from < p->K) /* replica 0's (the others' are the same) */
             fprintf(f, "  carried: %s (stage %d -> %d, %zu floats per sample)\n",
                     p->net->proto[p->edges[e].tensor].name, p->edges[e].from, p->edges[e].to, p->edges[e].fps);
+    clg_pipe_wdefer_print(p, f);
 }
 
 void clg_pipe_memory(const clg_pipe *p, int s, clg_dp_mem *out)
@@ -1220,8 +1233,10 @@ static clg_status stage_backward(clg_pipe *p, clg_pipe_stage *st, int m, int fir
     if (rc == CLG_OK)
         rc = receive_grads(p, st, r, m, written);
     st->cur_n = n;
+    clg_pipe_wdefer_arm(p, st, r, m, 1);
     if (rc == CLG_OK)
         rc = clg_replica_backward_range(r, n, written);
+    clg_pipe_wdefer_arm(p, st, r, m, 0);
     CLG_TRY(rc);
     /* the entering activations' gradients go back before the accumulation: the other stage waits on them */
     for (int q = 0; q < p->nedges; q++) {
@@ -1234,13 +1249,8 @@ static clg_status stage_backward(clg_pipe *p, clg_pipe_stage *st, int m, int fir
         post_ready(p, &e->ready_b[m]);
         trace_span(p, st->index, "send gradient", m, t0);
     }
-    if (r->arena_bytes) { /* accumulate */
-        if (first_bwd)
-            CLG_CL_CHECK(err, clEnqueueCopyBuffer(st->dev->queue, r->garena, st->gacc, 0, 0, r->arena_bytes, 0, NULL,
-                                                  NULL));
-        else
-            CLG_TRY(clg_nn_add_acc(st->dev, r->arena_bytes / sizeof(float), r->garena, 0, st->gacc, 0));
-    }
+    if (r->arena_bytes) /* accumulate (without the deferred weight gradients) */
+        CLG_TRY(clg_pipe_wdefer_acc(st, r, first_bwd));
     st->slot_of[m] = -1;
     st->inflight--;
     return CLG_OK;
@@ -1382,6 +1392,11 @@ static clg_status stage_schedule(clg_pipe *p, clg_pipe_stage *st)
         else
             CLG_TRY(stage_forward(p, st, m));
         trace_span(p, st->index, bwd ? "backward" : "forward", m, t0);
+    }
+    if (st->nwd) { /* the deferred weight gradients over the step's samples */
+        double t0 = clg_now_sec();
+        CLG_TRY(clg_pipe_wdefer_finish(p, st));
+        trace_span(p, st->index, "weight gradients", p->nm, t0);
     }
     CLG_TRY(state_copy(st, st->state_rep, 0)); /* the latest running statistics into reps[0] */
     st->state_rep = 0;

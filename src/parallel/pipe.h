@@ -64,6 +64,9 @@ typedef struct clg_pipe_params {
                           stage over T devices, parallel/pptp.h; 0 or 1: none) */
     int whole_layers;  /* 1: the default partition cuts between layers only (tests comparing with the unsplit
                           arithmetic bitwise, checkpoints straight from the stages); 0: inside one when better */
+    int wdefer;        /* dense weight gradients after the schedule (parallel/pipe_wdefer.h): 1 per micro-batch
+                          (the accumulated bits), 2 one product over the step's samples, -1 off, 0 the option
+                          pipe_wdefer */
 } clg_pipe_params;
 
 /* Transfers across a cut: AUTO times both on the largest carried tensor at
@@ -123,6 +126,10 @@ typedef struct clg_pipe_stage {
     double t_wait, t_end;      /* this step: seconds waiting for other stages; when its schedule ended */
     double cost, mib;          /* its layers' cost (pipe.cost) and the MiB it plans (table) */
     int cur_n;                 /* samples of the micro-batch its replica is running (pp x tp's all-reduce) */
+    struct clg_pipe_wd *wd;    /* deferred weight gradients (pipe_wdefer.h): nwd layers */
+    int nwd;
+    size_t *acc_lo, *acc_hi;   /* the arena ranges (floats) a micro-batch's backward accumulates: nacc */
+    int nacc;
 } clg_pipe_stage;
 
 typedef struct clg_pipe {
@@ -137,6 +144,7 @@ typedef struct clg_pipe {
     int D, L;                  /* data-parallel replicas of the pipeline; lanes D x K (st[0 .. L)) */
     int d2d;                   /* transfers device to device (clEnqueueCopyBuffer in the shared context) */
     int recompute;             /* clg_pipe_params.recompute */
+    int wdefer;                /* clg_pipe_params.wdefer resolved: 0 off, 1 deferred per micro-batch, 2 one product */
     double t_host, t_dev;      /* AUTO: measured seconds of the largest carried tensor's transfer (0: not timed) */
     clg_pipe_stage st[CLG_PIPE_MAX_STAGES];
     int *stage_of;             /* per layer */

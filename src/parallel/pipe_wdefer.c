@@ -1,0 +1,189 @@
+/* Deferred weight gradients in a pipeline stage: see pipe_wdefer.h. */
+#include "parallel/pipe_wdefer.h"
+
+#include <stdlib.h>
+
+#include "model/layers.h"
+#include "ops/nn.h"
+
+int clg_pipe_wdefer_mode(const clg_ctx *ctx, const clg_pipe_params *pp, int T)
+{
+    if (T > 1)
+        return 0;
+    if (pp->wdefer)
+        return CLG_MAX(pp->wdefer, 0);
+    return ctx->opts.pipe_wdefer >= 2 ? (int)ctx->opts.pipe_wdefer - 1 : 0; /* auto,0,1,step -> 0, 0, 1, 2 */
+}
+
+static int by_off(const void *a, const void *b)
+{
+    size_t x = ((const clg_pipe_wd *)a)->woff, y = ((const clg_pipe_wd *)b)->woff;
+    return x < y ? -1 : x > y;
+}
+
+/* The arena ranges outside the deferred weights: [acc_lo[i], acc_hi[i]) floats. */
+static clg_status acc_ranges(clg_err *err, clg_pipe_stage *st)
+{
+    size_t total = st->rep->arena_bytes / sizeof(float), at = 0;
+    st->acc_lo = malloc(sizeof(size_t) * (size_t)(st->nwd + 1));
+    st->acc_hi = malloc(sizeof(size_t) * (size_t)(st->nwd + 1));
+    if (!st->acc_lo || !st->acc_hi)
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    qsort(st->wd, (size_t)st->nwd, sizeof *st->wd, by_off);
+    st->nacc = 0;
+    for (int i = 0; i <= st->nwd; i++) {
+        size_t end = i < st->nwd ? st->wd[i].woff : total;
+        if (end > at) {
+            st->acc_lo[st->nacc] = at;
+            st->acc_hi[st->nacc++] = end;
+        }
+        if (i < st->nwd)
+            at = st->wd[i].woff + st->wd[i].wn;
+    }
+    return CLG_OK;
+}
+
+/* The arena offset (floats) of layer i's weight gradient in r; 0 with *found 0 when absent. */
+static size_t weight_off(const clg_replica *r, const clg_param_ref *refs, int n, int i, int *found)
+{
+    *found = 0;
+    for (int k = 0; k < n; k++)
+        if (refs[k].layer->index == i && refs[k].param == &r->layers[i].params[0]) {
+            *found = 1;
+            return r->arena_off[k] / sizeof(float);
+        }
+    return 0;
+}
+
+clg_status clg_pipe_wdefer_init(clg_pipe *p, clg_pipe_stage *st)
+{
+    clg_err *err = &p->ctx->err;
+    clg_replica *r = st->rep;
+    st->nwd = 0;
+    if (!r->arena_bytes)
+        return CLG_OK;
+    if (!p->wdefer || p->fp16 || p->T > 1)
+        return acc_ranges(err, st);
+    clg_param_ref *refs = NULL;
+    int n = 0;
+    CLG_TRY(clg_replica_params(r, 1, &refs, &n));
+    st->wd = calloc((size_t)(st->last - st->first + 1), sizeof *st->wd);
+    clg_status rc = st->wd ? CLG_OK : clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
+    size_t rows = (size_t)p->mb * (size_t)p->M; /* a replica's samples at most */
+    for (int i = st->first; i <= st->last && rc == CLG_OK; i++) {
+        clg_pipe_wd w = {.layer = i};
+        int found = 0;
+        if (!clg_dense_dims(&r->layers[i], &w.per, &w.in, &w.units) || r->layers[i].fused_into)
+            continue;
+        w.woff = weight_off(r, refs, n, i, &found);
+        w.wn = (size_t)w.in * (size_t)w.units;
+        if (!found)
+            continue;
+        rc = clg_buf_alloc(st->dev, rows * (size_t)w.per * (size_t)w.in * sizeof(float), &w.x);
+        if (rc == CLG_OK)
+            rc = clg_buf_alloc(st->dev, rows * (size_t)w.per * (size_t)w.units * sizeof(float), &w.dz);
+        st->wd[st->nwd++] = w;
+        st->mib += (double)rows * w.per * (w.in + w.units) * sizeof(float) / 1048576.0; /* the table's plan */
+    }
+    free(refs);
+    return rc == CLG_OK ? acc_ranges(err, st) : rc;
+}
+
+void clg_pipe_wdefer_print(const clg_pipe *p, FILE *f)
+{
+    size_t rows = (size_t)p->mb * (size_t)p->M;
+    for (int s = 0; s < p->K; s++) {
+        const clg_pipe_stage *st = &p->st[s];
+        if (!st->nwd)
+            continue;
+        fprintf(f, "  weight gradients after the schedule on stage %d (%s):", s,
+                p->wdefer == 2 ? "one product per step" : "a product per micro-batch");
+        for (int i = 0; i < st->nwd; i++)
+            fprintf(f, " %s (%.2f MiB)", p->net->proto[st->wd[i].layer].name,
+                    (double)rows * st->wd[i].per * (st->wd[i].in + st->wd[i].units) * sizeof(float) / 1048576.0);
+        fprintf(f, "\n");
+    }
+}
+
+void clg_pipe_wdefer_free(clg_pipe_stage *st)
+{
+    for (int i = 0; i < st->nwd; i++) {
+        clg_buf_release(st->dev, st->wd[i].x);
+        clg_buf_release(st->dev, st->wd[i].dz);
+    }
+    free(st->wd);
+    free(st->acc_lo);
+    free(st->acc_hi);
+    st->wd = NULL;
+    st->acc_lo = st->acc_hi = NULL;
+    st->nwd = st->nacc = 0;
+}
+
+void clg_pipe_wdefer_arm(const clg_pipe *p, clg_pipe_stage *st, clg_replica *r, int m, int on)
+{
+    size_t row = (size_t)(p->off[st->d][m] - p->off[st->d][0]);
+    for (int i = 0; i < st->nwd; i++) {
+        const clg_pipe_wd *w = &st->wd[i];
+        clg_dense_defer(&r->layers[w->layer], on ? w->x : NULL, w->dz, row * (size_t)w->per);
+    }
+}
+
+clg_status clg_pipe_wdefer_acc(clg_pipe_stage *st, clg_replica *r, int first)
+{
+    clg_err *err = clg_dev_err(st->dev);
+    for (int i = 0; i < st->nacc; i++) {
+        size_t lo = st->acc_lo[i], n = st->acc_hi[i] - lo;
+        if (first)
+            CLG_CL_CHECK(err, clEnqueueCopyBuffer(st->dev->queue, r->garena, st->gacc, lo * sizeof(float),
+                                                  lo * sizeof(float), n * sizeof(float), 0, NULL, NULL));
+        else
+            CLG_TRY(clg_nn_add_acc(st->dev, n, r->garena, lo, st->gacc, lo));
+    }
+    return CLG_OK;
+}
+
+clg_status clg_pipe_wdefer_finish(const clg_pipe *p, clg_pipe_stage *st)
+{
+    int d = st->d;
+    for (int i = 0; i < st->nwd; i++) {
+        clg_pipe_wd *w = &st->wd[i];
+        clg_layer *l = &st->rep->layers[w->layer];
+        if (p->wdefer == 2) { /* one product over the replica's samples */
+            CLG_TRY(clg_dense_wgrad(l, st->dev, p->rcnt[d] * w->per, w->dz, 0, w->x, 0, st->gacc, w->woff, 0));
+            continue;
+        }
+        for (int m = 0; m < p->nm; m++) { /* per micro-batch, added in order: the accumulated bits */
+            size_t row = (size_t)(p->off[d][m] - p->off[d][0]) * (size_t)w->per;
+            CLG_TRY(clg_dense_wgrad(l, st->dev, p->cnt[d][m] * w->per, w->dz, row * (size_t)w->units, w->x,
+                                    row * (size_t)w->in, st->gacc, w->woff, m > 0));
+        }
+    }
+    return CLG_OK;
+}
+
+clg_status clg_pipe_wdefer_measure(clg_replica *r, int mb, cl_mem **keep)
+{
+    if (!(*keep = calloc((size_t)r->nlayers * 2, sizeof(cl_mem))))
+        return clg_err_set(clg_dev_err(r->dev), CLG_ERR_HOST_OOM, "out of memory");
+    for (int i = r->first; i <= r->last; i++) {
+        int per, in, units;
+        if (!clg_dense_dims(&r->layers[i], &per, &in, &units) || r->layers[i].fused_into)
+            continue;
+        size_t rows = (size_t)mb * (size_t)per;
+        CLG_TRY(clg_buf_alloc(r->dev, rows * (size_t)in * sizeof(float), &(*keep)[2 * i]));
+        CLG_TRY(clg_buf_alloc(r->dev, rows * (size_t)units * sizeof(float), &(*keep)[2 * i + 1]));
+        clg_dense_defer(&r->layers[i], (*keep)[2 * i], (*keep)[2 * i + 1], 0);
+    }
+    return CLG_OK;
+}
+
+void clg_pipe_wdefer_unmeasure(clg_replica *r, cl_mem *keep)
+{
+    for (int i = 0; keep && i < r->nlayers; i++) {
+        if (keep[2 * i])
+            clg_dense_defer(&r->layers[i], NULL, NULL, 0);
+        clg_buf_release(r->dev, keep[2 * i]);
+        clg_buf_release(r->dev, keep[2 * i + 1]);
+    }
+    free(keep);
+}

@@ -1,0 +1,58 @@
+/* Deferred weight gradients in a pipeline stage (the W/B split of zero-bubble
+ * schedules; clg_pipe_params.wdefer, option pipe_wdefer): a micro-batch's
+ * backward computes the input gradients the previous stage waits for (B)
+ * and the small parameters' gradients, and keeps, for each untied [dense]
+ * layer of the stage, its input rows and the gradient its weight product
+ * takes in per-step buffers at the micro-batch's rows; after the schedule
+ * the stage computes each such weight gradient once over all its samples
+ * (one GEMM with K = the replica's batch instead of M with K = a
+ * micro-batch) straight into the accumulated gradient, while the stages
+ * before it still run their last backwards. The per-micro-batch
+ * accumulation then adds only the rest of the parameter arena. wdefer 1: the
+ * weight products per micro-batch, each added to the sum in micro-batch
+ * order by the GEMM's epilogue (C + product, rounded once, as the
+ * accumulation adds a micro-batch's gradient: the same bits); 2: one product
+ * over the replica's samples (K = its batch; the samples summed in the
+ * GEMM's order: equal within rounding). Not with fp16 storage or tensor
+ * parallelism (those stages compute W as before). */
+#ifndef CLG_PARALLEL_PIPE_WDEFER_H
+#define CLG_PARALLEL_PIPE_WDEFER_H
+
+#include <stdio.h>
+
+#include "parallel/pipe.h"
+
+typedef struct clg_pipe_wd {
+    int layer;           /* its index in the stage's network */
+    int per, in, units;  /* GEMM rows per sample, input features, outputs */
+    size_t woff;         /* the weight's gradient in the arena (floats) */
+    size_t wn;           /* its floats */
+    cl_mem x, dz;        /* the step's input rows and product gradients (rows of the replica's batch) */
+} clg_pipe_wd;
+
+/* The mode (0 off, 1 per micro-batch, 2 one product) of pipeline params pp with T tensor lanes: pp->wdefer, or
+ * where that is 0 the option pipe_wdefer; 0 with T > 1. */
+CLG_INTERNAL int clg_pipe_wdefer_mode(const clg_ctx *ctx, const clg_pipe_params *pp, int T);
+/* Stage st's deferred layers (none unless p->wdefer, fp32, no tensor parallelism) and the arena ranges the
+ * micro-batches accumulate; after stage_init. */
+CLG_INTERNAL clg_status clg_pipe_wdefer_init(clg_pipe *p, clg_pipe_stage *st);
+CLG_INTERNAL void clg_pipe_wdefer_free(clg_pipe_stage *st);
+/* Before (on = 1) and after (on = 0) micro-batch m's backward on replica r: its deferred layers keep their
+ * operands at m's rows. */
+CLG_INTERNAL void clg_pipe_wdefer_arm(const clg_pipe *p, clg_pipe_stage *st, clg_replica *r, int m, int on);
+/* r's parameter gradients into st->gacc (first: copied, else added), the deferred weights' left out. */
+CLG_INTERNAL clg_status clg_pipe_wdefer_acc(clg_pipe_stage *st, clg_replica *r, int first);
+/* After the schedule: each deferred weight gradient over the replica's samples into st->gacc. */
+CLG_INTERNAL clg_status clg_pipe_wdefer_finish(const clg_pipe *p, clg_pipe_stage *st);
+
+/* The partition table's lines (clg_pipe_print): per stage of replica 0 its deferred layers and their buffers' MiB
+ * (nothing when none). */
+CLG_INTERNAL void clg_pipe_wdefer_print(const clg_pipe *p, FILE *f);
+/* The per-layer cost measurement of a pipeline with deferral (pipe.c): r's untied dense layers keep their
+ * operands in scratch buffers of mb rows (*keep: two per layer, owned), so their measured backward leaves out the
+ * weight product a stage computes once per step, at the end of its schedule, where the stages before it still
+ * run their last backwards (the bubble). clg_pipe_wdefer_unmeasure releases them (keep may be NULL). */
+CLG_INTERNAL clg_status clg_pipe_wdefer_measure(clg_replica *r, int mb, cl_mem **keep);
+CLG_INTERNAL void clg_pipe_wdefer_unmeasure(clg_replica *r, cl_mem *keep);
+
+#endif
