@@ -959,8 +959,8 @@ static clg_status bn_apply(clg_device *dev, cl_uint uN, int C, size_t HW, cl_mem
     int rows = bn_rows(dev);
     size_t vw = bn_vec(HW); /* vector forms (W elements per work-item) where HW allows */
     char kn[40];
-    snprintf(kn, sizeof kn, "%s%s%s", rows ? "bn_row" : "bn", !epi ? "_apply" : epi->r ? "_apply_add_relu" : "_apply_relu",
-             bn_vsuf(HW));
+    snprintf(kn, sizeof kn, "%s%s%s", rows ? "bn_row" : "bn",
+             !epi ? "_apply" : epi->r ? "_apply_add_relu" : "_apply_relu", bn_vsuf(HW));
     CLG_TRY(kget(dev, "norm", kn, &k));
     clg_kargs ka = {k, 0, CL_SUCCESS};
     CLG_KA(&ka, uN);
