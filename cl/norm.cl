@@ -525,3 +525,36 @@ BN_ROW_DX(bn_row_dx_relu8, float8, vload8, vstore8, 8, 1)
 BN_ROW_DX(bn_row_dx_relu_y, float, VLOAD1, VSTORE1, 1, 2)
 BN_ROW_DX(bn_row_dx_relu_y4, float4, vload4, vstore4, 4, 2)
 BN_ROW_DX(bn_row_dx_relu_y8, float8, vload8, vstore8, 8, 2)
+
+// Inference (running statistics): y = (x - rmean) * (rsqrt(rvar + eps) *
+// gamma) + beta, as bn_apply_infer; EPI 1: relu, 2: + r, relu.
+#define BN_ROW_INFER(NAME, T, LOAD, STORE, W, EPI)                                                          \
+    __kernel void NAME(const uint N, const uint C, const uint HW, const float eps, __global const float *x,     \
+                       const uint ox, __global float *y, const uint oy, __global const float *rmean,            \
+                       __global const float *rvar, __global const float *gamma, __global const float *beta,     \
+                       __global const float *r, const uint orr)                                                 \
+    {                                                                                                       \
+        const uint row = get_global_id(0), c = row % C, nv = HW / W;                                        \
+        const size_t k = (size_t)row * HW;                                                                  \
+        __global const float *xr = x + ox + k;                                                              \
+        __global const float *rr = r + orr + k;                                                             \
+        __global float *yr = y + oy + k;                                                                    \
+        const float a = rsqrt(rvar[c] + eps) * gamma[c], mu = rmean[c], be = beta[c];                       \
+        for (uint i = 0; i < nv; i++) {                                                                     \
+            T v = (LOAD(i, xr) - mu) * a + be;                                                              \
+            if (EPI == 2)                                                                                   \
+                v += LOAD(i, rr);                                                                           \
+            if (EPI)                                                                                        \
+                v = fmax(v, (T)(0.0f));                                                                     \
+            STORE(v, i, yr);                                                                                \
+        }                                                                                                   \
+    }
+BN_ROW_INFER(bn_row_infer, float, VLOAD1, VSTORE1, 1, 0)
+BN_ROW_INFER(bn_row_infer4, float4, vload4, vstore4, 4, 0)
+BN_ROW_INFER(bn_row_infer8, float8, vload8, vstore8, 8, 0)
+BN_ROW_INFER(bn_row_infer_relu, float, VLOAD1, VSTORE1, 1, 1)
+BN_ROW_INFER(bn_row_infer_relu4, float4, vload4, vstore4, 4, 1)
+BN_ROW_INFER(bn_row_infer_relu8, float8, vload8, vstore8, 8, 1)
+BN_ROW_INFER(bn_row_infer_add_relu, float, VLOAD1, VSTORE1, 1, 2)
+BN_ROW_INFER(bn_row_infer_add_relu4, float4, vload4, vstore4, 4, 2)
+BN_ROW_INFER(bn_row_infer_add_relu8, float8, vload8, vstore8, 8, 2)

@@ -1116,8 +1116,11 @@ static clg_status bn_forward_infer(clg_device *dev, int N, int C, size_t HW, flo
     CLG_TRY(range(dev, o, oy, n, &uoy));
     cl_float fe = eps;
     cl_kernel k;
-    CLG_TRY(kget(dev, "norm", !epi ? "bn_apply_infer" : epi->r ? "bn_apply_infer_add_relu" : "bn_apply_infer_relu",
-                 &k));
+    int rows = bn_rows(dev);
+    char kn[40];
+    snprintf(kn, sizeof kn, "%s%s%s", rows ? "bn_row_infer" : "bn_apply_infer",
+             !epi ? "" : epi->r ? "_add_relu" : "_relu", rows ? bn_vsuf(HW) : "");
+    CLG_TRY(kget(dev, "norm", kn, &k));
     clg_kargs ka = {k, 0, CL_SUCCESS};
     CLG_KA(&ka, uN);
     CLG_KA(&ka, uC);
@@ -1131,13 +1134,14 @@ static clg_status bn_forward_infer(clg_device *dev, int N, int C, size_t HW, flo
     CLG_KA(&ka, rvar);
     CLG_KA(&ka, gamma);
     CLG_KA(&ka, beta);
-    if (epi) {
-        cl_mem r = epi->r ? epi->r : y; /* not read without a residual */
+    if (epi || rows) {
+        cl_mem r = epi && epi->r ? epi->r : y; /* not read without a residual */
+        cl_uint ro = epi ? epi->r_off : 0;
         CLG_KA(&ka, r);
-        CLG_KA(&ka, epi->r_off);
+        CLG_KA(&ka, ro);
     }
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-    return run2_exact(dev, k, HW, (size_t)C * (size_t)N);
+    return rows ? bn_run_rows(dev, k, uN, C) : run2_exact(dev, k, HW, (size_t)C * (size_t)N);
 }
 
 clg_status clg_nn_bn_forward_infer(clg_device *dev, int N, int C, size_t HW, float eps, cl_mem x, size_t ox,
