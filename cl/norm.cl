@@ -398,37 +398,48 @@ BN_ROW_STATS(, float, VLOAD1, 1, HS1)
 BN_ROW_STATS(4, float4, vload4, 4, HS4)
 BN_ROW_STATS(8, float8, vload8, 8, HS8)
 
-// y = ((x - K) - mean) * (invstd * gamma) + beta; EPI 1: relu, 2: + r, relu.
+// The row apply passes: this work-item's row of x, r, y (W values per
+// step), then y = ((x - K) - mu) * a + be over the row; EPI 1: relu, 2: +
+// r, relu.
+#define BN_ROW_APPLY_HEAD(W)                                                                                \
+    const uint row = get_global_id(0), c = row % C, nv = HW / W;                                            \
+    const size_t k = (size_t)row * HW;                                                                      \
+    __global const float *xr = x + ox + k;                                                                  \
+    __global const float *rr = r + orr + k;                                                                 \
+    __global float *yr = y + oy + k;
+#define BN_ROW_APPLY_LOOP(T, LOAD, STORE, EPI)                                                              \
+    for (uint i = 0; i < nv; i++) {                                                                         \
+        T v = ((LOAD(i, xr) - K) - mu) * a + be;                                                            \
+        if (EPI == 2)                                                                                       \
+            v += LOAD(i, rr);                                                                               \
+        if (EPI)                                                                                            \
+            v = fmax(v, (T)(0.0f));                                                                         \
+        STORE(v, i, yr);                                                                                    \
+    }
+
+// A row kernel M at W = 1, 4, 8 (names NAME, NAME4, NAME8), mode MODE; the
+// 9 kernels of a row apply pass: NAME, NAME_relu, NAME_add_relu at each W.
+#define BN_ROW_W3(M, NAME, MODE)                                                                            \
+    M(NAME, float, VLOAD1, VSTORE1, 1, MODE)                                                                \
+    M(NAME##4, float4, vload4, vstore4, 4, MODE)                                                            \
+    M(NAME##8, float8, vload8, vstore8, 8, MODE)
+#define BN_ROW_EPIS(M, NAME)                                                                                \
+    BN_ROW_W3(M, NAME, 0)                                                                                   \
+    BN_ROW_W3(M, NAME##_relu, 1)                                                                            \
+    BN_ROW_W3(M, NAME##_add_relu, 2)
+
+// y = ((x - K) - mean) * (invstd * gamma) + beta; EPI as above.
 #define BN_ROW_APPLY(NAME, T, LOAD, STORE, W, EPI)                                                          \
     __kernel void NAME(const uint N, const uint C, const uint HW, __global const float *x, const uint ox,       \
                        __global float *y, const uint oy, __global const float *mean,                            \
                        __global const float *invstd, __global const float *gamma, __global const float *beta,   \
                        __global const float *r, const uint orr)                                                 \
     {                                                                                                       \
-        const uint row = get_global_id(0), c = row % C, nv = HW / W;                                        \
-        const size_t k = (size_t)row * HW;                                                                  \
-        __global const float *xr = x + ox + k;                                                              \
-        __global const float *rr = r + orr + k;                                                             \
-        __global float *yr = y + oy + k;                                                                    \
+        BN_ROW_APPLY_HEAD(W)                                                                                \
         const float a = invstd[c] * gamma[c], K = x[ox + (size_t)c * HW], mu = mean[c], be = beta[c];       \
-        for (uint i = 0; i < nv; i++) {                                                                     \
-            T v = ((LOAD(i, xr) - K) - mu) * a + be;                                                        \
-            if (EPI == 2)                                                                                   \
-                v += LOAD(i, rr);                                                                           \
-            if (EPI)                                                                                        \
-                v = fmax(v, (T)(0.0f));                                                                     \
-            STORE(v, i, yr);                                                                                \
-        }                                                                                                   \
+        BN_ROW_APPLY_LOOP(T, LOAD, STORE, EPI)                                                              \
     }
-BN_ROW_APPLY(bn_row_apply, float, VLOAD1, VSTORE1, 1, 0)
-BN_ROW_APPLY(bn_row_apply4, float4, vload4, vstore4, 4, 0)
-BN_ROW_APPLY(bn_row_apply8, float8, vload8, vstore8, 8, 0)
-BN_ROW_APPLY(bn_row_apply_relu, float, VLOAD1, VSTORE1, 1, 1)
-BN_ROW_APPLY(bn_row_apply_relu4, float4, vload4, vstore4, 4, 1)
-BN_ROW_APPLY(bn_row_apply_relu8, float8, vload8, vstore8, 8, 1)
-BN_ROW_APPLY(bn_row_apply_add_relu, float, VLOAD1, VSTORE1, 1, 2)
-BN_ROW_APPLY(bn_row_apply_add_relu4, float4, vload4, vstore4, 4, 2)
-BN_ROW_APPLY(bn_row_apply_add_relu8, float8, vload8, vstore8, 8, 2)
+BN_ROW_EPIS(BN_ROW_APPLY, bn_row_apply)
 
 // One value step of the backward reduction: g = dy (MODE 0), masked by the
 // recomputed relu input > 0 (MODE 1), by y > 0 and stored as dr (MODE 2),
@@ -448,20 +459,26 @@ BN_ROW_APPLY(bn_row_apply_add_relu8, float8, vload8, vstore8, 8, 2)
         SG += g * xm;                                                                                       \
     }
 
+// The backward row passes: this work-item's row of x, dy, y (W values per
+// step), K and the shifted mean.
+#define BN_ROW_BWD_HEAD(W)                                                                                  \
+    const uint row = get_global_id(0), c = row % C, nv = HW / W;                                            \
+    const size_t k = (size_t)row * HW;                                                                      \
+    __global const float *xr = x + ox + k;                                                                  \
+    __global const float *gr = dy + ody + k;                                                                \
+    __global const float *yr = y + oy + k;                                                                  \
+    const float K = x[ox + (size_t)c * HW], mu = mean[c];
+
 // Row partials part[c*N + n] = sum g, part2[...] = sum g * (x - K - mean).
-#define BN_ROW_BWD(NAME, T, LOAD, STORE, W, HS, MODE)                                                       \
+#define BN_ROW_BWD(NAME, T, LOAD, STORE, W, MODE)                                                           \
     __kernel void NAME(const uint N, const uint C, const uint HW, __global const float *x, const uint ox,       \
                        __global const float *dy, const uint ody, __global const float *y, const uint oy,        \
                        __global const float *mean, __global const float *invstd, __global const float *gamma,   \
                        __global const float *beta, __global float *part, __global float *part2,                 \
                        __global float *dr, const uint odr)                                                      \
     {                                                                                                       \
-        const uint row = get_global_id(0), c = row % C, nv = HW / W;                                        \
-        const size_t k = (size_t)row * HW;                                                                  \
-        __global const float *xr = x + ox + k;                                                              \
-        __global const float *gr = dy + ody + k;                                                            \
-        __global const float *yr = y + oy + k;                                                              \
-        const float a = invstd[c] * gamma[c], K = x[ox + (size_t)c * HW], mu = mean[c], be = beta[c];       \
+        BN_ROW_BWD_HEAD(W)                                                                                  \
+        const float a = invstd[c] * gamma[c], be = beta[c];                                                 \
         T b0 = (T)(0.0f), b1 = (T)(0.0f), g0 = (T)(0.0f), g1 = (T)(0.0f);                                   \
         uint i = 0;                                                                                         \
         for (; i + 1 < nv; i += 2) {                                                                        \
@@ -471,21 +488,13 @@ BN_ROW_APPLY(bn_row_apply_add_relu8, float8, vload8, vstore8, 8, 2)
         if (i < nv)                                                                                         \
             BN_ROW_BWD_STEP(T, LOAD, STORE, MODE, i, b0, g0)                                                \
         const T sb = b0 + b1, sg = g0 + g1;                                                                 \
-        part[(size_t)c * N + row / C] = HS(sb);                                                             \
-        part2[(size_t)c * N + row / C] = HS(sg);                                                            \
+        part[(size_t)c * N + row / C] = HS##W(sb);                                                          \
+        part2[(size_t)c * N + row / C] = HS##W(sg);                                                         \
     }
-BN_ROW_BWD(bn_row_bwd, float, VLOAD1, VSTORE1, 1, HS1, 0)
-BN_ROW_BWD(bn_row_bwd4, float4, vload4, vstore4, 4, HS4, 0)
-BN_ROW_BWD(bn_row_bwd8, float8, vload8, vstore8, 8, HS8, 0)
-BN_ROW_BWD(bn_row_bwd_relu, float, VLOAD1, VSTORE1, 1, HS1, 1)
-BN_ROW_BWD(bn_row_bwd_relu4, float4, vload4, vstore4, 4, HS4, 1)
-BN_ROW_BWD(bn_row_bwd_relu8, float8, vload8, vstore8, 8, HS8, 1)
-BN_ROW_BWD(bn_row_bwd_add_relu, float, VLOAD1, VSTORE1, 1, HS1, 2)
-BN_ROW_BWD(bn_row_bwd_add_relu4, float4, vload4, vstore4, 4, HS4, 2)
-BN_ROW_BWD(bn_row_bwd_add_relu8, float8, vload8, vstore8, 8, HS8, 2)
-BN_ROW_BWD(bn_row_bwd_relu_y, float, VLOAD1, VSTORE1, 1, HS1, 3)
-BN_ROW_BWD(bn_row_bwd_relu_y4, float4, vload4, vstore4, 4, HS4, 3)
-BN_ROW_BWD(bn_row_bwd_relu_y8, float8, vload8, vstore8, 8, HS8, 3)
+BN_ROW_W3(BN_ROW_BWD, bn_row_bwd, 0)
+BN_ROW_W3(BN_ROW_BWD, bn_row_bwd_relu, 1)
+BN_ROW_W3(BN_ROW_BWD, bn_row_bwd_add_relu, 2)
+BN_ROW_W3(BN_ROW_BWD, bn_row_bwd_relu_y, 3)
 
 // dx = gamma * invstd * (g - dbeta / M - xhat * dgamma / M), g = dy (RELU 0),
 // dy masked by the recomputed relu input > 0 (RELU 1) or by y > 0 (RELU 2).
@@ -497,13 +506,9 @@ BN_ROW_BWD(bn_row_bwd_relu_y8, float8, vload8, vstore8, 8, HS8, 3)
                        __global const float *dgamma, __global const float *dbeta, __global float *dx,           \
                        const uint odx)                                                                          \
     {                                                                                                       \
-        const uint row = get_global_id(0), c = row % C, nv = HW / W;                                        \
-        const size_t k = (size_t)row * HW;                                                                  \
-        __global const float *xr = x + ox + k;                                                              \
-        __global const float *gr = dy + ody + k;                                                            \
-        __global const float *yr = y + oy + k;                                                              \
+        BN_ROW_BWD_HEAD(W)                                                                                  \
         __global float *dxr = dx + odx + k;                                                                 \
-        const float is = invstd[c], K = x[ox + (size_t)c * HW], mu = mean[c];                               \
+        const float is = invstd[c];                                                                         \
         const float a = is * gamma[c], be = beta[c];                                                        \
         const float gs = gamma[c] * is, db = dbeta[c] * invM, dg = dgamma[c] * invM;                        \
         for (uint i = 0; i < nv; i++) {                                                                     \
@@ -516,45 +521,20 @@ BN_ROW_BWD(bn_row_bwd_relu_y8, float8, vload8, vstore8, 8, HS8, 3)
             STORE(gs * (g - db - (xm * is) * dg), i, dxr);                                                  \
         }                                                                                                   \
     }
-BN_ROW_DX(bn_row_dx, float, VLOAD1, VSTORE1, 1, 0)
-BN_ROW_DX(bn_row_dx4, float4, vload4, vstore4, 4, 0)
-BN_ROW_DX(bn_row_dx8, float8, vload8, vstore8, 8, 0)
-BN_ROW_DX(bn_row_dx_relu, float, VLOAD1, VSTORE1, 1, 1)
-BN_ROW_DX(bn_row_dx_relu4, float4, vload4, vstore4, 4, 1)
-BN_ROW_DX(bn_row_dx_relu8, float8, vload8, vstore8, 8, 1)
-BN_ROW_DX(bn_row_dx_relu_y, float, VLOAD1, VSTORE1, 1, 2)
-BN_ROW_DX(bn_row_dx_relu_y4, float4, vload4, vstore4, 4, 2)
-BN_ROW_DX(bn_row_dx_relu_y8, float8, vload8, vstore8, 8, 2)
+BN_ROW_W3(BN_ROW_DX, bn_row_dx, 0)
+BN_ROW_W3(BN_ROW_DX, bn_row_dx_relu, 1)
+BN_ROW_W3(BN_ROW_DX, bn_row_dx_relu_y, 2)
 
 // Inference (running statistics): y = (x - rmean) * (rsqrt(rvar + eps) *
-// gamma) + beta, as bn_apply_infer; EPI 1: relu, 2: + r, relu.
+// gamma) + beta, as bn_apply_infer (K = 0: x - 0 is x); EPI as above.
 #define BN_ROW_INFER(NAME, T, LOAD, STORE, W, EPI)                                                          \
     __kernel void NAME(const uint N, const uint C, const uint HW, const float eps, __global const float *x,     \
                        const uint ox, __global float *y, const uint oy, __global const float *rmean,            \
                        __global const float *rvar, __global const float *gamma, __global const float *beta,     \
                        __global const float *r, const uint orr)                                                 \
     {                                                                                                       \
-        const uint row = get_global_id(0), c = row % C, nv = HW / W;                                        \
-        const size_t k = (size_t)row * HW;                                                                  \
-        __global const float *xr = x + ox + k;                                                              \
-        __global const float *rr = r + orr + k;                                                             \
-        __global float *yr = y + oy + k;                                                                    \
-        const float a = rsqrt(rvar[c] + eps) * gamma[c], mu = rmean[c], be = beta[c];                       \
-        for (uint i = 0; i < nv; i++) {                                                                     \
-            T v = (LOAD(i, xr) - mu) * a + be;                                                              \
-            if (EPI == 2)                                                                                   \
-                v += LOAD(i, rr);                                                                           \
-            if (EPI)                                                                                        \
-                v = fmax(v, (T)(0.0f));                                                                     \
-            STORE(v, i, yr);                                                                                \
-        }                                                                                                   \
+        BN_ROW_APPLY_HEAD(W)                                                                                \
+        const float a = rsqrt(rvar[c] + eps) * gamma[c], K = 0.0f, mu = rmean[c], be = beta[c];             \
+        BN_ROW_APPLY_LOOP(T, LOAD, STORE, EPI)                                                              \
     }
-BN_ROW_INFER(bn_row_infer, float, VLOAD1, VSTORE1, 1, 0)
-BN_ROW_INFER(bn_row_infer4, float4, vload4, vstore4, 4, 0)
-BN_ROW_INFER(bn_row_infer8, float8, vload8, vstore8, 8, 0)
-BN_ROW_INFER(bn_row_infer_relu, float, VLOAD1, VSTORE1, 1, 1)
-BN_ROW_INFER(bn_row_infer_relu4, float4, vload4, vstore4, 4, 1)
-BN_ROW_INFER(bn_row_infer_relu8, float8, vload8, vstore8, 8, 1)
-BN_ROW_INFER(bn_row_infer_add_relu, float, VLOAD1, VSTORE1, 1, 2)
-BN_ROW_INFER(bn_row_infer_add_relu4, float4, vload4, vstore4, 4, 2)
-BN_ROW_INFER(bn_row_infer_add_relu8, float8, vload8, vstore8, 8, 2)
+BN_ROW_EPIS(BN_ROW_INFER, bn_row_infer)

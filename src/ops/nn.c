@@ -1297,23 +1297,7 @@ static clg_status bn_bwd_dx(clg_device *dev, cl_uint uN, int C, size_t HW, doubl
     CLG_KA(&ka, uox);
     CLG_KA(&ka, dy);
     CLG_KA(&ka, uody);
-    if (rows) {
-        cl_mem ym = be ? be->y : dy, b = be && be->beta ? be->beta : gamma; /* placeholders: not read */
-        cl_uint yo = be ? be->y_off : 0;
-        CLG_KA(&ka, ym);
-        CLG_KA(&ka, yo);
-        CLG_KA(&ka, mean);
-        CLG_KA(&ka, invstd);
-        CLG_KA(&ka, gamma);
-        CLG_KA(&ka, b);
-        CLG_KA(&ka, dgamma);
-        CLG_KA(&ka, dbeta);
-        CLG_KA(&ka, dx);
-        CLG_KA(&ka, uodx);
-        CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-        return bn_run_rows(dev, k, uN, C);
-    }
-    if (be || vw > 1) {
+    if (be || vw > 1 || rows) {
         cl_mem ym = be ? be->y : dy; /* not read without the relu mask */
         cl_uint yo = be ? be->y_off : 0;
         CLG_KA(&ka, ym);
@@ -1322,12 +1306,16 @@ static clg_status bn_bwd_dx(clg_device *dev, cl_uint uN, int C, size_t HW, doubl
     CLG_KA(&ka, mean);
     CLG_KA(&ka, invstd);
     CLG_KA(&ka, gamma);
+    if (rows) {
+        cl_mem b = be && be->beta ? be->beta : gamma; /* not read without the mask from x */
+        CLG_KA(&ka, b);
+    }
     CLG_KA(&ka, dgamma);
     CLG_KA(&ka, dbeta);
     CLG_KA(&ka, dx);
     CLG_KA(&ka, uodx);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-    return run2_exact(dev, k, HW / vw, (size_t)C * uN);
+    return rows ? bn_run_rows(dev, k, uN, C) : run2_exact(dev, k, HW / vw, (size_t)C * uN);
 }
 
 clg_status clg_nn_bn_backward(clg_device *dev, int N, int C, size_t HW, cl_mem x, size_t ox, cl_mem dy, size_t ody,
