@@ -365,9 +365,11 @@ BN_BWD_DATA_V(bn_bwd_data_relu8, float8, vload8, vstore8, 1)
 // The fused relu's backward takes its mask from x, not y: the same
 // expression as bn_row_apply_relu's ((x - K) - mean) * (invstd * gamma) +
 // beta > 0, so the same bits (one tensor less to read per pass).
+// Lane sums by dot() (a sum of swizzled lanes crashes oclgrind 21.10, see
+// tests/oclgrind_check.sh).
 #define HS1(v) (v)
-#define HS4(v) (((v).s0 + (v).s2) + ((v).s1 + (v).s3))
-#define HS8(v) ((((v).s0 + (v).s4) + ((v).s2 + (v).s6)) + (((v).s1 + (v).s5) + ((v).s3 + (v).s7)))
+#define HS4(v) dot((v), (float4)(1.0f))
+#define HS8(v) (dot((v).lo, (float4)(1.0f)) + dot((v).hi, (float4)(1.0f)))
 
 #define BN_ROW_STATS(SUF, T, LOAD, W, HS)                                                                   \
     __kernel void bn_row_stats##SUF(const uint N, const uint C, const uint HW, __global const float *x,        \
