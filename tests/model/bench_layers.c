@@ -1,6 +1,7 @@
 /* Layer-op timings (not a test). Usage:
  *   bench_layers              element-wise/pool/norm/loss ops at VGG-S-like shapes
- *   bench_layers bn           the fused batch-norm epilogues at ResNet-20's shapes only
+ *   bench_layers bn           the fused batch-norm epilogues at ResNet-20's shapes only, beside a copy and an
+ *                             add of the same size (the bandwidth they can reach)
  *   bench_layers MODEL.cfg    per-layer forward/backward times of a model at batch 128
  * Medians (and minima: loaded machines) of 15 runs after 2 warm-ups, wall time around clFinish, device 0
  * (set CLGRAD_DEVICES / POCL_DEVICES to choose). */
