@@ -221,7 +221,8 @@ static clg_status bn_backward(clg_layer *l, clg_device *dev, const clg_tensor *i
     if (p->relu)
         return clg_nn_bn_backward_relu(dev, x->n, x->c, (size_t)x->h * x->w, x->mem, x->off, out->mem, out->off,
                                        dout->mem, dout->off, p->mean, p->invstd, l->params[BN_GAMMA].value,
-                                       l->params[BN_GAMMA].grad, l->params[BN_BETA].grad, din[0].mem, din[0].off,
+                                       nin > 1 ? NULL : l->params[BN_BETA].value, l->params[BN_GAMMA].grad,
+                                       l->params[BN_BETA].grad, din[0].mem, din[0].off,
                                        nin > 1 ? din[1].mem : NULL, nin > 1 ? din[1].off : 0);
     if (p->sync && l->sync && p->hst && din[0].mem)
         return bn_backward_sync(l, dev, x, dout, din);

@@ -876,12 +876,31 @@ static clg_status bn_check(clg_device *dev, int N, int C, size_t HW, size_t *n)
 
 /* Vector width of the partial-sum kernels: 8, 4 or 1 (HW % width == 0). */
 static size_t bn_vec(size_t HW) { return HW % 8 == 0 ? 8 : HW % 4 == 0 ? 4 : 1; }
+static const char *bn_vsuf(size_t HW) { return bn_vec(HW) == 8 ? "8" : bn_vec(HW) == 4 ? "4" : ""; }
 
-/* Two scratch vectors of C*HW floats for the partial sums (pool buffers,
- * released right after enqueueing: the in-order queue orders later reuse). */
-static clg_status bn_parts(clg_device *dev, int C, size_t HW, cl_mem *a, cl_mem *b)
+/* The row forms of norm.cl (one work-item per (n, c) row; option bn_rows:
+ * auto on CPU devices). */
+static int bn_rows(const clg_device *dev)
 {
-    size_t bytes = (size_t)C * HW * sizeof(float);
+    int mode = (int)dev->ctx->opts.bn_rows - 1; /* auto,0,1 -> -1,0,1 */
+    return mode >= 0 ? mode : (dev->info.type & CLG_DEVICE_CPU) != 0;
+}
+
+/* Partial sums per channel the reductions leave: N (row forms) or HW. */
+static size_t bn_nparts(const clg_device *dev, cl_uint uN, size_t HW) { return bn_rows(dev) ? uN : HW; }
+
+/* Launch of a row form: N*C rows (exact range, no bounds checks). */
+static clg_status bn_run_rows(clg_device *dev, cl_kernel k, cl_uint uN, int C)
+{
+    size_t rows = (size_t)uN * (size_t)C, l = divisor_le(rows, 64);
+    return clg_launch(dev, k, 1, &rows, &l, CLG_LAUNCH_FIT, NULL);
+}
+
+/* Two scratch vectors of C*P floats for the partial sums (pool buffers,
+ * released right after enqueueing: the in-order queue orders later reuse). */
+static clg_status bn_parts(clg_device *dev, int C, size_t P, cl_mem *a, cl_mem *b)
+{
+    size_t bytes = (size_t)C * P * sizeof(float);
     CLG_TRY(clg_buf_alloc(dev, bytes, a));
     clg_status st = clg_buf_alloc(dev, bytes, b);
     if (st != CLG_OK) {
@@ -896,12 +915,12 @@ static clg_status bn_parts(clg_device *dev, int C, size_t HW, cl_mem *a, cl_mem 
 static clg_status bn_stats_partials(clg_device *dev, cl_uint uN, int C, size_t HW, cl_mem x, cl_uint uox, cl_mem *pa,
                                     cl_mem *pb)
 {
-    CLG_TRY(bn_parts(dev, C, HW, pa, pb));
+    int rows = bn_rows(dev);
+    CLG_TRY(bn_parts(dev, C, bn_nparts(dev, uN, HW), pa, pb));
     cl_uint uC = (cl_uint)C, uHW = (cl_uint)HW;
     cl_kernel k;
-    size_t vw = bn_vec(HW);
     char kn[32];
-    snprintf(kn, sizeof kn, "bn_stats_partial%s", vw == 8 ? "8" : vw == 4 ? "4" : "");
+    snprintf(kn, sizeof kn, "%s%s", rows ? "bn_row_stats" : "bn_stats_partial", bn_vsuf(HW));
     clg_status st = kget(dev, "norm", kn, &k);
     if (st == CLG_OK) {
         clg_kargs ka = {k, 0, CL_SUCCESS};
@@ -915,7 +934,7 @@ static clg_status bn_stats_partials(clg_device *dev, cl_uint uN, int C, size_t H
         st = CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments");
     }
     if (st == CLG_OK)
-        st = run2_exact(dev, k, HW / vw, (size_t)C);
+        st = rows ? bn_run_rows(dev, k, uN, C) : run2_exact(dev, k, HW / bn_vec(HW), (size_t)C);
     if (st != CLG_OK) {
         clg_buf_release(dev, *pa);
         clg_buf_release(dev, *pb);
@@ -937,10 +956,11 @@ static clg_status bn_apply(clg_device *dev, cl_uint uN, int C, size_t HW, cl_mem
 {
     cl_uint uC = (cl_uint)C, uHW = (cl_uint)HW;
     cl_kernel k;
+    int rows = bn_rows(dev);
     size_t vw = bn_vec(HW); /* vector forms (W elements per work-item) where HW allows */
     char kn[40];
-    snprintf(kn, sizeof kn, "%s%s", !epi ? "bn_apply" : epi->r ? "bn_apply_add_relu" : "bn_apply_relu",
-             vw == 8 ? "8" : vw == 4 ? "4" : "");
+    snprintf(kn, sizeof kn, "%s%s%s", rows ? "bn_row" : "bn",
+             !epi ? "_apply" : epi->r ? "_apply_add_relu" : "_apply_relu", bn_vsuf(HW));
     CLG_TRY(kget(dev, "norm", kn, &k));
     clg_kargs ka = {k, 0, CL_SUCCESS};
     CLG_KA(&ka, uN);
@@ -954,14 +974,14 @@ static clg_status bn_apply(clg_device *dev, cl_uint uN, int C, size_t HW, cl_mem
     CLG_KA(&ka, invstd);
     CLG_KA(&ka, gamma);
     CLG_KA(&ka, beta);
-    if (epi || vw > 1) {
+    if (epi || vw > 1 || rows) {
         cl_mem r = epi && epi->r ? epi->r : y; /* not read without a residual */
         cl_uint ro = epi ? epi->r_off : 0;
         CLG_KA(&ka, r);
         CLG_KA(&ka, ro);
     }
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-    return run2_exact(dev, k, HW / vw, (size_t)C * uN);
+    return rows ? bn_run_rows(dev, k, uN, C) : run2_exact(dev, k, HW / vw, (size_t)C * uN);
 }
 
 static clg_status bn_forward_train(clg_device *dev, int N, int C, size_t HW, float eps, float momentum,
@@ -982,12 +1002,14 @@ static clg_status bn_forward_train(clg_device *dev, int N, int C, size_t HW, flo
     cl_mem pa, pb;
     CLG_TRY(bn_stats_partials(dev, uN, C, HW, x, uox, &pa, &pb));
     cl_kernel k;
+    cl_uint uP = (cl_uint)bn_nparts(dev, uN, HW);
     clg_status st = kget(dev, "norm", "bn_stats_finish", &k);
     if (st == CLG_OK) {
         clg_kargs ka = {k, 0, CL_SUCCESS};
         CLG_KA(&ka, uN);
         CLG_KA(&ka, uC);
         CLG_KA(&ka, uHW);
+        CLG_KA(&ka, uP);
         CLG_KA(&ka, fm);
         CLG_KA(&ka, fe);
         CLG_KA(&ka, upd);
@@ -1028,11 +1050,13 @@ clg_status clg_nn_bn_stats_local(clg_device *dev, int N, int C, size_t HW, cl_me
     cl_mem pa, pb;
     CLG_TRY(bn_stats_partials(dev, uN, C, HW, x, uox, &pa, &pb));
     cl_kernel k;
+    cl_uint uP = (cl_uint)bn_nparts(dev, uN, HW);
     clg_status st = kget(dev, "norm", "bn_stats_sums", &k);
     if (st == CLG_OK) {
         clg_kargs ka = {k, 0, CL_SUCCESS};
         CLG_KA(&ka, uC);
         CLG_KA(&ka, uHW);
+        CLG_KA(&ka, uP);
         CLG_KA(&ka, x);
         CLG_KA(&ka, uox);
         CLG_KA(&ka, pa);
@@ -1092,8 +1116,11 @@ static clg_status bn_forward_infer(clg_device *dev, int N, int C, size_t HW, flo
     CLG_TRY(range(dev, o, oy, n, &uoy));
     cl_float fe = eps;
     cl_kernel k;
-    CLG_TRY(kget(dev, "norm", !epi ? "bn_apply_infer" : epi->r ? "bn_apply_infer_add_relu" : "bn_apply_infer_relu",
-                 &k));
+    int rows = bn_rows(dev);
+    char kn[40];
+    snprintf(kn, sizeof kn, "%s%s%s", rows ? "bn_row_infer" : "bn_apply_infer",
+             !epi ? "" : epi->r ? "_add_relu" : "_relu", rows ? bn_vsuf(HW) : "");
+    CLG_TRY(kget(dev, "norm", kn, &k));
     clg_kargs ka = {k, 0, CL_SUCCESS};
     CLG_KA(&ka, uN);
     CLG_KA(&ka, uC);
@@ -1107,13 +1134,14 @@ static clg_status bn_forward_infer(clg_device *dev, int N, int C, size_t HW, flo
     CLG_KA(&ka, rvar);
     CLG_KA(&ka, gamma);
     CLG_KA(&ka, beta);
-    if (epi) {
-        cl_mem r = epi->r ? epi->r : y; /* not read without a residual */
+    if (epi || rows) {
+        cl_mem r = epi && epi->r ? epi->r : y; /* not read without a residual */
+        cl_uint ro = epi ? epi->r_off : 0;
         CLG_KA(&ka, r);
-        CLG_KA(&ka, epi->r_off);
+        CLG_KA(&ka, ro);
     }
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-    return run2_exact(dev, k, HW, (size_t)C * (size_t)N);
+    return rows ? bn_run_rows(dev, k, uN, C) : run2_exact(dev, k, HW, (size_t)C * (size_t)N);
 }
 
 clg_status clg_nn_bn_forward_infer(clg_device *dev, int N, int C, size_t HW, float eps, cl_mem x, size_t ox,
@@ -1138,23 +1166,43 @@ clg_status clg_nn_bn_forward_relu(clg_device *dev, int N, int C, size_t HW, floa
 }
 
 /* The fused epilogue's backward (NULL: none): dy is masked by y > 0 (the
- * stored relu output); dr (may be NULL) receives the masked dy. */
+ * stored relu output); dr (may be NULL) receives the masked dy. The row
+ * forms take the mask from x, gamma and beta instead of y where beta is
+ * set (relu(bn(x)): no residual) and dr is not. */
 typedef struct bn_bepi {
     cl_mem y, dr;
     cl_uint y_off, dr_off;
+    cl_mem gamma, beta;
 } bn_bepi;
+
+/* The arguments after (N, C, HW, x, ox, dy, ody) of the backward row
+ * reduction: y, oy, mean, invstd, gamma, beta (placeholders where the mode
+ * reads none). */
+static void bn_row_bwd_args(clg_kargs *ka, cl_mem mean, cl_mem invstd, const bn_bepi *be)
+{
+    cl_mem ym = be ? be->y : mean;
+    cl_uint yo = be ? be->y_off : 0;
+    cl_mem g = be ? be->gamma : mean, b = be && be->beta ? be->beta : mean;
+    CLG_KA(ka, ym);
+    CLG_KA(ka, yo);
+    CLG_KA(ka, mean);
+    CLG_KA(ka, invstd);
+    CLG_KA(ka, g);
+    CLG_KA(ka, b);
+}
 
 /* Per-(c, i) partial sums of the backward statistics into fresh pa, pb. */
 static clg_status bn_bwd_partials(clg_device *dev, cl_uint uN, int C, size_t HW, cl_mem x, cl_uint uox, cl_mem dy,
-                                  cl_uint uody, cl_mem mean, const bn_bepi *be, cl_mem *pa, cl_mem *pb)
+                                  cl_uint uody, cl_mem mean, cl_mem invstd, const bn_bepi *be, cl_mem *pa,
+                                  cl_mem *pb)
 {
-    CLG_TRY(bn_parts(dev, C, HW, pa, pb));
+    int rows = bn_rows(dev);
+    CLG_TRY(bn_parts(dev, C, bn_nparts(dev, uN, HW), pa, pb));
     cl_uint uC = (cl_uint)C, uHW = (cl_uint)HW;
     cl_kernel k;
-    size_t vw = bn_vec(HW);
     char kn[40];
-    snprintf(kn, sizeof kn, "bn_bwd_partial%s%s", !be ? "" : be->dr ? "_add_relu" : "_relu",
-             vw == 8 ? "8" : vw == 4 ? "4" : "");
+    snprintf(kn, sizeof kn, "%s%s%s", rows ? "bn_row_bwd" : "bn_bwd_partial",
+             !be ? "" : be->dr ? "_add_relu" : rows && !be->beta ? "_relu_y" : "_relu", bn_vsuf(HW));
     clg_status st = kget(dev, "norm", kn, &k);
     if (st == CLG_OK) {
         clg_kargs ka = {k, 0, CL_SUCCESS};
@@ -1165,22 +1213,27 @@ static clg_status bn_bwd_partials(clg_device *dev, cl_uint uN, int C, size_t HW,
         CLG_KA(&ka, uox);
         CLG_KA(&ka, dy);
         CLG_KA(&ka, uody);
-        if (be) {
-            CLG_KA(&ka, be->y);
-            CLG_KA(&ka, be->y_off);
+        if (rows) {
+            bn_row_bwd_args(&ka, mean, invstd, be);
+        } else {
+            if (be) {
+                CLG_KA(&ka, be->y);
+                CLG_KA(&ka, be->y_off);
+            }
+            CLG_KA(&ka, mean);
         }
-        CLG_KA(&ka, mean);
         CLG_KA(&ka, *pa);
         CLG_KA(&ka, *pb);
-        if (be) {
-            cl_mem dr = be->dr ? be->dr : *pa; /* not written without a residual */
+        if (be || rows) {
+            cl_mem dr = be && be->dr ? be->dr : *pa; /* not written without a residual */
+            cl_uint dro = be ? be->dr_off : 0;
             CLG_KA(&ka, dr);
-            CLG_KA(&ka, be->dr_off);
+            CLG_KA(&ka, dro);
         }
         st = CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments");
     }
     if (st == CLG_OK)
-        st = run2_exact(dev, k, HW / vw, (size_t)C);
+        st = rows ? bn_run_rows(dev, k, uN, C) : run2_exact(dev, k, HW / bn_vec(HW), (size_t)C);
     if (st != CLG_OK) {
         clg_buf_release(dev, *pa);
         clg_buf_release(dev, *pb);
@@ -1194,17 +1247,17 @@ static clg_status bn_bwd_params(clg_device *dev, cl_uint uN, int C, size_t HW, c
                                 cl_uint uody, cl_mem mean, cl_mem invstd, cl_mem dgamma, cl_mem dbeta, cl_mem st2,
                                 const bn_bepi *be)
 {
-    cl_uint uC = (cl_uint)C, uHW = (cl_uint)HW;
+    cl_uint uC = (cl_uint)C, uP = (cl_uint)bn_nparts(dev, uN, HW);
     cl_int keep = st2 != NULL;
     cl_mem stbuf = st2 ? st2 : dbeta; /* not written when keep is 0 */
     cl_mem pa, pb;
-    CLG_TRY(bn_bwd_partials(dev, uN, C, HW, x, uox, dy, uody, mean, be, &pa, &pb));
+    CLG_TRY(bn_bwd_partials(dev, uN, C, HW, x, uox, dy, uody, mean, invstd, be, &pa, &pb));
     cl_kernel k;
     clg_status st = kget(dev, "norm", "bn_bwd_finish", &k);
     if (st == CLG_OK) {
         clg_kargs ka = {k, 0, CL_SUCCESS};
         CLG_KA(&ka, uC);
-        CLG_KA(&ka, uHW);
+        CLG_KA(&ka, uP);
         CLG_KA(&ka, pa);
         CLG_KA(&ka, pb);
         CLG_KA(&ka, invstd);
@@ -1229,9 +1282,11 @@ static clg_status bn_bwd_dx(clg_device *dev, cl_uint uN, int C, size_t HW, doubl
     cl_uint uC = (cl_uint)C, uHW = (cl_uint)HW;
     cl_float invM = 1.0f / (float)M;
     cl_kernel k;
+    int rows = bn_rows(dev);
     size_t vw = bn_vec(HW); /* vector forms (W elements per work-item) where HW allows */
     char kn[40];
-    snprintf(kn, sizeof kn, "%s%s", be ? "bn_bwd_data_relu" : "bn_bwd_data", vw == 8 ? "8" : vw == 4 ? "4" : "");
+    snprintf(kn, sizeof kn, "%s%s%s", rows ? "bn_row_dx" : "bn_bwd_data",
+             !be ? "" : rows && !be->beta ? "_relu_y" : "_relu", bn_vsuf(HW));
     CLG_TRY(kget(dev, "norm", kn, &k));
     clg_kargs ka = {k, 0, CL_SUCCESS};
     CLG_KA(&ka, uN);
@@ -1242,7 +1297,7 @@ static clg_status bn_bwd_dx(clg_device *dev, cl_uint uN, int C, size_t HW, doubl
     CLG_KA(&ka, uox);
     CLG_KA(&ka, dy);
     CLG_KA(&ka, uody);
-    if (be || vw > 1) {
+    if (be || vw > 1 || rows) {
         cl_mem ym = be ? be->y : dy; /* not read without the relu mask */
         cl_uint yo = be ? be->y_off : 0;
         CLG_KA(&ka, ym);
@@ -1251,12 +1306,16 @@ static clg_status bn_bwd_dx(clg_device *dev, cl_uint uN, int C, size_t HW, doubl
     CLG_KA(&ka, mean);
     CLG_KA(&ka, invstd);
     CLG_KA(&ka, gamma);
+    if (rows) {
+        cl_mem b = be && be->beta ? be->beta : gamma; /* not read without the mask from x */
+        CLG_KA(&ka, b);
+    }
     CLG_KA(&ka, dgamma);
     CLG_KA(&ka, dbeta);
     CLG_KA(&ka, dx);
     CLG_KA(&ka, uodx);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments"));
-    return run2_exact(dev, k, HW / vw, (size_t)C * uN);
+    return rows ? bn_run_rows(dev, k, uN, C) : run2_exact(dev, k, HW / vw, (size_t)C * uN);
 }
 
 clg_status clg_nn_bn_backward(clg_device *dev, int N, int C, size_t HW, cl_mem x, size_t ox, cl_mem dy, size_t ody,
@@ -1281,8 +1340,8 @@ clg_status clg_nn_bn_backward(clg_device *dev, int N, int C, size_t HW, cl_mem x
 }
 
 clg_status clg_nn_bn_backward_relu(clg_device *dev, int N, int C, size_t HW, cl_mem x, size_t ox, cl_mem y, size_t oy,
-                                   cl_mem dy, size_t ody, cl_mem mean, cl_mem invstd, cl_mem gamma, cl_mem dgamma,
-                                   cl_mem dbeta, cl_mem dx, size_t odx, cl_mem dr, size_t odr)
+                                   cl_mem dy, size_t ody, cl_mem mean, cl_mem invstd, cl_mem gamma, cl_mem beta,
+                                   cl_mem dgamma, cl_mem dbeta, cl_mem dx, size_t odx, cl_mem dr, size_t odr)
 {
     size_t n = 0;
     CLG_TRY(bn_check(dev, N, C, HW, &n));
@@ -1290,7 +1349,7 @@ clg_status clg_nn_bn_backward_relu(clg_device *dev, int N, int C, size_t HW, cl_
     CLG_TRY(check_mems(dev, o, 8, (const cl_mem[]){x, y, dy, mean, invstd, gamma, dgamma, dbeta},
                        (const char *const[]){"x", "y", "dy", "mean", "invstd", "gamma", "dgamma", "dbeta"}));
     cl_uint uN = (cl_uint)N, uox, uody, uodx = 0;
-    bn_bepi be = {y, dr, 0, 0};
+    bn_bepi be = {y, dr, 0, 0, gamma, beta};
     CLG_TRY(range(dev, o, ox, n, &uox));
     CLG_TRY(range(dev, o, oy, n, &be.y_off));
     CLG_TRY(range(dev, o, ody, n, &uody));

@@ -156,11 +156,13 @@ CLG_INTERNAL clg_status clg_nn_bn_forward_relu(clg_device *dev, int N, int C, si
                                                cl_mem mean, cl_mem invstd);
 /* Its backward from y (the stored output) and dy: g = dy where y > 0, else
  * 0; dgamma, dbeta, dx (may be NULL) as clg_nn_bn_backward from g, and dr
- * (may be NULL) = g, the residual's gradient. */
+ * (may be NULL) = g, the residual's gradient. beta: the forward's beta for
+ * relu(bn(x)) (the row forms then recompute the mask from x, gamma and
+ * beta, which must be the forward's), NULL after relu(bn(x) + r). */
 CLG_INTERNAL clg_status clg_nn_bn_backward_relu(clg_device *dev, int N, int C, size_t HW, cl_mem x, size_t ox,
                                                 cl_mem y, size_t oy, cl_mem dy, size_t ody, cl_mem mean,
-                                                cl_mem invstd, cl_mem gamma, cl_mem dgamma, cl_mem dbeta, cl_mem dx,
-                                                size_t odx, cl_mem dr, size_t odr);
+                                                cl_mem invstd, cl_mem gamma, cl_mem beta, cl_mem dgamma,
+                                                cl_mem dbeta, cl_mem dx, size_t odx, cl_mem dr, size_t odr);
 /* Gradients for training-mode statistics: dgamma, dbeta overwritten; dx
  * (may be NULL: skipped) overwritten. */
 CLG_INTERNAL clg_status clg_nn_bn_backward(clg_device *dev, int N, int C, size_t HW, cl_mem x, size_t ox, cl_mem dy,

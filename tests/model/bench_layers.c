@@ -1,6 +1,7 @@
 /* Layer-op timings (not a test). Usage:
  *   bench_layers              element-wise/pool/norm/loss ops at VGG-S-like shapes
- *   bench_layers bn           the fused batch-norm epilogues at ResNet-20's shapes only
+ *   bench_layers bn           the fused batch-norm epilogues at ResNet-20's shapes only, beside a copy and an
+ *                             add of the same size (the bandwidth they can reach)
  *   bench_layers MODEL.cfg    per-layer forward/backward times of a model at batch 128
  * Medians (and minima: loaded machines) of 15 runs after 2 warm-ups, wall time around clFinish, device 0
  * (set CLGRAD_DEVICES / POCL_DEVICES to choose). */
@@ -82,6 +83,12 @@ static int bench_bn_resnet(clg_ctx *ctx, clg_device *dev, cl_mem a, cl_mem b, cl
     for (int t = 0; t < 3; t++) {
         int C = shp[t][0], H = shp[t][1];
         size_t HW = (size_t)H * H, B = (size_t)128 * C * HW * 4;
+        /* the bandwidth yardsticks at this size: copy (read + write), add (2 reads + write) */
+        char bw[2][64];
+        snprintf(bw[0], sizeof bw[0], "copy 128x%dx%dx%d", C, H, H);
+        snprintf(bw[1], sizeof bw[1], "add 128x%dx%dx%d", C, H, H);
+        TIME(bw[0], 2 * B, clg_nn_copy(dev, B / 4, a, 0, c, 0));
+        TIME(bw[1], 3 * B, clg_nn_add(dev, B / 4, a, 0, b, 0, c, 0));
         char lab[4][64];
         snprintf(lab[0], sizeof lab[0], "bn+relu fwd 128x%dx%dx%d", C, H, H);
         snprintf(lab[1], sizeof lab[1], "bn+add+relu fwd 128x%dx%dx%d", C, H, H);
@@ -94,10 +101,10 @@ static int bench_bn_resnet(clg_ctx *ctx, clg_device *dev, cl_mem a, cl_mem b, cl
              clg_nn_bn_forward_relu(dev, 128, C, HW, 1e-5f, 0.1f, 1, a, 0, b, 0, c, 0, pm[0], pm[1], pm[2], pm[3],
                                     pm[4], pm[5]));
         TIME(lab[2], 7 * B,
-             clg_nn_bn_backward_relu(dev, 128, C, HW, a, 0, c, 0, b, 0, pm[4], pm[5], pm[0], pm[6], pm[7], e, 0, NULL,
+             clg_nn_bn_backward_relu(dev, 128, C, HW, a, 0, c, 0, b, 0, pm[4], pm[5], pm[0], pm[1], pm[6], pm[7], e, 0, NULL,
                                      0));
         TIME(lab[3], 8 * B,
-             clg_nn_bn_backward_relu(dev, 128, C, HW, a, 0, c, 0, b, 0, pm[4], pm[5], pm[0], pm[6], pm[7], e, 0, e, 0));
+             clg_nn_bn_backward_relu(dev, 128, C, HW, a, 0, c, 0, b, 0, pm[4], pm[5], pm[0], NULL, pm[6], pm[7], e, 0, e, 0));
     }
     for (int i = 0; i < 8; i++)
         clg_buf_release(dev, pm[i]);

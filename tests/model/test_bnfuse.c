@@ -3,8 +3,10 @@
  * inference (running statistics), forward and backward (dx, dgamma, dbeta
  * and the residual's gradient dr) against double-precision C references;
  * outputs and gradients poisoned, fresh random inputs, plane sizes that take
- * each vector width of the partial-sum kernels (HW % 8, % 4, odd). Then a
- * network with both patterns trains the same with the pass on and off. */
+ * each vector width of the partial-sum kernels (HW % 8, % 4, odd), in the
+ * row forms (option bn_rows, the CPU default: the relu mask of the backward
+ * recomputed from x) and the strided forms. Then a network with both
+ * patterns trains the same with the pass on and off. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,11 +16,13 @@
 
 #define ATOL 1e-3
 
-/* One case: batch N x C x H x W, res: with a residual input. */
-static void fused_case(int N, int C, int H, int W, int res)
+/* One case: batch N x C x H x W, res: with a residual input; rows: the
+ * option bn_rows (0 auto, 1 off: the strided forms, 2 on). */
+static void fused_case(int N, int C, int H, int W, int res, unsigned rows)
 {
     lh_case c;
     lh_ctx(&c, NULL);
+    c.ctx->opts.bn_rows = rows;
     const int shp[1][4] = {{N, C, H, W}};
     const double eps = 1e-4;
     lh_make(&c, "batchnorm", "eps=1e-4 momentum=0.2", 1, shp, N, -1, 3, 900 + (uint64_t)(C * 2 + res));
@@ -82,6 +86,10 @@ static void fused_case(int N, int C, int H, int W, int res)
     if (res) /* the residual's gradient is the masked dy itself */
         for (size_t k = 0; k < c.ny; k++)
             ck_assert_msg((double)c.dx[1][k] == g[k], "dr[%zu] = %g, expected %g", k, c.dx[1][k], g[k]);
+    if (res) { /* dx without dr: the mask from y */
+        lh_backward(&c, dy, 2u);
+        LH_CLOSE(c.dx[0], dx, c.ny, ATOL, 5e-3, "fused batchnorm dx (no dr)");
+    }
     /* skipped input gradients: parameter gradients still right */
     lh_backward(&c, dy, res ? 3u : 1u);
     LH_CLOSE(c.g[0], dg, (size_t)C, ATOL, 2e-3, "fused batchnorm dgamma (no dx)");
@@ -106,17 +114,33 @@ static void fused_case(int N, int C, int H, int W, int res)
     lh_free(&c);
 }
 
-START_TEST(relu_vec8) { fused_case(3, 5, 4, 6, 0); }
+START_TEST(relu_vec8)
+{
+    fused_case(3, 5, 4, 6, 0, 0);
+    fused_case(3, 5, 4, 6, 0, 1);
+    /* a ResNet-20 stage-1 plane at batch 32 (0.5M values): the backward's
+     * relu mask, recomputed from x by the row forms, matches the forward's
+     * y > 0 on every one (one miss is an error of order 1 in dx) */
+    fused_case(32, 16, 32, 32, 0, 0);
+}
 END_TEST
-START_TEST(relu_vec4_odd_c) { fused_case(2, 7, 3, 4, 0); }
+START_TEST(relu_vec4_odd_c) { fused_case(2, 7, 3, 4, 0, 0); }
 END_TEST
-START_TEST(relu_odd_plane) { fused_case(3, 3, 5, 7, 0); }
+START_TEST(relu_odd_plane)
+{
+    fused_case(3, 3, 5, 7, 0, 0);
+    fused_case(5, 3, 5, 5, 0, 2);
+}
 END_TEST
-START_TEST(add_relu_vec8) { fused_case(2, 4, 8, 8, 1); }
+START_TEST(add_relu_vec8) { fused_case(2, 4, 8, 8, 1, 0); }
 END_TEST
-START_TEST(add_relu_vec4) { fused_case(3, 6, 2, 6, 1); }
+START_TEST(add_relu_vec4) { fused_case(3, 6, 2, 6, 1, 0); }
 END_TEST
-START_TEST(add_relu_odd_plane) { fused_case(4, 3, 3, 3, 1); }
+START_TEST(add_relu_odd_plane)
+{
+    fused_case(4, 3, 3, 3, 1, 0);
+    fused_case(4, 3, 3, 3, 1, 1);
+}
 END_TEST
 
 /* ---- the pass in a network: the same training with it on and off ---- */
