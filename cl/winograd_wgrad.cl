@@ -16,9 +16,20 @@
 //
 // Input and dy rows are read as float8 pieces whose even / odd elements are
 // the tile columns (wg_phases), so any padding works.
+//
+// VR 2 (with VL 8), for outputs of at most 8 columns (4 tiles a row): a
+// group is 4 tiles side by side in each of 2 tile rows (lanes 0-3 the first,
+// 4-7 the second), so the products run on float8 rather than half-empty
+// float4. A second row past the last tile row reads dy as zero and adds nothing.
 
 #ifndef VL
-#define VL 8
+#define VL 8 // tiles per group (vector lanes)
+#endif
+#ifndef VR
+#define VR 1 // tile rows per group
+#endif
+#if VR != 1 && !(VR == 2 && VL == 8)
+#error "VR 2 needs VL 8"
 #endif
 
 #if VL == 8
@@ -44,43 +55,68 @@ static inline __attribute__((always_inline)) float4 wg_sum4(const VF a, const VF
 }
 
 // Row r of a plane (rows x n floats at p) read from column w0 as the two
-// column phases of a group, d0[l] = row[w0 + 2l], d1[l] = row[w0 + 2l + 1]
+// column phases of nl = 4 or 8 tiles, d0[l] = row[w0 + 2l], d1[l] = row[w0 + 2l + 1]
 // (the phases at w0 + 2 come from a second call), zero outside the row or
 // for an invalid row. Inside the plane: float8 loads (they may run into the
 // neighbouring rows) masked to the row (16-wide loads and selects trip
 // oclgrind's uninitialised-value tracking); at the plane's edges element by
-// element.
-static inline __attribute__((always_inline)) void wg_phases(__global const float *p, const int rows, const int n,
-                                                            const int r, const int w0, VF *d0, VF *d1)
+// element. Lanes past nl are left unset.
+static inline __attribute__((always_inline)) void wg_row(__global const float *p, const int rows, const int n,
+                                                         const int r, const int w0, const int nl, float8 *d0,
+                                                         float8 *d1)
 {
     if (r < 0 || r >= rows) {
-        *d0 = *d1 = (VF)(0.0f);
+        *d0 = *d1 = (float8)(0.0f);
         return;
     }
     const int base = r * n + w0;
-    if (base >= 0 && base + 2 * VL <= rows * n) {
+    if (base >= 0 && base + 2 * nl <= rows * n) {
         const int8 iota8 = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
 #define LDM8(off) select((float8)(0.0f), vload8(0, p + base + (off)), (w0 + (off) + iota8 >= 0) & (w0 + (off) + iota8 < n))
-#if VL == 8
-        const float8 A0 = LDM8(0), A1 = LDM8(8);
-        *d0 = (float8)(A0.even, A1.even);
-        *d1 = (float8)(A0.odd, A1.odd);
-#else
-        const float8 A = LDM8(0);
-        *d0 = A.even;
-        *d1 = A.odd;
-#endif
+        const float8 A0 = LDM8(0);
+        if (nl == 8) {
+            const float8 A1 = LDM8(8);
+            *d0 = (float8)(A0.even, A1.even);
+            *d1 = (float8)(A0.odd, A1.odd);
+        } else {
+            *d0 = (float8)(A0.even, A0.even);
+            *d1 = (float8)(A0.odd, A0.odd);
+        }
 #undef LDM8
         return;
     }
-    float e[VL], o[VL];
-    for (int l = 0; l < VL; l++) {
+    float e[8], o[8];
+    for (int l = 0; l < 8; l++) {
         const int c0 = w0 + 2 * l, c1 = c0 + 1;
-        e[l] = c0 >= 0 && c0 < n ? p[r * n + c0] : 0.0f;
-        o[l] = c1 >= 0 && c1 < n ? p[r * n + c1] : 0.0f;
+        e[l] = l < nl && c0 >= 0 && c0 < n ? p[r * n + c0] : 0.0f;
+        o[l] = l < nl && c1 >= 0 && c1 < n ? p[r * n + c1] : 0.0f;
     }
-    *d0 = VLOAD(0, e);
-    *d1 = VLOAD(0, o);
+    *d0 = vload8(0, e);
+    *d1 = vload8(0, o);
+}
+
+// The two column phases of a group's row r (VR 2: row r of the first tile
+// row in lanes 0-3, row r + 2 of the second in lanes 4-7).
+static inline __attribute__((always_inline)) void wg_phases(__global const float *p, const int rows, const int n,
+                                                            const int r, const int w0, VF *d0, VF *d1)
+{
+#if VR == 2
+    float8 a0, a1, b0, b1;
+    wg_row(p, rows, n, r, w0, 4, &a0, &a1);
+    wg_row(p, rows, n, r + 2, w0, 4, &b0, &b1);
+    *d0 = (float8)(a0.lo, b0.lo);
+    *d1 = (float8)(a1.lo, b1.lo);
+#else
+    float8 a0, a1;
+    wg_row(p, rows, n, r, w0, VL, &a0, &a1);
+#if VL == 8
+    *d0 = a0;
+    *d1 = a1;
+#else
+    *d0 = a0.lo;
+    *d1 = a1.lo;
+#endif
+#endif
 }
 
 // Input patch rows of one channel for a group: o[a][b] = (B^T d B)[a][b] per lane.
@@ -132,8 +168,8 @@ static inline __attribute__((always_inline)) void wg_dy(__global const float *d,
     }
 }
 
-// x: N x C x H x W (from offx), dy: N x K x P x Q (from offdy); tiles TH x TW
-// per image, TWG groups per tile row, G groups in all, split evenly over the
+// x: N x C x H x W (from offx), dy: N x K x P x Q (from offdy); TH rows of
+// groups per image (tile rows / VR), TWG groups per row, G groups in all, split evenly over the
 // work-items; scratch: sws floats per work-item (16*(Cp+Kp)*GC*VL), part:
 // 16*Kp*Cp floats per work-item. Cp, Kp: C, K rounded up to 4.
 __kernel void wg_f2(__global const float *x, const int offx, __global const float *dy, const int offdy, const int C,
@@ -173,9 +209,9 @@ __kernel void wg_f2(__global const float *x, const int offx, __global const floa
             const size_t xs = isx ? (size_t)Cp * TC : (size_t)Kp * TC; // floats between transform points
             for (int gl = 0; gl < gc; gl++) {
                 if (isx)
-                    wg_input(x + offx + ((size_t)n * C + c) * HW, H, W, 2 * th - pad_h, twg * 2 * VL - pad_w, o);
+                    wg_input(x + offx + ((size_t)n * C + c) * HW, H, W, 2 * VR * th - pad_h, twg * 2 * (VL / VR) - pad_w, o);
                 else
-                    wg_dy(dy + offdy + ((size_t)n * K + c - C) * PQ, P, Q, 2 * th, twg * 2 * VL, o);
+                    wg_dy(dy + offdy + ((size_t)n * K + c - C) * PQ, P, Q, 2 * VR * th, twg * 2 * (VL / VR), o);
                 #pragma unroll
                 for (int a = 0; a < 4; a++)
                     #pragma unroll

@@ -32,9 +32,12 @@ clg_status clg_conv_wgrad_bwd_filter(clg_device *dev, const clg_conv_shape *s, c
                            "with at most 512 x 512 channels");
     int P = clg_conv_out_h(s), Q = clg_conv_out_w(s);
     int TH = CLG_CEIL_DIV(P, 2), TW = CLG_CEIL_DIV(Q, 2);
-    int VL = TW <= 4 ? 4 : 8, TWG = CLG_CEIL_DIV(TW, VL);
+    /* groups of VL tiles: 8 in one tile row, or (outputs of 8 columns or
+     * fewer) 4 in each of VR = 2 tile rows, 4 in one where there is one */
+    int VL = TW <= 4 && TH == 1 ? 4 : 8, VR = TW <= 4 && TH > 1 ? 2 : 1;
+    int TWG = CLG_CEIL_DIV(TW, VL / VR), THG = CLG_CEIL_DIV(TH, VR);
     int Cp = CLG_CEIL_DIV(s->C, 4) * 4, Kp = CLG_CEIL_DIV(s->K, 4) * 4;
-    long G = (long)s->N * TH * TWG;
+    long G = (long)s->N * THG * TWG;
     /* work-items: several per compute unit so that a core slowed by other
      * work does not hold up the rest, fewer when their partials (16 x K x C
      * each, zeroed and summed) would cost more than they balance */
@@ -50,8 +53,8 @@ clg_status clg_conv_wgrad_bwd_filter(clg_device *dev, const clg_conv_shape *s, c
         sws * nw > INT_MAX || msz * nw > INT_MAX)
         return clg_err_set(err, CLG_ERR_UNSUPPORTED, "winograd-fused: weight gradient of %d images x %d x %d channels "
                            "exceeds 2^31 elements", s->N, s->C, s->K);
-    char opts[16];
-    snprintf(opts, sizeof opts, "-D VL=%d", VL);
+    char opts[24];
+    snprintf(opts, sizeof opts, "-D VL=%d -D VR=%d", VL, VR);
     cl_kernel k, ko;
     CLG_TRY(clg_kernel_get(dev, "winograd_wgrad", opts, "wg_f2", &k));
     CLG_TRY(clg_kernel_get(dev, "winograd_wgrad", opts, "wg_f2_out", &ko));
@@ -73,7 +76,7 @@ clg_status clg_conv_wgrad_bwd_filter(clg_device *dev, const clg_conv_shape *s, c
         clg_ka_int(&a, Q);
         clg_ka_int(&a, s->pad_h);
         clg_ka_int(&a, s->pad_w);
-        clg_ka_int(&a, TH);
+        clg_ka_int(&a, THG);
         clg_ka_int(&a, TWG);
         clg_ka_int(&a, (int)G);
         clg_ka_int(&a, GC);
