@@ -261,37 +261,47 @@ __kernel void wg_f2(__global const float *x, const int offx, __global const floa
 }
 
 // dw[k][c] = beta*dw + G'^T (sum_w part[w][xi][k][c]) G' (3x3), G' = G with
-// its last row negated (see wg_dy). gws = (C, K).
+// its last row negated (see wg_dy), for 4 channels c = 4*i .. 4*i + 3 per
+// work-item (float4 loads; the 16 sums over the work-items' partials are
+// independent chains). gws = (Cp / 4, K).
 __kernel void wg_f2_out(__global const float *part, const int nw, const int K, const int C, const int Kp,
                         const int Cp, const float beta, __global float *dw, const int offdw)
 {
-    const int c = get_global_id(0), k = get_global_id(1);
-    if (c >= C || k >= K)
+    const int c4 = 4 * get_global_id(0), k = get_global_id(1);
+    if (c4 >= C || k >= K)
         return;
-    float m[4][4];
+    float4 m[4][4];
     #pragma unroll
     for (int a = 0; a < 4; a++)
         #pragma unroll
-        for (int b = 0; b < 4; b++) {
-            float s = 0.0f;
-            for (int w = 0; w < nw; w++)
-                s += part[(((size_t)w * 16 + a * 4 + b) * Kp + k) * Cp + c];
-            m[a][b] = s;
-        }
-    float t[3][4]; // G'^T m
+        for (int b = 0; b < 4; b++)
+            m[a][b] = (float4)(0.0f);
+    for (int w = 0; w < nw; w++) {
+        __global const float *p = part + ((size_t)w * 16 * Kp + k) * Cp + c4;
+        #pragma unroll
+        for (int a = 0; a < 4; a++)
+            #pragma unroll
+            for (int b = 0; b < 4; b++)
+                m[a][b] += vload4(0, p + (size_t)(a * 4 + b) * Kp * Cp);
+    }
+    float4 t[3][4]; // G'^T m
     #pragma unroll
     for (int b = 0; b < 4; b++) {
         t[0][b] = m[0][b] + 0.5f * (m[1][b] + m[2][b]);
         t[1][b] = 0.5f * (m[1][b] - m[2][b]);
         t[2][b] = 0.5f * (m[1][b] + m[2][b]) - m[3][b];
     }
-    __global float *d = dw + offdw + ((size_t)k * C + c) * 9;
+    float v[9][4]; // v[r * 3 + s][lane]
     #pragma unroll
     for (int r = 0; r < 3; r++) {
-        const float v[3] = {t[r][0] + 0.5f * (t[r][1] + t[r][2]), 0.5f * (t[r][1] - t[r][2]),
-                            0.5f * (t[r][1] + t[r][2]) - t[r][3]};
+        vstore4(t[r][0] + 0.5f * (t[r][1] + t[r][2]), 0, v[r * 3]);
+        vstore4(0.5f * (t[r][1] - t[r][2]), 0, v[r * 3 + 1]);
+        vstore4(0.5f * (t[r][1] + t[r][2]) - t[r][3], 0, v[r * 3 + 2]);
+    }
+    for (int l = 0; l < 4 && c4 + l < C; l++) {
+        __global float *d = dw + offdw + ((size_t)k * C + c4 + l) * 9;
         #pragma unroll
-        for (int s = 0; s < 3; s++)
-            d[r * 3 + s] = beta == 0.0f ? v[s] : fma(beta, d[r * 3 + s], v[s]);
+        for (int e = 0; e < 9; e++)
+            d[e] = beta == 0.0f ? v[e][l] : fma(beta, d[e], v[e][l]);
     }
 }

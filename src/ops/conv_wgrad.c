@@ -108,7 +108,7 @@ clg_status clg_conv_wgrad_bwd_filter(clg_device *dev, const clg_conv_shape *s, c
         clg_ka_mem(&a, dw);
         clg_ka_int(&a, (int)offdw);
         st = CLG_KA_DONE(err, &a, "wg_f2_out args");
-        size_t gws[2] = {(size_t)s->C, (size_t)s->K};
+        size_t gws[2] = {(size_t)Cp / 4, (size_t)s->K};
         if (st == CLG_OK)
             st = clg_launch(dev, ko, 2, gws, NULL, CLG_LAUNCH_PAD, NULL);
         clg_conv_prof(dev, "wgrad output");
