@@ -28,6 +28,9 @@
 #ifndef VR
 #define VR 1 // tile rows per group
 #endif
+#ifndef WG_PF
+#define WG_PF 0 // 1: prefetch the next channel's rows (CPUs; clang's __builtin_prefetch)
+#endif
 #if VR != 1 && !(VR == 2 && VL == 8)
 #error "VR 2 needs VL 8"
 #endif
@@ -208,6 +211,20 @@ __kernel void wg_f2(__global const float *x, const int offx, __global const floa
             __global float *dst = isx ? Vs + (size_t)c * TC : Us + (size_t)(c - C) * TC;
             const size_t xs = isx ? (size_t)Cp * TC : (size_t)Kp * TC; // floats between transform points
             for (int gl = 0; gl < gc; gl++) {
+#if WG_PF && defined(__clang__)
+                // at each tile row, the next channel's rows under it: from
+                // memory while this channel is transformed (the hardware
+                // prefetcher misses the start of each plane's short stream)
+                if (twg == 0 && c + 1 < C + K) {
+                    const int nx = c + 1 < C;
+                    __global const float *q = nx ? x + offx + ((size_t)n * C + c + 1) * HW
+                                                 : dy + offdy + ((size_t)n * K + c + 1 - C) * PQ;
+                    const int rw = nx ? W : Q, f0 = (nx ? max(2 * VR * th - pad_h, 0) : 2 * VR * th) * rw;
+                    const int f1 = min(f0 + (2 * VR + 2) * rw, nx ? HW : PQ);
+                    for (int f = f0; f < f1; f += 16)
+                        __builtin_prefetch(q + f, 0, 3);
+                }
+#endif
                 if (isx)
                     wg_input(x + offx + ((size_t)n * C + c) * HW, H, W, 2 * VR * th - pad_h, twg * 2 * (VL / VR) - pad_w, o);
                 else

@@ -56,8 +56,8 @@ clg_status clg_conv_wgrad_bwd_filter(clg_device *dev, const clg_conv_shape *s, c
         sws * nw > INT_MAX || msz * nw > INT_MAX)
         return clg_err_set(err, CLG_ERR_UNSUPPORTED, "winograd-fused: weight gradient of %d images x %d x %d channels "
                            "exceeds 2^31 elements", s->N, s->C, s->K);
-    char opts[24];
-    snprintf(opts, sizeof opts, "-D VL=%d -D VR=%d", VL, VR);
+    char opts[40];
+    snprintf(opts, sizeof opts, "-D VL=%d -D VR=%d -D WG_PF=%d", VL, VR, (dev->info.type & CLG_DEVICE_CPU) != 0);
     cl_kernel k, ko;
     CLG_TRY(clg_kernel_get(dev, "winograd_wgrad", opts, "wg_f2", &k));
     CLG_TRY(clg_kernel_get(dev, "winograd_wgrad", opts, "wg_f2_out", &ko));
