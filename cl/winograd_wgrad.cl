@@ -104,11 +104,18 @@ static inline __attribute__((always_inline)) void wg_phases(__global const float
                                                             const int r, const int w0, VF *d0, VF *d1)
 {
 #if VR == 2
-    float8 a0, a1, b0, b1;
+    // (through private arrays: built as (float8)(a.lo, b.lo), every
+    // transform written from them was "uninitialized" to oclgrind 21.10)
+    float8 a0, a1;
+    float e[8], o[8];
     wg_row(p, rows, n, r, w0, 4, &a0, &a1);
-    wg_row(p, rows, n, r + 2, w0, 4, &b0, &b1);
-    *d0 = (float8)(a0.lo, b0.lo);
-    *d1 = (float8)(a1.lo, b1.lo);
+    vstore4(a0.lo, 0, e);
+    vstore4(a1.lo, 0, o);
+    wg_row(p, rows, n, r + 2, w0, 4, &a0, &a1);
+    vstore4(a0.lo, 0, e + 4);
+    vstore4(a1.lo, 0, o + 4);
+    *d0 = vload8(0, e);
+    *d1 = vload8(0, o);
 #else
     float8 a0, a1;
     wg_row(p, rows, n, r, w0, VL, &a0, &a1);
