@@ -39,22 +39,29 @@
 #define VF float8
 #define VLOAD vload8
 #define VSTORE vstore8
-#define LSUM(v) dot((v).lo + (v).hi, (float4)(1.0f))
 #elif VL == 4
 #define VF float4
 #define VLOAD vload4
 #define VSTORE vstore4
-#define LSUM(v) dot((v), (float4)(1.0f))
 #else
 #error "VL must be 4 or 8"
 #endif
 
-// (sum of a's lanes, of b's, of c's, of d's). Lane sums through dot(), not
-// through swizzled additions, which oclgrind 21.10's --uninitialized checker
-// crashes on (as in cl/conv_bwdf.cl).
+// (sum of a's lanes, of b's, of c's, of d's): a tree of even + odd lane
+// additions, 4 sums at once (12 operations where a dot() per sum took about
+// 20; the partial sums' pass ran near a third of the kernel at 64 channels).
+// Every shuffle uses all its lanes (a shuffle with undefined lanes, as
+// LLVM makes for e.g. v.s0 + v.s7, crashes oclgrind 21.10).
 static inline __attribute__((always_inline)) float4 wg_sum4(const VF a, const VF b, const VF c, const VF d)
 {
-    return (float4)(LSUM(a), LSUM(b), LSUM(c), LSUM(d));
+#if VL == 8
+    const float8 s01 = (float8)(a.even, b.even) + (float8)(a.odd, b.odd);
+    const float8 s23 = (float8)(c.even, d.even) + (float8)(c.odd, d.odd);
+    const float8 u = (float8)(s01.even, s23.even) + (float8)(s01.odd, s23.odd);
+#else
+    const float8 u = (float8)(a.even, b.even, c.even, d.even) + (float8)(a.odd, b.odd, c.odd, d.odd);
+#endif
+    return u.even + u.odd;
 }
 
 // Row r of a plane (rows x n floats at p) read from column w0 as the two
