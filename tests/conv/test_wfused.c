@@ -180,7 +180,7 @@ START_TEST(fused4_backward_data) { random_cases(CLG_CONV_WINOGRAD4_FUSED, 44, 2)
 END_TEST
 START_TEST(fused2_backward_filter)
 {
-    if (!g_tiny) /* oclgrind: the first shape below */
+    if (!g_tiny) /* oclgrind: the first two shapes below */
         random_cases(CLG_CONV_WINOGRAD_FUSED, 48, 4);
     /* several chunks per work-item, chunks across tile rows and images,
      * partial 8-tile groups; 2 x 4-tile groups (<= 8 columns); N = 1, C = 1 */
