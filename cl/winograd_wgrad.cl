@@ -16,71 +16,124 @@
 //
 // Input and dy rows are read as float8 pieces whose even / odd elements are
 // the tile columns (wg_phases), so any padding works.
+//
+// VR 2 (with VL 8), for outputs of at most 8 columns (4 tiles a row): a
+// group is 4 tiles side by side in each of 2 tile rows (lanes 0-3 the first,
+// 4-7 the second), so the products run on float8 rather than half-empty
+// float4. A second row past the last tile row reads dy as zero and adds nothing.
 
 #ifndef VL
-#define VL 8
+#define VL 8 // tiles per group (vector lanes)
+#endif
+#ifndef VR
+#define VR 1 // tile rows per group
+#endif
+#ifndef WG_PF
+#define WG_PF 0 // 1: prefetch the next channel's rows (CPUs; clang's __builtin_prefetch)
+#endif
+#if VR != 1 && !(VR == 2 && VL == 8)
+#error "VR 2 needs VL 8"
 #endif
 
 #if VL == 8
 #define VF float8
 #define VLOAD vload8
 #define VSTORE vstore8
-#define LSUM(v) dot((v).lo + (v).hi, (float4)(1.0f))
 #elif VL == 4
 #define VF float4
 #define VLOAD vload4
 #define VSTORE vstore4
-#define LSUM(v) dot((v), (float4)(1.0f))
 #else
 #error "VL must be 4 or 8"
 #endif
 
-// (sum of a's lanes, of b's, of c's, of d's). Lane sums through dot(), not
-// through swizzled additions, which oclgrind 21.10's --uninitialized checker
-// crashes on (as in cl/conv_bwdf.cl).
+// (sum of a's lanes, of b's, of c's, of d's): a tree of even + odd lane
+// additions, 4 sums at once (12 operations where a dot() per sum took about
+// 20; the partial sums' pass ran near a third of the kernel at 64 channels).
+// Every shuffle uses all its lanes (a shuffle with undefined lanes, as
+// LLVM makes for e.g. v.s0 + v.s7, crashes oclgrind 21.10).
 static inline __attribute__((always_inline)) float4 wg_sum4(const VF a, const VF b, const VF c, const VF d)
 {
-    return (float4)(LSUM(a), LSUM(b), LSUM(c), LSUM(d));
+#if VL == 8
+    const float8 s01 = (float8)(a.even, b.even) + (float8)(a.odd, b.odd);
+    const float8 s23 = (float8)(c.even, d.even) + (float8)(c.odd, d.odd);
+    const float8 u = (float8)(s01.even, s23.even) + (float8)(s01.odd, s23.odd);
+#else
+    const float8 u = (float8)(a.even, b.even, c.even, d.even) + (float8)(a.odd, b.odd, c.odd, d.odd);
+#endif
+    return u.even + u.odd;
 }
 
 // Row r of a plane (rows x n floats at p) read from column w0 as the two
-// column phases of a group, d0[l] = row[w0 + 2l], d1[l] = row[w0 + 2l + 1]
+// column phases of nl = 4 or 8 tiles, d0[l] = row[w0 + 2l], d1[l] = row[w0 + 2l + 1]
 // (the phases at w0 + 2 come from a second call), zero outside the row or
 // for an invalid row. Inside the plane: float8 loads (they may run into the
 // neighbouring rows) masked to the row (16-wide loads and selects trip
 // oclgrind's uninitialised-value tracking); at the plane's edges element by
-// element.
-static inline __attribute__((always_inline)) void wg_phases(__global const float *p, const int rows, const int n,
-                                                            const int r, const int w0, VF *d0, VF *d1)
+// element. Lanes past nl are left unset.
+static inline __attribute__((always_inline)) void wg_row(__global const float *p, const int rows, const int n,
+                                                         const int r, const int w0, const int nl, float8 *d0,
+                                                         float8 *d1)
 {
     if (r < 0 || r >= rows) {
-        *d0 = *d1 = (VF)(0.0f);
+        *d0 = *d1 = (float8)(0.0f);
         return;
     }
     const int base = r * n + w0;
-    if (base >= 0 && base + 2 * VL <= rows * n) {
+    if (base >= 0 && base + 2 * nl <= rows * n) {
         const int8 iota8 = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
 #define LDM8(off) select((float8)(0.0f), vload8(0, p + base + (off)), (w0 + (off) + iota8 >= 0) & (w0 + (off) + iota8 < n))
-#if VL == 8
-        const float8 A0 = LDM8(0), A1 = LDM8(8);
-        *d0 = (float8)(A0.even, A1.even);
-        *d1 = (float8)(A0.odd, A1.odd);
-#else
-        const float8 A = LDM8(0);
-        *d0 = A.even;
-        *d1 = A.odd;
-#endif
+        const float8 A0 = LDM8(0);
+        if (nl == 8) {
+            const float8 A1 = LDM8(8);
+            *d0 = (float8)(A0.even, A1.even);
+            *d1 = (float8)(A0.odd, A1.odd);
+        } else {
+            *d0 = (float8)(A0.even, A0.even);
+            *d1 = (float8)(A0.odd, A0.odd);
+        }
 #undef LDM8
         return;
     }
-    float e[VL], o[VL];
-    for (int l = 0; l < VL; l++) {
+    float e[8], o[8];
+    for (int l = 0; l < 8; l++) {
         const int c0 = w0 + 2 * l, c1 = c0 + 1;
-        e[l] = c0 >= 0 && c0 < n ? p[r * n + c0] : 0.0f;
-        o[l] = c1 >= 0 && c1 < n ? p[r * n + c1] : 0.0f;
+        e[l] = l < nl && c0 >= 0 && c0 < n ? p[r * n + c0] : 0.0f;
+        o[l] = l < nl && c1 >= 0 && c1 < n ? p[r * n + c1] : 0.0f;
     }
-    *d0 = VLOAD(0, e);
-    *d1 = VLOAD(0, o);
+    *d0 = vload8(0, e);
+    *d1 = vload8(0, o);
+}
+
+// The two column phases of a group's row r (VR 2: row r of the first tile
+// row in lanes 0-3, row r + 2 of the second in lanes 4-7).
+static inline __attribute__((always_inline)) void wg_phases(__global const float *p, const int rows, const int n,
+                                                            const int r, const int w0, VF *d0, VF *d1)
+{
+#if VR == 2
+    // (through private arrays: built as (float8)(a.lo, b.lo), every
+    // transform written from them was "uninitialized" to oclgrind 21.10)
+    float8 a0, a1;
+    float e[8], o[8];
+    wg_row(p, rows, n, r, w0, 4, &a0, &a1);
+    vstore4(a0.lo, 0, e);
+    vstore4(a1.lo, 0, o);
+    wg_row(p, rows, n, r + 2, w0, 4, &a0, &a1);
+    vstore4(a0.lo, 0, e + 4);
+    vstore4(a1.lo, 0, o + 4);
+    *d0 = vload8(0, e);
+    *d1 = vload8(0, o);
+#else
+    float8 a0, a1;
+    wg_row(p, rows, n, r, w0, VL, &a0, &a1);
+#if VL == 8
+    *d0 = a0;
+    *d1 = a1;
+#else
+    *d0 = a0.lo;
+    *d1 = a1.lo;
+#endif
+#endif
 }
 
 // Input patch rows of one channel for a group: o[a][b] = (B^T d B)[a][b] per lane.
@@ -132,8 +185,8 @@ static inline __attribute__((always_inline)) void wg_dy(__global const float *d,
     }
 }
 
-// x: N x C x H x W (from offx), dy: N x K x P x Q (from offdy); tiles TH x TW
-// per image, TWG groups per tile row, G groups in all, split evenly over the
+// x: N x C x H x W (from offx), dy: N x K x P x Q (from offdy); TH rows of
+// groups per image (tile rows / VR), TWG groups per row, G groups in all, split evenly over the
 // work-items; scratch: sws floats per work-item (16*(Cp+Kp)*GC*VL), part:
 // 16*Kp*Cp floats per work-item. Cp, Kp: C, K rounded up to 4.
 __kernel void wg_f2(__global const float *x, const int offx, __global const float *dy, const int offdy, const int C,
@@ -172,10 +225,24 @@ __kernel void wg_f2(__global const float *x, const int offx, __global const floa
             __global float *dst = isx ? Vs + (size_t)c * TC : Us + (size_t)(c - C) * TC;
             const size_t xs = isx ? (size_t)Cp * TC : (size_t)Kp * TC; // floats between transform points
             for (int gl = 0; gl < gc; gl++) {
+#if WG_PF && defined(__clang__)
+                // at each tile row, the next channel's rows under it: from
+                // memory while this channel is transformed (the hardware
+                // prefetcher misses the start of each plane's short stream)
+                if (twg == 0 && c + 1 < C + K) {
+                    const int nx = c + 1 < C;
+                    __global const float *q = nx ? x + offx + ((size_t)n * C + c + 1) * HW
+                                                 : dy + offdy + ((size_t)n * K + c + 1 - C) * PQ;
+                    const int rw = nx ? W : Q, f0 = (nx ? max(2 * VR * th - pad_h, 0) : 2 * VR * th) * rw;
+                    const int f1 = min(f0 + (2 * VR + 2) * rw, nx ? HW : PQ);
+                    for (int f = f0; f < f1; f += 16)
+                        __builtin_prefetch(q + f, 0, 3);
+                }
+#endif
                 if (isx)
-                    wg_input(x + offx + ((size_t)n * C + c) * HW, H, W, 2 * th - pad_h, twg * 2 * VL - pad_w, o);
+                    wg_input(x + offx + ((size_t)n * C + c) * HW, H, W, 2 * VR * th - pad_h, twg * 2 * (VL / VR) - pad_w, o);
                 else
-                    wg_dy(dy + offdy + ((size_t)n * K + c - C) * PQ, P, Q, 2 * th, twg * 2 * VL, o);
+                    wg_dy(dy + offdy + ((size_t)n * K + c - C) * PQ, P, Q, 2 * VR * th, twg * 2 * (VL / VR), o);
                 #pragma unroll
                 for (int a = 0; a < 4; a++)
                     #pragma unroll
@@ -225,37 +292,47 @@ __kernel void wg_f2(__global const float *x, const int offx, __global const floa
 }
 
 // dw[k][c] = beta*dw + G'^T (sum_w part[w][xi][k][c]) G' (3x3), G' = G with
-// its last row negated (see wg_dy). gws = (C, K).
+// its last row negated (see wg_dy), for 4 channels c = 4*i .. 4*i + 3 per
+// work-item (float4 loads; the 16 sums over the work-items' partials are
+// independent chains). gws = (Cp / 4, K).
 __kernel void wg_f2_out(__global const float *part, const int nw, const int K, const int C, const int Kp,
                         const int Cp, const float beta, __global float *dw, const int offdw)
 {
-    const int c = get_global_id(0), k = get_global_id(1);
-    if (c >= C || k >= K)
+    const int c4 = 4 * get_global_id(0), k = get_global_id(1);
+    if (c4 >= C || k >= K)
         return;
-    float m[4][4];
+    float4 m[4][4];
     #pragma unroll
     for (int a = 0; a < 4; a++)
         #pragma unroll
-        for (int b = 0; b < 4; b++) {
-            float s = 0.0f;
-            for (int w = 0; w < nw; w++)
-                s += part[(((size_t)w * 16 + a * 4 + b) * Kp + k) * Cp + c];
-            m[a][b] = s;
-        }
-    float t[3][4]; // G'^T m
+        for (int b = 0; b < 4; b++)
+            m[a][b] = (float4)(0.0f);
+    for (int w = 0; w < nw; w++) {
+        __global const float *p = part + ((size_t)w * 16 * Kp + k) * Cp + c4;
+        #pragma unroll
+        for (int a = 0; a < 4; a++)
+            #pragma unroll
+            for (int b = 0; b < 4; b++)
+                m[a][b] += vload4(0, p + (size_t)(a * 4 + b) * Kp * Cp);
+    }
+    float4 t[3][4]; // G'^T m
     #pragma unroll
     for (int b = 0; b < 4; b++) {
         t[0][b] = m[0][b] + 0.5f * (m[1][b] + m[2][b]);
         t[1][b] = 0.5f * (m[1][b] - m[2][b]);
         t[2][b] = 0.5f * (m[1][b] + m[2][b]) - m[3][b];
     }
-    __global float *d = dw + offdw + ((size_t)k * C + c) * 9;
+    float v[9][4]; // v[r * 3 + s][lane]
     #pragma unroll
     for (int r = 0; r < 3; r++) {
-        const float v[3] = {t[r][0] + 0.5f * (t[r][1] + t[r][2]), 0.5f * (t[r][1] - t[r][2]),
-                            0.5f * (t[r][1] + t[r][2]) - t[r][3]};
+        vstore4(t[r][0] + 0.5f * (t[r][1] + t[r][2]), 0, v[r * 3]);
+        vstore4(0.5f * (t[r][1] - t[r][2]), 0, v[r * 3 + 1]);
+        vstore4(0.5f * (t[r][1] + t[r][2]) - t[r][3], 0, v[r * 3 + 2]);
+    }
+    for (int l = 0; l < 4 && c4 + l < C; l++) {
+        __global float *d = dw + offdw + ((size_t)k * C + c4 + l) * 9;
         #pragma unroll
-        for (int s = 0; s < 3; s++)
-            d[r * 3 + s] = beta == 0.0f ? v[s] : fma(beta, d[r * 3 + s], v[s]);
+        for (int e = 0; e < 9; e++)
+            d[e] = beta == 0.0f ? v[e][l] : fma(beta, d[e], v[e][l]);
     }
 }

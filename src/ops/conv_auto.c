@@ -168,10 +168,12 @@ static void shape_key(char *dst, size_t n, const clg_conv_shape *s, clg_conv_pas
      * became the unrolled one (col2im_s1 with the stride compiled in), so
      * its v5 measurements are stale; "v7" for the same shapes once direct
      * ran them by stride phases (dconv_fwdk per phase, no wasted taps);
-     * "v8" for the weight gradients winograd-fused runs (a new candidate) */
+     * "v8" for the weight gradients winograd-fused runs (a new candidate);
+     * "v9" for all of them once its kernel changed (2 x 4-tile groups at
+     * outputs of <= 8 columns, measured there too; longer chunks) */
     int v7 = pass == CLG_CONV_BWD_DATA && (s->stride_h > 1 || s->stride_w > 1) && s->dil_h == 1 && s->dil_w == 1;
-    int v8 = pass == CLG_CONV_BWD_FILTER && clg_conv_wgrad_ok(s);
-    snprintf(dst, n, "%s:%s:n%d,c%d,h%d,w%d,k%d,r%d,s%d,p%dx%d,u%dx%d,d%dx%d,g%d", v8 ? "v8" : v7 ? "v7" : "v5",
+    int v9 = pass == CLG_CONV_BWD_FILTER && clg_conv_wgrad_ok(s);
+    snprintf(dst, n, "%s:%s:n%d,c%d,h%d,w%d,k%d,r%d,s%d,p%dx%d,u%dx%d,d%dx%d,g%d", v9 ? "v9" : v7 ? "v7" : "v5",
              pass_tag(pass),
              batch_class(s->N), s->C, s->H, s->W, s->K, s->R, s->S, s->pad_h, s->pad_w, s->stride_h, s->stride_w,
              s->dil_h, s->dil_w, s->groups);
@@ -437,10 +439,10 @@ static int candidate(const clg_device *dev, clg_conv_algo a, const clg_conv_shap
     if ((a == CLG_CONV_WINOGRAD4 || a == CLG_CONV_WINOGRAD4_FUSED) && !wino4_in_auto(dev, s, pass))
         return 0; /* fused F(4x4) has the same transforms, so the same error policy */
     /* the fused weight gradient runs a few work-items per compute unit (written for CPUs); with
-     * outputs of 8 columns or fewer it runs 4-tile groups, measured 1.7x slower than direct
-     * (docs/benchmarks.md, "Fused Winograd weight gradient") */
+     * outputs of 8 columns or fewer it runs groups of 2 x 4 tiles, or half-empty 4-tile groups
+     * where there is one tile row (docs/benchmarks.md, "Fused Winograd weight gradient") */
     if (a == CLG_CONV_WINOGRAD_FUSED && pass == CLG_CONV_BWD_FILTER &&
-        (!(dev->info.type & CLG_DEVICE_CPU) || clg_conv_out_w(s) <= 8))
+        (!(dev->info.type & CLG_DEVICE_CPU) || clg_conv_out_h(s) <= 2))
         return 0;
     if (a == CLG_CONV_FFT) /* meant for large kernels; forced runs may use it from 2x2 */
         return s->R >= 5 && s->S >= 5;

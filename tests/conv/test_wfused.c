@@ -180,17 +180,25 @@ START_TEST(fused4_backward_data) { random_cases(CLG_CONV_WINOGRAD4_FUSED, 44, 2)
 END_TEST
 START_TEST(fused2_backward_filter)
 {
-    if (!g_tiny) /* oclgrind: the first shape below */
+    if (!g_tiny) /* oclgrind: the first two shapes below */
         random_cases(CLG_CONV_WINOGRAD_FUSED, 48, 4);
     /* several chunks per work-item, chunks across tile rows and images,
-     * partial 8-tile groups; 4-tile groups (<= 8 columns); N = 1, C = 1 */
+     * partial 8-tile groups; 2 x 4-tile groups (<= 8 columns); N = 1, C = 1 */
     clg_rng r;
     tu_rng(&r, 49);
     clg_conv_shape s = g_tiny ? wshape(1, 3, 5, 11, 2, 1, 1) : wshape(3, 20, 33, 31, 22, 1, 1);
     check_case(&s, CLG_CONV_WINOGRAD_FUSED, &r, 4);
-    if (g_tiny) /* oclgrind: one small shape (CI time) */
+    /* outputs of <= 8 columns: groups of 4 tiles in each of 2 tile rows, an odd
+     * count of tile rows (the last group's second row past the output) */
+    s = g_tiny ? wshape(1, 2, 5, 6, 3, 1, 1) : wshape(3, 19, 9, 7, 21, 1, 1);
+    check_case(&s, CLG_CONV_WINOGRAD_FUSED, &r, 4);
+    if (g_tiny) /* oclgrind: small shapes (CI time) */
         return;
     s = wshape(1, 1, 9, 8, 7, 2, 0);
+    check_case(&s, CLG_CONV_WINOGRAD_FUSED, &r, 4);
+    s = wshape(4, 64, 8, 8, 64, 1, 1); /* ResNet-20 stage 3 (batch 4): 2 x 4 tiles per group, all lanes used */
+    check_case(&s, CLG_CONV_WINOGRAD_FUSED, &r, 4);
+    s = wshape(2, 5, 2, 7, 6, 1, 1); /* one tile row: groups of 4 tiles in one row */
     check_case(&s, CLG_CONV_WINOGRAD_FUSED, &r, 4);
 }
 END_TEST
