@@ -196,8 +196,8 @@ __kernel void gemm_epilogue(const int M, const int N, __global float *C, const i
 #define VLOAD GEMM_CAT(vload, VW)
 #define VSTORE GEMM_CAT(vstore, VW)
 
-#ifndef GEMM_GELU // epilogue GELU after the bias: 0 none, 1 erf form, 2 tanh form (W receives the pre-activation)
-#define GEMM_GELU 0
+#ifndef GEMM_GELU // epilogue GELU after the bias: 0 none, 1 erf form, 2 tanh form (W receives the pre-activation);
+#define GEMM_GELU 0 // 3 erf form, 4 tanh form with W receiving the GELU's derivative at the pre-activation
 #endif
 #if GEMM_GELU
 // GELU of the epilogue: cl/gelu.h, the arithmetic of cl/eltwise.cl's act_gelu_fwd and
@@ -206,6 +206,7 @@ __kernel void gemm_epilogue(const int M, const int N, __global float *C, const i
 CLG_GELU_FNS(float, _s)
 CLG_GELU_FNS(VEC, _v)
 #define GEMM_GELU_APPLY(SUF, r) (GEMM_GELU == 1 ? clg_gelu##SUF(r) : clg_gelu_tanh##SUF(r))
+#define GEMM_GELU_FD(SUF, r, d) (GEMM_GELU == 3 ? clg_gelu_fd##SUF(r, d) : clg_gelu_tanh_fd##SUF(r, d))
 #endif
 
 // gws: (Mt rounded up to the work-group size, Nt, batch * KS); lws (WGS, 1, 1).
@@ -216,8 +217,8 @@ CLG_GELU_FNS(VEC, _v)
 // nt*NR.. over k in [s*kchunk, min(K, (s+1)*kchunk)). With KS > 1 it writes
 // the raw sum into W (see gemm_reduce), else it applies the epilogue to C;
 // built with GEMM_GELU (KS = 1 only) the epilogue ends with GELU and W
-// receives the value before it at b * strideC + m * ldc + n (C's index
-// without offC).
+// receives the value before it (GEMM_GELU 3, 4: the GELU's derivative there)
+// at b * strideC + m * ldc + n (C's index without offC).
 __kernel void gemm_cpu(const int M, const int N, const int K, const int Mt, const float alpha, const float beta,
                        __global const float *Ap, const int apOff, const int apStride, const int aps, const int aks,
                        __global const float *Bp, const int bpOff, const int bpStride, const int bps, const int bks,
@@ -293,7 +294,13 @@ __kernel void gemm_cpu(const int M, const int N, const int K, const int Mt, cons
                         r += VLOAD(0, bi + n);
                     if (relu)
                         r = fmax(r, (VEC)(0.0f));
-#if GEMM_GELU
+#if GEMM_GELU >= 3
+                    {
+                        VEC d;
+                        r = GEMM_GELU_FD(_v, r, &d);
+                        VSTORE(d, 0, W + (size_t)b * strideC + (size_t)m * ldc + n);
+                    }
+#elif GEMM_GELU
                     VSTORE(r, 0, W + (size_t)b * strideC + (size_t)m * ldc + n);
                     r = GEMM_GELU_APPLY(_v, r);
 #endif
@@ -333,7 +340,13 @@ __kernel void gemm_cpu(const int M, const int N, const int K, const int Mt, cons
                     r += bi[n + j];
                 if (relu)
                     r = fmax(r, 0.0f);
-#if GEMM_GELU
+#if GEMM_GELU >= 3
+                {
+                    float d;
+                    r = GEMM_GELU_FD(_s, r, &d);
+                    W[(size_t)b * strideC + (size_t)(m0 + i) * ldc + n + j] = d;
+                }
+#elif GEMM_GELU
                 W[(size_t)b * strideC + (size_t)(m0 + i) * ldc + n + j] = r;
                 r = GEMM_GELU_APPLY(_s, r);
 #endif
