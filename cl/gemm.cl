@@ -75,12 +75,36 @@ inline void gemm_pack_block(const int R, const int K, const int Kp, const int km
     __global float *d = D + (size_t)b * dstride + ((size_t)p * Kp + k0) * P;
     const int r0 = p * P;
     if (k0 + 16 <= K && r0 + P <= R) {
-        if (kmaj) {
+        if (kmaj && P % 16 == 0) { // whole vectors (B panels of the CPU kernel: NR = NV VW)
+            for (int kk = 0; kk < 16; kk++) {
+                __global const float *s = x + (size_t)(k0 + kk) * ld + r0;
+                for (int q = 0; q < P / 16; q++)
+                    vstore16(vload16(q, s), q, d + kk * P);
+            }
+        } else if (kmaj && P == 6) { // A^T panels of MR = 6 rows (the weight gradients' dz^T)
+            for (int kk = 0; kk < 16; kk++) {
+                __global const float *s = x + (size_t)(k0 + kk) * ld + r0;
+                vstore4(vload4(0, s), 0, d + kk * 6);
+                vstore2(vload2(0, s + 4), 0, d + kk * 6 + 4);
+            }
+        } else if (kmaj) {
             for (int kk = 0; kk < 16; kk++) {
                 __global const float *s = x + (size_t)(k0 + kk) * ld + r0;
                 for (int j = 0; j < P; j++)
                     d[kk * P + j] = s[j];
             }
+        } else if (P == 4) { // a 4 x 16 block transposed in registers, four 16-float stores
+            __global const float *s = x + (size_t)r0 * ld + k0;
+            const float16 a = vload16(0, s), b = vload16(0, s + ld), c = vload16(0, s + 2 * (size_t)ld),
+                          e = vload16(0, s + 3 * (size_t)ld);
+            vstore16((float16)(a.s0, b.s0, c.s0, e.s0, a.s1, b.s1, c.s1, e.s1, a.s2, b.s2, c.s2, e.s2, a.s3, b.s3,
+                               c.s3, e.s3), 0, d);
+            vstore16((float16)(a.s4, b.s4, c.s4, e.s4, a.s5, b.s5, c.s5, e.s5, a.s6, b.s6, c.s6, e.s6, a.s7, b.s7,
+                               c.s7, e.s7), 1, d);
+            vstore16((float16)(a.s8, b.s8, c.s8, e.s8, a.s9, b.s9, c.s9, e.s9, a.sa, b.sa, c.sa, e.sa, a.sb, b.sb,
+                               c.sb, e.sb), 2, d);
+            vstore16((float16)(a.sc, b.sc, c.sc, e.sc, a.sd, b.sd, c.sd, e.sd, a.se, b.se, c.se, e.se, a.sf, b.sf,
+                               c.sf, e.sf), 3, d);
         } else {
             __global const float *s = x + (size_t)r0 * ld + k0;
             for (int j = 0; j < P; j++) {
