@@ -413,6 +413,110 @@ __kernel void attn_transpose(const uint T, const uint H, const uint NH, const ui
         vstore8(vload8(0, b[c]), 0, d + (size_t)c * Tp);
 }
 
+#ifndef FWD_TP_MAX // attn_fwd_rows: the two-pass softmax up to this Tp (scores in private memory)
+#define FWD_TP_MAX 256
+#endif
+
+// Pieces of both forward forms below (macros: the same code in each, no private arrays
+// passed through pointers).
+// q (RQ x HD) = the block's query rows times scale (rows past T repeat row T - 1), acc = 0.
+#define ATTN_FWD_LOAD_Q                                                                                \
+    for (uint r = 0; r < RQ; r++) {                                                                    \
+        __global const float *qr = Q + oq + ((size_t)n * T + min(i0 + r, T - 1)) * ldq + h * HD;       \
+        for (uint d = 0; d < HD; d++)                                                                  \
+            q[r][d] = qr[d] * scale;                                                                   \
+        for (uint c = 0; c < HV; c++)                                                                  \
+            acc[r][c] = (float8)(0.0f);                                                                \
+    }
+// s[r] = scores of row r against keys j0 .. j0 + 15 (from kt), sr: the same with the masked
+// keys at -INFINITY (stated by the caller's loop body).
+#define ATTN_FWD_SCORES(j0)                                                                            \
+    float16 s[RQ];                                                                                     \
+    for (uint r = 0; r < RQ; r++)                                                                      \
+        s[r] = (float16)(0.0f);                                                                        \
+    for (uint d = 0; d < HD; d++) {                                                                    \
+        const float16 kv = vload16(0, kt + (size_t)d * Tp + (j0));                                     \
+        for (uint r = 0; r < RQ; r++)                                                                  \
+            s[r] = fma((float16)(q[r][d]), kv, s[r]);                                                  \
+    }                                                                                                  \
+    const int16 j = (int16)((int)(j0)) + LANES;
+#define ATTN_FWD_MASKED(r)                                                                             \
+    select((float16)(-INFINITY), s[r],                                                                 \
+           (j < (int16)((int)T)) & (causal ? (j <= (int16)((int)(i0 + (r)))) : (int16)(-1)))
+// p[r] = the probabilities pr of row r (after dropout where enabled).
+#if DROPOUT // the normalizer sums the probabilities before dropout; P V takes them after
+#define ATTN_FWD_STORE_P(r, pr, j0) vstore16((pr) * KEEP_ROW(i0 + (r), j0), 0, p[r])
+#else
+#define ATTN_FWD_STORE_P(r, pr, j0) vstore16((pr), 0, p[r])
+#endif
+// acc += p V over keys j0 .. min(j0 + KB, jend) - 1.
+#define ATTN_FWD_PV(j0)                                                                                \
+    for (uint jj = 0; jj < min((uint)KB, jend - (j0)); jj++) {                                         \
+        __global const float *vr = V + ov + ((size_t)n * T + (j0) + jj) * ldv + h * HD;                \
+        for (uint c = 0; c < HV; c++) {                                                                \
+            const float8 vv = vload8(c, vr);                                                           \
+            for (uint r = 0; r < RQ; r++)                                                              \
+                acc[r][c] = fma((float8)(p[r][jj]), vv, acc[r][c]);                                    \
+        }                                                                                              \
+    }
+// O rows = acc / l, L = m + log l, for the rows below T (LR(r): row r's normalizer).
+#define ATTN_FWD_OUT(LR)                                                                               \
+    for (uint r = 0; r < RQ; r++) {                                                                    \
+        const uint i = i0 + r;                                                                         \
+        if (i >= T)                                                                                    \
+            break;                                                                                     \
+        __global float *orow = O + oo + ((size_t)n * T + i) * ldo + h * HD;                            \
+        const float lr = (LR), inv = 1.0f / lr;                                                        \
+        for (uint c = 0; c < HV; c++)                                                                  \
+            vstore8(acc[r][c] * inv, c, orow);                                                         \
+        L[ol + (size_t)nh * T + i] = m[r] + log(lr);                                                   \
+    }
+
+// Forward on short sequences (Tp <= FWD_TP_MAX): RQ query rows i0.. of head nh; a first
+// pass keeps the block's scores and their lane-wise maxima, a second one exponentiates
+// them against the row maximum and accumulates P V: no rescaling of the accumulators and
+// no horizontal max, sum or scalar exp per key block (the online form's per-block work).
+static inline void attn_fwd_rows_2p(const uint T, const uint H, const uint Tp, const float scale, const int causal,
+                                    __global const float *Q, const uint oq, const uint ldq, __global const float *Kt,
+                                    __global const float *V, const uint ov, const uint ldv, __global float *O,
+                                    const uint oo, const uint ldo, __global float *L, const uint ol, const uint i0,
+                                    const uint nh DROPOUT_ARGS)
+{
+    const uint n = nh / H, h = nh - n * H;
+    float q[RQ][HD];
+    float sc[RQ][FWD_TP_MAX];
+    float8 acc[RQ][HV];
+    float16 mv[RQ], ls[RQ];
+    ATTN_FWD_LOAD_Q
+    for (uint r = 0; r < RQ; r++) {
+        mv[r] = (float16)(-INFINITY);
+        ls[r] = (float16)(0.0f);
+    }
+    __global const float *kt = Kt + (size_t)nh * HD * Tp;
+    const uint jend = causal ? min(T, i0 + RQ) : T;
+    for (uint j0 = 0; j0 < jend; j0 += KB) {
+        ATTN_FWD_SCORES(j0)
+        for (uint r = 0; r < RQ; r++) {
+            const float16 sr = ATTN_FWD_MASKED(r);
+            mv[r] = fmax(mv[r], sr);
+            vstore16(sr, 0, sc[r] + j0);
+        }
+    }
+    float m[RQ];
+    for (uint r = 0; r < RQ; r++)
+        m[r] = hmax16(mv[r]); /* finite: key 0 is never masked */
+    for (uint j0 = 0; j0 < jend; j0 += KB) {
+        float p[RQ][KB];
+        for (uint r = 0; r < RQ; r++) {
+            const float16 pr = exp(vload16(0, sc[r] + j0) - (float16)(m[r]));
+            ls[r] += pr;
+            ATTN_FWD_STORE_P(r, pr, j0);
+        }
+        ATTN_FWD_PV(j0)
+    }
+    ATTN_FWD_OUT(hsum16(ls[r]))
+}
+
 // Forward: RQ query rows i0.. of head nh = n H + h; the online softmax per row.
 static inline void attn_fwd_rows(const uint T, const uint H, const uint Tp, const float scale, const int causal,
                                  __global const float *Q, const uint oq, const uint ldq, __global const float *Kt,
@@ -420,35 +524,26 @@ static inline void attn_fwd_rows(const uint T, const uint H, const uint Tp, cons
                                  const uint oo, const uint ldo, __global float *L, const uint ol, const uint i0,
                                  const uint nh DROPOUT_ARGS)
 {
+    if (Tp <= FWD_TP_MAX) {
+        attn_fwd_rows_2p(T, H, Tp, scale, causal, Q, oq, ldq, Kt, V, ov, ldv, O, oo, ldo, L, ol, i0, nh DROPOUT_PASS);
+        return;
+    }
     const uint n = nh / H, h = nh - n * H;
     float q[RQ][HD];
     float8 acc[RQ][HV];
     float m[RQ], l[RQ];
+    ATTN_FWD_LOAD_Q
     for (uint r = 0; r < RQ; r++) {
-        __global const float *qr = Q + oq + ((size_t)n * T + min(i0 + r, T - 1)) * ldq + h * HD;
-        for (uint d = 0; d < HD; d++)
-            q[r][d] = qr[d] * scale;
-        for (uint c = 0; c < HV; c++)
-            acc[r][c] = (float8)(0.0f);
         m[r] = -INFINITY;
         l[r] = 0.0f;
     }
     __global const float *kt = Kt + (size_t)nh * HD * Tp;
     const uint jend = causal ? min(T, i0 + RQ) : T;
     for (uint j0 = 0; j0 < jend; j0 += KB) {
-        float16 s[RQ];
-        for (uint r = 0; r < RQ; r++)
-            s[r] = (float16)(0.0f);
-        for (uint d = 0; d < HD; d++) {
-            const float16 kv = vload16(0, kt + (size_t)d * Tp + j0);
-            for (uint r = 0; r < RQ; r++)
-                s[r] = fma((float16)(q[r][d]), kv, s[r]);
-        }
-        const int16 j = (int16)((int)j0) + LANES;
+        ATTN_FWD_SCORES(j0)
         float p[RQ][KB];
         for (uint r = 0; r < RQ; r++) {
-            const int16 ok = (j < (int16)((int)T)) & (causal ? (j <= (int16)((int)(i0 + r))) : (int16)(-1));
-            const float16 sr = select((float16)(-INFINITY), s[r], ok);
+            const float16 sr = ATTN_FWD_MASKED(r);
             const float mt = fmax(m[r], hmax16(sr));
             const float16 pr = exp(sr - (float16)(mt));
             const float corr = exp(m[r] - mt);
@@ -456,32 +551,11 @@ static inline void attn_fwd_rows(const uint T, const uint H, const uint Tp, cons
             m[r] = mt;
             for (uint c = 0; c < HV; c++)
                 acc[r][c] *= corr;
-#if DROPOUT // the normalizer l sums the probabilities before dropout; P V takes them after
-            vstore16(pr * KEEP_ROW(i0 + r, j0), 0, p[r]);
-#else
-            vstore16(pr, 0, p[r]);
-#endif
+            ATTN_FWD_STORE_P(r, pr, j0);
         }
-        const uint jn = min((uint)KB, jend - j0);
-        for (uint jj = 0; jj < jn; jj++) {
-            __global const float *vr = V + ov + ((size_t)n * T + j0 + jj) * ldv + h * HD;
-            for (uint c = 0; c < HV; c++) {
-                const float8 vv = vload8(c, vr);
-                for (uint r = 0; r < RQ; r++)
-                    acc[r][c] = fma((float8)(p[r][jj]), vv, acc[r][c]);
-            }
-        }
+        ATTN_FWD_PV(j0)
     }
-    for (uint r = 0; r < RQ; r++) {
-        const uint i = i0 + r;
-        if (i >= T)
-            break;
-        __global float *orow = O + oo + ((size_t)n * T + i) * ldo + h * HD;
-        const float inv = 1.0f / l[r];
-        for (uint c = 0; c < HV; c++)
-            vstore8(acc[r][c] * inv, c, orow);
-        L[ol + (size_t)nh * T + i] = m[r] + log(l[r]);
-    }
+    ATTN_FWD_OUT(l[r])
 }
 
 // One work-item per (RQ query rows, n * H + h).

@@ -41,6 +41,22 @@ ACT_KERNELS(tanh, tanh(v), g * (1.0f - y[oy + i] * y[oy + i]))
 ACT_KERNELS(gelu, clg_gelu(v), g * clg_gelu_grad(x[ox + i]))
 ACT_KERNELS(gelu_tanh, clg_gelu_tanh(v), g * clg_gelu_tanh_grad(x[ox + i]))
 
+// GELU forward that also keeps its derivative: y = f(x) and x = f'(x) in place
+// (the product's fallback for clg_gemm_args.gelu 3, 4; dmul_colsum_part then
+// takes the backward).
+#define ACT_FWD_D(NAME, FD)                                                                            \
+    __kernel void NAME(const uint n, __global float *x, const uint ox, __global float *y, const uint oy) \
+    {                                                                                                  \
+        const uint i = get_global_id(0);                                                               \
+        if (i >= n)                                                                                    \
+            return;                                                                                    \
+        float d;                                                                                       \
+        y[oy + i] = FD(x[ox + i], &d);                                                                 \
+        x[ox + i] = d;                                                                                 \
+    }
+ACT_FWD_D(act_gelu_fwd_d, clg_gelu_fd)
+ACT_FWD_D(act_gelu_tanh_fwd_d, clg_gelu_tanh_fd)
+
 // ---- fill ----
 // y[oy + i] = v (clg_buf_fill: stores the simulator's shadow memory tracks,
 // unlike clEnqueueFillBuffer under oclgrind 21.10, see tests/oclgrind_check.sh)
@@ -181,6 +197,7 @@ __kernel void colsum(const uint rows, const uint cols, __global const float *x, 
 COLSUM_PART(colsum_part, g, 0)
 COLSUM_PART(act_gelu_bwd_colsum_part, g * clg_gelu_grad(x[ox + i]), 1)
 COLSUM_PART(act_gelu_tanh_bwd_colsum_part, g * clg_gelu_tanh_grad(x[ox + i]), 1)
+COLSUM_PART(dmul_colsum_part, g * x[ox + i], 1) // x: the derivative kept by forward
 
 // The same on 8 columns per work-item in explicit float8 vectors (cols a
 // multiple of 8): the compilers that vectorize across work-items do not
@@ -207,6 +224,7 @@ COLSUM_PART(act_gelu_tanh_bwd_colsum_part, g * clg_gelu_tanh_grad(x[ox + i]), 1)
     }
 COLSUM_PART8(act_gelu_bwd_colsum_part8, g * clg_gelu_grad8(xv))
 COLSUM_PART8(act_gelu_tanh_bwd_colsum_part8, g * clg_gelu_tanh_grad8(xv))
+COLSUM_PART8(dmul_colsum_part8, g * xv)
 
 __kernel void colsum_fin(const uint cols, const uint chunks, __global const float *part, __global float *y,
                          const uint oy)

@@ -11,6 +11,9 @@
 //   clg_gelu_tanh_s##SUF(x)     s = 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u)), u = k (x + 0.044715 x^3)
 //   clg_gelu_tanh##SUF(x)       x s                              (tanh form)
 //   clg_gelu_tanh_grad##SUF(x)  s + x s (1 - s) 2k (1 + 3 * 0.044715 x^2)
+//   clg_gelu_fd##SUF(x, &d), clg_gelu_tanh_fd##SUF(x, &d)
+//                               the form's value, with its derivative in d (the same
+//                               arithmetic as the two functions above, Phi or s once)
 // with k = sqrt(2 / pi). x s has no 1 + tanh cancellation in the negative tail.
 //
 // Phi(x) = (1 + erf(x / sqrt 2)) / 2 with erfc(z) = t exp(-z^2 + P(t)), t = 1 /
@@ -62,6 +65,18 @@
     {                                                                                                  \
         const T s = clg_gelu_tanh_s##SUF(v);                                                           \
         return fma(v * s * ((T)(1.0f) - s), (T)(2.0f * CLG_GELU_K) * fma((T)(3.0f * CLG_GELU_A), v * v, (T)(1.0f)), s); \
+    }                                                                                                  \
+    inline T clg_gelu_fd##SUF(const T v, T *d)                                                         \
+    {                                                                                                  \
+        const T p = clg_phi##SUF(v);                                                                   \
+        *d = p + v * (T)(CLG_INV_SQRT_2PI) * exp((T)(-0.5f) * v * v);                                  \
+        return v * p;                                                                                  \
+    }                                                                                                  \
+    inline T clg_gelu_tanh_fd##SUF(const T v, T *d)                                                    \
+    {                                                                                                  \
+        const T s = clg_gelu_tanh_s##SUF(v);                                                           \
+        *d = fma(v * s * ((T)(1.0f) - s), (T)(2.0f * CLG_GELU_K) * fma((T)(3.0f * CLG_GELU_A), v * v, (T)(1.0f)), s); \
+        return v * s;                                                                                  \
     }
 
 #endif // CLG_GELU_H

@@ -75,12 +75,36 @@ inline void gemm_pack_block(const int R, const int K, const int Kp, const int km
     __global float *d = D + (size_t)b * dstride + ((size_t)p * Kp + k0) * P;
     const int r0 = p * P;
     if (k0 + 16 <= K && r0 + P <= R) {
-        if (kmaj) {
+        if (kmaj && P % 16 == 0) { // whole vectors (B panels of the CPU kernel: NR = NV VW)
+            for (int kk = 0; kk < 16; kk++) {
+                __global const float *s = x + (size_t)(k0 + kk) * ld + r0;
+                for (int q = 0; q < P / 16; q++)
+                    vstore16(vload16(q, s), q, d + kk * P);
+            }
+        } else if (kmaj && P == 6) { // A^T panels of MR = 6 rows (the weight gradients' dz^T)
+            for (int kk = 0; kk < 16; kk++) {
+                __global const float *s = x + (size_t)(k0 + kk) * ld + r0;
+                vstore4(vload4(0, s), 0, d + kk * 6);
+                vstore2(vload2(0, s + 4), 0, d + kk * 6 + 4);
+            }
+        } else if (kmaj) {
             for (int kk = 0; kk < 16; kk++) {
                 __global const float *s = x + (size_t)(k0 + kk) * ld + r0;
                 for (int j = 0; j < P; j++)
                     d[kk * P + j] = s[j];
             }
+        } else if (P == 4) { // a 4 x 16 block transposed in registers, four 16-float stores
+            __global const float *s = x + (size_t)r0 * ld + k0;
+            const float16 a = vload16(0, s), b = vload16(0, s + ld), c = vload16(0, s + 2 * (size_t)ld),
+                          e = vload16(0, s + 3 * (size_t)ld);
+            vstore16((float16)(a.s0, b.s0, c.s0, e.s0, a.s1, b.s1, c.s1, e.s1, a.s2, b.s2, c.s2, e.s2, a.s3, b.s3,
+                               c.s3, e.s3), 0, d);
+            vstore16((float16)(a.s4, b.s4, c.s4, e.s4, a.s5, b.s5, c.s5, e.s5, a.s6, b.s6, c.s6, e.s6, a.s7, b.s7,
+                               c.s7, e.s7), 1, d);
+            vstore16((float16)(a.s8, b.s8, c.s8, e.s8, a.s9, b.s9, c.s9, e.s9, a.sa, b.sa, c.sa, e.sa, a.sb, b.sb,
+                               c.sb, e.sb), 2, d);
+            vstore16((float16)(a.sc, b.sc, c.sc, e.sc, a.sd, b.sd, c.sd, e.sd, a.se, b.se, c.se, e.se, a.sf, b.sf,
+                               c.sf, e.sf), 3, d);
         } else {
             __global const float *s = x + (size_t)r0 * ld + k0;
             for (int j = 0; j < P; j++) {
@@ -196,8 +220,8 @@ __kernel void gemm_epilogue(const int M, const int N, __global float *C, const i
 #define VLOAD GEMM_CAT(vload, VW)
 #define VSTORE GEMM_CAT(vstore, VW)
 
-#ifndef GEMM_GELU // epilogue GELU after the bias: 0 none, 1 erf form, 2 tanh form (W receives the pre-activation)
-#define GEMM_GELU 0
+#ifndef GEMM_GELU // epilogue GELU after the bias: 0 none, 1 erf form, 2 tanh form (W receives the pre-activation);
+#define GEMM_GELU 0 // 3 erf form, 4 tanh form with W receiving the GELU's derivative at the pre-activation
 #endif
 #if GEMM_GELU
 // GELU of the epilogue: cl/gelu.h, the arithmetic of cl/eltwise.cl's act_gelu_fwd and
@@ -206,6 +230,7 @@ __kernel void gemm_epilogue(const int M, const int N, __global float *C, const i
 CLG_GELU_FNS(float, _s)
 CLG_GELU_FNS(VEC, _v)
 #define GEMM_GELU_APPLY(SUF, r) (GEMM_GELU == 1 ? clg_gelu##SUF(r) : clg_gelu_tanh##SUF(r))
+#define GEMM_GELU_FD(SUF, r, d) (GEMM_GELU == 3 ? clg_gelu_fd##SUF(r, d) : clg_gelu_tanh_fd##SUF(r, d))
 #endif
 
 // gws: (Mt rounded up to the work-group size, Nt, batch * KS); lws (WGS, 1, 1).
@@ -216,8 +241,8 @@ CLG_GELU_FNS(VEC, _v)
 // nt*NR.. over k in [s*kchunk, min(K, (s+1)*kchunk)). With KS > 1 it writes
 // the raw sum into W (see gemm_reduce), else it applies the epilogue to C;
 // built with GEMM_GELU (KS = 1 only) the epilogue ends with GELU and W
-// receives the value before it at b * strideC + m * ldc + n (C's index
-// without offC).
+// receives the value before it (GEMM_GELU 3, 4: the GELU's derivative there)
+// at b * strideC + m * ldc + n (C's index without offC).
 __kernel void gemm_cpu(const int M, const int N, const int K, const int Mt, const float alpha, const float beta,
                        __global const float *Ap, const int apOff, const int apStride, const int aps, const int aks,
                        __global const float *Bp, const int bpOff, const int bpStride, const int bps, const int bks,
@@ -293,7 +318,13 @@ __kernel void gemm_cpu(const int M, const int N, const int K, const int Mt, cons
                         r += VLOAD(0, bi + n);
                     if (relu)
                         r = fmax(r, (VEC)(0.0f));
-#if GEMM_GELU
+#if GEMM_GELU >= 3
+                    {
+                        VEC d;
+                        r = GEMM_GELU_FD(_v, r, &d);
+                        VSTORE(d, 0, W + (size_t)b * strideC + (size_t)m * ldc + n);
+                    }
+#elif GEMM_GELU
                     VSTORE(r, 0, W + (size_t)b * strideC + (size_t)m * ldc + n);
                     r = GEMM_GELU_APPLY(_v, r);
 #endif
@@ -333,7 +364,13 @@ __kernel void gemm_cpu(const int M, const int N, const int K, const int Mt, cons
                     r += bi[n + j];
                 if (relu)
                     r = fmax(r, 0.0f);
-#if GEMM_GELU
+#if GEMM_GELU >= 3
+                {
+                    float d;
+                    r = GEMM_GELU_FD(_s, r, &d);
+                    W[(size_t)b * strideC + (size_t)(m0 + i) * ldc + n + j] = d;
+                }
+#elif GEMM_GELU
                 W[(size_t)b * strideC + (size_t)(m0 + i) * ldc + n + j] = r;
                 r = GEMM_GELU_APPLY(_s, r);
 #endif

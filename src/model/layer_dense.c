@@ -28,10 +28,11 @@ typedef struct {
     char tie[64];   /* [embedding] whose table is the weight ("" untied) */
     int tie_dim;
     clg_layer *tied; /* that layer in this instance set (link) */
-    cl_mem pre; /* gelu: pre-activation kept for backward */
+    cl_mem pre; /* gelu: pre-activation kept for backward (pre_d: the GELU's derivative there) */
     size_t pre_cap;
     cl_mem keep_x, keep_dz; /* clg_dense_defer: the weight gradient's operands kept at row keep_row (NULL: none) */
     size_t keep_row;
+    int pre_d;
 } dense_priv;
 
 /* The section named `name` in cfg (a layer's `name` key, else its default
@@ -183,6 +184,7 @@ static clg_status dense_forward(clg_layer *l, clg_device *dev, const clg_tensor 
     size_t ny = (size_t)n * p->units;
     cl_mem y = out->mem;
     size_t oy = out->off;
+    p->pre_d = 0;
     if (clg_act_needs_x(p->act)) {
         CLG_TRY(clg_layer_scratch(dev, &p->pre, &p->pre_cap, ny * sizeof(float)));
         y = p->pre;
@@ -216,8 +218,11 @@ static clg_status dense_forward(clg_layer *l, clg_device *dev, const clg_tensor 
     int small = (double)n * p->units * p->in_features <= DENSE_DOT_MAX;
     if (!small && clg_act_needs_x(p->act)) {
         /* GELU in the GEMM's epilogue: the output and the pre-activation
-         * (kept for backward) in one pass, no separate activation launch */
-        g.gelu = p->act == CLG_ACT_GELU ? 1 : 2;
+         * (kept for backward) in one pass, no separate activation launch;
+         * with a bias (backward's fused pass) the derivative instead, which
+         * backward then only multiplies (no second Phi and exp there) */
+        g.gelu = (p->act == CLG_ACT_GELU ? 1 : 2) + (p->bias ? 2 : 0);
+        p->pre_d = p->bias;
         g.pre = p->pre;
         g.C = out->mem;
         g.offC = out->off;
@@ -241,6 +246,8 @@ static clg_status dense_act_backward(clg_layer *l, clg_device *dev, int n, int f
     if (fused && p->act == CLG_ACT_RELU)
         return clg_nn_relu_bwd_colsum(dev, rows, cols, out->mem, out->off, dout->mem, dout->off, tmp, 0,
                                       l->params[p->bi].grad, 0);
+    if (fused && p->pre_d) /* GELU: the derivative kept by forward */
+        return clg_nn_dmul_colsum(dev, rows, cols, p->pre, 0, dout->mem, dout->off, tmp, 0, l->params[p->bi].grad, 0);
     if (fused) /* GELU: its derivative from the pre-activation kept by forward */
         return clg_nn_act_bwd_colsum(dev, p->act, rows, cols, p->pre, 0, dout->mem, dout->off, tmp, 0,
                                      l->params[p->bi].grad, 0);

@@ -39,7 +39,7 @@ static clg_status check_args(clg_device *dev, const clg_gemm_args *a)
                            a->lda, a->ldb, a->ldc);
     if (a->bias_mode != CLG_BIAS_NONE && !a->bias)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm: bias mode set without a bias buffer");
-    if (a->gelu < 0 || a->gelu > 2)
+    if (a->gelu < 0 || a->gelu > 4)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "gemm: unknown GELU epilogue %d", a->gelu);
     if (a->gelu && (!a->pre || (a->batch > 1) || a->ldc != a->N))
         return clg_err_set(err, CLG_ERR_INVALID_ARG,
@@ -1015,8 +1015,10 @@ static clg_status run_gelu(clg_device *dev, const clg_gemm_args *a, clg_gemm_bac
     g.C = a->pre;
     g.offC = 0;
     CLG_TRY(run_backend(dev, &g, b, p, ev));
-    return clg_nn_act_forward(dev, a->gelu == 1 ? CLG_ACT_GELU : CLG_ACT_GELU_TANH, 0.0f, (size_t)a->M * a->N, a->pre,
-                              0, a->C, a->offC);
+    clg_act act = a->gelu % 2 ? CLG_ACT_GELU : CLG_ACT_GELU_TANH;
+    if (a->gelu >= 3) /* pre receives the derivative */
+        return clg_nn_act_forward_d(dev, act, (size_t)a->M * a->N, a->pre, 0, a->C, a->offC);
+    return clg_nn_act_forward(dev, act, 0.0f, (size_t)a->M * a->N, a->pre, 0, a->C, a->offC);
 }
 
 /* Split-K (gemm_splitk.c), its events taken into ev. */

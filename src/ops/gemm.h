@@ -42,6 +42,8 @@ typedef struct clg_gemm_args {
     int relu;
     /* GELU at the end of the epilogue (after bias and relu): 0 none, 1 erf
      * form, 2 tanh form (as clg_nn_act_forward's CLG_ACT_GELU, _GELU_TANH);
+     * 3, 4 the same forms with pre receiving the GELU's derivative at that
+     * value (clg_nn_dmul_colsum's d) instead of the value itself.
      * pre (required with it) receives the value before the GELU, at C's
      * index without offC. Needs batch 1 and ldc = N. Applied inside the own
      * CPU-family kernel's epilogue (no extra pass); any other path runs the

@@ -336,13 +336,20 @@ static clg_status colsum_chunked(clg_device *dev, const char *kname, cl_uint ur,
     return st;
 }
 
-clg_status clg_nn_act_bwd_colsum(clg_device *dev, clg_act act, size_t rows, size_t cols, cl_mem x, size_t ox,
-                                 cl_mem dy, size_t ody, cl_mem dz, size_t odz, cl_mem db, size_t odb)
+clg_status clg_nn_act_forward_d(clg_device *dev, clg_act act, size_t n, cl_mem x, size_t ox, cl_mem y, size_t oy)
 {
-    const char *o = "activation backward + column sum";
     if (act != CLG_ACT_GELU && act != CLG_ACT_GELU_TANH)
-        return clg_err_set(clg_dev_err(dev), CLG_ERR_UNSUPPORTED, "%s: activation %d is not a GELU form", o,
-                           (int)act);
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_UNSUPPORTED,
+                           "activation with derivative: activation %d is not a GELU form", (int)act);
+    static const char *const names[] = {"x", "y"};
+    return ew_run(dev, "activation with derivative", act == CLG_ACT_GELU ? "act_gelu_fwd_d" : "act_gelu_tanh_fwd_d",
+                  n, NULL, 2, (cl_mem[]){x, y}, (size_t[]){ox, oy}, names);
+}
+
+/* dz = dy * (the kernel's factor), db = colsum(dz): act_*_bwd_colsum_part, dmul_colsum_part. */
+static clg_status bwd_colsum(clg_device *dev, const char *o, const char *kbase, size_t rows, size_t cols, cl_mem x,
+                             size_t ox, cl_mem dy, size_t ody, cl_mem dz, size_t odz, cl_mem db, size_t odb)
+{
     CLG_TRY(check_mems(dev, o, 4, (const cl_mem[]){x, dy, dz, db}, (const char *const[]){"x", "dy", "dz", "db"}));
     cl_uint ur = 0, uc = 0, uox = 0, uody = 0, uodz = 0, uodb = 0;
     CLG_TRY(u32(dev, o, rows, &ur));
@@ -353,9 +360,26 @@ clg_status clg_nn_act_bwd_colsum(clg_device *dev, clg_act act, size_t rows, size
     CLG_TRY(range(dev, o, odz, rows * cols, &uodz));
     CLG_TRY(range(dev, o, odb, cols, &uodb));
     char kname[48];
-    snprintf(kname, sizeof kname, "act_%s_bwd_colsum_part%s", act == CLG_ACT_GELU ? "gelu" : "gelu_tanh",
-             cols % 8 == 0 ? "8" : "");
+    snprintf(kname, sizeof kname, "%s%s", kbase, cols % 8 == 0 ? "8" : "");
     return colsum_chunked(dev, kname, ur, uc, x, uox, dy, uody, dz, uodz, db, uodb);
+}
+
+clg_status clg_nn_act_bwd_colsum(clg_device *dev, clg_act act, size_t rows, size_t cols, cl_mem x, size_t ox,
+                                 cl_mem dy, size_t ody, cl_mem dz, size_t odz, cl_mem db, size_t odb)
+{
+    const char *o = "activation backward + column sum";
+    if (act != CLG_ACT_GELU && act != CLG_ACT_GELU_TANH)
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_UNSUPPORTED, "%s: activation %d is not a GELU form", o,
+                           (int)act);
+    return bwd_colsum(dev, o, act == CLG_ACT_GELU ? "act_gelu_bwd_colsum_part" : "act_gelu_tanh_bwd_colsum_part",
+                      rows, cols, x, ox, dy, ody, dz, odz, db, odb);
+}
+
+clg_status clg_nn_dmul_colsum(clg_device *dev, size_t rows, size_t cols, cl_mem d, size_t od, cl_mem dy, size_t ody,
+                              cl_mem dz, size_t odz, cl_mem db, size_t odb)
+{
+    return bwd_colsum(dev, "derivative product + column sum", "dmul_colsum_part", rows, cols, d, od, dy, ody, dz,
+                      odz, db, odb);
 }
 
 clg_status clg_nn_colsum(clg_device *dev, size_t rows, size_t cols, cl_mem x, size_t ox, cl_mem y, size_t oy)

@@ -76,6 +76,14 @@ CLG_INTERNAL clg_status clg_nn_relu_bwd_colsum(clg_device *dev, size_t rows, siz
 CLG_INTERNAL clg_status clg_nn_act_bwd_colsum(clg_device *dev, clg_act act, size_t rows, size_t cols, cl_mem x,
                                               size_t ox, cl_mem dy, size_t ody, cl_mem dz, size_t odz, cl_mem db,
                                               size_t odb);
+/* dz = dy * d (d: an activation's derivative kept by forward, rows x cols;
+ * dz may alias dy), db = colsum(dz) as clg_nn_act_bwd_colsum. */
+CLG_INTERNAL clg_status clg_nn_dmul_colsum(clg_device *dev, size_t rows, size_t cols, cl_mem d, size_t od, cl_mem dy,
+                                           size_t ody, cl_mem dz, size_t odz, cl_mem db, size_t odb);
+/* GELU forward keeping its derivative (act CLG_ACT_GELU or _GELU_TANH, else
+ * CLG_ERR_UNSUPPORTED): y = f(x), then x = f'(x) in place (n elements). */
+CLG_INTERNAL clg_status clg_nn_act_forward_d(clg_device *dev, clg_act act, size_t n, cl_mem x, size_t ox, cl_mem y,
+                                             size_t oy);
 /* y[c] = sum over n and the hw plane of x (N, C, hw) (overwrites). */
 CLG_INTERNAL clg_status clg_nn_plane_sum(clg_device *dev, int N, int C, size_t hw, cl_mem x, size_t ox, cl_mem y,
                                          size_t oy);

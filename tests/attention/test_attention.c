@@ -191,6 +191,9 @@ START_TEST(test_shapes)
                 run_case(&c);
             }
         }
+    /* T padded past 256 (cl/attention.cl FWD_TP_MAX): the CPU forward's online softmax, not the two-pass one */
+    acase big = {1, 260, 1, 32, 1};
+    run_case(&big);
 }
 END_TEST
 

@@ -1,10 +1,12 @@
 /* The transformer MLP's fused passes against double-precision references:
  *   - clg_gemm with a GELU epilogue (clg_gemm_args.gelu, erf and tanh forms):
- *     C = gelu(A B^T + bias) and the pre-activation, through the own CPU
+ *     C = gelu(A B^T + bias) and the pre-activation (forms 3, 4: the GELU's
+ *     derivative there), through the own CPU
  *     kernel's epilogue (chosen and explicit parameters, split-K asked for),
  *     the unpacked and reference paths (product, then the activation pass);
  *   - clg_nn_act_bwd_colsum: dz = dy * gelu'(x) and the bias gradient
- *     colsum(dz) in one pass (chunks of 64 rows);
+ *     colsum(dz) in one pass (chunks of 64 rows); clg_nn_dmul_colsum the
+ *     same with the derivative given;
  *   - clg_nn_colsum on tall matrices (the chunked two-stage form).
  * Fresh random inputs per case, outputs poisoned (NaN) before the kernels
  * write them, odd sizes (1 row, rows not a multiple of the chunk, columns
@@ -84,7 +86,9 @@ static double gelu_case(int form, int M, int N, int K, int offC, clg_gemm_backen
     tu_gemm_ref(0, 1, M, N, K, 1.0, A, K, B, K, 0.0, ref, N);
     for (size_t i = 0; i < nC; i++) {
         ref[i] += bias[i % N];
-        gref[i] = gelu_ref(form, ref[i]);
+        gref[i] = gelu_ref(form > 2 ? form - 2 : form, ref[i]);
+        if (form > 2) /* pre: the derivative */
+            ref[i] = gelu_grad_ref(form - 2, ref[i]);
     }
     double e = CLG_MAX(tu_max_err(pre, ref, nC, 1.0), tu_max_err(C + offC, gref, nC, 1.0));
     for (int i = 0; i < offC; i++) /* before offC: untouched (still NaN) */
@@ -111,15 +115,15 @@ START_TEST(test_gemm_gelu)
     clg_gemm_own_describe(dev, &shape, what, sizeof what);
     ck_assert_msg(strncmp(what, "unpacked", 8) != 0 || !(dev->info.type & CLG_DEVICE_CPU), "%s", what);
     clg_gemm_params p1 = tg_cpu_params(4, 1, 8, 2, 0), p2 = tg_cpu_params(6, 2, 16, 1, 3); /* KS 3 asked: forced to 1 */
-    for (int form = 1; form <= 2; form++) {
+    for (int form = 1; form <= 4; form++) {
         /* chosen: packed (large) and unpacked (small) products; the gpt-mini MLP shape scaled down */
         ck_assert(gelu_case(form, 700, 77, 160, 3, CLG_GEMM_OWN, NULL) <= TOL);
         ck_assert(gelu_case(form, 1, 5, 3, 0, CLG_GEMM_OWN, NULL) <= TOL);
         ck_assert(gelu_case(form, 37, 45, 19, 1, CLG_GEMM_OWN, NULL) <= TOL);
-        /* explicit CPU parameters: partial vectors and tiles, one row */
+        /* explicit CPU parameters: partial vectors and tiles, one row (forms 3, 4: one kernel variant) */
         ck_assert(gelu_case(form, 29, 23, 17, 2, CLG_GEMM_OWN, &p1) <= TOL);
-        ck_assert(gelu_case(form, 1, 33, 600, 0, CLG_GEMM_OWN, &p2) <= TOL);
-        ck_assert(gelu_case(form, 61, 50, 7, 5, CLG_GEMM_OWN, &p2) <= TOL);
+        ck_assert(gelu_case(form, 1, 33, 600, 0, CLG_GEMM_OWN, form <= 2 ? &p2 : &p1) <= TOL);
+        ck_assert(form > 2 || gelu_case(form, 61, 50, 7, 5, CLG_GEMM_OWN, &p2) <= TOL);
         /* the reference backend: product into pre, then the activation pass */
         ck_assert(gelu_case(form, 13, 11, 9, 2, CLG_GEMM_REF, NULL) <= TOL);
     }
@@ -141,7 +145,7 @@ START_TEST(test_gemm_gelu_errors)
     ck_assert_int_eq(clg_gemm(dev, &g, NULL), CLG_ERR_INVALID_ARG);
     ck_assert(strstr(clg_last_error(ctx), "pre-activation") != NULL);
     g.pre = m;
-    g.gelu = 3;
+    g.gelu = 5;
     ck_assert_int_eq(clg_gemm(dev, &g, NULL), CLG_ERR_INVALID_ARG);
     g.gelu = 1;
     ck_assert_int_eq(clg_gemm_dot(dev, &g, NULL), CLG_ERR_UNSUPPORTED);
@@ -150,8 +154,9 @@ START_TEST(test_gemm_gelu_errors)
 }
 END_TEST
 
-/* dz = dy * gelu'(x), db = colsum(dz) (act > 0), or db = colsum(dy) (act 0:
- * clg_nn_colsum); returns the larger error of dz and db. */
+/* dz = dy * gelu'(x), db = colsum(dz) (form 1, 2), dz = dy * x (form 3:
+ * clg_nn_dmul_colsum), or db = colsum(dy) (form 0: clg_nn_colsum); returns
+ * the larger error of dz and db. */
 static double bwd_case(int form, size_t rows, size_t cols, size_t off)
 {
     clg_rng r;
@@ -167,16 +172,19 @@ static double bwd_case(int form, size_t rows, size_t cols, size_t off)
     tu_poison(db, cols + 2);
     cl_mem dx = tu_upload(dev, x, n + off + 1), ddy = tu_upload(dev, dy, n + off + 1);
     cl_mem ddz = tu_upload(dev, dz, n + 1), ddb = tu_upload(dev, db, cols + 2);
-    clg_status st = form ? clg_nn_act_bwd_colsum(dev, form == 1 ? CLG_ACT_GELU : CLG_ACT_GELU_TANH, rows, cols, dx,
-                                                 off, ddy, off, ddz, 0, ddb, 1)
-                         : clg_nn_colsum(dev, rows, cols, ddy, off, ddb, 1);
+    clg_status st = form == 3 ? clg_nn_dmul_colsum(dev, rows, cols, dx, off, ddy, off, ddz, 0, ddb, 1)
+                    : form  ? clg_nn_act_bwd_colsum(dev, form == 1 ? CLG_ACT_GELU : CLG_ACT_GELU_TANH, rows, cols,
+                                                    dx, off, ddy, off, ddz, 0, ddb, 1)
+                            : clg_nn_colsum(dev, rows, cols, ddy, off, ddb, 1);
     if (st != CLG_OK)
         fprintf(stderr, "bwd colsum: %s\n", clg_last_error(ctx));
     ck_assert_int_eq(st, CLG_OK);
     tu_download(dev, ddz, dz, n + 1);
     tu_download(dev, ddb, db, cols + 2);
     for (size_t i = 0; i < n; i++) {
-        rz[i] = form ? dy[off + i] * gelu_grad_ref(form, x[off + i]) : dy[off + i];
+        rz[i] = form == 3 ? (double)dy[off + i] * x[off + i]
+                : form    ? dy[off + i] * gelu_grad_ref(form, x[off + i])
+                          : dy[off + i];
         rb[i % cols] += rz[i];
     }
     double e = tu_max_err(db + 1, rb, cols, 1.0);
@@ -197,7 +205,7 @@ static double bwd_case(int form, size_t rows, size_t cols, size_t off)
 
 START_TEST(test_act_bwd_colsum)
 {
-    for (int form = 1; form <= 2; form++) {
+    for (int form = 1; form <= 3; form++) {
         ck_assert(bwd_case(form, 1, 7, 0) <= TOL);
         ck_assert(bwd_case(form, 65, 17, 3) <= TOL);
         ck_assert(bwd_case(form, 1000, 130, 1) <= TOL);
