@@ -210,8 +210,12 @@ static clg_status dense_forward(clg_layer *l, clg_device *dev, const clg_tensor 
      * the packed kernel: on PoCL the kernel time was the same or lower for
      * every dense layer of LeNet-5 and VGG-S (fc3 128x10x84: 0.009 against
      * 0.023-0.034 ms) and two launches fewer; larger products keep the
-     * tuned packed kernels. */
-    int small = (double)n * p->units * p->in_features <= DENSE_DOT_MAX;
+     * tuned packed kernels. On CPU devices also a long dot product (K >= 4
+     * x units) over few rows (<= 256): packing would copy the whole weight
+     * per call for little reuse (VGG-S fc1 256 x 256 x 3136 on PoCL: 5.0
+     * against 6.1 ms, at 64 rows 1.3 against 2.4 ms). */
+    int small = (double)n * p->units * p->in_features <= DENSE_DOT_MAX ||
+                ((dev->info.type & CLG_DEVICE_CPU) && n <= 256 && p->in_features >= 4 * p->units);
     if (!small && clg_act_needs_x(p->act)) {
         /* GELU in the GEMM's epilogue: the output and the pre-activation
          * (kept for backward) in one pass, no separate activation launch */
