@@ -308,9 +308,10 @@ static clg_status dense_backward(clg_layer *l, clg_device *dev, const clg_tensor
         g.C = din[0].mem;
         g.offC = din[0].off;
         g.ldc = p->in_features;
-        /* few rows (<= 64): gemm_rows reads the weight once, row blocks innermost (clg_gemm's packed kernel
-         * packs it and then reads it once per row panel) */
-        st = small || n <= 64 ? clg_gemm_rows(dev, &g, NULL) : clg_gemm(dev, &g, NULL);
+        /* few rows (<= 64) on CPU devices: gemm_rows reads the weight once, row blocks innermost (clg_gemm's
+         * packed kernel packs it and then reads it once per row panel) */
+        int rows_dx = small || (n <= 64 && (dev->info.type & CLG_DEVICE_CPU));
+        st = rows_dx ? clg_gemm_rows(dev, &g, NULL) : clg_gemm(dev, &g, NULL);
     }
     clg_buf_release(dev, tmp);
     return st;
