@@ -810,10 +810,11 @@ clg_status clg_gemm_dot(clg_device *dev, const clg_gemm_args *a, cl_event *ev)
  * operand (at most 64 Ki floats: it stays in L2 while every 16-column strip
  * of B is read once), B the larger one and C has few rows (<= 64: a strip
  * of C is written a few rows apart, not all over a tall output); otherwise
- * column blocks innermost (a block of op(A) stays in L1 while B streams past once per row
- * block). E.g. a dense layer's data gradient at batch 32, 32 x 3136 x 256:
- * B (the 3.2 MB weight) read once instead of 4 times. CPU devices only
- * (on a GPU the order is the coalescing of neighbouring work-items). */
+ * column blocks innermost (a block of op(A) stays in L1 while B streams
+ * past once per row block). E.g. a dense layer's data gradient at batch 32,
+ * 32 x 3136 x 256: B (the 3.2 MB weight) read once instead of 4 times. CPU
+ * devices only (on a GPU the order is the coalescing of neighbouring
+ * work-items). */
 #define ROWS_MI_MAX_A (1 << 16)
 static int rows_m_inner(const clg_device *dev, const clg_gemm_args *a)
 {
