@@ -511,15 +511,23 @@ __kernel void gemm_dot(const int M, const int N, const int K, const float alpha,
 // each work-item computes RR rows x 16 columns from one 16-wide load of a
 // row of B and RR scalars of op(A) per k (TA 1: A stored K x M, the RR
 // scalars adjacent). Small products in one launch (the dense layers'
-// gradients), no packing passes.
+// gradients), no packing passes. ROWS_MI 1: gws (row blocks, column blocks,
+// batch), so a strip of B (K x 16) is read from memory once and then from
+// L1 by the other row blocks (op(A) small, B large); 0: gws (column blocks,
+// row blocks, batch), a block of op(A) stays in L1.
 __kernel void gemm_rows(const int M, const int N, const int K, const float alpha, const float beta,
                         __global const float *A, const int offA, const int lda, const int strideA,
                         __global const float *B, const int offB, const int ldb, const int strideB,
                         __global float *C, const int offC, const int ldc, const int strideC,
                         __global const float *bias, const int offBias, const int bias_mode, const int relu)
 {
+#if ROWS_MI // the row blocks innermost: the work-items sharing a 16-column strip of B run one after another
+    const int n0 = get_global_id(1) * 16;
+    const int m0 = get_global_id(0) * RR;
+#else
     const int n0 = get_global_id(0) * 16;
     const int m0 = get_global_id(1) * RR;
+#endif
     const int b = get_global_id(2);
     if (m0 >= M || n0 >= N)
         return;

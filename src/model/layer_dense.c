@@ -214,8 +214,12 @@ static clg_status dense_forward(clg_layer *l, clg_device *dev, const clg_tensor 
      * the packed kernel: on PoCL the kernel time was the same or lower for
      * every dense layer of LeNet-5 and VGG-S (fc3 128x10x84: 0.009 against
      * 0.023-0.034 ms) and two launches fewer; larger products keep the
-     * tuned packed kernels. */
-    int small = (double)n * p->units * p->in_features <= DENSE_DOT_MAX;
+     * tuned packed kernels. On CPU devices also a long dot product (K >= 4
+     * x units) over few rows (<= 256): packing would copy the whole weight
+     * per call for little reuse (VGG-S fc1 256 x 256 x 3136 on PoCL: 5.0
+     * against 6.1 ms, at 64 rows 1.3 against 2.4 ms). */
+    int small = (double)n * p->units * p->in_features <= DENSE_DOT_MAX ||
+                ((dev->info.type & CLG_DEVICE_CPU) && n <= 256 && p->in_features >= 4 * p->units);
     if (!small && clg_act_needs_x(p->act)) {
         /* GELU in the GEMM's epilogue: the output and the pre-activation
          * (kept for backward) in one pass, no separate activation launch;
@@ -356,7 +360,10 @@ static clg_status dense_backward(clg_layer *l, clg_device *dev, const clg_tensor
         g.C = din[0].mem;
         g.offC = din[0].off;
         g.ldc = p->in_features;
-        st = small ? clg_gemm_rows(dev, &g, NULL) : clg_gemm(dev, &g, NULL);
+        /* few rows (<= 64) on CPU devices: gemm_rows reads the weight once, row blocks innermost (clg_gemm's
+         * packed kernel packs it and then reads it once per row panel) */
+        int rows_dx = small || (n <= 64 && (dev->info.type & CLG_DEVICE_CPU));
+        st = rows_dx ? clg_gemm_rows(dev, &g, NULL) : clg_gemm(dev, &g, NULL);
     }
     clg_buf_release(dev, tmp);
     return st;

@@ -379,8 +379,10 @@ static double run_dot_case(int M, int N, int K, int batch, int shareA, float alp
 
 START_TEST(test_rows)
 {
-    /* edges of the 8-row x 16-column blocks, K = 0, the dense layers' gradient shapes */
-    int shapes[][3] = {{1, 1, 1}, {9, 17, 5}, {4, 16, 3}, {17, 33, 40}, {120, 84, 128}, {10, 84, 128}, {3, 5, 0}};
+    /* edges of the 8-row x 16-column blocks, K = 0, the dense layers' gradient shapes; both block orders
+     * (row blocks innermost for 8 < M <= 64 with op(A) smaller than B: {9, 17, 5} .. {64, 200, 96}) */
+    int shapes[][3] = {{1, 1, 1},     {9, 17, 5},    {4, 16, 3},   {17, 33, 40}, {120, 84, 128},
+                       {10, 84, 128}, {3, 5, 0},     {64, 200, 96}, {65, 48, 16}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int ta = 0; ta < 2; ta++) {
             int batch = 1 + (int)(i % 3);

@@ -177,6 +177,13 @@ END_TEST
 START_TEST(dense_relu_bias_partial_batch) { dense_case(CLG_ACT_RELU, 1, 70, 67, 5, 1, 7, 33, 0); }
 END_TEST
 
+/* Past the single-launch size (63 x 65 x 8200 > 2^25 multiply-adds) with few
+ * rows: on CPU devices the forward stays one dot-product launch (K >= 4 x
+ * units, <= 256 rows) and the data gradient (<= 64 rows) runs gemm_rows with
+ * its row blocks innermost; partial row and column blocks */
+START_TEST(dense_wide_few_rows) { dense_case(CLG_ACT_RELU, 1, 64, 63, 41, 10, 20, 65, 0); }
+END_TEST
+
 /* ---------------- softmax + cross-entropy ---------------- */
 
 static void upload_labels(lh_case *c, const int *lab, int n)
@@ -1052,6 +1059,7 @@ int main(void)
     tcase_add_test(tc, dense_nobias_partial_batch);
     tcase_add_test(tc, dense_skip_din);
     tcase_add_test(tc, dense_relu_bias_partial_batch);
+    tcase_add_test(tc, dense_wide_few_rows);
     tcase_add_test(tc, softmax_small);
     tcase_add_test(tc, softmax_many_classes_partial);
     tcase_add_test(tc, softmax_large_logits);
