@@ -680,7 +680,9 @@ CLG_API clg_status clg_tune_gemm(clg_ctx *ctx, int device, int quick, int clblas
                                  void *user);
 
 /* GEMM auto-tuning of the given shapes only (n rows of M, N, K), e.g. the
- * pending shapes below; otherwise as clg_tune_gemm (no CLBlast timing). */
+ * pending shapes below; otherwise as clg_tune_gemm (CLBlast timed only for
+ * the classes whose own-vs-CLBlast choice is stored: decided again against
+ * the new parameters). */
 CLG_API clg_status clg_tune_gemm_shapes(clg_ctx *ctx, int device, const int (*shapes)[3], int n, int quick,
                                         clg_progress_fn progress, void *user);
 /* GEMM shapes (M, N, K rows, at most max written) this context ran on the

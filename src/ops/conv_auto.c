@@ -15,6 +15,7 @@
 
 #include "conv_impl.h"
 #include "io/json.h"
+#include "tune.h"
 
 typedef struct algo_entry {
     uint64_t devhash;
@@ -230,9 +231,9 @@ void clg_conv_algos_format(clg_sbuf *b, int first, uint64_t devhash, const char 
     clg_sbuf_printf(b,
                     "%s {\"key\": \"%s\", \"algo\": \"%s\", \"ms\": %.4f, \"dev\": \"%016llx\", \"n\": %d, "
                     "\"margin\": %.4f, \"spread\": %.4f, \"load\": %.3f, \"conf\": %d, \"tries\": %d, \"rev\": %d, "
-                    "\"slow\": %d}\n",
+                    "\"slow\": %d, \"gemm\": %.0f}\n",
                     first ? "" : ",", key, clg_conv_algo_name(r->algo), r->ms, (unsigned long long)devhash, r->n,
-                    r->margin, r->spread, r->load, r->conf, r->tries, r->rev, r->slow);
+                    r->margin, r->spread, r->load, r->conf, r->tries, r->rev, r->slow, r->gemm);
 }
 
 /* A number field of an entry within [lo, hi], else dflt (absent: an older file version). */
@@ -253,6 +254,7 @@ static void parse_trust(const clg_json *j, clg_conv_algo_rec *r)
     r->tries = (int)num_field(j, "tries", 0, 1000, 0);
     r->rev = (int)num_field(j, "rev", 0, 1e9, 0);
     r->slow = (int)num_field(j, "slow", 0, 1, 0);
+    r->gemm = num_field(j, "gemm", 0, 4294967295.0, -1);
 }
 
 /* A key as the writer writes it: unescaped, so no quote, backslash or control character. */
@@ -577,8 +579,17 @@ static clg_status measure(clg_device *dev, const clg_conv_shape *s, clg_conv_pas
 static int quiet(const clg_conv_algo_rec *r) { return r->load <= LOAD_MAX && r->spread <= SPREAD_MAX; }
 static int trusted(const clg_conv_algo_rec *r) { return quiet(r) && (r->margin < 0 || r->margin >= MARGIN_MIN); }
 
-/* Measured before this process but not trusted, and not yet re-measured here. */
-static int recheck_due(const algo_entry *e) { return !e->checked && !e->r.conf && e->r.tries < MAX_TRIES; }
+/* Measured with other GEMM choices than the device's now (the background
+ * tuner or `clgrad tune` changed them since): the algorithms that run GEMM
+ * kernels ran other ones then, so the comparison no longer holds. */
+static int gemm_stale(const clg_conv_algo_rec *r, double stamp) { return r->gemm >= 0 && r->gemm != stamp; }
+
+/* Measured before this process but not trusted, or with other GEMM choices,
+ * and not yet re-measured here. */
+static int recheck_due(const algo_entry *e, double stamp)
+{
+    return !e->checked && ((!e->r.conf && e->r.tries < MAX_TRIES) || gemm_stale(&e->r, stamp));
+}
 
 /* A re-measurement r of an unconfirmed choice old: a quiet one replaces it
  * for good, and so does one that agrees with it (two measurements, one
@@ -601,6 +612,7 @@ clg_status clg_conv_auto_pick(clg_device *dev, const clg_conv_shape *s, clg_conv
     char key[160];
     shape_key(key, sizeof key, s, pass);
     uint64_t dh = device_hash(dev);
+    double stamp = clg_tune_gemm_stamp(dev);
     pthread_mutex_lock(&g_lock);
     file_load(dev, dh);
     if (!auto_measure(dev)) {
@@ -613,7 +625,7 @@ clg_status clg_conv_auto_pick(clg_device *dev, const clg_conv_shape *s, clg_conv
     int have_old = i >= 0 && clg_conv_algo_supported(g_entries[i].r.algo, s, pass);
     if (have_old) {
         old = g_entries[i].r;
-        if (!recheck_due(&g_entries[i])) {
+        if (!recheck_due(&g_entries[i], stamp)) {
             *out = old.algo;
             pthread_mutex_unlock(&g_lock);
             return CLG_OK;
@@ -629,13 +641,19 @@ clg_status clg_conv_auto_pick(clg_device *dev, const clg_conv_shape *s, clg_conv
         return CLG_OK;
     }
     CLG_TRY(st);
-    if (have_old)
+    /* measured with other GEMM kernels: a new measurement, not a second opinion on the old one */
+    int stale = have_old && gemm_stale(&old, stamp);
+    if (have_old && !stale)
         settle(&old, &r);
     else
         r.conf = trusted(&r);
+    if (stale)
+        r.rev = old.rev + 1;
+    r.gemm = clg_tune_gemm_stamp(dev); /* after: measuring may have recorded GEMM backend choices */
     clg_log(1, "conv auto %s: %s %s (%.3f ms, margin %.0f%%, spread %.0f%%, load %.2f%s)", key,
-            have_old ? "re-measured," : "chose", clg_conv_algo_name(r.algo), r.ms, 100 * r.margin, 100 * r.spread,
-            r.load, r.conf ? "" : "; unconfirmed: measured again at a later run");
+            stale ? "GEMM choices changed, re-measured," : have_old ? "re-measured," : "chose",
+            clg_conv_algo_name(r.algo), r.ms, 100 * r.margin, 100 * r.spread, r.load,
+            r.conf ? "" : "; unconfirmed: measured again at a later run");
     pthread_mutex_lock(&g_lock);
     i = table_put(dh, key, &r);
     if (i >= 0) {
@@ -732,12 +750,13 @@ clg_status clg_conv_auto_choose(clg_device *dev, const clg_conv_shape *s, clg_co
     }
     int defer = defer_uses(dev);
     if (defer > 0 && auto_measure(dev)) {
+        double stamp = clg_tune_gemm_stamp(dev);
         pthread_mutex_lock(&g_lock);
         file_load(dev, dh);
         int i = table_find(dh, key);
         int known = i >= 0 && clg_conv_algo_supported(g_entries[i].r.algo, s, pass);
         /* an unconfirmed choice waits for its re-measurement as a new shape does, with its own algorithm */
-        int wait = (!known || recheck_due(&g_entries[i])) && pending_use(dev, dh, key, defer);
+        int wait = (!known || recheck_due(&g_entries[i], stamp)) && pending_use(dev, dh, key, defer);
         clg_conv_algo d = known ? g_entries[i].r.algo : clg_conv_algo_default(dev, s, pass);
         pthread_mutex_unlock(&g_lock);
         if (wait && clg_conv_algo_supported(d, s, pass)) {

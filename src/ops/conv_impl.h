@@ -22,6 +22,7 @@ typedef struct clg_conv_algo_rec {
     clg_conv_algo algo;
     double ms, margin, spread, load;
     int n, conf, tries, rev, slow;
+    double gemm; /* clg_tune_gemm_stamp when measured; -1 unknown (an older file) */
 } clg_conv_algo_rec;
 /* The conv-algorithm cache file's entry lines: format appends one (first:
  * no leading comma); parse calls put for every well-formed entry of

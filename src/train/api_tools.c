@@ -107,7 +107,8 @@ clg_status clg_tune_gemm_shapes(clg_ctx *ctx, int device, const int (*shapes)[3]
             return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG,
                                "clg_tune_gemm_shapes: shape %d is %dx%dx%d (sizes >= 1)", i, shapes[i][0],
                                shapes[i][1], shapes[i][2]);
-    clg_gemm_tune_opts o = {.quick = quick, .shapes = shapes, .nshapes = n, .progress = progress, .user = user};
+    clg_gemm_tune_opts o = {
+        .quick = quick, .clblast = -1, .shapes = shapes, .nshapes = n, .progress = progress, .user = user};
     return clg_gemm_tune(&ctx->devs[device], &o);
 }
 
