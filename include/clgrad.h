@@ -689,6 +689,12 @@ CLG_API clg_status clg_tune_gemm_shapes(clg_ctx *ctx, int device, const int (*sh
  * device whose shape class has no measurement of its own yet: what
  * background tuning measures. Returns the count (0 for a bad argument). */
 CLG_API int clg_tune_gemm_pending(clg_ctx *ctx, int device, int (*shapes)[3], int max);
+/* Measures again the cached convolution algorithm choices of the device
+ * that were made under other GEMM parameters than its tuning database holds
+ * now (after clg_tune_gemm*), so the next run does not; stop (may be NULL) is
+ * asked before each shape, nonzero ends it. Returns how many were measured
+ * (0 for a bad argument). */
+CLG_API int clg_conv_refresh_choices(clg_ctx *ctx, int device, int (*stop)(void *user), void *user);
 
 /* Where the GEMM parameters of a device come from (clgrad devices). Lookup
  * order: the device's own measurements (clgrad tune, background tuning) >

@@ -99,9 +99,9 @@ const cli_spec cli_spec_tune = {
              "trainer to exit, then tunes those classes one at a time, each only once the\n"
              "CPUs are quiet (< 25% busy; it gives up after background_tune_wait seconds of\n"
              "busy CPUs), saving the database atomically after each: first with the quick\n"
-             "search, then again with the full one. The next run reads the entries at its\n"
-             "start, and measures again the convolution algorithm choices made under other\n"
-             "GEMM parameters.\n"
+             "search, then again with the full one; last it measures again the convolution\n"
+             "algorithm choices made under the earlier GEMM parameters. The next run reads the\n"
+             "entries at its start (and measures again any such choice still left).\n"
              "One background tuner runs at a time per user. CLGRAD_BACKGROUND_TUNE=off\n"
              "(--set background_tune=off) turns it off.",
 };
@@ -175,19 +175,35 @@ static int wait_quiet(double deadline)
  * reads them), then the full search (the space `clgrad tune` searches; its
  * winners of WGS 8 or MR 16 are outside the quick one) times the classes
  * again and replaces their entries, so a cache filled in the background
- * reaches what `clgrad tune` gives. A run measures again the convolution
- * choices it made under other GEMM parameters (conv_auto.c). */
+ * reaches what `clgrad tune` gives. Last, the convolution algorithm choices
+ * made under the earlier GEMM parameters are measured again (one shape at a
+ * time, each once the CPUs are quiet), so the next run need not. */
+typedef struct quiet_wait {
+    double wait_s, deadline;
+} quiet_wait;
+
+/* clg_conv_refresh_choices' stop: nonzero when the CPUs stay busy past the wait. */
+static int busy_stop(void *user)
+{
+    quiet_wait *q = user;
+    if (q->wait_s > 0 && !wait_quiet(q->deadline))
+        return 1;
+    q->deadline = cli_now() + q->wait_s;
+    return 0;
+}
+
 static void background_tune(clg_ctx *ctx, int device, int (*shapes)[3], int ns, double wait_s)
 {
-    double deadline = cli_now() + wait_s;
+    quiet_wait q = {wait_s, cli_now() + wait_s};
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < ns; i++) {
-            if (wait_s > 0 && !wait_quiet(deadline))
+            if (busy_stop(&q) ||
+                clg_tune_gemm_shapes(ctx, device, (const int(*)[3])shapes + i, 1, pass == 0, NULL, NULL) != CLG_OK)
                 return;
-            if (clg_tune_gemm_shapes(ctx, device, (const int(*)[3])shapes + i, 1, pass == 0, NULL, NULL) != CLG_OK)
-                return;
-            deadline = cli_now() + wait_s;
         }
+    /* the convolution choices the runs made under the earlier parameters, measured
+     * again here rather than in the next run */
+    clg_conv_refresh_choices(ctx, device, busy_stop, &q);
 }
 
 int cmd_tune(int argc, char **argv)

@@ -665,6 +665,104 @@ clg_status clg_conv_auto_pick(clg_device *dev, const clg_conv_shape *s, clg_conv
     return CLG_OK;
 }
 
+// ---- re-measuring in the background tuner ----
+
+/* The shape and pass of a key as shape_key writes it (n: the batch timed);
+ * 0 unless the key is the one shape_key gives for them (another version). */
+static int key_shape(const char *key, int n, clg_conv_shape *s, clg_conv_pass *pass)
+{
+    char ver[4], tag[16];
+    int N;
+    memset(s, 0, sizeof *s);
+    if (sscanf(key, "%3[v0-9]:%15[a-z-]:n%d,c%d,h%d,w%d,k%d,r%d,s%d,p%dx%d,u%dx%d,d%dx%d,g%d", ver, tag, &N, &s->C,
+               &s->H, &s->W, &s->K, &s->R, &s->S, &s->pad_h, &s->pad_w, &s->stride_h, &s->stride_w, &s->dil_h,
+               &s->dil_w, &s->groups) != 16)
+        return 0;
+    *pass = strcmp(tag, "fwd") == 0 ? CLG_CONV_FWD : strcmp(tag, "bwd-data") == 0 ? CLG_CONV_BWD_DATA : CLG_CONV_BWD_FILTER;
+    s->N = n > 0 ? n : N;
+    if (s->C < 1 || s->H < 1 || s->W < 1 || s->K < 1 || s->R < 1 || s->S < 1 || s->groups < 1 || s->stride_h < 1 ||
+        s->stride_w < 1 || s->dil_h < 1 || s->dil_w < 1 || clg_conv_out_h(s) < 1 || clg_conv_out_w(s) < 1 ||
+        (double)s->N * s->C * s->H * s->W > 1e9 || (double)s->N * s->K * clg_conv_out_h(s) * clg_conv_out_w(s) > 1e9)
+        return 0;
+    char again[160];
+    shape_key(again, sizeof again, s, *pass);
+    return strcmp(again, key) == 0;
+}
+
+/* Measures one cached shape again on zero-filled operands and stores the result. */
+static clg_status refresh_one(clg_device *dev, uint64_t dh, const char *key, const clg_conv_shape *s,
+                              clg_conv_pass pass, const clg_conv_algo_rec *old)
+{
+    size_t nx = (size_t)s->N * s->C * s->H * s->W, nw = (size_t)s->K * (s->C / s->groups) * s->R * s->S,
+           ny = (size_t)s->N * s->K * clg_conv_out_h(s) * clg_conv_out_w(s);
+    clg_conv_io io;
+    memset(&io, 0, sizeof io);
+    clg_status st = clg_buf_alloc(dev, sizeof(float) * nx, &io.x);
+    if (st == CLG_OK)
+        st = clg_buf_alloc(dev, sizeof(float) * nw, &io.w);
+    if (st == CLG_OK)
+        st = clg_buf_alloc(dev, sizeof(float) * ny, &io.dy);
+    if (st == CLG_OK)
+        st = clg_buf_fill(dev, io.x, 0, nx, 0.0f);
+    if (st == CLG_OK)
+        st = clg_buf_fill(dev, io.w, 0, nw, 0.0f);
+    if (st == CLG_OK)
+        st = clg_buf_fill(dev, io.dy, 0, ny, 0.0f);
+    io.y = io.dy; /* measure() writes scratch outputs of its own */
+    clg_conv_algo_rec r;
+    if (st == CLG_OK)
+        st = measure(dev, s, pass, &io, key, &r);
+    clg_buf_release(dev, io.x);
+    clg_buf_release(dev, io.w);
+    clg_buf_release(dev, io.dy);
+    if (st != CLG_OK)
+        return st;
+    r.conf = trusted(&r);
+    r.rev = old->rev + 1;
+    r.gemm = clg_tune_gemm_stamp(dev);
+    clg_log(1, "conv auto %s: GEMM choices changed, re-measured, %s (%.3f ms, margin %.0f%%, load %.2f)", key,
+            clg_conv_algo_name(r.algo), r.ms, 100 * r.margin, r.load);
+    pthread_mutex_lock(&g_lock);
+    int i = table_put(dh, key, &r);
+    if (i >= 0) {
+        g_entries[i].checked = 1;
+        file_save(dev, dh);
+    }
+    pthread_mutex_unlock(&g_lock);
+    return CLG_OK;
+}
+
+int clg_conv_auto_refresh(clg_device *dev, int (*stop)(void *user), void *user)
+{
+    if (!auto_measure(dev))
+        return 0;
+    uint64_t dh = device_hash(dev);
+    double stamp = clg_tune_gemm_stamp(dev);
+    int done = 0;
+    for (;;) { /* one stale entry at a time: the table may grow and move meanwhile */
+        char key[160] = "";
+        clg_conv_algo_rec old = {0};
+        pthread_mutex_lock(&g_lock);
+        file_load(dev, dh);
+        for (int i = 0; i < g_nentries && !key[0]; i++)
+            if (g_entries[i].devhash == dh && !g_entries[i].checked && gemm_stale(&g_entries[i].r, stamp)) {
+                g_entries[i].checked = 1;
+                snprintf(key, sizeof key, "%s", g_entries[i].key);
+                old = g_entries[i].r;
+            }
+        pthread_mutex_unlock(&g_lock);
+        if (!key[0] || (stop && stop(user)))
+            return done;
+        clg_conv_shape s;
+        clg_conv_pass pass;
+        clg_err saved = dev->err; /* a shape that does not run is not the caller's error */
+        if (key_shape(key, old.n, &s, &pass) && clg_conv_algo_supported(old.algo, &s, pass) &&
+            refresh_one(dev, dh, key, &s, pass, &old) == CLG_OK)
+            done++;
+        dev->err = saved;
+    }
+}
+
 static int defer_uses(const clg_device *dev) { return (int)dev->ctx->opts.conv_auto_defer; /* 0..1000 */ }
 
 /* The shape's pending entry on one device (uses 0 when new); NULL without memory. */

@@ -920,6 +920,9 @@ START_TEST(auto_trust)
     ck_assert(timed > 0 && rec.conf && !rec.slow && rec.tries == 1);
     /* 8. the device's GEMM parameters change (background tuning, clgrad tune): a confirmed choice made
      * under the old ones is measured again once, by the new figures, then kept */
+    clg_conv_shape s9 = s;
+    s9.N = 12; /* a batch class of its own */
+    ck_assert_int_eq(trust_run(&s9, &r, A, 0.5, 0.0, &timed), A);
     s.N = 8;
     ck_assert_int_eq(trust_run(&s, &r, A, 0.5, 0.0, &timed), A);
     rec = trust_rec(&s);
@@ -944,6 +947,16 @@ START_TEST(auto_trust)
     ck_assert_msg(timed > 0, "a choice made under other GEMM parameters was not measured again");
     ck_assert(rec.conf && rec.gemm == stamp1 && rec.algo == (clg_conv_algo)B && rec.tries == 0 && rec.rev == 1);
     ck_assert_int_eq(trust_run(&s, &r, A, 0.5, 0.0, &timed), B);
+    ck_assert_int_eq(timed, 0);
+    /* ... or by the background tuner (clg_conv_auto_refresh), so the next run does not */
+    clg_conv_auto_forget();
+    g_favour = B, g_favour_ms = 0.5, g_load = 0.0, g_timed = 0;
+    int refreshed = clg_conv_auto_refresh(dev0(), NULL, NULL);
+    ck_assert_msg(refreshed >= 1 && g_timed > 0, "refresh measured %d choices", refreshed);
+    rec = trust_rec(&s9);
+    ck_assert(rec.conf && rec.gemm == stamp1 && rec.algo == (clg_conv_algo)B);
+    ck_assert_int_eq(clg_conv_auto_refresh(dev0(), NULL, NULL), 0); /* nothing stale left */
+    ck_assert_int_eq(trust_run(&s9, &r, A, 0.5, 0.0, &timed), B);
     ck_assert_int_eq(timed, 0);
     td->n = n0;
     clg_conv_auto_set_timer(NULL);
