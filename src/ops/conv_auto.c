@@ -582,7 +582,17 @@ static int trusted(const clg_conv_algo_rec *r) { return quiet(r) && (r->margin <
 /* Measured with other GEMM choices than the device's now (the background
  * tuner or `clgrad tune` changed them since): the algorithms that run GEMM
  * kernels ran other ones then, so the comparison no longer holds. */
-static int gemm_stale(const clg_conv_algo_rec *r, double stamp) { return r->gemm >= 0 && r->gemm != stamp; }
+static int gemm_stale(const clg_conv_algo_rec *r, double stamp)
+{
+    return r->gemm >= 0 && stamp >= 0 && r->gemm != stamp;
+}
+
+/* The device's GEMM stamp to compare with; -1 (nothing stale) with a read-only
+ * cache, where a new measurement could not be kept and every run would repeat it. */
+static double current_stamp(clg_device *dev)
+{
+    return dev->ctx->cache_readonly ? -1 : (double)clg_tune_gemm_stamp(dev);
+}
 
 /* Measured before this process but not trusted, or with other GEMM choices,
  * and not yet re-measured here. */
@@ -612,7 +622,7 @@ clg_status clg_conv_auto_pick(clg_device *dev, const clg_conv_shape *s, clg_conv
     char key[160];
     shape_key(key, sizeof key, s, pass);
     uint64_t dh = device_hash(dev);
-    double stamp = clg_tune_gemm_stamp(dev);
+    double stamp = current_stamp(dev);
     pthread_mutex_lock(&g_lock);
     file_load(dev, dh);
     if (!auto_measure(dev)) {
@@ -737,7 +747,7 @@ int clg_conv_auto_refresh(clg_device *dev, int (*stop)(void *user), void *user)
     if (!auto_measure(dev))
         return 0;
     uint64_t dh = device_hash(dev);
-    double stamp = clg_tune_gemm_stamp(dev);
+    double stamp = current_stamp(dev);
     int done = 0;
     for (;;) { /* one stale entry at a time: the table may grow and move meanwhile */
         char key[160] = "";
@@ -848,7 +858,7 @@ clg_status clg_conv_auto_choose(clg_device *dev, const clg_conv_shape *s, clg_co
     }
     int defer = defer_uses(dev);
     if (defer > 0 && auto_measure(dev)) {
-        double stamp = clg_tune_gemm_stamp(dev);
+        double stamp = current_stamp(dev);
         pthread_mutex_lock(&g_lock);
         file_load(dev, dh);
         int i = table_find(dh, key);
