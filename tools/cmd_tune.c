@@ -103,7 +103,7 @@ const cli_spec cli_spec_tune = {
              "algorithm choices made under the earlier GEMM parameters. The next run reads the\n"
              "entries at its start (and measures again any such choice still left).\n"
              "One background tuner runs at a time per user. CLGRAD_BACKGROUND_TUNE=off\n"
-             "(--set background_tune=off) turns it off.",
+             "(--set background_tune=off) turns it off; =quick leaves out the full search.",
 };
 
 /* Busy fraction of all CPUs over `sec` seconds (/proc/stat); -1 unknown. */
@@ -192,10 +192,10 @@ static int busy_stop(void *user)
     return 0;
 }
 
-static void background_tune(clg_ctx *ctx, int device, int (*shapes)[3], int ns, double wait_s)
+static void background_tune(clg_ctx *ctx, int device, int (*shapes)[3], int ns, double wait_s, int passes)
 {
     quiet_wait q = {wait_s, cli_now() + wait_s};
-    for (int pass = 0; pass < 2; pass++)
+    for (int pass = 0; pass < passes; pass++)
         for (int i = 0; i < ns; i++) {
             if (busy_stop(&q) ||
                 clg_tune_gemm_shapes(ctx, device, (const int(*)[3])shapes + i, 1, pass == 0, NULL, NULL) != CLG_OK)
@@ -223,6 +223,8 @@ int cmd_tune(int argc, char **argv)
         return rc;
     char wait[32];
     double wait_s = atof(cli_option_value(ctx, "background_tune_wait", wait, sizeof wait));
+    char mode[16];
+    cli_option_value(ctx, "background_tune", mode, sizeof mode);
     if (o.background && background_setup() != 0) {
         clg_ctx_destroy(ctx);
         return CLI_OK; /* another background tuner has the machine */
@@ -237,7 +239,7 @@ int cmd_tune(int argc, char **argv)
         if (dup)
             continue;
         if (o.background) {
-            background_tune(ctx, d, shapes, ns, wait_s);
+            background_tune(ctx, d, shapes, ns, wait_s, strcmp(mode, "quick") == 0 ? 1 : 2);
             continue;
         }
         clg_progress_fn pf = progress;
