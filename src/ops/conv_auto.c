@@ -688,7 +688,9 @@ static int key_shape(const char *key, int n, clg_conv_shape *s, clg_conv_pass *p
                &s->H, &s->W, &s->K, &s->R, &s->S, &s->pad_h, &s->pad_w, &s->stride_h, &s->stride_w, &s->dil_h,
                &s->dil_w, &s->groups) != 16)
         return 0;
-    *pass = strcmp(tag, "fwd") == 0 ? CLG_CONV_FWD : strcmp(tag, "bwd-data") == 0 ? CLG_CONV_BWD_DATA : CLG_CONV_BWD_FILTER;
+    *pass = strcmp(tag, "fwd") == 0        ? CLG_CONV_FWD
+            : strcmp(tag, "bwd-data") == 0 ? CLG_CONV_BWD_DATA
+                                           : CLG_CONV_BWD_FILTER;
     s->N = n > 0 ? n : N;
     if (s->C < 1 || s->H < 1 || s->W < 1 || s->K < 1 || s->R < 1 || s->S < 1 || s->groups < 1 || s->stride_h < 1 ||
         s->stride_w < 1 || s->dil_h < 1 || s->dil_w < 1 || clg_conv_out_h(s) < 1 || clg_conv_out_w(s) < 1 ||
