@@ -729,7 +729,10 @@ static clg_status refresh_one(clg_device *dev, uint64_t dh, const char *key, con
     clg_buf_release(dev, io.dy);
     if (st != CLG_OK)
         return st;
-    r.conf = trusted(&r);
+    /* at the tuner's idle priority the load signal counts every wait for any other
+     * process: trust is judged by the spread and the margin (the rounds interleave
+     * the candidates), and a winner that agrees with a confirmed earlier choice confirms it */
+    r.conf = (r.spread <= SPREAD_MAX && (r.margin < 0 || r.margin >= MARGIN_MIN)) || (old->conf && r.algo == old->algo);
     r.rev = old->rev + 1;
     r.gemm = clg_tune_gemm_stamp(dev);
     clg_log(1, "conv auto %s: GEMM choices changed, re-measured, %s (%.3f ms, margin %.0f%%, load %.2f)", key,
