@@ -680,13 +680,21 @@ CLG_API clg_status clg_tune_gemm(clg_ctx *ctx, int device, int quick, int clblas
                                  void *user);
 
 /* GEMM auto-tuning of the given shapes only (n rows of M, N, K), e.g. the
- * pending shapes below; otherwise as clg_tune_gemm (no CLBlast timing). */
+ * pending shapes below; otherwise as clg_tune_gemm (CLBlast timed only for
+ * the classes whose own-vs-CLBlast choice is stored: decided again against
+ * the new parameters). */
 CLG_API clg_status clg_tune_gemm_shapes(clg_ctx *ctx, int device, const int (*shapes)[3], int n, int quick,
                                         clg_progress_fn progress, void *user);
 /* GEMM shapes (M, N, K rows, at most max written) this context ran on the
  * device whose shape class has no measurement of its own yet: what
  * background tuning measures. Returns the count (0 for a bad argument). */
 CLG_API int clg_tune_gemm_pending(clg_ctx *ctx, int device, int (*shapes)[3], int max);
+/* Measures again the cached convolution algorithm choices of the device
+ * that were made under other GEMM parameters than its tuning database holds
+ * now (after clg_tune_gemm*), so the next run does not; stop (may be NULL) is
+ * asked before each shape, nonzero ends it. Returns how many were measured
+ * (0 for a bad argument). */
+CLG_API int clg_conv_refresh_choices(clg_ctx *ctx, int device, int (*stop)(void *user), void *user);
 
 /* Where the GEMM parameters of a device come from (clgrad devices). Lookup
  * order: the device's own measurements (clgrad tune, background tuning) >

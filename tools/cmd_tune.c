@@ -74,8 +74,8 @@ static const cli_opt opts[] = {
      .help = "tune only these products' classes: MxNxK[,MxNxK...] (default: square\n"
              "products and the DL layer shapes)"},
     CLI_FLAG_OPT("--background", tune_opts, background, 1,
-                 "the helper mode train starts itself (see below): quick, --shapes only,\n"
-                 "idle priority, after the trainer exits, nothing printed"),
+                 "the helper mode train starts itself (see below): --shapes only, quick\n"
+                 "then full, idle priority, after the trainer exits, nothing printed"),
     {.name = "--verbose", .alias = "-v", .kind = CLI_FLAG, CLI_FIELD_(cli_common, verbose), .set = 2,
      .help = "debug logging (program builds, cache loads)"},
     CLI_END,
@@ -96,12 +96,14 @@ const cli_spec cli_spec_tune = {
              "built-in defaults. After a `clgrad train` run that used GEMM shape classes with no\n"
              "measurement of their own, train starts `clgrad tune --background --shapes ...`:\n"
              "a detached process at nice 19, SCHED_IDLE and idle I/O priority that waits for the\n"
-             "trainer to exit, then tunes those classes (quick) one at a time, each only once the\n"
+             "trainer to exit, then tunes those classes one at a time, each only once the\n"
              "CPUs are quiet (< 25% busy; it gives up after background_tune_wait seconds of\n"
-             "busy CPUs), saving the database atomically after each; the next run reads the\n"
-             "entries at its start.\n"
+             "busy CPUs), saving the database atomically after each: first with the quick\n"
+             "search, then again with the full one; last it measures again the convolution\n"
+             "algorithm choices made under the earlier GEMM parameters. The next run reads the\n"
+             "entries at its start (and measures again any such choice still left).\n"
              "One background tuner runs at a time per user. CLGRAD_BACKGROUND_TUNE=off\n"
-             "(--set background_tune=off) turns it off.",
+             "(--set background_tune=off) turns it off; =quick leaves out the full search.",
 };
 
 /* Busy fraction of all CPUs over `sec` seconds (/proc/stat); -1 unknown. */
@@ -168,17 +170,40 @@ static int wait_quiet(double deadline)
 /* The background helper's work: one shape class at a time, each only while
  * the CPUs are quiet, so a run started meanwhile shares the machine with at
  * most one class's timing (a few seconds); it stops when they stay busy past
- * the wait (0: no waiting). Each class is saved as it is done. */
-static void background_tune(clg_ctx *ctx, int device, int (*shapes)[3], int ns, double wait_s)
+ * the wait (0: no waiting). Each class is saved as it is done. Two passes:
+ * the quick search gives every class an entry soon (the next run's start
+ * reads them), then the full search (the space `clgrad tune` searches; its
+ * winners of WGS 8 or MR 16 are outside the quick one) times the classes
+ * again and replaces their entries, so a cache filled in the background
+ * reaches what `clgrad tune` gives. Last, the convolution algorithm choices
+ * made under the earlier GEMM parameters are measured again (one shape at a
+ * time, each once the CPUs are quiet), so the next run need not. */
+typedef struct quiet_wait {
+    double wait_s, deadline;
+} quiet_wait;
+
+/* clg_conv_refresh_choices' stop: nonzero when the CPUs stay busy past the wait. */
+static int busy_stop(void *user)
 {
-    double deadline = cli_now() + wait_s;
-    for (int i = 0; i < ns; i++) {
-        if (wait_s > 0 && !wait_quiet(deadline))
-            return;
-        if (clg_tune_gemm_shapes(ctx, device, (const int(*)[3])shapes + i, 1, 1, NULL, NULL) != CLG_OK)
-            return;
-        deadline = cli_now() + wait_s;
-    }
+    quiet_wait *q = user;
+    if (q->wait_s > 0 && !wait_quiet(q->deadline))
+        return 1;
+    q->deadline = cli_now() + q->wait_s;
+    return 0;
+}
+
+static void background_tune(clg_ctx *ctx, int device, int (*shapes)[3], int ns, double wait_s, int passes)
+{
+    quiet_wait q = {wait_s, cli_now() + wait_s};
+    for (int pass = 0; pass < passes; pass++)
+        for (int i = 0; i < ns; i++) {
+            if (busy_stop(&q) ||
+                clg_tune_gemm_shapes(ctx, device, (const int(*)[3])shapes + i, 1, pass == 0, NULL, NULL) != CLG_OK)
+                return;
+        }
+    /* the convolution choices the runs made under the earlier parameters, measured
+     * again here rather than in the next run */
+    clg_conv_refresh_choices(ctx, device, busy_stop, &q);
 }
 
 int cmd_tune(int argc, char **argv)
@@ -198,6 +223,8 @@ int cmd_tune(int argc, char **argv)
         return rc;
     char wait[32];
     double wait_s = atof(cli_option_value(ctx, "background_tune_wait", wait, sizeof wait));
+    char mode[16];
+    cli_option_value(ctx, "background_tune", mode, sizeof mode);
     if (o.background && background_setup() != 0) {
         clg_ctx_destroy(ctx);
         return CLI_OK; /* another background tuner has the machine */
@@ -212,7 +239,7 @@ int cmd_tune(int argc, char **argv)
         if (dup)
             continue;
         if (o.background) {
-            background_tune(ctx, d, shapes, ns, wait_s);
+            background_tune(ctx, d, shapes, ns, wait_s, strcmp(mode, "quick") == 0 ? 1 : 2);
             continue;
         }
         clg_progress_fn pf = progress;

@@ -49,8 +49,9 @@
       "under mpirun: clgrad's ring all-reduce or MPI_Iallreduce")                                                    \
     X(precompile, "CLGRAD_PRECOMPILE", CHOICE, "auto", 0, 0, "auto,0,1", USER,                                       \
       "clgrad train: a helper process compiles the model's programs: auto on a cold cache of PoCL devices, 0, 1")    \
-    X(background_tune, "CLGRAD_BACKGROUND_TUNE", CHOICE, "auto", 0, 0, "auto,off", USER,                            \
-      "clgrad train: GEMM shapes run without own tuning are tuned after the run by a detached idle-priority helper") \
+    X(background_tune, "CLGRAD_BACKGROUND_TUNE", CHOICE, "auto", 0, 0, "auto,off,quick", USER,                      \
+      "clgrad train: GEMM shapes run without own tuning are tuned after the run by a detached idle-priority helper " \
+      "(auto: quick then full search; quick: the quick search only)")                                               \
     X(background_tune_wait, "CLGRAD_BACKGROUND_TUNE_WAIT", INT, "600", 0, 86400, "", TUNING,                         \
       "background tuner: at most this many seconds waiting for quiet CPUs (< 25% busy) before each class (0: none)") \
     X(binary_cache, "CLGRAD_BINARY_CACHE", CHOICE, "auto", 0, 0, "auto,0,1", TUNING,                                 \

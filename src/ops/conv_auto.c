@@ -15,6 +15,7 @@
 
 #include "conv_impl.h"
 #include "io/json.h"
+#include "tune.h"
 
 typedef struct algo_entry {
     uint64_t devhash;
@@ -232,9 +233,9 @@ void clg_conv_algos_format(clg_sbuf *b, int first, uint64_t devhash, const char 
     clg_sbuf_printf(b,
                     "%s {\"key\": \"%s\", \"algo\": \"%s\", \"ms\": %.4f, \"dev\": \"%016llx\", \"n\": %d, "
                     "\"margin\": %.4f, \"spread\": %.4f, \"load\": %.3f, \"conf\": %d, \"tries\": %d, \"rev\": %d, "
-                    "\"slow\": %d}\n",
+                    "\"slow\": %d, \"gemm\": %.0f}\n",
                     first ? "" : ",", key, clg_conv_algo_name(r->algo), r->ms, (unsigned long long)devhash, r->n,
-                    r->margin, r->spread, r->load, r->conf, r->tries, r->rev, r->slow);
+                    r->margin, r->spread, r->load, r->conf, r->tries, r->rev, r->slow, r->gemm);
 }
 
 /* A number field of an entry within [lo, hi], else dflt (absent: an older file version). */
@@ -255,6 +256,7 @@ static void parse_trust(const clg_json *j, clg_conv_algo_rec *r)
     r->tries = (int)num_field(j, "tries", 0, 1000, 0);
     r->rev = (int)num_field(j, "rev", 0, 1e9, 0);
     r->slow = (int)num_field(j, "slow", 0, 1, 0);
+    r->gemm = num_field(j, "gemm", 0, 4294967295.0, -1);
 }
 
 /* A key as the writer writes it: unescaped, so no quote, backslash or control character. */
@@ -579,8 +581,27 @@ static clg_status measure(clg_device *dev, const clg_conv_shape *s, clg_conv_pas
 static int quiet(const clg_conv_algo_rec *r) { return r->load <= LOAD_MAX && r->spread <= SPREAD_MAX; }
 static int trusted(const clg_conv_algo_rec *r) { return quiet(r) && (r->margin < 0 || r->margin >= MARGIN_MIN); }
 
-/* Measured before this process but not trusted, and not yet re-measured here. */
-static int recheck_due(const algo_entry *e) { return !e->checked && !e->r.conf && e->r.tries < MAX_TRIES; }
+/* Measured with other GEMM choices than the device's now (the background
+ * tuner or `clgrad tune` changed them since): the algorithms that run GEMM
+ * kernels ran other ones then, so the comparison no longer holds. */
+static int gemm_stale(const clg_conv_algo_rec *r, double stamp)
+{
+    return r->gemm >= 0 && stamp >= 0 && r->gemm != stamp;
+}
+
+/* The device's GEMM stamp to compare with; -1 (nothing stale) with a read-only
+ * cache, where a new measurement could not be kept and every run would repeat it. */
+static double current_stamp(clg_device *dev)
+{
+    return dev->ctx->cache_readonly ? -1 : (double)clg_tune_gemm_stamp(dev);
+}
+
+/* Measured before this process but not trusted, or with other GEMM choices,
+ * and not yet re-measured here. */
+static int recheck_due(const algo_entry *e, double stamp)
+{
+    return !e->checked && ((!e->r.conf && e->r.tries < MAX_TRIES) || gemm_stale(&e->r, stamp));
+}
 
 /* A re-measurement r of an unconfirmed choice old: a quiet one replaces it
  * for good, and so does one that agrees with it (two measurements, one
@@ -603,6 +624,7 @@ clg_status clg_conv_auto_pick(clg_device *dev, const clg_conv_shape *s, clg_conv
     char key[160];
     shape_key(key, sizeof key, s, pass);
     uint64_t dh = device_hash(dev);
+    double stamp = current_stamp(dev);
     pthread_mutex_lock(&g_lock);
     file_load(dev, dh);
     if (!auto_measure(dev)) {
@@ -615,7 +637,7 @@ clg_status clg_conv_auto_pick(clg_device *dev, const clg_conv_shape *s, clg_conv
     int have_old = i >= 0 && clg_conv_algo_supported(g_entries[i].r.algo, s, pass);
     if (have_old) {
         old = g_entries[i].r;
-        if (!recheck_due(&g_entries[i])) {
+        if (!recheck_due(&g_entries[i], stamp)) {
             *out = old.algo;
             pthread_mutex_unlock(&g_lock);
             return CLG_OK;
@@ -631,13 +653,19 @@ clg_status clg_conv_auto_pick(clg_device *dev, const clg_conv_shape *s, clg_conv
         return CLG_OK;
     }
     CLG_TRY(st);
-    if (have_old)
+    /* measured with other GEMM kernels: a new measurement, not a second opinion on the old one */
+    int stale = have_old && gemm_stale(&old, stamp);
+    if (have_old && !stale)
         settle(&old, &r);
     else
         r.conf = trusted(&r);
+    if (stale)
+        r.rev = old.rev + 1;
+    r.gemm = clg_tune_gemm_stamp(dev); /* after: measuring may have recorded GEMM backend choices */
     clg_log(1, "conv auto %s: %s %s (%.3f ms, margin %.0f%%, spread %.0f%%, load %.2f%s)", key,
-            have_old ? "re-measured," : "chose", clg_conv_algo_name(r.algo), r.ms, 100 * r.margin, 100 * r.spread,
-            r.load, r.conf ? "" : "; unconfirmed: measured again at a later run");
+            stale ? "GEMM choices changed, re-measured," : have_old ? "re-measured," : "chose",
+            clg_conv_algo_name(r.algo), r.ms, 100 * r.margin, 100 * r.spread, r.load,
+            r.conf ? "" : "; unconfirmed: measured again at a later run");
     pthread_mutex_lock(&g_lock);
     i = table_put(dh, key, &r);
     if (i >= 0) {
@@ -647,6 +675,109 @@ clg_status clg_conv_auto_pick(clg_device *dev, const clg_conv_shape *s, clg_conv
     pthread_mutex_unlock(&g_lock);
     *out = r.algo;
     return CLG_OK;
+}
+
+// ---- re-measuring in the background tuner ----
+
+/* The shape and pass of a key as shape_key writes it (n: the batch timed);
+ * 0 unless the key is the one shape_key gives for them (another version). */
+static int key_shape(const char *key, int n, clg_conv_shape *s, clg_conv_pass *pass)
+{
+    char ver[4], tag[16];
+    int N;
+    memset(s, 0, sizeof *s);
+    if (sscanf(key, "%3[v0-9]:%15[a-z-]:n%d,c%d,h%d,w%d,k%d,r%d,s%d,p%dx%d,u%dx%d,d%dx%d,g%d", ver, tag, &N, &s->C,
+               &s->H, &s->W, &s->K, &s->R, &s->S, &s->pad_h, &s->pad_w, &s->stride_h, &s->stride_w, &s->dil_h,
+               &s->dil_w, &s->groups) != 16)
+        return 0;
+    *pass = strcmp(tag, "fwd") == 0        ? CLG_CONV_FWD
+            : strcmp(tag, "bwd-data") == 0 ? CLG_CONV_BWD_DATA
+                                           : CLG_CONV_BWD_FILTER;
+    s->N = n > 0 ? n : N;
+    if (s->C < 1 || s->H < 1 || s->W < 1 || s->K < 1 || s->R < 1 || s->S < 1 || s->groups < 1 || s->stride_h < 1 ||
+        s->stride_w < 1 || s->dil_h < 1 || s->dil_w < 1 || clg_conv_out_h(s) < 1 || clg_conv_out_w(s) < 1 ||
+        (double)s->N * s->C * s->H * s->W > 1e9 || (double)s->N * s->K * clg_conv_out_h(s) * clg_conv_out_w(s) > 1e9)
+        return 0;
+    char again[160];
+    shape_key(again, sizeof again, s, *pass);
+    return strcmp(again, key) == 0;
+}
+
+/* Measures one cached shape again on zero-filled operands and stores the result. */
+static clg_status refresh_one(clg_device *dev, uint64_t dh, const char *key, const clg_conv_shape *s,
+                              clg_conv_pass pass, const clg_conv_algo_rec *old)
+{
+    size_t nx = (size_t)s->N * s->C * s->H * s->W, nw = (size_t)s->K * (s->C / s->groups) * s->R * s->S,
+           ny = (size_t)s->N * s->K * clg_conv_out_h(s) * clg_conv_out_w(s);
+    clg_conv_io io;
+    memset(&io, 0, sizeof io);
+    clg_status st = clg_buf_alloc(dev, sizeof(float) * nx, &io.x);
+    if (st == CLG_OK)
+        st = clg_buf_alloc(dev, sizeof(float) * nw, &io.w);
+    if (st == CLG_OK)
+        st = clg_buf_alloc(dev, sizeof(float) * ny, &io.dy);
+    if (st == CLG_OK)
+        st = clg_buf_fill(dev, io.x, 0, nx, 0.0f);
+    if (st == CLG_OK)
+        st = clg_buf_fill(dev, io.w, 0, nw, 0.0f);
+    if (st == CLG_OK)
+        st = clg_buf_fill(dev, io.dy, 0, ny, 0.0f);
+    io.y = io.dy; /* measure() writes scratch outputs of its own */
+    clg_conv_algo_rec r;
+    if (st == CLG_OK)
+        st = measure(dev, s, pass, &io, key, &r);
+    clg_buf_release(dev, io.x);
+    clg_buf_release(dev, io.w);
+    clg_buf_release(dev, io.dy);
+    if (st != CLG_OK)
+        return st;
+    /* at the tuner's idle priority the load signal counts every wait for any other
+     * process: trust is judged by the spread and the margin (the rounds interleave
+     * the candidates), and a winner that agrees with a confirmed earlier choice confirms it */
+    r.conf = (r.spread <= SPREAD_MAX && (r.margin < 0 || r.margin >= MARGIN_MIN)) || (old->conf && r.algo == old->algo);
+    r.rev = old->rev + 1;
+    r.gemm = clg_tune_gemm_stamp(dev);
+    clg_log(1, "conv auto %s: GEMM choices changed, re-measured, %s (%.3f ms, margin %.0f%%, load %.2f)", key,
+            clg_conv_algo_name(r.algo), r.ms, 100 * r.margin, r.load);
+    pthread_mutex_lock(&g_lock);
+    int i = table_put(dh, key, &r);
+    if (i >= 0) {
+        g_entries[i].checked = 1;
+        file_save(dev, dh);
+    }
+    pthread_mutex_unlock(&g_lock);
+    return CLG_OK;
+}
+
+int clg_conv_auto_refresh(clg_device *dev, int (*stop)(void *user), void *user)
+{
+    if (!auto_measure(dev))
+        return 0;
+    uint64_t dh = device_hash(dev);
+    double stamp = current_stamp(dev);
+    int done = 0;
+    for (;;) { /* one stale entry at a time: the table may grow and move meanwhile */
+        char key[160] = "";
+        clg_conv_algo_rec old = {0};
+        pthread_mutex_lock(&g_lock);
+        file_load(dev, dh);
+        for (int i = 0; i < g_nentries && !key[0]; i++)
+            if (g_entries[i].devhash == dh && !g_entries[i].checked && gemm_stale(&g_entries[i].r, stamp)) {
+                g_entries[i].checked = 1;
+                snprintf(key, sizeof key, "%s", g_entries[i].key);
+                old = g_entries[i].r;
+            }
+        pthread_mutex_unlock(&g_lock);
+        if (!key[0] || (stop && stop(user)))
+            return done;
+        clg_conv_shape s;
+        clg_conv_pass pass;
+        clg_err saved = dev->err; /* a shape that does not run is not the caller's error */
+        if (key_shape(key, old.n, &s, &pass) && clg_conv_algo_supported(old.algo, &s, pass) &&
+            refresh_one(dev, dh, key, &s, pass, &old) == CLG_OK)
+            done++;
+        dev->err = saved;
+    }
 }
 
 static int defer_uses(const clg_device *dev) { return (int)dev->ctx->opts.conv_auto_defer; /* 0..1000 */ }
@@ -734,12 +865,13 @@ clg_status clg_conv_auto_choose(clg_device *dev, const clg_conv_shape *s, clg_co
     }
     int defer = defer_uses(dev);
     if (defer > 0 && auto_measure(dev)) {
+        double stamp = current_stamp(dev);
         pthread_mutex_lock(&g_lock);
         file_load(dev, dh);
         int i = table_find(dh, key);
         int known = i >= 0 && clg_conv_algo_supported(g_entries[i].r.algo, s, pass);
         /* an unconfirmed choice waits for its re-measurement as a new shape does, with its own algorithm */
-        int wait = (!known || recheck_due(&g_entries[i])) && pending_use(dev, dh, key, defer);
+        int wait = (!known || recheck_due(&g_entries[i], stamp)) && pending_use(dev, dh, key, defer);
         clg_conv_algo d = known ? g_entries[i].r.algo : clg_conv_algo_default(dev, s, pass);
         pthread_mutex_unlock(&g_lock);
         if (wait && clg_conv_algo_supported(d, s, pass)) {

@@ -22,6 +22,7 @@ typedef struct clg_conv_algo_rec {
     clg_conv_algo algo;
     double ms, margin, spread, load;
     int n, conf, tries, rev, slow;
+    double gemm; /* clg_tune_gemm_stamp when measured; -1 unknown (an older file) */
 } clg_conv_algo_rec;
 /* The conv-algorithm cache file's entry lines: format appends one (first:
  * no leading comma); parse calls put for every well-formed entry of
@@ -172,6 +173,12 @@ CLG_INTERNAL void clg_conv_auto_forget(void);
  * algorithm cache file lives in dir (NULL: the context's cache directory,
  * where the compiled programs stay). */
 CLG_INTERNAL void clg_conv_auto_set_load(double (*fn)(void), const char *dir);
+/* Measures again, on zero-filled operands, every cached choice of dev made
+ * under other GEMM parameters than the device's now (clg_tune_gemm_stamp), so
+ * the next run finds them current; what the background tuner runs after
+ * tuning GEMM classes. stop (may be NULL) is asked before each shape: nonzero
+ * ends it. Returns how many were measured. */
+CLG_INTERNAL int clg_conv_auto_refresh(clg_device *dev, int (*stop)(void *user), void *user);
 
 /* Untuned choice for a device class (docs/portability.md): depthwise ->
  * direct; on CPUs the shape-specialised direct kernels for strided or 4x4+

@@ -210,6 +210,49 @@ clg_status clg_tune_save(clg_device *dev)
     return st;
 }
 
+/* Figures an entry records beside its parameters: not part of the stamp. */
+static int is_figure(const char *name)
+{
+    static const char *const figs[] = {"gflops", "def_gflops", "fam_gflops", "M", "N", "K", "own_ms", "clblast_ms"};
+    for (size_t i = 0; i < CLG_ARRAY_LEN(figs); i++)
+        if (strcmp(name, figs[i]) == 0)
+            return 1;
+    return 0;
+}
+
+uint32_t clg_tune_gemm_stamp(clg_device *dev)
+{
+    const clg_tune_dev *d = clg_tune_dev_get(dev);
+    uint64_t sum = 0;
+    int n = 0;
+    for (int i = 0; d && i < d->n; i++) {
+        const clg_tune_entry *e = &d->e[i];
+        if (strncmp(e->key, "gemm-auto/", 10) == 0) {
+            /* a backend choice counts beside its class's own parameters: the
+             * ones a run records lazily on an untuned device leave it 0 */
+            char pk[sizeof e->key];
+            snprintf(pk, sizeof pk, "gemm/%s", e->key + 10);
+            int tuned = 0;
+            for (int j = 0; j < d->n && !tuned; j++)
+                tuned = strcmp(d->e[j].key, pk) == 0;
+            if (!tuned)
+                continue;
+        } else if (strncmp(e->key, "gemm/", 5) != 0)
+            continue;
+        uint64_t h = clg_hash_str(e->key, CLG_HASH_SEED);
+        h = clg_hash_str(e->backend, h);
+        for (int j = 0; j < e->n; j++)
+            if (!is_figure(e->names[j])) {
+                h = clg_hash_str(e->names[j], h);
+                h = clg_hash64(&e->vals[j], sizeof e->vals[j], h);
+            }
+        sum += h; /* a sum: the entries' order in the file does not matter */
+        n++;
+    }
+    uint32_t st = (uint32_t)(sum ^ (sum >> 32));
+    return n && !st ? 1 : st;
+}
+
 /* ---- JSON writer ---- */
 
 void clg_tune_format(const clg_tune_dev *d, const char *devname, const char *driver, clg_sbuf *out)

@@ -80,6 +80,13 @@ CLG_INTERNAL clg_status clg_tune_family_match(clg_err *err, const char *text, cl
                                               int *index);
 /* Nearest entry to class (bm, bn, bk) among d's "gemm/M?N?K?" keys (exact first). */
 CLG_INTERNAL const clg_tune_entry *clg_tune_nearest_gemm(const clg_tune_dev *d, int bm, int bn, int bk);
+/* A stamp of the device's own GEMM choices: the kernel parameters of every
+ * "gemm/<class>" entry and the backend of the "gemm-auto/<class>" entries
+ * of those classes (not their figures), independent of entry order; 0 when
+ * there are none (untuned: the family's entries or the defaults).
+ * Measurements that ran own GEMM kernels (the convolution algorithm choice)
+ * record it, and are measured again when it changes (conv_auto.c). */
+CLG_INTERNAL uint32_t clg_tune_gemm_stamp(clg_device *dev);
 /* Remembers a GEMM shape whose class has no own measurement (once per class). */
 CLG_INTERNAL void clg_tune_note_pending(clg_device *dev, const char *cls, int M, int N, int K);
 

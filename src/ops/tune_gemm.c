@@ -291,7 +291,11 @@ static clg_status tune_class(clg_device *dev, const clg_gemm_tune_opts *o, clg_g
     char desc[160];
     clg_gemm_params_str(&bp, desc, sizeof desc);
     say(o, "%s %dx%dx%d: best %s, %.3f ms, %.1f GFLOP/s", cls, a->M, a->N, a->K, desc, best, flop / best / 1e6);
-    if (o->clblast && clg_gemm_have_clblast())
+    /* a class whose own-vs-CLBlast choice a run recorded against the parameters it
+     * had then (clg_gemm_run's AUTO) is decided again against the new winner */
+    char ak[64];
+    snprintf(ak, sizeof ak, "gemm-auto/%s", cls);
+    if ((o->clblast > 0 || (o->clblast < 0 && clg_tune_find(dev, ak))) && clg_gemm_have_clblast())
         return tune_vs_clblast(dev, o, a, cls, best, reps);
     return CLG_OK;
 }

@@ -11,7 +11,8 @@ CLG_INTERNAL int clg_gemm_candidates(clg_device *dev, int quick, clg_gemm_params
 
 typedef struct clg_gemm_tune_opts {
     int quick;           /* reduced space and repetitions */
-    int clblast;         /* also time CLBlast and record the auto choice */
+    int clblast;         /* also time CLBlast and record the auto choice (-1: only for the
+                            classes whose choice is stored: it follows the new parameters) */
     double max_gflop;    /* shapes above this many GFLOP are shrunk along N (0: 2) */
     const int (*shapes)[3]; /* M, N, K of the shapes to tune (NULL: built-in list) */
     int nshapes;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "device/device.h"
+#include "ops/conv_impl.h"
 #include "ops/gemm.h"
 #include "ops/tune.h"
 #include "ops/tune_gemm.h"
@@ -107,8 +108,16 @@ clg_status clg_tune_gemm_shapes(clg_ctx *ctx, int device, const int (*shapes)[3]
             return clg_err_set(&ctx->err, CLG_ERR_INVALID_ARG,
                                "clg_tune_gemm_shapes: shape %d is %dx%dx%d (sizes >= 1)", i, shapes[i][0],
                                shapes[i][1], shapes[i][2]);
-    clg_gemm_tune_opts o = {.quick = quick, .shapes = shapes, .nshapes = n, .progress = progress, .user = user};
+    clg_gemm_tune_opts o = {
+        .quick = quick, .clblast = -1, .shapes = shapes, .nshapes = n, .progress = progress, .user = user};
     return clg_gemm_tune(&ctx->devs[device], &o);
+}
+
+int clg_conv_refresh_choices(clg_ctx *ctx, int device, int (*stop)(void *user), void *user)
+{
+    if (!ctx || device < 0 || device >= ctx->ndev)
+        return 0;
+    return clg_conv_auto_refresh(&ctx->devs[device], stop, user);
 }
 
 int clg_tune_gemm_pending(clg_ctx *ctx, int device, int (*shapes)[3], int max)

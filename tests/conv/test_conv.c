@@ -11,6 +11,8 @@
 
 #include "ops/conv.h"
 #include "ops/conv_impl.h"
+#include "ops/gemm.h"
+#include "ops/tune.h"
 #include "conv_ref.h"
 #include "testutil.h"
 
@@ -647,7 +649,8 @@ START_TEST(algo_cache_file)
                                  .conf = (int)(clg_rng_u32(&r) % 2),
                                  .tries = (int)(clg_rng_u32(&r) % 3),
                                  .rev = (int)(clg_rng_u32(&r) % 9),
-                                 .slow = (int)(clg_rng_u32(&r) % 2)};
+                                 .slow = (int)(clg_rng_u32(&r) % 2),
+                                 .gemm = (double)clg_rng_u32(&r)};
         clg_conv_algos_format(&b, i == 0, mine ? dev : other, keys[i], &rec);
         if (mine) {
             memcpy(wkeys[want], keys[i], sizeof keys[i]);
@@ -660,7 +663,8 @@ START_TEST(algo_cache_file)
             clg_sbuf_printf(&b, ", {\"key\": \"v5:old\", \"algo\": \"direct\", \"ms\": 2.5, \"dev\": \"%016llx\"}\n",
                             (unsigned long long)dev);
             snprintf(wkeys[want], sizeof wkeys[want], "v5:old");
-            wanted[want++] = (clg_conv_algo_rec){.algo = CLG_CONV_DIRECT, .ms = 2.5, .margin = -1, .load = -1};
+            wanted[want++] =
+                (clg_conv_algo_rec){.algo = CLG_CONV_DIRECT, .ms = 2.5, .margin = -1, .load = -1, .gemm = -1};
         }
     }
     clg_sbuf_printf(&b, "]}\n");
@@ -681,6 +685,7 @@ START_TEST(algo_cache_file)
         ck_assert_int_eq(g->tries, w->tries);
         ck_assert_int_eq(g->rev, w->rev);
         ck_assert_int_eq(g->slow, w->slow);
+        ck_assert_msg(g->gemm == w->gemm, "GEMM stamp %.0f read back as %.0f", w->gemm, g->gemm);
     }
     clg_sbuf_free(&b);
 }
@@ -913,6 +918,48 @@ START_TEST(auto_trust)
     ck_assert_int_eq(trust_run(&s, &r, B, 0.5, 0.0, &timed), B);
     rec = trust_rec(&s);
     ck_assert(timed > 0 && rec.conf && !rec.slow && rec.tries == 1);
+    /* 8. the device's GEMM parameters change (background tuning, clgrad tune): a confirmed choice made
+     * under the old ones is measured again once, by the new figures, then kept */
+    clg_conv_shape s9 = s;
+    s9.N = 12; /* a batch class of its own */
+    ck_assert_int_eq(trust_run(&s9, &r, A, 0.5, 0.0, &timed), A);
+    s.N = 8;
+    ck_assert_int_eq(trust_run(&s, &r, A, 0.5, 0.0, &timed), A);
+    rec = trust_rec(&s);
+    double stamp0 = clg_tune_gemm_stamp(dev0());
+    ck_assert(rec.conf && rec.gemm == stamp0);
+    ck_assert_int_eq(trust_run(&s, &r, B, 0.5, 0.0, &timed), A);
+    ck_assert_msg(timed == 0, "a choice was measured again while the GEMM parameters stayed");
+    clg_tune_dev *td = clg_tune_dev_get(dev0());
+    ck_assert_ptr_nonnull(td);
+    int n0 = td->n;
+    clg_tune_entry e;
+    memset(&e, 0, sizeof e);
+    snprintf(e.key, sizeof e.key, "gemm/M%uN%uK%u", clg_rng_u32(&r) % 6, clg_rng_u32(&r) % 6, clg_rng_u32(&r) % 6);
+    clg_gemm_params gp;
+    clg_gemm_params_default(dev0(), &gp);
+    clg_gemm_params_to_entry(&gp, &e);
+    ck_assert_int_eq(clg_tune_put(dev0(), &e), CLG_OK); /* in memory only: the shared cache's file stays */
+    double stamp1 = clg_tune_gemm_stamp(dev0());
+    ck_assert(stamp1 != stamp0);
+    ck_assert_int_eq(trust_run(&s, &r, B, 0.5, 0.0, &timed), B);
+    rec = trust_rec(&s);
+    ck_assert_msg(timed > 0, "a choice made under other GEMM parameters was not measured again");
+    ck_assert(rec.conf && rec.gemm == stamp1 && rec.algo == (clg_conv_algo)B && rec.tries == 0 && rec.rev == 1);
+    ck_assert_int_eq(trust_run(&s, &r, A, 0.5, 0.0, &timed), B);
+    ck_assert_int_eq(timed, 0);
+    /* ... or by the background tuner (clg_conv_auto_refresh), so the next run does not */
+    clg_conv_auto_forget();
+    /* at idle priority its load signal counts waits for any process: a clear margin with a small spread is trusted */
+    g_favour = B, g_favour_ms = 0.5, g_load = 2.0, g_timed = 0;
+    int refreshed = clg_conv_auto_refresh(dev0(), NULL, NULL);
+    ck_assert_msg(refreshed >= 1 && g_timed > 0, "refresh measured %d choices", refreshed);
+    rec = trust_rec(&s9);
+    ck_assert(rec.conf && rec.gemm == stamp1 && rec.algo == (clg_conv_algo)B);
+    ck_assert_int_eq(clg_conv_auto_refresh(dev0(), NULL, NULL), 0); /* nothing stale left */
+    ck_assert_int_eq(trust_run(&s9, &r, A, 0.5, 0.0, &timed), B);
+    ck_assert_int_eq(timed, 0);
+    td->n = n0;
     clg_conv_auto_set_timer(NULL);
     clg_conv_auto_set_load(NULL, NULL);
     clg_conv_auto_forget();

@@ -224,6 +224,72 @@ START_TEST(lookup_order)
 }
 END_TEST
 
+/* The GEMM stamp (what convolution choices record): 0 untuned, changed by
+ * a class's parameters and by the backend choice of a tuned class, not by
+ * figures, by the order of the entries or by the backend choice of an
+ * untuned class. */
+static clg_tune_entry stamp_entry(const char *key, double mr, double gflops, const char *backend)
+{
+    clg_tune_entry e;
+    memset(&e, 0, sizeof e);
+    snprintf(e.key, sizeof e.key, "%s", key);
+    snprintf(e.backend, sizeof e.backend, "%s", backend);
+    if (strncmp(key, "gemm/", 5) == 0) {
+        clg_tune_set(&e, "family", CLG_GEMM_FAM_CPU);
+        clg_tune_set(&e, "MR", mr);
+    }
+    clg_tune_set(&e, "gflops", gflops);
+    return e;
+}
+
+static uint32_t stamp_of(clg_device *dev, const clg_tune_entry *es, int n)
+{
+    clg_tune_dev *d = clg_tune_dev_get(dev);
+    ck_assert_ptr_nonnull(d);
+    d->n = 0;
+    for (int i = 0; i < n; i++)
+        ck_assert(clg_tune_put(dev, &es[i]) == CLG_OK);
+    return clg_tune_gemm_stamp(dev);
+}
+
+START_TEST(gemm_stamp)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "/tmp/clgrad-tune-stamp-%d", (int)getpid());
+    clg_ctx *ctx = tu_ctx_cache("0", dir);
+    clg_device *dev = &ctx->devs[0];
+    clg_rng r;
+    tu_rng(&r, 5);
+    double mr = 1 + clg_rng_u32(&r) % 16, g = clg_rng_uniform(&r) * 100;
+    clg_tune_entry a = stamp_entry("gemm/M1N2K3", mr, g, ""), b = stamp_entry("gemm/M4N4K4", 8, 50, ""),
+                   ab = stamp_entry("gemm-auto/M4N4K4", 0, 0, "own"), au = stamp_entry("gemm-auto/M0N0K0", 0, 0, "own");
+    clg_tune_entry e[4] = {a, b};
+    uint32_t s0 = stamp_of(dev, e, 0);
+    ck_assert_uint_eq(s0, 0);
+    uint32_t s2 = stamp_of(dev, e, 2);
+    ck_assert_uint_ne(s2, 0);
+    clg_tune_entry rev[2] = {b, a};
+    ck_assert_uint_eq(stamp_of(dev, rev, 2), s2);
+    e[0] = stamp_entry("gemm/M1N2K3", mr, g * 2 + 1, ""); /* another figure: the same kernels */
+    ck_assert_uint_eq(stamp_of(dev, e, 2), s2);
+    e[0] = stamp_entry("gemm/M1N2K3", mr + 1, g, ""); /* another parameter */
+    ck_assert_uint_ne(stamp_of(dev, e, 2), s2);
+    e[0] = a;
+    e[2] = au; /* the backend choice of an untuned class: recorded lazily, not counted */
+    ck_assert_uint_eq(stamp_of(dev, e, 3), s2);
+    e[2] = ab; /* ... of a tuned class: counted, and by its value */
+    uint32_t s3 = stamp_of(dev, e, 3);
+    ck_assert_uint_ne(s3, s2);
+    e[2] = stamp_entry("gemm-auto/M4N4K4", 0, 0, "clblast");
+    ck_assert_uint_ne(stamp_of(dev, e, 3), s3);
+    clg_tune_dev_get(dev)->dirty = 0;
+    clg_ctx_destroy(ctx);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tune-family");
@@ -231,6 +297,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, families_match);
     tcase_add_test(tc, lookup_order);
+    tcase_add_test(tc, gemm_stamp);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
