@@ -142,6 +142,10 @@ int bench_train(int argc, char **argv)
     if (rc != CLI_OK)
         return rc;
     clg_mpi_configure(o.c.comm_timeout, o.c.deterministic);
+    /* measured convolution choices can differ between runs and ranks (a choice
+     * re-measured at a later run, each rank timing its own): the defaults */
+    if (o.c.deterministic && cli_option_set("--deterministic", "conv_auto_measure", "0") != CLI_OK)
+        return CLI_USAGE;
     clg_ctx *ctx = cli_ctx_open(devices, o.c.verbose, &rc);
     if (!ctx)
         return rc;

@@ -124,8 +124,9 @@ extern const char *const cli_pipe_schedules[]; /* 1f1b, gpipe */
                    "GEMM backend: auto, own or clblast")
 #define CLI_OPT_MPI                                                                                             \
     CLI_FLAG_OPT("--deterministic", cli_common, deterministic, 1,                                               \
-                 "MPI: sum the gradients over the ranks in rank order (two runs are\n"                          \
-                 "bitwise equal) and split each rank's slice evenly over its devices"),                         \
+                 "MPI: sum the gradients over the ranks in rank order and split each\n"                         \
+                 "rank's slice evenly over its devices; convolutions run their default\n"                       \
+                 "algorithms, not measured choices (two runs are bitwise equal)"),                              \
         CLI_DOUBLE_OPT("--comm-timeout", cli_common, comm_timeout, 0, 86400, CLI_LO_OPEN, "SEC",                \
                        "MPI: a rank that died or hangs fails the others after SEC seconds\n"                    \
                        "(default 60; 10x until the first all-reduce completes)")
