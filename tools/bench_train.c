@@ -141,10 +141,7 @@ int bench_train(int argc, char **argv)
     int rc = cli_model_file_check("bench train", p.model);
     if (rc != CLI_OK)
         return rc;
-    clg_mpi_configure(o.c.comm_timeout, o.c.deterministic);
-    /* measured convolution choices can differ between runs and ranks (a choice
-     * re-measured at a later run, each rank timing its own): the defaults */
-    if (o.c.deterministic && cli_option_set("--deterministic", "conv_auto_measure", "0") != CLI_OK)
+    if (cli_mpi_setup(o.c.comm_timeout, o.c.deterministic) != CLI_OK)
         return CLI_USAGE;
     clg_ctx *ctx = cli_ctx_open(devices, o.c.verbose, &rc);
     if (!ctx)

@@ -65,6 +65,12 @@ int cli_option_set(const char *flag, const char *name, const char *value)
     return CLI_OK;
 }
 
+int cli_mpi_setup(double timeout_s, int deterministic)
+{
+    clg_mpi_configure(timeout_s, deterministic);
+    return deterministic ? cli_option_set("--deterministic", "conv_auto_measure", "0") : CLI_OK;
+}
+
 void cli_option_default(const char *name, const char *value)
 {
     clg_options *env = NULL;

@@ -46,6 +46,11 @@ clg_ctx *cli_ctx_open(const char *devices, int verbose, int *rc);
  * the environment set it. */
 int cli_option_set(const char *flag, const char *name, const char *value);
 void cli_option_default(const char *name, const char *value);
+/* --comm-timeout and --deterministic of train and bench train: the MPI
+ * settings, and with deterministic the convolutions' default algorithms
+ * (measured choices can differ between runs and ranks: a choice re-measured
+ * at a later run, each rank timing its own). CLI_USAGE on a refusal. */
+int cli_mpi_setup(double timeout_s, int deterministic);
 /* The options given so far (NULL: none; borrowed). */
 clg_options *cli_options(void);
 /* The value of option name in the context as text ("" when unknown). */

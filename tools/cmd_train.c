@@ -135,10 +135,7 @@ int cmd_train(int argc, char **argv)
         return CLI_USAGE;
     if (cli_mem_limit(o.mem_limit) != CLI_OK)
         return CLI_USAGE;
-    clg_mpi_configure(o.c.comm_timeout, o.c.deterministic);
-    /* measured convolution choices can differ between runs and ranks (a choice
-     * re-measured at a later run, each rank timing its own): the defaults */
-    if (o.c.deterministic && cli_option_set("--deterministic", "conv_auto_measure", "0") != CLI_OK)
+    if (cli_mpi_setup(o.c.comm_timeout, o.c.deterministic) != CLI_OK)
         return CLI_USAGE;
     int rc = CLI_OK;
     clg_ctx *ctx = cli_ctx_open(o.c.devices, o.c.verbose, &rc);
