@@ -99,8 +99,8 @@ def summarize(path, nsteps=0):
     return out
 
 
-PIPE_KEYS = ["forward", "backward", "re-run forward", "weight gradients", "wait activation", "wait gradient",
-             "send activation", "send gradient"]
+PIPE_KEYS = ["forward", "backward", "re-run forward", "weight gradients", "late weight gradients", "wait activation",
+             "wait gradient", "send activation", "send gradient"]
 
 
 def summarize_pipeline(path):

@@ -45,6 +45,8 @@
       "data parallelism: the calling thread drives device lane 0 (0: a host thread of its own for every lane)")      \
     X(pipe_wdefer, "CLGRAD_PIPE_WDEFER", CHOICE, "auto", 0, 0, "auto,0,1,step", TUNING,                              \
       "pipeline: dense weight gradients after a stage's schedule (1: per micro-batch; step: one product; auto: 0)")\
+    X(pipe_wlate, "CLGRAD_PIPE_WLATE", CHOICE, "auto", 0, 0, "auto,0,1", TUNING,                                    \
+      "pipeline: a stage sends its input gradients before its weight gradients (the same bits; auto: 1)")          \
     X(allreduce, "CLGRAD_ALLREDUCE", CHOICE, "ring", 0, 0, "ring,mpi", USER,                                         \
       "under mpirun: clgrad's ring all-reduce or MPI_Iallreduce")                                                    \
     X(precompile, "CLGRAD_PRECOMPILE", CHOICE, "auto", 0, 0, "auto,0,1", USER,                                       \

@@ -11,6 +11,7 @@
 
 #include "model/layers.h"
 #include "ops/conv.h"
+#include "ops/nn.h"
 
 typedef struct {
     int K, R, S, stride, pad, dil, groups, bias;
@@ -21,6 +22,8 @@ typedef struct {
     cl_mem pre; /* gelu: pre-activation kept for backward */
     size_t pre_cap;
     int last_n; /* the batch of the latest forward (the profile's shape) */
+    cl_mem keep_x, keep_dz; /* clg_conv_defer: the filter gradient's operands kept (NULL: computed in backward) */
+    int keep_n;             /* the samples they hold */
 } conv_priv;
 
 static const char *const algo_choices[] = {"auto",   "im2col", "winograd", "winograd4", "direct",
@@ -165,14 +168,48 @@ static clg_status conv_backward(clg_layer *l, clg_device *dev, const clg_tensor 
         odz = 0;
     }
     clg_conv_algo af = clg_conv_algo_supported(p->algo, &s, CLG_CONV_BWD_FILTER) ? p->algo : CLG_CONV_AUTO;
-    clg_status st = clg_conv_backward_filter(dev, &s, af, in[0].mem, in[0].off, dz, odz, 0.0f, l->params[0].grad, 0,
-                                             p->bias ? l->params[1].grad : NULL, 0);
+    clg_status st;
+    if (p->keep_x) { /* the filter and bias gradients deferred: their operands kept */
+        p->keep_n = s.N;
+        st = clg_nn_copy(dev, clg_tensor_numel(&in[0]), in[0].mem, in[0].off, p->keep_x, 0);
+        if (st == CLG_OK)
+            st = clg_nn_copy(dev, ny, dz, odz, p->keep_dz, 0);
+    } else {
+        st = clg_conv_backward_filter(dev, &s, af, in[0].mem, in[0].off, dz, odz, 0.0f, l->params[0].grad, 0,
+                                      p->bias ? l->params[1].grad : NULL, 0);
+    }
     if (st == CLG_OK && din[0].mem) {
         clg_conv_algo ad = clg_conv_algo_supported(p->algo, &s, CLG_CONV_BWD_DATA) ? p->algo : CLG_CONV_AUTO;
         st = clg_conv_backward_data(dev, &s, ad, &p->cache, dz, odz, l->params[0].value, 0, din[0].mem, din[0].off);
     }
     clg_buf_release(dev, tmp);
     return st;
+}
+
+int clg_conv_defer_dims(const clg_layer *l, size_t *in, size_t *out)
+{
+    if (l->ops != &clg_layer_conv_ops || !l->priv)
+        return 0;
+    *in = (size_t)l->in_shape[0][1] * (size_t)l->in_shape[0][2] * (size_t)l->in_shape[0][3];
+    *out = (size_t)l->out_shape[1] * (size_t)l->out_shape[2] * (size_t)l->out_shape[3];
+    return 1;
+}
+
+void clg_conv_defer(clg_layer *l, cl_mem x, cl_mem dz)
+{
+    conv_priv *p = l->priv;
+    p->keep_x = x;
+    p->keep_dz = x ? dz : NULL;
+}
+
+clg_status clg_conv_wgrad(clg_layer *l, clg_device *dev, cl_mem x, cl_mem dz)
+{
+    conv_priv *p = l->priv;
+    const int *in = l->in_shape[0];
+    clg_conv_shape s = cshape(p, p->keep_n, in[1], in[2], in[3]);
+    clg_conv_algo af = clg_conv_algo_supported(p->algo, &s, CLG_CONV_BWD_FILTER) ? p->algo : CLG_CONV_AUTO;
+    return clg_conv_backward_filter(dev, &s, af, x, 0, dz, 0, 0.0f, l->params[0].grad, 0,
+                                    p->bias ? l->params[1].grad : NULL, 0);
 }
 
 static void conv_params_changed(clg_layer *l)

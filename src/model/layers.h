@@ -92,6 +92,17 @@ CLG_INTERNAL void clg_dense_defer(clg_layer *l, cl_mem x, cl_mem dz, size_t row)
 CLG_INTERNAL clg_status clg_dense_wgrad(clg_layer *l, clg_device *dev, int n, cl_mem dz, size_t odz, cl_mem x,
                                         size_t ox, cl_mem C, size_t offC, int acc);
 
+/* ---- a [convolutional] layer's filter gradient deferred (a pipeline stage's input gradients sent first) ---- */
+/* l is a [convolutional]: *in and *out its input and output floats per sample; else 0. */
+CLG_INTERNAL int clg_conv_defer_dims(const clg_layer *l, size_t *in, size_t *out);
+/* With x set, l's backward computes its input gradient only and copies its input and the gradient the filter
+ * product takes (after the activation's derivative) into x and dz (a batch of *in / *out floats per sample) for
+ * clg_conv_wgrad; x NULL: the filter and bias gradients computed in backward. */
+CLG_INTERNAL void clg_conv_defer(clg_layer *l, cl_mem x, cl_mem dz);
+/* The filter and bias gradients of l's latest deferred backward, its operands kept in x and dz, into its parameter
+ * gradients (the backward's kernel on the same operands: the same bits). */
+CLG_INTERNAL clg_status clg_conv_wgrad(clg_layer *l, clg_device *dev, cl_mem x, cl_mem dz);
+
 /* ---- the fusion pass (src/model/fuse.c) ---- */
 /* l is a [batchnorm] that can take a fused epilogue (not synchronized). */
 CLG_INTERNAL int clg_layer_batchnorm_fusable(const clg_layer *l);

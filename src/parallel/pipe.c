@@ -701,6 +701,7 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
     p->L = D * T * K;
     p->recompute = pp->recompute != 0;
     p->wdefer = wdefer;
+    p->wlate = clg_pipe_wlate_mode(ctx, pp, T, net->fp16 != 0);
     p->M = M;
     p->schedule = pp->schedule;
     p->fp16 = net->fp16 != 0;
@@ -724,6 +725,8 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
         rc = stage_init(p, &p->st[s], seed);
         if (rc == CLG_OK)
             rc = clg_pipe_wdefer_init(p, &p->st[s]);
+        if (rc == CLG_OK)
+            rc = clg_pipe_wlate_init(p, &p->st[s]);
         if (rc != CLG_OK && p->st[s].dev->err.msg[0])
             rc = clg_err_set(&ctx->err, rc, "pipeline stage %d on device %d (%s): %s", s, p->st[s].dev->index,
                              p->st[s].dev->info.name, p->st[s].dev->err.msg);
@@ -1234,9 +1237,11 @@ static clg_status stage_backward(clg_pipe *p, clg_pipe_stage *st, int m, int fir
         rc = receive_grads(p, st, r, m, written);
     st->cur_n = n;
     clg_pipe_wdefer_arm(p, st, r, m, 1);
+    clg_pipe_wlate_arm(st, r, 1);
     if (rc == CLG_OK)
         rc = clg_replica_backward_range(r, n, written);
     clg_pipe_wdefer_arm(p, st, r, m, 0);
+    clg_pipe_wlate_arm(st, r, 0);
     CLG_TRY(rc);
     /* the entering activations' gradients go back before the accumulation: the other stage waits on them */
     for (int q = 0; q < p->nedges; q++) {
@@ -1248,6 +1253,11 @@ static clg_status stage_backward(clg_pipe *p, clg_pipe_stage *st, int m, int fir
         CLG_TRY(xfer_send(p, e, 1, m, g->mem, g->off, e->pitch, n));
         post_ready(p, &e->ready_b[m]);
         trace_span(p, st->index, "send gradient", m, t0);
+    }
+    if (st->nwl) { /* the weight gradients the stage before does not wait for */
+        double t0 = clg_now_sec();
+        CLG_TRY(clg_pipe_wlate_run(st, r, n));
+        trace_span(p, st->index, "late weight gradients", m, t0);
     }
     if (r->arena_bytes) /* accumulate (without the deferred weight gradients) */
         CLG_TRY(clg_pipe_wdefer_acc(st, r, first_bwd));

@@ -67,6 +67,8 @@ typedef struct clg_pipe_params {
     int wdefer;        /* dense weight gradients after the schedule (parallel/pipe_wdefer.h): 1 per micro-batch
                           (the accumulated bits), 2 one product over the step's samples, -1 off, 0 the option
                           pipe_wdefer */
+    int wlate;         /* 1: a stage sends its input gradients before it computes its weight gradients
+                          (parallel/pipe_wdefer.h; the same bits), -1 not, 0 the option pipe_wlate */
 } clg_pipe_params;
 
 /* Transfers across a cut: AUTO times both on the largest carried tensor at
@@ -128,6 +130,8 @@ typedef struct clg_pipe_stage {
     int cur_n;                 /* samples of the micro-batch its replica is running (pp x tp's all-reduce) */
     struct clg_pipe_wd *wd;    /* deferred weight gradients (pipe_wdefer.h): nwd layers */
     int nwd;
+    struct clg_pipe_wl *wl;    /* weight gradients after the input gradients' sends (pipe_wdefer.h): nwl layers */
+    int nwl;
     size_t *acc_lo, *acc_hi;   /* the arena ranges (floats) a micro-batch's backward accumulates: nacc */
     int nacc;
 } clg_pipe_stage;
@@ -145,6 +149,7 @@ typedef struct clg_pipe {
     int d2d;                   /* transfers device to device (clEnqueueCopyBuffer in the shared context) */
     int recompute;             /* clg_pipe_params.recompute */
     int wdefer;                /* clg_pipe_params.wdefer resolved: 0 off, 1 deferred per micro-batch, 2 one product */
+    int wlate;                 /* clg_pipe_params.wlate resolved: 1 on */
     double t_host, t_dev;      /* AUTO: measured seconds of the largest carried tensor's transfer (0: not timed) */
     clg_pipe_stage st[CLG_PIPE_MAX_STAGES];
     int *stage_of;             /* per layer */

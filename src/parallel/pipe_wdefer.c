@@ -89,6 +89,79 @@ clg_status clg_pipe_wdefer_init(clg_pipe *p, clg_pipe_stage *st)
     return rc == CLG_OK ? acc_ranges(err, st) : rc;
 }
 
+int clg_pipe_wlate_mode(const clg_ctx *ctx, const clg_pipe_params *pp, int T, int fp16)
+{
+    if (T > 1 || fp16)
+        return 0;
+    if (pp->wlate)
+        return pp->wlate > 0;
+    return ctx->opts.pipe_wlate != 1; /* auto,0,1 -> on, off, on */
+}
+
+static int deferred(const clg_pipe_stage *st, int layer)
+{
+    for (int i = 0; i < st->nwd; i++)
+        if (st->wd[i].layer == layer)
+            return 1;
+    return 0;
+}
+
+clg_status clg_pipe_wlate_init(clg_pipe *p, clg_pipe_stage *st)
+{
+    int sends = 0;
+    for (int q = 0; q < p->nedges; q++)
+        sends |= p->edges[q].to == st->index;
+    st->nwl = 0;
+    if (!p->wlate || !sends || !st->rep->arena_bytes)
+        return CLG_OK;
+    if (!(st->wl = calloc((size_t)(st->last - st->first + 1), sizeof *st->wl)))
+        return clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    for (int i = st->first; i <= st->last; i++) {
+        clg_layer *l = &st->rep->layers[i];
+        clg_pipe_wl w = {.layer = i};
+        size_t in, out;
+        int in_f, units;
+        if (l->fused_into || !l->nparams || deferred(st, i))
+            continue;
+        if (clg_dense_dims(l, &w.per, &in_f, &units)) {
+            w.dense = 1;
+            in = (size_t)w.per * (size_t)in_f;
+            out = (size_t)w.per * (size_t)units;
+        } else if (!clg_conv_defer_dims(l, &in, &out)) {
+            continue;
+        }
+        st->wl[st->nwl++] = w; /* released with the stage when an allocation fails */
+        CLG_TRY(clg_buf_alloc(st->dev, (size_t)p->mb * in * sizeof(float), &st->wl[st->nwl - 1].x));
+        CLG_TRY(clg_buf_alloc(st->dev, (size_t)p->mb * out * sizeof(float), &st->wl[st->nwl - 1].dz));
+        st->mib += (double)p->mb * (double)(in + out) * sizeof(float) / 1048576.0;
+    }
+    return CLG_OK;
+}
+
+void clg_pipe_wlate_arm(clg_pipe_stage *st, clg_replica *r, int on)
+{
+    for (int i = 0; i < st->nwl; i++) {
+        const clg_pipe_wl *w = &st->wl[i];
+        if (w->dense)
+            clg_dense_defer(&r->layers[w->layer], on ? w->x : NULL, w->dz, 0);
+        else
+            clg_conv_defer(&r->layers[w->layer], on ? w->x : NULL, w->dz);
+    }
+}
+
+clg_status clg_pipe_wlate_run(clg_pipe_stage *st, clg_replica *r, int n)
+{
+    for (int i = 0; i < st->nwl; i++) {
+        const clg_pipe_wl *w = &st->wl[i];
+        clg_layer *l = &r->layers[w->layer];
+        if (w->dense)
+            CLG_TRY(clg_dense_wgrad(l, st->dev, n * w->per, w->dz, 0, w->x, 0, l->params[0].grad, 0, 0));
+        else
+            CLG_TRY(clg_conv_wgrad(l, st->dev, w->x, w->dz));
+    }
+    return CLG_OK;
+}
+
 void clg_pipe_wdefer_print(const clg_pipe *p, FILE *f)
 {
     size_t rows = (size_t)p->mb * (size_t)p->M;
@@ -111,6 +184,13 @@ void clg_pipe_wdefer_free(clg_pipe_stage *st)
         clg_buf_release(st->dev, st->wd[i].x);
         clg_buf_release(st->dev, st->wd[i].dz);
     }
+    for (int i = 0; i < st->nwl; i++) {
+        clg_buf_release(st->dev, st->wl[i].x);
+        clg_buf_release(st->dev, st->wl[i].dz);
+    }
+    free(st->wl);
+    st->wl = NULL;
+    st->nwl = 0;
     free(st->wd);
     free(st->acc_lo);
     free(st->acc_hi);

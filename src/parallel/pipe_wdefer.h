@@ -30,6 +30,15 @@ typedef struct clg_pipe_wd {
     cl_mem x, dz;        /* the step's input rows and product gradients (rows of the replica's batch) */
 } clg_pipe_wd;
 
+/* A layer of a stage that sends gradients back whose weight gradient runs after those sends (wlate): a
+ * [convolutional] (its filter and bias gradients) or an untied [dense] not deferred to the step's end (its weight
+ * gradient), the operands of one micro-batch kept in x and dz. */
+typedef struct clg_pipe_wl {
+    int layer, dense;
+    int per;             /* dense: GEMM rows per sample */
+    cl_mem x, dz;
+} clg_pipe_wl;
+
 /* The mode (0 off, 1 per micro-batch, 2 one product) of pipeline params pp with T tensor lanes: pp->wdefer, or
  * where that is 0 the option pipe_wdefer; 0 with T > 1. */
 CLG_INTERNAL int clg_pipe_wdefer_mode(const clg_ctx *ctx, const clg_pipe_params *pp, int T);
@@ -44,6 +53,18 @@ CLG_INTERNAL void clg_pipe_wdefer_arm(const clg_pipe *p, clg_pipe_stage *st, clg
 CLG_INTERNAL clg_status clg_pipe_wdefer_acc(clg_pipe_stage *st, clg_replica *r, int first);
 /* After the schedule: each deferred weight gradient over the replica's samples into st->gacc. */
 CLG_INTERNAL clg_status clg_pipe_wdefer_finish(const clg_pipe *p, clg_pipe_stage *st);
+
+/* wlate (clg_pipe_params.wlate, option pipe_wlate; 0 with fp16 storage or T > 1): on a stage that sends
+ * gradients back, each micro-batch's backward computes the input gradients first, the stage sends them, then it
+ * runs its layers' weight gradients (the same kernels on the same operands: the same bits), so the stage before
+ * waits for the input gradients only. */
+CLG_INTERNAL int clg_pipe_wlate_mode(const clg_ctx *ctx, const clg_pipe_params *pp, int T, int fp16);
+/* Stage st's late layers (none unless p->wlate and st has entering edges); after clg_pipe_wdefer_init. */
+CLG_INTERNAL clg_status clg_pipe_wlate_init(clg_pipe *p, clg_pipe_stage *st);
+/* Before (on = 1) and after (on = 0) a micro-batch's backward on replica r: its late layers keep their operands. */
+CLG_INTERNAL void clg_pipe_wlate_arm(clg_pipe_stage *st, clg_replica *r, int on);
+/* After the sends: the late layers' weight gradients of r's latest backward (n samples) into r's gradients. */
+CLG_INTERNAL clg_status clg_pipe_wlate_run(clg_pipe_stage *st, clg_replica *r, int n);
 
 /* The partition table's lines (clg_pipe_print): per stage of replica 0 its deferred layers and their buffers' MiB
  * (nothing when none). */

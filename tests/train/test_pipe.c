@@ -31,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "model/layers.h"
 #include "parallel/pipe.h"
 #include "parallel/pipe_wdefer.h"
 #include "train_testutil.h"
@@ -119,12 +120,15 @@ static int g_replicas = 1; /* dp=D of the pipelines made */
 static int g_recompute;    /* clg_pipe_params.recompute of the pipelines made */
 static int g_wdefer = -1;  /* clg_pipe_params.wdefer of the pipelines made (-1 off) */
 static int g_nwd;          /* run_pipe: deferred weight gradients over the stages (wdefer on) */
+static int g_wlate;        /* clg_pipe_params.wlate of the pipelines made (0: the option, on) */
+static int g_nwl;          /* run_pipe: layers whose weight gradients follow the sends, over the stages */
 
 static clg_pipe *make_pipe(clg_net *net, int K, int M, int schedule, const char *cuts)
 {
     int devs[4] = {0, 1, 2, 3};
     clg_pipe_params pp = {.stages = K, .cuts = cuts, .micro = M, .schedule = schedule, .transfer = g_xfer,
-                          .replicas = g_replicas, .recompute = g_recompute, .whole_layers = 1, .wdefer = g_wdefer};
+                          .replicas = g_replicas, .recompute = g_recompute, .whole_layers = 1, .wdefer = g_wdefer,
+                          .wlate = g_wlate};
     clg_pipe *p = NULL;
     ck_assert_msg(clg_pipe_create(ctx(), net, devs, K * g_replicas, 7, BATCH, &pp, &p) == CLG_OK, "%s",
                   clg_last_error(ctx()));
@@ -135,9 +139,23 @@ static clg_pipe *make_pipe(clg_net *net, int K, int M, int schedule, const char 
  * so a row the backwards do not write or an arena range left out of the accumulation shows; counted in g_nwd. */
 static void poison_deferred(clg_pipe *p)
 {
-    g_nwd = 0;
+    g_nwd = g_nwl = 0;
     for (int s = 0; s < p->L; s++) {
         clg_pipe_stage *st = &p->st[s];
+        for (int i = 0; i < st->nwl; i++) { /* late weight gradients: one micro-batch's operands */
+            const clg_pipe_wl *w = &st->wl[i];
+            size_t in = 0, out = 0;
+            int per, inf, un;
+            if (clg_dense_dims(&st->rep->layers[w->layer], &per, &inf, &un)) {
+                in = (size_t)per * (size_t)inf;
+                out = (size_t)per * (size_t)un;
+            } else {
+                ck_assert(clg_conv_defer_dims(&st->rep->layers[w->layer], &in, &out));
+            }
+            ck_assert(clg_buf_fill(st->dev, w->x, 0, (size_t)p->mb * in, NAN) == CLG_OK);
+            ck_assert(clg_buf_fill(st->dev, w->dz, 0, (size_t)p->mb * out, NAN) == CLG_OK);
+        }
+        g_nwl += st->nwl;
         size_t rows = (size_t)p->mb * (size_t)p->M;
         for (int i = 0; i < st->nwd; i++) {
             const clg_pipe_wd *w = &st->wd[i];
@@ -642,6 +660,53 @@ START_TEST(deferred_wgrad)
 }
 END_TEST
 
+/* Weight gradients after the sends (wlate): a stage that sends gradients back computes its input gradients, sends
+ * them, then its layers' weight gradients from kept operands with the backward's kernels: the same bits as one
+ * device accumulating (LeNet-5 cut after pool1: conv2 and three dense layers on the second stage), fresh random
+ * data, the kept operands poisoned with NaN first; both schedules, with re-run forwards, with the dense layers
+ * deferred to the step's end (wdefer 1: conv2 alone late), and off. A gradient taken from another micro-batch's
+ * operands or a stale one is >= 1e-3 off. */
+START_TEST(late_wgrad)
+{
+    if (!two_devices())
+        return;
+    g_t0 = clg_now_sec();
+    g_data = (uint64_t)time(NULL) ^ 0x5a5a;
+    char *text = tt_read_model("lenet5.cfg");
+    weights acc = {0};
+    g_wdefer = -1;
+    run_pipe(text, STEPS_PLAIN, 1, 4, CLG_PIPE_1F1B, NULL, &acc, NULL);
+    ck_assert_int_eq(g_nwl, 0); /* one stage sends nothing */
+    static const struct { int sch, recompute, wdefer, wlate, nwl; const char *what; } c[4] = {
+        {CLG_PIPE_1F1B, 0, -1, 1, 4, "lenet5 pp=2 M=4 1f1b, cut after pool1, wlate"},
+        {CLG_PIPE_GPIPE, 1, -1, 1, 4, "lenet5 pp=2 M=4 gpipe recompute, cut after pool1, wlate"},
+        {CLG_PIPE_1F1B, 0, 1, 1, 1, "lenet5 pp=2 M=4 1f1b, cut after pool1, wlate + wdefer 1"},
+        {CLG_PIPE_1F1B, 0, -1, -1, 0, "lenet5 pp=2 M=4 1f1b, cut after pool1, wlate off"},
+    };
+    for (int k = 0; k < 4; k++) {
+        weights w = {0};
+        char what[192];
+        snprintf(what, sizeof what, "%s vs one device accumulating, %d steps", c[k].what, STEPS_PLAIN);
+        g_recompute = c[k].recompute;
+        g_wdefer = c[k].wdefer;
+        g_wlate = c[k].wlate;
+        run_pipe(text, STEPS_PLAIN, 2, 4, c[k].sch, "pool1", &w, NULL);
+        ck_assert_int_eq(g_nwl, c[k].nwl);
+        compare(&w, &acc, what);
+        for (int i = 0; i < w.n; i++)
+            ck_assert_msg(memcmp(w.v[i], acc.v[i], w.numel[i] * sizeof(float)) == 0, "%s: tensor %d differs", what,
+                          i);
+        weights_free(&w);
+    }
+    g_wdefer = -1;
+    g_wlate = 0;
+    g_recompute = 0;
+    g_data = 99;
+    weights_free(&acc);
+    free(text);
+}
+END_TEST
+
 static clg_status try_pipe(const char *text, int K, int ndev, int M, const char *cuts)
 {
     clg_err err = {0};
@@ -867,6 +932,7 @@ static Suite *suite(void)
     TCase *tw = tcase_create("pipedefer"); /* CK_RUN_CASE=pipedefer runs it alone */
     tcase_set_timeout(tw, 120);
     tcase_add_test(tw, deferred_wgrad);
+    tcase_add_test(tw, late_wgrad);
     suite_add_tcase(s, tw);
     TCase *tm = tcase_create("pipemem"); /* CK_RUN_CASE=pipemem runs it alone */
     tcase_set_timeout(tm, 240);
