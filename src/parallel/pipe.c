@@ -1256,7 +1256,7 @@ static clg_status stage_backward(clg_pipe *p, clg_pipe_stage *st, int m, int fir
     }
     if (st->nwl) { /* the weight gradients the stage before does not wait for */
         double t0 = clg_now_sec();
-        CLG_TRY(clg_pipe_wlate_run(st, r, n));
+        CLG_TRY(clg_pipe_wlate_run(st, r, n, first_bwd));
         trace_span(p, st->index, "late weight gradients", m, t0);
     }
     if (r->arena_bytes) /* accumulate (without the deferred weight gradients) */

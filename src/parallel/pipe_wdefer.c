@@ -15,31 +15,48 @@ int clg_pipe_wdefer_mode(const clg_ctx *ctx, const clg_pipe_params *pp, int T)
     return ctx->opts.pipe_wdefer >= 2 ? (int)ctx->opts.pipe_wdefer - 1 : 0; /* auto,0,1,step -> 0, 0, 1, 2 */
 }
 
+typedef struct span {
+    size_t off, n;
+} span;
+
 static int by_off(const void *a, const void *b)
 {
-    size_t x = ((const clg_pipe_wd *)a)->woff, y = ((const clg_pipe_wd *)b)->woff;
+    size_t x = ((const span *)a)->off, y = ((const span *)b)->off;
     return x < y ? -1 : x > y;
 }
 
-/* The arena ranges outside the deferred weights: [acc_lo[i], acc_hi[i]) floats. */
+/* The arena ranges outside the weights written straight into the gradient sum (the deferred ones and the late
+ * dense ones): [acc_lo[i], acc_hi[i]) floats. */
 static clg_status acc_ranges(clg_err *err, clg_pipe_stage *st)
 {
     size_t total = st->rep->arena_bytes / sizeof(float), at = 0;
-    st->acc_lo = malloc(sizeof(size_t) * (size_t)(st->nwd + 1));
-    st->acc_hi = malloc(sizeof(size_t) * (size_t)(st->nwd + 1));
-    if (!st->acc_lo || !st->acc_hi)
+    int nx = 0;
+    free(st->acc_lo);
+    free(st->acc_hi);
+    st->acc_lo = malloc(sizeof(size_t) * (size_t)(st->nwd + st->nwl + 1));
+    st->acc_hi = malloc(sizeof(size_t) * (size_t)(st->nwd + st->nwl + 1));
+    span *x = malloc(sizeof(span) * (size_t)(st->nwd + st->nwl + 1));
+    if (!st->acc_lo || !st->acc_hi || !x) {
+        free(x);
         return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
-    qsort(st->wd, (size_t)st->nwd, sizeof *st->wd, by_off);
+    }
+    for (int i = 0; i < st->nwd; i++)
+        x[nx++] = (span){st->wd[i].woff, st->wd[i].wn};
+    for (int i = 0; i < st->nwl; i++)
+        if (st->wl[i].dense)
+            x[nx++] = (span){st->wl[i].woff, st->wl[i].wn};
+    qsort(x, (size_t)nx, sizeof *x, by_off);
     st->nacc = 0;
-    for (int i = 0; i <= st->nwd; i++) {
-        size_t end = i < st->nwd ? st->wd[i].woff : total;
+    for (int i = 0; i <= nx; i++) {
+        size_t end = i < nx ? x[i].off : total;
         if (end > at) {
             st->acc_lo[st->nacc] = at;
             st->acc_hi[st->nacc++] = end;
         }
-        if (i < st->nwd)
-            at = st->wd[i].woff + st->wd[i].wn;
+        if (i < nx)
+            at = x[i].off + x[i].n;
     }
+    free(x);
     return CLG_OK;
 }
 
@@ -106,6 +123,26 @@ static int deferred(const clg_pipe_stage *st, int layer)
     return 0;
 }
 
+/* Layer i of st as a late layer (its kept operands' floats per sample in *in, *out); 0: not one. */
+static int late_layer(clg_pipe_stage *st, const clg_param_ref *refs, int nrefs, int i, clg_pipe_wl *w, size_t *in,
+                      size_t *out)
+{
+    clg_layer *l = &st->rep->layers[i];
+    int in_f, units, found = 1;
+    *w = (clg_pipe_wl){.layer = i};
+    if (l->fused_into || !l->nparams || deferred(st, i))
+        return 0;
+    if (clg_dense_dims(l, &w->per, &in_f, &units)) { /* its weight gradient straight into the sum */
+        w->dense = 1;
+        *in = (size_t)w->per * (size_t)in_f;
+        *out = (size_t)w->per * (size_t)units;
+        w->woff = weight_off(st->rep, refs, nrefs, i, &found);
+        w->wn = (size_t)in_f * (size_t)units;
+        return found;
+    }
+    return clg_conv_defer_dims(l, in, out);
+}
+
 clg_status clg_pipe_wlate_init(clg_pipe *p, clg_pipe_stage *st)
 {
     int sends = 0;
@@ -114,28 +151,25 @@ clg_status clg_pipe_wlate_init(clg_pipe *p, clg_pipe_stage *st)
     st->nwl = 0;
     if (!p->wlate || !sends || !st->rep->arena_bytes)
         return CLG_OK;
-    if (!(st->wl = calloc((size_t)(st->last - st->first + 1), sizeof *st->wl)))
-        return clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
-    for (int i = st->first; i <= st->last; i++) {
-        clg_layer *l = &st->rep->layers[i];
-        clg_pipe_wl w = {.layer = i};
+    clg_param_ref *refs = NULL;
+    int nrefs = 0;
+    CLG_TRY(clg_replica_params(st->rep, 1, &refs, &nrefs));
+    clg_status rc = (st->wl = calloc((size_t)(st->last - st->first + 1), sizeof *st->wl))
+                        ? CLG_OK
+                        : clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    for (int i = st->first; i <= st->last && rc == CLG_OK; i++) {
+        clg_pipe_wl w;
         size_t in, out;
-        int in_f, units;
-        if (l->fused_into || !l->nparams || deferred(st, i))
+        if (!late_layer(st, refs, nrefs, i, &w, &in, &out))
             continue;
-        if (clg_dense_dims(l, &w.per, &in_f, &units)) {
-            w.dense = 1;
-            in = (size_t)w.per * (size_t)in_f;
-            out = (size_t)w.per * (size_t)units;
-        } else if (!clg_conv_defer_dims(l, &in, &out)) {
-            continue;
-        }
         st->wl[st->nwl++] = w; /* released with the stage when an allocation fails */
-        CLG_TRY(clg_buf_alloc(st->dev, (size_t)p->mb * in * sizeof(float), &st->wl[st->nwl - 1].x));
-        CLG_TRY(clg_buf_alloc(st->dev, (size_t)p->mb * out * sizeof(float), &st->wl[st->nwl - 1].dz));
+        rc = clg_buf_alloc(st->dev, (size_t)p->mb * in * sizeof(float), &st->wl[st->nwl - 1].x);
+        if (rc == CLG_OK)
+            rc = clg_buf_alloc(st->dev, (size_t)p->mb * out * sizeof(float), &st->wl[st->nwl - 1].dz);
         st->mib += (double)p->mb * (double)(in + out) * sizeof(float) / 1048576.0;
     }
-    return CLG_OK;
+    free(refs);
+    return rc == CLG_OK ? acc_ranges(&p->ctx->err, st) : rc;
 }
 
 void clg_pipe_wlate_arm(clg_pipe_stage *st, clg_replica *r, int on)
@@ -149,13 +183,13 @@ void clg_pipe_wlate_arm(clg_pipe_stage *st, clg_replica *r, int on)
     }
 }
 
-clg_status clg_pipe_wlate_run(clg_pipe_stage *st, clg_replica *r, int n)
+clg_status clg_pipe_wlate_run(clg_pipe_stage *st, clg_replica *r, int n, int first)
 {
     for (int i = 0; i < st->nwl; i++) {
         const clg_pipe_wl *w = &st->wl[i];
         clg_layer *l = &r->layers[w->layer];
-        if (w->dense)
-            CLG_TRY(clg_dense_wgrad(l, st->dev, n * w->per, w->dz, 0, w->x, 0, l->params[0].grad, 0, 0));
+        if (w->dense) /* added to the sum by the GEMM's epilogue (C + product, rounded once: as the accumulation) */
+            CLG_TRY(clg_dense_wgrad(l, st->dev, n * w->per, w->dz, 0, w->x, 0, st->gacc, w->woff, !first));
         else
             CLG_TRY(clg_conv_wgrad(l, st->dev, w->x, w->dz));
     }

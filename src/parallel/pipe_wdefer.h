@@ -31,11 +31,13 @@ typedef struct clg_pipe_wd {
 } clg_pipe_wd;
 
 /* A layer of a stage that sends gradients back whose weight gradient runs after those sends (wlate): a
- * [convolutional] (its filter and bias gradients) or an untied [dense] not deferred to the step's end (its weight
- * gradient), the operands of one micro-batch kept in x and dz. */
+ * [convolutional] (its filter and bias gradients, into the replica's gradients) or an untied [dense] not deferred
+ * to the step's end (its weight gradient, added straight to the sum), the operands of one micro-batch kept in x
+ * and dz. */
 typedef struct clg_pipe_wl {
     int layer, dense;
     int per;             /* dense: GEMM rows per sample */
+    size_t woff, wn;     /* dense: the weight's gradient in the arena (floats) and its floats */
     cl_mem x, dz;
 } clg_pipe_wl;
 
@@ -63,8 +65,9 @@ CLG_INTERNAL int clg_pipe_wlate_mode(const clg_ctx *ctx, const clg_pipe_params *
 CLG_INTERNAL clg_status clg_pipe_wlate_init(clg_pipe *p, clg_pipe_stage *st);
 /* Before (on = 1) and after (on = 0) a micro-batch's backward on replica r: its late layers keep their operands. */
 CLG_INTERNAL void clg_pipe_wlate_arm(clg_pipe_stage *st, clg_replica *r, int on);
-/* After the sends: the late layers' weight gradients of r's latest backward (n samples) into r's gradients. */
-CLG_INTERNAL clg_status clg_pipe_wlate_run(clg_pipe_stage *st, clg_replica *r, int n);
+/* After the sends: the late layers' weight gradients of r's latest backward (n samples): convolutions' into r's
+ * gradients (before the accumulation), dense layers' into st->gacc (first: the step's first backward). */
+CLG_INTERNAL clg_status clg_pipe_wlate_run(clg_pipe_stage *st, clg_replica *r, int n, int first);
 
 /* The partition table's lines (clg_pipe_print): per stage of replica 0 its deferred layers and their buffers' MiB
  * (nothing when none). */

@@ -162,7 +162,7 @@ static void poison_deferred(clg_pipe *p)
             ck_assert(clg_buf_fill(st->dev, w->x, 0, rows * w->per * w->in, NAN) == CLG_OK);
             ck_assert(clg_buf_fill(st->dev, w->dz, 0, rows * w->per * w->units, NAN) == CLG_OK);
         }
-        if (st->nwd)
+        if (st->nwd || st->nwl)
             ck_assert(clg_buf_fill(st->dev, st->gacc, 0, st->rep->arena_bytes / sizeof(float), NAN) == CLG_OK);
         g_nwd += st->nwd;
     }
