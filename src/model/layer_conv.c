@@ -156,23 +156,24 @@ static clg_status conv_backward(clg_layer *l, clg_device *dev, const clg_tensor 
     size_t ny = clg_tensor_numel(out);
     cl_mem dz = dout->mem, tmp = NULL;
     size_t odz = dout->off;
-    if (p->act != CLG_ACT_LINEAR) {
-        CLG_TRY(clg_buf_alloc(dev, ny * sizeof(float), &tmp));
+    if (p->act != CLG_ACT_LINEAR) { /* deferred filter gradient: the derivative straight into its kept operand */
+        if (!p->keep_x)
+            CLG_TRY(clg_buf_alloc(dev, ny * sizeof(float), &tmp));
+        dz = p->keep_x ? p->keep_dz : tmp;
+        odz = 0;
         clg_status st = clg_nn_act_backward(dev, p->act, p->alpha, ny, clg_act_needs_x(p->act) ? p->pre : NULL, 0,
-                                            out->mem, out->off, dout->mem, dout->off, tmp, 0);
+                                            out->mem, out->off, dout->mem, dout->off, dz, 0);
         if (st != CLG_OK) {
             clg_buf_release(dev, tmp);
             return st;
         }
-        dz = tmp;
-        odz = 0;
     }
     clg_conv_algo af = clg_conv_algo_supported(p->algo, &s, CLG_CONV_BWD_FILTER) ? p->algo : CLG_CONV_AUTO;
     clg_status st;
     if (p->keep_x) { /* the filter and bias gradients deferred: their operands kept */
         p->keep_n = s.N;
         st = clg_nn_copy(dev, clg_tensor_numel(&in[0]), in[0].mem, in[0].off, p->keep_x, 0);
-        if (st == CLG_OK)
+        if (st == CLG_OK && dz != p->keep_dz)
             st = clg_nn_copy(dev, ny, dz, odz, p->keep_dz, 0);
     } else {
         st = clg_conv_backward_filter(dev, &s, af, in[0].mem, in[0].off, dz, odz, 0.0f, l->params[0].grad, 0,

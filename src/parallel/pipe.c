@@ -750,7 +750,7 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
                 net->proto[p->st[s].first].name, net->proto[p->st[s].last].name, p->st[s].cost,
                 p->measured ? "ms" : "GFLOP", p->d2d ? "device to device" : "through the host");
     if (rc == CLG_OK)
-        rc = clg_team_create(&ctx->err, p->L, &p->team);
+        rc = clg_team_create_ex(&ctx->err, p->L, 1, &p->team); /* stage 0 on the caller's thread */
     if (rc != CLG_OK) {
         clg_pipe_free(p);
         return rc;
@@ -1436,26 +1436,51 @@ static clg_status stage_schedule(clg_pipe *p, clg_pipe_stage *st)
     return CLG_OK;
 }
 
+static clg_status stage_update(clg_pipe *p, clg_pipe_stage *st)
+{
+    if (!st->rep->arena_bytes)
+        return CLG_OK;
+    clg_status rc = clg_optim_step(st->opt, p->lr, p->gscale);
+    if (p->zero) /* sharded state: the replicas' updated parts gathered */
+        rc = clg_pipe_zero_gather(p, st, rc);
+    if (rc == CLG_OK)
+        rc = stage_spread(st);
+    if (rc == CLG_OK)
+        rc = clFinish(st->dev->queue) == CL_SUCCESS ? CLG_OK
+                                                    : clg_err_set(clg_dev_err(st->dev), CLG_ERR_OPENCL,
+                                                                  "clFinish after the optimizer failed");
+    return rc;
+}
+
+/* The update needs nothing from the other stages but their success (no clipping norm, no fp16 overflow check, no
+ * sums over replicas or ranks): each stage updates as soon as every schedule has ended, in the same job. */
+static int update_in_step(const clg_pipe *p, double clip_norm)
+{
+    return clip_norm <= 0 && !p->fp16 && p->T == 1 && p->D == 1 && !p->hy && !p->zero;
+}
+
+/* Waits until every stage's schedule ended (1) or one failed (0). */
+static int schedules_ended(clg_pipe *p)
+{
+    pthread_mutex_lock(&p->mu);
+    p->ended++;
+    pthread_cond_broadcast(&p->cv);
+    while (p->ended < p->L && !p->abort)
+        pthread_cond_wait(&p->cv, &p->mu);
+    int ok = !p->abort;
+    pthread_mutex_unlock(&p->mu);
+    return ok;
+}
+
 static clg_status stage_fn(void *arg, int s)
 {
     clg_pipe *p = arg;
     clg_pipe_stage *st = &p->st[s];
-    clg_status rc;
-    if (p->phase == 1) {
-        if (!st->rep->arena_bytes)
-            return CLG_OK;
-        rc = clg_optim_step(st->opt, p->lr, p->gscale);
-        if (p->zero) /* sharded state: the replicas' updated parts gathered */
-            rc = clg_pipe_zero_gather(p, st, rc);
-        if (rc == CLG_OK)
-            rc = stage_spread(st);
-        if (rc == CLG_OK)
-            rc = clFinish(st->dev->queue) == CL_SUCCESS ? CLG_OK
-                                                        : clg_err_set(clg_dev_err(st->dev), CLG_ERR_OPENCL,
-                                                                      "clFinish after the optimizer failed");
-        return rc;
-    }
-    rc = stage_schedule(p, st);
+    if (p->phase == 1)
+        return stage_update(p, st);
+    clg_status rc = stage_schedule(p, st);
+    if (rc == CLG_OK && p->phase == 2 && schedules_ended(p)) /* no stage updates when one failed */
+        rc = stage_update(p, st);
     if (rc != CLG_OK)
         clg_fail_once(&p->mu, &p->cv, &p->abort, &p->fail_stage, &p->fail_status, s, rc);
     if (rc != CLG_OK && p->tpg) /* its tensor-parallel partners' all-reduces woken */
@@ -1513,7 +1538,9 @@ clg_status clg_pipe_train_step(clg_pipe *p, const clg_hparams *hp, const float *
     p->abort = 0;
     p->fail_stage = -1;
     p->seq++;
-    p->phase = 0;
+    p->phase = update_in_step(p, clip_norm) ? 2 : 0; /* 2: the schedule and the update in one job */
+    p->ended = 0;
+    p->gscale = 1.0f;
     int failed = -1;
     double t0 = clg_now_sec();
     clg_status rc = clg_team_run(p->team, stage_fn, p, &failed);
@@ -1539,7 +1566,7 @@ clg_status clg_pipe_train_step(clg_pipe *p, const clg_hparams *hp, const float *
         sq += p->st[s].norm_sq;
         p->overflow |= p->st[s].overflow;
     }
-    if (p->overflow) /* fp16: no stage updates; the caller lowers the loss scale */
+    if (p->overflow || p->phase == 2) /* fp16: no stage updates (the caller lowers the loss scale); or updated */
         return CLG_OK;
     double norm = sqrt(sq);
     if (!isfinite(norm))

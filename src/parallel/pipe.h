@@ -188,7 +188,8 @@ typedef struct clg_pipe {
     double lr, clip_norm;
     float grad_scale;
     uint32_t seed, step;
-    int phase;                 /* 0 schedule, 1 update */
+    int phase;                 /* 0 schedule, 1 update, 2 schedule and update (no global check between them) */
+    int ended;                 /* phase 2: stages whose schedule ended this step */
     float gscale;
     const clg_hparams *hp;
     clg_trace *trace;          /* borrowed; NULL: none (host rows: forward, backward, re-run forward, waits and
