@@ -201,6 +201,18 @@ void clg_pipe_wdefer_print(const clg_pipe *p, FILE *f)
     size_t rows = (size_t)p->mb * (size_t)p->M;
     for (int s = 0; s < p->K; s++) {
         const clg_pipe_stage *st = &p->st[s];
+        if (st->nwl) {
+            size_t bytes = 0;
+            fprintf(f, "  weight gradients after the sends on stage %d:", s);
+            for (int i = 0; i < st->nwl; i++) {
+                size_t a = 0, b = 0;
+                clGetMemObjectInfo(st->wl[i].x, CL_MEM_SIZE, sizeof a, &a, NULL);
+                clGetMemObjectInfo(st->wl[i].dz, CL_MEM_SIZE, sizeof b, &b, NULL);
+                bytes += a + b;
+                fprintf(f, " %s", p->net->proto[st->wl[i].layer].name);
+            }
+            fprintf(f, " (%.2f MiB)\n", (double)bytes / 1048576.0);
+        }
         if (!st->nwd)
             continue;
         fprintf(f, "  weight gradients after the schedule on stage %d (%s):", s,
