@@ -633,6 +633,17 @@ static clg_status split_setup(clg_pipe *p, int L, int c, const char *names, int 
     return CLG_OK;
 }
 
+static void log_partition(const clg_pipe *p)
+{
+    const clg_net *net = p->net;
+    for (int i = 0; i < net->nlayers; i++)
+        clg_log(2, "pipeline: layer %s %.3f %s", net->proto[i].name, p->cost[i], p->measured ? "ms" : "GFLOP");
+    for (int s = 0; s < p->K; s++)
+        clg_log(2, "pipeline stage %d: layers %s..%s, %.3f %s per micro-batch; transfers %s", s,
+                net->proto[p->st[s].first].name, net->proto[p->st[s].last].name, p->st[s].cost,
+                p->measured ? "ms" : "GFLOP", p->d2d ? "device to device" : "through the host");
+}
+
 clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, uint64_t seed, int batch,
                            const clg_pipe_params *pp, clg_pipe **out)
 {
@@ -743,12 +754,8 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
         rc = xfer_setup(p, pp->transfer);
     if (rc == CLG_OK)
         rc = reduce_setup(p);
-    for (int i = 0; i < net->nlayers && rc == CLG_OK; i++)
-        clg_log(2, "pipeline: layer %s %.3f %s", net->proto[i].name, p->cost[i], p->measured ? "ms" : "GFLOP");
-    for (int s = 0; s < K && rc == CLG_OK; s++)
-        clg_log(2, "pipeline stage %d: layers %s..%s, %.3f %s per micro-batch; transfers %s", s,
-                net->proto[p->st[s].first].name, net->proto[p->st[s].last].name, p->st[s].cost,
-                p->measured ? "ms" : "GFLOP", p->d2d ? "device to device" : "through the host");
+    if (rc == CLG_OK)
+        log_partition(p);
     if (rc == CLG_OK)
         rc = clg_team_create_ex(&ctx->err, p->L, 1, &p->team); /* stage 0 on the caller's thread */
     if (rc != CLG_OK) {
