@@ -602,6 +602,21 @@ START_TEST(four_stages)
 }
 END_TEST
 
+/* One pipeline of the weight-gradient cases (pp=K, M=4) against acc, one device accumulating: within TOL, and
+ * bitwise when `bitwise`. */
+static void wgrad_case(const char *text, const weights *acc, int K, int sch, const char *cuts, int bitwise,
+                       const char *what)
+{
+    weights w = {0};
+    char name[192];
+    snprintf(name, sizeof name, "%s vs one device accumulating, %d steps", what, STEPS_PLAIN);
+    run_pipe(text, STEPS_PLAIN, K, 4, sch, cuts, &w, NULL);
+    compare(&w, acc, name);
+    for (int i = 0; i < w.n && bitwise; i++)
+        ck_assert_msg(memcmp(w.v[i], acc->v[i], w.numel[i] * sizeof(float)) == 0, "%s: tensor %d differs", name, i);
+    weights_free(&w);
+}
+
 /* Deferred weight gradients (clg_pipe_params.wdefer): each dense layer's weight gradient computed after the
  * stage's schedule from operands kept per micro-batch, the rest of the arena accumulated per micro-batch. LeNet-5
  * (fc1, fc2, fc3) on fresh random data against one device accumulating the same micro-batches without deferral,
@@ -628,18 +643,10 @@ START_TEST(deferred_wgrad)
         {1, CLG_PIPE_1F1B, 0, 2, NULL, "lenet5 pp=1 M=4, wdefer 2"},
     };
     for (int k = 0; k < 4; k++) {
-        weights w = {0};
-        char what[192];
-        snprintf(what, sizeof what, "%s vs one device accumulating, %d steps", c[k].what, STEPS_PLAIN);
         g_recompute = c[k].recompute;
         g_wdefer = c[k].wdefer;
-        run_pipe(text, STEPS_PLAIN, c[k].K, 4, c[k].sch, c[k].cuts, &w, NULL);
+        wgrad_case(text, &acc, c[k].K, c[k].sch, c[k].cuts, c[k].wdefer == 1, c[k].what);
         ck_assert_int_eq(g_nwd, 3);
-        compare(&w, &acc, what);
-        for (int i = 0; i < w.n && c[k].wdefer == 1; i++)
-            ck_assert_msg(memcmp(w.v[i], acc.v[i], w.numel[i] * sizeof(float)) == 0, "%s: tensor %d differs", what,
-                          i);
-        weights_free(&w);
     }
     /* micro-batches of unequal size (16 samples in 3: rows 0, 6, 11) */
     weights acc3 = {0}, w3 = {0};
@@ -684,19 +691,11 @@ START_TEST(late_wgrad)
         {CLG_PIPE_1F1B, 0, -1, -1, 0, "lenet5 pp=2 M=4 1f1b, cut after pool1, wlate off"},
     };
     for (int k = 0; k < 4; k++) {
-        weights w = {0};
-        char what[192];
-        snprintf(what, sizeof what, "%s vs one device accumulating, %d steps", c[k].what, STEPS_PLAIN);
         g_recompute = c[k].recompute;
         g_wdefer = c[k].wdefer;
         g_wlate = c[k].wlate;
-        run_pipe(text, STEPS_PLAIN, 2, 4, c[k].sch, "pool1", &w, NULL);
+        wgrad_case(text, &acc, 2, c[k].sch, "pool1", 1, c[k].what);
         ck_assert_int_eq(g_nwl, c[k].nwl);
-        compare(&w, &acc, what);
-        for (int i = 0; i < w.n; i++)
-            ck_assert_msg(memcmp(w.v[i], acc.v[i], w.numel[i] * sizeof(float)) == 0, "%s: tensor %d differs", what,
-                          i);
-        weights_free(&w);
     }
     g_wdefer = -1;
     g_wlate = 0;
