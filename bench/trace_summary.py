@@ -17,13 +17,15 @@ to finish its backward (it sums the last bucket, the others wait for it): near
 slower every step. summarize() serves dp_scaling.py.
 
 A pipeline's trace (--parallel pp=K: a row per stage, spans "forward M",
-"backward M", "re-run forward M", "weight gradients", "wait activation M",
-"wait gradient M", "send activation M", "send gradient M") gets a table of
-its own: per stage ms per step of each kind, the span and the busy share
-(forward, backward and weight gradients less the waits, over the span: a
-forward's span holds its wait for the activation and its sends, a
-backward's its wait for the gradient, re-run forward and sends; the sends
-include the clFinish that runs a `basic` device's kernels).
+"backward M", "re-run forward M", "weight gradients", "late weight
+gradients M", "wait activation M", "wait gradient M", "send activation M",
+"send gradient M") gets a table of its own: per stage ms per step of each
+kind, the span and the busy share (forward, backward and weight gradients
+less the waits, over the span: a forward's span holds its wait for the
+activation and its sends, a backward's its wait for the gradient, re-run
+forward, sends and the weight gradients run after the sends (pipe_wlate:
+listed apart, not added again); the sends include the clFinish that runs a
+`basic` device's kernels).
 """
 import argparse
 import json
