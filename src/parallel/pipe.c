@@ -981,20 +981,21 @@ static clg_status copy_rows(clg_err *err, cl_command_queue q, cl_mem src, size_t
     return CLG_OK;
 }
 
-/* n rows of row floats between mem (off, pitch floats per sample) and packed host rows h (to_host: a blocking
- * read; else a write that does not block). */
+/* n rows of row floats between mem (off, pitch floats per sample) and packed host rows h (to_host: a read, 1
+ * blocking, 2 not: complete when q finishes; 0: a write that does not block). */
 static clg_status host_rows(clg_err *err, cl_command_queue q, int to_host, cl_mem mem, size_t off, size_t pitch,
                             void *h, size_t row, int n, size_t es)
 {
+    cl_bool block = to_host == 1 ? CL_TRUE : CL_FALSE;
     if (pitch == row) {
-        CLG_CL_CHECK(err, to_host ? clEnqueueReadBuffer(q, mem, CL_TRUE, off * es, (size_t)n * row * es, h, 0, NULL,
+        CLG_CL_CHECK(err, to_host ? clEnqueueReadBuffer(q, mem, block, off * es, (size_t)n * row * es, h, 0, NULL,
                                                         NULL)
                                   : clEnqueueWriteBuffer(q, mem, CL_FALSE, off * es, (size_t)n * row * es, h, 0, NULL,
                                                          NULL));
         return CLG_OK;
     }
     size_t borg[3] = {off * es, 0, 0}, horg[3] = {0, 0, 0}, reg[3] = {row * es, (size_t)n, 1};
-    CLG_CL_CHECK(err, to_host ? clEnqueueReadBufferRect(q, mem, CL_TRUE, borg, horg, reg, pitch * es, 0, row * es, 0,
+    CLG_CL_CHECK(err, to_host ? clEnqueueReadBufferRect(q, mem, block, borg, horg, reg, pitch * es, 0, row * es, 0,
                                                         h, 0, NULL, NULL)
                               : clEnqueueWriteBufferRect(q, mem, CL_FALSE, borg, horg, reg, pitch * es, 0, row * es,
                                                          0, h, 0, NULL, NULL));
@@ -1003,20 +1004,44 @@ static clg_status host_rows(clg_err *err, cl_command_queue q, int to_host, cl_me
 
 /* Sends n samples of a tensor (on the sender's device at off, pitch floats
  * per sample) for micro-batch m of edge e: into the host buffer (hf / hb)
- * or the context buffer (df / db); complete when it returns. */
+ * or the context buffer (df / db); enqueued on the sender's queue, complete
+ * when that queue finishes. */
 static clg_status xfer_send(clg_pipe *p, clg_pipe_edge *e, int grad, int m, cl_mem mem, size_t off, size_t pitch,
                             int n)
 {
     clg_device *dev = p->st[grad ? e->to : e->from].dev;
     clg_err *err = clg_dev_err(dev);
-    if (p->d2d) {
-        CLG_TRY(copy_rows(err, dev->queue, mem, off, pitch, grad ? e->db[m] : e->df[m], 0, e->fps, e->fps, n,
-                          p->esize));
-        CLG_CL_CHECK(err, clFinish(dev->queue));
-        return CLG_OK;
-    }
+    if (p->d2d)
+        return copy_rows(err, dev->queue, mem, off, pitch, grad ? e->db[m] : e->df[m], 0, e->fps, e->fps, n,
+                         p->esize);
     char *h = (char *)(grad ? e->hb : e->hf) + (size_t)p->off[e->from / p->K][m] * e->fps * p->esize;
-    return host_rows(err, dev->queue, 1, mem, off, pitch, h, e->fps, n, p->esize);
+    return host_rows(err, dev->queue, 2, mem, off, pitch, h, e->fps, n, p->esize);
+}
+
+/* Micro-batch m's tensors leaving stage st (grad 0: its activations from replica r) or going back (grad 1: the
+ * gradients of its entering activations): every transfer enqueued, the queue finished once, then each posted. */
+static clg_status send_all(clg_pipe *p, clg_pipe_stage *st, clg_replica *r, int grad, int m, int n)
+{
+    double t0 = clg_now_sec();
+    int any = 0;
+    for (int q = 0; q < p->nedges; q++) {
+        clg_pipe_edge *e = &p->edges[q];
+        if ((grad ? e->to : e->from) != st->index)
+            continue;
+        const clg_tensor *t = grad ? &r->dact[e->at] : &r->act[e->tensor];
+        CLG_TRY(xfer_send(p, e, grad, m, t->mem, t->off, grad ? e->pitch : e->fps, n));
+        any = 1;
+    }
+    if (!any)
+        return CLG_OK;
+    CLG_CL_CHECK(clg_dev_err(st->dev), clFinish(st->dev->queue));
+    for (int q = 0; q < p->nedges; q++) {
+        clg_pipe_edge *e = &p->edges[q];
+        if ((grad ? e->to : e->from) == st->index)
+            post_ready(p, grad ? &e->ready_b[m] : &e->ready_f[m]);
+    }
+    trace_span(p, st->index, grad ? "send gradient" : "send activation", m, t0);
+    return CLG_OK;
 }
 
 /* Receives what xfer_send sent into mem at off (pitch floats per sample) on the receiver's queue. */
@@ -1045,6 +1070,7 @@ static clg_status time_xfer(clg_pipe *p, clg_pipe_edge *e, double *t)
     for (int r = 0; r < 4; r++) {
         double t0 = clg_now_sec();
         CLG_TRY(xfer_send(p, e, 0, 0, src, so, e->fps, p->mb));
+        CLG_CL_CHECK(clg_dev_err(p->st[e->from].dev), clFinish(p->st[e->from].dev->queue));
         CLG_TRY(xfer_recv(p, e, 0, 0, dst, dof, e->fps, p->mb));
         CLG_CL_CHECK(clg_dev_err(p->st[e->to].dev), clFinish(p->st[e->to].dev->queue));
         if (r > 0) /* the first warms */
@@ -1170,17 +1196,7 @@ static clg_status stage_forward(clg_pipe *p, clg_pipe_stage *st, int m)
     if (st->has_loss) /* no host round trip: read when the schedule ends (the queue is in order) */
         CLG_CL_CHECK(err, clEnqueueReadBuffer(st->dev->queue, r->layers[r->loss_index].loss.result, CL_FALSE, 0,
                                               2 * sizeof(float), st->lres + 2 * m, 0, NULL, NULL));
-    for (int q = 0; q < p->nedges; q++) { /* the leaving activations */
-        clg_pipe_edge *e = &p->edges[q];
-        if (e->from != st->index)
-            continue;
-        const clg_tensor *a = &r->act[e->tensor];
-        double t0 = clg_now_sec();
-        CLG_TRY(xfer_send(p, e, 0, m, a->mem, a->off, e->fps, n));
-        post_ready(p, &e->ready_f[m]);
-        trace_span(p, st->index, "send activation", m, t0);
-    }
-    return CLG_OK;
+    return send_all(p, st, r, 0, m, n); /* the leaving activations */
 }
 
 /* recompute: the forward of micro-batch m again from its stash (reps[0]'s
@@ -1251,16 +1267,7 @@ static clg_status stage_backward(clg_pipe *p, clg_pipe_stage *st, int m, int fir
     clg_pipe_wlate_arm(st, r, 0);
     CLG_TRY(rc);
     /* the entering activations' gradients go back before the accumulation: the other stage waits on them */
-    for (int q = 0; q < p->nedges; q++) {
-        clg_pipe_edge *e = &p->edges[q];
-        if (e->to != st->index)
-            continue;
-        const clg_tensor *g = &r->dact[e->at];
-        double t0 = clg_now_sec();
-        CLG_TRY(xfer_send(p, e, 1, m, g->mem, g->off, e->pitch, n));
-        post_ready(p, &e->ready_b[m]);
-        trace_span(p, st->index, "send gradient", m, t0);
-    }
+    CLG_TRY(send_all(p, st, r, 1, m, n));
     if (st->nwl) { /* the weight gradients the stage before does not wait for */
         double t0 = clg_now_sec();
         CLG_TRY(clg_pipe_wlate_run(st, r, n, first_bwd));
