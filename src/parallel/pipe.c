@@ -1561,6 +1561,8 @@ clg_status clg_pipe_train_step(clg_pipe *p, const clg_hparams *hp, const float *
     if (rc != CLG_OK)
         return p->fail_stage >= 0 ? stage_failed(p, p->fail_status, p->fail_stage) : stage_failed(p, rc, failed);
     double wall = clg_now_sec() - t0, idle = 0; /* bubble: idle share of the stages over the schedule's wall time */
+    for (int s = 0; s < p->L && p->phase == 2; s++) /* the job held the update too: up to the last schedule's end */
+        wall = s ? CLG_MAX(wall, p->st[s].t_end - t0) : p->st[s].t_end - t0;
     for (int s = 0; s < p->L; s++)
         idle += p->st[s].t_wait + (t0 + wall - p->st[s].t_end);
     if (wall > 0) {
