@@ -238,9 +238,8 @@ static clg_status make_reduction(clg_dp *dp, const char *mode, clg_err *err)
     dp->b_grid = clg_dp_bucket_items(dp);
     dp->p_next = calloc((size_t)CLG_MAX(dp->nbuckets, 1), sizeof(int));
     dp->p_fin = calloc((size_t)CLG_MAX(dp->nbuckets, 1), sizeof(int));
-    dp->b_last = calloc((size_t)CLG_MAX(dp->nbuckets, 1), sizeof(int));
     dp->b_items = calloc((size_t)CLG_MAX(dp->nbuckets, 1) * dp->b_grid, sizeof(float));
-    if (!dp->p_next || !dp->p_fin || !dp->b_last || !dp->b_items)
+    if (!dp->p_next || !dp->p_fin || !dp->b_items)
         return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory for the gradient reduction");
     if (dp->ranks > 1 && dp->dev_reduce)
         return clg_err_set(err, CLG_ERR_UNSUPPORTED,
@@ -365,7 +364,6 @@ void clg_dp_free(clg_dp *dp)
     free(dp->summed);
     free(dp->p_next);
     free(dp->p_fin);
-    free(dp->b_last);
     free(dp->b_items);
     clg_dp_dev_free(dp);
     for (int i = 0; dp->gathers && i < 2 * dp->net->nlayers; i++) {
@@ -510,7 +508,7 @@ static clg_status sum_bucket(clg_dp *dp, clg_lane *r, int b)
  * (b_sumsq: the global norm when that completes) and marks it summed. */
 static void help_sums(clg_dp *dp, clg_lane *l, int want, double *t_end)
 {
-    for (;;) {
+    for (int first = want >= 0;; first = 0) {
         int b = -1;
         for (int k = want < 0 ? 0 : want; k < dp->nbuckets && (want < 0 || k == want) && b < 0; k++)
             if (dp->arrived[k] == dp->n && dp->p_next[k] < dp->nparts)
@@ -534,7 +532,7 @@ static void help_sums(clg_dp *dp, clg_lane *l, int want, double *t_end)
         *t_end = clg_now_sec();
         if (clg_trace_on(dp->trace, dp->job.step)) {
             char name[48];
-            snprintf(name, sizeof name, "sum bucket %d%s", b, dp->b_last[b] == l->index ? "" : " (helping)");
+            snprintf(name, sizeof name, "sum bucket %d%s", b, first ? "" : " (part)"); /* plain: once per step */
             clg_trace_host(dp->trace, l->index, name, t0, *t_end);
         }
         pthread_mutex_lock(&dp->mu);
@@ -552,7 +550,6 @@ static void arrive_host(clg_dp *dp, clg_lane *l, int b)
     double t = 0;
     pthread_mutex_lock(&dp->mu);
     if (++dp->arrived[b] == dp->n) {
-        dp->b_last[b] = l->index;
         pthread_cond_broadcast(&dp->cv);
         help_sums(dp, l, b, &t);
     }

@@ -127,10 +127,10 @@ typedef struct clg_dp {
     int *arrived, *summed;
     /* the host path sums a bucket in parts (work-item ranges of its norm's grid: clg_dp_bucket_part), taken
      * by whichever lanes are free once every lane's copy has arrived (the one to arrive last first); the
-     * one finishing the last part adds up the norm: bitwise what one thread summing it all gives */
+     * one finishing the last part adds up the norm: bitwise what one thread summing it all gives (trace:
+     * the last lane's first part is "sum bucket B", every other part "sum bucket B (part)") */
     int nparts;
     int *p_next, *p_fin;   /* per bucket: parts taken, parts finished */
-    int *b_last;           /* per bucket: the lane that arrived last (trace: "sum bucket", the others "helping") */
     float *b_items;        /* per bucket: its norm's per-work-item sums (b_grid floats each) */
     size_t b_grid;
     /* device-to-device reduction (dreduce.c): every lane's device in one
