@@ -8,8 +8,8 @@
  *   use stage s (its slice of the global batch) -> forward -> loss read
  *   -> backward; after the layer that finishes a bucket, the bucket's read
  *      to the host is enqueued (reverse layer order: last layers first)
- *   -> as each bucket reaches the host on every active lane, the last lane
- *      to arrive sums it in fixed lane order (0, 1, ...) with its squared
+ *   -> as each bucket reaches the host on every active lane, the lanes sum
+ *      it in parts (nparts) in fixed lane order (0, 1, ...) with its squared
  *      norm -> every lane writes the sum back -> (BN running statistics:
  *      averaged weighted by slice size) -> fp16 overflow / clip decided from
  *      the global gradient -> optimizer on every lane.
