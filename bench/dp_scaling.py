@@ -32,7 +32,10 @@ idle wait for the other lane and reduction milliseconds per step
 After the pairs, each side's throughput in each pair against that side's
 median (which side a low pair owes its ratio to) and the convolution
 algorithms a run chose otherwise than most runs of its side (each run
-measures its own on its empty cache). --set KEY=VALUE passes an option to
+measures its own on its empty cache), and each side's median CPU ms per
+step with the bound 2 x (1-device / 2-device) it puts on the speed-up
+(CPU time: what a step costs, which a loaded machine disturbs far less
+than the throughput). --set KEY=VALUE passes an option to
 both sides (e.g. --set dp_caller_lane=0: lane 0 on a thread of its own).
 --ref CLGRAD runs every pair on that build too (an A/B: the builds' order
 alternates from pair to pair; each build's ratios and sides are reported).
@@ -194,6 +197,13 @@ def fresh_pairs(a):
             print("%s%s (%s): %d fresh-cache pairs, 2 basic vs 1: %s; lowest %.2fx, median %.2fx (load average %.1f "
                   "now, %d CPUs)" % (tag, model, clgrad, len(rs), ", ".join("%.2fx" % r for r in rs), min(rs),
                                      statistics.median(rs), os.getloadavg()[0], os.cpu_count()), flush=True)
+            # CPU time per step, which other processes' load disturbs far less than the throughput: the work a
+            # step costs on each side; 2 x (1-device CPU / 2-device CPU) bounds the speed-up the lanes can reach
+            c2 = statistics.median(p["basic basic"].get("cpu_ms_per_step", 0) for p in pairs[tag])
+            c1 = statistics.median(p["basic"].get("cpu_ms_per_step", 0) for p in pairs[tag])
+            if c2 > 0:
+                print("%s%s: CPU ms per step (medians) 2 basic %.2f / 1 basic %.2f: work bound %.2fx" % (
+                    tag, model, c2, c1, 2 * c1 / c2), flush=True)
             off_side(tag + model, pairs[tag])
 
 

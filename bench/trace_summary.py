@@ -47,7 +47,7 @@ def summarize(path, nsteps=0):
     last = {}
     gap = defaultdict(float)  # per lane: from a step's optimizer end to the next step's first forward
     opt_end = {}
-    last_b = max([int(e["name"].rsplit(" ", 1)[1]) for e in d["traceEvents"]
+    last_b = max([int(e["name"].split()[2]) for e in d["traceEvents"]
                   if e["ph"] == "X" and e["name"].startswith("sum bucket ")] or [-1])
     sums_last = defaultdict(int)  # per lane: steps in which it summed the last bucket (it finished last)
     for e in sorted((e for e in d["traceEvents"] if e["ph"] == "X"), key=lambda e: e["ts"]):

@@ -103,51 +103,80 @@ clg_status clg_optk_red_wg(clg_device *dev, int *wg)
     return CLG_OK;
 }
 
-/* Each work-item's float sum of squares over its grid-stride elements, into
- * acc[0 .. global): in element order with an accumulator per work-item (one
- * pass over x, vectorisable: no sum is reordered). */
-static void item_sums(const float *x, size_t n, size_t global, float *acc)
+size_t clg_optk_sumsq_grid(size_t n, int *wg, int max_groups)
 {
-    memset(acc, 0, global * sizeof *acc);
+    *wg = CLG_MAX(1, CLG_MIN(*wg, RED_WG));
+    size_t groups = CLG_MIN((size_t)CLG_MAX(max_groups, 1), CLG_MAX((size_t)1, CLG_CEIL_DIV(n, (size_t)*wg)));
+    return groups * (size_t)*wg;
+}
+
+void clg_optk_sum_sq_part(float *y, const float *const *src, int m, size_t n, size_t global, size_t t0, size_t t1,
+                          float *acc)
+{
+    for (size_t t = t0; t < t1; t++)
+        acc[t] = 0.0f;
     for (size_t base = 0; base < n; base += global) {
-        size_t m = CLG_MIN(global, n - base);
-        const float *xb = x + base;
-        for (size_t t = 0; t < m; t++) {
-            float p = xb[t] * xb[t]; /* two statements: never contracted to an fma */
+        size_t e = CLG_MIN(t1, n - base); /* this period's work-items t0 .. e */
+        float *yb = y ? y + base : NULL;
+        const float *a = m > 0 ? src[0] + base : NULL, *b = m > 1 ? src[1] + base : NULL;
+        if (m == 2 && yb) { /* two lanes: one vectorisable pass */
+            for (size_t t = t0; t < e; t++) {
+                float v = a[t] + b[t];
+                float p = v * v; /* two statements: never contracted to an fma */
+                yb[t] = v;
+                acc[t] += p;
+            }
+            continue;
+        }
+        for (size_t t = t0; t < e; t++) {
+            float v = m > 0 ? a[t] : 0.0f;
+            for (int l = 1; l < m; l++)
+                v += src[l][base + t];
+            float p = v * v;
+            if (yb)
+                yb[t] = v;
             acc[t] += p;
         }
     }
 }
 
-double clg_optk_sumsq_host(const float *x, size_t n, int wg, int max_groups)
+double clg_optk_sumsq_tree(const float *items, int wg, size_t groups)
 {
-    wg = CLG_MAX(1, CLG_MIN(wg, RED_WG));
-    size_t groups = CLG_MIN((size_t)max_groups, CLG_MAX((size_t)1, CLG_CEIL_DIV(n, (size_t)wg)));
-    size_t global = groups * (size_t)wg;
-    float *all = malloc(global * sizeof *all);
-    if (all)
-        item_sums(x, n, global, all);
     float acc[RED_WG];
     double sq = 0;
     for (size_t g = 0; g < groups; g++) {
+        memcpy(acc, items + g * (size_t)wg, (size_t)wg * sizeof *acc);
+        for (int st = wg / 2; st > 0; st >>= 1) /* group_sum_store's tree */
+            for (int t = 0; t < st; t++)
+                acc[t] += acc[t + st];
+        sq += acc[0];
+    }
+    return sq;
+}
+
+double clg_optk_sumsq_host(const float *x, size_t n, int wg, int max_groups)
+{
+    size_t global = clg_optk_sumsq_grid(n, &wg, max_groups);
+    float *all = malloc(global * sizeof *all);
+    if (all) {
+        clg_optk_sum_sq_part(NULL, &x, 1, n, global, 0, global, all);
+        double sq = clg_optk_sumsq_tree(all, wg, global / (size_t)wg);
+        free(all);
+        return sq;
+    }
+    float acc[RED_WG]; /* no memory for all: the same sums, strided (slower) */
+    double sq = 0;
+    for (size_t g = 0; g < global / (size_t)wg; g++) {
         for (int t = 0; t < wg; t++) { /* work-item g * wg + t */
-            if (all) {
-                acc[t] = all[g * (size_t)wg + (size_t)t];
-                continue;
-            }
-            float s = 0.0f; /* no memory for all: the same sum, strided (slower) */
+            float s = 0.0f;
             for (size_t i = g * (size_t)wg + (size_t)t; i < n; i += global) {
                 float p = x[i] * x[i];
                 s += p;
             }
             acc[t] = s;
         }
-        for (int st = wg / 2; st > 0; st >>= 1) /* group_sum_store's tree */
-            for (int t = 0; t < st; t++)
-                acc[t] += acc[t + st];
-        sq += acc[0];
+        sq += clg_optk_sumsq_tree(acc, wg, 1);
     }
-    free(all);
     return sq;
 }
 

@@ -58,6 +58,19 @@ CLG_INTERNAL clg_status clg_optk_sumsq_partial(clg_device *dev, cl_mem x, int n,
  * (IEEE single precision, no contraction on either side; a device flushing
  * denormal squares to zero could differ in the last bit). */
 CLG_INTERNAL double clg_optk_sumsq_host(const float *x, size_t n, int wg, int max_groups);
+/* clg_optk_sumsq_host in parts, so that several threads can share a bucket:
+ * grid: the work-items (global, returned) of a bucket of n floats, *wg clamped
+ * as the host path clamps it; part: for the work-items [t0, t1) of global,
+ * every element i < n with i mod global in [t0, t1) of y = src[0] + ... +
+ * src[m-1] (added in that order; m = 0: zeros; y may be NULL: not stored),
+ * and acc[t] = the float sum of those elements' squares per work-item in
+ * element order; tree: the squared norm from acc[0 .. groups * wg) (each
+ * group's tree, then the groups added in double in order). Parts covering
+ * [0, global) give clg_optk_sumsq_host's result to the bit. */
+CLG_INTERNAL size_t clg_optk_sumsq_grid(size_t n, int *wg, int max_groups);
+CLG_INTERNAL void clg_optk_sum_sq_part(float *y, const float *const *src, int m, size_t n, size_t global, size_t t0,
+                                       size_t t1, float *acc);
+CLG_INTERNAL double clg_optk_sumsq_tree(const float *items, int wg, size_t groups);
 
 /* The work-group size lane_add runs with on dev (builds the program). */
 CLG_INTERNAL clg_status clg_optk_red_wg(clg_device *dev, int *wg);

@@ -234,6 +234,13 @@ static clg_status make_reduction(clg_dp *dp, const char *mode, clg_err *err)
     }
     /* across ranks the all-reduce starts from the host sum */
     CLG_TRY(clg_dp_dev_setup(dp, dp->ranks > 1 ? "host" : mode, err));
+    dp->nparts = dp->n > 1 ? 2 * dp->n : 1; /* finer than the lanes: a lane woken late finds the rest taken */
+    dp->b_grid = clg_dp_bucket_items(dp);
+    dp->p_next = calloc((size_t)CLG_MAX(dp->nbuckets, 1), sizeof(int));
+    dp->p_fin = calloc((size_t)CLG_MAX(dp->nbuckets, 1), sizeof(int));
+    dp->b_items = calloc((size_t)CLG_MAX(dp->nbuckets, 1) * dp->b_grid, sizeof(float));
+    if (!dp->p_next || !dp->p_fin || !dp->b_items)
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory for the gradient reduction");
     if (dp->ranks > 1 && dp->dev_reduce)
         return clg_err_set(err, CLG_ERR_UNSUPPORTED,
                            "device-to-device reduction (CLGRAD_DP_REDUCE=device) with %d MPI ranks: the all-reduce "
@@ -355,6 +362,9 @@ void clg_dp_free(clg_dp *dp)
     free(dp->b_sumsq);
     free(dp->arrived);
     free(dp->summed);
+    free(dp->p_next);
+    free(dp->p_fin);
+    free(dp->b_items);
     clg_dp_dev_free(dp);
     for (int i = 0; dp->gathers && i < 2 * dp->net->nlayers; i++) {
         free(dp->gathers[i].buf);
@@ -473,33 +483,96 @@ static clg_status wait_flag(clg_dp *dp, clg_lane *l, const int *flag)
 
 static int active(const clg_dp *dp, int lane) { return dp->cnt[dp->job.stage][lane] > 0; }
 
-/* Sums bucket b over the active lanes in lane order (called once, by the
- * last lane r to finish it): on r's device (device-to-device) or on the
- * host. */
-static clg_status sum_bucket(clg_dp *dp, clg_lane *r, int b)
+/* The active lanes in lane order (none: this rank has no samples in the batch). */
+static int active_lanes(const clg_dp *dp, int *act)
 {
-    int act[CLG_DP_MAX_LANES], na = 0;
+    int na = 0;
     for (int l = 0; l < dp->n; l++)
         if (active(dp, l))
             act[na++] = l;
-    if (dp->dev_reduce)
-        return clg_dp_dev_sum(dp, r, b, act, na);
-    size_t k0 = dp->b_off[b] / sizeof(float), k1 = k0 + dp->b_bytes[b] / sizeof(float);
-    const float *src[CLG_DP_MAX_LANES];
-    for (int i = 0; i < na; i++)
-        src[i] = dp->lanes[act[i]].ghost;
-    for (size_t k = k0; k < k1 && na > 0; k++) {
-        float acc = src[0][k];
-        for (int l = 1; l < na; l++)
-            acc += src[l][k];
-        dp->gsum[k] = acc;
+    return na;
+}
+
+/* Device to device: sums bucket b over the active lanes in lane order on
+ * the device of r, the last lane to finish it (called once). */
+static clg_status sum_bucket(clg_dp *dp, clg_lane *r, int b)
+{
+    int act[CLG_DP_MAX_LANES], na = active_lanes(dp, act);
+    return clg_dp_dev_sum(dp, r, b, act, na);
+}
+
+/* Host path, with dp->mu held (released while summing): takes and sums
+ * parts of buckets every lane's copy of which has arrived (only bucket
+ * `want`; -1: any) until none is left to take. The lane finishing a
+ * bucket's last part adds up its norm, starts its all-reduce across ranks
+ * (b_sumsq: the global norm when that completes) and marks it summed. */
+static void help_sums(clg_dp *dp, clg_lane *l, int want, double *t_end)
+{
+    for (int first = want >= 0;; first = 0) {
+        int b = -1;
+        for (int k = want < 0 ? 0 : want; k < dp->nbuckets && (want < 0 || k == want) && b < 0; k++)
+            if (dp->arrived[k] == dp->n && dp->p_next[k] < dp->nparts)
+                b = k;
+        if (b < 0)
+            return;
+        int p = dp->p_next[b]++;
+        pthread_mutex_unlock(&dp->mu);
+        double t0 = clg_now_sec();
+        int act[CLG_DP_MAX_LANES], na = active_lanes(dp, act);
+        clg_dp_bucket_part(dp, b, p, act, na);
+        pthread_mutex_lock(&dp->mu);
+        int last = ++dp->p_fin[b] == dp->nparts;
+        pthread_mutex_unlock(&dp->mu);
+        if (last) {
+            size_t k0 = dp->b_off[b] / sizeof(float);
+            dp->b_sumsq[b] = clg_dp_bucket_tree(dp, b);
+            if (dp->b_op)
+                clg_comm_op_start(dp->b_op[b], dp->gsum + k0, dp->b_bytes[b] / sizeof(float), &dp->b_sumsq[b]);
+        }
+        *t_end = clg_now_sec();
+        if (clg_trace_on(dp->trace, dp->job.step)) {
+            char name[48];
+            snprintf(name, sizeof name, "sum bucket %d%s", b, first ? "" : " (part)"); /* plain: once per step */
+            clg_trace_host(dp->trace, l->index, name, t0, *t_end);
+        }
+        pthread_mutex_lock(&dp->mu);
+        if (last) {
+            dp->summed[b] = 1;
+            pthread_cond_broadcast(&dp->cv);
+        }
     }
-    if (na == 0) /* this rank has no samples in the batch */
-        memset(dp->gsum + k0, 0, (k1 - k0) * sizeof(float));
-    dp->b_sumsq[b] = clg_dp_bucket_sumsq(dp, dp->gsum + k0, k1 - k0);
-    /* then over the ranks (b_sumsq: the global norm when it completes) */
-    if (dp->b_op)
-        clg_comm_op_start(dp->b_op[b], dp->gsum + k0, k1 - k0, &dp->b_sumsq[b]);
+}
+
+/* Host path: lane l's copy of bucket b has arrived; the last lane to
+ * arrive opens the bucket's parts to every lane and takes the first ones. */
+static void arrive_host(clg_dp *dp, clg_lane *l, int b)
+{
+    double t = 0;
+    pthread_mutex_lock(&dp->mu);
+    if (++dp->arrived[b] == dp->n) {
+        pthread_cond_broadcast(&dp->cv);
+        help_sums(dp, l, b, &t);
+    }
+    pthread_mutex_unlock(&dp->mu);
+}
+
+/* Waits until bucket b is summed (host path: summing parts of open
+ * buckets meanwhile; *w0 the end of the last part summed here, if any). */
+static clg_status wait_summed(clg_dp *dp, clg_lane *l, int b, double *w0)
+{
+    if (dp->dev_reduce)
+        return wait_flag(dp, l, &dp->summed[b]);
+    pthread_mutex_lock(&dp->mu);
+    for (;;) {
+        help_sums(dp, l, -1, w0);
+        if (dp->summed[b] || dp->abort)
+            break;
+        pthread_cond_wait(&dp->cv, &dp->mu);
+    }
+    int ok = dp->summed[b];
+    pthread_mutex_unlock(&dp->mu);
+    if (!ok)
+        return clg_err_set(clg_dev_err(l->dev), CLG_ERR_INTERNAL, "step abandoned: another device failed");
     return CLG_OK;
 }
 
@@ -701,7 +774,10 @@ static clg_status arrive_bucket(clg_dp *dp, clg_lane *l, int b)
     }
     double w1 = clg_now_sec();
     int summed = 0;
-    CLG_TRY(arrive(dp, l, &dp->arrived[b], &dp->summed[b], sum_bucket, b, &summed));
+    if (dp->dev_reduce)
+        CLG_TRY(arrive(dp, l, &dp->arrived[b], &dp->summed[b], sum_bucket, b, &summed));
+    else
+        arrive_host(dp, l, b);
     if (clg_trace_on(dp->trace, dp->job.step)) {
         char name[48];
         snprintf(name, sizeof name, "wait own bucket %d", b);
@@ -742,7 +818,7 @@ static clg_status reduce(clg_dp *dp, clg_lane *l, double t0)
     int tr = clg_trace_on(dp->trace, dp->job.step);
     for (int b = 0; b < dp->nbuckets; b++) {
         double w0 = clg_now_sec();
-        CLG_TRY(wait_flag(dp, l, &dp->summed[b]));
+        CLG_TRY(wait_summed(dp, l, b, &w0));
         if (dp->b_op) { /* and across ranks */
             CLG_TRY(clg_comm_op_wait(err, dp->b_op[b]));
             if (tr && l->index == 0) {
@@ -986,7 +1062,7 @@ void clg_dp_memory(const clg_dp *dp, int l, clg_dp_mem *out)
 static void reset_reduction(clg_dp *dp)
 {
     for (int b = 0; b < dp->nbuckets; b++)
-        dp->arrived[b] = dp->summed[b] = 0;
+        dp->arrived[b] = dp->summed[b] = dp->p_next[b] = dp->p_fin[b] = 0;
     dp->s_arrived = dp->s_done = 0;
     dp->p_arrived = dp->p_done = 0;
     for (int i = 0; dp->gathers && i < 2 * dp->net->nlayers; i++)

@@ -8,8 +8,8 @@
  *   use stage s (its slice of the global batch) -> forward -> loss read
  *   -> backward; after the layer that finishes a bucket, the bucket's read
  *      to the host is enqueued (reverse layer order: last layers first)
- *   -> as each bucket reaches the host on every active lane, the last lane
- *      to arrive sums it in fixed lane order (0, 1, ...) with its squared
+ *   -> as each bucket reaches the host on every active lane, the lanes sum
+ *      it in parts (nparts) in fixed lane order (0, 1, ...) with its squared
  *      norm -> every lane writes the sum back -> (BN running statistics:
  *      averaged weighted by slice size) -> fp16 overflow / clip decided from
  *      the global gradient -> optimizer on every lane.
@@ -125,6 +125,14 @@ typedef struct clg_dp {
     float *gsum;           /* the reduced gradients (host) */
     double *b_sumsq;       /* squared norm of each reduced bucket */
     int *arrived, *summed;
+    /* the host path sums a bucket in parts (work-item ranges of its norm's grid: clg_dp_bucket_part), taken
+     * by whichever lanes are free once every lane's copy has arrived (the one to arrive last first); the
+     * one finishing the last part adds up the norm: bitwise what one thread summing it all gives (trace:
+     * the last lane's first part is "sum bucket B", every other part "sum bucket B (part)") */
+    int nparts;
+    int *p_next, *p_fin;   /* per bucket: parts taken, parts finished */
+    float *b_items;        /* per bucket: its norm's per-work-item sums (b_grid floats each) */
+    size_t b_grid;
     /* device-to-device reduction (dreduce.c): every lane's device in one
      * cl_context, buckets summed by a kernel reading the arenas */
     int dev_reduce;        /* 1: on a device, 0: on the host */
@@ -204,6 +212,13 @@ CLG_INTERNAL clg_status clg_dp_dev_sumsq(clg_dp *dp, clg_lane *l, double *sq);
  * norm, and a clipped update, do not depend on the path dp_reduce = auto
  * measured in this process. */
 CLG_INTERNAL double clg_dp_bucket_sumsq(const clg_dp *dp, const float *x, size_t n);
+/* Part p (of dp->nparts) of bucket b's host sum over the active lanes act[0..na) in that order, into gsum,
+ * with its norm's per-work-item sums; tree: the bucket's squared norm once every part is done (to the bit
+ * clg_dp_bucket_sumsq of the summed bucket). */
+CLG_INTERNAL void clg_dp_bucket_part(clg_dp *dp, int b, int p, const int *act, int na);
+CLG_INTERNAL double clg_dp_bucket_tree(const clg_dp *dp, int b);
+/* Floats of b_items per bucket (after clg_dp_dev_setup). */
+CLG_INTERNAL size_t clg_dp_bucket_items(const clg_dp *dp);
 CLG_INTERNAL void clg_dp_dev_free(clg_dp *dp);
 
 /* Waits until stage s's host data may be overwritten. */

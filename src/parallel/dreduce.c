@@ -73,6 +73,33 @@ double clg_dp_bucket_sumsq(const clg_dp *dp, const float *x, size_t n)
     return clg_optk_sumsq_host(x, n, dp->red_wg, RED_GROUPS);
 }
 
+/* The norm grid of bucket b (work-items; *wg its group size). */
+static size_t bucket_grid(const clg_dp *dp, int b, int *wg)
+{
+    *wg = dp->red_wg;
+    return clg_optk_sumsq_grid(dp->b_bytes[b] / sizeof(float), wg, RED_GROUPS);
+}
+
+size_t clg_dp_bucket_items(const clg_dp *dp) { return (size_t)RED_GROUPS * (size_t)CLG_MAX(dp->red_wg, 1); }
+
+void clg_dp_bucket_part(clg_dp *dp, int b, int p, const int *act, int na)
+{
+    int wg;
+    size_t global = bucket_grid(dp, b, &wg), k0 = dp->b_off[b] / sizeof(float), n = dp->b_bytes[b] / sizeof(float);
+    size_t t0 = global * (size_t)p / (size_t)dp->nparts, t1 = global * (size_t)(p + 1) / (size_t)dp->nparts;
+    const float *src[CLG_DP_MAX_LANES];
+    for (int i = 0; i < na; i++)
+        src[i] = dp->lanes[act[i]].ghost + k0;
+    clg_optk_sum_sq_part(dp->gsum + k0, src, na, n, global, t0, t1, dp->b_items + (size_t)b * dp->b_grid);
+}
+
+double clg_dp_bucket_tree(const clg_dp *dp, int b)
+{
+    int wg;
+    size_t global = bucket_grid(dp, b, &wg);
+    return clg_optk_sumsq_tree(dp->b_items + (size_t)b * dp->b_grid, wg, global / (size_t)wg);
+}
+
 void clg_dp_dev_free(clg_dp *dp)
 {
     for (int b = 0; dp->sev && b < dp->nbuckets; b++) {

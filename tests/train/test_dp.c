@@ -22,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ops/optim_kernels.h"
 #include "train_testutil.h"
 
 #define TOL 1e-5
@@ -996,6 +997,67 @@ START_TEST(prepare_keeps_state)
 }
 END_TEST
 
+/* The host reduction sums a bucket in parts that several lane threads share
+ * (clg_optk_sum_sq_part over work-item ranges of the norm's grid, then
+ * clg_optk_sumsq_tree): for any split into parts, every lane count (0: a
+ * rank without samples) and bucket sizes around the grid (one element, a
+ * partial group, whole periods and a tail), the sum is bitwise the lanes'
+ * values added in lane order and the norm bitwise clg_optk_sumsq_host of
+ * that sum (what one thread summing the whole bucket gave); the norm is
+ * also within 1e-5 (relative) of a double-precision reference. Outputs are
+ * poisoned first, so an element no part writes fails. */
+START_TEST(host_sum_parts)
+{
+    static const size_t sizes[] = {1, 255, 257, 4097, 16384, 16385, 61706, 3 * 16384 + 17};
+    static const int wgs[] = {256, 64, 1};
+    clg_rng r;
+    tu_rng(&r, 41);
+    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++)
+        for (int na = 0; na <= 3; na++)
+            for (size_t wi = 0; wi < sizeof wgs / sizeof *wgs; wi++) {
+                size_t n = sizes[si];
+                float *x[3], *y = malloc(n * sizeof *y), *ref = malloc(n * sizeof *ref);
+                int wg = wgs[wi];
+                size_t global = clg_optk_sumsq_grid(n, &wg, 64);
+                float *acc = malloc(global * sizeof *acc);
+                ck_assert(y && ref && acc && global % (size_t)wg == 0 && global / (size_t)wg <= 64);
+                double dref = 0;
+                for (int l = 0; l < na; l++) {
+                    x[l] = malloc(n * sizeof *x[l]);
+                    ck_assert_ptr_nonnull(x[l]);
+                    tu_fill(x[l], n, -2.0f, 2.0f, &r);
+                }
+                for (size_t i = 0; i < n; i++) {
+                    float v = na > 0 ? x[0][i] : 0.0f;
+                    for (int l = 1; l < na; l++)
+                        v += x[l][i];
+                    ref[i] = v;
+                    dref += (double)v * v;
+                }
+                double want = clg_optk_sumsq_host(ref, n, wgs[wi], 64);
+                for (int parts = 1; parts <= 5; parts++) {
+                    tu_poison(y, n);
+                    tu_poison(acc, global);
+                    for (int p = parts - 1; p >= 0; p--) /* any order: the parts are independent */
+                        clg_optk_sum_sq_part(y, (const float *const *)x, na, n, global, global * (size_t)p / parts,
+                                             global * (size_t)(p + 1) / parts, acc);
+                    ck_assert_msg(memcmp(y, ref, n * sizeof *y) == 0, "n %zu, %d lanes, %d parts: sum differs", n,
+                                  na, parts);
+                    double got = clg_optk_sumsq_tree(acc, wg, global / (size_t)wg);
+                    ck_assert_msg(got == want, "n %zu, %d lanes, wg %d, %d parts: norm %.17g, one thread %.17g", n,
+                                  na, wg, parts, got, want);
+                    ck_assert_msg(fabs(got - dref) <= 1e-5 * dref, "n %zu: norm %.9g, double reference %.9g", n,
+                                  got, dref);
+                }
+                for (int l = 0; l < na; l++)
+                    free(x[l]);
+                free(y);
+                free(ref);
+                free(acc);
+            }
+}
+END_TEST
+
 int main(void)
 {
     if (!two_devices()) {
@@ -1011,6 +1073,7 @@ int main(void)
     tcase_add_test(tq, spread_check);
     tcase_add_test(tq, team_caller_lane);
     tcase_add_test(tq, caller_lane_same_bits);
+    tcase_add_test(tq, host_sum_parts);
     suite_add_tcase(s, tq);
     tcase_add_test(tc, dropout_residual_1_vs_2);
     tcase_add_test(tc, uneven_splits);
