@@ -105,50 +105,62 @@ static inline float wf_g(const int a, const float g0, const float g1, const floa
     switch (a) {
     case 0:
         return 0.25f * g0;
-    case 1:
-        return -(g0 + g1 + g2) / 6.0f;
+    case 1: // products by the reciprocals, not divisions (wf_filter was bound by the divider)
+        return (g0 + g1 + g2) * (-1.0f / 6.0f);
     case 2:
-        return -(g0 - g1 + g2) / 6.0f;
+        return (g0 - g1 + g2) * (-1.0f / 6.0f);
     case 3:
-        return (g0 + 2.0f * g1 + 4.0f * g2) / 24.0f;
+        return (g0 + 2.0f * g1 + 4.0f * g2) * (1.0f / 24.0f);
     case 4:
-        return (g0 - 2.0f * g1 + 4.0f * g2) / 24.0f;
+        return (g0 - 2.0f * g1 + 4.0f * g2) * (1.0f / 24.0f);
     default:
         return g2;
     }
 #endif
 }
 
-// U = G g G^T for every (k, c): gws = (>= C, >= Kb*KB). flip = 0: g = w[k][c]
-// with w (K, C, 3, 3); flip = 1 (backward-data): g = rot180(w[c][k]) with w
-// stored (C, K, 3, 3). Channels k >= K of the last block are zero.
+// U = G g G^T for every (k, c): gws = (>= C, >= Kb), one work-item per input
+// channel c and block kb of KB output channels, so that neighbouring
+// work-items (c, c+1) write adjacent KB-float runs of every transform
+// point's plane (one pass of whole cache lines over U). flip = 0: g =
+// w[k][c] with w (K, C, 3, 3); flip = 1 (backward-data): g = rot180(w[c][k])
+// with w stored (C, K, 3, 3). Channels k >= K of the last block are zero.
 __kernel void wf_filter(__global const float *w, const int offw, const int K, const int C, const int flip,
                         const int Kb, __global float *U)
 {
     const int c = get_global_id(0);
-    const int k = get_global_id(1);
-    if (c >= C || k >= Kb * KB)
+    const int kb = get_global_id(1);
+    if (c >= C || kb >= Kb)
         return;
-    const int kb = k / KB, i = k - kb * KB;
-    // padding channels k >= K of the last block read channel K-1 (inside w) and use 0
-    const int kin = k < K, kk = min(k, K - 1);
-    __global const float *wp = w + offw + (flip ? (c * K + kk) * 9 : (kk * C + c) * 9);
-    float g[3][3];
-    for (int r = 0; r < 3; r++)
-        for (int s = 0; s < 3; s++) {
-            const float v = flip ? wp[8 - (r * 3 + s)] : wp[r * 3 + s];
-            g[r][s] = kin ? v : 0.0f;
-        }
-    float t[WA][3];
-    #pragma unroll
-    for (int a = 0; a < WA; a++)
-        for (int s = 0; s < 3; s++)
-            t[a][s] = wf_g(a, g[0][s], g[1][s], g[2][s]);
-    #pragma unroll
-    for (int a = 0; a < WA; a++)
+    float u[A2][KB];
+    for (int i = 0; i < KB; i++) {
+        const int k = kb * KB + i;
+        // padding channels k >= K of the last block read channel K-1 (inside w) and use 0
+        const int kin = k < K, kk = min(k, K - 1);
+        __global const float *wp = w + offw + (flip ? (c * K + kk) * 9 : (kk * C + c) * 9);
+        float g[3][3];
+        for (int r = 0; r < 3; r++)
+            for (int s = 0; s < 3; s++) {
+                const float v = flip ? wp[8 - (r * 3 + s)] : wp[r * 3 + s];
+                g[r][s] = kin ? v : 0.0f;
+            }
+        float t[WA][3];
         #pragma unroll
-        for (int b = 0; b < WA; b++)
-            U[(((size_t)(a * WA + b) * Kb + kb) * C + c) * KB + i] = wf_g(b, t[a][0], t[a][1], t[a][2]);
+        for (int a = 0; a < WA; a++)
+            for (int s = 0; s < 3; s++)
+                t[a][s] = wf_g(a, g[0][s], g[1][s], g[2][s]);
+        #pragma unroll
+        for (int a = 0; a < WA; a++)
+            #pragma unroll
+            for (int b = 0; b < WA; b++)
+                u[a * WA + b][i] = wf_g(b, t[a][0], t[a][1], t[a][2]);
+    }
+    for (int ab = 0; ab < A2; ab++) {
+        __global float *up = U + (((size_t)ab * Kb + kb) * C + c) * KB;
+        #pragma unroll
+        for (int i = 0; i < KB; i++)
+            up[i] = u[ab][i];
+    }
 }
 
 // y (N, K, P, Q) = conv3x3(x (N, C, H, W), U) + bias, ReLU; P = H + 2 pad_h - 2.
