@@ -349,14 +349,15 @@ START_TEST(filter_transform_layout)
                 int Kout = flip ? s.C : s.K, Cin = flip ? s.K : s.C, A = m + 2;
                 int KB = Kout <= 1 ? 1 : Kout <= 2 ? 2 : Kout <= 4 ? 4 : 8, Kb = (Kout + KB - 1) / KB;
                 size_t nu = (size_t)A * A * Kb * KB * Cin, nw = cr_nw(&s), nx = cr_nx(&s), ny = cr_ny(&s);
-                /* a NaN-filled pool block of the cache slot's size class, released for the slot to take */
+                float *w = randn(nw, &r);
+                cl_mem mw = tu_upload(dev, w, nw), mx = tu_upload(dev, NULL, nx), my = tu_upload(dev, NULL, ny);
+                /* the only free pool block: NaN-filled, of the cache slot's size class */
+                clg_pool_trim(dev);
                 cl_mem poison = NULL;
                 size_t cls = clg_pool_class(nu * sizeof(float));
                 ck_assert_int_eq(clg_buf_alloc(dev, nu * sizeof(float), &poison), CLG_OK);
                 ck_assert_int_eq(clg_buf_fill(dev, poison, 0, cls / sizeof(float), NAN), CLG_OK);
                 clg_buf_release(dev, poison);
-                float *w = randn(nw, &r);
-                cl_mem mw = tu_upload(dev, w, nw), mx = tu_upload(dev, NULL, nx), my = tu_upload(dev, NULL, ny);
                 clg_conv_cache cache;
                 memset(&cache, 0, sizeof cache);
                 cache.weights_version = 1;
@@ -365,7 +366,8 @@ START_TEST(filter_transform_layout)
                 else
                     ck_assert_int_eq(clg_conv_forward(dev, &s, a, &cache, mx, 0, mw, 0, NULL, 0, 0, my, 0), CLG_OK);
                 cl_mem U = flip ? cache.transformed_bwd[a] : cache.transformed[a];
-                ck_assert_msg(U == poison, "the cache slot is not the poisoned pool block");
+                ck_assert_msg(U == poison, "F(%dx%d) %s Kout %d Cin %d: the cache slot is not the poisoned pool block",
+                              m, m, flip ? "backward-data" : "forward", Kout, Cin);
                 float *got = malloc(sizeof(float) * nu);
                 tu_download(dev, U, got, nu);
                 double worst = 0;
