@@ -349,12 +349,17 @@ START_TEST(filter_transform_layout)
                 int Kout = flip ? s.C : s.K, Cin = flip ? s.K : s.C, A = m + 2;
                 int KB = Kout <= 1 ? 1 : Kout <= 2 ? 2 : Kout <= 4 ? 4 : 8, Kb = (Kout + KB - 1) / KB;
                 size_t nu = (size_t)A * A * Kb * KB * Cin, nw = cr_nw(&s), nx = cr_nx(&s), ny = cr_ny(&s);
-                float *w = randn(nw, &r);
-                cl_mem mw = tu_upload(dev, w, nw), mx = tu_upload(dev, NULL, nx), my = tu_upload(dev, NULL, ny);
-                /* the only free pool block: NaN-filled, of the cache slot's size class */
-                clg_pool_trim(dev);
-                cl_mem poison = NULL;
+                float *w = randn(nw, &r), *xy = randn(nx + ny, &r); /* x and dy: written (oclgrind) */
+                cl_mem mw = tu_upload(dev, w, nw), mx = tu_upload(dev, xy, nx), my = tu_upload(dev, xy + nx, ny);
+                /* the only free pool block of the cache slot's size class: NaN-filled (the others held meanwhile) */
                 size_t cls = clg_pool_class(nu * sizeof(float));
+                cl_mem held[16], poison = NULL;
+                int nheld = 0;
+                for (int q = 0; q < dev->pool.nfree; q++)
+                    nheld += dev->pool.free_blocks[q].size == cls;
+                ck_assert(nheld <= (int)CLG_ARRAY_LEN(held));
+                for (int q = 0; q < nheld; q++)
+                    ck_assert_int_eq(clg_buf_alloc(dev, cls, &held[q]), CLG_OK);
                 ck_assert_int_eq(clg_buf_alloc(dev, nu * sizeof(float), &poison), CLG_OK);
                 ck_assert_int_eq(clg_buf_fill(dev, poison, 0, cls / sizeof(float), NAN), CLG_OK);
                 clg_buf_release(dev, poison);
@@ -395,6 +400,9 @@ START_TEST(filter_transform_layout)
                             Cin, worst);
                 free(got);
                 free(w);
+                free(xy);
+                for (int q = 0; q < nheld; q++)
+                    clg_buf_release(dev, held[q]);
                 clg_conv_cache_free(dev, &cache);
                 clg_buf_release(dev, mw), clg_buf_release(dev, mx), clg_buf_release(dev, my);
             }
