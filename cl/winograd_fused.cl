@@ -87,68 +87,78 @@
     } while (0)
 #endif
 
-// G row a applied to (g0, g1, g2), fp32.
-static inline float wf_g(const int a, const float g0, const float g1, const float g2)
-{
+// G row a applied to (g0, g1, g2), fp32, on scalars or vectors (a constant
+// after unrolling: the selection folds away). 1/6 and 1/24 as products by
+// the reciprocals, not divisions.
 #if WM == 2
-    switch (a) {
-    case 0:
-        return g0;
-    case 1:
-        return 0.5f * (g0 + g1 + g2);
-    case 2:
-        return 0.5f * (g0 - g1 + g2);
-    default:
-        return g2;
-    }
+#define WF_G(a, g0, g1, g2)                                                                            \
+    ((a) == 0 ? (g0) : (a) == 1 ? 0.5f * ((g0) + (g1) + (g2)) : (a) == 2 ? 0.5f * ((g0) - (g1) + (g2)) : (g2))
 #else
-    switch (a) {
-    case 0:
-        return 0.25f * g0;
-    case 1:
-        return -(g0 + g1 + g2) / 6.0f;
-    case 2:
-        return -(g0 - g1 + g2) / 6.0f;
-    case 3:
-        return (g0 + 2.0f * g1 + 4.0f * g2) / 24.0f;
-    case 4:
-        return (g0 - 2.0f * g1 + 4.0f * g2) / 24.0f;
-    default:
-        return g2;
-    }
+#define WF_G(a, g0, g1, g2)                                                                            \
+    ((a) == 0   ? 0.25f * (g0)                                                                         \
+     : (a) == 1 ? ((g0) + (g1) + (g2)) * (-1.0f / 6.0f)                                                \
+     : (a) == 2 ? ((g0) - (g1) + (g2)) * (-1.0f / 6.0f)                                                \
+     : (a) == 3 ? ((g0) + 2.0f * (g1) + 4.0f * (g2)) * (1.0f / 24.0f)                                  \
+     : (a) == 4 ? ((g0) - 2.0f * (g1) + 4.0f * (g2)) * (1.0f / 24.0f)                                  \
+                : (g2))
 #endif
-}
 
-// U = G g G^T for every (k, c): gws = (>= C, >= Kb*KB). flip = 0: g = w[k][c]
-// with w (K, C, 3, 3); flip = 1 (backward-data): g = rot180(w[c][k]) with w
-// stored (C, K, 3, 3). Channels k >= K of the last block are zero.
+// The KB output channels of a block as one vector (KB = 1: a scalar).
+#define WF_CAT_(a, b) a##b
+#define WF_CAT(a, b) WF_CAT_(a, b)
+#if KB == 1
+#define WF_KV float
+#define WF_KLOAD(p) (*(p))
+#define WF_KSTORE(v, p) (*(p) = (v))
+#else
+#define WF_KV WF_CAT(float, KB)
+#define WF_KLOAD(p) WF_CAT(vload, KB)(0, p)
+#define WF_KSTORE(v, p) WF_CAT(vstore, KB)(v, 0, p)
+#endif
+
+// U = G g G^T for every (k, c): gws = (>= C, >= Kb), one work-item per input
+// channel c and block kb of KB output channels, computed as KB-wide vectors:
+// neighbouring work-items (c, c+1) write adjacent KB-float runs of every
+// transform point's plane. flip = 0: g = w[k][c] with w (K, C, 3, 3); flip =
+// 1 (backward-data): g = rot180(w[c][k]) with w stored (C, K, 3, 3).
+// Channels k >= K of the last block are zero.
 __kernel void wf_filter(__global const float *w, const int offw, const int K, const int C, const int flip,
                         const int Kb, __global float *U)
 {
     const int c = get_global_id(0);
-    const int k = get_global_id(1);
-    if (c >= C || k >= Kb * KB)
+    const int kb = get_global_id(1);
+    if (c >= C || kb >= Kb)
         return;
-    const int kb = k / KB, i = k - kb * KB;
-    // padding channels k >= K of the last block read channel K-1 (inside w) and use 0
-    const int kin = k < K, kk = min(k, K - 1);
-    __global const float *wp = w + offw + (flip ? (c * K + kk) * 9 : (kk * C + c) * 9);
-    float g[3][3];
-    for (int r = 0; r < 3; r++)
-        for (int s = 0; s < 3; s++) {
-            const float v = flip ? wp[8 - (r * 3 + s)] : wp[r * 3 + s];
-            g[r][s] = kin ? v : 0.0f;
+    float gs[9][KB]; // tap rs of output channel kb*KB + i
+    #pragma unroll
+    for (int i = 0; i < KB; i++) {
+        const int k = kb * KB + i;
+        // padding channels k >= K of the last block read channel K-1 (inside w) and use 0
+        const int kin = k < K, kk = min(k, K - 1);
+        __global const float *wp = w + offw + (flip ? (c * K + kk) * 9 : (kk * C + c) * 9);
+        #pragma unroll
+        for (int rs = 0; rs < 9; rs++) {
+            const float v = flip ? wp[8 - rs] : wp[rs];
+            gs[rs][i] = kin ? v : 0.0f;
         }
-    float t[WA][3];
+    }
+    WF_KV g[3][3];
+    #pragma unroll
+    for (int r = 0; r < 3; r++)
+        #pragma unroll
+        for (int s = 0; s < 3; s++)
+            g[r][s] = WF_KLOAD(gs[r * 3 + s]);
+    WF_KV t[WA][3];
     #pragma unroll
     for (int a = 0; a < WA; a++)
+        #pragma unroll
         for (int s = 0; s < 3; s++)
-            t[a][s] = wf_g(a, g[0][s], g[1][s], g[2][s]);
+            t[a][s] = WF_G(a, g[0][s], g[1][s], g[2][s]);
     #pragma unroll
     for (int a = 0; a < WA; a++)
         #pragma unroll
         for (int b = 0; b < WA; b++)
-            U[(((size_t)(a * WA + b) * Kb + kb) * C + c) * KB + i] = wf_g(b, t[a][0], t[a][1], t[a][2]);
+            WF_KSTORE(WF_G(b, t[a][0], t[a][1], t[a][2]), U + (((size_t)(a * WA + b) * Kb + kb) * C + c) * KB);
 }
 
 // y (N, K, P, Q) = conv3x3(x (N, C, H, W), U) + bias, ReLU; P = H + 2 pad_h - 2.

@@ -74,7 +74,7 @@ static clg_status wf_filter(clg_device *dev, int m, const wf_cfg *c, cl_mem w, s
     clg_ka_int(&a, Kb);
     clg_ka_mem(&a, U);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &a, "wf_filter args"));
-    size_t gws[2] = {(size_t)Cin, (size_t)Kb * c->kb};
+    size_t gws[2] = {(size_t)Cin, (size_t)Kb};
     return clg_launch(dev, k, 2, gws, NULL, CLG_LAUNCH_PAD, NULL);
 }
 

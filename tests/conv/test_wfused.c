@@ -3,8 +3,9 @@
  * F(3x3,2x2)) the weight gradient with beta 0 / 1 against a
  * double-precision host reference on random shapes (odd sizes, channel
  * counts off the kernel's blocking, batch 1, C = 1, padding 0..2), poisoned
- * outputs, the channel-chunked scratch path, the kernel variants, and the
- * transformed-filter cache. Error measure: max|got - ref| / max|ref| on
+ * outputs, the channel-chunked scratch path, the kernel variants, the
+ * transformed-filter cache, and the transformed filters themselves (every
+ * value and padding channel, in NaN-filled buffers). Error measure: max|got - ref| / max|ref| on
  * N(0,1) data, tolerance 1e-4. CLGRAD_TEST_TINY=1 runs fewer, smaller cases
  * (the oclgrind run). */
 #define _POSIX_C_SOURCE 200809L
@@ -308,6 +309,106 @@ START_TEST(filter_cache_versions)
 }
 END_TEST
 
+/* G g G^T (alpha x alpha) of a 3x3 g in double; G of F(2x2,3x3) or F(4x4,3x3) (Lavin & Gray's points). */
+static void filter_ref(int m, double g[3][3], double *u)
+{
+    static const double G2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+    static const double G4[6][3] = {{0.25, 0, 0},
+                                    {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                                    {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                                    {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                                    {1.0 / 24, -1.0 / 12, 1.0 / 6},
+                                    {0, 0, 1}};
+    int A = m + 2;
+    for (int a = 0; a < A; a++)
+        for (int b = 0; b < A; b++) {
+            double v = 0;
+            for (int r = 0; r < 3; r++)
+                for (int q = 0; q < 3; q++)
+                    v += (m == 2 ? G2[a][r] : G4[a][r]) * g[r][q] * (m == 2 ? G2[b][q] : G4[b][q]);
+            u[a * A + b] = v;
+        }
+}
+
+/* The transformed filters the cache holds (wf_filter), forward and backward-data, against G g G^T in double,
+ * read back element by element in the kernel's layout U[((xi*Kb + kb)*Cin + c)*KB + i] (output channel
+ * kb*KB + i; the channels past Kout of the last block zero). The cache's buffers are NaN-poisoned pool blocks,
+ * so a value the kernel does not write shows. Kout 11 (8-channel blocks, 5 padding channels), 3 (4-channel blocks)
+ * and 6 (8-channel blocks, 2 padding); the oclgrind run (CLGRAD_TEST_TINY) the first only. */
+START_TEST(filter_transform_layout)
+{
+    clg_device *dev = dev0();
+    clg_rng r;
+    tu_rng(&r, 48);
+    static const int KC[][2] = {{11, 5}, {3, 7}, {6, 11}};
+    for (size_t t = 0; t < (g_tiny ? 1 : CLG_ARRAY_LEN(KC)); t++)
+        for (int m = 2; m <= 4; m += 2)
+            for (int flip = 0; flip < 2; flip++) {
+                clg_conv_algo a = m == 2 ? CLG_CONV_WINOGRAD_FUSED : CLG_CONV_WINOGRAD4_FUSED;
+                clg_conv_shape s = wshape(1, KC[t][1], 6, 5, KC[t][0], 1, 1);
+                int Kout = flip ? s.C : s.K, Cin = flip ? s.K : s.C, A = m + 2;
+                int KB = Kout <= 1 ? 1 : Kout <= 2 ? 2 : Kout <= 4 ? 4 : 8, Kb = (Kout + KB - 1) / KB;
+                size_t nu = (size_t)A * A * Kb * KB * Cin, nw = cr_nw(&s), nx = cr_nx(&s), ny = cr_ny(&s);
+                float *w = randn(nw, &r), *xy = randn(nx + ny, &r); /* x and dy: written (oclgrind) */
+                cl_mem mw = tu_upload(dev, w, nw), mx = tu_upload(dev, xy, nx), my = tu_upload(dev, xy + nx, ny);
+                /* the only free pool block of the cache slot's size class: NaN-filled (the others held meanwhile) */
+                size_t cls = clg_pool_class(nu * sizeof(float));
+                cl_mem held[16], poison = NULL;
+                int nheld = 0;
+                for (int q = 0; q < dev->pool.nfree; q++)
+                    nheld += dev->pool.free_blocks[q].size == cls;
+                ck_assert(nheld <= (int)CLG_ARRAY_LEN(held));
+                for (int q = 0; q < nheld; q++)
+                    ck_assert_int_eq(clg_buf_alloc(dev, cls, &held[q]), CLG_OK);
+                ck_assert_int_eq(clg_buf_alloc(dev, nu * sizeof(float), &poison), CLG_OK);
+                ck_assert_int_eq(clg_buf_fill(dev, poison, 0, cls / sizeof(float), NAN), CLG_OK);
+                clg_buf_release(dev, poison);
+                clg_conv_cache cache;
+                memset(&cache, 0, sizeof cache);
+                cache.weights_version = 1;
+                if (flip)
+                    ck_assert_int_eq(clg_conv_backward_data(dev, &s, a, &cache, my, 0, mw, 0, mx, 0), CLG_OK);
+                else
+                    ck_assert_int_eq(clg_conv_forward(dev, &s, a, &cache, mx, 0, mw, 0, NULL, 0, 0, my, 0), CLG_OK);
+                cl_mem U = flip ? cache.transformed_bwd[a] : cache.transformed[a];
+                ck_assert_msg(U == poison, "F(%dx%d) %s Kout %d Cin %d: the cache slot is not the poisoned pool block",
+                              m, m, flip ? "backward-data" : "forward", Kout, Cin);
+                float *got = malloc(sizeof(float) * nu);
+                tu_download(dev, U, got, nu);
+                double worst = 0;
+                for (int k = 0; k < Kb * KB; k++)
+                    for (int c = 0; c < Cin; c++) {
+                        double g[3][3], u[36];
+                        for (int i = 0; i < 9; i++) /* flip: rot180 of w[c][k], w stored (Cin, Kout, 3, 3) */
+                            g[i / 3][i % 3] = k >= Kout ? 0.0
+                                              : flip    ? w[((size_t)c * Kout + k) * 9 + 8 - i]
+                                                        : w[((size_t)k * Cin + c) * 9 + i];
+                        filter_ref(m, g, u);
+                        for (int xi = 0; xi < A * A; xi++) {
+                            float v = got[(((size_t)xi * Kb + k / KB) * Cin + c) * KB + k % KB];
+                            double e = isfinite(v) ? fabs(v - u[xi]) : INFINITY;
+                            ck_assert_msg(e <= 1e-5 * (1 + fabs(u[xi])) && (k < Kout || v == 0.0f),
+                                          "F(%dx%d) %s Kout %d Cin %d: U at point %d, channel %d (of %d), input "
+                                          "channel %d is %g, expected %g",
+                                          m, m, flip ? "backward-data" : "forward", Kout, Cin, xi, k, Kout, c, v,
+                                          u[xi]);
+                            worst = fmax(worst, e);
+                        }
+                    }
+                if (getenv("CLGRAD_TEST_VERBOSE"))
+                    fprintf(stderr, "wf_filter F(%dx%d) flip %d Kout %d Cin %d: max error %.3g\n", m, m, flip, Kout,
+                            Cin, worst);
+                free(got);
+                free(w);
+                free(xy);
+                for (int q = 0; q < nheld; q++)
+                    clg_buf_release(dev, held[q]);
+                clg_conv_cache_free(dev, &cache);
+                clg_buf_release(dev, mw), clg_buf_release(dev, mx), clg_buf_release(dev, my);
+            }
+}
+END_TEST
+
 /* Names, parsing and the passes/shapes the fused algorithms refuse. */
 START_TEST(names_and_support)
 {
@@ -359,6 +460,7 @@ int main(void)
         {"single_input_channel", single_input_channel},
         {"chunked_and_variants", chunked_and_variants},
         {"filter_cache_versions", filter_cache_versions},
+        {"filter_transform_layout", filter_transform_layout},
     };
     for (size_t i = 0; i < CLG_ARRAY_LEN(tests); i++) {
         TCase *tc = tcase_create(tests[i].name);
