@@ -127,18 +127,16 @@ static inline __attribute__((always_inline)) void wg_phases(__global const float
                                                             const int r, const int w0, VF *d0, VF *d1)
 {
 #if VR == 2
-    // (through private arrays: built as (float8)(a.lo, b.lo), every
-    // transform written from them was "uninitialized" to oclgrind 21.10)
-    float8 a0, a1;
-    float e[8], o[8];
+    // (shuffle2: joined as (float8)(a.lo, b.lo), every transform written
+    // from them was "uninitialized" to oclgrind 21.10; through private
+    // arrays, two 16-byte stores fed one 32-byte load, which store
+    // forwarding does not serve)
+    float8 a0, a1, b0, b1;
     wg_row(p, rows, n, r, w0, 4, &a0, &a1);
-    vstore4(a0.lo, 0, e);
-    vstore4(a1.lo, 0, o);
-    wg_row(p, rows, n, r + 2, w0, 4, &a0, &a1);
-    vstore4(a0.lo, 0, e + 4);
-    vstore4(a1.lo, 0, o + 4);
-    *d0 = vload8(0, e);
-    *d1 = vload8(0, o);
+    wg_row(p, rows, n, r + 2, w0, 4, &b0, &b1);
+    const uint8 lo2 = (uint8)(0, 1, 2, 3, 8, 9, 10, 11);
+    *d0 = shuffle2(a0, b0, lo2);
+    *d1 = shuffle2(a1, b1, lo2);
 #else
     float8 a0, a1;
     wg_row(p, rows, n, r, w0, VL, &a0, &a1);
