@@ -367,11 +367,6 @@ clg_status clg_conv_djit_bwd_filter(clg_device *dev, const clg_conv_shape *s, cl
             kvb = b;
             break;
         }
-    /* chunks of images: the transposed gradient of a chunk stays in the
-     * last-level cache (4 MiB) while the work-items of every input channel
-     * read it, and at least ~64 work-items keep every core busy (measured:
-     * 256 KiB chunks were 5-15% slower in total, the partial sums costing
-     * more than the cache saved) */
     /* input channels per work-item: each dy vector serves several channels'
      * taps where few taps leave registers over (1x1 windows: a dy load per
      * FMA, and every channel's work-item read the chunk's dy again) */
@@ -381,6 +376,11 @@ clg_status clg_conv_djit_bwd_filter(clg_device *dev, const clg_conv_shape *s, cl
             bcb = b;
             break;
         }
+    /* chunks of images: the transposed gradient of a chunk stays in the
+     * last-level cache (4 MiB) while the work-items of every input channel
+     * read it, and at least ~64 work-items keep every core busy (measured:
+     * 256 KiB chunks were 5-15% slower in total, the partial sums costing
+     * more than the cache saved) */
     int blocks = KP / vk / kvb * (s->C / bcb);
     size_t budget = (size_t)4 << 20;
     int nper = (int)CLG_MAX(1, CLG_MIN((size_t)s->N, budget / ((size_t)P * Q * KP * sizeof(float))));
