@@ -206,10 +206,14 @@ __kernel void dconv_dyt(__global const float *dy, const int offdy, const int N, 
 #ifndef KVB
 #define KVB 1 // channel vectors per work-item (divides KP / VK)
 #endif
+#ifndef BCB
+#define BCB 1 // dconv_bwdf: input channels per work-item (divides DC)
+#endif
 
-// One output pixel's contribution to every tap: xr points at input row
-// p*DSH - DPH, column -DPW of the image plane; rows / columns outside the
-// image are skipped when checked (CR / CC).
+// One output pixel's contribution to every tap of BCB input channels: xr
+// points at input row p*DSH - DPH, column -DPW of the first channel's image
+// plane; rows / columns outside the image are skipped when checked (CR / CC).
+// Each dy vector serves BCB * RS taps.
 #define BWDF_PIXEL(q, CR, CC)                                                                          \
     do {                                                                                               \
         veck d_[KVB];                                                                                  \
@@ -224,33 +228,36 @@ __kernel void dconv_dyt(__global const float *dy, const int offdy, const int N, 
                 const int w_ = (q)*DSW - DPW + s_;                                                     \
                 if (CC && (w_ < 0 || w_ >= DW))                                                        \
                     continue;                                                                          \
-                const veck xv_ = (veck)(xr[r_ * DW + (q)*DSW + s_]);                                   \
-                _Pragma("unroll") for (int j_ = 0; j_ < KVB; j_++) acc[j_][r_ * DS + s_] =             \
-                    fma(d_[j_], xv_, acc[j_][r_ * DS + s_]);                                           \
+                _Pragma("unroll") for (int b_ = 0; b_ < BCB; b_++)                                     \
+                {                                                                                      \
+                    const veck xv_ = (veck)(xr[b_ * DH * DW + r_ * DW + (q)*DSW + s_]);                \
+                    _Pragma("unroll") for (int j_ = 0; j_ < KVB; j_++) acc[j_][b_ * RS + r_ * DS + s_] = \
+                        fma(d_[j_], xv_, acc[j_][b_ * RS + r_ * DS + s_]);                             \
+                }                                                                                      \
             }                                                                                          \
         }                                                                                              \
     } while (0)
 
-// Work-item (channel vectors kv*KVB.., c, chunk) sums over the images of its
-// chunk into part[(chunk*DK + k)*(DC*RS + 1) + c*RS + r*DS + s]; the
-// work-items of c == 0 also sum dy into column DC*RS (bias gradient).
-// gws = (KP/(VK*KVB), C, chunks).
+// Work-item (channel vectors kv*KVB.., channels c..c+BCB-1, chunk) sums over
+// the images of its chunk into part[(chunk*DK + k)*(DC*RS + 1) + c*RS + r*DS + s];
+// the work-items of c == 0 also sum dy into column DC*RS (bias gradient).
+// gws = (KP/(VK*KVB), C/BCB, chunks).
 __kernel void dconv_bwdf(__global const float *x, const int offx, __global const float *dyt, const int N,
                          const int nper, __global float *part)
 {
     const int kv = get_global_id(0) * KVB;
-    const int c = get_global_id(1);
+    const int c = get_global_id(1) * BCB;
     const int ch = get_global_id(2);
     if (kv * VK >= DK || c >= DC || ch * nper >= N)
         return;
     const int n1 = min(N, (ch + 1) * nper);
-    veck acc[KVB][RS];
+    veck acc[KVB][BCB * RS];
     veck accb[KVB];
 #pragma unroll
     for (int j = 0; j < KVB; j++) {
         accb[j] = (veck)(0.0f);
 #pragma unroll
-        for (int t = 0; t < RS; t++)
+        for (int t = 0; t < BCB * RS; t++)
             acc[j][t] = (veck)(0.0f);
     }
     for (int n = ch * nper; n < n1; n++) {
@@ -286,7 +293,7 @@ __kernel void dconv_bwdf(__global const float *x, const int offx, __global const
     for (int j = 0; j < KVB; j++) {
         const int k0 = (kv + j) * VK;
 #pragma unroll
-        for (int u = 0; u < RS; u++) {
+        for (int u = 0; u < BCB * RS; u++) {
             KST(acc[j][u], t);
             for (int l = 0; l < VK && k0 + l < DK; l++)
                 part[(ch * DK + k0 + l) * ps + c * RS + u] = t[l];

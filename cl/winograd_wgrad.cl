@@ -47,22 +47,38 @@
 #error "VL must be 4 or 8"
 #endif
 
-// (sum of a's lanes, of b's, of c's, of d's): a tree of even + odd lane
-// additions, 4 sums at once (12 operations where a dot() per sum took about
-// 20; the partial sums' pass ran near a third of the kernel at 64 channels).
-// Every shuffle uses all its lanes (a shuffle with undefined lanes, as
-// LLVM makes for e.g. v.s0 + v.s7, crashes oclgrind 21.10).
-static inline __attribute__((always_inline)) float4 wg_sum4(const VF a, const VF b, const VF c, const VF d)
-{
 #if VL == 8
-    const float8 s01 = (float8)(a.even, b.even) + (float8)(a.odd, b.odd);
-    const float8 s23 = (float8)(c.even, d.even) + (float8)(c.odd, d.odd);
-    const float8 u = (float8)(s01.even, s23.even) + (float8)(s01.odd, s23.odd);
+// (a.s0 + a.s1, a.s2 + a.s3, b.s0 + b.s1, b.s2 + b.s3, then the same of lanes
+// 4-7): AVX's in-lane horizontal add, one instruction on x86 CPUs. shuffle2
+// rather than lane constructors such as (float8)(a.s0, a.s2, b.s0, ...):
+// LLVM builds those from shuffles with undefined lanes, which oclgrind 21.10
+// reports as uninitialised values (or crashes on).
+static inline __attribute__((always_inline)) float8 wg_hadd(const float8 a, const float8 b)
+{
+    return shuffle2(a, b, (uint8)(0, 2, 8, 10, 4, 6, 12, 14)) + shuffle2(a, b, (uint8)(1, 3, 9, 11, 5, 7, 13, 15));
+}
+
+// The lane sums of a0..a3 (to sa) and of b0..b3 (to sb): 6 horizontal adds
+// and two adds of 128-bit halves, 8 sums (an even + odd tree per 4 sums took
+// about 12 operations, and the lane sums a sixth of the kernel at 64 channels).
+static inline __attribute__((always_inline)) void wg_sum8(const float8 a0, const float8 a1, const float8 a2,
+                                                         const float8 a3, const float8 b0, const float8 b1,
+                                                         const float8 b2, const float8 b3, float4 *sa, float4 *sb)
+{
+    const float8 qa = wg_hadd(wg_hadd(a0, a1), wg_hadd(a2, a3)); // s0-s3: lanes 0-3 of a0..a3, s4-s7: lanes 4-7
+    const float8 qb = wg_hadd(wg_hadd(b0, b1), wg_hadd(b2, b3));
+    *sa = qa.lo + qa.hi;
+    *sb = qb.lo + qb.hi;
+}
 #else
+// (sum of a's lanes, of b's, of c's, of d's): even + odd lane additions.
+// Every shuffle uses all its lanes (see wg_hadd).
+static inline __attribute__((always_inline)) float4 wg_sum4(const float4 a, const float4 b, const float4 c, const float4 d)
+{
     const float8 u = (float8)(a.even, b.even, c.even, d.even) + (float8)(a.odd, b.odd, c.odd, d.odd);
-#endif
     return u.even + u.odd;
 }
+#endif
 
 // Row r of a plane (rows x n floats at p) read from column w0 as the two
 // column phases of nl = 4 or 8 tiles, d0[l] = row[w0 + 2l], d1[l] = row[w0 + 2l + 1]
@@ -111,18 +127,16 @@ static inline __attribute__((always_inline)) void wg_phases(__global const float
                                                             const int r, const int w0, VF *d0, VF *d1)
 {
 #if VR == 2
-    // (through private arrays: built as (float8)(a.lo, b.lo), every
-    // transform written from them was "uninitialized" to oclgrind 21.10)
-    float8 a0, a1;
-    float e[8], o[8];
+    // (shuffle2: joined as (float8)(a.lo, b.lo), every transform written
+    // from them was "uninitialized" to oclgrind 21.10; through private
+    // arrays, two 16-byte stores fed one 32-byte load, which store
+    // forwarding does not serve)
+    float8 a0, a1, b0, b1;
     wg_row(p, rows, n, r, w0, 4, &a0, &a1);
-    vstore4(a0.lo, 0, e);
-    vstore4(a1.lo, 0, o);
-    wg_row(p, rows, n, r + 2, w0, 4, &a0, &a1);
-    vstore4(a0.lo, 0, e + 4);
-    vstore4(a1.lo, 0, o + 4);
-    *d0 = vload8(0, e);
-    *d1 = vload8(0, o);
+    wg_row(p, rows, n, r + 2, w0, 4, &b0, &b1);
+    const uint8 lo2 = (uint8)(0, 1, 2, 3, 8, 9, 10, 11);
+    *d0 = shuffle2(a0, b0, lo2);
+    *d1 = shuffle2(a1, b1, lo2);
 #else
     float8 a0, a1;
     wg_row(p, rows, n, r, w0, VL, &a0, &a1);
@@ -282,10 +296,21 @@ __kernel void wg_f2(__global const float *x, const int offx, __global const floa
                                 acc[i][j] = fma(uv[i], vv[j], acc[i][j]);
                     }
                     __global float *m = M + ((size_t)xi * Kp + kb) * Cp + cb;
+#if VL == 8
+                    #pragma unroll
+                    for (int i = 0; i < 4; i += 2) {
+                        float4 sa, sb;
+                        wg_sum8(acc[i][0], acc[i][1], acc[i][2], acc[i][3], acc[i + 1][0], acc[i + 1][1],
+                                acc[i + 1][2], acc[i + 1][3], &sa, &sb);
+                        vstore4(vload4(0, m + i * Cp) + sa, 0, m + i * Cp);
+                        vstore4(vload4(0, m + (i + 1) * Cp) + sb, 0, m + (i + 1) * Cp);
+                    }
+#else
                     #pragma unroll
                     for (int i = 0; i < 4; i++)
                         vstore4(vload4(0, m + i * Cp) + wg_sum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]), 0,
                                 m + i * Cp);
+#endif
                 }
             }
     }

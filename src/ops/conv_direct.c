@@ -367,19 +367,28 @@ clg_status clg_conv_djit_bwd_filter(clg_device *dev, const clg_conv_shape *s, cl
             kvb = b;
             break;
         }
+    /* input channels per work-item: each dy vector serves several channels'
+     * taps where few taps leave registers over (1x1 windows: a dy load per
+     * FMA, and every channel's work-item read the chunk's dy again) */
+    int bcb = 1;
+    for (int b = 4; b > 1; b /= 2)
+        if (s->C % b == 0 && kvb * RS * b <= 16) {
+            bcb = b;
+            break;
+        }
     /* chunks of images: the transposed gradient of a chunk stays in the
      * last-level cache (4 MiB) while the work-items of every input channel
      * read it, and at least ~64 work-items keep every core busy (measured:
      * 256 KiB chunks were 5-15% slower in total, the partial sums costing
      * more than the cache saved) */
-    int blocks = KP / vk / kvb * s->C;
+    int blocks = KP / vk / kvb * (s->C / bcb);
     size_t budget = (size_t)4 << 20;
     int nper = (int)CLG_MAX(1, CLG_MIN((size_t)s->N, budget / ((size_t)P * Q * KP * sizeof(float))));
     nper = CLG_MIN(nper, CLG_MAX(1, s->N / CLG_CEIL_DIV(64, blocks)));
     int chunks = CLG_CEIL_DIV(s->N, nper);
     char opts[320];
     int n = shape_opts(opts, sizeof opts, s, vw, 1, "VK", vk);
-    snprintf(opts + n, sizeof opts - (size_t)n, " -D KVB=%d", kvb);
+    snprintf(opts + n, sizeof opts - (size_t)n, " -D KVB=%d -D BCB=%d", kvb, bcb);
     cl_kernel kt, k;
     CLG_TRY(clg_kernel_get(dev, "conv_direct", opts, "dconv_dyt", &kt));
     CLG_TRY(clg_kernel_get(dev, "conv_direct", opts, "dconv_bwdf", &k));
@@ -412,7 +421,7 @@ clg_status clg_conv_djit_bwd_filter(clg_device *dev, const clg_conv_shape *s, cl
         st = CLG_KA_DONE(clg_dev_err(dev), &a, "dconv_bwdf args");
     }
     if (st == CLG_OK) {
-        size_t gws[3] = {(size_t)(KP / vk / kvb), (size_t)s->C, (size_t)chunks};
+        size_t gws[3] = {(size_t)(KP / vk / kvb), (size_t)(s->C / bcb), (size_t)chunks};
         st = clg_conv_enqueue(dev, k, 3, gws, NULL);
         clg_conv_prof(dev, "djit bwdf");
     }

@@ -256,6 +256,36 @@ START_TEST(direct_phases)
 }
 END_TEST
 
+/* Direct weight gradient with several input channels per work-item (1x1 and
+ * other few-tap windows: 4 or 2 where C allows, 1 for odd C), partial
+ * channel vectors (K not a multiple of the vector width), beta 0 (poisoned
+ * output) or 0.5, against the double-precision reference. */
+START_TEST(direct_bwdf_blocks)
+{
+    clg_rng r;
+    tu_rng(&r, 23);
+    static const int cases[][9] = {
+        /* N, C, H, W, K, R, S, stride, pad */
+        {3, 12, 9, 11, 10, 1, 1, 2, 0}, /* 4 channels per work-item */
+        {2, 6, 7, 7, 21, 1, 1, 1, 0},   /* 2 (3 channel vectors per work-item) */
+        {2, 5, 8, 9, 3, 2, 2, 2, 1},    /* 1 */
+    };
+    for (size_t i = 0; i < (g_tiny ? 1 : CLG_ARRAY_LEN(cases)); i++) { /* oclgrind: the first */
+        const int *c = cases[i];
+        clg_conv_shape s;
+        memset(&s, 0, sizeof s);
+        s.N = c[0], s.C = c[1], s.H = c[2], s.W = c[3], s.K = c[4], s.R = c[5], s.S = c[6];
+        s.stride_h = s.stride_w = c[7];
+        s.pad_h = s.pad_w = c[8];
+        s.dil_h = s.dil_w = s.groups = 1;
+        ck_assert_int_eq(clg_conv_check(NULL, &s), CLG_OK);
+        ck_assert(clg_conv_djit_ok(dev0(), &s, CLG_CONV_BWD_FILTER));
+        check_algo(&s, CLG_CONV_DIRECT, &r, 1e-4, 4);
+        check_algo(&s, CLG_CONV_DIRECT, &r, 1e-4, 4); /* a second draw of beta */
+    }
+}
+END_TEST
+
 /* The shape-specialised direct kernels (groups 1, dilation 1): strides 1-2
  * along rows and columns (3 along rows), windows 1-7, rows one to several
  * vectors long and longer than one run (wide images), channel counts that
@@ -983,6 +1013,7 @@ int main(void)
         {"im2col_1x1_gemm", im2col_1x1_gemm},   {"direct_random", direct_random},
         {"im2col_strided", im2col_strided},
         {"direct_jit_random", direct_jit_random}, {"direct_phases", direct_phases},
+        {"direct_bwdf_blocks", direct_bwdf_blocks},
         {"winograd2_random", winograd2_random}, {"winograd4_random", winograd4_random},
         {"fft_random", fft_random},             {"finite_differences", finite_differences}, {"filter_cache_versions", filter_cache_versions},
         {"auto_choice", auto_choice},           {"algo_cache_file", algo_cache_file},
