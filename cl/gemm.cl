@@ -81,6 +81,9 @@ inline void gemm_pack_block(const int R, const int K, const int Kp, const int km
                 for (int q = 0; q < P / 16; q++)
                     vstore16(vload16(q, s), q, d + kk * P);
             }
+        } else if (kmaj && P == 8) { // A^T panels of MR = 8 rows (AVX-512 tiles: the weight gradients' dz^T)
+            for (int kk = 0; kk < 16; kk++)
+                vstore8(vload8(0, x + (size_t)(k0 + kk) * ld + r0), 0, d + kk * 8);
         } else if (kmaj && P == 6) { // A^T panels of MR = 6 rows (the weight gradients' dz^T)
             for (int kk = 0; kk < 16; kk++) {
                 __global const float *s = x + (size_t)(k0 + kk) * ld + r0;
