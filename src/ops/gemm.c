@@ -601,15 +601,19 @@ static int view_small(int K, int ld, int n)
 /* Whether the CPU kernel reads op(A) = A (M x K row-major) in place, its
  * MR rows as MR streams (gemm_cpu's GEMM_AROWS) instead of packing it:
  * the activations of the transformer's projections (K = C or 4C, M = N T
- * rows): their packing pass (a transpose of every MR x 16 block) costs
- * more than the strided reads (docs/benchmarks.md, gpt-mini). Rows a
+ * rows). The row streams cost more per pass over A than the packed
+ * panels, and the kernel passes over A once per tile column (N / PB), the
+ * packing once: rows for at most ROWS_MAX_NT tile columns (gpt-mini: the
+ * input gradients and the projections to width C, 4C -> C), packed for
+ * wider products (its MLP's C -> 4C; docs/benchmarks.md, gpt-mini). Rows a
  * leading dimension of 1024 floats or more apart share a few cache sets. */
 #define ROWS_MAX_LD 1024
-static int rows_a(const clg_device *dev, int mode, const clg_gemm_args *a, int PA)
+#define ROWS_MAX_NT 12
+static int rows_a(const clg_device *dev, int mode, const clg_gemm_args *a, int PA, int PB)
 {
     if (!(dev->info.type & CLG_DEVICE_CPU) || mode == 0 || a->ta || a->K < 1 || (long long)PA * a->lda > INT_MAX)
         return 0;
-    return mode == 1 || (a->lda < ROWS_MAX_LD && a->M >= 4 * PA);
+    return mode == 1 || (a->lda < ROWS_MAX_LD && a->M >= 4 * PA && CLG_CEIL_DIV(a->N, PB) <= ROWS_MAX_NT);
 }
 
 static clg_status gemm_own(clg_device *dev, const clg_gemm_args *a, const clg_gemm_params *p, evs *ev)
@@ -647,10 +651,10 @@ static clg_status gemm_own(clg_device *dev, const clg_gemm_args *a, const clg_ge
     const int mode = cpu ? (int)dev->ctx->opts.gemm_unpacked - 1 : 0; /* auto,0,1 -> -1,0,1 */
     const int canA = mode != 0 && a->ta && M % PA == 0, canB = mode != 0 && !a->tb && N % PB == 0;
     const int both = canA && canB && view_small(K, a->lda, bA) && view_small(K, a->ldb, bB);
-    const int viewA = (mode == 1 ? canA : both) || rows_a(dev, mode, a, PA), viewB = mode == 1 ? canB : both;
+    const int viewA = (mode == 1 ? canA : both) || rows_a(dev, mode, a, PA, PB), viewB = mode == 1 ? canB : both;
     panels pa = {a->A, (int)a->offA, (int)a->strideA, PA, a->lda, 0};
     panels pb = {a->B, (int)a->offB, (int)a->strideB, PB, a->ldb, 0};
-    if (rows_a(dev, mode, a, PA)) { /* A = op(A) row-major: its rows read in place */
+    if (rows_a(dev, mode, a, PA, PB)) { /* A = op(A) row-major: its rows read in place */
         pa.ps = PA * a->lda;
         pa.ks = 1;
         pa.rows = 1;

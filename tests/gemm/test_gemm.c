@@ -734,6 +734,13 @@ START_TEST(test_inplace)
         c.N += 3;
         inplace_case(&c, p, 2 + (ks > 1), "neither tiled");
     }
+    /* auto, op(A) = A: rows up to 12 tile columns (N <= 12 NV VW), packed
+     * past them (two launches either way: B, or both, packed) */
+    gcase w = base(40, 12 * 8, 33);
+    w.tb = 1;
+    inplace_case(&w, &pc, 2, "op(A) = A, 12 tile columns: rows, B packed");
+    w.N = 13 * 8 + 5;
+    inplace_case(&w, &pc, 2, "op(A) = A, 14 tile columns: packed");
     /* CLGRAD_GEMM_UNPACKED=0: always packed (both operands, one launch) */
     ck_assert_int_eq(clg_ctx_option_set(dev->ctx, "gemm_unpacked", "0"), CLG_OK);
     gcase c = base(16, 16, 40);
