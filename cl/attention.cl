@@ -319,7 +319,7 @@ attn_softmax(const uint T, const int causal, __global float *S, const uint os)
 // of 8. Tp = T rounded up to a multiple of 16 (the pad of the copies is 0).
 #if HD % 8 == 0
 #ifndef RQ // query rows per work-item (attn_fwd_cpu, attn_bwd_dq_cpu)
-#define RQ 4
+#define RQ 8
 #endif
 #ifndef RK // key rows per work-item (attn_bwd_dkdv_cpu)
 #define RK 8
