@@ -319,7 +319,7 @@ attn_softmax(const uint T, const int causal, __global float *S, const uint os)
 // of 8. Tp = T rounded up to a multiple of 16 (the pad of the copies is 0).
 #if HD % 8 == 0
 #ifndef RQ // query rows per work-item (attn_fwd_cpu, attn_bwd_dq_cpu)
-#define RQ 4
+#define RQ 8
 #endif
 #ifndef RK // key rows per work-item (attn_bwd_dkdv_cpu)
 #define RK 8
@@ -569,6 +569,33 @@ attn_fwd_cpu(const uint T, const uint H, const uint Tp, const float scale, const
                   get_group_id(1) DROPOUT_PASS);
 }
 
+// dst[d * Tp + t] = src[t * ld + d] for the rows t < T of one head (src: its row 0,
+// element 0), zero for T <= t < Tp, in 8 x 8 blocks transposed in registers (eight
+// vector loads and stores per block instead of 64 strided scalar stores).
+#define ATTN_COL8(j) (float8)(r[0].s##j, r[1].s##j, r[2].s##j, r[3].s##j, r[4].s##j, r[5].s##j, r[6].s##j, r[7].s##j)
+static inline void attn_head_transpose(const uint T, const uint Tp, __global const float *src, const uint ld,
+                                       __global float *dst)
+{
+    for (uint t0 = 0; t0 < Tp; t0 += 8)
+        for (uint d0 = 0; d0 < HD; d0 += 8) {
+            float8 r[8];
+            for (uint i = 0; i < 8; i++) {
+                const uint t = t0 + i;
+                const float8 v = vload8(0, src + (size_t)min(t, T - 1) * ld + d0); // clamped: no read past T
+                r[i] = select((float8)(0.0f), v, (int8)(t < T ? -1 : 0));
+            }
+            __global float *d = dst + (size_t)d0 * Tp + t0;
+            vstore8(ATTN_COL8(0), 0, d);
+            vstore8(ATTN_COL8(1), 0, d + Tp);
+            vstore8(ATTN_COL8(2), 0, d + 2 * (size_t)Tp);
+            vstore8(ATTN_COL8(3), 0, d + 3 * (size_t)Tp);
+            vstore8(ATTN_COL8(4), 0, d + 4 * (size_t)Tp);
+            vstore8(ATTN_COL8(5), 0, d + 5 * (size_t)Tp);
+            vstore8(ATTN_COL8(6), 0, d + 6 * (size_t)Tp);
+            vstore8(ATTN_COL8(7), 0, d + 7 * (size_t)Tp);
+        }
+}
+
 // One work-item per head n * H + h (when there are heads enough to keep the cores
 // busy): writes its head of Kt (K transposed, zero past T, as attn_transpose does),
 // then runs every block of RQ rows: one launch, no transpose pass.
@@ -580,12 +607,7 @@ attn_fwd_cpu1(const uint T, const uint H, const uint Tp, const float scale, cons
 {
     const uint nh = get_group_id(1);
     const uint n = nh / H, h = nh - n * H;
-    __global float *kt = Kt + (size_t)nh * HD * Tp;
-    for (uint t = 0; t < Tp; t++) {
-        __global const float *kr = K + ok + ((size_t)n * T + min(t, T - 1)) * ldk + h * HD;
-        for (uint d = 0; d < HD; d++)
-            kt[(size_t)d * Tp + t] = t < T ? kr[d] : 0.0f;
-    }
+    attn_head_transpose(T, Tp, K + ok + (size_t)n * T * ldk + h * HD, ldk, Kt + (size_t)nh * HD * Tp);
     for (uint i0 = 0; i0 < T; i0 += RQ)
         attn_fwd_rows(T, H, Tp, scale, causal, Q, oq, ldq, Kt, V, ov, ldv, O, oo, ldo, L, ol, i0, nh DROPOUT_PASS);
 }
@@ -816,18 +838,16 @@ attn_bwd_cpu1(const uint T, const uint H, const uint Tp, const float scale, cons
     __global float *gt = Gt + (size_t)nh * HD * Tp;
     __global float *lp = Lp + (size_t)nh * Tp;
     __global float *dp_ = Dp + (size_t)nh * Tp;
+    attn_head_transpose(T, Tp, Q + oq + (size_t)n * T * ldq + h * HD, ldq, qt);
+    attn_head_transpose(T, Tp, dO + odo + (size_t)n * T * lddo + h * HD, lddo, gt);
     for (uint t = 0; t < Tp; t++) {
         const int live = t < T;
         const size_t row = (size_t)n * T + min(t, T - 1);
-        __global const float *qr = Q + oq + row * ldq + h * HD;
         __global const float *gr = dO + odo + row * lddo + h * HD;
         __global const float *orow = O + oo + row * ldo + h * HD;
         float acc = 0.0f;
-        for (uint d = 0; d < HD; d++) {
-            qt[(size_t)d * Tp + t] = live ? qr[d] : 0.0f;
-            gt[(size_t)d * Tp + t] = live ? gr[d] : 0.0f;
+        for (uint d = 0; d < HD; d++)
             acc += orow[d] * gr[d];
-        }
         lp[t] = live ? L[ol + (size_t)nh * T + t] : 0.0f;
         dp_[t] = live ? acc : 0.0f;
     }

@@ -203,7 +203,7 @@ COLSUM_PART(dmul_colsum_part, g * x[ox + i], 1) // x: the derivative kept by for
 // multiple of 8): the compilers that vectorize across work-items do not
 // across a loop like this one, and the GELU derivative's exp then ran
 // scalar (10x the element-wise act_gelu_bwd on PoCL).
-#define COLSUM_PART8(NAME, DZ)                                                                         \
+#define COLSUM_PART8(NAME, DZ, STORE)                                                                  \
     __kernel void NAME(const uint rows, const uint cols, const uint R, __global const float *x,        \
                        const uint ox, __global const float *dy, const uint ody, __global float *dz,    \
                        const uint odz, __global float *part)                                           \
@@ -215,16 +215,18 @@ COLSUM_PART(dmul_colsum_part, g * x[ox + i], 1) // x: the derivative kept by for
         float8 s = (float8)(0.0f);                                                                     \
         for (uint r = c * R; r < r1; r++) {                                                            \
             const uint i = r * cols + j;                                                               \
-            const float8 g = vload8(0, dy + ody + i), xv = vload8(0, x + ox + i);                      \
+            const float8 g = vload8(0, dy + ody + i), xv = STORE ? vload8(0, x + ox + i) : g;           \
             const float8 v = (DZ);                                                                     \
-            vstore8(v, 0, dz + odz + i);                                                               \
+            if (STORE)                                                                                 \
+                vstore8(v, 0, dz + odz + i);                                                           \
             s += v;                                                                                    \
         }                                                                                              \
         vstore8(s, 0, part + c * cols + j);                                                            \
     }
-COLSUM_PART8(act_gelu_bwd_colsum_part8, g * clg_gelu_grad8(xv))
-COLSUM_PART8(act_gelu_tanh_bwd_colsum_part8, g * clg_gelu_tanh_grad8(xv))
-COLSUM_PART8(dmul_colsum_part8, g * xv)
+COLSUM_PART8(colsum_part8, g, 0) // the plain sum (bias gradients): the same sums as colsum_part
+COLSUM_PART8(act_gelu_bwd_colsum_part8, g * clg_gelu_grad8(xv), 1)
+COLSUM_PART8(act_gelu_tanh_bwd_colsum_part8, g * clg_gelu_tanh_grad8(xv), 1)
+COLSUM_PART8(dmul_colsum_part8, g * xv, 1)
 
 __kernel void colsum_fin(const uint cols, const uint chunks, __global const float *part, __global float *y,
                          const uint oy)

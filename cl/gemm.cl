@@ -81,6 +81,9 @@ inline void gemm_pack_block(const int R, const int K, const int Kp, const int km
                 for (int q = 0; q < P / 16; q++)
                     vstore16(vload16(q, s), q, d + kk * P);
             }
+        } else if (kmaj && P == 8) { // A^T panels of MR = 8 rows (AVX-512 tiles: the weight gradients' dz^T)
+            for (int kk = 0; kk < 16; kk++)
+                vstore8(vload8(0, x + (size_t)(k0 + kk) * ld + r0), 0, d + kk * 8);
         } else if (kmaj && P == 6) { // A^T panels of MR = 6 rows (the weight gradients' dz^T)
             for (int kk = 0; kk < 16; kk++) {
                 __global const float *s = x + (size_t)(k0 + kk) * ld + r0;
@@ -236,7 +239,9 @@ CLG_GELU_FNS(VEC, _v)
 // gws: (Mt rounded up to the work-group size, Nt, batch * KS); lws (WGS, 1, 1).
 // Ap: per batch entry apStride floats from apOff, panels of MR rows x K,
 // panel i at i * aps, depth k at k * aks (packed: aps = K * MR, aks = MR;
-// a view of a K x M row-major operand in place: aps = MR, aks = its lda);
+// a view of a K x M row-major operand in place: aps = MR, aks = its lda;
+// built with GEMM_AROWS, an M x K row-major operand in place: aps = MR * lda,
+// aks = 1);
 // Bp likewise with NR columns (bps, bks). Work-item (mt, nt, b*KS+s) computes rows mt*MR.., columns
 // nt*NR.. over k in [s*kchunk, min(K, (s+1)*kchunk)). With KS > 1 it writes
 // the raw sum into W (see gemm_reduce), else it applies the epilogue to C;
@@ -262,6 +267,17 @@ __kernel void gemm_cpu(const int M, const int N, const int K, const int Mt, cons
     __global const float *a = Ap + apOff + (size_t)b * apStride + (size_t)mt * aps + (size_t)k0 * aks;
     __global const float *bp = Bp + bpOff + (size_t)b * bpStride + (size_t)nt * bps + (size_t)k0 * bks;
 
+#ifdef GEMM_AROWS
+    // A row-major in place (see above): row i of the panel ro[i] floats from a, the
+    // rows past M clamped to M - 1 (read, never stored)
+    int ro[MR];
+#pragma unroll
+    for (int i = 0; i < MR; i++)
+        ro[i] = min(i, M - 1 - mt * MR) * (aps / MR);
+#define GEMM_AOFF(i) ro[i]
+#else
+#define GEMM_AOFF(i) (i)
+#endif
     VEC acc[MR][NV];
 #pragma unroll
     for (int i = 0; i < MR; i++)
@@ -276,7 +292,7 @@ __kernel void gemm_cpu(const int M, const int N, const int K, const int Mt, cons
             bv[v] = VLOAD(v, bp);
 #pragma unroll
         for (int i = 0; i < MR; i++) {
-            const VEC av = (VEC)(a[i]);
+            const VEC av = (VEC)(a[GEMM_AOFF(i)]);
 #pragma unroll
             for (int v = 0; v < NV; v++)
                 acc[i][v] = fma(av, bv[v], acc[i][v]);

@@ -222,14 +222,13 @@ __kernel void ln_bwd_dx(const uint rows, const uint C, __global const float *x, 
     }
 }
 
-// ln_bwd_dx for C a multiple of 8, in float8 (as ln_fwd8).
-__kernel void ln_bwd_dx8(const uint rows, const uint C, __global const float *x, const uint ox,
-                         __global const float *dy, const uint ody, __global const float *g, const uint affine,
-                         __global const float *mean, __global const float *rstd, __global float *dx, const uint odx)
+// dx of row r in float8 (C a multiple of 8); with pg (a constant at each call) also
+// pg += dy * xhat, pb += dy over the row (ln_bwd_fused8).
+static inline void ln_bwd_row8(const uint r, const uint C, __global const float *x, const uint ox,
+                               __global const float *dy, const uint ody, __global const float *g, const uint affine,
+                               __global const float *mean, __global const float *rstd, __global float *dx,
+                               const uint odx, __global float *pg, __global float *pb)
 {
-    const uint r = get_global_id(0);
-    if (r >= rows)
-        return;
     __global const float *xr = x + ox + (size_t)r * C;
     __global const float *dr = dy + ody + (size_t)r * C;
     __global float *o = dx + odx + (size_t)r * C;
@@ -243,9 +242,24 @@ __kernel void ln_bwd_dx8(const uint rows, const uint C, __global const float *x,
     }
     const float a = clg_fold8(a8) / (float)C, bsum = clg_fold8(b8) / (float)C;
     for (uint k = 0; k < nv; k++) {
-        const float8 gd = affine ? vload8(k, g) * vload8(k, dr) : vload8(k, dr);
-        vstore8(rs * (gd - a - ((vload8(k, xr) - x0) - m) * rs * bsum), k, o);
+        const float8 d = vload8(k, dr), h = ((vload8(k, xr) - x0) - m) * rs;
+        const float8 gd = affine ? vload8(k, g) * d : d;
+        vstore8(rs * (gd - a - h * bsum), k, o);
+        if (pg) {
+            vstore8(fma(d, h, vload8(k, pg)), k, pg);
+            vstore8(vload8(k, pb) + d, k, pb);
+        }
     }
+}
+
+// ln_bwd_dx for C a multiple of 8, in float8 (as ln_fwd8).
+__kernel void ln_bwd_dx8(const uint rows, const uint C, __global const float *x, const uint ox,
+                         __global const float *dy, const uint ody, __global const float *g, const uint affine,
+                         __global const float *mean, __global const float *rstd, __global float *dx, const uint odx)
+{
+    const uint r = get_global_id(0);
+    if (r < rows)
+        ln_bwd_row8(r, C, x, ox, dy, ody, g, affine, mean, rstd, dx, odx, 0, 0);
 }
 
 // dg[c] = sum_r dy[r, c] * xhat[r, c], db[c] = sum_r dy[r, c] in two
@@ -273,6 +287,28 @@ __kernel void ln_bwd_param(const uint rows, const uint C, __global const float *
     }
     part[(size_t)k * 2 * C + c] = sg;
     part[(size_t)k * 2 * C + C + c] = sb;
+}
+
+// ln_bwd_dx8 and ln_bwd_param in one pass (CPU devices: one read of x and dy,
+// one launch fewer): one work-item per chunk k of LN_ROWS rows writes dx of
+// its rows and part[k], adding the rows in the order ln_bwd_param does (the
+// same sums, bit for bit); part[k] stays in the cache between rows.
+__kernel void ln_bwd_fused8(const uint rows, const uint C, __global const float *x, const uint ox,
+                            __global const float *dy, const uint ody, __global const float *g, const uint affine,
+                            __global const float *mean, __global const float *rstd, __global float *dx,
+                            const uint odx, __global float *part)
+{
+    const uint k = get_global_id(0);
+    if (k * LN_ROWS >= rows)
+        return;
+    const uint nv = C / 8, end = min(rows, (k + 1) * LN_ROWS);
+    __global float *pg = part + (size_t)k * 2 * C, *pb = pg + C;
+    for (uint q = 0; q < nv; q++) {
+        vstore8((float8)(0.0f), q, pg);
+        vstore8((float8)(0.0f), q, pb);
+    }
+    for (uint r = k * LN_ROWS; r < end; r++)
+        ln_bwd_row8(r, C, x, ox, dy, ody, g, affine, mean, rstd, dx, odx, pg, pb);
 }
 
 __kernel void ln_bwd_param_sum(const uint chunks, const uint C, __global const float *part, __global float *dg,

@@ -252,8 +252,10 @@ static clg_status fused_backward(clg_device *dev, const clg_attn_desc *a, const 
 // ---- fused path, CPU register tiles (variant 3) ----
 
 /* Rows per work-item of the CPU kernels (RQ, RK of cl/attention.cl) unless
- * the descriptor sets them. */
-#define ATTN_RQ 4
+ * the descriptor sets them. RQ 8 rather than 4: eight FMAs per key vector
+ * loaded in the forward's scores and P V (gpt-mini's attn_fwd_cpu1 about
+ * -25% event time, 4 alternating profiled pairs; 16 no better). */
+#define ATTN_RQ 8
 #define ATTN_RK 8
 
 static int cpu_rq(const clg_attn_desc *a) { return a->rq > 0 ? a->rq : ATTN_RQ; }

@@ -47,7 +47,7 @@ typedef struct clg_attn_desc {
                            rows, explicit float16/float8 vectors over transposed copies of K, V
                            (Q, dO for dK/dV), head width a multiple of 8 (else 2);
                            0 by device: 3 (or 2) on CPUs, 1 elsewhere */
-    int rq, rk;         /* variant 3: query / key rows per work-item (0: defaults, 4 and 8) */
+    int rq, rk;         /* variant 3: query / key rows per work-item (0: defaults, 8 and 8) */
     /* Inverted dropout on the probabilities (gemm algorithm and fused variant 3; the
      * other fused variants refuse dropout > 0): element (n, h, i, j) kept when hash(seed, step, base + ((n H + h) T + i) T
      * + j) >= dropout, as the dropout layer's mask (clg_nn_dropout), scaled by 1/(1 - dropout). */

@@ -440,11 +440,12 @@ static int auto_ks(const clg_device *dev, int tiles, int K, size_t out_elems)
 typedef struct panels {
     cl_mem m;
     int off, stride, ps, ks;
+    int rows; /* A only: an M x K row-major operand in place (ps = MR lda, ks = 1; gemm_cpu's GEMM_AROWS) */
 } panels;
 
 static panels panels_packed(cl_mem m, int stride, int Kp, int P)
 {
-    panels v = {m, 0, stride, Kp * P, P};
+    panels v = {m, 0, stride, Kp * P, P, 0};
     return v;
 }
 
@@ -465,6 +466,10 @@ static clg_status run_packed(clg_device *dev, const clg_gemm_params *p, const cl
     if (a->gelu) { /* a variant of the kernel (its own program); the plain one is unchanged */
         size_t ol = strlen(opts);
         snprintf(opts + ol, sizeof opts - ol, " -D GEMM_GELU=%d", a->gelu);
+    }
+    if (cpu && pa->rows) {
+        size_t ol = strlen(opts);
+        snprintf(opts + ol, sizeof opts - ol, " -D GEMM_AROWS=1");
     }
     CLG_TRY(clg_kernel_get(dev, "gemm", opts, cpu ? "gemm_cpu" : "gemm_tiled", &kmain));
 
@@ -593,6 +598,24 @@ static int view_small(int K, int ld, int n)
     return (double)K * ld * n <= VIEW_MAX_FLOATS;
 }
 
+/* Whether the CPU kernel reads op(A) = A (M x K row-major) in place, its
+ * MR rows as MR streams (gemm_cpu's GEMM_AROWS) instead of packing it:
+ * the activations of the transformer's projections (K = C or 4C, M = N T
+ * rows). The row streams cost more per pass over A than the packed
+ * panels, and the kernel passes over A once per tile column (N / PB), the
+ * packing once: rows for at most ROWS_MAX_NT tile columns (gpt-mini: the
+ * input gradients and the projections to width C, 4C -> C), packed for
+ * wider products (its MLP's C -> 4C; docs/benchmarks.md, gpt-mini). Rows a
+ * leading dimension of 1024 floats or more apart share a few cache sets. */
+#define ROWS_MAX_LD 1024
+#define ROWS_MAX_NT 12
+static int rows_a(const clg_device *dev, int mode, const clg_gemm_args *a, int PA, int PB)
+{
+    if (!(dev->info.type & CLG_DEVICE_CPU) || mode == 0 || a->ta || a->K < 1 || (long long)PA * a->lda > INT_MAX)
+        return 0;
+    return mode == 1 || (a->lda < ROWS_MAX_LD && a->M >= 4 * PA && CLG_CEIL_DIV(a->N, PB) <= ROWS_MAX_NT);
+}
+
 static clg_status gemm_own(clg_device *dev, const clg_gemm_args *a, const clg_gemm_params *p, evs *ev)
 {
     if (p->family == CLG_GEMM_FAM_REF)
@@ -628,9 +651,14 @@ static clg_status gemm_own(clg_device *dev, const clg_gemm_args *a, const clg_ge
     const int mode = cpu ? (int)dev->ctx->opts.gemm_unpacked - 1 : 0; /* auto,0,1 -> -1,0,1 */
     const int canA = mode != 0 && a->ta && M % PA == 0, canB = mode != 0 && !a->tb && N % PB == 0;
     const int both = canA && canB && view_small(K, a->lda, bA) && view_small(K, a->ldb, bB);
-    const int viewA = mode == 1 ? canA : both, viewB = mode == 1 ? canB : both;
-    panels pa = {a->A, (int)a->offA, (int)a->strideA, PA, a->lda};
-    panels pb = {a->B, (int)a->offB, (int)a->strideB, PB, a->ldb};
+    const int viewA = (mode == 1 ? canA : both) || rows_a(dev, mode, a, PA, PB), viewB = mode == 1 ? canB : both;
+    panels pa = {a->A, (int)a->offA, (int)a->strideA, PA, a->lda, 0};
+    panels pb = {a->B, (int)a->offB, (int)a->strideB, PB, a->ldb, 0};
+    if (rows_a(dev, mode, a, PA, PB)) { /* A = op(A) row-major: its rows read in place */
+        pa.ps = PA * a->lda;
+        pa.ks = 1;
+        pa.rows = 1;
+    }
     scratch s = {{NULL, NULL, NULL}};
     clg_status st = CLG_OK;
     if ((!viewA && (st = clg_buf_alloc(dev, sizeof(float) * CLG_MAX((size_t)1, panA * bA), &s.m[0])) != CLG_OK) ||

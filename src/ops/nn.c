@@ -392,7 +392,8 @@ clg_status clg_nn_colsum(clg_device *dev, size_t rows, size_t cols, cl_mem x, si
     CLG_TRY(range(dev, "column sum", ox, rows * cols, &uox));
     CLG_TRY(range(dev, "column sum", oy, cols, &uoy));
     if (rows >= COLSUM_TALL)
-        return colsum_chunked(dev, "colsum_part", ur, uc, NULL, 0, x, uox, NULL, 0, y, uoy);
+        return colsum_chunked(dev, uc % 8 == 0 ? "colsum_part8" : "colsum_part", ur, uc, NULL, 0, x, uox, NULL, 0, y,
+                              uoy);
     cl_kernel k;
     CLG_TRY(kget(dev, "eltwise", "colsum", &k));
     CLG_TRY(ka_uu_bufs(dev, k, ur, uc, 2, (const cl_mem[]){x, y}, (const cl_uint[]){uox, uoy}));

@@ -278,6 +278,21 @@ clg_status clg_seq_layernorm_forward(clg_device *dev, size_t rows, int C, float 
     return clg_launch_1d(dev, k, rows, SEQ_WG);
 }
 
+/* dgamma, dbeta = the sums of the chunks' partial sums part (2 C floats each), in order. */
+static clg_status ln_param_sum(clg_device *dev, cl_uint chunks, cl_uint uC, cl_mem part, cl_mem dgamma, cl_mem dbeta)
+{
+    cl_kernel k;
+    CLG_TRY(kget(dev, "ln_bwd_param_sum", &k));
+    clg_kargs a = {k, 0, CL_SUCCESS};
+    CLG_KA(&a, chunks);
+    CLG_KA(&a, uC);
+    CLG_KA(&a, part);
+    CLG_KA(&a, dgamma);
+    CLG_KA(&a, dbeta);
+    CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &a, "kernel arguments"));
+    return clg_launch_1d(dev, k, uC, SEQ_WG);
+}
+
 /* dgamma, dbeta: partial sums over chunks of LN_ROWS rows, then the chunks in order. */
 static clg_status ln_param_grads(clg_device *dev, cl_uint ur, cl_uint uC, cl_mem x, cl_uint uox, cl_mem dy,
                                  cl_uint uody, cl_mem mean, cl_mem rstd, cl_mem dgamma, cl_mem dbeta)
@@ -303,18 +318,24 @@ static clg_status ln_param_grads(clg_device *dev, cl_uint ur, cl_uint uC, cl_mem
             st = run2(dev, k, uC, chunks, uC >= 64 ? 64 : 16);
     }
     if (st == CLG_OK)
-        st = kget(dev, "ln_bwd_param_sum", &k);
-    if (st == CLG_OK) {
-        clg_kargs a = {k, 0, CL_SUCCESS};
-        CLG_KA(&a, chunks);
-        CLG_KA(&a, uC);
-        CLG_KA(&a, part);
-        CLG_KA(&a, dgamma);
-        CLG_KA(&a, dbeta);
-        st = CLG_KA_DONE(clg_dev_err(dev), &a, "kernel arguments");
-    }
+        st = ln_param_sum(dev, chunks, uC, part, dgamma, dbeta);
+    clg_buf_release(dev, part);
+    return st;
+}
+
+/* CPU devices, C a multiple of 8: dx with the chunks' dgamma, dbeta partial
+ * sums in one pass (ln_bwd_fused8), then the chunks in order. */
+static clg_status ln_bwd_fused(clg_device *dev, cl_uint ur, cl_uint uC, clg_kargs *a, cl_mem dgamma, cl_mem dbeta)
+{
+    cl_uint chunks = (ur + LN_ROWS - 1) / LN_ROWS;
+    cl_mem part = NULL;
+    CLG_TRY(clg_buf_alloc(dev, (size_t)chunks * 2 * uC * sizeof(float), &part));
+    CLG_KA(a, part);
+    clg_status st = CLG_KA_DONE(clg_dev_err(dev), a, "kernel arguments");
     if (st == CLG_OK)
-        st = clg_launch_1d(dev, k, uC, SEQ_WG);
+        st = clg_launch_1d(dev, a->k, chunks, 1); /* a work-item per chunk: its own group */
+    if (st == CLG_OK)
+        st = ln_param_sum(dev, chunks, uC, part, dgamma, dbeta);
     clg_buf_release(dev, part);
     return st;
 }
@@ -338,13 +359,14 @@ clg_status clg_seq_layernorm_backward(clg_device *dev, size_t rows, int C, cl_me
     CLG_TRY(fit(dev, op, 0, rows, &dummy));
     cl_uint ur = (cl_uint)rows, uC = (cl_uint)C;
     cl_kernel k;
-    if (dgamma)
+    const int fused = dgamma && dx && rows > 0 && C % 8 == 0 && (dev->info.type & CLG_DEVICE_CPU);
+    if (dgamma && !fused)
         CLG_TRY(ln_param_grads(dev, ur, uC, x, uox, dy, uody, mean, rstd, dgamma, dbeta));
     if (!dx || rows == 0)
         return CLG_OK;
     cl_uint aff = gamma ? 1u : 0u;
     cl_mem g = gamma ? gamma : x;
-    CLG_TRY(kget(dev, C % 8 == 0 ? "ln_bwd_dx8" : "ln_bwd_dx", &k));
+    CLG_TRY(kget(dev, fused ? "ln_bwd_fused8" : C % 8 == 0 ? "ln_bwd_dx8" : "ln_bwd_dx", &k));
     clg_kargs a = {k, 0, CL_SUCCESS};
     CLG_KA(&a, ur);
     CLG_KA(&a, uC);
@@ -358,6 +380,8 @@ clg_status clg_seq_layernorm_backward(clg_device *dev, size_t rows, int C, cl_me
     CLG_KA(&a, rstd);
     CLG_KA(&a, dx);
     CLG_KA(&a, uodx);
+    if (fused)
+        return ln_bwd_fused(dev, ur, uC, &a, dgamma, dbeta);
     CLG_TRY(CLG_KA_DONE(clg_dev_err(dev), &a, "kernel arguments"));
     return clg_launch_1d(dev, k, rows, SEQ_WG);
 }

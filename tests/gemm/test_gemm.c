@@ -686,7 +686,8 @@ START_TEST(test_unpacked)
 END_TEST
 
 /* op(A) = A^T and op(B) = B read in place by the CPU kernel where the
- * panels tile the operand (M a multiple of MR, N of NV * VW): every
+ * panels tile the operand (M a multiple of MR, N of NV * VW), op(A) = A
+ * row by row (any M of 4 MR or more): every
  * combination with padded leading dimensions, offsets, batches (shared A),
  * split-K and epilogues. The launch count shows whether anything was packed
  * (one launch for one operand or both: gemm_pack / gemm_pack2). */
@@ -721,19 +722,33 @@ START_TEST(test_inplace)
                    .relu = t == 2};
         /* A in place (and B with tb = 0: no pack launch); split-K adds its reduction */
         inplace_case(&c, p, 1 + c.tb + (ks > 1), t < 4 ? "in place A and B" : "in place A");
-        c.ta = 0; /* B in place only when tb = 0 */
-        inplace_case(&c, p, 2 + (ks > 1), "in place B");
-        c.M += 1; /* A no longer tiled exactly: packed */
-        c.ta = 1;
+        /* op(A) = A: its rows read in place (GEMM_AROWS); B in place
+         * only when tb = 0 and gemm_unpacked=1 (auto: B packed) */
+        c.ta = 0;
+        long bpack = t < 4 || c.tb;
+        inplace_case(&c, p, 1 + bpack + (ks > 1), "A rows in place");
+        c.M += 1; /* the last panel's rows past M clamped */
+        inplace_case(&c, p, 1 + bpack + (ks > 1), "A rows in place, M not tiled");
+        c.ta = 1; /* A^T no longer tiled exactly: packed */
         inplace_case(&c, p, 2 + (ks > 1), "A not tiled");
         c.N += 3;
         inplace_case(&c, p, 2 + (ks > 1), "neither tiled");
     }
+    /* auto, op(A) = A: rows up to 12 tile columns (N <= 12 NV VW), packed
+     * past them (two launches either way: B, or both, packed) */
+    gcase w = base(40, 12 * 8, 33);
+    w.tb = 1;
+    inplace_case(&w, &pc, 2, "op(A) = A, 12 tile columns: rows, B packed");
+    w.N = 13 * 8 + 5;
+    inplace_case(&w, &pc, 2, "op(A) = A, 14 tile columns: packed");
     /* CLGRAD_GEMM_UNPACKED=0: always packed (both operands, one launch) */
     ck_assert_int_eq(clg_ctx_option_set(dev->ctx, "gemm_unpacked", "0"), CLG_OK);
     gcase c = base(16, 16, 40);
     c.ta = 1;
     inplace_case(&c, &pc, 2, "gemm_unpacked=0");
+    c.ta = 0;
+    c.M = 45;
+    inplace_case(&c, &pc, 2, "gemm_unpacked=0, op(A) = A");
     ck_assert_int_eq(clg_ctx_option_set(dev->ctx, "gemm_unpacked", "auto"), CLG_OK);
 }
 END_TEST

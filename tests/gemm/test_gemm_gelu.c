@@ -223,6 +223,7 @@ START_TEST(test_colsum_tall)
     ck_assert(bwd_case(0, 512, 9, 0) <= TOL); /* chunked from here */
     ck_assert(bwd_case(0, 4097, 131, 5) <= TOL);
     ck_assert(bwd_case(0, 700, 1, 0) <= TOL);
+    ck_assert(bwd_case(0, 1000, 136, 3) <= TOL); /* columns a multiple of 8: colsum_part8 */
 }
 END_TEST
 

@@ -175,8 +175,9 @@ static void ln_ref(const float *x, const float *g, const float *b, const float *
     }
 }
 
+/* {5, 29, 64}: 145 rows, chunks of 64 rows and a partial one (CPU devices: ln_bwd_fused8) */
 static const int ln_cases[][5] = {/* N, T, C, affine, seq */ {3, 5, 37, 1, 1}, {2, 1, 64, 1, 1}, {4, 3, 9, 0, 1},
-                                  {3, 0, 0, 1, 0}};
+                                  {3, 0, 0, 1, 0}, {5, 29, 64, 1, 1}, {3, 13, 24, 0, 1}};
 
 START_TEST(layernorm_fwd_bwd)
 {
