@@ -570,29 +570,26 @@ attn_fwd_cpu(const uint T, const uint H, const uint Tp, const float scale, const
 }
 
 // dst[d * Tp + t] = src[t * ld + d] for the rows t < T of one head (src: its row 0,
-// element 0), zero for T <= t < Tp, in 8 x 8 blocks transposed in registers (eight
-// vector loads and stores per block instead of 64 strided scalar stores).
-#define ATTN_COL8(j) (float8)(r[0].s##j, r[1].s##j, r[2].s##j, r[3].s##j, r[4].s##j, r[5].s##j, r[6].s##j, r[7].s##j)
+// element 0), zero for T <= t < Tp, in 8 x 8 blocks: eight vector loads and stores
+// per block instead of 64 strided scalar stores. The block goes through private
+// arrays (as in attn_transpose): the same with float8 component swizzles crashed
+// oclgrind.
 static inline void attn_head_transpose(const uint T, const uint Tp, __global const float *src, const uint ld,
                                        __global float *dst)
 {
     for (uint t0 = 0; t0 < Tp; t0 += 8)
         for (uint d0 = 0; d0 < HD; d0 += 8) {
-            float8 r[8];
+            float b[8][8], row[8];
             for (uint i = 0; i < 8; i++) {
                 const uint t = t0 + i;
                 const float8 v = vload8(0, src + (size_t)min(t, T - 1) * ld + d0); // clamped: no read past T
-                r[i] = select((float8)(0.0f), v, (int8)(t < T ? -1 : 0));
+                vstore8(t < T ? v : (float8)(0.0f), 0, row);
+                for (uint c = 0; c < 8; c++)
+                    b[c][i] = row[c];
             }
             __global float *d = dst + (size_t)d0 * Tp + t0;
-            vstore8(ATTN_COL8(0), 0, d);
-            vstore8(ATTN_COL8(1), 0, d + Tp);
-            vstore8(ATTN_COL8(2), 0, d + 2 * (size_t)Tp);
-            vstore8(ATTN_COL8(3), 0, d + 3 * (size_t)Tp);
-            vstore8(ATTN_COL8(4), 0, d + 4 * (size_t)Tp);
-            vstore8(ATTN_COL8(5), 0, d + 5 * (size_t)Tp);
-            vstore8(ATTN_COL8(6), 0, d + 6 * (size_t)Tp);
-            vstore8(ATTN_COL8(7), 0, d + 7 * (size_t)Tp);
+            for (uint c = 0; c < 8; c++)
+                vstore8(vload8(0, b[c]), 0, d + (size_t)c * Tp);
         }
 }
 
