@@ -733,10 +733,15 @@ static clg_status check_header_crc(clg_err *err, const char *src, const char *ht
                     CLG_CKPT_FORMAT "): its header was edited or damaged", src);
     size_t at = v->offset; /* the opening quote */
     unsigned long want = 0;
-    char *end = NULL;
+    char *end = NULL, canon[16];
+    /* the digits as the writer prints them (lowercase): the value is not
+     * covered by the CRC, so a damaged digit that reads the same ('f' -> 'F')
+     * must not pass either */
     if (v->type != CLG_JSON_STR || v->len != 8 || at + 10 > hl || htext[at] != '"' || htext[at + 9] != '"' ||
-        memcmp(htext + at + 1, v->str, 8) != 0 || (want = strtoul(v->str, &end, 16), end != v->str + 8))
-        return PERR(CLG_ERR_FORMAT, "checkpoint '%s': '" CLG_CKPT_KEY_HEADER_CRC "' is not 8 hex digits", src);
+        memcmp(htext + at + 1, v->str, 8) != 0 || (want = strtoul(v->str, &end, 16), end != v->str + 8) ||
+        (snprintf(canon, sizeof canon, "%08lx", want), memcmp(canon, v->str, 8) != 0))
+        return PERR(CLG_ERR_FORMAT, "checkpoint '%s': '" CLG_CKPT_KEY_HEADER_CRC "' is not 8 lowercase hex digits",
+                    src);
     uint32_t got = clg_crc32(0, htext, at + 1);
     got = clg_crc32(got, "00000000", 8);
     got = clg_crc32(got, htext + at + 9, hl - at - 9);
