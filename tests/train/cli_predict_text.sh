@@ -29,7 +29,8 @@ n=$((n + 1))
 echo "loss on the tail: eval $eval_loss, predict $pred_loss"
 awk -v a="$eval_loss" -v b="$pred_loss" 'BEGIN { d = a - b; if (a == "" || b == "" || d > 1e-4 || d < -1e-4) exit 1 }' ||
     fail "predict's loss $pred_loss differs from eval's $eval_loss by more than 1e-4"
-printf '%s\n' "$out" | grep -q "^position 0 '.': next '.' (p=0\.[0-9]*) | top '.' 0\.[0-9]* " ||
+B='([^\\]|\\[^x]|\\x[0-9a-f]{2})' # a byte as predict prints it: plain, \n \t \' \\, or \xHH
+printf '%s\n' "$out" | grep -Eq "^position 0 '$B': next '$B' \(p=0\.[0-9]*\) \| top '$B' 0\.[0-9]* " ||
     fail "the position lines: $(printf '%s\n' "$out" | head -2)"
 
 # greedy generate continues a prompt with predict's most likely byte at each step
