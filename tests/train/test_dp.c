@@ -433,31 +433,38 @@ START_TEST(unequal_devices_finish_together)
     train(m, seed, 16, 64, NULL);
     /* per-step compute times, compared as medians over 7 steps: a step in
      * which a lane meets a new batch-size class measures convolution
-     * algorithms there (a one-off, tens of times a step's compute) */
+     * algorithms there (a one-off, tens of times a step's compute). A
+     * timing test on a shared machine: one look over 50% apart (a neighbour's
+     * burst while the split settled) trains 16 steps more and looks again;
+     * an even split of these devices stays 2x apart in both. */
     enum { NS = 7 };
-    double ts[2][NS], t[2];
+    double ts[2][NS], t[2], imb = 1;
+    char sh[64];
     clg_rng rng;
     clg_rng_seed(&rng, seed, 8);
-    for (int s = 0; s < NS; s++) {
-        float res[2];
-        step_on(m, &rng, 64, res);
-        for (int l = 0; l < 2; l++)
-            ts[l][s] = m->dp->lanes[l].t_compute;
+    for (int look = 0; look < 2 && imb > 0.5; look++) {
+        if (look)
+            train(m, seed, 16, 64, NULL);
+        for (int s = 0; s < NS; s++) {
+            float res[2];
+            step_on(m, &rng, 64, res);
+            for (int l = 0; l < 2; l++)
+                ts[l][s] = m->dp->lanes[l].t_compute;
+        }
+        for (int l = 0; l < 2; l++) {
+            for (int i = 1; i < NS; i++) /* insertion sort */
+                for (int j = i; j > 0 && ts[l][j] < ts[l][j - 1]; j--) {
+                    double x = ts[l][j];
+                    ts[l][j] = ts[l][j - 1];
+                    ts[l][j - 1] = x;
+                }
+            t[l] = ts[l][NS / 2];
+        }
+        clg_dp_shares(m->dp, sh, sizeof sh);
+        imb = fabs(t[0] - t[1]) / fmax(t[0], t[1]);
+        fprintf(stderr, "unequal devices (look %d): shares %s, median compute %.1f / %.1f ms per step "
+                        "(imbalance %.0f%%)\n", look + 1, sh, 1e3 * t[0], 1e3 * t[1], 100 * imb);
     }
-    for (int l = 0; l < 2; l++) {
-        for (int i = 1; i < NS; i++) /* insertion sort */
-            for (int j = i; j > 0 && ts[l][j] < ts[l][j - 1]; j--) {
-                double x = ts[l][j];
-                ts[l][j] = ts[l][j - 1];
-                ts[l][j - 1] = x;
-            }
-        t[l] = ts[l][NS / 2];
-    }
-    char sh[64];
-    clg_dp_shares(m->dp, sh, sizeof sh);
-    double imb = fabs(t[0] - t[1]) / fmax(t[0], t[1]);
-    fprintf(stderr, "unequal devices: shares %s, median compute %.1f / %.1f ms per step (imbalance %.0f%%)\n", sh,
-            1e3 * t[0], 1e3 * t[1], 100 * imb);
     ck_assert_msg(imb <= 0.5, "shares %s leave the devices %.0f%% apart", sh, 100 * imb);
     check_replicas_identical(m);
     clg_session_free(m);
