@@ -26,26 +26,53 @@ cut between layers against the default one inside a layer). --also-set OPT=V
 build tree), alternating with this one, to compare changes to the pipeline
 under the same load (the bubble is the less load-sensitive figure).
 
+Each round's line gives the side's CPU ms/step and, for a pipeline, the
+partition its run chose at creation (the cut or the cut inside a layer with
+its channels, and the transfer path: `conv3:32/64 d2d`); the table counts
+them per side. Before the rounds every pipeline side runs once (its own
+convolution shapes measured, its layer costs remembered: pipe_cost_memory).
+
 The machine's load changes absolute figures; the ratio of the two sides of
 one run is what to compare.
 """
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
 
 
+def partition(log):
+    """The partition a pipeline run chose, from its --verbose log: 'conv3:32/64 d2d' (cut inside conv3 after 32 of
+    its 64 output channels, transfers device to device) or 'pool1 host' (cut after pool1, through the host)."""
+    cut, path, first = "", "", True
+    for line in log.splitlines():
+        m = re.search(r"pipeline: cut inside (\S+) after (\d+) of its (\d+)", line)
+        if m:
+            cut = "%s:%s/%s" % m.groups()
+        m = re.search(r"pipeline stage \d+: layers (\S+)\.\.(\S+),.*transfers (device to device|through the host)", line)
+        if m:
+            path = "d2d" if m.group(3) == "device to device" else "host"
+            if first and not cut:
+                cut = m.group(2)
+            first = False
+    return ("%s %s" % (cut, path)).strip()
+
+
 def bench(a, devices, extra, clgrad=None):
     env = dict(os.environ)
     env["POCL_DEVICES"] = devices
+    pipe = "--parallel" in extra
     cmd = [clgrad or a.clgrad, "bench", "train", "--model", a.model, "--batch", str(a.batch), "--steps", str(a.steps),
-           "--warmup", str(a.warmup), "--json"] + extra
+           "--warmup", str(a.warmup), "--json"] + extra + (["--verbose"] if pipe else [])
     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit("failed: %s\n%s" % (" ".join(cmd), out.stderr[-2000:]))
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    j = json.loads(out.stdout.strip().splitlines()[-1])
+    j["partition"] = partition(out.stderr) if pipe else ""
+    return j
 
 
 def loadavg():
@@ -89,27 +116,33 @@ def main():
     # warm the program and conv-algorithm caches at both batch sizes, one device at a time
     bench(argparse.Namespace(**dict(vars(a), steps=1, warmup=0)), "basic", [])
     bench(argparse.Namespace(**dict(vars(a), steps=1, warmup=0, batch=a.batch // M)), "basic", [])
+    for name, dev, extra, exe in cases[1:]:  # the pipelines' own shapes (a cut inside a layer) and remembered costs
+        bench(argparse.Namespace(**dict(vars(a), steps=1, warmup=1)), dev, extra, exe)
     load0 = loadavg()
     runs = {}
     for r in range(a.repeat):
         for name, dev, extra, exe in (cases if r % 2 == 0 else list(reversed(cases))):
             j = bench(a, dev, extra, exe)
             runs.setdefault(name, []).append(j)
-            print("round %d %-48s %8.1f img/s  bubble %s" % (r + 1, name, j["images_per_s"],
-                                                            "%.3f" % j["pipe_bubble"] if j["pipe_bubble"] >= 0
-                                                            else "-"), file=sys.stderr)
+            print("round %d %-48s %8.1f img/s  bubble %s  CPU %.0f ms/step  %s" % (
+                r + 1, name, j["images_per_s"], "%.3f" % j["pipe_bubble"] if j["pipe_bubble"] >= 0 else "-",
+                j.get("cpu_ms_per_step", 0), j["partition"]), file=sys.stderr)
     base = statistics.median(x["images_per_s"] for x in runs[cases[0][0]])
     print("\n%s, global batch %d, %d timed steps, medians of %d alternating rounds; 1-minute load %s at the "
           "start, %s at the end" % (a.model, a.batch, a.steps, a.repeat, load0, loadavg()))
-    print("| configuration | images/s | vs 1 basic | bubble measured | bubble ideal (K-1)/(M+K-1) | CPU ms/step |")
-    print("|---|---|---|---|---|---|")
+    print("| configuration | images/s | vs 1 basic | bubble measured | bubble ideal (K-1)/(M+K-1) | CPU ms/step | "
+          "partition (rounds) |")
+    print("|---|---|---|---|---|---|---|")
     for name, _, extra, _ in cases:
         ips = statistics.median(x["images_per_s"] for x in runs[name])
         bub = [x["pipe_bubble"] for x in runs[name] if x["pipe_bubble"] >= 0]
         cpu = statistics.median(x.get("cpu_ms_per_step", 0) for x in runs[name])
-        print("| %s | %.1f | %.2fx | %s | %s | %.0f |" % (name, ips, ips / base,
-                                                          "%.3f" % statistics.median(bub) if bub else "-",
-                                                          "%.3f" % ((K - 1) / (M + K - 1)) if extra else "-", cpu))
+        parts = [x["partition"] for x in runs[name] if x["partition"]]
+        part = ", ".join("%s (%d)" % (q, parts.count(q)) for q in sorted(set(parts))) or "-"
+        print("| %s | %.1f | %.2fx | %s | %s | %.0f | %s |" % (name, ips, ips / base,
+                                                               "%.3f" % statistics.median(bub) if bub else "-",
+                                                               "%.3f" % ((K - 1) / (M + K - 1)) if extra else "-",
+                                                               cpu, part))
 
 
 if __name__ == "__main__":

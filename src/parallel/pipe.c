@@ -10,6 +10,7 @@
 #include "parallel/fail.h"
 #include "parallel/hybrid.h"
 #include "parallel/pipe.h"
+#include "parallel/pipe_cost.h"
 #include "parallel/pipe_wdefer.h"
 #include "parallel/pipe_zero.h"
 #include "parallel/pptp.h"
@@ -670,6 +671,8 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
     int wdefer = clg_pipe_wdefer_mode(ctx, pp, T);
     p->measured = !(pp->cuts && *pp->cuts) && K > 1 && measure_costs(net, &ctx->devs[devs[0]], seed, mb, wdefer,
                                                                       p->cost);
+    if (p->measured) /* the least of this and earlier runs' figures: a loaded run does not move the cut */
+        clg_pipe_cost_remember(&ctx->devs[devs[0]], net, mb, wdefer, p->cost);
     clg_status rc = CLG_OK;
     if (!(pp->cuts && *pp->cuts) && K > 1)
         rc = costs_agree(&ctx->err, net, p);
@@ -806,6 +809,7 @@ void clg_pipe_free(clg_pipe *p)
         free(st->last_fwd);
         free(st->lres);
         free(st->written);
+        free(st->home);
         clg_buf_release(st->dev, st->xbuf);
         clg_buf_release(st->dev, st->ybuf);
         clg_buf_release(st->dev, st->gacc);
@@ -1059,8 +1063,46 @@ static clg_status xfer_recv(clg_pipe *p, clg_pipe_edge *e, int grad, int m, cl_m
     return host_rows(err, dev->queue, 0, mem, off, pitch, h, e->fps, n, p->esize);
 }
 
+/* Whether the receiver of edge e reads the transfer buffer itself (grad 0: the activation, whose rows must be
+ * contiguous there; grad 1: the gradient). */
+static int in_place(const clg_pipe *p, const clg_pipe_edge *e, int grad)
+{
+    return p->inplace && p->d2d && (grad || e->pitch == e->fps);
+}
+
+/* Receives micro-batch m's tensor of edge e for replica k of stage st into t (its act[e->at] or dact[e->tensor]):
+ * in place, t is pointed at the transfer buffer; else a copy into t's rows (pitch floats per sample). */
+static clg_status recv_into(clg_pipe *p, clg_pipe_stage *st, int k, clg_pipe_edge *e, int grad, int m, clg_tensor *t,
+                            size_t pitch, int n)
+{
+    if (!in_place(p, e, grad))
+        return xfer_recv(p, e, grad, m, t->mem, t->off, pitch, n);
+    clg_tensor *home = &st->home[(size_t)k * (size_t)p->nedges + (size_t)(e - p->edges)];
+    if (!home->mem)
+        *home = *t;
+    t->mem = grad ? e->db[m] : e->df[m];
+    t->off = 0;
+    return CLG_OK;
+}
+
+/* The replica's own buffers back where recv_into pointed at transfer buffers. */
+static void recv_home(clg_pipe *p, clg_pipe_stage *st, int k)
+{
+    for (int q = 0; q < p->nedges && st->home; q++) {
+        clg_pipe_edge *e = &p->edges[q];
+        clg_tensor *home = &st->home[(size_t)k * (size_t)p->nedges + (size_t)q];
+        if (!home->mem)
+            continue;
+        if (e->to == st->index)
+            st->reps[k]->act[e->at] = *home;
+        else if (e->from == st->index)
+            st->reps[k]->dact[e->tensor] = *home;
+        home->mem = NULL;
+    }
+}
+
 /* Seconds of one transfer of a micro-batch of edge e's tensor (sender's
- * activation into the receiver's) by the current path, best of 3. */
+ * activation into the receiver's) by the current path, best of 3 (in place: the send alone). */
 static clg_status time_xfer(clg_pipe *p, clg_pipe_edge *e, double *t)
 {
     p->off[e->from / p->K][0] = 0;
@@ -1071,7 +1113,8 @@ static clg_status time_xfer(clg_pipe *p, clg_pipe_edge *e, double *t)
         double t0 = clg_now_sec();
         CLG_TRY(xfer_send(p, e, 0, 0, src, so, e->fps, p->mb));
         CLG_CL_CHECK(clg_dev_err(p->st[e->from].dev), clFinish(p->st[e->from].dev->queue));
-        CLG_TRY(xfer_recv(p, e, 0, 0, dst, dof, e->fps, p->mb));
+        if (!in_place(p, e, 0))
+            CLG_TRY(xfer_recv(p, e, 0, 0, dst, dof, e->fps, p->mb));
         CLG_CL_CHECK(clg_dev_err(p->st[e->to].dev), clFinish(p->st[e->to].dev->queue));
         if (r > 0) /* the first warms */
             *t = CLG_MIN(*t, clg_now_sec() - t0);
@@ -1095,6 +1138,12 @@ static clg_status xfer_setup(clg_pipe *p, int mode)
                            "pipeline: device-to-device transfers need the stages' devices in one OpenCL context");
     if (mode == CLG_PIPE_XFER_HOST || !shared)
         return CLG_OK;
+    p->inplace = p->T == 1; /* pp x tp's lanes keep their copies */
+    for (int s = 0; s < p->L && p->inplace; s++) {
+        p->st[s].home = calloc((size_t)p->st[s].nreps * (size_t)p->nedges, sizeof(clg_tensor));
+        if (!p->st[s].home)
+            return clg_err_set(&p->ctx->err, CLG_ERR_HOST_OOM, "out of memory");
+    }
     for (int q = 0; q < p->nedges; q++) {
         clg_pipe_edge *e = &p->edges[q];
         clg_device *dev = p->st[e->from].dev;
@@ -1113,6 +1162,8 @@ static clg_status xfer_setup(clg_pipe *p, int mode)
     CLG_TRY(time_xfer(p, &p->edges[big], &p->t_dev));
     p->d2d = 0;
     CLG_TRY(time_xfer(p, &p->edges[big], &p->t_host));
+    clg_pipe_xfer_remember(p->st[p->edges[big].from].dev, (size_t)p->mb * p->edges[big].fps * p->esize, &p->t_dev,
+                           &p->t_host);
     p->d2d = p->t_dev < p->t_host;
     return CLG_OK;
 }
@@ -1184,7 +1235,7 @@ static clg_status stage_forward(clg_pipe *p, clg_pipe_stage *st, int m)
         if (p->recompute)
             CLG_TRY(xfer_recv(p, e, 0, m, st->stash[slot * ne + j], 0, e->fps, n));
         else
-            CLG_TRY(xfer_recv(p, e, 0, m, r->act[e->at].mem, r->act[e->at].off, e->pitch, n));
+            CLG_TRY(recv_into(p, st, k, e, 0, m, &r->act[e->at], e->pitch, n));
         j++;
     }
     CLG_TRY(set_inputs(p, st, k, m));
@@ -1221,17 +1272,18 @@ static clg_status stage_recompute(clg_pipe *p, clg_pipe_stage *st, int m)
 }
 
 /* The gradients of this stage's tensors read by later stages, into dact[]. */
-static clg_status receive_grads(clg_pipe *p, clg_pipe_stage *st, clg_replica *r, int m, char *written)
+static clg_status receive_grads(clg_pipe *p, clg_pipe_stage *st, int k, int m, char *written)
 {
+    clg_replica *r = st->reps[k];
     int n = p->cnt[st->d][m];
     for (int q = 0; q < p->nedges; q++) {
         clg_pipe_edge *e = &p->edges[q];
         if (e->from != st->index)
             continue;
         CLG_TRY(wait_ready(p, st, &e->ready_b[m], "wait gradient", m));
-        const clg_tensor *g = &r->dact[e->tensor];
+        clg_tensor *g = &r->dact[e->tensor];
         if (!written[e->tensor]) {
-            CLG_TRY(xfer_recv(p, e, 1, m, g->mem, g->off, e->fps, n));
+            CLG_TRY(recv_into(p, st, k, e, 1, m, g, e->fps, n));
             written[e->tensor] = 1;
         } else {
             CLG_TRY(xfer_recv(p, e, 1, m, st->gscr, 0, e->fps, n));
@@ -1257,7 +1309,7 @@ static clg_status stage_backward(clg_pipe *p, clg_pipe_stage *st, int m, int fir
     if (rerun && rc == CLG_OK)
         trace_span(p, st->index, "re-run forward", m, t0);
     if (rc == CLG_OK)
-        rc = receive_grads(p, st, r, m, written);
+        rc = receive_grads(p, st, rep_of(st, m), m, written);
     st->cur_n = n;
     clg_pipe_wdefer_arm(p, st, r, m, 1);
     clg_pipe_wlate_arm(st, r, 1);
@@ -1275,6 +1327,7 @@ static clg_status stage_backward(clg_pipe *p, clg_pipe_stage *st, int m, int fir
     }
     if (r->arena_bytes) /* accumulate (without the deferred weight gradients) */
         CLG_TRY(clg_pipe_wdefer_acc(st, r, first_bwd));
+    recv_home(p, st, rep_of(st, m));
     st->slot_of[m] = -1;
     st->inflight--;
     return CLG_OK;
@@ -1398,6 +1451,8 @@ static clg_status stage_schedule(clg_pipe *p, clg_pipe_stage *st)
     st->inflight = 0;
     for (int m = 0; m < p->M; m++)
         st->slot_of[m] = -1;
+    for (int k = 0; k < st->nreps; k++) /* an abandoned step's in-place receives */
+        recv_home(p, st, k);
     CLG_CL_CHECK(err, clFinish(st->dev->queue)); /* nothing left of an abandoned step reads the host rows */
     if (st->reads_input)
         CLG_CL_CHECK(err, clEnqueueWriteBuffer(st->dev->queue, st->xbuf, CL_TRUE, 0,
@@ -1780,6 +1835,9 @@ static clg_status forward_chunk(clg_pipe *p, const int32_t *y, int o, int n, flo
 clg_status clg_pipe_forward(clg_pipe *p, const float *x, const int32_t *y, int n, float *res, float *out)
 {
     int B = p->mb * p->M * p->D;
+    for (int s = 0; s < p->L; s++) /* an abandoned step's in-place receives */
+        for (int k = 0; k < p->st[s].nreps; k++)
+            recv_home(p, &p->st[s], k);
     if (p->T > 1) /* the T lanes of a stage would have to run side by side: a whole replica evaluates */
         return clg_err_set(&p->ctx->err, CLG_ERR_UNSUPPORTED, "pipeline forward with tp=%d: evaluate on a "
                                                               "whole-network replica (clg_pipe_sync)", p->T);

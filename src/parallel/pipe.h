@@ -134,6 +134,9 @@ typedef struct clg_pipe_stage {
     int nwl;
     size_t *acc_lo, *acc_hi;   /* the arena ranges (floats) a micro-batch's backward accumulates: nacc */
     int nacc;
+    clg_tensor *home;          /* in place (pipe.inplace): per replica and edge, the replica's own act[] of an
+                                  entering tensor or dact[] of a leaving one (nreps x nedges), put back after
+                                  each backward */
 } clg_pipe_stage;
 
 typedef struct clg_pipe {
@@ -147,6 +150,8 @@ typedef struct clg_pipe {
     int K, M, schedule, mb;    /* mb: largest micro-batch */
     int D, L;                  /* data-parallel replicas of the pipeline; lanes D x K (st[0 .. L)) */
     int d2d;                   /* transfers device to device (clEnqueueCopyBuffer in the shared context) */
+    int inplace;               /* d2d: a stage reads a received tensor from the transfer buffer itself (one copy,
+                                  the sender's): entering activations with contiguous rows, gradients */
     int recompute;             /* clg_pipe_params.recompute */
     int wdefer;                /* clg_pipe_params.wdefer resolved: 0 off, 1 deferred per micro-batch, 2 one product */
     int wlate;                 /* clg_pipe_params.wlate resolved: 1 on */

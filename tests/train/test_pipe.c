@@ -33,6 +33,7 @@
 
 #include "model/layers.h"
 #include "parallel/pipe.h"
+#include "parallel/pipe_cost.h"
 #include "parallel/pipe_wdefer.h"
 #include "train_testutil.h"
 
@@ -239,13 +240,14 @@ static void pipeline_vs_accumulated(const char *text, const char *model, const c
 {
     weights acc = {0};
     run_pipe(text, STEPS, 1, 4, CLG_PIPE_1F1B, NULL, &acc, NULL);
-    /* 1F1B with transfers through the host and device to device (PoCL's devices share a context), GPipe as
-     * measured faster; both again re-running forwards from stashed stage inputs (recompute) */
+    /* 1F1B with transfers through the host and device to device (PoCL's devices share a context: the receiver
+     * reads the transfer buffers in place), GPipe as measured faster; both again re-running forwards from stashed
+     * stage inputs (recompute; 1F1B device to device: the gradients in place) */
     static const int sched[5] = {CLG_PIPE_1F1B, CLG_PIPE_1F1B, CLG_PIPE_GPIPE, CLG_PIPE_1F1B, CLG_PIPE_GPIPE};
-    static const int xfer[5] = {CLG_PIPE_XFER_HOST, CLG_PIPE_XFER_DEVICE, CLG_PIPE_XFER_AUTO, CLG_PIPE_XFER_AUTO,
+    static const int xfer[5] = {CLG_PIPE_XFER_HOST, CLG_PIPE_XFER_DEVICE, CLG_PIPE_XFER_AUTO, CLG_PIPE_XFER_DEVICE,
                                 CLG_PIPE_XFER_AUTO};
-    static const char *const xname[5] = {"through the host", "device to device", "auto", "auto, recompute",
-                                         "auto, recompute"};
+    static const char *const xname[5] = {"through the host", "device to device", "auto",
+                                         "device to device, recompute", "auto, recompute"};
     for (int c = 0; c < 5; c++) {
         int sch = sched[c];
         weights w = {0};
@@ -271,6 +273,61 @@ static void pipeline_vs_accumulated(const char *text, const char *model, const c
     }
     weights_free(&acc);
 }
+
+/* The default partition's layer costs and transfer times are the least of this and earlier runs' (the device's
+ * tuning database): a lower figure replaces the remembered one, a higher one does not; another micro-batch or
+ * network keeps its own; option pipe_cost_memory=0 leaves the figures as measured. */
+START_TEST(cost_memory)
+{
+    clg_ctx *c = ctx();
+    clg_device *dev = &c->devs[0];
+    if (!c->use_cache) {
+        fprintf(stderr, "cost_memory: the cache is off (CLGRAD_CACHE=0): nothing remembered\n");
+        return;
+    }
+    clg_err err = {0};
+    clg_net *net = NULL;
+    char *text = tt_read_model("lenet5.cfg");
+    ck_assert_msg(clg_net_build(&err, text, "t", BATCH, &net) == CLG_OK, "%s", err.msg);
+    int L = net->nlayers, mb = 1000 + (int)(clg_now_sec() * 1000) % 100000; /* a key no earlier run used */
+    double a[64], b[64], want[64];
+    ck_assert(L <= 64);
+    for (int i = 0; i < L; i++) {
+        a[i] = 1.0 + i;
+        b[i] = i % 2 ? 0.5 + i : 2.0 + i; /* odd layers lower */
+        want[i] = i % 2 ? 0.5 + i : 1.0 + i;
+    }
+    clg_pipe_cost_remember(dev, net, mb, 0, a); /* nothing remembered yet: unchanged */
+    for (int i = 0; i < L; i++)
+        ck_assert_double_eq(a[i], 1.0 + i);
+    clg_pipe_cost_remember(dev, net, mb, 0, b);
+    for (int i = 0; i < L; i++)
+        ck_assert_msg(b[i] == want[i], "layer %d: %g, expected the least %g", i, b[i], want[i]);
+    double c2[64], c3[64];
+    for (int i = 0; i < L; i++)
+        c2[i] = c3[i] = 9.0;
+    clg_pipe_cost_remember(dev, net, mb + 1, 0, c2); /* another micro-batch: its own */
+    clg_pipe_cost_remember(dev, net, mb, 1, c3);     /* dense weight products left out: its own */
+    for (int i = 0; i < L; i++)
+        ck_assert(c2[i] == 9.0 && c3[i] == 9.0);
+    double t_dev = 3.0, t_host = 1.0;
+    clg_pipe_xfer_remember(dev, (size_t)mb, &t_dev, &t_host);
+    t_dev = 2.0;
+    t_host = 4.0;
+    clg_pipe_xfer_remember(dev, (size_t)mb, &t_dev, &t_host);
+    ck_assert(t_dev == 2.0 && t_host == 1.0);
+    long was = c->opts.pipe_cost_memory;
+    c->opts.pipe_cost_memory = 0;
+    for (int i = 0; i < L; i++)
+        a[i] = 100.0;
+    clg_pipe_cost_remember(dev, net, mb, 0, a);
+    for (int i = 0; i < L; i++)
+        ck_assert(a[i] == 100.0);
+    c->opts.pipe_cost_memory = was;
+    clg_net_free(net);
+    free(text);
+}
+END_TEST
 
 START_TEST(lenet_vs_one_device)
 {
@@ -944,6 +1001,7 @@ static Suite *suite(void)
     TCase *tc = tcase_create("pipe");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, bad_layouts);
+    tcase_add_test(tc, cost_memory);
     tcase_add_test(tc, lenet_vs_one_device);
     tcase_add_test(tc, resnet_residual_cut);
     tcase_add_test(tc, stage_fault);

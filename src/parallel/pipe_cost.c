@@ -1,0 +1,81 @@
+/* The pipeline's measured costs remembered across runs: see pipe_cost.h. */
+#include "parallel/pipe_cost.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "ops/tune.h"
+
+#define PER_ENTRY 24 /* costs per database entry (CLG_TUNE_MAXP) */
+
+/* A fingerprint of what a layer cost depends on besides the device: the layers (names, shapes, inputs, FLOPs),
+ * the micro-batch and whether dense weight products were left out. */
+static uint64_t net_key(const clg_net *net, int mb, int wdefer)
+{
+    uint64_t h = clg_hash64(&mb, sizeof mb, CLG_HASH_SEED);
+    h = clg_hash64(&wdefer, sizeof wdefer, h);
+    h = clg_hash64(&net->nlayers, sizeof net->nlayers, h);
+    for (int i = 0; i < net->nlayers; i++) {
+        const clg_layer *l = &net->proto[i];
+        h = clg_hash_str(l->name, h);
+        h = clg_hash64(l->out_shape, sizeof l->out_shape, h);
+        h = clg_hash64(&l->nin, sizeof l->nin, h);
+        h = clg_hash64(l->inputs, sizeof(int) * (size_t)l->nin, h);
+        h = clg_hash64(&l->flops, sizeof l->flops, h);
+    }
+    return h;
+}
+
+static int remembering(const clg_device *dev) { return dev->ctx->use_cache && dev->ctx->opts.pipe_cost_memory; }
+
+/* Replaces each value by the least of it and the remembered one, and remembers the result (entries key/0,
+ * key/1, .., PER_ENTRY values each, named v0..). Returns how many values a remembered one lowered. */
+static int least_of(clg_device *dev, const char *key, double *v, int n)
+{
+    int lowered = 0;
+    for (int c = 0; c * PER_ENTRY < n; c++) {
+        clg_tune_entry e = {0};
+        snprintf(e.key, sizeof e.key, "%s/%d", key, c);
+        const clg_tune_entry *old = clg_tune_find(dev, e.key);
+        for (int i = c * PER_ENTRY; i < n && i < (c + 1) * PER_ENTRY; i++) {
+            char name[12];
+            snprintf(name, sizeof name, "v%d", i - c * PER_ENTRY);
+            double r = clg_tune_param(old, name, -1.0);
+            if (r > 0 && r < v[i]) {
+                v[i] = r;
+                lowered++;
+            }
+            clg_tune_set(&e, name, v[i]);
+        }
+        if (clg_tune_put(dev, &e) != CLG_OK)
+            return lowered;
+    }
+    clg_err saved = dev->err;
+    if (clg_tune_save(dev) != CLG_OK) /* a cache that cannot be written: this run's figures stay */
+        clg_log(1, "pipeline costs not remembered: %s", dev->err.msg);
+    dev->err = saved;
+    return lowered;
+}
+
+void clg_pipe_cost_remember(clg_device *dev, const clg_net *net, int mb, int wdefer, double *cost)
+{
+    if (!remembering(dev))
+        return;
+    char key[64];
+    snprintf(key, sizeof key, "pipe-cost/%016llx", (unsigned long long)net_key(net, mb, wdefer));
+    int lowered = least_of(dev, key, cost, net->nlayers);
+    clg_log(2, "pipeline: layer costs %s: %d of %d lowered to the least measured before", key, lowered,
+            net->nlayers);
+}
+
+void clg_pipe_xfer_remember(clg_device *dev, size_t bytes, double *t_dev, double *t_host)
+{
+    if (!remembering(dev))
+        return;
+    char key[64];
+    double t[2] = {*t_dev, *t_host};
+    snprintf(key, sizeof key, "pipe-xfer/%zu", bytes);
+    least_of(dev, key, t, 2);
+    *t_dev = t[0];
+    *t_host = t[1];
+}
