@@ -168,6 +168,7 @@ static int measure_costs(clg_net *net, clg_device *dev, uint64_t seed, int mb, i
         for (int i = 0; i < L; i++)
             cost[i] = t == 0 ? r->prof_fwd[i] + r->prof_bwd[i] : CLG_MIN(cost[i], r->prof_fwd[i] + r->prof_bwd[i]);
     }
+    clg_pipe_cost_remember(dev, net, mb, wdefer, cost); /* the least of this and earlier runs' (pipe_cost.h) */
     ok = 1;
 out:
     if (r)
@@ -671,8 +672,6 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
     int wdefer = clg_pipe_wdefer_mode(ctx, pp, T);
     p->measured = !(pp->cuts && *pp->cuts) && K > 1 && measure_costs(net, &ctx->devs[devs[0]], seed, mb, wdefer,
                                                                       p->cost);
-    if (p->measured) /* the least of this and earlier runs' figures: a loaded run does not move the cut */
-        clg_pipe_cost_remember(&ctx->devs[devs[0]], net, mb, wdefer, p->cost);
     clg_status rc = CLG_OK;
     if (!(pp->cuts && *pp->cuts) && K > 1)
         rc = costs_agree(&ctx->err, net, p);
