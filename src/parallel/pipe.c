@@ -2,6 +2,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "model/layers.h"
 #include "ops/nn.h"
@@ -572,25 +573,25 @@ static clg_status check_tensor(clg_ctx *ctx, const clg_net *net, int K, int D, i
  * leaves the larger stage more than 3% over half the total and the split (channels in multiples of 8 or 4 where
  * C allows, the tiles kernels block by; 1% allowed for the concat and the extra transfer) predicts a smaller
  * largest stage. Returns the layer (-1: none); *c its channels before the cut. */
-int clg_pipe_split_auto(const clg_net *net, const double *cost, const int *cut, int *c)
+int clg_pipe_split_auto(const clg_net *net, const double *cost, const int *cut, double bias, int *c)
 {
     double tot = 0, pre = 0, a = 0;
     for (int i = 0; i < net->nlayers; i++)
         tot += cost[i];
     for (int i = 0; i <= cut[0]; i++)
         a += cost[i];
-    double best = CLG_MAX(a, tot - a);
-    if (best <= 0.515 * tot)
+    double best = CLG_MAX(a, tot - a + bias), half = (tot + bias) / 2; /* the first stage's share */
+    if (best <= 0.515 * (tot + bias))
         return -1;
     for (int i = 0; i < net->nlayers; i++) {
-        if (pre + cost[i] > tot / 2) {
+        if (pre + cost[i] > half) {
             int C = clg_pipe_split_channels(net, i);
             if (!C)
                 return -1;
             int g = C % 8 == 0 && C >= 16 ? 8 : C % 4 == 0 && C >= 8 ? 4 : 1; /* whole kernel tiles */
-            int k = CLG_MAX(g, CLG_MIN(C - g, (int)((tot / 2 - pre) / cost[i] * C / g + 0.5) * g));
+            int k = CLG_MAX(g, CLG_MIN(C - g, (int)((half - pre) / cost[i] * C / g + 0.5) * g));
             double s0 = pre + cost[i] * k / C;
-            if (CLG_MAX(s0, tot - s0) * 1.01 >= best)
+            if (CLG_MAX(s0, tot - s0 + bias) * 1.01 >= best)
                 return -1;
             *c = k;
             return i;
@@ -646,6 +647,17 @@ static void log_partition(const clg_pipe *p)
                 p->measured ? "ms" : "GFLOP", p->d2d ? "device to device" : "through the host");
 }
 
+/* The default cut inside a layer (K = 2, T = 1), with the second stage's remembered measured extra cost; the key
+ * of that figure (with the weight-gradient modes) kept for clg_pipe_free. */
+static int split_default(clg_pipe *p, clg_ctx *ctx, const clg_net *net, const clg_pipe_params *pp, clg_device *dev,
+                         int mb, int wdefer, const int *cut, int *c)
+{
+    p->bias_kind = wdefer + 4 * clg_pipe_wlate_mode(ctx, pp, 1, net->fp16 != 0);
+    int split = clg_pipe_split_auto(net, p->cost, cut, clg_pipe_bias_get(dev, net, mb, p->bias_kind), c);
+    p->auto_split = split >= 0;
+    return split;
+}
+
 clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, uint64_t seed, int batch,
                            const clg_pipe_params *pp, clg_pipe **out)
 {
@@ -690,7 +702,7 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
     /* a cut inside a layer only where one process measures: ranks measuring apart could split differently */
     if (rc == CLG_OK && !(pp->cuts && *pp->cuts) && K == 2 && p->measured && !p->mem_moved && !capped &&
         !pp->whole_layers && clg_comm_size() <= 1 && T == 1)
-        split = clg_pipe_split_auto(net, p->cost, cut, &split_c);
+        split = split_default(p, ctx, net, pp, &ctx->devs[devs[0]], mb, wdefer, cut, &split_c);
     p->ctx = ctx;
     p->user_net = net;
     p->split_layer = -1;
@@ -768,10 +780,28 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
     return CLG_OK;
 }
 
+/* A default cut inside a layer: the second stage's measured CPU per micro-batch beyond the first's, less the
+ * layer costs' prediction, remembered for the next partition (pipe_cost.h; 2+ steps after the first on each). */
+static void remember_balance(clg_pipe *p)
+{
+    const clg_pipe_stage *a = &p->st[0], *b = &p->st[1];
+    if (!p->auto_split || p->L != 2 || !p->measured || a->cpu_n < 2 || b->cpu_n < 2 || p->nm < 1)
+        return;
+    double ms = 1000 * (b->cpu_sum / b->cpu_n - a->cpu_sum / a->cpu_n) / p->nm - (b->cost - a->cost);
+    double lim = 0.2 * (a->cost + b->cost); /* a run disturbed beyond that says nothing */
+    if (fabs(ms) <= lim)
+        clg_pipe_bias_put(a->dev, p->user_net, p->mb, p->bias_kind, ms);
+}
+
 void clg_pipe_free(clg_pipe *p)
 {
     if (!p)
         return;
+    for (int s = 0; s < p->L && p->team; s++) /* the stages' balance, as a loaded machine leaves it least changed */
+        if (p->st[s].cpu_n)
+            clg_log(1, "pipeline stage %d: %.1f ms CPU per step (its thread, %d steps after the first)", s,
+                    1000 * p->st[s].cpu_sum / p->st[s].cpu_n, p->st[s].cpu_n);
+    remember_balance(p);
     clg_team_free(p->team);
     clg_pipe_zero_free(p);
     for (int l = 0; l < p->L; l++) {
@@ -1540,15 +1570,30 @@ static int schedules_ended(clg_pipe *p)
     return ok;
 }
 
+/* The calling thread's CPU seconds. */
+static double thread_cpu(void)
+{
+    struct timespec ts;
+    return clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0 ? (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec : 0.0;
+}
+
 static clg_status stage_fn(void *arg, int s)
 {
     clg_pipe *p = arg;
     clg_pipe_stage *st = &p->st[s];
-    if (p->phase == 1)
-        return stage_update(p, st);
+    double c0 = thread_cpu();
+    if (p->phase == 1) {
+        clg_status rc = stage_update(p, st);
+        st->cpu_sum += p->seq > 1 ? thread_cpu() - c0 : 0;
+        return rc;
+    }
     clg_status rc = stage_schedule(p, st);
     if (rc == CLG_OK && p->phase == 2 && schedules_ended(p)) /* no stage updates when one failed */
         rc = stage_update(p, st);
+    if (p->seq > 1) { /* the first step measures and compiles */
+        st->cpu_sum += thread_cpu() - c0;
+        st->cpu_n++;
+    }
     if (rc != CLG_OK)
         clg_fail_once(&p->mu, &p->cv, &p->abort, &p->fail_stage, &p->fail_status, s, rc);
     if (rc != CLG_OK && p->tpg) /* its tensor-parallel partners' all-reduces woken */

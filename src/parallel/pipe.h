@@ -126,6 +126,9 @@ typedef struct clg_pipe_stage {
     double norm_sq;            /* squared norm of the accumulated gradient (clipping) */
     int overflow;              /* fp16: the accumulated gradient had an inf or NaN this step */
     double t_wait, t_end;      /* this step: seconds waiting for other stages; when its schedule ended */
+    double cpu_sum;            /* the stage thread's CPU seconds (its device's kernels on PoCL's basic and
+                                  its schedule; not its waits), summed over the steps after the first */
+    int cpu_n;
     double cost, mib;          /* its layers' cost (pipe.cost) and the MiB it plans (table) */
     int cur_n;                 /* samples of the micro-batch its replica is running (pp x tp's all-reduce) */
     struct clg_pipe_wd *wd;    /* deferred weight gradients (pipe_wdefer.h): nwd layers */
@@ -161,6 +164,8 @@ typedef struct clg_pipe {
     double *cost;              /* per layer: measured ms of forward + backward of a micro-batch (measured), or
                                   GFLOP of a global batch's forward + backward */
     int measured;
+    int auto_split;            /* the default partition cut inside a layer (K = 2): its balance is remembered */
+    int bias_kind;             /* the weight-gradient modes (the remembered balance's key, pipe_cost.h) */
     int mem_moved;             /* the default partition moved a cut so that every stage fits its device's cap */
     clg_pipe_edge *edges;
     int nedges;
@@ -301,8 +306,8 @@ CLG_INTERNAL clg_status clg_pipe_split_spec(clg_err *err, const clg_net *net, co
 /* The default partition's choice for K = 2 from per-layer costs and the best cut between layers (cut[0]): the
  * layer to cut inside (-1: none) and *c its channels before the cut (pipe.c: when that cut leaves the larger stage
  * more than 3% over half, the layer where half the cost falls, in whole tiles of 8 or 4 channels where possible,
- * if that predicts a smaller largest stage). */
-CLG_INTERNAL int clg_pipe_split_auto(const clg_net *net, const double *cost, const int *cut, int *c);
+ * if that predicts a smaller largest stage). bias: cost added to the second stage (clg_pipe_bias_get). */
+CLG_INTERNAL int clg_pipe_split_auto(const clg_net *net, const double *cost, const int *cut, double bias, int *c);
 /* A cut inside a layer in fp32 without tensor parallelism: the edge carrying L@0's output lands straight in its
  * channel slice of the concat's output on the stage after the cut, its gradient read from that slice of the
  * concat's output gradient (strided transfers), and that stage's concat skips the input (clg_layer.in_place). */

@@ -1,6 +1,7 @@
 /* The pipeline's measured costs remembered across runs: see pipe_cost.h. */
 #include "parallel/pipe_cost.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -78,4 +79,37 @@ void clg_pipe_xfer_remember(clg_device *dev, size_t bytes, double *t_dev, double
     least_of(dev, key, t, 2);
     *t_dev = t[0];
     *t_host = t[1];
+}
+
+static void bias_key(const clg_net *net, int mb, int wdefer, char key[64])
+{
+    snprintf(key, 64, "pipe-bias/%016llx", (unsigned long long)net_key(net, mb, wdefer));
+}
+
+double clg_pipe_bias_get(clg_device *dev, const clg_net *net, int mb, int wdefer)
+{
+    if (!remembering(dev))
+        return 0;
+    char key[64];
+    bias_key(net, mb, wdefer, key);
+    return clg_tune_param(clg_tune_find(dev, key), "ms", 0.0);
+}
+
+void clg_pipe_bias_put(clg_device *dev, const clg_net *net, int mb, int wdefer, double ms)
+{
+    if (!remembering(dev) || !isfinite(ms))
+        return;
+    clg_tune_entry e = {0};
+    bias_key(net, mb, wdefer, e.key);
+    const clg_tune_entry *old = clg_tune_find(dev, e.key);
+    double was = clg_tune_param(old, "ms", 0.0);
+    int n = (int)clg_tune_param(old, "n", 0.0);
+    clg_tune_set(&e, "ms", n ? 0.5 * (was + ms) : ms); /* the runs' figures averaged, the latest weighing most */
+    clg_tune_set(&e, "n", n + 1);
+    clg_err saved = dev->err;
+    if (clg_tune_put(dev, &e) != CLG_OK || clg_tune_save(dev) != CLG_OK)
+        clg_log(1, "pipeline balance not remembered: %s", dev->err.msg);
+    dev->err = saved;
+    clg_log(1, "pipeline: stage 1 measured %+.3f ms per micro-batch beyond the layer costs (remembered %+.3f)", ms,
+            n ? 0.5 * (was + ms) : ms);
 }

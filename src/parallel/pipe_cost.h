@@ -19,4 +19,11 @@ CLG_INTERNAL void clg_pipe_cost_remember(clg_device *dev, const clg_net *net, in
 /* The same for the two transfer paths' seconds of a tensor of the given bytes. */
 CLG_INTERNAL void clg_pipe_xfer_remember(clg_device *dev, size_t bytes, double *t_dev, double *t_host);
 
+/* The measured imbalance of a 2-stage pipeline cut inside a layer by default (pipe.c): the second stage's CPU
+ * ms per micro-batch beyond the first's, less what the layer costs predicted (the concat, the late weight
+ * gradients' launches, the step's end: work the one-device measurement does not see). get: the remembered
+ * figure (0: none); put: a run's figure averaged into it. The default partition adds it to the second stage. */
+CLG_INTERNAL double clg_pipe_bias_get(clg_device *dev, const clg_net *net, int mb, int wdefer);
+CLG_INTERNAL void clg_pipe_bias_put(clg_device *dev, const clg_net *net, int mb, int wdefer, double ms);
+
 #endif

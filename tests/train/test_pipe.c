@@ -276,7 +276,8 @@ static void pipeline_vs_accumulated(const char *text, const char *model, const c
 
 /* The default partition's layer costs and transfer times are the least of this and earlier runs' (the device's
  * tuning database): a lower figure replaces the remembered one, a higher one does not; another micro-batch or
- * network keeps its own; option pipe_cost_memory=0 leaves the figures as measured. */
+ * network keeps its own; the second stage's measured extra cost is averaged over runs; option
+ * pipe_cost_memory=0 leaves the figures as measured and remembers none. */
 START_TEST(cost_memory)
 {
     clg_ctx *c = ctx();
@@ -316,6 +317,13 @@ START_TEST(cost_memory)
     t_host = 4.0;
     clg_pipe_xfer_remember(dev, (size_t)mb, &t_dev, &t_host);
     ck_assert(t_dev == 2.0 && t_host == 1.0);
+    /* the second stage's measured extra cost: none remembered, then the runs' figures averaged */
+    ck_assert(clg_pipe_bias_get(dev, net, mb, 0) == 0.0);
+    clg_pipe_bias_put(dev, net, mb, 0, 2.0);
+    ck_assert(clg_pipe_bias_get(dev, net, mb, 0) == 2.0);
+    clg_pipe_bias_put(dev, net, mb, 0, 4.0);
+    ck_assert(clg_pipe_bias_get(dev, net, mb, 0) == 3.0);
+    ck_assert(clg_pipe_bias_get(dev, net, mb, 4) == 0.0); /* another weight-gradient mode: its own */
     long was = c->opts.pipe_cost_memory;
     c->opts.pipe_cost_memory = 0;
     for (int i = 0; i < L; i++)
@@ -323,6 +331,7 @@ START_TEST(cost_memory)
     clg_pipe_cost_remember(dev, net, mb, 0, a);
     for (int i = 0; i < L; i++)
         ck_assert(a[i] == 100.0);
+    ck_assert(clg_pipe_bias_get(dev, net, mb, 0) == 0.0);
     c->opts.pipe_cost_memory = was;
     clg_net_free(net);
     free(text);
