@@ -28,8 +28,10 @@ under the same load (the bubble is the less load-sensitive figure).
 
 Each round's line gives the side's CPU ms/step and, for a pipeline, the
 partition its run chose at creation (the cut or the cut inside a layer with
-its channels, and the transfer path: `conv3:32/64 d2d`); the table counts
-them per side. Before the rounds every pipeline side runs once (its own
+its channels, and the transfer path: `conv3:32/64 d2d`) and each stage
+thread's CPU ms per step (the stages' balance, which load disturbs little;
+an --against build older than that logs none); the table counts the
+partitions per side. Before the rounds every pipeline side runs once (its own
 convolution shapes measured, its layer costs remembered: pipe_cost_memory).
 
 The machine's load changes absolute figures; the ratio of the two sides of
@@ -61,6 +63,12 @@ def partition(log):
     return ("%s %s" % (cut, path)).strip()
 
 
+def stage_cpu(log):
+    """The stages' thread CPU ms per step from a pipeline's --verbose log ('136/139'), '' when absent."""
+    v = re.findall(r"pipeline stage \d+: ([0-9.]+) ms CPU per step", log)
+    return "/".join("%.0f" % float(x) for x in v)
+
+
 def bench(a, devices, extra, clgrad=None):
     env = dict(os.environ)
     env["POCL_DEVICES"] = devices
@@ -72,6 +80,7 @@ def bench(a, devices, extra, clgrad=None):
         sys.exit("failed: %s\n%s" % (" ".join(cmd), out.stderr[-2000:]))
     j = json.loads(out.stdout.strip().splitlines()[-1])
     j["partition"] = partition(out.stderr) if pipe else ""
+    j["stage_cpu"] = stage_cpu(out.stderr) if pipe else ""
     return j
 
 
@@ -124,9 +133,10 @@ def main():
         for name, dev, extra, exe in (cases if r % 2 == 0 else list(reversed(cases))):
             j = bench(a, dev, extra, exe)
             runs.setdefault(name, []).append(j)
-            print("round %d %-48s %8.1f img/s  bubble %s  CPU %.0f ms/step  %s" % (
+            print("round %d %-48s %8.1f img/s  bubble %s  CPU %.0f ms/step  %s%s" % (
                 r + 1, name, j["images_per_s"], "%.3f" % j["pipe_bubble"] if j["pipe_bubble"] >= 0 else "-",
-                j.get("cpu_ms_per_step", 0), j["partition"]), file=sys.stderr)
+                j.get("cpu_ms_per_step", 0), j["partition"],
+                "  stages' CPU %s ms/step" % j["stage_cpu"] if j["stage_cpu"] else ""), file=sys.stderr)
     base = statistics.median(x["images_per_s"] for x in runs[cases[0][0]])
     print("\n%s, global batch %d, %d timed steps, medians of %d alternating rounds; 1-minute load %s at the "
           "start, %s at the end" % (a.model, a.batch, a.steps, a.repeat, load0, loadavg()))

@@ -573,7 +573,7 @@ static clg_status check_tensor(clg_ctx *ctx, const clg_net *net, int K, int D, i
  * leaves the larger stage more than 3% over half the total and the split (channels in multiples of 8 or 4 where
  * C allows, the tiles kernels block by; 1% allowed for the concat and the extra transfer) predicts a smaller
  * largest stage. Returns the layer (-1: none); *c its channels before the cut. */
-int clg_pipe_split_auto(const clg_net *net, const double *cost, const int *cut, double bias, int *c)
+int clg_pipe_split_auto(const clg_net *net, const double *cost, const int *cut, double bias, int prev, int *c)
 {
     double tot = 0, pre = 0, a = 0;
     for (int i = 0; i < net->nlayers; i++)
@@ -590,7 +590,12 @@ int clg_pipe_split_auto(const clg_net *net, const double *cost, const int *cut, 
                 return -1;
             int g = C % 8 == 0 && C >= 16 ? 8 : C % 4 == 0 && C >= 8 ? 4 : 1; /* whole kernel tiles */
             int k = CLG_MAX(g, CLG_MIN(C - g, (int)((half - pre) / cost[i] * C / g + 0.5) * g));
-            double s0 = pre + cost[i] * k / C;
+            double s0 = pre + cost[i] * k / C, sp = pre + cost[i] * (prev % 65536) / C;
+            if (prev / 65536 == i + 1 && prev % 65536 > 0 && prev % 65536 < C && /* the last run's, unless 2% worse */
+                CLG_MAX(sp, tot - sp + bias) <= 1.02 * CLG_MAX(s0, tot - s0 + bias)) {
+                k = prev % 65536;
+                s0 = sp;
+            }
             if (CLG_MAX(s0, tot - s0 + bias) * 1.01 >= best)
                 return -1;
             *c = k;
@@ -653,7 +658,9 @@ static int split_default(clg_pipe *p, clg_ctx *ctx, const clg_net *net, const cl
                          int mb, int wdefer, const int *cut, int *c)
 {
     p->bias_kind = wdefer + 4 * clg_pipe_wlate_mode(ctx, pp, 1, net->fp16 != 0);
-    int split = clg_pipe_split_auto(net, p->cost, cut, clg_pipe_bias_get(dev, net, mb, p->bias_kind), c);
+    int prev = 0;
+    double bias = clg_pipe_bias_get(dev, net, mb, p->bias_kind, &prev);
+    int split = clg_pipe_split_auto(net, p->cost, cut, bias, prev, c);
     p->auto_split = split >= 0;
     return split;
 }
@@ -790,7 +797,7 @@ static void remember_balance(clg_pipe *p)
     double ms = 1000 * (b->cpu_sum / b->cpu_n - a->cpu_sum / a->cpu_n) / p->nm - (b->cost - a->cost);
     double lim = 0.2 * (a->cost + b->cost); /* a run disturbed beyond that says nothing */
     if (fabs(ms) <= lim)
-        clg_pipe_bias_put(a->dev, p->user_net, p->mb, p->bias_kind, ms);
+        clg_pipe_bias_put(a->dev, p->user_net, p->mb, p->bias_kind, ms, (p->split_layer + 1) * 65536 + p->split_c);
 }
 
 void clg_pipe_free(clg_pipe *p)

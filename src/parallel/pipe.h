@@ -306,8 +306,11 @@ CLG_INTERNAL clg_status clg_pipe_split_spec(clg_err *err, const clg_net *net, co
 /* The default partition's choice for K = 2 from per-layer costs and the best cut between layers (cut[0]): the
  * layer to cut inside (-1: none) and *c its channels before the cut (pipe.c: when that cut leaves the larger stage
  * more than 3% over half, the layer where half the cost falls, in whole tiles of 8 or 4 channels where possible,
- * if that predicts a smaller largest stage). bias: cost added to the second stage (clg_pipe_bias_get). */
-CLG_INTERNAL int clg_pipe_split_auto(const clg_net *net, const double *cost, const int *cut, double bias, int *c);
+ * if that predicts a smaller largest stage). bias: cost added to the second stage (clg_pipe_bias_get); prev: the
+ * last run's cut inside a layer ((layer + 1) * 65536 + channels; 0 none), kept unless it predicts a largest stage
+ * more than 2% over the new choice's (so channel counts do not flip between runs on figures that jitter). */
+CLG_INTERNAL int clg_pipe_split_auto(const clg_net *net, const double *cost, const int *cut, double bias, int prev,
+                                     int *c);
 /* A cut inside a layer in fp32 without tensor parallelism: the edge carrying L@0's output lands straight in its
  * channel slice of the concat's output on the stage after the cut, its gradient read from that slice of the
  * concat's output gradient (strided transfers), and that stage's concat skips the input (clg_layer.in_place). */

@@ -86,16 +86,19 @@ static void bias_key(const clg_net *net, int mb, int wdefer, char key[64])
     snprintf(key, 64, "pipe-bias/%016llx", (unsigned long long)net_key(net, mb, wdefer));
 }
 
-double clg_pipe_bias_get(clg_device *dev, const clg_net *net, int mb, int wdefer)
+double clg_pipe_bias_get(clg_device *dev, const clg_net *net, int mb, int wdefer, int *cut)
 {
+    *cut = 0;
     if (!remembering(dev))
         return 0;
     char key[64];
     bias_key(net, mb, wdefer, key);
-    return clg_tune_param(clg_tune_find(dev, key), "ms", 0.0);
+    const clg_tune_entry *e = clg_tune_find(dev, key);
+    *cut = (int)clg_tune_param(e, "cut", 0.0);
+    return clg_tune_param(e, "ms", 0.0);
 }
 
-void clg_pipe_bias_put(clg_device *dev, const clg_net *net, int mb, int wdefer, double ms)
+void clg_pipe_bias_put(clg_device *dev, const clg_net *net, int mb, int wdefer, double ms, int cut)
 {
     if (!remembering(dev) || !isfinite(ms))
         return;
@@ -106,6 +109,7 @@ void clg_pipe_bias_put(clg_device *dev, const clg_net *net, int mb, int wdefer, 
     int n = (int)clg_tune_param(old, "n", 0.0);
     clg_tune_set(&e, "ms", n ? 0.5 * (was + ms) : ms); /* the runs' figures averaged, the latest weighing most */
     clg_tune_set(&e, "n", n + 1);
+    clg_tune_set(&e, "cut", cut);
     clg_err saved = dev->err;
     if (clg_tune_put(dev, &e) != CLG_OK || clg_tune_save(dev) != CLG_OK)
         clg_log(1, "pipeline balance not remembered: %s", dev->err.msg);

@@ -22,8 +22,9 @@ CLG_INTERNAL void clg_pipe_xfer_remember(clg_device *dev, size_t bytes, double *
 /* The measured imbalance of a 2-stage pipeline cut inside a layer by default (pipe.c): the second stage's CPU
  * ms per micro-batch beyond the first's, less what the layer costs predicted (the concat, the late weight
  * gradients' launches, the step's end: work the one-device measurement does not see). get: the remembered
- * figure (0: none); put: a run's figure averaged into it. The default partition adds it to the second stage. */
-CLG_INTERNAL double clg_pipe_bias_get(clg_device *dev, const clg_net *net, int mb, int wdefer);
-CLG_INTERNAL void clg_pipe_bias_put(clg_device *dev, const clg_net *net, int mb, int wdefer, double ms);
+ * figure (0: none); put: a run's figure averaged into it. The default partition adds it to the second stage.
+ * cut: the run's cut inside a layer (clg_pipe_split_auto's prev), remembered beside it (get: 0 when none). */
+CLG_INTERNAL double clg_pipe_bias_get(clg_device *dev, const clg_net *net, int mb, int wdefer, int *cut);
+CLG_INTERNAL void clg_pipe_bias_put(clg_device *dev, const clg_net *net, int mb, int wdefer, double ms, int cut);
 
 #endif

@@ -317,13 +317,14 @@ START_TEST(cost_memory)
     t_host = 4.0;
     clg_pipe_xfer_remember(dev, (size_t)mb, &t_dev, &t_host);
     ck_assert(t_dev == 2.0 && t_host == 1.0);
-    /* the second stage's measured extra cost: none remembered, then the runs' figures averaged */
-    ck_assert(clg_pipe_bias_get(dev, net, mb, 0) == 0.0);
-    clg_pipe_bias_put(dev, net, mb, 0, 2.0);
-    ck_assert(clg_pipe_bias_get(dev, net, mb, 0) == 2.0);
-    clg_pipe_bias_put(dev, net, mb, 0, 4.0);
-    ck_assert(clg_pipe_bias_get(dev, net, mb, 0) == 3.0);
-    ck_assert(clg_pipe_bias_get(dev, net, mb, 4) == 0.0); /* another weight-gradient mode: its own */
+    /* the second stage's measured extra cost: none remembered, then the runs' figures averaged (and the last cut) */
+    int cut = -1;
+    ck_assert(clg_pipe_bias_get(dev, net, mb, 0, &cut) == 0.0);
+    clg_pipe_bias_put(dev, net, mb, 0, 2.0, 3 * 65536 + 8);
+    ck_assert(clg_pipe_bias_get(dev, net, mb, 0, &cut) == 2.0);
+    clg_pipe_bias_put(dev, net, mb, 0, 4.0, 3 * 65536 + 16);
+    ck_assert(clg_pipe_bias_get(dev, net, mb, 0, &cut) == 3.0 && cut == 3 * 65536 + 16);
+    ck_assert(clg_pipe_bias_get(dev, net, mb, 4, &cut) == 0.0); /* another weight-gradient mode: its own */
     long was = c->opts.pipe_cost_memory;
     c->opts.pipe_cost_memory = 0;
     for (int i = 0; i < L; i++)
@@ -331,7 +332,7 @@ START_TEST(cost_memory)
     clg_pipe_cost_remember(dev, net, mb, 0, a);
     for (int i = 0; i < L; i++)
         ck_assert(a[i] == 100.0);
-    ck_assert(clg_pipe_bias_get(dev, net, mb, 0) == 0.0);
+    ck_assert(clg_pipe_bias_get(dev, net, mb, 0, &cut) == 0.0);
     c->opts.pipe_cost_memory = was;
     clg_net_free(net);
     free(text);

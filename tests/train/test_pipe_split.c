@@ -513,26 +513,37 @@ START_TEST(auto_choice)
     /* the costs the pipeline measured on a basic device (ms, micro-batch 32): the best layer cut (after conv3)
      * leaves 57.4 / 46.7; half is 52.2, 9.6 ms into conv3's 14.8: 41 of 64 channels, 40 in tiles of 8 */
     double vgg[10] = {1.414, 40.625, 0.636, 14.848, 43.975, 0.535, 2.147, 0.015, 0.032, 0.018};
-    ck_assert_int_eq(clg_pipe_split_auto(net, vgg, cut, 0, &c), 3);
+    ck_assert_int_eq(clg_pipe_split_auto(net, vgg, cut, 0, 0, &c), 3);
     ck_assert_int_eq(c, 40);
     /* the second stage measured 4 ms per micro-batch over its layers' costs (remembered): half of 108.2 is 54.1,
      * 11.4 ms into conv3: 49 channels, 48 in tiles; 5 ms under them: 49.6, 6.9 ms in: 30, 32 in tiles */
-    ck_assert_int_eq(clg_pipe_split_auto(net, vgg, cut, 4.0, &c), 3);
+    ck_assert_int_eq(clg_pipe_split_auto(net, vgg, cut, 4.0, 0, &c), 3);
     ck_assert_int_eq(c, 48);
-    ck_assert_int_eq(clg_pipe_split_auto(net, vgg, cut, -5.0, &c), 3);
+    ck_assert_int_eq(clg_pipe_split_auto(net, vgg, cut, -5.0, 0, &c), 3);
+    ck_assert_int_eq(c, 32);
+    /* the last run's cut inside conv3 (layer 3) is kept unless it predicts a largest stage more than 2% over the
+     * new choice's: bias -2.5 picks 32 (largest stage 51.65), the last run's 40 predicts 51.96 (0.6% more): kept;
+     * with bias -4 (32: 50.15, 40: 51.96, 3.6% more) not; nor a cut in another layer */
+    ck_assert_int_eq(clg_pipe_split_auto(net, vgg, cut, -2.5, 0, &c), 3);
+    ck_assert_int_eq(c, 32);
+    ck_assert_int_eq(clg_pipe_split_auto(net, vgg, cut, -2.5, 4 * 65536 + 40, &c), 3);
+    ck_assert_int_eq(c, 40);
+    ck_assert_int_eq(clg_pipe_split_auto(net, vgg, cut, -4.0, 4 * 65536 + 40, &c), 3);
+    ck_assert_int_eq(c, 32);
+    ck_assert_int_eq(clg_pipe_split_auto(net, vgg, cut, -2.5, 5 * 65536 + 40, &c), 3);
     ck_assert_int_eq(c, 32);
     /* within 3% of half: no split */
     double even[10] = {1, 44, 1, 2, 44, 1, 1, 0, 0, 0};
     cut[0] = 2;
-    ck_assert_int_eq(clg_pipe_split_auto(net, even, cut, 0, &c), -1);
+    ck_assert_int_eq(clg_pipe_split_auto(net, even, cut, 0, 0, &c), -1);
     /* half falls in pool2 (cannot be split): none */
     double pool[10] = {1, 40, 1, 1, 1, 60, 1, 0, 0, 0};
     cut[0] = 4;
-    ck_assert_int_eq(clg_pipe_split_auto(net, pool, cut, 0, &c), -1);
+    ck_assert_int_eq(clg_pipe_split_auto(net, pool, cut, 0, 0, &c), -1);
     /* half falls in fc1 (dense, 256 units): inside it */
     double fc[10] = {1, 1, 1, 1, 1, 1, 100, 1, 1, 1};
     cut[0] = 6;
-    ck_assert_int_eq(clg_pipe_split_auto(net, fc, cut, 0, &c), 6);
+    ck_assert_int_eq(clg_pipe_split_auto(net, fc, cut, 0, 0, &c), 6);
     ck_assert_int_eq(c, 128);
     clg_net_free(net);
     free(text);
