@@ -48,7 +48,7 @@
     X(pipe_wlate, "CLGRAD_PIPE_WLATE", CHOICE, "auto", 0, 0, "auto,0,1", TUNING,                                    \
       "pipeline: a stage sends its input gradients before its weight gradients (the same bits; auto: 1)")          \
     X(pipe_cost_memory, "CLGRAD_PIPE_COST_MEMORY", BOOL, "1", 0, 1, "", TUNING,                                    \
-      "pipeline: the default partition uses the least layer costs measured in this and earlier runs (tune cache)")  \
+      "pipeline: the default partition uses the least costs of this and earlier runs and their stage balance")     \
     X(allreduce, "CLGRAD_ALLREDUCE", CHOICE, "ring", 0, 0, "ring,mpi", USER,                                         \
       "under mpirun: clgrad's ring all-reduce or MPI_Iallreduce")                                                    \
     X(precompile, "CLGRAD_PRECOMPILE", CHOICE, "auto", 0, 0, "auto,0,1", USER,                                       \
