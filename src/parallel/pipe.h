@@ -19,8 +19,9 @@
  * a to b, their gradients from b back to a (summed on a when several stages
  * read the tensor), through host memory (a read on one device's queue, a
  * write on the other's) or, between devices of one cl_context, device to
- * device (a copy into a buffer of the context on the sender's queue, out of
- * it on the receiver's), whichever measured faster at creation; each
+ * device (a copy into a buffer of the context on the sender's queue, which
+ * the receiver reads in place where the rows are contiguous, else copies
+ * out on its queue), whichever measured faster at creation; each
  * micro-batch's handed over under one lock.
  *
  * Stashed forwards: a stage keeps one slot per micro-batch in flight
