@@ -42,6 +42,21 @@ alternates from pair to pair; each build's ratios and sides are reported).
 
   /usr/bin/python3 bench/dp_scaling.py --fresh-pairs 5 --models models/vgg-s.cfg:20,models/lenet5.cfg:300 --trace
 
+Where the 2-device step's extra CPU comes from: --contention K runs K
+alternating rounds (warm cache) of the 2-device run at batch B, two
+independent 1-device processes at batch B/2 side by side (no reduction, no
+hand-off: data parallelism without any of clgrad's data-parallel code), and
+one 1-device process at B and at B/2 alone. CPU ms per step (medians): 2
+devices minus the two processes is what the data-parallel code adds (the
+reduction, the second optimizer, hand-offs, launches on two devices); the
+two processes minus twice the half batch alone is what two busy cores cost
+the same work (shared cache and memory, clock); twice the half batch alone
+against the whole batch is the per-sample cost of the half batch. The two
+processes' summed throughput against the 1-device run bounds what any
+2-device split of the same work reaches on the machine.
+
+  /usr/bin/python3 bench/dp_scaling.py --contention 5 --models models/lenet5.cfg:300
+
 Heterogeneous pair: lane 1 posing as a device half as fast
 (--set test_slow_lane=1:1.0, a test aid: the lane waits as long again as
 it computed). Ideal = lane 0's own throughput + the slowed lane's own
@@ -207,6 +222,73 @@ def fresh_pairs(a):
             off_side(tag + model, pairs[tag])
 
 
+def contention(a):
+    """2 devices at batch B against two independent 1-device processes at B/2 side by side, and 1 device at B
+    and B/2 alone (warm cache): which part of the 2-device step's extra CPU is clgrad's data-parallel code and
+    which part the machine's (two busy cores)."""
+    for spec in a.models.split(","):
+        model, _, st = spec.partition(":")
+        steps = int(st) if st else a.steps
+        half = max(1, a.batch // 2)
+        for b in (a.batch, half):  # warm the cache for both batch sizes, one process at a time
+            bench(a.clgrad, model, b, 2, "basic", a.options, warmup=2)
+        bench(a.clgrad, model, a.batch, 2, "basic basic", a.options, warmup=2)
+        names = ["2 devices, batch %d" % a.batch, "2 processes, batch %d each" % half, "1 device, batch %d" % a.batch,
+                 "1 device, batch %d" % half]
+        runs = {n: [] for n in names}
+        for r in range(a.contention):
+            order = names if r % 2 == 0 else names[::-1]
+            for name in order:
+                load = os.getloadavg()[0]
+                if name == names[1]:
+                    js = side_by_side(a, model, half, steps)
+                    j = {"cpu_ms_per_step": sum(x["cpu_ms_per_step"] for x in js),
+                         "images_per_s": sum(x["images_per_s"] for x in js)}
+                else:
+                    dev = "basic basic" if name == names[0] else "basic"
+                    j = bench(a.clgrad, model, a.batch if name != names[3] else half, steps, dev, a.options,
+                              warmup=a.warmup)
+                j["load"] = load
+                runs[name].append(j)
+                print("%s round %d %-28s CPU ms per step %6.2f  %8.1f img/s  load %.1f" % (
+                    model, r + 1, name, j["cpu_ms_per_step"], j["images_per_s"], load), file=sys.stderr, flush=True)
+        cpu = {n: statistics.median(j["cpu_ms_per_step"] for j in runs[n]) for n in names}
+        ips = {n: statistics.median(j["images_per_s"] for j in runs[n]) for n in names}
+        two, procs, one, halfc = (cpu[n] for n in names)
+        print("\n%s, %d timed steps, medians of %d alternating rounds (load %.1f now, %d CPUs)" % (
+            model, steps, a.contention, os.getloadavg()[0], os.cpu_count()))
+        print("| run | CPU ms per step | images/s |")
+        print("|---|---:|---:|")
+        for n in names:
+            print("| %s | %.2f | %.0f |" % (n, cpu[n], ips[n]))
+        print("2 devices over 1: CPU %+.1f%%, of which the data-parallel code %+.1f%% (2 devices - 2 processes), two "
+              "busy cores %+.1f%% (2 processes - 2 x batch %d alone), the half batch %+.1f%% (2 x batch %d alone - "
+              "batch %d); work bound 2 x 1-device / 2-device CPU %.2fx; two independent processes %.2fx the "
+              "1-device throughput, 2 devices %.2fx" % (
+                  100 * (two / one - 1), 100 * (two - procs) / one, 100 * (procs - 2 * halfc) / one, half,
+                  100 * (2 * halfc - one) / one, half, a.batch, 2 * one / two, ips[names[1]] / ips[names[2]],
+                  ips[names[0]] / ips[names[2]]))
+
+
+def side_by_side(a, model, batch, steps):
+    """Two 1-device runs started together (one core each when the machine is idle); their reports."""
+    env = dict(os.environ)
+    env["POCL_DEVICES"] = "basic"
+    cmd = [a.clgrad, "bench", "train", "--model", model, "--batch", str(batch), "--steps", str(steps), "--warmup",
+           str(a.warmup), "--json"]
+    for kv in a.options.items():
+        cmd += ["--set", "%s=%s" % kv]
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    out = []
+    for p in procs:
+        o, e = p.communicate()
+        if p.returncode != 0:
+            sys.exit("failed: %s\n%s" % (" ".join(cmd), e[-2000:]))
+        out.append(json.loads(o.strip().splitlines()[-1]))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--clgrad", default="build/tools/clgrad")
@@ -223,9 +305,11 @@ def main():
                     help="instead: N pairs (2 basic vs 1), every run on an empty cache, order alternating")
     ap.add_argument("--ref", default=None, metavar="CLGRAD",
                     help="--fresh-pairs: also every pair on this build, alternating with --clgrad")
+    ap.add_argument("--contention", type=int, default=0, metavar="K",
+                    help="instead: K rounds of 2 devices vs two 1-device processes at half the batch vs 1 device")
     ap.add_argument("--trace", action="store_true", help="--fresh-pairs: per-lane busy/wait/reduction figures")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="--fresh-pairs: an option for both sides' runs (e.g. dp_caller_lane=0 for an A/B)")
+                    help="--fresh-pairs, --contention: an option for every run (e.g. dp_caller_lane=0 for an A/B)")
     a = ap.parse_args()
     a.options = dict(kv.split("=", 1) for kv in a.set)
     if a.fresh_pairs > 0:
@@ -233,6 +317,9 @@ def main():
         fresh_pairs(a)
         return
     a.warmup = 5 if a.warmup is None else a.warmup
+    if a.contention > 0:
+        contention(a)
+        return
     if a.first_runs > 0:
         first_runs(a)
         return

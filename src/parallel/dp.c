@@ -233,7 +233,10 @@ static clg_status make_reduction(clg_dp *dp, const char *mode, clg_err *err)
             return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory for the gradient reduction");
     }
     /* across ranks the all-reduce starts from the host sum */
-    CLG_TRY(clg_dp_dev_setup(dp, dp->ranks > 1 ? "host" : mode, err));
+    CLG_TRY(clg_dp_dev_setup(dp, dp->ranks > 1 && (!mode || strcmp(mode, "copy") != 0) ? "host" : mode, err));
+    dp->hmap = clg_dp_host_maps(dp, mode);
+    if (dp->hmap && !(dp->bmap = calloc((size_t)dp->n, sizeof *dp->bmap)))
+        return clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory for the gradient reduction");
     dp->nparts = dp->n > 1 ? 2 * dp->n : 1; /* finer than the lanes: a lane woken late finds the rest taken */
     dp->b_grid = clg_dp_bucket_items(dp);
     dp->p_next = calloc((size_t)CLG_MAX(dp->nbuckets, 1), sizeof(int));
@@ -341,11 +344,28 @@ clg_status clg_dp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, 
     return CLG_OK;
 }
 
+/* Lane l's arena mapping (host path, hmap) ended: enqueued on its queue. */
+static clg_status unmap_arena(clg_dp *dp, clg_lane *l)
+{
+    void **m = dp->bmap ? &dp->bmap[l->index] : NULL;
+    if (!m || !*m)
+        return CLG_OK;
+    cl_int e = clEnqueueUnmapMemObject(l->dev->queue, l->arena, *m, 0, NULL, NULL);
+    *m = NULL;
+    if (e != CL_SUCCESS)
+        return clg_cl_fail(clg_dev_err(l->dev), e, "clEnqueueUnmapMemObject (gradient arena)", __FILE__, __LINE__);
+    return CLG_OK;
+}
+
 void clg_dp_free(clg_dp *dp)
 {
     if (!dp)
         return;
     clg_team_free(dp->team);
+    for (int i = 0; dp->bmap && i < dp->n; i++) /* a mapping left by a failed step */
+        if (dp->bmap[i] && unmap_arena(dp, &dp->lanes[i]) == CLG_OK)
+            clFinish(dp->lanes[i].dev->queue);
+    free(dp->bmap);
     for (int i = 0; dp->lanes && i < dp->n; i++) {
         for (int b = 0; dp->lanes[i].bev && b < dp->nbuckets; b++) /* reads left by a failed step */
             clg_release_event(&dp->lanes[i].bev[b]);
@@ -680,6 +700,19 @@ static clg_status mark(clg_dp *dp, clg_lane *l, const char *name)
     return CLG_OK;
 }
 
+/* Host path with mapped arenas (hmap: one bucket, the whole arena): lane l's arena mapped for reading once
+ * the commands before it (backward) are done; *ev that completion. */
+static clg_status map_arena(clg_dp *dp, clg_lane *l, cl_event *ev)
+{
+    CLG_TRY(unmap_arena(dp, l)); /* left by a failed step */
+    cl_int e = CL_SUCCESS;
+    void *m = clEnqueueMapBuffer(l->dev->queue, l->arena, CL_FALSE, CL_MAP_READ, 0, dp->b_bytes[0], 0, NULL, ev, &e);
+    if (e != CL_SUCCESS)
+        return clg_cl_fail(clg_dev_err(l->dev), e, "clEnqueueMapBuffer (gradient arena)", __FILE__, __LINE__);
+    dp->bmap[l->index] = m;
+    return CLG_OK;
+}
+
 /* After each layer: trace marker; after a backward, the read of every
  * bucket the layer finished. */
 static clg_status after_layer(void *user, int layer, int backward)
@@ -699,6 +732,8 @@ static clg_status after_layer(void *user, int layer, int backward)
             clg_release_event(&l->bev[b]);
             if (dp->dev_reduce) /* the bucket stays on the device: its completion only */
                 CLG_CL_CHECK(clg_dev_err(l->dev), clEnqueueMarkerWithWaitList(l->dev->queue, 0, NULL, &l->bev[b]));
+            else if (dp->hmap) /* the arena's own storage (CPU device), read by the sums where it is */
+                CLG_TRY(map_arena(dp, l, &l->bev[b]));
             else
                 CLG_CL_CHECK(clg_dev_err(l->dev),
                              clEnqueueReadBuffer(l->dev->queue, l->arena, CL_FALSE, dp->b_off[b], dp->b_bytes[b],
@@ -706,7 +741,8 @@ static clg_status after_layer(void *user, int layer, int backward)
             CLG_CL_CHECK(clg_dev_err(l->dev), clFlush(l->dev->queue));
             if (clg_trace_on(dp->trace, dp->job.step)) {
                 char name[48];
-                snprintf(name, sizeof name, "%s bucket %d", dp->dev_reduce ? "grads ready" : "grad read", b);
+                snprintf(name, sizeof name, "%s bucket %d%s", dp->dev_reduce ? "grads ready" : "grad read", b,
+                         dp->hmap ? " (mapped)" : "");
                 clg_trace_cl(dp->trace, l->index, CLG_TR_TRANSFER, name, NULL, l->bev[b]);
             }
         }
@@ -829,6 +865,8 @@ static clg_status reduce(clg_dp *dp, clg_lane *l, double t0)
                 clg_trace_mpi(dp->trace, name, a0, a1);
             }
         }
+        if (dp->hmap) /* summed: no lane reads this arena any more, and the write-back must not meet a mapping */
+            CLG_TRY(unmap_arena(dp, l));
         cl_event wv = NULL;
         size_t o0 = dp->b_off[b], o1 = o0 + dp->b_bytes[b];
         if (dp->shard) { /* reduce-scatter: the lane's own slice of the sum only */
@@ -924,6 +962,7 @@ static clg_status lane_train(clg_dp *dp, clg_lane *l)
     int s = j->stage, n = l->cnt[s];
     if (l->index == dp->fault_lane && j->step == dp->fault_step)
         return clg_cl_fail(err, CL_INVALID_COMMAND_QUEUE, "clEnqueueNDRangeKernel (injected fault)", __FILE__, __LINE__);
+    CLG_TRY(unmap_arena(dp, l)); /* a mapping left by a failed step ends before backward writes the arena */
     if (n > 0) {
         CLG_TRY(clg_lane_use_stage(l, s, 1, j->grad_scale));
         CLG_TRY(mark(dp, l, NULL));

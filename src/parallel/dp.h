@@ -34,7 +34,8 @@ typedef struct clg_dp_params {
     const char *split; /* "auto" (default: by measured speed), "even", or weights "3,1" */
     double bucket_mb;  /* reduction bucket size in MiB (default 25) */
     const char *reduce; /* "auto" (default: the faster, measured), "host" or "device" (device to device: lanes
-                           sharing one cl_context); the environment's CLGRAD_DP_REDUCE overrides */
+                           sharing one cl_context), or "copy" (the host path through copies even where it could
+                           map the arenas: tests, A/B); the environment's CLGRAD_DP_REDUCE overrides */
     const struct clg_pipe_params *pipe; /* pipeline layout (pipe.h); NULL or 1 stage x 1 micro-batch: none */
     int shard_optimizer; /* 1: ZeRO-1, each lane keeps the optimizer state of its 1/N slice of the parameter
                             arena, updates that slice, and the lanes gather the updated slices */
@@ -142,6 +143,13 @@ typedef struct clg_dp {
     cl_mem gpart;          /* per bucket: partial sums of squares of the reduced gradient */
     float *hpart;          /* their host copy */
     cl_event *sev, *pev;   /* per bucket: sum done, partials read */
+    /* host path on devices whose memory is the host's (CPU devices: a map is the buffer's own storage, no
+     * copy): with a single bucket, each active lane maps its arena for reading once backward is done
+     * instead of reading it into ghost, the parts sum straight from the lanes' arenas, and a lane unmaps
+     * once the bucket is summed, before its write-back (no command writes the arena while it is mapped, as
+     * OpenCL requires; with several buckets a later backward kernel would) */
+    int hmap;
+    void **bmap;           /* per lane: its arena's mapping (NULL: not mapped) */
     /* sharded optimizer state (clg_dp_params.shard_optimizer, N > 1): lane l
      * owns floats [sh_k0[l], sh_k1[l]) of the parameter arena (aligned for
      * sub-buffers): only that part of each reduced bucket is written back
@@ -217,6 +225,9 @@ CLG_INTERNAL double clg_dp_bucket_sumsq(const clg_dp *dp, const float *x, size_t
  * clg_dp_bucket_sumsq of the summed bucket). */
 CLG_INTERNAL void clg_dp_bucket_part(clg_dp *dp, int b, int p, const int *act, int na);
 CLG_INTERNAL double clg_dp_bucket_tree(const clg_dp *dp, int b);
+/* Whether the host path maps the lanes' arenas (dp->hmap) for reduction mode `mode` ("copy": never); after
+ * clg_dp_dev_setup. */
+CLG_INTERNAL int clg_dp_host_maps(const clg_dp *dp, const char *mode);
 /* Floats of b_items per bucket (after clg_dp_dev_setup). */
 CLG_INTERNAL size_t clg_dp_bucket_items(const clg_dp *dp);
 CLG_INTERNAL void clg_dp_dev_free(clg_dp *dp);

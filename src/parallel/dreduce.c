@@ -88,8 +88,8 @@ void clg_dp_bucket_part(clg_dp *dp, int b, int p, const int *act, int na)
     size_t global = bucket_grid(dp, b, &wg), k0 = dp->b_off[b] / sizeof(float), n = dp->b_bytes[b] / sizeof(float);
     size_t t0 = global * (size_t)p / (size_t)dp->nparts, t1 = global * (size_t)(p + 1) / (size_t)dp->nparts;
     const float *src[CLG_DP_MAX_LANES];
-    for (int i = 0; i < na; i++)
-        src[i] = dp->lanes[act[i]].ghost + k0;
+    for (int i = 0; i < na; i++) /* mapped: the lane's arena itself (the only bucket, at offset 0) */
+        src[i] = dp->hmap ? (const float *)dp->bmap[act[i]] : dp->lanes[act[i]].ghost + k0;
     clg_optk_sum_sq_part(dp->gsum + k0, src, na, n, global, t0, t1, dp->b_items + (size_t)b * dp->b_grid);
 }
 
@@ -98,6 +98,23 @@ double clg_dp_bucket_tree(const clg_dp *dp, int b)
     int wg;
     size_t global = bucket_grid(dp, b, &wg);
     return clg_optk_sumsq_tree(dp->b_items + (size_t)b * dp->b_grid, wg, global / (size_t)wg);
+}
+
+int clg_dp_host_maps(const clg_dp *dp, const char *mode)
+{
+    const clg_opts *o = &dp->lanes[0].dev->ctx->opts;
+    if (dp->dev_reduce || dp->nbuckets != 1 || (mode && strcmp(mode, "copy") == 0 &&
+                                                 o->source[CLG_OPT_ID_dp_reduce] == CLG_OPTION_DEFAULT))
+        return 0;
+    for (int l = 0; l < dp->n; l++) { /* CPU devices whose memory is the host's: a map is the storage itself */
+        cl_bool unified = CL_FALSE;
+        if (dp->lanes[l].dev->info.type != CLG_DEVICE_CPU ||
+            clGetDeviceInfo(dp->lanes[l].dev->id, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL) !=
+                CL_SUCCESS ||
+            !unified)
+            return 0;
+    }
+    return 1;
 }
 
 void clg_dp_dev_free(clg_dp *dp)
@@ -200,6 +217,8 @@ clg_status clg_dp_dev_setup(clg_dp *dp, const char *mode, clg_err *err)
         mode = modes[o->dp_reduce];
     if (!mode || !*mode)
         mode = "auto";
+    if (strcmp(mode, "copy") == 0) /* the host path (copying: clg_dp_host_maps) */
+        mode = "host";
     if (strcmp(mode, "auto") != 0 && strcmp(mode, "host") != 0 && strcmp(mode, "device") != 0)
         return clg_err_set(err, CLG_ERR_INVALID_ARG, "reduction '%s': expected auto, host or device", mode);
     cl_context cl = dp->lanes[0].dev->cl;

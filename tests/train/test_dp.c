@@ -265,7 +265,10 @@ END_TEST
  * every step (which scales the update) must be bitwise the same on both
  * paths, with clipping active on every step; the steps are a fresh random
  * batch each. */
-static void host_vs_device(const char *text, const char *split, int n, int min_buckets, double clip)
+/* Two models reducing by paths pa and pb (clg_dp_params.reduce), the same seed, batches and split: their
+ * weights after 10 steps must be bitwise the same (and with clip > 0, every step's global norm). */
+static void compare_paths(const char *pa, const char *pb, const char *text, const char *split, int n,
+                          int min_buckets, double clip)
 {
     uint64_t seed = tu_seed();
     /* The two models step alternately: an algorithm measured between their
@@ -273,12 +276,16 @@ static void host_vs_device(const char *text, const char *split, int n, int min_b
      * gradients; this compares the reductions, with the kernels fixed. */
     ck_assert(clg_ctx_option_set(ctx(), "conv_auto_measure", "0") == CLG_OK);
     ck_assert(clg_ctx_option_set(ctx(), "gemm_auto_measure", "0") == CLG_OK);
-    g_reduce = "host";
+    g_reduce = pa;
     clg_model *h = make(text, "0,1", split, 32, 0, seed);
-    g_reduce = "device";
+    g_reduce = pb;
     clg_model *d = make(text, "0,1", split, 32, 0, seed);
     g_reduce = NULL;
-    ck_assert(!h->dp->dev_reduce && d->dp->dev_reduce);
+    if (strcmp(pb, "device") == 0)
+        ck_assert(!h->dp->dev_reduce && d->dp->dev_reduce);
+    else /* host (mapped arenas on CPU devices) against copy */
+        ck_assert(!h->dp->dev_reduce && !d->dp->dev_reduce && !d->dp->hmap &&
+                  h->dp->hmap == (h->dp->lanes[0].dev->info.type == CLG_DEVICE_CPU));
     ck_assert_int_ge(d->dp->nbuckets, min_buckets);
     h->hp.clip_norm = d->hp.clip_norm = clip;
     if (clip > 0) {
@@ -291,8 +298,8 @@ static void host_vs_device(const char *text, const char *split, int n, int min_b
             step_on(d, &rd, n, res);
             double nh = h->dp->job.norm, nd = d->dp->job.norm;
             ck_assert_msg(nh > clip, "step %d: norm %g does not exceed the clip %g (clipping inactive)", s, nh, clip);
-            ck_assert_msg(memcmp(&nh, &nd, sizeof nh) == 0, "split %s step %d: gradient norm host %.17g, device %.17g",
-                          split, s, nh, nd);
+            ck_assert_msg(memcmp(&nh, &nd, sizeof nh) == 0, "split %s step %d: gradient norm %s %.17g, %s %.17g",
+                          split, s, pa, nh, pb, nd);
         }
     } else {
         train(h, seed, 10, n, NULL);
@@ -302,8 +309,8 @@ static void host_vs_device(const char *text, const char *split, int n, int min_b
         size_t nh = 0, nd = 0;
         float *wh = download_param(h, 0, i, &nh), *wd = download_param(d, 0, i, &nd);
         ck_assert(nh == nd);
-        ck_assert_msg(memcmp(wh, wd, nh * sizeof(float)) == 0, "split %s: parameter %d differs between the host and "
-                      "the device-to-device reduction", split, i);
+        ck_assert_msg(memcmp(wh, wd, nh * sizeof(float)) == 0, "split %s: parameter %d differs between the %s and "
+                      "the %s reduction", split, i, pa, pb);
         free(wh);
         free(wd);
     }
@@ -312,6 +319,11 @@ static void host_vs_device(const char *text, const char *split, int n, int min_b
     clg_session_free(d);
     ck_assert(clg_ctx_option_set(ctx(), "conv_auto_measure", "1") == CLG_OK);
     ck_assert(clg_ctx_option_set(ctx(), "gemm_auto_measure", "1") == CLG_OK);
+}
+
+static void host_vs_device(const char *text, const char *split, int n, int min_buckets, double clip)
+{
+    compare_paths("host", "device", text, split, n, min_buckets, clip);
 }
 
 START_TEST(device_reduction_equals_host)
@@ -339,6 +351,24 @@ START_TEST(device_reduction_equals_host_clipped)
     char *text = tt_read_model("lenet5.cfg");
     g_bucket_mb = 1;
     host_vs_device(text, "even", 32, 1, 1e-3);
+    g_bucket_mb = 0.004;
+    free(text);
+}
+END_TEST
+
+/* The host path on CPU devices with one bucket sums straight from the lanes' mapped arenas (dp.h hmap)
+ * instead of host copies: the same additions in the same order, so bitwise the copying path's weights and
+ * (clipping every step) norms, for an even, an uneven and a one-sided split (a lane without samples maps
+ * nothing), with LeNet-5 (61706 parameters: the norm's grid wraps) and a batch-norm net. */
+START_TEST(mapped_equals_copied)
+{
+    if (!two_devices())
+        return;
+    char *text = tt_read_model("lenet5.cfg");
+    g_bucket_mb = 25; /* one bucket: the mapped path */
+    compare_paths("host", "copy", text, "even", 32, 1, 1e-3);
+    compare_paths("host", "copy", text, "3,1", 30, 1, 0);
+    compare_paths("host", "copy", NET_BN, "0,1", 17, 1, 1e-3);
     g_bucket_mb = 0.004;
     free(text);
 }
@@ -579,29 +609,38 @@ START_TEST(resume_same_devices_exact)
 END_TEST
 
 /* A device failing mid-step: a clear status naming it, no hang. */
+/* (twice: small buckets, then one bucket summed on the host: on CPU devices the other lane's arena is
+ * mapped when the step fails, and freeing the model ends the mapping) */
 START_TEST(failing_device)
 {
     if (!two_devices())
         return;
-    uint64_t seed = tu_seed();
-    clg_model *m = make(NET_DROP, "all", NULL, 32, 0, seed);
-    train(m, seed, 2, 32, NULL);
-    m->dp->fault_lane = 1;
-    m->dp->fault_step = m->step;
-    clg_rng rng;
-    clg_rng_seed(&rng, seed, 6);
-    ck_assert(clg_session_stage_wait(m, 0) == CLG_OK);
-    tt_synth_quadrants(&rng, m->xhost[0], m->yhost[0], 32, 1, 8, 8);
-    ck_assert(clg_session_upload(m, 0, 32, 1) == CLG_OK);
-    double t0 = clg_now_sec();
-    clg_status st = clg_session_train_step(m, 0, 0.05, NULL);
-    ck_assert_int_eq(st, CLG_ERR_OPENCL);
-    const char *msg = clg_last_error(ctx());
-    char want[64];
-    snprintf(want, sizeof want, "device %d (", m->dp->lanes[1].dev->index);
-    ck_assert_msg(strstr(msg, want) && strstr(msg, "injected fault"), "message: %s", msg);
-    ck_assert(clg_now_sec() - t0 < 60);
-    clg_session_free(m);
+    for (int k = 0; k < 2; k++) {
+        g_bucket_mb = k ? 25 : 0.004;
+        g_reduce = k ? "host" : NULL;
+        uint64_t seed = tu_seed();
+        clg_model *m = make(NET_DROP, "all", NULL, 32, 0, seed);
+        g_bucket_mb = 0.004;
+        g_reduce = NULL;
+        ck_assert(m->dp->hmap == (k && m->dp->lanes[0].dev->info.type == CLG_DEVICE_CPU));
+        train(m, seed, 2, 32, NULL);
+        m->dp->fault_lane = 1;
+        m->dp->fault_step = m->step;
+        clg_rng rng;
+        clg_rng_seed(&rng, seed, 6);
+        ck_assert(clg_session_stage_wait(m, 0) == CLG_OK);
+        tt_synth_quadrants(&rng, m->xhost[0], m->yhost[0], 32, 1, 8, 8);
+        ck_assert(clg_session_upload(m, 0, 32, 1) == CLG_OK);
+        double t0 = clg_now_sec();
+        clg_status st = clg_session_train_step(m, 0, 0.05, NULL);
+        ck_assert_int_eq(st, CLG_ERR_OPENCL);
+        const char *msg = clg_last_error(ctx());
+        char want[64];
+        snprintf(want, sizeof want, "device %d (", m->dp->lanes[1].dev->index);
+        ck_assert_msg(strstr(msg, want) && strstr(msg, "injected fault"), "message: %s", msg);
+        ck_assert(clg_now_sec() - t0 < 60);
+        clg_session_free(m);
+    }
 }
 END_TEST
 
@@ -1091,6 +1130,7 @@ int main(void)
         TCase *tclip = tcase_create("reduce_clip"); /* CK_RUN_CASE=reduce_clip runs it alone */
         tcase_set_timeout(tclip, 600);
         tcase_add_test(tclip, device_reduction_equals_host_clipped);
+        tcase_add_test(tclip, mapped_equals_copied);
         suite_add_tcase(s, tclip);
     }
     tcase_add_test(tc, batchnorm_replicas_identical);
