@@ -341,6 +341,25 @@ __kernel void dconv_wt(__global const float *w, const int offw, const int flip, 
 #define OH DP
 #define OW DQ
 #endif
+// ZFILL (a 1x1 window's strided backward-data, OPH = OPW = 0): the dx
+// positions no tap reaches are zeros, written by the work-item of the
+// phase-0 values beside them: the other columns of its row, then the other
+// OSH - 1 rows, over this strip's columns [q0*OSW, (q0+QB)*OSW) within OW.
+#define ZFILL_REST(yr)                                                                                 \
+    {                                                                                                  \
+        const int c1_ = (q0 + QB) * OSW < OW ? (q0 + QB) * OSW : OW;                                   \
+        _Pragma("unroll") for (int jq = 0; jq < QB; jq++)                                              \
+        {                                                                                              \
+            _Pragma("unroll") for (int b = 1; b < OSW; b++)                                            \
+            {                                                                                          \
+                if ((q0 + jq) * OSW + b < c1_)                                                         \
+                    (yr)[jq * OSW + b] = 0.0f;                                                         \
+            }                                                                                          \
+        }                                                                                              \
+        for (int a = 1; a < OSH && p * OSH + a < OH; a++)                                              \
+            for (int col = q0 * OSW; col < c1_; col++)                                                 \
+                (yr)[a * OW + col - q0 * OSW] = 0.0f;                                                  \
+    }
 #define FWDK_TAPS(CC)                                                                                  \
     _Pragma("unroll") for (int s = 0; s < DS; s++)                                                     \
     {                                                                                                  \
@@ -414,6 +433,9 @@ __kernel void dconv_fwdk(const int N, __global const float *x, const int offx, _
             for (int jq = 0; jq < QB; jq++)
                 if (q0 + jq < DQ)
                     yr[jq * OSW] = t[jq * VK + l];
+#ifdef ZFILL
+            ZFILL_REST(yr);
+#endif
         }
     }
 }

@@ -87,17 +87,17 @@ static clg_status build_wt(clg_device *dev, void *vctx, cl_mem dst)
 /* Forward of shape fs vectorised over output channels (dconv_fwdk); with
  * flip, fs is the forward form of a stride-1 backward-data pass (x = dy,
  * w = the layer's filters, flipped and transposed on the way in). */
-static clg_status djit_fwdk(clg_device *dev, const clg_conv_shape *fs, int flip, clg_conv_cache *cache, cl_mem x,
-                            size_t offx, cl_mem w, size_t offw, cl_mem bias, size_t offb, int relu, cl_mem y,
-                            size_t offy)
+static clg_status djit_fwdk(clg_device *dev, const clg_conv_shape *fs, int flip, const char *extra,
+                            clg_conv_cache *cache, cl_mem x, size_t offx, cl_mem w, size_t offw, cl_mem bias,
+                            size_t offb, int relu, cl_mem y, size_t offy)
 {
     int P = clg_conv_out_h(fs), Q = clg_conv_out_w(fs);
     int vk = djit_vk(dev, fs->K), KP = CLG_CEIL_DIV(fs->K, vk) * vk, nkv = KP / vk;
     int kvb = nkv % 2 == 0 ? 2 : 1;
     int strips = CLG_CEIL_DIV(Q, 28 / kvb), qb = CLG_CEIL_DIV(Q, strips);
-    char opts[360];
+    char opts[480];
     int n = shape_opts(opts, sizeof opts, fs, djit_vw(dev), 1, "VK", vk);
-    snprintf(opts + n, sizeof opts - (size_t)n, " -D KVB=%d -D QB=%d", kvb, qb);
+    snprintf(opts + n, sizeof opts - (size_t)n, " -D KVB=%d -D QB=%d%s", kvb, qb, extra);
     /* the weight vectors depend only on the shape's C, K, R, S: one layout per layer and pass */
     wt_ctx wc = {fs, w, offw, flip, opts, KP};
     cl_mem U = NULL;
@@ -143,7 +143,7 @@ clg_status clg_conv_djit_fwd(clg_device *dev, const clg_conv_shape *s, clg_conv_
                              cl_mem w, size_t offw, cl_mem bias, size_t offb, int relu, cl_mem y, size_t offy)
 {
     if (use_fwdk(dev, s))
-        return djit_fwdk(dev, s, 0, cache, x, offx, w, offw, bias, offb, relu, y, offy);
+        return djit_fwdk(dev, s, 0, "", cache, x, offx, w, offw, bias, offb, relu, y, offy);
     int P = clg_conv_out_h(s), Q = clg_conv_out_w(s);
     int vw = djit_vw(dev), nv = djit_nv(Q, vw);
     int kb = djit_block(s->K, vw == 1 ? 8 : 16 / nv);
@@ -314,6 +314,16 @@ static clg_status djit_bwdd_phases(clg_device *dev, const clg_conv_shape *s, clg
     return st;
 }
 
+/* A strided 1x1 window without padding (ResNet's projections): its
+ * backward-data is a 1x1 stride-1 forward convolution of dy (a GEMM over
+ * the channels) stored at every stride-th position of dx, zeros between
+ * (dconv_fwdk with ZFILL: one pass over dx, none of dconv_bwdd's row
+ * vectors spent on positions no tap reaches). */
+static int s1x1_ok(const clg_conv_shape *s)
+{
+    return s->R == 1 && s->S == 1 && s->pad_h == 0 && s->pad_w == 0 && (s->stride_h > 1 || s->stride_w > 1);
+}
+
 clg_status clg_conv_djit_bwd_data(clg_device *dev, const clg_conv_shape *s, clg_conv_cache *cache, cl_mem dy,
                                   size_t offdy, cl_mem w, size_t offw, cl_mem dx, size_t offdx)
 {
@@ -326,7 +336,14 @@ clg_status clg_conv_djit_bwd_data(clg_device *dev, const clg_conv_shape *s, clg_
     fs.pad_h = s->R - 1 - s->pad_h;
     fs.pad_w = s->S - 1 - s->pad_w;
     if (s->stride_h == 1 && s->stride_w == 1 && s->pad_h < s->R && s->pad_w < s->S && use_fwdk(dev, &fs))
-        return djit_fwdk(dev, &fs, 1, cache, dy, offdy, w, offw, NULL, 0, 0, dx, offdx);
+        return djit_fwdk(dev, &fs, 1, "", cache, dy, offdy, w, offw, NULL, 0, 0, dx, offdx);
+    if (s1x1_ok(s)) { /* dy's products land on phase (0, 0) of dx; the same work-items zero the rest */
+        char extra[120];
+        snprintf(extra, sizeof extra, " -D ZFILL -D OSH=%d -D OSW=%d -D OPH=0 -D OPW=0 -D OH=%d -D OW=%d",
+                 s->stride_h, s->stride_w, s->H, s->W);
+        fs.stride_h = fs.stride_w = 1;
+        return djit_fwdk(dev, &fs, 1, extra, cache, dy, offdy, w, offw, NULL, 0, 0, dx, offdx);
+    }
     if (use_phases(dev, s, &fs))
         return djit_bwdd_phases(dev, s, cache, dy, offdy, w, offw, dx, offdx);
     int vw = djit_vw(dev);

@@ -256,6 +256,37 @@ START_TEST(direct_phases)
 }
 END_TEST
 
+/* Strided 1x1 backward-data without padding (direct: dconv_fwdk over dy
+ * into dx's phase (0, 0), the same work-items writing the zeros between):
+ * ResNet's projections, odd planes (a last row / column of zeros only),
+ * strides 2-4 by 1-2, channel counts off the vector width, a plane whose
+ * row needs two strips. bwd-data only; outputs poisoned, double reference. */
+START_TEST(direct_1x1_strided)
+{
+    static const int cases[][7] = {
+        /* N, C, K, H, W, stride_h, stride_w */
+        {2, 16, 32, 16, 16, 2, 2}, /* ResNet 16 -> 32 projection */
+        {1, 5, 7, 9, 11, 2, 2},    /* odd plane */
+        {2, 17, 20, 10, 7, 3, 2},
+        {1, 20, 3, 13, 8, 4, 1},
+        {1, 3, 9, 5, 70, 2, 2}, /* 35 output columns: two strips */
+        {3, 32, 64, 8, 8, 2, 2},
+    };
+    clg_rng r;
+    tu_rng(&r, 29);
+    for (size_t i = 0; i < (g_tiny ? 2 : CLG_ARRAY_LEN(cases)); i++) { /* oclgrind: the first two */
+        const int *c = cases[i];
+        clg_conv_shape s = {.N = c[0], .C = c[1], .K = c[2], .H = c[3], .W = c[4], .R = 1, .S = 1,
+                            .stride_h = c[5], .stride_w = c[6], .dil_h = 1, .dil_w = 1, .groups = 1};
+        if (g_tiny)
+            s.N = 1;
+        ck_assert_int_eq(clg_conv_check(NULL, &s), CLG_OK);
+        ck_assert(clg_conv_djit_ok(dev0(), &s, CLG_CONV_BWD_DATA));
+        check_algo(&s, CLG_CONV_DIRECT, &r, 1e-4, 2);
+    }
+}
+END_TEST
+
 /* Direct weight gradient with several input channels per work-item (1x1 and
  * other few-tap windows: 4 or 2 where C allows, 1 for odd C), partial
  * channel vectors (K not a multiple of the vector width), beta 0 (poisoned
@@ -1013,6 +1044,7 @@ int main(void)
         {"im2col_1x1_gemm", im2col_1x1_gemm},   {"direct_random", direct_random},
         {"im2col_strided", im2col_strided},
         {"direct_jit_random", direct_jit_random}, {"direct_phases", direct_phases},
+        {"direct_1x1_strided", direct_1x1_strided},
         {"direct_bwdf_blocks", direct_bwdf_blocks},
         {"winograd2_random", winograd2_random}, {"winograd4_random", winograd4_random},
         {"fft_random", fft_random},             {"finite_differences", finite_differences}, {"filter_cache_versions", filter_cache_versions},

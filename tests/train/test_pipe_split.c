@@ -405,7 +405,7 @@ static const char resnet_pins[] =
     "v7:bwd-data:n4,c16,h28,w28,k32,r3,s3,p1x1,u2x2,d1x1,g1 direct;"
     "v5:fwd:n4,c16,h28,w28,k32,r1,s1,p0x0,u2x2,d1x1,g1 direct;"
     "v5:bwd-filter:n4,c16,h28,w28,k32,r1,s1,p0x0,u2x2,d1x1,g1 direct;"
-    "v7:bwd-data:n4,c16,h28,w28,k32,r1,s1,p0x0,u2x2,d1x1,g1 direct";
+    "v10:bwd-data:n4,c16,h28,w28,k32,r1,s1,p0x0,u2x2,d1x1,g1 direct";
 
 START_TEST(resnet_bn_split)
 {
