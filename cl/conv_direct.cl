@@ -344,21 +344,34 @@ __kernel void dconv_wt(__global const float *w, const int offw, const int flip, 
 // ZFILL (a 1x1 window's strided backward-data, OPH = OPW = 0): the dx
 // positions no tap reaches are zeros, written by the work-item of the
 // phase-0 values beside them: the other columns of its row, then the other
-// OSH - 1 rows, over this strip's columns [q0*OSW, (q0+QB)*OSW) within OW.
-#define ZFILL_REST(yr)                                                                                 \
+// OSH - 1 rows, over this strip's columns [q0*OSW, (q0+QB)*OSW) within OW
+// (ZFILL_STORE: the values and the zeros of channel l's rows).
+#define ZFILL_STORE(yr, l)                                                                             \
     {                                                                                                  \
         const int c1_ = (q0 + QB) * OSW < OW ? (q0 + QB) * OSW : OW;                                   \
-        _Pragma("unroll") for (int jq = 0; jq < QB; jq++)                                              \
-        {                                                                                              \
-            _Pragma("unroll") for (int b = 1; b < OSW; b++)                                            \
+        if (c1_ == (q0 + QB) * OSW) { /* the whole strip inside dx: unconditional (vector) stores */ \
+            _Pragma("unroll") for (int jq = 0; jq < QB; jq++)                                          \
             {                                                                                          \
-                if ((q0 + jq) * OSW + b < c1_)                                                         \
-                    (yr)[jq * OSW + b] = 0.0f;                                                         \
+                (yr)[jq * OSW] = t[jq * VK + (l)];                                                     \
+                _Pragma("unroll") for (int b = 1; b < OSW; b++)(yr)[jq * OSW + b] = 0.0f;              \
             }                                                                                          \
+            for (int a = 1; a < OSH && p * OSH + a < OH; a++)                                          \
+                _Pragma("unroll") for (int col = 0; col < QB * OSW; col++)(yr)[a * OW + col] = 0.0f;   \
+        } else {                                                                                       \
+            _Pragma("unroll") for (int jq = 0; jq < QB; jq++)                                          \
+            {                                                                                          \
+                if (q0 + jq < DQ)                                                                      \
+                    (yr)[jq * OSW] = t[jq * VK + (l)];                                                 \
+                _Pragma("unroll") for (int b = 1; b < OSW; b++)                                        \
+                {                                                                                      \
+                    if ((q0 + jq) * OSW + b < c1_)                                                     \
+                        (yr)[jq * OSW + b] = 0.0f;                                                     \
+                }                                                                                      \
+            }                                                                                          \
+            for (int a = 1; a < OSH && p * OSH + a < OH; a++)                                          \
+                for (int col = q0 * OSW; col < c1_; col++)                                             \
+                    (yr)[a * OW + col - q0 * OSW] = 0.0f;                                              \
         }                                                                                              \
-        for (int a = 1; a < OSH && p * OSH + a < OH; a++)                                              \
-            for (int col = q0 * OSW; col < c1_; col++)                                                 \
-                (yr)[a * OW + col - q0 * OSW] = 0.0f;                                                  \
     }
 #define FWDK_TAPS(CC)                                                                                  \
     _Pragma("unroll") for (int s = 0; s < DS; s++)                                                     \
@@ -429,12 +442,13 @@ __kernel void dconv_fwdk(const int N, __global const float *x, const int offx, _
         }
         for (int l = 0; l < VK && k0 + l < DK; l++) {
             __global float *yr = y + offy + ((n * DK + k0 + l) * OH + p * OSH + OPH) * OW + q0 * OSW + OPW;
+#ifdef ZFILL
+            ZFILL_STORE(yr, l);
+#else
 #pragma unroll
             for (int jq = 0; jq < QB; jq++)
                 if (q0 + jq < DQ)
                     yr[jq * OSW] = t[jq * VK + l];
-#ifdef ZFILL
-            ZFILL_REST(yr);
 #endif
         }
     }
