@@ -373,14 +373,16 @@ __kernel void dconv_wt(__global const float *w, const int offw, const int flip, 
                     (yr)[a * OW + col - q0 * OSW] = 0.0f;                                              \
         }                                                                                              \
     }
-#define FWDK_TAPS(CC)                                                                                  \
+// CC: check the columns against the plane; Q0: the strip's first output
+// column (a literal 0 for the first strip: its checks fold at compile time).
+#define FWDK_TAPS(CC, Q0)                                                                              \
     _Pragma("unroll") for (int s = 0; s < DS; s++)                                                     \
     {                                                                                                  \
         veck wv_[KVB];                                                                                 \
         _Pragma("unroll") for (int j = 0; j < KVB; j++) wv_[j] = KLD(wc + (rr * DS + s) * KP + j * VK); \
         _Pragma("unroll") for (int jq = 0; jq < QB; jq++)                                              \
         {                                                                                              \
-            const int col_ = (q0 + jq) * DSW - DPW + s;                                                \
+            const int col_ = ((Q0) + jq) * DSW - DPW + s;                                              \
             if (CC && (col_ < 0 || col_ >= DW))                                                        \
                 continue;                                                                              \
             const veck xv_ = (veck)(xr[col_]);                                                         \
@@ -403,6 +405,8 @@ __kernel void dconv_fwdk(const int N, __global const float *x, const int offx, _
     if (n >= N)
         return;
     const int inner = q0 * DSW - DPW >= 0 && (q0 + QB - 1) * DSW - DPW + DS <= DW && q0 + QB <= DQ;
+    /* the first strip with only its left edge in the padding */
+    const int first = q0 == 0 && (QB - 1) * DSW - DPW + DS <= DW && QB <= DQ;
     veck acc[KVB][QB];
 #pragma unroll
     for (int j = 0; j < KVB; j++)
@@ -419,9 +423,11 @@ __kernel void dconv_fwdk(const int N, __global const float *x, const int offx, _
                 continue;
             __global const float *xr = xc + h * DW;
             if (inner) {
-                FWDK_TAPS(0);
+                FWDK_TAPS(0, q0);
+            } else if (first) {
+                FWDK_TAPS(1, 0);
             } else {
-                FWDK_TAPS(1);
+                FWDK_TAPS(1, q0);
             }
         }
     }

@@ -256,6 +256,35 @@ START_TEST(direct_phases)
 }
 END_TEST
 
+/* The channel-vector forward (dconv_fwdk, djit_fwd=k) of ResNet's strided
+ * 3x3 transitions: one strip whose right edge stays inside the plane (the
+ * first-strip path, its column checks folded at compile time), two strips
+ * (first + inner), a plane one column short (the right edge in the
+ * padding: the general checks). Forward only; outputs poisoned, double
+ * reference. */
+START_TEST(direct_fwdk_strips)
+{
+    static const int cases[][5] = {
+        /* N, C, K, H, W (3x3, pad 1, stride 2) */
+        {2, 16, 32, 16, 16},
+        {1, 16, 32, 32, 32},
+        {2, 8, 20, 11, 15},
+    };
+    clg_rng r;
+    tu_rng(&r, 31);
+    ck_assert_int_eq(clg_ctx_option_set(g_ctx, "djit_fwd", "k"), CLG_OK);
+    for (size_t i = 0; i < (g_tiny ? 1 : CLG_ARRAY_LEN(cases)); i++) { /* oclgrind: the first */
+        const int *c = cases[i];
+        clg_conv_shape s = {.N = g_tiny ? 1 : c[0], .C = c[1], .K = c[2], .H = c[3], .W = c[4], .R = 3, .S = 3,
+                            .pad_h = 1, .pad_w = 1, .stride_h = 2, .stride_w = 2, .dil_h = 1, .dil_w = 1,
+                            .groups = 1};
+        ck_assert_int_eq(clg_conv_check(NULL, &s), CLG_OK);
+        check_algo(&s, CLG_CONV_DIRECT, &r, 1e-4, 1);
+    }
+    ck_assert_int_eq(clg_ctx_option_set(g_ctx, "djit_fwd", "auto"), CLG_OK);
+}
+END_TEST
+
 /* Strided 1x1 backward-data without padding (direct: dconv_fwdk over dy
  * into dx's phase (0, 0), the same work-items writing the zeros between):
  * ResNet's projections, odd planes (a last row / column of zeros only),
@@ -1044,7 +1073,7 @@ int main(void)
         {"im2col_1x1_gemm", im2col_1x1_gemm},   {"direct_random", direct_random},
         {"im2col_strided", im2col_strided},
         {"direct_jit_random", direct_jit_random}, {"direct_phases", direct_phases},
-        {"direct_1x1_strided", direct_1x1_strided},
+        {"direct_1x1_strided", direct_1x1_strided}, {"direct_fwdk_strips", direct_fwdk_strips},
         {"direct_bwdf_blocks", direct_bwdf_blocks},
         {"winograd2_random", winograd2_random}, {"winograd4_random", winograd4_random},
         {"fft_random", fft_random},             {"finite_differences", finite_differences}, {"filter_cache_versions", filter_cache_versions},
