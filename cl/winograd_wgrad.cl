@@ -385,35 +385,38 @@ __kernel void wg_f2_out(__global const float *part, const int nw, const int K, c
 #error "VR4 must be 1, 2 or 4, with VL 8"
 #endif
 
-// Row r of a plane (rows x n floats at p) from column w0 as the four column
-// phases of S4 tiles 4 columns apart: ph[j][l] = row[w0 + 4l + j] for lanes
-// l < S4 (the other lanes hold other values), zero outside the row or for
-// an invalid row. As wg_row: masked float8 loads inside the plane, element
-// by element at its edges; deinterleaved with shuffle2 only.
+// Row r of a plane (rows x n floats at p) from column w0 as the np (4 or 6)
+// column phases of S4 tiles 4 columns apart: ph[j][l] = row[w0 + 4l + j]
+// for lanes l < S4 (the other lanes hold other values), zero outside the
+// row or for an invalid row. Phases 4 and 5 are phases 0 and 1 one lane on,
+// the last lane's from one more load. As wg_row: masked float8 loads inside
+// the plane, element by element for a piece across its first or last
+// element, no load for a piece past the row; deinterleaved with shuffle2.
 static inline __attribute__((always_inline)) void wg4_row(__global const float *p, const int rows, const int n,
-                                                          const int r, const int w0, float8 ph[4])
+                                                          const int r, const int w0, const int np, float8 ph[6])
 {
     if (r < 0 || r >= rows) {
-        ph[0] = ph[1] = ph[2] = ph[3] = (float8)(0.0f);
+        ph[0] = ph[1] = ph[2] = ph[3] = ph[4] = ph[5] = (float8)(0.0f);
         return;
     }
-    const int base = r * n + w0;
-    float8 A[S4 / 2];
-    if (base >= 0 && base + 4 * S4 <= rows * n) {
-        const int8 iota8 = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
-        #pragma unroll
-        for (int i = 0; i < S4 / 2; i++)
-            A[i] = select((float8)(0.0f), vload8(0, p + base + 8 * i),
-                          (w0 + 8 * i + iota8 >= 0) & (w0 + 8 * i + iota8 < n));
-    } else {
-        float e[4 * S4];
-        for (int l = 0; l < 4 * S4; l++) {
-            const int c = w0 + l;
-            e[l] = c >= 0 && c < n ? p[r * n + c] : 0.0f;
+    const int base = r * n + w0, nl = np == 6 ? S4 / 2 + 1 : S4 / 2; // float8 pieces
+    const int8 iota8 = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
+    float8 A[S4 / 2 + 1];
+    #pragma unroll
+    for (int i = 0; i < S4 / 2 + 1; i++) {
+        if (i >= nl)
+            continue;
+        const int c0 = w0 + 8 * i;
+        if (c0 >= n || c0 + 8 <= 0) {
+            A[i] = (float8)(0.0f);
+        } else if (base + 8 * i >= 0 && base + 8 * i + 8 <= rows * n) {
+            A[i] = select((float8)(0.0f), vload8(0, p + base + 8 * i), (c0 + iota8 >= 0) & (c0 + iota8 < n));
+        } else { // at the plane's first or last columns: element by element
+            float e[8];
+            for (int l = 0; l < 8; l++)
+                e[l] = c0 + l >= 0 && c0 + l < n ? p[r * n + c0 + l] : 0.0f;
+            A[i] = vload8(0, e);
         }
-        #pragma unroll
-        for (int i = 0; i < S4 / 2; i++)
-            A[i] = vload8(i, e);
     }
 #if S4 == 2
     ph[0] = shuffle(A[0], (uint8)(0, 4, 0, 4, 0, 4, 0, 4));
@@ -438,33 +441,47 @@ static inline __attribute__((always_inline)) void wg4_row(__global const float *
     ph[3] = shuffle2(x23, y23, hi2);
 #endif
 #endif
+    if (np == 6) { // lane l: phase 0 / 1 of lane l + 1; the last lane's from columns 4 * S4, 4 * S4 + 1
+#if S4 == 8
+        ph[4] = shuffle2(ph[0], A[S4 / 2], (uint8)(1, 2, 3, 4, 5, 6, 7, 8));
+        ph[5] = shuffle2(ph[1], A[S4 / 2], (uint8)(1, 2, 3, 4, 5, 6, 7, 9));
+#elif S4 == 4
+        ph[4] = shuffle2(ph[0], A[S4 / 2], (uint8)(1, 2, 3, 8, 1, 2, 3, 8));
+        ph[5] = shuffle2(ph[1], A[S4 / 2], (uint8)(1, 2, 3, 9, 1, 2, 3, 9));
+#else
+        ph[4] = shuffle2(ph[0], A[S4 / 2], (uint8)(1, 8, 1, 8, 1, 8, 1, 8));
+        ph[5] = shuffle2(ph[1], A[S4 / 2], (uint8)(1, 9, 1, 9, 1, 9, 1, 9));
+#endif
+    }
 }
 
-// The four column phases of a group's row i: segment s reads row r0[s] + i
+// The np column phases of a group's row i: segment s reads row r0[s] + i
 // of its plane pl[s] (lanes s*S4 .. s*S4 + S4 - 1).
 static inline __attribute__((always_inline)) void wg4_phases(__global const float *const pl[VR4], const int rows,
                                                              const int n, const int r0[VR4], const int i,
-                                                             const int w0, float8 ph[4])
+                                                             const int w0, const int np, float8 ph[6])
 {
 #if VR4 == 1
-    wg4_row(pl[0], rows, n, r0[0] + i, w0, ph);
+    wg4_row(pl[0], rows, n, r0[0] + i, w0, np, ph);
 #else
-    float8 a[4], b[4];
-    wg4_row(pl[0], rows, n, r0[0] + i, w0, a);
-    wg4_row(pl[1], rows, n, r0[1] + i, w0, b);
+    float8 a[6], b[6];
+    wg4_row(pl[0], rows, n, r0[0] + i, w0, np, a);
+    wg4_row(pl[1], rows, n, r0[1] + i, w0, np, b);
 #if VR4 == 2
     const uint8 lo2 = (uint8)(0, 1, 2, 3, 8, 9, 10, 11);
     #pragma unroll
-    for (int j = 0; j < 4; j++)
-        ph[j] = shuffle2(a[j], b[j], lo2);
+    for (int j = 0; j < 6; j++)
+        if (j < np)
+            ph[j] = shuffle2(a[j], b[j], lo2);
 #else
-    float8 c[4], d[4];
-    wg4_row(pl[2], rows, n, r0[2] + i, w0, c);
-    wg4_row(pl[3], rows, n, r0[3] + i, w0, d);
+    float8 c[6], d[6];
+    wg4_row(pl[2], rows, n, r0[2] + i, w0, np, c);
+    wg4_row(pl[3], rows, n, r0[3] + i, w0, np, d);
     const uint8 m2 = (uint8)(0, 1, 8, 9, 2, 3, 10, 11), lo2 = (uint8)(0, 1, 2, 3, 8, 9, 10, 11);
     #pragma unroll
-    for (int j = 0; j < 4; j++)
-        ph[j] = shuffle2(shuffle2(a[j], b[j], m2), shuffle2(c[j], d[j], m2), lo2);
+    for (int j = 0; j < 6; j++)
+        if (j < np)
+            ph[j] = shuffle2(shuffle2(a[j], b[j], m2), shuffle2(c[j], d[j], m2), lo2);
 #endif
 #endif
 }
@@ -504,10 +521,9 @@ static inline __attribute__((always_inline)) void wg4_transform(__global const f
     if (isx) {
         #pragma unroll
         for (int i = 0; i < 6; i++) {
-            float8 a[4], b[4];
-            wg4_phases(pl, rows, n, r0, i, w0, a);
-            wg4_phases(pl, rows, n, r0, i, w0 + 4, b);
-            WG4_BT(a[0], a[1], a[2], a[3], b[0], b[1], t[i]);
+            float8 d[6];
+            wg4_phases(pl, rows, n, r0, i, w0, 6, d);
+            WG4_BT(d[0], d[1], d[2], d[3], d[4], d[5], t[i]);
         }
         #pragma unroll
         for (int b = 0; b < 6; b++) {
@@ -520,8 +536,8 @@ static inline __attribute__((always_inline)) void wg4_transform(__global const f
     } else {
         #pragma unroll
         for (int i = 0; i < 4; i++) {
-            float8 e[4];
-            wg4_phases(pl, rows, n, r0, i, w0, e);
+            float8 e[6];
+            wg4_phases(pl, rows, n, r0, i, w0, 4, e);
             WG4_A(e[0], e[1], e[2], e[3], t[i]);
         }
         #pragma unroll
@@ -538,7 +554,7 @@ static inline __attribute__((always_inline)) void wg4_transform(__global const f
 // x: N x C x H x W (from offx), dy: N x K x P x Q (from offdy); TH tile rows
 // per image, NTH = N * TH in all, TWG groups per group row, G groups in all,
 // split evenly over the work-items; scratch: sws floats per work-item
-// (36*(Cp+Kp)*(GC+1)*8), part: 36*Kp*Cp floats per work-item.
+// (36 * (XV + XU), see below), part: 36*Kp*Cp floats per work-item.
 __kernel void wg_f4(__global const float *x, const int offx, __global const float *dy, const int offdy, const int C,
                     const int H, const int W, const int K, const int P, const int Q, const int pad_h, const int pad_w,
                     const int TH, const int TWG, const int G, const int GC, const int Cp, const int Kp,
@@ -547,18 +563,21 @@ __kernel void wg_f4(__global const float *x, const int offx, __global const floa
     const int w = get_global_id(0), nw = get_global_size(0);
     const int g0 = (int)((long)G * w / nw), g1 = (int)((long)G * (w + 1) / nw);
     const int TC = GC * 8 + 8; // floats per scratch row (skewed as in wg_f2)
+    // floats between transform points: an odd count of 64-byte lines, so the
+    // 36 rows one transform writes fall into different cache sets
+    const int XV = ((Cp * TC + 15) / 16 | 1) * 16, XU = ((Kp * TC + 15) / 16 | 1) * 16;
     __global float *Vs = scratch + (size_t)w * sws;
-    __global float *Us = Vs + (size_t)36 * Cp * TC;
+    __global float *Us = Vs + (size_t)36 * XV;
     __global float *M = part + (size_t)w * 36 * Kp * Cp;
     for (int i = 0; i < 36 * Kp * Cp; i++)
         M[i] = 0.0f;
     for (int xi = 0; xi < 36; xi++) { // padding rows of the scratch stay zero
         for (int c = C; c < Cp; c++)
             for (int t = 0; t < TC; t++)
-                Vs[((size_t)xi * Cp + c) * TC + t] = 0.0f;
+                Vs[(size_t)xi * XV + (size_t)c * TC + t] = 0.0f;
         for (int k = K; k < Kp; k++)
             for (int t = 0; t < TC; t++)
-                Us[((size_t)xi * Kp + k) * TC + t] = 0.0f;
+                Us[(size_t)xi * XU + (size_t)k * TC + t] = 0.0f;
     }
     const int PQ = P * Q, HW = H * W;
     for (int gs = g0; gs < g1; gs += GC) {
@@ -566,7 +585,7 @@ __kernel void wg_f4(__global const float *x, const int offx, __global const floa
         for (int c = 0; c < C + K; c++) {
             const int isx = c < C;
             __global float *dst = isx ? Vs + (size_t)c * TC : Us + (size_t)(c - C) * TC;
-            const size_t xs = isx ? (size_t)Cp * TC : (size_t)Kp * TC; // floats between transform points
+            const size_t xs = isx ? XV : XU;
             for (int gl = 0; gl < gc; gl++) {
                 const int g = gs + gl, grp = g / TWG, twg = g - grp * TWG;
                 __global const float *pl[VR4];
@@ -587,9 +606,9 @@ __kernel void wg_f4(__global const float *x, const int offx, __global const floa
         }
         for (int xi = 0; xi < 36; xi++)
             for (int kb = 0; kb < Kp; kb += 4) {
-                __global const float *u = Us + ((size_t)xi * Kp + kb) * TC;
+                __global const float *u = Us + (size_t)xi * XU + (size_t)kb * TC;
                 for (int cb = 0; cb < Cp; cb += 4) {
-                    __global const float *v = Vs + ((size_t)xi * Cp + cb) * TC;
+                    __global const float *v = Vs + (size_t)xi * XV + (size_t)cb * TC;
                     float8 acc[4][4];
                     #pragma unroll
                     for (int i = 0; i < 4; i++)

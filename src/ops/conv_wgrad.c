@@ -66,6 +66,10 @@ static void wg_make_plan(const clg_device *dev, const clg_conv_shape *s, int m, 
     long per_group = (long)p->xi * (p->Cp + p->Kp) * p->VL;
     p->GC = (int)CLG_MAX(1L, CLG_MIN((long)CLG_CEIL_DIV(p->G, p->nw), WG_SCRATCH_FLOATS / per_group));
     p->sws = (size_t)per_group * (p->GC + 1); /* + 1: the kernel's row skew */
+    if (m == 4) { /* wg_f4's transform-point stride: an odd count of 16 floats */
+        long TC = p->GC * 8L + 8;
+        p->sws = 36 * (size_t)(((p->Cp * TC + 15) / 16 | 1) * 16 + ((p->Kp * TC + 15) / 16 | 1) * 16);
+    }
 }
 
 clg_status clg_conv_wgrad_bwd_filter(clg_device *dev, const clg_conv_shape *s, int m, cl_mem x, size_t offx,
