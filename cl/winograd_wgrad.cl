@@ -551,6 +551,47 @@ static inline __attribute__((always_inline)) void wg4_transform(__global const f
     }
 }
 
+// The transforms of channel c of plane set src (CH channels of rows x n,
+// the input when isx, else dy) for the chunk's groups gs .. gs + gc - 1 (a
+// compile-time isx after inlining: no per-row tests of it).
+static inline __attribute__((always_inline)) void wg4_chan(const int isx, __global const float *src, const int CH,
+                                                           const int c, const int rows, const int n, const int ph,
+                                                           const int pw, const int TH, const int TWG, const int NTH,
+                                                           const int gs, const int gc, __global float *dst,
+                                                           const size_t xs)
+{
+    for (int gl = 0; gl < gc; gl++) {
+        const int g = gs + gl, grp = g / TWG, twg = g - grp * TWG;
+        __global const float *pl[VR4];
+        int r0[VR4];
+        #pragma unroll
+        for (int s = 0; s < VR4; s++) {
+            const int gtr = grp * VR4 + s, im = gtr / TH, th = gtr - im * TH, ok = gtr < NTH;
+            pl[s] = src + ((size_t)(ok ? im : 0) * CH + c) * rows * n;
+            r0[s] = ok ? 4 * th - ph : -(1 << 20);
+        }
+#if WG_PF && defined(__clang__)
+        // the next channel's rows under the group, from memory while this
+        // one is transformed (the transforms otherwise wait on these loads)
+        if (c + 1 < CH) {
+            const int w0 = twg * 4 * S4 - pw, a = max(w0, 0), e = min(w0 + 4 * S4 + (isx ? 2 : 0), n);
+            #pragma unroll
+            for (int s = 0; s < VR4; s++)
+                for (int i = 0; i < (isx ? 6 : 4); i++) {
+                    const int r = r0[s] + i;
+                    if (r >= 0 && r < rows && a < e) {
+                        __global const float *q = pl[s] + (size_t)rows * n + (size_t)r * n;
+                        for (int f = a; f < e; f += 16)
+                            __builtin_prefetch(q + f, 0, 3);
+                        __builtin_prefetch(q + e - 1, 0, 3);
+                    }
+                }
+        }
+#endif
+        wg4_transform(pl, rows, n, r0, twg * 4 * S4 - pw, isx, dst + gl * 8, xs);
+    }
+}
+
 // x: N x C x H x W (from offx), dy: N x K x P x Q (from offdy); TH tile rows
 // per image, NTH = N * TH in all, TWG groups per group row, G groups in all,
 // split evenly over the work-items; scratch: sws floats per work-item
@@ -579,31 +620,12 @@ __kernel void wg_f4(__global const float *x, const int offx, __global const floa
             for (int t = 0; t < TC; t++)
                 Us[(size_t)xi * XU + (size_t)k * TC + t] = 0.0f;
     }
-    const int PQ = P * Q, HW = H * W;
     for (int gs = g0; gs < g1; gs += GC) {
         const int gc = min(GC, g1 - gs);
-        for (int c = 0; c < C + K; c++) {
-            const int isx = c < C;
-            __global float *dst = isx ? Vs + (size_t)c * TC : Us + (size_t)(c - C) * TC;
-            const size_t xs = isx ? XV : XU;
-            for (int gl = 0; gl < gc; gl++) {
-                const int g = gs + gl, grp = g / TWG, twg = g - grp * TWG;
-                __global const float *pl[VR4];
-                int r0[VR4];
-                #pragma unroll
-                for (int s = 0; s < VR4; s++) {
-                    const int gtr = grp * VR4 + s, n = gtr / TH, th = gtr - n * TH;
-                    const int ok = gtr < NTH;
-                    pl[s] = isx ? x + offx + ((size_t)(ok ? n : 0) * C + c) * HW
-                                : dy + offdy + ((size_t)(ok ? n : 0) * K + c - C) * PQ;
-                    r0[s] = ok ? 4 * th - (isx ? pad_h : 0) : -(1 << 20);
-                }
-                if (isx)
-                    wg4_transform(pl, H, W, r0, twg * 4 * S4 - pad_w, 1, dst + gl * 8, xs);
-                else
-                    wg4_transform(pl, P, Q, r0, twg * 4 * S4, 0, dst + gl * 8, xs);
-            }
-        }
+        for (int c = 0; c < C; c++)
+            wg4_chan(1, x + offx, C, c, H, W, pad_h, pad_w, TH, TWG, NTH, gs, gc, Vs + (size_t)c * TC, XV);
+        for (int k = 0; k < K; k++)
+            wg4_chan(0, dy + offdy, K, k, P, Q, 0, 0, TH, TWG, NTH, gs, gc, Us + (size_t)k * TC, XU);
         for (int xi = 0; xi < 36; xi++)
             for (int kb = 0; kb < Kp; kb += 4) {
                 __global const float *u = Us + (size_t)xi * XU + (size_t)kb * TC;

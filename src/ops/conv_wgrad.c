@@ -89,8 +89,9 @@ clg_status clg_conv_wgrad_bwd_filter(clg_device *dev, const clg_conv_shape *s, i
         return clg_err_set(err, CLG_ERR_UNSUPPORTED, "%s: weight gradient of %d images x %d x %d channels "
                            "exceeds 2^31 elements", name, s->N, s->C, s->K);
     char opts[64];
-    if (m == 4)
-        snprintf(opts, sizeof opts, "-D VL=8 -D VR=1 -D VR4=%d", p.VR);
+    if (m == 4) /* WG_PF: prefetch (CPUs) */
+        snprintf(opts, sizeof opts, "-D VL=8 -D VR=1 -D VR4=%d -D WG_PF=%d", p.VR,
+                 (dev->info.type & CLG_DEVICE_CPU) != 0);
     else
         snprintf(opts, sizeof opts, "-D VL=%d -D VR=%d -D WG_PF=%d", p.VL, p.VR,
                  (dev->info.type & CLG_DEVICE_CPU) != 0);
