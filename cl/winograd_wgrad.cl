@@ -199,6 +199,77 @@ static inline __attribute__((always_inline)) void wg_dy(__global const float *d,
     }
 }
 
+// Zeroes the partial M (nxi x Kp x Cp) and the scratch's padding rows
+// (channels C .. Cp - 1 of Vs, K .. Kp - 1 of Us, transform points XV / XU
+// floats apart), which then stay zero.
+static inline void wg_zero(__global float *M, __global float *Vs, __global float *Us, const size_t XV,
+                           const size_t XU, const int TC, const int nxi, const int C, const int K, const int Cp,
+                           const int Kp)
+{
+    for (int i = 0; i < nxi * Kp * Cp; i++)
+        M[i] = 0.0f;
+    for (int xi = 0; xi < nxi; xi++) {
+        for (int c = C; c < Cp; c++)
+            for (int t = 0; t < TC; t++)
+                Vs[xi * XV + (size_t)c * TC + t] = 0.0f;
+        for (int k = K; k < Kp; k++)
+            for (int t = 0; t < TC; t++)
+                Us[xi * XU + (size_t)k * TC + t] = 0.0f;
+    }
+}
+
+// The chunk's products: M[xi] (K x C) += Us[xi] Vs[xi]^T over its nt tiles
+// for nxi transform points (XU, XV floats apart; rows TC floats apart),
+// 4x4 register blocks of vectors, lane sums added to the partial M.
+static inline __attribute__((always_inline)) void wg_products(__global const float *Us, __global const float *Vs,
+                                                              const size_t XU, const size_t XV, const int TC,
+                                                              const int nt, __global float *M, const int nxi,
+                                                              const int Kp, const int Cp)
+{
+    for (int xi = 0; xi < nxi; xi++)
+        for (int kb = 0; kb < Kp; kb += 4) {
+            __global const float *u = Us + xi * XU + (size_t)kb * TC;
+            for (int cb = 0; cb < Cp; cb += 4) {
+                __global const float *v = Vs + xi * XV + (size_t)cb * TC;
+                VF acc[4][4];
+                #pragma unroll
+                for (int i = 0; i < 4; i++)
+                    #pragma unroll
+                    for (int j = 0; j < 4; j++)
+                        acc[i][j] = (VF)(0.0f);
+                for (int t = 0; t < nt; t += VL) {
+                    VF uv[4], vv[4];
+                    #pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        uv[i] = VLOAD(0, u + (size_t)i * TC + t);
+                        vv[i] = VLOAD(0, v + (size_t)i * TC + t);
+                    }
+                    #pragma unroll
+                    for (int i = 0; i < 4; i++)
+                        #pragma unroll
+                        for (int j = 0; j < 4; j++)
+                            acc[i][j] = fma(uv[i], vv[j], acc[i][j]);
+                }
+                __global float *m = M + ((size_t)xi * Kp + kb) * Cp + cb;
+#if VL == 8
+                #pragma unroll
+                for (int i = 0; i < 4; i += 2) {
+                    float4 sa, sb;
+                    wg_sum8(acc[i][0], acc[i][1], acc[i][2], acc[i][3], acc[i + 1][0], acc[i + 1][1],
+                            acc[i + 1][2], acc[i + 1][3], &sa, &sb);
+                    vstore4(vload4(0, m + i * Cp) + sa, 0, m + i * Cp);
+                    vstore4(vload4(0, m + (i + 1) * Cp) + sb, 0, m + (i + 1) * Cp);
+                }
+#else
+                #pragma unroll
+                for (int i = 0; i < 4; i++)
+                    vstore4(vload4(0, m + i * Cp) + wg_sum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]), 0,
+                            m + i * Cp);
+#endif
+            }
+        }
+}
+
 // x: N x C x H x W (from offx), dy: N x K x P x Q (from offdy); TH rows of
 // groups per image (tile rows / VR), TWG groups per row, G groups in all, split evenly over the
 // work-items; scratch: sws floats per work-item (16*(Cp+Kp)*GC*VL), part:
@@ -215,17 +286,7 @@ __kernel void wg_f2(__global const float *x, const int offx, __global const floa
     __global float *Vs = scratch + (size_t)w * sws;
     __global float *Us = Vs + (size_t)16 * Cp * TC;
     __global float *M = part + (size_t)w * 16 * Kp * Cp;
-    for (int i = 0; i < 16 * Kp * Cp; i++)
-        M[i] = 0.0f;
-    // padding rows of the scratch stay zero
-    for (int xi = 0; xi < 16; xi++) {
-        for (int c = C; c < Cp; c++)
-            for (int t = 0; t < TC; t++)
-                Vs[((size_t)xi * Cp + c) * TC + t] = 0.0f;
-        for (int k = K; k < Kp; k++)
-            for (int t = 0; t < TC; t++)
-                Us[((size_t)xi * Kp + k) * TC + t] = 0.0f;
-    }
+    wg_zero(M, Vs, Us, (size_t)Cp * TC, (size_t)Kp * TC, TC, 16, C, K, Cp, Kp);
     const int PQ = P * Q, HW = H * W;
     for (int gs = g0; gs < g1; gs += GC) {
         const int gc = min(GC, g1 - gs);
@@ -271,48 +332,7 @@ __kernel void wg_f2(__global const float *x, const int offx, __global const floa
                 }
             }
         }
-        for (int xi = 0; xi < 16; xi++)
-            for (int kb = 0; kb < Kp; kb += 4) {
-                __global const float *u = Us + ((size_t)xi * Kp + kb) * TC;
-                for (int cb = 0; cb < Cp; cb += 4) {
-                    __global const float *v = Vs + ((size_t)xi * Cp + cb) * TC;
-                    VF acc[4][4];
-                    #pragma unroll
-                    for (int i = 0; i < 4; i++)
-                        #pragma unroll
-                        for (int j = 0; j < 4; j++)
-                            acc[i][j] = (VF)(0.0f);
-                    for (int t = 0; t < gc * VL; t += VL) {
-                        VF uv[4], vv[4];
-                        #pragma unroll
-                        for (int i = 0; i < 4; i++) {
-                            uv[i] = VLOAD(0, u + (size_t)i * TC + t);
-                            vv[i] = VLOAD(0, v + (size_t)i * TC + t);
-                        }
-                        #pragma unroll
-                        for (int i = 0; i < 4; i++)
-                            #pragma unroll
-                            for (int j = 0; j < 4; j++)
-                                acc[i][j] = fma(uv[i], vv[j], acc[i][j]);
-                    }
-                    __global float *m = M + ((size_t)xi * Kp + kb) * Cp + cb;
-#if VL == 8
-                    #pragma unroll
-                    for (int i = 0; i < 4; i += 2) {
-                        float4 sa, sb;
-                        wg_sum8(acc[i][0], acc[i][1], acc[i][2], acc[i][3], acc[i + 1][0], acc[i + 1][1],
-                                acc[i + 1][2], acc[i + 1][3], &sa, &sb);
-                        vstore4(vload4(0, m + i * Cp) + sa, 0, m + i * Cp);
-                        vstore4(vload4(0, m + (i + 1) * Cp) + sb, 0, m + (i + 1) * Cp);
-                    }
-#else
-                    #pragma unroll
-                    for (int i = 0; i < 4; i++)
-                        vstore4(vload4(0, m + i * Cp) + wg_sum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]), 0,
-                                m + i * Cp);
-#endif
-                }
-            }
+        wg_products(Us, Vs, (size_t)Kp * TC, (size_t)Cp * TC, TC, gc * VL, M, 16, Kp, Cp);
     }
 }
 
@@ -610,57 +630,14 @@ __kernel void wg_f4(__global const float *x, const int offx, __global const floa
     __global float *Vs = scratch + (size_t)w * sws;
     __global float *Us = Vs + (size_t)36 * XV;
     __global float *M = part + (size_t)w * 36 * Kp * Cp;
-    for (int i = 0; i < 36 * Kp * Cp; i++)
-        M[i] = 0.0f;
-    for (int xi = 0; xi < 36; xi++) { // padding rows of the scratch stay zero
-        for (int c = C; c < Cp; c++)
-            for (int t = 0; t < TC; t++)
-                Vs[(size_t)xi * XV + (size_t)c * TC + t] = 0.0f;
-        for (int k = K; k < Kp; k++)
-            for (int t = 0; t < TC; t++)
-                Us[(size_t)xi * XU + (size_t)k * TC + t] = 0.0f;
-    }
+    wg_zero(M, Vs, Us, XV, XU, TC, 36, C, K, Cp, Kp);
     for (int gs = g0; gs < g1; gs += GC) {
         const int gc = min(GC, g1 - gs);
         for (int c = 0; c < C; c++)
             wg4_chan(1, x + offx, C, c, H, W, pad_h, pad_w, TH, TWG, NTH, gs, gc, Vs + (size_t)c * TC, XV);
         for (int k = 0; k < K; k++)
             wg4_chan(0, dy + offdy, K, k, P, Q, 0, 0, TH, TWG, NTH, gs, gc, Us + (size_t)k * TC, XU);
-        for (int xi = 0; xi < 36; xi++)
-            for (int kb = 0; kb < Kp; kb += 4) {
-                __global const float *u = Us + (size_t)xi * XU + (size_t)kb * TC;
-                for (int cb = 0; cb < Cp; cb += 4) {
-                    __global const float *v = Vs + (size_t)xi * XV + (size_t)cb * TC;
-                    float8 acc[4][4];
-                    #pragma unroll
-                    for (int i = 0; i < 4; i++)
-                        #pragma unroll
-                        for (int j = 0; j < 4; j++)
-                            acc[i][j] = (float8)(0.0f);
-                    for (int t = 0; t < gc * 8; t += 8) {
-                        float8 uv[4], vv[4];
-                        #pragma unroll
-                        for (int i = 0; i < 4; i++) {
-                            uv[i] = vload8(0, u + (size_t)i * TC + t);
-                            vv[i] = vload8(0, v + (size_t)i * TC + t);
-                        }
-                        #pragma unroll
-                        for (int i = 0; i < 4; i++)
-                            #pragma unroll
-                            for (int j = 0; j < 4; j++)
-                                acc[i][j] = fma(uv[i], vv[j], acc[i][j]);
-                    }
-                    __global float *m = M + ((size_t)xi * Kp + kb) * Cp + cb;
-                    #pragma unroll
-                    for (int i = 0; i < 4; i += 2) {
-                        float4 sa, sb;
-                        wg_sum8(acc[i][0], acc[i][1], acc[i][2], acc[i][3], acc[i + 1][0], acc[i + 1][1],
-                                acc[i + 1][2], acc[i + 1][3], &sa, &sb);
-                        vstore4(vload4(0, m + i * Cp) + sa, 0, m + i * Cp);
-                        vstore4(vload4(0, m + (i + 1) * Cp) + sb, 0, m + (i + 1) * Cp);
-                    }
-                }
-            }
+        wg_products(Us, Vs, XU, XV, TC, gc * 8, M, 36, Kp, Cp);
     }
 }
 
