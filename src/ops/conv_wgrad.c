@@ -17,8 +17,12 @@
  * (measured 5-12% faster at 16-32 channels than 256 KiB). */
 #define WG_SCRATCH_FLOATS (256 * 1024)
 /* F(3x3, 4x4): half of that, its partial being 2.25x larger (36 x K x C;
- * measured at least as fast as 1 MiB at 16-64 channels, 2 MiB slower) */
+ * measured at least as fast as 1 MiB at 16-32 channels, 2 MiB slower), but
+ * at least 8 groups (64 tiles) a chunk: shorter chunks pass over the
+ * partial and sum lanes too often (64 channels: 3 groups 4.7 ms, 8 groups
+ * 4.3, 16 groups 4.9) */
 #define WG4_SCRATCH_FLOATS (128 * 1024)
+#define WG4_MIN_GROUPS 8L
 
 /* Largest C*K: every work-item keeps a 16 (F(2x2)) or 36 (F(4x4)) x K x C
  * partial (16 or 36 MiB at 512 x 512). */
@@ -67,7 +71,7 @@ static void wg_make_plan(const clg_device *dev, const clg_conv_shape *s, int m, 
     p->nw = (int)CLG_MIN(p->G, CLG_MIN(8 * cu, CLG_MAX(2 * cu, (long)((1u << 18) / p->msz))));
     /* tiles per chunk: within the scratch budget, at least one group, no more than a work-item's share */
     long per_group = (long)p->xi * (p->Cp + p->Kp) * p->VL;
-    long budget = m == 4 ? WG4_SCRATCH_FLOATS : WG_SCRATCH_FLOATS;
+    long budget = m == 4 ? CLG_MAX((long)WG4_SCRATCH_FLOATS, WG4_MIN_GROUPS * per_group) : WG_SCRATCH_FLOATS;
     p->GC = (int)CLG_MAX(1L, CLG_MIN((long)CLG_CEIL_DIV(p->G, p->nw), budget / per_group));
     p->sws = (size_t)per_group * (p->GC + 1); /* + 1: the kernel's row skew */
     if (m == 4) { /* wg_f4's transform-point stride: an odd count of 16 floats */
