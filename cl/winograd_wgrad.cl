@@ -199,6 +199,77 @@ static inline __attribute__((always_inline)) void wg_dy(__global const float *d,
     }
 }
 
+// Zeroes the partial M (nxi x Kp x Cp) and the scratch's padding rows
+// (channels C .. Cp - 1 of Vs, K .. Kp - 1 of Us, transform points XV / XU
+// floats apart), which then stay zero.
+static inline void wg_zero(__global float *M, __global float *Vs, __global float *Us, const size_t XV,
+                           const size_t XU, const int TC, const int nxi, const int C, const int K, const int Cp,
+                           const int Kp)
+{
+    for (int i = 0; i < nxi * Kp * Cp; i++)
+        M[i] = 0.0f;
+    for (int xi = 0; xi < nxi; xi++) {
+        for (int c = C; c < Cp; c++)
+            for (int t = 0; t < TC; t++)
+                Vs[xi * XV + (size_t)c * TC + t] = 0.0f;
+        for (int k = K; k < Kp; k++)
+            for (int t = 0; t < TC; t++)
+                Us[xi * XU + (size_t)k * TC + t] = 0.0f;
+    }
+}
+
+// The chunk's products: M[xi] (K x C) += Us[xi] Vs[xi]^T over its nt tiles
+// for nxi transform points (XU, XV floats apart; rows TC floats apart),
+// 4x4 register blocks of vectors, lane sums added to the partial M.
+static inline __attribute__((always_inline)) void wg_products(__global const float *Us, __global const float *Vs,
+                                                              const size_t XU, const size_t XV, const int TC,
+                                                              const int nt, __global float *M, const int nxi,
+                                                              const int Kp, const int Cp)
+{
+    for (int xi = 0; xi < nxi; xi++)
+        for (int kb = 0; kb < Kp; kb += 4) {
+            __global const float *u = Us + xi * XU + (size_t)kb * TC;
+            for (int cb = 0; cb < Cp; cb += 4) {
+                __global const float *v = Vs + xi * XV + (size_t)cb * TC;
+                VF acc[4][4];
+                #pragma unroll
+                for (int i = 0; i < 4; i++)
+                    #pragma unroll
+                    for (int j = 0; j < 4; j++)
+                        acc[i][j] = (VF)(0.0f);
+                for (int t = 0; t < nt; t += VL) {
+                    VF uv[4], vv[4];
+                    #pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        uv[i] = VLOAD(0, u + (size_t)i * TC + t);
+                        vv[i] = VLOAD(0, v + (size_t)i * TC + t);
+                    }
+                    #pragma unroll
+                    for (int i = 0; i < 4; i++)
+                        #pragma unroll
+                        for (int j = 0; j < 4; j++)
+                            acc[i][j] = fma(uv[i], vv[j], acc[i][j]);
+                }
+                __global float *m = M + ((size_t)xi * Kp + kb) * Cp + cb;
+#if VL == 8
+                #pragma unroll
+                for (int i = 0; i < 4; i += 2) {
+                    float4 sa, sb;
+                    wg_sum8(acc[i][0], acc[i][1], acc[i][2], acc[i][3], acc[i + 1][0], acc[i + 1][1],
+                            acc[i + 1][2], acc[i + 1][3], &sa, &sb);
+                    vstore4(vload4(0, m + i * Cp) + sa, 0, m + i * Cp);
+                    vstore4(vload4(0, m + (i + 1) * Cp) + sb, 0, m + (i + 1) * Cp);
+                }
+#else
+                #pragma unroll
+                for (int i = 0; i < 4; i++)
+                    vstore4(vload4(0, m + i * Cp) + wg_sum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]), 0,
+                            m + i * Cp);
+#endif
+            }
+        }
+}
+
 // x: N x C x H x W (from offx), dy: N x K x P x Q (from offdy); TH rows of
 // groups per image (tile rows / VR), TWG groups per row, G groups in all, split evenly over the
 // work-items; scratch: sws floats per work-item (16*(Cp+Kp)*GC*VL), part:
@@ -215,17 +286,7 @@ __kernel void wg_f2(__global const float *x, const int offx, __global const floa
     __global float *Vs = scratch + (size_t)w * sws;
     __global float *Us = Vs + (size_t)16 * Cp * TC;
     __global float *M = part + (size_t)w * 16 * Kp * Cp;
-    for (int i = 0; i < 16 * Kp * Cp; i++)
-        M[i] = 0.0f;
-    // padding rows of the scratch stay zero
-    for (int xi = 0; xi < 16; xi++) {
-        for (int c = C; c < Cp; c++)
-            for (int t = 0; t < TC; t++)
-                Vs[((size_t)xi * Cp + c) * TC + t] = 0.0f;
-        for (int k = K; k < Kp; k++)
-            for (int t = 0; t < TC; t++)
-                Us[((size_t)xi * Kp + k) * TC + t] = 0.0f;
-    }
+    wg_zero(M, Vs, Us, (size_t)Cp * TC, (size_t)Kp * TC, TC, 16, C, K, Cp, Kp);
     const int PQ = P * Q, HW = H * W;
     for (int gs = g0; gs < g1; gs += GC) {
         const int gc = min(GC, g1 - gs);
@@ -271,48 +332,7 @@ __kernel void wg_f2(__global const float *x, const int offx, __global const floa
                 }
             }
         }
-        for (int xi = 0; xi < 16; xi++)
-            for (int kb = 0; kb < Kp; kb += 4) {
-                __global const float *u = Us + ((size_t)xi * Kp + kb) * TC;
-                for (int cb = 0; cb < Cp; cb += 4) {
-                    __global const float *v = Vs + ((size_t)xi * Cp + cb) * TC;
-                    VF acc[4][4];
-                    #pragma unroll
-                    for (int i = 0; i < 4; i++)
-                        #pragma unroll
-                        for (int j = 0; j < 4; j++)
-                            acc[i][j] = (VF)(0.0f);
-                    for (int t = 0; t < gc * VL; t += VL) {
-                        VF uv[4], vv[4];
-                        #pragma unroll
-                        for (int i = 0; i < 4; i++) {
-                            uv[i] = VLOAD(0, u + (size_t)i * TC + t);
-                            vv[i] = VLOAD(0, v + (size_t)i * TC + t);
-                        }
-                        #pragma unroll
-                        for (int i = 0; i < 4; i++)
-                            #pragma unroll
-                            for (int j = 0; j < 4; j++)
-                                acc[i][j] = fma(uv[i], vv[j], acc[i][j]);
-                    }
-                    __global float *m = M + ((size_t)xi * Kp + kb) * Cp + cb;
-#if VL == 8
-                    #pragma unroll
-                    for (int i = 0; i < 4; i += 2) {
-                        float4 sa, sb;
-                        wg_sum8(acc[i][0], acc[i][1], acc[i][2], acc[i][3], acc[i + 1][0], acc[i + 1][1],
-                                acc[i + 1][2], acc[i + 1][3], &sa, &sb);
-                        vstore4(vload4(0, m + i * Cp) + sa, 0, m + i * Cp);
-                        vstore4(vload4(0, m + (i + 1) * Cp) + sb, 0, m + (i + 1) * Cp);
-                    }
-#else
-                    #pragma unroll
-                    for (int i = 0; i < 4; i++)
-                        vstore4(vload4(0, m + i * Cp) + wg_sum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]), 0,
-                                m + i * Cp);
-#endif
-                }
-            }
+        wg_products(Us, Vs, (size_t)Kp * TC, (size_t)Cp * TC, TC, gc * VL, M, 16, Kp, Cp);
     }
 }
 
@@ -361,3 +381,317 @@ __kernel void wg_f2_out(__global const float *part, const int nw, const int K, c
             d[e] = beta == 0.0f ? v[e][l] : fma(beta, d[e], v[e][l]);
     }
 }
+
+// ---- F(3x3, 4x4), alpha 6 ----
+// dw = G^T [ sum over tiles (A dy A^T) .* (B^T d B) ] G with F(4x4,3x3)'s
+// matrices (points 0, +-1, +-2, inf) used the other way round: A (6x4, the
+// forward's output transform transposed) on the 4x4 dy tiles, B^T on the 6x6
+// input patches, G^T (3x6) on the summed products. 36 products per 4x4 tile
+// (2.25 per output position against 4 for F(3x3, 2x2)).
+//
+// wg_f4: the structure of wg_f2 (per-work-item chunks, scratch, partials
+// of 36 x Kp x Cp, no barriers) with groups of 8 tiles (float8 lanes) made of
+// VR4 segments of S4 = 8 / VR4 tiles side by side; segment s covers tile row
+// gtr = grp * VR4 + s counted over the whole batch (n = gtr / TH), so outputs
+// of 8 or 16 columns (2 or 4 tiles a row) still fill the lanes, across
+// images where an image has fewer tile rows. Segments past the batch read
+// as zero. wg_f4_out sums the partials and applies G^T . G.
+// Compiled where the host defines VR4 (segments, i.e. tile rows, per
+// group: 1, 2 or 4), with VL 8.
+#ifdef VR4
+#define S4 (8 / VR4) // tiles per segment
+
+#if (VR4 != 1 && VR4 != 2 && VR4 != 4) || VL != 8
+#error "VR4 must be 1, 2 or 4, with VL 8"
+#endif
+
+// Row r of a plane (rows x n floats at p) from column w0 as the np (4 or 6)
+// column phases of S4 tiles 4 columns apart: ph[j][l] = row[w0 + 4l + j]
+// for lanes l < S4 (the other lanes hold other values), zero outside the
+// row or for an invalid row. Phases 4 and 5 are phases 0 and 1 one lane on,
+// the last lane's from one more load. As wg_row: masked float8 loads inside
+// the plane, element by element for a piece across its first or last
+// element, no load for a piece past the row; deinterleaved with shuffle2.
+static inline __attribute__((always_inline)) void wg4_row(__global const float *p, const int rows, const int n,
+                                                          const int r, const int w0, const int np, float8 ph[6])
+{
+    if (r < 0 || r >= rows) {
+        ph[0] = ph[1] = ph[2] = ph[3] = ph[4] = ph[5] = (float8)(0.0f);
+        return;
+    }
+    const int base = r * n + w0, nl = np == 6 ? S4 / 2 + 1 : S4 / 2; // float8 pieces
+    const int8 iota8 = (int8)(0, 1, 2, 3, 4, 5, 6, 7);
+    float8 A[S4 / 2 + 1];
+    #pragma unroll
+    for (int i = 0; i < S4 / 2 + 1; i++) {
+        if (i >= nl)
+            continue;
+        const int c0 = w0 + 8 * i;
+        if (c0 >= n || c0 + 8 <= 0) {
+            A[i] = (float8)(0.0f);
+        } else if (base + 8 * i >= 0 && base + 8 * i + 8 <= rows * n) {
+            A[i] = select((float8)(0.0f), vload8(0, p + base + 8 * i), (c0 + iota8 >= 0) & (c0 + iota8 < n));
+        } else { // at the plane's first or last columns: element by element
+            float e[8];
+            for (int l = 0; l < 8; l++)
+                e[l] = c0 + l >= 0 && c0 + l < n ? p[r * n + c0 + l] : 0.0f;
+            A[i] = vload8(0, e);
+        }
+    }
+#if S4 == 2
+    ph[0] = shuffle(A[0], (uint8)(0, 4, 0, 4, 0, 4, 0, 4));
+    ph[1] = shuffle(A[0], (uint8)(1, 5, 1, 5, 1, 5, 1, 5));
+    ph[2] = shuffle(A[0], (uint8)(2, 6, 2, 6, 2, 6, 2, 6));
+    ph[3] = shuffle(A[0], (uint8)(3, 7, 3, 7, 3, 7, 3, 7));
+#else
+    const uint8 m01 = (uint8)(0, 4, 8, 12, 1, 5, 9, 13), m23 = (uint8)(2, 6, 10, 14, 3, 7, 11, 15);
+    const float8 x01 = shuffle2(A[0], A[1], m01), x23 = shuffle2(A[0], A[1], m23);
+#if S4 == 4
+    const uint8 hi = (uint8)(4, 5, 6, 7, 4, 5, 6, 7);
+    ph[0] = x01;
+    ph[1] = shuffle(x01, hi);
+    ph[2] = x23;
+    ph[3] = shuffle(x23, hi);
+#else
+    const float8 y01 = shuffle2(A[2], A[3], m01), y23 = shuffle2(A[2], A[3], m23);
+    const uint8 lo2 = (uint8)(0, 1, 2, 3, 8, 9, 10, 11), hi2 = (uint8)(4, 5, 6, 7, 12, 13, 14, 15);
+    ph[0] = shuffle2(x01, y01, lo2);
+    ph[1] = shuffle2(x01, y01, hi2);
+    ph[2] = shuffle2(x23, y23, lo2);
+    ph[3] = shuffle2(x23, y23, hi2);
+#endif
+#endif
+    if (np == 6) { // lane l: phase 0 / 1 of lane l + 1; the last lane's from columns 4 * S4, 4 * S4 + 1
+#if S4 == 8
+        ph[4] = shuffle2(ph[0], A[S4 / 2], (uint8)(1, 2, 3, 4, 5, 6, 7, 8));
+        ph[5] = shuffle2(ph[1], A[S4 / 2], (uint8)(1, 2, 3, 4, 5, 6, 7, 9));
+#elif S4 == 4
+        ph[4] = shuffle2(ph[0], A[S4 / 2], (uint8)(1, 2, 3, 8, 1, 2, 3, 8));
+        ph[5] = shuffle2(ph[1], A[S4 / 2], (uint8)(1, 2, 3, 9, 1, 2, 3, 9));
+#else
+        ph[4] = shuffle2(ph[0], A[S4 / 2], (uint8)(1, 8, 1, 8, 1, 8, 1, 8));
+        ph[5] = shuffle2(ph[1], A[S4 / 2], (uint8)(1, 9, 1, 9, 1, 9, 1, 9));
+#endif
+    }
+}
+
+// The np column phases of a group's row i: segment s reads row r0[s] + i
+// of its plane pl[s] (lanes s*S4 .. s*S4 + S4 - 1).
+static inline __attribute__((always_inline)) void wg4_phases(__global const float *const pl[VR4], const int rows,
+                                                             const int n, const int r0[VR4], const int i,
+                                                             const int w0, const int np, float8 ph[6])
+{
+#if VR4 == 1
+    wg4_row(pl[0], rows, n, r0[0] + i, w0, np, ph);
+#else
+    float8 a[6], b[6];
+    wg4_row(pl[0], rows, n, r0[0] + i, w0, np, a);
+    wg4_row(pl[1], rows, n, r0[1] + i, w0, np, b);
+#if VR4 == 2
+    const uint8 lo2 = (uint8)(0, 1, 2, 3, 8, 9, 10, 11);
+    #pragma unroll
+    for (int j = 0; j < 6; j++)
+        if (j < np)
+            ph[j] = shuffle2(a[j], b[j], lo2);
+#else
+    float8 c[6], d[6];
+    wg4_row(pl[2], rows, n, r0[2] + i, w0, np, c);
+    wg4_row(pl[3], rows, n, r0[3] + i, w0, np, d);
+    const uint8 m2 = (uint8)(0, 1, 8, 9, 2, 3, 10, 11), lo2 = (uint8)(0, 1, 2, 3, 8, 9, 10, 11);
+    #pragma unroll
+    for (int j = 0; j < 6; j++)
+        if (j < np)
+            ph[j] = shuffle2(shuffle2(a[j], b[j], m2), shuffle2(c[j], d[j], m2), lo2);
+#endif
+#endif
+}
+
+// o[0..5] = B^T d for one line of 6 values (F(4x4,3x3)'s input transform).
+#define WG4_BT(d0, d1, d2, d3, d4, d5, o)                                                                    \
+    do {                                                                                                       \
+        const float8 p_ = fma(-4.0f, d2, d4), q_ = fma(-4.0f, d1, d3), r_ = d4 - d2, u_ = 2.0f * (d3 - d1); \
+        o[0] = fma(4.0f, d0, fma(-5.0f, d2, d4));                                                            \
+        o[1] = p_ + q_;                                                                                        \
+        o[2] = p_ - q_;                                                                                        \
+        o[3] = r_ + u_;                                                                                        \
+        o[4] = r_ - u_;                                                                                        \
+        o[5] = fma(4.0f, d1, fma(-5.0f, d3, d5));                                                            \
+    } while (0)
+
+// o[0..5] = A e for one line of 4 values (A: rows (1,0,0,0), (1,1,1,1),
+// (1,-1,1,-1), (1,2,4,8), (1,-2,4,-8), (0,0,0,1)).
+#define WG4_A(e0, e1, e2, e3, o)                                                                             \
+    do {                                                                                                       \
+        const float8 a_ = e0 + e2, b_ = e1 + e3, c_ = fma(4.0f, e2, e0), d_ = 2.0f * fma(4.0f, e3, e1);     \
+        o[0] = e0;                                                                                             \
+        o[1] = a_ + b_;                                                                                        \
+        o[2] = a_ - b_;                                                                                        \
+        o[3] = c_ + d_;                                                                                        \
+        o[4] = c_ - d_;                                                                                        \
+        o[5] = e3;                                                                                             \
+    } while (0)
+
+// Transform of one channel for a group, stored to dst (36 points xs floats
+// apart): the input patch B^T d B (isx) or the dy tile A dy A^T.
+static inline __attribute__((always_inline)) void wg4_transform(__global const float *const pl[VR4], const int rows,
+                                                                const int n, const int r0[VR4], const int w0,
+                                                                const int isx, __global float *dst, const size_t xs)
+{
+    float8 t[6][6]; // t[i][b]: row i, transformed along the columns
+    if (isx) {
+        #pragma unroll
+        for (int i = 0; i < 6; i++) {
+            float8 d[6];
+            wg4_phases(pl, rows, n, r0, i, w0, 6, d);
+            WG4_BT(d[0], d[1], d[2], d[3], d[4], d[5], t[i]);
+        }
+        #pragma unroll
+        for (int b = 0; b < 6; b++) {
+            float8 o[6];
+            WG4_BT(t[0][b], t[1][b], t[2][b], t[3][b], t[4][b], t[5][b], o);
+            #pragma unroll
+            for (int a = 0; a < 6; a++)
+                vstore8(o[a], 0, dst + (a * 6 + b) * xs);
+        }
+    } else {
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float8 e[6];
+            wg4_phases(pl, rows, n, r0, i, w0, 4, e);
+            WG4_A(e[0], e[1], e[2], e[3], t[i]);
+        }
+        #pragma unroll
+        for (int b = 0; b < 6; b++) {
+            float8 o[6];
+            WG4_A(t[0][b], t[1][b], t[2][b], t[3][b], o);
+            #pragma unroll
+            for (int a = 0; a < 6; a++)
+                vstore8(o[a], 0, dst + (a * 6 + b) * xs);
+        }
+    }
+}
+
+// The transforms of channel c of plane set src (CH channels of rows x n,
+// the input when isx, else dy) for the chunk's groups gs .. gs + gc - 1 (a
+// compile-time isx after inlining: no per-row tests of it).
+static inline __attribute__((always_inline)) void wg4_chan(const int isx, __global const float *src, const int CH,
+                                                           const int c, const int rows, const int n, const int ph,
+                                                           const int pw, const int TH, const int TWG, const int NTH,
+                                                           const int gs, const int gc, __global float *dst,
+                                                           const size_t xs)
+{
+    for (int gl = 0; gl < gc; gl++) {
+        const int g = gs + gl, grp = g / TWG, twg = g - grp * TWG;
+        __global const float *pl[VR4];
+        int r0[VR4];
+        #pragma unroll
+        for (int s = 0; s < VR4; s++) {
+            const int gtr = grp * VR4 + s, im = gtr / TH, th = gtr - im * TH, ok = gtr < NTH;
+            pl[s] = src + ((size_t)(ok ? im : 0) * CH + c) * rows * n;
+            r0[s] = ok ? 4 * th - ph : -(1 << 20);
+        }
+#if WG_PF && defined(__clang__)
+        // the next channel's rows under the group, from memory while this
+        // one is transformed (the transforms otherwise wait on these loads)
+        if (c + 1 < CH) {
+            const int w0 = twg * 4 * S4 - pw, a = max(w0, 0), e = min(w0 + 4 * S4 + (isx ? 2 : 0), n);
+            #pragma unroll
+            for (int s = 0; s < VR4; s++)
+                for (int i = 0; i < (isx ? 6 : 4); i++) {
+                    const int r = r0[s] + i;
+                    if (r >= 0 && r < rows && a < e) {
+                        __global const float *q = pl[s] + (size_t)rows * n + (size_t)r * n;
+                        for (int f = a; f < e; f += 16)
+                            __builtin_prefetch(q + f, 0, 3);
+                        __builtin_prefetch(q + e - 1, 0, 3);
+                    }
+                }
+        }
+#endif
+        wg4_transform(pl, rows, n, r0, twg * 4 * S4 - pw, isx, dst + gl * 8, xs);
+    }
+}
+
+// x: N x C x H x W (from offx), dy: N x K x P x Q (from offdy); TH tile rows
+// per image, NTH = N * TH in all, TWG groups per group row, G groups in all,
+// split evenly over the work-items; scratch: sws floats per work-item
+// (36 * (XV + XU), see below), part: 36*Kp*Cp floats per work-item.
+__kernel void wg_f4(__global const float *x, const int offx, __global const float *dy, const int offdy, const int C,
+                    const int H, const int W, const int K, const int P, const int Q, const int pad_h, const int pad_w,
+                    const int TH, const int TWG, const int G, const int GC, const int Cp, const int Kp,
+                    __global float *scratch, const int sws, __global float *part, const int NTH)
+{
+    const int w = get_global_id(0), nw = get_global_size(0);
+    const int g0 = (int)((long)G * w / nw), g1 = (int)((long)G * (w + 1) / nw);
+    const int TC = GC * 8 + 8; // floats per scratch row (skewed as in wg_f2)
+    // floats between transform points: an odd count of 64-byte lines, so the
+    // 36 rows one transform writes fall into different cache sets
+    const int XV = ((Cp * TC + 15) / 16 | 1) * 16, XU = ((Kp * TC + 15) / 16 | 1) * 16;
+    __global float *Vs = scratch + (size_t)w * sws;
+    __global float *Us = Vs + (size_t)36 * XV;
+    __global float *M = part + (size_t)w * 36 * Kp * Cp;
+    wg_zero(M, Vs, Us, XV, XU, TC, 36, C, K, Cp, Kp);
+    for (int gs = g0; gs < g1; gs += GC) {
+        const int gc = min(GC, g1 - gs);
+        for (int c = 0; c < C; c++)
+            wg4_chan(1, x + offx, C, c, H, W, pad_h, pad_w, TH, TWG, NTH, gs, gc, Vs + (size_t)c * TC, XV);
+        for (int k = 0; k < K; k++)
+            wg4_chan(0, dy + offdy, K, k, P, Q, 0, 0, TH, TWG, NTH, gs, gc, Us + (size_t)k * TC, XU);
+        wg_products(Us, Vs, XU, XV, TC, gc * 8, M, 36, Kp, Cp);
+    }
+}
+
+// o[0..2] = G^T m for one line of 6 values (G^T rows (1/4, -1/6, -1/6,
+// 1/24, 1/24, 0), (0, -1/6, 1/6, 1/12, -1/12, 0), (0, -1/6, -1/6, 1/6, 1/6, 1)).
+#define WG4_GT(m0, m1, m2, m3, m4, m5, o)                                                                    \
+    do {                                                                                                       \
+        const float4 s12_ = m1 + m2, d12_ = m1 - m2, s34_ = m3 + m4, d34_ = m3 - m4;                         \
+        o[0] = 0.25f * m0 - (1.0f / 6.0f) * s12_ + (1.0f / 24.0f) * s34_;                                   \
+        o[1] = (1.0f / 12.0f) * d34_ - (1.0f / 6.0f) * d12_;                                                 \
+        o[2] = (1.0f / 6.0f) * (s34_ - s12_) + m5;                                                           \
+    } while (0)
+
+// dw[k][c] = beta*dw + G^T (sum_w part[w][xi][k][c]) G (3x3) for 4 channels
+// c = 4*i .. 4*i + 3 per work-item. gws = (Cp / 4, K).
+__kernel void wg_f4_out(__global const float *part, const int nw, const int K, const int C, const int Kp,
+                        const int Cp, const float beta, __global float *dw, const int offdw)
+{
+    const int c4 = 4 * get_global_id(0), k = get_global_id(1);
+    if (c4 >= C || k >= K)
+        return;
+    float4 t[3][6]; // G^T m, column by column
+    #pragma unroll
+    for (int b = 0; b < 6; b++) {
+        float4 m[6];
+        #pragma unroll
+        for (int a = 0; a < 6; a++)
+            m[a] = (float4)(0.0f);
+        for (int w = 0; w < nw; w++) {
+            __global const float *p = part + ((size_t)w * 36 * Kp + k) * Cp + c4;
+            #pragma unroll
+            for (int a = 0; a < 6; a++)
+                m[a] += vload4(0, p + (size_t)(a * 6 + b) * Kp * Cp);
+        }
+        float4 o[3];
+        WG4_GT(m[0], m[1], m[2], m[3], m[4], m[5], o);
+        #pragma unroll
+        for (int r = 0; r < 3; r++)
+            t[r][b] = o[r];
+    }
+    float v[9][4]; // v[r * 3 + s][lane]
+    #pragma unroll
+    for (int r = 0; r < 3; r++) {
+        float4 o[3];
+        WG4_GT(t[r][0], t[r][1], t[r][2], t[r][3], t[r][4], t[r][5], o);
+        #pragma unroll
+        for (int s = 0; s < 3; s++)
+            vstore4(o[s], 0, v[r * 3 + s]);
+    }
+    for (int l = 0; l < 4 && c4 + l < C; l++) {
+        __global float *d = dw + offdw + ((size_t)k * C + c4 + l) * 9;
+        #pragma unroll
+        for (int e = 0; e < 9; e++)
+            d[e] = beta == 0.0f ? v[e][l] : fma(beta, d[e], v[e][l]);
+    }
+}
+#endif // VR4

@@ -90,8 +90,10 @@ int clg_conv_algo_supported(clg_conv_algo algo, const clg_conv_shape *s, clg_con
         if (pass == CLG_CONV_BWD_FILTER)
             return clg_conv_wgrad_ok(s);
         return wino && s->pad_h <= 2 && s->pad_w <= 2;
-    case CLG_CONV_WINOGRAD4_FUSED: /* forward and backward-data only */
-        return wino && s->pad_h <= 2 && s->pad_w <= 2 && pass != CLG_CONV_BWD_FILTER;
+    case CLG_CONV_WINOGRAD4_FUSED: /* backward-filter: F(3x3, 4x4), conv_wgrad.c */
+        if (pass == CLG_CONV_BWD_FILTER)
+            return clg_conv_wgrad_ok(s);
+        return wino && s->pad_h <= 2 && s->pad_w <= 2;
     case CLG_CONV_FFT:
         return pass == CLG_CONV_FWD && clg_conv_fft_available() && s->stride_h == 1 && s->stride_w == 1 &&
                s->dil_h == 1 && s->dil_w == 1 && s->groups == 1 && s->R >= 2 && s->S >= 2;
@@ -693,7 +695,9 @@ clg_status clg_conv_run(clg_device *dev, const clg_conv_shape *s, clg_conv_algo 
                                           io->offdy, io->beta, io->dw, io->offdw);
             break;
         case CLG_CONV_WINOGRAD_FUSED:
-            st = clg_conv_wgrad_bwd_filter(dev, s, io->x, io->offx, io->dy, io->offdy, io->beta, io->dw, io->offdw);
+        case CLG_CONV_WINOGRAD4_FUSED:
+            st = clg_conv_wgrad_bwd_filter(dev, s, algo == CLG_CONV_WINOGRAD_FUSED ? 2 : 4, io->x, io->offx, io->dy,
+                                           io->offdy, io->beta, io->dw, io->offdw);
             break;
         default:
             st = CLG_ERR_UNSUPPORTED;

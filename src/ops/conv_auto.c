@@ -174,13 +174,13 @@ static void shape_key(char *dst, size_t n, const clg_conv_shape *s, clg_conv_pas
      * "v8" for the weight gradients winograd-fused runs (a new candidate);
      * "v9" for all of them once its kernel changed (2 x 4-tile groups at
      * outputs of <= 8 columns, measured there too; longer chunks);
-     * "v10" for strided 1x1 backward-data without padding once direct ran
-     * it as one 1x1 GEMM-like pass writing dx's zeros too */
+     * "v10" for the weight gradients once winograd4-fused (F(3x3, 4x4))
+     * became a candidate, and for strided 1x1 backward-data without padding
+     * once direct ran it as one 1x1 GEMM-like pass writing dx's zeros too */
     int v7 = pass == CLG_CONV_BWD_DATA && (s->stride_h > 1 || s->stride_w > 1) && s->dil_h == 1 && s->dil_w == 1;
-    int v9 = pass == CLG_CONV_BWD_FILTER && clg_conv_wgrad_ok(s);
-    int v10 = v7 && s->R == 1 && s->S == 1 && s->pad_h == 0 && s->pad_w == 0;
-    snprintf(dst, n, "%s:%s:n%d,c%d,h%d,w%d,k%d,r%d,s%d,p%dx%d,u%dx%d,d%dx%d,g%d",
-             v10 ? "v10" : v9 ? "v9" : v7 ? "v7" : "v5",
+    int v10 = (pass == CLG_CONV_BWD_FILTER && clg_conv_wgrad_ok(s)) ||
+              (v7 && s->R == 1 && s->S == 1 && s->pad_h == 0 && s->pad_w == 0);
+    snprintf(dst, n, "%s:%s:n%d,c%d,h%d,w%d,k%d,r%d,s%d,p%dx%d,u%dx%d,d%dx%d,g%d", v10 ? "v10" : v7 ? "v7" : "v5",
              pass_tag(pass),
              batch_class(s->N), s->C, s->H, s->W, s->K, s->R, s->S, s->pad_h, s->pad_w, s->stride_h, s->stride_w,
              s->dil_h, s->dil_w, s->groups);
@@ -449,7 +449,7 @@ static int candidate(const clg_device *dev, clg_conv_algo a, const clg_conv_shap
     /* the fused weight gradient runs a few work-items per compute unit (written for CPUs); with
      * outputs of 8 columns or fewer it runs groups of 2 x 4 tiles, or half-empty 4-tile groups
      * where there is one tile row (docs/benchmarks.md, "Fused Winograd weight gradient") */
-    if (a == CLG_CONV_WINOGRAD_FUSED && pass == CLG_CONV_BWD_FILTER &&
+    if ((a == CLG_CONV_WINOGRAD_FUSED || a == CLG_CONV_WINOGRAD4_FUSED) && pass == CLG_CONV_BWD_FILTER &&
         (!(dev->info.type & CLG_DEVICE_CPU) || clg_conv_out_h(s) <= 2))
         return 0;
     if (a == CLG_CONV_FFT) /* meant for large kernels; forced runs may use it from 2x2 */

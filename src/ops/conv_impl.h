@@ -72,12 +72,13 @@ CLG_INTERNAL clg_status clg_conv_wino_fwd(clg_device *dev, const clg_conv_shape 
 CLG_INTERNAL clg_status clg_conv_wino_bwd_data(clg_device *dev, const clg_conv_shape *s, int m,
                                                clg_conv_cache *cache, cl_mem dy, size_t offdy, cl_mem w,
                                                size_t offw, cl_mem dx, size_t offdx);
-/* Fused Winograd weight gradient F(3x3, 2x2) (conv_wgrad.c): the
- * backward-filter pass of `winograd-fused`; _ok: 3x3, stride 1, dilation 1,
- * groups 1, C*K <= 512*512. */
+/* Fused Winograd weight gradient F(3x3, m x m) (conv_wgrad.c), m = 2: the
+ * backward-filter pass of `winograd-fused`, m = 4: of `winograd4-fused`;
+ * _ok: 3x3, stride 1, dilation 1, groups 1, C*K <= 512*512. */
 CLG_INTERNAL int clg_conv_wgrad_ok(const clg_conv_shape *s);
-CLG_INTERNAL clg_status clg_conv_wgrad_bwd_filter(clg_device *dev, const clg_conv_shape *s, cl_mem x, size_t offx,
-                                                  cl_mem dy, size_t offdy, float beta, cl_mem dw, size_t offdw);
+CLG_INTERNAL clg_status clg_conv_wgrad_bwd_filter(clg_device *dev, const clg_conv_shape *s, int m, cl_mem x,
+                                                  size_t offx, cl_mem dy, size_t offdy, float beta, cl_mem dw,
+                                                  size_t offdw);
 CLG_INTERNAL clg_status clg_conv_wino_bwd_filter(clg_device *dev, const clg_conv_shape *s, int m, cl_mem x,
                                                  size_t offx, cl_mem dy, size_t offdy, float beta, cl_mem dw,
                                                  size_t offdw);

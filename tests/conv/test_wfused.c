@@ -1,6 +1,6 @@
 /* Fused Winograd convolution ("winograd-fused" F(2x2,3x3), "winograd4-fused"
- * F(4x4,3x3)): forward with bias + ReLU, backward-data and (winograd-fused,
- * F(3x3,2x2)) the weight gradient with beta 0 / 1 against a
+ * F(4x4,3x3)): forward with bias + ReLU, backward-data and the weight
+ * gradient (F(3x3,2x2), F(3x3,4x4)) with beta 0 / 1 / 0.5 against a
  * double-precision host reference on random shapes (odd sizes, channel
  * counts off the kernel's blocking, batch 1, C = 1, padding 0..2), poisoned
  * outputs, the channel-chunked scratch path, the kernel variants, the
@@ -57,8 +57,8 @@ static clg_conv_shape wshape(int N, int C, int H, int W, int K, int ph, int pw)
 }
 
 /* Weight gradient of algo (mx, mdy: x and dy uploaded at element offset
- * off) with beta 0 into a poisoned dw, and with beta 1 onto random dw0 /
- * db0 (the bias gradient too); worst relative error. */
+ * off) with beta 0 into a poisoned dw, and with beta 1 and 0.5 onto random
+ * dw0 / db0 (the bias gradient too); worst relative error. */
 static double check_bwd_filter(const clg_conv_shape *s, clg_conv_algo algo, clg_rng *r, const float *x,
                                const float *dy, cl_mem mx, cl_mem mdy, size_t off, const char *desc)
 {
@@ -67,15 +67,18 @@ static double check_bwd_filter(const clg_conv_shape *s, clg_conv_algo algo, clg_
     float *dw0 = randn(nw, r), *db0 = randn(K, r);
     double *rdw = malloc(sizeof(double) * nw), *rdb = malloc(sizeof(double) * K);
     double worst = 0;
-    for (int beta = 0; beta <= 1; beta++) {
-        cl_mem mdw = tu_upload_at(dev, beta ? dw0 : NULL, nw, off), mdb = tu_upload_at(dev, beta ? db0 : NULL, K, off);
-        ck_assert_msg(clg_conv_backward_filter(dev, s, algo, mx, off, mdy, off, (float)beta, mdw, off, mdb, off) ==
+    static const float betas[] = {0.0f, 1.0f, 0.5f};
+    for (int bi = 0; bi < 3; bi++) {
+        const float beta = betas[bi];
+        cl_mem mdw = tu_upload_at(dev, beta != 0.0f ? dw0 : NULL, nw, off);
+        cl_mem mdb = tu_upload_at(dev, beta != 0.0f ? db0 : NULL, K, off);
+        ck_assert_msg(clg_conv_backward_filter(dev, s, algo, mx, off, mdy, off, beta, mdw, off, mdb, off) ==
                           CLG_OK,
                       "%s bwd-filter %s: %s", clg_conv_algo_name(algo), desc, clg_last_error(g_ctx));
-        cr_bwd_filter(s, x, dy, (float)beta, beta ? dw0 : NULL, rdw, rdb, beta ? db0 : NULL);
+        cr_bwd_filter(s, x, dy, beta, beta != 0.0f ? dw0 : NULL, rdw, rdb, beta != 0.0f ? db0 : NULL);
         float *gw = tu_download_at(dev, mdw, nw, off), *gb = tu_download_at(dev, mdb, K, off);
         double e = fmax(rel_err(gw, rdw, nw), rel_err(gb, rdb, K));
-        ck_assert_msg(e < TOL, "%s bwd-filter %s (beta %d): relative error %g >= %g", clg_conv_algo_name(algo), desc,
+        ck_assert_msg(e < TOL, "%s bwd-filter %s (beta %g): relative error %g >= %g", clg_conv_algo_name(algo), desc,
                       beta, e, TOL);
         worst = fmax(worst, e);
         free(gw), free(gb);
@@ -201,6 +204,39 @@ START_TEST(fused2_backward_filter)
     check_case(&s, CLG_CONV_WINOGRAD_FUSED, &r, 4);
     s = wshape(2, 5, 2, 7, 6, 1, 1); /* one tile row: groups of 4 tiles in one row */
     check_case(&s, CLG_CONV_WINOGRAD_FUSED, &r, 4);
+}
+END_TEST
+
+/* winograd4-fused weight gradient, F(3x3, 4x4): groups of 8 tiles in one
+ * tile row (outputs wider than 16 columns, partial groups past 32), of 2 x 4
+ * tiles (9..16 columns) and of 4 x 2 tiles (<= 8 columns, tile rows of
+ * several images in one group, segments past the batch); odd sizes,
+ * channel counts off the 4-channel blocking, padding 0..2, several chunks
+ * per work-item. Max error measured against the double reference on N(0,1)
+ * data: ~3e-6 (F(3x3, 2x2): ~3e-7). */
+START_TEST(fused4_backward_filter)
+{
+    if (!g_tiny)
+        random_cases(CLG_CONV_WINOGRAD4_FUSED, 50, 4);
+    clg_rng r;
+    tu_rng(&r, 51);
+    clg_conv_shape s = g_tiny ? wshape(1, 3, 5, 19, 2, 1, 1) : wshape(2, 6, 37, 41, 5, 1, 1); /* 8 tiles a row */
+    check_case(&s, CLG_CONV_WINOGRAD4_FUSED, &r, 4);
+    s = g_tiny ? wshape(3, 2, 5, 6, 3, 1, 1) : wshape(3, 9, 9, 7, 13, 1, 1); /* 4 x 2 tiles, 3 tile rows an image */
+    check_case(&s, CLG_CONV_WINOGRAD4_FUSED, &r, 4);
+    s = g_tiny ? wshape(1, 2, 7, 11, 3, 0, 0) : wshape(3, 19, 13, 14, 21, 0, 0); /* 2 x 4 tiles */
+    check_case(&s, CLG_CONV_WINOGRAD4_FUSED, &r, 4);
+    if (g_tiny) /* oclgrind: small shapes (CI time) */
+        return;
+    s = wshape(1, 1, 9, 8, 7, 2, 0);
+    check_case(&s, CLG_CONV_WINOGRAD4_FUSED, &r, 4);
+    s = wshape(4, 64, 8, 8, 64, 1, 1); /* ResNet-20 stage 3 (batch 4) */
+    check_case(&s, CLG_CONV_WINOGRAD4_FUSED, &r, 4);
+    s = wshape(2, 5, 2, 7, 6, 1, 1); /* one tile row */
+    check_case(&s, CLG_CONV_WINOGRAD4_FUSED, &r, 4);
+    s = wshape(8, 40, 32, 32, 40, 1, 1); /* two chunks per work-item, chunks across images */
+    double e = check_case(&s, CLG_CONV_WINOGRAD4_FUSED, &r, 4);
+    ck_assert_msg(e < 2e-5, "winograd4-fused bwd-filter 8x40x32x32: relative error %g", e);
 }
 END_TEST
 
@@ -419,11 +455,12 @@ START_TEST(names_and_support)
     ck_assert_int_eq(a, CLG_CONV_WINOGRAD4_FUSED);
     ck_assert_str_eq(clg_conv_algo_name(CLG_CONV_WINOGRAD4_FUSED), "winograd4-fused");
     clg_conv_shape s = wshape(1, 3, 8, 8, 4, 1, 1);
-    ck_assert(!clg_conv_algo_supported(CLG_CONV_WINOGRAD4_FUSED, &s, CLG_CONV_BWD_FILTER));
+    ck_assert(clg_conv_algo_supported(CLG_CONV_WINOGRAD4_FUSED, &s, CLG_CONV_BWD_FILTER));
     ck_assert(clg_conv_algo_supported(CLG_CONV_WINOGRAD_FUSED, &s, CLG_CONV_BWD_FILTER));
     s.C = 600; /* the weight gradient's per-work-item partials: C*K <= 512*512 */
     s.K = 500;
     ck_assert(!clg_conv_algo_supported(CLG_CONV_WINOGRAD_FUSED, &s, CLG_CONV_BWD_FILTER));
+    ck_assert(!clg_conv_algo_supported(CLG_CONV_WINOGRAD4_FUSED, &s, CLG_CONV_BWD_FILTER));
     s.C = 3;
     s.K = 4;
     ck_assert(clg_conv_algo_supported(CLG_CONV_WINOGRAD4_FUSED, &s, CLG_CONV_BWD_DATA));
@@ -435,9 +472,9 @@ START_TEST(names_and_support)
     cl_mem m = tu_upload(dev0(), NULL, 512);
     ck_assert_int_eq(clg_conv_forward(dev0(), &s, CLG_CONV_WINOGRAD_FUSED, NULL, m, 0, m, 0, NULL, 0, 0, m, 0),
                      CLG_ERR_UNSUPPORTED);
-    s.stride_w = 1;
     ck_assert_int_eq(clg_conv_backward_filter(dev0(), &s, CLG_CONV_WINOGRAD4_FUSED, m, 0, m, 0, 0.0f, m, 0, NULL, 0),
                      CLG_ERR_UNSUPPORTED);
+    s.stride_w = 1;
     clg_buf_release(dev0(), m);
 }
 END_TEST
@@ -457,6 +494,7 @@ int main(void)
         {"fused2_backward_data", fused2_backward_data},
         {"fused4_backward_data", fused4_backward_data},
         {"fused2_backward_filter", fused2_backward_filter},
+        {"fused4_backward_filter", fused4_backward_filter},
         {"single_input_channel", single_input_channel},
         {"chunked_and_variants", chunked_and_variants},
         {"filter_cache_versions", filter_cache_versions},
