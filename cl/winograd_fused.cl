@@ -38,6 +38,9 @@
 #ifndef KB
 #define KB 8
 #endif
+#ifndef WF_SKIP
+#define WF_SKIP 0
+#endif
 #ifndef WGS
 #define WGS 1
 #endif
@@ -161,6 +164,59 @@ __kernel void wf_filter(__global const float *w, const int offw, const int K, co
             WF_KSTORE(WF_G(b, t[a][0], t[a][1], t[a][2]), U + (((size_t)(a * WA + b) * Kb + kb) * C + c) * KB);
 }
 
+// Lanes over 8 consecutive tiles of one tile row ("row groups"): tile l's
+// column j sits at WM*l + j of the row, so a row of the group is WF_SPAN
+// contiguous floats, loaded as float16s and split into the WA columns by
+// shuffle2 (no scalar transposition); outputs are interleaved back the same way.
+#if WM == 4
+#define WF_SPAN 36 // a, b: columns 0..31; a4, b4: columns 4..35
+#else
+#define WF_SPAN 32
+#endif
+#define WF_LANES(m) ((uint8)(0, m, 2 * (m), 3 * (m), 4 * (m), 5 * (m), 6 * (m), 7 * (m)))
+
+// d[j] (lane l) = x[idx + WM*l + j], the group's input row h (column w0 + WM*l
+// + j), zero outside the image (hin: row inside, columns checked here). The
+// caller keeps [idx, idx + WF_SPAN) inside x's data.
+static inline void wf_row(__global const float *x, const int idx, const int w0, const int W, const int hin,
+                          float8 *d)
+{
+    if (!hin) {
+        #pragma unroll
+        for (int j = 0; j < WA; j++)
+            d[j] = (float8)(0.0f);
+        return;
+    }
+    float16 a = vload16(0, x + idx), b = vload16(0, x + idx + 16);
+    const int16 col = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15) + w0;
+    a = select((float16)(0.0f), a, col >= 0 && col < W);
+    b = select((float16)(0.0f), b, col + 16 >= 0 && col + 16 < W);
+    #pragma unroll
+    for (int j = 0; j < WA && j < 4; j++)
+        d[j] = shuffle2(a, b, WF_LANES(WM) + (uint8)(j));
+#if WM == 4
+    a = vload16(0, x + idx + 4);
+    b = vload16(0, x + idx + 20);
+    a = select((float16)(0.0f), a, col + 4 >= 0 && col + 4 < W);
+    b = select((float16)(0.0f), b, col + 20 >= 0 && col + 20 < W);
+    d[4] = shuffle2(a, b, WF_LANES(4));
+    d[5] = shuffle2(a, b, WF_LANES(4) + (uint8)(1));
+#endif
+}
+
+// Output row of a row group: p[WM*l + s] = o[s] (lane l).
+static inline void wf_store_row(const float8 *o, __global float *p)
+{
+    const uint16 zip = (uint16)(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+#if WM == 4
+    const float16 ab = shuffle2(o[0], o[1], zip), cd = shuffle2(o[2], o[3], zip);
+    vstore16(shuffle2(ab, cd, (uint16)(0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7, 22, 23)), 0, p);
+    vstore16(shuffle2(ab, cd, (uint16)(8, 9, 24, 25, 10, 11, 26, 27, 12, 13, 28, 29, 14, 15, 30, 31)), 0, p + 16);
+#else
+    vstore16(shuffle2(o[0], o[1], zip), 0, p);
+#endif
+}
+
 // y (N, K, P, Q) = conv3x3(x (N, C, H, W), U) + bias, ReLU; P = H + 2 pad_h - 2.
 // TI = TH*TW tiles per image, T = N*TI tiles. gws = (>= ceil(T/TB) rounded
 // to WGS, ceil(Kb/kbper)), lws = (WGS, 1); scratch: WGS * A2*TB*(CB + KGB*KB) floats.
@@ -206,6 +262,23 @@ __kernel void wf_conv(__global const float *x, const int offx, const int C, cons
         pr[l] = in ? min(WM, P - th * WM) : 0;
         qc[l] = min(WM, Q - tw * WM);
     }
+    // Row groups: lanes v*8 .. v*8+7 are 8 consecutive tiles of one tile row
+    // (rowg; wcol: input column of lane 0's first column), all whole output
+    // tiles (fullg).
+    int rowg[NT], fullg[NT], wcol[NT];
+    #pragma unroll
+    for (int v = 0; v < NT; v++) {
+        const int t = blk * TB + v * 8;
+        const int n = t / TI, r = t - n * TI;
+        const int th = r / TW, tw = r - th * TW;
+        // every row load of the group inside x's data (else the gather path, which clamps)
+        const int hlo = max(th * WM - pad_h, 0), hhi = min(th * WM - pad_h + WA, H) - 1;
+        const int lo = offx + n * C * HW + hlo * W + tw * WM - pad_w;
+        const int hi = offx + n * C * HW + (C - 1) * HW + hhi * W + tw * WM - pad_w + WF_SPAN;
+        rowg[v] = t + 7 < T && tw + 7 < TW && lo >= offx && hi <= xend;
+        fullg[v] = rowg[v] && th * WM + WM <= P && (tw + 8) * WM <= Q;
+        wcol[v] = tw * WM - pad_w;
+    }
 
     const int single = CB >= C; // one channel chunk: transform once, keep nothing across blocks
     // Few input channels (C = 1 layers): the products are cheaper than their
@@ -219,60 +292,77 @@ __kernel void wf_conv(__global const float *x, const int offx, const int C, cons
             const int cb = min(CB, C - c0);
             if (!single || kg == kb_lo) {
                 // ---- phase 1: input transform of channels c0 .. c0+cb-1 ----
-                for (int cc = 0; cc < cb; cc++) {
+                for (int cc = 0; cc < ((WF_SKIP & 1) ? 0 : cb); cc++) {
                     const int coff = (c0 + cc) * HW;
-                    float dd[WA][WA][TB];
-                    for (int l = 0; l < TB; l++) {
-                        #pragma unroll
-                        for (int i = 0; i < WA; i++) {
-                            const int h = h0s[l] + i;
-                            const int idx = xb[l] + coff + h * W;
-                            float8 row;
-                            if (idx >= offx && idx + 8 <= xend) {
-                                row = vload8(0, x + idx);
-                            } else {
-                                float e[8];
-                                #pragma unroll
-                                for (int j = 0; j < 8; j++)
-                                    e[j] = x[clamp(idx + j, offx, xend - 1)]; // masked below
-                                row = vload8(0, e);
-                            }
-                            row = select((float8)(0.0f), row, cm[l] & (int8)(h >= 0 && h < H ? -1 : 0));
-                            float rr[8];
-                            vstore8(row, 0, rr);
-                            #pragma unroll
-                            for (int j = 0; j < WA; j++)
-                                dd[i][j][l] = rr[j];
-                        }
-                    }
                     #pragma unroll
                     for (int v = 0; v < NT; v++) {
-                        float8 t1[WA][WA]; // t1[a][j] = (B^T d)[a][j]
+                        float8 t1[WA][WA]; // t1[i][b] = (d B)[i][b]: input rows transformed along the columns
+                        if (rowg[v]) {
+                            #pragma unroll
+                            for (int i = 0; i < WA; i++) {
+                                const int h = h0s[v * 8] + i;
+                                float8 d[WA], o[WA];
+                                wf_row(x, xb[v * 8] + coff + h * W, wcol[v], W, h >= 0 && h < H, d);
+                                WF_IN(o, d);
+                                #pragma unroll
+                                for (int b = 0; b < WA; b++)
+                                    t1[i][b] = o[b];
+                            }
+                        } else {
+                            float dd[WA][WA][8];
+                            for (int l = 0; l < 8; l++) {
+                                const int L = v * 8 + l;
+                                #pragma unroll
+                                for (int i = 0; i < WA; i++) {
+                                    const int h = h0s[L] + i;
+                                    const int idx = xb[L] + coff + h * W;
+                                    float8 row;
+                                    if (idx >= offx && idx + 8 <= xend) {
+                                        row = vload8(0, x + idx);
+                                    } else {
+                                        float e[8];
+                                        #pragma unroll
+                                        for (int j = 0; j < 8; j++)
+                                            e[j] = x[clamp(idx + j, offx, xend - 1)]; // masked below
+                                        row = vload8(0, e);
+                                    }
+                                    row = select((float8)(0.0f), row, cm[L] & (int8)(h >= 0 && h < H ? -1 : 0));
+                                    float rr[8];
+                                    vstore8(row, 0, rr);
+                                    #pragma unroll
+                                    for (int j = 0; j < WA; j++)
+                                        dd[i][j][l] = rr[j];
+                                }
+                            }
+                            #pragma unroll
+                            for (int i = 0; i < WA; i++) {
+                                float8 d[WA], o[WA];
+                                #pragma unroll
+                                for (int j = 0; j < WA; j++)
+                                    d[j] = vload8(0, dd[i][j]);
+                                WF_IN(o, d);
+                                #pragma unroll
+                                for (int b = 0; b < WA; b++)
+                                    t1[i][b] = o[b];
+                            }
+                        }
                         #pragma unroll
-                        for (int j = 0; j < WA; j++) {
+                        for (int b = 0; b < WA; b++) {
                             float8 col[WA], o[WA];
                             #pragma unroll
                             for (int i = 0; i < WA; i++)
-                                col[i] = vload8(v, dd[i][j]);
+                                col[i] = t1[i][b];
                             WF_IN(o, col);
                             #pragma unroll
                             for (int a = 0; a < WA; a++)
-                                t1[a][j] = o[a];
-                        }
-                        #pragma unroll
-                        for (int a = 0; a < WA; a++) {
-                            float8 o[WA];
-                            WF_IN(o, t1[a]);
-                            #pragma unroll
-                            for (int b = 0; b < WA; b++)
-                                vstore8(o[b], v, Vs + ((a * WA + b) * CB + cc) * TB);
+                                vstore8(o[a], v, Vs + ((a * WA + b) * CB + cc) * TB);
                         }
                     }
                 }
             }
             // ---- phase 2: products, KB channels x TB tiles per transform point ----
             // (few input channels, one chunk: phase 3 forms them itself)
-            for (int kb = direct ? kg_end : kg; kb < kg_end; kb++) {
+            for (int kb = direct ? kg_end : kg; kb < ((WF_SKIP & 2) ? kg : kg_end); kb++) {
                 __local float *mg = Ms + (kb - kg) * (A2 * KB * TB);
                 for (int xi = 0; xi < A2; xi++) {
                     float8 acc[KB][NT];
@@ -316,7 +406,7 @@ __kernel void wf_conv(__global const float *x, const int offx, const int C, cons
             }
         }
         // ---- phase 3: output transform + bias + ReLU of blocks kg .. kg_end-1 ----
-        for (int kb = kg; kb < kg_end; kb++) {
+        for (int kb = kg; kb < ((WF_SKIP & 4) ? kg : kg_end); kb++) {
             __local const float *mg = Ms + (kb - kg) * (A2 * KB * TB);
             for (int i = 0; i < KB; i++) {
                 const int k = kb * KB + i;
@@ -355,12 +445,20 @@ __kernel void wf_conv(__global const float *x, const int offx, const int C, cons
                         WF_OUT(o, t1[r]);
                         #pragma unroll
                         for (int s = 0; s < WM; s++) {
-                            float8 z = o[s] + bv;
+                            o[s] += bv;
                             if (relu)
-                                z = fmax(z, 0.0f);
-                            vstore8(z, 0, ob[r][s]);
+                                o[s] = fmax(o[s], 0.0f);
+                        }
+                        if (fullg[v]) {
+                            wf_store_row(o, y + yo[v * 8] + k * PQ + r * Q);
+                        } else {
+                            #pragma unroll
+                            for (int s = 0; s < WM; s++)
+                                vstore8(o[s], 0, ob[r][s]);
                         }
                     }
+                    if (fullg[v])
+                        continue;
                     #pragma unroll
                     for (int l = 0; l < 8; l++) {
                         const int L = v * 8 + l;
