@@ -176,42 +176,42 @@ __kernel void wf_filter(__global const float *w, const int offw, const int K, co
 #define WF_LANES(m) ((uint8)(0, m, 2 * (m), 3 * (m), 4 * (m), 5 * (m), 6 * (m), 7 * (m)))
 
 // d[j] (lane l) = x[idx + WM*l + j], the group's input row h (column w0 + WM*l
-// + j), zero outside the image (hin: row inside, columns checked here). The
-// caller keeps [idx, idx + WF_SPAN) inside x's data.
-static inline void wf_row(__global const float *x, const int idx, const int w0, const int W, const int hin,
-                          float8 *d)
+// + j), zero outside the image (ina: row inside, columns checked here). The
+// caller keeps the loads inside x's data. Half groups (WM = 4, 4 tiles per
+// tile row): lanes 4..7 are the next tile row's 4 tiles, their row starting
+// boff = WM*W floats later (inb: that row inside; bcol = 0), else boff = bcol
+// = 16 and inb = ina.
+static inline void wf_row(__global const float *x, const int idx, const int w0, const int W, const int ina,
+                          const int inb, const int boff, const int bcol, float8 *d)
 {
-    if (!hin) {
-        #pragma unroll
-        for (int j = 0; j < WA; j++)
-            d[j] = (float8)(0.0f);
-        return;
-    }
-    float16 a = vload16(0, x + idx), b = vload16(0, x + idx + 16);
     const int16 col = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15) + w0;
-    a = select((float16)(0.0f), a, col >= 0 && col < W);
-    b = select((float16)(0.0f), b, col + 16 >= 0 && col + 16 < W);
+    float16 a = (float16)(0.0f), b = (float16)(0.0f);
+    if (ina)
+        a = select((float16)(0.0f), vload16(0, x + idx), col >= 0 && col < W);
+    if (inb)
+        b = select((float16)(0.0f), vload16(0, x + idx + boff), col + bcol >= 0 && col + bcol < W);
     #pragma unroll
     for (int j = 0; j < WA && j < 4; j++)
         d[j] = shuffle2(a, b, WF_LANES(WM) + (uint8)(j));
 #if WM == 4
-    a = vload16(0, x + idx + 4);
-    b = vload16(0, x + idx + 20);
-    a = select((float16)(0.0f), a, col + 4 >= 0 && col + 4 < W);
-    b = select((float16)(0.0f), b, col + 20 >= 0 && col + 20 < W);
+    if (ina)
+        a = select((float16)(0.0f), vload16(0, x + idx + 4), col + 4 >= 0 && col + 4 < W);
+    if (inb)
+        b = select((float16)(0.0f), vload16(0, x + idx + boff + 4), col + bcol + 4 >= 0 && col + bcol + 4 < W);
     d[4] = shuffle2(a, b, WF_LANES(4));
     d[5] = shuffle2(a, b, WF_LANES(4) + (uint8)(1));
 #endif
 }
 
-// Output row of a row group: p[WM*l + s] = o[s] (lane l).
-static inline void wf_store_row(const float8 *o, __global float *p)
+// Output row of a row group: p[WM*l + s] = o[s] (lane l), lanes 4..7 (WM = 4)
+// at p2 + WM*(l-4) + s (p2 = p + 16, or the next tile row's for a half group).
+static inline void wf_store_row(const float8 *o, __global float *p, __global float *p2)
 {
     const uint16 zip = (uint16)(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
 #if WM == 4
     const float16 ab = shuffle2(o[0], o[1], zip), cd = shuffle2(o[2], o[3], zip);
     vstore16(shuffle2(ab, cd, (uint16)(0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7, 22, 23)), 0, p);
-    vstore16(shuffle2(ab, cd, (uint16)(8, 9, 24, 25, 10, 11, 26, 27, 12, 13, 28, 29, 14, 15, 30, 31)), 0, p + 16);
+    vstore16(shuffle2(ab, cd, (uint16)(8, 9, 24, 25, 10, 11, 26, 27, 12, 13, 28, 29, 14, 15, 30, 31)), 0, p2);
 #else
     vstore16(shuffle2(o[0], o[1], zip), 0, p);
 #endif
@@ -263,23 +263,26 @@ __kernel void wf_conv(__global const float *x, const int offx, const int C, cons
         qc[l] = min(WM, Q - tw * WM);
     }
     // Row groups: lanes v*8 .. v*8+7 are 8 consecutive tiles of one tile row
-    // (rowg; wcol: input column of lane 0's first column), all whole output
-    // tiles (fullg).
-    int rowg[NT], fullg[NT], wcol[NT];
+    // (rowg; wcol: input column of lane 0's first column), or (WM = 4, 4 tiles
+    // per tile row) a half group: tile rows th and th + 1 of one image
+    // (brow = WM: lanes 4..7 read WM rows lower); fullg: all whole output tiles.
+    int rowg[NT], fullg[NT], wcol[NT], brow[NT];
     #pragma unroll
     for (int v = 0; v < NT; v++) {
         const int t = blk * TB + v * 8;
         const int n = t / TI, r = t - n * TI;
         const int th = r / TW, tw = r - th * TW;
+        const int row = t + 7 < T && tw + 7 < TW;
+        const int hgrp = WM == 4 && t + 7 < T && TW == 4 && tw == 0 && (th + 2) * TW <= TI;
+        brow[v] = hgrp ? WM : 0;
         // every row load of the group inside x's data (else the gather path, which clamps)
-        const int hlo = max(th * WM - pad_h, 0), hhi = min(th * WM - pad_h + WA, H) - 1;
+        const int hlo = max(th * WM - pad_h, 0), hnd = min(th * WM - pad_h + WA + brow[v], H);
         const int lo = offx + n * C * HW + hlo * W + tw * WM - pad_w;
-        const int hi = offx + n * C * HW + (C - 1) * HW + hhi * W + tw * WM - pad_w + WF_SPAN;
-        rowg[v] = t + 7 < T && tw + 7 < TW && lo >= offx && hi <= xend;
-        fullg[v] = rowg[v] && th * WM + WM <= P && (tw + 8) * WM <= Q;
+        const int hi = offx + n * C * HW + (C - 1) * HW + hnd * W + tw * WM - pad_w + WF_SPAN;
+        rowg[v] = (row || hgrp) && lo >= offx && hi <= xend;
+        fullg[v] = rowg[v] && (th * WM + WM + brow[v] <= P) && (tw + (hgrp ? 4 : 8)) * WM <= Q;
         wcol[v] = tw * WM - pad_w;
     }
-
     const int single = CB >= C; // one channel chunk: transform once, keep nothing across blocks
     // Few input channels (C = 1 layers): the products are cheaper than their
     // round trip through the scratch, so phase 3 computes each transform-domain
@@ -302,7 +305,9 @@ __kernel void wf_conv(__global const float *x, const int offx, const int C, cons
                             for (int i = 0; i < WA; i++) {
                                 const int h = h0s[v * 8] + i;
                                 float8 d[WA], o[WA];
-                                wf_row(x, xb[v * 8] + coff + h * W, wcol[v], W, h >= 0 && h < H, d);
+                                const int hb = h + brow[v];
+                                wf_row(x, xb[v * 8] + coff + h * W, wcol[v], W, h >= 0 && h < H, hb >= 0 && hb < H,
+                                       brow[v] ? brow[v] * W : 16, brow[v] ? 0 : 16, d);
                                 WF_IN(o, d);
                                 #pragma unroll
                                 for (int b = 0; b < WA; b++)
@@ -450,7 +455,8 @@ __kernel void wf_conv(__global const float *x, const int offx, const int C, cons
                                 o[s] = fmax(o[s], 0.0f);
                         }
                         if (fullg[v]) {
-                            wf_store_row(o, y + yo[v * 8] + k * PQ + r * Q);
+                            __global float *yr = y + yo[v * 8] + k * PQ + r * Q;
+                            wf_store_row(o, yr, yr + (brow[v] ? brow[v] * Q : 16));
                         } else {
                             #pragma unroll
                             for (int s = 0; s < WM; s++)
