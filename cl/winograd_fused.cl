@@ -38,9 +38,6 @@
 #ifndef KB
 #define KB 8
 #endif
-#ifndef WF_SKIP
-#define WF_SKIP 0
-#endif
 #ifndef WGS
 #define WGS 1
 #endif
@@ -273,13 +270,17 @@ __kernel void wf_conv(__global const float *x, const int offx, const int C, cons
         const int n = t / TI, r = t - n * TI;
         const int th = r / TW, tw = r - th * TW;
         const int row = t + 7 < T && tw + 7 < TW;
-        const int hgrp = WM == 4 && t + 7 < T && TW == 4 && tw == 0 && (th + 2) * TW <= TI;
+#if WM == 4
+        const int hgrp = t + 7 < T && TW == 4 && tw == 0 && (th + 2) * TW <= TI;
+#else
+        const int hgrp = 0;
+#endif
         brow[v] = hgrp ? WM : 0;
         // every row load of the group inside x's data (else the gather path, which clamps)
         const int hlo = max(th * WM - pad_h, 0), hnd = min(th * WM - pad_h + WA + brow[v], H);
         const int lo = offx + n * C * HW + hlo * W + tw * WM - pad_w;
         const int hi = offx + n * C * HW + (C - 1) * HW + hnd * W + tw * WM - pad_w + WF_SPAN;
-        rowg[v] = (row || hgrp) && lo >= offx && hi <= xend;
+        rowg[v] = (row | hgrp) && lo >= offx && hi <= xend;
         fullg[v] = rowg[v] && (th * WM + WM + brow[v] <= P) && (tw + (hgrp ? 4 : 8)) * WM <= Q;
         wcol[v] = tw * WM - pad_w;
     }
@@ -295,7 +296,7 @@ __kernel void wf_conv(__global const float *x, const int offx, const int C, cons
             const int cb = min(CB, C - c0);
             if (!single || kg == kb_lo) {
                 // ---- phase 1: input transform of channels c0 .. c0+cb-1 ----
-                for (int cc = 0; cc < ((WF_SKIP & 1) ? 0 : cb); cc++) {
+                for (int cc = 0; cc < cb; cc++) {
                     const int coff = (c0 + cc) * HW;
                     #pragma unroll
                     for (int v = 0; v < NT; v++) {
@@ -367,7 +368,7 @@ __kernel void wf_conv(__global const float *x, const int offx, const int C, cons
             }
             // ---- phase 2: products, KB channels x TB tiles per transform point ----
             // (few input channels, one chunk: phase 3 forms them itself)
-            for (int kb = direct ? kg_end : kg; kb < ((WF_SKIP & 2) ? kg : kg_end); kb++) {
+            for (int kb = direct ? kg_end : kg; kb < kg_end; kb++) {
                 __local float *mg = Ms + (kb - kg) * (A2 * KB * TB);
                 for (int xi = 0; xi < A2; xi++) {
                     float8 acc[KB][NT];
@@ -411,7 +412,7 @@ __kernel void wf_conv(__global const float *x, const int offx, const int C, cons
             }
         }
         // ---- phase 3: output transform + bias + ReLU of blocks kg .. kg_end-1 ----
-        for (int kb = kg; kb < ((WF_SKIP & 4) ? kg : kg_end); kb++) {
+        for (int kb = kg; kb < kg_end; kb++) {
             __local const float *mg = Ms + (kb - kg) * (A2 * KB * TB);
             for (int i = 0; i < KB; i++) {
                 const int k = kb * KB + i;
