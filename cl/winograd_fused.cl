@@ -298,7 +298,7 @@ __kernel void wf_conv(__global const float *x, const int offx, const int C, cons
                 // ---- phase 1: input transform of channels c0 .. c0+cb-1 ----
                 for (int cc = 0; cc < cb; cc++) {
                     const int coff = (c0 + cc) * HW;
-                    #pragma unroll
+                    #pragma unroll 1
                     for (int v = 0; v < NT; v++) {
                         float8 t1[WA][WA]; // t1[i][b] = (d B)[i][b]: input rows transformed along the columns
                         if (rowg[v]) {
