@@ -38,6 +38,9 @@
 #ifndef KB
 #define KB 8
 #endif
+#ifndef WF_ROWS // 0: no row groups (the host's choice when no tile row can hold one)
+#define WF_ROWS 1
+#endif
 #ifndef WGS
 #define WGS 1
 #endif
@@ -280,10 +283,14 @@ __kernel void wf_conv(__global const float *x, const int offx, const int C, cons
         const int hlo = max(th * WM - pad_h, 0), hnd = min(th * WM - pad_h + WA + brow[v], H);
         const int lo = offx + n * C * HW + hlo * W + tw * WM - pad_w;
         const int hi = offx + n * C * HW + (C - 1) * HW + hnd * W + tw * WM - pad_w + WF_SPAN;
-        rowg[v] = (row | hgrp) && lo >= offx && hi <= xend;
+        rowg[v] = WF_ROWS && (row | hgrp) && lo >= offx && hi <= xend;
         fullg[v] = rowg[v] && (th * WM + WM + brow[v] <= P) && (tw + (hgrp ? 4 : 8)) * WM <= Q;
         wcol[v] = tw * WM - pad_w;
     }
+    int anyrow = 0;
+    #pragma unroll
+    for (int v = 0; v < NT; v++)
+        anyrow |= rowg[v];
     const int single = CB >= C; // one channel chunk: transform once, keep nothing across blocks
     // Few input channels (C = 1 layers): the products are cheaper than their
     // round trip through the scratch, so phase 3 computes each transform-domain
@@ -296,72 +303,125 @@ __kernel void wf_conv(__global const float *x, const int offx, const int C, cons
             const int cb = min(CB, C - c0);
             if (!single || kg == kb_lo) {
                 // ---- phase 1: input transform of channels c0 .. c0+cb-1 ----
-                for (int cc = 0; cc < cb; cc++) {
-                    const int coff = (c0 + cc) * HW;
-                    #pragma unroll 1
-                    for (int v = 0; v < NT; v++) {
-                        float8 t1[WA][WA]; // t1[i][b] = (d B)[i][b]: input rows transformed along the columns
-                        if (rowg[v]) {
-                            #pragma unroll
-                            for (int i = 0; i < WA; i++) {
-                                const int h = h0s[v * 8] + i;
-                                float8 d[WA], o[WA];
-                                const int hb = h + brow[v];
-                                wf_row(x, xb[v * 8] + coff + h * W, wcol[v], W, h >= 0 && h < H, hb >= 0 && hb < H,
-                                       brow[v] ? brow[v] * W : 16, brow[v] ? 0 : 16, d);
-                                WF_IN(o, d);
-                                #pragma unroll
-                                for (int b = 0; b < WA; b++)
-                                    t1[i][b] = o[b];
-                            }
-                        } else {
-                            float dd[WA][WA][8];
-                            for (int l = 0; l < 8; l++) {
-                                const int L = v * 8 + l;
+                if (anyrow) {
+                    for (int cc = 0; cc < cb; cc++) {
+                        const int coff = (c0 + cc) * HW;
+                        #pragma unroll 1
+                        for (int v = 0; v < NT; v++) {
+                            float8 t1[WA][WA]; // t1[i][b] = (d B)[i][b]: input rows transformed along the columns
+                            if (rowg[v]) {
                                 #pragma unroll
                                 for (int i = 0; i < WA; i++) {
-                                    const int h = h0s[L] + i;
-                                    const int idx = xb[L] + coff + h * W;
-                                    float8 row;
-                                    if (idx >= offx && idx + 8 <= xend) {
-                                        row = vload8(0, x + idx);
-                                    } else {
-                                        float e[8];
+                                    const int h = h0s[v * 8] + i;
+                                    float8 d[WA], o[WA];
+                                    const int hb = h + brow[v];
+                                    wf_row(x, xb[v * 8] + coff + h * W, wcol[v], W, h >= 0 && h < H, hb >= 0 && hb < H,
+                                           brow[v] ? brow[v] * W : 16, brow[v] ? 0 : 16, d);
+                                    WF_IN(o, d);
+                                    #pragma unroll
+                                    for (int b = 0; b < WA; b++)
+                                        t1[i][b] = o[b];
+                                }
+                            } else {
+                                float dd[WA][WA][8];
+                                for (int l = 0; l < 8; l++) {
+                                    const int L = v * 8 + l;
+                                    #pragma unroll
+                                    for (int i = 0; i < WA; i++) {
+                                        const int h = h0s[L] + i;
+                                        const int idx = xb[L] + coff + h * W;
+                                        float8 row;
+                                        if (idx >= offx && idx + 8 <= xend) {
+                                            row = vload8(0, x + idx);
+                                        } else {
+                                            float e[8];
+                                            #pragma unroll
+                                            for (int j = 0; j < 8; j++)
+                                                e[j] = x[clamp(idx + j, offx, xend - 1)]; // masked below
+                                            row = vload8(0, e);
+                                        }
+                                        row = select((float8)(0.0f), row, cm[L] & (int8)(h >= 0 && h < H ? -1 : 0));
+                                        float rr[8];
+                                        vstore8(row, 0, rr);
                                         #pragma unroll
-                                        for (int j = 0; j < 8; j++)
-                                            e[j] = x[clamp(idx + j, offx, xend - 1)]; // masked below
-                                        row = vload8(0, e);
+                                        for (int j = 0; j < WA; j++)
+                                            dd[i][j][l] = rr[j];
                                     }
-                                    row = select((float8)(0.0f), row, cm[L] & (int8)(h >= 0 && h < H ? -1 : 0));
-                                    float rr[8];
-                                    vstore8(row, 0, rr);
+                                }
+                                #pragma unroll
+                                for (int i = 0; i < WA; i++) {
+                                    float8 d[WA], o[WA];
                                     #pragma unroll
                                     for (int j = 0; j < WA; j++)
-                                        dd[i][j][l] = rr[j];
+                                        d[j] = vload8(0, dd[i][j]);
+                                    WF_IN(o, d);
+                                    #pragma unroll
+                                    for (int b = 0; b < WA; b++)
+                                        t1[i][b] = o[b];
                                 }
                             }
                             #pragma unroll
+                            for (int b = 0; b < WA; b++) {
+                                float8 col[WA], o[WA];
+                                #pragma unroll
+                                for (int i = 0; i < WA; i++)
+                                    col[i] = t1[i][b];
+                                WF_IN(o, col);
+                                #pragma unroll
+                                for (int a = 0; a < WA; a++)
+                                    vstore8(o[a], v, Vs + ((a * WA + b) * CB + cc) * TB);
+                            }
+                        }
+                    }
+                } else {
+                    for (int cc = 0; cc < cb; cc++) {
+                        const int coff = (c0 + cc) * HW;
+                        float dd[WA][WA][TB];
+                        for (int l = 0; l < TB; l++) {
+                            #pragma unroll
                             for (int i = 0; i < WA; i++) {
-                                float8 d[WA], o[WA];
+                                const int h = h0s[l] + i;
+                                const int idx = xb[l] + coff + h * W;
+                                float8 row;
+                                if (idx >= offx && idx + 8 <= xend) {
+                                    row = vload8(0, x + idx);
+                                } else {
+                                    float e[8];
+                                    #pragma unroll
+                                    for (int j = 0; j < 8; j++)
+                                        e[j] = x[clamp(idx + j, offx, xend - 1)]; // masked below
+                                    row = vload8(0, e);
+                                }
+                                row = select((float8)(0.0f), row, cm[l] & (int8)(h >= 0 && h < H ? -1 : 0));
+                                float rr[8];
+                                vstore8(row, 0, rr);
                                 #pragma unroll
                                 for (int j = 0; j < WA; j++)
-                                    d[j] = vload8(0, dd[i][j]);
-                                WF_IN(o, d);
-                                #pragma unroll
-                                for (int b = 0; b < WA; b++)
-                                    t1[i][b] = o[b];
+                                    dd[i][j][l] = rr[j];
                             }
                         }
                         #pragma unroll
-                        for (int b = 0; b < WA; b++) {
-                            float8 col[WA], o[WA];
+                        for (int v = 0; v < NT; v++) {
+                            float8 t1[WA][WA]; // t1[a][j] = (B^T d)[a][j]
                             #pragma unroll
-                            for (int i = 0; i < WA; i++)
-                                col[i] = t1[i][b];
-                            WF_IN(o, col);
+                            for (int j = 0; j < WA; j++) {
+                                float8 col[WA], o[WA];
+                                #pragma unroll
+                                for (int i = 0; i < WA; i++)
+                                    col[i] = vload8(v, dd[i][j]);
+                                WF_IN(o, col);
+                                #pragma unroll
+                                for (int a = 0; a < WA; a++)
+                                    t1[a][j] = o[a];
+                            }
                             #pragma unroll
-                            for (int a = 0; a < WA; a++)
-                                vstore8(o[a], v, Vs + ((a * WA + b) * CB + cc) * TB);
+                            for (int a = 0; a < WA; a++) {
+                                float8 o[WA];
+                                WF_IN(o, t1[a]);
+                                #pragma unroll
+                                for (int b = 0; b < WA; b++)
+                                    vstore8(o[b], v, Vs + ((a * WA + b) * CB + cc) * TB);
+                            }
                         }
                     }
                 }
