@@ -203,36 +203,6 @@ static inline void wf_row(__global const float *x, const int idx, const int w0, 
 #endif
 }
 
-// Tile patch gathered per row: dd[(i*WA + j)*st + l] = x[idx0 + (h0 + i)*W + j]
-// (idx0: the patch's column 0 in row 0 of the channel), zero outside the
-// image (cm: columns inside, rows checked here); a row load that would leave
-// x's data [offx, xend) reads clamped indices (masked).
-static inline void wf_gather(__global const float *x, const int idx0, const int h0, const int8 cm, const int W,
-                             const int H, const int offx, const int xend, float *dd, const int st, const int l)
-{
-    #pragma unroll
-    for (int i = 0; i < WA; i++) {
-        const int h = h0 + i;
-        const int idx = idx0 + h * W;
-        float8 row;
-        if (idx >= offx && idx + 8 <= xend) {
-            row = vload8(0, x + idx);
-        } else {
-            float e[8];
-            #pragma unroll
-            for (int j = 0; j < 8; j++)
-                e[j] = x[clamp(idx + j, offx, xend - 1)]; // masked below
-            row = vload8(0, e);
-        }
-        row = select((float8)(0.0f), row, cm & (int8)(h >= 0 && h < H ? -1 : 0));
-        float rr[8];
-        vstore8(row, 0, rr);
-        #pragma unroll
-        for (int j = 0; j < WA; j++)
-            dd[(i * WA + j) * st + l] = rr[j];
-    }
-}
-
 // Output row of a row group: p[WM*l + s] = o[s] (lane l), lanes 4..7 (WM = 4)
 // at p2 + WM*(l-4) + s (p2 = p + 16, or the next tile row's for a half group).
 static inline void wf_store_row(const float8 *o, __global float *p, __global float *p2)
@@ -353,10 +323,22 @@ __kernel void wf_conv(__global const float *x, const int offx, const int C, cons
                                         t1[i][b] = o[b];
                                 }
                             } else {
+                                // (rare: the first or last group of the batch, a group
+                                // across tile rows) element by element
                                 float dd[WA][WA][8];
                                 for (int l = 0; l < 8; l++) {
                                     const int L = v * 8 + l;
-                                    wf_gather(x, xb[L] + coff, h0s[L], cm[L], W, H, offx, xend, &dd[0][0][0], 8, l);
+                                    int cin[8];
+                                    vstore8(cm[L], 0, cin);
+                                    #pragma unroll
+                                    for (int i = 0; i < WA; i++) {
+                                        const int h = h0s[L] + i, hin = h >= 0 && h < H;
+                                        #pragma unroll
+                                        for (int j = 0; j < WA; j++) {
+                                            const int q = clamp(xb[L] + coff + h * W + j, offx, xend - 1);
+                                            dd[i][j][l] = hin && cin[j] ? x[q] : 0.0f;
+                                        }
+                                    }
                                 }
                                 #pragma unroll
                                 for (int i = 0; i < WA; i++) {
@@ -388,7 +370,27 @@ __kernel void wf_conv(__global const float *x, const int offx, const int C, cons
                         const int coff = (c0 + cc) * HW;
                         float dd[WA][WA][TB];
                         for (int l = 0; l < TB; l++) {
-                            wf_gather(x, xb[l] + coff, h0s[l], cm[l], W, H, offx, xend, &dd[0][0][0], TB, l);
+                            #pragma unroll
+                            for (int i = 0; i < WA; i++) {
+                                const int h = h0s[l] + i;
+                                const int idx = xb[l] + coff + h * W;
+                                float8 row;
+                                if (idx >= offx && idx + 8 <= xend) {
+                                    row = vload8(0, x + idx);
+                                } else {
+                                    float e[8];
+                                    #pragma unroll
+                                    for (int j = 0; j < 8; j++)
+                                        e[j] = x[clamp(idx + j, offx, xend - 1)]; // masked below
+                                    row = vload8(0, e);
+                                }
+                                row = select((float8)(0.0f), row, cm[l] & (int8)(h >= 0 && h < H ? -1 : 0));
+                                float rr[8];
+                                vstore8(row, 0, rr);
+                                #pragma unroll
+                                for (int j = 0; j < WA; j++)
+                                    dd[i][j][l] = rr[j];
+                            }
                         }
                         #pragma unroll
                         for (int v = 0; v < NT; v++) {
