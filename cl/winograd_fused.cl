@@ -10,7 +10,12 @@
 //     float8 per tile, and a range of output-channel blocks (KB channels
 //     each) given by get_global_id(1);
 //   * phase 1 transforms its tiles for a chunk of CB input channels into
-//     its private slice of the __local scratch: Vs[xi][c][TB];
+//     its private slice of the __local scratch: Vs[xi][c][TB]. A float8 of
+//     tiles that covers 8 consecutive tiles of one tile row (or, F(4x4) with
+//     4 tiles per row, two whole tile rows) is a "row group": each input row
+//     is read as float16s and split into the tiles' columns with shuffle2,
+//     and phase 3 stores whole output rows the same way; other tiles are
+//     gathered one by one;
 //   * phase 2, per block of KB output channels and transform point xi, runs
 //     a KB x TB register-blocked product over the channel chunk (broadcast
 //     filter value times a float8 of tiles), accumulating in Ms[g][xi][KB][TB];
