@@ -10,7 +10,12 @@
 //     float8 per tile, and a range of output-channel blocks (KB channels
 //     each) given by get_global_id(1);
 //   * phase 1 transforms its tiles for a chunk of CB input channels into
-//     its private slice of the __local scratch: Vs[xi][c][TB];
+//     its private slice of the __local scratch: Vs[xi][c][TB]. A float8 of
+//     tiles that covers 8 consecutive tiles of one tile row (or, F(4x4) with
+//     4 tiles per row, two whole tile rows) is a "row group": each input row
+//     is read as float16s and split into the tiles' columns with shuffle2,
+//     and phase 3 stores whole output rows the same way; other tiles are
+//     gathered one by one;
 //   * phase 2, per block of KB output channels and transform point xi, runs
 //     a KB x TB register-blocked product over the channel chunk (broadcast
 //     filter value times a float8 of tiles), accumulating in Ms[g][xi][KB][TB];
@@ -37,6 +42,9 @@
 #define TB (8 * NT)
 #ifndef KB
 #define KB 8
+#endif
+#ifndef WF_ROWS // 0: no row groups (the host's choice when no tile row can hold one)
+#define WF_ROWS 1
 #endif
 #ifndef WGS
 #define WGS 1
@@ -161,6 +169,59 @@ __kernel void wf_filter(__global const float *w, const int offw, const int K, co
             WF_KSTORE(WF_G(b, t[a][0], t[a][1], t[a][2]), U + (((size_t)(a * WA + b) * Kb + kb) * C + c) * KB);
 }
 
+// Lanes over 8 consecutive tiles of one tile row ("row groups"): tile l's
+// column j sits at WM*l + j of the row, so a row of the group is WF_SPAN
+// contiguous floats, loaded as float16s and split into the WA columns by
+// shuffle2 (no scalar transposition); outputs are interleaved back the same way.
+#if WM == 4
+#define WF_SPAN 36 // a, b: columns 0..31; a4, b4: columns 4..35
+#else
+#define WF_SPAN 32
+#endif
+#define WF_LANES(m) ((uint8)(0, m, 2 * (m), 3 * (m), 4 * (m), 5 * (m), 6 * (m), 7 * (m)))
+
+// d[j] (lane l) = x[idx + WM*l + j], the group's input row h (column w0 + WM*l
+// + j), zero outside the image (ina: row inside, columns checked here). The
+// caller keeps the loads inside x's data. Half groups (WM = 4, 4 tiles per
+// tile row): lanes 4..7 are the next tile row's 4 tiles, their row starting
+// boff = WM*W floats later (inb: that row inside; bcol = 0), else boff = bcol
+// = 16 and inb = ina.
+static inline void wf_row(__global const float *x, const int idx, const int w0, const int W, const int ina,
+                          const int inb, const int boff, const int bcol, float8 *d)
+{
+    const int16 col = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15) + w0;
+    float16 a = (float16)(0.0f), b = (float16)(0.0f);
+    if (ina)
+        a = select((float16)(0.0f), vload16(0, x + idx), col >= 0 && col < W);
+    if (inb)
+        b = select((float16)(0.0f), vload16(0, x + idx + boff), col + bcol >= 0 && col + bcol < W);
+    #pragma unroll
+    for (int j = 0; j < WA && j < 4; j++)
+        d[j] = shuffle2(a, b, WF_LANES(WM) + (uint8)(j));
+#if WM == 4
+    if (ina)
+        a = select((float16)(0.0f), vload16(0, x + idx + 4), col + 4 >= 0 && col + 4 < W);
+    if (inb)
+        b = select((float16)(0.0f), vload16(0, x + idx + boff + 4), col + bcol + 4 >= 0 && col + bcol + 4 < W);
+    d[4] = shuffle2(a, b, WF_LANES(4));
+    d[5] = shuffle2(a, b, WF_LANES(4) + (uint8)(1));
+#endif
+}
+
+// Output row of a row group: p[WM*l + s] = o[s] (lane l), lanes 4..7 (WM = 4)
+// at p2 + WM*(l-4) + s (p2 = p + 16, or the next tile row's for a half group).
+static inline void wf_store_row(const float8 *o, __global float *p, __global float *p2)
+{
+    const uint16 zip = (uint16)(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+#if WM == 4
+    const float16 ab = shuffle2(o[0], o[1], zip), cd = shuffle2(o[2], o[3], zip);
+    vstore16(shuffle2(ab, cd, (uint16)(0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7, 22, 23)), 0, p);
+    vstore16(shuffle2(ab, cd, (uint16)(8, 9, 24, 25, 10, 11, 26, 27, 12, 13, 28, 29, 14, 15, 30, 31)), 0, p2);
+#else
+    vstore16(shuffle2(o[0], o[1], zip), 0, p);
+#endif
+}
+
 // y (N, K, P, Q) = conv3x3(x (N, C, H, W), U) + bias, ReLU; P = H + 2 pad_h - 2.
 // TI = TH*TW tiles per image, T = N*TI tiles. gws = (>= ceil(T/TB) rounded
 // to WGS, ceil(Kb/kbper)), lws = (WGS, 1); scratch: WGS * A2*TB*(CB + KGB*KB) floats.
@@ -206,7 +267,35 @@ __kernel void wf_conv(__global const float *x, const int offx, const int C, cons
         pr[l] = in ? min(WM, P - th * WM) : 0;
         qc[l] = min(WM, Q - tw * WM);
     }
-
+    // Row groups: lanes v*8 .. v*8+7 are 8 consecutive tiles of one tile row
+    // (rowg; wcol: input column of lane 0's first column), or (WM = 4, 4 tiles
+    // per tile row) a half group: tile rows th and th + 1 of one image
+    // (brow = WM: lanes 4..7 read WM rows lower); fullg: all whole output tiles.
+    int rowg[NT], fullg[NT], wcol[NT], brow[NT];
+    #pragma unroll
+    for (int v = 0; v < NT; v++) {
+        const int t = blk * TB + v * 8;
+        const int n = t / TI, r = t - n * TI;
+        const int th = r / TW, tw = r - th * TW;
+        const int row = t + 7 < T && tw + 7 < TW;
+#if WM == 4
+        const int hgrp = t + 7 < T && TW == 4 && tw == 0 && (th + 2) * TW <= TI;
+#else
+        const int hgrp = 0;
+#endif
+        brow[v] = hgrp ? WM : 0;
+        // every row load of the group inside x's data (else the gather path, which clamps)
+        const int hlo = max(th * WM - pad_h, 0), hnd = min(th * WM - pad_h + WA + brow[v], H);
+        const int lo = offx + n * C * HW + hlo * W + tw * WM - pad_w;
+        const int hi = offx + n * C * HW + (C - 1) * HW + hnd * W + tw * WM - pad_w + WF_SPAN;
+        rowg[v] = WF_ROWS && (row | hgrp) && lo >= offx && hi <= xend;
+        fullg[v] = rowg[v] && (th * WM + WM + brow[v] <= P) && (tw + (hgrp ? 4 : 8)) * WM <= Q;
+        wcol[v] = tw * WM - pad_w;
+    }
+    int anyrow = 0;
+    #pragma unroll
+    for (int v = 0; v < NT; v++)
+        anyrow |= rowg[v];
     const int single = CB >= C; // one channel chunk: transform once, keep nothing across blocks
     // Few input channels (C = 1 layers): the products are cheaper than their
     // round trip through the scratch, so phase 3 computes each transform-domain
@@ -219,53 +308,117 @@ __kernel void wf_conv(__global const float *x, const int offx, const int C, cons
             const int cb = min(CB, C - c0);
             if (!single || kg == kb_lo) {
                 // ---- phase 1: input transform of channels c0 .. c0+cb-1 ----
-                for (int cc = 0; cc < cb; cc++) {
-                    const int coff = (c0 + cc) * HW;
-                    float dd[WA][WA][TB];
-                    for (int l = 0; l < TB; l++) {
-                        #pragma unroll
-                        for (int i = 0; i < WA; i++) {
-                            const int h = h0s[l] + i;
-                            const int idx = xb[l] + coff + h * W;
-                            float8 row;
-                            if (idx >= offx && idx + 8 <= xend) {
-                                row = vload8(0, x + idx);
-                            } else {
-                                float e[8];
+                if (anyrow) {
+                    for (int cc = 0; cc < cb; cc++) {
+                        const int coff = (c0 + cc) * HW;
+                        #pragma unroll 1
+                        for (int v = 0; v < NT; v++) {
+                            float8 t1[WA][WA]; // t1[i][b] = (d B)[i][b]: input rows transformed along the columns
+                            if (rowg[v]) {
                                 #pragma unroll
-                                for (int j = 0; j < 8; j++)
-                                    e[j] = x[clamp(idx + j, offx, xend - 1)]; // masked below
-                                row = vload8(0, e);
+                                for (int i = 0; i < WA; i++) {
+                                    const int h = h0s[v * 8] + i;
+                                    float8 d[WA], o[WA];
+                                    const int hb = h + brow[v];
+                                    wf_row(x, xb[v * 8] + coff + h * W, wcol[v], W, h >= 0 && h < H, hb >= 0 && hb < H,
+                                           brow[v] ? brow[v] * W : 16, brow[v] ? 0 : 16, d);
+                                    WF_IN(o, d);
+                                    #pragma unroll
+                                    for (int b = 0; b < WA; b++)
+                                        t1[i][b] = o[b];
+                                }
+                            } else {
+                                // (rare: the first or last group of the batch, a group
+                                // across tile rows) element by element
+                                float dd[WA][WA][8];
+                                for (int l = 0; l < 8; l++) {
+                                    const int L = v * 8 + l;
+                                    int cin[8];
+                                    vstore8(cm[L], 0, cin);
+                                    #pragma unroll
+                                    for (int i = 0; i < WA; i++) {
+                                        const int h = h0s[L] + i, hin = h >= 0 && h < H;
+                                        #pragma unroll
+                                        for (int j = 0; j < WA; j++) {
+                                            const int q = clamp(xb[L] + coff + h * W + j, offx, xend - 1);
+                                            dd[i][j][l] = hin && cin[j] ? x[q] : 0.0f;
+                                        }
+                                    }
+                                }
+                                #pragma unroll
+                                for (int i = 0; i < WA; i++) {
+                                    float8 d[WA], o[WA];
+                                    #pragma unroll
+                                    for (int j = 0; j < WA; j++)
+                                        d[j] = vload8(0, dd[i][j]);
+                                    WF_IN(o, d);
+                                    #pragma unroll
+                                    for (int b = 0; b < WA; b++)
+                                        t1[i][b] = o[b];
+                                }
                             }
-                            row = select((float8)(0.0f), row, cm[l] & (int8)(h >= 0 && h < H ? -1 : 0));
-                            float rr[8];
-                            vstore8(row, 0, rr);
                             #pragma unroll
-                            for (int j = 0; j < WA; j++)
-                                dd[i][j][l] = rr[j];
+                            for (int b = 0; b < WA; b++) {
+                                float8 col[WA], o[WA];
+                                #pragma unroll
+                                for (int i = 0; i < WA; i++)
+                                    col[i] = t1[i][b];
+                                WF_IN(o, col);
+                                #pragma unroll
+                                for (int a = 0; a < WA; a++)
+                                    vstore8(o[a], v, Vs + ((a * WA + b) * CB + cc) * TB);
+                            }
                         }
                     }
-                    #pragma unroll
-                    for (int v = 0; v < NT; v++) {
-                        float8 t1[WA][WA]; // t1[a][j] = (B^T d)[a][j]
-                        #pragma unroll
-                        for (int j = 0; j < WA; j++) {
-                            float8 col[WA], o[WA];
+                } else {
+                    for (int cc = 0; cc < cb; cc++) {
+                        const int coff = (c0 + cc) * HW;
+                        float dd[WA][WA][TB];
+                        for (int l = 0; l < TB; l++) {
                             #pragma unroll
-                            for (int i = 0; i < WA; i++)
-                                col[i] = vload8(v, dd[i][j]);
-                            WF_IN(o, col);
-                            #pragma unroll
-                            for (int a = 0; a < WA; a++)
-                                t1[a][j] = o[a];
+                            for (int i = 0; i < WA; i++) {
+                                const int h = h0s[l] + i;
+                                const int idx = xb[l] + coff + h * W;
+                                float8 row;
+                                if (idx >= offx && idx + 8 <= xend) {
+                                    row = vload8(0, x + idx);
+                                } else {
+                                    float e[8];
+                                    #pragma unroll
+                                    for (int j = 0; j < 8; j++)
+                                        e[j] = x[clamp(idx + j, offx, xend - 1)]; // masked below
+                                    row = vload8(0, e);
+                                }
+                                row = select((float8)(0.0f), row, cm[l] & (int8)(h >= 0 && h < H ? -1 : 0));
+                                float rr[8];
+                                vstore8(row, 0, rr);
+                                #pragma unroll
+                                for (int j = 0; j < WA; j++)
+                                    dd[i][j][l] = rr[j];
+                            }
                         }
                         #pragma unroll
-                        for (int a = 0; a < WA; a++) {
-                            float8 o[WA];
-                            WF_IN(o, t1[a]);
+                        for (int v = 0; v < NT; v++) {
+                            float8 t1[WA][WA]; // t1[a][j] = (B^T d)[a][j]
                             #pragma unroll
-                            for (int b = 0; b < WA; b++)
-                                vstore8(o[b], v, Vs + ((a * WA + b) * CB + cc) * TB);
+                            for (int j = 0; j < WA; j++) {
+                                float8 col[WA], o[WA];
+                                #pragma unroll
+                                for (int i = 0; i < WA; i++)
+                                    col[i] = vload8(v, dd[i][j]);
+                                WF_IN(o, col);
+                                #pragma unroll
+                                for (int a = 0; a < WA; a++)
+                                    t1[a][j] = o[a];
+                            }
+                            #pragma unroll
+                            for (int a = 0; a < WA; a++) {
+                                float8 o[WA];
+                                WF_IN(o, t1[a]);
+                                #pragma unroll
+                                for (int b = 0; b < WA; b++)
+                                    vstore8(o[b], v, Vs + ((a * WA + b) * CB + cc) * TB);
+                            }
                         }
                     }
                 }
@@ -355,12 +508,21 @@ __kernel void wf_conv(__global const float *x, const int offx, const int C, cons
                         WF_OUT(o, t1[r]);
                         #pragma unroll
                         for (int s = 0; s < WM; s++) {
-                            float8 z = o[s] + bv;
+                            o[s] += bv;
                             if (relu)
-                                z = fmax(z, 0.0f);
-                            vstore8(z, 0, ob[r][s]);
+                                o[s] = fmax(o[s], 0.0f);
+                        }
+                        if (fullg[v]) {
+                            __global float *yr = y + yo[v * 8] + k * PQ + r * Q;
+                            wf_store_row(o, yr, yr + (brow[v] ? brow[v] * Q : 16));
+                        } else {
+                            #pragma unroll
+                            for (int s = 0; s < WM; s++)
+                                vstore8(o[s], 0, ob[r][s]);
                         }
                     }
+                    if (fullg[v])
+                        continue;
                     #pragma unroll
                     for (int l = 0; l < 8; l++) {
                         const int L = v * 8 + l;

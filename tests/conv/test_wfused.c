@@ -251,6 +251,35 @@ START_TEST(single_input_channel)
 }
 END_TEST
 
+/* Lanes over whole tile rows (the shuffle path of wf_conv): 8 consecutive
+ * tiles of one tile row (>= 8 tiles per row, rows with and without a partial
+ * last group), F(4x4) half groups (4 tiles per row: two tile rows per 8
+ * lanes) with whole and partial output tiles, padding 0 and 1, batch 1 and
+ * 3, channel counts off the blocking; forward and backward-data, poisoned
+ * outputs against the double-precision reference. */
+START_TEST(row_groups)
+{
+    clg_rng r;
+    tu_rng(&r, 50);
+    static const int shapes[][6] = {
+        /* N, C, H, W, K, pad */
+        {3, 5, 32, 35, 7, 1},  /* 9 tiles per row: row groups and gathered groups */
+        {1, 9, 34, 34, 11, 0}, /* 8 tiles per row, pad 0 */
+        {3, 13, 16, 16, 6, 1}, /* half groups, whole tiles */
+        {3, 6, 14, 15, 10, 1}, /* half groups, partial last tile row and column */
+        {1, 3, 18, 17, 5, 0},  /* half groups, pad 0, partial last column */
+    };
+    static const int tiny[][6] = {{1, 2, 6, 32, 3, 1}, {1, 2, 8, 16, 3, 1}};
+    int n = g_tiny ? 2 : (int)CLG_ARRAY_LEN(shapes);
+    for (int i = 0; i < n; i++) {
+        const int *v = g_tiny ? tiny[i] : shapes[i];
+        clg_conv_shape s = wshape(v[0], v[1], v[2], v[3], v[4], v[5], v[5]);
+        check_case(&s, CLG_CONV_WINOGRAD4_FUSED, &r, 3);
+        check_case(&s, CLG_CONV_WINOGRAD_FUSED, &r, 3);
+    }
+}
+END_TEST
+
 /* Scratch too small for all channels: channel chunks accumulated in the
  * scratch, groups of channel blocks, inputs re-transformed per group. Also
  * the other kernel variants (tiles per work-item, channels per block,
@@ -496,6 +525,7 @@ int main(void)
         {"fused2_backward_filter", fused2_backward_filter},
         {"fused4_backward_filter", fused4_backward_filter},
         {"single_input_channel", single_input_channel},
+        {"row_groups", row_groups},
         {"chunked_and_variants", chunked_and_variants},
         {"filter_cache_versions", filter_cache_versions},
         {"filter_transform_layout", filter_transform_layout},
