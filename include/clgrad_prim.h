@@ -180,7 +180,7 @@ typedef enum clg_prim_conv_algo {
     CLG_PRIM_CONV_DIRECT = 4,          /* direct loops (depthwise, small problems) */
     CLG_PRIM_CONV_FFT = 5,             /* clFFT (forward only; where built with clFFT) */
     CLG_PRIM_CONV_WINOGRAD_FUSED = 6,  /* F(2x2,3x3) in one launch (forward, backward-data) */
-    CLG_PRIM_CONV_WINOGRAD4_FUSED = 7, /* F(4x4,3x3) in one launch (forward, backward-data) */
+    CLG_PRIM_CONV_WINOGRAD4_FUSED = 7, /* F(4x4,3x3) in one launch (fwd, bwd-data); F(3x3,4x4) wgrad */
     CLG_PRIM_CONV_ALGO_COUNT
 } clg_prim_conv_algo;
 
