@@ -101,6 +101,9 @@ CLG_INTERNAL void clg_file_unlock(int fd);
 
 /* ---- time ---- */
 CLG_INTERNAL double clg_now_sec(void);
+/* CPU seconds of the calling thread / of the whole process (0 when unknown). */
+CLG_INTERNAL double clg_thread_cpu_sec(void);
+CLG_INTERNAL double clg_process_cpu_sec(void);
 /* 1 when s contains w, ignoring ASCII case (vendor and device names). */
 CLG_INTERNAL int clg_str_icontains(const char *s, const char *w);
 

@@ -379,6 +379,16 @@ double clg_now_sec(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static double cpu_clock(clockid_t id)
+{
+    struct timespec ts;
+    return clock_gettime(id, &ts) == 0 ? (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec : 0.0;
+}
+
+double clg_thread_cpu_sec(void) { return cpu_clock(CLOCK_THREAD_CPUTIME_ID); }
+
+double clg_process_cpu_sec(void) { return cpu_clock(CLOCK_PROCESS_CPUTIME_ID); }
+
 // ---- random numbers: PCG32 (O'Neill), XSH-RR variant ----
 
 void clg_rng_seed(clg_rng *r, uint64_t seed, uint64_t stream)

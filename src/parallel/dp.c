@@ -762,15 +762,6 @@ static clg_status after_layer(void *user, int layer, int backward)
     return CLG_OK;
 }
 
-/* CPU seconds of the calling thread, or of the whole process (0 when unknown). */
-static double cpu_clock(clockid_t id)
-{
-    struct timespec ts;
-    return clock_gettime(id, &ts) == 0 ? (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec : 0;
-}
-static double thread_cpu(void) { return cpu_clock(CLOCK_THREAD_CPUTIME_ID); }
-static double process_cpu(void) { return cpu_clock(CLOCK_PROCESS_CPUTIME_ID); }
-
 static void sleep_s(double s)
 {
     if (s <= 0)
@@ -844,8 +835,8 @@ static clg_status reduce(clg_dp *dp, clg_lane *l, double t0)
         CLG_TRY(arrive(dp, l, &dp->s_arrived, &dp->s_done, state_fn, 0, NULL));
     }
     l->t_compute = clg_now_sec() - t0;
-    l->t_cpu = thread_cpu() - l->t_cpu0;
-    l->t_pcpu = process_cpu() - l->t_pcpu0;
+    l->t_cpu = clg_thread_cpu_sec() - l->t_cpu0;
+    l->t_pcpu = clg_process_cpu_sec() - l->t_pcpu0;
     if (l->index == dp->slow_lane && on) { /* test aid: pose as a slower device */
         sleep_s(l->t_compute * dp->slow_factor);
         l->t_compute *= 1 + dp->slow_factor;
@@ -957,8 +948,8 @@ static clg_status lane_train(clg_dp *dp, clg_lane *l)
     clg_dp_job *j = &dp->job;
     clg_err *err = clg_dev_err(l->dev);
     double t0 = clg_now_sec();
-    l->t_cpu0 = thread_cpu();
-    l->t_pcpu0 = process_cpu();
+    l->t_cpu0 = clg_thread_cpu_sec();
+    l->t_pcpu0 = clg_process_cpu_sec();
     int s = j->stage, n = l->cnt[s];
     if (l->index == dp->fault_lane && j->step == dp->fault_step)
         return clg_cl_fail(err, CL_INVALID_COMMAND_QUEUE, "clEnqueueNDRangeKernel (injected fault)", __FILE__, __LINE__);

@@ -2,7 +2,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "model/layers.h"
 #include "ops/nn.h"
@@ -1577,28 +1576,21 @@ static int schedules_ended(clg_pipe *p)
     return ok;
 }
 
-/* The calling thread's CPU seconds. */
-static double thread_cpu(void)
-{
-    struct timespec ts;
-    return clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0 ? (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec : 0.0;
-}
-
 static clg_status stage_fn(void *arg, int s)
 {
     clg_pipe *p = arg;
     clg_pipe_stage *st = &p->st[s];
-    double c0 = thread_cpu();
+    double c0 = clg_thread_cpu_sec();
     if (p->phase == 1) {
         clg_status rc = stage_update(p, st);
-        st->cpu_sum += p->seq > 1 ? thread_cpu() - c0 : 0;
+        st->cpu_sum += p->seq > 1 ? clg_thread_cpu_sec() - c0 : 0;
         return rc;
     }
     clg_status rc = stage_schedule(p, st);
     if (rc == CLG_OK && p->phase == 2 && schedules_ended(p)) /* no stage updates when one failed */
         rc = stage_update(p, st);
     if (p->seq > 1) { /* the first step measures and compiles */
-        st->cpu_sum += thread_cpu() - c0;
+        st->cpu_sum += clg_thread_cpu_sec() - c0;
         st->cpu_n++;
     }
     if (rc != CLG_OK)
