@@ -116,7 +116,7 @@ clg_conv_algo clg_conv_algo_default(const clg_device *dev, const clg_conv_shape 
          * 1x1 is a GEMM, and a 3x3 first layer is about even with im2col */
         int big = s->R * s->S >= 16 || s->stride_h > 1 || s->stride_w > 1;
         /* (a strided 1x1's backward-data: one pass over dx, zeros included) */
-        int proj = pass == CLG_CONV_BWD_DATA && s->R * s->S == 1 && s->pad_h == 0 && s->pad_w == 0;
+        int proj = pass == CLG_CONV_BWD_DATA && clg_conv_s1x1(s);
         if ((dev->info.type & CLG_DEVICE_CPU) && clg_conv_djit_ok(dev, s, pass) && (s->R * s->S > 1 || proj) && big)
             return CLG_CONV_DIRECT;
         return CLG_CONV_IM2COL;
@@ -179,7 +179,7 @@ static void shape_key(char *dst, size_t n, const clg_conv_shape *s, clg_conv_pas
      * once direct ran it as one 1x1 GEMM-like pass writing dx's zeros too */
     int v7 = pass == CLG_CONV_BWD_DATA && (s->stride_h > 1 || s->stride_w > 1) && s->dil_h == 1 && s->dil_w == 1;
     int v10 = (pass == CLG_CONV_BWD_FILTER && clg_conv_wgrad_ok(s)) ||
-              (v7 && s->R == 1 && s->S == 1 && s->pad_h == 0 && s->pad_w == 0);
+              (v7 && clg_conv_s1x1(s));
     snprintf(dst, n, "%s:%s:n%d,c%d,h%d,w%d,k%d,r%d,s%d,p%dx%d,u%dx%d,d%dx%d,g%d", v10 ? "v10" : v7 ? "v7" : "v5",
              pass_tag(pass),
              batch_class(s->N), s->C, s->H, s->W, s->K, s->R, s->S, s->pad_h, s->pad_w, s->stride_h, s->stride_w,

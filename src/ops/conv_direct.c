@@ -319,7 +319,7 @@ static clg_status djit_bwdd_phases(clg_device *dev, const clg_conv_shape *s, clg
  * the channels) stored at every stride-th position of dx, zeros between
  * (dconv_fwdk with ZFILL: one pass over dx, none of dconv_bwdd's row
  * vectors spent on positions no tap reaches). */
-static int s1x1_ok(const clg_conv_shape *s)
+int clg_conv_s1x1(const clg_conv_shape *s)
 {
     return s->R == 1 && s->S == 1 && s->pad_h == 0 && s->pad_w == 0 && (s->stride_h > 1 || s->stride_w > 1);
 }
@@ -337,7 +337,7 @@ clg_status clg_conv_djit_bwd_data(clg_device *dev, const clg_conv_shape *s, clg_
     fs.pad_w = s->S - 1 - s->pad_w;
     if (s->stride_h == 1 && s->stride_w == 1 && s->pad_h < s->R && s->pad_w < s->S && use_fwdk(dev, &fs))
         return djit_fwdk(dev, &fs, 1, "", cache, dy, offdy, w, offw, NULL, 0, 0, dx, offdx);
-    if (s1x1_ok(s)) { /* dy's products land on phase (0, 0) of dx; the same work-items zero the rest */
+    if (clg_conv_s1x1(s)) { /* dy's products land on phase (0, 0) of dx; the same work-items zero the rest */
         char extra[120];
         snprintf(extra, sizeof extra, " -D ZFILL -D OSH=%d -D OSW=%d -D OPH=0 -D OPW=0 -D OH=%d -D OW=%d",
                  s->stride_h, s->stride_w, s->H, s->W);

@@ -99,6 +99,8 @@ CLG_INTERNAL int clg_conv_fft_available(void);
  * dilation 1, windows up to 11x11, strides up to 4 (rows) and 2 (columns); backward-filter also
  * needs an output row within 4 vectors). bwd_filter also writes db (may be NULL). */
 CLG_INTERNAL int clg_conv_djit_ok(const clg_device *dev, const clg_conv_shape *s, clg_conv_pass pass);
+/* A strided 1x1 window without padding: `direct` runs its backward-data as one pass over dx (zeros included). */
+CLG_INTERNAL int clg_conv_s1x1(const clg_conv_shape *s);
 CLG_INTERNAL clg_status clg_conv_djit_fwd(clg_device *dev, const clg_conv_shape *s, clg_conv_cache *cache, cl_mem x,
                                           size_t offx, cl_mem w, size_t offw, cl_mem bias, size_t offb, int relu,
                                           cl_mem y, size_t offy);
