@@ -62,6 +62,10 @@ done
 export LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export CLGRAD_CACHE_DIR="${CLGRAD_CACHE_DIR:-$res/cache}" CLGRAD_BACKGROUND_TUNE=off CLGRAD_MODEL_DIR="$here/models"
 export CK_DEFAULT_TIMEOUT=${CK_DEFAULT_TIMEOUT:-300}
+# each test case's result as it ends, line-buffered: a step stopped at its
+# limit still shows which case it was in
+export CK_VERBOSITY=${CK_VERBOSITY:-verbose}
+lb=""; command -v stdbuf > /dev/null 2>&1 && lb="stdbuf -oL"
 : "${HOME:=$res/home}"; export HOME; mkdir -p "$HOME" 2>/dev/null
 clgrad="$here/bin/clgrad.real"
 
@@ -175,7 +179,7 @@ step selfcheck 120 "$clgrad" selfcheck --devices "$sel"
 
 if [ $smoke = 1 ]; then
     for t in test_core test_tune_family; do
-        [ -x "$here/tests/$t" ] && step "test-$t" 120 "$here/tests/$t"
+        [ -x "$here/tests/$t" ] && step "test-$t" 120 $lb "$here/tests/$t"
     done
     step gemm 60 "$clgrad" bench gemm --devices "$sel" --m 256 --n 256 --k 256 --backend own --reps 2
     step train-lenet5 120 env CLGRAD_CONV_AUTO_MEASURE=0 "$clgrad" bench train --model "$here/models/lenet5.cfg" --devices "$sel" --batch 8 \
@@ -185,7 +189,7 @@ else
     # problem), then the benchmarks, then the remaining tests in what is left
     first="test_gemm test_gemm_packed test_gemm_splitk test_limits test_model_layers test_wfused"
     for t in $first; do
-        [ -x "$here/tests/$t" ] && step "test-$t" 90 "$here/tests/$t"
+        [ -x "$here/tests/$t" ] && step "test-$t" 90 $lb "$here/tests/$t"
     done
     step gemm-2048 90 "$clgrad" bench gemm --devices "$sel" --m 2048 --n 2048 --k 2048 --reps 3
     step gemm-dl 90 "$clgrad" bench gemm --devices "$sel" --shapes dl --backend own --reps 3
@@ -209,7 +213,7 @@ else
     peers
     for t in $(ls "$here/tests"); do
         case " $first " in *" $t "*) continue ;; esac
-        step "test-$t" 90 "$here/tests/$t"
+        step "test-$t" 90 $lb "$here/tests/$t"
     done
 fi
 say "done in $(($(date +%s) - t0)) s: $fails step(s) failed; results in $res"
