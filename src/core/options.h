@@ -98,6 +98,9 @@
       "a batch norm computes the relu (and residual add + relu) after it in one pass (0: separate layers)")          \
     X(bn_rows, "CLGRAD_BN_ROWS", CHOICE, "auto", 0, 0, "auto,0,1", TUNING,                                           \
       "batch norm kernels with one work-item per (image, channel) row: auto on CPU devices, 0 never, 1 always")      \
+    X(hugepages, "CLGRAD_HUGEPAGES", CHOICE, "auto", 0, 0, "auto,0,1", TUNING,                                       \
+      "pooled device buffers of 2 MiB or more in host memory the kernel may back with transparent huge pages "     \
+      "(Linux, CPU devices): auto on PoCL, 0 never, 1 on every CPU device")                                          \
     X(optim_per_tensor, "CLGRAD_OPTIM_PER_TENSOR", BOOL, "0", 0, 1, "", TUNING,                                      \
       "optimizer: one launch per parameter tensor instead of one over the parameter arena")                          \
     X(comm_poll_us, "CLGRAD_COMM_POLL_US", INT, "200", 1, 1000000, "", TUNING,                                       \

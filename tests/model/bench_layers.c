@@ -2,6 +2,8 @@
  *   bench_layers              element-wise/pool/norm/loss ops at VGG-S-like shapes
  *   bench_layers bn           the fused batch-norm epilogues at ResNet-20's shapes only, beside a copy and an
  *                             add of the same size (the bandwidth they can reach)
+ *   bench_layers bn-cold      the same at 128x16x28x28, 128x32x14x14, 128x16x32x32 on cold data (each run
+ *                             the next of 8 buffer sets)
  *   bench_layers MODEL.cfg    per-layer forward/backward times of a model at batch 128
  * Medians (and minima: loaded machines) of 15 runs after 2 warm-ups, wall time around clFinish, device 0
  * (set CLGRAD_DEVICES / POCL_DEVICES to choose). */
@@ -31,7 +33,7 @@ static double median(double *v, int n)
 
 #define TIME(label, bytes, expr)                                                                              \
     do {                                                                                                      \
-        double t_[REPS];                                                                                      \
+        double t_[REPS], u_[REPS];                                                                            \
         for (int w_ = 0; w_ < 2; w_++)                                                                        \
             if ((expr) != CLG_OK) {                                                                           \
                 fprintf(stderr, "%s failed: %s\n", label, clg_last_error(ctx));                              \
@@ -39,14 +41,15 @@ static double median(double *v, int n)
             }                                                                                                 \
         clFinish(dev->queue);                                                                                 \
         for (int r_ = 0; r_ < REPS; r_++) {                                                                   \
-            double t0_ = clg_now_sec();                                                                       \
+            double t0_ = clg_now_sec(), c0_ = clg_process_cpu_sec();                                          \
             (void)(expr);                                                                                     \
             clFinish(dev->queue);                                                                             \
             t_[r_] = clg_now_sec() - t0_;                                                                     \
+            u_[r_] = clg_process_cpu_sec() - c0_;                                                             \
         }                                                                                                     \
-        double m_ = median(t_, REPS);                                                                         \
-        printf("%-34s %9.3f ms %8.2f GB/s  (min %.3f ms)\n", label, m_ * 1e3, (double)(bytes) / m_ * 1e-9,     \
-               t_[0] * 1e3);                                                                                  \
+        double m_ = median(t_, REPS), cm_ = median(u_, REPS);                                                 \
+        printf("%-34s %9.3f ms %8.2f GB/s  (min %.3f ms)  cpu %.3f ms\n", label, m_ * 1e3,                   \
+               (double)(bytes) / m_ * 1e-9, t_[0] * 1e3, cm_ * 1e3);                                          \
     } while (0)
 
 /* The fused batch-norm epilogues at ResNet-20's stage shapes (128 x C x H x W):
@@ -69,7 +72,7 @@ static void fill_uniform(clg_device *dev, size_t n, cl_mem x, cl_mem y, cl_mem z
 
 static int bench_bn_resnet(clg_ctx *ctx, clg_device *dev, cl_mem a, cl_mem b, cl_mem c)
 {
-    static const int shp[3][2] = {{16, 32}, {32, 16}, {64, 8}};
+    static const int shp[5][2] = {{16, 32}, {32, 16}, {64, 8}, {16, 28}, {32, 14}};
     cl_mem pm[8], e;
     float one[64];
     for (int i = 0; i < 64; i++)
@@ -80,7 +83,7 @@ static int bench_bn_resnet(clg_ctx *ctx, clg_device *dev, cl_mem a, cl_mem b, cl
             return 1;
     if (clg_buf_alloc(dev, (size_t)128 * 16 * 32 * 32 * 4, &e) != CLG_OK)
         return 1;
-    for (int t = 0; t < 3; t++) {
+    for (int t = 0; t < 5; t++) {
         int C = shp[t][0], H = shp[t][1];
         size_t HW = (size_t)H * H, B = (size_t)128 * C * HW * 4;
         /* the bandwidth yardsticks at this size: copy (read + write), add (2 reads + write) */
@@ -109,6 +112,61 @@ static int bench_bn_resnet(clg_ctx *ctx, clg_device *dev, cl_mem a, cl_mem b, cl
     for (int i = 0; i < 8; i++)
         clg_buf_release(dev, pm[i]);
     clg_buf_release(dev, e);
+    return 0;
+}
+
+/* The fused batch-norm epilogues on cold data: each run takes the next of
+ * K sets of (x, dy, y, dx) buffers (about 200 MiB in all), as a training
+ * step meets them (not in the core's caches, pages not in the TLB). */
+static int bench_bn_cold(clg_ctx *ctx, clg_device *dev)
+{
+    enum { K = 8 };
+    static const int shp[3][2] = {{16, 28}, {32, 14}, {16, 32}};
+    cl_mem pm[8];
+    float one[64];
+    for (int i = 0; i < 64; i++)
+        one[i] = 1.0f;
+    for (int i = 0; i < 8; i++)
+        if (clg_buf_alloc(dev, sizeof one, &pm[i]) != CLG_OK ||
+            clEnqueueWriteBuffer(dev->queue, pm[i], CL_TRUE, 0, sizeof one, one, 0, NULL, NULL) != CL_SUCCESS)
+            return 1;
+    for (int t = 0; t < 3; t++) {
+        int C = shp[t][0], H = shp[t][1];
+        size_t HW = (size_t)H * H, n = (size_t)128 * C * HW, B = n * 4;
+        cl_mem X[K], G[K], Y[K], D[K];
+        for (int k = 0; k < K; k++) {
+            if (clg_buf_alloc(dev, B, &X[k]) || clg_buf_alloc(dev, B, &G[k]) || clg_buf_alloc(dev, B, &Y[k]) ||
+                clg_buf_alloc(dev, B, &D[k]))
+                return 1;
+            fill_uniform(dev, n, X[k], G[k], Y[k]);
+        }
+        int s = 0;
+        char lab[4][64];
+        snprintf(lab[0], sizeof lab[0], "cold bn+relu fwd 128x%dx%dx%d", C, H, H);
+        snprintf(lab[1], sizeof lab[1], "cold bn+add+relu fwd 128x%dx%dx%d", C, H, H);
+        snprintf(lab[2], sizeof lab[2], "cold bn+relu bwd 128x%dx%dx%d", C, H, H);
+        snprintf(lab[3], sizeof lab[3], "cold bn+add+relu bwd 128x%dx%dx%d", C, H, H);
+        TIME(lab[0], 3 * B,
+             (s = (s + 1) % K, clg_nn_bn_forward_relu(dev, 128, C, HW, 1e-5f, 0.1f, 1, X[s], 0, NULL, 0, Y[s], 0, pm[0],
+                                                      pm[1], pm[2], pm[3], pm[4], pm[5])));
+        TIME(lab[1], 4 * B,
+             (s = (s + 1) % K, clg_nn_bn_forward_relu(dev, 128, C, HW, 1e-5f, 0.1f, 1, X[s], 0, G[s], 0, Y[s], 0, pm[0],
+                                                      pm[1], pm[2], pm[3], pm[4], pm[5])));
+        TIME(lab[2], 5 * B,
+             (s = (s + 1) % K, clg_nn_bn_backward_relu(dev, 128, C, HW, X[s], 0, Y[s], 0, G[s], 0, pm[4], pm[5], pm[0],
+                                                       pm[1], pm[6], pm[7], D[s], 0, NULL, 0)));
+        TIME(lab[3], 6 * B,
+             (s = (s + 1) % K, clg_nn_bn_backward_relu(dev, 128, C, HW, X[s], 0, Y[s], 0, G[s], 0, pm[4], pm[5], pm[0],
+                                                       NULL, pm[6], pm[7], D[s], 0, D[(s + 1) % K], 0)));
+        for (int k = 0; k < K; k++) {
+            clg_buf_release(dev, X[k]);
+            clg_buf_release(dev, G[k]);
+            clg_buf_release(dev, Y[k]);
+            clg_buf_release(dev, D[k]);
+        }
+    }
+    for (int i = 0; i < 8; i++)
+        clg_buf_release(dev, pm[i]);
     return 0;
 }
 
@@ -264,8 +322,9 @@ int main(int argc, char **argv)
     }
     clg_device *dev = &ctx->devs[0];
     printf("device: %s\n", dev->info.name);
-    int rc = argc > 1 && strcmp(argv[1], "bn") == 0 ? bench_ops_bn(ctx, dev)
-             : argc > 1                              ? bench_model(ctx, dev, argv[1])
+    int rc = argc > 1 && strcmp(argv[1], "bn") == 0       ? bench_ops_bn(ctx, dev)
+             : argc > 1 && strcmp(argv[1], "bn-cold") == 0 ? bench_bn_cold(ctx, dev)
+             : argc > 1                                    ? bench_model(ctx, dev, argv[1])
                                                      : bench_ops(ctx, dev);
     clg_ctx_destroy(ctx);
     return rc;
