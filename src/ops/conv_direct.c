@@ -203,13 +203,14 @@ static int ph_ok(const clg_conv_shape *s)
 }
 
 /* Phases or dconv_bwdd's row vectors (fs: the pass's forward form): the
- * phases pay four launches and scattered stores; they are taken where a row
- * phase leaves some of dconv_bwdd's vector lanes idle (measured on PoCL,
- * AVX-512, batch 128, 3x3 stride 2, minima of alternating rounds under load:
- * 32->64 channels at 16x16 3.4 against 12.9 ms, half the lanes idle; 16->32
- * at 28x28 3.4 against 6.1 ms, 14 of 16 lanes busy; at 32x32, every lane
- * busy, 5.5 against 6.5 ms but with a long tail of slow rounds, so the row
- * vectors stay there). djit_fwd=k forces the phases (tests), q never. */
+ * phases pay four launches and scattered stores, and are taken on CPUs
+ * wherever dconv_fwdk serves the forward form (PoCL, AVX-512, 3x3 stride 2,
+ * batch 128 unless stated; wall minima under load: 32->64 channels at 16x16
+ * 3.4 against 12.9 ms, half the row lanes idle; 16->32 at 28x28 3.4 against
+ * 6.1; with every row lane busy, process CPU per call, medians of
+ * alternating rounds: 16->32 at 32x32 4.9 against 6.6 ms, 32->64 at 32x32
+ * 14.0 against 27.3, 16->32 at 64x64 batch 32 3.1 against 5.2).
+ * djit_fwd=k forces the phases (tests), q never. */
 static int use_phases(const clg_device *dev, const clg_conv_shape *s, const clg_conv_shape *fs)
 {
     long mode = dev->ctx->opts.djit_fwd; /* auto,q,k */
@@ -217,8 +218,7 @@ static int use_phases(const clg_device *dev, const clg_conv_shape *s, const clg_
         return 0;
     if (mode == 2)
         return 1;
-    int vw = djit_vw(dev), wq = CLG_CEIL_DIV(s->W, s->stride_w), qt = vw * djit_nv(wq, vw);
-    return vw > 1 && use_fwdk(dev, fs) && wq % qt != 0; /* (GPUs: one lane per work-item, not measured) */
+    return djit_vw(dev) > 1 && use_fwdk(dev, fs); /* (GPUs: one lane per work-item, not measured) */
 }
 
 typedef struct ph_ctx {
