@@ -60,6 +60,21 @@ static int shape_opts(char *o, size_t n, const clg_conv_shape *s, int vw, int nv
 /* Channel-vector width for K output channels: 4, 8 or 16 (at most the device's). */
 static int djit_vk(const clg_device *dev, int K) { return K <= 4 ? 4 : K <= 8 || djit_vw(dev) < 16 ? 8 : 16; }
 
+/* dconv_fwdk's accumulators: KVB channel vectors times QB pixels of a row
+ * strip, at most DJIT_FWDK_ACC vectors so they stay in registers with the
+ * filter vectors and the broadcast beside them (half of AVX-512's 32; 28,
+ * the earlier bound, spilled: batch 128 on PoCL, Xeon AVX-512, 16->32
+ * channels 3x3 stride 2 at 28x28 ran 3.5 ms of CPU with KVB 2 x QB 14
+ * against 1.75 with 2 x 7). The row's Q pixels are split into even strips. */
+#define DJIT_FWDK_ACC 16
+
+static void djit_fwdk_blocks(int nkv, int Q, int *kvb, int *strips, int *qb)
+{
+    *kvb = nkv % 2 == 0 ? 2 : 1;
+    *strips = CLG_CEIL_DIV(Q, DJIT_FWDK_ACC / *kvb);
+    *qb = CLG_CEIL_DIV(Q, *strips);
+}
+
 typedef struct wt_ctx {
     const clg_conv_shape *fs;
     cl_mem w;
@@ -93,8 +108,8 @@ static clg_status djit_fwdk(clg_device *dev, const clg_conv_shape *fs, int flip,
 {
     int P = clg_conv_out_h(fs), Q = clg_conv_out_w(fs);
     int vk = djit_vk(dev, fs->K), KP = CLG_CEIL_DIV(fs->K, vk) * vk, nkv = KP / vk;
-    int kvb = nkv % 2 == 0 ? 2 : 1;
-    int strips = CLG_CEIL_DIV(Q, 28 / kvb), qb = CLG_CEIL_DIV(Q, strips);
+    int kvb, strips, qb;
+    djit_fwdk_blocks(nkv, Q, &kvb, &strips, &qb);
     char opts[480];
     int n = shape_opts(opts, sizeof opts, fs, djit_vw(dev), 1, "VK", vk);
     snprintf(opts + n, sizeof opts - (size_t)n, " -D KVB=%d -D QB=%d%s", kvb, qb, extra);
@@ -188,13 +203,14 @@ static int ph_ok(const clg_conv_shape *s)
 }
 
 /* Phases or dconv_bwdd's row vectors (fs: the pass's forward form): the
- * phases pay four launches and scattered stores; they are taken where a row
- * phase leaves some of dconv_bwdd's vector lanes idle (measured on PoCL,
- * AVX-512, batch 128, 3x3 stride 2, minima of alternating rounds under load:
- * 32->64 channels at 16x16 3.4 against 12.9 ms, half the lanes idle; 16->32
- * at 28x28 3.4 against 6.1 ms, 14 of 16 lanes busy; at 32x32, every lane
- * busy, 5.5 against 6.5 ms but with a long tail of slow rounds, so the row
- * vectors stay there). djit_fwd=k forces the phases (tests), q never. */
+ * phases pay four launches and scattered stores, and are taken on CPUs
+ * wherever dconv_fwdk serves the forward form (PoCL, AVX-512, 3x3 stride 2,
+ * batch 128 unless stated; wall minima under load: 32->64 channels at 16x16
+ * 3.4 against 12.9 ms, half the row lanes idle; 16->32 at 28x28 3.4 against
+ * 6.1; with every row lane busy, process CPU per call, medians of
+ * alternating rounds: 16->32 at 32x32 4.9 against 6.6 ms, 32->64 at 32x32
+ * 14.0 against 27.3, 16->32 at 64x64 batch 32 3.1 against 5.2).
+ * djit_fwd=k forces the phases (tests), q never. */
 static int use_phases(const clg_device *dev, const clg_conv_shape *s, const clg_conv_shape *fs)
 {
     long mode = dev->ctx->opts.djit_fwd; /* auto,q,k */
@@ -202,8 +218,7 @@ static int use_phases(const clg_device *dev, const clg_conv_shape *s, const clg_
         return 0;
     if (mode == 2)
         return 1;
-    int vw = djit_vw(dev), wq = CLG_CEIL_DIV(s->W, s->stride_w), qt = vw * djit_nv(wq, vw);
-    return vw > 1 && use_fwdk(dev, fs) && wq % qt != 0; /* (GPUs: one lane per work-item, not measured) */
+    return djit_vw(dev) > 1 && use_fwdk(dev, fs); /* (GPUs: one lane per work-item, not measured) */
 }
 
 typedef struct ph_ctx {
@@ -266,8 +281,8 @@ static clg_status ph_launch(clg_device *dev, const clg_conv_shape *s, int a, int
     if (Hp <= 0 || Wp <= 0)
         return CLG_OK;
     int vk = djit_vk(dev, s->C), KP = CLG_CEIL_DIV(s->C, vk) * vk, nkv = KP / vk;
-    int kvb = nkv % 2 == 0 ? 2 : 1;
-    int strips = CLG_CEIL_DIV(Wp, 28 / kvb), qb = CLG_CEIL_DIV(Wp, strips);
+    int kvb, strips, qb;
+    djit_fwdk_blocks(nkv, Wp, &kvb, &strips, &qb);
     char opts[480];
     snprintf(opts, sizeof opts,
              "-D DC=%d -D DK=%d -D DR=%d -D DS=%d -D DSH=1 -D DSW=1 -D DPH=%d -D DPW=%d -D DH=%d -D DW=%d -D DP=%d "
