@@ -70,10 +70,17 @@ static void fill_uniform(clg_device *dev, size_t n, cl_mem x, cl_mem y, cl_mem z
     free(h);
 }
 
-static int bench_bn_resnet(clg_ctx *ctx, clg_device *dev, cl_mem a, cl_mem b, cl_mem c)
+/* The four fused batch-norm epilogues' labels at 128xCxHxH. */
+static void bn_labels(char lab[4][64], const char *pre, int C, int H)
 {
-    static const int shp[5][2] = {{16, 32}, {32, 16}, {64, 8}, {16, 28}, {32, 14}};
-    cl_mem pm[8], e;
+    static const char *const what[4] = {"bn+relu fwd", "bn+add+relu fwd", "bn+relu bwd", "bn+add+relu bwd"};
+    for (int i = 0; i < 4; i++)
+        snprintf(lab[i], 64, "%s%s 128x%dx%dx%d", pre, what[i], C, H, H);
+}
+
+/* Eight per-channel parameter buffers of 64 ones (gamma, beta, statistics, their gradients). */
+static int bn_params(clg_device *dev, cl_mem pm[8])
+{
     float one[64];
     for (int i = 0; i < 64; i++)
         one[i] = 1.0f;
@@ -81,6 +88,15 @@ static int bench_bn_resnet(clg_ctx *ctx, clg_device *dev, cl_mem a, cl_mem b, cl
         if (clg_buf_alloc(dev, sizeof one, &pm[i]) != CLG_OK ||
             clEnqueueWriteBuffer(dev->queue, pm[i], CL_TRUE, 0, sizeof one, one, 0, NULL, NULL) != CL_SUCCESS)
             return 1;
+    return 0;
+}
+
+static int bench_bn_resnet(clg_ctx *ctx, clg_device *dev, cl_mem a, cl_mem b, cl_mem c)
+{
+    static const int shp[5][2] = {{16, 32}, {32, 16}, {64, 8}, {16, 28}, {32, 14}};
+    cl_mem pm[8], e;
+    if (bn_params(dev, pm))
+        return 1;
     if (clg_buf_alloc(dev, (size_t)128 * 16 * 32 * 32 * 4, &e) != CLG_OK)
         return 1;
     for (int t = 0; t < 5; t++) {
@@ -93,10 +109,7 @@ static int bench_bn_resnet(clg_ctx *ctx, clg_device *dev, cl_mem a, cl_mem b, cl
         TIME(bw[0], 2 * B, clg_nn_copy(dev, B / 4, a, 0, c, 0));
         TIME(bw[1], 3 * B, clg_nn_add(dev, B / 4, a, 0, b, 0, c, 0));
         char lab[4][64];
-        snprintf(lab[0], sizeof lab[0], "bn+relu fwd 128x%dx%dx%d", C, H, H);
-        snprintf(lab[1], sizeof lab[1], "bn+add+relu fwd 128x%dx%dx%d", C, H, H);
-        snprintf(lab[2], sizeof lab[2], "bn+relu bwd 128x%dx%dx%d", C, H, H);
-        snprintf(lab[3], sizeof lab[3], "bn+add+relu bwd 128x%dx%dx%d", C, H, H);
+        bn_labels(lab, "", C, H);
         TIME(lab[0], 3 * B,
              clg_nn_bn_forward_relu(dev, 128, C, HW, 1e-5f, 0.1f, 1, a, 0, NULL, 0, c, 0, pm[0], pm[1], pm[2], pm[3],
                                     pm[4], pm[5]));
@@ -123,13 +136,8 @@ static int bench_bn_cold(clg_ctx *ctx, clg_device *dev)
     enum { K = 8 };
     static const int shp[3][2] = {{16, 28}, {32, 14}, {16, 32}};
     cl_mem pm[8];
-    float one[64];
-    for (int i = 0; i < 64; i++)
-        one[i] = 1.0f;
-    for (int i = 0; i < 8; i++)
-        if (clg_buf_alloc(dev, sizeof one, &pm[i]) != CLG_OK ||
-            clEnqueueWriteBuffer(dev->queue, pm[i], CL_TRUE, 0, sizeof one, one, 0, NULL, NULL) != CL_SUCCESS)
-            return 1;
+    if (bn_params(dev, pm))
+        return 1;
     for (int t = 0; t < 3; t++) {
         int C = shp[t][0], H = shp[t][1];
         size_t HW = (size_t)H * H, n = (size_t)128 * C * HW, B = n * 4;
@@ -142,10 +150,7 @@ static int bench_bn_cold(clg_ctx *ctx, clg_device *dev)
         }
         int s = 0;
         char lab[4][64];
-        snprintf(lab[0], sizeof lab[0], "cold bn+relu fwd 128x%dx%dx%d", C, H, H);
-        snprintf(lab[1], sizeof lab[1], "cold bn+add+relu fwd 128x%dx%dx%d", C, H, H);
-        snprintf(lab[2], sizeof lab[2], "cold bn+relu bwd 128x%dx%dx%d", C, H, H);
-        snprintf(lab[3], sizeof lab[3], "cold bn+add+relu bwd 128x%dx%dx%d", C, H, H);
+        bn_labels(lab, "cold ", C, H);
         TIME(lab[0], 3 * B,
              (s = (s + 1) % K, clg_nn_bn_forward_relu(dev, 128, C, HW, 1e-5f, 0.1f, 1, X[s], 0, NULL, 0, Y[s], 0, pm[0],
                                                       pm[1], pm[2], pm[3], pm[4], pm[5])));
