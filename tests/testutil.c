@@ -28,6 +28,9 @@ clg_ctx *tu_ctx_cache(const char *devices, const char *cache_dir)
     clg_ctx_params_init(&p);
     p.devices = devices;
     p.cache_dir = cache_dir;
+    /* CLGRAD_TEST_VERBOSE=2: the library's debug log (program builds with their times) on stderr */
+    const char *v = getenv("CLGRAD_TEST_VERBOSE");
+    p.verbose = v ? atoi(v) : 0;
     clg_ctx *ctx = NULL;
     clg_status st = clg_ctx_create(&p, &ctx);
     if (st == CLG_ERR_NO_DEVICE) {
@@ -300,7 +303,8 @@ int tu_run(Suite *s)
     SRunner *sr = srunner_create(s);
     /* OpenCL runtimes keep threads that do not survive fork(): run in-process */
     srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
+    /* CK_VERBOSITY=verbose prints each case's result as it ends (CK_NORMAL when unset) */
+    srunner_run_all(sr, CK_ENV);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
     return failed ? 1 : 0;
