@@ -74,6 +74,7 @@ typedef struct clg_pool {
     int nfree, capfree;
     clg_pool_stats stats;
     long fail_after; /* fault injection: fail the allocation after this many more succeed (-1 off) */
+    long huge_buffers; /* buffers made in huge-page mappings (option hugepages; tests) */
     uint64_t cache_limit; /* bytes kept cached at most */
     /* Memory account: buffers made outside the pool (parameter and optimizer
      * state arenas) charged by clg_mem_charge; the cap (option

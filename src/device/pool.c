@@ -154,6 +154,7 @@ clg_status clg_buf_alloc(clg_device *dev, size_t bytes, cl_mem *out)
     for (int attempt = 0; attempt < 2; attempt++) {
         cl_int e = CL_SUCCESS;
         cl_mem m = huge_buffer(dev, cls);
+        p->huge_buffers += m != NULL;
         if (!m)
             m = clCreateBuffer(dev->cl, CL_MEM_READ_WRITE, cls, NULL, &e);
         if (e == CL_SUCCESS) {
