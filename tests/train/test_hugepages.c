@@ -3,8 +3,8 @@
  * what training computes. models/resnet-mini.cfg at batch 48 (its 16-channel
  * 28x28 activations are 2.4 MiB) trains a few steps on fresh synthetic data
  * with hugepages=0 and with hugepages=1, each in its own context on the same
- * cache (untuned convolution and GEMM choices, so both runs take the same
- * algorithms): the losses and every parameter after the steps must be
+ * cache (untuned convolution and GEMM choices, tu_ctx_fixed_opt, so both
+ * runs take the same algorithms): the losses and every parameter after the steps must be
  * bitwise equal, and the run with hugepages=1 must have made huge-page
  * buffers (the one with 0 none). */
 #define _POSIX_C_SOURCE 200809L
@@ -18,33 +18,11 @@
 #define STEPS 3
 #define BATCH 48
 
-static clg_ctx *ctx_with(const char *huge)
-{
-    clg_options *o = NULL;
-    ck_assert(clg_options_create(&o) == CLG_OK);
-    ck_assert(clg_options_set(o, "hugepages", huge) == CLG_OK);
-    ck_assert(clg_options_set(o, "conv_auto_measure", "0") == CLG_OK);
-    ck_assert(clg_options_set(o, "gemm_auto_measure", "0") == CLG_OK);
-    clg_ctx_params p;
-    clg_ctx_params_init(&p);
-    p.devices = "0";
-    p.options = o;
-    clg_ctx *c = NULL;
-    clg_status st = clg_ctx_create(&p, &c);
-    clg_options_destroy(o);
-    if (st == CLG_ERR_NO_DEVICE) {
-        fprintf(stderr, "skip: %s\n", clg_last_error(NULL));
-        exit(TU_SKIP);
-    }
-    ck_assert_msg(st == CLG_OK, "%s", clg_last_error(NULL));
-    return c;
-}
-
 /* STEPS steps of resnet-mini with option hugepages = huge: losses, the
  * parameters after them and the number of huge-page buffers made. */
 static long run(const char *huge, uint64_t seed, double *loss, tt_weights *w)
 {
-    clg_ctx *ctx = ctx_with(huge);
+    clg_ctx *ctx = tu_ctx_fixed_opt(0, "hugepages", huge);
     char *text = tt_read_model("resnet-mini.cfg");
     clg_dp_params dpp = {0};
     clg_model *m = NULL;
@@ -63,7 +41,7 @@ static long run(const char *huge, uint64_t seed, double *loss, tt_weights *w)
 
 START_TEST(hugepages_same_bits)
 {
-    clg_ctx *probe = ctx_with("0");
+    clg_ctx *probe = tu_ctx_fixed_opt(0, "hugepages", "0");
     int cpu = (probe->devs[0].info.type & CLG_DEVICE_CPU) != 0;
     clg_ctx_destroy(probe);
     if (!cpu) { /* the option applies to CPU devices only */
