@@ -1,5 +1,6 @@
 /* device: enumeration, selectors, per-device context/queue, info queries. */
 #define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -181,6 +182,40 @@ START_TEST(public_info_api)
 }
 END_TEST
 
+/* One PoCL test for every PoCL-specific default (clg_device_is_pocl): the
+ * platform name in any case, or "PoCL" in the device version; not other
+ * platforms, and not "pocl" in the device name alone. */
+START_TEST(pocl_detection)
+{
+    static const struct {
+        const char *platform, *version, *name;
+        int want;
+    } cases[] = {
+        {"Portable Computing Language", "OpenCL 3.0 PoCL HSTR: pthread-x86_64", "pthread-skylake-avx512", 1},
+        {"portable computing language", "OpenCL 1.2", "cpu", 1},
+        {"Some Vendor Platform", "OpenCL 3.0 PoCL 5.0 CUDA", "NVIDIA H100", 1},
+        {"NVIDIA CUDA", "OpenCL 3.0 CUDA", "NVIDIA H100 80GB HBM3", 0},
+        {"Intel(R) OpenCL", "OpenCL 3.0 (Build 0)", "pocl-like name", 0},
+        {"", "", "", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        clg_device d;
+        memset(&d, 0, sizeof d);
+        snprintf(d.info.platform, sizeof d.info.platform, "%s", cases[i].platform);
+        snprintf(d.info.device_version, sizeof d.info.device_version, "%s", cases[i].version);
+        snprintf(d.info.name, sizeof d.info.name, "%s", cases[i].name);
+        ck_assert_msg(clg_device_is_pocl(&d) == cases[i].want, "%s / %s: %d", cases[i].platform, cases[i].version,
+                      !cases[i].want);
+    }
+    /* the test device: as its platform says */
+    clg_ctx *ctx = tu_ctx("all");
+    ck_assert_int_eq(clg_device_is_pocl(&ctx->devs[0]),
+                     strstr(ctx->devs[0].info.platform, "Portable Computing Language") != NULL ||
+                         strstr(ctx->devs[0].info.device_version, "PoCL") != NULL);
+    clg_ctx_destroy(ctx);
+}
+END_TEST
+
 START_TEST(bad_selector_context)
 {
     clg_ctx_params p;
@@ -218,6 +253,7 @@ int main(void)
     tcase_add_test(tc, two_devices);
     tcase_add_test(tc, public_info_api);
     tcase_add_test(tc, bad_selector_context);
+    tcase_add_test(tc, pocl_detection);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -46,7 +46,9 @@ clg_ctx *tu_ctx_cache(const char *devices, const char *cache_dir)
 
 clg_ctx *tu_ctx(const char *devices) { return tu_ctx_cache(devices, NULL); }
 
-clg_ctx *tu_ctx_fixed(double mib)
+clg_ctx *tu_ctx_fixed(double mib) { return tu_ctx_fixed_opt(mib, NULL, NULL); }
+
+clg_ctx *tu_ctx_fixed_opt(double mib, const char *name, const char *value)
 {
     clg_options *o = NULL;
     ck_assert(clg_options_create(&o) == CLG_OK);
@@ -55,6 +57,8 @@ clg_ctx *tu_ctx_fixed(double mib)
     ck_assert(clg_options_set(o, "conv_auto_measure", "0") == CLG_OK);
     ck_assert(clg_options_set(o, "gemm_auto_measure", "0") == CLG_OK);
     ck_assert_msg(clg_options_set(o, "device_mem_limit", v) == CLG_OK, "%s", clg_last_error(NULL));
+    if (name)
+        ck_assert_msg(clg_options_set(o, name, value) == CLG_OK, "%s", clg_last_error(NULL));
     clg_ctx_params p;
     clg_ctx_params_init(&p);
     p.options = o;

@@ -22,6 +22,8 @@ clg_ctx *tu_ctx_cache(const char *devices, const char *cache_dir);
  * other workspaces, than the second); mib > 0: every device capped at mib MiB
  * (option device_mem_limit). Exits 77 (skip) when no device exists. */
 clg_ctx *tu_ctx_fixed(double mib);
+/* The same with one more option set (name = value). */
+clg_ctx *tu_ctx_fixed_opt(double mib, const char *name, const char *value);
 /* Uniform in [lo, hi). */
 void tu_fill(float *x, size_t n, float lo, float hi, clg_rng *r);
 void tu_rng(clg_rng *r, uint64_t stream); /* seeded from tu_seed() */

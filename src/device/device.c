@@ -569,6 +569,12 @@ const char *clg_last_error(const clg_ctx *ctx)
 
 int clg_device_count(const clg_ctx *ctx) { return ctx ? ctx->ndev : 0; }
 
+int clg_device_is_pocl(const clg_device *dev)
+{
+    return clg_str_icontains(dev->info.platform, "Portable Computing Language") ||
+           clg_str_icontains(dev->info.device_version, "PoCL");
+}
+
 clg_status clg_device_info_get_size(const clg_ctx *ctx, int index, clg_device_info *out, size_t size)
 {
     if (!ctx || !out)

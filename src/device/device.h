@@ -74,6 +74,7 @@ typedef struct clg_pool {
     int nfree, capfree;
     clg_pool_stats stats;
     long fail_after; /* fault injection: fail the allocation after this many more succeed (-1 off) */
+    long huge_buffers; /* buffers made in huge-page mappings (option hugepages; tests) */
     uint64_t cache_limit; /* bytes kept cached at most */
     /* Memory account: buffers made outside the pool (parameter and optimizer
      * state arenas) charged by clg_mem_charge; the cap (option
@@ -350,6 +351,10 @@ CLG_INTERNAL clg_status clg_ctx_wrap_queue(cl_command_queue queue, const clg_ctx
  * what a module decided once (e.g. wg_canon per device, the gemm backend)
  * stays decided. A refusal names the option. */
 CLG_INTERNAL clg_status clg_ctx_option_set(clg_ctx *ctx, const char *name, const char *value);
+/* 1 for a device of PoCL (platform "Portable Computing Language", or "PoCL"
+ * in the device version), whatever its type: what the PoCL-specific
+ * defaults test (binary cache at context end, huge pages on CPU devices). */
+CLG_INTERNAL int clg_device_is_pocl(const clg_device *dev);
 /* GPU vendor families the untuned defaults distinguish (from CL_DEVICE_VENDOR). */
 typedef enum clg_vendor { CLG_VENDOR_OTHER = 0, CLG_VENDOR_NVIDIA, CLG_VENDOR_AMD, CLG_VENDOR_INTEL } clg_vendor;
 CLG_INTERNAL clg_vendor clg_device_vendor(const clg_device *dev);

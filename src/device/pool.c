@@ -86,7 +86,7 @@ static cl_mem huge_buffer(clg_device *dev, size_t cls)
     int mode = (int)dev->ctx->opts.hugepages - 1; /* auto,0,1 -> -1,0,1 */
     if (mode == 0 || cls < HUGE_BYTES || !(dev->info.type & CLG_DEVICE_CPU))
         return NULL;
-    if (mode < 0 && !strstr(dev->info.platform, "Portable Computing Language"))
+    if (mode < 0 && !clg_device_is_pocl(dev))
         return NULL;
     size_t len = (cls + HUGE_BYTES - 1) / HUGE_BYTES * HUGE_BYTES + HUGE_BYTES;
     void *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -154,6 +154,7 @@ clg_status clg_buf_alloc(clg_device *dev, size_t bytes, cl_mem *out)
     for (int attempt = 0; attempt < 2; attempt++) {
         cl_int e = CL_SUCCESS;
         cl_mem m = huge_buffer(dev, cls);
+        p->huge_buffers += m != NULL;
         if (!m)
             m = clCreateBuffer(dev->cl, CL_MEM_READ_WRITE, cls, NULL, &e);
         if (e == CL_SUCCESS) {

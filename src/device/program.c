@@ -402,8 +402,7 @@ static int binary_cache_mode(clg_device *dev)
     long mode = dev->ctx->opts.binary_cache; /* auto,0,1 */
     if (mode)
         return mode == 2;
-    if (clg_str_icontains(dev->info.platform, "Portable Computing Language") ||
-        clg_str_icontains(dev->info.device_version, "PoCL"))
+    if (clg_device_is_pocl(dev))
         return 2;
     return 1;
 }

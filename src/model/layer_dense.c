@@ -13,10 +13,13 @@
 #include "model/layers.h"
 #include "ops/gemm.h"
 #include "ops/gemm_splitk.h"
+#include "ops/tune.h"
 
 /* Largest forward product (batch x units x in_features multiply-adds) run
  * by the single-launch dot-product GEMM. */
 #define DENSE_DOT_MAX (1 << 25)
+/* dx = dz W by clg_gemm_rows up to this many rows on CPU devices without a family parameter dense_dx_rows */
+#define DENSE_DX_ROWS 64
 
 typedef struct {
     int units, bias;
@@ -360,9 +363,12 @@ static clg_status dense_backward(clg_layer *l, clg_device *dev, const clg_tensor
         g.C = din[0].mem;
         g.offC = din[0].off;
         g.ldc = p->in_features;
-        /* few rows (<= 64) on CPU devices: gemm_rows reads the weight once, row blocks innermost (clg_gemm's
-         * packed kernel packs it and then reads it once per row panel) */
-        int rows_dx = small || (n <= 64 && (dev->info.type & CLG_DEVICE_CPU));
+        /* few rows on CPU devices (at most the family parameter dense_dx_rows, default 64, 0 off;
+         * data/tune-families.json): gemm_rows reads the weight once, row blocks innermost (clg_gemm's packed
+         * kernel packs it and then reads it once per row panel). Measured ahead on an AMD EPYC Zen 4; behind
+         * on an Intel Xeon (pocl-cpu-avx512-intel: 0) */
+        int rows_dx = small || ((dev->info.type & CLG_DEVICE_CPU) &&
+                                n <= clg_tune_family_param(dev, "dense_dx_rows", DENSE_DX_ROWS));
         st = rows_dx ? clg_gemm_rows(dev, &g, NULL) : clg_gemm(dev, &g, NULL);
     }
     clg_buf_release(dev, tmp);

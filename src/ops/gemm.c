@@ -609,20 +609,21 @@ static int view_small(int K, int ld, int n)
  * leading dimension of 1024 floats or more apart share a few cache sets. */
 #define ROWS_MAX_LD 1024
 #define ROWS_MAX_NT 12
-/* Intel AVX-512 CPUs: large products (M, N, K >= ROWS_LARGE) read A in
- * place at any width and leading dimension. On a Xeon (2 vCPUs, PoCL 3.1,
- * 6 x 64 tile) at 2048^3 the packing pass cost more than the row streams:
- * CPU time per product 212 against 253 ms (medians of 5 alternating rounds,
- * load average 6), the kernel alone faster too (193 against 226 ms). Not
- * measured on AMD (Zen 4 keeps the packed panels). */
-#define ROWS_LARGE 1024
-static int rows_large(const clg_device *dev, const clg_gemm_args *a)
+/* Large products (M, N, K all >= the family parameter gemm_rows_large, 0
+ * off: data/tune-families.json) read A in place at any width and leading
+ * dimension. Set for Intel AVX-512 CPUs (pocl-cpu-avx512-intel, 1024): on
+ * a Xeon (2 vCPUs, PoCL 3.1, 6 x 64 tile) at 2048^3 the packing pass cost
+ * more than the row streams: CPU time per product 212 against 253 ms
+ * (medians of 5 alternating rounds, load average 6), the kernel alone
+ * faster too (193 against 226 ms). Not measured on AMD (Zen 4 keeps the
+ * packed panels: off). */
+static int rows_large(clg_device *dev, const clg_gemm_args *a)
 {
-    return clg_device_vendor(dev) == CLG_VENDOR_INTEL && clg_gemm_cpu_wide(dev) && a->M >= ROWS_LARGE &&
-           a->N >= ROWS_LARGE && a->K >= ROWS_LARGE;
+    double t = clg_tune_family_param(dev, "gemm_rows_large", 0);
+    return t > 0 && a->M >= t && a->N >= t && a->K >= t;
 }
 
-static int rows_a(const clg_device *dev, int mode, const clg_gemm_args *a, int PA, int PB)
+static int rows_a(clg_device *dev, int mode, const clg_gemm_args *a, int PA, int PB)
 {
     if (!(dev->info.type & CLG_DEVICE_CPU) || mode == 0 || a->ta || a->K < 1 || (long long)PA * a->lda > INT_MAX)
         return 0;

@@ -29,11 +29,15 @@ typedef struct clg_tune_dev {
  * embedded; tune_family.c), and the GEMM shapes this process ran without an
  * own measurement of their class (what background tuning fills). */
 #define CLG_TUNE_MAX_PENDING 32
+#define CLG_TUNE_FAMILY_MAXP 8
 typedef struct clg_tune_family {
     int loaded;
     char name[48];    /* "" when no family matches */
     int measured;     /* 1 "measured", 0 "estimated" */
-    clg_tune_dev d;   /* its entries */
+    clg_tune_dev d;   /* its entries (its bases' ones first, then its own by key) */
+    int nparams;      /* its "params" (after its bases'): choices that are not GEMM tiles */
+    char pnames[CLG_TUNE_FAMILY_MAXP][24];
+    double pvals[CLG_TUNE_FAMILY_MAXP];
     int npending;
     int pending[CLG_TUNE_MAX_PENDING][3]; /* M, N, K, one per class */
     char pending_cls[CLG_TUNE_MAX_PENDING][16];
@@ -78,6 +82,11 @@ CLG_INTERNAL clg_tune_family *clg_tune_family_get(clg_device *dev);
  * (CLG_ERR_FORMAT for malformed text, f then empty). */
 CLG_INTERNAL clg_status clg_tune_family_match(clg_err *err, const char *text, clg_device *dev, clg_tune_family *f,
                                               int *index);
+/* A family parameter ("params" in data/tune-families.json, names listed in
+ * tune_family.c): its value in f, or def when f does not set it. */
+CLG_INTERNAL double clg_tune_family_pget(const clg_tune_family *f, const char *name, double def);
+/* The same for the device's family (def when no family matches). */
+CLG_INTERNAL double clg_tune_family_param(clg_device *dev, const char *name, double def);
 /* Nearest entry to class (bm, bn, bk) among d's "gemm/M?N?K?" keys (exact first). */
 CLG_INTERNAL const clg_tune_entry *clg_tune_nearest_gemm(const clg_tune_dev *d, int bm, int bn, int bk);
 /* A stamp of the device's own GEMM choices: the kernel parameters of every

@@ -7,7 +7,17 @@
  *      "match": {"type": "cpu"|"gpu"|"accelerator", "vendor": "nvidia"|"amd"|"intel",
  *                "platform": TEXT, "name_any": [TEXT, ...],
  *                "local_mem_min": BYTES, "compute_units_min": N},
- *      "entries": {"gemm/M4N4K4": {...parameters as in the tuning database...}}}]}
+ *      "base": "another family's name",
+ *      "entries": {"gemm/M4N4K4": {...parameters as in the tuning database...}},
+ *      "params": {"gemm_rows_large": 1024, ...}}]}
+ * A family with a "base" starts from the base's entries and params (the
+ * base's base first, and so on) and lists only what differs: its own entries
+ * replace the base's of the same key, its params the base's of the same
+ * name. "match", "status" and "name" are the family's own. params are
+ * choices that are not GEMM tiles (known_params below), read through
+ * clg_tune_family_param with the built-in default when absent. The whole
+ * file is checked whichever family matches: an unknown base, a cycle of
+ * bases, params that are not numbers or not known are format errors.
  * A family matches when every "match" member holds: type equal, vendor as
  * clg_device_vendor classifies the device, platform a case-insensitive
  * substring of the platform name, one of name_any a case-insensitive
@@ -72,19 +82,102 @@ static int family_matches(const clg_json *m, clg_device *dev)
     return 1;
 }
 
-/* The entries of one family object into f (numeric members; "backend" kept). */
-static clg_status read_family(clg_err *err, const clg_json *fam, clg_tune_family *f)
+/* The family parameters this version reads ("params"; a name not listed
+ * here is refused, so that a misspelt one does not pass unnoticed):
+ *   gemm_rows_large  CPU GEMM: A read in place (no packing pass) when M, N
+ *                    and K are all at least this; 0 off (gemm.c, rows_large)
+ *   dense_dx_rows    dense layer backward: dx = dz W by clg_gemm_rows for
+ *                    batches of at most this many rows on CPU devices, by
+ *                    the packed clg_gemm above; 0 off (layer_dense.c) */
+static const char *const known_params[] = {"gemm_rows_large", "dense_dx_rows"};
+
+static const clg_json *family_named(const clg_json *fams, const char *name)
 {
-    const clg_json *name = clg_json_get(fam, "name"), *status = clg_json_get(fam, "status");
-    const clg_json *entries = clg_json_get(fam, "entries");
-    if (!name || name->type != CLG_JSON_STR || !entries || entries->type != CLG_JSON_OBJ)
-        return clg_err_set(err, CLG_ERR_FORMAT, "tuning families: a family lacks \"name\" or \"entries\"");
-    snprintf(f->name, sizeof f->name, "%s", name->str);
-    f->measured = status && status->type == CLG_JSON_STR && strcmp(status->str, "measured") == 0;
-    for (int i = 0; i < entries->n; i++) {
+    for (int i = 0; i < fams->n; i++) {
+        const clg_json *n = clg_json_get(&fams->items[i], "name");
+        if (fams->items[i].type == CLG_JSON_OBJ && n && n->type == CLG_JSON_STR && strcmp(n->str, name) == 0)
+            return &fams->items[i];
+    }
+    return NULL;
+}
+
+/* Every family of the file, matching this device or not: a name; a "base"
+ * that names another family of the file, its chain of bases ending (no
+ * cycle); "params" an object of numbers with known names. */
+static clg_status check_families(clg_err *err, const clg_json *fams)
+{
+    for (int i = 0; i < fams->n; i++) {
+        const clg_json *fam = &fams->items[i];
+        const clg_json *name = clg_json_get(fam, "name");
+        if (fam->type != CLG_JSON_OBJ || !name || name->type != CLG_JSON_STR || !name->str[0])
+            return clg_err_set(err, CLG_ERR_FORMAT, "tuning families: family %d is not an object with a \"name\"",
+                               i + 1);
+        const char *nm = name->str;
+        const clg_json *base = clg_json_get(fam, "base");
+        for (int depth = 0; base; depth++) {
+            if (base->type != CLG_JSON_STR)
+                return clg_err_set(err, CLG_ERR_FORMAT, "tuning families: %s: \"base\" is not a family name", nm);
+            const clg_json *b = family_named(fams, base->str);
+            if (!b)
+                return clg_err_set(err, CLG_ERR_FORMAT, "tuning families: %s: base '%s' is not a family of the file",
+                                   nm, base->str);
+            if (b == fam || depth >= fams->n)
+                return clg_err_set(err, CLG_ERR_FORMAT, "tuning families: %s: its bases form a cycle (through '%s')",
+                                   nm, base->str);
+            base = clg_json_get(b, "base");
+        }
+        const clg_json *params = clg_json_get(fam, "params");
+        if (params && params->type != CLG_JSON_OBJ)
+            return clg_err_set(err, CLG_ERR_FORMAT, "tuning families: %s: \"params\" is not an object", nm);
+        if (params && params->n > CLG_TUNE_FAMILY_MAXP)
+            return clg_err_set(err, CLG_ERR_FORMAT, "tuning families: %s: more than %d params", nm,
+                               CLG_TUNE_FAMILY_MAXP);
+        for (int j = 0; params && j < params->n; j++) {
+            int known = 0;
+            for (size_t k = 0; k < sizeof known_params / sizeof known_params[0]; k++)
+                known |= strcmp(params->keys[j], known_params[k]) == 0;
+            if (!known)
+                return clg_err_set(err, CLG_ERR_FORMAT, "tuning families: %s: unknown parameter '%s' in \"params\"",
+                                   nm, params->keys[j]);
+            if (params->items[j].type != CLG_JSON_NUM)
+                return clg_err_set(err, CLG_ERR_FORMAT, "tuning families: %s: parameter '%s' is not a number", nm,
+                                   params->keys[j]);
+        }
+    }
+    return CLG_OK;
+}
+
+static void put_param(clg_tune_family *f, const char *name, double v)
+{
+    for (int i = 0; i < f->nparams; i++)
+        if (strcmp(f->pnames[i], name) == 0) {
+            f->pvals[i] = v;
+            return;
+        }
+    if (f->nparams < CLG_TUNE_FAMILY_MAXP) { /* known names only (check_families): fewer than the cap */
+        snprintf(f->pnames[f->nparams], sizeof f->pnames[0], "%s", name);
+        f->pvals[f->nparams++] = v;
+    }
+}
+
+/* The entries and params of one family object into f, its base's first
+ * (recursively; check_families has ruled out cycles and unknown bases), its
+ * own replacing them by key. Numeric members; "backend" kept. */
+static clg_status read_family(clg_err *err, const clg_json *fams, const clg_json *fam, clg_tune_family *f)
+{
+    const clg_json *name = clg_json_get(fam, "name"), *base = clg_json_get(fam, "base");
+    const clg_json *entries = clg_json_get(fam, "entries"), *params = clg_json_get(fam, "params");
+    if (base)
+        CLG_TRY(read_family(err, fams, family_named(fams, base->str), f));
+    else if (!entries)
+        return clg_err_set(err, CLG_ERR_FORMAT, "tuning families: %s has neither \"entries\" nor a \"base\"",
+                           name->str);
+    if (entries && entries->type != CLG_JSON_OBJ)
+        return clg_err_set(err, CLG_ERR_FORMAT, "tuning families: %s: \"entries\" is not an object", name->str);
+    for (int i = 0; entries && i < entries->n; i++) {
         const clg_json *v = &entries->items[i];
         if (v->type != CLG_JSON_OBJ)
-            return clg_err_set(err, CLG_ERR_FORMAT, "tuning families: %s: entry '%s' is not an object", f->name,
+            return clg_err_set(err, CLG_ERR_FORMAT, "tuning families: %s: entry '%s' is not an object", name->str,
                                entries->keys[i]);
         clg_tune_entry e;
         memset(&e, 0, sizeof e);
@@ -94,7 +187,11 @@ static clg_status read_family(clg_err *err, const clg_json *fam, clg_tune_family
                 clg_tune_set(&e, v->keys[j], v->items[j].num);
             else if (v->items[j].type == CLG_JSON_STR && strcmp(v->keys[j], "backend") == 0)
                 snprintf(e.backend, sizeof e.backend, "%s", v->items[j].str);
-        if (f->d.n == f->d.cap) {
+        int at = f->d.n;
+        for (int k = 0; k < f->d.n && at == f->d.n; k++)
+            if (strcmp(f->d.e[k].key, e.key) == 0)
+                at = k; /* the base's entry of this key: replaced in its place */
+        if (at == f->d.n && f->d.n == f->d.cap) {
             int cap = f->d.cap ? f->d.cap * 2 : 16;
             clg_tune_entry *ne = realloc(f->d.e, sizeof *ne * (size_t)cap);
             if (!ne)
@@ -102,8 +199,12 @@ static clg_status read_family(clg_err *err, const clg_json *fam, clg_tune_family
             f->d.e = ne;
             f->d.cap = cap;
         }
-        f->d.e[f->d.n++] = e;
+        f->d.e[at] = e;
+        if (at == f->d.n)
+            f->d.n++;
     }
+    for (int i = 0; params && i < params->n; i++)
+        put_param(f, params->keys[i], params->items[i].num);
     return CLG_OK;
 }
 
@@ -112,6 +213,7 @@ clg_status clg_tune_family_match(clg_err *err, const char *text, clg_device *dev
     *index = -1;
     f->name[0] = 0;
     f->measured = 0;
+    f->nparams = 0;
     clg_tune_dev_clear(&f->d);
     clg_json *j = NULL;
     CLG_TRY(clg_json_parse(err, text, strlen(text), "tuning families", &j));
@@ -120,21 +222,41 @@ clg_status clg_tune_family_match(clg_err *err, const char *text, clg_device *dev
     if (!fmt || fmt->type != CLG_JSON_STR || strcmp(fmt->str, "clgrad-tune-families") != 0 || !fams ||
         fams->type != CLG_JSON_ARR)
         st = clg_err_set(err, CLG_ERR_FORMAT, "not a clgrad tuning families file");
-    for (int i = 0; st == CLG_OK && fams && i < fams->n; i++) {
+    else
+        st = check_families(err, fams);
+    for (int i = 0; st == CLG_OK && i < fams->n; i++) {
         const clg_json *fam = &fams->items[i];
-        if (fam->type != CLG_JSON_OBJ || !family_matches(clg_json_get(fam, "match"), dev))
+        if (!family_matches(clg_json_get(fam, "match"), dev))
             continue;
-        st = read_family(err, fam, f);
-        if (st == CLG_OK)
+        st = read_family(err, fams, fam, f);
+        if (st == CLG_OK) {
+            const clg_json *status = clg_json_get(fam, "status");
+            snprintf(f->name, sizeof f->name, "%s", clg_json_get(fam, "name")->str);
+            f->measured = status && status->type == CLG_JSON_STR && strcmp(status->str, "measured") == 0;
             *index = i;
+        }
         break;
     }
     if (st != CLG_OK) {
         clg_tune_dev_clear(&f->d);
         f->name[0] = 0;
+        f->nparams = 0;
     }
     clg_json_free(j);
     return st;
+}
+
+double clg_tune_family_pget(const clg_tune_family *f, const char *name, double def)
+{
+    for (int i = 0; f && i < f->nparams; i++)
+        if (strcmp(f->pnames[i], name) == 0)
+            return f->pvals[i];
+    return def;
+}
+
+double clg_tune_family_param(clg_device *dev, const char *name, double def)
+{
+    return clg_tune_family_pget(clg_tune_family_get(dev), name, def);
 }
 
 clg_tune_family *clg_tune_family_get(clg_device *dev)

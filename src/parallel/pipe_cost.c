@@ -29,6 +29,17 @@ static uint64_t net_key(const clg_net *net, int mb, int wdefer)
 
 static int remembering(const clg_device *dev) { return dev->ctx->use_cache && dev->ctx->opts.pipe_cost_memory; }
 
+/* Puts e (where given) and writes the device's entries; a cache that cannot
+ * be written keeps this run's figures (logged as "what not remembered") and
+ * leaves the device's error as it was. */
+static void keep(clg_device *dev, const clg_tune_entry *e, const char *what)
+{
+    clg_err saved = dev->err;
+    if ((e && clg_tune_put(dev, e) != CLG_OK) || clg_tune_save(dev) != CLG_OK)
+        clg_log(1, "%s not remembered: %s", what, dev->err.msg);
+    dev->err = saved;
+}
+
 /* Replaces each value by the least of it and the remembered one, and remembers the result (entries key/0,
  * key/1, .., PER_ENTRY values each, named v0..). Returns how many values a remembered one lowered. */
 static int least_of(clg_device *dev, const char *key, double *v, int n)
@@ -36,7 +47,7 @@ static int least_of(clg_device *dev, const char *key, double *v, int n)
     int lowered = 0;
     for (int c = 0; c * PER_ENTRY < n; c++) {
         clg_tune_entry e = {0};
-        snprintf(e.key, sizeof e.key, "%s/%d", key, c);
+        snprintf(e.key, sizeof e.key, "%.48s/%d", key, c); /* keys are at most 30 characters */
         const clg_tune_entry *old = clg_tune_find(dev, e.key);
         for (int i = c * PER_ENTRY; i < n && i < (c + 1) * PER_ENTRY; i++) {
             char name[12];
@@ -51,10 +62,7 @@ static int least_of(clg_device *dev, const char *key, double *v, int n)
         if (clg_tune_put(dev, &e) != CLG_OK)
             return lowered;
     }
-    clg_err saved = dev->err;
-    if (clg_tune_save(dev) != CLG_OK) /* a cache that cannot be written: this run's figures stay */
-        clg_log(1, "pipeline costs not remembered: %s", dev->err.msg);
-    dev->err = saved;
+    keep(dev, NULL, "pipeline costs");
     return lowered;
 }
 
@@ -110,10 +118,7 @@ void clg_pipe_bias_put(clg_device *dev, const clg_net *net, int mb, int wdefer, 
     clg_tune_set(&e, "ms", n ? 0.5 * (was + ms) : ms); /* the runs' figures averaged, the latest weighing most */
     clg_tune_set(&e, "n", n + 1);
     clg_tune_set(&e, "cut", cut);
-    clg_err saved = dev->err;
-    if (clg_tune_put(dev, &e) != CLG_OK || clg_tune_save(dev) != CLG_OK)
-        clg_log(1, "pipeline balance not remembered: %s", dev->err.msg);
-    dev->err = saved;
+    keep(dev, &e, "pipeline balance");
     clg_log(1, "pipeline: stage 1 measured %+.3f ms per micro-batch beyond the layer costs (remembered %+.3f)", ms,
             n ? 0.5 * (was + ms) : ms);
 }

@@ -113,6 +113,163 @@ START_TEST(families_match)
 }
 END_TEST
 
+static void match_text(const char *text, const fake *fk, clg_tune_family *f, int *idx, clg_err *err, clg_status *st)
+{
+    clg_device d;
+    fake_dev(&d, fk);
+    memset(f, 0, sizeof *f);
+    memset(err, 0, sizeof *err);
+    *idx = -2;
+    *st = clg_tune_family_match(err, text, &d, f, idx);
+}
+
+/* The shipped file resolves for AMD and Intel AVX-512 CPUs what it listed
+ * before inheritance: the Intel family (base pocl-cpu-avx512) has the AMD
+ * family's entries, in the same order, except the large square class; and
+ * the parameters that replaced the vendor checks in gemm.c (rows_large:
+ * Intel from 1024, AMD off) and layer_dense.c (dx by gemm_rows up to 64
+ * rows on AMD, off on Intel). Other families set none of them. */
+START_TEST(families_inherit_shipped)
+{
+    const char *text = clg_embedded_source("tune-families");
+    ck_assert_ptr_nonnull(text);
+    clg_tune_family amd, intel, spr, avx2;
+    int idx;
+    clg_err err;
+    clg_status st;
+    match_text(text, &fakes[2], &amd, &idx, &err, &st);
+    ck_assert_msg(st == CLG_OK && strcmp(amd.name, "pocl-cpu-avx512") == 0, "%s", err.msg);
+    match_text(text, &fakes[0], &intel, &idx, &err, &st);
+    ck_assert_msg(st == CLG_OK && strcmp(intel.name, "pocl-cpu-avx512-intel") == 0, "%s", err.msg);
+    match_text(text, &fakes[1], &spr, &idx, &err, &st);
+    ck_assert_msg(st == CLG_OK && strcmp(spr.name, "pocl-cpu-avx512-intel") == 0, "%s", err.msg);
+    match_text(text, &fakes[3], &avx2, &idx, &err, &st);
+    ck_assert_msg(st == CLG_OK && strcmp(avx2.name, "pocl-cpu-avx2") == 0, "%s", err.msg);
+    ck_assert_int_eq(amd.d.n, 24);
+    ck_assert_int_eq(intel.d.n, amd.d.n);
+    ck_assert_int_eq(spr.d.n, amd.d.n);
+    ck_assert(intel.measured && amd.measured);
+    for (int i = 0; i < amd.d.n; i++) {
+        const clg_tune_entry *a = &amd.d.e[i], *e = &intel.d.e[i];
+        ck_assert_str_eq(a->key, e->key);
+        ck_assert(memcmp(e, &spr.d.e[i], sizeof *e) == 0);
+        if (strcmp(a->key, "gemm/M4N4K4") != 0) {
+            ck_assert_msg(memcmp(a, e, sizeof *a) == 0, "%s differs between the AMD and Intel families", a->key);
+            continue;
+        }
+        clg_gemm_params p;
+        ck_assert(clg_gemm_params_from_entry(e, &p));
+        ck_assert(p.family == CLG_GEMM_FAM_CPU && p.MR == 6 && p.NV == 4 && p.VW == 16 && p.WGS == 1 && p.KS == 0);
+        ck_assert(clg_gemm_params_from_entry(a, &p));
+        ck_assert(p.family == CLG_GEMM_FAM_CPU && p.MR == 8 && p.NV == 2 && p.VW == 16 && p.WGS == 1 && p.KS == 0);
+    }
+    ck_assert(clg_tune_family_pget(&intel, "gemm_rows_large", -1) == 1024);
+    ck_assert(clg_tune_family_pget(&spr, "gemm_rows_large", -1) == 1024);
+    ck_assert(clg_tune_family_pget(&amd, "gemm_rows_large", -1) == 0);
+    ck_assert(clg_tune_family_pget(&intel, "dense_dx_rows", -1) == 0);
+    ck_assert(clg_tune_family_pget(&amd, "dense_dx_rows", -1) == 64);
+    ck_assert(clg_tune_family_pget(&avx2, "gemm_rows_large", -1) == -1);
+    ck_assert(clg_tune_family_pget(&avx2, "dense_dx_rows", -1) == -1);
+    ck_assert(clg_tune_family_pget(NULL, "dense_dx_rows", -3) == -3);
+    clg_tune_dev_clear(&amd.d);
+    clg_tune_dev_clear(&intel.d);
+    clg_tune_dev_clear(&spr.d);
+    clg_tune_dev_clear(&avx2.d);
+}
+END_TEST
+
+/* Inheritance over two levels on a file of random values: the matching
+ * family "a" (base "b", whose base "c" matches no device) has c's entries,
+ * then b's, then its own, each replacing the earlier one of its key in
+ * place; params likewise by name. Then malformed families anywhere in the
+ * file (not only the matching one) are refused with a message naming the
+ * fault, leaving no family. */
+START_TEST(families_inherit_errors)
+{
+    clg_rng r;
+    tu_rng(&r, 11);
+    int v[6];
+    for (int i = 0; i < 6; i++)
+        v[i] = 1 + (int)(clg_rng_u32(&r) % 1000);
+    char text[2048];
+    snprintf(text, sizeof text,
+             "{\"format\": \"clgrad-tune-families\", \"families\": ["
+             "{\"name\": \"a\", \"base\": \"b\", \"match\": {\"type\": \"cpu\"}, "
+             " \"params\": {\"gemm_rows_large\": %d}, \"entries\": {\"gemm/M2N2K2\": {\"MR\": %d}}},"
+             "{\"name\": \"b\", \"base\": \"c\", \"match\": {\"type\": \"gpu\"}, "
+             " \"entries\": {\"gemm/M2N2K2\": {\"MR\": 99, \"NV\": 3}, \"gemm/M1N1K1\": {\"MR\": %d}}},"
+             "{\"name\": \"c\", \"params\": {\"gemm_rows_large\": 5, \"dense_dx_rows\": %d}, "
+             " \"entries\": {\"gemm/M4N4K4\": {\"MR\": %d}, \"gemm/M1N1K1\": {\"MR\": %d, \"VW\": 4}}}]}",
+             v[0], v[1], v[2], v[3], v[4], v[5]);
+    clg_tune_family f;
+    int idx;
+    clg_err err;
+    clg_status st;
+    match_text(text, &fakes[0], &f, &idx, &err, &st);
+    ck_assert_msg(st == CLG_OK, "%s", err.msg);
+    ck_assert_str_eq(f.name, "a");
+    ck_assert_int_eq(idx, 0);
+    ck_assert(!f.measured);
+    ck_assert_int_eq(f.d.n, 3);
+    ck_assert_str_eq(f.d.e[0].key, "gemm/M4N4K4");
+    ck_assert_str_eq(f.d.e[1].key, "gemm/M1N1K1");
+    ck_assert_str_eq(f.d.e[2].key, "gemm/M2N2K2");
+    ck_assert(clg_tune_param(&f.d.e[0], "MR", -1) == v[4]);
+    ck_assert(clg_tune_param(&f.d.e[1], "MR", -1) == v[2]);
+    ck_assert(clg_tune_param(&f.d.e[1], "VW", -1) == -1); /* replaced whole, not merged */
+    ck_assert(clg_tune_param(&f.d.e[2], "MR", -1) == v[1]);
+    ck_assert(clg_tune_param(&f.d.e[2], "NV", -1) == -1);
+    ck_assert(clg_tune_family_pget(&f, "gemm_rows_large", -1) == v[0]);
+    ck_assert(clg_tune_family_pget(&f, "dense_dx_rows", -1) == v[3]);
+    clg_tune_dev_clear(&f.d);
+    /* a GPU matches "b": c's entries under b's, none of a's */
+    fake gpu = fakes[5];
+    match_text(text, &gpu, &f, &idx, &err, &st);
+    ck_assert_msg(st == CLG_OK, "%s", err.msg);
+    ck_assert_str_eq(f.name, "b");
+    ck_assert_int_eq(f.d.n, 3);
+    ck_assert(clg_tune_param(&f.d.e[2], "MR", -1) == 99);
+    ck_assert(clg_tune_family_pget(&f, "gemm_rows_large", -1) == 5);
+    clg_tune_dev_clear(&f.d);
+
+#define FAM(body) "{\"format\": \"clgrad-tune-families\", \"families\": [" body "]}"
+#define CPU_A "{\"name\": \"a\", \"match\": {\"type\": \"cpu\"}, \"entries\": {\"gemm/M1N1K1\": {\"MR\": 4}}}"
+    static const struct {
+        const char *text, *msg;
+    } bad[] = {
+        {FAM("{\"name\": \"x\", \"base\": \"nope\", \"match\": {\"type\": \"cpu\"}, \"entries\": {}}"),
+         "base 'nope' is not a family"},
+        {FAM("{\"name\": \"x\", \"base\": \"x\", \"match\": {\"type\": \"cpu\"}, \"entries\": {}}"), "cycle"},
+        {FAM("{\"name\": \"x\", \"base\": \"y\", \"match\": {\"type\": \"cpu\"}, \"entries\": {}},"
+             "{\"name\": \"y\", \"base\": \"x\", \"entries\": {}}"),
+         "cycle"},
+        /* faults in families this device does not match */
+        {FAM(CPU_A ", {\"name\": \"p\", \"base\": \"q\"}, {\"name\": \"q\", \"base\": \"r\"},"
+                   "{\"name\": \"r\", \"base\": \"q\"}"),
+         "cycle"},
+        {FAM(CPU_A ", {\"name\": \"g\", \"base\": \"gone\", \"match\": {\"type\": \"gpu\"}}"), "base 'gone'"},
+        {FAM(CPU_A ", {\"name\": \"g\", \"base\": 3}"), "\"base\" is not a family name"},
+        {FAM(CPU_A ", {\"name\": \"g\", \"params\": [1], \"entries\": {}}"), "\"params\" is not an object"},
+        {FAM(CPU_A ", {\"name\": \"g\", \"params\": {\"dense_dx_rows\": \"64\"}, \"entries\": {}}"),
+         "'dense_dx_rows' is not a number"},
+        {FAM(CPU_A ", {\"name\": \"g\", \"params\": {\"gemm_rows_larg\": 1024}, \"entries\": {}}"),
+         "unknown parameter 'gemm_rows_larg'"},
+        {FAM(CPU_A ", {\"base\": \"a\"}"), "family 2 is not an object with a \"name\""},
+        {FAM("{\"name\": \"x\", \"match\": {\"type\": \"cpu\"}, \"params\": {\"dense_dx_rows\": 1}}"),
+         "neither \"entries\" nor a \"base\""},
+    };
+#undef FAM
+#undef CPU_A
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        match_text(bad[i].text, &fakes[0], &f, &idx, &err, &st);
+        ck_assert_msg(st == CLG_ERR_FORMAT, "accepted: %s", bad[i].text);
+        ck_assert_msg(strstr(err.msg, bad[i].msg) != NULL, "message '%s' lacks '%s'", err.msg, bad[i].msg);
+        ck_assert(f.name[0] == 0 && f.d.n == 0 && f.nparams == 0 && idx == -1);
+        clg_tune_dev_clear(&f.d);
+    }
+}
+END_TEST
+
 /* C = op(A) * op(B) on the device with parameter set p against a double
  * reference (ta: A stored K x M, tb: B stored N x K); C starts as NaN. The
  * worst error relative to the sum of the products' magnitudes. */
@@ -170,6 +327,10 @@ START_TEST(lookup_order)
     clg_tune_family *f = clg_tune_family_get(dev);
     ck_assert_ptr_nonnull(f);
     int src = clg_gemm_params_src(dev, 600, 700, 500, &p);
+    /* the device's family parameters through the accessor */
+    ck_assert(clg_tune_family_param(dev, "gemm_rows_large", -5) == clg_tune_family_pget(f, "gemm_rows_large", -5));
+    ck_assert(clg_tune_family_param(dev, "dense_dx_rows", -5) == clg_tune_family_pget(f, "dense_dx_rows", -5));
+    ck_assert(f->name[0] || clg_tune_family_param(dev, "dense_dx_rows", -5) == -5);
     if (f->name[0]) {
         ck_assert_int_eq(src, CLG_GEMM_SRC_FAMILY);
         ck_assert_msg(gemm_err(dev, &p, 200, 300, 250) < 1e-5, "family parameters give a wrong product");
@@ -319,6 +480,8 @@ int main(void)
     TCase *tc = tcase_create("tune-family");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, families_match);
+    tcase_add_test(tc, families_inherit_shipped);
+    tcase_add_test(tc, families_inherit_errors);
     tcase_add_test(tc, lookup_order);
     tcase_add_test(tc, gemm_stamp);
     suite_add_tcase(s, tc);

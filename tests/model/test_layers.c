@@ -179,8 +179,10 @@ END_TEST
 
 /* Past the single-launch size (63 x 65 x 8200 > 2^25 multiply-adds) with few
  * rows: on CPU devices the forward stays one dot-product launch (K >= 4 x
- * units, <= 256 rows) and the data gradient (<= 64 rows) runs gemm_rows with
- * its row blocks innermost; partial row and column blocks */
+ * units, <= 256 rows) and the data gradient runs gemm_rows with its row
+ * blocks innermost where the device's family allows that many rows
+ * (dense_dx_rows: 64 by default), the packed clg_gemm elsewhere (Intel
+ * AVX-512: 0); partial row and column blocks */
 START_TEST(dense_wide_few_rows) { dense_case(CLG_ACT_RELU, 1, 64, 63, 41, 10, 20, 65, 0); }
 END_TEST
 
