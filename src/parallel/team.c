@@ -96,7 +96,10 @@ static void *worker_main(void *p)
     return NULL;
 }
 
-clg_status clg_team_create(clg_err *err, int lanes, clg_team **out) { return clg_team_create_ex(err, lanes, 0, 0, out); }
+clg_status clg_team_create(clg_err *err, int lanes, clg_team **out)
+{
+    return clg_team_create_ex(err, lanes, 0, 0, out);
+}
 
 clg_status clg_team_create_ex(clg_err *err, int lanes, int caller_lane0, int spin_us, clg_team **out)
 {
