@@ -43,6 +43,9 @@
       "gradient sum of lanes sharing a cl_context: on the host, on a device, or the faster (overrides the model's)") \
     X(dp_caller_lane, "CLGRAD_DP_CALLER_LANE", BOOL, "1", 0, 1, "", TUNING,                                          \
       "data parallelism: the calling thread drives device lane 0 (0: a host thread of its own for every lane)")      \
+    X(dp_spin_us, "CLGRAD_DP_SPIN_US", INT, "200", 0, 1000000, "", TUNING,                                          \
+      "data parallelism: microseconds a lane waiting for another spins (yielding) before it sleeps, where the lanes " \
+      "compute in their own threads with a core each (0: sleep at once)")                                            \
     X(pipe_wdefer, "CLGRAD_PIPE_WDEFER", CHOICE, "auto", 0, 0, "auto,0,1,step", TUNING,                              \
       "pipeline: dense weight gradients after a stage's schedule (1: per micro-batch; step: one product; auto: 0)")\
     X(pipe_wlate, "CLGRAD_PIPE_WLATE", CHOICE, "auto", 0, 0, "auto,0,1", TUNING,                                    \
@@ -107,6 +110,8 @@
       "under mpirun: longest sleep between two polls of a pending transfer, microseconds")                           \
     X(comm_spin_s, "CLGRAD_COMM_SPIN_S", DOUBLE, "0.02", 0, 3600, "", TUNING,                                        \
       "under mpirun: seconds a wait spins (yielding) before it sleeps")                                              \
+    X(test_dp_spin, "CLGRAD_TEST_DP_SPIN", BOOL, "0", 0, 1, "", TEST,                                               \
+      "data-parallel waits spin (dp_spin_us) whatever the devices (tests of the spinning waits)")                    \
     X(test_slow_lane, "CLGRAD_TEST_SLOW_LANE", STR, "", 0, 0, "", TEST,                                              \
       "LANE:FACTOR: that data-parallel lane reports FACTOR times its measured time (split tests)")                   \
     X(fp16_scale_interval, "CLGRAD_FP16_SCALE_INTERVAL", INT, "0", 0, 1000000000, "", TEST,                          \

@@ -335,7 +335,9 @@ clg_status clg_dp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, 
     if (st == CLG_OK && ndev > 1 && !(dp->gathers = calloc(2 * (size_t)net->nlayers, sizeof *dp->gathers)))
         st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
     if (st == CLG_OK)
-        st = clg_team_create_ex(err, ndev, (int)ctx->opts.dp_caller_lane, &dp->team);
+        st = clg_team_create_ex(err, ndev, (int)ctx->opts.dp_caller_lane, 0, &dp->team); /* spin: set_spin */
+    dp->spin_us = (int)ctx->opts.dp_spin_us;
+    dp->ncpu = (int)CLG_MAX(1, sysconf(_SC_NPROCESSORS_ONLN));
     if (st != CLG_OK) {
         clg_dp_free(dp);
         return st;
@@ -483,14 +485,36 @@ static void fail(clg_dp *dp, int lane, clg_status st)
         dp->fail_lane = lane;
         dp->fail_status = st;
     }
-    dp->abort = 1;
+    __atomic_store_n(&dp->abort, 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&dp->cv);
     pthread_mutex_unlock(&dp->mu);
 }
 
-/* Waits until *flag is set; CLG_ERR_INTERNAL when another lane failed. */
+static int ld(const int *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static void set1(int *p) { __atomic_store_n(p, 1, __ATOMIC_RELEASE); }
+
+typedef struct {
+    const clg_dp *dp;
+    const int *flag;
+} flag_wait;
+
+static int flag_pred(const void *p)
+{
+    const flag_wait *f = p;
+    return ld(f->flag) || ld(&f->dp->abort);
+}
+
+static void spin_count(clg_dp *dp, int met)
+{
+    __atomic_add_fetch(met ? &dp->spin_hit : &dp->spin_miss, 1, __ATOMIC_RELAXED);
+}
+
+/* Waits until *flag is set (spinning first: dp->spin_now); CLG_ERR_INTERNAL when another lane failed. */
 static clg_status wait_flag(clg_dp *dp, clg_lane *l, const int *flag)
 {
+    flag_wait fw = {dp, flag};
+    if (dp->spin_now > 0 && !flag_pred(&fw))
+        spin_count(dp, clg_spin_until(flag_pred, &fw, dp->spin_now));
     pthread_mutex_lock(&dp->mu);
     while (!*flag && !dp->abort)
         pthread_cond_wait(&dp->cv, &dp->mu);
@@ -535,7 +559,7 @@ static void help_sums(clg_dp *dp, clg_lane *l, int want, double *t_end)
                 b = k;
         if (b < 0)
             return;
-        int p = dp->p_next[b]++;
+        int p = __atomic_fetch_add(&dp->p_next[b], 1, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&dp->mu);
         double t0 = clg_now_sec();
         int act[CLG_DP_MAX_LANES], na = active_lanes(dp, act);
@@ -557,7 +581,7 @@ static void help_sums(clg_dp *dp, clg_lane *l, int want, double *t_end)
         }
         pthread_mutex_lock(&dp->mu);
         if (last) {
-            dp->summed[b] = 1;
+            set1(&dp->summed[b]);
             pthread_cond_broadcast(&dp->cv);
         }
     }
@@ -569,24 +593,55 @@ static void arrive_host(clg_dp *dp, clg_lane *l, int b)
 {
     double t = 0;
     pthread_mutex_lock(&dp->mu);
-    if (++dp->arrived[b] == dp->n) {
+    if (__atomic_add_fetch(&dp->arrived[b], 1, __ATOMIC_RELEASE) == dp->n) {
         pthread_cond_broadcast(&dp->cv);
         help_sums(dp, l, b, &t);
     }
     pthread_mutex_unlock(&dp->mu);
 }
 
+typedef struct {
+    const clg_dp *dp;
+    int b;
+} sum_wait;
+
+/* Bucket b summed, a failure, or a part of an arrived bucket to take. */
+static int sum_pred(const void *p)
+{
+    const sum_wait *w = p;
+    const clg_dp *dp = w->dp;
+    if (ld(&dp->summed[w->b]) || ld(&dp->abort))
+        return 1;
+    for (int k = 0; k < dp->nbuckets; k++)
+        if (ld(&dp->arrived[k]) == dp->n && ld(&dp->p_next[k]) < dp->nparts)
+            return 1;
+    return 0;
+}
+
 /* Waits until bucket b is summed (host path: summing parts of open
- * buckets meanwhile; *w0 the end of the last part summed here, if any). */
+ * buckets meanwhile; *w0 the end of the last part summed here, if any);
+ * spins first (option dp_spin_us), then sleeps. */
 static clg_status wait_summed(clg_dp *dp, clg_lane *l, int b, double *w0)
 {
     if (dp->dev_reduce)
         return wait_flag(dp, l, &dp->summed[b]);
+    double spin_end = dp->spin_now > 0 ? clg_now_sec() + dp->spin_now * 1e-6 : 0;
     pthread_mutex_lock(&dp->mu);
     for (;;) {
         help_sums(dp, l, -1, w0);
         if (dp->summed[b] || dp->abort)
             break;
+        int left = (int)((spin_end - clg_now_sec()) * 1e6);
+        if (left > 0) { /* the other lanes' copies or parts usually come within microseconds */
+            sum_wait sw = {dp, b};
+            pthread_mutex_unlock(&dp->mu);
+            int met = clg_spin_until(sum_pred, &sw, left);
+            spin_count(dp, met);
+            pthread_mutex_lock(&dp->mu);
+            if (!met)
+                spin_end = 0; /* checked once more under the lock, then sleeps */
+            continue;
+        }
         pthread_cond_wait(&dp->cv, &dp->mu);
     }
     int ok = dp->summed[b];
@@ -616,7 +671,7 @@ static clg_status arrive(clg_dp *dp, clg_lane *l, int *arrived, int *done,
                          clg_status (*fn)(clg_dp *, clg_lane *, int), int b, int *ran)
 {
     pthread_mutex_lock(&dp->mu);
-    int last = ++*arrived == dp->n;
+    int last = __atomic_add_fetch(arrived, 1, __ATOMIC_RELEASE) == dp->n;
     pthread_mutex_unlock(&dp->mu);
     if (ran)
         *ran = last;
@@ -624,7 +679,7 @@ static clg_status arrive(clg_dp *dp, clg_lane *l, int *arrived, int *done,
         return CLG_OK;
     CLG_TRY(fn(dp, l, b));
     pthread_mutex_lock(&dp->mu);
-    *done = 1;
+    set1(done);
     pthread_cond_broadcast(&dp->cv);
     pthread_mutex_unlock(&dp->mu);
     return CLG_OK;
@@ -664,7 +719,7 @@ static clg_status gather(void *user, int layer, int phase, const double *mine, s
             for (int i = 0; i < dp->n; i++)
                 if (active(dp, i))
                     g->all[k++] = g->buf + (size_t)i * n;
-            g->done = 1;
+            set1(&g->done);
             pthread_cond_broadcast(&dp->cv);
         }
     }
@@ -1101,6 +1156,27 @@ static void reset_reduction(clg_dp *dp)
     dp->fail_lane = -1;
 }
 
+/* This step's spin (dp->spin_now; see clg_dp.spin_us): where the lanes compute in their own threads (PoCL
+ * basic: cpu_timed, seen from the second warm step on) with a core each, and unless the waits of a recent step
+ * mostly outlasted their spin. */
+#define SPIN_BACKOFF 32
+static void set_spin(clg_dp *dp)
+{
+    int hit = 0, miss = 0;
+    clg_team_spin_take(dp->team, &hit, &miss);
+    hit += dp->spin_hit;
+    miss += dp->spin_miss;
+    dp->spin_hit = dp->spin_miss = 0;
+    if (dp->spin_now > 0 && miss > hit)
+        dp->spin_off = SPIN_BACKOFF;
+    else if (dp->spin_off > 0)
+        dp->spin_off--;
+    int on = dp->spin_us > 0 && dp->n > 1 && dp->spin_off == 0 &&
+             ((dp->cpu_timed && dp->n <= dp->ncpu) || dp->ctx->opts.test_dp_spin);
+    dp->spin_now = on ? dp->spin_us : 0;
+    clg_team_set_spin(dp->team, dp->spin_now);
+}
+
 void clg_dp_train_begin(clg_dp *dp, const clg_dp_job *job)
 {
     dp->job = *job;
@@ -1113,6 +1189,7 @@ void clg_dp_train_begin(clg_dp *dp, const clg_dp_job *job)
         if (l->cold)
             l->ready[n]++;
     }
+    set_spin(dp);
     dp->t_begin = clg_now_sec();
     clg_team_begin(dp->team, lane_train_fn, dp);
 }

@@ -169,6 +169,17 @@ typedef struct clg_dp {
     int s_arrived, s_done;
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    /* spinning waits (option dp_spin_us): a lane waiting for another (the next job, a bucket's sum, the
+     * lanes' end) spins this long (yielding the core) before it sleeps on a condition variable, but only
+     * where the lanes compute in their own threads (cpu_timed: PoCL basic) and have a core each, and not
+     * for SPIN_BACKOFF steps after a step whose waits mostly outlasted their spin (a loaded machine: a lane
+     * waits for a preempted one). The flags and counters a spinning lane reads (abort, arrived, summed,
+     * p_next, done flags) are written with atomic stores, under mu as before. */
+    int spin_us;           /* the option */
+    int spin_now;          /* this step's */
+    int spin_hit, spin_miss; /* this step's waits that ended within their spin, or slept */
+    int spin_off;          /* steps left without spinning */
+    int ncpu;              /* online CPUs */
     int abort, fail_lane;
     clg_status fail_status; /* of the first lane that failed (not the ones abandoning the step) */
     clg_dp_job job;

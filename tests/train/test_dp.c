@@ -668,10 +668,11 @@ static clg_status team_probe_fn(void *arg, int lane)
 
 START_TEST(team_caller_lane)
 {
+    for (int spin = 0; spin <= 2000; spin += 2000) /* sleeping waits, and spinning ones (option dp_spin_us) */
     for (int caller = 0; caller < 2; caller++)
         for (int lanes = 2; lanes <= 4; lanes++) {
             clg_team *t = NULL;
-            ck_assert_int_eq(clg_team_create_ex(&ctx()->err, lanes, caller, &t), CLG_OK);
+            ck_assert_int_eq(clg_team_create_ex(&ctx()->err, lanes, caller, spin, &t), CLG_OK);
             for (int job = 0; job < 3; job++) {
                 team_probe p;
                 memset(&p, 0, sizeof p);
@@ -728,6 +729,54 @@ START_TEST(caller_lane_same_bits)
     ck_assert_msg(d == 0, "lane 0 on its own thread vs the caller's: weights differ by %g", d);
     clg_session_free(m[0]);
     clg_session_free(m[1]);
+}
+END_TEST
+
+/* Spinning waits (option dp_spin_us; forced on by test_dp_spin, as the
+ * test's devices are not two `basic` ones) change no bit of a data-parallel
+ * step: sleeping (0), spinning long enough for every wait (1 s) and
+ * spinning too briefly (1 us: the spin runs out, the lane sleeps, and the
+ * back-off turns the spin off for a while), with lane 0 on the caller's
+ * thread or its own and a bucket per layer (the lanes share the sums' parts),
+ * give bitwise the same weights. */
+START_TEST(spin_same_bits)
+{
+    if (!two_devices())
+        return;
+    uint64_t seed = tu_seed();
+    ck_assert(clg_ctx_option_set(ctx(), "conv_auto_measure", "0") == CLG_OK);
+    ck_assert(clg_ctx_option_set(ctx(), "gemm_auto_measure", "0") == CLG_OK);
+    ck_assert(clg_ctx_option_set(ctx(), "test_dp_spin", "1") == CLG_OK);
+    static const char *spins[] = {"0", "1000000", "1", "0", "1000000", "1"};
+    for (int big = 0; big < 2; big++) { /* buckets of 4 KB (several, shared in parts), one bucket (mapped) */
+        g_bucket_mb = big ? 25 : 0.004;
+        clg_model *m[6];
+        for (int c = 0; c < 6; c++) {
+            ck_assert(clg_ctx_option_set(ctx(), "dp_spin_us", spins[c]) == CLG_OK);
+            ck_assert(clg_ctx_option_set(ctx(), "dp_caller_lane", c < 3 ? "1" : "0") == CLG_OK);
+            m[c] = make(NET_DROP, "0,1", "even", 32, 0, seed);
+            clg_rng r;
+            clg_rng_seed(&r, seed, 7);
+            for (int s = 0; s < 6; s++) {
+                float res[2];
+                step_on(m[c], &r, 32, res);
+            }
+            check_replicas_identical(m[c]);
+        }
+        for (int c = 1; c < 6; c++) {
+            double d = max_rel_diff(m[0], m[c]);
+            ck_assert_msg(d == 0, "buckets %g MB, dp_spin_us %s, caller lane %d: weights differ from sleeping "
+                          "waits by %g", g_bucket_mb, spins[c], c < 3, d);
+        }
+        for (int c = 0; c < 6; c++)
+            clg_session_free(m[c]);
+    }
+    g_bucket_mb = 0.004;
+    ck_assert(clg_ctx_option_set(ctx(), "test_dp_spin", "0") == CLG_OK);
+    ck_assert(clg_ctx_option_set(ctx(), "dp_spin_us", "200") == CLG_OK);
+    ck_assert(clg_ctx_option_set(ctx(), "dp_caller_lane", "1") == CLG_OK);
+    ck_assert(clg_ctx_option_set(ctx(), "conv_auto_measure", "1") == CLG_OK);
+    ck_assert(clg_ctx_option_set(ctx(), "gemm_auto_measure", "1") == CLG_OK);
 }
 END_TEST
 
@@ -1119,6 +1168,7 @@ int main(void)
     tcase_add_test(tq, spread_check);
     tcase_add_test(tq, team_caller_lane);
     tcase_add_test(tq, caller_lane_same_bits);
+    tcase_add_test(tq, spin_same_bits);
     tcase_add_test(tq, host_sum_parts);
     suite_add_tcase(s, tq);
     tcase_add_test(tc, dropout_residual_1_vs_2);
