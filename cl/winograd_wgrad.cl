@@ -199,15 +199,17 @@ static inline __attribute__((always_inline)) void wg_dy(__global const float *d,
     }
 }
 
-// Zeroes the partial M (nxi x Kp x Cp) and the scratch's padding rows
-// (channels C .. Cp - 1 of Vs, K .. Kp - 1 of Us, transform points XV / XU
-// floats apart), which then stay zero.
+// Zeroes the scratch's padding rows (channels C .. Cp - 1 of Vs, K .. Kp - 1
+// of Us, transform points XV / XU floats apart), which then stay zero, and
+// the partial M (nxi x Kp x Cp) only where the work-item has no tiles (the
+// first chunk's products store rather than add: no pass over a zeroed M).
 static inline void wg_zero(__global float *M, __global float *Vs, __global float *Us, const size_t XV,
                            const size_t XU, const int TC, const int nxi, const int C, const int K, const int Cp,
-                           const int Kp)
+                           const int Kp, const int empty)
 {
-    for (int i = 0; i < nxi * Kp * Cp; i++)
-        M[i] = 0.0f;
+    if (empty)
+        for (int i = 0; i < nxi * Kp * Cp; i++)
+            M[i] = 0.0f;
     for (int xi = 0; xi < nxi; xi++) {
         for (int c = C; c < Cp; c++)
             for (int t = 0; t < TC; t++)
@@ -220,11 +222,12 @@ static inline void wg_zero(__global float *M, __global float *Vs, __global float
 
 // The chunk's products: M[xi] (K x C) += Us[xi] Vs[xi]^T over its nt tiles
 // for nxi transform points (XU, XV floats apart; rows TC floats apart),
-// 4x4 register blocks of vectors, lane sums added to the partial M.
+// 4x4 register blocks of vectors, lane sums added to the partial M (stored
+// into it for the work-item's first chunk, first != 0).
 static inline __attribute__((always_inline)) void wg_products(__global const float *Us, __global const float *Vs,
                                                               const size_t XU, const size_t XV, const int TC,
                                                               const int nt, __global float *M, const int nxi,
-                                                              const int Kp, const int Cp)
+                                                              const int Kp, const int Cp, const int first)
 {
     for (int xi = 0; xi < nxi; xi++)
         for (int kb = 0; kb < Kp; kb += 4) {
@@ -257,14 +260,20 @@ static inline __attribute__((always_inline)) void wg_products(__global const flo
                     float4 sa, sb;
                     wg_sum8(acc[i][0], acc[i][1], acc[i][2], acc[i][3], acc[i + 1][0], acc[i + 1][1],
                             acc[i + 1][2], acc[i + 1][3], &sa, &sb);
-                    vstore4(vload4(0, m + i * Cp) + sa, 0, m + i * Cp);
-                    vstore4(vload4(0, m + (i + 1) * Cp) + sb, 0, m + (i + 1) * Cp);
+                    if (first) {
+                        vstore4(sa, 0, m + i * Cp);
+                        vstore4(sb, 0, m + (i + 1) * Cp);
+                    } else {
+                        vstore4(vload4(0, m + i * Cp) + sa, 0, m + i * Cp);
+                        vstore4(vload4(0, m + (i + 1) * Cp) + sb, 0, m + (i + 1) * Cp);
+                    }
                 }
 #else
                 #pragma unroll
-                for (int i = 0; i < 4; i++)
-                    vstore4(vload4(0, m + i * Cp) + wg_sum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]), 0,
-                            m + i * Cp);
+                for (int i = 0; i < 4; i++) {
+                    const float4 sum = wg_sum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+                    vstore4(first ? sum : vload4(0, m + i * Cp) + sum, 0, m + i * Cp);
+                }
 #endif
             }
         }
@@ -286,7 +295,7 @@ __kernel void wg_f2(__global const float *x, const int offx, __global const floa
     __global float *Vs = scratch + (size_t)w * sws;
     __global float *Us = Vs + (size_t)16 * Cp * TC;
     __global float *M = part + (size_t)w * 16 * Kp * Cp;
-    wg_zero(M, Vs, Us, (size_t)Cp * TC, (size_t)Kp * TC, TC, 16, C, K, Cp, Kp);
+    wg_zero(M, Vs, Us, (size_t)Cp * TC, (size_t)Kp * TC, TC, 16, C, K, Cp, Kp, g0 >= g1);
     const int PQ = P * Q, HW = H * W;
     for (int gs = g0; gs < g1; gs += GC) {
         const int gc = min(GC, g1 - gs);
@@ -332,7 +341,7 @@ __kernel void wg_f2(__global const float *x, const int offx, __global const floa
                 }
             }
         }
-        wg_products(Us, Vs, (size_t)Kp * TC, (size_t)Cp * TC, TC, gc * VL, M, 16, Kp, Cp);
+        wg_products(Us, Vs, (size_t)Kp * TC, (size_t)Cp * TC, TC, gc * VL, M, 16, Kp, Cp, gs == g0);
     }
 }
 
@@ -630,14 +639,14 @@ __kernel void wg_f4(__global const float *x, const int offx, __global const floa
     __global float *Vs = scratch + (size_t)w * sws;
     __global float *Us = Vs + (size_t)36 * XV;
     __global float *M = part + (size_t)w * 36 * Kp * Cp;
-    wg_zero(M, Vs, Us, XV, XU, TC, 36, C, K, Cp, Kp);
+    wg_zero(M, Vs, Us, XV, XU, TC, 36, C, K, Cp, Kp, g0 >= g1);
     for (int gs = g0; gs < g1; gs += GC) {
         const int gc = min(GC, g1 - gs);
         for (int c = 0; c < C; c++)
             wg4_chan(1, x + offx, C, c, H, W, pad_h, pad_w, TH, TWG, NTH, gs, gc, Vs + (size_t)c * TC, XV);
         for (int k = 0; k < K; k++)
             wg4_chan(0, dy + offdy, K, k, P, Q, 0, 0, TH, TWG, NTH, gs, gc, Us + (size_t)k * TC, XU);
-        wg_products(Us, Vs, XU, XV, TC, gc * 8, M, 36, Kp, Cp);
+        wg_products(Us, Vs, XU, XV, TC, gc * 8, M, 36, Kp, Cp, gs == g0);
     }
 }
 

@@ -65,10 +65,14 @@ static void wg_make_plan(const clg_device *dev, const clg_conv_shape *s, int m, 
     p->Cp = CLG_CEIL_DIV(s->C, 4) * 4, p->Kp = CLG_CEIL_DIV(s->K, 4) * 4;
     /* work-items: several per compute unit so that a core slowed by other
      * work does not hold up the rest, fewer when their partials (xi x K x C
-     * each, zeroed and summed) would cost more than they balance */
+     * each, written and summed) would cost more than they balance; one on a
+     * device of one compute unit (PoCL's `basic`), which runs them one after
+     * another: there is nothing to balance, and every further partial is a
+     * fixed cost per call (2-7 of 150-600 KiB each at 32-64 channels, the
+     * batch-64 lanes of two devices paying it twice per 128 images) */
     p->msz = (size_t)p->xi * p->Kp * p->Cp;
     long cu = (long)CLG_MAX(1u, dev->info.compute_units);
-    p->nw = (int)CLG_MIN(p->G, CLG_MIN(8 * cu, CLG_MAX(2 * cu, (long)((1u << 18) / p->msz))));
+    p->nw = cu == 1 ? 1 : (int)CLG_MIN(p->G, CLG_MIN(8 * cu, CLG_MAX(2 * cu, (long)((1u << 18) / p->msz))));
     /* tiles per chunk: within the scratch budget, at least one group, no more than a work-item's share */
     long per_group = (long)p->xi * (p->Cp + p->Kp) * p->VL;
     long budget = m == 4 ? CLG_MAX((long)WG4_SCRATCH_FLOATS, WG4_MIN_GROUPS * per_group) : WG_SCRATCH_FLOATS;
