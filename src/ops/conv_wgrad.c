@@ -6,8 +6,13 @@
  * that stays in the core's cache and reduces them there (16 products of
  * K x C per tile instead of the 36 multiplies per (k, c) of a direct
  * kernel); a second, small launch sums the work-items' partials and applies
- * the output transform. No transform-domain tensor of the whole batch is
- * written to memory, unlike the separate design (conv_wino.c). */
+ * the output transform (on a device of one compute unit, one work-item
+ * whose kernel applies it at its end: one launch fewer per call). No transform-domain tensor of the whole batch is
+ * written to memory, unlike the separate design (conv_wino.c). The bias
+ * gradient comes with it: the dy transform's point (1, 1) is each tile's
+ * sum of dy, summed per chunk beside the products (K x tiles additions
+ * against 16-36 x K x C products), instead of two more launches that read
+ * dy again (bias_part, part_reduce). */
 #include "conv_impl.h"
 
 /* Scratch floats per work-item: the transforms of one chunk of tiles (C + K
@@ -85,7 +90,8 @@ static void wg_make_plan(const clg_device *dev, const clg_conv_shape *s, int m, 
 }
 
 clg_status clg_conv_wgrad_bwd_filter(clg_device *dev, const clg_conv_shape *s, int m, cl_mem x, size_t offx,
-                                     cl_mem dy, size_t offdy, float beta, cl_mem dw, size_t offdw)
+                                     cl_mem dy, size_t offdy, float beta, cl_mem dw, size_t offdw, cl_mem db,
+                                     size_t offdb)
 {
     clg_err *err = clg_dev_err(dev);
     const char *name = m == 4 ? "winograd4-fused" : "winograd-fused";
@@ -96,8 +102,11 @@ clg_status clg_conv_wgrad_bwd_filter(clg_device *dev, const clg_conv_shape *s, i
     wg_plan p;
     wg_make_plan(dev, s, m, &p);
     size_t xn = (size_t)s->N * s->C * s->H * s->W, dyn = (size_t)s->N * s->K * p.P * p.Q;
+    /* per work-item: the products' partial, then with db the bias's (K x VL lane sums) */
+    size_t ps = p.msz + (db ? (size_t)s->K * p.VL : 0);
     if (p.G > INT_MAX || offx + xn > INT_MAX || offdy + dyn > INT_MAX || offdw + (size_t)s->K * s->C * 9 > INT_MAX ||
-        p.sws * p.nw > INT_MAX || p.msz * p.nw > INT_MAX || (long)s->N * CLG_CEIL_DIV(p.P, m) > INT_MAX)
+        (db && offdb + (size_t)s->K > INT_MAX) || p.sws * p.nw > INT_MAX || ps * p.nw > INT_MAX ||
+        (long)s->N * CLG_CEIL_DIV(p.P, m) > INT_MAX)
         return clg_err_set(err, CLG_ERR_UNSUPPORTED, "%s: weight gradient of %d images x %d x %d channels "
                            "exceeds 2^31 elements", name, s->N, s->C, s->K);
     char opts[64];
@@ -113,7 +122,7 @@ clg_status clg_conv_wgrad_bwd_filter(clg_device *dev, const clg_conv_shape *s, i
     cl_mem scratch = NULL, part = NULL;
     clg_status st = clg_buf_alloc(dev, sizeof(float) * p.sws * p.nw, &scratch);
     if (st == CLG_OK)
-        st = clg_buf_alloc(dev, sizeof(float) * p.msz * p.nw, &part);
+        st = clg_buf_alloc(dev, sizeof(float) * ps * p.nw, &part);
     if (st == CLG_OK) {
         clg_kargs a = {k, 0, CL_SUCCESS};
         clg_ka_mem(&a, x);
@@ -139,6 +148,14 @@ clg_status clg_conv_wgrad_bwd_filter(clg_device *dev, const clg_conv_shape *s, i
         clg_ka_mem(&a, part);
         if (m == 4)
             clg_ka_int(&a, p.NTH);
+        clg_ka_int(&a, (int)ps);
+        clg_ka_int(&a, db != NULL);
+        clg_ka_int(&a, p.nw == 1); /* one work-item: it applies the output transform itself */
+        clg_ka_float(&a, beta);
+        clg_ka_mem(&a, dw);
+        clg_ka_int(&a, (int)offdw);
+        clg_ka_mem(&a, db ? db : part);
+        clg_ka_int(&a, db ? (int)offdb : 0);
         st = CLG_KA_DONE(err, &a, "wg_f args");
     }
     if (st == CLG_OK) {
@@ -147,7 +164,7 @@ clg_status clg_conv_wgrad_bwd_filter(clg_device *dev, const clg_conv_shape *s, i
         st = clg_conv_enqueue(dev, k, 1, &gws, &lws);
         clg_conv_prof(dev, "wgrad reduce");
     }
-    if (st == CLG_OK) {
+    if (st == CLG_OK && p.nw > 1) {
         clg_kargs a = {ko, 0, CL_SUCCESS};
         clg_ka_mem(&a, part);
         clg_ka_int(&a, p.nw);
@@ -158,6 +175,10 @@ clg_status clg_conv_wgrad_bwd_filter(clg_device *dev, const clg_conv_shape *s, i
         clg_ka_float(&a, beta);
         clg_ka_mem(&a, dw);
         clg_ka_int(&a, (int)offdw);
+        clg_ka_int(&a, (int)ps);
+        clg_ka_int(&a, db != NULL);
+        clg_ka_mem(&a, db ? db : part);
+        clg_ka_int(&a, db ? (int)offdb : 0);
         st = CLG_KA_DONE(err, &a, "wg_f_out args");
         size_t gws[2] = {(size_t)p.Cp / 4, (size_t)s->K};
         if (st == CLG_OK)
