@@ -199,15 +199,18 @@ static inline __attribute__((always_inline)) void wg_dy(__global const float *d,
     }
 }
 
-// Zeroes the partial M (nxi x Kp x Cp) and the scratch's padding rows
-// (channels C .. Cp - 1 of Vs, K .. Kp - 1 of Us, transform points XV / XU
-// floats apart), which then stay zero.
+// Zeroes the scratch's padding rows (channels C .. Cp - 1 of Vs, K .. Kp - 1
+// of Us, transform points XV / XU floats apart), which then stay zero, and
+// the partial M (nm floats: nxi x Kp x Cp, then Kp of the bias) only where
+// the work-item has no tiles (the first chunk's products store rather than
+// add: no pass over a zeroed M).
 static inline void wg_zero(__global float *M, __global float *Vs, __global float *Us, const size_t XV,
                            const size_t XU, const int TC, const int nxi, const int C, const int K, const int Cp,
-                           const int Kp)
+                           const int Kp, const int nm, const int empty)
 {
-    for (int i = 0; i < nxi * Kp * Cp; i++)
-        M[i] = 0.0f;
+    if (empty)
+        for (int i = 0; i < nm; i++)
+            M[i] = 0.0f;
     for (int xi = 0; xi < nxi; xi++) {
         for (int c = C; c < Cp; c++)
             for (int t = 0; t < TC; t++)
@@ -218,13 +221,32 @@ static inline void wg_zero(__global float *M, __global float *Vs, __global float
     }
 }
 
+// The bias gradient's share of a chunk: Mb[k] (+)= the sum over its nt
+// tiles of the dy transform's point (1, 1), which is each tile's sum of dy
+// (A's row (1, 1, ..) on both sides; tiles past the edges or the batch read
+// dy as zero), kept as VL lane sums (Mb: K x VL floats; the output stage
+// adds the lanes: no horizontal sum here, where oclgrind 21.10 crashed on
+// the one LLVM made of it). Ub: that point's rows, TC floats apart.
+static inline __attribute__((always_inline)) void wg_bias(__global const float *Ub, const int TC, const int nt,
+                                                          const int K, __global float *Mb, const int first)
+{
+    for (int k = 0; k < K; k++) {
+        __global const float *u = Ub + (size_t)k * TC;
+        VF a = first ? (VF)(0.0f) : VLOAD(0, Mb + (size_t)k * VL);
+        for (int t = 0; t < nt; t += VL)
+            a += VLOAD(0, u + t);
+        VSTORE(a, 0, Mb + (size_t)k * VL);
+    }
+}
+
 // The chunk's products: M[xi] (K x C) += Us[xi] Vs[xi]^T over its nt tiles
 // for nxi transform points (XU, XV floats apart; rows TC floats apart),
-// 4x4 register blocks of vectors, lane sums added to the partial M.
+// 4x4 register blocks of vectors, lane sums added to the partial M (stored
+// into it for the work-item's first chunk, first != 0).
 static inline __attribute__((always_inline)) void wg_products(__global const float *Us, __global const float *Vs,
                                                               const size_t XU, const size_t XV, const int TC,
                                                               const int nt, __global float *M, const int nxi,
-                                                              const int Kp, const int Cp)
+                                                              const int Kp, const int Cp, const int first)
 {
     for (int xi = 0; xi < nxi; xi++)
         for (int kb = 0; kb < Kp; kb += 4) {
@@ -257,27 +279,91 @@ static inline __attribute__((always_inline)) void wg_products(__global const flo
                     float4 sa, sb;
                     wg_sum8(acc[i][0], acc[i][1], acc[i][2], acc[i][3], acc[i + 1][0], acc[i + 1][1],
                             acc[i + 1][2], acc[i + 1][3], &sa, &sb);
-                    vstore4(vload4(0, m + i * Cp) + sa, 0, m + i * Cp);
-                    vstore4(vload4(0, m + (i + 1) * Cp) + sb, 0, m + (i + 1) * Cp);
+                    if (first) {
+                        vstore4(sa, 0, m + i * Cp);
+                        vstore4(sb, 0, m + (i + 1) * Cp);
+                    } else {
+                        vstore4(vload4(0, m + i * Cp) + sa, 0, m + i * Cp);
+                        vstore4(vload4(0, m + (i + 1) * Cp) + sb, 0, m + (i + 1) * Cp);
+                    }
                 }
 #else
                 #pragma unroll
-                for (int i = 0; i < 4; i++)
-                    vstore4(vload4(0, m + i * Cp) + wg_sum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]), 0,
-                            m + i * Cp);
+                for (int i = 0; i < 4; i++) {
+                    const float4 sum = wg_sum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+                    vstore4(first ? sum : vload4(0, m + i * Cp) + sum, 0, m + i * Cp);
+                }
 #endif
             }
         }
 }
 
+// dw[k][c] = beta*dw + G'^T (sum_w part[w][xi][k][c]) G' (3x3), G' = G with
+// its last row negated (see wg_dy), for 4 channels c = 4*i .. 4*i + 3 per
+// work-item (float4 loads; the 16 sums over the work-items' partials are
+// independent chains); work-items of channels 0..3 also sum the bias
+// partials (BIAS: K x VL lane sums after each partial's products, PS floats
+// per work-item) into db[k]. gws = (Cp / 4, K).
+static inline __attribute__((always_inline)) void wg2_out_at(__global const float *part, const int nw,
+                                                             const int K, const int C, const int Kp, const int Cp,
+                                                             const float beta, __global float *dw, const int offdw,
+                                                             const int PS, const int BIAS, __global float *db,
+                                                             const int offdb, const int c4, const int k)
+{
+    if (BIAS && c4 == 0) {
+        float sb = 0.0f;
+        for (int w = 0; w < nw; w++)
+            for (int l = 0; l < VL; l++)
+                sb += part[(size_t)w * PS + (size_t)16 * Kp * Cp + (size_t)k * VL + l];
+        db[offdb + k] = beta == 0.0f ? sb : fma(beta, db[offdb + k], sb);
+    }
+    float4 m[4][4];
+    #pragma unroll
+    for (int a = 0; a < 4; a++)
+        #pragma unroll
+        for (int b = 0; b < 4; b++)
+            m[a][b] = (float4)(0.0f);
+    for (int w = 0; w < nw; w++) {
+        __global const float *p = part + (size_t)w * PS + (size_t)k * Cp + c4;
+        #pragma unroll
+        for (int a = 0; a < 4; a++)
+            #pragma unroll
+            for (int b = 0; b < 4; b++)
+                m[a][b] += vload4(0, p + (size_t)(a * 4 + b) * Kp * Cp);
+    }
+    float4 t[3][4]; // G'^T m
+    #pragma unroll
+    for (int b = 0; b < 4; b++) {
+        t[0][b] = m[0][b] + 0.5f * (m[1][b] + m[2][b]);
+        t[1][b] = 0.5f * (m[1][b] - m[2][b]);
+        t[2][b] = 0.5f * (m[1][b] + m[2][b]) - m[3][b];
+    }
+    float v[9][4]; // v[r * 3 + s][lane]
+    #pragma unroll
+    for (int r = 0; r < 3; r++) {
+        vstore4(t[r][0] + 0.5f * (t[r][1] + t[r][2]), 0, v[r * 3]);
+        vstore4(0.5f * (t[r][1] - t[r][2]), 0, v[r * 3 + 1]);
+        vstore4(0.5f * (t[r][1] + t[r][2]) - t[r][3], 0, v[r * 3 + 2]);
+    }
+    for (int l = 0; l < 4 && c4 + l < C; l++) {
+        __global float *d = dw + offdw + ((size_t)k * C + c4 + l) * 9;
+        #pragma unroll
+        for (int e = 0; e < 9; e++)
+            d[e] = beta == 0.0f ? v[e][l] : fma(beta, d[e], v[e][l]);
+    }
+}
+
 // x: N x C x H x W (from offx), dy: N x K x P x Q (from offdy); TH rows of
 // groups per image (tile rows / VR), TWG groups per row, G groups in all, split evenly over the
 // work-items; scratch: sws floats per work-item (16*(Cp+Kp)*GC*VL), part:
-// 16*Kp*Cp floats per work-item. Cp, Kp: C, K rounded up to 4.
+// PS floats per work-item (16*Kp*Cp, then K*VL of the bias with BIAS). Cp, Kp:
+// C, K rounded up to 4. OUTF (one work-item only): also writes dw (and db)
+// as wg_f2_out would.
 __kernel void wg_f2(__global const float *x, const int offx, __global const float *dy, const int offdy, const int C,
                     const int H, const int W, const int K, const int P, const int Q, const int pad_h, const int pad_w, const int TH,
                     const int TWG, const int G, const int GC, const int Cp, const int Kp, __global float *scratch,
-                    const int sws, __global float *part)
+                    const int sws, __global float *part, const int PS, const int BIAS, const int OUTF,
+                    const float beta, __global float *dw, const int offdw, __global float *db, const int offdb)
 {
     const int w = get_global_id(0), nw = get_global_size(0);
     const int g0 = (int)((long)G * w / nw), g1 = (int)((long)G * (w + 1) / nw);
@@ -285,8 +371,9 @@ __kernel void wg_f2(__global const float *x, const int offx, __global const floa
                                  // fall 4 KiB apart (cache-set conflicts)
     __global float *Vs = scratch + (size_t)w * sws;
     __global float *Us = Vs + (size_t)16 * Cp * TC;
-    __global float *M = part + (size_t)w * 16 * Kp * Cp;
-    wg_zero(M, Vs, Us, (size_t)Cp * TC, (size_t)Kp * TC, TC, 16, C, K, Cp, Kp);
+    __global float *M = part + (size_t)w * PS;
+    wg_zero(M, Vs, Us, (size_t)Cp * TC, (size_t)Kp * TC, TC, 16, C, K, Cp, Kp, 16 * Kp * Cp + (BIAS ? K * VL : 0),
+            g0 >= g1);
     const int PQ = P * Q, HW = H * W;
     for (int gs = g0; gs < g1; gs += GC) {
         const int gc = min(GC, g1 - gs);
@@ -332,54 +419,23 @@ __kernel void wg_f2(__global const float *x, const int offx, __global const floa
                 }
             }
         }
-        wg_products(Us, Vs, (size_t)Kp * TC, (size_t)Cp * TC, TC, gc * VL, M, 16, Kp, Cp);
+        if (BIAS) // point (1, 1): 1 * 4 + 1
+            wg_bias(Us + (size_t)5 * Kp * TC, TC, gc * VL, K, M + (size_t)16 * Kp * Cp, gs == g0);
+        wg_products(Us, Vs, (size_t)Kp * TC, (size_t)Cp * TC, TC, gc * VL, M, 16, Kp, Cp, gs == g0);
     }
+    if (OUTF) // one work-item (nw 1): its partial is the sum; wg_f2_out's work here, one launch fewer
+        for (int k = 0; k < K; k++)
+            for (int c4 = 0; c4 < C; c4 += 4)
+                wg2_out_at(part, 1, K, C, Kp, Cp, beta, dw, offdw, PS, BIAS, db, offdb, c4, k);
 }
 
-// dw[k][c] = beta*dw + G'^T (sum_w part[w][xi][k][c]) G' (3x3), G' = G with
-// its last row negated (see wg_dy), for 4 channels c = 4*i .. 4*i + 3 per
-// work-item (float4 loads; the 16 sums over the work-items' partials are
-// independent chains). gws = (Cp / 4, K).
 __kernel void wg_f2_out(__global const float *part, const int nw, const int K, const int C, const int Kp,
-                        const int Cp, const float beta, __global float *dw, const int offdw)
+                        const int Cp, const float beta, __global float *dw, const int offdw, const int PS,
+                        const int BIAS, __global float *db, const int offdb)
 {
     const int c4 = 4 * get_global_id(0), k = get_global_id(1);
-    if (c4 >= C || k >= K)
-        return;
-    float4 m[4][4];
-    #pragma unroll
-    for (int a = 0; a < 4; a++)
-        #pragma unroll
-        for (int b = 0; b < 4; b++)
-            m[a][b] = (float4)(0.0f);
-    for (int w = 0; w < nw; w++) {
-        __global const float *p = part + ((size_t)w * 16 * Kp + k) * Cp + c4;
-        #pragma unroll
-        for (int a = 0; a < 4; a++)
-            #pragma unroll
-            for (int b = 0; b < 4; b++)
-                m[a][b] += vload4(0, p + (size_t)(a * 4 + b) * Kp * Cp);
-    }
-    float4 t[3][4]; // G'^T m
-    #pragma unroll
-    for (int b = 0; b < 4; b++) {
-        t[0][b] = m[0][b] + 0.5f * (m[1][b] + m[2][b]);
-        t[1][b] = 0.5f * (m[1][b] - m[2][b]);
-        t[2][b] = 0.5f * (m[1][b] + m[2][b]) - m[3][b];
-    }
-    float v[9][4]; // v[r * 3 + s][lane]
-    #pragma unroll
-    for (int r = 0; r < 3; r++) {
-        vstore4(t[r][0] + 0.5f * (t[r][1] + t[r][2]), 0, v[r * 3]);
-        vstore4(0.5f * (t[r][1] - t[r][2]), 0, v[r * 3 + 1]);
-        vstore4(0.5f * (t[r][1] + t[r][2]) - t[r][3], 0, v[r * 3 + 2]);
-    }
-    for (int l = 0; l < 4 && c4 + l < C; l++) {
-        __global float *d = dw + offdw + ((size_t)k * C + c4 + l) * 9;
-        #pragma unroll
-        for (int e = 0; e < 9; e++)
-            d[e] = beta == 0.0f ? v[e][l] : fma(beta, d[e], v[e][l]);
-    }
+    if (c4 < C && k < K)
+        wg2_out_at(part, nw, K, C, Kp, Cp, beta, dw, offdw, PS, BIAS, db, offdb, c4, k);
 }
 
 // ---- F(3x3, 4x4), alpha 6 ----
@@ -612,35 +668,6 @@ static inline __attribute__((always_inline)) void wg4_chan(const int isx, __glob
     }
 }
 
-// x: N x C x H x W (from offx), dy: N x K x P x Q (from offdy); TH tile rows
-// per image, NTH = N * TH in all, TWG groups per group row, G groups in all,
-// split evenly over the work-items; scratch: sws floats per work-item
-// (36 * (XV + XU), see below), part: 36*Kp*Cp floats per work-item.
-__kernel void wg_f4(__global const float *x, const int offx, __global const float *dy, const int offdy, const int C,
-                    const int H, const int W, const int K, const int P, const int Q, const int pad_h, const int pad_w,
-                    const int TH, const int TWG, const int G, const int GC, const int Cp, const int Kp,
-                    __global float *scratch, const int sws, __global float *part, const int NTH)
-{
-    const int w = get_global_id(0), nw = get_global_size(0);
-    const int g0 = (int)((long)G * w / nw), g1 = (int)((long)G * (w + 1) / nw);
-    const int TC = GC * 8 + 8; // floats per scratch row (skewed as in wg_f2)
-    // floats between transform points: an odd count of 64-byte lines, so the
-    // 36 rows one transform writes fall into different cache sets
-    const int XV = ((Cp * TC + 15) / 16 | 1) * 16, XU = ((Kp * TC + 15) / 16 | 1) * 16;
-    __global float *Vs = scratch + (size_t)w * sws;
-    __global float *Us = Vs + (size_t)36 * XV;
-    __global float *M = part + (size_t)w * 36 * Kp * Cp;
-    wg_zero(M, Vs, Us, XV, XU, TC, 36, C, K, Cp, Kp);
-    for (int gs = g0; gs < g1; gs += GC) {
-        const int gc = min(GC, g1 - gs);
-        for (int c = 0; c < C; c++)
-            wg4_chan(1, x + offx, C, c, H, W, pad_h, pad_w, TH, TWG, NTH, gs, gc, Vs + (size_t)c * TC, XV);
-        for (int k = 0; k < K; k++)
-            wg4_chan(0, dy + offdy, K, k, P, Q, 0, 0, TH, TWG, NTH, gs, gc, Us + (size_t)k * TC, XU);
-        wg_products(Us, Vs, XU, XV, TC, gc * 8, M, 36, Kp, Cp);
-    }
-}
-
 // o[0..2] = G^T m for one line of 6 values (G^T rows (1/4, -1/6, -1/6,
 // 1/24, 1/24, 0), (0, -1/6, 1/6, 1/12, -1/12, 0), (0, -1/6, -1/6, 1/6, 1/6, 1)).
 #define WG4_GT(m0, m1, m2, m3, m4, m5, o)                                                                    \
@@ -652,13 +679,20 @@ __kernel void wg_f4(__global const float *x, const int offx, __global const floa
     } while (0)
 
 // dw[k][c] = beta*dw + G^T (sum_w part[w][xi][k][c]) G (3x3) for 4 channels
-// c = 4*i .. 4*i + 3 per work-item. gws = (Cp / 4, K).
-__kernel void wg_f4_out(__global const float *part, const int nw, const int K, const int C, const int Kp,
-                        const int Cp, const float beta, __global float *dw, const int offdw)
+// c = 4*i .. 4*i + 3 per work-item, and the bias as wg_f2_out. gws = (Cp / 4, K).
+static inline __attribute__((always_inline)) void wg4_out_at(__global const float *part, const int nw,
+                                                             const int K, const int C, const int Kp, const int Cp,
+                                                             const float beta, __global float *dw, const int offdw,
+                                                             const int PS, const int BIAS, __global float *db,
+                                                             const int offdb, const int c4, const int k)
 {
-    const int c4 = 4 * get_global_id(0), k = get_global_id(1);
-    if (c4 >= C || k >= K)
-        return;
+    if (BIAS && c4 == 0) {
+        float sb = 0.0f;
+        for (int w = 0; w < nw; w++)
+            for (int l = 0; l < 8; l++)
+                sb += part[(size_t)w * PS + (size_t)36 * Kp * Cp + (size_t)k * 8 + l];
+        db[offdb + k] = beta == 0.0f ? sb : fma(beta, db[offdb + k], sb);
+    }
     float4 t[3][6]; // G^T m, column by column
     #pragma unroll
     for (int b = 0; b < 6; b++) {
@@ -667,7 +701,7 @@ __kernel void wg_f4_out(__global const float *part, const int nw, const int K, c
         for (int a = 0; a < 6; a++)
             m[a] = (float4)(0.0f);
         for (int w = 0; w < nw; w++) {
-            __global const float *p = part + ((size_t)w * 36 * Kp + k) * Cp + c4;
+            __global const float *p = part + (size_t)w * PS + (size_t)k * Cp + c4;
             #pragma unroll
             for (int a = 0; a < 6; a++)
                 m[a] += vload4(0, p + (size_t)(a * 6 + b) * Kp * Cp);
@@ -693,5 +727,52 @@ __kernel void wg_f4_out(__global const float *part, const int nw, const int K, c
         for (int e = 0; e < 9; e++)
             d[e] = beta == 0.0f ? v[e][l] : fma(beta, d[e], v[e][l]);
     }
+}
+
+// x: N x C x H x W (from offx), dy: N x K x P x Q (from offdy); TH tile rows
+// per image, NTH = N * TH in all, TWG groups per group row, G groups in all,
+// split evenly over the work-items; scratch: sws floats per work-item
+// (36 * (XV + XU), see below), part: PS floats per work-item (36*Kp*Cp, then
+// K*8 of the bias with BIAS); OUTF as wg_f2.
+__kernel void wg_f4(__global const float *x, const int offx, __global const float *dy, const int offdy, const int C,
+                    const int H, const int W, const int K, const int P, const int Q, const int pad_h, const int pad_w,
+                    const int TH, const int TWG, const int G, const int GC, const int Cp, const int Kp,
+                    __global float *scratch, const int sws, __global float *part, const int NTH, const int PS,
+                    const int BIAS, const int OUTF, const float beta, __global float *dw, const int offdw,
+                    __global float *db, const int offdb)
+{
+    const int w = get_global_id(0), nw = get_global_size(0);
+    const int g0 = (int)((long)G * w / nw), g1 = (int)((long)G * (w + 1) / nw);
+    const int TC = GC * 8 + 8; // floats per scratch row (skewed as in wg_f2)
+    // floats between transform points: an odd count of 64-byte lines, so the
+    // 36 rows one transform writes fall into different cache sets
+    const int XV = ((Cp * TC + 15) / 16 | 1) * 16, XU = ((Kp * TC + 15) / 16 | 1) * 16;
+    __global float *Vs = scratch + (size_t)w * sws;
+    __global float *Us = Vs + (size_t)36 * XV;
+    __global float *M = part + (size_t)w * PS;
+    wg_zero(M, Vs, Us, XV, XU, TC, 36, C, K, Cp, Kp, 36 * Kp * Cp + (BIAS ? K * 8 : 0), g0 >= g1);
+    for (int gs = g0; gs < g1; gs += GC) {
+        const int gc = min(GC, g1 - gs);
+        for (int c = 0; c < C; c++)
+            wg4_chan(1, x + offx, C, c, H, W, pad_h, pad_w, TH, TWG, NTH, gs, gc, Vs + (size_t)c * TC, XV);
+        for (int k = 0; k < K; k++)
+            wg4_chan(0, dy + offdy, K, k, P, Q, 0, 0, TH, TWG, NTH, gs, gc, Us + (size_t)k * TC, XU);
+        if (BIAS) // point (1, 1): 1 * 6 + 1
+            wg_bias(Us + (size_t)7 * XU, TC, gc * 8, K, M + (size_t)36 * Kp * Cp, gs == g0);
+        wg_products(Us, Vs, XU, XV, TC, gc * 8, M, 36, Kp, Cp, gs == g0);
+    }
+    if (OUTF) // as wg_f2
+        for (int k = 0; k < K; k++)
+            for (int c4 = 0; c4 < C; c4 += 4)
+                wg4_out_at(part, 1, K, C, Kp, Cp, beta, dw, offdw, PS, BIAS, db, offdb, c4, k);
+}
+
+__kernel void wg_f4_out(__global const float *part, const int nw, const int K, const int C, const int Kp,
+                        const int Cp, const float beta, __global float *dw, const int offdw, const int PS,
+                        const int BIAS, __global float *db, const int offdb)
+{
+    const int c4 = 4 * get_global_id(0), k = get_global_id(1);
+    if (c4 < C && k < K)
+        wg4_out_at(part, nw, K, C, Kp, Cp, beta, dw, offdw, PS, BIAS, db, offdb, c4, k);
 }
 #endif // VR4

@@ -696,9 +696,9 @@ clg_status clg_conv_run(clg_device *dev, const clg_conv_shape *s, clg_conv_algo 
             break;
         case CLG_CONV_WINOGRAD_FUSED:
         case CLG_CONV_WINOGRAD4_FUSED:
-            st = clg_conv_wgrad_bwd_filter(dev, s, algo == CLG_CONV_WINOGRAD_FUSED ? 2 : 4, io->x, io->offx, io->dy,
-                                           io->offdy, io->beta, io->dw, io->offdw);
-            break;
+            /* bias gradient included: the dy transform's point (1, 1) is each tile's sum */
+            return clg_conv_wgrad_bwd_filter(dev, s, algo == CLG_CONV_WINOGRAD_FUSED ? 2 : 4, io->x, io->offx, io->dy,
+                                             io->offdy, io->beta, io->dw, io->offdw, io->db, io->offdb);
         default:
             st = CLG_ERR_UNSUPPORTED;
             break;

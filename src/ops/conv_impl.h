@@ -74,11 +74,12 @@ CLG_INTERNAL clg_status clg_conv_wino_bwd_data(clg_device *dev, const clg_conv_s
                                                size_t offw, cl_mem dx, size_t offdx);
 /* Fused Winograd weight gradient F(3x3, m x m) (conv_wgrad.c), m = 2: the
  * backward-filter pass of `winograd-fused`, m = 4: of `winograd4-fused`;
+ * with db (not NULL) also the bias gradient (beta applies to both);
  * _ok: 3x3, stride 1, dilation 1, groups 1, C*K <= 512*512. */
 CLG_INTERNAL int clg_conv_wgrad_ok(const clg_conv_shape *s);
 CLG_INTERNAL clg_status clg_conv_wgrad_bwd_filter(clg_device *dev, const clg_conv_shape *s, int m, cl_mem x,
                                                   size_t offx, cl_mem dy, size_t offdy, float beta, cl_mem dw,
-                                                  size_t offdw);
+                                                  size_t offdw, cl_mem db, size_t offdb);
 CLG_INTERNAL clg_status clg_conv_wino_bwd_filter(clg_device *dev, const clg_conv_shape *s, int m, cl_mem x,
                                                  size_t offx, cl_mem dy, size_t offdy, float beta, cl_mem dw,
                                                  size_t offdw);

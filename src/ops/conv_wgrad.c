@@ -6,8 +6,13 @@
  * that stays in the core's cache and reduces them there (16 products of
  * K x C per tile instead of the 36 multiplies per (k, c) of a direct
  * kernel); a second, small launch sums the work-items' partials and applies
- * the output transform. No transform-domain tensor of the whole batch is
- * written to memory, unlike the separate design (conv_wino.c). */
+ * the output transform (on a device of one compute unit, one work-item
+ * whose kernel applies it at its end: one launch fewer per call). No transform-domain tensor of the whole batch is
+ * written to memory, unlike the separate design (conv_wino.c). The bias
+ * gradient comes with it: the dy transform's point (1, 1) is each tile's
+ * sum of dy, summed per chunk beside the products (K x tiles additions
+ * against 16-36 x K x C products), instead of two more launches that read
+ * dy again (bias_part, part_reduce). */
 #include "conv_impl.h"
 
 /* Scratch floats per work-item: the transforms of one chunk of tiles (C + K
@@ -65,10 +70,14 @@ static void wg_make_plan(const clg_device *dev, const clg_conv_shape *s, int m, 
     p->Cp = CLG_CEIL_DIV(s->C, 4) * 4, p->Kp = CLG_CEIL_DIV(s->K, 4) * 4;
     /* work-items: several per compute unit so that a core slowed by other
      * work does not hold up the rest, fewer when their partials (xi x K x C
-     * each, zeroed and summed) would cost more than they balance */
+     * each, written and summed) would cost more than they balance; one on a
+     * device of one compute unit (PoCL's `basic`), which runs them one after
+     * another: there is nothing to balance, and every further partial is a
+     * fixed cost per call (2-7 of 150-600 KiB each at 32-64 channels, the
+     * batch-64 lanes of two devices paying it twice per 128 images) */
     p->msz = (size_t)p->xi * p->Kp * p->Cp;
     long cu = (long)CLG_MAX(1u, dev->info.compute_units);
-    p->nw = (int)CLG_MIN(p->G, CLG_MIN(8 * cu, CLG_MAX(2 * cu, (long)((1u << 18) / p->msz))));
+    p->nw = cu == 1 ? 1 : (int)CLG_MIN(p->G, CLG_MIN(8 * cu, CLG_MAX(2 * cu, (long)((1u << 18) / p->msz))));
     /* tiles per chunk: within the scratch budget, at least one group, no more than a work-item's share */
     long per_group = (long)p->xi * (p->Cp + p->Kp) * p->VL;
     long budget = m == 4 ? CLG_MAX((long)WG4_SCRATCH_FLOATS, WG4_MIN_GROUPS * per_group) : WG_SCRATCH_FLOATS;
@@ -81,7 +90,8 @@ static void wg_make_plan(const clg_device *dev, const clg_conv_shape *s, int m, 
 }
 
 clg_status clg_conv_wgrad_bwd_filter(clg_device *dev, const clg_conv_shape *s, int m, cl_mem x, size_t offx,
-                                     cl_mem dy, size_t offdy, float beta, cl_mem dw, size_t offdw)
+                                     cl_mem dy, size_t offdy, float beta, cl_mem dw, size_t offdw, cl_mem db,
+                                     size_t offdb)
 {
     clg_err *err = clg_dev_err(dev);
     const char *name = m == 4 ? "winograd4-fused" : "winograd-fused";
@@ -92,8 +102,11 @@ clg_status clg_conv_wgrad_bwd_filter(clg_device *dev, const clg_conv_shape *s, i
     wg_plan p;
     wg_make_plan(dev, s, m, &p);
     size_t xn = (size_t)s->N * s->C * s->H * s->W, dyn = (size_t)s->N * s->K * p.P * p.Q;
+    /* per work-item: the products' partial, then with db the bias's (K x VL lane sums) */
+    size_t ps = p.msz + (db ? (size_t)s->K * p.VL : 0);
     if (p.G > INT_MAX || offx + xn > INT_MAX || offdy + dyn > INT_MAX || offdw + (size_t)s->K * s->C * 9 > INT_MAX ||
-        p.sws * p.nw > INT_MAX || p.msz * p.nw > INT_MAX || (long)s->N * CLG_CEIL_DIV(p.P, m) > INT_MAX)
+        (db && offdb + (size_t)s->K > INT_MAX) || p.sws * p.nw > INT_MAX || ps * p.nw > INT_MAX ||
+        (long)s->N * CLG_CEIL_DIV(p.P, m) > INT_MAX)
         return clg_err_set(err, CLG_ERR_UNSUPPORTED, "%s: weight gradient of %d images x %d x %d channels "
                            "exceeds 2^31 elements", name, s->N, s->C, s->K);
     char opts[64];
@@ -109,7 +122,7 @@ clg_status clg_conv_wgrad_bwd_filter(clg_device *dev, const clg_conv_shape *s, i
     cl_mem scratch = NULL, part = NULL;
     clg_status st = clg_buf_alloc(dev, sizeof(float) * p.sws * p.nw, &scratch);
     if (st == CLG_OK)
-        st = clg_buf_alloc(dev, sizeof(float) * p.msz * p.nw, &part);
+        st = clg_buf_alloc(dev, sizeof(float) * ps * p.nw, &part);
     if (st == CLG_OK) {
         clg_kargs a = {k, 0, CL_SUCCESS};
         clg_ka_mem(&a, x);
@@ -135,6 +148,14 @@ clg_status clg_conv_wgrad_bwd_filter(clg_device *dev, const clg_conv_shape *s, i
         clg_ka_mem(&a, part);
         if (m == 4)
             clg_ka_int(&a, p.NTH);
+        clg_ka_int(&a, (int)ps);
+        clg_ka_int(&a, db != NULL);
+        clg_ka_int(&a, p.nw == 1); /* one work-item: it applies the output transform itself */
+        clg_ka_float(&a, beta);
+        clg_ka_mem(&a, dw);
+        clg_ka_int(&a, (int)offdw);
+        clg_ka_mem(&a, db ? db : part);
+        clg_ka_int(&a, db ? (int)offdb : 0);
         st = CLG_KA_DONE(err, &a, "wg_f args");
     }
     if (st == CLG_OK) {
@@ -143,7 +164,7 @@ clg_status clg_conv_wgrad_bwd_filter(clg_device *dev, const clg_conv_shape *s, i
         st = clg_conv_enqueue(dev, k, 1, &gws, &lws);
         clg_conv_prof(dev, "wgrad reduce");
     }
-    if (st == CLG_OK) {
+    if (st == CLG_OK && p.nw > 1) {
         clg_kargs a = {ko, 0, CL_SUCCESS};
         clg_ka_mem(&a, part);
         clg_ka_int(&a, p.nw);
@@ -154,6 +175,10 @@ clg_status clg_conv_wgrad_bwd_filter(clg_device *dev, const clg_conv_shape *s, i
         clg_ka_float(&a, beta);
         clg_ka_mem(&a, dw);
         clg_ka_int(&a, (int)offdw);
+        clg_ka_int(&a, (int)ps);
+        clg_ka_int(&a, db != NULL);
+        clg_ka_mem(&a, db ? db : part);
+        clg_ka_int(&a, db ? (int)offdb : 0);
         st = CLG_KA_DONE(err, &a, "wg_f_out args");
         size_t gws[2] = {(size_t)p.Cp / 4, (size_t)s->K};
         if (st == CLG_OK)
