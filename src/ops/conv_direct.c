@@ -412,11 +412,15 @@ clg_status clg_conv_djit_bwd_filter(clg_device *dev, const clg_conv_shape *s, cl
      * last-level cache (4 MiB) while the work-items of every input channel
      * read it, and at least ~64 work-items keep every core busy (measured:
      * 256 KiB chunks were 5-15% slower in total, the partial sums costing
-     * more than the cache saved) */
+     * more than the cache saved); on a device of one compute unit (PoCL's
+     * `basic`) the work-items run one after another, so only the cache
+     * budget splits the batch: every further chunk is a partial to write
+     * and sum */
     int blocks = KP / vk / kvb * (s->C / bcb);
     size_t budget = (size_t)4 << 20;
     int nper = (int)CLG_MAX(1, CLG_MIN((size_t)s->N, budget / ((size_t)P * Q * KP * sizeof(float))));
-    nper = CLG_MIN(nper, CLG_MAX(1, s->N / CLG_CEIL_DIV(64, blocks)));
+    if (dev->info.compute_units != 1)
+        nper = CLG_MIN(nper, CLG_MAX(1, s->N / CLG_CEIL_DIV(64, blocks)));
     int chunks = CLG_CEIL_DIV(s->N, nper);
     char opts[320];
     int n = shape_opts(opts, sizeof opts, s, vw, 1, "VK", vk);
