@@ -1517,11 +1517,10 @@ static void spread_note(clg_dp *dp, double t)
     double med = 0, p90 = 0;
     if (!clg_dp_spread_suspect(dp->steps_t, CLG_DP_SPREAD_WIN, &med, &p90))
         return;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
     snprintf(dp->oversub, sizeof dp->oversub,
              "step times vary widely (median %.1f ms, 90th percentile %.1f ms over %d steps): likely more busy "
-             "threads than free cores (%d device threads here on %ld online CPUs; is another process busy?)",
-             1e3 * med, 1e3 * p90, CLG_DP_SPREAD_WIN, dp->n, cores);
+             "threads than free cores (%d device threads here on %d online CPUs; is another process busy?)",
+             1e3 * med, 1e3 * p90, CLG_DP_SPREAD_WIN, dp->n, dp->ncpu);
     clg_log(2, "%s", dp->oversub);
 }
 
