@@ -241,9 +241,18 @@ __kernel void dconv_dyt(__global const float *dy, const int offdy, const int N, 
 // Work-item (channel vectors kv*KVB.., channels c..c+BCB-1, chunk) sums over
 // the images of its chunk into part[(chunk*DK + k)*(DC*RS + 1) + c*RS + r*DS + s];
 // the work-items of c == 0 also sum dy into column DC*RS (bias gradient).
+// With WDIRECT (one chunk) the sums go straight to the gradients instead:
+// dw[offw + k*DC*RS + c*RS + r*DS + s] and, with HASDB, db[offdb + k], each
+// as beta == 0 ? sum : beta*old + sum (part_reduce's rule).
 // gws = (KP/(VK*KVB), C/BCB, chunks).
+#ifdef WDIRECT
+#define BWDF_ARGS , const int offw, __global float *db, const int offdb, const float beta
+#define BWDF_PUT(o, v) (*(o) = beta == 0.0f ? (v) : fma(beta, *(o), (v)))
+#else
+#define BWDF_ARGS
+#endif
 __kernel void dconv_bwdf(__global const float *x, const int offx, __global const float *dyt, const int N,
-                         const int nper, __global float *part)
+                         const int nper, __global float *part BWDF_ARGS)
 {
     const int kv = get_global_id(0) * KVB;
     const int c = get_global_id(1) * BCB;
@@ -287,8 +296,27 @@ __kernel void dconv_bwdf(__global const float *x, const int offx, __global const
             }
         }
     }
-    const int ps = DC * RS + 1;
     float t[VK];
+#ifdef WDIRECT
+#pragma unroll
+    for (int j = 0; j < KVB; j++) {
+        const int k0 = (kv + j) * VK;
+#pragma unroll
+        for (int u = 0; u < BCB * RS; u++) {
+            KST(acc[j][u], t);
+            for (int l = 0; l < VK && k0 + l < DK; l++)
+                BWDF_PUT(part + offw + (k0 + l) * DC * RS + c * RS + u, t[l]);
+        }
+#ifdef HASDB
+        if (c == 0) {
+            KST(accb[j], t);
+            for (int l = 0; l < VK && k0 + l < DK; l++)
+                BWDF_PUT(db + offdb + k0 + l, t[l]);
+        }
+#endif
+    }
+#else
+    const int ps = DC * RS + 1;
 #pragma unroll
     for (int j = 0; j < KVB; j++) {
         const int k0 = (kv + j) * VK;
@@ -304,6 +332,7 @@ __kernel void dconv_bwdf(__global const float *x, const int offx, __global const
                 part[(ch * DK + k0 + l) * ps + DC * RS] = t[l];
         }
     }
+#endif
 }
 
 #ifdef QB

@@ -422,14 +422,18 @@ clg_status clg_conv_djit_bwd_filter(clg_device *dev, const clg_conv_shape *s, cl
     if (dev->info.compute_units != 1)
         nper = CLG_MIN(nper, CLG_MAX(1, s->N / CLG_CEIL_DIV(64, blocks)));
     int chunks = CLG_CEIL_DIV(s->N, nper);
+    /* one chunk: the sums go straight to dw and db (no partials, no reduction launches) */
+    int direct = chunks == 1;
     char opts[320];
     int n = shape_opts(opts, sizeof opts, s, vw, 1, "VK", vk);
-    snprintf(opts + n, sizeof opts - (size_t)n, " -D KVB=%d -D BCB=%d", kvb, bcb);
+    snprintf(opts + n, sizeof opts - (size_t)n, " -D KVB=%d -D BCB=%d%s%s", kvb, bcb, direct ? " -D WDIRECT" : "",
+             direct && db ? " -D HASDB" : "");
     cl_kernel kt, k;
     CLG_TRY(clg_kernel_get(dev, "conv_direct", opts, "dconv_dyt", &kt));
     CLG_TRY(clg_kernel_get(dev, "conv_direct", opts, "dconv_bwdf", &k));
     cl_mem part = NULL, dyt = NULL;
-    CLG_TRY(clg_buf_alloc(dev, sizeof(float) * (size_t)chunks * s->K * (CRS + 1), &part));
+    if (!direct)
+        CLG_TRY(clg_buf_alloc(dev, sizeof(float) * (size_t)chunks * s->K * (CRS + 1), &part));
     clg_status st = clg_buf_alloc(dev, sizeof(float) * (size_t)s->N * P * Q * KP, &dyt);
     if (st == CLG_OK) {
         clg_kargs a = {kt, 0, CL_SUCCESS};
@@ -453,7 +457,13 @@ clg_status clg_conv_djit_bwd_filter(clg_device *dev, const clg_conv_shape *s, cl
         clg_ka_mem(&a, dyt);
         clg_ka_int(&a, s->N);
         clg_ka_int(&a, nper);
-        clg_ka_mem(&a, part);
+        clg_ka_mem(&a, direct ? dw : part);
+        if (direct) {
+            clg_ka_int(&a, (int)offdw);
+            clg_ka_mem(&a, db ? db : dw); /* (not read without HASDB) */
+            clg_ka_int(&a, (int)offdb);
+            clg_ka_float(&a, beta);
+        }
         st = CLG_KA_DONE(clg_dev_err(dev), &a, "dconv_bwdf args");
     }
     if (st == CLG_OK) {
@@ -461,9 +471,10 @@ clg_status clg_conv_djit_bwd_filter(clg_device *dev, const clg_conv_shape *s, cl
         st = clg_conv_enqueue(dev, k, 3, gws, NULL);
         clg_conv_prof(dev, "djit bwdf");
     }
-    if (st == CLG_OK)
+    if (st == CLG_OK && !direct) {
         st = clg_conv_part_reduce_wb(dev, part, chunks, s->K, CRS, beta, dw, offdw, db, offdb);
-    clg_conv_prof(dev, "djit bwdf reduce");
+        clg_conv_prof(dev, "djit bwdf reduce");
+    }
     clg_buf_release(dev, dyt);
     clg_buf_release(dev, part);
     return st;
