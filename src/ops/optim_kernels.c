@@ -110,8 +110,10 @@ size_t clg_optk_sumsq_grid(size_t n, int *wg, int max_groups)
     return groups * (size_t)*wg;
 }
 
-void clg_optk_sum_sq_part(float *y, const float *const *src, int m, size_t n, size_t global, size_t t0, size_t t1,
-                          float *acc)
+/* clg_optk_sum_sq_part, the sum stored into y (NULL: not) and, with back, into every back[l] too (back then
+ * aliases src: each element is read before it is written, by the one caller that owns its work-item). */
+static void sum_sq(float *y, const float *const *src, float *const *back, int m, size_t n, size_t global, size_t t0,
+                   size_t t1, float *acc)
 {
     for (size_t t = t0; t < t1; t++)
         acc[t] = 0.0f;
@@ -119,10 +121,21 @@ void clg_optk_sum_sq_part(float *y, const float *const *src, int m, size_t n, si
         size_t e = CLG_MIN(t1, n - base); /* this period's work-items t0 .. e */
         float *yb = y ? y + base : NULL;
         const float *a = m > 0 ? src[0] + base : NULL, *b = m > 1 ? src[1] + base : NULL;
-        if (m == 2 && yb) { /* two lanes: one vectorisable pass */
+        if (m == 2 && back) { /* two lanes summed into both: one vectorisable pass */
+            float *wa = back[0] + base, *wb = back[1] + base;
             for (size_t t = t0; t < e; t++) {
                 float v = a[t] + b[t];
                 float p = v * v; /* two statements: never contracted to an fma */
+                wa[t] = v;
+                wb[t] = v;
+                acc[t] += p;
+            }
+            continue;
+        }
+        if (m == 2 && yb) { /* two lanes: one vectorisable pass */
+            for (size_t t = t0; t < e; t++) {
+                float v = a[t] + b[t];
+                float p = v * v;
                 yb[t] = v;
                 acc[t] += p;
             }
@@ -135,9 +148,22 @@ void clg_optk_sum_sq_part(float *y, const float *const *src, int m, size_t n, si
             float p = v * v;
             if (yb)
                 yb[t] = v;
+            for (int l = 0; back && l < m; l++)
+                back[l][base + t] = v;
             acc[t] += p;
         }
     }
+}
+
+void clg_optk_sum_sq_part(float *y, const float *const *src, int m, size_t n, size_t global, size_t t0, size_t t1,
+                          float *acc)
+{
+    sum_sq(y, src, NULL, m, n, global, t0, t1, acc);
+}
+
+void clg_optk_sum_sq_back(float *const *buf, int m, size_t n, size_t global, size_t t0, size_t t1, float *acc)
+{
+    sum_sq(NULL, (const float *const *)buf, buf, m, n, global, t0, t1, acc);
 }
 
 double clg_optk_sumsq_tree(const float *items, int wg, size_t groups)

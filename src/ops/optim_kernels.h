@@ -70,6 +70,9 @@ CLG_INTERNAL double clg_optk_sumsq_host(const float *x, size_t n, int wg, int ma
 CLG_INTERNAL size_t clg_optk_sumsq_grid(size_t n, int *wg, int max_groups);
 CLG_INTERNAL void clg_optk_sum_sq_part(float *y, const float *const *src, int m, size_t n, size_t global, size_t t0,
                                        size_t t1, float *acc);
+/* The same part with the sum stored back into every buf[l] (what the part read from them) instead of a y. */
+CLG_INTERNAL void clg_optk_sum_sq_back(float *const *buf, int m, size_t n, size_t global, size_t t0, size_t t1,
+                                       float *acc);
 CLG_INTERNAL double clg_optk_sumsq_tree(const float *items, int wg, size_t groups);
 
 /* The work-group size lane_add runs with on dev (builds the program). */

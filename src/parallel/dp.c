@@ -761,7 +761,8 @@ static clg_status map_arena(clg_dp *dp, clg_lane *l, cl_event *ev)
 {
     CLG_TRY(unmap_arena(dp, l)); /* left by a failed step */
     cl_int e = CL_SUCCESS;
-    void *m = clEnqueueMapBuffer(l->dev->queue, l->arena, CL_FALSE, CL_MAP_READ, 0, dp->b_bytes[0], 0, NULL, ev, &e);
+    cl_map_flags fl = CL_MAP_READ | (dp->inplace ? CL_MAP_WRITE : 0);
+    void *m = clEnqueueMapBuffer(l->dev->queue, l->arena, CL_FALSE, fl, 0, dp->b_bytes[0], 0, NULL, ev, &e);
     if (e != CL_SUCCESS)
         return clg_cl_fail(clg_dev_err(l->dev), e, "clEnqueueMapBuffer (gradient arena)", __FILE__, __LINE__);
     dp->bmap[l->index] = m;
@@ -919,18 +920,22 @@ static clg_status reduce(clg_dp *dp, clg_lane *l, double t0)
             o0 = CLG_MAX(o0, dp->sh_k0[l->index] * sizeof(float));
             o1 = CLG_MIN(o1, dp->sh_k1[l->index] * sizeof(float));
         }
+        if (dp->inplace) /* the parts stored the sum in this lane's arena already */
+            o1 = o0;
         if (o1 > o0 && dp->dev_reduce)
             CLG_TRY(clg_dp_dev_writeback(dp, l, b, o0, o1 - o0, tr ? &wv : NULL));
         else if (o1 > o0)
             CLG_CL_CHECK(err, clEnqueueWriteBuffer(l->dev->queue, l->arena, CL_FALSE, o0, o1 - o0,
                                                    (char *)dp->gsum + o0, 0, NULL, tr ? &wv : NULL));
-        if (tr && wv) {
+        if (tr) {
             char name[48];
             snprintf(name, sizeof name, "wait sum bucket %d", b);
             clg_trace_host(dp->trace, l->index, name, w0, clg_now_sec());
-            snprintf(name, sizeof name, "grad %s bucket %d", dp->dev_reduce ? "copy" : "write", b);
-            clg_trace_cl(dp->trace, l->index, CLG_TR_TRANSFER, name, NULL, wv);
-            clReleaseEvent(wv);
+            if (wv) {
+                snprintf(name, sizeof name, "grad %s bucket %d", dp->dev_reduce ? "copy" : "write", b);
+                clg_trace_cl(dp->trace, l->index, CLG_TR_TRANSFER, name, NULL, wv);
+                clReleaseEvent(wv);
+            }
         }
     }
     if (dp->nstate > 0) {
@@ -1181,6 +1186,9 @@ void clg_dp_train_begin(clg_dp *dp, const clg_dp_job *job)
 {
     dp->job = *job;
     reset_reduction(dp);
+    dp->inplace = dp->hmap && dp->ranks == 1;
+    for (int i = 0; i < dp->n; i++)
+        dp->inplace &= dp->cnt[job->stage][i] > 0;
     for (int i = 0; i < dp->n; i++) { /* a batch size met for the first or second time: kernels built,
                                          algorithms timed (at their second use: option conv_auto_defer) */
         clg_lane *l = &dp->lanes[i];

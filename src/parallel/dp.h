@@ -150,6 +150,9 @@ typedef struct clg_dp {
      * OpenCL requires; with several buckets a later backward kernel would) */
     int hmap;
     void **bmap;           /* per lane: its arena's mapping (NULL: not mapped) */
+    /* this step (hmap, one rank, every lane active): the arenas are mapped for writing too and the parts
+     * store the sum back into every lane's arena, so no lane writes it back from gsum */
+    int inplace;
     /* sharded optimizer state (clg_dp_params.shard_optimizer, N > 1): lane l
      * owns floats [sh_k0[l], sh_k1[l]) of the parameter arena (aligned for
      * sub-buffers): only that part of each reduced bucket is written back

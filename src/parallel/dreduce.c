@@ -87,10 +87,18 @@ void clg_dp_bucket_part(clg_dp *dp, int b, int p, const int *act, int na)
     int wg;
     size_t global = bucket_grid(dp, b, &wg), k0 = dp->b_off[b] / sizeof(float), n = dp->b_bytes[b] / sizeof(float);
     size_t t0 = global * (size_t)p / (size_t)dp->nparts, t1 = global * (size_t)(p + 1) / (size_t)dp->nparts;
+    float *acc = dp->b_items + (size_t)b * dp->b_grid;
+    if (dp->inplace) { /* every lane's mapped arena (the only bucket, at offset 0) gets the sum */
+        float *buf[CLG_DP_MAX_LANES];
+        for (int i = 0; i < na; i++)
+            buf[i] = dp->bmap[act[i]];
+        clg_optk_sum_sq_back(buf, na, n, global, t0, t1, acc);
+        return;
+    }
     const float *src[CLG_DP_MAX_LANES];
     for (int i = 0; i < na; i++) /* mapped: the lane's arena itself (the only bucket, at offset 0) */
         src[i] = dp->hmap ? (const float *)dp->bmap[act[i]] : dp->lanes[act[i]].ghost + k0;
-    clg_optk_sum_sq_part(dp->gsum + k0, src, na, n, global, t0, t1, dp->b_items + (size_t)b * dp->b_grid);
+    clg_optk_sum_sq_part(dp->gsum + k0, src, na, n, global, t0, t1, acc);
 }
 
 double clg_dp_bucket_tree(const clg_dp *dp, int b)

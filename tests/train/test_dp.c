@@ -1143,6 +1143,27 @@ START_TEST(host_sum_parts)
                                   na, wg, parts, got, want);
                     ck_assert_msg(fabs(got - dref) <= 1e-5 * dref, "n %zu: norm %.9g, double reference %.9g", n,
                                   got, dref);
+                    /* in place: the sum stored back into every lane's buffer, the same norm */
+                    float *xb[3];
+                    for (int l = 0; l < na; l++) {
+                        xb[l] = malloc(n * sizeof *xb[l]);
+                        ck_assert_ptr_nonnull(xb[l]);
+                        memcpy(xb[l], x[l], n * sizeof *xb[l]);
+                    }
+                    tu_poison(acc, global);
+                    for (int p = 0; p < parts; p++)
+                        clg_optk_sum_sq_back(xb, na, n, global, global * (size_t)p / parts,
+                                             global * (size_t)(p + 1) / parts, acc);
+                    for (int l = 0; l < na; l++) {
+                        ck_assert_msg(memcmp(xb[l], ref, n * sizeof *y) == 0, "n %zu, %d lanes, %d parts: lane %d's "
+                                      "sum in place differs", n, na, parts, l);
+                        free(xb[l]);
+                    }
+                    if (na > 0) {
+                        got = clg_optk_sumsq_tree(acc, wg, global / (size_t)wg);
+                        ck_assert_msg(got == want, "n %zu, %d lanes, %d parts: norm in place %.17g, one thread %.17g",
+                                      n, na, parts, got, want);
+                    }
                 }
                 for (int l = 0; l < na; l++)
                     free(x[l]);
