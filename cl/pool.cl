@@ -180,14 +180,16 @@ __kernel void gap_fwd(const uint planes, const uint hw, __global const float *x,
     y[oy + pl] = acc / (float)hw;
 }
 
-// one work-item per input element
+// one work-item per input element: gws = (hw, planes) (no division by hw
+// per element to find its plane)
 __kernel void gap_bwd(const uint planes, const uint hw, __global const float *dy, const uint ody, __global float *dx,
                       const uint odx)
 {
-    const uint i = get_global_id(0);
-    if (i >= planes * hw)
+    const uint j = get_global_id(0);
+    const uint pl = get_global_id(1);
+    if (j >= hw || pl >= planes)
         return;
-    dx[odx + i] = dy[ody + i / hw] / (float)hw;
+    dx[odx + (size_t)pl * hw + j] = dy[ody + pl] / (float)hw;
 }
 
 // Non-overlapping windows (stride >= size): one work-item per output element

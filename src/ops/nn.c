@@ -678,7 +678,10 @@ static clg_status gap_run(clg_device *dev, int bwd, size_t planes, size_t hw, cl
     cl_kernel k;
     CLG_TRY(kget(dev, "pool", bwd ? "gap_bwd" : "gap_fwd", &k));
     CLG_TRY(ka_uu_bufs(dev, k, up, uhw, 2, (const cl_mem[]){a, b}, (const cl_uint[]){uoa, uob}));
-    return clg_launch_1d(dev, k, bwd ? planes * hw : planes, EW_WG);
+    if (!bwd)
+        return clg_launch_1d(dev, k, planes, EW_WG);
+    size_t gws[2] = {hw, planes};
+    return clg_launch(dev, k, 2, gws, NULL, CLG_LAUNCH_PAD, NULL);
 }
 
 clg_status clg_nn_gap_forward(clg_device *dev, size_t planes, size_t hw, cl_mem x, size_t ox, cl_mem y, size_t oy)
