@@ -248,8 +248,16 @@ __kernel void dconv_dyt(__global const float *dy, const int offdy, const int N, 
 #ifdef WDIRECT
 #define BWDF_ARGS , const int offw, __global float *db, const int offdb, const float beta
 #define BWDF_PUT(o, v) (*(o) = beta == 0.0f ? (v) : fma(beta, *(o), (v)))
+#define BWDF_W(k, i, v) BWDF_PUT(part + offw + (k) * DC * RS + (i), v)
+#ifdef HASDB
+#define BWDF_B(k, v) BWDF_PUT(db + offdb + (k), v)
+#else
+#define BWDF_B(k, v) ((void)0)
+#endif
 #else
 #define BWDF_ARGS
+#define BWDF_W(k, i, v) (part[(ch * DK + (k)) * (DC * RS + 1) + (i)] = (v))
+#define BWDF_B(k, v) (part[(ch * DK + (k)) * (DC * RS + 1) + DC * RS] = (v))
 #endif
 __kernel void dconv_bwdf(__global const float *x, const int offx, __global const float *dyt, const int N,
                          const int nper, __global float *part BWDF_ARGS)
@@ -297,7 +305,6 @@ __kernel void dconv_bwdf(__global const float *x, const int offx, __global const
         }
     }
     float t[VK];
-#ifdef WDIRECT
 #pragma unroll
     for (int j = 0; j < KVB; j++) {
         const int k0 = (kv + j) * VK;
@@ -305,34 +312,14 @@ __kernel void dconv_bwdf(__global const float *x, const int offx, __global const
         for (int u = 0; u < BCB * RS; u++) {
             KST(acc[j][u], t);
             for (int l = 0; l < VK && k0 + l < DK; l++)
-                BWDF_PUT(part + offw + (k0 + l) * DC * RS + c * RS + u, t[l]);
-        }
-#ifdef HASDB
-        if (c == 0) {
-            KST(accb[j], t);
-            for (int l = 0; l < VK && k0 + l < DK; l++)
-                BWDF_PUT(db + offdb + k0 + l, t[l]);
-        }
-#endif
-    }
-#else
-    const int ps = DC * RS + 1;
-#pragma unroll
-    for (int j = 0; j < KVB; j++) {
-        const int k0 = (kv + j) * VK;
-#pragma unroll
-        for (int u = 0; u < BCB * RS; u++) {
-            KST(acc[j][u], t);
-            for (int l = 0; l < VK && k0 + l < DK; l++)
-                part[(ch * DK + k0 + l) * ps + c * RS + u] = t[l];
+                BWDF_W(k0 + l, c * RS + u, t[l]);
         }
         if (c == 0) {
             KST(accb[j], t);
             for (int l = 0; l < VK && k0 + l < DK; l++)
-                part[(ch * DK + k0 + l) * ps + DC * RS] = t[l];
+                BWDF_B(k0 + l, t[l]);
         }
     }
-#endif
 }
 
 #ifdef QB
