@@ -335,7 +335,7 @@ clg_status clg_dp_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev, 
     if (st == CLG_OK && ndev > 1 && !(dp->gathers = calloc(2 * (size_t)net->nlayers, sizeof *dp->gathers)))
         st = clg_err_set(err, CLG_ERR_HOST_OOM, "out of memory");
     if (st == CLG_OK)
-        st = clg_team_create_ex(err, ndev, (int)ctx->opts.dp_caller_lane, 0, &dp->team); /* spin: set_spin */
+        st = clg_team_create_ex(err, ndev, (int)ctx->opts.dp_caller_lane, &dp->team); /* spin: set_spin */
     dp->spin_us = (int)ctx->opts.dp_spin_us;
     dp->ncpu = (int)CLG_MAX(1, sysconf(_SC_NPROCESSORS_ONLN));
     if (st != CLG_OK) {

@@ -777,7 +777,7 @@ clg_status clg_pipe_create(clg_ctx *ctx, clg_net *net, const int *devs, int ndev
     if (rc == CLG_OK)
         log_partition(p);
     if (rc == CLG_OK)
-        rc = clg_team_create_ex(&ctx->err, p->L, 1, 0, &p->team); /* stage 0 on the caller's thread */
+        rc = clg_team_create_ex(&ctx->err, p->L, 1, &p->team); /* stage 0 on the caller's thread */
     if (rc != CLG_OK) {
         clg_pipe_free(p);
         return rc;

@@ -98,10 +98,10 @@ static void *worker_main(void *p)
 
 clg_status clg_team_create(clg_err *err, int lanes, clg_team **out)
 {
-    return clg_team_create_ex(err, lanes, 0, 0, out);
+    return clg_team_create_ex(err, lanes, 0, out);
 }
 
-clg_status clg_team_create_ex(clg_err *err, int lanes, int caller_lane0, int spin_us, clg_team **out)
+clg_status clg_team_create_ex(clg_err *err, int lanes, int caller_lane0, clg_team **out)
 {
     *out = NULL;
     clg_team *t = calloc(1, sizeof *t);
@@ -111,7 +111,6 @@ clg_status clg_team_create_ex(clg_err *err, int lanes, int caller_lane0, int spi
     }
     t->n = lanes;
     t->caller0 = caller_lane0 != 0;
-    t->spin_us = spin_us;
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->go, NULL);
     pthread_cond_init(&t->done, NULL);

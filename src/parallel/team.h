@@ -22,17 +22,18 @@ typedef struct clg_team clg_team;
 typedef clg_status (*clg_team_fn)(void *arg, int lane);
 
 CLG_INTERNAL clg_status clg_team_create(clg_err *err, int lanes, clg_team **out);
-/* spin_us: a lane waiting for the next job, and clg_team_end waiting for
- * the lanes, first spin this many microseconds (yielding the core) before
- * they sleep on a condition variable (0: sleep at once). */
-CLG_INTERNAL clg_status clg_team_create_ex(clg_err *err, int lanes, int caller_lane0, int spin_us, clg_team **out);
+/* caller_lane0: lane 0 on the caller's thread (above). No spin at first
+ * (clg_team_set_spin). */
+CLG_INTERNAL clg_status clg_team_create_ex(clg_err *err, int lanes, int caller_lane0, clg_team **out);
 /* Joins the threads. NULL is a no-op. */
 CLG_INTERNAL void clg_team_free(clg_team *t);
 CLG_INTERNAL void clg_team_begin(clg_team *t, clg_team_fn fn, void *arg);
 /* Waits for every lane of the job begun last; returns CLG_OK or the status
  * of the lowest-numbered failing lane (*failed receives it, may be NULL). */
 CLG_INTERNAL clg_status clg_team_end(clg_team *t, int *failed);
-/* Changes the spin of clg_team_create_ex (from the next wait on). */
+/* From the next wait on, a lane waiting for the next job and clg_team_end
+ * waiting for the lanes first spin spin_us microseconds (yielding the
+ * core) before they sleep on a condition variable (0: sleep at once). */
 CLG_INTERNAL void clg_team_set_spin(clg_team *t, int spin_us);
 /* The waits since the last call that ended within their spin (*hit) or slept (*miss). */
 CLG_INTERNAL void clg_team_spin_take(clg_team *t, int *hit, int *miss);

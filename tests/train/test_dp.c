@@ -672,7 +672,8 @@ START_TEST(team_caller_lane)
     for (int caller = 0; caller < 2; caller++)
         for (int lanes = 2; lanes <= 4; lanes++) {
             clg_team *t = NULL;
-            ck_assert_int_eq(clg_team_create_ex(&ctx()->err, lanes, caller, spin, &t), CLG_OK);
+            ck_assert_int_eq(clg_team_create_ex(&ctx()->err, lanes, caller, &t), CLG_OK);
+            clg_team_set_spin(t, spin);
             for (int job = 0; job < 3; job++) {
                 team_probe p;
                 memset(&p, 0, sizeof p);
