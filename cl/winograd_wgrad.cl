@@ -298,6 +298,32 @@ static inline __attribute__((always_inline)) void wg_products(__global const flo
         }
 }
 
+// The output stage's shared ends: db[k] (+)= the sum over the work-items'
+// partials (PS floats each) of their `lanes` bias lane sums of channel k, `at`
+// floats in; dw[k][c4 + l] (+)= v[.][l] for the work-item's 4 channels. Both
+// as beta == 0 ? sum : beta*old + sum (beta 0: the old contents not read).
+static inline void wg_out_bias(__global const float *part, const int nw, const int PS, const size_t at,
+                               const int lanes, const int k, const float beta, __global float *db, const int offdb)
+{
+    float sb = 0.0f;
+    for (int w = 0; w < nw; w++)
+        for (int l = 0; l < lanes; l++)
+            sb += part[(size_t)w * PS + at + (size_t)k * lanes + l];
+    db[offdb + k] = beta == 0.0f ? sb : fma(beta, db[offdb + k], sb);
+}
+
+static inline __attribute__((always_inline)) void wg_out_store(float v[9][4], const int C, const int c4,
+                                                               const int k, const float beta, __global float *dw,
+                                                               const int offdw)
+{
+    for (int l = 0; l < 4 && c4 + l < C; l++) {
+        __global float *d = dw + offdw + ((size_t)k * C + c4 + l) * 9;
+        #pragma unroll
+        for (int e = 0; e < 9; e++)
+            d[e] = beta == 0.0f ? v[e][l] : fma(beta, d[e], v[e][l]);
+    }
+}
+
 // dw[k][c] = beta*dw + G'^T (sum_w part[w][xi][k][c]) G' (3x3), G' = G with
 // its last row negated (see wg_dy), for 4 channels c = 4*i .. 4*i + 3 per
 // work-item (float4 loads; the 16 sums over the work-items' partials are
@@ -310,13 +336,8 @@ static inline __attribute__((always_inline)) void wg2_out_at(__global const floa
                                                              const int PS, const int BIAS, __global float *db,
                                                              const int offdb, const int c4, const int k)
 {
-    if (BIAS && c4 == 0) {
-        float sb = 0.0f;
-        for (int w = 0; w < nw; w++)
-            for (int l = 0; l < VL; l++)
-                sb += part[(size_t)w * PS + (size_t)16 * Kp * Cp + (size_t)k * VL + l];
-        db[offdb + k] = beta == 0.0f ? sb : fma(beta, db[offdb + k], sb);
-    }
+    if (BIAS && c4 == 0)
+        wg_out_bias(part, nw, PS, (size_t)16 * Kp * Cp, VL, k, beta, db, offdb);
     float4 m[4][4];
     #pragma unroll
     for (int a = 0; a < 4; a++)
@@ -345,12 +366,7 @@ static inline __attribute__((always_inline)) void wg2_out_at(__global const floa
         vstore4(0.5f * (t[r][1] - t[r][2]), 0, v[r * 3 + 1]);
         vstore4(0.5f * (t[r][1] + t[r][2]) - t[r][3], 0, v[r * 3 + 2]);
     }
-    for (int l = 0; l < 4 && c4 + l < C; l++) {
-        __global float *d = dw + offdw + ((size_t)k * C + c4 + l) * 9;
-        #pragma unroll
-        for (int e = 0; e < 9; e++)
-            d[e] = beta == 0.0f ? v[e][l] : fma(beta, d[e], v[e][l]);
-    }
+    wg_out_store(v, C, c4, k, beta, dw, offdw);
 }
 
 // x: N x C x H x W (from offx), dy: N x K x P x Q (from offdy); TH rows of
@@ -686,13 +702,8 @@ static inline __attribute__((always_inline)) void wg4_out_at(__global const floa
                                                              const int PS, const int BIAS, __global float *db,
                                                              const int offdb, const int c4, const int k)
 {
-    if (BIAS && c4 == 0) {
-        float sb = 0.0f;
-        for (int w = 0; w < nw; w++)
-            for (int l = 0; l < 8; l++)
-                sb += part[(size_t)w * PS + (size_t)36 * Kp * Cp + (size_t)k * 8 + l];
-        db[offdb + k] = beta == 0.0f ? sb : fma(beta, db[offdb + k], sb);
-    }
+    if (BIAS && c4 == 0)
+        wg_out_bias(part, nw, PS, (size_t)36 * Kp * Cp, 8, k, beta, db, offdb);
     float4 t[3][6]; // G^T m, column by column
     #pragma unroll
     for (int b = 0; b < 6; b++) {
@@ -721,12 +732,7 @@ static inline __attribute__((always_inline)) void wg4_out_at(__global const floa
         for (int s = 0; s < 3; s++)
             vstore4(o[s], 0, v[r * 3 + s]);
     }
-    for (int l = 0; l < 4 && c4 + l < C; l++) {
-        __global float *d = dw + offdw + ((size_t)k * C + c4 + l) * 9;
-        #pragma unroll
-        for (int e = 0; e < 9; e++)
-            d[e] = beta == 0.0f ? v[e][l] : fma(beta, d[e], v[e][l]);
-    }
+    wg_out_store(v, C, c4, k, beta, dw, offdw);
 }
 
 // x: N x C x H x W (from offx), dy: N x K x P x Q (from offdy); TH tile rows
