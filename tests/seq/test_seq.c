@@ -221,7 +221,9 @@ START_TEST(layernorm_fwd_bwd)
     LH_CLOSE(c.dx[0], dx, c.ny, 1e-3, 2e-3, "layernorm dx");
     if (affine) {
         LH_CLOSE(c.g[0], dg, (size_t)C, 1e-2, 5e-3, "layernorm dgamma");
-        LH_CLOSE(c.g[1], db, (size_t)C, 1e-4, 1e-4, "layernorm dbeta");
+        /* dbeta = a sum of up to 145 dy in [-1, 1]: fp32 rounding is absolute (a few 1e-6 where the terms
+         * cancel), so the relative bound takes an offset of 0.1 (1e-5 absolute); one row lost is 0.5 */
+        LH_CLOSE(c.g[1], db, (size_t)C, 0.1, 1e-4, "layernorm dbeta");
     }
     free(y);
     free(dx);
