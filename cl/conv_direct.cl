@@ -88,8 +88,7 @@ typedef float16 vecf;
         const vecf xv = XV;                                                                            \
         _Pragma("unroll") for (int i = 0; i < KB; i++)                                                 \
         {                                                                                              \
-            const int k = min(k0 + i, DK - 1);                                                         \
-            acc[i][v] = fma(xv, (vecf)(wc[k * DC * RS + rr * DS + s]), acc[i][v]);                     \
+            acc[i][v] = fma(xv, (vecf)((wr + kofs[i])[s]), acc[i][v]);                                  \
         }                                                                                              \
     }
 
@@ -114,6 +113,13 @@ __kernel void dconv_fwd(const int N, __global const float *x, const int offx, __
 #pragma unroll
         for (int v = 0; v < NV; v++)
             acc[i][v] = (vecf)(0.0f);
+    /* the block's filter offsets: each tap's weight is then a pointer plus a
+     * constant (PoCL's code for an index sum per tap spent three integer
+     * operations beside every fma) */
+    int kofs[KB];
+#pragma unroll
+    for (int i = 0; i < KB; i++)
+        kofs[i] = min(k0 + i, DK - 1) * DC * RS;
     float pr[XS];
     for (int c = 0; c < DC; c++) {
         __global const float *xc = x + offx + (n * DC + c) * DH * DW;
@@ -124,6 +130,7 @@ __kernel void dconv_fwd(const int N, __global const float *x, const int offx, __
             if (h < 0 || h >= DH)
                 continue;
             __global const float *xg = xc + h * DW;
+            __global const float *wr = wc + rr * DS;
             if (h * DW + w0 >= 0 && h * DW + w0 + XS <= DH * DW) {
                 FWD_TAPS(GVEC(xg, w0 + s + v * VW * DSW, DSW, DW));
             } else {
@@ -519,10 +526,7 @@ __kernel void dconv_wt_phases(__global const float *w, const int offw, __global 
         {                                                                                              \
             const vecf dv = DV;                                                                        \
             _Pragma("unroll") for (int i = 0; i < CB; i++)                                             \
-            {                                                                                          \
-                const int c = min(c0 + i, DC - 1);                                                     \
-                acc[i][f][v] = fma(dv, (vecf)(wk[c * RS + rr * DS + s]), acc[i][f][v]);                \
-            }                                                                                          \
+                acc[i][f][v] = fma(dv, (vecf)((wr + cofs[i])[s]), acc[i][f][v]);                       \
         }                                                                                              \
     }
 // Backward-data: dx[n,c,h,w] = sum over k, r, s with h = p*DSH - DPH + r and
@@ -555,6 +559,10 @@ __kernel void dconv_bwdd(const int N, __global const float *dy, const int offdy,
 #pragma unroll
             for (int v = 0; v < NV; v++)
                 acc[i][f][v] = (vecf)(0.0f);
+    int cofs[CB]; /* as dconv_fwd's kofs */
+#pragma unroll
+    for (int i = 0; i < CB; i++)
+        cofs[i] = min(c0 + i, DC - 1) * RS;
     float pr[DSPAN];
     const int lo = qa + EMIN;
     for (int k = 0; k < DK; k++) {
@@ -569,6 +577,7 @@ __kernel void dconv_bwdd(const int N, __global const float *dy, const int offdy,
             if (p >= DP)
                 continue;
             __global const float *dg = dk + p * DQ;
+            __global const float *wr = wk + rr * DS;
             if (p * DQ + lo >= 0 && p * DQ + lo + DSPAN <= DP * DQ) {
                 BWDD_TAPS(GVEC(dg, qa + e / DSW + v * VW, 1, DQ));
             } else {
