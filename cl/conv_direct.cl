@@ -131,7 +131,10 @@ __kernel void dconv_fwd(const int N, __global const float *x, const int offx, __
                 continue;
             __global const float *xg = xc + h * DW;
             __global const float *wr = wc + rr * DS;
-            if (h * DW + w0 >= 0 && h * DW + w0 + XS <= DH * DW) {
+            /* a span reaching into the neighbouring planes (masked) reads in place; only one beyond
+             * the batch's first or last plane goes through a private copy */
+            const int at = ((n * DC + c) * DH + h) * DW + w0;
+            if (at >= 0 && at + XS <= N * DC * DH * DW) {
                 FWD_TAPS(GVEC(xg, w0 + s + v * VW * DSW, DSW, DW));
             } else {
                 ROW_COPY(pr, xg, w0, XS, DW);
@@ -578,7 +581,8 @@ __kernel void dconv_bwdd(const int N, __global const float *dy, const int offdy,
                 continue;
             __global const float *dg = dk + p * DQ;
             __global const float *wr = wk + rr * DS;
-            if (p * DQ + lo >= 0 && p * DQ + lo + DSPAN <= DP * DQ) {
+            const int at = ((n * DK + k) * DP + p) * DQ + lo; /* as in dconv_fwd */
+            if (at >= 0 && at + DSPAN <= N * DK * DP * DQ) {
                 BWDD_TAPS(GVEC(dg, qa + e / DSW + v * VW, 1, DQ));
             } else {
                 ROW_COPY(pr, dg, lo, DSPAN, DQ);
