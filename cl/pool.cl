@@ -249,6 +249,10 @@ __kernel void avgpool_bwd_scatter(const uint planes, POOL_ARGS, __global const f
 // 2x2 windows, stride 2, no padding, even H and W (the common case): 2-D
 // range (q, row) with row = plane * P + p, so input rows 2*row and 2*row+1
 // follow without divisions. First maximum in row-major order wins.
+// Backward with relu != 0: x is a relu's output and the gradient passes only
+// where the window's maximum is > 0, the relu's derivative at the one
+// element that receives it (the relu layer's own backward pass is then
+// skipped: src/model/fuse.c).
 __kernel void maxpool2_fwd(const uint rows, const uint Q, __global const float *x, const uint ox, __global float *y,
                            const uint oy)
 {
@@ -261,7 +265,8 @@ __kernel void maxpool2_fwd(const uint rows, const uint Q, __global const float *
 }
 
 __kernel void maxpool2_bwd(const uint rows, const uint Q, __global const float *x, const uint ox,
-                           __global const float *dy, const uint ody, __global float *dx, const uint odx)
+                           __global const float *dy, const uint ody, __global float *dx, const uint odx,
+                           const uint relu)
 {
     const uint q = get_global_id(0);
     const uint r = get_global_id(1);
@@ -270,9 +275,10 @@ __kernel void maxpool2_bwd(const uint rows, const uint Q, __global const float *
     const size_t o = (size_t)(2 * r) * (2 * Q) + 2 * q;
     const float2 t = vload2(0, x + ox + o);
     const float2 b = vload2(0, x + ox + o + 2 * Q);
-    const float g = dy[ody + (size_t)r * Q + q];
     // first maximum in the order t.x, t.y, b.x, b.y
     const float m = fmax(fmax(t.x, t.y), fmax(b.x, b.y));
+    const float gy = dy[ody + (size_t)r * Q + q];
+    const float g = relu && !(m > 0.0f) ? 0.0f : gy;
     const int e0 = t.x == m;
     const int e1 = !e0 && t.y == m;
     const int e2 = !e0 && !e1 && b.x == m;
@@ -295,7 +301,8 @@ __kernel void maxpool2_fwd4(const uint rows, const uint Q2, __global const float
 }
 
 __kernel void maxpool2_bwd4(const uint rows, const uint Q2, __global const float *x, const uint ox,
-                            __global const float *dy, const uint ody, __global float *dx, const uint odx)
+                            __global const float *dy, const uint ody, __global float *dx, const uint odx,
+                            const uint relu)
 {
     const uint j = get_global_id(0);
     const uint r = get_global_id(1);
@@ -309,7 +316,7 @@ __kernel void maxpool2_bwd4(const uint rows, const uint Q2, __global const float
      * gradient to each candidate in turn (rem - rem == 0 exactly) */
     const float2 tl = t.even, tr = t.odd, bl = b.even, br = b.odd;
     const float2 m = fmax(fmax(tl, tr), fmax(bl, br));
-    float2 rem = g;
+    float2 rem = relu ? select((float2)(0.0f), g, m > 0.0f) : g;
     const float2 d0 = select((float2)(0.0f), rem, tl == m);
     rem -= d0;
     const float2 d1 = select((float2)(0.0f), rem, tr == m);

@@ -99,6 +99,9 @@
       "fused Winograd: extra program build options (experiments)")                                                   \
     X(bn_fuse, "CLGRAD_BN_FUSE", BOOL, "1", 0, 1, "", TUNING,                                                        \
       "a batch norm computes the relu (and residual add + relu) after it in one pass (0: separate layers)")          \
+    X(relu_pool_fold, "CLGRAD_RELU_POOL_FOLD", BOOL, "1", 0, 1, "", TUNING,                                          \
+      "a 2x2 max pool after a relu convolution applies the relu's derivative in its backward pass (0: the "          \
+      "convolution does)")                                                                                           \
     X(bn_rows, "CLGRAD_BN_ROWS", CHOICE, "auto", 0, 0, "auto,0,1", TUNING,                                           \
       "batch norm kernels with one work-item per (image, channel) row: auto on CPU devices, 0 never, 1 always")      \
     X(hugepages, "CLGRAD_HUGEPAGES", CHOICE, "auto", 0, 0, "auto,0,1", TUNING,                                       \

@@ -10,7 +10,12 @@
  * the batch norm still computes them in full before its one fused pass.
  *
  * Only whole fp32 replicas (not a pipeline stage, not fp16 storage) and
- * unsynchronized batch norms are fused; the last layer never is. */
+ * unsynchronized batch norms are fused; the last layer never is.
+ *
+ * Option relu_pool_fold: a relu [convolutional] whose only consumer is a
+ * 2x2 stride-2 [maxpool] leaves its relu's derivative to the pool's
+ * backward pass, which reads the window maxima anyway (the same gradients,
+ * bit for bit; one pass over the activation fewer). Same replicas. */
 #include <string.h>
 
 #include "model/layers.h"
@@ -72,13 +77,25 @@ static void fuse_bn(clg_replica *r, int i)
     retire(r, k, i);
 }
 
+/* Folds conv i's relu derivative into its only consumer, where that is a 2x2 max pool. */
+static void fold_relu_pool(clg_replica *r, int i)
+{
+    int j = only_consumer(r, i);
+    if (j < 0 || r->layers[j].nin != 1 || !clg_layer_conv_is_relu(&r->layers[i]))
+        return;
+    if (clg_layer_pool_fold_relu(&r->layers[j]))
+        clg_layer_conv_fold_relu(&r->layers[i]);
+}
+
 void clg_replica_fuse(clg_replica *r)
 {
-    if (!r->dev->ctx->opts.bn_fuse || r->fp16 || r->first != 0 || r->last != r->nlayers - 1)
+    if (r->fp16 || r->first != 0 || r->last != r->nlayers - 1)
         return;
-    for (int i = 0; i < r->nlayers - 1; i++)
+    for (int i = 0; i < r->nlayers - 1 && r->dev->ctx->opts.bn_fuse; i++)
         if (clg_layer_batchnorm_fusable(&r->layers[i]) && !r->layers[i].in_seq[0])
             fuse_bn(r, i);
+    for (int i = 0; i < r->nlayers - 1 && r->dev->ctx->opts.relu_pool_fold; i++)
+        fold_relu_pool(r, i);
 }
 
 void clg_replica_fuse_alias(clg_replica *r)

@@ -24,6 +24,7 @@ typedef struct {
     int last_n; /* the batch of the latest forward (the profile's shape) */
     cl_mem keep_x, keep_dz; /* clg_conv_defer: the filter gradient's operands kept (NULL: computed in backward) */
     int keep_n;             /* the samples they hold */
+    int relu_folded;        /* the relu's derivative comes with dout (clg_layer_conv_fold_relu) */
 } conv_priv;
 
 static const char *const algo_choices[] = {"auto",   "im2col", "winograd", "winograd4", "direct",
@@ -156,7 +157,7 @@ static clg_status conv_backward(clg_layer *l, clg_device *dev, const clg_tensor 
     size_t ny = clg_tensor_numel(out);
     cl_mem dz = dout->mem, tmp = NULL;
     size_t odz = dout->off;
-    if (p->act != CLG_ACT_LINEAR) { /* deferred filter gradient: the derivative straight into its kept operand */
+    if (p->act != CLG_ACT_LINEAR && !p->relu_folded) { /* deferred filter gradient: straight into its kept operand */
         if (!p->keep_x)
             CLG_TRY(clg_buf_alloc(dev, ny * sizeof(float), &tmp));
         dz = p->keep_x ? p->keep_dz : tmp;
@@ -186,6 +187,13 @@ static clg_status conv_backward(clg_layer *l, clg_device *dev, const clg_tensor 
     clg_buf_release(dev, tmp);
     return st;
 }
+
+int clg_layer_conv_is_relu(const clg_layer *l)
+{
+    return l->ops == &clg_layer_conv_ops && l->priv && ((const conv_priv *)l->priv)->act == CLG_ACT_RELU;
+}
+
+void clg_layer_conv_fold_relu(clg_layer *l) { ((conv_priv *)l->priv)->relu_folded = 1; }
 
 int clg_conv_defer_dims(const clg_layer *l, size_t *in, size_t *out)
 {

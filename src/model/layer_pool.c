@@ -8,6 +8,7 @@
 typedef struct {
     int is_max, is_gap;
     int size, stride, pad;
+    int relu; /* backward also applies the relu before it (clg_layer_pool_fold_relu) */
 } pool_priv;
 
 static clg_status pool_configure_common(clg_layer *l, clg_err *err, const clg_cfg *cfg, clg_cfg_section *sec,
@@ -100,7 +101,23 @@ static clg_status pool_backward(clg_layer *l, clg_device *dev, const clg_tensor 
                                    din[0].off);
     int s[4] = {x->n, x->c, x->h, x->w};
     clg_pool_shape ps = pshape(p, x->n, s);
-    return clg_nn_pool_backward(dev, p->is_max, &ps, x->mem, x->off, dout->mem, dout->off, din[0].mem, din[0].off);
+    return clg_nn_pool_backward(dev, p->is_max, &ps, x->mem, x->off, dout->mem, dout->off, din[0].mem, din[0].off,
+                                p->relu);
+}
+
+int clg_layer_pool_relu(const clg_layer *l)
+{
+    return l->ops == &clg_layer_maxpool_ops && l->priv && ((const pool_priv *)l->priv)->relu;
+}
+
+int clg_layer_pool_fold_relu(clg_layer *l)
+{
+    if (l->ops != &clg_layer_maxpool_ops || !l->priv)
+        return 0;
+    pool_priv *p = l->priv;
+    clg_pool_shape ps = pshape(p, l->in_shape[0][0], l->in_shape[0]);
+    p->relu = clg_nn_pool_relu_foldable(1, &ps);
+    return p->relu;
 }
 
 const clg_layer_ops clg_layer_maxpool_ops = {

@@ -111,6 +111,16 @@ CLG_INTERNAL int clg_layer_batchnorm_fusable(const clg_layer *l);
 CLG_INTERNAL void clg_layer_batchnorm_fuse_relu(clg_layer *l);
 /* l is an [activation] of type relu. */
 CLG_INTERNAL int clg_layer_activation_is_relu(const clg_layer *l);
+/* 1 when l is a [convolutional] with activation relu. */
+CLG_INTERNAL int clg_layer_conv_is_relu(const clg_layer *l);
+/* A relu convolution's backward pass leaves its relu's derivative to its
+ * consumer (a 2x2 max pool, clg_layer_pool_fold_relu). */
+CLG_INTERNAL void clg_layer_conv_fold_relu(clg_layer *l);
+/* A 2x2 stride-2 max pool's backward pass also applies the derivative of
+ * the relu that computed its input; 0 (nothing changed) for another pool. */
+CLG_INTERNAL int clg_layer_pool_fold_relu(clg_layer *l);
+/* 1 when max pool l folds the relu before it (tests). */
+CLG_INTERNAL int clg_layer_pool_relu(const clg_layer *l);
 /* ---- for the trainer ---- */
 
 /* Dropout randomness for the next forward/backward pair: the keep mask of

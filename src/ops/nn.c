@@ -76,6 +76,14 @@ static clg_status ka_uu_bufs(clg_device *dev, cl_kernel k, cl_uint u0, cl_uint u
     return CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments");
 }
 
+/* Argument `at` of k: the relu flag of the 2x2 max-pooling backward kernels. */
+static clg_status ka_relu(clg_device *dev, cl_kernel k, cl_uint at, int relu)
+{
+    clg_kargs ka = {k, at, CL_SUCCESS};
+    clg_ka_uint(&ka, relu ? 1u : 0u);
+    return CLG_KA_DONE(clg_dev_err(dev), &ka, "kernel arguments");
+}
+
 /* Checks that n elements from off fit in 32 bits. */
 static clg_status range(clg_device *dev, const char *op, size_t off, size_t n, cl_uint *o)
 {
@@ -600,9 +608,14 @@ static clg_status maxpool_bwd_gather(clg_device *dev, const clg_pool_shape *s, c
     return st;
 }
 
+int clg_nn_pool_relu_foldable(int is_max, const clg_pool_shape *s) { return is_max && pool_is_2x2(s); }
+
 clg_status clg_nn_pool_backward(clg_device *dev, int is_max, const clg_pool_shape *s, cl_mem x, size_t ox, cl_mem dy,
-                                size_t ody, cl_mem dx, size_t odx)
+                                size_t ody, cl_mem dx, size_t odx, int relu)
 {
+    if (relu && !clg_nn_pool_relu_foldable(is_max, s))
+        return clg_err_set(clg_dev_err(dev), CLG_ERR_INVALID_ARG,
+                           "pool backward: the relu's derivative folds into 2x2 stride-2 max pooling only");
     if (is_max)
         CLG_TRY(check_mem(dev, "maxpool backward", x, "x"));
     CLG_TRY(check_mem(dev, "pool backward", dy, "dy"));
@@ -621,6 +634,7 @@ clg_status clg_nn_pool_backward(clg_device *dev, int is_max, const clg_pool_shap
         cl_uint rows = planes * (cl_uint)P, uq2 = (cl_uint)Q / 2;
         CLG_TRY(kget(dev, "pool", "maxpool2_bwd4", &k));
         CLG_TRY(ka_uu_bufs(dev, k, rows, uq2, 3, (const cl_mem[]){x, dy, dx}, (const cl_uint[]){uox, uody, uodx}));
+        CLG_TRY(ka_relu(dev, k, 8, relu));
         return run2_exact(dev, k, (size_t)uq2, rows);
     }
     if (pool_is_2x2(s)) {
@@ -628,6 +642,7 @@ clg_status clg_nn_pool_backward(clg_device *dev, int is_max, const clg_pool_shap
         CLG_TRY(kget(dev, "pool", is_max ? "maxpool2_bwd" : "avgpool2_bwd", &k));
         if (is_max) {
             CLG_TRY(ka_uu_bufs(dev, k, rows, uq, 3, (const cl_mem[]){x, dy, dx}, (const cl_uint[]){uox, uody, uodx}));
+            CLG_TRY(ka_relu(dev, k, 8, relu));
         } else {
             CLG_TRY(ka_uu_bufs(dev, k, rows, uq, 2, (const cl_mem[]){dy, dx}, (const cl_uint[]){uody, uodx}));
         }

@@ -99,9 +99,13 @@ CLG_INTERNAL int clg_pool_out_w(const clg_pool_shape *s);
  * 0: average pooling (padding counted in the divisor, as PyTorch's default). */
 CLG_INTERNAL clg_status clg_nn_pool_forward(clg_device *dev, int is_max, const clg_pool_shape *s, cl_mem x,
                                             size_t ox, cl_mem y, size_t oy);
-/* dx (overwritten) from dy; x (the forward input) read by max pooling only. */
+/* dx (overwritten) from dy; x (the forward input) read by max pooling only.
+ * relu 1 (where clg_nn_pool_relu_foldable): x is a relu's output and dx also
+ * carries the relu's derivative (the gradient of the relu's input). */
 CLG_INTERNAL clg_status clg_nn_pool_backward(clg_device *dev, int is_max, const clg_pool_shape *s, cl_mem x,
-                                             size_t ox, cl_mem dy, size_t ody, cl_mem dx, size_t odx);
+                                             size_t ox, cl_mem dy, size_t ody, cl_mem dx, size_t odx, int relu);
+/* 1 when clg_nn_pool_backward can fold a relu's derivative (2x2 stride-2 max pooling of even planes). */
+CLG_INTERNAL int clg_nn_pool_relu_foldable(int is_max, const clg_pool_shape *s);
 /* Global average pooling over hw per plane (planes = N*C). */
 CLG_INTERNAL clg_status clg_nn_gap_forward(clg_device *dev, size_t planes, size_t hw, cl_mem x, size_t ox, cl_mem y,
                                            size_t oy);

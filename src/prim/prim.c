@@ -571,7 +571,7 @@ clg_status clg_prim_pool_backward(clg_prim *h, const clg_prim_pool_desc *d, cl_m
     begin_enqueue(h, &deps, num_wait, wait);
     /* average pooling never reads x; the launcher wants a buffer */
     cl_mem xin = x ? x : dx;
-    clg_status st = clg_nn_pool_backward(hdev(h), is_max, &s, xin, x ? x_offset : 0, dy, dy_offset, dx, dx_offset);
+    clg_status st = clg_nn_pool_backward(hdev(h), is_max, &s, xin, x ? x_offset : 0, dy, dy_offset, dx, dx_offset, 0);
     return finish(h, &deps, st, event);
 }
 

@@ -198,13 +198,13 @@ static int bench_ops(clg_ctx *ctx, clg_device *dev)
     TIME("add", 3 * B, clg_nn_add(dev, big, a, 0, b, 0, c, 0));
     TIME("dropout p=0.5", 2 * B, clg_nn_dropout(dev, big, 0.5f, 1, 2, 0, a, 0, c, 0));
     TIME("maxpool 2x2 fwd", B + B / 4, clg_nn_pool_forward(dev, 1, &s1, a, 0, c, 0));
-    TIME("maxpool 2x2 bwd", 2 * B + B / 4, clg_nn_pool_backward(dev, 1, &s1, a, 0, b, 0, c, 0));
+    TIME("maxpool 2x2 bwd", 2 * B + B / 4, clg_nn_pool_backward(dev, 1, &s1, a, 0, b, 0, c, 0, 0));
     TIME("maxpool 2x2 fwd (128x64x14x14)", B / 2 + B / 8, clg_nn_pool_forward(dev, 1, &s2, a, 0, c, 0));
-    TIME("maxpool 2x2 bwd (128x64x14x14)", B + B / 8, clg_nn_pool_backward(dev, 1, &s2, a, 0, b, 0, c, 0));
+    TIME("maxpool 2x2 bwd (128x64x14x14)", B + B / 8, clg_nn_pool_backward(dev, 1, &s2, a, 0, b, 0, c, 0, 0));
     TIME("maxpool 3x3 s2 p1 fwd", B + B / 4, clg_nn_pool_forward(dev, 1, &s3, a, 0, c, 0));
-    TIME("maxpool 3x3 s2 p1 bwd", 2 * B + B / 4, clg_nn_pool_backward(dev, 1, &s3, a, 0, b, 0, c, 0));
+    TIME("maxpool 3x3 s2 p1 bwd", 2 * B + B / 4, clg_nn_pool_backward(dev, 1, &s3, a, 0, b, 0, c, 0, 0));
     TIME("avgpool 2x2 fwd", B + B / 4, clg_nn_pool_forward(dev, 0, &s1, a, 0, c, 0));
-    TIME("avgpool 2x2 bwd", B + B / 4, clg_nn_pool_backward(dev, 0, &s1, a, 0, b, 0, c, 0));
+    TIME("avgpool 2x2 bwd", B + B / 4, clg_nn_pool_backward(dev, 0, &s1, a, 0, b, 0, c, 0, 0));
     TIME("gap fwd (128x64x7x7)", (size_t)128 * 64 * 49 * 4, clg_nn_gap_forward(dev, 128 * 64, 49, a, 0, c, 0));
     TIME("batchnorm train fwd", 3 * B,
          clg_nn_bn_forward_train(dev, 128, 32, 784, 1e-5f, 0.1f, 1, a, 0, c, 0, b, b, d, d, d, d));

@@ -6,7 +6,9 @@
  * each vector width of the partial-sum kernels (HW % 8, % 4, odd), in the
  * row forms (option bn_rows, the CPU default: the relu mask of the backward
  * recomputed from x) and the strided forms. Then a network with both
- * patterns trains the same with the pass on and off. */
+ * patterns trains the same with the pass on and off, and one whose 2x2 max
+ * pools fold the relu derivative of the convolution before them (option
+ * relu_pool_fold) gives the same gradients bit for bit. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -155,27 +157,12 @@ static const char *NET = "[net]\nchannels=2\nheight=6\nwidth=5\nclasses=3\nbatch
                          "[batchnorm]\nname=b2\n[add]\nname=a2\ninput=r1,b2\n[activation]\nname=r2\ntype=relu\n"
                          "[gap]\n[dense]\nunits=3\n[softmax]\n";
 
-/* One training forward + backward and an inference forward of NET with the
- * pass on or off: loss, every trainable gradient (concatenated), the
- * inference output. The same seed gives the same weights. */
-static void run_net(clg_ctx *ctx, int fuse, const float *x, const int *lab, float *loss, float **grads, size_t *ng,
-                    float **out)
+/* One training forward + backward of replica r on x, lab (B samples of n
+ * values): the loss and every trainable gradient (concatenated). */
+static void train_grads(clg_ctx *ctx, clg_replica *r, const float *x, const int *lab, int B, int n, float *loss,
+                        float **grads, size_t *ng)
 {
     clg_device *dev = &ctx->devs[0];
-    ctx->opts.bn_fuse = fuse;
-    clg_net *net = NULL;
-    ck_assert_msg(clg_net_build(&ctx->err, NET, "bnfuse.cfg", 0, &net) == CLG_OK, "%s", ctx->err.msg);
-    clg_replica *r = NULL;
-    ck_assert_msg(clg_replica_create(net, dev, 5, &r) == CLG_OK, "%s", clg_last_error(ctx));
-    /* r0 into b0; a1, r1 into b1; a2, r2 into b2 (its residual r1 = b1 now) */
-    static const int into[] = {0, 0, 2, 0, 0, 5, 5, 0, 0, 9, 9, 0, 0, 0};
-    for (int i = 0; i < r->nlayers; i++)
-        ck_assert_msg(r->layers[i].fused_into == (fuse ? into[i] : 0), "layer %d fused into %d", i,
-                      r->layers[i].fused_into);
-    if (fuse)
-        ck_assert(r->layers[8].nin == 2 && r->layers[8].inputs[1] == 4 && r->layers[4].nin == 2 &&
-                  r->layers[4].inputs[1] == 1 && r->layers[7].inputs[0] == 4);
-    int B = 4, n = 2 * 6 * 5;
     cl_mem xm = tu_upload(dev, x, (size_t)B * n), lm;
     ck_assert_int_eq(clg_buf_alloc(dev, (size_t)B * sizeof(int), &lm), CLG_OK);
     ck_assert_int_eq(clEnqueueWriteBuffer(dev->queue, lm, CL_TRUE, 0, (size_t)B * sizeof(int), lab, 0, NULL, NULL),
@@ -200,14 +187,38 @@ static void run_net(clg_ctx *ctx, int fuse, const float *x, const int *lab, floa
         at += refs[i].param->numel;
     }
     free(refs);
+    clg_buf_release(dev, xm);
+    clg_buf_release(dev, lm);
+}
+
+/* One training forward + backward and an inference forward of NET with the
+ * pass on or off: loss, every trainable gradient (concatenated), the
+ * inference output. The same seed gives the same weights. */
+static void run_net(clg_ctx *ctx, int fuse, const float *x, const int *lab, float *loss, float **grads, size_t *ng,
+                    float **out)
+{
+    clg_device *dev = &ctx->devs[0];
+    ctx->opts.bn_fuse = fuse;
+    clg_net *net = NULL;
+    ck_assert_msg(clg_net_build(&ctx->err, NET, "bnfuse.cfg", 0, &net) == CLG_OK, "%s", ctx->err.msg);
+    clg_replica *r = NULL;
+    ck_assert_msg(clg_replica_create(net, dev, 5, &r) == CLG_OK, "%s", clg_last_error(ctx));
+    /* r0 into b0; a1, r1 into b1; a2, r2 into b2 (its residual r1 = b1 now) */
+    static const int into[] = {0, 0, 2, 0, 0, 5, 5, 0, 0, 9, 9, 0, 0, 0};
+    for (int i = 0; i < r->nlayers; i++)
+        ck_assert_msg(r->layers[i].fused_into == (fuse ? into[i] : 0), "layer %d fused into %d", i,
+                      r->layers[i].fused_into);
+    if (fuse)
+        ck_assert(r->layers[8].nin == 2 && r->layers[8].inputs[1] == 4 && r->layers[4].nin == 2 &&
+                  r->layers[4].inputs[1] == 1 && r->layers[7].inputs[0] == 4);
+    int B = 4;
+    train_grads(ctx, r, x, lab, B, 2 * 6 * 5, loss, grads, ng);
     ck_assert_msg(clg_replica_forward(r, B, 0) == CLG_OK, "%s", clg_last_error(ctx));
     const clg_tensor *o = &r->act[r->nlayers - 2]; /* the dense layer's logits */
     *out = lh_alloc((size_t)B * 3);
     ck_assert_int_eq(clEnqueueReadBuffer(dev->queue, o->mem, CL_TRUE, o->off * sizeof(float),
                                          (size_t)B * 3 * sizeof(float), *out, 0, NULL, NULL),
                      CL_SUCCESS);
-    clg_buf_release(dev, xm);
-    clg_buf_release(dev, lm);
     clg_replica_free(r);
     clg_net_free(net);
 }
@@ -245,9 +256,66 @@ START_TEST(net_on_off)
 }
 END_TEST
 
+/* ---- option relu_pool_fold: a relu convolution's derivative applied by the 2x2 max pool after it ---- */
+
+/* 12x12 -> pool (6x6: the float4 backward) -> 6x6 -> pool (3x3: odd, the scalar one); c2's pool has
+ * padding and overlapping windows (no fold); c3 feeds two 2x2 pools whose sum goes on (no fold: its
+ * gradient is a sum) */
+static const char *PNET = "[net]\nchannels=2\nheight=12\nwidth=12\nclasses=3\nbatch=6\noptimizer=sgd\n"
+                          "learning_rate=0.05\n"
+                          "[conv]\nname=c0\nfilters=4\nsize=3\npad=1\nactivation=relu\n[maxpool]\nname=p0\nsize=2\n"
+                          "[conv]\nname=c1\nfilters=4\nsize=3\npad=1\nactivation=relu\n[maxpool]\nname=p1\nsize=2\n"
+                          "[conv]\nname=c2\nfilters=4\nsize=1\nactivation=relu\n"
+                          "[maxpool]\nname=p2\nsize=2\nstride=1\npad=1\n"
+                          "[conv]\nname=c3\nfilters=4\nsize=1\nactivation=relu\n"
+                          "[maxpool]\nname=p3\nsize=2\n[maxpool]\nname=p4\ninput=c3\nsize=2\n"
+                          "[add]\nname=a3\ninput=p3,p4\n"
+                          "[dense]\nunits=3\n[softmax]\n";
+
+START_TEST(relu_pool_on_off)
+{
+    clg_ctx *ctx = tu_ctx("0");
+    int B = 6, n = 2 * 12 * 12, lab[6];
+    float *x = lh_alloc((size_t)B * n), loss[2], *g[2];
+    size_t ng[2];
+    clg_rng rng;
+    tu_rng(&rng, 960);
+    tu_fill(x, (size_t)B * n, -1, 1, &rng);
+    for (int b = 0; b < B; b++)
+        lab[b] = (int)(clg_rng_u32(&rng) % 3);
+    for (int fold = 0; fold < 2; fold++) {
+        ctx->opts.relu_pool_fold = (unsigned)fold;
+        clg_net *net = NULL;
+        ck_assert_msg(clg_net_build(&ctx->err, PNET, "relufold.cfg", 0, &net) == CLG_OK, "%s", ctx->err.msg);
+        clg_replica *r = NULL;
+        ck_assert_msg(clg_replica_create(net, &ctx->devs[0], 7, &r) == CLG_OK, "%s", clg_last_error(ctx));
+        /* p0 and p1 fold their convolution's relu, p2, p3 and p4 do not */
+        for (int i = 0; i < r->nlayers; i++)
+            if (r->layers[i].ops == &clg_layer_maxpool_ops)
+                ck_assert_msg(clg_layer_pool_relu(&r->layers[i]) == (fold && i <= 3), "layer %d relu %d", i,
+                              clg_layer_pool_relu(&r->layers[i]));
+        train_grads(ctx, r, x, lab, B, n, &loss[fold], &g[fold], &ng[fold]);
+        clg_replica_free(r);
+        clg_net_free(net);
+    }
+    ck_assert_uint_eq(ng[0], ng[1]);
+    ck_assert_msg(loss[0] == loss[1], "loss %.9g folded, %.9g not", loss[1], loss[0]);
+    size_t zero = 0;
+    for (size_t k = 0; k < ng[0]; k++) {
+        ck_assert_msg(g[1][k] == g[0][k], "gradient %zu: %.9g folded, %.9g not", k, g[1][k], g[0][k]);
+        zero += g[0][k] == 0.0f;
+    }
+    ck_assert_msg(zero < ng[0] / 2, "%zu of %zu gradients zero", zero, ng[0]);
+    free(x);
+    free(g[0]);
+    free(g[1]);
+    clg_ctx_destroy(ctx);
+}
+END_TEST
+
 int main(void)
 {
-    const TTest *tests[] = {relu_vec8,     relu_vec4_odd_c, relu_odd_plane, add_relu_vec8,
-                            add_relu_vec4, add_relu_odd_plane, net_on_off};
+    const TTest *tests[] = {relu_vec8,     relu_vec4_odd_c,    relu_odd_plane, add_relu_vec8,
+                            add_relu_vec4, add_relu_odd_plane, net_on_off,     relu_pool_on_off};
     return tu_run_tests("bnfuse", 60, tests, (int)(sizeof tests / sizeof tests[0]));
 }
