@@ -81,7 +81,7 @@ static void fuse_bn(clg_replica *r, int i)
 static void fold_relu_pool(clg_replica *r, int i)
 {
     int j = only_consumer(r, i);
-    if (j < 0 || r->layers[j].nin != 1 || !clg_layer_conv_is_relu(&r->layers[i]))
+    if (j < 0 || !clg_layer_conv_is_relu(&r->layers[i]))
         return;
     if (clg_layer_pool_fold_relu(&r->layers[j]))
         clg_layer_conv_fold_relu(&r->layers[i]);
@@ -91,11 +91,12 @@ void clg_replica_fuse(clg_replica *r)
 {
     if (r->fp16 || r->first != 0 || r->last != r->nlayers - 1)
         return;
-    for (int i = 0; i < r->nlayers - 1 && r->dev->ctx->opts.bn_fuse; i++)
+    const clg_opts *o = &r->dev->ctx->opts;
+    for (int i = 0; o->bn_fuse && i < r->nlayers - 1; i++)
         if (clg_layer_batchnorm_fusable(&r->layers[i]) && !r->layers[i].in_seq[0])
             fuse_bn(r, i);
-    for (int i = 0; i < r->nlayers - 1 && r->dev->ctx->opts.relu_pool_fold; i++)
-        fold_relu_pool(r, i);
+    for (int i = 0; o->relu_pool_fold && i < r->nlayers - 1; i++)
+        fold_relu_pool(r, i); /* the pool decides: clg_layer_pool_fold_relu */
 }
 
 void clg_replica_fuse_alias(clg_replica *r)

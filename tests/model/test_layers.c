@@ -807,11 +807,12 @@ typedef struct {
  * over 27 seeds (CLGRAD_TEST_VERBOSE=1 prints it): at most 8.2 for im2col,
  * direct, fft, winograd F(2x2); 162 for winograd4 (F(4x4)'s transforms
  * amplify rounding), which auto may choose; about 4x margin. */
-#define CONV_ULPS(algo) (strcmp((algo), "winograd4") == 0 || strcmp((algo), "auto") == 0 ? 640.0 : 32.0)
+#define CONV_MAY_F4(algo) (strcmp((algo), "winograd4") == 0 || strcmp((algo), "auto") == 0)
+#define CONV_ULPS(algo) (CONV_MAY_F4(algo) ? 640.0 : 32.0)
 /* The forward's offset in the relative bound: F(4x4)'s transforms (winograd4, and auto, which may choose it)
  * leave a few 1e-6 of rounding where an output's terms cancel (2.9e-6 at a near-zero output: 0.00285 relative
  * with the offset ATOL, seed 229127908), so 1e-2 there (2e-5 absolute; a wrong tap is off by 0.1 and more) */
-#define CONV_FWD_ATOL(algo) (strcmp((algo), "winograd4") == 0 || strcmp((algo), "auto") == 0 ? 1e-2 : ATOL)
+#define CONV_FWD_ATOL(algo) (CONV_MAY_F4(algo) ? 1e-2 : ATOL)
 static void conv_case(const conv_cfg *gin)
 {
     conv_cfg gc = *gin;
